@@ -1,0 +1,1 @@
+//! uverbs: RDMA verbs over the kernel's uverbs interface.

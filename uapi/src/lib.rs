@@ -1,0 +1,2 @@
+//! Plain-data mirror of the Linux RDMA uverbs UAPI headers.
+#![no_std]
