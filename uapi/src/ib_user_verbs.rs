@@ -1,0 +1,400 @@
+//! Mirror of `<rdma/ib_user_verbs.h>`: the legacy `write()` command ABI.
+//!
+//! Structs ending in a C flexible `driver_data[]` array omit it; the driver-private
+//! (UHW) data is placed directly after the struct's bytes. `__aligned_u64` fields are
+//! `u64` and every struct holding one is `align(8)`, as the header demands on all
+//! architectures.
+
+/// Version of the uverbs userspace ABI that this header describes.
+pub const IB_USER_VERBS_ABI_VERSION: u32 = 6;
+/// First command number of the extended-only commands (`IB_USER_VERBS_EX_CMD_CREATE_FLOW`).
+pub const IB_USER_VERBS_CMD_THRESHOLD: u32 = 50;
+
+/// Write command: create a user context (`enum ib_uverbs_write_cmds`).
+pub const IB_USER_VERBS_CMD_GET_CONTEXT: u32 = 0;
+/// Write command: query device attributes.
+pub const IB_USER_VERBS_CMD_QUERY_DEVICE: u32 = 1;
+/// Write command: query port attributes.
+pub const IB_USER_VERBS_CMD_QUERY_PORT: u32 = 2;
+/// Write command: allocate a protection domain.
+pub const IB_USER_VERBS_CMD_ALLOC_PD: u32 = 3;
+/// Write command: deallocate a protection domain.
+pub const IB_USER_VERBS_CMD_DEALLOC_PD: u32 = 4;
+/// Write command: create an address handle.
+pub const IB_USER_VERBS_CMD_CREATE_AH: u32 = 5;
+/// Write command: modify an address handle (never implemented by the kernel).
+pub const IB_USER_VERBS_CMD_MODIFY_AH: u32 = 6;
+/// Write command: query an address handle (never implemented by the kernel).
+pub const IB_USER_VERBS_CMD_QUERY_AH: u32 = 7;
+/// Write command: destroy an address handle.
+pub const IB_USER_VERBS_CMD_DESTROY_AH: u32 = 8;
+/// Write command: register a memory region.
+pub const IB_USER_VERBS_CMD_REG_MR: u32 = 9;
+/// Write command: register a shared memory region (never implemented by the kernel).
+pub const IB_USER_VERBS_CMD_REG_SMR: u32 = 10;
+/// Write command: re-register a memory region.
+pub const IB_USER_VERBS_CMD_REREG_MR: u32 = 11;
+/// Write command: query a memory region (never implemented by the kernel).
+pub const IB_USER_VERBS_CMD_QUERY_MR: u32 = 12;
+/// Write command: deregister a memory region.
+pub const IB_USER_VERBS_CMD_DEREG_MR: u32 = 13;
+/// Write command: allocate a memory window.
+pub const IB_USER_VERBS_CMD_ALLOC_MW: u32 = 14;
+/// Write command: bind a memory window (never implemented by the kernel).
+pub const IB_USER_VERBS_CMD_BIND_MW: u32 = 15;
+/// Write command: deallocate a memory window.
+pub const IB_USER_VERBS_CMD_DEALLOC_MW: u32 = 16;
+/// Write command: create a completion channel.
+pub const IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL: u32 = 17;
+/// Write command: create a completion queue.
+pub const IB_USER_VERBS_CMD_CREATE_CQ: u32 = 18;
+/// Write command: resize a completion queue.
+pub const IB_USER_VERBS_CMD_RESIZE_CQ: u32 = 19;
+/// Write command: destroy a completion queue.
+pub const IB_USER_VERBS_CMD_DESTROY_CQ: u32 = 20;
+/// Write command: poll a completion queue.
+pub const IB_USER_VERBS_CMD_POLL_CQ: u32 = 21;
+/// Write command: peek a completion queue (never implemented by the kernel).
+pub const IB_USER_VERBS_CMD_PEEK_CQ: u32 = 22;
+/// Write command: request a completion notification.
+pub const IB_USER_VERBS_CMD_REQ_NOTIFY_CQ: u32 = 23;
+/// Write command: create a queue pair.
+pub const IB_USER_VERBS_CMD_CREATE_QP: u32 = 24;
+/// Write command: query a queue pair.
+pub const IB_USER_VERBS_CMD_QUERY_QP: u32 = 25;
+/// Write command: modify a queue pair.
+pub const IB_USER_VERBS_CMD_MODIFY_QP: u32 = 26;
+/// Write command: destroy a queue pair.
+pub const IB_USER_VERBS_CMD_DESTROY_QP: u32 = 27;
+/// Write command: post send work requests.
+pub const IB_USER_VERBS_CMD_POST_SEND: u32 = 28;
+/// Write command: post receive work requests.
+pub const IB_USER_VERBS_CMD_POST_RECV: u32 = 29;
+/// Write command: attach a queue pair to a multicast group.
+pub const IB_USER_VERBS_CMD_ATTACH_MCAST: u32 = 30;
+/// Write command: detach a queue pair from a multicast group.
+pub const IB_USER_VERBS_CMD_DETACH_MCAST: u32 = 31;
+/// Write command: create a shared receive queue.
+pub const IB_USER_VERBS_CMD_CREATE_SRQ: u32 = 32;
+/// Write command: modify a shared receive queue.
+pub const IB_USER_VERBS_CMD_MODIFY_SRQ: u32 = 33;
+/// Write command: query a shared receive queue.
+pub const IB_USER_VERBS_CMD_QUERY_SRQ: u32 = 34;
+/// Write command: destroy a shared receive queue.
+pub const IB_USER_VERBS_CMD_DESTROY_SRQ: u32 = 35;
+/// Write command: post receive work requests to a shared receive queue.
+pub const IB_USER_VERBS_CMD_POST_SRQ_RECV: u32 = 36;
+/// Write command: open an XRC domain.
+pub const IB_USER_VERBS_CMD_OPEN_XRCD: u32 = 37;
+/// Write command: close an XRC domain.
+pub const IB_USER_VERBS_CMD_CLOSE_XRCD: u32 = 38;
+/// Write command: create an XRC shared receive queue.
+pub const IB_USER_VERBS_CMD_CREATE_XSRQ: u32 = 39;
+/// Write command: open a shareable queue pair.
+pub const IB_USER_VERBS_CMD_OPEN_QP: u32 = 40;
+
+/// Extended write command: query device attributes (extended response).
+pub const IB_USER_VERBS_EX_CMD_QUERY_DEVICE: u32 = IB_USER_VERBS_CMD_QUERY_DEVICE;
+/// Extended write command: create a completion queue.
+pub const IB_USER_VERBS_EX_CMD_CREATE_CQ: u32 = IB_USER_VERBS_CMD_CREATE_CQ;
+/// Extended write command: create a queue pair.
+pub const IB_USER_VERBS_EX_CMD_CREATE_QP: u32 = IB_USER_VERBS_CMD_CREATE_QP;
+/// Extended write command: modify a queue pair.
+pub const IB_USER_VERBS_EX_CMD_MODIFY_QP: u32 = IB_USER_VERBS_CMD_MODIFY_QP;
+/// Extended write command: create a flow steering rule.
+pub const IB_USER_VERBS_EX_CMD_CREATE_FLOW: u32 = IB_USER_VERBS_CMD_THRESHOLD;
+/// Extended write command: destroy a flow steering rule.
+pub const IB_USER_VERBS_EX_CMD_DESTROY_FLOW: u32 = 51;
+/// Extended write command: create a work queue.
+pub const IB_USER_VERBS_EX_CMD_CREATE_WQ: u32 = 52;
+/// Extended write command: modify a work queue.
+pub const IB_USER_VERBS_EX_CMD_MODIFY_WQ: u32 = 53;
+/// Extended write command: destroy a work queue.
+pub const IB_USER_VERBS_EX_CMD_DESTROY_WQ: u32 = 54;
+/// Extended write command: create a receive work queue indirection table.
+pub const IB_USER_VERBS_EX_CMD_CREATE_RWQ_IND_TBL: u32 = 55;
+/// Extended write command: destroy a receive work queue indirection table.
+pub const IB_USER_VERBS_EX_CMD_DESTROY_RWQ_IND_TBL: u32 = 56;
+/// Extended write command: modify completion queue moderation.
+pub const IB_USER_VERBS_EX_CMD_MODIFY_CQ: u32 = 57;
+
+/// Mask selecting the command number in `ib_uverbs_cmd_hdr::command`.
+pub const IB_USER_VERBS_CMD_COMMAND_MASK: u32 = 0xff;
+/// Flag in `ib_uverbs_cmd_hdr::command` marking an extended command.
+pub const IB_USER_VERBS_CMD_FLAG_EXTENDED: u32 = 0x8000_0000;
+
+/// An asynchronous event as read from the async event file descriptor.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_async_event_desc {
+    /// User handle of the object the event is about (CQ, QP, SRQ, WQ or port number).
+    pub element: u64,
+    /// Event type (`enum ib_event_type`).
+    pub event_type: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_async_event_desc>() == 16);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_async_event_desc>() == 8);
+
+/// Header that starts every legacy `write()` command.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_cmd_hdr {
+    /// Command number, optionally OR-ed with `IB_USER_VERBS_CMD_FLAG_EXTENDED`.
+    pub command: u32,
+    /// Length of the command block (non-extended: in 32-bit words including this header).
+    pub in_words: u16,
+    /// Length of the response buffer (non-extended: in 32-bit words).
+    pub out_words: u16,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_cmd_hdr>() == 8);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_cmd_hdr>() == 4);
+
+/// Second header of an extended `write()` command, after `ib_uverbs_cmd_hdr`.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_ex_cmd_hdr {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Length of the driver-private input, in 64-bit words.
+    pub provider_in_words: u16,
+    /// Length of the driver-private output, in 64-bit words.
+    pub provider_out_words: u16,
+    /// Reserved, must be zero.
+    pub cmd_hdr_reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_ex_cmd_hdr>() == 16);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_ex_cmd_hdr>() == 8);
+
+/// `GET_CONTEXT` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_get_context {
+    /// User pointer to the response buffer.
+    pub response: u64,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_get_context>() == 8);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_get_context>() == 8);
+
+/// `GET_CONTEXT` response (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_get_context_resp {
+    /// File descriptor for asynchronous events.
+    pub async_fd: u32,
+    /// Number of completion vectors.
+    pub num_comp_vectors: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_get_context_resp>() == 8);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_get_context_resp>() == 8);
+
+/// `QUERY_DEVICE` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_query_device {
+    /// User pointer to the response buffer.
+    pub response: u64,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_device>() == 8);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_query_device>() == 8);
+
+/// `QUERY_DEVICE` response: the device attributes.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_query_device_resp {
+    /// Firmware version.
+    pub fw_ver: u64,
+    /// Node GUID (`__be64`: raw big-endian bytes, not host order).
+    pub node_guid: u64,
+    /// System image GUID (`__be64`: raw big-endian bytes, not host order).
+    pub sys_image_guid: u64,
+    /// Largest registrable memory region, in bytes.
+    pub max_mr_size: u64,
+    /// Supported page sizes (bit mask).
+    pub page_size_cap: u64,
+    /// Vendor ID.
+    pub vendor_id: u32,
+    /// Vendor part ID.
+    pub vendor_part_id: u32,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// Maximum number of queue pairs.
+    pub max_qp: u32,
+    /// Maximum work requests per queue pair.
+    pub max_qp_wr: u32,
+    /// Device capability flags.
+    pub device_cap_flags: u32,
+    /// Maximum scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Maximum scatter/gather entries per RDMA read.
+    pub max_sge_rd: u32,
+    /// Maximum number of completion queues.
+    pub max_cq: u32,
+    /// Maximum entries per completion queue.
+    pub max_cqe: u32,
+    /// Maximum number of memory regions.
+    pub max_mr: u32,
+    /// Maximum number of protection domains.
+    pub max_pd: u32,
+    /// Maximum outstanding RDMA read/atomic operations per QP as target.
+    pub max_qp_rd_atom: u32,
+    /// Maximum outstanding RDMA read/atomic operations per EE context as target.
+    pub max_ee_rd_atom: u32,
+    /// Maximum resources for incoming RDMA read/atomic operations.
+    pub max_res_rd_atom: u32,
+    /// Maximum outstanding RDMA read/atomic operations per QP as initiator.
+    pub max_qp_init_rd_atom: u32,
+    /// Maximum outstanding RDMA read/atomic operations per EE context as initiator.
+    pub max_ee_init_rd_atom: u32,
+    /// Atomic operation support level.
+    pub atomic_cap: u32,
+    /// Maximum number of EE contexts.
+    pub max_ee: u32,
+    /// Maximum number of reliable datagram domains.
+    pub max_rdd: u32,
+    /// Maximum number of memory windows.
+    pub max_mw: u32,
+    /// Maximum number of raw IPv6 datagram QPs.
+    pub max_raw_ipv6_qp: u32,
+    /// Maximum number of raw Ethertype datagram QPs.
+    pub max_raw_ethy_qp: u32,
+    /// Maximum number of multicast groups.
+    pub max_mcast_grp: u32,
+    /// Maximum QPs attached per multicast group.
+    pub max_mcast_qp_attach: u32,
+    /// Maximum QPs attached to multicast groups in total.
+    pub max_total_mcast_qp_attach: u32,
+    /// Maximum number of address handles.
+    pub max_ah: u32,
+    /// Maximum number of fast memory regions.
+    pub max_fmr: u32,
+    /// Maximum remaps per fast memory region.
+    pub max_map_per_fmr: u32,
+    /// Maximum number of shared receive queues.
+    pub max_srq: u32,
+    /// Maximum work requests per shared receive queue.
+    pub max_srq_wr: u32,
+    /// Maximum scatter/gather entries per shared receive queue work request.
+    pub max_srq_sge: u32,
+    /// Number of partition keys.
+    pub max_pkeys: u16,
+    /// Local CA ack delay.
+    pub local_ca_ack_delay: u8,
+    /// Number of physical ports.
+    pub phys_port_cnt: u8,
+    /// Reserved.
+    pub reserved: [u8; 4],
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_device_resp>() == 176);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_query_device_resp>() == 8);
+
+/// `ALLOC_PD` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_alloc_pd {
+    /// User pointer to the response buffer.
+    pub response: u64,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_alloc_pd>() == 8);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_alloc_pd>() == 8);
+
+/// `ALLOC_PD` response (flexible `u32 driver_data[]` tail omitted).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_alloc_pd_resp {
+    /// Handle of the new protection domain.
+    pub pd_handle: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_alloc_pd_resp>() == 4);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_alloc_pd_resp>() == 4);
+
+/// `DEALLOC_PD` command body.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_dealloc_pd {
+    /// Handle of the protection domain to free.
+    pub pd_handle: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_dealloc_pd>() == 4);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_dealloc_pd>() == 4);
+
+/// `REG_MR` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_reg_mr {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Start address of the user memory to register.
+    pub start: u64,
+    /// Length of the region in bytes.
+    pub length: u64,
+    /// I/O virtual address the HCA uses for the region.
+    pub hca_va: u64,
+    /// Handle of the protection domain.
+    pub pd_handle: u32,
+    /// Access flags (`IB_UVERBS_ACCESS_*`).
+    pub access_flags: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_reg_mr>() == 40);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_reg_mr>() == 8);
+
+/// `REG_MR` response (flexible `u32 driver_data[]` tail omitted).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_reg_mr_resp {
+    /// Handle of the new memory region.
+    pub mr_handle: u32,
+    /// Local key.
+    pub lkey: u32,
+    /// Remote key.
+    pub rkey: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_reg_mr_resp>() == 12);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_reg_mr_resp>() == 4);
+
+/// `REREG_MR` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_rereg_mr {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Handle of the memory region to re-register.
+    pub mr_handle: u32,
+    /// What to change (`IB_MR_REREG_TRANS` 1, `_PD` 2, `_ACCESS` 4).
+    pub flags: u32,
+    /// New start address (with the translation flag).
+    pub start: u64,
+    /// New length in bytes (with the translation flag).
+    pub length: u64,
+    /// New I/O virtual address (with the translation flag).
+    pub hca_va: u64,
+    /// New protection domain handle (with the PD flag).
+    pub pd_handle: u32,
+    /// New access flags (with the access flag).
+    pub access_flags: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_rereg_mr>() == 48);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_rereg_mr>() == 8);
+
+/// `REREG_MR` response (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_rereg_mr_resp {
+    /// New local key.
+    pub lkey: u32,
+    /// New remote key.
+    pub rkey: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_rereg_mr_resp>() == 8);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_rereg_mr_resp>() == 8);
+
+/// `DEREG_MR` command body.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ib_uverbs_dereg_mr {
+    /// Handle of the memory region to deregister.
+    pub mr_handle: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_dereg_mr>() == 4);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_dereg_mr>() == 4);
