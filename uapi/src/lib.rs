@@ -17,6 +17,10 @@
 #![allow(non_camel_case_types)]
 #![deny(missing_docs)]
 
+pub mod ib_user_ioctl_cmds;
 pub mod ib_user_verbs;
+pub mod rdma_user_ioctl_cmds;
 
+pub use ib_user_ioctl_cmds::*;
 pub use ib_user_verbs::*;
+pub use rdma_user_ioctl_cmds::*;

@@ -1,0 +1,119 @@
+//! Mirror of `<rdma/ib_user_ioctl_cmds.h>`: object, method and attribute ids.
+//!
+//! Items marked "newer than the 6.1 header" come from later kernels and are not
+//! checked against the locally installed C header.
+
+/// Mask of the namespace bits of an object/method/attribute id.
+pub const UVERBS_ID_NS_MASK: u16 = 0xF000;
+/// Shift of the namespace bits of an object/method/attribute id.
+pub const UVERBS_ID_NS_SHIFT: u16 = 12;
+/// First id of the driver-specific namespace (newer than the 6.1 header).
+pub const UVERBS_ID_DRIVER_NS: u16 = 1 << UVERBS_ID_NS_SHIFT;
+/// Attribute id of the driver-private (UHW) input data.
+pub const UVERBS_ATTR_UHW_IN: u16 = 1 << UVERBS_ID_NS_SHIFT;
+/// Attribute id of the driver-private (UHW) output data.
+pub const UVERBS_ATTR_UHW_OUT: u16 = UVERBS_ATTR_UHW_IN + 1;
+/// First free driver attribute id after the UHW ones (newer than the 6.1 header).
+pub const UVERBS_ID_DRIVER_NS_WITH_UHW: u16 = UVERBS_ATTR_UHW_OUT + 1;
+
+/// Object: the device itself (no instances).
+pub const UVERBS_OBJECT_DEVICE: u16 = 0;
+/// Object: protection domain.
+pub const UVERBS_OBJECT_PD: u16 = 1;
+/// Object: completion channel.
+pub const UVERBS_OBJECT_COMP_CHANNEL: u16 = 2;
+/// Object: completion queue.
+pub const UVERBS_OBJECT_CQ: u16 = 3;
+/// Object: queue pair.
+pub const UVERBS_OBJECT_QP: u16 = 4;
+/// Object: shared receive queue.
+pub const UVERBS_OBJECT_SRQ: u16 = 5;
+/// Object: address handle.
+pub const UVERBS_OBJECT_AH: u16 = 6;
+/// Object: memory region.
+pub const UVERBS_OBJECT_MR: u16 = 7;
+/// Object: memory window.
+pub const UVERBS_OBJECT_MW: u16 = 8;
+/// Object: flow steering rule.
+pub const UVERBS_OBJECT_FLOW: u16 = 9;
+/// Object: XRC domain.
+pub const UVERBS_OBJECT_XRCD: u16 = 10;
+/// Object: receive work queue indirection table.
+pub const UVERBS_OBJECT_RWQ_IND_TBL: u16 = 11;
+/// Object: work queue.
+pub const UVERBS_OBJECT_WQ: u16 = 12;
+/// Object: flow action.
+pub const UVERBS_OBJECT_FLOW_ACTION: u16 = 13;
+/// Object: device memory.
+pub const UVERBS_OBJECT_DM: u16 = 14;
+/// Object: counters.
+pub const UVERBS_OBJECT_COUNTERS: u16 = 15;
+/// Object: asynchronous event file.
+pub const UVERBS_OBJECT_ASYNC_EVENT: u16 = 16;
+
+/// Device method: run a legacy write command through the ioctl path.
+pub const UVERBS_METHOD_INVOKE_WRITE: u16 = 0;
+/// Device method: list the handles of one object type.
+pub const UVERBS_METHOD_INFO_HANDLES: u16 = 1;
+/// Device method: query port attributes.
+pub const UVERBS_METHOD_QUERY_PORT: u16 = 2;
+/// Device method: set up the user context.
+pub const UVERBS_METHOD_GET_CONTEXT: u16 = 3;
+/// Device method: query the user context.
+pub const UVERBS_METHOD_QUERY_CONTEXT: u16 = 4;
+
+/// `INVOKE_WRITE` attribute: the write command body (after `ib_uverbs_cmd_hdr`).
+pub const UVERBS_ATTR_CORE_IN: u16 = 0;
+/// `INVOKE_WRITE` attribute: the write command's core response.
+pub const UVERBS_ATTR_CORE_OUT: u16 = 1;
+/// `INVOKE_WRITE` attribute: the write command number.
+pub const UVERBS_ATTR_WRITE_CMD: u16 = 2;
+
+/// `GET_CONTEXT` attribute: number of completion vectors (u32 out).
+pub const UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS: u16 = 0;
+/// `GET_CONTEXT` attribute: core support flags (u64 out, `IB_UVERBS_CORE_SUPPORT_*`).
+pub const UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT: u16 = 1;
+/// `GET_CONTEXT` attribute: array of fds (optional in; newer than the 6.1 header).
+pub const UVERBS_ATTR_GET_CONTEXT_FD_ARR: u16 = 2;
+
+/// `INFO_HANDLES` attribute: the object type to list.
+pub const UVERBS_ATTR_INFO_OBJECT_ID: u16 = 0;
+/// `INFO_HANDLES` attribute: total number of handles (u32 out).
+pub const UVERBS_ATTR_INFO_TOTAL_HANDLES: u16 = 1;
+/// `INFO_HANDLES` attribute: the handles (u32 array out).
+pub const UVERBS_ATTR_INFO_HANDLES_LIST: u16 = 2;
+
+/// PD method: destroy the protection domain.
+pub const UVERBS_METHOD_PD_DESTROY: u16 = 0;
+/// `PD_DESTROY` attribute: the PD handle.
+pub const UVERBS_ATTR_DESTROY_PD_HANDLE: u16 = 0;
+
+/// MR method: register device memory as an MR.
+pub const UVERBS_METHOD_DM_MR_REG: u16 = 0;
+/// MR method: destroy (deregister) the memory region.
+pub const UVERBS_METHOD_MR_DESTROY: u16 = 1;
+/// MR method: give the device advice about an MR range (prefetch).
+pub const UVERBS_METHOD_ADVISE_MR: u16 = 2;
+/// MR method: query the memory region.
+pub const UVERBS_METHOD_QUERY_MR: u16 = 3;
+/// MR method: register a dma-buf backed memory region.
+pub const UVERBS_METHOD_REG_DMABUF_MR: u16 = 4;
+
+/// `MR_DESTROY` attribute: the MR handle.
+pub const UVERBS_ATTR_DESTROY_MR_HANDLE: u16 = 0;
+
+/// `QUERY_MR` attribute: the MR handle.
+pub const UVERBS_ATTR_QUERY_MR_HANDLE: u16 = 0;
+/// `QUERY_MR` attribute: local key (u32 out).
+pub const UVERBS_ATTR_QUERY_MR_RESP_LKEY: u16 = 1;
+/// `QUERY_MR` attribute: remote key (u32 out).
+pub const UVERBS_ATTR_QUERY_MR_RESP_RKEY: u16 = 2;
+/// `QUERY_MR` attribute: length (u64 out).
+pub const UVERBS_ATTR_QUERY_MR_RESP_LENGTH: u16 = 3;
+/// `QUERY_MR` attribute: I/O virtual address (u64 out).
+pub const UVERBS_ATTR_QUERY_MR_RESP_IOVA: u16 = 4;
+
+/// Async event method: allocate the async event file.
+pub const UVERBS_METHOD_ASYNC_EVENT_ALLOC: u16 = 0;
+/// `ASYNC_EVENT_ALLOC` attribute: the new fd (fd out).
+pub const UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE: u16 = 0;
