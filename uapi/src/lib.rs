@@ -13,14 +13,62 @@
 //! * No struct has implicit padding, so each can be viewed as plain bytes.
 //! * The layouts and values are checked against the installed C headers by
 //!   `tests/c_layout.rs`.
+//! * `<rdma/rdma_user_rxe.h>` is not mirrored: rxe needs no driver-private data for
+//!   context, PD or MR commands, and the header defines no ABI version constant.
 #![no_std]
 #![allow(non_camel_case_types)]
 #![deny(missing_docs)]
 
 pub mod ib_user_ioctl_cmds;
+pub mod ib_user_ioctl_verbs;
 pub mod ib_user_verbs;
+pub mod rdma_netlink;
 pub mod rdma_user_ioctl_cmds;
+pub mod siw_abi;
 
 pub use ib_user_ioctl_cmds::*;
+pub use ib_user_ioctl_verbs::*;
 pub use ib_user_verbs::*;
+pub use rdma_netlink::*;
 pub use rdma_user_ioctl_cmds::*;
+pub use siw_abi::*;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ioctl_number_and_netlink_type() {
+        assert_eq!(RDMA_VERBS_IOCTL, 0xc018_1b01);
+        assert_eq!(RDMA_NL_GET_TYPE(5, 6), 0x1406);
+        assert_eq!(
+            RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_SYS_GET),
+            0x1406
+        );
+    }
+
+    /// Items newer than Debian's 6.1 headers cannot be checked against C here;
+    /// pin them to the values of the current kernel UAPI instead.
+    #[test]
+    fn newer_than_local_headers() {
+        assert_eq!(UVERBS_ID_DRIVER_NS, 0x1000);
+        assert_eq!(UVERBS_ID_DRIVER_NS_WITH_UHW, 0x1002);
+        assert_eq!(UVERBS_ATTR_GET_CONTEXT_FD_ARR, 2);
+        assert_eq!(IB_UVERBS_ACCESS_FLUSH_GLOBAL, 0x100);
+        assert_eq!(IB_UVERBS_ACCESS_FLUSH_PERSISTENT, 0x200);
+        assert_eq!(IB_UVERBS_CORE_SUPPORT_ROBUST_UDATA, 2);
+        assert_eq!(RDMA_DRIVER_MANA, 20);
+        assert_eq!(RDMA_DRIVER_IONIC, 21);
+    }
+
+    #[test]
+    fn reexports_resolve_to_one_item() {
+        assert_eq!(
+            rdma_user_ioctl_cmds::UVERBS_ATTR_UHW_IN,
+            ib_user_ioctl_cmds::UVERBS_ATTR_UHW_IN
+        );
+        assert_eq!(UVERBS_ATTR_UHW_IN, 0x1000);
+        assert_eq!(UVERBS_ATTR_UHW_OUT, 0x1001);
+        assert_eq!(IB_UVERBS_ACCESS_OPTIONAL_RANGE, 0x3ff0_0000);
+    }
+}

@@ -1,0 +1,88 @@
+//! Mirror of `<rdma/ib_user_ioctl_verbs.h>`: access flags, core support bits and
+//! driver ids.
+//!
+//! Items marked "newer than the 6.1 header" come from later kernels and are not
+//! checked against the locally installed C header.
+
+/// First bit of the optional access-flag range (drivers ignore unknown optional bits).
+pub const IB_UVERBS_ACCESS_OPTIONAL_FIRST: u32 = 1 << 20;
+/// Last bit of the optional access-flag range.
+pub const IB_UVERBS_ACCESS_OPTIONAL_LAST: u32 = 1 << 29;
+
+/// Core support bit: the kernel accepts optional MR access flags.
+pub const IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS: u64 = 1 << 0;
+/// Core support bit: robust udata handling (newer than the 6.1 header).
+pub const IB_UVERBS_CORE_SUPPORT_ROBUST_UDATA: u64 = 1 << 1;
+
+/// Access flag: local write access.
+pub const IB_UVERBS_ACCESS_LOCAL_WRITE: u32 = 1 << 0;
+/// Access flag: remote write access.
+pub const IB_UVERBS_ACCESS_REMOTE_WRITE: u32 = 1 << 1;
+/// Access flag: remote read access.
+pub const IB_UVERBS_ACCESS_REMOTE_READ: u32 = 1 << 2;
+/// Access flag: remote atomic access.
+pub const IB_UVERBS_ACCESS_REMOTE_ATOMIC: u32 = 1 << 3;
+/// Access flag: memory windows may be bound.
+pub const IB_UVERBS_ACCESS_MW_BIND: u32 = 1 << 4;
+/// Access flag: zero-based addressing.
+pub const IB_UVERBS_ACCESS_ZERO_BASED: u32 = 1 << 5;
+/// Access flag: on-demand paging.
+pub const IB_UVERBS_ACCESS_ON_DEMAND: u32 = 1 << 6;
+/// Access flag: the memory is backed by huge pages.
+pub const IB_UVERBS_ACCESS_HUGETLB: u32 = 1 << 7;
+/// Access flag: global flush (newer than the 6.1 header).
+pub const IB_UVERBS_ACCESS_FLUSH_GLOBAL: u32 = 1 << 8;
+/// Access flag: persistent flush (newer than the 6.1 header).
+pub const IB_UVERBS_ACCESS_FLUSH_PERSISTENT: u32 = 1 << 9;
+/// Access flag (optional): relaxed PCIe ordering.
+pub const IB_UVERBS_ACCESS_RELAXED_ORDERING: u32 = IB_UVERBS_ACCESS_OPTIONAL_FIRST;
+/// Mask of all optional access-flag bits (20..=29).
+pub const IB_UVERBS_ACCESS_OPTIONAL_RANGE: u32 =
+    ((IB_UVERBS_ACCESS_OPTIONAL_LAST << 1) - 1) & !(IB_UVERBS_ACCESS_OPTIONAL_FIRST - 1);
+
+/// Driver id: unknown.
+pub const RDMA_DRIVER_UNKNOWN: u32 = 0;
+/// Driver id: Mellanox mlx5.
+pub const RDMA_DRIVER_MLX5: u32 = 1;
+/// Driver id: Mellanox mlx4.
+pub const RDMA_DRIVER_MLX4: u32 = 2;
+/// Driver id: Chelsio cxgb3 (driver removed, value kept).
+pub const RDMA_DRIVER_CXGB3: u32 = 3;
+/// Driver id: Chelsio cxgb4.
+pub const RDMA_DRIVER_CXGB4: u32 = 4;
+/// Driver id: Mellanox mthca.
+pub const RDMA_DRIVER_MTHCA: u32 = 5;
+/// Driver id: Broadcom bnxt_re.
+pub const RDMA_DRIVER_BNXT_RE: u32 = 6;
+/// Driver id: Emulex ocrdma.
+pub const RDMA_DRIVER_OCRDMA: u32 = 7;
+/// Driver id: Intel nes (driver removed, value kept).
+pub const RDMA_DRIVER_NES: u32 = 8;
+/// Driver id: Intel i40iw.
+pub const RDMA_DRIVER_I40IW: u32 = 9;
+/// Driver id: Intel irdma (same value as i40iw).
+pub const RDMA_DRIVER_IRDMA: u32 = RDMA_DRIVER_I40IW;
+/// Driver id: VMware pvrdma.
+pub const RDMA_DRIVER_VMW_PVRDMA: u32 = 10;
+/// Driver id: QLogic qedr.
+pub const RDMA_DRIVER_QEDR: u32 = 11;
+/// Driver id: HiSilicon hns.
+pub const RDMA_DRIVER_HNS: u32 = 12;
+/// Driver id: Cisco usnic.
+pub const RDMA_DRIVER_USNIC: u32 = 13;
+/// Driver id: soft RoCE (rxe).
+pub const RDMA_DRIVER_RXE: u32 = 14;
+/// Driver id: Intel hfi1.
+pub const RDMA_DRIVER_HFI1: u32 = 15;
+/// Driver id: QLogic qib.
+pub const RDMA_DRIVER_QIB: u32 = 16;
+/// Driver id: Amazon efa.
+pub const RDMA_DRIVER_EFA: u32 = 17;
+/// Driver id: soft iWARP (siw).
+pub const RDMA_DRIVER_SIW: u32 = 18;
+/// Driver id: Alibaba erdma.
+pub const RDMA_DRIVER_ERDMA: u32 = 19;
+/// Driver id: Microsoft mana (newer than the 6.1 header).
+pub const RDMA_DRIVER_MANA: u32 = 20;
+/// Driver id: AMD ionic (newer than the 6.1 header).
+pub const RDMA_DRIVER_IONIC: u32 = 21;
