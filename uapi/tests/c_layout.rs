@@ -1,0 +1,508 @@
+//! Compares every constant value and struct layout of `uverbs-uapi` with the C
+//! headers installed under `/usr/include` (compiled with `cc`).
+//!
+//! One macro table names each item once; it yields both the C expression that the
+//! generated program prints and the value computed on the Rust side. The test also
+//! reads the crate sources to make sure no public constant or struct was left out of
+//! the table (except the few that are newer than the local headers).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::env;
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use uverbs_uapi::*;
+
+/// Items newer than Debian's 6.1 headers: absent there, so not compared with C.
+/// Their values are pinned by the crate's unit tests instead.
+const NEWER_THAN_LOCAL_HEADERS: &[&str] = &[
+    "UVERBS_ID_DRIVER_NS",
+    "UVERBS_ID_DRIVER_NS_WITH_UHW",
+    "UVERBS_ATTR_GET_CONTEXT_FD_ARR",
+    "IB_UVERBS_ACCESS_FLUSH_GLOBAL",
+    "IB_UVERBS_ACCESS_FLUSH_PERSISTENT",
+    "IB_UVERBS_CORE_SUPPORT_ROBUST_UDATA",
+    "RDMA_DRIVER_MANA",
+    "RDMA_DRIVER_IONIC",
+];
+
+const HEADERS: &[&str] = &[
+    "rdma/ib_user_verbs.h",
+    "rdma/rdma_user_ioctl_cmds.h",
+    "rdma/ib_user_ioctl_cmds.h",
+    "rdma/ib_user_ioctl_verbs.h",
+    "rdma/siw-abi.h",
+    "rdma/rdma_netlink.h",
+    "linux/netlink.h",
+];
+
+/// One compared item: its name, the C expression printing it, and the Rust value.
+struct Item {
+    name: String,
+    c_expr: String,
+    rust: i128,
+}
+
+impl Item {
+    fn new(name: impl Into<String>, c_expr: impl Into<String>, rust: i128) -> Self {
+        Item {
+            name: name.into(),
+            c_expr: c_expr.into(),
+            rust,
+        }
+    }
+}
+
+/// Size of the field that `_get` projects to (lets the macro size a field by name).
+fn field_size<S, T>(_get: fn(&S) -> &T) -> usize {
+    core::mem::size_of::<T>()
+}
+
+/// Builds the item table. `consts` are named the same in C and Rust, `exprs` are
+/// expressions valid in both languages, and `structs` list every field in order.
+macro_rules! table {
+    (
+        consts { $($c:ident),* $(,)? }
+        exprs { $($e:expr),* $(,)? }
+        structs { $($s:ident { $($f:ident),* $(,)? })* }
+    ) => {{
+        let mut items: Vec<Item> = Vec::new();
+        // (struct name, sum of the field sizes, struct size) for the padding check.
+        let mut tiling: Vec<(&'static str, usize, usize)> = Vec::new();
+        $( items.push(Item::new(stringify!($c), stringify!($c), $c as i128)); )*
+        $( items.push(Item::new(stringify!($e), stringify!($e), $e as i128)); )*
+        $(
+            // Does not compile unless every field of the Rust struct is listed.
+            let _exhaustive = |x: $s| {
+                let $s { $($f: _),* } = x;
+            };
+            items.push(Item::new(
+                concat!("sizeof(", stringify!($s), ")"),
+                concat!("sizeof(struct ", stringify!($s), ")"),
+                core::mem::size_of::<$s>() as i128,
+            ));
+            items.push(Item::new(
+                concat!("alignof(", stringify!($s), ")"),
+                concat!("_Alignof(struct ", stringify!($s), ")"),
+                core::mem::align_of::<$s>() as i128,
+            ));
+            let mut sum = 0usize;
+            $(
+                let size = field_size(|x: &$s| &x.$f);
+                sum += size;
+                items.push(Item::new(
+                    concat!(stringify!($s), ".", stringify!($f)),
+                    concat!("offsetof(struct ", stringify!($s), ", ", stringify!($f), ")"),
+                    core::mem::offset_of!($s, $f) as i128,
+                ));
+                items.push(Item::new(
+                    concat!("sizeof(", stringify!($s), ".", stringify!($f), ")"),
+                    concat!("sizeof(((struct ", stringify!($s), " *)0)->", stringify!($f), ")"),
+                    size as i128,
+                ));
+            )*
+            tiling.push((stringify!($s), sum, core::mem::size_of::<$s>()));
+        )*
+        (items, tiling)
+    }};
+}
+
+fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
+    table! {
+        consts {
+            // ib_user_verbs.h
+            IB_USER_VERBS_ABI_VERSION,
+            IB_USER_VERBS_CMD_THRESHOLD,
+            IB_USER_VERBS_CMD_GET_CONTEXT,
+            IB_USER_VERBS_CMD_QUERY_DEVICE,
+            IB_USER_VERBS_CMD_QUERY_PORT,
+            IB_USER_VERBS_CMD_ALLOC_PD,
+            IB_USER_VERBS_CMD_DEALLOC_PD,
+            IB_USER_VERBS_CMD_CREATE_AH,
+            IB_USER_VERBS_CMD_MODIFY_AH,
+            IB_USER_VERBS_CMD_QUERY_AH,
+            IB_USER_VERBS_CMD_DESTROY_AH,
+            IB_USER_VERBS_CMD_REG_MR,
+            IB_USER_VERBS_CMD_REG_SMR,
+            IB_USER_VERBS_CMD_REREG_MR,
+            IB_USER_VERBS_CMD_QUERY_MR,
+            IB_USER_VERBS_CMD_DEREG_MR,
+            IB_USER_VERBS_CMD_ALLOC_MW,
+            IB_USER_VERBS_CMD_BIND_MW,
+            IB_USER_VERBS_CMD_DEALLOC_MW,
+            IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL,
+            IB_USER_VERBS_CMD_CREATE_CQ,
+            IB_USER_VERBS_CMD_RESIZE_CQ,
+            IB_USER_VERBS_CMD_DESTROY_CQ,
+            IB_USER_VERBS_CMD_POLL_CQ,
+            IB_USER_VERBS_CMD_PEEK_CQ,
+            IB_USER_VERBS_CMD_REQ_NOTIFY_CQ,
+            IB_USER_VERBS_CMD_CREATE_QP,
+            IB_USER_VERBS_CMD_QUERY_QP,
+            IB_USER_VERBS_CMD_MODIFY_QP,
+            IB_USER_VERBS_CMD_DESTROY_QP,
+            IB_USER_VERBS_CMD_POST_SEND,
+            IB_USER_VERBS_CMD_POST_RECV,
+            IB_USER_VERBS_CMD_ATTACH_MCAST,
+            IB_USER_VERBS_CMD_DETACH_MCAST,
+            IB_USER_VERBS_CMD_CREATE_SRQ,
+            IB_USER_VERBS_CMD_MODIFY_SRQ,
+            IB_USER_VERBS_CMD_QUERY_SRQ,
+            IB_USER_VERBS_CMD_DESTROY_SRQ,
+            IB_USER_VERBS_CMD_POST_SRQ_RECV,
+            IB_USER_VERBS_CMD_OPEN_XRCD,
+            IB_USER_VERBS_CMD_CLOSE_XRCD,
+            IB_USER_VERBS_CMD_CREATE_XSRQ,
+            IB_USER_VERBS_CMD_OPEN_QP,
+            IB_USER_VERBS_EX_CMD_QUERY_DEVICE,
+            IB_USER_VERBS_EX_CMD_CREATE_CQ,
+            IB_USER_VERBS_EX_CMD_CREATE_QP,
+            IB_USER_VERBS_EX_CMD_MODIFY_QP,
+            IB_USER_VERBS_EX_CMD_CREATE_FLOW,
+            IB_USER_VERBS_EX_CMD_DESTROY_FLOW,
+            IB_USER_VERBS_EX_CMD_CREATE_WQ,
+            IB_USER_VERBS_EX_CMD_MODIFY_WQ,
+            IB_USER_VERBS_EX_CMD_DESTROY_WQ,
+            IB_USER_VERBS_EX_CMD_CREATE_RWQ_IND_TBL,
+            IB_USER_VERBS_EX_CMD_DESTROY_RWQ_IND_TBL,
+            IB_USER_VERBS_EX_CMD_MODIFY_CQ,
+            IB_USER_VERBS_CMD_COMMAND_MASK,
+            IB_USER_VERBS_CMD_FLAG_EXTENDED,
+            // rdma_user_ioctl_cmds.h
+            RDMA_IOCTL_MAGIC,
+            RDMA_VERBS_IOCTL,
+            UVERBS_ATTR_F_MANDATORY,
+            UVERBS_ATTR_F_VALID_OUTPUT,
+            // ib_user_ioctl_cmds.h
+            UVERBS_ID_NS_MASK,
+            UVERBS_ID_NS_SHIFT,
+            UVERBS_ATTR_UHW_IN,
+            UVERBS_ATTR_UHW_OUT,
+            UVERBS_OBJECT_DEVICE,
+            UVERBS_OBJECT_PD,
+            UVERBS_OBJECT_COMP_CHANNEL,
+            UVERBS_OBJECT_CQ,
+            UVERBS_OBJECT_QP,
+            UVERBS_OBJECT_SRQ,
+            UVERBS_OBJECT_AH,
+            UVERBS_OBJECT_MR,
+            UVERBS_OBJECT_MW,
+            UVERBS_OBJECT_FLOW,
+            UVERBS_OBJECT_XRCD,
+            UVERBS_OBJECT_RWQ_IND_TBL,
+            UVERBS_OBJECT_WQ,
+            UVERBS_OBJECT_FLOW_ACTION,
+            UVERBS_OBJECT_DM,
+            UVERBS_OBJECT_COUNTERS,
+            UVERBS_OBJECT_ASYNC_EVENT,
+            UVERBS_METHOD_INVOKE_WRITE,
+            UVERBS_METHOD_INFO_HANDLES,
+            UVERBS_METHOD_QUERY_PORT,
+            UVERBS_METHOD_GET_CONTEXT,
+            UVERBS_METHOD_QUERY_CONTEXT,
+            UVERBS_ATTR_CORE_IN,
+            UVERBS_ATTR_CORE_OUT,
+            UVERBS_ATTR_WRITE_CMD,
+            UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS,
+            UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT,
+            UVERBS_ATTR_INFO_OBJECT_ID,
+            UVERBS_ATTR_INFO_TOTAL_HANDLES,
+            UVERBS_ATTR_INFO_HANDLES_LIST,
+            UVERBS_METHOD_PD_DESTROY,
+            UVERBS_ATTR_DESTROY_PD_HANDLE,
+            UVERBS_METHOD_DM_MR_REG,
+            UVERBS_METHOD_MR_DESTROY,
+            UVERBS_METHOD_ADVISE_MR,
+            UVERBS_METHOD_QUERY_MR,
+            UVERBS_METHOD_REG_DMABUF_MR,
+            UVERBS_ATTR_DESTROY_MR_HANDLE,
+            UVERBS_ATTR_QUERY_MR_HANDLE,
+            UVERBS_ATTR_QUERY_MR_RESP_LKEY,
+            UVERBS_ATTR_QUERY_MR_RESP_RKEY,
+            UVERBS_ATTR_QUERY_MR_RESP_LENGTH,
+            UVERBS_ATTR_QUERY_MR_RESP_IOVA,
+            UVERBS_METHOD_ASYNC_EVENT_ALLOC,
+            UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE,
+            // ib_user_ioctl_verbs.h
+            IB_UVERBS_ACCESS_OPTIONAL_FIRST,
+            IB_UVERBS_ACCESS_OPTIONAL_LAST,
+            IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS,
+            IB_UVERBS_ACCESS_LOCAL_WRITE,
+            IB_UVERBS_ACCESS_REMOTE_WRITE,
+            IB_UVERBS_ACCESS_REMOTE_READ,
+            IB_UVERBS_ACCESS_REMOTE_ATOMIC,
+            IB_UVERBS_ACCESS_MW_BIND,
+            IB_UVERBS_ACCESS_ZERO_BASED,
+            IB_UVERBS_ACCESS_ON_DEMAND,
+            IB_UVERBS_ACCESS_HUGETLB,
+            IB_UVERBS_ACCESS_RELAXED_ORDERING,
+            IB_UVERBS_ACCESS_OPTIONAL_RANGE,
+            RDMA_DRIVER_UNKNOWN,
+            RDMA_DRIVER_MLX5,
+            RDMA_DRIVER_MLX4,
+            RDMA_DRIVER_CXGB3,
+            RDMA_DRIVER_CXGB4,
+            RDMA_DRIVER_MTHCA,
+            RDMA_DRIVER_BNXT_RE,
+            RDMA_DRIVER_OCRDMA,
+            RDMA_DRIVER_NES,
+            RDMA_DRIVER_I40IW,
+            RDMA_DRIVER_IRDMA,
+            RDMA_DRIVER_VMW_PVRDMA,
+            RDMA_DRIVER_QEDR,
+            RDMA_DRIVER_HNS,
+            RDMA_DRIVER_USNIC,
+            RDMA_DRIVER_RXE,
+            RDMA_DRIVER_HFI1,
+            RDMA_DRIVER_QIB,
+            RDMA_DRIVER_EFA,
+            RDMA_DRIVER_SIW,
+            RDMA_DRIVER_ERDMA,
+            // siw-abi.h
+            SIW_ABI_VERSION,
+            // rdma_netlink.h, linux/netlink.h
+            NETLINK_RDMA,
+            RDMA_NL_NLDEV,
+            RDMA_NLDEV_CMD_GET,
+            RDMA_NLDEV_CMD_SYS_GET,
+            RDMA_NLDEV_CMD_SYS_SET,
+            RDMA_NLDEV_CMD_GET_CHARDEV,
+            RDMA_NLDEV_ATTR_DEV_INDEX,
+            RDMA_NLDEV_ATTR_DEV_NAME,
+            RDMA_NLDEV_SYS_ATTR_NETNS_MODE,
+            RDMA_NLDEV_ATTR_DEV_PROTOCOL,
+            RDMA_NLDEV_ATTR_CHARDEV_TYPE,
+            RDMA_NLDEV_ATTR_CHARDEV_NAME,
+            RDMA_NLDEV_ATTR_CHARDEV_ABI,
+            RDMA_NLDEV_ATTR_CHARDEV,
+            RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID,
+            RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK,
+        }
+        exprs {
+            RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_SYS_GET),
+            RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_GET_CHARDEV),
+        }
+        structs {
+            ib_uverbs_async_event_desc { element, event_type, reserved }
+            ib_uverbs_cmd_hdr { command, in_words, out_words }
+            ib_uverbs_ex_cmd_hdr {
+                response, provider_in_words, provider_out_words, cmd_hdr_reserved
+            }
+            ib_uverbs_get_context { response }
+            ib_uverbs_get_context_resp { async_fd, num_comp_vectors }
+            ib_uverbs_query_device { response }
+            ib_uverbs_query_device_resp {
+                fw_ver, node_guid, sys_image_guid, max_mr_size, page_size_cap,
+                vendor_id, vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags,
+                max_sge, max_sge_rd, max_cq, max_cqe, max_mr, max_pd, max_qp_rd_atom,
+                max_ee_rd_atom, max_res_rd_atom, max_qp_init_rd_atom, max_ee_init_rd_atom,
+                atomic_cap, max_ee, max_rdd, max_mw, max_raw_ipv6_qp, max_raw_ethy_qp,
+                max_mcast_grp, max_mcast_qp_attach, max_total_mcast_qp_attach, max_ah,
+                max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys,
+                local_ca_ack_delay, phys_port_cnt, reserved,
+            }
+            ib_uverbs_alloc_pd { response }
+            ib_uverbs_alloc_pd_resp { pd_handle }
+            ib_uverbs_dealloc_pd { pd_handle }
+            ib_uverbs_reg_mr { response, start, length, hca_va, pd_handle, access_flags }
+            ib_uverbs_reg_mr_resp { mr_handle, lkey, rkey }
+            ib_uverbs_rereg_mr {
+                response, mr_handle, flags, start, length, hca_va, pd_handle, access_flags
+            }
+            ib_uverbs_rereg_mr_resp { lkey, rkey }
+            ib_uverbs_dereg_mr { mr_handle }
+            ib_uverbs_attr { attr_id, len, flags, attr_data, data }
+            ib_uverbs_ioctl_hdr {
+                length, object_id, method_id, num_attrs, reserved1, driver_id, reserved2
+            }
+            siw_uresp_alloc_ctx { dev_id, pad }
+            siw_ureq_reg_mr { stag_key, reserved, pad }
+            siw_uresp_reg_mr { stag, pad }
+        }
+    }
+}
+
+/// Writes the C program that prints `name value` for every item.
+fn c_source(items: &[Item]) -> String {
+    let mut src = String::from("#include <stddef.h>\n#include <stdio.h>\n");
+    for h in HEADERS {
+        src += &format!("#include <{h}>\n");
+    }
+    src += "\nint main(void)\n{\n";
+    for it in items {
+        src += &format!(
+            "\tprintf(\"%s %lld\\n\", \"{}\", (long long)({}));\n",
+            it.name, it.c_expr
+        );
+    }
+    src += "\treturn 0;\n}\n";
+    src
+}
+
+/// Public constant, const fn and struct names declared in the crate's sources.
+fn declared_names() -> (BTreeSet<String>, BTreeSet<String>, BTreeSet<String>) {
+    let (mut consts, mut fns, mut structs) = (BTreeSet::new(), BTreeSet::new(), BTreeSet::new());
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for entry in fs::read_dir(&dir).expect("read src/") {
+        let text = fs::read_to_string(entry.expect("dir entry").path()).expect("read source");
+        for line in text.lines().map(str::trim_start) {
+            let ident = |rest: &str| -> String {
+                rest.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect()
+            };
+            if let Some(rest) = line.strip_prefix("pub const fn ") {
+                fns.insert(ident(rest));
+            } else if let Some(rest) = line.strip_prefix("pub const ") {
+                consts.insert(ident(rest));
+            } else if let Some(rest) = line.strip_prefix("pub struct ") {
+                structs.insert(ident(rest));
+            }
+        }
+    }
+    (consts, fns, structs)
+}
+
+/// Writes to the real stderr, which the test harness does not capture (unlike `eprintln!`).
+fn loud(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// Fails (with `CI` set) or skips loudly when the C toolchain or headers are absent.
+fn unavailable(why: &str) {
+    if env::var_os("CI").is_some() {
+        panic!("C layout check cannot run in CI: {why}");
+    }
+    loud(&format!(
+        "\n!!!!!!!!!!\nSKIPPED: C layout check did not run: {why}\n!!!!!!!!!!\n"
+    ));
+}
+
+#[test]
+fn table_covers_every_public_item() {
+    let (items, _) = build_table();
+    let names: BTreeSet<&str> = items.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names.len(), items.len(), "duplicate names in the table");
+    let (consts, fns, structs) = declared_names();
+    let mut missing = Vec::new();
+    for c in &consts {
+        let newer = NEWER_THAN_LOCAL_HEADERS.contains(&c.as_str());
+        if newer == names.contains(c.as_str()) {
+            missing.push(format!("constant {c} (newer-than-header list: {newer})"));
+        }
+    }
+    for f in &fns {
+        if !names.iter().any(|n| n.starts_with(&format!("{f}("))) {
+            missing.push(format!("const fn {f}"));
+        }
+    }
+    for s in &structs {
+        if !names.contains(format!("sizeof({s})").as_str()) {
+            missing.push(format!("struct {s}"));
+        }
+    }
+    for n in NEWER_THAN_LOCAL_HEADERS {
+        if !consts.contains(*n) {
+            missing.push(format!("newer-than-header item {n} is not declared"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "table out of sync with src/: {missing:#?}"
+    );
+}
+
+#[test]
+fn no_struct_has_padding() {
+    let (_, tiling) = build_table();
+    for (name, fields, size) in tiling {
+        assert_eq!(
+            fields, size,
+            "{name}: fields cover {fields} of {size} bytes"
+        );
+    }
+}
+
+#[test]
+fn c_layout_matches_headers() {
+    if !Path::new("/usr/include/rdma/ib_user_verbs.h").exists() {
+        return unavailable(
+            "/usr/include/rdma/ib_user_verbs.h is missing (install linux-libc-dev)",
+        );
+    }
+    if !Command::new("cc")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return unavailable("no working `cc` C compiler in PATH");
+    }
+
+    let (items, _) = build_table();
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let dir = env::temp_dir().join(format!(
+        "uverbs-uapi-c-layout-{}-{nanos}",
+        std::process::id()
+    ));
+    fs::create_dir_all(&dir).expect("create temp dir");
+    let src = dir.join("layout.c");
+    let exe = dir.join("layout");
+    fs::write(&src, c_source(&items)).expect("write C source");
+
+    let compiled = Command::new("cc")
+        .args(["-std=gnu11", "-Wall", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("run cc");
+    if !compiled.status.success() {
+        panic!(
+            "cc failed on {} (a name missing from the headers?):\n{}",
+            src.display(),
+            String::from_utf8_lossy(&compiled.stderr)
+        );
+    }
+    let run = Command::new(&exe).output().expect("run the C program");
+    assert!(run.status.success(), "C program failed: {run:?}");
+    let _ = fs::remove_dir_all(&dir);
+
+    let mut c_values: BTreeMap<String, i128> = BTreeMap::new();
+    for line in String::from_utf8(run.stdout).expect("utf-8").lines() {
+        let (name, value) = line.rsplit_once(' ').expect("`name value` line");
+        let value = value.parse().expect("integer value");
+        assert!(
+            c_values.insert(name.to_owned(), value).is_none(),
+            "{name} printed twice"
+        );
+    }
+
+    let mut problems = Vec::new();
+    for it in &items {
+        match c_values.remove(&it.name) {
+            None => problems.push(format!("{}: missing on the C side", it.name)),
+            Some(c) if c != it.rust => {
+                problems.push(format!("{}: C {} != Rust {}", it.name, c, it.rust))
+            }
+            Some(_) => {}
+        }
+    }
+    for name in c_values.keys() {
+        problems.push(format!("{name}: missing on the Rust side"));
+    }
+    assert!(
+        problems.is_empty(),
+        "{} of {} items differ from the C headers:\n{}",
+        problems.len(),
+        items.len(),
+        problems.join("\n")
+    );
+    loud(&format!(
+        "c_layout: compared {} items with the C headers, all equal",
+        items.len()
+    ));
+}
