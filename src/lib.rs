@@ -1,1 +1,60 @@
-//! uverbs: RDMA verbs over the kernel's uverbs interface.
+//! # uverbs: RDMA verbs over the kernel's uverbs interface, in pure Rust
+//!
+//! `uverbs` opens `/dev/infiniband/uverbsN` itself and speaks the kernel's
+//! uverbs ABI directly: no libibverbs, no C, so it links into static
+//! binaries. Its focus is memory registration and, above all,
+//! re-registration in place ([`MemoryRegion::rereg`], `ibv_rereg_mr(3)`):
+//! change a region's translation, protection domain or access with one
+//! command that keeps the kernel's handle, with libibverbs' input checks and
+//! its five failure outcomes ([`ReregOutcome`]).
+//!
+//! ```no_run
+//! use uverbs::{AccessFlags, ReregFlags};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let device = uverbs::devices()?.into_iter().next().ok_or("no RDMA device")?;
+//! let ctx = device.open()?;
+//! let (pd1, pd2) = (ctx.alloc_pd()?, ctx.alloc_pd()?);
+//! let mut buf = vec![0u8; 1 << 20].into_boxed_slice();
+//! // SAFETY: `buf` outlives the region (dropped at the end of scope, after `mr`).
+//! let mut mr = unsafe { pd1.reg_mr(buf.as_mut_ptr(), buf.len(), AccessFlags::LOCAL_WRITE)? };
+//! mr.set_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)?; // in place
+//! mr.set_pd(&pd2)?; // same handle, now in pd2
+//! match mr.set_access(AccessFlags::REMOTE_WRITE) {
+//!     Ok(()) => {}
+//!     Err(e) => println!("{e}: the MR is now {:?}", e.mr_state()),
+//! }
+//! # drop(mr); Ok(()) }
+//! ```
+//!
+//! Layers, from the bottom: [`uverbs_uapi`] (the kernel's structs),
+//! [`command`] (one typed builder per uverbs command), [`transport`] (the
+//! ioctl and write() framings, and a recording fake kernel for tests), then
+//! [`Context`], [`ProtectionDomain`] and [`MemoryRegion`].
+#![deny(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+mod buffer;
+pub mod command;
+mod context;
+mod device;
+mod device_attr;
+mod driver;
+mod error;
+mod flags;
+pub mod fork;
+mod mr;
+pub(crate) mod netlink;
+mod pd;
+pub mod transport;
+
+pub use buffer::{BufferMr, StableBuffer};
+pub use context::{Context, OpenOptions};
+pub use device::{device, devices, devices_in, Device, DEV_INFINIBAND, SYSFS_UVERBS};
+pub use device_attr::DeviceAttr;
+pub use driver::DriverId;
+pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
+pub use flags::{AccessFlags, ReregFlags};
+pub use mr::{DeregError, MemoryRegion};
+pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
+pub use transport::{TransportKind, TransportMode};
+pub use uverbs_uapi;

@@ -1,0 +1,154 @@
+//! Memory-region commands: REG_MR, REREG_MR and DEREG_MR.
+
+use super::WriteCommand;
+use uverbs_uapi as sys;
+
+/// `REG_MR`: pins `[start, start + length)` and makes it reachable by the
+/// device with the given access.
+///
+/// The device address (`hca_va`) defaults to `start`, as in libibverbs.
+#[doc(alias = "ibv_cmd_reg_mr")]
+#[derive(Clone, Copy, Debug)]
+pub struct RegMr<'a> {
+    pd_handle: u32,
+    start: u64,
+    length: u64,
+    hca_va: u64,
+    access_flags: u32,
+    uhw_in: &'a [u8],
+}
+
+impl<'a> RegMr<'a> {
+    /// Register `length` bytes at `start` in the PD `pd_handle`.
+    pub fn new(pd_handle: u32, start: u64, length: u64, access_flags: u32) -> Self {
+        RegMr { pd_handle, start, length, hca_va: start, access_flags, uhw_in: &[] }
+    }
+
+    /// The address the device uses for the first byte (default: `start`).
+    pub fn hca_va(mut self, hca_va: u64) -> Self {
+        self.hca_va = hca_va;
+        self
+    }
+
+    /// Driver-private input (siw: an 8-byte `siw_ureq_reg_mr`).
+    pub fn uhw_in(mut self, uhw_in: &'a [u8]) -> Self {
+        self.uhw_in = uhw_in;
+        self
+    }
+}
+
+// SAFETY: mirrors ib_uverbs_reg_mr{,_resp}; the request starts with `response`.
+unsafe impl WriteCommand for RegMr<'_> {
+    const CODE: u32 = sys::IB_USER_VERBS_CMD_REG_MR;
+    type Request = sys::ib_uverbs_reg_mr;
+    type Response = sys::ib_uverbs_reg_mr_resp;
+
+    fn request(&self) -> Self::Request {
+        sys::ib_uverbs_reg_mr {
+            start: self.start,
+            length: self.length,
+            hca_va: self.hca_va,
+            pd_handle: self.pd_handle,
+            access_flags: self.access_flags,
+            ..Default::default()
+        }
+    }
+
+    fn uhw_in(&self) -> &[u8] {
+        self.uhw_in
+    }
+}
+
+/// `REREG_MR`: changes an MR's translation, PD and/or access in place.
+///
+/// `flags` says which of the optional fields the kernel reads; the others go
+/// as zero, as libibverbs sends them (`pd_handle` is 0 unless the PD changes).
+#[doc(alias = "ibv_cmd_rereg_mr")]
+#[derive(Clone, Copy, Debug)]
+pub struct ReregMr {
+    mr_handle: u32,
+    flags: u32,
+    start: u64,
+    length: u64,
+    hca_va: u64,
+    pd_handle: u32,
+    access_flags: u32,
+}
+
+impl ReregMr {
+    /// Re-register the MR `mr_handle`; `flags` are `IB_MR_REREG_*` bits.
+    pub fn new(mr_handle: u32, flags: u32) -> Self {
+        ReregMr { mr_handle, flags, start: 0, length: 0, hca_va: 0, pd_handle: 0, access_flags: 0 }
+    }
+
+    /// The new range; the device address defaults to `start`.
+    pub fn translation(mut self, start: u64, length: u64) -> Self {
+        self.start = start;
+        self.length = length;
+        self.hca_va = start;
+        self
+    }
+
+    /// The device address of the new range's first byte.
+    pub fn hca_va(mut self, hca_va: u64) -> Self {
+        self.hca_va = hca_va;
+        self
+    }
+
+    /// The handle of the new PD.
+    pub fn pd_handle(mut self, pd_handle: u32) -> Self {
+        self.pd_handle = pd_handle;
+        self
+    }
+
+    /// The new access flags (`IB_UVERBS_ACCESS_*`).
+    pub fn access_flags(mut self, access_flags: u32) -> Self {
+        self.access_flags = access_flags;
+        self
+    }
+}
+
+// SAFETY: mirrors ib_uverbs_rereg_mr{,_resp}; the request starts with `response`.
+unsafe impl WriteCommand for ReregMr {
+    const CODE: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
+    type Request = sys::ib_uverbs_rereg_mr;
+    type Response = sys::ib_uverbs_rereg_mr_resp;
+
+    fn request(&self) -> Self::Request {
+        sys::ib_uverbs_rereg_mr {
+            mr_handle: self.mr_handle,
+            flags: self.flags,
+            start: self.start,
+            length: self.length,
+            hca_va: self.hca_va,
+            pd_handle: self.pd_handle,
+            access_flags: self.access_flags,
+            ..Default::default()
+        }
+    }
+}
+
+/// `DEREG_MR`: unpins and forgets a memory region.
+#[doc(alias = "ibv_cmd_dereg_mr")]
+#[derive(Clone, Copy, Debug)]
+pub struct DeregMr {
+    mr_handle: u32,
+}
+
+impl DeregMr {
+    /// Deregister the MR with this kernel handle.
+    pub fn new(mr_handle: u32) -> Self {
+        DeregMr { mr_handle }
+    }
+}
+
+// SAFETY: mirrors ib_uverbs_dereg_mr (a single u32); no response.
+unsafe impl WriteCommand for DeregMr {
+    const CODE: u32 = sys::IB_USER_VERBS_CMD_DEREG_MR;
+    type Request = sys::ib_uverbs_dereg_mr;
+    type Response = ();
+
+    fn request(&self) -> Self::Request {
+        sys::ib_uverbs_dereg_mr { mr_handle: self.mr_handle }
+    }
+}

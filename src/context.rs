@@ -1,0 +1,258 @@
+//! An opened device: the kernel's verbs context for this process.
+
+use std::fmt;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+
+use crate::command::{AllocPd, GetContext, QueryDevice, WriteCommand};
+use crate::device::Device;
+use crate::device_attr::DeviceAttr;
+use crate::driver::DriverId;
+use crate::error::{Errno, Error, Op};
+use crate::fork::ForkSafety;
+use crate::pd::ProtectionDomain;
+use crate::transport::{self, frame, KernelFile, Transport, TransportKind, TransportMode};
+use uverbs_uapi as sys;
+
+/// How to open a device.
+#[derive(Clone, Debug)]
+pub struct OpenOptions {
+    transport: TransportMode,
+    fork_safety: Option<Arc<ForkSafety>>,
+}
+
+impl Default for OpenOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpenOptions {
+    /// Defaults: the transport named by `UVERBS_TRANSPORT` (else probed) and
+    /// the process-wide fork safety ([`ForkSafety::global`]).
+    pub fn new() -> Self {
+        OpenOptions { transport: TransportMode::from_env(), fork_safety: None }
+    }
+
+    /// Chooses the transport (overrides `UVERBS_TRANSPORT`).
+    pub fn transport(mut self, mode: TransportMode) -> Self {
+        self.transport = mode;
+        self
+    }
+
+    /// Uses this fork-safety instance instead of the process-wide one.
+    pub fn fork_safety(mut self, fork: Arc<ForkSafety>) -> Self {
+        self.fork_safety = Some(fork);
+        self
+    }
+}
+
+pub(crate) struct ContextInner {
+    pub(crate) device: Arc<str>,
+    pub(crate) driver_id: Option<DriverId>,
+    pub(crate) transport: Box<dyn Transport>,
+    pub(crate) fork: Arc<ForkSafety>,
+    num_comp_vectors: u32,
+    // Closed after the transport's file (declaration order = drop order).
+    _async_fd: OwnedFd,
+}
+
+/// An opened RDMA device (`struct ibv_context`).
+///
+/// Cheap to clone and `Send + Sync`: the PDs and MRs made from a context
+/// share it, and the kernel file closes when the last of them is gone.
+#[doc(alias = "ibv_context")]
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<ContextInner>,
+}
+
+impl fmt::Debug for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.device)
+            .field("transport", &self.inner.transport.kind())
+            .field("driver_id", &self.inner.driver_id)
+            .finish()
+    }
+}
+
+impl Context {
+    /// Opens `device`: checks its ABI and character device, chooses the
+    /// transport and creates the kernel context (`GET_CONTEXT`).
+    #[doc(alias = "ibv_open_device")]
+    pub fn open(device: &Device, options: &OpenOptions) -> Result<Context, Error> {
+        let name = device.name_arc();
+        let netlink = crate::netlink::uverbs_chardev(name).ok().flatten();
+        let driver_id = netlink
+            .as_ref()
+            .and_then(|info| info.driver_id)
+            .map(DriverId)
+            .or_else(|| DriverId::from_device_name(name));
+        if let Some((low, high, supported)) = driver_id.and_then(DriverId::supported_abi) {
+            let found = device.driver_abi_version();
+            if !(low..=high).contains(&found) {
+                return Err(Error::Abi { op: Op::Open, device: name.clone(), what: "driver", found, supported });
+            }
+        }
+
+        let fd = rustix::fs::open(device.path(), rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
+            .map_err(|e| Error::os(Op::Open, name, e))?;
+        let stat = rustix::fs::fstat(&fd).map_err(|e| Error::os(Op::Open, name, e))?;
+        let found = (rustix::fs::major(stat.st_rdev), rustix::fs::minor(stat.st_rdev));
+        if found != device.dev_number() {
+            return Err(Error::WrongCharDevice {
+                op: Op::Open,
+                device: name.clone(),
+                path: device.path().display().to_string(),
+                found,
+                expected: device.dev_number(),
+            });
+        }
+
+        let kind = match (options.transport, driver_id) {
+            (TransportMode::Write, _) => TransportKind::Write,
+            (TransportMode::Ioctl, Some(_)) => TransportKind::Ioctl,
+            (TransportMode::Ioctl, None) => {
+                return Err(Error::input(Op::ProbeTransport, name, "the ioctl transport needs the driver id, which is unknown"));
+            }
+            (TransportMode::Auto, None) => TransportKind::Write,
+            (TransportMode::Auto, Some(id)) => match KernelFile::probe_invoke_write(fd.as_fd(), id.0) {
+                Err(Errno::NOTTY | Errno::PROTONOSUPPORT | Errno::INVAL) => TransportKind::Write,
+                _ => TransportKind::Ioctl,
+            },
+        };
+        let file = KernelFile::new(fd, kind, driver_id.map(|d| d.0)).map_err(|e| Error::os(Op::Open, name, e))?;
+        Self::with_transport(name, driver_id, Box::new(file), options)
+    }
+
+    /// Creates a context over any transport, e.g. a
+    /// [`RecordingTransport`](crate::transport::RecordingTransport) in tests.
+    /// Sends `GET_CONTEXT` and owns the async-event descriptor it returns.
+    pub fn with_transport(
+        device: &str,
+        driver_id: Option<DriverId>,
+        transport: Box<dyn Transport>,
+        options: &OpenOptions,
+    ) -> Result<Context, Error> {
+        let device: Arc<str> = Arc::from(device);
+        let mut uhw_out = [0u8; 8];
+        let uhw_len = driver_id.map_or(0, DriverId::get_context_uhw_out_len);
+        // SAFETY: GET_CONTEXT hands no memory to the device.
+        let (resp, _) = unsafe { transport::run(transport.as_ref(), &GetContext::new(), &mut uhw_out[..uhw_len]) }
+            .map_err(|e| Error::os(Op::GetContext, &device, e))?;
+        // SAFETY: a successful GET_CONTEXT installed a new descriptor for the
+        // async-event file in this process and gave us its number; nothing
+        // else owns it.
+        let async_fd = unsafe { OwnedFd::from_raw_fd(resp.async_fd as RawFd) };
+        let fork = options.fork_safety.clone().unwrap_or_else(ForkSafety::global);
+        Ok(Context {
+            inner: Arc::new(ContextInner {
+                device,
+                driver_id,
+                transport,
+                fork,
+                num_comp_vectors: resp.num_comp_vectors,
+                _async_fd: async_fd,
+            }),
+        })
+    }
+
+    /// The device name (`rxe0`).
+    pub fn device_name(&self) -> &str {
+        &self.inner.device
+    }
+
+    /// The transport this context uses.
+    pub fn transport_kind(&self) -> TransportKind {
+        self.inner.transport.kind()
+    }
+
+    /// The driver id, when known (netlink or the device name).
+    pub fn driver_id(&self) -> Option<DriverId> {
+        self.inner.driver_id
+    }
+
+    /// Completion vectors the device offers.
+    pub fn num_comp_vectors(&self) -> u32 {
+        self.inner.num_comp_vectors
+    }
+
+    /// The fork-safety instance registrations of this context use.
+    pub fn fork_safety(&self) -> &Arc<ForkSafety> {
+        &self.inner.fork
+    }
+
+    /// The device's attributes (`QUERY_DEVICE`).
+    #[doc(alias = "ibv_query_device")]
+    pub fn query_device(&self) -> Result<DeviceAttr, Error> {
+        // SAFETY: QUERY_DEVICE hands no memory to the device.
+        let (resp, _) = unsafe { self.run(Op::QueryDevice, &QueryDevice::new(), &mut []) }?;
+        Ok(DeviceAttr::from(&resp))
+    }
+
+    /// Allocates a protection domain.
+    #[doc(alias = "ibv_alloc_pd")]
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        // SAFETY: ALLOC_PD hands no memory to the device.
+        let (resp, _) = unsafe { self.run(Op::AllocPd, &AllocPd::new(), &mut []) }?;
+        Ok(ProtectionDomain::new(self.clone(), resp.pd_handle))
+    }
+
+    /// How many objects of a kind (`UVERBS_OBJECT_MR`, `UVERBS_OBJECT_PD`, …)
+    /// this context holds in the kernel (`UVERBS_METHOD_INFO_HANDLES`).
+    /// Needs the ioctl interface and the driver id, on either transport.
+    pub fn kernel_handle_count(&self, object_id: u16) -> Result<u32, Error> {
+        let mut total: u32 = 0;
+        let mut attrs = [
+            frame::attr_const(sys::UVERBS_ATTR_INFO_OBJECT_ID, object_id.into()),
+            frame::attr_out(sys::UVERBS_ATTR_INFO_TOTAL_HANDLES, (&mut total as *mut u32) as u64, 4)
+                .map_err(|e| Error::os(Op::InfoHandles, &self.inner.device, e))?,
+        ];
+        // SAFETY: the only pointer is to `total`, 4 writable bytes that
+        // outlive the call.
+        unsafe { self.inner.transport.invoke(sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_INFO_HANDLES, &mut attrs) }
+            .map_err(|e| Error::os(Op::InfoHandles, &self.inner.device, e))?;
+        if !frame::is_valid_output(&attrs[1]) {
+            return Err(Error::os(Op::InfoHandles, &self.inner.device, Errno::PROTO));
+        }
+        Ok(total)
+    }
+
+    /// Sends a raw command on this context's transport and returns the
+    /// kernel's core response; `uhw_out` receives driver-private output.
+    ///
+    /// This is the layer the typed API is built on, public for tools and
+    /// benchmarks. Objects created this way are not tracked: the caller
+    /// destroys them.
+    ///
+    /// # Safety
+    ///
+    /// The command must be safe to run: a `REG_MR` range must stay mapped
+    /// while registered, and destroying a handle that a [`ProtectionDomain`]
+    /// or [`MemoryRegion`](crate::MemoryRegion) owns breaks that object.
+    pub unsafe fn execute<C: WriteCommand>(&self, cmd: &C, uhw_out: &mut [u8]) -> Result<C::Response, Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.run(Op::Raw, cmd, uhw_out) }.map(|(resp, _)| resp)
+    }
+
+    /// Runs a typed command, mapping failures to [`Error::Os`] for `op`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`Transport::execute`].
+    pub(crate) unsafe fn run<C: WriteCommand>(
+        &self,
+        op: Op,
+        cmd: &C,
+        uhw_out: &mut [u8],
+    ) -> Result<(C::Response, usize), Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe { transport::run(self.inner.transport.as_ref(), cmd, uhw_out) }
+            .map_err(|e| Error::os(op, &self.inner.device, e))
+    }
+
+    pub(crate) fn same_as(&self, other: &Context) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}

@@ -1,0 +1,87 @@
+//! The answer of `QUERY_DEVICE`.
+
+use uverbs_uapi as sys;
+
+/// A device's attributes and limits (`struct ibv_device_attr`).
+#[doc(alias = "ibv_device_attr")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceAttr {
+    /// Firmware version, as the driver encodes it.
+    pub fw_ver: u64,
+    /// Node GUID (host byte order).
+    pub node_guid: u64,
+    /// System image GUID (host byte order).
+    pub sys_image_guid: u64,
+    /// Largest registrable memory region, in bytes.
+    pub max_mr_size: u64,
+    /// Supported page sizes, one bit per power of two.
+    pub page_size_cap: u64,
+    /// IEEE vendor id.
+    pub vendor_id: u32,
+    /// Vendor part id.
+    pub vendor_part_id: u32,
+    /// Hardware version.
+    pub hw_ver: u32,
+    /// Maximum queue pairs.
+    pub max_qp: u32,
+    /// Maximum outstanding work requests per queue.
+    pub max_qp_wr: u32,
+    /// `IB_DEVICE_*` capability bits (lower 32).
+    pub device_cap_flags: u32,
+    /// Maximum scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Maximum completion queues.
+    pub max_cq: u32,
+    /// Maximum entries per completion queue.
+    pub max_cqe: u32,
+    /// Maximum memory regions.
+    pub max_mr: u32,
+    /// Maximum protection domains.
+    pub max_pd: u32,
+    /// Maximum memory windows.
+    pub max_mw: u32,
+    /// Atomic capability (`IBV_ATOMIC_*`).
+    pub atomic_cap: u32,
+    /// Maximum shared receive queues.
+    pub max_srq: u32,
+    /// Maximum partition keys.
+    pub max_pkeys: u16,
+    /// Number of physical ports.
+    pub phys_port_cnt: u8,
+}
+
+impl DeviceAttr {
+    /// The firmware version as `ibv_devinfo` prints it (`major.minor.sub`).
+    pub fn fw_ver_string(&self) -> String {
+        format!("{}.{}.{}", self.fw_ver >> 32, (self.fw_ver >> 16) & 0xffff, self.fw_ver & 0xffff)
+    }
+}
+
+impl From<&sys::ib_uverbs_query_device_resp> for DeviceAttr {
+    fn from(r: &sys::ib_uverbs_query_device_resp) -> Self {
+        DeviceAttr {
+            fw_ver: r.fw_ver,
+            node_guid: u64::from_be(r.node_guid),
+            sys_image_guid: u64::from_be(r.sys_image_guid),
+            max_mr_size: r.max_mr_size,
+            page_size_cap: r.page_size_cap,
+            vendor_id: r.vendor_id,
+            vendor_part_id: r.vendor_part_id,
+            hw_ver: r.hw_ver,
+            max_qp: r.max_qp,
+            max_qp_wr: r.max_qp_wr,
+            device_cap_flags: r.device_cap_flags,
+            max_sge: r.max_sge,
+            max_cq: r.max_cq,
+            max_cqe: r.max_cqe,
+            max_mr: r.max_mr,
+            max_pd: r.max_pd,
+            max_mw: r.max_mw,
+            atomic_cap: r.atomic_cap,
+            max_srq: r.max_srq,
+            max_pkeys: r.max_pkeys,
+            phys_port_cnt: r.phys_port_cnt,
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! What this crate knows about each kernel driver: its id for ioctl headers
+//! and the driver-private (UHW) data its commands need.
+
+use uverbs_uapi as sys;
+
+/// A kernel driver id (`enum rdma_driver_id`), needed in every ioctl header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct DriverId(pub u32);
+
+impl DriverId {
+    /// Soft RoCE (`RDMA_DRIVER_RXE`).
+    pub const RXE: DriverId = DriverId(sys::RDMA_DRIVER_RXE);
+    /// Soft iWARP (`RDMA_DRIVER_SIW`).
+    pub const SIW: DriverId = DriverId(sys::RDMA_DRIVER_SIW);
+
+    /// The id rdma-core's provider for a device of this name would use, for
+    /// kernels whose netlink does not report it. Device names are
+    /// `<driver-prefix><index>` (`rxe0`, `mlx5_1`); unknown prefixes give `None`.
+    pub fn from_device_name(name: &str) -> Option<DriverId> {
+        const TABLE: &[(&str, u32)] = &[
+            ("rxe", sys::RDMA_DRIVER_RXE),
+            ("siw", sys::RDMA_DRIVER_SIW),
+            ("mlx5_", sys::RDMA_DRIVER_MLX5),
+            ("mlx4_", sys::RDMA_DRIVER_MLX4),
+            ("cxgb4_", sys::RDMA_DRIVER_CXGB4),
+            ("mthca", sys::RDMA_DRIVER_MTHCA),
+            ("bnxt_re", sys::RDMA_DRIVER_BNXT_RE),
+            ("ocrdma", sys::RDMA_DRIVER_OCRDMA),
+            ("irdma", sys::RDMA_DRIVER_IRDMA),
+            ("i40iw", sys::RDMA_DRIVER_I40IW),
+            ("vmw_pvrdma", sys::RDMA_DRIVER_VMW_PVRDMA),
+            ("qedr", sys::RDMA_DRIVER_QEDR),
+            ("hns_", sys::RDMA_DRIVER_HNS),
+            ("usnic_", sys::RDMA_DRIVER_USNIC),
+            ("hfi1_", sys::RDMA_DRIVER_HFI1),
+            ("qib", sys::RDMA_DRIVER_QIB),
+            ("efa_", sys::RDMA_DRIVER_EFA),
+            ("erdma_", sys::RDMA_DRIVER_ERDMA),
+            ("mana_", sys::RDMA_DRIVER_MANA),
+            ("ionic_", sys::RDMA_DRIVER_IONIC),
+        ];
+        TABLE
+            .iter()
+            .find(|(prefix, _)| {
+                name.strip_prefix(prefix)
+                    .is_some_and(|rest| rest.chars().next().is_some_and(|c| c.is_ascii_digit()))
+            })
+            .map(|&(_, id)| DriverId(id))
+    }
+
+    /// Driver ABI versions this crate can speak with the driver, where it
+    /// knows them (rdma-core's provider ranges): rxe 1..=2, siw exactly 1.
+    pub(crate) fn supported_abi(self) -> Option<(u32, u32, &'static str)> {
+        match self {
+            DriverId::RXE => Some((1, 2, "1..=2")),
+            DriverId::SIW => Some((sys::SIW_ABI_VERSION, sys::SIW_ABI_VERSION, "1")),
+            _ => None,
+        }
+    }
+
+    /// Bytes of driver-private GET_CONTEXT output the kernel requires
+    /// (siw refuses a context without room for `siw_uresp_alloc_ctx`).
+    pub(crate) fn get_context_uhw_out_len(self) -> usize {
+        if self == DriverId::SIW {
+            size_of::<sys::siw_uresp_alloc_ctx>()
+        } else {
+            0
+        }
+    }
+
+    /// Driver-private REG_MR input and output sizes (siw: `siw_ureq_reg_mr`
+    /// in, `siw_uresp_reg_mr` out; a zeroed request asks for key byte 0).
+    pub(crate) fn reg_mr_uhw(self) -> (&'static [u8], usize) {
+        const SIW_REQ: [u8; size_of::<sys::siw_ureq_reg_mr>()] = [0; size_of::<sys::siw_ureq_reg_mr>()];
+        if self == DriverId::SIW {
+            (&SIW_REQ, size_of::<sys::siw_uresp_reg_mr>())
+        } else {
+            (&[], 0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_map_to_rdma_core_driver_ids() {
+        assert_eq!(DriverId::from_device_name("rxe0"), Some(DriverId(14)));
+        assert_eq!(DriverId::from_device_name("siw12"), Some(DriverId(18)));
+        assert_eq!(DriverId::from_device_name("mlx5_3"), Some(DriverId(1)));
+        assert_eq!(DriverId::from_device_name("rxe"), None);
+        assert_eq!(DriverId::from_device_name("rxefoo0"), None);
+        assert_eq!(DriverId::from_device_name("unknown0"), None);
+    }
+
+    #[test]
+    fn siw_needs_eight_byte_tails() {
+        assert_eq!(DriverId::SIW.get_context_uhw_out_len(), 8);
+        assert_eq!(DriverId::SIW.reg_mr_uhw().0.len(), 8);
+        assert_eq!(DriverId::SIW.reg_mr_uhw().1, 8);
+        assert_eq!(DriverId::RXE.get_context_uhw_out_len(), 0);
+        assert_eq!(DriverId::RXE.reg_mr_uhw(), (&[][..], 0));
+    }
+}

@@ -1,0 +1,385 @@
+//! Errors: every failure names the operation, the device and the errno.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+pub use rustix::io::Errno;
+
+/// The operation that failed, named like the verb a C programmer knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Op {
+    /// Listing devices in sysfs (`ibv_get_device_list`).
+    ListDevices,
+    /// Opening `/dev/infiniband/uverbsN` (`ibv_open_device`).
+    Open,
+    /// Choosing between the ioctl and write() transports.
+    ProbeTransport,
+    /// `GET_CONTEXT`.
+    GetContext,
+    /// `QUERY_DEVICE` (`ibv_query_device`).
+    QueryDevice,
+    /// `ALLOC_PD` (`ibv_alloc_pd`).
+    AllocPd,
+    /// `DEALLOC_PD` (`ibv_dealloc_pd`).
+    DeallocPd,
+    /// `REG_MR` (`ibv_reg_mr`).
+    RegMr,
+    /// `REREG_MR` (`ibv_rereg_mr`).
+    ReregMr,
+    /// `DEREG_MR` (`ibv_dereg_mr`).
+    DeregMr,
+    /// `UVERBS_METHOD_INFO_HANDLES`: counting the kernel's live objects.
+    InfoHandles,
+    /// A raw command sent through [`Context::execute`](crate::Context::execute).
+    Raw,
+}
+
+impl Op {
+    /// The libibverbs-style name of the operation, e.g. `"reg_mr"`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::ListDevices => "get_device_list",
+            Op::Open => "open_device",
+            Op::ProbeTransport => "probe_transport",
+            Op::GetContext => "get_context",
+            Op::QueryDevice => "query_device",
+            Op::AllocPd => "alloc_pd",
+            Op::DeallocPd => "dealloc_pd",
+            Op::RegMr => "reg_mr",
+            Op::ReregMr => "rereg_mr",
+            Op::DeregMr => "dereg_mr",
+            Op::InfoHandles => "info_handles",
+            Op::Raw => "raw_command",
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Formats an errno as `EINVAL (22): Invalid argument`.
+pub(crate) struct ErrnoDisplay(pub Errno);
+
+impl fmt::Display for ErrnoDisplay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let raw = self.0.raw_os_error();
+        let io = std::io::Error::from_raw_os_error(raw);
+        let text = io.to_string();
+        // std renders "Invalid argument (os error 22)"; keep the words only.
+        let words = text.split(" (os error").next().unwrap_or(&text);
+        match errno_name(raw) {
+            Some(name) => write!(f, "{name} ({raw}): {words}"),
+            None => write!(f, "errno {raw}: {words}"),
+        }
+    }
+}
+
+/// Symbolic names of the errnos the uverbs calls are documented to return.
+fn errno_name(raw: i32) -> Option<&'static str> {
+    let names: &[(Errno, &str)] = &[
+        (Errno::PERM, "EPERM"),
+        (Errno::NOENT, "ENOENT"),
+        (Errno::INTR, "EINTR"),
+        (Errno::IO, "EIO"),
+        (Errno::BADF, "EBADF"),
+        (Errno::AGAIN, "EAGAIN"),
+        (Errno::NOMEM, "ENOMEM"),
+        (Errno::ACCESS, "EACCES"),
+        (Errno::FAULT, "EFAULT"),
+        (Errno::BUSY, "EBUSY"),
+        (Errno::EXIST, "EEXIST"),
+        (Errno::NODEV, "ENODEV"),
+        (Errno::INVAL, "EINVAL"),
+        (Errno::MFILE, "EMFILE"),
+        (Errno::NOTTY, "ENOTTY"),
+        (Errno::NOSPC, "ENOSPC"),
+        (Errno::RANGE, "ERANGE"),
+        (Errno::NOSYS, "ENOSYS"),
+        (Errno::PROTO, "EPROTO"),
+        (Errno::OVERFLOW, "EOVERFLOW"),
+        (Errno::PROTONOSUPPORT, "EPROTONOSUPPORT"),
+        (Errno::OPNOTSUPP, "EOPNOTSUPP"),
+        (Errno::AFNOSUPPORT, "EAFNOSUPPORT"),
+        (Errno::TOOBIG, "E2BIG"),
+    ];
+    names.iter().find(|(e, _)| e.raw_os_error() == raw).map(|(_, n)| *n)
+}
+
+/// An error from any operation of this crate except re-registration, which
+/// has its own [`ReregError`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The kernel (or the operating system) refused the operation.
+    #[error("{op} on {device}: {}", ErrnoDisplay(*errno))]
+    Os {
+        /// What was being done.
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+        /// The errno the kernel answered.
+        errno: Errno,
+    },
+    /// The input was refused before anything was sent to the kernel.
+    #[error("{op} on {device}: invalid input: {reason}")]
+    InvalidInput {
+        /// What was being done.
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+        /// Why the input was refused.
+        reason: &'static str,
+    },
+    /// A sysfs file could not be read or parsed.
+    #[error("{op}: {}: {source}", path.display())]
+    Sysfs {
+        /// What was being done.
+        op: Op,
+        /// The file.
+        path: PathBuf,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The kernel speaks an ABI version this crate does not.
+    #[error("{op} on {device}: unsupported {what} ABI version {found} (supported: {supported})")]
+    Abi {
+        /// What was being done.
+        op: Op,
+        /// The device, or `uverbs` for the global ABI.
+        device: Arc<str>,
+        /// Which ABI (`uverbs`, `rxe driver`, …).
+        what: &'static str,
+        /// The version found.
+        found: u32,
+        /// The versions this crate supports, e.g. `"6"` or `"1..=2"`.
+        supported: &'static str,
+    },
+    /// The character device that was opened is not the one sysfs announced.
+    #[error("{op} on {device}: {path} is device {found:?}, sysfs announced {expected:?}")]
+    WrongCharDevice {
+        /// What was being done.
+        op: Op,
+        /// The device.
+        device: Arc<str>,
+        /// The path that was opened.
+        path: String,
+        /// The (major, minor) found by fstat.
+        found: (u32, u32),
+        /// The (major, minor) sysfs announced.
+        expected: (u32, u32),
+    },
+}
+
+impl Error {
+    pub(crate) fn os(op: Op, device: &Arc<str>, errno: Errno) -> Self {
+        Error::Os { op, device: device.clone(), errno }
+    }
+
+    pub(crate) fn input(op: Op, device: &Arc<str>, reason: &'static str) -> Self {
+        Error::InvalidInput { op, device: device.clone(), reason }
+    }
+
+    /// The operation that failed.
+    pub fn op(&self) -> Op {
+        match self {
+            Error::Os { op, .. }
+            | Error::InvalidInput { op, .. }
+            | Error::Sysfs { op, .. }
+            | Error::Abi { op, .. }
+            | Error::WrongCharDevice { op, .. } => *op,
+        }
+    }
+
+    /// The errno, for errors that carry one (`EINVAL` for refused input).
+    pub fn errno(&self) -> Option<Errno> {
+        match self {
+            Error::Os { errno, .. } => Some(*errno),
+            Error::InvalidInput { .. } => Some(Errno::INVAL),
+            Error::Sysfs { source, .. } => source.raw_os_error().map(Errno::from_raw_os_error),
+            Error::Abi { .. } | Error::WrongCharDevice { .. } => None,
+        }
+    }
+}
+
+/// The five failure outcomes of `ibv_rereg_mr(3)`, with libibverbs' codes.
+#[doc(alias = "ibv_rereg_mr_err_code")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReregOutcome {
+    /// The arguments were refused; nothing was sent and the MR is unchanged
+    /// (`IBV_REREG_MR_ERR_INPUT`, −1).
+    #[doc(alias = "IBV_REREG_MR_ERR_INPUT")]
+    Input,
+    /// Marking the new range `MADV_DONTFORK` failed; nothing was sent and the
+    /// MR is unchanged (`IBV_REREG_MR_ERR_DONT_FORK_NEW`, −2).
+    #[doc(alias = "IBV_REREG_MR_ERR_DONT_FORK_NEW")]
+    DontForkNew,
+    /// The kernel re-registered the MR, but un-marking the old range failed;
+    /// the MR is valid with its new attributes (`IBV_REREG_MR_ERR_DO_FORK_OLD`, −3).
+    #[doc(alias = "IBV_REREG_MR_ERR_DO_FORK_OLD")]
+    DoForkOld,
+    /// The kernel refused the command; the MR may be in an undefined state
+    /// and should be deregistered (`IBV_REREG_MR_ERR_CMD`, −4).
+    #[doc(alias = "IBV_REREG_MR_ERR_CMD")]
+    Cmd,
+    /// The kernel refused the command and un-marking the new range failed
+    /// too (`IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW`, −5).
+    #[doc(alias = "IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW")]
+    CmdAndDoForkNew,
+}
+
+/// Which registration a failed re-registration left valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MrState {
+    /// The MR is unchanged: old translation, PD, access and keys.
+    Old,
+    /// The MR carries its new attributes and keys.
+    New,
+    /// The man page calls the MR undefined: it can only be deregistered
+    /// (dropping it does that).
+    Undefined,
+}
+
+impl ReregOutcome {
+    /// libibverbs' return code (`IBV_REREG_MR_ERR_*`, −1 … −5).
+    pub fn code(self) -> i32 {
+        match self {
+            ReregOutcome::Input => -1,
+            ReregOutcome::DontForkNew => -2,
+            ReregOutcome::DoForkOld => -3,
+            ReregOutcome::Cmd => -4,
+            ReregOutcome::CmdAndDoForkNew => -5,
+        }
+    }
+
+    /// What the outcome leaves valid, per `ibv_rereg_mr(3)`.
+    pub fn mr_state(self) -> MrState {
+        match self {
+            ReregOutcome::Input | ReregOutcome::DontForkNew => MrState::Old,
+            ReregOutcome::DoForkOld => MrState::New,
+            ReregOutcome::Cmd | ReregOutcome::CmdAndDoForkNew => MrState::Undefined,
+        }
+    }
+
+    /// The C name of the outcome, e.g. `"IBV_REREG_MR_ERR_CMD"`.
+    pub fn c_name(self) -> &'static str {
+        match self {
+            ReregOutcome::Input => "IBV_REREG_MR_ERR_INPUT",
+            ReregOutcome::DontForkNew => "IBV_REREG_MR_ERR_DONT_FORK_NEW",
+            ReregOutcome::DoForkOld => "IBV_REREG_MR_ERR_DO_FORK_OLD",
+            ReregOutcome::Cmd => "IBV_REREG_MR_ERR_CMD",
+            ReregOutcome::CmdAndDoForkNew => "IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW",
+        }
+    }
+}
+
+impl fmt::Display for ReregOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ({})", self.c_name(), self.code())
+    }
+}
+
+/// A failed re-registration: which of the five outcomes, the errno, and
+/// whether the old MR, the new MR or neither is valid.
+#[derive(Debug, thiserror::Error)]
+#[error("rereg_mr on {device}: {outcome}: {}{}", ErrnoDisplay(*errno), reason.map(|r| format!(" ({r})")).unwrap_or_default())]
+pub struct ReregError {
+    pub(crate) outcome: ReregOutcome,
+    pub(crate) errno: Errno,
+    pub(crate) device: Arc<str>,
+    pub(crate) reason: Option<&'static str>,
+    pub(crate) fork_errno: Option<Errno>,
+}
+
+impl ReregError {
+    /// Which of `ibv_rereg_mr`'s failure outcomes this is.
+    pub fn outcome(&self) -> ReregOutcome {
+        self.outcome
+    }
+
+    /// The errno: `EINVAL` for refused input, madvise's for fork failures,
+    /// the kernel's for command failures.
+    pub fn errno(&self) -> Errno {
+        self.errno
+    }
+
+    /// libibverbs' return code (−1 … −5).
+    pub fn code(&self) -> i32 {
+        self.outcome.code()
+    }
+
+    /// What is valid now: the old MR, the new one, or neither.
+    pub fn mr_state(&self) -> MrState {
+        self.outcome.mr_state()
+    }
+
+    /// Why the input was refused, for the [`ReregOutcome::Input`] outcome.
+    pub fn reason(&self) -> Option<&'static str> {
+        self.reason
+    }
+
+    /// For [`ReregOutcome::CmdAndDoForkNew`]: madvise's errno when
+    /// un-marking the new range failed (the command's is [`errno`](Self::errno)).
+    pub fn fork_errno(&self) -> Option<Errno> {
+        self.fork_errno
+    }
+
+    /// The device the MR belongs to.
+    pub fn device(&self) -> &str {
+        &self.device
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_codes_and_states_follow_the_man_page() {
+        use ReregOutcome::*;
+        let table = [
+            (Input, -1, MrState::Old),
+            (DontForkNew, -2, MrState::Old),
+            (DoForkOld, -3, MrState::New),
+            (Cmd, -4, MrState::Undefined),
+            (CmdAndDoForkNew, -5, MrState::Undefined),
+        ];
+        for (outcome, code, state) in table {
+            assert_eq!(outcome.code(), code, "{outcome:?}");
+            assert_eq!(outcome.mr_state(), state, "{outcome:?}");
+        }
+    }
+
+    #[test]
+    fn messages_name_operation_device_and_errno() {
+        let dev: Arc<str> = Arc::from("rxe0");
+        let e = Error::os(Op::RegMr, &dev, Errno::FAULT);
+        let text = e.to_string();
+        assert!(text.starts_with("reg_mr on rxe0: EFAULT (14): "), "{text}");
+        assert_eq!(e.errno(), Some(Errno::FAULT));
+        assert_eq!(e.op(), Op::RegMr);
+
+        let r = ReregError {
+            outcome: ReregOutcome::Cmd,
+            errno: Errno::OPNOTSUPP,
+            device: dev,
+            reason: None,
+            fork_errno: None,
+        };
+        let text = r.to_string();
+        assert!(
+            text.starts_with("rereg_mr on rxe0: IBV_REREG_MR_ERR_CMD (-4): EOPNOTSUPP (95)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn unknown_errno_still_prints_its_number() {
+        let text = ErrnoDisplay(Errno::from_raw_os_error(133)).to_string();
+        assert!(text.starts_with("errno 133: "), "{text}");
+    }
+}

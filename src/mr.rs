@@ -1,0 +1,345 @@
+//! Memory regions, and re-registration in place (`ibv_rereg_mr`).
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::command::{DeregMr, RegMr, ReregMr};
+use crate::context::Context;
+use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
+use crate::flags::{AccessFlags, ReregFlags};
+use crate::pd::{PdInner, ProtectionDomain};
+
+/// A registered memory region (`struct ibv_mr`).
+///
+/// Dropping it deregisters it. It keeps its protection domain (and so its
+/// context) alive. Its translation, PD and access can be changed in place
+/// with [`rereg`](Self::rereg) and the forms built on it; the kernel handle
+/// stays the same, the keys are whatever the kernel answers.
+#[doc(alias = "ibv_mr")]
+pub struct MemoryRegion {
+    ctx: Context,
+    pd: Arc<PdInner>,
+    handle: u32,
+    lkey: u32,
+    rkey: u32,
+    addr: usize,
+    length: usize,
+    access: AccessFlags,
+    /// Whether `[addr, addr + length)` is counted in the fork tracker
+    /// (decided at registration: not for `ON_DEMAND`, like libibverbs).
+    fork_marked: bool,
+    /// False once deregistered, so that Drop does nothing.
+    live: bool,
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("device", &self.ctx.device_name())
+            .field("handle", &self.handle)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("length", &self.length)
+            .field("pd", &self.pd.handle)
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// A failed [`MemoryRegion::dereg`]: the region is handed back, still registered.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct DeregError {
+    /// The region, still registered; dropping it tries again.
+    pub mr: MemoryRegion,
+    /// Why the kernel refused.
+    pub error: Error,
+}
+
+impl MemoryRegion {
+    /// REG_MR with fork marking at libibverbs' points.
+    ///
+    /// # Safety
+    ///
+    /// As for [`ProtectionDomain::reg_mr`].
+    pub(crate) unsafe fn register(
+        pd: &ProtectionDomain,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, Error> {
+        let ctx = pd.context();
+        let device = &ctx.inner.device;
+        let start = addr as usize;
+        if start.checked_add(length).is_none() {
+            return Err(Error::input(Op::RegMr, device, "the range wraps around the address space"));
+        }
+        let fork = &ctx.inner.fork;
+        let fork_marked = !access.contains(AccessFlags::ON_DEMAND);
+        if fork_marked {
+            fork.dontfork_range(start, length).map_err(|e| Error::os(Op::RegMr, device, io_errno(&e)))?;
+        }
+        let (uhw_in, uhw_out_len) = ctx.inner.driver_id.map_or((&[][..], 0), |d| d.reg_mr_uhw());
+        let mut uhw_out = [0u8; 8];
+        let cmd = RegMr::new(pd.handle(), start as u64, length as u64, access.bits()).uhw_in(uhw_in);
+        // SAFETY: the caller keeps the range mapped while it is registered.
+        match unsafe { ctx.run(Op::RegMr, &cmd, &mut uhw_out[..uhw_out_len]) } {
+            Ok((resp, _)) => Ok(MemoryRegion {
+                ctx: ctx.clone(),
+                pd: pd.inner.clone(),
+                handle: resp.mr_handle,
+                lkey: resp.lkey,
+                rkey: resp.rkey,
+                addr: start,
+                length,
+                access,
+                fork_marked,
+                live: true,
+            }),
+            Err(error) => {
+                if fork_marked {
+                    // Undo the marking; the command's error is what matters.
+                    let _ = fork.dofork_range(start, length);
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// The local key, for work requests of this process.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// The remote key, for peers' RDMA operations.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The first registered byte.
+    pub fn addr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+
+    /// The registered length in bytes.
+    pub fn length(&self) -> usize {
+        self.length
+    }
+
+    /// The access flags as last set (at registration or by a successful
+    /// re-registration with [`ReregFlags::ACCESS`]; libibverbs does not track
+    /// the latter).
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The kernel's handle for this MR; re-registration never changes it.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The handle of the PD the MR is in.
+    pub fn pd_handle(&self) -> u32 {
+        self.pd.handle
+    }
+
+    /// True when the MR is in `pd`.
+    pub fn is_in(&self, pd: &ProtectionDomain) -> bool {
+        Arc::ptr_eq(&self.pd, &pd.inner)
+    }
+
+    /// The context the MR belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Re-registers the MR: changes its translation (`addr`, `length`), PD
+    /// and/or access, as `flags` says, with one `REREG_MR` command.
+    ///
+    /// This is `ibv_rereg_mr(mr, flags, pd, addr, length, access)`, with
+    /// libibverbs' input checks in its order, each failing with
+    /// [`ReregOutcome::Input`] before any system call:
+    /// 1. `flags` has bits outside [`ReregFlags::all`];
+    /// 2. [`TRANSLATION`](ReregFlags::TRANSLATION) with `length == 0` or a
+    ///    null `addr`;
+    /// 3. non-empty `access` without [`ACCESS`](ReregFlags::ACCESS).
+    ///
+    /// Then checks libibverbs cannot make, also as `Input`:
+    /// [`PD`](ReregFlags::PD) without a `pd`, a `pd` of another context
+    /// (its handle would name some other PD in this context), and a range
+    /// that wraps around. `flags` empty goes to the kernel, which answers
+    /// `EINVAL` ([`ReregOutcome::Cmd`]), as through libibverbs.
+    ///
+    /// The command carries `addr`, `length`, `hca_va = addr`, the PD's
+    /// handle only with `PD` (else 0) and `access`. On success the keys come
+    /// from the kernel's answer and the new attributes are recorded; the
+    /// handle is unchanged. With fork safety enabled, the new range is
+    /// marked before the command ([`ReregOutcome::DontForkNew`] if that
+    /// fails), the old one un-marked after success
+    /// ([`ReregOutcome::DoForkOld`]: the MR is valid with its new
+    /// attributes), and the new one un-marked after a failed command
+    /// ([`ReregOutcome::CmdAndDoForkNew`]). After [`ReregOutcome::Cmd`] the
+    /// recorded attributes are the old ones, but the man page calls the MR
+    /// undefined: drop it.
+    ///
+    /// # Safety
+    ///
+    /// With `TRANSLATION`, the new range must stay mapped while registered,
+    /// as for [`ProtectionDomain::reg_mr`]. Without it nothing is required.
+    #[doc(alias = "ibv_rereg_mr")]
+    pub unsafe fn rereg(
+        &mut self,
+        flags: ReregFlags,
+        pd: Option<&ProtectionDomain>,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<(), ReregError> {
+        let translation = flags.contains(ReregFlags::TRANSLATION);
+        let new_start = addr as usize;
+        // libibverbs' checks, in its order.
+        if !ReregFlags::all().contains(flags) {
+            return Err(self.input_error("unknown flag bits"));
+        }
+        if translation && (length == 0 || addr.is_null()) {
+            return Err(self.input_error("CHANGE_TRANSLATION with a zero length or a null address"));
+        }
+        if !access.is_empty() && !flags.contains(ReregFlags::ACCESS) {
+            return Err(self.input_error("access flags given without CHANGE_ACCESS"));
+        }
+        // Ours.
+        let new_pd = if flags.contains(ReregFlags::PD) {
+            match pd {
+                None => return Err(self.input_error("CHANGE_PD without a protection domain")),
+                Some(pd) if !pd.context().same_as(&self.ctx) => {
+                    return Err(self.input_error("the protection domain belongs to another context"));
+                }
+                Some(pd) => Some(pd),
+            }
+        } else {
+            None
+        };
+        if translation && new_start.checked_add(length).is_none() {
+            return Err(self.input_error("the new range wraps around the address space"));
+        }
+
+        let fork = self.ctx.inner.fork.clone();
+        let mark_new = translation && self.fork_marked;
+        if mark_new {
+            if let Err(e) = fork.dontfork_range(new_start, length) {
+                return Err(self.rereg_error(ReregOutcome::DontForkNew, io_errno(&e)));
+            }
+        }
+
+        let mut cmd = ReregMr::new(self.handle, flags.bits())
+            .translation(new_start as u64, length as u64)
+            .access_flags(access.bits());
+        if let Some(pd) = new_pd {
+            cmd = cmd.pd_handle(pd.handle());
+        }
+        // SAFETY: with TRANSLATION the caller keeps the new range mapped;
+        // the command otherwise hands no new memory to the device.
+        let result = unsafe { self.ctx.run(Op::ReregMr, &cmd, &mut []) };
+        match result {
+            Ok((resp, _)) => {
+                self.lkey = resp.lkey;
+                self.rkey = resp.rkey;
+                if let Some(pd) = new_pd {
+                    self.pd = pd.inner.clone();
+                }
+                if flags.contains(ReregFlags::ACCESS) {
+                    self.access = access;
+                }
+                if translation {
+                    let (old_start, old_length) = (self.addr, self.length);
+                    self.addr = new_start;
+                    self.length = length;
+                    if self.fork_marked {
+                        if let Err(e) = fork.dofork_range(old_start, old_length) {
+                            return Err(self.rereg_error(ReregOutcome::DoForkOld, io_errno(&e)));
+                        }
+                    }
+                }
+                Ok(())
+            }
+            Err(error) => {
+                let errno = error.errno().unwrap_or(Errno::IO);
+                if mark_new {
+                    if let Err(e) = fork.dofork_range(new_start, length) {
+                        let mut err = self.rereg_error(ReregOutcome::CmdAndDoForkNew, errno);
+                        err.fork_errno = Some(io_errno(&e));
+                        return Err(err);
+                    }
+                }
+                Err(self.rereg_error(ReregOutcome::Cmd, errno))
+            }
+        }
+    }
+
+    /// Changes the access flags in place (`IBV_REREG_MR_CHANGE_ACCESS`).
+    pub fn set_access(&mut self, access: AccessFlags) -> Result<(), ReregError> {
+        // SAFETY: without TRANSLATION no new memory is handed to the device.
+        unsafe { self.rereg(ReregFlags::ACCESS, None, std::ptr::null_mut(), 0, access) }
+    }
+
+    /// Moves the MR to another protection domain of the same context
+    /// (`IBV_REREG_MR_CHANGE_PD`).
+    pub fn set_pd(&mut self, pd: &ProtectionDomain) -> Result<(), ReregError> {
+        // SAFETY: without TRANSLATION no new memory is handed to the device.
+        unsafe { self.rereg(ReregFlags::PD, Some(pd), std::ptr::null_mut(), 0, AccessFlags::empty()) }
+    }
+
+    /// Points the MR at a new range (`IBV_REREG_MR_CHANGE_TRANSLATION`).
+    ///
+    /// # Safety
+    ///
+    /// The new range must stay mapped while registered, as for
+    /// [`ProtectionDomain::reg_mr`]; the old range is released on success.
+    pub unsafe fn set_range(&mut self, addr: *mut u8, length: usize) -> Result<(), ReregError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.rereg(ReregFlags::TRANSLATION, None, addr, length, AccessFlags::empty()) }
+    }
+
+    /// Deregisters now and reports the kernel's answer; on failure the MR is
+    /// handed back, still registered (dropping it tries again).
+    #[doc(alias = "ibv_dereg_mr")]
+    pub fn dereg(mut self) -> Result<(), DeregError> {
+        match self.dereg_in_place() {
+            Ok(()) => Ok(()),
+            Err(error) => Err(DeregError { mr: self, error }),
+        }
+    }
+
+    fn dereg_in_place(&mut self) -> Result<(), Error> {
+        // SAFETY: DEREG_MR of our own handle, once: `live` is cleared on success.
+        unsafe { self.ctx.run(Op::DeregMr, &DeregMr::new(self.handle), &mut []) }?;
+        self.live = false;
+        if self.fork_marked {
+            // The registration is gone either way; a failure to un-mark only
+            // means the child will not inherit these pages.
+            let _ = self.ctx.inner.fork.dofork_range(self.addr, self.length);
+        }
+        Ok(())
+    }
+
+    fn rereg_error(&self, outcome: ReregOutcome, errno: Errno) -> ReregError {
+        ReregError { outcome, errno, device: self.ctx.inner.device.clone(), reason: None, fork_errno: None }
+    }
+
+    fn input_error(&self, reason: &'static str) -> ReregError {
+        ReregError { reason: Some(reason), ..self.rereg_error(ReregOutcome::Input, Errno::INVAL) }
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        if self.live {
+            let _ = self.dereg_in_place();
+        }
+    }
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_raw_os_error(e.raw_os_error().unwrap_or(Errno::IO.raw_os_error()))
+}

@@ -1,0 +1,145 @@
+//! Protection domains.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::buffer::{BufferMr, StableBuffer};
+use crate::command::DeallocPd;
+use crate::context::Context;
+use crate::error::{Error, Op};
+use crate::flags::AccessFlags;
+use crate::mr::MemoryRegion;
+
+/// The kernel PD, shared by the [`ProtectionDomain`] and the MRs in it.
+pub(crate) struct PdInner {
+    pub(crate) ctx: Context,
+    pub(crate) handle: u32,
+    released: AtomicBool,
+}
+
+impl PdInner {
+    fn dealloc(&self) -> Result<(), Error> {
+        // SAFETY: DEALLOC_PD of our own handle; it is marked released on
+        // success so it is never sent twice.
+        unsafe { self.ctx.run(Op::DeallocPd, &DeallocPd::new(self.handle), &mut []) }?;
+        self.released.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+impl Drop for PdInner {
+    fn drop(&mut self) {
+        // Every MR holds an Arc of this, so no MR is left in the PD here.
+        if !self.released.load(Ordering::Acquire) {
+            let _ = self.dealloc();
+        }
+    }
+}
+
+/// A protection domain (`struct ibv_pd`): the scope in which memory regions
+/// and queue pairs may be used together.
+///
+/// Dropping it deallocates it. Memory regions keep their PD alive, so a PD
+/// is only released in the kernel after the last MR in it is gone, whatever
+/// the drop order.
+#[doc(alias = "ibv_pd")]
+pub struct ProtectionDomain {
+    pub(crate) inner: Arc<PdInner>,
+}
+
+impl fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProtectionDomain")
+            .field("device", &self.inner.ctx.device_name())
+            .field("handle", &self.inner.handle)
+            .finish()
+    }
+}
+
+/// A failed [`ProtectionDomain::dealloc`]: the PD is handed back, still valid.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct DeallocError {
+    /// The PD, unchanged.
+    pub pd: ProtectionDomain,
+    /// Why the kernel refused (`EBUSY` while memory regions use it).
+    pub error: Error,
+}
+
+/// A failed [`ProtectionDomain::reg_buffer`]: the buffer is handed back.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RegBufferError<B> {
+    /// The buffer, not registered.
+    pub buffer: B,
+    /// Why the registration failed.
+    pub error: Error,
+}
+
+impl ProtectionDomain {
+    pub(crate) fn new(ctx: Context, handle: u32) -> Self {
+        ProtectionDomain { inner: Arc::new(PdInner { ctx, handle, released: AtomicBool::new(false) }) }
+    }
+
+    /// The kernel's handle for this PD.
+    pub fn handle(&self) -> u32 {
+        self.inner.handle
+    }
+
+    /// The context the PD belongs to.
+    pub fn context(&self) -> &Context {
+        &self.inner.ctx
+    }
+
+    /// Deallocates the PD now and reports the kernel's answer. While memory
+    /// regions still use the PD the kernel answers `EBUSY`, and the PD comes
+    /// back in the error, unchanged.
+    #[doc(alias = "ibv_dealloc_pd")]
+    pub fn dealloc(self) -> Result<(), DeallocError> {
+        match self.inner.dealloc() {
+            Ok(()) => Ok(()),
+            Err(error) => Err(DeallocError { pd: self, error }),
+        }
+    }
+
+    /// Registers `length` bytes at `addr` with the given access.
+    ///
+    /// With fork safety enabled the range is marked `MADV_DONTFORK` before
+    /// the command and un-marked again if it fails (not for `ON_DEMAND`).
+    ///
+    /// # Safety
+    ///
+    /// The range must stay mapped, and must not be reused for anything the
+    /// device must not touch, until the region is deregistered (dropped) or
+    /// re-registered elsewhere: the device reads (and with write access,
+    /// writes) it behind the compiler's back.
+    #[doc(alias = "ibv_reg_mr")]
+    pub unsafe fn reg_mr(&self, addr: *mut u8, length: usize, access: AccessFlags) -> Result<MemoryRegion, Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe { MemoryRegion::register(self, addr, length, access) }
+    }
+
+    /// Registers an owned, address-stable buffer. The buffer is
+    /// deregistered before it is dropped, so this is safe.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use uverbs::AccessFlags;
+    /// let ctx = uverbs::devices()?.first().ok_or("no device")?.open()?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let buf = vec![0u8; 1 << 20].into_boxed_slice();
+    /// let mr = pd.reg_buffer(buf, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+    /// println!("lkey {:#x} rkey {:#x}", mr.lkey(), mr.rkey());
+    /// # Ok(()) }
+    /// ```
+    pub fn reg_buffer<B: StableBuffer>(&self, mut buffer: B, access: AccessFlags) -> Result<BufferMr<B>, RegBufferError<B>> {
+        let (addr, len) = (buffer.as_mut_ptr(), buffer.len());
+        // SAFETY: the BufferMr owns the buffer and deregisters before
+        // dropping it; StableBuffer promises the address does not move.
+        match unsafe { self.reg_mr(addr, len, access) } {
+            Ok(mr) => Ok(BufferMr::new(mr, buffer)),
+            Err(error) => Err(RegBufferError { buffer, error }),
+        }
+    }
+}

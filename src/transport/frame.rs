@@ -1,0 +1,195 @@
+//! The two byte framings of a write command, as pure functions.
+//!
+//! Nothing here performs a system call: the encoders build the exact bytes
+//! that [`KernelFile`](super::KernelFile) hands to `write()` or to
+//! `ioctl(RDMA_VERBS_IOCTL)`, so unit tests can pin them byte for byte.
+
+use crate::error::Errno;
+use uverbs_uapi as sys;
+
+/// The most attributes any frame built here carries (INVOKE_WRITE: WRITE_CMD,
+/// CORE_IN, CORE_OUT, UHW_IN, UHW_OUT).
+pub const MAX_ATTRS: usize = 5;
+
+/// The largest write() buffer built here, in bytes (header included).
+pub const MAX_WRITE_BYTES: usize = 256;
+
+/// A legacy `write()` buffer: `ib_uverbs_cmd_hdr` + core request + UHW in.
+#[derive(Clone, Debug)]
+pub struct WriteFrame {
+    words: [u64; MAX_WRITE_BYTES / 8],
+    len: usize,
+}
+
+impl WriteFrame {
+    /// Frames command `code`. When `response_len` is not zero, the first
+    /// eight bytes of `core_in` (the `response` field) are replaced by
+    /// `response_ptr`; `response_len` is the core response plus the UHW out
+    /// length, which the kernel reads as one contiguous buffer.
+    ///
+    /// Fails with `EINVAL` when a length is not a multiple of four or the
+    /// words do not fit the header's `u16` fields, and with `E2BIG` when the
+    /// frame exceeds [`MAX_WRITE_BYTES`].
+    pub fn new(
+        code: u32,
+        core_in: &[u8],
+        uhw_in: &[u8],
+        response_ptr: u64,
+        response_len: usize,
+    ) -> Result<Self, Errno> {
+        let hdr_len = size_of::<sys::ib_uverbs_cmd_hdr>();
+        let len = hdr_len + core_in.len() + uhw_in.len();
+        if len % 4 != 0 || response_len % 4 != 0 {
+            return Err(Errno::INVAL);
+        }
+        if len > MAX_WRITE_BYTES {
+            return Err(Errno::TOOBIG);
+        }
+        let in_words = u16::try_from(len / 4).map_err(|_| Errno::INVAL)?;
+        let out_words = u16::try_from(response_len / 4).map_err(|_| Errno::INVAL)?;
+        if response_len != 0 && core_in.len() < 8 {
+            return Err(Errno::INVAL);
+        }
+        let mut frame = WriteFrame { words: [0; MAX_WRITE_BYTES / 8], len };
+        let bytes = frame.bytes_mut();
+        bytes[0..4].copy_from_slice(&code.to_ne_bytes());
+        bytes[4..6].copy_from_slice(&in_words.to_ne_bytes());
+        bytes[6..8].copy_from_slice(&out_words.to_ne_bytes());
+        bytes[hdr_len..hdr_len + core_in.len()].copy_from_slice(core_in);
+        if response_len != 0 {
+            bytes[hdr_len..hdr_len + 8].copy_from_slice(&response_ptr.to_ne_bytes());
+        }
+        bytes[hdr_len + core_in.len()..len].copy_from_slice(uhw_in);
+        Ok(frame)
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `words` is a plain u64 array; viewing it as bytes is always valid.
+        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), MAX_WRITE_BYTES) }
+    }
+
+    /// The bytes to write.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: as in `bytes_mut`; `len <= MAX_WRITE_BYTES`.
+        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+/// An `ib_uverbs_ioctl_hdr` followed by its attributes, as the kernel reads it.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct IoctlFrame {
+    hdr: sys::ib_uverbs_ioctl_hdr,
+    attrs: [sys::ib_uverbs_attr; MAX_ATTRS],
+}
+
+impl IoctlFrame {
+    /// An empty frame for method `method_id` of object `object_id`.
+    pub fn new(object_id: u16, method_id: u16, driver_id: u32) -> Self {
+        let mut frame = IoctlFrame {
+            hdr: sys::ib_uverbs_ioctl_hdr::default(),
+            attrs: [sys::ib_uverbs_attr::default(); MAX_ATTRS],
+        };
+        frame.hdr.object_id = object_id;
+        frame.hdr.method_id = method_id;
+        frame.hdr.driver_id = driver_id;
+        frame.hdr.length = size_of::<sys::ib_uverbs_ioctl_hdr>() as u16;
+        frame
+    }
+
+    /// Frames write command `code` as `UVERBS_METHOD_INVOKE_WRITE`:
+    /// `WRITE_CMD` inline, `CORE_IN`, then `CORE_OUT`, `UHW_IN` and `UHW_OUT`
+    /// only when not empty. The output pointers are where the kernel writes.
+    pub fn invoke_write(
+        driver_id: u32,
+        code: u32,
+        core_in: &[u8],
+        uhw_in: &[u8],
+        core_out: (u64, usize),
+        uhw_out: (u64, usize),
+    ) -> Result<Self, Errno> {
+        let mut frame = Self::new(sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_INVOKE_WRITE, driver_id);
+        frame.push(attr_const(sys::UVERBS_ATTR_WRITE_CMD, code.into()))?;
+        frame.push(attr_in(sys::UVERBS_ATTR_CORE_IN, core_in)?)?;
+        if core_out.1 != 0 {
+            frame.push(attr_out(sys::UVERBS_ATTR_CORE_OUT, core_out.0, core_out.1)?)?;
+        }
+        if !uhw_in.is_empty() {
+            frame.push(attr_in(sys::UVERBS_ATTR_UHW_IN, uhw_in)?)?;
+        }
+        if uhw_out.1 != 0 {
+            frame.push(attr_out(sys::UVERBS_ATTR_UHW_OUT, uhw_out.0, uhw_out.1)?)?;
+        }
+        Ok(frame)
+    }
+
+    /// Appends an attribute; `E2BIG` when the frame is full.
+    pub fn push(&mut self, attr: sys::ib_uverbs_attr) -> Result<(), Errno> {
+        let n = usize::from(self.hdr.num_attrs);
+        if n == MAX_ATTRS {
+            return Err(Errno::TOOBIG);
+        }
+        self.attrs[n] = attr;
+        self.hdr.num_attrs += 1;
+        self.hdr.length += size_of::<sys::ib_uverbs_attr>() as u16;
+        Ok(())
+    }
+
+    /// The attributes pushed so far (after the ioctl: with the kernel's flags).
+    pub fn attrs(&self) -> &[sys::ib_uverbs_attr] {
+        &self.attrs[..usize::from(self.hdr.num_attrs)]
+    }
+
+    /// The attribute with id `attr_id`, if present.
+    pub fn attr(&self, attr_id: u16) -> Option<&sys::ib_uverbs_attr> {
+        self.attrs().iter().find(|a| a.attr_id == attr_id)
+    }
+
+    /// The header, as the kernel reads it.
+    pub fn header(&self) -> &sys::ib_uverbs_ioctl_hdr {
+        &self.hdr
+    }
+
+    /// The `hdr.length` bytes the kernel reads.
+    pub fn as_bytes(&self) -> &[u8] {
+        // SAFETY: IoctlFrame is repr(C) of padding-free uapi structs (24 + 16·5
+        // bytes, 8-aligned) and `length` never exceeds its size.
+        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), usize::from(self.hdr.length)) }
+    }
+}
+
+/// A mandatory constant input, inline in `data` (`len` 8, as rdma-core sends it).
+pub fn attr_const(attr_id: u16, value: u64) -> sys::ib_uverbs_attr {
+    sys::ib_uverbs_attr {
+        attr_id,
+        len: 8,
+        flags: sys::UVERBS_ATTR_F_MANDATORY,
+        attr_data: 0,
+        data: value,
+    }
+}
+
+/// A mandatory pointer input: up to 8 bytes inline in `data`, longer ones by
+/// pointer. `EINVAL` above 0xffff bytes.
+pub fn attr_in(attr_id: u16, bytes: &[u8]) -> Result<sys::ib_uverbs_attr, Errno> {
+    let len = u16::try_from(bytes.len()).map_err(|_| Errno::INVAL)?;
+    let data = if bytes.len() <= 8 {
+        let mut inline = [0u8; 8];
+        inline[..bytes.len()].copy_from_slice(bytes);
+        u64::from_ne_bytes(inline)
+    } else {
+        bytes.as_ptr() as u64
+    };
+    Ok(sys::ib_uverbs_attr { attr_id, len, flags: sys::UVERBS_ATTR_F_MANDATORY, attr_data: 0, data })
+}
+
+/// A mandatory output buffer of `len` bytes at `ptr`. `EINVAL` above 0xffff.
+pub fn attr_out(attr_id: u16, ptr: u64, len: usize) -> Result<sys::ib_uverbs_attr, Errno> {
+    let len = u16::try_from(len).map_err(|_| Errno::INVAL)?;
+    Ok(sys::ib_uverbs_attr { attr_id, len, flags: sys::UVERBS_ATTR_F_MANDATORY, attr_data: 0, data: ptr })
+}
+
+/// True when the kernel marked the attribute as written.
+pub fn is_valid_output(attr: &sys::ib_uverbs_attr) -> bool {
+    attr.flags & sys::UVERBS_ATTR_F_VALID_OUTPUT != 0
+}

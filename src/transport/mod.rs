@@ -1,0 +1,158 @@
+//! How commands reach the kernel.
+//!
+//! A [`Transport`] executes one uverbs write command given as a
+//! [`RawCommand`]: the core request and response, and the driver-private
+//! (UHW) tails. The kernel's file, [`KernelFile`], frames it either as
+//! `ioctl(RDMA_VERBS_IOCTL)` with `UVERBS_METHOD_INVOKE_WRITE` or as a legacy
+//! `write()`; [`RecordingTransport`] is a fake kernel for tests that records
+//! every command it is given. The byte layouts of both framings live in
+//! [`frame`] and nowhere else.
+
+pub mod frame;
+mod kernel;
+mod recording;
+
+use std::fmt;
+
+pub use kernel::KernelFile;
+pub use recording::{RecordedCommand, RecordingTransport};
+
+use crate::command::{bytes_of_mut, WriteCommand};
+use crate::error::Errno;
+use uverbs_uapi as sys;
+
+/// Which framing a context uses to send write commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransportKind {
+    /// `ioctl(RDMA_VERBS_IOCTL)` with `UVERBS_METHOD_INVOKE_WRITE` (needs the driver id).
+    Ioctl,
+    /// The legacy `write()` of a command header and body.
+    Write,
+    /// Not the kernel: a test double such as [`RecordingTransport`].
+    Fake,
+}
+
+impl fmt::Display for TransportKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TransportKind::Ioctl => "ioctl",
+            TransportKind::Write => "write",
+            TransportKind::Fake => "fake",
+        })
+    }
+}
+
+/// How a context chooses its transport when it is opened.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum TransportMode {
+    /// Probe like rdma-core: an `INVOKE_WRITE` that carries only
+    /// `WRITE_CMD = QUERY_DEVICE`; `ENOTTY` or `EPROTONOSUPPORT` (no ioctl
+    /// framework) and `EINVAL` (driver id not accepted) choose `write()`,
+    /// any other answer chooses ioctl. An unknown driver id chooses `write()`.
+    #[default]
+    Auto,
+    /// Always ioctl; opening fails when the driver id is unknown.
+    Ioctl,
+    /// Always the legacy `write()`.
+    Write,
+}
+
+impl TransportMode {
+    /// The mode named by the `UVERBS_TRANSPORT` environment variable
+    /// (`auto`, `ioctl` or `write`); `Auto` when it is unset or unrecognised.
+    pub fn from_env() -> Self {
+        match std::env::var("UVERBS_TRANSPORT").as_deref() {
+            Ok("ioctl") => TransportMode::Ioctl,
+            Ok("write") => TransportMode::Write,
+            _ => TransportMode::Auto,
+        }
+    }
+}
+
+/// One write command in raw form: what goes in and where the answer goes.
+///
+/// `core_in` is the kernel's request struct *after* the 8-byte command
+/// header; when `core_out` is not empty it starts with the `u64 response`
+/// field, which the write() framing fills with the response pointer.
+#[derive(Debug)]
+pub struct RawCommand<'a> {
+    /// `IB_USER_VERBS_CMD_*`.
+    pub code: u32,
+    /// The core request.
+    pub core_in: &'a [u8],
+    /// Driver-private input (UHW in), possibly empty.
+    pub uhw_in: &'a [u8],
+    /// The core response buffer, possibly empty.
+    pub core_out: &'a mut [u8],
+    /// Driver-private output buffer (UHW out), possibly empty.
+    pub uhw_out: &'a mut [u8],
+}
+
+/// Something that executes uverbs commands: the kernel's file, or a double.
+///
+/// # Safety
+///
+/// Implementors must execute each command at most once, write only inside
+/// the given output buffers, zero the output buffers before the call, and
+/// return from [`execute`](Transport::execute) the number of leading
+/// `uhw_out` bytes that were really written (at most `uhw_out.len()`). On
+/// success the whole `core_out` must hold the kernel's answer.
+pub unsafe trait Transport: Send + Sync + fmt::Debug {
+    /// The framing this transport uses.
+    fn kind(&self) -> TransportKind;
+
+    /// Executes one write command. Returns how many bytes of `uhw_out` the
+    /// kernel wrote.
+    ///
+    /// # Safety
+    ///
+    /// A command can give the device access to memory (`REG_MR`) or destroy
+    /// objects other code owns: the caller must uphold what the command
+    /// needs, e.g. that a registered range stays mapped while registered.
+    unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno>;
+
+    /// Invokes an ioctl-only method (`object_id`, `method_id`) with the given
+    /// attributes. Transports without ioctl answer `EOPNOTSUPP`.
+    ///
+    /// # Safety
+    ///
+    /// Every pointer carried in `attrs` must be valid for the length and
+    /// direction the method uses.
+    unsafe fn invoke(
+        &self,
+        object_id: u16,
+        method_id: u16,
+        attrs: &mut [sys::ib_uverbs_attr],
+    ) -> Result<(), Errno> {
+        let _ = (object_id, method_id, attrs);
+        Err(Errno::OPNOTSUPP)
+    }
+}
+
+/// Sends a typed command through `transport` and returns the kernel's core
+/// response and the number of `uhw_out` bytes it wrote.
+///
+/// # Safety
+///
+/// As for [`Transport::execute`]: the command must be safe to run.
+pub(crate) unsafe fn run<C: WriteCommand>(
+    transport: &dyn Transport,
+    cmd: &C,
+    uhw_out: &mut [u8],
+) -> Result<(C::Response, usize), Errno> {
+    let mut request = cmd.request();
+    let mut response = C::Response::default();
+    let mut raw = RawCommand {
+        code: C::CODE,
+        core_in: bytes_of_mut(&mut request),
+        uhw_in: cmd.uhw_in(),
+        core_out: bytes_of_mut(&mut response),
+        uhw_out,
+    };
+    // SAFETY: forwarded to the caller.
+    let written = unsafe { transport.execute(&mut raw) }?;
+    Ok((response, written))
+}
+
+#[cfg(test)]
+mod golden_tests;

@@ -1,0 +1,259 @@
+//! A fake kernel that records every command: for tests that must prove what
+//! was (or was not) sent, and for fault injection.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::os::fd::IntoRawFd;
+use std::sync::Mutex;
+
+use super::{RawCommand, Transport, TransportKind};
+use crate::error::Errno;
+use uverbs_uapi as sys;
+
+/// One command as the transport received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedCommand {
+    /// `IB_USER_VERBS_CMD_*`.
+    pub code: u32,
+    /// The core request bytes.
+    pub core_in: Vec<u8>,
+    /// The driver-private input bytes.
+    pub uhw_in: Vec<u8>,
+    /// The size of the core response buffer.
+    pub core_out_len: usize,
+    /// The size of the driver-private response buffer.
+    pub uhw_out_len: usize,
+}
+
+impl RecordedCommand {
+    /// The core request decoded as `T` (a uapi request struct).
+    ///
+    /// # Panics
+    ///
+    /// When `T` is larger than the recorded request.
+    pub fn request<T: Copy>(&self) -> T {
+        assert!(self.core_in.len() >= size_of::<T>(), "recorded request is too short");
+        // SAFETY: the length is checked; uapi structs are POD, so an
+        // unaligned read of any bytes gives a valid value.
+        unsafe { std::ptr::read_unaligned(self.core_in.as_ptr().cast::<T>()) }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct FakeMr {
+    pd: u32,
+    lkey: u32,
+}
+
+#[derive(Debug, Default)]
+struct FakeKernel {
+    log: Vec<RecordedCommand>,
+    failures: HashMap<u32, VecDeque<Errno>>,
+    next_handle: u32,
+    next_key: u32,
+    pds: BTreeSet<u32>,
+    mrs: BTreeMap<u32, FakeMr>,
+}
+
+/// A [`Transport`] that simulates a small, well-behaved uverbs device and
+/// records every command it receives.
+///
+/// It models handles, PD use counts and keys the way rxe does on Linux 6.12
+/// for PD and access changes (in place, keys unchanged), accepts translation
+/// changes too, and answers like the kernel's core checks: `EINVAL` for
+/// `flags == 0` or unknown handles, `EOPNOTSUPP` for unknown flag bits,
+/// `EBUSY` for a PD still in use. [`fail_next`](Self::fail_next) injects an
+/// errno into the next command with a given code.
+#[derive(Debug, Default)]
+pub struct RecordingTransport {
+    kernel: Mutex<FakeKernel>,
+}
+
+impl RecordingTransport {
+    /// A fresh fake device with no objects.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes the next command with this code fail with `errno` (queued: call
+    /// twice to fail the next two). The failing command is still recorded.
+    pub fn fail_next(&self, code: u32, errno: Errno) {
+        self.lock().failures.entry(code).or_default().push_back(errno);
+    }
+
+    /// Every command received so far, in order.
+    pub fn commands(&self) -> Vec<RecordedCommand> {
+        self.lock().log.clone()
+    }
+
+    /// How many commands were received.
+    pub fn count(&self) -> usize {
+        self.lock().log.len()
+    }
+
+    /// How many commands with this code were received.
+    pub fn count_of(&self, code: u32) -> usize {
+        self.lock().log.iter().filter(|c| c.code == code).count()
+    }
+
+    /// Live protection domains in the fake kernel.
+    pub fn live_pds(&self) -> usize {
+        self.lock().pds.len()
+    }
+
+    /// Live memory regions in the fake kernel.
+    pub fn live_mrs(&self) -> usize {
+        self.lock().mrs.len()
+    }
+
+    /// The PD handle a live MR belongs to.
+    pub fn mr_pd(&self, mr_handle: u32) -> Option<u32> {
+        self.lock().mrs.get(&mr_handle).map(|mr| mr.pd)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, FakeKernel> {
+        self.kernel.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn write_out<T: Copy>(out: &mut [u8], value: T) -> Result<(), Errno> {
+    if out.len() < size_of::<T>() {
+        return Err(Errno::NOSPC);
+    }
+    // SAFETY: the length is checked and T is a POD uapi struct.
+    unsafe { std::ptr::write_unaligned(out.as_mut_ptr().cast::<T>(), value) };
+    Ok(())
+}
+
+impl FakeKernel {
+    fn handle(&mut self) -> u32 {
+        self.next_handle += 1;
+        self.next_handle
+    }
+
+    fn key(&mut self, handle: u32) -> u32 {
+        self.next_key = self.next_key.wrapping_add(0x1d);
+        (handle << 8) | (self.next_key & 0xff)
+    }
+
+    fn check_access(access: u32) -> Result<(), Errno> {
+        let needs_local = sys::IB_UVERBS_ACCESS_REMOTE_WRITE | sys::IB_UVERBS_ACCESS_REMOTE_ATOMIC;
+        if access & needs_local != 0 && access & sys::IB_UVERBS_ACCESS_LOCAL_WRITE == 0 {
+            return Err(Errno::INVAL);
+        }
+        Ok(())
+    }
+
+    fn answer(&mut self, rec: &RecordedCommand, cmd: &mut RawCommand<'_>) -> Result<(), Errno> {
+        match rec.code {
+            sys::IB_USER_VERBS_CMD_GET_CONTEXT => {
+                // A real descriptor, so that the context can own and close it.
+                let fd = rustix::fs::open("/dev/null", rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())?;
+                let resp = sys::ib_uverbs_get_context_resp { async_fd: fd.into_raw_fd() as u32, num_comp_vectors: 1 };
+                write_out(cmd.core_out, resp)
+            }
+            sys::IB_USER_VERBS_CMD_QUERY_DEVICE => {
+                let resp = sys::ib_uverbs_query_device_resp {
+                    fw_ver: 1,
+                    max_mr_size: u64::MAX,
+                    page_size_cap: 0xffff_f000,
+                    max_mr: 1024,
+                    max_pd: 64,
+                    phys_port_cnt: 1,
+                    ..Default::default()
+                };
+                write_out(cmd.core_out, resp)
+            }
+            sys::IB_USER_VERBS_CMD_ALLOC_PD => {
+                let pd_handle = self.handle();
+                self.pds.insert(pd_handle);
+                write_out(cmd.core_out, sys::ib_uverbs_alloc_pd_resp { pd_handle })
+            }
+            sys::IB_USER_VERBS_CMD_DEALLOC_PD => {
+                let req: sys::ib_uverbs_dealloc_pd = rec.request();
+                if !self.pds.contains(&req.pd_handle) {
+                    return Err(Errno::INVAL);
+                }
+                if self.mrs.values().any(|mr| mr.pd == req.pd_handle) {
+                    return Err(Errno::BUSY);
+                }
+                self.pds.remove(&req.pd_handle);
+                Ok(())
+            }
+            sys::IB_USER_VERBS_CMD_REG_MR => {
+                let req: sys::ib_uverbs_reg_mr = rec.request();
+                if req.start & 0xfff != req.hca_va & 0xfff || req.length == 0 {
+                    return Err(Errno::INVAL);
+                }
+                Self::check_access(req.access_flags)?;
+                if !self.pds.contains(&req.pd_handle) {
+                    return Err(Errno::INVAL);
+                }
+                let mr_handle = self.handle();
+                let lkey = self.key(mr_handle);
+                self.mrs.insert(mr_handle, FakeMr { pd: req.pd_handle, lkey });
+                write_out(cmd.core_out, sys::ib_uverbs_reg_mr_resp { mr_handle, lkey, rkey: lkey })
+            }
+            sys::IB_USER_VERBS_CMD_REREG_MR => {
+                let req: sys::ib_uverbs_rereg_mr = rec.request();
+                if req.flags == 0 {
+                    return Err(Errno::INVAL);
+                }
+                if req.flags & !7 != 0 {
+                    return Err(Errno::OPNOTSUPP);
+                }
+                let Some(mut mr) = self.mrs.get(&req.mr_handle).copied() else {
+                    return Err(Errno::INVAL);
+                };
+                if req.flags & 4 != 0 {
+                    Self::check_access(req.access_flags)?;
+                }
+                if req.flags & 2 != 0 {
+                    if !self.pds.contains(&req.pd_handle) {
+                        return Err(Errno::INVAL);
+                    }
+                    mr.pd = req.pd_handle;
+                }
+                if req.flags & 1 != 0 {
+                    if req.length == 0 || req.start & 0xfff != req.hca_va & 0xfff {
+                        return Err(Errno::INVAL);
+                    }
+                    mr.lkey = self.key(req.mr_handle);
+                }
+                self.mrs.insert(req.mr_handle, mr);
+                write_out(cmd.core_out, sys::ib_uverbs_rereg_mr_resp { lkey: mr.lkey, rkey: mr.lkey })
+            }
+            sys::IB_USER_VERBS_CMD_DEREG_MR => {
+                let req: sys::ib_uverbs_dereg_mr = rec.request();
+                self.mrs.remove(&req.mr_handle).map(|_| ()).ok_or(Errno::INVAL)
+            }
+            _ => Err(Errno::OPNOTSUPP),
+        }
+    }
+}
+
+// SAFETY: commands are answered once, only `core_out` is written (never UHW
+// out, so 0 is returned), after zeroing both outputs.
+unsafe impl Transport for RecordingTransport {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Fake
+    }
+
+    unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
+        cmd.core_out.fill(0);
+        cmd.uhw_out.fill(0);
+        let rec = RecordedCommand {
+            code: cmd.code,
+            core_in: cmd.core_in.to_vec(),
+            uhw_in: cmd.uhw_in.to_vec(),
+            core_out_len: cmd.core_out.len(),
+            uhw_out_len: cmd.uhw_out.len(),
+        };
+        let mut kernel = self.lock();
+        kernel.log.push(rec.clone());
+        if let Some(errno) = kernel.failures.get_mut(&rec.code).and_then(VecDeque::pop_front) {
+            return Err(errno);
+        }
+        kernel.answer(&rec, cmd)?;
+        Ok(0)
+    }
+}
