@@ -103,7 +103,9 @@ pub struct BufferMr<B: StableBuffer> {
 
 impl<B: StableBuffer> fmt::Debug for BufferMr<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BufferMr").field("mr", &self.mr).finish_non_exhaustive()
+        f.debug_struct("BufferMr")
+            .field("mr", &self.mr)
+            .finish_non_exhaustive()
     }
 }
 

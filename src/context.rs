@@ -31,7 +31,10 @@ impl OpenOptions {
     /// Defaults: the transport named by `UVERBS_TRANSPORT` (else probed) and
     /// the process-wide fork safety ([`ForkSafety::global`]).
     pub fn new() -> Self {
-        OpenOptions { transport: TransportMode::from_env(), fork_safety: None }
+        OpenOptions {
+            transport: TransportMode::from_env(),
+            fork_safety: None,
+        }
     }
 
     /// Chooses the transport (overrides `UVERBS_TRANSPORT`).
@@ -92,14 +95,27 @@ impl Context {
         if let Some((low, high, supported)) = driver_id.and_then(DriverId::supported_abi) {
             let found = device.driver_abi_version();
             if !(low..=high).contains(&found) {
-                return Err(Error::Abi { op: Op::Open, device: name.clone(), what: "driver", found, supported });
+                return Err(Error::Abi {
+                    op: Op::Open,
+                    device: name.clone(),
+                    what: "driver",
+                    found,
+                    supported,
+                });
             }
         }
 
-        let fd = rustix::fs::open(device.path(), rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())
-            .map_err(|e| Error::os(Op::Open, name, e))?;
+        let fd = rustix::fs::open(
+            device.path(),
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| Error::os(Op::Open, name, e))?;
         let stat = rustix::fs::fstat(&fd).map_err(|e| Error::os(Op::Open, name, e))?;
-        let found = (rustix::fs::major(stat.st_rdev), rustix::fs::minor(stat.st_rdev));
+        let found = (
+            rustix::fs::major(stat.st_rdev),
+            rustix::fs::minor(stat.st_rdev),
+        );
         if found != device.dev_number() {
             return Err(Error::WrongCharDevice {
                 op: Op::Open,
@@ -114,15 +130,24 @@ impl Context {
             (TransportMode::Write, _) => TransportKind::Write,
             (TransportMode::Ioctl, Some(_)) => TransportKind::Ioctl,
             (TransportMode::Ioctl, None) => {
-                return Err(Error::input(Op::ProbeTransport, name, "the ioctl transport needs the driver id, which is unknown"));
+                return Err(Error::input(
+                    Op::ProbeTransport,
+                    name,
+                    "the ioctl transport needs the driver id, which is unknown",
+                ));
             }
             (TransportMode::Auto, None) => TransportKind::Write,
-            (TransportMode::Auto, Some(id)) => match KernelFile::probe_invoke_write(fd.as_fd(), id.0) {
-                Err(Errno::NOTTY | Errno::PROTONOSUPPORT | Errno::INVAL) => TransportKind::Write,
-                _ => TransportKind::Ioctl,
-            },
+            (TransportMode::Auto, Some(id)) => {
+                match KernelFile::probe_invoke_write(fd.as_fd(), id.0) {
+                    Err(Errno::NOTTY | Errno::PROTONOSUPPORT | Errno::INVAL) => {
+                        TransportKind::Write
+                    }
+                    _ => TransportKind::Ioctl,
+                }
+            }
         };
-        let file = KernelFile::new(fd, kind, driver_id.map(|d| d.0)).map_err(|e| Error::os(Op::Open, name, e))?;
+        let file = KernelFile::new(fd, kind, driver_id.map(|d| d.0))
+            .map_err(|e| Error::os(Op::Open, name, e))?;
         Self::with_transport(name, driver_id, Box::new(file), options)
     }
 
@@ -139,13 +164,22 @@ impl Context {
         let mut uhw_out = [0u8; 8];
         let uhw_len = driver_id.map_or(0, DriverId::get_context_uhw_out_len);
         // SAFETY: GET_CONTEXT hands no memory to the device.
-        let (resp, _) = unsafe { transport::run(transport.as_ref(), &GetContext::new(), &mut uhw_out[..uhw_len]) }
-            .map_err(|e| Error::os(Op::GetContext, &device, e))?;
+        let (resp, _) = unsafe {
+            transport::run(
+                transport.as_ref(),
+                &GetContext::new(),
+                &mut uhw_out[..uhw_len],
+            )
+        }
+        .map_err(|e| Error::os(Op::GetContext, &device, e))?;
         // SAFETY: a successful GET_CONTEXT installed a new descriptor for the
         // async-event file in this process and gave us its number; nothing
         // else owns it.
         let async_fd = unsafe { OwnedFd::from_raw_fd(resp.async_fd as RawFd) };
-        let fork = options.fork_safety.clone().unwrap_or_else(ForkSafety::global);
+        let fork = options
+            .fork_safety
+            .clone()
+            .unwrap_or_else(ForkSafety::global);
         Ok(Context {
             inner: Arc::new(ContextInner {
                 device,
@@ -206,13 +240,23 @@ impl Context {
         let mut total: u32 = 0;
         let mut attrs = [
             frame::attr_const(sys::UVERBS_ATTR_INFO_OBJECT_ID, object_id.into()),
-            frame::attr_out(sys::UVERBS_ATTR_INFO_TOTAL_HANDLES, (&mut total as *mut u32) as u64, 4)
-                .map_err(|e| Error::os(Op::InfoHandles, &self.inner.device, e))?,
+            frame::attr_out(
+                sys::UVERBS_ATTR_INFO_TOTAL_HANDLES,
+                (&mut total as *mut u32) as u64,
+                4,
+            )
+            .map_err(|e| Error::os(Op::InfoHandles, &self.inner.device, e))?,
         ];
         // SAFETY: the only pointer is to `total`, 4 writable bytes that
         // outlive the call.
-        unsafe { self.inner.transport.invoke(sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_INFO_HANDLES, &mut attrs) }
-            .map_err(|e| Error::os(Op::InfoHandles, &self.inner.device, e))?;
+        unsafe {
+            self.inner.transport.invoke(
+                sys::UVERBS_OBJECT_DEVICE,
+                sys::UVERBS_METHOD_INFO_HANDLES,
+                &mut attrs,
+            )
+        }
+        .map_err(|e| Error::os(Op::InfoHandles, &self.inner.device, e))?;
         if !frame::is_valid_output(&attrs[1]) {
             return Err(Error::os(Op::InfoHandles, &self.inner.device, Errno::PROTO));
         }
@@ -231,7 +275,11 @@ impl Context {
     /// The command must be safe to run: a `REG_MR` range must stay mapped
     /// while registered, and destroying a handle that a [`ProtectionDomain`]
     /// or [`MemoryRegion`](crate::MemoryRegion) owns breaks that object.
-    pub unsafe fn execute<C: WriteCommand>(&self, cmd: &C, uhw_out: &mut [u8]) -> Result<C::Response, Error> {
+    pub unsafe fn execute<C: WriteCommand>(
+        &self,
+        cmd: &C,
+        uhw_out: &mut [u8],
+    ) -> Result<C::Response, Error> {
         // SAFETY: forwarded to the caller.
         unsafe { self.run(Op::Raw, cmd, uhw_out) }.map(|(resp, _)| resp)
     }

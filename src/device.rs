@@ -112,7 +112,10 @@ pub fn devices_in(sysfs: &Path, dev_dir: &Path) -> Result<Vec<Device>, Error> {
     for entry in entries {
         let entry = entry.map_err(|source| sysfs_error(sysfs, source))?;
         let uverbs = entry.file_name().to_string_lossy().into_owned();
-        let Some(index) = uverbs.strip_prefix("uverbs").and_then(|n| n.parse::<u32>().ok()) else {
+        let Some(index) = uverbs
+            .strip_prefix("uverbs")
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
             continue;
         };
         let dir = entry.path();
@@ -121,7 +124,13 @@ pub fn devices_in(sysfs: &Path, dev_dir: &Path) -> Result<Vec<Device>, Error> {
         let dev = parse_dev(&dir.join("dev"))?;
         found.push((
             index,
-            Device { name: Arc::from(name.as_str()), path: dev_dir.join(&uverbs), uverbs, driver_abi, dev },
+            Device {
+                name: Arc::from(name.as_str()),
+                path: dev_dir.join(&uverbs),
+                uverbs,
+                driver_abi,
+                dev,
+            },
         ));
     }
     found.sort_by_key(|(index, _)| *index);
@@ -129,24 +138,45 @@ pub fn devices_in(sysfs: &Path, dev_dir: &Path) -> Result<Vec<Device>, Error> {
 }
 
 fn sysfs_error(path: &Path, source: std::io::Error) -> Error {
-    Error::Sysfs { op: Op::ListDevices, path: path.to_owned(), source }
+    Error::Sysfs {
+        op: Op::ListDevices,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 fn read_text(path: &Path) -> Result<String, Error> {
-    fs::read_to_string(path).map(|s| s.trim().to_owned()).map_err(|source| sysfs_error(path, source))
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .map_err(|source| sysfs_error(path, source))
 }
 
 fn read_u32(path: &Path) -> Result<u32, Error> {
     let text = read_text(path)?;
-    text.parse()
-        .map_err(|_| sysfs_error(path, std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not a number: {text:?}"))))
+    text.parse().map_err(|_| {
+        sysfs_error(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not a number: {text:?}"),
+            ),
+        )
+    })
 }
 
 fn parse_dev(path: &Path) -> Result<(u32, u32), Error> {
     let text = read_text(path)?;
-    let parsed = text.split_once(':').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
+    let parsed = text
+        .split_once(':')
+        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
     parsed.ok_or_else(|| {
-        sysfs_error(path, std::io::Error::new(std::io::ErrorKind::InvalidData, format!("not major:minor: {text:?}")))
+        sysfs_error(
+            path,
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("not major:minor: {text:?}"),
+            ),
+        )
     })
 }
 
@@ -158,7 +188,10 @@ mod tests {
         let root = std::env::temp_dir().join(format!(
             "uverbs-sysfs-{}-{}",
             std::process::id(),
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos()
         ));
         fs::create_dir_all(&root).unwrap();
         fs::write(root.join("abi_version"), abi).unwrap();
@@ -175,7 +208,11 @@ mod tests {
     #[test]
     fn lists_devices_in_uverbs_order() {
         let root = fake_sysfs(
-            &[("uverbs10", "mlx5_0", "1", "231:202"), ("uverbs1", "siw0", "1", "231:193"), ("uverbs0", "rxe0", "2", "231:192")],
+            &[
+                ("uverbs10", "mlx5_0", "1", "231:202"),
+                ("uverbs1", "siw0", "1", "231:193"),
+                ("uverbs0", "rxe0", "2", "231:192"),
+            ],
             "6\n",
         );
         fs::create_dir_all(root.join("not-a-device")).unwrap();
@@ -190,7 +227,11 @@ mod tests {
 
     #[test]
     fn no_sysfs_class_means_no_devices() {
-        let devs = devices_in(Path::new("/nonexistent/uverbs"), Path::new("/dev/infiniband")).unwrap();
+        let devs = devices_in(
+            Path::new("/nonexistent/uverbs"),
+            Path::new("/dev/infiniband"),
+        )
+        .unwrap();
         assert!(devs.is_empty());
     }
 

@@ -54,7 +54,12 @@ pub struct DeviceAttr {
 impl DeviceAttr {
     /// The firmware version as `ibv_devinfo` prints it (`major.minor.sub`).
     pub fn fw_ver_string(&self) -> String {
-        format!("{}.{}.{}", self.fw_ver >> 32, (self.fw_ver >> 16) & 0xffff, self.fw_ver & 0xffff)
+        format!(
+            "{}.{}.{}",
+            self.fw_ver >> 32,
+            (self.fw_ver >> 16) & 0xffff,
+            self.fw_ver & 0xffff
+        )
     }
 }
 

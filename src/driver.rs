@@ -71,7 +71,8 @@ impl DriverId {
     /// Driver-private REG_MR input and output sizes (siw: `siw_ureq_reg_mr`
     /// in, `siw_uresp_reg_mr` out; a zeroed request asks for key byte 0).
     pub(crate) fn reg_mr_uhw(self) -> (&'static [u8], usize) {
-        const SIW_REQ: [u8; size_of::<sys::siw_ureq_reg_mr>()] = [0; size_of::<sys::siw_ureq_reg_mr>()];
+        const SIW_REQ: [u8; size_of::<sys::siw_ureq_reg_mr>()] =
+            [0; size_of::<sys::siw_ureq_reg_mr>()];
         if self == DriverId::SIW {
             (&SIW_REQ, size_of::<sys::siw_uresp_reg_mr>())
         } else {

@@ -107,7 +107,10 @@ fn errno_name(raw: i32) -> Option<&'static str> {
         (Errno::AFNOSUPPORT, "EAFNOSUPPORT"),
         (Errno::TOOBIG, "E2BIG"),
     ];
-    names.iter().find(|(e, _)| e.raw_os_error() == raw).map(|(_, n)| *n)
+    names
+        .iter()
+        .find(|(e, _)| e.raw_os_error() == raw)
+        .map(|(_, n)| *n)
 }
 
 /// An error from any operation of this crate except re-registration, which
@@ -177,11 +180,19 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn os(op: Op, device: &Arc<str>, errno: Errno) -> Self {
-        Error::Os { op, device: device.clone(), errno }
+        Error::Os {
+            op,
+            device: device.clone(),
+            errno,
+        }
     }
 
     pub(crate) fn input(op: Op, device: &Arc<str>, reason: &'static str) -> Self {
-        Error::InvalidInput { op, device: device.clone(), reason }
+        Error::InvalidInput {
+            op,
+            device: device.clone(),
+            reason,
+        }
     }
 
     /// The operation that failed.

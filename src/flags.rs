@@ -45,7 +45,9 @@ impl AccessFlags {
     /// True when the kernel pins the pages writable for this access
     /// (`LOCAL_WRITE | REMOTE_WRITE | REMOTE_ATOMIC | MW_BIND`).
     pub fn is_writable(self) -> bool {
-        self.intersects(Self::LOCAL_WRITE | Self::REMOTE_WRITE | Self::REMOTE_ATOMIC | Self::MW_BIND)
+        self.intersects(
+            Self::LOCAL_WRITE | Self::REMOTE_WRITE | Self::REMOTE_ATOMIC | Self::MW_BIND,
+        )
     }
 }
 
@@ -80,7 +82,10 @@ mod tests {
         assert_eq!(ReregFlags::PD.bits(), 2);
         assert_eq!(ReregFlags::ACCESS.bits(), 4);
         // IBV_REREG_MR_FLAGS_SUPPORTED = (CHANGE_ACCESS << 1) - 1
-        assert_eq!(ReregFlags::all().bits(), (ReregFlags::ACCESS.bits() << 1) - 1);
+        assert_eq!(
+            ReregFlags::all().bits(),
+            (ReregFlags::ACCESS.bits() << 1) - 1
+        );
     }
 
     #[test]

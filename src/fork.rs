@@ -24,7 +24,13 @@ impl ForkSafety {
     /// The process-wide instance.
     pub fn global() -> Arc<ForkSafety> {
         static GLOBAL: OnceLock<Arc<ForkSafety>> = OnceLock::new();
-        GLOBAL.get_or_init(|| Arc::new(ForkSafety { mode: ForkMode::Disabled })).clone()
+        GLOBAL
+            .get_or_init(|| {
+                Arc::new(ForkSafety {
+                    mode: ForkMode::Disabled,
+                })
+            })
+            .clone()
     }
 
     /// The current mode.

@@ -73,16 +73,22 @@ impl MemoryRegion {
         let device = &ctx.inner.device;
         let start = addr as usize;
         if start.checked_add(length).is_none() {
-            return Err(Error::input(Op::RegMr, device, "the range wraps around the address space"));
+            return Err(Error::input(
+                Op::RegMr,
+                device,
+                "the range wraps around the address space",
+            ));
         }
         let fork = &ctx.inner.fork;
         let fork_marked = !access.contains(AccessFlags::ON_DEMAND);
         if fork_marked {
-            fork.dontfork_range(start, length).map_err(|e| Error::os(Op::RegMr, device, io_errno(&e)))?;
+            fork.dontfork_range(start, length)
+                .map_err(|e| Error::os(Op::RegMr, device, io_errno(&e)))?;
         }
         let (uhw_in, uhw_out_len) = ctx.inner.driver_id.map_or((&[][..], 0), |d| d.reg_mr_uhw());
         let mut uhw_out = [0u8; 8];
-        let cmd = RegMr::new(pd.handle(), start as u64, length as u64, access.bits()).uhw_in(uhw_in);
+        let cmd =
+            RegMr::new(pd.handle(), start as u64, length as u64, access.bits()).uhw_in(uhw_in);
         // SAFETY: the caller keeps the range mapped while it is registered.
         match unsafe { ctx.run(Op::RegMr, &cmd, &mut uhw_out[..uhw_out_len]) } {
             Ok((resp, _)) => Ok(MemoryRegion {
@@ -213,7 +219,9 @@ impl MemoryRegion {
             match pd {
                 None => return Err(self.input_error("CHANGE_PD without a protection domain")),
                 Some(pd) if !pd.context().same_as(&self.ctx) => {
-                    return Err(self.input_error("the protection domain belongs to another context"));
+                    return Err(
+                        self.input_error("the protection domain belongs to another context")
+                    );
                 }
                 Some(pd) => Some(pd),
             }
@@ -287,7 +295,15 @@ impl MemoryRegion {
     /// (`IBV_REREG_MR_CHANGE_PD`).
     pub fn set_pd(&mut self, pd: &ProtectionDomain) -> Result<(), ReregError> {
         // SAFETY: without TRANSLATION no new memory is handed to the device.
-        unsafe { self.rereg(ReregFlags::PD, Some(pd), std::ptr::null_mut(), 0, AccessFlags::empty()) }
+        unsafe {
+            self.rereg(
+                ReregFlags::PD,
+                Some(pd),
+                std::ptr::null_mut(),
+                0,
+                AccessFlags::empty(),
+            )
+        }
     }
 
     /// Points the MR at a new range (`IBV_REREG_MR_CHANGE_TRANSLATION`).
@@ -298,7 +314,15 @@ impl MemoryRegion {
     /// [`ProtectionDomain::reg_mr`]; the old range is released on success.
     pub unsafe fn set_range(&mut self, addr: *mut u8, length: usize) -> Result<(), ReregError> {
         // SAFETY: forwarded to the caller.
-        unsafe { self.rereg(ReregFlags::TRANSLATION, None, addr, length, AccessFlags::empty()) }
+        unsafe {
+            self.rereg(
+                ReregFlags::TRANSLATION,
+                None,
+                addr,
+                length,
+                AccessFlags::empty(),
+            )
+        }
     }
 
     /// Deregisters now and reports the kernel's answer; on failure the MR is
@@ -313,7 +337,10 @@ impl MemoryRegion {
 
     fn dereg_in_place(&mut self) -> Result<(), Error> {
         // SAFETY: DEREG_MR of our own handle, once: `live` is cleared on success.
-        unsafe { self.ctx.run(Op::DeregMr, &DeregMr::new(self.handle), &mut []) }?;
+        unsafe {
+            self.ctx
+                .run(Op::DeregMr, &DeregMr::new(self.handle), &mut [])
+        }?;
         self.live = false;
         if self.fork_marked {
             // The registration is gone either way; a failure to un-mark only
@@ -324,11 +351,20 @@ impl MemoryRegion {
     }
 
     fn rereg_error(&self, outcome: ReregOutcome, errno: Errno) -> ReregError {
-        ReregError { outcome, errno, device: self.ctx.inner.device.clone(), reason: None, fork_errno: None }
+        ReregError {
+            outcome,
+            errno,
+            device: self.ctx.inner.device.clone(),
+            reason: None,
+            fork_errno: None,
+        }
     }
 
     fn input_error(&self, reason: &'static str) -> ReregError {
-        ReregError { reason: Some(reason), ..self.rereg_error(ReregOutcome::Input, Errno::INVAL) }
+        ReregError {
+            reason: Some(reason),
+            ..self.rereg_error(ReregOutcome::Input, Errno::INVAL)
+        }
     }
 }
 

@@ -22,7 +22,10 @@ impl PdInner {
     fn dealloc(&self) -> Result<(), Error> {
         // SAFETY: DEALLOC_PD of our own handle; it is marked released on
         // success so it is never sent twice.
-        unsafe { self.ctx.run(Op::DeallocPd, &DeallocPd::new(self.handle), &mut []) }?;
+        unsafe {
+            self.ctx
+                .run(Op::DeallocPd, &DeallocPd::new(self.handle), &mut [])
+        }?;
         self.released.store(true, Ordering::Release);
         Ok(())
     }
@@ -79,7 +82,13 @@ pub struct RegBufferError<B> {
 
 impl ProtectionDomain {
     pub(crate) fn new(ctx: Context, handle: u32) -> Self {
-        ProtectionDomain { inner: Arc::new(PdInner { ctx, handle, released: AtomicBool::new(false) }) }
+        ProtectionDomain {
+            inner: Arc::new(PdInner {
+                ctx,
+                handle,
+                released: AtomicBool::new(false),
+            }),
+        }
     }
 
     /// The kernel's handle for this PD.
@@ -115,7 +124,12 @@ impl ProtectionDomain {
     /// re-registered elsewhere: the device reads (and with write access,
     /// writes) it behind the compiler's back.
     #[doc(alias = "ibv_reg_mr")]
-    pub unsafe fn reg_mr(&self, addr: *mut u8, length: usize, access: AccessFlags) -> Result<MemoryRegion, Error> {
+    pub unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, Error> {
         // SAFETY: forwarded to the caller.
         unsafe { MemoryRegion::register(self, addr, length, access) }
     }
@@ -133,7 +147,11 @@ impl ProtectionDomain {
     /// println!("lkey {:#x} rkey {:#x}", mr.lkey(), mr.rkey());
     /// # Ok(()) }
     /// ```
-    pub fn reg_buffer<B: StableBuffer>(&self, mut buffer: B, access: AccessFlags) -> Result<BufferMr<B>, RegBufferError<B>> {
+    pub fn reg_buffer<B: StableBuffer>(
+        &self,
+        mut buffer: B,
+        access: AccessFlags,
+    ) -> Result<BufferMr<B>, RegBufferError<B>> {
         let (addr, len) = (buffer.as_mut_ptr(), buffer.len());
         // SAFETY: the BufferMr owns the buffer and deregisters before
         // dropping it; StableBuffer promises the address does not move.

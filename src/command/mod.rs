@@ -56,4 +56,3 @@ pub(crate) fn bytes_of_mut<T: Copy>(value: &mut T) -> &mut [u8] {
     // POD: every byte is initialised and any byte pattern written is valid.
     unsafe { std::slice::from_raw_parts_mut((value as *mut T).cast::<u8>(), size_of::<T>()) }
 }
-

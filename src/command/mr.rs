@@ -21,7 +21,14 @@ pub struct RegMr<'a> {
 impl<'a> RegMr<'a> {
     /// Register `length` bytes at `start` in the PD `pd_handle`.
     pub fn new(pd_handle: u32, start: u64, length: u64, access_flags: u32) -> Self {
-        RegMr { pd_handle, start, length, hca_va: start, access_flags, uhw_in: &[] }
+        RegMr {
+            pd_handle,
+            start,
+            length,
+            hca_va: start,
+            access_flags,
+            uhw_in: &[],
+        }
     }
 
     /// The address the device uses for the first byte (default: `start`).
@@ -78,7 +85,15 @@ pub struct ReregMr {
 impl ReregMr {
     /// Re-register the MR `mr_handle`; `flags` are `IB_MR_REREG_*` bits.
     pub fn new(mr_handle: u32, flags: u32) -> Self {
-        ReregMr { mr_handle, flags, start: 0, length: 0, hca_va: 0, pd_handle: 0, access_flags: 0 }
+        ReregMr {
+            mr_handle,
+            flags,
+            start: 0,
+            length: 0,
+            hca_va: 0,
+            pd_handle: 0,
+            access_flags: 0,
+        }
     }
 
     /// The new range; the device address defaults to `start`.
@@ -149,6 +164,8 @@ unsafe impl WriteCommand for DeregMr {
     type Response = ();
 
     fn request(&self) -> Self::Request {
-        sys::ib_uverbs_dereg_mr { mr_handle: self.mr_handle }
+        sys::ib_uverbs_dereg_mr {
+            mr_handle: self.mr_handle,
+        }
     }
 }

@@ -48,6 +48,8 @@ unsafe impl WriteCommand for DeallocPd {
     type Response = ();
 
     fn request(&self) -> Self::Request {
-        sys::ib_uverbs_dealloc_pd { pd_handle: self.pd_handle }
+        sys::ib_uverbs_dealloc_pd {
+            pd_handle: self.pd_handle,
+        }
     }
 }

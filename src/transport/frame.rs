@@ -50,7 +50,10 @@ impl WriteFrame {
         if response_len != 0 && core_in.len() < 8 {
             return Err(Errno::INVAL);
         }
-        let mut frame = WriteFrame { words: [0; MAX_WRITE_BYTES / 8], len };
+        let mut frame = WriteFrame {
+            words: [0; MAX_WRITE_BYTES / 8],
+            len,
+        };
         let bytes = frame.bytes_mut();
         bytes[0..4].copy_from_slice(&code.to_ne_bytes());
         bytes[4..6].copy_from_slice(&in_words.to_ne_bytes());
@@ -65,7 +68,9 @@ impl WriteFrame {
 
     fn bytes_mut(&mut self) -> &mut [u8] {
         // SAFETY: `words` is a plain u64 array; viewing it as bytes is always valid.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), MAX_WRITE_BYTES) }
+        unsafe {
+            std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), MAX_WRITE_BYTES)
+        }
     }
 
     /// The bytes to write.
@@ -108,7 +113,11 @@ impl IoctlFrame {
         core_out: (u64, usize),
         uhw_out: (u64, usize),
     ) -> Result<Self, Errno> {
-        let mut frame = Self::new(sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_INVOKE_WRITE, driver_id);
+        let mut frame = Self::new(
+            sys::UVERBS_OBJECT_DEVICE,
+            sys::UVERBS_METHOD_INVOKE_WRITE,
+            driver_id,
+        );
         frame.push(attr_const(sys::UVERBS_ATTR_WRITE_CMD, code.into()))?;
         frame.push(attr_in(sys::UVERBS_ATTR_CORE_IN, core_in)?)?;
         if core_out.1 != 0 {
@@ -154,7 +163,12 @@ impl IoctlFrame {
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: IoctlFrame is repr(C) of padding-free uapi structs (24 + 16·5
         // bytes, 8-aligned) and `length` never exceeds its size.
-        unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), usize::from(self.hdr.length)) }
+        unsafe {
+            std::slice::from_raw_parts(
+                (self as *const Self).cast::<u8>(),
+                usize::from(self.hdr.length),
+            )
+        }
     }
 }
 
@@ -180,13 +194,25 @@ pub fn attr_in(attr_id: u16, bytes: &[u8]) -> Result<sys::ib_uverbs_attr, Errno>
     } else {
         bytes.as_ptr() as u64
     };
-    Ok(sys::ib_uverbs_attr { attr_id, len, flags: sys::UVERBS_ATTR_F_MANDATORY, attr_data: 0, data })
+    Ok(sys::ib_uverbs_attr {
+        attr_id,
+        len,
+        flags: sys::UVERBS_ATTR_F_MANDATORY,
+        attr_data: 0,
+        data,
+    })
 }
 
 /// A mandatory output buffer of `len` bytes at `ptr`. `EINVAL` above 0xffff.
 pub fn attr_out(attr_id: u16, ptr: u64, len: usize) -> Result<sys::ib_uverbs_attr, Errno> {
     let len = u16::try_from(len).map_err(|_| Errno::INVAL)?;
-    Ok(sys::ib_uverbs_attr { attr_id, len, flags: sys::UVERBS_ATTR_F_MANDATORY, attr_data: 0, data: ptr })
+    Ok(sys::ib_uverbs_attr {
+        attr_id,
+        len,
+        flags: sys::UVERBS_ATTR_F_MANDATORY,
+        attr_data: 0,
+        data: ptr,
+    })
 }
 
 /// True when the kernel marked the attribute as written.

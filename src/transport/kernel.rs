@@ -26,7 +26,11 @@ impl KernelFile {
             TransportKind::Ioctl if driver_id.is_some() => {}
             _ => return Err(Errno::INVAL),
         }
-        Ok(KernelFile { fd, kind, driver_id })
+        Ok(KernelFile {
+            fd,
+            kind,
+            driver_id,
+        })
     }
 
     /// The driver id sent in ioctl headers, if known.
@@ -38,8 +42,15 @@ impl KernelFile {
     /// `WRITE_CMD = QUERY_DEVICE`; a kernel with the framework answers
     /// `ENOSPC` (CORE_IN missing). Returns what the kernel answered.
     pub fn probe_invoke_write(fd: BorrowedFd<'_>, driver_id: u32) -> Result<(), Errno> {
-        let mut frame = IoctlFrame::new(sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_INVOKE_WRITE, driver_id);
-        let attr = super::frame::attr_const(sys::UVERBS_ATTR_WRITE_CMD, sys::IB_USER_VERBS_CMD_QUERY_DEVICE.into());
+        let mut frame = IoctlFrame::new(
+            sys::UVERBS_OBJECT_DEVICE,
+            sys::UVERBS_METHOD_INVOKE_WRITE,
+            driver_id,
+        );
+        let attr = super::frame::attr_const(
+            sys::UVERBS_ATTR_WRITE_CMD,
+            sys::IB_USER_VERBS_CMD_QUERY_DEVICE.into(),
+        );
         frame.push(attr).expect("an empty frame has room");
         // SAFETY: the frame carries no pointers; the kernel reads the header
         // and attributes and at most writes back attribute flags.
@@ -60,7 +71,8 @@ impl KernelFile {
             return Err(Errno::IO);
         }
         // SAFETY: `response` is a plain u64 array of MAX_WRITE_BYTES bytes.
-        let bytes = unsafe { std::slice::from_raw_parts(response.as_ptr().cast::<u8>(), MAX_WRITE_BYTES) };
+        let bytes =
+            unsafe { std::slice::from_raw_parts(response.as_ptr().cast::<u8>(), MAX_WRITE_BYTES) };
         cmd.core_out.copy_from_slice(&bytes[..core_len]);
         cmd.uhw_out.copy_from_slice(&bytes[core_len..resp_len]);
         Ok(cmd.uhw_out.len())
@@ -71,15 +83,28 @@ impl KernelFile {
         cmd.uhw_out.fill(0);
         let core_out = (cmd.core_out.as_mut_ptr() as u64, cmd.core_out.len());
         let uhw_out = (cmd.uhw_out.as_mut_ptr() as u64, cmd.uhw_out.len());
-        let mut frame = IoctlFrame::invoke_write(driver_id, cmd.code, cmd.core_in, cmd.uhw_in, core_out, uhw_out)?;
+        let mut frame = IoctlFrame::invoke_write(
+            driver_id,
+            cmd.code,
+            cmd.core_in,
+            cmd.uhw_in,
+            core_out,
+            uhw_out,
+        )?;
         // SAFETY: every pointer in the frame comes from the slices of `cmd`,
         // which outlive the call, with their exact lengths and directions.
         unsafe { verbs_ioctl(self.fd.as_fd(), &mut frame) }?;
-        if !cmd.core_out.is_empty() && !frame.attr(sys::UVERBS_ATTR_CORE_OUT).is_some_and(is_valid_output) {
+        if !cmd.core_out.is_empty()
+            && !frame
+                .attr(sys::UVERBS_ATTR_CORE_OUT)
+                .is_some_and(is_valid_output)
+        {
             // The kernel said success but did not write the answer.
             return Err(Errno::PROTO);
         }
-        let uhw_written = frame.attr(sys::UVERBS_ATTR_UHW_OUT).is_some_and(is_valid_output);
+        let uhw_written = frame
+            .attr(sys::UVERBS_ATTR_UHW_OUT)
+            .is_some_and(is_valid_output);
         Ok(if uhw_written { cmd.uhw_out.len() } else { 0 })
     }
 }
@@ -148,7 +173,10 @@ unsafe fn verbs_ioctl(fd: BorrowedFd<'_>, frame: &mut IoctlFrame) -> Result<(), 
             (self.0 as *mut IoctlFrame).cast()
         }
 
-        unsafe fn output_from_ptr(_: IoctlOutput, _: *mut core::ffi::c_void) -> rustix::io::Result<()> {
+        unsafe fn output_from_ptr(
+            _: IoctlOutput,
+            _: *mut core::ffi::c_void,
+        ) -> rustix::io::Result<()> {
             Ok(())
         }
     }

@@ -129,6 +129,28 @@ pub unsafe trait Transport: Send + Sync + fmt::Debug {
     }
 }
 
+// SAFETY: forwards every call to the shared transport, whose guarantees hold.
+unsafe impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
+    fn kind(&self) -> TransportKind {
+        (**self).kind()
+    }
+
+    unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
+        // SAFETY: forwarded to the caller.
+        unsafe { (**self).execute(cmd) }
+    }
+
+    unsafe fn invoke(
+        &self,
+        object_id: u16,
+        method_id: u16,
+        attrs: &mut [sys::ib_uverbs_attr],
+    ) -> Result<(), Errno> {
+        // SAFETY: forwarded to the caller.
+        unsafe { (**self).invoke(object_id, method_id, attrs) }
+    }
+}
+
 /// Sends a typed command through `transport` and returns the kernel's core
 /// response and the number of `uhw_out` bytes it wrote.
 ///

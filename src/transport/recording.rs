@@ -31,7 +31,10 @@ impl RecordedCommand {
     ///
     /// When `T` is larger than the recorded request.
     pub fn request<T: Copy>(&self) -> T {
-        assert!(self.core_in.len() >= size_of::<T>(), "recorded request is too short");
+        assert!(
+            self.core_in.len() >= size_of::<T>(),
+            "recorded request is too short"
+        );
         // SAFETY: the length is checked; uapi structs are POD, so an
         // unaligned read of any bytes gives a valid value.
         unsafe { std::ptr::read_unaligned(self.core_in.as_ptr().cast::<T>()) }
@@ -77,7 +80,11 @@ impl RecordingTransport {
     /// Makes the next command with this code fail with `errno` (queued: call
     /// twice to fail the next two). The failing command is still recorded.
     pub fn fail_next(&self, code: u32, errno: Errno) {
-        self.lock().failures.entry(code).or_default().push_back(errno);
+        self.lock()
+            .failures
+            .entry(code)
+            .or_default()
+            .push_back(errno);
     }
 
     /// Every command received so far, in order.
@@ -111,7 +118,9 @@ impl RecordingTransport {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, FakeKernel> {
-        self.kernel.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.kernel
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -147,8 +156,15 @@ impl FakeKernel {
         match rec.code {
             sys::IB_USER_VERBS_CMD_GET_CONTEXT => {
                 // A real descriptor, so that the context can own and close it.
-                let fd = rustix::fs::open("/dev/null", rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())?;
-                let resp = sys::ib_uverbs_get_context_resp { async_fd: fd.into_raw_fd() as u32, num_comp_vectors: 1 };
+                let fd = rustix::fs::open(
+                    "/dev/null",
+                    rustix::fs::OFlags::CLOEXEC,
+                    rustix::fs::Mode::empty(),
+                )?;
+                let resp = sys::ib_uverbs_get_context_resp {
+                    async_fd: fd.into_raw_fd() as u32,
+                    num_comp_vectors: 1,
+                };
                 write_out(cmd.core_out, resp)
             }
             sys::IB_USER_VERBS_CMD_QUERY_DEVICE => {
@@ -190,8 +206,21 @@ impl FakeKernel {
                 }
                 let mr_handle = self.handle();
                 let lkey = self.key(mr_handle);
-                self.mrs.insert(mr_handle, FakeMr { pd: req.pd_handle, lkey });
-                write_out(cmd.core_out, sys::ib_uverbs_reg_mr_resp { mr_handle, lkey, rkey: lkey })
+                self.mrs.insert(
+                    mr_handle,
+                    FakeMr {
+                        pd: req.pd_handle,
+                        lkey,
+                    },
+                );
+                write_out(
+                    cmd.core_out,
+                    sys::ib_uverbs_reg_mr_resp {
+                        mr_handle,
+                        lkey,
+                        rkey: lkey,
+                    },
+                )
             }
             sys::IB_USER_VERBS_CMD_REREG_MR => {
                 let req: sys::ib_uverbs_rereg_mr = rec.request();
@@ -220,11 +249,20 @@ impl FakeKernel {
                     mr.lkey = self.key(req.mr_handle);
                 }
                 self.mrs.insert(req.mr_handle, mr);
-                write_out(cmd.core_out, sys::ib_uverbs_rereg_mr_resp { lkey: mr.lkey, rkey: mr.lkey })
+                write_out(
+                    cmd.core_out,
+                    sys::ib_uverbs_rereg_mr_resp {
+                        lkey: mr.lkey,
+                        rkey: mr.lkey,
+                    },
+                )
             }
             sys::IB_USER_VERBS_CMD_DEREG_MR => {
                 let req: sys::ib_uverbs_dereg_mr = rec.request();
-                self.mrs.remove(&req.mr_handle).map(|_| ()).ok_or(Errno::INVAL)
+                self.mrs
+                    .remove(&req.mr_handle)
+                    .map(|_| ())
+                    .ok_or(Errno::INVAL)
             }
             _ => Err(Errno::OPNOTSUPP),
         }
@@ -250,7 +288,11 @@ unsafe impl Transport for RecordingTransport {
         };
         let mut kernel = self.lock();
         kernel.log.push(rec.clone());
-        if let Some(errno) = kernel.failures.get_mut(&rec.code).and_then(VecDeque::pop_front) {
+        if let Some(errno) = kernel
+            .failures
+            .get_mut(&rec.code)
+            .and_then(VecDeque::pop_front)
+        {
             return Err(errno);
         }
         kernel.answer(&rec, cmd)?;

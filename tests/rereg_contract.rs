@@ -1,0 +1,443 @@
+//! The `ibv_rereg_mr(3)` contract, proven on a recording fake kernel: input
+//! checks in libibverbs' order without any system call, exactly one command
+//! per call, the bytes of that command, what each outcome leaves valid, and
+//! release order. Runs on any machine.
+
+use std::sync::Arc;
+
+use uverbs::transport::RecordingTransport;
+use uverbs::uverbs_uapi as sys;
+use uverbs::{
+    AccessFlags, Context, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain, ReregFlags,
+    ReregOutcome,
+};
+
+const RW: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+
+struct Fixture {
+    fake: Arc<RecordingTransport>,
+    ctx: Context,
+    pd1: ProtectionDomain,
+    pd2: ProtectionDomain,
+    buf: Vec<u8>,
+    buf2: Vec<u8>,
+}
+
+fn fixture() -> Fixture {
+    let fake = Arc::new(RecordingTransport::new());
+    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &OpenOptions::new())
+        .unwrap();
+    let pd1 = ctx.alloc_pd().unwrap();
+    let pd2 = ctx.alloc_pd().unwrap();
+    Fixture {
+        fake,
+        ctx,
+        pd1,
+        pd2,
+        buf: vec![0; 1 << 20],
+        buf2: vec![0; 2 << 20],
+    }
+}
+
+impl Fixture {
+    fn reg(&mut self) -> MemoryRegion {
+        // SAFETY: the fake kernel never touches memory; `buf` outlives the MR anyway.
+        unsafe { self.pd1.reg_mr(self.buf.as_mut_ptr(), self.buf.len(), RW) }.unwrap()
+    }
+}
+
+fn snapshot(mr: &MemoryRegion) -> (u32, u32, u32, usize, usize, u32, AccessFlags) {
+    (
+        mr.handle(),
+        mr.lkey(),
+        mr.rkey(),
+        mr.addr() as usize,
+        mr.length(),
+        mr.pd_handle(),
+        mr.access(),
+    )
+}
+
+#[test]
+fn input_checks_send_nothing_and_leave_the_mr_unchanged() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let other_fake = Arc::new(RecordingTransport::new());
+    let other_ctx =
+        Context::with_transport("fake1", None, Box::new(other_fake), &OpenOptions::new()).unwrap();
+    let foreign_pd = other_ctx.alloc_pd().unwrap();
+    let new = f.buf2.as_mut_ptr();
+    let null = std::ptr::null_mut();
+    let none = AccessFlags::empty();
+
+    type Case<'a> = (
+        &'a str,
+        ReregFlags,
+        Option<&'a ProtectionDomain>,
+        *mut u8,
+        usize,
+        AccessFlags,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "unknown flag bit 8",
+            ReregFlags::from_bits_retain(8),
+            None,
+            null,
+            0,
+            none,
+        ),
+        (
+            "unknown bit with valid ones",
+            ReregFlags::from_bits_retain(8) | ReregFlags::ACCESS,
+            None,
+            null,
+            0,
+            RW,
+        ),
+        (
+            "translation, zero length",
+            ReregFlags::TRANSLATION,
+            None,
+            new,
+            0,
+            none,
+        ),
+        (
+            "translation, null address",
+            ReregFlags::TRANSLATION,
+            None,
+            null,
+            4096,
+            none,
+        ),
+        (
+            "access without CHANGE_ACCESS",
+            ReregFlags::PD,
+            Some(&f.pd2),
+            null,
+            0,
+            AccessFlags::LOCAL_WRITE,
+        ),
+        (
+            "access with flags 0",
+            ReregFlags::empty(),
+            None,
+            null,
+            0,
+            AccessFlags::LOCAL_WRITE,
+        ),
+        (
+            "CHANGE_PD without a PD",
+            ReregFlags::PD,
+            None,
+            null,
+            0,
+            none,
+        ),
+        (
+            "PD of another context",
+            ReregFlags::PD,
+            Some(&foreign_pd),
+            null,
+            0,
+            none,
+        ),
+        (
+            "range wraps around",
+            ReregFlags::TRANSLATION,
+            None,
+            (usize::MAX - 4095) as *mut u8,
+            8192,
+            none,
+        ),
+    ];
+    let before = snapshot(&mr);
+    let sent = f.fake.count();
+    for (name, flags, pd, addr, len, access) in cases {
+        // SAFETY: the fake kernel never touches memory.
+        let err = unsafe { mr.rereg(flags, pd, addr, len, access) }.unwrap_err();
+        assert_eq!(err.outcome(), ReregOutcome::Input, "{name}: {err}");
+        assert_eq!(err.code(), -1, "{name}");
+        assert_eq!(err.errno(), Errno::INVAL, "{name}");
+        assert_eq!(err.mr_state(), MrState::Old, "{name}");
+        assert!(err.reason().is_some(), "{name}: an input error says why");
+        assert_eq!(
+            f.fake.count(),
+            sent,
+            "{name}: no command may reach the kernel"
+        );
+        assert_eq!(snapshot(&mr), before, "{name}: the MR must be unchanged");
+    }
+    // Precedence follows libibverbs: unknown bits are reported before a bad
+    // translation, which is reported before stray access bits.
+    // SAFETY: as above.
+    let err = unsafe { mr.rereg(ReregFlags::from_bits_retain(9), None, null, 0, RW) }.unwrap_err();
+    assert_eq!(err.reason(), Some("unknown flag bits"));
+    // SAFETY: as above.
+    let err = unsafe { mr.rereg(ReregFlags::TRANSLATION, None, null, 0, RW) }.unwrap_err();
+    assert!(
+        err.reason().unwrap().contains("CHANGE_TRANSLATION"),
+        "{err}"
+    );
+
+    // Still usable.
+    mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(f.fake.count(), sent + 1);
+}
+
+#[test]
+fn flags_zero_reaches_the_kernel_like_libibverbs() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let sent = f.fake.count();
+    // SAFETY: no translation change.
+    let err = unsafe {
+        mr.rereg(
+            ReregFlags::empty(),
+            None,
+            std::ptr::null_mut(),
+            0,
+            AccessFlags::empty(),
+        )
+    }
+    .unwrap_err();
+    assert_eq!(f.fake.count(), sent + 1);
+    assert_eq!(err.outcome(), ReregOutcome::Cmd);
+    assert_eq!(err.errno(), Errno::INVAL);
+    assert_eq!(err.code(), -4);
+    assert_eq!(err.mr_state(), MrState::Undefined);
+}
+
+#[test]
+fn change_access_sends_one_command_and_keeps_the_handle() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let (handle, pd) = (mr.handle(), mr.pd_handle());
+    let sent = f.fake.count();
+    mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+    let cmds = f.fake.commands();
+    assert_eq!(cmds.len(), sent + 1, "exactly one command");
+    let last = cmds.last().unwrap();
+    assert_eq!(last.code, sys::IB_USER_VERBS_CMD_REREG_MR);
+    let req: sys::ib_uverbs_rereg_mr = last.request();
+    assert_eq!(req.mr_handle, handle);
+    assert_eq!(req.flags, 4);
+    assert_eq!(req.access_flags, AccessFlags::LOCAL_WRITE.bits());
+    assert_eq!(req.pd_handle, 0, "pd_handle is 0 unless CHANGE_PD");
+    assert_eq!(mr.handle(), handle);
+    assert_eq!(mr.pd_handle(), pd);
+    assert_eq!(
+        mr.access(),
+        AccessFlags::LOCAL_WRITE,
+        "we track access, libibverbs does not"
+    );
+}
+
+#[test]
+fn change_pd_moves_the_mr_and_its_pd_reference() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    mr.set_pd(&f.pd2).unwrap();
+    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request();
+    assert_eq!((req.flags, req.pd_handle), (2, f.pd2.handle()));
+    assert!(mr.is_in(&f.pd2));
+    assert_eq!(f.fake.mr_pd(mr.handle()), Some(f.pd2.handle()));
+    // The kernel refuses to free pd2 while the MR is in it; pd1 is free now.
+    let Fixture { pd1, pd2, fake, .. } = f;
+    pd1.dealloc().unwrap();
+    let err = pd2.dealloc().unwrap_err();
+    assert_eq!(err.error.errno(), Some(Errno::BUSY), "{}", err.error);
+    drop(mr);
+    err.pd.dealloc().unwrap();
+    assert_eq!((fake.live_mrs(), fake.live_pds()), (0, 0));
+}
+
+#[test]
+fn change_translation_sends_the_new_range_and_takes_the_new_keys() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let handle = mr.handle();
+    let (addr, len) = (f.buf2.as_mut_ptr(), f.buf2.len());
+    // SAFETY: buf2 outlives the MR.
+    unsafe { mr.set_range(addr, len) }.unwrap();
+    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request();
+    assert_eq!(
+        (req.flags, req.start, req.length, req.hca_va),
+        (1, addr as u64, len as u64, addr as u64)
+    );
+    assert_eq!((mr.addr(), mr.length(), mr.handle()), (addr, len, handle));
+    let rereg_resp_keys = mr.lkey();
+    assert_ne!(rereg_resp_keys, 0);
+}
+
+#[test]
+fn all_three_flags_in_one_command() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let (addr, len) = (f.buf2.as_mut_ptr(), f.buf2.len());
+    let sent = f.fake.count();
+    // SAFETY: buf2 outlives the MR.
+    unsafe {
+        mr.rereg(
+            ReregFlags::all(),
+            Some(&f.pd2),
+            addr,
+            len,
+            AccessFlags::LOCAL_WRITE,
+        )
+    }
+    .unwrap();
+    assert_eq!(f.fake.count(), sent + 1);
+    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request();
+    assert_eq!(
+        (
+            req.flags,
+            req.pd_handle,
+            req.access_flags,
+            req.start,
+            req.length
+        ),
+        (7, f.pd2.handle(), 1, addr as u64, len as u64)
+    );
+    assert!(mr.is_in(&f.pd2));
+    assert_eq!(
+        (mr.addr(), mr.length(), mr.access()),
+        (addr, len, AccessFlags::LOCAL_WRITE)
+    );
+}
+
+#[test]
+fn a_refused_command_is_cmd_and_the_mr_can_still_be_dropped() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let before = snapshot(&mr);
+    f.fake
+        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let err = mr.set_pd(&f.pd2).unwrap_err();
+    assert_eq!(err.outcome(), ReregOutcome::Cmd);
+    assert_eq!(err.errno(), Errno::OPNOTSUPP);
+    assert_eq!(err.mr_state(), MrState::Undefined);
+    assert_eq!(
+        snapshot(&mr),
+        before,
+        "the recorded attributes stay the old ones"
+    );
+    assert!(
+        err.to_string()
+            .contains("IBV_REREG_MR_ERR_CMD (-4): EOPNOTSUPP"),
+        "{err}"
+    );
+    drop(mr);
+    assert_eq!(f.fake.live_mrs(), 0, "dropping after ERR_CMD deregisters");
+    assert_eq!(
+        f.fake.commands().last().unwrap().code,
+        sys::IB_USER_VERBS_CMD_DEREG_MR
+    );
+}
+
+#[test]
+fn errors_name_the_operation_device_and_errno() {
+    let mut f = fixture();
+    f.fake
+        .fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::FAULT);
+    // SAFETY: the fake kernel never touches memory.
+    let err = unsafe { f.pd1.reg_mr(f.buf.as_mut_ptr(), 4096, RW) }.unwrap_err();
+    assert_eq!(err.op(), uverbs::Op::RegMr);
+    assert_eq!(err.errno(), Some(Errno::FAULT));
+    assert!(
+        err.to_string().starts_with("reg_mr on fake0: EFAULT (14)"),
+        "{err}"
+    );
+    assert_eq!(f.fake.live_mrs(), 0);
+
+    f.fake
+        .fail_next(sys::IB_USER_VERBS_CMD_QUERY_DEVICE, Errno::IO);
+    let err = f.ctx.query_device().unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("query_device on fake0: EIO (5)"),
+        "{err}"
+    );
+    assert_eq!(f.ctx.query_device().unwrap().max_mr_size, u64::MAX);
+}
+
+#[test]
+fn dereg_failure_hands_the_mr_back() {
+    let mut f = fixture();
+    let mr = f.reg();
+    f.fake
+        .fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::BUSY);
+    let err = mr.dereg().unwrap_err();
+    assert_eq!(err.error.errno(), Some(Errno::BUSY));
+    assert_eq!(f.fake.live_mrs(), 1);
+    err.mr.dereg().unwrap();
+    assert_eq!(f.fake.live_mrs(), 0);
+}
+
+#[test]
+fn drop_order_is_always_valid() {
+    let mut f = fixture();
+    let mr = f.reg();
+    let mr_handle = mr.handle();
+    let Fixture {
+        fake,
+        ctx,
+        pd1,
+        pd2,
+        buf,
+        buf2,
+    } = f;
+    let pd1_handle = pd1.handle();
+    // Drop the context and the PD first: the MR keeps both alive.
+    drop(ctx);
+    drop(pd1);
+    drop(pd2);
+    assert_eq!(fake.live_pds(), 1, "pd1 is still used by the MR");
+    drop(mr);
+    assert_eq!((fake.live_mrs(), fake.live_pds()), (0, 0));
+    let tail: Vec<_> = fake
+        .commands()
+        .iter()
+        .rev()
+        .take(2)
+        .map(|c| c.code)
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            sys::IB_USER_VERBS_CMD_DEALLOC_PD,
+            sys::IB_USER_VERBS_CMD_DEREG_MR
+        ]
+    );
+    let last: sys::ib_uverbs_dealloc_pd = fake.commands().last().unwrap().request();
+    assert_eq!(last.pd_handle, pd1_handle);
+    let _ = (mr_handle, buf, buf2);
+}
+
+#[test]
+fn owned_buffers_come_back_after_dereg() {
+    let f = fixture();
+    let mut mr = f
+        .pd1
+        .reg_buffer(vec![7u8; 8192].into_boxed_slice(), RW)
+        .unwrap();
+    mr.buffer_mut()[0] = 1;
+    assert_eq!(mr.length(), 8192);
+    mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+    let buf = mr.dereg().unwrap();
+    assert_eq!((buf[0], buf[1]), (1, 7));
+    assert_eq!(f.fake.live_mrs(), 0);
+
+    f.fake
+        .fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::NOMEM);
+    let err = f.pd1.reg_buffer(vec![3u8; 16], RW).unwrap_err();
+    assert_eq!(
+        err.buffer,
+        vec![3u8; 16],
+        "a failed registration hands the buffer back"
+    );
+    assert_eq!(err.error.errno(), Some(Errno::NOMEM));
+}
