@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::command::{AllocPd, GetContext, QueryDevice, WriteCommand};
@@ -9,6 +10,7 @@ use crate::device::Device;
 use crate::device_attr::DeviceAttr;
 use crate::driver::DriverId;
 use crate::error::{Errno, Error, Op};
+use crate::flags::ReregFlags;
 use crate::fork::ForkSafety;
 use crate::pd::ProtectionDomain;
 use crate::transport::{self, frame, KernelFile, Transport, TransportKind, TransportMode};
@@ -56,6 +58,9 @@ pub(crate) struct ContextInner {
     pub(crate) transport: Box<dyn Transport>,
     pub(crate) fork: Arc<ForkSafety>,
     num_comp_vectors: u32,
+    /// Flag combinations (bit `1 << flags`) the kernel answered REREG_MR
+    /// with `EOPNOTSUPP`.
+    rereg_refused: AtomicU8,
     // Closed after the transport's file (declaration order = drop order).
     _async_fd: OwnedFd,
 }
@@ -187,6 +192,7 @@ impl Context {
                 transport,
                 fork,
                 num_comp_vectors: resp.num_comp_vectors,
+                rereg_refused: AtomicU8::new(0),
                 _async_fd: async_fd,
             }),
         })
@@ -298,6 +304,33 @@ impl Context {
         // SAFETY: forwarded to the caller.
         unsafe { transport::run(self.inner.transport.as_ref(), cmd, uhw_out) }
             .map_err(|e| Error::os(op, &self.inner.device, e))
+    }
+
+    /// True when the kernel already refused (`EOPNOTSUPP`) a REREG_MR with
+    /// exactly this flag combination on this context.
+    ///
+    /// The memory is per context and per combination of
+    /// [`ReregFlags`], not per value: on rxe, one refused access value
+    /// (`ZERO_BASED`) marks every `ACCESS` change as refused, so later ones
+    /// are replaced, which is slower but still correct. Only
+    /// [`ReregFallback::Replace`](crate::ReregFallback::Replace) consults it
+    /// (to skip the doomed command); strict calls always ask the kernel.
+    pub fn rereg_known_unsupported(&self, flags: ReregFlags) -> bool {
+        flags.bits() < 8
+            && self.inner.rereg_refused.load(Ordering::Relaxed) & (1 << flags.bits()) != 0
+    }
+
+    /// Forgets every refusal remembered by [`rereg_known_unsupported`](Self::rereg_known_unsupported).
+    pub fn forget_rereg_refusals(&self) {
+        self.inner.rereg_refused.store(0, Ordering::Relaxed);
+    }
+
+    pub(crate) fn remember_rereg_unsupported(&self, flags: ReregFlags) {
+        if flags.bits() < 8 {
+            self.inner
+                .rereg_refused
+                .fetch_or(1 << flags.bits(), Ordering::Relaxed);
+        }
     }
 
     pub(crate) fn same_as(&self, other: &Context) -> bool {

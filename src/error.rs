@@ -300,6 +300,7 @@ impl fmt::Display for ReregOutcome {
 #[error("rereg_mr on {device}: {outcome}: {}{}", ErrnoDisplay(*errno), reason.map(|r| format!(" ({r})")).unwrap_or_default())]
 pub struct ReregError {
     pub(crate) outcome: ReregOutcome,
+    pub(crate) mr_state: MrState,
     pub(crate) errno: Errno,
     pub(crate) device: Arc<str>,
     pub(crate) reason: Option<&'static str>,
@@ -323,9 +324,11 @@ impl ReregError {
         self.outcome.code()
     }
 
-    /// What is valid now: the old MR, the new one, or neither.
+    /// What is valid now: the old MR, the new one, or neither. This is the
+    /// outcome's [`ReregOutcome::mr_state`], except after a failed replace
+    /// fallback, where the old MR is known to be untouched ([`MrState::Old`]).
     pub fn mr_state(&self) -> MrState {
-        self.outcome.mr_state()
+        self.mr_state
     }
 
     /// Why the input was refused, for the [`ReregOutcome::Input`] outcome.
@@ -376,6 +379,7 @@ mod tests {
 
         let r = ReregError {
             outcome: ReregOutcome::Cmd,
+            mr_state: MrState::Undefined,
             errno: Errno::OPNOTSUPP,
             device: dev,
             reason: None,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::command::{DeregMr, RegMr, ReregMr};
 use crate::context::Context;
-use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
+use crate::error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
 use crate::flags::{AccessFlags, ReregFlags};
 use crate::pd::{PdInner, ProtectionDomain};
 
@@ -64,36 +64,41 @@ impl MemoryRegion {
     ///
     /// As for [`ProtectionDomain::reg_mr`].
     pub(crate) unsafe fn register(
-        pd: &ProtectionDomain,
+        pd: &Arc<PdInner>,
         addr: *mut u8,
         length: usize,
         access: AccessFlags,
-    ) -> Result<MemoryRegion, Error> {
-        let ctx = pd.context();
+    ) -> Result<MemoryRegion, RegFailure> {
+        let ctx = &pd.ctx;
         let device = &ctx.inner.device;
         let start = addr as usize;
         if start.checked_add(length).is_none() {
-            return Err(Error::input(
+            let error = Error::input(
                 Op::RegMr,
                 device,
                 "the range wraps around the address space",
-            ));
+            );
+            return Err(RegFailure::Input(error));
         }
         let fork = &ctx.inner.fork;
         let fork_marked = !access.contains(AccessFlags::ON_DEMAND);
         if fork_marked {
-            fork.dontfork_range(start, length)
-                .map_err(|e| Error::os(Op::RegMr, device, io_errno(&e)))?;
+            if let Err(e) = fork.dontfork_range(start, length) {
+                return Err(RegFailure::DontFork(Error::os(
+                    Op::RegMr,
+                    device,
+                    io_errno(&e),
+                )));
+            }
         }
         let (uhw_in, uhw_out_len) = ctx.inner.driver_id.map_or((&[][..], 0), |d| d.reg_mr_uhw());
         let mut uhw_out = [0u8; 8];
-        let cmd =
-            RegMr::new(pd.handle(), start as u64, length as u64, access.bits()).uhw_in(uhw_in);
+        let cmd = RegMr::new(pd.handle, start as u64, length as u64, access.bits()).uhw_in(uhw_in);
         // SAFETY: the caller keeps the range mapped while it is registered.
         match unsafe { ctx.run(Op::RegMr, &cmd, &mut uhw_out[..uhw_out_len]) } {
             Ok((resp, _)) => Ok(MemoryRegion {
                 ctx: ctx.clone(),
-                pd: pd.inner.clone(),
+                pd: pd.clone(),
                 handle: resp.mr_handle,
                 lkey: resp.lkey,
                 rkey: resp.rkey,
@@ -108,7 +113,7 @@ impl MemoryRegion {
                     // Undo the marking; the command's error is what matters.
                     let _ = fork.dofork_range(start, length);
                 }
-                Err(error)
+                Err(RegFailure::Cmd(error))
             }
         }
     }
@@ -160,8 +165,11 @@ impl MemoryRegion {
         &self.ctx
     }
 
-    /// Re-registers the MR: changes its translation (`addr`, `length`), PD
-    /// and/or access, as `flags` says, with one `REREG_MR` command.
+    /// Re-registers the MR in place: changes its translation (`addr`,
+    /// `length`), PD and/or access, as `flags` says, with one `REREG_MR`
+    /// command. Strict, like libibverbs: a device that refuses gives
+    /// [`ReregOutcome::Cmd`]; [`rereg_with`](Self::rereg_with) can fall back
+    /// to replacing the registration instead.
     ///
     /// This is `ibv_rereg_mr(mr, flags, pd, addr, length, access)`, with
     /// libibverbs' input checks in its order, each failing with
@@ -202,9 +210,72 @@ impl MemoryRegion {
         length: usize,
         access: AccessFlags,
     ) -> Result<(), ReregError> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.rereg_with(ReregFallback::Strict, flags, pd, addr, length, access) }.map(drop)
+    }
+
+    /// [`rereg`](Self::rereg) with a choice of what to do when the device
+    /// cannot re-register in place; returns the path taken, so that new keys
+    /// can be published.
+    ///
+    /// With [`ReregFallback::Replace`], when the kernel answers `EOPNOTSUPP`
+    /// (siw always, rxe for `TRANSLATION`), the new (range, PD, access) is
+    /// registered first and the old registration deregistered after, inside
+    /// this same object: a new handle and new keys. If the new registration
+    /// fails, the old MR is untouched and valid ([`MrState::Old`], outcome
+    /// `Cmd` with the REG_MR errno, or `DontForkNew`). A refusal is
+    /// remembered per context and flag combination
+    /// ([`Context::rereg_known_unsupported`]), so later calls skip the doomed
+    /// command. `flags == 0` is never replaced.
+    ///
+    /// # Safety
+    ///
+    /// As for [`rereg`](Self::rereg).
+    pub unsafe fn rereg_with(
+        &mut self,
+        fallback: ReregFallback,
+        flags: ReregFlags,
+        pd: Option<&ProtectionDomain>,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<ReregPath, ReregError> {
+        let new_pd = self.check_rereg_input(flags, pd, addr, length, access)?;
+        let may_replace = fallback == ReregFallback::Replace && !flags.is_empty();
+        if may_replace && self.ctx.rereg_known_unsupported(flags) {
+            // SAFETY: forwarded to the caller.
+            return unsafe { self.replace(flags, new_pd, addr, length, access) };
+        }
+        // SAFETY: forwarded to the caller.
+        match unsafe { self.rereg_in_place(flags, new_pd, addr, length, access) } {
+            Ok(()) => Ok(ReregPath::InPlace),
+            Err(e)
+                if e.outcome == ReregOutcome::Cmd
+                    && e.errno == Errno::OPNOTSUPP
+                    && !flags.is_empty() =>
+            {
+                self.ctx.remember_rereg_unsupported(flags);
+                if may_replace {
+                    // SAFETY: forwarded to the caller.
+                    unsafe { self.replace(flags, new_pd, addr, length, access) }
+                } else {
+                    Err(e)
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// libibverbs' input checks in its order, then ours; returns the new PD.
+    fn check_rereg_input<'p>(
+        &self,
+        flags: ReregFlags,
+        pd: Option<&'p ProtectionDomain>,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<Option<&'p ProtectionDomain>, ReregError> {
         let translation = flags.contains(ReregFlags::TRANSLATION);
-        let new_start = addr as usize;
-        // libibverbs' checks, in its order.
         if !ReregFlags::all().contains(flags) {
             return Err(self.input_error("unknown flag bits"));
         }
@@ -214,7 +285,6 @@ impl MemoryRegion {
         if !access.is_empty() && !flags.contains(ReregFlags::ACCESS) {
             return Err(self.input_error("access flags given without CHANGE_ACCESS"));
         }
-        // Ours.
         let new_pd = if flags.contains(ReregFlags::PD) {
             match pd {
                 None => return Err(self.input_error("CHANGE_PD without a protection domain")),
@@ -228,10 +298,27 @@ impl MemoryRegion {
         } else {
             None
         };
-        if translation && new_start.checked_add(length).is_none() {
+        if translation && (addr as usize).checked_add(length).is_none() {
             return Err(self.input_error("the new range wraps around the address space"));
         }
+        Ok(new_pd)
+    }
 
+    /// The REREG_MR command with fork marking at libibverbs' points.
+    ///
+    /// # Safety
+    ///
+    /// As for [`rereg`](Self::rereg).
+    unsafe fn rereg_in_place(
+        &mut self,
+        flags: ReregFlags,
+        new_pd: Option<&ProtectionDomain>,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<(), ReregError> {
+        let translation = flags.contains(ReregFlags::TRANSLATION);
+        let new_start = addr as usize;
         let fork = self.ctx.inner.fork.clone();
         let mark_new = translation && self.fork_marked;
         if mark_new {
@@ -248,8 +335,7 @@ impl MemoryRegion {
         }
         // SAFETY: with TRANSLATION the caller keeps the new range mapped;
         // the command otherwise hands no new memory to the device.
-        let result = unsafe { self.ctx.run(Op::ReregMr, &cmd, &mut []) };
-        match result {
+        match unsafe { self.ctx.run(Op::ReregMr, &cmd, &mut []) } {
             Ok((resp, _)) => {
                 self.lkey = resp.lkey;
                 self.rkey = resp.rkey;
@@ -263,10 +349,8 @@ impl MemoryRegion {
                     let (old_start, old_length) = (self.addr, self.length);
                     self.addr = new_start;
                     self.length = length;
-                    if self.fork_marked {
-                        if let Err(e) = fork.dofork_range(old_start, old_length) {
-                            return Err(self.rereg_error(ReregOutcome::DoForkOld, io_errno(&e)));
-                        }
+                    if let Err(errno) = self.unmark(old_start, old_length) {
+                        return Err(self.rereg_error(ReregOutcome::DoForkOld, errno));
                     }
                 }
                 Ok(())
@@ -283,6 +367,65 @@ impl MemoryRegion {
                 Err(self.rereg_error(ReregOutcome::Cmd, errno))
             }
         }
+    }
+
+    /// The replace fallback: register the new attributes, then deregister
+    /// the old registration, keeping this object.
+    ///
+    /// # Safety
+    ///
+    /// As for [`rereg`](Self::rereg).
+    unsafe fn replace(
+        &mut self,
+        flags: ReregFlags,
+        new_pd: Option<&ProtectionDomain>,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<ReregPath, ReregError> {
+        let pd = new_pd.map_or_else(|| self.pd.clone(), |pd| pd.inner.clone());
+        let (start, length) = if flags.contains(ReregFlags::TRANSLATION) {
+            (addr, length)
+        } else {
+            (self.addr as *mut u8, self.length)
+        };
+        let access = if flags.contains(ReregFlags::ACCESS) {
+            access
+        } else {
+            self.access
+        };
+        // SAFETY: with TRANSLATION the caller keeps the new range mapped;
+        // otherwise it is the range already registered, which the caller
+        // keeps mapped for this MR.
+        let mut old = match unsafe { MemoryRegion::register(&pd, start, length, access) } {
+            Ok(new) => new,
+            Err(RegFailure::DontFork(e)) => {
+                return Err(
+                    self.rereg_error(ReregOutcome::DontForkNew, e.errno().unwrap_or(Errno::IO))
+                );
+            }
+            Err(RegFailure::Input(e) | RegFailure::Cmd(e)) => {
+                return Err(self.replace_failed(
+                    e.errno().unwrap_or(Errno::IO),
+                    "replace fallback: registering the new range failed; the old MR is untouched and valid",
+                ));
+            }
+        };
+        // `self` becomes the new registration, `old` the previous one.
+        std::mem::swap(self, &mut old);
+        if let Err(e) = old.dereg_command() {
+            // Keep the caller's MR as it was; dropping the new one releases it.
+            std::mem::swap(self, &mut old);
+            drop(old);
+            return Err(self.replace_failed(
+                e.errno().unwrap_or(Errno::IO),
+                "replace fallback: deregistering the old MR failed; the new registration was released",
+            ));
+        }
+        if let Err(errno) = old.unmark(old.addr, old.length) {
+            return Err(self.rereg_error(ReregOutcome::DoForkOld, errno));
+        }
+        Ok(ReregPath::Replaced)
     }
 
     /// Changes the access flags in place (`IBV_REREG_MR_CHANGE_ACCESS`).
@@ -336,16 +479,32 @@ impl MemoryRegion {
     }
 
     fn dereg_in_place(&mut self) -> Result<(), Error> {
-        // SAFETY: DEREG_MR of our own handle, once: `live` is cleared on success.
+        self.dereg_command()?;
+        // The registration is gone either way; a failure to un-mark only
+        // means a forked child will not inherit these pages.
+        let _ = self.unmark(self.addr, self.length);
+        Ok(())
+    }
+
+    /// DEREG_MR of our own handle, once: `live` is cleared on success.
+    fn dereg_command(&mut self) -> Result<(), Error> {
+        // SAFETY: DEREG_MR of a handle this object owns; sent once.
         unsafe {
             self.ctx
                 .run(Op::DeregMr, &DeregMr::new(self.handle), &mut [])
         }?;
         self.live = false;
+        Ok(())
+    }
+
+    /// Un-marks a range this MR had marked (no-op when it marks nothing).
+    fn unmark(&self, start: usize, length: usize) -> Result<(), Errno> {
         if self.fork_marked {
-            // The registration is gone either way; a failure to un-mark only
-            // means the child will not inherit these pages.
-            let _ = self.ctx.inner.fork.dofork_range(self.addr, self.length);
+            self.ctx
+                .inner
+                .fork
+                .dofork_range(start, length)
+                .map_err(|e| io_errno(&e))?;
         }
         Ok(())
     }
@@ -353,10 +512,21 @@ impl MemoryRegion {
     fn rereg_error(&self, outcome: ReregOutcome, errno: Errno) -> ReregError {
         ReregError {
             outcome,
+            mr_state: outcome.mr_state(),
             errno,
             device: self.ctx.inner.device.clone(),
             reason: None,
             fork_errno: None,
+        }
+    }
+
+    /// The replace fallback failed before touching the old registration:
+    /// `Cmd`, but the old MR is known to be valid.
+    fn replace_failed(&self, errno: Errno, reason: &'static str) -> ReregError {
+        ReregError {
+            mr_state: MrState::Old,
+            reason: Some(reason),
+            ..self.rereg_error(ReregOutcome::Cmd, errno)
         }
     }
 
@@ -366,6 +536,45 @@ impl MemoryRegion {
             ..self.rereg_error(ReregOutcome::Input, Errno::INVAL)
         }
     }
+}
+
+/// Why [`MemoryRegion::register`] failed, so that re-registration can map
+/// each cause to its `ibv_rereg_mr` outcome.
+pub(crate) enum RegFailure {
+    /// Refused before anything was done.
+    Input(Error),
+    /// Marking the range `MADV_DONTFORK` failed; nothing was sent.
+    DontFork(Error),
+    /// The kernel refused REG_MR (the marking was undone).
+    Cmd(Error),
+}
+
+impl From<RegFailure> for Error {
+    fn from(f: RegFailure) -> Error {
+        match f {
+            RegFailure::Input(e) | RegFailure::DontFork(e) | RegFailure::Cmd(e) => e,
+        }
+    }
+}
+
+/// What to do when the device cannot re-register in place.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReregFallback {
+    /// Fail like libibverbs (`IBV_REREG_MR_ERR_CMD`, `EOPNOTSUPP`).
+    #[default]
+    Strict,
+    /// Register the new attributes, then deregister the old registration,
+    /// in the same object (new handle, new keys).
+    Replace,
+}
+
+/// How a re-registration was carried out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ReregPath {
+    /// The kernel changed the MR in place: same handle; keys as it answered.
+    InPlace,
+    /// The registration was replaced: new handle and new keys.
+    Replaced,
 }
 
 impl Drop for MemoryRegion {

@@ -131,7 +131,7 @@ impl ProtectionDomain {
         access: AccessFlags,
     ) -> Result<MemoryRegion, Error> {
         // SAFETY: forwarded to the caller.
-        unsafe { MemoryRegion::register(self, addr, length, access) }
+        unsafe { MemoryRegion::register(&self.inner, addr, length, access) }.map_err(Error::from)
     }
 
     /// Registers an owned, address-stable buffer. The buffer is
