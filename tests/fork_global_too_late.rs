@@ -19,7 +19,7 @@ fn global_fork_init_after_registration_is_too_late() {
         "{mode:?}"
     );
 
-    let buf = vec![1u8; 100];
+    let buf = [1u8; 100];
     global
         .dontfork_range(buf.as_ptr() as usize, buf.len())
         .unwrap();
