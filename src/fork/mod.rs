@@ -70,6 +70,8 @@
 //! # Ok::<(), std::io::Error>(())
 //! ```
 
+#![deny(missing_docs)]
+
 mod advisor;
 mod ranges;
 
