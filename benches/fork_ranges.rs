@@ -1,0 +1,201 @@
+//! Cost of fork-safety range tracking with 100 000 live registrations.
+//!
+//! `cargo bench --bench fork_ranges` prints, per scenario, the median and p90
+//! of single mark (`dontfork_range`) and unmark (`dofork_range`) calls in ns.
+//!
+//! * `noop` scenarios use an advisor that does nothing: pure tracker cost
+//!   (map lookup, split, merge) on fake addresses.
+//! * `madvise` scenarios use the real `madvise` advisor on real (untouched,
+//!   `MAP_NORESERVE`) memory. Disjoint ranges each become a separate VMA in
+//!   the kernel, and `vm.max_map_count` (65 530 by default) caps how many can
+//!   exist, so the disjoint madvise scenario keeps 30 000 live ranges.
+
+use std::hint::black_box;
+use std::io;
+use std::time::Instant;
+
+use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
+
+const LIVE: usize = 100_000;
+const SAMPLES: usize = 20_000;
+const FAKE_BASE: usize = 0x1000_0000_0000;
+
+struct Noop;
+
+impl Advisor for Noop {
+    fn advise(&self, _: usize, _: usize, _: Advice) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A small deterministic generator (xorshift64).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+fn stats(name: &str, what: &str, mut ns: Vec<u64>) {
+    ns.sort_unstable();
+    let median = ns[ns.len() / 2];
+    let p90 = ns[ns.len() * 9 / 10];
+    println!("{name:<50} {what:<7} median {median:>7} ns   p90 {p90:>7} ns");
+}
+
+/// Times `SAMPLES` mark/unmark pairs of `(addr, len)` drawn by `pick`.
+fn run(name: &str, fs: &ForkSafety, mut pick: impl FnMut(&mut Rng) -> (usize, usize)) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut mark = Vec::with_capacity(SAMPLES);
+    let mut unmark = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let (addr, len) = pick(&mut rng);
+        let t0 = Instant::now();
+        black_box(fs.dontfork_range(addr, len)).expect("mark");
+        let t1 = Instant::now();
+        black_box(fs.dofork_range(addr, len)).expect("unmark");
+        let t2 = Instant::now();
+        mark.push((t1 - t0).as_nanos() as u64);
+        unmark.push((t2 - t1).as_nanos() as u64);
+    }
+    stats(name, "mark", mark);
+    stats(name, "unmark", unmark);
+}
+
+fn setup(fs: &ForkSafety, ranges: impl Iterator<Item = (usize, usize)>) {
+    for (addr, len) in ranges {
+        fs.dontfork_range(addr, len).expect("setup mark");
+    }
+}
+
+fn teardown(fs: &ForkSafety, ranges: impl Iterator<Item = (usize, usize)>) {
+    for (addr, len) in ranges {
+        fs.dofork_range(addr, len).expect("teardown unmark");
+    }
+    assert!(fs.marked_ranges().is_empty());
+}
+
+/// Anonymous, never-touched memory; `MAP_NORESERVE` so it costs nothing.
+struct Region {
+    ptr: *mut std::ffi::c_void,
+    len: usize,
+}
+
+impl Region {
+    fn new(len: usize) -> Region {
+        // SAFETY: a fresh private anonymous mapping at a kernel-chosen
+        // address cannot alias existing memory; it is only used through raw
+        // addresses and unmapped in Drop.
+        let ptr = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::NORESERVE,
+            )
+        }
+        .expect("mmap");
+        Region { ptr, len }
+    }
+
+    fn addr(&self) -> usize {
+        self.ptr as usize
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: exactly the mapping created in `new`, no longer used.
+        let _ = unsafe { rustix::mm::munmap(self.ptr, self.len) };
+    }
+}
+
+fn main() {
+    let p = rustix::param::page_size();
+    let started = Instant::now();
+    println!("fork range tracking, {SAMPLES} samples per line, page size {p}");
+
+    // --- tracker cost, disjoint ranges: one page every other page ---------
+    {
+        let fs =
+            ForkSafety::with_page_sizing(ForkMode::Enabled, Box::new(Noop), PageSizing::Fixed(p));
+        let live = (0..LIVE).map(|i| (FAKE_BASE + 2 * i * p, p));
+        setup(&fs, live.clone());
+        println!("  (noop/disjoint: {} map entries)", fs.tracker().len());
+        run("noop, 100k disjoint, new range in a gap", &fs, |r| {
+            (FAKE_BASE + (2 * r.below(LIVE) + 1) * p, p)
+        });
+        run("noop, 100k disjoint, 2nd ref on a live range", &fs, |r| {
+            (FAKE_BASE + 2 * r.below(LIVE) * p + 17, 100)
+        });
+        teardown(&fs, live);
+    }
+
+    // --- tracker cost, overlapping ranges: 3 pages every 2 pages ----------
+    {
+        let fs =
+            ForkSafety::with_page_sizing(ForkMode::Enabled, Box::new(Noop), PageSizing::Fixed(p));
+        let live = (0..LIVE).map(|i| (FAKE_BASE + 2 * i * p, 3 * p));
+        setup(&fs, live.clone());
+        println!("  (noop/overlapping: {} map entries)", fs.tracker().len());
+        run("noop, 100k overlapping, 5-page range", &fs, |r| {
+            (FAKE_BASE + r.below(2 * LIVE - 5) * p + 5, 5 * p - 10)
+        });
+        teardown(&fs, live);
+    }
+
+    // --- real madvise, overlapping: all pages DONTFORK, one VMA -----------
+    {
+        let fs = ForkSafety::with_page_sizing(
+            ForkMode::Enabled,
+            Box::new(MadviseAdvisor),
+            PageSizing::Fixed(p),
+        );
+        let live_region = Region::new((2 * LIVE + 1) * p);
+        let fresh_region = Region::new(LIVE * p);
+        let base = live_region.addr();
+        let live = (0..LIVE).map(|i| (base + 2 * i * p, 3 * p));
+        let t = Instant::now();
+        setup(&fs, live.clone());
+        println!(
+            "  (madvise/overlapping: {} map entries, set-up {:?})",
+            fs.tracker().len(),
+            t.elapsed()
+        );
+        run("madvise, 100k overlapping, ref on live pages", &fs, |r| {
+            (base + r.below(2 * LIVE - 5) * p, 5 * p)
+        });
+        let fresh = fresh_region.addr();
+        run(
+            "madvise, 100k overlapping, fresh page (syscall)",
+            &fs,
+            |r| (fresh + r.below(LIVE) * p, p),
+        );
+        teardown(&fs, live);
+    }
+
+    // --- real madvise, disjoint: limited by vm.max_map_count --------------
+    {
+        const DISJOINT: usize = 30_000;
+        let fs = ForkSafety::with_page_sizing(
+            ForkMode::Enabled,
+            Box::new(MadviseAdvisor),
+            PageSizing::Fixed(p),
+        );
+        let region = Region::new(2 * DISJOINT * p);
+        let base = region.addr();
+        let live = (0..DISJOINT).map(|i| (base + 2 * i * p, p));
+        setup(&fs, live.clone());
+        println!("  (madvise/disjoint: {} map entries)", fs.tracker().len());
+        run("madvise, 30k disjoint, new range in a gap", &fs, |r| {
+            (base + (2 * r.below(DISJOINT - 1) + 1) * p, p)
+        });
+        teardown(&fs, live);
+    }
+
+    println!("total {:?}", started.elapsed());
+}

@@ -1,0 +1,138 @@
+//! Real `fork()` tests: pages marked by an enabled `ForkSafety` (with the real
+//! `madvise` advisor) are absent in a child, so touching them kills it with
+//! `SIGSEGV`; released pages are inherited again.
+//!
+//! The child runs in a copy of a multi-threaded test process, so it performs
+//! only async-signal-safe operations: `prctl`/`setrlimit` (to avoid core
+//! dumps), one volatile read, and `_exit` with the byte read as exit code.
+
+use memmap2::MmapMut;
+use nix::sys::resource::{setrlimit, Resource};
+use nix::sys::signal::Signal;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{fork, ForkResult};
+use uverbs::fork::{ForkMode, ForkSafety, MadviseAdvisor};
+
+/// What a child saw when reading one byte of the parent's memory.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    /// The page was inherited; the child read this value.
+    Value(u8),
+    /// The page was not inherited: the read faulted.
+    Segfault,
+}
+
+fn child_reads(addr: *const u8) -> Seen {
+    // SAFETY: the child only makes async-signal-safe calls (prctl,
+    // setrlimit, a volatile load, _exit); no allocation, locking or
+    // unwinding happens before it exits.
+    match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            let _ = nix::sys::prctl::set_dumpable(false);
+            let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
+            // SAFETY: `addr` points into a live mapping of the parent. In the
+            // child it is either an inherited copy (a valid read) or absent,
+            // in which case the read faults and the kernel kills the child
+            // with SIGSEGV, which is exactly what is being observed.
+            let value = unsafe { std::ptr::read_volatile(addr) };
+            // SAFETY: `_exit` is async-signal-safe and never returns.
+            unsafe { nix::libc::_exit(i32::from(value)) }
+        }
+        ForkResult::Parent { child } => match waitpid(child, None).expect("waitpid") {
+            WaitStatus::Exited(_, code) => Seen::Value(code as u8),
+            WaitStatus::Signaled(_, Signal::SIGSEGV, _) => Seen::Segfault,
+            other => panic!("unexpected child status {other:?}"),
+        },
+    }
+}
+
+fn page() -> usize {
+    rustix::param::page_size()
+}
+
+/// A mapping of `pages` pages where page `i` is filled with `0x10 + i`.
+fn mapping(pages: usize) -> MmapMut {
+    let mut map = MmapMut::map_anon(pages * page()).expect("mmap");
+    for (i, chunk) in map.chunks_mut(page()).enumerate() {
+        chunk.fill(0x10 + i as u8);
+    }
+    map
+}
+
+fn enabled() -> ForkSafety {
+    ForkSafety::new(ForkMode::Enabled, Box::new(MadviseAdvisor))
+}
+
+#[test]
+fn unmarked_memory_is_inherited() {
+    let map = mapping(2);
+    assert_eq!(child_reads(&map[page() + 5]), Seen::Value(0x11));
+}
+
+#[test]
+fn marked_page_is_not_inherited_until_unmarked() {
+    let map = mapping(4);
+    let fs = enabled();
+    let base = map.as_ptr() as usize;
+    // Mark an unaligned slice inside page 1: the whole page is protected.
+    fs.dontfork_range(base + page() + 100, 50).unwrap();
+    assert_eq!(child_reads(&map[page()]), Seen::Segfault);
+    assert_eq!(child_reads(&map[2 * page() - 1]), Seen::Segfault);
+    // Neighbouring pages are untouched.
+    assert_eq!(child_reads(&map[page() - 1]), Seen::Value(0x10));
+    assert_eq!(child_reads(&map[2 * page()]), Seen::Value(0x12));
+
+    fs.dofork_range(base + page() + 100, 50).unwrap();
+    assert!(fs.marked_ranges().is_empty());
+    assert_eq!(child_reads(&map[page() + 100]), Seen::Value(0x11));
+}
+
+#[test]
+fn overlapping_marks_protect_until_the_last_release() {
+    let map = mapping(4);
+    let fs = enabled();
+    let base = map.as_ptr() as usize;
+    let a = (base, 2 * page()); // pages 0-1
+    let b = (base + page() + 1, page() + 10); // pages 1-2
+    fs.dontfork_range(a.0, a.1).unwrap();
+    fs.dontfork_range(b.0, b.1).unwrap();
+    for p in 0..3 {
+        assert_eq!(child_reads(&map[p * page()]), Seen::Segfault, "page {p}");
+    }
+    assert_eq!(child_reads(&map[3 * page()]), Seen::Value(0x13));
+
+    // Releasing A gives back page 0 only; page 1 is still covered by B.
+    fs.dofork_range(a.0, a.1).unwrap();
+    assert_eq!(child_reads(&map[0]), Seen::Value(0x10));
+    assert_eq!(child_reads(&map[page()]), Seen::Segfault);
+    assert_eq!(child_reads(&map[2 * page()]), Seen::Segfault);
+
+    fs.dofork_range(b.0, b.1).unwrap();
+    assert!(fs.marked_ranges().is_empty());
+    for p in 0..4 {
+        assert_eq!(child_reads(&map[p * page()]), Seen::Value(0x10 + p as u8));
+    }
+}
+
+#[test]
+fn disabled_and_unneeded_modes_do_not_protect() {
+    for mode in [ForkMode::Disabled, ForkMode::Unneeded] {
+        let map = mapping(1);
+        let fs = ForkSafety::new(mode, Box::new(MadviseAdvisor));
+        fs.dontfork_range(map.as_ptr() as usize, page()).unwrap();
+        assert_eq!(child_reads(&map[0]), Seen::Value(0x10), "{mode:?}");
+        fs.dofork_range(map.as_ptr() as usize, page()).unwrap();
+    }
+}
+
+#[test]
+fn init_then_register_protects() {
+    let map = mapping(1);
+    let fs = ForkSafety::new(ForkMode::Disabled, Box::new(MadviseAdvisor));
+    fs.init().unwrap();
+    assert_eq!(fs.mode(), ForkMode::Enabled);
+    fs.dontfork_range(map.as_ptr() as usize, page()).unwrap();
+    assert_eq!(child_reads(&map[0]), Seen::Segfault);
+    fs.dofork_range(map.as_ptr() as usize, page()).unwrap();
+    assert_eq!(child_reads(&map[0]), Seen::Value(0x10));
+}
