@@ -1,0 +1,250 @@
+//! The opt-in replace fallback, on a recording fake kernel: which commands
+//! are sent, which path is reported, what a failure leaves valid, and the
+//! per-context memory of refusals.
+
+use std::sync::Arc;
+
+use uverbs::transport::RecordingTransport;
+use uverbs::uverbs_uapi as sys;
+use uverbs::{
+    AccessFlags, Context, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain,
+    ReregFallback, ReregFlags, ReregOutcome, ReregPath,
+};
+
+const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+const REREG: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
+const REG: u32 = sys::IB_USER_VERBS_CMD_REG_MR;
+const DEREG: u32 = sys::IB_USER_VERBS_CMD_DEREG_MR;
+
+struct Fixture {
+    fake: Arc<RecordingTransport>,
+    ctx: Context,
+    pd1: ProtectionDomain,
+    pd2: ProtectionDomain,
+    buf: Box<[u8]>,
+    buf2: Box<[u8]>,
+}
+
+fn fixture() -> Fixture {
+    let fake = Arc::new(RecordingTransport::new());
+    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &OpenOptions::new())
+        .unwrap();
+    let (pd1, pd2) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
+    Fixture {
+        fake,
+        ctx,
+        pd1,
+        pd2,
+        buf: vec![0; 8192].into(),
+        buf2: vec![0; 16384].into(),
+    }
+}
+
+impl Fixture {
+    fn reg(&mut self) -> MemoryRegion {
+        // SAFETY: `buf` outlives the MR in every test.
+        unsafe { self.pd1.reg_mr(self.buf.as_mut_ptr(), self.buf.len(), RW) }.unwrap()
+    }
+
+    fn counts(&self) -> (usize, usize, usize) {
+        (
+            self.fake.count_of(REREG),
+            self.fake.count_of(REG),
+            self.fake.count_of(DEREG),
+        )
+    }
+}
+
+fn replace(
+    mr: &mut MemoryRegion,
+    flags: ReregFlags,
+    pd: Option<&ProtectionDomain>,
+    access: AccessFlags,
+) -> Result<ReregPath, uverbs::ReregError> {
+    // SAFETY: no TRANSLATION in the callers of this helper.
+    unsafe {
+        mr.rereg_with(
+            ReregFallback::Replace,
+            flags,
+            pd,
+            std::ptr::null_mut(),
+            0,
+            access,
+        )
+    }
+}
+
+#[test]
+fn in_place_when_the_kernel_accepts() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let handle = mr.handle();
+    let path = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(path, ReregPath::InPlace);
+    assert_eq!(mr.handle(), handle);
+    assert_eq!(f.counts(), (1, 1, 0));
+}
+
+#[test]
+fn strict_mode_fails_like_libibverbs_and_remembers() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    assert!(!f.ctx.rereg_known_unsupported(ReregFlags::PD));
+    let err = mr.set_pd(&f.pd2).unwrap_err();
+    assert_eq!(
+        (err.outcome(), err.errno()),
+        (ReregOutcome::Cmd, Errno::OPNOTSUPP)
+    );
+    assert!(f.ctx.rereg_known_unsupported(ReregFlags::PD));
+    assert!(
+        !f.ctx.rereg_known_unsupported(ReregFlags::ACCESS),
+        "remembered per flag combination"
+    );
+    // Strict calls still ask the kernel.
+    mr.set_pd(&f.pd2).unwrap();
+    assert_eq!(f.counts(), (2, 1, 0));
+    f.ctx.forget_rereg_refusals();
+    assert!(!f.ctx.rereg_known_unsupported(ReregFlags::PD));
+}
+
+#[test]
+fn refused_rereg_is_replaced_and_the_refusal_skips_the_next_command() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let (old_handle, old_lkey) = (mr.handle(), mr.lkey());
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    let path = replace(
+        &mut mr,
+        ReregFlags::PD | ReregFlags::ACCESS,
+        Some(&f.pd2),
+        AccessFlags::LOCAL_WRITE,
+    )
+    .unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert_ne!(mr.handle(), old_handle);
+    assert_ne!(mr.lkey(), old_lkey);
+    assert!(mr.is_in(&f.pd2));
+    assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
+    assert_eq!(
+        (mr.addr(), mr.length()),
+        (f.buf.as_mut_ptr(), f.buf.len()),
+        "same range"
+    );
+    assert_eq!(f.fake.mr_pd(mr.handle()), Some(f.pd2.handle()));
+    assert_eq!(f.fake.live_mrs(), 1, "exactly one live MR");
+    // reg new first, then dereg old
+    let codes: Vec<u32> = f
+        .fake
+        .commands()
+        .iter()
+        .rev()
+        .take(3)
+        .map(|c| c.code)
+        .collect();
+    assert_eq!(codes, [DEREG, REG, REREG]);
+    let dereg: sys::ib_uverbs_dereg_mr = f.fake.commands().last().unwrap().request();
+    assert_eq!(dereg.mr_handle, old_handle);
+
+    // The same combination again: no doomed REREG_MR.
+    let before = f.counts();
+    let path = replace(
+        &mut mr,
+        ReregFlags::PD | ReregFlags::ACCESS,
+        Some(&f.pd1),
+        RW,
+    )
+    .unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert_eq!(f.counts(), (before.0, before.1 + 1, before.2 + 1));
+}
+
+#[test]
+fn translation_is_replaced_onto_the_new_range() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    let (addr, len) = (f.buf2.as_mut_ptr(), f.buf2.len());
+    // SAFETY: buf2 outlives the MR.
+    let path = unsafe {
+        mr.rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::TRANSLATION,
+            None,
+            addr,
+            len,
+            AccessFlags::empty(),
+        )
+    }
+    .unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert_eq!((mr.addr(), mr.length(), mr.access()), (addr, len, RW));
+    let reg: sys::ib_uverbs_reg_mr = f
+        .fake
+        .commands()
+        .iter()
+        .rev()
+        .find(|c| c.code == REG)
+        .unwrap()
+        .request();
+    assert_eq!(
+        (reg.start, reg.length, reg.hca_va, reg.access_flags),
+        (addr as u64, len as u64, addr as u64, RW.bits())
+    );
+}
+
+#[test]
+fn failed_new_registration_leaves_the_old_mr_valid() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let (handle, lkey) = (mr.handle(), mr.lkey());
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    f.fake.fail_next(REG, Errno::NOMEM);
+    let err = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert_eq!(err.outcome(), ReregOutcome::Cmd);
+    assert_eq!(err.errno(), Errno::NOMEM, "the REG_MR errno");
+    assert_eq!(
+        err.mr_state(),
+        MrState::Old,
+        "the old MR is untouched and valid"
+    );
+    assert!(
+        err.reason().unwrap().contains("old MR is untouched"),
+        "{err}"
+    );
+    assert_eq!((mr.handle(), mr.lkey(), mr.access()), (handle, lkey, RW));
+    assert_eq!(f.fake.live_mrs(), 1);
+    mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+}
+
+#[test]
+fn failed_old_deregistration_releases_the_new_one() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let handle = mr.handle();
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    f.fake.fail_next(DEREG, Errno::BUSY);
+    let err = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert_eq!(
+        (err.outcome(), err.errno(), err.mr_state()),
+        (ReregOutcome::Cmd, Errno::BUSY, MrState::Old)
+    );
+    assert_eq!(mr.handle(), handle);
+    assert_eq!(f.fake.live_mrs(), 1, "the new registration was released");
+    drop(mr);
+    assert_eq!(f.fake.live_mrs(), 0);
+}
+
+#[test]
+fn flags_zero_is_never_replaced() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    let err = replace(&mut mr, ReregFlags::empty(), None, AccessFlags::empty()).unwrap_err();
+    assert_eq!(
+        (err.outcome(), err.errno()),
+        (ReregOutcome::Cmd, Errno::OPNOTSUPP)
+    );
+    assert_eq!(f.counts(), (1, 1, 0));
+    assert!(!f.ctx.rereg_known_unsupported(ReregFlags::empty()));
+}
