@@ -5,8 +5,11 @@ use std::fmt;
 use std::ops::Deref;
 
 use crate::error::Error;
+use crate::error::MrState;
 use crate::flags::AccessFlags;
+use crate::flags::ReregFlags;
 use crate::mr::{DeregError, MemoryRegion};
+use crate::mr::{ReregFallback, ReregPath};
 use crate::pd::ProtectionDomain;
 use crate::ReregError;
 
@@ -87,61 +90,256 @@ unsafe impl StableBuffer for memmap2::MmapMut {
 /// A memory region that owns the buffer it registers.
 ///
 /// The buffer cannot be dropped, moved out or reallocated while registered:
-/// it is only handed back by [`dereg`](Self::dereg), after the kernel let go.
+/// it is handed back only by [`dereg`](Self::dereg) and
+/// [`retarget`](Self::retarget), once the kernel no longer references it.
+/// If deregistration fails when the region is dropped, the buffer is leaked
+/// rather than freed under the device.
 ///
-/// ```compile_fail
+/// The buffer moved into the region is gone from the caller's hands:
+/// ```compile_fail,E0382
+/// # fn f(pd: &uverbs::ProtectionDomain) {
+/// let buf = vec![0u8; 4096];
+/// let mr = pd.reg_buffer(buf, uverbs::AccessFlags::LOCAL_WRITE).unwrap();
+/// drop(buf); // error: use of moved value
+/// # }
+/// ```
+/// It cannot be taken out of the region:
+/// ```compile_fail,E0616
 /// # fn f(pd: &uverbs::ProtectionDomain) {
 /// let mr = pd.reg_buffer(vec![0u8; 4096], uverbs::AccessFlags::LOCAL_WRITE).unwrap();
-/// let v: Vec<u8> = mr.buffer; // private: the buffer cannot be taken out
+/// let v: Vec<u8> = mr.buffer; // error: field `buffer` is private
+/// # }
+/// ```
+/// Nor reallocated: writing goes through a fixed-size slice.
+/// ```compile_fail,E0599
+/// # fn f(pd: &uverbs::ProtectionDomain) {
+/// let mut mr = pd.reg_buffer(vec![0u8; 4096], uverbs::AccessFlags::LOCAL_WRITE).unwrap();
+/// mr.buffer_mut().push(1); // error: no method `push` on `[u8]`
 /// # }
 /// ```
 pub struct BufferMr<B: StableBuffer> {
-    // Declared first: dropped (deregistered) before the buffer.
+    // Always `Some` outside of `Drop` and the consuming methods.
+    parts: Option<Parts<B>>,
+}
+
+struct Parts<B> {
     mr: MemoryRegion,
     buffer: B,
+}
+
+/// A successful [`BufferMr::retarget`].
+#[derive(Debug)]
+pub struct Retargeted<B: StableBuffer> {
+    /// The region, now over the new buffer.
+    pub mr: BufferMr<B>,
+    /// The previous buffer; the kernel no longer references it.
+    pub old: B,
+    /// In place or replaced (then publish the new keys).
+    pub path: ReregPath,
+    /// Set when un-marking the old buffer's pages for fork failed
+    /// ([`ReregOutcome::DoForkOld`](crate::ReregOutcome::DoForkOld)): the
+    /// region is valid, the old pages stay excluded from forked children.
+    pub fork_warning: Option<ReregError>,
+}
+
+/// A failed [`BufferMr::retarget`]: the outcome, and both buffers.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RetargetError<B: StableBuffer> {
+    /// What failed (one of `ibv_rereg_mr`'s outcomes).
+    pub error: ReregError,
+    /// Where the two buffers are now.
+    pub buffers: RetargetBuffers<B>,
+}
+
+/// Where the buffers are after a failed retarget.
+#[derive(Debug)]
+pub enum RetargetBuffers<B: StableBuffer> {
+    /// The region still holds its buffer (unchanged when the error's
+    /// [`mr_state`](ReregError::mr_state) is `Old`; otherwise the kernel
+    /// also refused to deregister it); the new buffer comes back.
+    Kept {
+        /// The region with its old buffer.
+        mr: BufferMr<B>,
+        /// The buffer that was to be registered.
+        new: B,
+    },
+    /// The failed command left the region undefined, so it was
+    /// deregistered: both buffers come back, unregistered.
+    Released {
+        /// The previously registered buffer.
+        old: B,
+        /// The buffer that was to be registered.
+        new: B,
+    },
 }
 
 impl<B: StableBuffer> fmt::Debug for BufferMr<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("BufferMr")
-            .field("mr", &self.mr)
+            .field("mr", &self.parts().mr)
             .finish_non_exhaustive()
     }
 }
 
 impl<B: StableBuffer> BufferMr<B> {
     pub(crate) fn new(mr: MemoryRegion, buffer: B) -> Self {
-        BufferMr { mr, buffer }
+        BufferMr {
+            parts: Some(Parts { mr, buffer }),
+        }
+    }
+
+    fn parts(&self) -> &Parts<B> {
+        self.parts
+            .as_ref()
+            .expect("a BufferMr holds its parts until it is consumed")
+    }
+
+    fn parts_mut(&mut self) -> &mut Parts<B> {
+        self.parts
+            .as_mut()
+            .expect("a BufferMr holds its parts until it is consumed")
+    }
+
+    fn into_parts(mut self) -> Parts<B> {
+        self.parts
+            .take()
+            .expect("a BufferMr holds its parts until it is consumed")
     }
 
     /// The registered bytes.
     pub fn buffer(&self) -> &[u8] {
-        self.buffer.as_slice()
+        self.parts().buffer.as_slice()
     }
 
     /// The registered bytes, for writing.
     pub fn buffer_mut(&mut self) -> &mut [u8] {
-        self.buffer.as_mut_slice()
+        self.parts_mut().buffer.as_mut_slice()
     }
 
     /// Changes the access flags in place; see [`MemoryRegion::set_access`].
     pub fn set_access(&mut self, access: AccessFlags) -> Result<(), ReregError> {
-        self.mr.set_access(access)
+        self.parts_mut().mr.set_access(access)
     }
 
     /// Moves the region to another PD; see [`MemoryRegion::set_pd`].
     pub fn set_pd(&mut self, pd: &ProtectionDomain) -> Result<(), ReregError> {
-        self.mr.set_pd(pd)
+        self.parts_mut().mr.set_pd(pd)
+    }
+
+    /// Changes PD and/or access with a fallback policy; see
+    /// [`MemoryRegion::rereg_with`]. The buffer stays the same, so
+    /// [`ReregFlags::TRANSLATION`] is refused (`Input`): use
+    /// [`retarget`](Self::retarget).
+    pub fn rereg_with(
+        &mut self,
+        fallback: ReregFallback,
+        flags: ReregFlags,
+        pd: Option<&ProtectionDomain>,
+        access: AccessFlags,
+    ) -> Result<ReregPath, ReregError> {
+        let mr = &mut self.parts_mut().mr;
+        if flags.contains(ReregFlags::TRANSLATION) {
+            return Err(mr.input_error("an owned buffer changes translation through retarget"));
+        }
+        // SAFETY: without TRANSLATION no new memory is handed to the device.
+        unsafe { mr.rereg_with(fallback, flags, pd, std::ptr::null_mut(), 0, access) }
+    }
+
+    /// Points the region at `new` (`IBV_REREG_MR_CHANGE_TRANSLATION`) and
+    /// hands the previous buffer back once the kernel no longer references
+    /// it. With [`ReregFallback::Replace`] this works on devices that cannot
+    /// change translation in place (rxe, siw).
+    ///
+    /// On failure both buffers come back with the outcome: the region keeps
+    /// its old buffer when it is still valid, and is deregistered when the
+    /// failed command left it undefined.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use uverbs::{AccessFlags, ReregFallback};
+    /// let ctx = uverbs::devices()?.first().ok_or("no device")?.open()?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let mr = pd.reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
+    /// let done = mr.retarget(vec![0u8; 8192], ReregFallback::Replace)?;
+    /// println!("{:?}: rkey {:#x}; old buffer of {} bytes is free", done.path, done.mr.rkey(), done.old.len());
+    /// # Ok(()) }
+    /// ```
+    pub fn retarget(
+        self,
+        mut new: B,
+        fallback: ReregFallback,
+    ) -> Result<Retargeted<B>, RetargetError<B>> {
+        let Parts {
+            mut mr,
+            buffer: old,
+        } = self.into_parts();
+        let (addr, length) = (new.as_mut_ptr(), new.len());
+        let handle = mr.handle();
+        // SAFETY: on success the region owns `new`, whose address is stable
+        // (StableBuffer) and which is deregistered before it is dropped; on
+        // failure the kernel does not keep `new` (see below).
+        let result = unsafe {
+            mr.rereg_with(
+                fallback,
+                ReregFlags::TRANSLATION,
+                None,
+                addr,
+                length,
+                AccessFlags::empty(),
+            )
+        };
+        match result {
+            Ok(path) => Ok(Retargeted {
+                mr: BufferMr::new(mr, new),
+                old,
+                path,
+                fork_warning: None,
+            }),
+            Err(error) if error.mr_state() == MrState::New => {
+                let path = if mr.handle() == handle {
+                    ReregPath::InPlace
+                } else {
+                    ReregPath::Replaced
+                };
+                Ok(Retargeted {
+                    mr: BufferMr::new(mr, new),
+                    old,
+                    path,
+                    fork_warning: Some(error),
+                })
+            }
+            Err(error) if error.mr_state() == MrState::Old => Err(RetargetError {
+                error,
+                buffers: RetargetBuffers::Kept {
+                    mr: BufferMr::new(mr, old),
+                    new,
+                },
+            }),
+            Err(error) => match mr.dereg() {
+                Ok(()) => Err(RetargetError {
+                    error,
+                    buffers: RetargetBuffers::Released { old, new },
+                }),
+                Err(DeregError { mr, .. }) => Err(RetargetError {
+                    error,
+                    buffers: RetargetBuffers::Kept {
+                        mr: BufferMr::new(mr, old),
+                        new,
+                    },
+                }),
+            },
+        }
     }
 
     /// Deregisters and hands the buffer back; on failure the region comes
     /// back still registered.
     #[doc(alias = "ibv_dereg_mr")]
     pub fn dereg(self) -> Result<B, (Self, Error)> {
-        let BufferMr { mr, buffer } = self;
+        let Parts { mr, buffer } = self.into_parts();
         match mr.dereg() {
             Ok(()) => Ok(buffer),
-            Err(DeregError { mr, error }) => Err((BufferMr { mr, buffer }, error)),
+            Err(DeregError { mr, error }) => Err((BufferMr::new(mr, buffer), error)),
         }
     }
 }
@@ -150,6 +348,18 @@ impl<B: StableBuffer> Deref for BufferMr<B> {
     type Target = MemoryRegion;
 
     fn deref(&self) -> &MemoryRegion {
-        &self.mr
+        &self.parts().mr
+    }
+}
+
+impl<B: StableBuffer> Drop for BufferMr<B> {
+    fn drop(&mut self) {
+        if let Some(Parts { mr, buffer }) = self.parts.take() {
+            if let Err(DeregError { mr, .. }) = mr.dereg() {
+                // The device may still reach these pages: never free them.
+                std::mem::forget(buffer);
+                drop(mr);
+            }
+        }
     }
 }

@@ -47,7 +47,7 @@ pub(crate) mod netlink;
 mod pd;
 pub mod transport;
 
-pub use buffer::{BufferMr, StableBuffer};
+pub use buffer::{BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer};
 pub use context::{Context, OpenOptions};
 pub use device::{device, devices, devices_in, Device, DEV_INFINIBAND, SYSFS_UVERBS};
 pub use device_attr::DeviceAttr;

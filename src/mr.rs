@@ -530,7 +530,7 @@ impl MemoryRegion {
         }
     }
 
-    fn input_error(&self, reason: &'static str) -> ReregError {
+    pub(crate) fn input_error(&self, reason: &'static str) -> ReregError {
         ReregError {
             reason: Some(reason),
             ..self.rereg_error(ReregOutcome::Input, Errno::INVAL)

@@ -1,0 +1,212 @@
+//! The buffer-owning MR on a recording fake kernel: retargeting hands the
+//! old buffer back only after the kernel let go, failures return both
+//! buffers, and a buffer is never freed while it may still be registered.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use uverbs::transport::RecordingTransport;
+use uverbs::uverbs_uapi as sys;
+use uverbs::{
+    AccessFlags, Context, Errno, MrState, OpenOptions, ProtectionDomain, ReregFallback, ReregFlags,
+    ReregOutcome, ReregPath, RetargetBuffers, StableBuffer,
+};
+
+const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+
+fn setup() -> (Arc<RecordingTransport>, Context, ProtectionDomain) {
+    let fake = Arc::new(RecordingTransport::new());
+    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &OpenOptions::new())
+        .unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    (fake, ctx, pd)
+}
+
+/// A buffer that reports when it is dropped, and whether the fake kernel
+/// still had a live MR at that moment.
+#[derive(Debug)]
+struct Watched {
+    bytes: Box<[u8]>,
+    dropped: Arc<AtomicBool>,
+    dropped_while_registered: Arc<AtomicBool>,
+    fake: Arc<RecordingTransport>,
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+        if self.fake.live_mrs() != 0 {
+            self.dropped_while_registered.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
+// SAFETY: the boxed slice never moves or changes length.
+unsafe impl StableBuffer for Watched {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.bytes.as_mut_ptr()
+    }
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.bytes
+    }
+}
+
+fn watched(fake: &Arc<RecordingTransport>) -> (Watched, Arc<AtomicBool>, Arc<AtomicBool>) {
+    let dropped = Arc::new(AtomicBool::new(false));
+    let early = Arc::new(AtomicBool::new(false));
+    let buf = Watched {
+        bytes: vec![0; 4096].into(),
+        dropped: dropped.clone(),
+        dropped_while_registered: early.clone(),
+        fake: fake.clone(),
+    };
+    (buf, dropped, early)
+}
+
+#[test]
+fn retarget_in_place_hands_the_old_buffer_back() {
+    let (fake, _ctx, pd) = setup();
+    let mut mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    mr.buffer_mut()[0] = 9;
+    let handle = mr.handle();
+    let done = mr.retarget(vec![2u8; 8192], ReregFallback::Strict).unwrap();
+    assert_eq!(done.path, ReregPath::InPlace);
+    assert_eq!(done.mr.handle(), handle);
+    assert_eq!((done.old.len(), done.old[0]), (4096, 9));
+    assert_eq!((done.mr.length(), done.mr.buffer()[0]), (8192, 2));
+    assert_eq!(done.mr.addr() as *const u8, done.mr.buffer().as_ptr());
+    assert!(done.fork_warning.is_none());
+    assert_eq!(fake.live_mrs(), 1);
+}
+
+#[test]
+fn strict_retarget_on_a_refusing_device_releases_both_buffers() {
+    let (fake, _ctx, pd) = setup();
+    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let err = mr
+        .retarget(vec![2u8; 4096], ReregFallback::Strict)
+        .unwrap_err();
+    assert_eq!(
+        (err.error.outcome(), err.error.errno()),
+        (ReregOutcome::Cmd, Errno::OPNOTSUPP)
+    );
+    match err.buffers {
+        RetargetBuffers::Released { old, new } => assert_eq!((old[0], new[0]), (1, 2)),
+        RetargetBuffers::Kept { .. } => {
+            panic!("an undefined MR must be deregistered and both buffers returned")
+        }
+    }
+    assert_eq!(fake.live_mrs(), 0);
+}
+
+#[test]
+fn replace_retarget_works_where_the_kernel_refuses() {
+    let (fake, _ctx, pd) = setup();
+    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let handle = mr.handle();
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let done = mr
+        .retarget(vec![2u8; 4096], ReregFallback::Replace)
+        .unwrap();
+    assert_eq!(done.path, ReregPath::Replaced);
+    assert_ne!(done.mr.handle(), handle);
+    assert_eq!((done.old[0], done.mr.buffer()[0]), (1, 2));
+    assert_eq!(fake.live_mrs(), 1);
+}
+
+#[test]
+fn failed_replace_keeps_the_region_and_returns_the_new_buffer() {
+    let (fake, _ctx, pd) = setup();
+    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let handle = mr.handle();
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::FAULT);
+    let err = mr
+        .retarget(vec![2u8; 4096], ReregFallback::Replace)
+        .unwrap_err();
+    assert_eq!(
+        (err.error.errno(), err.error.mr_state()),
+        (Errno::FAULT, MrState::Old)
+    );
+    let RetargetBuffers::Kept { mut mr, new } = err.buffers else {
+        panic!("the old MR is valid: it must be kept")
+    };
+    assert_eq!((mr.handle(), mr.buffer()[0], new[0]), (handle, 1, 2));
+    mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+}
+
+#[test]
+fn empty_new_buffer_is_input_and_sends_nothing() {
+    let (fake, _ctx, pd) = setup();
+    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let sent = fake.count();
+    let err = mr.retarget(Vec::new(), ReregFallback::Replace).unwrap_err();
+    assert_eq!(err.error.outcome(), ReregOutcome::Input);
+    assert_eq!(fake.count(), sent);
+    assert!(matches!(err.buffers, RetargetBuffers::Kept { .. }));
+}
+
+#[test]
+fn translation_through_rereg_with_is_refused() {
+    let (fake, _ctx, pd) = setup();
+    let mut mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let sent = fake.count();
+    let err = mr
+        .rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::TRANSLATION,
+            None,
+            AccessFlags::empty(),
+        )
+        .unwrap_err();
+    assert_eq!(err.outcome(), ReregOutcome::Input);
+    assert_eq!(fake.count(), sent);
+    let pd2 = pd.context().alloc_pd().unwrap();
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let path = mr
+        .rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::PD,
+            Some(&pd2),
+            AccessFlags::empty(),
+        )
+        .unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert!(mr.is_in(&pd2));
+}
+
+#[test]
+fn the_buffer_is_freed_only_after_deregistration() {
+    let (fake, _ctx, pd) = setup();
+    let (buf, dropped, early) = watched(&fake);
+    let mr = pd.reg_buffer(buf, RW).unwrap();
+    drop(mr);
+    assert!(dropped.load(Ordering::SeqCst));
+    assert!(
+        !early.load(Ordering::SeqCst),
+        "the buffer was dropped while still registered"
+    );
+}
+
+#[test]
+fn a_buffer_that_cannot_be_deregistered_is_leaked_not_freed() {
+    let (fake, _ctx, pd) = setup();
+    let (buf, dropped, _) = watched(&fake);
+    let mr = pd.reg_buffer(buf, RW).unwrap();
+    // Both the BufferMr's dereg and the MemoryRegion's retry fail.
+    fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::BUSY);
+    fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::BUSY);
+    drop(mr);
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "memory the device may reach must never be freed"
+    );
+    assert_eq!(fake.live_mrs(), 1);
+}
