@@ -58,3 +58,10 @@ pub use mr::{DeregError, MemoryRegion, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;
+
+/// The README's and the guides' examples are compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+#[doc = include_str!("../docs/rereg.md")]
+#[doc = include_str!("../docs/fork-safety.md")]
+struct GuideExamples;
