@@ -278,3 +278,24 @@ fn replace_fallback_moves_the_marks_too() {
 fn libc_enomem() -> i32 {
     Errno::NOMEM.raw_os_error()
 }
+
+#[test]
+fn no_madvise_at_all_when_disabled_or_unneeded() {
+    for mode in [ForkMode::Disabled, ForkMode::Unneeded] {
+        let advisor = FaultyAdvisor::default();
+        let fork = Arc::new(ForkSafety::with_page_sizing(mode, Box::new(advisor.clone()), PageSizing::Fixed(PAGE)));
+        let fake = Arc::new(RecordingTransport::new());
+        let options = OpenOptions::new().fork_safety(fork.clone());
+        let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &options).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        // SAFETY: fake memory.
+        let mut mr = unsafe { pd.reg_mr(OLD as *mut u8, PAGE, RW) }.unwrap();
+        mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+        // SAFETY: fake memory.
+        unsafe { mr.set_range(NEW as *mut u8, PAGE) }.unwrap();
+        drop(mr);
+        assert_eq!(advisor.calls(), [], "{mode:?}: no madvise");
+        assert_eq!(fork.marked_ranges(), [], "{mode:?}");
+        assert_eq!(fake.live_mrs(), 0);
+    }
+}
