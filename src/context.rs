@@ -16,6 +16,10 @@ use crate::pd::ProtectionDomain;
 use crate::transport::{self, frame, KernelFile, Transport, TransportKind, TransportMode};
 use uverbs_uapi as sys;
 
+/// The most handles [`Context::kernel_handle_count`] asks for (the list
+/// attribute's length is a `u16` of bytes).
+const MAX_INFO_HANDLES: usize = 0xfffc / 4;
+
 /// How to open a device.
 #[derive(Clone, Debug)]
 pub struct OpenOptions {
@@ -241,32 +245,54 @@ impl Context {
 
     /// How many objects of a kind (`UVERBS_OBJECT_MR`, `UVERBS_OBJECT_PD`, …)
     /// this context holds in the kernel (`UVERBS_METHOD_INFO_HANDLES`).
-    /// Needs the ioctl interface and the driver id, on either transport.
+    /// Needs the ioctl interface and the driver id, on either transport;
+    /// `EOVERFLOW` above 16 383 handles.
     pub fn kernel_handle_count(&self, object_id: u16) -> Result<u32, Error> {
-        let mut total: u32 = 0;
-        let mut attrs = [
-            frame::attr_const(sys::UVERBS_ATTR_INFO_OBJECT_ID, object_id.into()),
-            frame::attr_out(
-                sys::UVERBS_ATTR_INFO_TOTAL_HANDLES,
-                (&mut total as *mut u32) as u64,
-                4,
-            )
-            .map_err(|e| Error::os(Op::InfoHandles, &self.inner.device, e))?,
-        ];
-        // SAFETY: the only pointer is to `total`, 4 writable bytes that
-        // outlive the call.
-        unsafe {
-            self.inner.transport.invoke(
-                sys::UVERBS_OBJECT_DEVICE,
-                sys::UVERBS_METHOD_INFO_HANDLES,
-                &mut attrs,
-            )
+        let fail = |e| Error::os(Op::InfoHandles, &self.inner.device, e);
+        // The kernel insists on a non-empty handle list and stops counting
+        // when it is full, so grow it until the count fits.
+        let mut capacity = 64usize;
+        loop {
+            let mut handles = vec![0u32; capacity];
+            let mut total: u32 = 0;
+            let list_len = capacity * size_of::<u32>();
+            let mut attrs = [
+                frame::attr_const(sys::UVERBS_ATTR_INFO_OBJECT_ID, object_id.into()),
+                frame::attr_out(
+                    sys::UVERBS_ATTR_INFO_TOTAL_HANDLES,
+                    (&mut total as *mut u32) as u64,
+                    4,
+                )
+                .map_err(fail)?,
+                frame::attr_out(
+                    sys::UVERBS_ATTR_INFO_HANDLES_LIST,
+                    handles.as_mut_ptr() as u64,
+                    list_len,
+                )
+                .map_err(fail)?,
+            ];
+            // SAFETY: the pointers are to `total` (4 bytes) and `handles`
+            // (`list_len` bytes), both writable and alive across the call.
+            unsafe {
+                self.inner.transport.invoke(
+                    sys::UVERBS_OBJECT_DEVICE,
+                    sys::UVERBS_METHOD_INFO_HANDLES,
+                    &mut attrs,
+                )
+            }
+            .map_err(fail)?;
+            if !frame::is_valid_output(&attrs[1]) {
+                return Err(fail(Errno::PROTO));
+            }
+            if (total as usize) < capacity {
+                return Ok(total);
+            }
+            if capacity == MAX_INFO_HANDLES {
+                // More handles than one call can list: the count is unknown.
+                return Err(fail(Errno::OVERFLOW));
+            }
+            capacity = (capacity * 4).min(MAX_INFO_HANDLES);
         }
-        .map_err(|e| Error::os(Op::InfoHandles, &self.inner.device, e))?;
-        if !frame::is_valid_output(&attrs[1]) {
-            return Err(Error::os(Op::InfoHandles, &self.inner.device, Errno::PROTO));
-        }
-        Ok(total)
     }
 
     /// Sends a raw command on this context's transport and returns the

@@ -283,7 +283,11 @@ fn libc_enomem() -> i32 {
 fn no_madvise_at_all_when_disabled_or_unneeded() {
     for mode in [ForkMode::Disabled, ForkMode::Unneeded] {
         let advisor = FaultyAdvisor::default();
-        let fork = Arc::new(ForkSafety::with_page_sizing(mode, Box::new(advisor.clone()), PageSizing::Fixed(PAGE)));
+        let fork = Arc::new(ForkSafety::with_page_sizing(
+            mode,
+            Box::new(advisor.clone()),
+            PageSizing::Fixed(PAGE),
+        ));
         let fake = Arc::new(RecordingTransport::new());
         let options = OpenOptions::new().fork_safety(fork.clone());
         let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &options).unwrap();
