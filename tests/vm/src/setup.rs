@@ -418,7 +418,7 @@ fn extract_siw_source(kdir: &Path, source_deb: &Path) -> Result<PathBuf> {
             .arg(&tarball)
             .arg("-C")
             .arg(&build)
-            .arg("--strip-components=4")
+            .arg("--strip-components=5")
             .arg(format!("{top}/drivers/infiniband/sw/siw")),
     )?;
     fs::remove_dir_all(&tmp).context("setup: removing the unpacked source package")?;
