@@ -140,3 +140,42 @@ fn a_device_opens_twice_into_independent_contexts() {
         drop(pd);
     }
 }
+
+#[test]
+fn library_kernel_handle_count_matches_the_kernel() {
+    use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
+    for dev in devices_under_test("library_kernel_handle_count_matches_the_kernel") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "kernel_handle_count");
+        let pd = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let mut buf = common::anon(1 << 16);
+        // SAFETY: `buf` outlives the MR.
+        let mr = unsafe {
+            pd.reg_mr(
+                buf.as_mut_ptr(),
+                buf.len(),
+                uverbs::AccessFlags::LOCAL_WRITE,
+            )
+        }
+        .unwrap_or_else(|e| panic!("{name}: reg_mr: {e}"));
+        let (mrs, pds) = counts.now();
+        for (object, what, expected) in
+            [(UVERBS_OBJECT_MR, "MR", mrs), (UVERBS_OBJECT_PD, "PD", pds)]
+        {
+            let got = ctx.kernel_handle_count(object).unwrap_or_else(|e| {
+                panic!(
+                    "{name}: Context::kernel_handle_count({what}) failed: {e} \
+                     (the kernel's INFO_HANDLES handler requires UVERBS_ATTR_INFO_HANDLES_LIST)"
+                )
+            });
+            assert_eq!(
+                got, expected,
+                "{name}: Context::kernel_handle_count({what})"
+            );
+        }
+        drop(mr);
+    }
+}
