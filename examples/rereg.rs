@@ -53,12 +53,11 @@ fn ids(mr: &MemoryRegion) -> Option<(u32, u32, u32)> {
 }
 
 fn describe(mr: &MemoryRegion) -> String {
-    format!(
-        "pd {} {} KiB {:?}",
-        mr.pd_handle(),
-        mr.length() >> 10,
-        mr.access()
-    )
+    let access = format!("{:?}", mr.access());
+    let access = access
+        .trim_start_matches("AccessFlags(")
+        .trim_end_matches(')');
+    format!("pd {}, {} KiB, {access}", mr.pd_handle(), mr.length() >> 10)
 }
 
 /// The row for a re-registration step.
