@@ -13,7 +13,9 @@
 //!    module's dependencies come before it.
 //! 5. A stamp records the result, so later runs go straight to booting.
 
-use crate::util::{err, have_program, run_captured, run_streaming, say, Context, Error, Result};
+use crate::util::{
+    err, have_program, run_captured, run_streaming, say, which, Context, Error, Result,
+};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -418,7 +420,7 @@ fn extract_siw_source(kdir: &Path, source_deb: &Path) -> Result<PathBuf> {
             .arg(&tarball)
             .arg("-C")
             .arg(&build)
-            .arg("--strip-components=4")
+            .arg("--strip-components=5")
             .arg(format!("{top}/drivers/infiniband/sw/siw")),
     )?;
     fs::remove_dir_all(&tmp).context("setup: removing the unpacked source package")?;
@@ -496,7 +498,9 @@ fn find_module(dir: &Path, name: &str) -> Option<PathBuf> {
 fn module_deps(ko: &Path) -> Result<Vec<String>> {
     let out = run_captured(
         "setup: reading module dependencies",
-        Command::new("modinfo").args(["-F", "depends"]).arg(ko),
+        Command::new(which("modinfo").unwrap_or_else(|| "modinfo".into()))
+            .args(["-F", "depends"])
+            .arg(ko),
     )?;
     Ok(out
         .trim()
