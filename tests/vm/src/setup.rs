@@ -138,6 +138,10 @@ pub fn ensure(cache: &Path, force: bool) -> Result<Kernel> {
     let siw_src = extract_siw_source(&kdir, &files[4])?;
     let siw_ko = build_siw(&root, &release, &abi, &siw_src)?;
     let kernel = prepare_modules(&kdir, &root, &release, &siw_ko)?;
+    // The full module tree (~190 MB) is no longer needed: the guest's
+    // modules are decompressed into kdir/modules.
+    fs::remove_dir_all(root.join("lib/modules"))
+        .context("setup: removing the unpacked module tree")?;
     write_stamp(&stamp, cache, &kernel)?;
     say("setup: done");
     Ok(kernel)
