@@ -149,6 +149,10 @@ impl Ctx {
             init: guest::init_script(&kernel.modules, mode),
             run_all: guest::run_all_script(configs, &names),
         };
+        // Copies of the scripts, for reading with --keep.
+        std::fs::write(work.join("init"), &contents.init).context("writing the init script")?;
+        std::fs::write(work.join("run-all"), &contents.run_all)
+            .context("writing the run-all script")?;
         let initrd = work.join("initramfs.cpio.gz");
         initramfs::build(&initrd, &work.join("bin"), &contents)?;
         let boot = qemu::Boot {
