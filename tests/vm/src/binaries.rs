@@ -129,6 +129,7 @@ fn build_collect(
         ));
     }
     dedupe_names(&mut bins);
+    bins.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(bins)
 }
 

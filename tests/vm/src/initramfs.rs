@@ -7,7 +7,7 @@
 use crate::binaries::Binary;
 use crate::guest::{GUEST_BIN_DIR, GUEST_MODULE_DIR};
 use crate::setup::Module;
-use crate::util::{err, have_program, run_captured, say, Context, Error, Result};
+use crate::util::{err, have_program, run_captured, say, which, Context, Error, Result};
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -141,15 +141,6 @@ pub struct Contents<'a> {
     pub init: String,
     /// The /run-all script.
     pub run_all: String,
-}
-
-/// Finds a program on PATH (also in the sbin directories).
-fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
 }
 
 /// The shared libraries (and the loader) a dynamic executable needs, as

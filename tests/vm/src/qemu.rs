@@ -46,6 +46,33 @@ fn command(b: &Boot) -> Command {
     c
 }
 
+/// Removes carriage returns and terminal escape sequences (SeaBIOS and the
+/// kernel send "reset terminal" and "clear screen", which would wipe the
+/// user's or CI's screen) from console output, across chunk boundaries.
+#[derive(Default)]
+struct ConsoleFilter {
+    /// 0: text, 1: after ESC, 2: inside an ESC [ ... sequence.
+    state: u8,
+}
+
+impl ConsoleFilter {
+    fn feed(&mut self, input: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(input.len());
+        for &c in input {
+            match (self.state, c) {
+                (0, 0x1b) => self.state = 1,
+                (0, b'\r') => {}
+                (0, _) => out.push(c),
+                (1, b'[') => self.state = 2,
+                (1, _) => self.state = 0,
+                (_, 0x40..=0x7e) => self.state = 0,
+                _ => {}
+            }
+        }
+        out
+    }
+}
+
 /// Waits for qemu, killing it at the deadline. Returns `None` if killed.
 fn wait_with_timeout(
     child: &mut Child,
@@ -95,12 +122,13 @@ pub fn run(b: &Boot, log: &Path) -> Result<Outcome> {
     let reader = thread::spawn(move || {
         let mut all = Vec::new();
         let mut buf = [0u8; 8192];
+        let mut clean = ConsoleFilter::default();
         let stdout = std::io::stdout();
         loop {
             match out.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let chunk: Vec<u8> = buf[..n].iter().copied().filter(|&c| c != b'\r').collect();
+                    let chunk = clean.feed(&buf[..n]);
                     let mut lock = stdout.lock();
                     let _ = lock.write_all(&chunk);
                     let _ = lock.flush();
@@ -152,5 +180,18 @@ pub fn interactive(b: &Boot) -> Result<()> {
         Some(s) if s.success() => Ok(()),
         Some(s) => Err(err(step, format!("qemu exited with {s}"))),
         None => Err(err(step, "timed out")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_drops_escapes_across_chunks() {
+        let mut f = ConsoleFilter::default();
+        let mut out = f.feed(b"\x1bc\x1b[?7l\x1b[2");
+        out.extend(f.feed(b"J\x1b[0mSeaBIOS\r\nok"));
+        assert_eq!(out, b"SeaBIOS\nok");
     }
 }

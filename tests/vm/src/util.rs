@@ -96,11 +96,19 @@ pub fn tail(text: &str, n: usize) -> String {
     lines[start..].join("\n")
 }
 
-/// Whether a program can be found on PATH.
+/// Finds a program on PATH or in the sbin/bin directories (a non-root
+/// PATH often lacks /usr/sbin, where `rdma` and `modinfo` live).
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// Whether a program can be found (see [`which`]).
 pub fn have_program(name: &str) -> bool {
-    std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false)
+    which(name).is_some()
 }
 
 /// The `cargo` to use for nested builds: the one that started us if known.
