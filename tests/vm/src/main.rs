@@ -1,1 +1,316 @@
-fn main() {}
+//! `uverbs-vm`: runs the project's tests against real soft-RDMA devices
+//! (rxe0 and siw0) inside a qemu VM booting a stock Debian 6.12 kernel.
+//!
+//! Invoked through the cargo alias in `.cargo/config.toml`:
+//! `cargo vm setup | test | demo | shell [options]`.
+//!
+//! The flow of `cargo vm test`:
+//!
+//! 1. [`setup`] installs missing host packages, downloads and unpacks the
+//!    kernel, builds siw.ko out of tree and caches everything under
+//!    `target/vm` (or `$UVERBS_VM_CACHE`); a stamp makes later runs skip it.
+//! 2. [`binaries`] runs the host test suite, then builds every test binary
+//!    of the `uverbs` package statically.
+//! 3. [`guest`] generates `/init` (modules, rdma links, then every binary
+//!    under every configuration of [`guest::TEST_CONFIGS`], each followed by a
+//!    result marker) and [`initramfs`] packs it with busybox, the modules,
+//!    the `rdma` tool and the binaries into a gzip cpio archive.
+//! 4. [`qemu`] boots it with a hard timeout, streaming the console to stdout
+//!    and `target/vm/console.log`.
+//! 5. [`report`] reads the markers back and prints the binary ×
+//!    configuration table; the last line is `vm: N passed, M failed`.
+//!
+//! `demo` does steps 3–5 for `examples/rereg.rs`; `shell` boots to an
+//! interactive busybox shell with the same devices and binaries.
+
+mod binaries;
+mod guest;
+mod initramfs;
+mod json;
+mod qemu;
+mod report;
+mod setup;
+mod util;
+
+use binaries::Binary;
+use guest::{Mode, RunConfig};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use util::{say, tail, Context, Error, Result};
+
+const USAGE: &str = "\
+usage: cargo vm <command> [options]
+
+commands:
+  setup   install host packages, fetch the 6.12 kernel, build siw (cached)
+  test    host tests, then every uverbs test binary in the VM per configuration
+  demo    run examples/rereg.rs in the VM (ioctl and write transports)
+  shell   boot the VM to an interactive busybox shell (Ctrl-A X quits)
+
+options:
+  --timeout SECS   kill qemu after SECS seconds (default 1500; shell: none)
+  --memory SIZE    guest memory, as qemu -m takes it (default 2G)
+  --keep           keep the work directory (initramfs, scripts)
+  --force          (setup) redo the set-up even if cached
+
+environment:
+  UVERBS_VM_CACHE  cache directory (default <workspace>/target/vm)";
+
+/// Parsed command line.
+struct Options {
+    command: String,
+    /// `--timeout`; `None` means the command's default.
+    timeout: Option<Duration>,
+    memory: String,
+    keep: bool,
+    force: bool,
+}
+
+fn parse_args(args: &[String]) -> Result<Options> {
+    let mut o = Options {
+        command: String::new(),
+        timeout: None,
+        memory: "2G".into(),
+        keep: false,
+        force: false,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |name: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| Error(format!("{name} needs a value\n\n{USAGE}")))
+        };
+        match a.as_str() {
+            "--timeout" => {
+                let v = value("--timeout")?;
+                let secs: u64 = v
+                    .parse()
+                    .map_err(|_| Error(format!("--timeout wants seconds, got `{v}`")))?;
+                o.timeout = Some(Duration::from_secs(secs));
+            }
+            "--memory" => o.memory = value("--memory")?,
+            "--keep" => o.keep = true,
+            "--force" => o.force = true,
+            "-h" | "--help" | "help" => o.command = "help".into(),
+            c if !c.starts_with('-') && o.command.is_empty() => o.command = c.into(),
+            other => return Err(Error(format!("unknown argument `{other}`\n\n{USAGE}"))),
+        }
+    }
+    Ok(o)
+}
+
+/// Default hard timeout for a test or demo boot (a normal run takes seconds;
+/// this only catches a hung guest).
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(25 * 60);
+/// An interactive shell only stops at an explicit `--timeout`.
+const SHELL_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Paths shared by the commands.
+struct Ctx {
+    workspace: PathBuf,
+    cache: PathBuf,
+    opts: Options,
+}
+
+impl Ctx {
+    /// The work directory for one boot (initramfs, stripped binaries).
+    fn work_dir(&self) -> Result<PathBuf> {
+        let dir = self.cache.join("work");
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).context("clearing the work directory")?;
+        }
+        std::fs::create_dir_all(&dir).context("creating the work directory")?;
+        Ok(dir)
+    }
+
+    fn finish_work_dir(&self, dir: &PathBuf) {
+        if self.opts.keep {
+            say(format!("keeping the work directory {}", dir.display()));
+        } else {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+
+    /// Builds the initramfs for `binaries` and boots it.
+    fn boot(
+        &self,
+        kernel: &setup::Kernel,
+        binaries: &[Binary],
+        configs: &[RunConfig],
+        mode: Mode,
+    ) -> Result<Option<qemu::Outcome>> {
+        let work = self.work_dir()?;
+        let names: Vec<String> = binaries.iter().map(|b| b.name.clone()).collect();
+        let contents = initramfs::Contents {
+            modules: &kernel.modules,
+            binaries,
+            init: guest::init_script(&kernel.modules, mode),
+            run_all: guest::run_all_script(configs, &names),
+        };
+        // Copies of the scripts, for reading with --keep.
+        std::fs::write(work.join("init"), &contents.init).context("writing the init script")?;
+        std::fs::write(work.join("run-all"), &contents.run_all)
+            .context("writing the run-all script")?;
+        let initrd = work.join("initramfs.cpio.gz");
+        initramfs::build(&initrd, &work.join("bin"), &contents)?;
+        let boot = qemu::Boot {
+            kernel: kernel.vmlinuz.clone(),
+            initrd,
+            memory: self.opts.memory.clone(),
+            timeout: self.opts.timeout.unwrap_or(match mode {
+                Mode::Run => DEFAULT_TIMEOUT,
+                Mode::Shell => SHELL_TIMEOUT,
+            }),
+        };
+        let outcome = match mode {
+            Mode::Run => Some(qemu::run(&boot, &self.cache.join("console.log"))?),
+            Mode::Shell => {
+                qemu::interactive(&boot)?;
+                None
+            }
+        };
+        self.finish_work_dir(&work);
+        Ok(outcome)
+    }
+
+    /// Boots a run plan and reports; Ok(true) when every run passed.
+    fn run_plan(
+        &self,
+        kernel: &setup::Kernel,
+        binaries: &[Binary],
+        configs: &[RunConfig],
+    ) -> Result<bool> {
+        let outcome = self
+            .boot(kernel, binaries, configs, Mode::Run)?
+            .expect("run mode has an outcome");
+        let names: Vec<String> = binaries.iter().map(|b| b.name.clone()).collect();
+        let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
+        let results = report::parse(&outcome.console);
+        let (table, counts) = report::summarize(&config_names, &names, &results);
+        let mut problems = Vec::new();
+        if let Some(f) = report::setup_failure(&outcome.console) {
+            problems.push(format!("the guest's set-up failed: {f}"));
+        }
+        match outcome.status {
+            None => problems.push("qemu was killed at the timeout (see --timeout)".to_string()),
+            Some(s) if !s.success() => problems.push(format!("qemu exited with {s}")),
+            Some(_) => {}
+        }
+        if counts.missing > 0 {
+            problems.push(format!(
+                "{} of {} planned runs reported no result (the VM stopped early?)",
+                counts.missing,
+                names.len() * configs.len()
+            ));
+        }
+        let ok = counts.all_passed() && problems.is_empty();
+        println!();
+        if !ok {
+            println!(
+                "vm: ---- last 60 console lines ({}) ----",
+                self.cache.join("console.log").display()
+            );
+            println!("{}", tail(&outcome.console, 60));
+            println!("vm: ----");
+            for p in &problems {
+                say(format!("problem: {p}"));
+            }
+        }
+        say(format!(
+            "results after {:.1} s in the VM:",
+            outcome.elapsed.as_secs_f64()
+        ));
+        print!("{table}");
+        say(format!(
+            "{} passed, {} failed",
+            counts.passed,
+            counts.failed + counts.missing
+        ));
+        Ok(ok)
+    }
+}
+
+fn real_main(args: &[String]) -> Result<bool> {
+    let opts = parse_args(args)?;
+    if opts.command.is_empty() || opts.command == "help" {
+        println!("{USAGE}");
+        return Ok(!opts.command.is_empty());
+    }
+    if !matches!(opts.command.as_str(), "setup" | "test" | "demo" | "shell") {
+        return Err(Error(format!(
+            "unknown command `{}`\n\n{USAGE}",
+            opts.command
+        )));
+    }
+    let workspace = util::workspace_root()?;
+    let cache = util::cache_dir(&workspace);
+    let ctx = Ctx {
+        workspace,
+        cache,
+        opts,
+    };
+    let kernel = setup::ensure(&ctx.cache, ctx.opts.force)?;
+    match ctx.opts.command.as_str() {
+        "setup" => Ok(true),
+        "test" => {
+            binaries::host_tests(&ctx.workspace)?;
+            let bins = binaries::static_tests(&ctx.workspace)?;
+            say(format!(
+                "test: {} binaries × {} configurations: {}",
+                bins.len(),
+                guest::TEST_CONFIGS.len(),
+                bins.iter()
+                    .map(|b| b.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ));
+            ctx.run_plan(&kernel, &bins, guest::TEST_CONFIGS)
+        }
+        "demo" => {
+            let bin = binaries::static_example(&ctx.workspace, "rereg")?;
+            ctx.run_plan(&kernel, &[bin], guest::DEMO_CONFIGS)
+        }
+        "shell" => {
+            let bins = binaries::static_tests(&ctx.workspace)?;
+            ctx.boot(&kernel, &bins, guest::TEST_CONFIGS, Mode::Shell)?;
+            Ok(true)
+        }
+        _ => unreachable!("checked above"),
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match real_main(&args) {
+        Ok(true) => ExitCode::SUCCESS,
+        // The report (ending in "vm: N passed, M failed") is already printed.
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("vm: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn options() {
+        let o = parse_args(&args("test --timeout 60 --memory 1G --keep")).unwrap();
+        assert_eq!(o.command, "test");
+        assert_eq!(o.timeout, Some(Duration::from_secs(60)));
+        assert_eq!(o.memory, "1G");
+        assert!(o.keep);
+        assert!(parse_args(&args("test --timeout x")).is_err());
+        assert!(parse_args(&args("test --bogus")).is_err());
+        assert!(parse_args(&args("test --memory")).is_err());
+    }
+}

@@ -1,0 +1,561 @@
+//! Re-registration in place (REREG_MR) on real devices: every row of the
+//! kernel 6.12 table in shared/reference/soft-rdma-vm.md, through the
+//! library's API, plus the input checks that never reach the kernel.
+//!
+//! Each case starts from a fresh 1 MiB MR on pd1 with access
+//! LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE.
+
+mod common;
+
+use common::{anon, devices_under_test, driver, loud, open, Driver, HandleCounts};
+use memmap2::MmapMut;
+use uverbs::{
+    AccessFlags, Errno, MemoryRegion, MrState, ProtectionDomain, ReregError, ReregFlags,
+    ReregOutcome,
+};
+
+const RW: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+const MIB: usize = 1 << 20;
+
+/// Registers all of `buf` in `pd` with [`RW`].
+fn fresh_mr(name: &str, pd: &ProtectionDomain, buf: &mut MmapMut) -> MemoryRegion {
+    // SAFETY: every caller keeps `buf` alive until the MR is gone.
+    unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
+        .unwrap_or_else(|e| panic!("{name}: reg_mr of 1 MiB: {e}"))
+}
+
+/// Everything the MR reports about itself.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct Snapshot {
+    handle: u32,
+    lkey: u32,
+    rkey: u32,
+    addr: usize,
+    length: usize,
+    access: AccessFlags,
+    pd_handle: u32,
+}
+
+fn snap(mr: &MemoryRegion) -> Snapshot {
+    Snapshot {
+        handle: mr.handle(),
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+        addr: mr.addr() as usize,
+        length: mr.length(),
+        access: mr.access(),
+        pd_handle: mr.pd_handle(),
+    }
+}
+
+/// Asserts a kernel refusal: outcome Cmd (−4), the given errno, MR undefined.
+fn assert_cmd(name: &str, case: &str, result: Result<(), ReregError>, errno: Errno) {
+    let err = result
+        .err()
+        .unwrap_or_else(|| panic!("{name}: {case}: succeeded, expected Cmd/{errno:?}"));
+    loud(&format!("{name}: {case}: {err}"));
+    assert_eq!(
+        err.outcome(),
+        ReregOutcome::Cmd,
+        "{name}: {case}: outcome ({err})"
+    );
+    assert_eq!(err.code(), -4, "{name}: {case}: code ({err})");
+    assert_eq!(err.errno(), errno, "{name}: {case}: errno ({err})");
+    assert_eq!(
+        err.mr_state(),
+        MrState::Undefined,
+        "{name}: {case}: mr_state ({err})"
+    );
+    assert_eq!(err.device(), name, "{name}: {case}: device ({err})");
+}
+
+/// Asserts a refusal before the kernel: outcome Input (−1), EINVAL, MR unchanged.
+fn assert_input(name: &str, case: &str, result: Result<(), ReregError>) {
+    let err = result
+        .err()
+        .unwrap_or_else(|| panic!("{name}: {case}: succeeded, expected Input/EINVAL"));
+    assert_eq!(
+        err.outcome(),
+        ReregOutcome::Input,
+        "{name}: {case}: outcome ({err})"
+    );
+    assert_eq!(err.code(), -1, "{name}: {case}: code ({err})");
+    assert_eq!(err.errno(), Errno::INVAL, "{name}: {case}: errno ({err})");
+    assert_eq!(
+        err.mr_state(),
+        MrState::Old,
+        "{name}: {case}: mr_state ({err})"
+    );
+    assert!(
+        err.reason().is_some(),
+        "{name}: {case}: an Input error says why ({err})"
+    );
+}
+
+fn dereg_ok(name: &str, case: &str, mr: MemoryRegion) {
+    mr.dereg()
+        .unwrap_or_else(|e| panic!("{name}: {case}: explicit dereg afterwards failed: {e}"));
+}
+
+#[test]
+fn change_access_to_local_write() {
+    for dev in devices_under_test("change_access_to_local_write") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "rereg ACCESS");
+        let pd1 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let mut buf = anon(MIB);
+        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let before = snap(&mr);
+        let result = mr.set_access(AccessFlags::LOCAL_WRITE);
+        match driver(&ctx) {
+            Driver::Rxe => {
+                result.unwrap_or_else(|e| panic!("{name}: ACCESS -> LOCAL_WRITE: {e}"));
+                let after = snap(&mr);
+                assert_eq!(
+                    after,
+                    Snapshot {
+                        access: AccessFlags::LOCAL_WRITE,
+                        ..before
+                    },
+                    "{name}: in place: same handle, keys unchanged, new access"
+                );
+                // And back again: a second in-place change on the same MR.
+                mr.set_access(RW)
+                    .unwrap_or_else(|e| panic!("{name}: ACCESS -> RW again: {e}"));
+                assert_eq!(snap(&mr), before, "{name}: back to the original access");
+            }
+            Driver::Siw => {
+                assert_cmd(name, "ACCESS -> LOCAL_WRITE", result, Errno::OPNOTSUPP);
+                assert_eq!(
+                    snap(&mr),
+                    before,
+                    "{name}: the old attributes are still reported"
+                );
+            }
+            Driver::Other => common::note_unknown_driver("change_access_to_local_write", &ctx),
+        }
+        counts.assert_extra(1, 1, "after the rereg");
+        dereg_ok(name, "ACCESS", mr);
+    }
+}
+
+#[test]
+fn change_pd_moves_the_mr_in_the_kernel() {
+    for dev in devices_under_test("change_pd_moves_the_mr_in_the_kernel") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "rereg PD");
+        let pd1 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd2 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let mut buf = anon(MIB);
+        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let before = snap(&mr);
+        let result = mr.set_pd(&pd2);
+        match driver(&ctx) {
+            Driver::Rxe => {
+                result.unwrap_or_else(|e| panic!("{name}: PD -> pd2: {e}"));
+                assert_eq!(
+                    snap(&mr),
+                    Snapshot {
+                        pd_handle: pd2.handle(),
+                        ..before
+                    },
+                    "{name}: in place: same handle and keys, now in pd2"
+                );
+                assert!(
+                    mr.is_in(&pd2) && !mr.is_in(&pd1),
+                    "{name}: is_in after the move"
+                );
+                // The kernel really moved it: pd2 is busy, pd1 is free.
+                let err = pd2
+                    .dealloc()
+                    .expect_err("dealloc of pd2 holding the moved MR must fail");
+                assert_eq!(
+                    err.error.errno(),
+                    Some(Errno::BUSY),
+                    "{name}: dealloc(pd2) after the move: {}",
+                    err.error
+                );
+                let pd2 = err.pd;
+                pd1.dealloc()
+                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after the MR left it: {e}"));
+                counts.assert_extra(1, 1, "after the move and pd1's dealloc");
+                dereg_ok(name, "PD", mr);
+                pd2.dealloc()
+                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the MR is gone: {e}"));
+            }
+            Driver::Siw => {
+                assert_cmd(name, "PD -> pd2", result, Errno::OPNOTSUPP);
+                assert_eq!(snap(&mr), before, "{name}: the old PD is still reported");
+                assert!(mr.is_in(&pd1), "{name}: still in pd1");
+                // Nothing moved: pd2 is free, pd1 is busy.
+                pd2.dealloc()
+                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the refused move: {e}"));
+                let err = pd1.dealloc().expect_err("pd1 still holds the MR");
+                assert_eq!(
+                    err.error.errno(),
+                    Some(Errno::BUSY),
+                    "{name}: dealloc(pd1): {}",
+                    err.error
+                );
+                dereg_ok(name, "PD", mr);
+                err.pd
+                    .dealloc()
+                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after dereg: {e}"));
+            }
+            Driver::Other => {
+                common::note_unknown_driver("change_pd_moves_the_mr_in_the_kernel", &ctx)
+            }
+        }
+    }
+}
+
+#[test]
+fn change_translation_to_a_new_2mib_buffer_is_refused() {
+    for dev in devices_under_test("change_translation_to_a_new_2mib_buffer_is_refused") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "rereg TRANSLATION");
+        let pd1 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let mut buf = anon(MIB);
+        let mut new_buf = anon(2 * MIB);
+        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let before = snap(&mr);
+        // SAFETY: `new_buf` outlives the MR.
+        let result = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) };
+        match driver(&ctx) {
+            // rxe: "flags = 0x1 not supported"; siw: no rereg at all.
+            Driver::Rxe | Driver::Siw => {
+                assert_cmd(name, "TRANSLATION -> 2 MiB", result, Errno::OPNOTSUPP);
+                assert_eq!(snap(&mr), before, "{name}: the old range is still reported");
+            }
+            Driver::Other => common::note_unknown_driver(
+                "change_translation_to_a_new_2mib_buffer_is_refused",
+                &ctx,
+            ),
+        }
+        counts.assert_extra(1, 1, "the MR survives the refused command in the kernel");
+        dereg_ok(name, "TRANSLATION", mr);
+        counts.assert_extra(0, 1, "after dereg");
+    }
+}
+
+#[test]
+fn all_three_flags_are_refused() {
+    for dev in devices_under_test("all_three_flags_are_refused") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "rereg all flags");
+        let pd1 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd2 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let mut buf = anon(MIB);
+        let mut new_buf = anon(2 * MIB);
+        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let before = snap(&mr);
+        // SAFETY: `new_buf` outlives the MR.
+        let result = unsafe {
+            mr.rereg(
+                ReregFlags::all(),
+                Some(&pd2),
+                new_buf.as_mut_ptr(),
+                new_buf.len(),
+                AccessFlags::LOCAL_WRITE,
+            )
+        };
+        match driver(&ctx) {
+            Driver::Rxe | Driver::Siw => {
+                assert_cmd(name, "TRANSLATION|PD|ACCESS", result, Errno::OPNOTSUPP);
+                assert_eq!(
+                    snap(&mr),
+                    before,
+                    "{name}: old range, PD and access still reported"
+                );
+                // The kernel did not move it either.
+                pd2.dealloc()
+                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the refused move: {e}"));
+            }
+            Driver::Other => common::note_unknown_driver("all_three_flags_are_refused", &ctx),
+        }
+        counts.assert_extra(1, 1, "the MR survives");
+        dereg_ok(name, "all flags", mr);
+    }
+}
+
+#[test]
+fn no_flags_go_to_the_kernel_and_are_refused() {
+    for dev in devices_under_test("no_flags_go_to_the_kernel_and_are_refused") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "rereg flags=0");
+        let pd1 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let mut buf = anon(MIB);
+        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let before = snap(&mr);
+        // SAFETY: no TRANSLATION, no memory handed over.
+        let result = unsafe {
+            mr.rereg(
+                ReregFlags::empty(),
+                None,
+                std::ptr::null_mut(),
+                0,
+                AccessFlags::empty(),
+            )
+        };
+        match driver(&ctx) {
+            Driver::Rxe => assert_cmd(name, "flags = 0", result, Errno::INVAL),
+            Driver::Siw => assert_cmd(name, "flags = 0", result, Errno::OPNOTSUPP),
+            Driver::Other => {
+                common::note_unknown_driver("no_flags_go_to_the_kernel_and_are_refused", &ctx)
+            }
+        }
+        assert_eq!(snap(&mr), before, "{name}: nothing changed");
+        counts.assert_extra(1, 1, "the MR survives");
+        dereg_ok(name, "flags = 0", mr);
+    }
+}
+
+#[test]
+fn remote_write_without_local_write_is_refused() {
+    for dev in devices_under_test("remote_write_without_local_write_is_refused") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "rereg REMOTE_WRITE alone");
+        let pd1 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let mut buf = anon(MIB);
+        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let before = snap(&mr);
+        let result = mr.set_access(AccessFlags::REMOTE_WRITE);
+        match driver(&ctx) {
+            Driver::Rxe => assert_cmd(name, "ACCESS -> REMOTE_WRITE", result, Errno::INVAL),
+            Driver::Siw => assert_cmd(name, "ACCESS -> REMOTE_WRITE", result, Errno::OPNOTSUPP),
+            Driver::Other => {
+                common::note_unknown_driver("remote_write_without_local_write_is_refused", &ctx)
+            }
+        }
+        assert_eq!(
+            snap(&mr),
+            before,
+            "{name}: the old access is still reported"
+        );
+        counts.assert_extra(1, 1, "the MR survives");
+        dereg_ok(name, "REMOTE_WRITE alone", mr);
+    }
+}
+
+#[test]
+fn access_and_pd_together_in_one_command() {
+    // Not a row of the reference table: rxe's rereg supports PD | ACCESS
+    // (RXE_MR_REREG_SUPPORTED), so both must change in one command.
+    for dev in devices_under_test("access_and_pd_together_in_one_command") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "rereg PD|ACCESS");
+        let pd1 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd2 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let mut buf = anon(MIB);
+        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let before = snap(&mr);
+        let new_access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+        // SAFETY: no TRANSLATION, no memory handed over.
+        let result = unsafe {
+            mr.rereg(
+                ReregFlags::PD | ReregFlags::ACCESS,
+                Some(&pd2),
+                std::ptr::null_mut(),
+                0,
+                new_access,
+            )
+        };
+        match driver(&ctx) {
+            Driver::Rxe => {
+                result.unwrap_or_else(|e| panic!("{name}: PD|ACCESS: {e}"));
+                assert_eq!(
+                    snap(&mr),
+                    Snapshot {
+                        pd_handle: pd2.handle(),
+                        access: new_access,
+                        ..before
+                    },
+                    "{name}: both changed in place"
+                );
+                pd1.dealloc()
+                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after the move: {e}"));
+            }
+            Driver::Siw => {
+                assert_cmd(name, "PD|ACCESS", result, Errno::OPNOTSUPP);
+                assert_eq!(snap(&mr), before, "{name}: nothing changed");
+                pd2.dealloc()
+                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the refused move: {e}"));
+            }
+            Driver::Other => {
+                common::note_unknown_driver("access_and_pd_together_in_one_command", &ctx)
+            }
+        }
+        counts.assert_extra(1, 1, "after the rereg and one dealloc");
+        dereg_ok(name, "PD|ACCESS", mr);
+    }
+}
+
+#[test]
+fn bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable() {
+    for dev in devices_under_test("bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable")
+    {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let other_ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, "rereg bad input");
+        let other_counts = HandleCounts::new(&other_ctx, "rereg bad input (other context)");
+        let pd1 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd2 = ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let foreign_pd = other_ctx
+            .alloc_pd()
+            .unwrap_or_else(|e| panic!("{name}: alloc_pd in a 2nd context: {e}"));
+        let mut buf = anon(MIB);
+        let mut new_buf = anon(2 * MIB);
+        let new_ptr = new_buf.as_mut_ptr();
+        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let d = driver(&ctx);
+        let null = std::ptr::null_mut::<u8>();
+        let none = AccessFlags::empty();
+
+        type Case<'a> = (
+            &'a str,
+            ReregFlags,
+            Option<&'a ProtectionDomain>,
+            *mut u8,
+            usize,
+            AccessFlags,
+        );
+        let cases: [Case; 8] = [
+            (
+                "unknown flag bit 1<<3",
+                ReregFlags::from_bits_retain(1 << 3),
+                None,
+                null,
+                0,
+                none,
+            ),
+            (
+                "unknown flag bits with ACCESS",
+                ReregFlags::from_bits_retain(0x104),
+                None,
+                null,
+                0,
+                RW,
+            ),
+            (
+                "TRANSLATION with zero length",
+                ReregFlags::TRANSLATION,
+                None,
+                new_ptr,
+                0,
+                none,
+            ),
+            (
+                "TRANSLATION with a null address",
+                ReregFlags::TRANSLATION,
+                None,
+                null,
+                2 * MIB,
+                none,
+            ),
+            (
+                "access without the ACCESS flag",
+                ReregFlags::PD,
+                Some(&pd2),
+                null,
+                0,
+                AccessFlags::LOCAL_WRITE,
+            ),
+            ("PD flag without a PD", ReregFlags::PD, None, null, 0, none),
+            (
+                "PD of another context",
+                ReregFlags::PD,
+                Some(&foreign_pd),
+                null,
+                0,
+                none,
+            ),
+            (
+                "TRANSLATION range wrapping around",
+                ReregFlags::TRANSLATION,
+                None,
+                usize::MAX as *mut u8,
+                2,
+                none,
+            ),
+        ];
+        for (i, (case, flags, pd, addr, len, access)) in cases.into_iter().enumerate() {
+            let before = snap(&mr);
+            // SAFETY: every case is refused before the kernel; none hands memory over.
+            let result = unsafe { mr.rereg(flags, pd, addr, len, access) };
+            assert_input(name, case, result);
+            assert_eq!(snap(&mr), before, "{name}: {case}: the MR is unchanged");
+            counts.assert_extra(1, 2, case);
+            // The MR is still usable: a valid rereg reaches the kernel.
+            let next = if i % 2 == 0 {
+                AccessFlags::LOCAL_WRITE
+            } else {
+                RW
+            };
+            match d {
+                Driver::Rxe => {
+                    mr.set_access(next)
+                        .unwrap_or_else(|e| panic!("{name}: valid rereg after {case}: {e}"));
+                    assert_eq!(
+                        mr.access(),
+                        next,
+                        "{name}: access after the valid rereg following {case}"
+                    );
+                }
+                Driver::Siw => assert_cmd(
+                    name,
+                    &format!("valid rereg after {case}"),
+                    mr.set_access(next),
+                    Errno::OPNOTSUPP,
+                ),
+                Driver::Other => {}
+            }
+        }
+        if d == Driver::Other {
+            common::note_unknown_driver(
+                "bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable",
+                &ctx,
+            );
+        }
+        // The foreign PD was not touched: its own context can free it.
+        foreign_pd
+            .dealloc()
+            .unwrap_or_else(|e| panic!("{name}: dealloc of the other context's PD: {e}"));
+        other_counts.assert_extra(0, 0, "other context after its PD is freed");
+        dereg_ok(name, "bad input", mr);
+        drop(new_buf);
+    }
+}

@@ -1,0 +1,198 @@
+//! Host-side builds: the ordinary host test suite, and static
+//! (`+crt-static`) builds of the binaries that run inside the VM.
+//!
+//! An explicit `--target` keeps proc-macros and build scripts building for
+//! the host while the target's rustflags make the test executables
+//! static-pie, so they run in the VM with nothing else copied in.
+
+use crate::json::Json;
+use crate::util::{cargo, describe, err, run_streaming, say, Context, Error, Result};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The target triple the VM runs.
+pub const TARGET: &str = "x86_64-unknown-linux-gnu";
+/// The env var carrying rustflags for [`TARGET`] only.
+const RUSTFLAGS_VAR: &str = "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS";
+/// The flag making executables static.
+const STATIC: &str = "-C target-feature=+crt-static";
+
+/// A statically linked executable to copy into the VM.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Binary {
+    /// Short name used in markers and the summary (the cargo target name).
+    pub name: String,
+    /// The executable on the host.
+    pub path: PathBuf,
+}
+
+/// Runs `cargo test --workspace` on the host; fails if any test fails.
+pub fn host_tests(workspace: &Path) -> Result<()> {
+    say("test: host test suite (cargo test --workspace)");
+    run_streaming(
+        "test: host test suite",
+        cargo().current_dir(workspace).args(["test", "--workspace"]),
+    )
+}
+
+/// Builds every test binary of the `uverbs` package statically and returns
+/// them (lib unit tests and each integration test).
+pub fn static_tests(workspace: &Path) -> Result<Vec<Binary>> {
+    say(format!(
+        "test: building the uverbs test binaries statically for {TARGET}"
+    ));
+    let mut cmd = cargo();
+    cmd.current_dir(workspace)
+        .args(["test", "-p", "uverbs", "--no-run", "--target", TARGET])
+        .arg("--message-format=json-render-diagnostics");
+    let bins = build_collect("test: static test build", &mut cmd, |a| {
+        a.get("profile")
+            .and_then(|p| p.get("test"))
+            .and_then(Json::as_bool)
+            == Some(true)
+    })?;
+    if bins.is_empty() {
+        return Err(Error(
+            "test: the static test build produced no test executables".into(),
+        ));
+    }
+    Ok(bins)
+}
+
+/// Builds the example `name` (examples/<name>.rs) statically.
+pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
+    let src = workspace.join("examples").join(format!("{name}.rs"));
+    if !src.is_file() {
+        return Err(Error(format!(
+            "demo: {} does not exist yet; the demo runs that example, so write it first",
+            src.display()
+        )));
+    }
+    say(format!(
+        "demo: building example {name} statically for {TARGET}"
+    ));
+    let mut cmd = cargo();
+    cmd.current_dir(workspace)
+        .args([
+            "build",
+            "-p",
+            "uverbs",
+            "--example",
+            name,
+            "--target",
+            TARGET,
+        ])
+        .arg("--message-format=json-render-diagnostics");
+    let bins = build_collect("demo: static example build", &mut cmd, |a| {
+        a.get("target")
+            .and_then(|t| t.get("kind"))
+            .and_then(Json::as_array)
+            .is_some_and(|k| k.iter().any(|x| x.as_str() == Some("example")))
+    })?;
+    bins.into_iter().find(|b| b.name == name).ok_or_else(|| {
+        err(
+            "demo: static example build",
+            format!("cargo reported no executable for example {name}"),
+        )
+    })
+}
+
+/// Runs a cargo build with JSON messages on stdout (diagnostics still go to
+/// the terminal) and collects the executables of the compiler-artifact
+/// messages that `keep` accepts.
+fn build_collect(
+    step: &str,
+    cmd: &mut Command,
+    keep: impl Fn(&Json) -> bool,
+) -> Result<Vec<Binary>> {
+    cmd.env(RUSTFLAGS_VAR, STATIC)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    let line = describe(cmd);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| err(step, format!("cannot run `{line}`: {e}")))?;
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut bins = Vec::new();
+    for l in BufReader::new(stdout).lines() {
+        let l = l.context(step)?;
+        if let Some(b) = Json::parse(&l).and_then(|v| artifact(&v, &keep)) {
+            bins.push(b);
+        }
+    }
+    let status = child.wait().context(step)?;
+    if !status.success() {
+        return Err(err(
+            step,
+            format!("`{RUSTFLAGS_VAR}='{STATIC}' {line}` failed ({status}); its output is above"),
+        ));
+    }
+    dedupe_names(&mut bins);
+    bins.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(bins)
+}
+
+/// The binary named by one cargo JSON message, if it is a kept artifact.
+fn artifact(v: &Json, keep: &impl Fn(&Json) -> bool) -> Option<Binary> {
+    if v.get("reason")?.as_str()? != "compiler-artifact" || !keep(v) {
+        return None;
+    }
+    let path = PathBuf::from(v.get("executable")?.as_str()?);
+    let name = v.get("target")?.get("name")?.as_str()?.replace('-', "_");
+    Some(Binary { name, path })
+}
+
+/// Makes names unique (a lib and a test target could share one).
+fn dedupe_names(bins: &mut [Binary]) {
+    for i in 1..bins.len() {
+        let mut n = 2;
+        while bins[..i].iter().any(|b| b.name == bins[i].name) {
+            let base = bins[i]
+                .name
+                .trim_end_matches(|c: char| c.is_ascii_digit() || c == '_')
+                .to_string();
+            bins[i].name = format!("{base}_{n}");
+            n += 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn picks_test_executables() {
+        let keep = |a: &Json| {
+            a.get("profile")
+                .and_then(|p| p.get("test"))
+                .and_then(Json::as_bool)
+                == Some(true)
+        };
+        let test = Json::parse(r#"{"reason":"compiler-artifact","target":{"name":"vm-smoke","kind":["test"]},"profile":{"test":true},"executable":"/x/vm_smoke-12"}"#).unwrap();
+        let lib = Json::parse(r#"{"reason":"compiler-artifact","target":{"name":"uverbs","kind":["lib"]},"profile":{"test":false},"executable":null}"#).unwrap();
+        let msg = Json::parse(r#"{"reason":"build-finished","success":true}"#).unwrap();
+        assert_eq!(
+            artifact(&test, &keep),
+            Some(Binary {
+                name: "vm_smoke".into(),
+                path: "/x/vm_smoke-12".into()
+            })
+        );
+        assert_eq!(artifact(&lib, &keep), None);
+        assert_eq!(artifact(&msg, &keep), None);
+    }
+
+    #[test]
+    fn unique_names() {
+        let b = |n: &str| Binary {
+            name: n.into(),
+            path: PathBuf::new(),
+        };
+        let mut v = vec![b("uverbs"), b("uverbs"), b("uverbs"), b("x")];
+        dedupe_names(&mut v);
+        let names: Vec<_> = v.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["uverbs", "uverbs_2", "uverbs_3", "x"]);
+    }
+}

@@ -1,0 +1,173 @@
+//! Reading the guest's result markers back from the console log and
+//! summarising them as a binary × configuration table.
+
+use std::collections::BTreeMap;
+
+/// The marker the guest prints after each binary.
+pub const RESULT_MARKER: &str = "@@UVERBS-RESULT";
+/// The marker the guest prints when its own set-up fails.
+pub const SETUP_FAILED_MARKER: &str = "@@UVERBS-SETUP-FAILED";
+
+/// One finished run: a binary under a configuration and its exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunResult {
+    /// Configuration name.
+    pub config: String,
+    /// Binary name.
+    pub bin: String,
+    /// Exit code (non-numeric codes read as -1).
+    pub rc: i32,
+}
+
+/// Finds every result marker in the console output. A marker may follow
+/// other text on its line (kernel messages can interleave).
+pub fn parse(console: &str) -> Vec<RunResult> {
+    console
+        .lines()
+        .filter_map(|line| {
+            let at = line.find(RESULT_MARKER)?;
+            let mut config = None;
+            let mut bin = None;
+            let mut rc = None;
+            for word in line[at + RESULT_MARKER.len()..].split_whitespace() {
+                match word.split_once('=') {
+                    Some(("config", v)) => config = Some(v.to_string()),
+                    Some(("bin", v)) => bin = Some(v.to_string()),
+                    Some(("rc", v)) => rc = Some(v.parse().unwrap_or(-1)),
+                    _ => {}
+                }
+            }
+            Some(RunResult {
+                config: config?,
+                bin: bin?,
+                rc: rc?,
+            })
+        })
+        .collect()
+}
+
+/// The guest's set-up failure message, if it reported one.
+pub fn setup_failure(console: &str) -> Option<String> {
+    console.lines().find_map(|l| {
+        let at = l.find(SETUP_FAILED_MARKER)?;
+        Some(l[at + SETUP_FAILED_MARKER.len()..].trim().to_string())
+    })
+}
+
+/// Counts of a finished plan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Runs that exited 0.
+    pub passed: usize,
+    /// Runs that exited non-zero.
+    pub failed: usize,
+    /// Planned runs with no marker (the VM died or timed out first).
+    pub missing: usize,
+}
+
+impl Counts {
+    /// Every planned run reported and passed.
+    pub fn all_passed(&self) -> bool {
+        self.failed == 0 && self.missing == 0
+    }
+}
+
+/// Renders the binary × configuration table for the planned runs and counts
+/// the outcome. Missing runs count as failures in the final line.
+pub fn summarize(configs: &[&str], bins: &[String], results: &[RunResult]) -> (String, Counts) {
+    let mut seen: BTreeMap<(&str, &str), i32> = BTreeMap::new();
+    for r in results {
+        seen.insert((r.config.as_str(), r.bin.as_str()), r.rc);
+    }
+    let width = bins.iter().map(|b| b.len()).chain([6]).max().unwrap_or(6);
+    let mut out = format!("{:width$}", "binary");
+    for c in configs {
+        out.push_str(&format!("  {c:>12}"));
+    }
+    out.push('\n');
+    let mut counts = Counts {
+        passed: 0,
+        failed: 0,
+        missing: 0,
+    };
+    for b in bins {
+        out.push_str(&format!("{b:width$}"));
+        for c in configs {
+            let cell = match seen.get(&(*c, b.as_str())) {
+                Some(0) => {
+                    counts.passed += 1;
+                    "pass".to_string()
+                }
+                Some(rc) => {
+                    counts.failed += 1;
+                    format!("FAIL rc={rc}")
+                }
+                None => {
+                    counts.missing += 1;
+                    "NOT RUN".to_string()
+                }
+            };
+            out.push_str(&format!("  {cell:>12}"));
+        }
+        out.push('\n');
+    }
+    let planned: Vec<_> = results
+        .iter()
+        .filter(|r| !configs.contains(&r.config.as_str()) || !bins.contains(&r.bin))
+        .map(|r| format!("{}/{}", r.config, r.bin))
+        .collect();
+    if !planned.is_empty() {
+        out.push_str(&format!(
+            "(ignored unexpected markers: {})\n",
+            planned.join(", ")
+        ));
+    }
+    (out, counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LOG: &str = "boot\n@@UVERBS-RESULT config=ioctl bin=a rc=0\n[  1.0] x @@UVERBS-RESULT config=write bin=a rc=101\n@@UVERBS-RESULT config=ioctl bin=b rc=x\n@@UVERBS-RESULT config=ioctl\n";
+
+    #[test]
+    fn parses_markers() {
+        let r = parse(LOG);
+        assert_eq!(r.len(), 3);
+        assert_eq!(
+            r[1],
+            RunResult {
+                config: "write".into(),
+                bin: "a".into(),
+                rc: 101
+            }
+        );
+        assert_eq!(r[2].rc, -1);
+    }
+
+    #[test]
+    fn counts_missing_and_failed() {
+        let (table, c) = summarize(&["ioctl", "write"], &["a".into(), "b".into()], &parse(LOG));
+        assert_eq!(
+            c,
+            Counts {
+                passed: 1,
+                failed: 2,
+                missing: 1
+            }
+        );
+        assert!(!c.all_passed());
+        assert!(table.contains("FAIL rc=101"));
+        assert!(table.contains("NOT RUN"));
+    }
+
+    #[test]
+    fn finds_setup_failure() {
+        assert_eq!(
+            setup_failure("x\n@@UVERBS-SETUP-FAILED insmod siw\n"),
+            Some("insmod siw".into())
+        );
+        assert_eq!(setup_failure("ok"), None);
+    }
+}
