@@ -106,9 +106,8 @@ fn build_collect(
     cmd: &mut Command,
     keep: impl Fn(&Json) -> bool,
 ) -> Result<Vec<Binary>> {
-    cmd.env(RUSTFLAGS_VAR, STATIC)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped());
+    set_static_flags(cmd);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped());
     let line = describe(cmd);
     let mut child = cmd
         .spawn()
@@ -130,7 +129,45 @@ fn build_collect(
     }
     dedupe_names(&mut bins);
     bins.sort_by(|a, b| a.name.cmp(&b.name));
+    for b in &bins {
+        check_static(step, b)?;
+    }
     Ok(bins)
+}
+
+/// Asks for static executables. Cargo ignores the per-target rustflags when
+/// RUSTFLAGS or CARGO_ENCODED_RUSTFLAGS is set (CI often sets one), so in
+/// that case the flag is appended there instead; with an explicit
+/// `--target` those still do not reach build scripts and proc-macros.
+fn set_static_flags(cmd: &mut Command) {
+    if let Ok(enc) = std::env::var("CARGO_ENCODED_RUSTFLAGS") {
+        let sep = if enc.is_empty() { "" } else { "\x1f" };
+        cmd.env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            format!("{enc}{sep}-C\x1ftarget-feature=+crt-static"),
+        );
+    } else if let Ok(flags) = std::env::var("RUSTFLAGS") {
+        cmd.env("RUSTFLAGS", format!("{flags} {STATIC}"));
+    } else {
+        cmd.env(RUSTFLAGS_VAR, STATIC);
+    }
+}
+
+/// Fails if a binary is dynamically linked: the guest has no libc for it.
+fn check_static(step: &str, b: &Binary) -> Result<()> {
+    let out = Command::new("ldd").arg(&b.path).output().context(step)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if text.contains("=>") {
+        return Err(err(
+            step,
+            format!(
+                "{} is dynamically linked although {STATIC} was asked for; \
+                 do other rustflags override it?\n{text}",
+                b.path.display()
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The binary named by one cargo JSON message, if it is a kept artifact.

@@ -144,12 +144,15 @@ pub fn workspace_root() -> Result<PathBuf> {
     ))
 }
 
-/// The cache directory: `$UVERBS_VM_CACHE` or `<workspace>/target/vm`.
+/// The cache directory: `$UVERBS_VM_CACHE` or `<workspace>/target/vm`,
+/// made absolute (tools run from other directories, e.g. `make -C`, get
+/// paths inside it).
 pub fn cache_dir(workspace: &Path) -> PathBuf {
-    match std::env::var_os("UVERBS_VM_CACHE") {
+    let dir = match std::env::var_os("UVERBS_VM_CACHE") {
         Some(d) if !d.is_empty() => PathBuf::from(d),
         _ => workspace.join("target").join("vm"),
-    }
+    };
+    std::path::absolute(&dir).unwrap_or(dir)
 }
 
 /// Quotes a string for a POSIX shell script (single quotes).
