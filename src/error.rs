@@ -128,6 +128,18 @@ pub enum Error {
         /// The errno the kernel answered.
         errno: Errno,
     },
+    /// Fork safety is enabled and `madvise` refused to mark (or un-mark) the
+    /// range; nothing was sent to the kernel. `ENOMEM` means part of the
+    /// range is not mapped (libibverbs' `ibv_reg_mr` fails the same way).
+    #[error("{op} on {device}: fork safety: madvise(MADV_DONTFORK) of the range failed: {}", ErrnoDisplay(*errno))]
+    ForkSafety {
+        /// What was being done.
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+        /// madvise's errno.
+        errno: Errno,
+    },
     /// The input was refused before anything was sent to the kernel.
     #[error("{op} on {device}: invalid input: {reason}")]
     InvalidInput {
@@ -199,6 +211,7 @@ impl Error {
     pub fn op(&self) -> Op {
         match self {
             Error::Os { op, .. }
+            | Error::ForkSafety { op, .. }
             | Error::InvalidInput { op, .. }
             | Error::Sysfs { op, .. }
             | Error::Abi { op, .. }
@@ -209,7 +222,7 @@ impl Error {
     /// The errno, for errors that carry one (`EINVAL` for refused input).
     pub fn errno(&self) -> Option<Errno> {
         match self {
-            Error::Os { errno, .. } => Some(*errno),
+            Error::Os { errno, .. } | Error::ForkSafety { errno, .. } => Some(*errno),
             Error::InvalidInput { .. } => Some(Errno::INVAL),
             Error::Sysfs { source, .. } => source.raw_os_error().map(Errno::from_raw_os_error),
             Error::Abi { .. } | Error::WrongCharDevice { .. } => None,

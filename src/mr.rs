@@ -84,11 +84,12 @@ impl MemoryRegion {
         let fork_marked = !access.contains(AccessFlags::ON_DEMAND);
         if fork_marked {
             if let Err(e) = fork.dontfork_range(start, length) {
-                return Err(RegFailure::DontFork(Error::os(
-                    Op::RegMr,
-                    device,
-                    io_errno(&e),
-                )));
+                let errno = io_errno(&e);
+                return Err(RegFailure::DontFork(Error::ForkSafety {
+                    op: Op::RegMr,
+                    device: device.clone(),
+                    errno,
+                }));
             }
         }
         let (uhw_in, uhw_out_len) = ctx.inner.driver_id.map_or((&[][..], 0), |d| d.reg_mr_uhw());

@@ -246,6 +246,8 @@ fn failed_registration_is_unmarked() {
     // SAFETY: fake memory.
     let err = unsafe { f.pd.reg_mr(OLD as *mut u8, PAGE, RW) }.unwrap_err();
     assert_eq!(err.errno(), Some(Errno::NOMEM));
+    assert!(matches!(err, uverbs::Error::ForkSafety { .. }), "{err:?}");
+    assert!(err.to_string().contains("MADV_DONTFORK"), "{err}");
     assert_eq!(f.fake.count(), sent, "no REG_MR when DONTFORK fails");
 }
 

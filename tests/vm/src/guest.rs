@@ -41,6 +41,15 @@ pub const TEST_CONFIGS: &[RunConfig] = &[
             ("UVERBS_TRANSPORT", "write"),
         ],
     },
+    // Fork safety forced on (every registration madvises), with the
+    // transport left to the probe.
+    RunConfig {
+        name: "fork-forced",
+        env: &[
+            ("UVERBS_REQUIRE_DEVICES", "rxe,siw"),
+            ("UVERBS_FORK_SAFE", "force"),
+        ],
+    },
 ];
 
 /// `cargo vm demo`: the example runs once per row.
@@ -166,7 +175,7 @@ mod tests {
     #[test]
     fn run_all_has_a_marker_per_run() {
         let s = run_all_script(TEST_CONFIGS, &["a".into(), "b".into()]);
-        assert_eq!(s.matches("@@UVERBS-RESULT").count(), 4);
+        assert_eq!(s.matches("@@UVERBS-RESULT").count(), 2 * TEST_CONFIGS.len());
         assert!(s.contains("env UVERBS_REQUIRE_DEVICES=rxe,siw UVERBS_TRANSPORT=write /tests/b\n"));
         assert!(s.contains("\"@@UVERBS-RESULT config=write bin=b rc=$rc\""));
     }
