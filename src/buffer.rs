@@ -37,55 +37,40 @@ pub unsafe trait StableBuffer {
     fn as_mut_slice(&mut self) -> &mut [u8];
 }
 
-// SAFETY: a boxed slice's heap allocation never moves or changes length.
-unsafe impl StableBuffer for Box<[u8]> {
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        <[u8]>::as_mut_ptr(self)
-    }
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
-    }
-    fn as_slice(&self) -> &[u8] {
-        self
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        self
-    }
+/// Implements [`StableBuffer`] for an owner that dereferences to `[u8]`.
+/// Each use carries a `// SAFETY:` comment saying why the bytes never move.
+macro_rules! stable_deref_buffer {
+    ($(#[$attr:meta])* $owner:ty) => {
+        $(#[$attr])*
+        // SAFETY: stated at the macro's use; every method goes through the
+        // `[u8]` the owner dereferences to, and none can grow or shrink it.
+        unsafe impl StableBuffer for $owner {
+            fn as_mut_ptr(&mut self) -> *mut u8 {
+                <[u8]>::as_mut_ptr(self)
+            }
+            fn len(&self) -> usize {
+                <[u8]>::len(self)
+            }
+            fn as_slice(&self) -> &[u8] {
+                self
+            }
+            fn as_mut_slice(&mut self) -> &mut [u8] {
+                self
+            }
+        }
+    };
 }
 
+// SAFETY: a boxed slice's heap allocation never moves or changes length.
+stable_deref_buffer!(Box<[u8]>);
 // SAFETY: the Vec is owned by the BufferMr and only reached through this
 // trait, which never grows or shrinks it, so its allocation stays put.
-unsafe impl StableBuffer for Vec<u8> {
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        <[u8]>::as_mut_ptr(self)
-    }
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
-    }
-    fn as_slice(&self) -> &[u8] {
-        self
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        self
-    }
-}
-
+stable_deref_buffer!(Vec<u8>);
 // SAFETY: a mapping stays at its address until it is unmapped on drop.
-#[cfg(feature = "memmap2")]
-unsafe impl StableBuffer for memmap2::MmapMut {
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        <[u8]>::as_mut_ptr(self)
-    }
-    fn len(&self) -> usize {
-        <[u8]>::len(self)
-    }
-    fn as_slice(&self) -> &[u8] {
-        self
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        self
-    }
-}
+stable_deref_buffer!(
+    #[cfg(feature = "memmap2")]
+    memmap2::MmapMut
+);
 
 /// A memory region that owns the buffer it registers.
 ///

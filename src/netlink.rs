@@ -21,7 +21,7 @@
 // The constants below mirror `include/uapi/rdma/rdma_netlink.h` and
 // `include/uapi/linux/netlink.h` under their C names, so that they can later be
 // replaced by imports from the `uverbs-uapi` crate without renaming.
-#![allow(dead_code)] // `uverbs_chardev` is wired into device discovery by another module.
+// `uverbs_chardev` is wired into device discovery by another module.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -31,23 +31,15 @@ use std::time::{Duration, Instant};
 use rustix::net::netlink::SocketAddrNetlink;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketAddrAny, SocketFlags, SocketType};
 
+pub(crate) use uverbs_uapi::{
+    RDMA_NLDEV_ATTR_CHARDEV, RDMA_NLDEV_ATTR_CHARDEV_ABI, RDMA_NLDEV_ATTR_CHARDEV_NAME,
+    RDMA_NLDEV_ATTR_CHARDEV_TYPE, RDMA_NLDEV_ATTR_DEV_INDEX, RDMA_NLDEV_ATTR_DEV_NAME,
+    RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID, RDMA_NLDEV_CMD_GET, RDMA_NLDEV_CMD_GET_CHARDEV,
+    RDMA_NLDEV_CMD_SYS_GET, RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK, RDMA_NL_NLDEV,
+};
+
 /// Netlink protocol number of the RDMA subsystem.
-pub(crate) const NETLINK_RDMA: u32 = 20;
-/// The RDMA netlink client for device queries.
-pub(crate) const RDMA_NL_NLDEV: u16 = 5;
-
-pub(crate) const RDMA_NLDEV_CMD_GET: u16 = 1;
-pub(crate) const RDMA_NLDEV_CMD_SYS_GET: u16 = 6;
-pub(crate) const RDMA_NLDEV_CMD_GET_CHARDEV: u16 = 15;
-
-pub(crate) const RDMA_NLDEV_ATTR_DEV_INDEX: u16 = 1;
-pub(crate) const RDMA_NLDEV_ATTR_DEV_NAME: u16 = 2;
-pub(crate) const RDMA_NLDEV_ATTR_CHARDEV_TYPE: u16 = 69;
-pub(crate) const RDMA_NLDEV_ATTR_CHARDEV_NAME: u16 = 70;
-pub(crate) const RDMA_NLDEV_ATTR_CHARDEV_ABI: u16 = 71;
-pub(crate) const RDMA_NLDEV_ATTR_CHARDEV: u16 = 72;
-pub(crate) const RDMA_NLDEV_ATTR_UVERBS_DRIVER_ID: u16 = 73;
-pub(crate) const RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK: u16 = 93;
+pub(crate) const NETLINK_RDMA: u32 = uverbs_uapi::NETLINK_RDMA as u32;
 
 const NLMSG_NOOP: u16 = 1;
 const NLMSG_ERROR: u16 = 2;

@@ -60,7 +60,7 @@ pub fn static_tests(workspace: &Path) -> Result<Vec<Binary>> {
     Ok(bins)
 }
 
-/// Builds the example `name` (examples/<name>.rs) statically.
+/// Builds the example `name` (`examples/<name>.rs`) statically.
 pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
     let src = workspace.join("examples").join(format!("{name}.rs"));
     if !src.is_file() {

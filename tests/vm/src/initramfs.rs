@@ -133,9 +133,9 @@ impl<W: Write> Cpio<W> {
 
 /// Everything that goes into one initramfs.
 pub struct Contents<'a> {
-    /// Kernel modules, in the guest at /lib/modules/<name>.ko.
+    /// Kernel modules, in the guest at `/lib/modules/<name>.ko`.
     pub modules: &'a [Module],
-    /// Binaries, in the guest at /tests/<name>.
+    /// Binaries, in the guest at `/tests/<name>`.
     pub binaries: &'a [Binary],
     /// The /init script.
     pub init: String,
