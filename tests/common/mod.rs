@@ -97,6 +97,15 @@ pub struct Dut {
     counter: Option<Arc<KernelFile>>,
 }
 
+impl Dut {
+    /// True when [`HandleCounts`] counts through the library's
+    /// `Context::kernel_handle_count`, i.e. the workaround in [`open`] did
+    /// not trigger.
+    pub fn counts_through_library(&self) -> bool {
+        self.counter.is_none()
+    }
+}
+
 impl Deref for Dut {
     type Target = Context;
 
