@@ -1,0 +1,1135 @@
+//! The replace fallback (`ReregFallback::Replace`, `BufferMr::retarget`) on
+//! real devices, and every row of the device table in docs/rereg.md, in
+//! both its strict and its replace column.
+//!
+//! After every replace the kernel is asked directly: its handle counts must
+//! show exactly one live MR, a raw DEREG_MR of the old handle must fail
+//! (the old registration is gone), and the new registration must cover the
+//! new range (registering that range again works, the previous buffer can be
+//! unmapped, the MR still deregisters cleanly).
+//!
+//! The tests of this file run one at a time (see [`serial`]): some unmap
+//! memory and then register it, which must not race with other threads
+//! mapping memory, and the fork-safety checks read the process-wide tracker.
+
+mod common;
+
+use std::ffi::c_void;
+use std::ptr::NonNull;
+use std::sync::{Mutex, MutexGuard};
+
+use common::{anon, devices_under_test, driver, loud, open, page_size, Driver, Dut, HandleCounts};
+use memmap2::MmapMut;
+use uverbs::command::DeregMr;
+use uverbs::fork::ForkMode;
+use uverbs::{
+    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, ReregError,
+    ReregFallback, ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, RetargetError, Retargeted,
+    StableBuffer,
+};
+
+const RW: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+const MIB: usize = 1 << 20;
+
+/// What the kernel (6.12) answers a DEREG_MR of a handle that no longer
+/// exists in the context, on both transports: the uobject lookup
+/// (`lookup_get_idr_uobject`) finds nothing.
+const GONE_ERRNO: Errno = Errno::NOENT;
+
+/// The four changes the replace fallback exists for.
+const CHANGES: [ReregFlags; 4] = [
+    ReregFlags::ACCESS,
+    ReregFlags::PD,
+    ReregFlags::TRANSLATION,
+    ReregFlags::all(),
+];
+
+fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn flags_name(flags: ReregFlags) -> String {
+    if flags == ReregFlags::all() {
+        return "all three".into();
+    }
+    if flags.is_empty() {
+        return "flags = 0".into();
+    }
+    let names: Vec<&str> = flags.iter_names().map(|(n, _)| n).collect();
+    names.join("|")
+}
+
+/// The path docs/rereg.md promises for `flags` with `Replace`.
+fn documented_path(d: Driver, flags: ReregFlags) -> Option<ReregPath> {
+    match d {
+        Driver::Siw => Some(ReregPath::Replaced),
+        Driver::Rxe if flags.contains(ReregFlags::TRANSLATION) => Some(ReregPath::Replaced),
+        Driver::Rxe => Some(ReregPath::InPlace),
+        Driver::Other => None,
+    }
+}
+
+/// Everything the MR reports about itself.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+struct Snapshot {
+    handle: u32,
+    lkey: u32,
+    rkey: u32,
+    addr: usize,
+    length: usize,
+    access: AccessFlags,
+    pd_handle: u32,
+}
+
+fn snap(mr: &MemoryRegion) -> Snapshot {
+    Snapshot {
+        handle: mr.handle(),
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+        addr: mr.addr() as usize,
+        length: mr.length(),
+        access: mr.access(),
+        pd_handle: mr.pd_handle(),
+    }
+}
+
+fn alloc_pd(ctx: &Context) -> ProtectionDomain {
+    ctx.alloc_pd()
+        .unwrap_or_else(|e| panic!("{}: alloc_pd: {e}", ctx.device_name()))
+}
+
+/// Registers all of `buf` in `pd` with [`RW`].
+fn fresh_mr(pd: &ProtectionDomain, buf: &mut MmapMut) -> MemoryRegion {
+    // SAFETY: every caller keeps `buf` mapped until the MR is gone or
+    // points elsewhere.
+    unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }.unwrap_or_else(|e| {
+        panic!(
+            "{}: reg_mr of {} bytes: {e}",
+            pd.context().device_name(),
+            buf.len()
+        )
+    })
+}
+
+/// Proves that `handle` no longer names an MR in the kernel: a raw
+/// DEREG_MR of it must fail with [`GONE_ERRNO`]. Must be called before
+/// anything else is created in the context, so the number cannot have
+/// been reused.
+fn assert_handle_gone(ctx: &Context, case: &str, handle: u32) {
+    let name = ctx.device_name();
+    // SAFETY: no live object of this test owns `handle` any more; if the
+    // kernel still knew it, the library leaked it and the test fails here.
+    let result = unsafe { ctx.execute(&DeregMr::new(handle), &mut []) };
+    match result {
+        Ok(()) => panic!(
+            "{name}: {case}: a raw DEREG_MR of the old handle {handle} succeeded: \
+             the old registration was still alive in the kernel"
+        ),
+        Err(e) => {
+            loud(&format!(
+                "{name}: {case}: raw DEREG_MR of the old handle {handle}: {e}"
+            ));
+            assert_eq!(
+                e.errno(),
+                Some(GONE_ERRNO),
+                "{name}: {case}: DEREG_MR of the old handle {handle}: {e}"
+            );
+        }
+    }
+}
+
+/// True when the process-wide fork safety marks ranges (the fork-forced
+/// configuration).
+fn fork_marking(ctx: &Context) -> bool {
+    ctx.fork_safety().mode() == ForkMode::Enabled
+}
+
+/// Whether the mapping containing `addr` is `MADV_DONTFORK` (VM_DONTCOPY,
+/// `dc` in /proc/self/smaps' VmFlags).
+fn dontfork_in_smaps(addr: usize) -> bool {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("reading /proc/self/smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if let Some((lo, hi)) = first.split_once('-') {
+            if let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                inside = (lo..hi).contains(&addr);
+                continue;
+            }
+        }
+        if inside {
+            if let Some(flags) = line.strip_prefix("VmFlags:") {
+                return flags.split_whitespace().any(|f| f == "dc");
+            }
+        }
+    }
+    panic!("{addr:#x} is in no mapping of /proc/self/smaps");
+}
+
+/// With fork marking on: the tracker holds exactly `[addr, addr + len)`
+/// once, and smaps agrees for it and for `released` (no longer marked).
+fn assert_fork_marks(ctx: &Context, case: &str, addr: usize, len: usize, released: Option<usize>) {
+    if !fork_marking(ctx) {
+        return;
+    }
+    let name = ctx.device_name();
+    assert_eq!(
+        ctx.fork_safety().marked_ranges(),
+        vec![(addr, addr + len, 1)],
+        "{name}: {case}: the fork tracker holds exactly the registered range, once"
+    );
+    assert!(
+        dontfork_in_smaps(addr),
+        "{name}: {case}: the registered range is MADV_DONTFORK"
+    );
+    if let Some(old) = released {
+        assert!(
+            !dontfork_in_smaps(old),
+            "{name}: {case}: the released range is inheritable again"
+        );
+    }
+}
+
+#[test]
+fn handle_counts_come_from_the_library_without_the_workaround() {
+    let _serial = serial();
+    for dev in devices_under_test("handle_counts_come_from_the_library_without_the_workaround") {
+        let ctx = open(&dev);
+        assert!(
+            ctx.counts_through_library(),
+            "{}: tests/common's INFO_HANDLES workaround triggered: \
+             Context::kernel_handle_count still fails on this kernel",
+            dev.name()
+        );
+    }
+}
+
+#[test]
+fn replace_takes_the_documented_path_and_leaves_one_live_mr() {
+    let _serial = serial();
+    for dev in devices_under_test("replace_takes_the_documented_path_and_leaves_one_live_mr") {
+        let ctx = open(&dev);
+        let d = driver(&ctx);
+        if d == Driver::Other {
+            common::note_unknown_driver(
+                "replace_takes_the_documented_path_and_leaves_one_live_mr",
+                &ctx,
+            );
+            continue;
+        }
+        for flags in CHANGES {
+            replace_case(&ctx, d, flags);
+        }
+    }
+}
+
+/// One change through `Replace` on a fresh MR, and everything that must
+/// hold afterwards.
+fn replace_case(ctx: &Dut, d: Driver, flags: ReregFlags) {
+    let name = ctx.device_name();
+    let case = format!("Replace {}", flags_name(flags));
+    let translation = flags.contains(ReregFlags::TRANSLATION);
+    ctx.forget_rereg_refusals();
+    let counts = HandleCounts::new(ctx, &case);
+    let pd1 = alloc_pd(ctx);
+    let pd2 = alloc_pd(ctx);
+    let mut old_buf = anon(MIB);
+    let mut new_buf = anon(2 * MIB);
+    old_buf.fill(0x11);
+    new_buf.fill(0x22);
+    let mut mr = fresh_mr(&pd1, &mut old_buf);
+    let before = snap(&mr);
+    assert_fork_marks(ctx, &case, before.addr, MIB, None);
+
+    let new_access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
+    let (addr, len) = if translation {
+        (new_buf.as_mut_ptr(), new_buf.len())
+    } else {
+        (std::ptr::null_mut(), 0)
+    };
+    let pd = flags.contains(ReregFlags::PD).then_some(&pd2);
+    let access = if flags.contains(ReregFlags::ACCESS) {
+        new_access
+    } else {
+        AccessFlags::empty()
+    };
+    // SAFETY: `new_buf` stays mapped until the MR is deregistered.
+    let path = unsafe { mr.rereg_with(ReregFallback::Replace, flags, pd, addr, len, access) }
+        .unwrap_or_else(|e| panic!("{name}: {case}: {e}"));
+    let after = snap(&mr);
+    loud(&format!(
+        "{name}: {case}: {path:?}: handle {} -> {}, lkey {:#x} -> {:#x}, rkey {:#x} -> {:#x}",
+        before.handle, after.handle, before.lkey, after.lkey, before.rkey, after.rkey
+    ));
+    assert_eq!(
+        Some(path),
+        documented_path(d, flags),
+        "{name}: {case}: the path docs/rereg.md documents"
+    );
+
+    // The recorded attributes are the requested ones.
+    let attrs = Snapshot {
+        addr: if translation {
+            new_buf.as_ptr() as usize
+        } else {
+            before.addr
+        },
+        length: if translation { 2 * MIB } else { MIB },
+        access: if flags.contains(ReregFlags::ACCESS) {
+            new_access
+        } else {
+            RW
+        },
+        pd_handle: if flags.contains(ReregFlags::PD) {
+            pd2.handle()
+        } else {
+            pd1.handle()
+        },
+        ..after
+    };
+    assert_eq!(after, attrs, "{name}: {case}: the new attributes");
+    assert_eq!(
+        mr.is_in(&pd2),
+        flags.contains(ReregFlags::PD),
+        "{name}: {case}: is_in(pd2)"
+    );
+    match path {
+        ReregPath::InPlace => assert_eq!(
+            (after.handle, after.lkey, after.rkey),
+            (before.handle, before.lkey, before.rkey),
+            "{name}: {case}: in place keeps the handle and (rxe) the keys"
+        ),
+        ReregPath::Replaced => {
+            assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
+            assert_ne!(after.lkey, before.lkey, "{name}: {case}: new lkey");
+            assert_ne!(after.rkey, before.rkey, "{name}: {case}: new rkey");
+        }
+    }
+    counts.assert_extra(1, 2, &format!("{case}: exactly one live MR"));
+    if path == ReregPath::Replaced {
+        assert_handle_gone(ctx, &case, before.handle);
+        counts.assert_extra(1, 2, &format!("{case}: after the raw DEREG_MR"));
+    }
+    assert_fork_marks(
+        ctx,
+        &case,
+        after.addr,
+        after.length,
+        translation.then_some(before.addr),
+    );
+
+    // The refusal is remembered for exactly this combination.
+    for other in [
+        ReregFlags::ACCESS,
+        ReregFlags::PD,
+        ReregFlags::TRANSLATION,
+        ReregFlags::PD | ReregFlags::ACCESS,
+        ReregFlags::all(),
+    ] {
+        assert_eq!(
+            ctx.rereg_known_unsupported(other),
+            other == flags && path == ReregPath::Replaced,
+            "{name}: {case}: rereg_known_unsupported({})",
+            flags_name(other)
+        );
+    }
+
+    // The kernel holds the MR in the PD it reports: the other PD is free.
+    let (free, busy) = if flags.contains(ReregFlags::PD) {
+        (pd1, pd2)
+    } else {
+        (pd2, pd1)
+    };
+    free.dealloc()
+        .unwrap_or_else(|e| panic!("{name}: {case}: dealloc of the PD the MR is not in: {e}"));
+    let busy = match busy.dealloc() {
+        Ok(()) => panic!("{name}: {case}: the PD the MR is in was deallocated"),
+        Err(e) => {
+            assert_eq!(
+                e.error.errno(),
+                Some(Errno::BUSY),
+                "{name}: {case}: dealloc of the MR's PD: {}",
+                e.error
+            );
+            e.pd
+        }
+    };
+    counts.assert_extra(1, 1, &format!("{case}: after the PD checks"));
+
+    // The new registration covers its range: register exactly that range
+    // again (TRANSLATION is refused in place on both devices, so replaced).
+    let again = snap(&mr);
+    // SAFETY: the same range as now, which stays mapped.
+    let path2 = unsafe {
+        mr.rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::TRANSLATION,
+            None,
+            again.addr as *mut u8,
+            again.length,
+            AccessFlags::empty(),
+        )
+    }
+    .unwrap_or_else(|e| panic!("{name}: {case}: replacing onto the same range: {e}"));
+    assert_eq!(
+        path2,
+        ReregPath::Replaced,
+        "{name}: {case}: same range again"
+    );
+    let now = snap(&mr);
+    assert_eq!(
+        (now.addr, now.length, now.access, now.pd_handle),
+        (again.addr, again.length, again.access, again.pd_handle),
+        "{name}: {case}: same range again keeps the attributes"
+    );
+    assert_ne!(now.handle, again.handle, "{name}: {case}: same range again");
+    assert_handle_gone(ctx, &format!("{case}, same range again"), again.handle);
+    counts.assert_extra(1, 1, &format!("{case}: after the same range again"));
+    assert_fork_marks(
+        ctx,
+        &format!("{case}, same range again"),
+        now.addr,
+        now.length,
+        None,
+    );
+
+    // On rxe a strict in-place change works on the replacement too.
+    if d == Driver::Rxe {
+        mr.set_access(AccessFlags::LOCAL_WRITE)
+            .unwrap_or_else(|e| panic!("{name}: {case}: strict set_access afterwards: {e}"));
+        assert_eq!(
+            mr.handle(),
+            now.handle,
+            "{name}: {case}: strict in place afterwards"
+        );
+    }
+
+    // The previous buffer is no longer registered: unmapping it is harmless.
+    if translation {
+        drop(old_buf);
+        new_buf[..4096].fill(0x33);
+    }
+    mr.dereg()
+        .unwrap_or_else(|e| panic!("{name}: {case}: dereg at the end: {e}"));
+    counts.assert_extra(0, 1, &format!("{case}: after dereg"));
+    if fork_marking(ctx) {
+        assert_eq!(
+            ctx.fork_safety().marked_ranges(),
+            vec![],
+            "{name}: {case}: nothing stays marked"
+        );
+    }
+    busy.dealloc()
+        .unwrap_or_else(|e| panic!("{name}: {case}: dealloc after dereg: {e}"));
+}
+
+/// A 4-page mapping whose last page is unmapped; unmaps the rest on drop.
+struct Holed {
+    base: *mut u8,
+    page: usize,
+}
+
+impl Holed {
+    fn new() -> Holed {
+        let page = page_size();
+        let mut map = anon(4 * page);
+        map.fill(0x44);
+        let base = map.as_mut_ptr();
+        std::mem::forget(map); // unmapped by hand, only what is still ours
+        let last = NonNull::new(base.wrapping_add(3 * page).cast::<c_void>()).expect("non-null");
+        // SAFETY: the last page of our own mapping, which nothing else uses.
+        unsafe { nix::sys::mman::munmap(last, page) }.expect("munmap of the last page");
+        Holed { base, page }
+    }
+}
+
+impl Drop for Holed {
+    fn drop(&mut self) {
+        let first = NonNull::new(self.base.cast::<c_void>()).expect("non-null");
+        // SAFETY: the 3 remaining pages of our own mapping; no MR uses them.
+        let _ = unsafe { nix::sys::mman::munmap(first, 3 * self.page) };
+    }
+}
+
+/// Asserts a failed replace that left the old MR valid: `Cmd` with the
+/// REG_MR errno, or `DontForkNew` when fork safety's madvise refused the new
+/// range before any command.
+fn assert_replace_failed(
+    name: &str,
+    case: &str,
+    result: Result<ReregPath, ReregError>,
+    (outcome, errno): (ReregOutcome, Errno),
+) {
+    let err = match result {
+        Ok(path) => panic!("{name}: {case}: succeeded ({path:?}), expected {outcome:?}/{errno:?}"),
+        Err(e) => e,
+    };
+    loud(&format!("{name}: {case}: {err}"));
+    assert_eq!(err.outcome(), outcome, "{name}: {case}: outcome ({err})");
+    assert_eq!(err.code(), outcome.code(), "{name}: {case}: code ({err})");
+    assert_eq!(err.errno(), errno, "{name}: {case}: errno ({err})");
+    assert_eq!(
+        err.mr_state(),
+        MrState::Old,
+        "{name}: {case}: the old MR is valid ({err})"
+    );
+    if outcome == ReregOutcome::Cmd {
+        assert!(
+            err.reason().is_some(),
+            "{name}: {case}: a failed replace says why ({err})"
+        );
+    }
+}
+
+#[test]
+fn a_failed_new_registration_leaves_the_old_mr_valid() {
+    let _serial = serial();
+    for dev in devices_under_test("a_failed_new_registration_leaves_the_old_mr_valid") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let d = driver(&ctx);
+        if d == Driver::Other {
+            common::note_unknown_driver("a_failed_new_registration_leaves_the_old_mr_valid", &ctx);
+            continue;
+        }
+        let counts = HandleCounts::new(&ctx, "failed replace");
+        let pd = alloc_pd(&ctx);
+        let mut buf = anon(MIB);
+        let mut good = anon(2 * MIB);
+        let mut mr = fresh_mr(&pd, &mut buf);
+        // Mapped but read-only: REG_MR cannot pin it for writing (the MR
+        // has write access), while madvise has nothing against it.
+        let mut read_only = anon(2 * page_size());
+        read_only.fill(0x55);
+        let read_only = read_only
+            .make_read_only()
+            .unwrap_or_else(|e| panic!("mprotect(PROT_READ): {e}"));
+        let holed = Holed::new();
+        let gone = anon(MIB).as_ptr() as *mut u8; // unmapped again at once
+        assert!(
+            !ctx.rereg_known_unsupported(ReregFlags::TRANSLATION),
+            "{name}: a fresh context knows no refusal"
+        );
+        // Not all mapped: with fork safety marking, madvise(MADV_DONTFORK)
+        // refuses the range first (ENOMEM), as in libibverbs.
+        let unmapped = if fork_marking(&ctx) {
+            (ReregOutcome::DontForkNew, Errno::NOMEM)
+        } else {
+            (ReregOutcome::Cmd, Errno::FAULT)
+        };
+        let cases = [
+            // The first goes through REREG_MR (EOPNOTSUPP), then REG_MR.
+            (
+                "TRANSLATION to a read-only mapping",
+                read_only.as_ptr() as *mut u8,
+                read_only.len(),
+                (ReregOutcome::Cmd, Errno::FAULT),
+            ),
+            // The others skip REREG_MR: the refusal is remembered.
+            (
+                "TRANSLATION past the end of a mapping",
+                holed.base,
+                4 * holed.page,
+                unmapped,
+            ),
+            ("TRANSLATION to unmapped memory", gone, MIB, unmapped),
+        ];
+        for (i, (case, addr, len, expected)) in cases.into_iter().enumerate() {
+            let before = snap(&mr);
+            // SAFETY: the registration fails (the range is not all mapped);
+            // if it did not, the MR is dropped before the range changes.
+            let result = unsafe {
+                mr.rereg_with(
+                    ReregFallback::Replace,
+                    ReregFlags::TRANSLATION,
+                    None,
+                    addr,
+                    len,
+                    AccessFlags::empty(),
+                )
+            };
+            assert_replace_failed(name, case, result, expected);
+            assert_eq!(
+                snap(&mr),
+                before,
+                "{name}: {case}: same handle, keys, range"
+            );
+            counts.assert_extra(1, 1, case);
+            assert!(
+                ctx.rereg_known_unsupported(ReregFlags::TRANSLATION),
+                "{name}: {case}: the in-place refusal is remembered"
+            );
+            assert_fork_marks(&ctx, case, before.addr, before.length, None);
+            // The old MR is usable: a following re-registration works.
+            let access = if i % 2 == 0 {
+                AccessFlags::LOCAL_WRITE
+            } else {
+                RW
+            };
+            // SAFETY: no TRANSLATION, no new memory.
+            let path = unsafe {
+                mr.rereg_with(
+                    ReregFallback::Replace,
+                    ReregFlags::ACCESS,
+                    None,
+                    std::ptr::null_mut(),
+                    0,
+                    access,
+                )
+            }
+            .unwrap_or_else(|e| panic!("{name}: ACCESS change after {case}: {e}"));
+            assert_eq!(
+                Some(path),
+                documented_path(d, ReregFlags::ACCESS),
+                "{name}: ACCESS change after {case}"
+            );
+            assert_eq!(mr.access(), access, "{name}: access after {case}");
+            if path == ReregPath::Replaced {
+                assert_handle_gone(&ctx, &format!("ACCESS after {case}"), before.handle);
+            } else {
+                assert_eq!(mr.handle(), before.handle, "{name}: in place after {case}");
+            }
+            counts.assert_extra(1, 1, &format!("ACCESS change after {case}"));
+        }
+        // And a valid TRANSLATION replace still works.
+        let before = snap(&mr);
+        // SAFETY: `good` stays mapped until the MR is gone.
+        let path = unsafe {
+            mr.rereg_with(
+                ReregFallback::Replace,
+                ReregFlags::TRANSLATION,
+                None,
+                good.as_mut_ptr(),
+                good.len(),
+                AccessFlags::empty(),
+            )
+        }
+        .unwrap_or_else(|e| panic!("{name}: a valid TRANSLATION after the failures: {e}"));
+        assert_eq!(path, ReregPath::Replaced, "{name}: valid TRANSLATION");
+        assert_handle_gone(&ctx, "valid TRANSLATION after the failures", before.handle);
+        counts.assert_extra(1, 1, "after the valid TRANSLATION");
+        drop(buf);
+        mr.dereg()
+            .unwrap_or_else(|e| panic!("{name}: dereg after the failures: {e}"));
+        counts.assert_extra(0, 1, "after dereg");
+        drop(holed);
+        drop(read_only);
+        drop(good);
+    }
+}
+
+#[test]
+fn refusals_are_remembered_per_context_and_flag_combination() {
+    let _serial = serial();
+    for dev in devices_under_test("refusals_are_remembered_per_context_and_flag_combination") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let other = open(&dev);
+        let d = driver(&ctx);
+        if d == Driver::Other {
+            common::note_unknown_driver(
+                "refusals_are_remembered_per_context_and_flag_combination",
+                &ctx,
+            );
+            continue;
+        }
+        let counts = HandleCounts::new(&ctx, "refusal cache");
+        let combos: Vec<ReregFlags> = (0..8).map(ReregFlags::from_bits_retain).collect();
+        for &c in &combos {
+            assert!(
+                !ctx.rereg_known_unsupported(c),
+                "{name}: fresh context: rereg_known_unsupported({})",
+                flags_name(c)
+            );
+        }
+        let pd1 = alloc_pd(&ctx);
+        let pd2 = alloc_pd(&ctx);
+        let mut buf1 = anon(MIB);
+        let mut buf2 = anon(MIB);
+        let mut mr = fresh_mr(&pd1, &mut buf1);
+
+        // The first refused TRANSLATION (through Replace).
+        let h = mr.handle();
+        // SAFETY: buf2 stays mapped until the MR is gone.
+        let path = unsafe {
+            mr.rereg_with(
+                ReregFallback::Replace,
+                ReregFlags::TRANSLATION,
+                None,
+                buf2.as_mut_ptr(),
+                buf2.len(),
+                AccessFlags::empty(),
+            )
+        }
+        .unwrap_or_else(|e| panic!("{name}: first TRANSLATION: {e}"));
+        assert_eq!(path, ReregPath::Replaced, "{name}: first TRANSLATION");
+        assert_handle_gone(&ctx, "first TRANSLATION", h);
+        assert!(
+            ctx.rereg_known_unsupported(ReregFlags::TRANSLATION),
+            "{name}: TRANSLATION is known refused after the first refusal"
+        );
+        for &c in &combos {
+            if c != ReregFlags::TRANSLATION {
+                assert!(
+                    !ctx.rereg_known_unsupported(c),
+                    "{name}: only TRANSLATION is remembered, not {}",
+                    flags_name(c)
+                );
+            }
+            assert!(
+                !other.rereg_known_unsupported(c),
+                "{name}: another context remembers nothing ({})",
+                flags_name(c)
+            );
+        }
+
+        // ACCESS and PD: stay unknown on rxe (in place), remembered on siw.
+        for (flags, pd, access) in [
+            (ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE),
+            (ReregFlags::PD, Some(&pd2), AccessFlags::empty()),
+        ] {
+            let h = mr.handle();
+            // SAFETY: no TRANSLATION, no new memory.
+            let path = unsafe {
+                mr.rereg_with(
+                    ReregFallback::Replace,
+                    flags,
+                    pd,
+                    std::ptr::null_mut(),
+                    0,
+                    access,
+                )
+            }
+            .unwrap_or_else(|e| panic!("{name}: {}: {e}", flags_name(flags)));
+            assert_eq!(
+                Some(path),
+                documented_path(d, flags),
+                "{name}: {}",
+                flags_name(flags)
+            );
+            if path == ReregPath::Replaced {
+                assert_handle_gone(&ctx, &flags_name(flags), h);
+            }
+            assert_eq!(
+                ctx.rereg_known_unsupported(flags),
+                d == Driver::Siw,
+                "{name}: rereg_known_unsupported({}) after it {path:?}",
+                flags_name(flags)
+            );
+        }
+        assert!(
+            ctx.rereg_known_unsupported(ReregFlags::TRANSLATION),
+            "{name}: TRANSLATION is still remembered"
+        );
+        counts.assert_extra(1, 2, "after the remembered changes");
+
+        // A remembered refusal skips straight to the replacement.
+        let h = mr.handle();
+        // SAFETY: buf1 stays mapped until the MR is gone.
+        let path = unsafe {
+            mr.rereg_with(
+                ReregFallback::Replace,
+                ReregFlags::TRANSLATION,
+                None,
+                buf1.as_mut_ptr(),
+                buf1.len(),
+                AccessFlags::empty(),
+            )
+        }
+        .unwrap_or_else(|e| panic!("{name}: TRANSLATION back to buf1: {e}"));
+        assert_eq!(path, ReregPath::Replaced, "{name}: remembered TRANSLATION");
+        assert_handle_gone(&ctx, "remembered TRANSLATION", h);
+
+        // Forgetting clears every combination.
+        ctx.forget_rereg_refusals();
+        for &c in &combos {
+            assert!(
+                !ctx.rereg_known_unsupported(c),
+                "{name}: after forget_rereg_refusals: {}",
+                flags_name(c)
+            );
+        }
+
+        // A strict refusal is remembered too (and leaves the MR undefined).
+        // SAFETY: buf2 stays mapped until the MR is gone.
+        let err = unsafe { mr.set_range(buf2.as_mut_ptr(), buf2.len()) }
+            .expect_err("strict TRANSLATION is refused on rxe and siw");
+        assert_eq!(
+            (err.outcome(), err.errno()),
+            (ReregOutcome::Cmd, Errno::OPNOTSUPP),
+            "{name}: strict TRANSLATION ({err})"
+        );
+        assert!(
+            ctx.rereg_known_unsupported(ReregFlags::TRANSLATION),
+            "{name}: a strict refusal is remembered"
+        );
+        mr.dereg()
+            .unwrap_or_else(|e| panic!("{name}: dereg after the strict refusal: {e}"));
+        counts.assert_extra(0, 2, "after dereg");
+    }
+}
+
+/// One row of the docs/rereg.md device table, as this test expects it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Expect {
+    /// Success in place: same handle and keys.
+    InPlace,
+    /// Success through replacement: new handle and keys.
+    Replaced,
+    /// A `Cmd` error with this errno and MR state.
+    Cmd(Errno, MrState),
+}
+
+/// The table of docs/rereg.md: (row, flags, new access), then (rxe strict,
+/// rxe replace, siw strict, siw replace).
+fn device_table() -> Vec<(&'static str, ReregFlags, AccessFlags, [Expect; 4])> {
+    use Expect::{Cmd, InPlace, Replaced};
+    let unsupported = Cmd(Errno::OPNOTSUPP, MrState::Undefined);
+    let invalid = Cmd(Errno::INVAL, MrState::Undefined);
+    vec![
+        (
+            "ACCESS",
+            ReregFlags::ACCESS,
+            AccessFlags::LOCAL_WRITE,
+            [InPlace, InPlace, unsupported, Replaced],
+        ),
+        (
+            "PD",
+            ReregFlags::PD,
+            AccessFlags::empty(),
+            [InPlace, InPlace, unsupported, Replaced],
+        ),
+        (
+            "TRANSLATION",
+            ReregFlags::TRANSLATION,
+            AccessFlags::empty(),
+            [unsupported, Replaced, unsupported, Replaced],
+        ),
+        (
+            "all three",
+            ReregFlags::all(),
+            AccessFlags::LOCAL_WRITE,
+            [unsupported, Replaced, unsupported, Replaced],
+        ),
+        (
+            "flags = 0",
+            ReregFlags::empty(),
+            AccessFlags::empty(),
+            [invalid, invalid, unsupported, unsupported],
+        ),
+        (
+            "REMOTE_WRITE without LOCAL_WRITE",
+            ReregFlags::ACCESS,
+            AccessFlags::REMOTE_WRITE,
+            [
+                invalid,
+                invalid,
+                unsupported,
+                Cmd(Errno::INVAL, MrState::Old),
+            ],
+        ),
+    ]
+}
+
+#[test]
+fn every_row_of_the_device_table_in_docs_rereg_md() {
+    let _serial = serial();
+    for dev in devices_under_test("every_row_of_the_device_table_in_docs_rereg_md") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        let column = match driver(&ctx) {
+            Driver::Rxe => 0,
+            Driver::Siw => 2,
+            Driver::Other => {
+                common::note_unknown_driver("every_row_of_the_device_table_in_docs_rereg_md", &ctx);
+                continue;
+            }
+        };
+        let mut contradictions = Vec::new();
+        for (row, flags, access, expect) in device_table() {
+            for (i, fallback) in [ReregFallback::Strict, ReregFallback::Replace]
+                .into_iter()
+                .enumerate()
+            {
+                let case = format!("{row} ({fallback:?})");
+                if let Some(c) =
+                    table_case(&ctx, &case, fallback, flags, access, expect[column + i])
+                {
+                    contradictions.push(c);
+                }
+            }
+        }
+        assert!(
+            contradictions.is_empty(),
+            "{name}: rows of docs/rereg.md the kernel contradicts:\n  {}",
+            contradictions.join("\n  ")
+        );
+    }
+}
+
+/// Runs one cell of the table on a fresh MR; returns a description of the
+/// contradiction, if any. Post-conditions the library promises are asserted.
+fn table_case(
+    ctx: &Dut,
+    case: &str,
+    fallback: ReregFallback,
+    flags: ReregFlags,
+    access: AccessFlags,
+    expect: Expect,
+) -> Option<String> {
+    let name = ctx.device_name();
+    ctx.forget_rereg_refusals();
+    let counts = HandleCounts::new(ctx, case);
+    let pd1 = alloc_pd(ctx);
+    let pd2 = alloc_pd(ctx);
+    let mut buf = anon(MIB);
+    let mut new_buf = anon(2 * MIB);
+    let mut mr = fresh_mr(&pd1, &mut buf);
+    let before = snap(&mr);
+    let (addr, len) = if flags.contains(ReregFlags::TRANSLATION) {
+        (new_buf.as_mut_ptr(), new_buf.len())
+    } else {
+        (std::ptr::null_mut(), 0)
+    };
+    let pd = flags.contains(ReregFlags::PD).then_some(&pd2);
+    // SAFETY: `new_buf` stays mapped until the MR is gone.
+    let result = unsafe { mr.rereg_with(fallback, flags, pd, addr, len, access) };
+    let after = snap(&mr);
+    let seen = match &result {
+        Ok(ReregPath::InPlace) => Expect::InPlace,
+        Ok(ReregPath::Replaced) => Expect::Replaced,
+        Err(e) if e.outcome() == ReregOutcome::Cmd => Expect::Cmd(e.errno(), e.mr_state()),
+        Err(e) => panic!("{name}: {case}: unexpected outcome {:?}: {e}", e.outcome()),
+    };
+    match &result {
+        Ok(path) => loud(&format!(
+            "{name}: table: {case}: {path:?}, handle {} -> {}, lkey {:#x} -> {:#x}, rkey {:#x} -> {:#x}",
+            before.handle, after.handle, before.lkey, after.lkey, before.rkey, after.rkey
+        )),
+        Err(e) => loud(&format!("{name}: table: {case}: {e}")),
+    }
+    let contradiction = (seen != expect)
+        .then(|| format!("{case}: docs/rereg.md says {expect:?}, the kernel gave {seen:?}"));
+    match seen {
+        Expect::InPlace => assert_eq!(
+            (after.handle, after.lkey, after.rkey),
+            (before.handle, before.lkey, before.rkey),
+            "{name}: {case}: in place: same handle, keys unchanged"
+        ),
+        Expect::Replaced => {
+            assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
+            assert_ne!(
+                (after.lkey, after.rkey),
+                (before.lkey, before.rkey),
+                "{name}: {case}: new keys"
+            );
+            assert_handle_gone(ctx, case, before.handle);
+        }
+        Expect::Cmd(_, state) => {
+            assert_eq!(
+                after, before,
+                "{name}: {case}: the old attributes are reported"
+            );
+            if state == MrState::Old {
+                // Valid: a following change works (replaced: siw).
+                // SAFETY: no TRANSLATION, no new memory.
+                let path = unsafe {
+                    mr.rereg_with(
+                        ReregFallback::Replace,
+                        ReregFlags::ACCESS,
+                        None,
+                        std::ptr::null_mut(),
+                        0,
+                        AccessFlags::LOCAL_WRITE,
+                    )
+                }
+                .unwrap_or_else(|e| panic!("{name}: {case}: a change of the valid old MR: {e}"));
+                if path == ReregPath::Replaced {
+                    assert_handle_gone(ctx, &format!("{case}, then ACCESS"), before.handle);
+                }
+            }
+        }
+    }
+    if flags.is_empty() {
+        assert!(
+            !ctx.rereg_known_unsupported(flags),
+            "{name}: {case}: flags = 0 is never remembered"
+        );
+    }
+    counts.assert_extra(1, 2, case);
+    mr.dereg()
+        .unwrap_or_else(|e| panic!("{name}: {case}: dereg afterwards: {e}"));
+    drop((pd1, pd2, buf, new_buf));
+    drop(counts);
+    contradiction
+}
+
+/// Fills a buffer with a recognisable pattern.
+fn pattern<B: StableBuffer>(mut b: B, seed: u8) -> B {
+    for (i, byte) in b.as_mut_slice().iter_mut().enumerate() {
+        *byte = (i as u8).wrapping_mul(31) ^ seed;
+    }
+    b
+}
+
+fn has_pattern(b: &[u8], seed: u8) -> bool {
+    b.iter()
+        .enumerate()
+        .all(|(i, &byte)| byte == (i as u8).wrapping_mul(31) ^ seed)
+}
+
+/// `retarget(new, Replace)` of a region over `old`: the old buffer comes
+/// back with its contents, the region covers `new`.
+fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
+    let name = ctx.device_name();
+    let case = format!("retarget {what} (Replace)");
+    let counts = HandleCounts::new(ctx, &case);
+    let pd = alloc_pd(ctx);
+    let (old_len, new_len) = (old.len(), new.len());
+    let mut mr = pd
+        .reg_buffer(pattern(old, 0xa5), RW)
+        .unwrap_or_else(|e| panic!("{name}: {case}: reg_buffer: {}", e.error));
+    let before = snap(&mr);
+    mr.buffer_mut()[0] ^= 0xff; // written through the region, must come back
+    let result = mr.retarget(pattern(new, 0x3c), ReregFallback::Replace);
+    let Retargeted {
+        mr: mut moved,
+        old,
+        path,
+        fork_warning,
+    } = result.unwrap_or_else(|e| panic!("{name}: {case}: {}", e.error));
+    let after = snap(&moved);
+    loud(&format!(
+        "{name}: {case}: {path:?}: handle {} -> {}, rkey {:#x} -> {:#x}",
+        before.handle, after.handle, before.rkey, after.rkey
+    ));
+    assert_eq!(path, ReregPath::Replaced, "{name}: {case}: path");
+    assert!(fork_warning.is_none(), "{name}: {case}: {fork_warning:?}");
+    assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
+    assert_ne!(after.rkey, before.rkey, "{name}: {case}: new rkey");
+    assert_eq!(after.length, new_len, "{name}: {case}: new length");
+    assert_eq!(old.len(), old_len, "{name}: {case}: the old buffer");
+    let mut expected_old = pattern(vec![0u8; old_len], 0xa5);
+    expected_old[0] ^= 0xff;
+    assert!(
+        old.as_slice() == expected_old.as_slice(),
+        "{name}: {case}: the old buffer comes back with its contents"
+    );
+    assert!(
+        has_pattern(moved.buffer(), 0x3c),
+        "{name}: {case}: the region holds the new buffer"
+    );
+    counts.assert_extra(1, 1, &format!("{case}: one live MR"));
+    assert_handle_gone(ctx, &case, before.handle);
+    drop(old); // no longer registered: freeing it is harmless
+    moved.buffer_mut().fill(7);
+    // The region still changes as documented.
+    let h = moved.handle();
+    let path = moved
+        .rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::ACCESS,
+            None,
+            AccessFlags::LOCAL_WRITE,
+        )
+        .unwrap_or_else(|e| panic!("{name}: {case}: BufferMr::rereg_with ACCESS: {e}"));
+    assert_eq!(
+        Some(path),
+        documented_path(driver(ctx), ReregFlags::ACCESS),
+        "{name}: {case}: BufferMr::rereg_with ACCESS"
+    );
+    if path == ReregPath::Replaced {
+        assert_handle_gone(ctx, &format!("{case}, then ACCESS"), h);
+    }
+    let back = match moved.dereg() {
+        Ok(b) => b,
+        Err((_, e)) => panic!("{name}: {case}: dereg: {e}"),
+    };
+    assert!(
+        back.as_slice().iter().all(|&b| b == 7),
+        "{name}: {case}: dereg hands the new buffer back"
+    );
+    counts.assert_extra(0, 1, &format!("{case}: after dereg"));
+    drop(pd);
+}
+
+#[test]
+fn retarget_with_replace_hands_the_old_buffer_back_with_its_contents() {
+    let _serial = serial();
+    for dev in
+        devices_under_test("retarget_with_replace_hands_the_old_buffer_back_with_its_contents")
+    {
+        let ctx = open(&dev);
+        if driver(&ctx) == Driver::Other {
+            common::note_unknown_driver(
+                "retarget_with_replace_hands_the_old_buffer_back_with_its_contents",
+                &ctx,
+            );
+            continue;
+        }
+        ctx.forget_rereg_refusals();
+        retarget_replace::<Box<[u8]>>(
+            &ctx,
+            "Box<[u8]>",
+            vec![0u8; 64 << 10].into_boxed_slice(),
+            vec![0u8; (128 << 10) + 100].into_boxed_slice(),
+        );
+        // Again on the same context: now the refusal is remembered.
+        retarget_replace::<MmapMut>(&ctx, "MmapMut", anon(MIB), anon(2 * MIB));
+    }
+}
+
+#[test]
+fn strict_retarget_releases_both_buffers_when_the_device_refuses() {
+    let _serial = serial();
+    for dev in devices_under_test("strict_retarget_releases_both_buffers_when_the_device_refuses") {
+        let name = dev.name();
+        let ctx = open(&dev);
+        if driver(&ctx) == Driver::Other {
+            common::note_unknown_driver(
+                "strict_retarget_releases_both_buffers_when_the_device_refuses",
+                &ctx,
+            );
+            continue;
+        }
+        let counts = HandleCounts::new(&ctx, "strict retarget");
+        let pd = alloc_pd(&ctx);
+        let mr = pd
+            .reg_buffer(pattern(anon(MIB), 0x17), RW)
+            .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
+        let handle = mr.handle();
+        let result = mr.retarget(pattern(anon(2 * MIB), 0x71), ReregFallback::Strict);
+        let RetargetError { error, buffers } = match result {
+            Ok(r) => panic!("{name}: strict retarget succeeded ({:?})", r.path),
+            Err(e) => e,
+        };
+        loud(&format!("{name}: strict retarget: {error}"));
+        assert_eq!(
+            (error.outcome(), error.errno(), error.mr_state()),
+            (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Undefined),
+            "{name}: strict retarget ({error})"
+        );
+        match buffers {
+            RetargetBuffers::Released { old, new } => {
+                assert!(
+                    has_pattern(&old, 0x17) && old.len() == MIB,
+                    "{name}: the old buffer comes back intact"
+                );
+                assert!(
+                    has_pattern(&new, 0x71) && new.len() == 2 * MIB,
+                    "{name}: the new buffer comes back intact"
+                );
+            }
+            RetargetBuffers::Kept { mr, .. } => {
+                panic!("{name}: strict retarget kept the undefined region {mr:?}")
+            }
+        }
+        counts.assert_extra(0, 1, "after the released retarget");
+        assert_handle_gone(&ctx, "strict retarget (Released)", handle);
+        drop(pd);
+    }
+}
