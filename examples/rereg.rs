@@ -1,13 +1,21 @@
-//! Re-registers a memory region in place on every RDMA device and prints
-//! what each step did.
+//! Re-registers a memory region on every RDMA device, strict and with the
+//! replace fallback side by side, and prints what each did.
 //!
-//! Per device: two PDs, a page-aligned 1 MiB buffer registered in pd1, then
-//! change its access, move it to pd2, point it at a new 2 MiB buffer. Each
-//! step is one REREG_MR command; the table shows the outcome (as
-//! `ibv_rereg_mr` would report it), the errno and what the MR looks like
-//! afterwards. A step the kernel refuses leaves the MR undefined (per
-//! `ibv_rereg_mr(3)`), so it is deregistered and a fresh one registered
-//! before the next step.
+//! Per device: two PDs, a page-aligned 1 MiB buffer and a 2 MiB one. For
+//! each change (access, PD, translation, all three) a fresh MR over the
+//! 1 MiB buffer in pd1 is re-registered twice, on two fresh MRs:
+//!
+//! - `strict` is `ibv_rereg_mr`'s contract: one REREG_MR command; when the
+//!   device cannot do it in place the outcome is `Cmd`/`EOPNOTSUPP` and the
+//!   MR is undefined (so it is deregistered);
+//! - `replace` is `ReregFallback::Replace`: in place when the device can,
+//!   else the new registration is made first and the old one deregistered
+//!   (path `Replaced`: new handle, new keys, re-publish the rkey).
+//!
+//! Each row shows the path, the outcome (as `ibv_rereg_mr` would report
+//! it), the errno, the handle and keys (`old -> new` when they changed) and
+//! the MR afterwards. The remembered refusals are forgotten before each row,
+//! so every row shows the kernel's own answer.
 //!
 //! `UVERBS_TRANSPORT=ioctl|write` chooses the transport. Without RDMA
 //! hardware, `cargo vm demo` runs this inside a VM with rxe0 and siw0.
@@ -17,19 +25,45 @@ use std::process::ExitCode;
 use memmap2::MmapMut;
 use uverbs::{
     AccessFlags, Context, Device, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain,
-    ReregError,
+    ReregFallback, ReregFlags, ReregPath,
 };
 
 const MIB: usize = 1 << 20;
+const RW: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
 
 /// One line of the table.
 struct Row {
-    step: String,
-    flags: &'static str,
+    step: &'static str,
+    mode: &'static str,
+    path: String,
     outcome: String,
     errno: String,
-    mr: Option<(u32, u32, u32)>,
-    state: String,
+    handle: String,
+    lkey: String,
+    rkey: String,
+    after: String,
+}
+
+const HEAD: [&str; 9] = [
+    "step", "mode", "path", "outcome", "errno", "handle", "lkey", "rkey", "MR after",
+];
+
+impl Row {
+    fn cells(&self) -> [String; 9] {
+        [
+            self.step.into(),
+            self.mode.into(),
+            self.path.clone(),
+            self.outcome.clone(),
+            self.errno.clone(),
+            self.handle.clone(),
+            self.lkey.clone(),
+            self.rkey.clone(),
+            self.after.clone(),
+        ]
+    }
 }
 
 fn errno_text(e: Errno) -> String {
@@ -38,6 +72,7 @@ fn errno_text(e: Errno) -> String {
         Errno::OPNOTSUPP => "EOPNOTSUPP",
         Errno::FAULT => "EFAULT",
         Errno::NOMEM => "ENOMEM",
+        Errno::NOENT => "ENOENT",
         Errno::PERM => "EPERM",
         Errno::BUSY => "EBUSY",
         Errno::ACCESS => "EACCES",
@@ -48,8 +83,20 @@ fn errno_text(e: Errno) -> String {
     format!("{name} ({})", e.raw_os_error())
 }
 
-fn ids(mr: &MemoryRegion) -> Option<(u32, u32, u32)> {
-    Some((mr.handle(), mr.lkey(), mr.rkey()))
+/// `a`, or `a -> b` when it changed.
+fn change(a: u32, b: u32, hex: bool) -> String {
+    let f = |v: u32| {
+        if hex {
+            format!("{v:#x}")
+        } else {
+            v.to_string()
+        }
+    };
+    if a == b {
+        f(a)
+    } else {
+        format!("{} -> {}", f(a), f(b))
+    }
 }
 
 fn describe(mr: &MemoryRegion) -> String {
@@ -60,72 +107,9 @@ fn describe(mr: &MemoryRegion) -> String {
     format!("pd {}, {} KiB, {access}", mr.pd_handle(), mr.length() >> 10)
 }
 
-/// The row for a re-registration step.
-fn rereg_row(
-    step: &str,
-    flags: &'static str,
-    mr: &MemoryRegion,
-    result: &Result<(), ReregError>,
-) -> Row {
-    match result {
-        Ok(()) => Row {
-            step: step.into(),
-            flags,
-            outcome: "OK".into(),
-            errno: "-".into(),
-            mr: ids(mr),
-            state: format!("new: {}", describe(mr)),
-        },
-        Err(e) => Row {
-            step: step.into(),
-            flags,
-            outcome: e.outcome().to_string(),
-            errno: errno_text(e.errno()),
-            mr: ids(mr),
-            state: match e.mr_state() {
-                MrState::Old => format!("old: {}", describe(mr)),
-                MrState::New => format!("new: {}", describe(mr)),
-                MrState::Undefined => "undefined: deregister it".into(),
-            },
-        },
-    }
-}
-
-fn error_row(step: &str, flags: &'static str, e: &uverbs::Error) -> Row {
-    Row {
-        step: step.into(),
-        flags,
-        outcome: "FAILED".into(),
-        errno: e.errno().map_or_else(|| "-".into(), errno_text),
-        mr: None,
-        state: e.to_string(),
-    }
-}
-
 fn print_table(rows: &[Row]) {
-    let head = [
-        "step", "flags", "outcome", "errno", "handle", "lkey", "rkey", "MR state",
-    ];
-    let cells: Vec<[String; 8]> = rows
-        .iter()
-        .map(|r| {
-            let (h, l, k) = match r.mr {
-                Some((h, l, k)) => (h.to_string(), format!("{l:#x}"), format!("{k:#x}")),
-                None => ("-".into(), "-".into(), "-".into()),
-            };
-            [
-                r.step.clone(),
-                r.flags.into(),
-                r.outcome.clone(),
-                r.errno.clone(),
-                h,
-                l,
-                k,
-                r.state.clone(),
-            ]
-        })
-        .collect();
-    let mut width = head.map(str::len);
+    let cells: Vec<[String; 9]> = rows.iter().map(Row::cells).collect();
+    let mut width = HEAD.map(str::len);
     for row in &cells {
         for (w, c) in width.iter_mut().zip(row) {
             *w = (*w).max(c.chars().count());
@@ -139,57 +123,125 @@ fn print_table(rows: &[Row]) {
             .collect();
         println!("  {}", parts.join(" | ").trim_end());
     };
-    line(&head.map(String::from));
+    line(&HEAD.map(String::from));
     println!("  {}", width.map(|w| "-".repeat(w)).join("-+-"));
-    for row in &cells {
-        line(row);
+    let mut last_step = "";
+    for (row, cell) in rows.iter().zip(&cells) {
+        if !last_step.is_empty() && row.step != last_step {
+            println!("  {}", width.map(|w| " ".repeat(w)).join(" | ").trim_end());
+        }
+        last_step = row.step;
+        line(cell);
     }
 }
 
-/// Registers `buf` in `pd`, adding its row.
-fn register(
-    rows: &mut Vec<Row>,
-    step: &str,
-    pd: &ProtectionDomain,
-    buf: &mut MmapMut,
-) -> Option<MemoryRegion> {
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE;
-    // SAFETY: every buffer lives until the end of `demo`, after every MR.
-    match unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), access) } {
-        Ok(mr) => {
-            rows.push(Row {
-                step: step.into(),
-                flags: "-",
-                outcome: "OK".into(),
-                errno: "-".into(),
-                mr: ids(&mr),
-                state: describe(&mr),
-            });
-            Some(mr)
+/// A change to make: its name, flags, whether it moves to pd2 and/or the
+/// 2 MiB buffer, and the new access.
+struct Step {
+    name: &'static str,
+    flags: ReregFlags,
+    access: AccessFlags,
+}
+
+const STEPS: [Step; 4] = [
+    Step {
+        name: "access -> LOCAL_WRITE",
+        flags: ReregFlags::ACCESS,
+        access: AccessFlags::LOCAL_WRITE,
+    },
+    Step {
+        name: "PD -> pd2",
+        flags: ReregFlags::PD,
+        access: AccessFlags::empty(),
+    },
+    Step {
+        name: "translation -> 2 MiB",
+        flags: ReregFlags::TRANSLATION,
+        access: AccessFlags::empty(),
+    },
+    Step {
+        name: "all three",
+        flags: ReregFlags::all(),
+        access: AccessFlags::LOCAL_WRITE,
+    },
+];
+
+/// What a device demo works with.
+struct Bench<'a> {
+    ctx: &'a Context,
+    pd1: &'a ProtectionDomain,
+    pd2: &'a ProtectionDomain,
+    buf1: (*mut u8, usize),
+    buf2: (*mut u8, usize),
+}
+
+/// A row for something that failed before or after the re-registration.
+fn failed_row(step: &'static str, mode: &'static str, what: &str, e: &uverbs::Error) -> Row {
+    Row {
+        step,
+        mode,
+        path: "-".into(),
+        outcome: "FAILED".into(),
+        errno: e.errno().map_or_else(|| "-".into(), errno_text),
+        handle: "-".into(),
+        lkey: "-".into(),
+        rkey: "-".into(),
+        after: format!("{what}: {e}"),
+    }
+}
+
+/// Registers a fresh MR, re-registers it once with `fallback`, deregisters
+/// it. Returns the row and whether everything but the re-registration
+/// worked.
+fn cell(b: &Bench<'_>, step: &Step, mode: &'static str, fallback: ReregFallback) -> (Row, bool) {
+    b.ctx.forget_rereg_refusals();
+    // SAFETY: both buffers live until the end of `demo`, after every MR.
+    let mut mr = match unsafe { b.pd1.reg_mr(b.buf1.0, b.buf1.1, RW) } {
+        Ok(mr) => mr,
+        Err(e) => return (failed_row(step.name, mode, "reg_mr", &e), false),
+    };
+    let (h0, l0, r0) = (mr.handle(), mr.lkey(), mr.rkey());
+    let (addr, len) = if step.flags.contains(ReregFlags::TRANSLATION) {
+        b.buf2
+    } else {
+        (std::ptr::null_mut(), 0)
+    };
+    let pd = step.flags.contains(ReregFlags::PD).then_some(b.pd2);
+    // SAFETY: buf2 outlives every MR of the demo.
+    let result = unsafe { mr.rereg_with(fallback, step.flags, pd, addr, len, step.access) };
+    let mut row = Row {
+        step: step.name,
+        mode,
+        path: "-".into(),
+        outcome: "OK".into(),
+        errno: "-".into(),
+        handle: change(h0, mr.handle(), false),
+        lkey: change(l0, mr.lkey(), true),
+        rkey: change(r0, mr.rkey(), true),
+        after: format!("new: {}", describe(&mr)),
+    };
+    match &result {
+        Ok(path) => {
+            row.path = match path {
+                ReregPath::InPlace => "InPlace".into(),
+                ReregPath::Replaced => "Replaced".into(),
+            }
         }
         Err(e) => {
-            rows.push(error_row(step, "-", &e));
-            None
+            row.outcome = e.outcome().to_string();
+            row.errno = errno_text(e.errno());
+            row.after = match e.mr_state() {
+                MrState::Old => format!("old: {}", describe(&mr)),
+                MrState::New => format!("new: {}", describe(&mr)),
+                MrState::Undefined => "undefined: deregistered".into(),
+            };
         }
     }
-}
-
-/// Deregisters, adding its row.
-fn deregister(rows: &mut Vec<Row>, step: &str, mr: MemoryRegion) {
-    let id = ids(&mr);
     match mr.dereg() {
-        Ok(()) => rows.push(Row {
-            step: step.into(),
-            flags: "-",
-            outcome: "OK".into(),
-            errno: "-".into(),
-            mr: id,
-            state: "deregistered".into(),
-        }),
+        Ok(()) => (row, true),
         Err(e) => {
-            let mut row = error_row(step, "-", &e.error);
-            row.mr = id;
-            rows.push(row);
+            row.after = format!("{}; dereg failed: {}", row.after, e.error);
+            (row, false)
         }
     }
 }
@@ -226,60 +278,35 @@ fn demo(dev: &Device) -> bool {
             return false;
         }
     };
-    let mut rows = Vec::new();
-    let Some(mut mr) = register(&mut rows, "reg_mr 1 MiB in pd1", &pd1, &mut buf1) else {
-        print_table(&rows);
-        return false;
-    };
-
-    // Each step: a name, its flags, and the call. TRANSLATION hands the
-    // device buf2, which outlives every MR.
-    type Step<'a> = (
-        &'a str,
-        &'static str,
-        Box<dyn Fn(&mut MemoryRegion) -> Result<(), ReregError> + 'a>,
+    println!(
+        "  pd1 = PD {}, pd2 = PD {}; each row starts from a fresh 1 MiB MR in pd1 \
+         with LOCAL_WRITE|REMOTE_READ|REMOTE_WRITE",
+        pd1.handle(),
+        pd2.handle()
     );
-    let new_range = (buf2.as_mut_ptr(), buf2.len());
-    let steps: Vec<Step> = vec![
-        (
-            "set_access LOCAL_WRITE",
-            "ACCESS",
-            Box::new(|mr| mr.set_access(AccessFlags::LOCAL_WRITE)),
-        ),
-        ("set_pd pd2", "PD", Box::new(|mr| mr.set_pd(&pd2))),
-        // SAFETY: buf2 stays mapped until after the MR is gone.
-        (
-            "set_range new 2 MiB",
-            "TRANSLATION",
-            Box::new(move |mr| unsafe { mr.set_range(new_range.0, new_range.1) }),
-        ),
-    ];
+    let bench = Bench {
+        ctx: &ctx,
+        pd1: &pd1,
+        pd2: &pd2,
+        buf1: (buf1.as_mut_ptr(), buf1.len()),
+        buf2: (buf2.as_mut_ptr(), buf2.len()),
+    };
+    let mut rows = Vec::new();
     let mut ok = true;
-    let count = steps.len();
-    for (i, (step, flags, call)) in steps.into_iter().enumerate() {
-        let result = call(&mut mr);
-        rows.push(rereg_row(step, flags, &mr, &result));
-        if let Err(e) = result {
-            if e.mr_state() == MrState::Undefined && i + 1 < count {
-                let pd = if mr.is_in(&pd2) { &pd2 } else { &pd1 };
-                deregister(&mut rows, "  dereg (undefined MR)", mr);
-                match register(&mut rows, "  reg_mr 1 MiB (fresh)", pd, &mut buf1) {
-                    Some(fresh) => mr = fresh,
-                    None => {
-                        ok = false;
-                        break;
-                    }
-                }
-                continue;
-            }
-        }
-        if i + 1 == count {
-            deregister(&mut rows, "dereg", mr);
-            break;
+    for step in &STEPS {
+        for (mode, fallback) in [
+            ("strict", ReregFallback::Strict),
+            ("replace", ReregFallback::Replace),
+        ] {
+            let (row, fine) = cell(&bench, step, mode, fallback);
+            rows.push(row);
+            ok &= fine;
         }
     }
     print_table(&rows);
     println!();
+    // Every MR is gone; the buffers may go now.
+    drop((buf1, buf2));
     ok
 }
 
@@ -295,6 +322,10 @@ fn main() -> ExitCode {
         eprintln!("no RDMA devices found (is ib_uverbs loaded? try cargo vm demo)");
         return ExitCode::FAILURE;
     }
+    println!(
+        "strict = ibv_rereg_mr (one REREG_MR, fails when the device cannot); \
+         replace = ReregFallback::Replace (in place if possible, else register new + deregister old)\n"
+    );
     let mut ok = true;
     for dev in &devices {
         ok &= demo(dev);
