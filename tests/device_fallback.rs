@@ -195,20 +195,6 @@ fn assert_fork_marks(ctx: &Context, case: &str, addr: usize, len: usize, release
 }
 
 #[test]
-fn handle_counts_come_from_the_library_without_the_workaround() {
-    let _serial = serial();
-    for dev in devices_under_test("handle_counts_come_from_the_library_without_the_workaround") {
-        let ctx = open(&dev);
-        assert!(
-            ctx.counts_through_library(),
-            "{}: tests/common's INFO_HANDLES workaround triggered: \
-             Context::kernel_handle_count still fails on this kernel",
-            dev.name()
-        );
-    }
-}
-
-#[test]
 fn replace_takes_the_documented_path_and_leaves_one_live_mr() {
     let _serial = serial();
     for dev in devices_under_test("replace_takes_the_documented_path_and_leaves_one_live_mr") {

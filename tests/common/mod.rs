@@ -12,18 +12,10 @@
 
 use std::io::Write;
 use std::ops::Deref;
-use std::os::fd::OwnedFd;
-use std::sync::{Arc, Once};
 
 use memmap2::MmapMut;
-use uverbs::transport::frame::{attr_const, attr_out, is_valid_output};
-use uverbs::transport::{KernelFile, RawCommand, Transport};
-use uverbs::uverbs_uapi::{
-    ib_uverbs_attr, UVERBS_ATTR_INFO_HANDLES_LIST, UVERBS_ATTR_INFO_OBJECT_ID,
-    UVERBS_ATTR_INFO_TOTAL_HANDLES, UVERBS_METHOD_INFO_HANDLES, UVERBS_OBJECT_DEVICE,
-    UVERBS_OBJECT_MR, UVERBS_OBJECT_PD,
-};
-use uverbs::{Context, Device, DriverId, Errno, OpenOptions, TransportKind};
+use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
+use uverbs::{Context, Device, DriverId, OpenOptions, TransportKind};
 
 /// Writes to stderr past libtest's output capture (which only catches the
 /// print macros), so the line shows even when the test passes.
@@ -89,21 +81,10 @@ pub fn required_transport() -> Option<TransportKind> {
 }
 
 /// An opened device under test: a [`Context`] (reached through `Deref`)
-/// and, only while the library cannot count kernel handles, the kernel file
-/// the test counts them on itself.
+/// whose transport was checked against `UVERBS_TRANSPORT`.
 #[derive(Clone)]
 pub struct Dut {
     ctx: Context,
-    counter: Option<Arc<KernelFile>>,
-}
-
-impl Dut {
-    /// True when [`HandleCounts`] counts through the library's
-    /// `Context::kernel_handle_count`, i.e. the workaround in [`open`] did
-    /// not trigger.
-    pub fn counts_through_library(&self) -> bool {
-        self.counter.is_none()
-    }
 }
 
 impl Deref for Dut {
@@ -117,15 +98,6 @@ impl Deref for Dut {
 /// Opens `dev` with `Device::open_with(&OpenOptions::new())` (which honours
 /// `UVERBS_TRANSPORT`) and checks that the context really uses the
 /// transport asked for.
-///
-/// Workaround, to be removed when the library is fixed:
-/// `Context::kernel_handle_count` answers EINVAL on real kernels (it omits
-/// `UVERBS_ATTR_INFO_HANDLES_LIST`, which the kernel's INFO_HANDLES handler
-/// requires). When it does, the returned context is a second one on the
-/// same device, built with `Context::with_transport` over the library's own
-/// `KernelFile` with the same framing, so that [`HandleCounts`] can send a
-/// correct INFO_HANDLES on the very file the objects live on. The library's
-/// `open` has then still been exercised and checked here.
 pub fn open(dev: &Device) -> Dut {
     let ctx = dev.open_with(&OpenOptions::new()).unwrap_or_else(|e| {
         panic!(
@@ -135,20 +107,7 @@ pub fn open(dev: &Device) -> Dut {
         )
     });
     check_transport(dev, &ctx);
-    match ctx.kernel_handle_count(UVERBS_OBJECT_PD) {
-        Ok(_) => Dut { ctx, counter: None },
-        Err(e) if e.errno() == Some(Errno::INVAL) => {
-            static NOTED: Once = Once::new();
-            NOTED.call_once(|| {
-                loud(&format!(
-                    "WORKAROUND: Context::kernel_handle_count fails ({e}); \
-                     the tests count kernel handles themselves (library bug, see tests/common/mod.rs)"
-                ))
-            });
-            open_counted(dev, &ctx)
-        }
-        Err(e) => panic!("{}: kernel_handle_count: {e}", dev.name()),
-    }
+    Dut { ctx }
 }
 
 fn check_transport(dev: &Device, ctx: &Context) {
@@ -161,100 +120,6 @@ fn check_transport(dev: &Device, ctx: &Context) {
             ctx.transport_kind()
         );
     }
-}
-
-/// A context like `like` (same device, driver id and framing) whose kernel
-/// file the test can reach.
-fn open_counted(dev: &Device, like: &Context) -> Dut {
-    let name = dev.name();
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(dev.path())
-        .unwrap_or_else(|e| panic!("{name}: opening {}: {e}", dev.path().display()));
-    let driver_id = like.driver_id();
-    let kernel = KernelFile::new(
-        OwnedFd::from(file),
-        like.transport_kind(),
-        driver_id.map(|d| d.0),
-    )
-    .unwrap_or_else(|e| panic!("{name}: KernelFile::new: {e:?}"));
-    let kernel = Arc::new(kernel);
-    let ctx = Context::with_transport(
-        name,
-        driver_id,
-        Box::new(SharedFile(kernel.clone())),
-        &OpenOptions::new(),
-    )
-    .unwrap_or_else(|e| panic!("{name}: GET_CONTEXT on the counted context: {e}"));
-    check_transport(dev, &ctx);
-    Dut {
-        ctx,
-        counter: Some(kernel),
-    }
-}
-
-/// Forwards everything to a shared [`KernelFile`].
-#[derive(Debug)]
-struct SharedFile(Arc<KernelFile>);
-
-// SAFETY: every call is forwarded unchanged to a KernelFile, which upholds
-// the trait's contract.
-unsafe impl Transport for SharedFile {
-    fn kind(&self) -> TransportKind {
-        self.0.kind()
-    }
-
-    unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
-        // SAFETY: forwarded to the caller.
-        unsafe { self.0.execute(cmd) }
-    }
-
-    unsafe fn invoke(
-        &self,
-        object_id: u16,
-        method_id: u16,
-        attrs: &mut [ib_uverbs_attr],
-    ) -> Result<(), Errno> {
-        // SAFETY: forwarded to the caller.
-        unsafe { self.0.invoke(object_id, method_id, attrs) }
-    }
-}
-
-/// Room for this many handles in one INFO_HANDLES answer.
-const HANDLE_LIST_CAPACITY: usize = 8192;
-
-/// `UVERBS_METHOD_INFO_HANDLES` as the kernel wants it: the object id, the
-/// total, and the (required) handle list. Returns the handles.
-pub fn kernel_handles(file: &KernelFile, object_id: u16) -> Result<Vec<u32>, Errno> {
-    let mut total: u32 = 0;
-    let mut list = vec![0u32; HANDLE_LIST_CAPACITY];
-    let mut attrs = [
-        attr_const(UVERBS_ATTR_INFO_OBJECT_ID, object_id.into()),
-        attr_out(
-            UVERBS_ATTR_INFO_TOTAL_HANDLES,
-            (&mut total as *mut u32) as u64,
-            4,
-        )?,
-        attr_out(
-            UVERBS_ATTR_INFO_HANDLES_LIST,
-            list.as_mut_ptr() as u64,
-            4 * HANDLE_LIST_CAPACITY,
-        )?,
-    ];
-    // SAFETY: the pointers are to `total` (4 bytes) and `list` (its full
-    // length), both writable and alive across the call.
-    unsafe { file.invoke(UVERBS_OBJECT_DEVICE, UVERBS_METHOD_INFO_HANDLES, &mut attrs) }?;
-    if !is_valid_output(&attrs[1]) {
-        return Err(Errno::PROTO);
-    }
-    let total = total as usize;
-    assert!(
-        total < HANDLE_LIST_CAPACITY,
-        "INFO_HANDLES: {total} handles fill the whole list; the count may be cut"
-    );
-    list.truncate(total);
-    Ok(list)
 }
 
 /// The soft-RDMA drivers whose behaviour the tests know exactly.
@@ -361,18 +226,10 @@ impl Drop for HandleCounts {
 }
 
 fn counts(dut: &Dut) -> (u32, u32) {
-    let count = |object: u16, name: &str| match &dut.counter {
-        None => dut.kernel_handle_count(object).unwrap_or_else(|e| {
+    let count = |object: u16, name: &str| {
+        dut.kernel_handle_count(object).unwrap_or_else(|e| {
             panic!("{}: counting {name} handles failed: {e}", dut.device_name())
-        }),
-        Some(file) => kernel_handles(file, object)
-            .map(|list| list.len() as u32)
-            .unwrap_or_else(|e| {
-                panic!(
-                    "{}: counting {name} handles failed: {e:?}",
-                    dut.device_name()
-                )
-            }),
+        })
     };
     (count(UVERBS_OBJECT_MR, "MR"), count(UVERBS_OBJECT_PD, "PD"))
 }
