@@ -16,9 +16,10 @@ use uverbs::transport::frame::{IoctlFrame, WriteFrame};
 use uverbs::uverbs_uapi as sys;
 use uverbs::{Device, DriverId, Errno};
 
-use crate::ours::{buffer, ACCESS_A, ACCESS_B};
+use crate::ours::{ACCESS_A, ACCESS_B};
 use crate::stats::{measure, Budget};
 use crate::Cell;
+use memmap2::MmapMut;
 
 const WORDS: usize = 32;
 
@@ -243,49 +244,82 @@ fn timed(p: &mut Prepared, fd: BorrowedFd<'_>) -> Result<Duration, Errno> {
     Ok(t.elapsed())
 }
 
-pub fn run(dev: &Device, tname: &str, sizes: &[usize], budget: &Budget) {
-    let name = dev.name();
-    let cell = |op: &'static str, size: usize| Cell {
-        device: name,
-        imp: "floor",
-        transport: tname,
-        fork: "off",
-        op,
-        size,
-    };
-    let raw = match Raw::open(dev, tname == "ioctl") {
-        Ok(r) => r,
-        Err(e) => return cell("open", 0).failed(&format!("errno={}", e.raw_os_error())),
-    };
-    let fd = raw.fd.as_fd();
-    let report = |c: Cell, r: Result<crate::stats::Summary, Errno>| match r {
+/// The floor over one framing, on one device.
+pub struct Floor<'d> {
+    name: &'d str,
+    tname: &'static str,
+    /// The file and two PDs, once [`Floor::fixed`] ran.
+    raw: Option<(Raw, u32, u32)>,
+}
+
+fn report(c: Cell, r: Result<crate::stats::Summary, Errno>) {
+    match r {
         Ok(s) => c.report(None, &s),
         Err(e) if e == Errno::OPNOTSUPP => c.unsupported("errno=95"),
         Err(e) => c.failed(&format!("errno={}", e.raw_os_error())),
-    };
+    }
+}
 
-    // ALLOC_PD + DEALLOC_PD.
-    let mut alloc = raw.prepare(&AllocPd::new(), &[], 0);
-    let mut dealloc = raw.prepare(&DeallocPd::new(0), &[], 0);
-    report(
-        cell("alloc_dealloc_pd", 0),
-        measure(budget, || {
-            let t = Instant::now();
-            alloc.send(fd)?;
-            dealloc.set_u32(0, alloc.response_u32());
-            dealloc.send(fd)?;
-            Ok(t.elapsed())
-        }),
-    );
-
-    let (pd1, pd2) = match (raw.alloc_pd(), raw.alloc_pd()) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(e), _) | (_, Err(e)) => {
-            return cell("alloc_pd", 0).failed(&format!("errno={}", e.raw_os_error()))
+impl<'d> Floor<'d> {
+    pub fn new(dev: &'d Device, tname: &'static str) -> Self {
+        Floor {
+            name: dev.name(),
+            tname,
+            raw: None,
         }
-    };
-    for &size in sizes {
-        let mut a = buffer(size);
+    }
+
+    fn cell(&self, op: &'static str, size: usize) -> Cell<'d> {
+        Cell {
+            device: self.name,
+            imp: "floor",
+            transport: self.tname,
+            fork: "off",
+            op,
+            size,
+        }
+    }
+
+    /// Opens the file (GET_CONTEXT) and measures ALLOC_PD + DEALLOC_PD.
+    pub fn fixed(&mut self, dev: &Device, budget: &Budget) {
+        let raw = match Raw::open(dev, self.tname == "ioctl") {
+            Ok(r) => r,
+            Err(e) => {
+                return self
+                    .cell("open", 0)
+                    .failed(&format!("errno={}", e.raw_os_error()))
+            }
+        };
+        let fd = raw.fd.as_fd();
+        let mut alloc = raw.prepare(&AllocPd::new(), &[], 0);
+        let mut dealloc = raw.prepare(&DeallocPd::new(0), &[], 0);
+        report(
+            self.cell("alloc_dealloc_pd", 0),
+            measure(budget, || {
+                let t = Instant::now();
+                alloc.send(fd)?;
+                dealloc.set_u32(0, alloc.response_u32());
+                dealloc.send(fd)?;
+                Ok(t.elapsed())
+            }),
+        );
+        match (raw.alloc_pd(), raw.alloc_pd()) {
+            (Ok(a), Ok(b)) => self.raw = Some((raw, a, b)),
+            (Err(e), _) | (_, Err(e)) => {
+                self.cell("alloc_pd", 0)
+                    .failed(&format!("errno={}", e.raw_os_error()));
+            }
+        }
+    }
+
+    /// REG_MR, DEREG_MR, both, and REREG_MR ACCESS and PD on buffer `a`.
+    pub fn size(&self, size: usize, a: &mut MmapMut, budget: &Budget) {
+        let Some((raw, pd1, pd2)) = &self.raw else {
+            return;
+        };
+        let (raw, pd1, pd2) = (raw, *pd1, *pd2);
+        let fd = raw.fd.as_fd();
+        let cell = |op, size| self.cell(op, size);
         let mut reg = raw.reg_mr(pd1, a.as_mut_ptr(), size);
         let mut dereg = raw.prepare(&DeregMr::new(0), &[], 0);
         report(
@@ -319,7 +353,7 @@ pub fn run(dev: &Device, tname: &str, sizes: &[usize], budget: &Budget) {
         // One live region for REREG_MR, toggled between two prepared commands.
         if let Err(e) = reg.send(fd) {
             cell("rereg_access", size).failed(&format!("errno={}", e.raw_os_error()));
-            continue;
+            return;
         }
         let mr = reg.response_u32();
         let access = |acc: uverbs::AccessFlags| {

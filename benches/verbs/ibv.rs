@@ -8,9 +8,10 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::time::{Duration, Instant};
 
-use crate::ours::{buffer, ACCESS_A, ACCESS_B};
+use crate::ours::{ACCESS_A, ACCESS_B};
 use crate::stats::{measure, Budget};
 use crate::Cell;
+use memmap2::MmapMut;
 use uverbs::Device;
 
 #[repr(C)]
@@ -88,68 +89,100 @@ fn find(name: &str) -> Option<*mut IbvDevice> {
     }
 }
 
-pub fn run(dev: &Device, sizes: &[usize], budget: &Budget) {
-    register_providers();
-    let name = dev.name();
-    let cell = |op: &'static str, size: usize| Cell {
-        device: name,
-        imp: "libibverbs",
-        transport: "auto",
-        fork: "off",
-        op,
-        size,
-    };
-    let Some(d) = find(name) else {
-        return cell("open", 0).failed("error=device-not-found-by-libibverbs");
-    };
-    let report = |c: Cell, r: Result<crate::stats::Summary, Fail>| match r {
+/// libibverbs on one device.
+pub struct Ibv<'d> {
+    name: &'d str,
+    dev: Option<*mut IbvDevice>,
+    /// The context and two PDs, once [`Ibv::fixed`] ran.
+    objs: Option<(*mut IbvContext, *mut IbvPd, *mut IbvPd)>,
+}
+
+fn report(c: Cell, r: Result<crate::stats::Summary, Fail>) {
+    match r {
         Ok(s) => c.report(None, &s),
         Err(Fail(95, ret)) => c.unsupported(&format!("errno=95 ret={ret}")),
         Err(Fail(e, ret)) => c.failed(&format!("errno={e} ret={ret}")),
-    };
+    }
+}
 
-    // SAFETY (throughout): libibverbs calls on objects created here and
-    // destroyed once; registered buffers outlive their regions.
-    report(
-        cell("context_open", 0),
-        measure(budget, || unsafe {
-            let t = Instant::now();
-            let ctx = ibv_open_device(d);
-            if ctx.is_null() {
-                return Err(Fail(errno(), 0));
-            }
-            ibv_close_device(ctx);
-            Ok(t.elapsed())
-        }),
-    );
-    let ctx = unsafe { ibv_open_device(d) };
-    if ctx.is_null() {
-        return cell("open", 0).failed(&format!("errno={}", errno()));
+impl<'d> Ibv<'d> {
+    pub fn new(dev: &'d Device) -> Self {
+        register_providers();
+        Ibv {
+            name: dev.name(),
+            dev: find(dev.name()),
+            objs: None,
+        }
     }
-    report(
-        cell("alloc_dealloc_pd", 0),
-        measure(budget, || unsafe {
-            let t = Instant::now();
-            let pd = ibv_alloc_pd(ctx);
-            if pd.is_null() {
-                return Err(Fail(errno(), 0));
-            }
-            let r = ibv_dealloc_pd(pd);
-            if r != 0 {
-                return Err(Fail(r, r));
-            }
-            Ok(t.elapsed())
-        }),
-    );
-    let (pd1, pd2) = unsafe { (ibv_alloc_pd(ctx), ibv_alloc_pd(ctx)) };
-    if pd1.is_null() || pd2.is_null() {
-        return cell("alloc_pd", 0).failed(&format!("errno={}", errno()));
+
+    fn cell(&self, op: &'static str, size: usize) -> Cell<'d> {
+        Cell {
+            device: self.name,
+            imp: "libibverbs",
+            transport: "auto",
+            fork: "off",
+            op,
+            size,
+        }
     }
-    let acc_a = ACCESS_A.bits() as c_int;
-    let acc_b = ACCESS_B.bits() as c_int;
-    for &size in sizes {
-        let mut a = buffer(size);
-        let mut b = buffer(size);
+
+    /// ibv_open_device + ibv_close_device, ibv_alloc_pd + ibv_dealloc_pd.
+    pub fn fixed(&mut self, budget: &Budget) {
+        let Some(d) = self.dev else {
+            return self
+                .cell("open", 0)
+                .failed("error=device-not-found-by-libibverbs");
+        };
+        // SAFETY (throughout): libibverbs calls on objects created here and
+        // destroyed once.
+        report(
+            self.cell("context_open", 0),
+            measure(budget, || unsafe {
+                let t = Instant::now();
+                let ctx = ibv_open_device(d);
+                if ctx.is_null() {
+                    return Err(Fail(errno(), 0));
+                }
+                ibv_close_device(ctx);
+                Ok(t.elapsed())
+            }),
+        );
+        let ctx = unsafe { ibv_open_device(d) };
+        if ctx.is_null() {
+            return self.cell("open", 0).failed(&format!("errno={}", errno()));
+        }
+        report(
+            self.cell("alloc_dealloc_pd", 0),
+            measure(budget, || unsafe {
+                let t = Instant::now();
+                let pd = ibv_alloc_pd(ctx);
+                if pd.is_null() {
+                    return Err(Fail(errno(), 0));
+                }
+                let r = ibv_dealloc_pd(pd);
+                if r != 0 {
+                    return Err(Fail(r, r));
+                }
+                Ok(t.elapsed())
+            }),
+        );
+        let (pd1, pd2) = unsafe { (ibv_alloc_pd(ctx), ibv_alloc_pd(ctx)) };
+        if pd1.is_null() || pd2.is_null() {
+            return self
+                .cell("alloc_pd", 0)
+                .failed(&format!("errno={}", errno()));
+        }
+        self.objs = Some((ctx, pd1, pd2));
+    }
+
+    /// reg, dereg, both, and ibv_rereg_mr ACCESS, PD and TRANSLATION.
+    pub fn size(&self, size: usize, a: &mut MmapMut, b: &mut MmapMut, budget: &Budget) {
+        let Some((_, pd1, pd2)) = self.objs else {
+            return;
+        };
+        let cell = |op, size| self.cell(op, size);
+        let acc_a = ACCESS_A.bits() as c_int;
+        let acc_b = ACCESS_B.bits() as c_int;
         let pa = a.as_mut_ptr().cast::<c_void>();
         let pb = b.as_mut_ptr().cast::<c_void>();
         let reg = || unsafe {
@@ -195,7 +228,7 @@ pub fn run(dev: &Device, sizes: &[usize], budget: &Budget) {
         );
         // ibv_rereg_mr: rdma-core's rxe and siw providers have no rereg_mr,
         // so these answer EOPNOTSUPP ("unsupported") without a system call.
-        let Ok(mr) = reg() else { continue };
+        let Ok(mr) = reg() else { return };
         type Args = (c_int, *mut IbvPd, *mut c_void, usize, c_int);
         let cases: [(&str, Args, Args); 3] = [
             (
@@ -265,9 +298,17 @@ pub fn run(dev: &Device, sizes: &[usize], budget: &Budget) {
         }
         let _ = dereg(mr);
     }
-    unsafe {
-        ibv_dealloc_pd(pd1);
-        ibv_dealloc_pd(pd2);
-        ibv_close_device(ctx);
+}
+
+impl Drop for Ibv<'_> {
+    fn drop(&mut self) {
+        if let Some((ctx, pd1, pd2)) = self.objs.take() {
+            // SAFETY: created in `fixed`, destroyed once here.
+            unsafe {
+                ibv_dealloc_pd(pd1);
+                ibv_dealloc_pd(pd2);
+                ibv_close_device(ctx);
+            }
+        }
     }
 }

@@ -108,12 +108,33 @@ fn main() {
             dev.uverbs_name(),
             dev.driver_abi_version()
         );
-        for &(tname, mode) in TRANSPORTS {
-            ours::run(dev, tname, mode, &sizes, &budget);
-            floor::run(dev, tname, &sizes, &budget);
+        // Compared cells run next to each other (same size, same buffers),
+        // so slow drift of the emulated machine does not bias the ratios.
+        let mut ours: Vec<_> = TRANSPORTS
+            .iter()
+            .map(|&(t, mode)| ours::Ours::new(dev, t, mode))
+            .collect();
+        let mut floors: Vec<_> = TRANSPORTS
+            .iter()
+            .map(|&(t, _)| floor::Floor::new(dev, t))
+            .collect();
+        #[cfg(feature = "libibverbs-peer")]
+        let mut ibv = ibv::Ibv::new(dev);
+        for (o, f) in ours.iter_mut().zip(&mut floors) {
+            o.fixed(&budget);
+            f.fixed(dev, &budget);
         }
         #[cfg(feature = "libibverbs-peer")]
-        ibv::run(dev, &sizes, &budget);
+        ibv.fixed(&budget);
+        for &size in &sizes {
+            let (mut a, mut b) = (ours::buffer(size), ours::buffer(size));
+            for (o, f) in ours.iter().zip(&floors) {
+                o.size(size, &mut a, &mut b, &budget);
+                f.size(size, &mut a, &budget);
+            }
+            #[cfg(feature = "libibverbs-peer")]
+            ibv.size(size, &mut a, &mut b, &budget);
+        }
         println!(
             "@@BENCH-INFO device={} seconds={:.1}",
             dev.name(),

@@ -55,60 +55,101 @@ impl Paths {
     }
 }
 
-pub fn run(dev: &Device, tname: &str, mode: TransportMode, sizes: &[usize], budget: &Budget) {
-    let name = dev.name();
-    let cell = |fork: &'static str, op: &'static str, size: usize| Cell {
-        device: name,
-        imp: "ours",
-        transport: tname,
-        fork,
-        op,
-        size,
-    };
+/// This crate over one transport, on one device.
+pub struct Ours<'d> {
+    dev: &'d Device,
+    tname: &'static str,
+    mode: TransportMode,
+    /// Fork safety off, and forced on.
+    ctx: Option<(Context, Context)>,
+}
 
-    // Context open + close (GET_CONTEXT, the async fd, the transport choice).
-    let c = cell("off", "context_open", 0);
-    match measure(budget, || -> Result<Duration, Error> {
-        let t = Instant::now();
-        let ctx = open(dev, mode, ForkMode::Disabled)?;
-        drop(keep(ctx));
-        Ok(t.elapsed())
-    }) {
-        Ok(s) => c.report(None, &s),
-        Err(e) => c.failed(&format!("error={e:?}")),
+impl<'d> Ours<'d> {
+    pub fn new(dev: &'d Device, tname: &'static str, mode: TransportMode) -> Self {
+        Ours {
+            dev,
+            tname,
+            mode,
+            ctx: None,
+        }
     }
 
-    let ctx = match open(dev, mode, ForkMode::Disabled) {
-        Ok(c) => c,
-        Err(e) => {
-            cell("off", "open", 0).failed(&format!("error={e:?}"));
-            return;
+    fn cell(&self, fork: &'static str, op: &'static str, size: usize) -> Cell<'d> {
+        Cell {
+            device: self.dev.name(),
+            imp: "ours",
+            transport: self.tname,
+            fork,
+            op,
+            size,
         }
-    };
-    let c = cell("off", "alloc_dealloc_pd", 0);
-    match measure(budget, || -> Result<Duration, String> {
-        let t = Instant::now();
-        let pd = ctx.alloc_pd().map_err(|e| format!("{e:?}"))?;
-        pd.dealloc().map_err(|e| format!("{:?}", e.error))?;
-        Ok(t.elapsed())
-    }) {
-        Ok(s) => c.report(None, &s),
-        Err(e) => c.failed(&format!("error={e}")),
     }
 
-    let ctx_on = match open(dev, mode, ForkMode::Enabled) {
-        Ok(c) => c,
-        Err(e) => {
-            cell("on", "open", 0).failed(&format!("error={e:?}"));
-            return;
+    /// Two live PDs must have different handles. A transport that hands
+    /// back a zeroed response (the kernel's answer lost on the way) gives
+    /// both handle 0, and every later number would measure a broken path.
+    fn sane(&self) -> Result<(), String> {
+        let ctx = open(self.dev, self.mode, ForkMode::Disabled).map_err(|e| format!("{e:?}"))?;
+        let (a, b) = (ctx.alloc_pd(), ctx.alloc_pd());
+        let (a, b) = (
+            a.map_err(|e| format!("{e:?}"))?,
+            b.map_err(|e| format!("{e:?}"))?,
+        );
+        if a.handle() == b.handle() {
+            return Err(format!(
+                "sanity-check-failed:two-live-PDs-share-handle-{}:the-transport-loses-the-kernel's-response",
+                a.handle()
+            ));
         }
-    };
-    for &size in sizes {
-        let mut a = buffer(size);
-        let mut b = buffer(size);
-        reg_ops(&ctx, size, &mut a, budget, &cell);
-        for (fork, ctx) in [("off", &ctx), ("on", &ctx_on)] {
-            rereg_ops(ctx, fork, size, &mut a, &mut b, budget, &cell);
+        Ok(())
+    }
+
+    /// The size-independent cells: context open and PD alloc + dealloc.
+    pub fn fixed(&mut self, budget: &Budget) {
+        let (dev, mode) = (self.dev, self.mode);
+        if let Err(e) = self.sane() {
+            return self.cell("off", "sanity", 0).failed(&format!("error={e}"));
+        }
+        // Context open + close (GET_CONTEXT, the async fd, the transport choice).
+        let c = self.cell("off", "context_open", 0);
+        match measure(budget, || -> Result<Duration, Error> {
+            let t = Instant::now();
+            let ctx = open(dev, mode, ForkMode::Disabled)?;
+            drop(keep(ctx));
+            Ok(t.elapsed())
+        }) {
+            Ok(s) => c.report(None, &s),
+            Err(e) => c.failed(&format!("error={e:?}")),
+        }
+        let ctx = match open(dev, mode, ForkMode::Disabled) {
+            Ok(c) => c,
+            Err(e) => return self.cell("off", "open", 0).failed(&format!("error={e:?}")),
+        };
+        let c = self.cell("off", "alloc_dealloc_pd", 0);
+        match measure(budget, || -> Result<Duration, String> {
+            let t = Instant::now();
+            let pd = ctx.alloc_pd().map_err(|e| format!("{e:?}"))?;
+            pd.dealloc().map_err(|e| format!("{:?}", e.error))?;
+            Ok(t.elapsed())
+        }) {
+            Ok(s) => c.report(None, &s),
+            Err(e) => c.failed(&format!("error={e}")),
+        }
+        match open(dev, mode, ForkMode::Enabled) {
+            Ok(on) => self.ctx = Some((ctx, on)),
+            Err(e) => self.cell("on", "open", 0).failed(&format!("error={e:?}")),
+        }
+    }
+
+    /// The cells of one region size, on the shared buffers `a` and `b`.
+    pub fn size(&self, size: usize, a: &mut MmapMut, b: &mut MmapMut, budget: &Budget) {
+        let Some((ctx, ctx_on)) = &self.ctx else {
+            return;
+        };
+        let cell = |fork, op, size| self.cell(fork, op, size);
+        reg_ops(ctx, size, a, budget, &cell);
+        for (fork, ctx) in [("off", ctx), ("on", ctx_on)] {
+            rereg_ops(ctx, fork, size, a, b, budget, &cell);
         }
     }
 }

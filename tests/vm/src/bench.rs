@@ -409,6 +409,17 @@ pub fn time_name(ns: f64) -> String {
     format!("{v:.digits$} {unit}")
 }
 
+/// `10^d` ns as a round label: `1 µs`, `100 ms`.
+fn decade_name(d: i32) -> String {
+    let units = ["ns", "µs", "ms", "s"];
+    let u = (d.max(0) / 3).min(3);
+    format!(
+        "{} {}",
+        10u64.pow((d - u * 3).max(0) as u32),
+        units[u as usize]
+    )
+}
+
 fn ratio_name(r: f64) -> String {
     if r >= 100.0 {
         format!("{r:.0}×")
@@ -448,11 +459,12 @@ fn ratio(
 }
 
 /// The rows of the headline table: (label, numerator, denominator), per device.
-fn headline_rows(dev: &str) -> Vec<(String, [&str; 5], [&str; 5])> {
+fn headline_rows<'a>(run: &Run, dev: &'a str) -> Vec<(String, [&'a str; 5], [&'a str; 5])> {
     let mut v = Vec::new();
     for t in [IOCTL, WRITE] {
+        let path = path_name(run, dev, t, "rereg_access");
         v.push((
-            format!("reg+dereg ÷ rereg ACCESS (ours, {t}): speed-up of rereg"),
+            format!("reg+dereg ÷ rereg ACCESS (ours, {t}; {path}): speed-up of rereg"),
             [dev, "ours", t, "off", "reg_dereg"],
             [dev, "ours", t, "off", "rereg_access"],
         ));
@@ -481,6 +493,25 @@ fn headline_rows(dev: &str) -> Vec<(String, [&str; 5], [&str; 5])> {
     v
 }
 
+/// How ours carried out `op` on `dev` over transport `t` at every size.
+fn path_name(run: &Run, dev: &str, t: &str, op: &str) -> &'static str {
+    let paths: Vec<&str> = SIZES
+        .iter()
+        .filter_map(|&z| run.get(dev, "ours", t, "off", op, z))
+        .filter(|r| r.status == "ok")
+        .map(|r| r.path.as_str())
+        .collect();
+    if paths.is_empty() {
+        "not measured"
+    } else if paths.iter().all(|p| *p == "inplace") {
+        "in place"
+    } else if paths.iter().all(|p| *p == "replaced") {
+        "replaced"
+    } else {
+        "mixed"
+    }
+}
+
 fn tuple<'a>(k: &[&'a str; 5]) -> (&'a str, &'a str, &'a str, &'a str, &'a str) {
     (k[0], k[1], k[2], k[3], k[4])
 }
@@ -497,7 +528,7 @@ fn headline(run: &Run) -> String {
         s.push_str("\n|---|");
         s.push_str(&"---:|".repeat(SIZES.len()));
         s.push('\n');
-        for (label, a, b) in headline_rows(&dev) {
+        for (label, a, b) in headline_rows(run, &dev) {
             let _ = write!(s, "| {label} |");
             for &z in SIZES {
                 let cell = match ratio(run, tuple(&a), tuple(&b), z) {
@@ -807,8 +838,13 @@ fn markdown(run: &Run, m: &Meta) -> String {
                 .map(|r| r.path.as_str())
                 .filter(|p| !p.is_empty())
                 .collect();
+            let measured = SIZES.iter().any(|&z| {
+                run.get(&dev, imp, t, fork, op, z)
+                    .is_some_and(|r| r.status == "ok")
+            });
             let path = if paths.is_empty() {
-                if op.starts_with("rereg") {
+                // The floor sends REREG_MR itself: in place when it succeeds.
+                if op.starts_with("rereg") && imp == "floor" && measured {
                     "in place"
                 } else {
                     ""
@@ -852,6 +888,31 @@ fn markdown(run: &Run, m: &Meta) -> String {
             impl_name(&r.imp, &r.transport)
         );
     }
+    let failed: Vec<&Row> = run.rows.iter().filter(|r| r.status == "error").collect();
+    if !failed.is_empty() {
+        let mut kinds: Vec<(String, String, usize)> = Vec::new();
+        for r in &failed {
+            let what = r
+                .raw
+                .split(" status=error ")
+                .nth(1)
+                .unwrap_or("")
+                .to_string();
+            let who = format!("{} {} ({})", r.device, r.imp, r.transport);
+            match kinds.iter_mut().find(|k| k.0 == who && k.1 == what) {
+                Some(k) => k.2 += 1,
+                None => kinds.push((who, what, 1)),
+            }
+        }
+        let _ = writeln!(
+            s,
+            "\n### Cells that failed ({})\n\nThese are errors, not measurements; see the run's console log.\n",
+            failed.len()
+        );
+        for (who, what, n) in kinds {
+            let _ = writeln!(s, "- {who}, {n} cells: `{what}`");
+        }
+    }
     s.push_str(
         "\n**Why libibverbs says \"unsupported\" for every rereg:** rdma-core's rxe and siw providers have no\n\
          `rereg_mr`, so `ibv_rereg_mr` answers `IBV_REREG_MR_ERR_CMD` with `EOPNOTSUPP` without reaching the\n\
@@ -876,20 +937,7 @@ fn series(run: &Run, dev: &str) -> Vec<Series> {
             .filter_map(|&z| run.median((dev, imp, t, "off", op), z).map(|m| (z, m)))
             .collect()
     };
-    let path_of = |op: &str| {
-        let paths: Vec<String> = SIZES
-            .iter()
-            .filter_map(|&z| run.get(dev, "ours", IOCTL, "off", op, z))
-            .map(|r| r.path.clone())
-            .collect();
-        if paths.iter().all(|p| p == "inplace") {
-            "in place"
-        } else if paths.iter().all(|p| p == "replaced") {
-            "replaced"
-        } else {
-            "mixed"
-        }
-    };
+    let path_of = |op: &str| path_name(run, dev, IOCTL, op);
     vec![
         Series {
             label: "ours reg+dereg".into(),
@@ -934,7 +982,7 @@ fn esc(s: &str) -> String {
 pub fn svg(run: &Run) -> String {
     let devices = run.devices();
     let (pw, ph) = (460.0, 330.0);
-    let (ml, mr, mt, mb) = (70.0, 15.0, 40.0, 45.0);
+    let (ml, mr, mt, mb) = (70.0, 30.0, 40.0, 45.0);
     let legend_h = 95.0;
     let width = pw * devices.len().max(1) as f64;
     let height = ph + legend_h;
@@ -986,7 +1034,7 @@ pub fn svg(run: &Run) -> String {
                 r##"<line x1="{x0:.1}" y1="{yy:.1}" x2="{x1:.1}" y2="{yy:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{}</text>"##,
                 x0 - 5.0,
                 yy + 4.0,
-                time_name(10f64.powf(d))
+                decade_name(d as i32)
             );
             d += 1.0;
         }
@@ -1120,5 +1168,8 @@ mod tests {
         assert_eq!(time_name(4_900.0), "4.90 µs");
         assert_eq!(time_name(123_456_789.0), "123 ms");
         assert!(utc_now().ends_with("UTC"));
+        assert_eq!(decade_name(3), "1 µs");
+        assert_eq!(decade_name(5), "100 µs");
+        assert_eq!(decade_name(7), "10 ms");
     }
 }
