@@ -13,7 +13,7 @@
 //! @@BENCH device=siw0 impl=libibverbs transport=auto fork=off op=rereg_access size=1048576 status=unsupported errno=95 ret=-4
 //! ```
 //!
-//! Each cell runs for `UVERBS_BENCH_CELL_MS` (default 300) after one
+//! Each cell runs for `UVERBS_BENCH_CELL_MS` (default 500) after one
 //! warm-up, with at least 5 and at most 20 000 samples; it reports the median
 //! and the 10th and 90th percentiles of single calls. `UVERBS_BENCH_SIZES`
 //! (e.g. `4K,1M`) and `UVERBS_BENCH_DEVICES` (e.g. `rxe0`) narrow the run.

@@ -13,12 +13,12 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// `UVERBS_BENCH_CELL_MS` (default 300), 5 to 20 000 samples.
+    /// `UVERBS_BENCH_CELL_MS` (default 500), 5 to 20 000 samples.
     pub fn from_env() -> Budget {
         let ms = std::env::var("UVERBS_BENCH_CELL_MS")
             .ok()
             .and_then(|v| v.parse().ok())
-            .unwrap_or(300);
+            .unwrap_or(500);
         Budget {
             cell: Duration::from_millis(ms),
             min_n: 5,
