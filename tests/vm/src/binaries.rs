@@ -101,7 +101,7 @@ pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
 /// Runs a cargo build with JSON messages on stdout (diagnostics still go to
 /// the terminal) and collects the executables of the compiler-artifact
 /// messages that `keep` accepts.
-fn build_collect(
+pub fn build_collect(
     step: &str,
     cmd: &mut Command,
     keep: impl Fn(&Json) -> bool,

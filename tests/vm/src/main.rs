@@ -23,6 +23,7 @@
 //! `demo` does steps 3–5 for `examples/rereg.rs`; `shell` boots to an
 //! interactive busybox shell with the same devices and binaries.
 
+mod bench;
 mod binaries;
 mod guest;
 mod initramfs;
@@ -47,6 +48,7 @@ commands:
   test    host tests, then every uverbs test binary in the VM per configuration
   demo    run examples/rereg.rs in the VM (ioctl and write transports)
   shell   boot the VM to an interactive busybox shell (Ctrl-A X quits)
+  bench   benchmarks in the VM (ours, bare syscall, libibverbs); writes docs/benchmarks.md
 
 options:
   --timeout SECS   kill qemu after SECS seconds (default 1500; shell: none)
@@ -238,7 +240,10 @@ fn real_main(args: &[String]) -> Result<bool> {
         println!("{USAGE}");
         return Ok(!opts.command.is_empty());
     }
-    if !matches!(opts.command.as_str(), "setup" | "test" | "demo" | "shell") {
+    if !matches!(
+        opts.command.as_str(),
+        "setup" | "test" | "demo" | "shell" | "bench"
+    ) {
         return Err(Error(format!(
             "unknown command `{}`\n\n{USAGE}",
             opts.command
@@ -272,6 +277,7 @@ fn real_main(args: &[String]) -> Result<bool> {
             let bin = binaries::static_example(&ctx.workspace, "rereg")?;
             ctx.run_plan(&kernel, &[bin], guest::DEMO_CONFIGS)
         }
+        "bench" => bench::run(&ctx, &kernel),
         "shell" => {
             let bins = binaries::static_tests(&ctx.workspace)?;
             ctx.boot(&kernel, &bins, guest::TEST_CONFIGS, Mode::Shell)?;

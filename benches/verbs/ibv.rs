@@ -1,0 +1,314 @@
+//! The libibverbs peer: Debian's rdma-core, linked statically (build.rs,
+//! feature `libibverbs-peer`), driven over FFI on the same devices and sizes.
+//!
+//! A static libibverbs finds no device unless its providers are registered
+//! first: C code gets that from `-DRDMA_STATIC_PROVIDERS=rxe,siw` in
+//! verbs.h; here we call `ibv_static_providers` ourselves.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::time::{Duration, Instant};
+
+use crate::ours::{ACCESS_A, ACCESS_B};
+use crate::stats::{measure, Budget};
+use crate::Cell;
+use memmap2::MmapMut;
+use uverbs::Device;
+
+#[repr(C)]
+struct IbvDevice(c_void);
+#[repr(C)]
+struct IbvContext(c_void);
+#[repr(C)]
+struct IbvPd(c_void);
+#[repr(C)]
+struct IbvMr(c_void);
+
+const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
+const IBV_REREG_MR_CHANGE_PD: c_int = 2;
+const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
+
+extern "C" {
+    static verbs_provider_rxe: u8;
+    static verbs_provider_siw: u8;
+    fn ibv_static_providers(unused: *mut c_void, ...);
+    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut IbvDevice;
+    fn ibv_get_device_name(dev: *mut IbvDevice) -> *const c_char;
+    fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext;
+    fn ibv_close_device(ctx: *mut IbvContext) -> c_int;
+    fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd;
+    fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int;
+    fn ibv_reg_mr(pd: *mut IbvPd, addr: *mut c_void, length: usize, access: c_int) -> *mut IbvMr;
+    fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int;
+    fn ibv_rereg_mr(
+        mr: *mut IbvMr,
+        flags: c_int,
+        pd: *mut IbvPd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
+    ) -> c_int;
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// A C call's failure: the errno (and the return code, for rereg).
+struct Fail(i32, c_int);
+
+fn register_providers() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: the provider descriptors are statics of the linked archives;
+    // the list ends with NULL as the function requires.
+    ONCE.call_once(|| unsafe {
+        ibv_static_providers(
+            std::ptr::null_mut(),
+            std::ptr::addr_of!(verbs_provider_rxe),
+            std::ptr::addr_of!(verbs_provider_siw),
+            std::ptr::null::<c_void>(),
+        )
+    });
+}
+
+/// libibverbs' device of this name.
+fn find(name: &str) -> Option<*mut IbvDevice> {
+    let mut n = 0;
+    // SAFETY: plain libibverbs calls; the list is freed after use (devices
+    // stay valid while opened, as libibverbs documents).
+    unsafe {
+        let list = ibv_get_device_list(&mut n);
+        if list.is_null() {
+            return None;
+        }
+        let found = (0..n as usize)
+            .map(|i| *list.add(i))
+            .find(|&d| CStr::from_ptr(ibv_get_device_name(d)).to_str() == Ok(name));
+        // Not freed: the device must stay valid while the benchmark opens
+        // it again and again; the list lives as long as the process.
+        found
+    }
+}
+
+/// libibverbs on one device.
+pub struct Ibv<'d> {
+    name: &'d str,
+    dev: Option<*mut IbvDevice>,
+    /// The context and two PDs, once [`Ibv::fixed`] ran.
+    objs: Option<(*mut IbvContext, *mut IbvPd, *mut IbvPd)>,
+}
+
+fn report(c: Cell, r: Result<crate::stats::Summary, Fail>) {
+    match r {
+        Ok(s) => c.report(None, &s),
+        Err(Fail(95, ret)) => c.unsupported(&format!("errno=95 ret={ret}")),
+        Err(Fail(e, ret)) => c.failed(&format!("errno={e} ret={ret}")),
+    }
+}
+
+impl<'d> Ibv<'d> {
+    pub fn new(dev: &'d Device) -> Self {
+        register_providers();
+        Ibv {
+            name: dev.name(),
+            dev: find(dev.name()),
+            objs: None,
+        }
+    }
+
+    fn cell(&self, op: &'static str, size: usize) -> Cell<'d> {
+        Cell {
+            device: self.name,
+            imp: "libibverbs",
+            transport: "auto",
+            fork: "off",
+            op,
+            size,
+        }
+    }
+
+    /// ibv_open_device + ibv_close_device, ibv_alloc_pd + ibv_dealloc_pd.
+    pub fn fixed(&mut self, budget: &Budget) {
+        let Some(d) = self.dev else {
+            return self
+                .cell("open", 0)
+                .failed("error=device-not-found-by-libibverbs");
+        };
+        // SAFETY (throughout): libibverbs calls on objects created here and
+        // destroyed once.
+        report(
+            self.cell("context_open", 0),
+            measure(budget, || unsafe {
+                let t = Instant::now();
+                let ctx = ibv_open_device(d);
+                if ctx.is_null() {
+                    return Err(Fail(errno(), 0));
+                }
+                ibv_close_device(ctx);
+                Ok(t.elapsed())
+            }),
+        );
+        let ctx = unsafe { ibv_open_device(d) };
+        if ctx.is_null() {
+            return self.cell("open", 0).failed(&format!("errno={}", errno()));
+        }
+        report(
+            self.cell("alloc_dealloc_pd", 0),
+            measure(budget, || unsafe {
+                let t = Instant::now();
+                let pd = ibv_alloc_pd(ctx);
+                if pd.is_null() {
+                    return Err(Fail(errno(), 0));
+                }
+                let r = ibv_dealloc_pd(pd);
+                if r != 0 {
+                    return Err(Fail(r, r));
+                }
+                Ok(t.elapsed())
+            }),
+        );
+        let (pd1, pd2) = unsafe { (ibv_alloc_pd(ctx), ibv_alloc_pd(ctx)) };
+        if pd1.is_null() || pd2.is_null() {
+            return self
+                .cell("alloc_pd", 0)
+                .failed(&format!("errno={}", errno()));
+        }
+        self.objs = Some((ctx, pd1, pd2));
+    }
+
+    /// reg, dereg, both, and ibv_rereg_mr ACCESS, PD and TRANSLATION.
+    pub fn size(&self, size: usize, a: &mut MmapMut, b: &mut MmapMut, budget: &Budget) {
+        let Some((_, pd1, pd2)) = self.objs else {
+            return;
+        };
+        let cell = |op, size| self.cell(op, size);
+        let acc_a = ACCESS_A.bits() as c_int;
+        let acc_b = ACCESS_B.bits() as c_int;
+        let pa = a.as_mut_ptr().cast::<c_void>();
+        let pb = b.as_mut_ptr().cast::<c_void>();
+        let reg = || unsafe {
+            let mr = ibv_reg_mr(pd1, pa, size, acc_a);
+            if mr.is_null() {
+                Err(Fail(errno(), 0))
+            } else {
+                Ok(mr)
+            }
+        };
+        let dereg = |mr| unsafe {
+            match ibv_dereg_mr(mr) {
+                0 => Ok(()),
+                r => Err(Fail(r, r)),
+            }
+        };
+        report(
+            cell("reg", size),
+            measure(budget, || {
+                let t = Instant::now();
+                let mr = reg()?;
+                let d = t.elapsed();
+                dereg(mr)?;
+                Ok(d)
+            }),
+        );
+        report(
+            cell("dereg", size),
+            measure(budget, || {
+                let mr = reg()?;
+                let t = Instant::now();
+                dereg(mr)?;
+                Ok(t.elapsed())
+            }),
+        );
+        report(
+            cell("reg_dereg", size),
+            measure(budget, || {
+                let t = Instant::now();
+                dereg(reg()?)?;
+                Ok(t.elapsed())
+            }),
+        );
+        // ibv_rereg_mr: rdma-core's rxe and siw providers have no rereg_mr,
+        // so these answer EOPNOTSUPP ("unsupported") without a system call.
+        let Ok(mr) = reg() else { return };
+        type Args = (c_int, *mut IbvPd, *mut c_void, usize, c_int);
+        let cases: [(&str, Args, Args); 3] = [
+            (
+                "rereg_access",
+                (
+                    IBV_REREG_MR_CHANGE_ACCESS,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                    acc_b,
+                ),
+                (
+                    IBV_REREG_MR_CHANGE_ACCESS,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                    0,
+                    acc_a,
+                ),
+            ),
+            (
+                "rereg_pd",
+                (IBV_REREG_MR_CHANGE_PD, pd2, std::ptr::null_mut(), 0, 0),
+                (IBV_REREG_MR_CHANGE_PD, pd1, std::ptr::null_mut(), 0, 0),
+            ),
+            (
+                "rereg_translation",
+                (
+                    IBV_REREG_MR_CHANGE_TRANSLATION,
+                    std::ptr::null_mut(),
+                    pb,
+                    size,
+                    0,
+                ),
+                (
+                    IBV_REREG_MR_CHANGE_TRANSLATION,
+                    std::ptr::null_mut(),
+                    pa,
+                    size,
+                    0,
+                ),
+            ),
+        ];
+        let mut mr = mr;
+        for (op, x, y) in cases {
+            let mut i = 0;
+            let r = measure(budget, || -> Result<Duration, Fail> {
+                i += 1;
+                let (f, pd, addr, len, acc) = if i % 2 == 1 { x } else { y };
+                let t = Instant::now();
+                let ret = unsafe { ibv_rereg_mr(mr, f, pd, addr, len, acc) };
+                let d = t.elapsed();
+                if ret != 0 {
+                    return Err(Fail(errno(), ret));
+                }
+                Ok(d)
+            });
+            let failed = r.is_err();
+            report(cell(op, size), r);
+            if failed {
+                // The man page calls the MR undefined after ERR_CMD: replace it.
+                let _ = dereg(mr);
+                match reg() {
+                    Ok(m) => mr = m,
+                    Err(_) => break,
+                }
+            }
+        }
+        let _ = dereg(mr);
+    }
+}
+
+impl Drop for Ibv<'_> {
+    fn drop(&mut self) {
+        if let Some((ctx, pd1, pd2)) = self.objs.take() {
+            // SAFETY: created in `fixed`, destroyed once here.
+            unsafe {
+                ibv_dealloc_pd(pd1);
+                ibv_dealloc_pd(pd2);
+                ibv_close_device(ctx);
+            }
+        }
+    }
+}

@@ -1,0 +1,195 @@
+//! Verbs latencies on real devices: this crate, the bare system call (the
+//! floor) and, with the `libibverbs-peer` feature, Debian's libibverbs.
+//!
+//! `cargo vm bench` runs it inside the soft-RDMA VM against rxe0 and siw0 and
+//! writes docs/benchmarks.md from its output; on a host with devices,
+//! `cargo bench --bench verbs` runs the same code directly (without devices
+//! it says so and exits 0).
+//!
+//! Every measurement is one line on stdout that the VM harness parses:
+//!
+//! ```text
+//! @@BENCH device=rxe0 impl=ours transport=ioctl fork=off op=rereg_access size=1048576 path=inplace median_ns=… p10_ns=… p90_ns=… n=…
+//! @@BENCH device=siw0 impl=libibverbs transport=auto fork=off op=rereg_access size=1048576 status=unsupported errno=95 ret=-4
+//! ```
+//!
+//! Each cell runs for `UVERBS_BENCH_CELL_MS` (default 500) after one
+//! warm-up, with at least 5 and at most 20 000 samples; it reports the median
+//! and the 10th and 90th percentiles of single calls. `UVERBS_BENCH_SIZES`
+//! (e.g. `4K,1M`) and `UVERBS_BENCH_DEVICES` (e.g. `rxe0`) narrow the run.
+
+mod floor;
+#[cfg(feature = "libibverbs-peer")]
+mod ibv;
+mod ours;
+mod stats;
+
+use std::time::Instant;
+
+use uverbs::TransportMode;
+
+/// The region sizes of the issue: 4 KiB to 256 MiB.
+const SIZES: &[usize] = &[4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];
+
+/// The two framings, as the harness names them.
+pub const TRANSPORTS: &[(&str, TransportMode)] = &[
+    ("ioctl", TransportMode::Ioctl),
+    ("write", TransportMode::Write),
+];
+
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (num, mult) = match s.chars().last()? {
+        'K' | 'k' => (&s[..s.len() - 1], 1 << 10),
+        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
+        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<usize>().ok().map(|n| n * mult)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing
+    // useful: only run when asked to benchmark or run directly.
+    if args.iter().any(|a| a == "--list") {
+        return;
+    }
+    let budget = stats::Budget::from_env();
+    let sizes: Vec<usize> = match std::env::var("UVERBS_BENCH_SIZES") {
+        Ok(v) => v.split(',').filter_map(parse_size).collect(),
+        Err(_) => SIZES.to_vec(),
+    };
+    let only: Option<Vec<String>> = std::env::var("UVERBS_BENCH_DEVICES")
+        .ok()
+        .map(|v| v.split(',').map(|s| s.trim().to_string()).collect());
+    let devices = match uverbs::devices() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("verbs bench: cannot list RDMA devices ({e}); nothing to measure");
+            return;
+        }
+    };
+    let devices: Vec<_> = devices
+        .into_iter()
+        .filter(|d| {
+            only.as_ref()
+                .map_or(true, |o| o.iter().any(|n| n == d.name()))
+        })
+        .collect();
+    if devices.is_empty() {
+        println!(
+            "verbs bench: no RDMA device here; nothing to measure (`cargo vm bench` runs it against rxe0 and siw0)"
+        );
+        return;
+    }
+    let start = Instant::now();
+    println!(
+        "@@BENCH-INFO cell_ms={} min_n={} max_n={} sizes={} peer={}",
+        budget.cell.as_millis(),
+        budget.min_n,
+        budget.max_n,
+        sizes
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+        if cfg!(feature = "libibverbs-peer") {
+            "libibverbs"
+        } else {
+            "none"
+        }
+    );
+    for dev in &devices {
+        let t = Instant::now();
+        println!(
+            "@@BENCH-INFO device={} uverbs={} driver_abi={}",
+            dev.name(),
+            dev.uverbs_name(),
+            dev.driver_abi_version()
+        );
+        // Compared cells run next to each other (same size, same buffers),
+        // so slow drift of the emulated machine does not bias the ratios.
+        let mut ours: Vec<_> = TRANSPORTS
+            .iter()
+            .map(|&(t, mode)| ours::Ours::new(dev, t, mode))
+            .collect();
+        let mut floors: Vec<_> = TRANSPORTS
+            .iter()
+            .map(|&(t, _)| floor::Floor::new(dev, t))
+            .collect();
+        #[cfg(feature = "libibverbs-peer")]
+        let mut ibv = ibv::Ibv::new(dev);
+        for (o, f) in ours.iter_mut().zip(&mut floors) {
+            o.fixed(&budget);
+            f.fixed(dev, &budget);
+        }
+        #[cfg(feature = "libibverbs-peer")]
+        ibv.fixed(&budget);
+        for &size in &sizes {
+            let (mut a, mut b) = (ours::buffer(size), ours::buffer(size));
+            for (o, f) in ours.iter().zip(&floors) {
+                o.size(size, &mut a, &mut b, &budget);
+                f.size(size, &mut a, &budget);
+            }
+            #[cfg(feature = "libibverbs-peer")]
+            ibv.size(size, &mut a, &mut b, &budget);
+        }
+        println!(
+            "@@BENCH-INFO device={} seconds={:.1}",
+            dev.name(),
+            t.elapsed().as_secs_f64()
+        );
+    }
+    println!(
+        "@@BENCH-INFO done seconds={:.1}",
+        start.elapsed().as_secs_f64()
+    );
+}
+
+/// Identifies one measured cell in the output line.
+pub struct Cell<'a> {
+    pub device: &'a str,
+    pub imp: &'a str,
+    pub transport: &'a str,
+    pub fork: &'a str,
+    pub op: &'a str,
+    pub size: usize,
+}
+
+impl Cell<'_> {
+    fn prefix(&self) -> String {
+        format!(
+            "@@BENCH device={} impl={} transport={} fork={} op={} size={}",
+            self.device, self.imp, self.transport, self.fork, self.op, self.size
+        )
+    }
+
+    /// Prints a measured cell; `path` says how a rereg was carried out.
+    pub fn report(&self, path: Option<&str>, s: &stats::Summary) {
+        let path = path.map(|p| format!(" path={p}")).unwrap_or_default();
+        println!(
+            "{}{path} median_ns={} p10_ns={} p90_ns={} n={}",
+            self.prefix(),
+            s.median,
+            s.p10,
+            s.p90,
+            s.n
+        );
+    }
+
+    /// Prints a cell the device or library does not support.
+    pub fn unsupported(&self, detail: &str) {
+        println!("{} status=unsupported {detail}", self.prefix());
+    }
+
+    /// Prints a cell that failed unexpectedly.
+    pub fn failed(&self, detail: &str) {
+        println!("{} status=error {detail}", self.prefix());
+    }
+}
+
+/// Keeps the optimiser from dropping a value.
+pub fn keep<T>(v: T) -> T {
+    std::hint::black_box(v)
+}

@@ -1,0 +1,27 @@
+//! Build script: only with the `libibverbs-peer` feature, link Debian's
+//! static libibverbs, its rxe and siw providers and libnl into the
+//! benchmarks (`cargo:rustc-link-arg-benches`), so that benches/verbs.rs can
+//! measure libibverbs in the same binary. The library itself links nothing.
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    if std::env::var_os("CARGO_FEATURE_LIBIBVERBS_PEER").is_none() {
+        return;
+    }
+    // Debian's multiarch directories (libnl-3.a lives under /lib).
+    for dir in ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"] {
+        println!("cargo:rustc-link-arg-benches=-L{dir}");
+    }
+    // Providers first: they reference libibverbs, which references libnl.
+    // `-l:NAME.a` takes the static archive even in a dynamic host build.
+    for lib in [
+        "librxe-rdmav34.a",
+        "libsiw-rdmav34.a",
+        "libibverbs.a",
+        "libnl-route-3.a",
+        "libnl-3.a",
+    ] {
+        println!("cargo:rustc-link-arg-benches=-l:{lib}");
+    }
+    println!("cargo:rustc-link-arg-benches=-lpthread");
+}
