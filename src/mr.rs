@@ -320,10 +320,9 @@ impl MemoryRegion {
     ) -> Result<(), ReregError> {
         let translation = flags.contains(ReregFlags::TRANSLATION);
         let new_start = addr as usize;
-        let fork = self.ctx.inner.fork.clone();
         let mark_new = translation && self.fork_marked;
         if mark_new {
-            if let Err(e) = fork.dontfork_range(new_start, length) {
+            if let Err(e) = self.ctx.inner.fork.dontfork_range(new_start, length) {
                 return Err(self.rereg_error(ReregOutcome::DontForkNew, io_errno(&e)));
             }
         }
@@ -359,7 +358,7 @@ impl MemoryRegion {
             Err(error) => {
                 let errno = error.errno().unwrap_or(Errno::IO);
                 if mark_new {
-                    if let Err(e) = fork.dofork_range(new_start, length) {
+                    if let Err(e) = self.ctx.inner.fork.dofork_range(new_start, length) {
                         let mut err = self.rereg_error(ReregOutcome::CmdAndDoForkNew, errno);
                         err.fork_errno = Some(io_errno(&e));
                         return Err(err);

@@ -4,6 +4,9 @@
 //! that [`KernelFile`](super::KernelFile) hands to `write()` or to
 //! `ioctl(RDMA_VERBS_IOCTL)`, so unit tests can pin them byte for byte.
 
+use std::fmt;
+use std::mem::MaybeUninit;
+
 use crate::error::Errno;
 use uverbs_uapi as sys;
 
@@ -15,10 +18,21 @@ pub const MAX_ATTRS: usize = 5;
 pub const MAX_WRITE_BYTES: usize = 256;
 
 /// A legacy `write()` buffer: `ib_uverbs_cmd_hdr` + core request + UHW in.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy)]
 pub struct WriteFrame {
-    words: [u64; MAX_WRITE_BYTES / 8],
+    // Only the first `len` bytes are initialised (and ever read): zeroing
+    // the whole buffer on every command costs more than the command's own
+    // encoding.
+    words: MaybeUninit<[u64; MAX_WRITE_BYTES / 8]>,
     len: usize,
+}
+
+impl fmt::Debug for WriteFrame {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WriteFrame")
+            .field("bytes", &self.as_bytes())
+            .finish()
+    }
 }
 
 impl WriteFrame {
@@ -51,31 +65,32 @@ impl WriteFrame {
             return Err(Errno::INVAL);
         }
         let mut frame = WriteFrame {
-            words: [0; MAX_WRITE_BYTES / 8],
+            words: MaybeUninit::uninit(),
             len,
         };
-        let bytes = frame.bytes_mut();
-        bytes[0..4].copy_from_slice(&code.to_ne_bytes());
-        bytes[4..6].copy_from_slice(&in_words.to_ne_bytes());
-        bytes[6..8].copy_from_slice(&out_words.to_ne_bytes());
-        bytes[hdr_len..hdr_len + core_in.len()].copy_from_slice(core_in);
+        let base = frame.words.as_mut_ptr().cast::<u8>();
+        let put = |offset: usize, bytes: &[u8]| {
+            debug_assert!(offset + bytes.len() <= len);
+            // SAFETY: `offset + bytes.len() <= len <= MAX_WRITE_BYTES`, inside
+            // the buffer; the source is a distinct slice.
+            unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(offset), bytes.len()) };
+        };
+        put(0, &code.to_ne_bytes());
+        put(4, &in_words.to_ne_bytes());
+        put(6, &out_words.to_ne_bytes());
+        put(hdr_len, core_in);
         if response_len != 0 {
-            bytes[hdr_len..hdr_len + 8].copy_from_slice(&response_ptr.to_ne_bytes());
+            put(hdr_len, &response_ptr.to_ne_bytes());
         }
-        bytes[hdr_len + core_in.len()..len].copy_from_slice(uhw_in);
+        put(hdr_len + core_in.len(), uhw_in);
+        // Every byte in `0..len` was written above: header, request, UHW in.
         Ok(frame)
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: `words` is a plain u64 array; viewing it as bytes is always valid.
-        unsafe {
-            std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), MAX_WRITE_BYTES)
-        }
     }
 
     /// The bytes to write.
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: as in `bytes_mut`; `len <= MAX_WRITE_BYTES`.
+        // SAFETY: `new` initialised exactly the first `len` bytes, and
+        // `len <= MAX_WRITE_BYTES`.
         unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
     }
 }

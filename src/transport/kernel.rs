@@ -1,5 +1,6 @@
 //! The kernel's uverbs file as a transport.
 
+use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
@@ -63,18 +64,27 @@ impl KernelFile {
         if resp_len > MAX_WRITE_BYTES {
             return Err(Errno::TOOBIG);
         }
-        let mut response = [0u64; MAX_WRITE_BYTES / 8];
-        let response_ptr = response.as_mut_ptr() as u64;
-        let frame = WriteFrame::new(cmd.code, cmd.core_in, cmd.uhw_in, response_ptr, resp_len)?;
+        // The kernel writes core response and UHW out as one buffer; only
+        // the part it may write is zeroed (the rest is never read).
+        let mut response = MaybeUninit::<[u8; MAX_WRITE_BYTES]>::uninit();
+        let response = response.as_mut_ptr().cast::<u8>();
+        // SAFETY: `resp_len <= MAX_WRITE_BYTES` bytes of the local buffer.
+        unsafe { std::ptr::write_bytes(response, 0, resp_len) };
+        let frame = WriteFrame::new(cmd.code, cmd.core_in, cmd.uhw_in, response as u64, resp_len)?;
         let written = rustix::io::write(&self.fd, frame.as_bytes())?;
         if written != frame.as_bytes().len() {
             return Err(Errno::IO);
         }
-        // SAFETY: `response` is a plain u64 array of MAX_WRITE_BYTES bytes.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(response.as_ptr().cast::<u8>(), MAX_WRITE_BYTES) };
-        cmd.core_out.copy_from_slice(&bytes[..core_len]);
-        cmd.uhw_out.copy_from_slice(&bytes[core_len..resp_len]);
+        // The kernel wrote the answer through a pointer hidden in the frame's
+        // bytes, during a system call that rustix declares as not writing
+        // memory: an optimised build may assume the buffer still holds
+        // zeros. Volatile loads make the kernel's bytes what we read.
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        let outputs = cmd.core_out.iter_mut().chain(cmd.uhw_out.iter_mut());
+        for (i, out) in outputs.enumerate() {
+            // SAFETY: `i < resp_len`, within the zeroed part of the buffer.
+            *out = unsafe { std::ptr::read_volatile(response.add(i)) };
+        }
         Ok(cmd.uhw_out.len())
     }
 
