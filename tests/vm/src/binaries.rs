@@ -45,7 +45,15 @@ pub fn static_tests(workspace: &Path) -> Result<Vec<Binary>> {
     let mut cmd = cargo();
     cmd.current_dir(workspace)
         .args(["test", "-p", "uverbs", "--no-run", "--target", TARGET])
-        .arg("--message-format=json-render-diagnostics");
+        .arg("--message-format=json-render-diagnostics")
+        // Built like release code (optimised, no debug assertions): the
+        // host suite covers debug builds, the VM the code users ship. The
+        // write() transport once lost the kernel's answers in optimised
+        // builds only (memory the compiler did not expect a system call to
+        // write); with debug assertions on it did not show even at -O2.
+        .env("CARGO_PROFILE_TEST_OPT_LEVEL", "3")
+        .env("CARGO_PROFILE_TEST_DEBUG_ASSERTIONS", "false")
+        .env("CARGO_PROFILE_TEST_OVERFLOW_CHECKS", "false");
     let bins = build_collect("test: static test build", &mut cmd, |a| {
         a.get("profile")
             .and_then(|p| p.get("test"))
