@@ -95,12 +95,7 @@ impl Context {
     #[doc(alias = "ibv_open_device")]
     pub fn open(device: &Device, options: &OpenOptions) -> Result<Context, Error> {
         let name = device.name_arc();
-        let netlink = crate::netlink::uverbs_chardev(name).ok().flatten();
-        let driver_id = netlink
-            .as_ref()
-            .and_then(|info| info.driver_id)
-            .map(DriverId)
-            .or_else(|| DriverId::from_device_name(name));
+        let driver_id = device.driver_id();
         if let Some((low, high, supported)) = driver_id.and_then(DriverId::supported_abi) {
             let found = device.driver_abi_version();
             if !(low..=high).contains(&found) {

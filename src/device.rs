@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::context::{Context, OpenOptions};
+use crate::driver::DriverId;
 use crate::error::{Error, Op};
 use uverbs_uapi as sys;
 
@@ -23,6 +24,8 @@ pub struct Device {
     path: PathBuf,
     driver_abi: u32,
     dev: (u32, u32),
+    /// The driver id RDMA netlink reported at discovery, if it did.
+    netlink_driver_id: Option<DriverId>,
 }
 
 impl Device {
@@ -49,6 +52,14 @@ impl Device {
     /// The driver's ABI version (sysfs `abi_version` of the node).
     pub fn driver_abi_version(&self) -> u32 {
         self.driver_abi
+    }
+
+    /// The kernel driver's id, needed by the ioctl transport: the one RDMA
+    /// netlink reported when the device was listed, else the one
+    /// rdma-core's provider for a device of this name uses.
+    pub fn driver_id(&self) -> Option<DriverId> {
+        self.netlink_driver_id
+            .or_else(|| DriverId::from_device_name(&self.name))
     }
 
     /// The character device's `(major, minor)` as sysfs announces it.
@@ -82,7 +93,16 @@ impl Device {
 /// ```
 #[doc(alias = "ibv_get_device_list")]
 pub fn devices() -> Result<Vec<Device>, Error> {
-    devices_in(Path::new(SYSFS_UVERBS), Path::new(DEV_INFINIBAND))
+    let mut devices = devices_in(Path::new(SYSFS_UVERBS), Path::new(DEV_INFINIBAND))?;
+    // Like rdma-core, ask RDMA netlink for driver ids once, here, rather
+    // than on every open. A kernel without it leaves the name table.
+    for device in &mut devices {
+        match crate::netlink::uverbs_chardev(&device.name) {
+            Ok(info) => device.netlink_driver_id = info.and_then(|i| i.driver_id).map(DriverId),
+            Err(_) => break,
+        }
+    }
+    Ok(devices)
 }
 
 /// The device with this name, if present.
@@ -130,6 +150,7 @@ pub fn devices_in(sysfs: &Path, dev_dir: &Path) -> Result<Vec<Device>, Error> {
                 uverbs,
                 driver_abi,
                 dev,
+                netlink_driver_id: None,
             },
         ));
     }
