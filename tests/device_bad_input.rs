@@ -11,7 +11,9 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
 
-use common::{anon, devices_under_test, driver, loud, open, page_size, Driver, HandleCounts};
+use common::{
+    alloc_pd, anon, devices_under_test, driver, loud, open, page_size, Driver, HandleCounts,
+};
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
@@ -86,9 +88,7 @@ fn zero_length_is_refused_by_the_kernel() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "zero length");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let t = Target {
             name,
             pd: &pd,
@@ -106,9 +106,7 @@ fn an_unmapped_address_is_efault() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "unmapped");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let t = Target {
             name,
             pd: &pd,
@@ -146,9 +144,7 @@ fn a_range_running_past_the_end_of_a_mapping_is_efault() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "past the end");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let t = Target {
             name,
             pd: &pd,
@@ -196,9 +192,7 @@ fn a_range_wrapping_around_is_refused_before_the_kernel() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "wrapping range");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         // SAFETY: refused before any system call (checked below).
         let result = unsafe { pd.reg_mr((usize::MAX - 4095) as *mut u8, 8192, RW) };
         let e = result
@@ -220,9 +214,7 @@ fn access_bits_the_device_refuses() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "refused access");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let t = Target {
             name,
             pd: &pd,
@@ -280,12 +272,8 @@ fn set_pd_with_a_pd_of_another_context_is_input() {
         let (ctx, other) = (open(&dev), open(&dev));
         let counts = HandleCounts::new(&ctx, "foreign PD");
         let other_counts = HandleCounts::new(&other, "foreign PD (other context)");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
-        let foreign = other
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
+        let foreign = alloc_pd(&other);
         let mut buf = anon(64 << 10);
         // SAFETY: `buf` outlives the MR.
         let mut mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{devices_under_test, driver, loud, open, Driver, HandleCounts};
+use common::{alloc_pd, devices_under_test, driver, loud, open, Driver, HandleCounts};
 use uverbs::DriverId;
 
 #[test]
@@ -126,15 +126,12 @@ fn query_device_reports_the_documented_limits() {
 #[test]
 fn a_device_opens_twice_into_independent_contexts() {
     for dev in devices_under_test("a_device_opens_twice_into_independent_contexts") {
-        let name = dev.name();
         let (a, b) = (open(&dev), open(&dev));
         let (ca, cb) = (
             HandleCounts::new(&a, "two contexts (a)"),
             HandleCounts::new(&b, "two contexts (b)"),
         );
-        let pd = a
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&a);
         ca.assert_extra(0, 1, "PD allocated in context a");
         cb.assert_extra(0, 0, "PD allocated in context a, counted in b");
         drop(pd);
@@ -157,9 +154,7 @@ fn kernel_handle_count_follows_the_objects_of_the_context() {
             (0, 0),
             "{name}: fresh context"
         );
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let mut buf = common::anon(1 << 16);
         // More MRs than the first handle-list guess (64), to exercise its growth.
         let mrs: Vec<_> = (0..150)

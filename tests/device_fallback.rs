@@ -18,7 +18,10 @@ use std::ffi::c_void;
 use std::ptr::NonNull;
 use std::sync::{Mutex, MutexGuard};
 
-use common::{anon, devices_under_test, driver, loud, open, page_size, Driver, Dut, HandleCounts};
+use common::{
+    alloc_pd, anon, devices_under_test, driver, loud, open, page_size, snap, Driver, Dut,
+    HandleCounts, Snapshot,
+};
 use memmap2::MmapMut;
 use uverbs::command::DeregMr;
 use uverbs::fork::ForkMode;
@@ -70,35 +73,6 @@ fn documented_path(d: Driver, flags: ReregFlags) -> Option<ReregPath> {
         Driver::Rxe => Some(ReregPath::InPlace),
         Driver::Other => None,
     }
-}
-
-/// Everything the MR reports about itself.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-struct Snapshot {
-    handle: u32,
-    lkey: u32,
-    rkey: u32,
-    addr: usize,
-    length: usize,
-    access: AccessFlags,
-    pd_handle: u32,
-}
-
-fn snap(mr: &MemoryRegion) -> Snapshot {
-    Snapshot {
-        handle: mr.handle(),
-        lkey: mr.lkey(),
-        rkey: mr.rkey(),
-        addr: mr.addr() as usize,
-        length: mr.length(),
-        access: mr.access(),
-        pd_handle: mr.pd_handle(),
-    }
-}
-
-fn alloc_pd(ctx: &Context) -> ProtectionDomain {
-    ctx.alloc_pd()
-        .unwrap_or_else(|e| panic!("{}: alloc_pd: {e}", ctx.device_name()))
 }
 
 /// Registers all of `buf` in `pd` with [`RW`].

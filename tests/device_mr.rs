@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{anon, devices_under_test, driver, open, page_size, Driver, HandleCounts};
+use common::{alloc_pd, anon, devices_under_test, driver, open, page_size, Driver, HandleCounts};
 use uverbs::{AccessFlags, Errno, MemoryRegion, Op};
 
 const RW: AccessFlags = AccessFlags::LOCAL_WRITE
@@ -30,12 +30,8 @@ fn pd_alloc_and_dealloc() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "pd_alloc_and_dealloc");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
-        let pd2 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
+        let pd2 = alloc_pd(&ctx);
         assert_ne!(pd1.handle(), pd2.handle(), "{name}: two PDs, two handles");
         counts.assert_extra(0, 2, "after two alloc_pd");
         pd1.dealloc()
@@ -53,9 +49,7 @@ fn reg_and_dereg_page_aligned_buffers_of_4k_1m_64m() {
         let ctx = open(&dev);
         let d = driver(&ctx);
         let counts = HandleCounts::new(&ctx, "reg 4k/1m/64m");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         for len in [4 << 10, 1 << 20, 64 << 20] {
             let mut buf = anon(len);
             // SAFETY: `buf` outlives the MR, which is deregistered below.
@@ -86,9 +80,7 @@ fn reg_a_range_that_does_not_start_on_a_page_boundary() {
         let ctx = open(&dev);
         let d = driver(&ctx);
         let counts = HandleCounts::new(&ctx, "unaligned reg");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let page = page_size();
         let mut buf = anon(4 * page);
         for (offset, len) in [(100, 2 * page), (page - 1, 1), (8, 3 * page - 16)] {
@@ -114,9 +106,7 @@ fn two_regions_get_distinct_handles_and_keys() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "two MRs");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let mut buf = anon(64 << 10);
         // The same memory may be registered twice: two MRs, two sets of keys.
         // SAFETY: `buf` outlives both MRs.
@@ -141,9 +131,7 @@ fn reg_buffer_owns_boxed_slices_and_mappings() {
         let ctx = open(&dev);
         let d = driver(&ctx);
         let counts = HandleCounts::new(&ctx, "reg_buffer");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
 
         let boxed = vec![0u8; 256 << 10].into_boxed_slice();
         let mut mr = pd
@@ -191,9 +179,7 @@ fn a_pd_in_use_refuses_dealloc_with_ebusy_and_survives() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "dealloc busy PD");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let mut buf = anon(64 << 10);
         // SAFETY: `buf` outlives the MR.
         let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
@@ -226,9 +212,7 @@ fn an_mr_keeps_its_pd_alive_after_the_pd_is_dropped() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "MR outlives PD value");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         let mut buf = anon(64 << 10);
         // SAFETY: `buf` outlives the MR.
         let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
@@ -250,9 +234,7 @@ fn dropping_the_context_value_keeps_objects_working() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "context dropped first");
-        let pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd = alloc_pd(&ctx);
         drop(ctx);
         let mut buf = anon(64 << 10);
         // SAFETY: `buf` outlives the MR.

@@ -7,7 +7,9 @@
 
 mod common;
 
-use common::{anon, devices_under_test, driver, loud, open, Driver, HandleCounts};
+use common::{
+    alloc_pd, anon, devices_under_test, driver, loud, open, snap, Driver, HandleCounts, Snapshot,
+};
 use memmap2::MmapMut;
 use uverbs::{
     AccessFlags, Errno, MemoryRegion, MrState, ProtectionDomain, ReregError, ReregFlags,
@@ -24,30 +26,6 @@ fn fresh_mr(name: &str, pd: &ProtectionDomain, buf: &mut MmapMut) -> MemoryRegio
     // SAFETY: every caller keeps `buf` alive until the MR is gone.
     unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
         .unwrap_or_else(|e| panic!("{name}: reg_mr of 1 MiB: {e}"))
-}
-
-/// Everything the MR reports about itself.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-struct Snapshot {
-    handle: u32,
-    lkey: u32,
-    rkey: u32,
-    addr: usize,
-    length: usize,
-    access: AccessFlags,
-    pd_handle: u32,
-}
-
-fn snap(mr: &MemoryRegion) -> Snapshot {
-    Snapshot {
-        handle: mr.handle(),
-        lkey: mr.lkey(),
-        rkey: mr.rkey(),
-        addr: mr.addr() as usize,
-        length: mr.length(),
-        access: mr.access(),
-        pd_handle: mr.pd_handle(),
-    }
 }
 
 /// Asserts a kernel refusal: outcome Cmd (−4), the given errno, MR undefined.
@@ -105,9 +83,7 @@ fn change_access_to_local_write() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "rereg ACCESS");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
         let mut buf = anon(MIB);
         let mut mr = fresh_mr(name, &pd1, &mut buf);
         let before = snap(&mr);
@@ -150,12 +126,8 @@ fn change_pd_moves_the_mr_in_the_kernel() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "rereg PD");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
-        let pd2 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
+        let pd2 = alloc_pd(&ctx);
         let mut buf = anon(MIB);
         let mut mr = fresh_mr(name, &pd1, &mut buf);
         let before = snap(&mr);
@@ -225,9 +197,7 @@ fn change_translation_to_a_new_2mib_buffer_is_refused() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "rereg TRANSLATION");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
         let mut buf = anon(MIB);
         let mut new_buf = anon(2 * MIB);
         let mut mr = fresh_mr(name, &pd1, &mut buf);
@@ -257,12 +227,8 @@ fn all_three_flags_are_refused() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "rereg all flags");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
-        let pd2 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
+        let pd2 = alloc_pd(&ctx);
         let mut buf = anon(MIB);
         let mut new_buf = anon(2 * MIB);
         let mut mr = fresh_mr(name, &pd1, &mut buf);
@@ -302,9 +268,7 @@ fn no_flags_go_to_the_kernel_and_are_refused() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "rereg flags=0");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
         let mut buf = anon(MIB);
         let mut mr = fresh_mr(name, &pd1, &mut buf);
         let before = snap(&mr);
@@ -337,9 +301,7 @@ fn remote_write_without_local_write_is_refused() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "rereg REMOTE_WRITE alone");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
         let mut buf = anon(MIB);
         let mut mr = fresh_mr(name, &pd1, &mut buf);
         let before = snap(&mr);
@@ -369,12 +331,8 @@ fn access_and_pd_together_in_one_command() {
         let name = dev.name();
         let ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "rereg PD|ACCESS");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
-        let pd2 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
+        let pd2 = alloc_pd(&ctx);
         let mut buf = anon(MIB);
         let mut mr = fresh_mr(name, &pd1, &mut buf);
         let before = snap(&mr);
@@ -428,12 +386,8 @@ fn bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable() {
         let other_ctx = open(&dev);
         let counts = HandleCounts::new(&ctx, "rereg bad input");
         let other_counts = HandleCounts::new(&other_ctx, "rereg bad input (other context)");
-        let pd1 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
-        let pd2 = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let pd1 = alloc_pd(&ctx);
+        let pd2 = alloc_pd(&ctx);
         let foreign_pd = other_ctx
             .alloc_pd()
             .unwrap_or_else(|e| panic!("{name}: alloc_pd in a 2nd context: {e}"));

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Instant;
 
-use common::{anon, devices_under_test, driver, loud, open, Driver, HandleCounts};
+use common::{alloc_pd, anon, devices_under_test, driver, loud, open, Driver, HandleCounts};
 use uverbs::{AccessFlags, Errno, ReregOutcome};
 
 fn env_count(var: &str, default: usize) -> usize {
@@ -38,9 +38,7 @@ fn threads_register_reregister_and_deregister_on_one_context() {
         }
         let counts = HandleCounts::new(&ctx, "threads");
         // One PD shared by every thread, and one per thread from the cloned context.
-        let shared_pd = ctx
-            .alloc_pd()
-            .unwrap_or_else(|e| panic!("{name}: alloc_pd: {e}"));
+        let shared_pd = alloc_pd(&ctx);
         let start = Instant::now();
         std::thread::scope(|s| {
             for t in 0..threads {

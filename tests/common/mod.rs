@@ -15,7 +15,10 @@ use std::ops::Deref;
 
 use memmap2::MmapMut;
 use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
-use uverbs::{Context, Device, DriverId, OpenOptions, TransportKind};
+use uverbs::{
+    AccessFlags, Context, Device, DriverId, MemoryRegion, OpenOptions, ProtectionDomain,
+    TransportKind,
+};
 
 /// Writes to stderr past libtest's output capture (which only catches the
 /// print macros), so the line shows even when the test passes.
@@ -232,4 +235,35 @@ fn counts(dut: &Dut) -> (u32, u32) {
         })
     };
     (count(UVERBS_OBJECT_MR, "MR"), count(UVERBS_OBJECT_PD, "PD"))
+}
+
+/// Allocates a PD, failing the test with the device's name.
+pub fn alloc_pd(ctx: &Context) -> ProtectionDomain {
+    ctx.alloc_pd()
+        .unwrap_or_else(|e| panic!("{}: alloc_pd: {e}", ctx.device_name()))
+}
+
+/// Everything an MR reports about itself.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct Snapshot {
+    pub handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub addr: usize,
+    pub length: usize,
+    pub access: AccessFlags,
+    pub pd_handle: u32,
+}
+
+/// What `mr` reports now.
+pub fn snap(mr: &MemoryRegion) -> Snapshot {
+    Snapshot {
+        handle: mr.handle(),
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+        addr: mr.addr() as usize,
+        length: mr.length(),
+        access: mr.access(),
+        pd_handle: mr.pd_handle(),
+    }
 }
