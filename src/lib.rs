@@ -65,3 +65,14 @@ pub use uverbs_uapi;
 #[doc = include_str!("../docs/rereg.md")]
 #[doc = include_str!("../docs/fork-safety.md")]
 struct GuideExamples;
+
+/// Contexts, PDs and MRs are shared across threads: keep them `Send + Sync`.
+const _: () = {
+    const fn send_sync<T: Send + Sync>() {}
+    send_sync::<Context>();
+    send_sync::<ProtectionDomain>();
+    send_sync::<MemoryRegion>();
+    send_sync::<BufferMr<Vec<u8>>>();
+    send_sync::<Error>();
+    send_sync::<ReregError>();
+};
