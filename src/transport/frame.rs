@@ -35,15 +35,17 @@ impl fmt::Debug for WriteFrame {
     }
 }
 
+impl Default for WriteFrame {
+    fn default() -> Self {
+        WriteFrame {
+            words: MaybeUninit::uninit(),
+            len: 0,
+        }
+    }
+}
+
 impl WriteFrame {
-    /// Frames command `code`. When `response_len` is not zero, the first
-    /// eight bytes of `core_in` (the `response` field) are replaced by
-    /// `response_ptr`; `response_len` is the core response plus the UHW out
-    /// length, which the kernel reads as one contiguous buffer.
-    ///
-    /// Fails with `EINVAL` when a length is not a multiple of four or the
-    /// words do not fit the header's `u16` fields, and with `E2BIG` when the
-    /// frame exceeds [`MAX_WRITE_BYTES`].
+    /// Frames command `code` into a new frame; see [`encode`](Self::encode).
     pub fn new(
         code: u32,
         core_in: &[u8],
@@ -51,6 +53,30 @@ impl WriteFrame {
         response_ptr: u64,
         response_len: usize,
     ) -> Result<Self, Errno> {
+        let mut frame = WriteFrame::default();
+        frame.encode(code, core_in, uhw_in, response_ptr, response_len)?;
+        Ok(frame)
+    }
+
+    /// Frames command `code` in place and returns the bytes to write. When
+    /// `response_len` is not zero, the first eight bytes of `core_in` (the
+    /// `response` field) are replaced by `response_ptr`; `response_len` is
+    /// the core response plus the UHW out length, which the kernel reads as
+    /// one contiguous buffer. (In place, because moving a 256-byte frame
+    /// out of a function costs more than encoding it.)
+    ///
+    /// Fails with `EINVAL` when a length is not a multiple of four or the
+    /// words do not fit the header's `u16` fields, and with `E2BIG` when the
+    /// frame exceeds [`MAX_WRITE_BYTES`].
+    #[inline]
+    pub fn encode(
+        &mut self,
+        code: u32,
+        core_in: &[u8],
+        uhw_in: &[u8],
+        response_ptr: u64,
+        response_len: usize,
+    ) -> Result<&[u8], Errno> {
         let hdr_len = size_of::<sys::ib_uverbs_cmd_hdr>();
         let len = hdr_len + core_in.len() + uhw_in.len();
         if len % 4 != 0 || response_len % 4 != 0 {
@@ -64,27 +90,28 @@ impl WriteFrame {
         if response_len != 0 && core_in.len() < 8 {
             return Err(Errno::INVAL);
         }
-        let mut frame = WriteFrame {
-            words: MaybeUninit::uninit(),
-            len,
-        };
-        let base = frame.words.as_mut_ptr().cast::<u8>();
+        let base = self.words.as_mut_ptr().cast::<u8>();
         let put = |offset: usize, bytes: &[u8]| {
             debug_assert!(offset + bytes.len() <= len);
             // SAFETY: `offset + bytes.len() <= len <= MAX_WRITE_BYTES`, inside
             // the buffer; the source is a distinct slice.
             unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), base.add(offset), bytes.len()) };
         };
-        put(0, &code.to_ne_bytes());
-        put(4, &in_words.to_ne_bytes());
-        put(6, &out_words.to_ne_bytes());
+        let hdr = sys::ib_uverbs_cmd_hdr {
+            command: code,
+            in_words,
+            out_words,
+        };
+        // SAFETY: the buffer is 8-aligned u64 words, larger than the header.
+        unsafe { base.cast::<sys::ib_uverbs_cmd_hdr>().write(hdr) };
         put(hdr_len, core_in);
         if response_len != 0 {
             put(hdr_len, &response_ptr.to_ne_bytes());
         }
         put(hdr_len + core_in.len(), uhw_in);
         // Every byte in `0..len` was written above: header, request, UHW in.
-        Ok(frame)
+        self.len = len;
+        Ok(self.as_bytes())
     }
 
     /// The bytes to write.

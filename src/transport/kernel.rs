@@ -66,24 +66,31 @@ impl KernelFile {
         }
         // The kernel writes core response and UHW out as one buffer; only
         // the part it may write is zeroed (the rest is never read).
-        let mut response = MaybeUninit::<[u8; MAX_WRITE_BYTES]>::uninit();
-        let response = response.as_mut_ptr().cast::<u8>();
-        // SAFETY: `resp_len <= MAX_WRITE_BYTES` bytes of the local buffer.
-        unsafe { std::ptr::write_bytes(response, 0, resp_len) };
-        let frame = WriteFrame::new(cmd.code, cmd.core_in, cmd.uhw_in, response as u64, resp_len)?;
-        let written = rustix::io::write(&self.fd, frame.as_bytes())?;
-        if written != frame.as_bytes().len() {
+        let mut response = MaybeUninit::<[u32; MAX_WRITE_BYTES / 4]>::uninit();
+        let response = response.as_mut_ptr().cast::<u32>();
+        // SAFETY: `resp_len / 4` words of the local buffer (`resp_len` is
+        // a multiple of four, checked by the frame, and at most its size).
+        unsafe { std::ptr::write_bytes(response, 0, resp_len / 4) };
+        let mut frame = WriteFrame::default();
+        let bytes = frame.encode(cmd.code, cmd.core_in, cmd.uhw_in, response as u64, resp_len)?;
+        if rustix::io::write(&self.fd, bytes)? != bytes.len() {
             return Err(Errno::IO);
         }
         // The kernel wrote the answer through a pointer hidden in the frame's
         // bytes, during a system call that rustix declares as not writing
         // memory: an optimised build may assume the buffer still holds
-        // zeros. Volatile loads make the kernel's bytes what we read.
+        // zeros. Volatile loads make the kernel's words what we read.
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
-        let outputs = cmd.core_out.iter_mut().chain(cmd.uhw_out.iter_mut());
-        for (i, out) in outputs.enumerate() {
-            // SAFETY: `i < resp_len`, within the zeroed part of the buffer.
-            *out = unsafe { std::ptr::read_volatile(response.add(i)) };
+        for i in 0..resp_len / 4 {
+            // SAFETY: `i < resp_len / 4`, within the zeroed part of the buffer.
+            let word = unsafe { std::ptr::read_volatile(response.add(i)) }.to_ne_bytes();
+            let at = 4 * i;
+            let out = if at < core_len {
+                &mut cmd.core_out[at..at + 4]
+            } else {
+                &mut cmd.uhw_out[at - core_len..at - core_len + 4]
+            };
+            out.copy_from_slice(&word);
         }
         Ok(cmd.uhw_out.len())
     }
