@@ -144,9 +144,8 @@ impl IoctlFrame {
         frame
     }
 
-    /// Frames write command `code` as `UVERBS_METHOD_INVOKE_WRITE`:
-    /// `WRITE_CMD` inline, `CORE_IN`, then `CORE_OUT`, `UHW_IN` and `UHW_OUT`
-    /// only when not empty. The output pointers are where the kernel writes.
+    /// Frames write command `code` as `UVERBS_METHOD_INVOKE_WRITE`; see
+    /// [`set_invoke_write`](Self::set_invoke_write).
     pub fn invoke_write(
         driver_id: u32,
         code: u32,
@@ -160,18 +159,34 @@ impl IoctlFrame {
             sys::UVERBS_METHOD_INVOKE_WRITE,
             driver_id,
         );
-        frame.push(attr_const(sys::UVERBS_ATTR_WRITE_CMD, code.into()))?;
-        frame.push(attr_in(sys::UVERBS_ATTR_CORE_IN, core_in)?)?;
+        frame.set_invoke_write(code, core_in, uhw_in, core_out, uhw_out)?;
+        Ok(frame)
+    }
+
+    /// Fills an empty `INVOKE_WRITE` frame in place: `WRITE_CMD` inline,
+    /// `CORE_IN`, then `CORE_OUT`, `UHW_IN` and `UHW_OUT` only when not
+    /// empty. The output pointers are where the kernel writes.
+    #[inline]
+    pub fn set_invoke_write(
+        &mut self,
+        code: u32,
+        core_in: &[u8],
+        uhw_in: &[u8],
+        core_out: (u64, usize),
+        uhw_out: (u64, usize),
+    ) -> Result<(), Errno> {
+        self.push(attr_const(sys::UVERBS_ATTR_WRITE_CMD, code.into()))?;
+        self.push(attr_in(sys::UVERBS_ATTR_CORE_IN, core_in)?)?;
         if core_out.1 != 0 {
-            frame.push(attr_out(sys::UVERBS_ATTR_CORE_OUT, core_out.0, core_out.1)?)?;
+            self.push(attr_out(sys::UVERBS_ATTR_CORE_OUT, core_out.0, core_out.1)?)?;
         }
         if !uhw_in.is_empty() {
-            frame.push(attr_in(sys::UVERBS_ATTR_UHW_IN, uhw_in)?)?;
+            self.push(attr_in(sys::UVERBS_ATTR_UHW_IN, uhw_in)?)?;
         }
         if uhw_out.1 != 0 {
-            frame.push(attr_out(sys::UVERBS_ATTR_UHW_OUT, uhw_out.0, uhw_out.1)?)?;
+            self.push(attr_out(sys::UVERBS_ATTR_UHW_OUT, uhw_out.0, uhw_out.1)?)?;
         }
-        Ok(frame)
+        Ok(())
     }
 
     /// Appends an attribute; `E2BIG` when the frame is full.

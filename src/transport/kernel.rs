@@ -100,14 +100,12 @@ impl KernelFile {
         cmd.uhw_out.fill(0);
         let core_out = (cmd.core_out.as_mut_ptr() as u64, cmd.core_out.len());
         let uhw_out = (cmd.uhw_out.as_mut_ptr() as u64, cmd.uhw_out.len());
-        let mut frame = IoctlFrame::invoke_write(
+        let mut frame = IoctlFrame::new(
+            sys::UVERBS_OBJECT_DEVICE,
+            sys::UVERBS_METHOD_INVOKE_WRITE,
             driver_id,
-            cmd.code,
-            cmd.core_in,
-            cmd.uhw_in,
-            core_out,
-            uhw_out,
-        )?;
+        );
+        frame.set_invoke_write(cmd.code, cmd.core_in, cmd.uhw_in, core_out, uhw_out)?;
         // SAFETY: every pointer in the frame comes from the slices of `cmd`,
         // which outlive the call, with their exact lengths and directions.
         unsafe { verbs_ioctl(self.fd.as_fd(), &mut frame) }?;
