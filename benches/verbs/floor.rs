@@ -10,9 +10,9 @@
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 use uverbs::command::{AllocPd, DeallocPd, DeregMr, GetContext, RegMr, ReregMr, WriteCommand};
 use uverbs::transport::frame::{IoctlFrame, WriteFrame};
+use uverbs::transport::verbs_ioctl;
 use uverbs::uverbs_uapi as sys;
 use uverbs::{Device, DriverId, Errno};
 
@@ -139,7 +139,7 @@ impl Prepared {
         if self.ioctl {
             *self.work = *self.template;
             // SAFETY: every pointer in the frame points into this struct's boxes.
-            unsafe { rustix::ioctl::ioctl(fd, VerbsIoctl(&mut self.work)) }
+            unsafe { verbs_ioctl(fd, &mut self.work) }
         } else {
             // SAFETY: a u64 array viewed as bytes.
             let b = unsafe {
@@ -153,28 +153,6 @@ impl Prepared {
             std::hint::black_box(&mut *self.response);
             r
         }
-    }
-}
-
-/// `ioctl(fd, RDMA_VERBS_IOCTL, frame)`.
-struct VerbsIoctl<'a>(&'a mut IoctlFrame);
-
-// SAFETY: RDMA_VERBS_IOCTL reads `hdr.length` bytes of the frame and writes
-// back attribute flags inside it.
-unsafe impl Ioctl for VerbsIoctl<'_> {
-    type Output = ();
-    const IS_MUTATING: bool = true;
-
-    fn opcode(&self) -> Opcode {
-        sys::RDMA_VERBS_IOCTL as Opcode
-    }
-
-    fn as_ptr(&mut self) -> *mut core::ffi::c_void {
-        (self.0 as *mut IoctlFrame).cast()
-    }
-
-    unsafe fn output_from_ptr(_: IoctlOutput, _: *mut core::ffi::c_void) -> rustix::io::Result<()> {
-        Ok(())
     }
 }
 

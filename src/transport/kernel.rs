@@ -164,13 +164,15 @@ impl AsFd for KernelFile {
     }
 }
 
-/// `ioctl(fd, RDMA_VERBS_IOCTL, frame)`.
+/// `ioctl(fd, RDMA_VERBS_IOCTL, frame)`: one system call, nothing else
+/// (public for tools that send pre-built frames, such as the benchmark's
+/// floor).
 ///
 /// # Safety
 ///
 /// Every pointer carried by the frame's attributes must be valid for the
 /// length and direction the method uses, for the duration of the call.
-unsafe fn verbs_ioctl(fd: BorrowedFd<'_>, frame: &mut IoctlFrame) -> Result<(), Errno> {
+pub unsafe fn verbs_ioctl(fd: BorrowedFd<'_>, frame: &mut IoctlFrame) -> Result<(), Errno> {
     struct VerbsIoctl<'a>(&'a mut IoctlFrame);
 
     // SAFETY: RDMA_VERBS_IOCTL takes a pointer to an ib_uverbs_ioctl_hdr with

@@ -14,7 +14,7 @@ mod recording;
 
 use std::fmt;
 
-pub use kernel::KernelFile;
+pub use kernel::{verbs_ioctl, KernelFile};
 pub use recording::{RecordedCommand, RecordingTransport};
 
 use crate::command::{bytes_of_mut, WriteCommand};
