@@ -516,18 +516,28 @@ fn tuple<'a>(k: &[&'a str; 5]) -> (&'a str, &'a str, &'a str, &'a str, &'a str) 
     (k[0], k[1], k[2], k[3], k[4])
 }
 
+/// A markdown table header: the `leading` columns, then one right-aligned
+/// column per region size.
+fn size_table_header(s: &mut String, leading: &[&str]) {
+    s.push('|');
+    for column in leading {
+        let _ = write!(s, " {column} |");
+    }
+    for &z in SIZES {
+        let _ = write!(s, " {} |", size_name(z));
+    }
+    s.push_str("\n|");
+    s.push_str(&"---|".repeat(leading.len()));
+    s.push_str(&"---:|".repeat(SIZES.len()));
+    s.push('\n');
+}
+
 /// The headline ratios as a markdown table (also printed at the end).
 fn headline(run: &Run) -> String {
     let mut s = String::new();
     for dev in run.devices() {
         let _ = writeln!(s, "**{dev}**\n");
-        s.push_str("| ratio |");
-        for &z in SIZES {
-            let _ = write!(s, " {} |", size_name(z));
-        }
-        s.push_str("\n|---|");
-        s.push_str(&"---:|".repeat(SIZES.len()));
-        s.push('\n');
+        size_table_header(&mut s, &["ratio"]);
         for (label, a, b) in headline_rows(run, &dev) {
             let _ = write!(s, "| {label} |");
             for &z in SIZES {
@@ -798,13 +808,7 @@ fn markdown(run: &Run, m: &Meta) -> String {
     s.push_str("\n## All results\n\nMedian, with p10–p90 in small print.\n\n");
     for dev in run.devices() {
         let _ = writeln!(s, "### {dev}\n");
-        s.push_str("| operation | implementation | fork | path |");
-        for &z in SIZES {
-            let _ = write!(s, " {} |", size_name(z));
-        }
-        s.push_str("\n|---|---|---|---|");
-        s.push_str(&"---:|".repeat(SIZES.len()));
-        s.push('\n');
+        size_table_header(&mut s, &["operation", "implementation", "fork", "path"]);
         let mut keys: Vec<(usize, &str, &str, &str, &str)> = Vec::new();
         for r in run.rows.iter().filter(|r| r.device == dev && r.size != 0) {
             let order = [
