@@ -44,6 +44,7 @@ mod flags;
 pub mod fork;
 mod mr;
 pub(crate) mod netlink;
+mod process;
 mod pd;
 pub mod transport;
 
