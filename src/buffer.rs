@@ -2,6 +2,7 @@
 //! device may still use it.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::ops::Deref;
 
 use crate::error::Error;
@@ -107,9 +108,14 @@ pub struct BufferMr<B: StableBuffer> {
     parts: Option<Parts<B>>,
 }
 
+/// The region and its buffer. The buffer is in a `ManuallyDrop` so that it
+/// is freed only where the code says so, after the kernel let go of it: a
+/// panic (say, in a user's fork [`Advisor`](crate::fork::Advisor)) that
+/// unwinds through a registration leaks the buffer instead of freeing it
+/// under the device.
 struct Parts<B> {
     mr: MemoryRegion,
-    buffer: B,
+    buffer: ManuallyDrop<B>,
 }
 
 /// A successful [`BufferMr::retarget`].
@@ -142,12 +148,15 @@ pub struct RetargetError<B: StableBuffer> {
 pub enum RetargetBuffers<B: StableBuffer> {
     /// The region still holds its buffer (unchanged when the error's
     /// [`mr_state`](ReregError::mr_state) is `Old`; otherwise the kernel
-    /// also refused to deregister it); the new buffer comes back.
+    /// also refused to deregister it).
     Kept {
         /// The region with its old buffer.
         mr: BufferMr<B>,
-        /// The buffer that was to be registered.
-        new: B,
+        /// The buffer that was to be registered; `None` when a registration
+        /// may still reach it (the region is undefined and could not be
+        /// deregistered, or [`ReregError::new_range_still_registered`]): it
+        /// is then leaked, never freed under the device.
+        new: Option<B>,
     },
     /// The failed command left the region undefined, so it was
     /// deregistered: both buffers come back, unregistered.
@@ -169,6 +178,10 @@ impl<B: StableBuffer> fmt::Debug for BufferMr<B> {
 
 impl<B: StableBuffer> BufferMr<B> {
     pub(crate) fn new(mr: MemoryRegion, buffer: B) -> Self {
+        Self::from_parts(mr, ManuallyDrop::new(buffer))
+    }
+
+    fn from_parts(mr: MemoryRegion, buffer: ManuallyDrop<B>) -> Self {
         BufferMr {
             parts: Some(Parts { mr, buffer }),
         }
@@ -252,18 +265,21 @@ impl<B: StableBuffer> BufferMr<B> {
     /// ```
     pub fn retarget(
         self,
-        mut new: B,
+        new: B,
         fallback: ReregFallback,
     ) -> Result<Retargeted<B>, RetargetError<B>> {
         let Parts {
             mut mr,
             buffer: old,
         } = self.into_parts();
+        // Until the kernel's answer says which registration reaches which
+        // buffer, neither may be freed: if anything below unwinds, both leak.
+        let mut new = ManuallyDrop::new(new);
         let (addr, length) = (new.as_mut_ptr(), new.len());
         let handle = mr.handle();
         // SAFETY: on success the region owns `new`, whose address is stable
         // (StableBuffer) and which is deregistered before it is dropped; on
-        // failure the kernel does not keep `new` (see below).
+        // failure `new` is handed back only where no registration reaches it.
         let result = unsafe {
             mr.rereg_with(
                 fallback,
@@ -274,10 +290,13 @@ impl<B: StableBuffer> BufferMr<B> {
                 AccessFlags::empty(),
             )
         };
+        // Taking a buffer out of its `ManuallyDrop` says "nothing registered
+        // reaches it any more".
+        let free = ManuallyDrop::into_inner;
         match result {
             Ok(path) => Ok(Retargeted {
-                mr: BufferMr::new(mr, new),
-                old,
+                mr: BufferMr::from_parts(mr, new),
+                old: free(old),
                 path,
                 fork_warning: None,
             }),
@@ -288,29 +307,36 @@ impl<B: StableBuffer> BufferMr<B> {
                     ReregPath::Replaced
                 };
                 Ok(Retargeted {
-                    mr: BufferMr::new(mr, new),
-                    old,
+                    mr: BufferMr::from_parts(mr, new),
+                    old: free(old),
                     path,
                     fork_warning: Some(error),
                 })
             }
-            Err(error) if error.mr_state() == MrState::Old => Err(RetargetError {
-                error,
-                buffers: RetargetBuffers::Kept {
-                    mr: BufferMr::new(mr, old),
-                    new,
-                },
-            }),
+            Err(error) if error.mr_state() == MrState::Old => {
+                let new = (!error.new_range_still_registered()).then(|| free(new));
+                Err(RetargetError {
+                    error,
+                    buffers: RetargetBuffers::Kept {
+                        mr: BufferMr::from_parts(mr, old),
+                        new,
+                    },
+                })
+            }
+            // Undefined: the registration may reach either buffer.
             Err(error) => match mr.dereg() {
                 Ok(()) => Err(RetargetError {
                     error,
-                    buffers: RetargetBuffers::Released { old, new },
+                    buffers: RetargetBuffers::Released {
+                        old: free(old),
+                        new: free(new),
+                    },
                 }),
                 Err(DeregError { mr, .. }) => Err(RetargetError {
                     error,
                     buffers: RetargetBuffers::Kept {
-                        mr: BufferMr::new(mr, old),
-                        new,
+                        mr: BufferMr::from_parts(mr, old),
+                        new: None,
                     },
                 }),
             },
@@ -323,8 +349,8 @@ impl<B: StableBuffer> BufferMr<B> {
     pub fn dereg(self) -> Result<B, (Self, Error)> {
         let Parts { mr, buffer } = self.into_parts();
         match mr.dereg() {
-            Ok(()) => Ok(buffer),
-            Err(DeregError { mr, error }) => Err((BufferMr::new(mr, buffer), error)),
+            Ok(()) => Ok(ManuallyDrop::into_inner(buffer)),
+            Err(DeregError { mr, error }) => Err((BufferMr::from_parts(mr, buffer), error)),
         }
     }
 }
@@ -340,10 +366,11 @@ impl<B: StableBuffer> Deref for BufferMr<B> {
 impl<B: StableBuffer> Drop for BufferMr<B> {
     fn drop(&mut self) {
         if let Some(Parts { mr, buffer }) = self.parts.take() {
-            if let Err(DeregError { mr, .. }) = mr.dereg() {
-                // The device may still reach these pages: never free them.
-                std::mem::forget(buffer);
-                drop(mr);
+            // Freed only once the kernel let go; if it refused (or this is a
+            // forked child, where the registration is the parent's), the
+            // pages may still be reached: leak them.
+            if mr.dereg().is_ok() {
+                drop(ManuallyDrop::into_inner(buffer));
             }
         }
     }

@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::command::{AllocPd, GetContext, QueryDevice, WriteCommand};
@@ -13,6 +13,8 @@ use crate::error::{Errno, Error, Op};
 use crate::flags::ReregFlags;
 use crate::fork::ForkSafety;
 use crate::pd::ProtectionDomain;
+use crate::process::Generation;
+use crate::provider::Provider;
 use crate::transport::{self, frame, KernelFile, Transport, TransportKind, TransportMode};
 use uverbs_uapi as sys;
 
@@ -59,12 +61,20 @@ impl OpenOptions {
 pub(crate) struct ContextInner {
     pub(crate) device: Arc<str>,
     pub(crate) driver_id: Option<DriverId>,
+    /// What differs per driver, chosen from `driver_id`.
+    pub(crate) provider: Provider,
     pub(crate) transport: Box<dyn Transport>,
     pub(crate) fork: Arc<ForkSafety>,
     num_comp_vectors: u32,
     /// Flag combinations (bit `1 << flags`) the kernel answered REREG_MR
     /// with `EOPNOTSUPP`.
     rereg_refused: AtomicU8,
+    /// The process that created the kernel context; in any other (a forked
+    /// child) no command is sent and no object is destroyed.
+    pub(crate) origin: Generation,
+    /// Registrations the kernel refused to release (see
+    /// [`Context::abandoned_registrations`]).
+    abandoned: AtomicU32,
     // Closed after the transport's file (declaration order = drop order).
     _async_fd: OwnedFd,
 }
@@ -96,7 +106,7 @@ impl Context {
     pub fn open(device: &Device, options: &OpenOptions) -> Result<Context, Error> {
         let name = device.name_arc();
         let driver_id = device.driver_id();
-        if let Some((low, high, supported)) = driver_id.and_then(DriverId::supported_abi) {
+        if let Some((low, high, supported)) = Provider::for_driver(driver_id).supported_abi() {
             let found = device.driver_abi_version();
             if !(low..=high).contains(&found) {
                 return Err(Error::Abi {
@@ -165,8 +175,10 @@ impl Context {
         options: &OpenOptions,
     ) -> Result<Context, Error> {
         let device: Arc<str> = Arc::from(device);
+        let origin = Generation::current();
         let mut uhw_out = [0u8; 8];
-        let uhw_len = driver_id.map_or(0, DriverId::get_context_uhw_out_len);
+        let provider = Provider::for_driver(driver_id);
+        let uhw_len = provider.get_context_uhw_out_len();
         // SAFETY: GET_CONTEXT hands no memory to the device.
         let (resp, _) = unsafe {
             transport::run(
@@ -188,10 +200,13 @@ impl Context {
             inner: Arc::new(ContextInner {
                 device,
                 driver_id,
+                provider,
                 transport,
                 fork,
                 num_comp_vectors: resp.num_comp_vectors,
                 rereg_refused: AtomicU8::new(0),
+                origin,
+                abandoned: AtomicU32::new(0),
                 _async_fd: async_fd,
             }),
         })
@@ -243,6 +258,7 @@ impl Context {
     /// Needs the ioctl interface and the driver id, on either transport;
     /// `EOVERFLOW` above 16 383 handles.
     pub fn kernel_handle_count(&self, object_id: u16) -> Result<u32, Error> {
+        self.check_process(Op::InfoHandles)?;
         let fail = |e| Error::os(Op::InfoHandles, &self.inner.device, e);
         // The kernel insists on a non-empty handle list and stops counting
         // when it is full, so grow it until the count fits.
@@ -322,9 +338,30 @@ impl Context {
         cmd: &C,
         uhw_out: &mut [u8],
     ) -> Result<(C::Response, usize), Error> {
+        self.check_process(op)?;
         // SAFETY: forwarded to the caller.
         unsafe { transport::run(self.inner.transport.as_ref(), cmd, uhw_out) }
             .map_err(|e| Error::os(op, &self.inner.device, e))
+    }
+
+    /// True in the process that opened this context; false in a child
+    /// forked since, where its objects belong to the parent.
+    pub fn is_owned_by_this_process(&self) -> bool {
+        self.inner.origin.is_current()
+    }
+
+    /// [`Error::ForeignProcess`] unless this is the process that opened the
+    /// context: a forked child must not send commands on the parent's
+    /// objects (over ioctl the kernel would let it destroy them).
+    pub(crate) fn check_process(&self, op: Op) -> Result<(), Error> {
+        if self.is_owned_by_this_process() {
+            Ok(())
+        } else {
+            Err(Error::ForeignProcess {
+                op,
+                device: self.inner.device.clone(),
+            })
+        }
     }
 
     /// True when the kernel already refused (`EOPNOTSUPP`) a REREG_MR with
@@ -352,6 +389,19 @@ impl Context {
                 .rereg_refused
                 .fetch_or(1 << flags.bits(), Ordering::Relaxed);
         }
+    }
+
+    /// How many memory registrations of this context the kernel refused to
+    /// release (a `DEREG_MR` that failed when an MR was dropped, or both
+    /// deregistrations of a failed replace fallback). They stay registered
+    /// until the context is closed, when the kernel releases every object of
+    /// its file: memory under them must stay mapped until then.
+    pub fn abandoned_registrations(&self) -> u32 {
+        self.inner.abandoned.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_abandoned_registration(&self) {
+        self.inner.abandoned.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn same_as(&self, other: &Context) -> bool {

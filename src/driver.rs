@@ -1,5 +1,5 @@
-//! What this crate knows about each kernel driver: its id for ioctl headers
-//! and the driver-private (UHW) data its commands need.
+//! Kernel driver ids, needed in every ioctl header. What each driver needs
+//! beyond its id lives in [`crate::provider`].
 
 use uverbs_uapi as sys;
 
@@ -47,38 +47,6 @@ impl DriverId {
             })
             .map(|&(_, id)| DriverId(id))
     }
-
-    /// Driver ABI versions this crate can speak with the driver, where it
-    /// knows them (rdma-core's provider ranges): rxe 1..=2, siw exactly 1.
-    pub(crate) fn supported_abi(self) -> Option<(u32, u32, &'static str)> {
-        match self {
-            DriverId::RXE => Some((1, 2, "1..=2")),
-            DriverId::SIW => Some((sys::SIW_ABI_VERSION, sys::SIW_ABI_VERSION, "1")),
-            _ => None,
-        }
-    }
-
-    /// Bytes of driver-private GET_CONTEXT output the kernel requires
-    /// (siw refuses a context without room for `siw_uresp_alloc_ctx`).
-    pub(crate) fn get_context_uhw_out_len(self) -> usize {
-        if self == DriverId::SIW {
-            size_of::<sys::siw_uresp_alloc_ctx>()
-        } else {
-            0
-        }
-    }
-
-    /// Driver-private REG_MR input and output sizes (siw: `siw_ureq_reg_mr`
-    /// in, `siw_uresp_reg_mr` out; a zeroed request asks for key byte 0).
-    pub(crate) fn reg_mr_uhw(self) -> (&'static [u8], usize) {
-        const SIW_REQ: [u8; size_of::<sys::siw_ureq_reg_mr>()] =
-            [0; size_of::<sys::siw_ureq_reg_mr>()];
-        if self == DriverId::SIW {
-            (&SIW_REQ, size_of::<sys::siw_uresp_reg_mr>())
-        } else {
-            (&[], 0)
-        }
-    }
 }
 
 #[cfg(test)]
@@ -93,14 +61,5 @@ mod tests {
         assert_eq!(DriverId::from_device_name("rxe"), None);
         assert_eq!(DriverId::from_device_name("rxefoo0"), None);
         assert_eq!(DriverId::from_device_name("unknown0"), None);
-    }
-
-    #[test]
-    fn siw_needs_eight_byte_tails() {
-        assert_eq!(DriverId::SIW.get_context_uhw_out_len(), 8);
-        assert_eq!(DriverId::SIW.reg_mr_uhw().0.len(), 8);
-        assert_eq!(DriverId::SIW.reg_mr_uhw().1, 8);
-        assert_eq!(DriverId::RXE.get_context_uhw_out_len(), 0);
-        assert_eq!(DriverId::RXE.reg_mr_uhw(), (&[][..], 0));
     }
 }

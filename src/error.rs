@@ -174,6 +174,18 @@ pub enum Error {
         /// The versions this crate supports, e.g. `"6"` or `"1..=2"`.
         supported: &'static str,
     },
+    /// The object was created in another process: this is a child forked
+    /// since, which inherited copies of the parent's objects. Nothing was
+    /// sent to the kernel; the parent's object is untouched (dropping the
+    /// copy here does nothing either). The errno is `EACCES`, what the
+    /// kernel answers a child over `write()`.
+    #[error("{op} on {device}: the object belongs to the process that created it, not to this forked child; nothing was sent")]
+    ForeignProcess {
+        /// What was being done.
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+    },
     /// The character device that was opened is not the one sysfs announced.
     #[error("{op} on {device}: {path} is device {found:?}, sysfs announced {expected:?}")]
     WrongCharDevice {
@@ -215,15 +227,18 @@ impl Error {
             | Error::InvalidInput { op, .. }
             | Error::Sysfs { op, .. }
             | Error::Abi { op, .. }
+            | Error::ForeignProcess { op, .. }
             | Error::WrongCharDevice { op, .. } => *op,
         }
     }
 
-    /// The errno, for errors that carry one (`EINVAL` for refused input).
+    /// The errno, for errors that carry one (`EINVAL` for refused input,
+    /// `EACCES` for [`Error::ForeignProcess`]).
     pub fn errno(&self) -> Option<Errno> {
         match self {
             Error::Os { errno, .. } | Error::ForkSafety { errno, .. } => Some(*errno),
             Error::InvalidInput { .. } => Some(Errno::INVAL),
+            Error::ForeignProcess { .. } => Some(Errno::ACCESS),
             Error::Sysfs { source, .. } => source.raw_os_error().map(Errno::from_raw_os_error),
             Error::Abi { .. } | Error::WrongCharDevice { .. } => None,
         }
@@ -318,6 +333,7 @@ pub struct ReregError {
     pub(crate) device: Arc<str>,
     pub(crate) reason: Option<&'static str>,
     pub(crate) fork_errno: Option<Errno>,
+    pub(crate) new_range_registered: bool,
 }
 
 impl ReregError {
@@ -353,6 +369,15 @@ impl ReregError {
     /// un-marking the new range failed (the command's is [`errno`](Self::errno)).
     pub fn fork_errno(&self) -> Option<Errno> {
         self.fork_errno
+    }
+
+    /// True when the new range is still registered although the MR is in
+    /// its old state: a replace fallback whose two deregistrations both
+    /// failed. The kernel releases that registration when the context is
+    /// closed; until then the new range must stay mapped (an owned buffer
+    /// is never handed back in that case).
+    pub fn new_range_still_registered(&self) -> bool {
+        self.new_range_registered
     }
 
     /// The device the MR belongs to.
@@ -397,6 +422,7 @@ mod tests {
             device: dev,
             reason: None,
             fork_errno: None,
+            new_range_registered: false,
         };
         let text = r.to_string();
         assert!(

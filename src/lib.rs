@@ -44,8 +44,9 @@ mod flags;
 pub mod fork;
 mod mr;
 pub(crate) mod netlink;
-mod process;
 mod pd;
+mod process;
+mod provider;
 pub mod transport;
 
 pub use buffer::{BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer};

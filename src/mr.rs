@@ -71,6 +71,8 @@ impl MemoryRegion {
     ) -> Result<MemoryRegion, RegFailure> {
         let ctx = &pd.ctx;
         let device = &ctx.inner.device;
+        // Before the fork tracker is touched: a forked child leaves it alone.
+        ctx.check_process(Op::RegMr).map_err(RegFailure::Input)?;
         let start = addr as usize;
         if start.checked_add(length).is_none() {
             let error = Error::input(
@@ -92,7 +94,7 @@ impl MemoryRegion {
                 }));
             }
         }
-        let (uhw_in, uhw_out_len) = ctx.inner.driver_id.map_or((&[][..], 0), |d| d.reg_mr_uhw());
+        let (uhw_in, uhw_out_len) = ctx.inner.provider.reg_mr_uhw();
         let mut uhw_out = [0u8; 8];
         let cmd = RegMr::new(pd.handle, start as u64, length as u64, access.bits()).uhw_in(uhw_in);
         // SAFETY: the caller keeps the range mapped while it is registered.
@@ -242,28 +244,35 @@ impl MemoryRegion {
         access: AccessFlags,
     ) -> Result<ReregPath, ReregError> {
         let new_pd = self.check_rereg_input(flags, pd, addr, length, access)?;
+        if !self.ctx.is_owned_by_this_process() {
+            return Err(ReregError {
+                reason: Some("the MR belongs to the process that created it, not to this forked child; nothing was sent"),
+                ..self.rereg_error(ReregOutcome::Input, Errno::ACCESS)
+            });
+        }
         let may_replace = fallback == ReregFallback::Replace && !flags.is_empty();
         if may_replace && self.ctx.rereg_known_unsupported(flags) {
             // SAFETY: forwarded to the caller.
             return unsafe { self.replace(flags, new_pd, addr, length, access) };
         }
         // SAFETY: forwarded to the caller.
-        match unsafe { self.rereg_in_place(flags, new_pd, addr, length, access) } {
-            Ok(()) => Ok(ReregPath::InPlace),
-            Err(e)
-                if e.outcome == ReregOutcome::Cmd
-                    && e.errno == Errno::OPNOTSUPP
-                    && !flags.is_empty() =>
-            {
-                self.ctx.remember_rereg_unsupported(flags);
-                if may_replace {
-                    // SAFETY: forwarded to the caller.
-                    unsafe { self.replace(flags, new_pd, addr, length, access) }
-                } else {
-                    Err(e)
-                }
-            }
-            Err(e) => Err(e),
+        let err = match unsafe { self.rereg_in_place(flags, new_pd, addr, length, access) } {
+            Ok(()) => return Ok(ReregPath::InPlace),
+            Err(e) if e.outcome == ReregOutcome::Cmd && e.mr_state == MrState::Old => e,
+            Err(e) => return Err(e),
+        };
+        if is_capability_refusal(flags, access, err.errno) {
+            self.ctx.remember_rereg_unsupported(flags);
+        }
+        // The kernel refused without changing anything. A refusal of the
+        // operation (EOPNOTSUPP) or of making read-only pinned pages
+        // writable (EACCES) is what a fresh registration can do instead.
+        let replaceable = err.errno == Errno::OPNOTSUPP || err.errno == Errno::ACCESS;
+        if may_replace && replaceable {
+            // SAFETY: forwarded to the caller.
+            unsafe { self.replace(flags, new_pd, addr, length, access) }
+        } else {
+            Err(err)
         }
     }
 
@@ -364,7 +373,16 @@ impl MemoryRegion {
                         return Err(err);
                     }
                 }
-                Err(self.rereg_error(ReregOutcome::Cmd, errno))
+                let mut err = self.rereg_error(ReregOutcome::Cmd, errno);
+                if self
+                    .ctx
+                    .inner
+                    .provider
+                    .rereg_refusal_leaves_mr_unchanged(flags, errno)
+                {
+                    err.mr_state = MrState::Old;
+                }
+                Err(err)
             }
         }
     }
@@ -414,13 +432,24 @@ impl MemoryRegion {
         // `self` becomes the new registration, `old` the previous one.
         std::mem::swap(self, &mut old);
         if let Err(e) = old.dereg_command() {
-            // Keep the caller's MR as it was; dropping the new one releases it.
+            // Keep the caller's MR as it was and release the new one.
             std::mem::swap(self, &mut old);
-            drop(old);
-            return Err(self.replace_failed(
-                e.errno().unwrap_or(Errno::IO),
-                "replace fallback: deregistering the old MR failed; the new registration was released",
-            ));
+            let mut new = old;
+            let errno = e.errno().unwrap_or(Errno::IO);
+            if new.dereg_in_place().is_ok() {
+                return Err(self.replace_failed(
+                    errno,
+                    "replace fallback: deregistering the old MR failed; the new registration was released",
+                ));
+            }
+            new.abandon();
+            return Err(ReregError {
+                new_range_registered: true,
+                ..self.replace_failed(
+                    errno,
+                    "replace fallback: deregistering the old MR failed, and so did releasing the new registration: the new range stays registered until the context is closed",
+                )
+            });
         }
         if let Err(errno) = old.unmark(old.addr, old.length) {
             return Err(self.rereg_error(ReregOutcome::DoForkOld, errno));
@@ -497,6 +526,14 @@ impl MemoryRegion {
         Ok(())
     }
 
+    /// Gives up on a registration the kernel refused to release: it stays
+    /// registered until the context is closed, counted by
+    /// [`Context::abandoned_registrations`]. Its pages stay marked for fork.
+    fn abandon(&mut self) {
+        self.live = false;
+        self.ctx.note_abandoned_registration();
+    }
+
     /// Un-marks a range this MR had marked (no-op when it marks nothing).
     fn unmark(&self, start: usize, length: usize) -> Result<(), Errno> {
         if self.fork_marked {
@@ -517,6 +554,7 @@ impl MemoryRegion {
             device: self.ctx.inner.device.clone(),
             reason: None,
             fork_errno: None,
+            new_range_registered: false,
         }
     }
 
@@ -557,6 +595,25 @@ impl From<RegFailure> for Error {
     }
 }
 
+/// Access bits every driver that re-registers at all accepts
+/// (`RXE_ACCESS_SUPPORTED_MR` and the core's basic set).
+const PLAIN_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_ATOMIC)
+    .union(AccessFlags::MW_BIND);
+
+/// True when a REREG_MR refusal says the device cannot do this *kind* of
+/// change, so that it is worth remembering per flag combination: an
+/// `EOPNOTSUPP` for a non-empty change whose access value (if any) has only plain
+/// bits. A refusal of one special value (`ZERO_BASED`, `ON_DEMAND`, a flush
+/// bit) says nothing about the next value.
+fn is_capability_refusal(flags: ReregFlags, access: AccessFlags, errno: Errno) -> bool {
+    errno == Errno::OPNOTSUPP
+        && !flags.is_empty()
+        && (!flags.contains(ReregFlags::ACCESS) || PLAIN_ACCESS.contains(access))
+}
+
 /// What to do when the device cannot re-register in place.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ReregFallback {
@@ -579,8 +636,13 @@ pub enum ReregPath {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        if self.live {
-            let _ = self.dereg_in_place();
+        // In a forked child the registration is the parent's: leave it (and
+        // the fork tracker, whose lock a parent thread may have held).
+        if !self.live || !self.ctx.is_owned_by_this_process() {
+            return;
+        }
+        if self.dereg_in_place().is_err() {
+            self.abandon();
         }
     }
 }

@@ -120,9 +120,22 @@ impl ProtectionDomain {
     /// # Safety
     ///
     /// The range must stay mapped, and must not be reused for anything the
-    /// device must not touch, until the region is deregistered (dropped) or
-    /// re-registered elsewhere: the device reads (and with write access,
-    /// writes) it behind the compiler's back.
+    /// device must not touch, until the kernel no longer references it: the
+    /// device reads (and with write access, writes) it behind the compiler's
+    /// back. That is when [`MemoryRegion::dereg`] returns `Ok`, when a
+    /// re-registration moved the region elsewhere, or when the region is
+    /// dropped and the kernel accepts the `DEREG_MR` that drop sends. If it
+    /// refuses (rare: e.g. `EIO` once the device is gone), the registration
+    /// is abandoned and lasts until the context is closed (every clone of
+    /// the [`Context`](crate::Context) and every PD and MR made from it
+    /// dropped); [`Context::abandoned_registrations`](crate::Context::abandoned_registrations)
+    /// counts such cases. To free memory right after deregistering, use
+    /// `dereg()` and handle its error; or use [`reg_buffer`](Self::reg_buffer),
+    /// which leaks the buffer rather than free it under the device.
+    ///
+    /// In a child forked from the process that opened the context, the
+    /// region is the parent's: dropping the child's copy sends nothing, and
+    /// the child's copy of the memory is not registered.
     #[doc(alias = "ibv_reg_mr")]
     pub unsafe fn reg_mr(
         &self,
@@ -149,13 +162,17 @@ impl ProtectionDomain {
     /// ```
     pub fn reg_buffer<B: StableBuffer>(
         &self,
-        mut buffer: B,
+        buffer: B,
         access: AccessFlags,
     ) -> Result<BufferMr<B>, RegBufferError<B>> {
+        // Leaked, not freed, if registering unwinds (a panicking advisor).
+        let mut buffer = std::mem::ManuallyDrop::new(buffer);
         let (addr, len) = (buffer.as_mut_ptr(), buffer.len());
         // SAFETY: the BufferMr owns the buffer and deregisters before
         // dropping it; StableBuffer promises the address does not move.
-        match unsafe { self.reg_mr(addr, len, access) } {
+        let result = unsafe { self.reg_mr(addr, len, access) };
+        let buffer = std::mem::ManuallyDrop::into_inner(buffer);
+        match result {
             Ok(mr) => Ok(BufferMr::new(mr, buffer)),
             Err(error) => Err(RegBufferError { buffer, error }),
         }

@@ -86,16 +86,39 @@ fn retarget_in_place_hands_the_old_buffer_back() {
 }
 
 #[test]
-fn strict_retarget_on_a_refusing_device_releases_both_buffers() {
+fn strict_retarget_refused_without_change_keeps_the_region() {
     let (fake, _ctx, pd) = setup();
     let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let handle = mr.handle();
+    // EOPNOTSUPP comes before any driver changes anything: the MR is as it was.
     fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
     let err = mr
         .retarget(vec![2u8; 4096], ReregFallback::Strict)
         .unwrap_err();
     assert_eq!(
-        (err.error.outcome(), err.error.errno()),
-        (ReregOutcome::Cmd, Errno::OPNOTSUPP)
+        (err.error.outcome(), err.error.errno(), err.error.mr_state()),
+        (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old)
+    );
+    let RetargetBuffers::Kept { mr, new } = err.buffers else {
+        panic!("an unchanged MR must be kept with its buffer")
+    };
+    assert_eq!((mr.handle(), mr.buffer()[0]), (handle, 1));
+    assert_eq!(new.expect("nothing reaches the new buffer")[0], 2);
+    assert_eq!(fake.live_mrs(), 1);
+}
+
+#[test]
+fn strict_retarget_left_undefined_releases_both_buffers() {
+    let (fake, _ctx, pd) = setup();
+    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    // On an unknown driver an EINVAL may come from midway: undefined.
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::INVAL);
+    let err = mr
+        .retarget(vec![2u8; 4096], ReregFallback::Strict)
+        .unwrap_err();
+    assert_eq!(
+        (err.error.outcome(), err.error.errno(), err.error.mr_state()),
+        (ReregOutcome::Cmd, Errno::INVAL, MrState::Undefined)
     );
     match err.buffers {
         RetargetBuffers::Released { old, new } => assert_eq!((old[0], new[0]), (1, 2)),
@@ -138,7 +161,14 @@ fn failed_replace_keeps_the_region_and_returns_the_new_buffer() {
     let RetargetBuffers::Kept { mut mr, new } = err.buffers else {
         panic!("the old MR is valid: it must be kept")
     };
-    assert_eq!((mr.handle(), mr.buffer()[0], new[0]), (handle, 1, 2));
+    assert_eq!(
+        (
+            mr.handle(),
+            mr.buffer()[0],
+            new.expect("no registration reaches the new buffer")[0]
+        ),
+        (handle, 1, 2)
+    );
     mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
 }
 
@@ -209,4 +239,108 @@ fn a_buffer_that_cannot_be_deregistered_is_leaked_not_freed() {
         "memory the device may reach must never be freed"
     );
     assert_eq!(fake.live_mrs(), 1);
+}
+
+/// A fork advisor that panics once, on the first `DontFork` after it is armed.
+#[derive(Clone, Default)]
+struct PanicOnce(Arc<AtomicBool>);
+
+impl uverbs::fork::Advisor for PanicOnce {
+    fn advise(&self, _: usize, _: usize, advice: uverbs::fork::Advice) -> std::io::Result<()> {
+        if advice == uverbs::fork::Advice::DontFork && self.0.swap(false, Ordering::SeqCst) {
+            panic!("advisor panics while the old buffer is registered");
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_panic_inside_retarget_leaks_the_buffers_instead_of_freeing_them() {
+    use uverbs::fork::{ForkMode, ForkSafety, PageSizing};
+    let fake = Arc::new(RecordingTransport::new());
+    let armed = PanicOnce::default();
+    let fork = ForkSafety::with_page_sizing(
+        ForkMode::Enabled,
+        Box::new(armed.clone()),
+        PageSizing::Fixed(4096),
+    );
+    let options = OpenOptions::new().fork_safety(Arc::new(fork));
+    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &options).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let (old, old_dropped, old_early) = watched(&fake);
+    let (new, new_dropped, new_early) = watched(&fake);
+    let mr = pd.reg_buffer(old, RW).unwrap();
+    armed.0.store(true, Ordering::SeqCst);
+    // Marking the new buffer for fork panics while the old one is registered.
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        mr.retarget(new, ReregFallback::Strict).is_ok()
+    }));
+    assert!(unwound.is_err(), "the advisor's panic propagates");
+    assert!(
+        !old_early.load(Ordering::SeqCst),
+        "old buffer freed while registered"
+    );
+    assert!(
+        !new_early.load(Ordering::SeqCst),
+        "new buffer freed while registered"
+    );
+    assert!(
+        !old_dropped.load(Ordering::SeqCst) && !new_dropped.load(Ordering::SeqCst),
+        "both buffers are leaked"
+    );
+    assert_eq!(
+        fake.live_mrs(),
+        0,
+        "unwinding still deregistered the region"
+    );
+}
+
+#[test]
+fn replace_retarget_whose_deregistrations_fail_never_returns_the_new_buffer() {
+    let (fake, _ctx, pd) = setup();
+    let (old, old_dropped, _) = watched(&fake);
+    let (new, new_dropped, _) = watched(&fake);
+    let mr = pd.reg_buffer(old, RW).unwrap();
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::IO); // the old registration
+    fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::IO); // the new one
+    let err = mr.retarget(new, ReregFallback::Replace).unwrap_err();
+    assert!(err.error.new_range_still_registered(), "{}", err.error);
+    let RetargetBuffers::Kept { mr, new } = err.buffers else {
+        panic!("the old MR is valid: it must be kept")
+    };
+    assert!(
+        new.is_none(),
+        "a buffer a registration reaches must not come back"
+    );
+    assert!(
+        !new_dropped.load(Ordering::SeqCst),
+        "and it is leaked, not freed"
+    );
+    assert_eq!(fake.live_mrs(), 2);
+    // The kept region still deregisters and frees its own buffer; the
+    // abandoned registration stays until the context closes.
+    drop(mr);
+    assert!(old_dropped.load(Ordering::SeqCst));
+    assert_eq!(fake.live_mrs(), 1);
+}
+
+#[test]
+fn strict_retarget_left_undefined_and_not_deregistered_keeps_the_new_buffer_away() {
+    let (fake, _ctx, pd) = setup();
+    let (old, _, _) = watched(&fake);
+    let mr = pd.reg_buffer(old, RW).unwrap();
+    let (new, new_dropped, _) = watched(&fake);
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::FAULT);
+    fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::IO);
+    let err = mr.retarget(new, ReregFallback::Strict).unwrap_err();
+    assert_eq!(err.error.mr_state(), MrState::Undefined);
+    let RetargetBuffers::Kept { new, .. } = err.buffers else {
+        panic!("the region could not be deregistered: it must be kept")
+    };
+    assert!(
+        new.is_none(),
+        "the undefined region may reach the new buffer"
+    );
+    assert!(!new_dropped.load(Ordering::SeqCst));
 }

@@ -77,9 +77,14 @@ fn documented_path(d: Driver, flags: ReregFlags) -> Option<ReregPath> {
 
 /// Registers all of `buf` in `pd` with [`RW`].
 fn fresh_mr(pd: &ProtectionDomain, buf: &mut MmapMut) -> MemoryRegion {
+    fresh_mr_with(pd, buf, RW)
+}
+
+/// [`fresh_mr`] with the given access.
+fn fresh_mr_with(pd: &ProtectionDomain, buf: &mut MmapMut, access: AccessFlags) -> MemoryRegion {
     // SAFETY: every caller keeps `buf` mapped until the MR is gone or
     // points elsewhere.
-    unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }.unwrap_or_else(|e| {
+    unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), access) }.unwrap_or_else(|e| {
         panic!(
             "{}: reg_mr of {} bytes: {e}",
             pd.context().device_name(),
@@ -714,7 +719,7 @@ fn refusals_are_remembered_per_context_and_flag_combination() {
             );
         }
 
-        // A strict refusal is remembered too (and leaves the MR undefined).
+        // A strict refusal is remembered too (and leaves the MR unchanged).
         // SAFETY: buf2 stays mapped until the MR is gone.
         let err = unsafe { mr.set_range(buf2.as_mut_ptr(), buf2.len()) }
             .expect_err("strict TRANSLATION is refused on rxe and siw");
@@ -744,52 +749,75 @@ enum Expect {
     Cmd(Errno, MrState),
 }
 
-/// The table of docs/rereg.md: (row, flags, new access), then (rxe strict,
-/// rxe replace, siw strict, siw replace).
-fn device_table() -> Vec<(&'static str, ReregFlags, AccessFlags, [Expect; 4])> {
+/// The table of docs/rereg.md: (row, access at registration, flags, new
+/// access), then (rxe strict, rxe replace, siw strict, siw replace).
+type Row = (
+    &'static str,
+    AccessFlags,
+    ReregFlags,
+    AccessFlags,
+    [Expect; 4],
+);
+
+fn device_table() -> Vec<Row> {
     use Expect::{Cmd, InPlace, Replaced};
-    let unsupported = Cmd(Errno::OPNOTSUPP, MrState::Undefined);
-    let invalid = Cmd(Errno::INVAL, MrState::Undefined);
+    // rxe and siw refuse before changing anything: the MR stays valid.
+    let unsupported = Cmd(Errno::OPNOTSUPP, MrState::Old);
+    let invalid = Cmd(Errno::INVAL, MrState::Old);
+    let read_only = AccessFlags::REMOTE_READ;
     vec![
         (
             "ACCESS",
+            RW,
             ReregFlags::ACCESS,
             AccessFlags::LOCAL_WRITE,
             [InPlace, InPlace, unsupported, Replaced],
         ),
         (
             "PD",
+            RW,
             ReregFlags::PD,
             AccessFlags::empty(),
             [InPlace, InPlace, unsupported, Replaced],
         ),
         (
             "TRANSLATION",
+            RW,
             ReregFlags::TRANSLATION,
             AccessFlags::empty(),
             [unsupported, Replaced, unsupported, Replaced],
         ),
         (
             "all three",
+            RW,
             ReregFlags::all(),
             AccessFlags::LOCAL_WRITE,
             [unsupported, Replaced, unsupported, Replaced],
         ),
         (
             "flags = 0",
+            RW,
             ReregFlags::empty(),
             AccessFlags::empty(),
             [invalid, invalid, unsupported, unsupported],
         ),
         (
             "REMOTE_WRITE without LOCAL_WRITE",
+            RW,
             ReregFlags::ACCESS,
             AccessFlags::REMOTE_WRITE,
+            [invalid, invalid, unsupported, invalid],
+        ),
+        (
+            "ACCESS: read-only MR made writable",
+            read_only,
+            ReregFlags::ACCESS,
+            RW,
             [
-                invalid,
-                invalid,
+                Cmd(Errno::ACCESS, MrState::Old),
+                Replaced,
                 unsupported,
-                Cmd(Errno::INVAL, MrState::Old),
+                Replaced,
             ],
         ),
     ]
@@ -810,15 +838,14 @@ fn every_row_of_the_device_table_in_docs_rereg_md() {
             }
         };
         let mut contradictions = Vec::new();
-        for (row, flags, access, expect) in device_table() {
+        for (row, initial, flags, access, expect) in device_table() {
             for (i, fallback) in [ReregFallback::Strict, ReregFallback::Replace]
                 .into_iter()
                 .enumerate()
             {
                 let case = format!("{row} ({fallback:?})");
-                if let Some(c) =
-                    table_case(&ctx, &case, fallback, flags, access, expect[column + i])
-                {
+                let change = (initial, flags, access);
+                if let Some(c) = table_case(&ctx, &case, fallback, change, expect[column + i]) {
                     contradictions.push(c);
                 }
             }
@@ -837,8 +864,7 @@ fn table_case(
     ctx: &Dut,
     case: &str,
     fallback: ReregFallback,
-    flags: ReregFlags,
-    access: AccessFlags,
+    (initial, flags, access): (AccessFlags, ReregFlags, AccessFlags),
     expect: Expect,
 ) -> Option<String> {
     let name = ctx.device_name();
@@ -848,7 +874,7 @@ fn table_case(
     let pd2 = alloc_pd(ctx);
     let mut buf = anon(MIB);
     let mut new_buf = anon(2 * MIB);
-    let mut mr = fresh_mr(&pd1, &mut buf);
+    let mut mr = fresh_mr_with(&pd1, &mut buf, initial);
     let before = snap(&mr);
     let (addr, len) = if flags.contains(ReregFlags::TRANSLATION) {
         (new_buf.as_mut_ptr(), new_buf.len())
@@ -1044,16 +1070,14 @@ fn retarget_with_replace_hands_the_old_buffer_back_with_its_contents() {
 }
 
 #[test]
-fn strict_retarget_releases_both_buffers_when_the_device_refuses() {
+fn strict_retarget_keeps_the_region_when_the_device_refuses() {
     let _serial = serial();
-    for dev in devices_under_test("strict_retarget_releases_both_buffers_when_the_device_refuses") {
+    const TEST: &str = "strict_retarget_keeps_the_region_when_the_device_refuses";
+    for dev in devices_under_test(TEST) {
         let name = dev.name();
         let ctx = open(&dev);
         if driver(&ctx) == Driver::Other {
-            common::note_unknown_driver(
-                "strict_retarget_releases_both_buffers_when_the_device_refuses",
-                &ctx,
-            );
+            common::note_unknown_driver(TEST, &ctx);
             continue;
         }
         let counts = HandleCounts::new(&ctx, "strict retarget");
@@ -1061,35 +1085,39 @@ fn strict_retarget_releases_both_buffers_when_the_device_refuses() {
         let mr = pd
             .reg_buffer(pattern(anon(MIB), 0x17), RW)
             .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
-        let handle = mr.handle();
+        let before = snap(&mr);
         let result = mr.retarget(pattern(anon(2 * MIB), 0x71), ReregFallback::Strict);
         let RetargetError { error, buffers } = match result {
             Ok(r) => panic!("{name}: strict retarget succeeded ({:?})", r.path),
             Err(e) => e,
         };
         loud(&format!("{name}: strict retarget: {error}"));
+        // rxe and siw refuse TRANSLATION before changing anything.
         assert_eq!(
             (error.outcome(), error.errno(), error.mr_state()),
-            (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Undefined),
+            (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
             "{name}: strict retarget ({error})"
         );
-        match buffers {
-            RetargetBuffers::Released { old, new } => {
-                assert!(
-                    has_pattern(&old, 0x17) && old.len() == MIB,
-                    "{name}: the old buffer comes back intact"
-                );
-                assert!(
-                    has_pattern(&new, 0x71) && new.len() == 2 * MIB,
-                    "{name}: the new buffer comes back intact"
-                );
-            }
-            RetargetBuffers::Kept { mr, .. } => {
-                panic!("{name}: strict retarget kept the undefined region {mr:?}")
-            }
-        }
-        counts.assert_extra(0, 1, "after the released retarget");
-        assert_handle_gone(&ctx, "strict retarget (Released)", handle);
+        let RetargetBuffers::Kept { mr, new } = buffers else {
+            panic!("{name}: strict retarget released a region the kernel left unchanged")
+        };
+        assert_eq!(snap(&mr), before, "{name}: the region is unchanged");
+        assert!(
+            has_pattern(mr.buffer(), 0x17) && mr.buffer().len() == MIB,
+            "{name}: the region keeps its buffer intact"
+        );
+        let new = new.unwrap_or_else(|| panic!("{name}: the new buffer must come back"));
+        assert!(
+            has_pattern(&new, 0x71) && new.len() == 2 * MIB,
+            "{name}: the new buffer comes back intact"
+        );
+        counts.assert_extra(1, 1, "after the refused retarget");
+        let old = mr
+            .dereg()
+            .unwrap_or_else(|(_, e)| panic!("{name}: dereg of the kept region: {e}"));
+        assert!(has_pattern(&old, 0x17));
+        counts.assert_extra(0, 1, "after dereg");
+        assert_handle_gone(&ctx, "strict retarget, then dereg", before.handle);
         drop(pd);
     }
 }

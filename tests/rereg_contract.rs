@@ -208,7 +208,8 @@ fn flags_zero_reaches_the_kernel_like_libibverbs() {
     assert_eq!(err.outcome(), ReregOutcome::Cmd);
     assert_eq!(err.errno(), Errno::INVAL);
     assert_eq!(err.code(), -4);
-    assert_eq!(err.mr_state(), MrState::Undefined);
+    // The kernel's first check, before any driver is asked: nothing changed.
+    assert_eq!(err.mr_state(), MrState::Old);
 }
 
 #[test]
@@ -314,11 +315,11 @@ fn a_refused_command_is_cmd_and_the_mr_can_still_be_dropped() {
     let mut f = fixture();
     let mut mr = f.reg();
     let before = snapshot(&mr);
-    f.fake
-        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    f.fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::IO);
     let err = mr.set_pd(&f.pd2).unwrap_err();
     assert_eq!(err.outcome(), ReregOutcome::Cmd);
-    assert_eq!(err.errno(), Errno::OPNOTSUPP);
+    assert_eq!(err.errno(), Errno::IO);
+    // An unknown driver may have failed midway: the man page's undefined.
     assert_eq!(err.mr_state(), MrState::Undefined);
     assert_eq!(
         snapshot(&mr),
@@ -326,8 +327,7 @@ fn a_refused_command_is_cmd_and_the_mr_can_still_be_dropped() {
         "the recorded attributes stay the old ones"
     );
     assert!(
-        err.to_string()
-            .contains("IBV_REREG_MR_ERR_CMD (-4): EOPNOTSUPP"),
+        err.to_string().contains("IBV_REREG_MR_ERR_CMD (-4): EIO"),
         "{err}"
     );
     drop(mr);
@@ -336,6 +336,24 @@ fn a_refused_command_is_cmd_and_the_mr_can_still_be_dropped() {
         f.fake.commands().last().unwrap().code,
         sys::IB_USER_VERBS_CMD_DEREG_MR
     );
+}
+
+#[test]
+fn refusals_made_before_any_change_leave_the_mr_old() {
+    // EOPNOTSUPP (unsupported operation or flags) and EACCES (the umem
+    // check) come before any driver changes the MR, on every driver.
+    for errno in [Errno::OPNOTSUPP, Errno::ACCESS] {
+        let mut f = fixture();
+        let mut mr = f.reg();
+        let before = snapshot(&mr);
+        f.fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, errno);
+        let err = mr.set_pd(&f.pd2).unwrap_err();
+        assert_eq!(
+            (err.outcome(), err.errno(), err.mr_state()),
+            (ReregOutcome::Cmd, errno, MrState::Old)
+        );
+        assert_eq!(snapshot(&mr), before);
+    }
 }
 
 #[test]

@@ -248,3 +248,83 @@ fn flags_zero_is_never_replaced() {
     assert_eq!(f.counts(), (1, 1, 0));
     assert!(!f.ctx.rereg_known_unsupported(ReregFlags::empty()));
 }
+
+#[test]
+fn a_refused_special_access_value_is_not_remembered_for_the_flags() {
+    // rxe refuses ZERO_BASED with EOPNOTSUPP; that says nothing about the
+    // next ACCESS change, which must still be tried in place.
+    let mut f = fixture();
+    let mut mr = f.reg();
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    let special = RW | AccessFlags::ZERO_BASED;
+    let path = replace(&mut mr, ReregFlags::ACCESS, None, special).unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert!(!f.ctx.rereg_known_unsupported(ReregFlags::ACCESS));
+    let handle = mr.handle();
+    let path = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!((path, mr.handle()), (ReregPath::InPlace, handle));
+    assert_eq!(f.counts(), (2, 2, 1), "the second change went to REREG_MR");
+}
+
+#[test]
+fn a_refused_plain_change_is_remembered() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap();
+    assert!(f.ctx.rereg_known_unsupported(ReregFlags::ACCESS));
+    replace(&mut mr, ReregFlags::ACCESS, None, RW).unwrap();
+    assert_eq!(f.counts(), (1, 3, 2), "the second change skipped REREG_MR");
+}
+
+#[test]
+fn eacces_from_the_umem_check_falls_back_and_is_not_remembered() {
+    // rxe (and mlx5) refuse to make pages pinned read-only writable in place
+    // with EACCES before changing anything; a new registration pins them
+    // writable.
+    let mut f = fixture();
+    let mut mr = f.reg();
+    f.fake.fail_next(REREG, Errno::ACCESS);
+    let path = replace(&mut mr, ReregFlags::ACCESS, None, RW).unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert_eq!(mr.access(), RW);
+    assert!(!f.ctx.rereg_known_unsupported(ReregFlags::ACCESS));
+    // Strict: Cmd with EACCES, and the MR is known to be untouched.
+    f.fake.fail_next(REREG, Errno::ACCESS);
+    let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert_eq!(
+        (err.outcome(), err.errno(), err.mr_state()),
+        (ReregOutcome::Cmd, Errno::ACCESS, MrState::Old)
+    );
+}
+
+#[test]
+fn replace_whose_two_deregistrations_fail_says_the_new_range_is_registered() {
+    let mut f = fixture();
+    let mut mr = f.reg();
+    let handle = mr.handle();
+    f.fake.fail_next(REREG, Errno::OPNOTSUPP);
+    f.fake.fail_next(DEREG, Errno::IO); // the old registration
+    f.fake.fail_next(DEREG, Errno::IO); // the new one
+    let err = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap_err();
+    assert_eq!(
+        (err.outcome(), err.errno(), err.mr_state()),
+        (ReregOutcome::Cmd, Errno::IO, MrState::Old)
+    );
+    assert!(err.new_range_still_registered(), "{err}");
+    assert_eq!(mr.handle(), handle);
+    assert_eq!(f.fake.live_mrs(), 2, "both registrations are live");
+    assert_eq!(f.ctx.abandoned_registrations(), 1);
+    drop(mr);
+    assert_eq!(f.fake.live_mrs(), 1, "the abandoned one is not retried");
+}
+
+#[test]
+fn a_failed_deregistration_on_drop_is_counted() {
+    let mut f = fixture();
+    let mr = f.reg();
+    f.fake.fail_next(DEREG, Errno::IO);
+    drop(mr);
+    assert_eq!(f.fake.live_mrs(), 1);
+    assert_eq!(f.ctx.abandoned_registrations(), 1);
+}
