@@ -223,7 +223,7 @@ fn change_access_sends_one_command_and_keeps_the_handle() {
     assert_eq!(cmds.len(), sent + 1, "exactly one command");
     let last = cmds.last().unwrap();
     assert_eq!(last.code, sys::IB_USER_VERBS_CMD_REREG_MR);
-    let req: sys::ib_uverbs_rereg_mr = last.request();
+    let req: sys::ib_uverbs_rereg_mr = last.request().unwrap();
     assert_eq!(req.mr_handle, handle);
     assert_eq!(req.flags, 4);
     assert_eq!(req.access_flags, AccessFlags::LOCAL_WRITE.bits());
@@ -242,7 +242,7 @@ fn change_pd_moves_the_mr_and_its_pd_reference() {
     let mut f = fixture();
     let mut mr = f.reg();
     mr.set_pd(&f.pd2).unwrap();
-    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request();
+    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request().unwrap();
     assert_eq!((req.flags, req.pd_handle), (2, f.pd2.handle()));
     assert!(mr.is_in(&f.pd2));
     assert_eq!(f.fake.mr_pd(mr.handle()), Some(f.pd2.handle()));
@@ -264,7 +264,7 @@ fn change_translation_sends_the_new_range_and_takes_the_new_keys() {
     let (addr, len) = (f.buf2.as_mut_ptr(), f.buf2.len());
     // SAFETY: buf2 outlives the MR.
     unsafe { mr.set_range(addr, len) }.unwrap();
-    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request();
+    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request().unwrap();
     assert_eq!(
         (req.flags, req.start, req.length, req.hca_va),
         (1, addr as u64, len as u64, addr as u64)
@@ -292,7 +292,7 @@ fn all_three_flags_in_one_command() {
     }
     .unwrap();
     assert_eq!(f.fake.count(), sent + 1);
-    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request();
+    let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request().unwrap();
     assert_eq!(
         (
             req.flags,
@@ -430,7 +430,7 @@ fn drop_order_is_always_valid() {
             sys::IB_USER_VERBS_CMD_DEREG_MR
         ]
     );
-    let last: sys::ib_uverbs_dealloc_pd = fake.commands().last().unwrap().request();
+    let last: sys::ib_uverbs_dealloc_pd = fake.commands().last().unwrap().request().unwrap();
     assert_eq!(last.pd_handle, pd1_handle);
     let _ = (mr_handle, buf, buf2);
 }

@@ -143,7 +143,7 @@ fn refused_rereg_is_replaced_and_the_refusal_skips_the_next_command() {
         .map(|c| c.code)
         .collect();
     assert_eq!(codes, [DEREG, REG, REREG]);
-    let dereg: sys::ib_uverbs_dereg_mr = f.fake.commands().last().unwrap().request();
+    let dereg: sys::ib_uverbs_dereg_mr = f.fake.commands().last().unwrap().request().unwrap();
     assert_eq!(dereg.mr_handle, old_handle);
 
     // The same combination again: no doomed REREG_MR.
@@ -186,7 +186,8 @@ fn translation_is_replaced_onto_the_new_range() {
         .rev()
         .find(|c| c.code == REG)
         .unwrap()
-        .request();
+        .request()
+        .unwrap();
     assert_eq!(
         (reg.start, reg.length, reg.hca_va, reg.access_flags),
         (addr as u64, len as u64, addr as u64, RW.bits())

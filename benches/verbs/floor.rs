@@ -20,19 +20,13 @@ use crate::ours::{ACCESS_A, ACCESS_B};
 use crate::stats::{measure, Budget};
 use crate::Cell;
 use memmap2::MmapMut;
+use zerocopy::IntoBytes;
 
 const WORDS: usize = 32;
 
-/// The bytes of a plain-old-data request struct.
-fn bytes_of<T: Copy>(v: &T) -> Vec<u8> {
-    // SAFETY: uverbs' WriteCommand requests are padding-free POD structs.
-    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), size_of::<T>()) }.to_vec()
-}
-
 /// A u64 array viewed as bytes.
 fn words_mut(w: &mut [u64]) -> &mut [u8] {
-    // SAFETY: any u64 array is valid as bytes, and any bytes as u64s.
-    unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 8) }
+    w.as_mut_bytes()
 }
 
 /// One command, framed once. The request, UHW input and response live in
@@ -60,7 +54,7 @@ impl Prepared {
         uhw_in: &[u8],
         uhw_out_len: usize,
     ) -> Result<Prepared, Errno> {
-        let req = bytes_of(&cmd.request());
+        let req = cmd.request().as_bytes().to_vec();
         let mut request = Box::new([0u64; WORDS]);
         let rb = words_mut(&mut request[..]);
         rb[..req.len()].copy_from_slice(&req);
@@ -111,17 +105,12 @@ impl Prepared {
             // After the 8-byte ib_uverbs_cmd_hdr.
             words_mut(&mut self.write[..])[8 + offset..12 + offset].copy_from_slice(&v);
         } else if self.request_len <= 8 {
-            // CORE_IN is inline in attribute 1's `data` (header 24 bytes,
-            // attributes 16 bytes, `data` at 8).
-            let at = 24 + 16 + 8 + offset;
-            // SAFETY: IoctlFrame is repr(C) POD and `at + 4` lies inside it.
-            let frame = unsafe {
-                std::slice::from_raw_parts_mut(
-                    (&mut *self.template as *mut IoctlFrame).cast::<u8>(),
-                    size_of::<IoctlFrame>(),
-                )
-            };
-            frame[at..at + 4].copy_from_slice(&v);
+            // CORE_IN is inline in the attribute's `data`.
+            let core_in = self
+                .template
+                .attr_mut(sys::UVERBS_ATTR_CORE_IN)
+                .expect("an INVOKE_WRITE frame has CORE_IN");
+            core_in.data.as_mut_bytes()[offset..offset + 4].copy_from_slice(&v);
         } else {
             // CORE_IN points at the request box.
             words_mut(&mut self.request[..])[offset..offset + 4].copy_from_slice(&v);
@@ -141,10 +130,7 @@ impl Prepared {
             // SAFETY: every pointer in the frame points into this struct's boxes.
             unsafe { verbs_ioctl(fd, &mut self.work) }
         } else {
-            // SAFETY: a u64 array viewed as bytes.
-            let b = unsafe {
-                std::slice::from_raw_parts(self.write.as_ptr().cast::<u8>(), self.write_len)
-            };
+            let b = &self.write.as_bytes()[..self.write_len];
             let r = rustix::io::write(fd, b).map(drop);
             // rustix's write() is a `readonly` asm system call, so the
             // compiler may assume the response box (whose address reaches

@@ -19,9 +19,9 @@ impl GetContext {
     }
 }
 
-// SAFETY: the uapi structs mirror ib_uverbs_get_context{,_resp} exactly (checked
+// The uapi structs mirror ib_uverbs_get_context{,_resp} exactly (checked
 // against the C headers) and start with `response`.
-unsafe impl WriteCommand for GetContext {
+impl WriteCommand for GetContext {
     const CODE: u32 = sys::IB_USER_VERBS_CMD_GET_CONTEXT;
     type Request = sys::ib_uverbs_get_context;
     type Response = sys::ib_uverbs_get_context_resp;
@@ -43,8 +43,8 @@ impl QueryDevice {
     }
 }
 
-// SAFETY: mirrors ib_uverbs_query_device{,_resp}; the request is just `response`.
-unsafe impl WriteCommand for QueryDevice {
+// Mirrors ib_uverbs_query_device{,_resp}; the request is just `response`.
+impl WriteCommand for QueryDevice {
     const CODE: u32 = sys::IB_USER_VERBS_CMD_QUERY_DEVICE;
     type Request = sys::ib_uverbs_query_device;
     type Response = sys::ib_uverbs_query_device_resp;

@@ -20,25 +20,54 @@ pub use context::{GetContext, QueryDevice};
 pub use mr::{DeregMr, RegMr, ReregMr};
 pub use pd::{AllocPd, DeallocPd};
 
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
 /// A uverbs write command: its number, its request and response layouts, and
 /// its driver-private (UHW) input.
 ///
-/// # Safety
+/// Implementing it is safe. The bounds make `Request` and `Response` plain
+/// data, proven by zerocopy's derives (which every [`uverbs_uapi`] struct
+/// has): no padding bytes, so viewing them as bytes reads only initialised
+/// memory, and every bit pattern valid, so whatever bytes the kernel writes
+/// into a response are a valid value. The transports write only inside the
+/// buffers they are given, so no choice of types here can make userspace
+/// memory unsound.
 ///
-/// `Request` and `Response` must be `#[repr(C)]` plain-old-data structs that
-/// mirror the kernel's structs for [`CODE`](WriteCommand::CODE) exactly, with
-/// no padding bytes and with every bit pattern valid, because they are passed
-/// to the kernel and filled by it as raw bytes. If the command has a response,
-/// the request must start with the kernel's `u64 response` field (the write()
-/// transport stores the response pointer there). A command without response
-/// uses `()`.
-pub unsafe trait WriteCommand {
+/// What is still promised, for *correctness* rather than memory safety:
+/// `Request` and `Response` mirror the kernel's structs for
+/// [`CODE`](WriteCommand::CODE) byte for byte, and a command with a response
+/// has a request that starts with the kernel's `u64 response` field (the
+/// write() transport stores the response pointer there, and refuses with
+/// `EINVAL` a request shorter than 8 bytes). A command without response uses
+/// `()`. A wrong layout makes the kernel misread the command; that is why
+/// sending one, [`Context::execute`](crate::Context::execute), is `unsafe`:
+/// its caller vouches for what the kernel does with [`request`](Self::request)'s
+/// bytes.
+///
+/// A type that is not plain data is refused at compile time, e.g. a
+/// reference as the response (the kernel's bytes could make it null):
+///
+/// ```compile_fail,E0277
+/// use uverbs::command::WriteCommand;
+/// use uverbs::uverbs_uapi as sys;
+///
+/// struct Bad;
+/// impl WriteCommand for Bad {
+///     const CODE: u32 = sys::IB_USER_VERBS_CMD_ALLOC_PD;
+///     type Request = sys::ib_uverbs_alloc_pd;
+///     type Response = &'static u64;
+///     fn request(&self) -> Self::Request {
+///         sys::ib_uverbs_alloc_pd::default()
+///     }
+/// }
+/// ```
+pub trait WriteCommand {
     /// The command number, `IB_USER_VERBS_CMD_*`.
     const CODE: u32;
     /// The kernel's request struct (after the 8-byte command header).
-    type Request: Copy;
+    type Request: Copy + IntoBytes + Immutable;
     /// The kernel's core response struct, or `()` when there is none.
-    type Response: Copy + Default;
+    type Response: Copy + FromBytes + IntoBytes;
 
     /// The request struct, zeroed and then filled from the builder.
     fn request(&self) -> Self::Request;
@@ -47,12 +76,4 @@ pub unsafe trait WriteCommand {
     fn uhw_in(&self) -> &[u8] {
         &[]
     }
-}
-
-/// The bytes of a plain-old-data value.
-pub(crate) fn bytes_of_mut<T: Copy>(value: &mut T) -> &mut [u8] {
-    // SAFETY: callers only pass `WriteCommand` request/response types (or
-    // kernel attribute structs), which the trait's contract makes padding-free
-    // POD: every byte is initialised and any byte pattern written is valid.
-    unsafe { std::slice::from_raw_parts_mut((value as *mut T).cast::<u8>(), size_of::<T>()) }
 }

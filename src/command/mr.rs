@@ -44,8 +44,8 @@ impl<'a> RegMr<'a> {
     }
 }
 
-// SAFETY: mirrors ib_uverbs_reg_mr{,_resp}; the request starts with `response`.
-unsafe impl WriteCommand for RegMr<'_> {
+// Mirrors ib_uverbs_reg_mr{,_resp}; the request starts with `response`.
+impl WriteCommand for RegMr<'_> {
     const CODE: u32 = sys::IB_USER_VERBS_CMD_REG_MR;
     type Request = sys::ib_uverbs_reg_mr;
     type Response = sys::ib_uverbs_reg_mr_resp;
@@ -123,8 +123,8 @@ impl ReregMr {
     }
 }
 
-// SAFETY: mirrors ib_uverbs_rereg_mr{,_resp}; the request starts with `response`.
-unsafe impl WriteCommand for ReregMr {
+// Mirrors ib_uverbs_rereg_mr{,_resp}; the request starts with `response`.
+impl WriteCommand for ReregMr {
     const CODE: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
     type Request = sys::ib_uverbs_rereg_mr;
     type Response = sys::ib_uverbs_rereg_mr_resp;
@@ -157,8 +157,8 @@ impl DeregMr {
     }
 }
 
-// SAFETY: mirrors ib_uverbs_dereg_mr (a single u32); no response.
-unsafe impl WriteCommand for DeregMr {
+// Mirrors ib_uverbs_dereg_mr (a single u32); no response.
+impl WriteCommand for DeregMr {
     const CODE: u32 = sys::IB_USER_VERBS_CMD_DEREG_MR;
     type Request = sys::ib_uverbs_dereg_mr;
     type Response = ();

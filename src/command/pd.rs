@@ -15,8 +15,8 @@ impl AllocPd {
     }
 }
 
-// SAFETY: mirrors ib_uverbs_alloc_pd{,_resp}; the request is just `response`.
-unsafe impl WriteCommand for AllocPd {
+// Mirrors ib_uverbs_alloc_pd{,_resp}; the request is just `response`.
+impl WriteCommand for AllocPd {
     const CODE: u32 = sys::IB_USER_VERBS_CMD_ALLOC_PD;
     type Request = sys::ib_uverbs_alloc_pd;
     type Response = sys::ib_uverbs_alloc_pd_resp;
@@ -41,8 +41,8 @@ impl DeallocPd {
     }
 }
 
-// SAFETY: mirrors ib_uverbs_dealloc_pd (a single u32); no response.
-unsafe impl WriteCommand for DeallocPd {
+// Mirrors ib_uverbs_dealloc_pd (a single u32); no response.
+impl WriteCommand for DeallocPd {
     const CODE: u32 = sys::IB_USER_VERBS_CMD_DEALLOC_PD;
     type Request = sys::ib_uverbs_dealloc_pd;
     type Response = ();

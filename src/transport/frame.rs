@@ -9,6 +9,7 @@ use std::mem::MaybeUninit;
 
 use crate::error::Errno;
 use uverbs_uapi as sys;
+use zerocopy::{Immutable, IntoBytes};
 
 /// The most attributes any frame built here carries (INVOKE_WRITE: WRITE_CMD,
 /// CORE_IN, CORE_OUT, UHW_IN, UHW_OUT).
@@ -102,8 +103,7 @@ impl WriteFrame {
             in_words,
             out_words,
         };
-        // SAFETY: the buffer is 8-aligned u64 words, larger than the header.
-        unsafe { base.cast::<sys::ib_uverbs_cmd_hdr>().write(hdr) };
+        put(0, hdr.as_bytes());
         put(hdr_len, core_in);
         if response_len != 0 {
             put(hdr_len, &response_ptr.to_ne_bytes());
@@ -123,8 +123,12 @@ impl WriteFrame {
 }
 
 /// An `ib_uverbs_ioctl_hdr` followed by its attributes, as the kernel reads it.
+///
+/// `IntoBytes` (proven padding-free by its derive) gives the byte view; the
+/// frame is deliberately not `FromBytes`, so `hdr.length` and `num_attrs`
+/// only ever change through [`push`](Self::push).
 #[repr(C)]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, IntoBytes, Immutable)]
 pub struct IoctlFrame {
     hdr: sys::ib_uverbs_ioctl_hdr,
     attrs: [sys::ib_uverbs_attr; MAX_ATTRS],
@@ -216,16 +220,17 @@ impl IoctlFrame {
         &self.hdr
     }
 
+    /// The attribute with id `attr_id`, if present, for patching in place
+    /// (e.g. a handle inside inline `CORE_IN` data).
+    pub fn attr_mut(&mut self, attr_id: u16) -> Option<&mut sys::ib_uverbs_attr> {
+        let n = usize::from(self.hdr.num_attrs);
+        self.attrs[..n].iter_mut().find(|a| a.attr_id == attr_id)
+    }
+
     /// The `hdr.length` bytes the kernel reads.
     pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: IoctlFrame is repr(C) of padding-free uapi structs (24 + 16·5
-        // bytes, 8-aligned) and `length` never exceeds its size.
-        unsafe {
-            std::slice::from_raw_parts(
-                (self as *const Self).cast::<u8>(),
-                usize::from(self.hdr.length),
-            )
-        }
+        // `push` keeps `length` within the frame, so this never panics.
+        &IntoBytes::as_bytes(self)[..usize::from(self.hdr.length)]
     }
 }
 

@@ -5,6 +5,7 @@
 use super::frame::{IoctlFrame, WriteFrame};
 use crate::command::*;
 use uverbs_uapi as sys;
+use zerocopy::IntoBytes;
 
 /// Little-endian fields, written out by hand in the tests below.
 #[derive(Default)]
@@ -36,8 +37,7 @@ const SIW_UHW_IN: [u8; 8] = [0xab, 0, 0, 0, 0, 0, 0, 0];
 
 /// The request bytes of a typed command, as the transport receives them.
 fn request_bytes<C: WriteCommand>(cmd: &C) -> Vec<u8> {
-    let mut req = cmd.request();
-    bytes_of_mut(&mut req).to_vec()
+    cmd.request().as_bytes().to_vec()
 }
 
 fn write_frame<C: WriteCommand>(cmd: &C, resp_len: usize) -> Vec<u8> {

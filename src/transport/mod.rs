@@ -17,9 +17,10 @@ use std::fmt;
 pub use kernel::{verbs_ioctl, KernelFile};
 pub use recording::{RecordedCommand, RecordingTransport};
 
-use crate::command::{bytes_of_mut, WriteCommand};
+use crate::command::WriteCommand;
 use crate::error::Errno;
 use uverbs_uapi as sys;
+use zerocopy::{FromZeros, IntoBytes};
 
 /// Which framing a context uses to send write commands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -162,13 +163,13 @@ pub(crate) unsafe fn run<C: WriteCommand>(
     cmd: &C,
     uhw_out: &mut [u8],
 ) -> Result<(C::Response, usize), Errno> {
-    let mut request = cmd.request();
-    let mut response = C::Response::default();
+    let request = cmd.request();
+    let mut response = C::Response::new_zeroed();
     let mut raw = RawCommand {
         code: C::CODE,
-        core_in: bytes_of_mut(&mut request),
+        core_in: request.as_bytes(),
         uhw_in: cmd.uhw_in(),
-        core_out: bytes_of_mut(&mut response),
+        core_out: response.as_mut_bytes(),
         uhw_out,
     };
     // SAFETY: forwarded to the caller.

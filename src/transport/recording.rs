@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use super::{RawCommand, Transport, TransportKind};
 use crate::error::Errno;
 use uverbs_uapi as sys;
+use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 /// One command as the transport received it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,19 +26,46 @@ pub struct RecordedCommand {
 }
 
 impl RecordedCommand {
-    /// The core request decoded as `T` (a uapi request struct).
+    /// The core request decoded as `T` (a uapi request struct), or `None`
+    /// when fewer than `size_of::<T>()` bytes were recorded. Longer requests
+    /// decode their first bytes, as the kernel reads a request.
     ///
-    /// # Panics
+    /// `T` must be plain data ([`FromBytes`]: every bit pattern valid), so
+    /// no recorded bytes can make an invalid value:
     ///
-    /// When `T` is larger than the recorded request.
-    pub fn request<T: Copy>(&self) -> T {
-        assert!(
-            self.core_in.len() >= size_of::<T>(),
-            "recorded request is too short"
-        );
-        // SAFETY: the length is checked; uapi structs are POD, so an
-        // unaligned read of any bytes gives a valid value.
-        unsafe { std::ptr::read_unaligned(self.core_in.as_ptr().cast::<T>()) }
+    /// ```
+    /// # use uverbs::transport::RecordedCommand;
+    /// let rec = RecordedCommand {
+    ///     code: uverbs::uverbs_uapi::IB_USER_VERBS_CMD_DEALLOC_PD,
+    ///     core_in: 7u32.to_ne_bytes().to_vec(),
+    ///     uhw_in: vec![],
+    ///     core_out_len: 0,
+    ///     uhw_out_len: 0,
+    /// };
+    /// let req: Option<uverbs::uverbs_uapi::ib_uverbs_dealloc_pd> = rec.request();
+    /// assert_eq!(req.map(|r| r.pd_handle), Some(7));
+    /// let wide: Option<u64> = rec.request();
+    /// assert_eq!(wide, None, "4 bytes are too short for a u64");
+    /// ```
+    ///
+    /// A reference is not plain data (eight zero bytes would be a null
+    /// `&u64`), so asking for one does not compile:
+    ///
+    /// ```compile_fail,E0277
+    /// # use uverbs::transport::RecordedCommand;
+    /// # let rec = RecordedCommand {
+    /// #     code: 0,
+    /// #     core_in: vec![0; 8],
+    /// #     uhw_in: vec![],
+    /// #     core_out_len: 0,
+    /// #     uhw_out_len: 0,
+    /// # };
+    /// let null: Option<&'static u64> = rec.request();
+    /// ```
+    pub fn request<T: FromBytes>(&self) -> Option<T> {
+        T::read_from_prefix(&self.core_in)
+            .ok()
+            .map(|(value, _rest)| value)
     }
 }
 
@@ -124,13 +152,15 @@ impl RecordingTransport {
     }
 }
 
-fn write_out<T: Copy>(out: &mut [u8], value: T) -> Result<(), Errno> {
-    if out.len() < size_of::<T>() {
-        return Err(Errno::NOSPC);
-    }
-    // SAFETY: the length is checked and T is a POD uapi struct.
-    unsafe { std::ptr::write_unaligned(out.as_mut_ptr().cast::<T>(), value) };
-    Ok(())
+/// Writes `value`'s bytes at the start of `out`; `ENOSPC` when it is too small.
+fn write_out<T: IntoBytes + Immutable>(out: &mut [u8], value: T) -> Result<(), Errno> {
+    value.write_to_prefix(out).map_err(|_| Errno::NOSPC)
+}
+
+/// The recorded request as `T`; `ENOSPC` when it is too short, like the
+/// kernel's check of a write command's length.
+fn request_of<T: FromBytes>(rec: &RecordedCommand) -> Result<T, Errno> {
+    rec.request().ok_or(Errno::NOSPC)
 }
 
 impl FakeKernel {
@@ -185,7 +215,7 @@ impl FakeKernel {
                 write_out(cmd.core_out, sys::ib_uverbs_alloc_pd_resp { pd_handle })
             }
             sys::IB_USER_VERBS_CMD_DEALLOC_PD => {
-                let req: sys::ib_uverbs_dealloc_pd = rec.request();
+                let req: sys::ib_uverbs_dealloc_pd = request_of(rec)?;
                 if !self.pds.contains(&req.pd_handle) {
                     return Err(Errno::INVAL);
                 }
@@ -196,7 +226,7 @@ impl FakeKernel {
                 Ok(())
             }
             sys::IB_USER_VERBS_CMD_REG_MR => {
-                let req: sys::ib_uverbs_reg_mr = rec.request();
+                let req: sys::ib_uverbs_reg_mr = request_of(rec)?;
                 if req.start & 0xfff != req.hca_va & 0xfff || req.length == 0 {
                     return Err(Errno::INVAL);
                 }
@@ -223,7 +253,7 @@ impl FakeKernel {
                 )
             }
             sys::IB_USER_VERBS_CMD_REREG_MR => {
-                let req: sys::ib_uverbs_rereg_mr = rec.request();
+                let req: sys::ib_uverbs_rereg_mr = request_of(rec)?;
                 if req.flags == 0 {
                     return Err(Errno::INVAL);
                 }
@@ -258,7 +288,7 @@ impl FakeKernel {
                 )
             }
             sys::IB_USER_VERBS_CMD_DEREG_MR => {
-                let req: sys::ib_uverbs_dereg_mr = rec.request();
+                let req: sys::ib_uverbs_dereg_mr = request_of(rec)?;
                 self.mrs
                     .remove(&req.mr_handle)
                     .map(|_| ())
@@ -297,5 +327,103 @@ unsafe impl Transport for RecordingTransport {
         }
         kernel.answer(&rec, cmd)?;
         Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recorded(code: u32, core_in: &[u8]) -> RecordedCommand {
+        RecordedCommand {
+            code,
+            core_in: core_in.to_vec(),
+            uhw_in: Vec::new(),
+            core_out_len: 0,
+            uhw_out_len: 0,
+        }
+    }
+
+    #[test]
+    fn request_of_too_few_bytes_is_none() {
+        // 36 of REG_MR's 40 bytes: the old decoder asserted (a panic).
+        let short = recorded(sys::IB_USER_VERBS_CMD_REG_MR, &[0xa5; 36]);
+        assert_eq!(short.request::<sys::ib_uverbs_reg_mr>(), None);
+        let empty = recorded(sys::IB_USER_VERBS_CMD_DEREG_MR, &[]);
+        assert_eq!(empty.request::<sys::ib_uverbs_dereg_mr>(), None);
+        assert_eq!(empty.request::<u64>(), None);
+    }
+
+    #[test]
+    fn request_decodes_exact_and_longer_bytes() {
+        let mut bytes = 0x1234_5678u32.to_ne_bytes().to_vec();
+        let exact = recorded(sys::IB_USER_VERBS_CMD_DEREG_MR, &bytes);
+        assert_eq!(
+            exact.request(),
+            Some(sys::ib_uverbs_dereg_mr {
+                mr_handle: 0x1234_5678
+            })
+        );
+        bytes.extend_from_slice(&[0xff; 4]);
+        let longer = recorded(sys::IB_USER_VERBS_CMD_DEREG_MR, &bytes);
+        assert_eq!(
+            longer
+                .request::<sys::ib_uverbs_dereg_mr>()
+                .map(|r| r.mr_handle),
+            Some(0x1234_5678)
+        );
+        // Not 8-aligned in the Vec is fine: the value is copied out.
+        let reg = sys::ib_uverbs_reg_mr {
+            start: 0x1000,
+            length: 0x2000,
+            hca_va: 0x1000,
+            pd_handle: 3,
+            access_flags: 1,
+            ..Default::default()
+        };
+        let mut unaligned = vec![0u8];
+        unaligned.extend_from_slice(reg.as_bytes());
+        let rec = recorded(sys::IB_USER_VERBS_CMD_REG_MR, &unaligned[1..]);
+        assert_eq!(rec.request(), Some(reg));
+    }
+
+    /// A raw command whose request is shorter than the kernel struct gets
+    /// the kernel's answer, `ENOSPC`, instead of a panic in the fake kernel.
+    #[test]
+    fn short_request_is_refused_with_enospc() {
+        let fake = RecordingTransport::new();
+        for code in [
+            sys::IB_USER_VERBS_CMD_DEALLOC_PD,
+            sys::IB_USER_VERBS_CMD_REG_MR,
+            sys::IB_USER_VERBS_CMD_REREG_MR,
+            sys::IB_USER_VERBS_CMD_DEREG_MR,
+        ] {
+            let mut raw = RawCommand {
+                code,
+                core_in: &[0; 2],
+                uhw_in: &[],
+                core_out: &mut [],
+                uhw_out: &mut [],
+            };
+            // SAFETY: the fake kernel touches no memory outside `raw`.
+            let result = unsafe { fake.execute(&mut raw) };
+            assert_eq!(result, Err(Errno::NOSPC), "command {code}");
+        }
+        assert_eq!(fake.count(), 4, "each refused command is still recorded");
+    }
+
+    #[test]
+    fn write_out_refuses_a_small_buffer() {
+        let resp = sys::ib_uverbs_reg_mr_resp {
+            mr_handle: 1,
+            lkey: 2,
+            rkey: 3,
+        };
+        let mut small = [0u8; 11];
+        assert_eq!(write_out(&mut small, resp), Err(Errno::NOSPC));
+        assert_eq!(small, [0; 11], "nothing written on failure");
+        let mut fits = [0u8; 12];
+        write_out(&mut fits, resp).unwrap();
+        assert_eq!(fits, *resp.as_bytes());
     }
 }

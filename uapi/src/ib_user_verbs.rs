@@ -5,6 +5,8 @@
 //! `u64` and every struct holding one is `align(8)`, as the header demands on all
 //! architectures.
 
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
 /// Version of the uverbs userspace ABI that this header describes.
 pub const IB_USER_VERBS_ABI_VERSION: u32 = 6;
 /// First command number of the extended-only commands (`IB_USER_VERBS_EX_CMD_CREATE_FLOW`).
@@ -125,7 +127,9 @@ pub const IB_USER_VERBS_CMD_FLAG_EXTENDED: u32 = 0x8000_0000;
 
 /// An asynchronous event as read from the async event file descriptor.
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_async_event_desc {
     /// User handle of the object the event is about (CQ, QP, SRQ, WQ or port number).
     pub element: u64,
@@ -139,7 +143,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_async_event_desc>() == 8);
 
 /// Header that starts every legacy `write()` command.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_cmd_hdr {
     /// Command number, optionally OR-ed with `IB_USER_VERBS_CMD_FLAG_EXTENDED`.
     pub command: u32,
@@ -153,7 +159,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_cmd_hdr>() == 4);
 
 /// Second header of an extended `write()` command, after `ib_uverbs_cmd_hdr`.
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_ex_cmd_hdr {
     /// User pointer to the response buffer.
     pub response: u64,
@@ -169,7 +177,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_ex_cmd_hdr>() == 8);
 
 /// `GET_CONTEXT` command body (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_get_context {
     /// User pointer to the response buffer.
     pub response: u64,
@@ -179,7 +189,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_get_context>() == 8);
 
 /// `GET_CONTEXT` response (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_get_context_resp {
     /// File descriptor for asynchronous events.
     pub async_fd: u32,
@@ -191,7 +203,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_get_context_resp>() == 8);
 
 /// `QUERY_DEVICE` command body (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_query_device {
     /// User pointer to the response buffer.
     pub response: u64,
@@ -201,7 +215,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_query_device>() == 8);
 
 /// `QUERY_DEVICE` response: the device attributes.
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_query_device_resp {
     /// Firmware version.
     pub fw_ver: u64,
@@ -291,7 +307,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_query_device_resp>() == 8)
 
 /// `ALLOC_PD` command body (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_alloc_pd {
     /// User pointer to the response buffer.
     pub response: u64,
@@ -301,7 +319,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_alloc_pd>() == 8);
 
 /// `ALLOC_PD` response (flexible `u32 driver_data[]` tail omitted).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_alloc_pd_resp {
     /// Handle of the new protection domain.
     pub pd_handle: u32,
@@ -311,7 +331,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_alloc_pd_resp>() == 4);
 
 /// `DEALLOC_PD` command body.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_dealloc_pd {
     /// Handle of the protection domain to free.
     pub pd_handle: u32,
@@ -321,7 +343,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_dealloc_pd>() == 4);
 
 /// `REG_MR` command body (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_reg_mr {
     /// User pointer to the response buffer.
     pub response: u64,
@@ -341,7 +365,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_reg_mr>() == 8);
 
 /// `REG_MR` response (flexible `u32 driver_data[]` tail omitted).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_reg_mr_resp {
     /// Handle of the new memory region.
     pub mr_handle: u32,
@@ -355,7 +381,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_reg_mr_resp>() == 4);
 
 /// `REREG_MR` command body (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_rereg_mr {
     /// User pointer to the response buffer.
     pub response: u64,
@@ -379,7 +407,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_rereg_mr>() == 8);
 
 /// `REREG_MR` response (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_rereg_mr_resp {
     /// New local key.
     pub lkey: u32,
@@ -391,7 +421,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_rereg_mr_resp>() == 8);
 
 /// `DEREG_MR` command body.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_dereg_mr {
     /// Handle of the memory region to deregister.
     pub mr_handle: u32,

@@ -10,7 +10,11 @@
 //! * `__u64`/`__aligned_u64` become `u64`; structs holding one are `align(8)` on every
 //!   architecture, like `__aligned_u64`. `__be64` becomes a raw `u64` holding
 //!   big-endian bytes.
-//! * No struct has implicit padding, so each can be viewed as plain bytes.
+//! * No struct has implicit padding and every bit pattern of every struct is valid.
+//!   Each derives zerocopy's `FromBytes`, `IntoBytes`, `Immutable` and `KnownLayout`,
+//!   whose derives refuse to compile a struct with padding (or a field that is not
+//!   plain data), so the claim is checked by the compiler; byte views of a struct
+//!   go through zerocopy's safe methods (`as_bytes`, `read_from_bytes`, ...).
 //! * The layouts and values are checked against the installed C headers by
 //!   `tests/c_layout.rs`.
 //! * `<rdma/rdma_user_rxe.h>` is not mirrored: rxe needs no driver-private data for

@@ -4,6 +4,8 @@
 //! (`UVERBS_ID_NS_*`, `UVERBS_ATTR_UHW_*`, `UVERBS_ID_DRIVER_NS*`), which the C
 //! headers define in `<rdma/ib_user_ioctl_cmds.h>`.
 
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
 pub use crate::ib_user_ioctl_cmds::{
     UVERBS_ATTR_UHW_IN, UVERBS_ATTR_UHW_OUT, UVERBS_ID_DRIVER_NS, UVERBS_ID_DRIVER_NS_WITH_UHW,
     UVERBS_ID_NS_MASK, UVERBS_ID_NS_SHIFT,
@@ -36,7 +38,9 @@ pub const UVERBS_ATTR_F_VALID_OUTPUT: u16 = 1 << 1;
 
 /// One attribute of a uverbs ioctl.
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_attr {
     /// Command-specific attribute id.
     pub attr_id: u16,
@@ -56,7 +60,9 @@ const _: () = assert!(core::mem::align_of::<ib_uverbs_attr>() == 8);
 
 /// Header of a uverbs ioctl (flexible `attrs[]` array of `ib_uverbs_attr` omitted).
 #[repr(C, align(8))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
 pub struct ib_uverbs_ioctl_hdr {
     /// Total length in bytes: this header plus all attributes.
     pub length: u16,
