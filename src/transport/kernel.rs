@@ -1,7 +1,7 @@
 //! The kernel's uverbs file as a transport.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 
@@ -136,7 +136,8 @@ impl KernelFile {
 // SAFETY: execute() runs each command once, writes only into the command's
 // output slices (the write() path through a zeroed bounce buffer of which it
 // copies exactly the output lengths; the ioctl path zeroes them first) and
-// returns at most `uhw_out.len()`.
+// returns at most `uhw_out.len()`. adopt_async_fd() returns only the
+// descriptor the kernel's GET_CONTEXT installed (the caller's promise).
 unsafe impl Transport for KernelFile {
     fn kind(&self) -> TransportKind {
         self.kind
@@ -147,6 +148,16 @@ unsafe impl Transport for KernelFile {
             (TransportKind::Ioctl, Some(driver_id)) => self.execute_ioctl(driver_id, cmd),
             _ => self.execute_write(cmd),
         }
+    }
+
+    unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {
+        // The kernel answers an `int` descriptor in a `__u32`: numbers above
+        // `i32::MAX` are negative, never a descriptor.
+        let fd = RawFd::try_from(async_fd).ok()?;
+        // SAFETY: the caller passes the number that a successful GET_CONTEXT
+        // on this file answered: the kernel installed that descriptor in
+        // this process for the new context, and nothing else owns it.
+        Some(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     unsafe fn invoke(
@@ -265,7 +276,8 @@ pub unsafe fn verbs_ioctl(fd: BorrowedFd<'_>, frame: &mut IoctlFrame) -> Result<
 mod tests {
     use super::*;
     use std::fs::File;
-    use std::io::{Read, Seek, SeekFrom};
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::fd::IntoRawFd;
 
     fn write_file(file: File) -> KernelFile {
         KernelFile::new(file.into(), TransportKind::Write, None).unwrap()
@@ -350,5 +362,24 @@ mod tests {
         // SAFETY: the frame carries no pointers.
         let result = unsafe { write_command(read_only.as_fd(), &[0u8; 8]) };
         assert_eq!(result, Err(Errno::BADF));
+    }
+
+    #[test]
+    fn kernel_file_adopts_the_async_fd_number_and_nothing_negative() {
+        let file = write_file(File::options().write(true).open("/dev/null").unwrap());
+        // SAFETY: numbers that cannot be descriptors are never adopted.
+        for negative in [u32::MAX, 0x8000_0000] {
+            assert!(unsafe { file.adopt_async_fd(negative) }.is_none());
+        }
+        // Stands in for the descriptor GET_CONTEXT installs: one nothing
+        // else owns.
+        let path = std::env::temp_dir().join(format!("uverbs-async-{}", std::process::id()));
+        let raw = File::create(&path).unwrap().into_raw_fd();
+        // SAFETY: `raw` was released by its File above; only this call owns it.
+        let adopted = unsafe { file.adopt_async_fd(raw as u32) }.expect("a descriptor");
+        assert_eq!(adopted.as_raw_fd(), raw);
+        File::from(adopted).write_all(b"ok").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"ok");
+        std::fs::remove_file(&path).unwrap();
     }
 }
