@@ -1,7 +1,7 @@
 //! An opened device: the kernel's verbs context for this process.
 
 use std::fmt;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
@@ -75,8 +75,10 @@ pub(crate) struct ContextInner {
     /// Registrations the kernel refused to release (see
     /// [`Context::abandoned_registrations`]).
     abandoned: AtomicU32,
-    // Closed after the transport's file (declaration order = drop order).
-    _async_fd: OwnedFd,
+    /// The async-event file, when the transport gave this process one (the
+    /// kernel's file does; test doubles do not). Closed after the
+    /// transport's file (declaration order = drop order).
+    _async_fd: Option<OwnedFd>,
 }
 
 /// An opened RDMA device (`struct ibv_context`).
@@ -167,7 +169,10 @@ impl Context {
 
     /// Creates a context over any transport, e.g. a
     /// [`RecordingTransport`](crate::transport::RecordingTransport) in tests.
-    /// Sends `GET_CONTEXT` and owns the async-event descriptor it returns.
+    /// Sends `GET_CONTEXT`; the context owns the async-event descriptor only
+    /// if the transport hands it over
+    /// ([`Transport::adopt_async_fd`]: the kernel's file does, fakes do not),
+    /// so a fake's answer never closes a descriptor someone else owns.
     pub fn with_transport(
         device: &str,
         driver_id: Option<DriverId>,
@@ -188,10 +193,9 @@ impl Context {
             )
         }
         .map_err(|e| Error::os(Op::GetContext, &device, e))?;
-        // SAFETY: a successful GET_CONTEXT installed a new descriptor for the
-        // async-event file in this process and gave us its number; nothing
-        // else owns it.
-        let async_fd = unsafe { OwnedFd::from_raw_fd(resp.async_fd as RawFd) };
+        // SAFETY: the number comes from the successful GET_CONTEXT just sent
+        // on this transport, and is adopted only here.
+        let async_fd = unsafe { transport.adopt_async_fd(resp.async_fd) };
         let fork = options
             .fork_safety
             .clone()

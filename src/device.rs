@@ -1,6 +1,7 @@
 //! Finding uverbs devices in sysfs.
 
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -80,10 +81,35 @@ impl Device {
     }
 }
 
-/// Lists the uverbs devices of this machine, ordered by uverbs index.
+/// What listing the uverbs devices found: the usable devices, and the
+/// entries that look like uverbs nodes but were skipped.
+///
+/// One broken entry (a node half-removed while the listing ran, an
+/// unreadable or malformed file) does not hide the other devices: it lands
+/// in [`skipped`](Self::skipped) with the reason, and the listing goes on.
+#[derive(Debug, Default)]
+pub struct DeviceListing {
+    /// The usable devices, ordered by uverbs index.
+    pub devices: Vec<Device>,
+    /// The entries named `uverbs…` that were skipped, ordered by name.
+    pub skipped: Vec<SkippedDevice>,
+}
+
+/// A sysfs entry named like a uverbs node that could not be used.
+#[derive(Debug)]
+pub struct SkippedDevice {
+    /// The entry's name in the class directory (`uverbs3`, `uverbs01`).
+    pub entry: String,
+    /// Why it was skipped: an [`Error::Sysfs`] naming the file (or the entry
+    /// itself, for a malformed name) and what was wrong with it.
+    pub error: Error,
+}
+
+/// Lists the usable uverbs devices of this machine, ordered by uverbs index.
 ///
 /// An empty list means no RDMA device (or no `ib_uverbs` module). The global
-/// uverbs ABI must be 6.
+/// uverbs ABI must be 6. Entries that cannot be read or parsed are skipped;
+/// [`device_listing`] reports them.
 ///
 /// ```no_run
 /// for dev in uverbs::devices()? {
@@ -93,16 +119,33 @@ impl Device {
 /// ```
 #[doc(alias = "ibv_get_device_list")]
 pub fn devices() -> Result<Vec<Device>, Error> {
-    let mut devices = devices_in(Path::new(SYSFS_UVERBS), Path::new(DEV_INFINIBAND))?;
+    device_listing().map(|listing| listing.devices)
+}
+
+/// Lists the uverbs devices of this machine like [`devices`], and also
+/// reports the entries it skipped.
+///
+/// Fails only when the listing as a whole cannot be made: the class
+/// directory or its global `abi_version` cannot be read, or that ABI is not 6.
+///
+/// ```no_run
+/// let listing = uverbs::device_listing()?;
+/// for skipped in &listing.skipped {
+///     eprintln!("skipping {}: {}", skipped.entry, skipped.error);
+/// }
+/// # Ok::<(), uverbs::Error>(())
+/// ```
+pub fn device_listing() -> Result<DeviceListing, Error> {
+    let mut listing = device_listing_in(Path::new(SYSFS_UVERBS), Path::new(DEV_INFINIBAND))?;
     // Like rdma-core, ask RDMA netlink for driver ids once, here, rather
     // than on every open. A kernel without it leaves the name table.
-    for device in &mut devices {
+    for device in &mut listing.devices {
         match crate::netlink::uverbs_chardev(&device.name) {
             Ok(info) => device.netlink_driver_id = info.and_then(|i| i.driver_id).map(DriverId),
             Err(_) => break,
         }
     }
-    Ok(devices)
+    Ok(listing)
 }
 
 /// The device with this name, if present.
@@ -113,9 +156,22 @@ pub fn device(name: &str) -> Result<Option<Device>, Error> {
 /// [`devices`] over another sysfs class directory and device directory
 /// (for tests and containers).
 pub fn devices_in(sysfs: &Path, dev_dir: &Path) -> Result<Vec<Device>, Error> {
+    device_listing_in(sysfs, dev_dir).map(|listing| listing.devices)
+}
+
+/// [`device_listing`] over another sysfs class directory and device
+/// directory (for tests and containers). Asks netlink nothing.
+///
+/// An entry whose name starts with `uverbs` must be `uverbsN`, `N` in
+/// decimal without sign or leading zeros (`uverbs0`, `uverbs12`), and hold
+/// `ibdev` (a name), `abi_version` (a decimal) and `dev` (`MAJOR:MINOR` in
+/// decimal), each with at most one trailing newline; otherwise it is
+/// skipped. Other entries (`abi_version` itself) are not devices and are
+/// ignored.
+pub fn device_listing_in(sysfs: &Path, dev_dir: &Path) -> Result<DeviceListing, Error> {
     let abi_path = sysfs.join("abi_version");
     if !abi_path.exists() {
-        return Ok(Vec::new());
+        return Ok(DeviceListing::default());
     }
     let abi = read_u32(&abi_path)?;
     if abi != sys::IB_USER_VERBS_ABI_VERSION {
@@ -129,33 +185,51 @@ pub fn devices_in(sysfs: &Path, dev_dir: &Path) -> Result<Vec<Device>, Error> {
     }
     let entries = fs::read_dir(sysfs).map_err(|source| sysfs_error(sysfs, source))?;
     let mut found = Vec::new();
+    let mut skipped = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|source| sysfs_error(sysfs, source))?;
-        let uverbs = entry.file_name().to_string_lossy().into_owned();
-        let Some(index) = uverbs
-            .strip_prefix("uverbs")
-            .and_then(|n| n.parse::<u32>().ok())
-        else {
+        let file_name = entry.file_name();
+        if !file_name.as_bytes().starts_with(b"uverbs") {
             continue;
-        };
-        let dir = entry.path();
-        let name = read_text(&dir.join("ibdev"))?;
-        let driver_abi = read_u32(&dir.join("abi_version"))?;
-        let dev = parse_dev(&dir.join("dev"))?;
-        found.push((
-            index,
-            Device {
-                name: Arc::from(name.as_str()),
-                path: dev_dir.join(&uverbs),
-                uverbs,
-                driver_abi,
-                dev,
-                netlink_driver_id: None,
-            },
-        ));
+        }
+        let name = file_name.to_string_lossy().into_owned();
+        match read_node(&entry.path(), &name, dev_dir) {
+            Ok(node) => found.push(node),
+            Err(error) => skipped.push(SkippedDevice { entry: name, error }),
+        }
     }
     found.sort_by_key(|(index, _)| *index);
-    Ok(found.into_iter().map(|(_, d)| d).collect())
+    skipped.sort_by(|a, b| a.entry.cmp(&b.entry));
+    Ok(DeviceListing {
+        devices: found.into_iter().map(|(_, d)| d).collect(),
+        skipped,
+    })
+}
+
+/// One `uverbsN` entry of the class directory and its uverbs index.
+fn read_node(dir: &Path, uverbs: &str, dev_dir: &Path) -> Result<(u32, Device), Error> {
+    let index = uverbs
+        .strip_prefix("uverbs")
+        .and_then(parse_decimal)
+        .ok_or_else(|| invalid(dir, format!("not a uverbs node name (uverbsN): {uverbs:?}")))?;
+    let ibdev_path = dir.join("ibdev");
+    let name = read_line(&ibdev_path)?;
+    if name.is_empty() || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(invalid(&ibdev_path, format!("not a device name: {name:?}")));
+    }
+    let driver_abi = read_u32(&dir.join("abi_version"))?;
+    let dev = read_dev(&dir.join("dev"))?;
+    Ok((
+        index,
+        Device {
+            name: Arc::from(name.as_str()),
+            path: dev_dir.join(uverbs),
+            uverbs: uverbs.to_owned(),
+            driver_abi,
+            dev,
+            netlink_driver_id: None,
+        },
+    ))
 }
 
 fn sysfs_error(path: &Path, source: std::io::Error) -> Error {
@@ -166,39 +240,47 @@ fn sysfs_error(path: &Path, source: std::io::Error) -> Error {
     }
 }
 
-fn read_text(path: &Path) -> Result<String, Error> {
-    fs::read_to_string(path)
-        .map(|s| s.trim().to_owned())
-        .map_err(|source| sysfs_error(path, source))
+fn invalid(path: &Path, what: String) -> Error {
+    sysfs_error(
+        path,
+        std::io::Error::new(std::io::ErrorKind::InvalidData, what),
+    )
+}
+
+/// A sysfs attribute's text without its trailing newline (sysfs prints one;
+/// at most one is accepted).
+fn read_line(path: &Path) -> Result<String, Error> {
+    let mut text = fs::read_to_string(path).map_err(|source| sysfs_error(path, source))?;
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    Ok(text)
+}
+
+/// A decimal `u32` as the kernel prints one (`%u`): ASCII digits only, no
+/// sign, no leading zeros except in `0` itself, no overflow.
+fn parse_decimal(text: &str) -> Option<u32> {
+    let digits_only = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits_only || (text.len() > 1 && text.starts_with('0')) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// `MAJOR:MINOR`, both as [`parse_decimal`] reads them.
+fn parse_dev(text: &str) -> Option<(u32, u32)> {
+    let (major, minor) = text.split_once(':')?;
+    Some((parse_decimal(major)?, parse_decimal(minor)?))
 }
 
 fn read_u32(path: &Path) -> Result<u32, Error> {
-    let text = read_text(path)?;
-    text.parse().map_err(|_| {
-        sysfs_error(
-            path,
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("not a number: {text:?}"),
-            ),
-        )
-    })
+    let text = read_line(path)?;
+    parse_decimal(&text).ok_or_else(|| invalid(path, format!("not a number: {text:?}")))
 }
 
-fn parse_dev(path: &Path) -> Result<(u32, u32), Error> {
-    let text = read_text(path)?;
-    let parsed = text
-        .split_once(':')
-        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
-    parsed.ok_or_else(|| {
-        sysfs_error(
-            path,
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("not major:minor: {text:?}"),
-            ),
-        )
-    })
+fn read_dev(path: &Path) -> Result<(u32, u32), Error> {
+    let text = read_line(path)?;
+    parse_dev(&text).ok_or_else(|| invalid(path, format!("not major:minor: {text:?}")))
 }
 
 #[cfg(test)]
@@ -265,11 +347,63 @@ mod tests {
     }
 
     #[test]
-    fn malformed_dev_is_a_sysfs_error_not_a_panic() {
+    fn malformed_dev_is_skipped_with_a_sysfs_error_not_a_panic() {
         let root = fake_sysfs(&[("uverbs0", "rxe0", "2", "garbage")], "6");
-        let err = devices_in(&root, Path::new("/dev")).unwrap_err();
+        let listing = device_listing_in(&root, Path::new("/dev")).unwrap();
+        assert!(listing.devices.is_empty());
+        let [skipped] = &listing.skipped[..] else {
+            panic!("one entry skipped: {listing:?}");
+        };
+        assert_eq!(skipped.entry, "uverbs0");
+        let err = &skipped.error;
         assert!(matches!(err, Error::Sysfs { .. }), "{err}");
         assert!(err.to_string().contains("garbage"), "{err}");
         fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn decimals_are_parsed_as_the_kernel_prints_them() {
+        for (text, value) in [("0", 0), ("7", 7), ("10", 10), ("4294967295", u32::MAX)] {
+            assert_eq!(parse_decimal(text), Some(value), "{text:?}");
+        }
+        for text in [
+            "",
+            "+1",
+            "-1",
+            "01",
+            "00",
+            " 1",
+            "1 ",
+            "1\n",
+            "0x1",
+            "1_0",
+            "٣",
+            "4294967296",
+        ] {
+            assert_eq!(parse_decimal(text), None, "{text:?}");
+        }
+    }
+
+    #[test]
+    fn dev_numbers_are_major_colon_minor_in_decimal() {
+        assert_eq!(parse_dev("231:193"), Some((231, 193)));
+        assert_eq!(parse_dev("0:0"), Some((0, 0)));
+        for text in [
+            "+231:+193",
+            "231:+193",
+            "-1:2",
+            "231:",
+            ":193",
+            "231",
+            "231:193:1",
+            "231 :193",
+            " 231:193",
+            "231:193 ",
+            "0231:193",
+            "231;193",
+            "4294967296:1",
+        ] {
+            assert_eq!(parse_dev(text), None, "{text:?}");
+        }
     }
 }

@@ -51,7 +51,10 @@ pub mod transport;
 
 pub use buffer::{BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer};
 pub use context::{Context, OpenOptions};
-pub use device::{device, devices, devices_in, Device, DEV_INFINIBAND, SYSFS_UVERBS};
+pub use device::{
+    device, device_listing, device_listing_in, devices, devices_in, Device, DeviceListing,
+    SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,
+};
 pub use device_attr::DeviceAttr;
 pub use driver::DriverId;
 pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};

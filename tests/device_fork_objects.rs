@@ -41,8 +41,8 @@ macro_rules! in_child {
         // glibc keeps malloc usable in a forked child.
         match unsafe { fork() }.expect("fork") {
             ForkResult::Child => {
-                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| $child))
-                    .unwrap_or(99);
+                let code =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| $child)).unwrap_or(99);
                 // SAFETY: _exit never returns.
                 unsafe { nix::libc::_exit(code) }
             }

@@ -234,6 +234,20 @@ impl IoctlFrame {
     }
 }
 
+/// The address a frame gives the kernel for a buffer it reads or writes.
+///
+/// A pointer-to-integer `as` cast, which *exposes* the pointer's provenance
+/// (it is what `<*const T>::expose_provenance` does; that method is stable
+/// only since Rust 1.84, after this crate's MSRV). Exposure is what makes
+/// the kernel's writes visible: the system call gets the buffer only as an
+/// integer inside the frame, and the compiler must assume that an opaque
+/// call (a foreign function, or an asm block without `readonly`/`nomem`)
+/// may access any memory whose provenance was exposed.
+#[inline]
+pub fn user_addr<T>(ptr: *const T) -> u64 {
+    ptr as usize as u64
+}
+
 /// A mandatory constant input, inline in `data` (`len` 8, as rdma-core sends it).
 pub fn attr_const(attr_id: u16, value: u64) -> sys::ib_uverbs_attr {
     sys::ib_uverbs_attr {
@@ -254,7 +268,7 @@ pub fn attr_in(attr_id: u16, bytes: &[u8]) -> Result<sys::ib_uverbs_attr, Errno>
         inline[..bytes.len()].copy_from_slice(bytes);
         u64::from_ne_bytes(inline)
     } else {
-        bytes.as_ptr() as u64
+        user_addr(bytes.as_ptr())
     };
     Ok(sys::ib_uverbs_attr {
         attr_id,
@@ -265,7 +279,8 @@ pub fn attr_in(attr_id: u16, bytes: &[u8]) -> Result<sys::ib_uverbs_attr, Errno>
     })
 }
 
-/// A mandatory output buffer of `len` bytes at `ptr`. `EINVAL` above 0xffff.
+/// A mandatory output buffer of `len` bytes at `ptr` (made with
+/// [`user_addr`], so that its provenance is exposed). `EINVAL` above 0xffff.
 pub fn attr_out(attr_id: u16, ptr: u64, len: usize) -> Result<sys::ib_uverbs_attr, Errno> {
     let len = u16::try_from(len).map_err(|_| Errno::INVAL)?;
     Ok(sys::ib_uverbs_attr {

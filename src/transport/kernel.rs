@@ -1,11 +1,11 @@
 //! The kernel's uverbs file as a transport.
 
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 
-use super::frame::{is_valid_output, IoctlFrame, WriteFrame, MAX_WRITE_BYTES};
+use super::frame::{is_valid_output, user_addr, IoctlFrame, WriteFrame, MAX_WRITE_BYTES};
 use super::{RawCommand, Transport, TransportKind};
 use crate::error::Errno;
 use uverbs_uapi as sys;
@@ -64,50 +64,59 @@ impl KernelFile {
         if resp_len > MAX_WRITE_BYTES {
             return Err(Errno::TOOBIG);
         }
+        // The header counts the response in words and the kernel puts UHW
+        // out right after the core response: a core response that is not
+        // whole words cannot be framed (the frame checks the total).
+        if core_len % 4 != 0 {
+            return Err(Errno::INVAL);
+        }
         // The kernel writes core response and UHW out as one buffer; only
         // the part it may write is zeroed (the rest is never read).
-        let mut response = MaybeUninit::<[u32; MAX_WRITE_BYTES / 4]>::uninit();
-        let response = response.as_mut_ptr().cast::<u32>();
-        // SAFETY: `resp_len / 4` words of the local buffer (`resp_len` is
-        // a multiple of four, checked by the frame, and at most its size).
-        unsafe { std::ptr::write_bytes(response, 0, resp_len / 4) };
+        let mut response = MaybeUninit::<[u8; MAX_WRITE_BYTES]>::uninit();
+        let response = response.as_mut_ptr().cast::<u8>();
+        // SAFETY: `resp_len <= MAX_WRITE_BYTES` bytes of the local buffer.
+        unsafe { std::ptr::write_bytes(response, 0, resp_len) };
         let mut frame = WriteFrame::default();
-        let bytes = frame.encode(cmd.code, cmd.core_in, cmd.uhw_in, response as u64, resp_len)?;
-        if rustix::io::write(&self.fd, bytes)? != bytes.len() {
+        // `user_addr` exposes the buffer's provenance: `write_command` may
+        // write through it.
+        let bytes = frame.encode(
+            cmd.code,
+            cmd.core_in,
+            cmd.uhw_in,
+            user_addr(response),
+            resp_len,
+        )?;
+        // SAFETY: the only pointer in the frame is `response`, exposed above
+        // and valid for `resp_len` bytes (the frame's `out_words`), which is
+        // all the kernel writes; only this raw pointer refers to the buffer.
+        if unsafe { write_command(self.fd.as_fd(), bytes) }? != bytes.len() {
             return Err(Errno::IO);
         }
-        // The kernel wrote the answer through a pointer hidden in the frame's
-        // bytes, during a system call that rustix declares as not writing
-        // memory: an optimised build may assume the buffer still holds
-        // zeros. Volatile loads make the kernel's words what we read.
-        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
-        for i in 0..resp_len / 4 {
-            // SAFETY: `i < resp_len / 4`, within the zeroed part of the buffer.
-            let word = unsafe { std::ptr::read_volatile(response.add(i)) }.to_ne_bytes();
-            let at = 4 * i;
-            let out = if at < core_len {
-                &mut cmd.core_out[at..at + 4]
-            } else {
-                &mut cmd.uhw_out[at - core_len..at - core_len + 4]
-            };
-            out.copy_from_slice(&word);
-        }
+        // SAFETY: the first `resp_len` bytes were zeroed and since then at
+        // most rewritten by the kernel; nothing else refers to them.
+        let answer = unsafe { std::slice::from_raw_parts(response, resp_len) };
+        let (core, uhw) = answer.split_at(core_len);
+        cmd.core_out.copy_from_slice(core);
+        cmd.uhw_out.copy_from_slice(uhw);
         Ok(cmd.uhw_out.len())
     }
 
     fn execute_ioctl(&self, driver_id: u32, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
         cmd.core_out.fill(0);
         cmd.uhw_out.fill(0);
-        let core_out = (cmd.core_out.as_mut_ptr() as u64, cmd.core_out.len());
-        let uhw_out = (cmd.uhw_out.as_mut_ptr() as u64, cmd.uhw_out.len());
+        // `user_addr` exposes the outputs' provenance, so the ioctl (an asm
+        // block that may write memory, see `verbs_ioctl`) may write them.
+        let core_out = (user_addr(cmd.core_out.as_mut_ptr()), cmd.core_out.len());
+        let uhw_out = (user_addr(cmd.uhw_out.as_mut_ptr()), cmd.uhw_out.len());
         let mut frame = IoctlFrame::new(
             sys::UVERBS_OBJECT_DEVICE,
             sys::UVERBS_METHOD_INVOKE_WRITE,
             driver_id,
         );
         frame.set_invoke_write(cmd.code, cmd.core_in, cmd.uhw_in, core_out, uhw_out)?;
-        // SAFETY: every pointer in the frame comes from the slices of `cmd`,
-        // which outlive the call, with their exact lengths and directions.
+        // SAFETY: every pointer in the frame comes from the slices of `cmd`
+        // through `user_addr` (exposed), with their exact lengths and
+        // directions; the slices outlive the call and are not used during it.
         unsafe { verbs_ioctl(self.fd.as_fd(), &mut frame) }?;
         if !cmd.core_out.is_empty()
             && !frame
@@ -127,7 +136,8 @@ impl KernelFile {
 // SAFETY: execute() runs each command once, writes only into the command's
 // output slices (the write() path through a zeroed bounce buffer of which it
 // copies exactly the output lengths; the ioctl path zeroes them first) and
-// returns at most `uhw_out.len()`.
+// returns at most `uhw_out.len()`. adopt_async_fd() returns only the
+// descriptor the kernel's GET_CONTEXT installed (the caller's promise).
 unsafe impl Transport for KernelFile {
     fn kind(&self) -> TransportKind {
         self.kind
@@ -138,6 +148,16 @@ unsafe impl Transport for KernelFile {
             (TransportKind::Ioctl, Some(driver_id)) => self.execute_ioctl(driver_id, cmd),
             _ => self.execute_write(cmd),
         }
+    }
+
+    unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {
+        // The kernel answers an `int` descriptor in a `__u32`: numbers above
+        // `i32::MAX` are negative, never a descriptor.
+        let fd = RawFd::try_from(async_fd).ok()?;
+        // SAFETY: the caller passes the number that a successful GET_CONTEXT
+        // on this file answered: the kernel installed that descriptor in
+        // this process for the new context, and nothing else owns it.
+        Some(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
     unsafe fn invoke(
@@ -164,14 +184,64 @@ impl AsFd for KernelFile {
     }
 }
 
+/// `write(fd, frame)`: sends one command frame to a uverbs file, through a
+/// call the compiler must assume writes memory. Returns the bytes written.
+///
+/// The kernel writes a command's response through a pointer that reaches it
+/// only as an integer inside the frame. rustix's `write` is an asm block
+/// marked `readonly` (a promise that the call writes no memory), so an
+/// optimised build may go on using what it stored in the response buffer
+/// before the call (release builds read back zeros). `libc::write` is a
+/// foreign function, opaque to the compiler, which must assume that it
+/// reads and writes any memory whose provenance was exposed; the frame's
+/// pointers are exposed when they are encoded ([`user_addr`]). So after the
+/// call, the kernel's answer is read with ordinary loads.
+///
+/// Every write() to a uverbs file goes through here: the commands' legacy
+/// framing, and the data path's doorbell (a `POST_SEND`-style write whose
+/// frame points at work requests and a response).
+///
+/// # Safety
+///
+/// Every pointer that `frame` carries must have had its provenance exposed
+/// (made with [`user_addr`] or another pointer-to-integer cast) and be
+/// valid, for the whole call, for each read and write the command on `fd`
+/// does through it. Nothing else (no other thread, no reference) may access
+/// the memory the kernel writes while the call runs.
+pub(crate) unsafe fn write_command(fd: BorrowedFd<'_>, frame: &[u8]) -> Result<usize, Errno> {
+    // SAFETY: `frame` is valid for reads of `frame.len()` bytes and `fd` is
+    // open (borrowed); the kernel's use of the frame's pointers is the
+    // caller's promise.
+    let written = unsafe { libc::write(fd.as_raw_fd(), frame.as_ptr().cast(), frame.len()) };
+    // A negative return is the only failure, and leaves the code in errno.
+    usize::try_from(written).map_err(|_| {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .map_or(Errno::IO, Errno::from_raw_os_error)
+    })
+}
+
 /// `ioctl(fd, RDMA_VERBS_IOCTL, frame)`: one system call, nothing else
 /// (public for tools that send pre-built frames, such as the benchmark's
 /// floor).
 ///
+/// The kernel writes through pointers that reach it only as integers in the
+/// frame's attributes, so this call must be one the compiler assumes writes
+/// memory. It is: `IS_MUTATING = true` makes rustix (1.x, `linux_raw`
+/// backend) issue the plain `syscall!` asm, whose only options are `nostack`
+/// and `preserves_flags` (not `readonly`, not `nomem`), and such an asm
+/// block may read and write any memory whose provenance was exposed, like a
+/// foreign call. (Its `IS_MUTATING = false` path is the `readonly` asm that
+/// `rustix::io::write` uses, which would be wrong here.) The frame itself is
+/// the asm's pointer operand; pointers inside it must be exposed, which
+/// [`user_addr`] does.
+///
 /// # Safety
 ///
-/// Every pointer carried by the frame's attributes must be valid for the
-/// length and direction the method uses, for the duration of the call.
+/// Every pointer carried by the frame's attributes must have had its
+/// provenance exposed (made with [`user_addr`] or another pointer-to-integer
+/// cast) and be valid for the length and direction the method uses, for the
+/// duration of the call.
 pub unsafe fn verbs_ioctl(fd: BorrowedFd<'_>, frame: &mut IoctlFrame) -> Result<(), Errno> {
     struct VerbsIoctl<'a>(&'a mut IoctlFrame);
 
@@ -200,4 +270,116 @@ pub unsafe fn verbs_ioctl(fd: BorrowedFd<'_>, frame: &mut IoctlFrame) -> Result<
 
     // SAFETY: see VerbsIoctl; pointer validity is the caller's promise.
     unsafe { rustix::ioctl::ioctl(fd, VerbsIoctl(frame)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs::File;
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::fd::IntoRawFd;
+
+    fn write_file(file: File) -> KernelFile {
+        KernelFile::new(file.into(), TransportKind::Write, None).unwrap()
+    }
+
+    /// A command whose request carries the `u64 response` field and eight
+    /// more bytes, answered into `core_out` and `uhw_out`.
+    fn exchange(
+        file: &KernelFile,
+        core_out: &mut [u8],
+        uhw_out: &mut [u8],
+    ) -> Result<usize, Errno> {
+        let core_in = [0x5au8; 16];
+        let mut cmd = RawCommand {
+            code: sys::IB_USER_VERBS_CMD_QUERY_DEVICE,
+            core_in: &core_in,
+            uhw_in: &[],
+            core_out,
+            uhw_out,
+        };
+        // SAFETY: QUERY_DEVICE hands no memory to anything; the "kernel"
+        // here is /dev/null or this process's own memory file.
+        unsafe { file.execute(&mut cmd) }
+    }
+
+    #[test]
+    fn write_path_refuses_a_core_output_not_made_of_words() {
+        // 6 + 2 bytes: the total is whole words, the core response is not.
+        // This used to be written and then panic while splitting the answer.
+        let file = write_file(File::options().write(true).open("/dev/null").unwrap());
+        let (mut core, mut uhw) = ([0xffu8; 6], [0xffu8; 2]);
+        assert_eq!(exchange(&file, &mut core, &mut uhw), Err(Errno::INVAL));
+        let (mut core, mut uhw) = ([0xffu8; 6], [0xffu8; 6]);
+        assert_eq!(exchange(&file, &mut core, &mut uhw), Err(Errno::INVAL));
+        // Whole words still work: /dev/null swallows the frame and the
+        // answer is the zeroed buffer.
+        let (mut core, mut uhw) = ([0xffu8; 8], [0xffu8; 4]);
+        assert_eq!(exchange(&file, &mut core, &mut uhw), Ok(4));
+        assert_eq!((core, uhw), ([0; 8], [0; 4]));
+    }
+
+    /// Sends the same command through the same stack frame twice: first to
+    /// a plain file, to learn where the response buffer is, then to this process's
+    /// own memory file positioned at that buffer, so that `write()` really
+    /// writes the response buffer, as the kernel's uverbs file does.
+    #[inline(never)]
+    fn exchange_at_same_depth(file: &KernelFile) -> ([u8; 8], [u8; 8], Result<usize, Errno>) {
+        let (mut core, mut uhw) = ([0u8; 8], [0u8; 8]);
+        let result = exchange(file, &mut core, &mut uhw);
+        (core, uhw, result)
+    }
+
+    #[test]
+    fn write_path_returns_what_the_write_call_wrote_into_the_response() {
+        let path = std::env::temp_dir().join(format!("uverbs-frame-{}", std::process::id()));
+        let plain = write_file(File::create(&path).unwrap());
+        let (_, _, first) = exchange_at_same_depth(&plain);
+        assert_eq!(first, Ok(8));
+        let mut frame = [0u8; 24];
+        File::open(&path).unwrap().read_exact(&mut frame).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let response_ptr = u64::from_ne_bytes(frame[8..16].try_into().unwrap());
+
+        let mut mem = File::options()
+            .read(true)
+            .write(true)
+            .open("/proc/self/mem")
+            .unwrap();
+        mem.seek(SeekFrom::Start(response_ptr)).unwrap();
+        let mem = write_file(mem);
+        let (core, uhw, second) = exchange_at_same_depth(&mem);
+        assert_eq!(second, Ok(8));
+        // The "kernel" wrote the frame itself over the response buffer: the
+        // header, then the response pointer (the same one: same stack).
+        assert_eq!(core, frame[..8], "core response");
+        assert_eq!(uhw, frame[8..16], "uhw response");
+    }
+
+    #[test]
+    fn write_command_reports_the_errno() {
+        let read_only = File::open("/dev/null").unwrap();
+        // SAFETY: the frame carries no pointers.
+        let result = unsafe { write_command(read_only.as_fd(), &[0u8; 8]) };
+        assert_eq!(result, Err(Errno::BADF));
+    }
+
+    #[test]
+    fn kernel_file_adopts_the_async_fd_number_and_nothing_negative() {
+        let file = write_file(File::options().write(true).open("/dev/null").unwrap());
+        // SAFETY: numbers that cannot be descriptors are never adopted.
+        for negative in [u32::MAX, 0x8000_0000] {
+            assert!(unsafe { file.adopt_async_fd(negative) }.is_none());
+        }
+        // Stands in for the descriptor GET_CONTEXT installs: one nothing
+        // else owns.
+        let path = std::env::temp_dir().join(format!("uverbs-async-{}", std::process::id()));
+        let raw = File::create(&path).unwrap().into_raw_fd();
+        // SAFETY: `raw` was released by its File above; only this call owns it.
+        let adopted = unsafe { file.adopt_async_fd(raw as u32) }.expect("a descriptor");
+        assert_eq!(adopted.as_raw_fd(), raw);
+        File::from(adopted).write_all(b"ok").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"ok");
+        std::fs::remove_file(&path).unwrap();
+    }
 }

@@ -13,6 +13,7 @@ mod kernel;
 mod recording;
 
 use std::fmt;
+use std::os::fd::OwnedFd;
 
 pub use kernel::{verbs_ioctl, KernelFile};
 pub use recording::{RecordedCommand, RecordingTransport};
@@ -98,6 +99,8 @@ pub struct RawCommand<'a> {
 /// return from [`execute`](Transport::execute) the number of leading
 /// `uhw_out` bytes that were really written (at most `uhw_out.len()`). On
 /// success the whole `core_out` must hold the kernel's answer.
+/// [`adopt_async_fd`](Transport::adopt_async_fd) may return a descriptor
+/// only if this process owns it and nothing else does.
 pub unsafe trait Transport: Send + Sync + fmt::Debug {
     /// The framing this transport uses.
     fn kind(&self) -> TransportKind;
@@ -128,6 +131,24 @@ pub unsafe trait Transport: Send + Sync + fmt::Debug {
         let _ = (object_id, method_id, attrs);
         Err(Errno::OPNOTSUPP)
     }
+
+    /// Takes ownership of the async-event descriptor whose number
+    /// `GET_CONTEXT` answered (`ib_uverbs_get_context_resp::async_fd`).
+    ///
+    /// Only a transport whose `GET_CONTEXT` really installs a new
+    /// descriptor in this process, the kernel's file, returns one; a number
+    /// that cannot be a descriptor (negative as an `int`) gives `None`. The
+    /// default, right for test doubles whose answer is just a number,
+    /// returns `None`: a context never closes a descriptor it does not own.
+    ///
+    /// # Safety
+    ///
+    /// `async_fd` must be the number that a successful `GET_CONTEXT` on this
+    /// transport answered, passed here at most once.
+    unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {
+        let _ = async_fd;
+        None
+    }
 }
 
 // SAFETY: forwards every call to the shared transport, whose guarantees hold.
@@ -149,6 +170,11 @@ unsafe impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
     ) -> Result<(), Errno> {
         // SAFETY: forwarded to the caller.
         unsafe { (**self).invoke(object_id, method_id, attrs) }
+    }
+
+    unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {
+        // SAFETY: forwarded to the caller.
+        unsafe { (**self).adopt_async_fd(async_fd) }
     }
 }
 

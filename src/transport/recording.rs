@@ -2,7 +2,6 @@
 //! was (or was not) sent, and for fault injection.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::os::fd::IntoRawFd;
 use std::sync::Mutex;
 
 use super::{RawCommand, Transport, TransportKind};
@@ -83,6 +82,7 @@ struct FakeKernel {
     next_key: u32,
     pds: BTreeSet<u32>,
     mrs: BTreeMap<u32, FakeMr>,
+    async_fd: Option<u32>,
 }
 
 /// A [`Transport`] that simulates a small, well-behaved uverbs device and
@@ -113,6 +113,13 @@ impl RecordingTransport {
             .entry(code)
             .or_default()
             .push_back(errno);
+    }
+
+    /// Makes `GET_CONTEXT` answer this `async_fd` number (default `-1`),
+    /// e.g. the number of a descriptor the test owns, to check that the
+    /// context does not take it over.
+    pub fn answer_async_fd(&self, async_fd: u32) {
+        self.lock().async_fd = Some(async_fd);
     }
 
     /// Every command received so far, in order.
@@ -185,14 +192,10 @@ impl FakeKernel {
     fn answer(&mut self, rec: &RecordedCommand, cmd: &mut RawCommand<'_>) -> Result<(), Errno> {
         match rec.code {
             sys::IB_USER_VERBS_CMD_GET_CONTEXT => {
-                // A real descriptor, so that the context can own and close it.
-                let fd = rustix::fs::open(
-                    "/dev/null",
-                    rustix::fs::OFlags::CLOEXEC,
-                    rustix::fs::Mode::empty(),
-                )?;
+                // Just a number: a fake installs no descriptor, and the
+                // context adopts none from it (`-1` unless a test chose one).
                 let resp = sys::ib_uverbs_get_context_resp {
-                    async_fd: fd.into_raw_fd() as u32,
+                    async_fd: self.async_fd.unwrap_or(u32::MAX),
                     num_comp_vectors: 1,
                 };
                 write_out(cmd.core_out, resp)
