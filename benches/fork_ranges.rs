@@ -194,6 +194,9 @@ fn main() {
         run("madvise, 30k disjoint, new range in a gap", &fs, |r| {
             (base + (2 * r.below(DISJOINT - 1) + 1) * p, p)
         });
+        run("madvise, 30k disjoint, 2nd ref on a live range", &fs, |r| {
+            (base + 2 * r.below(DISJOINT) * p + 17, 100)
+        });
         teardown(&fs, live);
     }
 

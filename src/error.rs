@@ -130,8 +130,12 @@ pub enum Error {
     },
     /// Fork safety is enabled and `madvise` refused to mark (or un-mark) the
     /// range; nothing was sent to the kernel. `ENOMEM` means part of the
-    /// range is not mapped (libibverbs' `ibv_reg_mr` fails the same way).
-    #[error("{op} on {device}: fork safety: madvise(MADV_DONTFORK) of the range failed: {}", ErrnoDisplay(*errno))]
+    /// range is not mapped (libibverbs' `ibv_reg_mr` fails the same way);
+    /// `EAGAIN` that the process reached `vm.max_map_count` mappings (every
+    /// separate `MADV_DONTFORK` range splits its mapping; see
+    /// [`fork::max_map_count`](crate::fork::max_map_count)). The message
+    /// names the limit, read when it is displayed.
+    #[error("{op} on {device}: fork safety: madvise(MADV_DONTFORK/MADV_DOFORK) of the range failed: {}", crate::fork::MadviseErrnoDisplay(*errno))]
     ForkSafety {
         /// What was being done.
         op: Op,

@@ -136,3 +136,71 @@ fn init_then_register_protects() {
     fs.dofork_range(map.as_ptr() as usize, page()).unwrap();
     assert_eq!(child_reads(&map[0]), Seen::Value(0x10));
 }
+
+/// Maps one fresh private page at `hint`, which must be a free hole
+/// (`MAP_FIXED_NOREPLACE`: fails with `EEXIST` instead of replacing anything).
+fn map_page_at(hint: usize) -> rustix::io::Result<usize> {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping, so no
+    // memory anyone refers to is affected; the page is unmapped by the caller.
+    let ptr = unsafe {
+        rustix::mm::mmap_anonymous(
+            hint as *mut _,
+            page(),
+            rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+            rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::FIXED_NOREPLACE,
+        )
+    }?;
+    Ok(ptr as usize)
+}
+
+/// A page that was marked, unmapped while still marked (a contract violation
+/// for a registered range) and mapped anew at the same address comes back
+/// without `MADV_DONTFORK`. The next mark of that page must protect it again,
+/// even though the tracker still counts it.
+#[test]
+fn a_remapped_page_is_protected_by_the_next_mark() {
+    let fs = enabled();
+    let p = page();
+    // Another thread of this test binary may take the freed hole between
+    // munmap and mmap; then try again elsewhere (bounded).
+    for _attempt in 0..10 {
+        // SAFETY: a fresh mapping at a kernel-chosen address; only this test
+        // uses it, through raw addresses.
+        let first = unsafe {
+            rustix::mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                p,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE,
+            )
+        }
+        .expect("mmap") as usize;
+        fs.dontfork_range(first, p).unwrap();
+        // SAFETY: the page mapped above; nothing refers to it any more.
+        unsafe { rustix::mm::munmap(first as *mut _, p) }.unwrap();
+        let again = match map_page_at(first) {
+            Ok(addr) => addr,
+            Err(rustix::io::Errno::EXIST) => {
+                fs.dofork_range(first, p).unwrap();
+                continue;
+            }
+            Err(e) => panic!("mmap at the freed hole: {e}"),
+        };
+        assert_eq!(again, first);
+        // SAFETY: `again` is a page of our own, writable, mapped just above.
+        unsafe { std::ptr::write_volatile(again as *mut u8, 0x43) };
+
+        fs.dontfork_range(again, p).unwrap();
+        assert_eq!(fs.marked_ranges(), vec![(again, again + p, 2)]);
+        assert_eq!(child_reads(again as *const u8), Seen::Segfault);
+
+        fs.dofork_range(again, p).unwrap();
+        fs.dofork_range(first, p).unwrap();
+        assert!(fs.marked_ranges().is_empty());
+        assert_eq!(child_reads(again as *const u8), Seen::Value(0x43));
+        // SAFETY: the page mapped by `map_page_at`, no longer used.
+        unsafe { rustix::mm::munmap(again as *mut _, p) }.unwrap();
+        return;
+    }
+    panic!("the freed hole was taken by another mapping 10 times in a row");
+}

@@ -1,6 +1,7 @@
 //! Property tests of the fork-safety range tracker against a naive
 //! page-count model: counts, map shape, the exact advice calls issued, and
-//! all-or-nothing behaviour under injected advice failures.
+//! under injected advice failures and "remapped" pages the invariant that a
+//! counted page is `DONTFORK` (no protection claimed that is not applied).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
@@ -59,6 +60,12 @@ impl Recorder {
     fn log(&self) -> Vec<Call> {
         self.0.lock().unwrap().log.clone()
     }
+
+    /// Simulates munmap + mmap of `[addr, addr + len)` behind the tracker's
+    /// back: the new mapping has no `DONTFORK`.
+    fn remap(&self, addr: usize, len: usize) {
+        self.0.lock().unwrap().log.push((addr, len, Advice::DoFork));
+    }
 }
 
 impl Advisor for Recorder {
@@ -95,21 +102,21 @@ impl Model {
     }
 
     /// Applies a mark (+1) or unmark (-1) and returns the advice calls the
-    /// tracker must make: maximal runs of pages crossing 0->1 or 1->0.
+    /// tracker must make: one DontFork over the whole range for a mark, and
+    /// DoFork for each maximal run of pages crossing 1->0 for an unmark.
     fn apply(&mut self, addr: usize, len: usize, mark: bool) -> Vec<Call> {
-        let (trigger, advice) = if mark {
-            (0, Advice::DontFork)
-        } else {
-            (1, Advice::DoFork)
-        };
+        let pages = Self::pages(addr, len);
         let mut calls: Vec<Call> = Vec::new();
-        for page in Self::pages(addr, len) {
+        if mark {
+            calls.push((BASE + pages.start * P, pages.len() * P, Advice::DontFork));
+        }
+        for page in pages {
             let count = self.0.get(&page).copied().unwrap_or(0);
-            if count == trigger {
+            if !mark && count == 1 {
                 let a = BASE + page * P;
                 match calls.last_mut() {
                     Some(last) if last.0 + last.1 == a => last.1 += P,
-                    _ => calls.push((a, P, advice)),
+                    _ => calls.push((a, P, Advice::DoFork)),
                 }
             }
             let new = if mark { count + 1 } else { count - 1 };
@@ -162,6 +169,9 @@ struct Step {
     pick: usize,
     /// (failing call index, extra failures with the same advice, errno choice)
     fault: Option<(usize, usize, usize)>,
+    /// Before the operation, "remap" `[offset, offset + len)`: drop its
+    /// `DONTFORK` behind the tracker's back (only in the failure test).
+    remap: bool,
 }
 
 fn step() -> impl Strategy<Value = Step> {
@@ -171,13 +181,15 @@ fn step() -> impl Strategy<Value = Step> {
         1..12 * P,
         any::<usize>(),
         proptest::option::weighted(0.3, (0usize..4, 0usize..3, 0usize..3)),
+        proptest::bool::weighted(0.1),
     )
-        .prop_map(|(mark, offset, len, pick, fault)| Step {
+        .prop_map(|(mark, offset, len, pick, fault, remap)| Step {
             mark,
             offset,
             len,
             pick,
             fault,
+            remap,
         })
 }
 
@@ -234,17 +246,29 @@ proptest! {
     }
 
     #[test]
-    fn failures_leave_no_trace(steps in proptest::collection::vec(step(), 1..60)) {
+    fn counted_pages_are_always_dontfork(steps in proptest::collection::vec(step(), 1..60)) {
         let rec = Recorder::default();
         let fs = safety(&rec);
         let mut model = Model::default();
         let mut live: Vec<(usize, usize)> = Vec::new();
+        // Pages "remapped" since the last mark that covered them: the one
+        // case where a count is known not to be backed by DONTFORK.
+        let mut remapped: BTreeSet<usize> = BTreeSet::new();
+        // Pages released by a failed unmark: they may stay DONTFORK with
+        // count 0 (over-protection, allowed).
+        let mut released_by_failure: BTreeSet<usize> = BTreeSet::new();
         let errnos = [
             rustix::io::Errno::INVAL.raw_os_error(),
             rustix::io::Errno::AGAIN.raw_os_error(),
             rustix::io::Errno::IO.raw_os_error(),
         ];
         for step in &steps {
+            if step.remap {
+                let (addr, len) = (BASE + step.offset, step.len);
+                let pages = Model::pages(addr, len);
+                rec.remap(BASE + pages.start * P, pages.len() * P);
+                remapped.extend(pages);
+            }
             let (mark, addr, len, idx) = choose(step, &live);
             if let Some((at, extra, e)) = step.fault {
                 rec.arm(at, extra, errnos[e]);
@@ -256,24 +280,46 @@ proptest! {
                 fs.dofork_range(addr, len)
             };
             rec.disarm();
-            match result {
-                Ok(()) => {
-                    model.apply(addr, len, mark);
-                    if mark {
-                        live.push((addr, len));
-                    } else {
-                        live.swap_remove(idx.unwrap());
+            match (mark, result) {
+                (true, Ok(())) => {
+                    model.apply(addr, len, true);
+                    live.push((addr, len));
+                    for page in Model::pages(addr, len) {
+                        remapped.remove(&page);
                     }
                 }
-                Err(err) => {
+                (true, Err(err)) => {
                     prop_assert!(step.fault.is_some(), "unexpected error {}", err);
+                    // A failed mark changes no count.
                     prop_assert_eq!(fs.marked_ranges(), snapshot);
+                }
+                (false, result) => {
+                    if let Err(err) = result {
+                        prop_assert!(step.fault.is_some(), "unexpected error {}", err);
+                        released_by_failure.extend(Model::pages(addr, len));
+                    }
+                    // Released either way.
+                    model.apply(addr, len, false);
+                    live.swap_remove(idx.unwrap());
                 }
             }
             prop_assert_eq!(fs.marked_ranges(), model.rle());
-            // Whatever happened, the kernel's view (replayed advice) agrees
-            // with the counts.
-            prop_assert_eq!(net_dontfork(&rec.log()), model.marked_pages());
+            // The kernel's view (replayed advice): every counted page is
+            // DONTFORK unless remapped since its last mark; every DONTFORK
+            // page is counted or was released by a failed unmark.
+            let dontfork = net_dontfork(&rec.log());
+            for page in model.marked_pages() {
+                prop_assert!(
+                    dontfork.contains(&page) || remapped.contains(&page),
+                    "page {} is counted but not DONTFORK", page
+                );
+            }
+            for page in &dontfork {
+                prop_assert!(
+                    model.0.contains_key(page) || released_by_failure.contains(page),
+                    "page {} is DONTFORK for no reason", page
+                );
+            }
         }
     }
 }
@@ -287,10 +333,13 @@ fn unaligned_overlapping_ranges_share_pages() {
     fs.dontfork_range(BASE + 1000, 200).unwrap();
     assert_eq!(fs.marked_ranges(), vec![(BASE, BASE + P, 2)]);
     fs.dofork_range(BASE + 100, 200).unwrap();
-    assert_eq!(rec.log(), vec![(BASE, P, Advice::DontFork)]);
+    // Each mark applies DontFork (the second is a no-op for the kernel);
+    // only the last release gives the page back.
+    let dontfork = (BASE, P, Advice::DontFork);
+    assert_eq!(rec.log(), vec![dontfork, dontfork]);
     fs.dofork_range(BASE + 1000, 200).unwrap();
     assert_eq!(
         rec.log(),
-        vec![(BASE, P, Advice::DontFork), (BASE, P, Advice::DoFork)]
+        vec![dontfork, dontfork, (BASE, P, Advice::DoFork)]
     );
 }

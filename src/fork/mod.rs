@@ -34,6 +34,41 @@
 //!   gone. Unaligned buffers protect whole pages, including unrelated data
 //!   sharing those pages.
 //!
+//! # What the tracker promises
+//!
+//! A page it counts ([`ForkSafety::marked_ranges`]) is `MADV_DONTFORK`:
+//!
+//! * every `dontfork_range` applies `MADV_DONTFORK` to its whole range, also
+//!   to pages other registrations already cover, so a page that was unmapped
+//!   and mapped anew at the same address is protected again by the next
+//!   registration (until then it is not: unmapping registered memory breaks
+//!   the registration contract);
+//! * a failed `dontfork_range` changes no count;
+//! * a failed `dofork_range` releases its references all the same (a
+//!   registration that is gone holds none); the pages whose `MADV_DOFORK`
+//!   failed stay `MADV_DONTFORK`, which only means children do not inherit
+//!   them. Never retry it.
+//!
+//! # Limit: `vm.max_map_count`
+//!
+//! Each `MADV_DONTFORK` range that is not adjacent to another one splits the
+//! mapping it lies in, adding up to two kernel mappings (VMAs). At the
+//! per-process limit `vm.max_map_count` ([`max_map_count`], 65 530 by
+//! default) `madvise` fails with `EAGAIN`: then `dontfork_range` fails (and
+//! so does registration), and `dofork_range` of part of a larger
+//! `MADV_DONTFORK` mapping can fail too. With the default limit, about
+//! 32 700 one-page registrations on separate pages fit; after that `mmap`
+//! fails as well (for example `std::thread::spawn`). Raise the limit with
+//! `sysctl -w vm.max_map_count=262144` (as root).
+//!
+//! # Forked children
+//!
+//! In a child of `fork()` the tracker starts empty, with a lock of its own
+//! (see [`RangeTracker`]): the parent's registrations are not the child's,
+//! and their pages do not exist there. A child that registers memory of its
+//! own therefore never waits for a lock a parent thread held at `fork()`,
+//! and `dofork_range` of a parent's range answers `EINVAL` in the child.
+//!
 //! # Environment variables
 //!
 //! Read once, when [`ForkSafety::global`] is first used:
@@ -270,7 +305,10 @@ impl ForkSafety {
     ///
     /// Unless the mode is [`ForkMode::Enabled`] this does nothing but record
     /// that enabling is now too late. `len == 0` or `addr == 0` is a no-op.
-    /// On error nothing changed (see [`RangeTracker::mark`]).
+    /// On error no count changed (see [`RangeTracker::mark`]); with the
+    /// real `madvise`, `ENOMEM` means part of the range is not mapped and
+    /// `EAGAIN` that the process reached `vm.max_map_count` mappings
+    /// ([`max_map_count`]).
     #[doc(alias = "ibv_dontfork_range")]
     pub fn dontfork_range(&self, addr: usize, len: usize) -> io::Result<()> {
         if self.enabled_or_note_too_late() {
@@ -286,8 +324,15 @@ impl ForkSafety {
     ///
     /// Unless the mode is [`ForkMode::Enabled`] this does nothing but record
     /// that enabling is now too late. `len == 0` or `addr == 0` is a no-op.
-    /// Memory that is already unmapped is skipped. See
-    /// [`RangeTracker::unmark`] for the errors.
+    /// Memory that is already unmapped is skipped.
+    ///
+    /// State after an error: `EINVAL` (a page of the range is not marked)
+    /// changed nothing. Any other error (with the real `madvise`, `EAGAIN`:
+    /// the process is at `vm.max_map_count`) has **still released** this
+    /// registration's references; only the pages whose `MADV_DOFORK` failed
+    /// stay `MADV_DONTFORK` (not inherited by children, harmless for the
+    /// parent). So report or ignore the error, but never call `dofork_range`
+    /// again for the same registration. See [`RangeTracker::unmark`].
     #[doc(alias = "ibv_dofork_range")]
     pub fn dofork_range(&self, addr: usize, len: usize) -> io::Result<()> {
         if self.enabled_or_note_too_late() {
@@ -380,6 +425,46 @@ impl ForkSafety {
         // nothing else refers to.
         let _ = unsafe { rustix::mm::munmap(ptr, page) };
         result
+    }
+}
+
+/// The kernel's per-process limit on memory mappings, `vm.max_map_count`
+/// (read from `/proc/sys/vm/max_map_count`; 65 530 by default), or `None`
+/// if it cannot be read.
+///
+/// Each separate `MADV_DONTFORK` range can add two mappings; at the limit
+/// `madvise` answers `EAGAIN` (see the [module documentation](self)).
+pub fn max_map_count() -> Option<usize> {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Formats a fork-safety `madvise` errno with what it means here, e.g.
+/// `EAGAIN (11): Resource temporarily unavailable: the process reached
+/// vm.max_map_count (65530 mappings); raise it with sysctl`.
+pub(crate) struct MadviseErrnoDisplay(pub rustix::io::Errno);
+
+impl fmt::Display for MadviseErrnoDisplay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use rustix::io::Errno;
+        write!(f, "{}", crate::error::ErrnoDisplay(self.0))?;
+        match self.0 {
+            Errno::AGAIN => {
+                f.write_str(": the process reached vm.max_map_count")?;
+                if let Some(limit) = max_map_count() {
+                    write!(f, " ({limit} mappings)")?;
+                }
+                f.write_str(
+                    "; every separate MADV_DONTFORK range splits its mapping; \
+                     raise the limit with `sysctl -w vm.max_map_count=N`",
+                )
+            }
+            Errno::NOMEM => f.write_str(": part of the range is not mapped"),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -648,6 +733,20 @@ mod tests {
         let b = ForkSafety::global();
         assert!(Arc::ptr_eq(&a, &b));
         assert_eq!(fork_status(), a.mode());
+    }
+
+    #[test]
+    fn eagain_names_the_map_count_limit() {
+        let text = MadviseErrnoDisplay(rustix::io::Errno::AGAIN).to_string();
+        assert!(text.starts_with("EAGAIN (11): "), "{text}");
+        assert!(text.contains("vm.max_map_count"), "{text}");
+        if let Some(limit) = max_map_count() {
+            assert!(text.contains(&format!("({limit} mappings)")), "{text}");
+        }
+        let text = MadviseErrnoDisplay(rustix::io::Errno::NOMEM).to_string();
+        assert!(text.contains("not mapped"), "{text}");
+        let text = MadviseErrnoDisplay(rustix::io::Errno::PERM).to_string();
+        assert!(!text.contains("max_map_count"), "{text}");
     }
 
     #[test]

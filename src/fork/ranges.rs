@@ -2,18 +2,67 @@
 //!
 //! The tracker keeps a map of non-overlapping, page-aligned ranges, each with
 //! the number of live registrations that cover it. Pages not in the map have
-//! count 0. Fork advice is issued only when a page's count crosses 0 → 1
-//! (`DontFork`) or 1 → 0 (`DoFork`), once per maximal contiguous run of such
-//! pages. Neighbouring ranges with equal counts are merged, so the map holds
+//! count 0. Neighbouring ranges with equal counts are merged, so the map holds
 //! one entry per distinct "count plateau" however many times ranges are
 //! marked and unmarked.
+//!
+//! # The invariant: a count never claims protection that is not applied
+//!
+//! A page with count > 0 is `MADV_DONTFORK` in the kernel. To keep it so:
+//!
+//! * **Every mark applies `DontFork` to its whole range**, also to pages that
+//!   are already counted. The kernel cannot tell the tracker that a counted
+//!   page was unmapped and mapped anew (a new mapping never carries
+//!   `MADV_DONTFORK`), so trusting the count would leave that new page
+//!   inheritable while the tracker says it is protected. Re-applying advice a
+//!   VMA already has changes nothing in the kernel and costs one system call
+//!   (about 0.8 µs, see `docs/fork-safety.md`); registration itself costs
+//!   tens of µs. Until the next mark covers it, a page that was remapped while
+//!   counted is *not* protected: unmapping registered memory breaks the
+//!   registration contract anyway (the device keeps the old pages pinned).
+//! * **A failed unmark still releases its references.** When `DoFork` fails
+//!   (e.g. `EAGAIN` at `vm.max_map_count`) the pages stay `DONTFORK`, which
+//!   is harmless over-protection; had the counts stayed, a later mark of the
+//!   reused address would have trusted them and issued no `DontFork` — and a
+//!   later munmap + mmap there would have produced an unprotected page with a
+//!   count. With the counts down, nothing is claimed.
+//! * **A failed mark changes no count** and takes its `DontFork` back from the
+//!   pages no registration covers (best effort: if that fails too, those
+//!   pages stay over-protected).
+//!
+//! `DoFork` is issued only when a page's count crosses 1 → 0, once per
+//! maximal contiguous run of such pages.
+//!
+//! # Forked children
+//!
+//! The state (map and lock) belongs to one process. It lives behind a
+//! pointer tagged with the fork [`Generation`] it was created in; the first
+//! use in a forked child finds the tag stale and replaces the state with a
+//! fresh, empty one with a fresh lock. So a child never waits for a lock that
+//! a thread of the parent held at `fork()` (that thread does not exist in
+//! the child, and the lock would never be released), and it never trusts the
+//! parent's counts, which describe pages the child does not have: pages with
+//! `MADV_DONTFORK` are exactly the ones a child does not inherit. The
+//! parent's copy of the state is leaked in the child (it may be half-updated),
+//! once per fork and tracker. A child created by a raw `clone` system call
+//! that bypasses the C library's `fork` is not noticed (see
+//! `crate::process`).
+//!
+//! The lock is held across the advisor call, so that concurrent marks and
+//! unmarks of overlapping ranges in one process see the kernel's advice and
+//! the counts change together. Releasing it around the system call instead
+//! would not make children safe: a fork can also come while another thread
+//! holds the lock to update the map, and the parent's counts would still be
+//! wrong for the child.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::advisor::{Advice, Advisor};
+use crate::process::Generation;
 
 /// How the tracker rounds ranges to pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,16 +108,51 @@ type Piece = (usize, usize, u32);
 /// (libibverbs keeps the same information in a red-black tree inside
 /// `ibv_dontfork_range` / `ibv_dofork_range`). All methods take `&self`; one
 /// mutex serialises updates, and it is held while advice is applied so that
-/// the kernel's view and the map never disagree between operations.
+/// the kernel's view and the map never disagree between operations. In a
+/// forked child the tracker starts empty, with a lock of its own (see the
+/// [`fork` module documentation](super)).
 ///
 /// Cost of [`mark`](Self::mark) / [`unmark`](Self::unmark): O((1 + k) log n)
 /// for n entries in the map and k entries overlapping the range, plus one
-/// advisor call per maximal run of pages crossing 0 ↔ 1.
+/// advisor call per mark, and one per maximal run of pages crossing 1 → 0
+/// per unmark.
 pub struct RangeTracker {
     advisor: Box<dyn Advisor>,
     base_page: usize,
     huge_aware: bool,
+    /// Always a valid pointer from `Box::into_raw`. Replaced (never freed
+    /// while `self` lives) when its generation is stale.
+    state: AtomicPtr<State>,
+}
+
+/// The per-process part of a tracker.
+struct State {
+    generation: Generation,
     map: Mutex<BTreeMap<usize, Span>>,
+}
+
+impl State {
+    fn fresh() -> *mut State {
+        Box::into_raw(Box::new(State {
+            generation: Generation::current(),
+            map: Mutex::new(BTreeMap::new()),
+        }))
+    }
+}
+
+impl Drop for RangeTracker {
+    fn drop(&mut self) {
+        let state = *self.state.get_mut();
+        // SAFETY: `state` came from `Box::into_raw` and `&mut self` excludes
+        // any other user.
+        let current = unsafe { &*state }.generation.is_current();
+        if current {
+            // SAFETY: as above; nothing refers to the state any more.
+            drop(unsafe { Box::from_raw(state) });
+        }
+        // A stale state is the parent's copy, possibly half-updated by a
+        // thread that does not exist here: leak it rather than drop it.
+    }
 }
 
 impl fmt::Debug for RangeTracker {
@@ -105,7 +189,7 @@ impl RangeTracker {
             advisor,
             base_page,
             huge_aware,
-            map: Mutex::new(BTreeMap::new()),
+            state: AtomicPtr::new(State::fresh()),
         }
     }
 
@@ -120,29 +204,79 @@ impl RangeTracker {
         &*self.advisor
     }
 
-    /// Adds one reference to every page overlapping `[addr, addr + len)`,
-    /// applying `DontFork` to the pages whose count goes 0 → 1.
+    /// Adds one reference to every page overlapping `[addr, addr + len)` and
+    /// applies `DontFork` to all of them (also to pages already counted, in
+    /// case they were unmapped and mapped anew since; see the
+    /// [`fork` module documentation](super)).
     ///
-    /// `len == 0` or `addr == 0` is a successful no-op. On error nothing has
-    /// changed: counts are untouched and advice already applied during this
-    /// call has been undone. `EINVAL` if the range wraps around the address
-    /// space, `EOVERFLOW` if a page's count would exceed `u32::MAX`, or the
-    /// advisor's error.
+    /// `len == 0` or `addr == 0` is a successful no-op. On error no count has
+    /// changed, and `DoFork` has been applied (best effort) to the pages of
+    /// the range that no registration covers, undoing whatever part of the
+    /// `DontFork` the kernel did apply. Errors: `EINVAL` if the range wraps
+    /// around the address space, `EOVERFLOW` if a page's count would exceed
+    /// `u32::MAX`, or the advisor's error: with `madvise`, `ENOMEM` if part
+    /// of the range is not mapped, `EAGAIN` if the process has reached
+    /// `vm.max_map_count` mappings (every separate `DONTFORK` range splits
+    /// the mapping around it; see [`max_map_count`](super::max_map_count)).
     pub fn mark(&self, addr: usize, len: usize) -> io::Result<()> {
-        self.apply(addr, len, true)
+        let Some((start, end, _)) = self.align(addr, len)? else {
+            return Ok(());
+        };
+        let mut map = self.lock();
+        let pieces = pieces(&map, start, end);
+        if pieces.iter().any(|&(_, _, c)| c == u32::MAX) {
+            return Err(errno(rustix::io::Errno::OVERFLOW));
+        }
+        if let Err(err) = self.advisor.advise(start, end - start, Advice::DontFork) {
+            // madvise walks the range VMA by VMA and may have changed some
+            // before failing. Take that back where nobody needs it; pages
+            // already counted must stay DONTFORK.
+            for (s, e) in runs(&pieces, 0) {
+                // Best effort: if this fails too, the pages stay DONTFORK
+                // with count 0, which protects more than needed, never less.
+                let _ = self.advisor.advise(s, e - s, Advice::DoFork);
+            }
+            return Err(err);
+        }
+        update(&mut map, start, end, &pieces, true);
+        Ok(())
     }
 
     /// Removes one reference from every page overlapping `[addr, addr + len)`,
     /// applying `DoFork` to the pages whose count goes 1 → 0.
     ///
-    /// `len == 0` or `addr == 0` is a successful no-op. `EINVAL` (and no
-    /// change) if any of the pages is not marked. A `DoFork` that fails is
-    /// retried page by page; pages that are no longer mapped (`ENOMEM`) are
-    /// skipped, since an unmapped page is inherited by nobody. Any other
-    /// failure undoes the advice applied during this call, leaves the counts
-    /// untouched and is returned.
+    /// `len == 0` or `addr == 0` is a successful no-op. `EINVAL`, and no
+    /// change, if any of the pages is not marked.
+    ///
+    /// Otherwise the references are **always released**, even when an error
+    /// is returned. A `DoFork` that fails is retried page by page; pages that
+    /// are no longer mapped (`ENOMEM`) are skipped, since there is nothing to
+    /// give back. Any other failure (with `madvise`, `EAGAIN`: the process is
+    /// at `vm.max_map_count` and giving back part of a `DONTFORK` mapping
+    /// would split it) leaves those pages `DONTFORK`, so children do not
+    /// inherit them although no registration covers them any more. That is
+    /// harmless for the parent and undone by the next mark and unmark of
+    /// those pages. The first such error is returned after all runs were
+    /// tried. Do not call `unmark` again for the same registration: its
+    /// references are gone, so a retry would release another registration's
+    /// or fail with `EINVAL`.
     pub fn unmark(&self, addr: usize, len: usize) -> io::Result<()> {
-        self.apply(addr, len, false)
+        let Some((start, end, granule)) = self.align(addr, len)? else {
+            return Ok(());
+        };
+        let mut map = self.lock();
+        let pieces = pieces(&map, start, end);
+        if pieces.iter().any(|&(_, _, c)| c == 0) {
+            return Err(errno(rustix::io::Errno::INVAL));
+        }
+        let mut first_error = None;
+        for (s, e) in runs(&pieces, 1) {
+            if let Err(err) = self.dofork_run(s, e, granule) {
+                first_error.get_or_insert(err);
+            }
+        }
+        update(&mut map, start, end, &pieces, false);
+        first_error.map_or(Ok(()), Err)
     }
 
     /// Snapshot of the marked ranges as `(start, end_exclusive, count)`,
@@ -164,11 +298,43 @@ impl RangeTracker {
         self.lock().is_empty()
     }
 
+    /// This process's state: the parent's state is replaced by a fresh one
+    /// on first use in a forked child.
+    fn state(&self) -> &State {
+        let mut ptr = self.state.load(Ordering::Acquire);
+        loop {
+            // SAFETY: the pointer always comes from `Box::into_raw` and is
+            // never freed while `self` is alive (stale states are leaked).
+            let state = unsafe { &*ptr };
+            if state.generation.is_current() {
+                return state;
+            }
+            // A forked child. The stale state's lock may be held by a thread
+            // that does not exist here, so never touch it.
+            let fresh = State::fresh();
+            match self
+                .state
+                .compare_exchange(ptr, fresh, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => ptr = fresh,
+                Err(winner) => {
+                    // Another thread of the child was first.
+                    // SAFETY: `fresh` was never shared.
+                    drop(unsafe { Box::from_raw(fresh) });
+                    ptr = winner;
+                }
+            }
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, BTreeMap<usize, Span>> {
         // The map is only modified after all fallible work (advice) is done,
         // so a panic in an advisor cannot leave it half-updated: recovering a
         // poisoned lock is sound.
-        self.map.lock().unwrap_or_else(PoisonError::into_inner)
+        self.state()
+            .map
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Rounds `[addr, addr + len)` out to whole pages; `None` for the no-op
@@ -195,66 +361,23 @@ impl RangeTracker {
         Ok(Some((start, end, granule)))
     }
 
-    fn apply(&self, addr: usize, len: usize, mark: bool) -> io::Result<()> {
-        let Some((start, end, granule)) = self.align(addr, len)? else {
+    /// `DoFork` on `[start, end)`, page by page if the whole run fails,
+    /// skipping unmapped pages (`ENOMEM`). Returns the first other error;
+    /// pages up to it have been given back.
+    fn dofork_run(&self, start: usize, end: usize, granule: usize) -> io::Result<()> {
+        if self
+            .advisor
+            .advise(start, end - start, Advice::DoFork)
+            .is_ok()
+        {
             return Ok(());
-        };
-        let mut map = self.lock();
-        let pieces = pieces(&map, start, end);
-
-        let (trigger, advice) = if mark {
-            if pieces.iter().any(|&(_, _, c)| c == u32::MAX) {
-                return Err(errno(rustix::io::Errno::OVERFLOW));
-            }
-            (0, Advice::DontFork)
-        } else {
-            if pieces.iter().any(|&(_, _, c)| c == 0) {
-                return Err(errno(rustix::io::Errno::INVAL));
-            }
-            (1, Advice::DoFork)
-        };
-
-        let mut applied = Vec::new();
-        for (s, e) in runs(&pieces, trigger) {
-            if let Err(err) = self.advise_run(s, e, granule, advice, &mut applied) {
-                for &(a, l, adv) in applied.iter().rev() {
-                    // Best effort: if undoing fails too there is nothing
-                    // better to do than report the original error.
-                    let _ = self.advisor.advise(a, l, adv.opposite());
-                }
-                return Err(err);
-            }
         }
-
-        update(&mut map, start, end, &pieces, mark);
-        Ok(())
-    }
-
-    fn advise_run(
-        &self,
-        start: usize,
-        end: usize,
-        granule: usize,
-        advice: Advice,
-        applied: &mut Vec<(usize, usize, Advice)>,
-    ) -> io::Result<()> {
-        let err = match self.advisor.advise(start, end - start, advice) {
-            Ok(()) => {
-                applied.push((start, end - start, advice));
-                return Ok(());
-            }
-            Err(err) => err,
-        };
-        if advice == Advice::DontFork {
-            return Err(err);
-        }
-        // DoFork failed, possibly because part of the range is already
-        // unmapped (ENOMEM). Apply it page by page to reach every page that is
-        // still mapped, skipping the ones that are gone.
+        // Possibly because part of the range is already unmapped (ENOMEM).
+        // Apply it page by page to reach every page that is still mapped.
         let mut page = start;
         while page < end {
             match self.advisor.advise(page, granule, Advice::DoFork) {
-                Ok(()) => applied.push((page, granule, Advice::DoFork)),
+                Ok(()) => {}
                 Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOMEM.raw_os_error()) => {}
                 Err(e) => return Err(e),
             }
@@ -431,13 +554,14 @@ mod tests {
         t.mark(BASE + 10, 1).unwrap();
         assert_eq!(t.marked(), vec![(BASE, BASE + P, 1)]);
         assert_eq!(log.take(), vec![(BASE, P, Advice::DontFork)]);
-        // Straddling a page boundary covers both pages.
+        // Straddling a page boundary covers both pages; the mark applies
+        // DontFork to both, also to the page already counted.
         t.mark(BASE + P - 1, 2).unwrap();
         assert_eq!(
             t.marked(),
             vec![(BASE, BASE + P, 2), (BASE + P, BASE + 2 * P, 1)]
         );
-        assert_eq!(log.take(), vec![(BASE + P, P, Advice::DontFork)]);
+        assert_eq!(log.take(), vec![(BASE, 2 * P, Advice::DontFork)]);
         t.unmark(BASE + P - 1, 2).unwrap();
         assert_eq!(log.take(), vec![(BASE + P, P, Advice::DoFork)]);
         t.unmark(BASE + 10, 1).unwrap();
@@ -482,21 +606,14 @@ mod tests {
     }
 
     #[test]
-    fn one_call_per_maximal_run() {
+    fn one_dontfork_per_mark_and_one_dofork_per_maximal_run() {
         let (t, log) = tracker();
         t.mark(BASE + P, P).unwrap();
         t.mark(BASE + 3 * P, P).unwrap();
         log.take();
-        // Covers gap, marked, gap, marked, gap: three DontFork runs.
+        // Covers gap, marked, gap, marked, gap: one DontFork for all of it.
         t.mark(BASE, 5 * P).unwrap();
-        assert_eq!(
-            log.take(),
-            vec![
-                (BASE, P, Advice::DontFork),
-                (BASE + 2 * P, P, Advice::DontFork),
-                (BASE + 4 * P, P, Advice::DontFork)
-            ]
-        );
+        assert_eq!(log.take(), vec![(BASE, 5 * P, Advice::DontFork)]);
         // Removing the big one releases exactly those pages again.
         t.unmark(BASE, 5 * P).unwrap();
         assert_eq!(
@@ -552,7 +669,13 @@ mod tests {
                 (BASE + 6 * P, BASE + 10 * P, 1)
             ]
         );
-        assert_eq!(log.take(), vec![(BASE, 10 * P, Advice::DontFork)]);
+        assert_eq!(
+            log.take(),
+            vec![
+                (BASE, 10 * P, Advice::DontFork),
+                (BASE + 4 * P, 2 * P, Advice::DontFork)
+            ]
+        );
         t.unmark(BASE + 4 * P, 2 * P).unwrap();
         assert_eq!(t.marked(), vec![(BASE, BASE + 10 * P, 1)]);
         assert!(log.take().is_empty());
@@ -590,11 +713,12 @@ mod tests {
             Some(rustix::io::Errno::NOMEM.raw_os_error())
         );
         assert!(t.is_empty());
-        assert!(log.take().is_empty());
+        // Whatever part of the range the kernel did mark is given back.
+        assert_eq!(log.take(), vec![(BASE, 3 * P, Advice::DoFork)]);
     }
 
     #[test]
-    fn failure_after_partial_progress_undoes_applied_runs() {
+    fn failed_mark_gives_back_only_uncounted_pages() {
         struct FailAt(Log, Mutex<usize>, usize);
         impl Advisor for FailAt {
             fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
@@ -608,12 +732,14 @@ mod tests {
         }
         let log = Log::default();
         let t = RangeTracker::new(
-            Box::new(FailAt(log.clone(), Mutex::new(0), 3)),
+            Box::new(FailAt(log.clone(), Mutex::new(0), 2)),
             PageSizing::Fixed(P),
         );
         t.mark(BASE + P, P).unwrap(); // call 1
         log.take();
-        // call 2: DontFork [BASE, +P) ok; call 3: [BASE+2P, +P) fails.
+        // Call 2, DontFork of [BASE, +3P), fails: the kernel may have marked
+        // part of it, so the pages no registration covers get DoFork; the
+        // counted page in the middle stays DontFork.
         let err = t.mark(BASE, 3 * P).unwrap_err();
         assert_eq!(
             err.raw_os_error(),
@@ -622,7 +748,7 @@ mod tests {
         assert_eq!(t.marked(), vec![(BASE + P, BASE + 2 * P, 1)]);
         assert_eq!(
             log.take(),
-            vec![(BASE, P, Advice::DontFork), (BASE, P, Advice::DoFork)]
+            vec![(BASE, P, Advice::DoFork), (BASE + 2 * P, P, Advice::DoFork)]
         );
     }
 
@@ -639,6 +765,43 @@ mod tests {
         );
         t.mark(BASE, 3 * P).unwrap();
         t.unmark(BASE, 3 * P).unwrap();
+        assert!(t.is_empty());
+    }
+
+    /// Regression (issue 9, defect 6): at `vm.max_map_count` DOFORK fails
+    /// with EAGAIN. The reference must be released anyway, so that the next
+    /// mark of the page issues DONTFORK again instead of trusting a count
+    /// whose protection is unknown, and the next unmark issues DOFORK.
+    #[test]
+    fn failed_dofork_releases_and_the_next_mark_protects_again() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        /// Fails every DoFork with EAGAIN while the flag is set.
+        #[derive(Clone)]
+        struct AtLimit(Log, Arc<AtomicBool>);
+        impl Advisor for AtLimit {
+            fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+                if advice == Advice::DoFork && self.1.load(Ordering::SeqCst) {
+                    return Err(errno(rustix::io::Errno::AGAIN));
+                }
+                self.0.advise(addr, len, advice)
+            }
+        }
+        let log = Log::default();
+        let at_limit = AtLimit(log.clone(), Arc::new(AtomicBool::new(true)));
+        let t = RangeTracker::new(Box::new(at_limit.clone()), PageSizing::Fixed(P));
+        t.mark(BASE, P).unwrap();
+        assert_eq!(log.take(), vec![(BASE, P, Advice::DontFork)]);
+        let err = t.unmark(BASE, P).unwrap_err();
+        assert_eq!(
+            err.raw_os_error(),
+            Some(rustix::io::Errno::AGAIN.raw_os_error())
+        );
+        assert!(t.is_empty(), "the reference is released despite the error");
+        at_limit.1.store(false, Ordering::SeqCst);
+        t.mark(BASE, P).unwrap();
+        assert_eq!(log.take(), vec![(BASE, P, Advice::DontFork)]);
+        t.unmark(BASE, P).unwrap();
+        assert_eq!(log.take(), vec![(BASE, P, Advice::DoFork)]);
         assert!(t.is_empty());
     }
 
@@ -659,7 +822,42 @@ mod tests {
             err.raw_os_error(),
             Some(rustix::io::Errno::PERM.raw_os_error())
         );
-        assert_eq!(t.marked(), vec![(BASE, BASE + 3 * P, 1)]);
+        // The reference is released all the same.
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn every_run_is_tried_and_the_first_error_returned() {
+        /// Fails the first DoFork call (and its page-by-page retry).
+        struct FailFirstRun(Log, Mutex<Option<usize>>);
+        impl Advisor for FailFirstRun {
+            fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+                let mut failing = self.1.lock().unwrap();
+                if advice == Advice::DoFork {
+                    let start = *failing.get_or_insert(addr);
+                    if addr == start {
+                        return Err(errno(rustix::io::Errno::AGAIN));
+                    }
+                }
+                self.0.advise(addr, len, advice)
+            }
+        }
+        let log = Log::default();
+        let t = RangeTracker::new(
+            Box::new(FailFirstRun(log.clone(), Mutex::new(None))),
+            PageSizing::Fixed(P),
+        );
+        // Counts 1, 2, 1: releasing the outer range gives back two runs.
+        t.mark(BASE, 3 * P).unwrap();
+        t.mark(BASE + P, P).unwrap();
+        log.take();
+        let err = t.unmark(BASE, 3 * P).unwrap_err();
+        assert_eq!(
+            err.raw_os_error(),
+            Some(rustix::io::Errno::AGAIN.raw_os_error())
+        );
+        assert_eq!(log.take(), vec![(BASE + 2 * P, P, Advice::DoFork)]);
+        assert_eq!(t.marked(), vec![(BASE + P, BASE + 2 * P, 1)]);
     }
 
     #[test]
