@@ -59,7 +59,7 @@ pub use device_attr::DeviceAttr;
 pub use driver::DriverId;
 pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
-pub use mr::{DeregError, MemoryRegion, ReregFallback, ReregPath};
+pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;

@@ -1,0 +1,284 @@
+//! Memory regions: registration, deregistration, and what an MR is.
+//!
+//! Re-registration lives in [`rereg`] (the change set and the in-place
+//! command) and [`replace`] (the fallback that registers anew).
+
+mod replace;
+mod rereg;
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::command::{DeregMr, RegMr};
+use crate::context::Context;
+use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
+use crate::flags::AccessFlags;
+use crate::pd::{PdInner, ProtectionDomain};
+
+pub use rereg::{Rereg, ReregFallback, ReregPath};
+
+/// A registered memory region (`struct ibv_mr`).
+///
+/// Dropping it deregisters it. It keeps its protection domain (and so its
+/// context) alive. Its translation, PD and access can be changed in place
+/// with [`apply`](Self::apply) (a [`Rereg`] change set), the exact
+/// `ibv_rereg_mr` mirror [`rereg`](Self::rereg), and the forms built on
+/// them; the kernel handle
+/// stays the same, the keys are whatever the kernel answers.
+#[doc(alias = "ibv_mr")]
+pub struct MemoryRegion {
+    ctx: Context,
+    pd: Arc<PdInner>,
+    handle: u32,
+    lkey: u32,
+    rkey: u32,
+    addr: usize,
+    length: usize,
+    access: AccessFlags,
+    /// Whether `[addr, addr + length)` is counted in the fork tracker
+    /// (decided at registration: not for `ON_DEMAND`, like libibverbs).
+    fork_marked: bool,
+    /// False once deregistered, so that Drop does nothing.
+    live: bool,
+}
+
+impl fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("device", &self.ctx.device_name())
+            .field("handle", &self.handle)
+            .field("lkey", &format_args!("{:#x}", self.lkey))
+            .field("rkey", &format_args!("{:#x}", self.rkey))
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("length", &self.length)
+            .field("pd", &self.pd.handle)
+            .field("access", &self.access)
+            .finish()
+    }
+}
+
+/// A failed [`MemoryRegion::dereg`]: the region is handed back, still registered.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct DeregError {
+    /// The region, still registered; dropping it tries again.
+    pub mr: MemoryRegion,
+    /// Why the kernel refused.
+    pub error: Error,
+}
+
+impl MemoryRegion {
+    /// REG_MR with fork marking at libibverbs' points.
+    ///
+    /// # Safety
+    ///
+    /// As for [`ProtectionDomain::reg_mr`].
+    pub(crate) unsafe fn register(
+        pd: &Arc<PdInner>,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, RegFailure> {
+        let ctx = &pd.ctx;
+        let device = &ctx.inner.device;
+        // Before the fork tracker is touched: a forked child leaves it alone.
+        ctx.check_process(Op::RegMr).map_err(RegFailure::Input)?;
+        let start = addr as usize;
+        if start.checked_add(length).is_none() {
+            let error = Error::input(
+                Op::RegMr,
+                device,
+                "the range wraps around the address space",
+            );
+            return Err(RegFailure::Input(error));
+        }
+        let fork = &ctx.inner.fork;
+        let fork_marked = !access.contains(AccessFlags::ON_DEMAND);
+        if fork_marked {
+            if let Err(e) = fork.dontfork_range(start, length) {
+                let errno = io_errno(&e);
+                return Err(RegFailure::DontFork(Error::ForkSafety {
+                    op: Op::RegMr,
+                    device: device.clone(),
+                    errno,
+                }));
+            }
+        }
+        let (uhw_in, uhw_out_len) = ctx.inner.provider.reg_mr_uhw();
+        let mut uhw_out = [0u8; 8];
+        let cmd = RegMr::new(pd.handle, start as u64, length as u64, access.bits()).uhw_in(uhw_in);
+        // SAFETY: the caller keeps the range mapped while it is registered.
+        match unsafe { ctx.run(Op::RegMr, &cmd, &mut uhw_out[..uhw_out_len]) } {
+            Ok((resp, _)) => Ok(MemoryRegion {
+                ctx: ctx.clone(),
+                pd: pd.clone(),
+                handle: resp.mr_handle,
+                lkey: resp.lkey,
+                rkey: resp.rkey,
+                addr: start,
+                length,
+                access,
+                fork_marked,
+                live: true,
+            }),
+            Err(error) => {
+                if fork_marked {
+                    // Undo the marking; the command's error is what matters.
+                    let _ = fork.dofork_range(start, length);
+                }
+                Err(RegFailure::Cmd(error))
+            }
+        }
+    }
+
+    /// The local key, for work requests of this process.
+    pub fn lkey(&self) -> u32 {
+        self.lkey
+    }
+
+    /// The remote key, for peers' RDMA operations.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The first registered byte.
+    pub fn addr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+
+    /// The registered length in bytes.
+    pub fn length(&self) -> usize {
+        self.length
+    }
+
+    /// The access flags as last set (at registration or by a successful
+    /// re-registration with [`ReregFlags::ACCESS`]; libibverbs does not track
+    /// the latter).
+    pub fn access(&self) -> AccessFlags {
+        self.access
+    }
+
+    /// The kernel's handle for this MR; re-registration never changes it.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The handle of the PD the MR is in.
+    pub fn pd_handle(&self) -> u32 {
+        self.pd.handle
+    }
+
+    /// True when the MR is in `pd`.
+    pub fn is_in(&self, pd: &ProtectionDomain) -> bool {
+        Arc::ptr_eq(&self.pd, &pd.inner)
+    }
+
+    /// The context the MR belongs to.
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Deregisters now and reports the kernel's answer; on failure the MR is
+    /// handed back, still registered (dropping it tries again).
+    #[doc(alias = "ibv_dereg_mr")]
+    pub fn dereg(mut self) -> Result<(), DeregError> {
+        match self.dereg_in_place() {
+            Ok(()) => Ok(()),
+            Err(error) => Err(DeregError { mr: self, error }),
+        }
+    }
+
+    fn dereg_in_place(&mut self) -> Result<(), Error> {
+        self.dereg_command()?;
+        // The registration is gone either way; a failure to un-mark only
+        // means a forked child will not inherit these pages.
+        let _ = self.unmark(self.addr, self.length);
+        Ok(())
+    }
+
+    /// DEREG_MR of our own handle, once: `live` is cleared on success.
+    fn dereg_command(&mut self) -> Result<(), Error> {
+        // SAFETY: DEREG_MR of a handle this object owns; sent once.
+        unsafe {
+            self.ctx
+                .run(Op::DeregMr, &DeregMr::new(self.handle), &mut [])
+        }?;
+        self.live = false;
+        Ok(())
+    }
+
+    /// Gives up on a registration the kernel refused to release: it stays
+    /// registered until the context is closed, counted by
+    /// [`Context::abandoned_registrations`]. Its pages stay marked for fork.
+    fn abandon(&mut self) {
+        self.live = false;
+        self.ctx.note_abandoned_registration();
+    }
+
+    /// Un-marks a range this MR had marked (no-op when it marks nothing).
+    fn unmark(&self, start: usize, length: usize) -> Result<(), Errno> {
+        if self.fork_marked {
+            self.ctx
+                .inner
+                .fork
+                .dofork_range(start, length)
+                .map_err(|e| io_errno(&e))?;
+        }
+        Ok(())
+    }
+
+    fn rereg_error(&self, outcome: ReregOutcome, errno: Errno) -> ReregError {
+        ReregError {
+            outcome,
+            mr_state: outcome.mr_state(),
+            errno,
+            device: self.ctx.inner.device.clone(),
+            reason: None,
+            fork_errno: None,
+            new_range_registered: false,
+        }
+    }
+
+    pub(crate) fn input_error(&self, reason: &'static str) -> ReregError {
+        ReregError {
+            reason: Some(reason),
+            ..self.rereg_error(ReregOutcome::Input, Errno::INVAL)
+        }
+    }
+}
+
+/// Why [`MemoryRegion::register`] failed, so that re-registration can map
+/// each cause to its `ibv_rereg_mr` outcome.
+pub(crate) enum RegFailure {
+    /// Refused before anything was done.
+    Input(Error),
+    /// Marking the range `MADV_DONTFORK` failed; nothing was sent.
+    DontFork(Error),
+    /// The kernel refused REG_MR (the marking was undone).
+    Cmd(Error),
+}
+
+impl From<RegFailure> for Error {
+    fn from(f: RegFailure) -> Error {
+        match f {
+            RegFailure::Input(e) | RegFailure::DontFork(e) | RegFailure::Cmd(e) => e,
+        }
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        // In a forked child the registration is the parent's: leave it (and
+        // the fork tracker, whose lock a parent thread may have held).
+        if !self.live || !self.ctx.is_owned_by_this_process() {
+            return;
+        }
+        if self.dereg_in_place().is_err() {
+            self.abandon();
+        }
+    }
+}
+
+fn io_errno(e: &std::io::Error) -> Errno {
+    Errno::from_raw_os_error(e.raw_os_error().unwrap_or(Errno::IO.raw_os_error()))
+}
