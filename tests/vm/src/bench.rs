@@ -14,10 +14,11 @@
 //! (a quicker, rougher run); `UVERBS_BENCH_FROM_LOG=<console.log>` skips the
 //! build and the boot and only regenerates the docs from a saved log.
 
+use crate::apt;
 use crate::binaries::{build_collect, Binary, TARGET};
 use crate::guest::{Mode, RunConfig};
 use crate::json::Json;
-use crate::util::{cargo, err, run_captured, run_streaming, say, Context, Error, Result};
+use crate::util::{cargo, err, run_captured, say, Context, Error, Result};
 use crate::Ctx;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -113,17 +114,12 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     Ok(errors.is_empty() && (rc_ok || vm_secs.is_none()))
 }
 
+/// Installs the peer's packages when missing (apt never removes any).
 fn ensure_peer_packages() -> Result<()> {
-    let installed = |p: &str| {
-        Command::new("dpkg-query")
-            .args(["-W", "-f", "${Status}", p])
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-    };
     let missing: Vec<&str> = PEER_PACKAGES
         .iter()
         .copied()
-        .filter(|p| !installed(p))
+        .filter(|p| !apt::installed(p))
         .collect();
     if missing.is_empty() {
         return Ok(());
@@ -132,24 +128,7 @@ fn ensure_peer_packages() -> Result<()> {
         "bench: installing the libibverbs peer's packages: {}",
         missing.join(" ")
     ));
-    let install = || {
-        run_streaming(
-            "bench: installing packages",
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-    };
-    if install().is_err() {
-        say("bench: install failed; refreshing package lists and retrying");
-        run_streaming(
-            "bench: apt-get update",
-            Command::new("apt-get").args(["update", "-q"]),
-        )?;
-        install()?;
-    }
-    Ok(())
+    apt::install("bench: installing packages", &missing)
 }
 
 /// Builds benches/verbs statically with the libibverbs peer.

@@ -23,6 +23,7 @@
 //! `demo` does steps 3–5 for `examples/rereg.rs`; `shell` boots to an
 //! interactive busybox shell with the same devices and binaries.
 
+mod apt;
 mod bench;
 mod binaries;
 mod guest;
