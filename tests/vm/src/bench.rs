@@ -84,7 +84,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         return Err(Error(format!(
             "bench: the guest printed no {} lines; see {}",
             BENCH_MARKER.trim(),
-            ctx.cache.join("console.log").display()
+            ctx.cache.join(crate::CONSOLE_LOG).display()
         )));
     }
     let errors: Vec<&Row> = run.rows.iter().filter(|r| r.status == "error").collect();

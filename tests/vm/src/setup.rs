@@ -15,6 +15,7 @@
 //! 5. A stamp records the result, so later runs go straight to booting.
 
 use crate::apt;
+use crate::cache::{self, CacheLock};
 use crate::util::{
     err, have_program, run_captured, run_streaming, say, which, Context, Error, Result,
 };
@@ -85,27 +86,53 @@ pub struct Kernel {
     pub modules: Vec<Module>,
 }
 
-/// Makes sure host packages and the cached kernel, modules and siw exist.
-/// With a completion stamp in `cache` (and `force` false) only the cheap
-/// host-package check runs.
-pub fn ensure(cache: &Path, force: bool) -> Result<Kernel> {
-    ensure_host_packages()?;
-    let stamp = cache.join("setup-complete");
-    if !force && stamp.is_file() {
-        match read_stamp(&stamp) {
-            Ok(k) => {
-                say(format!(
-                    "setup: cached kernel {} (delete {} or run `cargo vm setup --force` to redo)",
-                    k.release,
-                    stamp.display()
-                ));
-                return Ok(k);
-            }
-            Err(e) => say(format!("setup: ignoring stale stamp ({e}); redoing set-up")),
-        }
+/// The completion stamp inside the cache.
+const STAMP: &str = "setup-complete";
+
+/// Makes sure host packages and the cached kernel, modules and siw exist,
+/// setting them up if not (or if `force`). With a valid completion stamp
+/// only the cheap host-package check runs.
+///
+/// Safe for concurrent runs on one cache (see [`crate::cache`]): the set-up
+/// happens at most once, under the cache's exclusive lock. The returned
+/// shared lock keeps a later `--force` from rewriting the cache while the
+/// caller boots from it; hold it until done.
+pub fn ensure(cache: &Path, force: bool) -> Result<(Kernel, CacheLock)> {
+    let stamp = cache.join(STAMP);
+    let (kernel, lock) =
+        cache::read_or_set_up(cache, force, || ready(&stamp), || set_up(cache, &stamp))?;
+    say(format!(
+        "setup: cached kernel {} (delete {} or run `cargo vm setup --force` to redo)",
+        kernel.release,
+        stamp.display()
+    ));
+    Ok((kernel, lock))
+}
+
+/// The cached kernel, if the host packages are there and the stamp is valid;
+/// else why not.
+fn ready(stamp: &Path) -> Result<Kernel> {
+    let missing = missing_host_packages();
+    if !missing.is_empty() {
+        return Err(Error(format!(
+            "host packages missing: {}",
+            missing.join(" ")
+        )));
     }
+    if !stamp.is_file() {
+        return Err(Error(format!(
+            "no completed set-up ({} absent)",
+            stamp.display()
+        )));
+    }
+    read_stamp(stamp).map_err(|e| Error(format!("stale stamp {} ({e})", stamp.display())))
+}
+
+/// The whole set-up; ends by writing the stamp.
+fn set_up(cache: &Path, stamp: &Path) -> Result<()> {
+    ensure_host_packages()?;
     fs::create_dir_all(cache).context("setup: creating the cache directory")?;
-    let _ = fs::remove_file(&stamp);
+    let _ = fs::remove_file(stamp);
 
     let (image_pkg, version) = resolve_kernel()?;
     let abi = image_pkg
@@ -143,9 +170,9 @@ pub fn ensure(cache: &Path, force: bool) -> Result<Kernel> {
     // modules are decompressed into kdir/modules.
     fs::remove_dir_all(root.join("lib/modules"))
         .context("setup: removing the unpacked module tree")?;
-    write_stamp(&stamp, cache, &kernel)?;
+    write_stamp(stamp, cache, &kernel)?;
     say("setup: done");
-    Ok(kernel)
+    Ok(())
 }
 
 /// Installs whichever host packages are missing (apt never removes any).
