@@ -59,11 +59,15 @@ impl CacheLock {
         match attempt {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
-                say(if exclusive {
-                    "waiting for other cargo vm runs to stop using the cache"
-                } else {
-                    "waiting for another cargo vm run to finish setting up the cache"
-                });
+                say(format!(
+                    "waiting for {} (another cargo vm run is {})",
+                    path.display(),
+                    if exclusive {
+                        "setting the cache up or booting from it"
+                    } else {
+                        "setting the cache up"
+                    }
+                ));
                 let waited = if exclusive {
                     file.lock()
                 } else {
