@@ -18,6 +18,7 @@ use crate::apt;
 use crate::binaries::{build_collect, Binary, TARGET};
 use crate::guest::{Mode, RunConfig};
 use crate::json::Json;
+use crate::markers::{self, BENCH, BENCH_INFO, BOOTED};
 use crate::util::{cargo, err, run_captured, say, Context, Error, Result};
 use crate::Ctx;
 use std::collections::BTreeMap;
@@ -25,11 +26,6 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
-/// The marker of one measurement.
-pub const BENCH_MARKER: &str = "@@BENCH ";
-/// The marker of run information.
-pub const INFO_MARKER: &str = "@@BENCH-INFO ";
 
 /// Debian packages the libibverbs peer links against (static archives).
 const PEER_PACKAGES: &[&str] = &["libibverbs-dev", "libnl-3-dev", "libnl-route-3-dev"];
@@ -83,14 +79,14 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     if run.rows.is_empty() {
         return Err(Error(format!(
             "bench: the guest printed no {} lines; see {}",
-            BENCH_MARKER.trim(),
+            BENCH,
             ctx.cache.join(crate::CONSOLE_LOG).display()
         )));
     }
     let errors: Vec<&Row> = run.rows.iter().filter(|r| r.status == "error").collect();
-    let rc_ok = console
-        .lines()
-        .any(|l| l.contains("@@UVERBS-RESULT config=bench bin=verbs rc=0"));
+    let rc_ok = crate::report::parse(&console)
+        .iter()
+        .any(|r| r.config == "bench" && r.bin == "verbs" && r.rc == 0);
     let meta = Meta::collect(&run, vm_secs, start.elapsed().as_secs_f64());
     let docs = ctx.workspace.join("docs");
     let md = markdown(&run, &meta);
@@ -241,17 +237,17 @@ fn words(s: &str) -> BTreeMap<String, String> {
 pub fn parse(console: &str) -> Run {
     let mut run = Run::default();
     for line in console.lines() {
-        if let Some(at) = line.find("@@UVERBS-BOOTED kernel=") {
-            run.guest_kernel = line[at + 23..].trim().to_string();
+        if let Some(kernel) = markers::find(line, BOOTED).and_then(|r| r.strip_prefix("kernel=")) {
+            run.guest_kernel = kernel.trim().to_string();
         }
-        if let Some(at) = line.find(INFO_MARKER) {
-            run.info.push(words(&line[at + INFO_MARKER.len()..]));
+        if let Some(info) = markers::find(line, BENCH_INFO) {
+            run.info.push(words(info));
             continue;
         }
-        let Some(at) = line.find(BENCH_MARKER) else {
+        let Some(measurement) = markers::find(line, BENCH) else {
             continue;
         };
-        let raw = line[at + BENCH_MARKER.len()..].trim().to_string();
+        let raw = measurement.trim().to_string();
         let w = words(&raw);
         let s = |k: &str| w.get(k).cloned().unwrap_or_default();
         let f = |k: &str| {

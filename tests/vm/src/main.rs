@@ -32,6 +32,7 @@ mod cache;
 mod guest;
 mod initramfs;
 mod json;
+mod markers;
 mod qemu;
 mod report;
 mod setup;
