@@ -17,10 +17,10 @@
 use crate::apt;
 use crate::binaries::{build_collect, Binary, TARGET};
 use crate::guest::{Mode, RunConfig};
-use crate::json::Json;
 use crate::markers::{self, BENCH, BENCH_INFO, BOOTED};
 use crate::util::{cargo, err, run_captured, say, Context, Error, Result};
 use crate::Ctx;
+use cargo_metadata::TargetKind;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -138,10 +138,7 @@ fn build(workspace: &Path) -> Result<Binary> {
         .args(["--features", "libibverbs-peer", "--target", TARGET])
         .arg("--message-format=json-render-diagnostics");
     let bins = build_collect("bench: static build", &mut cmd, |a| {
-        a.get("target")
-            .and_then(|t| t.get("kind"))
-            .and_then(Json::as_array)
-            .is_some_and(|k| k.iter().any(|x| x.as_str() == Some("bench")))
+        a.target.kind.contains(&TargetKind::Bench)
     })?;
     bins.into_iter().find(|b| b.name == "verbs").ok_or_else(|| {
         err(

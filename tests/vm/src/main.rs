@@ -31,7 +31,6 @@ mod binaries;
 mod cache;
 mod guest;
 mod initramfs;
-mod json;
 mod markers;
 mod qemu;
 mod report;
