@@ -14,21 +14,18 @@
 //! (a quicker, rougher run); `UVERBS_BENCH_FROM_LOG=<console.log>` skips the
 //! build and the boot and only regenerates the docs from a saved log.
 
+use crate::apt;
 use crate::binaries::{build_collect, Binary, TARGET};
 use crate::guest::{Mode, RunConfig};
-use crate::json::Json;
-use crate::util::{cargo, err, run_captured, run_streaming, say, Context, Error, Result};
+use crate::markers::{self, BENCH, BENCH_INFO, BOOTED};
+use crate::util::{cargo, err, run_captured, say, Context, Error, Result};
 use crate::Ctx;
+use cargo_metadata::TargetKind;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
-
-/// The marker of one measurement.
-pub const BENCH_MARKER: &str = "@@BENCH ";
-/// The marker of run information.
-pub const INFO_MARKER: &str = "@@BENCH-INFO ";
 
 /// Debian packages the libibverbs peer links against (static archives).
 const PEER_PACKAGES: &[&str] = &["libibverbs-dev", "libnl-3-dev", "libnl-route-3-dev"];
@@ -82,14 +79,14 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     if run.rows.is_empty() {
         return Err(Error(format!(
             "bench: the guest printed no {} lines; see {}",
-            BENCH_MARKER.trim(),
-            ctx.cache.join("console.log").display()
+            BENCH,
+            ctx.cache.join(crate::CONSOLE_LOG).display()
         )));
     }
     let errors: Vec<&Row> = run.rows.iter().filter(|r| r.status == "error").collect();
-    let rc_ok = console
-        .lines()
-        .any(|l| l.contains("@@UVERBS-RESULT config=bench bin=verbs rc=0"));
+    let rc_ok = crate::report::parse(&console)
+        .iter()
+        .any(|r| r.config == "bench" && r.bin == "verbs" && r.rc == 0);
     let meta = Meta::collect(&run, vm_secs, start.elapsed().as_secs_f64());
     let docs = ctx.workspace.join("docs");
     let md = markdown(&run, &meta);
@@ -113,17 +110,12 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     Ok(errors.is_empty() && (rc_ok || vm_secs.is_none()))
 }
 
+/// Installs the peer's packages when missing (apt never removes any).
 fn ensure_peer_packages() -> Result<()> {
-    let installed = |p: &str| {
-        Command::new("dpkg-query")
-            .args(["-W", "-f", "${Status}", p])
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
-    };
     let missing: Vec<&str> = PEER_PACKAGES
         .iter()
         .copied()
-        .filter(|p| !installed(p))
+        .filter(|p| !apt::installed(p))
         .collect();
     if missing.is_empty() {
         return Ok(());
@@ -132,24 +124,7 @@ fn ensure_peer_packages() -> Result<()> {
         "bench: installing the libibverbs peer's packages: {}",
         missing.join(" ")
     ));
-    let install = || {
-        run_streaming(
-            "bench: installing packages",
-            Command::new("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-    };
-    if install().is_err() {
-        say("bench: install failed; refreshing package lists and retrying");
-        run_streaming(
-            "bench: apt-get update",
-            Command::new("apt-get").args(["update", "-q"]),
-        )?;
-        install()?;
-    }
-    Ok(())
+    apt::install("bench: installing packages", &missing)
 }
 
 /// Builds benches/verbs statically with the libibverbs peer.
@@ -163,10 +138,7 @@ fn build(workspace: &Path) -> Result<Binary> {
         .args(["--features", "libibverbs-peer", "--target", TARGET])
         .arg("--message-format=json-render-diagnostics");
     let bins = build_collect("bench: static build", &mut cmd, |a| {
-        a.get("target")
-            .and_then(|t| t.get("kind"))
-            .and_then(Json::as_array)
-            .is_some_and(|k| k.iter().any(|x| x.as_str() == Some("bench")))
+        a.target.kind.contains(&TargetKind::Bench)
     })?;
     bins.into_iter().find(|b| b.name == "verbs").ok_or_else(|| {
         err(
@@ -262,17 +234,17 @@ fn words(s: &str) -> BTreeMap<String, String> {
 pub fn parse(console: &str) -> Run {
     let mut run = Run::default();
     for line in console.lines() {
-        if let Some(at) = line.find("@@UVERBS-BOOTED kernel=") {
-            run.guest_kernel = line[at + 23..].trim().to_string();
+        if let Some(kernel) = markers::find(line, BOOTED).and_then(|r| r.strip_prefix("kernel=")) {
+            run.guest_kernel = kernel.trim().to_string();
         }
-        if let Some(at) = line.find(INFO_MARKER) {
-            run.info.push(words(&line[at + INFO_MARKER.len()..]));
+        if let Some(info) = markers::find(line, BENCH_INFO) {
+            run.info.push(words(info));
             continue;
         }
-        let Some(at) = line.find(BENCH_MARKER) else {
+        let Some(measurement) = markers::find(line, BENCH) else {
             continue;
         };
-        let raw = line[at + BENCH_MARKER.len()..].trim().to_string();
+        let raw = measurement.trim().to_string();
         let w = words(&raw);
         let s = |k: &str| w.get(k).cloned().unwrap_or_default();
         let f = |k: &str| {

@@ -5,9 +5,9 @@
 //! the host while the target's rustflags make the test executables
 //! static-pie, so they run in the VM with nothing else copied in.
 
-use crate::json::Json;
 use crate::util::{cargo, describe, err, run_streaming, say, Context, Error, Result};
-use std::io::{BufRead, BufReader};
+use cargo_metadata::{Artifact, Message, TargetKind};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -54,12 +54,7 @@ pub fn static_tests(workspace: &Path) -> Result<Vec<Binary>> {
         .env("CARGO_PROFILE_TEST_OPT_LEVEL", "3")
         .env("CARGO_PROFILE_TEST_DEBUG_ASSERTIONS", "false")
         .env("CARGO_PROFILE_TEST_OVERFLOW_CHECKS", "false");
-    let bins = build_collect("test: static test build", &mut cmd, |a| {
-        a.get("profile")
-            .and_then(|p| p.get("test"))
-            .and_then(Json::as_bool)
-            == Some(true)
-    })?;
+    let bins = build_collect("test: static test build", &mut cmd, |a| a.profile.test)?;
     if bins.is_empty() {
         return Err(Error(
             "test: the static test build produced no test executables".into(),
@@ -93,10 +88,7 @@ pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
         ])
         .arg("--message-format=json-render-diagnostics");
     let bins = build_collect("demo: static example build", &mut cmd, |a| {
-        a.get("target")
-            .and_then(|t| t.get("kind"))
-            .and_then(Json::as_array)
-            .is_some_and(|k| k.iter().any(|x| x.as_str() == Some("example")))
+        a.target.kind.contains(&TargetKind::Example)
     })?;
     bins.into_iter().find(|b| b.name == name).ok_or_else(|| {
         err(
@@ -112,7 +104,7 @@ pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
 pub fn build_collect(
     step: &str,
     cmd: &mut Command,
-    keep: impl Fn(&Json) -> bool,
+    keep: impl Fn(&Artifact) -> bool,
 ) -> Result<Vec<Binary>> {
     set_static_flags(cmd);
     cmd.stdin(Stdio::null()).stdout(Stdio::piped());
@@ -122,9 +114,8 @@ pub fn build_collect(
         .map_err(|e| err(step, format!("cannot run `{line}`: {e}")))?;
     let stdout = child.stdout.take().expect("piped stdout");
     let mut bins = Vec::new();
-    for l in BufReader::new(stdout).lines() {
-        let l = l.context(step)?;
-        if let Some(b) = Json::parse(&l).and_then(|v| artifact(&v, &keep)) {
+    for message in Message::parse_stream(BufReader::new(stdout)) {
+        if let Some(b) = artifact(message.context(step)?, &keep) {
             bins.push(b);
         }
     }
@@ -178,14 +169,19 @@ fn check_static(step: &str, b: &Binary) -> Result<()> {
     Ok(())
 }
 
-/// The binary named by one cargo JSON message, if it is a kept artifact.
-fn artifact(v: &Json, keep: &impl Fn(&Json) -> bool) -> Option<Binary> {
-    if v.get("reason")?.as_str()? != "compiler-artifact" || !keep(v) {
+/// The binary named by one cargo JSON message, if it is a kept artifact
+/// with an executable.
+fn artifact(message: Message, keep: &impl Fn(&Artifact) -> bool) -> Option<Binary> {
+    let Message::CompilerArtifact(a) = message else {
+        return None;
+    };
+    if !keep(&a) {
         return None;
     }
-    let path = PathBuf::from(v.get("executable")?.as_str()?);
-    let name = v.get("target")?.get("name")?.as_str()?.replace('-', "_");
-    Some(Binary { name, path })
+    Some(Binary {
+        name: a.target.name.replace('-', "_"),
+        path: a.executable?.into(),
+    })
 }
 
 /// Makes names unique (a lib and a test target could share one).
@@ -207,26 +203,41 @@ fn dedupe_names(bins: &mut [Binary]) {
 mod tests {
     use super::*;
 
+    /// One message as cargo prints it.
+    fn message(json: &str) -> Message {
+        Message::parse_stream(json.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap()
+    }
+
     #[test]
     fn picks_test_executables() {
-        let keep = |a: &Json| {
-            a.get("profile")
-                .and_then(|p| p.get("test"))
-                .and_then(Json::as_bool)
-                == Some(true)
+        let keep = |a: &Artifact| a.profile.test;
+        let artifact_json = |name: &str, kind: &str, test: bool, exe: &str| {
+            format!(
+                r#"{{"reason":"compiler-artifact","package_id":"path+file:///x#uverbs@0.1.0","manifest_path":"/x/Cargo.toml","target":{{"name":"{name}","kind":["{kind}"],"crate_types":["bin"],"src_path":"/x/t.rs","edition":"2021","doctest":false,"test":true}},"profile":{{"opt_level":"3","debuginfo":0,"debug_assertions":false,"overflow_checks":false,"test":{test}}},"features":[],"filenames":["/x/f"],"executable":{exe},"fresh":false}}"#
+            )
         };
-        let test = Json::parse(r#"{"reason":"compiler-artifact","target":{"name":"vm-smoke","kind":["test"]},"profile":{"test":true},"executable":"/x/vm_smoke-12"}"#).unwrap();
-        let lib = Json::parse(r#"{"reason":"compiler-artifact","target":{"name":"uverbs","kind":["lib"]},"profile":{"test":false},"executable":null}"#).unwrap();
-        let msg = Json::parse(r#"{"reason":"build-finished","success":true}"#).unwrap();
+        let test = message(&artifact_json(
+            "vm-smoke",
+            "test",
+            true,
+            r#""/x/vm_smoke-12""#,
+        ));
+        let lib = message(&artifact_json("uverbs", "lib", false, "null"));
+        let finished = message(r#"{"reason":"build-finished","success":true}"#);
+        let text = message("warning: not JSON");
         assert_eq!(
-            artifact(&test, &keep),
+            artifact(test, &keep),
             Some(Binary {
                 name: "vm_smoke".into(),
                 path: "/x/vm_smoke-12".into()
             })
         );
-        assert_eq!(artifact(&lib, &keep), None);
-        assert_eq!(artifact(&msg, &keep), None);
+        assert_eq!(artifact(lib, &keep), None);
+        assert_eq!(artifact(finished, &keep), None);
+        assert_eq!(artifact(text, &keep), None);
     }
 
     #[test]

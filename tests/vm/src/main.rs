@@ -9,6 +9,8 @@
 //! 1. [`setup`] installs missing host packages, downloads and unpacks the
 //!    kernel, builds siw.ko out of tree and caches everything under
 //!    `target/vm` (or `$UVERBS_VM_CACHE`); a stamp makes later runs skip it.
+//!    Concurrent runs share that cache ([`cache`]: a lock around the set-up)
+//!    and each boots from its own work directory inside it.
 //! 2. [`binaries`] runs the host test suite, then builds every test binary
 //!    of the `uverbs` package statically.
 //! 3. [`guest`] generates `/init` (modules, rdma links, then every binary
@@ -16,24 +18,27 @@
 //!    result marker) and [`initramfs`] packs it with busybox, the modules,
 //!    the `rdma` tool and the binaries into a gzip cpio archive.
 //! 4. [`qemu`] boots it with a hard timeout, streaming the console to stdout
-//!    and `target/vm/console.log`.
+//!    and a log, copied to `target/vm/console.log` when qemu exits.
 //! 5. [`report`] reads the markers back and prints the binary ×
 //!    configuration table; the last line is `vm: N passed, M failed`.
 //!
 //! `demo` does steps 3–5 for `examples/rereg.rs`; `shell` boots to an
 //! interactive busybox shell with the same devices and binaries.
 
+mod apt;
 mod bench;
 mod binaries;
+mod cache;
 mod guest;
 mod initramfs;
-mod json;
+mod markers;
 mod qemu;
 mod report;
 mod setup;
 mod util;
 
 use binaries::Binary;
+use cache::WorkDir;
 use guest::{Mode, RunConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -53,7 +58,8 @@ commands:
 options:
   --timeout SECS   kill qemu after SECS seconds (default 1500; shell: none)
   --memory SIZE    guest memory, as qemu -m takes it (default 2G)
-  --keep           keep the work directory (initramfs, scripts)
+  --keep           keep this run's work directory, target/vm/kept-<pid>-<n>
+                   (initramfs, scripts, console log)
   --force          (setup) redo the set-up even if cached
 
 environment:
@@ -109,6 +115,9 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(25 * 60);
 /// An interactive shell only stops at an explicit `--timeout`.
 const SHELL_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
+/// The console log's name, in the work directory and (last run's) in the cache.
+pub const CONSOLE_LOG: &str = "console.log";
+
 /// Paths shared by the commands.
 struct Ctx {
     workspace: PathBuf,
@@ -117,24 +126,6 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// The work directory for one boot (initramfs, stripped binaries).
-    fn work_dir(&self) -> Result<PathBuf> {
-        let dir = self.cache.join("work");
-        if dir.exists() {
-            std::fs::remove_dir_all(&dir).context("clearing the work directory")?;
-        }
-        std::fs::create_dir_all(&dir).context("creating the work directory")?;
-        Ok(dir)
-    }
-
-    fn finish_work_dir(&self, dir: &PathBuf) {
-        if self.opts.keep {
-            say(format!("keeping the work directory {}", dir.display()));
-        } else {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-
     /// Builds the initramfs for `binaries` and boots it.
     fn boot(
         &self,
@@ -143,7 +134,9 @@ impl Ctx {
         configs: &[RunConfig],
         mode: Mode,
     ) -> Result<Option<qemu::Outcome>> {
-        let work = self.work_dir()?;
+        // Private to this run: concurrent runs share only the cache.
+        let work = WorkDir::create(&self.cache, self.opts.keep)?;
+        let work_path = work.path();
         let names: Vec<String> = binaries.iter().map(|b| b.name.clone()).collect();
         let contents = initramfs::Contents {
             modules: &kernel.modules,
@@ -152,11 +145,12 @@ impl Ctx {
             run_all: guest::run_all_script(configs, &names),
         };
         // Copies of the scripts, for reading with --keep.
-        std::fs::write(work.join("init"), &contents.init).context("writing the init script")?;
-        std::fs::write(work.join("run-all"), &contents.run_all)
+        std::fs::write(work_path.join("init"), &contents.init)
+            .context("writing the init script")?;
+        std::fs::write(work_path.join("run-all"), &contents.run_all)
             .context("writing the run-all script")?;
-        let initrd = work.join("initramfs.cpio.gz");
-        initramfs::build(&initrd, &work.join("bin"), &contents)?;
+        let initrd = work_path.join("initramfs.cpio.gz");
+        initramfs::build(&initrd, &work_path.join("bin"), &contents)?;
         let boot = qemu::Boot {
             kernel: kernel.vmlinuz.clone(),
             initrd,
@@ -167,13 +161,17 @@ impl Ctx {
             }),
         };
         let outcome = match mode {
-            Mode::Run => Some(qemu::run(&boot, &self.cache.join("console.log"))?),
+            Mode::Run => {
+                let outcome = qemu::run(&boot, &work_path.join(CONSOLE_LOG))?;
+                // The cache's copy is the last finished run's.
+                work.publish(CONSOLE_LOG, &self.cache.join(CONSOLE_LOG))?;
+                Some(outcome)
+            }
             Mode::Shell => {
                 qemu::interactive(&boot)?;
                 None
             }
         };
-        self.finish_work_dir(&work);
         Ok(outcome)
     }
 
@@ -212,7 +210,7 @@ impl Ctx {
         if !ok {
             println!(
                 "vm: ---- last 60 console lines ({}) ----",
-                self.cache.join("console.log").display()
+                self.cache.join(CONSOLE_LOG).display()
             );
             println!("{}", tail(&outcome.console, 60));
             println!("vm: ----");
@@ -256,7 +254,8 @@ fn real_main(args: &[String]) -> Result<bool> {
         cache,
         opts,
     };
-    let kernel = setup::ensure(&ctx.cache, ctx.opts.force)?;
+    // Held to the end: the cache must not be set up anew while we boot from it.
+    let (kernel, _cache_in_use) = setup::ensure(&ctx.cache, ctx.opts.force)?;
     match ctx.opts.command.as_str() {
         "setup" => Ok(true),
         "test" => {

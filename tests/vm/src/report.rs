@@ -1,12 +1,8 @@
 //! Reading the guest's result markers back from the console log and
 //! summarising them as a binary × configuration table.
 
+use crate::markers::{self, RESULT, SETUP_FAILED};
 use std::collections::BTreeMap;
-
-/// The marker the guest prints after each binary.
-pub const RESULT_MARKER: &str = "@@UVERBS-RESULT";
-/// The marker the guest prints when its own set-up fails.
-pub const SETUP_FAILED_MARKER: &str = "@@UVERBS-SETUP-FAILED";
 
 /// One finished run: a binary under a configuration and its exit code.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,11 +21,11 @@ pub fn parse(console: &str) -> Vec<RunResult> {
     console
         .lines()
         .filter_map(|line| {
-            let at = line.find(RESULT_MARKER)?;
+            let rest = markers::find(line, RESULT)?;
             let mut config = None;
             let mut bin = None;
             let mut rc = None;
-            for word in line[at + RESULT_MARKER.len()..].split_whitespace() {
+            for word in rest.split_whitespace() {
                 match word.split_once('=') {
                     Some(("config", v)) => config = Some(v.to_string()),
                     Some(("bin", v)) => bin = Some(v.to_string()),
@@ -48,10 +44,9 @@ pub fn parse(console: &str) -> Vec<RunResult> {
 
 /// The guest's set-up failure message, if it reported one.
 pub fn setup_failure(console: &str) -> Option<String> {
-    console.lines().find_map(|l| {
-        let at = l.find(SETUP_FAILED_MARKER)?;
-        Some(l[at + SETUP_FAILED_MARKER.len()..].trim().to_string())
-    })
+    console
+        .lines()
+        .find_map(|l| Some(markers::find(l, SETUP_FAILED)?.trim().to_string()))
 }
 
 /// Counts of a finished plan.
@@ -160,6 +155,28 @@ mod tests {
         assert!(!c.all_passed());
         assert!(table.contains("FAIL rc=101"));
         assert!(table.contains("NOT RUN"));
+    }
+
+    /// The host reads back exactly what the guest's `/run-all` prints.
+    #[test]
+    fn reads_what_the_guest_prints() {
+        let configs = crate::guest::TEST_CONFIGS;
+        let script = crate::guest::run_all_script(configs, &["a".into(), "b".into()]);
+        // The console, as the guest's shell echoes it, every binary exiting 3.
+        let console: String = script
+            .lines()
+            .filter_map(|l| l.strip_prefix("echo \"")?.strip_suffix('"'))
+            .map(|l| l.replace("$rc", "3") + "\n")
+            .collect();
+        let results = parse(&console);
+        assert_eq!(results.len(), 2 * configs.len());
+        for (r, (c, b)) in results
+            .iter()
+            .zip(configs.iter().flat_map(|c| [(c.name, "a"), (c.name, "b")]))
+        {
+            assert_eq!((r.config.as_str(), r.bin.as_str(), r.rc), (c, b, 3));
+        }
+        assert!(console.ends_with(&format!("{}\n", markers::DONE)));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! `cargo vm setup`: everything the VM needs from the host, cached.
 //!
 //! 1. Host packages (qemu, busybox, kmod, xz, iproute2, gcc, make) are
-//!    installed with apt-get when missing.
+//!    installed with apt-get when missing; [`crate::apt`] never lets apt
+//!    remove a package to do so.
 //! 2. The current Debian 6.12 kernel is resolved through apt-cache (the
 //!    `linux-image-6.12-amd64` meta package names it), and the image,
 //!    headers, kbuild and source packages are fetched with `apt-get download`
@@ -13,13 +14,14 @@
 //!    module's dependencies come before it.
 //! 5. A stamp records the result, so later runs go straight to booting.
 
+use crate::apt;
+use crate::cache::{self, CacheLock};
 use crate::util::{
     err, have_program, run_captured, run_streaming, say, which, Context, Error, Result,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The meta package whose dependency names the current 6.12 kernel.
 const KERNEL_META: &str = "linux-image-6.12-amd64";
@@ -84,27 +86,53 @@ pub struct Kernel {
     pub modules: Vec<Module>,
 }
 
-/// Makes sure host packages and the cached kernel, modules and siw exist.
-/// With a completion stamp in `cache` (and `force` false) only the cheap
-/// host-package check runs.
-pub fn ensure(cache: &Path, force: bool) -> Result<Kernel> {
-    ensure_host_packages()?;
-    let stamp = cache.join("setup-complete");
-    if !force && stamp.is_file() {
-        match read_stamp(&stamp) {
-            Ok(k) => {
-                say(format!(
-                    "setup: cached kernel {} (delete {} or run `cargo vm setup --force` to redo)",
-                    k.release,
-                    stamp.display()
-                ));
-                return Ok(k);
-            }
-            Err(e) => say(format!("setup: ignoring stale stamp ({e}); redoing set-up")),
-        }
+/// The completion stamp inside the cache.
+const STAMP: &str = "setup-complete";
+
+/// Makes sure host packages and the cached kernel, modules and siw exist,
+/// setting them up if not (or if `force`). With a valid completion stamp
+/// only the cheap host-package check runs.
+///
+/// Safe for concurrent runs on one cache (see [`crate::cache`]): the set-up
+/// happens at most once, under the cache's exclusive lock. The returned
+/// shared lock keeps a later `--force` from rewriting the cache while the
+/// caller boots from it; hold it until done.
+pub fn ensure(cache: &Path, force: bool) -> Result<(Kernel, CacheLock)> {
+    let stamp = cache.join(STAMP);
+    let (kernel, lock) =
+        cache::read_or_set_up(cache, force, || ready(&stamp), || set_up(cache, &stamp))?;
+    say(format!(
+        "setup: cached kernel {} (delete {} or run `cargo vm setup --force` to redo)",
+        kernel.release,
+        stamp.display()
+    ));
+    Ok((kernel, lock))
+}
+
+/// The cached kernel, if the host packages are there and the stamp is valid;
+/// else why not.
+fn ready(stamp: &Path) -> Result<Kernel> {
+    let missing = missing_host_packages();
+    if !missing.is_empty() {
+        return Err(Error(format!(
+            "host packages missing: {}",
+            missing.join(" ")
+        )));
     }
+    if !stamp.is_file() {
+        return Err(Error(format!(
+            "no completed set-up ({} absent)",
+            stamp.display()
+        )));
+    }
+    read_stamp(stamp).map_err(|e| Error(format!("stale stamp {} ({e})", stamp.display())))
+}
+
+/// The whole set-up; ends by writing the stamp.
+fn set_up(cache: &Path, stamp: &Path) -> Result<()> {
+    ensure_host_packages()?;
     fs::create_dir_all(cache).context("setup: creating the cache directory")?;
-    let _ = fs::remove_file(&stamp);
+    let _ = fs::remove_file(stamp);
 
     let (image_pkg, version) = resolve_kernel()?;
     let abi = image_pkg
@@ -142,73 +170,14 @@ pub fn ensure(cache: &Path, force: bool) -> Result<Kernel> {
     // modules are decompressed into kdir/modules.
     fs::remove_dir_all(root.join("lib/modules"))
         .context("setup: removing the unpacked module tree")?;
-    write_stamp(&stamp, cache, &kernel)?;
+    write_stamp(stamp, cache, &kernel)?;
     say("setup: done");
-    Ok(kernel)
+    Ok(())
 }
 
-static APT_UPDATED: AtomicBool = AtomicBool::new(false);
-
-/// Whether we run as root (apt-get needs it; otherwise we try sudo).
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-        .unwrap_or(false)
-}
-
-/// A command run as root: directly when we are root, else through sudo.
-fn as_root(program: &str) -> Command {
-    if is_root() {
-        Command::new(program)
-    } else {
-        let mut c = Command::new("sudo");
-        c.arg(program);
-        c
-    }
-}
-
-/// `apt-get update`, at most once per run.
-fn apt_update() -> Result<()> {
-    if APT_UPDATED.swap(true, Ordering::SeqCst) {
-        return Ok(());
-    }
-    say("setup: apt-get update");
-    run_streaming(
-        "setup: refreshing the package lists",
-        as_root("apt-get")
-            .args(["update", "-q"])
-            .env("DEBIAN_FRONTEND", "noninteractive"),
-    )
-}
-
-/// Whether apt has any package lists at all (a fresh container has none).
-fn apt_lists_present() -> bool {
-    fs::read_dir("/var/lib/apt/lists")
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.file_name().to_string_lossy().ends_with("_Packages"))
-        })
-        .unwrap_or(false)
-}
-
-/// Whether a Debian package is installed.
-fn installed(pkg: &str) -> bool {
-    Command::new("dpkg-query")
-        .args(["-W", "-f=${db:Status-Abbrev}", pkg])
-        .output()
-        .map(|o| o.status.success() && o.stdout.starts_with(b"ii"))
-        .unwrap_or(false)
-}
-
-/// Installs whichever host packages are missing.
+/// Installs whichever host packages are missing (apt never removes any).
 fn ensure_host_packages() -> Result<()> {
-    let missing: Vec<&str> = HOST_PACKAGES
-        .iter()
-        .filter(|(pkg, prog)| !installed(pkg) || !have_program(prog))
-        .map(|(pkg, _)| *pkg)
-        .collect();
+    let missing = missing_host_packages();
     if missing.is_empty() {
         return Ok(());
     }
@@ -222,24 +191,16 @@ fn ensure_host_packages() -> Result<()> {
         "setup: installing host packages: {}",
         missing.join(" ")
     ));
-    if !apt_lists_present() {
-        apt_update()?;
-    }
-    let install = || {
-        run_streaming(
-            "setup: installing host packages",
-            as_root("apt-get")
-                .args(["install", "-y", "-q", "--no-install-recommends"])
-                .args(&missing)
-                .env("DEBIAN_FRONTEND", "noninteractive"),
-        )
-    };
-    if install().is_err() {
-        say("setup: install failed; refreshing package lists and retrying");
-        apt_update()?;
-        install()?;
-    }
-    Ok(())
+    apt::install("setup: installing host packages", &missing)
+}
+
+/// The host packages that are not installed or lack their program.
+fn missing_host_packages() -> Vec<&'static str> {
+    HOST_PACKAGES
+        .iter()
+        .filter(|(pkg, prog)| !apt::installed(pkg) || !have_program(prog))
+        .map(|(pkg, _)| *pkg)
+        .collect()
 }
 
 /// Asks apt-cache which kernel package `linux-image-6.12-amd64` points to
@@ -289,7 +250,7 @@ fn resolve_kernel() -> Result<(String, String)> {
             say(format!(
                 "setup: {first}\nvm: setup: refreshing package lists and retrying"
             ));
-            apt_update()?;
+            apt::update()?;
             query().map_err(|e| {
                 Error(format!(
                     "{e}\n(the 6.12 kernel for Debian 12 comes from bookworm-security; \
@@ -337,7 +298,7 @@ fn download(dir: &Path, packages: &[String], version: &str) -> Result<Vec<PathBu
         ));
         let mut cmd = Command::new("apt-get");
         cmd.current_dir(dir).arg("download");
-        if is_root() {
+        if apt::is_root() {
             // apt's download sandbox user cannot write into our cache.
             cmd.args(["-o", "APT::Sandbox::User=root"]);
         }

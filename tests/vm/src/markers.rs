@@ -1,0 +1,62 @@
+//! The marker lines the guest prints on its serial console for the host to
+//! read back, defined here once: [`crate::guest`] writes them into the
+//! generated `/init` and `/run-all` scripts, [`crate::report`] and
+//! [`crate::bench`] look for them with [`find`].
+//!
+//! ```text
+//! @@UVERBS-BOOTED kernel=<release>                 /init started
+//! @@UVERBS-READY                                   devices are up
+//! @@UVERBS-RUN config=ioctl bin=vm_smoke           a binary starts
+//! @@UVERBS-RESULT config=ioctl bin=vm_smoke rc=0   ... and its exit code
+//! @@UVERBS-SETUP-FAILED <what>                     the guest's set-up failed
+//! @@UVERBS-DONE                                    all runs finished
+//! @@BENCH <key=value ...>                          one measurement
+//! @@BENCH-INFO <key=value ...>                     information about a bench run
+//! ```
+//!
+//! The two `@@BENCH` markers are printed by the bench binary itself
+//! (`benches/verbs/main.rs`, another crate), which spells them the same way.
+
+/// `/init` has started; followed by `kernel=<release>`.
+pub const BOOTED: &str = "@@UVERBS-BOOTED";
+/// The modules are loaded and the RDMA devices are up.
+pub const READY: &str = "@@UVERBS-READY";
+/// The guest's own set-up failed; followed by what failed.
+pub const SETUP_FAILED: &str = "@@UVERBS-SETUP-FAILED";
+/// A binary starts; followed by `config=<c> bin=<b>`.
+pub const RUN: &str = "@@UVERBS-RUN";
+/// A binary ended; followed by `config=<c> bin=<b> rc=<exit code>`.
+pub const RESULT: &str = "@@UVERBS-RESULT";
+/// Every planned run has finished.
+pub const DONE: &str = "@@UVERBS-DONE";
+/// One benchmark measurement; followed by `key=value` words.
+pub const BENCH: &str = "@@BENCH";
+/// Information about a benchmark run; followed by `key=value` words.
+pub const BENCH_INFO: &str = "@@BENCH-INFO";
+
+/// The text after `marker` in a console line (leading spaces removed), if
+/// the line carries that marker. The marker may follow other text (kernel
+/// messages interleave with the guest's output) but must end at a space or
+/// the line's end, so `@@BENCH` does not match `@@BENCH-INFO`.
+pub fn find<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
+    line.match_indices(marker).find_map(|(at, _)| {
+        let rest = &line[at + marker.len()..];
+        (rest.is_empty() || rest.starts_with([' ', '\t'])).then(|| rest.trim_start())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_markers_anywhere_but_whole() {
+        assert_eq!(find("@@BENCH a=1", BENCH), Some("a=1"));
+        assert_eq!(find("@@BENCH-INFO a=1", BENCH), None);
+        assert_eq!(find("@@BENCH-INFO a=1 @@BENCH b=2", BENCH), Some("b=2"));
+        assert_eq!(find("@@BENCH-INFO a=1", BENCH_INFO), Some("a=1"));
+        assert_eq!(find("[ 1.0] rxe: x @@UVERBS-DONE", DONE), Some(""));
+        assert_eq!(find("@@UVERBS-RESULTS", RESULT), None);
+        assert_eq!(find("nothing", READY), None);
+    }
+}
