@@ -58,6 +58,11 @@ fn wait_bounded(child: Pid) -> i32 {
     }
 }
 
+/// A page-aligned mapping of its own, safe to mark `MADV_DONTFORK`.
+fn page() -> memmap2::MmapMut {
+    memmap2::MmapMut::map_anon(4096).expect("mmap")
+}
+
 fn fake_context(options: &OpenOptions) -> (Arc<RecordingTransport>, Context) {
     let fake = Arc::new(RecordingTransport::new());
     let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), options).unwrap();
@@ -73,7 +78,10 @@ fn a_child_sends_nothing_and_its_drops_leave_the_parents_objects() {
     let (fake, ctx) = fake_context(&OpenOptions::new());
     let pd = ctx.alloc_pd().unwrap();
     let pd2 = ctx.alloc_pd().unwrap();
-    let mut buf = vec![0u8; 4096];
+    // Own pages: with fork safety forced on (UVERBS_FORK_SAFE=force), a
+    // registered heap buffer's page would be missing in the child, with
+    // whatever else malloc put on it.
+    let mut buf = page();
     // SAFETY: `buf` outlives the MR.
     let mut mr =
         unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), AccessFlags::LOCAL_WRITE) }.unwrap();
@@ -115,9 +123,7 @@ fn a_child_sends_nothing_and_its_drops_leave_the_parents_objects() {
 fn a_child_that_unwinds_through_the_objects_sends_nothing() {
     let (fake, ctx) = fake_context(&OpenOptions::new());
     let pd = ctx.alloc_pd().unwrap();
-    let mr = pd
-        .reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
+    let mr = pd.reg_buffer(page(), AccessFlags::LOCAL_WRITE).unwrap();
     let sent = fake.count();
     let code = in_child!({
         let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
