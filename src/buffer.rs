@@ -133,6 +133,18 @@ pub struct Retargeted<B: StableBuffer> {
     pub fork_warning: Option<ReregError>,
 }
 
+/// A failed [`BufferMr::dereg`]: the region is handed back, still
+/// registered and still owning its buffer (dropping it tries again, and
+/// leaks the buffer if that fails too).
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct BufferDeregError<B: StableBuffer> {
+    /// The region, still registered.
+    pub mr: BufferMr<B>,
+    /// Why the kernel refused.
+    pub error: Error,
+}
+
 /// A failed [`BufferMr::retarget`]: the outcome, and both buffers.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
@@ -344,13 +356,16 @@ impl<B: StableBuffer> BufferMr<B> {
     }
 
     /// Deregisters and hands the buffer back; on failure the region comes
-    /// back still registered.
+    /// back still registered, with its buffer.
     #[doc(alias = "ibv_dereg_mr")]
-    pub fn dereg(self) -> Result<B, (Self, Error)> {
+    pub fn dereg(self) -> Result<B, BufferDeregError<B>> {
         let Parts { mr, buffer } = self.into_parts();
         match mr.dereg() {
             Ok(()) => Ok(ManuallyDrop::into_inner(buffer)),
-            Err(DeregError { mr, error }) => Err((BufferMr::from_parts(mr, buffer), error)),
+            Err(DeregError { mr, error }) => Err(BufferDeregError {
+                mr: BufferMr::from_parts(mr, buffer),
+                error,
+            }),
         }
     }
 }

@@ -1,4 +1,18 @@
 //! Errors: every failure names the operation, the device and the errno.
+//!
+//! One style throughout: [`Error`] for every operation but re-registration,
+//! [`ReregError`] for re-registration (it carries libibverbs' outcome), and
+//! named structs that hand an object back with the error
+//! ([`DeregError`](crate::DeregError), [`DeallocError`](crate::DeallocError),
+//! [`BufferDeregError`](crate::BufferDeregError), …).
+//!
+//! [`Errno`] is rustix's, re-exported on purpose: rustix 1.x is a
+//! semver-stable crate this library is built on, its `Errno` is exactly the
+//! raw `errno` value with the platform's named constants (`Errno::INVAL`) and
+//! conversions to and from `std::io::Error`, and wrapping it would only add a
+//! second name for the same number. Users need no rustix dependency of their
+//! own: `uverbs::Errno` is the type. A future rustix 2 would be a breaking
+//! release of this crate too.
 
 use std::fmt;
 use std::path::PathBuf;

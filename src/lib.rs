@@ -49,7 +49,9 @@ mod process;
 mod provider;
 pub mod transport;
 
-pub use buffer::{BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer};
+pub use buffer::{
+    BufferDeregError, BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
+};
 pub use context::{Context, OpenOptions};
 pub use device::{
     device, device_listing, device_listing_in, devices, devices_in, Device, DeviceListing,

@@ -1033,7 +1033,7 @@ fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
     }
     let back = match moved.dereg() {
         Ok(b) => b,
-        Err((_, e)) => panic!("{name}: {case}: dereg: {e}"),
+        Err(e) => panic!("{name}: {case}: dereg: {e}"),
     };
     assert!(
         back.as_slice().iter().all(|&b| b == 7),
@@ -1114,7 +1114,7 @@ fn strict_retarget_keeps_the_region_when_the_device_refuses() {
         counts.assert_extra(1, 1, "after the refused retarget");
         let old = mr
             .dereg()
-            .unwrap_or_else(|(_, e)| panic!("{name}: dereg of the kept region: {e}"));
+            .unwrap_or_else(|e| panic!("{name}: dereg of the kept region: {e}"));
         assert!(has_pattern(&old, 0x17));
         counts.assert_extra(0, 1, "after dereg");
         assert_handle_gone(&ctx, "strict retarget, then dereg", before.handle);

@@ -107,7 +107,7 @@ fn a_child_that_unwinds_leaves_the_parents_buffer_mr() {
         counts.assert_extra(1, 1, "after the child exited");
         let buf = mr
             .dereg()
-            .unwrap_or_else(|(_, e)| panic!("{name}: the parent's dereg after the child: {e}"));
+            .unwrap_or_else(|e| panic!("{name}: the parent's dereg after the child: {e}"));
         assert_eq!(buf[0], 0x5a);
         pd.dealloc()
             .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));

@@ -143,7 +143,7 @@ fn reg_buffer_owns_boxed_slices_and_mappings() {
         counts.assert_extra(1, 1, "with a boxed buffer registered");
         let boxed = mr
             .dereg()
-            .unwrap_or_else(|(_, e)| panic!("{name}: dereg of the boxed buffer: {e}"));
+            .unwrap_or_else(|e| panic!("{name}: dereg of the boxed buffer: {e}"));
         assert_eq!(
             &boxed[..4],
             b"rdma",
@@ -167,7 +167,7 @@ fn reg_buffer_owns_boxed_slices_and_mappings() {
         counts.assert_extra(1, 1, "with a mapping registered");
         let map = mr
             .dereg()
-            .unwrap_or_else(|(_, e)| panic!("{name}: dereg of the mapping: {e}"));
+            .unwrap_or_else(|e| panic!("{name}: dereg of the mapping: {e}"));
         assert_eq!(map[4095], 7, "{name}: the mapping comes back intact");
         counts.assert_extra(0, 1, "after dereg of the mapping");
     }

@@ -152,7 +152,7 @@ impl MemoryRegion {
     }
 
     /// The access flags as last set (at registration or by a successful
-    /// re-registration with [`ReregFlags::ACCESS`]; libibverbs does not track
+    /// re-registration with [`ReregFlags::ACCESS`](crate::ReregFlags::ACCESS); libibverbs does not track
     /// the latter).
     pub fn access(&self) -> AccessFlags {
         self.access
