@@ -10,7 +10,7 @@ use crate::error::MrState;
 use crate::flags::AccessFlags;
 use crate::flags::ReregFlags;
 use crate::mr::{DeregError, MemoryRegion};
-use crate::mr::{ReregFallback, ReregPath};
+use crate::mr::{Rereg, ReregFallback, ReregPath};
 use crate::pd::ProtectionDomain;
 use crate::ReregError;
 
@@ -237,10 +237,34 @@ impl<B: StableBuffer> BufferMr<B> {
         self.parts_mut().mr.set_pd(pd)
     }
 
-    /// Changes PD and/or access with a fallback policy; see
-    /// [`MemoryRegion::rereg_with`]. The buffer stays the same, so
-    /// [`ReregFlags::TRANSLATION`] is refused (`Input`): use
+    /// Applies a change set of PD and/or access with a fallback policy; see
+    /// [`MemoryRegion::apply`]. The buffer stays the same, so a change set
+    /// with a translation is refused (`Input`, nothing sent): use
     /// [`retarget`](Self::retarget).
+    ///
+    /// ```no_run
+    /// # fn f(mr: &mut uverbs::BufferMr<Vec<u8>>, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::ReregError> {
+    /// use uverbs::{AccessFlags, ReregFallback, Rereg};
+    /// let change = Rereg::new().access(AccessFlags::LOCAL_WRITE).pd(pd2);
+    /// let path = mr.apply(&change, ReregFallback::Replace)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn apply(
+        &mut self,
+        change: &Rereg<'_>,
+        fallback: ReregFallback,
+    ) -> Result<ReregPath, ReregError> {
+        let mr = &mut self.parts_mut().mr;
+        if change.flags().contains(ReregFlags::TRANSLATION) {
+            return Err(mr.input_error("an owned buffer changes translation through retarget"));
+        }
+        mr.apply(change, fallback)
+    }
+
+    /// Changes PD and/or access with a fallback policy, with
+    /// [`MemoryRegion::rereg_with`]'s arguments; the same as
+    /// [`apply`](Self::apply). [`ReregFlags::TRANSLATION`] is refused
+    /// (`Input`): use [`retarget`](Self::retarget).
     pub fn rereg_with(
         &mut self,
         fallback: ReregFallback,
