@@ -6,7 +6,7 @@
 //! 1. Installs what the libibverbs peer links against (`libibverbs-dev`,
 //!    `libnl-3-dev`, `libnl-route-3-dev`) with apt-get when missing.
 //! 2. Builds the bench statically with `--features libibverbs-peer`.
-//! 3. Boots it once (see [`BENCH_CONFIGS`]); the bench picks both devices
+//! 3. Boots it once; the bench picks both devices
 //!    and both transports itself.
 //! 4. Parses the console, prints the headline table and writes the docs.
 //!
