@@ -259,7 +259,7 @@ fn read_line(path: &Path) -> Result<String, Error> {
 
 /// A decimal `u32` as the kernel prints one (`%u`): ASCII digits only, no
 /// sign, no leading zeros except in `0` itself, no overflow.
-fn parse_decimal(text: &str) -> Option<u32> {
+pub(crate) fn parse_decimal(text: &str) -> Option<u32> {
     let digits_only = !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
     if !digits_only || (text.len() > 1 && text.starts_with('0')) {
         return None;
@@ -268,7 +268,7 @@ fn parse_decimal(text: &str) -> Option<u32> {
 }
 
 /// `MAJOR:MINOR`, both as [`parse_decimal`] reads them.
-fn parse_dev(text: &str) -> Option<(u32, u32)> {
+pub(crate) fn parse_dev(text: &str) -> Option<(u32, u32)> {
     let (major, minor) = text.split_once(':')?;
     Some((parse_decimal(major)?, parse_decimal(minor)?))
 }

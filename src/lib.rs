@@ -49,6 +49,12 @@ mod process;
 mod provider;
 pub mod transport;
 
+/// Entry points to crate-private parsers for the fuzz targets in `fuzz/`;
+/// not part of the API (only with the `fuzzing` feature).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod __fuzz;
+
 pub use buffer::{
     BufferDeregError, BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };

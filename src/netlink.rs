@@ -185,7 +185,7 @@ fn parse_messages(mut data: &[u8]) -> io::Result<Vec<Message<'_>>> {
 
 /// Splits a message payload into `(type, value)` attributes. The `NLA_F_*`
 /// flag bits are masked off the type.
-fn parse_attrs(mut data: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
+pub(crate) fn parse_attrs(mut data: &[u8]) -> io::Result<Vec<(u16, &[u8])>> {
     let mut out = Vec::new();
     while !data.is_empty() {
         let len = read_u16(data, 0).ok_or_else(|| invalid("truncated netlink attribute"))? as usize;
@@ -236,7 +236,7 @@ fn attr_string(value: &[u8]) -> io::Result<String> {
 
 /// Progress of a request/reply exchange.
 #[derive(Debug, PartialEq, Eq)]
-enum Progress {
+pub(crate) enum Progress {
     /// More datagrams are expected.
     More,
     /// The exchange is complete.
@@ -246,20 +246,20 @@ enum Progress {
 /// Reply state machine: feeds datagrams, hands data messages to a callback,
 /// and recognises the end of the reply (`NLMSG_DONE`, `NLMSG_ERROR`, or a
 /// single non-multipart data message).
-struct ReplyReader {
+pub(crate) struct ReplyReader {
     seq: u32,
     interrupted: bool,
 }
 
 impl ReplyReader {
-    fn new(seq: u32) -> Self {
+    pub(crate) fn new(seq: u32) -> Self {
         ReplyReader {
             seq,
             interrupted: false,
         }
     }
 
-    fn feed(
+    pub(crate) fn feed(
         &mut self,
         datagram: &[u8],
         on_msg: &mut dyn FnMut(&[u8]) -> io::Result<()>,
@@ -445,7 +445,7 @@ pub(crate) fn copy_on_fork() -> io::Result<bool> {
     Ok(found)
 }
 
-fn parse_copy_on_fork(payload: &[u8]) -> io::Result<Option<bool>> {
+pub(crate) fn parse_copy_on_fork(payload: &[u8]) -> io::Result<Option<bool>> {
     let mut result = None;
     for (attr_type, value) in parse_attrs(payload)? {
         if attr_type == RDMA_NLDEV_SYS_ATTR_COPY_ON_FORK {
@@ -527,7 +527,7 @@ fn find_device_index(ibdev: &str) -> io::Result<Option<u32>> {
     }
 }
 
-fn parse_device(payload: &[u8]) -> io::Result<(Option<u32>, Option<String>)> {
+pub(crate) fn parse_device(payload: &[u8]) -> io::Result<(Option<u32>, Option<String>)> {
     let mut index = None;
     let mut name = None;
     for (attr_type, value) in parse_attrs(payload)? {
@@ -540,7 +540,7 @@ fn parse_device(payload: &[u8]) -> io::Result<(Option<u32>, Option<String>)> {
     Ok((index, name))
 }
 
-fn parse_chardev(payload: &[u8]) -> io::Result<ChardevInfo> {
+pub(crate) fn parse_chardev(payload: &[u8]) -> io::Result<ChardevInfo> {
     let mut info = ChardevInfo::default();
     for (attr_type, value) in parse_attrs(payload)? {
         match attr_type {

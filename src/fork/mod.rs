@@ -108,7 +108,8 @@
 #![deny(missing_docs)]
 
 mod advisor;
-mod ranges;
+// pub(crate) for the smaps parser's fuzz entry point (`crate::__fuzz`).
+pub(crate) mod ranges;
 
 use std::fmt;
 use std::io;

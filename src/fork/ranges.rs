@@ -489,7 +489,7 @@ pub(crate) fn kernel_page_size(addr: usize) -> Option<usize> {
     parse_kernel_page_size(&smaps, addr)
 }
 
-fn parse_kernel_page_size(smaps: &str, addr: usize) -> Option<usize> {
+pub(crate) fn parse_kernel_page_size(smaps: &str, addr: usize) -> Option<usize> {
     let mut inside = false;
     for line in smaps.lines() {
         if let Some((lo, hi)) = mapping_header(line) {
@@ -508,7 +508,7 @@ fn parse_kernel_page_size(smaps: &str, addr: usize) -> Option<usize> {
 }
 
 /// Parses `start-end ...` header lines of `/proc/<pid>/smaps`.
-fn mapping_header(line: &str) -> Option<(usize, usize)> {
+pub(crate) fn mapping_header(line: &str) -> Option<(usize, usize)> {
     let range = line.split_whitespace().next()?;
     let (lo, hi) = range.split_once('-')?;
     let lo = usize::from_str_radix(lo, 16).ok()?;
