@@ -2,53 +2,15 @@
 //! `madvise` advisor) are absent in a child, so touching them kills it with
 //! `SIGSEGV`; released pages are inherited again.
 //!
-//! The child runs in a copy of a multi-threaded test process, so it performs
-//! only async-signal-safe operations: `prctl`/`setrlimit` (to avoid core
-//! dumps), one volatile read, and `_exit` with the byte read as exit code.
+//! The child (`common::child_reads`) runs in a copy of a multi-threaded test
+//! process, so it performs only async-signal-safe operations and exits with
+//! the byte read as exit code.
 
+mod common;
+
+use common::{child_reads, page_size as page, Seen};
 use memmap2::MmapMut;
-use nix::sys::resource::{setrlimit, Resource};
-use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, ForkResult};
 use uverbs::fork::{ForkMode, ForkSafety, MadviseAdvisor};
-
-/// What a child saw when reading one byte of the parent's memory.
-#[derive(Debug, PartialEq, Eq)]
-enum Seen {
-    /// The page was inherited; the child read this value.
-    Value(u8),
-    /// The page was not inherited: the read faulted.
-    Segfault,
-}
-
-fn child_reads(addr: *const u8) -> Seen {
-    // SAFETY: the child only makes async-signal-safe calls (prctl,
-    // setrlimit, a volatile load, _exit); no allocation, locking or
-    // unwinding happens before it exits.
-    match unsafe { fork() }.expect("fork") {
-        ForkResult::Child => {
-            let _ = nix::sys::prctl::set_dumpable(false);
-            let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
-            // SAFETY: `addr` points into a live mapping of the parent. In the
-            // child it is either an inherited copy (a valid read) or absent,
-            // in which case the read faults and the kernel kills the child
-            // with SIGSEGV, which is exactly what is being observed.
-            let value = unsafe { std::ptr::read_volatile(addr) };
-            // SAFETY: `_exit` is async-signal-safe and never returns.
-            unsafe { nix::libc::_exit(i32::from(value)) }
-        }
-        ForkResult::Parent { child } => match waitpid(child, None).expect("waitpid") {
-            WaitStatus::Exited(_, code) => Seen::Value(code as u8),
-            WaitStatus::Signaled(_, Signal::SIGSEGV, _) => Seen::Segfault,
-            other => panic!("unexpected child status {other:?}"),
-        },
-    }
-}
-
-fn page() -> usize {
-    rustix::param::page_size()
-}
 
 /// A mapping of `pages` pages where page `i` is filled with `0x10 + i`.
 fn mapping(pages: usize) -> MmapMut {
