@@ -8,18 +8,15 @@ mod common;
 
 use std::time::Duration;
 
-use common::{alloc_pd, anon, devices_under_test, open, HandleCounts};
+use common::{alloc_pd, anon};
 use uverbs::{AccessFlags, Error};
 
 /// How long a child may run.
 const LIMIT: Duration = Duration::from_secs(30);
 
-#[test]
-fn a_child_dropping_copies_leaves_the_parents_mr_and_pd() {
-    for dev in devices_under_test("a_child_dropping_copies_leaves_the_parents_mr_and_pd") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "fork: child drops");
+device_test!(
+    a_child_dropping_copies_leaves_the_parents_mr_and_pd,
+    |name, ctx, counts| {
         let pd = alloc_pd(&ctx);
         let spare = alloc_pd(&ctx);
         let mut buf = anon(1 << 20);
@@ -44,16 +41,12 @@ fn a_child_dropping_copies_leaves_the_parents_mr_and_pd() {
             .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
         pd.dealloc()
             .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
-        drop(counts);
     }
-}
+);
 
-#[test]
-fn a_child_that_unwinds_leaves_the_parents_buffer_mr() {
-    for dev in devices_under_test("a_child_that_unwinds_leaves_the_parents_buffer_mr") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "fork: child unwinds");
+device_test!(
+    a_child_that_unwinds_leaves_the_parents_buffer_mr,
+    |name, ctx, counts| {
         let pd = alloc_pd(&ctx);
         let mut mr = pd
             .reg_buffer(anon(1 << 16), AccessFlags::LOCAL_WRITE)
@@ -74,6 +67,5 @@ fn a_child_that_unwinds_leaves_the_parents_buffer_mr() {
         assert_eq!(buf[0], 0x5a);
         pd.dealloc()
             .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
-        drop(counts);
     }
-}
+);

@@ -84,6 +84,7 @@ pub fn required_transport() -> Option<TransportKind> {
 #[derive(Clone)]
 pub struct Dut {
     ctx: Context,
+    dev: Device,
 }
 
 impl Deref for Dut {
@@ -106,7 +107,22 @@ pub fn open(dev: &Device) -> Dut {
         )
     });
     check_transport(dev, &ctx);
-    Dut { ctx }
+    Dut {
+        ctx,
+        dev: dev.clone(),
+    }
+}
+
+impl Dut {
+    /// Another, independent context on the same device.
+    pub fn reopen(&self) -> Dut {
+        open(&self.dev)
+    }
+
+    /// The device this context was opened on.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
 }
 
 fn check_transport(dev: &Device, ctx: &Context) {
@@ -244,18 +260,47 @@ pub fn snap(mr: &MemoryRegion) -> Snapshot {
     }
 }
 
-/// Runs `body(name, ctx)` on every device under `test`, freshly opened.
-pub fn on_each_device(test: &str, mut body: impl FnMut(&str, Dut)) {
+/// Runs `body(name, ctx, counts)` on every device under `test`, freshly
+/// opened; `counts` checks, once `body` has returned and dropped what it
+/// made, that no kernel object leaked.
+pub fn on_each_device(test: &str, mut body: impl FnMut(&str, Dut, &HandleCounts)) {
     for dev in devices_under_test(test) {
-        body(dev.name(), open(&dev));
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, test);
+        body(dev.name(), ctx, &counts);
     }
 }
 
 /// [`on_each_device`] for the drivers whose behaviour the tests know
-/// (`body(name, ctx, driver)`); any other device is noted loudly and skipped.
-pub fn on_each_known_device(test: &str, mut body: impl FnMut(&str, Dut, Driver)) {
-    on_each_device(test, |name, ctx| match driver(&ctx) {
+/// (`body(name, ctx, counts, driver)`); any other device is noted loudly
+/// and skipped.
+pub fn on_each_known_device(test: &str, mut body: impl FnMut(&str, Dut, &HandleCounts, Driver)) {
+    on_each_device(test, |name, ctx, counts| match driver(&ctx) {
         Driver::Other => note_unknown_driver(test, &ctx),
-        d => body(name, ctx, d),
+        d => body(name, ctx, counts, d),
     });
+}
+
+/// `device_test!(name, |name, ctx, counts| { … })` defines the test `name`,
+/// which runs the closure through [`on_each_device`].
+#[allow(unused_macros)]
+macro_rules! device_test {
+    ($test:ident, $body:expr) => {
+        #[test]
+        fn $test() {
+            $crate::common::on_each_device(stringify!($test), $body)
+        }
+    };
+}
+
+/// `known_device_test!(name, |name, ctx, counts, driver| { … })` defines
+/// the test `name`, which runs the closure through [`on_each_known_device`].
+#[allow(unused_macros)]
+macro_rules! known_device_test {
+    ($test:ident, $body:expr) => {
+        #[test]
+        fn $test() {
+            $crate::common::on_each_known_device(stringify!($test), $body)
+        }
+    };
 }

@@ -14,6 +14,7 @@
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code, unused_imports)]
 
+#[macro_use]
 pub mod devices;
 pub mod fake;
 #[macro_use]
