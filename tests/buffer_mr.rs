@@ -12,14 +12,23 @@ use uverbs::fork::{Advice, ForkMode};
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
 use uverbs::{
-    AccessFlags, Errno, MrState, OpenOptions, ProtectionDomain, ReregFallback, ReregFlags,
-    ReregOutcome, ReregPath, RetargetBuffers, StableBuffer,
+    AccessFlags, BufferMr, Errno, MrState, OpenOptions, ProtectionDomain, ReregFallback,
+    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, StableBuffer,
 };
 
 /// A fresh fake kernel and a PD in it.
 fn setup() -> (Arc<RecordingTransport>, ProtectionDomain) {
     let FakeKernel { fake, pd1, .. } = FakeKernel::new();
     (fake, pd1)
+}
+
+/// A buffer MR over 4096 bytes of 1s, whose next REREG_MR the fake kernel
+/// refuses with `errno`.
+fn rereg_refused_with(errno: Errno) -> (Arc<RecordingTransport>, BufferMr<Vec<u8>>) {
+    let (fake, pd) = setup();
+    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, errno);
+    (fake, mr)
 }
 
 /// A buffer that reports when it is dropped, and whether the fake kernel
@@ -87,11 +96,9 @@ fn retarget_in_place_hands_the_old_buffer_back() {
 
 #[test]
 fn strict_retarget_refused_without_change_keeps_the_region() {
-    let (fake, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
-    let handle = mr.handle();
     // EOPNOTSUPP comes before any driver changes anything: the MR is as it was.
-    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let (fake, mr) = rereg_refused_with(Errno::OPNOTSUPP);
+    let handle = mr.handle();
     let err = mr
         .retarget(vec![2u8; 4096], ReregFallback::Strict)
         .unwrap_err();
@@ -109,10 +116,8 @@ fn strict_retarget_refused_without_change_keeps_the_region() {
 
 #[test]
 fn strict_retarget_left_undefined_releases_both_buffers() {
-    let (fake, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
     // On an unknown driver an EINVAL may come from midway: undefined.
-    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::INVAL);
+    let (fake, mr) = rereg_refused_with(Errno::INVAL);
     let err = mr
         .retarget(vec![2u8; 4096], ReregFallback::Strict)
         .unwrap_err();
@@ -131,10 +136,8 @@ fn strict_retarget_left_undefined_releases_both_buffers() {
 
 #[test]
 fn replace_retarget_works_where_the_kernel_refuses() {
-    let (fake, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let (fake, mr) = rereg_refused_with(Errno::OPNOTSUPP);
     let handle = mr.handle();
-    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
     let done = mr
         .retarget(vec![2u8; 4096], ReregFallback::Replace)
         .unwrap();
@@ -146,10 +149,8 @@ fn replace_retarget_works_where_the_kernel_refuses() {
 
 #[test]
 fn failed_replace_keeps_the_region_and_returns_the_new_buffer() {
-    let (fake, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let (fake, mr) = rereg_refused_with(Errno::OPNOTSUPP);
     let handle = mr.handle();
-    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
     fake.fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::FAULT);
     let err = mr
         .retarget(vec![2u8; 4096], ReregFallback::Replace)

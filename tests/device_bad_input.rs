@@ -8,12 +8,9 @@
 #[macro_use]
 mod common;
 
-use std::ffi::c_void;
-use std::ptr::NonNull;
-
 use common::{
-    alloc_pd, anon, devices_under_test, driver, loud, open, page_size, serial, Driver,
-    HandleCounts, RW_READ,
+    alloc_pd, anon, devices_under_test, driver, loud, open, page_size, serial, Driver, Dut,
+    HandleCounts, Holed, RW_READ,
 };
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -24,8 +21,19 @@ use uverbs::{AccessFlags, Device, Errno, Error, Op, OpenOptions, ProtectionDomai
 /// A PD to register in and the counts that must not move.
 struct Target<'a> {
     name: &'a str,
-    pd: &'a ProtectionDomain,
+    pd: ProtectionDomain,
     counts: &'a HandleCounts,
+}
+
+impl<'a> Target<'a> {
+    /// A new PD in `ctx`, watched by `counts`.
+    fn new(name: &'a str, ctx: &Dut, counts: &'a HandleCounts) -> Self {
+        Target {
+            name,
+            pd: alloc_pd(ctx),
+            counts,
+        }
+    }
 }
 
 /// Registers `[addr, addr + len)` and expects the kernel to refuse with
@@ -38,7 +46,7 @@ fn expect_reg_refused(
     access: AccessFlags,
     errno: Errno,
 ) {
-    let (name, pd, counts) = (t.name, t.pd, t.counts);
+    let (name, pd, counts) = (t.name, &t.pd, t.counts);
     // With fork safety on, an unmapped range already fails at
     // madvise(MADV_DONTFORK) with ENOMEM, before REG_MR (as in libibverbs).
     let fork_first =
@@ -75,24 +83,14 @@ fn expect_reg_refused(
 
 device_test!(zero_length_is_refused_by_the_kernel, |name, ctx, counts| {
     let _serial = serial();
-    let pd = alloc_pd(&ctx);
-    let t = Target {
-        name,
-        pd: &pd,
-        counts,
-    };
+    let t = Target::new(name, &ctx, counts);
     let mut buf = anon(page_size());
     expect_reg_refused(&t, "length 0", buf.as_mut_ptr(), 0, RW_READ, Errno::INVAL);
 });
 
 device_test!(an_unmapped_address_is_efault, |name, ctx, counts| {
     let _serial = serial();
-    let pd = alloc_pd(&ctx);
-    let t = Target {
-        name,
-        pd: &pd,
-        counts,
-    };
+    let t = Target::new(name, &ctx, counts);
     // A range that was mapped and is no longer.
     let addr = {
         let mut gone = anon(1 << 20);
@@ -121,23 +119,13 @@ device_test!(
     a_range_running_past_the_end_of_a_mapping_is_efault,
     |name, ctx, counts| {
         let _serial = serial();
-        let pd = alloc_pd(&ctx);
-        let t = Target {
-            name,
-            pd: &pd,
-            counts,
-        };
-        let page = page_size();
-        // Map 4 pages, unmap the last: 3 mapped pages followed by a hole.
-        let mut map = anon(4 * page);
-        let base = map.as_mut_ptr();
-        std::mem::forget(map); // unmapped by hand below, only what is still ours
-        let last = NonNull::new(base.wrapping_add(3 * page).cast::<c_void>()).expect("non-null");
-        // SAFETY: the last page of our own mapping, which nothing else uses.
-        unsafe { nix::sys::mman::munmap(last, page) }.expect("munmap of the last page");
+        let t = Target::new(name, &ctx, counts);
+        // 3 mapped pages followed by a hole.
+        let holed = Holed::new();
+        let (base, page) = (holed.base, holed.page);
         // Inside the mapping first: works.
         // SAFETY: the 3 pages stay mapped until the MR is gone.
-        let mr = unsafe { pd.reg_mr(base, 3 * page, RW_READ) }
+        let mr = unsafe { t.pd.reg_mr(base, 3 * page, RW_READ) }
             .unwrap_or_else(|e| panic!("{name}: reg of the mapped part: {e}"));
         mr.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));
         expect_reg_refused(
@@ -156,9 +144,7 @@ device_test!(
             RW_READ,
             Errno::FAULT,
         );
-        let first = NonNull::new(base.cast::<c_void>()).expect("non-null");
-        // SAFETY: the 3 remaining pages of our own mapping; no MR uses them now.
-        unsafe { nix::sys::mman::munmap(first, 3 * page) }.expect("munmap of the rest");
+        drop(holed); // no MR uses it now
     }
 );
 
@@ -183,12 +169,7 @@ device_test!(
 
 device_test!(access_bits_the_device_refuses, |name, ctx, counts| {
     let _serial = serial();
-    let pd = alloc_pd(&ctx);
-    let t = Target {
-        name,
-        pd: &pd,
-        counts,
-    };
+    let t = Target::new(name, &ctx, counts);
     let mut buf = anon(64 << 10);
     let (addr, len) = (buf.as_mut_ptr(), buf.len());
     let cases = [
@@ -222,7 +203,7 @@ device_test!(access_bits_the_device_refuses, |name, ctx, counts| {
     // An optional bit (RELAXED_ORDERING, in the optional range) is ignored, not refused.
     // SAFETY: `buf` outlives the MR.
     let mr = unsafe {
-        pd.reg_mr(
+        t.pd.reg_mr(
             addr,
             len,
             AccessFlags::LOCAL_WRITE | AccessFlags::RELAXED_ORDERING,
@@ -236,7 +217,7 @@ device_test!(
     set_pd_with_a_pd_of_another_context_is_input,
     |name, ctx, _| {
         let _serial = serial();
-        let (ctx, other) = (ctx.reopen(), ctx.reopen());
+        let other = ctx.reopen();
         let counts = HandleCounts::new(&ctx, "foreign PD");
         let other_counts = HandleCounts::new(&other, "foreign PD (other context)");
         let pd = alloc_pd(&ctx);

@@ -16,8 +16,8 @@
 mod common;
 
 use common::{
-    alloc_pd, anon, driver, fresh_mr, loud, page_size, replace, replace_range, serial, snap,
-    Driver, Dut, HandleCounts, Holed, Snapshot, MIB, RW_READ,
+    alloc_pd, anon, dealloc_refused_busy, driver, fresh_mr, loud, page_size, replace,
+    replace_range, serial, snap, Driver, Dut, HandleCounts, Holed, Snapshot, MIB, RW_READ,
 };
 use memmap2::MmapMut;
 use uverbs::command::DeregMr;
@@ -109,6 +109,22 @@ unsafe fn move_by_replacement(
         unsafe { replace_range(mr, addr, len) }.unwrap_or_else(|e| panic!("{name}: {case}: {e}"));
     assert_eq!(path, ReregPath::Replaced, "{name}: {case}");
     assert_handle_gone(ctx, case, old);
+}
+
+/// Asserts what a re-registration of `before` into `after` did to the
+/// handle and keys: kept in place, all new when replaced.
+fn assert_keys(name: &str, case: &str, in_place: bool, before: &Snapshot, after: &Snapshot) {
+    if in_place {
+        assert_eq!(
+            (after.handle, after.lkey, after.rkey),
+            (before.handle, before.lkey, before.rkey),
+            "{name}: {case}: in place keeps the handle and (rxe) the keys"
+        );
+    } else {
+        assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
+        assert_ne!(after.lkey, before.lkey, "{name}: {case}: new lkey");
+        assert_ne!(after.rkey, before.rkey, "{name}: {case}: new rkey");
+    }
 }
 
 /// True when the process-wide fork safety marks ranges (the fork-forced
@@ -244,18 +260,7 @@ fn replace_case(ctx: &Dut, d: Driver, flags: ReregFlags) {
         flags.contains(ReregFlags::PD),
         "{name}: {case}: is_in(pd2)"
     );
-    match path {
-        ReregPath::InPlace => assert_eq!(
-            (after.handle, after.lkey, after.rkey),
-            (before.handle, before.lkey, before.rkey),
-            "{name}: {case}: in place keeps the handle and (rxe) the keys"
-        ),
-        ReregPath::Replaced => {
-            assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
-            assert_ne!(after.lkey, before.lkey, "{name}: {case}: new lkey");
-            assert_ne!(after.rkey, before.rkey, "{name}: {case}: new rkey");
-        }
-    }
+    assert_keys(name, &case, path == ReregPath::InPlace, &before, &after);
     counts.assert_extra(1, 2, &format!("{case}: exactly one live MR"));
     if path == ReregPath::Replaced {
         assert_handle_gone(ctx, &case, before.handle);
@@ -293,18 +298,7 @@ fn replace_case(ctx: &Dut, d: Driver, flags: ReregFlags) {
     };
     free.dealloc()
         .unwrap_or_else(|e| panic!("{name}: {case}: dealloc of the PD the MR is not in: {e}"));
-    let busy = match busy.dealloc() {
-        Ok(()) => panic!("{name}: {case}: the PD the MR is in was deallocated"),
-        Err(e) => {
-            assert_eq!(
-                e.error.errno(),
-                Some(Errno::BUSY),
-                "{name}: {case}: dealloc of the MR's PD: {}",
-                e.error
-            );
-            e.pd
-        }
-    };
+    let busy = dealloc_refused_busy(busy, &format!("{case}: dealloc of the MR's PD"));
     counts.assert_extra(1, 1, &format!("{case}: after the PD checks"));
 
     // The new registration covers its range: register exactly that range
@@ -750,19 +744,11 @@ fn table_case(
     let contradiction = (seen != expect)
         .then(|| format!("{case}: docs/rereg.md says {expect:?}, the kernel gave {seen:?}"));
     match seen {
-        Expect::InPlace => assert_eq!(
-            (after.handle, after.lkey, after.rkey),
-            (before.handle, before.lkey, before.rkey),
-            "{name}: {case}: in place: same handle, keys unchanged"
-        ),
-        Expect::Replaced => {
-            assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
-            assert_ne!(
-                (after.lkey, after.rkey),
-                (before.lkey, before.rkey),
-                "{name}: {case}: new keys"
-            );
-            assert_handle_gone(ctx, case, before.handle);
+        Expect::InPlace | Expect::Replaced => {
+            assert_keys(name, case, seen == Expect::InPlace, &before, &after);
+            if seen == Expect::Replaced {
+                assert_handle_gone(ctx, case, before.handle);
+            }
         }
         Expect::Cmd(_, state) => {
             assert_eq!(

@@ -3,8 +3,11 @@
 #[macro_use]
 mod common;
 
-use common::{alloc_pd, anon, driver, page_size, Driver, HandleCounts, RW_READ};
-use uverbs::{AccessFlags, Errno, MemoryRegion, Op};
+use common::{
+    alloc_pd, anon, dealloc_refused_busy, driver, page_size, pd_and_fresh_mr, Driver, HandleCounts,
+    RW_READ,
+};
+use uverbs::{AccessFlags, MemoryRegion};
 
 /// Checks what every fresh registration must report.
 fn check_keys(dev: &str, d: Driver, mr: &MemoryRegion) {
@@ -155,22 +158,8 @@ device_test!(reg_buffer_owns_boxed_slices_and_mappings, |name, ctx, _| {
 device_test!(
     a_pd_in_use_refuses_dealloc_with_ebusy_and_survives,
     |name, ctx, counts| {
-        let pd = alloc_pd(&ctx);
-        let mut buf = anon(64 << 10);
-        // SAFETY: `buf` outlives the MR.
-        let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW_READ) }
-            .unwrap_or_else(|e| panic!("{name}: reg: {e}"));
-        let err = pd
-            .dealloc()
-            .expect_err("dealloc of a PD with an MR in it must fail");
-        assert_eq!(err.error.op(), Op::DeallocPd, "{name}: {}", err.error);
-        assert_eq!(
-            err.error.errno(),
-            Some(Errno::BUSY),
-            "{name}: {}",
-            err.error
-        );
-        let pd = err.pd;
+        let (pd, mut buf, mr) = pd_and_fresh_mr(&ctx, 64 << 10);
+        let pd = dealloc_refused_busy(pd, "dealloc of a PD with an MR in it");
         counts.assert_extra(1, 1, "after the refused dealloc");
         // The PD handed back still works.
         let mr2 = unsafe { pd.reg_mr(buf.as_mut_ptr(), 4096, AccessFlags::LOCAL_WRITE) }
@@ -185,11 +174,7 @@ device_test!(
 device_test!(
     an_mr_keeps_its_pd_alive_after_the_pd_is_dropped,
     |name, ctx, counts| {
-        let pd = alloc_pd(&ctx);
-        let mut buf = anon(64 << 10);
-        // SAFETY: `buf` outlives the MR.
-        let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW_READ) }
-            .unwrap_or_else(|e| panic!("{name}: reg: {e}"));
+        let (pd, _buf, mr) = pd_and_fresh_mr(&ctx, 64 << 10);
         drop(pd);
         counts.assert_extra(
             1,

@@ -9,12 +9,10 @@
 mod common;
 
 use common::{
-    alloc_pd, anon, driver, fresh_mr, loud, snap, Driver, HandleCounts, Snapshot, MIB, RW_READ,
+    alloc_pd, anon, dealloc_refused_busy, driver, fresh_mr, loud, pd_and_fresh_mr, snap, Driver,
+    HandleCounts, ReregCase, Snapshot, MIB, RW_READ,
 };
-use uverbs::{
-    AccessFlags, Errno, MemoryRegion, MrState, ProtectionDomain, ReregError, ReregFlags,
-    ReregOutcome,
-};
+use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, ReregError, ReregFlags, ReregOutcome};
 
 /// Asserts a kernel refusal: outcome Cmd (−4), the given errno, and the MR
 /// known to be unchanged (rxe and siw refuse before changing anything).
@@ -67,9 +65,7 @@ fn dereg_ok(name: &str, case: &str, mr: MemoryRegion) {
 }
 
 device_test!(change_access_to_local_write, |name, ctx, counts| {
-    let pd1 = alloc_pd(&ctx);
-    let mut buf = anon(MIB);
-    let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
+    let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
     let before = snap(&mr);
     let result = mr.set_access(AccessFlags::LOCAL_WRITE);
     match driver(&ctx) {
@@ -104,10 +100,8 @@ device_test!(change_access_to_local_write, |name, ctx, counts| {
 });
 
 device_test!(change_pd_moves_the_mr_in_the_kernel, |name, ctx, counts| {
-    let pd1 = alloc_pd(&ctx);
+    let (pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
     let pd2 = alloc_pd(&ctx);
-    let mut buf = anon(MIB);
-    let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
     let before = snap(&mr);
     let result = mr.set_pd(&pd2);
     match driver(&ctx) {
@@ -126,16 +120,7 @@ device_test!(change_pd_moves_the_mr_in_the_kernel, |name, ctx, counts| {
                 "{name}: is_in after the move"
             );
             // The kernel really moved it: pd2 is busy, pd1 is free.
-            let err = pd2
-                .dealloc()
-                .expect_err("dealloc of pd2 holding the moved MR must fail");
-            assert_eq!(
-                err.error.errno(),
-                Some(Errno::BUSY),
-                "{name}: dealloc(pd2) after the move: {}",
-                err.error
-            );
-            let pd2 = err.pd;
+            let pd2 = dealloc_refused_busy(pd2, "dealloc(pd2) after the move");
             pd1.dealloc()
                 .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after the MR left it: {e}"));
             counts.assert_extra(1, 1, "after the move and pd1's dealloc");
@@ -150,16 +135,9 @@ device_test!(change_pd_moves_the_mr_in_the_kernel, |name, ctx, counts| {
             // Nothing moved: pd2 is free, pd1 is busy.
             pd2.dealloc()
                 .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the refused move: {e}"));
-            let err = pd1.dealloc().expect_err("pd1 still holds the MR");
-            assert_eq!(
-                err.error.errno(),
-                Some(Errno::BUSY),
-                "{name}: dealloc(pd1): {}",
-                err.error
-            );
+            let pd1 = dealloc_refused_busy(pd1, "dealloc(pd1), which still holds the MR");
             dereg_ok(name, "PD", mr);
-            err.pd
-                .dealloc()
+            pd1.dealloc()
                 .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after dereg: {e}"));
         }
         Driver::Other => common::note_unknown_driver("change_pd_moves_the_mr_in_the_kernel", &ctx),
@@ -169,10 +147,8 @@ device_test!(change_pd_moves_the_mr_in_the_kernel, |name, ctx, counts| {
 device_test!(
     change_translation_to_a_new_2mib_buffer_is_refused,
     |name, ctx, counts| {
-        let pd1 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
+        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
         let mut new_buf = anon(2 * MIB);
-        let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
         let before = snap(&mr);
         // SAFETY: `new_buf` outlives the MR.
         let result = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) };
@@ -194,11 +170,9 @@ device_test!(
 );
 
 device_test!(all_three_flags_are_refused, |name, ctx, counts| {
-    let pd1 = alloc_pd(&ctx);
+    let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
     let pd2 = alloc_pd(&ctx);
-    let mut buf = anon(MIB);
     let mut new_buf = anon(2 * MIB);
-    let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
     let before = snap(&mr);
     // SAFETY: `new_buf` outlives the MR.
     let result = unsafe {
@@ -231,9 +205,7 @@ device_test!(all_three_flags_are_refused, |name, ctx, counts| {
 device_test!(
     no_flags_go_to_the_kernel_and_are_refused,
     |name, ctx, counts| {
-        let pd1 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
+        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
         let before = snap(&mr);
         // SAFETY: no TRANSLATION, no memory handed over.
         let result = unsafe {
@@ -261,9 +233,7 @@ device_test!(
 device_test!(
     remote_write_without_local_write_is_refused,
     |name, ctx, counts| {
-        let pd1 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
+        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
         let before = snap(&mr);
         let result = mr.set_access(AccessFlags::REMOTE_WRITE);
         match driver(&ctx) {
@@ -288,10 +258,8 @@ device_test!(
     |name, ctx, counts| {
         // Not a row of the reference table: rxe's rereg supports PD | ACCESS
         // (RXE_MR_REREG_SUPPORTED), so both must change in one command.
-        let pd1 = alloc_pd(&ctx);
+        let (pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
         let pd2 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
         let before = snap(&mr);
         let new_access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
         // SAFETY: no TRANSLATION, no memory handed over.
@@ -352,16 +320,7 @@ device_test!(
         let d = driver(&ctx);
         let null = std::ptr::null_mut::<u8>();
         let none = AccessFlags::empty();
-
-        type Case<'a> = (
-            &'a str,
-            ReregFlags,
-            Option<&'a ProtectionDomain>,
-            *mut u8,
-            usize,
-            AccessFlags,
-        );
-        let cases: [Case; 8] = [
+        let cases: [ReregCase; 8] = [
             (
                 "unknown flag bit 1<<3",
                 ReregFlags::from_bits_retain(1 << 3),

@@ -21,6 +21,13 @@ fn mapping(pages: usize) -> MmapMut {
     map
 }
 
+/// [`mapping`] of 4 pages, an [`enabled`] tracker and the mapping's address.
+fn four_pages_and_a_tracker() -> (MmapMut, ForkSafety, usize) {
+    let map = mapping(4);
+    let base = map.as_ptr() as usize;
+    (map, enabled(), base)
+}
+
 fn enabled() -> ForkSafety {
     ForkSafety::new(ForkMode::Enabled, Box::new(MadviseAdvisor))
 }
@@ -33,9 +40,7 @@ fn unmarked_memory_is_inherited() {
 
 #[test]
 fn marked_page_is_not_inherited_until_unmarked() {
-    let map = mapping(4);
-    let fs = enabled();
-    let base = map.as_ptr() as usize;
+    let (map, fs, base) = four_pages_and_a_tracker();
     // Mark an unaligned slice inside page 1: the whole page is protected.
     fs.dontfork_range(base + page() + 100, 50).unwrap();
     assert_eq!(child_reads(&map[page()]), Seen::Segfault);
@@ -51,9 +56,7 @@ fn marked_page_is_not_inherited_until_unmarked() {
 
 #[test]
 fn overlapping_marks_protect_until_the_last_release() {
-    let map = mapping(4);
-    let fs = enabled();
-    let base = map.as_ptr() as usize;
+    let (map, fs, base) = four_pages_and_a_tracker();
     let a = (base, 2 * page()); // pages 0-1
     let b = (base + page() + 1, page() + 10); // pages 1-2
     fs.dontfork_range(a.0, a.1).unwrap();

@@ -7,13 +7,10 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{context_over, snap, FakeKernel, RW_READ};
+use common::{context_over, snap, FakeKernel, ReregCase, RW_READ};
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain, ReregFlags,
-    ReregOutcome,
-};
+use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, OpenOptions, ReregFlags, ReregOutcome};
 
 /// The fake kernel with a fresh MR over `buf` ([`RW_READ`]).
 fn fixture() -> (FakeKernel, MemoryRegion) {
@@ -30,16 +27,7 @@ fn input_checks_send_nothing_and_leave_the_mr_unchanged() {
     let new = f.buf2.as_mut_ptr();
     let null = std::ptr::null_mut();
     let none = AccessFlags::empty();
-
-    type Case<'a> = (
-        &'a str,
-        ReregFlags,
-        Option<&'a ProtectionDomain>,
-        *mut u8,
-        usize,
-        AccessFlags,
-    );
-    let cases: Vec<Case> = vec![
+    let cases: Vec<ReregCase> = vec![
         (
             "unknown flag bit 8",
             ReregFlags::from_bits_retain(8),

@@ -51,6 +51,16 @@ impl Fixture {
     }
 }
 
+/// The fixture with a one-page MR at [`OLD`], whose next REREG_MR the fake
+/// kernel refuses with `EOPNOTSUPP`.
+fn rereg_refused() -> (Fixture, MemoryRegion) {
+    let f = fixture();
+    let mr = f.reg(PAGE);
+    f.fake
+        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    (f, mr)
+}
+
 fn ranges(f: &Fixture) -> Vec<(usize, usize, u32)> {
     f.fork.marked_ranges()
 }
@@ -105,10 +115,7 @@ fn do_fork_old_leaves_the_new_mr_valid() {
 
 #[test]
 fn cmd_and_do_fork_new_reports_both_errnos() {
-    let f = fixture();
-    let mut mr = f.reg(PAGE);
-    f.fake
-        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let (f, mut mr) = rereg_refused();
     f.advisor
         .fail_on(NEW, Advice::DoFork, Errno::FAULT.raw_os_error());
     // SAFETY: fake memory.
@@ -127,10 +134,7 @@ fn cmd_and_do_fork_new_reports_both_errnos() {
 
 #[test]
 fn cmd_rolls_the_new_range_back() {
-    let f = fixture();
-    let mut mr = f.reg(PAGE);
-    f.fake
-        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let (f, mut mr) = rereg_refused();
     // SAFETY: fake memory.
     let err = unsafe { mr.set_range(NEW as *mut u8, PAGE) }.unwrap_err();
     assert_eq!(err.outcome(), ReregOutcome::Cmd);
@@ -214,11 +218,8 @@ fn failed_registration_is_unmarked() {
 
 #[test]
 fn replace_fallback_moves_the_marks_too() {
-    let f = fixture();
-    let mut mr = f.reg(PAGE);
+    let (f, mut mr) = rereg_refused();
     let old_handle = mr.handle();
-    f.fake
-        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
     // SAFETY: fake memory.
     let path = unsafe { replace_range(&mut mr, NEW as *mut u8, PAGE) }.unwrap();
     assert_eq!(path, ReregPath::Replaced);

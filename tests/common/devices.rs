@@ -10,9 +10,12 @@
 use std::io::Write;
 use std::ops::Deref;
 
+use memmap2::MmapMut;
+
+use super::{anon, fresh_mr, RW_READ};
 use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
 use uverbs::{
-    AccessFlags, Context, Device, DriverId, MemoryRegion, OpenOptions, ProtectionDomain,
+    AccessFlags, Context, Device, DriverId, Errno, MemoryRegion, Op, OpenOptions, ProtectionDomain,
     TransportKind,
 };
 
@@ -235,6 +238,39 @@ pub fn alloc_pd(ctx: &Context) -> ProtectionDomain {
         .unwrap_or_else(|e| panic!("{}: alloc_pd: {e}", ctx.device_name()))
 }
 
+/// Deallocates `pd`, which must fail with `EBUSY` (an MR is still in it),
+/// and returns the PD handed back; `what` names the check.
+pub fn dealloc_refused_busy(pd: ProtectionDomain, what: &str) -> ProtectionDomain {
+    let name = pd.context().device_name().to_owned();
+    let err = match pd.dealloc() {
+        Ok(()) => panic!("{name}: {what}: a PD with an MR in it was deallocated"),
+        Err(e) => e,
+    };
+    assert_eq!(
+        err.error.op(),
+        Op::DeallocPd,
+        "{name}: {what}: {}",
+        err.error
+    );
+    assert_eq!(
+        err.error.errno(),
+        Some(Errno::BUSY),
+        "{name}: {what}: {}",
+        err.error
+    );
+    err.pd
+}
+
+/// A new PD in `ctx` and a fresh [`RW_READ`] MR in it over a new
+/// `len`-byte mapping. Keep the mapping until the MR is gone (bind the
+/// three in this order: the MR is dropped first).
+pub fn pd_and_fresh_mr(ctx: &Context, len: usize) -> (ProtectionDomain, MmapMut, MemoryRegion) {
+    let pd = alloc_pd(ctx);
+    let mut buf = anon(len);
+    let mr = fresh_mr(&pd, &mut buf, RW_READ);
+    (pd, buf, mr)
+}
+
 /// Everything an MR reports about itself.
 #[derive(Debug, PartialEq, Eq, Clone, Copy)]
 pub struct Snapshot {
@@ -282,25 +318,26 @@ pub fn on_each_known_device(test: &str, mut body: impl FnMut(&str, Dut, &HandleC
 }
 
 /// `device_test!(name, |name, ctx, counts| { … })` defines the test `name`,
-/// which runs the closure through [`on_each_device`].
+/// which runs the closure through [`on_each_device`];
+/// `known_device_test!(name, |name, ctx, counts, driver| { … })` through
+/// [`on_each_known_device`].
 #[allow(unused_macros)]
 macro_rules! device_test {
     ($test:ident, $body:expr) => {
+        device_test!(@with on_each_device, $test, $body);
+    };
+    (@with $runner:ident, $test:ident, $body:expr) => {
         #[test]
         fn $test() {
-            $crate::common::on_each_device(stringify!($test), $body)
+            $crate::common::$runner(stringify!($test), $body)
         }
     };
 }
 
-/// `known_device_test!(name, |name, ctx, counts, driver| { … })` defines
-/// the test `name`, which runs the closure through [`on_each_known_device`].
+/// See [`device_test!`].
 #[allow(unused_macros)]
 macro_rules! known_device_test {
     ($test:ident, $body:expr) => {
-        #[test]
-        fn $test() {
-            $crate::common::on_each_known_device(stringify!($test), $body)
-        }
+        device_test!(@with on_each_known_device, $test, $body);
     };
 }

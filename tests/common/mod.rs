@@ -61,6 +61,17 @@ pub fn fresh_mr(pd: &ProtectionDomain, buf: &mut [u8], access: AccessFlags) -> M
     })
 }
 
+/// One input case of a re-registration: (what it is, flags, pd, addr,
+/// length, access).
+pub type ReregCase<'a> = (
+    &'a str,
+    ReregFlags,
+    Option<&'a ProtectionDomain>,
+    *mut u8,
+    usize,
+    AccessFlags,
+);
+
 /// `rereg_with(Replace, flags, pd, …, access)` of a change without
 /// TRANSLATION: no new memory.
 pub fn replace(
