@@ -16,6 +16,12 @@ use std::time::Instant;
 
 use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
 
+// The untouched `MAP_NORESERVE` memory the fork tests use too.
+#[path = "../tests/common/mapping.rs"]
+mod mapping;
+
+use mapping::Untouched;
+
 const LIVE: usize = 100_000;
 const SAMPLES: usize = 20_000;
 const FAKE_BASE: usize = 0x1000_0000_0000;
@@ -79,41 +85,6 @@ fn teardown(fs: &ForkSafety, ranges: impl Iterator<Item = (usize, usize)>) {
     assert!(fs.marked_ranges().is_empty());
 }
 
-/// Anonymous, never-touched memory; `MAP_NORESERVE` so it costs nothing.
-struct Region {
-    ptr: *mut std::ffi::c_void,
-    len: usize,
-}
-
-impl Region {
-    fn new(len: usize) -> Region {
-        // SAFETY: a fresh private anonymous mapping at a kernel-chosen
-        // address cannot alias existing memory; it is only used through raw
-        // addresses and unmapped in Drop.
-        let ptr = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
-                rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::NORESERVE,
-            )
-        }
-        .expect("mmap");
-        Region { ptr, len }
-    }
-
-    fn addr(&self) -> usize {
-        self.ptr as usize
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping created in `new`, no longer used.
-        let _ = unsafe { rustix::mm::munmap(self.ptr, self.len) };
-    }
-}
-
 fn main() {
     let p = rustix::param::page_size();
     let started = Instant::now();
@@ -155,9 +126,9 @@ fn main() {
             Box::new(MadviseAdvisor),
             PageSizing::Fixed(p),
         );
-        let live_region = Region::new((2 * LIVE + 1) * p);
-        let fresh_region = Region::new(LIVE * p);
-        let base = live_region.addr();
+        let live_region = Untouched::new((2 * LIVE + 1) * p);
+        let fresh_region = Untouched::new(LIVE * p);
+        let base = live_region.addr;
         let live = (0..LIVE).map(|i| (base + 2 * i * p, 3 * p));
         let t = Instant::now();
         setup(&fs, live.clone());
@@ -169,7 +140,7 @@ fn main() {
         run("madvise, 100k overlapping, ref on live pages", &fs, |r| {
             (base + r.below(2 * LIVE - 5) * p, 5 * p)
         });
-        let fresh = fresh_region.addr();
+        let fresh = fresh_region.addr;
         run(
             "madvise, 100k overlapping, fresh page (syscall)",
             &fs,
@@ -186,8 +157,8 @@ fn main() {
             Box::new(MadviseAdvisor),
             PageSizing::Fixed(p),
         );
-        let region = Region::new(2 * DISJOINT * p);
-        let base = region.addr();
+        let region = Untouched::new(2 * DISJOINT * p);
+        let base = region.addr;
         let live = (0..DISJOINT).map(|i| (base + 2 * i * p, p));
         setup(&fs, live.clone());
         println!("  (madvise/disjoint: {} map entries)", fs.tracker().len());

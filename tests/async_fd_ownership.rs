@@ -2,11 +2,14 @@
 //! because the double's `GET_CONTEXT` answered its number, and an answer of
 //! `-1` is not a panic.
 
+mod common;
+
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
+use common::context_over;
 use uverbs::transport::RecordingTransport;
 use uverbs::{Context, OpenOptions};
 
@@ -15,8 +18,7 @@ fn context_answering(async_fd: Option<u32>) -> (Context, Arc<RecordingTransport>
     if let Some(number) = async_fd {
         fake.answer_async_fd(number);
     }
-    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &OpenOptions::new())
-        .expect("GET_CONTEXT on the fake");
+    let ctx = context_over(&fake, &OpenOptions::new());
     (ctx, fake)
 }
 

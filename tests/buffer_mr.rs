@@ -2,24 +2,33 @@
 //! old buffer back only after the kernel let go, failures return both
 //! buffers, and a buffer is never freed while it may still be registered.
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use common::{fork_safety_with, FakeKernel, RecordingAdvisor, RW};
+use uverbs::fork::{Advice, ForkMode};
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
 use uverbs::{
-    AccessFlags, Context, Errno, MrState, OpenOptions, ProtectionDomain, ReregFallback, ReregFlags,
-    ReregOutcome, ReregPath, RetargetBuffers, StableBuffer,
+    AccessFlags, BufferMr, Errno, MrState, OpenOptions, ProtectionDomain, ReregFallback,
+    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, StableBuffer,
 };
 
-const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+/// A fresh fake kernel and a PD in it.
+fn setup() -> (Arc<RecordingTransport>, ProtectionDomain) {
+    let FakeKernel { fake, pd1, .. } = FakeKernel::new();
+    (fake, pd1)
+}
 
-fn setup() -> (Arc<RecordingTransport>, Context, ProtectionDomain) {
-    let fake = Arc::new(RecordingTransport::new());
-    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &OpenOptions::new())
-        .unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    (fake, ctx, pd)
+/// A buffer MR over 4096 bytes of 1s, whose next REREG_MR the fake kernel
+/// refuses with `errno`.
+fn rereg_refused_with(errno: Errno) -> (Arc<RecordingTransport>, BufferMr<Vec<u8>>) {
+    let (fake, pd) = setup();
+    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, errno);
+    (fake, mr)
 }
 
 /// A buffer that reports when it is dropped, and whether the fake kernel
@@ -71,7 +80,7 @@ fn watched(fake: &Arc<RecordingTransport>) -> (Watched, Arc<AtomicBool>, Arc<Ato
 
 #[test]
 fn retarget_in_place_hands_the_old_buffer_back() {
-    let (fake, _ctx, pd) = setup();
+    let (fake, pd) = setup();
     let mut mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
     mr.buffer_mut()[0] = 9;
     let handle = mr.handle();
@@ -87,11 +96,9 @@ fn retarget_in_place_hands_the_old_buffer_back() {
 
 #[test]
 fn strict_retarget_refused_without_change_keeps_the_region() {
-    let (fake, _ctx, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
-    let handle = mr.handle();
     // EOPNOTSUPP comes before any driver changes anything: the MR is as it was.
-    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let (fake, mr) = rereg_refused_with(Errno::OPNOTSUPP);
+    let handle = mr.handle();
     let err = mr
         .retarget(vec![2u8; 4096], ReregFallback::Strict)
         .unwrap_err();
@@ -109,10 +116,8 @@ fn strict_retarget_refused_without_change_keeps_the_region() {
 
 #[test]
 fn strict_retarget_left_undefined_releases_both_buffers() {
-    let (fake, _ctx, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
     // On an unknown driver an EINVAL may come from midway: undefined.
-    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::INVAL);
+    let (fake, mr) = rereg_refused_with(Errno::INVAL);
     let err = mr
         .retarget(vec![2u8; 4096], ReregFallback::Strict)
         .unwrap_err();
@@ -131,10 +136,8 @@ fn strict_retarget_left_undefined_releases_both_buffers() {
 
 #[test]
 fn replace_retarget_works_where_the_kernel_refuses() {
-    let (fake, _ctx, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let (fake, mr) = rereg_refused_with(Errno::OPNOTSUPP);
     let handle = mr.handle();
-    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
     let done = mr
         .retarget(vec![2u8; 4096], ReregFallback::Replace)
         .unwrap();
@@ -146,10 +149,8 @@ fn replace_retarget_works_where_the_kernel_refuses() {
 
 #[test]
 fn failed_replace_keeps_the_region_and_returns_the_new_buffer() {
-    let (fake, _ctx, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let (fake, mr) = rereg_refused_with(Errno::OPNOTSUPP);
     let handle = mr.handle();
-    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
     fake.fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::FAULT);
     let err = mr
         .retarget(vec![2u8; 4096], ReregFallback::Replace)
@@ -174,7 +175,7 @@ fn failed_replace_keeps_the_region_and_returns_the_new_buffer() {
 
 #[test]
 fn empty_new_buffer_is_input_and_sends_nothing() {
-    let (fake, _ctx, pd) = setup();
+    let (fake, pd) = setup();
     let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
     let sent = fake.count();
     let err = mr.retarget(Vec::new(), ReregFallback::Replace).unwrap_err();
@@ -185,7 +186,7 @@ fn empty_new_buffer_is_input_and_sends_nothing() {
 
 #[test]
 fn translation_through_rereg_with_is_refused() {
-    let (fake, _ctx, pd) = setup();
+    let (fake, pd) = setup();
     let mut mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
     let sent = fake.count();
     let err = mr
@@ -214,7 +215,7 @@ fn translation_through_rereg_with_is_refused() {
 
 #[test]
 fn the_buffer_is_freed_only_after_deregistration() {
-    let (fake, _ctx, pd) = setup();
+    let (fake, pd) = setup();
     let (buf, dropped, early) = watched(&fake);
     let mr = pd.reg_buffer(buf, RW).unwrap();
     drop(mr);
@@ -227,7 +228,7 @@ fn the_buffer_is_freed_only_after_deregistration() {
 
 #[test]
 fn a_buffer_that_cannot_be_deregistered_is_leaked_not_freed() {
-    let (fake, _ctx, pd) = setup();
+    let (fake, pd) = setup();
     let (buf, dropped, _) = watched(&fake);
     let mr = pd.reg_buffer(buf, RW).unwrap();
     // Both the BufferMr's dereg and the MemoryRegion's retry fail.
@@ -241,36 +242,16 @@ fn a_buffer_that_cannot_be_deregistered_is_leaked_not_freed() {
     assert_eq!(fake.live_mrs(), 1);
 }
 
-/// A fork advisor that panics once, on the first `DontFork` after it is armed.
-#[derive(Clone, Default)]
-struct PanicOnce(Arc<AtomicBool>);
-
-impl uverbs::fork::Advisor for PanicOnce {
-    fn advise(&self, _: usize, _: usize, advice: uverbs::fork::Advice) -> std::io::Result<()> {
-        if advice == uverbs::fork::Advice::DontFork && self.0.swap(false, Ordering::SeqCst) {
-            panic!("advisor panics while the old buffer is registered");
-        }
-        Ok(())
-    }
-}
-
 #[test]
 fn a_panic_inside_retarget_leaks_the_buffers_instead_of_freeing_them() {
-    use uverbs::fork::{ForkMode, ForkSafety, PageSizing};
-    let fake = Arc::new(RecordingTransport::new());
-    let armed = PanicOnce::default();
-    let fork = ForkSafety::with_page_sizing(
-        ForkMode::Enabled,
-        Box::new(armed.clone()),
-        PageSizing::Fixed(4096),
-    );
-    let options = OpenOptions::new().fork_safety(Arc::new(fork));
-    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &options).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
+    let armed = RecordingAdvisor::default();
+    let fork = fork_safety_with(ForkMode::Enabled, armed.clone());
+    let FakeKernel { fake, pd1: pd, .. } =
+        FakeKernel::with_options(&OpenOptions::new().fork_safety(fork));
     let (old, old_dropped, old_early) = watched(&fake);
     let (new, new_dropped, new_early) = watched(&fake);
     let mr = pd.reg_buffer(old, RW).unwrap();
-    armed.0.store(true, Ordering::SeqCst);
+    armed.panic_once_on(Advice::DontFork);
     // Marking the new buffer for fork panics while the old one is registered.
     let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         mr.retarget(new, ReregFallback::Strict).is_ok()
@@ -297,7 +278,7 @@ fn a_panic_inside_retarget_leaks_the_buffers_instead_of_freeing_them() {
 
 #[test]
 fn replace_retarget_whose_deregistrations_fail_never_returns_the_new_buffer() {
-    let (fake, _ctx, pd) = setup();
+    let (fake, pd) = setup();
     let (old, old_dropped, _) = watched(&fake);
     let (new, new_dropped, _) = watched(&fake);
     let mr = pd.reg_buffer(old, RW).unwrap();
@@ -327,7 +308,7 @@ fn replace_retarget_whose_deregistrations_fail_never_returns_the_new_buffer() {
 
 #[test]
 fn strict_retarget_left_undefined_and_not_deregistered_keeps_the_new_buffer_away() {
-    let (fake, _ctx, pd) = setup();
+    let (fake, pd) = setup();
     let (old, _, _) = watched(&fake);
     let mr = pd.reg_buffer(old, RW).unwrap();
     let (new, new_dropped, _) = watched(&fake);

@@ -5,14 +5,12 @@
 //! forks, and the address-space tricks (unmapping a range, then
 //! registering it) must not race with other threads mapping memory.
 
+#[macro_use]
 mod common;
 
-use std::ffi::c_void;
-use std::ptr::NonNull;
-use std::sync::{Mutex, MutexGuard};
-
 use common::{
-    alloc_pd, anon, devices_under_test, driver, loud, open, page_size, Driver, HandleCounts,
+    alloc_pd, anon, devices_under_test, driver, loud, open, page_size, serial, Driver, Dut,
+    HandleCounts, Holed, RW_READ,
 };
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -20,20 +18,22 @@ use nix::unistd::{fork, ForkResult};
 use uverbs::fork::ForkMode;
 use uverbs::{AccessFlags, Device, Errno, Error, Op, OpenOptions, ProtectionDomain, ReregOutcome};
 
-const RW: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_WRITE);
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// A PD to register in and the counts that must not move.
 struct Target<'a> {
     name: &'a str,
-    pd: &'a ProtectionDomain,
+    pd: ProtectionDomain,
     counts: &'a HandleCounts,
+}
+
+impl<'a> Target<'a> {
+    /// A new PD in `ctx`, watched by `counts`.
+    fn new(name: &'a str, ctx: &Dut, counts: &'a HandleCounts) -> Self {
+        Target {
+            name,
+            pd: alloc_pd(ctx),
+            counts,
+        }
+    }
 }
 
 /// Registers `[addr, addr + len)` and expects the kernel to refuse with
@@ -46,7 +46,7 @@ fn expect_reg_refused(
     access: AccessFlags,
     errno: Errno,
 ) {
-    let (name, pd, counts) = (t.name, t.pd, t.counts);
+    let (name, pd, counts) = (t.name, &t.pd, t.counts);
     // With fork safety on, an unmapped range already fails at
     // madvise(MADV_DONTFORK) with ENOMEM, before REG_MR (as in libibverbs).
     let fork_first =
@@ -81,86 +81,51 @@ fn expect_reg_refused(
     counts.assert_extra(0, 1, case);
 }
 
-#[test]
-fn zero_length_is_refused_by_the_kernel() {
+device_test!(zero_length_is_refused_by_the_kernel, |name, ctx, counts| {
     let _serial = serial();
-    for dev in devices_under_test("zero_length_is_refused_by_the_kernel") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "zero length");
-        let pd = alloc_pd(&ctx);
-        let t = Target {
-            name,
-            pd: &pd,
-            counts: &counts,
-        };
-        let mut buf = anon(page_size());
-        expect_reg_refused(&t, "length 0", buf.as_mut_ptr(), 0, RW, Errno::INVAL);
-    }
-}
+    let t = Target::new(name, &ctx, counts);
+    let mut buf = anon(page_size());
+    expect_reg_refused(&t, "length 0", buf.as_mut_ptr(), 0, RW_READ, Errno::INVAL);
+});
 
-#[test]
-fn an_unmapped_address_is_efault() {
+device_test!(an_unmapped_address_is_efault, |name, ctx, counts| {
     let _serial = serial();
-    for dev in devices_under_test("an_unmapped_address_is_efault") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "unmapped");
-        let pd = alloc_pd(&ctx);
-        let t = Target {
-            name,
-            pd: &pd,
-            counts: &counts,
-        };
-        // A range that was mapped and is no longer.
-        let addr = {
-            let mut gone = anon(1 << 20);
-            gone.as_mut_ptr()
-        };
-        expect_reg_refused(
-            &t,
-            "a munmapped 1 MiB range",
-            addr,
-            1 << 20,
-            RW,
-            Errno::FAULT,
-        );
-        // The first page, which nothing can map (below vm.mmap_min_addr).
-        expect_reg_refused(
-            &t,
-            "address 0x1000",
-            0x1000 as *mut u8,
-            4096,
-            RW,
-            Errno::FAULT,
-        );
-    }
-}
+    let t = Target::new(name, &ctx, counts);
+    // A range that was mapped and is no longer.
+    let addr = {
+        let mut gone = anon(1 << 20);
+        gone.as_mut_ptr()
+    };
+    expect_reg_refused(
+        &t,
+        "a munmapped 1 MiB range",
+        addr,
+        1 << 20,
+        RW_READ,
+        Errno::FAULT,
+    );
+    // The first page, which nothing can map (below vm.mmap_min_addr).
+    expect_reg_refused(
+        &t,
+        "address 0x1000",
+        0x1000 as *mut u8,
+        4096,
+        RW_READ,
+        Errno::FAULT,
+    );
+});
 
-#[test]
-fn a_range_running_past_the_end_of_a_mapping_is_efault() {
-    let _serial = serial();
-    for dev in devices_under_test("a_range_running_past_the_end_of_a_mapping_is_efault") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "past the end");
-        let pd = alloc_pd(&ctx);
-        let t = Target {
-            name,
-            pd: &pd,
-            counts: &counts,
-        };
-        let page = page_size();
-        // Map 4 pages, unmap the last: 3 mapped pages followed by a hole.
-        let mut map = anon(4 * page);
-        let base = map.as_mut_ptr();
-        std::mem::forget(map); // unmapped by hand below, only what is still ours
-        let last = NonNull::new(base.wrapping_add(3 * page).cast::<c_void>()).expect("non-null");
-        // SAFETY: the last page of our own mapping, which nothing else uses.
-        unsafe { nix::sys::mman::munmap(last, page) }.expect("munmap of the last page");
+device_test!(
+    a_range_running_past_the_end_of_a_mapping_is_efault,
+    |name, ctx, counts| {
+        let _serial = serial();
+        let t = Target::new(name, &ctx, counts);
+        // 3 mapped pages followed by a hole.
+        let holed = Holed::new();
+        let (base, page) = (holed.base, holed.page);
         // Inside the mapping first: works.
         // SAFETY: the 3 pages stay mapped until the MR is gone.
-        let mr = unsafe { pd.reg_mr(base, 3 * page, RW) }
+        let mr = unsafe { t.pd.reg_mr(base, 3 * page, RW_READ) }
             .unwrap_or_else(|e| panic!("{name}: reg of the mapped part: {e}"));
         mr.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));
         expect_reg_refused(
@@ -168,7 +133,7 @@ fn a_range_running_past_the_end_of_a_mapping_is_efault() {
             "4 pages of which the last is unmapped",
             base,
             4 * page,
-            RW,
+            RW_READ,
             Errno::FAULT,
         );
         expect_reg_refused(
@@ -176,25 +141,20 @@ fn a_range_running_past_the_end_of_a_mapping_is_efault() {
             "from mid-mapping one byte into the hole",
             base.wrapping_add(page + 17),
             2 * page,
-            RW,
+            RW_READ,
             Errno::FAULT,
         );
-        let first = NonNull::new(base.cast::<c_void>()).expect("non-null");
-        // SAFETY: the 3 remaining pages of our own mapping; no MR uses them now.
-        unsafe { nix::sys::mman::munmap(first, 3 * page) }.expect("munmap of the rest");
+        drop(holed); // no MR uses it now
     }
-}
+);
 
-#[test]
-fn a_range_wrapping_around_is_refused_before_the_kernel() {
-    let _serial = serial();
-    for dev in devices_under_test("a_range_wrapping_around_is_refused_before_the_kernel") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "wrapping range");
+device_test!(
+    a_range_wrapping_around_is_refused_before_the_kernel,
+    |name, ctx, counts| {
+        let _serial = serial();
         let pd = alloc_pd(&ctx);
         // SAFETY: refused before any system call (checked below).
-        let result = unsafe { pd.reg_mr((usize::MAX - 4095) as *mut u8, 8192, RW) };
+        let result = unsafe { pd.reg_mr((usize::MAX - 4095) as *mut u8, 8192, RW_READ) };
         let e = result
             .err()
             .unwrap_or_else(|| panic!("{name}: a wrapping range was registered"));
@@ -205,78 +165,66 @@ fn a_range_wrapping_around_is_refused_before_the_kernel() {
         assert_eq!(e.errno(), Some(Errno::INVAL), "{name}: {e}");
         counts.assert_extra(0, 1, "after the refused wrapping range");
     }
-}
+);
 
-#[test]
-fn access_bits_the_device_refuses() {
+device_test!(access_bits_the_device_refuses, |name, ctx, counts| {
     let _serial = serial();
-    for dev in devices_under_test("access_bits_the_device_refuses") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "refused access");
-        let pd = alloc_pd(&ctx);
-        let t = Target {
-            name,
-            pd: &pd,
-            counts: &counts,
-        };
-        let mut buf = anon(64 << 10);
-        let (addr, len) = (buf.as_mut_ptr(), buf.len());
-        let cases = [
-            // Neither rxe nor siw offers on-demand paging on 6.12: ib_check_mr_access says EOPNOTSUPP.
-            (
-                "ON_DEMAND without ODP",
-                AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND,
-                Errno::OPNOTSUPP,
-            ),
-            // Remote write needs local write (ib_check_mr_access).
-            (
-                "REMOTE_WRITE without LOCAL_WRITE",
-                AccessFlags::REMOTE_WRITE,
-                Errno::INVAL,
-            ),
-            (
-                "REMOTE_ATOMIC without LOCAL_WRITE",
-                AccessFlags::REMOTE_ATOMIC,
-                Errno::INVAL,
-            ),
-            // A bit outside IB_ACCESS_SUPPORTED (and outside the optional range 20..29).
-            (
-                "unknown access bit 1<<30",
-                AccessFlags::from_bits_retain(1 << 30) | AccessFlags::LOCAL_WRITE,
-                Errno::INVAL,
-            ),
-        ];
-        for (case, access, errno) in cases {
-            expect_reg_refused(&t, case, addr, len, access, errno);
-        }
-        // An optional bit (RELAXED_ORDERING, in the optional range) is ignored, not refused.
-        // SAFETY: `buf` outlives the MR.
-        let mr = unsafe {
-            pd.reg_mr(
-                addr,
-                len,
-                AccessFlags::LOCAL_WRITE | AccessFlags::RELAXED_ORDERING,
-            )
-        }
-        .unwrap_or_else(|e| panic!("{name}: RELAXED_ORDERING is optional, yet: {e}"));
-        mr.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));
+    let t = Target::new(name, &ctx, counts);
+    let mut buf = anon(64 << 10);
+    let (addr, len) = (buf.as_mut_ptr(), buf.len());
+    let cases = [
+        // Neither rxe nor siw offers on-demand paging on 6.12: ib_check_mr_access says EOPNOTSUPP.
+        (
+            "ON_DEMAND without ODP",
+            AccessFlags::LOCAL_WRITE | AccessFlags::ON_DEMAND,
+            Errno::OPNOTSUPP,
+        ),
+        // Remote write needs local write (ib_check_mr_access).
+        (
+            "REMOTE_WRITE without LOCAL_WRITE",
+            AccessFlags::REMOTE_WRITE,
+            Errno::INVAL,
+        ),
+        (
+            "REMOTE_ATOMIC without LOCAL_WRITE",
+            AccessFlags::REMOTE_ATOMIC,
+            Errno::INVAL,
+        ),
+        // A bit outside IB_ACCESS_SUPPORTED (and outside the optional range 20..29).
+        (
+            "unknown access bit 1<<30",
+            AccessFlags::from_bits_retain(1 << 30) | AccessFlags::LOCAL_WRITE,
+            Errno::INVAL,
+        ),
+    ];
+    for (case, access, errno) in cases {
+        expect_reg_refused(&t, case, addr, len, access, errno);
     }
-}
+    // An optional bit (RELAXED_ORDERING, in the optional range) is ignored, not refused.
+    // SAFETY: `buf` outlives the MR.
+    let mr = unsafe {
+        t.pd.reg_mr(
+            addr,
+            len,
+            AccessFlags::LOCAL_WRITE | AccessFlags::RELAXED_ORDERING,
+        )
+    }
+    .unwrap_or_else(|e| panic!("{name}: RELAXED_ORDERING is optional, yet: {e}"));
+    mr.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));
+});
 
-#[test]
-fn set_pd_with_a_pd_of_another_context_is_input() {
-    let _serial = serial();
-    for dev in devices_under_test("set_pd_with_a_pd_of_another_context_is_input") {
-        let name = dev.name();
-        let (ctx, other) = (open(&dev), open(&dev));
+device_test!(
+    set_pd_with_a_pd_of_another_context_is_input,
+    |name, ctx, _| {
+        let _serial = serial();
+        let other = ctx.reopen();
         let counts = HandleCounts::new(&ctx, "foreign PD");
         let other_counts = HandleCounts::new(&other, "foreign PD (other context)");
         let pd = alloc_pd(&ctx);
         let foreign = alloc_pd(&other);
         let mut buf = anon(64 << 10);
         // SAFETY: `buf` outlives the MR.
-        let mut mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
+        let mut mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW_READ) }
             .unwrap_or_else(|e| panic!("{name}: reg: {e}"));
         let e = mr
             .set_pd(&foreign)
@@ -294,7 +242,7 @@ fn set_pd_with_a_pd_of_another_context_is_input() {
             .dealloc()
             .unwrap_or_else(|e| panic!("{name}: dealloc of the foreign PD: {e}"));
     }
-}
+);
 
 // ---- RLIMIT_MEMLOCK, in forked children ----
 
@@ -404,7 +352,7 @@ fn reg_in_child(
                     return CHILD_SETUP_FAILED;
                 };
                 // SAFETY: `buf` stays mapped until the child exits.
-                match unsafe { pd.reg_mr(addr, len, RW) } {
+                match unsafe { pd.reg_mr(addr, len, RW_READ) } {
                     Ok(mr) => match mr.dereg() {
                         Ok(()) => 0,
                         Err(_) => CHILD_OTHER_ERROR,

@@ -1,9 +1,11 @@
 //! Device discovery and QUERY_DEVICE against real devices: rxe0 and siw0 as
 //! described in shared/reference/soft-rdma-vm.md (kernel 6.12).
 
+#[macro_use]
 mod common;
 
 use common::{alloc_pd, devices_under_test, driver, loud, open, Driver, HandleCounts};
+use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
 use uverbs::DriverId;
 
 #[test]
@@ -81,11 +83,9 @@ fn lookup_by_name_finds_the_same_device() {
     }
 }
 
-#[test]
-fn query_device_reports_the_documented_limits() {
-    for dev in devices_under_test("query_device_reports_the_documented_limits") {
-        let name = dev.name();
-        let ctx = open(&dev);
+device_test!(
+    query_device_reports_the_documented_limits,
+    |name, ctx, _| {
         let _counts = HandleCounts::new(&ctx, "query_device");
         let attr = ctx
             .query_device()
@@ -121,12 +121,12 @@ fn query_device_reports_the_documented_limits() {
             }
         }
     }
-}
+);
 
-#[test]
-fn a_device_opens_twice_into_independent_contexts() {
-    for dev in devices_under_test("a_device_opens_twice_into_independent_contexts") {
-        let (a, b) = (open(&dev), open(&dev));
+device_test!(
+    a_device_opens_twice_into_independent_contexts,
+    |_, ctx, _| {
+        let (a, b) = (ctx.reopen(), ctx.reopen());
         let (ca, cb) = (
             HandleCounts::new(&a, "two contexts (a)"),
             HandleCounts::new(&b, "two contexts (b)"),
@@ -136,15 +136,12 @@ fn a_device_opens_twice_into_independent_contexts() {
         cb.assert_extra(0, 0, "PD allocated in context a, counted in b");
         drop(pd);
     }
-}
+);
 
-#[test]
-fn kernel_handle_count_follows_the_objects_of_the_context() {
-    use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
-    for dev in devices_under_test("kernel_handle_count_follows_the_objects_of_the_context") {
-        let name = dev.name();
+device_test!(
+    kernel_handle_count_follows_the_objects_of_the_context,
+    |name, ctx, _| {
         // A fresh context holds no objects; every count below is exact.
-        let ctx = open(&dev);
         let count = |object: u16, what: &str| {
             ctx.kernel_handle_count(object)
                 .unwrap_or_else(|e| panic!("{name}: kernel_handle_count({what}): {e}"))
@@ -177,4 +174,4 @@ fn kernel_handle_count_follows_the_objects_of_the_context() {
         drop(pd);
         assert_eq!(count(UVERBS_OBJECT_PD, "PD"), 0, "{name}: PD dropped");
     }
-}
+);

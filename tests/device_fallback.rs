@@ -12,29 +12,20 @@
 //! memory and then register it, which must not race with other threads
 //! mapping memory, and the fork-safety checks read the process-wide tracker.
 
+#[macro_use]
 mod common;
 
-use std::ffi::c_void;
-use std::ptr::NonNull;
-use std::sync::{Mutex, MutexGuard};
-
 use common::{
-    alloc_pd, anon, devices_under_test, driver, loud, open, page_size, snap, Driver, Dut,
-    HandleCounts, Snapshot,
+    alloc_pd, anon, dealloc_refused_busy, driver, fresh_mr, loud, page_size, replace,
+    replace_range, serial, snap, Driver, Dut, HandleCounts, Holed, Snapshot, MIB, RW_READ,
 };
 use memmap2::MmapMut;
 use uverbs::command::DeregMr;
 use uverbs::fork::ForkMode;
 use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, ReregError,
-    ReregFallback, ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, RetargetError, Retargeted,
-    StableBuffer,
+    AccessFlags, Context, Errno, MemoryRegion, MrState, ReregError, ReregFallback, ReregFlags,
+    ReregOutcome, ReregPath, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };
-
-const RW: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_WRITE);
-const MIB: usize = 1 << 20;
 
 /// What the kernel (6.12) answers a DEREG_MR of a handle that no longer
 /// exists in the context, on both transports: the uobject lookup
@@ -48,11 +39,6 @@ const CHANGES: [ReregFlags; 4] = [
     ReregFlags::TRANSLATION,
     ReregFlags::all(),
 ];
-
-fn serial() -> MutexGuard<'static, ()> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 fn flags_name(flags: ReregFlags) -> String {
     if flags == ReregFlags::all() {
@@ -73,24 +59,6 @@ fn documented_path(d: Driver, flags: ReregFlags) -> Option<ReregPath> {
         Driver::Rxe => Some(ReregPath::InPlace),
         Driver::Other => None,
     }
-}
-
-/// Registers all of `buf` in `pd` with [`RW`].
-fn fresh_mr(pd: &ProtectionDomain, buf: &mut MmapMut) -> MemoryRegion {
-    fresh_mr_with(pd, buf, RW)
-}
-
-/// [`fresh_mr`] with the given access.
-fn fresh_mr_with(pd: &ProtectionDomain, buf: &mut MmapMut, access: AccessFlags) -> MemoryRegion {
-    // SAFETY: every caller keeps `buf` mapped until the MR is gone or
-    // points elsewhere.
-    unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), access) }.unwrap_or_else(|e| {
-        panic!(
-            "{}: reg_mr of {} bytes: {e}",
-            pd.context().device_name(),
-            buf.len()
-        )
-    })
 }
 
 /// Proves that `handle` no longer names an MR in the kernel: a raw
@@ -117,6 +85,45 @@ fn assert_handle_gone(ctx: &Context, case: &str, handle: u32) {
                 "{name}: {case}: DEREG_MR of the old handle {handle}: {e}"
             );
         }
+    }
+}
+
+/// Moves `mr` to `[addr, addr + len)` through `Replace`, which must
+/// replace it (rxe and siw refuse TRANSLATION in place), and proves the old
+/// registration gone.
+///
+/// # Safety
+///
+/// The range stays mapped while `mr` covers it.
+unsafe fn move_by_replacement(
+    ctx: &Context,
+    case: &str,
+    mr: &mut MemoryRegion,
+    addr: *mut u8,
+    len: usize,
+) {
+    let name = ctx.device_name();
+    let old = mr.handle();
+    // SAFETY: forwarded to the caller.
+    let path =
+        unsafe { replace_range(mr, addr, len) }.unwrap_or_else(|e| panic!("{name}: {case}: {e}"));
+    assert_eq!(path, ReregPath::Replaced, "{name}: {case}");
+    assert_handle_gone(ctx, case, old);
+}
+
+/// Asserts what a re-registration of `before` into `after` did to the
+/// handle and keys: kept in place, all new when replaced.
+fn assert_keys(name: &str, case: &str, in_place: bool, before: &Snapshot, after: &Snapshot) {
+    if in_place {
+        assert_eq!(
+            (after.handle, after.lkey, after.rkey),
+            (before.handle, before.lkey, before.rkey),
+            "{name}: {case}: in place keeps the handle and (rxe) the keys"
+        );
+    } else {
+        assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
+        assert_ne!(after.lkey, before.lkey, "{name}: {case}: new lkey");
+        assert_ne!(after.rkey, before.rkey, "{name}: {case}: new rkey");
     }
 }
 
@@ -173,24 +180,15 @@ fn assert_fork_marks(ctx: &Context, case: &str, addr: usize, len: usize, release
     }
 }
 
-#[test]
-fn replace_takes_the_documented_path_and_leaves_one_live_mr() {
-    let _serial = serial();
-    for dev in devices_under_test("replace_takes_the_documented_path_and_leaves_one_live_mr") {
-        let ctx = open(&dev);
-        let d = driver(&ctx);
-        if d == Driver::Other {
-            common::note_unknown_driver(
-                "replace_takes_the_documented_path_and_leaves_one_live_mr",
-                &ctx,
-            );
-            continue;
-        }
+known_device_test!(
+    replace_takes_the_documented_path_and_leaves_one_live_mr,
+    |_, ctx, _, d| {
+        let _serial = serial();
         for flags in CHANGES {
             replace_case(&ctx, d, flags);
         }
     }
-}
+);
 
 /// One change through `Replace` on a fresh MR, and everything that must
 /// hold afterwards.
@@ -206,7 +204,7 @@ fn replace_case(ctx: &Dut, d: Driver, flags: ReregFlags) {
     let mut new_buf = anon(2 * MIB);
     old_buf.fill(0x11);
     new_buf.fill(0x22);
-    let mut mr = fresh_mr(&pd1, &mut old_buf);
+    let mut mr = fresh_mr(&pd1, &mut old_buf, RW_READ);
     let before = snap(&mr);
     assert_fork_marks(ctx, &case, before.addr, MIB, None);
 
@@ -247,7 +245,7 @@ fn replace_case(ctx: &Dut, d: Driver, flags: ReregFlags) {
         access: if flags.contains(ReregFlags::ACCESS) {
             new_access
         } else {
-            RW
+            RW_READ
         },
         pd_handle: if flags.contains(ReregFlags::PD) {
             pd2.handle()
@@ -262,18 +260,7 @@ fn replace_case(ctx: &Dut, d: Driver, flags: ReregFlags) {
         flags.contains(ReregFlags::PD),
         "{name}: {case}: is_in(pd2)"
     );
-    match path {
-        ReregPath::InPlace => assert_eq!(
-            (after.handle, after.lkey, after.rkey),
-            (before.handle, before.lkey, before.rkey),
-            "{name}: {case}: in place keeps the handle and (rxe) the keys"
-        ),
-        ReregPath::Replaced => {
-            assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
-            assert_ne!(after.lkey, before.lkey, "{name}: {case}: new lkey");
-            assert_ne!(after.rkey, before.rkey, "{name}: {case}: new rkey");
-        }
-    }
+    assert_keys(name, &case, path == ReregPath::InPlace, &before, &after);
     counts.assert_extra(1, 2, &format!("{case}: exactly one live MR"));
     if path == ReregPath::Replaced {
         assert_handle_gone(ctx, &case, before.handle);
@@ -311,48 +298,22 @@ fn replace_case(ctx: &Dut, d: Driver, flags: ReregFlags) {
     };
     free.dealloc()
         .unwrap_or_else(|e| panic!("{name}: {case}: dealloc of the PD the MR is not in: {e}"));
-    let busy = match busy.dealloc() {
-        Ok(()) => panic!("{name}: {case}: the PD the MR is in was deallocated"),
-        Err(e) => {
-            assert_eq!(
-                e.error.errno(),
-                Some(Errno::BUSY),
-                "{name}: {case}: dealloc of the MR's PD: {}",
-                e.error
-            );
-            e.pd
-        }
-    };
+    let busy = dealloc_refused_busy(busy, &format!("{case}: dealloc of the MR's PD"));
     counts.assert_extra(1, 1, &format!("{case}: after the PD checks"));
 
     // The new registration covers its range: register exactly that range
     // again (TRANSLATION is refused in place on both devices, so replaced).
     let again = snap(&mr);
+    let same = format!("{case}, same range again");
     // SAFETY: the same range as now, which stays mapped.
-    let path2 = unsafe {
-        mr.rereg_with(
-            ReregFallback::Replace,
-            ReregFlags::TRANSLATION,
-            None,
-            again.addr as *mut u8,
-            again.length,
-            AccessFlags::empty(),
-        )
-    }
-    .unwrap_or_else(|e| panic!("{name}: {case}: replacing onto the same range: {e}"));
-    assert_eq!(
-        path2,
-        ReregPath::Replaced,
-        "{name}: {case}: same range again"
-    );
+    unsafe { move_by_replacement(ctx, &same, &mut mr, again.addr as *mut u8, again.length) };
     let now = snap(&mr);
     assert_eq!(
         (now.addr, now.length, now.access, now.pd_handle),
         (again.addr, again.length, again.access, again.pd_handle),
-        "{name}: {case}: same range again keeps the attributes"
+        "{name}: {same}: the attributes are kept"
     );
-    assert_ne!(now.handle, again.handle, "{name}: {case}: same range again");
-    assert_handle_gone(ctx, &format!("{case}, same range again"), again.handle);
+    assert_ne!(now.handle, again.handle, "{name}: {same}: a new handle");
     counts.assert_extra(1, 1, &format!("{case}: after the same range again"));
     assert_fork_marks(
         ctx,
@@ -392,34 +353,6 @@ fn replace_case(ctx: &Dut, d: Driver, flags: ReregFlags) {
         .unwrap_or_else(|e| panic!("{name}: {case}: dealloc after dereg: {e}"));
 }
 
-/// A 4-page mapping whose last page is unmapped; unmaps the rest on drop.
-struct Holed {
-    base: *mut u8,
-    page: usize,
-}
-
-impl Holed {
-    fn new() -> Holed {
-        let page = page_size();
-        let mut map = anon(4 * page);
-        map.fill(0x44);
-        let base = map.as_mut_ptr();
-        std::mem::forget(map); // unmapped by hand, only what is still ours
-        let last = NonNull::new(base.wrapping_add(3 * page).cast::<c_void>()).expect("non-null");
-        // SAFETY: the last page of our own mapping, which nothing else uses.
-        unsafe { nix::sys::mman::munmap(last, page) }.expect("munmap of the last page");
-        Holed { base, page }
-    }
-}
-
-impl Drop for Holed {
-    fn drop(&mut self) {
-        let first = NonNull::new(self.base.cast::<c_void>()).expect("non-null");
-        // SAFETY: the 3 remaining pages of our own mapping; no MR uses them.
-        let _ = unsafe { nix::sys::mman::munmap(first, 3 * self.page) };
-    }
-}
-
 /// Asserts a failed replace that left the old MR valid: `Cmd` with the
 /// REG_MR errno, or `DontForkNew` when fork safety's madvise refused the new
 /// range before any command.
@@ -450,22 +383,14 @@ fn assert_replace_failed(
     }
 }
 
-#[test]
-fn a_failed_new_registration_leaves_the_old_mr_valid() {
-    let _serial = serial();
-    for dev in devices_under_test("a_failed_new_registration_leaves_the_old_mr_valid") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let d = driver(&ctx);
-        if d == Driver::Other {
-            common::note_unknown_driver("a_failed_new_registration_leaves_the_old_mr_valid", &ctx);
-            continue;
-        }
-        let counts = HandleCounts::new(&ctx, "failed replace");
+known_device_test!(
+    a_failed_new_registration_leaves_the_old_mr_valid,
+    |name, ctx, counts, d| {
+        let _serial = serial();
         let pd = alloc_pd(&ctx);
         let mut buf = anon(MIB);
         let mut good = anon(2 * MIB);
-        let mut mr = fresh_mr(&pd, &mut buf);
+        let mut mr = fresh_mr(&pd, &mut buf, RW_READ);
         // Mapped but read-only: REG_MR cannot pin it for writing (the MR
         // has write access), while madvise has nothing against it.
         let mut read_only = anon(2 * page_size());
@@ -507,16 +432,7 @@ fn a_failed_new_registration_leaves_the_old_mr_valid() {
             let before = snap(&mr);
             // SAFETY: the registration fails (the range is not all mapped);
             // if it did not, the MR is dropped before the range changes.
-            let result = unsafe {
-                mr.rereg_with(
-                    ReregFallback::Replace,
-                    ReregFlags::TRANSLATION,
-                    None,
-                    addr,
-                    len,
-                    AccessFlags::empty(),
-                )
-            };
+            let result = unsafe { replace_range(&mut mr, addr, len) };
             assert_replace_failed(name, case, result, expected);
             assert_eq!(
                 snap(&mr),
@@ -533,20 +449,10 @@ fn a_failed_new_registration_leaves_the_old_mr_valid() {
             let access = if i % 2 == 0 {
                 AccessFlags::LOCAL_WRITE
             } else {
-                RW
+                RW_READ
             };
-            // SAFETY: no TRANSLATION, no new memory.
-            let path = unsafe {
-                mr.rereg_with(
-                    ReregFallback::Replace,
-                    ReregFlags::ACCESS,
-                    None,
-                    std::ptr::null_mut(),
-                    0,
-                    access,
-                )
-            }
-            .unwrap_or_else(|e| panic!("{name}: ACCESS change after {case}: {e}"));
+            let path = replace(&mut mr, ReregFlags::ACCESS, None, access)
+                .unwrap_or_else(|e| panic!("{name}: ACCESS change after {case}: {e}"));
             assert_eq!(
                 Some(path),
                 documented_path(d, ReregFlags::ACCESS),
@@ -561,21 +467,10 @@ fn a_failed_new_registration_leaves_the_old_mr_valid() {
             counts.assert_extra(1, 1, &format!("ACCESS change after {case}"));
         }
         // And a valid TRANSLATION replace still works.
-        let before = snap(&mr);
+        let (addr, len) = (good.as_mut_ptr(), good.len());
+        let case = "valid TRANSLATION after the failures";
         // SAFETY: `good` stays mapped until the MR is gone.
-        let path = unsafe {
-            mr.rereg_with(
-                ReregFallback::Replace,
-                ReregFlags::TRANSLATION,
-                None,
-                good.as_mut_ptr(),
-                good.len(),
-                AccessFlags::empty(),
-            )
-        }
-        .unwrap_or_else(|e| panic!("{name}: a valid TRANSLATION after the failures: {e}"));
-        assert_eq!(path, ReregPath::Replaced, "{name}: valid TRANSLATION");
-        assert_handle_gone(&ctx, "valid TRANSLATION after the failures", before.handle);
+        unsafe { move_by_replacement(&ctx, case, &mut mr, addr, len) };
         counts.assert_extra(1, 1, "after the valid TRANSLATION");
         drop(buf);
         mr.dereg()
@@ -585,23 +480,13 @@ fn a_failed_new_registration_leaves_the_old_mr_valid() {
         drop(read_only);
         drop(good);
     }
-}
+);
 
-#[test]
-fn refusals_are_remembered_per_context_and_flag_combination() {
-    let _serial = serial();
-    for dev in devices_under_test("refusals_are_remembered_per_context_and_flag_combination") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let other = open(&dev);
-        let d = driver(&ctx);
-        if d == Driver::Other {
-            common::note_unknown_driver(
-                "refusals_are_remembered_per_context_and_flag_combination",
-                &ctx,
-            );
-            continue;
-        }
+known_device_test!(
+    refusals_are_remembered_per_context_and_flag_combination,
+    |name, ctx, _, d| {
+        let _serial = serial();
+        let other = ctx.reopen();
         let counts = HandleCounts::new(&ctx, "refusal cache");
         let combos: Vec<ReregFlags> = (0..8).map(ReregFlags::from_bits_retain).collect();
         for &c in &combos {
@@ -615,24 +500,12 @@ fn refusals_are_remembered_per_context_and_flag_combination() {
         let pd2 = alloc_pd(&ctx);
         let mut buf1 = anon(MIB);
         let mut buf2 = anon(MIB);
-        let mut mr = fresh_mr(&pd1, &mut buf1);
+        let mut mr = fresh_mr(&pd1, &mut buf1, RW_READ);
 
         // The first refused TRANSLATION (through Replace).
-        let h = mr.handle();
+        let (addr, len) = (buf2.as_mut_ptr(), buf2.len());
         // SAFETY: buf2 stays mapped until the MR is gone.
-        let path = unsafe {
-            mr.rereg_with(
-                ReregFallback::Replace,
-                ReregFlags::TRANSLATION,
-                None,
-                buf2.as_mut_ptr(),
-                buf2.len(),
-                AccessFlags::empty(),
-            )
-        }
-        .unwrap_or_else(|e| panic!("{name}: first TRANSLATION: {e}"));
-        assert_eq!(path, ReregPath::Replaced, "{name}: first TRANSLATION");
-        assert_handle_gone(&ctx, "first TRANSLATION", h);
+        unsafe { move_by_replacement(&ctx, "first TRANSLATION", &mut mr, addr, len) };
         assert!(
             ctx.rereg_known_unsupported(ReregFlags::TRANSLATION),
             "{name}: TRANSLATION is known refused after the first refusal"
@@ -658,18 +531,8 @@ fn refusals_are_remembered_per_context_and_flag_combination() {
             (ReregFlags::PD, Some(&pd2), AccessFlags::empty()),
         ] {
             let h = mr.handle();
-            // SAFETY: no TRANSLATION, no new memory.
-            let path = unsafe {
-                mr.rereg_with(
-                    ReregFallback::Replace,
-                    flags,
-                    pd,
-                    std::ptr::null_mut(),
-                    0,
-                    access,
-                )
-            }
-            .unwrap_or_else(|e| panic!("{name}: {}: {e}", flags_name(flags)));
+            let path = replace(&mut mr, flags, pd, access)
+                .unwrap_or_else(|e| panic!("{name}: {}: {e}", flags_name(flags)));
             assert_eq!(
                 Some(path),
                 documented_path(d, flags),
@@ -693,21 +556,9 @@ fn refusals_are_remembered_per_context_and_flag_combination() {
         counts.assert_extra(1, 2, "after the remembered changes");
 
         // A remembered refusal skips straight to the replacement.
-        let h = mr.handle();
+        let (addr, len) = (buf1.as_mut_ptr(), buf1.len());
         // SAFETY: buf1 stays mapped until the MR is gone.
-        let path = unsafe {
-            mr.rereg_with(
-                ReregFallback::Replace,
-                ReregFlags::TRANSLATION,
-                None,
-                buf1.as_mut_ptr(),
-                buf1.len(),
-                AccessFlags::empty(),
-            )
-        }
-        .unwrap_or_else(|e| panic!("{name}: TRANSLATION back to buf1: {e}"));
-        assert_eq!(path, ReregPath::Replaced, "{name}: remembered TRANSLATION");
-        assert_handle_gone(&ctx, "remembered TRANSLATION", h);
+        unsafe { move_by_replacement(&ctx, "remembered TRANSLATION", &mut mr, addr, len) };
 
         // Forgetting clears every combination.
         ctx.forget_rereg_refusals();
@@ -736,7 +587,7 @@ fn refusals_are_remembered_per_context_and_flag_combination() {
             .unwrap_or_else(|e| panic!("{name}: dereg after the strict refusal: {e}"));
         counts.assert_extra(0, 2, "after dereg");
     }
-}
+);
 
 /// One row of the docs/rereg.md device table, as this test expects it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -768,42 +619,42 @@ fn device_table() -> Vec<Row> {
     vec![
         (
             "ACCESS",
-            RW,
+            RW_READ,
             ReregFlags::ACCESS,
             AccessFlags::LOCAL_WRITE,
             [InPlace, InPlace, unsupported, Replaced],
         ),
         (
             "PD",
-            RW,
+            RW_READ,
             ReregFlags::PD,
             AccessFlags::empty(),
             [InPlace, InPlace, unsupported, Replaced],
         ),
         (
             "TRANSLATION",
-            RW,
+            RW_READ,
             ReregFlags::TRANSLATION,
             AccessFlags::empty(),
             [unsupported, Replaced, unsupported, Replaced],
         ),
         (
             "all three",
-            RW,
+            RW_READ,
             ReregFlags::all(),
             AccessFlags::LOCAL_WRITE,
             [unsupported, Replaced, unsupported, Replaced],
         ),
         (
             "flags = 0",
-            RW,
+            RW_READ,
             ReregFlags::empty(),
             AccessFlags::empty(),
             [invalid, invalid, unsupported, unsupported],
         ),
         (
             "REMOTE_WRITE without LOCAL_WRITE",
-            RW,
+            RW_READ,
             ReregFlags::ACCESS,
             AccessFlags::REMOTE_WRITE,
             [invalid, invalid, unsupported, invalid],
@@ -812,7 +663,7 @@ fn device_table() -> Vec<Row> {
             "ACCESS: read-only MR made writable",
             read_only,
             ReregFlags::ACCESS,
-            RW,
+            RW_READ,
             [
                 Cmd(Errno::ACCESS, MrState::Old),
                 Replaced,
@@ -823,20 +674,12 @@ fn device_table() -> Vec<Row> {
     ]
 }
 
-#[test]
-fn every_row_of_the_device_table_in_docs_rereg_md() {
-    let _serial = serial();
-    for dev in devices_under_test("every_row_of_the_device_table_in_docs_rereg_md") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let column = match driver(&ctx) {
-            Driver::Rxe => 0,
-            Driver::Siw => 2,
-            Driver::Other => {
-                common::note_unknown_driver("every_row_of_the_device_table_in_docs_rereg_md", &ctx);
-                continue;
-            }
-        };
+known_device_test!(
+    every_row_of_the_device_table_in_docs_rereg_md,
+    |name, ctx, _, d| {
+        let _serial = serial();
+        // The rxe columns of a row come first, then the siw ones.
+        let column = if d == Driver::Rxe { 0 } else { 2 };
         let mut contradictions = Vec::new();
         for (row, initial, flags, access, expect) in device_table() {
             for (i, fallback) in [ReregFallback::Strict, ReregFallback::Replace]
@@ -856,7 +699,7 @@ fn every_row_of_the_device_table_in_docs_rereg_md() {
             contradictions.join("\n  ")
         );
     }
-}
+);
 
 /// Runs one cell of the table on a fresh MR; returns a description of the
 /// contradiction, if any. Post-conditions the library promises are asserted.
@@ -874,7 +717,7 @@ fn table_case(
     let pd2 = alloc_pd(ctx);
     let mut buf = anon(MIB);
     let mut new_buf = anon(2 * MIB);
-    let mut mr = fresh_mr_with(&pd1, &mut buf, initial);
+    let mut mr = fresh_mr(&pd1, &mut buf, initial);
     let before = snap(&mr);
     let (addr, len) = if flags.contains(ReregFlags::TRANSLATION) {
         (new_buf.as_mut_ptr(), new_buf.len())
@@ -901,19 +744,11 @@ fn table_case(
     let contradiction = (seen != expect)
         .then(|| format!("{case}: docs/rereg.md says {expect:?}, the kernel gave {seen:?}"));
     match seen {
-        Expect::InPlace => assert_eq!(
-            (after.handle, after.lkey, after.rkey),
-            (before.handle, before.lkey, before.rkey),
-            "{name}: {case}: in place: same handle, keys unchanged"
-        ),
-        Expect::Replaced => {
-            assert_ne!(after.handle, before.handle, "{name}: {case}: new handle");
-            assert_ne!(
-                (after.lkey, after.rkey),
-                (before.lkey, before.rkey),
-                "{name}: {case}: new keys"
-            );
-            assert_handle_gone(ctx, case, before.handle);
+        Expect::InPlace | Expect::Replaced => {
+            assert_keys(name, case, seen == Expect::InPlace, &before, &after);
+            if seen == Expect::Replaced {
+                assert_handle_gone(ctx, case, before.handle);
+            }
         }
         Expect::Cmd(_, state) => {
             assert_eq!(
@@ -922,18 +757,10 @@ fn table_case(
             );
             if state == MrState::Old {
                 // Valid: a following change works (replaced: siw).
-                // SAFETY: no TRANSLATION, no new memory.
-                let path = unsafe {
-                    mr.rereg_with(
-                        ReregFallback::Replace,
-                        ReregFlags::ACCESS,
-                        None,
-                        std::ptr::null_mut(),
-                        0,
-                        AccessFlags::LOCAL_WRITE,
-                    )
-                }
-                .unwrap_or_else(|e| panic!("{name}: {case}: a change of the valid old MR: {e}"));
+                let path = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE)
+                    .unwrap_or_else(|e| {
+                        panic!("{name}: {case}: a change of the valid old MR: {e}")
+                    });
                 if path == ReregPath::Replaced {
                     assert_handle_gone(ctx, &format!("{case}, then ACCESS"), before.handle);
                 }
@@ -977,7 +804,7 @@ fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
     let pd = alloc_pd(ctx);
     let (old_len, new_len) = (old.len(), new.len());
     let mut mr = pd
-        .reg_buffer(pattern(old, 0xa5), RW)
+        .reg_buffer(pattern(old, 0xa5), RW_READ)
         .unwrap_or_else(|e| panic!("{name}: {case}: reg_buffer: {}", e.error));
     let before = snap(&mr);
     mr.buffer_mut()[0] ^= 0xff; // written through the region, must come back
@@ -1043,20 +870,10 @@ fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
     drop(pd);
 }
 
-#[test]
-fn retarget_with_replace_hands_the_old_buffer_back_with_its_contents() {
-    let _serial = serial();
-    for dev in
-        devices_under_test("retarget_with_replace_hands_the_old_buffer_back_with_its_contents")
-    {
-        let ctx = open(&dev);
-        if driver(&ctx) == Driver::Other {
-            common::note_unknown_driver(
-                "retarget_with_replace_hands_the_old_buffer_back_with_its_contents",
-                &ctx,
-            );
-            continue;
-        }
+known_device_test!(
+    retarget_with_replace_hands_the_old_buffer_back_with_its_contents,
+    |_, ctx, _, _| {
+        let _serial = serial();
         ctx.forget_rereg_refusals();
         retarget_replace::<Box<[u8]>>(
             &ctx,
@@ -1067,23 +884,15 @@ fn retarget_with_replace_hands_the_old_buffer_back_with_its_contents() {
         // Again on the same context: now the refusal is remembered.
         retarget_replace::<MmapMut>(&ctx, "MmapMut", anon(MIB), anon(2 * MIB));
     }
-}
+);
 
-#[test]
-fn strict_retarget_keeps_the_region_when_the_device_refuses() {
-    let _serial = serial();
-    const TEST: &str = "strict_retarget_keeps_the_region_when_the_device_refuses";
-    for dev in devices_under_test(TEST) {
-        let name = dev.name();
-        let ctx = open(&dev);
-        if driver(&ctx) == Driver::Other {
-            common::note_unknown_driver(TEST, &ctx);
-            continue;
-        }
-        let counts = HandleCounts::new(&ctx, "strict retarget");
+known_device_test!(
+    strict_retarget_keeps_the_region_when_the_device_refuses,
+    |name, ctx, counts, _| {
+        let _serial = serial();
         let pd = alloc_pd(&ctx);
         let mr = pd
-            .reg_buffer(pattern(anon(MIB), 0x17), RW)
+            .reg_buffer(pattern(anon(MIB), 0x17), RW_READ)
             .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
         let before = snap(&mr);
         let result = mr.retarget(pattern(anon(2 * MIB), 0x71), ReregFallback::Strict);
@@ -1120,4 +929,4 @@ fn strict_retarget_keeps_the_region_when_the_device_refuses() {
         assert_handle_gone(&ctx, "strict retarget, then dereg", before.handle);
         drop(pd);
     }
-}
+);

@@ -1,13 +1,13 @@
 //! Protection domains and memory registration on real devices.
 
+#[macro_use]
 mod common;
 
-use common::{alloc_pd, anon, devices_under_test, driver, open, page_size, Driver, HandleCounts};
-use uverbs::{AccessFlags, Errno, MemoryRegion, Op};
-
-const RW: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_WRITE);
+use common::{
+    alloc_pd, anon, dealloc_refused_busy, driver, page_size, pd_and_fresh_mr, Driver, HandleCounts,
+    RW_READ,
+};
+use uverbs::{AccessFlags, MemoryRegion};
 
 /// Checks what every fresh registration must report.
 fn check_keys(dev: &str, d: Driver, mr: &MemoryRegion) {
@@ -24,36 +24,28 @@ fn check_keys(dev: &str, d: Driver, mr: &MemoryRegion) {
     }
 }
 
-#[test]
-fn pd_alloc_and_dealloc() {
-    for dev in devices_under_test("pd_alloc_and_dealloc") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "pd_alloc_and_dealloc");
-        let pd1 = alloc_pd(&ctx);
-        let pd2 = alloc_pd(&ctx);
-        assert_ne!(pd1.handle(), pd2.handle(), "{name}: two PDs, two handles");
-        counts.assert_extra(0, 2, "after two alloc_pd");
-        pd1.dealloc()
-            .unwrap_or_else(|e| panic!("{name}: dealloc of an unused PD: {e}"));
-        counts.assert_extra(0, 1, "after one dealloc");
-        drop(pd2); // Drop deallocates too
-        counts.assert_extra(0, 0, "after dropping the other PD");
-    }
-}
+device_test!(pd_alloc_and_dealloc, |name, ctx, counts| {
+    let pd1 = alloc_pd(&ctx);
+    let pd2 = alloc_pd(&ctx);
+    assert_ne!(pd1.handle(), pd2.handle(), "{name}: two PDs, two handles");
+    counts.assert_extra(0, 2, "after two alloc_pd");
+    pd1.dealloc()
+        .unwrap_or_else(|e| panic!("{name}: dealloc of an unused PD: {e}"));
+    counts.assert_extra(0, 1, "after one dealloc");
+    drop(pd2); // Drop deallocates too
+    counts.assert_extra(0, 0, "after dropping the other PD");
+});
 
-#[test]
-fn reg_and_dereg_page_aligned_buffers_of_4k_1m_64m() {
-    for dev in devices_under_test("reg_and_dereg_page_aligned_buffers_of_4k_1m_64m") {
-        let name = dev.name();
-        let ctx = open(&dev);
+device_test!(
+    reg_and_dereg_page_aligned_buffers_of_4k_1m_64m,
+    |name, ctx, _| {
         let d = driver(&ctx);
         let counts = HandleCounts::new(&ctx, "reg 4k/1m/64m");
         let pd = alloc_pd(&ctx);
         for len in [4 << 10, 1 << 20, 64 << 20] {
             let mut buf = anon(len);
             // SAFETY: `buf` outlives the MR, which is deregistered below.
-            let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), len, RW) }
+            let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), len, RW_READ) }
                 .unwrap_or_else(|e| panic!("{name}: reg_mr of {len} bytes: {e}"));
             assert_eq!(
                 mr.addr(),
@@ -61,7 +53,7 @@ fn reg_and_dereg_page_aligned_buffers_of_4k_1m_64m() {
                 "{name}: addr of the {len}-byte MR"
             );
             assert_eq!(mr.length(), len, "{name}: length");
-            assert_eq!(mr.access(), RW, "{name}: access");
+            assert_eq!(mr.access(), RW_READ, "{name}: access");
             assert_eq!(mr.pd_handle(), pd.handle(), "{name}: pd_handle");
             assert!(mr.is_in(&pd), "{name}: is_in");
             check_keys(name, d, &mr);
@@ -71,13 +63,11 @@ fn reg_and_dereg_page_aligned_buffers_of_4k_1m_64m() {
             counts.assert_extra(0, 1, &format!("after dereg of the {len}-byte MR"));
         }
     }
-}
+);
 
-#[test]
-fn reg_a_range_that_does_not_start_on_a_page_boundary() {
-    for dev in devices_under_test("reg_a_range_that_does_not_start_on_a_page_boundary") {
-        let name = dev.name();
-        let ctx = open(&dev);
+device_test!(
+    reg_a_range_that_does_not_start_on_a_page_boundary,
+    |name, ctx, _| {
         let d = driver(&ctx);
         let counts = HandleCounts::new(&ctx, "unaligned reg");
         let pd = alloc_pd(&ctx);
@@ -86,7 +76,7 @@ fn reg_a_range_that_does_not_start_on_a_page_boundary() {
         for (offset, len) in [(100, 2 * page), (page - 1, 1), (8, 3 * page - 16)] {
             // SAFETY: the range lies inside `buf`, which outlives the MR.
             let start = unsafe { buf.as_mut_ptr().add(offset) };
-            let mr = unsafe { pd.reg_mr(start, len, RW) }.unwrap_or_else(|e| {
+            let mr = unsafe { pd.reg_mr(start, len, RW_READ) }.unwrap_or_else(|e| {
                 panic!("{name}: reg_mr at page offset {offset}, {len} bytes: {e}")
             });
             assert_eq!(mr.addr(), start, "{name}: addr keeps the offset {offset}");
@@ -98,19 +88,16 @@ fn reg_a_range_that_does_not_start_on_a_page_boundary() {
         }
         drop(pd);
     }
-}
+);
 
-#[test]
-fn two_regions_get_distinct_handles_and_keys() {
-    for dev in devices_under_test("two_regions_get_distinct_handles_and_keys") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "two MRs");
+device_test!(
+    two_regions_get_distinct_handles_and_keys,
+    |name, ctx, counts| {
         let pd = alloc_pd(&ctx);
         let mut buf = anon(64 << 10);
         // The same memory may be registered twice: two MRs, two sets of keys.
         // SAFETY: `buf` outlives both MRs.
-        let a = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
+        let a = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW_READ) }
             .unwrap_or_else(|e| panic!("{name}: reg a: {e}"));
         let b = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), AccessFlags::LOCAL_WRITE) }
             .unwrap_or_else(|e| panic!("{name}: reg b: {e}"));
@@ -122,79 +109,57 @@ fn two_regions_get_distinct_handles_and_keys() {
         counts.assert_extra(1, 1, "after dropping one MR");
         b.dereg().unwrap_or_else(|e| panic!("{name}: dereg b: {e}"));
     }
-}
+);
 
-#[test]
-fn reg_buffer_owns_boxed_slices_and_mappings() {
-    for dev in devices_under_test("reg_buffer_owns_boxed_slices_and_mappings") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let d = driver(&ctx);
-        let counts = HandleCounts::new(&ctx, "reg_buffer");
-        let pd = alloc_pd(&ctx);
+device_test!(reg_buffer_owns_boxed_slices_and_mappings, |name, ctx, _| {
+    let d = driver(&ctx);
+    let counts = HandleCounts::new(&ctx, "reg_buffer");
+    let pd = alloc_pd(&ctx);
 
-        let boxed = vec![0u8; 256 << 10].into_boxed_slice();
-        let mut mr = pd
-            .reg_buffer(boxed, RW)
-            .unwrap_or_else(|e| panic!("{name}: reg_buffer(Box<[u8]>): {e}"));
-        assert_eq!(mr.length(), 256 << 10, "{name}: boxed length");
-        check_keys(name, d, &mr);
-        mr.buffer_mut()[..4].copy_from_slice(b"rdma");
-        counts.assert_extra(1, 1, "with a boxed buffer registered");
-        let boxed = mr
-            .dereg()
-            .unwrap_or_else(|e| panic!("{name}: dereg of the boxed buffer: {e}"));
-        assert_eq!(
-            &boxed[..4],
-            b"rdma",
-            "{name}: the boxed buffer comes back intact"
-        );
-        counts.assert_extra(0, 1, "after dereg of the boxed buffer");
+    let boxed = vec![0u8; 256 << 10].into_boxed_slice();
+    let mut mr = pd
+        .reg_buffer(boxed, RW_READ)
+        .unwrap_or_else(|e| panic!("{name}: reg_buffer(Box<[u8]>): {e}"));
+    assert_eq!(mr.length(), 256 << 10, "{name}: boxed length");
+    check_keys(name, d, &mr);
+    mr.buffer_mut()[..4].copy_from_slice(b"rdma");
+    counts.assert_extra(1, 1, "with a boxed buffer registered");
+    let boxed = mr
+        .dereg()
+        .unwrap_or_else(|e| panic!("{name}: dereg of the boxed buffer: {e}"));
+    assert_eq!(
+        &boxed[..4],
+        b"rdma",
+        "{name}: the boxed buffer comes back intact"
+    );
+    counts.assert_extra(0, 1, "after dereg of the boxed buffer");
 
-        let map = anon(1 << 20);
-        let addr = map.as_ptr();
-        let mut mr = pd
-            .reg_buffer(map, RW)
-            .unwrap_or_else(|e| panic!("{name}: reg_buffer(MmapMut): {e}"));
-        assert_eq!(
-            mr.addr().cast_const(),
-            addr,
-            "{name}: the mapping is registered where it is"
-        );
-        assert_eq!(mr.buffer().len(), 1 << 20, "{name}: mapping length");
-        check_keys(name, d, &mr);
-        mr.buffer_mut()[4095] = 7;
-        counts.assert_extra(1, 1, "with a mapping registered");
-        let map = mr
-            .dereg()
-            .unwrap_or_else(|e| panic!("{name}: dereg of the mapping: {e}"));
-        assert_eq!(map[4095], 7, "{name}: the mapping comes back intact");
-        counts.assert_extra(0, 1, "after dereg of the mapping");
-    }
-}
+    let map = anon(1 << 20);
+    let addr = map.as_ptr();
+    let mut mr = pd
+        .reg_buffer(map, RW_READ)
+        .unwrap_or_else(|e| panic!("{name}: reg_buffer(MmapMut): {e}"));
+    assert_eq!(
+        mr.addr().cast_const(),
+        addr,
+        "{name}: the mapping is registered where it is"
+    );
+    assert_eq!(mr.buffer().len(), 1 << 20, "{name}: mapping length");
+    check_keys(name, d, &mr);
+    mr.buffer_mut()[4095] = 7;
+    counts.assert_extra(1, 1, "with a mapping registered");
+    let map = mr
+        .dereg()
+        .unwrap_or_else(|e| panic!("{name}: dereg of the mapping: {e}"));
+    assert_eq!(map[4095], 7, "{name}: the mapping comes back intact");
+    counts.assert_extra(0, 1, "after dereg of the mapping");
+});
 
-#[test]
-fn a_pd_in_use_refuses_dealloc_with_ebusy_and_survives() {
-    for dev in devices_under_test("a_pd_in_use_refuses_dealloc_with_ebusy_and_survives") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "dealloc busy PD");
-        let pd = alloc_pd(&ctx);
-        let mut buf = anon(64 << 10);
-        // SAFETY: `buf` outlives the MR.
-        let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
-            .unwrap_or_else(|e| panic!("{name}: reg: {e}"));
-        let err = pd
-            .dealloc()
-            .expect_err("dealloc of a PD with an MR in it must fail");
-        assert_eq!(err.error.op(), Op::DeallocPd, "{name}: {}", err.error);
-        assert_eq!(
-            err.error.errno(),
-            Some(Errno::BUSY),
-            "{name}: {}",
-            err.error
-        );
-        let pd = err.pd;
+device_test!(
+    a_pd_in_use_refuses_dealloc_with_ebusy_and_survives,
+    |name, ctx, counts| {
+        let (pd, mut buf, mr) = pd_and_fresh_mr(&ctx, 64 << 10);
+        let pd = dealloc_refused_busy(pd, "dealloc of a PD with an MR in it");
         counts.assert_extra(1, 1, "after the refused dealloc");
         // The PD handed back still works.
         let mr2 = unsafe { pd.reg_mr(buf.as_mut_ptr(), 4096, AccessFlags::LOCAL_WRITE) }
@@ -204,19 +169,12 @@ fn a_pd_in_use_refuses_dealloc_with_ebusy_and_survives() {
         pd.dealloc()
             .unwrap_or_else(|e| panic!("{name}: dealloc of the now empty PD: {e}"));
     }
-}
+);
 
-#[test]
-fn an_mr_keeps_its_pd_alive_after_the_pd_is_dropped() {
-    for dev in devices_under_test("an_mr_keeps_its_pd_alive_after_the_pd_is_dropped") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "MR outlives PD value");
-        let pd = alloc_pd(&ctx);
-        let mut buf = anon(64 << 10);
-        // SAFETY: `buf` outlives the MR.
-        let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
-            .unwrap_or_else(|e| panic!("{name}: reg: {e}"));
+device_test!(
+    an_mr_keeps_its_pd_alive_after_the_pd_is_dropped,
+    |name, ctx, counts| {
+        let (pd, _buf, mr) = pd_and_fresh_mr(&ctx, 64 << 10);
         drop(pd);
         counts.assert_extra(
             1,
@@ -226,23 +184,20 @@ fn an_mr_keeps_its_pd_alive_after_the_pd_is_dropped() {
         mr.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));
         counts.assert_extra(0, 0, "after the last MR went, the PD is released too");
     }
-}
+);
 
-#[test]
-fn dropping_the_context_value_keeps_objects_working() {
-    for dev in devices_under_test("dropping_the_context_value_keeps_objects_working") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "context dropped first");
+device_test!(
+    dropping_the_context_value_keeps_objects_working,
+    |name, ctx, counts| {
         let pd = alloc_pd(&ctx);
         drop(ctx);
         let mut buf = anon(64 << 10);
         // SAFETY: `buf` outlives the MR.
-        let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
+        let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW_READ) }
             .unwrap_or_else(|e| panic!("{name}: reg after the Context value was dropped: {e}"));
         counts.assert_extra(1, 1, "with an MR");
         mr.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));
         pd.dealloc()
             .unwrap_or_else(|e| panic!("{name}: dealloc: {e}"));
     }
-}
+);

@@ -5,28 +5,14 @@
 //! Each case starts from a fresh 1 MiB MR on pd1 with access
 //! LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE.
 
+#[macro_use]
 mod common;
 
 use common::{
-    alloc_pd, anon, devices_under_test, driver, loud, open, snap, Driver, HandleCounts, Snapshot,
+    alloc_pd, anon, dealloc_refused_busy, driver, fresh_mr, loud, pd_and_fresh_mr, snap, Driver,
+    HandleCounts, ReregCase, Snapshot, MIB, RW_READ,
 };
-use memmap2::MmapMut;
-use uverbs::{
-    AccessFlags, Errno, MemoryRegion, MrState, ProtectionDomain, ReregError, ReregFlags,
-    ReregOutcome,
-};
-
-const RW: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_WRITE);
-const MIB: usize = 1 << 20;
-
-/// Registers all of `buf` in `pd` with [`RW`].
-fn fresh_mr(name: &str, pd: &ProtectionDomain, buf: &mut MmapMut) -> MemoryRegion {
-    // SAFETY: every caller keeps `buf` alive until the MR is gone.
-    unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), RW) }
-        .unwrap_or_else(|e| panic!("{name}: reg_mr of 1 MiB: {e}"))
-}
+use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, ReregError, ReregFlags, ReregOutcome};
 
 /// Asserts a kernel refusal: outcome Cmd (−4), the given errno, and the MR
 /// known to be unchanged (rxe and siw refuse before changing anything).
@@ -78,130 +64,91 @@ fn dereg_ok(name: &str, case: &str, mr: MemoryRegion) {
         .unwrap_or_else(|e| panic!("{name}: {case}: explicit dereg afterwards failed: {e}"));
 }
 
-#[test]
-fn change_access_to_local_write() {
-    for dev in devices_under_test("change_access_to_local_write") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "rereg ACCESS");
-        let pd1 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut mr = fresh_mr(name, &pd1, &mut buf);
-        let before = snap(&mr);
-        let result = mr.set_access(AccessFlags::LOCAL_WRITE);
-        match driver(&ctx) {
-            Driver::Rxe => {
-                result.unwrap_or_else(|e| panic!("{name}: ACCESS -> LOCAL_WRITE: {e}"));
-                let after = snap(&mr);
-                assert_eq!(
-                    after,
-                    Snapshot {
-                        access: AccessFlags::LOCAL_WRITE,
-                        ..before
-                    },
-                    "{name}: in place: same handle, keys unchanged, new access"
-                );
-                // And back again: a second in-place change on the same MR.
-                mr.set_access(RW)
-                    .unwrap_or_else(|e| panic!("{name}: ACCESS -> RW again: {e}"));
-                assert_eq!(snap(&mr), before, "{name}: back to the original access");
-            }
-            Driver::Siw => {
-                assert_cmd(name, "ACCESS -> LOCAL_WRITE", result, Errno::OPNOTSUPP);
-                assert_eq!(
-                    snap(&mr),
-                    before,
-                    "{name}: the old attributes are still reported"
-                );
-            }
-            Driver::Other => common::note_unknown_driver("change_access_to_local_write", &ctx),
+device_test!(change_access_to_local_write, |name, ctx, counts| {
+    let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
+    let before = snap(&mr);
+    let result = mr.set_access(AccessFlags::LOCAL_WRITE);
+    match driver(&ctx) {
+        Driver::Rxe => {
+            result.unwrap_or_else(|e| panic!("{name}: ACCESS -> LOCAL_WRITE: {e}"));
+            let after = snap(&mr);
+            assert_eq!(
+                after,
+                Snapshot {
+                    access: AccessFlags::LOCAL_WRITE,
+                    ..before
+                },
+                "{name}: in place: same handle, keys unchanged, new access"
+            );
+            // And back again: a second in-place change on the same MR.
+            mr.set_access(RW_READ)
+                .unwrap_or_else(|e| panic!("{name}: ACCESS -> RW_READ again: {e}"));
+            assert_eq!(snap(&mr), before, "{name}: back to the original access");
         }
-        counts.assert_extra(1, 1, "after the rereg");
-        dereg_ok(name, "ACCESS", mr);
-    }
-}
-
-#[test]
-fn change_pd_moves_the_mr_in_the_kernel() {
-    for dev in devices_under_test("change_pd_moves_the_mr_in_the_kernel") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "rereg PD");
-        let pd1 = alloc_pd(&ctx);
-        let pd2 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut mr = fresh_mr(name, &pd1, &mut buf);
-        let before = snap(&mr);
-        let result = mr.set_pd(&pd2);
-        match driver(&ctx) {
-            Driver::Rxe => {
-                result.unwrap_or_else(|e| panic!("{name}: PD -> pd2: {e}"));
-                assert_eq!(
-                    snap(&mr),
-                    Snapshot {
-                        pd_handle: pd2.handle(),
-                        ..before
-                    },
-                    "{name}: in place: same handle and keys, now in pd2"
-                );
-                assert!(
-                    mr.is_in(&pd2) && !mr.is_in(&pd1),
-                    "{name}: is_in after the move"
-                );
-                // The kernel really moved it: pd2 is busy, pd1 is free.
-                let err = pd2
-                    .dealloc()
-                    .expect_err("dealloc of pd2 holding the moved MR must fail");
-                assert_eq!(
-                    err.error.errno(),
-                    Some(Errno::BUSY),
-                    "{name}: dealloc(pd2) after the move: {}",
-                    err.error
-                );
-                let pd2 = err.pd;
-                pd1.dealloc()
-                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after the MR left it: {e}"));
-                counts.assert_extra(1, 1, "after the move and pd1's dealloc");
-                dereg_ok(name, "PD", mr);
-                pd2.dealloc()
-                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the MR is gone: {e}"));
-            }
-            Driver::Siw => {
-                assert_cmd(name, "PD -> pd2", result, Errno::OPNOTSUPP);
-                assert_eq!(snap(&mr), before, "{name}: the old PD is still reported");
-                assert!(mr.is_in(&pd1), "{name}: still in pd1");
-                // Nothing moved: pd2 is free, pd1 is busy.
-                pd2.dealloc()
-                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the refused move: {e}"));
-                let err = pd1.dealloc().expect_err("pd1 still holds the MR");
-                assert_eq!(
-                    err.error.errno(),
-                    Some(Errno::BUSY),
-                    "{name}: dealloc(pd1): {}",
-                    err.error
-                );
-                dereg_ok(name, "PD", mr);
-                err.pd
-                    .dealloc()
-                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after dereg: {e}"));
-            }
-            Driver::Other => {
-                common::note_unknown_driver("change_pd_moves_the_mr_in_the_kernel", &ctx)
-            }
+        Driver::Siw => {
+            assert_cmd(name, "ACCESS -> LOCAL_WRITE", result, Errno::OPNOTSUPP);
+            assert_eq!(
+                snap(&mr),
+                before,
+                "{name}: the old attributes are still reported"
+            );
         }
+        Driver::Other => common::note_unknown_driver("change_access_to_local_write", &ctx),
     }
-}
+    counts.assert_extra(1, 1, "after the rereg");
+    dereg_ok(name, "ACCESS", mr);
+});
 
-#[test]
-fn change_translation_to_a_new_2mib_buffer_is_refused() {
-    for dev in devices_under_test("change_translation_to_a_new_2mib_buffer_is_refused") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "rereg TRANSLATION");
-        let pd1 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
+device_test!(change_pd_moves_the_mr_in_the_kernel, |name, ctx, counts| {
+    let (pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
+    let pd2 = alloc_pd(&ctx);
+    let before = snap(&mr);
+    let result = mr.set_pd(&pd2);
+    match driver(&ctx) {
+        Driver::Rxe => {
+            result.unwrap_or_else(|e| panic!("{name}: PD -> pd2: {e}"));
+            assert_eq!(
+                snap(&mr),
+                Snapshot {
+                    pd_handle: pd2.handle(),
+                    ..before
+                },
+                "{name}: in place: same handle and keys, now in pd2"
+            );
+            assert!(
+                mr.is_in(&pd2) && !mr.is_in(&pd1),
+                "{name}: is_in after the move"
+            );
+            // The kernel really moved it: pd2 is busy, pd1 is free.
+            let pd2 = dealloc_refused_busy(pd2, "dealloc(pd2) after the move");
+            pd1.dealloc()
+                .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after the MR left it: {e}"));
+            counts.assert_extra(1, 1, "after the move and pd1's dealloc");
+            dereg_ok(name, "PD", mr);
+            pd2.dealloc()
+                .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the MR is gone: {e}"));
+        }
+        Driver::Siw => {
+            assert_cmd(name, "PD -> pd2", result, Errno::OPNOTSUPP);
+            assert_eq!(snap(&mr), before, "{name}: the old PD is still reported");
+            assert!(mr.is_in(&pd1), "{name}: still in pd1");
+            // Nothing moved: pd2 is free, pd1 is busy.
+            pd2.dealloc()
+                .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the refused move: {e}"));
+            let pd1 = dealloc_refused_busy(pd1, "dealloc(pd1), which still holds the MR");
+            dereg_ok(name, "PD", mr);
+            pd1.dealloc()
+                .unwrap_or_else(|e| panic!("{name}: dealloc(pd1) after dereg: {e}"));
+        }
+        Driver::Other => common::note_unknown_driver("change_pd_moves_the_mr_in_the_kernel", &ctx),
+    }
+});
+
+device_test!(
+    change_translation_to_a_new_2mib_buffer_is_refused,
+    |name, ctx, counts| {
+        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
         let mut new_buf = anon(2 * MIB);
-        let mut mr = fresh_mr(name, &pd1, &mut buf);
         let before = snap(&mr);
         // SAFETY: `new_buf` outlives the MR.
         let result = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) };
@@ -220,58 +167,45 @@ fn change_translation_to_a_new_2mib_buffer_is_refused() {
         dereg_ok(name, "TRANSLATION", mr);
         counts.assert_extra(0, 1, "after dereg");
     }
-}
+);
 
-#[test]
-fn all_three_flags_are_refused() {
-    for dev in devices_under_test("all_three_flags_are_refused") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "rereg all flags");
-        let pd1 = alloc_pd(&ctx);
-        let pd2 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut new_buf = anon(2 * MIB);
-        let mut mr = fresh_mr(name, &pd1, &mut buf);
-        let before = snap(&mr);
-        // SAFETY: `new_buf` outlives the MR.
-        let result = unsafe {
-            mr.rereg(
-                ReregFlags::all(),
-                Some(&pd2),
-                new_buf.as_mut_ptr(),
-                new_buf.len(),
-                AccessFlags::LOCAL_WRITE,
-            )
-        };
-        match driver(&ctx) {
-            Driver::Rxe | Driver::Siw => {
-                assert_cmd(name, "TRANSLATION|PD|ACCESS", result, Errno::OPNOTSUPP);
-                assert_eq!(
-                    snap(&mr),
-                    before,
-                    "{name}: old range, PD and access still reported"
-                );
-                // The kernel did not move it either.
-                pd2.dealloc()
-                    .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the refused move: {e}"));
-            }
-            Driver::Other => common::note_unknown_driver("all_three_flags_are_refused", &ctx),
+device_test!(all_three_flags_are_refused, |name, ctx, counts| {
+    let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
+    let pd2 = alloc_pd(&ctx);
+    let mut new_buf = anon(2 * MIB);
+    let before = snap(&mr);
+    // SAFETY: `new_buf` outlives the MR.
+    let result = unsafe {
+        mr.rereg(
+            ReregFlags::all(),
+            Some(&pd2),
+            new_buf.as_mut_ptr(),
+            new_buf.len(),
+            AccessFlags::LOCAL_WRITE,
+        )
+    };
+    match driver(&ctx) {
+        Driver::Rxe | Driver::Siw => {
+            assert_cmd(name, "TRANSLATION|PD|ACCESS", result, Errno::OPNOTSUPP);
+            assert_eq!(
+                snap(&mr),
+                before,
+                "{name}: old range, PD and access still reported"
+            );
+            // The kernel did not move it either.
+            pd2.dealloc()
+                .unwrap_or_else(|e| panic!("{name}: dealloc(pd2) after the refused move: {e}"));
         }
-        counts.assert_extra(1, 1, "the MR survives");
-        dereg_ok(name, "all flags", mr);
+        Driver::Other => common::note_unknown_driver("all_three_flags_are_refused", &ctx),
     }
-}
+    counts.assert_extra(1, 1, "the MR survives");
+    dereg_ok(name, "all flags", mr);
+});
 
-#[test]
-fn no_flags_go_to_the_kernel_and_are_refused() {
-    for dev in devices_under_test("no_flags_go_to_the_kernel_and_are_refused") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "rereg flags=0");
-        let pd1 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut mr = fresh_mr(name, &pd1, &mut buf);
+device_test!(
+    no_flags_go_to_the_kernel_and_are_refused,
+    |name, ctx, counts| {
+        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
         let before = snap(&mr);
         // SAFETY: no TRANSLATION, no memory handed over.
         let result = unsafe {
@@ -294,17 +228,12 @@ fn no_flags_go_to_the_kernel_and_are_refused() {
         counts.assert_extra(1, 1, "the MR survives");
         dereg_ok(name, "flags = 0", mr);
     }
-}
+);
 
-#[test]
-fn remote_write_without_local_write_is_refused() {
-    for dev in devices_under_test("remote_write_without_local_write_is_refused") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "rereg REMOTE_WRITE alone");
-        let pd1 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut mr = fresh_mr(name, &pd1, &mut buf);
+device_test!(
+    remote_write_without_local_write_is_refused,
+    |name, ctx, counts| {
+        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
         let before = snap(&mr);
         let result = mr.set_access(AccessFlags::REMOTE_WRITE);
         match driver(&ctx) {
@@ -322,20 +251,15 @@ fn remote_write_without_local_write_is_refused() {
         counts.assert_extra(1, 1, "the MR survives");
         dereg_ok(name, "REMOTE_WRITE alone", mr);
     }
-}
+);
 
-#[test]
-fn access_and_pd_together_in_one_command() {
-    // Not a row of the reference table: rxe's rereg supports PD | ACCESS
-    // (RXE_MR_REREG_SUPPORTED), so both must change in one command.
-    for dev in devices_under_test("access_and_pd_together_in_one_command") {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let counts = HandleCounts::new(&ctx, "rereg PD|ACCESS");
-        let pd1 = alloc_pd(&ctx);
+device_test!(
+    access_and_pd_together_in_one_command,
+    |name, ctx, counts| {
+        // Not a row of the reference table: rxe's rereg supports PD | ACCESS
+        // (RXE_MR_REREG_SUPPORTED), so both must change in one command.
+        let (pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
         let pd2 = alloc_pd(&ctx);
-        let mut buf = anon(MIB);
-        let mut mr = fresh_mr(name, &pd1, &mut buf);
         let before = snap(&mr);
         let new_access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ;
         // SAFETY: no TRANSLATION, no memory handed over.
@@ -376,15 +300,12 @@ fn access_and_pd_together_in_one_command() {
         counts.assert_extra(1, 1, "after the rereg and one dealloc");
         dereg_ok(name, "PD|ACCESS", mr);
     }
-}
+);
 
-#[test]
-fn bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable() {
-    for dev in devices_under_test("bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable")
-    {
-        let name = dev.name();
-        let ctx = open(&dev);
-        let other_ctx = open(&dev);
+device_test!(
+    bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable,
+    |name, ctx, _| {
+        let other_ctx = ctx.reopen();
         let counts = HandleCounts::new(&ctx, "rereg bad input");
         let other_counts = HandleCounts::new(&other_ctx, "rereg bad input (other context)");
         let pd1 = alloc_pd(&ctx);
@@ -395,20 +316,11 @@ fn bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable() {
         let mut buf = anon(MIB);
         let mut new_buf = anon(2 * MIB);
         let new_ptr = new_buf.as_mut_ptr();
-        let mut mr = fresh_mr(name, &pd1, &mut buf);
+        let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
         let d = driver(&ctx);
         let null = std::ptr::null_mut::<u8>();
         let none = AccessFlags::empty();
-
-        type Case<'a> = (
-            &'a str,
-            ReregFlags,
-            Option<&'a ProtectionDomain>,
-            *mut u8,
-            usize,
-            AccessFlags,
-        );
-        let cases: [Case; 8] = [
+        let cases: [ReregCase; 8] = [
             (
                 "unknown flag bit 1<<3",
                 ReregFlags::from_bits_retain(1 << 3),
@@ -423,7 +335,7 @@ fn bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable() {
                 None,
                 null,
                 0,
-                RW,
+                RW_READ,
             ),
             (
                 "TRANSLATION with zero length",
@@ -478,7 +390,7 @@ fn bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable() {
             let next = if i % 2 == 0 {
                 AccessFlags::LOCAL_WRITE
             } else {
-                RW
+                RW_READ
             };
             match d {
                 Driver::Rxe => {
@@ -513,4 +425,4 @@ fn bad_input_is_refused_before_the_kernel_and_leaves_the_mr_usable() {
         dereg_ok(name, "bad input", mr);
         drop(new_buf);
     }
-}
+);

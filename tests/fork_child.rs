@@ -2,53 +2,15 @@
 //! `madvise` advisor) are absent in a child, so touching them kills it with
 //! `SIGSEGV`; released pages are inherited again.
 //!
-//! The child runs in a copy of a multi-threaded test process, so it performs
-//! only async-signal-safe operations: `prctl`/`setrlimit` (to avoid core
-//! dumps), one volatile read, and `_exit` with the byte read as exit code.
+//! The child (`common::child_reads`) runs in a copy of a multi-threaded test
+//! process, so it performs only async-signal-safe operations and exits with
+//! the byte read as exit code.
 
+mod common;
+
+use common::{child_reads, page_size as page, Seen};
 use memmap2::MmapMut;
-use nix::sys::resource::{setrlimit, Resource};
-use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, ForkResult};
 use uverbs::fork::{ForkMode, ForkSafety, MadviseAdvisor};
-
-/// What a child saw when reading one byte of the parent's memory.
-#[derive(Debug, PartialEq, Eq)]
-enum Seen {
-    /// The page was inherited; the child read this value.
-    Value(u8),
-    /// The page was not inherited: the read faulted.
-    Segfault,
-}
-
-fn child_reads(addr: *const u8) -> Seen {
-    // SAFETY: the child only makes async-signal-safe calls (prctl,
-    // setrlimit, a volatile load, _exit); no allocation, locking or
-    // unwinding happens before it exits.
-    match unsafe { fork() }.expect("fork") {
-        ForkResult::Child => {
-            let _ = nix::sys::prctl::set_dumpable(false);
-            let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
-            // SAFETY: `addr` points into a live mapping of the parent. In the
-            // child it is either an inherited copy (a valid read) or absent,
-            // in which case the read faults and the kernel kills the child
-            // with SIGSEGV, which is exactly what is being observed.
-            let value = unsafe { std::ptr::read_volatile(addr) };
-            // SAFETY: `_exit` is async-signal-safe and never returns.
-            unsafe { nix::libc::_exit(i32::from(value)) }
-        }
-        ForkResult::Parent { child } => match waitpid(child, None).expect("waitpid") {
-            WaitStatus::Exited(_, code) => Seen::Value(code as u8),
-            WaitStatus::Signaled(_, Signal::SIGSEGV, _) => Seen::Segfault,
-            other => panic!("unexpected child status {other:?}"),
-        },
-    }
-}
-
-fn page() -> usize {
-    rustix::param::page_size()
-}
 
 /// A mapping of `pages` pages where page `i` is filled with `0x10 + i`.
 fn mapping(pages: usize) -> MmapMut {
@@ -57,6 +19,13 @@ fn mapping(pages: usize) -> MmapMut {
         chunk.fill(0x10 + i as u8);
     }
     map
+}
+
+/// [`mapping`] of 4 pages, an [`enabled`] tracker and the mapping's address.
+fn four_pages_and_a_tracker() -> (MmapMut, ForkSafety, usize) {
+    let map = mapping(4);
+    let base = map.as_ptr() as usize;
+    (map, enabled(), base)
 }
 
 fn enabled() -> ForkSafety {
@@ -71,9 +40,7 @@ fn unmarked_memory_is_inherited() {
 
 #[test]
 fn marked_page_is_not_inherited_until_unmarked() {
-    let map = mapping(4);
-    let fs = enabled();
-    let base = map.as_ptr() as usize;
+    let (map, fs, base) = four_pages_and_a_tracker();
     // Mark an unaligned slice inside page 1: the whole page is protected.
     fs.dontfork_range(base + page() + 100, 50).unwrap();
     assert_eq!(child_reads(&map[page()]), Seen::Segfault);
@@ -89,9 +56,7 @@ fn marked_page_is_not_inherited_until_unmarked() {
 
 #[test]
 fn overlapping_marks_protect_until_the_last_release() {
-    let map = mapping(4);
-    let fs = enabled();
-    let base = map.as_ptr() as usize;
+    let (map, fs, base) = four_pages_and_a_tracker();
     let a = (base, 2 * page()); // pages 0-1
     let b = (base + page() + 1, page() + 10); // pages 1-2
     fs.dontfork_range(a.0, a.1).unwrap();

@@ -12,46 +12,11 @@
 //! This file holds a single test: while it runs the process is at the limit,
 //! where any `mmap` (a thread stack, a large allocation) fails.
 
-use nix::sys::resource::{setrlimit, Resource};
-use nix::sys::signal::Signal;
-use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, ForkResult};
-use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+mod common;
+
+use common::{child_reads, Seen, Untouched};
+use rustix::mm::MprotectFlags;
 use uverbs::fork::{max_map_count, ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
-
-/// Untouched anonymous memory, unmapped on drop.
-struct Region {
-    addr: usize,
-    len: usize,
-}
-
-impl Region {
-    fn new(len: usize) -> Region {
-        // SAFETY: a fresh private anonymous mapping at a kernel-chosen
-        // address aliases nothing; it is used through raw addresses only and
-        // unmapped in Drop.
-        let ptr = unsafe {
-            rustix::mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::NORESERVE,
-            )
-        }
-        .expect("mmap");
-        Region {
-            addr: ptr as usize,
-            len,
-        }
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        // SAFETY: exactly the mapping made in `new`, no longer used.
-        let _ = unsafe { rustix::mm::munmap(self.addr as *mut _, self.len) };
-    }
-}
 
 fn mappings() -> usize {
     std::fs::read_to_string("/proc/self/maps")
@@ -62,24 +27,9 @@ fn mappings() -> usize {
 
 /// Whether a forked child can read the byte at `addr` (it dies of SIGSEGV
 /// if the page was not inherited). The child makes only async-signal-safe
-/// calls.
+/// calls, so this works at the limit.
 fn inherited(addr: usize) -> bool {
-    // SAFETY: the child only calls setrlimit, reads one byte and _exits.
-    match unsafe { fork() }.expect("fork") {
-        ForkResult::Child => {
-            let _ = setrlimit(Resource::RLIMIT_CORE, 0, 0);
-            // SAFETY: mapped in the parent; in the child either inherited (a
-            // valid read) or absent (SIGSEGV, which is what is observed).
-            let _ = unsafe { std::ptr::read_volatile(addr as *const u8) };
-            // SAFETY: _exit never returns.
-            unsafe { nix::libc::_exit(0) }
-        }
-        ForkResult::Parent { child } => match waitpid(child, None).expect("waitpid") {
-            WaitStatus::Exited(_, 0) => true,
-            WaitStatus::Signaled(_, Signal::SIGSEGV, _) => false,
-            other => panic!("unexpected child status {other:?}"),
-        },
-    }
+    matches!(child_reads(addr as *const u8), Seen::Value(_))
 }
 
 #[test]
@@ -95,7 +45,7 @@ fn scattered_ranges_stop_at_max_map_count_with_eagain() {
     // Five pages fenced by PROT_NONE pages 0 and 4, so pages 1-3 can merge
     // with no neighbour: two overlapping ranges, A = pages 1-3 and B = page
     // 2, make one DONTFORK mapping with counts 1, 2, 1.
-    let fenced = Region::new(5 * p);
+    let fenced = Untouched::new(5 * p);
     for fence in [0, 4] {
         // SAFETY: a page of our own mapping, never accessed.
         unsafe {
@@ -114,7 +64,7 @@ fn scattered_ranges_stop_at_max_map_count_with_eagain() {
 
     // Room for more ranges than the limit allows.
     let pairs = limit / 2 + 1024;
-    let big = Region::new(2 * pairs * p);
+    let big = Untouched::new(2 * pairs * p);
     let before = mappings();
 
     // --- at the limit from here on: no allocation beyond small ones ---

@@ -201,6 +201,13 @@ fn safety(rec: &Recorder) -> ForkSafety {
     )
 }
 
+/// A recorder, a tracker it advises, an empty model and no live marks.
+fn start() -> (Recorder, ForkSafety, Model, Vec<(usize, usize)>) {
+    let rec = Recorder::default();
+    let fs = safety(&rec);
+    (rec, fs, Model::default(), Vec::new())
+}
+
 /// Chooses the operation of a step: a new mark, or the release of one live
 /// mark (only what is marked is ever unmarked).
 fn choose(step: &Step, live: &[(usize, usize)]) -> (bool, usize, usize, Option<usize>) {
@@ -217,10 +224,7 @@ proptest! {
 
     #[test]
     fn tracker_matches_page_model(steps in proptest::collection::vec(step(), 1..80)) {
-        let rec = Recorder::default();
-        let fs = safety(&rec);
-        let mut model = Model::default();
-        let mut live: Vec<(usize, usize)> = Vec::new();
+        let (rec, fs, mut model, mut live) = start();
         for step in &steps {
             let (mark, addr, len, idx) = choose(step, &live);
             let before = rec.log_len();
@@ -247,10 +251,7 @@ proptest! {
 
     #[test]
     fn counted_pages_are_always_dontfork(steps in proptest::collection::vec(step(), 1..60)) {
-        let rec = Recorder::default();
-        let fs = safety(&rec);
-        let mut model = Model::default();
-        let mut live: Vec<(usize, usize)> = Vec::new();
+        let (rec, fs, mut model, mut live) = start();
         // Pages "remapped" since the last mark that covered them: the one
         // case where a count is known not to be backed by DONTFORK.
         let mut remapped: BTreeSet<usize> = BTreeSet::new();

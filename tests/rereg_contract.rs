@@ -3,84 +3,31 @@
 //! per call, the bytes of that command, what each outcome leaves valid, and
 //! release order. Runs on any machine.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{context_over, snap, FakeKernel, ReregCase, RW_READ};
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain, ReregFlags,
-    ReregOutcome,
-};
+use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, OpenOptions, ReregFlags, ReregOutcome};
 
-const RW: AccessFlags = AccessFlags::LOCAL_WRITE
-    .union(AccessFlags::REMOTE_READ)
-    .union(AccessFlags::REMOTE_WRITE);
-
-struct Fixture {
-    fake: Arc<RecordingTransport>,
-    ctx: Context,
-    pd1: ProtectionDomain,
-    pd2: ProtectionDomain,
-    buf: Vec<u8>,
-    buf2: Vec<u8>,
-}
-
-fn fixture() -> Fixture {
-    let fake = Arc::new(RecordingTransport::new());
-    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &OpenOptions::new())
-        .unwrap();
-    let pd1 = ctx.alloc_pd().unwrap();
-    let pd2 = ctx.alloc_pd().unwrap();
-    Fixture {
-        fake,
-        ctx,
-        pd1,
-        pd2,
-        buf: vec![0; 1 << 20],
-        buf2: vec![0; 2 << 20],
-    }
-}
-
-impl Fixture {
-    fn reg(&mut self) -> MemoryRegion {
-        // SAFETY: the fake kernel never touches memory; `buf` outlives the MR anyway.
-        unsafe { self.pd1.reg_mr(self.buf.as_mut_ptr(), self.buf.len(), RW) }.unwrap()
-    }
-}
-
-fn snapshot(mr: &MemoryRegion) -> (u32, u32, u32, usize, usize, u32, AccessFlags) {
-    (
-        mr.handle(),
-        mr.lkey(),
-        mr.rkey(),
-        mr.addr() as usize,
-        mr.length(),
-        mr.pd_handle(),
-        mr.access(),
-    )
+/// The fake kernel with a fresh MR over `buf` ([`RW_READ`]).
+fn fixture() -> (FakeKernel, MemoryRegion) {
+    let mut f = FakeKernel::new();
+    let mr = f.reg(RW_READ);
+    (f, mr)
 }
 
 #[test]
 fn input_checks_send_nothing_and_leave_the_mr_unchanged() {
-    let mut f = fixture();
-    let mut mr = f.reg();
-    let other_fake = Arc::new(RecordingTransport::new());
-    let other_ctx =
-        Context::with_transport("fake1", None, Box::new(other_fake), &OpenOptions::new()).unwrap();
+    let (mut f, mut mr) = fixture();
+    let other_ctx = context_over(&Arc::new(RecordingTransport::new()), &OpenOptions::new());
     let foreign_pd = other_ctx.alloc_pd().unwrap();
     let new = f.buf2.as_mut_ptr();
     let null = std::ptr::null_mut();
     let none = AccessFlags::empty();
-
-    type Case<'a> = (
-        &'a str,
-        ReregFlags,
-        Option<&'a ProtectionDomain>,
-        *mut u8,
-        usize,
-        AccessFlags,
-    );
-    let cases: Vec<Case> = vec![
+    let cases: Vec<ReregCase> = vec![
         (
             "unknown flag bit 8",
             ReregFlags::from_bits_retain(8),
@@ -95,7 +42,7 @@ fn input_checks_send_nothing_and_leave_the_mr_unchanged() {
             None,
             null,
             0,
-            RW,
+            RW_READ,
         ),
         (
             "translation, zero length",
@@ -154,7 +101,7 @@ fn input_checks_send_nothing_and_leave_the_mr_unchanged() {
             none,
         ),
     ];
-    let before = snapshot(&mr);
+    let before = snap(&mr);
     let sent = f.fake.count();
     for (name, flags, pd, addr, len, access) in cases {
         // SAFETY: the fake kernel never touches memory.
@@ -169,15 +116,16 @@ fn input_checks_send_nothing_and_leave_the_mr_unchanged() {
             sent,
             "{name}: no command may reach the kernel"
         );
-        assert_eq!(snapshot(&mr), before, "{name}: the MR must be unchanged");
+        assert_eq!(snap(&mr), before, "{name}: the MR must be unchanged");
     }
     // Precedence follows libibverbs: unknown bits are reported before a bad
     // translation, which is reported before stray access bits.
     // SAFETY: as above.
-    let err = unsafe { mr.rereg(ReregFlags::from_bits_retain(9), None, null, 0, RW) }.unwrap_err();
+    let err =
+        unsafe { mr.rereg(ReregFlags::from_bits_retain(9), None, null, 0, RW_READ) }.unwrap_err();
     assert_eq!(err.reason(), Some("unknown flag bits"));
     // SAFETY: as above.
-    let err = unsafe { mr.rereg(ReregFlags::TRANSLATION, None, null, 0, RW) }.unwrap_err();
+    let err = unsafe { mr.rereg(ReregFlags::TRANSLATION, None, null, 0, RW_READ) }.unwrap_err();
     assert!(
         err.reason().unwrap().contains("CHANGE_TRANSLATION"),
         "{err}"
@@ -190,8 +138,7 @@ fn input_checks_send_nothing_and_leave_the_mr_unchanged() {
 
 #[test]
 fn flags_zero_reaches_the_kernel_like_libibverbs() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     let sent = f.fake.count();
     // SAFETY: no translation change.
     let err = unsafe {
@@ -214,8 +161,7 @@ fn flags_zero_reaches_the_kernel_like_libibverbs() {
 
 #[test]
 fn change_access_sends_one_command_and_keeps_the_handle() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     let (handle, pd) = (mr.handle(), mr.pd_handle());
     let sent = f.fake.count();
     mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
@@ -239,15 +185,14 @@ fn change_access_sends_one_command_and_keeps_the_handle() {
 
 #[test]
 fn change_pd_moves_the_mr_and_its_pd_reference() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     mr.set_pd(&f.pd2).unwrap();
     let req: sys::ib_uverbs_rereg_mr = f.fake.commands().last().unwrap().request().unwrap();
     assert_eq!((req.flags, req.pd_handle), (2, f.pd2.handle()));
     assert!(mr.is_in(&f.pd2));
     assert_eq!(f.fake.mr_pd(mr.handle()), Some(f.pd2.handle()));
     // The kernel refuses to free pd2 while the MR is in it; pd1 is free now.
-    let Fixture { pd1, pd2, fake, .. } = f;
+    let FakeKernel { pd1, pd2, fake, .. } = f;
     pd1.dealloc().unwrap();
     let err = pd2.dealloc().unwrap_err();
     assert_eq!(err.error.errno(), Some(Errno::BUSY), "{}", err.error);
@@ -258,8 +203,7 @@ fn change_pd_moves_the_mr_and_its_pd_reference() {
 
 #[test]
 fn change_translation_sends_the_new_range_and_takes_the_new_keys() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (mut f, mut mr) = fixture();
     let handle = mr.handle();
     let (addr, len) = (f.buf2.as_mut_ptr(), f.buf2.len());
     // SAFETY: buf2 outlives the MR.
@@ -276,8 +220,7 @@ fn change_translation_sends_the_new_range_and_takes_the_new_keys() {
 
 #[test]
 fn all_three_flags_in_one_command() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (mut f, mut mr) = fixture();
     let (addr, len) = (f.buf2.as_mut_ptr(), f.buf2.len());
     let sent = f.fake.count();
     // SAFETY: buf2 outlives the MR.
@@ -312,9 +255,8 @@ fn all_three_flags_in_one_command() {
 
 #[test]
 fn a_refused_command_is_cmd_and_the_mr_can_still_be_dropped() {
-    let mut f = fixture();
-    let mut mr = f.reg();
-    let before = snapshot(&mr);
+    let (f, mut mr) = fixture();
+    let before = snap(&mr);
     f.fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::IO);
     let err = mr.set_pd(&f.pd2).unwrap_err();
     assert_eq!(err.outcome(), ReregOutcome::Cmd);
@@ -322,7 +264,7 @@ fn a_refused_command_is_cmd_and_the_mr_can_still_be_dropped() {
     // An unknown driver may have failed midway: the man page's undefined.
     assert_eq!(err.mr_state(), MrState::Undefined);
     assert_eq!(
-        snapshot(&mr),
+        snap(&mr),
         before,
         "the recorded attributes stay the old ones"
     );
@@ -343,26 +285,25 @@ fn refusals_made_before_any_change_leave_the_mr_old() {
     // EOPNOTSUPP (unsupported operation or flags) and EACCES (the umem
     // check) come before any driver changes the MR, on every driver.
     for errno in [Errno::OPNOTSUPP, Errno::ACCESS] {
-        let mut f = fixture();
-        let mut mr = f.reg();
-        let before = snapshot(&mr);
+        let (f, mut mr) = fixture();
+        let before = snap(&mr);
         f.fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, errno);
         let err = mr.set_pd(&f.pd2).unwrap_err();
         assert_eq!(
             (err.outcome(), err.errno(), err.mr_state()),
             (ReregOutcome::Cmd, errno, MrState::Old)
         );
-        assert_eq!(snapshot(&mr), before);
+        assert_eq!(snap(&mr), before);
     }
 }
 
 #[test]
 fn errors_name_the_operation_device_and_errno() {
-    let mut f = fixture();
+    let mut f = FakeKernel::new();
     f.fake
         .fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::FAULT);
     // SAFETY: the fake kernel never touches memory.
-    let err = unsafe { f.pd1.reg_mr(f.buf.as_mut_ptr(), 4096, RW) }.unwrap_err();
+    let err = unsafe { f.pd1.reg_mr(f.buf.as_mut_ptr(), 4096, RW_READ) }.unwrap_err();
     assert_eq!(err.op(), uverbs::Op::RegMr);
     assert_eq!(err.errno(), Some(Errno::FAULT));
     assert!(
@@ -384,8 +325,7 @@ fn errors_name_the_operation_device_and_errno() {
 
 #[test]
 fn dereg_failure_hands_the_mr_back() {
-    let mut f = fixture();
-    let mr = f.reg();
+    let (f, mr) = fixture();
     f.fake
         .fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::BUSY);
     let err = mr.dereg().unwrap_err();
@@ -397,10 +337,9 @@ fn dereg_failure_hands_the_mr_back() {
 
 #[test]
 fn drop_order_is_always_valid() {
-    let mut f = fixture();
-    let mr = f.reg();
+    let (f, mr) = fixture();
     let mr_handle = mr.handle();
-    let Fixture {
+    let FakeKernel {
         fake,
         ctx,
         pd1,
@@ -437,10 +376,10 @@ fn drop_order_is_always_valid() {
 
 #[test]
 fn owned_buffers_come_back_after_dereg() {
-    let f = fixture();
+    let f = FakeKernel::new();
     let mut mr = f
         .pd1
-        .reg_buffer(vec![7u8; 8192].into_boxed_slice(), RW)
+        .reg_buffer(vec![7u8; 8192].into_boxed_slice(), RW_READ)
         .unwrap();
     mr.buffer_mut()[0] = 1;
     assert_eq!(mr.length(), 8192);
@@ -451,7 +390,7 @@ fn owned_buffers_come_back_after_dereg() {
 
     f.fake
         .fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::NOMEM);
-    let err = f.pd1.reg_buffer(vec![3u8; 16], RW).unwrap_err();
+    let err = f.pd1.reg_buffer(vec![3u8; 16], RW_READ).unwrap_err();
     assert_eq!(
         err.buffer,
         vec![3u8; 16],

@@ -2,93 +2,45 @@
 //! are sent, which path is reported, what a failure leaves valid, and the
 //! per-context memory of refusals.
 
-use std::sync::Arc;
+mod common;
 
-use uverbs::transport::RecordingTransport;
+use common::{replace, replace_range, FakeKernel, RW};
 use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain,
-    ReregFallback, ReregFlags, ReregOutcome, ReregPath,
-};
+use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, ReregFlags, ReregOutcome, ReregPath};
 
-const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 const REREG: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
 const REG: u32 = sys::IB_USER_VERBS_CMD_REG_MR;
 const DEREG: u32 = sys::IB_USER_VERBS_CMD_DEREG_MR;
 
-struct Fixture {
-    fake: Arc<RecordingTransport>,
-    ctx: Context,
-    pd1: ProtectionDomain,
-    pd2: ProtectionDomain,
-    buf: Box<[u8]>,
-    buf2: Box<[u8]>,
+/// The fake kernel with a fresh MR over `buf` ([`RW`]).
+fn fixture() -> (FakeKernel, MemoryRegion) {
+    let mut f = FakeKernel::new();
+    let mr = f.reg(RW);
+    (f, mr)
 }
 
-fn fixture() -> Fixture {
-    let fake = Arc::new(RecordingTransport::new());
-    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &OpenOptions::new())
-        .unwrap();
-    let (pd1, pd2) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
-    Fixture {
-        fake,
-        ctx,
-        pd1,
-        pd2,
-        buf: vec![0; 8192].into(),
-        buf2: vec![0; 16384].into(),
-    }
-}
-
-impl Fixture {
-    fn reg(&mut self) -> MemoryRegion {
-        // SAFETY: `buf` outlives the MR in every test.
-        unsafe { self.pd1.reg_mr(self.buf.as_mut_ptr(), self.buf.len(), RW) }.unwrap()
-    }
-
-    fn counts(&self) -> (usize, usize, usize) {
-        (
-            self.fake.count_of(REREG),
-            self.fake.count_of(REG),
-            self.fake.count_of(DEREG),
-        )
-    }
-}
-
-fn replace(
-    mr: &mut MemoryRegion,
-    flags: ReregFlags,
-    pd: Option<&ProtectionDomain>,
-    access: AccessFlags,
-) -> Result<ReregPath, uverbs::ReregError> {
-    // SAFETY: no TRANSLATION in the callers of this helper.
-    unsafe {
-        mr.rereg_with(
-            ReregFallback::Replace,
-            flags,
-            pd,
-            std::ptr::null_mut(),
-            0,
-            access,
-        )
-    }
+/// How many (REREG_MR, REG_MR, DEREG_MR) commands the fake kernel got.
+fn counts(f: &FakeKernel) -> (usize, usize, usize) {
+    (
+        f.fake.count_of(REREG),
+        f.fake.count_of(REG),
+        f.fake.count_of(DEREG),
+    )
 }
 
 #[test]
 fn in_place_when_the_kernel_accepts() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     let handle = mr.handle();
     let path = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap();
     assert_eq!(path, ReregPath::InPlace);
     assert_eq!(mr.handle(), handle);
-    assert_eq!(f.counts(), (1, 1, 0));
+    assert_eq!(counts(&f), (1, 1, 0));
 }
 
 #[test]
 fn strict_mode_fails_like_libibverbs_and_remembers() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     assert!(!f.ctx.rereg_known_unsupported(ReregFlags::PD));
     let err = mr.set_pd(&f.pd2).unwrap_err();
@@ -103,15 +55,14 @@ fn strict_mode_fails_like_libibverbs_and_remembers() {
     );
     // Strict calls still ask the kernel.
     mr.set_pd(&f.pd2).unwrap();
-    assert_eq!(f.counts(), (2, 1, 0));
+    assert_eq!(counts(&f), (2, 1, 0));
     f.ctx.forget_rereg_refusals();
     assert!(!f.ctx.rereg_known_unsupported(ReregFlags::PD));
 }
 
 #[test]
 fn refused_rereg_is_replaced_and_the_refusal_skips_the_next_command() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (mut f, mut mr) = fixture();
     let (old_handle, old_lkey) = (mr.handle(), mr.lkey());
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     let path = replace(
@@ -147,7 +98,7 @@ fn refused_rereg_is_replaced_and_the_refusal_skips_the_next_command() {
     assert_eq!(dereg.mr_handle, old_handle);
 
     // The same combination again: no doomed REREG_MR.
-    let before = f.counts();
+    let before = counts(&f);
     let path = replace(
         &mut mr,
         ReregFlags::PD | ReregFlags::ACCESS,
@@ -156,27 +107,16 @@ fn refused_rereg_is_replaced_and_the_refusal_skips_the_next_command() {
     )
     .unwrap();
     assert_eq!(path, ReregPath::Replaced);
-    assert_eq!(f.counts(), (before.0, before.1 + 1, before.2 + 1));
+    assert_eq!(counts(&f), (before.0, before.1 + 1, before.2 + 1));
 }
 
 #[test]
 fn translation_is_replaced_onto_the_new_range() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (mut f, mut mr) = fixture();
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     let (addr, len) = (f.buf2.as_mut_ptr(), f.buf2.len());
     // SAFETY: buf2 outlives the MR.
-    let path = unsafe {
-        mr.rereg_with(
-            ReregFallback::Replace,
-            ReregFlags::TRANSLATION,
-            None,
-            addr,
-            len,
-            AccessFlags::empty(),
-        )
-    }
-    .unwrap();
+    let path = unsafe { replace_range(&mut mr, addr, len) }.unwrap();
     assert_eq!(path, ReregPath::Replaced);
     assert_eq!((mr.addr(), mr.length(), mr.access()), (addr, len, RW));
     let reg: sys::ib_uverbs_reg_mr = f
@@ -196,8 +136,7 @@ fn translation_is_replaced_onto_the_new_range() {
 
 #[test]
 fn failed_new_registration_leaves_the_old_mr_valid() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     let (handle, lkey) = (mr.handle(), mr.lkey());
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     f.fake.fail_next(REG, Errno::NOMEM);
@@ -220,8 +159,7 @@ fn failed_new_registration_leaves_the_old_mr_valid() {
 
 #[test]
 fn failed_old_deregistration_releases_the_new_one() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     let handle = mr.handle();
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     f.fake.fail_next(DEREG, Errno::BUSY);
@@ -238,15 +176,14 @@ fn failed_old_deregistration_releases_the_new_one() {
 
 #[test]
 fn flags_zero_is_never_replaced() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     let err = replace(&mut mr, ReregFlags::empty(), None, AccessFlags::empty()).unwrap_err();
     assert_eq!(
         (err.outcome(), err.errno()),
         (ReregOutcome::Cmd, Errno::OPNOTSUPP)
     );
-    assert_eq!(f.counts(), (1, 1, 0));
+    assert_eq!(counts(&f), (1, 1, 0));
     assert!(!f.ctx.rereg_known_unsupported(ReregFlags::empty()));
 }
 
@@ -254,8 +191,7 @@ fn flags_zero_is_never_replaced() {
 fn a_refused_special_access_value_is_not_remembered_for_the_flags() {
     // rxe refuses ZERO_BASED with EOPNOTSUPP; that says nothing about the
     // next ACCESS change, which must still be tried in place.
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     let special = RW | AccessFlags::ZERO_BASED;
     let path = replace(&mut mr, ReregFlags::ACCESS, None, special).unwrap();
@@ -264,18 +200,17 @@ fn a_refused_special_access_value_is_not_remembered_for_the_flags() {
     let handle = mr.handle();
     let path = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap();
     assert_eq!((path, mr.handle()), (ReregPath::InPlace, handle));
-    assert_eq!(f.counts(), (2, 2, 1), "the second change went to REREG_MR");
+    assert_eq!(counts(&f), (2, 2, 1), "the second change went to REREG_MR");
 }
 
 #[test]
 fn a_refused_plain_change_is_remembered() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE).unwrap();
     assert!(f.ctx.rereg_known_unsupported(ReregFlags::ACCESS));
     replace(&mut mr, ReregFlags::ACCESS, None, RW).unwrap();
-    assert_eq!(f.counts(), (1, 3, 2), "the second change skipped REREG_MR");
+    assert_eq!(counts(&f), (1, 3, 2), "the second change skipped REREG_MR");
 }
 
 #[test]
@@ -283,8 +218,7 @@ fn eacces_from_the_umem_check_falls_back_and_is_not_remembered() {
     // rxe (and mlx5) refuse to make pages pinned read-only writable in place
     // with EACCES before changing anything; a new registration pins them
     // writable.
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     f.fake.fail_next(REREG, Errno::ACCESS);
     let path = replace(&mut mr, ReregFlags::ACCESS, None, RW).unwrap();
     assert_eq!(path, ReregPath::Replaced);
@@ -301,8 +235,7 @@ fn eacces_from_the_umem_check_falls_back_and_is_not_remembered() {
 
 #[test]
 fn replace_whose_two_deregistrations_fail_says_the_new_range_is_registered() {
-    let mut f = fixture();
-    let mut mr = f.reg();
+    let (f, mut mr) = fixture();
     let handle = mr.handle();
     f.fake.fail_next(REREG, Errno::OPNOTSUPP);
     f.fake.fail_next(DEREG, Errno::IO); // the old registration
@@ -322,8 +255,7 @@ fn replace_whose_two_deregistrations_fail_says_the_new_range_is_registered() {
 
 #[test]
 fn a_failed_deregistration_on_drop_is_counted() {
-    let mut f = fixture();
-    let mr = f.reg();
+    let (f, mr) = fixture();
     f.fake.fail_next(DEREG, Errno::IO);
     drop(mr);
     assert_eq!(f.fake.live_mrs(), 1);

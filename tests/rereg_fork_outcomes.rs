@@ -3,89 +3,62 @@
 //! kernel answers the commands. After each outcome the MR's state, its
 //! addr/length and the set of advised ranges are what the man page promises.
 
-use std::io;
-use std::sync::{Arc, Mutex};
+mod common;
 
-use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, PageSizing};
+use std::sync::Arc;
+
+use common::{
+    fork_safety_with, replace_range, FakeKernel, RecordingAdvisor, FAKE_PAGE as PAGE, RW,
+};
+use uverbs::fork::{Advice, ForkMode, ForkSafety};
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain,
-    ReregFallback, ReregFlags, ReregOutcome, ReregPath,
-};
+use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, OpenOptions, ReregOutcome, ReregPath};
 
-const PAGE: usize = 4096;
 const OLD: usize = 0x1000_0000;
 const NEW: usize = 0x2000_0000;
-const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 
-/// Records every advice and fails the one that matches `fail`.
-#[derive(Clone, Default)]
-struct FaultyAdvisor {
-    calls: Arc<Mutex<Vec<(usize, usize, Advice)>>>,
-    fail: Arc<Mutex<Option<(usize, Advice, i32)>>>,
-}
-
-impl Advisor for FaultyAdvisor {
-    fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
-        self.calls.lock().unwrap().push((addr, len, advice));
-        match *self.fail.lock().unwrap() {
-            Some((start, kind, errno)) if kind == advice && addr <= start && start < addr + len => {
-                Err(io::Error::from_raw_os_error(errno))
-            }
-            _ => Ok(()),
-        }
-    }
-}
-
-impl FaultyAdvisor {
-    fn fail_on(&self, addr: usize, advice: Advice, errno: i32) {
-        *self.fail.lock().unwrap() = Some((addr, advice, errno));
-    }
-    fn calls(&self) -> Vec<(usize, usize, Advice)> {
-        self.calls.lock().unwrap().clone()
-    }
-    fn clear(&self) {
-        self.calls.lock().unwrap().clear();
-    }
-}
-
+/// The fake kernel with a fork safety of its own (enabled), whose advisor
+/// records every call.
 struct Fixture {
+    kernel: FakeKernel,
     fake: Arc<RecordingTransport>,
     fork: Arc<ForkSafety>,
-    advisor: FaultyAdvisor,
-    pd: ProtectionDomain,
-    pd2: ProtectionDomain,
-    _ctx: Context,
+    advisor: RecordingAdvisor,
+}
+
+fn fixture_in(mode: ForkMode) -> Fixture {
+    let advisor = RecordingAdvisor::default();
+    let fork = fork_safety_with(mode, advisor.clone());
+    let kernel = FakeKernel::with_options(&OpenOptions::new().fork_safety(fork.clone()));
+    Fixture {
+        fake: kernel.fake.clone(),
+        kernel,
+        fork,
+        advisor,
+    }
 }
 
 fn fixture() -> Fixture {
-    let advisor = FaultyAdvisor::default();
-    let fork = Arc::new(ForkSafety::with_page_sizing(
-        ForkMode::Enabled,
-        Box::new(advisor.clone()),
-        PageSizing::Fixed(PAGE),
-    ));
-    let fake = Arc::new(RecordingTransport::new());
-    let options = OpenOptions::new().fork_safety(fork.clone());
-    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &options).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let pd2 = ctx.alloc_pd().unwrap();
-    Fixture {
-        fake,
-        fork,
-        advisor,
-        pd,
-        pd2,
-        _ctx: ctx,
-    }
+    fixture_in(ForkMode::Enabled)
 }
 
 impl Fixture {
+    /// An MR over `len` fake bytes at [`OLD`].
     fn reg(&self, len: usize) -> MemoryRegion {
-        // SAFETY: the fake kernel and the fake advisor never touch memory.
-        unsafe { self.pd.reg_mr(OLD as *mut u8, len, RW) }.unwrap()
+        // SAFETY: the fake kernel and the recording advisor never touch memory.
+        unsafe { self.kernel.pd1.reg_mr(OLD as *mut u8, len, RW) }.unwrap()
     }
+}
+
+/// The fixture with a one-page MR at [`OLD`], whose next REREG_MR the fake
+/// kernel refuses with `EOPNOTSUPP`.
+fn rereg_refused() -> (Fixture, MemoryRegion) {
+    let f = fixture();
+    let mr = f.reg(PAGE);
+    f.fake
+        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    (f, mr)
 }
 
 fn ranges(f: &Fixture) -> Vec<(usize, usize, u32)> {
@@ -135,17 +108,14 @@ fn do_fork_old_leaves_the_new_mr_valid() {
     // The old range's DOFORK failed, but its reference is released: the
     // tracker never counts what it cannot vouch for (docs/fork-safety.md).
     assert_eq!(ranges(&f), [(NEW, NEW + 2 * PAGE, 1)]);
-    *f.advisor.fail.lock().unwrap() = None;
+    f.advisor.heal();
     drop(mr);
     assert_eq!(ranges(&f), [], "dropping releases the new range");
 }
 
 #[test]
 fn cmd_and_do_fork_new_reports_both_errnos() {
-    let f = fixture();
-    let mut mr = f.reg(PAGE);
-    f.fake
-        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let (f, mut mr) = rereg_refused();
     f.advisor
         .fail_on(NEW, Advice::DoFork, Errno::FAULT.raw_os_error());
     // SAFETY: fake memory.
@@ -164,10 +134,7 @@ fn cmd_and_do_fork_new_reports_both_errnos() {
 
 #[test]
 fn cmd_rolls_the_new_range_back() {
-    let f = fixture();
-    let mut mr = f.reg(PAGE);
-    f.fake
-        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let (f, mut mr) = rereg_refused();
     // SAFETY: fake memory.
     let err = unsafe { mr.set_range(NEW as *mut u8, PAGE) }.unwrap_err();
     assert_eq!(err.outcome(), ReregOutcome::Cmd);
@@ -186,7 +153,7 @@ fn madvise_calls_per_operation_when_enabled() {
     );
     f.advisor.clear();
     mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
-    mr.set_pd(&f.pd2).unwrap();
+    mr.set_pd(&f.kernel.pd2).unwrap();
     assert_eq!(
         f.advisor.calls(),
         [],
@@ -235,14 +202,14 @@ fn failed_registration_is_unmarked() {
     f.fake
         .fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::NOMEM);
     // SAFETY: fake memory.
-    let err = unsafe { f.pd.reg_mr(OLD as *mut u8, PAGE, RW) }.unwrap_err();
+    let err = unsafe { f.kernel.pd1.reg_mr(OLD as *mut u8, PAGE, RW) }.unwrap_err();
     assert_eq!(err.errno(), Some(Errno::NOMEM));
     assert_eq!(ranges(&f), []);
 
     f.advisor.fail_on(OLD, Advice::DontFork, libc_enomem());
     let sent = f.fake.count();
     // SAFETY: fake memory.
-    let err = unsafe { f.pd.reg_mr(OLD as *mut u8, PAGE, RW) }.unwrap_err();
+    let err = unsafe { f.kernel.pd1.reg_mr(OLD as *mut u8, PAGE, RW) }.unwrap_err();
     assert_eq!(err.errno(), Some(Errno::NOMEM));
     assert!(matches!(err, uverbs::Error::ForkSafety { .. }), "{err:?}");
     assert!(err.to_string().contains("MADV_DONTFORK"), "{err}");
@@ -251,23 +218,10 @@ fn failed_registration_is_unmarked() {
 
 #[test]
 fn replace_fallback_moves_the_marks_too() {
-    let f = fixture();
-    let mut mr = f.reg(PAGE);
+    let (f, mut mr) = rereg_refused();
     let old_handle = mr.handle();
-    f.fake
-        .fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
     // SAFETY: fake memory.
-    let path = unsafe {
-        mr.rereg_with(
-            ReregFallback::Replace,
-            ReregFlags::TRANSLATION,
-            None,
-            NEW as *mut u8,
-            PAGE,
-            AccessFlags::empty(),
-        )
-    }
-    .unwrap();
+    let path = unsafe { replace_range(&mut mr, NEW as *mut u8, PAGE) }.unwrap();
     assert_eq!(path, ReregPath::Replaced);
     assert_ne!(mr.handle(), old_handle, "a replaced MR has a new handle");
     assert_eq!((mr.addr() as usize, mr.length()), (NEW, PAGE));
@@ -282,24 +236,14 @@ fn libc_enomem() -> i32 {
 #[test]
 fn no_madvise_at_all_when_disabled_or_unneeded() {
     for mode in [ForkMode::Disabled, ForkMode::Unneeded] {
-        let advisor = FaultyAdvisor::default();
-        let fork = Arc::new(ForkSafety::with_page_sizing(
-            mode,
-            Box::new(advisor.clone()),
-            PageSizing::Fixed(PAGE),
-        ));
-        let fake = Arc::new(RecordingTransport::new());
-        let options = OpenOptions::new().fork_safety(fork.clone());
-        let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &options).unwrap();
-        let pd = ctx.alloc_pd().unwrap();
-        // SAFETY: fake memory.
-        let mut mr = unsafe { pd.reg_mr(OLD as *mut u8, PAGE, RW) }.unwrap();
+        let f = fixture_in(mode);
+        let mut mr = f.reg(PAGE);
         mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
         // SAFETY: fake memory.
         unsafe { mr.set_range(NEW as *mut u8, PAGE) }.unwrap();
         drop(mr);
-        assert_eq!(advisor.calls(), [], "{mode:?}: no madvise");
-        assert_eq!(fork.marked_ranges(), [], "{mode:?}");
-        assert_eq!(fake.live_mrs(), 0);
+        assert_eq!(f.advisor.calls(), [], "{mode:?}: no madvise");
+        assert_eq!(f.fork.marked_ranges(), [], "{mode:?}");
+        assert_eq!(f.fake.live_mrs(), 0);
     }
 }

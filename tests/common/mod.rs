@@ -1,269 +1,120 @@
-//! Shared by the device tests: which devices to test (the device gate),
-//! opening them with the transport the environment asks for, page-aligned
-//! buffers, and a guard that proves no kernel object leaked.
+//! The one fixture set of the test suite. Every test binary compiles it as
+//! `mod common;` and uses a subset:
 //!
-//! The gate: `UVERBS_REQUIRE_DEVICES=rxe,siw` (set by `cargo vm test`) makes
-//! every named driver prefix mandatory, so a missing device FAILS the test.
-//! Without it, a machine with no RDMA device prints a loud `SKIPPED:` line
-//! and the tests return early.
+//! - [`devices`]: the device gate (`UVERBS_REQUIRE_DEVICES`), opened devices
+//!   (`Dut`), the kernel handle-count guard, MR snapshots;
+//! - [`fake`]: a context over the recording fake kernel, with PDs and
+//!   buffers (`FakeKernel`);
+//! - [`fork`]: forked children with bounded waits (`in_child!`,
+//!   `child_reads`) and fork advisors that record, fail or block;
+//! - [`mapping`]: page-aligned, untouched and holed mappings;
+//! - here: the access flags every test means by `RW` and `RW_READ`, the
+//!   serial lock, a fresh MR, and the replace-fallback calls.
 
 // Each test binary uses a different subset of these helpers.
-#![allow(dead_code)]
+#![allow(dead_code, unused_imports)]
 
-use std::io::Write;
-use std::ops::Deref;
+#[macro_use]
+pub mod devices;
+pub mod fake;
+#[macro_use]
+pub mod fork;
+pub mod mapping;
 
-use memmap2::MmapMut;
-use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
+use std::sync::{Mutex, MutexGuard};
+
 use uverbs::{
-    AccessFlags, Context, Device, DriverId, MemoryRegion, OpenOptions, ProtectionDomain,
-    TransportKind,
+    AccessFlags, MemoryRegion, ProtectionDomain, ReregError, ReregFallback, ReregFlags, ReregPath,
 };
 
-/// Writes to stderr past libtest's output capture (which only catches the
-/// print macros), so the line shows even when the test passes.
-pub fn loud(msg: &str) {
-    let _ = writeln!(std::io::stderr(), "{msg}");
+pub use devices::*;
+pub use fake::*;
+pub use fork::*;
+pub use mapping::*;
+
+/// Written locally and remotely: `LOCAL_WRITE | REMOTE_WRITE`.
+pub const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
+/// [`RW`] and read remotely: `LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE`.
+pub const RW_READ: AccessFlags = RW.union(AccessFlags::REMOTE_READ);
+/// One mebibyte.
+pub const MIB: usize = 1 << 20;
+
+/// Makes the tests of one binary that hold it run one at a time: those
+/// that unmap memory and then register it (which must not race with other
+/// threads mapping memory), that fork, or that read process-wide state.
+pub fn serial() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// The driver prefixes named by `UVERBS_REQUIRE_DEVICES`, if it is set.
-pub fn required_prefixes() -> Option<Vec<String>> {
-    let value = std::env::var("UVERBS_REQUIRE_DEVICES").ok()?;
-    let list: Vec<String> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    Some(list)
-}
-
-/// The devices `test` must run on.
-///
-/// With `UVERBS_REQUIRE_DEVICES` set: the devices whose names start with one
-/// of its prefixes; panics unless every prefix matches at least one device.
-/// Without it: every device; if there is none, prints a loud SKIPPED line
-/// and returns an empty list. A failure to list devices always panics: it
-/// is not the same as having none.
-pub fn devices_under_test(test: &str) -> Vec<Device> {
-    let required = required_prefixes();
-    let all =
-        uverbs::devices().unwrap_or_else(|e| panic!("{test}: listing RDMA devices failed: {e}"));
-    let Some(prefixes) = required else {
-        if all.is_empty() {
-            loud(&format!(
-                "SKIPPED: {test}: no RDMA device (set UVERBS_REQUIRE_DEVICES to make this fail)"
-            ));
-        }
-        return all;
-    };
-    assert!(
-        !prefixes.is_empty(),
-        "{test}: UVERBS_REQUIRE_DEVICES is set but names no driver (expected e.g. `rxe,siw`)"
-    );
-    let names: Vec<&str> = all.iter().map(Device::name).collect();
-    for prefix in &prefixes {
-        assert!(
-            names.iter().any(|n| n.starts_with(prefix.as_str())),
-            "{test}: UVERBS_REQUIRE_DEVICES={} requires a `{prefix}*` device, but the devices found are {names:?}",
-            prefixes.join(",")
-        );
-    }
-    all.into_iter()
-        .filter(|d| prefixes.iter().any(|p| d.name().starts_with(p.as_str())))
-        .collect()
-}
-
-/// The transport `UVERBS_TRANSPORT` demands, if it names one.
-pub fn required_transport() -> Option<TransportKind> {
-    match std::env::var("UVERBS_TRANSPORT").as_deref() {
-        Ok("ioctl") => Some(TransportKind::Ioctl),
-        Ok("write") => Some(TransportKind::Write),
-        _ => None,
-    }
-}
-
-/// An opened device under test: a [`Context`] (reached through `Deref`)
-/// whose transport was checked against `UVERBS_TRANSPORT`.
-#[derive(Clone)]
-pub struct Dut {
-    ctx: Context,
-}
-
-impl Deref for Dut {
-    type Target = Context;
-
-    fn deref(&self) -> &Context {
-        &self.ctx
-    }
-}
-
-/// Opens `dev` with `Device::open_with(&OpenOptions::new())` (which honours
-/// `UVERBS_TRANSPORT`) and checks that the context really uses the
-/// transport asked for.
-pub fn open(dev: &Device) -> Dut {
-    let ctx = dev.open_with(&OpenOptions::new()).unwrap_or_else(|e| {
+/// Registers all of `buf` in `pd` with `access`, failing the test with the
+/// device's name. Every caller keeps `buf` mapped until the MR is gone or
+/// points elsewhere.
+pub fn fresh_mr(pd: &ProtectionDomain, buf: &mut [u8], access: AccessFlags) -> MemoryRegion {
+    // SAFETY: see above: every caller keeps `buf` until the MR is gone.
+    unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), access) }.unwrap_or_else(|e| {
         panic!(
-            "{}: opening {} failed: {e}",
-            dev.name(),
-            dev.path().display()
+            "{}: reg_mr of {} bytes: {e}",
+            pd.context().device_name(),
+            buf.len()
         )
-    });
-    check_transport(dev, &ctx);
-    Dut { ctx }
+    })
 }
 
-fn check_transport(dev: &Device, ctx: &Context) {
-    if let Some(kind) = required_transport() {
-        assert_eq!(
-            ctx.transport_kind(),
-            kind,
-            "{}: UVERBS_TRANSPORT asks for {kind} but the context uses {}",
-            dev.name(),
-            ctx.transport_kind()
-        );
-    }
-}
+/// One input case of a re-registration: (what it is, flags, pd, addr,
+/// length, access).
+pub type ReregCase<'a> = (
+    &'a str,
+    ReregFlags,
+    Option<&'a ProtectionDomain>,
+    *mut u8,
+    usize,
+    AccessFlags,
+);
 
-/// The soft-RDMA drivers whose behaviour the tests know exactly.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Driver {
-    /// Soft RoCE.
-    Rxe,
-    /// Soft iWARP.
-    Siw,
-    /// Anything else: only driver-independent checks apply.
-    Other,
-}
-
-/// Which driver a context talks to.
-pub fn driver(ctx: &Context) -> Driver {
-    match ctx.driver_id() {
-        Some(DriverId::RXE) => Driver::Rxe,
-        Some(DriverId::SIW) => Driver::Siw,
-        _ => Driver::Other,
-    }
-}
-
-/// Says loudly that `test` has no reference behaviour for `dev` and checks
-/// only what is driver-independent there.
-pub fn note_unknown_driver(test: &str, ctx: &Context) {
-    loud(&format!(
-        "NOTE: {test}: {} (driver id {:?}) has no reference behaviour; only driver-independent checks ran on it",
-        ctx.device_name(),
-        ctx.driver_id()
-    ));
-}
-
-/// The system page size.
-pub fn page_size() -> usize {
-    // nix's sysconf wrapper needs a nix feature the dev-dependency lacks.
-    // SAFETY: sysconf has no preconditions.
-    let size = unsafe { nix::libc::sysconf(nix::libc::_SC_PAGESIZE) };
-    usize::try_from(size).unwrap_or_else(|_| panic!("sysconf(_SC_PAGESIZE) failed: {size}"))
-}
-
-/// A page-aligned anonymous read-write mapping of `len` bytes.
-pub fn anon(len: usize) -> MmapMut {
-    let map = MmapMut::map_anon(len)
-        .unwrap_or_else(|e| panic!("mmap of {len} anonymous bytes failed: {e}"));
-    assert_eq!(
-        map.as_ptr() as usize % page_size(),
-        0,
-        "an anonymous mapping is page-aligned"
-    );
-    map
-}
-
-/// Records how many MRs and PDs a context holds in the kernel
-/// (`UVERBS_METHOD_INFO_HANDLES`) and, when dropped, asserts that the
-/// counts are back where they started: no kernel object leaked, on success
-/// or error paths. Declare it before the objects it watches so that it is
-/// dropped after them.
-pub struct HandleCounts {
-    dut: Dut,
-    what: String,
-    mr: u32,
-    pd: u32,
-}
-
-impl HandleCounts {
-    /// Records the current counts of `dut`; `what` names the test.
-    pub fn new(dut: &Dut, what: &str) -> Self {
-        let (mr, pd) = counts(dut);
-        HandleCounts {
-            dut: dut.clone(),
-            what: format!("{what} on {}", dut.device_name()),
-            mr,
+/// `rereg_with(Replace, flags, pd, …, access)` of a change without
+/// TRANSLATION: no new memory.
+pub fn replace(
+    mr: &mut MemoryRegion,
+    flags: ReregFlags,
+    pd: Option<&ProtectionDomain>,
+    access: AccessFlags,
+) -> Result<ReregPath, ReregError> {
+    // SAFETY: no range is handed over (null, 0); a TRANSLATION flag among
+    // `flags` is refused as input before anything reaches the kernel.
+    unsafe {
+        mr.rereg_with(
+            ReregFallback::Replace,
+            flags,
             pd,
-        }
-    }
-
-    /// The counts now: (MRs, PDs).
-    pub fn now(&self) -> (u32, u32) {
-        counts(&self.dut)
-    }
-
-    /// Asserts that the context holds exactly `mrs` MRs and `pds` PDs more
-    /// than at the start.
-    pub fn assert_extra(&self, mrs: u32, pds: u32, when: &str) {
-        let (mr, pd) = self.now();
-        assert_eq!(
-            (mr, pd),
-            (self.mr + mrs, self.pd + pds),
-            "{}: {when}: kernel holds (MRs, PDs) = ({mr}, {pd}), expected ({} + {mrs}, {} + {pds})",
-            self.what,
-            self.mr,
-            self.pd
-        );
+            std::ptr::null_mut(),
+            0,
+            access,
+        )
     }
 }
 
-impl Drop for HandleCounts {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            return; // the first failure is the one worth reading
-        }
-        self.assert_extra(0, 0, "at the end (a kernel object leaked)");
-    }
-}
-
-fn counts(dut: &Dut) -> (u32, u32) {
-    let count = |object: u16, name: &str| {
-        dut.kernel_handle_count(object).unwrap_or_else(|e| {
-            panic!("{}: counting {name} handles failed: {e}", dut.device_name())
-        })
-    };
-    (count(UVERBS_OBJECT_MR, "MR"), count(UVERBS_OBJECT_PD, "PD"))
-}
-
-/// Allocates a PD, failing the test with the device's name.
-pub fn alloc_pd(ctx: &Context) -> ProtectionDomain {
-    ctx.alloc_pd()
-        .unwrap_or_else(|e| panic!("{}: alloc_pd: {e}", ctx.device_name()))
-}
-
-/// Everything an MR reports about itself.
-#[derive(Debug, PartialEq, Eq, Clone, Copy)]
-pub struct Snapshot {
-    pub handle: u32,
-    pub lkey: u32,
-    pub rkey: u32,
-    pub addr: usize,
-    pub length: usize,
-    pub access: AccessFlags,
-    pub pd_handle: u32,
-}
-
-/// What `mr` reports now.
-pub fn snap(mr: &MemoryRegion) -> Snapshot {
-    Snapshot {
-        handle: mr.handle(),
-        lkey: mr.lkey(),
-        rkey: mr.rkey(),
-        addr: mr.addr() as usize,
-        length: mr.length(),
-        access: mr.access(),
-        pd_handle: mr.pd_handle(),
+/// `rereg_with(Replace, TRANSLATION, None, addr, len, empty)`: moves `mr`
+/// to `[addr, addr + len)`.
+///
+/// # Safety
+///
+/// As for `MemoryRegion::rereg_with`: the range stays mapped while `mr`
+/// covers it.
+pub unsafe fn replace_range(
+    mr: &mut MemoryRegion,
+    addr: *mut u8,
+    len: usize,
+) -> Result<ReregPath, ReregError> {
+    // SAFETY: forwarded to the caller.
+    unsafe {
+        mr.rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::TRANSLATION,
+            None,
+            addr,
+            len,
+            AccessFlags::empty(),
+        )
     }
 }

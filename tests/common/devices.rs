@@ -1,0 +1,343 @@
+//! The device fixtures: which devices to test (the device gate), opening
+//! them with the transport the environment asks for, a guard that proves no
+//! kernel object leaked, and what an MR reports about itself.
+//!
+//! The gate: `UVERBS_REQUIRE_DEVICES=rxe,siw` (set by `cargo vm test`) makes
+//! every named driver prefix mandatory, so a missing device FAILS the test.
+//! Without it, a machine with no RDMA device prints a loud `SKIPPED:` line
+//! and the tests return early.
+
+use std::io::Write;
+use std::ops::Deref;
+
+use memmap2::MmapMut;
+
+use super::{anon, fresh_mr, RW_READ};
+use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
+use uverbs::{
+    AccessFlags, Context, Device, DriverId, Errno, MemoryRegion, Op, OpenOptions, ProtectionDomain,
+    TransportKind,
+};
+
+/// Writes to stderr past libtest's output capture (which only catches the
+/// print macros), so the line shows even when the test passes.
+pub fn loud(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+/// The driver prefixes named by `UVERBS_REQUIRE_DEVICES`, if it is set.
+pub fn required_prefixes() -> Option<Vec<String>> {
+    let value = std::env::var("UVERBS_REQUIRE_DEVICES").ok()?;
+    let list: Vec<String> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect();
+    Some(list)
+}
+
+/// The devices `test` must run on.
+///
+/// With `UVERBS_REQUIRE_DEVICES` set: the devices whose names start with one
+/// of its prefixes; panics unless every prefix matches at least one device.
+/// Without it: every device; if there is none, prints a loud SKIPPED line
+/// and returns an empty list. A failure to list devices always panics: it
+/// is not the same as having none.
+pub fn devices_under_test(test: &str) -> Vec<Device> {
+    let required = required_prefixes();
+    let all =
+        uverbs::devices().unwrap_or_else(|e| panic!("{test}: listing RDMA devices failed: {e}"));
+    let Some(prefixes) = required else {
+        if all.is_empty() {
+            loud(&format!(
+                "SKIPPED: {test}: no RDMA device (set UVERBS_REQUIRE_DEVICES to make this fail)"
+            ));
+        }
+        return all;
+    };
+    assert!(
+        !prefixes.is_empty(),
+        "{test}: UVERBS_REQUIRE_DEVICES is set but names no driver (expected e.g. `rxe,siw`)"
+    );
+    let names: Vec<&str> = all.iter().map(Device::name).collect();
+    for prefix in &prefixes {
+        assert!(
+            names.iter().any(|n| n.starts_with(prefix.as_str())),
+            "{test}: UVERBS_REQUIRE_DEVICES={} requires a `{prefix}*` device, but the devices found are {names:?}",
+            prefixes.join(",")
+        );
+    }
+    all.into_iter()
+        .filter(|d| prefixes.iter().any(|p| d.name().starts_with(p.as_str())))
+        .collect()
+}
+
+/// The transport `UVERBS_TRANSPORT` demands, if it names one.
+pub fn required_transport() -> Option<TransportKind> {
+    match std::env::var("UVERBS_TRANSPORT").as_deref() {
+        Ok("ioctl") => Some(TransportKind::Ioctl),
+        Ok("write") => Some(TransportKind::Write),
+        _ => None,
+    }
+}
+
+/// An opened device under test: a [`Context`] (reached through `Deref`)
+/// whose transport was checked against `UVERBS_TRANSPORT`.
+#[derive(Clone)]
+pub struct Dut {
+    ctx: Context,
+    dev: Device,
+}
+
+impl Deref for Dut {
+    type Target = Context;
+
+    fn deref(&self) -> &Context {
+        &self.ctx
+    }
+}
+
+/// Opens `dev` with `Device::open_with(&OpenOptions::new())` (which honours
+/// `UVERBS_TRANSPORT`) and checks that the context really uses the
+/// transport asked for.
+pub fn open(dev: &Device) -> Dut {
+    let ctx = dev.open_with(&OpenOptions::new()).unwrap_or_else(|e| {
+        panic!(
+            "{}: opening {} failed: {e}",
+            dev.name(),
+            dev.path().display()
+        )
+    });
+    check_transport(dev, &ctx);
+    Dut {
+        ctx,
+        dev: dev.clone(),
+    }
+}
+
+impl Dut {
+    /// Another, independent context on the same device.
+    pub fn reopen(&self) -> Dut {
+        open(&self.dev)
+    }
+
+    /// The device this context was opened on.
+    pub fn device(&self) -> &Device {
+        &self.dev
+    }
+}
+
+fn check_transport(dev: &Device, ctx: &Context) {
+    if let Some(kind) = required_transport() {
+        assert_eq!(
+            ctx.transport_kind(),
+            kind,
+            "{}: UVERBS_TRANSPORT asks for {kind} but the context uses {}",
+            dev.name(),
+            ctx.transport_kind()
+        );
+    }
+}
+
+/// The soft-RDMA drivers whose behaviour the tests know exactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// Soft RoCE.
+    Rxe,
+    /// Soft iWARP.
+    Siw,
+    /// Anything else: only driver-independent checks apply.
+    Other,
+}
+
+/// Which driver a context talks to.
+pub fn driver(ctx: &Context) -> Driver {
+    match ctx.driver_id() {
+        Some(DriverId::RXE) => Driver::Rxe,
+        Some(DriverId::SIW) => Driver::Siw,
+        _ => Driver::Other,
+    }
+}
+
+/// Says loudly that `test` has no reference behaviour for `dev` and checks
+/// only what is driver-independent there.
+pub fn note_unknown_driver(test: &str, ctx: &Context) {
+    loud(&format!(
+        "NOTE: {test}: {} (driver id {:?}) has no reference behaviour; only driver-independent checks ran on it",
+        ctx.device_name(),
+        ctx.driver_id()
+    ));
+}
+
+/// Records how many MRs and PDs a context holds in the kernel
+/// (`UVERBS_METHOD_INFO_HANDLES`) and, when dropped, asserts that the
+/// counts are back where they started: no kernel object leaked, on success
+/// or error paths. Declare it before the objects it watches so that it is
+/// dropped after them.
+pub struct HandleCounts {
+    dut: Dut,
+    what: String,
+    mr: u32,
+    pd: u32,
+}
+
+impl HandleCounts {
+    /// Records the current counts of `dut`; `what` names the test.
+    pub fn new(dut: &Dut, what: &str) -> Self {
+        let (mr, pd) = counts(dut);
+        HandleCounts {
+            dut: dut.clone(),
+            what: format!("{what} on {}", dut.device_name()),
+            mr,
+            pd,
+        }
+    }
+
+    /// The counts now: (MRs, PDs).
+    pub fn now(&self) -> (u32, u32) {
+        counts(&self.dut)
+    }
+
+    /// Asserts that the context holds exactly `mrs` MRs and `pds` PDs more
+    /// than at the start.
+    pub fn assert_extra(&self, mrs: u32, pds: u32, when: &str) {
+        let (mr, pd) = self.now();
+        assert_eq!(
+            (mr, pd),
+            (self.mr + mrs, self.pd + pds),
+            "{}: {when}: kernel holds (MRs, PDs) = ({mr}, {pd}), expected ({} + {mrs}, {} + {pds})",
+            self.what,
+            self.mr,
+            self.pd
+        );
+    }
+}
+
+impl Drop for HandleCounts {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return; // the first failure is the one worth reading
+        }
+        self.assert_extra(0, 0, "at the end (a kernel object leaked)");
+    }
+}
+
+fn counts(dut: &Dut) -> (u32, u32) {
+    let count = |object: u16, name: &str| {
+        dut.kernel_handle_count(object).unwrap_or_else(|e| {
+            panic!("{}: counting {name} handles failed: {e}", dut.device_name())
+        })
+    };
+    (count(UVERBS_OBJECT_MR, "MR"), count(UVERBS_OBJECT_PD, "PD"))
+}
+
+/// Allocates a PD, failing the test with the device's name.
+pub fn alloc_pd(ctx: &Context) -> ProtectionDomain {
+    ctx.alloc_pd()
+        .unwrap_or_else(|e| panic!("{}: alloc_pd: {e}", ctx.device_name()))
+}
+
+/// Deallocates `pd`, which must fail with `EBUSY` (an MR is still in it),
+/// and returns the PD handed back; `what` names the check.
+pub fn dealloc_refused_busy(pd: ProtectionDomain, what: &str) -> ProtectionDomain {
+    let name = pd.context().device_name().to_owned();
+    let err = match pd.dealloc() {
+        Ok(()) => panic!("{name}: {what}: a PD with an MR in it was deallocated"),
+        Err(e) => e,
+    };
+    assert_eq!(
+        err.error.op(),
+        Op::DeallocPd,
+        "{name}: {what}: {}",
+        err.error
+    );
+    assert_eq!(
+        err.error.errno(),
+        Some(Errno::BUSY),
+        "{name}: {what}: {}",
+        err.error
+    );
+    err.pd
+}
+
+/// A new PD in `ctx` and a fresh [`RW_READ`] MR in it over a new
+/// `len`-byte mapping. Keep the mapping until the MR is gone (bind the
+/// three in this order: the MR is dropped first).
+pub fn pd_and_fresh_mr(ctx: &Context, len: usize) -> (ProtectionDomain, MmapMut, MemoryRegion) {
+    let pd = alloc_pd(ctx);
+    let mut buf = anon(len);
+    let mr = fresh_mr(&pd, &mut buf, RW_READ);
+    (pd, buf, mr)
+}
+
+/// Everything an MR reports about itself.
+#[derive(Debug, PartialEq, Eq, Clone, Copy)]
+pub struct Snapshot {
+    pub handle: u32,
+    pub lkey: u32,
+    pub rkey: u32,
+    pub addr: usize,
+    pub length: usize,
+    pub access: AccessFlags,
+    pub pd_handle: u32,
+}
+
+/// What `mr` reports now.
+pub fn snap(mr: &MemoryRegion) -> Snapshot {
+    Snapshot {
+        handle: mr.handle(),
+        lkey: mr.lkey(),
+        rkey: mr.rkey(),
+        addr: mr.addr() as usize,
+        length: mr.length(),
+        access: mr.access(),
+        pd_handle: mr.pd_handle(),
+    }
+}
+
+/// Runs `body(name, ctx, counts)` on every device under `test`, freshly
+/// opened; `counts` checks, once `body` has returned and dropped what it
+/// made, that no kernel object leaked.
+pub fn on_each_device(test: &str, mut body: impl FnMut(&str, Dut, &HandleCounts)) {
+    for dev in devices_under_test(test) {
+        let ctx = open(&dev);
+        let counts = HandleCounts::new(&ctx, test);
+        body(dev.name(), ctx, &counts);
+    }
+}
+
+/// [`on_each_device`] for the drivers whose behaviour the tests know
+/// (`body(name, ctx, counts, driver)`); any other device is noted loudly
+/// and skipped.
+pub fn on_each_known_device(test: &str, mut body: impl FnMut(&str, Dut, &HandleCounts, Driver)) {
+    on_each_device(test, |name, ctx, counts| match driver(&ctx) {
+        Driver::Other => note_unknown_driver(test, &ctx),
+        d => body(name, ctx, counts, d),
+    });
+}
+
+/// `device_test!(name, |name, ctx, counts| { … })` defines the test `name`,
+/// which runs the closure through [`on_each_device`];
+/// `known_device_test!(name, |name, ctx, counts, driver| { … })` through
+/// [`on_each_known_device`].
+#[allow(unused_macros)]
+macro_rules! device_test {
+    ($test:ident, $body:expr) => {
+        device_test!(@with on_each_device, $test, $body);
+    };
+    (@with $runner:ident, $test:ident, $body:expr) => {
+        #[test]
+        fn $test() {
+            $crate::common::$runner(stringify!($test), $body)
+        }
+    };
+}
+
+/// See [`device_test!`].
+#[allow(unused_macros)]
+macro_rules! known_device_test {
+    ($test:ident, $body:expr) => {
+        device_test!(@with on_each_known_device, $test, $body);
+    };
+}

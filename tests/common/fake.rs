@@ -1,0 +1,69 @@
+//! The fake-kernel fixture: a context over a [`RecordingTransport`] (which
+//! records every command and answers like the kernel, never touching
+//! memory), with two PDs and two owned buffers to register.
+
+use std::sync::Arc;
+
+use uverbs::transport::RecordingTransport;
+use uverbs::{AccessFlags, Context, MemoryRegion, OpenOptions, ProtectionDomain};
+
+use super::fresh_mr;
+
+/// The length of [`FakeKernel::buf`].
+pub const BUF_LEN: usize = 1 << 20;
+/// The length of [`FakeKernel::buf2`].
+pub const BUF2_LEN: usize = 2 << 20;
+
+/// A context named `fake0` over `fake`, which may be set up beforehand
+/// (its `GET_CONTEXT` answer, for instance).
+pub fn context_over(fake: &Arc<RecordingTransport>, options: &OpenOptions) -> Context {
+    Context::with_transport("fake0", None, Box::new(fake.clone()), options)
+        .unwrap_or_else(|e| panic!("a context over the fake kernel: {e}"))
+}
+
+/// A context named `fake0` over a fresh fake kernel.
+pub fn fake_context(options: &OpenOptions) -> (Arc<RecordingTransport>, Context) {
+    let fake = Arc::new(RecordingTransport::new());
+    let ctx = context_over(&fake, options);
+    (fake, ctx)
+}
+
+/// A fresh fake kernel, its context, two PDs in it and two zeroed buffers.
+pub struct FakeKernel {
+    pub fake: Arc<RecordingTransport>,
+    pub ctx: Context,
+    pub pd1: ProtectionDomain,
+    pub pd2: ProtectionDomain,
+    /// [`BUF_LEN`] bytes, what [`FakeKernel::reg`] registers.
+    pub buf: Box<[u8]>,
+    /// [`BUF2_LEN`] bytes, a second range to move to.
+    pub buf2: Box<[u8]>,
+}
+
+impl FakeKernel {
+    /// With the process-wide fork safety (`OpenOptions::new()`).
+    pub fn new() -> FakeKernel {
+        FakeKernel::with_options(&OpenOptions::new())
+    }
+
+    /// With the given options (a fork safety of its own, for instance).
+    pub fn with_options(options: &OpenOptions) -> FakeKernel {
+        let (fake, ctx) = fake_context(options);
+        let pd1 = ctx.alloc_pd().expect("alloc_pd on the fake kernel");
+        let pd2 = ctx.alloc_pd().expect("alloc_pd on the fake kernel");
+        FakeKernel {
+            fake,
+            ctx,
+            pd1,
+            pd2,
+            buf: vec![0; BUF_LEN].into(),
+            buf2: vec![0; BUF2_LEN].into(),
+        }
+    }
+
+    /// A fresh MR over all of `buf`, in `pd1`, with `access`. Every test
+    /// keeps the fixture (hence `buf`) until the MR is gone.
+    pub fn reg(&mut self, access: AccessFlags) -> MemoryRegion {
+        fresh_mr(&self.pd1, &mut self.buf, access)
+    }
+}
