@@ -3,22 +3,30 @@
 //! them, ACCESS and PD changes with the replace fallback need no `unsafe`,
 //! and an owned buffer refuses a translation without sending anything.
 
+mod common;
+
 use std::sync::Arc;
 
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
 use uverbs::{
-    AccessFlags, Context, Errno, OpenOptions, Rereg, ReregFallback, ReregFlags, ReregOutcome,
-    ReregPath,
+    AccessFlags, BufferMr, Context, Errno, OpenOptions, ProtectionDomain, Rereg, ReregFallback,
+    ReregFlags, ReregOutcome, ReregPath,
 };
 
 const REREG: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
 
 fn fake() -> (Arc<RecordingTransport>, Context) {
-    let fake = Arc::new(RecordingTransport::new());
-    let ctx = Context::with_transport("fake0", None, Box::new(fake.clone()), &OpenOptions::new())
+    common::fake_context(&OpenOptions::new())
+}
+
+/// A PD of `ctx` and a page registered in it as an owned buffer.
+fn owned_page(ctx: &Context) -> (ProtectionDomain, BufferMr<Vec<u8>>) {
+    let pd = ctx.alloc_pd().unwrap();
+    let mr = pd
+        .reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
         .unwrap();
-    (fake, ctx)
+    (pd, mr)
 }
 
 fn last_rereg(fake: &RecordingTransport) -> sys::ib_uverbs_rereg_mr {
@@ -110,10 +118,7 @@ fn a_pd_change_with_the_replace_fallback_is_safe_and_replaces_on_refusal() {
 #[test]
 fn an_owned_buffer_refuses_a_translation_change_set_without_sending() {
     let (fake, ctx) = fake();
-    let pd = ctx.alloc_pd().unwrap();
-    let mut mr = pd
-        .reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
+    let (_pd, mut mr) = owned_page(&ctx);
     let mut other = vec![0u8; 4096];
     // SAFETY: refused before anything is sent; `other` is never registered.
     let change = unsafe { Rereg::new().translation(other.as_mut_ptr(), other.len()) };
@@ -129,10 +134,7 @@ fn an_owned_buffer_refuses_a_translation_change_set_without_sending() {
 #[test]
 fn an_empty_change_set_goes_to_the_kernel_like_flags_zero() {
     let (fake, ctx) = fake();
-    let pd = ctx.alloc_pd().unwrap();
-    let mut mr = pd
-        .reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)
-        .unwrap();
+    let (_pd, mut mr) = owned_page(&ctx);
     fake.fail_next(REREG, Errno::INVAL);
     let err = mr.apply(&Rereg::new(), ReregFallback::Replace).unwrap_err();
     assert_eq!(
