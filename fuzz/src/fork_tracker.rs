@@ -241,24 +241,42 @@ impl Model {
         Ok(Some(addr / P..end / P))
     }
 
+    /// Runs one tracker call with `faults` armed and checks the cases that
+    /// must make no advisor call (a no-op range, a wrapping one); returns the
+    /// result, the calls made and the pages covered otherwise.
+    fn call(
+        fake: &Fake,
+        faults: Faults,
+        addr: usize,
+        len: usize,
+        what: &str,
+        op: impl FnOnce() -> io::Result<()>,
+    ) -> Option<(io::Result<()>, Vec<Call>, std::ops::Range<usize>)> {
+        fake.begin(Some(faults));
+        let result = op();
+        let calls = fake.calls();
+        match Self::pages(addr, len) {
+            Ok(None) => {
+                assert!(result.is_ok() && calls.is_empty(), "no-op {what}");
+                None
+            }
+            Err(()) => {
+                assert_eq!(errno_of(&result), Some(EINVAL), "wrapping {what}");
+                assert!(calls.is_empty(), "wrapping {what} made calls");
+                None
+            }
+            Ok(Some(pages)) => Some((result, calls, pages)),
+        }
+    }
+
     fn step(&mut self, tracker: &RangeTracker, fake: &Fake, op: &Op) {
         match *op {
             Op::Mark(range, faults) => {
                 let (addr, len) = range.addr_len();
-                fake.begin(Some(faults));
-                let result = tracker.mark(addr, len);
-                let calls = fake.calls();
-                let pages = match Self::pages(addr, len) {
-                    Ok(None) => {
-                        assert!(result.is_ok() && calls.is_empty(), "no-op mark");
-                        return;
-                    }
-                    Err(()) => {
-                        assert_eq!(errno_of(&result), Some(EINVAL), "wrapping mark");
-                        assert!(calls.is_empty(), "wrapping mark made calls");
-                        return;
-                    }
-                    Ok(Some(pages)) => pages,
+                let Some((result, calls, pages)) =
+                    Self::call(fake, faults, addr, len, "mark", || tracker.mark(addr, len))
+                else {
+                    return;
                 };
                 let whole = (pages.start * P, pages.len() * P);
                 let Some(first) = calls.first() else {
@@ -298,20 +316,12 @@ impl Model {
             }
             Op::Unmark(range, faults) => {
                 let (addr, len) = range.addr_len();
-                fake.begin(Some(faults));
-                let result = tracker.unmark(addr, len);
-                let calls = fake.calls();
-                let pages = match Self::pages(addr, len) {
-                    Ok(None) => {
-                        assert!(result.is_ok() && calls.is_empty(), "no-op unmark");
-                        return;
-                    }
-                    Err(()) => {
-                        assert_eq!(errno_of(&result), Some(EINVAL), "wrapping unmark");
-                        assert!(calls.is_empty(), "wrapping unmark made calls");
-                        return;
-                    }
-                    Ok(Some(pages)) => pages,
+                let Some((result, calls, pages)) =
+                    Self::call(fake, faults, addr, len, "unmark", || {
+                        tracker.unmark(addr, len)
+                    })
+                else {
+                    return;
                 };
                 if pages.clone().any(|p| !self.counts.contains_key(&p)) {
                     assert_eq!(errno_of(&result), Some(EINVAL), "unmark of uncounted pages");
