@@ -185,32 +185,27 @@ impl Smaps {
                 text.push_str(&f.render());
                 text.push('\n');
             }
+            // What the parser must answer for a `kb` line: its size in bytes
+            // when that is a power of two, else nothing.
+            let bytes_if_page_size = |kb: u64| {
+                (kb as usize)
+                    .checked_mul(1024)
+                    .filter(|s| s.is_power_of_two())
+            };
             let value = match m.page_size {
                 PageSize::Missing => None,
                 PageSize::PowerOfTwo(n) => {
                     let kb = 1u64 << (n % 32);
                     text.push_str(&format!("KernelPageSize:   {kb:>8} kB\n"));
-                    Some(
-                        (kb as usize)
-                            .checked_mul(1024)
-                            .filter(|s| s.is_power_of_two()),
-                    )
+                    Some(bytes_if_page_size(kb))
                 }
                 PageSize::Kb(kb) => {
                     text.push_str(&format!("KernelPageSize:   {kb:>8} kB\n"));
-                    Some(
-                        (kb as usize)
-                            .checked_mul(1024)
-                            .filter(|s| s.is_power_of_two()),
-                    )
+                    Some(bytes_if_page_size(u64::from(kb)))
                 }
                 PageSize::OddSpacing(kb) => {
                     text.push_str(&format!("KernelPageSize:\t{kb}kB\t\n"));
-                    Some(
-                        (kb as usize)
-                            .checked_mul(1024)
-                            .filter(|s| s.is_power_of_two()),
-                    )
+                    Some(bytes_if_page_size(u64::from(kb)))
                 }
                 PageSize::Malformed(bad) => {
                     text.push_str(&format!("KernelPageSize: {}\n", bad.render()));

@@ -64,45 +64,22 @@ fn replay(name: &str, target: fn(&[u8]), seed: u64, n: usize, max_len: usize) ->
     files.len()
 }
 
-#[test]
-fn netlink() {
-    let seeds = replay("netlink", uverbs_fuzz::netlink::run, 1, cases(5000), 512);
-    assert!(seeds > 0, "no netlink corpus");
+/// One test per target: the checked-in corpus, then `$cases` fixed-seed
+/// inputs of at most `$max_len` bytes, seeded with `$seed`.
+macro_rules! replay_test {
+    ($target:ident, $seed:expr, $cases:expr, $max_len:expr) => {
+        #[test]
+        fn $target() {
+            let name = stringify!($target);
+            let seeds = replay(name, uverbs_fuzz::$target::run, $seed, $cases, $max_len);
+            assert!(seeds > 0, "no {name} corpus");
+        }
+    };
 }
 
-#[test]
-fn sysfs() {
-    // Each input writes a small directory tree: fewer inputs.
-    let seeds = replay("sysfs", uverbs_fuzz::sysfs::run, 2, cases(5000) / 5, 512);
-    assert!(seeds > 0, "no sysfs corpus");
-}
-
-#[test]
-fn smaps() {
-    let seeds = replay("smaps", uverbs_fuzz::smaps::run, 3, cases(5000), 1024);
-    assert!(seeds > 0, "no smaps corpus");
-}
-
-#[test]
-fn kernel_responses() {
-    let seeds = replay(
-        "kernel_responses",
-        uverbs_fuzz::kernel_responses::run,
-        4,
-        cases(5000),
-        1024,
-    );
-    assert!(seeds > 0, "no kernel_responses corpus");
-}
-
-#[test]
-fn fork_tracker() {
-    let seeds = replay(
-        "fork_tracker",
-        uverbs_fuzz::fork_tracker::run,
-        5,
-        cases(5000),
-        1024,
-    );
-    assert!(seeds > 0, "no fork_tracker corpus");
-}
+replay_test!(netlink, 1, cases(5000), 512);
+// Each sysfs input writes a small directory tree: fewer inputs.
+replay_test!(sysfs, 2, cases(5000) / 5, 512);
+replay_test!(smaps, 3, cases(5000), 1024);
+replay_test!(kernel_responses, 4, cases(5000), 1024);
+replay_test!(fork_tracker, 5, cases(5000), 1024);
