@@ -42,11 +42,13 @@ mod driver;
 mod error;
 mod flags;
 pub mod fork;
+mod method;
 mod mr;
 pub(crate) mod netlink;
 mod pd;
 mod process;
 mod provider;
+mod query;
 pub mod transport;
 
 pub use buffer::{BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer};
@@ -61,6 +63,9 @@ pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
+pub use query::{
+    ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
+};
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;
 
