@@ -73,7 +73,12 @@ fn query_port_matches_sysfs_and_the_write_command() {
             port.active_mtu_bytes().is_some(),
             "{name}: active MTU {port:?}"
         );
-        assert!(port.active_mtu <= port.max_mtu, "{name}: active <= max MTU");
+        if driver(&ctx) == Driver::Rxe {
+            assert!(port.active_mtu <= port.max_mtu, "{name}: active <= max MTU");
+        }
+        // (siw derives max_mtu from the netdev's max_mtu, which is 0, "no
+        // limit", on the VM's dummy0: it reports 256 (1) below an active
+        // 1024 (3), as measured.)
         assert!(port.gid_tbl_len >= 1, "{name}: a GID table");
         if matches!(driver(&ctx), Driver::Rxe | Driver::Siw) {
             // The VM's dummy0 is up: both soft devices are ACTIVE on Ethernet.

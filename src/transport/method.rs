@@ -161,11 +161,6 @@ unsafe impl<T: Sync> Sync for Out<'_, T> {}
 unsafe impl Send for OutBytes<'_> {}
 // SAFETY: as above.
 unsafe impl Sync for OutBytes<'_> {}
-// SAFETY: the frame holds only integers; the borrows it stands for are
-// `&'a mut [u8]`, which are Send and Sync.
-unsafe impl Send for Method<'_> {}
-// SAFETY: as above.
-unsafe impl Sync for Method<'_> {}
 
 impl<'a> Method<'a> {
     /// An empty method `method_id` of object `object_id`, for a device
