@@ -12,11 +12,11 @@ use crate::driver::DriverId;
 use crate::error::{Errno, Error, Op};
 use crate::flags::ReregFlags;
 use crate::fork::ForkSafety;
+use crate::method::InfoHandles;
 use crate::pd::ProtectionDomain;
 use crate::process::Generation;
 use crate::provider::Provider;
-use crate::transport::{self, frame, KernelFile, Transport, TransportKind, TransportMode};
-use uverbs_uapi as sys;
+use crate::transport::{self, KernelFile, Transport, TransportKind, TransportMode};
 
 /// The most handles [`Context::kernel_handle_count`] asks for (the list
 /// attribute's length is a `u16` of bytes).
@@ -264,41 +264,14 @@ impl Context {
     pub fn kernel_handle_count(&self, object_id: u16) -> Result<u32, Error> {
         self.check_process(Op::InfoHandles)?;
         let fail = |e| Error::os(Op::InfoHandles, &self.inner.device, e);
+        let driver = self.inner.driver_id.ok_or(fail(Errno::OPNOTSUPP))?.0;
         // The kernel insists on a non-empty handle list and stops counting
         // when it is full, so grow it until the count fits.
         let mut capacity = 64usize;
         loop {
-            let mut handles = vec![0u32; capacity];
-            let mut total: u32 = 0;
-            let list_len = capacity * size_of::<u32>();
-            let mut attrs = [
-                frame::attr_const(sys::UVERBS_ATTR_INFO_OBJECT_ID, object_id.into()),
-                frame::attr_out(
-                    sys::UVERBS_ATTR_INFO_TOTAL_HANDLES,
-                    (&mut total as *mut u32) as u64,
-                    4,
-                )
-                .map_err(fail)?,
-                frame::attr_out(
-                    sys::UVERBS_ATTR_INFO_HANDLES_LIST,
-                    handles.as_mut_ptr() as u64,
-                    list_len,
-                )
-                .map_err(fail)?,
-            ];
-            // SAFETY: the pointers are to `total` (4 bytes) and `handles`
-            // (`list_len` bytes), both writable and alive across the call.
-            unsafe {
-                self.inner.transport.invoke(
-                    sys::UVERBS_OBJECT_DEVICE,
-                    sys::UVERBS_METHOD_INFO_HANDLES,
-                    &mut attrs,
-                )
-            }
-            .map_err(fail)?;
-            if !frame::is_valid_output(&attrs[1]) {
-                return Err(fail(Errno::PROTO));
-            }
+            let total = InfoHandles::new(object_id, capacity)
+                .run(self.inner.transport.as_ref(), driver)
+                .map_err(fail)?;
             if (total as usize) < capacity {
                 return Ok(total);
             }

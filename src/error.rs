@@ -46,6 +46,16 @@ pub enum Op {
     DeregMr,
     /// `UVERBS_METHOD_INFO_HANDLES`: counting the kernel's live objects.
     InfoHandles,
+    /// `QUERY_PORT` (`ibv_query_port`).
+    QueryPort,
+    /// `QUERY_GID_ENTRY` or its sysfs fallback (`ibv_query_gid`, `ibv_query_gid_ex`).
+    QueryGid,
+    /// `QUERY_GID_TABLE` or its sysfs fallback (`ibv_query_gid_table`).
+    QueryGidTable,
+    /// `QUERY_CONTEXT` (`ibv_query_context`-like: completion vectors, core support).
+    QueryContext,
+    /// `UVERBS_METHOD_QUERY_MR` (the kernel's view of an MR).
+    QueryMr,
     /// A raw command sent through [`Context::execute`](crate::Context::execute).
     Raw,
 }
@@ -65,6 +75,11 @@ impl Op {
             Op::ReregMr => "rereg_mr",
             Op::DeregMr => "dereg_mr",
             Op::InfoHandles => "info_handles",
+            Op::QueryPort => "query_port",
+            Op::QueryGid => "query_gid",
+            Op::QueryGidTable => "query_gid_table",
+            Op::QueryContext => "query_context",
+            Op::QueryMr => "query_mr",
             Op::Raw => "raw_command",
         }
     }

@@ -42,11 +42,13 @@ mod driver;
 mod error;
 mod flags;
 pub mod fork;
+mod method;
 mod mr;
 pub(crate) mod netlink;
 mod pd;
 mod process;
 mod provider;
+mod query;
 pub mod transport;
 
 /// Entry points to crate-private parsers for the fuzz targets in `fuzz/`;
@@ -69,6 +71,9 @@ pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
+pub use query::{
+    ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
+};
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;
 

@@ -15,10 +15,12 @@
 mod context;
 mod mr;
 mod pd;
+mod port;
 
 pub use context::{GetContext, QueryDevice};
 pub use mr::{DeregMr, RegMr, ReregMr};
 pub use pd::{AllocPd, DeallocPd};
+pub use port::QueryPort;
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 

@@ -11,9 +11,11 @@ use crate::error::Errno;
 use uverbs_uapi as sys;
 use zerocopy::{Immutable, IntoBytes};
 
-/// The most attributes any frame built here carries (INVOKE_WRITE: WRITE_CMD,
-/// CORE_IN, CORE_OUT, UHW_IN, UHW_OUT).
-pub const MAX_ATTRS: usize = 5;
+/// The most attributes a frame carries: room for the largest native method
+/// (`REG_MR` of Linux 6.17: 11 attributes, plus UHW in and out) with some to
+/// spare. The kernel reads only `hdr.length` bytes, so unused room costs
+/// nothing but stack.
+pub const MAX_ATTRS: usize = 16;
 
 /// The largest write() buffer built here, in bytes (header included).
 pub const MAX_WRITE_BYTES: usize = 256;

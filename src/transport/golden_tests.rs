@@ -306,3 +306,182 @@ fn framing_refuses_what_the_kernel_would() {
         Errno::TOOBIG
     );
 }
+
+// ---- Native methods: header and every attribute, field by field. ----
+
+use super::method::{driver_attr, Method};
+use crate::method::{InfoHandles, QueryContext, QueryGidEntry, QueryGidTable, QueryMr, QueryPort};
+
+fn method_hdr(num_attrs: u16, object_id: u16, method_id: u16, driver_id: u32) -> Bytes {
+    Bytes::default()
+        .u16(24 + 16 * num_attrs) // length
+        .u16(object_id)
+        .u16(method_id)
+        .u16(num_attrs)
+        .u64(0) // reserved1
+        .u32(driver_id)
+        .u32(0) // reserved2
+}
+
+/// One ib_uverbs_attr with all fields given.
+fn attr_full(b: Bytes, id: u16, len: u16, flags: u16, attr_data: u16, data: u64) -> Bytes {
+    b.u16(id).u16(len).u16(flags).u16(attr_data).u64(data)
+}
+
+/// The address of the `index`th output pointer a method framed.
+fn ptr_of(m: &Method<'_>, index: usize) -> u64 {
+    m.frame().attrs()[index].data
+}
+
+#[test]
+fn invoke_write_method_is_byte_identical_to_the_frame_encoder() {
+    let cmd = RegMr::new(5, 0x7f12_3456_7000, 1 << 20, 0x7).uhw_in(&SIW_UHW_IN);
+    let req = request_bytes(&cmd);
+    let (mut core, mut uhw) = ([0xffu8; 12], [0xffu8; 8]);
+    let (core_addr, uhw_addr) = (core.as_ptr() as u64, uhw.as_ptr() as u64);
+    let (m, outs) = Method::invoke_write(14, 9, &req, &SIW_UHW_IN, &mut core, &mut uhw);
+    let expected =
+        IoctlFrame::invoke_write(14, 9, &req, &SIW_UHW_IN, (core_addr, 12), (uhw_addr, 8)).unwrap();
+    assert_eq!(m.as_bytes(), expected.as_bytes());
+    assert!(outs.core.is_some() && outs.uhw.is_some());
+
+    assert_eq!((core, uhw), ([0; 12], [0; 8]), "outputs zeroed when framed");
+    // No responses: CORE_OUT and UHW_OUT are left out, as before.
+    let (m, outs) = Method::invoke_write(14, 13, &[42, 0, 0, 0], &[], &mut [], &mut []);
+    let b = attr(attr(ioctl_hdr(2, 14), 2, 8, 13), 0, 4, 42);
+    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert!(outs.core.is_none() && outs.uhw.is_none());
+}
+
+#[test]
+fn info_handles_method() {
+    let mut q = InfoHandles::new(sys::UVERBS_OBJECT_MR, 64);
+    let (m, _total) = q.method(14);
+    let mut b = method_hdr(3, 0, 1, 14); // DEVICE, INFO_HANDLES
+    b = attr(b, 0, 8, 7); // OBJECT_ID = UVERBS_OBJECT_MR, const inline
+    b = attr(b, 1, 4, ptr_of(&m, 1)); // TOTAL_HANDLES: u32 out
+    b = attr(b, 2, 256, ptr_of(&m, 2)); // HANDLES_LIST: 64 u32 out
+    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_ne!(ptr_of(&m, 1), 0);
+    assert_ne!(ptr_of(&m, 2), 0);
+}
+
+#[test]
+fn query_port_method() {
+    let mut q = QueryPort::new(1);
+    let (m, _resp) = q.method(18);
+    let mut b = method_hdr(2, 0, 2, 18); // DEVICE, QUERY_PORT, siw
+    b = attr(b, 0, 8, 1); // PORT_NUM = 1, const inline (8 bytes, as CONST_IN demands)
+    b = attr(b, 1, 48, ptr_of(&m, 1)); // RESP: ib_uverbs_query_port_resp_ex
+    assert_eq!(m.as_bytes(), &b.0[..]);
+}
+
+#[test]
+fn query_context_method() {
+    let mut q = QueryContext::new();
+    let (m, _n, _cs) = q.method(14);
+    let mut b = method_hdr(2, 0, 4, 14); // DEVICE, QUERY_CONTEXT
+    b = attr(b, 0, 4, ptr_of(&m, 0)); // NUM_COMP_VECTORS: u32 out
+    b = attr(b, 1, 8, ptr_of(&m, 1)); // CORE_SUPPORT: u64 out
+    assert_eq!(m.as_bytes(), &b.0[..]);
+}
+
+#[test]
+fn query_gid_entry_method() {
+    let mut q = QueryGidEntry::new(1, 3);
+    let (m, _entry) = q.method(14);
+    let mut b = method_hdr(4, 0, 6, 14); // DEVICE, QUERY_GID_ENTRY
+    b = attr(b, 0, 8, 1); // PORT = 1
+    b = attr(b, 1, 8, 3); // GID_INDEX = 3
+    b = attr(b, 2, 4, 0); // FLAGS: 4 bytes inline, 0
+    b = attr(b, 3, 32, ptr_of(&m, 3)); // RESP_ENTRY: ib_uverbs_gid_entry
+    assert_eq!(m.as_bytes(), &b.0[..]);
+}
+
+#[test]
+fn query_gid_table_method() {
+    let mut q = QueryGidTable::new(3);
+    let (m, _entries, _n) = q.method(14);
+    let mut b = method_hdr(3, 0, 5, 14); // DEVICE, QUERY_GID_TABLE
+    b = attr(b, 0, 8, 32); // ENTRY_SIZE = sizeof(ib_uverbs_gid_entry)
+    b = attr(b, 2, 96, ptr_of(&m, 1)); // RESP_ENTRIES: 3 entries out
+    b = attr(b, 3, 8, ptr_of(&m, 2)); // RESP_NUM_ENTRIES: u64 out
+    assert_eq!(m.as_bytes(), &b.0[..]);
+}
+
+#[test]
+fn query_mr_method() {
+    let mut q = QueryMr::new(0x2a);
+    let (m, _outs) = q.method(14);
+    let mut b = method_hdr(5, 7, 3, 14); // MR, QUERY_MR
+    b = attr(b, 0, 0, 0x2a); // HANDLE: IDR, len 0, handle in data
+    b = attr(b, 1, 4, ptr_of(&m, 1)); // RESP_LKEY: u32 out
+    b = attr(b, 2, 4, ptr_of(&m, 2)); // RESP_RKEY: u32 out
+    b = attr(b, 3, 8, ptr_of(&m, 3)); // RESP_LENGTH: u64 out
+    b = attr(b, 4, 8, ptr_of(&m, 4)); // RESP_IOVA: u64 out
+    assert_eq!(m.as_bytes(), &b.0[..]);
+    let ptrs: Vec<u64> = (1..5).map(|i| ptr_of(&m, i)).collect();
+    assert!(
+        ptrs.windows(2).all(|w| w[0] != w[1]),
+        "four distinct outputs: {ptrs:x?}"
+    );
+}
+
+#[test]
+fn every_attribute_kind_of_the_builder() {
+    let big = [0x11u8; 12];
+    let small = 0x0102_0304u32;
+    let two = [5u32, 6];
+    let three = [5u32, 6, 7];
+    let mut out = 0u64;
+    let mut uhw = [0u8; 16];
+    let (out_addr, uhw_addr) = (&out as *const u64 as u64, uhw.as_ptr() as u64);
+    let mut m = Method::new(sys::UVERBS_OBJECT_MR, 0x1234, 14);
+    m.const_in(0, 0xdead_beef)
+        .ptr_in(1, &small) // 4 bytes: inline
+        .ptr_in(2, &big[..]) // 12 bytes: by pointer
+        .enum_in(3, 2, &small) // elem_id 2 in attr_data's first byte
+        .idr_in(4, 9)
+        .idr_destroy(5, 10)
+        .idr_array(6, &two) // 8 bytes: inline
+        .idr_array(7, &three) // 12 bytes: by pointer
+        .inline_in(8, 0x55u16)
+        .uhw_in(&SIW_UHW_IN)
+        .optional(); // UHW_IN optional
+    let new = m.idr_new(9);
+    let fd = m.fd_new(10);
+    let o = m.ptr_out(11, &mut out);
+    let u = m.uhw_out(&mut uhw);
+    let _ = (new, fd, o, u);
+    let d = driver_attr(5);
+    assert_eq!(d, 0x1005);
+    m.inline_in(d, 1u8);
+    let mut b = method_hdr(15, 7, 0x1234, 14);
+    b = attr(b, 0, 8, 0xdead_beef);
+    b = attr(b, 1, 4, inline(&small.to_ne_bytes()));
+    b = attr(b, 2, 12, big.as_ptr() as u64);
+    b = attr_full(
+        b,
+        3,
+        4,
+        1,
+        u16::from_ne_bytes([2, 0]),
+        inline(&small.to_ne_bytes()),
+    );
+    b = attr(b, 4, 0, 9);
+    b = attr(b, 5, 0, 10);
+    b = attr(b, 6, 8, inline(two.as_bytes()));
+    b = attr(b, 7, 12, three.as_ptr() as u64);
+    b = attr(b, 8, 2, 0x55);
+    b = attr_full(b, 0x1000, 8, 0, 0, inline(&SIW_UHW_IN)); // not mandatory
+    b = attr(b, 9, 0, 0); // IDR new: the kernel writes the handle
+    b = attr(b, 10, 0, 0); // FD new: the kernel writes the descriptor
+    b = attr(b, 11, 8, out_addr);
+    b = attr(b, 0x1001, 16, uhw_addr);
+    b = attr(b, 0x1005, 1, 1);
+    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.error(), None);
+    // The 17th attribute does not fit: remembered, nothing panics.
+    m.const_in(20, 0).const_in(21, 0);
+    assert_eq!(m.error(), Some(crate::error::Errno::TOOBIG));
+}

@@ -5,7 +5,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 
-use super::frame::{is_valid_output, user_addr, IoctlFrame, WriteFrame, MAX_WRITE_BYTES};
+use super::frame::{user_addr, IoctlFrame, WriteFrame, MAX_WRITE_BYTES};
+use super::method::Method;
 use super::{RawCommand, Transport, TransportKind};
 use crate::error::Errno;
 use uverbs_uapi as sys;
@@ -102,34 +103,28 @@ impl KernelFile {
     }
 
     fn execute_ioctl(&self, driver_id: u32, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
-        cmd.core_out.fill(0);
-        cmd.uhw_out.fill(0);
-        // `user_addr` exposes the outputs' provenance, so the ioctl (an asm
-        // block that may write memory, see `verbs_ioctl`) may write them.
-        let core_out = (user_addr(cmd.core_out.as_mut_ptr()), cmd.core_out.len());
-        let uhw_out = (user_addr(cmd.uhw_out.as_mut_ptr()), cmd.uhw_out.len());
-        let mut frame = IoctlFrame::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_INVOKE_WRITE,
+        let (method, outs) = Method::invoke_write(
             driver_id,
+            cmd.code,
+            cmd.core_in,
+            cmd.uhw_in,
+            cmd.core_out,
+            cmd.uhw_out,
         );
-        frame.set_invoke_write(cmd.code, cmd.core_in, cmd.uhw_in, core_out, uhw_out)?;
-        // SAFETY: every pointer in the frame comes from the slices of `cmd`
-        // through `user_addr` (exposed), with their exact lengths and
-        // directions; the slices outlive the call and are not used during it.
-        unsafe { verbs_ioctl(self.fd.as_fd(), &mut frame) }?;
-        if !cmd.core_out.is_empty()
-            && !frame
-                .attr(sys::UVERBS_ATTR_CORE_OUT)
-                .is_some_and(is_valid_output)
-        {
-            // The kernel said success but did not write the answer.
-            return Err(Errno::PROTO);
+        // SAFETY: the builder framed only `cmd`'s slices, borrowed across
+        // the call; what the command does is the caller's promise
+        // (`Transport::execute`).
+        let done = unsafe { method.invoke(self) }?;
+        if let Some(core) = outs.core {
+            if done.read_bytes(core).is_none() {
+                // The kernel said success but did not write the answer.
+                return Err(Errno::PROTO);
+            }
         }
-        let uhw_written = frame
-            .attr(sys::UVERBS_ATTR_UHW_OUT)
-            .is_some_and(is_valid_output);
-        Ok(if uhw_written { cmd.uhw_out.len() } else { 0 })
+        Ok(outs
+            .uhw
+            .and_then(|uhw| done.read_bytes(uhw))
+            .map_or(0, |uhw| uhw.len()))
     }
 }
 
@@ -160,21 +155,14 @@ unsafe impl Transport for KernelFile {
         Some(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
-    unsafe fn invoke(
-        &self,
-        object_id: u16,
-        method_id: u16,
-        attrs: &mut [sys::ib_uverbs_attr],
-    ) -> Result<(), Errno> {
-        let driver_id = self.driver_id.ok_or(Errno::OPNOTSUPP)?;
-        let mut frame = IoctlFrame::new(object_id, method_id, driver_id);
-        for attr in attrs.iter() {
-            frame.push(*attr)?;
+    unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
+        // The frame names its driver; a file opened without one (write()
+        // only, driver unknown) has no business sending methods.
+        if self.driver_id.is_none() {
+            return Err(Errno::OPNOTSUPP);
         }
         // SAFETY: the caller guarantees the attributes' pointers.
-        unsafe { verbs_ioctl(self.fd.as_fd(), &mut frame) }?;
-        attrs.copy_from_slice(frame.attrs());
-        Ok(())
+        unsafe { verbs_ioctl(self.fd.as_fd(), frame) }
     }
 }
 

@@ -7,20 +7,28 @@
 //! `write()`; [`RecordingTransport`] is a fake kernel for tests that records
 //! every command it is given. The byte layouts of both framings live in
 //! [`frame`] and nowhere else.
+//!
+//! Native ioctl methods (`QUERY_PORT`, `QUERY_MR`, …) are framed with the
+//! typed builder [`Method`], whose attributes borrow the buffers they point
+//! at, and sent with [`Transport::invoke`]; `INVOKE_WRITE` is one of them.
 
 pub mod frame;
 mod kernel;
+mod method;
 mod recording;
 
 use std::fmt;
 use std::os::fd::OwnedFd;
 
 pub use kernel::{verbs_ioctl, KernelFile};
-pub use recording::{RecordedCommand, RecordingTransport};
+pub use method::{
+    driver_attr, InvokeWriteOuts, Invoked, Method, NewFd, NewHandle, Out, OutBytes,
+    MAX_METHOD_ATTRS,
+};
+pub use recording::{RecordedAttr, RecordedCommand, RecordedMethod, RecordingTransport};
 
 use crate::command::WriteCommand;
 use crate::error::Errno;
-use uverbs_uapi as sys;
 use zerocopy::{FromZeros, IntoBytes};
 
 /// Which framing a context uses to send write commands.
@@ -99,6 +107,11 @@ pub struct RawCommand<'a> {
 /// return from [`execute`](Transport::execute) the number of leading
 /// `uhw_out` bytes that were really written (at most `uhw_out.len()`). On
 /// success the whole `core_out` must hold the kernel's answer.
+/// [`invoke`](Transport::invoke) runs each method at most once and writes
+/// only the frame (attribute flags, and the `data` of attributes that
+/// receive a new handle or descriptor) and the memory behind output
+/// attributes, within their lengths; it sets `UVERBS_ATTR_F_VALID_OUTPUT`
+/// only on outputs it wrote.
 /// [`adopt_async_fd`](Transport::adopt_async_fd) may return a descriptor
 /// only if this process owns it and nothing else does.
 pub unsafe trait Transport: Send + Sync + fmt::Debug {
@@ -115,20 +128,18 @@ pub unsafe trait Transport: Send + Sync + fmt::Debug {
     /// needs, e.g. that a registered range stays mapped while registered.
     unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno>;
 
-    /// Invokes an ioctl-only method (`object_id`, `method_id`) with the given
-    /// attributes. Transports without ioctl answer `EOPNOTSUPP`.
+    /// Invokes a native ioctl method framed in `frame` (usually built with
+    /// [`Method`], whose [`invoke`](Method::invoke) calls this). Transports
+    /// without ioctl answer `EOPNOTSUPP`.
     ///
     /// # Safety
     ///
-    /// Every pointer carried in `attrs` must be valid for the length and
-    /// direction the method uses.
-    unsafe fn invoke(
-        &self,
-        object_id: u16,
-        method_id: u16,
-        attrs: &mut [sys::ib_uverbs_attr],
-    ) -> Result<(), Errno> {
-        let _ = (object_id, method_id, attrs);
+    /// Every pointer carried by the frame's attributes must have had its
+    /// provenance exposed ([`frame::user_addr`]) and be valid for the length
+    /// and direction the method uses, for the whole call; and the method
+    /// must be safe to run (see [`Method::invoke`]).
+    unsafe fn invoke(&self, frame: &mut frame::IoctlFrame) -> Result<(), Errno> {
+        let _ = frame;
         Err(Errno::OPNOTSUPP)
     }
 
@@ -162,14 +173,9 @@ unsafe impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
         unsafe { (**self).execute(cmd) }
     }
 
-    unsafe fn invoke(
-        &self,
-        object_id: u16,
-        method_id: u16,
-        attrs: &mut [sys::ib_uverbs_attr],
-    ) -> Result<(), Errno> {
+    unsafe fn invoke(&self, frame: &mut frame::IoctlFrame) -> Result<(), Errno> {
         // SAFETY: forwarded to the caller.
-        unsafe { (**self).invoke(object_id, method_id, attrs) }
+        unsafe { (**self).invoke(frame) }
     }
 
     unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {

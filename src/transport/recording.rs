@@ -1,9 +1,17 @@
-//! A fake kernel that records every command: for tests that must prove what
-//! was (or was not) sent, and for fault injection.
+//! A fake kernel that records every command and method: for tests that must
+//! prove what was (or was not) sent, and for fault injection.
+//!
+//! Write commands arrive through [`Transport::execute`]; native methods
+//! through [`Transport::invoke`], whose frames it decodes like the kernel's
+//! `uverbs_ioctl.c` (header checks, each attribute's id, flags, length and
+//! input bytes, read through the pointers) against a table of the methods it
+//! knows, and answers from its own objects, setting
+//! `UVERBS_ATTR_F_VALID_OUTPUT` on what it writes.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 
+use super::frame::IoctlFrame;
 use super::{RawCommand, Transport, TransportKind};
 use crate::error::Errno;
 use uverbs_uapi as sys;
@@ -68,16 +76,179 @@ impl RecordedCommand {
     }
 }
 
+/// One attribute of a method as the fake kernel received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedAttr {
+    /// `attr_id` (driver attributes have bit 12 set).
+    pub attr_id: u16,
+    /// `len`.
+    pub len: u16,
+    /// `flags` as sent (`UVERBS_ATTR_F_MANDATORY`).
+    pub flags: u16,
+    /// `attr_data` (an enum attribute's `elem_id` in its first byte).
+    pub attr_data: u16,
+    /// `data`: inline value, pointer, handle or descriptor.
+    pub data: u64,
+    /// For inputs the method reads (const, pointer, enum, IDR arrays): the
+    /// bytes the kernel reads, inline or behind the pointer. Empty for
+    /// outputs, objects and attributes the method does not know.
+    pub input: Vec<u8>,
+}
+
+/// One native method as the fake kernel received it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordedMethod {
+    /// `object_id` (`UVERBS_OBJECT_*`).
+    pub object_id: u16,
+    /// `method_id` (`UVERBS_METHOD_*`).
+    pub method_id: u16,
+    /// `driver_id` of the header.
+    pub driver_id: u32,
+    /// The `hdr.length` bytes of header and attributes, as sent.
+    pub frame: Vec<u8>,
+    /// The attributes, decoded.
+    pub attrs: Vec<RecordedAttr>,
+}
+
+impl RecordedMethod {
+    /// The attribute with this id, if sent.
+    pub fn attr(&self, attr_id: u16) -> Option<&RecordedAttr> {
+        self.attrs.iter().find(|a| a.attr_id == attr_id)
+    }
+}
+
+/// How the fake kernel treats an attribute (the kernel's attribute types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// `CONST_IN`: exactly 8 bytes inline.
+    Const,
+    /// `PTR_IN` of `min..=max` bytes.
+    In,
+    /// `PTR_OUT` of `min..=max` bytes.
+    Out,
+    /// `IDR` of an existing object: `len` 0.
+    Idr,
+}
+
+/// One attribute of a known method: id, kind, mandatory, length bounds.
+type Spec = (u16, Kind, bool, u16, u16);
+
+/// The methods the fake kernel knows, with the kernel's attribute specs
+/// (`uverbs_std_types_device.c`, `uverbs_std_types_mr.c` of Linux 6.12).
+fn method_spec(object_id: u16, method_id: u16) -> Option<&'static [Spec]> {
+    use Kind::*;
+    const ANY: u16 = u16::MAX;
+    Some(match (object_id, method_id) {
+        (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_INFO_HANDLES) => &[
+            (sys::UVERBS_ATTR_INFO_OBJECT_ID, Const, true, 8, 8),
+            (sys::UVERBS_ATTR_INFO_TOTAL_HANDLES, Out, false, 4, 4),
+            (sys::UVERBS_ATTR_INFO_HANDLES_LIST, Out, false, 4, ANY),
+        ],
+        (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_PORT) => &[
+            (sys::UVERBS_ATTR_QUERY_PORT_PORT_NUM, Const, true, 8, 8),
+            (sys::UVERBS_ATTR_QUERY_PORT_RESP, Out, true, 48, ANY),
+        ],
+        (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_CONTEXT) => &[
+            (
+                sys::UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS,
+                Out,
+                false,
+                4,
+                4,
+            ),
+            (
+                sys::UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT,
+                Out,
+                false,
+                8,
+                8,
+            ),
+        ],
+        (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_GID_TABLE) => &[
+            (
+                sys::UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE,
+                Const,
+                true,
+                8,
+                8,
+            ),
+            (sys::UVERBS_ATTR_QUERY_GID_TABLE_FLAGS, In, false, 4, 8),
+            (
+                sys::UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES,
+                Out,
+                true,
+                0,
+                ANY,
+            ),
+            (
+                sys::UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES,
+                Out,
+                true,
+                8,
+                8,
+            ),
+        ],
+        (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_GID_ENTRY) => &[
+            (sys::UVERBS_ATTR_QUERY_GID_ENTRY_PORT, Const, true, 8, 8),
+            (
+                sys::UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX,
+                Const,
+                true,
+                8,
+                8,
+            ),
+            (sys::UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS, In, true, 4, 8),
+            (
+                sys::UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY,
+                Out,
+                true,
+                32,
+                ANY,
+            ),
+        ],
+        (sys::UVERBS_OBJECT_MR, sys::UVERBS_METHOD_QUERY_MR) => &[
+            (sys::UVERBS_ATTR_QUERY_MR_HANDLE, Idr, true, 0, 0),
+            (sys::UVERBS_ATTR_QUERY_MR_RESP_LKEY, Out, true, 4, 4),
+            (sys::UVERBS_ATTR_QUERY_MR_RESP_RKEY, Out, true, 4, 4),
+            (sys::UVERBS_ATTR_QUERY_MR_RESP_LENGTH, Out, true, 8, 8),
+            (sys::UVERBS_ATTR_QUERY_MR_RESP_IOVA, Out, true, 8, 8),
+        ],
+        _ => return None,
+    })
+}
+
+/// The fake device's one port.
+const FAKE_PORT: u32 = 1;
+/// Its GID table: a link-local GID (RoCE v2, like rxe's index 0) and an
+/// IPv4-mapped one.
+const FAKE_GIDS: [[u8; 16]; 2] = [
+    [
+        0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55,
+    ],
+    [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1],
+];
+/// The interface index the fake's GIDs are on.
+const FAKE_IFINDEX: u32 = 7;
+
 #[derive(Clone, Copy, Debug)]
 struct FakeMr {
     pd: u32,
     lkey: u32,
+    rkey: u32,
+    length: u64,
+    iova: u64,
 }
+
+/// The outputs a method answers: (attribute id, bytes), written like the
+/// kernel's `uverbs_copy_to` (at most the attribute's length).
+type Answer = Vec<(u16, Vec<u8>)>;
 
 #[derive(Debug, Default)]
 struct FakeKernel {
     log: Vec<RecordedCommand>,
+    methods: Vec<RecordedMethod>,
     failures: HashMap<u32, VecDeque<Errno>>,
+    method_failures: HashMap<(u16, u16), VecDeque<Errno>>,
     next_handle: u32,
     next_key: u32,
     pds: BTreeSet<u32>,
@@ -113,6 +284,40 @@ impl RecordingTransport {
             .entry(code)
             .or_default()
             .push_back(errno);
+    }
+
+    /// Makes the next native method `(object_id, method_id)` fail with
+    /// `errno` (queued, like [`fail_next`](Self::fail_next)); it is still
+    /// recorded.
+    pub fn fail_next_method(&self, object_id: u16, method_id: u16, errno: Errno) {
+        self.lock()
+            .method_failures
+            .entry((object_id, method_id))
+            .or_default()
+            .push_back(errno);
+    }
+
+    /// Every native method received so far, in order.
+    pub fn methods(&self) -> Vec<RecordedMethod> {
+        self.lock().methods.clone()
+    }
+
+    /// How many native methods `(object_id, method_id)` were received.
+    pub fn count_of_method(&self, object_id: u16, method_id: u16) -> usize {
+        self.lock()
+            .methods
+            .iter()
+            .filter(|m| (m.object_id, m.method_id) == (object_id, method_id))
+            .count()
+    }
+
+    /// The (lkey, rkey, length, iova) the fake answered for a live MR at
+    /// its last REG_MR or REREG_MR.
+    pub fn mr_attrs(&self, mr_handle: u32) -> Option<(u32, u32, u64, u64)> {
+        self.lock()
+            .mrs
+            .get(&mr_handle)
+            .map(|mr| (mr.lkey, mr.rkey, mr.length, mr.iova))
     }
 
     /// Makes `GET_CONTEXT` answer this `async_fd` number (default `-1`),
@@ -239,19 +444,20 @@ impl FakeKernel {
                 }
                 let mr_handle = self.handle();
                 let lkey = self.key(mr_handle);
-                self.mrs.insert(
-                    mr_handle,
-                    FakeMr {
-                        pd: req.pd_handle,
-                        lkey,
-                    },
-                );
+                let mr = FakeMr {
+                    pd: req.pd_handle,
+                    lkey,
+                    rkey: remote_key(lkey),
+                    length: req.length,
+                    iova: req.hca_va,
+                };
+                self.mrs.insert(mr_handle, mr);
                 write_out(
                     cmd.core_out,
                     sys::ib_uverbs_reg_mr_resp {
                         mr_handle,
                         lkey,
-                        rkey: lkey,
+                        rkey: mr.rkey,
                     },
                 )
             }
@@ -280,15 +486,22 @@ impl FakeKernel {
                         return Err(Errno::INVAL);
                     }
                     mr.lkey = self.key(req.mr_handle);
+                    mr.rkey = remote_key(mr.lkey);
+                    mr.length = req.length;
+                    mr.iova = req.hca_va;
                 }
                 self.mrs.insert(req.mr_handle, mr);
                 write_out(
                     cmd.core_out,
                     sys::ib_uverbs_rereg_mr_resp {
                         lkey: mr.lkey,
-                        rkey: mr.lkey,
+                        rkey: mr.rkey,
                     },
                 )
+            }
+            sys::IB_USER_VERBS_CMD_QUERY_PORT => {
+                let req: sys::ib_uverbs_query_port = request_of(rec)?;
+                write_out(cmd.core_out, fake_port(req.port_num.into())?.legacy_resp)
             }
             sys::IB_USER_VERBS_CMD_DEREG_MR => {
                 let req: sys::ib_uverbs_dereg_mr = request_of(rec)?;
@@ -302,8 +515,287 @@ impl FakeKernel {
     }
 }
 
+/// The fake's rkey for an lkey: different, so that a swap shows.
+fn remote_key(lkey: u32) -> u32 {
+    lkey.rotate_left(16)
+}
+
+/// The fake port's attributes; `EINVAL` for any port but 1 (rxe's answer).
+fn fake_port(port: u64) -> Result<sys::ib_uverbs_query_port_resp_ex, Errno> {
+    if port != u64::from(FAKE_PORT) {
+        return Err(Errno::INVAL);
+    }
+    let mut reserved = [0u8; 6];
+    // active_speed_ex (Linux > 6.1) at offset 44: 0x10 (HDR), not capped.
+    reserved[2..6].copy_from_slice(&0x10u32.to_ne_bytes());
+    Ok(sys::ib_uverbs_query_port_resp_ex {
+        legacy_resp: sys::ib_uverbs_query_port_resp {
+            port_cap_flags: 0x0401_0000,
+            max_msg_sz: 0x8000_0000,
+            gid_tbl_len: FAKE_GIDS.len() as u32,
+            pkey_tbl_len: 1,
+            state: 4,      // IB_PORT_ACTIVE
+            max_mtu: 5,    // 4096
+            active_mtu: 3, // 1024
+            active_width: 1,
+            active_speed: 1,
+            phys_state: 5, // LinkUp
+            link_layer: 2, // Ethernet
+            flags: sys::IB_UVERBS_QPF_GRH_REQUIRED as u8,
+            ..Default::default()
+        },
+        port_cap_flags2: 0x20,
+        reserved,
+    })
+}
+
+fn fake_gid_entry(index: usize) -> sys::ib_uverbs_gid_entry {
+    let raw = FAKE_GIDS[index];
+    let mut gid = [0u64; 2];
+    gid.as_mut_bytes().copy_from_slice(&raw);
+    sys::ib_uverbs_gid_entry {
+        gid,
+        gid_index: index as u32,
+        port_num: FAKE_PORT,
+        gid_type: sys::IB_UVERBS_GID_TYPE_ROCE_V2,
+        netdev_ifindex: FAKE_IFINDEX,
+    }
+}
+
+/// The bytes of an input attribute, inline or behind its pointer.
+///
+/// # Safety
+///
+/// A pointer input (`len > 8`) must point at `len` readable bytes.
+unsafe fn input_bytes(attr: &sys::ib_uverbs_attr) -> Vec<u8> {
+    let len = usize::from(attr.len);
+    if len <= 8 {
+        attr.data.to_ne_bytes()[..len].to_vec()
+    } else {
+        // SAFETY: the caller's promise.
+        unsafe { std::slice::from_raw_parts(attr.data as usize as *const u8, len) }.to_vec()
+    }
+}
+
+/// An input's value as the kernel's `uverbs_get_const` reads it.
+fn const_of(rec: &RecordedMethod, attr_id: u16) -> Option<u64> {
+    let attr = rec.attr(attr_id)?;
+    let mut v = [0u8; 8];
+    let n = attr.input.len().min(8);
+    v[..n].copy_from_slice(&attr.input[..n]);
+    Some(u64::from_ne_bytes(v))
+}
+
+impl FakeKernel {
+    /// Checks `rec` against the method's spec like `uverbs_ioctl.c`.
+    fn check_attrs(rec: &RecordedMethod, spec: &[Spec]) -> Result<(), Errno> {
+        let mut seen = BTreeSet::new();
+        for attr in &rec.attrs {
+            let Some(&(_, kind, _, min, max)) = spec.iter().find(|s| s.0 == attr.attr_id) else {
+                if attr.flags & sys::UVERBS_ATTR_F_MANDATORY != 0 {
+                    return Err(Errno::PROTONOSUPPORT);
+                }
+                continue;
+            };
+            if !seen.insert(attr.attr_id) {
+                return Err(Errno::INVAL);
+            }
+            if attr.len < min || attr.len > max || attr.attr_data != 0 {
+                return Err(Errno::INVAL);
+            }
+            if kind == Kind::Out && attr.data == 0 && attr.len != 0 {
+                return Err(Errno::FAULT);
+            }
+        }
+        let missing = spec.iter().any(|s| s.2 && !seen.contains(&s.0));
+        if missing {
+            return Err(Errno::INVAL);
+        }
+        Ok(())
+    }
+
+    /// The outputs of a known, well-formed method.
+    fn answer_method(&mut self, rec: &RecordedMethod) -> Result<Answer, Errno> {
+        let out = |id: u16, bytes: &[u8]| (id, bytes.to_vec());
+        match (rec.object_id, rec.method_id) {
+            (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_INFO_HANDLES) => {
+                let object = const_of(rec, sys::UVERBS_ATTR_INFO_OBJECT_ID).unwrap_or(0);
+                let list_len = rec
+                    .attr(sys::UVERBS_ATTR_INFO_HANDLES_LIST)
+                    .map_or(0, |a| usize::from(a.len));
+                if list_len == 0 || list_len % 4 != 0 {
+                    return Err(Errno::INVAL);
+                }
+                let handles: Vec<u32> = match u16::try_from(object) {
+                    Ok(sys::UVERBS_OBJECT_PD) => self.pds.iter().copied().collect(),
+                    Ok(sys::UVERBS_OBJECT_MR) => self.mrs.keys().copied().collect(),
+                    Ok(o) if o <= sys::UVERBS_OBJECT_ASYNC_EVENT => Vec::new(),
+                    _ => return Err(Errno::INVAL),
+                };
+                let listed = &handles[..handles.len().min(list_len / 4)];
+                Ok(vec![
+                    out(sys::UVERBS_ATTR_INFO_HANDLES_LIST, listed.as_bytes()),
+                    out(
+                        sys::UVERBS_ATTR_INFO_TOTAL_HANDLES,
+                        (listed.len() as u32).as_bytes(),
+                    ),
+                ])
+            }
+            (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_PORT) => {
+                let port = const_of(rec, sys::UVERBS_ATTR_QUERY_PORT_PORT_NUM).unwrap_or(0);
+                let resp = fake_port(port)?;
+                Ok(vec![out(sys::UVERBS_ATTR_QUERY_PORT_RESP, resp.as_bytes())])
+            }
+            (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_CONTEXT) => Ok(vec![
+                out(
+                    sys::UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS,
+                    1u32.as_bytes(),
+                ),
+                out(
+                    sys::UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT,
+                    sys::IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS.as_bytes(),
+                ),
+            ]),
+            (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_GID_ENTRY) => {
+                let port = const_of(rec, sys::UVERBS_ATTR_QUERY_GID_ENTRY_PORT).unwrap_or(0);
+                let index = const_of(rec, sys::UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX);
+                if const_of(rec, sys::UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS) != Some(0)
+                    || port != u64::from(FAKE_PORT)
+                {
+                    return Err(Errno::INVAL);
+                }
+                let index = index
+                    .and_then(|i| usize::try_from(i).ok())
+                    .filter(|i| *i < FAKE_GIDS.len())
+                    .ok_or(Errno::INVAL)?;
+                let entry = fake_gid_entry(index);
+                Ok(vec![out(
+                    sys::UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY,
+                    entry.as_bytes(),
+                )])
+            }
+            (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_GID_TABLE) => {
+                let entry_size =
+                    const_of(rec, sys::UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE).unwrap_or(0);
+                if entry_size != size_of::<sys::ib_uverbs_gid_entry>() as u64
+                    || const_of(rec, sys::UVERBS_ATTR_QUERY_GID_TABLE_FLAGS).unwrap_or(0) != 0
+                {
+                    // (The kernel also copes with other entry sizes; the
+                    // fake does not need to.)
+                    return Err(Errno::INVAL);
+                }
+                let room = rec
+                    .attr(sys::UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES)
+                    .map_or(0, |a| usize::from(a.len))
+                    / size_of::<sys::ib_uverbs_gid_entry>();
+                // rdma_query_gid_table: EINVAL when the entries do not fit.
+                if room == 0 || room < FAKE_GIDS.len() {
+                    return Err(Errno::INVAL);
+                }
+                let entries: Vec<sys::ib_uverbs_gid_entry> =
+                    (0..FAKE_GIDS.len()).map(fake_gid_entry).collect();
+                Ok(vec![
+                    out(
+                        sys::UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES,
+                        entries.as_bytes(),
+                    ),
+                    out(
+                        sys::UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES,
+                        (entries.len() as u64).as_bytes(),
+                    ),
+                ])
+            }
+            (sys::UVERBS_OBJECT_MR, sys::UVERBS_METHOD_QUERY_MR) => {
+                let handle = rec
+                    .attr(sys::UVERBS_ATTR_QUERY_MR_HANDLE)
+                    .and_then(|a| u32::try_from(a.data).ok());
+                // An unknown handle: the IDR lookup's ENOENT.
+                let mr = handle.and_then(|h| self.mrs.get(&h)).ok_or(Errno::NOENT)?;
+                Ok(vec![
+                    out(sys::UVERBS_ATTR_QUERY_MR_RESP_LKEY, mr.lkey.as_bytes()),
+                    out(sys::UVERBS_ATTR_QUERY_MR_RESP_RKEY, mr.rkey.as_bytes()),
+                    out(sys::UVERBS_ATTR_QUERY_MR_RESP_LENGTH, mr.length.as_bytes()),
+                    out(sys::UVERBS_ATTR_QUERY_MR_RESP_IOVA, mr.iova.as_bytes()),
+                ])
+            }
+            _ => Err(Errno::PROTONOSUPPORT),
+        }
+    }
+}
+
+/// Decodes a frame like the kernel's `ib_uverbs_ioctl`: `EINVAL` for a
+/// length that does not match `num_attrs`, `EPROTONOSUPPORT` for reserved
+/// bits; input bytes are read for the attributes `spec` calls inputs.
+///
+/// # Safety
+///
+/// Every input pointer of a known attribute must be readable for its length.
+unsafe fn decode(frame: &IoctlFrame, spec: Option<&[Spec]>) -> Result<RecordedMethod, Errno> {
+    let hdr = frame.header();
+    let expected = size_of::<sys::ib_uverbs_ioctl_hdr>()
+        + usize::from(hdr.num_attrs) * size_of::<sys::ib_uverbs_attr>();
+    if usize::from(hdr.length) != expected {
+        return Err(Errno::INVAL);
+    }
+    if hdr.reserved1 != 0 || hdr.reserved2 != 0 {
+        return Err(Errno::PROTONOSUPPORT);
+    }
+    let attrs = frame
+        .attrs()
+        .iter()
+        .map(|a| {
+            let kind = spec
+                .and_then(|s| s.iter().find(|s| s.0 == a.attr_id))
+                .map(|s| s.1);
+            let input = match kind {
+                // SAFETY: the caller's promise for inputs.
+                Some(Kind::Const | Kind::In) => unsafe { input_bytes(a) },
+                _ => Vec::new(),
+            };
+            RecordedAttr {
+                attr_id: a.attr_id,
+                len: a.len,
+                flags: a.flags,
+                attr_data: a.attr_data,
+                data: a.data,
+                input,
+            }
+        })
+        .collect();
+    Ok(RecordedMethod {
+        object_id: hdr.object_id,
+        method_id: hdr.method_id,
+        driver_id: hdr.driver_id,
+        frame: frame.as_bytes().to_vec(),
+        attrs,
+    })
+}
+
+/// Writes `answer` through the frame's output pointers, at most each
+/// attribute's length (`uverbs_copy_to`), and sets `VALID_OUTPUT` on each.
+///
+/// # Safety
+///
+/// Every output attribute named in `answer` must point at `len` writable
+/// bytes that nothing else accesses during the call.
+unsafe fn write_answer(frame: &mut IoctlFrame, answer: &Answer) {
+    for (attr_id, bytes) in answer {
+        let Some(attr) = frame.attr_mut(*attr_id) else {
+            continue; // an optional output the caller did not ask for
+        };
+        let n = usize::from(attr.len).min(bytes.len());
+        // SAFETY: the caller's promise; `n <= attr.len`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), attr.data as usize as *mut u8, n);
+        }
+        attr.flags |= sys::UVERBS_ATTR_F_VALID_OUTPUT;
+    }
+}
+
 // SAFETY: commands are answered once, only `core_out` is written (never UHW
-// out, so 0 is returned), after zeroing both outputs.
+// out, so 0 is returned), after zeroing both outputs. Methods are answered
+// once; only output attributes of known methods are written, within their
+// lengths, and only their flags are changed in the frame.
 unsafe impl Transport for RecordingTransport {
     fn kind(&self) -> TransportKind {
         TransportKind::Fake
@@ -330,6 +822,29 @@ unsafe impl Transport for RecordingTransport {
         }
         kernel.answer(&rec, cmd)?;
         Ok(0)
+    }
+
+    unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
+        let hdr = *frame.header();
+        let spec = method_spec(hdr.object_id, hdr.method_id);
+        // SAFETY: the caller vouches for the input pointers (Transport::invoke).
+        let rec = unsafe { decode(frame, spec) }?;
+        let mut kernel = self.lock();
+        kernel.methods.push(rec.clone());
+        if let Some(errno) = kernel
+            .method_failures
+            .get_mut(&(rec.object_id, rec.method_id))
+            .and_then(VecDeque::pop_front)
+        {
+            return Err(errno);
+        }
+        let spec = spec.ok_or(Errno::PROTONOSUPPORT)?;
+        FakeKernel::check_attrs(&rec, spec)?;
+        let answer = kernel.answer_method(&rec)?;
+        // SAFETY: the caller vouches for the output pointers; the spec
+        // checked their lengths.
+        unsafe { write_answer(frame, &answer) };
+        Ok(())
     }
 }
 

@@ -61,6 +61,10 @@ pub const UVERBS_METHOD_QUERY_PORT: u16 = 2;
 pub const UVERBS_METHOD_GET_CONTEXT: u16 = 3;
 /// Device method: query the user context.
 pub const UVERBS_METHOD_QUERY_CONTEXT: u16 = 4;
+/// Device method: read the valid entries of every port's GID table.
+pub const UVERBS_METHOD_QUERY_GID_TABLE: u16 = 5;
+/// Device method: read one GID table entry.
+pub const UVERBS_METHOD_QUERY_GID_ENTRY: u16 = 6;
 
 /// `INVOKE_WRITE` attribute: the write command body (after `ib_uverbs_cmd_hdr`).
 pub const UVERBS_ATTR_CORE_IN: u16 = 0;
@@ -75,6 +79,34 @@ pub const UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS: u16 = 0;
 pub const UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT: u16 = 1;
 /// `GET_CONTEXT` attribute: array of fds (optional in; newer than the 6.1 header).
 pub const UVERBS_ATTR_GET_CONTEXT_FD_ARR: u16 = 2;
+
+/// `QUERY_PORT` attribute: the port number (const in, u8).
+pub const UVERBS_ATTR_QUERY_PORT_PORT_NUM: u16 = 0;
+/// `QUERY_PORT` attribute: `ib_uverbs_query_port_resp_ex` (out).
+pub const UVERBS_ATTR_QUERY_PORT_RESP: u16 = 1;
+
+/// `QUERY_CONTEXT` attribute: number of completion vectors (u32 out).
+pub const UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS: u16 = 0;
+/// `QUERY_CONTEXT` attribute: core support flags (u64 out).
+pub const UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT: u16 = 1;
+
+/// `QUERY_GID_TABLE` attribute: the size of one entry as userspace lays it out (const in).
+pub const UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE: u16 = 0;
+/// `QUERY_GID_TABLE` attribute: flags (optional, must be 0).
+pub const UVERBS_ATTR_QUERY_GID_TABLE_FLAGS: u16 = 1;
+/// `QUERY_GID_TABLE` attribute: the entries (out array of `ib_uverbs_gid_entry`).
+pub const UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES: u16 = 2;
+/// `QUERY_GID_TABLE` attribute: how many entries were written (u64 out).
+pub const UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES: u16 = 3;
+
+/// `QUERY_GID_ENTRY` attribute: the port (const in, u32).
+pub const UVERBS_ATTR_QUERY_GID_ENTRY_PORT: u16 = 0;
+/// `QUERY_GID_ENTRY` attribute: the GID index (const in, u32).
+pub const UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX: u16 = 1;
+/// `QUERY_GID_ENTRY` attribute: flags (mandatory, must be 0).
+pub const UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS: u16 = 2;
+/// `QUERY_GID_ENTRY` attribute: the `ib_uverbs_gid_entry` (out).
+pub const UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY: u16 = 3;
 
 /// `INFO_HANDLES` attribute: the object type to list.
 pub const UVERBS_ATTR_INFO_OBJECT_ID: u16 = 0;

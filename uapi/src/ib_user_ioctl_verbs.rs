@@ -4,6 +4,8 @@
 //! Items marked "newer than the 6.1 header" come from later kernels and are not
 //! checked against the locally installed C header.
 
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
 /// First bit of the optional access-flag range (drivers ignore unknown optional bits).
 pub const IB_UVERBS_ACCESS_OPTIONAL_FIRST: u32 = 1 << 20;
 /// Last bit of the optional access-flag range.
@@ -86,3 +88,54 @@ pub const RDMA_DRIVER_ERDMA: u32 = 19;
 pub const RDMA_DRIVER_MANA: u32 = 20;
 /// Driver id: AMD ionic (newer than the 6.1 header).
 pub const RDMA_DRIVER_IONIC: u32 = 21;
+
+/// `ib_uverbs_query_port_flags`: a GRH is required on this port.
+pub const IB_UVERBS_QPF_GRH_REQUIRED: u32 = 1 << 0;
+
+/// GID type: InfiniBand (or RoCE v1 on Ethernet ports, as sysfs says it).
+pub const IB_UVERBS_GID_TYPE_IB: u32 = 0;
+/// GID type: RoCE v1.
+pub const IB_UVERBS_GID_TYPE_ROCE_V1: u32 = 1;
+/// GID type: RoCE v2 (RoCE over UDP/IP).
+pub const IB_UVERBS_GID_TYPE_ROCE_V2: u32 = 2;
+
+/// Answer of `UVERBS_METHOD_QUERY_PORT`: the legacy response and more.
+///
+/// Mirrors the 6.1 header, where the tail after `port_cap_flags2` is
+/// `reserved[6]`. Later kernels (6.12 among them) split it into
+/// `__u8 reserved[2]` and `__u32 active_speed_ex` (host order, at offset
+/// 44), which is `reserved[2..6]` here.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_port_resp_ex {
+    /// The write command's response.
+    pub legacy_resp: crate::ib_user_verbs::ib_uverbs_query_port_resp,
+    /// More port capability flags (`IB_UVERBS_PCF2_*` in libibverbs).
+    pub port_cap_flags2: u16,
+    /// Reserved in 6.1; `reserved[2]` + `active_speed_ex` in later kernels.
+    pub reserved: [u8; 6],
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_port_resp_ex>() == 48);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_query_port_resp_ex>() == 4);
+
+/// One GID table entry, as `QUERY_GID_ENTRY` and `QUERY_GID_TABLE` answer it.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_gid_entry {
+    /// The 16 GID bytes in network order (`__aligned_u64 gid[2]`: raw bytes).
+    pub gid: [u64; 2],
+    /// Index in the port's GID table.
+    pub gid_index: u32,
+    /// Port number.
+    pub port_num: u32,
+    /// `IB_UVERBS_GID_TYPE_*`.
+    pub gid_type: u32,
+    /// Index of the network device behind the GID, 0 if none.
+    pub netdev_ifindex: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_gid_entry>() == 32);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_gid_entry>() == 8);

@@ -305,6 +305,77 @@ pub struct ib_uverbs_query_device_resp {
 const _: () = assert!(core::mem::size_of::<ib_uverbs_query_device_resp>() == 176);
 const _: () = assert!(core::mem::align_of::<ib_uverbs_query_device_resp>() == 8);
 
+/// `QUERY_PORT` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_port {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Port number (1-based).
+    pub port_num: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 7],
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_port>() == 16);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_query_port>() == 8);
+
+/// `QUERY_PORT` response (the write command's, and the legacy part of the
+/// `UVERBS_METHOD_QUERY_PORT` answer).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_port_resp {
+    /// Port capability flags (`IB_UVERBS_PCF_*`).
+    pub port_cap_flags: u32,
+    /// Largest message size.
+    pub max_msg_sz: u32,
+    /// Bad P_Key counter.
+    pub bad_pkey_cntr: u32,
+    /// Q_Key violation counter.
+    pub qkey_viol_cntr: u32,
+    /// Length of the GID table.
+    pub gid_tbl_len: u32,
+    /// Length of the P_Key table.
+    pub pkey_tbl_len: u16,
+    /// Base LID.
+    pub lid: u16,
+    /// LID of the subnet manager.
+    pub sm_lid: u16,
+    /// Logical port state (`enum ib_port_state`: 1 DOWN … 4 ACTIVE).
+    pub state: u8,
+    /// Largest MTU (`enum ib_mtu`: 1 = 256 … 5 = 4096).
+    pub max_mtu: u8,
+    /// Active MTU (`enum ib_mtu`).
+    pub active_mtu: u8,
+    /// LID mask control.
+    pub lmc: u8,
+    /// Number of virtual lanes.
+    pub max_vl_num: u8,
+    /// Service level of the subnet manager.
+    pub sm_sl: u8,
+    /// Subnet propagation timeout.
+    pub subnet_timeout: u8,
+    /// Type of init reply.
+    pub init_type_reply: u8,
+    /// Active link width.
+    pub active_width: u8,
+    /// Active link speed (capped at NDR).
+    pub active_speed: u8,
+    /// Physical port state.
+    pub phys_state: u8,
+    /// Link layer (`IB_LINK_LAYER_*`: 1 InfiniBand, 2 Ethernet).
+    pub link_layer: u8,
+    /// `IB_UVERBS_QPF_*` flags.
+    pub flags: u8,
+    /// Reserved.
+    pub reserved: u8,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_port_resp>() == 40);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_query_port_resp>() == 4);
+
 /// `ALLOC_PD` command body (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
 #[derive(

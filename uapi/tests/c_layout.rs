@@ -203,6 +203,20 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             UVERBS_METHOD_QUERY_PORT,
             UVERBS_METHOD_GET_CONTEXT,
             UVERBS_METHOD_QUERY_CONTEXT,
+            UVERBS_METHOD_QUERY_GID_TABLE,
+            UVERBS_METHOD_QUERY_GID_ENTRY,
+            UVERBS_ATTR_QUERY_PORT_PORT_NUM,
+            UVERBS_ATTR_QUERY_PORT_RESP,
+            UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS,
+            UVERBS_ATTR_QUERY_CONTEXT_CORE_SUPPORT,
+            UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE,
+            UVERBS_ATTR_QUERY_GID_TABLE_FLAGS,
+            UVERBS_ATTR_QUERY_GID_TABLE_RESP_ENTRIES,
+            UVERBS_ATTR_QUERY_GID_TABLE_RESP_NUM_ENTRIES,
+            UVERBS_ATTR_QUERY_GID_ENTRY_PORT,
+            UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX,
+            UVERBS_ATTR_QUERY_GID_ENTRY_FLAGS,
+            UVERBS_ATTR_QUERY_GID_ENTRY_RESP_ENTRY,
             UVERBS_ATTR_CORE_IN,
             UVERBS_ATTR_CORE_OUT,
             UVERBS_ATTR_WRITE_CMD,
@@ -240,6 +254,10 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             IB_UVERBS_ACCESS_HUGETLB,
             IB_UVERBS_ACCESS_RELAXED_ORDERING,
             IB_UVERBS_ACCESS_OPTIONAL_RANGE,
+            IB_UVERBS_QPF_GRH_REQUIRED,
+            IB_UVERBS_GID_TYPE_IB,
+            IB_UVERBS_GID_TYPE_ROCE_V1,
+            IB_UVERBS_GID_TYPE_ROCE_V2,
             RDMA_DRIVER_UNKNOWN,
             RDMA_DRIVER_MLX5,
             RDMA_DRIVER_MLX4,
@@ -304,6 +322,15 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
                 max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys,
                 local_ca_ack_delay, phys_port_cnt, reserved,
             }
+            ib_uverbs_query_port { response, port_num, reserved }
+            ib_uverbs_query_port_resp {
+                port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, gid_tbl_len,
+                pkey_tbl_len, lid, sm_lid, state, max_mtu, active_mtu, lmc, max_vl_num,
+                sm_sl, subnet_timeout, init_type_reply, active_width, active_speed,
+                phys_state, link_layer, flags, reserved,
+            }
+            ib_uverbs_query_port_resp_ex { legacy_resp, port_cap_flags2, reserved }
+            ib_uverbs_gid_entry { gid, gid_index, port_num, gid_type, netdev_ifindex }
             ib_uverbs_alloc_pd { response }
             ib_uverbs_alloc_pd_resp { pd_handle }
             ib_uverbs_dealloc_pd { pd_handle }

@@ -1,0 +1,22 @@
+//! The native ioctl methods the crate sends, one family per file.
+//!
+//! Each method is a small type in the shape of the write commands
+//! ([`crate::command`]): its inputs in `new`, a `method` that frames it with
+//! the typed [`Method`](crate::transport::Method) builder (outputs borrowed
+//! from the value, so golden tests can pin the exact frame), and a `run`
+//! that sends it and decodes the answer. Every output the answer needs must
+//! come back marked `UVERBS_ATTR_F_VALID_OUTPUT`, else `EPROTO`.
+//!
+//! | method | object | kernel |
+//! |---|---|---|
+//! | [`InfoHandles`] | `DEVICE` | 5.0 |
+//! | [`QueryPort`] | `DEVICE` | 5.0 |
+//! | [`QueryContext`] | `DEVICE` | 5.9 (needs the driver's `query_ucontext`: not rxe, not siw) |
+//! | [`QueryGidEntry`], [`QueryGidTable`] | `DEVICE` | 5.10 |
+//! | [`QueryMr`] | `MR` | 5.9 (no write() command exists) |
+
+mod device;
+mod mr;
+
+pub(crate) use device::{InfoHandles, QueryContext, QueryGidEntry, QueryGidTable, QueryPort};
+pub(crate) use mr::QueryMr;
