@@ -547,21 +547,19 @@ unsafe impl Transport for HostileKernel {
         Ok(usize::from(answer.uhw_written) % (cmd.uhw_out.len() + 1))
     }
 
-    unsafe fn invoke(
-        &self,
-        object_id: u16,
-        method_id: u16,
-        attrs: &mut [sys::ib_uverbs_attr],
-    ) -> Result<(), Errno> {
-        assert_eq!(object_id, sys::UVERBS_OBJECT_DEVICE);
-        assert_eq!(method_id, sys::UVERBS_METHOD_INFO_HANDLES);
+    unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
+        let hdr = *frame.header();
+        assert_eq!(hdr.object_id, sys::UVERBS_OBJECT_DEVICE);
+        assert_eq!(hdr.method_id, sys::UVERBS_METHOD_INFO_HANDLES);
         let answer = self.next();
         let mut h = self.lock();
         h.last_invoke = None;
         if let Some(errno) = h.last_errno {
             return Err(errno);
         }
-        for a in attrs.iter_mut() {
+        let ids: Vec<u16> = frame.attrs().iter().map(|a| a.attr_id).collect();
+        for id in ids {
+            let a = frame.attr_mut(id).expect("an attribute of this frame");
             if a.attr_id == sys::UVERBS_ATTR_INFO_TOTAL_HANDLES && a.len >= 4 {
                 // SAFETY: the caller guarantees the pointer is valid for the
                 // attribute's length (at least 4 bytes) and direction (out).
