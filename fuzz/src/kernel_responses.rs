@@ -739,6 +739,11 @@ fn check_session(s: Session) {
                         "count not written"
                     );
                 }
+                // Without a driver id no ioctl header can be built: refused
+                // before the kernel is asked.
+                Err(e) if ctx.driver_id().is_none() => {
+                    assert_eq!(e.errno(), Some(Errno::OPNOTSUPP), "INFO_HANDLES: {e}");
+                }
                 Err(e) => check_error(&kernel, "INFO_HANDLES", &e),
             },
         }
