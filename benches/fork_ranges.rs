@@ -11,10 +11,10 @@
 //!   exist, so the disjoint madvise scenario keeps 30 000 live ranges.
 
 use std::hint::black_box;
-use std::io;
 use std::time::Instant;
 
 use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
+use uverbs::Errno;
 
 // The untouched `MAP_NORESERVE` memory the fork tests use too.
 #[path = "../tests/common/mapping.rs"]
@@ -29,7 +29,7 @@ const FAKE_BASE: usize = 0x1000_0000_0000;
 struct Noop;
 
 impl Advisor for Noop {
-    fn advise(&self, _: usize, _: usize, _: Advice) -> io::Result<()> {
+    fn advise(&self, _: usize, _: usize, _: Advice) -> Result<(), Errno> {
         Ok(())
     }
 }

@@ -17,6 +17,7 @@ mod common;
 use common::{child_reads, Seen, Untouched};
 use rustix::mm::MprotectFlags;
 use uverbs::fork::{max_map_count, ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
+use uverbs::Errno;
 
 fn mappings() -> usize {
     std::fs::read_to_string("/proc/self/maps")
@@ -105,11 +106,7 @@ fn scattered_ranges_stop_at_max_map_count_with_eagain() {
         }
     );
     assert_eq!(cleanup_errors, 0);
-    assert_eq!(
-        failure.raw_os_error(),
-        Some(rustix::io::Errno::AGAIN.raw_os_error()),
-        "{failure}"
-    );
+    assert_eq!(failure, Errno::AGAIN, "{failure}");
     // Each range adds two mappings; a few more may come and go meanwhile.
     let expected = limit.saturating_sub(before) / 2;
     assert!(
@@ -121,10 +118,7 @@ fn scattered_ranges_stop_at_max_map_count_with_eagain() {
     // is counted. Pages 1 and 3 stay DONTFORK (over-protected), page 2 is
     // protected as counted.
     let err = release_a.expect_err("DOFORK splitting a mapping at the limit");
-    assert_eq!(
-        err.raw_os_error(),
-        Some(rustix::io::Errno::AGAIN.raw_os_error())
-    );
+    assert_eq!(err, Errno::AGAIN);
     assert_eq!(entries_after_release, 1 + marked);
     assert_eq!(fs.marked_ranges(), vec![(b.0, b.0 + p, 1)]);
     assert!(

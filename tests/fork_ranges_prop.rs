@@ -4,11 +4,11 @@
 //! counted page is `DONTFORK` (no protection claimed that is not applied).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, PageSizing};
+use uverbs::Errno;
 
 const P: usize = 4096;
 const BASE: usize = 0x4000_0000;
@@ -69,19 +69,19 @@ impl Recorder {
 }
 
 impl Advisor for Recorder {
-    fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+    fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
         let mut s = self.0.lock().unwrap();
         let i = s.seen;
         s.seen += 1;
         if let Some((at, extra)) = s.plan {
             if i == at {
                 s.failing = Some((advice, extra));
-                return Err(io::Error::from_raw_os_error(s.errno));
+                return Err(Errno::from_raw_os_error(s.errno));
             }
             if let Some((adv, left)) = s.failing {
                 if adv == advice && left > 0 {
                     s.failing = Some((adv, left - 1));
-                    return Err(io::Error::from_raw_os_error(s.errno));
+                    return Err(Errno::from_raw_os_error(s.errno));
                 }
             }
         }

@@ -31,11 +31,11 @@
 //!   since the last successful mark covering it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arbitrary::{Arbitrary, Unstructured};
 use uverbs::fork::{Advice, Advisor, PageSizing, RangeTracker};
+use uverbs::Errno;
 
 const P: usize = 4096;
 const LOW: usize = 0x1000_0000;
@@ -167,7 +167,7 @@ impl Fake {
 }
 
 impl Advisor for Fake {
-    fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+    fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
         assert_eq!(addr % P, 0, "unaligned advice address {addr:#x}");
         assert!(len > 0 && len.is_multiple_of(P), "advice length {len:#x}");
         let end = addr.checked_add(len).expect("advice range wraps");
@@ -199,7 +199,7 @@ impl Advisor for Fake {
         });
         match fail {
             None => Ok(()),
-            Some((errno, _)) => Err(io::Error::from_raw_os_error(errno)),
+            Some((errno, _)) => Err(Errno::from_raw_os_error(errno)),
         }
     }
 }
@@ -223,10 +223,12 @@ fn runs(pages: impl IntoIterator<Item = usize>) -> Vec<(usize, usize)> {
     out
 }
 
-fn errno_of(r: &io::Result<()>) -> Option<i32> {
-    r.as_ref()
-        .err()
-        .map(|e| e.raw_os_error().expect("an errno"))
+/// A tracker call that reached the advisor: its result, the advisor calls
+/// it made and the pages it covers.
+type Called = (Result<(), Errno>, Vec<Call>, std::ops::Range<usize>);
+
+fn errno_of(r: &Result<(), Errno>) -> Option<i32> {
+    r.as_ref().err().map(|e| e.raw_os_error())
 }
 
 impl Model {
@@ -250,8 +252,8 @@ impl Model {
         addr: usize,
         len: usize,
         what: &str,
-        op: impl FnOnce() -> io::Result<()>,
-    ) -> Option<(io::Result<()>, Vec<Call>, std::ops::Range<usize>)> {
+        op: impl FnOnce() -> Result<(), Errno>,
+    ) -> Option<Called> {
         fake.begin(Some(faults));
         let result = op();
         let calls = fake.calls();

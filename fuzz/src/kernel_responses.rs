@@ -576,7 +576,7 @@ unsafe impl Transport for HostileKernel {
 struct NoAdvice;
 
 impl Advisor for NoAdvice {
-    fn advise(&self, _: usize, _: usize, _: Advice) -> std::io::Result<()> {
+    fn advise(&self, _: usize, _: usize, _: Advice) -> Result<(), uverbs::Errno> {
         Ok(())
     }
 }

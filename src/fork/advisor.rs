@@ -1,6 +1,6 @@
 //! The `madvise` seam: who applies `MADV_DONTFORK` / `MADV_DOFORK`.
 
-use std::io;
+use crate::error::Errno;
 
 /// Fork inheritance advice for a range of pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -33,7 +33,7 @@ pub trait Advisor: Send + Sync {
     /// Applies `advice` to `[addr, addr + len)`.
     ///
     /// On Linux an unmapped address inside the range yields `ENOMEM`.
-    fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()>;
+    fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno>;
 }
 
 /// The real advisor: `madvise(2)` with `MADV_DONTFORK` / `MADV_DOFORK`.
@@ -42,7 +42,7 @@ pub trait Advisor: Send + Sync {
 pub struct MadviseAdvisor;
 
 impl Advisor for MadviseAdvisor {
-    fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+    fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
         let advice = match advice {
             Advice::DontFork => rustix::mm::Advice::LinuxDontFork,
             Advice::DoFork => rustix::mm::Advice::LinuxDoFork,
@@ -52,7 +52,6 @@ impl Advisor for MadviseAdvisor {
         // change, free or unmap memory of this process, so no Rust object can
         // be invalidated. The kernel validates the range (EINVAL for an
         // unaligned address, ENOMEM for unmapped parts).
-        unsafe { rustix::mm::madvise(addr as *mut std::ffi::c_void, len, advice) }?;
-        Ok(())
+        unsafe { rustix::mm::madvise(addr as *mut std::ffi::c_void, len, advice) }
     }
 }

@@ -102,7 +102,7 @@
 //!     Ok(()) => assert_ne!(fork::fork_status(), ForkMode::Disabled),
 //!     Err(e) => eprintln!("fork safety unavailable: {e}"),
 //! }
-//! # Ok::<(), std::io::Error>(())
+//! # Ok::<(), uverbs::Errno>(())
 //! ```
 
 #![deny(missing_docs)]
@@ -113,6 +113,8 @@ pub(crate) mod ranges;
 
 use std::fmt;
 use std::io;
+
+use crate::error::Errno;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -164,15 +166,15 @@ pub enum ForkInitError {
     /// `madvise(MADV_DONTFORK)` / `madvise(MADV_DOFORK)` failed on a probe
     /// page. `ENOSYS`.
     #[error("madvise(MADV_DONTFORK/MADV_DOFORK) is not usable: {0}")]
-    Unsupported(#[source] io::Error),
+    Unsupported(#[source] Errno),
 }
 
 impl ForkInitError {
     /// The errno libibverbs' `ibv_fork_init` returns for this error.
     pub fn raw_os_error(&self) -> i32 {
         match self {
-            ForkInitError::TooLate => rustix::io::Errno::INVAL.raw_os_error(),
-            ForkInitError::Unsupported(_) => rustix::io::Errno::NOSYS.raw_os_error(),
+            ForkInitError::TooLate => Errno::INVAL.raw_os_error(),
+            ForkInitError::Unsupported(_) => Errno::NOSYS.raw_os_error(),
         }
     }
 }
@@ -311,7 +313,7 @@ impl ForkSafety {
     /// `EAGAIN` that the process reached `vm.max_map_count` mappings
     /// ([`max_map_count`]).
     #[doc(alias = "ibv_dontfork_range")]
-    pub fn dontfork_range(&self, addr: usize, len: usize) -> io::Result<()> {
+    pub fn dontfork_range(&self, addr: usize, len: usize) -> Result<(), Errno> {
         if self.enabled_or_note_too_late() {
             self.tracker.mark(addr, len)
         } else {
@@ -335,7 +337,7 @@ impl ForkSafety {
     /// parent). So report or ignore the error, but never call `dofork_range`
     /// again for the same registration. See [`RangeTracker::unmark`].
     #[doc(alias = "ibv_dofork_range")]
-    pub fn dofork_range(&self, addr: usize, len: usize) -> io::Result<()> {
+    pub fn dofork_range(&self, addr: usize, len: usize) -> Result<(), Errno> {
         if self.enabled_or_note_too_late() {
             self.tracker.unmark(addr, len)
         } else {
@@ -405,7 +407,7 @@ impl ForkSafety {
     }
 
     /// Applies `DontFork` then `DoFork` to a freshly mapped page.
-    fn probe(&self) -> io::Result<()> {
+    fn probe(&self) -> Result<(), Errno> {
         let page = rustix::param::page_size();
         // SAFETY: a fresh private anonymous mapping chosen by the kernel
         // (null hint) cannot alias any existing memory; it is unmapped below
@@ -510,7 +512,7 @@ mod tests {
     struct Log(Arc<Mutex<Vec<(usize, usize, Advice)>>>);
 
     impl Advisor for Log {
-        fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+        fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
             self.0.lock().unwrap().push((addr, len, advice));
             Ok(())
         }
@@ -519,10 +521,8 @@ mod tests {
     struct Broken;
 
     impl Advisor for Broken {
-        fn advise(&self, _: usize, _: usize, _: Advice) -> io::Result<()> {
-            Err(io::Error::from_raw_os_error(
-                rustix::io::Errno::INVAL.raw_os_error(),
-            ))
+        fn advise(&self, _: usize, _: usize, _: Advice) -> Result<(), Errno> {
+            Err(Errno::from_raw_os_error(Errno::INVAL.raw_os_error()))
         }
     }
 
@@ -544,10 +544,10 @@ mod tests {
         assert!(log.0.lock().unwrap().is_empty());
         let err = fs.init().unwrap_err();
         assert!(matches!(err, ForkInitError::TooLate));
-        assert_eq!(err.raw_os_error(), rustix::io::Errno::INVAL.raw_os_error());
+        assert_eq!(err.raw_os_error(), Errno::INVAL.raw_os_error());
         assert_eq!(
             io::Error::from(err).raw_os_error(),
-            Some(rustix::io::Errno::INVAL.raw_os_error())
+            Some(Errno::INVAL.raw_os_error())
         );
         assert!(matches!(fs.init_forced(), Err(ForkInitError::TooLate)));
         assert_eq!(fs.mode(), ForkMode::Disabled);
@@ -587,7 +587,7 @@ mod tests {
         let fs = ForkSafety::new(ForkMode::Disabled, Box::new(Broken));
         let err = fs.init().unwrap_err();
         assert!(matches!(err, ForkInitError::Unsupported(_)));
-        assert_eq!(err.raw_os_error(), rustix::io::Errno::NOSYS.raw_os_error());
+        assert_eq!(err.raw_os_error(), Errno::NOSYS.raw_os_error());
         assert_eq!(fs.mode(), ForkMode::Disabled);
         assert!(!fs.too_late());
     }
@@ -648,10 +648,7 @@ mod tests {
         assert!(fs.marked_ranges().is_empty());
         // Marking unmapped memory does fail (ENOMEM), leaving nothing behind.
         let err = fs.dontfork_range(addr + page, page).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(rustix::io::Errno::NOMEM.raw_os_error())
-        );
+        assert_eq!(err, Errno::NOMEM);
         assert!(fs.marked_ranges().is_empty());
         // SAFETY: the remaining pages of the mapping above.
         unsafe {
@@ -738,15 +735,15 @@ mod tests {
 
     #[test]
     fn eagain_names_the_map_count_limit() {
-        let text = MadviseErrnoDisplay(rustix::io::Errno::AGAIN).to_string();
+        let text = MadviseErrnoDisplay(Errno::AGAIN).to_string();
         assert!(text.starts_with("EAGAIN (11): "), "{text}");
         assert!(text.contains("vm.max_map_count"), "{text}");
         if let Some(limit) = max_map_count() {
             assert!(text.contains(&format!("({limit} mappings)")), "{text}");
         }
-        let text = MadviseErrnoDisplay(rustix::io::Errno::NOMEM).to_string();
+        let text = MadviseErrnoDisplay(Errno::NOMEM).to_string();
         assert!(text.contains("not mapped"), "{text}");
-        let text = MadviseErrnoDisplay(rustix::io::Errno::PERM).to_string();
+        let text = MadviseErrnoDisplay(Errno::PERM).to_string();
         assert!(!text.contains("max_map_count"), "{text}");
     }
 

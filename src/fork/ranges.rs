@@ -55,9 +55,9 @@
 //! holds the lock to update the map, and the parent's counts would still be
 //! wrong for the child.
 
+use crate::error::Errno;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -165,10 +165,6 @@ impl fmt::Debug for RangeTracker {
     }
 }
 
-fn errno(e: rustix::io::Errno) -> io::Error {
-    io::Error::from_raw_os_error(e.raw_os_error())
-}
-
 impl RangeTracker {
     /// Creates an empty tracker that applies advice through `advisor`.
     ///
@@ -218,14 +214,14 @@ impl RangeTracker {
     /// of the range is not mapped, `EAGAIN` if the process has reached
     /// `vm.max_map_count` mappings (every separate `DONTFORK` range splits
     /// the mapping around it; see [`max_map_count`](super::max_map_count)).
-    pub fn mark(&self, addr: usize, len: usize) -> io::Result<()> {
+    pub fn mark(&self, addr: usize, len: usize) -> Result<(), Errno> {
         let Some((start, end, _)) = self.align(addr, len)? else {
             return Ok(());
         };
         let mut map = self.lock();
         let pieces = pieces(&map, start, end);
         if pieces.iter().any(|&(_, _, c)| c == u32::MAX) {
-            return Err(errno(rustix::io::Errno::OVERFLOW));
+            return Err(Errno::OVERFLOW);
         }
         if let Err(err) = self.advisor.advise(start, end - start, Advice::DontFork) {
             // madvise walks the range VMA by VMA and may have changed some
@@ -260,14 +256,14 @@ impl RangeTracker {
     /// tried. Do not call `unmark` again for the same registration: its
     /// references are gone, so a retry would release another registration's
     /// or fail with `EINVAL`.
-    pub fn unmark(&self, addr: usize, len: usize) -> io::Result<()> {
+    pub fn unmark(&self, addr: usize, len: usize) -> Result<(), Errno> {
         let Some((start, end, granule)) = self.align(addr, len)? else {
             return Ok(());
         };
         let mut map = self.lock();
         let pieces = pieces(&map, start, end);
         if pieces.iter().any(|&(_, _, c)| c == 0) {
-            return Err(errno(rustix::io::Errno::INVAL));
+            return Err(Errno::INVAL);
         }
         let mut first_error = None;
         for (s, e) in runs(&pieces, 1) {
@@ -339,13 +335,11 @@ impl RangeTracker {
 
     /// Rounds `[addr, addr + len)` out to whole pages; `None` for the no-op
     /// cases. Returns `(start, end, granule)`.
-    fn align(&self, addr: usize, len: usize) -> io::Result<Option<(usize, usize, usize)>> {
+    fn align(&self, addr: usize, len: usize) -> Result<Option<(usize, usize, usize)>, Errno> {
         if addr == 0 || len == 0 {
             return Ok(None);
         }
-        let end = addr
-            .checked_add(len)
-            .ok_or_else(|| errno(rustix::io::Errno::INVAL))?;
+        let end = addr.checked_add(len).ok_or(Errno::INVAL)?;
         let granule = if self.huge_aware {
             kernel_page_size(addr)
                 .unwrap_or(self.base_page)
@@ -354,17 +348,14 @@ impl RangeTracker {
             self.base_page
         };
         let start = addr & !(granule - 1);
-        let end = end
-            .checked_add(granule - 1)
-            .ok_or_else(|| errno(rustix::io::Errno::INVAL))?
-            & !(granule - 1);
+        let end = end.checked_add(granule - 1).ok_or(Errno::INVAL)? & !(granule - 1);
         Ok(Some((start, end, granule)))
     }
 
     /// `DoFork` on `[start, end)`, page by page if the whole run fails,
     /// skipping unmapped pages (`ENOMEM`). Returns the first other error;
     /// pages up to it have been given back.
-    fn dofork_run(&self, start: usize, end: usize, granule: usize) -> io::Result<()> {
+    fn dofork_run(&self, start: usize, end: usize, granule: usize) -> Result<(), Errno> {
         if self
             .advisor
             .advise(start, end - start, Advice::DoFork)
@@ -378,7 +369,7 @@ impl RangeTracker {
         while page < end {
             match self.advisor.advise(page, granule, Advice::DoFork) {
                 Ok(()) => {}
-                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::NOMEM.raw_os_error()) => {}
+                Err(Errno::NOMEM) => {}
                 Err(e) => return Err(e),
             }
             page += granule;
@@ -534,7 +525,7 @@ mod tests {
     }
 
     impl Advisor for Log {
-        fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+        fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
             self.0.lock().unwrap().push((addr, len, advice));
             Ok(())
         }
@@ -584,14 +575,10 @@ mod tests {
     fn wrapping_ranges_are_rejected() {
         let (t, _) = tracker();
         let err = t.mark(usize::MAX - 10, 100).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc_einval()));
+        assert_eq!(err, Errno::INVAL);
         let err = t.mark(usize::MAX - 10, 5).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc_einval()));
+        assert_eq!(err, Errno::INVAL);
         assert!(t.is_empty());
-    }
-
-    fn libc_einval() -> i32 {
-        rustix::io::Errno::INVAL.raw_os_error()
     }
 
     #[test]
@@ -600,7 +587,7 @@ mod tests {
         t.mark(BASE, P).unwrap();
         log.take();
         let err = t.unmark(BASE, 2 * P).unwrap_err();
-        assert_eq!(err.raw_os_error(), Some(libc_einval()));
+        assert_eq!(err, Errno::INVAL);
         assert_eq!(t.marked(), vec![(BASE, BASE + P, 1)]);
         assert!(log.take().is_empty());
     }
@@ -688,9 +675,9 @@ mod tests {
     }
 
     impl Advisor for FailOn {
-        fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+        fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
             if advice == self.fail {
-                return Err(errno(self.errno));
+                return Err(self.errno);
             }
             self.log.advise(addr, len, advice)
         }
@@ -703,15 +690,12 @@ mod tests {
             Box::new(FailOn {
                 log: log.clone(),
                 fail: Advice::DontFork,
-                errno: rustix::io::Errno::NOMEM,
+                errno: Errno::NOMEM,
             }),
             PageSizing::Fixed(P),
         );
         let err = t.mark(BASE, 3 * P).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(rustix::io::Errno::NOMEM.raw_os_error())
-        );
+        assert_eq!(err, Errno::NOMEM);
         assert!(t.is_empty());
         // Whatever part of the range the kernel did mark is given back.
         assert_eq!(log.take(), vec![(BASE, 3 * P, Advice::DoFork)]);
@@ -721,11 +705,11 @@ mod tests {
     fn failed_mark_gives_back_only_uncounted_pages() {
         struct FailAt(Log, Mutex<usize>, usize);
         impl Advisor for FailAt {
-            fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+            fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
                 let mut n = self.1.lock().unwrap();
                 *n += 1;
                 if *n == self.2 {
-                    return Err(errno(rustix::io::Errno::AGAIN));
+                    return Err(Errno::AGAIN);
                 }
                 self.0.advise(addr, len, advice)
             }
@@ -741,10 +725,7 @@ mod tests {
         // part of it, so the pages no registration covers get DoFork; the
         // counted page in the middle stays DontFork.
         let err = t.mark(BASE, 3 * P).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(rustix::io::Errno::AGAIN.raw_os_error())
-        );
+        assert_eq!(err, Errno::AGAIN);
         assert_eq!(t.marked(), vec![(BASE + P, BASE + 2 * P, 1)]);
         assert_eq!(
             log.take(),
@@ -759,7 +740,7 @@ mod tests {
             Box::new(FailOn {
                 log: log.clone(),
                 fail: Advice::DoFork,
-                errno: rustix::io::Errno::NOMEM,
+                errno: Errno::NOMEM,
             }),
             PageSizing::Fixed(P),
         );
@@ -779,9 +760,9 @@ mod tests {
         #[derive(Clone)]
         struct AtLimit(Log, Arc<AtomicBool>);
         impl Advisor for AtLimit {
-            fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+            fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
                 if advice == Advice::DoFork && self.1.load(Ordering::SeqCst) {
-                    return Err(errno(rustix::io::Errno::AGAIN));
+                    return Err(Errno::AGAIN);
                 }
                 self.0.advise(addr, len, advice)
             }
@@ -792,10 +773,7 @@ mod tests {
         t.mark(BASE, P).unwrap();
         assert_eq!(log.take(), vec![(BASE, P, Advice::DontFork)]);
         let err = t.unmark(BASE, P).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(rustix::io::Errno::AGAIN.raw_os_error())
-        );
+        assert_eq!(err, Errno::AGAIN);
         assert!(t.is_empty(), "the reference is released despite the error");
         at_limit.1.store(false, Ordering::SeqCst);
         t.mark(BASE, P).unwrap();
@@ -812,16 +790,13 @@ mod tests {
             Box::new(FailOn {
                 log: log.clone(),
                 fail: Advice::DoFork,
-                errno: rustix::io::Errno::PERM,
+                errno: Errno::PERM,
             }),
             PageSizing::Fixed(P),
         );
         t.mark(BASE, 3 * P).unwrap();
         let err = t.unmark(BASE, 3 * P).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(rustix::io::Errno::PERM.raw_os_error())
-        );
+        assert_eq!(err, Errno::PERM);
         // The reference is released all the same.
         assert!(t.is_empty());
     }
@@ -831,12 +806,12 @@ mod tests {
         /// Fails the first DoFork call (and its page-by-page retry).
         struct FailFirstRun(Log, Mutex<Option<usize>>);
         impl Advisor for FailFirstRun {
-            fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+            fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
                 let mut failing = self.1.lock().unwrap();
                 if advice == Advice::DoFork {
                     let start = *failing.get_or_insert(addr);
                     if addr == start {
-                        return Err(errno(rustix::io::Errno::AGAIN));
+                        return Err(Errno::AGAIN);
                     }
                 }
                 self.0.advise(addr, len, advice)
@@ -852,10 +827,7 @@ mod tests {
         t.mark(BASE + P, P).unwrap();
         log.take();
         let err = t.unmark(BASE, 3 * P).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(rustix::io::Errno::AGAIN.raw_os_error())
-        );
+        assert_eq!(err, Errno::AGAIN);
         assert_eq!(log.take(), vec![(BASE + 2 * P, P, Advice::DoFork)]);
         assert_eq!(t.marked(), vec![(BASE + P, BASE + 2 * P, 1)]);
     }
@@ -874,10 +846,7 @@ mod tests {
             );
         }
         let err = t.mark(BASE, P).unwrap_err();
-        assert_eq!(
-            err.raw_os_error(),
-            Some(rustix::io::Errno::OVERFLOW.raw_os_error())
-        );
+        assert_eq!(err, Errno::OVERFLOW);
     }
 
     #[test]

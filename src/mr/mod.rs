@@ -95,8 +95,7 @@ impl MemoryRegion {
         let fork = &ctx.inner.fork;
         let fork_marked = !access.contains(AccessFlags::ON_DEMAND);
         if fork_marked {
-            if let Err(e) = fork.dontfork_range(start, length) {
-                let errno = io_errno(&e);
+            if let Err(errno) = fork.dontfork_range(start, length) {
                 return Err(RegFailure::DontFork(Error::ForkSafety {
                     op: Op::RegMr,
                     device: device.clone(),
@@ -218,11 +217,7 @@ impl MemoryRegion {
     /// Un-marks a range this MR had marked (no-op when it marks nothing).
     fn unmark(&self, start: usize, length: usize) -> Result<(), Errno> {
         if self.fork_marked {
-            self.ctx
-                .inner
-                .fork
-                .dofork_range(start, length)
-                .map_err(|e| io_errno(&e))?;
+            self.ctx.inner.fork.dofork_range(start, length)?;
         }
         Ok(())
     }
@@ -277,8 +272,4 @@ impl Drop for MemoryRegion {
             self.abandon();
         }
     }
-}
-
-fn io_errno(e: &std::io::Error) -> Errno {
-    Errno::from_raw_os_error(e.raw_os_error().unwrap_or(Errno::IO.raw_os_error()))
 }

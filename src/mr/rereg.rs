@@ -11,7 +11,7 @@ use crate::error::{Errno, MrState, Op, ReregError, ReregOutcome};
 use crate::flags::{AccessFlags, ReregFlags};
 use crate::pd::ProtectionDomain;
 
-use super::{io_errno, MemoryRegion};
+use super::MemoryRegion;
 
 /// What a re-registration changes: any of the access flags, the protection
 /// domain and the translation (address and length).
@@ -333,7 +333,7 @@ impl MemoryRegion {
         let mark_new = new_range.filter(|_| self.fork_marked);
         if let Some((addr, length)) = mark_new {
             if let Err(e) = self.ctx.inner.fork.dontfork_range(addr as usize, length) {
-                return Err(self.rereg_error(ReregOutcome::DontForkNew, io_errno(&e)));
+                return Err(self.rereg_error(ReregOutcome::DontForkNew, e));
             }
         }
 
@@ -371,7 +371,7 @@ impl MemoryRegion {
                 if let Some((addr, length)) = mark_new {
                     if let Err(e) = self.ctx.inner.fork.dofork_range(addr as usize, length) {
                         let mut err = self.rereg_error(ReregOutcome::CmdAndDoForkNew, errno);
-                        err.fork_errno = Some(io_errno(&e));
+                        err.fork_errno = Some(e);
                         return Err(err);
                     }
                 }

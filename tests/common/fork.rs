@@ -12,6 +12,7 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
 use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, PageSizing};
+use uverbs::Errno;
 
 /// Forks. In the child, runs `$child` (an expression giving the exit code;
 /// a panic exits with 99) and leaves with `_exit`, so values it moves stay
@@ -192,7 +193,7 @@ impl RecordingAdvisor {
 }
 
 impl Advisor for RecordingAdvisor {
-    fn advise(&self, addr: usize, len: usize, advice: Advice) -> io::Result<()> {
+    fn advise(&self, addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
         let mut state = self.state();
         state.calls.push((addr, len, advice));
         match state.fault {
@@ -201,7 +202,7 @@ impl Advisor for RecordingAdvisor {
                 advice: kind,
                 errno,
             }) if kind == advice && addr <= start && start < addr + len => {
-                Err(io::Error::from_raw_os_error(errno))
+                Err(Errno::from_raw_os_error(errno))
             }
             Some(Fault::PanicOnce(kind)) if kind == advice => {
                 state.fault = None;
@@ -254,7 +255,7 @@ pub fn blocking_advisor(limit: Duration) -> (BlockingAdvisor, Blocker) {
 }
 
 impl Advisor for BlockingAdvisor {
-    fn advise(&self, _: usize, _: usize, advice: Advice) -> io::Result<()> {
+    fn advise(&self, _: usize, _: usize, advice: Advice) -> Result<(), Errno> {
         if advice == Advice::DontFork && self.armed.swap(false, Ordering::SeqCst) {
             let _ = self.entered.send(());
             let release = self.release.lock().unwrap_or_else(|p| p.into_inner());
