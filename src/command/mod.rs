@@ -12,6 +12,9 @@
 //! [`Context::execute`](crate::Context::execute), which is `unsafe` because a
 //! raw command can hand memory to the device.
 
+#[macro_use]
+mod patterns;
+
 mod context;
 mod mr;
 mod pd;

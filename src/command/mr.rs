@@ -143,29 +143,12 @@ impl WriteCommand for ReregMr {
     }
 }
 
-/// `DEREG_MR`: unpins and forgets a memory region.
-#[doc(alias = "ibv_cmd_dereg_mr")]
-#[derive(Clone, Copy, Debug)]
-pub struct DeregMr {
-    mr_handle: u32,
-}
-
-impl DeregMr {
-    /// Deregister the MR with this kernel handle.
-    pub fn new(mr_handle: u32) -> Self {
-        DeregMr { mr_handle }
-    }
-}
-
-// Mirrors ib_uverbs_dereg_mr (a single u32); no response.
-impl WriteCommand for DeregMr {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_DEREG_MR;
-    type Request = sys::ib_uverbs_dereg_mr;
-    type Response = ();
-
-    fn request(&self) -> Self::Request {
-        sys::ib_uverbs_dereg_mr {
-            mr_handle: self.mr_handle,
-        }
-    }
-}
+destroy_by_handle!(
+    /// `DEREG_MR`: unpins and forgets a memory region.
+    #[doc(alias = "ibv_cmd_dereg_mr")]
+    DeregMr,
+    IB_USER_VERBS_CMD_DEREG_MR,
+    ib_uverbs_dereg_mr,
+    mr_handle,
+    "MR"
+);
