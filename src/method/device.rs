@@ -46,9 +46,7 @@ impl InfoHandles {
     /// How many handles the kernel listed (at most the capacity).
     pub(crate) fn run(mut self, transport: &dyn Transport, driver_id: u32) -> Result<u32, Errno> {
         let (method, total) = self.method(driver_id);
-        // SAFETY: INFO_HANDLES only reads the file's object list.
-        let done = unsafe { method.invoke(transport) }?;
-        done.read(total).ok_or(Errno::PROTO)
+        super::query_one(method, total, transport)
     }
 }
 
@@ -90,9 +88,7 @@ impl QueryPort {
         driver_id: u32,
     ) -> Result<sys::ib_uverbs_query_port_resp_ex, Errno> {
         let (method, resp) = self.method(driver_id);
-        // SAFETY: QUERY_PORT only reads the port's attributes.
-        let done = unsafe { method.invoke(transport) }?;
-        done.read(resp).ok_or(Errno::PROTO)
+        super::query_one(method, resp, transport)
     }
 }
 
@@ -134,8 +130,7 @@ impl QueryContext {
         driver_id: u32,
     ) -> Result<(u32, u64), Errno> {
         let (method, n, cs) = self.method(driver_id);
-        // SAFETY: QUERY_CONTEXT only reads the context's attributes.
-        let done = unsafe { method.invoke(transport) }?;
+        let done = super::send_query(method, transport)?;
         Ok((
             done.read(n).ok_or(Errno::PROTO)?,
             done.read(cs).ok_or(Errno::PROTO)?,
@@ -190,9 +185,7 @@ impl QueryGidEntry {
         driver_id: u32,
     ) -> Result<sys::ib_uverbs_gid_entry, Errno> {
         let (method, entry) = self.method(driver_id);
-        // SAFETY: QUERY_GID_ENTRY only reads the GID cache.
-        let done = unsafe { method.invoke(transport) }?;
-        done.read(entry).ok_or(Errno::PROTO)
+        super::query_one(method, entry, transport)
     }
 }
 
@@ -243,8 +236,7 @@ impl QueryGidTable {
         driver_id: u32,
     ) -> Result<Vec<sys::ib_uverbs_gid_entry>, Errno> {
         let (method, entries, n) = self.method(driver_id);
-        // SAFETY: QUERY_GID_TABLE only reads the GID cache.
-        let done = unsafe { method.invoke(transport) }?;
+        let done = super::send_query(method, transport)?;
         let n = done.read(n).ok_or(Errno::PROTO)?;
         // With no valid entry the kernel may write an empty array (still
         // marked); it must mark it whenever it counts any.

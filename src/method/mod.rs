@@ -18,5 +18,27 @@
 mod device;
 mod mr;
 
+use crate::error::Errno;
+use crate::transport::{Invoked, Method, Out, Transport};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// Sends a query method: one that only reads kernel state and writes the
+/// outputs it borrowed, so nothing beyond the builder's borrows is promised.
+fn send_query<'a>(method: Method<'a>, transport: &dyn Transport) -> Result<Invoked<'a>, Errno> {
+    // SAFETY: every caller passes a query (INFO_HANDLES, QUERY_*): it hands
+    // no memory to the device and changes no object; the builder vouches
+    // for the output pointers.
+    unsafe { method.invoke(transport) }
+}
+
+/// A query method's one output, which the kernel must have marked written.
+fn query_one<T: FromBytes + IntoBytes + Copy>(
+    method: Method<'_>,
+    out: Out<'_, T>,
+    transport: &dyn Transport,
+) -> Result<T, Errno> {
+    send_query(method, transport)?.read(out).ok_or(Errno::PROTO)
+}
+
 pub(crate) use device::{InfoHandles, QueryContext, QueryGidEntry, QueryGidTable, QueryPort};
 pub(crate) use mr::QueryMr;

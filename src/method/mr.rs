@@ -57,9 +57,7 @@ impl QueryMr {
         driver_id: u32,
     ) -> Result<MrAttr, Errno> {
         let (method, outs) = self.method(driver_id);
-        // SAFETY: QUERY_MR only reads the MR; it hands no memory to the
-        // device and changes no object.
-        let done = unsafe { method.invoke(transport) }?;
+        let done = super::send_query(method, transport)?;
         Ok(MrAttr {
             lkey: done.read(outs.lkey).ok_or(Errno::PROTO)?,
             rkey: done.read(outs.rkey).ok_or(Errno::PROTO)?,
