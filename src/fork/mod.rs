@@ -691,36 +691,27 @@ mod tests {
                     .map(|(_, v)| OsString::from(v))
             }
         };
-        assert_eq!(env_request(env(&[])), EnvRequest::None);
-        assert_eq!(
-            env_request(env(&[("RDMAV_FORK_SAFE", "1")])),
-            EnvRequest::Init
-        );
-        assert_eq!(env_request(env(&[("IBV_FORK_SAFE", "")])), EnvRequest::Init);
-        assert_eq!(
-            env_request(env(&[("RDMAV_FORK_SAFE", "0")])),
-            EnvRequest::None
-        );
-        assert_eq!(
-            env_request(env(&[("RDMAV_FORK_SAFE", "0"), ("IBV_FORK_SAFE", "yes")])),
-            EnvRequest::Init
-        );
-        assert_eq!(
-            env_request(env(&[("UVERBS_FORK_SAFE", "force")])),
-            EnvRequest::Force
-        );
-        assert_eq!(
-            env_request(env(&[("UVERBS_FORK_SAFE", "FORCE")])),
-            EnvRequest::Force
-        );
-        assert_eq!(
-            env_request(env(&[("UVERBS_FORK_SAFE", "1")])),
-            EnvRequest::Init
-        );
-        assert_eq!(
-            env_request(env(&[("UVERBS_FORK_SAFE", "0"), ("RDMAV_FORK_SAFE", "1")])),
-            EnvRequest::Init
-        );
+        type Vars = &'static [(&'static str, &'static str)];
+        let table: &[(Vars, EnvRequest)] = &[
+            (&[], EnvRequest::None),
+            (&[("RDMAV_FORK_SAFE", "1")], EnvRequest::Init),
+            (&[("IBV_FORK_SAFE", "")], EnvRequest::Init),
+            (&[("RDMAV_FORK_SAFE", "0")], EnvRequest::None),
+            (
+                &[("RDMAV_FORK_SAFE", "0"), ("IBV_FORK_SAFE", "yes")],
+                EnvRequest::Init,
+            ),
+            (&[("UVERBS_FORK_SAFE", "force")], EnvRequest::Force),
+            (&[("UVERBS_FORK_SAFE", "FORCE")], EnvRequest::Force),
+            (&[("UVERBS_FORK_SAFE", "1")], EnvRequest::Init),
+            (
+                &[("UVERBS_FORK_SAFE", "0"), ("RDMAV_FORK_SAFE", "1")],
+                EnvRequest::Init,
+            ),
+        ];
+        for &(vars, want) in table {
+            assert_eq!(env_request(env(vars)), want, "{vars:?}");
+        }
     }
 
     #[test]

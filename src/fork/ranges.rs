@@ -683,17 +683,24 @@ mod tests {
         }
     }
 
+    /// A tracker whose advisor logs every call and fails each `fail` with
+    /// `errno`.
+    fn failing(fail: Advice, errno: Errno) -> (RangeTracker, Log) {
+        let log = Log::default();
+        let advisor = FailOn {
+            log: log.clone(),
+            fail,
+            errno,
+        };
+        (
+            RangeTracker::new(Box::new(advisor), PageSizing::Fixed(P)),
+            log,
+        )
+    }
+
     #[test]
     fn failed_dontfork_changes_nothing() {
-        let log = Log::default();
-        let t = RangeTracker::new(
-            Box::new(FailOn {
-                log: log.clone(),
-                fail: Advice::DontFork,
-                errno: Errno::NOMEM,
-            }),
-            PageSizing::Fixed(P),
-        );
+        let (t, log) = failing(Advice::DontFork, Errno::NOMEM);
         let err = t.mark(BASE, 3 * P).unwrap_err();
         assert_eq!(err, Errno::NOMEM);
         assert!(t.is_empty());
@@ -735,15 +742,7 @@ mod tests {
 
     #[test]
     fn dofork_enomem_is_ignored_page_by_page() {
-        let log = Log::default();
-        let t = RangeTracker::new(
-            Box::new(FailOn {
-                log: log.clone(),
-                fail: Advice::DoFork,
-                errno: Errno::NOMEM,
-            }),
-            PageSizing::Fixed(P),
-        );
+        let (t, _log) = failing(Advice::DoFork, Errno::NOMEM);
         t.mark(BASE, 3 * P).unwrap();
         t.unmark(BASE, 3 * P).unwrap();
         assert!(t.is_empty());
@@ -785,15 +784,7 @@ mod tests {
 
     #[test]
     fn dofork_other_errors_are_reported() {
-        let log = Log::default();
-        let t = RangeTracker::new(
-            Box::new(FailOn {
-                log: log.clone(),
-                fail: Advice::DoFork,
-                errno: Errno::PERM,
-            }),
-            PageSizing::Fixed(P),
-        );
+        let (t, _log) = failing(Advice::DoFork, Errno::PERM);
         t.mark(BASE, 3 * P).unwrap();
         let err = t.unmark(BASE, 3 * P).unwrap_err();
         assert_eq!(err, Errno::PERM);
