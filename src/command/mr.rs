@@ -10,11 +10,9 @@ use uverbs_uapi as sys;
 #[doc(alias = "ibv_cmd_reg_mr")]
 #[derive(Clone, Copy, Debug)]
 pub struct RegMr<'a> {
-    pd_handle: u32,
-    start: u64,
-    length: u64,
-    hca_va: u64,
-    access_flags: u32,
+    // The builder fills the kernel's request in place (`response` stays 0
+    // for the transport to fill).
+    req: sys::ib_uverbs_reg_mr,
     uhw_in: &'a [u8],
 }
 
@@ -22,18 +20,21 @@ impl<'a> RegMr<'a> {
     /// Register `length` bytes at `start` in the PD `pd_handle`.
     pub fn new(pd_handle: u32, start: u64, length: u64, access_flags: u32) -> Self {
         RegMr {
-            pd_handle,
-            start,
-            length,
-            hca_va: start,
-            access_flags,
+            req: sys::ib_uverbs_reg_mr {
+                start,
+                length,
+                hca_va: start,
+                pd_handle,
+                access_flags,
+                ..Default::default()
+            },
             uhw_in: &[],
         }
     }
 
     /// The address the device uses for the first byte (default: `start`).
     pub fn hca_va(mut self, hca_va: u64) -> Self {
-        self.hca_va = hca_va;
+        self.req.hca_va = hca_va;
         self
     }
 
@@ -51,14 +52,7 @@ impl WriteCommand for RegMr<'_> {
     type Response = sys::ib_uverbs_reg_mr_resp;
 
     fn request(&self) -> Self::Request {
-        sys::ib_uverbs_reg_mr {
-            start: self.start,
-            length: self.length,
-            hca_va: self.hca_va,
-            pd_handle: self.pd_handle,
-            access_flags: self.access_flags,
-            ..Default::default()
-        }
+        self.req
     }
 
     fn uhw_in(&self) -> &[u8] {
@@ -73,52 +67,45 @@ impl WriteCommand for RegMr<'_> {
 #[doc(alias = "ibv_cmd_rereg_mr")]
 #[derive(Clone, Copy, Debug)]
 pub struct ReregMr {
-    mr_handle: u32,
-    flags: u32,
-    start: u64,
-    length: u64,
-    hca_va: u64,
-    pd_handle: u32,
-    access_flags: u32,
+    // The kernel's request, filled in place (`response` stays 0).
+    req: sys::ib_uverbs_rereg_mr,
 }
 
 impl ReregMr {
     /// Re-register the MR `mr_handle`; `flags` are `IB_MR_REREG_*` bits.
     pub fn new(mr_handle: u32, flags: u32) -> Self {
         ReregMr {
-            mr_handle,
-            flags,
-            start: 0,
-            length: 0,
-            hca_va: 0,
-            pd_handle: 0,
-            access_flags: 0,
+            req: sys::ib_uverbs_rereg_mr {
+                mr_handle,
+                flags,
+                ..Default::default()
+            },
         }
     }
 
     /// The new range; the device address defaults to `start`.
     pub fn translation(mut self, start: u64, length: u64) -> Self {
-        self.start = start;
-        self.length = length;
-        self.hca_va = start;
+        self.req.start = start;
+        self.req.length = length;
+        self.req.hca_va = start;
         self
     }
 
     /// The device address of the new range's first byte.
     pub fn hca_va(mut self, hca_va: u64) -> Self {
-        self.hca_va = hca_va;
+        self.req.hca_va = hca_va;
         self
     }
 
     /// The handle of the new PD.
     pub fn pd_handle(mut self, pd_handle: u32) -> Self {
-        self.pd_handle = pd_handle;
+        self.req.pd_handle = pd_handle;
         self
     }
 
     /// The new access flags (`IB_UVERBS_ACCESS_*`).
     pub fn access_flags(mut self, access_flags: u32) -> Self {
-        self.access_flags = access_flags;
+        self.req.access_flags = access_flags;
         self
     }
 }
@@ -130,16 +117,7 @@ impl WriteCommand for ReregMr {
     type Response = sys::ib_uverbs_rereg_mr_resp;
 
     fn request(&self) -> Self::Request {
-        sys::ib_uverbs_rereg_mr {
-            mr_handle: self.mr_handle,
-            flags: self.flags,
-            start: self.start,
-            length: self.length,
-            hca_va: self.hca_va,
-            pd_handle: self.pd_handle,
-            access_flags: self.access_flags,
-            ..Default::default()
-        }
+        self.req
     }
 }
 
