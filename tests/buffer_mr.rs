@@ -94,19 +94,30 @@ fn retarget_in_place_hands_the_old_buffer_back() {
     assert_eq!(fake.live_mrs(), 1);
 }
 
-#[test]
-fn strict_retarget_refused_without_change_keeps_the_region() {
-    // EOPNOTSUPP comes before any driver changes anything: the MR is as it was.
-    let (fake, mr) = rereg_refused_with(Errno::OPNOTSUPP);
+/// A strict retarget of a fresh region (buffer of 1s) to a buffer of 2s,
+/// which the fake kernel refuses with `errno`; checks the outcome and the
+/// MR state, and returns the fake, the old handle and where the buffers are.
+fn strict_retarget_refused(
+    errno: Errno,
+    state: MrState,
+) -> (Arc<RecordingTransport>, u32, RetargetBuffers<Vec<u8>>) {
+    let (fake, mr) = rereg_refused_with(errno);
     let handle = mr.handle();
     let err = mr
         .retarget(vec![2u8; 4096], ReregFallback::Strict)
         .unwrap_err();
     assert_eq!(
         (err.error.outcome(), err.error.errno(), err.error.mr_state()),
-        (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old)
+        (ReregOutcome::Cmd, errno, state)
     );
-    let RetargetBuffers::Kept { mr, new } = err.buffers else {
+    (fake, handle, err.buffers)
+}
+
+#[test]
+fn strict_retarget_refused_without_change_keeps_the_region() {
+    // EOPNOTSUPP comes before any driver changes anything: the MR is as it was.
+    let (fake, handle, buffers) = strict_retarget_refused(Errno::OPNOTSUPP, MrState::Old);
+    let RetargetBuffers::Kept { mr, new } = buffers else {
         panic!("an unchanged MR must be kept with its buffer")
     };
     assert_eq!((mr.handle(), mr.buffer()[0]), (handle, 1));
@@ -117,15 +128,8 @@ fn strict_retarget_refused_without_change_keeps_the_region() {
 #[test]
 fn strict_retarget_left_undefined_releases_both_buffers() {
     // On an unknown driver an EINVAL may come from midway: undefined.
-    let (fake, mr) = rereg_refused_with(Errno::INVAL);
-    let err = mr
-        .retarget(vec![2u8; 4096], ReregFallback::Strict)
-        .unwrap_err();
-    assert_eq!(
-        (err.error.outcome(), err.error.errno(), err.error.mr_state()),
-        (ReregOutcome::Cmd, Errno::INVAL, MrState::Undefined)
-    );
-    match err.buffers {
+    let (fake, _, buffers) = strict_retarget_refused(Errno::INVAL, MrState::Undefined);
+    match buffers {
         RetargetBuffers::Released { old, new } => assert_eq!((old[0], new[0]), (1, 2)),
         RetargetBuffers::Kept { .. } => {
             panic!("an undefined MR must be deregistered and both buffers returned")
