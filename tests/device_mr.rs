@@ -38,9 +38,8 @@ device_test!(pd_alloc_and_dealloc, |name, ctx, counts| {
 
 device_test!(
     reg_and_dereg_page_aligned_buffers_of_4k_1m_64m,
-    |name, ctx, _| {
+    |name, ctx, counts| {
         let d = driver(&ctx);
-        let counts = HandleCounts::new(&ctx, "reg 4k/1m/64m");
         let pd = alloc_pd(&ctx);
         for len in [4 << 10, 1 << 20, 64 << 20] {
             let mut buf = anon(len);
@@ -67,9 +66,8 @@ device_test!(
 
 device_test!(
     reg_a_range_that_does_not_start_on_a_page_boundary,
-    |name, ctx, _| {
+    |name, ctx, counts| {
         let d = driver(&ctx);
-        let counts = HandleCounts::new(&ctx, "unaligned reg");
         let pd = alloc_pd(&ctx);
         let page = page_size();
         let mut buf = anon(4 * page);
