@@ -7,7 +7,7 @@ use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
 
 use super::frame::{user_addr, IoctlFrame, WriteFrame, MAX_WRITE_BYTES};
 use super::method::Method;
-use super::{RawCommand, Transport, TransportKind};
+use super::{RawCommand, SharedMapping, Transport, TransportKind};
 use crate::error::Errno;
 use uverbs_uapi as sys;
 
@@ -153,6 +153,17 @@ unsafe impl Transport for KernelFile {
         // on this file answered: the kernel installed that descriptor in
         // this process for the new context, and nothing else owns it.
         Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
+        // SAFETY: forwarded to the caller (an offset the kernel answered on
+        // this file).
+        unsafe { SharedMapping::map(self.fd.as_fd(), offset, len) }
+    }
+
+    unsafe fn write_prepared(&self, frame: &[u8]) -> Result<usize, Errno> {
+        // SAFETY: forwarded to the caller; the fd is this file's, open.
+        unsafe { write_command(self.fd.as_fd(), frame) }
     }
 
     unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
@@ -342,6 +353,21 @@ mod tests {
         // header, then the response pointer (the same one: same stack).
         assert_eq!(core, frame[..8], "core response");
         assert_eq!(uhw, frame[8..16], "uhw response");
+    }
+
+    #[test]
+    fn prepared_frames_and_queue_mappings_go_to_the_file() {
+        let null = write_file(File::options().write(true).open("/dev/null").unwrap());
+        // SAFETY: the frame carries no pointers; /dev/null takes any bytes.
+        assert_eq!(unsafe { null.write_prepared(&[0u8; 32]) }, Ok(32));
+        let zero = File::options().read(true).write(true).open("/dev/zero").unwrap();
+        let zero = write_file(zero);
+        let page = rustix::param::page_size();
+        // SAFETY: /dev/zero's shared mapping aliases nothing of ours.
+        let map = unsafe { zero.map_queue(0, page) }.unwrap();
+        assert_eq!(map.len(), page);
+        // SAFETY: inside the fresh mapping.
+        assert_eq!(unsafe { *map.as_ptr().as_ptr() }, 0);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 pub mod frame;
 mod kernel;
+mod mapping;
 mod method;
 mod recording;
 
@@ -21,6 +22,7 @@ use std::fmt;
 use std::os::fd::OwnedFd;
 
 pub use kernel::{verbs_ioctl, KernelFile};
+pub use mapping::SharedMapping;
 pub use method::{
     driver_attr, InvokeWriteOuts, Invoked, Method, NewFd, NewHandle, Out, OutBytes,
     MAX_METHOD_ATTRS,
@@ -143,6 +145,34 @@ pub unsafe trait Transport: Send + Sync + fmt::Debug {
         Err(Errno::OPNOTSUPP)
     }
 
+    /// Maps `len` bytes of the command file at `offset`, shared and
+    /// read-write: a queue the kernel prepared (rxe's CQ, SQ, RQ). Transports
+    /// without a kernel file answer `EOPNOTSUPP`.
+    ///
+    /// # Safety
+    ///
+    /// `offset` and `len` must be what a create command on this transport
+    /// answered for this process.
+    unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
+        let _ = (offset, len);
+        Err(Errno::OPNOTSUPP)
+    }
+
+    /// Writes a pre-built `write()` command as it is, e.g. the data path's
+    /// `POST_SEND` doorbell, which the kernel takes over `write()` only.
+    /// Returns the bytes written. Transports without a kernel file answer
+    /// `EOPNOTSUPP`.
+    ///
+    /// # Safety
+    ///
+    /// As for [`execute`](Self::execute): pointers inside `frame` must be
+    /// exposed ([`frame::user_addr`]) and valid for what the command does,
+    /// and the command must be safe to run.
+    unsafe fn write_prepared(&self, frame: &[u8]) -> Result<usize, Errno> {
+        let _ = frame;
+        Err(Errno::OPNOTSUPP)
+    }
+
     /// Takes ownership of the async-event descriptor whose number
     /// `GET_CONTEXT` answered (`ib_uverbs_get_context_resp::async_fd`).
     ///
@@ -181,6 +211,16 @@ unsafe impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
     unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {
         // SAFETY: forwarded to the caller.
         unsafe { (**self).adopt_async_fd(async_fd) }
+    }
+
+    unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
+        // SAFETY: forwarded to the caller.
+        unsafe { (**self).map_queue(offset, len) }
+    }
+
+    unsafe fn write_prepared(&self, frame: &[u8]) -> Result<usize, Errno> {
+        // SAFETY: forwarded to the caller.
+        unsafe { (**self).write_prepared(frame) }
     }
 }
 

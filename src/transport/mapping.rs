@@ -1,0 +1,140 @@
+//! Memory the kernel shares with this process through the command file:
+//! the rxe queues (CQ, SQ, RQ) are `mmap`ed from the uverbs file at offsets
+//! the create commands answer.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crate::error::Errno;
+
+/// One `MAP_SHARED`, read-write mapping, unmapped on drop.
+///
+/// The kernel reads and writes it concurrently (it holds its own reference
+/// on the pages, so unmapping before or after the object is destroyed is
+/// both safe for the kernel). This type only owns the address range; the
+/// typed views over it (rings) say how its bytes may be touched.
+pub struct SharedMapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; every access goes
+// through raw pointers whose users (ring views) synchronise with atomics.
+unsafe impl Send for SharedMapping {}
+// SAFETY: as above: `&SharedMapping` hands out only a raw pointer and a length.
+unsafe impl Sync for SharedMapping {}
+
+impl SharedMapping {
+    /// Maps `len` bytes of `fd` at `offset`, shared and read-write.
+    ///
+    /// # Safety
+    ///
+    /// `offset` and `len` must name memory the kernel prepared for this
+    /// process on `fd` (an offset a create command answered); the mapping
+    /// must not alias memory that Rust code treats as its own.
+    pub(crate) unsafe fn map(
+        fd: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Result<SharedMapping, Errno> {
+        if len == 0 {
+            return Err(Errno::INVAL);
+        }
+        use rustix::mm::{MapFlags, ProtFlags};
+        // SAFETY: a null hint lets the kernel pick fresh addresses, so no
+        // existing Rust memory is replaced; what the pages are is the
+        // caller's promise.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                fd,
+                offset,
+            )
+        }?;
+        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Errno::FAULT)?;
+        Ok(SharedMapping { ptr, len })
+    }
+
+    /// The first byte.
+    pub fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// The mapped length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Always false: a mapping has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+impl fmt::Debug for SharedMapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedMapping")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Drop for SharedMapping {
+    fn drop(&mut self) {
+        // SAFETY: exactly the range mmap returned, unmapped once; the views
+        // borrowing it are gone (they borrow `self`).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Seek, SeekFrom, Write};
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_file_range_is_shared_both_ways_and_unmapped_on_drop() {
+        let path = std::env::temp_dir().join(format!("uverbs-map-{}", std::process::id()));
+        let mut file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        file.write_all(&[7u8; 8192]).unwrap();
+        let page = rustix::param::page_size();
+        // SAFETY: a file of our own; nothing else maps it.
+        let map = unsafe { SharedMapping::map(file.as_fd(), page as u64, page) }.unwrap();
+        assert_eq!(map.len(), page);
+        // SAFETY: inside the mapping, which nothing else references.
+        unsafe {
+            assert_eq!(*map.as_ptr().as_ptr(), 7);
+            *map.as_ptr().as_ptr() = 9;
+        }
+        file.seek(SeekFrom::Start(page as u64)).unwrap();
+        let mut byte = [0u8; 1];
+        file.read_exact(&mut byte).unwrap();
+        assert_eq!(byte[0], 9, "a store through the mapping reaches the file");
+        let addr = map.as_ptr().as_ptr();
+        drop(map);
+        // SAFETY: madvise(NORMAL) changes nothing; on an unmapped range the
+        // kernel answers ENOMEM, which is what is checked.
+        let after = unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) };
+        assert_eq!(after, Err(Errno::NOMEM), "the range is unmapped");
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn an_empty_mapping_is_refused() {
+        let file = std::fs::File::open("/dev/zero").unwrap();
+        // SAFETY: refused before mmap.
+        let err = unsafe { SharedMapping::map(file.as_fd(), 0, 0) }.unwrap_err();
+        assert_eq!(err, Errno::INVAL);
+    }
+}
