@@ -20,6 +20,7 @@ mod recording;
 use std::fmt;
 use std::os::fd::OwnedFd;
 
+pub(crate) use kernel::write_command;
 pub use kernel::{verbs_ioctl, KernelFile};
 pub use method::{
     driver_attr, InvokeWriteOuts, Invoked, Method, NewFd, NewHandle, Out, OutBytes,
