@@ -319,8 +319,9 @@ pub fn transition_rule(from: QpState, to: QpState) -> Option<TransitionRule> {
 ///     .access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
 /// assert_eq!(init.mask().bits(), 0x39);
 /// assert!(init.check(QpType::Rc, QpState::Reset).is_ok());
-/// // The same fields cannot take a QP from RESET to RTR.
-/// assert!(init.check(QpType::Rc, QpState::Init).is_err());
+/// // RESET -> RTR is no transition of the kernel's table.
+/// let rtr = QpAttr::new().state(QpState::Rtr);
+/// assert!(rtr.check(QpType::Rc, QpState::Reset).is_err());
 /// ```
 #[doc(alias = "ibv_qp_attr")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
