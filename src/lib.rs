@@ -42,7 +42,7 @@ mod driver;
 mod error;
 mod flags;
 pub mod fork;
-mod method;
+pub mod method;
 mod mr;
 pub(crate) mod netlink;
 mod pd;

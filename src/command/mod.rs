@@ -15,15 +15,29 @@
 #[macro_use]
 mod patterns;
 
+mod ah;
+mod comp_channel;
 mod context;
+mod cq;
 mod mr;
 mod pd;
 mod port;
+mod post;
+mod qp;
+mod qp_attr;
 
+pub use ah::{CreateAh, DestroyAh};
+pub use comp_channel::CreateCompChannel;
 pub use context::{GetContext, QueryDevice};
+pub use cq::{CreateCq, DestroyCq, ReqNotifyCq};
 pub use mr::{DeregMr, RegMr, ReregMr};
 pub use pd::{AllocPd, DeallocPd};
 pub use port::QueryPort;
+pub use post::{PostSendDoorbell, DOORBELL_LEN, DOORBELL_WQE_SIZE};
+pub use qp::{CreateQp, DestroyQp, ModifyQp, QueryQp};
+pub use qp_attr::{
+    transition_rule, Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, TransitionRule,
+};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 

@@ -69,3 +69,40 @@ macro_rules! destroy_by_handle {
         }
     };
 }
+
+/// A command that destroys one object named by its handle and answers how
+/// many events the kernel reported for it: `DESTROY_CQ`, `DESTROY_QP`
+/// (request `{response, handle, reserved}`).
+macro_rules! destroy_with_response {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $code:ident, $request:ident, $response:ident, $handle:ident, $what:literal
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            $handle: u32,
+        }
+
+        impl $name {
+            #[doc = concat!("Destroy the ", $what, " with this kernel handle.")]
+            pub fn new($handle: u32) -> Self {
+                $name { $handle }
+            }
+        }
+
+        // Mirrors the kernel's request; it starts with `response`.
+        impl $crate::command::WriteCommand for $name {
+            const CODE: u32 = uverbs_uapi::$code;
+            type Request = uverbs_uapi::$request;
+            type Response = uverbs_uapi::$response;
+
+            fn request(&self) -> Self::Request {
+                uverbs_uapi::$request {
+                    $handle: self.$handle,
+                    ..Default::default()
+                }
+            }
+        }
+    };
+}

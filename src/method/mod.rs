@@ -9,14 +9,21 @@
 //!
 //! | method | object | kernel |
 //! |---|---|---|
-//! | [`InfoHandles`] | `DEVICE` | 5.0 |
-//! | [`QueryPort`] | `DEVICE` | 5.0 |
-//! | [`QueryContext`] | `DEVICE` | 5.9 (needs the driver's `query_ucontext`: not rxe, not siw) |
-//! | [`QueryGidEntry`], [`QueryGidTable`] | `DEVICE` | 5.10 |
-//! | [`QueryMr`] | `MR` | 5.9 (no write() command exists) |
+//! | `InfoHandles` | `DEVICE` | 5.0 |
+//! | `QueryPort` | `DEVICE` | 5.0 |
+//! | `QueryContext` | `DEVICE` | 5.9 (needs the driver's `query_ucontext`: not rxe, not siw) |
+//! | `QueryGidEntry`, `QueryGidTable` | `DEVICE` | 5.10 |
+//! | `QueryMr` | `MR` | 5.9 (no write() command exists) |
+//! | [`CqCreate`], [`CqDestroy`] | `CQ` | default-on since the ioctl framework (rdma-core's first choice) |
+//! | [`QpCreate`], [`QpDestroy`] | `QP` | 5.8 |
+//!
+//! The device and MR queries are crate-internal (the [`Context`](crate::Context)
+//! wraps them); the CQ and QP methods are public building blocks.
 
+mod cq;
 mod device;
 mod mr;
+mod qp;
 
 use crate::error::Errno;
 use crate::transport::{Invoked, Method, Out, Transport};
@@ -40,5 +47,7 @@ fn query_one<T: FromBytes + IntoBytes + Copy>(
     send_query(method, transport)?.read(out).ok_or(Errno::PROTO)
 }
 
+pub use cq::{CqCreate, CqCreateOuts, CqCreated, CqDestroy};
 pub(crate) use device::{InfoHandles, QueryContext, QueryGidEntry, QueryGidTable, QueryPort};
 pub(crate) use mr::QueryMr;
+pub use qp::{QpCreate, QpCreateOuts, QpCreated, QpDestroy};

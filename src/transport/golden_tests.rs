@@ -485,3 +485,334 @@ fn every_attribute_kind_of_the_builder() {
     m.const_in(20, 0).const_in(21, 0);
     assert_eq!(m.error(), Some(crate::error::Errno::TOOBIG));
 }
+
+// ---- The data path's commands: both framings, field by field. ----
+
+#[test]
+fn create_comp_channel_both() {
+    // 8 + 8 bytes in (4 words), the 4-byte fd out (1 word).
+    let expected = Bytes::default().u32(17).u16(4).u16(1).u64(RESP);
+    assert_eq!(write_frame(&CreateCompChannel::new(), 4), expected.0);
+    let (frame, _req) = ioctl_frame(&CreateCompChannel::new(), 0);
+    let mut b = ioctl_hdr(3, 14);
+    b = attr(b, 2, 8, 17);
+    b = attr(b, 0, 8, 0);
+    b = attr(b, 1, 4, CORE_OUT);
+    assert_eq!(frame, b.0);
+}
+
+#[test]
+fn create_cq_write_and_ioctl_rxe() {
+    let cmd = CreateCq::new(16, 0xc0ff_ee00)
+        .comp_vector(1)
+        .comp_channel(9);
+    let body = |b: Bytes, response: u64| {
+        b.u64(response)
+            .u64(0xc0ff_ee00) // user_handle
+            .u32(16) // cqe
+            .u32(1) // comp_vector
+            .u32(9) // comp_channel
+            .u32(0) // reserved
+    };
+    // 40 bytes in (10 words); 8 core + 16 rxe_create_cq_resp out (6 words).
+    let expected = body(Bytes::default().u32(18).u16(10).u16(6), RESP);
+    assert_eq!(write_frame(&cmd, 24), expected.0);
+    let (frame, req) = ioctl_frame(&cmd, 16);
+    assert_eq!(req, body(Bytes::default(), 0).0);
+    let mut b = ioctl_hdr(4, 14);
+    b = attr(b, 2, 8, 18);
+    b = attr(b, 0, 32, req.as_ptr() as u64);
+    b = attr(b, 1, 8, CORE_OUT);
+    b = attr(b, 0x1001, 16, UHW_OUT); // rxe_create_cq_resp
+    assert_eq!(frame, b.0);
+    // No channel: -1, as libibverbs sends it.
+    let none = request_bytes(&CreateCq::new(1, 0));
+    assert_eq!(&none[24..28], &(-1i32).to_le_bytes());
+}
+
+#[test]
+fn destroy_cq_and_qp_both() {
+    for (cmd_code, bytes, resp_len) in [
+        (20u32, request_bytes(&DestroyCq::new(6)), 8usize),
+        (27, request_bytes(&DestroyQp::new(6)), 4),
+    ] {
+        assert_eq!(bytes, Bytes::default().u64(0).u32(6).u32(0).0);
+        let expected = Bytes::default()
+            .u32(cmd_code)
+            .u16(6) // (8 + 16) / 4
+            .u16((resp_len / 4) as u16)
+            .u64(RESP)
+            .u32(6)
+            .u32(0);
+        let framed = WriteFrame::new(cmd_code, &bytes, &[], RESP, resp_len).unwrap();
+        assert_eq!(framed.as_bytes(), &expected.0[..]);
+    }
+    assert_eq!(write_frame(&DestroyCq::new(6), 8).len(), 24);
+    let (frame, req) = ioctl_frame(&DestroyQp::new(6), 0);
+    let mut b = ioctl_hdr(3, 14);
+    b = attr(b, 2, 8, 27);
+    b = attr(b, 0, 16, req.as_ptr() as u64);
+    b = attr(b, 1, 4, CORE_OUT);
+    assert_eq!(frame, b.0);
+}
+
+#[test]
+fn req_notify_cq_both() {
+    let expected = Bytes::default().u32(23).u16(4).u16(0).u32(6).u32(1);
+    assert_eq!(write_frame(&ReqNotifyCq::new(6, true), 0), expected.0);
+    let (frame, _req) = ioctl_frame(&ReqNotifyCq::new(6, false), 0);
+    let mut b = ioctl_hdr(2, 14);
+    b = attr(b, 2, 8, 23);
+    b = attr(b, 0, 8, 6); // {cq_handle 6, solicited_only 0} inline
+    assert_eq!(frame, b.0);
+}
+
+fn cap() -> sys::ib_uverbs_qp_cap {
+    sys::ib_uverbs_qp_cap {
+        max_send_wr: 64,
+        max_recv_wr: 32,
+        max_send_sge: 2,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    }
+}
+
+#[test]
+fn create_qp_write_and_ioctl_rxe() {
+    let cmd = CreateQp::new(QpType::Rc, 1, 2, 3, cap())
+        .user_handle(0x77)
+        .sq_sig_all(true);
+    let body = |b: Bytes, response: u64| {
+        b.u64(response)
+            .u64(0x77) // user_handle
+            .u32(1) // pd
+            .u32(2) // send_cq
+            .u32(3) // recv_cq
+            .u32(0) // srq_handle
+            .u32(64)
+            .u32(32)
+            .u32(2)
+            .u32(1)
+            .u32(64)
+            .raw(&[1, 2, 0, 0]) // sq_sig_all, qp_type RC, is_srq, reserved
+    };
+    // 64 bytes in (16 words); 32 core + 32 rxe_create_qp_resp out (16 words).
+    let expected = body(Bytes::default().u32(24).u16(16).u16(16), RESP);
+    assert_eq!(write_frame(&cmd, 64), expected.0);
+    let (frame, req) = ioctl_frame(&cmd, 32);
+    assert_eq!(req, body(Bytes::default(), 0).0);
+    let mut b = ioctl_hdr(4, 14);
+    b = attr(b, 2, 8, 24);
+    b = attr(b, 0, 56, req.as_ptr() as u64);
+    b = attr(b, 1, 32, CORE_OUT);
+    b = attr(b, 0x1001, 32, UHW_OUT);
+    assert_eq!(frame, b.0);
+}
+
+/// rc_pingpong's RTR, as the kernel reads it: 8 + 112 bytes, no response.
+#[test]
+fn modify_qp_rtr_write_and_ioctl() {
+    let dgid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+    let attr_rtr = QpAttr::new()
+        .state(QpState::Rtr)
+        .path_mtu(Mtu::Mtu1024)
+        .dest_qpn(0x11)
+        .rq_psn(0x1234)
+        .max_dest_rd_atomic(1)
+        .min_rnr_timer(12)
+        .av(QpAttr::roce_dest(dgid, 1, 1, 1));
+    let cmd = ModifyQp::checked(7, QpType::Rc, QpState::Init, &attr_rtr).unwrap();
+    let dest = |b: Bytes, gid: [u8; 16], sgid: u8, hop: u8, global: u8, port: u8| {
+        b.raw(&gid)
+            .u32(0) // flow_label
+            .u16(0) // dlid
+            .u16(0) // reserved
+            .raw(&[sgid, hop, 0, 0, 0, 0, global, port])
+    };
+    let mut e = Bytes::default().u32(26).u16(30).u16(0);
+    e = dest(e, dgid, 1, 1, 1, 1);
+    e = dest(e, [0; 16], 0, 0, 0, 0); // alt_dest
+    e = e
+        .u32(7) // qp_handle @64
+        .u32(0x12_9181) // attr_mask @68
+        .u32(0) // qkey
+        .u32(0x1234) // rq_psn
+        .u32(0) // sq_psn
+        .u32(0x11) // dest_qp_num
+        .u32(0) // qp_access_flags
+        .u16(0) // pkey_index
+        .u16(0) // alt_pkey_index
+        // qp_state @96, cur_qp_state, path_mtu, path_mig_state,
+        // en_sqd_async_notify, max_rd_atomic, max_dest_rd_atomic,
+        // min_rnr_timer @103, port_num, timeout, retry_cnt, rnr_retry,
+        // alt_port_num, alt_timeout, reserved[2]
+        .raw(&[2, 0, 3, 0, 0, 0, 1, 12, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(write_frame(&cmd, 0), e.0);
+    let (frame, req) = ioctl_frame(&cmd, 0);
+    assert_eq!(req.len(), 112);
+    let mut b = ioctl_hdr(2, 14);
+    b = attr(b, 2, 8, 26);
+    b = attr(b, 0, 112, req.as_ptr() as u64);
+    assert_eq!(frame, b.0);
+}
+
+#[test]
+fn query_qp_both() {
+    let cmd = QueryQp::new(7, QpAttrMask::STATE | QpAttrMask::PORT);
+    let expected = Bytes::default()
+        .u32(25)
+        .u16(6) // (8 + 16) / 4
+        .u16(32) // 128 / 4
+        .u64(RESP)
+        .u32(7)
+        .u32(0x21);
+    assert_eq!(write_frame(&cmd, 128), expected.0);
+    let (frame, req) = ioctl_frame(&cmd, 0);
+    let mut b = ioctl_hdr(3, 14);
+    b = attr(b, 2, 8, 25);
+    b = attr(b, 0, 16, req.as_ptr() as u64);
+    b = attr(b, 1, 128, CORE_OUT);
+    assert_eq!(frame, b.0);
+}
+
+#[test]
+fn create_and_destroy_ah_both() {
+    let dgid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 192, 0, 2, 1];
+    let cmd = CreateAh::roce(4, dgid, 1, 64, 1).user_handle(0x55);
+    let body = |b: Bytes, response: u64| {
+        b.u64(response)
+            .u64(0x55) // user_handle
+            .u32(4) // pd_handle
+            .u32(0) // reserved
+            .raw(&dgid) // grh.dgid
+            .u32(0) // grh.flow_label
+            .raw(&[1, 64, 0, 0]) // sgid_index, hop_limit, traffic_class, reserved
+            .u16(0) // dlid
+            .raw(&[0, 0, 0, 1, 1, 0]) // sl, src_path_bits, static_rate, is_global, port_num, reserved
+    };
+    // 64 bytes in (16 words); 4 core + 8 rxe_create_ah_resp out (3 words).
+    let expected = body(Bytes::default().u32(5).u16(16).u16(3), RESP);
+    assert_eq!(write_frame(&cmd, 12), expected.0);
+    let (frame, req) = ioctl_frame(&cmd, 8);
+    assert_eq!(req, body(Bytes::default(), 0).0);
+    let mut b = ioctl_hdr(4, 14);
+    b = attr(b, 2, 8, 5);
+    b = attr(b, 0, 56, req.as_ptr() as u64);
+    b = attr(b, 1, 4, CORE_OUT);
+    b = attr(b, 0x1001, 8, UHW_OUT);
+    assert_eq!(frame, b.0);
+
+    let expected = Bytes::default().u32(8).u16(3).u16(0).u32(12);
+    assert_eq!(write_frame(&DestroyAh::new(12), 0), expected.0);
+    let (frame, _req) = ioctl_frame(&DestroyAh::new(12), 0);
+    let b = attr(attr(ioctl_hdr(2, 14), 2, 8, 8), 0, 4, 12);
+    assert_eq!(frame, b.0);
+}
+
+/// The doorbell: 32 bytes fixed at creation, response pointing at its own
+/// 4-byte buffer, wqe_size 56, no work request.
+#[test]
+fn post_send_doorbell_bytes() {
+    let bell = PostSendDoorbell::new(0x2a);
+    let bytes = bell.as_bytes().to_vec();
+    let resp = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+    let expected = Bytes::default()
+        .u32(28) // POST_SEND
+        .u16(8) // 32 / 4
+        .u16(1) // bad_wr
+        .u64(resp)
+        .u32(0x2a) // qp_handle
+        .u32(0) // wr_count
+        .u32(0) // sge_count
+        .u32(56); // wqe_size = sizeof(ib_uverbs_send_wr)
+    assert_eq!(bytes, expected.0);
+    assert_ne!(resp, 0);
+    assert_eq!(resp % 4, 0);
+    // Moving the doorbell moves neither the frame nor its response.
+    let moved = bell;
+    assert_eq!(moved.as_bytes(), &bytes[..]);
+    assert_eq!(DOORBELL_LEN, 32);
+}
+
+// ---- The data path's native methods. ----
+
+use crate::method::{CqCreate, CqDestroy, QpCreate, QpDestroy};
+
+#[test]
+fn cq_create_method_rxe() {
+    let mut uhw = [0u8; 16];
+    let mut q = CqCreate::new(16, 0xc0ff_ee00, &mut uhw)
+        .comp_channel(9)
+        .comp_vector(1)
+        .event_fd(5);
+    let (m, _outs) = q.method(14);
+    let mut b = method_hdr(8, 3, 0, 14); // CQ, CQ_CREATE, rxe
+    b = attr(b, 0, 0, 0); // HANDLE: IDR new
+    b = attr(b, 1, 4, 16); // CQE: u32 inline
+    b = attr(b, 2, 8, 0xc0ff_ee00); // USER_HANDLE: u64 inline
+    b = attr(b, 3, 0, 9); // COMP_CHANNEL: FD 9
+    b = attr(b, 4, 4, 1); // COMP_VECTOR
+    b = attr(b, 6, 4, ptr_of(&m, 5)); // RESP_CQE: u32 out
+    b = attr_full(b, 7, 0, 0, 0, 5); // EVENT_FD: optional
+    b = attr(b, 0x1001, 16, ptr_of(&m, 7)); // UHW_OUT: rxe_create_cq_resp
+    assert_eq!(m.as_bytes(), &b.0[..]);
+}
+
+#[test]
+fn cq_create_method_minimal_and_flags() {
+    let mut uhw = [0u8; 16];
+    let mut q = CqCreate::new(1, 0, &mut uhw).flags(sys::IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN);
+    let (m, _outs) = q.method(14);
+    let mut b = method_hdr(7, 3, 0, 14);
+    b = attr(b, 0, 0, 0);
+    b = attr(b, 1, 4, 1);
+    b = attr(b, 2, 8, 0);
+    b = attr(b, 4, 4, 0); // no channel: COMP_CHANNEL left out
+    b = attr(b, 5, 4, 2); // FLAGS: IGNORE_OVERRUN
+    b = attr(b, 6, 4, ptr_of(&m, 5));
+    b = attr(b, 0x1001, 16, ptr_of(&m, 6));
+    assert_eq!(m.as_bytes(), &b.0[..]);
+}
+
+#[test]
+fn qp_create_method_rxe() {
+    let mut uhw = [0u8; 32];
+    let mut q = QpCreate::new(QpType::Ud, 1, 2, 3, cap(), &mut uhw)
+        .user_handle(0x77)
+        .sq_sig_all(true);
+    let (m, _outs) = q.method(14);
+    let cap_bytes = cap().as_bytes().to_vec();
+    let mut b = method_hdr(11, 4, 0, 14); // QP, QP_CREATE, rxe
+    b = attr(b, 0, 0, 0); // HANDLE: IDR new
+    b = attr(b, 2, 0, 1); // PD_HANDLE
+    b = attr(b, 4, 0, 2); // SEND_CQ_HANDLE
+    b = attr(b, 5, 0, 3); // RECV_CQ_HANDLE
+    b = attr(b, 7, 8, 0x77); // USER_HANDLE
+    b = attr(b, 8, 20, ptr_of(&m, 5)); // CAP: 20 bytes by pointer
+    b = attr(b, 9, 8, 4); // TYPE: const UD
+    b = attr(b, 10, 4, 1 << 12); // FLAGS: SQ_SIG_ALL
+    b = attr(b, 13, 20, ptr_of(&m, 8)); // RESP_CAP
+    b = attr(b, 14, 4, ptr_of(&m, 9)); // RESP_QP_NUM
+    b = attr(b, 0x1001, 32, ptr_of(&m, 10)); // UHW_OUT: rxe_create_qp_resp
+    assert_eq!(m.as_bytes(), &b.0[..]);
+    // CAP points at the builder's copy of the capacities.
+    // SAFETY: the pointer is the builder's `cap` field, alive while `m` is.
+    let pointed = unsafe { std::slice::from_raw_parts(ptr_of(&m, 5) as usize as *const u8, 20) };
+    assert_eq!(pointed, &cap_bytes[..]);
+}
+
+#[test]
+fn cq_and_qp_destroy_methods() {
+    let mut d = CqDestroy::new(6);
+    let (m, _resp) = d.method(14);
+    let mut b = method_hdr(2, 3, 1, 14);
+    b = attr(b, 0, 0, 6);
+    b = attr(b, 1, 8, ptr_of(&m, 1));
+    assert_eq!(m.as_bytes(), &b.0[..]);
+    let mut d = QpDestroy::new(6);
+    let (m, _resp) = d.method(14);
+    let mut b = method_hdr(2, 4, 1, 14);
+    b = attr(b, 0, 0, 6);
+    b = attr(b, 1, 4, ptr_of(&m, 1));
+    assert_eq!(m.as_bytes(), &b.0[..]);
+}

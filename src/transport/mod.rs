@@ -21,6 +21,7 @@ mod recording;
 use std::fmt;
 use std::os::fd::OwnedFd;
 
+pub(crate) use kernel::write_command;
 pub use kernel::{verbs_ioctl, KernelFile};
 pub use mapping::SharedMapping;
 pub use method::{

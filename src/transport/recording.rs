@@ -254,6 +254,133 @@ struct FakeKernel {
     pds: BTreeSet<u32>,
     mrs: BTreeMap<u32, FakeMr>,
     async_fd: Option<u32>,
+    datapath: FakeDataPath,
+}
+
+/// The fake's data-path objects: CQs and QPs (handle -> state), answered
+/// like rxe (CQ sizes rounded to a power of two minus one, an `mminfo` per
+/// ring in UHW out, EBUSY for a CQ a QP uses).
+#[derive(Debug, Default)]
+struct FakeDataPath {
+    cqs: BTreeMap<u32, u32>,
+    /// QP handle -> (send CQ, recv CQ, state).
+    qps: BTreeMap<u32, (u32, u32, u8)>,
+    next_mmap: u64,
+}
+
+impl FakeKernel {
+    /// Answers the data-path write commands; `None` for other codes.
+    /// Returns the UHW out bytes written.
+    fn answer_datapath(
+        &mut self,
+        rec: &RecordedCommand,
+        cmd: &mut RawCommand<'_>,
+    ) -> Option<Result<usize, Errno>> {
+        let ring = |dp: &mut FakeDataPath, size: u32| {
+            dp.next_mmap += 0x1000;
+            sys::mminfo {
+                offset: dp.next_mmap,
+                size,
+                pad: 0,
+            }
+        };
+        Some(match rec.code {
+            sys::IB_USER_VERBS_CMD_CREATE_CQ => (|| {
+                let req: sys::ib_uverbs_create_cq = request_of(rec)?;
+                if req.cqe == 0 || cmd.uhw_out.len() < 16 {
+                    return Err(Errno::INVAL);
+                }
+                let cqe = (req.cqe + 1).next_power_of_two() - 1;
+                let cq_handle = self.handle();
+                self.datapath.cqs.insert(cq_handle, cqe);
+                let mi = ring(&mut self.datapath, 8192);
+                write_out(
+                    cmd.core_out,
+                    sys::ib_uverbs_create_cq_resp { cq_handle, cqe },
+                )?;
+                write_out(cmd.uhw_out, sys::rxe_create_cq_resp { mi })?;
+                Ok(16)
+            })(),
+            sys::IB_USER_VERBS_CMD_DESTROY_CQ => (|| {
+                let req: sys::ib_uverbs_destroy_cq = request_of(rec)?;
+                let busy = self.datapath.qps.values();
+                if busy
+                    .into_iter()
+                    .any(|q| q.0 == req.cq_handle || q.1 == req.cq_handle)
+                {
+                    return Err(Errno::BUSY);
+                }
+                self.datapath
+                    .cqs
+                    .remove(&req.cq_handle)
+                    .ok_or(Errno::INVAL)?;
+                write_out(cmd.core_out, sys::ib_uverbs_destroy_cq_resp::default())?;
+                Ok(0)
+            })(),
+            sys::IB_USER_VERBS_CMD_CREATE_QP => (|| {
+                let req: sys::ib_uverbs_create_qp = request_of(rec)?;
+                let cqs = &self.datapath.cqs;
+                if !self.pds.contains(&req.pd_handle)
+                    || !cqs.contains_key(&req.send_cq_handle)
+                    || !cqs.contains_key(&req.recv_cq_handle)
+                    || !rec.uhw_in.is_empty()
+                    || cmd.uhw_out.len() < 32
+                {
+                    return Err(Errno::INVAL);
+                }
+                let qp_handle = self.handle();
+                let qp = (req.send_cq_handle, req.recv_cq_handle, 0);
+                self.datapath.qps.insert(qp_handle, qp);
+                let rq_mi = ring(&mut self.datapath, 4096);
+                let sq_mi = ring(&mut self.datapath, 8192);
+                let resp = sys::ib_uverbs_create_qp_resp {
+                    qp_handle,
+                    qpn: 0x10 + qp_handle,
+                    max_send_wr: (req.max_send_wr + 1).next_power_of_two() - 1,
+                    max_recv_wr: (req.max_recv_wr + 1).next_power_of_two() - 1,
+                    max_send_sge: req.max_send_sge,
+                    max_recv_sge: req.max_recv_sge,
+                    max_inline_data: req.max_inline_data,
+                    reserved: 0,
+                };
+                write_out(cmd.core_out, resp)?;
+                write_out(cmd.uhw_out, sys::rxe_create_qp_resp { rq_mi, sq_mi })?;
+                Ok(32)
+            })(),
+            sys::IB_USER_VERBS_CMD_MODIFY_QP => (|| {
+                let req: sys::ib_uverbs_modify_qp = request_of(rec)?;
+                let qp = self
+                    .datapath
+                    .qps
+                    .get_mut(&req.qp_handle)
+                    .ok_or(Errno::INVAL)?;
+                if req.attr_mask & 1 != 0 {
+                    qp.2 = req.qp_state;
+                }
+                Ok(0)
+            })(),
+            sys::IB_USER_VERBS_CMD_QUERY_QP => (|| {
+                let req: sys::ib_uverbs_query_qp = request_of(rec)?;
+                let qp = self.datapath.qps.get(&req.qp_handle).ok_or(Errno::INVAL)?;
+                let resp = sys::ib_uverbs_query_qp_resp {
+                    qp_state: qp.2,
+                    ..Default::default()
+                };
+                write_out(cmd.core_out, resp)?;
+                Ok(0)
+            })(),
+            sys::IB_USER_VERBS_CMD_DESTROY_QP => (|| {
+                let req: sys::ib_uverbs_destroy_qp = request_of(rec)?;
+                self.datapath
+                    .qps
+                    .remove(&req.qp_handle)
+                    .ok_or(Errno::INVAL)?;
+                write_out(cmd.core_out, sys::ib_uverbs_destroy_qp_resp::default())?;
+                Ok(0)
+            })(),
+            _ => return None,
+        })
+    }
 }
 
 /// A [`Transport`] that simulates a small, well-behaved uverbs device and
@@ -792,8 +919,9 @@ unsafe fn write_answer(frame: &mut IoctlFrame, answer: &Answer) {
     }
 }
 
-// SAFETY: commands are answered once, only `core_out` is written (never UHW
-// out, so 0 is returned), after zeroing both outputs. Methods are answered
+// SAFETY: commands are answered once, only `core_out` and (for CREATE_CQ
+// and CREATE_QP) the first 16 or 32 bytes of `uhw_out` are written, which is
+// what is returned, after zeroing both outputs. Methods are answered
 // once; only output attributes of known methods are written, within their
 // lengths, and only their flags are changed in the frame.
 unsafe impl Transport for RecordingTransport {
@@ -819,6 +947,9 @@ unsafe impl Transport for RecordingTransport {
             .and_then(VecDeque::pop_front)
         {
             return Err(errno);
+        }
+        if let Some(answer) = kernel.answer_datapath(&rec, cmd) {
+            return answer;
         }
         kernel.answer(&rec, cmd)?;
         Ok(0)

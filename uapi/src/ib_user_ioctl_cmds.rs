@@ -149,3 +149,71 @@ pub const UVERBS_ATTR_QUERY_MR_RESP_IOVA: u16 = 4;
 pub const UVERBS_METHOD_ASYNC_EVENT_ALLOC: u16 = 0;
 /// `ASYNC_EVENT_ALLOC` attribute: the new fd (fd out).
 pub const UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE: u16 = 0;
+
+/// CQ method: create a completion queue.
+pub const UVERBS_METHOD_CQ_CREATE: u16 = 0;
+/// CQ method: destroy a completion queue.
+pub const UVERBS_METHOD_CQ_DESTROY: u16 = 1;
+
+/// `CQ_CREATE` attribute: the new CQ (IDR, new).
+pub const UVERBS_ATTR_CREATE_CQ_HANDLE: u16 = 0;
+/// `CQ_CREATE` attribute: minimum number of entries (u32 in).
+pub const UVERBS_ATTR_CREATE_CQ_CQE: u16 = 1;
+/// `CQ_CREATE` attribute: the user handle of events (u64 in).
+pub const UVERBS_ATTR_CREATE_CQ_USER_HANDLE: u16 = 2;
+/// `CQ_CREATE` attribute: the completion channel (FD, optional).
+pub const UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL: u16 = 3;
+/// `CQ_CREATE` attribute: completion vector (u32 in).
+pub const UVERBS_ATTR_CREATE_CQ_COMP_VECTOR: u16 = 4;
+/// `CQ_CREATE` attribute: `IB_UVERBS_CQ_FLAGS_*` (flags in, optional).
+pub const UVERBS_ATTR_CREATE_CQ_FLAGS: u16 = 5;
+/// `CQ_CREATE` attribute: the real number of entries (u32 out).
+pub const UVERBS_ATTR_CREATE_CQ_RESP_CQE: u16 = 6;
+/// `CQ_CREATE` attribute: the async event file (FD, optional).
+pub const UVERBS_ATTR_CREATE_CQ_EVENT_FD: u16 = 7;
+
+/// `CQ_DESTROY` attribute: the CQ (IDR, destroy).
+pub const UVERBS_ATTR_DESTROY_CQ_HANDLE: u16 = 0;
+/// `CQ_DESTROY` attribute: `ib_uverbs_destroy_cq_resp` (out).
+pub const UVERBS_ATTR_DESTROY_CQ_RESP: u16 = 1;
+
+/// QP method: create a queue pair.
+pub const UVERBS_METHOD_QP_CREATE: u16 = 0;
+/// QP method: destroy a queue pair.
+pub const UVERBS_METHOD_QP_DESTROY: u16 = 1;
+
+/// `QP_CREATE` attribute: the new QP (IDR, new).
+pub const UVERBS_ATTR_CREATE_QP_HANDLE: u16 = 0;
+/// `QP_CREATE` attribute: XRC domain (IDR, optional).
+pub const UVERBS_ATTR_CREATE_QP_XRCD_HANDLE: u16 = 1;
+/// `QP_CREATE` attribute: protection domain (IDR, optional).
+pub const UVERBS_ATTR_CREATE_QP_PD_HANDLE: u16 = 2;
+/// `QP_CREATE` attribute: shared receive queue (IDR, optional).
+pub const UVERBS_ATTR_CREATE_QP_SRQ_HANDLE: u16 = 3;
+/// `QP_CREATE` attribute: send CQ (IDR, optional).
+pub const UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE: u16 = 4;
+/// `QP_CREATE` attribute: receive CQ (IDR, optional).
+pub const UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE: u16 = 5;
+/// `QP_CREATE` attribute: RWQ indirection table (IDR, optional).
+pub const UVERBS_ATTR_CREATE_QP_IND_TABLE_HANDLE: u16 = 6;
+/// `QP_CREATE` attribute: the user handle of events (u64 in).
+pub const UVERBS_ATTR_CREATE_QP_USER_HANDLE: u16 = 7;
+/// `QP_CREATE` attribute: requested `ib_uverbs_qp_cap` (in).
+pub const UVERBS_ATTR_CREATE_QP_CAP: u16 = 8;
+/// `QP_CREATE` attribute: `IB_UVERBS_QPT_*` (const in).
+pub const UVERBS_ATTR_CREATE_QP_TYPE: u16 = 9;
+/// `QP_CREATE` attribute: `IB_UVERBS_QP_CREATE_*` (flags in, optional).
+pub const UVERBS_ATTR_CREATE_QP_FLAGS: u16 = 10;
+/// `QP_CREATE` attribute: source QPN (u32 in, optional).
+pub const UVERBS_ATTR_CREATE_QP_SOURCE_QPN: u16 = 11;
+/// `QP_CREATE` attribute: the async event file (FD, optional).
+pub const UVERBS_ATTR_CREATE_QP_EVENT_FD: u16 = 12;
+/// `QP_CREATE` attribute: the real `ib_uverbs_qp_cap` (out).
+pub const UVERBS_ATTR_CREATE_QP_RESP_CAP: u16 = 13;
+/// `QP_CREATE` attribute: the QP number (u32 out).
+pub const UVERBS_ATTR_CREATE_QP_RESP_QP_NUM: u16 = 14;
+
+/// `QP_DESTROY` attribute: the QP (IDR, destroy).
+pub const UVERBS_ATTR_DESTROY_QP_HANDLE: u16 = 0;
+/// `QP_DESTROY` attribute: `ib_uverbs_destroy_qp_resp` (out).
+pub const UVERBS_ATTR_DESTROY_QP_RESP: u16 = 1;

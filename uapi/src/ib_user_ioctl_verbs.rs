@@ -139,3 +139,48 @@ pub struct ib_uverbs_gid_entry {
 }
 const _: () = assert!(core::mem::size_of::<ib_uverbs_gid_entry>() == 32);
 const _: () = assert!(core::mem::align_of::<ib_uverbs_gid_entry>() == 8);
+
+/// QP type: reliable connected.
+pub const IB_UVERBS_QPT_RC: u32 = 2;
+/// QP type: unreliable connected.
+pub const IB_UVERBS_QPT_UC: u32 = 3;
+/// QP type: unreliable datagram.
+pub const IB_UVERBS_QPT_UD: u32 = 4;
+/// QP type: raw packet.
+pub const IB_UVERBS_QPT_RAW_PACKET: u32 = 8;
+/// QP type: XRC initiator.
+pub const IB_UVERBS_QPT_XRC_INI: u32 = 9;
+/// QP type: XRC target.
+pub const IB_UVERBS_QPT_XRC_TGT: u32 = 10;
+/// QP type: driver-specific.
+pub const IB_UVERBS_QPT_DRIVER: u32 = 0xFF;
+
+/// QP create flag: block multicast loopback.
+pub const IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK: u32 = 1 << 1;
+/// QP create flag: scatter the FCS.
+pub const IB_UVERBS_QP_CREATE_SCATTER_FCS: u32 = 1 << 8;
+/// QP create flag: strip C-VLAN.
+pub const IB_UVERBS_QP_CREATE_CVLAN_STRIPPING: u32 = 1 << 9;
+/// QP create flag: pad PCI writes to the end.
+pub const IB_UVERBS_QP_CREATE_PCI_WRITE_END_PADDING: u32 = 1 << 11;
+/// QP create flag: every send WR is signalled (the ioctl's `sq_sig_all`).
+pub const IB_UVERBS_QP_CREATE_SQ_SIG_ALL: u32 = 1 << 12;
+
+/// A QP's queue capacities, as `QP_CREATE` takes and answers them.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_qp_cap {
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline data bytes.
+    pub max_inline_data: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_qp_cap>() == 20);

@@ -501,3 +501,502 @@ pub struct ib_uverbs_dereg_mr {
 }
 const _: () = assert!(core::mem::size_of::<ib_uverbs_dereg_mr>() == 4);
 const _: () = assert!(core::mem::align_of::<ib_uverbs_dereg_mr>() == 4);
+
+/// `ib_uverbs_ex_create_cq_flags`: completions carry a timestamp.
+pub const IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION: u32 = 1 << 0;
+/// `ib_uverbs_ex_create_cq_flags`: the CQ may be overrun without an error.
+pub const IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN: u32 = 1 << 1;
+
+/// `CREATE_COMP_CHANNEL` command body.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_comp_channel {
+    /// User pointer to the response buffer.
+    pub response: u64,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_comp_channel>() == 8);
+
+/// `CREATE_COMP_CHANNEL` response.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_comp_channel_resp {
+    /// The new completion-event file descriptor.
+    pub fd: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_comp_channel_resp>() == 4);
+
+/// One completion event as read from a completion channel.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_comp_event_desc {
+    /// The `user_handle` of the CQ the event is about.
+    pub cq_handle: u64,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_comp_event_desc>() == 8);
+
+/// `CREATE_CQ` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_cq {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Value returned in completion and async events about this CQ.
+    pub user_handle: u64,
+    /// Minimum number of entries.
+    pub cqe: u32,
+    /// Completion vector.
+    pub comp_vector: u32,
+    /// Completion channel descriptor (`__s32`), -1 for none.
+    pub comp_channel: i32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_cq>() == 32);
+
+/// `CREATE_CQ` response (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_cq_resp {
+    /// Handle of the new CQ.
+    pub cq_handle: u32,
+    /// Number of entries the CQ really has.
+    pub cqe: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_cq_resp>() == 8);
+
+/// `DESTROY_CQ` command body.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_cq {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Handle of the CQ to destroy.
+    pub cq_handle: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_destroy_cq>() == 16);
+
+/// `DESTROY_CQ` response (also `UVERBS_ATTR_DESTROY_CQ_RESP`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_cq_resp {
+    /// Completion events delivered for this CQ.
+    pub comp_events_reported: u32,
+    /// Async events delivered for this CQ.
+    pub async_events_reported: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_destroy_cq_resp>() == 8);
+
+/// `REQ_NOTIFY_CQ` command body (no response).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_req_notify_cq {
+    /// Handle of the CQ to arm.
+    pub cq_handle: u32,
+    /// 1: only solicited completions raise an event.
+    pub solicited_only: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_req_notify_cq>() == 8);
+
+/// `CREATE_QP` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_qp {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Value returned in async events about this QP.
+    pub user_handle: u64,
+    /// Protection domain handle.
+    pub pd_handle: u32,
+    /// Send CQ handle.
+    pub send_cq_handle: u32,
+    /// Receive CQ handle.
+    pub recv_cq_handle: u32,
+    /// SRQ handle (read when `is_srq`).
+    pub srq_handle: u32,
+    /// Requested send queue depth.
+    pub max_send_wr: u32,
+    /// Requested receive queue depth.
+    pub max_recv_wr: u32,
+    /// Requested SGEs per send WR.
+    pub max_send_sge: u32,
+    /// Requested SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Requested inline data bytes.
+    pub max_inline_data: u32,
+    /// 1: every send WR is signalled.
+    pub sq_sig_all: u8,
+    /// QP type (`IB_UVERBS_QPT_*`).
+    pub qp_type: u8,
+    /// 1: the QP uses `srq_handle`.
+    pub is_srq: u8,
+    /// Reserved.
+    pub reserved: u8,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_qp>() == 56);
+
+/// `CREATE_QP` response (flexible `u32 driver_data[]` tail omitted).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_qp_resp {
+    /// Handle of the new QP.
+    pub qp_handle: u32,
+    /// QP number.
+    pub qpn: u32,
+    /// Actual send queue depth.
+    pub max_send_wr: u32,
+    /// Actual receive queue depth.
+    pub max_recv_wr: u32,
+    /// Actual SGEs per send WR.
+    pub max_send_sge: u32,
+    /// Actual SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Actual inline data bytes.
+    pub max_inline_data: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_qp_resp>() == 32);
+
+/// An address vector as MODIFY_QP and QUERY_QP carry it.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_qp_dest {
+    /// Destination GID (network order).
+    pub dgid: [u8; 16],
+    /// Flow label.
+    pub flow_label: u32,
+    /// Destination LID.
+    pub dlid: u16,
+    /// Reserved.
+    pub reserved: u16,
+    /// Source GID index.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate.
+    pub static_rate: u8,
+    /// 1: a GRH is used (always on RoCE).
+    pub is_global: u8,
+    /// Port number.
+    pub port_num: u8,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_qp_dest>() == 32);
+
+/// `QUERY_QP` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_qp {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Handle of the QP.
+    pub qp_handle: u32,
+    /// Attributes asked for (`IB_QP_*` mask bits).
+    pub attr_mask: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_qp>() == 16);
+
+/// `QUERY_QP` response (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_qp_resp {
+    /// Primary path.
+    pub dest: ib_uverbs_qp_dest,
+    /// Alternate path.
+    pub alt_dest: ib_uverbs_qp_dest,
+    /// Send queue depth.
+    pub max_send_wr: u32,
+    /// Receive queue depth.
+    pub max_recv_wr: u32,
+    /// SGEs per send WR.
+    pub max_send_sge: u32,
+    /// SGEs per receive WR.
+    pub max_recv_sge: u32,
+    /// Inline data bytes.
+    pub max_inline_data: u32,
+    /// Q_Key.
+    pub qkey: u32,
+    /// Receive PSN.
+    pub rq_psn: u32,
+    /// Send PSN.
+    pub sq_psn: u32,
+    /// Destination QP number.
+    pub dest_qp_num: u32,
+    /// Remote access flags.
+    pub qp_access_flags: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Alternate P_Key index.
+    pub alt_pkey_index: u16,
+    /// Current state (`enum ib_qp_state`).
+    pub qp_state: u8,
+    /// Current state as the caller assumed it.
+    pub cur_qp_state: u8,
+    /// Path MTU (`enum ib_mtu`).
+    pub path_mtu: u8,
+    /// Path migration state.
+    pub path_mig_state: u8,
+    /// SQ draining.
+    pub sq_draining: u8,
+    /// Outstanding RDMA reads/atomics as initiator.
+    pub max_rd_atomic: u8,
+    /// Outstanding RDMA reads/atomics as target.
+    pub max_dest_rd_atomic: u8,
+    /// Minimum RNR NAK timer.
+    pub min_rnr_timer: u8,
+    /// Port number.
+    pub port_num: u8,
+    /// Local ACK timeout.
+    pub timeout: u8,
+    /// Retry count.
+    pub retry_cnt: u8,
+    /// RNR retry count.
+    pub rnr_retry: u8,
+    /// Alternate port number.
+    pub alt_port_num: u8,
+    /// Alternate local ACK timeout.
+    pub alt_timeout: u8,
+    /// 1: every send WR is signalled.
+    pub sq_sig_all: u8,
+    /// Reserved.
+    pub reserved: [u8; 5],
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_qp_resp>() == 128);
+
+/// `MODIFY_QP` command body (no response; `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_modify_qp {
+    /// Primary path (with `IB_QP_AV`).
+    pub dest: ib_uverbs_qp_dest,
+    /// Alternate path (with `IB_QP_ALT_PATH`).
+    pub alt_dest: ib_uverbs_qp_dest,
+    /// Handle of the QP.
+    pub qp_handle: u32,
+    /// Which fields the kernel reads (`IB_QP_*` mask bits).
+    pub attr_mask: u32,
+    /// Q_Key.
+    pub qkey: u32,
+    /// Receive PSN.
+    pub rq_psn: u32,
+    /// Send PSN.
+    pub sq_psn: u32,
+    /// Destination QP number.
+    pub dest_qp_num: u32,
+    /// Remote access flags.
+    pub qp_access_flags: u32,
+    /// P_Key index.
+    pub pkey_index: u16,
+    /// Alternate P_Key index.
+    pub alt_pkey_index: u16,
+    /// New state.
+    pub qp_state: u8,
+    /// Assumed current state (with `IB_QP_CUR_STATE`).
+    pub cur_qp_state: u8,
+    /// Path MTU (`enum ib_mtu`).
+    pub path_mtu: u8,
+    /// Path migration state.
+    pub path_mig_state: u8,
+    /// Ask for an event when the SQ has drained.
+    pub en_sqd_async_notify: u8,
+    /// Outstanding RDMA reads/atomics as initiator.
+    pub max_rd_atomic: u8,
+    /// Outstanding RDMA reads/atomics as target.
+    pub max_dest_rd_atomic: u8,
+    /// Minimum RNR NAK timer.
+    pub min_rnr_timer: u8,
+    /// Port number.
+    pub port_num: u8,
+    /// Local ACK timeout.
+    pub timeout: u8,
+    /// Retry count.
+    pub retry_cnt: u8,
+    /// RNR retry count.
+    pub rnr_retry: u8,
+    /// Alternate port number.
+    pub alt_port_num: u8,
+    /// Alternate local ACK timeout.
+    pub alt_timeout: u8,
+    /// Reserved.
+    pub reserved: [u8; 2],
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_modify_qp>() == 112);
+
+/// `DESTROY_QP` command body.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_qp {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Handle of the QP to destroy.
+    pub qp_handle: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_destroy_qp>() == 16);
+
+/// `DESTROY_QP` response (also `UVERBS_ATTR_DESTROY_QP_RESP`).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_qp_resp {
+    /// Async events delivered for this QP.
+    pub events_reported: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_destroy_qp_resp>() == 4);
+
+/// The global route header part of an address handle.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_global_route {
+    /// Destination GID (network order).
+    pub dgid: [u8; 16],
+    /// Flow label.
+    pub flow_label: u32,
+    /// Source GID index.
+    pub sgid_index: u8,
+    /// Hop limit.
+    pub hop_limit: u8,
+    /// Traffic class.
+    pub traffic_class: u8,
+    /// Reserved.
+    pub reserved: u8,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_global_route>() == 24);
+
+/// An address handle's attributes.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_ah_attr {
+    /// Global route (read when `is_global`).
+    pub grh: ib_uverbs_global_route,
+    /// Destination LID.
+    pub dlid: u16,
+    /// Service level.
+    pub sl: u8,
+    /// Source path bits.
+    pub src_path_bits: u8,
+    /// Static rate.
+    pub static_rate: u8,
+    /// 1: `grh` is used (always on RoCE).
+    pub is_global: u8,
+    /// Port number.
+    pub port_num: u8,
+    /// Reserved.
+    pub reserved: u8,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_ah_attr>() == 32);
+
+/// `CREATE_AH` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_ah {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Value kept with the AH.
+    pub user_handle: u64,
+    /// Protection domain handle.
+    pub pd_handle: u32,
+    /// Reserved.
+    pub reserved: u32,
+    /// The address.
+    pub attr: ib_uverbs_ah_attr,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_ah>() == 56);
+
+/// `CREATE_AH` response (flexible `u32 driver_data[]` tail omitted).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_ah_resp {
+    /// Handle of the new AH.
+    pub ah_handle: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_ah_resp>() == 4);
+
+/// `DESTROY_AH` command body (no response).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_ah {
+    /// Handle of the AH to destroy.
+    pub ah_handle: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_destroy_ah>() == 4);
+
+/// `POST_SEND` command body (the `send_wr[]` tail omitted; the rxe
+/// doorbell sends none).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_post_send {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Handle of the QP.
+    pub qp_handle: u32,
+    /// Number of work requests that follow.
+    pub wr_count: u32,
+    /// Number of SGEs that follow the work requests.
+    pub sge_count: u32,
+    /// Size of one work request in the tail.
+    pub wqe_size: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_post_send>() == 24);
+
+/// `POST_SEND` response.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_post_send_resp {
+    /// Index of the first WR the kernel refused.
+    pub bad_wr: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_post_send_resp>() == 4);

@@ -35,6 +35,7 @@ const HEADERS: &[&str] = &[
     "rdma/ib_user_ioctl_cmds.h",
     "rdma/ib_user_ioctl_verbs.h",
     "rdma/siw-abi.h",
+    "rdma/rdma_user_rxe.h",
     "rdma/rdma_netlink.h",
     "linux/netlink.h",
 ];
@@ -171,6 +172,8 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             IB_USER_VERBS_EX_CMD_MODIFY_CQ,
             IB_USER_VERBS_CMD_COMMAND_MASK,
             IB_USER_VERBS_CMD_FLAG_EXTENDED,
+            IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION,
+            IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN,
             // rdma_user_ioctl_cmds.h
             RDMA_IOCTL_MAGIC,
             RDMA_VERBS_IOCTL,
@@ -240,6 +243,37 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             UVERBS_ATTR_QUERY_MR_RESP_IOVA,
             UVERBS_METHOD_ASYNC_EVENT_ALLOC,
             UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE,
+            UVERBS_METHOD_CQ_CREATE,
+            UVERBS_METHOD_CQ_DESTROY,
+            UVERBS_ATTR_CREATE_CQ_HANDLE,
+            UVERBS_ATTR_CREATE_CQ_CQE,
+            UVERBS_ATTR_CREATE_CQ_USER_HANDLE,
+            UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL,
+            UVERBS_ATTR_CREATE_CQ_COMP_VECTOR,
+            UVERBS_ATTR_CREATE_CQ_FLAGS,
+            UVERBS_ATTR_CREATE_CQ_RESP_CQE,
+            UVERBS_ATTR_CREATE_CQ_EVENT_FD,
+            UVERBS_ATTR_DESTROY_CQ_HANDLE,
+            UVERBS_ATTR_DESTROY_CQ_RESP,
+            UVERBS_METHOD_QP_CREATE,
+            UVERBS_METHOD_QP_DESTROY,
+            UVERBS_ATTR_CREATE_QP_HANDLE,
+            UVERBS_ATTR_CREATE_QP_XRCD_HANDLE,
+            UVERBS_ATTR_CREATE_QP_PD_HANDLE,
+            UVERBS_ATTR_CREATE_QP_SRQ_HANDLE,
+            UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE,
+            UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE,
+            UVERBS_ATTR_CREATE_QP_IND_TABLE_HANDLE,
+            UVERBS_ATTR_CREATE_QP_USER_HANDLE,
+            UVERBS_ATTR_CREATE_QP_CAP,
+            UVERBS_ATTR_CREATE_QP_TYPE,
+            UVERBS_ATTR_CREATE_QP_FLAGS,
+            UVERBS_ATTR_CREATE_QP_SOURCE_QPN,
+            UVERBS_ATTR_CREATE_QP_EVENT_FD,
+            UVERBS_ATTR_CREATE_QP_RESP_CAP,
+            UVERBS_ATTR_CREATE_QP_RESP_QP_NUM,
+            UVERBS_ATTR_DESTROY_QP_HANDLE,
+            UVERBS_ATTR_DESTROY_QP_RESP,
             // ib_user_ioctl_verbs.h
             IB_UVERBS_ACCESS_OPTIONAL_FIRST,
             IB_UVERBS_ACCESS_OPTIONAL_LAST,
@@ -258,6 +292,18 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             IB_UVERBS_GID_TYPE_IB,
             IB_UVERBS_GID_TYPE_ROCE_V1,
             IB_UVERBS_GID_TYPE_ROCE_V2,
+            IB_UVERBS_QPT_RC,
+            IB_UVERBS_QPT_UC,
+            IB_UVERBS_QPT_UD,
+            IB_UVERBS_QPT_RAW_PACKET,
+            IB_UVERBS_QPT_XRC_INI,
+            IB_UVERBS_QPT_XRC_TGT,
+            IB_UVERBS_QPT_DRIVER,
+            IB_UVERBS_QP_CREATE_BLOCK_MULTICAST_LOOPBACK,
+            IB_UVERBS_QP_CREATE_SCATTER_FCS,
+            IB_UVERBS_QP_CREATE_CVLAN_STRIPPING,
+            IB_UVERBS_QP_CREATE_PCI_WRITE_END_PADDING,
+            IB_UVERBS_QP_CREATE_SQ_SIG_ALL,
             RDMA_DRIVER_UNKNOWN,
             RDMA_DRIVER_MLX5,
             RDMA_DRIVER_MLX4,
@@ -341,6 +387,62 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             }
             ib_uverbs_rereg_mr_resp { lkey, rkey }
             ib_uverbs_dereg_mr { mr_handle }
+            ib_uverbs_create_comp_channel { response }
+            ib_uverbs_create_comp_channel_resp { fd }
+            ib_uverbs_comp_event_desc { cq_handle }
+            ib_uverbs_create_cq { response, user_handle, cqe, comp_vector, comp_channel, reserved }
+            ib_uverbs_create_cq_resp { cq_handle, cqe }
+            ib_uverbs_destroy_cq { response, cq_handle, reserved }
+            ib_uverbs_destroy_cq_resp { comp_events_reported, async_events_reported }
+            ib_uverbs_req_notify_cq { cq_handle, solicited_only }
+            ib_uverbs_create_qp {
+                response, user_handle, pd_handle, send_cq_handle, recv_cq_handle, srq_handle,
+                max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data,
+                sq_sig_all, qp_type, is_srq, reserved,
+            }
+            ib_uverbs_create_qp_resp {
+                qp_handle, qpn, max_send_wr, max_recv_wr, max_send_sge, max_recv_sge,
+                max_inline_data, reserved,
+            }
+            ib_uverbs_qp_dest {
+                dgid, flow_label, dlid, reserved, sgid_index, hop_limit, traffic_class, sl,
+                src_path_bits, static_rate, is_global, port_num,
+            }
+            ib_uverbs_query_qp { response, qp_handle, attr_mask }
+            ib_uverbs_query_qp_resp {
+                dest, alt_dest, max_send_wr, max_recv_wr, max_send_sge, max_recv_sge,
+                max_inline_data, qkey, rq_psn, sq_psn, dest_qp_num, qp_access_flags,
+                pkey_index, alt_pkey_index, qp_state, cur_qp_state, path_mtu, path_mig_state,
+                sq_draining, max_rd_atomic, max_dest_rd_atomic, min_rnr_timer, port_num,
+                timeout, retry_cnt, rnr_retry, alt_port_num, alt_timeout, sq_sig_all, reserved,
+            }
+            ib_uverbs_modify_qp {
+                dest, alt_dest, qp_handle, attr_mask, qkey, rq_psn, sq_psn, dest_qp_num,
+                qp_access_flags, pkey_index, alt_pkey_index, qp_state, cur_qp_state, path_mtu,
+                path_mig_state, en_sqd_async_notify, max_rd_atomic, max_dest_rd_atomic,
+                min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry, alt_port_num,
+                alt_timeout, reserved,
+            }
+            ib_uverbs_destroy_qp { response, qp_handle, reserved }
+            ib_uverbs_destroy_qp_resp { events_reported }
+            ib_uverbs_global_route {
+                dgid, flow_label, sgid_index, hop_limit, traffic_class, reserved
+            }
+            ib_uverbs_ah_attr {
+                grh, dlid, sl, src_path_bits, static_rate, is_global, port_num, reserved
+            }
+            ib_uverbs_create_ah { response, user_handle, pd_handle, reserved, attr }
+            ib_uverbs_create_ah_resp { ah_handle }
+            ib_uverbs_destroy_ah { ah_handle }
+            ib_uverbs_post_send { response, qp_handle, wr_count, sge_count, wqe_size }
+            ib_uverbs_post_send_resp { bad_wr }
+            ib_uverbs_qp_cap {
+                max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data
+            }
+            mminfo { offset, size, pad }
+            rxe_create_cq_resp { mi }
+            rxe_create_qp_resp { rq_mi, sq_mi }
+            rxe_create_ah_resp { ah_num, reserved }
             ib_uverbs_attr { attr_id, len, flags, attr_data, data }
             ib_uverbs_ioctl_hdr {
                 length, object_id, method_id, num_attrs, reserved1, driver_id, reserved2

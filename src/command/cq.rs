@@ -1,0 +1,100 @@
+//! Completion-queue commands: CREATE_CQ, DESTROY_CQ and REQ_NOTIFY_CQ (the
+//! write() forms; the native `UVERBS_METHOD_CQ_CREATE` is
+//! [`crate::method::CqCreate`]).
+
+use super::WriteCommand;
+use uverbs_uapi as sys;
+
+/// `CREATE_CQ`: a completion queue of at least `cqe` entries.
+///
+/// rxe answers `rxe_create_cq_resp` (the ring's `mminfo`) as UHW out: give
+/// [`transport::run`](crate::transport) a 16-byte `uhw_out`.
+#[doc(alias = "ibv_create_cq")]
+#[doc(alias = "ibv_cmd_create_cq")]
+#[derive(Clone, Copy, Debug)]
+pub struct CreateCq {
+    req: sys::ib_uverbs_create_cq,
+}
+
+impl CreateCq {
+    /// A CQ of at least `cqe` entries whose events carry `user_handle`, on
+    /// completion vector 0, without completion channel.
+    pub fn new(cqe: u32, user_handle: u64) -> Self {
+        CreateCq {
+            req: sys::ib_uverbs_create_cq {
+                user_handle,
+                cqe,
+                comp_channel: -1,
+                ..Default::default()
+            },
+        }
+    }
+
+    /// Completion events go to this completion channel descriptor.
+    pub fn comp_channel(mut self, fd: i32) -> Self {
+        self.req.comp_channel = fd;
+        self
+    }
+
+    /// The completion vector (default 0).
+    pub fn comp_vector(mut self, vector: u32) -> Self {
+        self.req.comp_vector = vector;
+        self
+    }
+}
+
+// Mirrors ib_uverbs_create_cq{,_resp}; the request starts with `response`.
+impl WriteCommand for CreateCq {
+    const CODE: u32 = sys::IB_USER_VERBS_CMD_CREATE_CQ;
+    type Request = sys::ib_uverbs_create_cq;
+    type Response = sys::ib_uverbs_create_cq_resp;
+
+    fn request(&self) -> Self::Request {
+        self.req
+    }
+}
+
+destroy_with_response!(
+    /// `DESTROY_CQ`: destroys a CQ (`EBUSY` while a QP uses it); the answer
+    /// counts the completion and async events reported for it.
+    #[doc(alias = "ibv_destroy_cq")]
+    #[doc(alias = "ibv_cmd_destroy_cq")]
+    DestroyCq,
+    IB_USER_VERBS_CMD_DESTROY_CQ,
+    ib_uverbs_destroy_cq,
+    ib_uverbs_destroy_cq_resp,
+    cq_handle,
+    "CQ"
+);
+
+/// `REQ_NOTIFY_CQ`: arms a CQ so that its next completion (or next
+/// solicited one) raises one event on its completion channel.
+#[doc(alias = "ibv_req_notify_cq")]
+#[doc(alias = "ibv_cmd_req_notify_cq")]
+#[derive(Clone, Copy, Debug)]
+pub struct ReqNotifyCq {
+    req: sys::ib_uverbs_req_notify_cq,
+}
+
+impl ReqNotifyCq {
+    /// Arm CQ `cq_handle`; `solicited_only` waits for a solicited completion.
+    pub fn new(cq_handle: u32, solicited_only: bool) -> Self {
+        ReqNotifyCq {
+            req: sys::ib_uverbs_req_notify_cq {
+                cq_handle,
+                solicited_only: solicited_only.into(),
+            },
+        }
+    }
+}
+
+// Mirrors ib_uverbs_req_notify_cq; no response.
+impl WriteCommand for ReqNotifyCq {
+    const CODE: u32 = sys::IB_USER_VERBS_CMD_REQ_NOTIFY_CQ;
+    type Request = sys::ib_uverbs_req_notify_cq;
+    type Response = ();
+
+    fn request(&self) -> Self::Request {
+        self.req
+    }
+}

@@ -1,0 +1,161 @@
+//! The data path's typed commands against the recording fake kernel: what
+//! reaches the kernel, what comes back (core response and the rxe UHW
+//! answer), and that a bad MODIFY_QP is refused before anything is sent.
+
+use std::io::Read;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::sync::Arc;
+
+use uverbs::command::*;
+use uverbs::transport::RecordingTransport;
+use uverbs::uverbs_uapi as sys;
+use uverbs::{AccessFlags, Context, DriverId, OpenOptions};
+use zerocopy::FromBytes;
+
+fn fake_ctx() -> (Arc<RecordingTransport>, Context) {
+    let fake = Arc::new(RecordingTransport::new());
+    let ctx = Context::with_transport(
+        "fake0",
+        Some(DriverId::RXE),
+        Box::new(fake.clone()),
+        &OpenOptions::new(),
+    )
+    .unwrap();
+    (fake, ctx)
+}
+
+fn cap() -> sys::ib_uverbs_qp_cap {
+    sys::ib_uverbs_qp_cap {
+        max_send_wr: 10,
+        max_recv_wr: 10,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    }
+}
+
+/// CQ and QP through `Context::execute` with rxe's UHW buffers: the
+/// answers decode, the rings' `mminfo` come back RQ first, and destroying
+/// a CQ in use is `EBUSY`.
+#[test]
+fn cq_and_qp_lifecycle_with_rxe_answers() {
+    let (fake, ctx) = fake_ctx();
+    // SAFETY (each execute below): the fake kernel touches only the
+    // buffers given; these objects are owned by nothing else.
+    let pd = unsafe { ctx.execute(&AllocPd::new(), &mut []) }
+        .unwrap()
+        .pd_handle;
+    let mut cq_uhw = [0u8; 16];
+    let cq = unsafe { ctx.execute(&CreateCq::new(16, 0xabc), &mut cq_uhw) }.unwrap();
+    assert_eq!(cq.cqe, 31, "rxe rounds 16 + 1 up to 32 slots");
+    let cq_mi = sys::rxe_create_cq_resp::read_from_bytes(&cq_uhw[..])
+        .unwrap()
+        .mi;
+    assert!(cq_mi.offset != 0 && cq_mi.size != 0, "{cq_mi:?}");
+    let sent = fake.commands().last().cloned().unwrap();
+    assert_eq!((sent.core_out_len, sent.uhw_out_len), (8, 16));
+    let req: sys::ib_uverbs_create_cq = sent.request().unwrap();
+    assert_eq!(
+        (req.cqe, req.user_handle, req.comp_channel),
+        (16, 0xabc, -1)
+    );
+
+    let mut qp_uhw = [0u8; 32];
+    let create = CreateQp::new(QpType::Rc, pd, cq.cq_handle, cq.cq_handle, cap());
+    let qp = unsafe { ctx.execute(&create, &mut qp_uhw) }.unwrap();
+    assert_eq!(qp.max_send_wr, 15);
+    let rings = sys::rxe_create_qp_resp::read_from_bytes(&qp_uhw[..]).unwrap();
+    assert!(
+        rings.rq_mi.offset < rings.sq_mi.offset,
+        "RQ first: {rings:?}"
+    );
+
+    let busy = unsafe { ctx.execute(&DestroyCq::new(cq.cq_handle), &mut []) };
+    assert_eq!(busy.unwrap_err().errno(), Some(uverbs::Errno::BUSY));
+    unsafe { ctx.execute(&DestroyQp::new(qp.qp_handle), &mut []) }.unwrap();
+    unsafe { ctx.execute(&DestroyCq::new(cq.cq_handle), &mut []) }.unwrap();
+}
+
+/// RESET -> INIT -> RTR -> RTS with masks derived from the fields; the
+/// fake's QUERY_QP then says RTS. A transition the table refuses sends
+/// nothing.
+#[test]
+fn modify_qp_walks_to_rts_and_refuses_before_sending() {
+    let (fake, ctx) = fake_ctx();
+    let pd = unsafe { ctx.execute(&AllocPd::new(), &mut []) }
+        .unwrap()
+        .pd_handle;
+    // SAFETY (each execute): as above.
+    let cq = unsafe { ctx.execute(&CreateCq::new(4, 0), &mut [0; 16]) }.unwrap();
+    let create = CreateQp::new(QpType::Rc, pd, cq.cq_handle, cq.cq_handle, cap());
+    let qp = unsafe { ctx.execute(&create, &mut [0; 32]) }.unwrap();
+    let h = qp.qp_handle;
+
+    let before = fake.count();
+    let skip = QpAttr::new().state(QpState::Rts).sq_psn(1);
+    let refused = ModifyQp::checked(h, QpType::Rc, QpState::Reset, &skip);
+    assert!(matches!(
+        refused,
+        Err(QpTransitionError::InvalidTransition { .. })
+    ));
+    assert_eq!(
+        fake.count(),
+        before,
+        "nothing sent for a refused transition"
+    );
+
+    let init = QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(1)
+        .access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+    let rtr = QpAttr::new()
+        .state(QpState::Rtr)
+        .path_mtu(Mtu::Mtu1024)
+        .dest_qpn(qp.qpn)
+        .rq_psn(0)
+        .max_dest_rd_atomic(1)
+        .min_rnr_timer(12)
+        .av(QpAttr::roce_dest([0; 16], 1, 1, 1));
+    let rts = QpAttr::new()
+        .state(QpState::Rts)
+        .timeout(14)
+        .retry_cnt(7)
+        .rnr_retry(7)
+        .sq_psn(0)
+        .max_rd_atomic(1);
+    let mut state = QpState::Reset;
+    for (attr, mask) in [(init, 0x39), (rtr, 0x12_9181), (rts, 0x1_2E01)] {
+        let cmd = ModifyQp::checked(h, QpType::Rc, state, &attr).unwrap();
+        unsafe { ctx.execute(&cmd, &mut []) }.unwrap();
+        let sent: sys::ib_uverbs_modify_qp = fake.commands().last().unwrap().request().unwrap();
+        assert_eq!((sent.qp_handle, sent.attr_mask), (h, mask));
+        state = attr.target_state().unwrap();
+    }
+    let q = QueryQp::new(h, QpAttrMask::STATE);
+    let answer = unsafe { ctx.execute(&q, &mut []) }.unwrap();
+    assert_eq!(QpState::from_raw(answer.qp_state), Some(QpState::Rts));
+}
+
+/// Ringing the doorbell is one write() of the bytes prepared at creation:
+/// into a pipe, they arrive exactly, twice in a row.
+#[test]
+fn doorbell_rings_with_one_write_of_the_prepared_bytes() {
+    let bell = PostSendDoorbell::new(3);
+    let mut fds = [0; 2];
+    // SAFETY: pipe() writes two new descriptors into the array.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are new and owned by nothing else.
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let mut reader = std::fs::File::from(reader);
+    // SAFETY: a pipe is not a uverbs file: no device runs any WQE.
+    unsafe { bell.ring(writer.as_fd()) }.unwrap();
+    unsafe { bell.ring(writer.as_fd()) }.unwrap();
+    drop(writer);
+    let mut got = Vec::new();
+    reader.read_to_end(&mut got).unwrap();
+    let mut expected = bell.as_bytes().to_vec();
+    expected.extend_from_slice(bell.as_bytes());
+    assert_eq!(got, expected);
+    assert_eq!(got.len(), 2 * DOORBELL_LEN);
+}
