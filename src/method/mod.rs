@@ -2,7 +2,7 @@
 //!
 //! Each method is a small type in the shape of the write commands
 //! ([`crate::command`]): its inputs in `new`, a `method` that frames it with
-//! the typed [`Method`](crate::transport::Method) builder (outputs borrowed
+//! the typed [`Method`] builder (outputs borrowed
 //! from the value, so golden tests can pin the exact frame), and a `run`
 //! that sends it and decodes the answer. Every output the answer needs must
 //! come back marked `UVERBS_ATTR_F_VALID_OUTPUT`, else `EPROTO`.

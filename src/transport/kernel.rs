@@ -360,7 +360,11 @@ mod tests {
         let null = write_file(File::options().write(true).open("/dev/null").unwrap());
         // SAFETY: the frame carries no pointers; /dev/null takes any bytes.
         assert_eq!(unsafe { null.write_prepared(&[0u8; 32]) }, Ok(32));
-        let zero = File::options().read(true).write(true).open("/dev/zero").unwrap();
+        let zero = File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/zero")
+            .unwrap();
         let zero = write_file(zero);
         let page = rustix::param::page_size();
         // SAFETY: /dev/zero's shared mapping aliases nothing of ours.
