@@ -17,8 +17,8 @@
 //!   go through zerocopy's safe methods (`as_bytes`, `read_from_bytes`, ...).
 //! * The layouts and values are checked against the installed C headers by
 //!   `tests/c_layout.rs`.
-//! * `<rdma/rdma_user_rxe.h>` is not mirrored: rxe needs no driver-private data for
-//!   context, PD or MR commands, and the header defines no ABI version constant.
+//! * `<rdma/rdma_user_rxe.h>` defines no ABI version constant; its shared-ring and
+//!   WQE layouts are in [`rdma_user_rxe`].
 #![no_std]
 #![allow(non_camel_case_types)]
 #![deny(missing_docs)]
@@ -28,6 +28,7 @@ pub mod ib_user_ioctl_verbs;
 pub mod ib_user_verbs;
 pub mod rdma_netlink;
 pub mod rdma_user_ioctl_cmds;
+pub mod rdma_user_rxe;
 pub mod siw_abi;
 
 pub use ib_user_ioctl_cmds::*;
@@ -35,6 +36,7 @@ pub use ib_user_ioctl_verbs::*;
 pub use ib_user_verbs::*;
 pub use rdma_netlink::*;
 pub use rdma_user_ioctl_cmds::*;
+pub use rdma_user_rxe::*;
 pub use siw_abi::*;
 
 #[cfg(test)]
