@@ -2,7 +2,7 @@
 //!
 //! [`queue`] is the shared-ring protocol (header, indices, memory ordering),
 //! [`wqe`] what goes into the rings (send and receive WQEs) and comes out
-//! (completions). Tests drive both against [`kernel_model`], an in-process
+//! (completions). Tests drive both against `kernel_model`, an in-process
 //! model of the kernel's side of the same memory.
 
 use crate::error::Errno;
