@@ -17,8 +17,8 @@
 //!   go through zerocopy's safe methods (`as_bytes`, `read_from_bytes`, ...).
 //! * The layouts and values are checked against the installed C headers by
 //!   `tests/c_layout.rs`.
-//! * Of `<rdma/rdma_user_rxe.h>` only the create responses the data path parses
-//!   are mirrored (`mminfo`, `rxe_create_{cq,qp,ah}_resp`).
+//! * `<rdma/rdma_user_rxe.h>` defines no ABI version constant; its create
+//!   responses, shared-ring and WQE layouts are in [`rdma_user_rxe`].
 #![no_std]
 #![allow(non_camel_case_types)]
 #![deny(missing_docs)]

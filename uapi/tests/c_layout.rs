@@ -112,6 +112,14 @@ macro_rules! table {
 }
 
 fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
+    let (mut items, mut tiling) = core_table();
+    let (rxe_items, rxe_tiling) = rxe_table();
+    items.extend(rxe_items);
+    tiling.extend(rxe_tiling);
+    (items, tiling)
+}
+
+fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
     table! {
         consts {
             // ib_user_verbs.h
@@ -452,6 +460,106 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             siw_uresp_reg_mr { stag, pad }
         }
     }
+}
+
+// ---- rdma_user_rxe.h: the rxe shared rings, WQEs and ib_uverbs_wc ----
+
+/// Adds the checks of a Rust struct that mirrors an anonymous member `$path` of
+/// the C struct `$outer` (a union member, e.g. `rxe_send_wr.wr.rdma`): its size,
+/// alignment and each field's offset relative to the member.
+macro_rules! member_struct {
+    ($items:ident, $tiling:ident, $s:ident = $outer:literal . $path:literal { $($f:ident),* $(,)? }) => {{
+        let _exhaustive = |x: $s| {
+            let $s { $($f: _),* } = x;
+        };
+        let member = concat!("((struct ", $outer, " *)0)->", $path);
+        $items.push(Item::new(
+            concat!("sizeof(", stringify!($s), ")"),
+            format!("sizeof({member})"),
+            core::mem::size_of::<$s>() as i128,
+        ));
+        $items.push(Item::new(
+            concat!("alignof(", stringify!($s), ")"),
+            format!("_Alignof(__typeof__({member}))"),
+            core::mem::align_of::<$s>() as i128,
+        ));
+        let mut sum = 0usize;
+        $(
+            let size = field_size(|x: &$s| &x.$f);
+            sum += size;
+            $items.push(Item::new(
+                concat!(stringify!($s), ".", stringify!($f)),
+                concat!(
+                    "offsetof(struct ", $outer, ", ", $path, ".", stringify!($f), ") - ",
+                    "offsetof(struct ", $outer, ", ", $path, ")"
+                ),
+                core::mem::offset_of!($s, $f) as i128,
+            ));
+            $items.push(Item::new(
+                concat!("sizeof(", stringify!($s), ".", stringify!($f), ")"),
+                format!("sizeof({member}.{})", stringify!($f)),
+                size as i128,
+            ));
+        )*
+        $tiling.push((stringify!($s), sum, core::mem::size_of::<$s>()));
+    }};
+}
+
+fn rxe_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
+    let (mut items, mut tiling) = table! {
+        consts {
+            IB_UVERBS_WC_SEND,
+            IB_UVERBS_WC_RDMA_WRITE,
+            IB_UVERBS_WC_RDMA_READ,
+            IB_UVERBS_WC_COMP_SWAP,
+            IB_UVERBS_WC_FETCH_ADD,
+            IB_UVERBS_WC_BIND_MW,
+            IB_UVERBS_WC_LOCAL_INV,
+            IB_UVERBS_WC_TSO,
+            IB_UVERBS_WR_RDMA_WRITE,
+            IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
+            IB_UVERBS_WR_SEND,
+            IB_UVERBS_WR_SEND_WITH_IMM,
+            IB_UVERBS_WR_RDMA_READ,
+            IB_UVERBS_WR_ATOMIC_CMP_AND_SWP,
+            IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
+            IB_UVERBS_WR_LOCAL_INV,
+            IB_UVERBS_WR_BIND_MW,
+            IB_UVERBS_WR_SEND_WITH_INV,
+            IB_UVERBS_WR_TSO,
+            IB_UVERBS_WR_RDMA_READ_WITH_INV,
+            IB_UVERBS_WR_MASKED_ATOMIC_CMP_AND_SWP,
+            IB_UVERBS_WR_MASKED_ATOMIC_FETCH_AND_ADD,
+        }
+        exprs {}
+        structs {
+            rxe_queue_buf {
+                log2_elem_size, index_mask, pad_1, producer_index, pad_2, consumer_index, pad_3
+            }
+            rxe_sge { addr, length, lkey }
+            rxe_dma_info { length, resid, cur_sge, num_sge, sge_offset, reserved }
+            rxe_send_wr { wr_id, reserved, opcode, send_flags, ex, wr }
+            rxe_send_wqe {
+                wr, status, state, iova, mask, first_psn, last_psn, ack_length, ssn,
+                has_rd_atomic, dma
+            }
+            rxe_recv_wqe { wr_id, reserved, padding, dma }
+            ib_uverbs_wc {
+                wr_id, status, opcode, vendor_err, byte_len, ex, qp_num, src_qp, wc_flags,
+                pkey_index, slid, sl, dlid_path_bits, port_num, reserved
+            }
+        }
+    };
+    member_struct!(items, tiling, rxe_send_wr_rdma = "rxe_send_wr"."wr.rdma" {
+        remote_addr, rkey, reserved
+    });
+    member_struct!(items, tiling, rxe_send_wr_atomic = "rxe_send_wr"."wr.atomic" {
+        remote_addr, compare_add, swap, rkey, reserved
+    });
+    member_struct!(items, tiling, rxe_send_wr_ud = "rxe_send_wr"."wr.ud" {
+        remote_qpn, remote_qkey, pkey_index, reserved, ah_num, pad, av
+    });
+    (items, tiling)
 }
 
 /// Writes the C program that prints `name value` for every item.

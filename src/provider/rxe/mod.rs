@@ -1,6 +1,23 @@
 //! Soft RoCE (`rdma_rxe`): the driver this crate knows best.
+//!
+//! [`queue`] is the shared-ring protocol (header, indices, memory ordering),
+//! [`wqe`] what goes into the rings (send and receive WQEs) and comes out
+//! (completions). Tests drive both against `kernel_model`, an in-process
+//! model of the kernel's side of the same memory.
 
 use crate::error::Errno;
+
+// The CQ and QP objects will own the mappings and use these; until they land,
+// only the tests do.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) mod queue;
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) mod wqe;
+
+#[cfg(test)]
+mod kernel_model;
+#[cfg(test)]
+mod ring_props;
 
 /// Driver ABI versions rdma-core's rxe provider accepts.
 pub(crate) const ABI: (u32, u32, &str) = (1, 2, "1..=2");

@@ -1,0 +1,680 @@
+//! Work requests into rxe queue slots, completions out of them.
+//!
+//! A send WQE is an `rxe_send_wqe` followed by its SGE list or its inline data;
+//! a receive WQE is an `rxe_recv_wqe` followed by its SGE list; a completion is
+//! an `ib_uverbs_wc`. The writers fill a slot exactly as rdma-core's rxe
+//! provider does (`init_send_wqe`, `rxe_post_one_recv`): the work request part
+//! zeroed then filled, `iova` = the remote address, `dma.length = dma.resid` =
+//! the total length, `cur_sge = sge_offset = 0`, `state = 0`; `mask`, `status`
+//! and the PSN fields belong to the kernel and are left alone. They validate
+//! first, as rdma-core does (`validate_send_wr`), and never write a byte
+//! outside the slot.
+//!
+//! The writers only reserve slots; the caller publishes a batch with
+//! [`Producer::publish`] and, for a send queue, then rings the doorbell.
+
+use bitflags::bitflags;
+use zerocopy::{FromBytes, FromZeros, IntoBytes};
+
+use uverbs_uapi::{
+    ib_uverbs_wc, rxe_recv_wqe, rxe_send_wqe, rxe_send_wr_atomic, rxe_send_wr_rdma, rxe_send_wr_ud,
+    rxe_sge, IB_UVERBS_WR_ATOMIC_CMP_AND_SWP, IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
+    IB_UVERBS_WR_RDMA_READ, IB_UVERBS_WR_RDMA_WRITE, IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
+    IB_UVERBS_WR_SEND, IB_UVERBS_WR_SEND_WITH_IMM,
+};
+
+use super::queue::{Consumer, Producer, QueueFull};
+use crate::error::Errno;
+
+/// Bytes of a send WQE before its SGE list or inline data.
+pub(crate) const SEND_WQE_LEN: usize = std::mem::size_of::<rxe_send_wqe>();
+/// Bytes of a receive WQE before its SGE list.
+pub(crate) const RECV_WQE_LEN: usize = std::mem::size_of::<rxe_recv_wqe>();
+/// Bytes of one completion.
+pub(crate) const WC_LEN: usize = std::mem::size_of::<ib_uverbs_wc>();
+const SGE_LEN: usize = std::mem::size_of::<rxe_sge>();
+
+/// One scatter/gather element: a local buffer in a registered region.
+pub(crate) type Sge = rxe_sge;
+
+bitflags! {
+    /// Send flags user space sets (`IB_SEND_*` of the kernel's `ib_verbs.h`,
+    /// equal to libibverbs' `IBV_SEND_*`); `INLINE` (8) is set by the writer
+    /// from the payload.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub(crate) struct SendFlags: u32 {
+        /// Wait for earlier RDMA READs and atomics before this one.
+        const FENCE = 1;
+        /// Produce a completion on success.
+        const SIGNALED = 2;
+        /// Set the solicited-event bit for the receiver.
+        const SOLICITED = 4;
+    }
+}
+
+/// `IB_SEND_INLINE`: the data is in the WQE, not behind SGEs.
+const SEND_INLINE: u32 = 8;
+
+/// A remote buffer: its address and the rkey of its region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Remote {
+    /// Remote virtual address.
+    pub(crate) addr: u64,
+    /// Remote key.
+    pub(crate) rkey: u32,
+}
+
+/// What a send work request does. Immediate data is given in host order and
+/// travels in network order, as libibverbs' `htonl(imm)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendOp {
+    /// SEND, or SEND_WITH_IMM with `imm`.
+    Send {
+        /// Immediate data.
+        imm: Option<u32>,
+    },
+    /// RDMA WRITE, or RDMA_WRITE_WITH_IMM with `imm`.
+    RdmaWrite {
+        /// Target.
+        remote: Remote,
+        /// Immediate data.
+        imm: Option<u32>,
+    },
+    /// RDMA READ into the local SGEs.
+    RdmaRead {
+        /// Source.
+        remote: Remote,
+    },
+    /// 64-bit compare-and-swap; the old value lands in the local SGE.
+    CompareSwap {
+        /// Target (8-byte aligned).
+        remote: Remote,
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+    /// 64-bit fetch-and-add; the old value lands in the local SGE.
+    FetchAdd {
+        /// Target (8-byte aligned).
+        remote: Remote,
+        /// Addend.
+        add: u64,
+    },
+}
+
+impl SendOp {
+    fn opcode(&self) -> u32 {
+        match self {
+            SendOp::Send { imm: None } => IB_UVERBS_WR_SEND,
+            SendOp::Send { imm: Some(_) } => IB_UVERBS_WR_SEND_WITH_IMM,
+            SendOp::RdmaWrite { imm: None, .. } => IB_UVERBS_WR_RDMA_WRITE,
+            SendOp::RdmaWrite { imm: Some(_), .. } => IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
+            SendOp::RdmaRead { .. } => IB_UVERBS_WR_RDMA_READ,
+            SendOp::CompareSwap { .. } => IB_UVERBS_WR_ATOMIC_CMP_AND_SWP,
+            SendOp::FetchAdd { .. } => IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self {
+            SendOp::Send { imm: None } => "SEND",
+            SendOp::Send { imm: Some(_) } => "SEND_WITH_IMM",
+            SendOp::RdmaWrite { imm: None, .. } => "RDMA_WRITE",
+            SendOp::RdmaWrite { imm: Some(_), .. } => "RDMA_WRITE_WITH_IMM",
+            SendOp::RdmaRead { .. } => "RDMA_READ",
+            SendOp::CompareSwap { .. } => "ATOMIC_CMP_AND_SWP",
+            SendOp::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+        }
+    }
+}
+
+/// The local side of a send: registered buffers, or bytes copied into the WQE.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Payload<'a> {
+    /// Gather from (or, for READ and atomics, scatter into) these buffers.
+    Sges(&'a [Sge]),
+    /// Copy these segments into the WQE now (`IBV_SEND_INLINE`): the buffers
+    /// may be reused as soon as the writer returns, and need no lkey.
+    Inline(&'a [&'a [u8]]),
+}
+
+/// Destination of a send on a UD QP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct UdDest {
+    /// Address handle number (`rxe_create_ah_resp.ah_num`).
+    pub(crate) ah_num: u32,
+    /// Destination QP number.
+    pub(crate) remote_qpn: u32,
+    /// Destination Q_Key.
+    pub(crate) remote_qkey: u32,
+}
+
+/// One send work request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendWr<'a> {
+    /// Returned in the completion.
+    pub(crate) wr_id: u64,
+    /// The operation.
+    pub(crate) op: SendOp,
+    /// Fence, signaled, solicited.
+    pub(crate) flags: SendFlags,
+    /// Local buffers or inline data.
+    pub(crate) payload: Payload<'a>,
+    /// Destination, for sends on a UD QP only.
+    pub(crate) ud: Option<UdDest>,
+}
+
+/// What the send queue accepts, from the CREATE_QP response (the kernel
+/// rewrites `max_send_sge` and `max_inline_data` to what a slot holds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SendLimits {
+    /// SGEs per WQE.
+    pub(crate) max_sge: u32,
+    /// Inline bytes per WQE.
+    pub(crate) max_inline: u32,
+}
+
+/// One receive work request.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecvWr<'a> {
+    /// Returned in the completion.
+    pub(crate) wr_id: u64,
+    /// Buffers the incoming message is scattered into.
+    pub(crate) sges: &'a [Sge],
+}
+
+/// Why a work request was not queued. Nothing was written to the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PostError {
+    /// More SGEs (or inline segments) than the queue takes.
+    #[error("{op}: {n} SGEs, the queue takes at most {max} (EINVAL)")]
+    TooManySges {
+        /// `post_send` or `post_recv`.
+        op: &'static str,
+        /// SGEs given.
+        n: usize,
+        /// SGEs a WQE holds.
+        max: u32,
+    },
+    /// Inline data longer than the queue takes.
+    #[error("post_send: {len} bytes of inline data, the queue takes at most {max} (EINVAL)")]
+    InlineTooLong {
+        /// Bytes given.
+        len: u64,
+        /// Inline bytes a WQE holds.
+        max: u32,
+    },
+    /// Inline data on an operation that carries no local data out.
+    #[error("post_send: {opcode} cannot take inline data (EINVAL)")]
+    InlineNotAllowed {
+        /// The opcode.
+        opcode: &'static str,
+    },
+    /// An atomic needs one 8-byte local buffer and an 8-byte aligned remote address.
+    #[error("post_send: {opcode} needs at least 8 local bytes and an 8-byte aligned remote address, got {len} bytes at remote {remote_addr:#x} (EINVAL)")]
+    BadAtomic {
+        /// The opcode.
+        opcode: &'static str,
+        /// Total local length given.
+        len: u64,
+        /// Remote address given.
+        remote_addr: u64,
+    },
+    /// The total length does not fit the WQE's 32-bit length.
+    #[error("{op}: total length {len} exceeds 4 GiB - 1 (EINVAL)")]
+    TooLong {
+        /// `post_send` or `post_recv`.
+        op: &'static str,
+        /// Total length given.
+        len: u64,
+    },
+    /// A UD destination on something other than a send.
+    #[error("post_send: {opcode} cannot have a UD destination (EINVAL)")]
+    UdNotSend {
+        /// The opcode.
+        opcode: &'static str,
+    },
+    /// No free slot.
+    #[error("{op}: queue full, {capacity} work requests outstanding (ENOMEM)")]
+    QueueFull {
+        /// `post_send` or `post_recv`.
+        op: &'static str,
+        /// Work requests the queue holds.
+        capacity: u32,
+    },
+}
+
+impl PostError {
+    /// The errno rdma-core's rxe provider returns for the same mistake.
+    pub(crate) fn errno(&self) -> Errno {
+        match self {
+            PostError::QueueFull { .. } => Errno::NOMEM,
+            _ => Errno::INVAL,
+        }
+    }
+}
+
+/// Total length of `sges`, checked against the WQE's 32-bit length.
+fn total_len<I: Iterator<Item = u64>>(op: &'static str, lens: I) -> Result<u32, PostError> {
+    let len: u64 = lens.sum();
+    u32::try_from(len).map_err(|_| PostError::TooLong { op, len })
+}
+
+/// Checks `wr` against `limits` and the slot size, then writes it into the next
+/// free slot of the send queue `sq` (not yet published).
+pub(crate) fn write_send_wqe(
+    sq: &mut Producer,
+    limits: SendLimits,
+    wr: &SendWr<'_>,
+) -> Result<(), PostError> {
+    const OP: &str = "post_send";
+    let opcode = wr.op.name();
+    // What one slot really holds bounds what the QP claims, so a wrong limit
+    // can never make us write past the slot.
+    let room = sq.elem_size().saturating_sub(SEND_WQE_LEN);
+    let max_sge = limits
+        .max_sge
+        .min(u32::try_from(room / SGE_LEN).unwrap_or(u32::MAX));
+    let max_inline = limits
+        .max_inline
+        .min(u32::try_from(room).unwrap_or(u32::MAX));
+    let (num_sge, length, inline) = match wr.payload {
+        Payload::Sges(sges) => {
+            let length = total_len(OP, sges.iter().map(|s| u64::from(s.length)))?;
+            (sges.len(), length, false)
+        }
+        Payload::Inline(segs) => (
+            segs.len(),
+            total_len(OP, segs.iter().map(|s| s.len() as u64))?,
+            true,
+        ),
+    };
+    if num_sge > max_sge as usize {
+        return Err(PostError::TooManySges {
+            op: OP,
+            n: num_sge,
+            max: max_sge,
+        });
+    }
+    let (remote_addr, is_atomic) = match wr.op {
+        SendOp::Send { .. } => (0, false),
+        SendOp::RdmaWrite { remote, .. } | SendOp::RdmaRead { remote } => (remote.addr, false),
+        SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => (remote.addr, true),
+    };
+    if is_atomic && (length < 8 || remote_addr % 8 != 0) {
+        return Err(PostError::BadAtomic {
+            opcode,
+            len: length.into(),
+            remote_addr,
+        });
+    }
+    if inline {
+        if !matches!(wr.op, SendOp::Send { .. } | SendOp::RdmaWrite { .. }) {
+            return Err(PostError::InlineNotAllowed { opcode });
+        }
+        if length > max_inline {
+            return Err(PostError::InlineTooLong {
+                len: length.into(),
+                max: max_inline,
+            });
+        }
+    }
+    if wr.ud.is_some() && !matches!(wr.op, SendOp::Send { .. }) {
+        return Err(PostError::UdNotSend { opcode });
+    }
+
+    let mut wqe = rxe_send_wqe::new_zeroed();
+    wqe.wr.wr_id = wr.wr_id;
+    wqe.wr.opcode = wr.op.opcode();
+    wqe.wr.send_flags = wr.flags.bits() | if inline { SEND_INLINE } else { 0 };
+    if let SendOp::Send { imm: Some(imm) } | SendOp::RdmaWrite { imm: Some(imm), .. } = wr.op {
+        // imm_data is __be32.
+        wqe.wr.ex = imm.to_be();
+    }
+    let union = wqe.wr.wr.as_mut_bytes();
+    match wr.op {
+        SendOp::Send { .. } => {
+            if let Some(ud) = wr.ud {
+                let mut m = rxe_send_wr_ud::new_zeroed();
+                m.remote_qpn = ud.remote_qpn;
+                m.remote_qkey = ud.remote_qkey;
+                m.ah_num = ud.ah_num;
+                union[..size_of_val(&m)].copy_from_slice(m.as_bytes());
+            }
+        }
+        SendOp::RdmaWrite { remote, .. } | SendOp::RdmaRead { remote } => {
+            let m = rxe_send_wr_rdma {
+                remote_addr: remote.addr,
+                rkey: remote.rkey,
+                reserved: 0,
+            };
+            union[..size_of_val(&m)].copy_from_slice(m.as_bytes());
+        }
+        SendOp::CompareSwap {
+            remote,
+            compare,
+            swap,
+        } => {
+            let m = rxe_send_wr_atomic {
+                remote_addr: remote.addr,
+                compare_add: compare,
+                swap,
+                rkey: remote.rkey,
+                reserved: 0,
+            };
+            union[..size_of_val(&m)].copy_from_slice(m.as_bytes());
+        }
+        SendOp::FetchAdd { remote, add } => {
+            let m = rxe_send_wr_atomic {
+                remote_addr: remote.addr,
+                compare_add: add,
+                swap: 0,
+                rkey: remote.rkey,
+                reserved: 0,
+            };
+            union[..size_of_val(&m)].copy_from_slice(m.as_bytes());
+        }
+    }
+    wqe.iova = remote_addr;
+    wqe.dma.length = length;
+    wqe.dma.resid = length;
+    wqe.dma.num_sge = num_sge as u32; // <= max_sge, a u32
+    wqe.dma.cur_sge = 0;
+    wqe.dma.sge_offset = 0;
+    wqe.state = 0;
+
+    let slot = sq
+        .reserve()
+        .map_err(|QueueFull { capacity }| PostError::QueueFull { op: OP, capacity })?;
+    // Keep the kernel-owned words the slot already holds (status, mask, PSNs),
+    // as rdma-core does: write the work request, then state, iova and dma.
+    let bytes = wqe.as_bytes();
+    let wr_end = std::mem::size_of_val(&wqe.wr);
+    slot[..wr_end].copy_from_slice(&bytes[..wr_end]);
+    let state = std::mem::offset_of!(rxe_send_wqe, state);
+    slot[state..state + 4].copy_from_slice(&bytes[state..state + 4]);
+    let iova = std::mem::offset_of!(rxe_send_wqe, iova);
+    slot[iova..iova + 8].copy_from_slice(&bytes[iova..iova + 8]);
+    let dma = std::mem::offset_of!(rxe_send_wqe, dma);
+    slot[dma..SEND_WQE_LEN].copy_from_slice(&bytes[dma..SEND_WQE_LEN]);
+    let tail = &mut slot[SEND_WQE_LEN..];
+    match wr.payload {
+        Payload::Sges(sges) => tail[..sges.len() * SGE_LEN].copy_from_slice(sges.as_bytes()),
+        Payload::Inline(segs) => {
+            let mut at = 0;
+            for seg in segs {
+                tail[at..at + seg.len()].copy_from_slice(seg);
+                at += seg.len();
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks `wr` against `max_sge` and the slot size, then writes it into the
+/// next free slot of the receive queue `rq` (not yet published).
+pub(crate) fn write_recv_wqe(
+    rq: &mut Producer,
+    max_sge: u32,
+    wr: &RecvWr<'_>,
+) -> Result<(), PostError> {
+    const OP: &str = "post_recv";
+    let room = rq.elem_size().saturating_sub(RECV_WQE_LEN);
+    let max_sge = max_sge.min(u32::try_from(room / SGE_LEN).unwrap_or(u32::MAX));
+    if wr.sges.len() > max_sge as usize {
+        return Err(PostError::TooManySges {
+            op: OP,
+            n: wr.sges.len(),
+            max: max_sge,
+        });
+    }
+    let length = total_len(OP, wr.sges.iter().map(|s| u64::from(s.length)))?;
+    let mut wqe = rxe_recv_wqe::new_zeroed();
+    wqe.wr_id = wr.wr_id;
+    wqe.dma.length = length;
+    wqe.dma.resid = length;
+    wqe.dma.num_sge = wr.sges.len() as u32; // <= max_sge, a u32
+    wqe.dma.cur_sge = 0;
+    wqe.dma.sge_offset = 0;
+    let slot = rq
+        .reserve()
+        .map_err(|QueueFull { capacity }| PostError::QueueFull { op: OP, capacity })?;
+    slot[..RECV_WQE_LEN].copy_from_slice(wqe.as_bytes());
+    slot[RECV_WQE_LEN..RECV_WQE_LEN + wr.sges.len() * SGE_LEN].copy_from_slice(wr.sges.as_bytes());
+    Ok(())
+}
+
+/// Completion status (the kernel's `enum ib_wc_status`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WcStatus {
+    /// Success.
+    Success,
+    /// Local length error.
+    LocLenErr,
+    /// Local QP operation error.
+    LocQpOpErr,
+    /// Local EE context operation error.
+    LocEecOpErr,
+    /// Local protection error (e.g. an lkey of another PD).
+    LocProtErr,
+    /// Flushed: the QP went to the error state first.
+    WrFlushErr,
+    /// Memory window bind error.
+    MwBindErr,
+    /// Bad response.
+    BadRespErr,
+    /// Local access error.
+    LocAccessErr,
+    /// Remote invalid request.
+    RemInvReqErr,
+    /// Remote access error (e.g. the rkey lacks REMOTE_WRITE).
+    RemAccessErr,
+    /// Remote operation error.
+    RemOpErr,
+    /// Transport retry counter exceeded.
+    RetryExcErr,
+    /// RNR retry counter exceeded.
+    RnrRetryExcErr,
+    /// Local RDD violation.
+    LocRddViolErr,
+    /// Remote invalid RD request.
+    RemInvRdReqErr,
+    /// Remote aborted.
+    RemAbortErr,
+    /// Invalid EE context number.
+    InvEecnErr,
+    /// Invalid EE context state.
+    InvEecStateErr,
+    /// Fatal error.
+    FatalErr,
+    /// Response timeout.
+    RespTimeoutErr,
+    /// General error.
+    GeneralErr,
+    /// A value this crate does not know.
+    Unknown(u32),
+}
+
+impl WcStatus {
+    fn from_raw(raw: u32) -> Self {
+        use WcStatus::*;
+        const ALL: [WcStatus; 22] = [
+            Success,
+            LocLenErr,
+            LocQpOpErr,
+            LocEecOpErr,
+            LocProtErr,
+            WrFlushErr,
+            MwBindErr,
+            BadRespErr,
+            LocAccessErr,
+            RemInvReqErr,
+            RemAccessErr,
+            RemOpErr,
+            RetryExcErr,
+            RnrRetryExcErr,
+            LocRddViolErr,
+            RemInvRdReqErr,
+            RemAbortErr,
+            InvEecnErr,
+            InvEecStateErr,
+            FatalErr,
+            RespTimeoutErr,
+            GeneralErr,
+        ];
+        ALL.get(raw as usize).copied().unwrap_or(Unknown(raw))
+    }
+}
+
+/// Completion opcode (`IB_UVERBS_WC_*`, and the kernel's `IB_WC_RECV*` for
+/// receives).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum WcOpcode {
+    /// SEND.
+    Send,
+    /// RDMA WRITE.
+    RdmaWrite,
+    /// RDMA READ.
+    RdmaRead,
+    /// Compare-and-swap.
+    CompSwap,
+    /// Fetch-and-add.
+    FetchAdd,
+    /// Memory window bind.
+    BindMw,
+    /// Local invalidate.
+    LocalInv,
+    /// A receive (`IB_WC_RECV`, 128).
+    Recv,
+    /// An RDMA WRITE with immediate consumed a receive (`IB_WC_RECV_RDMA_WITH_IMM`, 129).
+    RecvRdmaWithImm,
+    /// A value this crate does not know (unset on error completions).
+    Unknown(u32),
+}
+
+impl WcOpcode {
+    fn from_raw(raw: u32) -> Self {
+        match raw {
+            0 => WcOpcode::Send,
+            1 => WcOpcode::RdmaWrite,
+            2 => WcOpcode::RdmaRead,
+            3 => WcOpcode::CompSwap,
+            4 => WcOpcode::FetchAdd,
+            5 => WcOpcode::BindMw,
+            6 => WcOpcode::LocalInv,
+            128 => WcOpcode::Recv,
+            129 => WcOpcode::RecvRdmaWithImm,
+            other => WcOpcode::Unknown(other),
+        }
+    }
+}
+
+bitflags! {
+    /// Completion flags as rxe writes them (the kernel's `IB_WC_*` flags: note
+    /// WITH_INVALIDATE is 4, where libibverbs' `IBV_WC_WITH_INV` is 8).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub(crate) struct WcFlags: u32 {
+        /// A GRH was present (always on rxe receives).
+        const GRH = 1;
+        /// `imm` holds immediate data.
+        const WITH_IMM = 2;
+        /// `invalidate_rkey` holds the invalidated rkey.
+        const WITH_INVALIDATE = 4;
+    }
+}
+
+/// One completion, read from an `ib_uverbs_wc`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct WorkCompletion {
+    /// Work request id of the completed request.
+    pub(crate) wr_id: u64,
+    /// Status.
+    pub(crate) status: WcStatus,
+    /// Opcode (meaningful on success only).
+    pub(crate) opcode: WcOpcode,
+    /// Vendor error syndrome.
+    pub(crate) vendor_err: u32,
+    /// Bytes transferred (receives, READ, atomics).
+    pub(crate) byte_len: u32,
+    /// Immediate data in host order (with [`WcFlags::WITH_IMM`]), or the
+    /// invalidated rkey (with [`WcFlags::WITH_INVALIDATE`]).
+    pub(crate) imm_or_inval: u32,
+    /// Local QP number.
+    pub(crate) qp_num: u32,
+    /// Source QP number (UD receives).
+    pub(crate) src_qp: u32,
+    /// Flags.
+    pub(crate) wc_flags: WcFlags,
+    /// P_Key index.
+    pub(crate) pkey_index: u16,
+    /// Source LID.
+    pub(crate) slid: u16,
+    /// Service level.
+    pub(crate) sl: u8,
+    /// Destination LID path bits.
+    pub(crate) dlid_path_bits: u8,
+    /// Port number.
+    pub(crate) port_num: u8,
+}
+
+impl WorkCompletion {
+    /// Reads a completion from the first bytes of a CQ slot (`None` if the slot
+    /// is shorter than an `ib_uverbs_wc`).
+    pub(crate) fn from_slot(slot: &[u8]) -> Option<Self> {
+        let (wc, _) = ib_uverbs_wc::read_from_prefix(slot).ok()?;
+        Some(Self::from_raw(&wc))
+    }
+
+    /// The typed view of `wc`.
+    pub(crate) fn from_raw(wc: &ib_uverbs_wc) -> Self {
+        let flags = WcFlags::from_bits_retain(wc.wc_flags);
+        WorkCompletion {
+            wr_id: wc.wr_id,
+            status: WcStatus::from_raw(wc.status),
+            opcode: WcOpcode::from_raw(wc.opcode),
+            vendor_err: wc.vendor_err,
+            byte_len: wc.byte_len,
+            // imm_data is __be32; invalidate_rkey is host order.
+            imm_or_inval: if flags.contains(WcFlags::WITH_IMM) {
+                u32::from_be(wc.ex)
+            } else {
+                wc.ex
+            },
+            qp_num: wc.qp_num,
+            src_qp: wc.src_qp,
+            wc_flags: flags,
+            pkey_index: wc.pkey_index,
+            slid: wc.slid,
+            sl: wc.sl,
+            dlid_path_bits: wc.dlid_path_bits,
+            port_num: wc.port_num,
+        }
+    }
+}
+
+impl Default for WorkCompletion {
+    /// An all-zero `ib_uverbs_wc` (a slot for [`poll`] to fill).
+    fn default() -> Self {
+        Self::from_raw(&ib_uverbs_wc::default())
+    }
+}
+
+/// Copies up to `out.len()` completions out of the CQ `cq`, oldest first, then
+/// hands their slots back to the kernel with one store. Returns how many.
+/// No allocation, no system call.
+pub(crate) fn poll(cq: &mut Consumer, out: &mut [WorkCompletion]) -> usize {
+    let ready = (cq.ready() as usize).min(out.len());
+    let mut n = 0;
+    while n < ready {
+        // Every slot is at least WC_LEN bytes (checked at mapping time with
+        // min_elem = WC_LEN), so `from_slot` cannot fail here.
+        match cq.get(n as u32).and_then(WorkCompletion::from_slot) {
+            Some(wc) => out[n] = wc,
+            None => break,
+        }
+        n += 1;
+    }
+    cq.consume(n as u32);
+    n
+}
