@@ -171,7 +171,7 @@ impl Context {
     /// [`RecordingTransport`](crate::transport::RecordingTransport) in tests.
     /// Sends `GET_CONTEXT`; the context owns the async-event descriptor only
     /// if the transport hands it over
-    /// ([`Transport::adopt_async_fd`]: the kernel's file does, fakes do not),
+    /// ([`Transport::adopt_fd`]: the kernel's file does, fakes do not),
     /// so a fake's answer never closes a descriptor someone else owns.
     pub fn with_transport(
         device: &str,
@@ -195,7 +195,7 @@ impl Context {
         .map_err(|e| Error::os(Op::GetContext, &device, e))?;
         // SAFETY: the number comes from the successful GET_CONTEXT just sent
         // on this transport, and is adopted only here.
-        let async_fd = unsafe { transport.adopt_async_fd(resp.async_fd) };
+        let async_fd = unsafe { transport.adopt_fd(resp.async_fd) };
         let fork = options
             .fork_safety
             .clone()

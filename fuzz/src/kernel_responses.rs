@@ -514,7 +514,7 @@ fn sizes(code: u32) -> Option<(usize, usize)> {
 // written (zeroed first, then filled), `execute` returns at most
 // `uhw_out.len()`, and `invoke` writes only through the `TOTAL_HANDLES`
 // pointer, for at most the attribute's length, which the caller vouches for.
-// No descriptor is ever handed over (the default `adopt_async_fd`).
+// No descriptor is ever handed over (the default `adopt_fd`).
 unsafe impl Transport for HostileKernel {
     fn kind(&self) -> TransportKind {
         TransportKind::Fake

@@ -131,7 +131,7 @@ impl KernelFile {
 // SAFETY: execute() runs each command once, writes only into the command's
 // output slices (the write() path through a zeroed bounce buffer of which it
 // copies exactly the output lengths; the ioctl path zeroes them first) and
-// returns at most `uhw_out.len()`. adopt_async_fd() returns only the
+// returns at most `uhw_out.len()`. adopt_fd() returns only the
 // descriptor the kernel's GET_CONTEXT installed (the caller's promise).
 unsafe impl Transport for KernelFile {
     fn kind(&self) -> TransportKind {
@@ -145,13 +145,13 @@ unsafe impl Transport for KernelFile {
         }
     }
 
-    unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {
+    unsafe fn adopt_fd(&self, fd: u32) -> Option<OwnedFd> {
         // The kernel answers an `int` descriptor in a `__u32`: numbers above
         // `i32::MAX` are negative, never a descriptor.
-        let fd = RawFd::try_from(async_fd).ok()?;
-        // SAFETY: the caller passes the number that a successful GET_CONTEXT
-        // on this file answered: the kernel installed that descriptor in
-        // this process for the new context, and nothing else owns it.
+        let fd = RawFd::try_from(fd).ok()?;
+        // SAFETY: the caller passes the number that a successful command on
+        // this file answered as a new descriptor: the kernel installed it in
+        // this process, and nothing else owns it.
         Some(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
@@ -387,14 +387,14 @@ mod tests {
         let file = write_file(File::options().write(true).open("/dev/null").unwrap());
         // SAFETY: numbers that cannot be descriptors are never adopted.
         for negative in [u32::MAX, 0x8000_0000] {
-            assert!(unsafe { file.adopt_async_fd(negative) }.is_none());
+            assert!(unsafe { file.adopt_fd(negative) }.is_none());
         }
         // Stands in for the descriptor GET_CONTEXT installs: one nothing
         // else owns.
         let path = std::env::temp_dir().join(format!("uverbs-async-{}", std::process::id()));
         let raw = File::create(&path).unwrap().into_raw_fd();
         // SAFETY: `raw` was released by its File above; only this call owns it.
-        let adopted = unsafe { file.adopt_async_fd(raw as u32) }.expect("a descriptor");
+        let adopted = unsafe { file.adopt_fd(raw as u32) }.expect("a descriptor");
         assert_eq!(adopted.as_raw_fd(), raw);
         File::from(adopted).write_all(b"ok").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"ok");

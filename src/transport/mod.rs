@@ -115,7 +115,7 @@ pub struct RawCommand<'a> {
 /// receive a new handle or descriptor) and the memory behind output
 /// attributes, within their lengths; it sets `UVERBS_ATTR_F_VALID_OUTPUT`
 /// only on outputs it wrote.
-/// [`adopt_async_fd`](Transport::adopt_async_fd) may return a descriptor
+/// [`adopt_fd`](Transport::adopt_fd) may return a descriptor
 /// only if this process owns it and nothing else does.
 pub unsafe trait Transport: Send + Sync + fmt::Debug {
     /// The framing this transport uses.
@@ -174,21 +174,23 @@ pub unsafe trait Transport: Send + Sync + fmt::Debug {
         Err(Errno::OPNOTSUPP)
     }
 
-    /// Takes ownership of the async-event descriptor whose number
-    /// `GET_CONTEXT` answered (`ib_uverbs_get_context_resp::async_fd`).
+    /// Takes ownership of a descriptor whose number a command answered: the
+    /// async-event file of `GET_CONTEXT`
+    /// (`ib_uverbs_get_context_resp::async_fd`), or a completion channel of
+    /// `CREATE_COMP_CHANNEL`.
     ///
-    /// Only a transport whose `GET_CONTEXT` really installs a new
-    /// descriptor in this process, the kernel's file, returns one; a number
-    /// that cannot be a descriptor (negative as an `int`) gives `None`. The
-    /// default, right for test doubles whose answer is just a number,
-    /// returns `None`: a context never closes a descriptor it does not own.
+    /// Only a transport whose commands really install descriptors in this
+    /// process, the kernel's file, returns one; a number that cannot be a
+    /// descriptor (negative as an `int`) gives `None`. The default, right for
+    /// test doubles whose answer is just a number, returns `None`: nothing
+    /// here ever closes a descriptor it does not own.
     ///
     /// # Safety
     ///
-    /// `async_fd` must be the number that a successful `GET_CONTEXT` on this
-    /// transport answered, passed here at most once.
-    unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {
-        let _ = async_fd;
+    /// `fd` must be the number that a successful command on this transport
+    /// answered as a new descriptor, passed here at most once.
+    unsafe fn adopt_fd(&self, fd: u32) -> Option<OwnedFd> {
+        let _ = fd;
         None
     }
 }
@@ -209,9 +211,9 @@ unsafe impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
         unsafe { (**self).invoke(frame) }
     }
 
-    unsafe fn adopt_async_fd(&self, async_fd: u32) -> Option<OwnedFd> {
+    unsafe fn adopt_fd(&self, fd: u32) -> Option<OwnedFd> {
         // SAFETY: forwarded to the caller.
-        unsafe { (**self).adopt_async_fd(async_fd) }
+        unsafe { (**self).adopt_fd(fd) }
     }
 
     unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
