@@ -58,6 +58,28 @@ pub enum Op {
     QueryMr,
     /// A raw command sent through [`Context::execute`](crate::Context::execute).
     Raw,
+    /// `CREATE_COMP_CHANNEL` (`ibv_create_comp_channel`).
+    CreateCompChannel,
+    /// Reading a completion event (`ibv_get_cq_event`).
+    GetCqEvent,
+    /// `CREATE_CQ` and mapping its ring (`ibv_create_cq`).
+    CreateCq,
+    /// `DESTROY_CQ` (`ibv_destroy_cq`).
+    DestroyCq,
+    /// `REQ_NOTIFY_CQ` (`ibv_req_notify_cq`).
+    ReqNotifyCq,
+    /// Reading completions from a CQ's ring (`ibv_poll_cq`).
+    PollCq,
+    /// `CREATE_QP` and mapping its rings (`ibv_create_qp`).
+    CreateQp,
+    /// `MODIFY_QP` (`ibv_modify_qp`).
+    ModifyQp,
+    /// `DESTROY_QP` (`ibv_destroy_qp`).
+    DestroyQp,
+    /// Writing send WQEs and ringing the doorbell (`ibv_post_send`).
+    PostSend,
+    /// Writing receive WQEs (`ibv_post_recv`).
+    PostRecv,
 }
 
 impl Op {
@@ -81,6 +103,17 @@ impl Op {
             Op::QueryContext => "query_context",
             Op::QueryMr => "query_mr",
             Op::Raw => "raw_command",
+            Op::CreateCompChannel => "create_comp_channel",
+            Op::GetCqEvent => "get_cq_event",
+            Op::CreateCq => "create_cq",
+            Op::DestroyCq => "destroy_cq",
+            Op::ReqNotifyCq => "req_notify_cq",
+            Op::PollCq => "poll_cq",
+            Op::CreateQp => "create_qp",
+            Op::ModifyQp => "modify_qp",
+            Op::DestroyQp => "destroy_qp",
+            Op::PostSend => "post_send",
+            Op::PostRecv => "post_recv",
         }
     }
 }
@@ -233,6 +266,30 @@ pub enum Error {
         /// The (major, minor) sysfs announced.
         expected: (u32, u32),
     },
+    /// A work request was refused before anything was queued: none of the
+    /// call's work requests reached the queue or the kernel.
+    #[error("{op} on {device}: work request {index} of the call: {source}")]
+    Post {
+        /// [`Op::PostSend`] or [`Op::PostRecv`].
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+        /// Which work request of the slice (0 = first).
+        index: usize,
+        /// Why (boxed: errors stay small).
+        source: Box<crate::wr::PostError>,
+    },
+    /// A QP state change was refused before it was sent (see
+    /// [`QpAttr::check`](crate::command::QpAttr::check)).
+    #[error("{op} on {device}: {source}")]
+    QpTransition {
+        /// [`Op::ModifyQp`].
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+        /// The table's verdict.
+        source: crate::command::QpTransitionError,
+    },
 }
 
 impl Error {
@@ -261,7 +318,9 @@ impl Error {
             | Error::Sysfs { op, .. }
             | Error::Abi { op, .. }
             | Error::ForeignProcess { op, .. }
-            | Error::WrongCharDevice { op, .. } => *op,
+            | Error::WrongCharDevice { op, .. }
+            | Error::Post { op, .. }
+            | Error::QpTransition { op, .. } => *op,
         }
     }
 
@@ -274,6 +333,8 @@ impl Error {
             Error::ForeignProcess { .. } => Some(Errno::ACCESS),
             Error::Sysfs { source, .. } => source.raw_os_error().map(Errno::from_raw_os_error),
             Error::Abi { .. } | Error::WrongCharDevice { .. } => None,
+            Error::Post { source, .. } => Some(source.errno()),
+            Error::QpTransition { .. } => Some(Errno::INVAL),
         }
     }
 }

@@ -36,6 +36,7 @@
 mod buffer;
 pub mod command;
 mod context;
+mod cq;
 mod device;
 mod device_attr;
 mod driver;
@@ -48,8 +49,10 @@ pub(crate) mod netlink;
 mod pd;
 mod process;
 mod provider;
+mod qp;
 mod query;
 pub mod transport;
+mod wr;
 
 /// Entry points to crate-private parsers for the fuzz targets in `fuzz/`;
 /// not part of the API (only with the `fuzzing` feature).
@@ -61,6 +64,7 @@ pub use buffer::{
     BufferDeregError, BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };
 pub use context::{Context, OpenOptions};
+pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{
     device, device_listing, device_listing_in, devices, devices_in, Device, DeviceListing,
     SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,
@@ -71,11 +75,16 @@ pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
+pub use qp::{QpCaps, QpInit, QueuePair};
 pub use query::{
     ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
 };
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;
+pub use wr::{
+    Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
+};
 
 /// The README's and the guides' examples are compiled as doc tests.
 #[cfg(doctest)]
@@ -92,5 +101,8 @@ const _: () = {
     send_sync::<MemoryRegion>();
     send_sync::<BufferMr<Vec<u8>>>();
     send_sync::<Error>();
+    send_sync::<CompletionQueue>();
+    send_sync::<CompletionChannel>();
+    send_sync::<QueuePair>();
     send_sync::<ReregError>();
 };

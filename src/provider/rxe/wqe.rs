@@ -35,14 +35,14 @@ pub(crate) const WC_LEN: usize = std::mem::size_of::<ib_uverbs_wc>();
 const SGE_LEN: usize = std::mem::size_of::<rxe_sge>();
 
 /// One scatter/gather element: a local buffer in a registered region.
-pub(crate) type Sge = rxe_sge;
+pub type Sge = rxe_sge;
 
 bitflags! {
     /// Send flags user space sets (`IB_SEND_*` of the kernel's `ib_verbs.h`,
     /// equal to libibverbs' `IBV_SEND_*`); `INLINE` (8) is set by the writer
     /// from the payload.
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub(crate) struct SendFlags: u32 {
+    pub struct SendFlags: u32 {
         /// Wait for earlier RDMA READs and atomics before this one.
         const FENCE = 1;
         /// Produce a completion on success.
@@ -57,17 +57,17 @@ const SEND_INLINE: u32 = 8;
 
 /// A remote buffer: its address and the rkey of its region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Remote {
+pub struct Remote {
     /// Remote virtual address.
-    pub(crate) addr: u64,
+    pub addr: u64,
     /// Remote key.
-    pub(crate) rkey: u32,
+    pub rkey: u32,
 }
 
 /// What a send work request does. Immediate data is given in host order and
 /// travels in network order, as libibverbs' `htonl(imm)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum SendOp {
+pub enum SendOp {
     /// SEND, or SEND_WITH_IMM with `imm`.
     Send {
         /// Immediate data.
@@ -131,7 +131,7 @@ impl SendOp {
 
 /// The local side of a send: registered buffers, or bytes copied into the WQE.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Payload<'a> {
+pub enum Payload<'a> {
     /// Gather from (or, for READ and atomics, scatter into) these buffers.
     Sges(&'a [Sge]),
     /// Copy these segments into the WQE now (`IBV_SEND_INLINE`): the buffers
@@ -141,52 +141,52 @@ pub(crate) enum Payload<'a> {
 
 /// Destination of a send on a UD QP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct UdDest {
+pub struct UdDest {
     /// Address handle number (`rxe_create_ah_resp.ah_num`).
-    pub(crate) ah_num: u32,
+    pub ah_num: u32,
     /// Destination QP number.
-    pub(crate) remote_qpn: u32,
+    pub remote_qpn: u32,
     /// Destination Q_Key.
-    pub(crate) remote_qkey: u32,
+    pub remote_qkey: u32,
 }
 
 /// One send work request.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct SendWr<'a> {
+pub struct SendWr<'a> {
     /// Returned in the completion.
-    pub(crate) wr_id: u64,
+    pub wr_id: u64,
     /// The operation.
-    pub(crate) op: SendOp,
+    pub op: SendOp,
     /// Fence, signaled, solicited.
-    pub(crate) flags: SendFlags,
+    pub flags: SendFlags,
     /// Local buffers or inline data.
-    pub(crate) payload: Payload<'a>,
+    pub payload: Payload<'a>,
     /// Destination, for sends on a UD QP only.
-    pub(crate) ud: Option<UdDest>,
+    pub ud: Option<UdDest>,
 }
 
 /// What the send queue accepts, from the CREATE_QP response (the kernel
 /// rewrites `max_send_sge` and `max_inline_data` to what a slot holds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct SendLimits {
+pub struct SendLimits {
     /// SGEs per WQE.
-    pub(crate) max_sge: u32,
+    pub max_sge: u32,
     /// Inline bytes per WQE.
-    pub(crate) max_inline: u32,
+    pub max_inline: u32,
 }
 
 /// One receive work request.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct RecvWr<'a> {
+pub struct RecvWr<'a> {
     /// Returned in the completion.
-    pub(crate) wr_id: u64,
+    pub wr_id: u64,
     /// Buffers the incoming message is scattered into.
-    pub(crate) sges: &'a [Sge],
+    pub sges: &'a [Sge],
 }
 
 /// Why a work request was not queued. Nothing was written to the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum PostError {
+pub enum PostError {
     /// More SGEs (or inline segments) than the queue takes.
     #[error("{op}: {n} SGEs, the queue takes at most {max} (EINVAL)")]
     TooManySges {
@@ -235,6 +235,15 @@ pub(crate) enum PostError {
         /// The opcode.
         opcode: &'static str,
     },
+    /// The QP's state does not allow this post: a send needs RTS (or a
+    /// later state: SQD, SQE, ERR), a receive any state but RESET.
+    #[error("{op}: the QP is in {state:?}, which does not allow it (EINVAL)")]
+    WrongState {
+        /// `post_send` or `post_recv`.
+        op: &'static str,
+        /// The state the QP was last moved to.
+        state: crate::command::QpState,
+    },
     /// No free slot.
     #[error("{op}: queue full, {capacity} work requests outstanding (ENOMEM)")]
     QueueFull {
@@ -247,7 +256,7 @@ pub(crate) enum PostError {
 
 impl PostError {
     /// The errno rdma-core's rxe provider returns for the same mistake.
-    pub(crate) fn errno(&self) -> Errno {
+    pub fn errno(&self) -> Errno {
         match self {
             PostError::QueueFull { .. } => Errno::NOMEM,
             _ => Errno::INVAL,
@@ -447,7 +456,7 @@ pub(crate) fn write_recv_wqe(
 
 /// Completion status (the kernel's `enum ib_wc_status`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum WcStatus {
+pub enum WcStatus {
     /// Success.
     Success,
     /// Local length error.
@@ -530,7 +539,7 @@ impl WcStatus {
 /// Completion opcode (`IB_UVERBS_WC_*`, and the kernel's `IB_WC_RECV*` for
 /// receives).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum WcOpcode {
+pub enum WcOpcode {
     /// SEND.
     Send,
     /// RDMA WRITE.
@@ -574,7 +583,7 @@ bitflags! {
     /// Completion flags as rxe writes them (the kernel's `IB_WC_*` flags: note
     /// WITH_INVALIDATE is 4, where libibverbs' `IBV_WC_WITH_INV` is 8).
     #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub(crate) struct WcFlags: u32 {
+    pub struct WcFlags: u32 {
         /// A GRH was present (always on rxe receives).
         const GRH = 1;
         /// `imm` holds immediate data.
@@ -586,36 +595,36 @@ bitflags! {
 
 /// One completion, read from an `ib_uverbs_wc`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct WorkCompletion {
+pub struct WorkCompletion {
     /// Work request id of the completed request.
-    pub(crate) wr_id: u64,
+    pub wr_id: u64,
     /// Status.
-    pub(crate) status: WcStatus,
+    pub status: WcStatus,
     /// Opcode (meaningful on success only).
-    pub(crate) opcode: WcOpcode,
+    pub opcode: WcOpcode,
     /// Vendor error syndrome.
-    pub(crate) vendor_err: u32,
+    pub vendor_err: u32,
     /// Bytes transferred (receives, READ, atomics).
-    pub(crate) byte_len: u32,
+    pub byte_len: u32,
     /// Immediate data in host order (with [`WcFlags::WITH_IMM`]), or the
     /// invalidated rkey (with [`WcFlags::WITH_INVALIDATE`]).
-    pub(crate) imm_or_inval: u32,
+    pub imm_or_inval: u32,
     /// Local QP number.
-    pub(crate) qp_num: u32,
+    pub qp_num: u32,
     /// Source QP number (UD receives).
-    pub(crate) src_qp: u32,
+    pub src_qp: u32,
     /// Flags.
-    pub(crate) wc_flags: WcFlags,
+    pub wc_flags: WcFlags,
     /// P_Key index.
-    pub(crate) pkey_index: u16,
+    pub pkey_index: u16,
     /// Source LID.
-    pub(crate) slid: u16,
+    pub slid: u16,
     /// Service level.
-    pub(crate) sl: u8,
+    pub sl: u8,
     /// Destination LID path bits.
-    pub(crate) dlid_path_bits: u8,
+    pub dlid_path_bits: u8,
     /// Port number.
-    pub(crate) port_num: u8,
+    pub port_num: u8,
 }
 
 impl WorkCompletion {

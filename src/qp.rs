@@ -1,0 +1,435 @@
+//! Queue pairs: creation, state changes, and posting work requests.
+//!
+//! On rxe a QP's send and receive queues are rings shared with the kernel
+//! (`rxe_create_qp_resp`: RQ first, then SQ), each mapped once on the
+//! command file. Posting writes WQEs into them; a send batch is then
+//! announced with one `POST_SEND` doorbell write, a receive batch with no
+//! system call at all.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use zerocopy::FromBytes;
+
+use crate::command::{CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, QpState, QpType};
+use crate::context::Context;
+use crate::cq::{CompletionQueue, CqInner};
+use crate::error::{Errno, Error, Op};
+use crate::pd::{PdInner, ProtectionDomain};
+use crate::provider::rxe::queue::Producer;
+use crate::provider::rxe::wqe::{
+    self, PostError, RecvWr, SendLimits, SendWr, RECV_WQE_LEN, SEND_WQE_LEN,
+};
+use crate::provider::Provider;
+use crate::transport::SharedMapping;
+use uverbs_uapi as sys;
+
+/// What to create a queue pair with (`struct ibv_qp_init_attr`).
+///
+/// The capacities are minimums: the kernel may give more, and
+/// [`QueuePair::caps`] tells what it gave.
+#[doc(alias = "ibv_qp_init_attr")]
+#[derive(Clone, Copy, Debug)]
+pub struct QpInit<'a> {
+    /// RC, UC or UD.
+    pub qp_type: QpType,
+    /// Where send completions go.
+    pub send_cq: &'a CompletionQueue,
+    /// Where receive completions go.
+    pub recv_cq: &'a CompletionQueue,
+    /// Send work requests outstanding at once.
+    pub max_send_wr: u32,
+    /// Receive work requests outstanding at once.
+    pub max_recv_wr: u32,
+    /// SGEs per send work request.
+    pub max_send_sge: u32,
+    /// SGEs per receive work request.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send work request.
+    pub max_inline: u32,
+    /// Every send work request completes, signalled or not (`sq_sig_all`).
+    pub sq_sig_all: bool,
+}
+
+impl<'a> QpInit<'a> {
+    /// A `qp_type` QP on these CQs with 16 send and 16 receive work
+    /// requests of one SGE each, no inline data, signalled only on request.
+    pub fn new(
+        qp_type: QpType,
+        send_cq: &'a CompletionQueue,
+        recv_cq: &'a CompletionQueue,
+    ) -> Self {
+        QpInit {
+            qp_type,
+            send_cq,
+            recv_cq,
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline: 0,
+            sq_sig_all: false,
+        }
+    }
+}
+
+/// The capacities a QP really has, as the kernel answered `CREATE_QP`
+/// (`struct ibv_qp_cap`).
+#[doc(alias = "ibv_qp_cap")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpCaps {
+    /// Send work requests outstanding at once.
+    pub max_send_wr: u32,
+    /// Receive work requests outstanding at once.
+    pub max_recv_wr: u32,
+    /// SGEs per send work request.
+    pub max_send_sge: u32,
+    /// SGEs per receive work request.
+    pub max_recv_sge: u32,
+    /// Inline bytes per send work request.
+    pub max_inline: u32,
+}
+
+/// A queue pair (`struct ibv_qp`).
+///
+/// Created in RESET by [`ProtectionDomain::create_qp`]; moved through its
+/// states with [`modify`](Self::modify), which refuses a transition the
+/// kernel's table does not allow (or that lacks an attribute) before any
+/// system call. It keeps its PD and CQs alive; dropping it destroys it
+/// (`DESTROY_QP`) and then unmaps its rings.
+///
+/// Posting is raw and `unsafe` for now: [`post_send`](Self::post_send),
+/// [`post_recv`](Self::post_recv).
+#[doc(alias = "ibv_qp")]
+#[doc(alias = "ibv_create_qp")]
+pub struct QueuePair {
+    pd: Arc<PdInner>,
+    /// Keep the CQs alive (destroyed after this QP).
+    _send_cq: Arc<CqInner>,
+    _recv_cq: Arc<CqInner>,
+    handle: u32,
+    qpn: u32,
+    qp_type: QpType,
+    caps: QpCaps,
+    /// The state the last successful `modify` set (`QpState as u8`).
+    state: AtomicU8,
+    /// Serialises `modify` calls, so each is checked against the state the
+    /// previous one left.
+    modify_lock: Mutex<()>,
+    sq: Mutex<Producer>,
+    rq: Mutex<Producer>,
+    doorbell: PostSendDoorbell,
+    /// Unmapped after `Drop::drop` has destroyed the QP; declared after the
+    /// producers that point into them.
+    _sq_map: SharedMapping,
+    _rq_map: SharedMapping,
+}
+
+impl fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("device", &self.pd.ctx.device_name())
+            .field("handle", &self.handle)
+            .field("qpn", &self.qpn)
+            .field("qp_type", &self.qp_type)
+            .field("state", &self.state())
+            .field("caps", &self.caps)
+            .finish()
+    }
+}
+
+impl ProtectionDomain {
+    /// Creates a queue pair in this PD (`CREATE_QP`), in RESET.
+    ///
+    /// On rxe the kernel answers the capacities it really gave (kept in
+    /// [`QueuePair::caps`]) and where the receive and send rings are; both
+    /// are mapped, and if that fails the QP is destroyed again. Other
+    /// drivers: `EOPNOTSUPP` for now.
+    #[doc(alias = "ibv_create_qp")]
+    pub fn create_qp(&self, init: &QpInit<'_>) -> Result<QueuePair, Error> {
+        let ctx = &self.inner.ctx;
+        let device = &ctx.inner.device;
+        let fail = |e| Error::os(Op::CreateQp, device, e);
+        ctx.check_process(Op::CreateQp)?;
+        if ctx.inner.provider != Provider::Rxe {
+            return Err(fail(Errno::OPNOTSUPP));
+        }
+        if !init.send_cq.inner.ctx.same_as(ctx) || !init.recv_cq.inner.ctx.same_as(ctx) {
+            return Err(Error::input(
+                Op::CreateQp,
+                device,
+                "a CQ belongs to another context than the PD",
+            ));
+        }
+        let cap = sys::ib_uverbs_qp_cap {
+            max_send_wr: init.max_send_wr,
+            max_recv_wr: init.max_recv_wr,
+            max_send_sge: init.max_send_sge,
+            max_recv_sge: init.max_recv_sge,
+            max_inline_data: init.max_inline,
+        };
+        let cmd = CreateQp::new(
+            init.qp_type,
+            self.inner.handle,
+            init.send_cq.inner.handle,
+            init.recv_cq.inner.handle,
+            cap,
+        )
+        .sq_sig_all(init.sq_sig_all);
+        let mut uhw = [0u8; size_of::<sys::rxe_create_qp_resp>()];
+        // SAFETY: CREATE_QP hands no user memory to the device; the rings
+        // are the kernel's.
+        let (resp, written) = unsafe { ctx.run(Op::CreateQp, &cmd, &mut uhw) }?;
+        let destroy = || {
+            // SAFETY: the QP just created, owned by nothing else yet.
+            let _ = unsafe { ctx.run(Op::DestroyQp, &DestroyQp::new(resp.qp_handle), &mut []) };
+        };
+        let rings = match sys::rxe_create_qp_resp::read_from_bytes(&uhw[..]) {
+            Ok(r) if written == uhw.len() => r,
+            _ => {
+                destroy();
+                return Err(fail(Errno::PROTO));
+            }
+        };
+        let map = |mi: sys::mminfo, min_elem: usize| {
+            let len = usize::try_from(mi.size).map_err(|_| Errno::INVAL)?;
+            // SAFETY: an offset and size CREATE_QP answered on this transport.
+            let mapping = unsafe { ctx.inner.transport.map_queue(mi.offset, len) }?;
+            // SAFETY: the mapping is one of this QP's rings, valid until the
+            // mapping drops, which the QueuePair does after the Producer;
+            // nothing else views it.
+            let producer = unsafe { Producer::from_raw(mapping.as_ptr(), mapping.len(), min_elem) }
+                .map_err(|_| Errno::PROTO)?;
+            Ok::<_, Errno>((mapping, producer))
+        };
+        let (rq_map, rq) = match map(rings.rq_mi, RECV_WQE_LEN) {
+            Ok(r) => r,
+            Err(e) => {
+                destroy();
+                return Err(fail(e));
+            }
+        };
+        let (sq_map, sq) = match map(rings.sq_mi, SEND_WQE_LEN) {
+            Ok(r) => r,
+            Err(e) => {
+                destroy();
+                drop(rq_map);
+                return Err(fail(e));
+            }
+        };
+        Ok(QueuePair {
+            pd: self.inner.clone(),
+            _send_cq: init.send_cq.inner.clone(),
+            _recv_cq: init.recv_cq.inner.clone(),
+            handle: resp.qp_handle,
+            qpn: resp.qpn,
+            qp_type: init.qp_type,
+            caps: QpCaps {
+                max_send_wr: resp.max_send_wr,
+                max_recv_wr: resp.max_recv_wr,
+                max_send_sge: resp.max_send_sge,
+                max_recv_sge: resp.max_recv_sge,
+                max_inline: resp.max_inline_data,
+            },
+            state: AtomicU8::new(QpState::Reset as u8),
+            modify_lock: Mutex::new(()),
+            sq: Mutex::new(sq),
+            rq: Mutex::new(rq),
+            doorbell: PostSendDoorbell::new(resp.qp_handle),
+            _sq_map: sq_map,
+            _rq_map: rq_map,
+        })
+    }
+}
+
+/// A mutex whose holder cannot leave the ring half-updated (each index is
+/// published with one store): a poisoned one is still used.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl QueuePair {
+    /// The kernel's handle.
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The QP number the peer addresses (`qp_num`).
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// RC, UC or UD.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// The capacities the kernel gave.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// The context the QP belongs to.
+    pub fn context(&self) -> &Context {
+        &self.pd.ctx
+    }
+
+    /// The state the last successful [`modify`](Self::modify) set (RESET
+    /// after creation). The device may have moved the QP to ERR since, on
+    /// an error; leaving ERR is a modify to RESET, valid from any state.
+    pub fn state(&self) -> QpState {
+        QpState::from_raw(self.state.load(Ordering::Acquire)).unwrap_or(QpState::Err)
+    }
+
+    /// Changes the QP's attributes and state (`MODIFY_QP`). The attributes
+    /// are first checked against the QP's type and its current
+    /// [`state`](Self::state) ([`QpAttr::check`]): an invalid transition,
+    /// a missing or unexpected attribute, or a field out of range is an
+    /// [`Error::QpTransition`] and nothing is sent.
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
+        let _serial = lock(&self.modify_lock);
+        let ctx = &self.pd.ctx;
+        let cmd =
+            ModifyQp::checked(self.handle, self.qp_type, self.state(), attr).map_err(|source| {
+                Error::QpTransition {
+                    op: Op::ModifyQp,
+                    device: ctx.inner.device.clone(),
+                    source,
+                }
+            })?;
+        // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
+        unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) }?;
+        if let Some(to) = attr.target_state() {
+            self.state.store(to as u8, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn post_error(&self, op: Op, index: usize, source: PostError) -> Error {
+        Error::Post {
+            op,
+            device: self.pd.ctx.inner.device.clone(),
+            index,
+            source: Box::new(source),
+        }
+    }
+
+    /// Posts send work requests (`ibv_post_send`): writes one WQE per
+    /// element of `wrs` into the send ring, publishes them together, then
+    /// rings the doorbell once (one `POST_SEND` write).
+    ///
+    /// All or nothing: if any work request is refused (the QP not in RTS,
+    /// SQD, SQE or ERR; more SGEs than [`QpCaps::max_send_sge`]; inline
+    /// data beyond [`QpCaps::max_inline`]; the queue full), none of them is
+    /// queued, and [`Error::Post`] says which and why. An empty slice does
+    /// nothing. An error of the doorbell itself (`Error::Os`) comes after
+    /// the WQEs were published: the kernel may still run them.
+    ///
+    /// # Safety
+    ///
+    /// For each work request whose payload is SGEs, the device reads (SEND,
+    /// RDMA WRITE) or writes (RDMA READ, atomics) the bytes
+    /// `[addr, addr + length)` of every SGE through its lkey, behind the
+    /// compiler's back, from this call until the request's completion has
+    /// been polled from the send CQ; for an unsignalled request, until a
+    /// later signalled request of this QP has completed; in any case at the
+    /// latest until this QP has been destroyed (dropped). Until then that
+    /// memory must stay mapped and registered, must not be written by the
+    /// program, and, for READ and atomics, not read either. The remote
+    /// address and rkey name the peer's memory, which the peer's
+    /// registration governs. Inline payloads are copied during the call and
+    /// need nothing.
+    #[doc(alias = "ibv_post_send")]
+    pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
+        const OP: &str = "post_send";
+        let ctx = &self.pd.ctx;
+        ctx.check_process(Op::PostSend)?;
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let state = self.state();
+        if !matches!(
+            state,
+            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
+        ) {
+            return Err(self.post_error(Op::PostSend, 0, PostError::WrongState { op: OP, state }));
+        }
+        let limits = SendLimits {
+            max_sge: self.caps.max_send_sge,
+            max_inline: self.caps.max_inline,
+        };
+        {
+            let mut sq = lock(&self.sq);
+            for (i, wr) in wrs.iter().enumerate() {
+                if let Err(e) = wqe::write_send_wqe(&mut sq, limits, wr) {
+                    sq.cancel();
+                    return Err(self.post_error(Op::PostSend, i, e));
+                }
+            }
+            sq.publish();
+        }
+        // SAFETY: the doorbell frame's only pointer is its own response
+        // word, exposed at creation; what the device does with the WQEs
+        // just published is the caller's promise.
+        let written = unsafe { ctx.inner.transport.write_prepared(self.doorbell.as_bytes()) }
+            .map_err(|e| Error::os(Op::PostSend, &ctx.inner.device, e))?;
+        if written != self.doorbell.as_bytes().len() {
+            return Err(Error::os(Op::PostSend, &ctx.inner.device, Errno::IO));
+        }
+        Ok(())
+    }
+
+    /// Posts receive work requests (`ibv_post_recv`): writes one WQE per
+    /// element of `wrs` into the receive ring and publishes them together.
+    /// No system call.
+    ///
+    /// All or nothing, as [`post_send`](Self::post_send): the QP must not
+    /// be in RESET, each request has at most [`QpCaps::max_recv_sge`] SGEs,
+    /// and the queue must have room for all of them.
+    ///
+    /// # Safety
+    ///
+    /// The device writes an incoming message into the SGEs' bytes
+    /// `[addr, addr + length)` through their lkeys, behind the compiler's
+    /// back, from this call until the request's completion (success or
+    /// flush) has been polled from the receive CQ, or at the latest until
+    /// this QP has been destroyed (dropped). Until then that memory must
+    /// stay mapped and registered and must be neither read nor written by
+    /// the program.
+    #[doc(alias = "ibv_post_recv")]
+    pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
+        const OP: &str = "post_recv";
+        self.pd.ctx.check_process(Op::PostRecv)?;
+        let state = self.state();
+        if state == QpState::Reset {
+            return Err(self.post_error(Op::PostRecv, 0, PostError::WrongState { op: OP, state }));
+        }
+        let mut rq = lock(&self.rq);
+        for (i, wr) in wrs.iter().enumerate() {
+            if let Err(e) = wqe::write_recv_wqe(&mut rq, self.caps.max_recv_sge, wr) {
+                rq.cancel();
+                return Err(self.post_error(Op::PostRecv, i, e));
+            }
+        }
+        rq.publish();
+        Ok(())
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // In a forked child the QP is the parent's: send nothing.
+        if !self.pd.ctx.is_owned_by_this_process() {
+            return;
+        }
+        // SAFETY: DESTROY_QP of the handle this value owns; the rings are
+        // unmapped only after it (field drops follow this body).
+        let _ = unsafe {
+            self.pd
+                .ctx
+                .run(Op::DestroyQp, &DestroyQp::new(self.handle), &mut [])
+        };
+    }
+}
