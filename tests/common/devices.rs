@@ -13,7 +13,7 @@ use std::ops::Deref;
 use memmap2::MmapMut;
 
 use super::{anon, fresh_mr, RW_READ};
-use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
+use uverbs::uverbs_uapi::{UVERBS_OBJECT_CQ, UVERBS_OBJECT_MR, UVERBS_OBJECT_PD, UVERBS_OBJECT_QP};
 use uverbs::{
     AccessFlags, Context, Device, DriverId, Errno, MemoryRegion, Op, OpenOptions, ProtectionDomain,
     TransportKind,
@@ -180,6 +180,8 @@ pub struct HandleCounts {
     what: String,
     mr: u32,
     pd: u32,
+    /// CQs and QPs at the start, checked when dropped.
+    cq_qp: (u32, u32),
 }
 
 impl HandleCounts {
@@ -191,7 +193,28 @@ impl HandleCounts {
             what: format!("{what} on {}", dut.device_name()),
             mr,
             pd,
+            cq_qp: cq_qp_counts(dut),
         }
+    }
+
+    /// The CQ and QP counts now: (CQs, QPs).
+    pub fn cq_qp_now(&self) -> (u32, u32) {
+        cq_qp_counts(&self.dut)
+    }
+
+    /// Asserts that the context holds exactly `cqs` CQs and `qps` QPs more
+    /// than at the start.
+    pub fn assert_extra_cq_qp(&self, cqs: u32, qps: u32, when: &str) {
+        let now = self.cq_qp_now();
+        let start = self.cq_qp;
+        assert_eq!(
+            now,
+            (start.0 + cqs, start.1 + qps),
+            "{}: {when}: kernel holds (CQs, QPs) = {now:?}, expected ({} + {cqs}, {} + {qps})",
+            self.what,
+            start.0,
+            start.1
+        );
     }
 
     /// The counts now: (MRs, PDs).
@@ -220,6 +243,7 @@ impl Drop for HandleCounts {
             return; // the first failure is the one worth reading
         }
         self.assert_extra(0, 0, "at the end (a kernel object leaked)");
+        self.assert_extra_cq_qp(0, 0, "at the end (a kernel object leaked)");
     }
 }
 
@@ -230,6 +254,15 @@ fn counts(dut: &Dut) -> (u32, u32) {
         })
     };
     (count(UVERBS_OBJECT_MR, "MR"), count(UVERBS_OBJECT_PD, "PD"))
+}
+
+fn cq_qp_counts(dut: &Dut) -> (u32, u32) {
+    let count = |object: u16, name: &str| {
+        dut.kernel_handle_count(object).unwrap_or_else(|e| {
+            panic!("{}: counting {name} handles failed: {e}", dut.device_name())
+        })
+    };
+    (count(UVERBS_OBJECT_CQ, "CQ"), count(UVERBS_OBJECT_QP, "QP"))
 }
 
 /// Allocates a PD, failing the test with the device's name.
