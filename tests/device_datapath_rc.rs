@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use common::{alloc_pd, anon, driver, fresh_mr, loud, on_each_device, Driver, RW_READ};
@@ -117,9 +118,7 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
             match driver(&dut) {
                 Driver::Rxe => {}
                 Driver::Siw => {
-                    return loud(&format!(
-                        "NOTE: {name}: siw0: the data path is the next issue"
-                    ))
+                    return loud(&format!("NOTE: {name}: the data path is the next issue"))
                 }
                 Driver::Other => return loud(&format!("NOTE: {name}: not rxe, no data path yet")),
             }
@@ -310,7 +309,7 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
         |name, dut, _counts| {
             if driver(&dut) != Driver::Rxe {
                 return loud(&format!(
-                    "NOTE: {name}: siw0: the data path is the next issue (or not rxe)"
+                    "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
                 ));
             }
             let ctx: &Context = &dut;
@@ -342,6 +341,102 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
             assert_eq!(qp.state(), QpState::Reset);
             loud(&format!("{name}: refused as expected: {err}"));
             let _ = (&cq, &pd);
+        },
+    );
+}
+
+/// A CQ made with a completion channel and armed with `req_notify` raises
+/// one event there when a completion arrives: the channel's descriptor
+/// becomes readable (waited for with poll(2), bounded) and `get_event`
+/// names the CQ.
+#[test]
+fn an_armed_cq_reports_a_completion_on_its_channel() {
+    on_each_device(
+        "an_armed_cq_reports_a_completion_on_its_channel",
+        |name, dut, _counts| {
+            if driver(&dut) != Driver::Rxe {
+                return loud(&format!(
+                    "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
+                ));
+            }
+            let ctx: &Context = &dut;
+            let gid = ctx.query_gid(u32::from(PORT), GID_INDEX).unwrap();
+            let mtu = mtu_for(ctx);
+            let channel = ctx
+                .create_comp_channel()
+                .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+            let pd = alloc_pd(ctx);
+            let cq_a = ctx
+                .create_cq(8, Some(&channel))
+                .unwrap_or_else(|e| panic!("{name}: create_cq with channel: {e}"));
+            let cq_b = ctx.create_cq(8, None).unwrap();
+            let qp_a = pd
+                .create_qp(&QpInit::new(QpType::Rc, &cq_a, &cq_a))
+                .unwrap();
+            let qp_b = pd
+                .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
+                .unwrap();
+            connect(&qp_a, qp_b.qp_num(), gid.raw(), mtu);
+            connect(&qp_b, qp_a.qp_num(), gid.raw(), mtu);
+            cq_a.req_notify(false)
+                .unwrap_or_else(|e| panic!("{name}: req_notify: {e}"));
+
+            let mut buf = anon(4096);
+            let mr = fresh_mr(&pd, &mut buf, RW_READ);
+            let addr = buf.as_ptr() as u64;
+            let sge = [Sge {
+                addr,
+                length: 256,
+                lkey: mr.lkey(),
+            }];
+            let write = SendWr {
+                wr_id: 9,
+                op: SendOp::RdmaWrite {
+                    remote: Remote {
+                        addr: addr + 1024,
+                        rkey: mr.rkey(),
+                    },
+                    imm: None,
+                },
+                flags: SendFlags::SIGNALED,
+                payload: Payload::Sges(&sge),
+                ud: None,
+            };
+            // SAFETY: buf stays mapped and untouched until the completion below.
+            unsafe { qp_a.post_send(&[write]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+
+            let mut pfd = libc::pollfd {
+                fd: channel.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd, for the duration of the call.
+            let ready = unsafe { libc::poll(&mut pfd, 1, WAIT.as_millis() as i32) };
+            assert_eq!(
+                ready,
+                1,
+                "{name}: no completion event within {WAIT:?} (poll: {ready}, {})",
+                std::io::Error::last_os_error()
+            );
+            let id = channel
+                .get_event()
+                .unwrap_or_else(|e| panic!("{name}: get_event: {e}"));
+            assert_eq!(id, cq_a.event_id(), "{name}: the event names the armed CQ");
+            let wc = wait_one(&cq_a, "RDMA WRITE with an event");
+            check(
+                &wc,
+                "RDMA WRITE with an event",
+                WcOpcode::RdmaWrite,
+                &qp_a,
+                9,
+            );
+            loud(&format!(
+                "{name}: completion event for CQ {} (event id {id}) on fd {:?}",
+                cq_a.handle(),
+                channel
+            ));
+            drop((qp_a, qp_b, cq_a, cq_b, mr));
         },
     );
 }
