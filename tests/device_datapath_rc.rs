@@ -23,28 +23,49 @@ const GID_INDEX: u32 = 0;
 const PORT: u8 = 1;
 const WAIT: Duration = Duration::from_secs(5);
 
-/// Polls `cq` until one completion arrives or [`WAIT`] passes; fails
-/// with what was seen.
-fn wait_one(cq: &CompletionQueue, what: &str) -> WorkCompletion {
+/// Polls `cq` until `N` completions have arrived or [`WAIT`] passes;
+/// fails with what was seen (too few, or more than `N`).
+fn wait_n<const N: usize>(cq: &CompletionQueue, what: &str) -> [WorkCompletion; N] {
     let deadline = Instant::now() + WAIT;
-    let mut wc = [WorkCompletion::default(); 4];
+    let mut wc = [WorkCompletion::default(); 8];
+    let mut got = 0;
     loop {
-        let n = cq
-            .poll(&mut wc)
+        got += cq
+            .poll(&mut wc[got..])
             .unwrap_or_else(|e| panic!("{what}: poll_cq: {e}"));
-        match n {
-            0 if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
-            0 => panic!(
-                "{what}: no completion within {WAIT:?} on CQ {}",
-                cq.handle()
-            ),
-            1 => return wc[0],
-            _ => panic!(
-                "{what}: {n} completions where one was expected: {:?}",
-                &wc[..n]
-            ),
+        if got > N {
+            panic!(
+                "{what}: {got} completions where {N} were expected: {:?}",
+                &wc[..got]
+            );
         }
+        if got == N {
+            // Give a stray extra completion a moment to show.
+            std::thread::sleep(Duration::from_millis(20));
+            let extra = cq.poll(&mut wc[got..]).unwrap();
+            assert_eq!(
+                extra,
+                0,
+                "{what}: more than {N} completions: {:?}",
+                &wc[..got + extra]
+            );
+            return std::array::from_fn(|i| wc[i]);
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "{what}: {got} of {N} completions within {WAIT:?} on CQ {}: {:?}",
+                cq.handle(),
+                &wc[..got]
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// [`wait_n`] of one.
+fn wait_one(cq: &CompletionQueue, what: &str) -> WorkCompletion {
+    let [wc] = wait_n::<1>(cq, what);
+    wc
 }
 
 /// Fails loudly with the attributes that were sent.
@@ -439,4 +460,121 @@ fn an_armed_cq_reports_a_completion_on_its_channel() {
             drop((qp_a, qp_b, cq_a, cq_b, mr));
         },
     );
+}
+
+/// Several work requests go out with one doorbell; a batch with one bad
+/// request (more SGEs than the QP takes) is refused whole, naming it, and
+/// nothing of it runs: the next good batch completes exactly its own
+/// requests, in order.
+#[test]
+fn a_batch_is_all_or_nothing_and_rings_once() {
+    on_each_device(
+        "a_batch_is_all_or_nothing_and_rings_once",
+        |name, dut, _counts| {
+            if driver(&dut) != Driver::Rxe {
+                return loud(&format!(
+                    "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
+                ));
+            }
+            let ctx: &Context = &dut;
+            let gid = ctx.query_gid(u32::from(PORT), GID_INDEX).unwrap();
+            let mtu = mtu_for(ctx);
+            let pd = alloc_pd(ctx);
+            let cq_a = ctx.create_cq(16, None).unwrap();
+            let cq_b = ctx.create_cq(16, None).unwrap();
+            let qp_a = pd
+                .create_qp(&QpInit::new(QpType::Rc, &cq_a, &cq_a))
+                .unwrap();
+            let qp_b = pd
+                .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
+                .unwrap();
+            connect(&qp_a, qp_b.qp_num(), gid.raw(), mtu);
+            connect(&qp_b, qp_a.qp_num(), gid.raw(), mtu);
+            let mut buf = anon(8192);
+            let mr = fresh_mr(&pd, &mut buf, RW_READ);
+            let addr = buf.as_ptr() as u64;
+            for (i, b) in buf[..1024].iter_mut().enumerate() {
+                *b = i as u8 ^ 0x5a;
+            }
+            let one = [Sge {
+                addr,
+                length: 256,
+                lkey: mr.lkey(),
+            }];
+            let two = [
+                one[0],
+                Sge {
+                    addr: addr + 256,
+                    length: 256,
+                    lkey: mr.lkey(),
+                },
+            ];
+            let rkey = mr.rkey();
+            let write = |wr_id, sges, to| {
+                signalled_write(
+                    wr_id,
+                    sges,
+                    Remote {
+                        addr: addr + to,
+                        rkey,
+                    },
+                )
+            };
+            assert_eq!(
+                qp_a.caps().max_send_sge,
+                1,
+                "{name}: the test needs max_send_sge 1"
+            );
+            let bad = [
+                write(1, &one, 4096),
+                write(2, &one, 4352),
+                write(3, &two, 4608),
+            ];
+            // SAFETY: refused before anything is queued.
+            let err = unsafe { qp_a.post_send(&bad) }.unwrap_err();
+            assert!(matches!(err, uverbs::Error::Post { index: 2, .. }), "{err}");
+            loud(&format!("{name}: refused batch: {err}"));
+            let good = [
+                write(11, &one, 4096),
+                write(12, &one, 4352),
+                write(13, &one, 4608),
+            ];
+            // SAFETY: buf[..256] is only read and buf[4096..4864] not touched
+            // until the three completions below.
+            unsafe { qp_a.post_send(&good) }
+                .unwrap_or_else(|e| panic!("{name}: post_send of 3: {e}"));
+            let wcs = wait_n::<3>(&cq_a, "batched RDMA WRITEs");
+            for (wc, wr_id) in wcs.iter().zip([11, 12, 13]) {
+                check(wc, "batched RDMA WRITE", WcOpcode::RdmaWrite, &qp_a, wr_id);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            let mut more = [WorkCompletion::default(); 4];
+            let n = cq_a.poll(&mut more).unwrap();
+            assert_eq!(
+                n,
+                0,
+                "{name}: the refused batch ran after all: {:?}",
+                &more[..n]
+            );
+            for at in [4096usize, 4352, 4608] {
+                assert!(buf[at..at + 256] == buf[..256], "{name}: the WRITE to {at}");
+            }
+            assert!(
+                buf[4864..].iter().all(|&b| b == 0),
+                "{name}: bytes past the targets"
+            );
+            drop((qp_a, qp_b, cq_a, cq_b, mr));
+        },
+    );
+}
+
+/// A signalled RDMA WRITE of `sges` to `remote`.
+fn signalled_write(wr_id: u64, sges: &[Sge], remote: Remote) -> SendWr<'_> {
+    SendWr {
+        wr_id,
+        op: SendOp::RdmaWrite { remote, imm: None },
+        flags: SendFlags::SIGNALED,
+        payload: Payload::Sges(sges),
+        ud: None,
+    }
 }
