@@ -663,7 +663,7 @@ impl WorkCompletion {
 }
 
 impl Default for WorkCompletion {
-    /// An all-zero `ib_uverbs_wc` (a slot for [`poll`] to fill).
+    /// An all-zero `ib_uverbs_wc` (a slot for [`CompletionQueue::poll`](crate::CompletionQueue::poll) to fill).
     fn default() -> Self {
         Self::from_raw(&ib_uverbs_wc::default())
     }
