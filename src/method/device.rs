@@ -6,6 +6,11 @@ use crate::transport::{Method, Out, OutBytes, Transport};
 use uverbs_uapi as sys;
 use zerocopy::{FromZeros, IntoBytes};
 
+/// A method of `UVERBS_OBJECT_DEVICE`, with no attribute yet.
+fn device_method<'a>(method_id: u16, driver_id: u32) -> Method<'a> {
+    Method::new(sys::UVERBS_OBJECT_DEVICE, method_id, driver_id)
+}
+
 /// `INFO_HANDLES`: the handles of one object type this file holds.
 #[derive(Debug)]
 pub(crate) struct InfoHandles {
@@ -28,11 +33,7 @@ impl InfoHandles {
     /// The frame: OBJECT_ID (const), TOTAL_HANDLES (u32 out), HANDLES_LIST
     /// (`4 * capacity` bytes out).
     pub(crate) fn method(&mut self, driver_id: u32) -> (Method<'_>, Out<'_, u32>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_INFO_HANDLES,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_INFO_HANDLES, driver_id);
         m.const_in(sys::UVERBS_ATTR_INFO_OBJECT_ID, self.object_id.into());
         let total = m.ptr_out(sys::UVERBS_ATTR_INFO_TOTAL_HANDLES, &mut self.total);
         // The list is not read back: only its room matters to the count.
@@ -71,11 +72,7 @@ impl QueryPort {
         &mut self,
         driver_id: u32,
     ) -> (Method<'_>, Out<'_, sys::ib_uverbs_query_port_resp_ex>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_QUERY_PORT,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_QUERY_PORT, driver_id);
         m.const_in(sys::UVERBS_ATTR_QUERY_PORT_PORT_NUM, self.port.into());
         let resp = m.ptr_out(sys::UVERBS_ATTR_QUERY_PORT_RESP, &mut self.resp);
         (m, resp)
@@ -107,11 +104,7 @@ impl QueryContext {
 
     /// The frame: NUM_COMP_VECTORS (u32 out), CORE_SUPPORT (u64 out).
     pub(crate) fn method(&mut self, driver_id: u32) -> (Method<'_>, Out<'_, u32>, Out<'_, u64>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_QUERY_CONTEXT,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_QUERY_CONTEXT, driver_id);
         let n = m.ptr_out(
             sys::UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS,
             &mut self.num_comp_vectors,
@@ -163,11 +156,7 @@ impl QueryGidEntry {
         &mut self,
         driver_id: u32,
     ) -> (Method<'_>, Out<'_, sys::ib_uverbs_gid_entry>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_QUERY_GID_ENTRY,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_QUERY_GID_ENTRY, driver_id);
         m.const_in(sys::UVERBS_ATTR_QUERY_GID_ENTRY_PORT, self.port.into())
             .const_in(
                 sys::UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX,
@@ -209,11 +198,7 @@ impl QueryGidTable {
     /// The frame: ENTRY_SIZE (const 32), RESP_ENTRIES (32 bytes per entry
     /// out), RESP_NUM_ENTRIES (u64 out). FLAGS is optional and left out.
     pub(crate) fn method(&mut self, driver_id: u32) -> (Method<'_>, OutBytes<'_>, Out<'_, u64>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_QUERY_GID_TABLE,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_QUERY_GID_TABLE, driver_id);
         m.const_in(
             sys::UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE,
             size_of::<sys::ib_uverbs_gid_entry>() as u64,
