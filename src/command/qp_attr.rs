@@ -512,6 +512,22 @@ impl QpAttr {
 }
 
 #[cfg(test)]
+impl QpAttr {
+    /// rc_pingpong's INIT -> RTR towards `dgid` (peer QPN 0x11, RQ PSN
+    /// 0x1234): the fixture these tests and the golden bytes share.
+    pub(crate) fn rc_pingpong_rtr(dgid: [u8; 16]) -> Self {
+        QpAttr::new()
+            .state(QpState::Rtr)
+            .path_mtu(Mtu::Mtu1024)
+            .dest_qpn(0x11)
+            .rq_psn(0x1234)
+            .max_dest_rd_atomic(1)
+            .min_rnr_timer(12)
+            .av(QpAttr::roce_dest(dgid, 1, 1, 1))
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -530,14 +546,7 @@ mod tests {
     }
 
     fn rc_rtr() -> QpAttr {
-        QpAttr::new()
-            .state(QpState::Rtr)
-            .path_mtu(Mtu::Mtu1024)
-            .dest_qpn(0x11)
-            .rq_psn(0x1234)
-            .max_dest_rd_atomic(1)
-            .min_rnr_timer(12)
-            .av(QpAttr::roce_dest(gid(), 1, 1, 1))
+        QpAttr::rc_pingpong_rtr(gid())
     }
 
     fn rc_rts() -> QpAttr {
