@@ -66,6 +66,44 @@ fn ioctl_frame<C: WriteCommand>(cmd: &C, uhw_out_len: usize) -> (Vec<u8>, Vec<u8
     (bytes, req)
 }
 
+/// What a command with a request body is in both framings.
+struct Framing {
+    /// The command number both frames name.
+    code: u32,
+    /// The write() header's in_words and out_words.
+    in_words: u16,
+    out_words: u16,
+    /// The response room given to write().
+    resp_len: usize,
+    /// The ioctl frame's CORE_IN (by pointer), CORE_OUT and UHW_OUT lengths.
+    core_in: u16,
+    core_out: u16,
+    uhw_out: u16,
+}
+
+/// Checks `cmd` against `body(response)`, its request after the header:
+/// write() is the header `{code, in_words, out_words}` then `body(RESP)`;
+/// ioctl is WRITE_CMD, CORE_IN pointing at `body(0)`, CORE_OUT, UHW_OUT.
+fn both_framings<C: WriteCommand>(cmd: &C, body: impl Fn(Bytes, u64) -> Bytes, f: Framing) {
+    let header = Bytes::default()
+        .u32(f.code)
+        .u16(f.in_words)
+        .u16(f.out_words);
+    assert_eq!(write_frame(cmd, f.resp_len), body(header, RESP).0);
+    let (frame, req) = ioctl_frame(cmd, f.uhw_out.into());
+    assert_eq!(req, body(Bytes::default(), 0).0);
+    let b = attrs(
+        ioctl_hdr(4, 14),
+        &[
+            (2, 8, f.code.into()),
+            (0, f.core_in, req.as_ptr() as u64),
+            (1, f.core_out, CORE_OUT),
+            (0x1001, f.uhw_out, UHW_OUT),
+        ],
+    );
+    assert_eq!(frame, b.0);
+}
+
 fn ioctl_hdr(num_attrs: u16, driver_id: u32) -> Bytes {
     Bytes::default()
         .u16(24 + 16 * num_attrs) // length
@@ -119,53 +157,46 @@ fn get_context_ioctl() {
     assert_eq!(frame, b.0);
 }
 
-#[test]
-fn query_device_write() {
-    let expected = Bytes::default().u32(1).u16(4).u16(44).u64(RESP);
-    assert_eq!(write_frame(&QueryDevice::new(), 176), expected.0);
-}
-
-#[test]
-fn query_device_ioctl() {
-    let (frame, _req) = ioctl_frame(&QueryDevice::new(), 0);
+/// A command whose request is only `response`, in both framings: write()
+/// is `{code, 4 in_words, out_words}` + RESP; ioctl is WRITE_CMD, CORE_IN
+/// (the 8-byte request, response 0, inline) and CORE_OUT of `resp_len`.
+fn response_only_both<C: WriteCommand>(cmd: &C, code: u32, out_words: u16, resp_len: u16) {
+    let expected = Bytes::default().u32(code).u16(4).u16(out_words).u64(RESP);
+    assert_eq!(write_frame(cmd, resp_len.into()), expected.0);
+    let (frame, _req) = ioctl_frame(cmd, 0);
     let b = attrs(
         ioctl_hdr(3, 14),
-        &[(2, 8, 1), (0, 8, 0), (1, 176, CORE_OUT)],
+        &[(2, 8, code.into()), (0, 8, 0), (1, resp_len, CORE_OUT)],
     );
     assert_eq!(frame, b.0);
 }
 
-#[test]
-fn alloc_pd_write() {
-    let expected = Bytes::default().u32(3).u16(4).u16(1).u64(RESP);
-    assert_eq!(write_frame(&AllocPd::new(), 4), expected.0);
-}
-
-#[test]
-fn alloc_pd_ioctl() {
-    let (frame, _req) = ioctl_frame(&AllocPd::new(), 0);
-    let b = attrs(ioctl_hdr(3, 14), &[(2, 8, 3), (0, 8, 0), (1, 4, CORE_OUT)]);
-    assert_eq!(frame, b.0);
-}
-
-#[test]
-fn dealloc_pd_write() {
-    // No response: no response field, out_words 0; body is just pd_handle.
-    let expected = Bytes::default().u32(4).u16(3).u16(0).u32(7);
-    assert_eq!(write_frame(&DeallocPd::new(7), 0), expected.0);
-}
-
-#[test]
-fn dealloc_pd_ioctl() {
-    let (frame, _req) = ioctl_frame(&DeallocPd::new(7), 0);
+/// A destroy command without response, in both framings: no response
+/// field, out_words 0, the body is just the 4-byte handle (inline in ioctl).
+fn handle_only_both<C: WriteCommand>(cmd: &C, code: u32, handle: u32) {
+    let expected = Bytes::default().u32(code).u16(3).u16(0).u32(handle);
+    assert_eq!(write_frame(cmd, 0), expected.0);
+    let (frame, _req) = ioctl_frame(cmd, 0);
     let b = attrs(
         ioctl_hdr(2, 14),
-        &[
-            (2, 8, 4),
-            (0, 4, 7), // 4-byte pd_handle inline
-        ],
+        &[(2, 8, code.into()), (0, 4, handle.into())],
     );
     assert_eq!(frame, b.0);
+}
+
+#[test]
+fn query_device_both() {
+    response_only_both(&QueryDevice::new(), 1, 44, 176);
+}
+
+#[test]
+fn alloc_pd_both() {
+    response_only_both(&AllocPd::new(), 3, 1, 4);
+}
+
+#[test]
+fn dealloc_pd_both() {
+    handle_only_both(&DeallocPd::new(7), 4, 7);
 }
 
 #[test]
@@ -265,11 +296,7 @@ fn rereg_mr_ioctl() {
 
 #[test]
 fn dereg_mr_both() {
-    let expected = Bytes::default().u32(13).u16(3).u16(0).u32(42);
-    assert_eq!(write_frame(&DeregMr::new(42), 0), expected.0);
-    let (frame, _req) = ioctl_frame(&DeregMr::new(42), 0);
-    let b = attrs(ioctl_hdr(2, 14), &[(2, 8, 13), (0, 4, 42)]);
-    assert_eq!(frame, b.0);
+    handle_only_both(&DeregMr::new(42), 13, 42);
 }
 
 #[test]
@@ -549,11 +576,7 @@ fn every_attribute_kind_of_the_builder() {
 #[test]
 fn create_comp_channel_both() {
     // 8 + 8 bytes in (4 words), the 4-byte fd out (1 word).
-    let expected = Bytes::default().u32(17).u16(4).u16(1).u64(RESP);
-    assert_eq!(write_frame(&CreateCompChannel::new(), 4), expected.0);
-    let (frame, _req) = ioctl_frame(&CreateCompChannel::new(), 0);
-    let b = attrs(ioctl_hdr(3, 14), &[(2, 8, 17), (0, 8, 0), (1, 4, CORE_OUT)]);
-    assert_eq!(frame, b.0);
+    response_only_both(&CreateCompChannel::new(), 17, 1, 4);
 }
 
 #[test]
@@ -570,20 +593,20 @@ fn create_cq_write_and_ioctl_rxe() {
             .u32(0) // reserved
     };
     // 40 bytes in (10 words); 8 core + 16 rxe_create_cq_resp out (6 words).
-    let expected = body(Bytes::default().u32(18).u16(10).u16(6), RESP);
-    assert_eq!(write_frame(&cmd, 24), expected.0);
-    let (frame, req) = ioctl_frame(&cmd, 16);
-    assert_eq!(req, body(Bytes::default(), 0).0);
-    let b = attrs(
-        ioctl_hdr(4, 14),
-        &[
-            (2, 8, 18),
-            (0, 32, req.as_ptr() as u64),
-            (1, 8, CORE_OUT),
-            (0x1001, 16, UHW_OUT), // rxe_create_cq_resp
-        ],
+    both_framings(
+        &cmd,
+        body,
+        Framing {
+            code: 18,
+            in_words: 10,
+            out_words: 6,
+            resp_len: 24,
+            core_in: 32,
+            core_out: 8,
+            // UHW_OUT: rxe_create_cq_resp
+            uhw_out: 16,
+        },
     );
-    assert_eq!(frame, b.0);
     // No channel: -1, as libibverbs sends it.
     let none = request_bytes(&CreateCq::new(1, 0));
     assert_eq!(&none[24..28], &(-1i32).to_le_bytes());
@@ -660,20 +683,19 @@ fn create_qp_write_and_ioctl_rxe() {
             .raw(&[1, 2, 0, 0]) // sq_sig_all, qp_type RC, is_srq, reserved
     };
     // 64 bytes in (16 words); 32 core + 32 rxe_create_qp_resp out (16 words).
-    let expected = body(Bytes::default().u32(24).u16(16).u16(16), RESP);
-    assert_eq!(write_frame(&cmd, 64), expected.0);
-    let (frame, req) = ioctl_frame(&cmd, 32);
-    assert_eq!(req, body(Bytes::default(), 0).0);
-    let b = attrs(
-        ioctl_hdr(4, 14),
-        &[
-            (2, 8, 24),
-            (0, 56, req.as_ptr() as u64),
-            (1, 32, CORE_OUT),
-            (0x1001, 32, UHW_OUT),
-        ],
+    both_framings(
+        &cmd,
+        body,
+        Framing {
+            code: 24,
+            in_words: 16,
+            out_words: 16,
+            resp_len: 64,
+            core_in: 56,
+            core_out: 32,
+            uhw_out: 32,
+        },
     );
-    assert_eq!(frame, b.0);
 }
 
 /// rc_pingpong's RTR, as the kernel reads it: 8 + 112 bytes, no response.
@@ -752,26 +774,21 @@ fn create_and_destroy_ah_both() {
             .raw(&[0, 0, 0, 1, 1, 0]) // sl, src_path_bits, static_rate, is_global, port_num, reserved
     };
     // 64 bytes in (16 words); 4 core + 8 rxe_create_ah_resp out (3 words).
-    let expected = body(Bytes::default().u32(5).u16(16).u16(3), RESP);
-    assert_eq!(write_frame(&cmd, 12), expected.0);
-    let (frame, req) = ioctl_frame(&cmd, 8);
-    assert_eq!(req, body(Bytes::default(), 0).0);
-    let b = attrs(
-        ioctl_hdr(4, 14),
-        &[
-            (2, 8, 5),
-            (0, 56, req.as_ptr() as u64),
-            (1, 4, CORE_OUT),
-            (0x1001, 8, UHW_OUT),
-        ],
+    both_framings(
+        &cmd,
+        body,
+        Framing {
+            code: 5,
+            in_words: 16,
+            out_words: 3,
+            resp_len: 12,
+            core_in: 56,
+            core_out: 4,
+            uhw_out: 8,
+        },
     );
-    assert_eq!(frame, b.0);
 
-    let expected = Bytes::default().u32(8).u16(3).u16(0).u32(12);
-    assert_eq!(write_frame(&DestroyAh::new(12), 0), expected.0);
-    let (frame, _req) = ioctl_frame(&DestroyAh::new(12), 0);
-    let b = attr(attr(ioctl_hdr(2, 14), 2, 8, 8), 0, 4, 12);
-    assert_eq!(frame, b.0);
+    handle_only_both(&DestroyAh::new(12), 8, 12);
 }
 
 /// The doorbell: 32 bytes fixed at creation, response pointing at its own
