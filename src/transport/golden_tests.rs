@@ -92,16 +92,12 @@ fn both_framings<C: WriteCommand>(cmd: &C, body: impl Fn(Bytes, u64) -> Bytes, f
     assert_eq!(write_frame(cmd, f.resp_len), body(header, RESP).0);
     let (frame, req) = ioctl_frame(cmd, f.uhw_out.into());
     assert_eq!(req, body(Bytes::default(), 0).0);
-    let b = attrs(
-        ioctl_hdr(4, 14),
-        &[
-            (2, 8, f.code.into()),
-            (0, f.core_in, req.as_ptr() as u64),
-            (1, f.core_out, CORE_OUT),
-            (0x1001, f.uhw_out, UHW_OUT),
-        ],
-    );
-    assert_eq!(frame, b.0);
+    let rest = [
+        (0, f.core_in, req.as_ptr() as u64),
+        (1, f.core_out, CORE_OUT),
+        (0x1001, f.uhw_out, UHW_OUT),
+    ];
+    assert_eq!(frame, invoke_write(f.code, &rest));
 }
 
 fn ioctl_hdr(num_attrs: u16, driver_id: u32) -> Bytes {
@@ -118,6 +114,13 @@ fn ioctl_hdr(num_attrs: u16, driver_id: u32) -> Bytes {
 /// One ib_uverbs_attr: id, len, flags (MANDATORY = 1), attr_data 0, data.
 fn attr(b: Bytes, id: u16, len: u16, data: u64) -> Bytes {
     b.u16(id).u16(len).u16(1).u16(0).u64(data)
+}
+
+/// The invoke-write frame (driver 14): WRITE_CMD = `code` inline, then
+/// the mandatory attributes `list`.
+fn invoke_write(code: u32, list: &[(u16, u16, u64)]) -> Vec<u8> {
+    let hdr = ioctl_hdr(1 + list.len() as u16, 14);
+    attrs(attr(hdr, 2, 8, code.into()), list).0
 }
 
 /// Mandatory attributes, each `(id, len, data)`, after `b`.
@@ -164,11 +167,8 @@ fn response_only_both<C: WriteCommand>(cmd: &C, code: u32, out_words: u16, resp_
     let expected = Bytes::default().u32(code).u16(4).u16(out_words).u64(RESP);
     assert_eq!(write_frame(cmd, resp_len.into()), expected.0);
     let (frame, _req) = ioctl_frame(cmd, 0);
-    let b = attrs(
-        ioctl_hdr(3, 14),
-        &[(2, 8, code.into()), (0, 8, 0), (1, resp_len, CORE_OUT)],
-    );
-    assert_eq!(frame, b.0);
+    let rest = [(0, 8, 0), (1, resp_len, CORE_OUT)];
+    assert_eq!(frame, invoke_write(code, &rest));
 }
 
 /// A destroy command without response, in both framings: no response
@@ -177,11 +177,7 @@ fn handle_only_both<C: WriteCommand>(cmd: &C, code: u32, handle: u32) {
     let expected = Bytes::default().u32(code).u16(3).u16(0).u32(handle);
     assert_eq!(write_frame(cmd, 0), expected.0);
     let (frame, _req) = ioctl_frame(cmd, 0);
-    let b = attrs(
-        ioctl_hdr(2, 14),
-        &[(2, 8, code.into()), (0, 4, handle.into())],
-    );
-    assert_eq!(frame, b.0);
+    assert_eq!(frame, invoke_write(code, &[(0, 4, handle.into())]));
 }
 
 #[test]
@@ -236,17 +232,18 @@ fn reg_mr_ioctl_siw() {
             .0,
         "CORE_IN is the request after the header, response field 0"
     );
-    let b = attrs(
-        ioctl_hdr(5, 14),
-        &[
-            (2, 8, 9),
-            (0, 40, req.as_ptr() as u64), // CORE_IN by pointer (> 8 bytes)
-            (1, 12, CORE_OUT),
-            (0x1000, 8, inline(&SIW_UHW_IN)), // UHW_IN inline (8 bytes)
-            (0x1001, 8, UHW_OUT),
-        ],
+    assert_eq!(
+        frame,
+        invoke_write(
+            9,
+            &[
+                (0, 40, req.as_ptr() as u64), // CORE_IN by pointer (> 8 bytes)
+                (1, 12, CORE_OUT),
+                (0x1000, 8, inline(&SIW_UHW_IN)), // UHW_IN inline (8 bytes)
+                (0x1001, 8, UHW_OUT),
+            ]
+        )
     );
-    assert_eq!(frame, b.0);
 }
 
 #[test]
@@ -287,11 +284,10 @@ fn rereg_mr_ioctl() {
             .u32(1)
             .0
     );
-    let b = attrs(
-        ioctl_hdr(3, 14),
-        &[(2, 8, 11), (0, 48, req.as_ptr() as u64), (1, 8, CORE_OUT)],
+    assert_eq!(
+        frame,
+        invoke_write(11, &[(0, 48, req.as_ptr() as u64), (1, 8, CORE_OUT)])
     );
-    assert_eq!(frame, b.0);
 }
 
 #[test]
@@ -631,11 +627,10 @@ fn destroy_cq_and_qp_both() {
     }
     assert_eq!(write_frame(&DestroyCq::new(6), 8).len(), 24);
     let (frame, req) = ioctl_frame(&DestroyQp::new(6), 0);
-    let b = attrs(
-        ioctl_hdr(3, 14),
-        &[(2, 8, 27), (0, 16, req.as_ptr() as u64), (1, 4, CORE_OUT)],
+    assert_eq!(
+        frame,
+        invoke_write(27, &[(0, 16, req.as_ptr() as u64), (1, 4, CORE_OUT)])
     );
-    assert_eq!(frame, b.0);
 }
 
 #[test]
@@ -643,14 +638,14 @@ fn req_notify_cq_both() {
     let expected = Bytes::default().u32(23).u16(4).u16(0).u32(6).u32(1);
     assert_eq!(write_frame(&ReqNotifyCq::new(6, true), 0), expected.0);
     let (frame, _req) = ioctl_frame(&ReqNotifyCq::new(6, false), 0);
-    let b = attrs(
-        ioctl_hdr(2, 14),
-        &[
-            (2, 8, 23),
-            (0, 8, 6), // {cq_handle 6, solicited_only 0} inline
-        ],
+    assert_eq!(
+        frame,
+        invoke_write(
+            23,
+            &[(0, 8, 6), // {cq_handle 6, solicited_only 0} inline
+        ]
+        )
     );
-    assert_eq!(frame, b.0);
 }
 
 fn cap() -> sys::ib_uverbs_qp_cap {
@@ -732,11 +727,7 @@ fn modify_qp_rtr_write_and_ioctl() {
     assert_eq!(write_frame(&cmd, 0), e.0);
     let (frame, req) = ioctl_frame(&cmd, 0);
     assert_eq!(req.len(), 112);
-    let b = attrs(
-        ioctl_hdr(2, 14),
-        &[(2, 8, 26), (0, 112, req.as_ptr() as u64)],
-    );
-    assert_eq!(frame, b.0);
+    assert_eq!(frame, invoke_write(26, &[(0, 112, req.as_ptr() as u64)]));
 }
 
 #[test]
@@ -751,11 +742,10 @@ fn query_qp_both() {
         .u32(0x21);
     assert_eq!(write_frame(&cmd, 128), expected.0);
     let (frame, req) = ioctl_frame(&cmd, 0);
-    let b = attrs(
-        ioctl_hdr(3, 14),
-        &[(2, 8, 25), (0, 16, req.as_ptr() as u64), (1, 128, CORE_OUT)],
+    assert_eq!(
+        frame,
+        invoke_write(25, &[(0, 16, req.as_ptr() as u64), (1, 128, CORE_OUT)])
     );
-    assert_eq!(frame, b.0);
 }
 
 #[test]
