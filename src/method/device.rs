@@ -6,6 +6,18 @@ use crate::transport::{Method, Out, OutBytes, Transport};
 use uverbs_uapi as sys;
 use zerocopy::{FromZeros, IntoBytes};
 
+/// The `run` of a query whose `method` frames one output: send it and
+/// read that output, which the kernel must have marked written.
+macro_rules! query_one_run {
+    ($(#[$doc:meta])* $output:ty) => {
+        $(#[$doc])*
+        pub(crate) fn run(mut self, transport: &dyn Transport, driver_id: u32) -> Result<$output, Errno> {
+            let (method, out) = self.method(driver_id);
+            super::query_one(method, out, transport)
+        }
+    };
+}
+
 /// A method of `UVERBS_OBJECT_DEVICE`, with no attribute yet.
 fn device_method<'a>(method_id: u16, driver_id: u32) -> Method<'a> {
     Method::new(sys::UVERBS_OBJECT_DEVICE, method_id, driver_id)
@@ -44,10 +56,9 @@ impl InfoHandles {
         (m, total)
     }
 
-    /// How many handles the kernel listed (at most the capacity).
-    pub(crate) fn run(mut self, transport: &dyn Transport, driver_id: u32) -> Result<u32, Errno> {
-        let (method, total) = self.method(driver_id);
-        super::query_one(method, total, transport)
+    query_one_run! {
+        /// How many handles the kernel listed (at most the capacity).
+        u32
     }
 }
 
@@ -78,14 +89,9 @@ impl QueryPort {
         (m, resp)
     }
 
-    /// Sends the method and returns the kernel's answer.
-    pub(crate) fn run(
-        mut self,
-        transport: &dyn Transport,
-        driver_id: u32,
-    ) -> Result<sys::ib_uverbs_query_port_resp_ex, Errno> {
-        let (method, resp) = self.method(driver_id);
-        super::query_one(method, resp, transport)
+    query_one_run! {
+        /// Sends the method and returns the kernel's answer.
+        sys::ib_uverbs_query_port_resp_ex
     }
 }
 
@@ -167,14 +173,9 @@ impl QueryGidEntry {
         (m, entry)
     }
 
-    /// Sends the method and returns the entry.
-    pub(crate) fn run(
-        mut self,
-        transport: &dyn Transport,
-        driver_id: u32,
-    ) -> Result<sys::ib_uverbs_gid_entry, Errno> {
-        let (method, entry) = self.method(driver_id);
-        super::query_one(method, entry, transport)
+    query_one_run! {
+        /// Sends the method and returns the entry.
+        sys::ib_uverbs_gid_entry
     }
 }
 

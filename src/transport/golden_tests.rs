@@ -359,6 +359,17 @@ fn method_hdr(num_attrs: u16, object_id: u16, method_id: u16, driver_id: u32) ->
         .u32(0) // reserved2
 }
 
+/// A method's frame: its header, then the mandatory attributes `list`.
+fn method_bytes(
+    object_id: u16,
+    method_id: u16,
+    driver_id: u32,
+    list: &[(u16, u16, u64)],
+) -> Vec<u8> {
+    let hdr = method_hdr(list.len() as u16, object_id, method_id, driver_id);
+    attrs(hdr, list).0
+}
+
 /// One ib_uverbs_attr with all fields given.
 fn attr_full(b: Bytes, id: u16, len: u16, flags: u16, attr_data: u16, data: u64) -> Bytes {
     b.u16(id).u16(len).u16(flags).u16(attr_data).u64(data)
@@ -394,15 +405,17 @@ fn info_handles_method() {
     let mut q = InfoHandles::new(sys::UVERBS_OBJECT_MR, 64);
     let (m, _total) = q.method(14);
     // DEVICE, INFO_HANDLES
-    let b = attrs(
-        method_hdr(3, 0, 1, 14),
+    let expected = method_bytes(
+        0,
+        1,
+        14,
         &[
             (0, 8, 7),               // OBJECT_ID = UVERBS_OBJECT_MR, const inline
             (1, 4, ptr_of(&m, 1)),   // TOTAL_HANDLES: u32 out
             (2, 256, ptr_of(&m, 2)), // HANDLES_LIST: 64 u32 out
         ],
     );
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.as_bytes(), &expected[..]);
     assert_ne!(ptr_of(&m, 1), 0);
     assert_ne!(ptr_of(&m, 2), 0);
 }
@@ -412,14 +425,16 @@ fn query_port_method() {
     let mut q = QueryPort::new(1);
     let (m, _resp) = q.method(18);
     // DEVICE, QUERY_PORT, siw
-    let b = attrs(
-        method_hdr(2, 0, 2, 18),
+    let expected = method_bytes(
+        0,
+        2,
+        18,
         &[
             (0, 8, 1),              // PORT_NUM = 1, const inline (8 bytes, as CONST_IN demands)
             (1, 48, ptr_of(&m, 1)), // RESP: ib_uverbs_query_port_resp_ex
         ],
     );
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
@@ -427,14 +442,16 @@ fn query_context_method() {
     let mut q = QueryContext::new();
     let (m, _n, _cs) = q.method(14);
     // DEVICE, QUERY_CONTEXT
-    let b = attrs(
-        method_hdr(2, 0, 4, 14),
+    let expected = method_bytes(
+        0,
+        4,
+        14,
         &[
             (0, 4, ptr_of(&m, 0)), // NUM_COMP_VECTORS: u32 out
             (1, 8, ptr_of(&m, 1)), // CORE_SUPPORT: u64 out
         ],
     );
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
@@ -442,8 +459,10 @@ fn query_gid_entry_method() {
     let mut q = QueryGidEntry::new(1, 3);
     let (m, _entry) = q.method(14);
     // DEVICE, QUERY_GID_ENTRY
-    let b = attrs(
-        method_hdr(4, 0, 6, 14),
+    let expected = method_bytes(
+        0,
+        6,
+        14,
         &[
             (0, 8, 1),              // PORT = 1
             (1, 8, 3),              // GID_INDEX = 3
@@ -451,7 +470,7 @@ fn query_gid_entry_method() {
             (3, 32, ptr_of(&m, 3)), // RESP_ENTRY: ib_uverbs_gid_entry
         ],
     );
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
@@ -459,15 +478,17 @@ fn query_gid_table_method() {
     let mut q = QueryGidTable::new(3);
     let (m, _entries, _n) = q.method(14);
     // DEVICE, QUERY_GID_TABLE
-    let b = attrs(
-        method_hdr(3, 0, 5, 14),
+    let expected = method_bytes(
+        0,
+        5,
+        14,
         &[
             (0, 8, 32),             // ENTRY_SIZE = sizeof(ib_uverbs_gid_entry)
             (2, 96, ptr_of(&m, 1)), // RESP_ENTRIES: 3 entries out
             (3, 8, ptr_of(&m, 2)),  // RESP_NUM_ENTRIES: u64 out
         ],
     );
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
@@ -475,8 +496,10 @@ fn query_mr_method() {
     let mut q = QueryMr::new(0x2a);
     let (m, _outs) = q.method(14);
     // MR, QUERY_MR
-    let b = attrs(
-        method_hdr(5, 7, 3, 14),
+    let expected = method_bytes(
+        7,
+        3,
+        14,
         &[
             (0, 0, 0x2a),          // HANDLE: IDR, len 0, handle in data
             (1, 4, ptr_of(&m, 1)), // RESP_LKEY: u32 out
@@ -485,7 +508,7 @@ fn query_mr_method() {
             (4, 8, ptr_of(&m, 4)), // RESP_IOVA: u64 out
         ],
     );
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.as_bytes(), &expected[..]);
     let ptrs: Vec<u64> = (1..5).map(|i| ptr_of(&m, i)).collect();
     assert!(
         ptrs.windows(2).all(|w| w[0] != w[1]),
@@ -840,8 +863,10 @@ fn cq_create_method_minimal_and_flags() {
     let mut uhw = [0u8; 16];
     let mut q = CqCreate::new(1, 0, &mut uhw).flags(sys::IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN);
     let (m, _outs) = q.method(14);
-    let b = attrs(
-        method_hdr(7, 3, 0, 14),
+    let expected = method_bytes(
+        3,
+        0,
+        14,
         &[
             (0, 0, 0),
             (1, 4, 1),
@@ -852,7 +877,7 @@ fn cq_create_method_minimal_and_flags() {
             (0x1001, 16, ptr_of(&m, 6)),
         ],
     );
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
@@ -864,8 +889,10 @@ fn qp_create_method_rxe() {
     let (m, _outs) = q.method(14);
     let cap_bytes = cap().as_bytes().to_vec();
     // QP, QP_CREATE, rxe
-    let b = attrs(
-        method_hdr(11, 4, 0, 14),
+    let expected = method_bytes(
+        4,
+        0,
+        14,
         &[
             (0, 0, 0),                    // HANDLE: IDR new
             (2, 0, 1),                    // PD_HANDLE
@@ -880,7 +907,7 @@ fn qp_create_method_rxe() {
             (0x1001, 32, ptr_of(&m, 10)), // UHW_OUT: rxe_create_qp_resp
         ],
     );
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    assert_eq!(m.as_bytes(), &expected[..]);
     // CAP points at the builder's copy of the capacities.
     // SAFETY: the pointer is the builder's `cap` field, alive while `m` is.
     let pointed = unsafe { std::slice::from_raw_parts(ptr_of(&m, 5) as usize as *const u8, 20) };
