@@ -1,6 +1,5 @@
 //! Address-handle commands: CREATE_AH and DESTROY_AH.
 
-use super::WriteCommand;
 use uverbs_uapi as sys;
 
 /// `CREATE_AH`: an address handle for UD sends in PD `pd_handle`.
@@ -44,23 +43,19 @@ impl CreateAh {
         )
     }
 
-    /// The value kept with the AH (default 0).
-    pub fn user_handle(mut self, user_handle: u64) -> Self {
-        self.req.user_handle = user_handle;
-        self
+    request_setters! {
+        /// The value kept with the AH (default 0).
+        user_handle(user_handle: u64) => user_handle;
     }
 }
 
 // Mirrors ib_uverbs_create_ah{,_resp}; the request starts with `response`.
-impl WriteCommand for CreateAh {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_CREATE_AH;
-    type Request = sys::ib_uverbs_create_ah;
-    type Response = sys::ib_uverbs_create_ah_resp;
-
-    fn request(&self) -> Self::Request {
-        self.req
-    }
-}
+write_command_of_request!(
+    CreateAh,
+    IB_USER_VERBS_CMD_CREATE_AH,
+    ib_uverbs_create_ah,
+    uverbs_uapi::ib_uverbs_create_ah_resp
+);
 
 destroy_by_handle!(
     /// `DESTROY_AH`: destroys an address handle (no response).

@@ -2,7 +2,6 @@
 //! write() forms; the native `UVERBS_METHOD_CQ_CREATE` is
 //! [`crate::method::CqCreate`]).
 
-use super::WriteCommand;
 use uverbs_uapi as sys;
 
 /// `CREATE_CQ`: a completion queue of at least `cqe` entries.
@@ -30,31 +29,23 @@ impl CreateCq {
         }
     }
 
-    /// Completion events go to this completion channel descriptor.
-    pub fn comp_channel(mut self, fd: i32) -> Self {
-        self.req.comp_channel = fd;
-        self
-    }
-
-    /// The completion vector (default 0).
-    pub fn comp_vector(mut self, vector: u32) -> Self {
-        self.req.comp_vector = vector;
-        self
+    request_setters! {
+        /// Completion events go to this completion channel descriptor.
+        comp_channel(fd: i32) => comp_channel;
+        /// The completion vector (default 0).
+        comp_vector(vector: u32) => comp_vector;
     }
 }
 
 // Mirrors ib_uverbs_create_cq{,_resp}; the request starts with `response`.
-impl WriteCommand for CreateCq {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_CREATE_CQ;
-    type Request = sys::ib_uverbs_create_cq;
-    type Response = sys::ib_uverbs_create_cq_resp;
+write_command_of_request!(
+    CreateCq,
+    IB_USER_VERBS_CMD_CREATE_CQ,
+    ib_uverbs_create_cq,
+    uverbs_uapi::ib_uverbs_create_cq_resp
+);
 
-    fn request(&self) -> Self::Request {
-        self.req
-    }
-}
-
-destroy_with_response!(
+destroy_by_handle!(
     /// `DESTROY_CQ`: destroys a CQ (`EBUSY` while a QP uses it); the answer
     /// counts the completion and async events reported for it.
     #[doc(alias = "ibv_destroy_cq")]
@@ -89,12 +80,9 @@ impl ReqNotifyCq {
 }
 
 // Mirrors ib_uverbs_req_notify_cq; no response.
-impl WriteCommand for ReqNotifyCq {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_REQ_NOTIFY_CQ;
-    type Request = sys::ib_uverbs_req_notify_cq;
-    type Response = ();
-
-    fn request(&self) -> Self::Request {
-        self.req
-    }
-}
+write_command_of_request!(
+    ReqNotifyCq,
+    IB_USER_VERBS_CMD_REQ_NOTIFY_CQ,
+    ib_uverbs_req_notify_cq,
+    ()
+);

@@ -1,6 +1,5 @@
 //! Memory-region commands: REG_MR, REREG_MR and DEREG_MR.
 
-use super::WriteCommand;
 use uverbs_uapi as sys;
 
 /// `REG_MR`: pins `[start, start + length)` and makes it reachable by the
@@ -32,10 +31,9 @@ impl<'a> RegMr<'a> {
         }
     }
 
-    /// The address the device uses for the first byte (default: `start`).
-    pub fn hca_va(mut self, hca_va: u64) -> Self {
-        self.req.hca_va = hca_va;
-        self
+    request_setters! {
+        /// The address the device uses for the first byte (default: `start`).
+        hca_va(hca_va: u64) => hca_va;
     }
 
     /// Driver-private input (siw: an 8-byte `siw_ureq_reg_mr`).
@@ -46,19 +44,13 @@ impl<'a> RegMr<'a> {
 }
 
 // Mirrors ib_uverbs_reg_mr{,_resp}; the request starts with `response`.
-impl WriteCommand for RegMr<'_> {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_REG_MR;
-    type Request = sys::ib_uverbs_reg_mr;
-    type Response = sys::ib_uverbs_reg_mr_resp;
-
-    fn request(&self) -> Self::Request {
-        self.req
-    }
-
-    fn uhw_in(&self) -> &[u8] {
-        self.uhw_in
-    }
-}
+write_command_of_request!(
+    RegMr<'_>,
+    IB_USER_VERBS_CMD_REG_MR,
+    ib_uverbs_reg_mr,
+    uverbs_uapi::ib_uverbs_reg_mr_resp,
+    uhw_in = uhw_in
+);
 
 /// `REREG_MR`: changes an MR's translation, PD and/or access in place.
 ///
@@ -91,35 +83,23 @@ impl ReregMr {
         self
     }
 
-    /// The device address of the new range's first byte.
-    pub fn hca_va(mut self, hca_va: u64) -> Self {
-        self.req.hca_va = hca_va;
-        self
-    }
-
-    /// The handle of the new PD.
-    pub fn pd_handle(mut self, pd_handle: u32) -> Self {
-        self.req.pd_handle = pd_handle;
-        self
-    }
-
-    /// The new access flags (`IB_UVERBS_ACCESS_*`).
-    pub fn access_flags(mut self, access_flags: u32) -> Self {
-        self.req.access_flags = access_flags;
-        self
+    request_setters! {
+        /// The device address of the new range's first byte.
+        hca_va(hca_va: u64) => hca_va;
+        /// The handle of the new PD.
+        pd_handle(pd_handle: u32) => pd_handle;
+        /// The new access flags (`IB_UVERBS_ACCESS_*`).
+        access_flags(access_flags: u32) => access_flags;
     }
 }
 
 // Mirrors ib_uverbs_rereg_mr{,_resp}; the request starts with `response`.
-impl WriteCommand for ReregMr {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
-    type Request = sys::ib_uverbs_rereg_mr;
-    type Response = sys::ib_uverbs_rereg_mr_resp;
-
-    fn request(&self) -> Self::Request {
-        self.req
-    }
-}
+write_command_of_request!(
+    ReregMr,
+    IB_USER_VERBS_CMD_REREG_MR,
+    ib_uverbs_rereg_mr,
+    uverbs_uapi::ib_uverbs_rereg_mr_resp
+);
 
 destroy_by_handle!(
     /// `DEREG_MR`: unpins and forgets a memory region.

@@ -2,6 +2,8 @@
 //! `ioctl::patterns` idea): a command without arguments, and one that names
 //! a single object by its handle. Each expansion is still one small public
 //! type with `new`, a `CODE` and the kernel's request/response structs.
+//! Builders that fill the kernel's request in place share their
+//! `WriteCommand` impl and their one-field setters the same way.
 
 /// A command whose request is only the (transport-filled) `response` field:
 /// `GET_CONTEXT`, `QUERY_DEVICE`, `ALLOC_PD`.
@@ -35,12 +37,26 @@ macro_rules! command_without_arguments {
     };
 }
 
-/// A command that destroys one object named by its handle and has no
-/// response: `DEALLOC_PD`, `DEREG_MR`.
+/// A command that destroys one object named by its handle: `DEALLOC_PD`,
+/// `DEREG_MR`, `DESTROY_AH` (request `{handle}`, no response), and, with a
+/// response type, `DESTROY_CQ`, `DESTROY_QP` (request `{response, handle,
+/// reserved}`, the answer counts the events the kernel reported for it).
 macro_rules! destroy_by_handle {
     (
         $(#[$doc:meta])*
+        $name:ident, $code:ident, $request:ident, $response:ident, $handle:ident, $what:literal
+    ) => {
+        destroy_by_handle!(@ $(#[$doc])* $name, $code, $request, uverbs_uapi::$response, $handle, $what);
+    };
+    (
+        $(#[$doc:meta])*
         $name:ident, $code:ident, $request:ident, $handle:ident, $what:literal
+    ) => {
+        destroy_by_handle!(@ $(#[$doc])* $name, $code, $request, (), $handle, $what);
+    };
+    (
+        @ $(#[$doc:meta])*
+        $name:ident, $code:ident, $request:ident, $response:ty, $handle:ident, $what:literal
     ) => {
         $(#[$doc])*
         #[derive(Clone, Copy, Debug)]
@@ -55,54 +71,55 @@ macro_rules! destroy_by_handle {
             }
         }
 
-        // Mirrors the kernel's request (a single u32 handle); no response.
+        // Mirrors the kernel's request: the handle, after `response` when
+        // there is one; every other byte zero.
         impl $crate::command::WriteCommand for $name {
             const CODE: u32 = uverbs_uapi::$code;
             type Request = uverbs_uapi::$request;
-            type Response = ();
+            type Response = $response;
 
             fn request(&self) -> Self::Request {
-                uverbs_uapi::$request {
-                    $handle: self.$handle,
-                }
+                let mut request = uverbs_uapi::$request::default();
+                request.$handle = self.$handle;
+                request
             }
         }
     };
 }
 
-/// A command that destroys one object named by its handle and answers how
-/// many events the kernel reported for it: `DESTROY_CQ`, `DESTROY_QP`
-/// (request `{response, handle, reserved}`).
-macro_rules! destroy_with_response {
-    (
-        $(#[$doc:meta])*
-        $name:ident, $code:ident, $request:ident, $response:ident, $handle:ident, $what:literal
-    ) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug)]
-        pub struct $name {
-            $handle: u32,
-        }
-
-        impl $name {
-            #[doc = concat!("Destroy the ", $what, " with this kernel handle.")]
-            pub fn new($handle: u32) -> Self {
-                $name { $handle }
-            }
-        }
-
-        // Mirrors the kernel's request; it starts with `response`.
+/// The [`WriteCommand`](crate::command::WriteCommand) of a builder that
+/// fills the kernel's request in place, in a field `req` (the transport
+/// fills `response`); optionally a field holding its UHW input.
+macro_rules! write_command_of_request {
+    ($name:ty, $code:ident, $request:ident, $response:ty $(, uhw_in = $uhw:ident)?) => {
         impl $crate::command::WriteCommand for $name {
             const CODE: u32 = uverbs_uapi::$code;
             type Request = uverbs_uapi::$request;
-            type Response = uverbs_uapi::$response;
+            type Response = $response;
 
             fn request(&self) -> Self::Request {
-                uverbs_uapi::$request {
-                    $handle: self.$handle,
-                    ..Default::default()
-                }
+                self.req
             }
+
+            $(
+                fn uhw_in(&self) -> &[u8] {
+                    self.$uhw
+                }
+            )?
         }
+    };
+}
+
+/// Chained setters that each store their argument in one field of the
+/// request being filled in place (`self.req`).
+macro_rules! request_setters {
+    ($( $(#[$doc:meta])* $setter:ident($arg:ident: $t:ty) => $field:ident; )*) => {
+        $(
+            $(#[$doc])*
+            pub fn $setter(mut self, $arg: $t) -> Self {
+                self.req.$field = $arg;
+                self
+            }
+        )*
     };
 }

@@ -4,7 +4,6 @@
 //! always sends it as write().
 
 use super::qp_attr::{QpAttr, QpAttrMask, QpState, QpTransitionError, QpType};
-use super::WriteCommand;
 use uverbs_uapi as sys;
 
 /// `CREATE_QP`: a queue pair of `qp_type` in PD `pd_handle`, completing on
@@ -44,10 +43,9 @@ impl CreateQp {
         }
     }
 
-    /// The value async events about this QP carry (default 0).
-    pub fn user_handle(mut self, user_handle: u64) -> Self {
-        self.req.user_handle = user_handle;
-        self
+    request_setters! {
+        /// The value async events about this QP carry (default 0).
+        user_handle(user_handle: u64) => user_handle;
     }
 
     /// Every send WR completes with a completion (`sq_sig_all`).
@@ -65,15 +63,12 @@ impl CreateQp {
 }
 
 // Mirrors ib_uverbs_create_qp{,_resp}; the request starts with `response`.
-impl WriteCommand for CreateQp {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_CREATE_QP;
-    type Request = sys::ib_uverbs_create_qp;
-    type Response = sys::ib_uverbs_create_qp_resp;
-
-    fn request(&self) -> Self::Request {
-        self.req
-    }
-}
+write_command_of_request!(
+    CreateQp,
+    IB_USER_VERBS_CMD_CREATE_QP,
+    ib_uverbs_create_qp,
+    uverbs_uapi::ib_uverbs_create_qp_resp
+);
 
 /// `MODIFY_QP`: the 112-byte `ib_uverbs_modify_qp` whose `attr_mask` comes
 /// from the [`QpAttr`] fields set. No response.
@@ -112,15 +107,12 @@ impl ModifyQp {
 }
 
 // Mirrors ib_uverbs_modify_qp; no response (and no `response` field).
-impl WriteCommand for ModifyQp {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_MODIFY_QP;
-    type Request = sys::ib_uverbs_modify_qp;
-    type Response = ();
-
-    fn request(&self) -> Self::Request {
-        self.req
-    }
-}
+write_command_of_request!(
+    ModifyQp,
+    IB_USER_VERBS_CMD_MODIFY_QP,
+    ib_uverbs_modify_qp,
+    ()
+);
 
 /// `QUERY_QP`: a QP's current attributes (the kernel fills every field
 /// whatever the mask; libibverbs sends the caller's mask).
@@ -145,17 +137,14 @@ impl QueryQp {
 }
 
 // Mirrors ib_uverbs_query_qp{,_resp}; the request starts with `response`.
-impl WriteCommand for QueryQp {
-    const CODE: u32 = sys::IB_USER_VERBS_CMD_QUERY_QP;
-    type Request = sys::ib_uverbs_query_qp;
-    type Response = sys::ib_uverbs_query_qp_resp;
+write_command_of_request!(
+    QueryQp,
+    IB_USER_VERBS_CMD_QUERY_QP,
+    ib_uverbs_query_qp,
+    uverbs_uapi::ib_uverbs_query_qp_resp
+);
 
-    fn request(&self) -> Self::Request {
-        self.req
-    }
-}
-
-destroy_with_response!(
+destroy_by_handle!(
     /// `DESTROY_QP`: destroys a QP; the answer counts the async events
     /// reported for it.
     #[doc(alias = "ibv_destroy_qp")]

@@ -304,6 +304,19 @@ pub fn transition_rule(from: QpState, to: QpState) -> Option<TransitionRule> {
     }
 }
 
+/// Chained [`QpAttr`] setters that each store one field of the request and
+/// set that attribute's mask bit (one `QpAttr::set` each).
+macro_rules! attribute_setters {
+    ($( $(#[$doc:meta])* $setter:ident($arg:ident: $t:ty) => $bit:ident, $field:ident = $value:expr; )*) => {
+        $(
+            $(#[$doc])*
+            pub fn $setter(self, $arg: $t) -> Self {
+                self.set(QpAttrMask::$bit, |r| r.$field = $value)
+            }
+        )*
+    };
+}
+
 /// The attributes of one `MODIFY_QP`, set field by field; the attribute
 /// mask is derived from the fields set, never written by hand.
 ///
@@ -348,9 +361,40 @@ impl QpAttr {
         QpAttrMask::from_bits_retain(self.req.attr_mask)
     }
 
-    /// The state to move to (`IBV_QP_STATE`).
-    pub fn state(self, state: QpState) -> Self {
-        self.set(QpAttrMask::STATE, |r| r.qp_state = state as u8)
+    attribute_setters! {
+        /// The state to move to (`IBV_QP_STATE`).
+        state(state: QpState) => STATE, qp_state = state as u8;
+        /// What remote peers may do (`IBV_QP_ACCESS_FLAGS`).
+        access_flags(access: AccessFlags) => ACCESS_FLAGS, qp_access_flags = access.bits();
+        /// The P_Key index (`IBV_QP_PKEY_INDEX`).
+        pkey_index(index: u16) => PKEY_INDEX, pkey_index = index;
+        /// The port, 1-based (`IBV_QP_PORT`).
+        port(port: u8) => PORT, port_num = port;
+        /// The Q_Key of a UD QP (`IBV_QP_QKEY`).
+        qkey(qkey: u32) => QKEY, qkey = qkey;
+        /// The primary path to the peer (`IBV_QP_AV`); see
+        /// [`roce_dest`](Self::roce_dest).
+        av(dest: sys::ib_uverbs_qp_dest) => AV, dest = dest;
+        /// The path MTU (`IBV_QP_PATH_MTU`).
+        path_mtu(mtu: Mtu) => PATH_MTU, path_mtu = mtu as u8;
+        /// The local ACK timeout, 4.096 µs · 2^timeout, at most 31 (`IBV_QP_TIMEOUT`).
+        timeout(timeout: u8) => TIMEOUT, timeout = timeout;
+        /// Transport retries, at most 7 (`IBV_QP_RETRY_CNT`).
+        retry_cnt(count: u8) => RETRY_CNT, retry_cnt = count;
+        /// RNR retries, at most 7 = infinite (`IBV_QP_RNR_RETRY`).
+        rnr_retry(count: u8) => RNR_RETRY, rnr_retry = count;
+        /// The first PSN expected from the peer, 24 bits (`IBV_QP_RQ_PSN`).
+        rq_psn(psn: u32) => RQ_PSN, rq_psn = psn;
+        /// Outstanding RDMA reads/atomics as initiator (`IBV_QP_MAX_QP_RD_ATOMIC`).
+        max_rd_atomic(n: u8) => MAX_QP_RD_ATOMIC, max_rd_atomic = n;
+        /// The minimum RNR NAK timer code, at most 31 (`IBV_QP_MIN_RNR_TIMER`).
+        min_rnr_timer(code: u8) => MIN_RNR_TIMER, min_rnr_timer = code;
+        /// The first PSN sent, 24 bits (`IBV_QP_SQ_PSN`).
+        sq_psn(psn: u32) => SQ_PSN, sq_psn = psn;
+        /// Outstanding RDMA reads/atomics as target (`IBV_QP_MAX_DEST_RD_ATOMIC`).
+        max_dest_rd_atomic(n: u8) => MAX_DEST_RD_ATOMIC, max_dest_rd_atomic = n;
+        /// The peer's QP number, 24 bits (`IBV_QP_DEST_QPN`).
+        dest_qpn(qpn: u32) => DEST_QPN, dest_qp_num = qpn;
     }
 
     /// The state requested, if any.
@@ -360,34 +404,6 @@ impl QpAttr {
         } else {
             None
         }
-    }
-
-    /// What remote peers may do (`IBV_QP_ACCESS_FLAGS`).
-    pub fn access_flags(self, access: AccessFlags) -> Self {
-        self.set(QpAttrMask::ACCESS_FLAGS, |r| {
-            r.qp_access_flags = access.bits()
-        })
-    }
-
-    /// The P_Key index (`IBV_QP_PKEY_INDEX`).
-    pub fn pkey_index(self, index: u16) -> Self {
-        self.set(QpAttrMask::PKEY_INDEX, |r| r.pkey_index = index)
-    }
-
-    /// The port, 1-based (`IBV_QP_PORT`).
-    pub fn port(self, port: u8) -> Self {
-        self.set(QpAttrMask::PORT, |r| r.port_num = port)
-    }
-
-    /// The Q_Key of a UD QP (`IBV_QP_QKEY`).
-    pub fn qkey(self, qkey: u32) -> Self {
-        self.set(QpAttrMask::QKEY, |r| r.qkey = qkey)
-    }
-
-    /// The primary path to the peer (`IBV_QP_AV`); see
-    /// [`roce_dest`](Self::roce_dest).
-    pub fn av(self, dest: sys::ib_uverbs_qp_dest) -> Self {
-        self.set(QpAttrMask::AV, |r| r.dest = dest)
     }
 
     /// A RoCE address vector: a GRH to `dgid` from local GID `sgid_index`
@@ -406,56 +422,6 @@ impl QpAttr {
             port_num: port,
             ..Default::default()
         }
-    }
-
-    /// The path MTU (`IBV_QP_PATH_MTU`).
-    pub fn path_mtu(self, mtu: Mtu) -> Self {
-        self.set(QpAttrMask::PATH_MTU, |r| r.path_mtu = mtu as u8)
-    }
-
-    /// The local ACK timeout, 4.096 µs · 2^timeout, at most 31 (`IBV_QP_TIMEOUT`).
-    pub fn timeout(self, timeout: u8) -> Self {
-        self.set(QpAttrMask::TIMEOUT, |r| r.timeout = timeout)
-    }
-
-    /// Transport retries, at most 7 (`IBV_QP_RETRY_CNT`).
-    pub fn retry_cnt(self, count: u8) -> Self {
-        self.set(QpAttrMask::RETRY_CNT, |r| r.retry_cnt = count)
-    }
-
-    /// RNR retries, at most 7 = infinite (`IBV_QP_RNR_RETRY`).
-    pub fn rnr_retry(self, count: u8) -> Self {
-        self.set(QpAttrMask::RNR_RETRY, |r| r.rnr_retry = count)
-    }
-
-    /// The first PSN expected from the peer, 24 bits (`IBV_QP_RQ_PSN`).
-    pub fn rq_psn(self, psn: u32) -> Self {
-        self.set(QpAttrMask::RQ_PSN, |r| r.rq_psn = psn)
-    }
-
-    /// Outstanding RDMA reads/atomics as initiator (`IBV_QP_MAX_QP_RD_ATOMIC`).
-    pub fn max_rd_atomic(self, n: u8) -> Self {
-        self.set(QpAttrMask::MAX_QP_RD_ATOMIC, |r| r.max_rd_atomic = n)
-    }
-
-    /// The minimum RNR NAK timer code, at most 31 (`IBV_QP_MIN_RNR_TIMER`).
-    pub fn min_rnr_timer(self, code: u8) -> Self {
-        self.set(QpAttrMask::MIN_RNR_TIMER, |r| r.min_rnr_timer = code)
-    }
-
-    /// The first PSN sent, 24 bits (`IBV_QP_SQ_PSN`).
-    pub fn sq_psn(self, psn: u32) -> Self {
-        self.set(QpAttrMask::SQ_PSN, |r| r.sq_psn = psn)
-    }
-
-    /// Outstanding RDMA reads/atomics as target (`IBV_QP_MAX_DEST_RD_ATOMIC`).
-    pub fn max_dest_rd_atomic(self, n: u8) -> Self {
-        self.set(QpAttrMask::MAX_DEST_RD_ATOMIC, |r| r.max_dest_rd_atomic = n)
-    }
-
-    /// The peer's QP number, 24 bits (`IBV_QP_DEST_QPN`).
-    pub fn dest_qpn(self, qpn: u32) -> Self {
-        self.set(QpAttrMask::DEST_QPN, |r| r.dest_qp_num = qpn)
     }
 
     /// Checks these attributes for a `qp_type` QP now in `current`, like the
@@ -546,6 +512,22 @@ impl QpAttr {
 }
 
 #[cfg(test)]
+impl QpAttr {
+    /// rc_pingpong's INIT -> RTR towards `dgid` (peer QPN 0x11, RQ PSN
+    /// 0x1234): the fixture these tests and the golden bytes share.
+    pub(crate) fn rc_pingpong_rtr(dgid: [u8; 16]) -> Self {
+        QpAttr::new()
+            .state(QpState::Rtr)
+            .path_mtu(Mtu::Mtu1024)
+            .dest_qpn(0x11)
+            .rq_psn(0x1234)
+            .max_dest_rd_atomic(1)
+            .min_rnr_timer(12)
+            .av(QpAttr::roce_dest(dgid, 1, 1, 1))
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -564,14 +546,7 @@ mod tests {
     }
 
     fn rc_rtr() -> QpAttr {
-        QpAttr::new()
-            .state(QpState::Rtr)
-            .path_mtu(Mtu::Mtu1024)
-            .dest_qpn(0x11)
-            .rq_psn(0x1234)
-            .max_dest_rd_atomic(1)
-            .min_rnr_timer(12)
-            .av(QpAttr::roce_dest(gid(), 1, 1, 1))
+        QpAttr::rc_pingpong_rtr(gid())
     }
 
     fn rc_rts() -> QpAttr {

@@ -60,30 +60,17 @@ impl<'a> CqCreate<'a> {
         }
     }
 
-    /// Completion events go to this completion channel.
-    pub fn comp_channel(mut self, fd: RawFd) -> Self {
-        self.comp_channel = Some(fd);
-        self
-    }
-
-    /// The completion vector (default 0).
-    pub fn comp_vector(mut self, vector: u32) -> Self {
-        self.comp_vector = vector;
-        self
-    }
-
-    /// Async events about the CQ go to this async event file (sent as an
-    /// optional attribute, as rdma-core does, so older kernels ignore it).
-    pub fn event_fd(mut self, fd: RawFd) -> Self {
-        self.event_fd = Some(fd);
-        self
-    }
-
-    /// `IB_UVERBS_CQ_FLAGS_*` (rxe refuses any with `EOPNOTSUPP`); sent
-    /// only when not zero.
-    pub fn flags(mut self, flags: u32) -> Self {
-        self.flags = flags;
-        self
+    builder_setters! {
+        /// Completion events go to this completion channel.
+        comp_channel(fd: RawFd) => comp_channel = Some(fd);
+        /// The completion vector (default 0).
+        comp_vector(vector: u32) => comp_vector = vector;
+        /// Async events about the CQ go to this async event file (sent as an
+        /// optional attribute, as rdma-core does, so older kernels ignore it).
+        event_fd(fd: RawFd) => event_fd = Some(fd);
+        /// `IB_UVERBS_CQ_FLAGS_*` (rxe refuses any with `EOPNOTSUPP`); sent
+        /// only when not zero.
+        flags(flags: u32) => flags = flags;
     }
 
     /// The frame: HANDLE (IDR new), CQE (u32), USER_HANDLE (u64),
@@ -140,51 +127,16 @@ impl<'a> CqCreate<'a> {
     }
 }
 
-/// `CQ_DESTROY`: destroys a CQ; answers its event counts.
-#[doc(alias = "ibv_destroy_cq")]
-#[derive(Debug)]
-pub struct CqDestroy {
-    cq_handle: u32,
-    resp: sys::ib_uverbs_destroy_cq_resp,
-}
-
-impl CqDestroy {
-    /// Destroy CQ `cq_handle`.
-    pub fn new(cq_handle: u32) -> Self {
-        CqDestroy {
-            cq_handle,
-            resp: Default::default(),
-        }
-    }
-
-    /// The frame: HANDLE (IDR destroy), RESP (8 bytes out).
-    pub fn method(
-        &mut self,
-        driver_id: u32,
-    ) -> (Method<'_>, Out<'_, sys::ib_uverbs_destroy_cq_resp>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_CQ,
-            sys::UVERBS_METHOD_CQ_DESTROY,
-            driver_id,
-        );
-        m.idr_destroy(sys::UVERBS_ATTR_DESTROY_CQ_HANDLE, self.cq_handle);
-        let resp = m.ptr_out(sys::UVERBS_ATTR_DESTROY_CQ_RESP, &mut self.resp);
-        (m, resp)
-    }
-
-    /// Sends the method.
-    ///
-    /// # Safety
-    ///
-    /// The CQ must be the caller's to destroy (no object owns it any more).
-    pub unsafe fn run(
-        mut self,
-        transport: &dyn Transport,
-        driver_id: u32,
-    ) -> Result<sys::ib_uverbs_destroy_cq_resp, Errno> {
-        let (method, resp) = self.method(driver_id);
-        // SAFETY: the caller's promise.
-        let done = unsafe { method.invoke(transport) }?;
-        done.read(resp).ok_or(Errno::PROTO)
-    }
-}
+destroy_method!(
+    /// `CQ_DESTROY`: destroys a CQ; answers its event counts.
+    #[doc(alias = "ibv_destroy_cq")]
+    CqDestroy,
+    UVERBS_OBJECT_CQ,
+    UVERBS_METHOD_CQ_DESTROY,
+    UVERBS_ATTR_DESTROY_CQ_HANDLE,
+    UVERBS_ATTR_DESTROY_CQ_RESP,
+    ib_uverbs_destroy_cq_resp,
+    cq_handle,
+    "CQ",
+    8
+);

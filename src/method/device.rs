@@ -6,6 +6,23 @@ use crate::transport::{Method, Out, OutBytes, Transport};
 use uverbs_uapi as sys;
 use zerocopy::{FromZeros, IntoBytes};
 
+/// The `run` of a query whose `method` frames one output: send it and
+/// read that output, which the kernel must have marked written.
+macro_rules! query_one_run {
+    ($(#[$doc:meta])* $output:ty) => {
+        $(#[$doc])*
+        pub(crate) fn run(mut self, transport: &dyn Transport, driver_id: u32) -> Result<$output, Errno> {
+            let (method, out) = self.method(driver_id);
+            super::query_one(method, out, transport)
+        }
+    };
+}
+
+/// A method of `UVERBS_OBJECT_DEVICE`, with no attribute yet.
+fn device_method<'a>(method_id: u16, driver_id: u32) -> Method<'a> {
+    Method::new(sys::UVERBS_OBJECT_DEVICE, method_id, driver_id)
+}
+
 /// `INFO_HANDLES`: the handles of one object type this file holds.
 #[derive(Debug)]
 pub(crate) struct InfoHandles {
@@ -28,11 +45,7 @@ impl InfoHandles {
     /// The frame: OBJECT_ID (const), TOTAL_HANDLES (u32 out), HANDLES_LIST
     /// (`4 * capacity` bytes out).
     pub(crate) fn method(&mut self, driver_id: u32) -> (Method<'_>, Out<'_, u32>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_INFO_HANDLES,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_INFO_HANDLES, driver_id);
         m.const_in(sys::UVERBS_ATTR_INFO_OBJECT_ID, self.object_id.into());
         let total = m.ptr_out(sys::UVERBS_ATTR_INFO_TOTAL_HANDLES, &mut self.total);
         // The list is not read back: only its room matters to the count.
@@ -43,10 +56,9 @@ impl InfoHandles {
         (m, total)
     }
 
-    /// How many handles the kernel listed (at most the capacity).
-    pub(crate) fn run(mut self, transport: &dyn Transport, driver_id: u32) -> Result<u32, Errno> {
-        let (method, total) = self.method(driver_id);
-        super::query_one(method, total, transport)
+    query_one_run! {
+        /// How many handles the kernel listed (at most the capacity).
+        u32
     }
 }
 
@@ -71,24 +83,15 @@ impl QueryPort {
         &mut self,
         driver_id: u32,
     ) -> (Method<'_>, Out<'_, sys::ib_uverbs_query_port_resp_ex>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_QUERY_PORT,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_QUERY_PORT, driver_id);
         m.const_in(sys::UVERBS_ATTR_QUERY_PORT_PORT_NUM, self.port.into());
         let resp = m.ptr_out(sys::UVERBS_ATTR_QUERY_PORT_RESP, &mut self.resp);
         (m, resp)
     }
 
-    /// Sends the method and returns the kernel's answer.
-    pub(crate) fn run(
-        mut self,
-        transport: &dyn Transport,
-        driver_id: u32,
-    ) -> Result<sys::ib_uverbs_query_port_resp_ex, Errno> {
-        let (method, resp) = self.method(driver_id);
-        super::query_one(method, resp, transport)
+    query_one_run! {
+        /// Sends the method and returns the kernel's answer.
+        sys::ib_uverbs_query_port_resp_ex
     }
 }
 
@@ -107,11 +110,7 @@ impl QueryContext {
 
     /// The frame: NUM_COMP_VECTORS (u32 out), CORE_SUPPORT (u64 out).
     pub(crate) fn method(&mut self, driver_id: u32) -> (Method<'_>, Out<'_, u32>, Out<'_, u64>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_QUERY_CONTEXT,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_QUERY_CONTEXT, driver_id);
         let n = m.ptr_out(
             sys::UVERBS_ATTR_QUERY_CONTEXT_NUM_COMP_VECTORS,
             &mut self.num_comp_vectors,
@@ -163,11 +162,7 @@ impl QueryGidEntry {
         &mut self,
         driver_id: u32,
     ) -> (Method<'_>, Out<'_, sys::ib_uverbs_gid_entry>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_QUERY_GID_ENTRY,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_QUERY_GID_ENTRY, driver_id);
         m.const_in(sys::UVERBS_ATTR_QUERY_GID_ENTRY_PORT, self.port.into())
             .const_in(
                 sys::UVERBS_ATTR_QUERY_GID_ENTRY_GID_INDEX,
@@ -178,14 +173,9 @@ impl QueryGidEntry {
         (m, entry)
     }
 
-    /// Sends the method and returns the entry.
-    pub(crate) fn run(
-        mut self,
-        transport: &dyn Transport,
-        driver_id: u32,
-    ) -> Result<sys::ib_uverbs_gid_entry, Errno> {
-        let (method, entry) = self.method(driver_id);
-        super::query_one(method, entry, transport)
+    query_one_run! {
+        /// Sends the method and returns the entry.
+        sys::ib_uverbs_gid_entry
     }
 }
 
@@ -209,11 +199,7 @@ impl QueryGidTable {
     /// The frame: ENTRY_SIZE (const 32), RESP_ENTRIES (32 bytes per entry
     /// out), RESP_NUM_ENTRIES (u64 out). FLAGS is optional and left out.
     pub(crate) fn method(&mut self, driver_id: u32) -> (Method<'_>, OutBytes<'_>, Out<'_, u64>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_DEVICE,
-            sys::UVERBS_METHOD_QUERY_GID_TABLE,
-            driver_id,
-        );
+        let mut m = device_method(sys::UVERBS_METHOD_QUERY_GID_TABLE, driver_id);
         m.const_in(
             sys::UVERBS_ATTR_QUERY_GID_TABLE_ENTRY_SIZE,
             size_of::<sys::ib_uverbs_gid_entry>() as u64,

@@ -20,6 +20,70 @@
 //! The device and MR queries are crate-internal (the [`Context`](crate::Context)
 //! wraps them); the CQ and QP methods are public building blocks.
 
+/// Chained setters that each store one value in a field of the builder.
+macro_rules! builder_setters {
+    ($( $(#[$doc:meta])* $setter:ident($arg:ident: $t:ty) => $field:ident = $value:expr; )*) => {
+        $(
+            $(#[$doc])*
+            pub fn $setter(mut self, $arg: $t) -> Self {
+                self.$field = $value;
+                self
+            }
+        )*
+    };
+}
+
+/// A method that destroys one object named by its handle (IDR destroy) and
+/// answers one response struct: `CQ_DESTROY`, `QP_DESTROY`.
+macro_rules! destroy_method {
+    (
+        $(#[$doc:meta])*
+        $name:ident, $object:ident, $method:ident, $handle_attr:ident, $resp_attr:ident,
+        $resp:ident, $handle:ident, $what:literal, $resp_len:literal
+    ) => {
+        $(#[$doc])*
+        #[derive(Debug)]
+        pub struct $name {
+            $handle: u32,
+            resp: sys::$resp,
+        }
+
+        impl $name {
+            #[doc = concat!("Destroy ", $what, " `", stringify!($handle), "`.")]
+            pub fn new($handle: u32) -> Self {
+                $name {
+                    $handle,
+                    resp: Default::default(),
+                }
+            }
+
+            #[doc = concat!("The frame: HANDLE (IDR destroy), RESP (", $resp_len, " bytes out).")]
+            pub fn method(&mut self, driver_id: u32) -> (Method<'_>, Out<'_, sys::$resp>) {
+                let mut m = Method::new(sys::$object, sys::$method, driver_id);
+                m.idr_destroy(sys::$handle_attr, self.$handle);
+                let resp = m.ptr_out(sys::$resp_attr, &mut self.resp);
+                (m, resp)
+            }
+
+            /// Sends the method.
+            ///
+            /// # Safety
+            ///
+            #[doc = concat!("The ", $what, " must be the caller's to destroy (no object owns it any more).")]
+            pub unsafe fn run(
+                mut self,
+                transport: &dyn Transport,
+                driver_id: u32,
+            ) -> Result<sys::$resp, Errno> {
+                let (method, resp) = self.method(driver_id);
+                // SAFETY: the caller's promise.
+                let done = unsafe { method.invoke(transport) }?;
+                done.read(resp).ok_or(Errno::PROTO)
+            }
+        }
+    };
+}
+
 mod cq;
 mod device;
 mod mr;

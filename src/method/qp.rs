@@ -80,16 +80,11 @@ impl<'a> QpCreate<'a> {
         }
     }
 
-    /// The value async events about the QP carry (default 0).
-    pub fn user_handle(mut self, user_handle: u64) -> Self {
-        self.user_handle = user_handle;
-        self
-    }
-
-    /// Receive from shared receive queue `srq_handle`.
-    pub fn srq(mut self, srq_handle: u32) -> Self {
-        self.srq = Some(srq_handle);
-        self
+    builder_setters! {
+        /// The value async events about the QP carry (default 0).
+        user_handle(user_handle: u64) => user_handle = user_handle;
+        /// Receive from shared receive queue `srq_handle`.
+        srq(srq_handle: u32) => srq = Some(srq_handle);
     }
 
     /// Every send WR is signalled (`IB_UVERBS_QP_CREATE_SQ_SIG_ALL`).
@@ -102,10 +97,9 @@ impl<'a> QpCreate<'a> {
         self
     }
 
-    /// Async events about the QP go to this async event file (optional).
-    pub fn event_fd(mut self, fd: RawFd) -> Self {
-        self.event_fd = Some(fd);
-        self
+    builder_setters! {
+        /// Async events about the QP go to this async event file (optional).
+        event_fd(fd: RawFd) => event_fd = Some(fd);
     }
 
     /// The frame, in attribute-id order: HANDLE (IDR new), PD, SRQ (if
@@ -179,51 +173,16 @@ impl<'a> QpCreate<'a> {
     }
 }
 
-/// `QP_DESTROY`: destroys a QP; answers its async event count.
-#[doc(alias = "ibv_destroy_qp")]
-#[derive(Debug)]
-pub struct QpDestroy {
-    qp_handle: u32,
-    resp: sys::ib_uverbs_destroy_qp_resp,
-}
-
-impl QpDestroy {
-    /// Destroy QP `qp_handle`.
-    pub fn new(qp_handle: u32) -> Self {
-        QpDestroy {
-            qp_handle,
-            resp: Default::default(),
-        }
-    }
-
-    /// The frame: HANDLE (IDR destroy), RESP (4 bytes out).
-    pub fn method(
-        &mut self,
-        driver_id: u32,
-    ) -> (Method<'_>, Out<'_, sys::ib_uverbs_destroy_qp_resp>) {
-        let mut m = Method::new(
-            sys::UVERBS_OBJECT_QP,
-            sys::UVERBS_METHOD_QP_DESTROY,
-            driver_id,
-        );
-        m.idr_destroy(sys::UVERBS_ATTR_DESTROY_QP_HANDLE, self.qp_handle);
-        let resp = m.ptr_out(sys::UVERBS_ATTR_DESTROY_QP_RESP, &mut self.resp);
-        (m, resp)
-    }
-
-    /// Sends the method.
-    ///
-    /// # Safety
-    ///
-    /// The QP must be the caller's to destroy (no object owns it any more).
-    pub unsafe fn run(
-        mut self,
-        transport: &dyn Transport,
-        driver_id: u32,
-    ) -> Result<sys::ib_uverbs_destroy_qp_resp, Errno> {
-        let (method, resp) = self.method(driver_id);
-        // SAFETY: the caller's promise.
-        let done = unsafe { method.invoke(transport) }?;
-        done.read(resp).ok_or(Errno::PROTO)
-    }
-}
+destroy_method!(
+    /// `QP_DESTROY`: destroys a QP; answers its async event count.
+    #[doc(alias = "ibv_destroy_qp")]
+    QpDestroy,
+    UVERBS_OBJECT_QP,
+    UVERBS_METHOD_QP_DESTROY,
+    UVERBS_ATTR_DESTROY_QP_HANDLE,
+    UVERBS_ATTR_DESTROY_QP_RESP,
+    ib_uverbs_destroy_qp_resp,
+    qp_handle,
+    "QP",
+    4
+);

@@ -66,6 +66,40 @@ fn ioctl_frame<C: WriteCommand>(cmd: &C, uhw_out_len: usize) -> (Vec<u8>, Vec<u8
     (bytes, req)
 }
 
+/// What a command with a request body is in both framings.
+struct Framing {
+    /// The command number both frames name.
+    code: u32,
+    /// The write() header's in_words and out_words.
+    in_words: u16,
+    out_words: u16,
+    /// The response room given to write().
+    resp_len: usize,
+    /// The ioctl frame's CORE_IN (by pointer), CORE_OUT and UHW_OUT lengths.
+    core_in: u16,
+    core_out: u16,
+    uhw_out: u16,
+}
+
+/// Checks `cmd` against `body(response)`, its request after the header:
+/// write() is the header `{code, in_words, out_words}` then `body(RESP)`;
+/// ioctl is WRITE_CMD, CORE_IN pointing at `body(0)`, CORE_OUT, UHW_OUT.
+fn both_framings<C: WriteCommand>(cmd: &C, body: impl Fn(Bytes, u64) -> Bytes, f: Framing) {
+    let header = Bytes::default()
+        .u32(f.code)
+        .u16(f.in_words)
+        .u16(f.out_words);
+    assert_eq!(write_frame(cmd, f.resp_len), body(header, RESP).0);
+    let (frame, req) = ioctl_frame(cmd, f.uhw_out.into());
+    assert_eq!(req, body(Bytes::default(), 0).0);
+    let rest = [
+        (0, f.core_in, req.as_ptr() as u64),
+        (1, f.core_out, CORE_OUT),
+        (0x1001, f.uhw_out, UHW_OUT),
+    ];
+    assert_eq!(frame, invoke_write(f.code, &rest));
+}
+
 fn ioctl_hdr(num_attrs: u16, driver_id: u32) -> Bytes {
     Bytes::default()
         .u16(24 + 16 * num_attrs) // length
@@ -80,6 +114,19 @@ fn ioctl_hdr(num_attrs: u16, driver_id: u32) -> Bytes {
 /// One ib_uverbs_attr: id, len, flags (MANDATORY = 1), attr_data 0, data.
 fn attr(b: Bytes, id: u16, len: u16, data: u64) -> Bytes {
     b.u16(id).u16(len).u16(1).u16(0).u64(data)
+}
+
+/// The invoke-write frame (driver 14): WRITE_CMD = `code` inline, then
+/// the mandatory attributes `list`.
+fn invoke_write(code: u32, list: &[(u16, u16, u64)]) -> Vec<u8> {
+    let hdr = ioctl_hdr(1 + list.len() as u16, 14);
+    attrs(attr(hdr, 2, 8, code.into()), list).0
+}
+
+/// Mandatory attributes, each `(id, len, data)`, after `b`.
+fn attrs(b: Bytes, list: &[(u16, u16, u64)]) -> Bytes {
+    list.iter()
+        .fold(b, |b, &(id, len, data)| attr(b, id, len, data))
 }
 
 fn inline(bytes: &[u8]) -> u64 {
@@ -101,60 +148,51 @@ fn get_context_write() {
 #[test]
 fn get_context_ioctl() {
     let (frame, _req) = ioctl_frame(&GetContext::new(), 8);
-    let mut b = ioctl_hdr(4, 14);
-    b = attr(b, 2, 8, 0); // WRITE_CMD = GET_CONTEXT (0), inline
-    b = attr(b, 0, 8, 0); // CORE_IN: the 8-byte request (response = 0) inline
-    b = attr(b, 1, 8, CORE_OUT); // CORE_OUT: 8 bytes
-    b = attr(b, 0x1001, 8, UHW_OUT); // UHW_OUT: siw_uresp_alloc_ctx
+    let b = attrs(
+        ioctl_hdr(4, 14),
+        &[
+            (2, 8, 0),            // WRITE_CMD = GET_CONTEXT (0), inline
+            (0, 8, 0),            // CORE_IN: the 8-byte request (response = 0) inline
+            (1, 8, CORE_OUT),     // CORE_OUT: 8 bytes
+            (0x1001, 8, UHW_OUT), // UHW_OUT: siw_uresp_alloc_ctx
+        ],
+    );
     assert_eq!(frame, b.0);
 }
 
-#[test]
-fn query_device_write() {
-    let expected = Bytes::default().u32(1).u16(4).u16(44).u64(RESP);
-    assert_eq!(write_frame(&QueryDevice::new(), 176), expected.0);
+/// A command whose request is only `response`, in both framings: write()
+/// is `{code, 4 in_words, out_words}` + RESP; ioctl is WRITE_CMD, CORE_IN
+/// (the 8-byte request, response 0, inline) and CORE_OUT of `resp_len`.
+fn response_only_both<C: WriteCommand>(cmd: &C, code: u32, out_words: u16, resp_len: u16) {
+    let expected = Bytes::default().u32(code).u16(4).u16(out_words).u64(RESP);
+    assert_eq!(write_frame(cmd, resp_len.into()), expected.0);
+    let (frame, _req) = ioctl_frame(cmd, 0);
+    let rest = [(0, 8, 0), (1, resp_len, CORE_OUT)];
+    assert_eq!(frame, invoke_write(code, &rest));
+}
+
+/// A destroy command without response, in both framings: no response
+/// field, out_words 0, the body is just the 4-byte handle (inline in ioctl).
+fn handle_only_both<C: WriteCommand>(cmd: &C, code: u32, handle: u32) {
+    let expected = Bytes::default().u32(code).u16(3).u16(0).u32(handle);
+    assert_eq!(write_frame(cmd, 0), expected.0);
+    let (frame, _req) = ioctl_frame(cmd, 0);
+    assert_eq!(frame, invoke_write(code, &[(0, 4, handle.into())]));
 }
 
 #[test]
-fn query_device_ioctl() {
-    let (frame, _req) = ioctl_frame(&QueryDevice::new(), 0);
-    let mut b = ioctl_hdr(3, 14);
-    b = attr(b, 2, 8, 1);
-    b = attr(b, 0, 8, 0);
-    b = attr(b, 1, 176, CORE_OUT);
-    assert_eq!(frame, b.0);
+fn query_device_both() {
+    response_only_both(&QueryDevice::new(), 1, 44, 176);
 }
 
 #[test]
-fn alloc_pd_write() {
-    let expected = Bytes::default().u32(3).u16(4).u16(1).u64(RESP);
-    assert_eq!(write_frame(&AllocPd::new(), 4), expected.0);
+fn alloc_pd_both() {
+    response_only_both(&AllocPd::new(), 3, 1, 4);
 }
 
 #[test]
-fn alloc_pd_ioctl() {
-    let (frame, _req) = ioctl_frame(&AllocPd::new(), 0);
-    let mut b = ioctl_hdr(3, 14);
-    b = attr(b, 2, 8, 3);
-    b = attr(b, 0, 8, 0);
-    b = attr(b, 1, 4, CORE_OUT);
-    assert_eq!(frame, b.0);
-}
-
-#[test]
-fn dealloc_pd_write() {
-    // No response: no response field, out_words 0; body is just pd_handle.
-    let expected = Bytes::default().u32(4).u16(3).u16(0).u32(7);
-    assert_eq!(write_frame(&DeallocPd::new(7), 0), expected.0);
-}
-
-#[test]
-fn dealloc_pd_ioctl() {
-    let (frame, _req) = ioctl_frame(&DeallocPd::new(7), 0);
-    let mut b = ioctl_hdr(2, 14);
-    b = attr(b, 2, 8, 4);
-    b = attr(b, 0, 4, 7); // 4-byte pd_handle inline
-    assert_eq!(frame, b.0);
+fn dealloc_pd_both() {
+    handle_only_both(&DeallocPd::new(7), 4, 7);
 }
 
 #[test]
@@ -194,13 +232,18 @@ fn reg_mr_ioctl_siw() {
             .0,
         "CORE_IN is the request after the header, response field 0"
     );
-    let mut b = ioctl_hdr(5, 14);
-    b = attr(b, 2, 8, 9);
-    b = attr(b, 0, 40, req.as_ptr() as u64); // CORE_IN by pointer (> 8 bytes)
-    b = attr(b, 1, 12, CORE_OUT);
-    b = attr(b, 0x1000, 8, inline(&SIW_UHW_IN)); // UHW_IN inline (8 bytes)
-    b = attr(b, 0x1001, 8, UHW_OUT);
-    assert_eq!(frame, b.0);
+    assert_eq!(
+        frame,
+        invoke_write(
+            9,
+            &[
+                (0, 40, req.as_ptr() as u64), // CORE_IN by pointer (> 8 bytes)
+                (1, 12, CORE_OUT),
+                (0x1000, 8, inline(&SIW_UHW_IN)), // UHW_IN inline (8 bytes)
+                (0x1001, 8, UHW_OUT),
+            ]
+        )
+    );
 }
 
 #[test]
@@ -241,22 +284,15 @@ fn rereg_mr_ioctl() {
             .u32(1)
             .0
     );
-    let mut b = ioctl_hdr(3, 14);
-    b = attr(b, 2, 8, 11);
-    b = attr(b, 0, 48, req.as_ptr() as u64);
-    b = attr(b, 1, 8, CORE_OUT);
-    assert_eq!(frame, b.0);
+    assert_eq!(
+        frame,
+        invoke_write(11, &[(0, 48, req.as_ptr() as u64), (1, 8, CORE_OUT)])
+    );
 }
 
 #[test]
 fn dereg_mr_both() {
-    let expected = Bytes::default().u32(13).u16(3).u16(0).u32(42);
-    assert_eq!(write_frame(&DeregMr::new(42), 0), expected.0);
-    let (frame, _req) = ioctl_frame(&DeregMr::new(42), 0);
-    let mut b = ioctl_hdr(2, 14);
-    b = attr(b, 2, 8, 13);
-    b = attr(b, 0, 4, 42);
-    assert_eq!(frame, b.0);
+    handle_only_both(&DeregMr::new(42), 13, 42);
 }
 
 #[test]
@@ -323,6 +359,17 @@ fn method_hdr(num_attrs: u16, object_id: u16, method_id: u16, driver_id: u32) ->
         .u32(0) // reserved2
 }
 
+/// A method's frame: its header, then the mandatory attributes `list`.
+fn method_bytes(
+    object_id: u16,
+    method_id: u16,
+    driver_id: u32,
+    list: &[(u16, u16, u64)],
+) -> Vec<u8> {
+    let hdr = method_hdr(list.len() as u16, object_id, method_id, driver_id);
+    attrs(hdr, list).0
+}
+
 /// One ib_uverbs_attr with all fields given.
 fn attr_full(b: Bytes, id: u16, len: u16, flags: u16, attr_data: u16, data: u64) -> Bytes {
     b.u16(id).u16(len).u16(flags).u16(attr_data).u64(data)
@@ -357,11 +404,18 @@ fn invoke_write_method_is_byte_identical_to_the_frame_encoder() {
 fn info_handles_method() {
     let mut q = InfoHandles::new(sys::UVERBS_OBJECT_MR, 64);
     let (m, _total) = q.method(14);
-    let mut b = method_hdr(3, 0, 1, 14); // DEVICE, INFO_HANDLES
-    b = attr(b, 0, 8, 7); // OBJECT_ID = UVERBS_OBJECT_MR, const inline
-    b = attr(b, 1, 4, ptr_of(&m, 1)); // TOTAL_HANDLES: u32 out
-    b = attr(b, 2, 256, ptr_of(&m, 2)); // HANDLES_LIST: 64 u32 out
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    // DEVICE, INFO_HANDLES
+    let expected = method_bytes(
+        0,
+        1,
+        14,
+        &[
+            (0, 8, 7),               // OBJECT_ID = UVERBS_OBJECT_MR, const inline
+            (1, 4, ptr_of(&m, 1)),   // TOTAL_HANDLES: u32 out
+            (2, 256, ptr_of(&m, 2)), // HANDLES_LIST: 64 u32 out
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
     assert_ne!(ptr_of(&m, 1), 0);
     assert_ne!(ptr_of(&m, 2), 0);
 }
@@ -370,56 +424,91 @@ fn info_handles_method() {
 fn query_port_method() {
     let mut q = QueryPort::new(1);
     let (m, _resp) = q.method(18);
-    let mut b = method_hdr(2, 0, 2, 18); // DEVICE, QUERY_PORT, siw
-    b = attr(b, 0, 8, 1); // PORT_NUM = 1, const inline (8 bytes, as CONST_IN demands)
-    b = attr(b, 1, 48, ptr_of(&m, 1)); // RESP: ib_uverbs_query_port_resp_ex
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    // DEVICE, QUERY_PORT, siw
+    let expected = method_bytes(
+        0,
+        2,
+        18,
+        &[
+            (0, 8, 1),              // PORT_NUM = 1, const inline (8 bytes, as CONST_IN demands)
+            (1, 48, ptr_of(&m, 1)), // RESP: ib_uverbs_query_port_resp_ex
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
 fn query_context_method() {
     let mut q = QueryContext::new();
     let (m, _n, _cs) = q.method(14);
-    let mut b = method_hdr(2, 0, 4, 14); // DEVICE, QUERY_CONTEXT
-    b = attr(b, 0, 4, ptr_of(&m, 0)); // NUM_COMP_VECTORS: u32 out
-    b = attr(b, 1, 8, ptr_of(&m, 1)); // CORE_SUPPORT: u64 out
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    // DEVICE, QUERY_CONTEXT
+    let expected = method_bytes(
+        0,
+        4,
+        14,
+        &[
+            (0, 4, ptr_of(&m, 0)), // NUM_COMP_VECTORS: u32 out
+            (1, 8, ptr_of(&m, 1)), // CORE_SUPPORT: u64 out
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
 fn query_gid_entry_method() {
     let mut q = QueryGidEntry::new(1, 3);
     let (m, _entry) = q.method(14);
-    let mut b = method_hdr(4, 0, 6, 14); // DEVICE, QUERY_GID_ENTRY
-    b = attr(b, 0, 8, 1); // PORT = 1
-    b = attr(b, 1, 8, 3); // GID_INDEX = 3
-    b = attr(b, 2, 4, 0); // FLAGS: 4 bytes inline, 0
-    b = attr(b, 3, 32, ptr_of(&m, 3)); // RESP_ENTRY: ib_uverbs_gid_entry
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    // DEVICE, QUERY_GID_ENTRY
+    let expected = method_bytes(
+        0,
+        6,
+        14,
+        &[
+            (0, 8, 1),              // PORT = 1
+            (1, 8, 3),              // GID_INDEX = 3
+            (2, 4, 0),              // FLAGS: 4 bytes inline, 0
+            (3, 32, ptr_of(&m, 3)), // RESP_ENTRY: ib_uverbs_gid_entry
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
 fn query_gid_table_method() {
     let mut q = QueryGidTable::new(3);
     let (m, _entries, _n) = q.method(14);
-    let mut b = method_hdr(3, 0, 5, 14); // DEVICE, QUERY_GID_TABLE
-    b = attr(b, 0, 8, 32); // ENTRY_SIZE = sizeof(ib_uverbs_gid_entry)
-    b = attr(b, 2, 96, ptr_of(&m, 1)); // RESP_ENTRIES: 3 entries out
-    b = attr(b, 3, 8, ptr_of(&m, 2)); // RESP_NUM_ENTRIES: u64 out
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    // DEVICE, QUERY_GID_TABLE
+    let expected = method_bytes(
+        0,
+        5,
+        14,
+        &[
+            (0, 8, 32),             // ENTRY_SIZE = sizeof(ib_uverbs_gid_entry)
+            (2, 96, ptr_of(&m, 1)), // RESP_ENTRIES: 3 entries out
+            (3, 8, ptr_of(&m, 2)),  // RESP_NUM_ENTRIES: u64 out
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
 fn query_mr_method() {
     let mut q = QueryMr::new(0x2a);
     let (m, _outs) = q.method(14);
-    let mut b = method_hdr(5, 7, 3, 14); // MR, QUERY_MR
-    b = attr(b, 0, 0, 0x2a); // HANDLE: IDR, len 0, handle in data
-    b = attr(b, 1, 4, ptr_of(&m, 1)); // RESP_LKEY: u32 out
-    b = attr(b, 2, 4, ptr_of(&m, 2)); // RESP_RKEY: u32 out
-    b = attr(b, 3, 8, ptr_of(&m, 3)); // RESP_LENGTH: u64 out
-    b = attr(b, 4, 8, ptr_of(&m, 4)); // RESP_IOVA: u64 out
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    // MR, QUERY_MR
+    let expected = method_bytes(
+        7,
+        3,
+        14,
+        &[
+            (0, 0, 0x2a),          // HANDLE: IDR, len 0, handle in data
+            (1, 4, ptr_of(&m, 1)), // RESP_LKEY: u32 out
+            (2, 4, ptr_of(&m, 2)), // RESP_RKEY: u32 out
+            (3, 8, ptr_of(&m, 3)), // RESP_LENGTH: u64 out
+            (4, 8, ptr_of(&m, 4)), // RESP_IOVA: u64 out
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
     let ptrs: Vec<u64> = (1..5).map(|i| ptr_of(&m, i)).collect();
     assert!(
         ptrs.windows(2).all(|w| w[0] != w[1]),
@@ -457,9 +546,14 @@ fn every_attribute_kind_of_the_builder() {
     assert_eq!(d, 0x1005);
     m.inline_in(d, 1u8);
     let mut b = method_hdr(15, 7, 0x1234, 14);
-    b = attr(b, 0, 8, 0xdead_beef);
-    b = attr(b, 1, 4, inline(&small.to_ne_bytes()));
-    b = attr(b, 2, 12, big.as_ptr() as u64);
+    b = attrs(
+        b,
+        &[
+            (0, 8, 0xdead_beef),
+            (1, 4, inline(&small.to_ne_bytes())),
+            (2, 12, big.as_ptr() as u64),
+        ],
+    );
     b = attr_full(
         b,
         3,
@@ -468,17 +562,27 @@ fn every_attribute_kind_of_the_builder() {
         u16::from_ne_bytes([2, 0]),
         inline(&small.to_ne_bytes()),
     );
-    b = attr(b, 4, 0, 9);
-    b = attr(b, 5, 0, 10);
-    b = attr(b, 6, 8, inline(two.as_bytes()));
-    b = attr(b, 7, 12, three.as_ptr() as u64);
-    b = attr(b, 8, 2, 0x55);
+    b = attrs(
+        b,
+        &[
+            (4, 0, 9),
+            (5, 0, 10),
+            (6, 8, inline(two.as_bytes())),
+            (7, 12, three.as_ptr() as u64),
+            (8, 2, 0x55),
+        ],
+    );
     b = attr_full(b, 0x1000, 8, 0, 0, inline(&SIW_UHW_IN)); // not mandatory
-    b = attr(b, 9, 0, 0); // IDR new: the kernel writes the handle
-    b = attr(b, 10, 0, 0); // FD new: the kernel writes the descriptor
-    b = attr(b, 11, 8, out_addr);
-    b = attr(b, 0x1001, 16, uhw_addr);
-    b = attr(b, 0x1005, 1, 1);
+    b = attrs(
+        b,
+        &[
+            (9, 0, 0),  // IDR new: the kernel writes the handle
+            (10, 0, 0), // FD new: the kernel writes the descriptor
+            (11, 8, out_addr),
+            (0x1001, 16, uhw_addr),
+            (0x1005, 1, 1),
+        ],
+    );
     assert_eq!(m.as_bytes(), &b.0[..]);
     assert_eq!(m.error(), None);
     // The 17th attribute does not fit: remembered, nothing panics.
@@ -491,14 +595,7 @@ fn every_attribute_kind_of_the_builder() {
 #[test]
 fn create_comp_channel_both() {
     // 8 + 8 bytes in (4 words), the 4-byte fd out (1 word).
-    let expected = Bytes::default().u32(17).u16(4).u16(1).u64(RESP);
-    assert_eq!(write_frame(&CreateCompChannel::new(), 4), expected.0);
-    let (frame, _req) = ioctl_frame(&CreateCompChannel::new(), 0);
-    let mut b = ioctl_hdr(3, 14);
-    b = attr(b, 2, 8, 17);
-    b = attr(b, 0, 8, 0);
-    b = attr(b, 1, 4, CORE_OUT);
-    assert_eq!(frame, b.0);
+    response_only_both(&CreateCompChannel::new(), 17, 1, 4);
 }
 
 #[test]
@@ -515,16 +612,20 @@ fn create_cq_write_and_ioctl_rxe() {
             .u32(0) // reserved
     };
     // 40 bytes in (10 words); 8 core + 16 rxe_create_cq_resp out (6 words).
-    let expected = body(Bytes::default().u32(18).u16(10).u16(6), RESP);
-    assert_eq!(write_frame(&cmd, 24), expected.0);
-    let (frame, req) = ioctl_frame(&cmd, 16);
-    assert_eq!(req, body(Bytes::default(), 0).0);
-    let mut b = ioctl_hdr(4, 14);
-    b = attr(b, 2, 8, 18);
-    b = attr(b, 0, 32, req.as_ptr() as u64);
-    b = attr(b, 1, 8, CORE_OUT);
-    b = attr(b, 0x1001, 16, UHW_OUT); // rxe_create_cq_resp
-    assert_eq!(frame, b.0);
+    both_framings(
+        &cmd,
+        body,
+        Framing {
+            code: 18,
+            in_words: 10,
+            out_words: 6,
+            resp_len: 24,
+            core_in: 32,
+            core_out: 8,
+            // UHW_OUT: rxe_create_cq_resp
+            uhw_out: 16,
+        },
+    );
     // No channel: -1, as libibverbs sends it.
     let none = request_bytes(&CreateCq::new(1, 0));
     assert_eq!(&none[24..28], &(-1i32).to_le_bytes());
@@ -549,11 +650,10 @@ fn destroy_cq_and_qp_both() {
     }
     assert_eq!(write_frame(&DestroyCq::new(6), 8).len(), 24);
     let (frame, req) = ioctl_frame(&DestroyQp::new(6), 0);
-    let mut b = ioctl_hdr(3, 14);
-    b = attr(b, 2, 8, 27);
-    b = attr(b, 0, 16, req.as_ptr() as u64);
-    b = attr(b, 1, 4, CORE_OUT);
-    assert_eq!(frame, b.0);
+    assert_eq!(
+        frame,
+        invoke_write(27, &[(0, 16, req.as_ptr() as u64), (1, 4, CORE_OUT)])
+    );
 }
 
 #[test]
@@ -561,10 +661,14 @@ fn req_notify_cq_both() {
     let expected = Bytes::default().u32(23).u16(4).u16(0).u32(6).u32(1);
     assert_eq!(write_frame(&ReqNotifyCq::new(6, true), 0), expected.0);
     let (frame, _req) = ioctl_frame(&ReqNotifyCq::new(6, false), 0);
-    let mut b = ioctl_hdr(2, 14);
-    b = attr(b, 2, 8, 23);
-    b = attr(b, 0, 8, 6); // {cq_handle 6, solicited_only 0} inline
-    assert_eq!(frame, b.0);
+    assert_eq!(
+        frame,
+        invoke_write(
+            23,
+            &[(0, 8, 6), // {cq_handle 6, solicited_only 0} inline
+        ]
+        )
+    );
 }
 
 fn cap() -> sys::ib_uverbs_qp_cap {
@@ -597,30 +701,26 @@ fn create_qp_write_and_ioctl_rxe() {
             .raw(&[1, 2, 0, 0]) // sq_sig_all, qp_type RC, is_srq, reserved
     };
     // 64 bytes in (16 words); 32 core + 32 rxe_create_qp_resp out (16 words).
-    let expected = body(Bytes::default().u32(24).u16(16).u16(16), RESP);
-    assert_eq!(write_frame(&cmd, 64), expected.0);
-    let (frame, req) = ioctl_frame(&cmd, 32);
-    assert_eq!(req, body(Bytes::default(), 0).0);
-    let mut b = ioctl_hdr(4, 14);
-    b = attr(b, 2, 8, 24);
-    b = attr(b, 0, 56, req.as_ptr() as u64);
-    b = attr(b, 1, 32, CORE_OUT);
-    b = attr(b, 0x1001, 32, UHW_OUT);
-    assert_eq!(frame, b.0);
+    both_framings(
+        &cmd,
+        body,
+        Framing {
+            code: 24,
+            in_words: 16,
+            out_words: 16,
+            resp_len: 64,
+            core_in: 56,
+            core_out: 32,
+            uhw_out: 32,
+        },
+    );
 }
 
 /// rc_pingpong's RTR, as the kernel reads it: 8 + 112 bytes, no response.
 #[test]
 fn modify_qp_rtr_write_and_ioctl() {
     let dgid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
-    let attr_rtr = QpAttr::new()
-        .state(QpState::Rtr)
-        .path_mtu(Mtu::Mtu1024)
-        .dest_qpn(0x11)
-        .rq_psn(0x1234)
-        .max_dest_rd_atomic(1)
-        .min_rnr_timer(12)
-        .av(QpAttr::roce_dest(dgid, 1, 1, 1));
+    let attr_rtr = QpAttr::rc_pingpong_rtr(dgid);
     let cmd = ModifyQp::checked(7, QpType::Rc, QpState::Init, &attr_rtr).unwrap();
     let dest = |b: Bytes, gid: [u8; 16], sgid: u8, hop: u8, global: u8, port: u8| {
         b.raw(&gid)
@@ -650,10 +750,7 @@ fn modify_qp_rtr_write_and_ioctl() {
     assert_eq!(write_frame(&cmd, 0), e.0);
     let (frame, req) = ioctl_frame(&cmd, 0);
     assert_eq!(req.len(), 112);
-    let mut b = ioctl_hdr(2, 14);
-    b = attr(b, 2, 8, 26);
-    b = attr(b, 0, 112, req.as_ptr() as u64);
-    assert_eq!(frame, b.0);
+    assert_eq!(frame, invoke_write(26, &[(0, 112, req.as_ptr() as u64)]));
 }
 
 #[test]
@@ -668,11 +765,10 @@ fn query_qp_both() {
         .u32(0x21);
     assert_eq!(write_frame(&cmd, 128), expected.0);
     let (frame, req) = ioctl_frame(&cmd, 0);
-    let mut b = ioctl_hdr(3, 14);
-    b = attr(b, 2, 8, 25);
-    b = attr(b, 0, 16, req.as_ptr() as u64);
-    b = attr(b, 1, 128, CORE_OUT);
-    assert_eq!(frame, b.0);
+    assert_eq!(
+        frame,
+        invoke_write(25, &[(0, 16, req.as_ptr() as u64), (1, 128, CORE_OUT)])
+    );
 }
 
 #[test]
@@ -691,22 +787,21 @@ fn create_and_destroy_ah_both() {
             .raw(&[0, 0, 0, 1, 1, 0]) // sl, src_path_bits, static_rate, is_global, port_num, reserved
     };
     // 64 bytes in (16 words); 4 core + 8 rxe_create_ah_resp out (3 words).
-    let expected = body(Bytes::default().u32(5).u16(16).u16(3), RESP);
-    assert_eq!(write_frame(&cmd, 12), expected.0);
-    let (frame, req) = ioctl_frame(&cmd, 8);
-    assert_eq!(req, body(Bytes::default(), 0).0);
-    let mut b = ioctl_hdr(4, 14);
-    b = attr(b, 2, 8, 5);
-    b = attr(b, 0, 56, req.as_ptr() as u64);
-    b = attr(b, 1, 4, CORE_OUT);
-    b = attr(b, 0x1001, 8, UHW_OUT);
-    assert_eq!(frame, b.0);
+    both_framings(
+        &cmd,
+        body,
+        Framing {
+            code: 5,
+            in_words: 16,
+            out_words: 3,
+            resp_len: 12,
+            core_in: 56,
+            core_out: 4,
+            uhw_out: 8,
+        },
+    );
 
-    let expected = Bytes::default().u32(8).u16(3).u16(0).u32(12);
-    assert_eq!(write_frame(&DestroyAh::new(12), 0), expected.0);
-    let (frame, _req) = ioctl_frame(&DestroyAh::new(12), 0);
-    let b = attr(attr(ioctl_hdr(2, 14), 2, 8, 8), 0, 4, 12);
-    assert_eq!(frame, b.0);
+    handle_only_both(&DestroyAh::new(12), 8, 12);
 }
 
 /// The doorbell: 32 bytes fixed at creation, response pointing at its own
@@ -747,12 +842,17 @@ fn cq_create_method_rxe() {
         .event_fd(5);
     let (m, _outs) = q.method(14);
     let mut b = method_hdr(8, 3, 0, 14); // CQ, CQ_CREATE, rxe
-    b = attr(b, 0, 0, 0); // HANDLE: IDR new
-    b = attr(b, 1, 4, 16); // CQE: u32 inline
-    b = attr(b, 2, 8, 0xc0ff_ee00); // USER_HANDLE: u64 inline
-    b = attr(b, 3, 0, 9); // COMP_CHANNEL: FD 9
-    b = attr(b, 4, 4, 1); // COMP_VECTOR
-    b = attr(b, 6, 4, ptr_of(&m, 5)); // RESP_CQE: u32 out
+    b = attrs(
+        b,
+        &[
+            (0, 0, 0),             // HANDLE: IDR new
+            (1, 4, 16),            // CQE: u32 inline
+            (2, 8, 0xc0ff_ee00),   // USER_HANDLE: u64 inline
+            (3, 0, 9),             // COMP_CHANNEL: FD 9
+            (4, 4, 1),             // COMP_VECTOR
+            (6, 4, ptr_of(&m, 5)), // RESP_CQE: u32 out
+        ],
+    );
     b = attr_full(b, 7, 0, 0, 0, 5); // EVENT_FD: optional
     b = attr(b, 0x1001, 16, ptr_of(&m, 7)); // UHW_OUT: rxe_create_cq_resp
     assert_eq!(m.as_bytes(), &b.0[..]);
@@ -763,15 +863,21 @@ fn cq_create_method_minimal_and_flags() {
     let mut uhw = [0u8; 16];
     let mut q = CqCreate::new(1, 0, &mut uhw).flags(sys::IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN);
     let (m, _outs) = q.method(14);
-    let mut b = method_hdr(7, 3, 0, 14);
-    b = attr(b, 0, 0, 0);
-    b = attr(b, 1, 4, 1);
-    b = attr(b, 2, 8, 0);
-    b = attr(b, 4, 4, 0); // no channel: COMP_CHANNEL left out
-    b = attr(b, 5, 4, 2); // FLAGS: IGNORE_OVERRUN
-    b = attr(b, 6, 4, ptr_of(&m, 5));
-    b = attr(b, 0x1001, 16, ptr_of(&m, 6));
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    let expected = method_bytes(
+        3,
+        0,
+        14,
+        &[
+            (0, 0, 0),
+            (1, 4, 1),
+            (2, 8, 0),
+            (4, 4, 0), // no channel: COMP_CHANNEL left out
+            (5, 4, 2), // FLAGS: IGNORE_OVERRUN
+            (6, 4, ptr_of(&m, 5)),
+            (0x1001, 16, ptr_of(&m, 6)),
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
 }
 
 #[test]
@@ -782,19 +888,26 @@ fn qp_create_method_rxe() {
         .sq_sig_all(true);
     let (m, _outs) = q.method(14);
     let cap_bytes = cap().as_bytes().to_vec();
-    let mut b = method_hdr(11, 4, 0, 14); // QP, QP_CREATE, rxe
-    b = attr(b, 0, 0, 0); // HANDLE: IDR new
-    b = attr(b, 2, 0, 1); // PD_HANDLE
-    b = attr(b, 4, 0, 2); // SEND_CQ_HANDLE
-    b = attr(b, 5, 0, 3); // RECV_CQ_HANDLE
-    b = attr(b, 7, 8, 0x77); // USER_HANDLE
-    b = attr(b, 8, 20, ptr_of(&m, 5)); // CAP: 20 bytes by pointer
-    b = attr(b, 9, 8, 4); // TYPE: const UD
-    b = attr(b, 10, 4, 1 << 12); // FLAGS: SQ_SIG_ALL
-    b = attr(b, 13, 20, ptr_of(&m, 8)); // RESP_CAP
-    b = attr(b, 14, 4, ptr_of(&m, 9)); // RESP_QP_NUM
-    b = attr(b, 0x1001, 32, ptr_of(&m, 10)); // UHW_OUT: rxe_create_qp_resp
-    assert_eq!(m.as_bytes(), &b.0[..]);
+    // QP, QP_CREATE, rxe
+    let expected = method_bytes(
+        4,
+        0,
+        14,
+        &[
+            (0, 0, 0),                    // HANDLE: IDR new
+            (2, 0, 1),                    // PD_HANDLE
+            (4, 0, 2),                    // SEND_CQ_HANDLE
+            (5, 0, 3),                    // RECV_CQ_HANDLE
+            (7, 8, 0x77),                 // USER_HANDLE
+            (8, 20, ptr_of(&m, 5)),       // CAP: 20 bytes by pointer
+            (9, 8, 4),                    // TYPE: const UD
+            (10, 4, 1 << 12),             // FLAGS: SQ_SIG_ALL
+            (13, 20, ptr_of(&m, 8)),      // RESP_CAP
+            (14, 4, ptr_of(&m, 9)),       // RESP_QP_NUM
+            (0x1001, 32, ptr_of(&m, 10)), // UHW_OUT: rxe_create_qp_resp
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
     // CAP points at the builder's copy of the capacities.
     // SAFETY: the pointer is the builder's `cap` field, alive while `m` is.
     let pointed = unsafe { std::slice::from_raw_parts(ptr_of(&m, 5) as usize as *const u8, 20) };
@@ -805,14 +918,10 @@ fn qp_create_method_rxe() {
 fn cq_and_qp_destroy_methods() {
     let mut d = CqDestroy::new(6);
     let (m, _resp) = d.method(14);
-    let mut b = method_hdr(2, 3, 1, 14);
-    b = attr(b, 0, 0, 6);
-    b = attr(b, 1, 8, ptr_of(&m, 1));
+    let b = attrs(method_hdr(2, 3, 1, 14), &[(0, 0, 6), (1, 8, ptr_of(&m, 1))]);
     assert_eq!(m.as_bytes(), &b.0[..]);
     let mut d = QpDestroy::new(6);
     let (m, _resp) = d.method(14);
-    let mut b = method_hdr(2, 4, 1, 14);
-    b = attr(b, 0, 0, 6);
-    b = attr(b, 1, 4, ptr_of(&m, 1));
+    let b = attrs(method_hdr(2, 4, 1, 14), &[(0, 0, 6), (1, 4, ptr_of(&m, 1))]);
     assert_eq!(m.as_bytes(), &b.0[..]);
 }
