@@ -454,85 +454,84 @@ pub(crate) fn write_recv_wqe(
     Ok(())
 }
 
-/// Completion status (the kernel's `enum ib_wc_status`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WcStatus {
-    /// Success.
-    Success,
-    /// Local length error.
-    LocLenErr,
-    /// Local QP operation error.
-    LocQpOpErr,
-    /// Local EE context operation error.
-    LocEecOpErr,
-    /// Local protection error (e.g. an lkey of another PD).
-    LocProtErr,
-    /// Flushed: the QP went to the error state first.
-    WrFlushErr,
-    /// Memory window bind error.
-    MwBindErr,
-    /// Bad response.
-    BadRespErr,
-    /// Local access error.
-    LocAccessErr,
-    /// Remote invalid request.
-    RemInvReqErr,
-    /// Remote access error (e.g. the rkey lacks REMOTE_WRITE).
-    RemAccessErr,
-    /// Remote operation error.
-    RemOpErr,
-    /// Transport retry counter exceeded.
-    RetryExcErr,
-    /// RNR retry counter exceeded.
-    RnrRetryExcErr,
-    /// Local RDD violation.
-    LocRddViolErr,
-    /// Remote invalid RD request.
-    RemInvRdReqErr,
-    /// Remote aborted.
-    RemAbortErr,
-    /// Invalid EE context number.
-    InvEecnErr,
-    /// Invalid EE context state.
-    InvEecStateErr,
-    /// Fatal error.
-    FatalErr,
-    /// Response timeout.
-    RespTimeoutErr,
-    /// General error.
-    GeneralErr,
-    /// A value this crate does not know.
-    Unknown(u32),
+/// An enum of the kernel's values 0, 1, 2, … (in the order listed) and
+/// `Unknown(u32)` for any other (listed first, declared last), with its
+/// `from_raw`: each name is listed once.
+macro_rules! raw_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $ty:ident {
+            $(#[$umeta:meta])*
+            Unknown(u32),
+            $($(#[$vmeta:meta])* $name:ident,)*
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $ty {
+            $($(#[$vmeta])* $name,)*
+            $(#[$umeta])*
+            Unknown(u32),
+        }
+
+        impl $ty {
+            fn from_raw(raw: u32) -> Self {
+                const ALL: &[$ty] = &[$($ty::$name),*];
+                ALL.get(raw as usize).copied().unwrap_or($ty::Unknown(raw))
+            }
+        }
+    };
 }
 
-impl WcStatus {
-    fn from_raw(raw: u32) -> Self {
-        use WcStatus::*;
-        const ALL: [WcStatus; 22] = [
-            Success,
-            LocLenErr,
-            LocQpOpErr,
-            LocEecOpErr,
-            LocProtErr,
-            WrFlushErr,
-            MwBindErr,
-            BadRespErr,
-            LocAccessErr,
-            RemInvReqErr,
-            RemAccessErr,
-            RemOpErr,
-            RetryExcErr,
-            RnrRetryExcErr,
-            LocRddViolErr,
-            RemInvRdReqErr,
-            RemAbortErr,
-            InvEecnErr,
-            InvEecStateErr,
-            FatalErr,
-            RespTimeoutErr,
-            GeneralErr,
-        ];
-        ALL.get(raw as usize).copied().unwrap_or(Unknown(raw))
+raw_enum! {
+    /// Completion status (the kernel's `enum ib_wc_status`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum WcStatus {
+        /// A value this crate does not know.
+        Unknown(u32),
+        /// Success.
+        Success,
+        /// Local length error.
+        LocLenErr,
+        /// Local QP operation error.
+        LocQpOpErr,
+        /// Local EE context operation error.
+        LocEecOpErr,
+        /// Local protection error (e.g. an lkey of another PD).
+        LocProtErr,
+        /// Flushed: the QP went to the error state first.
+        WrFlushErr,
+        /// Memory window bind error.
+        MwBindErr,
+        /// Bad response.
+        BadRespErr,
+        /// Local access error.
+        LocAccessErr,
+        /// Remote invalid request.
+        RemInvReqErr,
+        /// Remote access error (e.g. the rkey lacks REMOTE_WRITE).
+        RemAccessErr,
+        /// Remote operation error.
+        RemOpErr,
+        /// Transport retry counter exceeded.
+        RetryExcErr,
+        /// RNR retry counter exceeded.
+        RnrRetryExcErr,
+        /// Local RDD violation.
+        LocRddViolErr,
+        /// Remote invalid RD request.
+        RemInvRdReqErr,
+        /// Remote aborted.
+        RemAbortErr,
+        /// Invalid EE context number.
+        InvEecnErr,
+        /// Invalid EE context state.
+        InvEecStateErr,
+        /// Fatal error.
+        FatalErr,
+        /// Response timeout.
+        RespTimeoutErr,
+        /// General error.
+        GeneralErr,
     }
 }
 
