@@ -100,18 +100,27 @@ pub(crate) struct QueueFull {
     pub(crate) capacity: u32,
 }
 
-/// A validated rxe queue mapping: where the header and the slots are.
+/// A validated rxe queue mapping: where the header and the slots are. One
+/// [`Producer`] or [`Consumer`] is made of it ([`Producer::over`],
+/// [`Consumer::over`]).
 #[derive(Debug)]
-struct QueueMem {
+pub(crate) struct QueueMem {
     base: NonNull<u8>,
     log2_elem_size: u32,
     index_mask: u32,
 }
 
 impl QueueMem {
+    /// The mapped queue at `base`, whose elements need `min_elem` bytes.
+    /// Reads and checks the header.
+    ///
     /// # Safety
-    /// As [`Producer::from_raw`].
-    unsafe fn from_raw(
+    /// `base..base + len` must be a readable and writable mapping of one rxe
+    /// queue buffer (or memory shaped like one) that stays mapped, and is not
+    /// written by anything but the kernel's side of the queue and this value
+    /// (or the [`Producer`] or [`Consumer`] made of it), for as long as that
+    /// lives. No other `QueueMem` may be made over the same memory.
+    pub(crate) unsafe fn from_raw(
         base: NonNull<u8>,
         len: usize,
         min_elem: usize,
@@ -238,34 +247,21 @@ pub(crate) struct Producer {
 unsafe impl Send for Producer {}
 
 impl Producer {
-    /// A producer over the mapped queue at `base`, whose elements need
-    /// `min_elem` bytes. Reads and checks the header.
-    ///
-    /// # Safety
-    /// `base..base + len` must be a readable and writable mapping of one rxe
-    /// queue buffer (or memory shaped like one) that stays mapped, and is not
-    /// written by anything but the kernel's side of the queue and this value,
-    /// for as long as the returned value lives. No other `Producer` or
-    /// [`Consumer`] may be made over the same memory.
-    pub(crate) unsafe fn from_raw(
-        base: NonNull<u8>,
-        len: usize,
-        min_elem: usize,
-    ) -> Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is QueueMem's.
-        let mem = unsafe { QueueMem::from_raw(base, len, min_elem)? };
+    /// The producer over `mem` (which [`QueueMem::from_raw`] checked), from
+    /// the indices its header holds now.
+    pub(crate) fn over(mem: QueueMem) -> Self {
         // Relaxed: we are the only writer of this index; the kernel left it at
         // zero on creation. Masked in case the word holds garbage.
         let prod = mem.producer().load(Ordering::Relaxed) & mem.index_mask;
         // Acquire pairs with the kernel's store-release of its consumer index:
         // the kernel is done reading every slot before it.
         let cons = mem.consumer().load(Ordering::Acquire) & mem.index_mask;
-        Ok(Producer {
+        Producer {
             mem,
             prod,
             pending: 0,
             cons,
-        })
+        }
     }
 
     /// Bytes of one slot (from the header).
@@ -368,18 +364,9 @@ pub(crate) struct Consumer {
 unsafe impl Send for Consumer {}
 
 impl Consumer {
-    /// A consumer over the mapped queue at `base`, whose elements need
-    /// `min_elem` bytes. Reads and checks the header.
-    ///
-    /// # Safety
-    /// As [`Producer::from_raw`].
-    pub(crate) unsafe fn from_raw(
-        base: NonNull<u8>,
-        len: usize,
-        min_elem: usize,
-    ) -> Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is QueueMem's.
-        let mem = unsafe { QueueMem::from_raw(base, len, min_elem)? };
+    /// The consumer over `mem` (which [`QueueMem::from_raw`] checked), from
+    /// the indices its header holds now.
+    pub(crate) fn over(mem: QueueMem) -> Self {
         // Relaxed: we are the only writer of this index.
         let cons = mem.consumer().load(Ordering::Relaxed) & mem.index_mask;
         let mut c = Consumer {
@@ -388,7 +375,7 @@ impl Consumer {
             prod: cons,
         };
         c.ready();
-        Ok(c)
+        c
     }
 
     /// Bytes of one slot (from the header).

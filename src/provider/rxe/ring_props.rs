@@ -15,7 +15,7 @@ use uverbs_uapi::{
 };
 
 use super::kernel_model::TestRing;
-use super::queue::{Consumer, LayoutError, Producer, QueueFull, HEADER_LEN};
+use super::queue::{Consumer, LayoutError, Producer, QueueFull, QueueMem, HEADER_LEN};
 use super::wqe::{
     poll, write_recv_wqe, write_send_wqe, Payload, PostError, RecvWr, Remote, SendFlags,
     SendLimits, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -27,7 +27,8 @@ fn producer(ring: &TestRing, min_elem: usize) -> Producer {
     // SAFETY: the ring's buffer is a live, writable allocation of ring.len()
     // bytes shaped like an rxe queue, declared before (so dropped after) the
     // producer; only the kernel model and this producer touch it.
-    unsafe { Producer::from_raw(ring.base(), ring.len(), min_elem) }.expect("valid test ring")
+    let mem = unsafe { QueueMem::from_raw(ring.base(), ring.len(), min_elem) };
+    Producer::over(mem.expect("valid test ring"))
 }
 
 /// Send-queue limits of `max_sge` SGEs and `max_inline` inline bytes.
@@ -41,7 +42,8 @@ fn send_limits(max_sge: u32, max_inline: u32) -> SendLimits {
 /// A user consumer over `ring`; the ring must outlive it.
 fn consumer(ring: &TestRing, min_elem: usize) -> Consumer {
     // SAFETY: as in `producer`.
-    unsafe { Consumer::from_raw(ring.base(), ring.len(), min_elem) }.expect("valid test ring")
+    let mem = unsafe { QueueMem::from_raw(ring.base(), ring.len(), min_elem) };
+    Consumer::over(mem.expect("valid test ring"))
 }
 
 /// Fills a whole slot with a pattern derived from `seq`.
@@ -491,7 +493,9 @@ fn header_is_validated() {
         assert!(len <= ring.len());
         // SAFETY: `len` never exceeds the ring's allocation (asserted), which
         // lives past the call; the result is dropped at once.
-        unsafe { Producer::from_raw(ring.base(), len, min) }.map(|_| ())
+        unsafe { QueueMem::from_raw(ring.base(), len, min) }
+            .map(Producer::over)
+            .map(|_| ())
     };
     let ok = TestRing::new(8, 4);
     assert_eq!(check(&ok, ok.len(), SEND_WQE_LEN), Ok(()));
@@ -543,7 +547,9 @@ fn header_is_validated() {
     // refuse before reading anything.
     let odd = unsafe { std::ptr::NonNull::new_unchecked(ok.base().as_ptr().add(1)) };
     // SAFETY: as above; the range lies inside the allocation.
-    let r = unsafe { Producer::from_raw(odd, ok.len() - 1, 8) }.map(|_| ());
+    let r = unsafe { QueueMem::from_raw(odd, ok.len() - 1, 8) }
+        .map(Producer::over)
+        .map(|_| ());
     assert_eq!(
         r,
         Err(LayoutError::Misaligned {
