@@ -110,6 +110,13 @@ pub(crate) struct QueueMem {
     index_mask: u32,
 }
 
+// SAFETY: a QueueMem is owned by one value (itself, then the one Producer or
+// Consumer made of it, which is then the only user-side owner of its queue's
+// own index and, for a Producer, of the free slots it writes); the memory it
+// points to is shared only with the kernel, through atomics, so moving it to
+// another thread is sound. Producer and Consumer are Send through it.
+unsafe impl Send for QueueMem {}
+
 impl QueueMem {
     /// The mapped queue at `base`, whose elements need `min_elem` bytes.
     /// Reads and checks the header.
@@ -241,11 +248,6 @@ pub(crate) struct Producer {
     cons: u32,
 }
 
-// SAFETY: a Producer is the only user-side owner of its queue's producer index
-// and of the free slots it writes; the memory it points to is shared only with
-// the kernel, through atomics, so moving it to another thread is sound.
-unsafe impl Send for Producer {}
-
 impl Producer {
     /// The producer over `mem` (which [`QueueMem::from_raw`] checked), from
     /// the indices its header holds now.
@@ -358,10 +360,6 @@ pub(crate) struct Consumer {
     /// The kernel's producer index as last loaded.
     prod: u32,
 }
-
-// SAFETY: a Consumer is the only user-side owner of its queue's consumer index;
-// the memory is shared only with the kernel, through atomics.
-unsafe impl Send for Consumer {}
 
 impl Consumer {
     /// The consumer over `mem` (which [`QueueMem::from_raw`] checked), from
