@@ -16,7 +16,8 @@ use zerocopy::FromBytes;
 use crate::command::{CreateCompChannel, CreateCq, DestroyCq, ReqNotifyCq};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op};
-use crate::provider::rxe::queue::Consumer;
+use crate::pd::debug_object;
+use crate::provider::rxe::queue::{Consumer, QueueMem};
 use crate::provider::rxe::wqe::{self, WorkCompletion, WC_LEN};
 use crate::provider::Provider;
 use crate::transport::SharedMapping;
@@ -147,9 +148,7 @@ pub struct CompletionQueue {
 
 impl fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CompletionQueue")
-            .field("device", &self.inner.ctx.device_name())
-            .field("handle", &self.inner.handle)
+        debug_object(f, "CompletionQueue", &self.inner.ctx, self.inner.handle)
             .field("cqe", &self.inner.cqe)
             .finish()
     }
@@ -237,7 +236,8 @@ impl Context {
         };
         // SAFETY: the mapping is the CQ ring, valid until `mapping` drops,
         // which the CqInner does after the Consumer; nothing else views it.
-        let ring = match unsafe { Consumer::from_raw(mapping.as_ptr(), mapping.len(), WC_LEN) } {
+        let mem = unsafe { QueueMem::from_raw(mapping.as_ptr(), mapping.len(), WC_LEN) };
+        let ring = match mem.map(Consumer::over) {
             Ok(r) => r,
             Err(_) => {
                 destroy();

@@ -53,11 +53,23 @@ pub struct ProtectionDomain {
 
 impl fmt::Debug for ProtectionDomain {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ProtectionDomain")
-            .field("device", &self.inner.ctx.device_name())
-            .field("handle", &self.inner.handle)
-            .finish()
+        debug_object(f, "ProtectionDomain", &self.inner.ctx, self.inner.handle).finish()
     }
+}
+
+/// How a kernel object prints: `name { device, handle, … }`; the caller
+/// adds its own fields and finishes. One place for the fields every kernel
+/// object (PD, CQ, QP) shows first.
+pub(crate) fn debug_object<'a, 'b>(
+    f: &'a mut fmt::Formatter<'b>,
+    name: &str,
+    ctx: &Context,
+    handle: u32,
+) -> fmt::DebugStruct<'a, 'b> {
+    let mut d = f.debug_struct(name);
+    d.field("device", &ctx.device_name())
+        .field("handle", &handle);
+    d
 }
 
 /// A failed [`ProtectionDomain::dealloc`]: the PD is handed back, still valid.

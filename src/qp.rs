@@ -16,8 +16,8 @@ use crate::command::{CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, Qp
 use crate::context::Context;
 use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{Errno, Error, Op};
-use crate::pd::{PdInner, ProtectionDomain};
-use crate::provider::rxe::queue::Producer;
+use crate::pd::{debug_object, PdInner, ProtectionDomain};
+use crate::provider::rxe::queue::{Producer, QueueMem};
 use crate::provider::rxe::wqe::{
     self, PostError, RecvWr, SendLimits, SendWr, RECV_WQE_LEN, SEND_WQE_LEN,
 };
@@ -128,9 +128,7 @@ pub struct QueuePair {
 
 impl fmt::Debug for QueuePair {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("QueuePair")
-            .field("device", &self.pd.ctx.device_name())
-            .field("handle", &self.handle)
+        debug_object(f, "QueuePair", &self.pd.ctx, self.handle)
             .field("qpn", &self.qpn)
             .field("qp_type", &self.qp_type)
             .field("state", &self.state())
@@ -199,8 +197,8 @@ impl ProtectionDomain {
             // SAFETY: the mapping is one of this QP's rings, valid until the
             // mapping drops, which the QueuePair does after the Producer;
             // nothing else views it.
-            let producer = unsafe { Producer::from_raw(mapping.as_ptr(), mapping.len(), min_elem) }
-                .map_err(|_| Errno::PROTO)?;
+            let mem = unsafe { QueueMem::from_raw(mapping.as_ptr(), mapping.len(), min_elem) };
+            let producer = mem.map(Producer::over).map_err(|_| Errno::PROTO)?;
             Ok::<_, Errno>((mapping, producer))
         };
         let (rq_map, rq) = match map(rings.rq_mi, RECV_WQE_LEN) {

@@ -24,14 +24,10 @@ fn context_answering(async_fd: Option<u32>) -> (Context, Arc<RecordingTransport>
 
 #[test]
 fn a_fake_answer_naming_an_open_file_does_not_close_it() {
-    let path = std::env::temp_dir().join(format!("uverbs-foreign-fd-{}", std::process::id()));
-    let mut file = File::options()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)
-        .unwrap();
+    // An anonymous file: nothing to name or remove afterwards.
+    let fd = rustix::fs::memfd_create("uverbs-foreign-fd", rustix::fs::MemfdFlags::CLOEXEC)
+        .expect("memfd_create");
+    let mut file = File::from(fd);
     let (ctx, fake) = context_answering(Some(file.as_raw_fd() as u32));
     assert_eq!(fake.count(), 1, "only GET_CONTEXT was sent");
     drop(ctx);
@@ -44,7 +40,6 @@ fn a_fake_answer_naming_an_open_file_does_not_close_it() {
     file.read_to_string(&mut back).unwrap();
     assert_eq!(back, "still mine");
     drop(file);
-    std::fs::remove_file(&path).unwrap();
 }
 
 #[test]

@@ -2,6 +2,8 @@
 //! reaches the kernel, what comes back (core response and the rxe UHW
 //! answer), and that a bad MODIFY_QP is refused before anything is sent.
 
+mod common;
+
 use std::io::Read;
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -11,6 +13,8 @@ use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
 use uverbs::{AccessFlags, Context, DriverId, OpenOptions};
 use zerocopy::FromBytes;
+
+use common::rc_to_rts;
 
 fn fake_ctx() -> (Arc<RecordingTransport>, Context) {
     let fake = Arc::new(RecordingTransport::new());
@@ -34,19 +38,44 @@ fn cap() -> sys::ib_uverbs_qp_cap {
     }
 }
 
+/// A PD and a CQ of `cqe` entries with `user_handle`, rxe's UHW answer
+/// for the CQ written into `cq_uhw`.
+fn pd_and_cq(
+    ctx: &Context,
+    cqe: u32,
+    user_handle: u64,
+    cq_uhw: &mut [u8],
+) -> (u32, sys::ib_uverbs_create_cq_resp) {
+    // SAFETY (each execute of these tests): the fake kernel touches only
+    // the buffers given; these objects are owned by nothing else.
+    let pd = unsafe { ctx.execute(&AllocPd::new(), &mut []) }
+        .unwrap()
+        .pd_handle;
+    let cq = unsafe { ctx.execute(&CreateCq::new(cqe, user_handle), cq_uhw) }.unwrap();
+    (pd, cq)
+}
+
+/// An RC QP in `pd` with `cq` for both queues and [`cap`], rxe's UHW
+/// answer written into `qp_uhw`.
+fn rc_qp(
+    ctx: &Context,
+    pd: u32,
+    cq: &sys::ib_uverbs_create_cq_resp,
+    qp_uhw: &mut [u8],
+) -> sys::ib_uverbs_create_qp_resp {
+    let create = CreateQp::new(QpType::Rc, pd, cq.cq_handle, cq.cq_handle, cap());
+    // SAFETY: as in `pd_and_cq`.
+    unsafe { ctx.execute(&create, qp_uhw) }.unwrap()
+}
+
 /// CQ and QP through `Context::execute` with rxe's UHW buffers: the
 /// answers decode, the rings' `mminfo` come back RQ first, and destroying
 /// a CQ in use is `EBUSY`.
 #[test]
 fn cq_and_qp_lifecycle_with_rxe_answers() {
     let (fake, ctx) = fake_ctx();
-    // SAFETY (each execute below): the fake kernel touches only the
-    // buffers given; these objects are owned by nothing else.
-    let pd = unsafe { ctx.execute(&AllocPd::new(), &mut []) }
-        .unwrap()
-        .pd_handle;
     let mut cq_uhw = [0u8; 16];
-    let cq = unsafe { ctx.execute(&CreateCq::new(16, 0xabc), &mut cq_uhw) }.unwrap();
+    let (pd, cq) = pd_and_cq(&ctx, 16, 0xabc, &mut cq_uhw);
     assert_eq!(cq.cqe, 31, "rxe rounds 16 + 1 up to 32 slots");
     let cq_mi = sys::rxe_create_cq_resp::read_from_bytes(&cq_uhw[..])
         .unwrap()
@@ -61,8 +90,7 @@ fn cq_and_qp_lifecycle_with_rxe_answers() {
     );
 
     let mut qp_uhw = [0u8; 32];
-    let create = CreateQp::new(QpType::Rc, pd, cq.cq_handle, cq.cq_handle, cap());
-    let qp = unsafe { ctx.execute(&create, &mut qp_uhw) }.unwrap();
+    let qp = rc_qp(&ctx, pd, &cq, &mut qp_uhw);
     assert_eq!(qp.max_send_wr, 15);
     let rings = sys::rxe_create_qp_resp::read_from_bytes(&qp_uhw[..]).unwrap();
     assert!(
@@ -70,6 +98,7 @@ fn cq_and_qp_lifecycle_with_rxe_answers() {
         "RQ first: {rings:?}"
     );
 
+    // SAFETY (each execute below): as in `pd_and_cq`.
     let busy = unsafe { ctx.execute(&DestroyCq::new(cq.cq_handle), &mut []) };
     assert_eq!(busy.unwrap_err().errno(), Some(uverbs::Errno::BUSY));
     unsafe { ctx.execute(&DestroyQp::new(qp.qp_handle), &mut []) }.unwrap();
@@ -82,13 +111,8 @@ fn cq_and_qp_lifecycle_with_rxe_answers() {
 #[test]
 fn modify_qp_walks_to_rts_and_refuses_before_sending() {
     let (fake, ctx) = fake_ctx();
-    let pd = unsafe { ctx.execute(&AllocPd::new(), &mut []) }
-        .unwrap()
-        .pd_handle;
-    // SAFETY (each execute): as above.
-    let cq = unsafe { ctx.execute(&CreateCq::new(4, 0), &mut [0; 16]) }.unwrap();
-    let create = CreateQp::new(QpType::Rc, pd, cq.cq_handle, cq.cq_handle, cap());
-    let qp = unsafe { ctx.execute(&create, &mut [0; 32]) }.unwrap();
+    let (pd, cq) = pd_and_cq(&ctx, 4, 0, &mut [0; 16]);
+    let qp = rc_qp(&ctx, pd, &cq, &mut [0; 32]);
     let h = qp.qp_handle;
 
     let before = fake.count();
@@ -104,34 +128,23 @@ fn modify_qp_walks_to_rts_and_refuses_before_sending() {
         "nothing sent for a refused transition"
     );
 
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
-        .port(1)
-        .access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
-    let rtr = QpAttr::new()
-        .state(QpState::Rtr)
-        .path_mtu(Mtu::Mtu1024)
-        .dest_qpn(qp.qpn)
-        .rq_psn(0)
-        .max_dest_rd_atomic(1)
-        .min_rnr_timer(12)
-        .av(QpAttr::roce_dest([0; 16], 1, 1, 1));
-    let rts = QpAttr::new()
-        .state(QpState::Rts)
-        .timeout(14)
-        .retry_cnt(7)
-        .rnr_retry(7)
-        .sq_psn(0)
-        .max_rd_atomic(1);
+    let steps = rc_to_rts(
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE,
+        1,
+        Mtu::Mtu1024,
+        qp.qpn,
+        QpAttr::roce_dest([0; 16], 1, 1, 1),
+    );
     let mut state = QpState::Reset;
-    for (attr, mask) in [(init, 0x39), (rtr, 0x12_9181), (rts, 0x1_2E01)] {
+    for ((_, attr), mask) in steps.into_iter().zip([0x39, 0x12_9181, 0x1_2E01]) {
         let cmd = ModifyQp::checked(h, QpType::Rc, state, &attr).unwrap();
+        // SAFETY: as in `pd_and_cq`.
         unsafe { ctx.execute(&cmd, &mut []) }.unwrap();
         let sent: sys::ib_uverbs_modify_qp = fake.commands().last().unwrap().request().unwrap();
         assert_eq!((sent.qp_handle, sent.attr_mask), (h, mask));
         state = attr.target_state().unwrap();
     }
+    // SAFETY: as in `pd_and_cq`.
     let q = QueryQp::new(h, QpAttrMask::STATE);
     let answer = unsafe { ctx.execute(&q, &mut []) }.unwrap();
     assert_eq!(QpState::from_raw(answer.qp_state), Some(QpState::Rts));

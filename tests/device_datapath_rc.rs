@@ -10,11 +10,12 @@ mod common;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use common::{alloc_pd, anon, driver, fresh_mr, loud, on_each_device, Driver, RW_READ};
+use common::{alloc_pd, anon, driver, fresh_mr, loud, on_each_device, rc_to_rts, Driver, RW_READ};
 use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags,
-    SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, Payload,
+    ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 /// The GID index used: on the VM's rxe0 (on dummy0, no IPv4) index 0 is
@@ -86,29 +87,88 @@ fn modify(qp: &QueuePair, attr: &QpAttr, step: &str) {
 /// values of rdma-core's tests and rc_pingpong.
 fn connect(qp: &QueuePair, peer_qpn: u32, gid: [u8; 16], mtu: Mtu) {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
-        .port(PORT)
-        .access_flags(access);
-    modify(qp, &init, "RESET->INIT");
-    let rtr = QpAttr::new()
-        .state(QpState::Rtr)
-        .path_mtu(mtu)
-        .dest_qpn(peer_qpn)
-        .rq_psn(0)
-        .max_dest_rd_atomic(1)
-        .min_rnr_timer(12)
-        .av(QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT));
-    modify(qp, &rtr, "INIT->RTR");
-    let rts = QpAttr::new()
-        .state(QpState::Rts)
-        .timeout(14)
-        .retry_cnt(7)
-        .rnr_retry(7)
-        .sq_psn(0)
-        .max_rd_atomic(1);
-    modify(qp, &rts, "RTR->RTS");
+    let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
+    for (step, attr) in rc_to_rts(access, PORT, mtu, peer_qpn, dest) {
+        modify(qp, &attr, step);
+    }
+}
+
+/// Connects `a` and `b` to each other.
+fn connect_pair(a: &QueuePair, b: &QueuePair, gid: [u8; 16], mtu: Mtu) {
+    connect(a, b.qp_num(), gid, mtu);
+    connect(b, a.qp_num(), gid, mtu);
+}
+
+/// The port's GID at [`GID_INDEX`] and the path MTU to use.
+fn roce_path(ctx: &Context, name: &str) -> ([u8; 16], Mtu) {
+    let gid = ctx
+        .query_gid(u32::from(PORT), GID_INDEX)
+        .unwrap_or_else(|e| panic!("{name}: query_gid({PORT}, {GID_INDEX}): {e}"));
+    (gid.raw(), mtu_for(ctx))
+}
+
+/// Two RC QPs in one new PD, each with a CQ of `cqe` entries of its own
+/// for both queues; A's CQ reports to `channel_a` if given. Not connected.
+struct TwoQps {
+    pd: ProtectionDomain,
+    cq_a: CompletionQueue,
+    cq_b: CompletionQueue,
+    qp_a: QueuePair,
+    qp_b: QueuePair,
+}
+
+fn two_rc_qps(
+    ctx: &Context,
+    name: &str,
+    cqe: u32,
+    channel_a: Option<&CompletionChannel>,
+) -> TwoQps {
+    let pd = alloc_pd(ctx);
+    let cq = |channel| {
+        ctx.create_cq(cqe, channel)
+            .unwrap_or_else(|e| panic!("{name}: create_cq (channel {channel:?}): {e}"))
+    };
+    let cq_a = cq(channel_a);
+    let cq_b = cq(None);
+    let qp = |cq: &CompletionQueue, which: &str| {
+        pd.create_qp(&QpInit::new(QpType::Rc, cq, cq))
+            .unwrap_or_else(|e| panic!("{name}: create_qp {which}: {e}"))
+    };
+    let qp_a = qp(&cq_a, "A");
+    let qp_b = qp(&cq_b, "B");
+    TwoQps {
+        pd,
+        cq_a,
+        cq_b,
+        qp_a,
+        qp_b,
+    }
+}
+
+/// [`two_rc_qps`] connected to each other over [`roce_path`].
+fn connected_rc_pair(
+    ctx: &Context,
+    name: &str,
+    cqe: u32,
+    channel_a: Option<&CompletionChannel>,
+) -> TwoQps {
+    let (gid, mtu) = roce_path(ctx, name);
+    let q = two_rc_qps(ctx, name, cqe, channel_a);
+    connect_pair(&q.qp_a, &q.qp_b, gid, mtu);
+    q
+}
+
+/// [`on_each_device`] for the devices with a data path (rxe):
+/// `body(name, ctx)`; any other is noted loudly and skipped.
+fn on_each_data_path_device(test: &str, mut body: impl FnMut(&str, &Context)) {
+    on_each_device(test, |name, dut, _counts| {
+        if driver(&dut) != Driver::Rxe {
+            return loud(&format!(
+                "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
+            ));
+        }
+        body(name, &dut)
+    });
 }
 
 fn mtu_for(ctx: &Context) -> Mtu {
@@ -123,12 +183,42 @@ fn mtu_for(ctx: &Context) -> Mtu {
     }
 }
 
+/// Checks a successful completion of `opcode` for `wr_id` on `qp`.
 fn check(wc: &WorkCompletion, what: &str, opcode: WcOpcode, qp: &QueuePair, wr_id: u64) {
     loud(&format!("{what}: completion {wc:?}"));
     assert_eq!(wc.status, WcStatus::Success, "{what}: {wc:?}");
     assert_eq!(wc.opcode, opcode, "{what}: {wc:?}");
     assert_eq!(wc.qp_num, qp.qp_num(), "{what}: {wc:?}");
     assert_eq!(wc.wr_id, wr_id, "{what}: {wc:?}");
+}
+
+/// [`wait_one`] on `cq`, then [`check`].
+fn wait_checked(
+    cq: &CompletionQueue,
+    what: &str,
+    opcode: WcOpcode,
+    qp: &QueuePair,
+    wr_id: u64,
+) -> WorkCompletion {
+    let wc = wait_one(cq, what);
+    check(&wc, what, opcode, qp, wr_id);
+    wc
+}
+
+/// Fails with `what` and what came if `cq` holds a completion now.
+fn assert_no_completion(cq: &CompletionQueue, what: &str) {
+    let mut more = [WorkCompletion::default(); 4];
+    let n = cq.poll(&mut more).unwrap();
+    assert_eq!(n, 0, "{what}: {:?}", &more[..n]);
+}
+
+/// One SGE of `length` bytes at `addr` in `mr`.
+fn sge(addr: u64, length: usize, mr: &MemoryRegion) -> [Sge; 1] {
+    [Sge {
+        addr,
+        length: length as u32,
+        lkey: mr.lkey(),
+    }]
 }
 
 #[test]
@@ -144,28 +234,19 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
                 Driver::Other => return loud(&format!("NOTE: {name}: not rxe, no data path yet")),
             }
             let ctx: &Context = &dut;
-            let gid = ctx
-                .query_gid(u32::from(PORT), GID_INDEX)
-                .unwrap_or_else(|e| panic!("{name}: query_gid({PORT}, {GID_INDEX}): {e}"));
-            let mtu = mtu_for(ctx);
+            let (gid, mtu) = roce_path(ctx, name);
             loud(&format!(
                 "{name} over {}: GID index {GID_INDEX} = {gid:?}, path MTU {mtu:?}",
                 ctx.transport_kind()
             ));
 
-            let pd = alloc_pd(ctx);
-            let cq_a = ctx
-                .create_cq(32, None)
-                .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));
-            let cq_b = ctx
-                .create_cq(32, None)
-                .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));
-            let qp_a = pd
-                .create_qp(&QpInit::new(QpType::Rc, &cq_a, &cq_a))
-                .unwrap_or_else(|e| panic!("{name}: create_qp A: {e}"));
-            let qp_b = pd
-                .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
-                .unwrap_or_else(|e| panic!("{name}: create_qp B: {e}"));
+            let TwoQps {
+                pd,
+                cq_a,
+                cq_b,
+                qp_a,
+                qp_b,
+            } = two_rc_qps(ctx, name, 32, None);
             loud(&format!(
                 "{name}: QP A qpn {} caps {:?}, QP B qpn {} caps {:?}, CQs of {} and {} entries",
                 qp_a.qp_num(),
@@ -176,8 +257,7 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
                 cq_b.cqe()
             ));
             counts.assert_extra_cq_qp(2, 2, "with two CQs and two QPs");
-            connect(&qp_a, qp_b.qp_num(), gid.raw(), mtu);
-            connect(&qp_b, qp_a.qp_num(), gid.raw(), mtu);
+            connect_pair(&qp_a, &qp_b, gid, mtu);
 
             const LEN: usize = 16 << 10;
             let mut a_buf = anon(LEN);
@@ -191,11 +271,7 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
             for (i, byte) in a_buf[..64].iter_mut().enumerate() {
                 *byte = 0xa0 ^ i as u8;
             }
-            let recv_sge = [Sge {
-                addr: b_addr,
-                length: 64,
-                lkey: b_mr.lkey(),
-            }];
+            let recv_sge = sge(b_addr, 64, &b_mr);
             // SAFETY: b_buf[..64] stays mapped and registered and is not touched
             // until the receive's completion is polled below.
             unsafe {
@@ -205,26 +281,14 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
                 }])
             }
             .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
-            let send_sge = [Sge {
-                addr: a_addr,
-                length: 64,
-                lkey: a_mr.lkey(),
-            }];
-            let send = SendWr {
-                wr_id: 0xa5e,
-                op: SendOp::Send { imm: None },
-                flags: SendFlags::SIGNALED,
-                payload: Payload::Sges(&send_sge),
-                ud: None,
-            };
+            let send_sge = sge(a_addr, 64, &a_mr);
+            let send = signalled(0xa5e, SendOp::Send { imm: None }, &send_sge);
             // SAFETY: a_buf[..64] is only read by the device and not written
             // until the send's completion is polled below.
             unsafe { qp_a.post_send(&[send]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send SEND: {e}"));
-            let wc = wait_one(&cq_a, "SEND, sender");
-            check(&wc, "SEND, sender", WcOpcode::Send, &qp_a, 0xa5e);
-            let wc = wait_one(&cq_b, "SEND, receiver");
-            check(&wc, "SEND, receiver", WcOpcode::Recv, &qp_b, 0xb0b);
+            wait_checked(&cq_a, "SEND, sender", WcOpcode::Send, &qp_a, 0xa5e);
+            let wc = wait_checked(&cq_b, "SEND, receiver", WcOpcode::Recv, &qp_b, 0xb0b);
             assert_eq!(wc.byte_len, 64, "{wc:?}");
             assert_eq!(&b_buf[..64], &a_buf[..64], "{name}: the SEND's bytes");
 
@@ -233,30 +297,17 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
             for (i, byte) in a_buf[src..src + len].iter_mut().enumerate() {
                 *byte = (i * 7 + 3) as u8;
             }
-            let sge = [Sge {
-                addr: a_addr + src as u64,
-                length: len as u32,
-                lkey: a_mr.lkey(),
-            }];
-            let write = SendWr {
-                wr_id: 0x3417e,
-                op: SendOp::RdmaWrite {
-                    remote: Remote {
-                        addr: b_addr + dst as u64,
-                        rkey: b_mr.rkey(),
-                    },
-                    imm: None,
-                },
-                flags: SendFlags::SIGNALED,
-                payload: Payload::Sges(&sge),
-                ud: None,
+            let src_sge = sge(a_addr + src as u64, len, &a_mr);
+            let remote = Remote {
+                addr: b_addr + dst as u64,
+                rkey: b_mr.rkey(),
             };
+            let write = signalled_write(0x3417e, &src_sge, remote);
             // SAFETY: the source is only read, the target (b_buf) not touched by
             // the program, until the completion below.
             unsafe { qp_a.post_send(&[write]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send WRITE: {e}"));
-            let wc = wait_one(&cq_a, "RDMA WRITE");
-            check(&wc, "RDMA WRITE", WcOpcode::RdmaWrite, &qp_a, 0x3417e);
+            wait_checked(&cq_a, "RDMA WRITE", WcOpcode::RdmaWrite, &qp_a, 0x3417e);
             assert!(
                 b_buf[dst..dst + len] == a_buf[src..src + len],
                 "{name}: the RDMA WRITE's 4 KiB did not land"
@@ -268,44 +319,19 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
 
             // RDMA READ of those 4 KiB back into A at offset 8 KiB.
             let back = 8192usize;
-            let sge = [Sge {
-                addr: a_addr + back as u64,
-                length: len as u32,
-                lkey: a_mr.lkey(),
-            }];
-            let read = SendWr {
-                wr_id: 0x7ead,
-                op: SendOp::RdmaRead {
-                    remote: Remote {
-                        addr: b_addr + dst as u64,
-                        rkey: b_mr.rkey(),
-                    },
-                },
-                flags: SendFlags::SIGNALED,
-                payload: Payload::Sges(&sge),
-                ud: None,
-            };
+            let back_sge = sge(a_addr + back as u64, len, &a_mr);
+            let read = signalled(0x7ead, SendOp::RdmaRead { remote }, &back_sge);
             // SAFETY: a_buf[back..back + len] is not touched until the completion.
             unsafe { qp_a.post_send(&[read]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send READ: {e}"));
-            let wc = wait_one(&cq_a, "RDMA READ");
-            check(&wc, "RDMA READ", WcOpcode::RdmaRead, &qp_a, 0x7ead);
+            let wc = wait_checked(&cq_a, "RDMA READ", WcOpcode::RdmaRead, &qp_a, 0x7ead);
             assert_eq!(wc.byte_len, len as u32, "{wc:?}");
             assert!(
                 a_buf[back..back + len] == b_buf[dst..dst + len],
                 "{name}: the RDMA READ's 4 KiB"
             );
-            let mut none = [WorkCompletion::default(); 2];
-            assert_eq!(
-                cq_a.poll(&mut none).unwrap(),
-                0,
-                "{name}: a stray completion on A"
-            );
-            assert_eq!(
-                cq_b.poll(&mut none).unwrap(),
-                0,
-                "{name}: a stray completion on B"
-            );
+            assert_no_completion(&cq_a, &format!("{name}: a stray completion on A"));
+            assert_no_completion(&cq_b, &format!("{name}: a stray completion on B"));
             loud(&format!(
                 "{name}: SEND 64 B, RDMA WRITE 4 KiB, RDMA READ 4 KiB: all landed"
             ));
@@ -325,15 +351,9 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
 /// (nothing stale in its rings).
 #[test]
 fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
-    on_each_device(
+    on_each_data_path_device(
         "posting_in_a_state_that_forbids_it_is_refused_before_the_ring",
-        |name, dut, _counts| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!(
-                    "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
-                ));
-            }
-            let ctx: &Context = &dut;
+        |name, ctx| {
             let pd = alloc_pd(ctx);
             let cq = ctx.create_cq(8, None).unwrap();
             let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
@@ -372,59 +392,28 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
 /// names the CQ.
 #[test]
 fn an_armed_cq_reports_a_completion_on_its_channel() {
-    on_each_device(
+    on_each_data_path_device(
         "an_armed_cq_reports_a_completion_on_its_channel",
-        |name, dut, _counts| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!(
-                    "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
-                ));
-            }
-            let ctx: &Context = &dut;
-            let gid = ctx.query_gid(u32::from(PORT), GID_INDEX).unwrap();
-            let mtu = mtu_for(ctx);
+        |name, ctx| {
             let channel = ctx
                 .create_comp_channel()
                 .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
-            let pd = alloc_pd(ctx);
-            let cq_a = ctx
-                .create_cq(8, Some(&channel))
-                .unwrap_or_else(|e| panic!("{name}: create_cq with channel: {e}"));
-            let cq_b = ctx.create_cq(8, None).unwrap();
-            let qp_a = pd
-                .create_qp(&QpInit::new(QpType::Rc, &cq_a, &cq_a))
-                .unwrap();
-            let qp_b = pd
-                .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
-                .unwrap();
-            connect(&qp_a, qp_b.qp_num(), gid.raw(), mtu);
-            connect(&qp_b, qp_a.qp_num(), gid.raw(), mtu);
-            cq_a.req_notify(false)
+            let q = connected_rc_pair(ctx, name, 8, Some(&channel));
+            q.cq_a
+                .req_notify(false)
                 .unwrap_or_else(|e| panic!("{name}: req_notify: {e}"));
 
             let mut buf = anon(4096);
-            let mr = fresh_mr(&pd, &mut buf, RW_READ);
+            let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
             let addr = buf.as_ptr() as u64;
-            let sge = [Sge {
-                addr,
-                length: 256,
-                lkey: mr.lkey(),
-            }];
-            let write = SendWr {
-                wr_id: 9,
-                op: SendOp::RdmaWrite {
-                    remote: Remote {
-                        addr: addr + 1024,
-                        rkey: mr.rkey(),
-                    },
-                    imm: None,
-                },
-                flags: SendFlags::SIGNALED,
-                payload: Payload::Sges(&sge),
-                ud: None,
+            let src = sge(addr, 256, &mr);
+            let remote = Remote {
+                addr: addr + 1024,
+                rkey: mr.rkey(),
             };
+            let write = signalled_write(9, &src, remote);
             // SAFETY: buf stays mapped and untouched until the completion below.
-            unsafe { qp_a.post_send(&[write]) }
+            unsafe { q.qp_a.post_send(&[write]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
 
             let mut pfd = libc::pollfd {
@@ -443,21 +432,19 @@ fn an_armed_cq_reports_a_completion_on_its_channel() {
             let id = channel
                 .get_event()
                 .unwrap_or_else(|e| panic!("{name}: get_event: {e}"));
-            assert_eq!(id, cq_a.event_id(), "{name}: the event names the armed CQ");
-            let wc = wait_one(&cq_a, "RDMA WRITE with an event");
-            check(
-                &wc,
-                "RDMA WRITE with an event",
-                WcOpcode::RdmaWrite,
-                &qp_a,
-                9,
+            assert_eq!(
+                id,
+                q.cq_a.event_id(),
+                "{name}: the event names the armed CQ"
             );
+            let what = "RDMA WRITE with an event";
+            wait_checked(&q.cq_a, what, WcOpcode::RdmaWrite, &q.qp_a, 9);
             loud(&format!(
                 "{name}: completion event for CQ {} (event id {id}) on fd {:?}",
-                cq_a.handle(),
+                q.cq_a.handle(),
                 channel
             ));
-            drop((qp_a, qp_b, cq_a, cq_b, mr));
+            drop((q.qp_a, q.qp_b, q.cq_a, q.cq_b, mr, q.pd));
         },
     );
 }
@@ -468,111 +455,83 @@ fn an_armed_cq_reports_a_completion_on_its_channel() {
 /// requests, in order.
 #[test]
 fn a_batch_is_all_or_nothing_and_rings_once() {
-    on_each_device(
-        "a_batch_is_all_or_nothing_and_rings_once",
-        |name, dut, _counts| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!(
-                    "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
-                ));
-            }
-            let ctx: &Context = &dut;
-            let gid = ctx.query_gid(u32::from(PORT), GID_INDEX).unwrap();
-            let mtu = mtu_for(ctx);
-            let pd = alloc_pd(ctx);
-            let cq_a = ctx.create_cq(16, None).unwrap();
-            let cq_b = ctx.create_cq(16, None).unwrap();
-            let qp_a = pd
-                .create_qp(&QpInit::new(QpType::Rc, &cq_a, &cq_a))
-                .unwrap();
-            let qp_b = pd
-                .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
-                .unwrap();
-            connect(&qp_a, qp_b.qp_num(), gid.raw(), mtu);
-            connect(&qp_b, qp_a.qp_num(), gid.raw(), mtu);
-            let mut buf = anon(8192);
-            let mr = fresh_mr(&pd, &mut buf, RW_READ);
-            let addr = buf.as_ptr() as u64;
-            for (i, b) in buf[..1024].iter_mut().enumerate() {
-                *b = i as u8 ^ 0x5a;
-            }
-            let one = [Sge {
-                addr,
-                length: 256,
-                lkey: mr.lkey(),
-            }];
-            let two = [
-                one[0],
-                Sge {
-                    addr: addr + 256,
-                    length: 256,
-                    lkey: mr.lkey(),
+    on_each_data_path_device("a_batch_is_all_or_nothing_and_rings_once", |name, ctx| {
+        let q = connected_rc_pair(ctx, name, 16, None);
+        let mut buf = anon(8192);
+        let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
+        let addr = buf.as_ptr() as u64;
+        for (i, b) in buf[..1024].iter_mut().enumerate() {
+            *b = i as u8 ^ 0x5a;
+        }
+        let one = sge(addr, 256, &mr);
+        let two = [one[0], sge(addr + 256, 256, &mr)[0]];
+        let rkey = mr.rkey();
+        let write = |wr_id, sges, to| {
+            signalled_write(
+                wr_id,
+                sges,
+                Remote {
+                    addr: addr + to,
+                    rkey,
                 },
-            ];
-            let rkey = mr.rkey();
-            let write = |wr_id, sges, to| {
-                signalled_write(
-                    wr_id,
-                    sges,
-                    Remote {
-                        addr: addr + to,
-                        rkey,
-                    },
-                )
-            };
-            assert_eq!(
-                qp_a.caps().max_send_sge,
-                1,
-                "{name}: the test needs max_send_sge 1"
+            )
+        };
+        assert_eq!(
+            q.qp_a.caps().max_send_sge,
+            1,
+            "{name}: the test needs max_send_sge 1"
+        );
+        let bad = [
+            write(1, &one, 4096),
+            write(2, &one, 4352),
+            write(3, &two, 4608),
+        ];
+        // SAFETY: refused before anything is queued.
+        let err = unsafe { q.qp_a.post_send(&bad) }.unwrap_err();
+        assert!(matches!(err, uverbs::Error::Post { index: 2, .. }), "{err}");
+        loud(&format!("{name}: refused batch: {err}"));
+        let good = [
+            write(11, &one, 4096),
+            write(12, &one, 4352),
+            write(13, &one, 4608),
+        ];
+        // SAFETY: buf[..256] is only read and buf[4096..4864] not touched
+        // until the three completions below.
+        unsafe { q.qp_a.post_send(&good) }
+            .unwrap_or_else(|e| panic!("{name}: post_send of 3: {e}"));
+        let wcs = wait_n::<3>(&q.cq_a, "batched RDMA WRITEs");
+        for (wc, wr_id) in wcs.iter().zip([11, 12, 13]) {
+            check(
+                wc,
+                "batched RDMA WRITE",
+                WcOpcode::RdmaWrite,
+                &q.qp_a,
+                wr_id,
             );
-            let bad = [
-                write(1, &one, 4096),
-                write(2, &one, 4352),
-                write(3, &two, 4608),
-            ];
-            // SAFETY: refused before anything is queued.
-            let err = unsafe { qp_a.post_send(&bad) }.unwrap_err();
-            assert!(matches!(err, uverbs::Error::Post { index: 2, .. }), "{err}");
-            loud(&format!("{name}: refused batch: {err}"));
-            let good = [
-                write(11, &one, 4096),
-                write(12, &one, 4352),
-                write(13, &one, 4608),
-            ];
-            // SAFETY: buf[..256] is only read and buf[4096..4864] not touched
-            // until the three completions below.
-            unsafe { qp_a.post_send(&good) }
-                .unwrap_or_else(|e| panic!("{name}: post_send of 3: {e}"));
-            let wcs = wait_n::<3>(&cq_a, "batched RDMA WRITEs");
-            for (wc, wr_id) in wcs.iter().zip([11, 12, 13]) {
-                check(wc, "batched RDMA WRITE", WcOpcode::RdmaWrite, &qp_a, wr_id);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-            let mut more = [WorkCompletion::default(); 4];
-            let n = cq_a.poll(&mut more).unwrap();
-            assert_eq!(
-                n,
-                0,
-                "{name}: the refused batch ran after all: {:?}",
-                &more[..n]
-            );
-            for at in [4096usize, 4352, 4608] {
-                assert!(buf[at..at + 256] == buf[..256], "{name}: the WRITE to {at}");
-            }
-            assert!(
-                buf[4864..].iter().all(|&b| b == 0),
-                "{name}: bytes past the targets"
-            );
-            drop((qp_a, qp_b, cq_a, cq_b, mr));
-        },
-    );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        assert_no_completion(&q.cq_a, &format!("{name}: the refused batch ran after all"));
+        for at in [4096usize, 4352, 4608] {
+            assert!(buf[at..at + 256] == buf[..256], "{name}: the WRITE to {at}");
+        }
+        assert!(
+            buf[4864..].iter().all(|&b| b == 0),
+            "{name}: bytes past the targets"
+        );
+        drop((q.qp_a, q.qp_b, q.cq_a, q.cq_b, mr, q.pd));
+    });
 }
 
 /// A signalled RDMA WRITE of `sges` to `remote`.
 fn signalled_write(wr_id: u64, sges: &[Sge], remote: Remote) -> SendWr<'_> {
+    signalled(wr_id, SendOp::RdmaWrite { remote, imm: None }, sges)
+}
+
+/// A signalled `op` of `sges`.
+fn signalled(wr_id: u64, op: SendOp, sges: &[Sge]) -> SendWr<'_> {
     SendWr {
         wr_id,
-        op: SendOp::RdmaWrite { remote, imm: None },
+        op,
         flags: SendFlags::SIGNALED,
         payload: Payload::Sges(sges),
         ud: None,

@@ -99,14 +99,9 @@ mod tests {
 
     #[test]
     fn a_file_range_is_shared_both_ways_and_unmapped_on_drop() {
-        let path = std::env::temp_dir().join(format!("uverbs-map-{}", std::process::id()));
-        let mut file = std::fs::File::options()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        // An anonymous file: nothing to name or remove afterwards.
+        let fd = rustix::fs::memfd_create("uverbs-map", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        let mut file = std::fs::File::from(fd);
         file.write_all(&[7u8; 8192]).unwrap();
         let page = rustix::param::page_size();
         // SAFETY: a file of our own; nothing else maps it.
@@ -127,7 +122,6 @@ mod tests {
         // kernel answers ENOMEM, which is what is checked.
         let after = unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) };
         assert_eq!(after, Err(Errno::NOMEM), "the range is unmapped");
-        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]

@@ -310,12 +310,8 @@ impl FakeKernel {
                 {
                     return Err(Errno::BUSY);
                 }
-                self.datapath
-                    .cqs
-                    .remove(&req.cq_handle)
-                    .ok_or(Errno::INVAL)?;
-                write_out(cmd.core_out, sys::ib_uverbs_destroy_cq_resp::default())?;
-                Ok(0)
+                let cqs = &mut self.datapath.cqs;
+                forget::<_, sys::ib_uverbs_destroy_cq_resp>(cqs, req.cq_handle, cmd.core_out)
             })(),
             sys::IB_USER_VERBS_CMD_CREATE_QP => (|| {
                 let req: sys::ib_uverbs_create_qp = request_of(rec)?;
@@ -371,12 +367,8 @@ impl FakeKernel {
             })(),
             sys::IB_USER_VERBS_CMD_DESTROY_QP => (|| {
                 let req: sys::ib_uverbs_destroy_qp = request_of(rec)?;
-                self.datapath
-                    .qps
-                    .remove(&req.qp_handle)
-                    .ok_or(Errno::INVAL)?;
-                write_out(cmd.core_out, sys::ib_uverbs_destroy_qp_resp::default())?;
-                Ok(0)
+                let qps = &mut self.datapath.qps;
+                forget::<_, sys::ib_uverbs_destroy_qp_resp>(qps, req.qp_handle, cmd.core_out)
             })(),
             _ => return None,
         })
@@ -494,6 +486,19 @@ impl RecordingTransport {
 /// Writes `value`'s bytes at the start of `out`; `ENOSPC` when it is too small.
 fn write_out<T: IntoBytes + Immutable>(out: &mut [u8], value: T) -> Result<(), Errno> {
     value.write_to_prefix(out).map_err(|_| Errno::NOSPC)
+}
+
+/// A DESTROY_* that succeeds: `handle` leaves `objects` (`EINVAL` when it
+/// is not there) and the answer is an all-zero `R` in `core_out`; no UHW
+/// bytes.
+fn forget<V, R: IntoBytes + Immutable + Default>(
+    objects: &mut BTreeMap<u32, V>,
+    handle: u32,
+    core_out: &mut [u8],
+) -> Result<usize, Errno> {
+    objects.remove(&handle).ok_or(Errno::INVAL)?;
+    write_out(core_out, R::default())?;
+    Ok(0)
 }
 
 /// The recorded request as `T`; `ENOSPC` when it is too short, like the

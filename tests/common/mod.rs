@@ -8,6 +8,7 @@
 //! - [`fork`]: forked children with bounded waits (`in_child!`,
 //!   `child_reads`) and fork advisors that record, fail or block;
 //! - [`mapping`]: page-aligned, untouched and holed mappings;
+//! - [`rc`]: the attribute sequence that takes an RC QP to RTS;
 //! - here: the access flags every test means by `RW` and `RW_READ`, the
 //!   serial lock, a fresh MR, and the replace-fallback calls.
 
@@ -20,6 +21,7 @@ pub mod fake;
 #[macro_use]
 pub mod fork;
 pub mod mapping;
+pub mod rc;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -31,6 +33,7 @@ pub use devices::*;
 pub use fake::*;
 pub use fork::*;
 pub use mapping::*;
+pub use rc::*;
 
 /// Written locally and remotely: `LOCAL_WRITE | REMOTE_WRITE`.
 pub const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);

@@ -100,18 +100,34 @@ pub(crate) struct QueueFull {
     pub(crate) capacity: u32,
 }
 
-/// A validated rxe queue mapping: where the header and the slots are.
+/// A validated rxe queue mapping: where the header and the slots are. One
+/// [`Producer`] or [`Consumer`] is made of it ([`Producer::over`],
+/// [`Consumer::over`]).
 #[derive(Debug)]
-struct QueueMem {
+pub(crate) struct QueueMem {
     base: NonNull<u8>,
     log2_elem_size: u32,
     index_mask: u32,
 }
 
+// SAFETY: a QueueMem is owned by one value (itself, then the one Producer or
+// Consumer made of it, which is then the only user-side owner of its queue's
+// own index and, for a Producer, of the free slots it writes); the memory it
+// points to is shared only with the kernel, through atomics, so moving it to
+// another thread is sound. Producer and Consumer are Send through it.
+unsafe impl Send for QueueMem {}
+
 impl QueueMem {
+    /// The mapped queue at `base`, whose elements need `min_elem` bytes.
+    /// Reads and checks the header.
+    ///
     /// # Safety
-    /// As [`Producer::from_raw`].
-    unsafe fn from_raw(
+    /// `base..base + len` must be a readable and writable mapping of one rxe
+    /// queue buffer (or memory shaped like one) that stays mapped, and is not
+    /// written by anything but the kernel's side of the queue and this value
+    /// (or the [`Producer`] or [`Consumer`] made of it), for as long as that
+    /// lives. No other `QueueMem` may be made over the same memory.
+    pub(crate) unsafe fn from_raw(
         base: NonNull<u8>,
         len: usize,
         min_elem: usize,
@@ -232,40 +248,22 @@ pub(crate) struct Producer {
     cons: u32,
 }
 
-// SAFETY: a Producer is the only user-side owner of its queue's producer index
-// and of the free slots it writes; the memory it points to is shared only with
-// the kernel, through atomics, so moving it to another thread is sound.
-unsafe impl Send for Producer {}
-
 impl Producer {
-    /// A producer over the mapped queue at `base`, whose elements need
-    /// `min_elem` bytes. Reads and checks the header.
-    ///
-    /// # Safety
-    /// `base..base + len` must be a readable and writable mapping of one rxe
-    /// queue buffer (or memory shaped like one) that stays mapped, and is not
-    /// written by anything but the kernel's side of the queue and this value,
-    /// for as long as the returned value lives. No other `Producer` or
-    /// [`Consumer`] may be made over the same memory.
-    pub(crate) unsafe fn from_raw(
-        base: NonNull<u8>,
-        len: usize,
-        min_elem: usize,
-    ) -> Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is QueueMem's.
-        let mem = unsafe { QueueMem::from_raw(base, len, min_elem)? };
+    /// The producer over `mem` (which [`QueueMem::from_raw`] checked), from
+    /// the indices its header holds now.
+    pub(crate) fn over(mem: QueueMem) -> Self {
         // Relaxed: we are the only writer of this index; the kernel left it at
         // zero on creation. Masked in case the word holds garbage.
         let prod = mem.producer().load(Ordering::Relaxed) & mem.index_mask;
         // Acquire pairs with the kernel's store-release of its consumer index:
         // the kernel is done reading every slot before it.
         let cons = mem.consumer().load(Ordering::Acquire) & mem.index_mask;
-        Ok(Producer {
+        Producer {
             mem,
             prod,
             pending: 0,
             cons,
-        })
+        }
     }
 
     /// Bytes of one slot (from the header).
@@ -363,23 +361,10 @@ pub(crate) struct Consumer {
     prod: u32,
 }
 
-// SAFETY: a Consumer is the only user-side owner of its queue's consumer index;
-// the memory is shared only with the kernel, through atomics.
-unsafe impl Send for Consumer {}
-
 impl Consumer {
-    /// A consumer over the mapped queue at `base`, whose elements need
-    /// `min_elem` bytes. Reads and checks the header.
-    ///
-    /// # Safety
-    /// As [`Producer::from_raw`].
-    pub(crate) unsafe fn from_raw(
-        base: NonNull<u8>,
-        len: usize,
-        min_elem: usize,
-    ) -> Result<Self, LayoutError> {
-        // SAFETY: the caller's contract is QueueMem's.
-        let mem = unsafe { QueueMem::from_raw(base, len, min_elem)? };
+    /// The consumer over `mem` (which [`QueueMem::from_raw`] checked), from
+    /// the indices its header holds now.
+    pub(crate) fn over(mem: QueueMem) -> Self {
         // Relaxed: we are the only writer of this index.
         let cons = mem.consumer().load(Ordering::Relaxed) & mem.index_mask;
         let mut c = Consumer {
@@ -388,7 +373,7 @@ impl Consumer {
             prod: cons,
         };
         c.ready();
-        Ok(c)
+        c
     }
 
     /// Bytes of one slot (from the header).

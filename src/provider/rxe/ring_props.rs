@@ -15,7 +15,7 @@ use uverbs_uapi::{
 };
 
 use super::kernel_model::TestRing;
-use super::queue::{Consumer, LayoutError, Producer, QueueFull, HEADER_LEN};
+use super::queue::{Consumer, LayoutError, Producer, QueueFull, QueueMem, HEADER_LEN};
 use super::wqe::{
     poll, write_recv_wqe, write_send_wqe, Payload, PostError, RecvWr, Remote, SendFlags,
     SendLimits, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
@@ -27,13 +27,23 @@ fn producer(ring: &TestRing, min_elem: usize) -> Producer {
     // SAFETY: the ring's buffer is a live, writable allocation of ring.len()
     // bytes shaped like an rxe queue, declared before (so dropped after) the
     // producer; only the kernel model and this producer touch it.
-    unsafe { Producer::from_raw(ring.base(), ring.len(), min_elem) }.expect("valid test ring")
+    let mem = unsafe { QueueMem::from_raw(ring.base(), ring.len(), min_elem) };
+    Producer::over(mem.expect("valid test ring"))
+}
+
+/// Send-queue limits of `max_sge` SGEs and `max_inline` inline bytes.
+fn send_limits(max_sge: u32, max_inline: u32) -> SendLimits {
+    SendLimits {
+        max_sge,
+        max_inline,
+    }
 }
 
 /// A user consumer over `ring`; the ring must outlive it.
 fn consumer(ring: &TestRing, min_elem: usize) -> Consumer {
     // SAFETY: as in `producer`.
-    unsafe { Consumer::from_raw(ring.base(), ring.len(), min_elem) }.expect("valid test ring")
+    let mem = unsafe { QueueMem::from_raw(ring.base(), ring.len(), min_elem) };
+    Consumer::over(mem.expect("valid test ring"))
 }
 
 /// Fills a whole slot with a pattern derived from `seq`.
@@ -254,7 +264,7 @@ proptest! {
         // SAFETY: slot 0 starts at HEADER_LEN inside the buffer, 256 bytes long.
         unsafe { std::ptr::write_bytes(ring.base().as_ptr().add(HEADER_LEN), 0xa5, 256) };
         let mut sq = producer(&ring, SEND_WQE_LEN);
-        let limits = SendLimits { max_sge: 3, max_inline: 48 };
+        let limits = send_limits(3, 48);
         let wr = SendWr { wr_id, op, flags, payload: Payload::Sges(&sges), ud: None };
         write_send_wqe(&mut sq, limits, &wr).unwrap();
         sq.publish();
@@ -483,7 +493,9 @@ fn header_is_validated() {
         assert!(len <= ring.len());
         // SAFETY: `len` never exceeds the ring's allocation (asserted), which
         // lives past the call; the result is dropped at once.
-        unsafe { Producer::from_raw(ring.base(), len, min) }.map(|_| ())
+        unsafe { QueueMem::from_raw(ring.base(), len, min) }
+            .map(Producer::over)
+            .map(|_| ())
     };
     let ok = TestRing::new(8, 4);
     assert_eq!(check(&ok, ok.len(), SEND_WQE_LEN), Ok(()));
@@ -535,7 +547,9 @@ fn header_is_validated() {
     // refuse before reading anything.
     let odd = unsafe { std::ptr::NonNull::new_unchecked(ok.base().as_ptr().add(1)) };
     // SAFETY: as above; the range lies inside the allocation.
-    let r = unsafe { Producer::from_raw(odd, ok.len() - 1, 8) }.map(|_| ());
+    let r = unsafe { QueueMem::from_raw(odd, ok.len() - 1, 8) }
+        .map(Producer::over)
+        .map(|_| ());
     assert_eq!(
         r,
         Err(LayoutError::Misaligned {
@@ -549,10 +563,7 @@ fn header_is_validated() {
 fn bad_send_wrs_are_refused_and_queue_nothing() {
     let ring = TestRing::new(8, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
-    let limits = SendLimits {
-        max_sge: 2,
-        max_inline: 32,
-    };
+    let limits = send_limits(2, 32);
     const SGE: rxe_sge = rxe_sge {
         addr: 0x1000,
         length: 8,
@@ -652,10 +663,7 @@ fn bad_send_wrs_are_refused_and_queue_nothing() {
     }
     // The limits the QP claims are capped by what a slot holds: 256-byte slots
     // take (256 - 208) / 16 = 3 SGEs and 48 inline bytes, whatever it claims.
-    let generous = SendLimits {
-        max_sge: 30,
-        max_inline: 1000,
-    };
+    let generous = send_limits(30, 1000);
     assert_eq!(
         write_send_wqe(&mut sq, generous, &wr(send, Payload::Sges(&four))),
         Err(PostError::TooManySges {
@@ -734,10 +742,7 @@ fn bad_send_wrs_are_refused_and_queue_nothing() {
 fn inline_and_ud_sends() {
     let ring = TestRing::new(8, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
-    let limits = SendLimits {
-        max_sge: 3,
-        max_inline: 48,
-    };
+    let limits = send_limits(3, 48);
     let ud = UdDest {
         ah_num: 7,
         remote_qpn: 0x11,
@@ -788,40 +793,41 @@ fn wait_until(deadline: Instant, what: &str, mut cond: impl FnMut() -> bool) {
 /// ordered machines and is a data race under Miri or TSan.)
 #[test]
 fn two_threads_send_direction() {
-    for log2 in [6u32, 7, 8] {
-        let ring = TestRing::new(log2, 16);
-        let total = 50_000u64;
-        let deadline = Instant::now() + Duration::from_secs(60);
-        std::thread::scope(|s| {
-            let kernel = s.spawn(|| {
-                let mut k = ring.kernel_consumer();
-                let mut buf = vec![0u8; ring.elem_size()];
-                for want in 0..total {
-                    wait_until(deadline, "a WQE", || k.pop(&mut buf));
-                    assert_eq!(check(&buf), Some(want), "torn or out-of-order element");
-                }
-            });
-            let mut user = producer(&ring, 8);
-            let mut seq = 0u64;
-            while seq < total {
-                let batch = 1 + (seq % 5);
-                for _ in 0..batch.min(total - seq) {
-                    let mut slot = user.reserve();
-                    while slot.is_err() {
-                        assert!(
-                            Instant::now() < deadline,
-                            "timed out waiting for a free slot"
-                        );
-                        std::thread::yield_now();
-                        slot = user.reserve();
-                    }
-                    fill(slot.unwrap(), seq);
-                    seq += 1;
-                }
-                user.publish();
+    on_two_threads(kernel_pops_in_order, user_publishes_in_batches);
+}
+
+/// The kernel's side of [`two_threads_send_direction`]: pops `total` WQEs,
+/// each whole and in order.
+fn kernel_pops_in_order(ring: &TestRing, total: u64, deadline: Instant) {
+    let mut k = ring.kernel_consumer();
+    let mut buf = vec![0u8; ring.elem_size()];
+    for want in 0..total {
+        wait_until(deadline, "a WQE", || k.pop(&mut buf));
+        assert_eq!(check(&buf), Some(want), "torn or out-of-order element");
+    }
+}
+
+/// The user's side of [`two_threads_send_direction`]: fills and publishes
+/// `total` slots in batches of 1 to 5.
+fn user_publishes_in_batches(ring: &TestRing, total: u64, deadline: Instant) {
+    let mut user = producer(ring, 8);
+    let mut seq = 0u64;
+    while seq < total {
+        let batch = 1 + (seq % 5);
+        for _ in 0..batch.min(total - seq) {
+            let mut slot = user.reserve();
+            while slot.is_err() {
+                assert!(
+                    Instant::now() < deadline,
+                    "timed out waiting for a free slot"
+                );
+                std::thread::yield_now();
+                slot = user.reserve();
             }
-            kernel.join().expect("kernel thread");
-        });
+            fill(slot.unwrap(), seq);
+            seq += 1;
+        }
+        user.publish();
     }
 }
 
@@ -829,42 +835,60 @@ fn two_threads_send_direction() {
 /// slots from one thread while user space polls in batches in another.
 #[test]
 fn two_threads_completion_direction() {
+    on_two_threads(kernel_pushes_in_order, user_polls_in_batches);
+}
+
+/// The user's side of [`two_threads_completion_direction`]: takes the
+/// `total` CQEs in batches of 1 to 7, each whole and in order.
+fn user_polls_in_batches(ring: &TestRing, total: u64, deadline: Instant) {
+    let mut user = consumer(ring, 8);
+    let mut want = 0u64;
+    while want < total {
+        let ready = user.ready();
+        if ready == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for completions"
+            );
+            std::thread::yield_now();
+            continue;
+        }
+        let take = ready.min(1 + (want % 7) as u32);
+        for i in 0..take {
+            assert_eq!(
+                check(user.get(i).unwrap()),
+                Some(want),
+                "torn or out-of-order CQE"
+            );
+            want += 1;
+        }
+        user.consume(take);
+    }
+}
+
+/// The kernel's side of [`two_threads_completion_direction`]: pushes
+/// `total` CQEs.
+fn kernel_pushes_in_order(ring: &TestRing, total: u64, deadline: Instant) {
+    let mut k = ring.kernel_producer();
+    let mut buf = vec![0u8; ring.elem_size()];
+    for seq in 0..total {
+        fill(&mut buf, seq);
+        wait_until(deadline, "a free CQ slot", || k.push(&buf));
+    }
+}
+
+/// For rings of 16 slots of 64, 128 and 256 bytes: `kernel(ring, total,
+/// deadline)` runs in a second thread while `user(ring, total, deadline)`
+/// runs in this one; 50 000 elements, both bounded by a 60 s deadline.
+fn on_two_threads(kernel: fn(&TestRing, u64, Instant), user: fn(&TestRing, u64, Instant)) {
     for log2 in [6u32, 7, 8] {
         let ring = TestRing::new(log2, 16);
         let total = 50_000u64;
         let deadline = Instant::now() + Duration::from_secs(60);
         std::thread::scope(|s| {
-            s.spawn(|| {
-                let mut k = ring.kernel_producer();
-                let mut buf = vec![0u8; ring.elem_size()];
-                for seq in 0..total {
-                    fill(&mut buf, seq);
-                    wait_until(deadline, "a free CQ slot", || k.push(&buf));
-                }
-            });
-            let mut user = consumer(&ring, 8);
-            let mut want = 0u64;
-            while want < total {
-                let ready = user.ready();
-                if ready == 0 {
-                    assert!(
-                        Instant::now() < deadline,
-                        "timed out waiting for completions"
-                    );
-                    std::thread::yield_now();
-                    continue;
-                }
-                let take = ready.min(1 + (want % 7) as u32);
-                for i in 0..take {
-                    assert_eq!(
-                        check(user.get(i).unwrap()),
-                        Some(want),
-                        "torn or out-of-order CQE"
-                    );
-                    want += 1;
-                }
-                user.consume(take);
-            }
+            let kernel = s.spawn(|| kernel(&ring, total, deadline));
+            user(&ring, total, deadline);
+            kernel.join().expect("kernel thread");
         });
     }
 }

@@ -50,6 +50,18 @@ bitflags! {
         /// Set the solicited-event bit for the receiver.
         const SOLICITED = 4;
     }
+
+    /// Completion flags as rxe writes them (the kernel's `IB_WC_*` flags: note
+    /// WITH_INVALIDATE is 4, where libibverbs' `IBV_WC_WITH_INV` is 8).
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct WcFlags: u32 {
+        /// A GRH was present (always on rxe receives).
+        const GRH = 1;
+        /// `imm` holds immediate data.
+        const WITH_IMM = 2;
+        /// `invalidate_rkey` holds the invalidated rkey.
+        const WITH_INVALIDATE = 4;
+    }
 }
 
 /// `IB_SEND_INLINE`: the data is in the WQE, not behind SGEs.
@@ -270,6 +282,36 @@ fn total_len<I: Iterator<Item = u64>>(op: &'static str, lens: I) -> Result<u32, 
     u32::try_from(len).map_err(|_| PostError::TooLong { op, len })
 }
 
+/// The operation a send WR's error names.
+const POST_SEND: &str = "post_send";
+/// The operation a receive WR's error names.
+const POST_RECV: &str = "post_recv";
+
+/// [`PostError::TooManySges`] when `n` SGEs are more than a WR on `q` may
+/// carry: what the QP claims (`claimed`), capped by what a slot holds after
+/// its `wqe_len`-byte header, so a wrong claim can never make us write past
+/// the slot.
+fn check_sges(
+    op: &'static str,
+    q: &Producer,
+    wqe_len: usize,
+    claimed: u32,
+    n: usize,
+) -> Result<(), PostError> {
+    let room = q.elem_size().saturating_sub(wqe_len);
+    let max = claimed.min(u32::try_from(room / SGE_LEN).unwrap_or(u32::MAX));
+    if n > max as usize {
+        return Err(PostError::TooManySges { op, n, max });
+    }
+    Ok(())
+}
+
+/// The next free slot of `q`, or [`PostError::QueueFull`] naming `op`.
+fn next_slot<'q>(q: &'q mut Producer, op: &'static str) -> Result<&'q mut [u8], PostError> {
+    q.reserve()
+        .map_err(|QueueFull { capacity }| PostError::QueueFull { op, capacity })
+}
+
 /// Checks `wr` against `limits` and the slot size, then writes it into the next
 /// free slot of the send queue `sq` (not yet published).
 pub(crate) fn write_send_wqe(
@@ -277,35 +319,25 @@ pub(crate) fn write_send_wqe(
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<(), PostError> {
-    const OP: &str = "post_send";
     let opcode = wr.op.name();
     // What one slot really holds bounds what the QP claims, so a wrong limit
     // can never make us write past the slot.
     let room = sq.elem_size().saturating_sub(SEND_WQE_LEN);
-    let max_sge = limits
-        .max_sge
-        .min(u32::try_from(room / SGE_LEN).unwrap_or(u32::MAX));
     let max_inline = limits
         .max_inline
         .min(u32::try_from(room).unwrap_or(u32::MAX));
     let (num_sge, length, inline) = match wr.payload {
         Payload::Sges(sges) => {
-            let length = total_len(OP, sges.iter().map(|s| u64::from(s.length)))?;
+            let length = total_len(POST_SEND, sges.iter().map(|s| u64::from(s.length)))?;
             (sges.len(), length, false)
         }
         Payload::Inline(segs) => (
             segs.len(),
-            total_len(OP, segs.iter().map(|s| s.len() as u64))?,
+            total_len(POST_SEND, segs.iter().map(|s| s.len() as u64))?,
             true,
         ),
     };
-    if num_sge > max_sge as usize {
-        return Err(PostError::TooManySges {
-            op: OP,
-            n: num_sge,
-            max: max_sge,
-        });
-    }
+    check_sges(POST_SEND, sq, SEND_WQE_LEN, limits.max_sge, num_sge)?;
     let (remote_addr, is_atomic) = match wr.op {
         SendOp::Send { .. } => (0, false),
         SendOp::RdmaWrite { remote, .. } | SendOp::RdmaRead { remote } => (remote.addr, false),
@@ -393,9 +425,7 @@ pub(crate) fn write_send_wqe(
     wqe.dma.sge_offset = 0;
     wqe.state = 0;
 
-    let slot = sq
-        .reserve()
-        .map_err(|QueueFull { capacity }| PostError::QueueFull { op: OP, capacity })?;
+    let slot = next_slot(sq, POST_SEND)?;
     // Keep the kernel-owned words the slot already holds (status, mask, PSNs),
     // as rdma-core does: write the work request, then state, iova and dma.
     let bytes = wqe.as_bytes();
@@ -428,17 +458,8 @@ pub(crate) fn write_recv_wqe(
     max_sge: u32,
     wr: &RecvWr<'_>,
 ) -> Result<(), PostError> {
-    const OP: &str = "post_recv";
-    let room = rq.elem_size().saturating_sub(RECV_WQE_LEN);
-    let max_sge = max_sge.min(u32::try_from(room / SGE_LEN).unwrap_or(u32::MAX));
-    if wr.sges.len() > max_sge as usize {
-        return Err(PostError::TooManySges {
-            op: OP,
-            n: wr.sges.len(),
-            max: max_sge,
-        });
-    }
-    let length = total_len(OP, wr.sges.iter().map(|s| u64::from(s.length)))?;
+    check_sges(POST_RECV, rq, RECV_WQE_LEN, max_sge, wr.sges.len())?;
+    let length = total_len(POST_RECV, wr.sges.iter().map(|s| u64::from(s.length)))?;
     let mut wqe = rxe_recv_wqe::new_zeroed();
     wqe.wr_id = wr.wr_id;
     wqe.dma.length = length;
@@ -446,93 +467,90 @@ pub(crate) fn write_recv_wqe(
     wqe.dma.num_sge = wr.sges.len() as u32; // <= max_sge, a u32
     wqe.dma.cur_sge = 0;
     wqe.dma.sge_offset = 0;
-    let slot = rq
-        .reserve()
-        .map_err(|QueueFull { capacity }| PostError::QueueFull { op: OP, capacity })?;
+    let slot = next_slot(rq, POST_RECV)?;
     slot[..RECV_WQE_LEN].copy_from_slice(wqe.as_bytes());
     slot[RECV_WQE_LEN..RECV_WQE_LEN + wr.sges.len() * SGE_LEN].copy_from_slice(wr.sges.as_bytes());
     Ok(())
 }
 
-/// Completion status (the kernel's `enum ib_wc_status`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WcStatus {
-    /// Success.
-    Success,
-    /// Local length error.
-    LocLenErr,
-    /// Local QP operation error.
-    LocQpOpErr,
-    /// Local EE context operation error.
-    LocEecOpErr,
-    /// Local protection error (e.g. an lkey of another PD).
-    LocProtErr,
-    /// Flushed: the QP went to the error state first.
-    WrFlushErr,
-    /// Memory window bind error.
-    MwBindErr,
-    /// Bad response.
-    BadRespErr,
-    /// Local access error.
-    LocAccessErr,
-    /// Remote invalid request.
-    RemInvReqErr,
-    /// Remote access error (e.g. the rkey lacks REMOTE_WRITE).
-    RemAccessErr,
-    /// Remote operation error.
-    RemOpErr,
-    /// Transport retry counter exceeded.
-    RetryExcErr,
-    /// RNR retry counter exceeded.
-    RnrRetryExcErr,
-    /// Local RDD violation.
-    LocRddViolErr,
-    /// Remote invalid RD request.
-    RemInvRdReqErr,
-    /// Remote aborted.
-    RemAbortErr,
-    /// Invalid EE context number.
-    InvEecnErr,
-    /// Invalid EE context state.
-    InvEecStateErr,
-    /// Fatal error.
-    FatalErr,
-    /// Response timeout.
-    RespTimeoutErr,
-    /// General error.
-    GeneralErr,
-    /// A value this crate does not know.
-    Unknown(u32),
+/// An enum of the kernel's values 0, 1, 2, … (in the order listed) and
+/// `Unknown(u32)` for any other (listed first, declared last), with its
+/// `from_raw`: each name is listed once.
+macro_rules! raw_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $ty:ident {
+            $(#[$umeta:meta])*
+            Unknown(u32),
+            $($(#[$vmeta:meta])* $name:ident,)*
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $ty {
+            $($(#[$vmeta])* $name,)*
+            $(#[$umeta])*
+            Unknown(u32),
+        }
+
+        impl $ty {
+            fn from_raw(raw: u32) -> Self {
+                const ALL: &[$ty] = &[$($ty::$name),*];
+                ALL.get(raw as usize).copied().unwrap_or($ty::Unknown(raw))
+            }
+        }
+    };
 }
 
-impl WcStatus {
-    fn from_raw(raw: u32) -> Self {
-        use WcStatus::*;
-        const ALL: [WcStatus; 22] = [
-            Success,
-            LocLenErr,
-            LocQpOpErr,
-            LocEecOpErr,
-            LocProtErr,
-            WrFlushErr,
-            MwBindErr,
-            BadRespErr,
-            LocAccessErr,
-            RemInvReqErr,
-            RemAccessErr,
-            RemOpErr,
-            RetryExcErr,
-            RnrRetryExcErr,
-            LocRddViolErr,
-            RemInvRdReqErr,
-            RemAbortErr,
-            InvEecnErr,
-            InvEecStateErr,
-            FatalErr,
-            RespTimeoutErr,
-            GeneralErr,
-        ];
-        ALL.get(raw as usize).copied().unwrap_or(Unknown(raw))
+raw_enum! {
+    /// Completion status (the kernel's `enum ib_wc_status`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub enum WcStatus {
+        /// A value this crate does not know.
+        Unknown(u32),
+        /// Success.
+        Success,
+        /// Local length error.
+        LocLenErr,
+        /// Local QP operation error.
+        LocQpOpErr,
+        /// Local EE context operation error.
+        LocEecOpErr,
+        /// Local protection error (e.g. an lkey of another PD).
+        LocProtErr,
+        /// Flushed: the QP went to the error state first.
+        WrFlushErr,
+        /// Memory window bind error.
+        MwBindErr,
+        /// Bad response.
+        BadRespErr,
+        /// Local access error.
+        LocAccessErr,
+        /// Remote invalid request.
+        RemInvReqErr,
+        /// Remote access error (e.g. the rkey lacks REMOTE_WRITE).
+        RemAccessErr,
+        /// Remote operation error.
+        RemOpErr,
+        /// Transport retry counter exceeded.
+        RetryExcErr,
+        /// RNR retry counter exceeded.
+        RnrRetryExcErr,
+        /// Local RDD violation.
+        LocRddViolErr,
+        /// Remote invalid RD request.
+        RemInvRdReqErr,
+        /// Remote aborted.
+        RemAbortErr,
+        /// Invalid EE context number.
+        InvEecnErr,
+        /// Invalid EE context state.
+        InvEecStateErr,
+        /// Fatal error.
+        FatalErr,
+        /// Response timeout.
+        RespTimeoutErr,
+        /// General error.
+        GeneralErr,
     }
 }
 
@@ -576,20 +594,6 @@ impl WcOpcode {
             129 => WcOpcode::RecvRdmaWithImm,
             other => WcOpcode::Unknown(other),
         }
-    }
-}
-
-bitflags! {
-    /// Completion flags as rxe writes them (the kernel's `IB_WC_*` flags: note
-    /// WITH_INVALIDATE is 4, where libibverbs' `IBV_WC_WITH_INV` is 8).
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub struct WcFlags: u32 {
-        /// A GRH was present (always on rxe receives).
-        const GRH = 1;
-        /// `imm` holds immediate data.
-        const WITH_IMM = 2;
-        /// `invalidate_rkey` holds the invalidated rkey.
-        const WITH_INVALIDATE = 4;
     }
 }
 
