@@ -2,11 +2,12 @@
 //! the write() command, and every MR's kernel view (`QUERY_MR`) after
 //! registration, in-place re-registration and replacement.
 
+#[macro_use]
 mod common;
 
 use std::path::PathBuf;
 
-use common::{alloc_pd, anon, devices_under_test, driver, loud, open, Driver, HandleCounts};
+use common::{alloc_pd, anon, driver, loud, Driver};
 use uverbs::command::QueryPort;
 use uverbs::{
     AccessFlags, Errno, Gid, GidType, LinkLayer, MemoryRegion, Op, PortState, ReregFallback,
@@ -35,11 +36,9 @@ fn leading_number(text: &str) -> u8 {
         .unwrap_or_else(|| panic!("no leading number in {text:?}"))
 }
 
-#[test]
-fn query_port_matches_sysfs_and_the_write_command() {
-    for dev in devices_under_test("query_port_matches_sysfs_and_the_write_command") {
-        let name = dev.name();
-        let ctx = open(&dev);
+device_test!(
+    query_port_matches_sysfs_and_the_write_command,
+    |name, ctx, _counts| {
         let port = ctx
             .query_port(1)
             .unwrap_or_else(|e| panic!("{name}: query_port(1): {e}"));
@@ -117,13 +116,11 @@ fn query_port_matches_sysfs_and_the_write_command() {
         assert_eq!(e.op(), Op::QueryPort, "{name}: {e}");
         assert!(e.errno().is_some(), "{name}: {e}");
     }
-}
+);
 
-#[test]
-fn query_gid_of_index_0_equals_the_sysfs_file() {
-    for dev in devices_under_test("query_gid_of_index_0_equals_the_sysfs_file") {
-        let name = dev.name();
-        let ctx = open(&dev);
+device_test!(
+    query_gid_of_index_0_equals_the_sysfs_file,
+    |name, ctx, _counts| {
         let text = must_read(&port_file(name, "gids/0"));
         let sysfs: Gid = text.parse().unwrap_or_else(|e| panic!("{name}: {e}"));
         let entry = ctx
@@ -175,13 +172,11 @@ fn query_gid_of_index_0_equals_the_sysfs_file() {
             "{name}"
         );
     }
-}
+);
 
-#[test]
-fn query_context_agrees_with_get_context_or_is_refused() {
-    for dev in devices_under_test("query_context_agrees_with_get_context_or_is_refused") {
-        let name = dev.name();
-        let ctx = open(&dev);
+device_test!(
+    query_context_agrees_with_get_context_or_is_refused,
+    |name, ctx, _counts| {
         match (ctx.query_context(), driver(&ctx)) {
             // Linux 6.12: neither rxe nor siw implements query_ucontext.
             (Err(e), Driver::Rxe | Driver::Siw) => {
@@ -200,7 +195,7 @@ fn query_context_agrees_with_get_context_or_is_refused() {
             (Err(e), Driver::Other) => loud(&format!("{name}: query_context: {e}")),
         }
     }
-}
+);
 
 /// The kernel's view of `mr` equals what the MR records.
 fn assert_kernel_view(name: &str, when: &str, mr: &MemoryRegion) {
@@ -214,14 +209,11 @@ fn assert_kernel_view(name: &str, when: &str, mr: &MemoryRegion) {
     );
 }
 
-#[test]
-fn query_mr_after_reg_and_after_every_rereg() {
-    for dev in devices_under_test("query_mr_after_reg_and_after_every_rereg") {
-        let name = dev.name();
-        let ctx = open(&dev);
+device_test!(
+    query_mr_after_reg_and_after_every_rereg,
+    |name, ctx, counts| {
         let d = driver(&ctx);
         ctx.forget_rereg_refusals();
-        let counts = HandleCounts::new(&ctx, "query_mr_after_reg_and_after_every_rereg");
         let (pd1, pd2) = (alloc_pd(&ctx), alloc_pd(&ctx));
         let mut buf = anon(MIB_FOR_QUERY);
         let mut other = anon(2 * MIB_FOR_QUERY);
@@ -286,4 +278,4 @@ fn query_mr_after_reg_and_after_every_rereg() {
         drop(mr);
         drop((pd1, pd2));
     }
-}
+);

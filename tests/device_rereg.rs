@@ -10,7 +10,7 @@ mod common;
 
 use common::{
     alloc_pd, anon, dealloc_refused_busy, driver, fresh_mr, loud, pd_and_fresh_mr, snap, Driver,
-    HandleCounts, ReregCase, Snapshot, MIB, RW_READ,
+    Dut, HandleCounts, ReregCase, Snapshot, MIB, RW_READ,
 };
 use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, ReregError, ReregFlags, ReregOutcome};
 
@@ -202,54 +202,61 @@ device_test!(all_three_flags_are_refused, |name, ctx, counts| {
     dereg_ok(name, "all flags", mr);
 });
 
+/// A change that rxe refuses with `rxe_errno` and siw with `siw_errno`, on a
+/// fresh MR: outcome Cmd with the MR unchanged, still registered, and
+/// deregistered cleanly afterwards.
+fn refused_on_a_fresh_mr(
+    test: &str,
+    case: &str,
+    (name, ctx, counts): (&str, &Dut, &HandleCounts),
+    (rxe_errno, siw_errno): (Errno, Errno),
+    change: impl FnOnce(&mut MemoryRegion) -> Result<(), ReregError>,
+) {
+    let (_pd1, _buf, mut mr) = pd_and_fresh_mr(ctx, MIB);
+    let before = snap(&mr);
+    let result = change(&mut mr);
+    match driver(ctx) {
+        Driver::Rxe => assert_cmd(name, case, result, rxe_errno),
+        Driver::Siw => assert_cmd(name, case, result, siw_errno),
+        Driver::Other => common::note_unknown_driver(test, ctx),
+    }
+    assert_eq!(snap(&mr), before, "{name}: {case}: nothing changed");
+    counts.assert_extra(1, 1, "the MR survives");
+    dereg_ok(name, case, mr);
+}
+
 device_test!(
     no_flags_go_to_the_kernel_and_are_refused,
     |name, ctx, counts| {
-        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
-        let before = snap(&mr);
-        // SAFETY: no TRANSLATION, no memory handed over.
-        let result = unsafe {
-            mr.rereg(
-                ReregFlags::empty(),
-                None,
-                std::ptr::null_mut(),
-                0,
-                AccessFlags::empty(),
-            )
-        };
-        match driver(&ctx) {
-            Driver::Rxe => assert_cmd(name, "flags = 0", result, Errno::INVAL),
-            Driver::Siw => assert_cmd(name, "flags = 0", result, Errno::OPNOTSUPP),
-            Driver::Other => {
-                common::note_unknown_driver("no_flags_go_to_the_kernel_and_are_refused", &ctx)
-            }
-        }
-        assert_eq!(snap(&mr), before, "{name}: nothing changed");
-        counts.assert_extra(1, 1, "the MR survives");
-        dereg_ok(name, "flags = 0", mr);
+        refused_on_a_fresh_mr(
+            "no_flags_go_to_the_kernel_and_are_refused",
+            "flags = 0",
+            (name, &ctx, counts),
+            (Errno::INVAL, Errno::OPNOTSUPP),
+            // SAFETY: no TRANSLATION, no memory handed over.
+            |mr| unsafe {
+                mr.rereg(
+                    ReregFlags::empty(),
+                    None,
+                    std::ptr::null_mut(),
+                    0,
+                    AccessFlags::empty(),
+                )
+            },
+        );
     }
 );
 
 device_test!(
     remote_write_without_local_write_is_refused,
     |name, ctx, counts| {
-        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
-        let before = snap(&mr);
-        let result = mr.set_access(AccessFlags::REMOTE_WRITE);
-        match driver(&ctx) {
-            Driver::Rxe => assert_cmd(name, "ACCESS -> REMOTE_WRITE", result, Errno::INVAL),
-            Driver::Siw => assert_cmd(name, "ACCESS -> REMOTE_WRITE", result, Errno::OPNOTSUPP),
-            Driver::Other => {
-                common::note_unknown_driver("remote_write_without_local_write_is_refused", &ctx)
-            }
-        }
-        assert_eq!(
-            snap(&mr),
-            before,
-            "{name}: the old access is still reported"
+        refused_on_a_fresh_mr(
+            "remote_write_without_local_write_is_refused",
+            "ACCESS -> REMOTE_WRITE",
+            (name, &ctx, counts),
+            (Errno::INVAL, Errno::OPNOTSUPP),
+            |mr| mr.set_access(AccessFlags::REMOTE_WRITE),
         );
-        counts.assert_extra(1, 1, "the MR survives");
-        dereg_ok(name, "REMOTE_WRITE alone", mr);
     }
 );
 

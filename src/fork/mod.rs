@@ -314,11 +314,7 @@ impl ForkSafety {
     /// ([`max_map_count`]).
     #[doc(alias = "ibv_dontfork_range")]
     pub fn dontfork_range(&self, addr: usize, len: usize) -> Result<(), Errno> {
-        if self.enabled_or_note_too_late() {
-            self.tracker.mark(addr, len)
-        } else {
-            Ok(())
-        }
+        self.when_enabled(|tracker| tracker.mark(addr, len))
     }
 
     /// Releases one registration's protection of `[addr, addr + len)`;
@@ -338,8 +334,17 @@ impl ForkSafety {
     /// again for the same registration. See [`RangeTracker::unmark`].
     #[doc(alias = "ibv_dofork_range")]
     pub fn dofork_range(&self, addr: usize, len: usize) -> Result<(), Errno> {
+        self.when_enabled(|tracker| tracker.unmark(addr, len))
+    }
+
+    /// Runs `apply` on the tracker when enabled; otherwise only notes that
+    /// enabling is now too late.
+    fn when_enabled(
+        &self,
+        apply: impl FnOnce(&RangeTracker) -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
         if self.enabled_or_note_too_late() {
-            self.tracker.unmark(addr, len)
+            apply(&self.tracker)
         } else {
             Ok(())
         }
