@@ -381,6 +381,30 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
             assert!(matches!(err, uverbs::Error::QpTransition { .. }), "{err}");
             assert_eq!(qp.state(), QpState::Reset);
             loud(&format!("{name}: refused as expected: {err}"));
+            // INIT: sends are still refused; receives may be posted (as in
+            // rdma-core), so a later RTR can take them.
+            let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+            let dest = QpAttr::roce_dest([0; 16], GID_INDEX as u8, 1, PORT);
+            let (step, init) = rc_to_rts(access, PORT, Mtu::Mtu1024, 0, dest)
+                .into_iter()
+                .next()
+                .expect("the RESET->INIT step");
+            modify(&qp, &init, step);
+            assert_eq!(qp.state(), QpState::Init);
+            // SAFETY: refused before anything is queued.
+            let err = unsafe { qp.post_send(&[wr]) }.unwrap_err();
+            assert!(matches!(err, uverbs::Error::Post { index: 0, .. }), "{err}");
+            assert_eq!(err.errno(), Some(uverbs::Errno::INVAL), "{err}");
+            let recv = RecvWr {
+                wr_id: 3,
+                sges: &[],
+            };
+            // SAFETY: an empty SGE list names no memory.
+            unsafe { qp.post_recv(&[recv]) }
+                .unwrap_or_else(|e| panic!("{name}: post_recv in INIT: {e}"));
+            loud(&format!(
+                "{name}: in INIT a send is refused ({err}), a receive accepted"
+            ));
             let _ = (&cq, &pd);
         },
     );
