@@ -272,12 +272,10 @@ impl<B: StableBuffer> BufferMr<B> {
         pd: Option<&ProtectionDomain>,
         access: AccessFlags,
     ) -> Result<ReregPath, ReregError> {
-        let mr = &mut self.parts_mut().mr;
-        if flags.contains(ReregFlags::TRANSLATION) {
-            return Err(mr.input_error("an owned buffer changes translation through retarget"));
-        }
-        // SAFETY: without TRANSLATION no new memory is handed to the device.
-        unsafe { mr.rereg_with(fallback, flags, pd, std::ptr::null_mut(), 0, access) }
+        // SAFETY: `apply` refuses TRANSLATION before anything is sent, and
+        // without it no new memory is handed to the device.
+        let change = unsafe { Rereg::raw(flags, pd, std::ptr::null_mut(), 0, access) };
+        self.apply(&change, fallback)
     }
 
     /// Points the region at `new` (`IBV_REREG_MR_CHANGE_TRANSLATION`) and

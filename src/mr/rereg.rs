@@ -98,7 +98,7 @@ impl<'pd> Rereg<'pd> {
     ///
     /// As for [`translation`](Self::translation) when `flags` has
     /// `TRANSLATION`.
-    unsafe fn raw(
+    pub(crate) unsafe fn raw(
         flags: ReregFlags,
         pd: Option<&'pd ProtectionDomain>,
         addr: *mut u8,
