@@ -280,6 +280,11 @@ impl CompletionQueue {
         &self.inner.ctx
     }
 
+    /// Whether `other` is a handle of this same CQ.
+    pub(crate) fn same_as(&self, other: &CompletionQueue) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     fn ring(&self) -> MutexGuard<'_, Consumer> {
         // A panic while holding the lock cannot leave the ring half-updated
         // (each index is published with one store): keep using it.

@@ -47,6 +47,7 @@ pub mod method;
 mod mr;
 pub(crate) mod netlink;
 mod pd;
+mod post;
 mod process;
 mod provider;
 mod qp;
@@ -75,6 +76,10 @@ pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
+pub use post::{
+    Completed, DeviceReadable, DeviceWritable, Local, NotOwnable, OutOfRange, OwnedQp, PostRefused,
+    RecvRequest, SendRequest,
+};
 pub use qp::{QpCaps, QpInit, QueuePair};
 pub use query::{
     ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,

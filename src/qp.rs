@@ -106,8 +106,8 @@ pub struct QpCaps {
 pub struct QueuePair {
     pd: Arc<PdInner>,
     /// Keep the CQs alive (destroyed after this QP).
-    _send_cq: Arc<CqInner>,
-    _recv_cq: Arc<CqInner>,
+    send_cq: Arc<CqInner>,
+    recv_cq: Arc<CqInner>,
     handle: u32,
     qpn: u32,
     qp_type: QpType,
@@ -120,6 +120,8 @@ pub struct QueuePair {
     sq: Mutex<Producer>,
     rq: Mutex<Producer>,
     doorbell: PostSendDoorbell,
+    /// Set by [`destroy`](Self::destroy): the drop sends nothing more.
+    destroyed: bool,
     /// Unmapped after `Drop::drop` has destroyed the QP; declared after the
     /// producers that point into them.
     _sq_map: SharedMapping,
@@ -218,8 +220,9 @@ impl ProtectionDomain {
         };
         Ok(QueuePair {
             pd: self.inner.clone(),
-            _send_cq: init.send_cq.inner.clone(),
-            _recv_cq: init.recv_cq.inner.clone(),
+            send_cq: init.send_cq.inner.clone(),
+            recv_cq: init.recv_cq.inner.clone(),
+            destroyed: false,
             handle: resp.qp_handle,
             qpn: resp.qpn,
             qp_type: init.qp_type,
@@ -416,18 +419,57 @@ impl QueuePair {
     }
 }
 
-impl Drop for QueuePair {
-    fn drop(&mut self) {
+impl QueuePair {
+    /// The send and receive CQs (the same one twice if the QP uses one).
+    pub(crate) fn cqs(&self) -> (CompletionQueue, CompletionQueue) {
+        (
+            CompletionQueue {
+                inner: self.send_cq.clone(),
+            },
+            CompletionQueue {
+                inner: self.recv_cq.clone(),
+            },
+        )
+    }
+
+    /// Destroys the QP now (`DESTROY_QP`) and unmaps its rings; once this
+    /// returns `Ok`, the device reaches none of the memory its work
+    /// requests named. On failure the QP is handed back as it was, with
+    /// the error. In a forked child (the QP is the parent's) nothing is
+    /// sent and it is `Ok`.
+    #[doc(alias = "ibv_destroy_qp")]
+    // The Err hands the caller's resource back by value; the path is cold.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy(mut self) -> Result<(), (QueuePair, Error)> {
+        match self.send_destroy() {
+            Ok(()) => {
+                self.destroyed = true;
+                Ok(())
+            }
+            Err(e) => Err((self, e)),
+        }
+    }
+
+    fn send_destroy(&self) -> Result<(), Error> {
         // In a forked child the QP is the parent's: send nothing.
         if !self.pd.ctx.is_owned_by_this_process() {
-            return;
+            return Ok(());
         }
         // SAFETY: DESTROY_QP of the handle this value owns; the rings are
-        // unmapped only after it (field drops follow this body).
-        let _ = unsafe {
+        // unmapped only after it (field drops follow Drop::drop).
+        unsafe {
             self.pd
                 .ctx
                 .run(Op::DestroyQp, &DestroyQp::new(self.handle), &mut [])
-        };
+        }
+        .map(|_| ())
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        if !self.destroyed {
+            let _ = self.send_destroy();
+        }
     }
 }

@@ -259,8 +259,18 @@ fn real_main(args: &[String]) -> Result<bool> {
     match ctx.opts.command.as_str() {
         "setup" => Ok(true),
         "test" => {
-            binaries::host_tests(&ctx.workspace)?;
-            let bins = binaries::static_tests(&ctx.workspace)?;
+            // UVERBS_VM_ONLY=a,b: only the binaries whose names contain `a`
+            // or `b`, and no host suite (a quick loop while writing a device
+            // test; CI never sets it).
+            let only = std::env::var("UVERBS_VM_ONLY").ok();
+            if only.is_none() {
+                binaries::host_tests(&ctx.workspace)?;
+            }
+            let mut bins = binaries::static_tests(&ctx.workspace)?;
+            if let Some(only) = &only {
+                bins.retain(|b| only.split(',').any(|o| b.name.contains(o)));
+                say(format!("test: UVERBS_VM_ONLY={only}: host suite skipped"));
+            }
             say(format!(
                 "test: {} binaries × {} configurations: {}",
                 bins.len(),

@@ -1,0 +1,153 @@
+//! Memory a work request may own: registered buffers whose bytes the device
+//! can reach through an lkey, and slices of them.
+//!
+//! Two promises, two traits. [`DeviceReadable`] memory stays mapped,
+//! registered and unwritten while the value lives: the device may read it
+//! (SEND, RDMA WRITE). [`DeviceWritable`] memory is in addition reached by
+//! nothing else while the value lives: the device may write it (receives,
+//! RDMA READ, atomics). A [`BufferMr`] is both, since it is the only way to
+//! its buffer; an `Arc<BufferMr<B>>` is only readable, since its clones may
+//! read the bytes at the same time.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::buffer::{BufferMr, StableBuffer};
+use crate::wr::{PostError, Sge};
+
+/// Registered memory the device may read while the value lives.
+///
+/// # Safety
+///
+/// `registered()` returns the same `(addr, len, lkey)` every time it is
+/// called on one value, even after the value was moved; the `len` bytes at
+/// `addr` stay mapped and registered under `lkey` and are not written by
+/// anyone (through this value or any other) for as long as the value lives.
+pub unsafe trait DeviceReadable: Send + 'static {
+    /// The first byte, the length, and the lkey of the registration that
+    /// covers them.
+    fn registered(&self) -> (u64, usize, u32);
+}
+
+/// Registered memory the device may also write while the value lives.
+///
+/// # Safety
+///
+/// As [`DeviceReadable`], and in addition nothing but the device reads or
+/// writes the bytes while the value lives: the value is the only way to
+/// them (it is not shared, and cannot hand out a reference to them that
+/// outlives a borrow of it).
+pub unsafe trait DeviceWritable: DeviceReadable {}
+
+// SAFETY: a BufferMr owns its buffer (a StableBuffer: the bytes never move)
+// and its registration; the buffer is reached only through `&self`/`&mut
+// self` of the region, so while the region is owned by a work request
+// nothing else reads or writes it. The region registers the whole buffer.
+unsafe impl<B: StableBuffer + Send + 'static> DeviceReadable for BufferMr<B> {
+    fn registered(&self) -> (u64, usize, u32) {
+        let bytes = self.buffer();
+        (bytes.as_ptr() as u64, bytes.len(), self.lkey())
+    }
+}
+
+// SAFETY: see DeviceReadable: an owned BufferMr is the only way to its bytes.
+unsafe impl<B: StableBuffer + Send + 'static> DeviceWritable for BufferMr<B> {}
+
+// SAFETY: every clone of the Arc reaches the buffer only through `&BufferMr`,
+// which reads it and cannot write it (writing needs `&mut`, which
+// `Arc::get_mut` gives only while no other clone exists, so never while a
+// work request holds one). The region lives as long as the last clone.
+unsafe impl<B: StableBuffer + Send + Sync + 'static> DeviceReadable for Arc<BufferMr<B>> {
+    fn registered(&self) -> (u64, usize, u32) {
+        (**self).registered()
+    }
+}
+
+/// A byte range of registered memory `M`, owned: what a work request's
+/// local side is. [`into_inner`](Self::into_inner) gives the memory back.
+#[derive(Debug)]
+pub struct Local<M> {
+    mem: M,
+    range: Range<usize>,
+}
+
+/// A range that does not lie inside the memory; the memory is handed back.
+#[derive(thiserror::Error)]
+#[error("local range {start}..{end} is outside the {len} registered bytes")]
+pub struct OutOfRange<M> {
+    /// The memory, untouched.
+    pub mem: M,
+    /// Start of the range asked for.
+    pub start: usize,
+    /// End of the range asked for.
+    pub end: usize,
+    /// Bytes the memory has.
+    pub len: usize,
+}
+
+impl<M> fmt::Debug for OutOfRange<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutOfRange")
+            .field("start", &self.start)
+            .field("end", &self.end)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M: DeviceReadable> Local<M> {
+    /// All of `mem`.
+    pub fn whole(mem: M) -> Self {
+        let (_, len, _) = mem.registered();
+        Local { mem, range: 0..len }
+    }
+
+    /// The bytes `range` of `mem`; a range past its end (or reversed) is
+    /// refused with the memory handed back.
+    pub fn slice(mem: M, range: Range<usize>) -> Result<Self, OutOfRange<M>> {
+        let (_, len, _) = mem.registered();
+        if range.start > range.end || range.end > len {
+            return Err(OutOfRange {
+                mem,
+                start: range.start,
+                end: range.end,
+                len,
+            });
+        }
+        Ok(Local { mem, range })
+    }
+
+    /// The SGE naming the range; one longer than the WQE's 32-bit length
+    /// is refused.
+    pub(crate) fn sge(&self) -> Result<Sge, PostError> {
+        let (addr, _, lkey) = self.mem.registered();
+        let len = self.range.len();
+        let length = u32::try_from(len).map_err(|_| PostError::TooLong {
+            op: "post",
+            len: len as u64,
+        })?;
+        Ok(Sge {
+            addr: addr + self.range.start as u64,
+            length,
+            lkey,
+        })
+    }
+}
+
+impl<M> Local<M> {
+    /// The range, relative to the start of the memory.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// The memory.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
+    /// Gives the memory back.
+    pub fn into_inner(self) -> M {
+        self.mem
+    }
+}
