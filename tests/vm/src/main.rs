@@ -182,9 +182,15 @@ impl Ctx {
         binaries: &[Binary],
         configs: &[RunConfig],
     ) -> Result<bool> {
-        let outcome = self
+        let mut outcome = self
             .boot(kernel, binaries, configs, Mode::Run)?
             .expect("run mode has an outcome");
+        if report::panicked_before_any_run(&outcome.console) {
+            say("the guest kernel panicked before any test started (see the console above); booting once more");
+            outcome = self
+                .boot(kernel, binaries, configs, Mode::Run)?
+                .expect("run mode has an outcome");
+        }
         let names: Vec<String> = binaries.iter().map(|b| b.name.clone()).collect();
         let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
         let results = report::parse(&outcome.console);
