@@ -33,6 +33,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod ah;
+mod async_event;
 mod buffer;
 pub mod command;
 mod context;
@@ -60,6 +62,8 @@ mod wr;
 #[doc(hidden)]
 pub mod __fuzz;
 
+pub use ah::{AddressHandle, AhAttr};
+pub use async_event::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
 pub use buffer::{
     BufferDeregError, BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };
@@ -104,5 +108,7 @@ const _: () = {
     send_sync::<CompletionQueue>();
     send_sync::<CompletionChannel>();
     send_sync::<QueuePair>();
+    send_sync::<AddressHandle>();
+    send_sync::<AsyncEvents>();
     send_sync::<ReregError>();
 };
