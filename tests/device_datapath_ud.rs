@@ -241,8 +241,10 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
 }
 
 /// rxe looks an AH number up device-wide and refuses one of another PD
-/// than the QP's: the send completes with a local QP operation error and
-/// nothing arrives.
+/// than the QP's: it marks the send LOC_QP_OP_ERR and moves the QP to ERR,
+/// whose flush then completes the send with WR_FLUSH_ERR (Linux 6.12: the
+/// requester and then the completer run in the same task, so the flush
+/// always wins); nothing arrives.
 #[test]
 fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
     on_each_data_path_device(
@@ -275,11 +277,19 @@ fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
                 .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
             let wc = wait_one(&cq_a, "UD SEND through another PD's AH");
             loud(&format!("{name}: AH of another PD: {wc:?}"));
-            assert_eq!(wc.status, WcStatus::LocQpOpErr, "{wc:?}");
+            assert_eq!(wc.status, WcStatus::WrFlushErr, "{wc:?}");
             assert_eq!((wc.wr_id, wc.qp_num), (2, qp_a.qp_num()), "{wc:?}");
+            // The QP is in ERR now: a send through a good AH is flushed too.
+            let good = ah_to(&pd, gid, name);
+            let dest = UdDest::new(&good, qp_b.qp_num(), QKEY);
+            // SAFETY: as above.
+            unsafe { qp_a.post_send(&[ud_send(3, None, &src, dest)]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+            let wc = wait_one(&cq_a, "UD SEND after the failure");
+            assert_eq!((wc.status, wc.wr_id), (WcStatus::WrFlushErr, 3), "{wc:?}");
             std::thread::sleep(Duration::from_millis(100));
             assert_no_completion(&cq_b, &format!("{name}: something arrived"));
-            drop((qp_a, qp_b, foreign, cq_a, cq_b, mr, pd, other_pd));
+            drop((qp_a, qp_b, good, foreign, cq_a, cq_b, mr, pd, other_pd));
         },
     );
 }

@@ -162,10 +162,12 @@ pub enum Payload<'a> {
 /// holding this destination exists. The borrow ends with the work request,
 /// but rxe reads the AH when it sends the WQE, after `post_send` returned:
 /// keep the AH until the send's completion has been polled (or the QP is
-/// destroyed). An AH dropped earlier makes the send complete with
-/// [`WcStatus::LocQpOpErr`] (rxe finds no AH under the number), or, if
-/// rxe already gave the number to a new AH of the same PD, go there. An
-/// AH of another PD than the QP's also completes with `LocQpOpErr`.
+/// destroyed). If rxe finds no AH of the QP's PD under the number (the AH
+/// was dropped early, or belongs to another PD) it moves the QP to ERR:
+/// the send and every later one complete with an error (on Linux 6.12
+/// [`WcStatus::WrFlushErr`], the flush overriding rxe's
+/// `LOC_QP_OP_ERR`). If rxe already gave the number of an AH dropped early
+/// to a new AH of the same PD, the send goes there instead.
 ///
 /// The AH cannot go while a destination made from it is in use:
 ///
