@@ -1,10 +1,11 @@
 //! An opened device: the kernel's verbs context for this process.
 
 use std::fmt;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
+use crate::async_event::AsyncEventFile;
 use crate::command::{AllocPd, GetContext, QueryDevice, WriteCommand};
 use crate::device::Device;
 use crate::device_attr::DeviceAttr;
@@ -78,7 +79,7 @@ pub(crate) struct ContextInner {
     /// The async-event file, when the transport gave this process one (the
     /// kernel's file does; test doubles do not). Closed after the
     /// transport's file (declaration order = drop order).
-    _async_fd: Option<OwnedFd>,
+    pub(crate) async_events: Option<AsyncEventFile>,
 }
 
 /// An opened RDMA device (`struct ibv_context`).
@@ -211,7 +212,7 @@ impl Context {
                 rereg_refused: AtomicU8::new(0),
                 origin,
                 abandoned: AtomicU32::new(0),
-                _async_fd: async_fd,
+                async_events: async_fd.map(AsyncEventFile::new),
             }),
         })
     }

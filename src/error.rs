@@ -80,6 +80,12 @@ pub enum Op {
     PostSend,
     /// Writing receive WQEs (`ibv_post_recv`).
     PostRecv,
+    /// `CREATE_AH` (`ibv_create_ah`).
+    CreateAh,
+    /// `DESTROY_AH` (`ibv_destroy_ah`).
+    DestroyAh,
+    /// Reading an event from the context's async-event file (`ibv_get_async_event`).
+    GetAsyncEvent,
 }
 
 impl Op {
@@ -114,6 +120,9 @@ impl Op {
             Op::DestroyQp => "destroy_qp",
             Op::PostSend => "post_send",
             Op::PostRecv => "post_recv",
+            Op::CreateAh => "create_ah",
+            Op::DestroyAh => "destroy_ah",
+            Op::GetAsyncEvent => "get_async_event",
         }
     }
 }

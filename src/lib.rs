@@ -33,6 +33,8 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod ah;
+mod async_event;
 mod buffer;
 pub mod command;
 mod context;
@@ -61,6 +63,8 @@ mod wr;
 #[doc(hidden)]
 pub mod __fuzz;
 
+pub use ah::{AddressHandle, AhAttr};
+pub use async_event::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
 pub use buffer::{
     BufferDeregError, BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };
@@ -109,5 +113,7 @@ const _: () = {
     send_sync::<CompletionQueue>();
     send_sync::<CompletionChannel>();
     send_sync::<QueuePair>();
+    send_sync::<AddressHandle>();
+    send_sync::<AsyncEvents>();
     send_sync::<ReregError>();
 };

@@ -110,6 +110,8 @@ pub struct QueuePair {
     recv_cq: Arc<CqInner>,
     handle: u32,
     qpn: u32,
+    /// The `user_handle` its async events carry.
+    event_id: u64,
     qp_type: QpType,
     caps: QpCaps,
     /// The state the last successful `modify` set (`QpState as u8`).
@@ -169,6 +171,7 @@ impl ProtectionDomain {
             max_recv_sge: init.max_recv_sge,
             max_inline_data: init.max_inline,
         };
+        let event_id = crate::async_event::next_qp_event_id();
         let cmd = CreateQp::new(
             init.qp_type,
             self.inner.handle,
@@ -176,7 +179,8 @@ impl ProtectionDomain {
             init.recv_cq.inner.handle,
             cap,
         )
-        .sq_sig_all(init.sq_sig_all);
+        .sq_sig_all(init.sq_sig_all)
+        .user_handle(event_id);
         let mut uhw = [0u8; size_of::<sys::rxe_create_qp_resp>()];
         // SAFETY: CREATE_QP hands no user memory to the device; the rings
         // are the kernel's.
@@ -225,6 +229,7 @@ impl ProtectionDomain {
             destroyed: false,
             handle: resp.qp_handle,
             qpn: resp.qpn,
+            event_id,
             qp_type: init.qp_type,
             caps: QpCaps {
                 max_send_wr: resp.max_send_wr,
@@ -259,6 +264,13 @@ impl QueuePair {
     /// The QP number the peer addresses (`qp_num`).
     pub fn qp_num(&self) -> u32 {
         self.qpn
+    }
+
+    /// What this QP's async events name it by (the `user_handle` it was
+    /// created with; unique within the process): see
+    /// [`AsyncEvent::is_about_qp`](crate::AsyncEvent::is_about_qp).
+    pub fn event_id(&self) -> u64 {
+        self.event_id
     }
 
     /// RC, UC or UD.

@@ -13,7 +13,9 @@ use std::ops::Deref;
 use memmap2::MmapMut;
 
 use super::{anon, fresh_mr, RW_READ};
-use uverbs::uverbs_uapi::{UVERBS_OBJECT_CQ, UVERBS_OBJECT_MR, UVERBS_OBJECT_PD, UVERBS_OBJECT_QP};
+use uverbs::uverbs_uapi::{
+    UVERBS_OBJECT_AH, UVERBS_OBJECT_CQ, UVERBS_OBJECT_MR, UVERBS_OBJECT_PD, UVERBS_OBJECT_QP,
+};
 use uverbs::{
     AccessFlags, Context, Device, DriverId, Errno, MemoryRegion, Op, OpenOptions, ProtectionDomain,
     TransportKind,
@@ -182,6 +184,8 @@ pub struct HandleCounts {
     pd: u32,
     /// CQs and QPs at the start, checked when dropped.
     cq_qp: (u32, u32),
+    /// Address handles at the start, checked when dropped.
+    ah: u32,
 }
 
 impl HandleCounts {
@@ -194,7 +198,21 @@ impl HandleCounts {
             mr,
             pd,
             cq_qp: cq_qp_counts(dut),
+            ah: ah_count(dut),
         }
+    }
+
+    /// Asserts that the context holds exactly `ahs` address handles more
+    /// than at the start.
+    pub fn assert_extra_ah(&self, ahs: u32, when: &str) {
+        let now = ah_count(&self.dut);
+        assert_eq!(
+            now,
+            self.ah + ahs,
+            "{}: {when}: kernel holds {now} AHs, expected {} + {ahs}",
+            self.what,
+            self.ah
+        );
     }
 
     /// The CQ and QP counts now: (CQs, QPs).
@@ -244,6 +262,7 @@ impl Drop for HandleCounts {
         }
         self.assert_extra(0, 0, "at the end (a kernel object leaked)");
         self.assert_extra_cq_qp(0, 0, "at the end (a kernel object leaked)");
+        self.assert_extra_ah(0, "at the end (a kernel object leaked)");
     }
 }
 
@@ -263,6 +282,16 @@ fn cq_qp_counts(dut: &Dut) -> (u32, u32) {
         })
     };
     (count(UVERBS_OBJECT_CQ, "CQ"), count(UVERBS_OBJECT_QP, "QP"))
+}
+
+/// The AHs `dut` holds; 0 on a device whose driver has no AH verb (siw:
+/// the kernel's object tree then lacks the AH type and answers `ENOENT`).
+fn ah_count(dut: &Dut) -> u32 {
+    match dut.kernel_handle_count(UVERBS_OBJECT_AH) {
+        Ok(n) => n,
+        Err(e) if e.errno() == Some(Errno::NOENT) && driver(dut) != Driver::Rxe => 0,
+        Err(e) => panic!("{}: counting AH handles failed: {e}", dut.device_name()),
+    }
 }
 
 /// Allocates a PD, failing the test with the device's name.

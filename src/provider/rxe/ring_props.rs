@@ -644,11 +644,7 @@ fn bad_send_wrs_are_refused_and_queue_nothing() {
         ),
         (
             SendWr {
-                ud: Some(UdDest {
-                    ah_num: 1,
-                    remote_qpn: 2,
-                    remote_qkey: 3,
-                }),
+                ud: Some(UdDest::from_raw(1, 2, 3)),
                 ..wr(SendOp::RdmaWrite { remote, imm: None }, Payload::Sges(&one))
             },
             PostError::UdNotSend {
@@ -743,11 +739,7 @@ fn inline_and_ud_sends() {
     let ring = TestRing::new(8, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
     let limits = send_limits(3, 48);
-    let ud = UdDest {
-        ah_num: 7,
-        remote_qpn: 0x11,
-        remote_qkey: 0x1111_2222,
-    };
+    let ud = UdDest::from_raw(7, 0x11, 0x1111_2222);
     let segs: [&[u8]; 2] = [b"hello, ", b"rxe"];
     let wr = SendWr {
         wr_id: 9,

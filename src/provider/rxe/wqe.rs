@@ -13,6 +13,8 @@
 //! The writers only reserve slots; the caller publishes a batch with
 //! [`Producer::publish`] and, for a send queue, then rings the doorbell.
 
+use std::marker::PhantomData;
+
 use bitflags::bitflags;
 use zerocopy::{FromBytes, FromZeros, IntoBytes};
 
@@ -151,15 +153,77 @@ pub enum Payload<'a> {
     Inline(&'a [&'a [u8]]),
 }
 
-/// Destination of a send on a UD QP.
+/// Destination of a send on a UD QP: an address handle, the peer's QP
+/// number and its Q_Key (`wr.ud` of `ibv_send_wr`).
+///
+/// Built only from a live [`AddressHandle`](crate::AddressHandle)
+/// ([`UdDest::new`]), which it borrows: no stale or invented AH number
+/// can be posted, and the AH cannot be dropped while a work request
+/// holding this destination exists. The borrow ends with the work request,
+/// but rxe reads the AH when it sends the WQE, after `post_send` returned:
+/// keep the AH until the send's completion has been polled (or the QP is
+/// destroyed). If rxe finds no AH of the QP's PD under the number (the AH
+/// was dropped early, or belongs to another PD) it moves the QP to ERR:
+/// the send and every later one complete with an error (on Linux 6.12
+/// [`WcStatus::WrFlushErr`], the flush overriding rxe's
+/// `LOC_QP_OP_ERR`). If rxe already gave the number of an AH dropped early
+/// to a new AH of the same PD, the send goes there instead.
+///
+/// The AH cannot go while a destination made from it is in use:
+///
+/// ```compile_fail,E0505
+/// # fn f(pd: &uverbs::ProtectionDomain, attr: &uverbs::AhAttr) -> Result<(), uverbs::Error> {
+/// let ah = pd.create_ah(attr)?;
+/// let dest = uverbs::UdDest::new(&ah, 0x11, 0x1111_1111);
+/// drop(ah); // error: `ah` is borrowed by `dest`
+/// let _still_used = dest;
+/// # Ok(()) }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UdDest {
-    /// Address handle number (`rxe_create_ah_resp.ah_num`).
-    pub ah_num: u32,
-    /// Destination QP number.
-    pub remote_qpn: u32,
-    /// Destination Q_Key.
-    pub remote_qkey: u32,
+pub struct UdDest<'a> {
+    /// `rxe_create_ah_resp.ah_num` of the borrowed AH.
+    ah_num: u32,
+    remote_qpn: u32,
+    remote_qkey: u32,
+    _ah: PhantomData<&'a crate::ah::AddressHandle>,
+}
+
+impl<'a> UdDest<'a> {
+    /// Sends to QP `remote_qpn` (24 bits) with Q_Key `remote_qkey`, through `ah`.
+    pub fn new(ah: &'a crate::ah::AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        UdDest {
+            ah_num: ah.ah_num(),
+            remote_qpn,
+            remote_qkey,
+            _ah: PhantomData,
+        }
+    }
+
+    /// A destination naming any AH number, for the ring tests.
+    #[cfg(test)]
+    pub(crate) fn from_raw(ah_num: u32, remote_qpn: u32, remote_qkey: u32) -> UdDest<'static> {
+        UdDest {
+            ah_num,
+            remote_qpn,
+            remote_qkey,
+            _ah: PhantomData,
+        }
+    }
+
+    /// The AH number the WQE carries (`wr.ud.ah_num`).
+    pub fn ah_num(&self) -> u32 {
+        self.ah_num
+    }
+
+    /// The destination QP number.
+    pub fn remote_qpn(&self) -> u32 {
+        self.remote_qpn
+    }
+
+    /// The destination Q_Key.
+    pub fn remote_qkey(&self) -> u32 {
+        self.remote_qkey
+    }
 }
 
 /// One send work request.
@@ -174,7 +238,7 @@ pub struct SendWr<'a> {
     /// Local buffers or inline data.
     pub payload: Payload<'a>,
     /// Destination, for sends on a UD QP only.
-    pub ud: Option<UdDest>,
+    pub ud: Option<UdDest<'a>>,
 }
 
 /// What the send queue accepts, from the CREATE_QP response (the kernel

@@ -1,0 +1,295 @@
+//! UD traffic on rxe0: two UD queue pairs of one context exchange SEND and
+//! SEND_WITH_IMM through an address handle on the port's RoCE v2 GID
+//! (loopback). The receiver's buffer starts with the 40-byte GRH slot rxe
+//! fills with the packet's IP header; every byte, every completion field
+//! (src_qp, GRH flag, immediate, byte_len = payload + 40) is checked, every
+//! wait is bounded, and the kernel's CQ, QP, AH, MR and PD counts are back
+//! where they started. siw0 has no UD here: it is skipped loudly.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use uverbs::command::{QpAttr, QpState, QpType};
+use uverbs::{
+    AddressHandle, AhAttr, Context, Gid, Payload, QpInit, QueuePair, RecvWr, SendFlags, SendOp,
+    SendWr, UdDest, WcFlags, WcOpcode, WcStatus,
+};
+
+/// The Q_Key both QPs use (rdma-core's ud_pingpong uses the same value).
+const QKEY: u32 = 0x1111_1111;
+/// What rxe puts in front of every UD receive: an IPv6 header, or 20
+/// zero bytes then an IPv4 header.
+const GRH: usize = 40;
+
+/// RESET -> INIT (P_Key index, port, Q_Key) -> RTR -> RTS (SQ PSN): the
+/// attribute sets the kernel's table asks of UD.
+fn ud_to_rts(qp: &QueuePair) {
+    let steps = [
+        (
+            "RESET->INIT",
+            QpAttr::new()
+                .state(QpState::Init)
+                .pkey_index(0)
+                .port(PORT)
+                .qkey(QKEY),
+        ),
+        ("INIT->RTR", QpAttr::new().state(QpState::Rtr)),
+        ("RTR->RTS", QpAttr::new().state(QpState::Rts).sq_psn(0)),
+    ];
+    for (step, attr) in steps {
+        modify(qp, &attr, step);
+    }
+}
+
+fn ud_qp(pd: &uverbs::ProtectionDomain, cq: &uverbs::CompletionQueue, name: &str) -> QueuePair {
+    let qp = pd
+        .create_qp(&QpInit::new(QpType::Ud, cq, cq))
+        .unwrap_or_else(|e| panic!("{name}: create_qp UD: {e}"));
+    ud_to_rts(&qp);
+    qp
+}
+
+fn ah_to(pd: &uverbs::ProtectionDomain, gid: [u8; 16], name: &str) -> AddressHandle {
+    let attr = AhAttr::roce(Gid::from_raw(gid), GID_INDEX as u8, PORT);
+    pd.create_ah(&attr)
+        .unwrap_or_else(|e| panic!("{name}: create_ah to {gid:02x?}: {e}"))
+}
+
+/// A signalled UD SEND of `sges` to `dest`.
+fn ud_send<'a>(
+    wr_id: u64,
+    imm: Option<u32>,
+    sges: &'a [uverbs::Sge],
+    dest: UdDest<'a>,
+) -> SendWr<'a> {
+    SendWr {
+        wr_id,
+        op: SendOp::Send { imm },
+        flags: SendFlags::SIGNALED,
+        payload: Payload::Sges(sges),
+        ud: Some(dest),
+    }
+}
+
+/// The GRH slot holds the packet's IP header, from `gid` to `gid`
+/// (loopback): an IPv6 header for an IPv6 GID, else 20 zero bytes and an
+/// IPv4 header for an IPv4-mapped one.
+fn check_grh(grh: &[u8], gid: [u8; 16], what: &str) {
+    let v4_mapped = gid[..10].iter().all(|&b| b == 0) && gid[10..12] == [0xff, 0xff];
+    if v4_mapped {
+        assert!(grh[..20].iter().all(|&b| b == 0), "{what}: {grh:02x?}");
+        assert_eq!(grh[20] >> 4, 4, "{what}: IPv4 version: {grh:02x?}");
+        assert_eq!(&grh[32..36], &gid[12..], "{what}: IPv4 source");
+        assert_eq!(&grh[36..40], &gid[12..], "{what}: IPv4 destination");
+    } else {
+        assert_eq!(grh[0] >> 4, 6, "{what}: IPv6 version: {grh:02x?}");
+        assert_eq!(&grh[8..24], &gid, "{what}: IPv6 source = the sender's GID");
+        assert_eq!(
+            &grh[24..40],
+            &gid,
+            "{what}: IPv6 destination = the AH's GID"
+        );
+    }
+}
+
+#[test]
+fn ud_send_and_send_with_imm_through_an_address_handle() {
+    on_each_device(
+        "ud_send_and_send_with_imm_through_an_address_handle",
+        |name, dut, counts| {
+            match driver(&dut) {
+                Driver::Rxe => {}
+                Driver::Siw => {
+                    return loud(&format!(
+                        "NOTE: {name}: siw has no UD (and its data path is the next issue): skipped"
+                    ))
+                }
+                Driver::Other => return loud(&format!("NOTE: {name}: not rxe, no data path yet")),
+            }
+            let ctx: &Context = &dut;
+            let (gid, _) = roce_path(ctx, name);
+            let pd = alloc_pd(ctx);
+            let cq_a = ctx.create_cq(16, None).unwrap();
+            let cq_b = ctx.create_cq(16, None).unwrap();
+            let qp_a = ud_qp(&pd, &cq_a, name);
+            let qp_b = ud_qp(&pd, &cq_b, name);
+            counts.assert_extra_cq_qp(2, 2, "with two CQs and two UD QPs");
+            let ah = ah_to(&pd, gid, name);
+            counts.assert_extra_ah(1, "with one AH");
+            loud(&format!(
+                "{name} over {}: UD QPs {} -> {}, AH {ah:?}",
+                ctx.transport_kind(),
+                qp_a.qp_num(),
+                qp_b.qp_num()
+            ));
+
+            const LEN: usize = 8192;
+            let mut a_buf = anon(LEN);
+            let mut b_buf = anon(LEN);
+            let a_mr = fresh_mr(&pd, &mut a_buf, RW_READ);
+            let b_mr = fresh_mr(&pd, &mut b_buf, RW_READ);
+            let (a_addr, b_addr) = (a_buf.as_ptr() as u64, b_buf.as_ptr() as u64);
+            // Two receives: GRH slot + 256 bytes at 0, GRH slot + 512 bytes at 4096.
+            let (small, large) = (256usize, 512usize);
+            let recv_1 = sge(b_addr, GRH + small, &b_mr);
+            let recv_2 = sge(b_addr + 4096, GRH + large, &b_mr);
+            // SAFETY: b_buf's two ranges stay mapped and registered and are not
+            // touched until their completions are polled below.
+            unsafe {
+                qp_b.post_recv(&[
+                    RecvWr {
+                        wr_id: 0xb1,
+                        sges: &recv_1,
+                    },
+                    RecvWr {
+                        wr_id: 0xb2,
+                        sges: &recv_2,
+                    },
+                ])
+            }
+            .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+            for (i, byte) in a_buf[..small + large].iter_mut().enumerate() {
+                *byte = (i * 13 + 5) as u8;
+            }
+
+            // SEND of 256 bytes.
+            let src_1 = sge(a_addr, small, &a_mr);
+            let dest = UdDest::new(&ah, qp_b.qp_num(), QKEY);
+            // SAFETY: a_buf[..256] is only read by the device and not written
+            // until the completion below; the AH lives past it.
+            unsafe { qp_a.post_send(&[ud_send(0xa1, None, &src_1, dest)]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send UD SEND: {e}"));
+            wait_checked(&cq_a, "UD SEND, sender", WcOpcode::Send, &qp_a, 0xa1);
+            let wc = wait_checked(&cq_b, "UD SEND, receiver", WcOpcode::Recv, &qp_b, 0xb1);
+            assert_eq!(wc.byte_len, (GRH + small) as u32, "payload + GRH: {wc:?}");
+            assert_eq!(wc.src_qp, qp_a.qp_num(), "{wc:?}");
+            assert_eq!(wc.wc_flags, WcFlags::GRH, "{wc:?}");
+            check_grh(&b_buf[..GRH], gid, "UD SEND");
+            assert!(
+                b_buf[GRH..GRH + small] == a_buf[..small],
+                "{name}: the UD SEND's bytes"
+            );
+            assert!(
+                b_buf[GRH + small..4096].iter().all(|&b| b == 0),
+                "{name}: bytes past the SEND touched"
+            );
+
+            // SEND_WITH_IMM of 512 bytes.
+            let src_2 = sge(a_addr + small as u64, large, &a_mr);
+            let imm = 0x1234_5678;
+            // SAFETY: as above.
+            unsafe { qp_a.post_send(&[ud_send(0xa2, Some(imm), &src_2, dest)]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send UD SEND_WITH_IMM: {e}"));
+            wait_checked(
+                &cq_a,
+                "UD SEND_WITH_IMM, sender",
+                WcOpcode::Send,
+                &qp_a,
+                0xa2,
+            );
+            let what = "UD SEND_WITH_IMM, receiver";
+            let wc = wait_checked(&cq_b, what, WcOpcode::Recv, &qp_b, 0xb2);
+            assert_eq!(wc.byte_len, (GRH + large) as u32, "payload + GRH: {wc:?}");
+            assert_eq!(wc.src_qp, qp_a.qp_num(), "{wc:?}");
+            assert_eq!(wc.wc_flags, WcFlags::GRH | WcFlags::WITH_IMM, "{wc:?}");
+            assert_eq!(wc.imm_or_inval, imm, "{wc:?}");
+            check_grh(&b_buf[4096..4096 + GRH], gid, "UD SEND_WITH_IMM");
+            assert!(
+                b_buf[4096 + GRH..4096 + GRH + large] == a_buf[small..small + large],
+                "{name}: the UD SEND_WITH_IMM's bytes"
+            );
+            assert!(
+                b_buf[4096 + GRH + large..].iter().all(|&b| b == 0),
+                "{name}: bytes past the SEND_WITH_IMM touched"
+            );
+
+            // A wrong Q_Key: the sender completes (UD is unreliable), the
+            // receiver drops the packet, its posted receive stays unused.
+            let recv_3 = sge(b_addr, GRH + small, &b_mr);
+            // SAFETY: b_buf[..296] is not touched by the program any more
+            // until the QP is dropped.
+            unsafe {
+                qp_b.post_recv(&[RecvWr {
+                    wr_id: 0xb3,
+                    sges: &recv_3,
+                }])
+            }
+            .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+            let wrong = UdDest::new(&ah, qp_b.qp_num(), QKEY ^ 1);
+            // SAFETY: as above.
+            unsafe { qp_a.post_send(&[ud_send(0xa3, None, &src_1, wrong)]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send with a wrong Q_Key: {e}"));
+            wait_checked(&cq_a, "UD SEND, wrong Q_Key", WcOpcode::Send, &qp_a, 0xa3);
+            std::thread::sleep(Duration::from_millis(100));
+            assert_no_completion(
+                &cq_b,
+                &format!("{name}: a packet with a wrong Q_Key arrived"),
+            );
+            assert_no_completion(&cq_a, &format!("{name}: a stray completion on A"));
+            loud(&format!(
+                "{name}: UD SEND 256 B and SEND_WITH_IMM 512 B landed behind their GRH; a wrong Q_Key was dropped"
+            ));
+
+            drop(ah);
+            counts.assert_extra_ah(0, "after dropping the AH");
+            drop((qp_a, qp_b, cq_a, cq_b, a_mr, b_mr, pd));
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// rxe looks an AH number up device-wide and refuses one of another PD
+/// than the QP's: it marks the send LOC_QP_OP_ERR and moves the QP to ERR,
+/// whose flush then completes the send with WR_FLUSH_ERR (Linux 6.12: the
+/// requester and then the completer run in the same task, so the flush
+/// always wins); nothing arrives.
+#[test]
+fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
+    on_each_data_path_device(
+        "a_ud_send_through_an_ah_of_another_pd_fails_locally",
+        |name, ctx| {
+            let (gid, _) = roce_path(ctx, name);
+            let pd = alloc_pd(ctx);
+            let other_pd = alloc_pd(ctx);
+            let cq_a = ctx.create_cq(16, None).unwrap();
+            let cq_b = ctx.create_cq(16, None).unwrap();
+            let qp_a = ud_qp(&pd, &cq_a, name);
+            let qp_b = ud_qp(&pd, &cq_b, name);
+            let foreign = ah_to(&other_pd, gid, name);
+            let mut buf = anon(4096);
+            let mr = fresh_mr(&pd, &mut buf, RW_READ);
+            let addr = buf.as_ptr() as u64;
+            let recv = sge(addr + 1024, GRH + 64, &mr);
+            // SAFETY: buf stays mapped and untouched until the QPs are dropped.
+            unsafe {
+                qp_b.post_recv(&[RecvWr {
+                    wr_id: 1,
+                    sges: &recv,
+                }])
+            }
+            .unwrap();
+            let src = sge(addr, 64, &mr);
+            let dest = UdDest::new(&foreign, qp_b.qp_num(), QKEY);
+            // SAFETY: as above.
+            unsafe { qp_a.post_send(&[ud_send(2, None, &src, dest)]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+            let wc = wait_one(&cq_a, "UD SEND through another PD's AH");
+            loud(&format!("{name}: AH of another PD: {wc:?}"));
+            assert_eq!(wc.status, WcStatus::WrFlushErr, "{wc:?}");
+            assert_eq!((wc.wr_id, wc.qp_num), (2, qp_a.qp_num()), "{wc:?}");
+            // The QP is in ERR now: a send through a good AH is flushed too.
+            let good = ah_to(&pd, gid, name);
+            let dest = UdDest::new(&good, qp_b.qp_num(), QKEY);
+            // SAFETY: as above.
+            unsafe { qp_a.post_send(&[ud_send(3, None, &src, dest)]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+            let wc = wait_one(&cq_a, "UD SEND after the failure");
+            assert_eq!((wc.status, wc.wr_id), (WcStatus::WrFlushErr, 3), "{wc:?}");
+            std::thread::sleep(Duration::from_millis(100));
+            assert_no_completion(&cq_b, &format!("{name}: something arrived"));
+            drop((qp_a, qp_b, good, foreign, cq_a, cq_b, mr, pd, other_pd));
+        },
+    );
+}
