@@ -108,7 +108,7 @@ pub struct SendRequest<'a, M> {
     flags: SendFlags,
     local: Option<Local<M>>,
     inline: &'a [u8],
-    ud: Option<UdDest>,
+    ud: Option<UdDest<'a>>,
 }
 
 impl<'a, M: DeviceReadable> SendRequest<'a, M> {
@@ -222,7 +222,7 @@ impl<'a, M> SendRequest<'a, M> {
     }
 
     /// Its destination, on a UD QP.
-    pub fn ud(mut self, dest: UdDest) -> Self {
+    pub fn ud(mut self, dest: UdDest<'a>) -> Self {
         self.ud = Some(dest);
         self
     }
@@ -715,7 +715,7 @@ impl<M> Drop for OwnedQp<M> {
 
 /// The work request naming `r` under `id`, over its one SGE (or inline bytes).
 fn send_wr<'s, M>(
-    r: &SendRequest<'_, M>,
+    r: &SendRequest<'s, M>,
     id: u64,
     sges: &'s [Sge],
     inline: &'s [&'s [u8]; 1],
