@@ -64,7 +64,7 @@ pub use buffer::{
     BufferDeregError, BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };
 pub use context::{Context, OpenOptions};
-pub use cq::{CompletionChannel, CompletionQueue};
+pub use cq::{CompletionChannel, CompletionQueue, CqDestroyed, CreatePath, DestroyCqError};
 pub use device::{
     device, device_listing, device_listing_in, devices, devices_in, Device, DeviceListing,
     SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,
@@ -75,7 +75,7 @@ pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
-pub use qp::{QpCaps, QpInit, QueuePair};
+pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
 pub use query::{
     ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
 };
