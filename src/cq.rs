@@ -5,10 +5,23 @@
 //! the command file, and [`CompletionQueue::poll`] copies completions out of
 //! it with no system call. Dropping the CQ destroys it first and unmaps the
 //! ring after.
+//!
+//! Creation goes native first, as rdma-core's `ibv_icmd_create_cq` does:
+//! over the ioctl transport (and the recording fake) `UVERBS_METHOD_CQ_CREATE`;
+//! when the kernel refuses the method itself (`EPROTONOSUPPORT`: the method
+//! or a mandatory attribute is unknown; `ENOTTY`: no ioctl framework) the
+//! write command `CREATE_CQ` follows, framed as the context frames write
+//! commands. Over the legacy write() transport only the write command is
+//! used. The object is destroyed through the interface that created it.
+//!
+//! Completion events are counted per CQ as libibverbs counts them
+//! (`ibv_get_cq_event` / `ibv_ack_cq_events`): see
+//! [`CompletionQueue::ack_events`].
 
+use std::collections::HashMap;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use zerocopy::FromBytes;
@@ -16,12 +29,42 @@ use zerocopy::FromBytes;
 use crate::command::{CreateCompChannel, CreateCq, DestroyCq, ReqNotifyCq};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op};
+use crate::method::{CqCreate, CqDestroy};
 use crate::pd::debug_object;
 use crate::provider::rxe::queue::{Consumer, QueueMem};
 use crate::provider::rxe::wqe::{self, WorkCompletion, WC_LEN};
 use crate::provider::Provider;
-use crate::transport::SharedMapping;
+use crate::transport::{SharedMapping, TransportKind};
 use uverbs_uapi as sys;
+
+/// Which interface created a CQ or QP (and destroys it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CreatePath {
+    /// The native ioctl method (`UVERBS_METHOD_CQ_CREATE`,
+    /// `UVERBS_METHOD_QP_CREATE`).
+    NativeMethod,
+    /// The write command (`CREATE_CQ`, `CREATE_QP`): sent with `write()`
+    /// over the legacy transport, as `UVERBS_METHOD_INVOKE_WRITE` over the
+    /// ioctl transport.
+    WriteCommand,
+}
+
+/// The driver id for a native create, when the context goes native first:
+/// its transport has ioctl (not the legacy write()) and the driver is known.
+pub(crate) fn native_driver(ctx: &Context) -> Option<u32> {
+    if ctx.inner.transport.kind() == TransportKind::Write {
+        return None;
+    }
+    ctx.inner.driver_id.map(|d| d.0)
+}
+
+/// True when a refused native method should be retried as the write
+/// command, as rdma-core's `execute_ioctl_fallback` decides: `ENOTTY` (no
+/// ioctl framework) or `EPROTONOSUPPORT` (the method, or a mandatory
+/// attribute, is unknown). Any other errno is the kernel's answer.
+pub(crate) fn native_refused(errno: Errno) -> bool {
+    matches!(errno, Errno::NOTTY | Errno::PROTONOSUPPORT)
+}
 
 /// The value each CQ's events carry (`user_handle`): unique in the process.
 static NEXT_CQ_EVENT_ID: AtomicU64 = AtomicU64::new(1);
@@ -31,8 +74,11 @@ static NEXT_CQ_EVENT_ID: AtomicU64 = AtomicU64::new(1);
 /// [`CompletionQueue::req_notify`].
 ///
 /// It implements [`AsFd`], so epoll or tokio's `AsyncFd` can wait on it;
-/// [`get_event`](Self::get_event) reads one event. The descriptor is closed
-/// when the channel and every CQ made with it are gone.
+/// [`get_event`](Self::get_event) reads one event and counts it on its CQ.
+/// The descriptor is closed when the channel and every CQ made with it are
+/// gone; events still queued then are discarded by the kernel (each CQ's
+/// destroy removes its own), so dropping with unacked events neither hangs
+/// nor leaks.
 #[doc(alias = "ibv_comp_channel")]
 #[doc(alias = "ibv_create_comp_channel")]
 pub struct CompletionChannel {
@@ -42,6 +88,22 @@ pub struct CompletionChannel {
 struct ChannelInner {
     ctx: Context,
     fd: OwnedFd,
+    /// The event counts of each live CQ reporting here, by event id.
+    cqs: Mutex<HashMap<u64, Arc<EventCounts>>>,
+}
+
+impl ChannelInner {
+    fn cqs(&self) -> MutexGuard<'_, HashMap<u64, Arc<EventCounts>>> {
+        // Every holder does one insert, remove or lookup: never half-done.
+        self.cqs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One CQ's completion events: read by `get_event`, acked by the user.
+#[derive(Debug, Default)]
+struct EventCounts {
+    received: AtomicU32,
+    acked: AtomicU32,
 }
 
 impl fmt::Debug for CompletionChannel {
@@ -64,6 +126,11 @@ impl CompletionChannel {
     /// the [`event_id`](CompletionQueue::event_id) of the CQ it is about.
     /// Re-arm that CQ with [`req_notify`](CompletionQueue::req_notify) and
     /// poll it.
+    ///
+    /// Like `ibv_get_cq_event`, each event is counted on its CQ
+    /// ([`CompletionQueue::events_received`]); acknowledge it with
+    /// [`CompletionQueue::ack_events`]. An event about no live CQ of this
+    /// channel (one created with raw commands) is returned uncounted.
     #[doc(alias = "ibv_get_cq_event")]
     pub fn get_event(&self) -> Result<u64, Error> {
         let mut desc = [0u8; size_of::<sys::ib_uverbs_comp_event_desc>()];
@@ -79,6 +146,9 @@ impl CompletionChannel {
         }
         let event = sys::ib_uverbs_comp_event_desc::read_from_bytes(&desc[..])
             .map_err(|_| fail(Errno::IO))?;
+        if let Some(counts) = self.inner.cqs().get(&event.cq_handle) {
+            counts.received.fetch_add(1, Ordering::AcqRel);
+        }
         Ok(event.cq_handle)
     }
 }
@@ -101,31 +171,69 @@ pub(crate) struct CqInner {
     pub(crate) handle: u32,
     cqe: u32,
     event_id: u64,
+    path: CreatePath,
+    events: Arc<EventCounts>,
+    /// Set once a destroy succeeded: nothing is sent again.
+    released: AtomicBool,
     /// The user side of the ring. Declared before `mapping`: it points into it.
     ring: Mutex<Consumer>,
     /// Keeps the channel's descriptor open while the CQ may report on it.
-    _channel: Option<Arc<ChannelInner>>,
+    channel: Option<Arc<ChannelInner>>,
     /// Unmapped after `Drop::drop` has destroyed the CQ.
     _mapping: SharedMapping,
+}
+
+impl CqInner {
+    /// Sends the destroy through the interface that created the CQ and
+    /// returns the kernel's event counts; on success the CQ leaves its
+    /// channel's table and is never destroyed again.
+    fn destroy(&self) -> Result<sys::ib_uverbs_destroy_cq_resp, Error> {
+        self.ctx.check_process(Op::DestroyCq)?;
+        let resp = send_destroy(&self.ctx, self.path, self.handle)?;
+        self.released.store(true, Ordering::Release);
+        if let Some(ch) = &self.channel {
+            ch.cqs().remove(&self.event_id);
+        }
+        Ok(resp)
+    }
+}
+
+/// DESTROY_CQ of `handle` through `path`.
+fn send_destroy(
+    ctx: &Context,
+    path: CreatePath,
+    handle: u32,
+) -> Result<sys::ib_uverbs_destroy_cq_resp, Error> {
+    let fail = |e| Error::os(Op::DestroyCq, &ctx.inner.device, e);
+    match (path, ctx.inner.driver_id) {
+        (CreatePath::NativeMethod, Some(driver)) => {
+            // SAFETY: the caller owns the CQ and destroys it once; nothing
+            // uses it after a success (the ring is unmapped only after).
+            unsafe { CqDestroy::new(handle).run(ctx.inner.transport.as_ref(), driver.0) }
+                .map_err(fail)
+        }
+        _ => {
+            // SAFETY: as above.
+            let (resp, _) = unsafe { ctx.run(Op::DestroyCq, &DestroyCq::new(handle), &mut []) }?;
+            Ok(resp)
+        }
+    }
 }
 
 impl Drop for CqInner {
     fn drop(&mut self) {
         // Every QP using this CQ holds an Arc of it: none is left here. In a
         // forked child the CQ is the parent's: send nothing.
-        if !self.ctx.is_owned_by_this_process() {
+        if self.released.load(Ordering::Acquire) || !self.ctx.is_owned_by_this_process() {
             return;
         }
-        // SAFETY: DESTROY_CQ of the handle this value owns; nothing uses it
-        // after (the ring is unmapped only after this).
-        let result = unsafe {
-            self.ctx
-                .run(Op::DestroyCq, &DestroyCq::new(self.handle), &mut [])
-        };
-        if let Err(e) = result {
-            // The kernel keeps its own reference on the ring's pages, so
-            // unmapping after a refused destroy is still sound.
-            let _ = e;
+        // A refused destroy cannot be reported from a drop; the kernel keeps
+        // its own reference on the ring's pages, so unmapping after it is
+        // still sound. Unacked events are no obstacle (see `ack_events`).
+        if self.destroy().is_err() {
+            if let Some(ch) = &self.channel {
+                ch.cqs().remove(&self.event_id);
+            }
         }
     }
 }
@@ -136,7 +244,8 @@ impl Drop for CqInner {
 /// with this process: no allocation and no system call. Queue pairs using
 /// the CQ keep it alive, so the kernel object is destroyed (`DESTROY_CQ`)
 /// only after the last of them, whatever the drop order; the ring is
-/// unmapped after the destroy.
+/// unmapped after the destroy. [`destroy`](Self::destroy) destroys it now
+/// and reports the kernel's answer.
 ///
 /// Only rxe is supported for now: on other drivers
 /// [`Context::create_cq`] fails with `EOPNOTSUPP`.
@@ -150,7 +259,49 @@ impl fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         debug_object(f, "CompletionQueue", &self.inner.ctx, self.inner.handle)
             .field("cqe", &self.inner.cqe)
+            .field("path", &self.inner.path)
             .finish()
+    }
+}
+
+/// A failed [`CompletionQueue::destroy`]: the CQ is handed back, intact
+/// and usable.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct DestroyCqError {
+    /// The CQ, unchanged.
+    pub cq: CompletionQueue,
+    /// Why the kernel refused: `EBUSY` while a queue pair uses the CQ.
+    pub error: Error,
+}
+
+/// What a successful [`CompletionQueue::destroy`] reports: the kernel's
+/// event counts next to this process's.
+///
+/// libibverbs' `ibv_destroy_cq` waits until every reported event was acked
+/// (`comp_events_completed == comp_events_reported`); here nothing waits
+/// and nothing dangles (an event is a value), so a difference is only
+/// reported: [`unacked`](Self::unacked) counts events read but never
+/// acked, and `comp_events_reported != events_received` means the channel
+/// descriptor was read by other code than [`CompletionChannel::get_event`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqDestroyed {
+    /// Completion events the kernel handed to readers of the channel for
+    /// this CQ (`ib_uverbs_destroy_cq_resp::comp_events_reported`).
+    pub comp_events_reported: u32,
+    /// Async events the kernel reported about this CQ
+    /// (`async_events_reported`).
+    pub async_events_reported: u32,
+    /// Events [`CompletionChannel::get_event`] read for this CQ.
+    pub events_received: u32,
+    /// Events acknowledged with [`CompletionQueue::ack_events`].
+    pub events_acked: u32,
+}
+
+impl CqDestroyed {
+    /// Completion events the kernel reported that were never acked.
+    pub fn unacked(&self) -> u32 {
+        self.comp_events_reported.saturating_sub(self.events_acked)
     }
 }
 
@@ -168,21 +319,20 @@ impl Context {
         let fd = unsafe { self.inner.transport.adopt_fd(resp.fd) }.ok_or_else(|| {
             Error::os(Op::CreateCompChannel, &self.inner.device, Errno::OPNOTSUPP)
         })?;
-        Ok(CompletionChannel {
-            inner: Arc::new(ChannelInner {
-                ctx: self.clone(),
-                fd,
-            }),
-        })
+        Ok(CompletionChannel::over(self.clone(), fd))
     }
 
     /// Creates a completion queue of at least `cqe` entries; with a
     /// `channel`, [`req_notify`](CompletionQueue::req_notify) makes it report
     /// there.
     ///
-    /// On rxe: `CREATE_CQ`, then the ring is mapped (at the offset and size
-    /// the kernel answered). If mapping fails the CQ is destroyed again.
-    /// Other drivers: `EOPNOTSUPP` (siw's data path is the next step).
+    /// On rxe: `UVERBS_METHOD_CQ_CREATE`, or the write command `CREATE_CQ`
+    /// over the legacy write() transport or when the kernel refuses the
+    /// method (`EPROTONOSUPPORT`, `ENOTTY`), as rdma-core falls back
+    /// ([`CompletionQueue::create_path`] tells which); then the ring is
+    /// mapped (at the offset and size rxe's answer names, the same in both
+    /// framings). If mapping fails the CQ is destroyed again. Other drivers:
+    /// `EOPNOTSUPP` (siw's data path is the next step).
     #[doc(alias = "ibv_create_cq")]
     pub fn create_cq(
         &self,
@@ -204,17 +354,11 @@ impl Context {
             }
         }
         let event_id = NEXT_CQ_EVENT_ID.fetch_add(1, Ordering::Relaxed);
-        let mut cmd = CreateCq::new(cqe, event_id);
-        if let Some(ch) = channel {
-            cmd = cmd.comp_channel(ch.as_raw_fd());
-        }
         let mut uhw = [0u8; size_of::<sys::rxe_create_cq_resp>()];
-        // SAFETY: CREATE_CQ hands no user memory to the device; the ring is
-        // the kernel's.
-        let (resp, written) = unsafe { self.run(Op::CreateCq, &cmd, &mut uhw) }?;
+        let (path, handle, real_cqe, written) =
+            self.send_create_cq(cqe, event_id, channel, &mut uhw)?;
         let destroy = || {
-            // SAFETY: the CQ just created, owned by nothing else yet.
-            let _ = unsafe { self.run(Op::DestroyCq, &DestroyCq::new(resp.cq_handle), &mut []) };
+            let _ = send_destroy(self, path, handle);
         };
         let mi = match sys::rxe_create_cq_resp::read_from_bytes(&uhw[..]) {
             Ok(r) if written == uhw.len() => r.mi,
@@ -244,17 +388,72 @@ impl Context {
                 return Err(fail(Errno::PROTO));
             }
         };
+        let events = Arc::new(EventCounts::default());
+        if let Some(ch) = channel {
+            ch.inner.cqs().insert(event_id, events.clone());
+        }
         Ok(CompletionQueue {
             inner: Arc::new(CqInner {
                 ctx: self.clone(),
-                handle: resp.cq_handle,
-                cqe: resp.cqe,
+                handle,
+                cqe: real_cqe,
                 event_id,
+                path,
+                events,
+                released: AtomicBool::new(false),
                 ring: Mutex::new(ring),
-                _channel: channel.map(|c| c.inner.clone()),
+                channel: channel.map(|c| c.inner.clone()),
                 _mapping: mapping,
             }),
         })
+    }
+
+    /// Sends the create, native first (see [`create_cq`](Self::create_cq)):
+    /// (path, handle, real cqe, UHW bytes written).
+    fn send_create_cq(
+        &self,
+        cqe: u32,
+        event_id: u64,
+        channel: Option<&CompletionChannel>,
+        uhw: &mut [u8],
+    ) -> Result<(CreatePath, u32, u32, usize), Error> {
+        if let Some(driver) = native_driver(self) {
+            let mut method = CqCreate::new(cqe, event_id, uhw);
+            if let Some(ch) = channel {
+                method = method.comp_channel(ch.as_raw_fd());
+            }
+            // SAFETY: CQ_CREATE hands no user memory to the device (the ring
+            // is the kernel's); the channel descriptor is this context's.
+            match unsafe { method.run(self.inner.transport.as_ref(), driver) } {
+                // The kernel marks the whole UHW out written.
+                Ok(done) => {
+                    return Ok((CreatePath::NativeMethod, done.handle, done.cqe, uhw.len()))
+                }
+                Err(e) if native_refused(e) => {}
+                Err(e) => return Err(Error::os(Op::CreateCq, &self.inner.device, e)),
+            }
+        }
+        let mut cmd = CreateCq::new(cqe, event_id);
+        if let Some(ch) = channel {
+            cmd = cmd.comp_channel(ch.as_raw_fd());
+        }
+        // SAFETY: CREATE_CQ hands no user memory to the device; the ring is
+        // the kernel's.
+        let (resp, written) = unsafe { self.run(Op::CreateCq, &cmd, uhw) }?;
+        Ok((CreatePath::WriteCommand, resp.cq_handle, resp.cqe, written))
+    }
+}
+
+impl CompletionChannel {
+    /// A channel over `fd`, which the caller hands over.
+    fn over(ctx: Context, fd: OwnedFd) -> Self {
+        CompletionChannel {
+            inner: Arc::new(ChannelInner {
+                ctx,
+                fd,
+                cqs: Mutex::new(HashMap::new()),
+            }),
+        }
     }
 }
 
@@ -285,6 +484,77 @@ impl CompletionQueue {
         Arc::ptr_eq(&self.inner, &other.inner)
     }
 
+    /// Whether the native method or the write command created the CQ (and
+    /// will destroy it).
+    pub fn create_path(&self) -> CreatePath {
+        self.inner.path
+    }
+
+    /// Completion events [`CompletionChannel::get_event`] has read for
+    /// this CQ (libibverbs' `comp_events_reported` as the library sees it).
+    pub fn events_received(&self) -> u32 {
+        self.inner.events.received.load(Ordering::Acquire)
+    }
+
+    /// Events received and not yet acknowledged with
+    /// [`ack_events`](Self::ack_events).
+    pub fn unacked_events(&self) -> u32 {
+        let acked = self.inner.events.acked.load(Ordering::Acquire);
+        self.events_received().saturating_sub(acked)
+    }
+
+    /// Acknowledges `n` completion events of this CQ (`ibv_ack_cq_events`).
+    ///
+    /// libibverbs needs the acks because `ibv_destroy_cq` blocks until
+    /// every event it handed out is acked (the event points at the CQ).
+    /// Here an event is only a number, so nothing dangles and no destroy
+    /// waits; the counts are kept for programs that follow the libibverbs
+    /// discipline, and [`destroy`](Self::destroy) reports them next to the
+    /// kernel's. Acking more than [`unacked_events`](Self::unacked_events)
+    /// is refused ([`Error::InvalidInput`]) and changes nothing. No system
+    /// call.
+    #[doc(alias = "ibv_ack_cq_events")]
+    pub fn ack_events(&self, n: u32) -> Result<(), Error> {
+        let counts = &self.inner.events;
+        let mut acked = counts.acked.load(Ordering::Acquire);
+        loop {
+            let received = counts.received.load(Ordering::Acquire);
+            let Some(new) = acked.checked_add(n).filter(|new| *new <= received) else {
+                return Err(Error::input(
+                    Op::AckCqEvents,
+                    &self.inner.ctx.inner.device,
+                    "more events acked than get_event received for this CQ",
+                ));
+            };
+            match counts
+                .acked
+                .compare_exchange(acked, new, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(()),
+                Err(now) => acked = now,
+            }
+        }
+    }
+
+    /// Destroys the CQ now (`DESTROY_CQ`, through the interface that
+    /// created it) and reports the kernel's event counts next to this
+    /// process's ([`CqDestroyed`]; a difference is reported, never waited
+    /// for). While a queue pair uses the CQ the kernel answers `EBUSY`:
+    /// the CQ comes back in the error, intact and usable. In a forked
+    /// child: [`Error::ForeignProcess`], nothing sent.
+    #[doc(alias = "ibv_destroy_cq")]
+    pub fn destroy(self) -> Result<CqDestroyed, DestroyCqError> {
+        match self.inner.destroy() {
+            Ok(resp) => Ok(CqDestroyed {
+                comp_events_reported: resp.comp_events_reported,
+                async_events_reported: resp.async_events_reported,
+                events_received: self.inner.events.received.load(Ordering::Acquire),
+                events_acked: self.inner.events.acked.load(Ordering::Acquire),
+            }),
+            Err(error) => Err(DestroyCqError { cq: self, error }),
+        }
+    }
+
     fn ring(&self) -> MutexGuard<'_, Consumer> {
         // A panic while holding the lock cannot leave the ring half-updated
         // (each index is published with one store): keep using it.
@@ -312,5 +582,129 @@ impl CompletionQueue {
         let cmd = ReqNotifyCq::new(self.inner.handle, solicited_only);
         // SAFETY: REQ_NOTIFY_CQ hands no memory to the device.
         unsafe { self.inner.ctx.run(Op::ReqNotifyCq, &cmd, &mut []) }.map(|_| ())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::DriverId;
+    use crate::transport::RecordingTransport;
+    use crate::OpenOptions;
+    use std::os::fd::FromRawFd;
+    use zerocopy::IntoBytes;
+
+    /// A context over the fake (rings served) and a channel over the read
+    /// end of a pipe, whose write end stands for the kernel's side.
+    fn channel_over_pipe() -> (Arc<RecordingTransport>, Context, CompletionChannel, OwnedFd) {
+        let fake = Arc::new(RecordingTransport::new());
+        fake.serve_rings();
+        let ctx = Context::with_transport(
+            "fake0",
+            Some(DriverId::RXE),
+            Box::new(fake.clone()),
+            &OpenOptions::new(),
+        )
+        .unwrap();
+        let mut fds = [0; 2];
+        // SAFETY: pipe2() writes two new descriptors into the array.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: both descriptors are new and owned by nothing else.
+        let (reader, writer) =
+            unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let channel = CompletionChannel::over(ctx.clone(), reader);
+        (fake, ctx, channel, writer)
+    }
+
+    fn raise(writer: &OwnedFd, event_id: u64) -> Result<usize, Errno> {
+        let desc = sys::ib_uverbs_comp_event_desc {
+            cq_handle: event_id,
+        };
+        rustix::io::write(writer, desc.as_bytes())
+    }
+
+    /// `get_event` counts each event on its CQ; `ack_events` acks them,
+    /// refusing (and changing nothing) beyond what was received; an event
+    /// of no CQ of the channel is returned uncounted; `destroy` reports
+    /// both counts; after it the CQ's events are no longer counted.
+    #[test]
+    fn events_are_counted_per_cq_and_acked() {
+        let (fake, ctx, channel, writer) = channel_over_pipe();
+        let cq = ctx.create_cq(8, Some(&channel)).unwrap();
+        let other = ctx.create_cq(8, Some(&channel)).unwrap();
+        let sent = fake
+            .methods()
+            .into_iter()
+            .rfind(|m| m.method_id == sys::UVERBS_METHOD_CQ_CREATE)
+            .unwrap();
+        let attr = sent.attr(sys::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL).unwrap();
+        assert_eq!(attr.data, channel.as_raw_fd() as u64, "the channel's fd");
+
+        for id in [cq.event_id(), cq.event_id(), 0xdead, other.event_id()] {
+            raise(&writer, id).unwrap();
+        }
+        let got: Vec<u64> = (0..4).map(|_| channel.get_event().unwrap()).collect();
+        assert_eq!(
+            got,
+            [cq.event_id(), cq.event_id(), 0xdead, other.event_id()]
+        );
+        assert_eq!((cq.events_received(), cq.unacked_events()), (2, 2));
+        assert_eq!((other.events_received(), other.unacked_events()), (1, 1));
+
+        let err = cq.ack_events(3).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::InvalidInput {
+                    op: Op::AckCqEvents,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().starts_with("ack_cq_events"), "{err}");
+        assert_eq!(cq.unacked_events(), 2, "a refused ack changes nothing");
+        cq.ack_events(1).unwrap();
+        assert_eq!(cq.unacked_events(), 1);
+        cq.ack_events(0).unwrap();
+
+        fake.report_cq_events(cq.handle(), 2, 0);
+        let done = cq.destroy().unwrap();
+        assert_eq!(
+            done,
+            CqDestroyed {
+                comp_events_reported: 2,
+                async_events_reported: 0,
+                events_received: 2,
+                events_acked: 1
+            }
+        );
+        assert_eq!(done.unacked(), 1);
+        assert_eq!(
+            channel.inner.cqs().len(),
+            1,
+            "the destroyed CQ left the table"
+        );
+        other.ack_events(1).unwrap();
+        drop(other);
+        assert!(channel.inner.cqs().is_empty(), "a dropped CQ leaves it too");
+    }
+
+    /// A channel dropped with its CQ and unacked events: nothing hangs, and
+    /// the descriptor is closed once both are gone (the pipe has no reader
+    /// left: EPIPE), not before.
+    #[test]
+    fn a_channel_dropped_with_unacked_events_closes_its_descriptor() {
+        let (_fake, ctx, channel, writer) = channel_over_pipe();
+        let cq = ctx.create_cq(8, Some(&channel)).unwrap();
+        raise(&writer, cq.event_id()).unwrap();
+        raise(&writer, cq.event_id()).unwrap();
+        assert_eq!(channel.get_event().unwrap(), cq.event_id());
+        assert_eq!(cq.unacked_events(), 1);
+        drop(channel);
+        // The CQ keeps the descriptor open: writing still works.
+        raise(&writer, cq.event_id()).unwrap();
+        drop(cq);
+        assert_eq!(raise(&writer, 1), Err(Errno::PIPE), "no reader left");
     }
 }

@@ -62,6 +62,8 @@ pub enum Op {
     CreateCompChannel,
     /// Reading a completion event (`ibv_get_cq_event`).
     GetCqEvent,
+    /// Acknowledging completion events (`ibv_ack_cq_events`).
+    AckCqEvents,
     /// `CREATE_CQ` and mapping its ring (`ibv_create_cq`).
     CreateCq,
     /// `DESTROY_CQ` (`ibv_destroy_cq`).
@@ -111,6 +113,7 @@ impl Op {
             Op::Raw => "raw_command",
             Op::CreateCompChannel => "create_comp_channel",
             Op::GetCqEvent => "get_cq_event",
+            Op::AckCqEvents => "ack_cq_events",
             Op::CreateCq => "create_cq",
             Op::DestroyCq => "destroy_cq",
             Op::ReqNotifyCq => "req_notify_cq",

@@ -69,7 +69,7 @@ pub use buffer::{
     BufferDeregError, BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };
 pub use context::{Context, OpenOptions};
-pub use cq::{CompletionChannel, CompletionQueue};
+pub use cq::{CompletionChannel, CompletionQueue, CqDestroyed, CreatePath, DestroyCqError};
 pub use device::{
     device, device_listing, device_listing_in, devices, devices_in, Device, DeviceListing,
     SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,
@@ -84,7 +84,7 @@ pub use post::{
     Completed, DeviceReadable, DeviceWritable, Local, NotOwnable, OutOfRange, OwnedQp, PostRefused,
     RecvRequest, SendRequest,
 };
-pub use qp::{QpCaps, QpInit, QueuePair};
+pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
 pub use query::{
     ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
 };

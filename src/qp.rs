@@ -14,8 +14,9 @@ use zerocopy::FromBytes;
 
 use crate::command::{CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, QpState, QpType};
 use crate::context::Context;
-use crate::cq::{CompletionQueue, CqInner};
+use crate::cq::{native_driver, native_refused, CompletionQueue, CqInner, CreatePath};
 use crate::error::{Errno, Error, Op};
+use crate::method::{QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::rxe::queue::{Producer, QueueMem};
 use crate::provider::rxe::wqe::{
@@ -114,6 +115,10 @@ pub struct QueuePair {
     event_id: u64,
     qp_type: QpType,
     caps: QpCaps,
+    /// The interface that created the QP, and destroys it.
+    path: CreatePath,
+    /// Set by a successful [`QueuePair::destroy`]: the drop sends nothing.
+    destroyed: bool,
     /// The state the last successful `modify` set (`QpState as u8`).
     state: AtomicU8,
     /// Serialises `modify` calls, so each is checked against the state the
@@ -122,8 +127,6 @@ pub struct QueuePair {
     sq: Mutex<Producer>,
     rq: Mutex<Producer>,
     doorbell: PostSendDoorbell,
-    /// Set by [`destroy`](Self::destroy): the drop sends nothing more.
-    destroyed: bool,
     /// Unmapped after `Drop::drop` has destroyed the QP; declared after the
     /// producers that point into them.
     _sq_map: SharedMapping,
@@ -142,11 +145,15 @@ impl fmt::Debug for QueuePair {
 }
 
 impl ProtectionDomain {
-    /// Creates a queue pair in this PD (`CREATE_QP`), in RESET.
+    /// Creates a queue pair in this PD, in RESET.
     ///
-    /// On rxe the kernel answers the capacities it really gave (kept in
-    /// [`QueuePair::caps`]) and where the receive and send rings are; both
-    /// are mapped, and if that fails the QP is destroyed again. Other
+    /// `UVERBS_METHOD_QP_CREATE`, or the write command `CREATE_QP` over the
+    /// legacy write() transport or when the kernel refuses the method
+    /// (`EPROTONOSUPPORT`, `ENOTTY`), as rdma-core falls back
+    /// ([`QueuePair::create_path`] tells which). On rxe the kernel answers
+    /// the capacities it really gave (kept in [`QueuePair::caps`]) and
+    /// where the receive and send rings are, the same in both framings;
+    /// both are mapped, and if that fails the QP is destroyed again. Other
     /// drivers: `EOPNOTSUPP` for now.
     #[doc(alias = "ibv_create_qp")]
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<QueuePair, Error> {
@@ -172,25 +179,13 @@ impl ProtectionDomain {
             max_inline_data: init.max_inline,
         };
         let event_id = crate::async_event::next_qp_event_id();
-        let cmd = CreateQp::new(
-            init.qp_type,
-            self.inner.handle,
-            init.send_cq.inner.handle,
-            init.recv_cq.inner.handle,
-            cap,
-        )
-        .sq_sig_all(init.sq_sig_all)
-        .user_handle(event_id);
         let mut uhw = [0u8; size_of::<sys::rxe_create_qp_resp>()];
-        // SAFETY: CREATE_QP hands no user memory to the device; the rings
-        // are the kernel's.
-        let (resp, written) = unsafe { ctx.run(Op::CreateQp, &cmd, &mut uhw) }?;
+        let created = self.send_create_qp(init, cap, event_id, &mut uhw)?;
         let destroy = || {
-            // SAFETY: the QP just created, owned by nothing else yet.
-            let _ = unsafe { ctx.run(Op::DestroyQp, &DestroyQp::new(resp.qp_handle), &mut []) };
+            let _ = send_destroy_qp(ctx, created.path, created.handle);
         };
         let rings = match sys::rxe_create_qp_resp::read_from_bytes(&uhw[..]) {
-            Ok(r) if written == uhw.len() => r,
+            Ok(r) if created.uhw_written == uhw.len() => r,
             _ => {
                 destroy();
                 return Err(fail(Errno::PROTO));
@@ -222,31 +217,127 @@ impl ProtectionDomain {
                 return Err(fail(e));
             }
         };
+        let caps = created.cap;
         Ok(QueuePair {
             pd: self.inner.clone(),
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
-            destroyed: false,
-            handle: resp.qp_handle,
-            qpn: resp.qpn,
+            handle: created.handle,
+            qpn: created.qpn,
             event_id,
             qp_type: init.qp_type,
             caps: QpCaps {
-                max_send_wr: resp.max_send_wr,
-                max_recv_wr: resp.max_recv_wr,
-                max_send_sge: resp.max_send_sge,
-                max_recv_sge: resp.max_recv_sge,
-                max_inline: resp.max_inline_data,
+                max_send_wr: caps.max_send_wr,
+                max_recv_wr: caps.max_recv_wr,
+                max_send_sge: caps.max_send_sge,
+                max_recv_sge: caps.max_recv_sge,
+                max_inline: caps.max_inline_data,
             },
+            path: created.path,
+            destroyed: false,
             state: AtomicU8::new(QpState::Reset as u8),
             modify_lock: Mutex::new(()),
             sq: Mutex::new(sq),
             rq: Mutex::new(rq),
-            doorbell: PostSendDoorbell::new(resp.qp_handle),
+            doorbell: PostSendDoorbell::new(created.handle),
             _sq_map: sq_map,
             _rq_map: rq_map,
         })
     }
+
+    /// Sends the create, native first (see [`create_qp`](Self::create_qp)).
+    fn send_create_qp(
+        &self,
+        init: &QpInit<'_>,
+        cap: sys::ib_uverbs_qp_cap,
+        event_id: u64,
+        uhw: &mut [u8],
+    ) -> Result<QpCreatedAs, Error> {
+        let ctx = &self.inner.ctx;
+        let (pd, send_cq, recv_cq) = (
+            self.inner.handle,
+            init.send_cq.inner.handle,
+            init.recv_cq.inner.handle,
+        );
+        if let Some(driver) = native_driver(ctx) {
+            let method = QpCreate::new(init.qp_type, pd, send_cq, recv_cq, cap, uhw)
+                .sq_sig_all(init.sq_sig_all)
+                .user_handle(event_id);
+            // SAFETY: QP_CREATE hands no user memory to the device (the
+            // rings are the kernel's); the handles are this context's.
+            match unsafe { method.run(ctx.inner.transport.as_ref(), driver) } {
+                Ok(done) => {
+                    return Ok(QpCreatedAs {
+                        path: CreatePath::NativeMethod,
+                        handle: done.handle,
+                        qpn: done.qp_num,
+                        cap: done.cap,
+                        // The kernel marks the whole UHW out written.
+                        uhw_written: uhw.len(),
+                    });
+                }
+                Err(e) if native_refused(e) => {}
+                Err(e) => return Err(Error::os(Op::CreateQp, &ctx.inner.device, e)),
+            }
+        }
+        let cmd = CreateQp::new(init.qp_type, pd, send_cq, recv_cq, cap)
+            .sq_sig_all(init.sq_sig_all)
+            .user_handle(event_id);
+        // SAFETY: CREATE_QP hands no user memory to the device; the rings
+        // are the kernel's.
+        let (resp, written) = unsafe { ctx.run(Op::CreateQp, &cmd, uhw) }?;
+        Ok(QpCreatedAs {
+            path: CreatePath::WriteCommand,
+            handle: resp.qp_handle,
+            qpn: resp.qpn,
+            cap: sys::ib_uverbs_qp_cap {
+                max_send_wr: resp.max_send_wr,
+                max_recv_wr: resp.max_recv_wr,
+                max_send_sge: resp.max_send_sge,
+                max_recv_sge: resp.max_recv_sge,
+                max_inline_data: resp.max_inline_data,
+            },
+            uhw_written: written,
+        })
+    }
+}
+
+/// What either framing of CREATE_QP answered.
+struct QpCreatedAs {
+    path: CreatePath,
+    handle: u32,
+    qpn: u32,
+    cap: sys::ib_uverbs_qp_cap,
+    uhw_written: usize,
+}
+
+/// DESTROY_QP of `handle` through `path`; answers the async events the
+/// kernel reported for it.
+fn send_destroy_qp(ctx: &Context, path: CreatePath, handle: u32) -> Result<u32, Error> {
+    match (path, ctx.inner.driver_id) {
+        (CreatePath::NativeMethod, Some(driver)) => {
+            // SAFETY: the caller owns the QP and destroys it once; its rings
+            // are unmapped only after.
+            unsafe { QpDestroy::new(handle).run(ctx.inner.transport.as_ref(), driver.0) }
+                .map(|r| r.events_reported)
+                .map_err(|e| Error::os(Op::DestroyQp, &ctx.inner.device, e))
+        }
+        _ => {
+            // SAFETY: as above.
+            let (resp, _) = unsafe { ctx.run(Op::DestroyQp, &DestroyQp::new(handle), &mut []) }?;
+            Ok(resp.events_reported)
+        }
+    }
+}
+
+/// A failed [`QueuePair::destroy`]: the QP is handed back, intact and usable.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct DestroyQpError {
+    /// The QP, unchanged (boxed: the error stays small).
+    pub qp: Box<QueuePair>,
+    /// Why the kernel refused.
+    pub error: Error,
 }
 
 /// A mutex whose holder cannot leave the ring half-updated (each index is
@@ -444,44 +535,46 @@ impl QueuePair {
         )
     }
 
-    /// Destroys the QP now (`DESTROY_QP`) and unmaps its rings; once this
-    /// returns `Ok`, the device reaches none of the memory its work
-    /// requests named. On failure the QP is handed back as it was, with
-    /// the error. In a forked child (the QP is the parent's) nothing is
-    /// sent and it is `Ok`.
-    #[doc(alias = "ibv_destroy_qp")]
-    // The Err hands the caller's resource back by value; the path is cold.
-    #[allow(clippy::result_large_err)]
-    pub fn destroy(mut self) -> Result<(), (QueuePair, Error)> {
-        match self.send_destroy() {
-            Ok(()) => {
-                self.destroyed = true;
-                Ok(())
-            }
-            Err(e) => Err((self, e)),
-        }
+    /// Whether the native method or the write command created the QP (and
+    /// will destroy it).
+    pub fn create_path(&self) -> CreatePath {
+        self.path
     }
 
-    fn send_destroy(&self) -> Result<(), Error> {
-        // In a forked child the QP is the parent's: send nothing.
-        if !self.pd.ctx.is_owned_by_this_process() {
-            return Ok(());
+    /// Destroys the QP now (`DESTROY_QP`, through the interface that
+    /// created it) and returns the async events the kernel reported for it
+    /// (`events_reported`). Its rings are unmapped after, and its CQs and
+    /// PD are released (a CQ it was the last user of is destroyed). If the
+    /// kernel refuses, the QP comes back in the error, intact and usable.
+    /// In a forked child: [`Error::ForeignProcess`], nothing sent.
+    #[doc(alias = "ibv_destroy_qp")]
+    pub fn destroy(mut self) -> Result<u32, DestroyQpError> {
+        let sent = self
+            .pd
+            .ctx
+            .check_process(Op::DestroyQp)
+            .and_then(|()| send_destroy_qp(&self.pd.ctx, self.path, self.handle));
+        match sent {
+            Ok(events) => {
+                self.destroyed = true;
+                Ok(events)
+            }
+            Err(error) => Err(DestroyQpError {
+                qp: Box::new(self),
+                error,
+            }),
         }
-        // SAFETY: DESTROY_QP of the handle this value owns; the rings are
-        // unmapped only after it (field drops follow Drop::drop).
-        unsafe {
-            self.pd
-                .ctx
-                .run(Op::DestroyQp, &DestroyQp::new(self.handle), &mut [])
-        }
-        .map(|_| ())
     }
 }
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
-        if !self.destroyed {
-            let _ = self.send_destroy();
+        // In a forked child the QP is the parent's: send nothing.
+        if self.destroyed || !self.pd.ctx.is_owned_by_this_process() {
+            return;
         }
+        // The rings are unmapped only after the destroy (field drops follow
+        // this body); a refused destroy cannot be reported from a drop.
+        let _ = send_destroy_qp(&self.pd.ctx, self.path, self.handle);
     }
 }

@@ -7,10 +7,26 @@ use std::sync::Arc;
 use uverbs::command::DestroyCq;
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
-use uverbs::{Context, DriverId, Errno, Error, Op, OpenOptions};
+use uverbs::{Context, DriverId, Errno, Error, Op, OpenOptions, TransportKind};
 
 fn fake_ctx(driver: Option<DriverId>) -> (Arc<RecordingTransport>, Context) {
-    let fake = Arc::new(RecordingTransport::new());
+    ctx_over(RecordingTransport::new(), driver)
+}
+
+/// A fake standing for the legacy write() transport: CQs and QPs are made
+/// with the write commands (the native framing is tests/datapath_native.rs's).
+fn write_ctx() -> (Arc<RecordingTransport>, Context) {
+    ctx_over(
+        RecordingTransport::with_kind(TransportKind::Write),
+        Some(DriverId::RXE),
+    )
+}
+
+fn ctx_over(
+    fake: RecordingTransport,
+    driver: Option<DriverId>,
+) -> (Arc<RecordingTransport>, Context) {
+    let fake = Arc::new(fake);
     let ctx = Context::with_transport("fake0", driver, Box::new(fake.clone()), &OpenOptions::new())
         .unwrap();
     (fake, ctx)
@@ -42,7 +58,7 @@ fn create_cq_on_a_driver_without_data_path_is_refused_before_sending() {
 /// was destroyed again, so the kernel holds nothing.
 #[test]
 fn a_cq_whose_ring_cannot_be_mapped_is_destroyed_again() {
-    let (fake, ctx) = fake_ctx(Some(DriverId::RXE));
+    let (fake, ctx) = write_ctx();
     let err = ctx.create_cq(16, None).unwrap_err();
     assert_os(&err, Op::CreateCq, Errno::OPNOTSUPP);
     let codes: Vec<u32> = fake.commands().iter().map(|c| c.code).collect();
@@ -78,7 +94,7 @@ fn a_completion_channel_needs_a_descriptor_the_transport_hands_over() {
 /// destroy.
 #[test]
 fn a_refused_create_cq_sends_nothing_more() {
-    let (fake, ctx) = fake_ctx(Some(DriverId::RXE));
+    let (fake, ctx) = write_ctx();
     fake.fail_next(sys::IB_USER_VERBS_CMD_CREATE_CQ, Errno::NOMEM);
     let err = ctx.create_cq(16, None).unwrap_err();
     assert_os(&err, Op::CreateCq, Errno::NOMEM);

@@ -704,11 +704,12 @@ impl<M> Drop for OwnedQp<M> {
         if qp.state() != QpState::Err {
             let _ = qp.modify(&QpAttr::new().state(QpState::Err));
         }
-        if let Err((qp, _)) = qp.destroy() {
-            // The device may still use the memory: leak it, and the QP.
+        if let Err(refused) = qp.destroy() {
+            // The device may still use the memory (or, in a forked child,
+            // the parent's device does): leak it, and the QP.
             std::mem::forget(t.sq.take_all());
             std::mem::forget(t.rq.take_all());
-            std::mem::forget(qp);
+            std::mem::forget(refused);
         }
     }
 }

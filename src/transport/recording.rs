@@ -11,8 +11,10 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 
+use std::os::fd::AsFd;
+
 use super::frame::IoctlFrame;
-use super::{RawCommand, Transport, TransportKind};
+use super::{RawCommand, SharedMapping, Transport, TransportKind};
 use crate::error::Errno;
 use uverbs_uapi as sys;
 use zerocopy::{FromBytes, Immutable, IntoBytes};
@@ -134,7 +136,7 @@ enum Kind {
 type Spec = (u16, Kind, bool, u16, u16);
 
 /// The methods the fake kernel knows, with the kernel's attribute specs
-/// (`uverbs_std_types_device.c`, `uverbs_std_types_mr.c` of Linux 6.12).
+/// (`uverbs_std_types_device.c`, `_mr.c`, `_cq.c`, `_qp.c` of Linux 6.12).
 fn method_spec(object_id: u16, method_id: u16) -> Option<&'static [Spec]> {
     use Kind::*;
     const ANY: u16 = u16::MAX;
@@ -213,6 +215,42 @@ fn method_spec(object_id: u16, method_id: u16) -> Option<&'static [Spec]> {
             (sys::UVERBS_ATTR_QUERY_MR_RESP_LENGTH, Out, true, 8, 8),
             (sys::UVERBS_ATTR_QUERY_MR_RESP_IOVA, Out, true, 8, 8),
         ],
+        (sys::UVERBS_OBJECT_CQ, sys::UVERBS_METHOD_CQ_CREATE) => &[
+            (sys::UVERBS_ATTR_CREATE_CQ_HANDLE, Idr, true, 0, 0),
+            (sys::UVERBS_ATTR_CREATE_CQ_CQE, In, true, 4, 4),
+            (sys::UVERBS_ATTR_CREATE_CQ_USER_HANDLE, In, true, 8, 8),
+            (sys::UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL, Idr, false, 0, 0),
+            (sys::UVERBS_ATTR_CREATE_CQ_COMP_VECTOR, In, true, 4, 4),
+            (sys::UVERBS_ATTR_CREATE_CQ_FLAGS, In, false, 4, 8),
+            (sys::UVERBS_ATTR_CREATE_CQ_RESP_CQE, Out, true, 4, 4),
+            (sys::UVERBS_ATTR_CREATE_CQ_EVENT_FD, Idr, false, 0, 0),
+            (sys::UVERBS_ATTR_UHW_IN, In, false, 0, ANY),
+            (sys::UVERBS_ATTR_UHW_OUT, Out, false, 0, ANY),
+        ],
+        (sys::UVERBS_OBJECT_CQ, sys::UVERBS_METHOD_CQ_DESTROY) => &[
+            (sys::UVERBS_ATTR_DESTROY_CQ_HANDLE, Idr, true, 0, 0),
+            (sys::UVERBS_ATTR_DESTROY_CQ_RESP, Out, true, 8, 8),
+        ],
+        (sys::UVERBS_OBJECT_QP, sys::UVERBS_METHOD_QP_CREATE) => &[
+            (sys::UVERBS_ATTR_CREATE_QP_HANDLE, Idr, true, 0, 0),
+            (sys::UVERBS_ATTR_CREATE_QP_PD_HANDLE, Idr, false, 0, 0),
+            (sys::UVERBS_ATTR_CREATE_QP_SRQ_HANDLE, Idr, false, 0, 0),
+            (sys::UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE, Idr, false, 0, 0),
+            (sys::UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE, Idr, false, 0, 0),
+            (sys::UVERBS_ATTR_CREATE_QP_USER_HANDLE, In, true, 8, 8),
+            (sys::UVERBS_ATTR_CREATE_QP_CAP, In, true, 20, 20),
+            (sys::UVERBS_ATTR_CREATE_QP_TYPE, Const, true, 8, 8),
+            (sys::UVERBS_ATTR_CREATE_QP_FLAGS, In, false, 4, 8),
+            (sys::UVERBS_ATTR_CREATE_QP_EVENT_FD, Idr, false, 0, 0),
+            (sys::UVERBS_ATTR_CREATE_QP_RESP_CAP, Out, true, 20, 20),
+            (sys::UVERBS_ATTR_CREATE_QP_RESP_QP_NUM, Out, true, 4, 4),
+            (sys::UVERBS_ATTR_UHW_IN, In, false, 0, ANY),
+            (sys::UVERBS_ATTR_UHW_OUT, Out, false, 0, ANY),
+        ],
+        (sys::UVERBS_OBJECT_QP, sys::UVERBS_METHOD_QP_DESTROY) => &[
+            (sys::UVERBS_ATTR_DESTROY_QP_HANDLE, Idr, true, 0, 0),
+            (sys::UVERBS_ATTR_DESTROY_QP_RESP, Out, true, 4, 4),
+        ],
         _ => return None,
     })
 }
@@ -243,6 +281,10 @@ struct FakeMr {
 /// kernel's `uverbs_copy_to` (at most the attribute's length).
 type Answer = Vec<(u16, Vec<u8>)>;
 
+/// A method's outputs and, for a create, the new object's (IDR attribute
+/// id, handle) to write into the frame.
+type CreateAnswer = (Answer, Option<(u16, u32)>);
+
 #[derive(Debug, Default)]
 struct FakeKernel {
     log: Vec<RecordedCommand>,
@@ -259,13 +301,120 @@ struct FakeKernel {
 
 /// The fake's data-path objects: CQs and QPs (handle -> state), answered
 /// like rxe (CQ sizes rounded to a power of two minus one, an `mminfo` per
-/// ring in UHW out, EBUSY for a CQ a QP uses).
+/// ring in UHW out, EBUSY for a CQ a QP uses), through the write commands
+/// and the native methods alike.
 #[derive(Debug, Default)]
 struct FakeDataPath {
     cqs: BTreeMap<u32, u32>,
     /// QP handle -> (send CQ, recv CQ, state).
     qps: BTreeMap<u32, (u32, u32, u8)>,
     next_mmap: u64,
+    /// mmap offset -> the ring announced there.
+    rings: BTreeMap<u64, FakeRing>,
+    /// Whether `map_queue` serves the rings
+    /// ([`RecordingTransport::serve_rings`]).
+    serve_rings: bool,
+    /// CQ handle -> the (comp, async) event counts its destroy answers.
+    events_reported: BTreeMap<u32, (u32, u32)>,
+}
+
+/// One ring the fake announced: its length and the header it starts with.
+#[derive(Clone, Copy, Debug)]
+struct FakeRing {
+    size: u32,
+    log2_elem_size: u32,
+    index_mask: u32,
+}
+
+/// The page size the fake's rings are rounded to.
+const FAKE_PAGE: usize = 4096;
+
+impl FakeDataPath {
+    /// A ring for at least `elems` elements of at least `elem` bytes, laid
+    /// out like rxe's `rxe_queue_init` (slot size and slot count rounded up
+    /// to powers of two, one slot always free, the header first), at a
+    /// fresh page-aligned offset. Returns its `mminfo` and the elements it
+    /// holds (`slots - 1`).
+    fn ring(&mut self, elem: usize, elems: u32) -> (sys::mminfo, u32) {
+        let log2_elem_size = elem.next_power_of_two().trailing_zeros();
+        let slots = (elems + 1).next_power_of_two();
+        let len = size_of::<sys::rxe_queue_buf>() + ((slots as usize) << log2_elem_size);
+        let size = len.div_ceil(FAKE_PAGE) * FAKE_PAGE;
+        self.next_mmap += (size + FAKE_PAGE) as u64;
+        let ring = FakeRing {
+            size: size as u32,
+            log2_elem_size,
+            index_mask: slots - 1,
+        };
+        self.rings.insert(self.next_mmap, ring);
+        let mi = sys::mminfo {
+            offset: self.next_mmap,
+            size: ring.size,
+            pad: 0,
+        };
+        (mi, slots - 1)
+    }
+
+    /// CREATE_CQ of either framing: (handle, real cqe, rxe's UHW answer).
+    fn create_cq(
+        &mut self,
+        handle: u32,
+        cqe: u32,
+        uhw_out_len: usize,
+    ) -> Result<(u32, u32, sys::rxe_create_cq_resp), Errno> {
+        // rxe_create_cq: EINVAL without room for its answer.
+        if cqe == 0 || uhw_out_len < size_of::<sys::rxe_create_cq_resp>() {
+            return Err(Errno::INVAL);
+        }
+        let (mi, cqe) = self.ring(size_of::<sys::ib_uverbs_wc>(), cqe);
+        self.cqs.insert(handle, cqe);
+        Ok((handle, cqe, sys::rxe_create_cq_resp { mi }))
+    }
+
+    /// DESTROY_CQ of either framing: EBUSY while a QP uses the CQ.
+    fn destroy_cq(&mut self, handle: u32) -> Result<sys::ib_uverbs_destroy_cq_resp, Errno> {
+        if self.qps.values().any(|q| q.0 == handle || q.1 == handle) {
+            return Err(Errno::BUSY);
+        }
+        self.cqs.remove(&handle).ok_or(Errno::INVAL)?;
+        let (comp, async_events) = self.events_reported.remove(&handle).unwrap_or((0, 0));
+        Ok(sys::ib_uverbs_destroy_cq_resp {
+            comp_events_reported: comp,
+            async_events_reported: async_events,
+        })
+    }
+
+    /// CREATE_QP of either framing: (real caps, rxe's UHW answer); the QP
+    /// number is `0x10 + handle`.
+    fn create_qp(
+        &mut self,
+        handle: u32,
+        (send_cq, recv_cq): (u32, u32),
+        cap: sys::ib_uverbs_qp_cap,
+        uhw_out_len: usize,
+    ) -> Result<(sys::ib_uverbs_qp_cap, sys::rxe_create_qp_resp), Errno> {
+        if !self.cqs.contains_key(&send_cq)
+            || !self.cqs.contains_key(&recv_cq)
+            || uhw_out_len < size_of::<sys::rxe_create_qp_resp>()
+        {
+            return Err(Errno::INVAL);
+        }
+        let sge = size_of::<sys::rxe_sge>();
+        let send_room = (cap.max_send_sge as usize * sge).max(cap.max_inline_data as usize);
+        let recv_room = cap.max_recv_sge as usize * sge;
+        // RQ first, as rxe answers them.
+        let (rq_mi, max_recv_wr) =
+            self.ring(size_of::<sys::rxe_recv_wqe>() + recv_room, cap.max_recv_wr);
+        let (sq_mi, max_send_wr) =
+            self.ring(size_of::<sys::rxe_send_wqe>() + send_room, cap.max_send_wr);
+        self.qps.insert(handle, (send_cq, recv_cq, 0));
+        let cap = sys::ib_uverbs_qp_cap {
+            max_send_wr,
+            max_recv_wr,
+            ..cap
+        };
+        Ok((cap, sys::rxe_create_qp_resp { rq_mi, sq_mi }))
+    }
 }
 
 impl FakeKernel {
@@ -276,72 +425,56 @@ impl FakeKernel {
         rec: &RecordedCommand,
         cmd: &mut RawCommand<'_>,
     ) -> Option<Result<usize, Errno>> {
-        let ring = |dp: &mut FakeDataPath, size: u32| {
-            dp.next_mmap += 0x1000;
-            sys::mminfo {
-                offset: dp.next_mmap,
-                size,
-                pad: 0,
-            }
-        };
         Some(match rec.code {
             sys::IB_USER_VERBS_CMD_CREATE_CQ => (|| {
                 let req: sys::ib_uverbs_create_cq = request_of(rec)?;
-                if req.cqe == 0 || cmd.uhw_out.len() < 16 {
-                    return Err(Errno::INVAL);
-                }
-                let cqe = (req.cqe + 1).next_power_of_two() - 1;
-                let cq_handle = self.handle();
-                self.datapath.cqs.insert(cq_handle, cqe);
-                let mi = ring(&mut self.datapath, 8192);
+                let handle = self.handle();
+                let (cq_handle, cqe, uhw) =
+                    self.datapath
+                        .create_cq(handle, req.cqe, cmd.uhw_out.len())?;
                 write_out(
                     cmd.core_out,
                     sys::ib_uverbs_create_cq_resp { cq_handle, cqe },
                 )?;
-                write_out(cmd.uhw_out, sys::rxe_create_cq_resp { mi })?;
-                Ok(16)
+                write_out(cmd.uhw_out, uhw)?;
+                Ok(size_of_val(&uhw))
             })(),
             sys::IB_USER_VERBS_CMD_DESTROY_CQ => (|| {
                 let req: sys::ib_uverbs_destroy_cq = request_of(rec)?;
-                let busy = self.datapath.qps.values();
-                if busy
-                    .into_iter()
-                    .any(|q| q.0 == req.cq_handle || q.1 == req.cq_handle)
-                {
-                    return Err(Errno::BUSY);
-                }
-                let cqs = &mut self.datapath.cqs;
-                forget::<_, sys::ib_uverbs_destroy_cq_resp>(cqs, req.cq_handle, cmd.core_out)
+                let resp = self.datapath.destroy_cq(req.cq_handle)?;
+                write_out(cmd.core_out, resp)?;
+                Ok(0)
             })(),
             sys::IB_USER_VERBS_CMD_CREATE_QP => (|| {
                 let req: sys::ib_uverbs_create_qp = request_of(rec)?;
-                let cqs = &self.datapath.cqs;
-                if !self.pds.contains(&req.pd_handle)
-                    || !cqs.contains_key(&req.send_cq_handle)
-                    || !cqs.contains_key(&req.recv_cq_handle)
-                    || !rec.uhw_in.is_empty()
-                    || cmd.uhw_out.len() < 32
-                {
+                if !self.pds.contains(&req.pd_handle) || !rec.uhw_in.is_empty() {
                     return Err(Errno::INVAL);
                 }
-                let qp_handle = self.handle();
-                let qp = (req.send_cq_handle, req.recv_cq_handle, 0);
-                self.datapath.qps.insert(qp_handle, qp);
-                let rq_mi = ring(&mut self.datapath, 4096);
-                let sq_mi = ring(&mut self.datapath, 8192);
-                let resp = sys::ib_uverbs_create_qp_resp {
-                    qp_handle,
-                    qpn: 0x10 + qp_handle,
-                    max_send_wr: (req.max_send_wr + 1).next_power_of_two() - 1,
-                    max_recv_wr: (req.max_recv_wr + 1).next_power_of_two() - 1,
+                let cap = sys::ib_uverbs_qp_cap {
+                    max_send_wr: req.max_send_wr,
+                    max_recv_wr: req.max_recv_wr,
                     max_send_sge: req.max_send_sge,
                     max_recv_sge: req.max_recv_sge,
                     max_inline_data: req.max_inline_data,
+                };
+                let qp_handle = self.handle();
+                let cqs = (req.send_cq_handle, req.recv_cq_handle);
+                let (cap, uhw) = self
+                    .datapath
+                    .create_qp(qp_handle, cqs, cap, cmd.uhw_out.len())?;
+                let resp = sys::ib_uverbs_create_qp_resp {
+                    qp_handle,
+                    qpn: 0x10 + qp_handle,
+                    max_send_wr: cap.max_send_wr,
+                    max_recv_wr: cap.max_recv_wr,
+                    max_send_sge: cap.max_send_sge,
+                    max_recv_sge: cap.max_recv_sge,
+                    max_inline_data: cap.max_inline_data,
                     reserved: 0,
                 };
                 write_out(cmd.core_out, resp)?;
-                write_out(cmd.uhw_out, sys::rxe_create_qp_resp { rq_mi, sq_mi })?;
-                Ok(32)
+                write_out(cmd.uhw_out, uhw)?;
+                Ok(size_of_val(&uhw))
             })(),
             sys::IB_USER_VERBS_CMD_MODIFY_QP => (|| {
                 let req: sys::ib_uverbs_modify_qp = request_of(rec)?;
@@ -373,6 +506,79 @@ impl FakeKernel {
             _ => return None,
         })
     }
+
+    /// Answers the data-path native methods (CQ and QP create and
+    /// destroy); `None` for other methods. A create also answers the new
+    /// handle: (attribute id, handle) to write into the frame.
+    fn answer_datapath_method(
+        &mut self,
+        rec: &RecordedMethod,
+    ) -> Option<Result<CreateAnswer, Errno>> {
+        let out = |id: u16, bytes: &[u8]| (id, bytes.to_vec());
+        let obj = |id: u16| {
+            rec.attr(id)
+                .and_then(|a| u32::try_from(a.data).ok())
+                .ok_or(Errno::INVAL)
+        };
+        let uhw_out_len = rec
+            .attr(sys::UVERBS_ATTR_UHW_OUT)
+            .map_or(0, |a| usize::from(a.len));
+        Some(match (rec.object_id, rec.method_id) {
+            (sys::UVERBS_OBJECT_CQ, sys::UVERBS_METHOD_CQ_CREATE) => (|| {
+                let cqe = const_of(rec, sys::UVERBS_ATTR_CREATE_CQ_CQE).unwrap_or(0);
+                let cqe = u32::try_from(cqe).map_err(|_| Errno::INVAL)?;
+                let handle = self.handle();
+                let (handle, cqe, uhw) = self.datapath.create_cq(handle, cqe, uhw_out_len)?;
+                let answer = vec![
+                    out(sys::UVERBS_ATTR_CREATE_CQ_RESP_CQE, cqe.as_bytes()),
+                    out(sys::UVERBS_ATTR_UHW_OUT, uhw.as_bytes()),
+                ];
+                Ok((answer, Some((sys::UVERBS_ATTR_CREATE_CQ_HANDLE, handle))))
+            })(),
+            (sys::UVERBS_OBJECT_CQ, sys::UVERBS_METHOD_CQ_DESTROY) => (|| {
+                let resp = self
+                    .datapath
+                    .destroy_cq(obj(sys::UVERBS_ATTR_DESTROY_CQ_HANDLE)?)?;
+                Ok((
+                    vec![out(sys::UVERBS_ATTR_DESTROY_CQ_RESP, resp.as_bytes())],
+                    None,
+                ))
+            })(),
+            (sys::UVERBS_OBJECT_QP, sys::UVERBS_METHOD_QP_CREATE) => (|| {
+                let pd = obj(sys::UVERBS_ATTR_CREATE_QP_PD_HANDLE)?;
+                let cap = rec
+                    .attr(sys::UVERBS_ATTR_CREATE_QP_CAP)
+                    .and_then(|a| sys::ib_uverbs_qp_cap::read_from_bytes(&a.input).ok())
+                    .ok_or(Errno::INVAL)?;
+                let cqs = (
+                    obj(sys::UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE)?,
+                    obj(sys::UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE)?,
+                );
+                if !self.pds.contains(&pd) {
+                    return Err(Errno::INVAL);
+                }
+                let handle = self.handle();
+                let (cap, uhw) = self.datapath.create_qp(handle, cqs, cap, uhw_out_len)?;
+                let qpn = 0x10 + handle;
+                let answer = vec![
+                    out(sys::UVERBS_ATTR_CREATE_QP_RESP_CAP, cap.as_bytes()),
+                    out(sys::UVERBS_ATTR_CREATE_QP_RESP_QP_NUM, qpn.as_bytes()),
+                    out(sys::UVERBS_ATTR_UHW_OUT, uhw.as_bytes()),
+                ];
+                Ok((answer, Some((sys::UVERBS_ATTR_CREATE_QP_HANDLE, handle))))
+            })(),
+            (sys::UVERBS_OBJECT_QP, sys::UVERBS_METHOD_QP_DESTROY) => (|| {
+                let handle = obj(sys::UVERBS_ATTR_DESTROY_QP_HANDLE)?;
+                self.datapath.qps.remove(&handle).ok_or(Errno::INVAL)?;
+                let resp = sys::ib_uverbs_destroy_qp_resp::default();
+                Ok((
+                    vec![out(sys::UVERBS_ATTR_DESTROY_QP_RESP, resp.as_bytes())],
+                    None,
+                ))
+            })(),
+            _ => return None,
+        })
+    }
 }
 
 /// A [`Transport`] that simulates a small, well-behaved uverbs device and
@@ -387,12 +593,50 @@ impl FakeKernel {
 #[derive(Debug, Default)]
 pub struct RecordingTransport {
     kernel: Mutex<FakeKernel>,
+    /// The kind it reports; `None`: [`TransportKind::Fake`].
+    kind: Option<TransportKind>,
 }
 
 impl RecordingTransport {
     /// A fresh fake device with no objects.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A fresh fake device that reports `kind`, e.g.
+    /// [`TransportKind::Write`] to stand for a context on the legacy
+    /// write() transport (objects are then created with write commands).
+    /// It answers commands and methods the same whatever it reports.
+    pub fn with_kind(kind: TransportKind) -> Self {
+        RecordingTransport {
+            kind: Some(kind),
+            ..Self::default()
+        }
+    }
+
+    /// From now on [`Transport::map_queue`] serves the rings the fake
+    /// announced in its CREATE_CQ and CREATE_QP answers: anonymous shared
+    /// memory of the announced length whose header says the slot size and
+    /// index mask, as rxe's would. Nothing consumes the send rings or fills
+    /// the completion rings. Without this, mapping fails with `EOPNOTSUPP`
+    /// (a fake has no command file), so every CQ and QP creation fails.
+    pub fn serve_rings(&self) {
+        self.lock().datapath.serve_rings = true;
+    }
+
+    /// Makes the DESTROY_CQ of `cq_handle` answer these event counts
+    /// (`comp_events_reported`, `async_events_reported`; 0 and 0 unless set).
+    pub fn report_cq_events(&self, cq_handle: u32, comp: u32, async_events: u32) {
+        self.lock()
+            .datapath
+            .events_reported
+            .insert(cq_handle, (comp, async_events));
+    }
+
+    /// Live CQs and QPs in the fake kernel.
+    pub fn live_cqs_qps(&self) -> (usize, usize) {
+        let kernel = self.lock();
+        (kernel.datapath.cqs.len(), kernel.datapath.qps.len())
     }
 
     /// Makes the next command with this code fail with `errno` (queued: call
@@ -928,10 +1172,48 @@ unsafe fn write_answer(frame: &mut IoctlFrame, answer: &Answer) {
 // and CREATE_QP) the first 16 or 32 bytes of `uhw_out` are written, which is
 // what is returned, after zeroing both outputs. Methods are answered
 // once; only output attributes of known methods are written, within their
-// lengths, and only their flags are changed in the frame.
+// lengths, and only their flags and (for a create) the new handle's IDR
+// `data` are changed in the frame. Mapped rings are fresh memfd memory.
 unsafe impl Transport for RecordingTransport {
     fn kind(&self) -> TransportKind {
-        TransportKind::Fake
+        self.kind.unwrap_or(TransportKind::Fake)
+    }
+
+    unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
+        let ring = {
+            let kernel = self.lock();
+            if !kernel.datapath.serve_rings {
+                return Err(Errno::OPNOTSUPP);
+            }
+            *kernel.datapath.rings.get(&offset).ok_or(Errno::INVAL)?
+        };
+        if len != ring.size as usize {
+            return Err(Errno::INVAL);
+        }
+        // Anonymous shared memory of the ring's length, its header written
+        // like the kernel's `rxe_queue_init` (both indices 0).
+        let fd = rustix::fs::memfd_create("uverbs-fake-ring", rustix::fs::MemfdFlags::CLOEXEC)?;
+        rustix::fs::ftruncate(&fd, len as u64)?;
+        // SAFETY: a memfd of our own, mapped once; no Rust memory aliases it.
+        let mapping = unsafe { SharedMapping::map(fd.as_fd(), 0, len) }?;
+        let base = mapping.as_ptr().as_ptr();
+        let words = [
+            (
+                std::mem::offset_of!(sys::rxe_queue_buf, log2_elem_size),
+                ring.log2_elem_size,
+            ),
+            (
+                std::mem::offset_of!(sys::rxe_queue_buf, index_mask),
+                ring.index_mask,
+            ),
+        ];
+        for (offset, value) in words {
+            // SAFETY: inside the fresh mapping (the header is within `len`,
+            // `len >= size_of::<rxe_queue_buf>()`), 4-aligned (page-aligned
+            // base, 4-aligned field), not yet seen by anyone else.
+            unsafe { base.add(offset).cast::<u32>().write(value) };
+        }
+        Ok(mapping)
     }
 
     unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
@@ -976,7 +1258,16 @@ unsafe impl Transport for RecordingTransport {
         }
         let spec = spec.ok_or(Errno::PROTONOSUPPORT)?;
         FakeKernel::check_attrs(&rec, spec)?;
-        let answer = kernel.answer_method(&rec)?;
+        let (answer, new_handle) = match kernel.answer_datapath_method(&rec) {
+            Some(answer) => answer?,
+            None => (kernel.answer_method(&rec)?, None),
+        };
+        if let Some((attr_id, handle)) = new_handle {
+            // The kernel writes a new object's handle into its IDR attribute.
+            if let Some(attr) = frame.attr_mut(attr_id) {
+                attr.data = handle.into();
+            }
+        }
         // SAFETY: the caller vouches for the output pointers; the spec
         // checked their lengths.
         unsafe { write_answer(frame, &answer) };
