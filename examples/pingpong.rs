@@ -36,7 +36,7 @@ use memmap2::MmapMut;
 use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, Device, DriverId, Endpoint, MemoryRegion, OpenOptions,
-    Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Payload, QpInit, QueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
 };
 
@@ -620,10 +620,8 @@ fn client(ctx: &Context, opts: &Options) -> Result<()> {
         *b = pattern(i);
     }
     let sge = side.sge(src, opts.write_size);
-    let remote = Remote {
-        addr: peer.addr,
-        rkey: peer.rkey,
-    };
+    // The server's record names its WRITE area and the rkey for it.
+    let remote = peer.remote();
     let start = Instant::now();
     let (mut posted, mut done) = (0, 0);
     while done < opts.iters {
