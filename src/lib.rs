@@ -42,6 +42,7 @@ mod cq;
 mod device;
 mod device_attr;
 mod driver;
+mod endpoint;
 mod error;
 mod flags;
 pub mod fork;
@@ -76,6 +77,7 @@ pub use device::{
 };
 pub use device_attr::DeviceAttr;
 pub use driver::DriverId;
+pub use endpoint::{Endpoint, EndpointParseError};
 pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};

@@ -63,7 +63,9 @@ pub fn static_tests(workspace: &Path) -> Result<Vec<Binary>> {
     Ok(bins)
 }
 
-/// Builds the example `name` (`examples/<name>.rs`) statically.
+/// Builds the example `name` (`examples/<name>.rs`) statically, in the
+/// release profile: pingpong prints latencies and bandwidths, which a debug
+/// build would misstate.
 pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
     let src = workspace.join("examples").join(format!("{name}.rs"));
     if !src.is_file() {
@@ -79,6 +81,7 @@ pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
     cmd.current_dir(workspace)
         .args([
             "build",
+            "--release",
             "-p",
             "uverbs",
             "--example",

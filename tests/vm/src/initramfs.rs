@@ -1,8 +1,9 @@
 //! The guest's root file system: a gzip-compressed cpio archive in the
 //! "newc" format, written here directly (no `cpio` tool needed).
 //!
-//! Contents: busybox (static), the kernel modules, the `rdma` tool with the
-//! shared libraries `ldd` names, the binaries to run, `/init` and `/run-all`.
+//! Contents: busybox (static), the kernel modules, the `rdma` tool and
+//! `strace` with the shared libraries `ldd` names, the binaries to run,
+//! `/init` and `/run-all`.
 
 use crate::binaries::Binary;
 use crate::guest::{GUEST_BIN_DIR, GUEST_MODULE_DIR};
@@ -147,7 +148,7 @@ pub struct Contents<'a> {
 /// `ldd` reports them.
 fn shared_libraries(exe: &Path) -> Result<Vec<PathBuf>> {
     let out = run_captured(
-        "initramfs: listing the rdma tool's libraries",
+        "initramfs: listing a host program's libraries",
         Command::new("ldd").arg(exe),
     )?;
     Ok(out
@@ -215,6 +216,8 @@ pub fn build(out: &Path, scratch: &Path, c: &Contents) -> Result<u64> {
     }
     let rdma =
         which("rdma").ok_or_else(|| err(step, "the `rdma` tool is missing (package iproute2)"))?;
+    // `cargo vm demo` counts the data path's system calls with it.
+    let strace = which("strace").ok_or_else(|| err(step, "strace is missing (package strace)"))?;
 
     let file = fs::File::create(out).context(step)?;
     let mut gzip = Command::new("gzip")
@@ -237,10 +240,16 @@ pub fn build(out: &Path, scratch: &Path, c: &Contents) -> Result<u64> {
     cpio.char_device("dev/null", 0o666, 1, 3).map_err(io)?;
     add_host_file(&mut cpio, busybox, "bin/busybox")?;
     cpio.symlink("bin/sh", "busybox").map_err(io)?;
-    add_host_file(&mut cpio, &rdma, "sbin/rdma")?;
-    for lib in shared_libraries(&rdma)? {
-        let guest = lib.to_string_lossy().trim_start_matches('/').to_string();
-        add_host_file(&mut cpio, &lib, &guest)?;
+    // Dynamic host programs, each with the libraries ldd names (once each).
+    let mut libs_added = BTreeSet::new();
+    for (program, guest) in [(&rdma, "sbin/rdma"), (&strace, "usr/bin/strace")] {
+        add_host_file(&mut cpio, program, guest)?;
+        for lib in shared_libraries(program)? {
+            let guest = lib.to_string_lossy().trim_start_matches('/').to_string();
+            if libs_added.insert(guest.clone()) {
+                add_host_file(&mut cpio, &lib, &guest)?;
+            }
+        }
     }
     for m in c.modules {
         add_host_file(

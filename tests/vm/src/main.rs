@@ -22,8 +22,10 @@
 //! 5. [`report`] reads the markers back and prints the binary ×
 //!    configuration table; the last line is `vm: N passed, M failed`.
 //!
-//! `demo` does steps 3–5 for `examples/rereg.rs`; `shell` boots to an
-//! interactive busybox shell with the same devices and binaries.
+//! `demo` does steps 3–5 for `examples/rereg.rs` and `examples/pingpong.rs`
+//! (the runs of [`guest::DEMO_RUNS`], one of them the pingpong probe under
+//! strace); `shell` boots to an interactive busybox shell with the same
+//! devices and binaries.
 
 mod apt;
 mod bench;
@@ -39,7 +41,7 @@ mod util;
 
 use binaries::Binary;
 use cache::WorkDir;
-use guest::{Mode, RunConfig};
+use guest::{GuestRun, Mode, RunConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -51,7 +53,8 @@ usage: cargo vm <command> [options]
 commands:
   setup   install host packages, fetch the 6.12 kernel, build siw (cached)
   test    host tests, then every uverbs test binary in the VM per configuration
-  demo    run examples/rereg.rs in the VM (ioctl and write transports)
+  demo    run examples/rereg.rs and examples/pingpong.rs (+ its syscall count
+          under strace) in the VM (ioctl and write transports)
   shell   boot the VM to an interactive busybox shell (Ctrl-A X quits)
   bench   benchmarks in the VM (ours, bare syscall, libibverbs); writes docs/benchmarks.md
 
@@ -126,7 +129,8 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// Builds the initramfs for `binaries` and boots it.
+    /// Builds the initramfs for `binaries` and boots it; each binary runs
+    /// once per configuration, without arguments.
     fn boot(
         &self,
         kernel: &setup::Kernel,
@@ -134,15 +138,26 @@ impl Ctx {
         configs: &[RunConfig],
         mode: Mode,
     ) -> Result<Option<qemu::Outcome>> {
+        self.boot_runs(kernel, binaries, &plain_runs(binaries), configs, mode)
+    }
+
+    /// [`boot`](Self::boot) with the runs given (binaries with arguments).
+    fn boot_runs(
+        &self,
+        kernel: &setup::Kernel,
+        binaries: &[Binary],
+        runs: &[GuestRun],
+        configs: &[RunConfig],
+        mode: Mode,
+    ) -> Result<Option<qemu::Outcome>> {
         // Private to this run: concurrent runs share only the cache.
         let work = WorkDir::create(&self.cache, self.opts.keep)?;
         let work_path = work.path();
-        let names: Vec<String> = binaries.iter().map(|b| b.name.clone()).collect();
         let contents = initramfs::Contents {
             modules: &kernel.modules,
             binaries,
             init: guest::init_script(&kernel.modules, mode),
-            run_all: guest::run_all_script(configs, &names),
+            run_all: guest::run_all_script(configs, runs),
         };
         // Copies of the scripts, for reading with --keep.
         std::fs::write(work_path.join("init"), &contents.init)
@@ -180,18 +195,19 @@ impl Ctx {
         &self,
         kernel: &setup::Kernel,
         binaries: &[Binary],
+        runs: &[GuestRun],
         configs: &[RunConfig],
     ) -> Result<bool> {
         let mut outcome = self
-            .boot(kernel, binaries, configs, Mode::Run)?
+            .boot_runs(kernel, binaries, runs, configs, Mode::Run)?
             .expect("run mode has an outcome");
         if report::panicked_before_any_run(&outcome.console) {
             say("the guest kernel panicked before any test started (see the console above); booting once more");
             outcome = self
-                .boot(kernel, binaries, configs, Mode::Run)?
+                .boot_runs(kernel, binaries, runs, configs, Mode::Run)?
                 .expect("run mode has an outcome");
         }
-        let names: Vec<String> = binaries.iter().map(|b| b.name.clone()).collect();
+        let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
         let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
         let results = report::parse(&outcome.console);
         let (table, counts) = report::summarize(&config_names, &names, &results);
@@ -286,11 +302,17 @@ fn real_main(args: &[String]) -> Result<bool> {
                     .collect::<Vec<_>>()
                     .join(" ")
             ));
-            ctx.run_plan(&kernel, &bins, guest::TEST_CONFIGS)
+            ctx.run_plan(&kernel, &bins, &plain_runs(&bins), guest::TEST_CONFIGS)
         }
         "demo" => {
-            let bin = binaries::static_example(&ctx.workspace, "rereg")?;
-            ctx.run_plan(&kernel, &[bin], guest::DEMO_CONFIGS)
+            let runs = GuestRun::demo();
+            let mut bins: Vec<Binary> = Vec::new();
+            for run in &runs {
+                if !bins.iter().any(|b| b.name == run.bin) {
+                    bins.push(binaries::static_example(&ctx.workspace, &run.bin)?);
+                }
+            }
+            ctx.run_plan(&kernel, &bins, &runs, guest::DEMO_CONFIGS)
         }
         "bench" => bench::run(&ctx, &kernel),
         "shell" => {
@@ -300,6 +322,11 @@ fn real_main(args: &[String]) -> Result<bool> {
         }
         _ => unreachable!("checked above"),
     }
+}
+
+/// Each binary once, without arguments, under its own name.
+fn plain_runs(binaries: &[Binary]) -> Vec<GuestRun> {
+    binaries.iter().map(|b| GuestRun::plain(&b.name)).collect()
 }
 
 fn main() -> ExitCode {

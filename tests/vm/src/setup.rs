@@ -1,6 +1,6 @@
 //! `cargo vm setup`: everything the VM needs from the host, cached.
 //!
-//! 1. Host packages (qemu, busybox, kmod, xz, iproute2, gcc, make) are
+//! 1. Host packages (qemu, busybox, kmod, xz, iproute2, strace, gcc, make) are
 //!    installed with apt-get when missing; [`crate::apt`] never lets apt
 //!    remove a package to do so.
 //! 2. The current Debian 6.12 kernel is resolved through apt-cache (the
@@ -36,6 +36,8 @@ const HOST_PACKAGES: &[(&str, &str)] = &[
     ("xz-utils", "xz"),
     ("gzip", "gzip"),
     ("iproute2", "rdma"),
+    // Copied into the guest: `cargo vm demo` counts system calls with it.
+    ("strace", "strace"),
     ("make", "make"),
     ("gcc-12", "x86_64-linux-gnu-gcc-12"),
     ("binutils", "ld"),

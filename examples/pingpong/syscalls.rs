@@ -1,0 +1,303 @@
+//! `pingpong --count-syscalls`: how many system calls `post_recv`,
+//! `post_send` and `poll_cq` make, counted by strace rather than believed.
+//!
+//! The program runs itself as `--syscall-probe` under
+//! `strace -f -C -o FILE`. The probe connects two QPs of one context
+//! (loopback) and then makes the calls in phases, each opened by a marker
+//! line it writes to stderr with exactly one `write(2, "@@PHASE …")`:
+//!
+//! - `post_recv n=N`: N receives, one per call;
+//! - `post_send n=N`: N signalled SENDs, one per call (each rings the
+//!   doorbell);
+//! - `settle`: a sleep, so the device completes everything (not checked);
+//! - `poll_cq n=3N`: 3N polls of one completion each (2N completions are
+//!   waiting, then N polls of an empty CQ);
+//! - `end`.
+//!
+//! The trace lines between two markers are that phase's system calls. The
+//! expected counts (rxe's provider: the doorbell is one `write()`, the
+//! rings are shared memory) are checked, so this also fails if the data
+//! path ever starts making system calls. strace's own summary (`-C`) is
+//! printed after the per-call table.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use memmap2::MmapMut;
+use uverbs::command::QpType;
+use uverbs::{
+    AccessFlags, Context, Payload, QpInit, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus,
+    WorkCompletion,
+};
+
+use super::{data_path_device, Options, Result, Side, WAIT};
+
+const MARKER: &str = "@@PHASE ";
+
+/// Runs the probe under strace and reports the system calls per call.
+pub fn count_under_strace(opts: &Options) -> Result<()> {
+    let dev = data_path_device(opts)?; // the one the probe will open
+    let n = opts.iters.min(4000);
+    let trace = std::env::temp_dir().join(format!("pingpong-strace.{}", std::process::id()));
+    let status = Command::new("strace")
+        .args(["-f", "-C", "-qq", "-s", "64", "-o"])
+        .arg(&trace)
+        .arg(std::env::current_exe()?)
+        .args(["--syscall-probe", "--device", dev.name(), "--iters"])
+        .arg(n.to_string())
+        .status()
+        .map_err(|e| format!("running strace (is it installed?): {e}"))?;
+    let text = std::fs::read_to_string(&trace)?;
+    let _ = std::fs::remove_file(&trace);
+    if !status.success() {
+        return Err(format!("the probe under strace failed ({status})").into());
+    }
+    let phases = phases(&text);
+    println!(
+        "pingpong {}: system calls per call, counted by strace -f:",
+        dev.name()
+    );
+    println!(
+        "  {:<10} {:>7} {:>9} {:>9}  by name",
+        "phase", "calls", "syscalls", "per call"
+    );
+    let mut wrong = Vec::new();
+    for p in &phases {
+        let total: usize = p.syscalls.values().sum();
+        let names: Vec<String> = p.syscalls.iter().map(|(k, v)| format!("{k}×{v}")).collect();
+        let per = match p.n {
+            Some(n) if n > 0 => format!("{:.2}", total as f64 / n as f64),
+            _ => "-".into(),
+        };
+        let calls = p.n.map_or("-".to_string(), |n| n.to_string());
+        println!(
+            "  {:<10} {calls:>7} {total:>9} {per:>9}  {}",
+            p.name,
+            names.join(" ")
+        );
+        // The provider's promise: a doorbell write per post_send call, nothing else.
+        let expected: Option<BTreeMap<String, usize>> = match (p.name.as_str(), p.n) {
+            ("post_recv" | "poll_cq", Some(_)) => Some(BTreeMap::new()),
+            ("post_send", Some(n)) => Some([("write".to_string(), n)].into()),
+            _ => None,
+        };
+        if let Some(want) = expected {
+            if want != p.syscalls {
+                wrong.push(format!("{}: {:?}, expected {want:?}", p.name, p.syscalls));
+            }
+        }
+    }
+    for name in ["post_recv", "post_send", "poll_cq"] {
+        if !phases.iter().any(|p| p.name == name) {
+            wrong.push(format!("no {name} phase in the trace"));
+        }
+    }
+    if let Some(at) = text.find("% time") {
+        println!(
+            "strace -c of the whole probe (set-up included):\n{}",
+            text[at..].trim_end()
+        );
+    }
+    if !wrong.is_empty() {
+        return Err(format!("unexpected system calls: {}", wrong.join("; ")).into());
+    }
+    Ok(())
+}
+
+/// One phase of the trace: its name, its `n=` and the system calls in it.
+#[derive(Debug, PartialEq)]
+struct Phase {
+    name: String,
+    n: Option<usize>,
+    syscalls: BTreeMap<String, usize>,
+}
+
+/// Splits an `strace -f` trace at the marker writes. A call that strace
+/// shows in two pieces (`<unfinished ...>`, then `<... resumed>`) counts
+/// once; signals and exits (`---`, `+++`) are not calls.
+fn phases(trace: &str) -> Vec<Phase> {
+    let mut out: Vec<Phase> = Vec::new();
+    for line in trace.lines() {
+        // With -f each line starts with the thread id.
+        let call = line
+            .trim_start_matches(|c: char| c.is_ascii_digit())
+            .trim_start();
+        let Some((name, _)) = call.split_once('(') else {
+            continue; // `---`, `+++`, `<... resumed>`, the summary table
+        };
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            continue;
+        }
+        if let Some(at) = call.find(MARKER).filter(|_| name == "write") {
+            let words = call[at + MARKER.len()..]
+                .split(['\\', '"'])
+                .next()
+                .unwrap_or("");
+            let mut words = words.split_whitespace();
+            let name = words.next().unwrap_or("?").to_string();
+            let n = words.find_map(|w| w.strip_prefix("n=")?.parse().ok());
+            out.push(Phase {
+                name,
+                n,
+                syscalls: BTreeMap::new(),
+            });
+            continue;
+        }
+        if let Some(p) = out.last_mut() {
+            *p.syscalls.entry(name.to_string()).or_default() += 1;
+        }
+    }
+    out.retain(|p| p.name != "end");
+    out
+}
+
+/// Opens a phase: one `write()` of one line to stderr (formatted first, so
+/// that it is a single system call).
+fn phase(name: &str, n: Option<usize>) {
+    let line = match n {
+        Some(n) => format!("{MARKER}{name} n={n}\n"),
+        None => format!("{MARKER}{name}\n"),
+    };
+    let _ = std::io::stderr().write_all(line.as_bytes());
+}
+
+/// The measured program (see the module's text).
+pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
+    let n = opts.iters;
+    let pd = ctx.alloc_pd()?;
+    let cq = ctx.create_cq(2 * n as u32 + 8, None)?;
+    let init = QpInit {
+        max_send_wr: n as u32,
+        max_recv_wr: n as u32,
+        ..QpInit::new(QpType::Rc, &cq, &cq)
+    };
+    let (a, b) = (pd.create_qp(&init)?, pd.create_qp(&init)?);
+    let mut buf = MmapMut::map_anon(8192)?;
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    // SAFETY: `buf` outlives the MR (dropped after it, at the end).
+    let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), access)? };
+    let gid = ctx.query_gid(1, opts.gid_index)?;
+    let ep = |qp| uverbs::Endpoint::of(qp, gid, &mr);
+    let (ea, eb) = (ep(&a), ep(&b));
+    // Side::connect is the same sequence as pingpong's; it only needs a QP.
+    let connect = |qp, me, peer| Side::connect_qp(qp, me, peer, opts.gid_index);
+    connect(&a, &ea, &eb)?;
+    connect(&b, &eb, &ea)?;
+    let base = buf.as_ptr() as u64;
+    let recv_sge = [Sge {
+        addr: base + 4096,
+        length: 64,
+        lkey: mr.lkey(),
+    }];
+    let send_sge = [Sge {
+        addr: base,
+        length: 64,
+        lkey: mr.lkey(),
+    }];
+    let send = SendWr {
+        wr_id: 0,
+        op: SendOp::Send { imm: None },
+        flags: SendFlags::SIGNALED,
+        payload: Payload::Sges(&send_sge),
+        ud: None,
+    };
+    println!(
+        "probe {} over {}: {n} × post_recv, {n} × post_send, {} × poll_cq",
+        ctx.device_name(),
+        ctx.transport_kind(),
+        3 * n
+    );
+
+    phase("post_recv", Some(n));
+    for i in 0..n {
+        // SAFETY: the receive area (the second page) is never read or
+        // written by this program; every receive lands there.
+        unsafe {
+            b.post_recv(&[RecvWr {
+                wr_id: i as u64,
+                sges: &recv_sge,
+            }])?
+        };
+    }
+    phase("post_send", Some(n));
+    for i in 0..n {
+        // SAFETY: the first page is only read by the device and not
+        // written by the program.
+        unsafe {
+            a.post_send(&[SendWr {
+                wr_id: i as u64,
+                ..send
+            }])?
+        };
+    }
+    phase("settle", None);
+    std::thread::sleep(Duration::from_millis(500));
+    phase("poll_cq", Some(3 * n));
+    let mut wc = [WorkCompletion::default(); 1];
+    let mut got = 0;
+    let mut bad = None;
+    for _ in 0..3 * n {
+        let k = cq.poll(&mut wc)?;
+        if k == 1 && wc[0].status != WcStatus::Success {
+            bad.get_or_insert(wc[0]);
+        }
+        got += k;
+    }
+    phase("end", None);
+    // Outside the phases: anything the sleep was too short for.
+    let deadline = Instant::now() + WAIT;
+    while got < 2 * n && Instant::now() < deadline {
+        got += cq.poll(&mut wc)?;
+    }
+    if let Some(wc) = bad {
+        return Err(format!("probe: a completion failed: {wc:?}").into());
+    }
+    if got != 2 * n {
+        return Err(format!("probe: {got} completions, expected {}", 2 * n).into());
+    }
+    println!("probe: all {} completions succeeded", 2 * n);
+    drop((a, b, mr));
+    drop(buf);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_a_trace_at_the_markers() {
+        let trace = r#"100 execve("/tests/pingpong", ["pingpong"], 0x7ffd /* 3 vars */) = 0
+100 write(2, "@@PHASE post_recv n=2\n", 22) = 22
+100 write(2, "@@PHASE post_send n=2\n", 22) = 22
+100 write(3, "\0\0\0\0", 24) = 24
+100 write(3, "\0\0\0\0", 24 <unfinished ...>
+101 futex(0x1, FUTEX_WAKE, 1) = 0
+100 <... write resumed>) = 24
+100 --- SIGCHLD {si_signo=SIGCHLD} ---
+100 write(2, "@@PHASE poll_cq n=6\n", 20) = 20
+100 write(2, "@@PHASE end\n", 12) = 12
+100 exit_group(0) = ?
+100 +++ exited with 0 +++
+% time     seconds  usecs/call     calls    errors syscall
+"#;
+        let p = phases(trace);
+        let names: Vec<_> = p.iter().map(|p| (p.name.as_str(), p.n)).collect();
+        assert_eq!(
+            names,
+            [
+                ("post_recv", Some(2)),
+                ("post_send", Some(2)),
+                ("poll_cq", Some(6))
+            ]
+        );
+        assert!(p[0].syscalls.is_empty());
+        assert_eq!(
+            p[1].syscalls,
+            [("write".into(), 2), ("futex".into(), 1)].into()
+        );
+        assert!(p[2].syscalls.is_empty());
+    }
+}
