@@ -17,15 +17,27 @@
 //! the MR afterwards. The remembered refusals are forgotten before each row,
 //! so every row shows the kernel's own answer.
 //!
+//! Then traffic proves each row (on rxe; siw's data path is the next
+//! issue): before the MR is deregistered, a peer QP in pd1 makes an RDMA
+//! WRITE with the rkey the outcome leaves valid (the new one after a
+//! replace, else the MR's own), and the demo prints whether it landed or
+//! failed and whether that is what the MR's PD and access say; after a
+//! replace, a WRITE with the old rkey must fail too. See `rereg/traffic.rs`.
+//!
 //! `UVERBS_TRANSPORT=ioctl|write` chooses the transport. Without RDMA
 //! hardware, `cargo vm demo` runs this inside a VM with rxe0 and siw0.
+
+// A directory without main.rs is no example target of its own.
+#[path = "rereg/traffic.rs"]
+mod traffic;
 
 use std::process::ExitCode;
 
 use memmap2::MmapMut;
+use traffic::{Peer, Written};
 use uverbs::{
-    AccessFlags, Context, Device, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain,
-    ReregFallback, ReregFlags, ReregPath,
+    AccessFlags, Context, Device, DriverId, Errno, MemoryRegion, MrState, OpenOptions,
+    ProtectionDomain, ReregFallback, ReregFlags, ReregPath,
 };
 
 const MIB: usize = 1 << 20;
@@ -44,6 +56,8 @@ struct Row {
     lkey: String,
     rkey: String,
     after: String,
+    /// What the peer's WRITEs did, one line each.
+    writes: Vec<String>,
 }
 
 const HEAD: [&str; 9] = [
@@ -187,13 +201,67 @@ fn failed_row(step: &'static str, mode: &'static str, what: &str, e: &uverbs::Er
         lkey: "-".into(),
         rkey: "-".into(),
         after: format!("{what}: {e}"),
+        writes: Vec::new(),
     }
 }
 
-/// Registers a fresh MR, re-registers it once with `fallback`, deregisters
-/// it. Returns the row and whether everything but the re-registration
-/// worked.
-fn cell(b: &Bench<'_>, step: &Step, mode: &'static str, fallback: ReregFallback) -> (Row, bool) {
+/// The peer's WRITE to `target` with `rkey` (`which`: " (new)", " (old)"
+/// or ""), as one line, and whether it did what `expect` says.
+fn write_line(
+    peer: &mut Peer,
+    target: *mut u8,
+    rkey: u32,
+    which: &str,
+    expect: Result<(), &str>,
+) -> (String, bool) {
+    // SAFETY: `target` is the first byte of buf1 or buf2, which live until
+    // the end of `demo` and which nothing else uses meanwhile.
+    let written = unsafe { peer.write(target, rkey) };
+    let head = format!("WRITE with rkey {rkey:#x}{which} ->");
+    match (written, expect) {
+        (Ok(Written::Landed), Ok(())) => (format!("{head} landed (expected)"), true),
+        (Ok(w @ Written::Failed(_)), Err(why)) => (format!("{head} {w} (expected: {why})"), true),
+        (Ok(w), Ok(())) => (format!("{head} {w} (UNEXPECTED: it should land)"), false),
+        (Ok(w), Err(why)) => (
+            format!("{head} {w} (UNEXPECTED: it should fail: {why})"),
+            false,
+        ),
+        (Err(e), _) => (format!("{head} the traffic failed: {e}"), false),
+    }
+}
+
+/// The WRITEs that prove a row: with the rkey the outcome leaves valid
+/// (and, after a replace, the old one, which must fail).
+fn prove(
+    b: &Bench<'_>,
+    peer: &mut Peer,
+    mr: &MemoryRegion,
+    replaced: bool,
+    old_rkey: u32,
+) -> (Vec<String>, bool) {
+    let expect = traffic::expectation(mr, b.pd1);
+    let which = if replaced { " (new)" } else { "" };
+    let (line, mut ok) = write_line(peer, mr.addr(), mr.rkey(), which, expect);
+    let mut lines = vec![line];
+    if replaced {
+        let gone = Err("the old registration is gone");
+        let (line, fine) = write_line(peer, b.buf1.0, old_rkey, " (old)", gone);
+        lines.push(line);
+        ok &= fine;
+    }
+    (lines, ok)
+}
+
+/// Registers a fresh MR, re-registers it once with `fallback`, lets `peer`
+/// (if any) prove the outcome with traffic, deregisters it. Returns the
+/// row and whether everything but the re-registration worked as expected.
+fn cell(
+    b: &Bench<'_>,
+    step: &Step,
+    mode: &'static str,
+    fallback: ReregFallback,
+    peer: Option<&mut Peer>,
+) -> (Row, bool) {
     b.ctx.forget_rereg_refusals();
     // SAFETY: both buffers live until the end of `demo`, after every MR.
     let mut mr = match unsafe { b.pd1.reg_mr(b.buf1.0, b.buf1.1, RW) } {
@@ -219,6 +287,7 @@ fn cell(b: &Bench<'_>, step: &Step, mode: &'static str, fallback: ReregFallback)
         lkey: change(l0, mr.lkey(), true),
         rkey: change(r0, mr.rkey(), true),
         after: format!("new: {}", describe(&mr)),
+        writes: Vec::new(),
     };
     match &result {
         Ok(path) => {
@@ -237,8 +306,19 @@ fn cell(b: &Bench<'_>, step: &Step, mode: &'static str, fallback: ReregFallback)
             };
         }
     }
+    let mut proven = true;
+    if let Some(peer) = peer {
+        if matches!(&result, Err(e) if e.mr_state() == MrState::Undefined) {
+            row.writes.push("no WRITE: the MR is undefined".into());
+        } else {
+            let replaced = matches!(result, Ok(ReregPath::Replaced));
+            let (lines, ok) = prove(b, peer, &mr, replaced, r0);
+            row.writes = lines;
+            proven = ok;
+        }
+    }
     match mr.dereg() {
-        Ok(()) => (row, true),
+        Ok(()) => (row, proven),
         Err(e) => {
             row.after = format!("{}; dereg failed: {}", row.after, e.error);
             (row, false)
@@ -291,23 +371,61 @@ fn demo(dev: &Device) -> bool {
         buf1: (buf1.as_mut_ptr(), buf1.len()),
         buf2: (buf2.as_mut_ptr(), buf2.len()),
     };
-    let mut rows = Vec::new();
     let mut ok = true;
+    let mut peer = if ctx.driver_id() == Some(DriverId::RXE) {
+        match Peer::new(&ctx, &pd1) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                eprintln!("{}: setting up the peer QPs: {e}", dev.name());
+                ok = false;
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let mut rows = Vec::new();
     for step in &STEPS {
         for (mode, fallback) in [
             ("strict", ReregFallback::Strict),
             ("replace", ReregFallback::Replace),
         ] {
-            let (row, fine) = cell(&bench, step, mode, fallback);
+            let (row, fine) = cell(&bench, step, mode, fallback, peer.as_mut());
             rows.push(row);
             ok &= fine;
         }
     }
     print_table(&rows);
     println!();
-    // Every MR is gone; the buffers may go now.
+    if peer.is_some() {
+        print_writes(&rows);
+    } else {
+        println!(
+            "  traffic: {}'s data path is the next issue; no WRITE proves these rows yet",
+            dev.name()
+        );
+    }
+    println!();
+    // Every MR is gone, and the peer's QPs go before the buffers.
+    drop(peer);
     drop((buf1, buf2));
     ok
+}
+
+/// The peer's WRITEs, per row.
+fn print_writes(rows: &[Row]) {
+    println!("  traffic: a peer QP in pd1 writes 64 bytes at the MR's first byte, after each row:");
+    let step_w = rows.iter().map(|r| r.step.len()).max().unwrap_or(0);
+    for row in rows {
+        for (i, line) in row.writes.iter().enumerate() {
+            let (step, mode) = if i == 0 {
+                (row.step, row.mode)
+            } else {
+                ("", "")
+            };
+            println!("  {step:<step_w$} | {mode:<7} | {line}");
+        }
+    }
 }
 
 fn main() -> ExitCode {

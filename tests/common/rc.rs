@@ -10,11 +10,11 @@ use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::uverbs_uapi as sys;
 use uverbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, Payload,
-    ProtectionDomain, QpInit, QueuePair, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
+    ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
     WcStatus, WorkCompletion,
 };
 
-use super::devices::{alloc_pd, driver, loud, on_each_device, Driver};
+use super::devices::{alloc_pd, driver, loud, on_each_device, Driver, HandleCounts};
 
 /// RESET -> INIT -> RTR -> RTS towards `dest_qpn` over `dest` (a RoCE
 /// destination from [`QpAttr::roce_dest`]) on `port`, each step with its
@@ -114,10 +114,23 @@ pub fn modify(qp: &QueuePair, attr: &QpAttr, step: &str) {
     assert_eq!(Some(qp.state()), attr.target_state(), "{step}");
 }
 
+/// The remote operations [`connect`] lets a peer make on the QP: WRITE
+/// and READ.
+pub const QP_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ);
+/// [`QP_ACCESS`] and atomics: the responder refuses an atomic on a QP
+/// without `REMOTE_ATOMIC` (remote invalid request), whatever the MR allows.
+pub const QP_ACCESS_ATOMIC: AccessFlags = QP_ACCESS.union(AccessFlags::REMOTE_ATOMIC);
+
 /// RESET -> INIT -> RTR -> RTS towards `peer_qpn` at `gid`, with the
-/// values of rdma-core's tests and rc_pingpong.
+/// values of rdma-core's tests and rc_pingpong, granting [`QP_ACCESS`].
 pub fn connect(qp: &QueuePair, peer_qpn: u32, gid: [u8; 16], mtu: Mtu) {
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    connect_with(qp, peer_qpn, gid, mtu, QP_ACCESS);
+}
+
+/// [`connect`] granting the peer `access` on this QP.
+pub fn connect_with(qp: &QueuePair, peer_qpn: u32, gid: [u8; 16], mtu: Mtu, access: AccessFlags) {
     let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
     for (step, attr) in rc_to_rts(access, PORT, mtu, peer_qpn, dest) {
         modify(qp, &attr, step);
@@ -126,8 +139,19 @@ pub fn connect(qp: &QueuePair, peer_qpn: u32, gid: [u8; 16], mtu: Mtu) {
 
 /// Connects `a` and `b` to each other.
 pub fn connect_pair(a: &QueuePair, b: &QueuePair, gid: [u8; 16], mtu: Mtu) {
-    connect(a, b.qp_num(), gid, mtu);
-    connect(b, a.qp_num(), gid, mtu);
+    connect_pair_with(a, b, gid, mtu, QP_ACCESS);
+}
+
+/// [`connect_pair`] granting `access` on both QPs.
+pub fn connect_pair_with(
+    a: &QueuePair,
+    b: &QueuePair,
+    gid: [u8; 16],
+    mtu: Mtu,
+    access: AccessFlags,
+) {
+    connect_with(a, b.qp_num(), gid, mtu, access);
+    connect_with(b, a.qp_num(), gid, mtu, access);
 }
 
 /// The port's GID at [`GID_INDEX`] and the path MTU to use.
@@ -189,16 +213,158 @@ pub fn connected_rc_pair(
     q
 }
 
+/// [`connected_rc_pair`] granting `access` on both QPs (e.g.
+/// [`QP_ACCESS_ATOMIC`]).
+pub fn connected_rc_pair_with(
+    ctx: &Context,
+    name: &str,
+    cqe: u32,
+    channel_a: Option<&CompletionChannel>,
+    access: AccessFlags,
+) -> TwoQps {
+    let (gid, mtu) = roce_path(ctx, name);
+    let q = two_rc_qps(ctx, name, cqe, channel_a);
+    connect_pair_with(&q.qp_a, &q.qp_b, gid, mtu, access);
+    q
+}
+
+/// The `wr_id` of the receives [`recover_pair`] posts to see each QP's
+/// flush.
+pub const RECOVERY_MARKER: u64 = 0x7ec0_7e7e_0000_0000;
+
+/// Brings both QPs of `q`, connected with [`connect_pair_with`]`(…,
+/// access)` and perhaps moved to ERR by the device (on RC an error
+/// completion takes the requester there, and a refused request the
+/// responder), back to RTS, connected to each other as before.
+///
+/// Wait for the completions of everything posted first: what is still in a
+/// send queue when the QP is reset is dropped without a completion. Then:
+/// a receive without SGEs is posted on each QP and each is moved to ERR
+/// explicitly, so the device flushes that receive; seeing both flushes
+/// proves that each QP's own move to ERR (which the device makes in its
+/// responder task, possibly just after the requester saw the error) is
+/// done and cannot land after the reset. Then RESET -> INIT -> RTR -> RTS
+/// on both. Returns every other completion that arrived meanwhile, for the
+/// caller to check.
+pub fn recover_pair(
+    q: &TwoQps,
+    gid: [u8; 16],
+    mtu: Mtu,
+    access: AccessFlags,
+    what: &str,
+) -> Vec<WorkCompletion> {
+    let sides = [(&q.qp_a, &q.cq_a, "A"), (&q.qp_b, &q.cq_b, "B")];
+    for (qp, _, side) in sides {
+        let marker = RecvWr {
+            wr_id: RECOVERY_MARKER,
+            sges: &[],
+        };
+        // SAFETY: a receive without SGEs names no memory.
+        unsafe { qp.post_recv(&[marker]) }
+            .unwrap_or_else(|e| panic!("{what}: recovery: post_recv of the marker on {side}: {e}"));
+        modify(qp, &QpAttr::new().state(QpState::Err), "->ERR (recovery)");
+    }
+    let mut others = Vec::new();
+    let mut flushed = [false; 2];
+    let mut wc = [WorkCompletion::default(); 16];
+    let deadline = Instant::now() + WAIT;
+    while flushed != [true; 2] {
+        for (i, (qp, cq, side)) in sides.into_iter().enumerate() {
+            let n = cq
+                .poll(&mut wc)
+                .unwrap_or_else(|e| panic!("{what}: recovery: poll_cq of {side}: {e}"));
+            for c in &wc[..n] {
+                if c.wr_id == RECOVERY_MARKER && c.qp_num == qp.qp_num() {
+                    assert_eq!(
+                        c.status,
+                        WcStatus::WrFlushErr,
+                        "{what}: recovery: the marker receive on {side}: {c:?}"
+                    );
+                    flushed[i] = true;
+                } else {
+                    others.push(*c);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "{what}: recovery: the marker receives flushed (A, B) = {flushed:?} within {WAIT:?}; also seen: {others:?}"
+            );
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    for (qp, _, _) in sides {
+        modify(
+            qp,
+            &QpAttr::new().state(QpState::Reset),
+            "->RESET (recovery)",
+        );
+    }
+    connect_pair_with(&q.qp_a, &q.qp_b, gid, mtu, access);
+    others
+}
+
+/// Polls `cq` until exactly `n` completions have arrived (appended to
+/// `out`) or [`WAIT`] passes; fails if more than `n` come. Unlike
+/// [`wait_n`] it does not linger for strays: for streams.
+pub fn wait_exactly(cq: &CompletionQueue, n: usize, out: &mut Vec<WorkCompletion>, what: &str) {
+    let deadline = Instant::now() + WAIT;
+    let start = out.len();
+    let mut wc = [WorkCompletion::default(); 32];
+    let mut idle = 0u32;
+    while out.len() - start < n {
+        let got = cq
+            .poll(&mut wc)
+            .unwrap_or_else(|e| panic!("{what}: poll_cq: {e}"));
+        out.extend_from_slice(&wc[..got]);
+        if got > 0 {
+            idle = 0;
+            continue;
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "{what}: {} of {n} completions within {WAIT:?}: {:?}",
+                out.len() - start,
+                &out[start..]
+            );
+        }
+        // Spin briefly (a completion is usually microseconds away), then
+        // leave the CPU to the kernel's rxe tasks.
+        idle += 1;
+        if idle < 64 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    }
+    assert_eq!(
+        out.len() - start,
+        n,
+        "{what}: more than {n} completions: {:?}",
+        &out[start..]
+    );
+}
+
 /// [`on_each_device`] for the devices with a data path (rxe):
 /// `body(name, ctx)`; any other is noted loudly and skipped.
 pub fn on_each_data_path_device(test: &str, mut body: impl FnMut(&str, &Context)) {
-    on_each_device(test, |name, dut, _counts| {
+    on_each_data_path_device_counted(test, |name, ctx, _counts| body(name, ctx));
+}
+
+/// [`on_each_data_path_device`] whose body also gets the kernel's handle
+/// counts of the context (checked again once it returns), to assert on
+/// them on the way.
+pub fn on_each_data_path_device_counted(
+    test: &str,
+    mut body: impl FnMut(&str, &Context, &HandleCounts),
+) {
+    on_each_device(test, |name, dut, counts| {
         if driver(&dut) != Driver::Rxe {
             return loud(&format!(
                 "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
             ));
         }
-        body(name, &dut)
+        body(name, &dut, counts)
     });
 }
 

@@ -1,0 +1,794 @@
+//! Traffic proves every re-registration: rdma-core's seven rereg cases of
+//! tests/test_mr.py (which skip on rxe, whose libibverbs provider has no
+//! `rereg_mr`), ported to rxe0 with the data checked byte for byte.
+//!
+//! Two RC QPs of one context are connected to each other (loopback over
+//! the port's RoCE v2 GID). A is the requester: it makes the RDMA WRITEs
+//! and atomics; B owns the memory regions that are re-registered. After
+//! each change the kernel's answer (in place, same keys; or replaced, new
+//! keys) is checked against what the next WRITE or FETCH_ADD does: it
+//! lands exactly where and what it should, or it is refused with a remote
+//! access error and the target bytes are untouched. A refusal moves both
+//! QPs to ERR (RC); they are recovered (`common::recover_pair`) and the
+//! traffic goes on. The last case toggles REMOTE_WRITE from a second
+//! thread under a stream of WRITEs. Every case ends with the kernel's
+//! handle counts back where they started. siw0's data path is the next
+//! issue: it is skipped loudly.
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+use memmap2::MmapMut;
+use uverbs::command::Mtu;
+use uverbs::{
+    AccessFlags, Context, Errno, MemoryRegion, MrState, RecvWr, Remote, ReregFallback,
+    ReregOutcome, ReregPath, RetargetBuffers, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+
+/// What the requester sees when the responder refuses an rkey, whatever
+/// the reason (access bits, PD, unknown key): rxe's responder finds no MR
+/// for (PD, access, rkey) (`lookup_mr`), NAKs with "remote access error",
+/// and the requester completes with `IB_WC_REM_ACCESS_ERR`. (rdma-core's
+/// PD case expects "remote operation error", what mlx5 answers.)
+const REFUSED: WcStatus = WcStatus::RemAccessErr;
+
+/// The receive without SGEs that B holds while a refused request is in
+/// flight: the device flushes it when it moves B to ERR, which is how the
+/// responder's side of a refusal shows.
+const PROBE: u64 = 0x9e0be;
+
+/// Bytes of each WRITE, and where in the target buffer it goes (so that
+/// the bytes on both sides of it can be checked too).
+const MSG: usize = 256;
+const AT: usize = 512;
+/// The size of each buffer.
+const LEN: usize = 4096;
+
+/// A deterministic, seed-dependent byte pattern (never all zero).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left((i % 61) as u32);
+            (x as u8) ^ (i as u8) ^ 0xa5
+        })
+        .collect()
+}
+
+/// Two connected RC QPs, how to reconnect them, and A's source buffer.
+struct Rig {
+    name: String,
+    q: TwoQps,
+    gid: [u8; 16],
+    mtu: Mtu,
+    access: AccessFlags,
+    /// Declared before `src`: deregistered before it is unmapped.
+    src_mr: MemoryRegion,
+    src: MmapMut,
+}
+
+impl Rig {
+    fn new(ctx: &Context, name: &str, access: AccessFlags, src_len: usize, cqe: u32) -> Rig {
+        let (gid, mtu) = roce_path(ctx, name);
+        let q = connected_rc_pair_with(ctx, name, cqe, None, access);
+        let mut src = anon(src_len);
+        let src_mr = fresh_mr(&q.pd, &mut src, RW);
+        Rig {
+            name: name.to_owned(),
+            q,
+            gid,
+            mtu,
+            access,
+            src_mr,
+            src,
+        }
+    }
+
+    /// Posts `op` from A with `src[at..at + len]` as its local buffer and
+    /// returns its completion, whatever its status.
+    fn post_a(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
+        let sges = sge(self.src.as_ptr() as u64 + at as u64, len, &self.src_mr);
+        let wr = signalled(wr_id, op, &sges);
+        // SAFETY: `src[at..at + len]` stays mapped and registered and is
+        // neither written nor (for atomics) read by the program until the
+        // completion is polled below (`wait_one` returns only then, or
+        // panics, and then the QP is dropped before `src`).
+        unsafe { self.q.qp_a.post_send(&[wr]) }
+            .unwrap_or_else(|e| panic!("{}: {what}: post_send: {e}", self.name));
+        wait_one(&self.q.cq_a, &format!("{}: {what}", self.name))
+    }
+
+    /// An RDMA WRITE of `MSG` bytes of `pattern(seed)` from A to `remote`;
+    /// returns the bytes sent and the completion.
+    fn write(
+        &mut self,
+        wr_id: u64,
+        seed: u64,
+        remote: Remote,
+        what: &str,
+    ) -> (Vec<u8>, WorkCompletion) {
+        let data = pattern(seed, MSG);
+        self.src[..MSG].copy_from_slice(&data);
+        let op = SendOp::RdmaWrite { remote, imm: None };
+        let wc = self.post_a(wr_id, op, 0, MSG, what);
+        (data, wc)
+    }
+
+    /// A WRITE that must land: success, and the bytes at `remote` in
+    /// `target` (which starts at `base`) are exactly the ones sent, nothing
+    /// else of `target` changed.
+    fn write_lands(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+        let before = target.to_vec();
+        let (data, wc) = self.write(wr_id, seed, remote, what);
+        check(&wc, what, WcOpcode::RdmaWrite, &self.q.qp_a, wr_id);
+        let at = (remote.addr - target.as_ptr() as u64) as usize;
+        assert!(
+            target[at..at + MSG] == data[..],
+            "{}: {what}: the WRITE completed but its {MSG} bytes did not land",
+            self.name
+        );
+        assert!(
+            target[..at] == before[..at] && target[at + MSG..] == before[at + MSG..],
+            "{}: {what}: bytes outside the WRITE's target changed",
+            self.name
+        );
+        assert_no_completion(&self.q.cq_b, &format!("{}: {what}: B", self.name));
+        loud(&format!(
+            "{}: {what}: WRITE with rkey {:#x} -> landed ({MSG} bytes checked)",
+            self.name, remote.rkey
+        ));
+    }
+
+    /// A WRITE that must be refused: see [`Rig::refused`]; `target` is
+    /// untouched.
+    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+        let before = target.to_vec();
+        self.arm_probe(what);
+        let (_, wc) = self.write(wr_id, seed, remote, what);
+        self.refused(&wc, wr_id, what);
+        assert!(
+            target == &before[..],
+            "{}: {what}: a refused WRITE changed the target bytes",
+            self.name
+        );
+        loud(&format!(
+            "{}: {what}: WRITE with rkey {:#x} -> remote access error (target untouched)",
+            self.name, remote.rkey
+        ));
+    }
+
+    /// Posts the [`PROBE`] receive on B, before a request B must refuse.
+    fn arm_probe(&self, what: &str) {
+        let probe = RecvWr {
+            wr_id: PROBE,
+            sges: &[],
+        };
+        // SAFETY: a receive without SGEs names no memory.
+        unsafe { self.q.qp_b.post_recv(&[probe]) }
+            .unwrap_or_else(|e| panic!("{}: {what}: post_recv of the probe: {e}", self.name));
+    }
+
+    /// Checks a refusal on both sides and recovers: A's request completed
+    /// with [`REFUSED`]; B moved itself to ERR, which flushed its probe
+    /// receive (the only completion B shows: nothing names the refused
+    /// request there); nothing else came. Then both QPs are back in RTS.
+    fn refused(&self, wc: &WorkCompletion, wr_id: u64, what: &str) {
+        let name = &self.name;
+        assert_eq!(
+            wc.status, REFUSED,
+            "{name}: {what}: the requester's completion: {wc:?}"
+        );
+        assert_eq!(wc.wr_id, wr_id, "{name}: {what}: {wc:?}");
+        assert_eq!(wc.qp_num, self.q.qp_a.qp_num(), "{name}: {what}: {wc:?}");
+        let b = wait_one(
+            &self.q.cq_b,
+            &format!("{name}: {what}: the responder's side"),
+        );
+        assert_eq!(
+            (b.wr_id, b.status, b.qp_num),
+            (PROBE, WcStatus::WrFlushErr, self.q.qp_b.qp_num()),
+            "{name}: {what}: B's probe receive is flushed (B went to ERR): {b:?}"
+        );
+        assert_no_completion(
+            &self.q.cq_a,
+            &format!("{name}: {what}: A after the refusal"),
+        );
+        let others = recover_pair(&self.q, self.gid, self.mtu, self.access, what);
+        assert!(others.is_empty(), "{name}: {what}: recovery saw {others:?}");
+    }
+
+    /// `remote` at offset [`AT`] of `target`.
+    fn at(target: &[u8], rkey: u32) -> Remote {
+        Remote {
+            addr: target.as_ptr() as u64 + AT as u64,
+            rkey,
+        }
+    }
+}
+
+/// What a strict in-place change must leave: same handle, same keys.
+fn same_keys(mr: &MemoryRegion, keys: (u32, u32, u32), what: &str) {
+    assert_eq!(
+        (mr.handle(), mr.lkey(), mr.rkey()),
+        keys,
+        "{what}: an in-place change keeps the handle and the keys"
+    );
+}
+
+fn keys(mr: &MemoryRegion) -> (u32, u32, u32) {
+    (mr.handle(), mr.lkey(), mr.rkey())
+}
+
+/// test_mr_rereg_access_bad_flow: traffic on a region that allows it, then
+/// REMOTE_WRITE removed in place: the peer's WRITE is refused with a remote
+/// access error, the target untouched, and both QPs went to ERR; once
+/// recovered they carry traffic again (to another region), while this one
+/// keeps refusing.
+#[test]
+fn access_bad_flow_remote_write_removed_in_place_is_refused() {
+    on_each_data_path_device_counted(
+        "access_bad_flow_remote_write_removed_in_place_is_refused",
+        |name, ctx, counts| {
+            let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+            let mut dst = anon(LEN);
+            let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
+            counts.assert_extra(2, 1, "two MRs in the pair's PD");
+            counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
+            let k = keys(&mr);
+            let remote = Rig::at(&dst, mr.rkey());
+            rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
+
+            mr.set_access(AccessFlags::LOCAL_WRITE)
+                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
+            same_keys(&mr, k, name);
+            assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
+            rig.write_refused(2, 2, remote, &dst, "REMOTE_WRITE removed in place");
+
+            let mut other = anon(LEN);
+            let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
+            let to_other = Rig::at(&other, other_mr.rkey());
+            rig.write_lands(3, 3, to_other, &other, "recovered: another MR");
+            rig.write_refused(4, 4, remote, &dst, "recovered: still removed");
+
+            drop((other_mr, mr, rig));
+            drop((other, dst));
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// test_mr_rereg_access: a region registered LOCAL_WRITE only refuses the
+/// peer's WRITE; REMOTE_WRITE granted in place (same keys) lets it land;
+/// removed and restored in place, the same again.
+#[test]
+fn access_restored_in_place_lets_the_write_land() {
+    on_each_data_path_device_counted(
+        "access_restored_in_place_lets_the_write_land",
+        |name, ctx, counts| {
+            let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+            let mut dst = anon(LEN);
+            let mut mr = fresh_mr(&rig.q.pd, &mut dst, AccessFlags::LOCAL_WRITE);
+            let k = keys(&mr);
+            let remote = Rig::at(&dst, mr.rkey());
+            rig.write_refused(1, 1, remote, &dst, "registered LOCAL_WRITE only");
+
+            mr.set_access(RW)
+                .unwrap_or_else(|e| panic!("{name}: set_access(RW) in place: {e}"));
+            same_keys(&mr, k, name);
+            rig.write_lands(2, 2, remote, &dst, "REMOTE_WRITE granted in place");
+
+            mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+            rig.write_refused(3, 3, remote, &dst, "REMOTE_WRITE removed in place");
+            mr.set_access(RW).unwrap();
+            same_keys(&mr, k, name);
+            rig.write_lands(4, 4, remote, &dst, "REMOTE_WRITE restored in place");
+
+            drop((mr, rig));
+            drop(dst);
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// The atomic case: with REMOTE_ATOMIC removed in place a FETCH_ADD is
+/// refused (target and local result untouched); restored, it returns the
+/// old value and leaves the sum, twice in a row. The QPs grant
+/// REMOTE_ATOMIC themselves ([`QP_ACCESS_ATOMIC`]).
+#[test]
+fn atomic_access_removed_and_restored_in_place() {
+    on_each_data_path_device_counted(
+        "atomic_access_removed_and_restored_in_place",
+        |name, ctx, counts| {
+            const ATOMIC: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+            const OLD: u64 = 0x1122_3344_5566_7788;
+            const ADD: u64 = 0x0101_0000_0000_0003;
+            const RESULT_AT: usize = 1024;
+            let mut rig = Rig::new(ctx, name, QP_ACCESS_ATOMIC, LEN, 32);
+            let mut dst = anon(LEN);
+            dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
+            let mut mr = fresh_mr(&rig.q.pd, &mut dst, ATOMIC);
+            let k = keys(&mr);
+            let remote = Rig::at(&dst, mr.rkey());
+            let target = |dst: &MmapMut| u64::from_ne_bytes(dst[AT..AT + 8].try_into().unwrap());
+            let fetch_add = SendOp::FetchAdd { remote, add: ADD };
+
+            mr.set_access(AccessFlags::LOCAL_WRITE)
+                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
+            same_keys(&mr, k, name);
+            rig.src[RESULT_AT..RESULT_AT + 8].fill(0xee);
+            rig.arm_probe("FETCH_ADD without REMOTE_ATOMIC");
+            let wc = rig.post_a(
+                1,
+                fetch_add,
+                RESULT_AT,
+                8,
+                "FETCH_ADD without REMOTE_ATOMIC",
+            );
+            rig.refused(&wc, 1, "FETCH_ADD without REMOTE_ATOMIC");
+            assert_eq!(
+                target(&dst),
+                OLD,
+                "{name}: a refused FETCH_ADD changed the target"
+            );
+            assert_eq!(
+                rig.src[RESULT_AT..RESULT_AT + 8],
+                [0xee; 8],
+                "{name}: a refused FETCH_ADD wrote a result"
+            );
+            loud(&format!(
+                "{name}: FETCH_ADD with rkey {:#x} and REMOTE_ATOMIC removed -> remote access error",
+                remote.rkey
+            ));
+
+            mr.set_access(ATOMIC)
+                .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
+            same_keys(&mr, k, name);
+            for (i, expected_old) in [OLD, OLD.wrapping_add(ADD)].into_iter().enumerate() {
+                let what = format!("FETCH_ADD #{} with REMOTE_ATOMIC restored", i + 1);
+                let wr_id = 2 + i as u64;
+                let wc = rig.post_a(wr_id, fetch_add, RESULT_AT, 8, &what);
+                check(&wc, &what, WcOpcode::FetchAdd, &rig.q.qp_a, wr_id);
+                let got = u64::from_ne_bytes(rig.src[RESULT_AT..RESULT_AT + 8].try_into().unwrap());
+                assert_eq!(got, expected_old, "{name}: {what}: the value returned");
+                assert_eq!(
+                    target(&dst),
+                    expected_old.wrapping_add(ADD),
+                    "{name}: {what}: the target holds the sum"
+                );
+                assert!(
+                    dst[..AT].iter().chain(&dst[AT + 8..]).all(|&b| b == 0),
+                    "{name}: {what}: bytes beside the target changed"
+                );
+            }
+            loud(&format!(
+                "{name}: FETCH_ADD with rkey {:#x} and REMOTE_ATOMIC restored -> returned {OLD:#x}, then {:#x}; target {:#x}",
+                remote.rkey,
+                OLD.wrapping_add(ADD),
+                target(&dst)
+            ));
+
+            drop((mr, rig));
+            drop(dst);
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// test_mr_rereg_pd: the region moved in place to another PD than the
+/// QPs' refuses the peer's WRITE; moved back it accepts it; moved again
+/// it refuses again, and its new PD cannot be deallocated while it is in
+/// there.
+#[test]
+fn pd_moved_away_back_and_away_again() {
+    on_each_data_path_device_counted("pd_moved_away_back_and_away_again", |name, ctx, counts| {
+        let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+        let pd2 = alloc_pd(ctx);
+        let mut dst = anon(LEN);
+        let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
+        let k = keys(&mr);
+        let remote = Rig::at(&dst, mr.rkey());
+        rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
+
+        mr.set_pd(&pd2)
+            .unwrap_or_else(|e| panic!("{name}: set_pd(pd2) in place: {e}"));
+        same_keys(&mr, k, name);
+        assert!(mr.is_in(&pd2));
+        rig.write_refused(2, 2, remote, &dst, "moved to another PD");
+
+        mr.set_pd(&rig.q.pd)
+            .unwrap_or_else(|e| panic!("{name}: set_pd back in place: {e}"));
+        same_keys(&mr, k, name);
+        rig.write_lands(3, 3, remote, &dst, "moved back to the QPs' PD");
+
+        mr.set_pd(&pd2).unwrap();
+        rig.write_refused(4, 4, remote, &dst, "moved to another PD again");
+        let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
+
+        drop((mr, rig));
+        pd2.dealloc()
+            .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
+        drop(dst);
+        counts.assert_extra(0, 0, "after dropping everything");
+        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    });
+}
+
+/// test_mr_rereg_addr with a raw `MemoryRegion`: rxe refuses the new
+/// translation in place (EOPNOTSUPP, the MR unchanged: its rkey still
+/// lands in the old buffer); the replace fallback gives a new handle and
+/// new keys: a WRITE with the new rkey lands in the new buffer, one with
+/// the old rkey is refused, and the old buffer is never touched again.
+#[test]
+fn translation_refused_in_place_then_replaced_raw() {
+    on_each_data_path_device_counted(
+        "translation_refused_in_place_then_replaced_raw",
+        |name, ctx, counts| {
+            let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+            let mut old_buf = anon(LEN);
+            let mut new_buf = anon(2 * LEN);
+            let mut mr = fresh_mr(&rig.q.pd, &mut old_buf, RW);
+            let k = keys(&mr);
+            let old_remote = Rig::at(&old_buf, mr.rkey());
+
+            // SAFETY: new_buf outlives the MR (dropped after it below).
+            let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
+                .expect_err("rxe changes translation in place");
+            assert_eq!(
+                (err.outcome(), err.errno(), err.mr_state()),
+                (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
+                "{name}: {err}"
+            );
+            same_keys(&mr, k, name);
+            rig.write_lands(1, 1, old_remote, &old_buf, "translation refused in place");
+
+            // SAFETY: as above.
+            let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) }
+                .unwrap_or_else(|e| panic!("{name}: replace of the translation: {e}"));
+            assert_eq!(path, ReregPath::Replaced, "{name}");
+            assert_ne!(mr.handle(), k.0, "{name}: a replaced MR has a new handle");
+            assert_ne!(mr.rkey(), k.2, "{name}: a replaced MR has a new rkey");
+            assert_eq!(
+                (mr.addr(), mr.length()),
+                (new_buf.as_mut_ptr(), new_buf.len())
+            );
+            counts.assert_extra(2, 1, "after the replace: the old registration is gone");
+            loud(&format!(
+                "{name}: replaced: handle {} -> {}, rkey {:#x} -> {:#x}",
+                k.0,
+                mr.handle(),
+                k.2,
+                mr.rkey()
+            ));
+
+            let old_bytes = old_buf.to_vec();
+            let new_remote = Rig::at(&new_buf, mr.rkey());
+            rig.write_lands(
+                2,
+                2,
+                new_remote,
+                &new_buf,
+                "the new rkey into the new buffer",
+            );
+            rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
+            assert!(
+                old_buf[..] == old_bytes[..],
+                "{name}: the old buffer changed"
+            );
+
+            drop((mr, rig));
+            drop((old_buf, new_buf));
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// test_mr_rereg_addr with an owned buffer: `BufferMr::retarget` strict is
+/// refused in place on rxe and hands both buffers back with the region
+/// unchanged (its rkey still lands); with the replace fallback the region
+/// owns the new buffer under new keys: a WRITE with the new rkey lands in
+/// it, one with the old rkey is refused, and the old buffer comes back
+/// untouched.
+#[test]
+fn translation_refused_in_place_then_replaced_retarget() {
+    on_each_data_path_device_counted(
+        "translation_refused_in_place_then_replaced_retarget",
+        |name, ctx, counts| {
+            let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+            let mr = rig
+                .q
+                .pd
+                .reg_buffer(vec![0u8; LEN], RW)
+                .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
+            let k = keys(&mr);
+            let old_remote = Rig::at(mr.buffer(), mr.rkey());
+
+            let refused = mr
+                .retarget(vec![0u8; 2 * LEN], ReregFallback::Strict)
+                .expect_err("rxe changes translation in place");
+            assert_eq!(
+                (
+                    refused.error.outcome(),
+                    refused.error.errno(),
+                    refused.error.mr_state()
+                ),
+                (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
+                "{name}: {}",
+                refused.error
+            );
+            let RetargetBuffers::Kept { mr, new: Some(new) } = refused.buffers else {
+                panic!("{name}: a refusal that left the MR unchanged keeps it and hands the new buffer back");
+            };
+            same_keys(&mr, k, name);
+            rig.write_lands(1, 1, old_remote, mr.buffer(), "retarget refused in place");
+
+            let done = mr
+                .retarget(new, ReregFallback::Replace)
+                .unwrap_or_else(|e| panic!("{name}: retarget with replace: {}", e.error));
+            assert_eq!(done.path, ReregPath::Replaced, "{name}");
+            assert!(
+                done.fork_warning.is_none(),
+                "{name}: {:?}",
+                done.fork_warning
+            );
+            let (mr, old) = (done.mr, done.old);
+            assert_ne!(mr.handle(), k.0, "{name}: a replaced MR has a new handle");
+            assert_ne!(mr.rkey(), k.2, "{name}: a replaced MR has a new rkey");
+            assert_eq!(mr.buffer().len(), 2 * LEN);
+            counts.assert_extra(2, 1, "after the retarget: the old registration is gone");
+
+            let old_bytes = old.clone();
+            let new_remote = Rig::at(mr.buffer(), mr.rkey());
+            rig.write_lands(
+                2,
+                2,
+                new_remote,
+                mr.buffer(),
+                "the new rkey into the new buffer",
+            );
+            rig.write_refused(3, 3, old_remote, &old, "the old rkey after the retarget");
+            assert_eq!(old, old_bytes, "{name}: the old buffer changed");
+
+            let buffer = mr
+                .dereg()
+                .unwrap_or_else(|e| panic!("{name}: dereg: {}", e.error));
+            assert_eq!(buffer.len(), 2 * LEN);
+            drop(rig);
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// The stream's length, its window (signalled WRITEs outstanding at once)
+/// and the bytes of each WRITE (one slot of the window each, in both the
+/// source and the target buffer).
+const STREAM: u64 = 50_000;
+const WINDOW: usize = 16;
+const SLOT: usize = 64;
+/// The stream gives up after this long (in the VM it takes about 2 s).
+const STREAM_LIMIT: Duration = Duration::from_secs(150);
+
+/// What the WRITE with sequence number `seq` carries: the number itself,
+/// then bytes that depend on it.
+fn slot_bytes(seq: u64) -> [u8; SLOT] {
+    let mut b = [0u8; SLOT];
+    b[..8].copy_from_slice(&seq.to_le_bytes());
+    for (i, x) in b[8..].iter_mut().enumerate() {
+        *x = (seq as u8)
+            .wrapping_mul(31)
+            .wrapping_add((i as u8).wrapping_mul(7))
+            ^ 0x5a;
+    }
+    b
+}
+
+/// Sets `stop` when dropped, also when the stream panics, so that the
+/// toggling thread ends and the scope can join it.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+/// Toggles REMOTE_WRITE on `mr` in place until `stop`: on for 1–6 ms,
+/// off for 0.2–1.2 ms (a small xorshift picks the lengths; a batch of the
+/// stream takes about 0.5 ms in the VM); the keys never change; ends with
+/// REMOTE_WRITE on. Returns the number of changes.
+fn toggle_remote_write(mr: &mut MemoryRegion, stop: &AtomicBool) -> u64 {
+    let k = keys(mr);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = |lo_us: u64, span_us: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        Duration::from_micros(lo_us + x % span_us)
+    };
+    let mut toggles = 0;
+    while !stop.load(Ordering::Acquire) {
+        std::thread::sleep(next(1000, 5000));
+        mr.set_access(AccessFlags::LOCAL_WRITE)
+            .unwrap_or_else(|e| panic!("toggler: REMOTE_WRITE off in place: {e}"));
+        std::thread::sleep(next(200, 1000));
+        mr.set_access(RW)
+            .unwrap_or_else(|e| panic!("toggler: REMOTE_WRITE on in place: {e}"));
+        toggles += 2;
+        same_keys(mr, k, "toggler");
+    }
+    toggles
+}
+
+/// What the stream saw.
+#[derive(Debug, Default)]
+struct StreamCounts {
+    posted: u64,
+    landed: u64,
+    refused: u64,
+    flushed: u64,
+    recoveries: u64,
+    /// Batches in which a refusal came after successes: REMOTE_WRITE went
+    /// off between two WRITEs of one doorbell.
+    mixed: u64,
+}
+
+/// Under live traffic: a stream of at least [`STREAM`] RDMA WRITEs, in
+/// batches of [`WINDOW`] signalled ones, while another thread toggles
+/// REMOTE_WRITE on the target MR in place. Every WRITE completes, in
+/// order, as one of: success, and its distinct bytes are in its slot; a
+/// remote access error, its slot untouched; or, only behind a remote
+/// access error of its batch (RC: the QP is in ERR by then), flushed, its
+/// slot untouched. Nothing else. After each refusal both QPs are recovered
+/// and the stream goes on; it runs until it has seen at least one refusal
+/// and a success after it. Nothing leaks.
+#[test]
+fn writes_under_live_remote_write_toggling() {
+    on_each_data_path_device_counted(
+        "writes_under_live_remote_write_toggling",
+        |name, ctx, counts| {
+            let mut rig = Rig::new(ctx, name, QP_ACCESS, WINDOW * SLOT, 64);
+            assert!(
+                rig.q.qp_a.caps().max_send_wr as usize >= WINDOW,
+                "{name}: {:?}",
+                rig.q.qp_a.caps()
+            );
+            let mut dst = anon(WINDOW * SLOT);
+            let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
+            let rkey = mr.rkey();
+            let dst_addr = dst.as_ptr() as u64;
+            let src_addr = rig.src.as_ptr() as u64;
+            let stop = AtomicBool::new(false);
+            let started = Instant::now();
+            let mut c = StreamCounts::default();
+
+            let toggles = std::thread::scope(|s| {
+                let toggler = s.spawn(|| toggle_remote_write(&mut mr, &stop));
+                let _stop = StopOnDrop(&stop);
+                let mut wcs = Vec::with_capacity(WINDOW);
+                let mut landed_since_refusal = 0;
+                while c.posted < STREAM || c.refused == 0 || landed_since_refusal == 0 {
+                    assert!(
+                        started.elapsed() < STREAM_LIMIT,
+                        "{name}: the stream did not finish within {STREAM_LIMIT:?}: {c:?}"
+                    );
+                    assert!(
+                        !toggler.is_finished(),
+                        "{name}: the toggling thread ended: {c:?}"
+                    );
+                    let first = c.posted;
+                    let before: Vec<u8> = dst.to_vec();
+                    for i in 0..WINDOW {
+                        rig.src[i * SLOT..][..SLOT].copy_from_slice(&slot_bytes(first + i as u64));
+                    }
+                    let sges: Vec<[Sge; 1]> = (0..WINDOW)
+                        .map(|i| sge(src_addr + (i * SLOT) as u64, SLOT, &rig.src_mr))
+                        .collect();
+                    let wrs: Vec<SendWr<'_>> = (0..WINDOW)
+                        .map(|i| {
+                            let remote = Remote {
+                                addr: dst_addr + (i * SLOT) as u64,
+                                rkey,
+                            };
+                            signalled_write(first + i as u64, &sges[i], remote)
+                        })
+                        .collect();
+                    // SAFETY: the source slots are not written, and the
+                    // target slots not read, until all WINDOW completions
+                    // are polled below; both buffers outlive the QPs.
+                    unsafe { rig.q.qp_a.post_send(&wrs) }
+                        .unwrap_or_else(|e| panic!("{name}: post_send at {first}: {e}"));
+                    c.posted += WINDOW as u64;
+                    wcs.clear();
+                    wait_exactly(
+                        &rig.q.cq_a,
+                        WINDOW,
+                        &mut wcs,
+                        &format!("{name}: batch at {first}"),
+                    );
+                    let mut refused_at = None;
+                    for (i, wc) in wcs.iter().enumerate() {
+                        let seq = first + i as u64;
+                        let slot = &dst[i * SLOT..][..SLOT];
+                        let old = &before[i * SLOT..][..SLOT];
+                        assert_eq!(
+                            (wc.wr_id, wc.qp_num),
+                            (seq, rig.q.qp_a.qp_num()),
+                            "{name}: completions in order: {wc:?}"
+                        );
+                        match wc.status {
+                            WcStatus::Success if refused_at.is_none() => {
+                                assert_eq!(wc.opcode, WcOpcode::RdmaWrite, "{name}: {wc:?}");
+                                assert!(
+                                    slot == slot_bytes(seq),
+                                    "{name}: WRITE {seq} succeeded but its bytes are not in slot {i}"
+                                );
+                                c.landed += 1;
+                                landed_since_refusal += 1;
+                            }
+                            REFUSED if refused_at.is_none() => {
+                                assert!(slot == old, "{name}: refused WRITE {seq} changed slot {i}");
+                                refused_at = Some(seq);
+                                c.refused += 1;
+                                landed_since_refusal = 0;
+                            }
+                            WcStatus::WrFlushErr if refused_at.is_some() => {
+                                assert!(slot == old, "{name}: flushed WRITE {seq} changed slot {i}");
+                                c.flushed += 1;
+                            }
+                            _ => panic!(
+                                "{name}: WRITE {seq}: {wc:?} (refused earlier in the batch: {refused_at:?}); {c:?}"
+                            ),
+                        }
+                    }
+                    if refused_at.is_some_and(|seq| seq > first) {
+                        c.mixed += 1;
+                    }
+                    if let Some(seq) = refused_at {
+                        let what = format!("{name}: recovery after WRITE {seq}");
+                        let others = recover_pair(&rig.q, rig.gid, rig.mtu, rig.access, &what);
+                        assert!(others.is_empty(), "{what}: {others:?}");
+                        c.recoveries += 1;
+                    }
+                }
+                drop(_stop);
+                toggler.join().expect("the toggling thread panicked")
+            });
+            let elapsed = started.elapsed();
+            loud(&format!(
+                "{name}: live stream: {} WRITEs of {SLOT} B in {elapsed:.2?} ({:.0}/s), window {WINDOW}: \
+                 {} landed, {} remote access errors ({} after successes in their batch), \
+                 {} flushed behind them, {} recoveries; {toggles} REMOTE_WRITE toggles in place",
+                c.posted,
+                c.posted as f64 / elapsed.as_secs_f64(),
+                c.landed,
+                c.refused,
+                c.mixed,
+                c.flushed,
+                c.recoveries
+            ));
+            assert_eq!(c.landed + c.refused + c.flushed, c.posted, "{name}: {c:?}");
+            assert_eq!(c.refused, c.recoveries, "{name}: {c:?}");
+            assert!(toggles >= 2, "{name}: {toggles} toggles");
+            assert_eq!(
+                mr.access(),
+                RW,
+                "{name}: the toggler ends with REMOTE_WRITE on"
+            );
+            assert_eq!(mr.rkey(), rkey, "{name}: in-place changes keep the rkey");
+
+            drop((mr, rig));
+            drop(dst);
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
