@@ -1,83 +1,5 @@
 //! Safe posting: work requests own the memory the device may touch, and
-//! hand it back with their completion.
-//!
-//! [`QueuePair::post_send`] is `unsafe` because the compiler cannot see
-//! that the device reads and writes the SGEs' bytes until the request has
-//! completed. An [`OwnedQp`] makes that visible in types:
-//!
-//! - a request's local side is a [`Local`]: a range of registered memory
-//!   moved into the request ([`BufferMr`](crate::BufferMr), or an
-//!   `Arc<BufferMr>` for memory the device only reads), so the program cannot
-//!   free, reuse or write it while the request is outstanding;
-//! - operations in which the device writes local memory (receives, RDMA
-//!   READ, atomics) take only [`DeviceWritable`] memory, which nothing else
-//!   can read meanwhile;
-//! - [`OwnedQp::poll`] reads the QP's CQs and gives each request's memory
-//!   back in a [`Completed`], with the completion;
-//! - a request the device may still use is never released early: dropping
-//!   the `OwnedQp` moves the QP to ERR and destroys it before the memory is
-//!   dropped (and leaks the memory if the destroy fails), and
-//!   [`OwnedQp::flush`] completes everything outstanding with FLUSH_ERR and
-//!   hands it back.
-//!
-//! ```no_run
-//! use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, QpInit, RecvRequest, SendRequest};
-//! use uverbs::command::QpType;
-//! # fn f(ctx: &uverbs::Context) -> Result<(), Box<dyn std::error::Error>> {
-//! let pd = ctx.alloc_pd()?;
-//! let cq = ctx.create_cq(64, None)?;
-//! let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?;
-//! let qp: OwnedQp<BufferMr<Vec<u8>>> = OwnedQp::new(qp).map_err(|refused| refused.error)?;
-//! // ... connect it (qp.modify to INIT, RTR, RTS) ...
-//! let buf = pd.reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
-//! qp.post_recv(RecvRequest::new(7, Local::whole(buf))).map_err(|r| r.error)?;
-//! // `buf` is gone from our hands until its completion:
-//! let mut done = Vec::new();
-//! while done.is_empty() {
-//!     qp.poll(&mut done)?;
-//! }
-//! let back: BufferMr<Vec<u8>> = done.remove(0).into_memory().unwrap();
-//! # Ok(()) }
-//! ```
-//!
-//! The memory cannot be used while the request owns it:
-//! ```compile_fail,E0382
-//! # use uverbs::{BufferMr, Local, OwnedQp, RecvRequest};
-//! # fn f(qp: &OwnedQp<BufferMr<Vec<u8>>>, buf: BufferMr<Vec<u8>>) {
-//! let _ = qp.post_recv(RecvRequest::new(1, Local::whole(buf)));
-//! buf.buffer(); // error: use of moved value
-//! # }
-//! ```
-//! Shared memory (an `Arc`) may be sent or written from, but never received
-//! or read into:
-//! ```compile_fail,E0277
-//! # use std::sync::Arc;
-//! # use uverbs::{BufferMr, Local, RecvRequest};
-//! # fn f(buf: Arc<BufferMr<Vec<u8>>>) {
-//! let _ = RecvRequest::new(1, Local::whole(buf)); // error: not DeviceWritable
-//! # }
-//! ```
-//! ```compile_fail,E0277
-//! # use std::sync::Arc;
-//! # use uverbs::{BufferMr, Local, Remote, SendRequest};
-//! # fn f(buf: Arc<BufferMr<Vec<u8>>>, remote: Remote) {
-//! let _ = SendRequest::read(1, Local::whole(buf), remote); // error: not DeviceWritable
-//! # }
-//! ```
-//! Plain slices are not registered memory a request can own:
-//! ```compile_fail,E0277
-//! # use uverbs::Local;
-//! # fn f(bytes: &'static [u8]) {
-//! let _ = Local::whole(bytes); // error: &[u8] is not DeviceReadable
-//! # }
-//! ```
-//! And an `OwnedQp` holding memory of one type takes no other:
-//! ```compile_fail,E0308
-//! # use uverbs::{BufferMr, Local, OwnedQp, SendRequest};
-//! # fn f(qp: &OwnedQp<BufferMr<Vec<u8>>>, buf: BufferMr<Box<[u8]>>) {
-//! let _ = qp.post_send(SendRequest::send(1, Local::whole(buf))); // error: mismatched types
-//! # }
-//! ```
+//! hand it back with their completion. See [`OwnedQp`].
 
 mod memory;
 mod outstanding;
@@ -325,7 +247,91 @@ struct Tables<M> {
 }
 
 /// A queue pair whose work requests own the memory the device may use.
-/// See the [module documentation](self).
+///
+/// It owns the [`QueuePair`] (and through it keeps its CQs alive). The
+/// QP's CQs may be armed and waited on through the caller's
+/// [`CompletionQueue`] handles, but should be polled only through
+/// [`poll`](Self::poll): a completion taken elsewhere leaves its memory
+/// here until [`flush`](Self::flush) or drop. Completions of other QPs
+/// sharing the CQs are kept for [`take_foreign`](Self::take_foreign).
+///
+/// [`QueuePair::post_send`] is `unsafe` because the compiler cannot see
+/// that the device reads and writes the SGEs' bytes until the request has
+/// completed. An [`OwnedQp`] makes that visible in types:
+///
+/// - a request's local side is a [`Local`]: a range of registered memory
+///   moved into the request ([`BufferMr`](crate::BufferMr), or an
+///   `Arc<BufferMr>` for memory the device only reads), so the program cannot
+///   free, reuse or write it while the request is outstanding;
+/// - operations in which the device writes local memory (receives, RDMA
+///   READ, atomics) take only [`DeviceWritable`] memory, which nothing else
+///   can read meanwhile;
+/// - [`OwnedQp::poll`] reads the QP's CQs and gives each request's memory
+///   back in a [`Completed`], with the completion;
+/// - a request the device may still use is never released early: dropping
+///   the `OwnedQp` moves the QP to ERR and destroys it before the memory is
+///   dropped (and leaks the memory if the destroy fails), and
+///   [`OwnedQp::flush`] completes everything outstanding with FLUSH_ERR and
+///   hands it back.
+///
+/// ```no_run
+/// use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, QpInit, RecvRequest, SendRequest};
+/// use uverbs::command::QpType;
+/// # fn f(ctx: &uverbs::Context) -> Result<(), Box<dyn std::error::Error>> {
+/// let pd = ctx.alloc_pd()?;
+/// let cq = ctx.create_cq(64, None)?;
+/// let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?;
+/// let qp: OwnedQp<BufferMr<Vec<u8>>> = OwnedQp::new(qp).map_err(|refused| refused.error)?;
+/// // ... connect it (qp.modify to INIT, RTR, RTS) ...
+/// let buf = pd.reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
+/// qp.post_recv(RecvRequest::new(7, Local::whole(buf))).map_err(|r| r.error)?;
+/// // `buf` is gone from our hands until its completion:
+/// let mut done = Vec::new();
+/// while done.is_empty() {
+///     qp.poll(&mut done)?;
+/// }
+/// let back: BufferMr<Vec<u8>> = done.remove(0).into_memory().unwrap();
+/// # Ok(()) }
+/// ```
+///
+/// The memory cannot be used while the request owns it:
+/// ```compile_fail,E0382
+/// # use uverbs::{BufferMr, Local, OwnedQp, RecvRequest};
+/// # fn f(qp: &OwnedQp<BufferMr<Vec<u8>>>, buf: BufferMr<Vec<u8>>) {
+/// let _ = qp.post_recv(RecvRequest::new(1, Local::whole(buf)));
+/// buf.buffer(); // error: use of moved value
+/// # }
+/// ```
+/// Shared memory (an `Arc`) may be sent or written from, but never received
+/// or read into:
+/// ```compile_fail,E0277
+/// # use std::sync::Arc;
+/// # use uverbs::{BufferMr, Local, RecvRequest};
+/// # fn f(buf: Arc<BufferMr<Vec<u8>>>) {
+/// let _ = RecvRequest::new(1, Local::whole(buf)); // error: not DeviceWritable
+/// # }
+/// ```
+/// ```compile_fail,E0277
+/// # use std::sync::Arc;
+/// # use uverbs::{BufferMr, Local, Remote, SendRequest};
+/// # fn f(buf: Arc<BufferMr<Vec<u8>>>, remote: Remote) {
+/// let _ = SendRequest::read(1, Local::whole(buf), remote); // error: not DeviceWritable
+/// # }
+/// ```
+/// Plain slices are not registered memory a request can own:
+/// ```compile_fail,E0277
+/// # use uverbs::Local;
+/// # fn f(bytes: &'static [u8]) {
+/// let _ = Local::whole(bytes); // error: &[u8] is not DeviceReadable
+/// # }
+/// ```
+/// And an `OwnedQp` holding memory of one type takes no other:
+/// ```compile_fail,E0308
+/// # use uverbs::{BufferMr, Local, OwnedQp, SendRequest};
+/// # fn f(qp: &OwnedQp<BufferMr<Vec<u8>>>, buf: BufferMr<Box<[u8]>>) {
+/// let _ = qp.post_send(SendRequest::send(1, Local::whole(buf))); // error: mismatched types
+/// # }
+/// ```
 ///
 /// It owns the [`QueuePair`] (and through it keeps its CQs alive). The
 /// QP's CQs may be armed and waited on through the caller's
