@@ -467,7 +467,9 @@ impl QueuePair {
         {
             let mut sq = lock(&self.sq);
             for (i, wr) in wrs.iter().enumerate() {
-                if let Err(e) = wqe::write_send_wqe(&mut sq, limits, wr) {
+                let written = wqe::check_send_for_qp_type(self.qp_type, wr)
+                    .and_then(|()| wqe::write_send_wqe(&mut sq, limits, wr));
+                if let Err(e) = written {
                     sq.cancel();
                     return Err(self.post_error(Op::PostSend, i, e));
                 }

@@ -311,6 +311,24 @@ pub enum PostError {
         /// The opcode.
         opcode: &'static str,
     },
+    /// An operation the QP's transport does not carry: UC has no RDMA
+    /// READ or atomics, UD only sends.
+    #[error("post_send: {opcode} is not an operation of a {qp_type:?} QP (EINVAL)")]
+    OpNotOnQpType {
+        /// The opcode.
+        opcode: &'static str,
+        /// The QP's type.
+        qp_type: crate::command::QpType,
+    },
+    /// A UD QP's send without a destination, or a destination on an RC or
+    /// UC QP (which has one peer, set when it was connected).
+    #[error("post_send: a {qp_type:?} QP's send {} a UD destination (EINVAL)", if *.missing { "needs" } else { "cannot have" })]
+    UdDestination {
+        /// The QP's type.
+        qp_type: crate::command::QpType,
+        /// True when the destination is missing, false when one was given.
+        missing: bool,
+    },
     /// The QP's state does not allow this post: a send needs RTS (or a
     /// later state: SQD, SQE, ERR), a receive any state but RESET.
     #[error("{op}: the QP is in {state:?}, which does not allow it (EINVAL)")]
@@ -374,6 +392,35 @@ fn check_sges(
 fn next_slot<'q>(q: &'q mut Producer, op: &'static str) -> Result<&'q mut [u8], PostError> {
     q.reserve()
         .map_err(|QueueFull { capacity }| PostError::QueueFull { op, capacity })
+}
+
+/// Refuses, before anything is written, a work request that a QP of
+/// `qp_type` cannot carry: rxe would take it and fail it on the wire
+/// (`LOC_QP_OP_ERR`, the QP in ERR), or send a UD packet nowhere.
+pub(crate) fn check_send_for_qp_type(
+    qp_type: crate::command::QpType,
+    wr: &SendWr<'_>,
+) -> Result<(), PostError> {
+    use crate::command::QpType;
+    let allowed = match qp_type {
+        QpType::Rc => true,
+        QpType::Uc => matches!(wr.op, SendOp::Send { .. } | SendOp::RdmaWrite { .. }),
+        QpType::Ud => matches!(wr.op, SendOp::Send { .. }),
+    };
+    if !allowed {
+        return Err(PostError::OpNotOnQpType {
+            opcode: wr.op.name(),
+            qp_type,
+        });
+    }
+    let is_ud = qp_type == QpType::Ud;
+    if is_ud != wr.ud.is_some() {
+        return Err(PostError::UdDestination {
+            qp_type,
+            missing: is_ud,
+        });
+    }
+    Ok(())
 }
 
 /// Checks `wr` against `limits` and the slot size, then writes it into the next
@@ -754,4 +801,90 @@ pub(crate) fn poll(cq: &mut Consumer, out: &mut [WorkCompletion]) -> usize {
     }
     cq.consume(n as u32);
     n
+}
+
+#[cfg(test)]
+mod qp_type_tests {
+    use super::*;
+    use crate::command::QpType;
+
+    fn wr(op: SendOp) -> SendWr<'static> {
+        SendWr {
+            wr_id: 1,
+            op,
+            flags: SendFlags::SIGNALED,
+            payload: Payload::Sges(&[]),
+            ud: None,
+        }
+    }
+
+    #[test]
+    fn each_qp_type_takes_only_its_operations() {
+        let remote = Remote { addr: 0, rkey: 1 };
+        let ops = [
+            (SendOp::Send { imm: None }, [true, true, true]),
+            (SendOp::Send { imm: Some(3) }, [true, true, true]),
+            (SendOp::RdmaWrite { remote, imm: None }, [true, true, false]),
+            (
+                SendOp::RdmaWrite {
+                    remote,
+                    imm: Some(3),
+                },
+                [true, true, false],
+            ),
+            (SendOp::RdmaRead { remote }, [true, false, false]),
+            (SendOp::FetchAdd { remote, add: 1 }, [true, false, false]),
+            (
+                SendOp::CompareSwap {
+                    remote,
+                    compare: 0,
+                    swap: 1,
+                },
+                [true, false, false],
+            ),
+        ];
+        for (op, allowed) in ops {
+            for (qp_type, ok) in [QpType::Rc, QpType::Uc, QpType::Ud]
+                .into_iter()
+                .zip(allowed)
+            {
+                let got = check_send_for_qp_type(qp_type, &wr(op));
+                match got {
+                    // A UD send without a destination fails on that instead.
+                    Err(PostError::UdDestination { missing: true, .. }) => {
+                        assert!(ok && qp_type == QpType::Ud, "{op:?} on {qp_type:?}")
+                    }
+                    Err(PostError::OpNotOnQpType { opcode, qp_type: t }) => {
+                        assert!(!ok, "{op:?} refused on {qp_type:?}");
+                        assert_eq!((opcode, t), (op.name(), qp_type));
+                    }
+                    Ok(()) => assert!(ok && qp_type != QpType::Ud, "{op:?} on {qp_type:?}"),
+                    Err(e) => panic!("{op:?} on {qp_type:?}: {e}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_ud_destination_belongs_on_ud_sends_only() {
+        let dest = UdDest::from_raw(7, 0x12, 0x1111_1111);
+        let with = SendWr {
+            ud: Some(dest),
+            ..wr(SendOp::Send { imm: None })
+        };
+        assert_eq!(check_send_for_qp_type(QpType::Ud, &with), Ok(()));
+        for qp_type in [QpType::Rc, QpType::Uc] {
+            let e = check_send_for_qp_type(qp_type, &with).unwrap_err();
+            assert_eq!(
+                e,
+                PostError::UdDestination {
+                    qp_type,
+                    missing: false
+                }
+            );
+            assert!(e.to_string().contains("cannot have"), "{e}");
+        }
+        let e = check_send_for_qp_type(QpType::Ud, &wr(SendOp::Send { imm: None })).unwrap_err();
+        assert!(e.to_string().contains("needs a UD destination"), "{e}");
+    }
 }
