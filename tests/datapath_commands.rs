@@ -11,20 +11,14 @@ use std::sync::Arc;
 use uverbs::command::*;
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, Context, DriverId, OpenOptions};
+use uverbs::{AccessFlags, Context};
 use zerocopy::FromBytes;
 
-use common::rc_to_rts;
+use common::{rc_to_rts, rxe_context_over};
 
 fn fake_ctx() -> (Arc<RecordingTransport>, Context) {
     let fake = Arc::new(RecordingTransport::new());
-    let ctx = Context::with_transport(
-        "fake0",
-        Some(DriverId::RXE),
-        Box::new(fake.clone()),
-        &OpenOptions::new(),
-    )
-    .unwrap();
+    let ctx = rxe_context_over(&fake);
     (fake, ctx)
 }
 

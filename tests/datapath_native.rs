@@ -4,28 +4,26 @@
 //! rdma-core falls back, that both framings give the same object, and the
 //! explicit destroys (EBUSY hands the CQ back, usable).
 
+mod common;
+
 use std::sync::Arc;
 
 use uverbs::command::QpType;
 use uverbs::transport::{RecordedMethod, RecordingTransport};
 use uverbs::uverbs_uapi as sys;
 use uverbs::{
-    Context, CqDestroyed, CreatePath, DriverId, Errno, Error, Op, OpenOptions, ProtectionDomain,
-    QpInit, TransportKind, WorkCompletion,
+    Context, CqDestroyed, CreatePath, DriverId, Errno, Error, Op, ProtectionDomain, QpInit,
+    TransportKind, WorkCompletion,
 };
 use zerocopy::FromBytes;
+
+use common::rxe_context_over;
 
 /// A context over a fake reporting `kind`, rxe, rings served, and a PD.
 fn fake(kind: TransportKind) -> (Arc<RecordingTransport>, Context, ProtectionDomain) {
     let fake = Arc::new(RecordingTransport::with_kind(kind));
     fake.serve_rings();
-    let ctx = Context::with_transport(
-        "fake0",
-        Some(DriverId::RXE),
-        Box::new(fake.clone()),
-        &OpenOptions::new(),
-    )
-    .unwrap();
+    let ctx = rxe_context_over(&fake);
     let pd = ctx.alloc_pd().unwrap();
     (fake, ctx, pd)
 }

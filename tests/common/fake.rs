@@ -21,6 +21,18 @@ pub fn context_over(fake: &Arc<RecordingTransport>, options: &OpenOptions) -> Co
         .unwrap_or_else(|e| panic!("a context over the fake kernel: {e}"))
 }
 
+/// A context named `fake0` over `fake`, posing as an rxe device (the data
+/// path's objects are rxe's).
+pub fn rxe_context_over(fake: &Arc<RecordingTransport>) -> Context {
+    Context::with_transport(
+        "fake0",
+        Some(uverbs::DriverId::RXE),
+        Box::new(fake.clone()),
+        &OpenOptions::new(),
+    )
+    .unwrap_or_else(|e| panic!("an rxe context over the fake kernel: {e}"))
+}
+
 /// A context named `fake0` over a fresh fake kernel.
 pub fn fake_context(options: &OpenOptions) -> (Arc<RecordingTransport>, Context) {
     let fake = Arc::new(RecordingTransport::new());
