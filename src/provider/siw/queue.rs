@@ -232,8 +232,10 @@ impl Ring {
 
     /// The `u8` flags of a CQE slot.
     fn cqe_flags(&self, counter: u32) -> &AtomicU8 {
-        // SAFETY: inside the slot, and every access to this byte is atomic
-        // (the kernel's READ_ONCE / WRITE_ONCE, ours below).
+        // SAFETY: inside the slot; every access to this byte that can race
+        // with another is atomic (the kernel's READ_ONCE / WRITE_ONCE, ours in
+        // poll_one). poll_one's plain copy of the whole CQE happens only while
+        // the slot is VALID, when nothing writes it.
         unsafe { AtomicU8::from_ptr(self.slot(counter).add(FLAGS_OFFSET)) }
     }
 }
