@@ -335,6 +335,46 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             RDMA_DRIVER_ERDMA,
             // siw-abi.h
             SIW_ABI_VERSION,
+            SIW_MAX_SGE,
+            SIW_UOBJ_MAX_KEY,
+            SIW_INVAL_UOBJ_KEY,
+            SIW_MAX_INLINE,
+            SIW_OP_WRITE,
+            SIW_OP_READ,
+            SIW_OP_READ_LOCAL_INV,
+            SIW_OP_SEND,
+            SIW_OP_SEND_WITH_IMM,
+            SIW_OP_SEND_REMOTE_INV,
+            SIW_OP_FETCH_AND_ADD,
+            SIW_OP_COMP_AND_SWAP,
+            SIW_OP_RECEIVE,
+            SIW_OP_READ_RESPONSE,
+            SIW_OP_INVAL_STAG,
+            SIW_OP_REG_MR,
+            SIW_NUM_OPCODES,
+            SIW_WQE_VALID,
+            SIW_WQE_INLINE,
+            SIW_WQE_SIGNALLED,
+            SIW_WQE_SOLICITED,
+            SIW_WQE_READ_FENCE,
+            SIW_WQE_REM_INVAL,
+            SIW_WQE_COMPLETED,
+            SIW_NOTIFY_NOT,
+            SIW_NOTIFY_SOLICITED,
+            SIW_NOTIFY_NEXT_COMPLETION,
+            SIW_NOTIFY_MISSED_EVENTS,
+            SIW_NOTIFY_ALL,
+            SIW_WC_SUCCESS,
+            SIW_WC_LOC_LEN_ERR,
+            SIW_WC_LOC_PROT_ERR,
+            SIW_WC_LOC_QP_OP_ERR,
+            SIW_WC_WR_FLUSH_ERR,
+            SIW_WC_BAD_RESP_ERR,
+            SIW_WC_LOC_ACCESS_ERR,
+            SIW_WC_REM_ACCESS_ERR,
+            SIW_WC_REM_INV_REQ_ERR,
+            SIW_WC_GENERAL_ERR,
+            SIW_NUM_WC_STATUS,
             // rdma_netlink.h, linux/netlink.h
             NETLINK_RDMA,
             RDMA_NL_NLDEV,
@@ -458,6 +498,13 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             siw_uresp_alloc_ctx { dev_id, pad }
             siw_ureq_reg_mr { stag_key, reserved, pad }
             siw_uresp_reg_mr { stag, pad }
+            siw_uresp_create_cq { cq_id, num_cqe, cq_key }
+            siw_uresp_create_qp { qp_id, num_sqe, num_rqe, pad, sq_key, rq_key }
+            siw_sge { laddr, length, lkey }
+            siw_sqe { id, flags, num_sge, opcode, rkey, raddr, sge }
+            siw_rqe { id, flags, num_sge, opcode, unused, sge }
+            siw_cqe { id, flags, opcode, status, bytes, imm_data, qp_id }
+            siw_cq_ctrl { flags, pad }
         }
     }
 }

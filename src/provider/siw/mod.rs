@@ -1,0 +1,61 @@
+//! Soft iWARP (`siw`).
+//!
+//! Its data path shares three bare arrays with the kernel: the send queue
+//! (`num_sqe` × `siw_sqe`, 120 bytes), the receive queue (`num_rqe` ×
+//! `siw_rqe`, 112 bytes) and the completion queue (`num_cqe` × `siw_cqe`,
+//! 32 bytes, then the 8-byte `siw_cq_ctrl` arming word), each mapped at the
+//! key of its create response. There is no header and no shared index: each
+//! element's `flags` word carries `SIW_WQE_VALID` while the consumer owns it,
+//! and each side counts its own position modulo the (power-of-two) size.
+//!
+//! * Posting a send: fill an SQE whose flags lack VALID, then store its flags
+//!   with VALID (release). The kernel copies the SQE out and clears the flags
+//!   (`smp_store_mb`). Write the POST_SEND doorbell only if the SQE just
+//!   before the batch is no longer VALID (the kernel may be idle); if it is
+//!   still VALID the kernel has yet to take it and will walk on to the new
+//!   ones.
+//! * Posting a receive: the same, with flags exactly VALID; no system call.
+//! * Polling: a CQE whose flags have VALID (acquire) is copied out, then its
+//!   flags are cleared (release). No system call.
+//! * Arming: one store to the arming word (solicited: 1, any: 3); the kernel
+//!   fires the completion event at the next matching CQE and clears the word.
+//!   No system call.
+//!
+//! [`queue`] is that ownership protocol (the views over the mappings and the
+//! orderings each shared word needs), [`wqe`] the translation of the crate's
+//! work requests and completions. Tests drive both against `kernel_model`,
+//! an in-process model of the kernel's side.
+
+use crate::error::Errno;
+use uverbs_uapi as sys;
+
+// The CQ and QP objects will own the mappings and use these; until they are
+// wired in, only the tests do.
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) mod queue;
+#[cfg_attr(not(test), allow(dead_code))]
+pub(crate) mod wqe;
+
+#[cfg(test)]
+mod kernel_model;
+#[cfg(test)]
+mod ring_props;
+
+/// The only driver ABI version the siw kernel and rdma-core speak.
+pub(crate) const ABI: (u32, u32, &str) = (sys::SIW_ABI_VERSION, sys::SIW_ABI_VERSION, "1");
+
+/// siw refuses a context without room for `siw_uresp_alloc_ctx`.
+pub(crate) const GET_CONTEXT_UHW_OUT: usize = size_of::<sys::siw_uresp_alloc_ctx>();
+
+/// A zeroed `siw_ureq_reg_mr`: asks for key byte 0.
+pub(crate) const REG_MR_UHW_IN: [u8; size_of::<sys::siw_ureq_reg_mr>()] =
+    [0; size_of::<sys::siw_ureq_reg_mr>()];
+
+/// Room for `siw_uresp_reg_mr`.
+pub(crate) const REG_MR_UHW_OUT: usize = size_of::<sys::siw_uresp_reg_mr>();
+
+/// siw has no `rereg_user_mr`: the kernel refuses every REREG_MR before
+/// looking at the MR, so no refusal can have changed it.
+pub(crate) fn rereg_refusal_leaves_mr_unchanged(_errno: Errno) -> bool {
+    true
+}

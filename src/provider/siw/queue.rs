@@ -1,0 +1,496 @@
+//! Typed views over siw's shared rings: the send and receive queues user space
+//! produces into, the completion queue it consumes from, and the CQ's arming
+//! word.
+//!
+//! A siw ring is a bare array of `num` elements (`num` a power of two, from
+//! the create response) with no header and no shared index: each element's
+//! `flags` word says who owns it. [`SIW_WQE_VALID`] set: the consumer's;
+//! clear: the producer's. Each side keeps a private free-running counter
+//! (`put` for the producer, `get` for the consumer) and takes it modulo
+//! `num`. So a ring holds up to `num` elements (not `num - 1` as on rxe), and
+//! neither side can ever learn the other's position except through the flags.
+//!
+//! * [`Producer`] (SQ, RQ): the slot at `put` is free iff its flags lack
+//!   VALID, loaded with `Acquire` (pairs with the kernel's `smp_store_mb`
+//!   clearing it after it copied the element out, so none of our writes to
+//!   the slot can happen before the kernel's reads of it). User space writes
+//!   every field but `flags`, then stores `flags` (VALID and the others) with
+//!   `Release` (pairs with the kernel's `READ_ONCE` of the flags before it
+//!   copies the element; see below). The kernel only ever clears VALID,
+//!   never sets it, so a slot seen free stays free until we fill it.
+//! * [`CqConsumer`]: the slot at `get` is ready iff its `u8` flags have
+//!   VALID, loaded with `Acquire`; user space copies the CQE out and then
+//!   stores 0 to the flags with `Release`, so the kernel (which writes a CQE
+//!   only after a `READ_ONCE` saw its flags 0) cannot overwrite it while we
+//!   still read it.
+//! * Arming: the `siw_cq_ctrl` word right after the CQE array. User space
+//!   stores [`SIW_NOTIFY_SOLICITED`] or `SOLICITED | NEXT_COMPLETION`; the
+//!   kernel (`siw_cq_notify_now`, Linux 6.12) reads it after publishing each
+//!   CQE, fires the completion event when it asks for this completion, and
+//!   then stores [`SIW_NOTIFY_NOT`]: arming is one-shot. No system call.
+//!
+//! Two decisions need a full barrier on our side, because they pair a store
+//! with a later load of a *different* word against the kernel doing the
+//! mirror image (store; `smp_mb`; load):
+//! * the doorbell ([`Producer::needs_doorbell`]): we publish the new SQEs, then
+//!   look at the SQE just before the batch; the kernel clears that SQE
+//!   (`smp_store_mb`) and later looks at ours. With a `SeqCst` fence between our
+//!   store and our load, at least one side sees the other's store: either the
+//!   kernel finds our SQEs, or we find the old one cleared and ring.
+//! * arming ([`CqConsumer::arm`]): we store the arm word, then poll once more;
+//!   the kernel stores the CQE's flags, `smp_store_mb`s the SQE/RQE flags and
+//!   reads the arm word. Either the event fires or our poll sees the CQE.
+//!
+//! What the kernel does not give us (6.12): it reads an SQE's flags with
+//! `READ_ONCE` and then copies the fields without `smp_rmb`, and it writes a
+//! CQE's fields and then its flags with plain stores and `WRITE_ONCE`, without
+//! `smp_wmb`. On x86 (TSO: loads are not reordered with loads, stores not with
+//! stores) that is enough; on weaker machines it relies on the kernel's
+//! compiler and CPU not reordering. Our side uses the orderings the protocol
+//! needs whatever the machine.
+//!
+//! Every slot address is the counter masked by `num - 1` times the element
+//! size, and the mapping length is checked against `num × size` (+ the arming
+//! word) once, when the view is built; nothing is ever read or written outside
+//! it. Nothing here allocates or makes a system call.
+
+use std::marker::PhantomData;
+use std::mem::{offset_of, size_of};
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU8, Ordering};
+
+use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+use uverbs_uapi::{
+    siw_cq_ctrl, siw_cqe, siw_rqe, siw_sqe, SIW_NOTIFY_NEXT_COMPLETION, SIW_NOTIFY_NOT,
+    SIW_NOTIFY_SOLICITED, SIW_WQE_VALID,
+};
+
+/// Offset of the `flags` word in every siw element.
+const FLAGS_OFFSET: usize = 8;
+const _: () = assert!(offset_of!(siw_sqe, flags) == FLAGS_OFFSET);
+const _: () = assert!(offset_of!(siw_rqe, flags) == FLAGS_OFFSET);
+const _: () = assert!(offset_of!(siw_cqe, flags) == FLAGS_OFFSET);
+/// The SQE/RQE flags word is a `u16`, the CQE's a `u8`.
+const WQE_FLAGS_LEN: usize = size_of::<u16>();
+/// Bytes of a CQE.
+pub(crate) const CQE_LEN: usize = size_of::<siw_cqe>();
+/// Bytes of the arming word after the CQEs.
+pub(crate) const CTRL_LEN: usize = size_of::<siw_cq_ctrl>();
+/// The VALID bit as the CQE's `u8` flags hold it.
+const CQE_VALID: u8 = SIW_WQE_VALID as u8;
+
+/// An element user space produces into a siw ring: an SQE or an RQE, whose
+/// first 8 bytes are the id and whose `u16` flags follow at byte 8.
+pub(crate) trait WorkElement:
+    IntoBytes + FromBytes + Immutable + Copy + sealed::Sealed
+{
+    /// The ring's name in errors.
+    const RING: &'static str;
+    /// The flags this element asks to be published with (VALID is added).
+    fn flags(&self) -> u16;
+}
+
+mod sealed {
+    /// Only siw's two work elements are [`WorkElement`](super::WorkElement)s.
+    pub trait Sealed {}
+    impl Sealed for uverbs_uapi::siw_sqe {}
+    impl Sealed for uverbs_uapi::siw_rqe {}
+}
+
+impl WorkElement for siw_sqe {
+    const RING: &'static str = "siw send queue";
+    fn flags(&self) -> u16 {
+        self.flags
+    }
+}
+
+impl WorkElement for siw_rqe {
+    const RING: &'static str = "siw receive queue";
+    fn flags(&self) -> u16 {
+        self.flags
+    }
+}
+
+/// The ring's name in CQ errors.
+const CQ_RING: &str = "siw completion queue";
+
+/// Why a mapping cannot be used as a siw ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum LayoutError {
+    /// The mapping does not start on an 8-byte boundary.
+    #[error("map {ring}: the mapping at {addr:#x} is not 8-byte aligned")]
+    Misaligned {
+        /// Which ring.
+        ring: &'static str,
+        /// Start of the mapping.
+        addr: usize,
+    },
+    /// The element count from the create response is not a power of two
+    /// (or is 0).
+    #[error("map {ring}: {num} elements is not a power of two >= 1")]
+    Count {
+        /// Which ring.
+        ring: &'static str,
+        /// The count given.
+        num: u32,
+    },
+    /// The elements (and, for a CQ, the arming word) do not fit the mapping.
+    #[error("map {ring}: {num} elements of {elem} bytes (+ {tail} control bytes) need {need} bytes, the mapping has {len}")]
+    TooShort {
+        /// Which ring.
+        ring: &'static str,
+        /// Elements.
+        num: u32,
+        /// Bytes per element.
+        elem: usize,
+        /// Bytes after the elements (the CQ's arming word, else 0).
+        tail: usize,
+        /// Bytes needed (saturated on overflow).
+        need: usize,
+        /// Bytes mapped.
+        len: usize,
+    },
+}
+
+/// Not enough free slots for a batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("siw queue full: {free} of {capacity} slots free")]
+pub(crate) struct QueueFull {
+    /// Consecutive free slots at the producer's position: the batch's
+    /// elements from this index on did not fit.
+    pub(crate) free: u32,
+    /// Slots in the ring.
+    pub(crate) capacity: u32,
+}
+
+/// A validated siw ring mapping: `num` elements of `elem` bytes at `base`.
+#[derive(Debug)]
+struct Ring {
+    base: NonNull<u8>,
+    num: u32,
+    elem: usize,
+}
+
+// SAFETY: a Ring is owned by the one Producer or CqConsumer made over it,
+// which is the only user-side accessor of its mapping (from_raw's contract);
+// the memory is shared only with the kernel, through the flags protocol, so
+// moving the owner to another thread is sound.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Checks that `num` elements of `elem` bytes and `tail` more fit in
+    /// `len` bytes at `base`.
+    fn check(
+        ring: &'static str,
+        base: NonNull<u8>,
+        len: usize,
+        num: u32,
+        elem: usize,
+        tail: usize,
+    ) -> Result<Ring, LayoutError> {
+        let addr = base.as_ptr() as usize;
+        if addr % 8 != 0 {
+            return Err(LayoutError::Misaligned { ring, addr });
+        }
+        if !num.is_power_of_two() {
+            return Err(LayoutError::Count { ring, num });
+        }
+        let need = (num as usize)
+            .checked_mul(elem)
+            .and_then(|n| n.checked_add(tail));
+        match need {
+            Some(need) if need <= len => Ok(Ring { base, num, elem }),
+            _ => Err(LayoutError::TooShort {
+                ring,
+                num,
+                elem,
+                tail,
+                need: need.unwrap_or(usize::MAX),
+                len,
+            }),
+        }
+    }
+
+    /// Start of the slot of free-running counter `counter`.
+    fn slot(&self, counter: u32) -> *mut u8 {
+        let index = (counter & (self.num - 1)) as usize;
+        // SAFETY: index < num and `check` proved num * elem <= len, so the
+        // slot lies inside the mapping.
+        unsafe { self.base.as_ptr().add(index * self.elem) }
+    }
+
+    /// The `u16` flags word of an SQE or RQE slot.
+    fn wqe_flags(&self, counter: u32) -> &AtomicU16 {
+        // SAFETY: inside the slot (FLAGS_OFFSET + 2 <= elem for both element
+        // types), 2-aligned (base and elem are multiples of 8); every access
+        // to this word, ours and the kernel's, is atomic (READ_ONCE,
+        // WRITE_ONCE, smp_store_mb on an aligned u16), and the mapping lives
+        // as long as `self`.
+        unsafe { AtomicU16::from_ptr(self.slot(counter).add(FLAGS_OFFSET).cast()) }
+    }
+
+    /// The `u8` flags of a CQE slot.
+    fn cqe_flags(&self, counter: u32) -> &AtomicU8 {
+        // SAFETY: inside the slot; every access to this byte that can race
+        // with another is atomic (the kernel's READ_ONCE / WRITE_ONCE, ours in
+        // poll_one). poll_one's plain copy of the whole CQE happens only while
+        // the slot is VALID, when nothing writes it.
+        unsafe { AtomicU8::from_ptr(self.slot(counter).add(FLAGS_OFFSET)) }
+    }
+}
+
+/// The user side of a siw send or receive queue.
+///
+/// [`post`](Self::post) writes a batch into free slots and hands each to the
+/// kernel by setting its VALID flag; for a send queue the caller then rings
+/// the doorbell when [`Posted::needs_doorbell`] says so.
+#[derive(Debug)]
+pub(crate) struct Producer<E> {
+    ring: Ring,
+    /// Elements posted so far (free-running; the slot is `put % num`).
+    put: u32,
+    _elem: PhantomData<fn(&E)>,
+}
+
+/// What one [`Producer::post`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Posted {
+    /// Elements handed to the kernel.
+    pub(crate) count: u32,
+    /// For a send queue: the kernel may be idle, so the caller must write
+    /// the POST_SEND doorbell. False when nothing was posted, or when the
+    /// element before the batch was still VALID (the kernel has yet to take
+    /// it, and will walk on to ours).
+    pub(crate) needs_doorbell: bool,
+}
+
+impl<E: WorkElement> Producer<E> {
+    /// The producer over `num` elements mapped at `base..base + len`, from
+    /// slot 0 (where the kernel starts too).
+    ///
+    /// # Safety
+    /// `base..base + len` must be a readable and writable mapping of the
+    /// ring (or memory shaped like one) that stays mapped for as long as the
+    /// producer lives, and nothing but the kernel's side of the ring and this
+    /// producer may access it; no other view may be made over it.
+    pub(crate) unsafe fn from_raw(
+        base: NonNull<u8>,
+        len: usize,
+        num: u32,
+    ) -> Result<Self, LayoutError> {
+        Ok(Producer {
+            ring: Ring::check(E::RING, base, len, num, size_of::<E>(), 0)?,
+            put: 0,
+            _elem: PhantomData,
+        })
+    }
+
+    /// Slots in the ring (all of them can be outstanding at once).
+    pub(crate) fn capacity(&self) -> u32 {
+        self.ring.num
+    }
+
+    /// Elements posted since the view was made (free-running).
+    pub(crate) fn put(&self) -> u32 {
+        self.put
+    }
+
+    /// True when the slot of `counter` is ours to fill.
+    fn is_free(&self, counter: u32) -> bool {
+        // Acquire pairs with the kernel's smp_store_mb(flags, 0) made after
+        // it copied the element out: once we see VALID clear, the kernel's
+        // reads of the slot happen-before our writes to it.
+        self.ring.wqe_flags(counter).load(Ordering::Acquire) & SIW_WQE_VALID == 0
+    }
+
+    /// Consecutive free slots from our position, at most `want`.
+    pub(crate) fn free_ahead(&self, want: u32) -> u32 {
+        let want = want.min(self.ring.num);
+        (0..want)
+            .find(|&i| !self.is_free(self.put.wrapping_add(i)))
+            .unwrap_or(want)
+    }
+
+    /// Writes `elems` into the next slots and hands each to the kernel, in
+    /// order, or writes nothing at all when not all of them fit.
+    ///
+    /// Each element's fields but `flags` are written first, then `flags`
+    /// (the element's own, plus VALID) with one release store, so the kernel
+    /// never sees VALID on a half-written element.
+    pub(crate) fn post<I>(&mut self, elems: I) -> Result<Posted, QueueFull>
+    where
+        I: ExactSizeIterator<Item = E>,
+    {
+        let want = u32::try_from(elems.len()).unwrap_or(u32::MAX);
+        let free = self.free_ahead(want);
+        if free < want {
+            return Err(QueueFull {
+                free,
+                capacity: self.ring.num,
+            });
+        }
+        let start = self.put;
+        // At most `want` (an iterator may yield fewer than it announced).
+        for elem in elems.take(want as usize) {
+            // The slot is free (checked above) and stays so: the kernel only
+            // ever clears VALID, and `&mut self` makes us its only filler.
+            self.write_fields(self.put, &elem);
+            // Release pairs with the kernel's READ_ONCE of the flags before
+            // it copies the element (sq_get_next, siw_rqe_get): every field
+            // written above happens-before the kernel's reads of them.
+            self.ring
+                .wqe_flags(self.put)
+                .store(elem.flags() | SIW_WQE_VALID, Ordering::Release);
+            self.put = self.put.wrapping_add(1);
+        }
+        let count = self.put.wrapping_sub(start);
+        Ok(Posted {
+            count,
+            needs_doorbell: self.needs_doorbell(start, count),
+        })
+    }
+
+    /// Copies every byte of `elem` but its flags word into the slot of `counter`.
+    fn write_fields(&self, counter: u32, elem: &E) {
+        let src = elem.as_bytes();
+        let dst = self.ring.slot(counter);
+        let after = FLAGS_OFFSET + WQE_FLAGS_LEN;
+        // SAFETY: both ranges lie inside the slot (size_of::<E>() bytes,
+        // checked against the mapping) and inside `src` (the same size); the
+        // slot is free, so the kernel reads none of these bytes now (it only
+        // reads the flags word, which is skipped), and nothing else writes it.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, FLAGS_OFFSET);
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr().add(after),
+                dst.add(after),
+                src.len() - after,
+            );
+        }
+    }
+
+    /// rdma-core's doorbell rule for a batch of `count` elements posted from
+    /// `start`: ring unless the element just before the batch is still VALID
+    /// (then the kernel has yet to take it and will find ours after it);
+    /// always ring when the batch filled the whole ring (the element before
+    /// it is one of ours), never when it was empty.
+    fn needs_doorbell(&self, start: u32, count: u32) -> bool {
+        if count == 0 {
+            return false;
+        }
+        if count >= self.ring.num {
+            return true;
+        }
+        // SeqCst fence: our release stores of the batch's flags are ordered
+        // before the load below, against the kernel's smp_store_mb (store;
+        // smp_mb) of the previous element's flags before it looks at the
+        // next one. Either the kernel's later READ_ONCE sees our VALID, or
+        // this load sees its clear and we ring: no wakeup is lost.
+        fence(Ordering::SeqCst);
+        // Relaxed: only the value matters; the fence gives the ordering.
+        self.ring
+            .wqe_flags(start.wrapping_sub(1))
+            .load(Ordering::Relaxed)
+            & SIW_WQE_VALID
+            == 0
+    }
+}
+
+/// The user side of a siw completion queue and its arming word.
+#[derive(Debug)]
+pub(crate) struct CqConsumer {
+    ring: Ring,
+    /// CQEs taken so far (free-running; the slot is `get % num`).
+    get: u32,
+}
+
+impl CqConsumer {
+    /// The consumer over `num` CQEs and the arming word mapped at
+    /// `base..base + len`, from slot 0 (where the kernel starts too). Leaves
+    /// the CQ unarmed, as rdma-core does at creation.
+    ///
+    /// # Safety
+    /// As [`Producer::from_raw`], for a CQ mapping.
+    pub(crate) unsafe fn from_raw(
+        base: NonNull<u8>,
+        len: usize,
+        num: u32,
+    ) -> Result<Self, LayoutError> {
+        let cq = CqConsumer {
+            ring: Ring::check(CQ_RING, base, len, num, CQE_LEN, CTRL_LEN)?,
+            get: 0,
+        };
+        // Relaxed: an initial value; no data is published with it.
+        cq.ctrl().store(SIW_NOTIFY_NOT, Ordering::Relaxed);
+        Ok(cq)
+    }
+
+    /// CQEs in the ring (all of them can be ready at once).
+    pub(crate) fn capacity(&self) -> u32 {
+        self.ring.num
+    }
+
+    /// CQEs taken since the view was made (free-running).
+    pub(crate) fn get(&self) -> u32 {
+        self.get
+    }
+
+    /// The arming word after the CQE array.
+    fn ctrl(&self) -> &AtomicU32 {
+        let offset = self.ring.num as usize * CQE_LEN;
+        // SAFETY: `check` proved num * CQE_LEN + CTRL_LEN <= len; the offset
+        // is a multiple of 32 from an 8-aligned base; every access to the
+        // word (ours, the kernel's READ_ONCE / WRITE_ONCE) is atomic.
+        unsafe { AtomicU32::from_ptr(self.ring.base.as_ptr().add(offset).cast()) }
+    }
+
+    /// The oldest ready CQE, copied out, its slot handed back to the kernel;
+    /// `None` when the next slot is not VALID yet.
+    pub(crate) fn poll_one(&mut self) -> Option<siw_cqe> {
+        let flags = self.ring.cqe_flags(self.get);
+        // Acquire pairs with the kernel's WRITE_ONCE of VALID after it wrote
+        // the fields (siw_sqe_complete, siw_rqe_complete): the fields we copy
+        // below are the ones it wrote.
+        if flags.load(Ordering::Acquire) & CQE_VALID == 0 {
+            return None;
+        }
+        // SAFETY: the slot lies inside the mapping and is 8-aligned (base is,
+        // CQE_LEN is 32); while it is VALID the kernel does not write it, so
+        // this plain copy races with nothing.
+        let cqe = unsafe { std::ptr::read(self.ring.slot(self.get).cast::<siw_cqe>()) };
+        // Release: our copy above happens-before the kernel's READ_ONCE that
+        // sees the slot free and its writes of the next CQE into it.
+        flags.store(0, Ordering::Release);
+        self.get = self.get.wrapping_add(1);
+        Some(cqe)
+    }
+
+    /// Arms the CQ for one completion event: the next solicited one
+    /// (`solicited_only`), or the next one of any kind. Poll once more after
+    /// arming: a CQE that arrived just before is reported by that poll, not
+    /// by an event.
+    ///
+    /// siw (6.12) fires a solicited-only arm only for a send-queue completion
+    /// of a SOLICITED SQE: receive completions are checked as if unsolicited.
+    pub(crate) fn arm(&self, solicited_only: bool) {
+        let flags = if solicited_only {
+            SIW_NOTIFY_SOLICITED
+        } else {
+            SIW_NOTIFY_SOLICITED | SIW_NOTIFY_NEXT_COMPLETION
+        };
+        // SeqCst store and fence: the store is ordered before the caller's
+        // next poll loads a CQE's flags, against the kernel's store of those
+        // flags, smp_mb, then READ_ONCE of this word (siw_cq_notify_now).
+        // Either the kernel sees the arm and fires, or the poll sees the CQE.
+        self.ctrl().store(flags, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+    }
+
+    /// The arming word as it is now (`SIW_NOTIFY_*`; the kernel clears it
+    /// when it fires).
+    pub(crate) fn armed(&self) -> u32 {
+        // Relaxed: a snapshot for inspection; nothing is read because of it.
+        self.ctrl().load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,378 @@
+//! Work requests into siw queue elements, completions out of them.
+//!
+//! The crate's provider-neutral request and completion types ([`SendWr`],
+//! [`RecvWr`], [`WorkCompletion`], defined with rxe's WQE writers) are
+//! translated to siw's elements:
+//!
+//! * SQE: `id` = wr_id; `opcode` = [`SIW_OP_WRITE`], [`SIW_OP_READ`] or
+//!   [`SIW_OP_SEND`] (the crate has no SEND_WITH_INVALIDATE request, so
+//!   `SIW_OP_SEND_REMOTE_INV` is never written); `raddr`/`rkey` the remote
+//!   buffer (0 for a SEND); `sge[..num_sge]` the SGEs (the same 16-byte
+//!   layout). Inline data (SEND and WRITE only, up to [`SIW_MAX_INLINE`]
+//!   bytes, any number of segments) is packed into the bytes of `sge[1..]`,
+//!   its total length in `sge[0].length` and `num_sge = 1`: the kernel
+//!   (`siw_activate_tx_from_sq`) points `sge[0]` at `sge[1]` itself. Flags:
+//!   SIGNALED (or the QP's sig-all) → [`SIW_WQE_SIGNALLED`], SOLICITED →
+//!   [`SIW_WQE_SOLICITED`], FENCE → [`SIW_WQE_READ_FENCE`], inline →
+//!   [`SIW_WQE_INLINE`]; VALID is added by [`Producer::post`] last. For user
+//!   QPs the kernel does not apply sig-all itself: the writer must.
+//! * RQE: `id`, `num_sge`, `sge`, and flags exactly VALID (the kernel's
+//!   `siw_rqe_get` takes an RQE only when `flags == SIW_WQE_VALID`).
+//! * CQE: `status` is a `siw_wc_status`, `opcode` the `siw_opcode` of the
+//!   completed SQE (or [`SIW_OP_RECEIVE`]), `bytes`, `qp_id` the QP number
+//!   (`siw_sqe_complete`, `siw_rqe_complete`). The kernel writes no
+//!   immediate data and, for user CQs, no invalidated key.
+//!
+//! What siw cannot do is refused with a typed error before anything is
+//! written (rdma-core returns EINVAL for the same): immediate data, atomics
+//! (`atomic_cap` 0), UD destinations (siw is RC only), a fenced READ, a READ
+//! into more than one SGE (`max_sge_rd` 1; the kernel would silently use
+//! only the first), inline data on a READ. A batch is all or nothing: every
+//! request is checked and the free slots counted before the first is written.
+
+use zerocopy::IntoBytes;
+
+use uverbs_uapi::{
+    siw_cqe, siw_rqe, siw_sge, siw_sqe, SIW_MAX_INLINE, SIW_MAX_SGE, SIW_OP_COMP_AND_SWAP,
+    SIW_OP_FETCH_AND_ADD, SIW_OP_INVAL_STAG, SIW_OP_READ, SIW_OP_READ_LOCAL_INV, SIW_OP_RECEIVE,
+    SIW_OP_SEND, SIW_OP_SEND_REMOTE_INV, SIW_OP_SEND_WITH_IMM, SIW_OP_WRITE, SIW_WC_BAD_RESP_ERR,
+    SIW_WC_GENERAL_ERR, SIW_WC_LOC_ACCESS_ERR, SIW_WC_LOC_LEN_ERR, SIW_WC_LOC_PROT_ERR,
+    SIW_WC_LOC_QP_OP_ERR, SIW_WC_REM_ACCESS_ERR, SIW_WC_REM_INV_REQ_ERR, SIW_WC_SUCCESS,
+    SIW_WC_WR_FLUSH_ERR, SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_REM_INVAL, SIW_WQE_SIGNALLED,
+    SIW_WQE_SOLICITED,
+};
+
+use super::queue::{CqConsumer, Posted, Producer, QueueFull};
+use crate::error::Errno;
+use crate::wr::{
+    Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
+    WorkCompletion,
+};
+
+/// SGEs an RDMA READ may scatter into (`SIW_MAX_SGE_RD`: an iWARP READ
+/// response lands in one buffer).
+const MAX_READ_SGE: u32 = 1;
+/// The operation a send WR's error names.
+const POST_SEND: &str = "post_send";
+/// The operation a receive WR's error names.
+const POST_RECV: &str = "post_recv";
+
+/// What the send queue accepts, from the QP's creation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SendConfig {
+    /// SGEs per SQE the QP was created with (capped at [`SIW_MAX_SGE`]).
+    pub(crate) max_sge: u32,
+    /// The QP signals every request (`sq_sig_all`).
+    pub(crate) sig_all: bool,
+}
+
+/// Why a siw work request was not queued. Nothing was written to the queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SiwPostError {
+    /// A mistake any provider refuses (too many SGEs, inline too long,
+    /// length overflow, queue full).
+    #[error(transparent)]
+    Post(#[from] PostError),
+    /// Something siw cannot do.
+    #[error("post_send: siw does not support {what} (EINVAL)")]
+    Unsupported {
+        /// The opcode or feature.
+        what: &'static str,
+    },
+    /// siw refuses to fence an RDMA READ (`siw_activate_tx_from_sq`: "cannot
+    /// fence read"), which would break the QP after posting.
+    #[error("post_send: siw cannot fence an RDMA_READ (EINVAL)")]
+    FencedRead,
+}
+
+impl SiwPostError {
+    /// The errno rdma-core's siw provider returns for the same mistake.
+    pub(crate) fn errno(&self) -> Errno {
+        match self {
+            SiwPostError::Post(e) => e.errno(),
+            SiwPostError::Unsupported { .. } | SiwPostError::FencedRead => Errno::INVAL,
+        }
+    }
+}
+
+/// A refused batch: the request at `index` was refused, nothing was queued.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("work request {index}: {error}")]
+pub(crate) struct Refused {
+    /// Index of the first refused request in the batch.
+    pub(crate) index: usize,
+    /// Why.
+    pub(crate) error: SiwPostError,
+}
+
+/// Total of `lens`, checked against the 32-bit message length.
+fn total_len(op: &'static str, lens: impl Iterator<Item = u64>) -> Result<u32, PostError> {
+    let len: u64 = lens.sum();
+    u32::try_from(len).map_err(|_| PostError::TooLong { op, len })
+}
+
+/// The opcode of an op siw supports, or the refusal naming the op.
+fn siw_opcode(op: &SendOp) -> Result<u8, SiwPostError> {
+    let unsupported = |what| Err(SiwPostError::Unsupported { what });
+    match op {
+        SendOp::Send { imm: None } => Ok(SIW_OP_SEND),
+        SendOp::RdmaWrite { imm: None, .. } => Ok(SIW_OP_WRITE),
+        SendOp::RdmaRead { .. } => Ok(SIW_OP_READ),
+        SendOp::Send { imm: Some(_) } => unsupported("SEND_WITH_IMM"),
+        SendOp::RdmaWrite { imm: Some(_), .. } => unsupported("RDMA_WRITE_WITH_IMM"),
+        SendOp::CompareSwap { .. } => unsupported("ATOMIC_CMP_AND_SWP"),
+        SendOp::FetchAdd { .. } => unsupported("ATOMIC_FETCH_AND_ADD"),
+    }
+}
+
+/// Checks `wr` against what siw and the QP accept; writes nothing.
+pub(crate) fn check_send(cfg: SendConfig, wr: &SendWr<'_>) -> Result<(), SiwPostError> {
+    let opcode = siw_opcode(&wr.op)?;
+    if wr.ud.is_some() {
+        return Err(SiwPostError::Unsupported {
+            what: "a UD destination",
+        });
+    }
+    let is_read = opcode == SIW_OP_READ;
+    if is_read && wr.flags.contains(SendFlags::FENCE) {
+        return Err(SiwPostError::FencedRead);
+    }
+    match wr.payload {
+        Payload::Sges(sges) => {
+            let max = if is_read {
+                MAX_READ_SGE
+            } else {
+                cfg.max_sge.min(SIW_MAX_SGE)
+            };
+            if sges.len() > max as usize {
+                return Err(PostError::TooManySges {
+                    op: POST_SEND,
+                    n: sges.len(),
+                    max,
+                }
+                .into());
+            }
+            total_len(POST_SEND, sges.iter().map(|s| u64::from(s.length)))?;
+        }
+        Payload::Inline(segs) => {
+            if is_read {
+                return Err(PostError::InlineNotAllowed {
+                    opcode: "RDMA_READ",
+                }
+                .into());
+            }
+            let len: u64 = segs.iter().map(|s| s.len() as u64).sum();
+            if len > u64::from(SIW_MAX_INLINE) {
+                return Err(PostError::InlineTooLong {
+                    len,
+                    max: SIW_MAX_INLINE,
+                }
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The SQE for `wr`, which [`check_send`] accepted (its flags without VALID).
+pub(crate) fn build_sqe(cfg: SendConfig, wr: &SendWr<'_>) -> siw_sqe {
+    let mut sqe = siw_sqe {
+        id: wr.wr_id,
+        ..siw_sqe::default()
+    };
+    // check_send refused every other op.
+    sqe.opcode = siw_opcode(&wr.op).unwrap_or(SIW_OP_SEND);
+    if let SendOp::RdmaWrite { remote, .. } | SendOp::RdmaRead { remote } = wr.op {
+        sqe.raddr = remote.addr;
+        sqe.rkey = remote.rkey;
+    }
+    let mut flags = 0;
+    if wr.flags.contains(SendFlags::SIGNALED) || cfg.sig_all {
+        flags |= SIW_WQE_SIGNALLED;
+    }
+    if wr.flags.contains(SendFlags::SOLICITED) {
+        flags |= SIW_WQE_SOLICITED;
+    }
+    if wr.flags.contains(SendFlags::FENCE) {
+        flags |= SIW_WQE_READ_FENCE;
+    }
+    match wr.payload {
+        Payload::Sges(sges) => {
+            for (dst, s) in sqe.sge.iter_mut().zip(sges) {
+                *dst = to_siw_sge(s);
+            }
+            // <= SIW_MAX_SGE (checked), so it fits a u8.
+            sqe.num_sge = sges.len().min(SIW_MAX_SGE as usize) as u8;
+        }
+        Payload::Inline(segs) => {
+            flags |= SIW_WQE_INLINE;
+            let data = sqe.sge[1..].as_mut_bytes();
+            let mut at = 0;
+            for seg in segs {
+                // The total is <= SIW_MAX_INLINE = the room of sge[1..] (checked).
+                let end = (at + seg.len()).min(data.len());
+                data[at..end].copy_from_slice(&seg[..end - at]);
+                at = end;
+            }
+            sqe.sge[0].length = at as u32; // <= 80
+            sqe.num_sge = 1;
+        }
+    }
+    sqe.flags = flags;
+    sqe
+}
+
+fn to_siw_sge(s: &Sge) -> siw_sge {
+    siw_sge {
+        laddr: s.addr,
+        length: s.length,
+        lkey: s.lkey,
+    }
+}
+
+/// Checks every request of `wrs`, then writes them all into the send queue
+/// `sq` and hands them to the kernel, or writes nothing. On success the
+/// caller must write the POST_SEND doorbell iff
+/// [`Posted::needs_doorbell`].
+pub(crate) fn post_send(
+    sq: &mut Producer<siw_sqe>,
+    cfg: SendConfig,
+    wrs: &[SendWr<'_>],
+) -> Result<Posted, Refused> {
+    for (index, wr) in wrs.iter().enumerate() {
+        check_send(cfg, wr).map_err(|error| Refused { index, error })?;
+    }
+    sq.post(wrs.iter().map(|wr| build_sqe(cfg, wr)))
+        .map_err(|full| queue_full(POST_SEND, full))
+}
+
+/// The RQE for `wr`, after checking it against `max_sge` SGEs.
+fn build_rqe(max_sge: u32, wr: &RecvWr<'_>) -> Result<siw_rqe, SiwPostError> {
+    let max = max_sge.min(SIW_MAX_SGE);
+    if wr.sges.len() > max as usize {
+        return Err(PostError::TooManySges {
+            op: POST_RECV,
+            n: wr.sges.len(),
+            max,
+        }
+        .into());
+    }
+    total_len(POST_RECV, wr.sges.iter().map(|s| u64::from(s.length)))?;
+    let mut rqe = siw_rqe {
+        id: wr.wr_id,
+        // <= SIW_MAX_SGE (checked).
+        num_sge: wr.sges.len() as u8,
+        ..siw_rqe::default()
+    };
+    for (dst, s) in rqe.sge.iter_mut().zip(wr.sges) {
+        *dst = to_siw_sge(s);
+    }
+    // flags stay 0: Producer::post publishes exactly VALID.
+    Ok(rqe)
+}
+
+/// Checks every request of `wrs`, then writes them all into the receive
+/// queue `rq` and hands them to the kernel, or writes nothing. Returns how
+/// many were posted. No doorbell: the kernel looks at the RQ when a message
+/// arrives.
+pub(crate) fn post_recv(
+    rq: &mut Producer<siw_rqe>,
+    max_sge: u32,
+    wrs: &[RecvWr<'_>],
+) -> Result<u32, Refused> {
+    for (index, wr) in wrs.iter().enumerate() {
+        build_rqe(max_sge, wr).map_err(|error| Refused { index, error })?;
+    }
+    // Checked above, so the fallback is never taken.
+    let rqes = wrs
+        .iter()
+        .map(|wr| build_rqe(max_sge, wr).unwrap_or_default());
+    rq.post(rqes)
+        .map(|p| p.count)
+        .map_err(|full| queue_full(POST_RECV, full))
+}
+
+fn queue_full(op: &'static str, full: QueueFull) -> Refused {
+    Refused {
+        index: full.free as usize,
+        error: PostError::QueueFull {
+            op,
+            capacity: full.capacity,
+        }
+        .into(),
+    }
+}
+
+/// The crate's status for a `siw_wc_status` (rdma-core's `map_cqe_status`);
+/// a value siw does not define stays raw in [`WcStatus::Unknown`].
+pub(crate) fn wc_status(status: u16) -> WcStatus {
+    match status {
+        SIW_WC_SUCCESS => WcStatus::Success,
+        SIW_WC_LOC_LEN_ERR => WcStatus::LocLenErr,
+        SIW_WC_LOC_PROT_ERR => WcStatus::LocProtErr,
+        SIW_WC_LOC_QP_OP_ERR => WcStatus::LocQpOpErr,
+        SIW_WC_WR_FLUSH_ERR => WcStatus::WrFlushErr,
+        SIW_WC_BAD_RESP_ERR => WcStatus::BadRespErr,
+        SIW_WC_LOC_ACCESS_ERR => WcStatus::LocAccessErr,
+        SIW_WC_REM_ACCESS_ERR => WcStatus::RemAccessErr,
+        SIW_WC_REM_INV_REQ_ERR => WcStatus::RemInvReqErr,
+        SIW_WC_GENERAL_ERR => WcStatus::GeneralErr,
+        other => WcStatus::Unknown(other.into()),
+    }
+}
+
+/// The crate's completion opcode for a CQE's `siw_opcode` (rdma-core's
+/// `map_cqe_opcode`, plus the kernel's LOCAL_INV); others stay raw in
+/// [`WcOpcode::Unknown`].
+pub(crate) fn wc_opcode(opcode: u8) -> WcOpcode {
+    match opcode {
+        SIW_OP_WRITE => WcOpcode::RdmaWrite,
+        SIW_OP_READ | SIW_OP_READ_LOCAL_INV => WcOpcode::RdmaRead,
+        SIW_OP_SEND | SIW_OP_SEND_WITH_IMM | SIW_OP_SEND_REMOTE_INV => WcOpcode::Send,
+        SIW_OP_FETCH_AND_ADD => WcOpcode::FetchAdd,
+        SIW_OP_COMP_AND_SWAP => WcOpcode::CompSwap,
+        SIW_OP_RECEIVE => WcOpcode::Recv,
+        SIW_OP_INVAL_STAG => WcOpcode::LocalInv,
+        other => WcOpcode::Unknown(other.into()),
+    }
+}
+
+/// The typed view of a CQE.
+pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
+    let rem_inval = u16::from(cqe.flags) & SIW_WQE_REM_INVAL != 0;
+    let (wc_flags, imm_or_inval) = if rem_inval {
+        // inval_stag is the first four bytes of the imm_data union.
+        let b = cqe.imm_data.to_ne_bytes();
+        (
+            WcFlags::WITH_INVALIDATE,
+            u32::from_ne_bytes([b[0], b[1], b[2], b[3]]),
+        )
+    } else {
+        (WcFlags::empty(), 0)
+    };
+    WorkCompletion {
+        wr_id: cqe.id,
+        status: wc_status(cqe.status),
+        opcode: wc_opcode(cqe.opcode),
+        vendor_err: 0,
+        byte_len: cqe.bytes,
+        imm_or_inval,
+        // qp_id is the u32 QP number widened (qp_id(qp) = base_qp.qp_num).
+        qp_num: cqe.qp_id as u32,
+        wc_flags,
+        ..WorkCompletion::default()
+    }
+}
+
+/// Copies up to `out.len()` completions out of the CQ, oldest first, handing
+/// each slot back to the kernel. Returns how many. No allocation, no system
+/// call.
+pub(crate) fn poll(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
+    let mut n = 0;
+    while n < out.len() {
+        let Some(cqe) = cq.poll_one() else { break };
+        out[n] = completion(&cqe);
+        n += 1;
+    }
+    n
+}
