@@ -72,6 +72,19 @@ fn run(name: &str, fs: &ForkSafety, mut pick: impl FnMut(&mut Rng) -> (usize, us
     stats(name, "unmark", unmark);
 }
 
+/// The median cost of the two `Instant::now()` calls that bracket a sample.
+fn timer_overhead() -> u64 {
+    let mut ns: Vec<u64> = (0..SAMPLES)
+        .map(|_| {
+            let t0 = Instant::now();
+            let t1 = black_box(Instant::now());
+            (t1 - t0).as_nanos() as u64
+        })
+        .collect();
+    ns.sort_unstable();
+    ns[ns.len() / 2]
+}
+
 fn setup(fs: &ForkSafety, ranges: impl Iterator<Item = (usize, usize)>) {
     for (addr, len) in ranges {
         fs.dontfork_range(addr, len).expect("setup mark");
@@ -89,6 +102,10 @@ fn main() {
     let p = rustix::param::page_size();
     let started = Instant::now();
     println!("fork range tracking, {SAMPLES} samples per line, page size {p}");
+    println!(
+        "  (each sample includes one Instant::now() pair: median {} ns here)",
+        timer_overhead()
+    );
 
     // --- tracker cost, disjoint ranges: one page every other page ---------
     {

@@ -128,16 +128,30 @@ pub struct RangeTracker {
 /// The per-process part of a tracker.
 struct State {
     generation: Generation,
-    map: Mutex<BTreeMap<usize, Span>>,
+    map: Mutex<Ranges>,
 }
 
 impl State {
     fn fresh() -> *mut State {
         Box::into_raw(Box::new(State {
             generation: Generation::current(),
-            map: Mutex::new(BTreeMap::new()),
+            map: Mutex::new(Ranges::default()),
         }))
     }
+}
+
+/// The map of count plateaus, and the scratch space one change reuses, so
+/// that a mark or unmark allocates nothing once warm (the lock is held for
+/// the whole change, so one set of scratch vectors serves every caller).
+#[derive(Default)]
+struct Ranges {
+    map: BTreeMap<usize, Span>,
+    /// The entries overlapping or touching the range being changed, ascending.
+    near: Vec<(usize, Span)>,
+    /// The range split into pieces of uniform count (0 for gaps).
+    pieces: Vec<Piece>,
+    /// What replaces `near` once the change is applied.
+    next: Vec<(usize, Span)>,
 }
 
 impl Drop for RangeTracker {
@@ -218,23 +232,23 @@ impl RangeTracker {
         let Some((start, end, _)) = self.align(addr, len)? else {
             return Ok(());
         };
-        let mut map = self.lock();
-        let pieces = pieces(&map, start, end);
-        if pieces.iter().any(|&(_, _, c)| c == u32::MAX) {
+        let mut ranges = self.lock();
+        ranges.load(start, end);
+        if ranges.pieces.iter().any(|&(_, _, c)| c == u32::MAX) {
             return Err(Errno::OVERFLOW);
         }
         if let Err(err) = self.advisor.advise(start, end - start, Advice::DontFork) {
             // madvise walks the range VMA by VMA and may have changed some
             // before failing. Take that back where nobody needs it; pages
             // already counted must stay DONTFORK.
-            for (s, e) in runs(&pieces, 0) {
+            for (s, e) in runs(&ranges.pieces, 0) {
                 // Best effort: if this fails too, the pages stay DONTFORK
                 // with count 0, which protects more than needed, never less.
                 let _ = self.advisor.advise(s, e - s, Advice::DoFork);
             }
             return Err(err);
         }
-        update(&mut map, start, end, &pieces, true);
+        ranges.apply(start, end, true);
         Ok(())
     }
 
@@ -260,18 +274,18 @@ impl RangeTracker {
         let Some((start, end, granule)) = self.align(addr, len)? else {
             return Ok(());
         };
-        let mut map = self.lock();
-        let pieces = pieces(&map, start, end);
-        if pieces.iter().any(|&(_, _, c)| c == 0) {
+        let mut ranges = self.lock();
+        ranges.load(start, end);
+        if ranges.pieces.iter().any(|&(_, _, c)| c == 0) {
             return Err(Errno::INVAL);
         }
         let mut first_error = None;
-        for (s, e) in runs(&pieces, 1) {
+        for (s, e) in runs(&ranges.pieces, 1) {
             if let Err(err) = self.dofork_run(s, e, granule) {
                 first_error.get_or_insert(err);
             }
         }
-        update(&mut map, start, end, &pieces, false);
+        ranges.apply(start, end, false);
         first_error.map_or(Ok(()), Err)
     }
 
@@ -279,6 +293,7 @@ impl RangeTracker {
     /// ascending and non-overlapping; adjacent entries have different counts.
     pub fn marked(&self) -> Vec<(usize, usize, u32)> {
         self.lock()
+            .map
             .iter()
             .map(|(&start, span)| (start, span.end, span.count))
             .collect()
@@ -286,12 +301,12 @@ impl RangeTracker {
 
     /// Number of entries in the map (distinct count plateaus).
     pub fn len(&self) -> usize {
-        self.lock().len()
+        self.lock().map.len()
     }
 
     /// Whether no page is marked.
     pub fn is_empty(&self) -> bool {
-        self.lock().is_empty()
+        self.lock().map.is_empty()
     }
 
     /// This process's state: the parent's state is replaced by a fresh one
@@ -323,7 +338,7 @@ impl RangeTracker {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<usize, Span>> {
+    fn lock(&self) -> MutexGuard<'_, Ranges> {
         // The map is only modified after all fallible work (advice) is done,
         // so a panic in an advisor cannot leave it half-updated: recovering a
         // poisoned lock is sound.
@@ -378,99 +393,119 @@ impl RangeTracker {
     }
 }
 
-/// Splits `[start, end)` into pieces of uniform count (0 for gaps).
-fn pieces(map: &BTreeMap<usize, Span>, start: usize, end: usize) -> Vec<Piece> {
-    let mut out = Vec::new();
-    let mut cur = start;
-    if let Some((_, span)) = map.range(..start).next_back() {
-        if span.end > start {
-            cur = span.end.min(end);
-            out.push((start, cur, span.count));
+impl Ranges {
+    /// Fills `near` and `pieces` for `[start, end)` with one descent of the
+    /// map: walking down from `end`, every entry up to the first that ends
+    /// before `start` overlaps or touches the range (entries never overlap).
+    fn load(&mut self, start: usize, end: usize) {
+        self.near.clear();
+        for (&s, span) in self.map.range(..=end).rev() {
+            if span.end < start {
+                break;
+            }
+            self.near.push((s, *span));
+        }
+        self.near.reverse();
+        self.pieces.clear();
+        let mut cur = start;
+        for &(s, span) in &self.near {
+            let (from, to) = (s.max(start), span.end.min(end));
+            if from >= to {
+                continue; // touches the range only
+            }
+            if from > cur {
+                self.pieces.push((cur, from, 0));
+            }
+            self.pieces.push((from, to, span.count));
+            cur = to;
+        }
+        if cur < end {
+            self.pieces.push((cur, end, 0));
         }
     }
-    for (&s, span) in map.range(start..end) {
-        if s > cur {
-            out.push((cur, s, 0));
+
+    /// Applies one more (`mark`) or one less reference to the range
+    /// [`load`](Self::load) just described: computes what replaces `near`
+    /// (the parts of its entries outside the range unchanged, the pieces
+    /// with their new counts, equal neighbours merged, zeros dropped), then
+    /// changes in the map only the entries that differ.
+    fn apply(&mut self, start: usize, end: usize, mark: bool) {
+        let Ranges {
+            map,
+            near,
+            pieces,
+            next,
+        } = self;
+        next.clear();
+        let mut push = |s: usize, e: usize, count: u32| {
+            if count == 0 || s >= e {
+                return;
+            }
+            match next.last_mut() {
+                Some((_, last)) if last.end == s && last.count == count => last.end = e,
+                _ => next.push((s, Span { end: e, count })),
+            }
+        };
+        if let Some(&(s, span)) = near.first() {
+            if s < start {
+                push(s, span.end.min(start), span.count);
+            }
         }
-        let e = span.end.min(end);
-        out.push((s, e, span.count));
-        cur = e;
+        for &(s, e, c) in pieces.iter() {
+            push(s, e, if mark { c + 1 } else { c - 1 });
+        }
+        if let Some(&(s, span)) = near.last() {
+            if span.end > end {
+                push(s.max(end), span.end, span.count);
+            }
+        }
+        // Both lists are ascending by start: walk them together. A start in
+        // `next` that no entry of `near` has is free in the map (every entry
+        // starting inside the affected span is in `near`).
+        let (mut i, mut j) = (0, 0);
+        loop {
+            match (near.get(i), next.get(j)) {
+                (Some(&(old, was)), Some(&(new, now))) if old == new => {
+                    if was != now {
+                        if let Some(span) = map.get_mut(&old) {
+                            *span = now;
+                        }
+                    }
+                    i += 1;
+                    j += 1;
+                }
+                (Some(&(old, _)), Some(&(new, _))) if old < new => {
+                    map.remove(&old);
+                    i += 1;
+                }
+                (Some(&(old, _)), None) => {
+                    map.remove(&old);
+                    i += 1;
+                }
+                (_, Some(&(new, now))) => {
+                    map.insert(new, now);
+                    j += 1;
+                }
+                (None, None) => break,
+            }
+        }
     }
-    if cur < end {
-        out.push((cur, end, 0));
-    }
-    out
 }
 
 /// Maximal contiguous runs of pieces whose count equals `trigger`.
-fn runs(pieces: &[Piece], trigger: u32) -> Vec<(usize, usize)> {
-    let mut out: Vec<(usize, usize)> = Vec::new();
-    for &(s, e, c) in pieces {
-        if c != trigger {
-            continue;
-        }
-        match out.last_mut() {
-            Some(last) if last.1 == s => last.1 = e,
-            _ => out.push((s, e)),
-        }
-    }
-    out
-}
-
-/// Applies the count change to the map, splitting entries at the range
-/// boundaries and merging equal neighbours (including ones that only touch
-/// the range).
-fn update(map: &mut BTreeMap<usize, Span>, start: usize, end: usize, pieces: &[Piece], mark: bool) {
-    let mut removed: Vec<Piece> = Vec::new();
-    if let Some((&s, span)) = map.range(..start).next_back() {
-        if span.end >= start {
-            removed.push((s, span.end, span.count));
-        }
-    }
-    removed.extend(
-        map.range(start..=end)
-            .map(|(&s, span)| (s, span.end, span.count)),
-    );
-    for &(s, _, _) in &removed {
-        map.remove(&s);
-    }
-
-    let mut seq: Vec<Piece> = Vec::with_capacity(pieces.len() + 2);
-    if let Some(&(s, e, c)) = removed.first() {
-        if s < start {
-            seq.push((s, e.min(start), c));
-        }
-    }
-    for &(s, e, c) in pieces {
-        let c = if mark { c + 1 } else { c - 1 };
-        seq.push((s, e, c));
-    }
-    if let Some(&(s, e, c)) = removed.last() {
-        if e > end {
-            seq.push((s.max(end), e, c));
-        }
-    }
-
-    let mut merged: Option<Piece> = None;
-    for (s, e, c) in seq {
-        if c == 0 {
-            if let Some((ms, me, mc)) = merged.take() {
-                map.insert(ms, Span { end: me, count: mc });
+fn runs(pieces: &[Piece], trigger: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut matching = pieces.iter().filter(move |p| p.2 == trigger).peekable();
+    std::iter::from_fn(move || {
+        let &(s, mut e, _) = matching.next()?;
+        while let Some(&&(ns, ne, _)) = matching.peek() {
+            if ns != e {
+                break;
             }
-            continue;
+            e = ne;
+            matching.next();
         }
-        merged = match merged {
-            Some((ms, me, mc)) if me == s && mc == c => Some((ms, e, c)),
-            Some((ms, me, mc)) => {
-                map.insert(ms, Span { end: me, count: mc });
-                Some((s, e, c))
-            }
-            None => Some((s, e, c)),
-        };
-    }
-    if let Some((ms, me, mc)) = merged {
-        map.insert(ms, Span { end: me, count: mc });
-    }
+        Some((s, e))
+    })
 }
 
 /// The `KernelPageSize` of the mapping containing `addr`, from
@@ -827,8 +862,8 @@ mod tests {
     fn count_overflow_is_rejected() {
         let (t, _) = tracker();
         {
-            let mut map = t.lock();
-            map.insert(
+            let mut ranges = t.lock();
+            ranges.map.insert(
                 BASE,
                 Span {
                     end: BASE + P,

@@ -563,11 +563,7 @@ fn refused_requests_leave_nothing_behind() {
         ),
         (
             SendWr {
-                ud: Some(UdDest {
-                    ah_num: 1,
-                    remote_qpn: 2,
-                    remote_qkey: 3,
-                }),
+                ud: Some(UdDest::from_raw(1, 2, 3)),
                 ..send(1)
             },
             unsupported("a UD destination"),
