@@ -100,8 +100,10 @@ pub struct QpCaps {
 /// system call. It keeps its PD and CQs alive; dropping it destroys it
 /// (`DESTROY_QP`) and then unmaps its rings.
 ///
-/// Posting is raw and `unsafe` for now: [`post_send`](Self::post_send),
-/// [`post_recv`](Self::post_recv).
+/// Posting on it is raw and `unsafe` ([`post_send`](Self::post_send),
+/// [`post_recv`](Self::post_recv)): the caller promises what the device may
+/// touch and until when. For safe posting, hand the QP (in RESET) to an
+/// [`OwnedQp`](crate::OwnedQp), whose work requests own their memory.
 #[doc(alias = "ibv_qp")]
 #[doc(alias = "ibv_create_qp")]
 pub struct QueuePair {
