@@ -34,6 +34,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 mod buffer;
+pub mod cm;
 pub mod command;
 mod context;
 mod cq;
@@ -110,4 +111,6 @@ const _: () = {
     send_sync::<CompletionChannel>();
     send_sync::<QueuePair>();
     send_sync::<ReregError>();
+    send_sync::<cm::EventChannel>();
+    send_sync::<cm::CmId>();
 };
