@@ -166,7 +166,9 @@ pub enum EventKind {
         param: Param,
     },
     /// `CONNECT_RESPONSE`: the peer accepted. Move the QP to RTR and RTS
-    /// with `INIT_QP_ATTR`, then [`CmId::establish`](super::CmId::establish).
+    /// with `INIT_QP_ATTR`, then [`CmId::establish`](super::CmId::establish);
+    /// this is the active side's last event of the handshake: the kernel
+    /// reports no `ESTABLISHED` to it (only the passive side gets one).
     ConnectResponse(Param),
     /// `CONNECT_ERROR`: connecting failed ([`Event::errno`]).
     ConnectError,
@@ -181,9 +183,14 @@ pub enum EventKind {
         /// The rejecter's private data.
         param: Param,
     },
-    /// `ESTABLISHED`: the connection is up.
+    /// `ESTABLISHED`: the connection is up (the passive side, when the RTU
+    /// arrives; librdmacm makes one up for an active side whose QP it owns).
     Established(Param),
-    /// `DISCONNECTED`: the connection is down; move the QP to ERR.
+    /// `DISCONNECTED`: the connection is down; move the QP to ERR. The
+    /// side that did not disconnect hears the DREQ: it must answer with
+    /// [`CmId::disconnect`](super::CmId::disconnect) (the DREP), and only
+    /// then does the initiator get its `DISCONNECTED` (else after its DREQ
+    /// times out, status `-ETIMEDOUT`).
     Disconnected,
     /// `DEVICE_REMOVAL`: the device is going away; destroy the id.
     DeviceRemoval,

@@ -12,9 +12,11 @@
 //!   (the IB CM's "invalid service id"); otherwise the listener gets a
 //!   `CONNECT_REQUEST` whose private data is padded to 56 bytes like the IB
 //!   CM's REQ; `ACCEPT` answers `CONNECT_RESPONSE` (196 bytes, the REP);
-//!   the active side's RTU gives both sides `ESTABLISHED`; `REJECT` gives
-//!   the active side `REJECTED` (reason 28, 148 bytes); `DISCONNECT` gives
-//!   both `DISCONNECTED`;
+//!   the active side's RTU gives the passive side `ESTABLISHED` (and the
+//!   active side nothing, as on rxe); `REJECT` gives
+//!   the active side `REJECTED` (reason 28, 148 bytes); `DISCONNECT` sends
+//!   the DREQ (the peer gets `DISCONNECTED`) and the peer's `DISCONNECT`
+//!   the DREP (then the initiator gets its `DISCONNECTED`);
 //! * like the kernel, events of an id whose uid is 0 are dropped, and
 //!   `DESTROY_ID` answers the events reported and discards unreported ones;
 //! * a blocking `GET_EVENT` with nothing queued waits at most
@@ -67,6 +69,12 @@ enum Conn {
     /// Active side: response received from passive id.
     Responded(u32),
     Connected(u32),
+    /// Sent a DREQ to the peer, waiting for its DREP.
+    DreqSent(u32),
+    /// Received the peer's DREQ: its DISCONNECT answers with the DREP.
+    DreqReceived(u32),
+    /// Disconnected (the CM still knows the connection: DISCONNECT is a no-op).
+    Down,
 }
 
 #[derive(Debug)]
@@ -320,14 +328,19 @@ impl FakeCm {
             sys::RDMA_USER_CM_CMD_DISCONNECT => {
                 let req: sys::rdma_ucm_disconnect = read(body)?;
                 let fid = st.ids.get(&req.id).ok_or(Errno::NOENT)?;
-                let Conn::Connected(peer) = fid.conn else {
-                    return Err(Errno::INVAL);
+                // rdma_disconnect: the DREQ, or the DREP answering one; the
+                // side that gets either reports DISCONNECTED. Without a
+                // connection it is EINVAL; once down, a no-op.
+                let (me, next, peer, peer_next) = match fid.conn {
+                    Conn::Connected(peer) => (req.id, Conn::DreqSent(peer), peer, None),
+                    Conn::DreqReceived(peer) => (req.id, Conn::Down, peer, Some(Conn::Down)),
+                    Conn::DreqSent(_) | Conn::Down => return Ok(()),
+                    _ => return Err(Errno::INVAL),
                 };
-                for id in [req.id, peer] {
-                    if let Some(f) = st.ids.get_mut(&id) {
-                        f.conn = Conn::Idle;
-                        self.push(&mut st, id, raw::DISCONNECTED, 0, None);
-                    }
+                st.ids.get_mut(&me).ok_or(Errno::NOENT)?.conn = next;
+                if let Some(f) = st.ids.get_mut(&peer) {
+                    f.conn = peer_next.unwrap_or(Conn::DreqReceived(me));
+                    self.push(&mut st, peer, raw::DISCONNECTED, 0, None);
                 }
                 Ok(())
             }
@@ -586,14 +599,16 @@ impl FakeCm {
                 self.push(st, active, raw::CONNECT_RESPONSE, 0, Some(p));
                 Ok(())
             }
-            // Active side: the RTU.
+            // Active side: the RTU. Only the passive side hears of it
+            // (ESTABLISHED); the active side's id has no QP of the kernel's,
+            // so cma_rep_recv just sends the RTU and reports nothing.
             (Conn::Responded(passive), 0) => {
                 for (me, peer) in [(req.id, passive), (passive, req.id)] {
                     if let Some(f) = st.ids.get_mut(&me) {
                         f.conn = Conn::Connected(peer);
                     }
-                    self.push(st, me, raw::ESTABLISHED, 0, None);
                 }
+                self.push(st, passive, raw::ESTABLISHED, 0, None);
                 Ok(())
             }
             _ => Err(Errno::INVAL),

@@ -175,8 +175,9 @@ impl CmId {
     }
 
     /// The active side's last step after `CONNECT_RESPONSE` and moving the
-    /// QP to RTS: the RTU (`ACCEPT` without parameters); both sides then
-    /// get `ESTABLISHED`.
+    /// QP to RTS: the RTU (`ACCEPT` without parameters). The passive side
+    /// then gets `ESTABLISHED`; this side gets no event (the connection is
+    /// up when this returns).
     #[doc(alias = "rdma_establish")]
     pub fn establish(&self) -> Result<(), Error> {
         let cmd = Accept::establish(self.handle);
@@ -196,7 +197,10 @@ impl CmId {
         self.channel.run(&cmd, Op::CmReject)
     }
 
-    /// Disconnects (`DISCONNECT`); both sides get `DISCONNECTED`.
+    /// Disconnects (`DISCONNECT`): the DREQ, or, after a `DISCONNECTED`
+    /// from the peer's DREQ, the DREP that answers it. The peer gets
+    /// `DISCONNECTED` at once; this side when the peer answers. Once down,
+    /// a no-op.
     #[doc(alias = "rdma_disconnect")]
     pub fn disconnect(&self) -> Result<(), Error> {
         let cmd = Disconnect::new(self.handle);

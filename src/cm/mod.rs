@@ -12,8 +12,8 @@
 //! An RC connection, active side: `create_id(Tcp)`, `resolve_addr` →
 //! `ADDR_RESOLVED`, `resolve_route` → `ROUTE_RESOLVED`, create the QP on the
 //! id's device, `init_qp_attr(Init)` + modify, `connect` →
-//! `CONNECT_RESPONSE`, `init_qp_attr(Rtr)`/`(Rts)` + modify, `establish` →
-//! `ESTABLISHED`. Passive side: `bind`, `listen` → `CONNECT_REQUEST` (with a
+//! `CONNECT_RESPONSE`, `init_qp_attr(Rtr)`/`(Rts)` + modify, `establish`
+//! (no event follows on this side). Passive side: `bind`, `listen` → `CONNECT_REQUEST` (with a
 //! new id), QP to INIT, RTR, RTS with that id's `init_qp_attr`, `accept` →
 //! `ESTABLISHED`. See `docs/connection-manager.md`.
 //!
