@@ -301,3 +301,95 @@ fn cm_connect_where_nobody_listens_is_rejected() {
     assert_eq!(got, 3);
     assert_eq!(client.destroy().unwrap(), got, "the kernel's count is ours");
 }
+
+/// A client whose route to 192.0.2.1:`port` is resolved, or why not.
+fn resolved_client(ch: &EventChannel, port: u16) -> Result<CmId, String> {
+    let client = ch.create_id(PortSpace::Tcp).unwrap();
+    let dst: SocketAddr = format!("{ADDR}:{port}").parse().unwrap();
+    client
+        .resolve_addr(None, dst, 2000)
+        .map_err(|e| format!("resolve_addr {dst}: {e}"))?;
+    let ev = next(ch, "resolve_addr");
+    if !matches!(ev.kind, EventKind::AddrResolved) {
+        return Err(format!("{ADDR}: {:?} {:?}", ev.kind, ev.errno()));
+    }
+    client.resolve_route(2000).unwrap();
+    let ev = next(ch, "resolve_route");
+    assert!(matches!(ev.kind, EventKind::RouteResolved), "{ev:?}");
+    Ok(client)
+}
+
+#[test]
+fn cm_reject_with_private_data_and_listener_destroyed_with_a_pending_request() {
+    let test = "cm_reject_with_private_data_and_listener_destroyed_with_a_pending_request";
+    if !Path::new(uverbs::cm::RDMA_CM_PATH).exists() {
+        return unavailable(test, "no /dev/infiniband/rdma_cm (load rdma_ucm)");
+    }
+    let ch = EventChannel::open().unwrap();
+    let port = 9000 + (std::process::id() % 1000) as u16;
+    let listener = ch.create_id(PortSpace::Tcp).unwrap();
+    listener
+        .bind(format!("0.0.0.0:{port}").parse().unwrap())
+        .unwrap();
+    listener.listen(2).unwrap();
+
+    // Reject with private data: the requester sees reason 28 and the bytes.
+    let first = match resolved_client(&ch, port) {
+        Ok(c) => c,
+        Err(why) => return unavailable(test, &why),
+    };
+    first.connect(&ConnParam::new(1)).unwrap();
+    let ev = next(&ch, "listener");
+    let EventKind::ConnectRequest { id: server, .. } = ev.kind else {
+        panic!("{test}: {:?}", ev.kind)
+    };
+    server
+        .reject(
+            uverbs::cm::RejectReason::ConsumerDefined,
+            b"busy, try later",
+        )
+        .unwrap();
+    let ev = next(&ch, "first client");
+    assert_eq!(ev.id, first.handle());
+    let EventKind::Rejected { reason, param } = &ev.kind else {
+        panic!("{test}: {:?}", ev.kind)
+    };
+    loud(&format!(
+        "{test}: rejected, reason {reason}, {} bytes of private data",
+        param.private_data().len()
+    ));
+    assert_eq!(*reason, 28, "IB_CM_REJ_CONSUMER_DEFINED");
+    assert!(param.private_data().starts_with(b"busy, try later"));
+    drop(server);
+
+    // A second request, never read: destroying the listener discards it
+    // and its new id, whose destruction rejects the requester.
+    let second = resolved_client(&ch, port).unwrap();
+    second.connect(&ConnParam::new(2)).unwrap();
+    assert!(
+        ch.poll_readable(WAIT).unwrap(),
+        "{test}: the request arrived"
+    );
+    let reported = listener.destroy().unwrap();
+    assert_eq!(
+        reported, 1,
+        "the first request only: the second was never reported"
+    );
+    let ev = next(&ch, "second client");
+    assert_eq!(
+        ev.id,
+        second.handle(),
+        "the pending request's event is gone"
+    );
+    loud(&format!(
+        "{test}: the second requester got {} (status {})",
+        ev.name(),
+        ev.status
+    ));
+    assert!(
+        matches!(ev.kind, EventKind::Rejected { reason: 28, .. }),
+        "{ev:?}"
+    );
+    let got = (first.events_received(), second.events_received());
+    assert_eq!((first.destroy().unwrap(), second.destroy().unwrap()), got);
+}

@@ -19,6 +19,8 @@
 //!   the DREP (then the initiator gets its `DISCONNECTED`);
 //! * like the kernel, events of an id whose uid is 0 are dropped, and
 //!   `DESTROY_ID` answers the events reported and discards unreported ones;
+//!   a connect request's id destroyed before accepting (itself, or with its
+//!   listener while unreported) rejects the requester with reason 28;
 //! * a blocking `GET_EVENT` with nothing queued waits at most
 //!   [`FakeCm::BLOCKING_WAIT`] and then fails with `ETIMEDOUT` (the kernel
 //!   would wait forever), so a host test never hangs.
@@ -92,6 +94,8 @@ struct FakeId {
     peer_qpn: u32,
     /// Connect requests not yet reported: (new id).
     listener: Option<u32>,
+    /// Made by a connect request (the passive side).
+    passive: bool,
 }
 
 #[derive(Default)]
@@ -102,6 +106,8 @@ struct State {
     log: Vec<RecordedCm>,
     fail_next: Option<(u32, Errno)>,
     nonblocking: bool,
+    /// The socket pair holds its byte.
+    readable: bool,
 }
 
 /// The fake rdma_cm kernel (see the module documentation).
@@ -391,10 +397,7 @@ impl FakeCm {
                         f.listener = None;
                     }
                 }
-                if st.events.is_empty() {
-                    let mut byte = [0u8; 1];
-                    let _ = (&self.readable).read(&mut byte);
-                }
+                self.sync_readable(&mut st);
                 answer(req.response, ev.as_bytes(), response)
             }
             sys::RDMA_USER_CM_CMD_QUERY_ROUTE => {
@@ -479,11 +482,22 @@ impl FakeCm {
     }
 
     fn enqueue(&self, st: &mut State, owner: u32, ev: sys::rdma_ucm_event_resp) {
-        if st.events.is_empty() {
-            let _ = (&self.signal).write_all(&[1]);
-        }
         st.events.push_back((owner, ev));
+        self.sync_readable(st);
         self.queued.notify_all();
+    }
+
+    /// Keeps one byte in the socket pair exactly while events are queued,
+    /// so `poll()` on the channel's fd follows the queue.
+    fn sync_readable(&self, st: &mut State) {
+        let want = !st.events.is_empty();
+        if want && !st.readable {
+            let _ = (&self.signal).write_all(&[1]);
+        } else if !want && st.readable {
+            let mut byte = [0u8; 1];
+            let _ = (&self.readable).read(&mut byte);
+        }
+        st.readable = want;
     }
 
     fn bind(&self, st: &mut State, id: u32, addr: SocketAddr) -> Result<(), Errno> {
@@ -563,6 +577,7 @@ impl FakeCm {
             f.conn = Conn::Requested(id);
             f.peer_qpn = param.qp_num & 0xff_ffff;
             f.listener = Some(listener);
+            f.passive = true;
         }
         st.ids.get_mut(&id).ok_or(Errno::NOENT)?.conn = Conn::Requested(new);
         // The listener's event, naming the new id (ucma_connect_event_handler).
@@ -629,14 +644,22 @@ impl FakeCm {
             }
             false
         });
+        let mut gone = vec![f];
         for o in orphans {
-            st.ids.remove(&o);
+            gone.extend(st.ids.remove(&o));
         }
-        if st.events.is_empty() {
-            let mut byte = [0u8; 1];
-            let _ = (&self.readable).read(&mut byte);
+        // A passive id destroyed before it accepted rejects its requester
+        // (measured on rxe: REJECTED, reason 28 consumer defined).
+        for g in &gone {
+            if let (true, Conn::Requested(active)) = (g.passive, g.conn) {
+                if let Some(a) = st.ids.get_mut(&active) {
+                    a.conn = Conn::Idle;
+                }
+                self.push(st, active, raw::REJECTED, 28, None);
+            }
         }
-        Ok(f.events_reported)
+        self.sync_readable(st);
+        Ok(gone[0].events_reported)
     }
 }
 
@@ -658,6 +681,7 @@ impl State {
                 conn: Conn::Idle,
                 peer_qpn: 0,
                 listener: None,
+                passive: false,
             },
         );
         id

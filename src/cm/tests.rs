@@ -256,6 +256,13 @@ fn destroying_a_listener_drops_its_unreported_requests() {
     assert_eq!(fake.live_ids(), 3, "listener, client and the request's id");
     assert_eq!(listener.destroy().unwrap(), 0);
     assert_eq!(fake.live_ids(), 1, "the unreported request's id went too");
+    // The request's event went with it; the requester is rejected.
+    let ev = next(&ch);
+    assert_eq!(ev.id, client.handle());
+    assert!(
+        matches!(ev.kind, EventKind::Rejected { reason: 28, .. }),
+        "{ev:?}"
+    );
     assert_eq!(fake.queued_events(), 0);
     assert!(!ch.poll_readable(Duration::ZERO).unwrap());
 }
@@ -273,6 +280,12 @@ fn dropping_a_connect_request_destroys_its_id() {
     assert_eq!(
         fake.command_codes().last(),
         Some(&sys::RDMA_USER_CM_CMD_DESTROY_ID)
+    );
+    let ev = next(&ch);
+    assert_eq!(ev.id, client.handle());
+    assert!(
+        matches!(ev.kind, EventKind::Rejected { reason: 28, .. }),
+        "{ev:?}"
     );
 }
 
