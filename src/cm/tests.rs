@@ -425,3 +425,42 @@ fn blocking_get_event_wakes_when_another_thread_queues() {
     assert!(matches!(ev.kind, EventKind::TimewaitExit));
     t.join().unwrap();
 }
+
+#[test]
+fn ud_events_decode_the_ud_param_and_rc_events_the_conn_param() {
+    use zerocopy::{FromZeros, IntoBytes};
+    let mut ud = sys::rdma_ucm_ud_param::new_zeroed();
+    ud.qp_num = 0x51;
+    ud.qkey = 0x1111_1111;
+    ud.ah_attr.dlid = 7;
+    ud.ah_attr.is_global = 1;
+    ud.private_data[..3].copy_from_slice(b"udp");
+    ud.private_data_len = 3;
+    let mut resp = sys::rdma_ucm_event_resp::new_zeroed();
+    resp.event = event_number::ESTABLISHED;
+    resp.id = 9;
+    resp.uid = 77;
+    resp.param.copy_from_slice(ud.as_bytes());
+    let never = |_| unreachable!("no connect request here");
+    let ev = event::decode(&resp, PortSpace::Udp, never);
+    let EventKind::Established(Param::Ud(peer)) = &ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((peer.qp_num, peer.qkey), (0x51, 0x1111_1111));
+    assert_eq!((peer.ah_attr.dlid, peer.ah_attr.is_global), (7, 1));
+    assert_eq!(peer.private_data, b"udp");
+    assert_eq!((ev.id, ev.uid, ev.status), (9, 77, 0));
+    // The same bytes read as an RC id's: qp_num and qkey are the first
+    // fields of both; private data starts at byte 8 of conn_param.
+    let ev = event::decode(&resp, PortSpace::Tcp, never);
+    let EventKind::Established(Param::Conn(peer)) = &ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(peer.qp_num, 0x51);
+    // A rejected event's status is its reason; a failure's a negative errno.
+    resp.event = event_number::UNREACHABLE;
+    resp.status = (-Errno::TIMEDOUT.raw_os_error()) as u32;
+    let ev = event::decode(&resp, PortSpace::Tcp, never);
+    assert!(matches!(ev.kind, EventKind::Unreachable));
+    assert_eq!(ev.errno(), Some(Errno::TIMEDOUT));
+}
