@@ -437,18 +437,29 @@ impl FakeCm {
                     _ => Err(Errno::NOSYS),
                 }
             }
-            sys::RDMA_USER_CM_CMD_SET_OPTION | sys::RDMA_USER_CM_CMD_NOTIFY => {
-                let id = u32::read_from_prefix(body.get(8..).unwrap_or(&[]))
-                    .map(|(v, _)| v)
-                    .map_err(|_| Errno::INVAL)?;
-                let id = if hdr.cmd == sys::RDMA_USER_CM_CMD_NOTIFY {
-                    u32::read_from_prefix(body)
-                        .map(|(v, _)| v)
-                        .map_err(|_| Errno::INVAL)?
-                } else {
-                    id
+            sys::RDMA_USER_CM_CMD_SET_OPTION => {
+                let req: sys::rdma_ucm_set_option = read(body)?;
+                st.ids.get(&req.id).ok_or(Errno::NOENT)?;
+                // The value is behind `optval`; the kernel's sizes per option.
+                let want = match (req.level, req.optname) {
+                    (sys::RDMA_OPTION_ID, sys::RDMA_OPTION_ID_TOS)
+                    | (sys::RDMA_OPTION_ID, sys::RDMA_OPTION_ID_ACK_TIMEOUT) => 1,
+                    (sys::RDMA_OPTION_ID, _) => 4,
+                    _ => return Err(Errno::NOSYS),
                 };
-                st.ids.get(&id).map(|_| ()).ok_or(Errno::NOENT)
+                if req.optlen != want {
+                    return Err(Errno::INVAL);
+                }
+                Ok(())
+            }
+            sys::RDMA_USER_CM_CMD_NOTIFY => {
+                let req: sys::rdma_ucm_notify = read(body)?;
+                let fid = st.ids.get(&req.id).ok_or(Errno::NOENT)?;
+                if fid.has_device {
+                    Ok(())
+                } else {
+                    Err(Errno::INVAL)
+                }
             }
             sys::RDMA_USER_CM_CMD_GET_OPTION => Err(Errno::NOSYS),
             c if c > sys::RDMA_USER_CM_CMD_JOIN_MCAST => Err(Errno::INVAL),

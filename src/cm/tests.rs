@@ -464,3 +464,33 @@ fn ud_events_decode_the_ud_param_and_rc_events_the_conn_param() {
     assert!(matches!(ev.kind, EventKind::Unreachable));
     assert_eq!(ev.errno(), Some(Errno::TIMEDOUT));
 }
+
+#[test]
+fn set_option_and_notify_reach_the_kernel_with_their_values() {
+    let (fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    id.set_option(CmOption::ReuseAddr(true)).unwrap();
+    id.set_option(CmOption::AckTimeout(14)).unwrap();
+    let opts: Vec<sys::rdma_ucm_set_option> = fake
+        .commands()
+        .iter()
+        .filter(|c| c.cmd == sys::RDMA_USER_CM_CMD_SET_OPTION)
+        .map(|c| c.request().unwrap())
+        .collect();
+    let got: Vec<_> = opts
+        .iter()
+        .map(|o| (o.id, o.level, o.optname, o.optlen))
+        .collect();
+    assert_eq!(got, [(id.handle(), 0, 1, 4), (id.handle(), 0, 3, 1)]);
+    // No device yet: the kernel refuses NOTIFY with EINVAL.
+    let err = id.notify(9).unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CmNotify, Some(Errno::INVAL)));
+    id.bind("192.0.2.1:7002".parse().unwrap()).unwrap();
+    id.notify(9).unwrap();
+    let last = fake.commands().pop().unwrap();
+    assert_eq!(
+        last.request::<sys::rdma_ucm_notify>()
+            .map(|n| (n.id, n.event)),
+        Some((id.handle(), 9))
+    );
+}
