@@ -88,6 +88,38 @@ pub enum Op {
     DestroyAh,
     /// Reading an event from the context's async-event file (`ibv_get_async_event`).
     GetAsyncEvent,
+    /// Opening `/dev/infiniband/rdma_cm` (`rdma_create_event_channel`).
+    CmOpen,
+    /// rdma_cm `CREATE_ID` (`rdma_create_id`).
+    CmCreateId,
+    /// rdma_cm `DESTROY_ID` (`rdma_destroy_id`).
+    CmDestroyId,
+    /// rdma_cm `BIND_IP`/`BIND` (`rdma_bind_addr`).
+    CmBind,
+    /// rdma_cm `RESOLVE_IP`/`RESOLVE_ADDR` (`rdma_resolve_addr`).
+    CmResolveAddr,
+    /// rdma_cm `RESOLVE_ROUTE` (`rdma_resolve_route`).
+    CmResolveRoute,
+    /// rdma_cm `QUERY`/`QUERY_ROUTE` (addresses, paths, GIDs).
+    CmQuery,
+    /// rdma_cm `LISTEN` (`rdma_listen`).
+    CmListen,
+    /// rdma_cm `CONNECT` (`rdma_connect`).
+    CmConnect,
+    /// rdma_cm `ACCEPT` (`rdma_accept`, `rdma_establish`).
+    CmAccept,
+    /// rdma_cm `REJECT` (`rdma_reject`).
+    CmReject,
+    /// rdma_cm `DISCONNECT` (`rdma_disconnect`).
+    CmDisconnect,
+    /// rdma_cm `INIT_QP_ATTR` (`rdma_init_qp_attr`).
+    CmInitQpAttr,
+    /// rdma_cm `GET_EVENT` (`rdma_get_cm_event`).
+    CmGetEvent,
+    /// rdma_cm `NOTIFY` (`rdma_notify`).
+    CmNotify,
+    /// rdma_cm `SET_OPTION` (`rdma_set_option`).
+    CmSetOption,
 }
 
 impl Op {
@@ -126,6 +158,22 @@ impl Op {
             Op::CreateAh => "create_ah",
             Op::DestroyAh => "destroy_ah",
             Op::GetAsyncEvent => "get_async_event",
+            Op::CmOpen => "rdma_create_event_channel",
+            Op::CmCreateId => "rdma_create_id",
+            Op::CmDestroyId => "rdma_destroy_id",
+            Op::CmBind => "rdma_bind_addr",
+            Op::CmResolveAddr => "rdma_resolve_addr",
+            Op::CmResolveRoute => "rdma_resolve_route",
+            Op::CmQuery => "rdma_query",
+            Op::CmListen => "rdma_listen",
+            Op::CmConnect => "rdma_connect",
+            Op::CmAccept => "rdma_accept",
+            Op::CmReject => "rdma_reject",
+            Op::CmDisconnect => "rdma_disconnect",
+            Op::CmInitQpAttr => "rdma_init_qp_attr",
+            Op::CmGetEvent => "rdma_get_cm_event",
+            Op::CmNotify => "rdma_notify",
+            Op::CmSetOption => "rdma_set_option",
         }
     }
 }
@@ -180,6 +228,15 @@ fn errno_name(raw: i32) -> Option<&'static str> {
         (Errno::OPNOTSUPP, "EOPNOTSUPP"),
         (Errno::AFNOSUPPORT, "EAFNOSUPPORT"),
         (Errno::TOOBIG, "E2BIG"),
+        (Errno::TIMEDOUT, "ETIMEDOUT"),
+        (Errno::CONNREFUSED, "ECONNREFUSED"),
+        (Errno::NETUNREACH, "ENETUNREACH"),
+        (Errno::HOSTUNREACH, "EHOSTUNREACH"),
+        (Errno::ADDRINUSE, "EADDRINUSE"),
+        (Errno::ADDRNOTAVAIL, "EADDRNOTAVAIL"),
+        (Errno::ISCONN, "EISCONN"),
+        (Errno::NODATA, "ENODATA"),
+        (Errno::NXIO, "ENXIO"),
     ];
     names
         .iter()

@@ -36,6 +36,7 @@
 mod ah;
 mod async_event;
 mod buffer;
+pub mod cm;
 pub mod command;
 mod context;
 mod cq;
@@ -118,4 +119,6 @@ const _: () = {
     send_sync::<AddressHandle>();
     send_sync::<AsyncEvents>();
     send_sync::<ReregError>();
+    send_sync::<cm::EventChannel>();
+    send_sync::<cm::CmId>();
 };

@@ -37,6 +37,8 @@ const HEADERS: &[&str] = &[
     "rdma/siw-abi.h",
     "rdma/rdma_user_rxe.h",
     "rdma/rdma_netlink.h",
+    "rdma/rdma_user_cm.h",
+    "linux/in.h",
     "linux/netlink.h",
 ];
 
@@ -116,6 +118,9 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
     let (rxe_items, rxe_tiling) = rxe_table();
     items.extend(rxe_items);
     tiling.extend(rxe_tiling);
+    let (cm_items, cm_tiling) = cm_table();
+    items.extend(cm_items);
+    tiling.extend(cm_tiling);
     (items, tiling)
 }
 
@@ -606,6 +611,153 @@ fn rxe_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
     member_struct!(items, tiling, rxe_send_wr_ud = "rxe_send_wr"."wr.ud" {
         remote_qpn, remote_qkey, pkey_index, reserved, ah_num, pad, av
     });
+    (items, tiling)
+}
+
+// ---- rdma_user_cm.h (and the socket, path-record and QP-attribute structs it uses) ----
+
+fn cm_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
+    let (mut items, mut tiling) = table! {
+        consts {
+            RDMA_USER_CM_ABI_VERSION,
+            RDMA_MAX_PRIVATE_DATA,
+            RDMA_USER_CM_CMD_CREATE_ID,
+            RDMA_USER_CM_CMD_DESTROY_ID,
+            RDMA_USER_CM_CMD_BIND_IP,
+            RDMA_USER_CM_CMD_RESOLVE_IP,
+            RDMA_USER_CM_CMD_RESOLVE_ROUTE,
+            RDMA_USER_CM_CMD_QUERY_ROUTE,
+            RDMA_USER_CM_CMD_CONNECT,
+            RDMA_USER_CM_CMD_LISTEN,
+            RDMA_USER_CM_CMD_ACCEPT,
+            RDMA_USER_CM_CMD_REJECT,
+            RDMA_USER_CM_CMD_DISCONNECT,
+            RDMA_USER_CM_CMD_INIT_QP_ATTR,
+            RDMA_USER_CM_CMD_GET_EVENT,
+            RDMA_USER_CM_CMD_GET_OPTION,
+            RDMA_USER_CM_CMD_SET_OPTION,
+            RDMA_USER_CM_CMD_NOTIFY,
+            RDMA_USER_CM_CMD_JOIN_IP_MCAST,
+            RDMA_USER_CM_CMD_LEAVE_MCAST,
+            RDMA_USER_CM_CMD_MIGRATE_ID,
+            RDMA_USER_CM_CMD_QUERY,
+            RDMA_USER_CM_CMD_BIND,
+            RDMA_USER_CM_CMD_RESOLVE_ADDR,
+            RDMA_USER_CM_CMD_JOIN_MCAST,
+            RDMA_PS_IPOIB,
+            RDMA_PS_IB,
+            RDMA_PS_TCP,
+            RDMA_PS_UDP,
+            RDMA_USER_CM_QUERY_ADDR,
+            RDMA_USER_CM_QUERY_PATH,
+            RDMA_USER_CM_QUERY_GID,
+            RDMA_OPTION_ID,
+            RDMA_OPTION_IB,
+            RDMA_OPTION_ID_TOS,
+            RDMA_OPTION_ID_REUSEADDR,
+            RDMA_OPTION_ID_AFONLY,
+            RDMA_OPTION_ID_ACK_TIMEOUT,
+            RDMA_OPTION_IB_PATH,
+        }
+        exprs {}
+        structs {
+            sockaddr_in { sin_family, sin_port, sin_addr, __pad }
+            sockaddr_in6 { sin6_family, sin6_port, sin6_flowinfo, sin6_addr, sin6_scope_id }
+            __kernel_sockaddr_storage { ss_family, __data }
+            ib_user_path_rec {
+                dgid, sgid, dlid, slid, raw_traffic, flow_label, reversible, mtu, pkey,
+                hop_limit, traffic_class, numb_path, sl, mtu_selector, rate_selector, rate,
+                packet_life_time_selector, packet_life_time, preference,
+            }
+            ib_path_rec_data { flags, reserved, path_rec }
+            ib_uverbs_qp_attr {
+                qp_attr_mask, qp_state, cur_qp_state, path_mtu, path_mig_state, qkey, rq_psn,
+                sq_psn, dest_qp_num, qp_access_flags, ah_attr, alt_ah_attr, max_send_wr,
+                max_recv_wr, max_send_sge, max_recv_sge, max_inline_data, pkey_index,
+                alt_pkey_index, en_sqd_async_notify, sq_draining, max_rd_atomic,
+                max_dest_rd_atomic, min_rnr_timer, port_num, timeout, retry_cnt, rnr_retry,
+                alt_port_num, alt_timeout, reserved,
+            }
+            rdma_ucm_create_id { uid, response, ps, qp_type, reserved }
+            rdma_ucm_create_id_resp { id }
+            rdma_ucm_destroy_id { response, id, reserved }
+            rdma_ucm_destroy_id_resp { events_reported }
+            rdma_ucm_bind_ip { response, addr, id }
+            rdma_ucm_bind { id, addr_size, reserved, addr }
+            rdma_ucm_resolve_ip { src_addr, dst_addr, id, timeout_ms }
+            rdma_ucm_resolve_addr {
+                id, timeout_ms, src_size, dst_size, reserved, src_addr, dst_addr
+            }
+            rdma_ucm_resolve_route { id, timeout_ms }
+            rdma_ucm_query { response, id, option }
+            rdma_ucm_query_route_resp {
+                node_guid, ib_route, src_addr, dst_addr, num_paths, port_num, reserved,
+                ibdev_index, reserved1,
+            }
+            rdma_ucm_query_addr_resp {
+                node_guid, port_num, reserved, pkey, src_size, dst_size, src_addr, dst_addr,
+                ibdev_index, reserved1,
+            }
+            rdma_ucm_query_path_resp { num_paths, reserved }
+            rdma_ucm_conn_param {
+                qp_num, qkey, private_data, private_data_len, srq, responder_resources,
+                initiator_depth, flow_control, retry_count, rnr_retry_count, valid,
+            }
+            rdma_ucm_ud_param { qp_num, qkey, ah_attr, private_data, private_data_len, reserved }
+            rdma_ucm_ece { vendor_id, attr_mod }
+            rdma_ucm_connect { conn_param, id, reserved, ece }
+            rdma_ucm_listen { id, backlog }
+            rdma_ucm_accept { uid, conn_param, id, reserved, ece }
+            rdma_ucm_reject { id, private_data_len, reason, reserved, private_data }
+            rdma_ucm_disconnect { id }
+            rdma_ucm_init_qp_attr { response, id, qp_state }
+            rdma_ucm_notify { id, event }
+            rdma_ucm_get_event { response }
+            rdma_ucm_event_resp { uid, id, event, status, param, reserved, ece }
+            rdma_ucm_set_option { optval, id, level, optname, optlen }
+        }
+    };
+    // rdma_ucm_cmd_hdr's `in` is a Rust keyword (the field is `in_`), so its
+    // rows are written out here rather than by `table!`.
+    let _exhaustive = |x: rdma_ucm_cmd_hdr| {
+        let rdma_ucm_cmd_hdr {
+            cmd: _,
+            in_: _,
+            out: _,
+        } = x;
+    };
+    let hdr = [
+        ("cmd", core::mem::offset_of!(rdma_ucm_cmd_hdr, cmd), 4),
+        ("in", core::mem::offset_of!(rdma_ucm_cmd_hdr, in_), 2),
+        ("out", core::mem::offset_of!(rdma_ucm_cmd_hdr, out), 2),
+    ];
+    items.push(Item::new(
+        "sizeof(rdma_ucm_cmd_hdr)",
+        "sizeof(struct rdma_ucm_cmd_hdr)",
+        core::mem::size_of::<rdma_ucm_cmd_hdr>() as i128,
+    ));
+    items.push(Item::new(
+        "alignof(rdma_ucm_cmd_hdr)",
+        "_Alignof(struct rdma_ucm_cmd_hdr)",
+        core::mem::align_of::<rdma_ucm_cmd_hdr>() as i128,
+    ));
+    for (c_name, offset, size) in hdr {
+        items.push(Item::new(
+            format!("rdma_ucm_cmd_hdr.{c_name}"),
+            format!("offsetof(struct rdma_ucm_cmd_hdr, {c_name})"),
+            offset as i128,
+        ));
+        items.push(Item::new(
+            format!("sizeof(rdma_ucm_cmd_hdr.{c_name})"),
+            format!("sizeof(((struct rdma_ucm_cmd_hdr *)0)->{c_name})"),
+            size as i128,
+        ));
+    }
+    tiling.push((
+        "rdma_ucm_cmd_hdr",
+        8,
+        core::mem::size_of::<rdma_ucm_cmd_hdr>(),
+    ));
     (items, tiling)
 }
 

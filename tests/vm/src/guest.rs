@@ -190,6 +190,9 @@ echo "{BOOTED} kernel=$(uname -r)"
     }
     s.push_str("ip link set lo up || fail \"ip link set lo up\"\n");
     s.push_str("ip link set dummy0 up || fail \"ip link set dummy0 up\"\n");
+    // The rdma_cm needs an IP on the devices' netdev (127.0.0.1 fails at
+    // route resolution): a documentation-range address that exists only here.
+    s.push_str("ip addr add 192.0.2.1/24 dev dummy0 || fail \"ip addr add 192.0.2.1/24\"\n");
     for (name, kind) in LINKS {
         s.push_str(&format!(
             "rdma link add {name} type {kind} netdev dummy0 || fail \"rdma link add {name}\"\n"
@@ -274,6 +277,11 @@ mod tests {
             .unwrap();
         assert!(a < b);
         assert!(s.contains("rdma link add siw0 type siw netdev dummy0"));
+        // The address is there before the links, so rxe's GID table has it.
+        let addr = s
+            .find("ip addr add 192.0.2.1/24 dev dummy0 || fail")
+            .unwrap();
+        assert!(addr < s.find("rdma link add rxe0").unwrap());
         assert!(s.contains("/bin/sh /run-all"));
         assert!(init_script(&[], Mode::Shell).contains("cttyhack"));
     }

@@ -58,6 +58,9 @@ const MODULES: &[(&str, bool, &str)] = &[
     ("libcrc32c", true, ""),
     ("ib_core", true, ""),
     ("ib_uverbs", true, ""),
+    // The connection manager's user interface (/dev/infiniband/rdma_cm);
+    // ib_cm and iw_cm come in as its dependencies.
+    ("rdma_ucm", true, ""),
     ("udp_tunnel", true, ""),
     ("ip6_udp_tunnel", true, ""),
     ("rdma_rxe", true, ""),

@@ -1,0 +1,308 @@
+//! The event channel: the opened `/dev/infiniband/rdma_cm` file.
+//!
+//! Every ucma command is one `write()` on it, and its events are read with
+//! `GET_EVENT` (also a `write()`), which blocks unless the file is
+//! non-blocking; `poll()` reports it readable while an event is queued.
+//! All ids created on a channel report their events there.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use uverbs_uapi as sys;
+use zerocopy::{FromZeros, IntoBytes};
+
+use super::command::{encode, CmCommand, CreateId, GetEvent, PortSpace};
+use super::event::{decode, Event};
+use super::fake::FakeCm;
+use super::CmId;
+use crate::error::{Errno, Error, Op};
+use crate::transport::frame::user_addr;
+
+/// Where the kernel's rdma_cm character device lives.
+pub const RDMA_CM_PATH: &str = "/dev/infiniband/rdma_cm";
+
+/// The ABI version file of the rdma_cm misc device.
+pub const RDMA_CM_ABI_PATH: &str = "/sys/class/misc/rdma_cm/abi_version";
+
+/// The name errors give as their device.
+pub(crate) const CM_DEVICE: &str = "rdma_cm";
+
+/// What the channel's commands go to.
+enum Backend {
+    /// The kernel's rdma_cm file.
+    Kernel(OwnedFd),
+    /// An in-process model of the kernel, for host tests.
+    Fake(Arc<FakeCm>),
+}
+
+/// What the channel knows about an id that reports events here.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct IdInfo {
+    pub(crate) ps: PortSpace,
+    pub(crate) events: u32,
+}
+
+pub(crate) struct Inner {
+    backend: Backend,
+    name: Arc<str>,
+    /// Ids by uid: their port space (to decode their events' parameters)
+    /// and the events delivered for them.
+    ids: Mutex<HashMap<u64, IdInfo>>,
+}
+
+/// An rdma_cm event channel (`struct rdma_event_channel`): the opened
+/// `/dev/infiniband/rdma_cm`, on which ids are created and events read.
+///
+/// Cloning gives another handle to the same channel; the file is closed
+/// when the last handle and the last id are gone (closing it destroys any
+/// id left, as the kernel's `ucma_close` does).
+#[doc(alias = "rdma_event_channel")]
+#[derive(Clone)]
+pub struct EventChannel {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventChannel")
+            .field("fd", &self.as_raw_fd())
+            .field("fake", &matches!(self.inner.backend, Backend::Fake(_)))
+            .finish()
+    }
+}
+
+impl EventChannel {
+    /// Opens `/dev/infiniband/rdma_cm` (blocking), after checking that the
+    /// kernel speaks ABI version 4 (when sysfs says; librdmacm accepts 3
+    /// too, whose commands differ).
+    #[doc(alias = "rdma_create_event_channel")]
+    pub fn open() -> Result<Self, Error> {
+        Self::open_at(Path::new(RDMA_CM_PATH), Path::new(RDMA_CM_ABI_PATH))
+    }
+
+    /// [`open`](Self::open) with other paths (tests, containers).
+    pub fn open_at(dev: &Path, abi: &Path) -> Result<Self, Error> {
+        let name: Arc<str> = Arc::from(CM_DEVICE);
+        if let Ok(text) = std::fs::read_to_string(abi) {
+            let found = text.trim().parse::<u32>().map_err(|e| Error::Sysfs {
+                op: Op::CmOpen,
+                path: abi.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+            })?;
+            if found != sys::RDMA_USER_CM_ABI_VERSION {
+                return Err(Error::Abi {
+                    op: Op::CmOpen,
+                    device: name,
+                    what: "rdma_cm",
+                    found,
+                    supported: "4",
+                });
+            }
+        }
+        let fd = rustix::fs::open(
+            dev,
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| Error::os(Op::CmOpen, &name, e))?;
+        Ok(Self::with_backend(Backend::Kernel(fd), name))
+    }
+
+    /// A channel whose commands go to the in-process model `fake` instead
+    /// of the kernel (host tests; see [`FakeCm`]).
+    pub fn with_fake(fake: Arc<FakeCm>) -> Self {
+        Self::with_backend(Backend::Fake(fake), Arc::from("fake_rdma_cm"))
+    }
+
+    fn with_backend(backend: Backend, name: Arc<str>) -> Self {
+        EventChannel {
+            inner: Arc::new(Inner {
+                backend,
+                name,
+                ids: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Makes `GET_EVENT` fail with `EAGAIN` instead of blocking when no
+    /// event is queued (`O_NONBLOCK`), or blocking again.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> Result<(), Error> {
+        let op = Op::CmOpen;
+        match &self.inner.backend {
+            Backend::Kernel(fd) => {
+                let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| self.err(op, e))?;
+                let flags = if nonblocking {
+                    flags | rustix::fs::OFlags::NONBLOCK
+                } else {
+                    flags - rustix::fs::OFlags::NONBLOCK
+                };
+                rustix::fs::fcntl_setfl(fd, flags).map_err(|e| self.err(op, e))
+            }
+            Backend::Fake(fake) => {
+                fake.set_nonblocking(nonblocking);
+                Ok(())
+            }
+        }
+    }
+
+    /// Creates a cm id in port space `ps` whose events arrive here.
+    #[doc(alias = "rdma_create_id")]
+    pub fn create_id(&self, ps: PortSpace) -> Result<CmId, Error> {
+        let uid = next_uid();
+        let resp = self.run(&CreateId::new(uid, ps), Op::CmCreateId)?;
+        Ok(CmId::new(self.clone(), resp.id, uid, ps))
+    }
+
+    /// Takes the next event, blocking until one arrives (or, non-blocking,
+    /// failing with `EAGAIN`).
+    #[doc(alias = "rdma_get_cm_event")]
+    pub fn get_event(&self) -> Result<Event, Error> {
+        let resp = self.run(&GetEvent, Op::CmGetEvent)?;
+        Ok(self.decode(&resp))
+    }
+
+    /// Takes the next event if one arrives within `timeout`; `None` when
+    /// none did (a `poll()` first, so this never blocks longer).
+    pub fn wait_event(&self, timeout: Duration) -> Result<Option<Event>, Error> {
+        if !self.poll_readable(timeout)? {
+            return Ok(None);
+        }
+        self.get_event().map(Some)
+    }
+
+    /// `poll()` for an event for up to `timeout`.
+    pub fn poll_readable(&self, timeout: Duration) -> Result<bool, Error> {
+        let mut pfd = libc::pollfd {
+            fd: self.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        loop {
+            // SAFETY: `pfd` is one valid pollfd for the duration of the call.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if n >= 0 {
+                return Ok(n > 0 && pfd.revents & libc::POLLIN != 0);
+            }
+            let errno =
+                Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::INVAL);
+            if errno != Errno::INTR {
+                return Err(self.err(Op::CmGetEvent, errno));
+            }
+        }
+    }
+
+    /// Sends `cmd` and returns what the kernel wrote at its response pointer.
+    ///
+    /// # Safety
+    ///
+    /// `C`'s layouts must be the kernel's for `C::CODE`, and its request
+    /// must hold no address other than the response pointer it is given
+    /// (or memory the command itself keeps alive, like [`SetOption`](super::command::SetOption)'s
+    /// value): the kernel writes `out_len()` bytes wherever the request says.
+    pub unsafe fn execute<C: CmCommand>(&self, cmd: &C) -> Result<C::Response, Errno> {
+        let mut resp = C::Response::new_zeroed();
+        let frame = encode(cmd, user_addr(&resp))?;
+        self.exec_frame(&frame, resp.as_mut_bytes())?;
+        Ok(resp)
+    }
+
+    /// Sends one of this module's commands.
+    pub(crate) fn run<C: CmCommand>(&self, cmd: &C, op: Op) -> Result<C::Response, Error> {
+        // SAFETY: this module's commands mirror the kernel's structs
+        // (golden-tested) and point only at the response they are given.
+        unsafe { self.execute(cmd) }.map_err(|e| self.err(op, e))
+    }
+
+    fn exec_frame(&self, frame: &[u8], response: &mut [u8]) -> Result<(), Errno> {
+        match &self.inner.backend {
+            Backend::Kernel(fd) => loop {
+                // The kernel writes the answer through the pointer inside
+                // `frame`, which is `response`'s address.
+                match rustix::io::write(fd, frame) {
+                    Ok(n) if n == frame.len() => return Ok(()),
+                    // ucma_write answers the whole length or an error;
+                    // librdmacm maps anything else to ENODATA.
+                    Ok(_) => return Err(Errno::NODATA),
+                    Err(Errno::INTR) => continue,
+                    Err(e) => return Err(e),
+                }
+            },
+            Backend::Fake(fake) => fake.write(frame, response),
+        }
+    }
+
+    pub(crate) fn err(&self, op: Op, errno: Errno) -> Error {
+        Error::os(op, &self.inner.name, errno)
+    }
+
+    pub(crate) fn input(&self, op: Op, reason: &'static str) -> Error {
+        Error::input(op, &self.inner.name, reason)
+    }
+
+    pub(crate) fn register(&self, uid: u64, ps: PortSpace) {
+        self.ids().insert(uid, IdInfo { ps, events: 0 });
+    }
+
+    pub(crate) fn unregister(&self, uid: u64) -> Option<IdInfo> {
+        self.ids().remove(&uid)
+    }
+
+    pub(crate) fn events_received(&self, uid: u64) -> u32 {
+        self.ids().get(&uid).map_or(0, |i| i.events)
+    }
+
+    fn ids(&self) -> std::sync::MutexGuard<'_, HashMap<u64, IdInfo>> {
+        // The map stays consistent even if a holder panicked.
+        self.inner.ids.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Decodes an event, counting it for its id; a connect request's new
+    /// id inherits the listener's port space.
+    fn decode(&self, resp: &sys::rdma_ucm_event_resp) -> Event {
+        let ps = {
+            let mut ids = self.ids();
+            match ids.get_mut(&resp.uid) {
+                Some(info) => {
+                    info.events += 1;
+                    info.ps
+                }
+                None => PortSpace::Tcp,
+            }
+        };
+        decode(resp, ps, |handle| {
+            CmId::new(self.clone(), handle, next_uid(), ps)
+        })
+    }
+
+    /// True when both handles are the same channel.
+    pub fn same_as(&self, other: &EventChannel) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl AsFd for EventChannel {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        match &self.inner.backend {
+            Backend::Kernel(fd) => fd.as_fd(),
+            Backend::Fake(fake) => fake.as_fd(),
+        }
+    }
+}
+
+impl AsRawFd for EventChannel {
+    fn as_raw_fd(&self) -> RawFd {
+        self.as_fd().as_raw_fd()
+    }
+}
+
+/// A process-wide unique, non-zero uid for each id (the kernel drops the
+/// events of an id whose uid is 0).
+fn next_uid() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

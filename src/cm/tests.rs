@@ -1,0 +1,496 @@
+//! Host tests of the cm over the fake kernel: the command sequences of
+//! listen, connect, accept, reject and disconnect, the decoding of each
+//! event, and the errors.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use uverbs_uapi as sys;
+
+use super::*;
+use crate::command::{QpAttrMask, QpState, QpType};
+use crate::error::{Errno, Op};
+
+const WAIT: Duration = Duration::from_secs(2);
+
+fn channel() -> (Arc<FakeCm>, EventChannel) {
+    let fake = Arc::new(FakeCm::new().unwrap());
+    (fake.clone(), EventChannel::with_fake(fake))
+}
+
+fn next(ch: &EventChannel) -> Event {
+    ch.wait_event(WAIT).unwrap().expect("an event within 2 s")
+}
+
+/// A listener on 192.0.2.1:`port` and a client whose route is resolved.
+fn listener_and_client(ch: &EventChannel, port: u16) -> (CmId, CmId) {
+    let addr = format!("192.0.2.1:{port}").parse().unwrap();
+    let listener = ch.create_id(PortSpace::Tcp).unwrap();
+    listener.bind(addr).unwrap();
+    listener.listen(4).unwrap();
+    let client = ch.create_id(PortSpace::Tcp).unwrap();
+    client.resolve_addr(None, addr, 1000).unwrap();
+    let ev = next(ch);
+    assert!(matches!(ev.kind, EventKind::AddrResolved), "{ev:?}");
+    assert_eq!((ev.id, ev.uid), (client.handle(), client.uid()));
+    client.resolve_route(1000).unwrap();
+    assert!(matches!(next(ch).kind, EventKind::RouteResolved));
+    (listener, client)
+}
+
+#[test]
+fn connect_accept_establish_disconnect() {
+    let (fake, ch) = channel();
+    let (listener, client) = listener_and_client(&ch, 7471);
+    let hello = ConnParam::new(0x11).private_data(b"hello").unwrap();
+    client.connect(&hello).unwrap();
+
+    let ev = next(&ch);
+    assert_eq!(
+        ev.uid,
+        listener.uid(),
+        "a request carries the listener's uid"
+    );
+    let EventKind::ConnectRequest { id: server, param } = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(ev.id, server.handle(), "and names the new id");
+    let Param::Conn(peer) = param else { panic!() };
+    assert_eq!(peer.qp_num, 0x11);
+    // The IB CM reports its REQ's whole private-data area (56 bytes).
+    assert_eq!(peer.private_data.len(), 56);
+    assert_eq!(&peer.private_data[..5], b"hello");
+
+    server
+        .accept(&ConnParam::new(0x22).private_data(b"welcome").unwrap())
+        .unwrap();
+    let ev = next(&ch);
+    assert_eq!(ev.id, client.handle());
+    let EventKind::ConnectResponse(Param::Conn(peer)) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(peer.qp_num, 0x22);
+    assert_eq!(&peer.private_data[..7], b"welcome");
+    client.establish().unwrap();
+    // Only the passive side hears ESTABLISHED, under its accept uid; the
+    // active side's answer was CONNECT_RESPONSE.
+    let ev = next(&ch);
+    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
+    assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
+    assert!(ch.wait_event(Duration::from_millis(10)).unwrap().is_none());
+
+    client.disconnect().unwrap();
+    // The DREQ: the server hears it; the client waits for the DREP.
+    let ev = next(&ch);
+    assert!(matches!(ev.kind, EventKind::Disconnected), "{ev:?}");
+    assert_eq!(ev.id, server.handle());
+    assert!(ch.wait_event(Duration::from_millis(10)).unwrap().is_none());
+    server.disconnect().unwrap();
+    let ev = next(&ch);
+    assert!(matches!(ev.kind, EventKind::Disconnected), "{ev:?}");
+    assert_eq!(ev.id, client.handle());
+    client.disconnect().unwrap(); // down already: a no-op, like the kernel's
+    assert!(ch.wait_event(Duration::from_millis(10)).unwrap().is_none());
+
+    use sys::*;
+    assert_eq!(
+        fake.command_codes(),
+        [
+            RDMA_USER_CM_CMD_CREATE_ID,
+            RDMA_USER_CM_CMD_BIND,
+            RDMA_USER_CM_CMD_LISTEN,
+            RDMA_USER_CM_CMD_CREATE_ID,
+            RDMA_USER_CM_CMD_RESOLVE_ADDR,
+            RDMA_USER_CM_CMD_GET_EVENT,
+            RDMA_USER_CM_CMD_RESOLVE_ROUTE,
+            RDMA_USER_CM_CMD_GET_EVENT,
+            RDMA_USER_CM_CMD_CONNECT,
+            RDMA_USER_CM_CMD_GET_EVENT,
+            RDMA_USER_CM_CMD_ACCEPT,
+            RDMA_USER_CM_CMD_GET_EVENT,
+            RDMA_USER_CM_CMD_ACCEPT,
+            RDMA_USER_CM_CMD_GET_EVENT,
+            RDMA_USER_CM_CMD_DISCONNECT,
+            RDMA_USER_CM_CMD_GET_EVENT,
+            RDMA_USER_CM_CMD_DISCONNECT,
+            RDMA_USER_CM_CMD_GET_EVENT,
+            RDMA_USER_CM_CMD_DISCONNECT,
+        ]
+    );
+    // The accept carried the server id's own (non-zero) uid; the RTU none.
+    let accepts: Vec<sys::rdma_ucm_accept> = fake
+        .commands()
+        .iter()
+        .filter(|c| c.cmd == RDMA_USER_CM_CMD_ACCEPT)
+        .map(|c| c.request().unwrap())
+        .collect();
+    assert_eq!(accepts[0].uid, server.uid());
+    assert_ne!(accepts[0].uid, 0);
+    assert_eq!(
+        (accepts[0].conn_param.valid, accepts[0].conn_param.qp_num),
+        (1, 0x22)
+    );
+    assert_eq!((accepts[1].uid, accepts[1].conn_param.valid), (0, 0));
+
+    // Every event the channel delivered is the kernel's count.
+    let received = (
+        listener.events_received(),
+        client.events_received(),
+        server.events_received(),
+    );
+    assert_eq!(received, (1, 4, 2));
+    assert_eq!(server.destroy().unwrap(), 2);
+    assert_eq!(client.destroy().unwrap(), 4);
+    assert_eq!(listener.destroy().unwrap(), 1);
+    assert_eq!(fake.live_ids(), 0);
+}
+
+#[test]
+fn init_qp_attr_gives_a_checked_qp_attr() {
+    let (_fake, ch) = channel();
+    let (_listener, client) = listener_and_client(&ch, 1);
+    let init = client.init_qp_attr(QpState::Init).unwrap();
+    assert_eq!(init.mask().bits(), 0x39);
+    assert!(init.check(QpType::Rc, QpState::Reset).is_ok());
+    let rtr = client.init_qp_attr(QpState::Rtr).unwrap();
+    assert!(rtr.mask().contains(QpAttrMask::AV | QpAttrMask::DEST_QPN));
+    assert!(rtr.check(QpType::Rc, QpState::Init).is_ok());
+    let rts = client.init_qp_attr(QpState::Rts).unwrap();
+    assert!(rts.check(QpType::Rc, QpState::Rtr).is_ok());
+    // ERR has no attributes in the fake: the kernel's errno, named.
+    let err = client.init_qp_attr(QpState::Err).unwrap_err();
+    assert_eq!(
+        (err.op(), err.errno()),
+        (Op::CmInitQpAttr, Some(Errno::INVAL))
+    );
+}
+
+#[test]
+fn unsupported_init_qp_attr_mask_is_refused_not_dropped() {
+    let raw = sys::ib_uverbs_qp_attr {
+        qp_attr_mask: (QpAttrMask::STATE | QpAttrMask::ALT_PATH).bits(),
+        qp_state: 2,
+        ..Default::default()
+    };
+    assert!(id::qp_attr_from_kernel(&raw).is_err());
+    let raw = sys::ib_uverbs_qp_attr {
+        qp_attr_mask: (QpAttrMask::STATE | QpAttrMask::PATH_MTU).bits(),
+        qp_state: 2,
+        path_mtu: 9,
+        ..Default::default()
+    };
+    assert!(id::qp_attr_from_kernel(&raw).is_err(), "MTU 9 is no ib_mtu");
+}
+
+#[test]
+fn reject_reaches_the_client_with_reason_and_private_data() {
+    let (_fake, ch) = channel();
+    let (_listener, client) = listener_and_client(&ch, 2);
+    client.connect(&ConnParam::new(1)).unwrap();
+    let EventKind::ConnectRequest { id: server, .. } = next(&ch).kind else {
+        panic!()
+    };
+    server
+        .reject(RejectReason::ConsumerDefined, b"busy")
+        .unwrap();
+    let ev = next(&ch);
+    assert_eq!(ev.id, client.handle());
+    let EventKind::Rejected { reason, param } = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(reason, 28);
+    assert_eq!(&param.private_data()[..4], b"busy");
+    // 149 bytes do not fit a REJ: refused before the write.
+    let err = server
+        .reject(RejectReason::ConsumerDefined, &[0; 149])
+        .unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CmReject, Some(Errno::INVAL)));
+}
+
+#[test]
+fn connect_where_nobody_listens_is_rejected() {
+    let (_fake, ch) = channel();
+    let client = ch.create_id(PortSpace::Tcp).unwrap();
+    client
+        .resolve_addr(None, "192.0.2.1:9999".parse().unwrap(), 1000)
+        .unwrap();
+    next(&ch);
+    client.resolve_route(1000).unwrap();
+    next(&ch);
+    client.connect(&ConnParam::new(1)).unwrap();
+    let ev = next(&ch);
+    assert!(
+        matches!(ev.kind, EventKind::Rejected { reason: 8, .. }),
+        "{ev:?}"
+    );
+    assert_eq!(ev.name(), "RDMA_CM_EVENT_REJECTED");
+}
+
+#[test]
+fn address_error_carries_the_errno() {
+    let (_fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    id.resolve_addr(None, "198.51.100.7:1".parse().unwrap(), 1000)
+        .unwrap();
+    let ev = next(&ch);
+    assert!(matches!(ev.kind, EventKind::AddrError));
+    assert_eq!(ev.errno(), Some(Errno::NETUNREACH));
+}
+
+#[test]
+fn private_data_over_the_connect_limit_is_refused_before_the_write() {
+    let (fake, ch) = channel();
+    let (_listener, client) = listener_and_client(&ch, 3);
+    let before = fake.commands().len();
+    let p = ConnParam::new(1).private_data(&[1; 57]).unwrap();
+    let err = client.connect(&p).unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CmConnect, Some(Errno::INVAL)));
+    assert_eq!(fake.commands().len(), before, "nothing was sent");
+}
+
+#[test]
+fn destroying_a_listener_drops_its_unreported_requests() {
+    let (fake, ch) = channel();
+    let (listener, client) = listener_and_client(&ch, 4);
+    client.connect(&ConnParam::new(1)).unwrap();
+    assert_eq!(fake.live_ids(), 3, "listener, client and the request's id");
+    assert_eq!(listener.destroy().unwrap(), 0);
+    assert_eq!(fake.live_ids(), 1, "the unreported request's id went too");
+    // The request's event went with it; the requester is rejected.
+    let ev = next(&ch);
+    assert_eq!(ev.id, client.handle());
+    assert!(
+        matches!(ev.kind, EventKind::Rejected { reason: 28, .. }),
+        "{ev:?}"
+    );
+    assert_eq!(fake.queued_events(), 0);
+    assert!(!ch.poll_readable(Duration::ZERO).unwrap());
+}
+
+#[test]
+fn dropping_a_connect_request_destroys_its_id() {
+    let (fake, ch) = channel();
+    let (_listener, client) = listener_and_client(&ch, 5);
+    client.connect(&ConnParam::new(1)).unwrap();
+    let ev = next(&ch);
+    assert!(matches!(ev.kind, EventKind::ConnectRequest { .. }));
+    assert_eq!(fake.live_ids(), 3);
+    drop(ev);
+    assert_eq!(fake.live_ids(), 2);
+    assert_eq!(
+        fake.command_codes().last(),
+        Some(&sys::RDMA_USER_CM_CMD_DESTROY_ID)
+    );
+    let ev = next(&ch);
+    assert_eq!(ev.id, client.handle());
+    assert!(
+        matches!(ev.kind, EventKind::Rejected { reason: 28, .. }),
+        "{ev:?}"
+    );
+}
+
+#[test]
+fn nonblocking_get_event_is_eagain_and_poll_follows_the_queue() {
+    let (fake, ch) = channel();
+    ch.set_nonblocking(true).unwrap();
+    let err = ch.get_event().unwrap_err();
+    assert_eq!(
+        (err.op(), err.errno()),
+        (Op::CmGetEvent, Some(Errno::AGAIN))
+    );
+    assert!(
+        err.to_string()
+            .starts_with("rdma_get_cm_event on fake_rdma_cm: EAGAIN"),
+        "{err}"
+    );
+    assert!(!ch.poll_readable(Duration::ZERO).unwrap());
+    let id = ch.create_id(PortSpace::Udp).unwrap();
+    fake.inject_event(id.handle(), event_number::DEVICE_REMOVAL, 0);
+    fake.inject_event(id.handle(), 42, 0);
+    assert!(ch.poll_readable(Duration::ZERO).unwrap());
+    assert!(matches!(
+        ch.get_event().unwrap().kind,
+        EventKind::DeviceRemoval
+    ));
+    assert!(ch.poll_readable(Duration::ZERO).unwrap(), "one more queued");
+    let ev = ch.get_event().unwrap();
+    assert!(matches!(ev.kind, EventKind::Unknown(42)));
+    assert_eq!(ev.name(), "RDMA_CM_EVENT_UNKNOWN");
+    assert!(!ch.poll_readable(Duration::ZERO).unwrap());
+    assert!(ch.wait_event(Duration::from_millis(5)).unwrap().is_none());
+}
+
+#[test]
+fn kernel_errors_name_the_operation_and_errno() {
+    let (fake, ch) = channel();
+    fake.fail_next(sys::RDMA_USER_CM_CMD_CREATE_ID, Errno::NOMEM);
+    let err = ch.create_id(PortSpace::Tcp).unwrap_err();
+    assert_eq!(
+        (err.op(), err.errno()),
+        (Op::CmCreateId, Some(Errno::NOMEM))
+    );
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    let err = id.bind("203.0.113.1:1".parse().unwrap()).unwrap_err();
+    assert_eq!(err.errno(), Some(Errno::ADDRNOTAVAIL));
+    assert!(
+        err.to_string()
+            .starts_with("rdma_bind_addr on fake_rdma_cm: EADDRNOTAVAIL"),
+        "{err}"
+    );
+    let err = id.listen(1).unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CmListen, Some(Errno::INVAL)));
+}
+
+#[test]
+fn query_reports_addresses_and_the_device_guid() {
+    let (_fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    assert_eq!(id.node_guid().unwrap(), None, "no device before bind");
+    let addr = "192.0.2.1:7000".parse().unwrap();
+    id.bind(addr).unwrap();
+    let info = id.query_addr().unwrap();
+    assert_eq!(info.src, Some(addr));
+    assert_eq!(info.node_guid, Some(FakeCm::NODE_GUID));
+    assert_eq!((info.port_num, info.pkey), (1, 0xffff));
+    let route = id.query_route().unwrap();
+    assert_eq!(
+        (route.src, route.node_guid),
+        (Some(addr), Some(FakeCm::NODE_GUID))
+    );
+}
+
+#[test]
+fn matching_devices_compares_sysfs_node_guids() {
+    let (_fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    id.bind("192.0.2.1:7001".parse().unwrap()).unwrap();
+    let root = std::env::temp_dir().join(format!("uverbs-cm-guid-{}", std::process::id()));
+    let class = root.join("class");
+    for (name, guid) in [
+        ("rxe0", "0200:5eff:fe00:0001"),
+        ("mlx5_0", "0000:0000:0000:0002"),
+    ] {
+        std::fs::create_dir_all(class.join(name)).unwrap();
+        std::fs::write(class.join(name).join("node_guid"), format!("{guid}\n")).unwrap();
+    }
+    let sysfs = root.join("uverbs");
+    let dev = root.join("dev");
+    for (i, name) in ["rxe0", "mlx5_0"].iter().enumerate() {
+        let d = sysfs.join(format!("uverbs{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ibdev"), format!("{name}\n")).unwrap();
+        std::fs::write(d.join("abi_version"), "1\n").unwrap();
+        std::fs::write(d.join("dev"), format!("231:{}\n", 192 + i)).unwrap();
+    }
+    std::fs::write(sysfs.join("abi_version"), "6\n").unwrap();
+    std::fs::create_dir_all(&dev).unwrap();
+    let devices = crate::device::devices_in(&sysfs, &dev).unwrap();
+    assert_eq!(devices.len(), 2);
+    let found = id.matching_devices_in(&devices, &class).unwrap();
+    let names: Vec<&str> = found.iter().map(|d| d.name()).collect();
+    assert_eq!(names, ["rxe0"]);
+    let _ = std::fs::remove_dir_all(&root);
+    assert_eq!(
+        id::parse_sysfs_guid("0200:5eff:fe00:0001\n"),
+        Some(FakeCm::NODE_GUID)
+    );
+    assert_eq!(id::parse_sysfs_guid("0200:5eff"), None);
+}
+
+#[test]
+fn abi_other_than_4_is_refused() {
+    let dir = std::env::temp_dir().join(format!("uverbs-cm-abi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let abi = dir.join("abi_version");
+    std::fs::write(&abi, "3\n").unwrap();
+    let err = EventChannel::open_at(&dir.join("rdma_cm"), &abi).unwrap_err();
+    assert!(matches!(err, crate::Error::Abi { found: 3, .. }), "{err}");
+    std::fs::write(&abi, "4\n").unwrap();
+    // ABI fine, no such device file: the open's errno, named.
+    let err = EventChannel::open_at(&dir.join("rdma_cm"), &abi).unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CmOpen, Some(Errno::NOENT)));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn blocking_get_event_wakes_when_another_thread_queues() {
+    let (fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    let handle = id.handle();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        fake.inject_event(handle, event_number::TIMEWAIT_EXIT, 0);
+    });
+    let ev = ch.get_event().unwrap();
+    assert!(matches!(ev.kind, EventKind::TimewaitExit));
+    t.join().unwrap();
+}
+
+#[test]
+fn ud_events_decode_the_ud_param_and_rc_events_the_conn_param() {
+    use zerocopy::{FromZeros, IntoBytes};
+    let mut ud = sys::rdma_ucm_ud_param::new_zeroed();
+    ud.qp_num = 0x51;
+    ud.qkey = 0x1111_1111;
+    ud.ah_attr.dlid = 7;
+    ud.ah_attr.is_global = 1;
+    ud.private_data[..3].copy_from_slice(b"udp");
+    ud.private_data_len = 3;
+    let mut resp = sys::rdma_ucm_event_resp::new_zeroed();
+    resp.event = event_number::ESTABLISHED;
+    resp.id = 9;
+    resp.uid = 77;
+    resp.param.copy_from_slice(ud.as_bytes());
+    let never = |_| unreachable!("no connect request here");
+    let ev = event::decode(&resp, PortSpace::Udp, never);
+    let EventKind::Established(Param::Ud(peer)) = &ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((peer.qp_num, peer.qkey), (0x51, 0x1111_1111));
+    assert_eq!((peer.ah_attr.dlid, peer.ah_attr.is_global), (7, 1));
+    assert_eq!(peer.private_data, b"udp");
+    assert_eq!((ev.id, ev.uid, ev.status), (9, 77, 0));
+    // The same bytes read as an RC id's: qp_num and qkey are the first
+    // fields of both; private data starts at byte 8 of conn_param.
+    let ev = event::decode(&resp, PortSpace::Tcp, never);
+    let EventKind::Established(Param::Conn(peer)) = &ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!(peer.qp_num, 0x51);
+    // A rejected event's status is its reason; a failure's a negative errno.
+    resp.event = event_number::UNREACHABLE;
+    resp.status = (-Errno::TIMEDOUT.raw_os_error()) as u32;
+    let ev = event::decode(&resp, PortSpace::Tcp, never);
+    assert!(matches!(ev.kind, EventKind::Unreachable));
+    assert_eq!(ev.errno(), Some(Errno::TIMEDOUT));
+}
+
+#[test]
+fn set_option_and_notify_reach_the_kernel_with_their_values() {
+    let (fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    id.set_option(CmOption::ReuseAddr(true)).unwrap();
+    id.set_option(CmOption::AckTimeout(14)).unwrap();
+    let opts: Vec<sys::rdma_ucm_set_option> = fake
+        .commands()
+        .iter()
+        .filter(|c| c.cmd == sys::RDMA_USER_CM_CMD_SET_OPTION)
+        .map(|c| c.request().unwrap())
+        .collect();
+    let got: Vec<_> = opts
+        .iter()
+        .map(|o| (o.id, o.level, o.optname, o.optlen))
+        .collect();
+    assert_eq!(got, [(id.handle(), 0, 1, 4), (id.handle(), 0, 3, 1)]);
+    // No device yet: the kernel refuses NOTIFY with EINVAL.
+    let err = id.notify(9).unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CmNotify, Some(Errno::INVAL)));
+    id.bind("192.0.2.1:7002".parse().unwrap()).unwrap();
+    id.notify(9).unwrap();
+    let last = fake.commands().pop().unwrap();
+    assert_eq!(
+        last.request::<sys::rdma_ucm_notify>()
+            .map(|n| (n.id, n.event)),
+        Some((id.handle(), 9))
+    );
+}
