@@ -130,7 +130,29 @@ fn ready(stamp: &Path) -> Result<Kernel> {
             stamp.display()
         )));
     }
-    read_stamp(stamp).map_err(|e| Error(format!("stale stamp {} ({e})", stamp.display())))
+    let kernel =
+        read_stamp(stamp).map_err(|e| Error(format!("stale stamp {} ({e})", stamp.display())))?;
+    if let Some(name) = missing_required_module(&kernel, MODULES) {
+        return Err(Error(format!(
+            "stale stamp {}: the set-up predates module {name}",
+            stamp.display()
+        )));
+    }
+    Ok(kernel)
+}
+
+/// A required module of `wanted` that the cached set-up lacks (a cache set
+/// up before the module was added to the list is redone, not booted without it).
+fn missing_required_module<'a>(
+    kernel: &Kernel,
+    wanted: &[(&'a str, bool, &str)],
+) -> Option<&'a str> {
+    let norm = |n: &str| n.replace('-', "_");
+    wanted
+        .iter()
+        .filter(|(_, required, _)| *required)
+        .map(|(name, _, _)| *name)
+        .find(|name| !kernel.modules.iter().any(|m| norm(&m.name) == norm(name)))
 }
 
 /// The whole set-up; ends by writing the stamp.
@@ -657,6 +679,29 @@ fn read_stamp(stamp: &Path) -> Result<Kernel> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_set_up_without_a_newly_required_module_is_stale() {
+        let module = |name: &str| Module {
+            name: name.to_string(),
+            path: PathBuf::from(format!("{name}.ko")),
+            optional: false,
+            args: String::new(),
+        };
+        let kernel = Kernel {
+            release: "6.12".into(),
+            vmlinuz: PathBuf::from("vmlinuz"),
+            modules: vec![module("ib_core"), module("rdma_rxe")],
+        };
+        let wanted = [
+            ("ib_core", true, ""),
+            ("rdma-rxe", true, ""),
+            ("crc32-pclmul", false, ""),
+        ];
+        assert_eq!(missing_required_module(&kernel, &wanted), None);
+        let more = [("ib_core", true, ""), ("rdma_ucm", true, "")];
+        assert_eq!(missing_required_module(&kernel, &more), Some("rdma_ucm"));
+    }
 
     #[test]
     fn deb_names() {
