@@ -42,6 +42,8 @@ pub(crate) mod wqe;
 mod kernel_model;
 #[cfg(test)]
 mod ring_props;
+#[cfg(test)]
+mod wiring_tests;
 
 /// The only driver ABI version the siw kernel and rdma-core speak.
 pub(crate) const ABI: (u32, u32, &str) = (sys::SIW_ABI_VERSION, sys::SIW_ABI_VERSION, "1");
