@@ -153,6 +153,8 @@ fn siw_cq_qp_rings_flush_and_teardown() {
         if !siw_only(name, &dut) {
             return;
         }
+        // /proc/self/maps and the mapping counts are process-wide.
+        let _serial = serial();
         let ctx: &Context = &dut;
         let maps0 = uverbs_mappings();
         let channel = ctx
@@ -426,6 +428,8 @@ fn siw_qp_without_receive_queue_and_drop_teardown() {
             if !siw_only(name, &dut) {
                 return;
             }
+            // /proc/self/maps and the mapping counts are process-wide.
+            let _serial = serial();
             let ctx: &Context = &dut;
             let maps0 = uverbs_mappings();
             let cq = ctx
@@ -485,6 +489,8 @@ fn siw_owned_qp_flush_hands_back_receives() {
             if !siw_only(name, &dut) {
                 return;
             }
+            // /proc/self/maps and the mapping counts are process-wide.
+            let _serial = serial();
             let ctx: &Context = &dut;
             let cq = ctx
                 .create_cq(16, None)
