@@ -1,10 +1,13 @@
 //! Completion channels and completion queues.
 //!
-//! On rxe a CQ is a ring the kernel shares with this process: `CREATE_CQ`
-//! answers where it is (`rxe_create_cq_resp::mi`), the CQ maps it once on
-//! the command file, and [`CompletionQueue::poll`] copies completions out of
-//! it with no system call. Dropping the CQ destroys it first and unmaps the
-//! ring after.
+//! A CQ is a ring the kernel shares with this process: `CREATE_CQ` answers
+//! where it is (rxe: `rxe_create_cq_resp::mi`; siw: `siw_uresp_create_cq`),
+//! the CQ maps it once on the command file, and [`CompletionQueue::poll`]
+//! copies completions out of it with no system call. What differs per
+//! driver lives in [`provider::rings`](crate::provider::rings): the ring's
+//! layout, how the CQ is armed (rxe: `REQ_NOTIFY_CQ`; siw: a store to the
+//! ring's control word), and the teardown order (rxe destroys, then unmaps;
+//! siw unmaps, then destroys, as rdma-core does).
 //!
 //! Creation goes native first, as rdma-core's `ibv_icmd_create_cq` does:
 //! over the ioctl transport (and the recording fake) `UVERBS_METHOD_CQ_CREATE`;
@@ -31,10 +34,9 @@ use crate::context::Context;
 use crate::error::{Errno, Error, Op};
 use crate::method::{CqCreate, CqDestroy};
 use crate::pd::debug_object;
-use crate::provider::rxe::queue::{Consumer, QueueMem};
-use crate::provider::rxe::wqe::{self, WorkCompletion, WC_LEN};
-use crate::provider::Provider;
-use crate::transport::{SharedMapping, TransportKind};
+use crate::provider::rings::{CqRing, MAX_CREATE_UHW_OUT};
+use crate::transport::TransportKind;
+use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
 /// Which interface created a CQ or QP (and destroys it).
@@ -175,27 +177,47 @@ pub(crate) struct CqInner {
     events: Arc<EventCounts>,
     /// Set once a destroy succeeded: nothing is sent again.
     released: AtomicBool,
-    /// The user side of the ring. Declared before `mapping`: it points into it.
-    ring: Mutex<Consumer>,
+    /// The ring and its mapping, unmapped in the driver's teardown order
+    /// (see [`CqRing::unmap_before_destroy`]).
+    ring: Mutex<CqRing>,
     /// Keeps the channel's descriptor open while the CQ may report on it.
     channel: Option<Arc<ChannelInner>>,
-    /// Unmapped after `Drop::drop` has destroyed the CQ.
-    _mapping: SharedMapping,
 }
 
 impl CqInner {
     /// Sends the destroy through the interface that created the CQ and
     /// returns the kernel's event counts; on success the CQ leaves its
     /// channel's table and is never destroyed again.
-    fn destroy(&self) -> Result<sys::ib_uverbs_destroy_cq_resp, Error> {
+    ///
+    /// The ring lock is held throughout: on siw the ring is unmapped before
+    /// the command, and if the kernel refuses it is mapped again (when
+    /// `keep_on_refusal`) before anyone polls.
+    fn destroy(&self, keep_on_refusal: bool) -> Result<sys::ib_uverbs_destroy_cq_resp, Error> {
         self.ctx.check_process(Op::DestroyCq)?;
-        let resp = send_destroy(&self.ctx, self.path, self.handle)?;
+        let mut ring = lock(&self.ring);
+        let unmapped = ring.unmap_before_destroy();
+        let resp = match send_destroy(&self.ctx, self.path, self.handle) {
+            Ok(resp) => resp,
+            Err(e) => {
+                if unmapped && keep_on_refusal {
+                    // Should this fail, poll and req_notify answer EBADF.
+                    let _ = ring.remap(&self.ctx);
+                }
+                return Err(e);
+            }
+        };
         self.released.store(true, Ordering::Release);
         if let Some(ch) = &self.channel {
             ch.cqs().remove(&self.event_id);
         }
         Ok(resp)
     }
+}
+
+/// A mutex whose holder cannot leave the ring half-updated (each index or
+/// flag is published with one store): a poisoned one is still used.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// DESTROY_CQ of `handle` through `path`.
@@ -230,7 +252,7 @@ impl Drop for CqInner {
         // A refused destroy cannot be reported from a drop; the kernel keeps
         // its own reference on the ring's pages, so unmapping after it is
         // still sound. Unacked events are no obstacle (see `ack_events`).
-        if self.destroy().is_err() {
+        if self.destroy(false).is_err() {
             if let Some(ch) = &self.channel {
                 ch.cqs().remove(&self.event_id);
             }
@@ -244,11 +266,12 @@ impl Drop for CqInner {
 /// with this process: no allocation and no system call. Queue pairs using
 /// the CQ keep it alive, so the kernel object is destroyed (`DESTROY_CQ`)
 /// only after the last of them, whatever the drop order; the ring is
-/// unmapped after the destroy. [`destroy`](Self::destroy) destroys it now
-/// and reports the kernel's answer.
+/// unmapped after the destroy on rxe, before it on siw (rdma-core's orders).
+/// [`destroy`](Self::destroy) destroys it now and reports the kernel's
+/// answer.
 ///
-/// Only rxe is supported for now: on other drivers
-/// [`Context::create_cq`] fails with `EOPNOTSUPP`.
+/// rxe and siw are supported: on other drivers [`Context::create_cq`]
+/// fails with `EOPNOTSUPP`.
 #[doc(alias = "ibv_cq")]
 #[doc(alias = "ibv_create_cq")]
 pub struct CompletionQueue {
@@ -326,13 +349,15 @@ impl Context {
     /// `channel`, [`req_notify`](CompletionQueue::req_notify) makes it report
     /// there.
     ///
-    /// On rxe: `UVERBS_METHOD_CQ_CREATE`, or the write command `CREATE_CQ`
-    /// over the legacy write() transport or when the kernel refuses the
-    /// method (`EPROTONOSUPPORT`, `ENOTTY`), as rdma-core falls back
+    /// `UVERBS_METHOD_CQ_CREATE`, or the write command `CREATE_CQ` over the
+    /// legacy write() transport or when the kernel refuses the method
+    /// (`EPROTONOSUPPORT`, `ENOTTY`), as rdma-core falls back
     /// ([`CompletionQueue::create_path`] tells which); then the ring is
-    /// mapped (at the offset and size rxe's answer names, the same in both
-    /// framings). If mapping fails the CQ is destroyed again. Other drivers:
-    /// `EOPNOTSUPP` (siw's data path is the next step).
+    /// mapped where the driver's answer says (the same in both framings):
+    /// rxe's `mminfo`; siw's `cq_key`, `num_cqe` × 32 bytes and the 8-byte
+    /// arming word. If the answer is short (`EPROTO`), names no mapping
+    /// (siw's `SIW_INVAL_UOBJ_KEY`: `ENOMEM`) or mapping fails, the CQ is
+    /// destroyed again. Other drivers: `EOPNOTSUPP`, nothing sent.
     #[doc(alias = "ibv_create_cq")]
     pub fn create_cq(
         &self,
@@ -341,9 +366,9 @@ impl Context {
     ) -> Result<CompletionQueue, Error> {
         let fail = |e| Error::os(Op::CreateCq, &self.inner.device, e);
         self.check_process(Op::CreateCq)?;
-        if self.inner.provider != Provider::Rxe {
+        let Some(uhw_len) = self.inner.provider.create_cq_uhw_out() else {
             return Err(fail(Errno::OPNOTSUPP));
-        }
+        };
         if let Some(ch) = channel {
             if !ch.inner.ctx.same_as(self) {
                 return Err(Error::input(
@@ -354,38 +379,15 @@ impl Context {
             }
         }
         let event_id = NEXT_CQ_EVENT_ID.fetch_add(1, Ordering::Relaxed);
-        let mut uhw = [0u8; size_of::<sys::rxe_create_cq_resp>()];
-        let (path, handle, real_cqe, written) =
-            self.send_create_cq(cqe, event_id, channel, &mut uhw)?;
-        let destroy = || {
-            let _ = send_destroy(self, path, handle);
-        };
-        let mi = match sys::rxe_create_cq_resp::read_from_bytes(&uhw[..]) {
-            Ok(r) if written == uhw.len() => r.mi,
-            _ => {
-                destroy();
-                return Err(fail(Errno::PROTO));
-            }
-        };
-        let mapped = usize::try_from(mi.size)
-            .map_err(|_| Errno::INVAL)
-            // SAFETY: the offset and size CREATE_CQ answered on this transport.
-            .and_then(|len| unsafe { self.inner.transport.map_queue(mi.offset, len) });
-        let mapping = match mapped {
-            Ok(m) => m,
+        let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
+        let uhw = &mut uhw_buf[..uhw_len];
+        let (path, handle, real_cqe, written) = self.send_create_cq(cqe, event_id, channel, uhw)?;
+        let ring = match CqRing::map(self, uhw, written) {
+            Ok(ring) => ring,
             Err(e) => {
-                destroy();
+                // Nothing is mapped any more: both orders agree here.
+                let _ = send_destroy(self, path, handle);
                 return Err(fail(e));
-            }
-        };
-        // SAFETY: the mapping is the CQ ring, valid until `mapping` drops,
-        // which the CqInner does after the Consumer; nothing else views it.
-        let mem = unsafe { QueueMem::from_raw(mapping.as_ptr(), mapping.len(), WC_LEN) };
-        let ring = match mem.map(Consumer::over) {
-            Ok(r) => r,
-            Err(_) => {
-                destroy();
-                return Err(fail(Errno::PROTO));
             }
         };
         let events = Arc::new(EventCounts::default());
@@ -403,7 +405,6 @@ impl Context {
                 released: AtomicBool::new(false),
                 ring: Mutex::new(ring),
                 channel: channel.map(|c| c.inner.clone()),
-                _mapping: mapping,
             }),
         })
     }
@@ -544,7 +545,7 @@ impl CompletionQueue {
     /// child: [`Error::ForeignProcess`], nothing sent.
     #[doc(alias = "ibv_destroy_cq")]
     pub fn destroy(self) -> Result<CqDestroyed, DestroyCqError> {
-        match self.inner.destroy() {
+        match self.inner.destroy(true) {
             Ok(resp) => Ok(CqDestroyed {
                 comp_events_reported: resp.comp_events_reported,
                 async_events_reported: resp.async_events_reported,
@@ -555,33 +556,39 @@ impl CompletionQueue {
         }
     }
 
-    fn ring(&self) -> MutexGuard<'_, Consumer> {
-        // A panic while holding the lock cannot leave the ring half-updated
-        // (each index is published with one store): keep using it.
-        self.inner
-            .ring
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// Copies up to `out.len()` completions, oldest first, into `out` and
     /// returns how many. No allocation, no system call. In a forked child
     /// (the CQ is the parent's) it reads nothing and returns
-    /// [`Error::ForeignProcess`].
+    /// [`Error::ForeignProcess`]. On siw, after a successful
+    /// [`destroy`](Self::destroy) of another handle of this CQ, the ring is
+    /// gone: `EBADF`.
     #[doc(alias = "ibv_poll_cq")]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, Error> {
-        self.inner.ctx.check_process(Op::PollCq)?;
-        Ok(wqe::poll(&mut self.ring(), out))
+        let ctx = &self.inner.ctx;
+        ctx.check_process(Op::PollCq)?;
+        lock(&self.inner.ring)
+            .poll(out)
+            .map_err(|e| Error::os(Op::PollCq, &ctx.inner.device, e))
     }
 
-    /// Arms the CQ (`REQ_NOTIFY_CQ`): its next completion, or with
-    /// `solicited_only` its next solicited one, raises one event on its
-    /// completion channel.
+    /// Arms the CQ: its next completion, or with `solicited_only` its next
+    /// solicited one, raises one event on its completion channel.
+    ///
+    /// rxe: the `REQ_NOTIFY_CQ` command. siw: one store to the CQ's control
+    /// word, no system call (the kernel reads it after each completion it
+    /// writes and clears it when it fires; siw checks receive completions
+    /// as unsolicited, so a `solicited_only` arm fires only for a solicited
+    /// send's completion). Either way, poll once more after arming: a
+    /// completion that arrived just before raises no event.
     #[doc(alias = "ibv_req_notify_cq")]
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
+        let ctx = &self.inner.ctx;
+        if let Some(armed) = lock(&self.inner.ring).arm_in_memory(solicited_only) {
+            return armed.map_err(|e| Error::os(Op::ReqNotifyCq, &ctx.inner.device, e));
+        }
         let cmd = ReqNotifyCq::new(self.inner.handle, solicited_only);
         // SAFETY: REQ_NOTIFY_CQ hands no memory to the device.
-        unsafe { self.inner.ctx.run(Op::ReqNotifyCq, &cmd, &mut []) }.map(|_| ())
+        unsafe { ctx.run(Op::ReqNotifyCq, &cmd, &mut []) }.map(|_| ())
     }
 }
 

@@ -1,16 +1,18 @@
 //! Queue pairs: creation, state changes, and posting work requests.
 //!
-//! On rxe a QP's send and receive queues are rings shared with the kernel
-//! (`rxe_create_qp_resp`: RQ first, then SQ), each mapped once on the
-//! command file. Posting writes WQEs into them; a send batch is then
-//! announced with one `POST_SEND` doorbell write, a receive batch with no
-//! system call at all.
+//! A QP's send and receive queues are rings shared with the kernel, each
+//! mapped once on the command file where the create answer says (rxe:
+//! `rxe_create_qp_resp`, RQ first, then SQ; siw: `siw_uresp_create_qp`, SQ
+//! first, then RQ). Posting writes WQEs into them; a send batch is then
+//! announced with one `POST_SEND` doorbell write (on siw only when the
+//! kernel may have gone idle, rdma-core's rule), a receive batch with no
+//! system call at all. The per-driver rings, and the teardown order (rxe
+//! destroys, then unmaps; siw unmaps, then destroys), live in
+//! [`provider::rings`](crate::provider::rings).
 
 use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-
-use zerocopy::FromBytes;
 
 use crate::command::{CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, QpState, QpType};
 use crate::context::Context;
@@ -18,12 +20,10 @@ use crate::cq::{native_driver, native_refused, CompletionQueue, CqInner, CreateP
 use crate::error::{Errno, Error, Op};
 use crate::method::{QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
-use crate::provider::rxe::queue::{Producer, QueueMem};
-use crate::provider::rxe::wqe::{
-    self, PostError, RecvWr, SendLimits, SendWr, RECV_WQE_LEN, SEND_WQE_LEN,
+use crate::provider::rings::{
+    self, PostFailure, QpRingConfig, RecvQueue, SendQueue, MAX_CREATE_UHW_OUT,
 };
-use crate::provider::Provider;
-use crate::transport::SharedMapping;
+use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
 
 /// What to create a queue pair with (`struct ibv_qp_init_attr`).
@@ -98,7 +98,8 @@ pub struct QpCaps {
 /// states with [`modify`](Self::modify), which refuses a transition the
 /// kernel's table does not allow (or that lacks an attribute) before any
 /// system call. It keeps its PD and CQs alive; dropping it destroys it
-/// (`DESTROY_QP`) and then unmaps its rings.
+/// (`DESTROY_QP`) and unmaps its rings (rxe: after the destroy; siw:
+/// before it, as rdma-core does).
 ///
 /// Posting on it is raw and `unsafe` ([`post_send`](Self::post_send),
 /// [`post_recv`](Self::post_recv)): the caller promises what the device may
@@ -126,13 +127,11 @@ pub struct QueuePair {
     /// Serialises `modify` calls, so each is checked against the state the
     /// previous one left.
     modify_lock: Mutex<()>,
-    sq: Mutex<Producer>,
-    rq: Mutex<Producer>,
+    /// The rings and their mappings, unmapped in the driver's teardown
+    /// order (see [`SendQueue::unmap_before_destroy`]).
+    sq: Mutex<SendQueue>,
+    rq: Mutex<RecvQueue>,
     doorbell: PostSendDoorbell,
-    /// Unmapped after `Drop::drop` has destroyed the QP; declared after the
-    /// producers that point into them.
-    _sq_map: SharedMapping,
-    _rq_map: SharedMapping,
 }
 
 impl fmt::Debug for QueuePair {
@@ -152,18 +151,26 @@ impl ProtectionDomain {
     /// `UVERBS_METHOD_QP_CREATE`, or the write command `CREATE_QP` over the
     /// legacy write() transport or when the kernel refuses the method
     /// (`EPROTONOSUPPORT`, `ENOTTY`), as rdma-core falls back
-    /// ([`QueuePair::create_path`] tells which). On rxe the kernel answers
-    /// the capacities it really gave (kept in [`QueuePair::caps`]) and
-    /// where the receive and send rings are, the same in both framings;
-    /// both are mapped, and if that fails the QP is destroyed again. Other
-    /// drivers: `EOPNOTSUPP` for now.
+    /// ([`QueuePair::create_path`] tells which). The kernel answers the
+    /// capacities it really gave (kept in [`QueuePair::caps`]) and where the
+    /// rings are, the same in both framings: rxe's receive and send
+    /// `mminfo`; siw's `sq_key` and `rq_key` (`num_sqe` × 120 and
+    /// `num_rqe` × 112 bytes; no receive ring when `num_rqe` is 0). They are
+    /// mapped, and if the answer is short (`EPROTO`), names no mapping
+    /// (`ENOMEM`) or mapping fails, the QP is destroyed again. siw creates
+    /// RC QPs only: another type is `EOPNOTSUPP` before any system call.
+    /// Other drivers: `EOPNOTSUPP`, nothing sent.
     #[doc(alias = "ibv_create_qp")]
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<QueuePair, Error> {
         let ctx = &self.inner.ctx;
         let device = &ctx.inner.device;
         let fail = |e| Error::os(Op::CreateQp, device, e);
         ctx.check_process(Op::CreateQp)?;
-        if ctx.inner.provider != Provider::Rxe {
+        let provider = ctx.inner.provider;
+        let Some(uhw_len) = provider.create_qp_uhw_out() else {
+            return Err(fail(Errno::OPNOTSUPP));
+        };
+        if !provider.supports_qp_type(init.qp_type) {
             return Err(fail(Errno::OPNOTSUPP));
         }
         if !init.send_cq.inner.ctx.same_as(ctx) || !init.recv_cq.inner.ctx.same_as(ctx) {
@@ -181,45 +188,25 @@ impl ProtectionDomain {
             max_inline_data: init.max_inline,
         };
         let event_id = crate::async_event::next_qp_event_id();
-        let mut uhw = [0u8; size_of::<sys::rxe_create_qp_resp>()];
-        let created = self.send_create_qp(init, cap, event_id, &mut uhw)?;
-        let destroy = || {
-            let _ = send_destroy_qp(ctx, created.path, created.handle);
-        };
-        let rings = match sys::rxe_create_qp_resp::read_from_bytes(&uhw[..]) {
-            Ok(r) if created.uhw_written == uhw.len() => r,
-            _ => {
-                destroy();
-                return Err(fail(Errno::PROTO));
-            }
-        };
-        let map = |mi: sys::mminfo, min_elem: usize| {
-            let len = usize::try_from(mi.size).map_err(|_| Errno::INVAL)?;
-            // SAFETY: an offset and size CREATE_QP answered on this transport.
-            let mapping = unsafe { ctx.inner.transport.map_queue(mi.offset, len) }?;
-            // SAFETY: the mapping is one of this QP's rings, valid until the
-            // mapping drops, which the QueuePair does after the Producer;
-            // nothing else views it.
-            let mem = unsafe { QueueMem::from_raw(mapping.as_ptr(), mapping.len(), min_elem) };
-            let producer = mem.map(Producer::over).map_err(|_| Errno::PROTO)?;
-            Ok::<_, Errno>((mapping, producer))
-        };
-        let (rq_map, rq) = match map(rings.rq_mi, RECV_WQE_LEN) {
-            Ok(r) => r,
-            Err(e) => {
-                destroy();
-                return Err(fail(e));
-            }
-        };
-        let (sq_map, sq) = match map(rings.sq_mi, SEND_WQE_LEN) {
-            Ok(r) => r,
-            Err(e) => {
-                destroy();
-                drop(rq_map);
-                return Err(fail(e));
-            }
-        };
+        let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
+        let uhw = &mut uhw_buf[..uhw_len];
+        let created = self.send_create_qp(init, cap, event_id, uhw)?;
         let caps = created.cap;
+        let ring_cfg = QpRingConfig {
+            qp_type: init.qp_type,
+            max_send_sge: caps.max_send_sge,
+            max_inline: caps.max_inline_data,
+            max_recv_sge: caps.max_recv_sge,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let (sq, rq) = match rings::map_qp(ctx, uhw, created.uhw_written, ring_cfg) {
+            Ok(rings) => rings,
+            Err(e) => {
+                // Nothing is mapped any more: both orders agree here.
+                let _ = send_destroy_qp(ctx, created.path, created.handle);
+                return Err(fail(e));
+            }
+        };
         Ok(QueuePair {
             pd: self.inner.clone(),
             send_cq: init.send_cq.inner.clone(),
@@ -242,8 +229,6 @@ impl ProtectionDomain {
             sq: Mutex::new(sq),
             rq: Mutex::new(rq),
             doorbell: PostSendDoorbell::new(created.handle),
-            _sq_map: sq_map,
-            _rq_map: rq_map,
         })
     }
 
@@ -342,8 +327,8 @@ pub struct DestroyQpError {
     pub error: Error,
 }
 
-/// A mutex whose holder cannot leave the ring half-updated (each index is
-/// published with one store): a poisoned one is still used.
+/// A mutex whose holder cannot leave the ring half-updated (each index or
+/// flag is published with one store): a poisoned one is still used.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -422,16 +407,45 @@ impl QueuePair {
         }
     }
 
+    fn post_failure(&self, op: Op, failure: PostFailure) -> Error {
+        match failure {
+            PostFailure::Refused { index, error } => self.post_error(op, index, error),
+            PostFailure::Os(e) => Error::os(op, &self.pd.ctx.inner.device, e),
+        }
+    }
+
+    /// Sends the destroy through the interface that created the QP, the
+    /// rings unmapped before it where the driver's order says so (siw) and,
+    /// when the kernel refuses and `keep_on_refusal`, mapped again. Both
+    /// ring locks are held throughout: no post runs meanwhile.
+    fn send_destroy(&self, keep_on_refusal: bool) -> Result<u32, Error> {
+        let ctx = &self.pd.ctx;
+        let mut sq = lock(&self.sq);
+        let mut rq = lock(&self.rq);
+        let unmapped = sq.unmap_before_destroy() | rq.unmap_before_destroy();
+        let sent = send_destroy_qp(ctx, self.path, self.handle);
+        if sent.is_err() && unmapped && keep_on_refusal {
+            // Should this fail, the posts answer EBADF.
+            let _ = sq.remap(ctx).and_then(|()| rq.remap(ctx));
+        }
+        sent
+    }
+
     /// Posts send work requests (`ibv_post_send`): writes one WQE per
     /// element of `wrs` into the send ring, publishes them together, then
-    /// rings the doorbell once (one `POST_SEND` write).
+    /// rings the doorbell once (one `POST_SEND` write). On siw the doorbell
+    /// is written only when the SQE before the batch was already taken by
+    /// the kernel (it may be idle); otherwise the kernel walks on to the new
+    /// SQEs by itself and no system call is made.
     ///
     /// All or nothing: if any work request is refused (the QP not in RTS,
     /// SQD, SQE or ERR; more SGEs than [`QpCaps::max_send_sge`]; inline
-    /// data beyond [`QpCaps::max_inline`]; the queue full), none of them is
-    /// queued, and [`Error::Post`] says which and why. An empty slice does
-    /// nothing. An error of the doorbell itself (`Error::Os`) comes after
-    /// the WQEs were published: the kernel may still run them.
+    /// data beyond [`QpCaps::max_inline`]; the queue full; on siw also
+    /// immediate data, atomics, a fenced RDMA READ or one into more than one
+    /// SGE: [`PostError::NotSupported`], [`PostError::TooManySges`]), none
+    /// of them is queued, and [`Error::Post`] says which and why. An empty
+    /// slice does nothing. An error of the doorbell itself (`Error::Os`)
+    /// comes after the WQEs were published: the kernel may still run them.
     ///
     /// # Safety
     ///
@@ -462,21 +476,11 @@ impl QueuePair {
         ) {
             return Err(self.post_error(Op::PostSend, 0, PostError::WrongState { op: OP, state }));
         }
-        let limits = SendLimits {
-            max_sge: self.caps.max_send_sge,
-            max_inline: self.caps.max_inline,
-        };
-        {
-            let mut sq = lock(&self.sq);
-            for (i, wr) in wrs.iter().enumerate() {
-                let written = wqe::check_send_for_qp_type(self.qp_type, wr)
-                    .and_then(|()| wqe::write_send_wqe(&mut sq, limits, wr));
-                if let Err(e) = written {
-                    sq.cancel();
-                    return Err(self.post_error(Op::PostSend, i, e));
-                }
-            }
-            sq.publish();
+        let needs_doorbell = lock(&self.sq)
+            .post(wrs)
+            .map_err(|f| self.post_failure(Op::PostSend, f))?;
+        if !needs_doorbell {
+            return Ok(());
         }
         // SAFETY: the doorbell frame's only pointer is its own response
         // word, exposed at creation; what the device does with the WQEs
@@ -514,15 +518,9 @@ impl QueuePair {
         if state == QpState::Reset {
             return Err(self.post_error(Op::PostRecv, 0, PostError::WrongState { op: OP, state }));
         }
-        let mut rq = lock(&self.rq);
-        for (i, wr) in wrs.iter().enumerate() {
-            if let Err(e) = wqe::write_recv_wqe(&mut rq, self.caps.max_recv_sge, wr) {
-                rq.cancel();
-                return Err(self.post_error(Op::PostRecv, i, e));
-            }
-        }
-        rq.publish();
-        Ok(())
+        lock(&self.rq)
+            .post(wrs)
+            .map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 }
 
@@ -547,17 +545,18 @@ impl QueuePair {
 
     /// Destroys the QP now (`DESTROY_QP`, through the interface that
     /// created it) and returns the async events the kernel reported for it
-    /// (`events_reported`). Its rings are unmapped after, and its CQs and
-    /// PD are released (a CQ it was the last user of is destroyed). If the
-    /// kernel refuses, the QP comes back in the error, intact and usable.
-    /// In a forked child: [`Error::ForeignProcess`], nothing sent.
+    /// (`events_reported`). Its rings are unmapped (rxe: after the destroy;
+    /// siw: before it), and its CQs and PD are released (a CQ it was the
+    /// last user of is destroyed). If the kernel refuses, the QP comes back
+    /// in the error, intact and usable (siw's rings mapped again where they
+    /// were). In a forked child: [`Error::ForeignProcess`], nothing sent.
     #[doc(alias = "ibv_destroy_qp")]
     pub fn destroy(mut self) -> Result<u32, DestroyQpError> {
         let sent = self
             .pd
             .ctx
             .check_process(Op::DestroyQp)
-            .and_then(|()| send_destroy_qp(&self.pd.ctx, self.path, self.handle));
+            .and_then(|()| self.send_destroy(true));
         match sent {
             Ok(events) => {
                 self.destroyed = true;
@@ -577,8 +576,9 @@ impl Drop for QueuePair {
         if self.destroyed || !self.pd.ctx.is_owned_by_this_process() {
             return;
         }
-        // The rings are unmapped only after the destroy (field drops follow
-        // this body); a refused destroy cannot be reported from a drop.
-        let _ = send_destroy_qp(&self.pd.ctx, self.path, self.handle);
+        // rxe's rings are unmapped only after the destroy (field drops
+        // follow this body), siw's before it; a refused destroy cannot be
+        // reported from a drop.
+        let _ = self.send_destroy(false);
     }
 }

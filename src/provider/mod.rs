@@ -4,9 +4,11 @@
 //! the context's [`Provider`], chosen once at open from the driver id (no
 //! `dlopen`, a closed set). Each driver's module holds its driver-private
 //! (UHW) command tails, its ABI range and what its kernel code does on
-//! failure; [`generic`] is what holds for any driver.
+//! failure; [`generic`] is what holds for any driver, [`rings`] the data-path
+//! rings a CQ or QP owns, per driver.
 
 pub(crate) mod generic;
+pub(crate) mod rings;
 pub(crate) mod rxe;
 pub(crate) mod siw;
 

@@ -2,15 +2,16 @@
 //!
 //! [`queue`] is the shared-ring protocol (header, indices, memory ordering),
 //! [`wqe`] what goes into the rings (send and receive WQEs) and comes out
-//! (completions). Tests drive both against `kernel_model`, an in-process
-//! model of the kernel's side of the same memory.
+//! (completions), [`rings`] the rings a CQ or QP owns (the create answers,
+//! the mappings). Tests drive `queue` and `wqe` against `kernel_model`, an
+//! in-process model of the kernel's side of the same memory.
 
 use crate::error::Errno;
 
-// The CQ and QP objects will own the mappings and use these; until they land,
-// only the tests do.
+// A few inspection helpers (capacities, counts) serve only the tests.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod queue;
+pub(crate) mod rings;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod wqe;
 

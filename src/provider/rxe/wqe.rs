@@ -338,6 +338,16 @@ pub enum PostError {
         /// The state the QP was last moved to.
         state: crate::command::QpState,
     },
+    /// Something the QP's driver cannot do, refused before anything was
+    /// written: on siw immediate data, atomics, a UD destination, a fenced
+    /// RDMA READ (rdma-core's siw provider answers EINVAL for each).
+    #[error("post_send: {driver} does not support {what} (EINVAL)")]
+    NotSupported {
+        /// The driver (`siw`).
+        driver: &'static str,
+        /// The opcode or feature.
+        what: &'static str,
+    },
     /// No free slot.
     #[error("{op}: queue full, {capacity} work requests outstanding (ENOMEM)")]
     QueueFull {

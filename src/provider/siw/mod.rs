@@ -23,16 +23,18 @@
 //!
 //! [`queue`] is that ownership protocol (the views over the mappings and the
 //! orderings each shared word needs), [`wqe`] the translation of the crate's
-//! work requests and completions. Tests drive both against `kernel_model`,
-//! an in-process model of the kernel's side.
+//! work requests and completions, [`rings`] the rings a CQ or QP owns (the
+//! create answers, the mappings, unmapping before the destroy). Tests drive
+//! `queue` and `wqe` against `kernel_model`, an in-process model of the
+//! kernel's side.
 
 use crate::error::Errno;
 use uverbs_uapi as sys;
 
-// The CQ and QP objects will own the mappings and use these; until they are
-// wired in, only the tests do.
+// A few inspection helpers (capacities, counts) serve only the tests.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod queue;
+pub(crate) mod rings;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod wqe;
 
@@ -40,6 +42,8 @@ pub(crate) mod wqe;
 mod kernel_model;
 #[cfg(test)]
 mod ring_props;
+#[cfg(test)]
+mod wiring_tests;
 
 /// The only driver ABI version the siw kernel and rdma-core speak.
 pub(crate) const ABI: (u32, u32, &str) = (sys::SIW_ABI_VERSION, sys::SIW_ABI_VERSION, "1");

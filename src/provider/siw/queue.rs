@@ -279,9 +279,25 @@ impl<E: WorkElement> Producer<E> {
         len: usize,
         num: u32,
     ) -> Result<Self, LayoutError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { Self::resume(base, len, num, 0) }
+    }
+
+    /// The producer over a ring mapped again (after a refused destroy had
+    /// unmapped it), continuing at the position `put` the previous view had
+    /// reached: the kernel's own position is unchanged.
+    ///
+    /// # Safety
+    /// As [`from_raw`](Self::from_raw).
+    pub(crate) unsafe fn resume(
+        base: NonNull<u8>,
+        len: usize,
+        num: u32,
+        put: u32,
+    ) -> Result<Self, LayoutError> {
         Ok(Producer {
             ring: Ring::check(E::RING, base, len, num, size_of::<E>(), 0)?,
-            put: 0,
+            put,
             _elem: PhantomData,
         })
     }
@@ -417,13 +433,29 @@ impl CqConsumer {
         len: usize,
         num: u32,
     ) -> Result<Self, LayoutError> {
-        let cq = CqConsumer {
-            ring: Ring::check(CQ_RING, base, len, num, CQE_LEN, CTRL_LEN)?,
-            get: 0,
-        };
+        // SAFETY: the caller's promise, passed on.
+        let cq = unsafe { Self::resume(base, len, num, 0) }?;
         // Relaxed: an initial value; no data is published with it.
         cq.ctrl().store(SIW_NOTIFY_NOT, Ordering::Relaxed);
         Ok(cq)
+    }
+
+    /// The consumer over a CQ mapped again (after a refused destroy had
+    /// unmapped it), continuing at the position `get` the previous view had
+    /// reached. The arming word is left as it is: an arm made before stays.
+    ///
+    /// # Safety
+    /// As [`Producer::from_raw`], for a CQ mapping.
+    pub(crate) unsafe fn resume(
+        base: NonNull<u8>,
+        len: usize,
+        num: u32,
+        get: u32,
+    ) -> Result<Self, LayoutError> {
+        Ok(CqConsumer {
+            ring: Ring::check(CQ_RING, base, len, num, CQE_LEN, CTRL_LEN)?,
+            get,
+        })
     }
 
     /// CQEs in the ring (all of them can be ready at once).

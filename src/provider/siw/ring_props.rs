@@ -12,10 +12,10 @@ use proptest::prelude::*;
 use zerocopy::{FromBytes, IntoBytes};
 
 use uverbs_uapi::{
-    siw_cqe, siw_rqe, siw_sqe, SIW_NOTIFY_NEXT_COMPLETION, SIW_NOTIFY_NOT, SIW_NOTIFY_SOLICITED,
-    SIW_OP_READ, SIW_OP_RECEIVE, SIW_OP_SEND, SIW_OP_WRITE, SIW_WC_SUCCESS, SIW_WC_WR_FLUSH_ERR,
-    SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_REM_INVAL, SIW_WQE_SIGNALLED, SIW_WQE_SOLICITED,
-    SIW_WQE_VALID,
+    siw_cqe, siw_rqe, siw_sqe, SIW_MAX_INLINE, SIW_NOTIFY_NEXT_COMPLETION, SIW_NOTIFY_NOT,
+    SIW_NOTIFY_SOLICITED, SIW_OP_READ, SIW_OP_RECEIVE, SIW_OP_SEND, SIW_OP_WRITE, SIW_WC_SUCCESS,
+    SIW_WC_WR_FLUSH_ERR, SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_REM_INVAL, SIW_WQE_SIGNALLED,
+    SIW_WQE_SOLICITED, SIW_WQE_VALID,
 };
 
 use super::kernel_model::{
@@ -56,6 +56,7 @@ fn cq(mem: &TestMem, num: u32) -> CqConsumer {
 
 const CFG: SendConfig = SendConfig {
     max_sge: 6,
+    max_inline: SIW_MAX_INLINE,
     sig_all: false,
 };
 
@@ -370,7 +371,7 @@ proptest! {
             post_send(&mut user, CFG, &[send(u64::from(i))]).unwrap();
             kernel.take().unwrap().unwrap();
         }
-        let cfg = SendConfig { max_sge: 6, sig_all };
+        let cfg = SendConfig { max_sge: 6, max_inline: SIW_MAX_INLINE, sig_all };
         let wr = SendWr { wr_id, op, flags, payload: Payload::Sges(&sges), ud: None };
         let before = mem.snapshot();
         post_send(&mut user, cfg, &[wr]).unwrap();
@@ -640,6 +641,7 @@ fn refused_requests_leave_nothing_behind() {
     // The QP's own SGE limit caps the 6 of a slot.
     let small = SendConfig {
         max_sge: 1,
+        max_inline: 8,
         sig_all: false,
     };
     assert_eq!(
@@ -653,6 +655,27 @@ fn refused_requests_leave_nothing_behind() {
             max: 1
         }
         .into())
+    );
+    // ... and the QP's own inline limit caps siw's 80 bytes.
+    let nine = [0u8; 9];
+    let segs: &[&[u8]] = &[&nine[..]];
+    assert_eq!(
+        check_send(
+            small,
+            &wr(SendOp::Send { imm: None }, sig, Payload::Inline(segs))
+        ),
+        Err(PostError::InlineTooLong { len: 9, max: 8 }.into())
+    );
+    assert_eq!(
+        check_send(
+            small,
+            &wr(
+                SendOp::Send { imm: None },
+                sig,
+                Payload::Inline(&[&nine[..8]])
+            )
+        ),
+        Ok(())
     );
     // Receives: too many SGEs and length overflow.
     let rmem = TestMem::rq(2);

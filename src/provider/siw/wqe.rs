@@ -62,6 +62,9 @@ const POST_RECV: &str = "post_recv";
 pub(crate) struct SendConfig {
     /// SGEs per SQE the QP was created with (capped at [`SIW_MAX_SGE`]).
     pub(crate) max_sge: u32,
+    /// Inline bytes per SQE the QP was created with (capped at
+    /// [`SIW_MAX_INLINE`]).
+    pub(crate) max_inline: u32,
     /// The QP signals every request (`sq_sig_all`).
     pub(crate) sig_all: bool,
 }
@@ -91,6 +94,24 @@ impl SiwPostError {
         match self {
             SiwPostError::Post(e) => e.errno(),
             SiwPostError::Unsupported { .. } | SiwPostError::FencedRead => Errno::INVAL,
+        }
+    }
+}
+
+impl From<SiwPostError> for PostError {
+    /// The crate's error for a siw refusal: siw's own refusals become
+    /// [`PostError::NotSupported`].
+    fn from(e: SiwPostError) -> PostError {
+        match e {
+            SiwPostError::Post(e) => e,
+            SiwPostError::Unsupported { what } => PostError::NotSupported {
+                driver: "siw",
+                what,
+            },
+            SiwPostError::FencedRead => PostError::NotSupported {
+                driver: "siw",
+                what: "a fenced RDMA_READ",
+            },
         }
     }
 }
@@ -162,12 +183,9 @@ pub(crate) fn check_send(cfg: SendConfig, wr: &SendWr<'_>) -> Result<(), SiwPost
                 .into());
             }
             let len: u64 = segs.iter().map(|s| s.len() as u64).sum();
-            if len > u64::from(SIW_MAX_INLINE) {
-                return Err(PostError::InlineTooLong {
-                    len,
-                    max: SIW_MAX_INLINE,
-                }
-                .into());
+            let max = cfg.max_inline.min(SIW_MAX_INLINE);
+            if len > u64::from(max) {
+                return Err(PostError::InlineTooLong { len, max }.into());
             }
         }
     }

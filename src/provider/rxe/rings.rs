@@ -1,0 +1,153 @@
+//! rxe's rings as a CQ and a QP own them: found in the create responses
+//! (`rxe_create_cq_resp::mi`; `rxe_create_qp_resp`: RQ first, then SQ),
+//! each mapped once on the command file at the offset and size the answer
+//! names (the same in both framings), used through the views of
+//! [`queue`](super::queue). rxe destroys the object first and unmaps after
+//! (see
+//! [`CqRing::unmap_before_destroy`](crate::provider::rings::CqRing::unmap_before_destroy)).
+
+use std::mem::size_of;
+
+use zerocopy::FromBytes;
+
+use super::queue::{Consumer, Producer, QueueMem};
+use super::wqe::{self, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN};
+use crate::command::QpType;
+use crate::context::Context;
+use crate::error::Errno;
+use crate::provider::rings::PostFailure;
+use crate::transport::SharedMapping;
+use crate::wr::{RecvWr, SendWr, WorkCompletion};
+use uverbs_uapi as sys;
+
+/// Bytes of rxe's CREATE_CQ answer.
+pub(crate) const CREATE_CQ_UHW_OUT: usize = size_of::<sys::rxe_create_cq_resp>();
+/// Bytes of rxe's CREATE_QP answer.
+pub(crate) const CREATE_QP_UHW_OUT: usize = size_of::<sys::rxe_create_qp_resp>();
+
+/// The whole driver answer, or `EPROTO`.
+fn answer<T: FromBytes>(uhw: &[u8], written: usize) -> Result<T, Errno> {
+    match T::read_from_bytes(uhw) {
+        Ok(t) if written == uhw.len() => Ok(t),
+        _ => Err(Errno::PROTO),
+    }
+}
+
+/// Maps one ring the answer names, with slots of at least `min_elem` bytes.
+fn map<V>(
+    ctx: &Context,
+    mi: sys::mminfo,
+    min_elem: usize,
+    over: fn(QueueMem) -> V,
+) -> Result<(V, SharedMapping), Errno> {
+    let len = usize::try_from(mi.size).map_err(|_| Errno::INVAL)?;
+    // SAFETY: an offset and size the create command answered on this
+    // transport.
+    let mapping = unsafe { ctx.inner.transport.map_queue(mi.offset, len) }?;
+    // SAFETY: the mapping is one of this object's rings, valid until the
+    // mapping drops, which its owner does after the view; nothing else
+    // views it.
+    let mem = unsafe { QueueMem::from_raw(mapping.as_ptr(), mapping.len(), min_elem) };
+    let view = mem.map(over).map_err(|_| Errno::PROTO)?;
+    Ok((view, mapping))
+}
+
+/// An rxe CQ's ring. The view is declared first: it points into the mapping.
+pub(crate) struct CqRing {
+    consumer: Consumer,
+    _mapping: SharedMapping,
+}
+
+impl CqRing {
+    /// Reads the CREATE_CQ answer (`written` bytes of `uhw`) and maps the CQ.
+    pub(crate) fn map(ctx: &Context, uhw: &[u8], written: usize) -> Result<CqRing, Errno> {
+        let resp: sys::rxe_create_cq_resp = answer(uhw, written)?;
+        let (consumer, mapping) = map(ctx, resp.mi, WC_LEN, Consumer::over)?;
+        Ok(CqRing {
+            consumer,
+            _mapping: mapping,
+        })
+    }
+
+    /// Copies completions out; no system call.
+    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
+        wqe::poll(&mut self.consumer, out)
+    }
+}
+
+/// An rxe QP's send queue.
+pub(crate) struct SendQueue {
+    producer: Producer,
+    qp_type: QpType,
+    limits: SendLimits,
+    _mapping: SharedMapping,
+}
+
+/// An rxe QP's receive queue.
+pub(crate) struct RecvQueue {
+    producer: Producer,
+    max_sge: u32,
+    _mapping: SharedMapping,
+}
+
+/// Reads the CREATE_QP answer and maps the RQ, then the SQ (rxe's order).
+pub(crate) fn map_qp(
+    ctx: &Context,
+    uhw: &[u8],
+    written: usize,
+    qp_type: QpType,
+    limits: SendLimits,
+    max_recv_sge: u32,
+) -> Result<(SendQueue, RecvQueue), Errno> {
+    let resp: sys::rxe_create_qp_resp = answer(uhw, written)?;
+    let (rq, rq_map) = map(ctx, resp.rq_mi, RECV_WQE_LEN, Producer::over)?;
+    let (sq, sq_map) = map(ctx, resp.sq_mi, SEND_WQE_LEN, Producer::over)?;
+    Ok((
+        SendQueue {
+            producer: sq,
+            qp_type,
+            limits,
+            _mapping: sq_map,
+        },
+        RecvQueue {
+            producer: rq,
+            max_sge: max_recv_sge,
+            _mapping: rq_map,
+        },
+    ))
+}
+
+impl SendQueue {
+    /// Writes one WQE per request and publishes them together, or writes
+    /// nothing. The caller then writes the doorbell (rxe needs it for every
+    /// non-empty batch: answers true).
+    pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
+        let sq = &mut self.producer;
+        for (index, wr) in wrs.iter().enumerate() {
+            let written = wqe::check_send_for_qp_type(self.qp_type, wr)
+                .and_then(|()| wqe::write_send_wqe(sq, self.limits, wr));
+            if let Err(error) = written {
+                sq.cancel();
+                return Err(PostFailure::Refused { index, error });
+            }
+        }
+        sq.publish();
+        Ok(!wrs.is_empty())
+    }
+}
+
+impl RecvQueue {
+    /// Writes one WQE per request and publishes them together, or writes
+    /// nothing; no system call.
+    pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        let rq = &mut self.producer;
+        for (index, wr) in wrs.iter().enumerate() {
+            if let Err(error) = wqe::write_recv_wqe(rq, self.max_sge, wr) {
+                rq.cancel();
+                return Err(PostFailure::Refused { index, error });
+            }
+        }
+        rq.publish();
+        Ok(())
+    }
+}

@@ -1,0 +1,353 @@
+//! siw's rings as a CQ and a QP own them: found in the create responses
+//! (`siw_uresp_create_cq`, `siw_uresp_create_qp`), mapped at their keys on the
+//! command file, used through the views of [`queue`](super::queue), and
+//! unmapped before the destroy command (see
+//! [`CqRing::unmap_before_destroy`](crate::provider::rings::CqRing::unmap_before_destroy)).
+//!
+//! Sizes and order follow rdma-core's `providers/siw/siw.c`: the CQ is
+//! `num_cqe × siw_cqe + siw_cq_ctrl` bytes at `cq_key`; the QP's SQ
+//! (`num_sqe × siw_sqe` at `sq_key`) is mapped first, then its RQ
+//! (`num_rqe × siw_rqe` at `rq_key`). A key of [`SIW_INVAL_UOBJ_KEY`] means
+//! the kernel prepared no mapping: the object is destroyed again. The kernel
+//! (`rdma_user_mmap_entry_get`) accepts a mapping whose page-rounded length
+//! is the entry's, so the exact byte length is mapped, as rdma-core does.
+
+use std::mem::size_of;
+use std::ptr::NonNull;
+
+use zerocopy::FromBytes;
+
+use super::queue::{CqConsumer, LayoutError, Producer, WorkElement, CQE_LEN, CTRL_LEN};
+use super::wqe::{self, SendConfig};
+use crate::context::Context;
+use crate::error::Errno;
+use crate::provider::rings::PostFailure;
+use crate::transport::SharedMapping;
+use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
+use uverbs_uapi::{self as sys, siw_rqe, siw_sqe, SIW_INVAL_UOBJ_KEY};
+
+/// Bytes of siw's CREATE_CQ answer (the kernel refuses less room: EINVAL).
+pub(crate) const CREATE_CQ_UHW_OUT: usize = size_of::<sys::siw_uresp_create_cq>();
+/// Bytes of siw's CREATE_QP answer (the kernel refuses less room: EINVAL).
+pub(crate) const CREATE_QP_UHW_OUT: usize = size_of::<sys::siw_uresp_create_qp>();
+
+/// Why a create response cannot be used; the caller destroys the object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapError {
+    /// The driver's answer is shorter than its struct.
+    Short,
+    /// A key is [`SIW_INVAL_UOBJ_KEY`]: the kernel prepared no mapping
+    /// (6.12 fails the create with ENOMEM instead; older kernels answered
+    /// success with this key).
+    NoMapping,
+    /// `mmap` refused.
+    Map(Errno),
+    /// The mapping cannot hold the elements the answer names.
+    Layout(LayoutError),
+}
+
+impl MapError {
+    /// The errno the failed create reports.
+    pub(crate) fn errno(self) -> Errno {
+        match self {
+            MapError::Short | MapError::Layout(_) => Errno::PROTO,
+            MapError::NoMapping => Errno::NOMEM,
+            MapError::Map(e) => e,
+        }
+    }
+}
+
+/// The driver's answer, when the kernel wrote all of it.
+fn answer<T: FromBytes>(uhw: &[u8], written: usize) -> Result<T, MapError> {
+    if written < size_of::<T>() {
+        return Err(MapError::Short);
+    }
+    T::read_from_prefix(uhw)
+        .map(|(t, _)| t)
+        .map_err(|_| MapError::Short)
+}
+
+/// A view made over a ring's mapping, fresh or continuing where an earlier
+/// view of the same ring stopped.
+trait View: Sized {
+    /// # Safety
+    /// `base..base + len` is the ring's mapping, alive as long as the view,
+    /// and no other view is made over it.
+    unsafe fn over(
+        base: NonNull<u8>,
+        len: usize,
+        num: u32,
+        resume_at: Option<u32>,
+    ) -> Result<Self, LayoutError>;
+    /// The view's free-running position.
+    fn position(&self) -> u32;
+}
+
+impl<E: WorkElement> View for Producer<E> {
+    unsafe fn over(
+        base: NonNull<u8>,
+        len: usize,
+        num: u32,
+        resume_at: Option<u32>,
+    ) -> Result<Self, LayoutError> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { Producer::resume(base, len, num, resume_at.unwrap_or(0)) }
+    }
+    fn position(&self) -> u32 {
+        self.put()
+    }
+}
+
+impl View for CqConsumer {
+    unsafe fn over(
+        base: NonNull<u8>,
+        len: usize,
+        num: u32,
+        resume_at: Option<u32>,
+    ) -> Result<Self, LayoutError> {
+        // SAFETY: the caller's promise, passed on. A fresh CQ starts unarmed
+        // (from_raw); a resumed one keeps its arming word.
+        unsafe {
+            match resume_at {
+                None => CqConsumer::from_raw(base, len, num),
+                Some(get) => CqConsumer::resume(base, len, num, get),
+            }
+        }
+    }
+    fn position(&self) -> u32 {
+        self.get()
+    }
+}
+
+/// A view and the mapping it points into. The view is declared first, so it
+/// is dropped before the mapping is unmapped.
+struct Mapped<V> {
+    view: V,
+    _mapping: SharedMapping,
+}
+
+/// One siw ring: where it is mapped, and its view while it is.
+struct RingMap<V> {
+    key: u64,
+    len: usize,
+    num: u32,
+    /// `None` while unmapped for a destroy (or when mapping it again after a
+    /// refused destroy failed).
+    mapped: Option<Mapped<V>>,
+    /// The view's position when it was unmapped.
+    at: u32,
+}
+
+impl<V: View> RingMap<V> {
+    /// Maps `len` bytes at `key` and makes a fresh view of `num` elements.
+    fn map(ctx: &Context, key: u64, len: usize, num: u32) -> Result<Self, MapError> {
+        if key == SIW_INVAL_UOBJ_KEY {
+            return Err(MapError::NoMapping);
+        }
+        let mapped = Self::map_at(ctx, key, len, num, None)?;
+        Ok(RingMap {
+            key,
+            len,
+            num,
+            mapped: Some(mapped),
+            at: 0,
+        })
+    }
+
+    fn map_at(
+        ctx: &Context,
+        key: u64,
+        len: usize,
+        num: u32,
+        resume_at: Option<u32>,
+    ) -> Result<Mapped<V>, MapError> {
+        // SAFETY: a key and length the create command answered on this
+        // transport (siw's mmap entry of the ring).
+        let mapping = unsafe { ctx.inner.transport.map_queue(key, len) }.map_err(MapError::Map)?;
+        // SAFETY: the mapping is this ring, alive until `Mapped` drops it
+        // after the view; nothing else views it.
+        let view = unsafe { V::over(mapping.as_ptr(), mapping.len(), num, resume_at) }
+            .map_err(MapError::Layout)?;
+        Ok(Mapped {
+            view,
+            _mapping: mapping,
+        })
+    }
+
+    fn unmap(&mut self) {
+        if let Some(m) = self.mapped.take() {
+            self.at = m.view.position();
+        }
+    }
+
+    fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+        if self.mapped.is_none() {
+            let m = Self::map_at(ctx, self.key, self.len, self.num, Some(self.at))
+                .map_err(MapError::errno)?;
+            self.mapped = Some(m);
+        }
+        Ok(())
+    }
+
+    /// The view; `EBADF` while unmapped (the object is being or was
+    /// destroyed).
+    fn view(&mut self) -> Result<&mut V, Errno> {
+        self.mapped.as_mut().map(|m| &mut m.view).ok_or(Errno::BADF)
+    }
+}
+
+/// A siw CQ's ring and arming word.
+pub(crate) struct CqRing {
+    ring: RingMap<CqConsumer>,
+}
+
+impl CqRing {
+    /// Reads the CREATE_CQ answer (`written` bytes of `uhw`) and maps the CQ.
+    pub(crate) fn map(ctx: &Context, uhw: &[u8], written: usize) -> Result<CqRing, MapError> {
+        let resp: sys::siw_uresp_create_cq = answer(uhw, written)?;
+        let len = (resp.num_cqe as usize)
+            .checked_mul(CQE_LEN)
+            .and_then(|n| n.checked_add(CTRL_LEN))
+            .ok_or(MapError::Short)?;
+        Ok(CqRing {
+            ring: RingMap::map(ctx, resp.cq_key, len, resp.num_cqe)?,
+        })
+    }
+
+    /// Copies completions out; no system call.
+    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
+        Ok(wqe::poll(self.ring.view()?, out))
+    }
+
+    /// Arms the CQ: one store to its control word; no system call.
+    pub(crate) fn arm(&mut self, solicited_only: bool) -> Result<(), Errno> {
+        self.ring.view()?.arm(solicited_only);
+        Ok(())
+    }
+
+    pub(crate) fn unmap(&mut self) {
+        self.ring.unmap();
+    }
+
+    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+        self.ring.remap(ctx)
+    }
+}
+
+/// A siw QP's send queue.
+pub(crate) struct SendQueue {
+    ring: RingMap<Producer<siw_sqe>>,
+    cfg: SendConfig,
+}
+
+/// A siw QP's receive queue; `None` when the kernel made none (`num_rqe`
+/// 0: `max_recv_wr` 0, or an SRQ).
+pub(crate) struct RecvQueue {
+    ring: Option<RingMap<Producer<siw_rqe>>>,
+    max_sge: u32,
+}
+
+/// Reads the CREATE_QP answer and maps the SQ, then the RQ (rdma-core's
+/// order). Answers the QP id (its number) too.
+pub(crate) fn map_qp(
+    ctx: &Context,
+    uhw: &[u8],
+    written: usize,
+    cfg: SendConfig,
+    max_recv_sge: u32,
+) -> Result<(u32, SendQueue, RecvQueue), MapError> {
+    let resp: sys::siw_uresp_create_qp = answer(uhw, written)?;
+    let has_rq = resp.num_rqe != 0;
+    // rdma-core refuses both keys first; with no RQ the kernel leaves
+    // rq_key 0 and nothing is mapped for it.
+    if resp.sq_key == SIW_INVAL_UOBJ_KEY || (has_rq && resp.rq_key == SIW_INVAL_UOBJ_KEY) {
+        return Err(MapError::NoMapping);
+    }
+    let bytes = |num: u32, elem: usize| (num as usize).checked_mul(elem).ok_or(MapError::Short);
+    let sq = RingMap::map(
+        ctx,
+        resp.sq_key,
+        bytes(resp.num_sqe, size_of::<siw_sqe>())?,
+        resp.num_sqe,
+    )?;
+    let rq = if has_rq {
+        Some(RingMap::map(
+            ctx,
+            resp.rq_key,
+            bytes(resp.num_rqe, size_of::<siw_rqe>())?,
+            resp.num_rqe,
+        )?)
+    } else {
+        None
+    };
+    Ok((
+        resp.qp_id,
+        SendQueue { ring: sq, cfg },
+        RecvQueue {
+            ring: rq,
+            max_sge: max_recv_sge,
+        },
+    ))
+}
+
+impl SendQueue {
+    /// Checks and writes `wrs` (all or nothing); answers whether the
+    /// POST_SEND doorbell must be written (rdma-core's rule, see
+    /// [`Posted::needs_doorbell`](super::queue::Posted::needs_doorbell)).
+    pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
+        let cfg = self.cfg;
+        let sq = self.ring.view().map_err(PostFailure::Os)?;
+        wqe::post_send(sq, cfg, wrs)
+            .map(|posted| posted.needs_doorbell)
+            .map_err(|r| PostFailure::Refused {
+                index: r.index,
+                error: r.error.into(),
+            })
+    }
+
+    pub(crate) fn unmap(&mut self) {
+        self.ring.unmap();
+    }
+
+    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+        self.ring.remap(ctx)
+    }
+}
+
+impl RecvQueue {
+    /// Checks and writes `wrs` (all or nothing); no system call.
+    pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        let Some(ring) = self.ring.as_mut() else {
+            return match wrs.is_empty() {
+                true => Ok(()),
+                false => Err(PostFailure::Refused {
+                    index: 0,
+                    error: PostError::QueueFull {
+                        op: "post_recv",
+                        capacity: 0,
+                    },
+                }),
+            };
+        };
+        let rq = ring.view().map_err(PostFailure::Os)?;
+        wqe::post_recv(rq, self.max_sge, wrs)
+            .map(|_| ())
+            .map_err(|r| PostFailure::Refused {
+                index: r.index,
+                error: r.error.into(),
+            })
+    }
+
+    pub(crate) fn unmap(&mut self) {
+        if let Some(r) = &mut self.ring {
+            r.unmap();
+        }
+    }
+
+    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+        match &mut self.ring {
+            Some(r) => r.remap(ctx),
+            None => Ok(()),
+        }
+    }
+}

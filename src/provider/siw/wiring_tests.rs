@@ -1,0 +1,461 @@
+//! `CompletionQueue` and `QueuePair` on siw against a fake kernel that
+//! answers siw's CQ and QP commands, serves each ring as a memfd it can read
+//! and write itself, and records, at each destroy, whether the object's
+//! rings were still mapped (/proc/self/maps names each memfd uniquely).
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use zerocopy::{FromBytes, IntoBytes};
+
+use crate::command::{QpAttr, QpState, QpType};
+use crate::cq::CompletionQueue;
+use crate::driver::DriverId;
+use crate::error::{Errno, Error, Op};
+use crate::qp::QpInit;
+use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
+use crate::wr::{Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus};
+use crate::{Context, OpenOptions};
+use uverbs_uapi::{self as sys, SIW_INVAL_UOBJ_KEY, SIW_WQE_VALID};
+
+const CQ_KEY: u64 = 0x1000;
+const SQ_KEY: u64 = 0x2000;
+const RQ_KEY: u64 = 0x3000;
+const NUM_CQE: u32 = 4;
+const NUM_SQE: u32 = 4;
+const NUM_RQE: u32 = 2;
+
+/// Names memfds uniquely within the process.
+static NEXT_RING: AtomicU32 = AtomicU32::new(0);
+
+#[derive(Debug, Default)]
+struct State {
+    /// The memfd behind each key, and its name in /proc/self/maps.
+    rings: HashMap<u64, (Arc<OwnedFd>, String)>,
+    /// What happened, in order.
+    log: Vec<String>,
+    /// The CQ key the next CREATE_CQ answers.
+    cq_key: Option<u64>,
+    /// The next DESTROY_CQ answers EBUSY.
+    busy_once: bool,
+}
+
+#[derive(Debug)]
+struct SiwFake {
+    /// Opens the context (GET_CONTEXT, QUERY_DEVICE, PDs).
+    inner: RecordingTransport,
+    state: Mutex<State>,
+}
+
+impl SiwFake {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    fn mapped(&self, key: u64) -> bool {
+        let name = match self.state().rings.get(&key) {
+            Some((_, name)) => name.clone(),
+            None => return false,
+        };
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .any(|l| l.ends_with(&format!("{name} (deleted)")))
+    }
+
+    fn ring(&self, key: u64) -> Arc<OwnedFd> {
+        self.state().rings[&key].0.clone()
+    }
+
+    fn read(&self, key: u64, at: u64, buf: &mut [u8]) {
+        rustix::io::pread(self.ring(key).as_fd(), buf, at).unwrap();
+    }
+
+    fn write(&self, key: u64, at: u64, bytes: &[u8]) {
+        rustix::io::pwrite(self.ring(key).as_fd(), bytes, at).unwrap();
+    }
+
+    fn log(&self) -> Vec<String> {
+        self.state().log.clone()
+    }
+}
+
+fn put<T: IntoBytes + zerocopy::Immutable>(out: &mut [u8], v: &T) -> usize {
+    let b = v.as_bytes();
+    out[..b.len()].copy_from_slice(b);
+    b.len()
+}
+
+// SAFETY: writes only inside the given output buffers and returns the UHW
+// bytes it wrote; everything else is RecordingTransport's, which upholds the
+// contract; mappings are fresh memfds of its own.
+unsafe impl Transport for SiwFake {
+    fn kind(&self) -> TransportKind {
+        // Write commands only: no native methods to answer.
+        TransportKind::Write
+    }
+
+    unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
+        let mut st = self.state();
+        match cmd.code {
+            sys::IB_USER_VERBS_CMD_CREATE_CQ => {
+                let key = st.cq_key.unwrap_or(CQ_KEY);
+                st.log.push("create_cq".into());
+                put(
+                    cmd.core_out,
+                    &sys::ib_uverbs_create_cq_resp {
+                        cq_handle: 7,
+                        cqe: NUM_CQE,
+                    },
+                );
+                let resp = sys::siw_uresp_create_cq {
+                    cq_id: 1,
+                    num_cqe: NUM_CQE,
+                    cq_key: key,
+                };
+                Ok(put(cmd.uhw_out, &resp))
+            }
+            sys::IB_USER_VERBS_CMD_DESTROY_CQ => {
+                drop(st);
+                let mapped = self.mapped(CQ_KEY);
+                let mut st = self.state();
+                let busy = std::mem::take(&mut st.busy_once);
+                st.log
+                    .push(format!("destroy_cq mapped={mapped} busy={busy}"));
+                if busy {
+                    return Err(Errno::BUSY);
+                }
+                put(cmd.core_out, &sys::ib_uverbs_destroy_cq_resp::default());
+                Ok(0)
+            }
+            sys::IB_USER_VERBS_CMD_CREATE_QP => {
+                let req = sys::ib_uverbs_create_qp::read_from_prefix(cmd.core_in)
+                    .map_err(|_| Errno::INVAL)?
+                    .0;
+                st.log.push("create_qp".into());
+                put(
+                    cmd.core_out,
+                    &sys::ib_uverbs_create_qp_resp {
+                        qp_handle: 9,
+                        qpn: 0x42,
+                        max_send_wr: req.max_send_wr,
+                        max_recv_wr: req.max_recv_wr,
+                        max_send_sge: req.max_send_sge,
+                        max_recv_sge: req.max_recv_sge,
+                        max_inline_data: req.max_inline_data,
+                        ..Default::default()
+                    },
+                );
+                let resp = sys::siw_uresp_create_qp {
+                    qp_id: 0x42,
+                    num_sqe: NUM_SQE,
+                    num_rqe: NUM_RQE,
+                    pad: 0,
+                    sq_key: SQ_KEY,
+                    rq_key: RQ_KEY,
+                };
+                Ok(put(cmd.uhw_out, &resp))
+            }
+            sys::IB_USER_VERBS_CMD_DESTROY_QP => {
+                drop(st);
+                let (sq, rq) = (self.mapped(SQ_KEY), self.mapped(RQ_KEY));
+                self.state()
+                    .log
+                    .push(format!("destroy_qp sq_mapped={sq} rq_mapped={rq}"));
+                put(cmd.core_out, &sys::ib_uverbs_destroy_qp_resp::default());
+                Ok(0)
+            }
+            sys::IB_USER_VERBS_CMD_MODIFY_QP => Ok(0),
+            sys::IB_USER_VERBS_CMD_REQ_NOTIFY_CQ => {
+                st.log.push("req_notify_cq".into());
+                Ok(0)
+            }
+            _ => {
+                drop(st);
+                // SAFETY: forwarded; the fake writes only its buffers.
+                unsafe { self.inner.execute(cmd) }
+            }
+        }
+    }
+
+    unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
+        let mut st = self.state();
+        st.log.push(format!("map {offset:#x} {len}"));
+        let fd = match st.rings.get(&offset) {
+            Some((fd, _)) => fd.clone(),
+            None => {
+                let name = format!(
+                    "uverbs-siw-fake-{}-{}",
+                    std::process::id(),
+                    NEXT_RING.fetch_add(1, Ordering::Relaxed)
+                );
+                let fd = rustix::fs::memfd_create(&name, rustix::fs::MemfdFlags::CLOEXEC)?;
+                rustix::fs::ftruncate(&fd, 4096)?;
+                let fd = Arc::new(fd);
+                st.rings
+                    .insert(offset, (fd.clone(), format!("/memfd:{name}")));
+                fd
+            }
+        };
+        // SAFETY: a memfd of our own; no Rust memory aliases it.
+        unsafe { SharedMapping::map(fd.as_fd(), 0, len) }
+    }
+
+    unsafe fn write_prepared(&self, frame: &[u8]) -> Result<usize, Errno> {
+        self.state().log.push("doorbell".into());
+        Ok(frame.len())
+    }
+}
+
+fn siw_ctx() -> (Arc<SiwFake>, Context) {
+    let fake = Arc::new(SiwFake {
+        inner: RecordingTransport::new(),
+        state: Mutex::new(State::default()),
+    });
+    let ctx = Context::with_transport(
+        "siw_fake0",
+        Some(DriverId::SIW),
+        Box::new(fake.clone()),
+        &OpenOptions::new(),
+    )
+    .unwrap();
+    (fake, ctx)
+}
+
+fn rc_init(cq: &CompletionQueue) -> QpInit<'_> {
+    let mut init = QpInit::new(QpType::Rc, cq, cq);
+    init.max_send_wr = NUM_SQE;
+    init.max_recv_wr = NUM_RQE;
+    init
+}
+
+/// The CQ is mapped at siw's key with `num_cqe × 32 + 8` bytes; a CQE the
+/// kernel writes is polled and its slot handed back; arming is a store to
+/// the control word and no command; dropping unmaps before DESTROY_CQ.
+#[test]
+fn a_siw_cq_is_mapped_polled_armed_and_unmapped_before_its_destroy() {
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(3, None).unwrap();
+    assert_eq!(cq.cqe(), NUM_CQE);
+    assert_eq!(
+        fake.log(),
+        [
+            "create_cq".to_string(),
+            format!("map {CQ_KEY:#x} {}", 4 * 32 + 8)
+        ]
+    );
+    let mut wc = [Default::default(); 4];
+    assert_eq!(cq.poll(&mut wc).unwrap(), 0);
+    let cqe = sys::siw_cqe {
+        id: 0xabc,
+        flags: SIW_WQE_VALID as u8,
+        opcode: sys::SIW_OP_RECEIVE,
+        status: sys::SIW_WC_WR_FLUSH_ERR,
+        qp_id: 0x42,
+        ..Default::default()
+    };
+    fake.write(CQ_KEY, 0, cqe.as_bytes());
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!(
+        (wc[0].wr_id, wc[0].status, wc[0].qp_num),
+        (0xabc, WcStatus::WrFlushErr, 0x42)
+    );
+    let mut flags = [0xffu8; 1];
+    fake.read(CQ_KEY, 8, &mut flags);
+    assert_eq!(flags[0], 0, "the slot is handed back");
+
+    cq.req_notify(false).unwrap();
+    let mut ctrl = [0u8; 4];
+    fake.read(CQ_KEY, u64::from(NUM_CQE) * 32, &mut ctrl);
+    assert_eq!(
+        u32::from_ne_bytes(ctrl),
+        sys::SIW_NOTIFY_SOLICITED | sys::SIW_NOTIFY_NEXT_COMPLETION
+    );
+    cq.req_notify(true).unwrap();
+    fake.read(CQ_KEY, u64::from(NUM_CQE) * 32, &mut ctrl);
+    assert_eq!(u32::from_ne_bytes(ctrl), sys::SIW_NOTIFY_SOLICITED);
+    assert!(
+        !fake.log().iter().any(|l| l == "req_notify_cq"),
+        "no command"
+    );
+
+    drop(cq);
+    assert_eq!(
+        fake.log().last().unwrap(),
+        "destroy_cq mapped=false busy=false",
+        "siw: unmapped before the destroy"
+    );
+}
+
+/// A refused destroy (EBUSY) maps the CQ again at its key and position: the
+/// CQ comes back working and still armed.
+#[test]
+fn a_refused_siw_cq_destroy_maps_the_ring_again() {
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(4, None).unwrap();
+    let cqe = |id| sys::siw_cqe {
+        id,
+        flags: SIW_WQE_VALID as u8,
+        ..Default::default()
+    };
+    fake.write(CQ_KEY, 0, cqe(1).as_bytes());
+    let mut wc = [Default::default(); 4];
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    cq.req_notify(false).unwrap();
+    fake.state().busy_once = true;
+    let back = cq.destroy().unwrap_err();
+    assert_eq!(back.error.errno(), Some(Errno::BUSY));
+    let cq = back.cq;
+    let log = fake.log();
+    assert_eq!(
+        &log[log.len() - 2..],
+        [
+            "destroy_cq mapped=false busy=true".to_string(),
+            format!("map {CQ_KEY:#x} {}", 4 * 32 + 8)
+        ]
+    );
+    let mut ctrl = [0u8; 4];
+    fake.read(CQ_KEY, u64::from(NUM_CQE) * 32, &mut ctrl);
+    assert_eq!(u32::from_ne_bytes(ctrl), 3, "the arm survived the remap");
+    // The next CQE is at slot 1: the position survived too.
+    fake.write(CQ_KEY, 32, cqe(2).as_bytes());
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!(wc[0].wr_id, 2);
+    cq.destroy().unwrap();
+}
+
+/// A CQ answer with SIW_INVAL_UOBJ_KEY maps nothing: the CQ is destroyed
+/// again and creation fails with ENOMEM naming create_cq.
+#[test]
+fn a_siw_cq_without_mapping_is_destroyed_again() {
+    let (fake, ctx) = siw_ctx();
+    fake.state().cq_key = Some(SIW_INVAL_UOBJ_KEY);
+    let err = ctx.create_cq(4, None).unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CreateCq, Some(Errno::NOMEM)));
+    assert_eq!(
+        fake.log(),
+        ["create_cq", "destroy_cq mapped=false busy=false"]
+    );
+}
+
+/// A siw QP: only RC (others refused with nothing sent); SQ mapped before
+/// RQ at their keys and sizes; RQEs written with flags exactly VALID and no
+/// system call; the doorbell only when the SQE before the batch was taken;
+/// siw's refusals typed; rings unmapped before DESTROY_QP.
+#[test]
+fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(4, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let before = fake.log().len();
+    for t in [QpType::Uc, QpType::Ud] {
+        let err = pd.create_qp(&QpInit::new(t, &cq, &cq)).unwrap_err();
+        assert_eq!(
+            (err.op(), err.errno()),
+            (Op::CreateQp, Some(Errno::OPNOTSUPP))
+        );
+    }
+    assert_eq!(fake.log().len(), before, "nothing sent");
+
+    let qp = pd.create_qp(&rc_init(&cq)).unwrap();
+    assert_eq!(
+        &fake.log()[before..],
+        [
+            "create_qp".to_string(),
+            format!("map {SQ_KEY:#x} {}", 4 * 120),
+            format!("map {RQ_KEY:#x} {}", 2 * 112)
+        ]
+    );
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 5,
+    }];
+    let n = fake.log().len();
+    // SAFETY: the fake kernel touches no memory.
+    unsafe {
+        qp.post_recv(&[RecvWr {
+            wr_id: 1,
+            sges: &sge,
+        }])
+    }
+    .unwrap_err();
+    qp.modify(
+        &QpAttr::new()
+            .state(QpState::Init)
+            .pkey_index(0)
+            .port(1)
+            .access_flags(Default::default()),
+    )
+    .unwrap();
+    // SAFETY: as above.
+    unsafe {
+        qp.post_recv(&[RecvWr {
+            wr_id: 0x77,
+            sges: &sge,
+        }])
+    }
+    .unwrap();
+    assert_eq!(fake.log().len(), n, "no command, no doorbell");
+    let mut rqe = [0u8; 112];
+    fake.read(RQ_KEY, 0, &mut rqe);
+    let rqe = sys::siw_rqe::read_from_bytes(&rqe[..]).unwrap();
+    assert_eq!((rqe.id, rqe.flags, rqe.num_sge), (0x77, SIW_WQE_VALID, 1));
+
+    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    let send = |wr_id| SendWr {
+        wr_id,
+        op: SendOp::Send { imm: None },
+        flags: SendFlags::SIGNALED,
+        payload: Payload::Sges(&sge),
+        ud: None,
+    };
+    let doorbells = || fake.log().iter().filter(|l| *l == "doorbell").count();
+    // SAFETY: as above.
+    unsafe { qp.post_send(&[send(1)]) }.unwrap();
+    assert_eq!(doorbells(), 1, "an idle kernel is woken");
+    // SAFETY: as above.
+    unsafe { qp.post_send(&[send(2)]) }.unwrap();
+    assert_eq!(doorbells(), 1, "SQE 0 not yet taken: the kernel walks on");
+    // The kernel takes both SQEs.
+    for slot in 0..2u64 {
+        fake.write(SQ_KEY, slot * 120 + 8, &0u16.to_ne_bytes());
+    }
+    // SAFETY: as above.
+    unsafe { qp.post_send(&[send(3)]) }.unwrap();
+    assert_eq!(doorbells(), 2, "taken: ring again");
+
+    let imm = SendWr {
+        op: SendOp::Send { imm: Some(1) },
+        ..send(4)
+    };
+    // SAFETY: refused before anything is written.
+    let err = unsafe { qp.post_send(&[send(4), imm]) }.unwrap_err();
+    match &err {
+        Error::Post {
+            op, index, source, ..
+        } => {
+            assert_eq!((*op, *index), (Op::PostSend, 1));
+            assert_eq!(
+                **source,
+                PostError::NotSupported {
+                    driver: "siw",
+                    what: "SEND_WITH_IMM"
+                }
+            );
+        }
+        other => panic!("{other}"),
+    }
+    assert_eq!(err.errno(), Some(Errno::INVAL));
+    let mut flags = [0u8; 2];
+    fake.read(SQ_KEY, 3 * 120 + 8, &mut flags);
+    assert_eq!(flags, [0, 0], "the refused batch wrote nothing");
+
+    qp.destroy().unwrap();
+    assert_eq!(
+        fake.log().last().unwrap(),
+        "destroy_qp sq_mapped=false rq_mapped=false"
+    );
+    drop((cq, pd));
+}
