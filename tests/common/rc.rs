@@ -293,15 +293,45 @@ pub fn recover_pair(
         }
         std::thread::sleep(Duration::from_micros(200));
     }
-    for (qp, _, _) in sides {
-        modify(
-            qp,
-            &QpAttr::new().state(QpState::Reset),
-            "->RESET (recovery)",
-        );
+    for (qp, _, side) in sides {
+        reset_for_init(qp, access, &format!("{what}: recovery of {side}"));
     }
     connect_pair_with(&q.qp_a, &q.qp_b, gid, mtu, access);
     others
+}
+
+/// Takes `qp` to RESET, making sure the kernel keeps it there: on rxe
+/// (Linux 6.12) a QP just reset after an error has been seen to be back in
+/// ERR a moment later (a task of the old connection finishing late calls
+/// `rxe_qp_error`), so that the RESET -> INIT that follows fails with
+/// `EINVAL`, about once in tens of thousands of WRITEs under live access
+/// toggling. A RESET -> INIT probe that fails is retried from RESET a
+/// bounded number of times (each said loudly); the probe's INIT is then
+/// taken back to RESET, so the caller connects from RESET as usual.
+pub fn reset_for_init(qp: &QueuePair, access: AccessFlags, what: &str) {
+    let init = QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(PORT)
+        .access_flags(access);
+    for attempt in 1..=5 {
+        modify(qp, &QpAttr::new().state(QpState::Reset), "->RESET");
+        match qp.modify(&init) {
+            Ok(()) => {
+                modify(qp, &QpAttr::new().state(QpState::Reset), "INIT->RESET");
+                return;
+            }
+            Err(e) if e.errno() == Some(uverbs::Errno::INVAL) && attempt < 5 => {
+                loud(&format!(
+                    "NOTE: {what}: RESET -> INIT refused ({e}): the kernel moved QP {} back \
+                     to ERR after the reset; resetting again (attempt {attempt})",
+                    qp.qp_num()
+                ));
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("{what}: RESET -> INIT of QP {}: {e}", qp.qp_num()),
+        }
+    }
 }
 
 /// Polls `cq` until exactly `n` completions have arrived (appended to
