@@ -20,12 +20,19 @@
 //! 4. [`qemu`] boots it with a hard timeout, streaming the console to stdout
 //!    and a log, copied to `target/vm/console.log` when qemu exits.
 //! 5. [`report`] reads the markers back and prints the binary ×
-//!    configuration table; the last line is `vm: N passed, M failed`.
+//!    configuration table.
+//! 6. The `two_host_*` binaries (never run in the single guest) run in a
+//!    second boot of two guests, A and B, joined by a virtual Ethernet link
+//!    ([`qemu::run_two`]), each binary on both at once with its role
+//!    ([`guest::two_host_run_all_script`]); a run passes when both roles
+//!    pass. Its table ends in `vm two-host: N passed, M failed`, and the
+//!    last line, `vm: N passed, M failed`, counts both boots' runs.
 //!
 //! `demo` does steps 3–5 for `examples/rereg.rs` and `examples/pingpong.rs`
 //! (the runs of [`guest::DEMO_RUNS`], one of them the pingpong probe under
 //! strace); `shell` boots to an interactive busybox shell with the same
-//! devices and binaries.
+//! devices and binaries (`shell --two`: the two-host guests, A on the
+//! terminal, B's shell reached from A with `telnet 192.0.2.2`).
 
 mod apt;
 mod bench;
@@ -41,7 +48,7 @@ mod util;
 
 use binaries::Binary;
 use cache::WorkDir;
-use guest::{GuestRun, Mode, RunConfig};
+use guest::{GuestRun, Host, Mode, Net, RunConfig};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -55,15 +62,19 @@ commands:
   test    host tests, then every uverbs test binary in the VM per configuration
   demo    run examples/rereg.rs and examples/pingpong.rs (+ its syscall count
           under strace) in the VM (ioctl and write transports)
-  shell   boot the VM to an interactive busybox shell (Ctrl-A X quits)
+  shell   boot the VM to an interactive busybox shell (Ctrl-A X quits);
+          --two: the two-host guests, host a on this terminal, host b's
+          shell reached from a with `telnet 192.0.2.2`
   bench   benchmarks in the VM (ours, bare syscall, libibverbs); writes docs/benchmarks.md
 
 options:
   --timeout SECS   kill qemu after SECS seconds (default 1500; shell: none)
-  --memory SIZE    guest memory, as qemu -m takes it (default 2G)
+  --memory SIZE    memory of each guest, as qemu -m takes it (default 2G;
+                   each of the two-host guests: 1G)
   --keep           keep this run's work directory, target/vm/kept-<pid>-<n>
                    (initramfs, scripts, console log)
   --force          (setup) redo the set-up even if cached
+  --two            (shell) boot the two guests of the two-host run
 
 environment:
   UVERBS_VM_CACHE  cache directory (default <workspace>/target/vm)";
@@ -73,18 +84,22 @@ struct Options {
     command: String,
     /// `--timeout`; `None` means the command's default.
     timeout: Option<Duration>,
-    memory: String,
+    /// `--memory`; `None` means the guest's default.
+    memory: Option<String>,
     keep: bool,
     force: bool,
+    /// `shell --two`.
+    two: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Options> {
     let mut o = Options {
         command: String::new(),
         timeout: None,
-        memory: "2G".into(),
+        memory: None,
         keep: false,
         force: false,
+        two: false,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -101,9 +116,10 @@ fn parse_args(args: &[String]) -> Result<Options> {
                     .map_err(|_| Error(format!("--timeout wants seconds, got `{v}`")))?;
                 o.timeout = Some(Duration::from_secs(secs));
             }
-            "--memory" => o.memory = value("--memory")?,
+            "--memory" => o.memory = Some(value("--memory")?),
             "--keep" => o.keep = true,
             "--force" => o.force = true,
+            "--two" => o.two = true,
             "-h" | "--help" | "help" => o.command = "help".into(),
             c if !c.starts_with('-') && o.command.is_empty() => o.command = c.into(),
             other => return Err(Error(format!("unknown argument `{other}`\n\n{USAGE}"))),
@@ -120,6 +136,35 @@ const SHELL_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// The console log's name, in the work directory and (last run's) in the cache.
 pub const CONSOLE_LOG: &str = "console.log";
+/// The two-host run's console logs (A's, B's), likewise.
+pub const TWO_HOST_CONSOLE_LOGS: [&str; 2] = ["console-a.log", "console-b.log"];
+
+/// The single guest's memory and virtual CPUs.
+const SINGLE_MEMORY: &str = "2G";
+const SINGLE_CPUS: u32 = 2;
+/// Each two-host guest's: one CPU each keeps the two guests to the two
+/// host cores the single guest uses (TCG runs one host thread per vCPU),
+/// and they hold only the `two_host_*` binaries.
+const TWO_HOST_MEMORY: &str = "1G";
+const TWO_HOST_CPUS: u32 = 1;
+
+/// How a plan's runs went.
+#[derive(Debug, Clone, Copy, Default)]
+struct Verdict {
+    /// Every planned run passed and the boot had no problem.
+    ok: bool,
+    passed: usize,
+    /// Failed and missing runs.
+    failed: usize,
+}
+
+/// The line CI reads: `vm: N passed, M failed` of `verdicts` together.
+fn final_line(verdicts: &[Verdict]) -> bool {
+    let passed: usize = verdicts.iter().map(|v| v.passed).sum();
+    let failed: usize = verdicts.iter().map(|v| v.failed).sum();
+    say(format!("{passed} passed, {failed} failed"));
+    verdicts.iter().all(|v| v.ok)
+}
 
 /// Paths shared by the commands.
 struct Ctx {
@@ -153,28 +198,15 @@ impl Ctx {
         // Private to this run: concurrent runs share only the cache.
         let work = WorkDir::create(&self.cache, self.opts.keep)?;
         let work_path = work.path();
-        let contents = initramfs::Contents {
-            modules: &kernel.modules,
+        let initrd = self.initramfs(
+            work_path,
+            "",
+            kernel,
             binaries,
-            init: guest::init_script(&kernel.modules, mode),
-            run_all: guest::run_all_script(configs, runs),
-        };
-        // Copies of the scripts, for reading with --keep.
-        std::fs::write(work_path.join("init"), &contents.init)
-            .context("writing the init script")?;
-        std::fs::write(work_path.join("run-all"), &contents.run_all)
-            .context("writing the run-all script")?;
-        let initrd = work_path.join("initramfs.cpio.gz");
-        initramfs::build(&initrd, &work_path.join("bin"), &contents)?;
-        let boot = qemu::Boot {
-            kernel: kernel.vmlinuz.clone(),
-            initrd,
-            memory: self.opts.memory.clone(),
-            timeout: self.opts.timeout.unwrap_or(match mode {
-                Mode::Run => DEFAULT_TIMEOUT,
-                Mode::Shell => SHELL_TIMEOUT,
-            }),
-        };
+            guest::init_script(&kernel.modules, mode, Net::Dummy),
+            guest::run_all_script(configs, runs),
+        )?;
+        let boot = self.qemu_boot(kernel, initrd, mode, SINGLE_MEMORY, SINGLE_CPUS, None);
         let outcome = match mode {
             Mode::Run => {
                 let outcome = qemu::run(&boot, &work_path.join(CONSOLE_LOG))?;
@@ -190,14 +222,217 @@ impl Ctx {
         Ok(outcome)
     }
 
-    /// Boots a run plan and reports; Ok(true) when every run passed.
+    /// Writes the scripts (copies for reading with --keep, named
+    /// `init<suffix>` and `run-all<suffix>`) and the initramfs
+    /// `initramfs<suffix>.cpio.gz` into `work`; returns the initramfs.
+    fn initramfs(
+        &self,
+        work: &std::path::Path,
+        suffix: &str,
+        kernel: &setup::Kernel,
+        binaries: &[Binary],
+        init: String,
+        run_all: String,
+    ) -> Result<PathBuf> {
+        let contents = initramfs::Contents {
+            modules: &kernel.modules,
+            binaries,
+            init,
+            run_all,
+        };
+        std::fs::write(work.join(format!("init{suffix}")), &contents.init)
+            .context("writing the init script")?;
+        std::fs::write(work.join(format!("run-all{suffix}")), &contents.run_all)
+            .context("writing the run-all script")?;
+        let initrd = work.join(format!("initramfs{suffix}.cpio.gz"));
+        initramfs::build(&initrd, &work.join("bin"), &contents)?;
+        Ok(initrd)
+    }
+
+    /// A qemu boot of `initrd` with the options' memory and timeout (or
+    /// the given defaults).
+    fn qemu_boot(
+        &self,
+        kernel: &setup::Kernel,
+        initrd: PathBuf,
+        mode: Mode,
+        memory: &str,
+        cpus: u32,
+        nic: Option<qemu::Nic>,
+    ) -> qemu::Boot {
+        qemu::Boot {
+            kernel: kernel.vmlinuz.clone(),
+            initrd,
+            memory: self.opts.memory.clone().unwrap_or_else(|| memory.into()),
+            cpus,
+            timeout: self.opts.timeout.unwrap_or(match mode {
+                Mode::Run => DEFAULT_TIMEOUT,
+                Mode::Shell => SHELL_TIMEOUT,
+            }),
+            nic,
+        }
+    }
+
+    /// Boots the two-host guests, each with its own `/init` and `/run-all`
+    /// (every run of `runs` under every configuration, with its role), and
+    /// returns A's and B's outcomes (`None` for the interactive shell).
+    fn boot_two(
+        &self,
+        kernel: &setup::Kernel,
+        binaries: &[Binary],
+        runs: &[GuestRun],
+        configs: &[RunConfig],
+        mode: Mode,
+    ) -> Result<Option<[qemu::Outcome; 2]>> {
+        let work = WorkDir::create(&self.cache, self.opts.keep)?;
+        let work_path = work.path();
+        let port = qemu::free_port()?;
+        let mut boots = Vec::new();
+        for host in Host::BOTH {
+            let initrd = self.initramfs(
+                work_path,
+                &format!("-{}", host.role()),
+                kernel,
+                binaries,
+                guest::init_script(&kernel.modules, mode, Net::Link(host)),
+                guest::two_host_run_all_script(configs, runs, host),
+            )?;
+            let end = match host {
+                Host::A => qemu::LinkEnd::Listen(port),
+                Host::B => qemu::LinkEnd::Connect(port),
+            };
+            let nic = qemu::Nic {
+                mac: host.mac().into(),
+                end,
+            };
+            boots.push(self.qemu_boot(
+                kernel,
+                initrd,
+                mode,
+                TWO_HOST_MEMORY,
+                TWO_HOST_CPUS,
+                Some(nic),
+            ));
+        }
+        let logs = TWO_HOST_CONSOLE_LOGS.map(|l| work_path.join(l));
+        match mode {
+            Mode::Run => {
+                let outcomes = qemu::run_two(&boots[0], &boots[1], [&logs[0], &logs[1]])?;
+                for l in TWO_HOST_CONSOLE_LOGS {
+                    work.publish(l, &self.cache.join(l))?;
+                }
+                Ok(Some(outcomes))
+            }
+            Mode::Shell => {
+                say(format!(
+                    "shell --two: host a ({}) is this terminal; host b ({}) runs in the background, \
+                     its console in {} (--keep keeps it); in host a, `telnet {}` opens a shell on host b",
+                    Host::A.addr(),
+                    Host::B.addr(),
+                    logs[1].display(),
+                    Host::B.addr()
+                ));
+                qemu::interactive_two(&boots[0], &boots[1], &logs[1])?;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Boots the two-host plan and reports: its table, then
+    /// `vm two-host: N passed, M failed`.
+    fn run_two_host_plan(
+        &self,
+        kernel: &setup::Kernel,
+        binaries: &[Binary],
+        configs: &[RunConfig],
+    ) -> Result<Verdict> {
+        let runs = plain_runs(binaries);
+        let boot = || -> Result<[qemu::Outcome; 2]> {
+            Ok(self
+                .boot_two(kernel, binaries, &runs, configs, Mode::Run)?
+                .expect("run mode has outcomes"))
+        };
+        let mut outcomes = boot()?;
+        if outcomes
+            .iter()
+            .any(|o| report::panicked_before_any_run(&o.console))
+        {
+            say("two-host: a guest kernel panicked before any test started (see the console above); booting both once more");
+            outcomes = boot()?;
+        }
+        let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
+        let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
+        let [a, b] = &outcomes;
+        let (table, counts) = report::summarize_two_host(
+            &config_names,
+            &names,
+            &report::parse(&a.console),
+            &report::parse(&b.console),
+        );
+        let mut problems = Vec::new();
+        for (host, o) in Host::BOTH.iter().zip(&outcomes) {
+            let h = host.role();
+            if let Some(f) = report::setup_failure(&o.console) {
+                problems.push(format!("host {h}: the guest's set-up failed: {f}"));
+            }
+            match o.status {
+                None => problems.push(format!(
+                    "host {h}: qemu was killed at the timeout (see --timeout)"
+                )),
+                Some(s) if !s.success() => problems.push(format!("host {h}: qemu exited with {s}")),
+                Some(_) => {}
+            }
+        }
+        if counts.missing > 0 {
+            problems.push(format!(
+                "{} of {} planned runs lack a result from one or both hosts (a VM stopped early?)",
+                counts.missing,
+                names.len() * configs.len()
+            ));
+        }
+        let ok = counts.all_passed() && problems.is_empty();
+        println!();
+        if !ok {
+            for (host, (o, log)) in Host::BOTH
+                .iter()
+                .zip(outcomes.iter().zip(TWO_HOST_CONSOLE_LOGS))
+            {
+                println!(
+                    "vm two-host: ---- host {}: last 40 console lines ({}) ----",
+                    host.role(),
+                    self.cache.join(log).display()
+                );
+                println!("{}", tail(&o.console, 40));
+            }
+            println!("vm two-host: ----");
+            for p in &problems {
+                println!("vm two-host: problem: {p}");
+            }
+        }
+        println!(
+            "vm two-host: results after {:.1} s (host a) and {:.1} s (host b) in the VMs; a run passes when both hosts pass:",
+            a.elapsed.as_secs_f64(),
+            b.elapsed.as_secs_f64()
+        );
+        print!("{table}");
+        let failed = counts.failed + counts.missing;
+        println!("vm two-host: {} passed, {failed} failed", counts.passed);
+        Ok(Verdict {
+            ok,
+            passed: counts.passed,
+            failed,
+        })
+    }
+
+    /// Boots a run plan and reports its table (the caller prints the
+    /// counts).
     fn run_plan(
         &self,
         kernel: &setup::Kernel,
         binaries: &[Binary],
         runs: &[GuestRun],
         configs: &[RunConfig],
-    ) -> Result<bool> {
+    ) -> Result<Verdict> {
         let mut outcome = self
             .boot_runs(kernel, binaries, runs, configs, Mode::Run)?
             .expect("run mode has an outcome");
@@ -245,12 +480,11 @@ impl Ctx {
             outcome.elapsed.as_secs_f64()
         ));
         print!("{table}");
-        say(format!(
-            "{} passed, {} failed",
-            counts.passed,
-            counts.failed + counts.missing
-        ));
-        Ok(ok)
+        Ok(Verdict {
+            ok,
+            passed: counts.passed,
+            failed: counts.failed + counts.missing,
+        })
     }
 }
 
@@ -293,16 +527,46 @@ fn real_main(args: &[String]) -> Result<bool> {
                 bins.retain(|b| only.split(',').any(|o| b.name.contains(o)));
                 say(format!("test: UVERBS_VM_ONLY={only}: host suite skipped"));
             }
-            say(format!(
-                "test: {} binaries × {} configurations: {}",
-                bins.len(),
-                guest::TEST_CONFIGS.len(),
+            let (two_host, single): (Vec<Binary>, Vec<Binary>) =
+                bins.into_iter().partition(|b| guest::is_two_host(&b.name));
+            let list = |bins: &[Binary]| {
                 bins.iter()
                     .map(|b| b.name.as_str())
                     .collect::<Vec<_>>()
                     .join(" ")
+            };
+            say(format!(
+                "test: {} binaries × {} configurations in one guest: {}",
+                single.len(),
+                guest::TEST_CONFIGS.len(),
+                list(&single)
             ));
-            ctx.run_plan(&kernel, &bins, &plain_runs(&bins), guest::TEST_CONFIGS)
+            say(format!(
+                "test: {} binaries × {} configurations on two guests: {}",
+                two_host.len(),
+                guest::TEST_CONFIGS.len(),
+                list(&two_host)
+            ));
+            let mut verdicts = Vec::new();
+            if single.is_empty() {
+                say("test: no single-guest binary selected; that guest is not booted");
+            } else {
+                let v =
+                    ctx.run_plan(&kernel, &single, &plain_runs(&single), guest::TEST_CONFIGS)?;
+                say(format!(
+                    "single guest: {} passed, {} failed",
+                    v.passed, v.failed
+                ));
+                verdicts.push(v);
+            }
+            if two_host.is_empty() {
+                println!(
+                    "vm two-host: 0 passed, 0 failed (no two_host_* binary selected; not booted)"
+                );
+            } else {
+                verdicts.push(ctx.run_two_host_plan(&kernel, &two_host, guest::TEST_CONFIGS)?);
+            }
+            Ok(final_line(&verdicts))
         }
         "demo" => {
             let runs = GuestRun::demo();
@@ -312,12 +576,20 @@ fn real_main(args: &[String]) -> Result<bool> {
                     bins.push(binaries::static_example(&ctx.workspace, &run.bin)?);
                 }
             }
-            ctx.run_plan(&kernel, &bins, &runs, guest::DEMO_CONFIGS)
+            let v = ctx.run_plan(&kernel, &bins, &runs, guest::DEMO_CONFIGS)?;
+            Ok(final_line(&[v]))
         }
         "bench" => bench::run(&ctx, &kernel),
         "shell" => {
             let bins = binaries::static_tests(&ctx.workspace)?;
-            ctx.boot(&kernel, &bins, guest::TEST_CONFIGS, Mode::Shell)?;
+            let (two_host, single): (Vec<Binary>, Vec<Binary>) =
+                bins.into_iter().partition(|b| guest::is_two_host(&b.name));
+            if ctx.opts.two {
+                let runs = plain_runs(&two_host);
+                ctx.boot_two(&kernel, &two_host, &runs, guest::TEST_CONFIGS, Mode::Shell)?;
+            } else {
+                ctx.boot(&kernel, &single, guest::TEST_CONFIGS, Mode::Shell)?;
+            }
             Ok(true)
         }
         _ => unreachable!("checked above"),
@@ -355,8 +627,10 @@ mod tests {
         let o = parse_args(&args("test --timeout 60 --memory 1G --keep")).unwrap();
         assert_eq!(o.command, "test");
         assert_eq!(o.timeout, Some(Duration::from_secs(60)));
-        assert_eq!(o.memory, "1G");
+        assert_eq!(o.memory.as_deref(), Some("1G"));
         assert!(o.keep);
+        assert!(!o.two);
+        assert!(parse_args(&args("shell --two")).unwrap().two);
         assert!(parse_args(&args("test --timeout x")).is_err());
         assert!(parse_args(&args("test --bogus")).is_err());
         assert!(parse_args(&args("test --memory")).is_err());

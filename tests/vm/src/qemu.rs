@@ -1,7 +1,7 @@
 //! Booting the VM under qemu (TCG: KVM is not usable on the CI machines)
 //! with a hard timeout, streaming the serial console to stdout and a log.
 
-use crate::util::{describe, err, say, Context, Result};
+use crate::util::{describe, err, say, Context, Error, Result};
 use std::fs;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,8 +20,31 @@ pub struct Boot {
     pub initrd: PathBuf,
     /// Guest memory, as qemu's `-m` takes it (e.g. `2G`).
     pub memory: String,
+    /// Virtual CPUs (`-smp`).
+    pub cpus: u32,
     /// qemu is killed after this long.
     pub timeout: Duration,
+    /// The guest's NIC, if it has one (the single guest has none).
+    pub nic: Option<Nic>,
+}
+
+/// A virtio NIC on the two-host link: qemu's `socket` netdev, a TCP
+/// connection between the two qemus on 127.0.0.1 that carries the
+/// guests' Ethernet frames. Nothing else is on that link.
+pub struct Nic {
+    /// The guest's MAC address.
+    pub mac: String,
+    /// This qemu's end of the connection.
+    pub end: LinkEnd,
+}
+
+/// Which end of the link's TCP connection a qemu is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkEnd {
+    /// Listens on 127.0.0.1:port (started first).
+    Listen(u16),
+    /// Connects to 127.0.0.1:port.
+    Connect(u16),
 }
 
 /// How a non-interactive boot ended.
@@ -34,10 +57,30 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
+/// The qemu arguments of a NIC.
+fn nic_args(nic: &Nic) -> [String; 4] {
+    let end = match nic.end {
+        LinkEnd::Listen(port) => format!("listen=127.0.0.1:{port}"),
+        LinkEnd::Connect(port) => format!("connect=127.0.0.1:{port}"),
+    };
+    [
+        "-netdev".into(),
+        format!("socket,id=link,{end}"),
+        "-device".into(),
+        format!("virtio-net-pci,netdev=link,mac={}", nic.mac),
+    ]
+}
+
 fn command(b: &Boot) -> Command {
     let mut c = Command::new("qemu-system-x86_64");
-    c.args(["-accel", "tcg", "-cpu", "max", "-smp", "2", "-m", &b.memory])
-        .args(["-nic", "none", "-nographic", "-no-reboot"])
+    c.args(["-accel", "tcg", "-cpu", "max", "-smp"])
+        .arg(b.cpus.to_string())
+        .args(["-m", &b.memory]);
+    match &b.nic {
+        Some(nic) => c.args(nic_args(nic)),
+        None => c.args(["-nic", "none"]),
+    };
+    c.args(["-nographic", "-no-reboot"])
         .arg("-kernel")
         .arg(&b.kernel)
         .arg("-initrd")
@@ -73,18 +116,19 @@ impl ConsoleFilter {
     }
 }
 
-/// Waits for qemu, killing it at the deadline. Returns `None` if killed.
-fn wait_with_timeout(
+/// Waits for qemu, killing it at `deadline` (`timeout` after its start).
+/// Returns `None` if killed.
+fn wait_until(
     child: &mut Child,
+    deadline: Instant,
     timeout: Duration,
     step: &str,
 ) -> Result<Option<ExitStatus>> {
-    let start = Instant::now();
     loop {
         if let Some(s) = child.try_wait().context(step)? {
             return Ok(Some(s));
         }
-        if start.elapsed() >= timeout {
+        if Instant::now() >= deadline {
             say(format!(
                 "qemu: timed out after {} s; killing it",
                 timeout.as_secs()
@@ -97,9 +141,31 @@ fn wait_with_timeout(
     }
 }
 
-/// Boots, streams the console to stdout and to `log` as it arrives, and
-/// returns everything once qemu exits (the guest powers off) or is killed.
-pub fn run(b: &Boot, log: &Path) -> Result<Outcome> {
+/// A qemu that is running, its console being read into memory and `log`.
+struct Running {
+    child: Child,
+    console: thread::JoinHandle<Vec<u8>>,
+    stderr: thread::JoinHandle<String>,
+    start: Instant,
+    timeout: Duration,
+    log: PathBuf,
+}
+
+/// Where a console goes besides memory and the log file.
+#[derive(Clone, Copy)]
+enum Echo {
+    /// To stdout as it comes.
+    Raw,
+    /// To stdout line by line, each line after this prefix (two guests'
+    /// consoles in one output).
+    Prefixed(&'static str),
+    /// Nowhere (a guest in the background of an interactive session).
+    Quiet,
+}
+
+/// Starts qemu with its console read by a thread into memory and `log`
+/// (and to stdout as `echo` says).
+fn start(b: &Boot, log: &Path, echo: Echo) -> Result<Running> {
     let step = "qemu: booting";
     let mut cmd = command(b);
     say(format!(
@@ -119,51 +185,213 @@ pub fn run(b: &Boot, log: &Path) -> Result<Outcome> {
         .map_err(|e| err(step, format!("cannot run qemu-system-x86_64: {e}")))?;
     let mut out = child.stdout.take().expect("piped stdout");
     let mut errs = child.stderr.take().expect("piped stderr");
-    let reader = thread::spawn(move || {
+    let console = thread::spawn(move || {
         let mut all = Vec::new();
         let mut buf = [0u8; 8192];
         let mut clean = ConsoleFilter::default();
+        let mut partial = Vec::new();
         let stdout = std::io::stdout();
         loop {
             match out.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
                     let chunk = clean.feed(&buf[..n]);
-                    let mut lock = stdout.lock();
-                    let _ = lock.write_all(&chunk);
-                    let _ = lock.flush();
+                    match echo {
+                        Echo::Raw => {
+                            let mut lock = stdout.lock();
+                            let _ = lock.write_all(&chunk);
+                            let _ = lock.flush();
+                        }
+                        Echo::Prefixed(prefix) => {
+                            partial.extend_from_slice(&chunk);
+                            let _ =
+                                stdout
+                                    .lock()
+                                    .write_all(&prefix_lines(prefix, &mut partial, false));
+                        }
+                        Echo::Quiet => {}
+                    }
                     let _ = logfile.write_all(&chunk);
                     all.extend_from_slice(&chunk);
                 }
             }
         }
+        if let Echo::Prefixed(prefix) = echo {
+            let _ = stdout
+                .lock()
+                .write_all(&prefix_lines(prefix, &mut partial, true));
+        }
         let _ = logfile.flush();
         all
     });
-    let err_reader = thread::spawn(move || {
+    let stderr = thread::spawn(move || {
         let mut s = String::new();
         let _ = errs.read_to_string(&mut s);
         s
     });
-    let status = wait_with_timeout(&mut child, b.timeout, step)?;
-    let elapsed = start.elapsed();
-    let console = reader.join().unwrap_or_default();
-    let stderr = err_reader.join().unwrap_or_default();
-    let mut console = String::from_utf8_lossy(&console).into_owned();
-    if !stderr.trim().is_empty() {
-        say(format!("qemu stderr:\n{}", stderr.trim_end()));
-        console.push_str(&format!("\n[qemu stderr]\n{stderr}"));
-        let _ = fs::OpenOptions::new()
-            .append(true)
-            .open(log)
-            .and_then(|mut f| writeln!(f, "\n[qemu stderr]\n{stderr}"));
-    }
-    say(format!("qemu: exited after {:.1} s", elapsed.as_secs_f64()));
-    Ok(Outcome {
+    Ok(Running {
+        child,
         console,
-        status,
-        elapsed,
+        stderr,
+        start,
+        timeout: b.timeout,
+        log: log.to_path_buf(),
     })
+}
+
+/// The complete lines of `partial`, each after `prefix`, removed from it
+/// (with `all`, also the incomplete last line, given a newline).
+fn prefix_lines(prefix: &str, partial: &mut Vec<u8>, all: bool) -> Vec<u8> {
+    let end = if all {
+        partial.len()
+    } else {
+        partial
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |i| i + 1)
+    };
+    let mut out = Vec::new();
+    for line in partial[..end].split_inclusive(|&c| c == b'\n') {
+        out.extend_from_slice(prefix.as_bytes());
+        out.extend_from_slice(line);
+        if !line.ends_with(b"\n") {
+            out.push(b'\n');
+        }
+    }
+    partial.drain(..end);
+    out
+}
+
+impl Running {
+    /// Waits until qemu exits or its timeout passes (then kills it) and
+    /// returns the console.
+    fn finish(mut self) -> Result<Outcome> {
+        let step = "qemu: booting";
+        let status = wait_until(
+            &mut self.child,
+            self.start + self.timeout,
+            self.timeout,
+            step,
+        )?;
+        self.collect(status)
+    }
+
+    /// Kills qemu now (the background guest of an interactive session).
+    fn kill(mut self) -> Result<Outcome> {
+        let _ = self.child.kill();
+        let status = self.child.wait().ok();
+        self.collect(status)
+    }
+
+    fn collect(self, status: Option<ExitStatus>) -> Result<Outcome> {
+        let elapsed = self.start.elapsed();
+        let console = self.console.join().unwrap_or_default();
+        let stderr = self.stderr.join().unwrap_or_default();
+        let mut console = String::from_utf8_lossy(&console).into_owned();
+        if !stderr.trim().is_empty() {
+            say(format!("qemu stderr:\n{}", stderr.trim_end()));
+            console.push_str(&format!("\n[qemu stderr]\n{stderr}"));
+            let _ = fs::OpenOptions::new()
+                .append(true)
+                .open(&self.log)
+                .and_then(|mut f| writeln!(f, "\n[qemu stderr]\n{stderr}"));
+        }
+        say(format!("qemu: exited after {:.1} s", elapsed.as_secs_f64()));
+        Ok(Outcome {
+            console,
+            status,
+            elapsed,
+        })
+    }
+}
+
+/// Boots, streams the console to stdout and to `log` as it arrives, and
+/// returns everything once qemu exits (the guest powers off) or is killed.
+pub fn run(b: &Boot, log: &Path) -> Result<Outcome> {
+    start(b, log, Echo::Raw)?.finish()
+}
+
+/// A free TCP port on 127.0.0.1 for the link's listening qemu (the kernel
+/// picks it; the moment between closing it here and qemu binding it is the
+/// only window for another program to take it, and then A's qemu fails to
+/// start and says so).
+pub fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("qemu: finding a free port")?;
+    Ok(l.local_addr().context("qemu: finding a free port")?.port())
+}
+
+/// Whether something listens on 127.0.0.1:`port` (from /proc/net/tcp,
+/// without connecting: qemu's socket netdev takes the first connection as
+/// the link).
+fn listening(port: u16) -> bool {
+    let Ok(table) = fs::read_to_string("/proc/net/tcp") else {
+        return false;
+    };
+    listening_in(&table, port)
+}
+
+/// [`listening`] on the text of a /proc/net/tcp table.
+fn listening_in(table: &str, port: u16) -> bool {
+    let local = format!("0100007F:{port:04X}");
+    table.lines().skip(1).any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        f.len() > 3 && f[1] == local && f[3] == "0A"
+    })
+}
+
+/// How long the listening qemu may take to open its port.
+const LISTEN_WAIT: Duration = Duration::from_secs(30);
+
+/// Waits until `child` (the qemu of `port`'s listening end) listens; fails
+/// if it exits first or takes longer than [`LISTEN_WAIT`].
+fn wait_listening(child: &mut Child, port: u16) -> Result<()> {
+    let step = "qemu: waiting for host a's qemu to listen for the link";
+    let deadline = Instant::now() + LISTEN_WAIT;
+    while !listening(port) {
+        if let Some(s) = child.try_wait().context(step)? {
+            return Err(err(step, format!("it exited ({s}); its stderr is above")));
+        }
+        if Instant::now() >= deadline {
+            return Err(err(
+                step,
+                format!(
+                    "nothing listens on 127.0.0.1:{port} after {} s",
+                    LISTEN_WAIT.as_secs()
+                ),
+            ));
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+/// The two-host boot: `a` (whose NIC listens) first, `b` (whose NIC
+/// connects) once A's qemu listens; both consoles are streamed to stdout,
+/// each line marked `a| ` or `b| `, and to their logs. Each qemu has its
+/// own hard timeout. Returns A's and B's outcomes.
+pub fn run_two(a: &Boot, b: &Boot, logs: [&Path; 2]) -> Result<[Outcome; 2]> {
+    let Some(Nic {
+        end: LinkEnd::Listen(port),
+        ..
+    }) = a.nic
+    else {
+        return Err(Error("qemu: host a's NIC must listen".into()));
+    };
+    let mut ra = start(a, logs[0], Echo::Prefixed("a| "))?;
+    if let Err(e) = wait_listening(&mut ra.child, port) {
+        let _ = ra.kill();
+        return Err(e);
+    }
+    let rb = match start(b, logs[1], Echo::Prefixed("b| ")) {
+        Ok(rb) => rb,
+        Err(e) => {
+            let _ = ra.kill();
+            return Err(e);
+        }
+    };
+    let oa = ra.finish()?;
+    let ob = rb.finish()?;
+    Ok([oa, ob])
 }
 
 /// Boots with the console on this terminal: `-nographic` puts the serial
@@ -173,10 +401,58 @@ pub fn interactive(b: &Boot) -> Result<()> {
     let step = "qemu: interactive boot";
     let mut cmd = command(b);
     say(format!("qemu: {} (Ctrl-A X quits)", describe(&cmd)));
+    let start = Instant::now();
     let mut child = cmd
         .spawn()
         .map_err(|e| err(step, format!("cannot run qemu-system-x86_64: {e}")))?;
-    match wait_with_timeout(&mut child, b.timeout, step)? {
+    match wait_until(&mut child, start + b.timeout, b.timeout, step)? {
+        Some(s) if s.success() => Ok(()),
+        Some(s) => Err(err(step, format!("qemu exited with {s}"))),
+        None => Err(err(step, "timed out")),
+    }
+}
+
+/// `cargo vm shell --two`: host a on this terminal as in [`interactive`],
+/// host b in the background with its console written only to `b_log`
+/// (its shell is reached from A with `telnet`). B is killed when A ends.
+pub fn interactive_two(a: &Boot, b: &Boot, b_log: &Path) -> Result<()> {
+    let step = "qemu: interactive two-host boot";
+    let Some(Nic {
+        end: LinkEnd::Listen(port),
+        ..
+    }) = a.nic
+    else {
+        return Err(Error("qemu: host a's NIC must listen".into()));
+    };
+    let mut cmd = command(a);
+    say(format!(
+        "qemu: host a: {} (Ctrl-A X quits both)",
+        describe(&cmd)
+    ));
+    let start_a = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| err(step, format!("cannot run qemu-system-x86_64: {e}")))?;
+    if let Err(e) = wait_listening(&mut child, port) {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(e);
+    }
+    let rb = match start(b, b_log, Echo::Quiet) {
+        Ok(rb) => rb,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
+    let ended = wait_until(&mut child, start_a + a.timeout, a.timeout, step);
+    say(format!(
+        "qemu: host a ended; stopping host b (its console: {})",
+        b_log.display()
+    ));
+    rb.kill()?;
+    match ended? {
         Some(s) if s.success() => Ok(()),
         Some(s) => Err(err(step, format!("qemu exited with {s}"))),
         None => Err(err(step, "timed out")),
@@ -193,5 +469,61 @@ mod tests {
         let mut out = f.feed(b"\x1bc\x1b[?7l\x1b[2");
         out.extend(f.feed(b"J\x1b[0mSeaBIOS\r\nok"));
         assert_eq!(out, b"SeaBIOS\nok");
+    }
+
+    #[test]
+    fn two_consoles_are_told_apart_line_by_line() {
+        let mut partial = b"one\ntw".to_vec();
+        assert_eq!(prefix_lines("a| ", &mut partial, false), b"a| one\n");
+        partial.extend_from_slice(b"o\nthree");
+        assert_eq!(prefix_lines("a| ", &mut partial, false), b"a| two\n");
+        assert_eq!(prefix_lines("a| ", &mut partial, true), b"a| three\n");
+        assert!(partial.is_empty());
+        assert_eq!(prefix_lines("a| ", &mut partial, true), b"");
+    }
+
+    #[test]
+    fn the_link_is_on_the_loopback_address_only() {
+        let nic = |end| Nic {
+            mac: "52:54:00:00:02:01".into(),
+            end,
+        };
+        assert_eq!(
+            nic_args(&nic(LinkEnd::Listen(4000))),
+            [
+                "-netdev",
+                "socket,id=link,listen=127.0.0.1:4000",
+                "-device",
+                "virtio-net-pci,netdev=link,mac=52:54:00:00:02:01"
+            ]
+        );
+        assert_eq!(
+            nic_args(&nic(LinkEnd::Connect(4000)))[1],
+            "socket,id=link,connect=127.0.0.1:4000"
+        );
+        let boot = Boot {
+            kernel: "k".into(),
+            initrd: "i".into(),
+            memory: "1G".into(),
+            cpus: 1,
+            timeout: Duration::from_secs(1),
+            nic: None,
+        };
+        let line = describe(&command(&boot));
+        assert!(line.contains("-smp 1 -m 1G -nic none -nographic"), "{line}");
+    }
+
+    #[test]
+    fn reads_the_listening_sockets() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
+           0: 0100007F:1D2E 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0\n\
+           1: 0100007F:0FA0 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0 20 4 30 10 -1\n";
+        assert!(listening_in(table, 0x1d2e));
+        // Established, not listening.
+        assert!(!listening_in(table, 4000));
+        assert!(!listening_in(table, 1));
+        // Our own listener shows up in the real table.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert!(listening(l.local_addr().unwrap().port()));
     }
 }

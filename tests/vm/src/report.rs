@@ -13,6 +13,8 @@ pub struct RunResult {
     pub bin: String,
     /// Exit code (non-numeric codes read as -1).
     pub rc: i32,
+    /// The two-host run's role (`a`, `b`); `None` in a single guest.
+    pub role: Option<String>,
 }
 
 /// Finds every result marker in the console output. A marker may follow
@@ -25,11 +27,13 @@ pub fn parse(console: &str) -> Vec<RunResult> {
             let mut config = None;
             let mut bin = None;
             let mut rc = None;
+            let mut role = None;
             for word in rest.split_whitespace() {
                 match word.split_once('=') {
                     Some(("config", v)) => config = Some(v.to_string()),
                     Some(("bin", v)) => bin = Some(v.to_string()),
                     Some(("rc", v)) => rc = Some(v.parse().unwrap_or(-1)),
+                    Some(("role", v)) => role = Some(v.to_string()),
                     _ => {}
                 }
             }
@@ -37,6 +41,7 @@ pub fn parse(console: &str) -> Vec<RunResult> {
                 config: config?,
                 bin: bin?,
                 rc: rc?,
+                role,
             })
         })
         .collect()
@@ -131,6 +136,63 @@ pub fn summarize(configs: &[&str], bins: &[String], results: &[RunResult]) -> (S
     (out, counts)
 }
 
+/// The two-host run's table and counts: one cell per binary and
+/// configuration, which passes only if both roles reported rc=0 (`a`'s
+/// markers read from A's console, `b`'s from B's). A cell counts as failed
+/// if either side failed, as missing if neither failed but one or both
+/// never reported.
+pub fn summarize_two_host(
+    configs: &[&str],
+    bins: &[String],
+    a: &[RunResult],
+    b: &[RunResult],
+) -> (String, Counts) {
+    let rcs = |results: &[RunResult], role: &str| -> BTreeMap<(String, String), i32> {
+        results
+            .iter()
+            .filter(|r| r.role.as_deref() == Some(role))
+            .map(|r| ((r.config.clone(), r.bin.clone()), r.rc))
+            .collect()
+    };
+    let (a, b) = (rcs(a, "a"), rcs(b, "b"));
+    let width = bins.iter().map(|b| b.len()).chain([6]).max().unwrap_or(6);
+    let mut out = format!("{:width$}", "binary");
+    for c in configs {
+        out.push_str(&format!("  {c:>18}"));
+    }
+    out.push('\n');
+    let mut counts = Counts {
+        passed: 0,
+        failed: 0,
+        missing: 0,
+    };
+    let show = |rc: Option<&i32>| rc.map_or("-".to_string(), i32::to_string);
+    for bin in bins {
+        out.push_str(&format!("{bin:width$}"));
+        for c in configs {
+            let key = (c.to_string(), bin.clone());
+            let (ra, rb) = (a.get(&key), b.get(&key));
+            let cell = match (ra, rb) {
+                (Some(0), Some(0)) => {
+                    counts.passed += 1;
+                    "pass".to_string()
+                }
+                _ if ra.is_some_and(|&r| r != 0) || rb.is_some_and(|&r| r != 0) => {
+                    counts.failed += 1;
+                    format!("FAIL a={} b={}", show(ra), show(rb))
+                }
+                _ => {
+                    counts.missing += 1;
+                    format!("NOT RUN a={} b={}", show(ra), show(rb))
+                }
+            };
+            out.push_str(&format!("  {cell:>18}"));
+        }
+        out.push('\n');
+    }
+    (out, counts)
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -158,7 +220,8 @@ mod tests {
             RunResult {
                 config: "write".into(),
                 bin: "a".into(),
-                rc: 101
+                rc: 101,
+                role: None,
             }
         );
         assert_eq!(r[2].rc, -1);
@@ -200,6 +263,58 @@ mod tests {
             assert_eq!((r.config.as_str(), r.bin.as_str(), r.rc), (c, b, 3));
         }
         assert!(console.ends_with(&format!("{}\n", markers::DONE)));
+    }
+
+    #[test]
+    fn a_two_host_run_passes_only_if_both_roles_pass() {
+        use crate::guest::{two_host_run_all_script, GuestRun, Host, TEST_CONFIGS};
+        let runs = [GuestRun::plain("two_host_x"), GuestRun::plain("two_host_y")];
+        // Each guest's console as its shell echoes its /run-all, with the
+        // exit codes given per (config, bin).
+        let console = |host: Host, rc: &dyn Fn(&str, &str) -> i32| -> String {
+            let script = two_host_run_all_script(TEST_CONFIGS, &runs, host);
+            script
+                .lines()
+                .filter_map(|l| l.strip_prefix("echo \"")?.strip_suffix('"'))
+                .map(|l| {
+                    let word = |k: &str| {
+                        l.split_whitespace()
+                            .find_map(|w| w.strip_prefix(k))
+                            .unwrap_or("")
+                            .to_string()
+                    };
+                    let code = rc(&word("config="), &word("bin="));
+                    l.replace("$rc", &code.to_string()) + "\n"
+                })
+                .collect()
+        };
+        // A fails two_host_y under write; B fails nothing.
+        let a = parse(&console(Host::A, &|c, b| {
+            i32::from(c == "write" && b == "two_host_y") * 101
+        }));
+        let b = parse(&console(Host::B, &|_, _| 0));
+        assert!(a.iter().all(|r| r.role.as_deref() == Some("a")));
+        assert!(b.iter().all(|r| r.role.as_deref() == Some("b")));
+        let configs: Vec<&str> = TEST_CONFIGS.iter().map(|c| c.name).collect();
+        let bins: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
+        let (table, c) = summarize_two_host(&configs, &bins, &a, &b);
+        assert_eq!(
+            c,
+            Counts {
+                passed: 2 * configs.len() - 1,
+                failed: 1,
+                missing: 0
+            }
+        );
+        assert!(table.contains("FAIL a=101 b=0"), "{table}");
+        // B's console gone after its first run: the rest is NOT RUN, and a
+        // result of the wrong role (A's markers in B's place) counts for nothing.
+        let (table, c) = summarize_two_host(&configs, &bins, &b[..0], &b[..1]);
+        assert_eq!(c.passed + c.failed, 0);
+        assert_eq!(c.missing, 2 * configs.len());
+        assert!(table.contains("NOT RUN a=- b=-"), "{table}");
+        let (_, c) = summarize_two_host(&configs, &bins, &a, &a);
+        assert_eq!((c.passed, c.failed), (0, 1));
     }
 
     #[test]

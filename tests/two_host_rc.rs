@@ -1,0 +1,742 @@
+//! RC between two hosts: rxe0 on host A and rxe0 on host B, joined by one
+//! Ethernet link, connected without a connection manager over RoCE v2
+//! with each NIC's IPv4-mapped GID.
+//!
+//! `cargo vm test` runs this binary on both guests of its two-host run at
+//! once (tests/vm/README.md), telling each its role and addresses:
+//! `UVERBS_HOST_ROLE` (`a` or `b`), `UVERBS_LOCAL_ADDR`, `UVERBS_PEER_ADDR`,
+//! `UVERBS_TWO_HOST_PORT` and `UVERBS_TWO_HOST_RUN`. Without a role (the
+//! host suite) it says SKIPPED loudly and passes.
+//!
+//! The two processes meet on a plain TCP connection (A listens on its
+//! address, B connects, both bounded), check that they run the same
+//! configuration, swap `uverbs::Endpoint` lines and bring their QPs to RTS;
+//! every later step is coordinated over that connection, and every wait is
+//! bounded (a peer that never comes, or dies, fails the run within
+//! [`MEET_WAIT`] or [`CONTROL_WAIT`]). Then, each in both directions and
+//! with every byte checked where it lands (each side keeps a model of its
+//! peer-addressable memory and compares all of it after each remote
+//! operation): SEND/RECV, RDMA WRITE, RDMA READ; then a re-registration on
+//! B while A writes: a first WRITE lands, B removes REMOTE_WRITE in place
+//! (same keys), A's next WRITE fails with a remote access error and B's
+//! memory is untouched, both QPs are recovered, B restores REMOTE_WRITE in
+//! place, and A's WRITE lands. The kernel's handle counts are back where
+//! they started on both hosts at the end.
+//!
+//! siw0 is on the same NIC, but an iWARP QP is connected only through the
+//! kernel's iWARP connection manager: its cross-host test comes with the
+//! CM.
+
+mod common;
+
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::*;
+use uverbs::command::{QpAttr, QpState, QpType};
+use uverbs::{
+    AccessFlags, CompletionQueue, Context, Endpoint, Gid, GidType, MemoryRegion, QpInit, QueuePair,
+    RecvWr, Remote, SendOp, WcOpcode, WcStatus, WorkCompletion,
+};
+
+/// How long each side waits for the other to show up on the control
+/// connection (the peer's previous run may still be finishing).
+const MEET_WAIT: Duration = Duration::from_secs(120);
+/// How long each side waits for the peer's next control message.
+const CONTROL_WAIT: Duration = Duration::from_secs(60);
+/// How long the NIC's IPv4-mapped GID may take to show in the GID table.
+const GID_WAIT: Duration = Duration::from_secs(10);
+
+/// Each side's peer-addressable memory, and its local buffer (SEND
+/// source, RECV target, WRITE source, READ landing area).
+const LEN: usize = 256 << 10;
+/// A SEND: bigger than the path MTU, so several packets.
+const SEND_LEN: usize = 4000;
+/// A WRITE or READ: 32 KiB, 32 packets at the rxe MTU of a 1500-byte link.
+const RDMA_LEN: usize = 32 << 10;
+/// Offsets in the peer's memory: the WRITEs of each step go to their own
+/// place, the READ's source is filled by its owner.
+const WRITE_AT: usize = 8 << 10;
+const READ_AT: usize = 128 << 10;
+const REREG_AT: usize = 192 << 10;
+
+/// The receive without SGEs that B holds while its refusal is in flight:
+/// flushed when B's QP goes to ERR.
+const PROBE: u64 = 0x9e0be;
+
+/// Which side of the run this process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    A,
+    B,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::A => "a",
+            Role::B => "b",
+        }
+    }
+
+    fn other(self) -> Role {
+        match self {
+            Role::A => Role::B,
+            Role::B => Role::A,
+        }
+    }
+}
+
+/// What the two-host harness tells this process.
+struct Peer {
+    role: Role,
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+    port: u16,
+    /// `<config>/<binary>`: both sides must be running the same thing.
+    run: String,
+}
+
+/// The two-host environment, or `None` outside a two-host run; a role
+/// with a missing or malformed companion variable fails.
+fn peer_from_env(test: &str) -> Option<Peer> {
+    let role = match std::env::var("UVERBS_HOST_ROLE").ok()?.as_str() {
+        "a" => Role::A,
+        "b" => Role::B,
+        other => panic!("{test}: UVERBS_HOST_ROLE={other:?}: expected `a` or `b`"),
+    };
+    let var = |name: &str| {
+        std::env::var(name)
+            .unwrap_or_else(|_| panic!("{test}: UVERBS_HOST_ROLE is set but {name} is not"))
+    };
+    let addr = |name: &str| -> Ipv4Addr {
+        let v = var(name);
+        v.parse()
+            .unwrap_or_else(|e| panic!("{test}: {name}={v:?} is not an IPv4 address: {e}"))
+    };
+    let port = var("UVERBS_TWO_HOST_PORT");
+    Some(Peer {
+        role,
+        local: addr("UVERBS_LOCAL_ADDR"),
+        peer: addr("UVERBS_PEER_ADDR"),
+        port: port
+            .parse()
+            .unwrap_or_else(|e| panic!("{test}: UVERBS_TWO_HOST_PORT={port:?}: {e}")),
+        run: var("UVERBS_TWO_HOST_RUN"),
+    })
+}
+
+/// The control connection: one line per message, `<tag> <payload>`.
+struct Control {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    me: Role,
+}
+
+impl Control {
+    /// A listens on its address and takes the first connection; B connects
+    /// to A, retrying while A is not there yet. Both give up after
+    /// [`MEET_WAIT`].
+    fn meet(p: &Peer) -> Control {
+        let deadline = Instant::now() + MEET_WAIT;
+        let stream = match p.role {
+            Role::A => {
+                let listener = TcpListener::bind((p.local, p.port))
+                    .unwrap_or_else(|e| panic!("a: listening on {}:{}: {e}", p.local, p.port));
+                listener.set_nonblocking(true).unwrap();
+                loop {
+                    match listener.accept() {
+                        Ok((s, from)) => {
+                            assert_eq!(
+                                from.ip(),
+                                p.peer,
+                                "a: a connection from {from}, not from the peer"
+                            );
+                            break s;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("a: accept on {}:{}: {e}", p.local, p.port),
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "a: host b did not connect to {}:{} within {MEET_WAIT:?}",
+                        p.local,
+                        p.port
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Role::B => {
+                let to = SocketAddr::from((p.peer, p.port));
+                loop {
+                    let why = match TcpStream::connect_timeout(&to, Duration::from_secs(2)) {
+                        Ok(s) => break s,
+                        Err(e) => e,
+                    };
+                    assert!(
+                        Instant::now() < deadline,
+                        "b: could not connect to host a at {to} within {MEET_WAIT:?}: {why}"
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        };
+        stream.set_nonblocking(false).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(CONTROL_WAIT)).unwrap();
+        stream.set_write_timeout(Some(CONTROL_WAIT)).unwrap();
+        Control {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            me: p.role,
+        }
+    }
+
+    fn send(&mut self, tag: &str, payload: &str) {
+        let me = self.me.name();
+        writeln!(self.writer, "{tag} {payload}")
+            .unwrap_or_else(|e| panic!("{me}: sending `{tag}` to the peer: {e}"));
+    }
+
+    /// The payload of the peer's next message, which must be `tag`.
+    fn expect(&mut self, tag: &str) -> String {
+        let me = self.me.name();
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => panic!("{me}: the peer closed the control connection while {me} waited for `{tag}` (it failed: see its console)"),
+            Ok(_) => {}
+            Err(e) => panic!("{me}: waiting up to {CONTROL_WAIT:?} for `{tag}` from the peer: {e}"),
+        }
+        let line = line.trim_end();
+        let (got, payload) = line.split_once(' ').unwrap_or((line, ""));
+        assert_eq!(
+            got, tag,
+            "{me}: expected `{tag}` from the peer, got `{line}`"
+        );
+        payload.to_string()
+    }
+
+    /// Both sides say `tag` and wait for the other's: neither goes past
+    /// this point before both reached it.
+    fn barrier(&mut self, tag: &str) {
+        self.send(tag, "");
+        self.expect(tag);
+    }
+}
+
+/// The IPv4-mapped GID of `addr` (`::ffff:a.b.c.d`).
+fn ipv4_mapped(addr: Ipv4Addr) -> Gid {
+    let mut raw = [0u8; 16];
+    raw[10] = 0xff;
+    raw[11] = 0xff;
+    raw[12..].copy_from_slice(&addr.octets());
+    Gid::from_raw(raw)
+}
+
+/// The index of the RoCE v2 GID of `addr` on [`PORT`], read from the GID
+/// table (waiting up to [`GID_WAIT`] for the kernel to add it).
+fn roce_v2_gid_index(ctx: &Context, addr: Ipv4Addr, me: &str) -> u32 {
+    let want = ipv4_mapped(addr);
+    let deadline = Instant::now() + GID_WAIT;
+    loop {
+        let table = ctx
+            .query_gid_table()
+            .unwrap_or_else(|e| panic!("{me}: query_gid_table: {e}"));
+        let found = table.iter().find(|e| {
+            e.port_num == u32::from(PORT) && e.gid == want && e.gid_type == GidType::RoceV2
+        });
+        if let Some(e) = found {
+            loud(&format!(
+                "{me}: {}: RoCE v2 GID {} of {addr} at index {}",
+                ctx.device_name(),
+                e.gid,
+                e.gid_index
+            ));
+            return e.gid_index;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{me}: {}: no RoCE v2 GID {want} for {addr} within {GID_WAIT:?}; the table: {table:?}",
+            ctx.device_name()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A deterministic byte pattern for `seed` (never all zero).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left((i % 61) as u32);
+            (x as u8) ^ (i as u8) ^ 0x5a
+        })
+        .collect()
+}
+
+/// Fails with the first differing offset unless `got == want`.
+fn same_bytes(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
+        panic!(
+            "{what}: byte {i} of {} differs: {:#04x}, expected {:#04x}",
+            got.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
+
+/// One side of the connection.
+struct Side<'a> {
+    me: String,
+    role: Role,
+    ctx: &'a Context,
+    cq: CompletionQueue,
+    qp: QueuePair,
+    gid_index: u32,
+    /// Peer-addressable memory (`REMOTE_WRITE | REMOTE_READ`), and what it
+    /// must hold.
+    mem_mr: MemoryRegion,
+    mem: memmap2::MmapMut,
+    model: Vec<u8>,
+    /// Local buffer.
+    local_mr: MemoryRegion,
+    local: memmap2::MmapMut,
+    /// The peer, once known.
+    peer: Endpoint,
+}
+
+impl Side<'_> {
+    /// RESET -> INIT -> RTR -> RTS towards the peer's QP and GID, sent
+    /// from our own GID, granting WRITE and READ.
+    fn connect(&self) {
+        let dest = self.peer.roce_dest(self.gid_index as u8, PORT);
+        for (step, attr) in rc_to_rts(QP_ACCESS, PORT, mtu_for(self.ctx), self.peer.qpn, dest) {
+            modify(&self.qp, &attr, step);
+        }
+    }
+
+    /// Compares all of the peer-addressable memory with the model.
+    fn check_mem(&self, what: &str) {
+        same_bytes(&self.mem, &self.model, &format!("{}: {what}", self.me));
+    }
+
+    /// Posts one signalled `op` of `local[at..at + len]` and returns its
+    /// completion, whatever its status.
+    fn post(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
+        let sges = sge(self.local.as_ptr() as u64 + at as u64, len, &self.local_mr);
+        let wr = signalled(wr_id, op, &sges);
+        // SAFETY: `local[at..at + len]` stays mapped and registered and the
+        // program neither writes nor reads it until the completion is
+        // polled below (`wait_one` returns only then, or panics, and then
+        // the QP goes before the buffer).
+        unsafe { self.qp.post_send(&[wr]) }
+            .unwrap_or_else(|e| panic!("{}: {what}: post_send: {e}", self.me));
+        wait_one(&self.cq, &format!("{}: {what}", self.me))
+    }
+
+    /// Where in the peer's memory `at` is.
+    fn remote(&self, at: usize) -> Remote {
+        Remote {
+            addr: self.peer.addr + at as u64,
+            rkey: self.peer.rkey,
+        }
+    }
+
+    /// Posts a receive without SGEs, moves the QP to ERR, waits for that
+    /// receive's flush (the QP's own move to ERR is then done too), resets
+    /// it and connects it again. Returns the other completions seen.
+    fn recover(&self, what: &str) -> Vec<WorkCompletion> {
+        const MARKER: u64 = RECOVERY_MARKER;
+        // SAFETY: a receive without SGEs names no memory.
+        unsafe {
+            self.qp.post_recv(&[RecvWr {
+                wr_id: MARKER,
+                sges: &[],
+            }])
+        }
+        .unwrap_or_else(|e| panic!("{}: {what}: post_recv of the marker: {e}", self.me));
+        modify(
+            &self.qp,
+            &QpAttr::new().state(QpState::Err),
+            "->ERR (recovery)",
+        );
+        let mut others = Vec::new();
+        let deadline = Instant::now() + WAIT;
+        let mut wc = [WorkCompletion::default(); 8];
+        'flushed: loop {
+            let n = self
+                .cq
+                .poll(&mut wc)
+                .unwrap_or_else(|e| panic!("{}: {what}: poll_cq: {e}", self.me));
+            for c in &wc[..n] {
+                if c.wr_id == MARKER {
+                    assert_eq!(c.status, WcStatus::WrFlushErr, "{}: {what}: {c:?}", self.me);
+                    break 'flushed;
+                }
+                others.push(*c);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: {what}: the marker receive was not flushed within {WAIT:?}; seen {others:?}",
+                self.me
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        modify(
+            &self.qp,
+            &QpAttr::new().state(QpState::Reset),
+            "->RESET (recovery)",
+        );
+        self.connect();
+        others
+    }
+}
+
+#[test]
+fn rc_send_write_read_and_rereg_between_two_hosts() {
+    const TEST: &str = "rc_send_write_read_and_rereg_between_two_hosts";
+    let Some(p) = peer_from_env(TEST) else {
+        return loud(&format!(
+            "SKIPPED: {TEST}: not in a two-host run (UVERBS_HOST_ROLE unset; `cargo vm test` sets it)"
+        ));
+    };
+    let me = format!("{} ({})", p.role.name(), p.local);
+    let Some(dev) = devices_under_test(TEST)
+        .into_iter()
+        .find(|d| d.name().starts_with("rxe"))
+    else {
+        // The gate above has failed already if rxe was required.
+        return loud(&format!("SKIPPED: {TEST}: {me}: no rxe device"));
+    };
+    let dut = open(&dev);
+    let ctx: &Context = &dut;
+    let counts = HandleCounts::new(&dut, TEST);
+
+    let mut ctl = Control::meet(&p);
+    let hello = format!("{} {}", p.run, p.role.name());
+    ctl.send("hello", &hello);
+    let theirs = ctl.expect("hello");
+    assert_eq!(
+        theirs,
+        format!("{} {}", p.run, p.role.other().name()),
+        "{me}: the peer runs something else"
+    );
+    loud(&format!(
+        "{me}: met the peer {} on port {} for {}; {} over {}",
+        p.peer,
+        p.port,
+        p.run,
+        ctx.device_name(),
+        ctx.transport_kind()
+    ));
+
+    let gid_index = roce_v2_gid_index(ctx, p.local, &me);
+    let gid = ctx
+        .query_gid(u32::from(PORT), gid_index)
+        .unwrap_or_else(|e| panic!("{me}: query_gid({PORT}, {gid_index}): {e}"));
+    assert_eq!(
+        gid,
+        ipv4_mapped(p.local),
+        "{me}: query_gid of the index found"
+    );
+    let pd = alloc_pd(ctx);
+    let cq = ctx
+        .create_cq(64, None)
+        .unwrap_or_else(|e| panic!("{me}: create_cq: {e}"));
+    let qp = pd
+        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
+        .unwrap_or_else(|e| panic!("{me}: create_qp: {e}"));
+    let mut mem = anon(LEN);
+    let mem_mr = fresh_mr(&pd, &mut mem, RW_READ);
+    let mut local = anon(LEN);
+    let local_mr = fresh_mr(&pd, &mut local, RW);
+    counts.assert_extra(2, 1, "two MRs in one PD");
+    counts.assert_extra_cq_qp(1, 1, "one CQ, one QP");
+
+    let ours = Endpoint::of(&qp, gid, &mem_mr);
+    ctl.send("endpoint", &ours.to_string());
+    let line = ctl.expect("endpoint");
+    let peer: Endpoint = line
+        .parse()
+        .unwrap_or_else(|e| panic!("{me}: the peer's endpoint {line:?}: {e}"));
+    assert_eq!(
+        peer.gid,
+        ipv4_mapped(p.peer),
+        "{me}: the peer's GID is its link address"
+    );
+    loud(&format!("{me}: ours {ours}, the peer's {peer}"));
+    let mut s = Side {
+        me: me.clone(),
+        role: p.role,
+        ctx,
+        cq,
+        qp,
+        gid_index,
+        mem_mr,
+        mem,
+        model: vec![0; LEN],
+        local_mr,
+        local,
+        peer,
+    };
+    s.connect();
+    ctl.barrier("rts");
+
+    // SEND/RECV, RDMA WRITE, RDMA READ: A to B, then B to A.
+    for (step, sender) in [(1u64, Role::A), (2, Role::B)] {
+        send_recv(&mut s, &mut ctl, sender, step);
+        write(
+            &mut s,
+            &mut ctl,
+            sender,
+            step,
+            WRITE_AT + step as usize * RDMA_LEN,
+        );
+        read(&mut s, &mut ctl, sender, step);
+    }
+    rereg_while_the_peer_writes(&mut s, &mut ctl);
+
+    assert_no_completion(&s.cq, &format!("{me}: a stray completion at the end"));
+    // A leaves last: B's last message is its answer to A's.
+    ctl.barrier("bye");
+    loud(&format!(
+        "{me}: SEND/RECV {SEND_LEN} B, RDMA WRITE and READ {RDMA_LEN} B both ways, rereg on b under a's WRITEs: all checked"
+    ));
+    let Side {
+        cq,
+        qp,
+        mem_mr,
+        mem,
+        local_mr,
+        local,
+        ..
+    } = s;
+    drop((qp, cq, mem_mr, local_mr, pd));
+    drop((mem, local));
+    counts.assert_extra(0, 0, "after dropping everything");
+    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+}
+
+/// `sender` SENDs [`SEND_LEN`] bytes of `pattern(step)` into a receive the
+/// other side posted first; the receiver checks every byte.
+fn send_recv(s: &mut Side, ctl: &mut Control, sender: Role, step: u64) {
+    let what = format!(
+        "step {step}: SEND {} -> {}",
+        sender.name(),
+        sender.other().name()
+    );
+    let data = pattern(step, SEND_LEN);
+    if s.role == sender {
+        ctl.expect("recv-posted");
+        s.local[..SEND_LEN].copy_from_slice(&data);
+        let wc = s.post(step, SendOp::Send { imm: None }, 0, SEND_LEN, &what);
+        check(&wc, &what, WcOpcode::Send, &s.qp, step);
+        ctl.expect("received");
+    } else {
+        const AT: usize = 64 << 10;
+        s.local[AT..AT + SEND_LEN].fill(0);
+        let sges = sge(s.local.as_ptr() as u64 + AT as u64, SEND_LEN, &s.local_mr);
+        // SAFETY: local[AT..AT + SEND_LEN] stays mapped and registered and
+        // is not touched until the receive's completion is polled below.
+        unsafe {
+            s.qp.post_recv(&[RecvWr {
+                wr_id: step,
+                sges: &sges,
+            }])
+        }
+        .unwrap_or_else(|e| panic!("{}: {what}: post_recv: {e}", s.me));
+        ctl.send("recv-posted", "");
+        let wc = wait_checked(
+            &s.cq,
+            &format!("{}: {what}", s.me),
+            WcOpcode::Recv,
+            &s.qp,
+            step,
+        );
+        assert_eq!(wc.byte_len, SEND_LEN as u32, "{}: {what}: {wc:?}", s.me);
+        same_bytes(
+            &s.local[AT..AT + SEND_LEN],
+            &data,
+            &format!("{}: {what}", s.me),
+        );
+        loud(&format!(
+            "{}: {what}: {SEND_LEN} bytes received and checked",
+            s.me
+        ));
+        ctl.send("received", "");
+    }
+}
+
+/// `writer` RDMA WRITEs [`RDMA_LEN`] bytes of `pattern(100 + step)` to
+/// the other side's memory at `at`; the owner checks all of its memory.
+fn write(s: &mut Side, ctl: &mut Control, writer: Role, step: u64, at: usize) {
+    let what = format!(
+        "step {step}: WRITE {} -> {}",
+        writer.name(),
+        writer.other().name()
+    );
+    let data = pattern(100 + step, RDMA_LEN);
+    if s.role == writer {
+        s.local[..RDMA_LEN].copy_from_slice(&data);
+        let op = SendOp::RdmaWrite {
+            remote: s.remote(at),
+            imm: None,
+        };
+        let wc = s.post(100 + step, op, 0, RDMA_LEN, &what);
+        check(&wc, &what, WcOpcode::RdmaWrite, &s.qp, 100 + step);
+        ctl.send("written", &at.to_string());
+        ctl.expect("checked");
+    } else {
+        let told = ctl.expect("written");
+        assert_eq!(told, at.to_string(), "{}: {what}", s.me);
+        s.model[at..at + RDMA_LEN].copy_from_slice(&data);
+        s.check_mem(&what);
+        loud(&format!(
+            "{}: {what}: {RDMA_LEN} bytes landed at offset {at}, the rest of the {LEN} unchanged",
+            s.me
+        ));
+        ctl.send("checked", "");
+    }
+}
+
+/// The other side fills its memory at [`READ_AT`] with `pattern(200 +
+/// step)`; `reader` RDMA READs it and checks every byte.
+fn read(s: &mut Side, ctl: &mut Control, reader: Role, step: u64) {
+    let what = format!(
+        "step {step}: READ by {} from {}",
+        reader.name(),
+        reader.other().name()
+    );
+    let data = pattern(200 + step, RDMA_LEN);
+    if s.role == reader {
+        ctl.expect("filled");
+        const LAND: usize = 128 << 10;
+        s.local[LAND..LAND + RDMA_LEN].fill(0);
+        let op = SendOp::RdmaRead {
+            remote: s.remote(READ_AT),
+        };
+        let wc = s.post(200 + step, op, LAND, RDMA_LEN, &what);
+        check(&wc, &what, WcOpcode::RdmaRead, &s.qp, 200 + step);
+        assert_eq!(wc.byte_len, RDMA_LEN as u32, "{}: {what}: {wc:?}", s.me);
+        same_bytes(
+            &s.local[LAND..LAND + RDMA_LEN],
+            &data,
+            &format!("{}: {what}", s.me),
+        );
+        loud(&format!(
+            "{}: {what}: {RDMA_LEN} bytes read and checked",
+            s.me
+        ));
+        ctl.send("read", "");
+    } else {
+        s.mem[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
+        s.model[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
+        ctl.send("filled", "");
+        ctl.expect("read");
+        // A READ leaves the source as it was.
+        s.check_mem(&what);
+    }
+}
+
+/// B re-registers its memory in place while A writes to it: a WRITE
+/// lands; REMOTE_WRITE removed (same keys): the next WRITE is refused with
+/// a remote access error and B's memory is untouched; both QPs recovered
+/// and REMOTE_WRITE restored (same keys): the next WRITE lands.
+fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
+    let me = s.me.clone();
+    let at = REREG_AT;
+    let write_a = |s: &mut Side, seed: u64, what: &str| -> WorkCompletion {
+        let data = pattern(seed, RDMA_LEN);
+        s.local[..RDMA_LEN].copy_from_slice(&data);
+        let op = SendOp::RdmaWrite {
+            remote: s.remote(at),
+            imm: None,
+        };
+        s.post(seed, op, 0, RDMA_LEN, what)
+    };
+    let keys = |mr: &MemoryRegion| (mr.handle(), mr.lkey(), mr.rkey());
+    match s.role {
+        Role::A => {
+            let what = "rereg: WRITE before";
+            let wc = write_a(s, 301, what);
+            check(&wc, what, WcOpcode::RdmaWrite, &s.qp, 301);
+            ctl.send("written", "");
+
+            ctl.expect("remote-write-removed");
+            let what = "rereg: WRITE with REMOTE_WRITE removed";
+            let wc = write_a(s, 302, what);
+            assert_eq!(
+                (wc.status, wc.wr_id, wc.qp_num),
+                (WcStatus::RemAccessErr, 302, s.qp.qp_num()),
+                "{me}: {what}: refused with a remote access error: {wc:?}"
+            );
+            loud(&format!("{me}: {what}: {:?}", wc.status));
+            ctl.send("refused", "");
+
+            let others = s.recover("rereg: recovery");
+            assert!(others.is_empty(), "{me}: recovery saw {others:?}");
+            ctl.barrier("rts-again");
+            ctl.expect("remote-write-restored");
+            let what = "rereg: WRITE with REMOTE_WRITE restored";
+            let wc = write_a(s, 303, what);
+            check(&wc, what, WcOpcode::RdmaWrite, &s.qp, 303);
+            ctl.send("written", "");
+            ctl.expect("checked");
+        }
+        Role::B => {
+            let k = keys(&s.mem_mr);
+            ctl.expect("written");
+            s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(301, RDMA_LEN));
+            s.check_mem("rereg: WRITE before");
+
+            // The probe shows B's QP going to ERR when it refuses.
+            // SAFETY: a receive without SGEs names no memory.
+            unsafe {
+                s.qp.post_recv(&[RecvWr {
+                    wr_id: PROBE,
+                    sges: &[],
+                }])
+            }
+            .unwrap_or_else(|e| panic!("{me}: post_recv of the probe: {e}"));
+            s.mem_mr
+                .set_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+                .unwrap_or_else(|e| panic!("{me}: set_access without REMOTE_WRITE in place: {e}"));
+            assert_eq!(keys(&s.mem_mr), k, "{me}: in place: same handle and keys");
+            ctl.send("remote-write-removed", "");
+
+            ctl.expect("refused");
+            let wc = wait_one(&s.cq, &format!("{me}: the refusal on b"));
+            assert_eq!(
+                (wc.wr_id, wc.status, wc.qp_num),
+                (PROBE, WcStatus::WrFlushErr, s.qp.qp_num()),
+                "{me}: b's probe is flushed (b's QP went to ERR): {wc:?}"
+            );
+            s.check_mem("rereg: a refused WRITE leaves the memory untouched");
+            loud(&format!(
+                "{me}: rereg: the refused WRITE left all {LEN} bytes as they were"
+            ));
+
+            let others = s.recover("rereg: recovery");
+            assert!(others.is_empty(), "{me}: recovery saw {others:?}");
+            ctl.barrier("rts-again");
+            s.mem_mr.set_access(RW_READ).unwrap_or_else(|e| {
+                panic!("{me}: set_access restoring REMOTE_WRITE in place: {e}")
+            });
+            assert_eq!(keys(&s.mem_mr), k, "{me}: in place: same handle and keys");
+            ctl.send("remote-write-restored", "");
+
+            ctl.expect("written");
+            s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(303, RDMA_LEN));
+            s.check_mem("rereg: WRITE with REMOTE_WRITE restored");
+            loud(&format!(
+                "{me}: rereg: REMOTE_WRITE removed in place -> a's WRITE refused; restored -> it landed (rkey {:#x} throughout)",
+                k.2
+            ));
+            ctl.send("checked", "");
+        }
+    }
+}
