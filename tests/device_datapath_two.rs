@@ -5,7 +5,8 @@
 //! process, once between two processes (a forked child that opens the
 //! device itself, talking over a socket pair). Every byte is checked, every
 //! wait is bounded, the kernel's handle counts are back at their start.
-//! siw0's data path is the next issue: it is skipped loudly.
+//! siw0 is skipped loudly: its QPs reach RTS only through the connection
+//! manager, which these tests do without.
 
 mod common;
 
@@ -112,7 +113,7 @@ fn rc_between_two_contexts_connected_from_endpoint_lines() {
         |name, dut, counts_a| {
             if driver(&dut) != Driver::Rxe {
                 return loud(&format!(
-                    "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
+                    "NOTE: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw), or not rxe"
                 ));
             }
             let other = dut.reopen();
@@ -306,7 +307,7 @@ fn rc_between_two_processes_over_a_socket_pair() {
         |name, dut, counts| {
             if driver(&dut) != Driver::Rxe {
                 return loud(&format!(
-                    "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
+                    "NOTE: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw), or not rxe"
                 ));
             }
             let (to_child, in_child) = UnixStream::pair().expect("socketpair");

@@ -391,7 +391,7 @@ pub fn on_each_data_path_device_counted(
     on_each_device(test, |name, dut, counts| {
         if driver(&dut) != Driver::Rxe {
             return loud(&format!(
-                "NOTE: {name}: the data path is the next issue (siw0), or not rxe"
+                "NOTE: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw), or not rxe"
             ));
         }
         body(name, &dut, counts)
