@@ -6,8 +6,10 @@
 //!   anything is opened) is the server; it accepts, and is SIGKILLed while
 //!   the parent streams RDMA WRITEs into its buffer. The kernel's cleanup
 //!   of the dead process destroys its cm id, and the IB CM sends a DREQ:
-//!   the parent gets DISCONNECTED, moves its QP to ERR as a consumer does,
-//!   the WRITEs still outstanding flush, and everything it made is released;
+//!   the parent gets DISCONNECTED (status 0, about 5 ms after the kill),
+//!   moves its QP to ERR as a consumer does, the WRITEs still outstanding
+//!   flush (one may fail first: REM_ACCESS_ERR, the dead process's MRs go
+//!   before its QP), and everything it made is released;
 //! - destroying ids with events queued and never read: no hang, the
 //!   kernel's count is the events read, the queued ones are gone, and an
 //!   unread DISCONNECTED destroyed still answers the peer;
@@ -311,30 +313,38 @@ fn cm_peer_killed_mid_transfer() {
             "{name}: DISCONNECTED {after:?} after the kill"
         );
 
-        // The completions: successes, then (once) perhaps a retry
-        // exhaustion, then flushes; nothing else.
+        // The completions: successes, then perhaps one error, then
+        // flushes; nothing else. The one error, when a WRITE got there
+        // while the dead process was being torn down: REM_ACCESS_ERR (its
+        // MRs are destroyed before its QP: the rkey is unknown; measured),
+        // or RETRY_EXC_ERR (its QP is gone: nothing answers).
         let landed = statuses
             .iter()
             .take_while(|&&s| s == WcStatus::Success)
             .count();
         let rest = &statuses[landed..];
-        let retry_exc = rest.iter().filter(|&&s| s == WcStatus::RetryExcErr).count();
-        let flushed = rest.iter().filter(|&&s| s == WcStatus::WrFlushErr).count();
+        let errors: Vec<WcStatus> = rest
+            .iter()
+            .copied()
+            .filter(|&s| s != WcStatus::WrFlushErr)
+            .collect();
+        let flushed = rest.len() - errors.len();
         loud(&format!(
-            "{name}: {} WRITEs of {SLOT} B posted: {landed} landed, {retry_exc} retry exceeded, \
+            "{name}: {} WRITEs of {SLOT} B posted: {landed} landed, errors {errors:?}, \
              {flushed} flushed; DISCONNECTED {after:?} after the kill",
             statuses.len()
         ));
         assert!(landed >= KILL_AFTER * WINDOW, "{name}: {statuses:?}");
-        assert!(retry_exc <= 1, "{name}: {rest:?}");
-        if retry_exc == 1 {
-            assert_eq!(
-                rest[0],
-                WcStatus::RetryExcErr,
-                "{name}: the first error: {rest:?}"
-            );
+        match errors[..] {
+            [] => {}
+            [WcStatus::RemAccessErr] | [WcStatus::RetryExcErr] => {
+                assert_eq!(
+                    rest[0], errors[0],
+                    "{name}: the error comes first: {rest:?}"
+                )
+            }
+            _ => panic!("{name}: after the successes: {rest:?}"),
         }
-        assert_eq!(retry_exc + flushed, rest.len(), "{name}: {rest:?}");
 
         // In ERR the QP flushed the receive it held, and flushes a send
         // posted now (the doorbell makes rxe run the send queue).

@@ -408,10 +408,14 @@ fn cm_without_initiator_depth_grants_no_atomics() {
             let Some(mut rig) = CmRig::with(ctx, name, |p| p.initiator_depth(0)) else {
                 return;
             };
+            // The request as the passive side sees it (ib_cm turns the REQ's
+            // values round): the responder resources to grant are the
+            // requester's initiator depth, 0.
+            let req = &rig.pair().request;
             assert_eq!(
-                rig.pair().request.initiator_depth,
-                0,
-                "{name}: the REQ's depth"
+                (req.responder_resources, req.initiator_depth),
+                (0, 1),
+                "{name}: the request's depths, seen from the server"
             );
             let mut dst = anon(LEN);
             dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
