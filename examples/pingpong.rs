@@ -8,6 +8,9 @@
 //! pingpong --server [--listen ADDR] [OPTIONS]   one side only (another terminal or host) ...
 //! pingpong --client --connect ADDR [OPTIONS]    ... and the other
 //! pingpong --count-syscalls [OPTIONS]        system calls per post_send / post_recv / poll_cq, by strace
+//! pingpong --cm [--server --bind ADDR:PORT | --client --connect ADDR:PORT] [OPTIONS]
+//!                                            connected by the RDMA connection manager instead
+//!                                            (no role: both here, the client to 192.0.2.1)
 //!
 //! OPTIONS: --device NAME (default: every device; only rxe has a data path yet)
 //!          --size BYTES (ping message, default 64)    --iters N (pings and writes, default 1000)
@@ -23,6 +26,9 @@
 //!    server's buffer (at most 16 in flight), in MB/s; the server then
 //!    checks the bytes that landed.
 //!
+//! With `--cm` the connection manager sets the QPs up (`pingpong/cm.rs`);
+//! the measurements and the printout are the same.
+//!
 //! Every wait is bounded (10 s). `UVERBS_TRANSPORT=ioctl|write` picks the
 //! transport; `cargo vm demo` runs this in a VM on rxe0.
 
@@ -36,10 +42,12 @@ use memmap2::MmapMut;
 use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, Device, DriverId, Endpoint, MemoryRegion, OpenOptions,
-    Payload, QpInit, QueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
     WorkCompletion,
 };
 
+#[path = "pingpong/cm.rs"]
+mod cm;
 #[path = "pingpong/syscalls.rs"]
 mod syscalls;
 
@@ -53,6 +61,7 @@ const PORT: u8 = 1;
 
 const USAGE: &str =
     "usage: pingpong [--server [--listen ADDR] | --client --connect ADDR | --count-syscalls]
+       pingpong --cm [--server --bind ADDR:PORT | --client --connect ADDR:PORT]
                 [--device NAME] [--size BYTES] [--iters N] [--write-size BYTES] [--gid-index I]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,8 +79,10 @@ enum Role {
 #[derive(Clone, Debug)]
 struct Options {
     role: Role,
+    /// Connect with the RDMA connection manager (`--cm`).
+    cm: bool,
     device: Option<String>,
-    /// `--listen` for the server, `--connect` for the client.
+    /// `--listen` (or `--bind`) for the server, `--connect` for the client.
     addr: String,
     size: usize,
     iters: usize,
@@ -83,6 +94,7 @@ impl Options {
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
         let mut o = Options {
             role: Role::Both,
+            cm: false,
             device: None,
             addr: "127.0.0.1:18515".into(),
             size: 64,
@@ -103,7 +115,8 @@ impl Options {
                 "--client" => o.role = Role::Client,
                 "--count-syscalls" => o.role = Role::CountSyscalls,
                 "--syscall-probe" => o.role = Role::SyscallProbe,
-                "--listen" | "--connect" => o.addr = value(&arg)?,
+                "--cm" => o.cm = true,
+                "--listen" | "--bind" | "--connect" => o.addr = value(&arg)?,
                 "--device" => o.device = Some(value("--device")?),
                 "--size" => o.size = number("--size")?,
                 "--iters" => o.iters = number("--iters")?,
@@ -122,14 +135,21 @@ impl Options {
         if o.iters == 0 || o.iters > 1_000_000 {
             return Err("--iters must be 1 ..= 1000000".into());
         }
+        if o.cm && matches!(o.role, Role::CountSyscalls | Role::SyscallProbe) {
+            return Err("--cm and --count-syscalls do not go together".into());
+        }
         Ok(o)
     }
 
     /// The arguments that make a spawned client match this run.
-    fn client_args(&self, device: &str, addr: &str) -> Vec<String> {
-        let mut v: Vec<String> = ["--client", "--connect", addr, "--device", device]
-            .map(String::from)
-            .into();
+    fn client_args(&self, device: Option<&str>, addr: &str) -> Vec<String> {
+        let mut v: Vec<String> = ["--client", "--connect", addr].map(String::from).into();
+        if let Some(device) = device {
+            v.extend(["--device".into(), device.into()]);
+        }
+        if self.cm {
+            v.push("--cm".into());
+        }
         for (flag, n) in [
             ("--size", self.size),
             ("--iters", self.iters),
@@ -155,6 +175,12 @@ fn main() -> ExitCode {
         }
     };
     let result = match opts.role {
+        Role::Both if opts.cm => cm::both(&opts),
+        Role::Server if opts.cm => cm::listen(&opts.addr).and_then(|(ch, listener, local)| {
+            println!("pingpong server (cm): listening on {local}");
+            cm::server(&opts, &ch, &listener, None)
+        }),
+        Role::Client if opts.cm => cm::client(&opts),
         Role::Both => both_on_each_device(&opts),
         Role::Server => open(&opts).and_then(|ctx| {
             let listener = TcpListener::bind(&opts.addr)?;
@@ -225,7 +251,7 @@ fn both_on_each_device(opts: &Options) -> Result<()> {
             std::process::id()
         );
         let mut child = Command::new(std::env::current_exe()?)
-            .args(opts.client_args(dev.name(), &addr))
+            .args(opts.client_args(Some(dev.name()), &addr))
             .spawn()?;
         let served = server(&ctx, &listener, opts, Some(&mut child));
         let status = reap(&mut child)?;
@@ -520,25 +546,12 @@ fn accept(listener: &TcpListener, mut client: Option<&mut Child>) -> Result<TcpS
     }
 }
 
-// ---- The two roles ---------------------------------------------------------
+// ---- The measured phases (the same over TCP endpoints and over the cm) ----
 
-fn server(
-    ctx: &Context,
-    listener: &TcpListener,
-    opts: &Options,
-    client: Option<&mut Child>,
-) -> Result<()> {
-    let mut chan = Channel::new(accept(listener, client)?)?;
-    let mut side = Side::new(ctx, opts)?;
-    let me = side.endpoint(opts.gid_index)?;
-    let peer = chan.swap(&me)?;
-    println!("pingpong server: {me}");
-    side.connect(&me, &peer, opts.gid_index)?;
-    side.post_recv()?;
-    chan.sync("ready")?;
-
-    // Answer each ping: re-post the receive first (so the next ping finds
-    // it), then reply with the same number.
+/// The server's half of the latency run: answers `opts.iters` pings, each
+/// by re-posting the receive first (so the next ping finds it), then a
+/// reply with the same number. One receive stays posted at the end.
+fn answer_pings(side: &mut Side, opts: &Options) -> Result<usize> {
     let mut wcs = [WorkCompletion::default(); 4];
     let (mut pings, mut replies) = (0, 0);
     while replies < opts.iters {
@@ -562,33 +575,22 @@ fn server(
             }
         }
     }
-    chan.sync("pings done")?;
-
-    // The client's RDMA WRITEs land without us doing anything; check them.
-    let line = chan.recv("the client's WRITE stream")?;
-    let target = &side.buf[side.layout.write_area()..][..opts.write_size];
-    let verdict = match target.iter().enumerate().find(|&(i, &b)| b != pattern(i)) {
-        None => "verified".to_string(),
-        Some((i, b)) => format!("mismatch at byte {i}: {b:#04x}"),
-    };
-    chan.send(&verdict)?;
-    println!(
-        "pingpong server: {pings} pings answered; after \"{line}\" the WRITE area was {verdict}"
-    );
-    Ok(())
+    Ok(pings)
 }
 
-fn client(ctx: &Context, opts: &Options) -> Result<()> {
-    let mut chan = Channel::new(TcpStream::connect_timeout(&opts.addr.parse()?, WAIT)?)?;
-    let mut side = Side::new(ctx, opts)?;
-    let me = side.endpoint(opts.gid_index)?;
-    let peer = chan.swap(&me)?;
-    println!("pingpong client: {me}");
-    side.connect(&me, &peer, opts.gid_index)?;
-    side.post_recv()?;
-    chan.sync("ready")?;
+/// The server's check of what the client's WRITEs left in its WRITE area.
+fn check_write_area(side: &Side, opts: &Options) -> String {
+    let target = &side.buf[side.layout.write_area()..][..opts.write_size];
+    match target.iter().enumerate().find(|&(i, &b)| b != pattern(i)) {
+        None => "verified".to_string(),
+        Some((i, b)) => format!("mismatch at byte {i}: {b:#04x}"),
+    }
+}
 
-    // 1. Latency: a ping, then wait for both its completion and the reply.
+/// The client's latency run: `opts.iters` pings, each waiting for both its
+/// completion and the reply; the round-trip times. One receive stays
+/// posted at the end.
+fn measure_latency(side: &mut Side, opts: &Options) -> Result<Vec<Duration>> {
     let mut rtt = Vec::with_capacity(opts.iters);
     let mut wcs = [WorkCompletion::default(); 4];
     for i in 0..opts.iters {
@@ -612,16 +614,18 @@ fn client(ctx: &Context, opts: &Options) -> Result<()> {
         }
         side.post_recv()?;
     }
-    chan.sync("pings done")?;
+    Ok(rtt)
+}
 
-    // 2. Bandwidth: a stream of RDMA WRITEs into the server's WRITE area.
+/// The client's bandwidth run: `opts.iters` RDMA WRITEs of the pattern into
+/// `remote` (the server's WRITE area), [`WINDOW`] in flight; the seconds.
+fn stream_writes(side: &mut Side, opts: &Options, remote: Remote) -> Result<f64> {
     let src = side.layout.write_area();
     for (i, b) in side.buf[src..src + opts.write_size].iter_mut().enumerate() {
         *b = pattern(i);
     }
     let sge = side.sge(src, opts.write_size);
-    // The server's record names its WRITE area and the rkey for it.
-    let remote = peer.remote();
+    let mut wcs = [WorkCompletion::default(); 4];
     let start = Instant::now();
     let (mut posted, mut done) = (0, 0);
     while done < opts.iters {
@@ -631,19 +635,18 @@ fn client(ctx: &Context, opts: &Options) -> Result<()> {
         }
         done += side.poll(&mut wcs, "client WRITE stream")?.len();
     }
-    let secs = start.elapsed().as_secs_f64();
-    chan.send(&format!(
-        "{} writes of {} bytes",
-        opts.iters, opts.write_size
-    ))?;
-    let verdict = chan.recv("the server's check")?;
+    Ok(start.elapsed().as_secs_f64())
+}
 
+/// The client's printout: the latency and bandwidth lines.
+fn report(ctx: &Context, opts: &Options, mut rtt: Vec<Duration>, secs: f64, verdict: &str) {
     rtt.sort();
     let at = |q: f64| rtt[((rtt.len() as f64 * q).ceil() as usize).clamp(1, rtt.len()) - 1];
     let micros = |d: Duration| d.as_secs_f64() * 1e6;
     let bytes = (opts.iters * opts.write_size) as f64;
+    let how = if opts.cm { " (cm)" } else { "" };
     println!(
-        "pingpong {} over {}: latency: {} round trips of {} B SEND/RECV: median {:.1} µs, p99 {:.1} µs",
+        "pingpong {}{how} over {}: latency: {} round trips of {} B SEND/RECV: median {:.1} µs, p99 {:.1} µs",
         ctx.device_name(),
         ctx.transport_kind(),
         opts.iters,
@@ -652,7 +655,7 @@ fn client(ctx: &Context, opts: &Options) -> Result<()> {
         micros(at(0.99)),
     );
     println!(
-        "pingpong {} over {}: bandwidth: {} RDMA WRITEs of {} B ({WINDOW} in flight): {:.1} MB in {:.3} s = {:.1} MB/s; server: {verdict}",
+        "pingpong {}{how} over {}: bandwidth: {} RDMA WRITEs of {} B ({WINDOW} in flight): {:.1} MB in {:.3} s = {:.1} MB/s; server: {verdict}",
         ctx.device_name(),
         ctx.transport_kind(),
         opts.iters,
@@ -661,6 +664,56 @@ fn client(ctx: &Context, opts: &Options) -> Result<()> {
         secs,
         bytes / 1e6 / secs,
     );
+}
+
+// ---- The two roles over TCP endpoints -----------------------------------
+
+fn server(
+    ctx: &Context,
+    listener: &TcpListener,
+    opts: &Options,
+    client: Option<&mut Child>,
+) -> Result<()> {
+    let mut chan = Channel::new(accept(listener, client)?)?;
+    let mut side = Side::new(ctx, opts)?;
+    let me = side.endpoint(opts.gid_index)?;
+    let peer = chan.swap(&me)?;
+    println!("pingpong server: {me}");
+    side.connect(&me, &peer, opts.gid_index)?;
+    side.post_recv()?;
+    chan.sync("ready")?;
+    let pings = answer_pings(&mut side, opts)?;
+    chan.sync("pings done")?;
+
+    // The client's RDMA WRITEs land without us doing anything; check them.
+    let line = chan.recv("the client's WRITE stream")?;
+    let verdict = check_write_area(&side, opts);
+    chan.send(&verdict)?;
+    println!(
+        "pingpong server: {pings} pings answered; after \"{line}\" the WRITE area was {verdict}"
+    );
+    Ok(())
+}
+
+fn client(ctx: &Context, opts: &Options) -> Result<()> {
+    let mut chan = Channel::new(TcpStream::connect_timeout(&opts.addr.parse()?, WAIT)?)?;
+    let mut side = Side::new(ctx, opts)?;
+    let me = side.endpoint(opts.gid_index)?;
+    let peer = chan.swap(&me)?;
+    println!("pingpong client: {me}");
+    side.connect(&me, &peer, opts.gid_index)?;
+    side.post_recv()?;
+    chan.sync("ready")?;
+    let rtt = measure_latency(&mut side, opts)?;
+    chan.sync("pings done")?;
+    // The server's record names its WRITE area and the rkey for it.
+    let secs = stream_writes(&mut side, opts, peer.remote())?;
+    chan.send(&format!(
+        "{} writes of {} bytes",
+        opts.iters, opts.write_size
+    ))?;
+    let verdict = chan.recv("the server's check")?;
+    report(ctx, opts, rtt, secs, &verdict);
     if verdict != "verified" {
         return Err(format!("the server found the WRITE area {verdict}").into());
     }

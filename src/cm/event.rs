@@ -67,9 +67,12 @@ pub struct PeerParam {
     /// whole private-data area (e.g. 56 bytes for a request, zero-padded),
     /// iWARP the bytes sent.
     pub private_data: Vec<u8>,
-    /// RDMA reads the peer accepts from us.
+    /// The responder resources for this side, in its own terms: the
+    /// RDMA reads and atomics the peer issues at once (the IB CM reports
+    /// the peer's initiator depth here, and vice versa).
     pub responder_resources: u8,
-    /// RDMA reads the peer issues.
+    /// The initiator depth for this side: the RDMA reads and atomics the
+    /// peer accepts at once (the peer's responder resources).
     pub initiator_depth: u8,
     /// Flow control.
     pub flow_control: u8,

@@ -17,6 +17,7 @@
 
 #[macro_use]
 pub mod devices;
+pub mod cm;
 pub mod fake;
 #[macro_use]
 pub mod fork;

@@ -100,12 +100,14 @@ impl From<&str> for GuestRun {
 }
 
 /// `cargo vm demo`: (name, example, arguments), each run under every
-/// [`DEMO_CONFIGS`] row. `pingpong_syscalls` runs the pingpong example's
+/// [`DEMO_CONFIGS`] row. `pingpong_cm` connects with the rdma_cm over
+/// 192.0.2.1 (rxe0). `pingpong_syscalls` runs the pingpong example's
 /// probe under `strace` and fails unless `post_recv` and `poll_cq` make no
 /// system call and `post_send` exactly one `write()`.
 pub const DEMO_RUNS: &[(&str, &str, &[&str])] = &[
     ("rereg", "rereg", &[]),
     ("pingpong", "pingpong", &[]),
+    ("pingpong_cm", "pingpong", &["--cm"]),
     (
         "pingpong_syscalls",
         "pingpong",

@@ -1,0 +1,287 @@
+//! `pingpong --cm`: the connection made by the RDMA connection manager
+//! (`uverbs::cm`, the kernel's rdma_cm) instead of Endpoint lines swapped
+//! over TCP. Roles by address:
+//!
+//! ```text
+//! pingpong --cm --server --bind ADDR:PORT       listens (0.0.0.0:PORT: on every device)
+//! pingpong --cm --client --connect ADDR:PORT    resolves ADDR, connects
+//! pingpong --cm                                 both here: a listener on 0.0.0.0, a client
+//!                                               spawned that connects to 192.0.2.1
+//! ```
+//!
+//! The cm picks the device: the one whose address ADDR is (the id's node
+//! GUID, among the devices with a data path). Both QPs reach RTS with the
+//! attributes `INIT_QP_ATTR` answers. The server's accept carries its
+//! WRITE area's address and rkey as private data. With no side channel,
+//! the end of the WRITE stream is a SEND from the client (RC delivers it
+//! after the WRITEs), the server answers with its verdict as a SEND, and
+//! the client disconnects. Every wait is bounded ([`WAIT`]).
+
+use std::net::SocketAddr;
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
+use uverbs::command::QpState;
+use uverbs::{Context, OpenOptions, Remote, SendOp, WcOpcode, WorkCompletion};
+
+use super::{
+    answer_pings, check_write_area, devices, has_data_path, measure_latency, reap, report,
+    stream_writes, Layout, Options, Result, Side, WAIT,
+};
+
+/// Where the self-spawned client connects: dummy0's address in the VM
+/// guest (127.0.0.1 fails at route resolution: no RDMA device has it).
+const GUEST_ADDR: &str = "192.0.2.1";
+/// Address and route resolution time-outs (ms).
+const RESOLVE_MS: u32 = 2000;
+
+/// The numbers stamped into the messages after the pings (which carry
+/// 0..iters): the client's "stream done", the server's verdicts.
+fn done(opts: &Options) -> usize {
+    opts.iters
+}
+fn verified(opts: &Options) -> usize {
+    opts.iters + 1
+}
+fn mismatch(opts: &Options) -> usize {
+    opts.iters + 2
+}
+
+/// The next event within [`WAIT`].
+fn next(ch: &EventChannel, what: &str) -> Result<Event> {
+    ch.wait_event(WAIT)?
+        .ok_or_else(|| format!("{what}: no cm event within {WAIT:?}").into())
+}
+
+/// An error for an event other than the one `what` waits for.
+fn unexpected(what: &str, ev: &Event) -> Box<dyn std::error::Error> {
+    format!("{what}: {} (status {})", ev.name(), ev.status).into()
+}
+
+/// Opens the device the id landed on: the first with a data path whose
+/// node GUID is the id's (rxe and siw on one netdev share it).
+fn context_of(id: &CmId, opts: &Options) -> Result<Context> {
+    let dev = id
+        .matching_devices(&devices(opts)?)?
+        .into_iter()
+        .find(has_data_path)
+        .ok_or("the cm id is on no device with a data path in uverbs yet (rxe)")?;
+    Ok(dev.open_with(&OpenOptions::new())?)
+}
+
+/// Moves the side's QP to `state` with the cm's attributes.
+fn to(id: &CmId, side: &Side, state: QpState) -> Result<()> {
+    side.qp.modify(&id.init_qp_attr(state)?)?;
+    Ok(())
+}
+
+/// Polls until a completion of `opcode` (any other is an error).
+fn wait_for(side: &Side, opcode: WcOpcode, what: &str) -> Result<WorkCompletion> {
+    let mut wcs = [WorkCompletion::default(); 1];
+    let wc = side.poll(&mut wcs, what)?[0];
+    if wc.opcode != opcode {
+        return Err(format!("{what}: unexpected completion {:?}", wc.opcode).into());
+    }
+    Ok(wc)
+}
+
+/// A listener bound to `addr` (port 0: the kernel picks one), and where.
+pub fn listen(addr: &str) -> Result<(EventChannel, CmId, SocketAddr)> {
+    let ch = EventChannel::open()?;
+    let listener = ch.create_id(PortSpace::Tcp)?;
+    listener.bind(addr.parse()?)?;
+    listener.listen(1)?;
+    let local = listener
+        .query_addr()?
+        .src
+        .ok_or("the listener has no address")?;
+    Ok((ch, listener, local))
+}
+
+/// The default `--cm` run: a listener here on `0.0.0.0`, a copy of this
+/// program spawned as the client of [`GUEST_ADDR`].
+pub fn both(opts: &Options) -> Result<()> {
+    let (ch, listener, local) = listen("0.0.0.0:0")?;
+    let target = format!("{GUEST_ADDR}:{}", local.port());
+    println!(
+        "pingpong --cm: server here (pid {}) listening on {local}, client spawned, connecting to {target}",
+        std::process::id()
+    );
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(opts.client_args(opts.device.as_deref(), &target))
+        .spawn()?;
+    let served = server(opts, &ch, &listener, Some(&mut child));
+    let status = reap(&mut child)?;
+    served?;
+    if !status.success() {
+        return Err(format!("the client failed ({status})").into());
+    }
+    Ok(())
+}
+
+/// Waits for one connect request on `ch` (giving up early when the
+/// spawned client has exited) and serves it.
+pub fn server(
+    opts: &Options,
+    ch: &EventChannel,
+    listener: &CmId,
+    mut client: Option<&mut Child>,
+) -> Result<()> {
+    let deadline = Instant::now() + WAIT;
+    let ev = loop {
+        if let Some(ev) = ch.wait_event(Duration::from_millis(50))? {
+            break ev;
+        }
+        if let Some(c) = client.as_deref_mut() {
+            if let Some(status) = c.try_wait()? {
+                return Err(format!("the client exited before connecting ({status})").into());
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("no connect request within {WAIT:?}").into());
+        }
+    };
+    if ev.uid != listener.uid() {
+        return Err(unexpected("the listener", &ev));
+    }
+    let EventKind::ConnectRequest { id, .. } = ev.kind else {
+        return Err(unexpected("the listener", &ev));
+    };
+    let ctx = context_of(&id, opts)?;
+    let mut side = Side::new(&ctx, opts)?;
+    to(&id, &side, QpState::Init)?;
+    to(&id, &side, QpState::Rtr)?;
+    to(&id, &side, QpState::Rts)?;
+    side.post_recv()?;
+    // Our WRITE area and its rkey, for the client's bandwidth run.
+    let mut private = [0u8; 12];
+    private[..8].copy_from_slice(&side.addr(side.layout.write_area()).to_le_bytes());
+    private[8..].copy_from_slice(&side.mr.rkey().to_le_bytes());
+    id.accept(&ConnParam::new(side.qp.qp_num()).private_data(&private)?)?;
+    let ev = next(ch, "accept")?;
+    if !matches!(ev.kind, EventKind::Established(_)) {
+        return Err(unexpected("accept", &ev));
+    }
+    let peer = id.query_route()?.dst;
+    println!(
+        "pingpong server (cm): {} connected from {peer:?}, QP {} on {}",
+        ctx.device_name(),
+        side.qp.qp_num(),
+        ctx.transport_kind()
+    );
+
+    let pings = answer_pings(&mut side, opts)?;
+    wait_for(
+        &side,
+        WcOpcode::Recv,
+        "the client's end of the WRITE stream",
+    )?;
+    if !side.stamped(side.layout.recv(), done(opts)) {
+        return Err("the client's end of the WRITE stream carries the wrong number".into());
+    }
+    let verdict = check_write_area(&side, opts);
+    let answer = if verdict == "verified" {
+        verified(opts)
+    } else {
+        mismatch(opts)
+    };
+    side.stamp(Layout::SEND, answer);
+    let sge = side.sge(Layout::SEND, opts.size);
+    side.post(u64::MAX, SendOp::Send { imm: None }, &sge)?;
+    wait_for(&side, WcOpcode::Send, "the verdict")?;
+
+    // The client disconnects; our DISCONNECT answers it (the DREP).
+    let ev = next(ch, "the client's disconnect")?;
+    if !matches!(ev.kind, EventKind::Disconnected) {
+        return Err(unexpected("the client's disconnect", &ev));
+    }
+    id.disconnect()?;
+    println!(
+        "pingpong server (cm): {pings} pings answered; the WRITE area was {verdict}; disconnected"
+    );
+    Ok(())
+}
+
+/// Connects to `opts.addr` with the cm and measures.
+pub fn client(opts: &Options) -> Result<()> {
+    let dst: SocketAddr = opts.addr.parse()?;
+    let ch = EventChannel::open()?;
+    let id = ch.create_id(PortSpace::Tcp)?;
+    id.resolve_addr(None, dst, RESOLVE_MS)
+        .map_err(|e| format!("{dst} (is the address configured here?): {e}"))?;
+    let ev = next(&ch, "resolve_addr")?;
+    if !matches!(ev.kind, EventKind::AddrResolved) {
+        return Err(unexpected(&format!("resolve_addr {dst}"), &ev));
+    }
+    id.resolve_route(RESOLVE_MS)?;
+    let ev = next(&ch, "resolve_route")?;
+    if !matches!(ev.kind, EventKind::RouteResolved) {
+        return Err(unexpected(&format!("resolve_route {dst}"), &ev));
+    }
+    let ctx = context_of(&id, opts)?;
+    let mut side = Side::new(&ctx, opts)?;
+    to(&id, &side, QpState::Init)?;
+    id.connect(&ConnParam::new(side.qp.qp_num()))?;
+    let ev = next(&ch, "connect")?;
+    let EventKind::ConnectResponse(Param::Conn(peer)) = &ev.kind else {
+        return Err(unexpected(&format!("connect to {dst}"), &ev));
+    };
+    let data = &peer.private_data;
+    if data.len() < 12 {
+        return Err("the server's accept carries no WRITE area".into());
+    }
+    let remote = Remote {
+        addr: u64::from_le_bytes(data[..8].try_into()?),
+        rkey: u32::from_le_bytes(data[8..12].try_into()?),
+    };
+    // INIT again (librdmacm's order): only a connected id's attributes
+    // grant the QP remote access.
+    to(&id, &side, QpState::Init)?;
+    to(&id, &side, QpState::Rtr)?;
+    to(&id, &side, QpState::Rts)?;
+    side.post_recv()?;
+    id.establish()?;
+    println!(
+        "pingpong client (cm): {} connected to {dst}, QP {} -> QP {}",
+        ctx.device_name(),
+        side.qp.qp_num(),
+        peer.qp_num
+    );
+
+    let rtt = measure_latency(&mut side, opts)?;
+    let secs = stream_writes(&mut side, opts, remote)?;
+    // The end of the stream, then the server's verdict.
+    side.stamp(Layout::SEND, done(opts));
+    let sge = side.sge(Layout::SEND, opts.size);
+    side.post(u64::MAX, SendOp::Send { imm: None }, &sge)?;
+    let (mut sent, mut answered) = (false, false);
+    let mut wcs = [WorkCompletion::default(); 4];
+    while !(sent && answered) {
+        for wc in side.poll(&mut wcs, "the verdict")? {
+            match wc.opcode {
+                WcOpcode::Send => sent = true,
+                WcOpcode::Recv => answered = true,
+                other => return Err(format!("the verdict: unexpected {other:?}").into()),
+            }
+        }
+    }
+    let verdict = if side.stamped(side.layout.recv(), verified(opts)) {
+        "verified"
+    } else if side.stamped(side.layout.recv(), mismatch(opts)) {
+        "a mismatch"
+    } else {
+        return Err("the server's verdict carries the wrong number".into());
+    };
+    report(&ctx, opts, rtt, secs, verdict);
+
+    id.disconnect()?;
+    let ev = next(&ch, "disconnect")?;
+    if !matches!(ev.kind, EventKind::Disconnected) {
+        return Err(unexpected("disconnect", &ev));
+    }
+    if verdict != "verified" {
+        return Err("the server found a mismatch in its WRITE area".into());
+    }
+    Ok(())
+}

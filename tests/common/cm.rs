@@ -1,0 +1,407 @@
+//! Connection-manager fixtures: an RC connection set up by the rdma_cm
+//! (`uverbs::cm`) inside one host, over 192.0.2.1 (dummy0's address in the
+//! VM guest), and its orderly teardown.
+//!
+//! [`cm_connected_pair`] makes a listener on `0.0.0.0:<free port>` and a
+//! client that resolves 192.0.2.1, each with an event channel of its own
+//! (so each side's events arrive in order); A (the client, active side) and
+//! B (the server, passive side) each get an RC QP and a CQ in the caller's
+//! PD, moved to RTS with the attributes `INIT_QP_ATTR` answers and nothing
+//! else, in librdmacm's order (the client's QP goes to INIT before the
+//! connect and again, INIT -> INIT, once the response came: only then does
+//! the cm grant it remote access). [`disconnect_pair`] takes it down and
+//! accounts for every event. Every wait is bounded ([`CM_WAIT`]).
+//!
+//! The device is a parameter: [`on_each_cm_device`] runs a body on rxe and
+//! skips siw loudly until its data path is wired.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
+use uverbs::command::{QpState, QpType};
+use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair};
+
+use super::devices::{driver, loud, on_each_device, required_prefixes, Driver, HandleCounts};
+use super::rc::modify;
+
+/// The address the client connects to: dummy0's in the guest.
+pub const CM_ADDR: &str = "192.0.2.1";
+/// The longest any cm event is waited for.
+pub const CM_WAIT: Duration = Duration::from_secs(10);
+/// Address and route resolution time-outs handed to the kernel (ms).
+pub const RESOLVE_MS: u32 = 2000;
+
+/// Skips loudly, or fails under `UVERBS_REQUIRE_DEVICES` (the VM sets it:
+/// there the cm and 192.0.2.1 must be there).
+pub fn cm_unavailable(test: &str, why: &str) {
+    if required_prefixes().is_some() {
+        panic!("{test}: {why} (UVERBS_REQUIRE_DEVICES is set)");
+    }
+    loud(&format!("SKIPPED: {test}: {why}"));
+}
+
+/// True when `/dev/infiniband/rdma_cm` exists; otherwise [`cm_unavailable`].
+pub fn cm_present(test: &str) -> bool {
+    let there = Path::new(uverbs::cm::RDMA_CM_PATH).exists();
+    if !there {
+        cm_unavailable(test, "no /dev/infiniband/rdma_cm (load rdma_ucm)");
+    }
+    there
+}
+
+/// [`on_each_device`] for the devices the cm fixtures connect: rxe now;
+/// siw0 is skipped loudly (its data path is being wired), anything else
+/// noted. Nothing runs without the rdma_cm device.
+pub fn on_each_cm_device(test: &str, mut body: impl FnMut(&str, &Context, &HandleCounts)) {
+    if !cm_present(test) {
+        return;
+    }
+    on_each_device(test, |name, dut, counts| match driver(&dut) {
+        Driver::Rxe => body(name, &dut, counts),
+        Driver::Siw => loud(&format!(
+            "NOTE: {test}: {name}: SKIPPED for now: siw's data path is being wired \
+             (and a cm id resolving 192.0.2.1 lands on rxe0, the first device with it)"
+        )),
+        _ => loud(&format!("NOTE: {test}: {name}: not rxe or siw: skipped")),
+    });
+}
+
+/// The next event on `ch` within [`CM_WAIT`], printed; fails the test
+/// without one.
+pub fn next_event(ch: &EventChannel, what: &str) -> Event {
+    match ch.wait_event(CM_WAIT) {
+        Ok(Some(ev)) => {
+            loud(&format!(
+                "{what}: {} id {} uid {} status {}",
+                ev.name(),
+                ev.id,
+                ev.uid,
+                ev.status
+            ));
+            ev
+        }
+        Ok(None) => panic!("{what}: no cm event within {CM_WAIT:?}"),
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+/// Fails if an event arrives on `ch` within `quiet`.
+pub fn assert_no_event(ch: &EventChannel, quiet: Duration, what: &str) {
+    if let Some(ev) = ch
+        .wait_event(quiet)
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+    {
+        panic!("{what}: an unexpected cm event within {quiet:?}: {ev:?}");
+    }
+}
+
+/// Moves `qp` to `state` with exactly the attributes the cm answers for `id`.
+pub fn cm_modify(id: &CmId, qp: &QueuePair, state: QpState, what: &str) {
+    let attr = id
+        .init_qp_attr(state)
+        .unwrap_or_else(|e| panic!("{what}: init_qp_attr({state:?}): {e}"));
+    loud(&format!("{what}: INIT_QP_ATTR {state:?}: {attr:?}"));
+    modify(qp, &attr, what);
+}
+
+/// True when the id's source GID is in `ctx`'s GID table and its node GUID
+/// is `ctx`'s: the id landed on this RoCE device (rxe0 and siw0 share a
+/// node GUID; the GIDs tell them apart).
+pub fn landed_on(id: &CmId, ctx: &Context) -> bool {
+    let route = id.query_route().expect("query_route");
+    let sgid = route.first.sgid;
+    loud(&format!(
+        "{}: cm id on node GUID {:x?}, port {}, {} path(s), sgid {sgid:02x?}",
+        ctx.device_name(),
+        route.node_guid,
+        route.port_num,
+        route.paths.len()
+    ));
+    let guid_matches = id.is_on(ctx).expect("is_on");
+    let table = ctx.query_gid_table().expect("query_gid_table");
+    guid_matches && table.iter().any(|g| g.gid.raw() == sgid)
+}
+
+/// A listener on `0.0.0.0:<a free port>` (the kernel picks it), on a new
+/// channel; and the port.
+pub fn cm_listener(backlog: u32) -> (EventChannel, CmId, u16) {
+    let ch = EventChannel::open().unwrap_or_else(|e| panic!("open rdma_cm: {e}"));
+    let listener = ch.create_id(PortSpace::Tcp).unwrap();
+    listener
+        .bind("0.0.0.0:0".parse().unwrap())
+        .unwrap_or_else(|e| panic!("listener bind 0.0.0.0:0: {e}"));
+    listener
+        .listen(backlog)
+        .unwrap_or_else(|e| panic!("listen: {e}"));
+    let port = listener
+        .query_addr()
+        .unwrap_or_else(|e| panic!("listener query_addr: {e}"))
+        .src
+        .map_or(0, |a| a.port());
+    assert_ne!(port, 0, "the kernel picked no port for the listener");
+    (ch, listener, port)
+}
+
+/// A client id on `ch` whose address and route to [`CM_ADDR`]`:port` are
+/// resolved, or why the environment cannot (the address is not configured).
+pub fn resolved_client(ch: &EventChannel, port: u16) -> Result<CmId, String> {
+    let client = ch.create_id(PortSpace::Tcp).unwrap();
+    let dst: SocketAddr = format!("{CM_ADDR}:{port}").parse().unwrap();
+    match client.resolve_addr(None, dst, RESOLVE_MS) {
+        Ok(()) => {}
+        Err(e) if e.errno() == Some(Errno::ADDRNOTAVAIL) => {
+            return Err(format!("{CM_ADDR} is not configured: {e}"))
+        }
+        Err(e) => panic!("resolve_addr {dst}: {e}"),
+    }
+    let ev = next_event(ch, "client resolve_addr");
+    match ev.kind {
+        EventKind::AddrResolved => {}
+        EventKind::AddrError => return Err(format!("{CM_ADDR}: ADDR_ERROR {:?}", ev.errno())),
+        other => panic!("resolve_addr {dst}: {other:?}"),
+    }
+    assert_eq!(ev.id, client.handle());
+    client.resolve_route(RESOLVE_MS).unwrap();
+    let ev = next_event(ch, "client resolve_route");
+    assert!(matches!(ev.kind, EventKind::RouteResolved), "{ev:?}");
+    Ok(client)
+}
+
+/// An RC connection the cm set up. A is the client (active side), B the
+/// server (passive side). Fields drop in order: QPs, then CQs, then the cm
+/// ids (each destroyed), then the channels.
+pub struct CmPair {
+    pub qp_a: QueuePair,
+    pub qp_b: QueuePair,
+    pub cq_a: CompletionQueue,
+    pub cq_b: CompletionQueue,
+    /// The client id (A's).
+    pub client: CmId,
+    /// The id the connect request made (B's).
+    pub server: CmId,
+    pub listener: CmId,
+    /// The client's channel.
+    pub ch_a: EventChannel,
+    /// The listener's and the server id's channel.
+    pub ch_b: EventChannel,
+    /// What each side's peer sent with the request/response.
+    pub request: Box<uverbs::cm::PeerParam>,
+    pub response: Box<uverbs::cm::PeerParam>,
+}
+
+/// How a [`cm_connected_pair_with`] connects: the two sides' connection
+/// parameters (given the side's QP number) and the QP capacities.
+pub struct CmSetup<'a> {
+    pub cqe: u32,
+    pub max_send_wr: u32,
+    pub client_param: &'a dyn Fn(ConnParam) -> ConnParam,
+    pub server_param: &'a dyn Fn(ConnParam) -> ConnParam,
+}
+
+impl Default for CmSetup<'_> {
+    fn default() -> Self {
+        CmSetup {
+            cqe: 32,
+            max_send_wr: 16,
+            client_param: &|p| p,
+            server_param: &|p| p,
+        }
+    }
+}
+
+/// [`cm_connected_pair_with`] with [`ConnParam::new`]'s defaults
+/// (responder resources and initiator depth 1 on both sides, so the cm
+/// grants both QPs REMOTE_WRITE, REMOTE_READ and REMOTE_ATOMIC).
+pub fn cm_connected_pair(ctx: &Context, name: &str, pd: &ProtectionDomain) -> Option<CmPair> {
+    cm_connected_pair_with(ctx, name, pd, &CmSetup::default())
+}
+
+/// Connects a new RC QP pair in `pd` on `ctx` with the cm over
+/// [`CM_ADDR`]; `None` (after [`cm_unavailable`]) when the environment
+/// lacks the address. Asserts on the way: the ids landed on `ctx`, each
+/// side got the other's QP number, the passive side hears ESTABLISHED.
+pub fn cm_connected_pair_with(
+    ctx: &Context,
+    name: &str,
+    pd: &ProtectionDomain,
+    setup: &CmSetup<'_>,
+) -> Option<CmPair> {
+    let (ch_b, listener, port) = cm_listener(4);
+    let ch_a = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
+    let client = match resolved_client(&ch_a, port) {
+        Ok(c) => c,
+        Err(why) => {
+            cm_unavailable(name, &why);
+            return None;
+        }
+    };
+    assert!(
+        landed_on(&client, ctx),
+        "{name}: the client's cm id is not on {name}"
+    );
+
+    let cq = |which: &str| {
+        ctx.create_cq(setup.cqe, None)
+            .unwrap_or_else(|e| panic!("{name}: create_cq {which}: {e}"))
+    };
+    let (cq_a, cq_b) = (cq("A"), cq("B"));
+    let qp = |cq: &CompletionQueue, which: &str| {
+        pd.create_qp(&QpInit {
+            max_send_wr: setup.max_send_wr,
+            ..QpInit::new(QpType::Rc, cq, cq)
+        })
+        .unwrap_or_else(|e| panic!("{name}: create_qp {which}: {e}"))
+    };
+    let (qp_a, qp_b) = (qp(&cq_a, "A"), qp(&cq_b, "B"));
+
+    cm_modify(&client, &qp_a, QpState::Init, "client RESET->INIT");
+    let hello = ConnParam::new(qp_a.qp_num())
+        .private_data(b"uverbs-cm hello")
+        .unwrap();
+    client
+        .connect(&(setup.client_param)(hello))
+        .unwrap_or_else(|e| panic!("{name}: connect: {e}"));
+
+    let ev = next_event(&ch_b, "listener");
+    assert_eq!(
+        ev.uid,
+        listener.uid(),
+        "a request carries the listener's uid"
+    );
+    let EventKind::ConnectRequest { id: server, param } = ev.kind else {
+        panic!("{name}: {:?}", ev.kind)
+    };
+    assert_eq!(ev.id, server.handle());
+    let Param::Conn(request) = param else {
+        panic!("{name}: {param:?}")
+    };
+    assert_eq!(request.qp_num, qp_a.qp_num(), "the requester's QP number");
+    assert!(request.private_data.starts_with(b"uverbs-cm hello"));
+    assert!(
+        landed_on(&server, ctx),
+        "{name}: the server's id is not on {name}"
+    );
+    cm_modify(&server, &qp_b, QpState::Init, "server RESET->INIT");
+    cm_modify(&server, &qp_b, QpState::Rtr, "server INIT->RTR");
+    cm_modify(&server, &qp_b, QpState::Rts, "server RTR->RTS");
+    let welcome = ConnParam::new(qp_b.qp_num())
+        .private_data(b"welcome")
+        .unwrap();
+    server
+        .accept(&(setup.server_param)(welcome))
+        .unwrap_or_else(|e| panic!("{name}: accept: {e}"));
+
+    let ev = next_event(&ch_a, "client connect");
+    assert_eq!(ev.id, client.handle());
+    let EventKind::ConnectResponse(Param::Conn(response)) = ev.kind else {
+        panic!("{name}: {:?}", ev.kind)
+    };
+    assert_eq!(response.qp_num, qp_b.qp_num(), "the acceptor's QP number");
+    assert!(response.private_data.starts_with(b"welcome"));
+    // librdmacm's order: INIT again now that the cm knows the peer's
+    // responder resources (before the connect it answers no remote access).
+    cm_modify(&client, &qp_a, QpState::Init, "client INIT->INIT");
+    cm_modify(&client, &qp_a, QpState::Rtr, "client INIT->RTR");
+    cm_modify(&client, &qp_a, QpState::Rts, "client RTR->RTS");
+    client
+        .establish()
+        .unwrap_or_else(|e| panic!("{name}: establish: {e}"));
+
+    // Only the passive side hears ESTABLISHED (cma_rep_recv reports nothing
+    // to an active side whose QP is ours).
+    let ev = next_event(&ch_b, "server established");
+    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
+    assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
+    loud(&format!(
+        "{name}: cm connection up on port {port}: QP {} (client) <-> QP {} (server)",
+        qp_a.qp_num(),
+        qp_b.qp_num()
+    ));
+    Some(CmPair {
+        qp_a,
+        qp_b,
+        cq_a,
+        cq_b,
+        client,
+        server,
+        listener,
+        ch_a,
+        ch_b,
+        request: Box::new(request),
+        response: Box::new(response),
+    })
+}
+
+/// The events each id was reported, as `DESTROY_ID` answered them.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Reported {
+    pub client: u32,
+    pub server: u32,
+    pub listener: u32,
+}
+
+/// The orderly end of a [`CmPair`]: the client's DREQ, the server's
+/// DISCONNECTED and DREP, the client's DISCONNECTED, both TIMEWAIT_EXITs,
+/// then nothing more; each id destroyed with the kernel's count of events
+/// equal to the channel's. The QPs and CQs are destroyed first.
+pub fn disconnect_pair(pair: CmPair, name: &str) -> Reported {
+    let CmPair {
+        qp_a,
+        qp_b,
+        cq_a,
+        cq_b,
+        client,
+        server,
+        listener,
+        ch_a,
+        ch_b,
+        ..
+    } = pair;
+    client
+        .disconnect()
+        .unwrap_or_else(|e| panic!("{name}: client disconnect: {e}"));
+    let ev = next_event(&ch_b, "server disconnected");
+    assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
+    assert_eq!(ev.id, server.handle());
+    server
+        .disconnect()
+        .unwrap_or_else(|e| panic!("{name}: server disconnect: {e}"));
+    let ev = next_event(&ch_a, "client disconnected");
+    assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
+    assert_eq!(ev.id, client.handle());
+    for (ch, id, side) in [(&ch_a, &client, "client"), (&ch_b, &server, "server")] {
+        let ev = next_event(ch, &format!("{side} timewait"));
+        assert!(matches!(ev.kind, EventKind::TimewaitExit), "{name}: {ev:?}");
+        assert_eq!(ev.id, id.handle());
+    }
+    for (ch, side) in [(&ch_a, "client"), (&ch_b, "server")] {
+        assert_no_event(ch, Duration::from_millis(200), &format!("{name}: {side}"));
+    }
+    drop((qp_a, qp_b, cq_a, cq_b));
+    let got = Reported {
+        client: client.events_received(),
+        server: server.events_received(),
+        listener: listener.events_received(),
+    };
+    let reported = Reported {
+        client: client
+            .destroy()
+            .unwrap_or_else(|e| panic!("{name}: destroy client id: {e}")),
+        server: server
+            .destroy()
+            .unwrap_or_else(|e| panic!("{name}: destroy server id: {e}")),
+        listener: listener
+            .destroy()
+            .unwrap_or_else(|e| panic!("{name}: destroy listener: {e}")),
+    };
+    loud(&format!(
+        "{name}: events reported {reported:?}, received {got:?}"
+    ));
+    assert_eq!(
+        reported, got,
+        "{name}: the kernel's counts are the channel's"
+    );
+    reported
+}

@@ -1,0 +1,521 @@
+//! Faults around a cm connection inside one host, on rxe0 over 192.0.2.1
+//! (issue 11, item 6; a connect nobody listens to and a listener destroyed
+//! with a pending request are in `device_cm_loopback.rs`):
+//!
+//! - a peer process killed mid-transfer: a forked child (forked before
+//!   anything is opened) is the server; it accepts, and is SIGKILLed while
+//!   the parent streams RDMA WRITEs into its buffer. The kernel's cleanup
+//!   of the dead process destroys its cm id, and the IB CM sends a DREQ:
+//!   the parent gets DISCONNECTED (status 0, about 5 ms after the kill),
+//!   moves its QP to ERR as a consumer does, the WRITEs still outstanding
+//!   flush (one may fail first: REM_ACCESS_ERR, the dead process's MRs go
+//!   before its QP), and everything it made is released;
+//! - destroying ids with events queued and never read: no hang, the
+//!   kernel's count is the events read, the queued ones are gone, and an
+//!   unread DISCONNECTED destroyed still answers the peer;
+//! - a connect to an address no host has: nothing answers for seconds (the
+//!   IB CM retries its REQ for over a minute before UNREACHABLE), and
+//!   destroying the id ends the attempt at once.
+//!
+//! Every wait is bounded. The tests of this binary fork or count a
+//! context's objects, so they run one at a time (`serial`).
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use common::cm::*;
+use common::*;
+use nix::sys::signal::{kill, Signal};
+use nix::sys::wait::WaitStatus;
+use nix::unistd::{fork, ForkResult, Pid};
+use uverbs::cm::{ConnParam, EventChannel, EventKind, Param};
+use uverbs::command::{QpAttr, QpState, QpType};
+use uverbs::{Device, DriverId, QpInit, RecvWr, Remote, SendOp, SendWr, WcStatus, WorkCompletion};
+
+/// WRITEs in flight at once, and the bytes of each.
+const WINDOW: usize = 16;
+const SLOT: usize = 4096;
+/// Batches that land before the child is killed.
+const KILL_AFTER: usize = 8;
+/// The longest the stream, the flush or the child may take.
+const LIMIT: Duration = Duration::from_secs(30);
+/// The wr_id of the parent's one receive.
+const MARKER: u64 = 0x3a7c_0000_0000;
+
+/// The rxe devices under test, not opened (a child is forked first).
+fn rxe_devices(test: &str) -> Vec<Device> {
+    devices_under_test(test)
+        .into_iter()
+        .filter(|d| {
+            let rxe = d.driver_id() == Some(DriverId::RXE);
+            if !rxe {
+                loud(&format!(
+                    "NOTE: {test}: {}: SKIPPED for now (siw's data path is being wired)",
+                    d.name()
+                ));
+            }
+            rxe
+        })
+        .collect()
+}
+
+/// A line from the child within [`CM_WAIT`]; `None` at EOF (it died).
+fn line_from(child: &mut BufReader<UnixStream>, what: &str) -> Option<String> {
+    let mut line = String::new();
+    match child.read_line(&mut line) {
+        Ok(0) => None,
+        Ok(_) => Some(line.trim_end().to_owned()),
+        Err(e) => panic!("{what}: reading from the child: {e}"),
+    }
+}
+
+/// The child: a server on `dev` that accepts one connection with a buffer
+/// of `WINDOW * SLOT` bytes for the parent's WRITEs (its address and rkey
+/// in the accept's private data), reports `P<port>` and then `E` on
+/// `report`, and waits to be killed (exit 3 if it is not, within
+/// [`LIMIT`]).
+fn child_server(dev: &Device, mut report: UnixStream) -> i32 {
+    let dut = open(dev);
+    let pd = alloc_pd(&dut);
+    let cq = dut.create_cq(16, None).expect("child: create_cq");
+    let qp = pd
+        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
+        .expect("child: create_qp");
+    let mut buf = anon(WINDOW * SLOT);
+    let mr = fresh_mr(&pd, &mut buf, RW);
+    let (ch, listener, port) = cm_listener(1);
+    writeln!(report, "P{port}").expect("child: report the port");
+    let ev = next_event(&ch, "child: listener");
+    let EventKind::ConnectRequest { id: server, .. } = ev.kind else {
+        panic!("child: {:?}", ev.kind)
+    };
+    cm_modify(&server, &qp, QpState::Init, "child RESET->INIT");
+    cm_modify(&server, &qp, QpState::Rtr, "child INIT->RTR");
+    cm_modify(&server, &qp, QpState::Rts, "child RTR->RTS");
+    let mut private = [0u8; 12];
+    private[..8].copy_from_slice(&(buf.as_ptr() as u64).to_le_bytes());
+    private[8..].copy_from_slice(&mr.rkey().to_le_bytes());
+    server
+        .accept(&ConnParam::new(qp.qp_num()).private_data(&private).unwrap())
+        .expect("child: accept");
+    let ev = next_event(&ch, "child: established");
+    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
+    writeln!(report, "E").expect("child: report established");
+    let start = Instant::now();
+    while start.elapsed() < LIMIT {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop((listener, server, qp, mr, buf));
+    3
+}
+
+/// Kills `child` when dropped unless disarmed: a failing parent never
+/// leaves its server running.
+struct KillOnDrop(Option<Pid>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            let _ = kill(pid, Signal::SIGKILL);
+            let _ = wait_within(pid, Duration::from_secs(5));
+        }
+    }
+}
+
+#[test]
+fn cm_peer_killed_mid_transfer() {
+    let _serial = serial();
+    let test = "cm_peer_killed_mid_transfer";
+    if !cm_present(test) {
+        return;
+    }
+    for dev in rxe_devices(test) {
+        let name = dev.name().to_owned();
+        let (to_parent, child_end) = UnixStream::pair().expect("socketpair");
+        // SAFETY: nothing of the test's is open yet; the child builds its
+        // own objects and leaves with _exit (glibc keeps malloc usable).
+        let child = match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                drop(to_parent);
+                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    child_server(&dev, child_end)
+                }))
+                .unwrap_or(99);
+                // SAFETY: _exit never returns and runs no atexit handlers.
+                unsafe { nix::libc::_exit(code) }
+            }
+            ForkResult::Parent { child } => child,
+        };
+        drop(child_end);
+        let mut guard = KillOnDrop(Some(child));
+        to_parent.set_read_timeout(Some(CM_WAIT)).unwrap();
+        let mut from_child = BufReader::new(to_parent);
+        let Some(port) = line_from(&mut from_child, "the port")
+            .and_then(|l| l.strip_prefix('P').and_then(|p| p.parse::<u16>().ok()))
+        else {
+            panic!("{name}: the child reported no port (it failed; see its output)")
+        };
+
+        let dut = open(&dev);
+        let counts = HandleCounts::new(&dut, test);
+        let pd = alloc_pd(&dut);
+        let cq = dut.create_cq(2 * WINDOW as u32 + 8, None).unwrap();
+        let qp = pd
+            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
+            .unwrap_or_else(|e| panic!("{name}: create_qp: {e}"));
+        let mut src = anon(WINDOW * SLOT);
+        let src_mr = fresh_mr(&pd, &mut src, RW);
+        for (i, b) in src.iter_mut().enumerate() {
+            *b = (i as u8).wrapping_mul(13) ^ 0x3c;
+        }
+        let ch = EventChannel::open().unwrap();
+        let client = match resolved_client(&ch, port) {
+            Ok(c) => c,
+            Err(why) => return cm_unavailable(test, &why),
+        };
+        cm_modify(&client, &qp, QpState::Init, "parent RESET->INIT");
+        // Retry count 3: a WRITE to a dead QP gives up sooner.
+        client
+            .connect(&ConnParam::new(qp.qp_num()).retry_count(3))
+            .unwrap_or_else(|e| panic!("{name}: connect: {e}"));
+        let ev = next_event(&ch, "parent connect");
+        let EventKind::ConnectResponse(Param::Conn(peer)) = ev.kind else {
+            panic!("{name}: {:?}", ev.kind)
+        };
+        let addr = u64::from_le_bytes(peer.private_data[..8].try_into().unwrap());
+        let rkey = u32::from_le_bytes(peer.private_data[8..12].try_into().unwrap());
+        cm_modify(&client, &qp, QpState::Init, "parent INIT->INIT");
+        cm_modify(&client, &qp, QpState::Rtr, "parent INIT->RTR");
+        cm_modify(&client, &qp, QpState::Rts, "parent RTR->RTS");
+        client.establish().unwrap();
+        assert_eq!(
+            line_from(&mut from_child, "established").as_deref(),
+            Some("E"),
+            "{name}: the child saw ESTABLISHED"
+        );
+        counts.assert_extra_cq_qp(1, 1, "the parent's CQ and QP");
+        // A receive that only a flush completes (the child never SENDs):
+        // rxe flushes a user QP's receive queue when the QP is moved to
+        // ERR, not for a receive posted later (posting makes no syscall).
+        let marker = RecvWr {
+            wr_id: MARKER,
+            sges: &[],
+        };
+        // SAFETY: a receive without SGEs names no memory.
+        unsafe { qp.post_recv(&[marker]) }.unwrap();
+        let mut marker_flushed = false;
+
+        // The stream: batches of WINDOW signalled WRITEs; the child is
+        // killed right after the batch KILL_AFTER is posted. The cm is
+        // watched between polls; on DISCONNECTED the QP goes to ERR.
+        let sges: Vec<_> = (0..WINDOW)
+            .map(|i| sge(src.as_ptr() as u64 + (i * SLOT) as u64, SLOT, &src_mr))
+            .collect();
+        let mut statuses: Vec<WcStatus> = Vec::new();
+        let mut killed_at: Option<Instant> = None;
+        let mut disconnected: Option<(Duration, i32)> = None;
+        let mut wc = [WorkCompletion::default(); 32];
+        let mut batch = 0;
+        loop {
+            let first = statuses.len() as u64;
+            let wrs: Vec<SendWr<'_>> = (0..WINDOW)
+                .map(|i| {
+                    let remote = Remote {
+                        addr: addr + (i * SLOT) as u64,
+                        rkey,
+                    };
+                    signalled_write(first + i as u64, &sges[i], remote)
+                })
+                .collect();
+            // SAFETY: `src` is not written while WRITEs are outstanding;
+            // the QP is dropped before it.
+            unsafe { qp.post_send(&wrs) }
+                .unwrap_or_else(|e| panic!("{name}: post_send of batch {batch}: {e}"));
+            if batch == KILL_AFTER {
+                kill(child, Signal::SIGKILL).expect("kill the child");
+                killed_at = Some(Instant::now());
+                loud(&format!(
+                    "{name}: child {child} SIGKILLed with batch {batch} in flight"
+                ));
+            }
+            batch += 1;
+            let deadline = Instant::now() + LIMIT;
+            let mut got = 0;
+            while got < WINDOW {
+                let n = cq.poll(&mut wc).unwrap();
+                for c in &wc[..n] {
+                    if c.wr_id == MARKER {
+                        assert_eq!(c.status, WcStatus::WrFlushErr, "{name}: {c:?}");
+                        marker_flushed = true;
+                        continue;
+                    }
+                    assert_eq!(c.wr_id, statuses.len() as u64, "{name}: in order: {c:?}");
+                    statuses.push(c.status);
+                    got += 1;
+                }
+                if disconnected.is_none() {
+                    if let Some(ev) = ch.wait_event(Duration::ZERO).unwrap() {
+                        let after = killed_at.map(|k| k.elapsed());
+                        loud(&format!(
+                            "{name}: {} (status {}) {after:?} after the kill",
+                            ev.name(),
+                            ev.status
+                        ));
+                        assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
+                        let after = after.expect("DISCONNECTED before the kill");
+                        disconnected = Some((after, ev.status));
+                        modify(
+                            &qp,
+                            &QpAttr::new().state(QpState::Err),
+                            "->ERR on DISCONNECTED",
+                        );
+                    }
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: batch {batch}: {got} of {WINDOW} completions within {LIMIT:?}"
+                );
+                if n == 0 {
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+            let failed = statuses.iter().any(|&s| s != WcStatus::Success);
+            if failed || disconnected.is_some() {
+                break;
+            }
+            if let Some(k) = killed_at {
+                assert!(
+                    k.elapsed() < LIMIT,
+                    "{name}: WRITEs still land {LIMIT:?} after the kill"
+                );
+            }
+        }
+        let killed_at = killed_at.expect("the stream ends only after the kill");
+        let (after, status) = match disconnected {
+            Some(d) => d,
+            None => {
+                let ev = next_event(&ch, "parent: waiting for DISCONNECTED");
+                assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
+                modify(
+                    &qp,
+                    &QpAttr::new().state(QpState::Err),
+                    "->ERR on DISCONNECTED",
+                );
+                (killed_at.elapsed(), ev.status)
+            }
+        };
+        assert_eq!(status, 0, "{name}: the dead peer's DREQ (not a time-out)");
+        assert!(
+            after < CM_WAIT,
+            "{name}: DISCONNECTED {after:?} after the kill"
+        );
+
+        // The completions: successes, then perhaps one error, then
+        // flushes; nothing else. The one error, when a WRITE got there
+        // while the dead process was being torn down: REM_ACCESS_ERR (its
+        // MRs are destroyed before its QP: the rkey is unknown; measured),
+        // or RETRY_EXC_ERR (its QP is gone: nothing answers).
+        let landed = statuses
+            .iter()
+            .take_while(|&&s| s == WcStatus::Success)
+            .count();
+        let rest = &statuses[landed..];
+        let errors: Vec<WcStatus> = rest
+            .iter()
+            .copied()
+            .filter(|&s| s != WcStatus::WrFlushErr)
+            .collect();
+        let flushed = rest.len() - errors.len();
+        loud(&format!(
+            "{name}: {} WRITEs of {SLOT} B posted: {landed} landed, errors {errors:?}, \
+             {flushed} flushed; DISCONNECTED {after:?} after the kill",
+            statuses.len()
+        ));
+        assert!(landed >= KILL_AFTER * WINDOW, "{name}: {statuses:?}");
+        match errors[..] {
+            [] => {}
+            [WcStatus::RemAccessErr] | [WcStatus::RetryExcErr] => {
+                assert_eq!(
+                    rest[0], errors[0],
+                    "{name}: the error comes first: {rest:?}"
+                )
+            }
+            _ => panic!("{name}: after the successes: {rest:?}"),
+        }
+
+        // In ERR the QP flushed the receive it held, and flushes a send
+        // posted now (the doorbell makes rxe run the send queue).
+        if !marker_flushed {
+            let c = wait_one(&cq, &format!("{name}: the receive's flush"));
+            assert_eq!(
+                (c.wr_id, c.status),
+                (MARKER, WcStatus::WrFlushErr),
+                "{name}"
+            );
+        }
+        let send = signalled(0xf2, SendOp::Send { imm: None }, &[]);
+        // SAFETY: a send without SGEs names no memory.
+        unsafe { qp.post_send(&[send]) }.unwrap();
+        let c = wait_one(&cq, &format!("{name}: a send posted in ERR"));
+        assert_eq!((c.wr_id, c.status), (0xf2, WcStatus::WrFlushErr), "{name}");
+
+        // The child died of the signal.
+        match wait_within(child, LIMIT) {
+            Some(WaitStatus::Signaled(_, Signal::SIGKILL, _)) => guard.0 = None,
+            other => panic!("{name}: the child: {other:?}"),
+        }
+
+        // Our DREP to the dead peer; then only TIMEWAIT_EXIT may come.
+        client
+            .disconnect()
+            .unwrap_or_else(|e| panic!("{name}: disconnect after DISCONNECTED: {e}"));
+        while let Some(ev) = ch.wait_event(Duration::from_secs(3)).unwrap() {
+            loud(&format!(
+                "{name}: after the DREP: {} status {}",
+                ev.name(),
+                ev.status
+            ));
+            assert!(matches!(ev.kind, EventKind::TimewaitExit), "{name}: {ev:?}");
+        }
+        let got = client.events_received();
+        assert_eq!(
+            client.destroy().unwrap(),
+            got,
+            "{name}: the kernel's count is ours"
+        );
+        drop((qp, cq, src_mr, pd));
+        drop(src);
+        counts.assert_extra(0, 0, "after dropping everything");
+        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    }
+}
+
+/// A queued, unread ADDR_RESOLVED: destroying the id returns at once,
+/// reports 0 events, and the event is gone from the channel.
+#[test]
+fn cm_destroy_id_with_an_unread_event() {
+    let _serial = serial();
+    let test = "cm_destroy_id_with_an_unread_event";
+    if !cm_present(test) {
+        return;
+    }
+    let ch = EventChannel::open().unwrap();
+    let id = ch.create_id(uverbs::cm::PortSpace::Tcp).unwrap();
+    let dst = format!("{CM_ADDR}:9").parse().unwrap();
+    if let Err(e) = id.resolve_addr(None, dst, RESOLVE_MS) {
+        return cm_unavailable(test, &format!("resolve_addr {dst}: {e}"));
+    }
+    assert!(
+        ch.poll_readable(CM_WAIT).unwrap(),
+        "{test}: the event is queued"
+    );
+    let start = Instant::now();
+    let reported = id.destroy().unwrap();
+    let took = start.elapsed();
+    loud(&format!(
+        "{test}: destroyed with an unread event in {took:?}, reported {reported}"
+    ));
+    assert_eq!(reported, 0, "{test}: nothing was read");
+    assert!(took < Duration::from_secs(1), "{test}: {took:?}");
+    assert_no_event(&ch, Duration::from_millis(300), test);
+}
+
+/// The server's DISCONNECTED (the client's DREQ) queued and never read:
+/// destroying the server id reports only ESTABLISHED, discards the
+/// DISCONNECTED, and still answers the peer (the IB CM sends the DREP
+/// when it destroys an id that received a DREQ), so the client hears
+/// DISCONNECTED with status 0, not a time-out.
+#[test]
+fn cm_destroy_id_with_an_unread_disconnect() {
+    let _serial = serial();
+    on_each_cm_device(
+        "cm_destroy_id_with_an_unread_disconnect",
+        |name, ctx, counts| {
+            let pd = alloc_pd(ctx);
+            let Some(pair) = cm_connected_pair(ctx, name, &pd) else {
+                return;
+            };
+            let CmPair {
+                qp_a,
+                qp_b,
+                cq_a,
+                cq_b,
+                client,
+                server,
+                listener,
+                ch_a,
+                ch_b,
+                ..
+            } = pair;
+            client.disconnect().unwrap();
+            assert!(
+                ch_b.poll_readable(CM_WAIT).unwrap(),
+                "{name}: the DREQ arrived"
+            );
+            let start = Instant::now();
+            let reported = server.destroy().unwrap();
+            let took = start.elapsed();
+            loud(&format!(
+            "{name}: server id destroyed with DISCONNECTED unread in {took:?}: reported {reported}"
+        ));
+            assert_eq!(reported, 1, "{name}: ESTABLISHED only");
+            assert!(took < Duration::from_secs(2), "{name}: {took:?}");
+            let ev = next_event(&ch_a, "client");
+            assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
+            assert_eq!(ev.status, 0, "{name}: answered by a DREP, not timed out");
+            while let Some(ev) = ch_a.wait_event(Duration::from_secs(3)).unwrap() {
+                loud(&format!("{name}: client then: {}", ev.name()));
+                assert!(matches!(ev.kind, EventKind::TimewaitExit), "{name}: {ev:?}");
+            }
+            assert_no_event(&ch_b, Duration::from_millis(300), name);
+            let got = (client.events_received(), listener.events_received());
+            assert_eq!(
+                (client.destroy().unwrap(), listener.destroy().unwrap()),
+                got
+            );
+            drop((qp_a, qp_b, cq_a, cq_b, pd));
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// 192.0.2.2 is on dummy0's subnet but no host has it. dummy0 does no ARP,
+/// so address and route resolve; the REQ then goes nowhere and the IB CM
+/// retries it (CMA_MAX_CM_RETRIES times the response timeout: over a
+/// minute before UNREACHABLE): nothing is reported for seconds, and
+/// destroying the id ends the attempt at once.
+#[test]
+fn cm_connect_to_an_address_nobody_has_is_silent_until_destroyed() {
+    let _serial = serial();
+    let test = "cm_connect_to_an_address_nobody_has_is_silent_until_destroyed";
+    if !cm_present(test) {
+        return;
+    }
+    let ch = EventChannel::open().unwrap();
+    let id = ch.create_id(uverbs::cm::PortSpace::Tcp).unwrap();
+    let dst = "192.0.2.2:7471".parse().unwrap();
+    if let Err(e) = id.resolve_addr(None, dst, RESOLVE_MS) {
+        return cm_unavailable(test, &format!("resolve_addr {dst}: {e}"));
+    }
+    let ev = next_event(&ch, "resolve_addr 192.0.2.2");
+    assert!(matches!(ev.kind, EventKind::AddrResolved), "{test}: {ev:?}");
+    id.resolve_route(RESOLVE_MS).unwrap();
+    let ev = next_event(&ch, "resolve_route 192.0.2.2");
+    assert!(
+        matches!(ev.kind, EventKind::RouteResolved),
+        "{test}: {ev:?}"
+    );
+    id.connect(&ConnParam::new(1)).unwrap();
+    assert_no_event(&ch, Duration::from_secs(3), test);
+    let start = Instant::now();
+    let reported = id.destroy().unwrap();
+    let took = start.elapsed();
+    loud(&format!(
+        "{test}: destroyed while connecting in {took:?}, reported {reported}"
+    ));
+    assert_eq!(reported, 2, "{test}: address and route");
+    assert!(took < Duration::from_secs(2), "{test}: {took:?}");
+}

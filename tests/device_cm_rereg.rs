@@ -1,0 +1,549 @@
+//! Traffic proves re-registration over a connection the rdma_cm set up:
+//! the cases of `device_rereg_traffic.rs` (access removed and restored in
+//! place, atomics, a PD moved away and back, a new translation by the
+//! replace fallback) on rxe0, with the two RC QPs connected by the cm over
+//! 192.0.2.1 (`common::cm`) instead of by hand, and the bytes checked.
+//!
+//! A (the cm's client) makes the RDMA WRITEs and atomics; B (the server)
+//! owns the memory regions that are re-registered. The QPs' remote access
+//! is whatever `INIT_QP_ATTR` grants: with responder resources and
+//! initiator depth 1 (`ConnParam`'s defaults) the IB CM grants
+//! REMOTE_WRITE, REMOTE_READ and REMOTE_ATOMIC (`cm_init_qp_init_attr`);
+//! with initiator depth 0 the passive side gets REMOTE_WRITE only, and an
+//! atomic is refused whatever the MR allows.
+//!
+//! A refused request moves both QPs to ERR (RC). The cm hears nothing of
+//! that: no event on either side (asserted), and the connection is still
+//! up as far as the cm is concerned (the orderly DREQ/DREP/TIMEWAIT_EXIT
+//! teardown works afterwards). So the rig does not recover the QPs by hand:
+//! it disconnects and connects a new pair in the same PD, the MRs stay.
+//! Every case ends with the kernel's handle counts back where they started.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cm::*;
+use common::*;
+use memmap2::MmapMut;
+use uverbs::cm::ConnParam;
+use uverbs::{
+    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, RecvWr, Remote,
+    ReregOutcome, ReregPath, SendOp, WcOpcode, WcStatus, WorkCompletion,
+};
+
+/// What A sees when B refuses an rkey (access bits, PD, unknown key).
+const REFUSED: WcStatus = WcStatus::RemAccessErr;
+/// What A sees when B's QP lacks the remote access the operation needs.
+const INVALID: WcStatus = WcStatus::RemInvReqErr;
+/// The receive without SGEs that B holds while a refused request is in
+/// flight: flushed when B goes to ERR.
+const PROBE: u64 = 0x9e0be;
+/// How long the cm is watched for an event after a QP error.
+const QUIET: Duration = Duration::from_millis(500);
+
+const MSG: usize = 256;
+const AT: usize = 512;
+const LEN: usize = 4096;
+
+/// A deterministic, seed-dependent byte pattern.
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left((i % 61) as u32);
+            (x as u8) ^ (i as u8) ^ 0xa5
+        })
+        .collect()
+}
+
+/// A cm connection and A's source buffer, in a PD that outlives
+/// reconnections. Fields drop in order: the connection, A's MR, its
+/// buffer, the PD.
+struct CmRig<'c> {
+    ctx: &'c Context,
+    name: String,
+    client_param: fn(ConnParam) -> ConnParam,
+    pair: Option<CmPair>,
+    src_mr: MemoryRegion,
+    src: MmapMut,
+    pd: ProtectionDomain,
+    reconnects: u32,
+}
+
+impl<'c> CmRig<'c> {
+    /// `None` when the environment has no cm address (skipped loudly).
+    fn new(ctx: &'c Context, name: &str) -> Option<CmRig<'c>> {
+        Self::with(ctx, name, |p| p)
+    }
+
+    fn with(
+        ctx: &'c Context,
+        name: &str,
+        client_param: fn(ConnParam) -> ConnParam,
+    ) -> Option<CmRig<'c>> {
+        let pd = alloc_pd(ctx);
+        let mut src = anon(LEN);
+        let src_mr = fresh_mr(&pd, &mut src, RW);
+        let setup = CmSetup {
+            client_param: &client_param,
+            ..CmSetup::default()
+        };
+        let pair = cm_connected_pair_with(ctx, name, &pd, &setup)?;
+        Some(CmRig {
+            ctx,
+            name: name.to_owned(),
+            client_param,
+            pair: Some(pair),
+            src_mr,
+            src,
+            pd,
+            reconnects: 0,
+        })
+    }
+
+    fn pair(&self) -> &CmPair {
+        self.pair.as_ref().expect("connected")
+    }
+
+    /// Posts `op` from A with `src[at..at + len]` as its local buffer and
+    /// returns its completion, whatever its status.
+    fn post_a(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
+        let p = self.pair();
+        let sges = sge(self.src.as_ptr() as u64 + at as u64, len, &self.src_mr);
+        let wr = signalled(wr_id, op, &sges);
+        // SAFETY: `src[at..at + len]` stays mapped and registered and is
+        // neither written nor read by the program until the completion is
+        // polled below (or the test panics, and the QP goes before `src`).
+        unsafe { p.qp_a.post_send(&[wr]) }
+            .unwrap_or_else(|e| panic!("{}: {what}: post_send: {e}", self.name));
+        wait_one(&p.cq_a, &format!("{}: {what}", self.name))
+    }
+
+    /// A WRITE of `MSG` bytes of `pattern(seed)` to `remote`.
+    fn write(
+        &mut self,
+        wr_id: u64,
+        seed: u64,
+        remote: Remote,
+        what: &str,
+    ) -> (Vec<u8>, WorkCompletion) {
+        let data = pattern(seed, MSG);
+        self.src[..MSG].copy_from_slice(&data);
+        let wc = self.post_a(wr_id, SendOp::RdmaWrite { remote, imm: None }, 0, MSG, what);
+        (data, wc)
+    }
+
+    /// A WRITE that must land: success, exactly its bytes at `remote` in
+    /// `target`, nothing else of `target` changed.
+    fn write_lands(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+        let before = target.to_vec();
+        let (data, wc) = self.write(wr_id, seed, remote, what);
+        check(&wc, what, WcOpcode::RdmaWrite, &self.pair().qp_a, wr_id);
+        let at = (remote.addr - target.as_ptr() as u64) as usize;
+        assert!(
+            target[at..at + MSG] == data[..],
+            "{}: {what}: the WRITE completed but its {MSG} bytes did not land",
+            self.name
+        );
+        assert!(
+            target[..at] == before[..at] && target[at + MSG..] == before[at + MSG..],
+            "{}: {what}: bytes outside the WRITE's target changed",
+            self.name
+        );
+        assert_no_completion(&self.pair().cq_b, &format!("{}: {what}: B", self.name));
+        loud(&format!(
+            "{}: {what}: WRITE with rkey {:#x} -> landed ({MSG} bytes checked)",
+            self.name, remote.rkey
+        ));
+    }
+
+    /// A WRITE that must be refused ([`REFUSED`]), `target` untouched; then
+    /// a new connection.
+    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+        let before = target.to_vec();
+        self.arm_probe(what);
+        let (_, wc) = self.write(wr_id, seed, remote, what);
+        self.refused(&wc, wr_id, REFUSED, what);
+        assert!(
+            target == &before[..],
+            "{}: {what}: a refused WRITE changed the target bytes",
+            self.name
+        );
+        loud(&format!(
+            "{}: {what}: WRITE with rkey {:#x} -> remote access error (target untouched)",
+            self.name, remote.rkey
+        ));
+    }
+
+    fn arm_probe(&self, what: &str) {
+        let probe = RecvWr {
+            wr_id: PROBE,
+            sges: &[],
+        };
+        // SAFETY: a receive without SGEs names no memory.
+        unsafe { self.pair().qp_b.post_recv(&[probe]) }
+            .unwrap_or_else(|e| panic!("{}: {what}: post_recv of the probe: {e}", self.name));
+    }
+
+    /// A's request completed with `status`; B went to ERR (its probe
+    /// flushed), nothing else came; the cm reported nothing on either side
+    /// within [`QUIET`]. Then the pair is disconnected (the cm's orderly
+    /// teardown still works) and a new one connected.
+    fn refused(&mut self, wc: &WorkCompletion, wr_id: u64, status: WcStatus, what: &str) {
+        let name = self.name.clone();
+        let p = self.pair();
+        assert_eq!(wc.status, status, "{name}: {what}: A's completion: {wc:?}");
+        assert_eq!(
+            (wc.wr_id, wc.qp_num),
+            (wr_id, p.qp_a.qp_num()),
+            "{name}: {what}"
+        );
+        let b = wait_one(&p.cq_b, &format!("{name}: {what}: B"));
+        assert_eq!(
+            (b.wr_id, b.status, b.qp_num),
+            (PROBE, WcStatus::WrFlushErr, p.qp_b.qp_num()),
+            "{name}: {what}: B's probe receive is flushed (B went to ERR): {b:?}"
+        );
+        assert_no_completion(&p.cq_a, &format!("{name}: {what}: A after the refusal"));
+        assert_no_event(
+            &p.ch_a,
+            QUIET,
+            &format!("{name}: {what}: client after the QP error"),
+        );
+        assert_no_event(
+            &p.ch_b,
+            QUIET,
+            &format!("{name}: {what}: server after the QP error"),
+        );
+        loud(&format!(
+            "{name}: {what}: both QPs in ERR; the cm reported nothing within {QUIET:?}; reconnecting"
+        ));
+        self.reconnect(what);
+    }
+
+    /// Disconnects the pair (asserting the usual events) and connects a
+    /// new one in the same PD.
+    fn reconnect(&mut self, what: &str) {
+        let old = self.pair.take().expect("connected");
+        let reported = disconnect_pair(old, &format!("{}: {what}", self.name));
+        assert_eq!(
+            reported,
+            Reported {
+                client: 5,
+                server: 3,
+                listener: 1
+            },
+            "{}: {what}: a connection whose QPs failed ends like any other",
+            self.name
+        );
+        let setup = CmSetup {
+            client_param: &self.client_param,
+            ..CmSetup::default()
+        };
+        let pair = cm_connected_pair_with(self.ctx, &self.name, &self.pd, &setup)
+            .unwrap_or_else(|| panic!("{}: {what}: the reconnection", self.name));
+        self.pair = Some(pair);
+        self.reconnects += 1;
+    }
+
+    fn at(target: &[u8], rkey: u32) -> Remote {
+        Remote {
+            addr: target.as_ptr() as u64 + AT as u64,
+            rkey,
+        }
+    }
+
+    /// The orderly end; the number of reconnections made.
+    fn finish(mut self) -> u32 {
+        let pair = self.pair.take().expect("connected");
+        disconnect_pair(pair, &self.name);
+        self.reconnects
+    }
+}
+
+fn keys(mr: &MemoryRegion) -> (u32, u32, u32) {
+    (mr.handle(), mr.lkey(), mr.rkey())
+}
+
+fn same_keys(mr: &MemoryRegion, k: (u32, u32, u32), what: &str) {
+    assert_eq!(
+        keys(mr),
+        k,
+        "{what}: an in-place change keeps the handle and the keys"
+    );
+}
+
+/// REMOTE_WRITE removed in place: the WRITE is refused, the target
+/// untouched, the QPs in ERR and the cm silent; over a new connection the
+/// region still refuses; restored in place (same keys) the WRITE lands.
+#[test]
+fn cm_access_removed_and_restored_in_place() {
+    on_each_cm_device(
+        "cm_access_removed_and_restored_in_place",
+        |name, ctx, counts| {
+            let Some(mut rig) = CmRig::new(ctx, name) else {
+                return;
+            };
+            let mut dst = anon(LEN);
+            let mut mr = fresh_mr(&rig.pd, &mut dst, RW);
+            counts.assert_extra(2, 1, "two MRs in the rig's PD");
+            counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
+            let k = keys(&mr);
+            let remote = CmRig::at(&dst, mr.rkey());
+            rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
+
+            mr.set_access(AccessFlags::LOCAL_WRITE)
+                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
+            same_keys(&mr, k, name);
+            rig.write_refused(2, 2, remote, &dst, "REMOTE_WRITE removed in place");
+            counts.assert_extra_cq_qp(2, 2, "after the reconnection: the old pair is gone");
+            rig.write_refused(3, 3, remote, &dst, "new connection: still removed");
+
+            mr.set_access(RW)
+                .unwrap_or_else(|e| panic!("{name}: set_access(RW) in place: {e}"));
+            same_keys(&mr, k, name);
+            rig.write_lands(4, 4, remote, &dst, "REMOTE_WRITE restored in place");
+            assert_eq!(rig.finish(), 2, "{name}: one reconnection per refusal");
+
+            drop(mr);
+            drop(dst);
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+const ATOMIC: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_ATOMIC);
+const OLD: u64 = 0x1122_3344_5566_7788;
+const ADD: u64 = 0x0101_0000_0000_0003;
+const RESULT_AT: usize = 1024;
+
+fn target(dst: &[u8]) -> u64 {
+    u64::from_ne_bytes(dst[AT..AT + 8].try_into().unwrap())
+}
+
+/// The cm's default parameters grant REMOTE_ATOMIC: with it removed from
+/// the MR in place a FETCH_ADD is refused (target and result untouched);
+/// restored, it returns the old value and leaves the sum, twice.
+#[test]
+fn cm_atomic_access_removed_and_restored_in_place() {
+    on_each_cm_device(
+        "cm_atomic_access_removed_and_restored_in_place",
+        |name, ctx, counts| {
+            let Some(mut rig) = CmRig::new(ctx, name) else {
+                return;
+            };
+            let mut dst = anon(LEN);
+            dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
+            let mut mr = fresh_mr(&rig.pd, &mut dst, ATOMIC);
+            let k = keys(&mr);
+            let remote = CmRig::at(&dst, mr.rkey());
+            let fetch_add = SendOp::FetchAdd { remote, add: ADD };
+
+            mr.set_access(AccessFlags::LOCAL_WRITE)
+                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
+            same_keys(&mr, k, name);
+            rig.src[RESULT_AT..RESULT_AT + 8].fill(0xee);
+            let what = "FETCH_ADD with REMOTE_ATOMIC removed from the MR";
+            rig.arm_probe(what);
+            let wc = rig.post_a(1, fetch_add, RESULT_AT, 8, what);
+            rig.refused(&wc, 1, REFUSED, what);
+            assert_eq!(
+                target(&dst),
+                OLD,
+                "{name}: a refused FETCH_ADD changed the target"
+            );
+            assert_eq!(
+                rig.src[RESULT_AT..RESULT_AT + 8],
+                [0xee; 8],
+                "{name}: a result"
+            );
+
+            mr.set_access(ATOMIC)
+                .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
+            same_keys(&mr, k, name);
+            for (i, expected_old) in [OLD, OLD.wrapping_add(ADD)].into_iter().enumerate() {
+                let what = format!("FETCH_ADD #{} with REMOTE_ATOMIC restored", i + 1);
+                let wr_id = 2 + i as u64;
+                let wc = rig.post_a(wr_id, fetch_add, RESULT_AT, 8, &what);
+                check(&wc, &what, WcOpcode::FetchAdd, &rig.pair().qp_a, wr_id);
+                let got = u64::from_ne_bytes(rig.src[RESULT_AT..RESULT_AT + 8].try_into().unwrap());
+                assert_eq!(got, expected_old, "{name}: {what}: the value returned");
+                assert_eq!(
+                    target(&dst),
+                    expected_old.wrapping_add(ADD),
+                    "{name}: {what}"
+                );
+                assert!(
+                    dst[..AT].iter().chain(&dst[AT + 8..]).all(|&b| b == 0),
+                    "{name}: {what}: bytes beside the target changed"
+                );
+            }
+            loud(&format!(
+                "{name}: FETCH_ADD over the cm connection: returned {OLD:#x}, then {:#x}; target {:#x}",
+                OLD.wrapping_add(ADD),
+                target(&dst)
+            ));
+            rig.finish();
+            drop(mr);
+            drop(dst);
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// The cm grants the passive side REMOTE_READ and REMOTE_ATOMIC only when
+/// the requester asks for an initiator depth: with `initiator_depth(0)`
+/// B's QP gets REMOTE_WRITE alone, so a WRITE lands but a FETCH_ADD is
+/// refused as an invalid request (rxe checks the QP's access before the
+/// MR's), although the MR allows atomics.
+#[test]
+fn cm_without_initiator_depth_grants_no_atomics() {
+    on_each_cm_device(
+        "cm_without_initiator_depth_grants_no_atomics",
+        |name, ctx, counts| {
+            let Some(mut rig) = CmRig::with(ctx, name, |p| p.initiator_depth(0)) else {
+                return;
+            };
+            // The request as the passive side sees it (ib_cm turns the REQ's
+            // values round): the responder resources to grant are the
+            // requester's initiator depth, 0.
+            let req = &rig.pair().request;
+            assert_eq!(
+                (req.responder_resources, req.initiator_depth),
+                (0, 1),
+                "{name}: the request's depths, seen from the server"
+            );
+            let mut dst = anon(LEN);
+            dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
+            let mr = fresh_mr(&rig.pd, &mut dst, ATOMIC.union(AccessFlags::REMOTE_WRITE));
+            let remote = CmRig::at(&dst, mr.rkey());
+            rig.write_lands(1, 1, remote, &dst, "WRITE without an initiator depth");
+            let before = dst.to_vec();
+            rig.src[RESULT_AT..RESULT_AT + 8].fill(0xee);
+            let what = "FETCH_ADD to a QP the cm gave no REMOTE_ATOMIC";
+            rig.arm_probe(what);
+            let wc = rig.post_a(2, SendOp::FetchAdd { remote, add: ADD }, RESULT_AT, 8, what);
+            rig.refused(&wc, 2, INVALID, what);
+            assert!(
+                dst[..] == before[..],
+                "{name}: a refused FETCH_ADD changed the target"
+            );
+            assert_eq!(
+                rig.src[RESULT_AT..RESULT_AT + 8],
+                [0xee; 8],
+                "{name}: a result"
+            );
+            loud(&format!(
+                "{name}: initiator depth 0: WRITE landed, FETCH_ADD -> remote invalid request"
+            ));
+            rig.finish();
+            drop(mr);
+            drop(dst);
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        },
+    );
+}
+
+/// The region moved in place to another PD than the QPs' refuses the
+/// WRITE; moved back it accepts it (over the new connection); the PD it
+/// was moved to cannot be deallocated while the MR is in it.
+#[test]
+fn cm_pd_moved_away_and_back() {
+    on_each_cm_device("cm_pd_moved_away_and_back", |name, ctx, counts| {
+        let Some(mut rig) = CmRig::new(ctx, name) else {
+            return;
+        };
+        let pd2 = alloc_pd(ctx);
+        let mut dst = anon(LEN);
+        let mut mr = fresh_mr(&rig.pd, &mut dst, RW);
+        let k = keys(&mr);
+        let remote = CmRig::at(&dst, mr.rkey());
+        rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
+
+        mr.set_pd(&pd2)
+            .unwrap_or_else(|e| panic!("{name}: set_pd(pd2) in place: {e}"));
+        same_keys(&mr, k, name);
+        rig.write_refused(2, 2, remote, &dst, "moved to another PD");
+        let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
+
+        mr.set_pd(&rig.pd)
+            .unwrap_or_else(|e| panic!("{name}: set_pd back in place: {e}"));
+        same_keys(&mr, k, name);
+        rig.write_lands(3, 3, remote, &dst, "moved back to the QPs' PD");
+        rig.finish();
+
+        drop(mr);
+        pd2.dealloc()
+            .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
+        drop(dst);
+        counts.assert_extra(0, 0, "after dropping everything");
+        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    });
+}
+
+/// A new translation: refused in place by rxe (EOPNOTSUPP, the MR
+/// unchanged, its rkey still lands in the old buffer); the replace
+/// fallback gives new keys: the new rkey lands in the new buffer, the old
+/// rkey is refused, and the old buffer is never touched again.
+#[test]
+fn cm_translation_replaced() {
+    on_each_cm_device("cm_translation_replaced", |name, ctx, counts| {
+        let Some(mut rig) = CmRig::new(ctx, name) else {
+            return;
+        };
+        let mut old_buf = anon(LEN);
+        let mut new_buf = anon(2 * LEN);
+        let mut mr = fresh_mr(&rig.pd, &mut old_buf, RW);
+        let k = keys(&mr);
+        let old_remote = CmRig::at(&old_buf, mr.rkey());
+
+        // SAFETY: new_buf outlives the MR (dropped after it below).
+        let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
+            .expect_err("rxe changes no translation in place");
+        assert_eq!(
+            (err.outcome(), err.errno(), err.mr_state()),
+            (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
+            "{name}: {err}"
+        );
+        same_keys(&mr, k, name);
+        rig.write_lands(1, 1, old_remote, &old_buf, "translation refused in place");
+
+        // SAFETY: as above.
+        let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) }
+            .unwrap_or_else(|e| panic!("{name}: replace of the translation: {e}"));
+        assert_eq!(path, ReregPath::Replaced, "{name}");
+        assert_ne!(mr.rkey(), k.2, "{name}: a replaced MR has a new rkey");
+        counts.assert_extra(2, 1, "after the replace: the old registration is gone");
+        let old_bytes = old_buf.to_vec();
+        let new_remote = CmRig::at(&new_buf, mr.rkey());
+        rig.write_lands(
+            2,
+            2,
+            new_remote,
+            &new_buf,
+            "the new rkey into the new buffer",
+        );
+        rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
+        rig.write_lands(4, 4, new_remote, &new_buf, "the new rkey, new connection");
+        assert!(
+            old_buf[..] == old_bytes[..],
+            "{name}: the old buffer changed"
+        );
+        loud(&format!(
+            "{name}: replaced over the cm connection: rkey {:#x} -> {:#x}",
+            k.2,
+            mr.rkey()
+        ));
+        rig.finish();
+
+        drop(mr);
+        drop((old_buf, new_buf));
+        counts.assert_extra(0, 0, "after dropping everything");
+        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    });
+}
