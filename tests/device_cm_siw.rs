@@ -228,7 +228,12 @@ fn cm_modify(id: &CmId, qp: &QueuePair, state: QpState, what: &str) {
         "{what}: INIT_QP_ATTR {state:?} mask {:?}",
         attr.mask()
     ));
-    modify(qp, &attr, what);
+    qp.modify(&attr)
+        .unwrap_or_else(|e| panic!("{what}: modify {:?}: {e}", attr.mask()));
+    // The RTS answer carries no state: the QP stays where it was.
+    if let Some(to) = attr.target_state() {
+        assert_eq!(qp.state(), to, "{what}");
+    }
 }
 
 fn rc(cq: &CompletionQueue) -> QpInit<'_> {
