@@ -76,6 +76,8 @@ pub enum Op {
     CreateQp,
     /// `MODIFY_QP` (`ibv_modify_qp`).
     ModifyQp,
+    /// `QUERY_QP` (`ibv_query_qp`; the state refresh).
+    QueryQp,
     /// `DESTROY_QP` (`ibv_destroy_qp`).
     DestroyQp,
     /// Writing send WQEs and ringing the doorbell (`ibv_post_send`).
@@ -152,6 +154,7 @@ impl Op {
             Op::PollCq => "poll_cq",
             Op::CreateQp => "create_qp",
             Op::ModifyQp => "modify_qp",
+            Op::QueryQp => "query_qp",
             Op::DestroyQp => "destroy_qp",
             Op::PostSend => "post_send",
             Op::PostRecv => "post_recv",

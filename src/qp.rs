@@ -14,7 +14,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::command::{CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, QpState, QpType};
+use crate::command::{
+    CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, QpAttrMask, QpState, QpType, QueryQp,
+    TransportType,
+};
 use crate::context::Context;
 use crate::cq::{native_driver, native_refused, CompletionQueue, CqInner, CreatePath};
 use crate::error::{Errno, Error, Op};
@@ -23,6 +26,7 @@ use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::rings::{
     self, PostFailure, QpRingConfig, RecvQueue, SendQueue, MAX_CREATE_UHW_OUT,
 };
+use crate::provider::Provider;
 use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
 
@@ -122,7 +126,8 @@ pub struct QueuePair {
     path: CreatePath,
     /// Set by a successful [`QueuePair::destroy`]: the drop sends nothing.
     destroyed: bool,
-    /// The state the last successful `modify` set (`QpState as u8`).
+    /// The state the last successful `modify` or
+    /// [`refresh_state`](QueuePair::refresh_state) set (`QpState as u8`).
     state: AtomicU8,
     /// Serialises `modify` calls, so each is checked against the state the
     /// previous one left.
@@ -366,30 +371,73 @@ impl QueuePair {
         &self.pd.ctx
     }
 
-    /// The state the last successful [`modify`](Self::modify) set (RESET
-    /// after creation). The device may have moved the QP to ERR since, on
-    /// an error; leaving ERR is a modify to RESET, valid from any state.
+    /// The state the last successful [`modify`](Self::modify) or
+    /// [`refresh_state`](Self::refresh_state) set (RESET after creation).
+    /// The device may have moved the QP since: to ERR on an error, and on
+    /// iWARP to RTS when the connection manager established the
+    /// connection (then [`refresh_state`](Self::refresh_state) learns it).
+    /// Leaving ERR is a modify to RESET, valid from any state.
     pub fn state(&self) -> QpState {
         QpState::from_raw(self.state.load(Ordering::Acquire)).unwrap_or(QpState::Err)
     }
 
+    /// How this QP's device connects: [`TransportType::Iwarp`] on siw,
+    /// [`TransportType::Ib`] (IB and RoCE) otherwise. It chooses the table
+    /// [`modify`](Self::modify) checks against.
+    pub fn transport_type(&self) -> TransportType {
+        match self.pd.ctx.inner.provider {
+            Provider::Siw => TransportType::Iwarp,
+            Provider::Rxe | Provider::Generic => TransportType::Ib,
+        }
+    }
+
+    /// Asks the kernel for the QP's state (`QUERY_QP`), remembers it as
+    /// [`state`](Self::state) and returns it.
+    ///
+    /// An iWARP QP enters RTS without a `MODIFY_QP` of ours: the kernel's
+    /// connection manager moves it there when the connection is established
+    /// (siw: on accept for the passive side, on the MPA reply for the active
+    /// side), so call this after `ESTABLISHED` before posting sends. It also
+    /// learns an ERR the device entered. siw reports its idle state (RESET,
+    /// INIT and a QP modified to RTR before the connection) as INIT.
+    #[doc(alias = "ibv_query_qp")]
+    pub fn refresh_state(&self) -> Result<QpState, Error> {
+        let _serial = lock(&self.modify_lock);
+        let ctx = &self.pd.ctx;
+        let cmd = QueryQp::new(self.handle, QpAttrMask::STATE);
+        // SAFETY: QUERY_QP of our own QP hands no memory to the device; the
+        // answer is a plain struct.
+        let (resp, _) = unsafe { ctx.run(Op::QueryQp, &cmd, &mut []) }?;
+        let state = QpState::from_raw(resp.qp_state).ok_or_else(|| {
+            Error::input(
+                Op::QueryQp,
+                &ctx.inner.device,
+                "QUERY_QP answered an unknown QP state",
+            )
+        })?;
+        self.state.store(state as u8, Ordering::Release);
+        Ok(state)
+    }
+
     /// Changes the QP's attributes and state (`MODIFY_QP`). The attributes
-    /// are first checked against the QP's type and its current
-    /// [`state`](Self::state) ([`QpAttr::check`]): an invalid transition,
-    /// a missing or unexpected attribute, or a field out of range is an
-    /// [`Error::QpTransition`] and nothing is sent.
+    /// are first checked against the QP's type, its current
+    /// [`state`](Self::state) and its [`transport_type`](Self::transport_type)
+    /// ([`QpAttr::check_on`]): an invalid transition, a missing or
+    /// unexpected attribute, or a field out of range is an
+    /// [`Error::QpTransition`] and nothing is sent. On iWARP the attributes
+    /// `CmId::init_qp_attr` answers pass, and entering RTS is refused
+    /// ([`RtsOnlyThroughCm`](crate::command::QpTransitionError::RtsOnlyThroughCm)).
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
         let _serial = lock(&self.modify_lock);
         let ctx = &self.pd.ctx;
-        let cmd =
-            ModifyQp::checked(self.handle, self.qp_type, self.state(), attr).map_err(|source| {
-                Error::QpTransition {
-                    op: Op::ModifyQp,
-                    device: ctx.inner.device.clone(),
-                    source,
-                }
+        attr.check_on(self.transport_type(), self.qp_type, self.state())
+            .map_err(|source| Error::QpTransition {
+                op: Op::ModifyQp,
+                device: ctx.inner.device.clone(),
+                source,
             })?;
+        let cmd = ModifyQp::new(self.handle, attr);
         // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
         unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) }?;
         if let Some(to) = attr.target_state() {

@@ -36,7 +36,8 @@ pub use port::QueryPort;
 pub use post::{PostSendDoorbell, DOORBELL_LEN, DOORBELL_WQE_SIZE};
 pub use qp::{CreateQp, DestroyQp, ModifyQp, QueryQp};
 pub use qp_attr::{
-    transition_rule, Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, TransitionRule,
+    iwarp_transition_rule, transition_rule, Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError,
+    QpType, TransitionRule, TransportType,
 };
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};

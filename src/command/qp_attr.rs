@@ -7,6 +7,12 @@
 //! as data for RC, UC and UD. [`QpAttr::check`] applies the kernel's
 //! `ib_modify_qp_is_ok` to it, so a bad transition is a typed error before
 //! any system call.
+//!
+//! iWARP QPs follow another table ([`iwarp_transition_rule`]): their
+//! connection manager answers other attributes (`iw_cm_init_qp_attr`:
+//! STATE, ACCESS_FLAGS and PORT for INIT and RTR, PORT alone for RTS), and
+//! only the CM moves them to RTS. [`QpAttr::check_on`] picks the table by
+//! [`TransportType`].
 
 use bitflags::bitflags;
 use uverbs_uapi as sys;
@@ -81,6 +87,19 @@ impl QpType {
             QpType::Ud => 2,
         }
     }
+}
+
+/// How a device's QPs connect (`enum ibv_transport_type`): it decides
+/// which transition table [`QpAttr::check_on`] applies.
+#[doc(alias = "ibv_transport_type")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TransportType {
+    /// InfiniBand and RoCE (rxe): the kernel's `qp_state_table`
+    /// (`IBV_TRANSPORT_IB`).
+    Ib,
+    /// iWARP (siw): RTS only through the connection manager
+    /// (`IBV_TRANSPORT_IWARP`).
+    Iwarp,
 }
 
 bitflags! {
@@ -188,6 +207,16 @@ pub enum QpTransitionError {
         to: QpState,
         /// The attributes set that are neither required nor optional.
         extra: QpAttrMask,
+    },
+    /// An iWARP QP was asked to enter RTS by `MODIFY_QP`: only the
+    /// connection manager moves it there, when it hands the QP its TCP
+    /// stream during connect or accept (siw answers `EINVAL`: no socket).
+    #[error(
+        "modify_qp: an iWARP QP reaches RTS only through the connection manager (from {from:?})"
+    )]
+    RtsOnlyThroughCm {
+        /// The current state.
+        from: QpState,
     },
     /// A field is outside the range the wire format or the IB spec allows.
     #[error("modify_qp: {field} = {value} is out of range (at most {max})")]
@@ -301,6 +330,50 @@ pub fn transition_rule(from: QpState, to: QpState) -> Option<TransitionRule> {
             ],
         ),
         _ => None,
+    }
+}
+
+/// The iWARP table: which transitions an iWARP QP takes by `MODIFY_QP`,
+/// with the attributes its connection manager answers (`rdma_init_qp_attr`
+/// of `drivers/infiniband/core/cma.c` and `iw_cm_init_qp_attr` of
+/// `iwcm.c`, Linux 6.12; librdmacm applies them as answered). Same for
+/// every QP type (iWARP has RC only):
+///
+/// - RESET→INIT needs ACCESS_FLAGS and PORT (the CM's INIT answer, before
+///   and after connect), may set PKEY_INDEX (the IB-style INIT);
+/// - INIT→RTR takes ACCESS_FLAGS and PORT, needs nothing (the CM's RTR
+///   answer; siw keeps the QP idle until the connection is up);
+/// - a change without a new state from INIT, RTR or RTS takes ACCESS_FLAGS,
+///   PORT and, from INIT, PKEY_INDEX (the CM's RTS answer is PORT alone,
+///   no state);
+/// - RTS→SQD (librdmacm's iWARP shutdown), any state to RESET, any
+///   started state to ERR, as on IB;
+/// - entering RTS from another state is [`QpTransitionError::RtsOnlyThroughCm`].
+///
+/// `Err(None)` for any other pair: no such transition.
+pub fn iwarp_transition_rule(
+    from: QpState,
+    to: QpState,
+) -> Result<TransitionRule, Option<QpTransitionError>> {
+    use QpAttrMask as M;
+    use QpState::*;
+    let rule = |required: QpAttrMask, optional: QpAttrMask| {
+        Ok(TransitionRule {
+            required: [required; 3],
+            optional: [optional; 3],
+        })
+    };
+    let access_port = M::ACCESS_FLAGS.union(M::PORT);
+    match (from, to) {
+        (_, Reset) => rule(M::empty(), M::empty()),
+        (Reset, Err) => Result::Err(None),
+        (_, Err) => rule(M::empty(), M::empty()),
+        (Reset, Init) => rule(access_port, M::PKEY_INDEX),
+        (Init, Init) => rule(M::empty(), access_port.union(M::PKEY_INDEX)),
+        (Init, Rtr) | (Rtr, Rtr) | (Rts, Rts) => rule(M::empty(), access_port),
+        (Rts, Sqd) => rule(M::empty(), M::empty()),
+        (from, Rts) => Result::Err(Some(QpTransitionError::RtsOnlyThroughCm { from })),
+        _ => Result::Err(None),
     }
 }
 
@@ -427,7 +500,21 @@ impl QpAttr {
     /// Checks these attributes for a `qp_type` QP now in `current`, like the
     /// kernel's `ib_modify_qp_is_ok` (the target is [`state`](Self::state),
     /// or `current` when no state is set), plus the ranges of the fields.
+    /// This is the IB/RoCE table: [`check_on`](Self::check_on) with
+    /// [`TransportType::Ib`].
     pub fn check(&self, qp_type: QpType, current: QpState) -> Result<(), QpTransitionError> {
+        self.check_on(TransportType::Ib, qp_type, current)
+    }
+
+    /// [`check`](Self::check) against `transport`'s table: IB/RoCE is the
+    /// kernel's `qp_state_table` ([`transition_rule`]), iWARP what its
+    /// connection manager answers ([`iwarp_transition_rule`]).
+    pub fn check_on(
+        &self,
+        transport: TransportType,
+        qp_type: QpType,
+        current: QpState,
+    ) -> Result<(), QpTransitionError> {
         let to = self.target_state().unwrap_or(current);
         let mask = self.mask();
         let ranges: [(QpAttrMask, &'static str, u32, u32); 6] = [
@@ -478,7 +565,12 @@ impl QpAttr {
         {
             return Err(invalid);
         }
-        let rule = transition_rule(current, to).ok_or(invalid)?;
+        let rule = match transport {
+            TransportType::Ib => transition_rule(current, to).ok_or(invalid)?,
+            TransportType::Iwarp => {
+                iwarp_transition_rule(current, to).map_err(|e| e.unwrap_or(invalid))?
+            }
+        };
         let (required, optional) = (rule.required(qp_type), rule.optional(qp_type));
         let missing = required.difference(mask);
         if !missing.is_empty() {
@@ -828,6 +920,122 @@ mod tests {
             attr.check(QpType::Rc, QpState::Rtr),
             Err(QpTransitionError::OutOfRange {
                 field: "retry_cnt",
+                ..
+            })
+        ));
+    }
+
+    /// What the iWARP CM answers (`iw_cm_init_qp_attr` + cma's PORT):
+    /// INIT and RTR carry STATE, ACCESS_FLAGS and PORT, RTS PORT alone.
+    fn iwarp_cm_answers() -> [QpAttr; 3] {
+        let rw = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        [
+            QpAttr::new().state(QpState::Init).access_flags(rw).port(1),
+            QpAttr::new().state(QpState::Rtr).access_flags(rw).port(1),
+            QpAttr::new().port(1),
+        ]
+    }
+
+    #[test]
+    fn the_iwarp_cm_answers_pass_the_iwarp_table_and_not_the_ib_one() {
+        use QpState::{Init, Reset, Rtr, Rts};
+        let [init, rtr, rts] = iwarp_cm_answers();
+        assert_eq!(init.mask().bits(), 0x29);
+        assert_eq!(rts.mask(), QpAttrMask::PORT);
+        let iw = TransportType::Iwarp;
+        assert_eq!(init.check_on(iw, QpType::Rc, Reset), Ok(()));
+        assert_eq!(
+            init.check_on(iw, QpType::Rc, Init),
+            Ok(()),
+            "librdmacm's INIT again"
+        );
+        assert_eq!(rtr.check_on(iw, QpType::Rc, Init), Ok(()));
+        assert_eq!(
+            rts.check_on(iw, QpType::Rc, Rtr),
+            Ok(()),
+            "no state: stays RTR"
+        );
+        assert_eq!(rts.check_on(iw, QpType::Rc, Rts), Ok(()));
+        // The client's INIT before CONNECT (access 0) and the IB-style INIT.
+        let ib_init = rc_init();
+        assert_eq!(ib_init.check_on(iw, QpType::Rc, Reset), Ok(()));
+        // The IB table refuses all three, as it did on siw before.
+        assert!(matches!(
+            init.check(QpType::Rc, Reset),
+            Err(QpTransitionError::MissingAttributes {
+                missing: QpAttrMask::PKEY_INDEX,
+                ..
+            })
+        ));
+        assert!(matches!(
+            rtr.check(QpType::Rc, Init),
+            Err(QpTransitionError::MissingAttributes { .. })
+        ));
+        assert!(matches!(
+            rts.check(QpType::Rc, Rtr),
+            Err(QpTransitionError::InvalidTransition { .. })
+        ));
+        // check is check_on(Ib): unchanged for IB's own walk.
+        assert_eq!(
+            rc_rtr().check_on(TransportType::Ib, QpType::Rc, Init),
+            Ok(())
+        );
+        assert_eq!(
+            rc_rts().check_on(TransportType::Ib, QpType::Rc, Rtr),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn an_iwarp_qp_enters_rts_only_through_the_cm() {
+        use QpState::{Init, Reset, Rtr, Rts, Sqd, Sqe};
+        const ERR: QpState = QpState::Err;
+        let iw = TransportType::Iwarp;
+        for from in [Init, Rtr, Sqd, Sqe, ERR] {
+            assert_eq!(
+                rc_rts().check_on(iw, QpType::Rc, from),
+                Err(QpTransitionError::RtsOnlyThroughCm { from }),
+                "{from:?}"
+            );
+            assert_eq!(
+                QpAttr::new().state(Rts).check_on(iw, QpType::Rc, from),
+                Err(QpTransitionError::RtsOnlyThroughCm { from })
+            );
+        }
+        // Invalid pairs stay invalid; IB's RTR attributes are not iWARP's.
+        assert!(matches!(
+            QpAttr::new().state(Rtr).check_on(iw, QpType::Rc, Reset),
+            Err(QpTransitionError::InvalidTransition { .. })
+        ));
+        assert!(matches!(
+            QpAttr::new().state(ERR).check_on(iw, QpType::Rc, Reset),
+            Err(QpTransitionError::InvalidTransition { .. })
+        ));
+        assert!(matches!(
+            rc_rtr().check_on(iw, QpType::Rc, Init),
+            Err(QpTransitionError::UnexpectedAttributes { .. })
+        ));
+        // RESET, ERR and librdmacm's iWARP shutdown (RTS -> SQD).
+        assert_eq!(
+            QpAttr::new().state(Reset).check_on(iw, QpType::Rc, Rts),
+            Ok(())
+        );
+        assert_eq!(
+            QpAttr::new().state(ERR).check_on(iw, QpType::Rc, Rtr),
+            Ok(())
+        );
+        assert_eq!(
+            QpAttr::new().state(Sqd).check_on(iw, QpType::Rc, Rts),
+            Ok(())
+        );
+        // INIT needs its access flags and port, as the CM always answers.
+        assert!(matches!(
+            QpAttr::new()
+                .state(Init)
+                .port(1)
+                .check_on(iw, QpType::Rc, Reset),
+            Err(QpTransitionError::MissingAttributes {
+                missing: QpAttrMask::ACCESS_FLAGS,
                 ..
             })
         ));

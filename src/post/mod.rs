@@ -634,6 +634,13 @@ impl<M> OwnedQp<M> {
         self.qp().state()
     }
 
+    /// Asks the kernel for the QP's state: [`QueuePair::refresh_state`]
+    /// (after an iWARP connection is established, before posting sends).
+    #[doc(alias = "ibv_query_qp")]
+    pub fn refresh_state(&self) -> Result<QpState, Error> {
+        self.qp().refresh_state()
+    }
+
     /// The kernel's handle of the QP.
     pub fn handle(&self) -> u32 {
         self.qp().handle()

@@ -40,6 +40,10 @@ struct State {
     cq_key: Option<u64>,
     /// The next DESTROY_CQ answers EBUSY.
     busy_once: bool,
+    /// The state QUERY_QP answers (what the kernel's CM moved the QP to).
+    qp_state: u8,
+    /// The mask of each MODIFY_QP.
+    modify_masks: Vec<u32>,
 }
 
 #[derive(Debug)]
@@ -166,7 +170,22 @@ unsafe impl Transport for SiwFake {
                 put(cmd.core_out, &sys::ib_uverbs_destroy_qp_resp::default());
                 Ok(0)
             }
-            sys::IB_USER_VERBS_CMD_MODIFY_QP => Ok(0),
+            sys::IB_USER_VERBS_CMD_MODIFY_QP => {
+                let req = sys::ib_uverbs_modify_qp::read_from_prefix(cmd.core_in)
+                    .map_err(|_| Errno::INVAL)?
+                    .0;
+                st.modify_masks.push(req.attr_mask);
+                Ok(0)
+            }
+            sys::IB_USER_VERBS_CMD_QUERY_QP => {
+                st.log.push("query_qp".into());
+                let resp = sys::ib_uverbs_query_qp_resp {
+                    qp_state: st.qp_state,
+                    ..Default::default()
+                };
+                put(cmd.core_out, &resp);
+                Ok(0)
+            }
             sys::IB_USER_VERBS_CMD_REQ_NOTIFY_CQ => {
                 st.log.push("req_notify_cq".into());
                 Ok(0)
@@ -458,4 +477,71 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
         "destroy_qp sq_mapped=false rq_mapped=false"
     );
     drop((cq, pd));
+}
+
+/// The iWARP CM's answers (INIT and RTR: STATE|ACCESS_FLAGS|PORT; RTS: PORT
+/// alone) pass `modify` on a siw QP, which the IB table refused; entering
+/// RTS by MODIFY_QP is refused before any command; after the kernel's CM
+/// moved the QP to RTS, `refresh_state` (QUERY_QP) learns it and
+/// `post_send` accepts.
+#[test]
+fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
+    use crate::command::{QpTransitionError, TransportType};
+    use crate::flags::AccessFlags;
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(4, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let qp = pd.create_qp(&rc_init(&cq)).unwrap();
+    assert_eq!(qp.transport_type(), TransportType::Iwarp);
+    let rw = AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    qp.modify(&QpAttr::new().state(QpState::Init).access_flags(rw).port(1))
+        .unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Rtr).access_flags(rw).port(1))
+        .unwrap();
+    qp.modify(&QpAttr::new().port(1)).unwrap();
+    assert_eq!(qp.state(), QpState::Rtr);
+    assert_eq!(fake.state().modify_masks, [0x29, 0x29, 0x20]);
+
+    let err = qp
+        .modify(&QpAttr::new().state(QpState::Rts).sq_psn(0))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::QpTransition {
+                source: QpTransitionError::RtsOnlyThroughCm { from: QpState::Rtr },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(fake.state().modify_masks.len(), 3, "nothing sent");
+
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 5,
+    }];
+    let send = SendWr {
+        wr_id: 1,
+        op: SendOp::Send { imm: None },
+        flags: SendFlags::SIGNALED,
+        payload: Payload::Sges(&sge),
+        ud: None,
+    };
+    // SAFETY: the fake kernel touches no memory.
+    let refused = unsafe { qp.post_send(&[send]) }.unwrap_err();
+    assert!(
+        matches!(&refused, Error::Post { source, .. }
+            if matches!(**source, PostError::WrongState { state: QpState::Rtr, .. })),
+        "{refused}"
+    );
+    fake.state().qp_state = QpState::Rts as u8;
+    assert_eq!(qp.refresh_state().unwrap(), QpState::Rts);
+    assert_eq!(qp.state(), QpState::Rts);
+    // SAFETY: as above.
+    unsafe { qp.post_send(&[send]) }.unwrap();
+    assert!(fake
+        .log()
+        .ends_with(&["query_qp".into(), "doorbell".into()]));
 }
