@@ -444,7 +444,25 @@ impl Ctx {
         }
         let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
         let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
-        let results = report::parse(&outcome.console);
+        let mut results = report::parse(&outcome.console);
+        let unfinished = report::unfinished_after_panic(&outcome.console, &config_names, &names);
+        if !unfinished.is_empty() {
+            say(format!(
+                "the guest kernel panicked during the runs (see the console above); \
+                 booting once more for the configurations it did not finish: {}",
+                unfinished.join(" ")
+            ));
+            let again: Vec<RunConfig> = configs
+                .iter()
+                .filter(|c| unfinished.contains(&c.name))
+                .copied()
+                .collect();
+            outcome = self
+                .boot_runs(kernel, binaries, runs, &again, Mode::Run)?
+                .expect("run mode has an outcome");
+            results.retain(|r| !unfinished.contains(&r.config.as_str()));
+            results.extend(report::parse(&outcome.console));
+        }
         let (table, counts) = report::summarize(&config_names, &names, &results);
         let mut problems = Vec::new();
         if let Some(f) = report::setup_failure(&outcome.console) {

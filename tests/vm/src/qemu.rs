@@ -9,8 +9,12 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// The kernel command line.
-const CMDLINE: &str = "console=ttyS0 panic=-1 loglevel=4";
+/// The kernel command line. `tsc=reliable`: under a loaded TCG host the
+/// clocksource watchdog once declared the TSC unstable mid-run, and the
+/// static key it then flips (sched_clock_stable) is patched into running
+/// code with `int3`, which TCG's other vCPU hit as a stray breakpoint: an
+/// oops and a panic. Trusting the TSC keeps the key still.
+const CMDLINE: &str = "console=ttyS0 panic=-1 loglevel=4 tsc=reliable";
 
 /// How to boot.
 pub struct Boot {

@@ -65,6 +65,30 @@ pub fn panicked_before_any_run(console: &str) -> bool {
     !started && console.contains("Kernel panic - not syncing")
 }
 
+/// The configurations (of `configs`) with a binary of `bins` that reported
+/// no result, when the guest kernel panicked: a TCG oops (a stray `int3`
+/// in code the kernel patched at run time, e.g. when the clocksource
+/// watchdog flips a static key) ends the boot, not the tests. Empty when
+/// the kernel did not panic or every run reported.
+pub fn unfinished_after_panic<'a>(
+    console: &str,
+    configs: &[&'a str],
+    bins: &[String],
+) -> Vec<&'a str> {
+    if !console.contains("Kernel panic - not syncing") {
+        return Vec::new();
+    }
+    let results = parse(console);
+    configs
+        .iter()
+        .copied()
+        .filter(|c| {
+            bins.iter()
+                .any(|b| !results.iter().any(|r| r.config == *c && r.bin == *b))
+        })
+        .collect()
+}
+
 /// Counts of a finished plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -195,6 +219,22 @@ pub fn summarize_two_host(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn configurations_a_panic_cut_short_are_named() {
+        let bins = vec!["a".to_string(), "b".to_string()];
+        let configs = ["ioctl", "write", "fork-forced"];
+        let mut console = String::new();
+        for (c, b) in [("ioctl", "a"), ("ioctl", "b"), ("write", "a")] {
+            console.push_str(&format!("@@UVERBS-RESULT config={c} bin={b} rc=0\n"));
+        }
+        assert!(super::unfinished_after_panic(&console, &configs, &bins).is_empty());
+        console.push_str("[ 94.3] Kernel panic - not syncing: Fatal exception in interrupt\n");
+        assert_eq!(
+            super::unfinished_after_panic(&console, &configs, &bins),
+            ["write", "fork-forced"]
+        );
+    }
+
     #[test]
     fn a_panic_before_any_run_is_told_apart() {
         let boot_panic = "[ 2.27] Oops: int3: 0000 [#2] PREEMPT SMP NOPTI\n\
