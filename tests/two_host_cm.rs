@@ -37,6 +37,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::cm::*;
@@ -57,6 +58,20 @@ const CONTROL_WAIT: Duration = Duration::from_secs(60);
 const CM_PORT_OFFSET: u16 = 1000;
 /// How long the cm is watched for an event after the QPs died.
 const QUIET: Duration = Duration::from_millis(500);
+/// B's NIC (rxe0's netdev in the two-host guests).
+const NIC: &str = "eth0";
+/// How long B keeps its link down: longer than [`RETRY_WAIT`], so A's
+/// retries all fall into it.
+const LINK_DOWN_FOR: Duration = Duration::from_secs(25);
+/// How long A's WRITEs may take to fail once the link is down: the cm's
+/// RoCE local ACK timeout (packet lifetime 16, so 2^17 * 4.096 us, about
+/// 0.5 s) times the retry count (7) and a margin.
+const RETRY_WAIT: Duration = Duration::from_secs(20);
+/// The WRITEs A keeps in flight while the link goes down, each of
+/// [`STREAM_LEN`] bytes, into B's memory at [`STREAM_AT`].
+const STREAM_DEPTH: usize = 8;
+const STREAM_LEN: usize = 4096;
+const STREAM_AT: usize = 224 << 10;
 
 /// Each side's peer-addressable memory, and its local buffer (SEND
 /// source, RECV target, WRITE source, READ landing area).
@@ -647,6 +662,7 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
     }
     rereg_while_the_peer_writes(&mut s, &mut ctl);
     counts.assert_extra_cq_qp(1, 1, "after the reconnection: the old QP and CQ are gone");
+    link_down_during_writes(&mut s, &mut ctl);
 
     assert_no_completion(
         &s.conn().cq,
@@ -924,6 +940,148 @@ fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
                 k.2
             ));
             ctl.send("checked", "");
+        }
+    }
+}
+
+/// `ip link set <NIC> down` on B, undone (`up`) when dropped, also when
+/// the test panics: the runs after this one need the link.
+struct LinkDown {
+    me: String,
+}
+
+fn ip_link(state: &str, me: &str) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(["link", "set", NIC, state])
+        .output()
+        .map_err(|e| format!("{me}: running `ip link set {NIC} {state}`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{me}: `ip link set {NIC} {state}`: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl LinkDown {
+    fn take(me: &str) -> LinkDown {
+        ip_link("down", me).unwrap_or_else(|e| panic!("{e}"));
+        loud(&format!("{me}: {NIC} is down"));
+        LinkDown { me: me.to_string() }
+    }
+}
+
+impl Drop for LinkDown {
+    fn drop(&mut self) {
+        match ip_link("up", &self.me) {
+            Ok(()) => loud(&format!("{}: {NIC} is up again", self.me)),
+            // Not a panic in a drop: the runs after this one will fail
+            // loudly at their meeting instead.
+            Err(e) => loud(&format!("FAILED: {e}")),
+        }
+    }
+}
+
+/// The link taken down during traffic: A streams WRITEs to B
+/// ([`STREAM_DEPTH`] in flight) and B takes its NIC down. A's WRITEs
+/// then fail RETRY_EXC_ERR (the first one; the rest of the queue is
+/// flushed) within [`RETRY_WAIT`], with no cm event on either side; B
+/// brings the link back up, and the connection's orderly disconnect
+/// (DREQ, DREP) works over the restored link.
+fn link_down_during_writes(s: &mut Side, ctl: &mut Control) {
+    let me = s.me.clone();
+    match s.role {
+        Role::A => {
+            ctl.expect("link-going-down");
+            let data = pattern(400, STREAM_LEN);
+            s.local[..STREAM_LEN].copy_from_slice(&data);
+            let c = s.conn();
+            let sges = sge(s.local.as_ptr() as u64, STREAM_LEN, &s.local_mr);
+            let start = Instant::now();
+            let (mut posted, mut done, mut ok) = (0u64, 0u64, 0u64);
+            let mut first_error: Option<(WorkCompletion, Duration)> = None;
+            let mut flushed = 0u64;
+            let mut wc = [WorkCompletion::default(); 16];
+            loop {
+                while first_error.is_none() && posted - done < STREAM_DEPTH as u64 {
+                    let at = STREAM_AT + (posted as usize % 8) * STREAM_LEN;
+                    let wr = signalled(
+                        posted,
+                        SendOp::RdmaWrite {
+                            remote: s.remote(at),
+                            imm: None,
+                        },
+                        &sges,
+                    );
+                    // SAFETY: `local[..STREAM_LEN]` stays mapped and
+                    // registered and is not written until every WRITE
+                    // posted here has completed (the loop ends only then,
+                    // or panics, and then the QP goes before the buffer).
+                    unsafe { c.qp.post_send(&[wr]) }
+                        .unwrap_or_else(|e| panic!("{me}: stream: post_send {posted}: {e}"));
+                    posted += 1;
+                }
+                let n =
+                    c.cq.poll(&mut wc)
+                        .unwrap_or_else(|e| panic!("{me}: stream: poll_cq: {e}"));
+                for w in &wc[..n] {
+                    assert_eq!(w.wr_id, done, "{me}: stream: completions in order: {w:?}");
+                    done += 1;
+                    match (w.status, first_error.is_some()) {
+                        (WcStatus::Success, false) => ok += 1,
+                        (WcStatus::WrFlushErr, true) => flushed += 1,
+                        (_, false) => first_error = Some((*w, start.elapsed())),
+                        (_, true) => panic!("{me}: stream: after the first error: {w:?}"),
+                    }
+                }
+                if first_error.is_some() && done == posted {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < RETRY_WAIT,
+                    "{me}: stream: no failed WRITE within {RETRY_WAIT:?} of b taking its link down \
+                     ({ok} succeeded, {posted} posted, {done} completed)"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let (err, after) = first_error.unwrap();
+            assert_eq!(
+                (err.status, err.qp_num),
+                (WcStatus::RetryExcErr, c.qp.qp_num()),
+                "{me}: stream: the link down shows as retries exhausted: {err:?}"
+            );
+            loud(&format!(
+                "{me}: link down: {ok} WRITEs of {STREAM_LEN} B landed, then WRITE {} failed {:?} \
+                 {after:?} after b's notice, {flushed} flushed",
+                err.wr_id, err.status
+            ));
+            assert_no_event(
+                &s.ch,
+                QUIET,
+                &format!("{me}: the cm after retries exhausted"),
+            );
+            ctl.send("retry-exceeded", &format!("{after:?}"));
+            ctl.expect("link-up");
+        }
+        Role::B => {
+            ctl.send("link-going-down", "");
+            // A is streaming by the time the link goes.
+            std::thread::sleep(Duration::from_millis(500));
+            let link = LinkDown::take(&me);
+            std::thread::sleep(LINK_DOWN_FOR);
+            assert_no_event(&s.ch, QUIET, &format!("{me}: the cm with {NIC} down"));
+            drop(link);
+            // The control connection crosses the same link: A's report
+            // arrives once TCP retransmits it.
+            let after = ctl.expect("retry-exceeded");
+            loud(&format!(
+                "{me}: link down: a's WRITEs failed RETRY_EXC_ERR after {after}"
+            ));
+            assert_no_completion(&s.conn().cq, &format!("{me}: after the link came back"));
+            ctl.send("link-up", "");
         }
     }
 }
