@@ -63,9 +63,14 @@ const NIC: &str = "eth0";
 /// How long B keeps its link down: longer than [`RETRY_WAIT`], so A's
 /// retries all fall into it.
 const LINK_DOWN_FOR: Duration = Duration::from_secs(25);
+/// The transport retry count A asks for in its connect. Not
+/// `ConnParam`'s default 7: rxe takes 7 to mean "retry forever"
+/// (`rxe_comp.c` never decrements it; seen in the VM: no error within
+/// 20 s of the link going down).
+const RETRY_COUNT: u8 = 6;
 /// How long A's WRITEs may take to fail once the link is down: the cm's
 /// RoCE local ACK timeout (packet lifetime 16, so 2^17 * 4.096 us, about
-/// 0.5 s) times the retry count (7) and a margin.
+/// 0.5 s) times 1 + [`RETRY_COUNT`], and a wide margin.
 const RETRY_WAIT: Duration = Duration::from_secs(20);
 /// The WRITEs A keeps in flight while the link goes down, each of
 /// [`STREAM_LEN`] bytes, into B's memory at [`STREAM_AT`].
@@ -399,6 +404,7 @@ impl Side<'_> {
                     &format!("{what}: client RESET->INIT"),
                 );
                 let param = ConnParam::new(qp.qp_num())
+                    .retry_count(RETRY_COUNT)
                     .private_data(&self.target(qp.qp_num()).encode())
                     .unwrap();
                 id.connect(&param)
