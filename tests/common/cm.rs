@@ -127,11 +127,17 @@ pub fn landed_on(id: &CmId, ctx: &Context) -> bool {
 /// A listener on `0.0.0.0:<a free port>` (the kernel picks it), on a new
 /// channel; and the port.
 pub fn cm_listener(backlog: u32) -> (EventChannel, CmId, u16) {
+    cm_listener_on("0.0.0.0:0".parse().unwrap(), backlog)
+}
+
+/// A listener bound to `addr` (port 0: the kernel picks one), on a new
+/// channel; and the port it listens on.
+pub fn cm_listener_on(addr: SocketAddr, backlog: u32) -> (EventChannel, CmId, u16) {
     let ch = EventChannel::open().unwrap_or_else(|e| panic!("open rdma_cm: {e}"));
     let listener = ch.create_id(PortSpace::Tcp).unwrap();
     listener
-        .bind("0.0.0.0:0".parse().unwrap())
-        .unwrap_or_else(|e| panic!("listener bind 0.0.0.0:0: {e}"));
+        .bind(addr)
+        .unwrap_or_else(|e| panic!("listener bind {addr}: {e}"));
     listener
         .listen(backlog)
         .unwrap_or_else(|e| panic!("listen: {e}"));
@@ -147,19 +153,24 @@ pub fn cm_listener(backlog: u32) -> (EventChannel, CmId, u16) {
 /// A client id on `ch` whose address and route to [`CM_ADDR`]`:port` are
 /// resolved, or why the environment cannot (the address is not configured).
 pub fn resolved_client(ch: &EventChannel, port: u16) -> Result<CmId, String> {
+    resolved_client_to(ch, format!("{CM_ADDR}:{port}").parse().unwrap())
+}
+
+/// A client id on `ch` whose address and route to `dst` are resolved (the
+/// kernel picks the source address), or why the environment cannot.
+pub fn resolved_client_to(ch: &EventChannel, dst: SocketAddr) -> Result<CmId, String> {
     let client = ch.create_id(PortSpace::Tcp).unwrap();
-    let dst: SocketAddr = format!("{CM_ADDR}:{port}").parse().unwrap();
     match client.resolve_addr(None, dst, RESOLVE_MS) {
         Ok(()) => {}
         Err(e) if e.errno() == Some(Errno::ADDRNOTAVAIL) => {
-            return Err(format!("{CM_ADDR} is not configured: {e}"))
+            return Err(format!("{} is not configured: {e}", dst.ip()))
         }
         Err(e) => panic!("resolve_addr {dst}: {e}"),
     }
     let ev = next_event(ch, "client resolve_addr");
     match ev.kind {
         EventKind::AddrResolved => {}
-        EventKind::AddrError => return Err(format!("{CM_ADDR}: ADDR_ERROR {:?}", ev.errno())),
+        EventKind::AddrError => return Err(format!("{}: ADDR_ERROR {:?}", dst.ip(), ev.errno())),
         other => panic!("resolve_addr {dst}: {other:?}"),
     }
     assert_eq!(ev.id, client.handle());

@@ -1,0 +1,1102 @@
+//! The connection manager between two hosts: host A connects to host B
+//! with the rdma_cm (`uverbs::cm`) on rxe0, over the link between them.
+//!
+//! `cargo vm test` runs this binary on both guests of its two-host run at
+//! once (tests/vm/README.md; `UVERBS_HOST_ROLE`, `UVERBS_LOCAL_ADDR`,
+//! `UVERBS_PEER_ADDR`, `UVERBS_TWO_HOST_PORT`, `UVERBS_TWO_HOST_RUN`).
+//! Without a role (the host suite) it says SKIPPED loudly and passes.
+//!
+//! As in `two_host_rc.rs`, the two processes meet on a plain TCP control
+//! connection (A listens, B connects) that orders every step, and every
+//! wait is bounded. Unlike it, the QPs are connected by the cm alone: B
+//! listens on its own address (port [`CM_PORT_OFFSET`] above the run's
+//! control port, so runs never meet each other's listener); A resolves B's
+//! address and route, and the QPs go to RTS with exactly the attributes
+//! `INIT_QP_ATTR` answers, in librdmacm's order (`common::cm`). Each side
+//! hands the other the address, rkey and length of its peer-addressable
+//! memory, and its QP number, in the connect request's and the accept's
+//! private data (the cm's reported QP number must agree).
+//!
+//! Then, each in both directions with every byte checked where it lands:
+//! SEND/RECV, RDMA WRITE, RDMA READ; a re-registration on B while A
+//! writes (a WRITE lands; B removes REMOTE_WRITE in place, same keys; A's
+//! next WRITE fails REM_ACCESS_ERR, B's memory untouched, the cm reports
+//! nothing of the dead QPs; both sides disconnect in order and A connects
+//! again with new QPs, the MRs stay; B restores REMOTE_WRITE in place and
+//! A's WRITE lands). Every disconnect is the orderly one (A's DREQ, B's
+//! DISCONNECTED and DREP, A's DISCONNECTED, both TIMEWAIT_EXITs, then
+//! nothing), each id destroyed with the kernel's count of its events equal
+//! to what its channel delivered, and the handle counts are back where they
+//! started on both hosts.
+//!
+//! Then the link taken down during traffic: B takes its NIC down while A
+//! streams WRITEs; A's WRITE fails RETRY_EXC_ERR within a bound (A asks
+//! for a transport retry count of 6: rxe retries forever at 7), no cm
+//! event on either side, B brings the link back up (also when it panics),
+//! and the orderly disconnect works over it.
+//!
+//! siw0 sits on the same NIC but is not covered here (noted loudly): every
+//! cm id for an address on eth0 lands on rxe0, the first device registered
+//! there (`cma_acquire_dev_by_src_ip`), and siw refuses re-registration in
+//! place, so its half needs an address path of its own and the replace
+//! fallback's cases (`device_cm_siw.rs` does that inside one guest).
+
+mod common;
+
+use std::io::{BufRead, BufReader, ErrorKind, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::cm::*;
+use common::*;
+use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
+use uverbs::command::{QpState, QpType};
+use uverbs::{
+    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair,
+    RecvWr, Remote, SendOp, WcOpcode, WcStatus, WorkCompletion,
+};
+
+/// How long each side waits for the other to show up on the control
+/// connection (the peer's previous run may still be finishing).
+const MEET_WAIT: Duration = Duration::from_secs(120);
+/// How long each side waits for the peer's next control message.
+const CONTROL_WAIT: Duration = Duration::from_secs(60);
+/// B's cm listener is on the control port plus this.
+const CM_PORT_OFFSET: u16 = 1000;
+/// How long the cm is watched for an event after the QPs died.
+const QUIET: Duration = Duration::from_millis(500);
+/// B's NIC (rxe0's netdev in the two-host guests).
+const NIC: &str = "eth0";
+/// How long B keeps its link down: longer than [`RETRY_WAIT`], so A's
+/// retries all fall into it.
+const LINK_DOWN_FOR: Duration = Duration::from_secs(12);
+/// The transport retry count A asks for in its connect. Not
+/// `ConnParam`'s default 7: rxe takes 7 to mean "retry forever"
+/// (`rxe_comp.c` never decrements it; seen in the VM: no error within
+/// 20 s of the link going down).
+const RETRY_COUNT: u8 = 6;
+/// How long A's WRITEs may take to fail once the link is down: the cm's
+/// RoCE local ACK timeout (packet lifetime 16, so 2^17 * 4.096 us, about
+/// 0.5 s) times 1 + [`RETRY_COUNT`] is 3.8 s (measured in the VM: 4.3 s
+/// after B's notice, which comes 0.5 s before the link goes), and a margin.
+const RETRY_WAIT: Duration = Duration::from_secs(10);
+/// The WRITEs A keeps in flight while the link goes down, each of
+/// [`STREAM_LEN`] bytes, into B's memory at [`STREAM_AT`].
+const STREAM_DEPTH: usize = 8;
+const STREAM_LEN: usize = 4096;
+const STREAM_AT: usize = 224 << 10;
+
+/// Each side's peer-addressable memory, and its local buffer (SEND
+/// source, RECV target, WRITE source, READ landing area).
+const LEN: usize = 256 << 10;
+/// A SEND: bigger than the path MTU, so several packets.
+const SEND_LEN: usize = 4000;
+/// A WRITE or READ: 32 KiB, many packets at a 1500-byte link's MTU.
+const RDMA_LEN: usize = 32 << 10;
+/// Offsets in the peer's memory.
+const WRITE_AT: usize = 8 << 10;
+const READ_AT: usize = 128 << 10;
+const REREG_AT: usize = 192 << 10;
+
+/// The receive without SGEs that B holds while its refusal is in flight:
+/// flushed when B's QP goes to ERR.
+const PROBE: u64 = 0x9e0be;
+
+/// The tag that opens this binary's private data.
+const TAG: &[u8; 4] = b"uvcm";
+
+/// Which side of the run this process is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    A,
+    B,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::A => "a",
+            Role::B => "b",
+        }
+    }
+
+    fn other(self) -> Role {
+        match self {
+            Role::A => Role::B,
+            Role::B => Role::A,
+        }
+    }
+}
+
+/// What the two-host harness tells this process.
+struct Peer {
+    role: Role,
+    local: Ipv4Addr,
+    peer: Ipv4Addr,
+    port: u16,
+    /// `<config>/<binary>`: both sides must be running the same thing.
+    run: String,
+}
+
+/// The two-host environment, or `None` outside a two-host run; a role
+/// with a missing or malformed companion variable fails.
+fn peer_from_env(test: &str) -> Option<Peer> {
+    let role = match std::env::var("UVERBS_HOST_ROLE").ok()?.as_str() {
+        "a" => Role::A,
+        "b" => Role::B,
+        other => panic!("{test}: UVERBS_HOST_ROLE={other:?}: expected `a` or `b`"),
+    };
+    let var = |name: &str| {
+        std::env::var(name)
+            .unwrap_or_else(|_| panic!("{test}: UVERBS_HOST_ROLE is set but {name} is not"))
+    };
+    let addr = |name: &str| -> Ipv4Addr {
+        let v = var(name);
+        v.parse()
+            .unwrap_or_else(|e| panic!("{test}: {name}={v:?} is not an IPv4 address: {e}"))
+    };
+    let port = var("UVERBS_TWO_HOST_PORT");
+    Some(Peer {
+        role,
+        local: addr("UVERBS_LOCAL_ADDR"),
+        peer: addr("UVERBS_PEER_ADDR"),
+        port: port
+            .parse()
+            .unwrap_or_else(|e| panic!("{test}: UVERBS_TWO_HOST_PORT={port:?}: {e}")),
+        run: var("UVERBS_TWO_HOST_RUN"),
+    })
+}
+
+/// The control connection: one line per message, `<tag> <payload>`.
+struct Control {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    me: Role,
+}
+
+impl Control {
+    /// A listens on its address and takes the first connection; B connects
+    /// to A, retrying while A is not there yet. Both give up after
+    /// [`MEET_WAIT`].
+    fn meet(p: &Peer) -> Control {
+        let deadline = Instant::now() + MEET_WAIT;
+        let stream = match p.role {
+            Role::A => {
+                let listener = TcpListener::bind((p.local, p.port))
+                    .unwrap_or_else(|e| panic!("a: listening on {}:{}: {e}", p.local, p.port));
+                listener.set_nonblocking(true).unwrap();
+                loop {
+                    match listener.accept() {
+                        Ok((s, from)) => {
+                            assert_eq!(
+                                from.ip(),
+                                p.peer,
+                                "a: a connection from {from}, not from the peer"
+                            );
+                            break s;
+                        }
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+                        Err(e) => panic!("a: accept on {}:{}: {e}", p.local, p.port),
+                    }
+                    assert!(
+                        Instant::now() < deadline,
+                        "a: host b did not connect to {}:{} within {MEET_WAIT:?}",
+                        p.local,
+                        p.port
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            Role::B => {
+                let to = SocketAddr::from((p.peer, p.port));
+                loop {
+                    let why = match TcpStream::connect_timeout(&to, Duration::from_secs(2)) {
+                        Ok(s) => break s,
+                        Err(e) => e,
+                    };
+                    assert!(
+                        Instant::now() < deadline,
+                        "b: could not connect to host a at {to} within {MEET_WAIT:?}: {why}"
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        };
+        stream.set_nonblocking(false).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(CONTROL_WAIT)).unwrap();
+        stream.set_write_timeout(Some(CONTROL_WAIT)).unwrap();
+        Control {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            me: p.role,
+        }
+    }
+
+    fn send(&mut self, tag: &str, payload: &str) {
+        let me = self.me.name();
+        writeln!(self.writer, "{tag} {payload}")
+            .unwrap_or_else(|e| panic!("{me}: sending `{tag}` to the peer: {e}"));
+    }
+
+    /// The payload of the peer's next message, which must be `tag`.
+    fn expect(&mut self, tag: &str) -> String {
+        let me = self.me.name();
+        let mut line = String::new();
+        match self.reader.read_line(&mut line) {
+            Ok(0) => panic!("{me}: the peer closed the control connection while {me} waited for `{tag}` (it failed: see its console)"),
+            Ok(_) => {}
+            Err(e) => panic!("{me}: waiting up to {CONTROL_WAIT:?} for `{tag}` from the peer: {e}"),
+        }
+        let line = line.trim_end();
+        let (got, payload) = line.split_once(' ').unwrap_or((line, ""));
+        assert_eq!(
+            got, tag,
+            "{me}: expected `{tag}` from the peer, got `{line}`"
+        );
+        payload.to_string()
+    }
+
+    /// Both sides say `tag` and wait for the other's: neither goes past
+    /// this point before both reached it.
+    fn barrier(&mut self, tag: &str) {
+        self.send(tag, "");
+        self.expect(tag);
+    }
+}
+
+/// A deterministic byte pattern for `seed` (never all zero).
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left((i % 61) as u32);
+            (x as u8) ^ (i as u8) ^ 0x5a
+        })
+        .collect()
+}
+
+/// Fails with the first differing offset unless `got == want`.
+fn same_bytes(got: &[u8], want: &[u8], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    if let Some(i) = got.iter().zip(want).position(|(g, w)| g != w) {
+        panic!(
+            "{what}: byte {i} of {} differs: {:#04x}, expected {:#04x}",
+            got.len(),
+            got[i],
+            want[i]
+        );
+    }
+}
+
+/// What a side tells its peer in its private data: its QP number and the
+/// place, rkey and length of its peer-addressable memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Target {
+    qpn: u32,
+    addr: u64,
+    rkey: u32,
+    len: u32,
+}
+
+impl Target {
+    /// `uvcm`, then qpn, addr, rkey, len, little-endian: 24 bytes (the IB
+    /// CM's request carries 56).
+    fn encode(&self) -> Vec<u8> {
+        let mut v = TAG.to_vec();
+        v.extend_from_slice(&self.qpn.to_le_bytes());
+        v.extend_from_slice(&self.addr.to_le_bytes());
+        v.extend_from_slice(&self.rkey.to_le_bytes());
+        v.extend_from_slice(&self.len.to_le_bytes());
+        v
+    }
+
+    /// The target in a peer's private data (the IB CM pads it with zeros).
+    fn decode(bytes: &[u8], what: &str) -> Target {
+        assert!(
+            bytes.len() >= 24 && &bytes[..4] == TAG,
+            "{what}: private data without our target: {bytes:02x?}"
+        );
+        let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap());
+        Target {
+            qpn: u32_at(4),
+            addr: u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
+            rkey: u32_at(16),
+            len: u32_at(20),
+        }
+    }
+}
+
+/// One connection the cm set up. Fields drop in order: QP, CQ, then the id.
+struct Conn {
+    qp: QueuePair,
+    cq: CompletionQueue,
+    id: CmId,
+}
+
+/// One side: its cm channel (B: and listener), the current connection,
+/// and its memory.
+struct Side<'a> {
+    me: String,
+    role: Role,
+    ctx: &'a Context,
+    pd: &'a ProtectionDomain,
+    /// B's listener's address (A connects to it, B listens on it).
+    cm_addr: SocketAddr,
+    conn: Option<Conn>,
+    /// B's listener.
+    listener: Option<CmId>,
+    ch: EventChannel,
+    /// Peer-addressable memory (`REMOTE_WRITE | REMOTE_READ`), and what it
+    /// must hold.
+    mem_mr: MemoryRegion,
+    mem: memmap2::MmapMut,
+    model: Vec<u8>,
+    /// Local buffer.
+    local_mr: MemoryRegion,
+    local: memmap2::MmapMut,
+    /// The peer's memory, from its private data.
+    peer: Target,
+    connects: u32,
+}
+
+impl Side<'_> {
+    fn conn(&self) -> &Conn {
+        self.conn.as_ref().expect("connected")
+    }
+
+    fn target(&self, qpn: u32) -> Target {
+        Target {
+            qpn,
+            addr: self.mem.as_ptr() as u64,
+            rkey: self.mem_mr.rkey(),
+            len: LEN as u32,
+        }
+    }
+
+    fn new_qp(&self) -> (CompletionQueue, QueuePair) {
+        let cq = self
+            .ctx
+            .create_cq(64, None)
+            .unwrap_or_else(|e| panic!("{}: create_cq: {e}", self.me));
+        let qp = self
+            .pd
+            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
+            .unwrap_or_else(|e| panic!("{}: create_qp: {e}", self.me));
+        (cq, qp)
+    }
+
+    /// A connects to B's listener with the cm; B accepts. Both sides end
+    /// with an RTS QP whose attributes all came from `INIT_QP_ATTR`, and
+    /// the peer's [`Target`].
+    fn connect(&mut self, ctl: &mut Control) {
+        assert!(self.conn.is_none(), "{}: connect twice", self.me);
+        self.connects += 1;
+        let what = format!("{}: connection {}", self.me, self.connects);
+        ctl.barrier("connect");
+        let conn = match self.role {
+            Role::A => {
+                let id = resolved_client_to(&self.ch, self.cm_addr)
+                    .unwrap_or_else(|why| panic!("{what}: resolving {}: {why}", self.cm_addr));
+                assert!(
+                    landed_on(&id, self.ctx),
+                    "{what}: the client's cm id is not on {}",
+                    self.ctx.device_name()
+                );
+                let (cq, qp) = self.new_qp();
+                cm_modify(
+                    &id,
+                    &qp,
+                    QpState::Init,
+                    &format!("{what}: client RESET->INIT"),
+                );
+                let param = ConnParam::new(qp.qp_num())
+                    .retry_count(RETRY_COUNT)
+                    .private_data(&self.target(qp.qp_num()).encode())
+                    .unwrap();
+                id.connect(&param)
+                    .unwrap_or_else(|e| panic!("{what}: connect to {}: {e}", self.cm_addr));
+                let ev = next_event(&self.ch, &format!("{what}: client connect"));
+                assert_eq!(ev.id, id.handle(), "{what}");
+                let EventKind::ConnectResponse(Param::Conn(response)) = ev.kind else {
+                    panic!("{what}: expected CONNECT_RESPONSE: {:?}", ev.kind)
+                };
+                self.peer = Target::decode(&response.private_data, &what);
+                assert_eq!(
+                    response.qp_num, self.peer.qpn,
+                    "{what}: the cm's QP number of the acceptor is the one it sent"
+                );
+                cm_modify(
+                    &id,
+                    &qp,
+                    QpState::Init,
+                    &format!("{what}: client INIT->INIT"),
+                );
+                cm_modify(&id, &qp, QpState::Rtr, &format!("{what}: client INIT->RTR"));
+                cm_modify(&id, &qp, QpState::Rts, &format!("{what}: client RTR->RTS"));
+                id.establish()
+                    .unwrap_or_else(|e| panic!("{what}: establish: {e}"));
+                Conn { qp, cq, id }
+            }
+            Role::B => {
+                let listener = self.listener.as_ref().expect("b listens");
+                let ev = next_event(&self.ch, &format!("{what}: listener"));
+                assert_eq!(ev.uid, listener.uid(), "{what}: the listener's uid");
+                let EventKind::ConnectRequest { id, param } = ev.kind else {
+                    panic!("{what}: expected CONNECT_REQUEST: {:?}", ev.kind)
+                };
+                let Param::Conn(request) = param else {
+                    panic!("{what}: {param:?}")
+                };
+                self.peer = Target::decode(&request.private_data, &what);
+                assert_eq!(
+                    request.qp_num, self.peer.qpn,
+                    "{what}: the cm's QP number of the requester is the one it sent"
+                );
+                assert!(
+                    landed_on(&id, self.ctx),
+                    "{what}: the server's cm id is not on {}",
+                    self.ctx.device_name()
+                );
+                let (cq, qp) = self.new_qp();
+                cm_modify(
+                    &id,
+                    &qp,
+                    QpState::Init,
+                    &format!("{what}: server RESET->INIT"),
+                );
+                cm_modify(&id, &qp, QpState::Rtr, &format!("{what}: server INIT->RTR"));
+                cm_modify(&id, &qp, QpState::Rts, &format!("{what}: server RTR->RTS"));
+                let param = ConnParam::new(qp.qp_num())
+                    .private_data(&self.target(qp.qp_num()).encode())
+                    .unwrap();
+                id.accept(&param)
+                    .unwrap_or_else(|e| panic!("{what}: accept: {e}"));
+                let ev = next_event(&self.ch, &format!("{what}: server established"));
+                assert!(
+                    matches!(ev.kind, EventKind::Established(_)),
+                    "{what}: {ev:?}"
+                );
+                assert_eq!((ev.id, ev.uid), (id.handle(), id.uid()), "{what}");
+                Conn { qp, cq, id }
+            }
+        };
+        assert_eq!(
+            self.peer.len, LEN as u32,
+            "{what}: the peer's memory length"
+        );
+        loud(&format!(
+            "{what}: up: our QP {} <-> the peer's QP {} (its memory {:#x}, rkey {:#x})",
+            conn.qp.qp_num(),
+            self.peer.qpn,
+            self.peer.addr,
+            self.peer.rkey
+        ));
+        self.conn = Some(conn);
+        ctl.barrier("connected");
+    }
+
+    /// The orderly end of the connection: A's DREQ, B's DISCONNECTED and
+    /// DREP, A's DISCONNECTED, each side's TIMEWAIT_EXIT, then nothing; the
+    /// QP and CQ go, and the id is destroyed with the kernel's count of its
+    /// events equal to the channel's.
+    fn disconnect(&mut self, ctl: &mut Control) {
+        let what = format!("{}: disconnecting connection {}", self.me, self.connects);
+        let Conn { qp, cq, id } = self.conn.take().expect("connected");
+        ctl.barrier("disconnect");
+        if self.role == Role::A {
+            id.disconnect()
+                .unwrap_or_else(|e| panic!("{what}: client disconnect: {e}"));
+        }
+        let ev = next_event(&self.ch, &format!("{what}: disconnected"));
+        assert!(matches!(ev.kind, EventKind::Disconnected), "{what}: {ev:?}");
+        assert_eq!(ev.id, id.handle(), "{what}");
+        if self.role == Role::B {
+            id.disconnect()
+                .unwrap_or_else(|e| panic!("{what}: server disconnect (the DREP): {e}"));
+        }
+        let ev = next_event(&self.ch, &format!("{what}: timewait"));
+        assert!(matches!(ev.kind, EventKind::TimewaitExit), "{what}: {ev:?}");
+        assert_eq!(ev.id, id.handle(), "{what}");
+        assert_no_event(&self.ch, Duration::from_millis(200), &what);
+        drop((qp, cq));
+        let received = id.events_received();
+        let reported = id
+            .destroy()
+            .unwrap_or_else(|e| panic!("{what}: destroy_id: {e}"));
+        assert_eq!(
+            reported, received,
+            "{what}: the kernel's count of events is the channel's"
+        );
+        loud(&format!(
+            "{what}: done, {reported} events reported and received"
+        ));
+        ctl.barrier("disconnected");
+    }
+
+    /// Compares all of the peer-addressable memory with the model.
+    fn check_mem(&self, what: &str) {
+        same_bytes(&self.mem, &self.model, &format!("{}: {what}", self.me));
+    }
+
+    /// Posts one signalled `op` of `local[at..at + len]` and returns its
+    /// completion, whatever its status.
+    fn post(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
+        let c = self.conn();
+        let sges = sge(self.local.as_ptr() as u64 + at as u64, len, &self.local_mr);
+        let wr = signalled(wr_id, op, &sges);
+        // SAFETY: `local[at..at + len]` stays mapped and registered and the
+        // program neither writes nor reads it until the completion is
+        // polled below (`wait_one` returns only then, or panics, and then
+        // the QP goes before the buffer).
+        unsafe { c.qp.post_send(&[wr]) }
+            .unwrap_or_else(|e| panic!("{}: {what}: post_send: {e}", self.me));
+        wait_one(&c.cq, &format!("{}: {what}", self.me))
+    }
+
+    /// Where in the peer's memory `at` is.
+    fn remote(&self, at: usize) -> Remote {
+        Remote {
+            addr: self.peer.addr + at as u64,
+            rkey: self.peer.rkey,
+        }
+    }
+}
+
+#[test]
+fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
+    const TEST: &str = "cm_connect_send_write_read_and_rereg_between_two_hosts";
+    let Some(p) = peer_from_env(TEST) else {
+        return loud(&format!(
+            "SKIPPED: {TEST}: not in a two-host run (UVERBS_HOST_ROLE unset; `cargo vm test` sets it)"
+        ));
+    };
+    let me = format!("{} ({})", p.role.name(), p.local);
+    if !cm_present(TEST) {
+        return;
+    }
+    let devices = devices_under_test(TEST);
+    if devices.iter().any(|d| d.name().starts_with("siw")) {
+        loud(&format!(
+            "NOTE: {TEST}: {me}: siw0 SKIPPED: the cm across two hosts is covered on rxe0 only: \
+             every cm id for an address on eth0 lands on rxe0 (registered there first)"
+        ));
+    }
+    let Some(dev) = devices.into_iter().find(|d| d.name().starts_with("rxe")) else {
+        // The gate above has failed already if rxe was required.
+        return loud(&format!("SKIPPED: {TEST}: {me}: no rxe device"));
+    };
+    let dut = open(&dev);
+    let ctx: &Context = &dut;
+    let counts = HandleCounts::new(&dut, TEST);
+    let cm_port = p
+        .port
+        .checked_add(CM_PORT_OFFSET)
+        .unwrap_or_else(|| panic!("{me}: UVERBS_TWO_HOST_PORT {} is too high", p.port));
+    let b_addr = match p.role {
+        Role::A => p.peer,
+        Role::B => p.local,
+    };
+    let cm_addr = SocketAddr::from((b_addr, cm_port));
+
+    // B listens before it says hello: A connects only after the hello.
+    let (ch, listener) = match p.role {
+        Role::A => (
+            EventChannel::open().unwrap_or_else(|e| panic!("{me}: open rdma_cm: {e}")),
+            None,
+        ),
+        Role::B => {
+            let (ch, listener, port) = cm_listener_on(cm_addr, 4);
+            assert_eq!(port, cm_port, "{me}: the listener's port");
+            (ch, Some(listener))
+        }
+    };
+
+    let mut ctl = Control::meet(&p);
+    let hello = format!("{} {}", p.run, p.role.name());
+    ctl.send("hello", &hello);
+    let theirs = ctl.expect("hello");
+    assert_eq!(
+        theirs,
+        format!("{} {}", p.run, p.role.other().name()),
+        "{me}: the peer runs something else"
+    );
+    loud(&format!(
+        "{me}: met the peer {} on port {} for {}; cm on {} over {}, b listens on {cm_addr}",
+        p.peer,
+        p.port,
+        p.run,
+        ctx.device_name(),
+        ctx.transport_kind()
+    ));
+
+    let pd = alloc_pd(ctx);
+    let mut mem = anon(LEN);
+    let mem_mr = fresh_mr(&pd, &mut mem, RW_READ);
+    let mut local = anon(LEN);
+    let local_mr = fresh_mr(&pd, &mut local, RW);
+    counts.assert_extra(2, 1, "two MRs in one PD");
+    let mut s = Side {
+        me: me.clone(),
+        role: p.role,
+        ctx,
+        pd: &pd,
+        cm_addr,
+        conn: None,
+        listener,
+        ch,
+        mem_mr,
+        mem,
+        model: vec![0; LEN],
+        local_mr,
+        local,
+        peer: Target {
+            qpn: 0,
+            addr: 0,
+            rkey: 0,
+            len: 0,
+        },
+        connects: 0,
+    };
+    s.connect(&mut ctl);
+    counts.assert_extra_cq_qp(1, 1, "one connection: one CQ, one QP");
+
+    // SEND/RECV, RDMA WRITE, RDMA READ: A to B, then B to A.
+    for (step, sender) in [(1u64, Role::A), (2, Role::B)] {
+        send_recv(&mut s, &mut ctl, sender, step);
+        write(
+            &mut s,
+            &mut ctl,
+            sender,
+            step,
+            WRITE_AT + step as usize * RDMA_LEN,
+        );
+        read(&mut s, &mut ctl, sender, step);
+    }
+    rereg_while_the_peer_writes(&mut s, &mut ctl);
+    counts.assert_extra_cq_qp(1, 1, "after the reconnection: the old QP and CQ are gone");
+    link_down_during_writes(&mut s, &mut ctl);
+
+    assert_no_completion(
+        &s.conn().cq,
+        &format!("{me}: a stray completion at the end"),
+    );
+    s.disconnect(&mut ctl);
+    counts.assert_extra_cq_qp(0, 0, "after the last disconnect");
+    assert_eq!(s.connects, 2, "{me}: one reconnection, after the refusal");
+    // A leaves last: B's last message is its answer to A's.
+    ctl.barrier("bye");
+    loud(&format!(
+        "{me}: cm connect to {cm_addr}, SEND/RECV {SEND_LEN} B, RDMA WRITE and READ {RDMA_LEN} B both ways, rereg on b under a's WRITEs, two orderly disconnects: all checked"
+    ));
+    let Side {
+        listener,
+        ch,
+        mem_mr,
+        mem,
+        local_mr,
+        local,
+        ..
+    } = s;
+    if let Some(l) = listener {
+        let received = l.events_received();
+        let reported = l
+            .destroy()
+            .unwrap_or_else(|e| panic!("{me}: destroy the listener: {e}"));
+        assert_eq!(
+            (reported, received),
+            (2, 2),
+            "{me}: the listener: one connect request per connection, reported and received"
+        );
+    }
+    assert_no_event(
+        &ch,
+        Duration::from_millis(100),
+        &format!("{me}: at the end"),
+    );
+    drop(ch);
+    drop((mem_mr, local_mr, pd));
+    drop((mem, local));
+    counts.assert_extra(0, 0, "after dropping everything");
+    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+}
+
+/// `sender` SENDs [`SEND_LEN`] bytes of `pattern(step)` into a receive the
+/// other side posted first; the receiver checks every byte.
+fn send_recv(s: &mut Side, ctl: &mut Control, sender: Role, step: u64) {
+    let what = format!(
+        "step {step}: SEND {} -> {}",
+        sender.name(),
+        sender.other().name()
+    );
+    let data = pattern(step, SEND_LEN);
+    if s.role == sender {
+        ctl.expect("recv-posted");
+        s.local[..SEND_LEN].copy_from_slice(&data);
+        let wc = s.post(step, SendOp::Send { imm: None }, 0, SEND_LEN, &what);
+        check(&wc, &what, WcOpcode::Send, &s.conn().qp, step);
+        ctl.expect("received");
+    } else {
+        const AT: usize = 64 << 10;
+        s.local[AT..AT + SEND_LEN].fill(0);
+        let sges = sge(s.local.as_ptr() as u64 + AT as u64, SEND_LEN, &s.local_mr);
+        // SAFETY: local[AT..AT + SEND_LEN] stays mapped and registered and
+        // is not touched until the receive's completion is polled below.
+        unsafe {
+            s.conn().qp.post_recv(&[RecvWr {
+                wr_id: step,
+                sges: &sges,
+            }])
+        }
+        .unwrap_or_else(|e| panic!("{}: {what}: post_recv: {e}", s.me));
+        ctl.send("recv-posted", "");
+        let wc = wait_checked(
+            &s.conn().cq,
+            &format!("{}: {what}", s.me),
+            WcOpcode::Recv,
+            &s.conn().qp,
+            step,
+        );
+        assert_eq!(wc.byte_len, SEND_LEN as u32, "{}: {what}: {wc:?}", s.me);
+        same_bytes(
+            &s.local[AT..AT + SEND_LEN],
+            &data,
+            &format!("{}: {what}", s.me),
+        );
+        loud(&format!(
+            "{}: {what}: {SEND_LEN} bytes received and checked",
+            s.me
+        ));
+        ctl.send("received", "");
+    }
+}
+
+/// `writer` RDMA WRITEs [`RDMA_LEN`] bytes of `pattern(100 + step)` to
+/// the other side's memory at `at`; the owner checks all of its memory.
+fn write(s: &mut Side, ctl: &mut Control, writer: Role, step: u64, at: usize) {
+    let what = format!(
+        "step {step}: WRITE {} -> {}",
+        writer.name(),
+        writer.other().name()
+    );
+    let data = pattern(100 + step, RDMA_LEN);
+    if s.role == writer {
+        s.local[..RDMA_LEN].copy_from_slice(&data);
+        let op = SendOp::RdmaWrite {
+            remote: s.remote(at),
+            imm: None,
+        };
+        let wc = s.post(100 + step, op, 0, RDMA_LEN, &what);
+        check(&wc, &what, WcOpcode::RdmaWrite, &s.conn().qp, 100 + step);
+        ctl.send("written", &at.to_string());
+        ctl.expect("checked");
+    } else {
+        let told = ctl.expect("written");
+        assert_eq!(told, at.to_string(), "{}: {what}", s.me);
+        s.model[at..at + RDMA_LEN].copy_from_slice(&data);
+        s.check_mem(&what);
+        loud(&format!(
+            "{}: {what}: {RDMA_LEN} bytes landed at offset {at}, the rest of the {LEN} unchanged",
+            s.me
+        ));
+        ctl.send("checked", "");
+    }
+}
+
+/// The other side fills its memory at [`READ_AT`] with `pattern(200 +
+/// step)`; `reader` RDMA READs it and checks every byte.
+fn read(s: &mut Side, ctl: &mut Control, reader: Role, step: u64) {
+    let what = format!(
+        "step {step}: READ by {} from {}",
+        reader.name(),
+        reader.other().name()
+    );
+    let data = pattern(200 + step, RDMA_LEN);
+    if s.role == reader {
+        ctl.expect("filled");
+        const LAND: usize = 128 << 10;
+        s.local[LAND..LAND + RDMA_LEN].fill(0);
+        let op = SendOp::RdmaRead {
+            remote: s.remote(READ_AT),
+        };
+        let wc = s.post(200 + step, op, LAND, RDMA_LEN, &what);
+        check(&wc, &what, WcOpcode::RdmaRead, &s.conn().qp, 200 + step);
+        assert_eq!(wc.byte_len, RDMA_LEN as u32, "{}: {what}: {wc:?}", s.me);
+        same_bytes(
+            &s.local[LAND..LAND + RDMA_LEN],
+            &data,
+            &format!("{}: {what}", s.me),
+        );
+        loud(&format!(
+            "{}: {what}: {RDMA_LEN} bytes read and checked",
+            s.me
+        ));
+        ctl.send("read", "");
+    } else {
+        s.mem[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
+        s.model[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
+        ctl.send("filled", "");
+        ctl.expect("read");
+        // A READ leaves the source as it was.
+        s.check_mem(&what);
+    }
+}
+
+/// B re-registers its memory in place while A writes to it: a WRITE
+/// lands; REMOTE_WRITE removed (same keys): the next WRITE is refused with
+/// a remote access error, B's QP goes to ERR (its probe receive is
+/// flushed), B's memory is untouched and the cm reports nothing on either
+/// side. The dead connection is disconnected in order and A connects
+/// again (new QPs, the same MRs and keys); REMOTE_WRITE restored in place:
+/// the next WRITE lands.
+fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
+    let me = s.me.clone();
+    let at = REREG_AT;
+    let write_a = |s: &mut Side, seed: u64, what: &str| -> WorkCompletion {
+        let data = pattern(seed, RDMA_LEN);
+        s.local[..RDMA_LEN].copy_from_slice(&data);
+        let op = SendOp::RdmaWrite {
+            remote: s.remote(at),
+            imm: None,
+        };
+        s.post(seed, op, 0, RDMA_LEN, what)
+    };
+    let keys = |mr: &MemoryRegion| (mr.handle(), mr.lkey(), mr.rkey());
+    let k = keys(&s.mem_mr);
+    match s.role {
+        Role::A => {
+            let what = "rereg: WRITE before";
+            let wc = write_a(s, 301, what);
+            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 301);
+            ctl.send("written", "");
+
+            ctl.expect("remote-write-removed");
+            let what = "rereg: WRITE with REMOTE_WRITE removed";
+            let wc = write_a(s, 302, what);
+            assert_eq!(
+                (wc.status, wc.wr_id, wc.qp_num),
+                (WcStatus::RemAccessErr, 302, s.conn().qp.qp_num()),
+                "{me}: {what}: refused with a remote access error: {wc:?}"
+            );
+            loud(&format!("{me}: {what}: {:?}", wc.status));
+            ctl.send("refused", "");
+            assert_no_event(&s.ch, QUIET, &format!("{me}: the cm after the refusal"));
+            assert_no_completion(&s.conn().cq, &format!("{me}: after the refusal"));
+        }
+        Role::B => {
+            ctl.expect("written");
+            s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(301, RDMA_LEN));
+            s.check_mem("rereg: WRITE before");
+
+            // The probe shows B's QP going to ERR when it refuses.
+            // SAFETY: a receive without SGEs names no memory.
+            unsafe {
+                s.conn().qp.post_recv(&[RecvWr {
+                    wr_id: PROBE,
+                    sges: &[],
+                }])
+            }
+            .unwrap_or_else(|e| panic!("{me}: post_recv of the probe: {e}"));
+            s.mem_mr
+                .set_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+                .unwrap_or_else(|e| panic!("{me}: set_access without REMOTE_WRITE in place: {e}"));
+            assert_eq!(keys(&s.mem_mr), k, "{me}: in place: same handle and keys");
+            ctl.send("remote-write-removed", "");
+
+            ctl.expect("refused");
+            let wc = wait_one(&s.conn().cq, &format!("{me}: the refusal on b"));
+            assert_eq!(
+                (wc.wr_id, wc.status, wc.qp_num),
+                (PROBE, WcStatus::WrFlushErr, s.conn().qp.qp_num()),
+                "{me}: b's probe is flushed (b's QP went to ERR): {wc:?}"
+            );
+            s.check_mem("rereg: a refused WRITE leaves the memory untouched");
+            loud(&format!(
+                "{me}: rereg: the refused WRITE left all {LEN} bytes as they were"
+            ));
+            assert_no_event(&s.ch, QUIET, &format!("{me}: the cm after the refusal"));
+        }
+    }
+    loud(&format!(
+        "{me}: rereg: both QPs dead, the cm reported nothing within {QUIET:?}: disconnecting and connecting again"
+    ));
+    let before = s.peer;
+    s.disconnect(ctl);
+    s.connect(ctl);
+    assert_eq!(
+        (s.peer.addr, s.peer.rkey, s.peer.len),
+        (before.addr, before.rkey, before.len),
+        "{me}: the peer's memory and rkey are the same over the new connection"
+    );
+    assert_ne!(s.peer.qpn, before.qpn, "{me}: the peer has a new QP");
+    match s.role {
+        Role::A => {
+            ctl.expect("remote-write-restored");
+            let what = "rereg: WRITE with REMOTE_WRITE restored";
+            let wc = write_a(s, 303, what);
+            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 303);
+            ctl.send("written", "");
+            ctl.expect("checked");
+        }
+        Role::B => {
+            s.mem_mr.set_access(RW_READ).unwrap_or_else(|e| {
+                panic!("{me}: set_access restoring REMOTE_WRITE in place: {e}")
+            });
+            assert_eq!(keys(&s.mem_mr), k, "{me}: in place: same handle and keys");
+            ctl.send("remote-write-restored", "");
+
+            ctl.expect("written");
+            s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(303, RDMA_LEN));
+            s.check_mem("rereg: WRITE with REMOTE_WRITE restored");
+            loud(&format!(
+                "{me}: rereg: REMOTE_WRITE removed in place -> a's WRITE refused; reconnected; restored -> it landed (rkey {:#x} throughout)",
+                k.2
+            ));
+            ctl.send("checked", "");
+        }
+    }
+}
+
+/// `ip link set <NIC> down` on B, undone (`up`) when dropped, also when
+/// the test panics: the runs after this one need the link.
+struct LinkDown {
+    me: String,
+}
+
+fn ip_link(state: &str, me: &str) -> Result<(), String> {
+    let out = Command::new("ip")
+        .args(["link", "set", NIC, state])
+        .output()
+        .map_err(|e| format!("{me}: running `ip link set {NIC} {state}`: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{me}: `ip link set {NIC} {state}`: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl LinkDown {
+    fn take(me: &str) -> LinkDown {
+        ip_link("down", me).unwrap_or_else(|e| panic!("{e}"));
+        loud(&format!("{me}: {NIC} is down"));
+        LinkDown { me: me.to_string() }
+    }
+}
+
+impl Drop for LinkDown {
+    fn drop(&mut self) {
+        match ip_link("up", &self.me) {
+            Ok(()) => loud(&format!("{}: {NIC} is up again", self.me)),
+            // Not a panic in a drop: the runs after this one will fail
+            // loudly at their meeting instead.
+            Err(e) => loud(&format!("FAILED: {e}")),
+        }
+    }
+}
+
+/// The link taken down during traffic: A streams WRITEs to B
+/// ([`STREAM_DEPTH`] in flight) and B takes its NIC down. A's WRITEs
+/// then fail RETRY_EXC_ERR (the first one; the rest of the queue is
+/// flushed) within [`RETRY_WAIT`], with no cm event on either side; B
+/// brings the link back up, and the connection's orderly disconnect
+/// (DREQ, DREP) works over the restored link.
+fn link_down_during_writes(s: &mut Side, ctl: &mut Control) {
+    let me = s.me.clone();
+    match s.role {
+        Role::A => {
+            ctl.expect("link-going-down");
+            let data = pattern(400, STREAM_LEN);
+            s.local[..STREAM_LEN].copy_from_slice(&data);
+            let c = s.conn();
+            let sges = sge(s.local.as_ptr() as u64, STREAM_LEN, &s.local_mr);
+            let start = Instant::now();
+            let (mut posted, mut done, mut ok) = (0u64, 0u64, 0u64);
+            let mut first_error: Option<(WorkCompletion, Duration)> = None;
+            let mut flushed = 0u64;
+            let mut wc = [WorkCompletion::default(); 16];
+            loop {
+                while first_error.is_none() && posted - done < STREAM_DEPTH as u64 {
+                    let at = STREAM_AT + (posted as usize % 8) * STREAM_LEN;
+                    let wr = signalled(
+                        posted,
+                        SendOp::RdmaWrite {
+                            remote: s.remote(at),
+                            imm: None,
+                        },
+                        &sges,
+                    );
+                    // SAFETY: `local[..STREAM_LEN]` stays mapped and
+                    // registered and is not written until every WRITE
+                    // posted here has completed (the loop ends only then,
+                    // or panics, and then the QP goes before the buffer).
+                    unsafe { c.qp.post_send(&[wr]) }
+                        .unwrap_or_else(|e| panic!("{me}: stream: post_send {posted}: {e}"));
+                    posted += 1;
+                }
+                let n =
+                    c.cq.poll(&mut wc)
+                        .unwrap_or_else(|e| panic!("{me}: stream: poll_cq: {e}"));
+                for w in &wc[..n] {
+                    assert_eq!(w.wr_id, done, "{me}: stream: completions in order: {w:?}");
+                    done += 1;
+                    match (w.status, first_error.is_some()) {
+                        (WcStatus::Success, false) => ok += 1,
+                        (WcStatus::WrFlushErr, true) => flushed += 1,
+                        (_, false) => first_error = Some((*w, start.elapsed())),
+                        (_, true) => panic!("{me}: stream: after the first error: {w:?}"),
+                    }
+                }
+                if first_error.is_some() && done == posted {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < RETRY_WAIT,
+                    "{me}: stream: no failed WRITE within {RETRY_WAIT:?} of b taking its link down \
+                     ({ok} succeeded, {posted} posted, {done} completed)"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            let (err, after) = first_error.unwrap();
+            assert_eq!(
+                (err.status, err.qp_num),
+                (WcStatus::RetryExcErr, c.qp.qp_num()),
+                "{me}: stream: the link down shows as retries exhausted: {err:?}"
+            );
+            loud(&format!(
+                "{me}: link down: {ok} WRITEs of {STREAM_LEN} B landed, then WRITE {} failed {:?} \
+                 {after:?} after b's notice, {flushed} flushed",
+                err.wr_id, err.status
+            ));
+            assert_no_event(
+                &s.ch,
+                QUIET,
+                &format!("{me}: the cm after retries exhausted"),
+            );
+            ctl.send("retry-exceeded", &format!("{after:?}"));
+            ctl.expect("link-up");
+        }
+        Role::B => {
+            ctl.send("link-going-down", "");
+            // A is streaming by the time the link goes.
+            std::thread::sleep(Duration::from_millis(500));
+            let link = LinkDown::take(&me);
+            std::thread::sleep(LINK_DOWN_FOR);
+            assert_no_event(&s.ch, QUIET, &format!("{me}: the cm with {NIC} down"));
+            drop(link);
+            // The control connection crosses the same link: A's report
+            // arrives once TCP retransmits it.
+            let after = ctl.expect("retry-exceeded");
+            loud(&format!(
+                "{me}: link down: a's WRITEs failed RETRY_EXC_ERR after {after}"
+            ));
+            assert_no_completion(&s.conn().cq, &format!("{me}: after the link came back"));
+            ctl.send("link-up", "");
+        }
+    }
+}
