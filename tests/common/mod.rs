@@ -9,6 +9,7 @@
 //!   `child_reads`) and fork advisors that record, fail or block;
 //! - [`mapping`]: page-aligned, untouched and holed mappings;
 //! - [`rc`]: the attribute sequence that takes an RC QP to RTS;
+//! - [`two_host`]: roles and the control connection of the two-host run;
 //! - here: the access flags every test means by `RW` and `RW_READ`, the
 //!   serial lock, a fresh MR, and the replace-fallback calls.
 
@@ -23,6 +24,7 @@ pub mod fake;
 pub mod fork;
 pub mod mapping;
 pub mod rc;
+pub mod two_host;
 
 use std::sync::{Mutex, MutexGuard};
 
