@@ -47,6 +47,8 @@ mod endpoint;
 mod error;
 mod flags;
 pub mod fork;
+#[cfg(test)]
+mod golden_bytes;
 pub mod method;
 mod mr;
 pub(crate) mod netlink;

@@ -5,40 +5,10 @@
 
 use super::command::*;
 use crate::command::QpState;
+use crate::golden_bytes::Bytes;
 
-/// Little-endian fields, written out by hand in the tests below.
-#[derive(Default)]
-struct Bytes(Vec<u8>);
-
+/// The ucma framing's pieces, on the shared golden-bytes builder.
 impl Bytes {
-    fn u8(mut self, v: u8) -> Self {
-        self.0.push(v);
-        self
-    }
-    fn u16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn be16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
-    }
-    fn u32(mut self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u64(mut self, v: u64) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn raw(mut self, v: &[u8]) -> Self {
-        self.0.extend_from_slice(v);
-        self
-    }
-    fn zeros(mut self, n: usize) -> Self {
-        self.0.resize(self.0.len() + n, 0);
-        self
-    }
     /// rdma_ucm_cmd_hdr: cmd, in (bytes), out (bytes).
     fn hdr(cmd: u32, in_: u16, out: u16) -> Self {
         Bytes::default().u32(cmd).u16(in_).u16(out)

@@ -7,28 +7,7 @@ use crate::command::*;
 use uverbs_uapi as sys;
 use zerocopy::IntoBytes;
 
-/// Little-endian fields, written out by hand in the tests below.
-#[derive(Default)]
-struct Bytes(Vec<u8>);
-
-impl Bytes {
-    fn u16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u32(mut self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn u64(mut self, v: u64) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
-    }
-    fn raw(mut self, v: &[u8]) -> Self {
-        self.0.extend_from_slice(v);
-        self
-    }
-}
+use crate::golden_bytes::Bytes;
 
 const RESP: u64 = 0x7f00_1122_3344_5500;
 const CORE_OUT: u64 = 0x7f00_aaaa_0000_0000;

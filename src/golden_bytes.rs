@@ -1,0 +1,40 @@
+//! The byte builder the golden tests write their expected frames with:
+//! little-endian fields (and network-order ports) appended by hand, field
+//! by field, from the C layouts. Shared by the uverbs (`transport`) and
+//! ucma (`cm`) golden tests.
+
+/// Expected bytes, built field by field.
+#[derive(Default)]
+pub(crate) struct Bytes(pub(crate) Vec<u8>);
+
+impl Bytes {
+    pub(crate) fn u8(mut self, v: u8) -> Self {
+        self.0.push(v);
+        self
+    }
+    pub(crate) fn u16(mut self, v: u16) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    /// A big-endian (network order) `u16`, e.g. a port.
+    pub(crate) fn be16(mut self, v: u16) -> Self {
+        self.0.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+    pub(crate) fn u32(mut self, v: u32) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(crate) fn u64(mut self, v: u64) -> Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    pub(crate) fn raw(mut self, v: &[u8]) -> Self {
+        self.0.extend_from_slice(v);
+        self
+    }
+    pub(crate) fn zeros(mut self, n: usize) -> Self {
+        self.0.resize(self.0.len() + n, 0);
+        self
+    }
+}
