@@ -672,7 +672,7 @@ impl<M> OwnedQp<M> {
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
     pub fn into_inner(self) -> Result<QueuePair, Self> {
-        if self.lock().sq.is_empty() && self.lock().rq.is_empty() {
+        if self.outstanding() == (0, 0) {
             Ok(self.into_parts())
         } else {
             Err(self)
