@@ -82,16 +82,7 @@ const STREAM_DEPTH: usize = 8;
 const STREAM_LEN: usize = 4096;
 const STREAM_AT: usize = 224 << 10;
 
-/// Each side's peer-addressable memory, and its local buffer (SEND
-/// source, RECV target, WRITE source, READ landing area).
-const LEN: usize = 256 << 10;
-/// A SEND: bigger than the path MTU, so several packets.
-const SEND_LEN: usize = 4000;
-/// A WRITE or READ: 32 KiB, many packets at a 1500-byte link's MTU.
-const RDMA_LEN: usize = 32 << 10;
-/// Offsets in the peer's memory.
-const WRITE_AT: usize = 8 << 10;
-const READ_AT: usize = 128 << 10;
+/// Where B's memory is re-registered while A writes.
 const REREG_AT: usize = 192 << 10;
 
 /// The receive without SGEs that B holds while its refusal is in flight:
@@ -345,28 +336,42 @@ impl Side<'_> {
         ));
         ctl.barrier("disconnected");
     }
+}
 
-    /// Compares all of the peer-addressable memory with the model.
-    fn check_mem(&self, what: &str) {
-        same_bytes(&self.mem, &self.model, &format!("{}: {what}", self.me));
+impl Traffic for Side<'_> {
+    fn me(&self) -> &str {
+        &self.me
     }
-
-    /// Posts one signalled `op` of `local[at..at + len]` and returns its
-    /// completion, whatever its status.
-    fn post(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
-        let c = self.conn();
-        let sges = sge(self.local.as_ptr() as u64 + at as u64, len, &self.local_mr);
-        let wr = signalled(wr_id, op, &sges);
-        // SAFETY: `local[at..at + len]` stays mapped and registered and the
-        // program neither writes nor reads it until the completion is
-        // polled below (`wait_one` returns only then, or panics, and then
-        // the QP goes before the buffer).
-        unsafe { c.qp.post_send(&[wr]) }
-            .unwrap_or_else(|e| panic!("{}: {what}: post_send: {e}", self.me));
-        wait_one(&c.cq, &format!("{}: {what}", self.me))
+    fn role(&self) -> Role {
+        self.role
     }
-
-    /// Where in the peer's memory `at` is.
+    fn qp(&self) -> &QueuePair {
+        &self.conn().qp
+    }
+    fn cq(&self) -> &CompletionQueue {
+        &self.conn().cq
+    }
+    fn local(&self) -> &[u8] {
+        &self.local
+    }
+    fn local_mut(&mut self) -> &mut [u8] {
+        &mut self.local
+    }
+    fn local_mr(&self) -> &MemoryRegion {
+        &self.local_mr
+    }
+    fn mem(&self) -> &[u8] {
+        &self.mem
+    }
+    fn mem_mut(&mut self) -> &mut [u8] {
+        &mut self.mem
+    }
+    fn model(&self) -> &[u8] {
+        &self.model
+    }
+    fn model_mut(&mut self) -> &mut [u8] {
+        &mut self.model
+    }
     fn remote(&self, at: usize) -> Remote {
         Remote {
             addr: self.peer.addr + at as u64,
@@ -531,127 +536,6 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
     drop((mem, local));
     counts.assert_extra(0, 0, "after dropping everything");
     counts.assert_extra_cq_qp(0, 0, "after dropping everything");
-}
-
-/// `sender` SENDs [`SEND_LEN`] bytes of `pattern(step)` into a receive the
-/// other side posted first; the receiver checks every byte.
-fn send_recv(s: &mut Side, ctl: &mut Control, sender: Role, step: u64) {
-    let what = format!(
-        "step {step}: SEND {} -> {}",
-        sender.name(),
-        sender.other().name()
-    );
-    let data = pattern(step, SEND_LEN);
-    if s.role == sender {
-        ctl.expect("recv-posted");
-        s.local[..SEND_LEN].copy_from_slice(&data);
-        let wc = s.post(step, SendOp::Send { imm: None }, 0, SEND_LEN, &what);
-        check(&wc, &what, WcOpcode::Send, &s.conn().qp, step);
-        ctl.expect("received");
-    } else {
-        const AT: usize = 64 << 10;
-        s.local[AT..AT + SEND_LEN].fill(0);
-        let sges = sge(s.local.as_ptr() as u64 + AT as u64, SEND_LEN, &s.local_mr);
-        // SAFETY: local[AT..AT + SEND_LEN] stays mapped and registered and
-        // is not touched until the receive's completion is polled below.
-        unsafe {
-            s.conn().qp.post_recv(&[RecvWr {
-                wr_id: step,
-                sges: &sges,
-            }])
-        }
-        .unwrap_or_else(|e| panic!("{}: {what}: post_recv: {e}", s.me));
-        ctl.send("recv-posted", "");
-        let wc = wait_checked(
-            &s.conn().cq,
-            &format!("{}: {what}", s.me),
-            WcOpcode::Recv,
-            &s.conn().qp,
-            step,
-        );
-        assert_eq!(wc.byte_len, SEND_LEN as u32, "{}: {what}: {wc:?}", s.me);
-        same_bytes(
-            &s.local[AT..AT + SEND_LEN],
-            &data,
-            &format!("{}: {what}", s.me),
-        );
-        loud(&format!(
-            "{}: {what}: {SEND_LEN} bytes received and checked",
-            s.me
-        ));
-        ctl.send("received", "");
-    }
-}
-
-/// `writer` RDMA WRITEs [`RDMA_LEN`] bytes of `pattern(100 + step)` to
-/// the other side's memory at `at`; the owner checks all of its memory.
-fn write(s: &mut Side, ctl: &mut Control, writer: Role, step: u64, at: usize) {
-    let what = format!(
-        "step {step}: WRITE {} -> {}",
-        writer.name(),
-        writer.other().name()
-    );
-    let data = pattern(100 + step, RDMA_LEN);
-    if s.role == writer {
-        s.local[..RDMA_LEN].copy_from_slice(&data);
-        let op = SendOp::RdmaWrite {
-            remote: s.remote(at),
-            imm: None,
-        };
-        let wc = s.post(100 + step, op, 0, RDMA_LEN, &what);
-        check(&wc, &what, WcOpcode::RdmaWrite, &s.conn().qp, 100 + step);
-        ctl.send("written", &at.to_string());
-        ctl.expect("checked");
-    } else {
-        let told = ctl.expect("written");
-        assert_eq!(told, at.to_string(), "{}: {what}", s.me);
-        s.model[at..at + RDMA_LEN].copy_from_slice(&data);
-        s.check_mem(&what);
-        loud(&format!(
-            "{}: {what}: {RDMA_LEN} bytes landed at offset {at}, the rest of the {LEN} unchanged",
-            s.me
-        ));
-        ctl.send("checked", "");
-    }
-}
-
-/// The other side fills its memory at [`READ_AT`] with `pattern(200 +
-/// step)`; `reader` RDMA READs it and checks every byte.
-fn read(s: &mut Side, ctl: &mut Control, reader: Role, step: u64) {
-    let what = format!(
-        "step {step}: READ by {} from {}",
-        reader.name(),
-        reader.other().name()
-    );
-    let data = pattern(200 + step, RDMA_LEN);
-    if s.role == reader {
-        ctl.expect("filled");
-        const LAND: usize = 128 << 10;
-        s.local[LAND..LAND + RDMA_LEN].fill(0);
-        let op = SendOp::RdmaRead {
-            remote: s.remote(READ_AT),
-        };
-        let wc = s.post(200 + step, op, LAND, RDMA_LEN, &what);
-        check(&wc, &what, WcOpcode::RdmaRead, &s.conn().qp, 200 + step);
-        assert_eq!(wc.byte_len, RDMA_LEN as u32, "{}: {what}: {wc:?}", s.me);
-        same_bytes(
-            &s.local[LAND..LAND + RDMA_LEN],
-            &data,
-            &format!("{}: {what}", s.me),
-        );
-        loud(&format!(
-            "{}: {what}: {RDMA_LEN} bytes read and checked",
-            s.me
-        ));
-        ctl.send("read", "");
-    } else {
-        s.mem[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
-        s.model[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
-        ctl.send("filled", "");
-        ctl.expect("read");
-        // A READ leaves the source as it was.
-        s.check_mem(&what);
-    }
 }
 
 /// B re-registers its memory in place while A writes to it: a WRITE

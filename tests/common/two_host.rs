@@ -1,18 +1,39 @@
 //! The two-host run's fixtures: which host this process is (`Role`, from
 //! the harness's `UVERBS_HOST_ROLE` and companions), a line-based control
 //! connection between the two hosts with bounded waits (`Control`), and
-//! byte patterns that tell every write apart. Shared by every
-//! `tests/two_host_*.rs` binary.
+//! byte patterns that tell every write apart, and the traffic steps both
+//! sides take (SEND/RECV, WRITE, READ: each checked byte for byte by the
+//! side whose memory it reached). Shared by every `tests/two_host_*.rs`
+//! binary.
 
 use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
+
+use uverbs::{
+    CompletionQueue, MemoryRegion, QueuePair, RecvWr, Remote, SendOp, WcOpcode, WorkCompletion,
+};
+
+use super::devices::loud;
+use super::rc::{check, sge, signalled, wait_checked, wait_one};
 
 /// How long each side waits for the other to show up on the control
 /// connection (the peer's previous run may still be finishing).
 pub const MEET_WAIT: Duration = Duration::from_secs(120);
 /// How long each side waits for the peer's next control message.
 pub const CONTROL_WAIT: Duration = Duration::from_secs(60);
+
+/// Each side's peer-addressable memory, and its local buffer (SEND
+/// source, RECV target, WRITE source, READ landing area).
+pub const LEN: usize = 256 << 10;
+/// A SEND: bigger than the path MTU, so several packets.
+pub const SEND_LEN: usize = 4000;
+/// A WRITE or READ: 32 KiB, 32 packets at the rxe MTU of a 1500-byte link.
+pub const RDMA_LEN: usize = 32 << 10;
+/// Offsets in the peer's memory: the WRITEs of each step go to their own
+/// place, the READ's source is filled by its owner.
+pub const WRITE_AT: usize = 8 << 10;
+pub const READ_AT: usize = 128 << 10;
 
 /// Which side of the run this process is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,5 +217,179 @@ pub fn same_bytes(got: &[u8], want: &[u8], what: &str) {
             got[i],
             want[i]
         );
+    }
+}
+
+/// One side of a two-host test, as the shared traffic steps see it: who
+/// it is, its current QP and CQ, its local buffer, its peer-addressable
+/// memory with the model of what that must hold, and where the peer's
+/// memory is. The binaries differ in how they connect, not in these.
+pub trait Traffic {
+    /// `a (192.0.2.1)`, for messages.
+    fn me(&self) -> &str;
+    /// Which host this is.
+    fn role(&self) -> Role;
+    /// The current connection's QP.
+    fn qp(&self) -> &QueuePair;
+    /// Its CQ (send and receive).
+    fn cq(&self) -> &CompletionQueue;
+    /// The local buffer and its registration.
+    fn local(&self) -> &[u8];
+    fn local_mut(&mut self) -> &mut [u8];
+    fn local_mr(&self) -> &MemoryRegion;
+    /// The peer-addressable memory and its model.
+    fn mem(&self) -> &[u8];
+    fn mem_mut(&mut self) -> &mut [u8];
+    fn model(&self) -> &[u8];
+    fn model_mut(&mut self) -> &mut [u8];
+    /// Where in the peer's memory `at` is.
+    fn remote(&self, at: usize) -> Remote;
+
+    /// Compares all of the peer-addressable memory with the model.
+    fn check_mem(&self, what: &str) {
+        same_bytes(self.mem(), self.model(), &format!("{}: {what}", self.me()));
+    }
+
+    /// Posts one signalled `op` of `local[at..at + len]` and returns its
+    /// completion, whatever its status.
+    fn post(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
+        let sges = sge(
+            self.local().as_ptr() as u64 + at as u64,
+            len,
+            self.local_mr(),
+        );
+        let wr = signalled(wr_id, op, &sges);
+        // SAFETY: `local[at..at + len]` stays mapped and registered and the
+        // program neither writes nor reads it until the completion is
+        // polled below (`wait_one` returns only then, or panics, and then
+        // the QP goes before the buffer).
+        unsafe { self.qp().post_send(&[wr]) }
+            .unwrap_or_else(|e| panic!("{}: {what}: post_send: {e}", self.me()));
+        wait_one(self.cq(), &format!("{}: {what}", self.me()))
+    }
+}
+
+/// `sender` SENDs [`SEND_LEN`] bytes of `pattern(step)` into a receive the
+/// other side posted first; the receiver checks every byte.
+pub fn send_recv(s: &mut impl Traffic, ctl: &mut Control, sender: Role, step: u64) {
+    let what = format!(
+        "step {step}: SEND {} -> {}",
+        sender.name(),
+        sender.other().name()
+    );
+    let data = pattern(step, SEND_LEN);
+    if s.role() == sender {
+        ctl.expect("recv-posted");
+        s.local_mut()[..SEND_LEN].copy_from_slice(&data);
+        let wc = s.post(step, SendOp::Send { imm: None }, 0, SEND_LEN, &what);
+        check(&wc, &what, WcOpcode::Send, s.qp(), step);
+        ctl.expect("received");
+    } else {
+        const AT: usize = 64 << 10;
+        s.local_mut()[AT..AT + SEND_LEN].fill(0);
+        let sges = sge(
+            s.local().as_ptr() as u64 + AT as u64,
+            SEND_LEN,
+            s.local_mr(),
+        );
+        // SAFETY: local[AT..AT + SEND_LEN] stays mapped and registered and
+        // is not touched until the receive's completion is polled below.
+        unsafe {
+            s.qp().post_recv(&[RecvWr {
+                wr_id: step,
+                sges: &sges,
+            }])
+        }
+        .unwrap_or_else(|e| panic!("{}: {what}: post_recv: {e}", s.me()));
+        ctl.send("recv-posted", "");
+        let wc = wait_checked(
+            s.cq(),
+            &format!("{}: {what}", s.me()),
+            WcOpcode::Recv,
+            s.qp(),
+            step,
+        );
+        assert_eq!(wc.byte_len, SEND_LEN as u32, "{}: {what}: {wc:?}", s.me());
+        same_bytes(
+            &s.local()[AT..AT + SEND_LEN],
+            &data,
+            &format!("{}: {what}", s.me()),
+        );
+        loud(&format!(
+            "{}: {what}: {SEND_LEN} bytes received and checked",
+            s.me()
+        ));
+        ctl.send("received", "");
+    }
+}
+
+/// `writer` RDMA WRITEs [`RDMA_LEN`] bytes of `pattern(100 + step)` to
+/// the other side's memory at `at`; the owner checks all of its memory.
+pub fn write(s: &mut impl Traffic, ctl: &mut Control, writer: Role, step: u64, at: usize) {
+    let what = format!(
+        "step {step}: WRITE {} -> {}",
+        writer.name(),
+        writer.other().name()
+    );
+    let data = pattern(100 + step, RDMA_LEN);
+    if s.role() == writer {
+        s.local_mut()[..RDMA_LEN].copy_from_slice(&data);
+        let op = SendOp::RdmaWrite {
+            remote: s.remote(at),
+            imm: None,
+        };
+        let wc = s.post(100 + step, op, 0, RDMA_LEN, &what);
+        check(&wc, &what, WcOpcode::RdmaWrite, s.qp(), 100 + step);
+        ctl.send("written", &at.to_string());
+        ctl.expect("checked");
+    } else {
+        let told = ctl.expect("written");
+        assert_eq!(told, at.to_string(), "{}: {what}", s.me());
+        s.model_mut()[at..at + RDMA_LEN].copy_from_slice(&data);
+        s.check_mem(&what);
+        loud(&format!(
+            "{}: {what}: {RDMA_LEN} bytes landed at offset {at}, the rest of the {LEN} unchanged",
+            s.me()
+        ));
+        ctl.send("checked", "");
+    }
+}
+
+/// The other side fills its memory at [`READ_AT`] with `pattern(200 +
+/// step)`; `reader` RDMA READs it and checks every byte.
+pub fn read(s: &mut impl Traffic, ctl: &mut Control, reader: Role, step: u64) {
+    let what = format!(
+        "step {step}: READ by {} from {}",
+        reader.name(),
+        reader.other().name()
+    );
+    let data = pattern(200 + step, RDMA_LEN);
+    if s.role() == reader {
+        ctl.expect("filled");
+        const LAND: usize = 128 << 10;
+        s.local_mut()[LAND..LAND + RDMA_LEN].fill(0);
+        let op = SendOp::RdmaRead {
+            remote: s.remote(READ_AT),
+        };
+        let wc = s.post(200 + step, op, LAND, RDMA_LEN, &what);
+        check(&wc, &what, WcOpcode::RdmaRead, s.qp(), 200 + step);
+        assert_eq!(wc.byte_len, RDMA_LEN as u32, "{}: {what}: {wc:?}", s.me());
+        same_bytes(
+            &s.local()[LAND..LAND + RDMA_LEN],
+            &data,
+            &format!("{}: {what}", s.me()),
+        );
+        loud(&format!(
+            "{}: {what}: {RDMA_LEN} bytes read and checked",
+            s.me()
+        ));
+        ctl.send("read", "");
+    } else {
+        s.mem_mut()[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
+        s.model_mut()[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
+        ctl.send("filled", "");
+        ctl.expect("read");
+        // A READ leaves the source as it was.
+        s.check_mem(&what);
     }
 }
