@@ -116,7 +116,40 @@ pub const DEMO_RUNS: &[(&str, &str, &[&str])] = &[
 ];
 
 /// The soft-RDMA links created in the guest: (link name, rdma link type).
+/// Each sits on a netdev of its own with an IPv4 address of its own
+/// ([`Net::netdev`], [`Net::addr`]): the kernel gives a cm id the first
+/// device whose port has the id's source address, so two devices on one
+/// netdev would leave the second unreachable through the rdma_cm.
 pub const LINKS: &[(&str, &str)] = &[("rxe0", "rxe"), ("siw0", "siw")];
+
+/// A soft-RDMA device type of [`LINKS`], as the guest's netdevs and
+/// addresses are laid out per device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// rxe0 (RoCE v2): dummy0 / eth0, 192.0.2.0/24.
+    Rxe,
+    /// siw0 (iWARP): dummy1 / eth1, 198.51.100.0/24.
+    Siw,
+}
+
+impl Kind {
+    /// By `rdma link` type.
+    fn of(kind: &str) -> Kind {
+        match kind {
+            "siw" => Kind::Siw,
+            _ => Kind::Rxe,
+        }
+    }
+
+    /// The /24 of this device's addresses (both are documentation ranges
+    /// that exist only inside the guests).
+    fn net(self) -> &'static str {
+        match self {
+            Kind::Rxe => "192.0.2",
+            Kind::Siw => "198.51.100",
+        }
+    }
+}
 
 /// The test binaries of the two-host run are the ones whose names start
 /// with this (`tests/two_host_*.rs`); they run only there, and every other
@@ -151,11 +184,27 @@ impl Host {
         }
     }
 
-    /// The guest's IPv4 address on the link.
+    /// The guest's IPv4 address on the link of rxe0 (eth0).
     pub fn addr(self) -> &'static str {
         match self {
             Host::A => "192.0.2.1",
             Host::B => "192.0.2.2",
+        }
+    }
+
+    /// The guest's IPv4 address on the link of siw0 (eth1).
+    pub fn siw_addr(self) -> &'static str {
+        match self {
+            Host::A => "198.51.100.1",
+            Host::B => "198.51.100.2",
+        }
+    }
+
+    /// The last octet of both addresses.
+    fn octet(self) -> u8 {
+        match self {
+            Host::A => 1,
+            Host::B => 2,
         }
     }
 
@@ -167,19 +216,26 @@ impl Host {
         }
     }
 
-    /// The NIC's MAC address (qemu gives every NIC the same one otherwise).
-    pub fn mac(self) -> &'static str {
-        match self {
-            Host::A => "52:54:00:00:02:01",
-            Host::B => "52:54:00:00:02:02",
-        }
+    /// The MAC address of the NIC under `kind`'s device (qemu gives every
+    /// NIC the same one otherwise).
+    pub fn mac(self, kind: Kind) -> String {
+        let link = match kind {
+            Kind::Rxe => 2,
+            Kind::Siw => 3,
+        };
+        format!("52:54:00:00:{link:02x}:{:02x}", self.octet())
     }
 }
 
 /// The prefix length of the link's addresses.
 pub const LINK_PREFIX_LEN: u8 = 24;
-/// The NIC's name in the guest (no udev renames it).
+/// The NIC under rxe0 in a two-host guest (no udev renames it; the init
+/// script checks its MAC).
 pub const LINK_NIC: &str = "eth0";
+/// The NIC under siw0 in a two-host guest.
+pub const SIW_LINK_NIC: &str = "eth1";
+/// The two-host guests' NICs, in qemu's (and the guest's) order.
+pub const LINK_KINDS: [Kind; 2] = [Kind::Rxe, Kind::Siw];
 /// How many one-second pings a two-host guest sends to its peer before its
 /// set-up fails (the peer boots at the same time, give or take seconds).
 pub const PEER_PINGS: u32 = 90;
@@ -194,10 +250,14 @@ pub const TWO_HOST_BASE_PORT: u16 = 7470;
 pub mod two_host_env {
     /// `a` or `b` ([`super::Host::role`]).
     pub const ROLE: &str = "UVERBS_HOST_ROLE";
-    /// This guest's address on the link.
+    /// This guest's address on rxe0's link (eth0).
     pub const LOCAL_ADDR: &str = "UVERBS_LOCAL_ADDR";
-    /// The peer's address on the link.
+    /// The peer's address on rxe0's link.
     pub const PEER_ADDR: &str = "UVERBS_PEER_ADDR";
+    /// This guest's address on siw0's link (eth1).
+    pub const SIW_LOCAL_ADDR: &str = "UVERBS_SIW_LOCAL_ADDR";
+    /// The peer's address on siw0's link.
+    pub const SIW_PEER_ADDR: &str = "UVERBS_SIW_PEER_ADDR";
     /// The TCP port of this run (A listens on it, B connects to it).
     pub const PORT: &str = "UVERBS_TWO_HOST_PORT";
     /// `<config>/<run name>`: both sides check that they run the same thing.
@@ -207,10 +267,33 @@ pub mod two_host_env {
 /// Where a guest's RDMA devices sit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Net {
-    /// The single guest: no NIC; rxe0 and siw0 on dummy0.
+    /// The single guest: no NIC; rxe0 on dummy0 (192.0.2.1), siw0 on
+    /// dummy1 (198.51.100.1).
     Dummy,
-    /// One of the two-host guests: rxe0 and siw0 on its NIC.
+    /// One of the two-host guests: rxe0 on eth0, siw0 on eth1, each NIC
+    /// a link of its own to the peer's.
     Link(Host),
+}
+
+impl Net {
+    /// The netdev under `kind`'s device.
+    pub fn netdev(self, kind: Kind) -> &'static str {
+        match (self, kind) {
+            (Net::Dummy, Kind::Rxe) => "dummy0",
+            (Net::Dummy, Kind::Siw) => "dummy1",
+            (Net::Link(_), Kind::Rxe) => LINK_NIC,
+            (Net::Link(_), Kind::Siw) => SIW_LINK_NIC,
+        }
+    }
+
+    /// This guest's IPv4 address on that netdev.
+    pub fn addr(self, kind: Kind) -> String {
+        let octet = match self {
+            Net::Dummy => 1,
+            Net::Link(h) => h.octet(),
+        };
+        format!("{}.{octet}", kind.net())
+    }
 }
 
 /// Where binaries live inside the guest.
@@ -267,6 +350,8 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
                     format!("{}={}", e::PEER_ADDR, h.peer().addr()),
                     format!("{}={}", e::PORT, TWO_HOST_BASE_PORT + index),
                     format!("{}={}", e::RUN, sh_quote(&run)),
+                    format!("{}={}", e::SIW_LOCAL_ADDR, h.siw_addr()),
+                    format!("{}={}", e::SIW_PEER_ADDR, h.peer().siw_addr()),
                 ]);
                 marker.push_str(&format!(" role={}", h.role()));
             }
@@ -314,31 +399,32 @@ echo "{BOOTED} kernel=$(uname -r)"
         }
     }
     s.push_str("ip link set lo up || fail \"ip link set lo up\"\n");
-    let netdev = match net {
-        Net::Dummy => {
-            s.push_str("ip link set dummy0 up || fail \"ip link set dummy0 up\"\n");
-            // The rdma_cm needs an IP on the devices' netdev (127.0.0.1 fails
-            // at route resolution): a documentation-range address that exists
-            // only here.
-            s.push_str(
-                "ip addr add 192.0.2.1/24 dev dummy0 || fail \"ip addr add 192.0.2.1/24\"\n",
-            );
-            "dummy0"
-        }
-        Net::Link(h) => {
-            let (nic, addr) = (LINK_NIC, h.addr());
-            s.push_str(&format!(
-                "ip link set {nic} up || fail \"ip link set {nic} up (no virtio NIC?)\"\n\
-                 ip addr add {addr}/{LINK_PREFIX_LEN} dev {nic} || fail \"ip addr add {addr} on {nic}\"\n\
-                 echo \"uverbs-vm: host {role}: {addr}/{LINK_PREFIX_LEN} on {nic}\"\n",
-                role = h.role(),
-            ));
-            nic
-        }
-    };
+    // Each device on a netdev of its own, with its address there before the
+    // link is added (so rxe's GID table has it); the rdma_cm needs an IP
+    // (127.0.0.1 fails at route resolution): documentation-range addresses
+    // that exist only here.
     for (name, kind) in LINKS {
+        let kind_of = Kind::of(kind);
+        let (dev, addr) = (net.netdev(kind_of), net.addr(kind_of));
+        match net {
+            Net::Dummy if dev != "dummy0" => s.push_str(&format!(
+                "ip link add {dev} type dummy || fail \"ip link add {dev} type dummy\"\n"
+            )),
+            Net::Dummy => {}
+            Net::Link(h) => {
+                // Two NICs: make sure this one is the one qemu was given for
+                // the device (by its MAC), not its sibling.
+                let mac = h.mac(kind_of);
+                s.push_str(&format!(
+                    "[ \"$(cat /sys/class/net/{dev}/address 2>/dev/null)\" = {mac} ] || fail \"{dev} is not the NIC with MAC {mac}: $(cat /sys/class/net/{dev}/address 2>&1)\"\n"
+                ));
+            }
+        }
         s.push_str(&format!(
-            "rdma link add {name} type {kind} netdev {netdev} || fail \"rdma link add {name}\"\n"
+            "ip link set {dev} up || fail \"ip link set {dev} up\"\n\
+             ip addr add {addr}/{LINK_PREFIX_LEN} dev {dev} || fail \"ip addr add {addr}/{LINK_PREFIX_LEN} on {dev}\"\n\
+             rdma link add {name} type {kind} netdev {dev} || fail \"rdma link add {name}\"\n\
+             echo \"uverbs-vm: {name} on {dev} ({addr}/{LINK_PREFIX_LEN})\"\n"
         ));
     }
     s.push_str(&format!(
@@ -356,17 +442,20 @@ for d in /sys/class/infiniband_verbs/uverbs*; do echo "$d -> $(cat $d/ibdev)"; d
         // The peer boots alongside; a link that never carries a packet fails
         // here, once, rather than in every run.
         let peer = h.peer();
-        s.push_str(&format!(
-            r#"i=0
+        for kind in LINK_KINDS {
+            s.push_str(&format!(
+                r#"i=0
 until ping -c 1 -W 1 {p} >/dev/null 2>&1; do
-  i=$((i+1)); [ $i -ge {PEER_PINGS} ] && fail "host {pr} ({p}) did not answer {PEER_PINGS} pings on {LINK_NIC}"
+  i=$((i+1)); [ $i -ge {PEER_PINGS} ] && fail "host {pr} ({p}) did not answer {PEER_PINGS} pings on {nic}"
   sleep 1
 done
-echo "uverbs-vm: host {pr} ({p}) answers on {LINK_NIC}"
+echo "uverbs-vm: host {pr} ({p}) answers on {nic}"
 "#,
-            p = peer.addr(),
-            pr = peer.role(),
-        ));
+                p = Net::Link(peer).addr(kind),
+                pr = peer.role(),
+                nic = net.netdev(kind),
+            ));
+        }
     }
     s.push_str(&format!("echo \"{READY}\"\n"));
     match (mode, net) {
@@ -460,12 +549,20 @@ mod tests {
             .find("insmod /lib/modules/crc32-pclmul.ko || echo")
             .unwrap();
         assert!(a < b);
-        assert!(s.contains("rdma link add siw0 type siw netdev dummy0"));
-        // The address is there before the links, so rxe's GID table has it.
-        let addr = s
-            .find("ip addr add 192.0.2.1/24 dev dummy0 || fail")
-            .unwrap();
-        assert!(addr < s.find("rdma link add rxe0").unwrap());
+        // Each device on its own netdev, the address there before the
+        // link, so rxe's GID table has it.
+        assert!(s.contains("rdma link add rxe0 type rxe netdev dummy0 ||"));
+        assert!(s.contains("ip link add dummy1 type dummy ||"));
+        assert!(s.contains("rdma link add siw0 type siw netdev dummy1 ||"));
+        for (addr, dev, link) in [
+            ("192.0.2.1", "dummy0", "rxe0"),
+            ("198.51.100.1", "dummy1", "siw0"),
+        ] {
+            let at = s
+                .find(&format!("ip addr add {addr}/24 dev {dev} || fail"))
+                .unwrap();
+            assert!(at < s.find(&format!("rdma link add {link}")).unwrap());
+        }
         assert!(s.contains("/bin/sh /run-all"));
         assert!(init_script(&[], Mode::Shell, Net::Dummy).contains("cttyhack"));
         assert!(!s.contains(LINK_NIC));
@@ -483,10 +580,10 @@ mod tests {
         // its own and the peer's address.
         let port = TWO_HOST_BASE_PORT + 3;
         assert!(a.contains(&format!(
-            "UVERBS_TRANSPORT=write UVERBS_HOST_ROLE=a UVERBS_LOCAL_ADDR=192.0.2.1 UVERBS_PEER_ADDR=192.0.2.2 UVERBS_TWO_HOST_PORT={port} UVERBS_TWO_HOST_RUN=write/two_host_y /tests/two_host_y\n"
+            "UVERBS_TRANSPORT=write UVERBS_HOST_ROLE=a UVERBS_LOCAL_ADDR=192.0.2.1 UVERBS_PEER_ADDR=192.0.2.2 UVERBS_TWO_HOST_PORT={port} UVERBS_TWO_HOST_RUN=write/two_host_y UVERBS_SIW_LOCAL_ADDR=198.51.100.1 UVERBS_SIW_PEER_ADDR=198.51.100.2 /tests/two_host_y\n"
         )));
         assert!(b.contains(&format!(
-            "UVERBS_TRANSPORT=write UVERBS_HOST_ROLE=b UVERBS_LOCAL_ADDR=192.0.2.2 UVERBS_PEER_ADDR=192.0.2.1 UVERBS_TWO_HOST_PORT={port} UVERBS_TWO_HOST_RUN=write/two_host_y /tests/two_host_y\n"
+            "UVERBS_TRANSPORT=write UVERBS_HOST_ROLE=b UVERBS_LOCAL_ADDR=192.0.2.2 UVERBS_PEER_ADDR=192.0.2.1 UVERBS_TWO_HOST_PORT={port} UVERBS_TWO_HOST_RUN=write/two_host_y UVERBS_SIW_LOCAL_ADDR=198.51.100.2 UVERBS_SIW_PEER_ADDR=198.51.100.1 /tests/two_host_y\n"
         )));
         // Every run has a port of its own, the same on both sides.
         let ports = |s: &str| -> Vec<String> {
@@ -511,10 +608,15 @@ mod tests {
         let b = init_script(&[], Mode::Run, Net::Link(Host::B));
         assert!(a.contains("ip addr add 192.0.2.1/24 dev eth0 ||"));
         assert!(b.contains("ip addr add 192.0.2.2/24 dev eth0 ||"));
+        assert!(a.contains("ip addr add 198.51.100.1/24 dev eth1 ||"));
+        assert!(b.contains("ip addr add 198.51.100.2/24 dev eth1 ||"));
+        assert!(
+            b.contains("/sys/class/net/eth1/address 2>/dev/null)\" = 52:54:00:00:03:02 ] || fail")
+        );
         for s in [&a, &b] {
             assert!(s.contains("rdma link add rxe0 type rxe netdev eth0 ||"));
-            assert!(s.contains("rdma link add siw0 type siw netdev eth0 ||"));
-            assert!(!s.contains("dummy0"));
+            assert!(s.contains("rdma link add siw0 type siw netdev eth1 ||"));
+            assert!(!s.contains("dummy0") && !s.contains("dummy1"));
             // The peer wait is bounded and comes before READY and the runs.
             let ping = s.find("until ping -c 1 -W 1").unwrap();
             assert!(s[ping..].contains(&format!("-ge {PEER_PINGS} ] && fail")));
@@ -522,7 +624,9 @@ mod tests {
             assert!(s.find(READY).unwrap() < s.find("/bin/sh /run-all").unwrap());
         }
         assert!(a.contains("until ping -c 1 -W 1 192.0.2.2 "));
+        assert!(a.contains("until ping -c 1 -W 1 198.51.100.2 "));
         assert!(b.contains("until ping -c 1 -W 1 192.0.2.1 "));
+        assert!(b.contains("until ping -c 1 -W 1 198.51.100.1 "));
         // The shell: A on the terminal, B's shell over telnet on its link
         // address only.
         let sa = init_script(&[], Mode::Shell, Net::Link(Host::A));
@@ -537,7 +641,12 @@ mod tests {
         assert!(is_two_host("two_host_rc"));
         assert!(!is_two_host("device_datapath_two"));
         assert!(!is_two_host("two_hostile"));
-        assert_ne!(Host::A.mac(), Host::B.mac());
+        let macs: std::collections::BTreeSet<_> = Host::BOTH
+            .iter()
+            .flat_map(|h| LINK_KINDS.map(|k| h.mac(k)))
+            .collect();
+        assert_eq!(macs.len(), 4, "{macs:?}");
+        assert_eq!(Host::B.mac(Kind::Siw), "52:54:00:00:03:02");
         assert_eq!(Host::A.peer(), Host::B);
     }
 }

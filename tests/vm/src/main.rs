@@ -206,7 +206,7 @@ impl Ctx {
             guest::init_script(&kernel.modules, mode, Net::Dummy),
             guest::run_all_script(configs, runs),
         )?;
-        let boot = self.qemu_boot(kernel, initrd, mode, SINGLE_MEMORY, SINGLE_CPUS, None);
+        let boot = self.qemu_boot(kernel, initrd, mode, SINGLE_MEMORY, SINGLE_CPUS, Vec::new());
         let outcome = match mode {
             Mode::Run => {
                 let outcome = qemu::run(&boot, &work_path.join(CONSOLE_LOG))?;
@@ -258,7 +258,7 @@ impl Ctx {
         mode: Mode,
         memory: &str,
         cpus: u32,
-        nic: Option<qemu::Nic>,
+        nics: Vec<qemu::Nic>,
     ) -> qemu::Boot {
         qemu::Boot {
             kernel: kernel.vmlinuz.clone(),
@@ -269,7 +269,7 @@ impl Ctx {
                 Mode::Run => DEFAULT_TIMEOUT,
                 Mode::Shell => SHELL_TIMEOUT,
             }),
-            nic,
+            nics,
         }
     }
 
@@ -286,7 +286,9 @@ impl Ctx {
     ) -> Result<Option<[qemu::Outcome; 2]>> {
         let work = WorkDir::create(&self.cache, self.opts.keep)?;
         let work_path = work.path();
-        let port = qemu::free_port()?;
+        // One link per device (rxe0's eth0, siw0's eth1), each its own TCP
+        // connection between the qemus.
+        let ports = qemu::free_ports(guest::LINK_KINDS.len())?;
         let mut boots = Vec::new();
         for host in Host::BOTH {
             let initrd = self.initramfs(
@@ -297,22 +299,19 @@ impl Ctx {
                 guest::init_script(&kernel.modules, mode, Net::Link(host)),
                 guest::two_host_run_all_script(configs, runs, host),
             )?;
-            let end = match host {
-                Host::A => qemu::LinkEnd::Listen(port),
-                Host::B => qemu::LinkEnd::Connect(port),
-            };
-            let nic = qemu::Nic {
-                mac: host.mac().into(),
-                end,
-            };
-            boots.push(self.qemu_boot(
-                kernel,
-                initrd,
-                mode,
-                TWO_HOST_MEMORY,
-                TWO_HOST_CPUS,
-                Some(nic),
-            ));
+            let nics = guest::LINK_KINDS
+                .iter()
+                .zip(&ports)
+                .map(|(&kind, &port)| qemu::Nic {
+                    id: format!("{kind:?}").to_lowercase(),
+                    mac: host.mac(kind),
+                    end: match host {
+                        Host::A => qemu::LinkEnd::Listen(port),
+                        Host::B => qemu::LinkEnd::Connect(port),
+                    },
+                })
+                .collect();
+            boots.push(self.qemu_boot(kernel, initrd, mode, TWO_HOST_MEMORY, TWO_HOST_CPUS, nics));
         }
         let logs = TWO_HOST_CONSOLE_LOGS.map(|l| work_path.join(l));
         match mode {

@@ -28,14 +28,16 @@ pub struct Boot {
     pub cpus: u32,
     /// qemu is killed after this long.
     pub timeout: Duration,
-    /// The guest's NIC, if it has one (the single guest has none).
-    pub nic: Option<Nic>,
+    /// The guest's NICs in order (the single guest has none).
+    pub nics: Vec<Nic>,
 }
 
 /// A virtio NIC on the two-host link: qemu's `socket` netdev, a TCP
 /// connection between the two qemus on 127.0.0.1 that carries the
 /// guests' Ethernet frames. Nothing else is on that link.
 pub struct Nic {
+    /// qemu's name of the netdev (unique per guest).
+    pub id: String,
     /// The guest's MAC address.
     pub mac: String,
     /// This qemu's end of the connection.
@@ -69,9 +71,9 @@ fn nic_args(nic: &Nic) -> [String; 4] {
     };
     [
         "-netdev".into(),
-        format!("socket,id=link,{end}"),
+        format!("socket,id={},{end}", nic.id),
         "-device".into(),
-        format!("virtio-net-pci,netdev=link,mac={}", nic.mac),
+        format!("virtio-net-pci,netdev={},mac={}", nic.id, nic.mac),
     ]
 }
 
@@ -80,10 +82,12 @@ fn command(b: &Boot) -> Command {
     c.args(["-accel", "tcg", "-cpu", "max", "-smp"])
         .arg(b.cpus.to_string())
         .args(["-m", &b.memory]);
-    match &b.nic {
-        Some(nic) => c.args(nic_args(nic)),
-        None => c.args(["-nic", "none"]),
-    };
+    if b.nics.is_empty() {
+        c.args(["-nic", "none"]);
+    }
+    for nic in &b.nics {
+        c.args(nic_args(nic));
+    }
     c.args(["-nographic", "-no-reboot"])
         .arg("-kernel")
         .arg(&b.kernel)
@@ -315,13 +319,20 @@ pub fn run(b: &Boot, log: &Path) -> Result<Outcome> {
     start(b, log, Echo::Raw)?.finish()
 }
 
-/// A free TCP port on 127.0.0.1 for the link's listening qemu (the kernel
-/// picks it; the moment between closing it here and qemu binding it is the
-/// only window for another program to take it, and then A's qemu fails to
-/// start and says so).
-pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("qemu: finding a free port")?;
-    Ok(l.local_addr().context("qemu: finding a free port")?.port())
+/// `n` distinct free TCP ports on 127.0.0.1 for the links' listening qemu
+/// (the kernel picks them, and the listeners are held until all are
+/// picked, so none comes twice; the moment between closing them here and
+/// qemu binding them is the only window for another program to take one,
+/// and then A's qemu fails to start and says so).
+pub fn free_ports(n: usize) -> Result<Vec<u16>> {
+    let step = "qemu: finding free ports";
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context(step))
+        .collect::<Result<Vec<_>>>()?;
+    listeners
+        .iter()
+        .map(|l| Ok(l.local_addr().context(step)?.port()))
+        .collect()
 }
 
 /// Whether something listens on 127.0.0.1:`port` (from /proc/net/tcp,
@@ -369,20 +380,34 @@ fn wait_listening(child: &mut Child, port: u16) -> Result<()> {
     Ok(())
 }
 
-/// The two-host boot: `a` (whose NIC listens) first, `b` (whose NIC
+/// The ports host a's NICs listen on: all of them must listen, and there
+/// must be one.
+fn listen_ports(a: &Boot) -> Result<Vec<u16>> {
+    let ports: Vec<u16> = a
+        .nics
+        .iter()
+        .filter_map(|n| match n.end {
+            LinkEnd::Listen(p) => Some(p),
+            LinkEnd::Connect(_) => None,
+        })
+        .collect();
+    if ports.is_empty() || ports.len() != a.nics.len() {
+        return Err(Error("qemu: every NIC of host a must listen".into()));
+    }
+    Ok(ports)
+}
+
+/// The two-host boot: `a` (whose NICs listen) first, `b` (whose NIC
 /// connects) once A's qemu listens; both consoles are streamed to stdout,
 /// each line marked `a| ` or `b| `, and to their logs. Each qemu has its
 /// own hard timeout. Returns A's and B's outcomes.
 pub fn run_two(a: &Boot, b: &Boot, logs: [&Path; 2]) -> Result<[Outcome; 2]> {
-    let Some(Nic {
-        end: LinkEnd::Listen(port),
-        ..
-    }) = a.nic
-    else {
-        return Err(Error("qemu: host a's NIC must listen".into()));
-    };
+    let ports = listen_ports(a)?;
     let mut ra = start(a, logs[0], Echo::Prefixed("a| "))?;
-    if let Err(e) = wait_listening(&mut ra.child, port) {
+    if let Err(e) = ports
+        .iter()
+        .try_for_each(|&p| wait_listening(&mut ra.child, p))
+    {
         let _ = ra.kill();
         return Err(e);
     }
@@ -421,13 +446,7 @@ pub fn interactive(b: &Boot) -> Result<()> {
 /// (its shell is reached from A with `telnet`). B is killed when A ends.
 pub fn interactive_two(a: &Boot, b: &Boot, b_log: &Path) -> Result<()> {
     let step = "qemu: interactive two-host boot";
-    let Some(Nic {
-        end: LinkEnd::Listen(port),
-        ..
-    }) = a.nic
-    else {
-        return Err(Error("qemu: host a's NIC must listen".into()));
-    };
+    let ports = listen_ports(a)?;
     let mut cmd = command(a);
     say(format!(
         "qemu: host a: {} (Ctrl-A X quits both)",
@@ -437,7 +456,10 @@ pub fn interactive_two(a: &Boot, b: &Boot, b_log: &Path) -> Result<()> {
     let mut child = cmd
         .spawn()
         .map_err(|e| err(step, format!("cannot run qemu-system-x86_64: {e}")))?;
-    if let Err(e) = wait_listening(&mut child, port) {
+    if let Err(e) = ports
+        .iter()
+        .try_for_each(|&p| wait_listening(&mut child, p))
+    {
         let _ = child.kill();
         let _ = child.wait();
         return Err(e);
@@ -489,6 +511,7 @@ mod tests {
     #[test]
     fn the_link_is_on_the_loopback_address_only() {
         let nic = |end| Nic {
+            id: "rxe".into(),
             mac: "52:54:00:00:02:01".into(),
             end,
         };
@@ -496,22 +519,31 @@ mod tests {
             nic_args(&nic(LinkEnd::Listen(4000))),
             [
                 "-netdev",
-                "socket,id=link,listen=127.0.0.1:4000",
+                "socket,id=rxe,listen=127.0.0.1:4000",
                 "-device",
-                "virtio-net-pci,netdev=link,mac=52:54:00:00:02:01"
+                "virtio-net-pci,netdev=rxe,mac=52:54:00:00:02:01"
             ]
         );
         assert_eq!(
             nic_args(&nic(LinkEnd::Connect(4000)))[1],
-            "socket,id=link,connect=127.0.0.1:4000"
+            "socket,id=rxe,connect=127.0.0.1:4000"
         );
+        let two = Boot {
+            kernel: "k".into(),
+            initrd: "i".into(),
+            memory: "1G".into(),
+            cpus: 1,
+            timeout: Duration::from_secs(1),
+            nics: vec![nic(LinkEnd::Listen(4000)), nic(LinkEnd::Connect(4001))],
+        };
+        assert!(listen_ports(&two).is_err(), "a NIC of A that connects");
         let boot = Boot {
             kernel: "k".into(),
             initrd: "i".into(),
             memory: "1G".into(),
             cpus: 1,
             timeout: Duration::from_secs(1),
-            nic: None,
+            nics: Vec::new(),
         };
         let line = describe(&command(&boot));
         assert!(line.contains("-smp 1 -m 1G -nic none -nographic"), "{line}");
