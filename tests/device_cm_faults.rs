@@ -172,7 +172,7 @@ fn cm_peer_killed_mid_transfer() {
             *b = (i as u8).wrapping_mul(13) ^ 0x3c;
         }
         let ch = EventChannel::open().unwrap();
-        let client = match resolved_client(&ch, port) {
+        let client = match resolved_client(&ch, &dut, port) {
             Ok(c) => c,
             Err(why) => return cm_unavailable(test, &why),
         };

@@ -115,7 +115,7 @@ fn cm_connect_where_nobody_listens_is_rejected() {
     }
     let ch = EventChannel::open().unwrap();
     let port = 8000 + (std::process::id() % 1000) as u16;
-    let client = match resolved_client(&ch, port) {
+    let client = match resolved_client_to(&ch, format!("{CM_ADDR}:{port}").parse().unwrap()) {
         Ok(c) => c,
         Err(why) => return cm_unavailable(test, &why),
     };
@@ -156,7 +156,7 @@ fn cm_reject_with_private_data_and_listener_destroyed_with_a_pending_request() {
     listener.listen(2).unwrap();
 
     // Reject with private data: the requester sees reason 28 and the bytes.
-    let first = match resolved_client(&ch, port) {
+    let first = match resolved_client_to(&ch, format!("{CM_ADDR}:{port}").parse().unwrap()) {
         Ok(c) => c,
         Err(why) => return cm_unavailable(test, &why),
     };
@@ -186,7 +186,7 @@ fn cm_reject_with_private_data_and_listener_destroyed_with_a_pending_request() {
 
     // A second request, never read: destroying the listener discards it
     // and its new id, whose destruction rejects the requester.
-    let second = resolved_client(&ch, port).unwrap();
+    let second = resolved_client_to(&ch, format!("{CM_ADDR}:{port}").parse().unwrap()).unwrap();
     second.connect(&ConnParam::new(2)).unwrap();
     assert!(
         ch.poll_readable(WAIT).unwrap(),

@@ -1,9 +1,10 @@
 //! Connection-manager fixtures: an RC connection set up by the rdma_cm
-//! (`uverbs::cm`) inside one host, over 192.0.2.1 (dummy0's address in the
-//! VM guest), and its orderly teardown.
+//! (`uverbs::cm`) inside one host, over the device's own address in the VM
+//! guest ([`cm_addr`]: 192.0.2.1 on dummy0 for rxe0, 198.51.100.1 on
+//! dummy1 for siw0), and its orderly teardown.
 //!
 //! [`cm_connected_pair`] makes a listener on `0.0.0.0:<free port>` and a
-//! client that resolves 192.0.2.1, each with an event channel of its own
+//! client that resolves that address, each with an event channel of its own
 //! (so each side's events arrive in order); A (the client, active side) and
 //! B (the server, passive side) each get an RC QP and a CQ in the caller's
 //! PD, moved to RTS with the attributes `INIT_QP_ATTR` answers and nothing
@@ -12,22 +13,41 @@
 //! the cm grant it remote access). [`disconnect_pair`] takes it down and
 //! accounts for every event. Every wait is bounded ([`CM_WAIT`]).
 //!
-//! The device is a parameter: [`on_each_cm_device`] runs a body on rxe and
-//! skips siw loudly until its data path is wired.
+//! On iWARP (siw) the kernel's CM drives the QP itself: the client's QP
+//! goes to INIT before the connect and nothing more; the server's gets
+//! INIT, RTR and an RTS answer without a state (PORT alone); both sides
+//! hear ESTABLISHED (there is no CONNECT_RESPONSE), the kernel moves both
+//! QPs to RTS (learnt with `refresh_state`), the cm carries no QP numbers,
+//! and a disconnect ends in one DISCONNECTED per side without TIMEWAIT_EXIT.
+//!
+//! The device is a parameter: [`on_each_cm_device`] runs a body on rxe0 and
+//! siw0.
 
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
-use uverbs::command::{QpState, QpType};
+use uverbs::command::{QpState, QpType, TransportType};
 use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair};
 
 use super::devices::{driver, loud, on_each_device, required_prefixes, Driver, HandleCounts};
 use super::rc::modify;
 
-/// The address the client connects to: dummy0's in the guest.
+/// The address a client reaches rxe0 by: dummy0's in the guest.
 pub const CM_ADDR: &str = "192.0.2.1";
+/// The address a client reaches siw0 by: dummy1's in the guest (a device
+/// of its own netdev: the cm gives an id the first device with its source
+/// address, so siw0 beside rxe0 on dummy0 would be unreachable).
+pub const SIW_CM_ADDR: &str = "198.51.100.1";
+
+/// The address whose cm ids land on `ctx`'s device in the VM guest.
+pub fn cm_addr(ctx: &Context) -> &'static str {
+    match driver(ctx) {
+        Driver::Siw => SIW_CM_ADDR,
+        _ => CM_ADDR,
+    }
+}
 /// The longest any cm event is waited for.
 pub const CM_WAIT: Duration = Duration::from_secs(10);
 /// Address and route resolution time-outs handed to the kernel (ms).
@@ -51,19 +71,15 @@ pub fn cm_present(test: &str) -> bool {
     there
 }
 
-/// [`on_each_device`] for the devices the cm fixtures connect: rxe now;
-/// siw0 is skipped loudly (its data path is being wired), anything else
-/// noted. Nothing runs without the rdma_cm device.
+/// [`on_each_device`] for the devices the cm fixtures connect, rxe and
+/// siw; anything else is noted and skipped. Nothing runs without the
+/// rdma_cm device.
 pub fn on_each_cm_device(test: &str, mut body: impl FnMut(&str, &Context, &HandleCounts)) {
     if !cm_present(test) {
         return;
     }
     on_each_device(test, |name, dut, counts| match driver(&dut) {
-        Driver::Rxe => body(name, &dut, counts),
-        Driver::Siw => loud(&format!(
-            "NOTE: {test}: {name}: SKIPPED for now: siw's data path is being wired \
-             (and a cm id resolving 192.0.2.1 lands on rxe0, the first device with it)"
-        )),
+        Driver::Rxe | Driver::Siw => body(name, &dut, counts),
         _ => loud(&format!("NOTE: {test}: {name}: not rxe or siw: skipped")),
     });
 }
@@ -97,13 +113,27 @@ pub fn assert_no_event(ch: &EventChannel, quiet: Duration, what: &str) {
     }
 }
 
-/// Moves `qp` to `state` with exactly the attributes the cm answers for `id`.
+/// Moves `qp` to `state` with exactly the attributes the cm answers for
+/// `id`. An answer without a state (iWARP's RTS: PORT alone) is applied
+/// and leaves the QP where it was.
 pub fn cm_modify(id: &CmId, qp: &QueuePair, state: QpState, what: &str) {
     let attr = id
         .init_qp_attr(state)
         .unwrap_or_else(|e| panic!("{what}: init_qp_attr({state:?}): {e}"));
     loud(&format!("{what}: INIT_QP_ATTR {state:?}: {attr:?}"));
-    modify(qp, &attr, what);
+    if attr.target_state().is_some() {
+        modify(qp, &attr, what);
+    } else {
+        let before = qp.state();
+        qp.modify(&attr)
+            .unwrap_or_else(|e| panic!("{what}: modify {:?}: {e}", attr.mask()));
+        assert_eq!(qp.state(), before, "{what}: an answer without a state");
+    }
+}
+
+/// True on an iWARP QP, where the kernel's CM drives the QP (module docs).
+pub fn is_iwarp(qp: &QueuePair) -> bool {
+    qp.transport_type() == TransportType::Iwarp
 }
 
 /// True when the id's source GID is in `ctx`'s GID table and its node GUID
@@ -150,10 +180,11 @@ pub fn cm_listener_on(addr: SocketAddr, backlog: u32) -> (EventChannel, CmId, u1
     (ch, listener, port)
 }
 
-/// A client id on `ch` whose address and route to [`CM_ADDR`]`:port` are
-/// resolved, or why the environment cannot (the address is not configured).
-pub fn resolved_client(ch: &EventChannel, port: u16) -> Result<CmId, String> {
-    resolved_client_to(ch, format!("{CM_ADDR}:{port}").parse().unwrap())
+/// A client id on `ch` whose address and route to [`cm_addr`]`(ctx):port`
+/// are resolved, or why the environment cannot (the address is not
+/// configured).
+pub fn resolved_client(ch: &EventChannel, ctx: &Context, port: u16) -> Result<CmId, String> {
+    resolved_client_to(ch, format!("{}:{port}", cm_addr(ctx)).parse().unwrap())
 }
 
 /// A client id on `ch` whose address and route to `dst` are resolved (the
@@ -197,9 +228,12 @@ pub struct CmPair {
     pub ch_a: EventChannel,
     /// The listener's and the server id's channel.
     pub ch_b: EventChannel,
-    /// What each side's peer sent with the request/response.
+    /// What each side's peer sent with the request/response (on iWARP
+    /// the response is what the client's ESTABLISHED carried).
     pub request: Box<uverbs::cm::PeerParam>,
     pub response: Box<uverbs::cm::PeerParam>,
+    /// The QPs are iWARP ([`is_iwarp`]): the kernel's CM drives them.
+    pub iwarp: bool,
 }
 
 /// How a [`cm_connected_pair_with`] connects: the two sides' connection
@@ -230,9 +264,11 @@ pub fn cm_connected_pair(ctx: &Context, name: &str, pd: &ProtectionDomain) -> Op
 }
 
 /// Connects a new RC QP pair in `pd` on `ctx` with the cm over
-/// [`CM_ADDR`]; `None` (after [`cm_unavailable`]) when the environment
+/// [`cm_addr`]; `None` (after [`cm_unavailable`]) when the environment
 /// lacks the address. Asserts on the way: the ids landed on `ctx`, each
-/// side got the other's QP number, the passive side hears ESTABLISHED.
+/// side got the other's private data (and on RoCE the other's QP number),
+/// the passive side hears ESTABLISHED (on iWARP both do), both QPs end in
+/// RTS as the kernel reports it.
 pub fn cm_connected_pair_with(
     ctx: &Context,
     name: &str,
@@ -241,7 +277,7 @@ pub fn cm_connected_pair_with(
 ) -> Option<CmPair> {
     let (ch_b, listener, port) = cm_listener(4);
     let ch_a = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
-    let client = match resolved_client(&ch_a, port) {
+    let client = match resolved_client(&ch_a, ctx, port) {
         Ok(c) => c,
         Err(why) => {
             cm_unavailable(name, &why);
@@ -266,6 +302,7 @@ pub fn cm_connected_pair_with(
         .unwrap_or_else(|e| panic!("{name}: create_qp {which}: {e}"))
     };
     let (qp_a, qp_b) = (qp(&cq_a, "A"), qp(&cq_b, "B"));
+    let iwarp = is_iwarp(&qp_a);
 
     cm_modify(&client, &qp_a, QpState::Init, "client RESET->INIT");
     let hello = ConnParam::new(qp_a.qp_num())
@@ -288,14 +325,21 @@ pub fn cm_connected_pair_with(
     let Param::Conn(request) = param else {
         panic!("{name}: {param:?}")
     };
-    assert_eq!(request.qp_num, qp_a.qp_num(), "the requester's QP number");
-    assert!(request.private_data.starts_with(b"uverbs-cm hello"));
+    // iWARP's MPA request carries no QP number: the cm reports 0.
+    let want_qpn = if iwarp { 0 } else { qp_a.qp_num() };
+    assert_eq!(request.qp_num, want_qpn, "the requester's QP number");
+    assert!(
+        request.private_data.starts_with(b"uverbs-cm hello"),
+        "{name}: request private data {:?}",
+        request.private_data
+    );
     assert!(
         landed_on(&server, ctx),
         "{name}: the server's id is not on {name}"
     );
     cm_modify(&server, &qp_b, QpState::Init, "server RESET->INIT");
     cm_modify(&server, &qp_b, QpState::Rtr, "server INIT->RTR");
+    // On iWARP this answer has no state: RTS comes at establishment.
     cm_modify(&server, &qp_b, QpState::Rts, "server RTR->RTS");
     let welcome = ConnParam::new(qp_b.qp_num())
         .private_data(b"welcome")
@@ -304,27 +348,21 @@ pub fn cm_connected_pair_with(
         .accept(&(setup.server_param)(welcome))
         .unwrap_or_else(|e| panic!("{name}: accept: {e}"));
 
-    let ev = next_event(&ch_a, "client connect");
-    assert_eq!(ev.id, client.handle());
-    let EventKind::ConnectResponse(Param::Conn(response)) = ev.kind else {
-        panic!("{name}: {:?}", ev.kind)
+    let response = if iwarp {
+        iwarp_established(&client, &ch_a, &server, &ch_b, &qp_a, &qp_b, name)
+    } else {
+        roce_established(&client, &ch_a, &server, &ch_b, &qp_a, &qp_b, name)
     };
-    assert_eq!(response.qp_num, qp_b.qp_num(), "the acceptor's QP number");
-    assert!(response.private_data.starts_with(b"welcome"));
-    // librdmacm's order: INIT again now that the cm knows the peer's
-    // responder resources (before the connect it answers no remote access).
-    cm_modify(&client, &qp_a, QpState::Init, "client INIT->INIT");
-    cm_modify(&client, &qp_a, QpState::Rtr, "client INIT->RTR");
-    cm_modify(&client, &qp_a, QpState::Rts, "client RTR->RTS");
-    client
-        .establish()
-        .unwrap_or_else(|e| panic!("{name}: establish: {e}"));
-
-    // Only the passive side hears ESTABLISHED (cma_rep_recv reports nothing
-    // to an active side whose QP is ours).
-    let ev = next_event(&ch_b, "server established");
-    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
-    assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
+    assert_eq!(
+        response.qp_num,
+        if iwarp { 0 } else { qp_b.qp_num() },
+        "the acceptor's QP number"
+    );
+    assert!(
+        response.private_data.starts_with(b"welcome"),
+        "{name}: response private data {:?}",
+        response.private_data
+    );
     loud(&format!(
         "{name}: cm connection up on port {port}: QP {} (client) <-> QP {} (server)",
         qp_a.qp_num(),
@@ -342,7 +380,68 @@ pub fn cm_connected_pair_with(
         ch_b,
         request: Box::new(request),
         response: Box::new(response),
+        iwarp,
     })
+}
+
+/// The client's half after the accept on RoCE: CONNECT_RESPONSE, then
+/// INIT -> INIT (librdmacm's order: only now does the cm know the peer's
+/// responder resources and grant remote access), RTR, RTS and ESTABLISH;
+/// the passive side hears ESTABLISHED. Returns the response's parameters.
+fn roce_established(
+    client: &CmId,
+    ch_a: &EventChannel,
+    server: &CmId,
+    ch_b: &EventChannel,
+    qp_a: &QueuePair,
+    _qp_b: &QueuePair,
+    name: &str,
+) -> uverbs::cm::PeerParam {
+    let ev = next_event(ch_a, "client connect");
+    assert_eq!(ev.id, client.handle());
+    let EventKind::ConnectResponse(Param::Conn(response)) = ev.kind else {
+        panic!("{name}: {:?}", ev.kind)
+    };
+    cm_modify(client, qp_a, QpState::Init, "client INIT->INIT");
+    cm_modify(client, qp_a, QpState::Rtr, "client INIT->RTR");
+    cm_modify(client, qp_a, QpState::Rts, "client RTR->RTS");
+    client
+        .establish()
+        .unwrap_or_else(|e| panic!("{name}: establish: {e}"));
+    // Only the passive side hears ESTABLISHED (cma_rep_recv reports nothing
+    // to an active side whose QP is ours).
+    let ev = next_event(ch_b, "server established");
+    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
+    assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
+    response
+}
+
+/// The rest on iWARP: both sides hear ESTABLISHED (the client's carries
+/// the accept's private data) and the kernel has moved both QPs to RTS.
+fn iwarp_established(
+    client: &CmId,
+    ch_a: &EventChannel,
+    server: &CmId,
+    ch_b: &EventChannel,
+    qp_a: &QueuePair,
+    qp_b: &QueuePair,
+    name: &str,
+) -> uverbs::cm::PeerParam {
+    let ev = next_event(ch_a, "client established");
+    assert_eq!(ev.id, client.handle());
+    let EventKind::Established(Param::Conn(response)) = ev.kind else {
+        panic!("{name}: {:?}", ev.kind)
+    };
+    let ev = next_event(ch_b, "server established");
+    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
+    assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
+    for (qp, side) in [(qp_a, "client"), (qp_b, "server")] {
+        let state = qp
+            .refresh_state()
+            .unwrap_or_else(|e| panic!("{name}: {side}: query_qp: {e}"));
+        assert_eq!(state, QpState::Rts, "{name}: {side}'s QP after ESTABLISHED");
+    }
+    response
 }
 
 /// The events each id was reported, as `DESTROY_ID` answered them.
@@ -354,9 +453,10 @@ pub struct Reported {
 }
 
 /// The orderly end of a [`CmPair`]: the client's DREQ, the server's
-/// DISCONNECTED and DREP, the client's DISCONNECTED, both TIMEWAIT_EXITs,
-/// then nothing more; each id destroyed with the kernel's count of events
-/// equal to the channel's. The QPs and CQs are destroyed first.
+/// DISCONNECTED and DREP, the client's DISCONNECTED, both TIMEWAIT_EXITs
+/// (on iWARP: one DISCONNECTED per side, no TIMEWAIT_EXIT), then nothing
+/// more; each id destroyed with the kernel's count of events equal to the
+/// channel's. The QPs and CQs are destroyed first.
 pub fn disconnect_pair(pair: CmPair, name: &str) -> Reported {
     let CmPair {
         qp_a,
@@ -368,6 +468,7 @@ pub fn disconnect_pair(pair: CmPair, name: &str) -> Reported {
         listener,
         ch_a,
         ch_b,
+        iwarp,
         ..
     } = pair;
     client
@@ -382,7 +483,14 @@ pub fn disconnect_pair(pair: CmPair, name: &str) -> Reported {
     let ev = next_event(&ch_a, "client disconnected");
     assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
     assert_eq!(ev.id, client.handle());
-    for (ch, id, side) in [(&ch_a, &client, "client"), (&ch_b, &server, "server")] {
+    // iWARP has no time-wait state in the cm (cma_iw_handler reports the
+    // stream's close as DISCONNECTED and nothing after it).
+    let timewait = if iwarp {
+        &[][..]
+    } else {
+        &[(&ch_a, &client, "client"), (&ch_b, &server, "server")][..]
+    };
+    for &(ch, id, side) in timewait {
         let ev = next_event(ch, &format!("{side} timewait"));
         assert!(matches!(ev.kind, EventKind::TimewaitExit), "{name}: {ev:?}");
         assert_eq!(ev.id, id.handle());
