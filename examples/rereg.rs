@@ -17,12 +17,14 @@
 //! the MR afterwards. The remembered refusals are forgotten before each row,
 //! so every row shows the kernel's own answer.
 //!
-//! Then traffic proves each row (on rxe; siw's data path is the next
-//! issue): before the MR is deregistered, a peer QP in pd1 makes an RDMA
-//! WRITE with the rkey the outcome leaves valid (the new one after a
-//! replace, else the MR's own), and the demo prints whether it landed or
-//! failed and whether that is what the MR's PD and access say; after a
-//! replace, a WRITE with the old rkey must fail too. See `rereg/traffic.rs`.
+//! Then traffic proves each row: before the MR is deregistered, a peer QP
+//! in pd1 makes an RDMA WRITE with the rkey the outcome leaves valid (the
+//! new one after a replace, else the MR's own), and the demo prints
+//! whether it landed or failed and whether that is what the MR's PD and
+//! access say; after a replace, a WRITE with the old rkey must fail too.
+//! On rxe the peer is a RoCE loopback connection; on siw (iWARP) the
+//! rdma_cm connects it at an address of siw's netdev, and a refused WRITE
+//! shows as the responder dropping the connection. See `rereg/traffic.rs`.
 //!
 //! `UVERBS_TRANSPORT=ioctl|write` chooses the transport. Without RDMA
 //! hardware, `cargo vm demo` runs this inside a VM with rxe0 and siw0.
@@ -36,8 +38,8 @@ use std::process::ExitCode;
 use memmap2::MmapMut;
 use traffic::{Peer, Written};
 use uverbs::{
-    AccessFlags, Context, Device, DriverId, Errno, MemoryRegion, MrState, OpenOptions,
-    ProtectionDomain, ReregFallback, ReregFlags, ReregPath,
+    AccessFlags, Context, Device, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain,
+    ReregFallback, ReregFlags, ReregPath,
 };
 
 const MIB: usize = 1 << 20;
@@ -372,17 +374,13 @@ fn demo(dev: &Device) -> bool {
         buf2: (buf2.as_mut_ptr(), buf2.len()),
     };
     let mut ok = true;
-    let mut peer = if ctx.driver_id() == Some(DriverId::RXE) {
-        match Peer::new(&ctx, &pd1) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                eprintln!("{}: setting up the peer QPs: {e}", dev.name());
-                ok = false;
-                None
-            }
+    let mut peer = match Peer::new(&ctx, &pd1) {
+        Ok(p) => Some(p),
+        Err(e) => {
+            eprintln!("{}: setting up the peer QPs: {e}", dev.name());
+            ok = false;
+            None
         }
-    } else {
-        None
     };
     let mut rows = Vec::new();
     for step in &STEPS {
@@ -397,13 +395,12 @@ fn demo(dev: &Device) -> bool {
     }
     print_table(&rows);
     println!();
-    if peer.is_some() {
-        print_writes(&rows);
-    } else {
-        println!(
-            "  traffic: {}'s data path is the next issue; no WRITE proves these rows yet",
+    match &peer {
+        Some(p) => print_writes(&rows, &p.describe()),
+        None => println!(
+            "  traffic: FAILED: no peer QPs on {} (see the error above)",
             dev.name()
-        );
+        ),
     }
     println!();
     // Every MR is gone, and the peer's QPs go before the buffers.
@@ -413,8 +410,10 @@ fn demo(dev: &Device) -> bool {
 }
 
 /// The peer's WRITEs, per row.
-fn print_writes(rows: &[Row]) {
-    println!("  traffic: a peer QP in pd1 writes 64 bytes at the MR's first byte, after each row:");
+fn print_writes(rows: &[Row], link: &str) {
+    println!(
+        "  traffic: a peer QP in pd1 ({link}) writes 64 bytes at the MR's first byte, after each row:"
+    );
     let step_w = rows.iter().map(|r| r.step.len()).max().unwrap_or(0);
     for row in rows {
         for (i, line) in row.writes.iter().enumerate() {

@@ -1,18 +1,30 @@
-//! The RDMA WRITE that proves each row of the demo on rxe: a peer QP
-//! writes to the region with the rkey the row's outcome says is valid, and
-//! the demo prints whether the bytes landed or the write failed, next to
-//! what the region's state says should happen.
+//! The RDMA WRITE that proves each row of the demo: a peer QP writes to
+//! the region with the rkey the row's outcome says is valid, and the demo
+//! prints whether the bytes landed or the write failed, next to what the
+//! region's state says should happen.
 //!
-//! Two RC QPs of one context in pd1, connected to each other over the
-//! port's RoCE v2 GID at index 0 (loopback): `writer` makes the WRITE,
-//! `owner` is the QP the region is reached through, so the responder
-//! checks the region's PD against pd1 and its access for REMOTE_WRITE. A
-//! refused WRITE moves both QPs to ERR; they are reset and reconnected.
+//! Two RC QPs of one context in pd1: `writer` makes the WRITE, `owner` is
+//! the QP the region is reached through, so the responder checks the
+//! region's PD against pd1 and its access for REMOTE_WRITE. How they are
+//! joined depends on the device:
+//!
+//! - **RoCE (rxe)**: to each other over the port's RoCE v2 GID at index 0
+//!   (loopback), by hand. A refused WRITE moves both QPs to ERR, with
+//!   `RemAccessErr` on the writer; they are reset and reconnected.
+//! - **iWARP (siw)**: through the rdma_cm, the only way an iWARP QP gets a
+//!   connection, at an IPv4 address of the device's netdev (found by
+//!   binding a cm id to each local address). siw completes a WRITE once it
+//!   is on the wire, so a refused one completes *successfully* on the
+//!   writer; the responder terminates the stream and both cm ids hear
+//!   DISCONNECTED. The bytes tell landed from refused, the DISCONNECTED
+//!   confirms it, and the QPs and ids are replaced by a new connection.
 
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use uverbs::command::{Mtu, QpAttr, QpState, QpType};
+use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
+use uverbs::command::{Mtu, QpAttr, QpState, QpType, TransportType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, Payload, ProtectionDomain, QpInit,
     QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
@@ -29,19 +41,40 @@ const WAIT: Duration = Duration::from_secs(5);
 /// QP has reached ERR.
 const MARKER: u64 = u64::MAX;
 
-/// The peer QP pair and the writer's source buffer.
-pub struct Peer {
+/// The peer QP pair and the writer's source buffer. Fields drop in
+/// order: the QPs, then the cm connection (if any), the CQs, the source.
+pub struct Peer<'a> {
     writer: QueuePair,
     owner: QueuePair,
+    /// The cm ids of the connection, on iWARP.
+    conn: Option<CmConn>,
     writer_cq: CompletionQueue,
     owner_cq: CompletionQueue,
-    gid: [u8; 16],
-    mtu: Mtu,
+    link: Link,
+    pd: &'a ProtectionDomain,
     /// Declared before `src`: deregistered before it is unmapped.
     src_mr: MemoryRegion,
     src: MmapMut,
     /// A fresh pattern per WRITE.
     seed: u8,
+}
+
+/// How the two QPs are joined.
+enum Link {
+    /// RoCE loopback by hand, over the port's GID 0.
+    Loopback { gid: [u8; 16], mtu: Mtu },
+    /// Through the rdma_cm at this address of the device's (iWARP).
+    Cm { addr: Ipv4Addr },
+}
+
+/// The cm ids of one iWARP connection, all on one channel. Dropping it
+/// destroys the ids (the QPs must be gone first).
+struct CmConn {
+    client: CmId,
+    server: CmId,
+    /// Held only to be destroyed after the connection's other ids.
+    _listener: CmId,
+    ch: EventChannel,
 }
 
 /// What a WRITE did.
@@ -51,6 +84,9 @@ pub enum Written {
     Landed,
     /// Completed with this error; the target bytes are untouched.
     Failed(WcStatus),
+    /// Completed successfully on the writer, yet the bytes never came and
+    /// the responder dropped the connection (iWARP's refusal).
+    Terminated,
     /// Something else: the text says what.
     Broken(&'static str),
 }
@@ -61,34 +97,47 @@ impl std::fmt::Display for Written {
             Written::Landed => write!(f, "landed"),
             Written::Failed(WcStatus::RemAccessErr) => write!(f, "remote access error"),
             Written::Failed(s) => write!(f, "failed: {s:?}"),
+            Written::Terminated => write!(
+                f,
+                "refused by the responder: nothing landed, the connection was dropped (DISCONNECTED)"
+            ),
             Written::Broken(why) => write!(f, "BROKEN: {why}"),
         }
     }
 }
 
-impl Peer {
+impl<'a> Peer<'a> {
     /// Two connected RC QPs in `pd` (of `ctx`) and a registered source.
-    pub fn new(ctx: &Context, pd: &ProtectionDomain) -> Fallible<Peer> {
-        let gid = ctx.query_gid(1, 0)?.raw();
-        let mtu = match ctx.query_port(1)?.active_mtu {
-            1 => Mtu::Mtu256,
-            2 => Mtu::Mtu512,
-            _ => Mtu::Mtu1024,
-        };
+    pub fn new(ctx: &Context, pd: &'a ProtectionDomain) -> Fallible<Peer<'a>> {
         let writer_cq = ctx.create_cq(16, None)?;
         let owner_cq = ctx.create_cq(16, None)?;
         let writer = pd.create_qp(&QpInit::new(QpType::Rc, &writer_cq, &writer_cq))?;
         let owner = pd.create_qp(&QpInit::new(QpType::Rc, &owner_cq, &owner_cq))?;
+        let link = if writer.transport_type() == TransportType::Iwarp {
+            Link::Cm {
+                addr: cm_addr_of(ctx)?,
+            }
+        } else {
+            Link::Loopback {
+                gid: ctx.query_gid(1, 0)?.raw(),
+                mtu: match ctx.query_port(1)?.active_mtu {
+                    1 => Mtu::Mtu256,
+                    2 => Mtu::Mtu512,
+                    _ => Mtu::Mtu1024,
+                },
+            }
+        };
         let mut src = MmapMut::map_anon(4096)?;
         // SAFETY: `src` is unmapped only after `src_mr` (field order).
         let src_mr = unsafe { pd.reg_mr(src.as_mut_ptr(), src.len(), AccessFlags::LOCAL_WRITE) }?;
-        let peer = Peer {
+        let mut peer = Peer {
             writer,
             owner,
+            conn: None,
             writer_cq,
             owner_cq,
-            gid,
-            mtu,
+            link,
+            pd,
             src_mr,
             src,
             seed: 0,
@@ -97,8 +146,27 @@ impl Peer {
         Ok(peer)
     }
 
+    /// How the QPs are joined, for the demo's heading.
+    pub fn describe(&self) -> String {
+        match &self.link {
+            Link::Loopback { .. } => "RoCE loopback over GID 0".into(),
+            Link::Cm { addr } => format!("connected by the rdma_cm at {addr}"),
+        }
+    }
+
+    /// Joins the two QPs as [`Link`] says.
+    fn connect(&mut self) -> Fallible<()> {
+        match self.link {
+            Link::Loopback { gid, mtu } => self.connect_loopback(gid, mtu),
+            Link::Cm { addr } => {
+                self.conn = Some(self.connect_cm(addr)?);
+                Ok(())
+            }
+        }
+    }
+
     /// RESET -> INIT -> RTR -> RTS, each QP towards the other.
-    fn connect(&self) -> Fallible<()> {
+    fn connect_loopback(&self, gid: [u8; 16], mtu: Mtu) -> Fallible<()> {
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         for (qp, peer) in [(&self.writer, &self.owner), (&self.owner, &self.writer)] {
             qp.modify(
@@ -111,12 +179,12 @@ impl Peer {
             qp.modify(
                 &QpAttr::new()
                     .state(QpState::Rtr)
-                    .path_mtu(self.mtu)
+                    .path_mtu(mtu)
                     .dest_qpn(peer.qp_num())
                     .rq_psn(0)
                     .max_dest_rd_atomic(1)
                     .min_rnr_timer(12)
-                    .av(QpAttr::roce_dest(self.gid, 0, 1, 1)),
+                    .av(QpAttr::roce_dest(gid, 0, 1, 1)),
             )?;
             qp.modify(
                 &QpAttr::new()
@@ -131,10 +199,82 @@ impl Peer {
         Ok(())
     }
 
-    /// After a failed WRITE (both QPs in ERR, or about to be): a marker
-    /// receive on each, both moved to ERR, both markers' flushes seen (so
-    /// the device's own move to ERR is over), then RESET and reconnect.
-    fn recover(&self) -> Fallible<()> {
+    /// The writer as the cm's client, the owner as the server accepting on
+    /// `addr` (a port the kernel picks), in iWARP's order: the client's QP
+    /// to INIT before the connect; the server's to INIT and RTR (its RTS
+    /// answer carries no state); at establishment the kernel's CM moves
+    /// both to RTS, which both QPs then report.
+    fn connect_cm(&self, addr: Ipv4Addr) -> Fallible<CmConn> {
+        let ch = EventChannel::open()?;
+        let listener = ch.create_id(PortSpace::Tcp)?;
+        listener.bind(SocketAddr::from((addr, 0)))?;
+        listener.listen(1)?;
+        let dst = listener
+            .query_addr()?
+            .src
+            .ok_or("the listener has no address")?;
+        let client = ch.create_id(PortSpace::Tcp)?;
+        client.resolve_addr(None, dst, 2000)?;
+        expect(&ch, "address resolution", |k| {
+            matches!(k, EventKind::AddrResolved)
+        })?;
+        client.resolve_route(2000)?;
+        expect(&ch, "route resolution", |k| {
+            matches!(k, EventKind::RouteResolved)
+        })?;
+        self.writer.modify(&client.init_qp_attr(QpState::Init)?)?;
+        client.connect(&ConnParam::new(self.writer.qp_num()))?;
+        let ev = ch
+            .wait_event(WAIT)?
+            .ok_or("no connect request within 5 s")?;
+        let EventKind::ConnectRequest { id: server, .. } = ev.kind else {
+            return Err(format!("waiting for the connect request: {}", ev.name()).into());
+        };
+        for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
+            self.owner.modify(&server.init_qp_attr(state)?)?;
+        }
+        server.accept(&ConnParam::new(self.owner.qp_num()))?;
+        // Both sides hear ESTABLISHED (one channel: either order).
+        for _ in 0..2 {
+            expect(&ch, "establishment", |k| {
+                matches!(k, EventKind::Established(_))
+            })?;
+        }
+        for qp in [&self.writer, &self.owner] {
+            let state = qp.refresh_state()?;
+            if state != QpState::Rts {
+                return Err(format!("QP {} is {state:?} after ESTABLISHED", qp.qp_num()).into());
+            }
+        }
+        Ok(CmConn {
+            client,
+            server,
+            _listener: listener,
+            ch,
+        })
+    }
+
+    /// After a failed WRITE: on RoCE a marker receive on each QP, both
+    /// moved to ERR, both markers' flushes seen (so the device's own move
+    /// to ERR is over), then RESET and reconnect; on iWARP the dead
+    /// connection's QPs and ids are replaced by new ones.
+    fn recover(&mut self) -> Fallible<()> {
+        if let Link::Cm { .. } = self.link {
+            let writer =
+                self.pd
+                    .create_qp(&QpInit::new(QpType::Rc, &self.writer_cq, &self.writer_cq))?;
+            let owner =
+                self.pd
+                    .create_qp(&QpInit::new(QpType::Rc, &self.owner_cq, &self.owner_cq))?;
+            // The old QPs go before their cm ids.
+            drop(std::mem::replace(&mut self.writer, writer));
+            drop(std::mem::replace(&mut self.owner, owner));
+            drop(self.conn.take());
+            for cq in [&self.writer_cq, &self.owner_cq] {
+                while poll_one(cq)?.is_some() {}
+            }
+            return self.connect();
+        }
         for qp in [&self.writer, &self.owner] {
             let marker = RecvWr {
                 wr_id: MARKER,
@@ -206,6 +346,15 @@ impl Peer {
         };
         // SAFETY: as above; the WRITE is complete, nothing else writes there.
         let now = unsafe { std::slice::from_raw_parts(target, LEN) };
+        if let (Some(conn), WcStatus::Success) = (&self.conn, wc.status) {
+            // iWARP: the completion says the WRITE left; the bytes arrive
+            // or the responder hangs up.
+            let outcome = landed_or_dropped(conn, target, &data)?;
+            if outcome == Written::Terminated {
+                self.recover()?;
+            }
+            return Ok(outcome);
+        }
         if wc.status == WcStatus::Success {
             return Ok(if now == &data[..] {
                 Written::Landed
@@ -220,6 +369,92 @@ impl Peer {
             Written::Broken("failed, but the target bytes changed")
         })
     }
+}
+
+/// After an iWARP WRITE completed on the writer: [`Written::Landed`] once
+/// the bytes are at `target`, [`Written::Terminated`] when both ids hear
+/// DISCONNECTED first with the bytes untouched; within [`WAIT`].
+fn landed_or_dropped(conn: &CmConn, target: *const u8, data: &[u8]) -> Fallible<Written> {
+    let deadline = Instant::now() + WAIT;
+    let mut dropped = [false; 2];
+    loop {
+        // SAFETY: `target` is LEN bytes of the caller's; the device writes
+        // them, if at all, only as a whole WRITE's payload.
+        let now = unsafe { std::slice::from_raw_parts(target, LEN) };
+        if now == data {
+            return Ok(Written::Landed);
+        }
+        if dropped == [true; 2] {
+            return Ok(if now.iter().all(|&b| b == 0) {
+                Written::Terminated
+            } else {
+                Written::Broken("the connection dropped, but the target bytes changed")
+            });
+        }
+        if Instant::now() > deadline {
+            return Ok(Written::Broken(
+                "completed, but within 5 s neither the bytes came nor the connection dropped",
+            ));
+        }
+        if let Some(ev) = conn.ch.wait_event(Duration::from_millis(10))? {
+            if matches!(ev.kind, EventKind::Disconnected) {
+                if ev.id == conn.client.handle() {
+                    dropped[0] = true;
+                } else if ev.id == conn.server.handle() {
+                    dropped[1] = true;
+                }
+            }
+        }
+    }
+}
+
+/// Waits (within [`WAIT`]) for the next cm event and fails unless `want`
+/// accepts its kind.
+fn expect(ch: &EventChannel, what: &str, want: impl Fn(&EventKind) -> bool) -> Fallible<()> {
+    let ev = ch
+        .wait_event(WAIT)?
+        .ok_or_else(|| format!("{what}: no cm event within 5 s"))?;
+    if want(&ev.kind) {
+        Ok(())
+    } else {
+        Err(format!("{what}: {} (status {})", ev.name(), ev.status).into())
+    }
+}
+
+/// An IPv4 address of `ctx`'s netdev: the first local address (from
+/// /proc/net/fib_trie) on which a bound cm id lands on this device.
+fn cm_addr_of(ctx: &Context) -> Fallible<Ipv4Addr> {
+    let trie = std::fs::read_to_string("/proc/net/fib_trie")?;
+    let ch = EventChannel::open()?;
+    for addr in local_addrs(&trie) {
+        let id = ch.create_id(PortSpace::Tcp)?;
+        if id.bind(SocketAddr::from((addr, 0))).is_ok() && id.is_on(ctx)? {
+            return Ok(addr);
+        }
+    }
+    Err(format!(
+        "{}: no local IPv4 address whose cm ids land on it (the rdma_cm needs one on its netdev)",
+        ctx.device_name()
+    )
+    .into())
+}
+
+/// The local unicast IPv4 addresses in a /proc/net/fib_trie listing (each
+/// `|-- ADDR` line followed by `/32 host LOCAL`), loopback left out.
+fn local_addrs(trie: &str) -> Vec<Ipv4Addr> {
+    let mut found = Vec::new();
+    let mut last: Option<Ipv4Addr> = None;
+    for line in trie.lines() {
+        let t = line.trim();
+        if let Some(a) = t.strip_prefix("|-- ") {
+            last = a.parse().ok();
+        } else if t.contains("/32 host LOCAL") {
+            if let Some(a) = last.filter(|a| !a.is_loopback() && !found.contains(a)) {
+                found.push(a);
+            }
+        }
+    }
+    found
 }
 
 fn poll_one(cq: &CompletionQueue) -> Fallible<Option<WorkCompletion>> {
