@@ -222,7 +222,9 @@ fn write_line(
     let head = format!("WRITE with rkey {rkey:#x}{which} ->");
     match (written, expect) {
         (Ok(Written::Landed), Ok(())) => (format!("{head} landed (expected)"), true),
-        (Ok(w @ Written::Failed(_)), Err(why)) => (format!("{head} {w} (expected: {why})"), true),
+        (Ok(w @ (Written::Failed(_) | Written::Terminated)), Err(why)) => {
+            (format!("{head} {w} (expected: {why})"), true)
+        }
         (Ok(w), Ok(())) => (format!("{head} {w} (UNEXPECTED: it should land)"), false),
         (Ok(w), Err(why)) => (
             format!("{head} {w} (UNEXPECTED: it should fail: {why})"),
