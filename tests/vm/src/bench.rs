@@ -1,18 +1,24 @@
-//! `cargo vm bench`: runs benches/verbs (ours, the bare system call and a
-//! statically linked libibverbs) inside the VM against rxe0 and siw0, then
-//! writes `docs/benchmarks.md` and `docs/benchmarks.svg` from the `@@BENCH`
-//! lines the guest printed.
+//! `cargo vm bench`: runs benches/verbs (the control path: ours, the bare
+//! system call and a statically linked libibverbs) and benches/datapath
+//! (the data path: `examples/perf.rs` against perftest 4.5) inside the VM
+//! against rxe0 and siw0, then writes `docs/benchmarks.md`,
+//! `docs/benchmarks.svg` and `docs/benchmarks-datapath.svg` from the
+//! `@@BENCH` and `@@DATAPATH` lines the guest printed.
 //!
 //! 1. Installs what the libibverbs peer links against (`libibverbs-dev`,
-//!    `libnl-3-dev`, `libnl-route-3-dev`) with apt-get when missing.
-//! 2. Builds the bench statically with `--features libibverbs-peer`.
-//! 3. Boots it once; the bench picks both devices
-//!    and both transports itself.
-//! 4. Parses the console, prints the headline table and writes the docs.
+//!    `libnl-3-dev`, `libnl-route-3-dev`) and perftest with its providers
+//!    (`perftest`, `ibverbs-providers`) with apt-get when missing.
+//! 2. Builds both benches statically (`--features libibverbs-peer`) and the
+//!    `perf` example; perftest and libibverbs' rxe/siw providers go into
+//!    the guest as host files with their shared libraries.
+//! 3. Boots once: verbs, then datapath; each picks devices itself.
+//! 4. Parses the console, prints the headline tables and writes the docs.
 //!
 //! `UVERBS_BENCH_CELL_MS` and `UVERBS_BENCH_SIZES` are passed to the guest
-//! (a quicker, rougher run); `UVERBS_BENCH_FROM_LOG=<console.log>` skips the
-//! build and the boot and only regenerates the docs from a saved log.
+//! (a quicker, rougher run), and so are the data-path knobs `UVERBS_DP_*`
+//! (see benches/datapath/main.rs); `UVERBS_BENCH_FROM_LOG=<console.log>`
+//! skips the build and the boot and only regenerates the docs from a saved
+//! log.
 //!
 //! The module: [`wire`] types the words of a `@@BENCH` line,
 //! [`parse`](mod@parse) reads the console into a [`model::Run`],
@@ -21,6 +27,7 @@
 //! for the numbers and [`meta`] for the header's host facts); `golden` keeps
 //! the output fixed.
 
+mod datapath;
 #[cfg(test)]
 mod golden;
 mod headline;
@@ -34,8 +41,9 @@ mod units;
 mod wire;
 
 use crate::apt;
-use crate::binaries::{build_collect, Binary, TARGET};
-use crate::guest::{Mode, RunConfig};
+use crate::binaries::{build_collect, static_example, Binary, TARGET};
+use crate::guest::{GuestRun, Mode, RunConfig};
+use crate::initramfs::HostFile;
 use crate::markers::BENCH;
 use crate::util::{cargo, err, say, Context, Error, Result};
 use crate::Ctx;
@@ -50,15 +58,46 @@ use std::time::Instant;
 use svg::svg;
 use wire::Status;
 
-/// Debian packages the libibverbs peer links against (static archives).
-const PEER_PACKAGES: &[&str] = &["libibverbs-dev", "libnl-3-dev", "libnl-route-3-dev"];
+/// Debian packages the libibverbs peer links against (static archives),
+/// and perftest with the providers it loads in the guest.
+const PEER_PACKAGES: &[&str] = &[
+    "libibverbs-dev",
+    "libnl-3-dev",
+    "libnl-route-3-dev",
+    "perftest",
+    "ibverbs-providers",
+];
 
 /// Guest environment passed through from the host when set.
 const PASS_THROUGH: &[&str] = &[
     "UVERBS_BENCH_CELL_MS",
     "UVERBS_BENCH_SIZES",
     "UVERBS_BENCH_DEVICES",
+    "UVERBS_DP_ROUNDS",
+    "UVERBS_DP_PASSES",
+    "UVERBS_DP_LAT_ITERS",
+    "UVERBS_DP_BW_BYTES",
+    "UVERBS_DP_ONLY",
 ];
+
+/// perftest's programs the data-path bench runs, in the guest at the same
+/// paths, with their libraries.
+const PERFTEST_PROGRAMS: &[&str] = &[
+    "/usr/bin/ib_write_lat",
+    "/usr/bin/ib_send_lat",
+    "/usr/bin/ib_read_lat",
+    "/usr/bin/ib_write_bw",
+    "/usr/bin/ib_send_bw",
+];
+/// libibverbs loads a provider named by a `.driver` file of this directory
+/// from [`PROVIDER_DIR`]`/lib<name>-rdmav34.so`.
+const DRIVER_DIR: &str = "/etc/libibverbs.d";
+const PROVIDER_DIR: &str = "/usr/lib/x86_64-linux-gnu/libibverbs";
+const PROVIDERS: &[&str] = &["rxe", "siw"];
+
+/// qemu's timeout for the bench boot: the data-path bench runs every cell
+/// of both tools several times.
+const BENCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4 * 3600);
 
 /// `cargo vm bench`: entry point from main.rs.
 pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
@@ -74,7 +113,11 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         }
         None => {
             ensure_peer_packages()?;
-            let bin = build(&ctx.workspace)?;
+            let bins = build(&ctx.workspace)?;
+            let runs = vec![
+                GuestRun::plain("verbs"),
+                GuestRun::plain("datapath").with_timeout(BENCH_TIMEOUT.as_secs() as u32),
+            ];
             let env: Vec<(&'static str, &'static str)> = PASS_THROUGH
                 .iter()
                 .filter_map(|k| {
@@ -87,7 +130,15 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 env: Box::leak(env.into_boxed_slice()),
             }];
             let outcome = ctx
-                .boot(kernel, &[bin], &configs, Mode::Run)?
+                .boot_single(
+                    kernel,
+                    &bins,
+                    &runs,
+                    &configs,
+                    Mode::Run,
+                    &perftest_files()?,
+                    Some(BENCH_TIMEOUT),
+                )?
                 .expect("run mode has an outcome");
             if outcome.status.is_none() {
                 say("bench: qemu was killed at the timeout; reporting what finished");
@@ -96,6 +147,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         }
     };
     let run = parse(&console);
+    let dp = datapath::parse(&console);
     if run.rows.is_empty() {
         let unreadable = match run.skipped.first() {
             Some(s) => format!(
@@ -116,17 +168,49 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         .iter()
         .filter(|r| r.status == Status::Error)
         .collect();
-    let rc_ok = crate::report::parse(&console)
-        .iter()
-        .any(|r| r.config == "bench" && r.bin == "verbs" && r.rc == 0);
+    let results = crate::report::parse(&console);
+    let rc_of = |bin: &str| {
+        results
+            .iter()
+            .any(|r| r.config == "bench" && r.bin == bin && r.rc == 0)
+    };
+    let rc_ok = rc_of("verbs") && rc_of("datapath");
     let meta = Meta::collect(vm_secs, start.elapsed().as_secs_f64());
     let docs = ctx.workspace.join("docs");
-    let md = markdown(&run, &meta);
+    let mut md = markdown(&run, &meta);
+    md.push_str(
+        "
+![Data path: latency and bandwidth vs message size, log-log](benchmarks-datapath.svg)
+
+",
+    );
+    md.push_str(&datapath::report::markdown(&dp));
     std::fs::write(docs.join("benchmarks.md"), &md).context("bench: writing docs/benchmarks.md")?;
     std::fs::write(docs.join("benchmarks.svg"), svg(&run))
         .context("bench: writing docs/benchmarks.svg")?;
+    std::fs::write(
+        docs.join("benchmarks-datapath.svg"),
+        datapath::plot::svg(&dp),
+    )
+    .context("bench: writing docs/benchmarks-datapath.svg")?;
     println!();
     print!("{}", headline(&run));
+    println!("\ndata path, ours ÷ perftest:");
+    for row in datapath::report::headline_rows(&dp) {
+        println!("{row}");
+    }
+    let dp_failed: usize = dp.cells.values().map(|c| c.errors.len()).sum();
+    if dp.is_empty() {
+        say("bench: the guest printed no @@DATAPATH lines (see the console log)");
+    }
+    if dp_failed > 0 {
+        say(format!(
+            "bench: {dp_failed} data-path runs failed (listed in docs/benchmarks.md)"
+        ));
+    }
+    for (why, line) in &dp.skipped {
+        say(format!("bench: left out a data-path line ({why}): {line}"));
+    }
     say(format!(
         "bench: {} cells ({} unsupported, {} failed); wrote docs/benchmarks.md and docs/benchmarks.svg",
         run.rows.len(),
@@ -148,9 +232,14 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         ));
     }
     if !rc_ok && vm_secs.is_some() {
-        say("bench: the bench binary did not exit 0 (see the console log)");
+        say("bench: a bench binary did not exit 0 (see the console log)");
     }
-    Ok(errors.is_empty() && run.skipped.is_empty() && (rc_ok || vm_secs.is_none()))
+    Ok(errors.is_empty()
+        && run.skipped.is_empty()
+        && !dp.is_empty()
+        && dp_failed == 0
+        && dp.skipped.is_empty()
+        && (rc_ok || vm_secs.is_none()))
 }
 
 /// Installs the peer's packages when missing (apt never removes any).
@@ -170,23 +259,65 @@ fn ensure_peer_packages() -> Result<()> {
     apt::install("bench: installing packages", &missing)
 }
 
-/// Builds benches/verbs statically with the libibverbs peer.
-fn build(workspace: &Path) -> Result<Binary> {
+/// Builds benches/verbs and benches/datapath statically with the
+/// libibverbs peer, and the `perf` example the data-path bench runs.
+fn build(workspace: &Path) -> Result<Vec<Binary>> {
     say(format!(
-        "bench: building benches/verbs statically for {TARGET} with libibverbs-peer"
+        "bench: building benches/verbs and benches/datapath statically for {TARGET} with libibverbs-peer"
     ));
     let mut cmd = cargo();
     cmd.current_dir(workspace)
-        .args(["bench", "--no-run", "-p", "uverbs", "--bench", "verbs"])
+        .args(["bench", "--no-run", "-p", "uverbs"])
+        .args(["--bench", "verbs", "--bench", "datapath"])
         .args(["--features", "libibverbs-peer", "--target", TARGET])
         .arg("--message-format=json-render-diagnostics");
     let bins = build_collect("bench: static build", &mut cmd, |a| {
         a.target.kind.contains(&TargetKind::Bench)
     })?;
-    bins.into_iter().find(|b| b.name == "verbs").ok_or_else(|| {
-        err(
-            "bench: static build",
-            "cargo reported no executable for bench verbs",
-        )
-    })
+    let mut out = Vec::new();
+    for name in ["verbs", "datapath"] {
+        let b = bins.iter().find(|b| b.name == name).ok_or_else(|| {
+            err(
+                "bench: static build",
+                format!("cargo reported no executable for bench {name}"),
+            )
+        })?;
+        out.push(b.clone());
+    }
+    out.push(static_example(workspace, "perf")?);
+    Ok(out)
+}
+
+/// perftest's programs, libibverbs' rxe and siw providers and their
+/// `.driver` files, as host files for the guest.
+fn perftest_files() -> Result<Vec<HostFile>> {
+    let mut files: Vec<HostFile> = PERFTEST_PROGRAMS
+        .iter()
+        .map(|p| HostFile {
+            path: p.into(),
+            with_libraries: true,
+        })
+        .collect();
+    for p in PROVIDERS {
+        files.push(HostFile {
+            path: Path::new(PROVIDER_DIR).join(format!("lib{p}-rdmav34.so")),
+            with_libraries: true,
+        });
+        files.push(HostFile {
+            path: Path::new(DRIVER_DIR).join(format!("{p}.driver")),
+            with_libraries: false,
+        });
+    }
+    for f in &files {
+        if !f.path.exists() {
+            return Err(err(
+                "bench: perftest for the guest",
+                format!(
+                    "{} is missing (packages perftest, ibverbs-providers)",
+                    f.path.display()
+                ),
+            ));
+        }
+    }
+    Ok(files)
 }

@@ -67,6 +67,8 @@ pub struct GuestRun {
     pub bin: String,
     /// Its arguments.
     pub args: Vec<String>,
+    /// Killed after this long (and counted as failed).
+    pub timeout_secs: u32,
 }
 
 impl GuestRun {
@@ -76,7 +78,14 @@ impl GuestRun {
             name: bin.into(),
             bin: bin.into(),
             args: Vec::new(),
+            timeout_secs: PER_BINARY_TIMEOUT_SECS,
         }
+    }
+
+    /// This run with another time limit (`cargo vm bench`'s long runs).
+    pub fn with_timeout(mut self, secs: u32) -> Self {
+        self.timeout_secs = secs;
+        self
     }
 
     /// The `cargo vm demo` runs of [`DEMO_RUNS`].
@@ -87,6 +96,7 @@ impl GuestRun {
                 name: (*name).into(),
                 bin: (*bin).into(),
                 args: args.iter().map(|a| (*a).into()).collect(),
+                timeout_secs: PER_BINARY_TIMEOUT_SECS,
             })
             .collect()
     }
@@ -312,11 +322,12 @@ pub enum Mode {
 
 /// How long one binary may run in the guest before it is killed (and
 /// counted as failed), so that one hung test cannot use up qemu's timeout
-/// for all the runs after it.
+/// for all the runs after it; a [`GuestRun`] may set another.
 pub const PER_BINARY_TIMEOUT_SECS: u32 = 600;
 
 /// The `/run-all` script: every run under every configuration, each
-/// under [`PER_BINARY_TIMEOUT_SECS`] and followed by its result marker.
+/// under its time limit ([`PER_BINARY_TIMEOUT_SECS`] unless the run says
+/// otherwise) and followed by its result marker.
 pub fn run_all_script(configs: &[RunConfig], runs: &[GuestRun]) -> String {
     run_all(configs, runs, None)
 }
@@ -357,7 +368,8 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
             }
             index += 1;
             s.push_str(&format!(
-                "echo\necho \"{RUN} {marker}\"\ntimeout -s KILL {PER_BINARY_TIMEOUT_SECS} env {} /{GUEST_BIN_DIR}/{}{args}\nrc=$?\necho \"{RESULT} {marker} rc=$rc\"\n",
+                "echo\necho \"{RUN} {marker}\"\ntimeout -s KILL {} env {} /{GUEST_BIN_DIR}/{}{args}\nrc=$?\necho \"{RESULT} {marker} rc=$rc\"\n",
+                r.timeout_secs,
                 env.join(" "),
                 sh_quote(&r.bin),
             ));
@@ -510,6 +522,31 @@ mod tests {
             "timeout -s KILL {PER_BINARY_TIMEOUT_SECS} env UVERBS_REQUIRE_DEVICES=rxe,siw UVERBS_TRANSPORT=write /tests/b\n"
         )));
         assert!(s.contains(&format!("\"{RESULT} config=write bin=b rc=$rc\"")));
+    }
+
+    #[test]
+    fn a_run_may_have_a_time_limit_of_its_own() {
+        let runs = [
+            GuestRun::plain("verbs"),
+            GuestRun::plain("datapath").with_timeout(14400),
+        ];
+        let s = run_all_script(
+            &[RunConfig {
+                name: "bench",
+                env: &[],
+            }],
+            &runs,
+        );
+        assert!(
+            s.contains(&format!(
+                "timeout -s KILL {PER_BINARY_TIMEOUT_SECS} env  /tests/verbs\n"
+            )),
+            "{s}"
+        );
+        assert!(
+            s.contains("timeout -s KILL 14400 env  /tests/datapath\n"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -142,6 +142,18 @@ pub struct Contents<'a> {
     pub init: String,
     /// The /run-all script.
     pub run_all: String,
+    /// Host files copied to the same path in the guest (e.g. perftest and
+    /// libibverbs' providers for `cargo vm bench`).
+    pub host_files: &'a [HostFile],
+}
+
+/// A host file the guest gets at the same absolute path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFile {
+    pub path: PathBuf,
+    /// Also copy the shared libraries `ldd` names for it (programs and
+    /// shared objects; not for data files).
+    pub with_libraries: bool,
 }
 
 /// The shared libraries (and the loader) a dynamic executable needs, as
@@ -242,7 +254,20 @@ pub fn build(out: &Path, scratch: &Path, c: &Contents) -> Result<u64> {
     cpio.symlink("bin/sh", "busybox").map_err(io)?;
     // Dynamic host programs, each with the libraries ldd names (once each).
     let mut libs_added = BTreeSet::new();
-    for (program, guest) in [(&rdma, "sbin/rdma"), (&strace, "usr/bin/strace")] {
+    let mut programs = vec![
+        (rdma, "sbin/rdma".to_string()),
+        (strace, "usr/bin/strace".into()),
+    ];
+    let mut data_files = Vec::new();
+    for f in c.host_files {
+        let guest = f.path.to_string_lossy().trim_start_matches('/').to_string();
+        if f.with_libraries {
+            programs.push((f.path.clone(), guest));
+        } else {
+            data_files.push((f.path.clone(), guest));
+        }
+    }
+    for (program, guest) in &programs {
         add_host_file(&mut cpio, program, guest)?;
         for lib in shared_libraries(program)? {
             let guest = lib.to_string_lossy().trim_start_matches('/').to_string();
@@ -250,6 +275,9 @@ pub fn build(out: &Path, scratch: &Path, c: &Contents) -> Result<u64> {
                 add_host_file(&mut cpio, &lib, &guest)?;
             }
         }
+    }
+    for (file, guest) in &data_files {
+        add_host_file(&mut cpio, file, guest)?;
     }
     for m in c.modules {
         add_host_file(

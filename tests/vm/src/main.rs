@@ -195,18 +195,41 @@ impl Ctx {
         configs: &[RunConfig],
         mode: Mode,
     ) -> Result<Option<qemu::Outcome>> {
+        self.boot_single(kernel, binaries, runs, configs, mode, &[], None)
+    }
+
+    /// Boots the single guest: [`boot_runs`](Self::boot_runs) with host
+    /// files added to the guest (`cargo vm bench`'s perftest) and qemu's
+    /// timeout set when `timeout` is given (and `--timeout` is not).
+    #[allow(clippy::too_many_arguments)]
+    fn boot_single(
+        &self,
+        kernel: &setup::Kernel,
+        binaries: &[Binary],
+        runs: &[GuestRun],
+        configs: &[RunConfig],
+        mode: Mode,
+        host_files: &[initramfs::HostFile],
+        timeout: Option<Duration>,
+    ) -> Result<Option<qemu::Outcome>> {
         // Private to this run: concurrent runs share only the cache.
         let work = WorkDir::create(&self.cache, self.opts.keep)?;
         let work_path = work.path();
         let initrd = self.initramfs(
             work_path,
             "",
-            kernel,
-            binaries,
-            guest::init_script(&kernel.modules, mode, Net::Dummy),
-            guest::run_all_script(configs, runs),
+            initramfs::Contents {
+                modules: &kernel.modules,
+                binaries,
+                host_files,
+                init: guest::init_script(&kernel.modules, mode, Net::Dummy),
+                run_all: guest::run_all_script(configs, runs),
+            },
         )?;
-        let boot = self.qemu_boot(kernel, initrd, mode, SINGLE_MEMORY, SINGLE_CPUS, Vec::new());
+        let mut boot = self.qemu_boot(kernel, initrd, mode, SINGLE_MEMORY, SINGLE_CPUS, Vec::new());
+        if let (Some(t), None) = (timeout, self.opts.timeout) {
+            boot.timeout = t;
+        }
         let outcome = match mode {
             Mode::Run => {
                 let outcome = qemu::run(&boot, &work_path.join(CONSOLE_LOG))?;
@@ -229,17 +252,8 @@ impl Ctx {
         &self,
         work: &std::path::Path,
         suffix: &str,
-        kernel: &setup::Kernel,
-        binaries: &[Binary],
-        init: String,
-        run_all: String,
+        contents: initramfs::Contents,
     ) -> Result<PathBuf> {
-        let contents = initramfs::Contents {
-            modules: &kernel.modules,
-            binaries,
-            init,
-            run_all,
-        };
         std::fs::write(work.join(format!("init{suffix}")), &contents.init)
             .context("writing the init script")?;
         std::fs::write(work.join(format!("run-all{suffix}")), &contents.run_all)
@@ -294,10 +308,13 @@ impl Ctx {
             let initrd = self.initramfs(
                 work_path,
                 &format!("-{}", host.role()),
-                kernel,
-                binaries,
-                guest::init_script(&kernel.modules, mode, Net::Link(host)),
-                guest::two_host_run_all_script(configs, runs, host),
+                initramfs::Contents {
+                    modules: &kernel.modules,
+                    binaries,
+                    host_files: &[],
+                    init: guest::init_script(&kernel.modules, mode, Net::Link(host)),
+                    run_all: guest::two_host_run_all_script(configs, runs, host),
+                },
             )?;
             let nics = guest::LINK_KINDS
                 .iter()

@@ -12,10 +12,13 @@
 //! @@UVERBS-DONE                                    all runs finished
 //! @@BENCH <key=value ...>                          one measurement
 //! @@BENCH-INFO <key=value ...>                     information about a bench run
+//! @@DATAPATH <key=value ...>                       one data-path run (ours or perftest)
+//! @@DATAPATH-INFO <key=value ...>                  information about the data-path bench
 //! ```
 //!
-//! The two `@@BENCH` markers are printed by the bench binary itself
-//! (`benches/verbs/main.rs`, another crate), which spells them the same way.
+//! The `@@BENCH` and `@@DATAPATH` markers are printed by the bench binaries
+//! themselves (`benches/verbs/main.rs`, `benches/datapath/main.rs`, another
+//! crate), which spell them the same way.
 
 /// `/init` has started; followed by `kernel=<release>`.
 pub const BOOTED: &str = "@@UVERBS-BOOTED";
@@ -33,6 +36,10 @@ pub const DONE: &str = "@@UVERBS-DONE";
 pub const BENCH: &str = "@@BENCH";
 /// Information about a benchmark run; followed by `key=value` words.
 pub const BENCH_INFO: &str = "@@BENCH-INFO";
+/// One data-path run; followed by `key=value` words.
+pub const DATAPATH: &str = "@@DATAPATH";
+/// Information about the data-path bench; followed by `key=value` words.
+pub const DATAPATH_INFO: &str = "@@DATAPATH-INFO";
 
 /// The text after `marker` in a console line (leading spaces removed), if
 /// the line carries that marker. The marker may follow other text (kernel

@@ -1,0 +1,160 @@
+//! The data-path cells: which device and connection, which test, size and
+//! queue depth, and the parameters both implementations get.
+
+/// How the two QPs of a cell are connected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Conn {
+    /// RoCE loopback by hand (GID index 0), the out-of-band exchange over
+    /// TCP on 127.0.0.1: perftest without `-R`.
+    Loopback,
+    /// The rdma_cm at this address (perftest's `-R`).
+    Cm(&'static str),
+}
+
+impl Conn {
+    pub fn name(self) -> &'static str {
+        match self {
+            Conn::Loopback => "loopback",
+            Conn::Cm(_) => "cm",
+        }
+    }
+}
+
+/// What a cell measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Test {
+    WriteLat,
+    SendLat,
+    ReadLat,
+    WriteBw,
+    SendBw,
+}
+
+impl Test {
+    pub const ALL: [Test; 5] = [
+        Test::WriteLat,
+        Test::SendLat,
+        Test::ReadLat,
+        Test::WriteBw,
+        Test::SendBw,
+    ];
+
+    /// The name both tools and the report use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Test::WriteLat => "write_lat",
+            Test::SendLat => "send_lat",
+            Test::ReadLat => "read_lat",
+            Test::WriteBw => "write_bw",
+            Test::SendBw => "send_bw",
+        }
+    }
+
+    /// The perftest 4.5 program.
+    pub fn perftest(self) -> &'static str {
+        match self {
+            Test::WriteLat => "ib_write_lat",
+            Test::SendLat => "ib_send_lat",
+            Test::ReadLat => "ib_read_lat",
+            Test::WriteBw => "ib_write_bw",
+            Test::SendBw => "ib_send_bw",
+        }
+    }
+
+    pub fn is_latency(self) -> bool {
+        matches!(self, Test::WriteLat | Test::SendLat | Test::ReadLat)
+    }
+}
+
+/// One cell: everything both implementations are given.
+#[derive(Clone, Copy, Debug)]
+pub struct Cell {
+    pub device: &'static str,
+    pub conn: Conn,
+    pub test: Test,
+    pub size: usize,
+    /// Requests outstanding (perftest's tx depth `-t`); 1 for latency.
+    pub qd: usize,
+    /// Sends of up to this many bytes go inline (perftest's `-I`); the
+    /// same value for both, so both inline exactly the same messages.
+    pub inline: usize,
+    /// Iterations per run (perftest's `-n`).
+    pub iters: usize,
+}
+
+impl Cell {
+    /// The words identifying the cell in a result line.
+    pub fn key(&self) -> String {
+        format!(
+            "device={} conn={} test={} size={} qd={} inline={} iters={}",
+            self.device,
+            self.conn.name(),
+            self.test.name(),
+            self.size,
+            self.qd,
+            self.inline,
+            self.iters
+        )
+    }
+}
+
+/// Where the cells run: rxe0 by hand and over the cm, siw0 over the cm
+/// (iWARP connects no other way), at the guest's per-device addresses.
+pub const TARGETS: [(&str, Conn); 3] = [
+    ("rxe0", Conn::Loopback),
+    ("rxe0", Conn::Cm("192.0.2.1")),
+    ("siw0", Conn::Cm("198.51.100.1")),
+];
+
+/// Latency sizes: 2 B to 64 KiB, powers of 4 from 2, and 64 KiB.
+pub const LAT_SIZES: [usize; 9] = [2, 8, 32, 128, 512, 2048, 8192, 32768, 65536];
+/// Bandwidth sizes: 4 KiB to 1 MiB, powers of 4.
+pub const BW_SIZES: [usize; 5] = [4096, 16384, 65536, 262144, 1 << 20];
+/// Bandwidth queue depths.
+pub const BW_DEPTHS: [usize; 2] = [1, 64];
+/// perftest's default inline size for latency tests; bandwidth cells send
+/// nothing inline (both tools get the value explicitly).
+pub const LAT_INLINE: usize = 220;
+
+/// Iterations per run: latency `lat_iters`; bandwidth enough for about
+/// `bw_bytes` but between 32 and 1000.
+pub fn iterations(test: Test, size: usize, lat_iters: usize, bw_bytes: usize) -> usize {
+    if test.is_latency() {
+        lat_iters
+    } else {
+        (bw_bytes / size).clamp(32, 1000)
+    }
+}
+
+/// Every cell, in run order, narrowed by `keep`.
+pub fn all(lat_iters: usize, bw_bytes: usize, keep: impl Fn(&Cell) -> bool) -> Vec<Cell> {
+    let mut cells = Vec::new();
+    for (device, conn) in TARGETS {
+        for test in Test::ALL {
+            let (sizes, depths, inline): (&[usize], &[usize], usize) = if test.is_latency() {
+                // READ carries no inline data.
+                let inline = if test == Test::ReadLat { 0 } else { LAT_INLINE };
+                (&LAT_SIZES, &[1], inline)
+            } else {
+                (&BW_SIZES, &BW_DEPTHS, 0)
+            };
+            for &size in sizes {
+                for &qd in depths {
+                    let cell = Cell {
+                        device,
+                        conn,
+                        test,
+                        size,
+                        qd,
+                        inline,
+                        iters: iterations(test, size, lat_iters, bw_bytes),
+                    };
+                    if keep(&cell) {
+                        cells.push(cell);
+                    }
+                }
+            }
+        }
+    }
+    cells
+}

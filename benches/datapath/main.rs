@@ -1,0 +1,249 @@
+//! Data-path latency and bandwidth, this crate's `perf` example against
+//! perftest 4.5 (over libibverbs and its rxe/siw providers), with the same
+//! parameters, in one run.
+//!
+//! `cargo vm bench` runs it inside the soft-RDMA VM after benches/verbs and
+//! writes the data-path half of docs/benchmarks.md from its lines. Per cell
+//! (device and connection, test, message size, queue depth; see
+//! [`cells`]) it runs both tools `UVERBS_DP_ROUNDS` times, alternating
+//! which goes first (A B, B A, …), each run a fresh server and client
+//! process pair; the ratio ours ÷ perftest is then taken per round, so
+//! slow drift of the emulated machine cancels. The whole set of cells runs
+//! `UVERBS_DP_PASSES` times, so the report can tell a ratio that
+//! reproduces from a noisy one.
+//!
+//! One line per run:
+//!
+//! ```text
+//! @@DATAPATH pass=1 round=2 impl=ours device=rxe0 conn=loopback test=write_lat size=2 qd=1 inline=220 iters=300 median_ns=… p10_ns=… p90_ns=… n=…
+//! @@DATAPATH pass=1 round=2 impl=perftest device=siw0 conn=cm test=write_bw size=65536 qd=64 inline=0 iters=512 mib_per_s=…
+//! @@DATAPATH pass=1 round=1 impl=ours … status=error error="…"
+//! ```
+//!
+//! Knobs: `UVERBS_DP_ROUNDS` (3), `UVERBS_DP_PASSES` (2),
+//! `UVERBS_DP_LAT_ITERS` (300), `UVERBS_DP_BW_BYTES` (32 MiB per run),
+//! `UVERBS_DP_ONLY` (words that must all appear in a cell's key, e.g.
+//! `test=write_lat device=siw0`), `UVERBS_DP_PERF` (our tool's path,
+//! default `/tests/perf`), `UVERBS_DP_PERFTEST_DIR` (default `/usr/bin`).
+//! Without perftest or our tool it says so and exits 0.
+
+mod cells;
+mod parse;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use cells::{Cell, Conn, Test};
+use parse::Measured;
+use run::Ready;
+
+/// The longest one run (server and client) may take.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long an rdma_cm server gets before its client starts.
+const CM_SETTLE: Duration = Duration::from_millis(300);
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The two implementations.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Impl {
+    Ours,
+    Perftest,
+}
+
+impl Impl {
+    fn name(self) -> &'static str {
+        match self {
+            Impl::Ours => "ours",
+            Impl::Perftest => "perftest",
+        }
+    }
+}
+
+struct Tools {
+    perf: PathBuf,
+    perftest_dir: PathBuf,
+}
+
+impl Tools {
+    /// Our `perf`'s server and client command lines for `cell` on `port`.
+    fn ours(&self, cell: &Cell, port: u16) -> (Command, Command) {
+        let common = |c: &mut Command| {
+            c.args(["--device", cell.device, "--test", cell.test.name()])
+                .args(["--size", &cell.size.to_string()])
+                .args(["--iters", &cell.iters.to_string()])
+                .args(["--qd", &cell.qd.to_string()])
+                .args(["--inline", &cell.inline.to_string()])
+                .args(["--port", &port.to_string()]);
+            if let Conn::Cm(addr) = cell.conn {
+                c.args(["--cm", addr]);
+            }
+        };
+        let mut server = Command::new(&self.perf);
+        server.arg("--server");
+        common(&mut server);
+        let mut client = Command::new(&self.perf);
+        client.args(["--client", server_addr(cell)]);
+        common(&mut client);
+        (server, client)
+    }
+
+    /// perftest's server and client command lines for `cell` on `port`.
+    fn perftest(&self, cell: &Cell, port: u16) -> (Command, Command) {
+        let program = self.perftest_dir.join(cell.test.perftest());
+        let common = |c: &mut Command| {
+            // -F: do not fail on the emulated CPU's frequency warnings.
+            c.args(["-d", cell.device, "-F"])
+                .args(["-s", &cell.size.to_string()])
+                .args(["-n", &cell.iters.to_string()])
+                .args(["-p", &port.to_string()]);
+            match cell.conn {
+                Conn::Loopback => c.args(["-x", "0"]),
+                Conn::Cm(_) => c.arg("-R"),
+            };
+            if cell.test != Test::ReadLat {
+                c.args(["-I", &cell.inline.to_string()]);
+            }
+            if cell.test.is_latency() {
+                // Every sample, sorted, for the percentiles.
+                c.arg("-H");
+            } else {
+                let moderation = cell.qd.min(100);
+                c.args(["-t", &cell.qd.to_string()])
+                    .args(["-Q", &moderation.to_string()]);
+            }
+        };
+        let mut server = Command::new(&program);
+        common(&mut server);
+        let mut client = Command::new(&program);
+        common(&mut client);
+        client.arg(server_addr(cell));
+        (server, client)
+    }
+}
+
+/// The address the client is given: the out-of-band TCP peer for
+/// loopback, the cm address otherwise.
+fn server_addr(cell: &Cell) -> &'static str {
+    match cell.conn {
+        Conn::Loopback => "127.0.0.1",
+        Conn::Cm(addr) => addr,
+    }
+}
+
+/// One run of `imp` on `cell`.
+fn measure(tools: &Tools, imp: Impl, cell: &Cell, port: u16) -> Result<Measured, String> {
+    let (mut server, mut client) = match imp {
+        Impl::Ours => tools.ours(cell, port),
+        Impl::Perftest => tools.perftest(cell, port),
+    };
+    let ready = match cell.conn {
+        Conn::Loopback => Ready::Listening(port),
+        Conn::Cm(_) => Ready::After(CM_SETTLE),
+    };
+    let (s, c) = run::pair(&mut server, &mut client, ready, RUN_TIMEOUT)?;
+    if !c.ok() {
+        return Err(format!(
+            "client: {}; server: {}",
+            c.describe(),
+            s.describe()
+        ));
+    }
+    let got = match imp {
+        Impl::Ours => parse::ours(&c.stdout),
+        Impl::Perftest => parse::perftest(&c.stdout, cell.test.is_latency()),
+    };
+    got.map_err(|e| format!("{e}; server: {}", s.describe()))
+}
+
+fn report(pass: usize, round: usize, imp: Impl, cell: &Cell, got: &Result<Measured, String>) {
+    let head = format!(
+        "@@DATAPATH pass={pass} round={round} impl={} {}",
+        imp.name(),
+        cell.key()
+    );
+    match got {
+        Ok(Measured::Latency {
+            median,
+            p10,
+            p90,
+            n,
+        }) => println!("{head} median_ns={median} p10_ns={p10} p90_ns={p90} n={n}"),
+        Ok(Measured::Bandwidth { mib_per_s }) => println!("{head} mib_per_s={mib_per_s:.3}"),
+        Err(e) => println!(
+            "{head} status=error error=\"{}\"",
+            e.replace(['"', '\n'], "'")
+        ),
+    }
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let tools = Tools {
+        perf: env_or("UVERBS_DP_PERF", PathBuf::from("/tests/perf")),
+        perftest_dir: env_or("UVERBS_DP_PERFTEST_DIR", PathBuf::from("/usr/bin")),
+    };
+    for (what, path) in [
+        ("our perf tool", tools.perf.clone()),
+        ("perftest", tools.perftest_dir.join("ib_write_lat")),
+    ] {
+        if !Path::new(&path).exists() {
+            println!(
+                "datapath bench: {what} is not at {}; nothing to measure (`cargo vm bench` runs it in the VM)",
+                path.display()
+            );
+            return;
+        }
+    }
+    let rounds: usize = env_or("UVERBS_DP_ROUNDS", 3).max(1);
+    let passes: usize = env_or("UVERBS_DP_PASSES", 2).max(1);
+    let lat_iters: usize = env_or("UVERBS_DP_LAT_ITERS", 300).max(10);
+    let bw_bytes: usize = env_or("UVERBS_DP_BW_BYTES", 32 << 20);
+    let only: Vec<String> = std::env::var("UVERBS_DP_ONLY")
+        .map(|v| v.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let cells = cells::all(lat_iters, bw_bytes, |c| {
+        let key = c.key();
+        only.iter().all(|w| key.split_whitespace().any(|k| k == w))
+    });
+    let start = Instant::now();
+    println!(
+        "@@DATAPATH-INFO rounds={rounds} passes={passes} lat_iters={lat_iters} bw_bytes={bw_bytes} cells={}",
+        cells.len()
+    );
+    let mut port: u16 = 20000;
+    for pass in 1..=passes {
+        for cell in &cells {
+            for round in 1..=rounds {
+                // A B in odd rounds, B A in even ones.
+                let order = if round % 2 == 1 {
+                    [Impl::Ours, Impl::Perftest]
+                } else {
+                    [Impl::Perftest, Impl::Ours]
+                };
+                for imp in order {
+                    port = if port >= 60000 { 20000 } else { port + 1 };
+                    let got = measure(&tools, imp, cell, port);
+                    report(pass, round, imp, cell, &got);
+                }
+            }
+        }
+        println!(
+            "@@DATAPATH-INFO pass={pass} seconds={:.1}",
+            start.elapsed().as_secs_f64()
+        );
+    }
+    println!(
+        "@@DATAPATH-INFO done seconds={:.1}",
+        start.elapsed().as_secs_f64()
+    );
+}

@@ -1,0 +1,387 @@
+//! The data-path half of `cargo vm bench`: the `@@DATAPATH` lines of
+//! benches/datapath (our `perf` example and perftest 4.5, interleaved in
+//! rounds, the whole set in passes) read into cells, and per cell the
+//! per-round ratios ours ÷ perftest, their median and spread per pass, and
+//! whether the passes agree.
+//!
+//! A ratio is reported as *measured* only where every pass's median ratio
+//! is within [`AGREE`] of the others (the issue's 10 %); otherwise it is
+//! *noisy*, with every pass's value.
+
+pub mod plot;
+pub mod report;
+
+use crate::markers::{find, DATAPATH, DATAPATH_INFO};
+use std::collections::BTreeMap;
+
+/// Passes whose median ratios differ by at most this fraction agree.
+pub const AGREE: f64 = 0.10;
+
+/// A cell: what both tools were given.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    pub device: String,
+    /// `loopback` or `cm`.
+    pub conn: String,
+    /// `write_lat`, `send_lat`, `read_lat`, `write_bw`, `send_bw`.
+    pub test: String,
+    pub size: u64,
+    pub qd: u64,
+}
+
+impl Key {
+    pub fn is_latency(&self) -> bool {
+        self.test.ends_with("_lat")
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Value {
+    /// Nanoseconds.
+    Latency { median: f64, p10: f64, p90: f64 },
+    /// MiB/s.
+    Bandwidth(f64),
+}
+
+impl Value {
+    /// The number the ratio compares: the median latency or the bandwidth.
+    pub fn headline(self) -> f64 {
+        match self {
+            Value::Latency { median, .. } => median,
+            Value::Bandwidth(b) => b,
+        }
+    }
+}
+
+/// One `@@DATAPATH` line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub pass: u32,
+    pub round: u32,
+    /// `ours` or `perftest`.
+    pub imp: String,
+    pub key: Key,
+    pub inline: u64,
+    pub iters: u64,
+    pub value: Result<Value, String>,
+}
+
+fn field<'a>(words: &'a str, key: &str) -> Option<&'a str> {
+    words
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// The quoted `error="…"` of a failed run.
+fn error_text(words: &str) -> String {
+    match words.split_once("error=\"") {
+        Some((_, rest)) => rest.trim_end().trim_end_matches('"').to_string(),
+        None => "failed".into(),
+    }
+}
+
+/// One line's words (after the marker), or why not.
+pub fn parse_line(words: &str) -> Result<Line, String> {
+    let get = |k: &str| field(words, k).ok_or_else(|| format!("no {k}="));
+    let num = |k: &str| -> Result<u64, String> {
+        get(k)?.parse().map_err(|_| format!("{k}= is not a number"))
+    };
+    let float = |k: &str| -> Result<f64, String> {
+        get(k)?.parse().map_err(|_| format!("{k}= is not a number"))
+    };
+    let key = Key {
+        device: get("device")?.into(),
+        conn: get("conn")?.into(),
+        test: get("test")?.into(),
+        size: num("size")?,
+        qd: num("qd")?,
+    };
+    let value = if field(words, "status") == Some("error") {
+        Err(error_text(words))
+    } else if key.is_latency() {
+        Ok(Value::Latency {
+            median: float("median_ns")?,
+            p10: float("p10_ns")?,
+            p90: float("p90_ns")?,
+        })
+    } else {
+        Ok(Value::Bandwidth(float("mib_per_s")?))
+    };
+    Ok(Line {
+        pass: num("pass")? as u32,
+        round: num("round")? as u32,
+        imp: get("impl")?.into(),
+        inline: num("inline")?,
+        iters: num("iters")?,
+        key,
+        value,
+    })
+}
+
+/// Per pass of a cell: the per-round ratios and both tools' values.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Pass {
+    /// ours ÷ perftest of each round where both measured.
+    pub ratios: Vec<f64>,
+    pub ours: Vec<Value>,
+    pub perftest: Vec<Value>,
+}
+
+impl Pass {
+    /// The median per-round ratio.
+    pub fn ratio(&self) -> Option<f64> {
+        median(&self.ratios)
+    }
+}
+
+/// A cell's passes, by pass number, and what failed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cell {
+    pub passes: BTreeMap<u32, Pass>,
+    /// `impl pass/round: error`.
+    pub errors: Vec<String>,
+    pub inline: u64,
+    pub iters: u64,
+}
+
+/// How a cell's ratio is reported.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Every pass agrees within [`AGREE`]: their mean.
+    Measured(f64),
+    /// The passes disagree: each pass's median ratio.
+    Noisy(Vec<f64>),
+    /// Some pass has no ratio (a run failed).
+    Missing,
+}
+
+impl Cell {
+    pub fn verdict(&self) -> Verdict {
+        let r: Option<Vec<f64>> = self.passes.values().map(Pass::ratio).collect();
+        let Some(r) = r.filter(|r| !r.is_empty()) else {
+            return Verdict::Missing;
+        };
+        let (lo, hi) = r
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+        if hi <= lo * (1.0 + AGREE) {
+            Verdict::Measured(r.iter().sum::<f64>() / r.len() as f64)
+        } else {
+            Verdict::Noisy(r)
+        }
+    }
+
+    /// Median over every run (all passes and rounds) of `imp`'s headline
+    /// number, and of its p10 and p90 for latency.
+    pub fn summary(&self, ours: bool) -> Option<Value> {
+        let vals: Vec<Value> = self
+            .passes
+            .values()
+            .flat_map(|p| if ours { &p.ours } else { &p.perftest })
+            .copied()
+            .collect();
+        let pick = |f: fn(&Value) -> f64| median(&vals.iter().map(f).collect::<Vec<_>>());
+        match vals.first()? {
+            Value::Latency { .. } => Some(Value::Latency {
+                median: pick(|v| match v {
+                    Value::Latency { median, .. } => *median,
+                    Value::Bandwidth(_) => f64::NAN,
+                })?,
+                p10: pick(|v| match v {
+                    Value::Latency { p10, .. } => *p10,
+                    Value::Bandwidth(_) => f64::NAN,
+                })?,
+                p90: pick(|v| match v {
+                    Value::Latency { p90, .. } => *p90,
+                    Value::Bandwidth(_) => f64::NAN,
+                })?,
+            }),
+            Value::Bandwidth(_) => Some(Value::Bandwidth(pick(|v| v.headline())?)),
+        }
+    }
+}
+
+/// The median of `xs` (mean of the middle two for an even count).
+pub fn median(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The data-path part of a console.
+#[derive(Debug, Default)]
+pub struct DataPath {
+    pub cells: BTreeMap<Key, Cell>,
+    /// `@@DATAPATH-INFO` words, in order.
+    pub info: Vec<String>,
+    /// Lines that could not be read: (why, line).
+    pub skipped: Vec<(String, String)>,
+}
+
+impl DataPath {
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    /// The `key=` of the first info line that has it.
+    pub fn info(&self, key: &str) -> Option<&str> {
+        self.info.iter().find_map(|l| field(l, key))
+    }
+
+    /// The targets (`device conn`) in first-seen order of the cells' keys.
+    pub fn targets(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for k in self.cells.keys() {
+            let t = (k.device.clone(), k.conn.clone());
+            if !out.contains(&t) {
+                out.push(t);
+            }
+        }
+        // rxe before siw, loopback before cm.
+        out.sort_by(|a, b| (&a.0, a.1 != "loopback").cmp(&(&b.0, b.1 != "loopback")));
+        out
+    }
+}
+
+/// Reads every `@@DATAPATH` line of `console`; rounds pair ours with
+/// perftest by (pass, round).
+pub fn parse(console: &str) -> DataPath {
+    let mut dp = DataPath::default();
+    // (key, pass, round) -> (ours, perftest)
+    type Round = (Option<Value>, Option<Value>);
+    let mut rounds: BTreeMap<(Key, u32, u32), Round> = BTreeMap::new();
+    for raw in console.lines() {
+        if let Some(words) = find(raw, DATAPATH_INFO) {
+            dp.info.push(words.to_string());
+            continue;
+        }
+        let Some(words) = find(raw, DATAPATH) else {
+            continue;
+        };
+        let line = match parse_line(words) {
+            Ok(l) => l,
+            Err(why) => {
+                dp.skipped.push((why, raw.to_string()));
+                continue;
+            }
+        };
+        let cell = dp.cells.entry(line.key.clone()).or_default();
+        cell.inline = line.inline;
+        cell.iters = line.iters;
+        let pass = cell.passes.entry(line.pass).or_default();
+        let ours = line.imp == "ours";
+        match line.value {
+            Ok(v) => {
+                if ours {
+                    pass.ours.push(v)
+                } else {
+                    pass.perftest.push(v)
+                }
+                let slot = rounds
+                    .entry((line.key.clone(), line.pass, line.round))
+                    .or_default();
+                if ours {
+                    slot.0 = Some(v)
+                } else {
+                    slot.1 = Some(v)
+                }
+            }
+            Err(e) => cell.errors.push(format!(
+                "{} pass {} round {}: {e}",
+                line.imp, line.pass, line.round
+            )),
+        }
+    }
+    for ((key, pass, _), pair) in rounds {
+        if let (Some(o), Some(p)) = pair {
+            let ratio = o.headline() / p.headline();
+            if ratio.is_finite() {
+                let cell = dp.cells.get_mut(&key).expect("seen above");
+                cell.passes.entry(pass).or_default().ratios.push(ratio);
+            }
+        }
+    }
+    dp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lat(pass: u32, round: u32, imp: &str, size: u64, median: u64) -> String {
+        format!(
+            "@@DATAPATH pass={pass} round={round} impl={imp} device=rxe0 conn=loopback test=write_lat size={size} qd=1 inline=220 iters=300 median_ns={median} p10_ns={} p90_ns={} n=300",
+            median - 10,
+            median + 10
+        )
+    }
+
+    #[test]
+    fn ratios_per_round_and_passes_that_agree_or_not() {
+        let console = [
+            "@@DATAPATH-INFO rounds=2 passes=2 cells=2".to_string(),
+            lat(1, 1, "ours", 2, 90),
+            lat(1, 1, "perftest", 2, 100),
+            lat(1, 2, "perftest", 2, 200),
+            lat(1, 2, "ours", 2, 180),
+            lat(2, 1, "ours", 2, 95),
+            lat(2, 1, "perftest", 2, 100),
+            lat(2, 2, "ours", 2, 92),
+            lat(2, 2, "perftest", 2, 100),
+            // A cell whose passes disagree.
+            lat(1, 1, "ours", 8, 100),
+            lat(1, 1, "perftest", 8, 100),
+            lat(2, 1, "ours", 8, 150),
+            lat(2, 1, "perftest", 8, 100),
+            "[ 3.1] kernel noise @@DATAPATH pass=1 round=1 impl=ours device=siw0 conn=cm test=write_bw size=4096 qd=64 inline=0 iters=32 mib_per_s=20.5".into(),
+            "@@DATAPATH pass=1 round=1 impl=perftest device=siw0 conn=cm test=write_bw size=4096 qd=64 inline=0 iters=32 status=error error=\"client: exit status: 1\"".into(),
+            "@@DATAPATH pass=x".into(),
+        ]
+        .join("\n");
+        let dp = parse(&console);
+        assert_eq!(dp.info("rounds"), Some("2"));
+        assert_eq!(dp.skipped.len(), 1);
+        let key = |size, test: &str, device: &str, conn: &str, qd| Key {
+            device: device.into(),
+            conn: conn.into(),
+            test: test.into(),
+            size,
+            qd,
+        };
+        let small = &dp.cells[&key(2, "write_lat", "rxe0", "loopback", 1)];
+        assert_eq!(small.passes[&1].ratios, vec![0.9, 0.9]);
+        assert_eq!(small.verdict(), Verdict::Measured((0.9 + 0.935) / 2.0));
+        match small.summary(true) {
+            Some(Value::Latency { median, p10, .. }) => {
+                assert_eq!(median, (92.0 + 95.0) / 2.0);
+                assert_eq!(p10, (82.0 + 85.0) / 2.0);
+            }
+            other => panic!("{other:?}"),
+        }
+        let noisy = &dp.cells[&key(8, "write_lat", "rxe0", "loopback", 1)];
+        assert_eq!(noisy.verdict(), Verdict::Noisy(vec![1.0, 1.5]));
+        let bw = &dp.cells[&key(4096, "write_bw", "siw0", "cm", 64)];
+        assert_eq!(bw.verdict(), Verdict::Missing);
+        assert_eq!(
+            bw.errors,
+            vec!["perftest pass 1 round 1: client: exit status: 1"]
+        );
+        assert_eq!(bw.summary(true), Some(Value::Bandwidth(20.5)));
+        assert_eq!(
+            dp.targets(),
+            vec![
+                ("rxe0".to_string(), "loopback".to_string()),
+                ("siw0".to_string(), "cm".to_string())
+            ]
+        );
+    }
+}
