@@ -159,7 +159,7 @@ impl Context {
                     Err(Errno::NOTTY | Errno::PROTONOSUPPORT | Errno::INVAL) => {
                         TransportKind::Write
                     }
-                    _ => TransportKind::Ioctl,
+                    _ => TransportKind::WriteWithMethods,
                 }
             }
         };

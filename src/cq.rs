@@ -14,8 +14,10 @@
 //! when the kernel refuses the method itself (`EPROTONOSUPPORT`: the method
 //! or a mandatory attribute is unknown; `ENOTTY`: no ioctl framework) the
 //! write command `CREATE_CQ` follows, framed as the context frames write
-//! commands. Over the legacy write() transport only the write command is
-//! used. The object is destroyed through the interface that created it.
+//! commands. Over the legacy write() transport, and over Auto's
+//! write+methods, only the write command is used (by `write()`, the
+//! cheaper framing). The object is destroyed through the interface that
+//! created it.
 //!
 //! Completion events are counted per CQ as libibverbs counts them
 //! (`ibv_get_cq_event` / `ibv_ack_cq_events`): see
@@ -35,7 +37,6 @@ use crate::error::{Errno, Error, Op};
 use crate::method::{CqCreate, CqDestroy};
 use crate::pd::debug_object;
 use crate::provider::rings::{CqRing, MAX_CREATE_UHW_OUT};
-use crate::transport::TransportKind;
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
@@ -52,9 +53,11 @@ pub enum CreatePath {
 }
 
 /// The driver id for a native create, when the context goes native first:
-/// its transport has ioctl (not the legacy write()) and the driver is known.
+/// its transport creates natively ([`TransportKind::creates_natively`]:
+/// ioctl, not the legacy write() nor Auto's write+methods) and the driver
+/// is known.
 pub(crate) fn native_driver(ctx: &Context) -> Option<u32> {
-    if ctx.inner.transport.kind() == TransportKind::Write {
+    if !ctx.inner.transport.kind().creates_natively() {
         return None;
     }
     ctx.inner.driver_id.map(|d| d.0)

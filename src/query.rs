@@ -15,7 +15,6 @@ use crate::context::Context;
 use crate::error::{Errno, Error, Op};
 use crate::method::{QueryContext, QueryGidEntry, QueryGidTable, QueryMr, QueryPort};
 use crate::mr::MemoryRegion;
-use crate::transport::TransportKind;
 use uverbs_uapi as sys;
 use zerocopy::IntoBytes;
 
@@ -416,12 +415,13 @@ impl Context {
     /// True when native methods go to the kernel: the transport has ioctl
     /// (the kernel's ioctl file, or a fake) and the driver id is known.
     fn prefers_methods(&self) -> bool {
-        self.inner.transport.kind() != TransportKind::Write && self.inner.driver_id.is_some()
+        self.inner.transport.kind().sends_methods() && self.inner.driver_id.is_some()
     }
 
     /// A port's attributes (`ibv_query_port`; ports count from 1).
     ///
-    /// Over the ioctl transport this is `UVERBS_METHOD_QUERY_PORT`, which
+    /// Over the ioctl and write+methods transports this is
+    /// `UVERBS_METHOD_QUERY_PORT`, which
     /// also answers [`port_cap_flags2`](PortAttr::port_cap_flags2) and
     /// [`active_speed_ex`](PortAttr::active_speed_ex); over write(), or
     /// when the kernel lacks the method (`EPROTONOSUPPORT`), the write
@@ -454,7 +454,8 @@ impl Context {
 
     /// Entry `index` of port `port`'s GID table (`ibv_query_gid_ex`).
     ///
-    /// `UVERBS_METHOD_QUERY_GID_ENTRY` over the ioctl transport; sysfs
+    /// `UVERBS_METHOD_QUERY_GID_ENTRY` over the ioctl and write+methods
+    /// transports; sysfs
     /// (`/sys/class/infiniband/<dev>/ports/<port>/gids/<index>`,
     /// `gid_attrs/types/<index>`, `gid_attrs/ndevs/<index>`) over write(),
     /// without a driver id, or when the kernel answers `EOPNOTSUPP` or

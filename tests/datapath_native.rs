@@ -151,6 +151,43 @@ fn the_write_transport_creates_and_destroys_with_write_commands() {
     }
 }
 
+/// Auto's write+methods: creation and destruction by the write commands
+/// (write() is the cheaper framing), queries a write command answers less
+/// fully by the native methods (QUERY_PORT's extended attributes).
+#[test]
+fn write_with_methods_creates_by_write_command_and_queries_by_method() {
+    let (fake, ctx, pd) = fake(TransportKind::WriteWithMethods);
+    assert_eq!(ctx.transport_kind().to_string(), "write+methods");
+    let cq = ctx.create_cq(16, None).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
+    assert_eq!(cq.create_path(), CreatePath::WriteCommand);
+    assert_eq!(qp.create_path(), CreatePath::WriteCommand);
+    drop(qp);
+    drop(cq);
+    assert_eq!(fake.live_cqs_qps(), (0, 0));
+    for code in [
+        sys::IB_USER_VERBS_CMD_CREATE_CQ,
+        sys::IB_USER_VERBS_CMD_DESTROY_CQ,
+        sys::IB_USER_VERBS_CMD_CREATE_QP,
+        sys::IB_USER_VERBS_CMD_DESTROY_QP,
+    ] {
+        assert_eq!(fake.count_of(code), 1, "write command {code}");
+    }
+    for m in [CQ_CREATE, CQ_DESTROY, QP_CREATE, QP_DESTROY] {
+        assert_eq!(methods_of(&fake, m), 0, "method {m:?} sent");
+    }
+    let _ = ctx.query_port(1);
+    assert_eq!(
+        methods_of(
+            &fake,
+            (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_QUERY_PORT)
+        ),
+        1,
+        "QUERY_PORT goes to the native method"
+    );
+    assert_eq!(fake.count_of(sys::IB_USER_VERBS_CMD_QUERY_PORT), 0);
+}
+
 /// When the kernel refuses the native method itself (EPROTONOSUPPORT: the
 /// method or a mandatory attribute unknown; ENOTTY: no ioctl framework),
 /// the write command follows, and gives the same object: same caps, the

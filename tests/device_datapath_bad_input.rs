@@ -155,7 +155,7 @@ fn cqs_and_qps_are_created_native_over_ioctl_and_by_write_command_over_write() {
         let pd = alloc_pd(ctx);
         let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
         let expected = match ctx.transport_kind() {
-            TransportKind::Write => CreatePath::WriteCommand,
+            TransportKind::Write | TransportKind::WriteWithMethods => CreatePath::WriteCommand,
             _ => CreatePath::NativeMethod,
         };
         loud(&format!(

@@ -86,7 +86,7 @@ fn without_read_or_write<T>(name: &str, what: &str, f: impl FnOnce() -> T) -> T 
 
 fn expected_path(ctx: &Context) -> CreatePath {
     match ctx.transport_kind() {
-        TransportKind::Write => CreatePath::WriteCommand,
+        TransportKind::Write | TransportKind::WriteWithMethods => CreatePath::WriteCommand,
         _ => CreatePath::NativeMethod,
     }
 }

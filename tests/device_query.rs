@@ -11,7 +11,7 @@ use common::{alloc_pd, anon, driver, loud, Driver};
 use uverbs::command::QueryPort;
 use uverbs::{
     AccessFlags, Errno, Gid, GidType, LinkLayer, MemoryRegion, Op, PortState, ReregFallback,
-    ReregFlags, ReregPath, TransportKind,
+    ReregFlags, ReregPath,
 };
 
 const MIB_FOR_QUERY: usize = 1 << 20;
@@ -85,7 +85,7 @@ device_test!(
             assert_eq!(port.link_layer, LinkLayer::Ethernet, "{name}: link layer");
         }
         // The method answers the extended struct, the write command does not.
-        let extended = ctx.transport_kind() == TransportKind::Ioctl;
+        let extended = ctx.transport_kind().sends_methods();
         assert_eq!(port.port_cap_flags2.is_some(), extended, "{name}: {port:?}");
         // Both paths give the same legacy struct.
         // SAFETY: QUERY_PORT hands no memory to the device.

@@ -20,12 +20,13 @@ pub struct KernelFile {
 }
 
 impl KernelFile {
-    /// Wraps an opened uverbs file. `kind` must be `Ioctl` or `Write`;
-    /// `Ioctl` (and [`Transport::invoke`]) need the device's driver id.
+    /// Wraps an opened uverbs file. `kind` must be `Ioctl`, `Write` or
+    /// `WriteWithMethods`; `Ioctl`, `WriteWithMethods` (and
+    /// [`Transport::invoke`]) need the device's driver id.
     pub fn new(fd: OwnedFd, kind: TransportKind, driver_id: Option<u32>) -> Result<Self, Errno> {
         match kind {
             TransportKind::Write => {}
-            TransportKind::Ioctl if driver_id.is_some() => {}
+            TransportKind::Ioctl | TransportKind::WriteWithMethods if driver_id.is_some() => {}
             _ => return Err(Errno::INVAL),
         }
         Ok(KernelFile {
@@ -280,6 +281,28 @@ mod tests {
 
     fn write_file(file: File) -> KernelFile {
         KernelFile::new(file.into(), TransportKind::Write, None).unwrap()
+    }
+
+    #[test]
+    fn kinds_that_send_ioctls_need_the_driver_id() {
+        let null = || -> OwnedFd { File::open("/dev/null").unwrap().into() };
+        for kind in [TransportKind::Ioctl, TransportKind::WriteWithMethods] {
+            assert_eq!(
+                KernelFile::new(null(), kind, None).unwrap_err(),
+                Errno::INVAL
+            );
+            let f = KernelFile::new(null(), kind, Some(14)).unwrap();
+            assert_eq!(f.kind(), kind);
+        }
+        assert!(KernelFile::new(null(), TransportKind::Write, None).is_ok());
+        assert_eq!(
+            KernelFile::new(null(), TransportKind::Fake, Some(14)).unwrap_err(),
+            Errno::INVAL
+        );
+        assert!(TransportKind::WriteWithMethods.sends_methods());
+        assert!(!TransportKind::WriteWithMethods.creates_natively());
+        assert!(!TransportKind::Write.sends_methods());
+        assert!(TransportKind::Ioctl.creates_natively());
     }
 
     /// A command whose request carries the `u64 response` field and eight

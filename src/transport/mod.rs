@@ -34,15 +34,42 @@ use crate::command::WriteCommand;
 use crate::error::Errno;
 use zerocopy::{FromZeros, IntoBytes};
 
-/// Which framing a context uses to send write commands.
+/// Which framing a context uses to send write commands, and whether it
+/// sends native ioctl methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TransportKind {
-    /// `ioctl(RDMA_VERBS_IOCTL)` with `UVERBS_METHOD_INVOKE_WRITE` (needs the driver id).
+    /// Everything by `ioctl(RDMA_VERBS_IOCTL)`: write commands as
+    /// `UVERBS_METHOD_INVOKE_WRITE`, objects created by their native
+    /// methods first (needs the driver id).
     Ioctl,
-    /// The legacy `write()` of a command header and body.
+    /// Everything by the legacy `write()` of a command header and body; no
+    /// native method is sent.
     Write,
+    /// What [`TransportMode::Auto`] picks on a kernel with the ioctl
+    /// framework: every write command (objects' creation included) by the
+    /// legacy `write()`, which costs less than `INVOKE_WRITE` for the same
+    /// command (Linux 6.12: REREG_MR about 15 %, ALLOC_PD + DEALLOC_PD about
+    /// 2×; docs/benchmarks.md), and native ioctl methods only where a
+    /// method answers what no write command does (the extended port
+    /// attributes, the GID table). Needs the driver id.
+    WriteWithMethods,
     /// Not the kernel: a test double such as [`RecordingTransport`].
     Fake,
+}
+
+impl TransportKind {
+    /// Whether native ioctl methods (queries, and creation on
+    /// [`Ioctl`](Self::Ioctl)) may be sent: every kind but `Write`.
+    pub fn sends_methods(self) -> bool {
+        self != TransportKind::Write
+    }
+
+    /// Whether objects are created by their native methods first (with
+    /// rdma-core's fallback to the write command): [`Ioctl`](Self::Ioctl)
+    /// and fakes.
+    pub fn creates_natively(self) -> bool {
+        matches!(self, TransportKind::Ioctl | TransportKind::Fake)
+    }
 }
 
 impl fmt::Display for TransportKind {
@@ -50,6 +77,7 @@ impl fmt::Display for TransportKind {
         f.write_str(match self {
             TransportKind::Ioctl => "ioctl",
             TransportKind::Write => "write",
+            TransportKind::WriteWithMethods => "write+methods",
             TransportKind::Fake => "fake",
         })
     }
@@ -60,8 +88,11 @@ impl fmt::Display for TransportKind {
 pub enum TransportMode {
     /// Probe like rdma-core: an `INVOKE_WRITE` that carries only
     /// `WRITE_CMD = QUERY_DEVICE`; `ENOTTY` or `EPROTONOSUPPORT` (no ioctl
-    /// framework) and `EINVAL` (driver id not accepted) choose `write()`,
-    /// any other answer chooses ioctl. An unknown driver id chooses `write()`.
+    /// framework) and `EINVAL` (driver id not accepted) choose
+    /// [`TransportKind::Write`], any other answer chooses
+    /// [`TransportKind::WriteWithMethods`] (not rdma-core's all-ioctl: the
+    /// write commands by `write()`, which is cheaper, the native methods by
+    /// ioctl). An unknown driver id chooses `Write`.
     #[default]
     Auto,
     /// Always ioctl; opening fails when the driver id is unknown.

@@ -75,11 +75,14 @@ pub fn devices_under_test(test: &str) -> Vec<Device> {
         .collect()
 }
 
-/// The transport `UVERBS_TRANSPORT` demands, if it names one.
+/// The transport `UVERBS_TRANSPORT` demands, if it names one. Unset (or
+/// `auto`) it is Auto's choice on a kernel with the ioctl framework (every
+/// device here has one, and a driver id): write+methods.
 pub fn required_transport() -> Option<TransportKind> {
     match std::env::var("UVERBS_TRANSPORT").as_deref() {
         Ok("ioctl") => Some(TransportKind::Ioctl),
         Ok("write") => Some(TransportKind::Write),
+        Ok("auto") | Err(_) => Some(TransportKind::WriteWithMethods),
         _ => None,
     }
 }
