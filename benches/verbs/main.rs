@@ -13,10 +13,16 @@
 //! @@BENCH device=siw0 impl=libibverbs transport=auto fork=off op=rereg_access size=1048576 status=unsupported errno=95 ret=-4
 //! ```
 //!
-//! Each cell runs for `UVERBS_BENCH_CELL_MS` (default 500) after one
-//! warm-up, with at least 5 and at most 20 000 samples; it reports the median
-//! and the 10th and 90th percentiles of single calls. `UVERBS_BENCH_SIZES`
-//! (e.g. `4K,1M`) and `UVERBS_BENCH_DEVICES` (e.g. `rxe0`) narrow the run.
+//! Each cell gets `UVERBS_BENCH_CELL_MS` (default 500) in total, split
+//! into `UVERBS_BENCH_ROUNDS` rounds (default 3): the whole set of cells
+//! runs round after round, so the rows a ratio compares are measured next
+//! to each other in every round (A B A B …) and the report takes the ratio
+//! per round. The rounds run `UVERBS_BENCH_PASSES` times (default 2), so
+//! the report can tell a ratio that reproduces from a noisy one. Each cell
+//! of a round runs one warm-up, then at least 5 and at most 20 000 samples,
+//! and reports the median and the 10th and 90th percentiles of single calls
+//! (its line carries `pass=` and `round=`). `UVERBS_BENCH_SIZES` (e.g.
+//! `4K,1M`) and `UVERBS_BENCH_DEVICES` (e.g. `rxe0`) narrow the run.
 
 mod floor;
 #[cfg(feature = "libibverbs-peer")]
@@ -24,6 +30,7 @@ mod ibv;
 mod ours;
 mod stats;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use uverbs::TransportMode;
@@ -31,11 +38,24 @@ use uverbs::TransportMode;
 /// The region sizes of the issue: 4 KiB to 256 MiB.
 const SIZES: &[usize] = &[4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];
 
-/// The two framings, as the harness names them.
+/// The two framings, as the harness names them (the floor's).
 pub const TRANSPORTS: &[(&str, TransportMode)] = &[
     ("ioctl", TransportMode::Ioctl),
     ("write", TransportMode::Write),
 ];
+
+/// Ours: the two framings, and the default (`auto`: what a context opened
+/// without options uses).
+pub const OURS_TRANSPORTS: &[(&str, TransportMode)] = &[
+    ("ioctl", TransportMode::Ioctl),
+    ("write", TransportMode::Write),
+    ("auto", TransportMode::Auto),
+];
+
+/// The pass and round being measured, printed in every line. Relaxed: only
+/// the main thread measures.
+static PASS: AtomicUsize = AtomicUsize::new(1);
+static ROUND: AtomicUsize = AtomicUsize::new(1);
 
 fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
@@ -55,7 +75,17 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return;
     }
-    let budget = stats::Budget::from_env();
+    let rounds: usize = std::env::var("UVERBS_BENCH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3usize)
+        .max(1);
+    let passes: usize = std::env::var("UVERBS_BENCH_PASSES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2usize)
+        .max(1);
+    let budget = stats::Budget::from_env().per_round(rounds);
     let sizes: Vec<usize> = match std::env::var("UVERBS_BENCH_SIZES") {
         Ok(v) => v.split(',').filter_map(parse_size).collect(),
         Err(_) => SIZES.to_vec(),
@@ -85,8 +115,8 @@ fn main() {
     }
     let start = Instant::now();
     println!(
-        "@@BENCH-INFO cell_ms={} min_n={} max_n={} sizes={} peer={}",
-        budget.cell.as_millis(),
+        "@@BENCH-INFO cell_ms={} rounds={rounds} passes={passes} min_n={} max_n={} sizes={} peer={}",
+        budget.cell.as_millis() * rounds as u128,
         budget.min_n,
         budget.max_n,
         sizes
@@ -100,46 +130,56 @@ fn main() {
             "none"
         }
     );
-    for dev in &devices {
-        let t = Instant::now();
-        println!(
-            "@@BENCH-INFO device={} uverbs={} driver_abi={}",
-            dev.name(),
-            dev.uverbs_name(),
-            dev.driver_abi_version()
-        );
-        // Compared cells run next to each other (same size, same buffers),
-        // so slow drift of the emulated machine does not bias the ratios.
-        let mut ours: Vec<_> = TRANSPORTS
-            .iter()
-            .map(|&(t, mode)| ours::Ours::new(dev, t, mode))
-            .collect();
-        let mut floors: Vec<_> = TRANSPORTS
-            .iter()
-            .map(|&(t, _)| floor::Floor::new(dev, t))
-            .collect();
-        #[cfg(feature = "libibverbs-peer")]
-        let mut ibv = ibv::Ibv::new(dev);
-        for (o, f) in ours.iter_mut().zip(&mut floors) {
-            o.fixed(&budget);
-            f.fixed(dev, &budget);
-        }
-        #[cfg(feature = "libibverbs-peer")]
-        ibv.fixed(&budget);
-        for &size in &sizes {
-            let (mut a, mut b) = (ours::buffer(size), ours::buffer(size));
-            for (o, f) in ours.iter().zip(&floors) {
-                o.size(size, &mut a, &mut b, &budget);
-                f.size(size, &mut a, &budget);
+    for pass in 1..=passes {
+        PASS.store(pass, Ordering::Relaxed);
+        for round in 1..=rounds {
+            ROUND.store(round, Ordering::Relaxed);
+            for dev in &devices {
+                let t = Instant::now();
+                println!(
+                    "@@BENCH-INFO device={} uverbs={} driver_abi={}",
+                    dev.name(),
+                    dev.uverbs_name(),
+                    dev.driver_abi_version()
+                );
+                // Compared cells run next to each other (same size, same buffers),
+                // so slow drift of the emulated machine does not bias the ratios.
+                let mut ours: Vec<_> = OURS_TRANSPORTS
+                    .iter()
+                    .map(|&(t, mode)| ours::Ours::new(dev, t, mode))
+                    .collect();
+                let mut floors: Vec<_> = TRANSPORTS
+                    .iter()
+                    .map(|&(t, _)| floor::Floor::new(dev, t))
+                    .collect();
+                #[cfg(feature = "libibverbs-peer")]
+                let mut ibv = ibv::Ibv::new(dev);
+                for o in &mut ours {
+                    o.fixed(&budget);
+                }
+                for f in &mut floors {
+                    f.fixed(dev, &budget);
+                }
+                #[cfg(feature = "libibverbs-peer")]
+                ibv.fixed(&budget);
+                for &size in &sizes {
+                    let (mut a, mut b) = (ours::buffer(size), ours::buffer(size));
+                    for o in &ours {
+                        o.size(size, &mut a, &mut b, &budget);
+                    }
+                    for f in &floors {
+                        f.size(size, &mut a, &budget);
+                    }
+                    #[cfg(feature = "libibverbs-peer")]
+                    ibv.size(size, &mut a, &mut b, &budget);
+                }
+                println!(
+                    "@@BENCH-INFO device={} seconds={:.1}",
+                    dev.name(),
+                    t.elapsed().as_secs_f64()
+                );
             }
-            #[cfg(feature = "libibverbs-peer")]
-            ibv.size(size, &mut a, &mut b, &budget);
         }
-        println!(
-            "@@BENCH-INFO device={} seconds={:.1}",
-            dev.name(),
-            t.elapsed().as_secs_f64()
-        );
     }
     println!(
         "@@BENCH-INFO done seconds={:.1}",
@@ -160,8 +200,15 @@ pub struct Cell<'a> {
 impl Cell<'_> {
     fn prefix(&self) -> String {
         format!(
-            "@@BENCH device={} impl={} transport={} fork={} op={} size={}",
-            self.device, self.imp, self.transport, self.fork, self.op, self.size
+            "@@BENCH pass={} round={} device={} impl={} transport={} fork={} op={} size={}",
+            PASS.load(Ordering::Relaxed),
+            ROUND.load(Ordering::Relaxed),
+            self.device,
+            self.imp,
+            self.transport,
+            self.fork,
+            self.op,
+            self.size
         )
     }
 

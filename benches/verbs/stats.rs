@@ -27,6 +27,17 @@ impl Budget {
     }
 }
 
+impl Budget {
+    /// The budget of one of `rounds` rounds: the cell's time split evenly
+    /// (the sample counts stay the same per round).
+    pub fn per_round(self, rounds: usize) -> Budget {
+        Budget {
+            cell: self.cell / rounds.max(1) as u32,
+            ..self
+        }
+    }
+}
+
 /// Median and spread of one cell, in nanoseconds.
 pub struct Summary {
     pub median: u64,

@@ -8,9 +8,11 @@
 use super::headline::headline;
 use super::markdown::markdown;
 use super::meta::Meta;
+use super::model::{CellKey, Verdict};
 use super::parse::parse;
 use super::svg::svg;
 use super::targets::targets;
+use super::wire::{Operation, Transport};
 use std::path::Path;
 
 /// The host facts of the golden report, fixed so that it does not
@@ -109,4 +111,64 @@ fn small_run_ratios_and_targets() {
     assert!(t.iter().any(|t| t.label.contains("floor")
         && t.measured == "worst 1.02× (rxe0 1 MiB) of 1 cells"
         && t.met == Some(true)));
+}
+
+/// Lines of several passes and rounds fold into one row per cell; the
+/// ratio is taken per round, then per pass, and passes that disagree by
+/// more than 10 % make it noisy.
+#[test]
+fn rounds_and_passes_fold_and_ratios_reproduce_or_are_noisy() {
+    let line = |pass, round, imp: &str, transport: &str, op: &str, median: u32| {
+        format!(
+            "@@BENCH pass={pass} round={round} device=rxe0 impl={imp} transport={transport} fork=off op={op} size=0 median_ns={median} p10_ns={median} p90_ns={median} n=10\n"
+        )
+    };
+    let mut console = String::new();
+    for (pass, round, ours_pd, ibv_pd, ours_open, ibv_open) in [
+        // alloc+dealloc: 0.90, 0.92 in pass 1 (median 0.91); 0.93, 0.95 in pass 2 (0.94).
+        // open: 1.0, 1.0 in pass 1; 1.3, 1.3 in pass 2 (noisy).
+        (1, 1, 900, 1000, 100, 100),
+        (1, 2, 920, 1000, 200, 200),
+        (2, 1, 930, 1000, 130, 100),
+        (2, 2, 1900, 2000, 260, 200),
+    ] {
+        console += &line(pass, round, "ours", "auto", "alloc_dealloc_pd", ours_pd);
+        console += &line(
+            pass,
+            round,
+            "libibverbs",
+            "auto",
+            "alloc_dealloc_pd",
+            ibv_pd,
+        );
+        console += &line(pass, round, "ours", "auto", "context_open", ours_open);
+        console += &line(pass, round, "libibverbs", "auto", "context_open", ibv_open);
+    }
+    let run = parse(&console);
+    assert_eq!(run.rows.len(), 4, "one row per cell");
+    let pd = CellKey::ours("rxe0", Transport::Auto, Operation::AllocDeallocPd);
+    let row = run.get(&pd, 0).unwrap();
+    assert_eq!(row.rounds.len(), 4);
+    assert_eq!(row.n, 40);
+    assert_eq!(row.median, (920.0 + 930.0) / 2.0);
+    let ibv = |op| CellKey::libibverbs("rxe0", op);
+    match run.verdict(&pd, &ibv(Operation::AllocDeallocPd), 0) {
+        Some(Verdict::Measured(r)) => assert!((r - (0.91 + 0.94) / 2.0).abs() < 1e-9, "{r}"),
+        other => panic!("{other:?}"),
+    }
+    let open = CellKey::ours("rxe0", Transport::Auto, Operation::ContextOpen);
+    assert_eq!(
+        run.verdict(&open, &ibv(Operation::ContextOpen), 0),
+        Some(Verdict::Noisy(vec![1.0, 1.3]))
+    );
+    assert_eq!(run.ratio(&open, &ibv(Operation::ContextOpen), 0), None);
+    let h = headline(&run);
+    assert!(
+        h.contains("| ours (auto) ÷ libibverbs, alloc+dealloc PD | 0.93× (size-independent) |"),
+        "{h}"
+    );
+    assert!(
+        h.contains("| ours (auto) ÷ libibverbs, context open+close | noisy (1.00× / 1.30×) (size-independent) |"),
+        "{h}"
+    );
 }

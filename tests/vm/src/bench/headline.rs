@@ -2,7 +2,7 @@
 //! for, as a markdown table (in the report and printed at the end).
 
 use super::markdown::size_table_header;
-use super::model::{CellKey, Run, SIZES, TRANSPORTS};
+use super::model::{CellKey, Run, Verdict, SIZES, TRANSPORTS};
 use super::units::ratio_name;
 use super::wire::{Operation, Status, Transport};
 use std::fmt::Write as _;
@@ -38,7 +38,7 @@ fn sized_ratios(run: &Run, dev: &str) -> Vec<Ratio> {
             });
         }
     }
-    for t in TRANSPORTS {
+    for t in TRANSPORTS.into_iter().chain([Transport::Auto]) {
         v.push(Ratio {
             label: format!("ours ({t}) ÷ libibverbs, reg+dereg"),
             numerator: CellKey::ours(dev, t, RegDereg),
@@ -54,7 +54,9 @@ fn fixed_ratios(dev: &str) -> Vec<Ratio> {
     [
         (Transport::Ioctl, AllocDeallocPd),
         (Transport::Write, AllocDeallocPd),
+        (Transport::Auto, AllocDeallocPd),
         (Transport::Ioctl, ContextOpen),
+        (Transport::Auto, ContextOpen),
     ]
     .into_iter()
     .map(|(t, op)| Ratio {
@@ -74,8 +76,8 @@ pub fn headline(run: &Run) -> String {
         for r in sized_ratios(run, &dev) {
             let _ = write!(s, "| {} |", r.label);
             for &z in SIZES {
-                let cell = match run.ratio(&r.numerator, &r.denominator, z) {
-                    Some(x) => ratio_name(x),
+                let cell = match run.verdict(&r.numerator, &r.denominator, z) {
+                    Some(v) => verdict_name(&v),
                     None => unsupported_or_dash(run, &r, z),
                 };
                 let _ = write!(s, " {cell} |");
@@ -84,8 +86,8 @@ pub fn headline(run: &Run) -> String {
         }
         for r in fixed_ratios(&dev) {
             let cell = run
-                .ratio(&r.numerator, &r.denominator, 0)
-                .map(ratio_name)
+                .verdict(&r.numerator, &r.denominator, 0)
+                .map(|v| verdict_name(&v))
                 .unwrap_or_else(|| "—".into());
             let _ = writeln!(
                 s,
@@ -97,6 +99,18 @@ pub fn headline(run: &Run) -> String {
         s.push('\n');
     }
     s
+}
+
+/// A measured ratio, or "noisy (pass 1 / pass 2 …)" when the passes
+/// disagree.
+pub fn verdict_name(v: &Verdict) -> String {
+    match v {
+        Verdict::Measured(r) => ratio_name(*r),
+        Verdict::Noisy(r) => {
+            let each: Vec<String> = r.iter().map(|&x| ratio_name(x)).collect();
+            format!("noisy ({})", each.join(" / "))
+        }
+    }
 }
 
 /// "unsupported (who)" when either side of a ratio is, else a dash.

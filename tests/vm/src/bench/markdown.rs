@@ -73,7 +73,13 @@ fn header(s: &mut String, run: &Run, m: &Meta) {
     let _ = writeln!(s, "| toolchain | {} |", m.rustc);
     let _ = writeln!(
         s,
-        "| sampling | per cell: one warm-up, then single calls for {cell_ms} ms (at least 5, at most 20 000); median, spread p10–p90 |"
+        "| sampling | per cell: {cell_ms} ms in total, in {rounds} rounds (the whole set of cells round after round, so compared rows run next to each other), each a warm-up and then single calls (at least 5, at most 20 000); {passes} passes of all rounds; median, spread p10–p90 over all rounds |",
+        rounds = run.info("rounds").unwrap_or("1"),
+        passes = run.info("passes").unwrap_or("1"),
+    );
+    let _ = writeln!(
+        s,
+        "| ratios | per round, ours ÷ the other row of the same pass and round; per pass the median of the rounds; reported where every pass agrees within 10 % (their mean), else *noisy* with each pass's value; targets count measured ratios only |"
     );
     match m.vm_secs {
         Some(vm) => {
@@ -90,7 +96,8 @@ fn header(s: &mut String, run: &Run, m: &Meta) {
     let _ = writeln!(
         s,
         "\n**Rows.** *ours* = this crate's API (`reg_mr`, `MemoryRegion::dereg`, `rereg_with(ReregFallback::Replace, …)`,\n\
-         `alloc_pd`/`dealloc`, `Device::open_with`) over the ioctl or the write() transport. *floor* = the same\n\
+         `alloc_pd`/`dealloc`, `Device::open_with`) over the ioctl or the write() transport, or *auto* (the default
+         `TransportMode::Auto`: write commands by write(), native methods by ioctl). *floor* = the same\n\
          command bytes, built once with `uverbs::command` + `uverbs::transport::frame`, sent with a bare\n\
          `ioctl`/`write` in a loop on a uverbs file opened by hand. *libibverbs* = `ibv_reg_mr`, `ibv_dereg_mr`,\n\
          `ibv_rereg_mr`, `ibv_alloc_pd`/`ibv_dealloc_pd`, `ibv_open_device`/`ibv_close_device` (it picks its\n\

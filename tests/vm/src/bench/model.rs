@@ -73,6 +73,71 @@ pub struct Row {
     pub n: u64,
     /// The line after the marker, as printed.
     pub raw: String,
+    /// Every measured line of this cell as `(pass, round, median ns)`;
+    /// the fields above are then the medians over them (the lines of one
+    /// cell are folded into one row by [`fold`]).
+    pub rounds: Vec<(u32, u32, f64)>,
+}
+
+/// Passes whose ratios differ by at most this fraction agree: the ratio is
+/// reported as measured; otherwise as noisy.
+pub const AGREE: f64 = 0.10;
+
+/// How a ratio of two cells came out.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Verdict {
+    /// Every pass's median per-round ratio within [`AGREE`] of the
+    /// others: their mean.
+    Measured(f64),
+    /// The passes disagree: each pass's ratio.
+    Noisy(Vec<f64>),
+}
+
+/// The median of `xs` (mean of the middle two for an even count).
+pub fn median(xs: &[f64]) -> Option<f64> {
+    if xs.is_empty() {
+        return None;
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// Folds the rows of one cell (one per pass and round) into one: the
+/// first row's status and path (a failed or unsupported line wins), the
+/// medians of the measured lines' numbers, every round kept in
+/// [`Row::rounds`].
+pub fn fold(rows: Vec<Row>) -> Vec<Row> {
+    let mut out: Vec<Row> = Vec::new();
+    let mut lines: Vec<Vec<Row>> = Vec::new();
+    for r in rows {
+        match out.iter().position(|o| o.key == r.key && o.size == r.size) {
+            Some(i) => lines[i].push(r),
+            None => {
+                out.push(r.clone());
+                lines.push(vec![r]);
+            }
+        }
+    }
+    for (row, all) in out.iter_mut().zip(lines) {
+        if let Some(bad) = all.iter().find(|r| r.status != Status::Ok) {
+            *row = bad.clone();
+            continue;
+        }
+        let pick = |f: fn(&Row) -> f64| median(&all.iter().map(f).collect::<Vec<_>>());
+        row.median = pick(|r| r.median).unwrap_or(f64::NAN);
+        row.p10 = pick(|r| r.p10).unwrap_or(f64::NAN);
+        row.p90 = pick(|r| r.p90).unwrap_or(f64::NAN);
+        row.n = all.iter().map(|r| r.n).sum();
+        row.path = ReregPath::combined(all.iter().filter_map(|r| r.path));
+        row.rounds = all.iter().flat_map(|r| r.rounds.clone()).collect();
+    }
+    out
 }
 
 /// Why a `@@BENCH` line was left out of the run.
@@ -136,9 +201,39 @@ impl Run {
             .map(|r| r.median)
     }
 
-    /// The ratio `a / b` at `size`, when both were measured.
+    /// The ratio `a / b` at `size` when both were measured and the passes
+    /// agree ([`Verdict::Measured`]); `None` otherwise.
     pub fn ratio(&self, a: &CellKey, b: &CellKey, size: u64) -> Option<f64> {
-        Some(self.median(a, size)? / self.median(b, size)?)
+        match self.verdict(a, b, size)? {
+            Verdict::Measured(r) => Some(r),
+            Verdict::Noisy(_) => None,
+        }
+    }
+
+    /// The ratio `a / b` at `size`: per pass the median of the per-round
+    /// ratios (`a` and `b` measured in the same pass and round, next to
+    /// each other), then whether the passes agree. `None` unless both
+    /// cells were measured.
+    pub fn verdict(&self, a: &CellKey, b: &CellKey, size: u64) -> Option<Verdict> {
+        let ok = |k: &CellKey| self.get(k, size).filter(|r| r.status == Status::Ok);
+        let (ra, rb) = (ok(a)?, ok(b)?);
+        let mut per_pass: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+        for &(pass, round, ma) in &ra.rounds {
+            if let Some(&(_, _, mb)) = rb.rounds.iter().find(|x| (x.0, x.1) == (pass, round)) {
+                per_pass.entry(pass).or_default().push(ma / mb);
+            }
+        }
+        let passes: Vec<f64> = per_pass.values().filter_map(|r| median(r)).collect();
+        if passes.is_empty() {
+            return Some(Verdict::Measured(ra.median / rb.median));
+        }
+        let lo = passes.iter().copied().fold(f64::MAX, f64::min);
+        let hi = passes.iter().copied().fold(f64::MIN, f64::max);
+        Some(if hi <= lo * (1.0 + AGREE) {
+            Verdict::Measured(passes.iter().sum::<f64>() / passes.len() as f64)
+        } else {
+            Verdict::Noisy(passes)
+        })
     }
 
     /// How ours carried out `op` on `device` over `transport` (fork safety

@@ -1,7 +1,7 @@
 //! Reading the console: `@@BENCH` lines into [`Row`]s, `@@BENCH-INFO` lines
 //! and the guest's kernel release.
 
-use super::model::{CellKey, LineError, Row, Run, Skipped};
+use super::model::{fold, CellKey, LineError, Row, Run, Skipped};
 use super::wire::{Status, UnknownWord};
 use crate::markers::{self, BENCH, BENCH_INFO, BOOTED};
 use std::collections::BTreeMap;
@@ -39,6 +39,8 @@ pub fn parse(console: &str) -> Run {
             Err(error) => run.skipped.push(Skipped { line: raw, error }),
         }
     }
+    // One row per cell, whatever the passes and rounds.
+    run.rows = fold(std::mem::take(&mut run.rows));
     run
 }
 
@@ -51,6 +53,10 @@ fn row(raw: &str) -> Result<Row, LineError> {
             .unwrap_or(f64::NAN)
     };
     let size = required(&w, "size")?;
+    let status = optional_word(&w, "status")?.unwrap_or(Status::Ok);
+    // Lines without pass= or round= (a single-pass run) are pass 1, round 1.
+    let count = |key: &str| w.get(key).and_then(|v| v.parse().ok()).unwrap_or(1);
+    let median = number("median_ns");
     Ok(Row {
         key: CellKey {
             device: required(&w, "device")?,
@@ -64,12 +70,17 @@ fn row(raw: &str) -> Result<Row, LineError> {
             word: size,
         })?,
         path: optional_word(&w, "path")?,
-        status: optional_word(&w, "status")?.unwrap_or(Status::Ok),
-        median: number("median_ns"),
+        status,
+        median,
         p10: number("p10_ns"),
         p90: number("p90_ns"),
         n: w.get("n").and_then(|v| v.parse().ok()).unwrap_or(0),
         raw: raw.to_string(),
+        rounds: if status == Status::Ok {
+            vec![(count("pass"), count("round"), median)]
+        } else {
+            Vec::new()
+        },
     })
 }
 

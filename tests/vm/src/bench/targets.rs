@@ -2,7 +2,7 @@
 
 use super::model::{CellKey, Run, SIZES, TRANSPORTS};
 use super::units::{ratio_name, size_name};
-use super::wire::{Operation, ReregPath};
+use super::wire::{Operation, ReregPath, Transport};
 
 /// One target and how the run did.
 pub struct Target {
@@ -104,9 +104,9 @@ pub fn targets(run: &Run) -> Vec<Target> {
             ));
         }
     }
-    // ours / libibverbs ≤ 1.0.
+    // ours / libibverbs ≤ 1.0, over each transport and the default (auto).
     for (op, sizes) in [(RegDereg, SIZES), (AllocDeallocPd, &[0u64][..])] {
-        for t in TRANSPORTS {
+        for t in TRANSPORTS.into_iter().chain([Transport::Auto]) {
             let ratios = devices.iter().flat_map(|dev| {
                 let (ours, ibv) = (CellKey::ours(dev, t, op), CellKey::libibverbs(dev, op));
                 sizes.iter().filter_map(move |&z| {
