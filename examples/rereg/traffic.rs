@@ -109,6 +109,12 @@ impl std::fmt::Display for Written {
 impl<'a> Peer<'a> {
     /// Two connected RC QPs in `pd` (of `ctx`) and a registered source.
     pub fn new(ctx: &Context, pd: &'a ProtectionDomain) -> Fallible<Peer<'a>> {
+        Self::with_source(ctx, pd, 4096)
+    }
+
+    /// [`new`](Self::new) with a source of `len` bytes (at least [`LEN`]),
+    /// for [`stream`](Self::stream)s of up to that many.
+    pub fn with_source(ctx: &Context, pd: &'a ProtectionDomain, len: usize) -> Fallible<Peer<'a>> {
         let writer_cq = ctx.create_cq(16, None)?;
         let owner_cq = ctx.create_cq(16, None)?;
         let writer = pd.create_qp(&QpInit::new(QpType::Rc, &writer_cq, &writer_cq))?;
@@ -127,7 +133,8 @@ impl<'a> Peer<'a> {
                 },
             }
         };
-        let mut src = MmapMut::map_anon(4096)?;
+        let mut src = MmapMut::map_anon(len.max(LEN))?;
+        src.fill(0x5a);
         // SAFETY: `src` is unmapped only after `src_mr` (field order).
         let src_mr = unsafe { pd.reg_mr(src.as_mut_ptr(), src.len(), AccessFlags::LOCAL_WRITE) }?;
         let mut peer = Peer {
@@ -455,6 +462,77 @@ fn local_addrs(trie: &str) -> Vec<Ipv4Addr> {
         }
     }
     found
+}
+
+impl Peer<'_> {
+    /// One RDMA WRITE of `len` bytes of the source to `target` with `rkey`
+    /// that must succeed (a streaming writer's step): its first 8 bytes are
+    /// a fresh stamp, and the call returns once the completion came and the
+    /// stamp is at the target (on iWARP the completion only says the WRITE
+    /// left). Returns how long that took. Nothing is recovered: a failure
+    /// is an error.
+    ///
+    /// # Safety
+    ///
+    /// `target` must point to `len` bytes of mapped memory the program does
+    /// not use meanwhile, and `len` must not exceed the source.
+    pub unsafe fn stream(&mut self, target: *mut u8, len: usize, rkey: u32) -> Fallible<Duration> {
+        let t = Instant::now();
+        self.seed = self.seed.wrapping_add(1);
+        let stamp = (u64::from(self.seed) << 32 | 0x6d6f_7665).to_ne_bytes();
+        self.src[..8].copy_from_slice(&stamp);
+        let sge = [Sge {
+            addr: self.src.as_ptr() as u64,
+            length: len as u32,
+            lkey: self.src_mr.lkey(),
+        }];
+        let wr = SendWr {
+            wr_id: u64::from(self.seed),
+            op: SendOp::RdmaWrite {
+                remote: Remote {
+                    addr: target as u64,
+                    rkey,
+                },
+                imm: None,
+            },
+            flags: SendFlags::SIGNALED,
+            payload: Payload::Sges(&sge),
+            ud: None,
+        };
+        // SAFETY: `src[..len]` stays registered and unwritten until the
+        // completion is polled below (or the QP is dropped, before `src`).
+        unsafe { self.writer.post_send(&[wr]) }?;
+        let deadline = t + WAIT;
+        let wc = loop {
+            if let Some(wc) = poll_one(&self.writer_cq)? {
+                break wc;
+            }
+            if Instant::now() > deadline {
+                return Err("stream: no completion within 5 s".into());
+            }
+            std::hint::spin_loop();
+        };
+        if wc.status != WcStatus::Success {
+            return Err(format!(
+                "stream: WRITE of {len} B with rkey {rkey:#x}: {:?}",
+                wc.status
+            )
+            .into());
+        }
+        loop {
+            // SAFETY: the caller's promise; the device writes there only as
+            // this WRITE's payload. Volatile: the device, not this thread,
+            // stores the bytes.
+            let now: [u8; 8] = unsafe { std::ptr::read_volatile(target.cast::<[u8; 8]>()) };
+            if now == stamp {
+                return Ok(t.elapsed());
+            }
+            if Instant::now() > deadline {
+                return Err("stream: completed, but the bytes did not land within 5 s".into());
+            }
+            std::hint::spin_loop();
+        }
+    }
 }
 
 fn poll_one(cq: &CompletionQueue) -> Fallible<Option<WorkCompletion>> {

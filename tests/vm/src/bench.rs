@@ -34,6 +34,7 @@ mod headline;
 mod markdown;
 mod meta;
 mod model;
+mod mover;
 mod parse;
 mod svg;
 mod targets;
@@ -117,6 +118,8 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             let runs = vec![
                 GuestRun::plain("verbs"),
                 GuestRun::plain("datapath").with_timeout(BENCH_TIMEOUT.as_secs() as u32),
+                mover_run("mover_1m", 1 << 20),
+                mover_run("mover_64k", 64 << 10),
             ];
             let env: Vec<(&'static str, &'static str)> = PASS_THROUGH
                 .iter()
@@ -174,7 +177,10 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             .iter()
             .any(|r| r.config == "bench" && r.bin == bin && r.rc == 0)
     };
-    let rc_ok = rc_of("verbs") && rc_of("datapath");
+    let rc_ok = ["verbs", "datapath", "mover_1m", "mover_64k"]
+        .iter()
+        .all(|b| rc_of(b));
+    let moves = mover::parse(&console);
     let meta = Meta::collect(vm_secs, start.elapsed().as_secs_f64());
     let docs = ctx.workspace.join("docs");
     let mut md = markdown(&run, &meta);
@@ -185,6 +191,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
 ",
     );
     md.push_str(&datapath::report::markdown(&dp));
+    md.push_str(&mover::markdown(&moves));
     std::fs::write(docs.join("benchmarks.md"), &md).context("bench: writing docs/benchmarks.md")?;
     std::fs::write(docs.join("benchmarks.svg"), svg(&run))
         .context("bench: writing docs/benchmarks.svg")?;
@@ -202,6 +209,12 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     let dp_failed: usize = dp.cells.values().map(|c| c.errors.len()).sum();
     if dp.is_empty() {
         say("bench: the guest printed no @@DATAPATH lines (see the console log)");
+    }
+    for (device, buffer, r) in mover::speedups(&moves) {
+        println!(
+            "mover {device} {} buffers: rereg-access ÷ dereg-reg throughput {r:.2}×",
+            units::size_name(buffer)
+        );
     }
     if dp_failed > 0 {
         say(format!(
@@ -285,7 +298,23 @@ fn build(workspace: &Path) -> Result<Vec<Binary>> {
         out.push(b.clone());
     }
     out.push(static_example(workspace, "perf")?);
+    out.push(static_example(workspace, "mover")?);
     Ok(out)
+}
+
+/// A run of the mover example with `buffer`-byte buffers, on every device.
+fn mover_run(name: &str, buffer: usize) -> GuestRun {
+    GuestRun {
+        name: name.into(),
+        bin: "mover".into(),
+        args: vec![
+            "--buffer".into(),
+            buffer.to_string(),
+            "--writes".into(),
+            "3000".into(),
+        ],
+        timeout_secs: crate::guest::PER_BINARY_TIMEOUT_SECS,
+    }
 }
 
 /// perftest's programs, libibverbs' rxe and siw providers and their

@@ -1,0 +1,198 @@
+//! The data mover's section of docs/benchmarks.md: the `@@MOVER` lines of
+//! `examples/mover.rs` (a writer streaming WRITEs into a pool of buffers
+//! whose exposure rotates, per scheme), as a table per device and buffer
+//! size with each scheme's throughput against dereg + reg's.
+
+use crate::bench::units::{ratio_name, size_name, time_name};
+use crate::markers::find;
+use std::fmt::Write as _;
+
+/// The marker of a mover line.
+pub const MOVER: &str = "@@MOVER";
+
+/// One `@@MOVER` line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub device: String,
+    pub scheme: String,
+    /// `inplace`, `replaced`, `mixed` or `none`.
+    pub path: String,
+    pub buffer: u64,
+    pub write: u64,
+    pub writes_per_s: f64,
+    pub mib_per_s: f64,
+    /// Nanoseconds per rotation (hide + expose; for fresh-per-write the
+    /// registration and deregistration around each WRITE).
+    pub rotate: [f64; 3],
+    /// Set when the scheme failed: the runner's message.
+    pub error: Option<String>,
+}
+
+fn field<'a>(words: &'a str, key: &str) -> Option<&'a str> {
+    words
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Every mover line of `console` (unreadable ones left out).
+pub fn parse(console: &str) -> Vec<Line> {
+    console
+        .lines()
+        .filter_map(|l| find(l, MOVER))
+        .filter_map(|w| {
+            let num = |k: &str| field(w, k).and_then(|v| v.parse::<f64>().ok());
+            let error = (field(w, "status") == Some("error")).then(|| {
+                w.split_once("error=\"")
+                    .map_or("failed", |(_, e)| e.trim_end_matches('"'))
+                    .to_string()
+            });
+            Some(Line {
+                device: field(w, "device")?.into(),
+                scheme: field(w, "scheme")?.into(),
+                path: field(w, "path").unwrap_or("-").into(),
+                buffer: num("buffer").unwrap_or(0.0) as u64,
+                write: num("write").unwrap_or(0.0) as u64,
+                writes_per_s: num("writes_per_s").unwrap_or(f64::NAN),
+                mib_per_s: num("mib_per_s").unwrap_or(f64::NAN),
+                rotate: [
+                    num("rotate_median_ns").unwrap_or(f64::NAN),
+                    num("rotate_p10_ns").unwrap_or(f64::NAN),
+                    num("rotate_p90_ns").unwrap_or(f64::NAN),
+                ],
+                error,
+            })
+        })
+        .collect()
+}
+
+/// In-place rereg rotation throughput ÷ dereg + reg rotation's, per
+/// (device, buffer size) where both ran.
+pub fn speedups(lines: &[Line]) -> Vec<(String, u64, f64)> {
+    let mut out = Vec::new();
+    for l in lines
+        .iter()
+        .filter(|l| l.scheme == "rereg-access" && l.error.is_none())
+    {
+        if let Some(d) = lines.iter().find(|d| {
+            d.scheme == "dereg-reg"
+                && d.device == l.device
+                && d.buffer == l.buffer
+                && d.error.is_none()
+        }) {
+            out.push((l.device.clone(), l.buffer, l.writes_per_s / d.writes_per_s));
+        }
+    }
+    out
+}
+
+/// The section, from its `##` heading; empty without mover lines.
+pub fn markdown(lines: &[Line]) -> String {
+    let mut s = String::new();
+    if lines.is_empty() {
+        return s;
+    }
+    s.push_str("## The re-registering data mover (`examples/mover.rs`)\n\n");
+    s.push_str(
+        "A writer streams RDMA WRITEs into a pool of 8 buffers of which 4 are exposed; after every WRITE \
+         the target hides the oldest exposed buffer and exposes the next. *rereg-access* toggles \
+         REMOTE_WRITE with `rereg` ACCESS, *rereg-pd* moves the buffer to a parking PD and back, \
+         *dereg-reg* deregisters and registers anew, *fresh-per-write* registers the target for each \
+         WRITE and deregisters it after. Every WRITE must succeed and its stamp land. Throughput counts \
+         the rotations; a rotation is one hide + one expose (for fresh-per-write: the registration and \
+         deregistration around one WRITE). The ratio is the scheme's WRITEs per second ÷ dereg-reg's. \
+         On siw every rereg is a replace (the kernel refuses REREG_MR in place).\n\n",
+    );
+    let mut groups: Vec<(String, u64, u64)> = Vec::new();
+    for l in lines {
+        let g = (l.device.clone(), l.buffer, l.write);
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    for (device, buffer, write) in groups {
+        let _ = writeln!(
+            s,
+            "**{device}**, {} buffers, {} WRITEs\n",
+            size_name(buffer),
+            size_name(write)
+        );
+        s.push_str(
+            "| scheme | path | WRITEs/s | MiB/s | rotation median (p10–p90) | ÷ dereg-reg |\n",
+        );
+        s.push_str("|---|---|---:|---:|---|---:|\n");
+        let base = lines
+            .iter()
+            .find(|l| {
+                l.device == device
+                    && l.buffer == buffer
+                    && l.scheme == "dereg-reg"
+                    && l.error.is_none()
+            })
+            .map(|l| l.writes_per_s);
+        for l in lines
+            .iter()
+            .filter(|l| l.device == device && l.buffer == buffer && l.write == write)
+        {
+            match &l.error {
+                Some(e) => {
+                    let _ = writeln!(s, "| {} | failed: {e} | | | | |", l.scheme);
+                }
+                None => {
+                    let ratio = base.map_or("—".into(), |b| ratio_name(l.writes_per_s / b));
+                    let _ = writeln!(
+                        s,
+                        "| {} | {} | {:.0} | {:.2} | {} ({}–{}) | {ratio} |",
+                        l.scheme,
+                        l.path,
+                        l.writes_per_s,
+                        l.mib_per_s,
+                        time_name(l.rotate[0]),
+                        time_name(l.rotate[1]),
+                        time_name(l.rotate[2]),
+                    );
+                }
+            }
+        }
+        s.push('\n');
+    }
+    let rxe_1m = speedups(lines)
+        .into_iter()
+        .find(|(d, b, _)| d.starts_with("rxe") && *b == 1 << 20);
+    let _ = writeln!(
+        s,
+        "Target: in-place rereg rotation ≥ 10× the throughput of dereg+reg rotation at 1 MiB buffers on rxe0: {}.\n",
+        match rxe_1m {
+            Some((_, _, r)) if r >= 10.0 => format!("{} — met", ratio_name(r)),
+            Some((_, _, r)) => format!("{} — **not met**", ratio_name(r)),
+            None => "not measured".into(),
+        }
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_tables_and_the_target() {
+        let console = "\
+@@MOVER device=rxe0 scheme=rereg-access path=inplace buffer=1048576 write=4096 buffers=8 exposed=4 rotate_every=1 writes=2000 seconds=1 writes_per_s=3000.0 mib_per_s=11.7 rotate_median_ns=20000 rotate_p10_ns=18000 rotate_p90_ns=25000
+[ 1.2] noise @@MOVER device=rxe0 scheme=dereg-reg path=none buffer=1048576 write=4096 buffers=8 exposed=4 rotate_every=1 writes=2000 seconds=4 writes_per_s=1000.0 mib_per_s=3.9 rotate_median_ns=600000 rotate_p10_ns=500000 rotate_p90_ns=700000
+@@MOVER device=siw0 scheme=rereg-pd status=error error=\"rereg: boom\"
+";
+        let lines = parse(console);
+        assert_eq!(lines.len(), 3);
+        assert_eq!(speedups(&lines), vec![("rxe0".to_string(), 1 << 20, 3.0)]);
+        let md = markdown(&lines);
+        assert!(
+            md.contains(
+                "| rereg-access | inplace | 3000 | 11.70 | 20.0 µs (18.0 µs–25.0 µs) | 3.00× |"
+            ),
+            "{md}"
+        );
+        assert!(md.contains("| rereg-pd | failed: rereg: boom |"), "{md}");
+        assert!(md.contains("3.00× — **not met**"), "{md}");
+        assert!(markdown(&[]).is_empty());
+    }
+}
