@@ -28,8 +28,8 @@
 //! from rxe (measured): siw completes the requester's WRITE successfully
 //! (it completes a WRITE once it is on the wire), the responder finds no
 //! usable MR for the STag, terminates the stream, and both ids hear
-//! DISCONNECTED (iWARP's cm learns of the failure, RoCE's does not); the
-//! requester's QP is in ERR and the target untouched. A new connection in
+//! DISCONNECTED (iWARP's cm learns of the failure, RoCE's does not); both
+//! QPs are in ERR and the target untouched. A new connection in
 //! the same PD recovers, with the MRs kept. siw has no atomics: a
 //! FETCH_ADD is refused at post, typed, and the connection lives on.
 
@@ -649,7 +649,7 @@ impl CmRig<'_> {
 
     /// siw's answer to a WRITE with a key the responder refuses (module
     /// docs): the WRITE completes successfully, both sides hear
-    /// DISCONNECTED and nothing else, the requester's QP is in ERR,
+    /// DISCONNECTED and nothing else, both QPs are in ERR,
     /// `target` is untouched. Then the dead pair's ids are destroyed (the
     /// kernel's counts are the channels': address, route, established,
     /// disconnected; established, disconnected; the request) and a new
@@ -697,7 +697,11 @@ impl CmRig<'_> {
             "{name}: {what}: WRITE with rkey {:#x} -> {:?}, then DISCONNECTED on both sides; QPs {a:?} (client) {b:?} (server)",
             remote.rkey, wc.status
         ));
-        assert_eq!(a, QpState::Err, "{name}: {what}: the requester's QP");
+        assert_eq!(
+            (a, b),
+            (QpState::Err, QpState::Err),
+            "{name}: {what}: the requester's and the responder's QP"
+        );
         assert!(
             target == &before[..],
             "{name}: {what}: the refused WRITE changed the target"
