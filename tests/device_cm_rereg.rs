@@ -2,7 +2,10 @@
 //! the cases of `device_rereg_traffic.rs` (access removed and restored in
 //! place, atomics, a PD moved away and back, a new translation by the
 //! replace fallback) on rxe0, with the two RC QPs connected by the cm over
-//! 192.0.2.1 (`common::cm`) instead of by hand, and the bytes checked.
+//! 192.0.2.1 (`common::cm`) instead of by hand, and the bytes checked; and
+//! the same cases on siw0 (over 198.51.100.1), where every REREG_MR is
+//! refused in place and each change is made by the replace fallback
+//! (`docs/rereg.md`), see "siw" below.
 //!
 //! A (the cm's client) makes the RDMA WRITEs and atomics; B (the server)
 //! owns the memory regions that are re-registered. The QPs' remote access
@@ -18,6 +21,17 @@
 //! teardown works afterwards). So the rig does not recover the QPs by hand:
 //! it disconnects and connects a new pair in the same PD, the MRs stay.
 //! Every case ends with the kernel's handle counts back where they started.
+//!
+//! siw: after each replace the new rkey is proven by a WRITE and a READ
+//! with the bytes checked. A request with a key the responder refuses (an
+//! old rkey, one without the access, one of another PD) ends differently
+//! from rxe (measured): siw completes the requester's WRITE successfully
+//! (it completes a WRITE once it is on the wire), the responder finds no
+//! usable MR for the STag, terminates the stream, and both ids hear
+//! DISCONNECTED (iWARP's cm learns of the failure, RoCE's does not); both
+//! QPs are in ERR and the target untouched. A new connection in
+//! the same PD recovers, with the MRs kept. siw has no atomics: a
+//! FETCH_ADD is refused at post, typed, and the connection lives on.
 
 mod common;
 
@@ -26,10 +40,11 @@ use std::time::Duration;
 use common::cm::*;
 use common::*;
 use memmap2::MmapMut;
-use uverbs::cm::ConnParam;
+use uverbs::cm::{ConnParam, EventKind};
+use uverbs::command::QpState;
 use uverbs::{
     AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, RecvWr, Remote,
-    ReregOutcome, ReregPath, SendOp, WcOpcode, WcStatus, WorkCompletion,
+    ReregError, ReregFlags, ReregOutcome, ReregPath, SendOp, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// What A sees when B refuses an rkey (access bits, PD, unknown key).
@@ -238,6 +253,11 @@ impl<'c> CmRig<'c> {
             "{}: {what}: a connection whose QPs failed ends like any other",
             self.name
         );
+        self.connect_again(what);
+    }
+
+    /// A new pair in the same PD, with the same parameters.
+    fn connect_again(&mut self, what: &str) {
         let setup = CmSetup {
             client_param: &self.client_param,
             ..CmSetup::default()
@@ -283,6 +303,9 @@ fn cm_access_removed_and_restored_in_place() {
     on_each_cm_device(
         "cm_access_removed_and_restored_in_place",
         |name, ctx, counts| {
+            if is_siw(ctx) {
+                return siw_access_removed_and_restored(name, ctx, counts);
+            }
             let Some(mut rig) = CmRig::new(ctx, name) else {
                 return;
             };
@@ -337,6 +360,17 @@ fn cm_atomic_access_removed_and_restored_in_place() {
             };
             let mut dst = anon(LEN);
             dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
+            if is_siw(ctx) {
+                // siw: no atomics to remove or restore (module docs).
+                let mr = fresh_mr(&rig.pd, &mut dst, ATOMIC.union(RW));
+                siw_fetch_add_refused_at_post(&mut rig, &dst, &mr, "FETCH_ADD on siw");
+                rig.finish();
+                drop(mr);
+                drop(dst);
+                counts.assert_extra(0, 0, "after dropping everything");
+                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                return;
+            }
             let mut mr = fresh_mr(&rig.pd, &mut dst, ATOMIC);
             let k = keys(&mr);
             let remote = CmRig::at(&dst, mr.rkey());
@@ -412,6 +446,10 @@ fn cm_without_initiator_depth_grants_no_atomics() {
             // values round): the responder resources to grant are the
             // requester's initiator depth, 0.
             let req = &rig.pair().request;
+            loud(&format!(
+                "{name}: request seen by the server: responder resources {}, initiator depth {}",
+                req.responder_resources, req.initiator_depth
+            ));
             assert_eq!(
                 (req.responder_resources, req.initiator_depth),
                 (0, 1),
@@ -420,6 +458,21 @@ fn cm_without_initiator_depth_grants_no_atomics() {
             let mut dst = anon(LEN);
             dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
             let mr = fresh_mr(&rig.pd, &mut dst, ATOMIC.union(AccessFlags::REMOTE_WRITE));
+            if is_siw(ctx) {
+                // siw: atomics are refused at post whatever the cm granted.
+                siw_fetch_add_refused_at_post(
+                    &mut rig,
+                    &dst,
+                    &mr,
+                    "FETCH_ADD without an initiator depth",
+                );
+                rig.finish();
+                drop(mr);
+                drop(dst);
+                counts.assert_extra(0, 0, "after dropping everything");
+                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                return;
+            }
             let remote = CmRig::at(&dst, mr.rkey());
             rig.write_lands(1, 1, remote, &dst, "WRITE without an initiator depth");
             let before = dst.to_vec();
@@ -455,6 +508,9 @@ fn cm_without_initiator_depth_grants_no_atomics() {
 #[test]
 fn cm_pd_moved_away_and_back() {
     on_each_cm_device("cm_pd_moved_away_and_back", |name, ctx, counts| {
+        if is_siw(ctx) {
+            return siw_pd_moved_away_and_back(name, ctx, counts);
+        }
         let Some(mut rig) = CmRig::new(ctx, name) else {
             return;
         };
@@ -493,6 +549,9 @@ fn cm_pd_moved_away_and_back() {
 #[test]
 fn cm_translation_replaced() {
     on_each_cm_device("cm_translation_replaced", |name, ctx, counts| {
+        if is_siw(ctx) {
+            return siw_translation_replaced(name, ctx, counts);
+        }
         let Some(mut rig) = CmRig::new(ctx, name) else {
             return;
         };
@@ -546,4 +605,337 @@ fn cm_translation_replaced() {
         counts.assert_extra(0, 0, "after dropping everything");
         counts.assert_extra_cq_qp(0, 0, "after dropping everything");
     });
+}
+
+// ---------------------------------------------------------------------
+// siw: every change by the replace fallback.
+
+fn is_siw(ctx: &Context) -> bool {
+    driver(ctx) == Driver::Siw
+}
+
+impl CmRig<'_> {
+    /// A WRITE of `pattern(seed)` to `remote`, then a READ of it back: both
+    /// succeed, the bytes land in `target` and come back, nothing else of
+    /// `target` changes.
+    fn write_read_lands(
+        &mut self,
+        wr_id: u64,
+        seed: u64,
+        remote: Remote,
+        target: &[u8],
+        what: &str,
+    ) {
+        self.write_lands(wr_id, seed, remote, target, what);
+        self.src[MSG..2 * MSG].fill(0);
+        let wc = self.post_a(wr_id + 1000, SendOp::RdmaRead { remote }, MSG, MSG, what);
+        check(
+            &wc,
+            what,
+            WcOpcode::RdmaRead,
+            &self.pair().qp_a,
+            wr_id + 1000,
+        );
+        assert!(
+            self.src[MSG..2 * MSG] == pattern(seed, MSG)[..],
+            "{}: {what}: the READ's bytes",
+            self.name
+        );
+        loud(&format!(
+            "{}: {what}: READ with rkey {:#x} -> the same {MSG} bytes back",
+            self.name, remote.rkey
+        ));
+    }
+
+    /// siw's answer to a WRITE with a key the responder refuses (module
+    /// docs): the WRITE completes successfully, both sides hear
+    /// DISCONNECTED and nothing else, both QPs are in ERR,
+    /// `target` is untouched. Then the dead pair's ids are destroyed (the
+    /// kernel's counts are the channels': address, route, established,
+    /// disconnected; established, disconnected; the request) and a new
+    /// pair is connected.
+    fn write_kills_the_stream(
+        &mut self,
+        wr_id: u64,
+        seed: u64,
+        remote: Remote,
+        target: &[u8],
+        what: &str,
+    ) {
+        let name = self.name.clone();
+        let before = target.to_vec();
+        let (_, wc) = self.write(wr_id, seed, remote, what);
+        let p = self.pair();
+        assert_eq!(
+            (wc.status, wc.wr_id),
+            (WcStatus::Success, wr_id),
+            "{name}: {what}: siw completes the WRITE once sent: {wc:?}"
+        );
+        for (ch, id, side) in [
+            (&p.ch_a, &p.client, "client"),
+            (&p.ch_b, &p.server, "server"),
+        ] {
+            let ev = next_event(ch, &format!("{name}: {what}: {side}"));
+            assert!(
+                matches!(ev.kind, EventKind::Disconnected),
+                "{name}: {what}: {side}: {ev:?}"
+            );
+            assert_eq!(ev.id, id.handle(), "{name}: {what}: {side}");
+        }
+        for (ch, side) in [(&p.ch_a, "client"), (&p.ch_b, "server")] {
+            assert_no_event(
+                ch,
+                Duration::from_millis(200),
+                &format!("{name}: {what}: {side}"),
+            );
+        }
+        let (a, b) = (
+            p.qp_a.refresh_state().unwrap(),
+            p.qp_b.refresh_state().unwrap(),
+        );
+        loud(&format!(
+            "{name}: {what}: WRITE with rkey {:#x} -> {:?}, then DISCONNECTED on both sides; QPs {a:?} (client) {b:?} (server)",
+            remote.rkey, wc.status
+        ));
+        assert_eq!(
+            (a, b),
+            (QpState::Err, QpState::Err),
+            "{name}: {what}: the requester's and the responder's QP"
+        );
+        assert!(
+            target == &before[..],
+            "{name}: {what}: the refused WRITE changed the target"
+        );
+        assert_no_completion(&p.cq_a, &format!("{name}: {what}: A"));
+        let CmPair {
+            qp_a,
+            qp_b,
+            cq_a,
+            cq_b,
+            client,
+            server,
+            listener,
+            ..
+        } = self.pair.take().expect("connected");
+        drop((qp_a, qp_b, cq_a, cq_b));
+        let got = (
+            client.events_received(),
+            server.events_received(),
+            listener.events_received(),
+        );
+        let reported = (
+            client.destroy().unwrap(),
+            server.destroy().unwrap(),
+            listener.destroy().unwrap(),
+        );
+        assert_eq!(
+            reported, got,
+            "{name}: {what}: the kernel's counts are the channels'"
+        );
+        assert_eq!(reported, (4, 2, 1), "{name}: {what}");
+        self.connect_again(what);
+    }
+}
+
+/// Asserts `path` is siw's: replaced (never in place), with a new rkey.
+fn replaced(mr: &MemoryRegion, old_rkey: u32, path: Result<ReregPath, ReregError>, what: &str) {
+    let path = path.unwrap_or_else(|e| panic!("{what}: replace: {e}"));
+    assert_eq!(
+        path,
+        ReregPath::Replaced,
+        "{what}: siw refuses every REREG_MR in place"
+    );
+    assert_ne!(mr.rkey(), old_rkey, "{what}: a replaced MR has a new rkey");
+}
+
+/// siw refuses the change in place: `Cmd`, EOPNOTSUPP, the MR unchanged.
+fn refused_in_place(mr: &MemoryRegion, k: (u32, u32, u32), err: ReregError, what: &str) {
+    assert_eq!(
+        (err.outcome(), err.errno(), err.mr_state()),
+        (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
+        "{what}: {err}"
+    );
+    same_keys(mr, k, what);
+}
+
+/// siw's counterpart of [`cm_access_removed_and_restored_in_place`]: the
+/// region's remote access removed and restored, each by a replace; every
+/// key that no longer grants a WRITE kills the stream.
+fn siw_access_removed_and_restored(name: &str, ctx: &Context, counts: &HandleCounts) {
+    let Some(mut rig) = CmRig::new(ctx, name) else {
+        return;
+    };
+    let mut dst = anon(LEN);
+    let mut mr = fresh_mr(&rig.pd, &mut dst, RW_READ);
+    counts.assert_extra(2, 1, "two MRs in the rig's PD");
+    let k = keys(&mr);
+    let first = CmRig::at(&dst, mr.rkey());
+    rig.write_read_lands(1, 1, first, &dst, "REMOTE_WRITE|READ granted");
+
+    let err = mr
+        .set_access(AccessFlags::LOCAL_WRITE)
+        .expect_err("siw: strict");
+    refused_in_place(&mr, k, err, &format!("{name}: access strictly"));
+    let path = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE);
+    replaced(
+        &mr,
+        first.rkey,
+        path,
+        &format!("{name}: remote access removed"),
+    );
+    counts.assert_extra(2, 1, "after the replace: the old registration is gone");
+    let removed = CmRig::at(&dst, mr.rkey());
+    rig.write_kills_the_stream(2, 2, first, &dst, "the old rkey after the replace");
+    rig.write_kills_the_stream(3, 3, removed, &dst, "the new rkey without REMOTE_WRITE");
+
+    let path = replace(&mut mr, ReregFlags::ACCESS, None, RW_READ);
+    replaced(
+        &mr,
+        removed.rkey,
+        path,
+        &format!("{name}: remote access restored"),
+    );
+    let restored = CmRig::at(&dst, mr.rkey());
+    rig.write_read_lands(
+        4,
+        4,
+        restored,
+        &dst,
+        "REMOTE_WRITE|READ restored by a replace",
+    );
+    rig.write_kills_the_stream(
+        5,
+        5,
+        removed,
+        &dst,
+        "the removed-access rkey after the replace",
+    );
+    rig.write_read_lands(6, 6, restored, &dst, "the restored rkey, new connection");
+    assert_eq!(rig.finish(), 3, "{name}: one reconnection per refusal");
+    drop(mr);
+    drop(dst);
+    counts.assert_extra(0, 0, "after dropping everything");
+    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+}
+
+/// siw's counterpart of [`cm_pd_moved_away_and_back`]: moved to another
+/// PD by a replace, the region's new rkey kills the stream of the QPs'
+/// PD (siw finds the STag in another PD), as does the old one; moved back
+/// by a replace, WRITE and READ land; the PD it was moved to cannot be
+/// deallocated while the MR is in it.
+fn siw_pd_moved_away_and_back(name: &str, ctx: &Context, counts: &HandleCounts) {
+    let Some(mut rig) = CmRig::new(ctx, name) else {
+        return;
+    };
+    let pd2 = alloc_pd(ctx);
+    let mut dst = anon(LEN);
+    let mut mr = fresh_mr(&rig.pd, &mut dst, RW_READ);
+    let k = keys(&mr);
+    let home = CmRig::at(&dst, mr.rkey());
+    rig.write_read_lands(1, 1, home, &dst, "in the QPs' PD");
+
+    let err = mr.set_pd(&pd2).expect_err("siw: strict");
+    refused_in_place(&mr, k, err, &format!("{name}: PD strictly"));
+    let path = replace(&mut mr, ReregFlags::PD, Some(&pd2), AccessFlags::empty());
+    replaced(&mr, home.rkey, path, &format!("{name}: moved to pd2"));
+    let away = CmRig::at(&dst, mr.rkey());
+    rig.write_kills_the_stream(2, 2, away, &dst, "the new rkey, in another PD");
+    rig.write_kills_the_stream(3, 3, home, &dst, "the old rkey after the move");
+    let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
+
+    let path = replace(&mut mr, ReregFlags::PD, Some(&rig.pd), AccessFlags::empty());
+    replaced(&mr, away.rkey, path, &format!("{name}: moved back"));
+    let back = CmRig::at(&dst, mr.rkey());
+    rig.write_read_lands(4, 4, back, &dst, "moved back to the QPs' PD by a replace");
+    assert_eq!(rig.finish(), 2, "{name}: one reconnection per refusal");
+    drop(mr);
+    pd2.dealloc()
+        .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
+    drop(dst);
+    counts.assert_extra(0, 0, "after dropping everything");
+    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+}
+
+/// siw's counterpart of [`cm_translation_replaced`]: refused in place
+/// (EOPNOTSUPP, the MR unchanged); replaced, the new rkey's WRITE and
+/// READ land in the new buffer, the old rkey kills the stream, the new
+/// rkey works over the new connection and the old buffer is never touched.
+fn siw_translation_replaced(name: &str, ctx: &Context, counts: &HandleCounts) {
+    let Some(mut rig) = CmRig::new(ctx, name) else {
+        return;
+    };
+    let mut old_buf = anon(LEN);
+    let mut new_buf = anon(2 * LEN);
+    let mut mr = fresh_mr(&rig.pd, &mut old_buf, RW_READ);
+    let k = keys(&mr);
+    let old_remote = CmRig::at(&old_buf, mr.rkey());
+    // SAFETY: new_buf outlives the MR (dropped after it below).
+    let err =
+        unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }.expect_err("siw: strict");
+    refused_in_place(&mr, k, err, &format!("{name}: translation strictly"));
+    rig.write_read_lands(1, 1, old_remote, &old_buf, "translation refused in place");
+
+    // SAFETY: as above.
+    let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) };
+    replaced(&mr, k.2, path, &format!("{name}: translation"));
+    counts.assert_extra(2, 1, "after the replace: the old registration is gone");
+    let old_bytes = old_buf.to_vec();
+    let new_remote = CmRig::at(&new_buf, mr.rkey());
+    rig.write_read_lands(
+        2,
+        2,
+        new_remote,
+        &new_buf,
+        "the new rkey into the new buffer",
+    );
+    rig.write_kills_the_stream(3, 3, old_remote, &old_buf, "the old rkey after the replace");
+    rig.write_read_lands(4, 4, new_remote, &new_buf, "the new rkey, new connection");
+    assert!(
+        old_buf[..] == old_bytes[..],
+        "{name}: the old buffer changed"
+    );
+    assert_eq!(rig.finish(), 1, "{name}: one reconnection");
+    drop(mr);
+    drop((old_buf, new_buf));
+    counts.assert_extra(0, 0, "after dropping everything");
+    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+}
+
+/// siw has no atomics: a FETCH_ADD is refused at post, typed, whatever the
+/// MR and the cm grant; nothing completes, the target and the result stay,
+/// and the connection lives on (a WRITE lands after it).
+fn siw_fetch_add_refused_at_post(rig: &mut CmRig<'_>, dst: &[u8], mr: &MemoryRegion, what: &str) {
+    let name = rig.name.clone();
+    let remote = CmRig::at(dst, mr.rkey());
+    rig.src[RESULT_AT..RESULT_AT + 8].fill(0xee);
+    let sges = sge(rig.src.as_ptr() as u64 + RESULT_AT as u64, 8, &rig.src_mr);
+    let wr = signalled(1, SendOp::FetchAdd { remote, add: ADD }, &sges);
+    // SAFETY: refused before anything is written (asserted below).
+    let err = unsafe { rig.pair().qp_a.post_send(&[wr]) }.expect_err("siw has no atomics");
+    loud(&format!("{name}: {what}: {err}"));
+    match &err {
+        uverbs::Error::Post { source, .. } => assert_eq!(
+            &**source,
+            &uverbs::PostError::NotSupported {
+                driver: "siw",
+                what: "ATOMIC_FETCH_AND_ADD"
+            },
+            "{name}: {what}: {err}"
+        ),
+        other => panic!("{name}: {what}: expected a refused post, got {other}"),
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert_no_completion(&rig.pair().cq_a, &format!("{name}: {what}: A"));
+    assert_eq!(target(dst), OLD, "{name}: {what}: the target");
+    assert_eq!(
+        rig.src[RESULT_AT..RESULT_AT + 8],
+        [0xee; 8],
+        "{name}: {what}: a result"
+    );
+    // Beside the atomic's target: the connection still carries a WRITE.
+    let at = Remote {
+        addr: remote.addr + 64,
+        ..remote
+    };
+    rig.write_lands(2, 2, at, dst, &format!("{what}: a WRITE after the refusal"));
 }

@@ -29,7 +29,9 @@ use std::time::Duration;
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
 use uverbs::command::{QpState, QpType, TransportType};
-use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair};
+use uverbs::{
+    CompletionChannel, CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair,
+};
 
 use super::devices::{driver, loud, on_each_device, required_prefixes, Driver, HandleCounts};
 use super::rc::modify;
@@ -237,12 +239,14 @@ pub struct CmPair {
 }
 
 /// How a [`cm_connected_pair_with`] connects: the two sides' connection
-/// parameters (given the side's QP number) and the QP capacities.
+/// parameters (given the side's QP number), the QP capacities, and the
+/// completion channel of the client's CQ, if any.
 pub struct CmSetup<'a> {
     pub cqe: u32,
     pub max_send_wr: u32,
     pub client_param: &'a dyn Fn(ConnParam) -> ConnParam,
     pub server_param: &'a dyn Fn(ConnParam) -> ConnParam,
+    pub client_channel: Option<&'a CompletionChannel>,
 }
 
 impl Default for CmSetup<'_> {
@@ -252,6 +256,7 @@ impl Default for CmSetup<'_> {
             max_send_wr: 16,
             client_param: &|p| p,
             server_param: &|p| p,
+            client_channel: None,
         }
     }
 }
@@ -289,11 +294,11 @@ pub fn cm_connected_pair_with(
         "{name}: the client's cm id is not on {name}"
     );
 
-    let cq = |which: &str| {
-        ctx.create_cq(setup.cqe, None)
+    let cq = |which: &str, channel| {
+        ctx.create_cq(setup.cqe, channel)
             .unwrap_or_else(|e| panic!("{name}: create_cq {which}: {e}"))
     };
-    let (cq_a, cq_b) = (cq("A"), cq("B"));
+    let (cq_a, cq_b) = (cq("A", setup.client_channel), cq("B", None));
     let qp = |cq: &CompletionQueue, which: &str| {
         pd.create_qp(&QpInit {
             max_send_wr: setup.max_send_wr,
