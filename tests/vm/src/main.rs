@@ -343,12 +343,12 @@ impl Ctx {
         &self,
         kernel: &setup::Kernel,
         binaries: &[Binary],
+        runs: &[GuestRun],
         configs: &[RunConfig],
     ) -> Result<Verdict> {
-        let runs = plain_runs(binaries);
         let boot = || -> Result<[qemu::Outcome; 2]> {
             Ok(self
-                .boot_two(kernel, binaries, &runs, configs, Mode::Run)?
+                .boot_two(kernel, binaries, runs, configs, Mode::Run)?
                 .expect("run mode has outcomes"))
         };
         let mut outcomes = boot()?;
@@ -544,8 +544,21 @@ fn real_main(args: &[String]) -> Result<bool> {
                 bins.retain(|b| only.split(',').any(|o| b.name.contains(o)));
                 say(format!("test: UVERBS_VM_ONLY={only}: host suite skipped"));
             }
-            let (two_host, single): (Vec<Binary>, Vec<Binary>) =
+            let (mut two_host, single): (Vec<Binary>, Vec<Binary>) =
                 bins.into_iter().partition(|b| guest::is_two_host(&b.name));
+            // The two-host plan: the binaries, then the examples across
+            // the guests (selected by their run names).
+            let mut two_host_runs = plain_runs(&two_host);
+            let mut examples = GuestRun::two_host_examples();
+            if let Some(only) = &only {
+                examples.retain(|r| only.split(',').any(|o| r.name.contains(o)));
+            }
+            for run in &examples {
+                if !two_host.iter().any(|b| b.name == run.bin) {
+                    two_host.push(binaries::static_example(&ctx.workspace, &run.bin)?);
+                }
+            }
+            two_host_runs.extend(examples);
             let list = |bins: &[Binary]| {
                 bins.iter()
                     .map(|b| b.name.as_str())
@@ -559,10 +572,14 @@ fn real_main(args: &[String]) -> Result<bool> {
                 list(&single)
             ));
             say(format!(
-                "test: {} binaries × {} configurations on two guests: {}",
-                two_host.len(),
+                "test: {} runs × {} configurations on two guests: {}",
+                two_host_runs.len(),
                 guest::TEST_CONFIGS.len(),
-                list(&two_host)
+                two_host_runs
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ));
             let mut verdicts = Vec::new();
             if single.is_empty() {
@@ -576,12 +593,17 @@ fn real_main(args: &[String]) -> Result<bool> {
                 ));
                 verdicts.push(v);
             }
-            if two_host.is_empty() {
+            if two_host_runs.is_empty() {
                 println!(
-                    "vm two-host: 0 passed, 0 failed (no two_host_* binary selected; not booted)"
+                    "vm two-host: 0 passed, 0 failed (no two_host_* run selected; not booted)"
                 );
             } else {
-                verdicts.push(ctx.run_two_host_plan(&kernel, &two_host, guest::TEST_CONFIGS)?);
+                verdicts.push(ctx.run_two_host_plan(
+                    &kernel,
+                    &two_host,
+                    &two_host_runs,
+                    guest::TEST_CONFIGS,
+                )?);
             }
             Ok(final_line(&verdicts))
         }
