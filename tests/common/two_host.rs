@@ -1,5 +1,6 @@
 //! The two-host run's fixtures: which host this process is (`Role`, from
-//! the harness's `UVERBS_HOST_ROLE` and companions), a line-based control
+//! the harness's `UVERBS_HOST_ROLE` and companions, the addresses of both
+//! links: rxe0's and siw0's), a line-based control
 //! connection between the two hosts with bounded waits (`Control`), and
 //! byte patterns that tell every write apart, and the traffic steps both
 //! sides take (SEND/RECV, WRITE, READ: each checked byte for byte by the
@@ -61,8 +62,14 @@ impl Role {
 /// What the two-host harness tells this process.
 pub struct Peer {
     pub role: Role,
+    /// This host's and the peer's addresses on rxe0's link (eth0).
     pub local: Ipv4Addr,
     pub peer: Ipv4Addr,
+    /// This host's and the peer's addresses on siw0's link (eth1): the
+    /// cm gives an id the first device with its source address, so siw0
+    /// is reached over a netdev and addresses of its own.
+    pub siw_local: Ipv4Addr,
+    pub siw_peer: Ipv4Addr,
     pub port: u16,
     /// `<config>/<binary>`: both sides must be running the same thing.
     pub run: String,
@@ -90,6 +97,8 @@ pub fn peer_from_env(test: &str) -> Option<Peer> {
         role,
         local: addr("UVERBS_LOCAL_ADDR"),
         peer: addr("UVERBS_PEER_ADDR"),
+        siw_local: addr("UVERBS_SIW_LOCAL_ADDR"),
+        siw_peer: addr("UVERBS_SIW_PEER_ADDR"),
         port: port
             .parse()
             .unwrap_or_else(|e| panic!("{test}: UVERBS_TWO_HOST_PORT={port:?}: {e}")),
