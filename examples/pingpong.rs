@@ -31,7 +31,9 @@
 //! the measurements and the printout are the same.
 //!
 //! Every wait is bounded (10 s). `UVERBS_TRANSPORT=ioctl|write` picks the
-//! transport; `cargo vm demo` runs this in a VM on rxe0.
+//! transport; `cargo vm demo` runs this in a VM on rxe0, and `cargo vm
+//! test`'s two-host run runs `--cm` across two guests on rxe0 and on siw0
+//! (tests/vm/README.md).
 
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};

@@ -35,11 +35,20 @@
 //! event on either side, B brings the link back up (also when it panics),
 //! and the orderly disconnect works over it.
 //!
-//! siw0 sits on the same NIC but is not covered here (noted loudly): every
-//! cm id for an address on eth0 lands on rxe0, the first device registered
-//! there (`cma_acquire_dev_by_src_ip`), and siw refuses re-registration in
-//! place, so its half needs an address path of its own and the replace
-//! fallback's cases (`device_cm_siw.rs` does that inside one guest).
+//! Then the same on siw0 over its own link (eth1, B's listener on the
+//! control port + [`SIW_CM_PORT_OFFSET`]; every cm id for an address on
+//! eth0 lands on rxe0), with iWARP's sequence: the kernel's CM drives the
+//! QPs (A's QP to INIT before the connect and nothing more; B's INIT, RTR
+//! and an RTS answer without a state; both sides hear ESTABLISHED, A's
+//! carrying the accept's private data, no QP numbers in the cm; the
+//! kernel reports both QPs in RTS; a disconnect ends in one DISCONNECTED
+//! per side and no TIMEWAIT_EXIT). siw refuses re-registration in place,
+//! so B re-registers by the replace fallback under A's WRITEs: the new
+//! rkey works (WRITE and READ), the old one writes nothing and ends the
+//! connection (A's WRITE completes SUCCESS on the wire, both ids hear
+//! DISCONNECTED, A's QP is in ERR), and A connects again. The link going
+//! down is rxe-only: siw's TCP retransmits for minutes before its QP
+//! learns anything. One control connection (over eth0) orders both parts.
 
 mod common;
 

@@ -24,7 +24,9 @@
 //! 6. The `two_host_*` binaries (never run in the single guest) run in a
 //!    second boot of two guests, A and B, joined by a virtual Ethernet link
 //!    ([`qemu::run_two`]), each binary on both at once with its role
-//!    ([`guest::two_host_run_all_script`]); a run passes when both roles
+//!    ([`guest::two_host_run_all_script`]), then the examples of
+//!    [`guest::TWO_HOST_EXAMPLE_RUNS`] (`pingpong --cm` across the guests
+//!    on rxe0 and siw0, arguments per host); a run passes when both roles
 //!    pass. Its table ends in `vm two-host: N passed, M failed`, and the
 //!    last line, `vm: N passed, M failed`, counts both boots' runs.
 //!
