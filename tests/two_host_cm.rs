@@ -947,6 +947,7 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             let what = "replace: WRITE with the old rkey before";
             let wc = write_a(s, 501, old_rkey, what);
             check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 501);
+            placed(s, at, what);
             ctl.send("written", "");
             let told = ctl.expect("replaced");
             let new: u32 = told
@@ -958,6 +959,7 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             let what = "replace: WRITE with the new rkey";
             let wc = write_a(s, 502, new, what);
             check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 502);
+            placed(s, at, what);
             ctl.send("written", "");
             ctl.expect("checked");
             new
@@ -1069,6 +1071,7 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             let what = "replace: WRITE with the new rkey over the new connection";
             let wc = write_a(s, 504, new_rkey, what);
             check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 504);
+            placed(s, at, what);
             ctl.send("written", "");
             ctl.expect("checked");
         }
