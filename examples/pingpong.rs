@@ -12,7 +12,8 @@
 //!                                            connected by the RDMA connection manager instead
 //!                                            (no role: both here, the client to 192.0.2.1)
 //!
-//! OPTIONS: --device NAME (default: every device; only rxe has a data path yet)
+//! OPTIONS: --device NAME (default: every device; rxe, and with --cm also siw,
+//!                         whose QPs reach RTS only through the cm)
 //!          --size BYTES (ping message, default 64)    --iters N (pings and writes, default 1000)
 //!          --write-size BYTES (default 65536)        --gid-index I (default 0)
 //! ```
@@ -30,7 +31,9 @@
 //! the measurements and the printout are the same.
 //!
 //! Every wait is bounded (10 s). `UVERBS_TRANSPORT=ioctl|write` picks the
-//! transport; `cargo vm demo` runs this in a VM on rxe0.
+//! transport; `cargo vm demo` runs this in a VM on rxe0, and `cargo vm
+//! test`'s two-host run runs `--cm` across two guests on rxe0 and on siw0
+//! (tests/vm/README.md).
 
 use std::error::Error;
 use std::io::{BufRead, BufReader, Write};
@@ -212,7 +215,8 @@ fn devices(opts: &Options) -> Result<Vec<Device>> {
     Ok(all)
 }
 
-/// Only rxe has a data path in uverbs yet.
+/// The devices of the runs without the cm: rxe (siw's iWARP QPs reach RTS
+/// only through the connection manager: `--cm`).
 fn has_data_path(dev: &Device) -> bool {
     dev.driver_id() == Some(DriverId::RXE)
 }

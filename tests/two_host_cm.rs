@@ -35,11 +35,20 @@
 //! event on either side, B brings the link back up (also when it panics),
 //! and the orderly disconnect works over it.
 //!
-//! siw0 sits on the same NIC but is not covered here (noted loudly): every
-//! cm id for an address on eth0 lands on rxe0, the first device registered
-//! there (`cma_acquire_dev_by_src_ip`), and siw refuses re-registration in
-//! place, so its half needs an address path of its own and the replace
-//! fallback's cases (`device_cm_siw.rs` does that inside one guest).
+//! Then the same on siw0 over its own link (eth1, B's listener on the
+//! control port + [`SIW_CM_PORT_OFFSET`]; every cm id for an address on
+//! eth0 lands on rxe0), with iWARP's sequence: the kernel's CM drives the
+//! QPs (A's QP to INIT before the connect and nothing more; B's INIT, RTR
+//! and an RTS answer without a state; both sides hear ESTABLISHED, A's
+//! carrying the accept's private data, no QP numbers in the cm; the
+//! kernel reports both QPs in RTS; a disconnect ends in one DISCONNECTED
+//! per side and no TIMEWAIT_EXIT). siw refuses re-registration in place,
+//! so B re-registers by the replace fallback under A's WRITEs: the new
+//! rkey works (WRITE and READ), the old one writes nothing and ends the
+//! connection (A's WRITE completes SUCCESS on the wire, both ids hear
+//! DISCONNECTED, both QPs are in ERR), and A connects again. The link going
+//! down is rxe-only: siw's TCP retransmits for minutes before its QP
+//! learns anything. One control connection (over eth0) orders both parts.
 
 mod common;
 
@@ -54,11 +63,16 @@ use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
 use uverbs::command::{QpState, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair,
-    RecvWr, Remote, SendOp, WcOpcode, WcStatus, WorkCompletion,
+    RecvWr, Remote, ReregFlags, ReregPath, SendOp, WcOpcode, WcStatus, WorkCompletion,
 };
 
-/// B's cm listener is on the control port plus this.
+/// The test's name, for the device gate and the notes.
+const TEST_NAME: &str = "cm_connect_send_write_read_and_rereg_between_two_hosts";
+/// B's cm listener on rxe0 is on the control port plus this.
 const CM_PORT_OFFSET: u16 = 1000;
+/// B's cm listener on siw0 is on the control port plus this (iWARP's
+/// listener is a kernel TCP socket on eth1's address).
+const SIW_CM_PORT_OFFSET: u16 = 2000;
 /// How long the cm is watched for an event after the QPs died.
 const QUIET: Duration = Duration::from_millis(500);
 /// B's NIC (rxe0's netdev in the two-host guests).
@@ -146,6 +160,8 @@ struct Side<'a> {
     pd: &'a ProtectionDomain,
     /// B's listener's address (A connects to it, B listens on it).
     cm_addr: SocketAddr,
+    /// iWARP (siw): the kernel's CM drives the QPs (`common::cm`).
+    iwarp: bool,
     conn: Option<Conn>,
     /// B's listener.
     listener: Option<CmId>,
@@ -189,6 +205,35 @@ impl Side<'_> {
         (cq, qp)
     }
 
+    /// A's half up to the accept: an id with its route to B's listener
+    /// (on this device), a new QP in INIT, the connect carrying our
+    /// [`Target`]; and the event that answered it, on the id.
+    fn client_connect(&self, what: &str) -> (CmId, QueuePair, CompletionQueue, uverbs::cm::Event) {
+        let id = resolved_client_to(&self.ch, self.cm_addr)
+            .unwrap_or_else(|why| panic!("{what}: resolving {}: {why}", self.cm_addr));
+        assert!(
+            landed_on(&id, self.ctx),
+            "{what}: the client's cm id is not on {}",
+            self.ctx.device_name()
+        );
+        let (cq, qp) = self.new_qp();
+        cm_modify(
+            &id,
+            &qp,
+            QpState::Init,
+            &format!("{what}: client RESET->INIT"),
+        );
+        let param = ConnParam::new(qp.qp_num())
+            .retry_count(RETRY_COUNT)
+            .private_data(&self.target(qp.qp_num()).encode())
+            .unwrap();
+        id.connect(&param)
+            .unwrap_or_else(|e| panic!("{what}: connect to {}: {e}", self.cm_addr));
+        let ev = next_event(&self.ch, &format!("{what}: client connect"));
+        assert_eq!(ev.id, id.handle(), "{what}");
+        (id, qp, cq, ev)
+    }
+
     /// A connects to B's listener with the cm; B accepts. Both sides end
     /// with an RTS QP whose attributes all came from `INIT_QP_ATTR`, and
     /// the peer's [`Target`].
@@ -198,28 +243,8 @@ impl Side<'_> {
         let what = format!("{}: connection {}", self.me, self.connects);
         ctl.barrier("connect");
         let conn = match self.role {
-            Role::A => {
-                let id = resolved_client_to(&self.ch, self.cm_addr)
-                    .unwrap_or_else(|why| panic!("{what}: resolving {}: {why}", self.cm_addr));
-                assert!(
-                    landed_on(&id, self.ctx),
-                    "{what}: the client's cm id is not on {}",
-                    self.ctx.device_name()
-                );
-                let (cq, qp) = self.new_qp();
-                cm_modify(
-                    &id,
-                    &qp,
-                    QpState::Init,
-                    &format!("{what}: client RESET->INIT"),
-                );
-                let param = ConnParam::new(qp.qp_num())
-                    .retry_count(RETRY_COUNT)
-                    .private_data(&self.target(qp.qp_num()).encode())
-                    .unwrap();
-                id.connect(&param)
-                    .unwrap_or_else(|e| panic!("{what}: connect to {}: {e}", self.cm_addr));
-                let ev = next_event(&self.ch, &format!("{what}: client connect"));
+            Role::A if !self.iwarp => {
+                let (id, qp, cq, ev) = self.client_connect(&what);
                 assert_eq!(ev.id, id.handle(), "{what}");
                 let EventKind::ConnectResponse(Param::Conn(response)) = ev.kind else {
                     panic!("{what}: expected CONNECT_RESPONSE: {:?}", ev.kind)
@@ -241,6 +266,21 @@ impl Side<'_> {
                     .unwrap_or_else(|e| panic!("{what}: establish: {e}"));
                 Conn { qp, cq, id }
             }
+            Role::A => {
+                let (id, qp, cq, ev) = self.client_connect(&what);
+                // iWARP: no CONNECT_RESPONSE; ESTABLISHED carries the
+                // accept's private data, and the kernel moved the QP to RTS.
+                let EventKind::Established(Param::Conn(response)) = ev.kind else {
+                    panic!("{what}: expected ESTABLISHED: {:?}", ev.kind)
+                };
+                self.peer = Target::decode(&response.private_data, &what);
+                assert_eq!(
+                    response.qp_num, 0,
+                    "{what}: iWARP's MPA reply carries no QP number"
+                );
+                assert_rts(&qp, &what);
+                Conn { qp, cq, id }
+            }
             Role::B => {
                 let listener = self.listener.as_ref().expect("b listens");
                 let ev = next_event(&self.ch, &format!("{what}: listener"));
@@ -252,9 +292,11 @@ impl Side<'_> {
                     panic!("{what}: {param:?}")
                 };
                 self.peer = Target::decode(&request.private_data, &what);
+                // iWARP's MPA request carries no QP number: the cm reports 0.
+                let want_qpn = if self.iwarp { 0 } else { self.peer.qpn };
                 assert_eq!(
-                    request.qp_num, self.peer.qpn,
-                    "{what}: the cm's QP number of the requester is the one it sent"
+                    request.qp_num, want_qpn,
+                    "{what}: the cm's QP number of the requester"
                 );
                 assert!(
                     landed_on(&id, self.ctx),
@@ -269,6 +311,7 @@ impl Side<'_> {
                     &format!("{what}: server RESET->INIT"),
                 );
                 cm_modify(&id, &qp, QpState::Rtr, &format!("{what}: server INIT->RTR"));
+                // On iWARP this answer has no state: RTS comes at establishment.
                 cm_modify(&id, &qp, QpState::Rts, &format!("{what}: server RTR->RTS"));
                 let param = ConnParam::new(qp.qp_num())
                     .private_data(&self.target(qp.qp_num()).encode())
@@ -281,6 +324,9 @@ impl Side<'_> {
                     "{what}: {ev:?}"
                 );
                 assert_eq!((ev.id, ev.uid), (id.handle(), id.uid()), "{what}");
+                if self.iwarp {
+                    assert_rts(&qp, &what);
+                }
                 Conn { qp, cq, id }
             }
         };
@@ -318,10 +364,23 @@ impl Side<'_> {
             id.disconnect()
                 .unwrap_or_else(|e| panic!("{what}: server disconnect (the DREP): {e}"));
         }
-        let ev = next_event(&self.ch, &format!("{what}: timewait"));
-        assert!(matches!(ev.kind, EventKind::TimewaitExit), "{what}: {ev:?}");
-        assert_eq!(ev.id, id.handle(), "{what}");
+        // iWARP has no time-wait state in the cm (cma_iw_handler reports
+        // the stream's close as DISCONNECTED and nothing after it).
+        if !self.iwarp {
+            let ev = next_event(&self.ch, &format!("{what}: timewait"));
+            assert!(matches!(ev.kind, EventKind::TimewaitExit), "{what}: {ev:?}");
+            assert_eq!(ev.id, id.handle(), "{what}");
+        }
         assert_no_event(&self.ch, Duration::from_millis(200), &what);
+        self.destroy(Conn { qp, cq, id }, &what);
+        ctl.barrier("disconnected");
+    }
+
+    /// Destroys a connection whose cm events are all in: the QP and CQ,
+    /// then the id, with the kernel's count of its events equal to the
+    /// channel's.
+    fn destroy(&self, conn: Conn, what: &str) {
+        let Conn { qp, cq, id } = conn;
         drop((qp, cq));
         let received = id.events_received();
         let reported = id
@@ -334,7 +393,6 @@ impl Side<'_> {
         loud(&format!(
             "{what}: done, {reported} events reported and received"
         ));
-        ctl.barrier("disconnected");
     }
 }
 
@@ -393,30 +451,71 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
         return;
     }
     let devices = devices_under_test(TEST);
-    if devices.iter().any(|d| d.name().starts_with("siw")) {
-        loud(&format!(
-            "NOTE: {TEST}: {me}: siw0 SKIPPED: the cm across two hosts is covered on rxe0 only: \
-             every cm id for an address on eth0 lands on rxe0 (registered there first)"
-        ));
+    let find = |prefix: &str| devices.iter().find(|d| d.name().starts_with(prefix));
+    // The plan, the same on both hosts: rxe0, then siw0, each where there.
+    // (The gate above has failed already if a device was required.)
+    let plan: Vec<(Link, &uverbs::Device)> = [(Link::Rxe, "rxe"), (Link::Siw, "siw")]
+        .into_iter()
+        .filter_map(|(link, prefix)| match find(prefix) {
+            Some(d) => Some((link, d)),
+            None => {
+                loud(&format!("SKIPPED: {TEST}: {me}: no {prefix} device"));
+                None
+            }
+        })
+        .collect();
+    let names: Vec<&str> = plan.iter().map(|(_, d)| d.name()).collect();
+
+    let mut ctl = Control::meet(&p);
+    let hello = format!("{} {} {}", p.run, p.role.name(), names.join(","));
+    ctl.send("hello", &hello);
+    let theirs = ctl.expect("hello");
+    assert_eq!(
+        theirs,
+        format!("{} {} {}", p.run, p.role.other().name(), names.join(",")),
+        "{me}: the peer runs something else, or on other devices"
+    );
+    for (link, dev) in plan {
+        on_device(&p, &mut ctl, link, dev);
     }
-    let Some(dev) = devices.into_iter().find(|d| d.name().starts_with("rxe")) else {
-        // The gate above has failed already if rxe was required.
-        return loud(&format!("SKIPPED: {TEST}: {me}: no rxe device"));
+    // A leaves last: B's last message is its answer to A's.
+    ctl.barrier("bye");
+}
+
+/// Which device and link a part of the plan runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// rxe0 over eth0 (RoCE v2; B's cm listener on the control port +
+    /// [`CM_PORT_OFFSET`]).
+    Rxe,
+    /// siw0 over eth1 (iWARP; B's listener on the control port +
+    /// [`SIW_CM_PORT_OFFSET`]).
+    Siw,
+}
+
+/// The whole plan on one device: connect, traffic both ways, the rereg
+/// case (rxe: in place; siw: by replace), on rxe the link going down, the
+/// last orderly disconnect, and every handle accounted for.
+fn on_device(p: &Peer, ctl: &mut Control, link: Link, dev: &uverbs::Device) {
+    let (local, peer, offset) = match link {
+        Link::Rxe => (p.local, p.peer, CM_PORT_OFFSET),
+        Link::Siw => (p.siw_local, p.siw_peer, SIW_CM_PORT_OFFSET),
     };
-    let dut = open(&dev);
+    let me = format!("{} ({local}, {})", p.role.name(), dev.name());
+    let dut = open(dev);
     let ctx: &Context = &dut;
-    let counts = HandleCounts::new(&dut, TEST);
+    let counts = HandleCounts::new(&dut, TEST_NAME);
     let cm_port = p
         .port
-        .checked_add(CM_PORT_OFFSET)
+        .checked_add(offset)
         .unwrap_or_else(|| panic!("{me}: UVERBS_TWO_HOST_PORT {} is too high", p.port));
     let b_addr = match p.role {
-        Role::A => p.peer,
-        Role::B => p.local,
+        Role::A => peer,
+        Role::B => local,
     };
     let cm_addr = SocketAddr::from((b_addr, cm_port));
 
-    // B listens before it says hello: A connects only after the hello.
+    // B listens before the first connect barrier: A connects only after it.
     let (ch, listener) = match p.role {
         Role::A => (
             EventChannel::open().unwrap_or_else(|e| panic!("{me}: open rdma_cm: {e}")),
@@ -428,21 +527,8 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
             (ch, Some(listener))
         }
     };
-
-    let mut ctl = Control::meet(&p);
-    let hello = format!("{} {}", p.run, p.role.name());
-    ctl.send("hello", &hello);
-    let theirs = ctl.expect("hello");
-    assert_eq!(
-        theirs,
-        format!("{} {}", p.run, p.role.other().name()),
-        "{me}: the peer runs something else"
-    );
     loud(&format!(
-        "{me}: met the peer {} on port {} for {}; cm on {} over {}, b listens on {cm_addr}",
-        p.peer,
-        p.port,
-        p.run,
+        "{me}: cm on {} over {}, b listens on {cm_addr}",
         ctx.device_name(),
         ctx.transport_kind()
     ));
@@ -450,8 +536,8 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
     let pd = alloc_pd(ctx);
     let mut mem = anon(LEN);
     let mem_mr = fresh_mr(&pd, &mut mem, RW_READ);
-    let mut local = anon(LEN);
-    let local_mr = fresh_mr(&pd, &mut local, RW);
+    let mut local_buf = anon(LEN);
+    let local_mr = fresh_mr(&pd, &mut local_buf, RW);
     counts.assert_extra(2, 1, "two MRs in one PD");
     let mut s = Side {
         me: me.clone(),
@@ -459,6 +545,7 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
         ctx,
         pd: &pd,
         cm_addr,
+        iwarp: link == Link::Siw,
         conn: None,
         listener,
         ch,
@@ -466,7 +553,7 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
         mem,
         model: vec![0; LEN],
         local_mr,
-        local,
+        local: local_buf,
         peer: Target {
             qpn: 0,
             addr: 0,
@@ -475,34 +562,46 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
         },
         connects: 0,
     };
-    s.connect(&mut ctl);
+    s.connect(ctl);
     counts.assert_extra_cq_qp(1, 1, "one connection: one CQ, one QP");
 
     // SEND/RECV, RDMA WRITE, RDMA READ: A to B, then B to A.
     for (step, sender) in [(1u64, Role::A), (2, Role::B)] {
-        send_recv(&mut s, &mut ctl, sender, step);
+        send_recv(&mut s, ctl, sender, step);
         write(
             &mut s,
-            &mut ctl,
+            ctl,
             sender,
             step,
             WRITE_AT + step as usize * RDMA_LEN,
         );
-        read(&mut s, &mut ctl, sender, step);
+        read(&mut s, ctl, sender, step);
     }
-    rereg_while_the_peer_writes(&mut s, &mut ctl);
-    counts.assert_extra_cq_qp(1, 1, "after the reconnection: the old QP and CQ are gone");
-    link_down_during_writes(&mut s, &mut ctl);
+    match link {
+        Link::Rxe => {
+            rereg_while_the_peer_writes(&mut s, ctl);
+            counts.assert_extra_cq_qp(1, 1, "after the reconnection: the old QP and CQ are gone");
+            link_down_during_writes(&mut s, ctl);
+        }
+        Link::Siw => {
+            replace_while_the_peer_writes(&mut s, ctl);
+            counts.assert_extra_cq_qp(1, 1, "after the reconnection: the old QP and CQ are gone");
+            loud(&format!(
+                "NOTE: {TEST_NAME}: {me}: the link going down is covered on rxe0 only: siw's QP \
+                 rides a kernel TCP socket without keepalive or TCP_USER_TIMEOUT, so with eth1 \
+                 down TCP retransmits for minutes (tcp_retries2) before the QP learns anything: \
+                 no outcome within a bounded wait"
+            ));
+        }
+    }
 
     assert_no_completion(
         &s.conn().cq,
         &format!("{me}: a stray completion at the end"),
     );
-    s.disconnect(&mut ctl);
+    s.disconnect(ctl);
     counts.assert_extra_cq_qp(0, 0, "after the last disconnect");
     assert_eq!(s.connects, 2, "{me}: one reconnection, after the refusal");
-    // A leaves last: B's last message is its answer to A's.
-    ctl.barrier("bye");
     loud(&format!(
         "{me}: cm connect to {cm_addr}, SEND/RECV {SEND_LEN} B, RDMA WRITE and READ {RDMA_LEN} B both ways, rereg on b under a's WRITEs, two orderly disconnects: all checked"
     ));
@@ -536,6 +635,16 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
     drop((mem, local));
     counts.assert_extra(0, 0, "after dropping everything");
     counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    ctl.barrier("device-done");
+}
+
+/// Fails unless the kernel reports `qp` in RTS (on iWARP the kernel's CM
+/// moved it there; `refresh_state` learns it).
+fn assert_rts(qp: &QueuePair, what: &str) {
+    let state = qp
+        .refresh_state()
+        .unwrap_or_else(|e| panic!("{what}: query_qp: {e}"));
+    assert_eq!(state, QpState::Rts, "{what}: the QP after ESTABLISHED");
 }
 
 /// B re-registers its memory in place while A writes to it: a WRITE
@@ -791,6 +900,193 @@ fn link_down_during_writes(s: &mut Side, ctl: &mut Control) {
             ));
             assert_no_completion(&s.conn().cq, &format!("{me}: after the link came back"));
             ctl.send("link-up", "");
+        }
+    }
+}
+
+/// Where B's memory is re-registered on siw while A writes.
+const REPLACE_AT: usize = 200 << 10;
+
+/// siw refuses re-registration in place, so B re-registers its memory by
+/// the replace fallback (`ReregFallback::Replace`: a new MR with the same
+/// range and access, then the old one deregistered) while A writes to it:
+/// a WRITE lands with the old rkey; B replaces (path `Replaced`, a new
+/// rkey, the same range) and tells A the new rkey; A's WRITE and READ with
+/// the new rkey land and are checked; A's WRITE with the old rkey writes
+/// nothing (B's memory all as it was) and kills the connection as the
+/// kernel makes it (measured: siw completes the WRITE with SUCCESS once it
+/// is on the wire; B's siw finds no MR for the STag and terminates the
+/// stream: each side's id hears DISCONNECTED, both QPs are in ERR). The dead connection's ids are destroyed with every event
+/// accounted for, A connects again, and its WRITE with the new rkey (from
+/// B's new private data) lands.
+fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
+    let me = s.me.clone();
+    let at = REPLACE_AT;
+    let write_a = |s: &mut Side, seed: u64, rkey: u32, what: &str| -> WorkCompletion {
+        let data = pattern(seed, RDMA_LEN);
+        s.local[..RDMA_LEN].copy_from_slice(&data);
+        let op = SendOp::RdmaWrite {
+            remote: Remote {
+                addr: s.peer.addr + at as u64,
+                rkey,
+            },
+            imm: None,
+        };
+        s.post(seed, op, 0, RDMA_LEN, what)
+    };
+    let landed = |s: &mut Side, seed: u64, what: &str| {
+        s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(seed, RDMA_LEN));
+        s.check_mem(what);
+    };
+    let old_rkey = match s.role {
+        Role::A => s.peer.rkey,
+        Role::B => s.mem_mr.rkey(),
+    };
+    let new_rkey = match s.role {
+        Role::A => {
+            let what = "replace: WRITE with the old rkey before";
+            let wc = write_a(s, 501, old_rkey, what);
+            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 501);
+            placed(s, at, what);
+            ctl.send("written", "");
+            let told = ctl.expect("replaced");
+            let new: u32 = told
+                .parse()
+                .unwrap_or_else(|e| panic!("{me}: the new rkey {told:?}: {e}"));
+            assert_ne!(new, old_rkey, "{me}: a new rkey");
+            s.peer.rkey = new;
+
+            let what = "replace: WRITE with the new rkey";
+            let wc = write_a(s, 502, new, what);
+            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 502);
+            placed(s, at, what);
+            ctl.send("written", "");
+            ctl.expect("checked");
+            new
+        }
+        Role::B => {
+            ctl.expect("written");
+            landed(s, 501, "replace: WRITE with the old rkey before");
+            let (addr, len) = (s.mem_mr.addr(), s.mem_mr.length());
+            let path = replace(&mut s.mem_mr, ReregFlags::ACCESS, None, RW_READ)
+                .unwrap_or_else(|e| panic!("{me}: replace (ACCESS, the same access): {e}"));
+            assert_eq!(path, ReregPath::Replaced, "{me}: siw refuses in place");
+            let new = s.mem_mr.rkey();
+            assert_ne!(new, old_rkey, "{me}: the replacement has a new rkey");
+            assert_eq!(
+                (s.mem_mr.addr(), s.mem_mr.length()),
+                (addr, len),
+                "{me}: the replacement covers the same range"
+            );
+            loud(&format!(
+                "{me}: replace: {path:?}, rkey {old_rkey:#x} -> {new:#x}"
+            ));
+            ctl.send("replaced", &new.to_string());
+            ctl.expect("written");
+            landed(s, 502, "replace: WRITE with the new rkey");
+            ctl.send("checked", "");
+            new
+        }
+    };
+    // The READ of the shared step, with the new rkey.
+    read(s, ctl, Role::A, 3);
+
+    // The old rkey.
+    let what = format!("{me}: replace: WRITE with the old rkey {old_rkey:#x}");
+    let conn = s.conn.take().expect("connected");
+    match s.role {
+        Role::A => {
+            let data = pattern(503, RDMA_LEN);
+            s.local[..RDMA_LEN].copy_from_slice(&data);
+            let sges = sge(s.local.as_ptr() as u64, RDMA_LEN, &s.local_mr);
+            let wr = signalled(
+                503,
+                SendOp::RdmaWrite {
+                    remote: Remote {
+                        addr: s.peer.addr + at as u64,
+                        rkey: old_rkey,
+                    },
+                    imm: None,
+                },
+                &sges,
+            );
+            // SAFETY: `local[..RDMA_LEN]` stays mapped and registered and
+            // is not touched until the completion is polled just below.
+            unsafe { conn.qp.post_send(&[wr]) }
+                .unwrap_or_else(|e| panic!("{what}: post_send: {e}"));
+            let wc = wait_one(&conn.cq, &what);
+            // Measured on siw: the requester completes a WRITE once it is
+            // on the wire; the refusal comes as the stream's termination.
+            assert_eq!(
+                (wc.status, wc.wr_id, wc.qp_num),
+                (WcStatus::Success, 503, conn.qp.qp_num()),
+                "{what}: siw completes it on the wire: {wc:?}"
+            );
+            ctl.send("old-rkey-written", "");
+        }
+        Role::B => {
+            ctl.expect("old-rkey-written");
+        }
+    }
+    let ev = next_event(&s.ch, &format!("{what}: the connection's end"));
+    assert!(
+        matches!(ev.kind, EventKind::Disconnected),
+        "{what}: the peer's termination ends the connection: {ev:?}"
+    );
+    assert_eq!(ev.id, conn.id.handle(), "{what}");
+    assert_no_event(&s.ch, QUIET, &format!("{what}: after DISCONNECTED"));
+    let state = conn
+        .qp
+        .refresh_state()
+        .unwrap_or_else(|e| panic!("{what}: query_qp: {e}"));
+    loud(&format!("{what}: DISCONNECTED, our QP {state:?}"));
+    // Measured on siw (6.12): both QPs are in ERR once DISCONNECTED came.
+    assert_eq!(state, QpState::Err, "{what}: our QP after the termination");
+    match s.role {
+        Role::A => {}
+        Role::B => {
+            s.check_mem(&format!(
+                "{what}: the old rkey wrote nothing (all {LEN} bytes as they were)"
+            ));
+        }
+    }
+    // Whatever the dead QP flushed goes with it.
+    s.destroy(conn, &what);
+    ctl.barrier("dead-connection-destroyed");
+
+    let before = s.peer;
+    s.connect(ctl);
+    // A's view of B's memory has B's new rkey; B's of A's is unchanged.
+    let want_rkey = match s.role {
+        Role::A => new_rkey,
+        Role::B => before.rkey,
+    };
+    assert_eq!(
+        (s.peer.addr, s.peer.rkey, s.peer.len),
+        (before.addr, want_rkey, before.len),
+        "{me}: over the new connection the peer's memory is the same (B's with the new rkey)"
+    );
+    match s.role {
+        Role::A => {
+            let what = "replace: WRITE with the new rkey over the new connection";
+            let wc = write_a(s, 504, new_rkey, what);
+            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 504);
+            placed(s, at, what);
+            ctl.send("written", "");
+            ctl.expect("checked");
+        }
+        Role::B => {
+            ctl.expect("written");
+            landed(
+                s,
+                504,
+                "replace: WRITE with the new rkey over the new connection",
+            );
+            loud(&format!(
+                "{me}: replace: rkey {old_rkey:#x} -> {new_rkey:#x}: new one WRITE+READ checked, \
+                 old one wrote nothing and ended the connection, reconnected, new one WRITE checked"
+            ));
+            ctl.send("checked", "");
         }
     }
 }

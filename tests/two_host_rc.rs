@@ -23,9 +23,11 @@
 //! place, and A's WRITE lands. The kernel's handle counts are back where
 //! they started on both hosts at the end.
 //!
-//! siw0 is on the same NIC, but an iWARP QP is connected only through the
-//! kernel's iWARP connection manager: its cross-host test comes with the
-//! CM.
+//! siw0 (on eth1) cannot join: an iWARP QP reaches RTS only through the
+//! kernel's iWARP connection manager (`two_host_cm.rs` connects it across
+//! the hosts). Before the rxe part each host checks that the crate refuses
+//! a siw QP's RTR -> RTS by hand with `RtsOnlyThroughCm`, the kernel
+//! reporting the idle QP as INIT.
 
 mod common;
 
@@ -34,7 +36,7 @@ use std::time::{Duration, Instant};
 
 use common::two_host::*;
 use common::*;
-use uverbs::command::{QpAttr, QpState, QpType};
+use uverbs::command::{QpAttr, QpState, QpTransitionError, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, Endpoint, Gid, GidType, MemoryRegion, QpInit, QueuePair,
     RecvWr, Remote, SendOp, WcOpcode, WcStatus, WorkCompletion,
@@ -220,10 +222,12 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
         ));
     };
     let me = format!("{} ({})", p.role.name(), p.local);
-    let Some(dev) = devices_under_test(TEST)
-        .into_iter()
-        .find(|d| d.name().starts_with("rxe"))
-    else {
+    let devices = devices_under_test(TEST);
+    match devices.iter().find(|d| d.name().starts_with("siw")) {
+        Some(siw) => siw_refuses_rts_by_hand(siw, &format!("{} ({})", p.role.name(), p.siw_local)),
+        None => loud(&format!("SKIPPED: {TEST}: {me}: no siw device")),
+    }
+    let Some(dev) = devices.into_iter().find(|d| d.name().starts_with("rxe")) else {
         // The gate above has failed already if rxe was required.
         return loud(&format!("SKIPPED: {TEST}: {me}: no rxe device"));
     };
@@ -334,6 +338,75 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
     drop((mem, local));
     counts.assert_extra(0, 0, "after dropping everything");
     counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+}
+
+/// siw0 without a connection manager: an iWARP QP reaches RTS only when
+/// the kernel's CM hands it its TCP stream, so this binary (which connects
+/// by hand) cannot connect it to the peer. What it proves instead, on each
+/// host by itself: RESET -> INIT (ACCESS_FLAGS, PORT) and INIT -> RTR (no
+/// attributes: siw keeps the QP idle) pass, the RC attributes of
+/// `rc_to_rts`'s RTR -> RTS are refused by the crate before anything is
+/// sent (`QpTransitionError::RtsOnlyThroughCm { from: Rtr }`), and the
+/// kernel reports the QP as siw's idle state answers (INIT), not RTS. `two_host_cm.rs` connects siw0
+/// across the hosts.
+fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
+    let me = format!("{me}, {}", dev.name());
+    let dut = open(dev);
+    let ctx: &Context = &dut;
+    let counts = HandleCounts::new(&dut, "rc_send_write_read_and_rereg_between_two_hosts");
+    let pd = alloc_pd(ctx);
+    let cq = ctx
+        .create_cq(8, None)
+        .unwrap_or_else(|e| panic!("{me}: create_cq: {e}"));
+    let qp = pd
+        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
+        .unwrap_or_else(|e| panic!("{me}: create_qp: {e}"));
+    let init = QpAttr::new()
+        .state(QpState::Init)
+        .port(PORT)
+        .access_flags(QP_ACCESS);
+    modify(&qp, &init, &format!("{me}: RESET->INIT by hand"));
+    modify(
+        &qp,
+        &QpAttr::new().state(QpState::Rtr),
+        &format!("{me}: INIT->RTR by hand"),
+    );
+    let [.., (_, rts)] = rc_to_rts(
+        QP_ACCESS,
+        PORT,
+        uverbs::command::Mtu::Mtu1024,
+        0,
+        Default::default(),
+    );
+    match qp.modify(&rts) {
+        Err(uverbs::Error::QpTransition {
+            source: QpTransitionError::RtsOnlyThroughCm { from: QpState::Rtr },
+            ..
+        }) => {}
+        other => panic!("{me}: RTR->RTS by hand on iWARP: expected RtsOnlyThroughCm: {other:?}"),
+    }
+    assert_eq!(
+        qp.state(),
+        QpState::Rtr,
+        "{me}: the refusal left the QP in RTR"
+    );
+    // siw has no RTR of its own: its idle state answers QUERY_QP as INIT
+    // (measured, 6.12); what matters is that it is not RTS.
+    let state = qp
+        .refresh_state()
+        .unwrap_or_else(|e| panic!("{me}: query_qp: {e}"));
+    assert_eq!(
+        state,
+        QpState::Init,
+        "{me}: the kernel reports siw's idle QP"
+    );
+    loud(&format!(
+        "{me}: RTR->RTS by hand refused (RtsOnlyThroughCm), the kernel reports {state:?}: \
+         siw connects only through the cm (two_host_cm)"
+    ));
+    drop((qp, cq, pd));
+    counts.assert_extra_cq_qp(0, 0, "after the siw check");
+    counts.assert_extra(0, 0, "after the siw check");
 }
 
 /// B re-registers its memory in place while A writes to it: a WRITE

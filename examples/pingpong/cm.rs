@@ -10,8 +10,16 @@
 //! ```
 //!
 //! The cm picks the device: the one whose address ADDR is (the id's node
-//! GUID, among the devices with a data path). Both QPs reach RTS with the
-//! attributes `INIT_QP_ATTR` answers. The server's accept carries its
+//! GUID and source GID, among rxe and siw devices). Both QPs follow the
+//! attributes `INIT_QP_ATTR` answers. On RoCE (rxe) the client takes its
+//! QP to RTS after the CONNECT_RESPONSE and sends the RTU (`establish`); on
+//! iWARP (siw) the kernel's CM drives the QPs: the client's goes to INIT
+//! before the connect and nothing more, the server's RTS answer carries no
+//! state, both sides hear ESTABLISHED (the client's carries the accept's
+//! private data) and the kernel has moved both QPs to RTS. A client whose
+//! connect is rejected or refused (the server not listening yet: the two sides start
+//! independently) tries again, a new id each time, within [`WAIT`]. The
+//! server's accept carries its
 //! WRITE area's address and rkey as private data. With no side channel,
 //! the end of the WRITE stream is a SEND from the client (RC delivers it
 //! after the WRITEs), the server answers with its verdict as a SEND, and
@@ -22,12 +30,14 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
-use uverbs::command::QpState;
-use uverbs::{Context, OpenOptions, Remote, SendOp, WcOpcode, WorkCompletion};
+use uverbs::command::{QpState, TransportType};
+use uverbs::{
+    Context, Device, DriverId, Errno, OpenOptions, Remote, SendOp, WcOpcode, WorkCompletion,
+};
 
 use super::{
-    answer_pings, check_write_area, devices, has_data_path, measure_latency, reap, report,
-    stream_writes, Layout, Options, Result, Side, WAIT,
+    answer_pings, check_write_area, devices, measure_latency, reap, report, stream_writes, Layout,
+    Options, Result, Side, WAIT,
 };
 
 /// Where the self-spawned client connects: dummy0's address in the VM
@@ -59,15 +69,32 @@ fn unexpected(what: &str, ev: &Event) -> Box<dyn std::error::Error> {
     format!("{what}: {} (status {})", ev.name(), ev.status).into()
 }
 
-/// Opens the device the id landed on: the first with a data path whose
-/// node GUID is the id's (rxe and siw on one netdev share it).
+/// The devices `--cm` runs on: rxe (RoCE v2) and siw (iWARP), the ones
+/// with a data path in uverbs.
+fn has_cm_data_path(dev: &Device) -> bool {
+    matches!(dev.driver_id(), Some(DriverId::RXE) | Some(DriverId::SIW))
+}
+
+/// Opens the device the id landed on: of the rxe and siw devices whose
+/// node GUID is the id's (devices on netdevs with one MAC share it), the
+/// one whose GID table holds the id's source GID.
 fn context_of(id: &CmId, opts: &Options) -> Result<Context> {
-    let dev = id
-        .matching_devices(&devices(opts)?)?
-        .into_iter()
-        .find(has_data_path)
-        .ok_or("the cm id is on no device with a data path in uverbs yet (rxe)")?;
-    Ok(dev.open_with(&OpenOptions::new())?)
+    let sgid = id.query_route()?.first.sgid;
+    for dev in id.matching_devices(&devices(opts)?)? {
+        if !has_cm_data_path(&dev) {
+            continue;
+        }
+        let ctx = dev.open_with(&OpenOptions::new())?;
+        if ctx.query_gid_table()?.iter().any(|g| g.gid.raw() == sgid) {
+            return Ok(ctx);
+        }
+    }
+    Err("the cm id is on no rxe or siw device (the devices with a data path in uverbs)".into())
+}
+
+/// True when the kernel's CM drives the QP (iWARP).
+fn is_iwarp(side: &Side) -> bool {
+    side.qp.transport_type() == TransportType::Iwarp
 }
 
 /// Moves the side's QP to `state` with the cm's attributes.
@@ -163,6 +190,14 @@ pub fn server(
     if !matches!(ev.kind, EventKind::Established(_)) {
         return Err(unexpected("accept", &ev));
     }
+    if is_iwarp(&side) {
+        // The kernel moved the QP to RTS when it handed it the stream:
+        // learn it, or post_send refuses the QP's last known state (RTR).
+        let state = side.qp.refresh_state()?;
+        if state != QpState::Rts {
+            return Err(format!("the QP is {state:?} after ESTABLISHED, not RTS").into());
+        }
+    }
     let peer = id.query_route()?.dst;
     println!(
         "pingpong server (cm): {} connected from {peer:?}, QP {} on {}",
@@ -203,50 +238,52 @@ pub fn server(
     Ok(())
 }
 
+/// A client connection: the id, its channel, the side, its device, the
+/// server's WRITE area and what to print for the server's QP.
+struct Connected {
+    ch: EventChannel,
+    id: CmId,
+    ctx: Context,
+    remote: Remote,
+    peer_qp: String,
+}
+
+/// How long a rejected client waits before it tries again.
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+
 /// Connects to `opts.addr` with the cm and measures.
 pub fn client(opts: &Options) -> Result<()> {
     let dst: SocketAddr = opts.addr.parse()?;
-    let ch = EventChannel::open()?;
-    let id = ch.create_id(PortSpace::Tcp)?;
-    id.resolve_addr(None, dst, RESOLVE_MS)
-        .map_err(|e| format!("{dst} (is the address configured here?): {e}"))?;
-    let ev = next(&ch, "resolve_addr")?;
-    if !matches!(ev.kind, EventKind::AddrResolved) {
-        return Err(unexpected(&format!("resolve_addr {dst}"), &ev));
-    }
-    id.resolve_route(RESOLVE_MS)?;
-    let ev = next(&ch, "resolve_route")?;
-    if !matches!(ev.kind, EventKind::RouteResolved) {
-        return Err(unexpected(&format!("resolve_route {dst}"), &ev));
-    }
-    let ctx = context_of(&id, opts)?;
-    let mut side = Side::new(&ctx, opts)?;
-    to(&id, &side, QpState::Init)?;
-    id.connect(&ConnParam::new(side.qp.qp_num()))?;
-    let ev = next(&ch, "connect")?;
-    let EventKind::ConnectResponse(Param::Conn(peer)) = &ev.kind else {
-        return Err(unexpected(&format!("connect to {dst}"), &ev));
+    let deadline = Instant::now() + WAIT;
+    let mut attempt = 1;
+    let (c, mut side) = loop {
+        let ch = EventChannel::open()?;
+        let id = ch.create_id(PortSpace::Tcp)?;
+        match connect(opts, dst, ch, id)? {
+            Ok(connected) => break connected,
+            Err(why) if Instant::now() + RETRY_AFTER < deadline => {
+                println!("pingpong client (cm): attempt {attempt} to {dst}: {why}; trying again");
+                attempt += 1;
+                std::thread::sleep(RETRY_AFTER);
+            }
+            Err(why) => {
+                return Err(
+                    format!("connect to {dst}: {why} ({attempt} attempts within {WAIT:?})").into(),
+                )
+            }
+        }
     };
-    let data = &peer.private_data;
-    if data.len() < 12 {
-        return Err("the server's accept carries no WRITE area".into());
-    }
-    let remote = Remote {
-        addr: u64::from_le_bytes(data[..8].try_into()?),
-        rkey: u32::from_le_bytes(data[8..12].try_into()?),
-    };
-    // INIT again (librdmacm's order): only a connected id's attributes
-    // grant the QP remote access.
-    to(&id, &side, QpState::Init)?;
-    to(&id, &side, QpState::Rtr)?;
-    to(&id, &side, QpState::Rts)?;
-    side.post_recv()?;
-    id.establish()?;
+    let Connected {
+        ch,
+        id,
+        ctx,
+        remote,
+        peer_qp,
+    } = c;
     println!(
-        "pingpong client (cm): {} connected to {dst}, QP {} -> QP {}",
+        "pingpong client (cm): {} connected to {dst}, QP {} -> {peer_qp} (attempt {attempt})",
         ctx.device_name(),
         side.qp.qp_num(),
-        peer.qp_num
     );
 
     let rtt = measure_latency(&mut side, opts)?;
@@ -274,6 +311,7 @@ pub fn client(opts: &Options) -> Result<()> {
         return Err("the server's verdict carries the wrong number".into());
     };
     report(&ctx, opts, rtt, secs, verdict);
+    drop(ctx);
 
     id.disconnect()?;
     let ev = next(&ch, "disconnect")?;
@@ -284,4 +322,91 @@ pub fn client(opts: &Options) -> Result<()> {
         return Err("the server found a mismatch in its WRITE area".into());
     }
     Ok(())
+}
+
+/// One connection attempt on `id`: resolves `dst`, makes the side on the
+/// device the id landed on, connects. `Ok(Err(why))` when the server
+/// rejected it, refused the stream or was unreachable (worth another
+/// attempt, with a new id).
+fn connect(
+    opts: &Options,
+    dst: SocketAddr,
+    ch: EventChannel,
+    id: CmId,
+) -> Result<std::result::Result<(Connected, Side), String>> {
+    id.resolve_addr(None, dst, RESOLVE_MS)
+        .map_err(|e| format!("{dst} (is the address configured here?): {e}"))?;
+    let ev = next(&ch, "resolve_addr")?;
+    if !matches!(ev.kind, EventKind::AddrResolved) {
+        return Err(unexpected(&format!("resolve_addr {dst}"), &ev));
+    }
+    id.resolve_route(RESOLVE_MS)?;
+    let ev = next(&ch, "resolve_route")?;
+    if !matches!(ev.kind, EventKind::RouteResolved) {
+        return Err(unexpected(&format!("resolve_route {dst}"), &ev));
+    }
+    let ctx = context_of(&id, opts)?;
+    let side = Side::new(&ctx, opts)?;
+    let iwarp = is_iwarp(&side);
+    to(&id, &side, QpState::Init)?;
+    match id.connect(&ConnParam::new(side.qp.qp_num())) {
+        Ok(()) => {}
+        // iWARP connects the TCP stream in the call: no listener there
+        // answers at once.
+        Err(e) if e.errno() == Some(Errno::CONNREFUSED) => {
+            drop(side);
+            id.destroy()?;
+            return Ok(Err(format!("rdma_connect: {e}")));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let ev = next(&ch, "connect")?;
+    let peer = match &ev.kind {
+        EventKind::ConnectResponse(Param::Conn(peer)) if !iwarp => peer.clone(),
+        // iWARP: no CONNECT_RESPONSE; ESTABLISHED carries the accept's data.
+        EventKind::Established(Param::Conn(peer)) if iwarp => peer.clone(),
+        EventKind::Rejected { .. } | EventKind::Unreachable | EventKind::ConnectError => {
+            drop(side);
+            drop(ctx);
+            let why = format!("{} (status {})", ev.name(), ev.status);
+            id.destroy()?;
+            return Ok(Err(why));
+        }
+        _ => return Err(unexpected(&format!("connect to {dst}"), &ev)),
+    };
+    let data = &peer.private_data;
+    if data.len() < 12 {
+        return Err("the server's accept carries no WRITE area".into());
+    }
+    let remote = Remote {
+        addr: u64::from_le_bytes(data[..8].try_into()?),
+        rkey: u32::from_le_bytes(data[8..12].try_into()?),
+    };
+    let peer_qp = if iwarp {
+        // The kernel moved the QP to RTS when it handed it the stream.
+        let state = side.qp.refresh_state()?;
+        if state != QpState::Rts {
+            return Err(format!("the QP is {state:?} after ESTABLISHED, not RTS").into());
+        }
+        "the server (iWARP: the cm carries no QP number)".to_string()
+    } else {
+        // INIT again (librdmacm's order): only a connected id's attributes
+        // grant the QP remote access.
+        to(&id, &side, QpState::Init)?;
+        to(&id, &side, QpState::Rtr)?;
+        to(&id, &side, QpState::Rts)?;
+        id.establish()?;
+        format!("QP {}", peer.qp_num)
+    };
+    side.post_recv()?;
+    Ok(Ok((
+        Connected {
+            ch,
+            id,
+            ctx,
+            remote,
+            peer_qp,
+        },
+        side,
+    )))
 }

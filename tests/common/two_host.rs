@@ -1,5 +1,6 @@
 //! The two-host run's fixtures: which host this process is (`Role`, from
-//! the harness's `UVERBS_HOST_ROLE` and companions), a line-based control
+//! the harness's `UVERBS_HOST_ROLE` and companions, the addresses of both
+//! links: rxe0's and siw0's), a line-based control
 //! connection between the two hosts with bounded waits (`Control`), and
 //! byte patterns that tell every write apart, and the traffic steps both
 //! sides take (SEND/RECV, WRITE, READ: each checked byte for byte by the
@@ -10,6 +11,7 @@ use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
+use uverbs::command::TransportType;
 use uverbs::{
     CompletionQueue, MemoryRegion, QueuePair, RecvWr, Remote, SendOp, WcOpcode, WorkCompletion,
 };
@@ -61,8 +63,14 @@ impl Role {
 /// What the two-host harness tells this process.
 pub struct Peer {
     pub role: Role,
+    /// This host's and the peer's addresses on rxe0's link (eth0).
     pub local: Ipv4Addr,
     pub peer: Ipv4Addr,
+    /// This host's and the peer's addresses on siw0's link (eth1): the
+    /// cm gives an id the first device with its source address, so siw0
+    /// is reached over a netdev and addresses of its own.
+    pub siw_local: Ipv4Addr,
+    pub siw_peer: Ipv4Addr,
     pub port: u16,
     /// `<config>/<binary>`: both sides must be running the same thing.
     pub run: String,
@@ -90,6 +98,8 @@ pub fn peer_from_env(test: &str) -> Option<Peer> {
         role,
         local: addr("UVERBS_LOCAL_ADDR"),
         peer: addr("UVERBS_PEER_ADDR"),
+        siw_local: addr("UVERBS_SIW_LOCAL_ADDR"),
+        siw_peer: addr("UVERBS_SIW_PEER_ADDR"),
         port: port
             .parse()
             .unwrap_or_else(|e| panic!("{test}: UVERBS_TWO_HOST_PORT={port:?}: {e}")),
@@ -269,6 +279,28 @@ pub trait Traffic {
     }
 }
 
+/// Where in the local buffer [`placed`]'s READ lands (no step uses it).
+const PLACED_AT: usize = LEN - 64;
+
+/// Returns once the WRITEs this side completed on its QP have been placed
+/// in the peer's memory. On RoCE a WRITE completes when the responder
+/// acknowledged it, so at once. On iWARP a WRITE completes as soon as it is
+/// on the wire (siw: once sent), before the peer placed it (seen in the VM:
+/// B found the last WRITE's bytes missing after A's completion); a READ on
+/// the same QP is answered only after everything before it on the stream
+/// was placed, so one small READ of the peer's memory at `at` waits for it.
+pub fn placed(s: &impl Traffic, at: usize, what: &str) {
+    if s.qp().transport_type() != TransportType::Iwarp {
+        return;
+    }
+    let what = format!("{what}: the READ that waits for the placement");
+    let op = SendOp::RdmaRead {
+        remote: s.remote(at),
+    };
+    let wc = s.post(u64::MAX - 1, op, PLACED_AT, 8, &what);
+    check(&wc, &what, WcOpcode::RdmaRead, s.qp(), u64::MAX - 1);
+}
+
 /// `sender` SENDs [`SEND_LEN`] bytes of `pattern(step)` into a receive the
 /// other side posted first; the receiver checks every byte.
 pub fn send_recv(s: &mut impl Traffic, ctl: &mut Control, sender: Role, step: u64) {
@@ -340,6 +372,7 @@ pub fn write(s: &mut impl Traffic, ctl: &mut Control, writer: Role, step: u64, a
         };
         let wc = s.post(100 + step, op, 0, RDMA_LEN, &what);
         check(&wc, &what, WcOpcode::RdmaWrite, s.qp(), 100 + step);
+        placed(s, at, &what);
         ctl.send("written", &at.to_string());
         ctl.expect("checked");
     } else {

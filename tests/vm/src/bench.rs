@@ -314,6 +314,7 @@ fn mover_run(name: &str, buffer: usize) -> GuestRun {
             "3000".into(),
         ],
         timeout_secs: crate::guest::PER_BINARY_TIMEOUT_SECS,
+        per_host: None,
     }
 }
 

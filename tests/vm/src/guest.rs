@@ -69,6 +69,40 @@ pub struct GuestRun {
     pub args: Vec<String>,
     /// Killed after this long (and counted as failed).
     pub timeout_secs: u32,
+    /// In the two-host run: arguments per host instead of [`args`](Self::args),
+    /// and what each host's output must show.
+    pub per_host: Option<PerHost>,
+}
+
+/// A two-host run's arguments and expected output, per host (index 0 for
+/// A, 1 for B). Arguments may name the run's addresses and port, replaced
+/// per host: `{local}`, `{peer}` (rxe0's link), `{siw_local}`,
+/// `{siw_peer}` (siw0's link) and `{port}` (the run's
+/// [`two_host_env::PORT`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerHost {
+    /// A's arguments and B's.
+    pub args: [Vec<String>; 2],
+    /// Text each host's output must contain (each string somewhere in it)
+    /// for the run to pass there, on top of exit status 0.
+    pub expect: [Vec<String>; 2],
+}
+
+impl PerHost {
+    /// `host`'s arguments with the placeholders replaced.
+    fn args_for(&self, host: Host, port: u16) -> Vec<String> {
+        let i = host.index();
+        self.args[i]
+            .iter()
+            .map(|a| {
+                a.replace("{siw_local}", host.siw_addr())
+                    .replace("{siw_peer}", host.peer().siw_addr())
+                    .replace("{local}", host.addr())
+                    .replace("{peer}", host.peer().addr())
+                    .replace("{port}", &port.to_string())
+            })
+            .collect()
+    }
 }
 
 impl GuestRun {
@@ -79,6 +113,7 @@ impl GuestRun {
             bin: bin.into(),
             args: Vec::new(),
             timeout_secs: PER_BINARY_TIMEOUT_SECS,
+            per_host: None,
         }
     }
 
@@ -97,10 +132,128 @@ impl GuestRun {
                 bin: (*bin).into(),
                 args: args.iter().map(|a| (*a).into()).collect(),
                 timeout_secs: PER_BINARY_TIMEOUT_SECS,
+                per_host: None,
+            })
+            .collect()
+    }
+
+    /// The example runs of the two-host plan ([`TWO_HOST_EXAMPLE_RUNS`]).
+    pub fn two_host_examples() -> Vec<GuestRun> {
+        let owned = |v: &[&str]| v.iter().map(|a| (*a).to_string()).collect::<Vec<_>>();
+        TWO_HOST_EXAMPLE_RUNS
+            .iter()
+            .map(|r| GuestRun {
+                name: r.name.into(),
+                bin: r.bin.into(),
+                args: Vec::new(),
+                timeout_secs: PER_BINARY_TIMEOUT_SECS,
+                per_host: Some(PerHost {
+                    args: [owned(r.args[0]), owned(r.args[1])],
+                    expect: [owned(r.expect[0]), owned(r.expect[1])],
+                }),
             })
             .collect()
     }
 }
+
+/// An example the two-host plan runs on both guests at once, with
+/// arguments and expected output per host ([`PerHost`]).
+pub struct TwoHostExample {
+    /// The run's name (`two_host_...`: `UVERBS_VM_ONLY=two_host` selects it).
+    pub name: &'static str,
+    /// The example (`examples/<bin>.rs`, built statically).
+    pub bin: &'static str,
+    /// A's arguments and B's, with [`PerHost`]'s placeholders.
+    pub args: [&'static [&'static str]; 2],
+    /// What A's output and B's must contain.
+    pub expect: [&'static [&'static str]; 2],
+}
+
+/// The examples of the two-host plan, each under every [`TEST_CONFIGS`]
+/// row after the `two_host_*` binaries: `pingpong --cm` across the guests,
+/// B the server listening on its own address of the device's link, A the
+/// client connecting to it (retrying while B is not listening yet), once
+/// on rxe0 (eth0) and once on siw0 (eth1). Each passes when both exit 0,
+/// A printed its latency and bandwidth lines with the server's verdict
+/// `verified` and B its end line.
+pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
+    TwoHostExample {
+        name: "two_host_pingpong_rxe",
+        bin: "pingpong",
+        args: [
+            &[
+                "--cm",
+                "--client",
+                "--connect",
+                "{peer}:{port}",
+                "--device",
+                "rxe0",
+                "--iters",
+                "200",
+            ],
+            &[
+                "--cm",
+                "--server",
+                "--bind",
+                "{local}:{port}",
+                "--device",
+                "rxe0",
+                "--iters",
+                "200",
+            ],
+        ],
+        expect: [
+            &[
+                "pingpong rxe0 (cm) over ",
+                ": latency: 200 round trips",
+                ": bandwidth: 200 RDMA WRITEs",
+                "server: verified",
+            ],
+            &[
+                "pingpong server (cm): rxe0 connected from",
+                "200 pings answered; the WRITE area was verified; disconnected",
+            ],
+        ],
+    },
+    TwoHostExample {
+        name: "two_host_pingpong_siw",
+        bin: "pingpong",
+        args: [
+            &[
+                "--cm",
+                "--client",
+                "--connect",
+                "{siw_peer}:{port}",
+                "--device",
+                "siw0",
+                "--iters",
+                "200",
+            ],
+            &[
+                "--cm",
+                "--server",
+                "--bind",
+                "{siw_local}:{port}",
+                "--device",
+                "siw0",
+                "--iters",
+                "200",
+            ],
+        ],
+        expect: [
+            &[
+                "pingpong siw0 (cm) over ",
+                ": latency: 200 round trips",
+                ": bandwidth: 200 RDMA WRITEs",
+                "server: verified",
+            ],
+            &[
+                "pingpong server (cm): siw0 connected from",
+                "200 pings answered; the WRITE area was verified; disconnected",
+            ],
+        ],
+    },
+];
 
 /// A binary's name is its run without arguments.
 impl From<&str> for GuestRun {
@@ -218,6 +371,14 @@ impl Host {
         }
     }
 
+    /// 0 for A, 1 for B: where its entries are in per-host pairs.
+    pub fn index(self) -> usize {
+        match self {
+            Host::A => 0,
+            Host::B => 1,
+        }
+    }
+
     /// The other guest.
     pub fn peer(self) -> Host {
         match self {
@@ -320,6 +481,10 @@ pub enum Mode {
     Shell,
 }
 
+/// Where the output of a run with expected output ([`PerHost::expect`])
+/// is kept in the guest to be searched.
+pub const RUN_OUTPUT: &str = "/tmp/run-output";
+
 /// How long one binary may run in the guest before it is killed (and
 /// counted as failed), so that one hung test cannot use up qemu's timeout
 /// for all the runs after it; a [`GuestRun`] may set another.
@@ -350,7 +515,12 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
                 .iter()
                 .map(|(k, v)| format!("{k}={}", sh_quote(v)))
                 .collect();
-            let args: String = r.args.iter().map(|a| format!(" {}", sh_quote(a))).collect();
+            let port = TWO_HOST_BASE_PORT + index;
+            let (args, expect) = match (host, &r.per_host) {
+                (Some(h), Some(p)) => (p.args_for(h, port), p.expect[h.index()].clone()),
+                _ => (r.args.clone(), Vec::new()),
+            };
+            let args: String = args.iter().map(|a| format!(" {}", sh_quote(a))).collect();
             let mut marker = format!("config={} bin={}", sh_quote(c.name), sh_quote(&r.name));
             if let Some(h) = host {
                 use two_host_env as e;
@@ -359,7 +529,7 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
                     format!("{}={}", e::ROLE, h.role()),
                     format!("{}={}", e::LOCAL_ADDR, h.addr()),
                     format!("{}={}", e::PEER_ADDR, h.peer().addr()),
-                    format!("{}={}", e::PORT, TWO_HOST_BASE_PORT + index),
+                    format!("{}={}", e::PORT, port),
                     format!("{}={}", e::RUN, sh_quote(&run)),
                     format!("{}={}", e::SIW_LOCAL_ADDR, h.siw_addr()),
                     format!("{}={}", e::SIW_PEER_ADDR, h.peer().siw_addr()),
@@ -367,12 +537,29 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
                 marker.push_str(&format!(" role={}", h.role()));
             }
             index += 1;
-            s.push_str(&format!(
-                "echo\necho \"{RUN} {marker}\"\ntimeout -s KILL {} env {} /{GUEST_BIN_DIR}/{}{args}\nrc=$?\necho \"{RESULT} {marker} rc=$rc\"\n",
+            let command = format!(
+                "timeout -s KILL {} env {} /{GUEST_BIN_DIR}/{}{args}",
                 r.timeout_secs,
                 env.join(" "),
                 sh_quote(&r.bin),
-            ));
+            );
+            s.push_str(&format!("echo\necho \"{RUN} {marker}\"\n"));
+            if expect.is_empty() {
+                s.push_str(&format!("{command}\nrc=$?\n"));
+            } else {
+                // The output is kept to be searched, then printed.
+                s.push_str(&format!(
+                    "{command} >{RUN_OUTPUT} 2>&1\nrc=$?\ncat {RUN_OUTPUT}\n"
+                ));
+                for e in &expect {
+                    s.push_str(&format!(
+                        "grep -qF -e {q} {RUN_OUTPUT} || {{ echo {missing}; [ $rc -ne 0 ] || rc=1; }}\n",
+                        q = sh_quote(e),
+                        missing = sh_quote(&format!("FAILED: {}: the output lacks `{e}`", r.name)),
+                    ));
+                }
+            }
+            s.push_str(&format!("echo \"{RESULT} {marker} rc=$rc\"\n"));
         }
     }
     s.push_str(&format!("echo \"{DONE}\"\n"));
@@ -671,6 +858,50 @@ mod tests {
         assert!(sa.contains("cttyhack") && sa.contains("telnet 192.0.2.2"));
         assert!(sb.contains("telnetd -l /bin/sh -b 192.0.2.2:23 ||"));
         assert!(!sb.contains("cttyhack") && !sb.contains("/run-all\n"));
+    }
+
+    #[test]
+    fn two_host_examples_get_their_host_s_arguments_and_are_checked() {
+        let mut runs = vec![GuestRun::plain("two_host_x")];
+        runs.extend(GuestRun::two_host_examples());
+        let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "two_host_x",
+                "two_host_pingpong_rxe",
+                "two_host_pingpong_siw"
+            ]
+        );
+        assert!(runs[1..].iter().all(|r| is_two_host(&r.name)));
+        let a = two_host_run_all_script(TEST_CONFIGS, &runs, Host::A);
+        let b = two_host_run_all_script(TEST_CONFIGS, &runs, Host::B);
+        // Run 2 (ioctl, the siw pingpong): B serves on its siw address,
+        // A connects there, both on the run's port.
+        let port = TWO_HOST_BASE_PORT + 2;
+        assert!(a.contains(&format!(
+            "UVERBS_TWO_HOST_RUN=ioctl/two_host_pingpong_siw UVERBS_SIW_LOCAL_ADDR=198.51.100.1 UVERBS_SIW_PEER_ADDR=198.51.100.2 /tests/pingpong --cm --client --connect 198.51.100.2:{port} --device siw0 --iters 200 >{RUN_OUTPUT} 2>&1\n"
+        )));
+        assert!(b.contains(&format!(
+            "/tests/pingpong --cm --server --bind 198.51.100.2:{port} --device siw0 --iters 200 >{RUN_OUTPUT} 2>&1\n"
+        )));
+        assert!(b.contains(&format!(
+            "/tests/pingpong --cm --server --bind 192.0.2.2:{} --device rxe0",
+            TWO_HOST_BASE_PORT + 1
+        )));
+        // Each expected line is searched for; a missing one fails the run.
+        assert!(a.contains(&format!(
+            "grep -qF -e ': latency: 200 round trips' {RUN_OUTPUT} || {{ echo 'FAILED: two_host_pingpong_rxe: the output lacks `: latency: 200 round trips`'; [ $rc -ne 0 ] || rc=1; }}\n"
+        )));
+        assert!(b.contains(
+            "grep -qF -e '200 pings answered; the WRITE area was verified; disconnected'"
+        ));
+        assert!(!a.contains("{port}") && !b.contains("{peer}") && !b.contains("{siw_local}"));
+        // The plain binary's output is not redirected.
+        assert!(a.contains("/tests/two_host_x\nrc=$?\n"));
+        // The single guest's script gives an example its plain arguments.
+        let single = run_all_script(TEST_CONFIGS, &runs[1..2]);
+        assert!(single.contains("/tests/pingpong\nrc=$?\n"));
     }
 
     #[test]

@@ -24,7 +24,9 @@
 //! 6. The `two_host_*` binaries (never run in the single guest) run in a
 //!    second boot of two guests, A and B, joined by a virtual Ethernet link
 //!    ([`qemu::run_two`]), each binary on both at once with its role
-//!    ([`guest::two_host_run_all_script`]); a run passes when both roles
+//!    ([`guest::two_host_run_all_script`]), then the examples of
+//!    [`guest::TWO_HOST_EXAMPLE_RUNS`] (`pingpong --cm` across the guests
+//!    on rxe0 and siw0, arguments per host); a run passes when both roles
 //!    pass. Its table ends in `vm two-host: N passed, M failed`, and the
 //!    last line, `vm: N passed, M failed`, counts both boots' runs.
 //!
@@ -360,12 +362,12 @@ impl Ctx {
         &self,
         kernel: &setup::Kernel,
         binaries: &[Binary],
+        runs: &[GuestRun],
         configs: &[RunConfig],
     ) -> Result<Verdict> {
-        let runs = plain_runs(binaries);
         let boot = || -> Result<[qemu::Outcome; 2]> {
             Ok(self
-                .boot_two(kernel, binaries, &runs, configs, Mode::Run)?
+                .boot_two(kernel, binaries, runs, configs, Mode::Run)?
                 .expect("run mode has outcomes"))
         };
         let mut outcomes = boot()?;
@@ -561,8 +563,21 @@ fn real_main(args: &[String]) -> Result<bool> {
                 bins.retain(|b| only.split(',').any(|o| b.name.contains(o)));
                 say(format!("test: UVERBS_VM_ONLY={only}: host suite skipped"));
             }
-            let (two_host, single): (Vec<Binary>, Vec<Binary>) =
+            let (mut two_host, single): (Vec<Binary>, Vec<Binary>) =
                 bins.into_iter().partition(|b| guest::is_two_host(&b.name));
+            // The two-host plan: the binaries, then the examples across
+            // the guests (selected by their run names).
+            let mut two_host_runs = plain_runs(&two_host);
+            let mut examples = GuestRun::two_host_examples();
+            if let Some(only) = &only {
+                examples.retain(|r| only.split(',').any(|o| r.name.contains(o)));
+            }
+            for run in &examples {
+                if !two_host.iter().any(|b| b.name == run.bin) {
+                    two_host.push(binaries::static_example(&ctx.workspace, &run.bin)?);
+                }
+            }
+            two_host_runs.extend(examples);
             let list = |bins: &[Binary]| {
                 bins.iter()
                     .map(|b| b.name.as_str())
@@ -576,10 +591,14 @@ fn real_main(args: &[String]) -> Result<bool> {
                 list(&single)
             ));
             say(format!(
-                "test: {} binaries × {} configurations on two guests: {}",
-                two_host.len(),
+                "test: {} runs × {} configurations on two guests: {}",
+                two_host_runs.len(),
                 guest::TEST_CONFIGS.len(),
-                list(&two_host)
+                two_host_runs
+                    .iter()
+                    .map(|r| r.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(" ")
             ));
             let mut verdicts = Vec::new();
             if single.is_empty() {
@@ -593,12 +612,17 @@ fn real_main(args: &[String]) -> Result<bool> {
                 ));
                 verdicts.push(v);
             }
-            if two_host.is_empty() {
+            if two_host_runs.is_empty() {
                 println!(
-                    "vm two-host: 0 passed, 0 failed (no two_host_* binary selected; not booted)"
+                    "vm two-host: 0 passed, 0 failed (no two_host_* run selected; not booted)"
                 );
             } else {
-                verdicts.push(ctx.run_two_host_plan(&kernel, &two_host, guest::TEST_CONFIGS)?);
+                verdicts.push(ctx.run_two_host_plan(
+                    &kernel,
+                    &two_host,
+                    &two_host_runs,
+                    guest::TEST_CONFIGS,
+                )?);
             }
             Ok(final_line(&verdicts))
         }
