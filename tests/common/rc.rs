@@ -425,7 +425,9 @@ pub fn connected_rc_pair_init(
     connect_two(q, ctx, name, QP_ACCESS)
 }
 
-fn connect_two(mut q: TwoQps, ctx: &Context, name: &str, access: AccessFlags) -> TwoQps {
+/// Connects the RESET QPs of `q` to each other as [`connected_rc_pair`]
+/// does (rxe: by hand granting `access`; siw: through the cm).
+pub fn connect_two(mut q: TwoQps, ctx: &Context, name: &str, access: AccessFlags) -> TwoQps {
     if driver(ctx) == Driver::Siw {
         q.cm = Some(
             cm_connect(ctx, name, &q.qp_a, &q.qp_b)
