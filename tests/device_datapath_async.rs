@@ -8,8 +8,10 @@
 //! QP_LAST_WQE_REACHED for SRQ QPs, SRQ_LIMIT_REACHED and port events): a
 //! remote access error moves the QPs to ERR with error completions only,
 //! so those kinds are covered by the host tests of the decoding alone.
-//! siw0 is skipped loudly: its QPs reach RTS only through the connection
-//! manager, which these tests do without.
+//! On siw0 the QPs are connected through the iWARP connection manager: a
+//! CQ overrun raises the same CQ error events (siw drops the CQE, raises
+//! IB_EVENT_CQ_ERR); RTS -> SQD is siw's CLOSING: the connection drops, and
+//! with nothing to flush siw raises no "SQ drained".
 
 mod common;
 
@@ -81,7 +83,6 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
                 "{name}: the async fd is readable before anything happened: {:?}",
                 events.try_get_event()
             );
-            let (gid, mtu) = roce_path(ctx, name);
             let pd = alloc_pd(ctx);
             let small = ctx
                 .create_cq(1, None)
@@ -93,7 +94,7 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
             let qp_b = pd
                 .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
                 .unwrap();
-            connect_pair(&qp_a, &qp_b, gid, mtu);
+            let cm = connect_rc_qps(ctx, name, &qp_a, &qp_b);
             let room = small.cqe() as usize;
             let n = room + 2;
             loud(&format!(
@@ -182,7 +183,7 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
                 small.event_id(),
                 events
             ));
-            drop((qp_a, qp_b, small, cq_b, mr, pd));
+            drop((qp_a, qp_b, small, cq_b, mr, pd, cm));
         },
     );
 }
@@ -224,6 +225,9 @@ fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
                 "{name}: nothing pending yet"
             );
 
+            if let Some(link) = &q.cm {
+                return siw_sqd_closes(&q, link, &events, name);
+            }
             modify(&q.qp_a, &QpAttr::new().state(QpState::Sqd), "RTS->SQD");
             let drained =
                 |e: &AsyncEvent| e.kind == AsyncEventKind::SqDrained && e.is_about_qp(&q.qp_a);
@@ -256,4 +260,36 @@ fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
             drop((q.qp_a, q.qp_b, q.cq_a, q.cq_b, mr, q.pd));
         },
     );
+}
+
+/// siw's answer to RTS -> SQD (Linux 6.12, `siw_qp_nextstate_from_rts`):
+/// SQD is siw's CLOSING, librdmacm's iWARP shutdown: the modify succeeds,
+/// the connection is dropped (both ids hear DISCONNECTED) and, with the
+/// send queue empty, nothing is flushed, so no "SQ drained" event comes
+/// (siw raises it only from a flush that completed requests). The QP does
+/// not come back to RTS: iWARP reaches RTS only through a new connection.
+fn siw_sqd_closes(q: &TwoQps, link: &CmLink, events: &AsyncEvents, name: &str) {
+    modify(&q.qp_a, &QpAttr::new().state(QpState::Sqd), "RTS->SQD");
+    let cm = cm_events(link, Duration::from_secs(3));
+    let state = q.qp_a.refresh_state().unwrap();
+    loud(&format!(
+        "NOTE: {name}: siw: RTS->SQD is a close: cm events {cm:?}, QP A then {state:?}"
+    ));
+    assert_disconnected(link, &cm, name);
+    assert!(
+        !readable_within(events, Duration::from_millis(200)),
+        "{name}: siw raised an async event for an SQD with an empty SQ: {:?}",
+        events.try_get_event()
+    );
+    assert_eq!(q.qp_a.async_events_reported(), 0, "{name}");
+    assert_ne!(state, QpState::Rts, "{name}: QP A after the close");
+    let err = q
+        .qp_a
+        .modify(&QpAttr::new().state(QpState::Rts))
+        .unwrap_err();
+    assert!(
+        matches!(err, uverbs::Error::QpTransition { .. }),
+        "{name}: {err}"
+    );
+    loud(&format!("{name}: back to RTS by hand refused: {err}"));
 }

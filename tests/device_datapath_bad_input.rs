@@ -580,11 +580,11 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
 /// siw checks a WRITE's or SEND's SGEs when it starts sending
 /// (`siw_check_sgl_tx`); another PD's lkey fails there: the request
 /// completes with LOC_QP_OP_ERR, the QP gets QP_FATAL and the connection is
-/// dropped (`siw_qp_cm_drop`): both ids hear DISCONNECTED and the QP is in
-/// ERR as the kernel reports it. A READ's local SGE is checked when the
-/// response arrives. Nothing is written to the foreign MR. A QP in ERR
-/// stays there (iWARP: a new connection is the way back); requests posted
-/// on it now are flushed.
+/// dropped (`siw_qp_cm_drop`): both ids hear DISCONNECTED, while the
+/// kernel still reports the QP in RTS (measured). A READ's local SGE is
+/// checked when the response arrives. Nothing is written to the foreign
+/// MR, and nothing posted after the error lands (iWARP: a new connection
+/// is the way back).
 fn siw_foreign_lkey(ctx: &Context, name: &str) {
     for (what, expected) in [
         ("RDMA WRITE", WcStatus::LocQpOpErr),
@@ -628,7 +628,12 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
             "{name}: {what}: the foreign MR was written"
         );
         assert_disconnected(link, &events, &format!("{name}: {what}"));
-        assert_eq!(state, QpState::Err, "{name}: {what}: QP A");
+        // Measured (Linux 6.12, every configuration): after a local
+        // error the kernel still reports QP A in RTS although its
+        // connection is gone (siw suspends its transmit side and lets the
+        // cm close the stream; only a remote error or a modify takes the
+        // QP to ERR).
+        assert_eq!(state, QpState::Rts, "{name}: {what}: QP A");
         let next = [
             signalled_write(2, &good, remote),
             signalled_write(3, &good, remote),

@@ -237,7 +237,7 @@ impl<M: uverbs::DeviceReadable> CmQp for OwnedQp<M> {
 
 /// Moves `qp` with exactly what the cm answers for `id` and `state` (on
 /// iWARP the RTS answer has no state: PORT alone).
-fn cm_step<Q: CmQp>(id: &CmId, qp: &Q, state: QpState, what: &str) {
+fn cm_step<Q: CmQp + ?Sized>(id: &CmId, qp: &Q, state: QpState, what: &str) {
     let attr = id
         .init_qp_attr(state)
         .unwrap_or_else(|e| panic!("{what}: init_qp_attr({state:?}): {e}"));
@@ -254,7 +254,7 @@ fn cm_step<Q: CmQp>(id: &CmId, qp: &Q, state: QpState, what: &str) {
 /// [`cm_unavailable`]: a failure under `UVERBS_REQUIRE_DEVICES`) when the
 /// environment has no rdma_cm or no address. The cm's defaults grant the
 /// peer REMOTE_WRITE and REMOTE_READ (responder resources 1).
-pub fn cm_connect<Q: CmQp>(ctx: &Context, name: &str, a: &Q, b: &Q) -> Option<CmLink> {
+pub fn cm_connect<A: CmQp, B: CmQp>(ctx: &Context, name: &str, a: &A, b: &B) -> Option<CmLink> {
     if !cm_present(name) {
         return None;
     }
@@ -295,7 +295,7 @@ pub fn cm_connect<Q: CmQp>(ctx: &Context, name: &str, a: &Q, b: &Q) -> Option<Cm
         );
         assert_eq!(ev.id, id.handle(), "{name}: {side}'s ESTABLISHED");
     }
-    for (qp, side) in [(a, "client"), (b, "server")] {
+    for (qp, side) in [(a as &dyn CmQp, "client"), (b as &dyn CmQp, "server")] {
         let state = qp
             .cm_refresh()
             .unwrap_or_else(|e| panic!("{name}: {side}: query_qp: {e}"));
@@ -423,6 +423,21 @@ pub fn connected_rc_pair_init(
 ) -> TwoQps {
     let q = two_rc_qps_init(ctx, name, cqe, None, adjust);
     connect_two(q, ctx, name, QP_ACCESS)
+}
+
+/// Connects two RESET RC QPs of `ctx` to each other: on rxe by hand over
+/// [`roce_path`] granting [`QP_ACCESS`] (`None`), on siw through the cm
+/// (the link, to keep as long as the QPs: drop it after them).
+pub fn connect_rc_qps(ctx: &Context, name: &str, a: &QueuePair, b: &QueuePair) -> Option<CmLink> {
+    if driver(ctx) == Driver::Siw {
+        return Some(
+            cm_connect(ctx, name, a, b)
+                .unwrap_or_else(|| panic!("{name}: no cm connection on siw")),
+        );
+    }
+    let (gid, mtu) = roce_path(ctx, name);
+    connect_pair(a, b, gid, mtu);
+    None
 }
 
 /// Connects the RESET QPs of `q` to each other as [`connected_rc_pair`]
