@@ -737,3 +737,40 @@ pub fn assert_siw_refuses_qp_type(
     ));
     drop((rc, cq, pd));
 }
+
+/// The iWARP way back after an error (there is no RESET -> RTS by hand on
+/// siw, and a siw connection that failed is gone): new CQs of `cqe`
+/// entries and new RC QPs in `q`'s PD (so its MRs serve them), connected
+/// through a new cm connection; then the old QPs, CQs and cm ids are
+/// dropped, in that order.
+pub fn cm_reconnect(q: &mut TwoQps, ctx: &Context, name: &str, cqe: u32) {
+    let cq = |which: &str| {
+        ctx.create_cq(cqe, None)
+            .unwrap_or_else(|e| panic!("{name}: reconnect: create_cq {which}: {e}"))
+    };
+    let (cq_a, cq_b) = (cq("A"), cq("B"));
+    let qp = |cq: &CompletionQueue, which: &str| {
+        q.pd.create_qp(&QpInit::new(QpType::Rc, cq, cq))
+            .unwrap_or_else(|e| panic!("{name}: reconnect: create_qp {which}: {e}"))
+    };
+    let (qp_a, qp_b) = (qp(&cq_a, "A"), qp(&cq_b, "B"));
+    let link = cm_connect(ctx, name, &qp_a, &qp_b)
+        .unwrap_or_else(|| panic!("{name}: reconnect: no cm connection"));
+    let old_qps = (
+        std::mem::replace(&mut q.qp_a, qp_a),
+        std::mem::replace(&mut q.qp_b, qp_b),
+    );
+    let old_cqs = (
+        std::mem::replace(&mut q.cq_a, cq_a),
+        std::mem::replace(&mut q.cq_b, cq_b),
+    );
+    let old_link = q.cm.replace(link);
+    drop(old_qps);
+    drop(old_cqs);
+    drop(old_link);
+    loud(&format!(
+        "{name}: reconnected through the cm: QPs {} <-> {}",
+        q.qp_a.qp_num(),
+        q.qp_b.qp_num()
+    ));
+}
