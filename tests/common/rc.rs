@@ -237,7 +237,7 @@ impl<M: uverbs::DeviceReadable> CmQp for OwnedQp<M> {
 
 /// Moves `qp` with exactly what the cm answers for `id` and `state` (on
 /// iWARP the RTS answer has no state: PORT alone).
-fn cm_step<Q: CmQp + ?Sized>(id: &CmId, qp: &Q, state: QpState, what: &str) {
+fn cm_step<Q: CmQp>(id: &CmId, qp: &Q, state: QpState, what: &str) {
     let attr = id
         .init_qp_attr(state)
         .unwrap_or_else(|e| panic!("{what}: init_qp_attr({state:?}): {e}"));
@@ -246,21 +246,45 @@ fn cm_step<Q: CmQp + ?Sized>(id: &CmId, qp: &Q, state: QpState, what: &str) {
 }
 
 /// Connects two RESET RC QPs of `ctx` (siw: iWARP) to each other through
-/// the rdma_cm over [`cm_addr`]: A is the client, B the server, each moved
-/// only with what `INIT_QP_ATTR` answers (client: INIT before the connect;
-/// server: INIT, RTR and the stateless RTS answer before the accept), then
-/// both sides hear ESTABLISHED and the kernel has moved both QPs to RTS
-/// (read back with `refresh_state`, so posting is allowed). `None` (after
-/// [`cm_unavailable`]: a failure under `UVERBS_REQUIRE_DEVICES`) when the
-/// environment has no rdma_cm or no address. The cm's defaults grant the
-/// peer REMOTE_WRITE and REMOTE_READ (responder resources 1).
+/// the rdma_cm over [`cm_addr`]: A is the client ([`cm_dial`]), B the
+/// server ([`cm_accept`]), each moved only with what `INIT_QP_ATTR`
+/// answers, then both sides hear ESTABLISHED and the kernel has moved both
+/// QPs to RTS (read back with `refresh_state`, so posting is allowed).
+/// `None` (after [`cm_unavailable`]: a failure under
+/// `UVERBS_REQUIRE_DEVICES`) when the environment has no rdma_cm or no
+/// address. The cm's defaults grant the peer REMOTE_WRITE and REMOTE_READ
+/// (responder resources 1).
 pub fn cm_connect<A: CmQp, B: CmQp>(ctx: &Context, name: &str, a: &A, b: &B) -> Option<CmLink> {
     if !cm_present(name) {
         return None;
     }
     let (ch_b, listener, port) = cm_listener(4);
-    let ch_a = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
-    let client = match resolved_client(&ch_a, ctx, port) {
+    let (ch_a, client) = cm_dial(ctx, name, port, a)?;
+    let server = cm_accept(&ch_b, b, name);
+    cm_established(&ch_a, &client, a, &format!("{name}: client"));
+    cm_established(&ch_b, &server, b, &format!("{name}: server"));
+    Some(CmLink {
+        client,
+        server,
+        listener,
+        ch_a,
+        ch_b,
+    })
+}
+
+/// The active half's start: a client id on a new channel, resolved to
+/// [`cm_addr`]`(ctx):port` (asserted to land on `ctx`), `qp` moved to INIT
+/// with the cm's answer, and the connect request sent. `None` (after
+/// [`cm_unavailable`]) when the address is not there. Finish with
+/// [`cm_established`].
+pub fn cm_dial<Q: CmQp>(
+    ctx: &Context,
+    name: &str,
+    port: u16,
+    qp: &Q,
+) -> Option<(EventChannel, CmId)> {
+    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
+    let client = match resolved_client(&ch, ctx, port) {
         Ok(c) => c,
         Err(why) => {
             cm_unavailable(name, &why);
@@ -271,43 +295,46 @@ pub fn cm_connect<A: CmQp, B: CmQp>(ctx: &Context, name: &str, a: &A, b: &B) -> 
         landed_on(&client, ctx),
         "{name}: the client's id is not on {name}"
     );
-    cm_step(&client, a, QpState::Init, "client RESET->INIT");
-    let hello = ConnParam::new(a.cm_qpn()).private_data(b"dp").unwrap();
+    cm_step(&client, qp, QpState::Init, "client RESET->INIT");
+    let hello = ConnParam::new(qp.cm_qpn()).private_data(b"dp").unwrap();
     client
         .connect(&hello)
         .unwrap_or_else(|e| panic!("{name}: connect: {e}"));
-    let ev = next_event(&ch_b, &format!("{name}: listener"));
+    Some((ch, client))
+}
+
+/// The passive half: the next connect request on the listener's `ch`
+/// (within the cm's bound), `qp` moved to INIT and RTR with the cm's
+/// answers and given the stateless RTS answer, and the request accepted.
+/// Returns the server's id; finish with [`cm_established`].
+pub fn cm_accept<Q: CmQp>(ch: &EventChannel, qp: &Q, name: &str) -> CmId {
+    let ev = next_event(ch, &format!("{name}: listener"));
     let EventKind::ConnectRequest { id: server, .. } = ev.kind else {
         panic!("{name}: a connect request expected: {:?}", ev.kind)
     };
-    cm_step(&server, b, QpState::Init, "server RESET->INIT");
-    cm_step(&server, b, QpState::Rtr, "server INIT->RTR");
-    cm_step(&server, b, QpState::Rts, "server RTR->RTS");
+    cm_step(&server, qp, QpState::Init, "server RESET->INIT");
+    cm_step(&server, qp, QpState::Rtr, "server INIT->RTR");
+    cm_step(&server, qp, QpState::Rts, "server RTR->RTS");
     server
-        .accept(&ConnParam::new(b.cm_qpn()))
+        .accept(&ConnParam::new(qp.cm_qpn()))
         .unwrap_or_else(|e| panic!("{name}: accept: {e}"));
-    for (ch, id, side) in [(&ch_a, &client, "client"), (&ch_b, &server, "server")] {
-        let ev = next_event(ch, &format!("{name}: {side} established"));
-        assert!(
-            matches!(ev.kind, EventKind::Established(_)),
-            "{name}: {side}: {:?}",
-            ev.kind
-        );
-        assert_eq!(ev.id, id.handle(), "{name}: {side}'s ESTABLISHED");
-    }
-    for (qp, side) in [(a as &dyn CmQp, "client"), (b as &dyn CmQp, "server")] {
-        let state = qp
-            .cm_refresh()
-            .unwrap_or_else(|e| panic!("{name}: {side}: query_qp: {e}"));
-        assert_eq!(state, QpState::Rts, "{name}: {side}'s QP after ESTABLISHED");
-    }
-    Some(CmLink {
-        client,
-        server,
-        listener,
-        ch_a,
-        ch_b,
-    })
+    server
+}
+
+/// Waits for `id`'s ESTABLISHED on `ch` and asserts that the kernel has
+/// moved `qp` to RTS (iWARP: the kernel's CM does it).
+pub fn cm_established<Q: CmQp>(ch: &EventChannel, id: &CmId, qp: &Q, what: &str) {
+    let ev = next_event(ch, &format!("{what} established"));
+    assert!(
+        matches!(ev.kind, EventKind::Established(_)),
+        "{what}: {:?}",
+        ev.kind
+    );
+    assert_eq!(ev.id, id.handle(), "{what}: ESTABLISHED names the id");
+    let state = qp
+        .cm_refresh()
+        .unwrap_or_else(|e| panic!("{what}: query_qp: {e}"));
+    assert_eq!(state, QpState::Rts, "{what}: the QP after ESTABLISHED");
 }
 
 /// The cm events each side of `link` gets within `within` (names with the
