@@ -293,3 +293,63 @@ fn siw_sqd_closes(q: &TwoQps, link: &CmLink, events: &AsyncEvents, name: &str) {
     );
     loud(&format!("{name}: back to RTS by hand refused: {err}"));
 }
+
+/// A local protection error (a WRITE out of an MR of another PD): on siw
+/// (Linux 6.12, `siw_qp_sq_process`) the request completes with
+/// LOC_QP_OP_ERR and siw raises QP_FATAL naming the requester's QP (and
+/// drops the connection); rxe raises no QP event at all (module docs): the
+/// completion is the only report.
+#[test]
+fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
+    on_each_data_path_device(
+        "a_local_protection_error_raises_qp_fatal_on_siw_only",
+        |name, ctx| {
+            let events = ctx.async_events().unwrap();
+            let q = connected_rc_pair(ctx, name, 8, None);
+            let other_pd = alloc_pd(ctx);
+            let mut mine = anon(4096);
+            let mut foreign = anon(4096);
+            let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
+            let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
+            let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
+            let remote = Remote {
+                addr: mine.as_ptr() as u64 + 1024,
+                rkey: mr.rkey(),
+            };
+            // SAFETY: both buffers stay mapped and untouched by the program
+            // until the completion below (and the QPs go before them).
+            unsafe { q.qp_a.post_send(&[signalled_write(1, &bad, remote)]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+            let wc = wait_one(
+                &q.cq_a,
+                &format!("{name}: the WRITE out of another PD's MR"),
+            );
+            loud(&format!("{name}: {wc:?}"));
+            assert_ne!(wc.status, uverbs::WcStatus::Success, "{name}: {wc:?}");
+            if q.iwarp() {
+                assert_eq!(wc.status, uverbs::WcStatus::LocQpOpErr, "{name}: {wc:?}");
+                let fatal =
+                    |e: &AsyncEvent| e.kind == AsyncEventKind::QpFatal && e.is_about_qp(&q.qp_a);
+                let seen = wait_events(&events, name, 1, fatal);
+                loud(&format!("{name}: siw's async events: {seen:?}"));
+                assert!(
+                    seen.iter().all(|e| e.is_about_qp(&q.qp_a)),
+                    "{name}: events about other objects: {seen:?}"
+                );
+                assert_eq!(q.qp_b.async_events_reported(), 0, "{name}");
+            } else {
+                assert!(
+                    !readable_within(&events, Duration::from_millis(200)),
+                    "{name}: rxe raised an async event: {:?}",
+                    events.try_get_event()
+                );
+                assert_eq!(q.qp_a.async_events_reported(), 0, "{name}");
+            }
+            assert!(
+                mine[1024..1088].iter().all(|&x| x == 0),
+                "{name}: the WRITE landed"
+            );
+            drop((q.qp_a, q.qp_b, mr, foreign_mr, other_pd));
+        },
+    );
+}
