@@ -19,7 +19,8 @@
 //! unchanged: its rkey still lands), so each case goes by the replace
 //! fallback: the new rkey's WRITE and READ land byte for byte; a refused
 //! WRITE completes with SUCCESS on the requester (siw completes a WRITE
-//! once it is on the wire), the responder terminates, both cm ids hear
+//! once it is on the wire; LOC_QP_OP_ERR if the close overtook it), the
+//! responder terminates, both cm ids hear
 //! DISCONNECTED, the requester's QP is in ERR and the target is untouched;
 //! a new cm connection (new QPs in the same PD) is the way back. siw has
 //! no atomics (refused before the ring); the live toggling stream needs
@@ -188,7 +189,8 @@ impl Rig {
     /// siw's refusal of a WRITE (measured on Linux 6.12 in every
     /// configuration, as `device_cm_siw` found for an old rkey): the
     /// requester completes the WRITE with SUCCESS (siw completes a WRITE
-    /// once it is on the wire); the responder finds no usable MR for the
+    /// once it is on the wire), or LOC_QP_OP_ERR when the connection closed
+    /// under it while it was being sent; the responder finds no usable MR for the
     /// STag (unknown key, no REMOTE_WRITE, another PD), terminates, and the
     /// connection drops: both ids hear DISCONNECTED, the requester's QP is
     /// in ERR as the kernel reports it, and the target is untouched. Then a
@@ -224,10 +226,18 @@ impl Rig {
             target == &before[..],
             "{name}: {what}: a refused WRITE changed the target bytes"
         );
-        assert_eq!(
-            (wc.status, wc.wr_id, wc.qp_num),
-            (WcStatus::Success, wr_id, self.q.qp_a.qp_num()),
+        // SUCCESS when the WRITE was on the wire before the responder's
+        // TERMINATE and close came back (most runs); LOC_QP_OP_ERR when the
+        // close reached the requester while it was still sending (seen
+        // once in three configurations): siw's transmit path fails then.
+        assert!(
+            matches!(wc.status, WcStatus::Success | WcStatus::LocQpOpErr),
             "{name}: {what}: the requester's completion: {wc:?}"
+        );
+        assert_eq!(
+            (wc.wr_id, wc.qp_num),
+            (wr_id, self.q.qp_a.qp_num()),
+            "{name}: {what}: {wc:?}"
         );
         assert_disconnected(link, &events, &format!("{name}: {what}"));
         assert_eq!(state, uverbs::command::QpState::Err, "{name}: {what}: QP A");
