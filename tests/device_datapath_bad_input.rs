@@ -584,8 +584,8 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
 /// kernel still reports the QP in RTS (measured). A READ's local SGE is
 /// checked when the response arrives: LOC_PROT_ERR, the connection
 /// dropped, the QP in ERR. Nothing is written to the foreign MR, and what
-/// is posted after the error is accepted but never runs nor completes
-/// (iWARP: a new connection is the way back).
+/// is posted after the error is accepted but never runs nor completes.
+/// The way back is a new connection: a WRITE lands there.
 fn siw_foreign_lkey(ctx: &Context, name: &str) {
     // (request, its completion, QP A's state as the kernel then reports it),
     // measured on Linux 6.12 in every configuration.
@@ -664,6 +664,27 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
         assert!(
             mine[1024..1088].iter().all(|&x| x == 0),
             "{name}: a WRITE after the error landed"
+        );
+        // The way back on iWARP: a new connection (new QPs, same PD); the
+        // good WRITE lands there.
+        let mut q = q;
+        cm_reconnect(&mut q, ctx, name, 256);
+        // SAFETY: `mine` stays mapped; bytes 1024..1088 are not touched by
+        // the program until the completion.
+        unsafe { q.qp_a.post_send(&[signalled_write(4, &good, remote)]) }
+            .unwrap_or_else(|e| panic!("{name}: {what}: WRITE on the new connection: {e}"));
+        let wc = wait_count(&q.cq_a, 1, "the WRITE on the new connection");
+        check(
+            &wc[0],
+            "the WRITE on the new connection",
+            WcOpcode::RdmaWrite,
+            &q.qp_a,
+            4,
+        );
+        assert_eq!(
+            &mine[..64],
+            &mine[1024..1088],
+            "{name}: {what}: the WRITE on the new connection"
         );
         drop((q, mr, foreign_mr, other_pd));
     }
