@@ -669,6 +669,7 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
         // good WRITE lands there.
         let mut q = q;
         cm_reconnect(&mut q, ctx, name, 256);
+        mine[1024..1088].fill(0x77);
         // SAFETY: `mine` stays mapped; bytes 1024..1088 are not touched by
         // the program until the completion.
         unsafe { q.qp_a.post_send(&[signalled_write(4, &good, remote)]) }
@@ -683,7 +684,7 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
         );
         assert_eq!(
             &mine[..64],
-            &mine[1024..1088],
+            &[0x77; 64][..],
             "{name}: {what}: the WRITE on the new connection"
         );
         drop((q, mr, foreign_mr, other_pd));
