@@ -8,8 +8,10 @@
 //! QP_LAST_WQE_REACHED for SRQ QPs, SRQ_LIMIT_REACHED and port events): a
 //! remote access error moves the QPs to ERR with error completions only,
 //! so those kinds are covered by the host tests of the decoding alone.
-//! siw0 is skipped loudly: its QPs reach RTS only through the connection
-//! manager, which these tests do without.
+//! On siw0 the QPs are connected through the iWARP connection manager: a
+//! CQ overrun raises the same CQ error events (siw drops the CQE, raises
+//! IB_EVENT_CQ_ERR); RTS -> SQD is siw's CLOSING: the connection drops, and
+//! with nothing to flush siw raises no "SQ drained".
 
 mod common;
 
@@ -81,7 +83,6 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
                 "{name}: the async fd is readable before anything happened: {:?}",
                 events.try_get_event()
             );
-            let (gid, mtu) = roce_path(ctx, name);
             let pd = alloc_pd(ctx);
             let small = ctx
                 .create_cq(1, None)
@@ -93,7 +94,7 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
             let qp_b = pd
                 .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
                 .unwrap();
-            connect_pair(&qp_a, &qp_b, gid, mtu);
+            let cm = connect_rc_qps(ctx, name, &qp_a, &qp_b);
             let room = small.cqe() as usize;
             let n = room + 2;
             loud(&format!(
@@ -182,7 +183,7 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
                 small.event_id(),
                 events
             ));
-            drop((qp_a, qp_b, small, cq_b, mr, pd));
+            drop((qp_a, qp_b, small, cq_b, mr, pd, cm));
         },
     );
 }
@@ -224,6 +225,9 @@ fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
                 "{name}: nothing pending yet"
             );
 
+            if let Some(link) = &q.cm {
+                return siw_sqd_closes(&q, link, &events, name);
+            }
             modify(&q.qp_a, &QpAttr::new().state(QpState::Sqd), "RTS->SQD");
             let drained =
                 |e: &AsyncEvent| e.kind == AsyncEventKind::SqDrained && e.is_about_qp(&q.qp_a);
@@ -254,6 +258,100 @@ fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
                 q.qp_a.event_id()
             ));
             drop((q.qp_a, q.qp_b, q.cq_a, q.cq_b, mr, q.pd));
+        },
+    );
+}
+
+/// siw's answer to RTS -> SQD (Linux 6.12, `siw_qp_nextstate_from_rts`):
+/// SQD is siw's CLOSING, librdmacm's iWARP shutdown: the modify succeeds,
+/// the connection is dropped (both ids hear DISCONNECTED) and, with the
+/// send queue empty, nothing is flushed, so no "SQ drained" event comes
+/// (siw raises it only from a flush that completed requests). The QP does
+/// not come back to RTS: iWARP reaches RTS only through a new connection.
+fn siw_sqd_closes(q: &TwoQps, link: &CmLink, events: &AsyncEvents, name: &str) {
+    modify(&q.qp_a, &QpAttr::new().state(QpState::Sqd), "RTS->SQD");
+    let cm = cm_events(link, Duration::from_secs(3));
+    let state = q.qp_a.refresh_state().unwrap();
+    loud(&format!(
+        "NOTE: {name}: siw: RTS->SQD is a close: cm events {cm:?}, QP A then {state:?}"
+    ));
+    assert_disconnected(link, &cm, name);
+    assert!(
+        !readable_within(events, Duration::from_millis(200)),
+        "{name}: siw raised an async event for an SQD with an empty SQ: {:?}",
+        events.try_get_event()
+    );
+    assert_eq!(q.qp_a.async_events_reported(), 0, "{name}");
+    // Measured (every configuration): the kernel reports SQD (siw's
+    // CLOSING) after the close.
+    assert_eq!(state, QpState::Sqd, "{name}: QP A after the close");
+    let err = q
+        .qp_a
+        .modify(&QpAttr::new().state(QpState::Rts))
+        .unwrap_err();
+    assert!(
+        matches!(err, uverbs::Error::QpTransition { .. }),
+        "{name}: {err}"
+    );
+    loud(&format!("{name}: back to RTS by hand refused: {err}"));
+}
+
+/// A local protection error (a WRITE out of an MR of another PD): on siw
+/// (Linux 6.12, `siw_qp_sq_process`) the request completes with
+/// LOC_QP_OP_ERR and siw raises QP_FATAL naming the requester's QP (and
+/// drops the connection); rxe raises no QP event at all (module docs): the
+/// completion is the only report.
+#[test]
+fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
+    on_each_data_path_device(
+        "a_local_protection_error_raises_qp_fatal_on_siw_only",
+        |name, ctx| {
+            let events = ctx.async_events().unwrap();
+            let q = connected_rc_pair(ctx, name, 8, None);
+            let other_pd = alloc_pd(ctx);
+            let mut mine = anon(4096);
+            let mut foreign = anon(4096);
+            let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
+            let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
+            let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
+            let remote = Remote {
+                addr: mine.as_ptr() as u64 + 1024,
+                rkey: mr.rkey(),
+            };
+            // SAFETY: both buffers stay mapped and untouched by the program
+            // until the completion below (and the QPs go before them).
+            unsafe { q.qp_a.post_send(&[signalled_write(1, &bad, remote)]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+            let wc = wait_one(
+                &q.cq_a,
+                &format!("{name}: the WRITE out of another PD's MR"),
+            );
+            loud(&format!("{name}: {wc:?}"));
+            assert_ne!(wc.status, uverbs::WcStatus::Success, "{name}: {wc:?}");
+            if q.iwarp() {
+                assert_eq!(wc.status, uverbs::WcStatus::LocQpOpErr, "{name}: {wc:?}");
+                let fatal =
+                    |e: &AsyncEvent| e.kind == AsyncEventKind::QpFatal && e.is_about_qp(&q.qp_a);
+                let seen = wait_events(&events, name, 1, fatal);
+                loud(&format!("{name}: siw's async events: {seen:?}"));
+                assert!(
+                    seen.iter().all(|e| e.is_about_qp(&q.qp_a)),
+                    "{name}: events about other objects: {seen:?}"
+                );
+                assert_eq!(q.qp_b.async_events_reported(), 0, "{name}");
+            } else {
+                assert!(
+                    !readable_within(&events, Duration::from_millis(200)),
+                    "{name}: rxe raised an async event: {:?}",
+                    events.try_get_event()
+                );
+                assert_eq!(q.qp_a.async_events_reported(), 0, "{name}");
+            }
+            assert!(
+                mine[1024..1088].iter().all(|&x| x == 0),
+                "{name}: the WRITE landed"
+            );
+            drop((q.qp_a, q.qp_b, mr, foreign_mr, other_pd));
         },
     );
 }

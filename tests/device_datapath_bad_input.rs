@@ -5,8 +5,11 @@
 //! destroyed and stays usable, a channel dropped with unacked events
 //! closes without hanging. Each case ends with the kernel's MR, PD, CQ and
 //! QP counts back at their start. Also: which interface created the CQs
-//! and QPs (native method over ioctl, write command over write()). siw0 is
-//! skipped loudly: its QPs reach RTS only through the connection manager.
+//! and QPs (native method over ioctl, write command over write()). On
+//! siw0 the pairs are connected through the iWARP connection manager; where
+//! siw answers differently (no RNR: a full send queue is shown by one batch
+//! over its size; a local protection error drops the connection), the
+//! siw branch asserts what siw really does.
 
 mod common;
 
@@ -21,46 +24,23 @@ use uverbs::{
     WcOpcode, WcStatus, WorkCompletion,
 };
 
-/// `body(name, ctx, counts)` on each rxe device; others are skipped loudly.
-/// The tests of this binary run one at a time (they count descriptors).
-fn on_rxe(test: &str, mut body: impl FnMut(&str, &Context, &HandleCounts)) {
+/// `body(name, ctx, counts)` on each data-path device (rxe, siw); others
+/// are skipped loudly. The tests of this binary run one at a time (they
+/// count descriptors).
+fn on_rxe_and_siw(test: &str, body: impl FnMut(&str, &Context, &HandleCounts)) {
     let _serial = serial();
-    on_each_device(test, |name, dut, counts| {
-        match driver(&dut) {
-        Driver::Rxe => body(name, &dut, counts),
-        Driver::Siw => loud(&format!(
-            "NOTE: {test}: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw)"
-        )),
-        Driver::Other => loud(&format!("NOTE: {test}: {name}: not rxe, no data path yet")),
-    }
-    });
+    on_each_data_path_device_counted(test, body);
 }
 
 /// Two connected RC QPs in a new PD, each with a CQ of 256 entries of its
-/// own, made with `init` (its CQ fields are replaced).
+/// own, made with `init` (its CQ fields are replaced); on siw connected
+/// through the cm.
 fn pair_with(ctx: &Context, name: &str, tune: impl Fn(&mut QpInit<'_>)) -> TwoQps {
-    let (gid, mtu) = roce_path(ctx, name);
-    let pd = alloc_pd(ctx);
-    let cq = || {
-        ctx.create_cq(256, None)
-            .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"))
-    };
-    let (cq_a, cq_b) = (cq(), cq());
-    let qp = |cq: &CompletionQueue| {
-        let mut init = QpInit::new(QpType::Rc, cq, cq);
+    let q = two_rc_qps_init(ctx, name, 256, None, &|mut init| {
         tune(&mut init);
-        pd.create_qp(&init)
-            .unwrap_or_else(|e| panic!("{name}: create_qp {init:?}: {e}"))
-    };
-    let (qp_a, qp_b) = (qp(&cq_a), qp(&cq_b));
-    connect_pair(&qp_a, &qp_b, gid, mtu);
-    TwoQps {
-        pd,
-        cq_a,
-        cq_b,
-        qp_a,
-        qp_b,
-    }
+        init
+    });
+    connect_two(q, ctx, name, QP_ACCESS)
 }
 
 /// Polls `cq` until exactly `n` completions arrived (bounded by [`WAIT`]),
@@ -150,7 +130,7 @@ fn one_send_lands(q: &TwoQps, mr_a: &MemoryRegion, mr_b: &MemoryRegion, bufs: (&
 /// fallback happens); said loudly so the log shows both paths ran.
 #[test]
 fn cqs_and_qps_are_created_native_over_ioctl_and_by_write_command_over_write() {
-    on_rxe("creation_path", |name, ctx, counts| {
+    on_rxe_and_siw("creation_path", |name, ctx, counts| {
         let cq = ctx.create_cq(8, None).unwrap();
         let pd = alloc_pd(ctx);
         let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
@@ -181,7 +161,7 @@ fn cqs_and_qps_are_created_native_over_ioctl_and_by_write_command_over_write() {
 /// (EINVAL, the request's index), nothing queued.
 #[test]
 fn more_sges_than_the_caps_are_refused_and_nothing_is_queued() {
-    on_rxe("too_many_sges", |name, ctx, _counts| {
+    on_rxe_and_siw("too_many_sges", |name, ctx, _counts| {
         let q = pair_with(ctx, name, |_| {});
         let (send_max, recv_max) = (q.qp_a.caps().max_send_sge, q.qp_b.caps().max_recv_sge);
         let mut a = anon(4096);
@@ -234,7 +214,7 @@ fn more_sges_than_the_caps_are_refused_and_nothing_is_queued() {
 /// nothing is queued.
 #[test]
 fn inline_beyond_max_inline_is_refused_and_within_it_lands() {
-    on_rxe("inline_limit", |name, ctx, _counts| {
+    on_rxe_and_siw("inline_limit", |name, ctx, _counts| {
         let q = pair_with(ctx, name, |init| init.max_inline = 64);
         let max = q.qp_a.caps().max_inline;
         assert!(max >= 64, "{name}: asked for 64 inline bytes, got {max}");
@@ -285,8 +265,11 @@ fn inline_beyond_max_inline_is_refused_and_within_it_lands() {
 /// post works.
 #[test]
 fn full_send_and_receive_queues_refuse_one_more_and_lose_nothing() {
-    on_rxe("full_queues", |name, ctx, _counts| {
+    on_rxe_and_siw("full_queues", |name, ctx, _counts| {
         let q = pair_with(ctx, name, |_| {});
+        if q.iwarp() {
+            return siw_full_queues(&q, name);
+        }
         let (s, r) = (q.qp_a.caps().max_send_wr, q.qp_b.caps().max_recv_wr);
         assert!(
             r >= s,
@@ -410,6 +393,112 @@ fn full_send_and_receive_queues_refuse_one_more_and_lose_nothing() {
     });
 }
 
+/// siw's half of [`full_send_and_receive_queues_refuse_one_more_and_lose_nothing`].
+/// iWARP has no RNR: a SEND towards no posted receive is fatal to the
+/// connection, so SENDs cannot be parked in the send queue as on rxe.
+/// Instead: B's receive queue takes `max_recv_wr` receives and refuses one
+/// more (ENOMEM); one batch of `max_send_wr + 1` SENDs is refused at index
+/// `max_send_wr` (ENOMEM: the free slots are counted before anything is
+/// written) and nothing of it runs; then `max_send_wr` SENDs in one
+/// batch all complete, once, in order, into the receives, byte for byte,
+/// and a new post works.
+fn siw_full_queues(q: &TwoQps, name: &str) {
+    loud(&format!(
+        "NOTE: {name}: siw (iWARP) has no RNR: the send queue is filled by one batch over its \
+         size instead of by SENDs waiting for receives"
+    ));
+    let (s, r) = (
+        q.qp_a.caps().max_send_wr as usize,
+        q.qp_b.caps().max_recv_wr as usize,
+    );
+    assert!(
+        r >= s,
+        "{name}: the test needs max_recv_wr {r} >= max_send_wr {s}"
+    );
+    let mut a = anon(8192);
+    let mut b = anon(8 * r + 4096);
+    let mr_a = fresh_mr(&q.pd, &mut a, RW_READ);
+    let mr_b = fresh_mr(&q.pd, &mut b, RW_READ);
+    for (i, x) in a[..8 * (s + 1)].iter_mut().enumerate() {
+        *x = (i / 8) as u8 + 1;
+    }
+    let (a0, b0) = (a.as_ptr() as u64, b.as_ptr() as u64);
+    let src: Vec<[Sge; 1]> = (0..=s).map(|i| sge(a0 + 8 * i as u64, 8, &mr_a)).collect();
+    let dst: Vec<[Sge; 1]> = (0..=r).map(|i| sge(b0 + 8 * i as u64, 8, &mr_b)).collect();
+    let recvs: Vec<RecvWr<'_>> = dst[..r]
+        .iter()
+        .enumerate()
+        .map(|(i, sg)| RecvWr {
+            wr_id: 1000 + i as u64,
+            sges: sg,
+        })
+        .collect();
+    // SAFETY: b stays mapped and untouched until these receives complete
+    // (waited for below, or flushed when the QP goes).
+    unsafe { q.qp_b.post_recv(&recvs) }.unwrap_or_else(|e| panic!("{name}: {r} receives: {e}"));
+    let one_more = [RecvWr {
+        wr_id: 9999,
+        sges: &dst[r],
+    }];
+    // SAFETY: refused before anything is queued.
+    let err = unsafe { q.qp_b.post_recv(&one_more) }.unwrap_err();
+    assert_refused(
+        &err,
+        0,
+        |e| matches!(e, PostError::QueueFull { .. }),
+        Errno::NOMEM,
+    );
+    loud(&format!("{name}: receive {} refused: {err}", r + 1));
+    let batch: Vec<SendWr<'_>> = src
+        .iter()
+        .enumerate()
+        .map(|(i, sg)| send(100 + i as u64, sg))
+        .collect();
+    // SAFETY: refused before anything is queued.
+    let err = unsafe { q.qp_a.post_send(&batch) }.unwrap_err();
+    assert_refused(
+        &err,
+        s,
+        |e| matches!(e, PostError::QueueFull { .. }),
+        Errno::NOMEM,
+    );
+    loud(&format!(
+        "{name}: a batch of {} SENDs refused: {err}",
+        s + 1
+    ));
+    std::thread::sleep(Duration::from_millis(50));
+    assert_no_completion(&q.cq_a, "after the refused send batch");
+    assert_no_completion(&q.cq_b, "after the refused send batch (receiver)");
+    // SAFETY: a is only read until the completions below.
+    unsafe { q.qp_a.post_send(&batch[..s]) }
+        .unwrap_or_else(|e| panic!("{name}: {s} SENDs in one batch: {e}"));
+    let sent = wait_count(&q.cq_a, s, "the s SENDs");
+    let got = wait_count(&q.cq_b, s, "their receives");
+    for (i, (wa, wb)) in sent.iter().zip(&got).enumerate() {
+        check(wa, "SEND", WcOpcode::Send, &q.qp_a, 100 + i as u64);
+        check(wb, "receive", WcOpcode::Recv, &q.qp_b, 1000 + i as u64);
+        assert_eq!(wb.byte_len, 8, "{wb:?}");
+    }
+    assert_eq!(&b[..8 * s], &a[..8 * s], "{name}: the batch's bytes");
+    assert!(
+        b[8 * s..8 * r].iter().all(|&x| x == 0),
+        "{name}: past the batch"
+    );
+    // Use up the r - s receives left, then a new post works.
+    for i in 0..r - s {
+        // SAFETY: as above.
+        unsafe { q.qp_a.post_send(&[send(500 + i as u64, &src[0])]) }.unwrap();
+    }
+    wait_count(&q.cq_a, r - s, "SENDs using up the receives");
+    wait_count(&q.cq_b, r - s, "the remaining receives");
+    a[4096..4112].copy_from_slice(&[0xe7; 16]);
+    one_send_lands(q, &mr_a, &mr_b, (&mut b[8 * r..8 * r + 16], &a[4096..4112]));
+    loud(&format!(
+        "{name}: full queues ({s} sends, {r} receives): the extra ones refused, nothing lost"
+    ));
+    drop((mr_a, mr_b));
+}
+
 /// An SGE whose lkey is an MR of another PD: the post is accepted (the
 /// key is the device's to check), the completion carries the error rxe
 /// gives, the QP goes to the error state, and the next work requests are
@@ -421,7 +510,10 @@ fn full_send_and_receive_queues_refuse_one_more_and_lose_nothing() {
 /// measured on the VM.
 #[test]
 fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
-    on_rxe("foreign_lkey", |name, ctx, _counts| {
+    on_rxe_and_siw("foreign_lkey", |name, ctx, _counts| {
+        if driver(ctx) == Driver::Siw {
+            return siw_foreign_lkey(ctx, name);
+        }
         for (what, expected) in [
             ("RDMA READ", WcStatus::LocProtErr),
             ("RDMA WRITE", WcStatus::WrFlushErr),
@@ -484,12 +576,127 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
     });
 }
 
+/// siw's half of [`an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest`]:
+/// siw checks a WRITE's or SEND's SGEs when it starts sending
+/// (`siw_check_sgl_tx`); another PD's lkey fails there: the request
+/// completes with LOC_QP_OP_ERR, the QP gets QP_FATAL and the connection is
+/// dropped (`siw_qp_cm_drop`): both ids hear DISCONNECTED, while the
+/// kernel still reports the QP in RTS (measured). A READ's local SGE is
+/// checked when the response arrives: LOC_PROT_ERR, the connection
+/// dropped, the QP in ERR. Nothing is written to the foreign MR, and what
+/// is posted after the error is accepted but never runs nor completes.
+/// The way back is a new connection: a WRITE lands there.
+fn siw_foreign_lkey(ctx: &Context, name: &str) {
+    // (request, its completion, QP A's state as the kernel then reports it),
+    // measured on Linux 6.12 in every configuration.
+    for (what, expected, state_after) in [
+        ("RDMA WRITE", WcStatus::LocQpOpErr, QpState::Rts),
+        ("RDMA READ", WcStatus::LocProtErr, QpState::Err),
+    ] {
+        let q = pair_with(ctx, name, |_| {});
+        let link = q.cm.as_ref().expect("a siw pair has its cm link");
+        let other_pd: ProtectionDomain = alloc_pd(ctx);
+        let mut mine = anon(4096);
+        let mut foreign = anon(4096);
+        let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
+        let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
+        mine[..64].copy_from_slice(&[0x3c; 64]);
+        let remote = Remote {
+            addr: mine.as_ptr() as u64,
+            rkey: mr.rkey(),
+        };
+        let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
+        let good = sge(mine.as_ptr() as u64 + 1024, 64, &mr);
+        let op = match what {
+            "RDMA READ" => SendOp::RdmaRead { remote },
+            _ => SendOp::RdmaWrite { remote, imm: None },
+        };
+        // SAFETY: both buffers stay mapped and untouched by the program
+        // until the completions below.
+        unsafe { q.qp_a.post_send(&[signalled(1, op, &bad)]) }
+            .unwrap_or_else(|e| panic!("{name}: {what} with a foreign lkey: {e}"));
+        let wc = wait_count(&q.cq_a, 1, what)[0];
+        let events = cm_events(link, Duration::from_secs(3));
+        let state = q.qp_a.refresh_state().unwrap();
+        loud(&format!(
+            "{name}: {what} with another PD's lkey: {wc:?}; cm events {events:?}; QP A {state:?}"
+        ));
+        assert_eq!(
+            (wc.status, wc.wr_id),
+            (expected, 1),
+            "{name}: {what}: {wc:?}"
+        );
+        assert!(
+            foreign.iter().all(|&x| x == 0),
+            "{name}: {what}: the foreign MR was written"
+        );
+        assert_disconnected(link, &events, &format!("{name}: {what}"));
+        // After the WRITE's local error (found by the transmit side) the
+        // kernel still reports QP A in RTS although its connection is gone
+        // (siw suspends transmitting and has the cm close the stream); the
+        // READ's (found by the receive side) leaves it in ERR.
+        assert_eq!(state, state_after, "{name}: {what}: QP A");
+        let next = [
+            signalled_write(2, &good, remote),
+            signalled_write(3, &good, remote),
+        ];
+        // SAFETY: as above; requests that never run touch no memory, and
+        // the QP is destroyed before the buffers go.
+        let posted = unsafe { q.qp_a.post_send(&next) };
+        std::thread::sleep(Duration::from_millis(200));
+        let mut wc = [WorkCompletion::default(); 8];
+        let n = q.cq_a.poll(&mut wc).unwrap();
+        loud(&format!(
+            "{name}: {what}: posting two WRITEs on the QP ({state:?}, no connection): {posted:?}, then {:?}",
+            &wc[..n]
+        ));
+        // Measured: accepted (the crate allows posting in RTS and ERR), and
+        // then nothing: siw has no connection to send them on, and a user
+        // QP's doorbell flushes nothing (`siw_sq_flush_wr` with no kernel
+        // work request), so they neither run nor complete.
+        assert!(posted.is_ok(), "{name}: {what}: {posted:?}");
+        assert_eq!(
+            n,
+            0,
+            "{name}: {what}: completions after the error: {:?}",
+            &wc[..n]
+        );
+        assert!(
+            mine[1024..1088].iter().all(|&x| x == 0),
+            "{name}: a WRITE after the error landed"
+        );
+        // The way back on iWARP: a new connection (new QPs, same PD); the
+        // good WRITE lands there.
+        let mut q = q;
+        cm_reconnect(&mut q, ctx, name, 256);
+        mine[1024..1088].fill(0x77);
+        // SAFETY: `mine` stays mapped; bytes 1024..1088 are not touched by
+        // the program until the completion.
+        unsafe { q.qp_a.post_send(&[signalled_write(4, &good, remote)]) }
+            .unwrap_or_else(|e| panic!("{name}: {what}: WRITE on the new connection: {e}"));
+        let wc = wait_count(&q.cq_a, 1, "the WRITE on the new connection");
+        check(
+            &wc[0],
+            "the WRITE on the new connection",
+            WcOpcode::RdmaWrite,
+            &q.qp_a,
+            4,
+        );
+        assert_eq!(
+            &mine[..64],
+            &[0x77; 64][..],
+            "{name}: {what}: the WRITE on the new connection"
+        );
+        drop((q, mr, foreign_mr, other_pd));
+    }
+}
+
 /// Destroying a CQ a QP uses: the kernel's EBUSY, typed, the CQ handed
 /// back and still working (a WRITE completes on it); after the QP is gone
 /// the destroy succeeds.
 #[test]
 fn destroying_a_cq_in_use_is_ebusy_and_the_cq_still_works() {
-    on_rxe("destroy_cq_in_use", |name, ctx, counts| {
+    on_rxe_and_siw("destroy_cq_in_use", |name, ctx, counts| {
         let q = pair_with(ctx, name, |_| {});
         let TwoQps {
             pd,
@@ -497,6 +704,7 @@ fn destroying_a_cq_in_use_is_ebusy_and_the_cq_still_works() {
             cq_b,
             qp_a,
             qp_b,
+            cm,
         } = q;
         let handle = cq_a.handle();
         let err = cq_a.destroy().unwrap_err();
@@ -540,7 +748,7 @@ fn destroying_a_cq_in_use_is_ebusy_and_the_cq_still_works() {
             .unwrap_or_else(|e| panic!("{name}: destroy_cq once unused: {e}"));
         assert_eq!(done.unacked(), 0);
         counts.assert_extra_cq_qp(1, 1, "after both explicit destroys");
-        drop((qp_b, cq_b, mr, pd));
+        drop((qp_b, cq_b, mr, pd, cm));
     });
 }
 
@@ -575,7 +783,7 @@ fn wait_readable(fd: RawFd, name: &str) {
 /// started with.
 #[test]
 fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
-    on_rxe("channel_unacked", |name, ctx, counts| {
+    on_rxe_and_siw("channel_unacked", |name, ctx, counts| {
         for channel_first in [false, true] {
             let fds_before = open_fds();
             let channel = ctx
@@ -615,6 +823,7 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
                 cq_b,
                 qp_a,
                 qp_b,
+                cm,
             } = q;
             drop((qp_a, qp_b));
             if channel_first {
@@ -637,7 +846,7 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
                 !fd_is_open(raw),
                 "{name}: the channel's fd {raw} is still open"
             );
-            drop((cq_b, mr, pd));
+            drop((cq_b, mr, pd, cm));
             counts.assert_extra_cq_qp(0, 0, "after dropping the channel and its CQ");
             assert_eq!(open_fds(), fds_before, "{name}: descriptors leaked");
             loud(&format!(

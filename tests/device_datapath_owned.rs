@@ -4,8 +4,10 @@
 //! is outstanding with FLUSH_ERR and hands that back too; dropping an
 //! `OwnedQp` with requests outstanding destroys the QP before their memory
 //! is freed. Every byte is checked, every wait bounded, and the kernel's
-//! counts are back at their start at the end. siw0 is skipped loudly: its
-//! QPs reach RTS only through the connection manager.
+//! counts are back at their start at the end. On siw0 the owned QPs are
+//! connected through the iWARP connection manager (`OwnedQp::modify` with
+//! the cm's answers, then `refresh_state`); what siw cannot do (immediate
+//! data, atomics) is refused before the ring with the memory handed back.
 
 mod common;
 
@@ -37,13 +39,13 @@ fn connect_owned<M: DeviceReadable>(qp: &OwnedQp<M>, peer_qpn: u32, gid: [u8; 16
 }
 
 /// Two owned RC QPs (memory types `A` and `B`), each on a CQ of its own,
-/// connected to each other.
+/// connected to each other: on rxe by hand, on siw through the cm (the
+/// link comes back too: keep it until the QPs are gone).
 fn owned_pair<A: DeviceReadable, B: DeviceReadable>(
     ctx: &Context,
     pd: &ProtectionDomain,
     name: &str,
-) -> (OwnedQp<A>, OwnedQp<B>) {
-    let (gid, mtu) = roce_path(ctx, name);
+) -> (OwnedQp<A>, OwnedQp<B>, Option<CmLink>) {
     let cq_a = ctx.create_cq(32, None).unwrap();
     let cq_b = ctx.create_cq(32, None).unwrap();
     let qp_a = pd
@@ -56,9 +58,44 @@ fn owned_pair<A: DeviceReadable, B: DeviceReadable>(
     drop((cq_a, cq_b));
     let a = OwnedQp::new(qp_a).unwrap_or_else(|e| panic!("{name}: OwnedQp::new A: {e}"));
     let b = OwnedQp::new(qp_b).unwrap_or_else(|e| panic!("{name}: OwnedQp::new B: {e}"));
+    if driver(ctx) == Driver::Siw {
+        let link = cm_connect(ctx, name, &a, &b)
+            .unwrap_or_else(|| panic!("{name}: no cm connection on siw"));
+        return (a, b, Some(link));
+    }
+    let (gid, mtu) = roce_path(ctx, name);
     connect_owned(&a, b.qp_num(), gid, mtu);
     connect_owned(&b, a.qp_num(), gid, mtu);
-    (a, b)
+    (a, b, None)
+}
+
+/// siw has no immediate data and no atomics: `request` is refused before
+/// the ring, typed (`NotSupported` by siw, EINVAL), handed back with its
+/// memory, and nothing is outstanding.
+fn siw_refuses<M: DeviceReadable>(qp: &OwnedQp<M>, request: SendRequest<'_, M>, what: &str) -> M {
+    let wr_id = request.wr_id();
+    let before = qp.outstanding();
+    let refused = qp
+        .post_send(request)
+        .expect_err("siw took what it cannot do");
+    assert!(
+        matches!(
+            &refused.error,
+            uverbs::Error::Post { source, .. }
+                if matches!(**source, uverbs::PostError::NotSupported { driver: "siw", .. })
+        ),
+        "{what}: {}",
+        refused.error
+    );
+    assert_eq!(refused.error.errno(), Some(uverbs::Errno::INVAL), "{what}");
+    assert_eq!(refused.request.wr_id(), wr_id, "{what}: the request back");
+    assert_eq!(qp.outstanding(), before, "{what}: nothing queued");
+    loud(&format!("NOTE: {what}: siw refuses it: {}", refused.error));
+    refused
+        .request
+        .into_local()
+        .expect("the request's memory")
+        .into_inner()
 }
 
 /// Polls `qp` until `n` requests have come back or [`WAIT`] passes.
@@ -100,14 +137,24 @@ fn owned_buffers_come_back_with_their_completions() {
         "owned_buffers_come_back_with_their_completions",
         |name, ctx| {
             let pd = alloc_pd(ctx);
-            let (a, b): (Owned, Owned) = owned_pair(ctx, &pd, name);
+            let (a, b, cm): (Owned, Owned, _) = owned_pair(ctx, &pd, name);
             let rx = reg(&pd, vec![0; 4096], RW);
             b.post_recv(RecvRequest::new(41, Local::whole(rx)))
                 .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
             assert_eq!(b.outstanding(), (0, 1));
             let tx = reg(&pd, pattern(4096, 0x11), AccessFlags::LOCAL_WRITE);
             let msg = Local::slice(tx, 100..1100).unwrap();
-            a.post_send(SendRequest::send_with_imm(42, msg, 0xfeed))
+            let imm = cm.is_none().then_some(0xfeed);
+            let request = if cm.is_some() {
+                // siw has no immediate data: refused, the buffer back, then
+                // the same SEND without it.
+                let what = format!("{name}: SEND_WITH_IMM");
+                let tx = siw_refuses(&a, SendRequest::send_with_imm(42, msg, 0xfeed), &what);
+                SendRequest::send(42, Local::slice(tx, 100..1100).unwrap())
+            } else {
+                SendRequest::send_with_imm(42, msg, 0xfeed)
+            };
+            a.post_send(request)
                 .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
 
             let sent = wait_back(&a, 1, "SEND").remove(0);
@@ -127,7 +174,9 @@ fn owned_buffers_come_back_with_their_completions() {
             let wc = got.completion.unwrap();
             assert!(got.is_recv);
             assert_eq!((got.wr_id, wc.wr_id, wc.byte_len), (41, 41, 1000), "{wc:?}");
-            assert_eq!(wc.imm_or_inval, 0xfeed);
+            if let Some(imm) = imm {
+                assert_eq!(wc.imm_or_inval, imm);
+            }
             let rx = got.into_memory().unwrap();
             assert_eq!(&rx.buffer()[..1000], &pattern(4096, 0x11)[100..1100]);
             assert!(rx.buffer()[1000..].iter().all(|&x| x == 0));
@@ -148,7 +197,7 @@ fn owned_buffers_come_back_with_their_completions() {
             assert_eq!((w.wr_id, w.status()), (43, WcStatus::Success), "{w:?}");
             assert_eq!(&rx.buffer()[2048..2560], &pattern(4096, 0x11)[..512]);
             assert_eq!((a.outstanding(), b.outstanding()), ((0, 0), (0, 0)));
-            drop((a, b, w, rx, pd));
+            drop((a, b, w, rx, pd, cm));
         },
     );
 }
@@ -162,7 +211,8 @@ fn shared_memory_is_sent_from_by_several_requests() {
         "shared_memory_is_sent_from_by_several_requests",
         |name, ctx| {
             let pd = alloc_pd(ctx);
-            let (a, b): (OwnedQp<Arc<BufferMr<Vec<u8>>>>, Owned) = owned_pair(ctx, &pd, name);
+            let (a, b, cm): (OwnedQp<Arc<BufferMr<Vec<u8>>>>, Owned, _) =
+                owned_pair(ctx, &pd, name);
             let src = Arc::new(reg(&pd, pattern(8192, 0x5a), AccessFlags::LOCAL_WRITE));
             let dst = reg(&pd, vec![0; 8192], RW);
             let base = dst.buffer().as_ptr() as u64;
@@ -201,7 +251,7 @@ fn shared_memory_is_sent_from_by_several_requests() {
                     "{name}: chunk {i}"
                 );
             }
-            drop((a, b, src, dst, pd));
+            drop((a, b, src, dst, pd, cm));
         },
     );
 }
@@ -213,7 +263,7 @@ fn shared_memory_is_sent_from_by_several_requests() {
 fn reads_and_atomics_write_owned_memory() {
     on_each_data_path_device("reads_and_atomics_write_owned_memory", |name, ctx| {
         let pd = alloc_pd(ctx);
-        let (a, b): (Owned, Owned) = owned_pair(ctx, &pd, name);
+        let (a, b, cm): (Owned, Owned, _) = owned_pair(ctx, &pd, name);
         let mut target = pattern(4096, 0x33);
         target[..8].copy_from_slice(&1000u64.to_ne_bytes());
         target[8..16].copy_from_slice(&7u64.to_ne_bytes());
@@ -225,6 +275,9 @@ fn reads_and_atomics_write_owned_memory() {
         };
         let local = |len| Local::whole(reg(&pd, vec![0; len], AccessFlags::LOCAL_WRITE));
 
+        if cm.is_some() {
+            return siw_reads_into_owned_memory(&a, local, at, name);
+        }
         a.post_send(SendRequest::read(1, local(1024), at(1024)).unsignaled())
             .unwrap();
         a.post_send(SendRequest::fetch_add(2, local(8), at(0), 5))
@@ -259,8 +312,62 @@ fn reads_and_atomics_write_owned_memory() {
         assert_eq!(c.status(), WcStatus::Success, "{c:?}");
         assert_eq!(c.into_memory().unwrap().buffer(), &7u64.to_ne_bytes());
         assert_eq!(&target.buffer()[8..16], &99u64.to_ne_bytes());
-        drop((a, b, target, pd));
+        drop((a, b, target, pd, cm));
     });
+}
+
+/// siw's half of [`reads_and_atomics_write_owned_memory`]: siw has no
+/// atomics (`atomic_cap` 0): FETCH_ADD and CMP_SWP are refused before the
+/// ring with their memory back. An unsignalled READ comes back with the
+/// next signalled READ, both into memory the requests own.
+fn siw_reads_into_owned_memory(
+    a: &Owned,
+    local: impl Fn(usize) -> Local<BufferMr<Vec<u8>>>,
+    at: impl Fn(u64) -> Remote,
+    name: &str,
+) {
+    let back = siw_refuses(
+        a,
+        SendRequest::fetch_add(2, local(8), at(0), 5),
+        &format!("{name}: FETCH_ADD"),
+    );
+    assert_eq!(
+        back.buffer(),
+        &[0; 8],
+        "{name}: the FETCH_ADD's memory, untouched"
+    );
+    siw_refuses(
+        a,
+        SendRequest::compare_swap(3, local(8), at(8), 7, 99),
+        &format!("{name}: CMP_SWP"),
+    );
+    a.post_send(SendRequest::read(1, local(1024), at(1024)).unsignaled())
+        .unwrap();
+    a.post_send(SendRequest::read(2, local(512), at(3072)))
+        .unwrap();
+    let back = wait_back(a, 2, "READ (unsignalled) + READ");
+    assert_eq!((back[0].wr_id, back[1].wr_id), (1, 2));
+    assert!(back[0].completion.is_none(), "{:?}", back[0]);
+    assert_eq!(back[0].status(), WcStatus::Success);
+    let wc = back[1].completion.unwrap();
+    assert_eq!(
+        (wc.status, wc.opcode, wc.byte_len),
+        (WcStatus::Success, WcOpcode::RdmaRead, 512)
+    );
+    let mut back = back.into_iter();
+    let first = back.next().unwrap().into_memory().unwrap();
+    assert_eq!(
+        first.buffer(),
+        &pattern(4096, 0x33)[1024..2048],
+        "{name}: READ 1"
+    );
+    let second = back.next().unwrap().into_memory().unwrap();
+    assert_eq!(
+        second.buffer(),
+        &pattern(4096, 0x33)[3072..3584],
+        "{name}: READ 2"
+    );
+    assert_eq!(a.outstanding(), (0, 0));
 }
 
 /// Flush moves the QP to ERR and hands every outstanding receive back with
@@ -269,7 +376,7 @@ fn reads_and_atomics_write_owned_memory() {
 fn flush_hands_back_everything_outstanding() {
     on_each_data_path_device("flush_hands_back_everything_outstanding", |name, ctx| {
         let pd = alloc_pd(ctx);
-        let (a, b): (Owned, Owned) = owned_pair(ctx, &pd, name);
+        let (a, b, cm): (Owned, Owned, _) = owned_pair(ctx, &pd, name);
         for i in 0..4 {
             let buf = reg(&pd, vec![i as u8; 256], RW);
             b.post_recv(RecvRequest::new(i, Local::whole(buf))).unwrap();
@@ -287,7 +394,7 @@ fn flush_hands_back_everything_outstanding() {
         }
         assert_eq!(b.outstanding(), (0, 0));
         let b = b.into_inner().expect("nothing outstanding");
-        drop((a, b, pd));
+        drop((a, b, pd, cm));
     });
 }
 
@@ -322,15 +429,11 @@ impl Drop for Watched {
 /// the end too).
 #[test]
 fn dropping_with_requests_outstanding_destroys_then_frees() {
-    on_each_device(
+    on_each_data_path_device_counted(
         "dropping_with_requests_outstanding_destroys_then_frees",
-        |name, dut, counts| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!("NOTE: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw)"));
-            }
-            let ctx: &Context = &dut;
+        |name, ctx, counts| {
             let pd = alloc_pd(ctx);
-            let (a, b): (OwnedQp<BufferMr<Watched>>, OwnedQp<BufferMr<Watched>>) =
+            let (a, b, cm): (OwnedQp<BufferMr<Watched>>, OwnedQp<BufferMr<Watched>>, _) =
                 owned_pair(ctx, &pd, name);
             let drops = Arc::new(AtomicUsize::new(0));
             for i in 0..3 {
@@ -349,7 +452,7 @@ fn dropping_with_requests_outstanding_destroys_then_frees() {
             );
             counts.assert_extra_cq_qp(1, 1, "after dropping B");
             assert_eq!(counts.now().0, mrs - 3, "{name}: their MRs deregistered");
-            drop((a, pd));
+            drop((a, pd, cm));
         },
     );
 }

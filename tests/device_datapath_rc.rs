@@ -2,8 +2,9 @@
 //! other over the port's RoCE v2 GID (loopback), move bytes with SEND,
 //! RDMA WRITE and RDMA READ; every completion's fields and every byte are
 //! checked, every wait is bounded, and the kernel's CQ, QP, MR and PD
-//! counts are back where they started at the end. siw0 is skipped loudly:
-//! its QPs reach RTS only through the connection manager.
+//! counts are back where they started at the end. On siw0 the two QPs are
+//! connected through the iWARP connection manager (`common::rc::cm_connect`:
+//! a siw QP reaches RTS no other way) and carry the same traffic.
 
 mod common;
 
@@ -12,36 +13,34 @@ use std::time::Duration;
 
 use common::*;
 use uverbs::command::{Mtu, QpAttr, QpState, QpType};
-use uverbs::{
-    AccessFlags, Context, Payload, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode,
-};
+use uverbs::{AccessFlags, Payload, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode};
 
 #[test]
 fn rc_send_write_read_between_two_qps_of_one_context() {
-    on_each_device(
+    on_each_data_path_device_counted(
         "rc_send_write_read_between_two_qps_of_one_context",
-        |name, dut, counts| {
-            match driver(&dut) {
-                Driver::Rxe => {}
-                Driver::Siw => {
-                    return loud(&format!("NOTE: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw)"))
-                }
-                Driver::Other => return loud(&format!("NOTE: {name}: not rxe, no data path yet")),
-            }
-            let ctx: &Context = &dut;
-            let (gid, mtu) = roce_path(ctx, name);
+        |name, ctx, counts| {
             loud(&format!(
-                "{name} over {}: GID index {GID_INDEX} = {gid:?}, path MTU {mtu:?}",
-                ctx.transport_kind()
+                "{name} over {}: {}",
+                ctx.transport_kind(),
+                match driver(ctx) {
+                    Driver::Siw => "connected through the iWARP cm".to_string(),
+                    _ => {
+                        let (gid, mtu) = roce_path(ctx, name);
+                        format!("GID index {GID_INDEX} = {gid:?}, path MTU {mtu:?}")
+                    }
+                }
             ));
 
+            let q = connected_rc_pair(ctx, name, 32, None);
             let TwoQps {
-                pd,
-                cq_a,
-                cq_b,
                 qp_a,
                 qp_b,
-            } = two_rc_qps(ctx, name, 32, None);
+                cq_a,
+                cq_b,
+                pd,
+                cm,
+            } = q;
             loud(&format!(
                 "{name}: QP A qpn {} caps {:?}, QP B qpn {} caps {:?}, CQs of {} and {} entries",
                 qp_a.qp_num(),
@@ -52,7 +51,6 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
                 cq_b.cqe()
             ));
             counts.assert_extra_cq_qp(2, 2, "with two CQs and two QPs");
-            connect_pair(&qp_a, &qp_b, gid, mtu);
 
             const LEN: usize = 16 << 10;
             let mut a_buf = anon(LEN);
@@ -135,7 +133,7 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
             drop(cq_a);
             drop(cq_b);
             counts.assert_extra_cq_qp(2, 2, "CQs dropped while QPs use them");
-            drop((qp_a, qp_b, a_mr, b_mr, pd));
+            drop((qp_a, qp_b, a_mr, b_mr, pd, cm));
             counts.assert_extra_cq_qp(0, 0, "after dropping everything");
         },
     );
@@ -338,5 +336,90 @@ fn a_batch_is_all_or_nothing_and_rings_once() {
             "{name}: bytes past the targets"
         );
         drop((q.qp_a, q.qp_b, q.cq_a, q.cq_b, mr, q.pd));
+    });
+}
+
+/// Inline data (copied into the WQE at post time, no lkey): a SEND and an
+/// RDMA WRITE of up to the QP's `max_inline` bytes land byte for byte, and
+/// the source may be overwritten as soon as `post_send` returns. siw takes
+/// inline on SEND and WRITE up to 80 bytes; rxe up to what it answered.
+#[test]
+fn inline_send_and_write_land() {
+    on_each_data_path_device("inline_send_and_write_land", |name, ctx| {
+        let q = connected_rc_pair_init(ctx, name, 16, &|init| QpInit {
+            max_inline: 64,
+            ..init
+        });
+        let max_inline = q.qp_a.caps().max_inline;
+        assert!(max_inline >= 64, "{name}: max_inline {max_inline}");
+        let mut buf = anon(4096);
+        let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
+        let addr = buf.as_ptr() as u64;
+        let recv = sge(addr, 256, &mr);
+        // SAFETY: buf[..256] is not touched until the receive's completion.
+        unsafe {
+            q.qp_b.post_recv(&[RecvWr {
+                wr_id: 0x1e,
+                sges: &recv,
+            }])
+        }
+        .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+        let mut msg: Vec<u8> = (0..48u8).map(|i| i ^ 0x3c).collect();
+        let sent = msg.clone();
+        let send = SendWr {
+            wr_id: 0x5e,
+            op: SendOp::Send { imm: None },
+            flags: SendFlags::SIGNALED,
+            payload: Payload::Inline(&[&msg]),
+            ud: None,
+        };
+        // SAFETY: inline data is copied into the WQE by post_send.
+        unsafe { q.qp_a.post_send(&[send]) }
+            .unwrap_or_else(|e| panic!("{name}: post_send inline SEND: {e}"));
+        msg.fill(0xee);
+        wait_checked(&q.cq_a, "inline SEND", WcOpcode::Send, &q.qp_a, 0x5e);
+        let wc = wait_checked(
+            &q.cq_b,
+            "inline SEND, receiver",
+            WcOpcode::Recv,
+            &q.qp_b,
+            0x1e,
+        );
+        assert_eq!(wc.byte_len, 48, "{wc:?}");
+        assert_eq!(&buf[..48], &sent[..], "{name}: the inline SEND's bytes");
+
+        let bytes: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(5) ^ 0x81).collect();
+        let write = SendWr {
+            wr_id: 0x3e,
+            op: SendOp::RdmaWrite {
+                remote: Remote {
+                    addr: addr + 1024,
+                    rkey: mr.rkey(),
+                },
+                imm: None,
+            },
+            flags: SendFlags::SIGNALED,
+            payload: Payload::Inline(&[&bytes]),
+            ud: None,
+        };
+        // SAFETY: inline data is copied; buf[1024..1088] is not touched
+        // until the completion.
+        unsafe { q.qp_a.post_send(&[write]) }
+            .unwrap_or_else(|e| panic!("{name}: post_send inline WRITE: {e}"));
+        wait_checked(&q.cq_a, "inline WRITE", WcOpcode::RdmaWrite, &q.qp_a, 0x3e);
+        assert_eq!(
+            &buf[1024..1088],
+            &bytes[..],
+            "{name}: the inline WRITE's bytes"
+        );
+        assert!(
+            buf[1088..].iter().all(|&b| b == 0),
+            "{name}: past the target"
+        );
+        assert_no_completion(&q.cq_b, &format!("{name}: a WRITE completes nothing on B"));
+        loud(&format!(
+            "{name}: inline SEND 48 B and WRITE 64 B landed (max_inline {max_inline})"
+        ));
+        drop((q.qp_a, q.qp_b, mr));
     });
 }

@@ -5,8 +5,11 @@
 //! process, once between two processes (a forked child that opens the
 //! device itself, talking over a socket pair). Every byte is checked, every
 //! wait is bounded, the kernel's handle counts are back at their start.
-//! siw0 is skipped loudly: its QPs reach RTS only through the connection
-//! manager, which these tests do without.
+//! On siw0 the records still carry the memory (address, rkey), but the
+//! QPs are connected through the iWARP connection manager (a siw QP reaches
+//! RTS no other way): between the two contexts by `common::rc::cm_connect`,
+//! between the processes with the child listening (its port sent over the
+//! socket) and the parent dialling.
 
 mod common;
 
@@ -14,6 +17,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use common::cm::{cm_listener, cm_present};
 use common::*;
 use memmap2::MmapMut;
 use nix::unistd::{fork, ForkResult};
@@ -111,11 +115,12 @@ fn rc_between_two_contexts_connected_from_endpoint_lines() {
     on_each_device(
         "rc_between_two_contexts_connected_from_endpoint_lines",
         |name, dut, counts_a| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!(
-                    "NOTE: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw), or not rxe"
-                ));
-            }
+            let siw = match driver(&dut) {
+                Driver::Rxe => false,
+                Driver::Siw if cm_present(name) => true,
+                Driver::Siw => return,
+                Driver::Other => return loud(&format!("NOTE: {name}: not rxe or siw: skipped")),
+            };
             let other = dut.reopen();
             let counts_b = HandleCounts::new(&other, "the second context");
             let mtu = mtu_for(&dut);
@@ -133,8 +138,23 @@ fn rc_between_two_contexts_connected_from_endpoint_lines() {
             assert_eq!((a_sees, b_sees), (b_ep, a_ep));
             assert_eq!(b_sees.addr, a.addr());
             loud(&format!("{name}: A = {a_ep}\n{name}: B = {b_ep}"));
-            connect_to(&a.qp, a_ep.psn, &a_sees, mtu);
-            connect_to(&b.qp, b_ep.psn, &b_sees, mtu);
+            let cm = if siw {
+                // iWARP: the records' QPN and PSN mean nothing to a siw QP,
+                // which reaches RTS only through the cm; the records still
+                // say where the peer's memory is (address, rkey).
+                loud(&format!(
+                    "NOTE: {name}: siw: the two contexts' QPs are connected through the cm; \
+                     the records give only the memory"
+                ));
+                Some(
+                    cm_connect(&dut, name, &a.qp, &b.qp)
+                        .unwrap_or_else(|| panic!("{name}: no cm connection")),
+                )
+            } else {
+                connect_to(&a.qp, a_ep.psn, &a_sees, mtu);
+                connect_to(&b.qp, b_ep.psn, &b_sees, mtu);
+                None
+            };
 
             // SEND A -> B and B -> A, 100 bytes each.
             fill(&mut a.buf[..100], 1);
@@ -211,7 +231,7 @@ fn rc_between_two_contexts_connected_from_endpoint_lines() {
             loud(&format!(
                 "{name}: two contexts: SEND both ways, WRITE 4 KiB and READ it back: all landed"
             ));
-            drop((a, b));
+            drop((a, b, cm));
             counts_b.assert_extra_cq_qp(0, 0, "B after dropping its side");
             counts_a.assert_extra_cq_qp(0, 0, "A after dropping its side");
         },
@@ -243,7 +263,7 @@ fn read_endpoint(from: &mut BufReader<UnixStream>, what: &str) -> Result<Endpoin
 /// used), exposes an MR with REMOTE_WRITE, posts a receive, and checks
 /// what the parent WRITEs and SENDs. Its handle counts must be back at
 /// their start before it answers.
-fn target_child(dev: &Device, sock: UnixStream) -> Result<(), String> {
+fn target_child(dev: &Device, sock: UnixStream, siw: bool) -> Result<(), String> {
     let mut reader = BufReader::new(sock.try_clone().map_err(|e| e.to_string())?);
     let mut writer = sock;
     let ctx = open(dev);
@@ -256,8 +276,31 @@ fn target_child(dev: &Device, sock: UnixStream) -> Result<(), String> {
     let t = side(&ctx, "child", RW);
     let mine = t.endpoint(0x00c4c4);
     let parent = read_endpoint(&mut reader, "child: the parent's endpoint")?;
-    connect_to(&t.qp, mine.psn, &parent, mtu);
     let recv = sge(t.addr(), 256, &t.mr);
+    if siw {
+        // siw: the child is the cm's passive side; its receive is posted
+        // once the connection is up, and only then does it say READY.
+        let (ch, listener, port) = cm_listener(1);
+        writeln!(writer, "{mine}").map_err(|e| format!("child: sending its endpoint: {e}"))?;
+        writeln!(writer, "cm {port}").map_err(|e| format!("child: sending its port: {e}"))?;
+        let server = cm_accept(&ch, &t.qp, "child");
+        cm_established(&ch, &server, &t.qp, "child");
+        // SAFETY: as below.
+        unsafe {
+            t.qp.post_recv(&[RecvWr {
+                wr_id: 0xc1,
+                sges: &recv,
+            }])
+        }
+        .map_err(|e| format!("child: post_recv: {e}"))?;
+        writeln!(writer, "READY").map_err(|e| format!("child: READY: {e}"))?;
+        let verdict = child_checks(&t);
+        drop(t);
+        drop((server, listener, ch));
+        drop(counts);
+        return verdict;
+    }
+    connect_to(&t.qp, mine.psn, &parent, mtu);
     // SAFETY: the first 256 bytes are not touched until the receive's
     // completion below; the rest of the buffer is the WRITE's target and is
     // read only after that completion (RC: the WRITE before it landed).
@@ -269,7 +312,14 @@ fn target_child(dev: &Device, sock: UnixStream) -> Result<(), String> {
     }
     .map_err(|e| format!("child: post_recv: {e}"))?;
     writeln!(writer, "{mine}").map_err(|e| format!("child: sending its endpoint: {e}"))?;
+    let verdict = child_checks(&t);
+    drop(t);
+    drop(counts); // asserts the child's counts are back at their start
+    verdict
+}
 
+/// What the child checks once the parent's WRITE and SEND came.
+fn child_checks(t: &Side) -> Result<(), String> {
     let wc = wait_one(&t.cq, "child: the parent's SEND");
     check(&wc, "child: the parent's SEND", WcOpcode::Recv, &t.qp, 0xc1);
     if wc.byte_len != 256 {
@@ -288,8 +338,6 @@ fn target_child(dev: &Device, sock: UnixStream) -> Result<(), String> {
         return Err("child: bytes outside the WRITE's target changed".into());
     }
     assert_no_completion(&t.cq, "child: a stray completion");
-    drop(t);
-    drop(counts); // asserts the child's counts are back at their start
     Ok(())
 }
 
@@ -305,11 +353,12 @@ fn rc_between_two_processes_over_a_socket_pair() {
     on_each_device(
         "rc_between_two_processes_over_a_socket_pair",
         |name, dut, counts| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!(
-                    "NOTE: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw), or not rxe"
-                ));
-            }
+            let siw = match driver(&dut) {
+                Driver::Rxe => false,
+                Driver::Siw if cm_present(name) => true,
+                Driver::Siw => return,
+                Driver::Other => return loud(&format!("NOTE: {name}: not rxe or siw: skipped")),
+            };
             let (to_child, in_child) = UnixStream::pair().expect("socketpair");
             for s in [&to_child, &in_child] {
                 s.set_read_timeout(Some(LINE_WAIT)).unwrap();
@@ -326,7 +375,7 @@ fn rc_between_two_processes_over_a_socket_pair() {
                 ForkResult::Child => {
                     drop(to_child);
                     let verdict = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        target_child(&dev, in_child.try_clone().expect("dup"))
+                        target_child(&dev, in_child.try_clone().expect("dup"), siw)
                     }))
                     .unwrap_or_else(|_| Err("child: panicked (see above)".into()));
                     let mut out = &in_child;
@@ -352,6 +401,8 @@ fn rc_between_two_processes_over_a_socket_pair() {
             let mine = p.endpoint(0x00d5d5);
             let mut reader = BufReader::new(to_child.try_clone().unwrap());
             let mut writer = &to_child;
+            // The parent's cm id and channel on siw: dropped after its QP.
+            let mut parent_cm = None;
             // Caught so that the child is reaped whatever fails here.
             let talk = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 writeln!(writer, "{mine}").map_err(|e| format!("sending our endpoint: {e}"))?;
@@ -360,7 +411,26 @@ fn rc_between_two_processes_over_a_socket_pair() {
                 if target.qpn == mine.qpn || target.addr == mine.addr {
                     return Err(format!("the child's record repeats ours: {target}"));
                 }
-                connect_to(&p.qp, mine.psn, &target, mtu);
+                if siw {
+                    // The child listens and says on which port; the parent
+                    // dials it, and waits until the child's receive is
+                    // posted (iWARP has no RNR: a SEND before it is fatal).
+                    let line = read_line(&mut reader, "the child's cm port")?;
+                    let port: u16 = line
+                        .strip_prefix("cm ")
+                        .and_then(|p| p.parse().ok())
+                        .ok_or_else(|| format!("not a cm port line: {line:?}"))?;
+                    let (ch, client) = cm_dial(&dut, name, port, &p.qp)
+                        .ok_or_else(|| "no cm address".to_string())?;
+                    cm_established(&ch, &client, &p.qp, &format!("{name}: parent"));
+                    parent_cm = Some((client, ch));
+                    let ready = read_line(&mut reader, "the child's receive")?;
+                    if ready != "READY" {
+                        return Err(format!("the child said {ready:?}"));
+                    }
+                } else {
+                    connect_to(&p.qp, mine.psn, &target, mtu);
+                }
                 fill(&mut p.buf[..256], 5);
                 fill(&mut p.buf[4096..12288], 6);
                 let src = sge(p.addr() + 4096, 8192, &p.mr);
@@ -393,6 +463,7 @@ fn rc_between_two_processes_over_a_socket_pair() {
                 "{name}: two processes: WRITE 8 KiB + SEND 256 B landed in the child (verdict {verdict}, exit {code})"
             ));
             drop(p);
+            drop(parent_cm);
             counts.assert_extra_cq_qp(0, 0, "the parent after dropping its side");
         },
     );

@@ -2,7 +2,8 @@
 //! connected over the port's RoCE v2 GID, carry RDMA WRITE and
 //! SEND_WITH_IMM byte for byte; an RDMA READ or an atomic (which UC does
 //! not have) is refused before the ring with a typed error and nothing is
-//! queued. Counts back at their start at the end; siw0 is skipped loudly.
+//! queued. Counts back at their start at the end. siw0 is RC only: creating a UC
+//! QP there is refused with EOPNOTSUPP, typed, and nothing is left behind.
 
 mod common;
 
@@ -43,9 +44,12 @@ fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: [u8; 16], mtu: uverbs::command
 
 #[test]
 fn uc_write_and_send_land_and_read_is_refused_before_the_ring() {
-    on_each_data_path_device(
+    on_each_data_path_device_counted(
         "uc_write_and_send_land_and_read_is_refused_before_the_ring",
-        |name, ctx| {
+        |name, ctx, counts| {
+            if driver(ctx) == Driver::Siw {
+                return assert_siw_refuses_qp_type(ctx, name, counts, QpType::Uc);
+            }
             let (gid, mtu) = roce_path(ctx, name);
             let pd = alloc_pd(ctx);
             let cq_a = ctx.create_cq(16, None).unwrap();

@@ -4,7 +4,8 @@
 //! fills with the packet's IP header; every byte, every completion field
 //! (src_qp, GRH flag, immediate, byte_len = payload + 40) is checked, every
 //! wait is bounded, and the kernel's CQ, QP, AH, MR and PD counts are back
-//! where they started. siw0 has no UD here: it is skipped loudly.
+//! where they started. siw0 is RC only: a UD QP (and an address handle)
+//! is refused there with EOPNOTSUPP, typed, and nothing is left behind.
 
 mod common;
 
@@ -101,7 +102,18 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
         |name, dut, counts| {
             match driver(&dut) {
                 Driver::Rxe => {}
-                Driver::Siw => return loud(&format!("NOTE: {name}: siw has no UD: skipped")),
+                Driver::Siw => {
+                    assert_siw_refuses_qp_type(&dut, name, counts, QpType::Ud);
+                    // No address handles either: siw has no AH verb.
+                    let pd = alloc_pd(&dut);
+                    let err = pd
+                        .create_ah(&AhAttr::roce(Gid::from_raw([0; 16]), 0, PORT))
+                        .map(|_| ())
+                        .expect_err("siw created an address handle");
+                    assert_eq!(err.errno(), Some(uverbs::Errno::OPNOTSUPP), "{name}: {err}");
+                    counts.assert_extra_ah(0, "after the refused AH");
+                    return loud(&format!("NOTE: {name}: siw has no AH: {err}"));
+                }
                 Driver::Other => return loud(&format!("NOTE: {name}: not rxe, no data path yet")),
             }
             let ctx: &Context = &dut;
@@ -243,9 +255,12 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
 /// always wins); nothing arrives.
 #[test]
 fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
-    on_each_data_path_device(
+    on_each_data_path_device_counted(
         "a_ud_send_through_an_ah_of_another_pd_fails_locally",
-        |name, ctx| {
+        |name, ctx, counts| {
+            if driver(ctx) == Driver::Siw {
+                return assert_siw_refuses_qp_type(ctx, name, counts, QpType::Ud);
+            }
             let (gid, _) = roce_path(ctx, name);
             let pd = alloc_pd(ctx);
             let other_pd = alloc_pd(ctx);

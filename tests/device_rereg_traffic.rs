@@ -12,8 +12,19 @@
 //! QPs to ERR (RC); they are recovered (`common::recover_pair`) and the
 //! traffic goes on. The last case toggles REMOTE_WRITE from a second
 //! thread under a stream of WRITEs. Every case ends with the kernel's
-//! handle counts back where they started. siw0's data path is the next
-//! issue: it is skipped loudly.
+//! handle counts back where they started.
+//!
+//! On siw0 the pair is connected through the iWARP connection manager and
+//! every `REREG_MR` is refused in place (`Cmd`, `EOPNOTSUPP`, the MR
+//! unchanged: its rkey still lands), so each case goes by the replace
+//! fallback: the new rkey's WRITE and READ land byte for byte; a refused
+//! WRITE completes with SUCCESS on the requester (siw completes a WRITE
+//! once it is on the wire; LOC_QP_OP_ERR if the close overtook it), the
+//! responder terminates, both cm ids hear
+//! DISCONNECTED, the requester's QP is in ERR and the target is untouched;
+//! a new cm connection (new QPs in the same PD) is the way back. siw has
+//! no atomics (refused before the ring); the live toggling stream needs
+//! in-place changes and runs on rxe only (said loudly).
 
 mod common;
 
@@ -24,9 +35,9 @@ use common::*;
 use memmap2::MmapMut;
 use uverbs::command::Mtu;
 use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, RecvWr, Remote, ReregFallback,
-    ReregOutcome, ReregPath, RetargetBuffers, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
+    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, RecvWr, Remote,
+    ReregError, ReregFallback, ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, SendOp,
+    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// What the requester sees when the responder refuses an rkey, whatever
@@ -63,6 +74,9 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
 /// Two connected RC QPs, how to reconnect them, and A's source buffer.
 struct Rig {
     name: String,
+    /// For a new cm connection on siw.
+    ctx: Context,
+    cqe: u32,
     q: TwoQps,
     gid: [u8; 16],
     mtu: Mtu,
@@ -80,6 +94,8 @@ impl Rig {
         let src_mr = fresh_mr(&q.pd, &mut src, RW);
         Rig {
             name: name.to_owned(),
+            ctx: ctx.clone(),
+            cqe,
             q,
             gid,
             mtu,
@@ -147,6 +163,9 @@ impl Rig {
     /// A WRITE that must be refused: see [`Rig::refused`]; `target` is
     /// untouched.
     fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+        if self.siw() {
+            return self.siw_write_refused(wr_id, seed, remote, target, what);
+        }
         let before = target.to_vec();
         self.arm_probe(what);
         let (_, wc) = self.write(wr_id, seed, remote, what);
@@ -158,6 +177,106 @@ impl Rig {
         );
         loud(&format!(
             "{}: {what}: WRITE with rkey {:#x} -> remote access error (target untouched)",
+            self.name, remote.rkey
+        ));
+    }
+
+    /// True on siw: the pair is connected through the cm.
+    fn siw(&self) -> bool {
+        self.q.iwarp()
+    }
+
+    /// siw's refusal of a WRITE (measured on Linux 6.12 in every
+    /// configuration, as `device_cm_siw` found for an old rkey): the
+    /// requester completes the WRITE with SUCCESS (siw completes a WRITE
+    /// once it is on the wire), or LOC_QP_OP_ERR when the connection closed
+    /// under it while it was being sent; the responder finds no usable MR for the
+    /// STag (unknown key, no REMOTE_WRITE, another PD), terminates, and the
+    /// connection drops: both ids hear DISCONNECTED, the requester's QP is
+    /// in ERR as the kernel reports it, and the target is untouched. Then a
+    /// new connection ([`cm_reconnect`]) carries a WRITE that lands: the
+    /// way back on iWARP.
+    fn siw_write_refused(
+        &mut self,
+        wr_id: u64,
+        seed: u64,
+        remote: Remote,
+        target: &[u8],
+        what: &str,
+    ) {
+        let name = self.name.clone();
+        let before = target.to_vec();
+        let (_, wc) = self.write(wr_id, seed, remote, what);
+        let link = self.q.cm.as_ref().expect("siw pairs have a cm link");
+        let events = cm_events(link, Duration::from_secs(3));
+        let state = self
+            .q
+            .qp_a
+            .refresh_state()
+            .unwrap_or_else(|e| panic!("{name}: {what}: query_qp: {e}"));
+        let mut b = [WorkCompletion::default(); 8];
+        let nb = self.q.cq_b.poll(&mut b).unwrap();
+        loud(&format!(
+            "{name}: {what}: WRITE with rkey {:#x}: {:?}; cm events {events:?}; QP A {state:?}; B saw {:?}",
+            remote.rkey,
+            wc.status,
+            &b[..nb]
+        ));
+        assert!(
+            target == &before[..],
+            "{name}: {what}: a refused WRITE changed the target bytes"
+        );
+        // SUCCESS when the WRITE was on the wire before the responder's
+        // TERMINATE and close came back (most runs); LOC_QP_OP_ERR when the
+        // close reached the requester while it was still sending (seen
+        // once in three configurations): siw's transmit path fails then.
+        assert!(
+            matches!(wc.status, WcStatus::Success | WcStatus::LocQpOpErr),
+            "{name}: {what}: the requester's completion: {wc:?}"
+        );
+        assert_eq!(
+            (wc.wr_id, wc.qp_num),
+            (wr_id, self.q.qp_a.qp_num()),
+            "{name}: {what}: {wc:?}"
+        );
+        assert_disconnected(link, &events, &format!("{name}: {what}"));
+        assert_eq!(state, uverbs::command::QpState::Err, "{name}: {what}: QP A");
+        assert_eq!(
+            nb,
+            0,
+            "{name}: {what}: B completed something: {:?}",
+            &b[..nb]
+        );
+        cm_reconnect(&mut self.q, &self.ctx, &name, self.cqe);
+        // The new connection works (into A's own source buffer's second half).
+        let mut scratch = anon(LEN);
+        let scratch_mr = fresh_mr(&self.q.pd, &mut scratch, RW);
+        let to = Rig::at(&scratch, scratch_mr.rkey());
+        self.write_lands(
+            wr_id | 0x8000,
+            seed ^ 0x55,
+            to,
+            &scratch,
+            &format!("{what}: after the new connection"),
+        );
+        drop(scratch_mr);
+    }
+
+    /// An RDMA READ of [`MSG`] bytes from `remote` (inside `target`) into
+    /// `src[MSG..2 MSG]`: succeeds and brings exactly those bytes.
+    fn read_lands(&mut self, wr_id: u64, remote: Remote, target: &[u8], what: &str) {
+        self.src[MSG..2 * MSG].fill(0);
+        let wc = self.post_a(wr_id, SendOp::RdmaRead { remote }, MSG, MSG, what);
+        check(&wc, what, WcOpcode::RdmaRead, &self.q.qp_a, wr_id);
+        assert_eq!(wc.byte_len as usize, MSG, "{what}: {wc:?}");
+        let at = (remote.addr - target.as_ptr() as u64) as usize;
+        assert!(
+            self.src[MSG..2 * MSG] == target[at..at + MSG],
+            "{}: {what}: the READ's {MSG} bytes are not the target's",
+            self.name
+        );
+        loud(&format!(
+            "{}: {what}: READ with rkey {:#x} -> {MSG} bytes checked",
             self.name, remote.rkey
         ));
     }
@@ -224,6 +343,41 @@ fn keys(mr: &MemoryRegion) -> (u32, u32, u32) {
     (mr.handle(), mr.lkey(), mr.rkey())
 }
 
+/// siw has no re-registration: the kernel refuses every `REREG_MR` before
+/// looking at the region (docs/rereg.md), so a strict change is `Cmd`,
+/// `EOPNOTSUPP`, the MR `Old`: same handle and keys as before.
+fn siw_refuses_in_place(mr: &MemoryRegion, k: (u32, u32, u32), err: ReregError, what: &str) {
+    assert_eq!(
+        (err.outcome(), err.errno(), err.mr_state()),
+        (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
+        "{what}: {err}"
+    );
+    same_keys(mr, k, what);
+    loud(&format!("NOTE: {what}: siw refuses it in place: {err}"));
+}
+
+/// `replace(…)` that must give a new registration (siw: always).
+fn replaced(
+    mr: &mut MemoryRegion,
+    flags: ReregFlags,
+    pd: Option<&ProtectionDomain>,
+    access: AccessFlags,
+    what: &str,
+) {
+    let old = keys(mr);
+    let path = replace(mr, flags, pd, access).unwrap_or_else(|e| panic!("{what}: replace: {e}"));
+    assert_eq!(path, ReregPath::Replaced, "{what}: siw refuses in place");
+    assert_ne!(mr.handle(), old.0, "{what}: a new handle");
+    assert_ne!(mr.rkey(), old.2, "{what}: a new rkey");
+    loud(&format!(
+        "{what}: replaced: handle {} -> {}, rkey {:#x} -> {:#x}",
+        old.0,
+        mr.handle(),
+        old.2,
+        mr.rkey()
+    ));
+}
+
 /// test_mr_rereg_access_bad_flow: traffic on a region that allows it, then
 /// REMOTE_WRITE removed in place: the peer's WRITE is refused with a remote
 /// access error, the target untouched, and both QPs went to ERR; once
@@ -235,6 +389,9 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
         "access_bad_flow_remote_write_removed_in_place_is_refused",
         |name, ctx, counts| {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+            if rig.siw() {
+                return siw_access_removed(rig, counts);
+            }
             let mut dst = anon(LEN);
             let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
             counts.assert_extra(2, 1, "two MRs in the pair's PD");
@@ -263,6 +420,51 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
     );
 }
 
+/// siw's access_bad_flow: traffic (WRITE and READ) on a region that allows
+/// it; REMOTE_WRITE removed in place is refused (the rkey still lands:
+/// nothing changed); removed by replace: the new rkey's WRITE is refused
+/// the iWARP way (connection dropped, target untouched), a new connection
+/// carries traffic to another region, and the region keeps refusing.
+fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
+    let name = rig.name.clone();
+    let mut dst = anon(LEN);
+    let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
+    counts.assert_extra(2, 1, "two MRs in the pair's PD");
+    let k = keys(&mr);
+    let remote = Rig::at(&dst, mr.rkey());
+    rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
+    rig.read_lands(2, remote, &dst, "REMOTE_READ granted");
+    let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
+    siw_refuses_in_place(
+        &mr,
+        k,
+        err,
+        &format!("{name}: REMOTE_WRITE removed in place"),
+    );
+    assert_eq!(mr.access(), RW_READ, "{name}: unchanged");
+    rig.write_lands(3, 3, remote, &dst, "after the refused in-place change");
+    replaced(
+        &mut mr,
+        ReregFlags::ACCESS,
+        None,
+        AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+        &format!("{name}: REMOTE_WRITE removed by replace"),
+    );
+    let new = Rig::at(&dst, mr.rkey());
+    rig.read_lands(4, new, &dst, "the new rkey still reads");
+    rig.write_refused(5, 5, new, &dst, "the new rkey without REMOTE_WRITE");
+    rig.write_refused(6, 6, remote, &dst, "the old rkey after the replace");
+    let mut other = anon(LEN);
+    let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
+    let to_other = Rig::at(&other, other_mr.rkey());
+    rig.write_lands(7, 7, to_other, &other, "recovered: another MR");
+    rig.write_refused(8, 8, new, &dst, "recovered: still without REMOTE_WRITE");
+    drop((other_mr, mr, rig));
+    drop((other, dst));
+    counts.assert_extra(0, 0, "after dropping everything");
+    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+}
+
 /// test_mr_rereg_access: a region registered LOCAL_WRITE only refuses the
 /// peer's WRITE; REMOTE_WRITE granted in place (same keys) lets it land;
 /// removed and restored in place, the same again.
@@ -278,6 +480,36 @@ fn access_restored_in_place_lets_the_write_land() {
             let remote = Rig::at(&dst, mr.rkey());
             rig.write_refused(1, 1, remote, &dst, "registered LOCAL_WRITE only");
 
+            if rig.siw() {
+                // siw: granted in place is refused (the rkey keeps refusing),
+                // granted by replace the new rkey writes and reads, and the
+                // old one is refused; each refusal costs the connection.
+                let err = mr.set_access(RW_READ).unwrap_err();
+                siw_refuses_in_place(
+                    &mr,
+                    k,
+                    err,
+                    &format!("{name}: REMOTE_WRITE granted in place"),
+                );
+                rig.write_refused(2, 2, remote, &dst, "after the refused in-place grant");
+                replaced(
+                    &mut mr,
+                    ReregFlags::ACCESS,
+                    None,
+                    RW_READ,
+                    &format!("{name}: granted by replace"),
+                );
+                let new = Rig::at(&dst, mr.rkey());
+                rig.write_lands(3, 3, new, &dst, "the new rkey with REMOTE_WRITE");
+                rig.read_lands(4, new, &dst, "the new rkey with REMOTE_READ");
+                rig.write_refused(5, 5, remote, &dst, "the old rkey after the replace");
+                rig.write_lands(6, 6, new, &dst, "the new rkey on the new connection");
+                drop((mr, rig));
+                drop(dst);
+                counts.assert_extra(0, 0, "after dropping everything");
+                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                return;
+            }
             mr.set_access(RW)
                 .unwrap_or_else(|e| panic!("{name}: set_access(RW) in place: {e}"));
             same_keys(&mr, k, name);
@@ -318,6 +550,41 @@ fn atomic_access_removed_and_restored_in_place() {
             let remote = Rig::at(&dst, mr.rkey());
             let target = |dst: &MmapMut| u64::from_ne_bytes(dst[AT..AT + 8].try_into().unwrap());
             let fetch_add = SendOp::FetchAdd { remote, add: ADD };
+            if rig.siw() {
+                // siw has no atomics (atomic_cap 0): a FETCH_ADD is refused
+                // before the ring, typed, whatever the MR allows; and the
+                // in-place access change is refused too. Nothing completes,
+                // nothing changes, the QP still works.
+                let sges = sge(rig.src.as_ptr() as u64 + RESULT_AT as u64, 8, &rig.src_mr);
+                // SAFETY: refused before anything is queued.
+                let err =
+                    unsafe { rig.q.qp_a.post_send(&[signalled(1, fetch_add, &sges)]) }.unwrap_err();
+                assert!(
+                    matches!(&err, uverbs::Error::Post { index: 0, source, .. }
+                        if matches!(**source, uverbs::PostError::NotSupported { driver: "siw", .. })),
+                    "{name}: {err}"
+                );
+                assert_eq!(err.errno(), Some(Errno::INVAL), "{name}: {err}");
+                loud(&format!("NOTE: {name}: siw has no atomics: {err}"));
+                let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
+                siw_refuses_in_place(
+                    &mr,
+                    k,
+                    err,
+                    &format!("{name}: REMOTE_ATOMIC removed in place"),
+                );
+                assert_no_completion(&rig.q.cq_a, &format!("{name}: after the refused FETCH_ADD"));
+                assert_eq!(target(&dst), OLD, "{name}: the target");
+                let mut other = anon(LEN);
+                let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
+                let to = Rig::at(&other, other_mr.rkey());
+                rig.write_lands(2, 2, to, &other, "a WRITE after the refused atomic");
+                drop((other_mr, mr, rig));
+                drop((other, dst));
+                counts.assert_extra(0, 0, "after dropping everything");
+                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                return;
+            }
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
                 .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
@@ -392,10 +659,49 @@ fn pd_moved_away_back_and_away_again() {
         let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
         let pd2 = alloc_pd(ctx);
         let mut dst = anon(LEN);
-        let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
+        let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
         let k = keys(&mr);
         let remote = Rig::at(&dst, mr.rkey());
         rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
+        if rig.siw() {
+            // siw: moved in place is refused (the rkey still lands); moved
+            // by replace to pd2 the new rkey is refused (connection lost)
+            // and pd2 cannot go; moved back by replace, the newest rkey
+            // writes and reads, the pd2 one is refused.
+            let err = mr.set_pd(&pd2).unwrap_err();
+            siw_refuses_in_place(&mr, k, err, &format!("{name}: moved to pd2 in place"));
+            assert!(mr.is_in(&rig.q.pd), "{name}: still in the QPs' PD");
+            rig.write_lands(2, 2, remote, &dst, "after the refused in-place move");
+            replaced(
+                &mut mr,
+                ReregFlags::PD,
+                Some(&pd2),
+                AccessFlags::empty(),
+                &format!("{name}: moved to pd2 by replace"),
+            );
+            assert!(mr.is_in(&pd2));
+            let in_pd2 = Rig::at(&dst, mr.rkey());
+            rig.write_refused(3, 3, in_pd2, &dst, "moved to another PD");
+            let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
+            replaced(
+                &mut mr,
+                ReregFlags::PD,
+                Some(&rig.q.pd),
+                AccessFlags::empty(),
+                &format!("{name}: moved back by replace"),
+            );
+            let back = Rig::at(&dst, mr.rkey());
+            rig.write_lands(4, 4, back, &dst, "moved back to the QPs' PD");
+            rig.read_lands(5, back, &dst, "moved back to the QPs' PD");
+            rig.write_refused(6, 6, in_pd2, &dst, "the pd2 rkey after moving back");
+            drop((mr, rig));
+            pd2.dealloc()
+                .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
+            drop(dst);
+            counts.assert_extra(0, 0, "after dropping everything");
+            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            return;
+        }
 
         mr.set_pd(&pd2)
             .unwrap_or_else(|e| panic!("{name}: set_pd(pd2) in place: {e}"));
@@ -434,13 +740,13 @@ fn translation_refused_in_place_then_replaced_raw() {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
             let mut old_buf = anon(LEN);
             let mut new_buf = anon(2 * LEN);
-            let mut mr = fresh_mr(&rig.q.pd, &mut old_buf, RW);
+            let mut mr = fresh_mr(&rig.q.pd, &mut old_buf, RW_READ);
             let k = keys(&mr);
             let old_remote = Rig::at(&old_buf, mr.rkey());
 
             // SAFETY: new_buf outlives the MR (dropped after it below).
             let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
-                .expect_err("rxe changes translation in place");
+                .expect_err("rxe and siw change translation in place");
             assert_eq!(
                 (err.outcome(), err.errno(), err.mr_state()),
                 (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
@@ -477,7 +783,9 @@ fn translation_refused_in_place_then_replaced_raw() {
                 &new_buf,
                 "the new rkey into the new buffer",
             );
+            rig.read_lands(4, new_remote, &new_buf, "the new rkey from the new buffer");
             rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
+            rig.write_lands(5, 5, new_remote, &new_buf, "the new rkey after the refusal");
             assert!(
                 old_buf[..] == old_bytes[..],
                 "{name}: the old buffer changed"
@@ -506,14 +814,14 @@ fn translation_refused_in_place_then_replaced_retarget() {
             let mr = rig
                 .q
                 .pd
-                .reg_buffer(vec![0u8; LEN], RW)
+                .reg_buffer(vec![0u8; LEN], RW_READ)
                 .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
             let k = keys(&mr);
             let old_remote = Rig::at(mr.buffer(), mr.rkey());
 
             let refused = mr
                 .retarget(vec![0u8; 2 * LEN], ReregFallback::Strict)
-                .expect_err("rxe changes translation in place");
+                .expect_err("rxe and siw change translation in place");
             assert_eq!(
                 (
                     refused.error.outcome(),
@@ -554,7 +862,20 @@ fn translation_refused_in_place_then_replaced_retarget() {
                 mr.buffer(),
                 "the new rkey into the new buffer",
             );
+            rig.read_lands(
+                4,
+                new_remote,
+                mr.buffer(),
+                "the new rkey from the new buffer",
+            );
             rig.write_refused(3, 3, old_remote, &old, "the old rkey after the retarget");
+            rig.write_lands(
+                5,
+                5,
+                new_remote,
+                mr.buffer(),
+                "the new rkey after the refusal",
+            );
             assert_eq!(old, old_bytes, "{name}: the old buffer changed");
 
             let buffer = mr
@@ -656,6 +977,27 @@ fn writes_under_live_remote_write_toggling() {
         "writes_under_live_remote_write_toggling",
         |name, ctx, counts| {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, WINDOW * SLOT, 64);
+            if rig.siw() {
+                // The stream needs REMOTE_WRITE toggled in place under
+                // traffic; siw refuses every in-place change (so the keys
+                // the stream writes with cannot be toggled), and a refused
+                // WRITE costs the connection. Shown, then left to rxe.
+                let mut dst = anon(LEN);
+                let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
+                let k = keys(&mr);
+                let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
+                siw_refuses_in_place(&mr, k, err, &format!("{name}: the toggle's first step"));
+                let remote = Rig::at(&dst, mr.rkey());
+                rig.write_lands(1, 1, remote, &dst, "the key the toggle could not change");
+                loud(&format!(
+                    "NOTE: {name}: siw refuses REMOTE_WRITE toggling in place: the live stream runs on rxe only"
+                ));
+                drop((mr, rig));
+                drop(dst);
+                counts.assert_extra(0, 0, "after dropping everything");
+                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                return;
+            }
             assert!(
                 rig.q.qp_a.caps().max_send_wr as usize >= WINDOW,
                 "{name}: {:?}",

@@ -14,6 +14,10 @@ use uverbs::{
     WcStatus, WorkCompletion,
 };
 
+use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
+use uverbs::OwnedQp;
+
+use super::cm::{cm_listener, cm_present, cm_unavailable, landed_on, next_event, resolved_client};
 use super::devices::{alloc_pd, driver, loud, on_each_device, Driver, HandleCounts};
 
 /// RESET -> INIT -> RTR -> RTS towards `dest_qpn` over `dest` (a RoCE
@@ -163,13 +167,211 @@ pub fn roce_path(ctx: &Context, name: &str) -> ([u8; 16], Mtu) {
 }
 
 /// Two RC QPs in one new PD, each with a CQ of `cqe` entries of its own
-/// for both queues; A's CQ reports to `channel_a` if given. Not connected.
+/// for both queues; A's CQ reports to `channel_a` if given. Not connected
+/// (from [`two_rc_qps`]), or connected (from [`connected_rc_pair`]): on
+/// siw through the cm, whose ids live in `cm` as long as the fixture.
+/// Fields drop in order: QPs, CQs, PD, then the cm ids and channels.
 pub struct TwoQps {
-    pub pd: ProtectionDomain,
-    pub cq_a: CompletionQueue,
-    pub cq_b: CompletionQueue,
     pub qp_a: QueuePair,
     pub qp_b: QueuePair,
+    pub cq_a: CompletionQueue,
+    pub cq_b: CompletionQueue,
+    pub pd: ProtectionDomain,
+    /// The cm connection of a siw pair (`None` on rxe: connected by hand).
+    pub cm: Option<CmLink>,
+}
+
+impl TwoQps {
+    /// True when the pair is a siw (iWARP) one, connected through the cm.
+    pub fn iwarp(&self) -> bool {
+        self.cm.is_some()
+    }
+}
+
+/// The cm ids and channels of an iWARP connection made by [`cm_connect`]:
+/// A is the client, B the server. Dropping it destroys the ids (which
+/// tears the connection down) after the fields before it in a fixture.
+pub struct CmLink {
+    /// A's id.
+    pub client: CmId,
+    /// B's id (made by the connect request).
+    pub server: CmId,
+    pub listener: CmId,
+    /// The client's channel.
+    pub ch_a: EventChannel,
+    /// The listener's and the server's channel.
+    pub ch_b: EventChannel,
+}
+
+/// What [`cm_connect`] needs of a queue pair: a plain [`QueuePair`] or an
+/// [`OwnedQp`].
+pub trait CmQp {
+    fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error>;
+    fn cm_refresh(&self) -> Result<QpState, uverbs::Error>;
+    fn cm_qpn(&self) -> u32;
+}
+
+impl CmQp for QueuePair {
+    fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
+        self.modify(attr)
+    }
+    fn cm_refresh(&self) -> Result<QpState, uverbs::Error> {
+        self.refresh_state()
+    }
+    fn cm_qpn(&self) -> u32 {
+        self.qp_num()
+    }
+}
+
+impl<M: uverbs::DeviceReadable> CmQp for OwnedQp<M> {
+    fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
+        self.modify(attr)
+    }
+    fn cm_refresh(&self) -> Result<QpState, uverbs::Error> {
+        self.refresh_state()
+    }
+    fn cm_qpn(&self) -> u32 {
+        self.qp_num()
+    }
+}
+
+/// Moves `qp` with exactly what the cm answers for `id` and `state` (on
+/// iWARP the RTS answer has no state: PORT alone).
+fn cm_step<Q: CmQp>(id: &CmId, qp: &Q, state: QpState, what: &str) {
+    let attr = id
+        .init_qp_attr(state)
+        .unwrap_or_else(|e| panic!("{what}: init_qp_attr({state:?}): {e}"));
+    qp.cm_modify(&attr)
+        .unwrap_or_else(|e| panic!("{what}: modify {:?}: {e}", attr.mask()));
+}
+
+/// Connects two RESET RC QPs of `ctx` (siw: iWARP) to each other through
+/// the rdma_cm over [`cm_addr`]: A is the client ([`cm_dial`]), B the
+/// server ([`cm_accept`]), each moved only with what `INIT_QP_ATTR`
+/// answers, then both sides hear ESTABLISHED and the kernel has moved both
+/// QPs to RTS (read back with `refresh_state`, so posting is allowed).
+/// `None` (after [`cm_unavailable`]: a failure under
+/// `UVERBS_REQUIRE_DEVICES`) when the environment has no rdma_cm or no
+/// address. The cm's defaults grant the peer REMOTE_WRITE and REMOTE_READ
+/// (responder resources 1).
+pub fn cm_connect<A: CmQp, B: CmQp>(ctx: &Context, name: &str, a: &A, b: &B) -> Option<CmLink> {
+    if !cm_present(name) {
+        return None;
+    }
+    let (ch_b, listener, port) = cm_listener(4);
+    let (ch_a, client) = cm_dial(ctx, name, port, a)?;
+    let server = cm_accept(&ch_b, b, name);
+    cm_established(&ch_a, &client, a, &format!("{name}: client"));
+    cm_established(&ch_b, &server, b, &format!("{name}: server"));
+    Some(CmLink {
+        client,
+        server,
+        listener,
+        ch_a,
+        ch_b,
+    })
+}
+
+/// The active half's start: a client id on a new channel, resolved to
+/// [`cm_addr`]`(ctx):port` (asserted to land on `ctx`), `qp` moved to INIT
+/// with the cm's answer, and the connect request sent. `None` (after
+/// [`cm_unavailable`]) when the address is not there. Finish with
+/// [`cm_established`].
+pub fn cm_dial<Q: CmQp>(
+    ctx: &Context,
+    name: &str,
+    port: u16,
+    qp: &Q,
+) -> Option<(EventChannel, CmId)> {
+    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
+    let client = match resolved_client(&ch, ctx, port) {
+        Ok(c) => c,
+        Err(why) => {
+            cm_unavailable(name, &why);
+            return None;
+        }
+    };
+    assert!(
+        landed_on(&client, ctx),
+        "{name}: the client's id is not on {name}"
+    );
+    cm_step(&client, qp, QpState::Init, "client RESET->INIT");
+    let hello = ConnParam::new(qp.cm_qpn()).private_data(b"dp").unwrap();
+    client
+        .connect(&hello)
+        .unwrap_or_else(|e| panic!("{name}: connect: {e}"));
+    Some((ch, client))
+}
+
+/// The passive half: the next connect request on the listener's `ch`
+/// (within the cm's bound), `qp` moved to INIT and RTR with the cm's
+/// answers and given the stateless RTS answer, and the request accepted.
+/// Returns the server's id; finish with [`cm_established`].
+pub fn cm_accept<Q: CmQp>(ch: &EventChannel, qp: &Q, name: &str) -> CmId {
+    let ev = next_event(ch, &format!("{name}: listener"));
+    let EventKind::ConnectRequest { id: server, .. } = ev.kind else {
+        panic!("{name}: a connect request expected: {:?}", ev.kind)
+    };
+    cm_step(&server, qp, QpState::Init, "server RESET->INIT");
+    cm_step(&server, qp, QpState::Rtr, "server INIT->RTR");
+    cm_step(&server, qp, QpState::Rts, "server RTR->RTS");
+    server
+        .accept(&ConnParam::new(qp.cm_qpn()))
+        .unwrap_or_else(|e| panic!("{name}: accept: {e}"));
+    server
+}
+
+/// Waits for `id`'s ESTABLISHED on `ch` and asserts that the kernel has
+/// moved `qp` to RTS (iWARP: the kernel's CM does it).
+pub fn cm_established<Q: CmQp>(ch: &EventChannel, id: &CmId, qp: &Q, what: &str) {
+    let ev = next_event(ch, &format!("{what} established"));
+    assert!(
+        matches!(ev.kind, EventKind::Established(_)),
+        "{what}: {:?}",
+        ev.kind
+    );
+    assert_eq!(ev.id, id.handle(), "{what}: ESTABLISHED names the id");
+    let state = qp
+        .cm_refresh()
+        .unwrap_or_else(|e| panic!("{what}: query_qp: {e}"));
+    assert_eq!(state, QpState::Rts, "{what}: the QP after ESTABLISHED");
+}
+
+/// The cm events each side of `link` gets within `within` (names with the
+/// id's handle, e.g. `RDMA_CM_EVENT_DISCONNECTED@3`), stopping early once
+/// both channels were quiet for 300 ms after at least one event.
+pub fn cm_events(link: &CmLink, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    let mut events = Vec::new();
+    while Instant::now() < deadline {
+        let mut any = false;
+        for ch in [&link.ch_a, &link.ch_b] {
+            if let Some(ev) = ch
+                .wait_event(Duration::from_millis(150))
+                .unwrap_or_else(|e| panic!("cm events: {e}"))
+            {
+                events.push(format!("{}@{}", ev.name(), ev.id));
+                any = true;
+            }
+        }
+        if !any && !events.is_empty() {
+            break;
+        }
+    }
+    events
+}
+
+/// Asserts that both ids of `link` were told DISCONNECTED among `events`.
+pub fn assert_disconnected(link: &CmLink, events: &[String], what: &str) {
+    for (id, side) in [
+        (link.client.handle(), "client"),
+        (link.server.handle(), "server"),
+    ] {
+        assert!(
+            events.contains(&format!("RDMA_CM_EVENT_DISCONNECTED@{id}")),
+            "{what}: the {side} was not disconnected: {events:?}"
+        );
+    }
 }
 
 pub fn two_rc_qps(
@@ -177,6 +379,18 @@ pub fn two_rc_qps(
     name: &str,
     cqe: u32,
     channel_a: Option<&CompletionChannel>,
+) -> TwoQps {
+    two_rc_qps_init(ctx, name, cqe, channel_a, &|init| init)
+}
+
+/// [`two_rc_qps`] whose QPs are created with what `adjust` makes of the
+/// default [`QpInit`] (capacities, inline size).
+pub fn two_rc_qps_init(
+    ctx: &Context,
+    name: &str,
+    cqe: u32,
+    channel_a: Option<&CompletionChannel>,
+    adjust: &dyn for<'c> Fn(QpInit<'c>) -> QpInit<'c>,
 ) -> TwoQps {
     let pd = alloc_pd(ctx);
     let cq = |channel| {
@@ -186,35 +400,37 @@ pub fn two_rc_qps(
     let cq_a = cq(channel_a);
     let cq_b = cq(None);
     let qp = |cq: &CompletionQueue, which: &str| {
-        pd.create_qp(&QpInit::new(QpType::Rc, cq, cq))
+        pd.create_qp(&adjust(QpInit::new(QpType::Rc, cq, cq)))
             .unwrap_or_else(|e| panic!("{name}: create_qp {which}: {e}"))
     };
     let qp_a = qp(&cq_a, "A");
     let qp_b = qp(&cq_b, "B");
     TwoQps {
-        pd,
-        cq_a,
-        cq_b,
         qp_a,
         qp_b,
+        cq_a,
+        cq_b,
+        pd,
+        cm: None,
     }
 }
 
-/// [`two_rc_qps`] connected to each other over [`roce_path`].
+/// [`two_rc_qps`] connected to each other: on rxe by hand over
+/// [`roce_path`], on siw through the cm ([`cm_connect`]; a siw QP reaches
+/// RTS no other way).
 pub fn connected_rc_pair(
     ctx: &Context,
     name: &str,
     cqe: u32,
     channel_a: Option<&CompletionChannel>,
 ) -> TwoQps {
-    let (gid, mtu) = roce_path(ctx, name);
-    let q = two_rc_qps(ctx, name, cqe, channel_a);
-    connect_pair(&q.qp_a, &q.qp_b, gid, mtu);
-    q
+    connected_rc_pair_with(ctx, name, cqe, channel_a, QP_ACCESS)
 }
 
 /// [`connected_rc_pair`] granting `access` on both QPs (e.g.
-/// [`QP_ACCESS_ATOMIC`]).
+/// [`QP_ACCESS_ATOMIC`]). On siw the cm decides the access (its defaults:
+/// REMOTE_WRITE, REMOTE_READ, and REMOTE_ATOMIC, which siw has no use for:
+/// an atomic is refused before the ring).
 pub fn connected_rc_pair_with(
     ctx: &Context,
     name: &str,
@@ -222,9 +438,47 @@ pub fn connected_rc_pair_with(
     channel_a: Option<&CompletionChannel>,
     access: AccessFlags,
 ) -> TwoQps {
+    connect_two(two_rc_qps(ctx, name, cqe, channel_a), ctx, name, access)
+}
+
+/// [`two_rc_qps_init`] connected as [`connected_rc_pair`] does.
+pub fn connected_rc_pair_init(
+    ctx: &Context,
+    name: &str,
+    cqe: u32,
+    adjust: &dyn for<'c> Fn(QpInit<'c>) -> QpInit<'c>,
+) -> TwoQps {
+    let q = two_rc_qps_init(ctx, name, cqe, None, adjust);
+    connect_two(q, ctx, name, QP_ACCESS)
+}
+
+/// Connects two RESET RC QPs of `ctx` to each other: on rxe by hand over
+/// [`roce_path`] granting [`QP_ACCESS`] (`None`), on siw through the cm
+/// (the link, to keep as long as the QPs: drop it after them).
+pub fn connect_rc_qps(ctx: &Context, name: &str, a: &QueuePair, b: &QueuePair) -> Option<CmLink> {
+    if driver(ctx) == Driver::Siw {
+        return Some(
+            cm_connect(ctx, name, a, b)
+                .unwrap_or_else(|| panic!("{name}: no cm connection on siw")),
+        );
+    }
     let (gid, mtu) = roce_path(ctx, name);
-    let q = two_rc_qps(ctx, name, cqe, channel_a);
-    connect_pair_with(&q.qp_a, &q.qp_b, gid, mtu, access);
+    connect_pair(a, b, gid, mtu);
+    None
+}
+
+/// Connects the RESET QPs of `q` to each other as [`connected_rc_pair`]
+/// does (rxe: by hand granting `access`; siw: through the cm).
+pub fn connect_two(mut q: TwoQps, ctx: &Context, name: &str, access: AccessFlags) -> TwoQps {
+    if driver(ctx) == Driver::Siw {
+        q.cm = Some(
+            cm_connect(ctx, name, &q.qp_a, &q.qp_b)
+                .unwrap_or_else(|| panic!("{name}: no cm connection on siw")),
+        );
+    } else {
+        let (gid, mtu) = roce_path(ctx, name);
+        connect_pair_with(&q.qp_a, &q.qp_b, gid, mtu, access);
+    }
     q
 }
 
@@ -375,8 +629,10 @@ pub fn wait_exactly(cq: &CompletionQueue, n: usize, out: &mut Vec<WorkCompletion
     );
 }
 
-/// [`on_each_device`] for the devices with a data path (rxe):
-/// `body(name, ctx)`; any other is noted loudly and skipped.
+/// [`on_each_device`] for the devices with a data path (rxe and siw):
+/// `body(name, ctx)`; any other is noted loudly and skipped. On siw the
+/// rdma_cm must be there ([`cm_present`]: a failure under
+/// `UVERBS_REQUIRE_DEVICES`): [`connected_rc_pair`] connects through it.
 pub fn on_each_data_path_device(test: &str, mut body: impl FnMut(&str, &Context)) {
     on_each_data_path_device_counted(test, |name, ctx, _counts| body(name, ctx));
 }
@@ -388,13 +644,14 @@ pub fn on_each_data_path_device_counted(
     test: &str,
     mut body: impl FnMut(&str, &Context, &HandleCounts),
 ) {
-    on_each_device(test, |name, dut, counts| {
-        if driver(&dut) != Driver::Rxe {
-            return loud(&format!(
-                "NOTE: {name}: a siw QP reaches RTS only through the connection manager (siw traffic: device_cm_siw), or not rxe"
-            ));
+    on_each_device(test, |name, dut, counts| match driver(&dut) {
+        Driver::Rxe => body(name, &dut, counts),
+        Driver::Siw => {
+            if cm_present(test) {
+                body(name, &dut, counts)
+            }
         }
-        body(name, &dut, counts)
+        Driver::Other => loud(&format!("NOTE: {test}: {name}: not rxe or siw: skipped")),
     });
 }
 
@@ -462,4 +719,85 @@ pub fn signalled(wr_id: u64, op: SendOp, sges: &[Sge]) -> SendWr<'_> {
         payload: Payload::Sges(sges),
         ud: None,
     }
+}
+
+/// siw creates RC QPs only (`siw_create_qp` answers `EOPNOTSUPP` to any
+/// other type; the crate refuses before the system call with the same
+/// errno): asserts that creating a `qp_type` QP in a new PD on `ctx` fails
+/// so, typed (`Error::Os` naming `CreateQp`), that no QP is left in the
+/// kernel, and that an RC QP on the same CQ is created (the refusal is of
+/// the type, not of the device).
+pub fn assert_siw_refuses_qp_type(
+    ctx: &Context,
+    name: &str,
+    counts: &HandleCounts,
+    qp_type: QpType,
+) {
+    assert_eq!(driver(ctx), Driver::Siw, "{name}: for siw only");
+    let pd = alloc_pd(ctx);
+    let cq = ctx
+        .create_cq(8, None)
+        .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));
+    let err = pd
+        .create_qp(&QpInit::new(qp_type, &cq, &cq))
+        .map(|qp| qp.qp_num())
+        .expect_err("siw created a QP that is not RC");
+    assert!(
+        matches!(
+            err,
+            uverbs::Error::Os {
+                op: uverbs::Op::CreateQp,
+                ..
+            }
+        ),
+        "{name}: {qp_type:?}: {err}"
+    );
+    assert_eq!(err.errno(), Some(uverbs::Errno::OPNOTSUPP), "{name}: {err}");
+    counts.assert_extra_cq_qp(1, 0, &format!("{name}: after the refused {qp_type:?} QP"));
+    let rc = pd
+        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
+        .unwrap_or_else(|e| panic!("{name}: an RC QP beside the refused {qp_type:?}: {e}"));
+    counts.assert_extra_cq_qp(1, 1, &format!("{name}: with the RC QP"));
+    loud(&format!(
+        "NOTE: {name}: siw is RC only: a {qp_type:?} QP is refused ({err}); \
+         the {qp_type:?} traffic of this test runs on rxe only"
+    ));
+    drop((rc, cq, pd));
+}
+
+/// The iWARP way back after an error (there is no RESET -> RTS by hand on
+/// siw, and a siw connection that failed is gone): new CQs of `cqe`
+/// entries and new RC QPs in `q`'s PD (so its MRs serve them), connected
+/// through a new cm connection; then the old QPs, CQs and cm ids are
+/// dropped, in that order.
+pub fn cm_reconnect(q: &mut TwoQps, ctx: &Context, name: &str, cqe: u32) {
+    let cq = |which: &str| {
+        ctx.create_cq(cqe, None)
+            .unwrap_or_else(|e| panic!("{name}: reconnect: create_cq {which}: {e}"))
+    };
+    let (cq_a, cq_b) = (cq("A"), cq("B"));
+    let qp = |cq: &CompletionQueue, which: &str| {
+        q.pd.create_qp(&QpInit::new(QpType::Rc, cq, cq))
+            .unwrap_or_else(|e| panic!("{name}: reconnect: create_qp {which}: {e}"))
+    };
+    let (qp_a, qp_b) = (qp(&cq_a, "A"), qp(&cq_b, "B"));
+    let link = cm_connect(ctx, name, &qp_a, &qp_b)
+        .unwrap_or_else(|| panic!("{name}: reconnect: no cm connection"));
+    let old_qps = (
+        std::mem::replace(&mut q.qp_a, qp_a),
+        std::mem::replace(&mut q.qp_b, qp_b),
+    );
+    let old_cqs = (
+        std::mem::replace(&mut q.cq_a, cq_a),
+        std::mem::replace(&mut q.cq_b, cq_b),
+    );
+    let old_link = q.cm.replace(link);
+    drop(old_qps);
+    drop(old_cqs);
+    drop(old_link);
+    loud(&format!(
+        "{name}: reconnected through the cm: QPs {} <-> {}",
+        q.qp_a.qp_num(),
+        q.qp_b.qp_num()
+    ));
 }
