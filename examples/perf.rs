@@ -1,0 +1,573 @@
+//! A small perftest: latency and bandwidth of RC WRITE, SEND and READ
+//! between two processes, with perftest 4.5's semantics and defaults, so
+//! its numbers can be put beside `ib_write_lat`, `ib_send_lat`,
+//! `ib_read_lat`, `ib_write_bw` and `ib_send_bw` run with the same
+//! parameters.
+//!
+//! ```text
+//! perf --server        --device NAME --test TEST [--size B] [--iters N] [--qd N] [--inline B] [--port P] [--cm ADDR]
+//! perf --client SERVER --device NAME --test TEST [--size B] [--iters N] [--qd N] [--inline B] [--port P] [--cm ADDR]
+//! perf --self-test     every test once, small, on rxe0 (by hand and --cm 192.0.2.1) and siw0 (--cm 198.51.100.1)
+//! ```
+//!
+//! Without `--cm` the QPs are connected by hand (RoCE, GID index 0) from
+//! Endpoint lines swapped over TCP to SERVER:P (default 18515, perftest's);
+//! with `--cm ADDR` the rdma_cm connects them (the server listens on
+//! ADDR:P, the client connects there; target areas in the private data).
+//! See `perf/run.rs` for what each test measures and `--help` for the
+//! defaults. Each side prints one `@@PERF key=value ...` line; the exit
+//! status is non-zero on any failure. Every wait is bounded (10 s without
+//! progress).
+
+use std::error::Error;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+#[path = "perf/run.rs"]
+mod run;
+#[path = "perf/side.rs"]
+mod side;
+
+type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
+
+/// The longest any step waits without progress.
+const WAIT: Duration = Duration::from_secs(10);
+/// perftest's defaults (src/perftest_parameters.h).
+const DEF_PORT: u16 = 18515;
+const DEF_SIZE_LAT: usize = 2;
+const DEF_SIZE_BW: usize = 65536;
+const DEF_ITERS: usize = 1000;
+const DEF_TX_BW: usize = 128;
+const DEF_CQ_MOD: usize = 100;
+/// Receives a send test keeps posted (DEF_RX_SEND), capped at the iterations.
+const DEF_RX_SEND: usize = 512;
+/// Above this size perftest turns CQ moderation off (MSG_SIZE_CQ_MOD_LIMIT).
+const MSG_SIZE_CQ_MOD_LIMIT: usize = 8192;
+/// The largest latencies perftest drops before its statistics (LAT_MEASURE_TAIL).
+const LAT_MEASURE_TAIL: usize = 2;
+
+const USAGE: &str = "\
+usage: perf --server        --device NAME --test TEST [OPTIONS]
+       perf --client SERVER --device NAME --test TEST [OPTIONS]
+       perf --self-test
+
+TEST: write_lat | send_lat | read_lat | write_bw | send_bw
+
+OPTIONS (defaults are perftest 4.5's):
+  --size BYTES    message size (2 for *_lat, 65536 for *_bw)
+  --iters N       iterations (1000)
+  --qd N          requests outstanding, perftest's -t (1 for *_lat, 128 for *_bw;
+                  at most --iters)
+  --inline BYTES  inline SENDs/WRITEs up to this size (perftest's default: 0 on rxe
+                  and siw, which it does not recognise; 220 write_lat / 236 send_lat
+                  elsewhere); capped at what the device accepts
+  --port P        TCP port (by hand) or rdma_cm port (18515)
+  --cm ADDR       connect through the rdma_cm: the server listens on ADDR:P, the
+                  client connects to ADDR:P (SERVER is then ignored)
+
+CQ moderation is perftest's: signal every min(100, qd)-th request, every one
+above 8192 bytes. Latency: the time between successive posts (ping-pong
+round trip / 2 for write_lat and send_lat, one READ for read_lat), the 2
+largest dropped. Bandwidth: size * iters from the first post to the last
+completion, mib_per_s in 2^20 bytes/s (perftest's MB/sec).
+Output: one line '@@PERF side=... key=value ...' per side.";
+
+/// The five tests (the discriminant travels in the hello).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Test {
+    WriteLat = 1,
+    SendLat = 2,
+    ReadLat = 3,
+    WriteBw = 4,
+    SendBw = 5,
+}
+
+impl Test {
+    const ALL: [Test; 5] = [
+        Test::WriteLat,
+        Test::SendLat,
+        Test::ReadLat,
+        Test::WriteBw,
+        Test::SendBw,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Test::WriteLat => "write_lat",
+            Test::SendLat => "send_lat",
+            Test::ReadLat => "read_lat",
+            Test::WriteBw => "write_bw",
+            Test::SendBw => "send_bw",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Test> {
+        Test::ALL.into_iter().find(|t| t.name() == s)
+    }
+
+    fn is_lat(self) -> bool {
+        matches!(self, Test::WriteLat | Test::SendLat | Test::ReadLat)
+    }
+
+    fn uses_recv(self) -> bool {
+        matches!(self, Test::SendLat | Test::SendBw)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Role {
+    Server,
+    /// The server's address (by hand).
+    Client(String),
+    SelfTest,
+}
+
+#[derive(Clone, Debug)]
+struct Options {
+    role: Role,
+    device: String,
+    test: Test,
+    size: usize,
+    iters: usize,
+    /// perftest's tx depth, capped at the iterations.
+    qd: usize,
+    /// `--inline`, or perftest's default for the device.
+    inline: Option<usize>,
+    port: u16,
+    cm: Option<String>,
+}
+
+impl Options {
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
+        let (mut role, mut device, mut test) = (None, None, None);
+        let (mut size, mut iters, mut qd, mut inline) = (None, DEF_ITERS, None, None);
+        let (mut port, mut cm) = (DEF_PORT, None);
+        let mut args = args.into_iter();
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+            let mut number = |name: &str| -> Result<usize, String> {
+                let v = value(name)?;
+                v.parse::<usize>()
+                    .map_err(|_| format!("{name} wants a number, got {v:?}"))
+            };
+            match arg.as_str() {
+                "--server" => role = Some(Role::Server),
+                "--client" => role = Some(Role::Client(value("--client")?)),
+                "--self-test" => role = Some(Role::SelfTest),
+                "--device" => device = Some(value("--device")?),
+                "--test" => {
+                    let v = value("--test")?;
+                    test = Some(Test::parse(&v).ok_or(format!("unknown test {v:?}"))?);
+                }
+                "--size" => size = Some(number("--size")?),
+                "--iters" => iters = number("--iters")?,
+                "--qd" => qd = Some(number("--qd")?),
+                "--inline" => inline = Some(number("--inline")?),
+                "--port" => {
+                    port = u16::try_from(number("--port")?)
+                        .map_err(|_| "--port is too large".to_string())?
+                }
+                "--cm" => cm = Some(value("--cm")?),
+                "-h" | "--help" => return Err(String::new()),
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        let role = role.ok_or("--server, --client ADDR or --self-test is needed")?;
+        if role == Role::SelfTest {
+            return Ok(Options {
+                role,
+                device: String::new(),
+                test: Test::WriteLat,
+                size: 0,
+                iters: 0,
+                qd: 0,
+                inline: None,
+                port,
+                cm: None,
+            });
+        }
+        let device = device.ok_or("--device is needed")?;
+        let test = test.ok_or("--test is needed")?;
+        let size = size.unwrap_or(if test.is_lat() {
+            DEF_SIZE_LAT
+        } else {
+            DEF_SIZE_BW
+        });
+        if size == 0 || size > 1 << 30 {
+            return Err("--size must be 1 B ..= 1 GiB".into());
+        }
+        if !(2..=100_000_000).contains(&iters) {
+            return Err("--iters must be 2 ..= 100000000".into());
+        }
+        let qd = qd.unwrap_or(if test.is_lat() { 1 } else { DEF_TX_BW });
+        if qd == 0 || qd > 8192 {
+            return Err("--qd must be 1 ..= 8192".into());
+        }
+        if matches!(test, Test::ReadLat) && inline.is_some_and(|n| n > 0) {
+            eprintln!("perf: READ has no inline data; --inline ignored (perftest does the same)");
+        }
+        Ok(Options {
+            role,
+            device,
+            test,
+            size,
+            iters,
+            // force_dependecies: tx depth at most the iterations.
+            qd: qd.min(iters),
+            inline,
+            port,
+            cm,
+        })
+    }
+
+    fn server(&self) -> bool {
+        self.role == Role::Server
+    }
+
+    /// perftest's CQ moderation: 100, off above 8 KiB, at most the tx depth.
+    fn cq_mod(&self) -> usize {
+        let m = if self.size > MSG_SIZE_CQ_MOD_LIMIT {
+            1
+        } else {
+            DEF_CQ_MOD
+        };
+        m.min(self.qd)
+    }
+
+    /// How long the server may wait for the client's whole run: [`WAIT`]
+    /// plus 1 ms and 10 ns a byte per message (more than rxe under TCG
+    /// takes).
+    fn run_budget(&self) -> Duration {
+        let per = 1_000_000u64 + 10 * self.size as u64;
+        WAIT + Duration::from_nanos(per.saturating_mul(self.iters as u64))
+    }
+}
+
+fn main() -> ExitCode {
+    let opts = match Options::parse(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(e) => {
+            if e.is_empty() {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("perf: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    if opts.role == Role::SelfTest {
+        return match self_test() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("perf --self-test: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match measure(&opts) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!(
+                "{} status=error error=\"{}\"",
+                prefix(&opts, None),
+                e.to_string().replace('"', "'")
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `@@PERF` line's first fields; `inline` is what was used (once known).
+fn prefix(opts: &Options, inline: Option<usize>) -> String {
+    let side = if opts.server() { "server" } else { "client" };
+    let conn = if opts.cm.is_some() { "cm" } else { "loopback" };
+    let inline = inline.map_or("?".to_string(), |n| n.to_string());
+    format!(
+        "@@PERF side={side} device={} conn={conn} test={} size={} iters={} qd={} inline={inline}",
+        opts.device,
+        opts.test.name(),
+        opts.size,
+        opts.iters,
+        opts.qd
+    )
+}
+
+/// Connects, runs the test, ends the run; the `@@PERF` line.
+fn measure(opts: &Options) -> Result<String> {
+    let server = opts.server();
+    let mut c = match (&opts.cm, &opts.role) {
+        (Some(addr), _) => side::by_cm(opts, addr, server, opts.qd)?,
+        (None, Role::Client(addr)) => side::by_hand(opts, Some(addr), opts.qd)?,
+        (None, _) => side::by_hand(opts, None, opts.qd)?,
+    };
+    // What a SEND or WRITE of this size goes as (perftest: inline iff
+    // size <= inline_size; a READ never).
+    let inline_used = if opts.test != Test::ReadLat && c.side.size <= c.side.inline {
+        c.side.inline
+    } else {
+        0
+    };
+    println!(
+        "perf {} {} on {} over {} ({}): {} size {} iters {} qd {} cq_mod {} inline {} (the QP takes {}), peer target {:#x}",
+        if server { "server" } else { "client" },
+        c.link.kind(),
+        c.ctx.device_name(),
+        c.ctx.transport_kind(),
+        c.side.qp.qp_num(),
+        opts.test.name(),
+        opts.size,
+        opts.iters,
+        opts.qd,
+        opts.cq_mod(),
+        inline_used,
+        c.side.inline,
+        c.peer.addr,
+    );
+    let head = prefix(opts, Some(inline_used));
+    let line = match opts.test {
+        Test::WriteLat => {
+            let t = run::write_lat(&mut c.side, c.peer, opts.iters, server)?;
+            format!("{head} {}", LatStats::from_posts(&t, 2).fields())
+        }
+        Test::SendLat => {
+            let t = run::send_lat(&mut c.side, opts.iters, server, opts.cq_mod())?;
+            format!("{head} {}", LatStats::from_posts(&t, 2).fields())
+        }
+        Test::ReadLat if server => head,
+        Test::ReadLat => {
+            let t = run::read_lat(&mut c.side, c.peer, opts.iters)?;
+            format!("{head} {}", LatStats::from_posts(&t, 1).fields())
+        }
+        Test::WriteBw if server => head,
+        Test::WriteBw | Test::SendBw if !server => {
+            let write = opts.test == Test::WriteBw;
+            let elapsed = run::bw_client(
+                &mut c.side,
+                c.peer,
+                opts.iters,
+                opts.qd,
+                opts.cq_mod(),
+                write,
+            )?;
+            format!("{head} {}", bw_fields(opts, elapsed))
+        }
+        _ => {
+            let elapsed = run::send_bw_server(&mut c.side, opts.iters, opts.run_budget())?;
+            format!("{head} {}", bw_fields(opts, elapsed))
+        }
+    };
+    c.link.finish(server, opts.run_budget())?;
+    Ok(line)
+}
+
+/// perftest's latency statistics (print_report_lat): the differences of
+/// successive post times (iters - 1 of them), sorted, the
+/// [`LAT_MEASURE_TAIL`] largest left out of median, average and
+/// percentiles; divided by `factor` (2 for a round trip).
+struct LatStats {
+    /// Sorted, in ns, before the division (all iters - 1).
+    deltas: Vec<u64>,
+    /// The samples counted (deltas.len() - tail).
+    n: usize,
+    factor: f64,
+}
+
+impl LatStats {
+    fn from_posts(posted: &[Instant], factor: u32) -> LatStats {
+        let mut deltas: Vec<u64> = posted
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_nanos() as u64)
+            .collect();
+        deltas.sort_unstable();
+        let n = deltas.len().saturating_sub(LAT_MEASURE_TAIL).max(1);
+        LatStats {
+            deltas,
+            n,
+            factor: f64::from(factor),
+        }
+    }
+
+    fn ns(&self, raw: u64) -> u64 {
+        (raw as f64 / self.factor).round() as u64
+    }
+
+    /// perftest's percentile: the sample at ceil(n * q) (its 99 % index).
+    fn at(&self, q: f64) -> u64 {
+        let i = ((self.n as f64 * q).ceil() as usize).min(self.deltas.len() - 1);
+        self.ns(self.deltas[i])
+    }
+
+    /// perftest's get_median over the first n samples.
+    fn median(&self) -> u64 {
+        let (n, d) = (self.n, &self.deltas);
+        let raw = if n >= 2 && (n - 1) % 2 == 1 {
+            (d[n / 2] + d[n / 2 - 1]) / 2
+        } else {
+            d[n / 2]
+        };
+        self.ns(raw)
+    }
+
+    fn fields(&self) -> String {
+        let sum: u64 = self.deltas[..self.n].iter().sum();
+        let avg = sum as f64 / self.n as f64 / self.factor;
+        format!(
+            "median_ns={} p10_ns={} p90_ns={} p99_ns={} avg_ns={} min_ns={} max_ns={}",
+            self.median(),
+            self.at(0.10),
+            self.at(0.90),
+            self.at(0.99),
+            avg.round() as u64,
+            self.ns(self.deltas[0]),
+            self.ns(self.deltas[self.n.min(self.deltas.len() - 1)]),
+        )
+    }
+}
+
+fn bw_fields(opts: &Options, elapsed: Duration) -> String {
+    let bytes = (opts.size * opts.iters) as u64;
+    let secs = elapsed.as_secs_f64().max(1e-9);
+    format!(
+        "bytes={bytes} elapsed_ns={} mib_per_s={:.2} msg_per_s={:.0}",
+        elapsed.as_nanos(),
+        bytes as f64 / 1048576.0 / secs,
+        opts.iters as f64 / secs
+    )
+}
+
+// ---- --self-test -----------------------------------------------------------
+
+/// One connection of the self-test: device, `--cm` address, port base.
+const SELF_TEST_LINKS: &[(&str, Option<&str>)] = &[
+    ("rxe0", None),
+    ("rxe0", Some("192.0.2.1")),
+    ("siw0", Some("198.51.100.1")),
+];
+
+/// Every test once at a small size over each of [`SELF_TEST_LINKS`]: a
+/// server spawned, then a client once the server listens.
+fn self_test() -> Result<()> {
+    let mut failed = Vec::new();
+    let mut port = DEF_PORT;
+    for &(device, cm) in SELF_TEST_LINKS {
+        for test in Test::ALL {
+            let size = if test.is_lat() { "2" } else { "4096" };
+            let mut args: Vec<String> = [
+                "--device",
+                device,
+                "--test",
+                test.name(),
+                "--size",
+                size,
+                "--iters",
+                "200",
+                "--port",
+            ]
+            .map(String::from)
+            .into();
+            args.push(port.to_string());
+            if !test.is_lat() {
+                args.extend(["--qd".into(), "16".into()]);
+            }
+            if let Some(addr) = cm {
+                args.extend(["--cm".into(), addr.into()]);
+            }
+            port += 1;
+            let what = format!(
+                "{device} {} {}",
+                cm.map_or("loopback".to_string(), |a| format!("cm {a}")),
+                test.name()
+            );
+            println!("perf --self-test: {what}: perf {}", args.join(" "));
+            if let Err(e) = self_test_one(&args, cm.unwrap_or("127.0.0.1")) {
+                println!("perf --self-test: {what}: FAILED: {e}");
+                failed.push(what);
+            }
+        }
+    }
+    if failed.is_empty() {
+        println!(
+            "perf --self-test: all {} runs passed",
+            SELF_TEST_LINKS.len() * 5
+        );
+        Ok(())
+    } else {
+        Err(format!("{} failed: {}", failed.len(), failed.join(", ")).into())
+    }
+}
+
+/// A server process, and a client process once the server says it
+/// listens; both must exit 0 within their bounds.
+fn self_test_one(args: &[String], server_addr: &str) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let mut server = Command::new(&exe)
+        .arg("--server")
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let out = server.stdout.take().ok_or("no server stdout")?;
+    let (tx, rx) = mpsc::channel();
+    // Forwards the server's lines; tells when it listens.
+    let forward = std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(|l| l.ok()) {
+            if line.starts_with("perf server: listening") {
+                let _ = tx.send(());
+            }
+            println!("  [server] {line}");
+            let _ = std::io::stdout().flush();
+        }
+    });
+    if rx.recv_timeout(WAIT).is_err() {
+        let _ = server.kill();
+        let _ = server.wait();
+        let _ = forward.join();
+        return Err("the server did not listen".into());
+    }
+    let client = Command::new(&exe)
+        .arg("--client")
+        .arg(server_addr)
+        .args(args)
+        .status_within(Duration::from_secs(60));
+    let served = reap(&mut server, Duration::from_secs(60));
+    let _ = forward.join();
+    let client = client?;
+    let served = served?;
+    if !client.success() || !served.success() {
+        return Err(format!("client {client}, server {served}").into());
+    }
+    Ok(())
+}
+
+/// Runs a command to its end, killed after `limit`.
+trait StatusWithin {
+    fn status_within(&mut self, limit: Duration) -> Result<ExitStatus>;
+}
+
+impl StatusWithin for Command {
+    fn status_within(&mut self, limit: Duration) -> Result<ExitStatus> {
+        let mut child = self.spawn()?;
+        reap(&mut child, limit)
+    }
+}
+
+/// Waits at most `limit` for `child` to exit, then kills it.
+fn reap(child: &mut Child, limit: Duration) -> Result<ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            child.wait()?;
+            return Err(format!("a process did not exit within {limit:?}; killed").into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
