@@ -456,7 +456,9 @@ fn self_test() -> Result<()> {
     let mut failed = Vec::new();
     let mut port = DEF_PORT;
     for &(device, cm) in SELF_TEST_LINKS {
-        for test in Test::ALL {
+        // perftest's defaults for each test, then the inline path once.
+        let cases = Test::ALL.map(|t| (t, None)).into_iter();
+        for (test, inline) in cases.chain([(Test::WriteLat, Some("64"))]) {
             let size = if test.is_lat() { "2" } else { "4096" };
             let mut args: Vec<String> = [
                 "--device",
@@ -478,6 +480,9 @@ fn self_test() -> Result<()> {
             if let Some(addr) = cm {
                 args.extend(["--cm".into(), addr.into()]);
             }
+            if let Some(n) = inline {
+                args.extend(["--inline".into(), n.into()]);
+            }
             port += 1;
             let what = format!(
                 "{device} {} {}",
@@ -494,7 +499,7 @@ fn self_test() -> Result<()> {
     if failed.is_empty() {
         println!(
             "perf --self-test: all {} runs passed",
-            SELF_TEST_LINKS.len() * 5
+            SELF_TEST_LINKS.len() * (Test::ALL.len() + 1)
         );
         Ok(())
     } else {
