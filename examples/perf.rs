@@ -314,7 +314,7 @@ fn measure(opts: &Options) -> Result<String> {
         0
     };
     println!(
-        "perf {} {} on {} over {} ({}): {} size {} iters {} qd {} cq_mod {} inline {} (the QP takes {}), peer target {:#x}",
+        "perf {} {} on {} over {}, QP {}: {} size {} iters {} qd {} cq_mod {} inline {} (the QP takes {}), peer target {:#x}",
         if server { "server" } else { "client" },
         c.link.kind(),
         c.ctx.device_name(),
@@ -330,40 +330,82 @@ fn measure(opts: &Options) -> Result<String> {
         c.peer.addr,
     );
     let head = prefix(opts, Some(inline_used));
-    let line = match opts.test {
+    let io_before = io_counts();
+    let measured = match opts.test {
         Test::WriteLat => {
-            let t = run::write_lat(&mut c.side, c.peer, opts.iters, server)?;
-            format!("{head} {}", LatStats::from_posts(&t, 2).fields())
+            Measured::Lat(run::write_lat(&mut c.side, c.peer, opts.iters, server)?, 2)
         }
-        Test::SendLat => {
-            let t = run::send_lat(&mut c.side, opts.iters, server, opts.cq_mod())?;
-            format!("{head} {}", LatStats::from_posts(&t, 2).fields())
+        Test::SendLat => Measured::Lat(
+            run::send_lat(&mut c.side, opts.iters, server, opts.cq_mod())?,
+            2,
+        ),
+        Test::ReadLat if server => Measured::Nothing,
+        Test::ReadLat => Measured::Lat(run::read_lat(&mut c.side, c.peer, opts.iters)?, 1),
+        Test::WriteBw if server => Measured::Nothing,
+        Test::WriteBw | Test::SendBw if !server => Measured::Bw(run::bw_client(
+            &mut c.side,
+            c.peer,
+            opts.iters,
+            opts.qd,
+            opts.cq_mod(),
+            opts.test == Test::WriteBw,
+        )?),
+        _ => Measured::Bw(run::send_bw_server(
+            &mut c.side,
+            opts.iters,
+            opts.run_budget(),
+        )?),
+    };
+    if let (Some(a), Some(b), Some(overhead)) = (io_before, io_counts(), io_overhead()) {
+        println!(
+            "perf {}: the measured loop made {} read() and {} write() system calls \
+             (writes: rxe's POST_SEND doorbells; {} requests posted)",
+            if server { "server" } else { "client" },
+            b.0.saturating_sub(a.0 + overhead.0),
+            b.1.saturating_sub(a.1 + overhead.1),
+            match measured {
+                Measured::Nothing => 0,
+                _ if opts.test == Test::SendBw && server => 0,
+                _ => opts.iters,
+            }
+        );
+    }
+    let line = match measured {
+        Measured::Lat(posted, factor) => {
+            format!("{head} {}", LatStats::from_posts(&posted, factor).fields())
         }
-        Test::ReadLat if server => head,
-        Test::ReadLat => {
-            let t = run::read_lat(&mut c.side, c.peer, opts.iters)?;
-            format!("{head} {}", LatStats::from_posts(&t, 1).fields())
-        }
-        Test::WriteBw if server => head,
-        Test::WriteBw | Test::SendBw if !server => {
-            let write = opts.test == Test::WriteBw;
-            let elapsed = run::bw_client(
-                &mut c.side,
-                c.peer,
-                opts.iters,
-                opts.qd,
-                opts.cq_mod(),
-                write,
-            )?;
-            format!("{head} {}", bw_fields(opts, elapsed))
-        }
-        _ => {
-            let elapsed = run::send_bw_server(&mut c.side, opts.iters, opts.run_budget())?;
-            format!("{head} {}", bw_fields(opts, elapsed))
-        }
+        Measured::Bw(elapsed) => format!("{head} {}", bw_fields(opts, elapsed)),
+        Measured::Nothing => head,
     };
     c.link.finish(server, opts.run_budget())?;
     Ok(line)
+}
+
+/// What a side's loop measured.
+enum Measured {
+    /// The post time stamps, and the divisor (2 for a round trip).
+    Lat(Vec<Instant>, u32),
+    /// From the first post (or receive) to the last completion.
+    Bw(Duration),
+    /// The passive side of read_lat and write_bw.
+    Nothing,
+}
+
+/// This thread's read and write system call counts (/proc/thread-self/io).
+fn io_counts() -> Option<(u64, u64)> {
+    let io = std::fs::read_to_string("/proc/thread-self/io").ok()?;
+    let field = |name: &str| {
+        io.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    Some((field("syscr:")?, field("syscw:")?))
+}
+
+/// What one [`io_counts`] adds to the counts itself.
+fn io_overhead() -> Option<(u64, u64)> {
+    let (a, b) = (io_counts()?, io_counts()?);
+    Some((b.0 - a.0, b.1 - a.1))
 }
 
 /// perftest's latency statistics (print_report_lat): the differences of
