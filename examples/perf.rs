@@ -7,7 +7,8 @@
 //! ```text
 //! perf --server        --device NAME --test TEST [--size B] [--iters N] [--qd N] [--inline B] [--port P] [--cm ADDR]
 //! perf --client SERVER --device NAME --test TEST [--size B] [--iters N] [--qd N] [--inline B] [--port P] [--cm ADDR]
-//! perf --self-test     every test once, small, on rxe0 (by hand and --cm 192.0.2.1) and siw0 (--cm 198.51.100.1)
+//! perf --self-test [--full]  every test once (small; --full: perftest's defaults) on rxe0
+//!                            (by hand and --cm 192.0.2.1) and siw0 (--cm 198.51.100.1)
 //! ```
 //!
 //! Without `--cm` the QPs are connected by hand (RoCE, GID index 0) from
@@ -51,9 +52,14 @@ const LAT_MEASURE_TAIL: usize = 2;
 const USAGE: &str = "\
 usage: perf --server        --device NAME --test TEST [OPTIONS]
        perf --client SERVER --device NAME --test TEST [OPTIONS]
-       perf --self-test
+       perf --self-test [--full]
 
 TEST: write_lat | send_lat | read_lat | write_bw | send_bw
+
+--self-test runs server and client as two processes here: every TEST (small;
+with --full perftest's default sizes and counts), an inline write_lat and a
+parameter mismatch that must fail, on rxe0 by hand and through the cm at
+192.0.2.1 and on siw0 through the cm at 198.51.100.1 (the VM guest's layout).
 
 OPTIONS (defaults are perftest 4.5's):
   --size BYTES    message size (2 for *_lat, 65536 for *_bw)
@@ -122,7 +128,10 @@ enum Role {
     Server,
     /// The server's address (by hand).
     Client(String),
-    SelfTest,
+    /// `--self-test`, with perftest's sizes and counts when `--full`.
+    SelfTest {
+        full: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -144,7 +153,7 @@ impl Options {
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
         let (mut role, mut device, mut test) = (None, None, None);
         let (mut size, mut iters, mut qd, mut inline) = (None, DEF_ITERS, None, None);
-        let (mut port, mut cm) = (DEF_PORT, None);
+        let (mut port, mut cm, mut full) = (DEF_PORT, None, false);
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -156,7 +165,8 @@ impl Options {
             match arg.as_str() {
                 "--server" => role = Some(Role::Server),
                 "--client" => role = Some(Role::Client(value("--client")?)),
-                "--self-test" => role = Some(Role::SelfTest),
+                "--self-test" => role = Some(Role::SelfTest { full: false }),
+                "--full" => full = true,
                 "--device" => device = Some(value("--device")?),
                 "--test" => {
                     let v = value("--test")?;
@@ -175,8 +185,9 @@ impl Options {
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
-        let role = role.ok_or("--server, --client ADDR or --self-test is needed")?;
-        if role == Role::SelfTest {
+        let mut role = role.ok_or("--server, --client ADDR or --self-test is needed")?;
+        if let Role::SelfTest { full: f } = &mut role {
+            *f = full;
             return Ok(Options {
                 role,
                 device: String::new(),
@@ -258,8 +269,8 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if opts.role == Role::SelfTest {
-        return match self_test() {
+    if let Role::SelfTest { full } = opts.role {
+        return match self_test(full) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("perf --self-test: {e}");
@@ -492,66 +503,116 @@ const SELF_TEST_LINKS: &[(&str, Option<&str>)] = &[
     ("siw0", Some("198.51.100.1")),
 ];
 
-/// Every test once at a small size over each of [`SELF_TEST_LINKS`]: a
-/// server spawned, then a client once the server listens.
-fn self_test() -> Result<()> {
+/// One self-test case: a test, extra arguments for both sides, extra
+/// arguments for the client only, and whether both sides must fail.
+struct Case {
+    test: Test,
+    both: &'static [&'static str],
+    client: &'static [&'static str],
+    must_fail: bool,
+}
+
+/// Every test over each of [`SELF_TEST_LINKS`] (small, or with perftest's
+/// defaults when `full`), then inline WRITE latency with `--inline 220`
+/// (siw's cap is 80: the QP takes the largest the device accepts), then a
+/// client whose `--size` differs from the server's, which both must refuse.
+fn self_test(full: bool) -> Result<()> {
+    let small_lat: &[&str] = if full {
+        &[]
+    } else {
+        &["--size", "2", "--iters", "200"]
+    };
+    let small_bw: &[&str] = if full {
+        &[]
+    } else {
+        &["--size", "4096", "--iters", "200", "--qd", "16"]
+    };
+    let mut cases: Vec<Case> = Test::ALL
+        .into_iter()
+        .map(|test| Case {
+            test,
+            both: if test.is_lat() { small_lat } else { small_bw },
+            client: &[],
+            must_fail: false,
+        })
+        .collect();
+    cases.push(Case {
+        test: Test::WriteLat,
+        both: &["--iters", "200", "--inline", "220"],
+        client: &[],
+        must_fail: false,
+    });
+    cases.push(Case {
+        test: Test::WriteLat,
+        both: &["--iters", "200"],
+        client: &["--size", "4"],
+        must_fail: true,
+    });
     let mut failed = Vec::new();
+    let mut runs = 0;
     let mut port = DEF_PORT;
     for &(device, cm) in SELF_TEST_LINKS {
-        // perftest's defaults for each test, then the inline path once.
-        let cases = Test::ALL.map(|t| (t, None)).into_iter();
-        for (test, inline) in cases.chain([(Test::WriteLat, Some("64"))]) {
-            let size = if test.is_lat() { "2" } else { "4096" };
-            let mut args: Vec<String> = [
-                "--device",
-                device,
-                "--test",
-                test.name(),
-                "--size",
-                size,
-                "--iters",
-                "200",
-                "--port",
-            ]
-            .map(String::from)
-            .into();
-            args.push(port.to_string());
-            if !test.is_lat() {
-                args.extend(["--qd".into(), "16".into()]);
-            }
+        for case in &cases {
+            let mut args: Vec<String> = ["--device", device, "--test", case.test.name()]
+                .map(String::from)
+                .into();
+            args.extend(case.both.iter().map(|a| a.to_string()));
+            args.extend(["--port".into(), port.to_string()]);
             if let Some(addr) = cm {
                 args.extend(["--cm".into(), addr.into()]);
             }
-            if let Some(n) = inline {
-                args.extend(["--inline".into(), n.into()]);
-            }
             port += 1;
+            runs += 1;
             let what = format!(
-                "{device} {} {}",
+                "{device} {} {}{}",
                 cm.map_or("loopback".to_string(), |a| format!("cm {a}")),
-                test.name()
+                case.test.name(),
+                if case.must_fail {
+                    " (parameters differ: must fail)"
+                } else {
+                    ""
+                }
             );
-            println!("perf --self-test: {what}: perf {}", args.join(" "));
-            if let Err(e) = self_test_one(&args, cm.unwrap_or("127.0.0.1")) {
-                println!("perf --self-test: {what}: FAILED: {e}");
-                failed.push(what);
+            println!(
+                "perf --self-test: {what}: perf {} [client: {}]",
+                args.join(" "),
+                case.client.join(" ")
+            );
+            let client: Vec<String> = case.client.iter().map(|a| a.to_string()).collect();
+            let outcome = self_test_one(&args, &client, cm.unwrap_or("127.0.0.1"));
+            let verdict = match (outcome, case.must_fail) {
+                (Ok((true, true)), false) | (Ok((false, false)), true) => Ok(()),
+                (Ok((c, s)), _) => Err(format!(
+                    "client {}, server {}",
+                    if c { "succeeded" } else { "failed" },
+                    if s { "succeeded" } else { "failed" }
+                )),
+                (Err(e), _) => Err(e.to_string()),
+            };
+            match verdict {
+                Ok(()) => println!("perf --self-test: {what}: ok"),
+                Err(e) => {
+                    println!("perf --self-test: {what}: FAILED: {e}");
+                    failed.push(what);
+                }
             }
         }
     }
     if failed.is_empty() {
-        println!(
-            "perf --self-test: all {} runs passed",
-            SELF_TEST_LINKS.len() * (Test::ALL.len() + 1)
-        );
+        println!("perf --self-test: all {runs} runs passed");
         Ok(())
     } else {
-        Err(format!("{} failed: {}", failed.len(), failed.join(", ")).into())
+        Err(format!("{} of {runs} failed: {}", failed.len(), failed.join(", ")).into())
     }
 }
 
-/// A server process, and a client process once the server says it
-/// listens; both must exit 0 within their bounds.
-fn self_test_one(args: &[String], server_addr: &str) -> Result<()> {
+/// A server process, and a client process (with `client_extra`) once the
+/// server says it listens; whether each exited 0, both within bounds.
+fn self_test_one(
+    args: &[String],
+    client_extra: &[String],
+    server_addr: &str,
+) -> Result<(bool, bool)> {
     let exe = std::env::current_exe()?;
     let mut server = Command::new(&exe)
         .arg("--server")
@@ -580,15 +641,11 @@ fn self_test_one(args: &[String], server_addr: &str) -> Result<()> {
         .arg("--client")
         .arg(server_addr)
         .args(args)
-        .status_within(Duration::from_secs(60));
-    let served = reap(&mut server, Duration::from_secs(60));
+        .args(client_extra)
+        .status_within(Duration::from_secs(120));
+    let served = reap(&mut server, Duration::from_secs(120));
     let _ = forward.join();
-    let client = client?;
-    let served = served?;
-    if !client.success() || !served.success() {
-        return Err(format!("client {client}, server {served}").into());
-    }
-    Ok(())
+    Ok((client?.success(), served?.success()))
 }
 
 /// Runs a command to its end, killed after `limit`.
