@@ -89,7 +89,8 @@ impl Side {
         let try_create = |inline: usize| {
             pd.create_qp(&QpInit {
                 max_send_wr: tx_depth as u32,
-                max_recv_wr: rx_depth.max(1) as u32,
+                // One more for the cm's start signal (`start_signal`).
+                max_recv_wr: rx_depth as u32 + 1,
                 max_inline: inline as u32,
                 ..QpInit::new(QpType::Rc, &scq, &rcq)
             })
@@ -524,6 +525,52 @@ fn learn_rts(side: &Side) -> Result<()> {
     Ok(())
 }
 
+/// The id of the server's receive for the client's start signal.
+const START_ID: u64 = u64::MAX;
+
+/// Polls `cq` for one successful completion within [`WAIT`].
+fn wait_one(cq: &uverbs::CompletionQueue, what: &str) -> Result<uverbs::WorkCompletion> {
+    let mut wcs = [uverbs::WorkCompletion::default(); 1];
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if cq.poll(&mut wcs)? == 1 {
+            if wcs[0].status != uverbs::WcStatus::Success {
+                return Err(format!("{what}: {:?}", wcs[0]).into());
+            }
+            return Ok(wcs[0]);
+        }
+        if Instant::now() >= deadline {
+            return Err(format!("{what}: no completion within {WAIT:?}").into());
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// The client's one-byte SEND that starts a cm run: the server sends
+/// nothing before it arrived. On iWARP the passive side hears ESTABLISHED
+/// once its MPA reply is out; a WRITE sent right behind the reply reaches
+/// the active side while siw still parses the reply, which it takes for a
+/// protocol violation ("peer sent extra data": the connect fails with
+/// EINVAL). perftest's rdma_cm runs start with a handshake over the QP too.
+fn start_signal(side: &Side) -> Result<()> {
+    let sge = [Sge {
+        length: 1,
+        ..side.sge(side.source())
+    }];
+    let wr = uverbs::SendWr {
+        wr_id: START_ID,
+        op: uverbs::SendOp::Send { imm: None },
+        flags: uverbs::SendFlags::SIGNALED,
+        payload: uverbs::Payload::Sges(&sge),
+        ud: None,
+    };
+    // SAFETY: the source's first byte, not written before this SEND's
+    // completion, polled right here.
+    unsafe { side.qp.post_send(&[wr])? };
+    wait_one(&side.scq, "the start signal's SEND")?;
+    Ok(())
+}
+
 fn private(hello: Hello) -> [u8; 21] {
     hello.to_bytes()
 }
@@ -560,6 +607,8 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
         let hello = Hello::new(opts, &side);
         hello.check(&peer)?;
         to(&id, &side, QpState::Init)?;
+        // First in the queue: the receive the client's start signal takes.
+        side.post_recv(START_ID)?;
         side.post_initial_recvs()?;
         to(&id, &side, QpState::Rtr)?;
         to(&id, &side, QpState::Rts)?;
@@ -569,6 +618,10 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
             return Err(unexpected("accept", &ev));
         }
         learn_rts(&side)?;
+        let wc = wait_one(&side.rcq, "the client's start signal")?;
+        if wc.wr_id != START_ID {
+            return Err(format!("the start signal landed in receive {}", wc.wr_id).into());
+        }
         Ok(Connected {
             side,
             peer: peer.remote,
@@ -624,6 +677,7 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
             _ => return Err(unexpected(&format!("connect to {sa}"), &ev)),
         };
         hello.check(&peer)?;
+        start_signal(&side)?;
         Ok(Connected {
             side,
             peer: peer.remote,
