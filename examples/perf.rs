@@ -52,7 +52,7 @@ const LAT_MEASURE_TAIL: usize = 2;
 const USAGE: &str = "\
 usage: perf --server        --device NAME --test TEST [OPTIONS]
        perf --client SERVER --device NAME --test TEST [OPTIONS]
-       perf --self-test [--full]
+       perf --self-test [--full] [--yield N]
 
 TEST: write_lat | send_lat | read_lat | write_bw | send_bw
 
@@ -72,6 +72,11 @@ OPTIONS (defaults are perftest 4.5's):
   --port P        TCP port (by hand) or rdma_cm port (18515)
   --cm ADDR       connect through the rdma_cm: the server listens on ADDR:P, the
                   client connects to ADDR:P (SERVER is then ignored)
+  --yield N       sched_yield after every N empty polls (default 0: never, like
+                  perftest). Not perftest's way: for hosts where the two spinning
+                  processes leave no CPU to a soft device's kernel work (rxe's
+                  tasks run in a workqueue), whose latencies otherwise jump to
+                  scheduler ticks (ms)
 
 CQ moderation is perftest's: signal every min(100, qd)-th request, every one
 above 8192 bytes. Latency: the time between successive posts (ping-pong
@@ -147,13 +152,15 @@ struct Options {
     inline: Option<usize>,
     port: u16,
     cm: Option<String>,
+    /// `--yield N` (0: busy-poll only).
+    yield_every: u32,
 }
 
 impl Options {
     fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
         let (mut role, mut device, mut test) = (None, None, None);
         let (mut size, mut iters, mut qd, mut inline) = (None, DEF_ITERS, None, None);
-        let (mut port, mut cm, mut full) = (DEF_PORT, None, false);
+        let (mut port, mut cm, mut full, mut yield_every) = (DEF_PORT, None, false, 0);
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -181,6 +188,11 @@ impl Options {
                         .map_err(|_| "--port is too large".to_string())?
                 }
                 "--cm" => cm = Some(value("--cm")?),
+                "--yield" => {
+                    let n = u32::try_from(number("--yield")?)
+                        .map_err(|_| "--yield is too large".to_string())?;
+                    yield_every = n;
+                }
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unknown argument {other:?}")),
             }
@@ -198,6 +210,7 @@ impl Options {
                 inline: None,
                 port,
                 cm: None,
+                yield_every,
             });
         }
         let device = device.ok_or("--device is needed")?;
@@ -231,6 +244,7 @@ impl Options {
             inline,
             port,
             cm,
+            yield_every,
         })
     }
 
@@ -269,8 +283,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    run::YIELD_EVERY.store(opts.yield_every, std::sync::atomic::Ordering::Relaxed);
     if let Role::SelfTest { full } = opts.role {
-        return match self_test(full) {
+        return match self_test(full, opts.yield_every) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("perf --self-test: {e}");
@@ -299,8 +314,13 @@ fn prefix(opts: &Options, inline: Option<usize>) -> String {
     let side = if opts.server() { "server" } else { "client" };
     let conn = if opts.cm.is_some() { "cm" } else { "loopback" };
     let inline = inline.map_or("?".to_string(), |n| n.to_string());
+    // Only when asked for: not perftest's way of polling.
+    let yielding = match opts.yield_every {
+        0 => String::new(),
+        n => format!(" yield={n}"),
+    };
     format!(
-        "@@PERF side={side} device={} conn={conn} test={} size={} iters={} qd={} inline={inline}",
+        "@@PERF side={side} device={} conn={conn} test={} size={} iters={} qd={} inline={inline}{yielding}",
         opts.device,
         opts.test.name(),
         opts.size,
@@ -516,7 +536,7 @@ struct Case {
 /// defaults when `full`), then inline WRITE latency with `--inline 220`
 /// (siw's cap is 80: the QP takes the largest the device accepts), then a
 /// client whose `--size` differs from the server's, which both must refuse.
-fn self_test(full: bool) -> Result<()> {
+fn self_test(full: bool, yield_every: u32) -> Result<()> {
     let small_lat: &[&str] = if full {
         &[]
     } else {
@@ -560,6 +580,9 @@ fn self_test(full: bool) -> Result<()> {
             args.extend(["--port".into(), port.to_string()]);
             if let Some(addr) = cm {
                 args.extend(["--cm".into(), addr.into()]);
+            }
+            if yield_every > 0 {
+                args.extend(["--yield".into(), yield_every.to_string()]);
             }
             port += 1;
             runs += 1;

@@ -5,6 +5,7 @@
 //! stamps go into a Vec reserved before) and make no system call except
 //! rxe's POST_SEND doorbell and the vDSO clock.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use uverbs::{
@@ -17,10 +18,15 @@ use super::{Result, WAIT};
 /// Empty polls between two looks at the clock for the deadline.
 const SPINS_PER_CHECK: u32 = 1 << 12;
 
+/// `--yield N`: give the CPU away (sched_yield) after every N empty polls;
+/// 0 (the default, perftest's way) never.
+pub static YIELD_EVERY: AtomicU32 = AtomicU32::new(0);
+
 /// A bounded busy wait: fails after [`WAIT`] without progress, looking at
 /// the clock only every [`SPINS_PER_CHECK`] empty spins.
 struct Spin {
     spins: u32,
+    yield_every: u32,
     moved: bool,
     deadline: Instant,
 }
@@ -29,6 +35,7 @@ impl Spin {
     fn new() -> Spin {
         Spin {
             spins: 0,
+            yield_every: YIELD_EVERY.load(Ordering::Relaxed),
             moved: false,
             deadline: Instant::now() + WAIT,
         }
@@ -41,6 +48,9 @@ impl Spin {
     #[inline]
     fn idle(&mut self, what: &str, count: u64) -> Result<()> {
         self.spins = self.spins.wrapping_add(1);
+        if self.yield_every > 0 && self.spins % self.yield_every == 0 {
+            std::thread::yield_now();
+        }
         if self.spins % SPINS_PER_CHECK == 0 {
             let now = Instant::now();
             if self.moved {
