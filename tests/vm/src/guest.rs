@@ -266,7 +266,9 @@ impl From<&str> for GuestRun {
 /// [`DEMO_CONFIGS`] row. `pingpong_cm` connects with the rdma_cm over
 /// 192.0.2.1 (rxe0). `pingpong_syscalls` runs the pingpong example's
 /// probe under `strace` and fails unless `post_recv` and `poll_cq` make no
-/// system call and `post_send` exactly one `write()`.
+/// system call and `post_send` exactly one `write()`. `perf_selftest` runs
+/// every test of the perftest-like example once, small, on rxe0 by hand
+/// and through the cm (192.0.2.1) and on siw0 through the cm (198.51.100.1).
 pub const DEMO_RUNS: &[(&str, &str, &[&str])] = &[
     ("rereg", "rereg", &[]),
     ("pingpong", "pingpong", &[]),
@@ -276,6 +278,7 @@ pub const DEMO_RUNS: &[(&str, &str, &[&str])] = &[
         "pingpong",
         &["--count-syscalls", "--iters", "1000"],
     ),
+    ("perf_selftest", "perf", &["--self-test"]),
 ];
 
 /// The soft-RDMA links created in the guest: (link name, rdma link type).
@@ -748,6 +751,10 @@ mod tests {
             "\"{RESULT} config=write bin=pingpong_syscalls rc=$rc\""
         )));
         assert!(s.contains("env UVERBS_TRANSPORT=write /tests/rereg\n"));
+        assert!(s.contains("env UVERBS_TRANSPORT=ioctl /tests/perf --self-test\n"));
+        assert!(s.contains(&format!(
+            "\"{RESULT} config=write bin=perf_selftest rc=$rc\""
+        )));
     }
 
     #[test]

@@ -1,0 +1,344 @@
+//! The measured loops, each after its perftest 4.5 counterpart in
+//! src/perftest_resources.c (`run_iter_lat_write`, `run_iter_lat_send`,
+//! `run_iter_lat`, `run_iter_bw`, `run_iter_bw_server`). They post with the
+//! raw `unsafe` verbs, poll into stack arrays, allocate nothing (the time
+//! stamps go into a Vec reserved before) and make no system call except
+//! rxe's POST_SEND doorbell and the vDSO clock.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use uverbs::{
+    CompletionQueue, Payload, Remote, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
+};
+
+use super::side::Side;
+use super::{Result, WAIT};
+
+/// Empty polls between two looks at the clock for the deadline.
+const SPINS_PER_CHECK: u32 = 1 << 12;
+
+/// `--yield N`: give the CPU away (sched_yield) after every N empty polls;
+/// 0 (the default, perftest's way) never.
+pub static YIELD_EVERY: AtomicU32 = AtomicU32::new(0);
+
+/// A bounded busy wait: fails after [`WAIT`] without progress, looking at
+/// the clock only every [`SPINS_PER_CHECK`] empty spins.
+struct Spin {
+    spins: u32,
+    yield_every: u32,
+    moved: bool,
+    deadline: Instant,
+}
+
+impl Spin {
+    fn new() -> Spin {
+        Spin {
+            spins: 0,
+            yield_every: YIELD_EVERY.load(Ordering::Relaxed),
+            moved: false,
+            deadline: Instant::now() + WAIT,
+        }
+    }
+
+    fn progress(&mut self) {
+        self.moved = true;
+    }
+
+    #[inline]
+    fn idle(&mut self, what: &str, count: u64) -> Result<()> {
+        self.spins = self.spins.wrapping_add(1);
+        if self.yield_every > 0 && self.spins % self.yield_every == 0 {
+            std::thread::yield_now();
+        }
+        if self.spins % SPINS_PER_CHECK == 0 {
+            let now = Instant::now();
+            if self.moved {
+                self.moved = false;
+                self.deadline = now + WAIT;
+            } else if now >= self.deadline {
+                return Err(format!("{what}: no progress within {WAIT:?} (at {count})").into());
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Polls `cq` until at least one completion; fails on a bad one.
+#[inline]
+fn poll_some<'a>(
+    cq: &CompletionQueue,
+    wcs: &'a mut [WorkCompletion],
+    spin: &mut Spin,
+    what: &str,
+    count: u64,
+) -> Result<&'a [WorkCompletion]> {
+    loop {
+        let n = cq.poll(wcs)?;
+        if n > 0 {
+            if let Some(bad) = wcs[..n].iter().find(|wc| wc.status != WcStatus::Success) {
+                return Err(format!("{what}: completion failed at {count}: {bad:?}").into());
+            }
+            spin.progress();
+            return Ok(&wcs[..n]);
+        }
+        spin.idle(what, count)?;
+    }
+}
+
+/// The payload of a SEND or WRITE of the source area: inline when the size
+/// fits what the QP takes (perftest: `size <= inline_size`).
+fn payload<'a>(side: &Side, sge: &'a [uverbs::Sge], bytes: &'a [&'a [u8]]) -> Payload<'a> {
+    if side.size <= side.inline {
+        Payload::Inline(bytes)
+    } else {
+        Payload::Sges(sge)
+    }
+}
+
+/// write_lat, both sides: wait until the peer's WRITE changed the last
+/// byte of our target area to the count, then WRITE the next count into
+/// its; the server writes first (perftest's `run_iter_lat_write`). Every
+/// WRITE is signalled and its completion polled before the next wait.
+/// Returns the post time stamps.
+pub fn write_lat(
+    side: &mut Side,
+    peer: Remote,
+    iters: usize,
+    server: bool,
+) -> Result<Vec<Instant>> {
+    let mut posted = Vec::with_capacity(iters);
+    let size = side.size;
+    let src = side.buf.as_mut_ptr();
+    // SAFETY: both are inside the mapping (the target area starts a page
+    // multiple past the source and is `size` long).
+    let (post_last, poll_last) = unsafe {
+        (
+            src.add(size - 1),
+            src.add((side.target() - side.source()) as usize + size - 1),
+        )
+    };
+    let sge = [side.sge(side.source())];
+    let mut wcs = [WorkCompletion::default(); 1];
+    let mut spin = Spin::new();
+    let (mut scnt, mut rcnt, mut ccnt) = (0usize, 0usize, 0usize);
+    while scnt < iters || ccnt < iters || rcnt < iters {
+        // The server writes first: it waits only once it has written.
+        if rcnt < iters && (!server || scnt >= 1) {
+            rcnt += 1;
+            // SAFETY: `poll_last` is in our registered target area; the
+            // peer's WRITE changes it behind the compiler's back, hence
+            // the volatile read (no reference to the byte is formed).
+            while unsafe { poll_last.read_volatile() } != rcnt as u8 {
+                spin.idle("waiting for the peer's WRITE", rcnt as u64)?;
+            }
+            spin.progress();
+        }
+        if scnt < iters {
+            posted.push(Instant::now());
+            scnt += 1;
+            // SAFETY: the source's last byte; the previous WRITE out of it
+            // has completed (polled below), so the device reads it no more.
+            unsafe { post_last.write_volatile(scnt as u8) };
+            // SAFETY: the same source bytes, read by the device until this
+            // WRITE's completion, polled below before they change again.
+            let bytes: [&[u8]; 1] = [unsafe { std::slice::from_raw_parts(src, size) }];
+            let wr = SendWr {
+                wr_id: scnt as u64,
+                op: SendOp::RdmaWrite {
+                    remote: peer,
+                    imm: None,
+                },
+                flags: SendFlags::SIGNALED,
+                payload: payload(side, &sge, &bytes),
+                ud: None,
+            };
+            // SAFETY: see above; the remote area is the peer's target,
+            // registered for REMOTE_WRITE under that rkey.
+            unsafe { side.qp.post_send(&[wr])? };
+        }
+        if ccnt < iters {
+            poll_some(
+                &side.scq,
+                &mut wcs,
+                &mut spin,
+                "WRITE completion",
+                ccnt as u64,
+            )?;
+            ccnt += 1;
+        }
+    }
+    Ok(posted)
+}
+
+/// send_lat, both sides: wait for the peer's SEND (re-posting the
+/// receive while more are to come), then SEND; the client sends first
+/// (perftest's `run_iter_lat_send`). With tx depth 1 perftest's CQ
+/// moderation is 1: every SEND is signalled and polled.
+pub fn send_lat(
+    side: &mut Side,
+    iters: usize,
+    server: bool,
+    cq_mod: usize,
+) -> Result<Vec<Instant>> {
+    let mut posted = Vec::with_capacity(iters);
+    let size = side.size;
+    let src = side.buf.as_ptr();
+    let sge = [side.sge(side.source())];
+    // SAFETY: the source area, which nothing writes during the run.
+    let bytes: [&[u8]; 1] = [unsafe { std::slice::from_raw_parts(src, size) }];
+    let mut wcs = [WorkCompletion::default(); 1];
+    let mut spin = Spin::new();
+    let rx_depth = side.rx_depth;
+    let (mut scnt, mut rcnt) = (0usize, 0usize);
+    while scnt < iters || rcnt < iters {
+        // The client sends first: it waits only once it has sent.
+        if rcnt < iters && (server || scnt >= 1) {
+            let wc = poll_some(&side.rcq, &mut wcs, &mut spin, "receive", rcnt as u64)?[0];
+            rcnt += 1;
+            if rcnt + rx_depth <= iters {
+                side.post_recv(wc.wr_id)?;
+            }
+        }
+        if scnt < iters {
+            posted.push(Instant::now());
+            scnt += 1;
+            let signalled = scnt % cq_mod == 0 || scnt == iters;
+            let wr = SendWr {
+                wr_id: scnt as u64,
+                op: SendOp::Send { imm: None },
+                flags: if signalled {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                },
+                payload: payload(side, &sge, &bytes),
+                ud: None,
+            };
+            // SAFETY: the source area is never written during the run;
+            // the buffer outlives the QP.
+            unsafe { side.qp.post_send(&[wr])? };
+            if signalled {
+                poll_some(
+                    &side.scq,
+                    &mut wcs,
+                    &mut spin,
+                    "SEND completion",
+                    scnt as u64,
+                )?;
+            }
+        }
+    }
+    Ok(posted)
+}
+
+/// read_lat, client: one signalled READ of the peer's target area into
+/// ours at a time, polled (perftest's `run_iter_lat`).
+pub fn read_lat(side: &mut Side, peer: Remote, iters: usize) -> Result<Vec<Instant>> {
+    let mut posted = Vec::with_capacity(iters);
+    let sge = [side.sge(side.target())];
+    let mut wcs = [WorkCompletion::default(); 1];
+    let mut spin = Spin::new();
+    for i in 0..iters {
+        posted.push(Instant::now());
+        let wr = SendWr {
+            wr_id: i as u64,
+            op: SendOp::RdmaRead { remote: peer },
+            flags: SendFlags::SIGNALED,
+            payload: Payload::Sges(&sge),
+            ud: None,
+        };
+        // SAFETY: the device writes our target area until the completion,
+        // polled right after; nothing reads it.
+        unsafe { side.qp.post_send(&[wr])? };
+        poll_some(&side.scq, &mut wcs, &mut spin, "READ completion", i as u64)?;
+    }
+    Ok(posted)
+}
+
+/// write_bw / send_bw, client: keep up to `tx_depth` requests outstanding,
+/// request `i` (from 0) signalled when `(i + 1) % cq_mod == 0` or it is the
+/// last (perftest's `run_iter_bw`); a completion of request `i` retires
+/// every request up to it. The time from the first post to the last
+/// completion.
+pub fn bw_client(
+    side: &mut Side,
+    peer: Remote,
+    iters: usize,
+    tx_depth: usize,
+    cq_mod: usize,
+    write: bool,
+) -> Result<Duration> {
+    let size = side.size;
+    let src = side.buf.as_ptr();
+    let sge = [side.sge(side.source())];
+    // SAFETY: the source area, which nothing writes during the run.
+    let bytes: [&[u8]; 1] = [unsafe { std::slice::from_raw_parts(src, size) }];
+    let op = if write {
+        SendOp::RdmaWrite {
+            remote: peer,
+            imm: None,
+        }
+    } else {
+        SendOp::Send { imm: None }
+    };
+    let mut wcs = [WorkCompletion::default(); 16];
+    let mut spin = Spin::new();
+    let (mut scnt, mut ccnt) = (0usize, 0usize);
+    let start = Instant::now();
+    while ccnt < iters {
+        while scnt < iters && scnt < ccnt + tx_depth {
+            let signalled = (scnt + 1) % cq_mod == 0 || scnt + 1 == iters;
+            let wr = SendWr {
+                wr_id: scnt as u64,
+                op,
+                flags: if signalled {
+                    SendFlags::SIGNALED
+                } else {
+                    SendFlags::empty()
+                },
+                payload: payload(side, &sge, &bytes),
+                ud: None,
+            };
+            // SAFETY: the source area is never written during the run;
+            // the remote area is the peer's target, registered for
+            // REMOTE_WRITE under that rkey (or a posted receive).
+            unsafe { side.qp.post_send(&[wr])? };
+            scnt += 1;
+        }
+        let what = if write {
+            "WRITE completion"
+        } else {
+            "SEND completion"
+        };
+        for wc in poll_some(&side.scq, &mut wcs, &mut spin, what, ccnt as u64)? {
+            ccnt = ccnt.max(wc.wr_id as usize + 1);
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// send_bw, server: count `iters` receives, re-posting one per completion
+/// while more are to come (perftest's `run_iter_bw_server`). The time from
+/// the first receive completion to the last.
+pub fn send_bw_server(side: &mut Side, iters: usize, first_wait: Duration) -> Result<Duration> {
+    let mut wcs = [WorkCompletion::default(); 16];
+    let mut spin = Spin::new();
+    // The client may still be setting up: the first receive gets longer.
+    spin.deadline = Instant::now() + first_wait;
+    let mut posted = side.rx_depth;
+    let mut rcnt = 0usize;
+    let mut first = None;
+    while rcnt < iters {
+        let done = poll_some(&side.rcq, &mut wcs, &mut spin, "receive", rcnt as u64)?;
+        first.get_or_insert_with(Instant::now);
+        for wc in done {
+            rcnt += 1;
+            if posted < iters {
+                side.post_recv(wc.wr_id)?;
+                posted += 1;
+            }
+        }
+    }
+    Ok(first.map_or(Duration::ZERO, |t| t.elapsed()))
+}
