@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cells::{Cell, Conn, Test};
+use cells::{Cell, Conn};
 use parse::Measured;
 use run::Ready;
 
@@ -108,9 +108,7 @@ impl Tools {
                 Conn::Loopback => c.args(["-x", "0"]),
                 Conn::Cm(_) => c.arg("-R"),
             };
-            if cell.test != Test::ReadLat {
-                c.args(["-I", &cell.inline.to_string()]);
-            }
+            // No -I: perftest ignores it on rxe and siw (cells::LAT_INLINE).
             if cell.test.is_latency() {
                 // Every sample, sorted, for the percentiles.
                 c.arg("-H");

@@ -91,7 +91,8 @@ pub fn markdown(dp: &DataPath) -> String {
         s,
         "Both tools run in the same guest with the same parameters: message size, iterations \
          (`-n`), queue depth (`-t`, completions every min(depth, 100) as perftest's `-Q`), and the \
-         same inline threshold (`-I`: {} B for the WRITE and SEND latency tests, 0 otherwise). Each run \
+         same inline threshold ({} B for the latency tests: perftest 4.5 inlines nothing on devices it \
+         does not recognise, rxe and siw among them, whatever `-I` says). Each run \
          is a fresh server and client process pair. Per cell the two tools run {} times, alternating \
          which goes first (A B, B A, …), and the ratio ours ÷ perftest is taken per round; the whole \
          set runs {} times (passes). A ratio is reported in bold as measured only where every pass's \
