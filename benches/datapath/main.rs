@@ -20,7 +20,7 @@
 //! @@DATAPATH pass=1 round=1 impl=ours … status=error error="…"
 //! ```
 //!
-//! Knobs: `UVERBS_DP_ROUNDS` (2), `UVERBS_DP_PASSES` (2),
+//! Knobs: `UVERBS_DP_ROUNDS` (3), `UVERBS_DP_PASSES` (2),
 //! `UVERBS_DP_LAT_ITERS` (300), `UVERBS_DP_BW_BYTES` (32 MiB per run),
 //! `UVERBS_DP_ONLY` (words that must all appear in a cell's key, e.g.
 //! `test=write_lat device=siw0`), `UVERBS_DP_PERF` (our tool's path,
@@ -202,7 +202,7 @@ fn main() {
             return;
         }
     }
-    let rounds: usize = env_or("UVERBS_DP_ROUNDS", 2).max(1);
+    let rounds: usize = env_or("UVERBS_DP_ROUNDS", 3).max(1);
     let passes: usize = env_or("UVERBS_DP_PASSES", 2).max(1);
     let lat_iters: usize = env_or("UVERBS_DP_LAT_ITERS", 300).max(10);
     let bw_bytes: usize = env_or("UVERBS_DP_BW_BYTES", 32 << 20);

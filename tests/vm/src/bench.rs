@@ -121,13 +121,15 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 mover_run("mover_1m", 1 << 20),
                 mover_run("mover_64k", 64 << 10),
             ];
-            let env: Vec<(&'static str, &'static str)> = PASS_THROUGH
+            let mut env: Vec<(&'static str, &'static str)> = PASS_THROUGH
                 .iter()
                 .filter_map(|k| {
                     let v = std::env::var(k).ok()?;
                     Some((*k, &*Box::leak(v.into_boxed_str())))
                 })
                 .collect();
+            // Kernel lines must not split the marker lines on the console.
+            env.push(("UVERBS_BENCH_QUIET_CONSOLE", "1"));
             let configs = [RunConfig {
                 name: "bench",
                 env: Box::leak(env.into_boxed_slice()),
