@@ -26,6 +26,10 @@ use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+// Shared with pingpong, which also swaps Endpoint lines over it.
+#[path = "common/line_channel.rs"]
+#[allow(dead_code)]
+mod line_channel;
 #[path = "perf/run.rs"]
 mod run;
 #[path = "perf/side.rs"]

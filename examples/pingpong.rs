@@ -36,8 +36,9 @@
 //! (tests/vm/README.md).
 
 use std::error::Error;
-use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
+
+use line_channel::LineChannel;
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -51,6 +52,8 @@ use uverbs::{
 
 #[path = "pingpong/cm.rs"]
 mod cm;
+#[path = "common/line_channel.rs"]
+mod line_channel;
 #[path = "pingpong/syscalls.rs"]
 mod syscalls;
 
@@ -476,54 +479,6 @@ fn pattern(i: usize) -> u8 {
 
 // ---- The TCP side channel --------------------------------------------------
 
-/// One line each way (ours first); lines are short, so both may write first.
-struct Channel {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
-
-impl Channel {
-    fn new(stream: TcpStream) -> Result<Channel> {
-        stream.set_read_timeout(Some(WAIT))?;
-        stream.set_write_timeout(Some(WAIT))?;
-        stream.set_nodelay(true)?;
-        Ok(Channel {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
-        })
-    }
-
-    fn send(&mut self, line: &str) -> Result<()> {
-        writeln!(self.writer, "{line}")?;
-        Ok(())
-    }
-
-    fn recv(&mut self, what: &str) -> Result<String> {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) => Err(format!("{what}: the peer hung up").into()),
-            Ok(_) => Ok(line.trim_end().to_string()),
-            Err(e) => Err(format!("{what}: {e}").into()),
-        }
-    }
-
-    /// Sends our endpoint line, reads the peer's.
-    fn swap(&mut self, me: &Endpoint) -> Result<Endpoint> {
-        self.send(&me.to_string())?;
-        Ok(self.recv("the peer's endpoint")?.parse()?)
-    }
-
-    /// Both sides say `word`, so neither goes on before the other is there.
-    fn sync(&mut self, word: &str) -> Result<()> {
-        self.send(word)?;
-        let got = self.recv(word)?;
-        if got != word {
-            return Err(format!("expected {word:?} from the peer, got {got:?}").into());
-        }
-        Ok(())
-    }
-}
-
 /// Accepts one connection within [`WAIT`]; gives up early if the spawned
 /// client has already exited.
 fn accept(listener: &TcpListener, mut client: Option<&mut Child>) -> Result<TcpStream> {
@@ -678,16 +633,16 @@ fn server(
     opts: &Options,
     client: Option<&mut Child>,
 ) -> Result<()> {
-    let mut chan = Channel::new(accept(listener, client)?)?;
+    let mut chan = LineChannel::new(accept(listener, client)?, WAIT)?;
     let mut side = Side::new(ctx, opts)?;
     let me = side.endpoint(opts.gid_index)?;
     let peer = chan.swap(&me)?;
     println!("pingpong server: {me}");
     side.connect(&me, &peer, opts.gid_index)?;
     side.post_recv()?;
-    chan.sync("ready")?;
+    chan.sync("ready", WAIT)?;
     let pings = answer_pings(&mut side, opts)?;
-    chan.sync("pings done")?;
+    chan.sync("pings done", WAIT)?;
 
     // The client's RDMA WRITEs land without us doing anything; check them.
     let line = chan.recv("the client's WRITE stream")?;
@@ -700,16 +655,16 @@ fn server(
 }
 
 fn client(ctx: &Context, opts: &Options) -> Result<()> {
-    let mut chan = Channel::new(TcpStream::connect_timeout(&opts.addr.parse()?, WAIT)?)?;
+    let mut chan = LineChannel::new(TcpStream::connect_timeout(&opts.addr.parse()?, WAIT)?, WAIT)?;
     let mut side = Side::new(ctx, opts)?;
     let me = side.endpoint(opts.gid_index)?;
     let peer = chan.swap(&me)?;
     println!("pingpong client: {me}");
     side.connect(&me, &peer, opts.gid_index)?;
     side.post_recv()?;
-    chan.sync("ready")?;
+    chan.sync("ready", WAIT)?;
     let rtt = measure_latency(&mut side, opts)?;
-    chan.sync("pings done")?;
+    chan.sync("pings done", WAIT)?;
     // The server's record names its WRITE area and the rkey for it.
     let secs = stream_writes(&mut side, opts, peer.remote())?;
     chan.send(&format!(

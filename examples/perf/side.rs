@@ -6,7 +6,7 @@
 //! *source* (what this side sends or writes from) and the *target* (what
 //! the peer writes or reads, and where receives land).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use uverbs::{
     QueuePair, RecvWr, Remote, Sge,
 };
 
+use super::line_channel::LineChannel;
 use super::{Options, Result, Test, WAIT};
 
 const PORT: u8 = 1;
@@ -281,53 +282,9 @@ impl Hello {
 
 // ---- By hand: Endpoint lines over TCP ----------------------------------
 
-/// A line-based TCP channel to the peer, every read bounded by [`WAIT`].
-pub struct Channel {
-    reader: BufReader<TcpStream>,
-    writer: TcpStream,
-}
-
-impl Channel {
-    fn new(stream: TcpStream) -> Result<Channel> {
-        stream.set_read_timeout(Some(WAIT))?;
-        stream.set_write_timeout(Some(WAIT))?;
-        stream.set_nodelay(true)?;
-        Ok(Channel {
-            reader: BufReader::new(stream.try_clone()?),
-            writer: stream,
-        })
-    }
-
-    fn send(&mut self, line: &str) -> Result<()> {
-        writeln!(self.writer, "{line}")?;
-        Ok(())
-    }
-
-    fn recv(&mut self, what: &str) -> Result<String> {
-        let mut line = String::new();
-        match self.reader.read_line(&mut line) {
-            Ok(0) => Err(format!("{what}: the peer hung up").into()),
-            Ok(_) => Ok(line.trim_end().to_string()),
-            Err(e) => Err(format!("{what}: {e}").into()),
-        }
-    }
-
-    /// Both sides say `word`; `timeout` bounds the wait (a run may be long).
-    pub fn sync(&mut self, word: &str, timeout: Duration) -> Result<()> {
-        self.reader.get_ref().set_read_timeout(Some(timeout))?;
-        self.send(word)?;
-        let got = self.recv(word)?;
-        self.reader.get_ref().set_read_timeout(Some(WAIT))?;
-        if got != word {
-            return Err(format!("expected {word:?} from the peer, got {got:?}").into());
-        }
-        Ok(())
-    }
-}
-
 /// How the two sides are connected, and what ends the run.
 pub enum Link {
-    Tcp(Channel),
+    Tcp(LineChannel),
     Cm {
         ch: EventChannel,
         id: CmId,
@@ -437,7 +394,7 @@ pub fn by_hand(opts: &Options, server: Option<&str>, tx_depth: usize) -> Result<
         }
         Some(addr) => connect_tcp(addr, opts.port)?,
     };
-    let mut chan = Channel::new(stream)?;
+    let mut chan = LineChannel::new(stream, WAIT)?;
     let ctx = open(&opts.device)?;
     let want = match opts.inline {
         Some(n) => n,

@@ -11,6 +11,7 @@
 pub mod plot;
 pub mod report;
 
+use crate::bench::model::median;
 use crate::markers::{find, DATAPATH, DATAPATH_INFO};
 use std::collections::BTreeMap;
 
@@ -200,21 +201,6 @@ impl Cell {
             Value::Bandwidth(_) => Some(Value::Bandwidth(pick(|v| v.headline())?)),
         }
     }
-}
-
-/// The median of `xs` (mean of the middle two for an even count).
-pub fn median(xs: &[f64]) -> Option<f64> {
-    if xs.is_empty() {
-        return None;
-    }
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
 }
 
 /// The data-path part of a console.
