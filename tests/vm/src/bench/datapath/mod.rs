@@ -65,6 +65,8 @@ pub struct Line {
     pub key: Key,
     pub inline: u64,
     pub iters: u64,
+    /// The runner ran it twice: the first attempt failed.
+    pub retried: bool,
     pub value: Result<Value, String>,
 }
 
@@ -115,6 +117,7 @@ pub fn parse_line(words: &str) -> Result<Line, String> {
         imp: get("impl")?.into(),
         inline: num("inline")?,
         iters: num("iters")?,
+        retried: field(words, "retried") == Some("1"),
         key,
         value,
     })
@@ -142,6 +145,8 @@ pub struct Cell {
     pub passes: BTreeMap<u32, Pass>,
     /// `impl pass/round: error`.
     pub errors: Vec<String>,
+    /// Runs that failed once and were run again (`impl pass/round`).
+    pub retried: Vec<String>,
     pub inline: u64,
     pub iters: u64,
 }
@@ -263,6 +268,12 @@ pub fn parse(console: &str) -> DataPath {
         let cell = dp.cells.entry(line.key.clone()).or_default();
         cell.inline = line.inline;
         cell.iters = line.iters;
+        if line.retried {
+            cell.retried.push(format!(
+                "{} pass {} round {}",
+                line.imp, line.pass, line.round
+            ));
+        }
         let pass = cell.passes.entry(line.pass).or_default();
         let ours = line.imp == "ours";
         match line.value {
@@ -328,7 +339,7 @@ mod tests {
             lat(1, 1, "perftest", 8, 100),
             lat(2, 1, "ours", 8, 150),
             lat(2, 1, "perftest", 8, 100),
-            "[ 3.1] kernel noise @@DATAPATH pass=1 round=1 impl=ours device=siw0 conn=cm test=write_bw size=4096 qd=64 inline=0 iters=32 mib_per_s=20.5".into(),
+            "[ 3.1] kernel noise @@DATAPATH pass=1 round=1 impl=ours retried=1 device=siw0 conn=cm test=write_bw size=4096 qd=64 inline=0 iters=32 mib_per_s=20.5".into(),
             "@@DATAPATH pass=1 round=1 impl=perftest device=siw0 conn=cm test=write_bw size=4096 qd=64 inline=0 iters=32 status=error error=\"client: exit status: 1\"".into(),
             "@@DATAPATH pass=x".into(),
         ]
@@ -362,6 +373,8 @@ mod tests {
             vec!["perftest pass 1 round 1: client: exit status: 1"]
         );
         assert_eq!(bw.summary(true), Some(Value::Bandwidth(20.5)));
+        assert_eq!(bw.retried, vec!["ours pass 1 round 1"]);
+        assert!(small.retried.is_empty());
         assert_eq!(
             dp.targets(),
             vec![

@@ -225,6 +225,30 @@ fn failures(s: &mut String, dp: &DataPath) {
         .iter()
         .flat_map(|(k, c)| c.errors.iter().map(move |e| (k, e)))
         .collect();
+    let retried: Vec<(&Key, &String)> = dp
+        .cells
+        .iter()
+        .flat_map(|(k, c)| c.retried.iter().map(move |r| (k, r)))
+        .collect();
+    if !retried.is_empty() {
+        let _ = writeln!(
+            s,
+            "**Runs that failed once and were run again** ({}; the second run's numbers stand):\n",
+            retried.len()
+        );
+        for (k, r) in retried.iter().take(40) {
+            let _ = writeln!(
+                s,
+                "- {} {} {} {} depth {}: {r}",
+                k.device,
+                k.conn,
+                k.test,
+                size_name(k.size),
+                k.qd
+            );
+        }
+        s.push('\n');
+    }
     if errors.is_empty() && dp.skipped.is_empty() {
         return;
     }
