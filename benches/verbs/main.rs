@@ -16,8 +16,9 @@
 //! Each cell gets `UVERBS_BENCH_CELL_MS` (default 500) in total, split
 //! into `UVERBS_BENCH_ROUNDS` rounds (default 3): the whole set of cells
 //! runs round after round, so the rows a ratio compares are measured next
-//! to each other in every round (A B A B …) and the report takes the ratio
-//! per round. The rounds run `UVERBS_BENCH_PASSES` times (default 2), so
+//! to each other in every round and the report takes the ratio per round;
+//! odd rounds run ours, the floor, then libibverbs, even rounds the reverse
+//! (A B, B A, …). The rounds run `UVERBS_BENCH_PASSES` times (default 2), so
 //! the report can tell a ratio that reproduces from a noisy one. Each cell
 //! of a round runs one warm-up, then at least 5 and at most 20 000 samples,
 //! and reports the median and the 10th and 90th percentiles of single calls
@@ -163,24 +164,38 @@ fn main() {
                     .collect();
                 #[cfg(feature = "libibverbs-peer")]
                 let mut ibv = ibv::Ibv::new(dev);
-                for o in &mut ours {
-                    o.fixed(&budget);
-                }
-                for f in &mut floors {
-                    f.fixed(dev, &budget);
-                }
+                // Odd rounds run ours, the floor, then libibverbs; even rounds
+                // the reverse, so no implementation always follows the
+                // others' set-up and teardown (rxe's PD alloc + dealloc is
+                // bimodal, and which mode a cell gets depends on what ran
+                // just before it).
+                let mut order: Vec<Step> = (0..ours.len())
+                    .map(Step::Ours)
+                    .chain((0..floors.len()).map(Step::Floor))
+                    .collect();
                 #[cfg(feature = "libibverbs-peer")]
-                ibv.fixed(&budget);
+                order.push(Step::Ibv);
+                if round % 2 == 0 {
+                    order.reverse();
+                }
+                for step in &order {
+                    match *step {
+                        Step::Ours(i) => ours[i].fixed(&budget),
+                        Step::Floor(i) => floors[i].fixed(dev, &budget),
+                        #[cfg(feature = "libibverbs-peer")]
+                        Step::Ibv => ibv.fixed(&budget),
+                    }
+                }
                 for &size in &sizes {
                     let (mut a, mut b) = (ours::buffer(size), ours::buffer(size));
-                    for o in &ours {
-                        o.size(size, &mut a, &mut b, &budget);
+                    for step in &order {
+                        match *step {
+                            Step::Ours(i) => ours[i].size(size, &mut a, &mut b, &budget),
+                            Step::Floor(i) => floors[i].size(size, &mut a, &budget),
+                            #[cfg(feature = "libibverbs-peer")]
+                            Step::Ibv => ibv.size(size, &mut a, &mut b, &budget),
+                        }
                     }
-                    for f in &floors {
-                        f.size(size, &mut a, &budget);
-                    }
-                    #[cfg(feature = "libibverbs-peer")]
-                    ibv.size(size, &mut a, &mut b, &budget);
                 }
                 println!(
                     "@@BENCH-INFO device={} seconds={:.1}",
@@ -194,6 +209,16 @@ fn main() {
         "@@BENCH-INFO done seconds={:.1}",
         start.elapsed().as_secs_f64()
     );
+}
+
+/// One implementation's turn in a round: ours or the floor over the
+/// transport at this index, or libibverbs.
+#[derive(Clone, Copy)]
+enum Step {
+    Ours(usize),
+    Floor(usize),
+    #[cfg(feature = "libibverbs-peer")]
+    Ibv,
 }
 
 /// Identifies one measured cell in the output line.
