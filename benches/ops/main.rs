@@ -20,6 +20,13 @@
 //! @@OPS device=rxe0 impl=libibverbs op=post_send+poll_cq status=error error="…"
 //! ```
 //!
+//! Then, per implementation, the functions with the most self
+//! (exclusive) instructions inside the measured ones:
+//!
+//! ```text
+//! @@OPS-FN device=rxe0 impl=ours self_ir_per_pair=… fn=uverbs::cq::CompletionQueue::poll
+//! ```
+//!
 //! `posts` and `polls` are the calls callgrind saw of the measured
 //! functions; `empty_polls` those of the polls that found nothing (counted
 //! in the total too). Options: `--device NAME` (rxe0), `--iters N`
@@ -83,6 +90,10 @@ pub fn wait_for_one(
 
 /// The marker of the result lines (tests/vm/src/bench/ops.rs reads them).
 const OPS: &str = "@@OPS";
+/// The marker of the per-function lines (self Ir; the name ends the line).
+const OPS_FN: &str = "@@OPS-FN";
+/// How many functions those lines name per implementation.
+const TOP: usize = 12;
 /// The child's own count, which the parent checks callgrind's against.
 const CHILD: &str = "@@OPS-CHILD";
 
@@ -126,15 +137,20 @@ fn main() {
     };
     let valgrind = arg(&args, "--valgrind").unwrap_or_else(profile::default_valgrind);
     for imp in profile::IMPLS {
-        let line = match profile::run(&valgrind, imp, &device, iters, mtu) {
+        let run = profile::run(&valgrind, imp, &device, iters, mtu);
+        let line = match &run {
             Ok(r) => format!(
-                "device={device} impl={} op=post_send+poll_cq ir_per_pair={:.1} ir_total={} iters={iters} posts={} polls={} empty_polls={} valgrind={}",
+                "device={device} impl={} op=post_send+poll_cq ir_per_pair={:.1} ir_total={} iters={iters} posts={} polls={} empty_polls={} ir_per_post={:.1} ir_per_poll={:.1} syscalls_per_post={:.2} syscalls_per_poll={:.2} valgrind={}",
                 imp.name,
                 r.ir_total as f64 / iters as f64,
                 r.ir_total,
                 r.posts,
                 r.polls,
                 r.empty_polls,
+                per(r.post.ir, r.posts),
+                per(r.poll.ir, r.polls),
+                per(r.post.syscalls, r.posts),
+                per(r.poll.syscalls, r.polls),
                 r.version
             ),
             Err(e) => format!(
@@ -144,6 +160,23 @@ fn main() {
             ),
         };
         println!("{OPS} {line}");
+        // Where the instructions go: the functions with the most self Ir.
+        for (name, ir) in run.iter().flat_map(|r| r.top.iter().take(TOP)) {
+            println!(
+                "{OPS_FN} device={device} impl={} self_ir_per_pair={:.1} fn={name}",
+                imp.name,
+                *ir as f64 / iters as f64
+            );
+        }
+    }
+}
+
+/// `total / n`, 0 for no calls.
+fn per(total: u64, n: u64) -> f64 {
+    if n == 0 {
+        0.0
+    } else {
+        total as f64 / n as f64
     }
 }
 

@@ -43,6 +43,11 @@ pub struct Measured {
     pub empty_polls: u64,
     /// callgrind's version, from the file's `creator:` line.
     pub version: String,
+    /// Self Ir per function, the largest first.
+    pub top: Vec<(String, u64)>,
+    /// The post and the poll function's calls, each inclusive.
+    pub post: Calls,
+    pub poll: Calls,
 }
 
 /// The valgrind launcher: `valgrind.bin` where Debian installs it behind
@@ -72,6 +77,7 @@ pub fn run(
         .arg(format!("--toggle-collect={}", imp.post))
         .arg(format!("--toggle-collect={}", imp.poll))
         .arg("--dump-instr=no")
+        .arg("--collect-systime=yes")
         .arg(format!("--callgrind-out-file={out_file}"))
         .arg(&exe)
         .args(["--impl", imp.name, "--device", device])
@@ -97,8 +103,9 @@ pub fn run(
     let text =
         std::fs::read_to_string(&out_file).map_err(|e| format!("reading {out_file}: {e}"))?;
     let file = parse(&text)?;
-    let calls = |f: &str| file.calls.get(f).copied().unwrap_or(0);
-    let (posts, polls) = (calls(imp.post), calls(imp.poll));
+    let calls = |f: &str| file.calls.get(f).copied().unwrap_or_default();
+    let (post, poll) = (calls(imp.post), calls(imp.poll));
+    let (posts, polls) = (post.count, poll.count);
     // callgrind must have seen exactly the calls the loop made: otherwise a
     // name did not match (nothing collected) or a call was inlined away.
     if posts != child.posts || polls != child.polls {
@@ -107,7 +114,12 @@ pub fn run(
             imp.post, imp.poll, child.posts, child.polls
         ));
     }
+    let mut top: Vec<(String, u64)> = file.self_ir.into_iter().filter(|(_, ir)| *ir > 0).collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     Ok(Measured {
+        top,
+        post,
+        poll,
         ir_total: file.ir_total,
         posts,
         polls,
@@ -131,44 +143,87 @@ fn parse_child(words: &str) -> Option<Counts> {
     })
 }
 
+/// The calls of one function the file records (`cfn=`, `calls=`, then
+/// the calls' inclusive cost).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Calls {
+    pub count: u64,
+    /// Instructions inside the calls (collected ones only).
+    pub ir: u64,
+    /// System calls inside the calls (`sysCount`, from
+    /// `--collect-systime`; callgrind counts these whether collecting or
+    /// not).
+    pub syscalls: u64,
+}
+
 /// What [`parse`] reads from a callgrind output file.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct File {
     /// The `totals:` (else `summary:`) Ir: everything collected.
     pub ir_total: u64,
-    /// Call counts per callee name (`cfn=` then `calls=` lines).
-    pub calls: HashMap<String, u64>,
+    /// The calls per callee name.
+    pub calls: HashMap<String, Calls>,
+    /// Self (exclusive) Ir per function name: the cost lines under `fn=`
+    /// that do not follow a `calls=` line (those are a call's inclusive
+    /// cost).
+    pub self_ir: HashMap<String, u64>,
     pub version: String,
 }
 
-/// Reads a callgrind output file (format version 1, with or without name
-/// compression: `fn=(id) name` defines an id, `fn=(id)` refers to it).
+/// Reads a callgrind output file (format version 1, one position column,
+/// with or without name compression: `fn=(id) name` defines an id,
+/// `fn=(id)` refers to it).
 pub fn parse(text: &str) -> Result<File, String> {
     let mut names: HashMap<String, String> = HashMap::new();
     let mut file = File::default();
+    // Column of Ir and of sysCount among the cost numbers (`events:`).
+    let (mut ir_at, mut sys_at) = (Some(0), None);
+    let mut current = String::new();
+    // The callee of the `calls=` line just read, whose cost line is next.
     let mut cfn: Option<String> = None;
+    let mut pending_call: Option<String> = None;
     let (mut totals, mut summary) = (None, None);
+    let first = |v: &str| v.split_whitespace().next().and_then(|n| n.parse().ok());
     for line in text.lines() {
         if let Some(v) = line.strip_prefix("creator: ") {
             file.version = v.trim().trim_start_matches("callgrind-").to_string();
+        } else if let Some(v) = line.strip_prefix("events:") {
+            let events: Vec<&str> = v.split_whitespace().collect();
+            ir_at = events.iter().position(|e| *e == "Ir");
+            sys_at = events.iter().position(|e| *e == "sysCount");
         } else if let Some(v) = line.strip_prefix("totals:") {
-            totals = v.split_whitespace().next().and_then(|n| n.parse().ok());
+            totals = first(v);
         } else if let Some(v) = line.strip_prefix("summary:") {
-            summary = v.split_whitespace().next().and_then(|n| n.parse().ok());
+            summary = first(v);
         } else if let Some(v) = line.strip_prefix("fn=") {
-            resolve(&mut names, v);
+            current = resolve(&mut names, v);
         } else if let Some(v) = line.strip_prefix("cfn=") {
             cfn = Some(resolve(&mut names, v));
         } else if let Some(v) = line.strip_prefix("calls=") {
-            let n: u64 = v
-                .split_whitespace()
-                .next()
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| format!("callgrind file: unreadable line {line:?}"))?;
+            let n: u64 =
+                first(v).ok_or_else(|| format!("callgrind file: unreadable line {line:?}"))?;
             let callee = cfn
                 .take()
                 .ok_or_else(|| format!("callgrind file: {line:?} without cfn="))?;
-            *file.calls.entry(callee).or_default() += n;
+            file.calls.entry(callee.clone()).or_default().count += n;
+            pending_call = Some(callee);
+        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            // A cost line: the position, then one number per event (those
+            // left out at the end are 0).
+            let nums: Vec<u64> = line
+                .split_whitespace()
+                .skip(1)
+                .map(|n| n.parse().unwrap_or(0))
+                .collect();
+            let at = |i: Option<usize>| i.and_then(|i| nums.get(i).copied()).unwrap_or(0);
+            match pending_call.take() {
+                Some(callee) => {
+                    let c = file.calls.entry(callee).or_default();
+                    c.ir += at(ir_at);
+                    c.syscalls += at(sys_at);
+                }
+                None => *file.self_ir.entry(current.clone()).or_default() += at(ir_at),
+            }
         }
     }
     file.ir_total = totals

@@ -196,7 +196,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     md.push_str(&datapath::report::markdown(&dp));
     md.push_str(&mover::markdown(&moves));
     let op_counts = ops::parse(&console);
-    md.push_str(&ops::markdown(&op_counts));
+    md.push_str(&ops::markdown(&op_counts, &ops::parse_functions(&console)));
     std::fs::write(docs.join("benchmarks.md"), &md).context("bench: writing docs/benchmarks.md")?;
     std::fs::write(docs.join("benchmarks.svg"), svg(&run))
         .context("bench: writing docs/benchmarks.svg")?;
