@@ -3,7 +3,9 @@
 //! (the data path: `examples/perf.rs` against perftest 4.5) inside the VM
 //! against rxe0 and siw0, then writes `docs/benchmarks.md`,
 //! `docs/benchmarks.svg` and `docs/benchmarks-datapath.svg` from the
-//! `@@BENCH` and `@@DATAPATH` lines the guest printed.
+//! `@@BENCH` and `@@DATAPATH` lines the guest printed. benches/ops adds
+//! the instructions per `post_send` + `poll_cq` (callgrind, `@@OPS` lines;
+//! [`ops`](mod@ops)).
 //!
 //! 1. Installs what the libibverbs peer links against (`libibverbs-dev`,
 //!    `libnl-3-dev`, `libnl-route-3-dev`) and perftest with its providers
