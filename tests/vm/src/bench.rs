@@ -3,7 +3,9 @@
 //! (the data path: `examples/perf.rs` against perftest 4.5) inside the VM
 //! against rxe0 and siw0, then writes `docs/benchmarks.md`,
 //! `docs/benchmarks.svg` and `docs/benchmarks-datapath.svg` from the
-//! `@@BENCH` and `@@DATAPATH` lines the guest printed.
+//! `@@BENCH` and `@@DATAPATH` lines the guest printed. benches/ops adds
+//! the instructions per `post_send` + `poll_cq` (callgrind, `@@OPS` lines;
+//! [`ops`](mod@ops)).
 //!
 //! 1. Installs what the libibverbs peer links against (`libibverbs-dev`,
 //!    `libnl-3-dev`, `libnl-route-3-dev`) and perftest with its providers
@@ -35,6 +37,7 @@ mod markdown;
 mod meta;
 mod model;
 mod mover;
+mod ops;
 mod parse;
 mod svg;
 mod targets;
@@ -67,6 +70,7 @@ const PEER_PACKAGES: &[&str] = &[
     "libnl-route-3-dev",
     "perftest",
     "ibverbs-providers",
+    "valgrind",
 ];
 
 /// Guest environment passed through from the host when set.
@@ -120,6 +124,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 GuestRun::plain("datapath").with_timeout(BENCH_TIMEOUT.as_secs() as u32),
                 mover_run("mover_1m", 1 << 20),
                 mover_run("mover_64k", 64 << 10),
+                GuestRun::plain("ops").with_timeout(OPS_TIMEOUT_SECS),
             ];
             let mut env: Vec<(&'static str, &'static str)> = PASS_THROUGH
                 .iter()
@@ -141,7 +146,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                     &runs,
                     &configs,
                     Mode::Run,
-                    &perftest_files()?,
+                    &[perftest_files()?, valgrind_files()?].concat(),
                     Some(BENCH_TIMEOUT),
                 )?
                 .expect("run mode has an outcome");
@@ -179,7 +184,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             .iter()
             .any(|r| r.config == "bench" && r.bin == bin && r.rc == 0)
     };
-    let rc_ok = ["verbs", "datapath", "mover_1m", "mover_64k"]
+    let rc_ok = ["verbs", "datapath", "mover_1m", "mover_64k", "ops"]
         .iter()
         .all(|b| rc_of(b));
     let moves = mover::parse(&console);
@@ -194,6 +199,8 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     );
     md.push_str(&datapath::report::markdown(&dp));
     md.push_str(&mover::markdown(&moves));
+    let op_counts = ops::parse(&console);
+    md.push_str(&ops::markdown(&op_counts, &ops::parse_functions(&console)));
     std::fs::write(docs.join("benchmarks.md"), &md).context("bench: writing docs/benchmarks.md")?;
     std::fs::write(docs.join("benchmarks.svg"), svg(&run))
         .context("bench: writing docs/benchmarks.svg")?;
@@ -217,6 +224,9 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             "mover {device} {} buffers: rereg-access ÷ dereg-reg throughput {r:.2}×",
             units::size_name(buffer)
         );
+    }
+    for (device, r) in ops::ratios(&op_counts) {
+        println!("ops {device}: post_send + poll_cq instructions, ours ÷ libibverbs {r:.2}×");
     }
     if dp_failed > 0 {
         say(format!(
@@ -283,14 +293,14 @@ fn build(workspace: &Path) -> Result<Vec<Binary>> {
     let mut cmd = cargo();
     cmd.current_dir(workspace)
         .args(["bench", "--no-run", "-p", "uverbs"])
-        .args(["--bench", "verbs", "--bench", "datapath"])
+        .args(["--bench", "verbs", "--bench", "datapath", "--bench", "ops"])
         .args(["--features", "libibverbs-peer", "--target", TARGET])
         .arg("--message-format=json-render-diagnostics");
     let bins = build_collect("bench: static build", &mut cmd, |a| {
         a.target.kind.contains(&TargetKind::Bench)
     })?;
     let mut out = Vec::new();
-    for name in ["verbs", "datapath"] {
+    for name in ["verbs", "datapath", "ops"] {
         let b = bins.iter().find(|b| b.name == name).ok_or_else(|| {
             err(
                 "bench: static build",
@@ -350,6 +360,41 @@ fn perftest_files() -> Result<Vec<HostFile>> {
                 ),
             ));
         }
+    }
+    Ok(files)
+}
+
+/// How long benches/ops may take: two loops under callgrind, under TCG.
+const OPS_TIMEOUT_SECS: u32 = 1800;
+
+/// What benches/ops runs callgrind with, in the guest at the same paths:
+/// the launcher behind Debian's `valgrind` wrapper script, the tool (a
+/// static executable), the core preload and the default suppressions.
+fn valgrind_files() -> Result<Vec<HostFile>> {
+    let dir = Path::new("/usr/libexec/valgrind");
+    let files = vec![
+        HostFile {
+            path: "/usr/bin/valgrind.bin".into(),
+            with_libraries: true,
+        },
+        HostFile {
+            path: dir.join("callgrind-amd64-linux"),
+            with_libraries: false,
+        },
+        HostFile {
+            path: dir.join("vgpreload_core-amd64-linux.so"),
+            with_libraries: false,
+        },
+        HostFile {
+            path: dir.join("default.supp"),
+            with_libraries: false,
+        },
+    ];
+    if let Some(f) = files.iter().find(|f| !f.path.exists()) {
+        return Err(err(
+            "bench: valgrind for the guest",
+            format!("{} is missing (package valgrind)", f.path.display()),
+        ));
     }
     Ok(files)
 }
