@@ -648,7 +648,8 @@ impl CmRig<'_> {
     }
 
     /// siw's answer to a WRITE with a key the responder refuses (module
-    /// docs): the WRITE completes successfully, both sides hear
+    /// docs): the WRITE completes successfully (or, when the close
+    /// overtakes the send, with LOC_QP_OP_ERR), both sides hear
     /// DISCONNECTED and nothing else, both QPs are in ERR,
     /// `target` is untouched. Then the dead pair's ids are destroyed (the
     /// kernel's counts are the channels': address, route, established,
@@ -666,11 +667,16 @@ impl CmRig<'_> {
         let before = target.to_vec();
         let (_, wc) = self.write(wr_id, seed, remote, what);
         let p = self.pair();
-        assert_eq!(
-            (wc.status, wc.wr_id),
-            (WcStatus::Success, wr_id),
-            "{name}: {what}: siw completes the WRITE once sent: {wc:?}"
+        // SUCCESS when the WRITE was on the wire before the responder's
+        // TERMINATE and close came back (most runs: siw completes a WRITE
+        // once sent); LOC_QP_OP_ERR when the close reached the requester
+        // while it was still sending (seen in one CI run of this test, and
+        // in device_rereg_traffic): siw's transmit path fails then.
+        assert!(
+            matches!(wc.status, WcStatus::Success | WcStatus::LocQpOpErr),
+            "{name}: {what}: the requester's completion: {wc:?}"
         );
+        assert_eq!(wc.wr_id, wr_id, "{name}: {what}: {wc:?}");
         for (ch, id, side) in [
             (&p.ch_a, &p.client, "client"),
             (&p.ch_b, &p.server, "server"),
