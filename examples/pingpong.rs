@@ -220,16 +220,16 @@ fn devices(opts: &Options) -> Result<Vec<Device>> {
 
 /// The devices of the runs without the cm: rxe (siw's iWARP QPs reach RTS
 /// only through the connection manager: `--cm`).
-fn has_data_path(dev: &Device) -> bool {
+fn connects_by_hand(dev: &Device) -> bool {
     dev.driver_id() == Some(DriverId::RXE)
 }
 
-/// The first device of [`devices`] that has a data path.
+/// The first device of [`devices`] whose QPs pingpong connects by hand.
 fn data_path_device(opts: &Options) -> Result<Device> {
     Ok(devices(opts)?
         .into_iter()
-        .find(has_data_path)
-        .ok_or("no rxe device: only rxe has a data path in uverbs yet")?)
+        .find(connects_by_hand)
+        .ok_or("no rxe device: without --cm pingpong connects RoCE QPs by hand (siw connects only with --cm)")?)
 }
 
 /// Opens [`data_path_device`] (`UVERBS_TRANSPORT` picks the transport).
@@ -241,9 +241,9 @@ fn open(opts: &Options) -> Result<Context> {
 /// this program, spawned, is the client.
 fn both_on_each_device(opts: &Options) -> Result<()> {
     for dev in devices(opts)? {
-        if !has_data_path(&dev) {
+        if !connects_by_hand(&dev) {
             println!(
-                "pingpong {}: skipped: its data path is the next issue (only rxe has one yet)",
+                "pingpong {}: skipped: an iWARP QP connects only through the connection manager (run pingpong --cm)",
                 dev.name()
             );
             continue;
