@@ -52,6 +52,14 @@ pub fn find<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
     })
 }
 
+/// The value of `key=` among the space-separated words of a marker
+/// line's text (as [`find`] returns it), if the line has one.
+pub fn field<'a>(words: &'a str, key: &str) -> Option<&'a str> {
+    words
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +73,7 @@ mod tests {
         assert_eq!(find("[ 1.0] rxe: x @@UVERBS-DONE", DONE), Some(""));
         assert_eq!(find("@@UVERBS-RESULTS", RESULT), None);
         assert_eq!(find("nothing", READY), None);
+        assert_eq!(field("pass=1 impl=ours size=2", "impl"), Some("ours"));
+        assert_eq!(field("pass=1 implx=ours", "impl"), None);
     }
 }

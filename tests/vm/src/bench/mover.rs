@@ -4,7 +4,7 @@
 //! size with each scheme's throughput against dereg + reg's.
 
 use crate::bench::units::{ratio_name, size_name, time_name};
-use crate::markers::find;
+use crate::markers::{field, find};
 use std::fmt::Write as _;
 
 /// The marker of a mover line.
@@ -26,12 +26,6 @@ pub struct Line {
     pub rotate: [f64; 3],
     /// Set when the scheme failed: the runner's message.
     pub error: Option<String>,
-}
-
-fn field<'a>(words: &'a str, key: &str) -> Option<&'a str> {
-    words
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// Every mover line of `console` (unreadable ones left out).

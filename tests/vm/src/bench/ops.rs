@@ -3,7 +3,7 @@
 //! `poll_cq` pair on rxe, ours and libibverbs' rxe provider, counted by
 //! callgrind inside the VM), as a table with the ratio and the target.
 
-use crate::markers::find;
+use crate::markers::{field, find};
 use std::fmt::Write as _;
 
 /// The marker of an ops line.
@@ -37,12 +37,6 @@ pub struct Line {
     pub valgrind: String,
     /// Set when the run failed: the bench's message.
     pub error: Option<String>,
-}
-
-fn field<'a>(words: &'a str, key: &str) -> Option<&'a str> {
-    words
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// Every ops line of `console` (those without device or impl left out).

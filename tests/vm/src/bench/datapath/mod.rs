@@ -12,7 +12,7 @@ pub mod plot;
 pub mod report;
 
 use crate::bench::model::median;
-use crate::markers::{find, DATAPATH, DATAPATH_INFO};
+use crate::markers::{field, find, DATAPATH, DATAPATH_INFO};
 use std::collections::BTreeMap;
 
 /// Passes whose median ratios differ by at most this fraction agree.
@@ -68,12 +68,6 @@ pub struct Line {
     /// The runner ran it twice: the first attempt failed.
     pub retried: bool,
     pub value: Result<Value, String>,
-}
-
-fn field<'a>(words: &'a str, key: &str) -> Option<&'a str> {
-    words
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
 /// The quoted `error="…"` of a failed run.
