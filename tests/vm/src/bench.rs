@@ -327,6 +327,7 @@ fn mover_run(name: &str, buffer: usize) -> GuestRun {
         ],
         timeout_secs: crate::guest::PER_BINARY_TIMEOUT_SECS,
         per_host: None,
+        retry_once: false,
     }
 }
 

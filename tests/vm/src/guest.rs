@@ -4,7 +4,7 @@
 //! The scripts print the machine-readable markers of [`crate::markers`] on
 //! the console, which the host parses (see [`crate::report`]).
 
-use crate::markers::{BOOTED, DONE, READY, RESULT, RUN, SETUP_FAILED};
+use crate::markers::{BOOTED, DONE, READY, RESULT, RETRY, RUN, SETUP_FAILED};
 use crate::setup::Module;
 use crate::util::sh_quote;
 
@@ -72,6 +72,11 @@ pub struct GuestRun {
     /// In the two-host run: arguments per host instead of [`args`](Self::args),
     /// and what each host's output must show.
     pub per_host: Option<PerHost>,
+    /// Run once more after a failure (single guest only; the report shows
+    /// both attempts). `cargo vm test` sets it: under TCG on a loaded
+    /// 2-core host a timing-sensitive step fails about once in a few
+    /// hundred runs, and one such failure would hide every other result.
+    pub retry_once: bool,
 }
 
 /// A two-host run's arguments and expected output, per host (index 0 for
@@ -114,7 +119,14 @@ impl GuestRun {
             args: Vec::new(),
             timeout_secs: PER_BINARY_TIMEOUT_SECS,
             per_host: None,
+            retry_once: false,
         }
+    }
+
+    /// This run, retried once after a failure ([`retry_once`](Self::retry_once)).
+    pub fn retried_once(mut self) -> Self {
+        self.retry_once = true;
+        self
     }
 
     /// This run with another time limit (`cargo vm bench`'s long runs).
@@ -133,6 +145,7 @@ impl GuestRun {
                 args: args.iter().map(|a| (*a).into()).collect(),
                 timeout_secs: PER_BINARY_TIMEOUT_SECS,
                 per_host: None,
+                retry_once: false,
             })
             .collect()
     }
@@ -151,6 +164,7 @@ impl GuestRun {
                     args: [owned(r.args[0]), owned(r.args[1])],
                     expect: [owned(r.expect[0]), owned(r.expect[1])],
                 }),
+                retry_once: false,
             })
             .collect()
     }
@@ -549,6 +563,11 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
             s.push_str(&format!("echo\necho \"{RUN} {marker}\"\n"));
             if expect.is_empty() {
                 s.push_str(&format!("{command}\nrc=$?\n"));
+                if r.retry_once && host.is_none() {
+                    s.push_str(&format!(
+                        "if [ $rc -ne 0 ]; then\necho \"{RETRY} {marker} rc=$rc\"\n{command}\nrc=$?\nfi\n"
+                    ));
+                }
             } else {
                 // The output is kept to be searched, then printed.
                 s.push_str(&format!(

@@ -151,19 +151,42 @@ const TWO_HOST_MEMORY: &str = "1G";
 const TWO_HOST_CPUS: u32 = 1;
 
 /// How a plan's runs went.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct Verdict {
     /// Every planned run passed and the boot had no problem.
     ok: bool,
     passed: usize,
     /// Failed and missing runs.
     failed: usize,
+    /// Those runs by name (`config/bin` and how).
+    failures: Vec<String>,
+    /// Passed runs that failed their first attempt.
+    second_attempt: Vec<String>,
 }
 
-/// The line CI reads: `vm: N passed, M failed` of `verdicts` together.
+/// The lines CI reads last: which runs failed, which passed only on a
+/// second attempt, and `vm: N passed, M failed` of `verdicts` together
+/// (the tables above may be out of a short log's view).
 fn final_line(verdicts: &[Verdict]) -> bool {
     let passed: usize = verdicts.iter().map(|v| v.passed).sum();
     let failed: usize = verdicts.iter().map(|v| v.failed).sum();
+    let second: Vec<&str> = verdicts
+        .iter()
+        .flat_map(|v| v.second_attempt.iter().map(String::as_str))
+        .collect();
+    if !second.is_empty() {
+        say(format!(
+            "passed only on the second attempt: {}",
+            second.join(", ")
+        ));
+    }
+    let failures: Vec<&str> = verdicts
+        .iter()
+        .flat_map(|v| v.failures.iter().map(String::as_str))
+        .collect();
+    if !failures.is_empty() {
+        say(format!("failed: {}", failures.join(", ")));
+    }
     say(format!("{passed} passed, {failed} failed"));
     verdicts.iter().all(|v| v.ok)
 }
@@ -439,6 +462,8 @@ impl Ctx {
             ok,
             passed: counts.passed,
             failed,
+            failures: counts.failures,
+            second_attempt: counts.second_attempt,
         })
     }
 
@@ -481,7 +506,8 @@ impl Ctx {
             results.retain(|r| !unfinished.contains(&r.config.as_str()));
             results.extend(report::parse(&outcome.console));
         }
-        let (table, counts) = report::summarize(&config_names, &names, &results);
+        let retries = report::parse_retries(&outcome.console);
+        let (table, counts) = report::summarize(&config_names, &names, &results, &retries);
         let mut problems = Vec::new();
         if let Some(f) = report::setup_failure(&outcome.console) {
             problems.push(format!("the guest's set-up failed: {f}"));
@@ -520,6 +546,8 @@ impl Ctx {
             ok,
             passed: counts.passed,
             failed: counts.failed + counts.missing,
+            failures: counts.failures,
+            second_attempt: counts.second_attempt,
         })
     }
 }
@@ -604,8 +632,7 @@ fn real_main(args: &[String]) -> Result<bool> {
             if single.is_empty() {
                 say("test: no single-guest binary selected; that guest is not booted");
             } else {
-                let v =
-                    ctx.run_plan(&kernel, &single, &plain_runs(&single), guest::TEST_CONFIGS)?;
+                let v = ctx.run_plan(&kernel, &single, &test_runs(&single), guest::TEST_CONFIGS)?;
                 say(format!(
                     "single guest: {} passed, {} failed",
                     v.passed, v.failed
@@ -657,6 +684,14 @@ fn real_main(args: &[String]) -> Result<bool> {
 /// Each binary once, without arguments, under its own name.
 fn plain_runs(binaries: &[Binary]) -> Vec<GuestRun> {
     binaries.iter().map(|b| GuestRun::plain(&b.name)).collect()
+}
+
+/// The single guest's test runs: each retried once after a failure.
+fn test_runs(binaries: &[Binary]) -> Vec<GuestRun> {
+    binaries
+        .iter()
+        .map(|b| GuestRun::plain(&b.name).retried_once())
+        .collect()
 }
 
 fn main() -> ExitCode {

@@ -8,6 +8,7 @@
 //! @@UVERBS-READY                                   devices are up
 //! @@UVERBS-RUN config=ioctl bin=vm_smoke           a binary starts
 //! @@UVERBS-RESULT config=ioctl bin=vm_smoke rc=0   ... and its exit code
+//! @@UVERBS-RETRY config=ioctl bin=vm_smoke rc=1    it failed and runs once more
 //! @@UVERBS-SETUP-FAILED <what>                     the guest's set-up failed
 //! @@UVERBS-DONE                                    all runs finished
 //! @@BENCH <key=value ...>                          one measurement
@@ -30,6 +31,10 @@ pub const SETUP_FAILED: &str = "@@UVERBS-SETUP-FAILED";
 pub const RUN: &str = "@@UVERBS-RUN";
 /// A binary ended; followed by `config=<c> bin=<b> rc=<exit code>`.
 pub const RESULT: &str = "@@UVERBS-RESULT";
+/// A run that may be retried failed; it runs once more, and the
+/// [`RESULT`] after it is the second attempt's. Followed by
+/// `config=<c> bin=<b> rc=<first exit code>`.
+pub const RETRY: &str = "@@UVERBS-RETRY";
 /// Every planned run has finished.
 pub const DONE: &str = "@@UVERBS-DONE";
 /// One benchmark measurement; followed by `key=value` words.

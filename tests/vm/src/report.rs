@@ -1,7 +1,7 @@
 //! Reading the guest's result markers back from the console log and
 //! summarising them as a binary × configuration table.
 
-use crate::markers::{self, RESULT, SETUP_FAILED};
+use crate::markers::{self, RESULT, RETRY, SETUP_FAILED};
 use std::collections::BTreeMap;
 
 /// One finished run: a binary under a configuration and its exit code.
@@ -20,10 +20,20 @@ pub struct RunResult {
 /// Finds every result marker in the console output. A marker may follow
 /// other text on its line (kernel messages can interleave).
 pub fn parse(console: &str) -> Vec<RunResult> {
+    parse_marker(console, RESULT)
+}
+
+/// Finds every retry marker: the first attempts that failed and ran once
+/// more (their [`RESULT`] markers are the second attempts').
+pub fn parse_retries(console: &str) -> Vec<RunResult> {
+    parse_marker(console, RETRY)
+}
+
+fn parse_marker(console: &str, marker: &str) -> Vec<RunResult> {
     console
         .lines()
         .filter_map(|line| {
-            let rest = markers::find(line, RESULT)?;
+            let rest = markers::find(line, marker)?;
             let mut config = None;
             let mut bin = None;
             let mut rc = None;
@@ -90,7 +100,7 @@ pub fn unfinished_after_panic<'a>(
 }
 
 /// Counts of a finished plan.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Runs that exited 0.
     pub passed: usize,
@@ -98,6 +108,11 @@ pub struct Counts {
     pub failed: usize,
     /// Planned runs with no marker (the VM died or timed out first).
     pub missing: usize,
+    /// The failed and missing runs, `config/bin` and how.
+    pub failures: Vec<String>,
+    /// The passed runs that failed their first attempt, `config/bin` and
+    /// the first exit code.
+    pub second_attempt: Vec<String>,
 }
 
 impl Counts {
@@ -108,37 +123,53 @@ impl Counts {
 }
 
 /// Renders the binary × configuration table for the planned runs and counts
-/// the outcome. Missing runs count as failures in the final line.
-pub fn summarize(configs: &[&str], bins: &[String], results: &[RunResult]) -> (String, Counts) {
+/// the outcome. Missing runs count as failures in the final line. A run
+/// with a retry marker (`retries`) that passed shows `pass (2nd)`.
+pub fn summarize(
+    configs: &[&str],
+    bins: &[String],
+    results: &[RunResult],
+    retries: &[RunResult],
+) -> (String, Counts) {
     let mut seen: BTreeMap<(&str, &str), i32> = BTreeMap::new();
     for r in results {
         seen.insert((r.config.as_str(), r.bin.as_str()), r.rc);
     }
+    let first: BTreeMap<(&str, &str), i32> = retries
+        .iter()
+        .map(|r| ((r.config.as_str(), r.bin.as_str()), r.rc))
+        .collect();
     let width = bins.iter().map(|b| b.len()).chain([6]).max().unwrap_or(6);
     let mut out = format!("{:width$}", "binary");
     for c in configs {
         out.push_str(&format!("  {c:>12}"));
     }
     out.push('\n');
-    let mut counts = Counts {
-        passed: 0,
-        failed: 0,
-        missing: 0,
-    };
+    let mut counts = Counts::default();
     for b in bins {
         out.push_str(&format!("{b:width$}"));
         for c in configs {
-            let cell = match seen.get(&(*c, b.as_str())) {
-                Some(0) => {
+            let key = (*c, b.as_str());
+            let cell = match (seen.get(&key), first.get(&key)) {
+                (Some(0), None) => {
                     counts.passed += 1;
                     "pass".to_string()
                 }
-                Some(rc) => {
+                (Some(0), Some(rc)) => {
+                    counts.passed += 1;
+                    counts
+                        .second_attempt
+                        .push(format!("{c}/{b} (first rc={rc})"));
+                    "pass (2nd)".to_string()
+                }
+                (Some(rc), _) => {
                     counts.failed += 1;
+                    counts.failures.push(format!("{c}/{b} (rc={rc})"));
                     format!("FAIL rc={rc}")
                 }
-                None => {
+                (None, _) => {
                     counts.missing += 1;
+                    counts.failures.push(format!("{c}/{b} (not run)"));
                     "NOT RUN".to_string()
                 }
             };
@@ -185,11 +216,7 @@ pub fn summarize_two_host(
         out.push_str(&format!("  {c:>18}"));
     }
     out.push('\n');
-    let mut counts = Counts {
-        passed: 0,
-        failed: 0,
-        missing: 0,
-    };
+    let mut counts = Counts::default();
     let show = |rc: Option<&i32>| rc.map_or("-".to_string(), i32::to_string);
     for bin in bins {
         out.push_str(&format!("{bin:width$}"));
@@ -203,11 +230,15 @@ pub fn summarize_two_host(
                 }
                 _ if ra.is_some_and(|&r| r != 0) || rb.is_some_and(|&r| r != 0) => {
                     counts.failed += 1;
-                    format!("FAIL a={} b={}", show(ra), show(rb))
+                    let cell = format!("FAIL a={} b={}", show(ra), show(rb));
+                    counts.failures.push(format!("two-host {c}/{bin} ({cell})"));
+                    cell
                 }
                 _ => {
                     counts.missing += 1;
-                    format!("NOT RUN a={} b={}", show(ra), show(rb))
+                    let cell = format!("NOT RUN a={} b={}", show(ra), show(rb));
+                    counts.failures.push(format!("two-host {c}/{bin} ({cell})"));
+                    cell
                 }
             };
             out.push_str(&format!("  {cell:>18}"));
@@ -269,14 +300,16 @@ mod tests {
 
     #[test]
     fn counts_missing_and_failed() {
-        let (table, c) = summarize(&["ioctl", "write"], &["a".into(), "b".into()], &parse(LOG));
+        let (table, c) = summarize(
+            &["ioctl", "write"],
+            &["a".into(), "b".into()],
+            &parse(LOG),
+            &[],
+        );
+        assert_eq!((c.passed, c.failed, c.missing), (1, 2, 1));
         assert_eq!(
-            c,
-            Counts {
-                passed: 1,
-                failed: 2,
-                missing: 1
-            }
+            c.failures,
+            ["write/a (rc=101)", "ioctl/b (rc=-1)", "write/b (not run)"]
         );
         assert!(!c.all_passed());
         assert!(table.contains("FAIL rc=101"));
@@ -303,6 +336,39 @@ mod tests {
             assert_eq!((r.config.as_str(), r.bin.as_str(), r.rc), (c, b, 3));
         }
         assert!(console.ends_with(&format!("{}\n", markers::DONE)));
+    }
+
+    /// A retried run: the guest prints the first attempt's retry marker,
+    /// then the second attempt's result.
+    #[test]
+    fn a_run_that_passed_on_its_second_attempt_is_named() {
+        use crate::guest::GuestRun;
+        let configs = crate::guest::TEST_CONFIGS;
+        let runs = [GuestRun::plain("a").retried_once(), GuestRun::plain("b")];
+        let script = crate::guest::run_all_script(configs, &runs);
+        let console: String = script
+            .lines()
+            .filter_map(|l| l.strip_prefix("echo \"")?.strip_suffix('"'))
+            .map(|l| {
+                // `a` fails its first attempt (rc 7 in the retry marker)
+                // and passes the second; `b` (no retry) passes.
+                let rc = if l.starts_with(markers::RETRY) {
+                    "7"
+                } else {
+                    "0"
+                };
+                l.replace("$rc", rc) + "\n"
+            })
+            .collect();
+        let names: Vec<&str> = configs.iter().map(|c| c.name).collect();
+        let bins = ["a".to_string(), "b".to_string()];
+        let (table, c) = summarize(&names, &bins, &parse(&console), &parse_retries(&console));
+        assert_eq!((c.passed, c.failed), (2 * names.len(), 0));
+        assert_eq!(c.second_attempt.len(), names.len(), "{table}");
+        assert_eq!(c.second_attempt[0], format!("{}/a (first rc=7)", names[0]));
+        assert!(table.contains("pass (2nd)"), "{table}");
+        // Only a run that asks for it is retried.
+        assert_eq!(script.matches(markers::RETRY).count(), names.len());
     }
 
     #[test]
@@ -339,13 +405,10 @@ mod tests {
         let bins: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
         let (table, c) = summarize_two_host(&configs, &bins, &a, &b);
         assert_eq!(
-            c,
-            Counts {
-                passed: 2 * configs.len() - 1,
-                failed: 1,
-                missing: 0
-            }
+            (c.passed, c.failed, c.missing),
+            (2 * configs.len() - 1, 1, 0)
         );
+        assert_eq!(c.failures, ["two-host write/two_host_y (FAIL a=101 b=0)"]);
         assert!(table.contains("FAIL a=101 b=0"), "{table}");
         // B's console gone after its first run: the rest is NOT RUN, and a
         // result of the wrong role (A's markers in B's place) counts for nothing.
