@@ -459,18 +459,16 @@ impl Ranges {
                 push(s.max(end), span.end, span.count);
             }
         }
-        // Both lists are ascending by start: walk them together. A start in
-        // `next` that no entry of `near` has is free in the map (every entry
-        // starting inside the affected span is in `near`).
+        // Both lists are ascending by start: walk them together for the
+        // structural changes. A start in `next` that no entry of `near` has
+        // is free in the map (every entry starting inside the affected span
+        // is in `near`).
         let (mut i, mut j) = (0, 0);
+        let mut values_changed = false;
         loop {
             match (near.get(i), next.get(j)) {
                 (Some(&(old, was)), Some(&(new, now))) if old == new => {
-                    if was != now {
-                        if let Some(span) = map.get_mut(&old) {
-                            *span = now;
-                        }
-                    }
+                    values_changed |= was != now;
                     i += 1;
                     j += 1;
                 }
@@ -487,6 +485,16 @@ impl Ranges {
                     j += 1;
                 }
                 (None, None) => break,
+            }
+        }
+        // The entries whose span changed in place, all in one descent
+        // instead of one per entry: the map's entries from the first start
+        // of `next` to its last are now exactly `next`'s.
+        if let (true, Some(&(lo, _)), Some(&(hi, _))) = (values_changed, next.first(), next.last())
+        {
+            for ((&at, span), &(start, now)) in map.range_mut(lo..=hi).zip(next.iter()) {
+                debug_assert_eq!(at, start);
+                *span = now;
             }
         }
     }
