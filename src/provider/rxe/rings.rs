@@ -122,18 +122,28 @@ impl SendQueue {
     /// nothing. The caller then writes the doorbell (rxe needs it for every
     /// non-empty batch: answers true).
     pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
-        let sq = &mut self.producer;
-        for (index, wr) in wrs.iter().enumerate() {
-            let written = wqe::check_send_for_qp_type(self.qp_type, wr)
-                .and_then(|()| wqe::write_send_wqe(sq, self.limits, wr));
-            if let Err(error) = written {
-                sq.cancel();
-                return Err(PostFailure::Refused { index, error });
-            }
-        }
-        sq.publish();
-        Ok(!wrs.is_empty())
+        post_sends(&mut self.producer, self.qp_type, self.limits, wrs)
     }
+}
+
+/// [`SendQueue::post`] on the ring itself (the instruction probe drives it
+/// over the kernel model).
+pub(super) fn post_sends(
+    sq: &mut Producer,
+    qp_type: QpType,
+    limits: SendLimits,
+    wrs: &[SendWr<'_>],
+) -> Result<bool, PostFailure> {
+    for (index, wr) in wrs.iter().enumerate() {
+        let written = wqe::check_send_for_qp_type(qp_type, wr)
+            .and_then(|()| wqe::write_send_wqe(sq, limits, wr));
+        if let Err(error) = written {
+            sq.cancel();
+            return Err(PostFailure::Refused { index, error });
+        }
+    }
+    sq.publish();
+    Ok(!wrs.is_empty())
 }
 
 impl RecvQueue {

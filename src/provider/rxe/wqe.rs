@@ -16,11 +16,11 @@
 use std::marker::PhantomData;
 
 use bitflags::bitflags;
-use zerocopy::{FromBytes, FromZeros, IntoBytes};
+use zerocopy::{FromBytes, IntoBytes};
 
 use uverbs_uapi::{
-    ib_uverbs_wc, rxe_recv_wqe, rxe_send_wqe, rxe_send_wr_atomic, rxe_send_wr_rdma, rxe_send_wr_ud,
-    rxe_sge, IB_UVERBS_WR_ATOMIC_CMP_AND_SWP, IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
+    ib_uverbs_wc, rxe_dma_info, rxe_recv_wqe, rxe_send_wqe, rxe_send_wr_atomic, rxe_send_wr_rdma,
+    rxe_send_wr_ud, rxe_sge, IB_UVERBS_WR_ATOMIC_CMP_AND_SWP, IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
     IB_UVERBS_WR_RDMA_READ, IB_UVERBS_WR_RDMA_WRITE, IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
     IB_UVERBS_WR_SEND, IB_UVERBS_WR_SEND_WITH_IMM,
 };
@@ -440,7 +440,6 @@ pub(crate) fn write_send_wqe(
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<(), PostError> {
-    let opcode = wr.op.name();
     // What one slot really holds bounds what the QP claims, so a wrong limit
     // can never make us write past the slot.
     let room = sq.elem_size().saturating_sub(SEND_WQE_LEN);
@@ -466,14 +465,16 @@ pub(crate) fn write_send_wqe(
     };
     if is_atomic && (length < 8 || remote_addr % 8 != 0) {
         return Err(PostError::BadAtomic {
-            opcode,
+            opcode: wr.op.name(),
             len: length.into(),
             remote_addr,
         });
     }
     if inline {
         if !matches!(wr.op, SendOp::Send { .. } | SendOp::RdmaWrite { .. }) {
-            return Err(PostError::InlineNotAllowed { opcode });
+            return Err(PostError::InlineNotAllowed {
+                opcode: wr.op.name(),
+            });
         }
         if length > max_inline {
             return Err(PostError::InlineTooLong {
@@ -483,82 +484,79 @@ pub(crate) fn write_send_wqe(
         }
     }
     if wr.ud.is_some() && !matches!(wr.op, SendOp::Send { .. }) {
-        return Err(PostError::UdNotSend { opcode });
+        return Err(PostError::UdNotSend {
+            opcode: wr.op.name(),
+        });
     }
 
-    let mut wqe = rxe_send_wqe::new_zeroed();
-    wqe.wr.wr_id = wr.wr_id;
-    wqe.wr.opcode = wr.op.opcode();
-    wqe.wr.send_flags = wr.flags.bits() | if inline { SEND_INLINE } else { 0 };
-    if let SendOp::Send { imm: Some(imm) } | SendOp::RdmaWrite { imm: Some(imm), .. } = wr.op {
+    let slot = next_slot(sq, POST_SEND)?;
+    // Written in place, field by field, as rdma-core does: no staging copy.
+    // The kernel-owned words the slot already holds (status, mask, PSNs)
+    // are left alone.
+    let (wqe, tail) = rxe_send_wqe::mut_from_prefix(slot).expect(SLOT_HOLDS_WQE);
+    let kwr = &mut wqe.wr;
+    kwr.wr_id = wr.wr_id;
+    kwr.reserved = 0;
+    kwr.opcode = wr.op.opcode();
+    kwr.send_flags = wr.flags.bits() | if inline { SEND_INLINE } else { 0 };
+    kwr.ex = match wr.op {
         // imm_data is __be32.
-        wqe.wr.ex = imm.to_be();
-    }
-    let union = wqe.wr.wr.as_mut_bytes();
+        SendOp::Send { imm: Some(imm) } | SendOp::RdmaWrite { imm: Some(imm), .. } => imm.to_be(),
+        _ => 0,
+    };
+    // The union zeroed whole, then the member of this opcode written.
+    kwr.wr = [0; 15];
+    let union = kwr.wr.as_mut_bytes();
     match wr.op {
         SendOp::Send { .. } => {
             if let Some(ud) = wr.ud {
-                let mut m = rxe_send_wr_ud::new_zeroed();
+                let m = rxe_send_wr_ud::mut_from_prefix(union)
+                    .expect(UNION_HOLDS_MEMBER)
+                    .0;
                 m.remote_qpn = ud.remote_qpn;
                 m.remote_qkey = ud.remote_qkey;
                 m.ah_num = ud.ah_num;
-                union[..size_of_val(&m)].copy_from_slice(m.as_bytes());
             }
         }
         SendOp::RdmaWrite { remote, .. } | SendOp::RdmaRead { remote } => {
-            let m = rxe_send_wr_rdma {
-                remote_addr: remote.addr,
-                rkey: remote.rkey,
-                reserved: 0,
-            };
-            union[..size_of_val(&m)].copy_from_slice(m.as_bytes());
+            let m = rxe_send_wr_rdma::mut_from_prefix(union)
+                .expect(UNION_HOLDS_MEMBER)
+                .0;
+            m.remote_addr = remote.addr;
+            m.rkey = remote.rkey;
         }
         SendOp::CompareSwap {
             remote,
             compare,
             swap,
         } => {
-            let m = rxe_send_wr_atomic {
-                remote_addr: remote.addr,
-                compare_add: compare,
-                swap,
-                rkey: remote.rkey,
-                reserved: 0,
-            };
-            union[..size_of_val(&m)].copy_from_slice(m.as_bytes());
+            let m = rxe_send_wr_atomic::mut_from_prefix(union)
+                .expect(UNION_HOLDS_MEMBER)
+                .0;
+            m.remote_addr = remote.addr;
+            m.compare_add = compare;
+            m.swap = swap;
+            m.rkey = remote.rkey;
         }
         SendOp::FetchAdd { remote, add } => {
-            let m = rxe_send_wr_atomic {
-                remote_addr: remote.addr,
-                compare_add: add,
-                swap: 0,
-                rkey: remote.rkey,
-                reserved: 0,
-            };
-            union[..size_of_val(&m)].copy_from_slice(m.as_bytes());
+            let m = rxe_send_wr_atomic::mut_from_prefix(union)
+                .expect(UNION_HOLDS_MEMBER)
+                .0;
+            m.remote_addr = remote.addr;
+            m.compare_add = add;
+            m.rkey = remote.rkey;
         }
     }
-    wqe.iova = remote_addr;
-    wqe.dma.length = length;
-    wqe.dma.resid = length;
-    wqe.dma.num_sge = num_sge as u32; // <= max_sge, a u32
-    wqe.dma.cur_sge = 0;
-    wqe.dma.sge_offset = 0;
     wqe.state = 0;
-
-    let slot = next_slot(sq, POST_SEND)?;
-    // Keep the kernel-owned words the slot already holds (status, mask, PSNs),
-    // as rdma-core does: write the work request, then state, iova and dma.
-    let bytes = wqe.as_bytes();
-    let wr_end = std::mem::size_of_val(&wqe.wr);
-    slot[..wr_end].copy_from_slice(&bytes[..wr_end]);
-    let state = std::mem::offset_of!(rxe_send_wqe, state);
-    slot[state..state + 4].copy_from_slice(&bytes[state..state + 4]);
-    let iova = std::mem::offset_of!(rxe_send_wqe, iova);
-    slot[iova..iova + 8].copy_from_slice(&bytes[iova..iova + 8]);
-    let dma = std::mem::offset_of!(rxe_send_wqe, dma);
-    slot[dma..SEND_WQE_LEN].copy_from_slice(&bytes[dma..SEND_WQE_LEN]);
-    let tail = &mut slot[SEND_WQE_LEN..];
+    wqe.iova = remote_addr;
+    wqe.dma = rxe_dma_info {
+        length,
+        resid: length,
+        cur_sge: 0,
+        num_sge: num_sge as u32, // <= max_sge, a u32
+        sge_offset: 0,
+        reserved: 0,
+    };
     match wr.payload {
         Payload::Sges(sges) => tail[..sges.len() * SGE_LEN].copy_from_slice(sges.as_bytes()),
         Payload::Inline(segs) => {
@@ -572,6 +570,15 @@ pub(crate) fn write_send_wqe(
     Ok(())
 }
 
+/// Why a slot view cannot fail: the queue was mapped with slots of at least
+/// the WQE's size ([`QueueMem::from_raw`](super::queue::QueueMem::from_raw)'s
+/// `min_elem`), 8-aligned (an 8-aligned mapping, a 384-byte header, slots of
+/// a power of two of at least 8 bytes).
+const SLOT_HOLDS_WQE: &str = "an rxe slot holds an aligned WQE (checked at mapping time)";
+/// Why a view of the send WR's union cannot fail: each member is at most the
+/// union's 120 bytes and 8-aligned (asserted in `uverbs-uapi`).
+const UNION_HOLDS_MEMBER: &str = "the rxe send WR union holds each of its members";
+
 /// Checks `wr` against `max_sge` and the slot size, then writes it into the
 /// next free slot of the receive queue `rq` (not yet published).
 pub(crate) fn write_recv_wqe(
@@ -581,16 +588,20 @@ pub(crate) fn write_recv_wqe(
 ) -> Result<(), PostError> {
     check_sges(POST_RECV, rq, RECV_WQE_LEN, max_sge, wr.sges.len())?;
     let length = total_len(POST_RECV, wr.sges.iter().map(|s| u64::from(s.length)))?;
-    let mut wqe = rxe_recv_wqe::new_zeroed();
-    wqe.wr_id = wr.wr_id;
-    wqe.dma.length = length;
-    wqe.dma.resid = length;
-    wqe.dma.num_sge = wr.sges.len() as u32; // <= max_sge, a u32
-    wqe.dma.cur_sge = 0;
-    wqe.dma.sge_offset = 0;
     let slot = next_slot(rq, POST_RECV)?;
-    slot[..RECV_WQE_LEN].copy_from_slice(wqe.as_bytes());
-    slot[RECV_WQE_LEN..RECV_WQE_LEN + wr.sges.len() * SGE_LEN].copy_from_slice(wr.sges.as_bytes());
+    let (wqe, tail) = rxe_recv_wqe::mut_from_prefix(slot).expect(SLOT_HOLDS_WQE);
+    wqe.wr_id = wr.wr_id;
+    wqe.reserved = 0;
+    wqe.padding = 0;
+    wqe.dma = rxe_dma_info {
+        length,
+        resid: length,
+        cur_sge: 0,
+        num_sge: wr.sges.len() as u32, // <= max_sge, a u32
+        sge_offset: 0,
+        reserved: 0,
+    };
+    tail[..wr.sges.len() * SGE_LEN].copy_from_slice(wr.sges.as_bytes());
     Ok(())
 }
 
@@ -756,8 +767,9 @@ impl WorkCompletion {
     /// Reads a completion from the first bytes of a CQ slot (`None` if the slot
     /// is shorter than an `ib_uverbs_wc`).
     pub(crate) fn from_slot(slot: &[u8]) -> Option<Self> {
-        let (wc, _) = ib_uverbs_wc::read_from_prefix(slot).ok()?;
-        Some(Self::from_raw(&wc))
+        // A view in place, not a copy: the conversion reads each field once.
+        let (wc, _) = ib_uverbs_wc::ref_from_prefix(slot).ok()?;
+        Some(Self::from_raw(wc))
     }
 
     /// The typed view of `wc`.
