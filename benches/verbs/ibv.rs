@@ -15,17 +15,17 @@ use memmap2::MmapMut;
 use uverbs::Device;
 
 #[repr(C)]
-struct IbvDevice(c_void);
+pub struct IbvDevice(c_void);
 #[repr(C)]
-struct IbvContext(c_void);
+pub struct IbvContext(c_void);
 #[repr(C)]
-struct IbvPd(c_void);
+pub struct IbvPd(c_void);
 #[repr(C)]
-struct IbvMr(c_void);
+pub struct IbvMr(c_void);
 
 const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
 const IBV_REREG_MR_CHANGE_PD: c_int = 2;
-const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
+pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
 
 extern "C" {
     static verbs_provider_rxe: u8;
@@ -33,13 +33,18 @@ extern "C" {
     fn ibv_static_providers(unused: *mut c_void, ...);
     fn ibv_get_device_list(num: *mut c_int) -> *mut *mut IbvDevice;
     fn ibv_get_device_name(dev: *mut IbvDevice) -> *const c_char;
-    fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext;
-    fn ibv_close_device(ctx: *mut IbvContext) -> c_int;
-    fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd;
-    fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int;
-    fn ibv_reg_mr(pd: *mut IbvPd, addr: *mut c_void, length: usize, access: c_int) -> *mut IbvMr;
-    fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int;
-    fn ibv_rereg_mr(
+    pub fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext;
+    pub fn ibv_close_device(ctx: *mut IbvContext) -> c_int;
+    pub fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd;
+    pub fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int;
+    pub fn ibv_reg_mr(
+        pd: *mut IbvPd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
+    ) -> *mut IbvMr;
+    pub fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int;
+    pub fn ibv_rereg_mr(
         mr: *mut IbvMr,
         flags: c_int,
         pd: *mut IbvPd,
@@ -87,6 +92,13 @@ fn find(name: &str) -> Option<*mut IbvDevice> {
         // it again and again; the list lives as long as the process.
         found
     }
+}
+
+/// libibverbs' device of the same name as `dev` (its static providers
+/// registered first).
+pub fn device(dev: &Device) -> Option<*mut IbvDevice> {
+    register_providers();
+    find(dev.name())
 }
 
 /// libibverbs on one device.

@@ -24,12 +24,20 @@
 //! and reports the median and the 10th and 90th percentiles of single calls
 //! (its line carries `pass=` and `round=`). `UVERBS_BENCH_SIZES` (e.g.
 //! `4K,1M`) and `UVERBS_BENCH_DEVICES` (e.g. `rxe0`) narrow the run.
+//!
+//! `--framing` measures no time: it traces which system call each
+//! implementation makes for each control operation (`@@FRAMING` lines;
+//! see `framing.rs`).
 
 mod floor;
+#[cfg(feature = "libibverbs-peer")]
+mod framing;
 #[cfg(feature = "libibverbs-peer")]
 mod ibv;
 mod ours;
 mod stats;
+#[cfg(feature = "libibverbs-peer")]
+mod trace;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -76,6 +84,16 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return;
     }
+    #[cfg(feature = "libibverbs-peer")]
+    if let Some(i) = args.iter().position(|a| a == "--framing-child") {
+        let dev = args.get(i + 1).map_or("", String::as_str);
+        if let Err(e) = framing::child(dev) {
+            eprintln!("verbs --framing-child {dev}: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
+    let framing = args.iter().any(|a| a == "--framing");
     // In the VM the harness asks for a quiet console: rxe logs refused
     // rereg flags at error level, and a kernel line printed into the middle
     // of a `@@BENCH` line on the serial console makes it unreadable. Only
@@ -121,6 +139,13 @@ fn main() {
         println!(
             "verbs bench: no RDMA device here; nothing to measure (`cargo vm bench` runs it against rxe0 and siw0)"
         );
+        return;
+    }
+    if framing {
+        #[cfg(feature = "libibverbs-peer")]
+        framing::run(&devices);
+        #[cfg(not(feature = "libibverbs-peer"))]
+        println!("@@FRAMING status=error error=\"built without the libibverbs-peer feature\"");
         return;
     }
     let start = Instant::now();

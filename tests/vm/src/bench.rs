@@ -30,6 +30,7 @@
 //! the output fixed.
 
 mod datapath;
+mod framing;
 #[cfg(test)]
 mod golden;
 mod headline;
@@ -71,6 +72,7 @@ const PEER_PACKAGES: &[&str] = &[
     "perftest",
     "ibverbs-providers",
     "valgrind",
+    "strace",
 ];
 
 /// Guest environment passed through from the host when set.
@@ -125,6 +127,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 mover_run("mover_1m", 1 << 20),
                 mover_run("mover_64k", 64 << 10),
                 GuestRun::plain("ops").with_timeout(OPS_TIMEOUT_SECS),
+                framing_run(),
             ];
             let mut env: Vec<(&'static str, &'static str)> = PASS_THROUGH
                 .iter()
@@ -146,7 +149,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                     &runs,
                     &configs,
                     Mode::Run,
-                    &[perftest_files()?, valgrind_files()?].concat(),
+                    &[perftest_files()?, valgrind_files()?, strace_files()?].concat(),
                     Some(BENCH_TIMEOUT),
                 )?
                 .expect("run mode has an outcome");
@@ -184,9 +187,16 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             .iter()
             .any(|r| r.config == "bench" && r.bin == bin && r.rc == 0)
     };
-    let rc_ok = ["verbs", "datapath", "mover_1m", "mover_64k", "ops"]
-        .iter()
-        .all(|b| rc_of(b));
+    let rc_ok = [
+        "verbs",
+        "datapath",
+        "mover_1m",
+        "mover_64k",
+        "ops",
+        "framing",
+    ]
+    .iter()
+    .all(|b| rc_of(b));
     let moves = mover::parse(&console);
     let meta = Meta::collect(vm_secs, start.elapsed().as_secs_f64());
     let docs = ctx.workspace.join("docs");
@@ -201,6 +211,8 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     md.push_str(&mover::markdown(&moves));
     let op_counts = ops::parse(&console);
     md.push_str(&ops::markdown(&op_counts, &ops::parse_functions(&console)));
+    let framing = framing::parse(&console);
+    md.push_str(&framing::markdown(&framing));
     std::fs::write(docs.join("benchmarks.md"), &md).context("bench: writing docs/benchmarks.md")?;
     std::fs::write(docs.join("benchmarks.svg"), svg(&run))
         .context("bench: writing docs/benchmarks.svg")?;
@@ -227,6 +239,13 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     }
     for (device, r) in ops::ratios(&op_counts) {
         println!("ops {device}: post_send + poll_cq instructions, ours ÷ libibverbs {r:.2}×");
+    }
+    for l in framing.iter().filter(|l| l.error.is_some()) {
+        say(format!(
+            "bench: framing trace failed on {}: {}",
+            l.device,
+            l.error.as_deref().unwrap_or("")
+        ));
     }
     if dp_failed > 0 {
         say(format!(
@@ -314,6 +333,19 @@ fn build(workspace: &Path) -> Result<Vec<Binary>> {
     Ok(out)
 }
 
+/// `verbs --framing`: which system call each implementation makes per
+/// control operation, traced by strace.
+fn framing_run() -> GuestRun {
+    GuestRun {
+        name: "framing".into(),
+        bin: "verbs".into(),
+        args: vec!["--framing".into()],
+        timeout_secs: crate::guest::PER_BINARY_TIMEOUT_SECS,
+        per_host: None,
+        retry_once: false,
+    }
+}
+
 /// A run of the mover example with `buffer`-byte buffers, on every device.
 fn mover_run(name: &str, buffer: usize) -> GuestRun {
     GuestRun {
@@ -363,6 +395,21 @@ fn perftest_files() -> Result<Vec<HostFile>> {
         }
     }
     Ok(files)
+}
+
+/// strace for `verbs --framing`, in the guest at the same path.
+fn strace_files() -> Result<Vec<HostFile>> {
+    let f = HostFile {
+        path: "/usr/bin/strace".into(),
+        with_libraries: true,
+    };
+    if !f.path.exists() {
+        return Err(err(
+            "bench: strace for the guest",
+            "/usr/bin/strace is missing (package strace)",
+        ));
+    }
+    Ok(vec![f])
 }
 
 /// How long benches/ops may take: two loops under callgrind, under TCG.

@@ -1,0 +1,161 @@
+//! The framing section of docs/benchmarks.md: the `@@FRAMING` lines of
+//! `verbs --framing` (which system call libibverbs and ours make for each
+//! control operation, traced by strace in the VM), as one table per device.
+
+use crate::markers::{field, find};
+use std::fmt::Write as _;
+
+/// The marker of a framing line.
+pub const FRAMING: &str = "@@FRAMING";
+
+/// One `@@FRAMING` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    pub device: String,
+    /// `libibverbs` or `ours`; empty on an error line.
+    pub imp: String,
+    pub op: String,
+    /// The calls, `+`-separated (`write:ALLOC_PD`, `ioctl`, `none`).
+    pub calls: String,
+    /// Set on an error line: the bench's message.
+    pub error: Option<String>,
+}
+
+/// Every framing line of `console`.
+pub fn parse(console: &str) -> Vec<Line> {
+    console
+        .lines()
+        .filter_map(|l| find(l, FRAMING))
+        .map(|w| {
+            let error = (field(w, "status") == Some("error")).then(|| {
+                w.split_once("error=\"")
+                    .map_or("failed", |(_, e)| e.trim_end_matches('"'))
+                    .to_string()
+            });
+            let get = |k: &str| field(w, k).unwrap_or("").to_string();
+            Line {
+                device: get("device"),
+                imp: get("impl"),
+                op: get("op"),
+                calls: get("calls"),
+                error,
+            }
+        })
+        .collect()
+}
+
+/// How a call list reads in the table.
+fn spelled(calls: &str) -> String {
+    if calls == "none" {
+        return "no system call".into();
+    }
+    calls
+        .split('+')
+        .map(|c| match c.strip_prefix("write:") {
+            Some(cmd) => format!("`write` {cmd}"),
+            None => format!("`{c}`"),
+        })
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+/// The section, from its `##` heading; empty without framing lines.
+pub fn markdown(lines: &[Line]) -> String {
+    let mut s = String::new();
+    if lines.is_empty() {
+        return s;
+    }
+    s.push_str("## What each implementation sends\n\n");
+    s.push_str(
+        "The system calls each implementation makes on the uverbs file for one control \
+         operation, traced by strace in the VM (`verbs --framing`: one call of each operation \
+         per implementation, a marker `write` to fd -1 before each). A `write` is named by the \
+         command in its header; strace cannot see inside an ioctl, so an `ioctl` is only counted \
+         (ours over Auto, `write+methods`, sends native methods only for queries). libibverbs' \
+         rxe and siw providers have no `rereg_mr`: it answers `EOPNOTSUPP` without a system \
+         call. Ours' rereg row is the strict in-place command.\n\n",
+    );
+    let mut devices: Vec<&str> = Vec::new();
+    for l in lines {
+        if !l.device.is_empty() && !devices.contains(&l.device.as_str()) {
+            devices.push(&l.device);
+        }
+    }
+    for l in lines.iter().filter(|l| l.error.is_some()) {
+        let _ = writeln!(
+            s,
+            "- {}: tracing failed: {}",
+            if l.device.is_empty() {
+                "all devices"
+            } else {
+                &l.device
+            },
+            l.error.as_deref().unwrap_or("")
+        );
+    }
+    for d in devices {
+        let rows: Vec<&Line> = lines
+            .iter()
+            .filter(|l| l.device == d && l.error.is_none())
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let mut ops: Vec<&str> = Vec::new();
+        for r in &rows {
+            if !ops.contains(&r.op.as_str()) {
+                ops.push(&r.op);
+            }
+        }
+        let _ = writeln!(s, "**{d}**\n");
+        s.push_str("| operation | libibverbs | ours (Auto) |\n|---|---|---|\n");
+        for op in ops {
+            let of = |imp: &str| {
+                rows.iter()
+                    .find(|r| r.op == op && r.imp == imp)
+                    .map_or("not traced".to_string(), |r| spelled(&r.calls))
+            };
+            let _ = writeln!(s, "| {op} | {} | {} |", of("libibverbs"), of("ours"));
+        }
+        s.push('\n');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_become_one_table_per_device() {
+        let console = "\
+@@FRAMING device=rxe0 impl=libibverbs op=alloc_pd calls=write:ALLOC_PD
+junk
+@@FRAMING device=rxe0 impl=ours op=alloc_pd calls=write:ALLOC_PD
+@@FRAMING device=rxe0 impl=libibverbs op=dealloc_pd calls=ioctl
+@@FRAMING device=rxe0 impl=libibverbs op=rereg_access calls=none
+@@FRAMING device=siw0 status=error error=\"traced child: exit status: 1\"
+";
+        let lines = parse(console);
+        assert_eq!(lines.len(), 5);
+        assert_eq!(
+            lines[4].error.as_deref(),
+            Some("traced child: exit status: 1")
+        );
+        let md = markdown(&lines);
+        assert!(
+            md.contains("| alloc_pd | `write` ALLOC_PD | `write` ALLOC_PD |"),
+            "{md}"
+        );
+        assert!(md.contains("| dealloc_pd | `ioctl` | not traced |"), "{md}");
+        assert!(
+            md.contains("| rereg_access | no system call | not traced |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("- siw0: tracing failed: traced child: exit status: 1"),
+            "{md}"
+        );
+        assert!(markdown(&[]).is_empty());
+    }
+}
