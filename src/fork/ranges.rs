@@ -58,6 +58,7 @@
 use crate::error::Errno;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -148,11 +149,22 @@ struct Ranges {
     map: BTreeMap<usize, Span>,
     /// The entries overlapping or touching the range being changed, ascending.
     near: Vec<(usize, Span)>,
+    /// Where each entry of `near` lives in the map, so that `apply` can
+    /// rewrite a span in place without another descent. Valid only from
+    /// `load` until the first insert or remove of the change that follows
+    /// it (see `apply`).
+    near_at: Vec<NonNull<Span>>,
     /// The range split into pieces of uniform count (0 for gaps).
     pieces: Vec<Piece>,
     /// What replaces `near` once the change is applied.
     next: Vec<(usize, Span)>,
 }
+
+// SAFETY: `near_at` points into the map's own nodes, which move with it;
+// the pointers are dereferenced only by `apply` right after the `load` of
+// the same locked change, before anything changes the map's structure,
+// and stale ones are never used (the next `load` replaces them).
+unsafe impl Send for Ranges {}
 
 impl Drop for RangeTracker {
     fn drop(&mut self) {
@@ -399,13 +411,16 @@ impl Ranges {
     /// before `start` overlaps or touches the range (entries never overlap).
     fn load(&mut self, start: usize, end: usize) {
         self.near.clear();
-        for (&s, span) in self.map.range(..=end).rev() {
+        self.near_at.clear();
+        for (&s, span) in self.map.range_mut(..=end).rev() {
             if span.end < start {
                 break;
             }
             self.near.push((s, *span));
+            self.near_at.push(NonNull::from(span));
         }
         self.near.reverse();
+        self.near_at.reverse();
         self.pieces.clear();
         let mut cur = start;
         for &(s, span) in &self.near {
@@ -433,6 +448,7 @@ impl Ranges {
         let Ranges {
             map,
             near,
+            near_at,
             pieces,
             next,
         } = self;
@@ -459,16 +475,42 @@ impl Ranges {
                 push(s.max(end), span.end, span.count);
             }
         }
-        // Both lists are ascending by start: walk them together for the
-        // structural changes. A start in `next` that no entry of `near` has
-        // is free in the map (every entry starting inside the affected span
-        // is in `near`).
+        // Both lists are ascending by start. First the entries that stay
+        // with another span, rewritten in place through the pointers `load`
+        // took (no descent): before any insert or remove, which may move
+        // entries within their nodes.
         let (mut i, mut j) = (0, 0);
-        let mut values_changed = false;
+        let mut structural = false;
+        while let (Some(&(old, was)), Some(&(new, now))) = (near.get(i), next.get(j)) {
+            if old == new {
+                if was != now {
+                    // SAFETY: `near_at[i]` is the entry `old` of this map,
+                    // found by the `load` of this change (the lock held
+                    // since); the map has not been changed since then.
+                    unsafe { *near_at[i].as_ptr() = now };
+                }
+                i += 1;
+                j += 1;
+            } else {
+                structural = true;
+                if old < new {
+                    i += 1;
+                } else {
+                    j += 1;
+                }
+            }
+        }
+        near_at.clear();
+        if !structural && i == near.len() && j == next.len() {
+            return;
+        }
+        // Then the structural changes, walking both lists again. A start in
+        // `next` that no entry of `near` has is free in the map (every
+        // entry starting inside the affected span is in `near`).
+        let (mut i, mut j) = (0, 0);
         loop {
             match (near.get(i), next.get(j)) {
-                (Some(&(old, was)), Some(&(new, now))) if old == new => {
-                    values_changed |= was != now;
+                (Some(&(old, _)), Some(&(new, _))) if old == new => {
                     i += 1;
                     j += 1;
                 }
@@ -485,16 +527,6 @@ impl Ranges {
                     j += 1;
                 }
                 (None, None) => break,
-            }
-        }
-        // The entries whose span changed in place, all in one descent
-        // instead of one per entry: the map's entries from the first start
-        // of `next` to its last are now exactly `next`'s.
-        if let (true, Some(&(lo, _)), Some(&(hi, _))) = (values_changed, next.first(), next.last())
-        {
-            for ((&at, span), &(start, now)) in map.range_mut(lo..=hi).zip(next.iter()) {
-                debug_assert_eq!(at, start);
-                *span = now;
             }
         }
     }
