@@ -109,6 +109,7 @@ const BENCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4 * 36
 /// `cargo vm bench`: entry point from main.rs.
 pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     let start = Instant::now();
+    let only = std::env::var("UVERBS_BENCH_ONLY").ok();
     let (console, vm_secs) = match std::env::var_os("UVERBS_BENCH_FROM_LOG") {
         Some(log) => {
             say(format!(
@@ -129,6 +130,20 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 GuestRun::plain("ops").with_timeout(OPS_TIMEOUT_SECS),
                 framing_run(),
             ];
+            // UVERBS_BENCH_ONLY=ops,framing: only the runs whose names
+            // contain one of these (a quick loop while working on one
+            // part; the docs it writes then lack the rest).
+            let mut runs = runs;
+            if let Some(only) = &only {
+                runs.retain(|r| selected(only, &r.name));
+                say(format!(
+                    "bench: UVERBS_BENCH_ONLY={only}: runs {}",
+                    runs.iter()
+                        .map(|r| r.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+            }
             let mut env: Vec<(&'static str, &'static str)> = PASS_THROUGH
                 .iter()
                 .filter_map(|k| {
@@ -161,7 +176,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     };
     let run = parse(&console);
     let dp = datapath::parse(&console);
-    if run.rows.is_empty() {
+    if run.rows.is_empty() && only.as_ref().is_none_or(|o| selected(o, "verbs")) {
         let unreadable = match run.skipped.first() {
             Some(s) => format!(
                 " readable ({} unreadable, the first: {}: {})",
@@ -196,6 +211,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         "framing",
     ]
     .iter()
+    .filter(|b| only.as_ref().is_none_or(|o| selected(o, b)))
     .all(|b| rc_of(b));
     let moves = mover::parse(&console);
     let meta = Meta::collect(vm_secs, start.elapsed().as_secs_f64());
@@ -278,12 +294,20 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     if !rc_ok && vm_secs.is_some() {
         say("bench: a bench binary did not exit 0 (see the console log)");
     }
+    if only.is_some() {
+        return Ok(errors.is_empty() && (rc_ok || vm_secs.is_none()));
+    }
     Ok(errors.is_empty()
         && run.skipped.is_empty()
         && !dp.is_empty()
         && dp_failed == 0
         && dp.skipped.is_empty()
         && (rc_ok || vm_secs.is_none()))
+}
+
+/// Whether `UVERBS_BENCH_ONLY`'s comma-separated list selects the run `name`.
+fn selected(only: &str, name: &str) -> bool {
+    only.split(',').any(|o| name.contains(o))
 }
 
 /// Installs the peer's packages when missing (apt never removes any).
