@@ -52,6 +52,12 @@ pub enum TransportKind {
     /// 2×; docs/benchmarks.md), and native ioctl methods only where a
     /// method answers what no write command does (the extended port
     /// attributes, the GID table). Needs the driver id.
+    ///
+    /// libibverbs 44 frames the same operations otherwise: traced by strace
+    /// on Linux 6.12 (docs/benchmarks.md, "What each implementation
+    /// sends"), its `ibv_alloc_pd`, `ibv_reg_mr`, `ibv_dereg_mr` and
+    /// `ibv_dealloc_pd` are one `ioctl` each, where this kind sends one
+    /// `write()` each.
     WriteWithMethods,
     /// Not the kernel: a test double such as [`RecordingTransport`].
     Fake,
