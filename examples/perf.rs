@@ -86,7 +86,9 @@ CQ moderation is perftest's: signal every min(100, qd)-th request, every one
 above 8192 bytes. Latency: the time between successive posts (ping-pong
 round trip / 2 for write_lat and send_lat, one READ for read_lat), the 2
 largest dropped. Bandwidth: size * iters from the first post to the last
-completion, mib_per_s in 2^20 bytes/s (perftest's MB/sec).
+completion, mib_per_s in 2^20 bytes/s (perftest's MB/sec). READs outstanding
+each way: read_lat the device's max_qp_rd_atom, the others 1 (--cm: 0),
+as perftest's out_reads.
 Output: one line '@@PERF side=... key=value ...' per side.";
 
 /// The five tests (the discriminant travels in the hello).

@@ -39,6 +39,14 @@ pub struct DeviceAttr {
     pub max_mr: u32,
     /// Maximum protection domains.
     pub max_pd: u32,
+    /// RDMA READs and atomics a QP may have outstanding as their target
+    /// (the largest `max_dest_rd_atomic`, responder resources).
+    pub max_qp_rd_atom: u32,
+    /// Resources the device has for incoming READs and atomics in all.
+    pub max_res_rd_atom: u32,
+    /// RDMA READs and atomics a QP may have outstanding as their
+    /// initiator (the largest `max_rd_atomic`, initiator depth).
+    pub max_qp_init_rd_atom: u32,
     /// Maximum memory windows.
     pub max_mw: u32,
     /// Atomic capability (`IBV_ATOMIC_*`).
@@ -82,11 +90,46 @@ impl From<&sys::ib_uverbs_query_device_resp> for DeviceAttr {
             max_cqe: r.max_cqe,
             max_mr: r.max_mr,
             max_pd: r.max_pd,
+            max_qp_rd_atom: r.max_qp_rd_atom,
+            max_res_rd_atom: r.max_res_rd_atom,
+            max_qp_init_rd_atom: r.max_qp_init_rd_atom,
             max_mw: r.max_mw,
             atomic_cap: r.atomic_cap,
             max_srq: r.max_srq,
             max_pkeys: r.max_pkeys,
             phys_port_cnt: r.phys_port_cnt,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_answer_maps_field_by_field() {
+        let resp = sys::ib_uverbs_query_device_resp {
+            fw_ver: (1 << 32) | (2 << 16) | 3,
+            node_guid: 0x0102_0304_0506_0708u64.to_be(),
+            max_pd: 64,
+            max_qp_rd_atom: 128,
+            max_res_rd_atom: 258_048,
+            max_qp_init_rd_atom: 127,
+            phys_port_cnt: 1,
+            ..Default::default()
+        };
+        let attr = DeviceAttr::from(&resp);
+        assert_eq!(attr.fw_ver_string(), "1.2.3");
+        assert_eq!(attr.node_guid, 0x0102_0304_0506_0708);
+        assert_eq!(
+            (
+                attr.max_pd,
+                attr.max_qp_rd_atom,
+                attr.max_res_rd_atom,
+                attr.max_qp_init_rd_atom
+            ),
+            (64, 128, 258_048, 127)
+        );
+        assert_eq!(attr.phys_port_cnt, 1);
     }
 }

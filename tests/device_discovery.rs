@@ -91,11 +91,13 @@ device_test!(
             .query_device()
             .unwrap_or_else(|e| panic!("{name}: query_device: {e}"));
         loud(&format!(
-            "{name}: max_mr_size {:#x} page_size_cap {:#x} max_mr {} max_pd {} fw {} vendor {:#x}:{:#x} ports {}",
+            "{name}: max_mr_size {:#x} page_size_cap {:#x} max_mr {} max_pd {} rd_atom {}/{} fw {} vendor {:#x}:{:#x} ports {}",
             attr.max_mr_size,
             attr.page_size_cap,
             attr.max_mr,
             attr.max_pd,
+            attr.max_qp_rd_atom,
+            attr.max_qp_init_rd_atom,
             attr.fw_ver_string(),
             attr.vendor_id,
             attr.vendor_part_id,
@@ -104,6 +106,10 @@ device_test!(
         assert!(attr.max_mr > 0, "{name}: max_mr");
         assert!(attr.max_pd > 0, "{name}: max_pd");
         assert!(attr.phys_port_cnt >= 1, "{name}: phys_port_cnt");
+        // Both soft devices take READs and atomics, so they allow some
+        // outstanding (the reference gives no numbers: printed above).
+        assert!(attr.max_qp_rd_atom > 0, "{name}: max_qp_rd_atom");
+        assert!(attr.max_qp_init_rd_atom > 0, "{name}: max_qp_init_rd_atom");
         match driver(&ctx) {
             Driver::Rxe => {
                 assert_eq!(attr.max_mr_size, u64::MAX, "{name}: rxe max_mr_size");

@@ -71,6 +71,10 @@ pub struct Side {
     pub inline: usize,
     /// Receives kept posted (send tests), 0 otherwise.
     pub rx_depth: usize,
+    /// RDMA READs outstanding each way, perftest's `out_reads`: the
+    /// device's `max_qp_rd_atom` for read_lat (perftest's default for its
+    /// READ tests, `ctx_set_out_reads`), 1 for the others.
+    pub out_reads: u8,
 }
 
 impl Side {
@@ -83,6 +87,11 @@ impl Side {
             opts.iters.min(super::DEF_RX_SEND)
         } else {
             0
+        };
+        let out_reads = if opts.test == super::Test::ReadLat {
+            u8::try_from(ctx.query_device()?.max_qp_rd_atom).unwrap_or(u8::MAX)
+        } else {
+            1
         };
         let pd = ctx.alloc_pd()?;
         let scq = ctx.create_cq(tx_depth as u32 + 8, None)?;
@@ -129,6 +138,7 @@ impl Side {
             size,
             inline,
             rx_depth,
+            out_reads,
         })
     }
 
@@ -180,7 +190,8 @@ impl Side {
 
     /// RESET -> INIT -> RTR -> RTS towards `peer` with perftest's values:
     /// the port's active MTU, timeout 14 (DEF_QP_TIME), retry 7, RNR retry
-    /// 7, min RNR timer 12, one outstanding READ each way, GID index 0.
+    /// 7, min RNR timer 12, [`out_reads`](Self::out_reads) READs
+    /// outstanding each way, GID index 0.
     fn connect_by_hand(&self, ctx: &Context, me: &Endpoint, peer: &Endpoint) -> Result<()> {
         let mtu = match ctx.query_port(PORT)?.active_mtu {
             1 => Mtu::Mtu256,
@@ -199,7 +210,7 @@ impl Side {
             .path_mtu(mtu)
             .dest_qpn(peer.qpn)
             .rq_psn(peer.psn)
-            .max_dest_rd_atomic(1)
+            .max_dest_rd_atomic(self.out_reads)
             .min_rnr_timer(12)
             .av(peer.roce_dest(0, PORT));
         let rts = QpAttr::new()
@@ -208,7 +219,7 @@ impl Side {
             .retry_cnt(7)
             .rnr_retry(7)
             .sq_psn(me.psn)
-            .max_rd_atomic(1);
+            .max_rd_atomic(self.out_reads);
         for attr in [init, rtr, rts] {
             self.qp.modify(&attr)?;
         }
@@ -334,6 +345,20 @@ pub struct Connected {
     pub link: Link,
     /// Last, so the QP goes before its context's file.
     pub ctx: Context,
+}
+
+/// The connection parameters perftest's `-R` sends (perftest_communication.c):
+/// responder resources and initiator depth `out_reads` for its READ
+/// tests, 0 for the others; retry and RNR retry 7.
+fn conn_param(side: &Side, opts: &Options) -> ConnParam {
+    let reads = if opts.test == super::Test::ReadLat {
+        side.out_reads
+    } else {
+        0
+    };
+    ConnParam::new(side.qp.qp_num())
+        .responder_resources(reads)
+        .initiator_depth(reads)
 }
 
 /// Accepts one TCP connection within [`WAIT`].
@@ -569,7 +594,7 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
         side.post_initial_recvs()?;
         to(&id, &side, QpState::Rtr)?;
         to(&id, &side, QpState::Rts)?;
-        id.accept(&ConnParam::new(side.qp.qp_num()).private_data(&private(hello))?)?;
+        id.accept(&conn_param(&side, opts).private_data(&private(hello))?)?;
         let ev = next(&ch, "accept", WAIT)?;
         if !matches!(ev.kind, EventKind::Established(_)) {
             return Err(unexpected("accept", &ev));
@@ -611,7 +636,7 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
         let hello = Hello::new(opts, &side);
         to(&id, &side, QpState::Init)?;
         side.post_initial_recvs()?;
-        id.connect(&ConnParam::new(side.qp.qp_num()).private_data(&private(hello))?)?;
+        id.connect(&conn_param(&side, opts).private_data(&private(hello))?)?;
         let ev = next(&ch, "connect", WAIT)?;
         let peer = match &ev.kind {
             // RoCE: the response, then INIT again (only a connected id's
