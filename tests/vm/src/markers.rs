@@ -65,9 +65,31 @@ pub fn field<'a>(words: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
+/// The message of a failed measurement's line: its quoted `error="…"`
+/// (the rest of the line), or `failed` without one; `None` unless the
+/// line says `status=error`.
+pub fn error_of(words: &str) -> Option<String> {
+    (field(words, "status") == Some("error")).then(|| {
+        words
+            .split_once("error=\"")
+            .map_or("failed", |(_, e)| e.trim_end().trim_end_matches('"'))
+            .to_string()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_error_of_a_failed_line() {
+        assert_eq!(
+            error_of("device=x status=error error=\"no such: thing\" "),
+            Some("no such: thing".into())
+        );
+        assert_eq!(error_of("status=error"), Some("failed".into()));
+        assert_eq!(error_of("device=x ir=3"), None);
+    }
 
     #[test]
     fn finds_markers_anywhere_but_whole() {

@@ -2,7 +2,7 @@
 //! `verbs --framing` (which system call libibverbs and ours make for each
 //! control operation, traced by strace in the VM), as one table per device.
 
-use crate::markers::{field, find};
+use crate::markers::{error_of, field, find};
 use std::fmt::Write as _;
 
 /// The marker of a framing line.
@@ -27,11 +27,7 @@ pub fn parse(console: &str) -> Vec<Line> {
         .lines()
         .filter_map(|l| find(l, FRAMING))
         .map(|w| {
-            let error = (field(w, "status") == Some("error")).then(|| {
-                w.split_once("error=\"")
-                    .map_or("failed", |(_, e)| e.trim_end_matches('"'))
-                    .to_string()
-            });
+            let error = error_of(w);
             let get = |k: &str| field(w, k).unwrap_or("").to_string();
             Line {
                 device: get("device"),

@@ -4,7 +4,7 @@
 //! size with each scheme's throughput against dereg + reg's.
 
 use crate::bench::units::{ratio_name, size_name, time_name};
-use crate::markers::{field, find};
+use crate::markers::{error_of, field, find};
 use std::fmt::Write as _;
 
 /// The marker of a mover line.
@@ -35,11 +35,7 @@ pub fn parse(console: &str) -> Vec<Line> {
         .filter_map(|l| find(l, MOVER))
         .filter_map(|w| {
             let num = |k: &str| field(w, k).and_then(|v| v.parse::<f64>().ok());
-            let error = (field(w, "status") == Some("error")).then(|| {
-                w.split_once("error=\"")
-                    .map_or("failed", |(_, e)| e.trim_end_matches('"'))
-                    .to_string()
-            });
+            let error = error_of(w);
             Some(Line {
                 device: field(w, "device")?.into(),
                 scheme: field(w, "scheme")?.into(),

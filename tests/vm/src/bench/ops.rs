@@ -3,7 +3,7 @@
 //! `poll_cq` pair on rxe, ours and libibverbs' rxe provider, counted by
 //! callgrind inside the VM), as a table with the ratio and the target.
 
-use crate::markers::{field, find};
+use crate::markers::{error_of, field, find};
 use std::fmt::Write as _;
 
 /// The marker of an ops line.
@@ -51,11 +51,7 @@ pub fn parse(console: &str) -> Vec<Line> {
                     .and_then(|v| v.parse::<f64>().ok())
                     .unwrap_or(f64::NAN)
             };
-            let error = (field(w, "status") == Some("error")).then(|| {
-                w.split_once("error=\"")
-                    .map_or("failed", |(_, e)| e.trim_end_matches('"'))
-                    .to_string()
-            });
+            let error = error_of(w);
             Some(Line {
                 device: field(w, "device")?.into(),
                 imp: field(w, "impl")?.into(),
