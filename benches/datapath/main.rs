@@ -197,6 +197,30 @@ fn report(
     }
 }
 
+/// The kernel's clock source: our tool stamps time with the vDSO clock
+/// (`Instant::now`), perftest with the TSC, and the vDSO reads the clock
+/// without a system call only from some sources (`tsc`, not `hpet` or
+/// `acpi_pm`).
+fn clocksource() -> String {
+    std::fs::read_to_string("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The median cost of one `Instant::now()` here, in ns (1001 calls).
+fn clock_read_ns() -> u64 {
+    let mut stamps = [Instant::now(); 1001];
+    for s in stamps.iter_mut() {
+        *s = Instant::now();
+    }
+    let mut gaps: Vec<u64> = stamps
+        .windows(2)
+        .map(|w| (w[1] - w[0]).as_nanos() as u64)
+        .collect();
+    gaps.sort_unstable();
+    gaps[gaps.len() / 2]
+}
+
 fn main() {
     if std::env::args().any(|a| a == "--list") {
         return;
@@ -230,8 +254,10 @@ fn main() {
     });
     let start = Instant::now();
     println!(
-        "@@DATAPATH-INFO rounds={rounds} passes={passes} lat_iters={lat_iters} bw_bytes={bw_bytes} cells={}",
-        cells.len()
+        "@@DATAPATH-INFO rounds={rounds} passes={passes} lat_iters={lat_iters} bw_bytes={bw_bytes} cells={} clocksource={} clock_read_ns={}",
+        cells.len(),
+        clocksource(),
+        clock_read_ns()
     );
     let mut port: u16 = 20000;
     for pass in 1..=passes {
