@@ -253,6 +253,12 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             units::size_name(buffer)
         );
     }
+    for (device, buffer, r) in mover::rotation_speedups(&moves) {
+        println!(
+            "mover {device} {} buffers: the rotation step alone, dereg-reg ÷ rereg-access (medians) {r:.2}×",
+            units::size_name(buffer)
+        );
+    }
     for (device, r) in ops::ratios(&op_counts) {
         println!("ops {device}: post_send + poll_cq instructions, ours ÷ libibverbs {r:.2}×");
     }
