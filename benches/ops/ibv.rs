@@ -537,3 +537,50 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
         Ok(counts)
     }
 }
+
+/// The control loop of [`crate::control`] over libibverbs: `iters` ×
+/// (`ibv_alloc_pd` + `ibv_dealloc_pd`), then on one PD `iters` ×
+/// (`ibv_reg_mr` of `region` + `ibv_dereg_mr`).
+pub fn control(device: &str, iters: usize, region: &mut [u8]) -> Result<(), String> {
+    let dev = find(device)?;
+    let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+    // SAFETY (throughout): libibverbs calls on objects created here and
+    // destroyed once, in order; `region` outlives every MR.
+    unsafe {
+        let ctx = ibv_open_device(dev);
+        if ctx.is_null() {
+            return Err(fail("ibv_open_device"));
+        }
+        let result = (|| {
+            for _ in 0..iters {
+                let pd = ibv_alloc_pd(ctx);
+                if pd.is_null() {
+                    return Err(fail("ibv_alloc_pd"));
+                }
+                if ibv_dealloc_pd(pd) != 0 {
+                    return Err(fail("ibv_dealloc_pd"));
+                }
+            }
+            let pd = ibv_alloc_pd(ctx);
+            if pd.is_null() {
+                return Err(fail("ibv_alloc_pd"));
+            }
+            let regs = (|| {
+                for _ in 0..iters {
+                    let mr = ibv_reg_mr(pd, region.as_mut_ptr().cast(), region.len(), access);
+                    if mr.is_null() {
+                        return Err(fail("ibv_reg_mr"));
+                    }
+                    if ibv_dereg_mr(mr) != 0 {
+                        return Err(fail("ibv_dereg_mr"));
+                    }
+                }
+                Ok(())
+            })();
+            ibv_dealloc_pd(pd);
+            regs
+        })();
+        ibv_close_device(ctx);
+        result
+    }
+}

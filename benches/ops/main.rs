@@ -27,11 +27,16 @@
 //! @@OPS-FN device=rxe0 impl=ours self_ir_per_pair=… fn=uverbs::cq::CompletionQueue::poll
 //! ```
 //!
+//! Then, the same way, the control operations (`control.rs`): per
+//! implementation one line per pair, `op=alloc_pd+dealloc_pd` and
+//! `op=reg_mr+dereg_mr` (one 4 KiB page), with `ir_per_pair`.
+//!
 //! `posts` and `polls` are the calls callgrind saw of the measured
 //! functions; `empty_polls` those of the polls that found nothing (counted
 //! in the total too). Options: `--device NAME` (rxe0), `--iters N`
 //! (`UVERBS_OPS_ITERS`, default 200), `--valgrind PATH`.
 
+mod control;
 #[cfg(feature = "libibverbs-peer")]
 mod ibv;
 mod ours;
@@ -113,6 +118,15 @@ fn main() {
         .or_else(|| std::env::var("UVERBS_OPS_ITERS").ok())
         .and_then(|v| v.parse().ok())
         .unwrap_or(200);
+    if args.iter().any(|a| a == "--control") {
+        // The control operations' measured child, under callgrind.
+        let imp = arg(&args, "--impl").unwrap_or_default();
+        if let Err(e) = control::child(&imp, &device, iters) {
+            eprintln!("ops --control: {imp}: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     if let Some(imp) = arg(&args, "--impl") {
         // The measured child, under callgrind.
         let mtu = arg(&args, "--mtu")
@@ -168,6 +182,10 @@ fn main() {
                 *ir as f64 / iters as f64
             );
         }
+    }
+    // The control operations, beside the verbs bench's times.
+    for imp in profile::IMPLS {
+        control::measure(&valgrind, imp.name, &device, iters);
     }
 }
 

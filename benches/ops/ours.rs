@@ -136,3 +136,33 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
     drop((qp_a, qp_b, cq_a, cq_b, mr));
     Ok(counts)
 }
+
+/// The control loop of [`crate::control`] over this crate: `iters` ×
+/// (`Context::alloc_pd` + `ProtectionDomain::dealloc`), then on one PD
+/// `iters` × (`ProtectionDomain::reg_mr` of `region` +
+/// `MemoryRegion::dereg`). The context's default options: the default
+/// transport, fork safety off.
+pub fn control(device: &str, iters: usize, region: &mut [u8]) -> Result<(), String> {
+    let dev = uverbs::devices()
+        .map_err(|e| format!("ours: listing devices: {e}"))?
+        .into_iter()
+        .find(|d| d.name() == device)
+        .ok_or_else(|| format!("ours: no device {device}"))?;
+    let ctx = dev
+        .open()
+        .map_err(|e| format!("ours: opening {device}: {e}"))?;
+    for _ in 0..iters {
+        let pd = ctx.alloc_pd().map_err(|e| format!("ours: alloc_pd: {e}"))?;
+        pd.dealloc()
+            .map_err(|e| format!("ours: dealloc_pd: {}", e.error))?;
+    }
+    let pd = ctx.alloc_pd().map_err(|e| format!("ours: alloc_pd: {e}"))?;
+    for _ in 0..iters {
+        // SAFETY: `region` outlives the MR, deregistered right away.
+        let mr = unsafe { pd.reg_mr(region.as_mut_ptr(), region.len(), ACCESS) }
+            .map_err(|e| format!("ours: reg_mr: {e}"))?;
+        mr.dereg()
+            .map_err(|e| format!("ours: dereg_mr: {}", e.error))?;
+    }
+    Ok(())
+}

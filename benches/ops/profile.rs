@@ -69,40 +69,26 @@ pub fn run(
     iters: usize,
     mtu: u32,
 ) -> Result<Measured, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
-    let out_file = format!("/tmp/cg.{}", imp.name);
-    let _ = std::fs::remove_file(&out_file);
-    let out = Command::new(valgrind)
-        .arg("--tool=callgrind")
-        .arg(format!("--toggle-collect={}", imp.post))
-        .arg(format!("--toggle-collect={}", imp.poll))
-        .arg("--dump-instr=no")
-        .arg("--collect-systime=yes")
-        .arg(format!("--callgrind-out-file={out_file}"))
-        .arg(&exe)
-        .args(["--impl", imp.name, "--device", device])
-        .args(["--iters", &iters.to_string(), "--mtu", &mtu.to_string()])
-        .output()
-        .map_err(|e| format!("starting {valgrind}: {e}"))?;
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
-    if !out.status.success() {
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
-        return Err(format!(
-            "{valgrind} exited {}: {}",
-            out.status,
-            tail.join(" | ")
-        ));
-    }
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let (file, stdout) = run_child_with_output(
+        valgrind,
+        imp.name,
+        &[imp.post, imp.poll],
+        &[
+            "--impl",
+            imp.name,
+            "--device",
+            device,
+            "--iters",
+            &iters.to_string(),
+            "--mtu",
+            &mtu.to_string(),
+        ],
+    )?;
     let child = stdout
         .lines()
         .find_map(|l| l.strip_prefix(CHILD))
         .and_then(parse_child)
         .ok_or_else(|| format!("the measured run printed no {CHILD} line: {stdout}"))?;
-    let text =
-        std::fs::read_to_string(&out_file).map_err(|e| format!("reading {out_file}: {e}"))?;
-    let file = parse(&text)?;
     let calls = |f: &str| file.calls.get(f).copied().unwrap_or_default();
     let (post, poll) = (calls(imp.post), calls(imp.poll));
     let (posts, polls) = (post.count, poll.count);
@@ -126,6 +112,53 @@ pub fn run(
         empty_polls: child.empty_polls,
         version: file.version,
     })
+}
+
+/// Runs this binary with `args` under callgrind, collecting only inside
+/// the `toggles` functions, and reads callgrind's file (named after `tag`).
+pub fn run_child(
+    valgrind: &str,
+    tag: &str,
+    toggles: &[&str],
+    args: &[&str],
+) -> Result<File, String> {
+    run_child_with_output(valgrind, tag, toggles, args).map(|(file, _)| file)
+}
+
+/// [`run_child`], and what the child printed.
+fn run_child_with_output(
+    valgrind: &str,
+    tag: &str,
+    toggles: &[&str],
+    args: &[&str],
+) -> Result<(File, String), String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let out_file = format!("/tmp/cg.{tag}");
+    let _ = std::fs::remove_file(&out_file);
+    let out = Command::new(valgrind)
+        .arg("--tool=callgrind")
+        .args(toggles.iter().map(|t| format!("--toggle-collect={t}")))
+        .arg("--dump-instr=no")
+        .arg("--collect-systime=yes")
+        .arg(format!("--callgrind-out-file={out_file}"))
+        .arg(&exe)
+        .args(args)
+        .output()
+        .map_err(|e| format!("starting {valgrind}: {e}"))?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
+        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        return Err(format!(
+            "{valgrind} exited {}: {}",
+            out.status,
+            tail.join(" | ")
+        ));
+    }
+    let text =
+        std::fs::read_to_string(&out_file).map_err(|e| format!("reading {out_file}: {e}"))?;
+    let file = parse(&text)?;
+    Ok((file, String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
 fn field(words: &str, key: &str) -> Option<u64> {

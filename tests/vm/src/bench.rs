@@ -29,6 +29,7 @@
 //! for the numbers and [`meta`] for the header's host facts); `golden` keeps
 //! the output fixed.
 
+mod control_ops;
 mod datapath;
 mod framing;
 #[cfg(test)]
@@ -227,6 +228,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     md.push_str(&mover::markdown(&moves));
     let op_counts = ops::parse(&console);
     md.push_str(&ops::markdown(&op_counts, &ops::parse_functions(&console)));
+    md.push_str(&control_ops::markdown(&control_ops::parse(&console)));
     let framing = framing::parse(&console);
     md.push_str(&framing::markdown(&framing));
     std::fs::write(docs.join("benchmarks.md"), &md).context("bench: writing docs/benchmarks.md")?;

@@ -9,6 +9,9 @@ use std::fmt::Write as _;
 /// The marker of an ops line.
 pub const OPS: &str = "@@OPS";
 
+/// The operation of the post + poll lines.
+const PAIR_OP: &str = "post_send+poll_cq";
+
 /// The marker of a per-function line (self Ir; the name ends the line).
 pub const OPS_FN: &str = "@@OPS-FN";
 /// How many functions the section lists per implementation.
@@ -44,6 +47,8 @@ pub fn parse(console: &str) -> Vec<Line> {
     console
         .lines()
         .filter_map(|l| find(l, OPS))
+        // The control operations' lines are control_ops.rs's.
+        .filter(|w| field(w, "op").is_none_or(|op| op == PAIR_OP))
         .filter_map(|w| {
             let num = |k: &str| field(w, k).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             let real = |k: &str| {
@@ -234,6 +239,7 @@ mod tests {
 @@OPS device=rxe0 impl=ours op=post_send+poll_cq ir_per_pair=300.0 ir_total=60000 iters=200 posts=200 polls=201 empty_polls=1 ir_per_post=200.0 ir_per_poll=99.5 syscalls_per_post=1.00 syscalls_per_poll=0.00 valgrind=3.19.0
 [ 3.1] noise @@OPS device=rxe0 impl=libibverbs op=post_send+poll_cq ir_per_pair=400.0 ir_total=80000 iters=200 posts=200 polls=200 empty_polls=0 valgrind=3.19.0
 @@OPS device=siw0 impl=ours op=post_send+poll_cq status=error error=\"ours: post_send 0: boom\"
+@@OPS device=rxe0 impl=ours op=alloc_pd+dealloc_pd ir_per_pair=900.0 calls=201+200 syscalls_per_pair=2.00 iters=200
 @@OPS-CHILD posts=1 polls=1 empty_polls=0
 @@OPS-FN device=rxe0 impl=ours self_ir_per_pair=120.5 fn=uverbs::cq::CompletionQueue::poll
 @@OPS-FN device=rxe0 impl=ours self_ir_per_pair=80.0 fn=<&T as core::fmt::Debug>::fmt | x
