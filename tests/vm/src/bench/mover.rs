@@ -55,45 +55,38 @@ pub fn parse(console: &str) -> Vec<Line> {
         .collect()
 }
 
+/// Each successful rereg-access line with the dereg-reg line of the same
+/// device and buffer size, where both ran.
+fn rereg_and_dereg(lines: &[Line]) -> impl Iterator<Item = (&Line, &Line)> {
+    lines
+        .iter()
+        .filter(|l| l.scheme == "rereg-access" && l.error.is_none())
+        .filter_map(|l| {
+            let d = lines.iter().find(|d| {
+                d.scheme == "dereg-reg"
+                    && d.device == l.device
+                    && d.buffer == l.buffer
+                    && d.error.is_none()
+            })?;
+            Some((l, d))
+        })
+}
+
 /// In-place rereg rotation throughput ÷ dereg + reg rotation's, per
 /// (device, buffer size) where both ran.
 pub fn speedups(lines: &[Line]) -> Vec<(String, u64, f64)> {
-    let mut out = Vec::new();
-    for l in lines
-        .iter()
-        .filter(|l| l.scheme == "rereg-access" && l.error.is_none())
-    {
-        if let Some(d) = lines.iter().find(|d| {
-            d.scheme == "dereg-reg"
-                && d.device == l.device
-                && d.buffer == l.buffer
-                && d.error.is_none()
-        }) {
-            out.push((l.device.clone(), l.buffer, l.writes_per_s / d.writes_per_s));
-        }
-    }
-    out
+    rereg_and_dereg(lines)
+        .map(|(l, d)| (l.device.clone(), l.buffer, l.writes_per_s / d.writes_per_s))
+        .collect()
 }
 
 /// The rotation step alone: dereg + reg's median ÷ in-place rereg's, per
 /// (device, buffer size) where both ran (the other reading of the target:
 /// how much faster the exposure change itself is, the WRITEs left out).
 pub fn rotation_speedups(lines: &[Line]) -> Vec<(String, u64, f64)> {
-    let mut out = Vec::new();
-    for l in lines
-        .iter()
-        .filter(|l| l.scheme == "rereg-access" && l.error.is_none())
-    {
-        if let Some(d) = lines.iter().find(|d| {
-            d.scheme == "dereg-reg"
-                && d.device == l.device
-                && d.buffer == l.buffer
-                && d.error.is_none()
-        }) {
-            out.push((l.device.clone(), l.buffer, d.rotate[0] / l.rotate[0]));
-        }
-    }
-    out
+    rereg_and_dereg(lines)
+        .map(|(l, d)| (l.device.clone(), l.buffer, d.rotate[0] / l.rotate[0]))
+        .collect()
 }
 
 /// The section, from its `##` heading; empty without mover lines.
