@@ -38,7 +38,7 @@
 use std::error::Error;
 use std::net::{TcpListener, TcpStream};
 
-use line_channel::LineChannel;
+use line_channel::{accept_within, LineChannel};
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
@@ -477,34 +477,6 @@ fn pattern(i: usize) -> u8 {
     (i as u8).wrapping_mul(7) ^ (i >> 9) as u8
 }
 
-// ---- The TCP side channel --------------------------------------------------
-
-/// Accepts one connection within [`WAIT`]; gives up early if the spawned
-/// client has already exited.
-fn accept(listener: &TcpListener, mut client: Option<&mut Child>) -> Result<TcpStream> {
-    listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                stream.set_nonblocking(false)?;
-                return Ok(stream);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(e.into()),
-        }
-        if let Some(c) = client.as_deref_mut() {
-            if let Some(status) = c.try_wait()? {
-                return Err(format!("the client exited before connecting ({status})").into());
-            }
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("no client within {WAIT:?}").into());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 // ---- The measured phases (the same over TCP endpoints and over the cm) ----
 
 /// The server's half of the latency run: answers `opts.iters` pings, each
@@ -633,7 +605,16 @@ fn server(
     opts: &Options,
     client: Option<&mut Child>,
 ) -> Result<()> {
-    let mut chan = LineChannel::new(accept(listener, client)?, WAIT)?;
+    let mut client = client;
+    // Gives up early if the spawned client has already exited.
+    let stream = accept_within(listener, WAIT, || match client.as_deref_mut() {
+        Some(c) => match c.try_wait()? {
+            Some(status) => Err(format!("the client exited before connecting ({status})").into()),
+            None => Ok(()),
+        },
+        None => Ok(()),
+    })?;
+    let mut chan = LineChannel::new(stream, WAIT)?;
     let mut side = Side::new(ctx, opts)?;
     let me = side.endpoint(opts.gid_index)?;
     let peer = chan.swap(&me)?;

@@ -86,6 +86,15 @@ fn poll_some<'a>(
     }
 }
 
+/// `SIGNALED` when `signalled`, else no flag.
+fn signalled_if(signalled: bool) -> SendFlags {
+    if signalled {
+        SendFlags::SIGNALED
+    } else {
+        SendFlags::empty()
+    }
+}
+
 /// The payload of a SEND or WRITE of the source area: inline when the size
 /// fits what the QP takes (perftest: `size <= inline_size`).
 fn payload<'a>(side: &Side, sge: &'a [uverbs::Sge], bytes: &'a [&'a [u8]]) -> Payload<'a> {
@@ -207,11 +216,7 @@ pub fn send_lat(
             let wr = SendWr {
                 wr_id: scnt as u64,
                 op: SendOp::Send { imm: None },
-                flags: if signalled {
-                    SendFlags::SIGNALED
-                } else {
-                    SendFlags::empty()
-                },
+                flags: signalled_if(signalled),
                 payload: payload(side, &sge, &bytes),
                 ud: None,
             };
@@ -292,11 +297,7 @@ pub fn bw_client(
             let wr = SendWr {
                 wr_id: scnt as u64,
                 op,
-                flags: if signalled {
-                    SendFlags::SIGNALED
-                } else {
-                    SendFlags::empty()
-                },
+                flags: signalled_if(signalled),
                 payload: payload(side, &sge, &bytes),
                 ud: None,
             };

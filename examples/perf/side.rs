@@ -18,7 +18,7 @@ use uverbs::{
     QueuePair, RecvWr, Remote, Sge,
 };
 
-use super::line_channel::LineChannel;
+use super::line_channel::{accept_within, LineChannel};
 use super::{Options, Result, Test, WAIT};
 
 const PORT: u8 = 1;
@@ -79,9 +79,14 @@ pub struct Side {
 
 impl Side {
     /// A QP with `tx_depth` send slots, `rx_depth` receive slots and room
-    /// for `want_inline` inline bytes (less if the device refuses that:
-    /// the largest it accepts).
-    pub fn new(ctx: &Context, opts: &Options, tx_depth: usize, want_inline: usize) -> Result<Side> {
+    /// for `--inline` bytes, by default perftest's
+    /// ([`perftest_default_inline`]); less if the device refuses that: the
+    /// largest it accepts.
+    pub fn new(ctx: &Context, opts: &Options, tx_depth: usize) -> Result<Side> {
+        let want_inline = match opts.inline {
+            Some(n) => n,
+            None => perftest_default_inline(ctx, opts.test)?,
+        };
         let size = opts.size;
         let rx_depth = if opts.test.uses_recv() {
             opts.iters.min(super::DEF_RX_SEND)
@@ -361,26 +366,6 @@ fn conn_param(side: &Side, opts: &Options) -> ConnParam {
         .initiator_depth(reads)
 }
 
-/// Accepts one TCP connection within [`WAIT`].
-fn accept(listener: &TcpListener) -> Result<TcpStream> {
-    listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                stream.set_nonblocking(false)?;
-                return Ok(stream);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(format!("accept: {e}").into()),
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("no client within {WAIT:?}").into());
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// Connects to `addr` within [`WAIT`], retrying while the server is not
 /// there yet.
 fn connect_tcp(addr: &str, port: u16) -> Result<TcpStream> {
@@ -415,17 +400,13 @@ pub fn by_hand(opts: &Options, server: Option<&str>, tx_depth: usize) -> Result<
             let listener = TcpListener::bind(("0.0.0.0", opts.port))
                 .map_err(|e| format!("listen on port {}: {e}", opts.port))?;
             listening(&format!("0.0.0.0:{} (tcp)", opts.port));
-            accept(&listener)?
+            accept_within(&listener, WAIT, || Ok(()))?
         }
         Some(addr) => connect_tcp(addr, opts.port)?,
     };
     let mut chan = LineChannel::new(stream, WAIT)?;
     let ctx = open(&opts.device)?;
-    let want = match opts.inline {
-        Some(n) => n,
-        None => perftest_default_inline(&ctx, opts.test)?,
-    };
-    let side = Side::new(&ctx, opts, tx_depth, want)?;
+    let side = Side::new(&ctx, opts, tx_depth)?;
     let me = side.endpoint()?;
     let hello = Hello::new(opts, &side);
     chan.send(&format!(
@@ -581,11 +562,7 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
         };
         let peer = Hello::from_bytes(&request.private_data)?;
         let ctx = context_for(&id, opts)?;
-        let want = match opts.inline {
-            Some(n) => n,
-            None => perftest_default_inline(&ctx, opts.test)?,
-        };
-        let side = Side::new(&ctx, opts, tx_depth, want)?;
+        let side = Side::new(&ctx, opts, tx_depth)?;
         let hello = Hello::new(opts, &side);
         hello.check(&peer)?;
         to(&id, &side, QpState::Init)?;
@@ -628,11 +605,7 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
             return Err(unexpected(&format!("resolve_route {sa}"), &ev));
         }
         let ctx = context_for(&id, opts)?;
-        let want = match opts.inline {
-            Some(n) => n,
-            None => perftest_default_inline(&ctx, opts.test)?,
-        };
-        let side = Side::new(&ctx, opts, tx_depth, want)?;
+        let side = Side::new(&ctx, opts, tx_depth)?;
         let hello = Hello::new(opts, &side);
         to(&id, &side, QpState::Init)?;
         side.post_initial_recvs()?;
