@@ -26,14 +26,19 @@ use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use thread_io::read_write_calls;
+
 // Shared with pingpong, which also swaps Endpoint lines over it.
 #[path = "common/line_channel.rs"]
 #[allow(dead_code)]
 mod line_channel;
 #[path = "perf/run.rs"]
 mod run;
+// The device tests' counter of read/write system calls.
 #[path = "perf/side.rs"]
 mod side;
+#[path = "../tests/common/thread_io.rs"]
+mod thread_io;
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -367,7 +372,7 @@ fn measure(opts: &Options) -> Result<String> {
         c.peer.addr,
     );
     let head = prefix(opts, Some(inline_used));
-    let io_before = io_counts();
+    let io_before = read_write_calls();
     let measured = match opts.test {
         Test::WriteLat => {
             Measured::Lat(run::write_lat(&mut c.side, c.peer, opts.iters, server)?, 2)
@@ -393,7 +398,7 @@ fn measure(opts: &Options) -> Result<String> {
             opts.run_budget(),
         )?),
     };
-    if let (Some(a), Some(b), Some(overhead)) = (io_before, io_counts(), io_overhead()) {
+    if let (Some(a), Some(b), Some(overhead)) = (io_before, read_write_calls(), io_overhead()) {
         println!(
             "perf {}: the measured loop made {} read() and {} write() system calls \
              (the writes are POST_SEND doorbells: rxe rings one per post, siw only when its SQ was idle; {} requests posted)",
@@ -428,20 +433,9 @@ enum Measured {
     Nothing,
 }
 
-/// This thread's read and write system call counts (/proc/thread-self/io).
-fn io_counts() -> Option<(u64, u64)> {
-    let io = std::fs::read_to_string("/proc/thread-self/io").ok()?;
-    let field = |name: &str| {
-        io.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-    };
-    Some((field("syscr:")?, field("syscw:")?))
-}
-
-/// What one [`io_counts`] adds to the counts itself.
+/// What one [`read_write_calls`] adds to the counts itself.
 fn io_overhead() -> Option<(u64, u64)> {
-    let (a, b) = (io_counts()?, io_counts()?);
+    let (a, b) = (read_write_calls()?, read_write_calls()?);
     Some((b.0 - a.0, b.1 - a.1))
 }
 

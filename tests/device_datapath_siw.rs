@@ -16,6 +16,7 @@ mod common;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use common::thread_io::read_write_calls;
 use common::*;
 use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::{
@@ -49,18 +50,6 @@ fn plus(before: &[usize], want: &[usize]) -> Vec<usize> {
 
 fn pages(bytes: usize) -> usize {
     bytes.div_ceil(page_size()) * page_size()
-}
-
-/// This thread's read and write system calls so far, if the kernel counts
-/// them (`CONFIG_TASK_IO_ACCOUNTING`).
-fn read_write_calls() -> Option<(u64, u64)> {
-    let io = std::fs::read_to_string("/proc/thread-self/io").ok()?;
-    let field = |name: &str| {
-        io.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-    };
-    Some((field("syscr:")?, field("syscw:")?))
 }
 
 /// Runs `f` and asserts it made no read or write system call (the calls

@@ -24,6 +24,7 @@ pub mod fake;
 pub mod fork;
 pub mod mapping;
 pub mod rc;
+pub mod thread_io;
 pub mod two_host;
 
 use std::sync::{Mutex, MutexGuard};
