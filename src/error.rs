@@ -362,6 +362,18 @@ pub enum Error {
         /// The table's verdict.
         source: crate::command::QpTransitionError,
     },
+    /// The kernel answered, but its answer does not carry what was asked:
+    /// siw's `QUERY_QP` on Linux 6.1 fills no QP state (every QP reads back
+    /// RESET, which siw never reports where it does fill it, as on 6.12).
+    #[error("{op} on {device}: this kernel does not report {what}")]
+    NotReported {
+        /// What was being done.
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+        /// What the answer lacks.
+        what: &'static str,
+    },
 }
 
 impl Error {
@@ -392,7 +404,8 @@ impl Error {
             | Error::ForeignProcess { op, .. }
             | Error::WrongCharDevice { op, .. }
             | Error::Post { op, .. }
-            | Error::QpTransition { op, .. } => *op,
+            | Error::QpTransition { op, .. }
+            | Error::NotReported { op, .. } => *op,
         }
     }
 
@@ -407,6 +420,7 @@ impl Error {
             Error::Abi { .. } | Error::WrongCharDevice { .. } => None,
             Error::Post { source, .. } => Some(source.errno()),
             Error::QpTransition { .. } => Some(Errno::INVAL),
+            Error::NotReported { .. } => Some(Errno::OPNOTSUPP),
         }
     }
 }

@@ -397,17 +397,35 @@ impl QueuePair {
     /// An iWARP QP enters RTS without a `MODIFY_QP` of ours: the kernel's
     /// connection manager moves it there when the connection is established
     /// (siw: on accept for the passive side, on the MPA reply for the active
-    /// side), so call this after `ESTABLISHED` before posting sends. It also
-    /// learns an ERR the device entered. siw reports its idle state (RESET,
-    /// INIT and a QP modified to RTR before the connection) as INIT.
+    /// side); [`established`](Self::established) learns that after
+    /// `ESTABLISHED`. This also learns an ERR the device entered. siw
+    /// reports its idle state (RESET, INIT and a QP modified to RTR before
+    /// the connection) as INIT; where the kernel fills no state at all
+    /// (siw on Linux 6.1) this is [`Error::NotReported`] and
+    /// [`state`](Self::state) stays as it was.
     #[doc(alias = "ibv_query_qp")]
     pub fn refresh_state(&self) -> Result<QpState, Error> {
         let _serial = lock(&self.modify_lock);
+        self.query_state()
+    }
+
+    /// [`refresh_state`](Self::refresh_state) under the caller's
+    /// `modify_lock`.
+    fn query_state(&self) -> Result<QpState, Error> {
         let ctx = &self.pd.ctx;
         let cmd = QueryQp::new(self.handle, QpAttrMask::STATE);
         // SAFETY: QUERY_QP of our own QP hands no memory to the device; the
         // answer is a plain struct.
         let (resp, _) = unsafe { ctx.run(Op::QueryQp, &cmd, &mut []) }?;
+        if ctx.inner.provider == Provider::Siw
+            && !crate::provider::siw::query_qp_reports_state(resp.qp_state)
+        {
+            return Err(Error::NotReported {
+                op: Op::QueryQp,
+                device: ctx.inner.device.clone(),
+                what: "siw's QP state",
+            });
+        }
         let state = QpState::from_raw(resp.qp_state).ok_or_else(|| {
             Error::input(
                 Op::QueryQp,
@@ -417,6 +435,29 @@ impl QueuePair {
         })?;
         self.state.store(state as u8, Ordering::Release);
         Ok(state)
+    }
+
+    /// Learns the state the connection manager's `ESTABLISHED` left the QP
+    /// in, remembers it as [`state`](Self::state) and returns it. Call it
+    /// once the connection is up (the passive side's `ESTABLISHED`, the
+    /// active side's `CONNECT_RESPONSE` or `ESTABLISHED`), before posting
+    /// sends.
+    ///
+    /// On iWARP the kernel moved the QP to RTS itself. Where it reports the
+    /// QP's state (`QUERY_QP`) that answer is returned; where it does not
+    /// (siw on Linux 6.1, see [`Error::NotReported`]) the connection
+    /// manager's word is the proof: the QP is RTS. On IB and RoCE the QP is
+    /// where the caller's own [`modify`](Self::modify) calls put it, and
+    /// the kernel's answer is returned.
+    pub fn established(&self) -> Result<QpState, Error> {
+        let _serial = lock(&self.modify_lock);
+        match self.query_state() {
+            Err(Error::NotReported { .. }) if self.transport_type() == TransportType::Iwarp => {
+                self.state.store(QpState::Rts as u8, Ordering::Release);
+                Ok(QpState::Rts)
+            }
+            other => other,
+        }
     }
 
     /// Changes the QP's attributes and state (`MODIFY_QP`). The attributes

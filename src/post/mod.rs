@@ -634,11 +634,17 @@ impl<M> OwnedQp<M> {
         self.qp().state()
     }
 
-    /// Asks the kernel for the QP's state: [`QueuePair::refresh_state`]
-    /// (after an iWARP connection is established, before posting sends).
+    /// Asks the kernel for the QP's state: [`QueuePair::refresh_state`].
     #[doc(alias = "ibv_query_qp")]
     pub fn refresh_state(&self) -> Result<QpState, Error> {
         self.qp().refresh_state()
+    }
+
+    /// Learns the state the connection manager's `ESTABLISHED` left the QP
+    /// in (on iWARP: RTS): [`QueuePair::established`]. Call it once the
+    /// connection is up, before posting sends.
+    pub fn established(&self) -> Result<QpState, Error> {
+        self.qp().established()
     }
 
     /// The kernel's handle of the QP.

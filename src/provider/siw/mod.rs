@@ -45,6 +45,15 @@ mod ring_props;
 #[cfg(test)]
 mod wiring_tests;
 
+/// Whether a `QUERY_QP` answer's `qp_state` reports the QP's state. siw's
+/// `siw_query_qp` fills it only in later kernels (6.12 has it, mapping its
+/// idle state to INIT, so it never reports RESET); Linux 6.1 leaves it
+/// zero, RESET, for every QP. A RESET answer therefore means "not
+/// reported".
+pub(crate) fn query_qp_reports_state(qp_state: u8) -> bool {
+    qp_state != crate::command::QpState::Reset as u8
+}
+
 /// The only driver ABI version the siw kernel and rdma-core speak.
 pub(crate) const ABI: (u32, u32, &str) = (sys::SIW_ABI_VERSION, sys::SIW_ABI_VERSION, "1");
 

@@ -483,7 +483,9 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
 /// alone) pass `modify` on a siw QP, which the IB table refused; entering
 /// RTS by MODIFY_QP is refused before any command; after the kernel's CM
 /// moved the QP to RTS, `refresh_state` (QUERY_QP) learns it and
-/// `post_send` accepts.
+/// `post_send` accepts. Where the kernel fills no state (6.1: every QP
+/// reads RESET), `refresh_state` says so and `established` takes the cm's
+/// word for RTS.
 #[test]
 fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
     use crate::command::{QpTransitionError, TransportType};
@@ -536,6 +538,30 @@ fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
             if matches!(**source, PostError::WrongState { state: QpState::Rtr, .. })),
         "{refused}"
     );
+    // Linux 6.1's siw_query_qp: qp_state left zero.
+    fake.state().qp_state = QpState::Reset as u8;
+    let unreported = qp.refresh_state().unwrap_err();
+    assert!(
+        matches!(
+            unreported,
+            Error::NotReported {
+                op: Op::QueryQp,
+                ..
+            }
+        ),
+        "{unreported}"
+    );
+    assert_eq!(unreported.errno(), Some(crate::error::Errno::OPNOTSUPP));
+    assert_eq!(
+        qp.state(),
+        QpState::Rtr,
+        "an unreported state changes nothing"
+    );
+    assert_eq!(qp.established().unwrap(), QpState::Rts);
+    assert_eq!(qp.state(), QpState::Rts);
+    // 6.12's: the state reported; established returns the kernel's answer.
+    fake.state().qp_state = QpState::Err as u8;
+    assert_eq!(qp.established().unwrap(), QpState::Err);
     fake.state().qp_state = QpState::Rts as u8;
     assert_eq!(qp.refresh_state().unwrap(), QpState::Rts);
     assert_eq!(qp.state(), QpState::Rts);
