@@ -203,7 +203,7 @@ fn cm_peer_killed_mid_transfer() {
             let EventKind::Established(Param::Conn(peer)) = ev.kind else {
                 panic!("{name}: {:?}", ev.kind)
             };
-            assert_eq!(qp.refresh_state().unwrap(), QpState::Rts, "{name}");
+            assert_eq!(qp.established().unwrap(), QpState::Rts, "{name}");
             peer
         } else {
             let EventKind::ConnectResponse(Param::Conn(peer)) = ev.kind else {

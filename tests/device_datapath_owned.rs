@@ -6,7 +6,7 @@
 //! is freed. Every byte is checked, every wait bounded, and the kernel's
 //! counts are back at their start at the end. On siw0 the owned QPs are
 //! connected through the iWARP connection manager (`OwnedQp::modify` with
-//! the cm's answers, then `refresh_state`); what siw cannot do (immediate
+//! the cm's answers, then `established`); what siw cannot do (immediate
 //! data, atomics) is refused before the ring with the memory handed back.
 
 mod common;

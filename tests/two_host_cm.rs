@@ -638,12 +638,12 @@ fn on_device(p: &Peer, ctl: &mut Control, link: Link, dev: &uverbs::Device) {
     ctl.barrier("device-done");
 }
 
-/// Fails unless the kernel reports `qp` in RTS (on iWARP the kernel's CM
-/// moved it there; `refresh_state` learns it).
+/// Fails unless `qp` is in RTS after ESTABLISHED (on iWARP the kernel's CM
+/// moved it there; `established` learns it).
 fn assert_rts(qp: &QueuePair, what: &str) {
     let state = qp
-        .refresh_state()
-        .unwrap_or_else(|e| panic!("{what}: query_qp: {e}"));
+        .established()
+        .unwrap_or_else(|e| panic!("{what}: established: {e}"));
     assert_eq!(state, QpState::Rts, "{what}: the QP after ESTABLISHED");
 }
 

@@ -480,7 +480,7 @@ fn to(id: &CmId, side: &Side, state: QpState) -> Result<()> {
 /// On iWARP the kernel's CM moved the QP to RTS at establishment: learn it.
 fn learn_rts(side: &Side) -> Result<()> {
     if side.qp.transport_type() == TransportType::Iwarp {
-        let state = side.qp.refresh_state()?;
+        let state = side.qp.established()?;
         if state != QpState::Rts {
             return Err(format!("the QP is in {state:?} after ESTABLISHED, not RTS").into());
         }

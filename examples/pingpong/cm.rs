@@ -193,7 +193,7 @@ pub fn server(
     if is_iwarp(&side) {
         // The kernel moved the QP to RTS when it handed it the stream:
         // learn it, or post_send refuses the QP's last known state (RTR).
-        let state = side.qp.refresh_state()?;
+        let state = side.qp.established()?;
         if state != QpState::Rts {
             return Err(format!("the QP is {state:?} after ESTABLISHED, not RTS").into());
         }
@@ -384,7 +384,7 @@ fn connect(
     };
     let peer_qp = if iwarp {
         // The kernel moved the QP to RTS when it handed it the stream.
-        let state = side.qp.refresh_state()?;
+        let state = side.qp.established()?;
         if state != QpState::Rts {
             return Err(format!("the QP is {state:?} after ESTABLISHED, not RTS").into());
         }

@@ -248,7 +248,7 @@ impl<'a> Peer<'a> {
             })?;
         }
         for qp in [&self.writer, &self.owner] {
-            let state = qp.refresh_state()?;
+            let state = qp.established()?;
             if state != QpState::Rts {
                 return Err(format!("QP {} is {state:?} after ESTABLISHED", qp.qp_num()).into());
             }

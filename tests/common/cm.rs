@@ -442,8 +442,8 @@ fn iwarp_established(
     assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
     for (qp, side) in [(qp_a, "client"), (qp_b, "server")] {
         let state = qp
-            .refresh_state()
-            .unwrap_or_else(|e| panic!("{name}: {side}: query_qp: {e}"));
+            .established()
+            .unwrap_or_else(|e| panic!("{name}: {side}: established: {e}"));
         assert_eq!(state, QpState::Rts, "{name}: {side}'s QP after ESTABLISHED");
     }
     response

@@ -207,7 +207,7 @@ pub struct CmLink {
 /// [`OwnedQp`].
 pub trait CmQp {
     fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error>;
-    fn cm_refresh(&self) -> Result<QpState, uverbs::Error>;
+    fn cm_established(&self) -> Result<QpState, uverbs::Error>;
     fn cm_qpn(&self) -> u32;
 }
 
@@ -215,8 +215,8 @@ impl CmQp for QueuePair {
     fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
         self.modify(attr)
     }
-    fn cm_refresh(&self) -> Result<QpState, uverbs::Error> {
-        self.refresh_state()
+    fn cm_established(&self) -> Result<QpState, uverbs::Error> {
+        self.established()
     }
     fn cm_qpn(&self) -> u32 {
         self.qp_num()
@@ -227,8 +227,8 @@ impl<M: uverbs::DeviceReadable> CmQp for OwnedQp<M> {
     fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
         self.modify(attr)
     }
-    fn cm_refresh(&self) -> Result<QpState, uverbs::Error> {
-        self.refresh_state()
+    fn cm_established(&self) -> Result<QpState, uverbs::Error> {
+        self.established()
     }
     fn cm_qpn(&self) -> u32 {
         self.qp_num()
@@ -249,7 +249,7 @@ fn cm_step<Q: CmQp>(id: &CmId, qp: &Q, state: QpState, what: &str) {
 /// the rdma_cm over [`cm_addr`]: A is the client ([`cm_dial`]), B the
 /// server ([`cm_accept`]), each moved only with what `INIT_QP_ATTR`
 /// answers, then both sides hear ESTABLISHED and the kernel has moved both
-/// QPs to RTS (read back with `refresh_state`, so posting is allowed).
+/// QPs to RTS (learnt with `established`, so posting is allowed).
 /// `None` (after [`cm_unavailable`]: a failure under
 /// `UVERBS_REQUIRE_DEVICES`) when the environment has no rdma_cm or no
 /// address. The cm's defaults grant the peer REMOTE_WRITE and REMOTE_READ
@@ -332,8 +332,8 @@ pub fn cm_established<Q: CmQp>(ch: &EventChannel, id: &CmId, qp: &Q, what: &str)
     );
     assert_eq!(ev.id, id.handle(), "{what}: ESTABLISHED names the id");
     let state = qp
-        .cm_refresh()
-        .unwrap_or_else(|e| panic!("{what}: query_qp: {e}"));
+        .cm_established()
+        .unwrap_or_else(|e| panic!("{what}: established: {e}"));
     assert_eq!(state, QpState::Rts, "{what}: the QP after ESTABLISHED");
 }
 
