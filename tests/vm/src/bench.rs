@@ -46,7 +46,6 @@ mod targets;
 mod units;
 mod wire;
 
-use crate::apt;
 use crate::binaries::{build_collect, static_example, Binary, TARGET};
 use crate::guest::{GuestRun, Mode, RunConfig};
 use crate::initramfs::HostFile;
@@ -318,21 +317,31 @@ fn selected(only: &str, name: &str) -> bool {
     only.split(',').any(|o| name.contains(o))
 }
 
-/// Installs the peer's packages when missing (apt never removes any).
+/// Fails unless the peer's packages are installed: uverbs-vm installs
+/// nothing on the host, so it names the command to run.
 fn ensure_peer_packages() -> Result<()> {
     let missing: Vec<&str> = PEER_PACKAGES
         .iter()
         .copied()
-        .filter(|p| !apt::installed(p))
+        .filter(|p| !installed(p))
         .collect();
     if missing.is_empty() {
         return Ok(());
     }
-    say(format!(
-        "bench: installing the libibverbs peer's packages: {}",
-        missing.join(" ")
-    ));
-    apt::install("bench: installing packages", &missing)
+    Err(Error(format!(
+        "bench: the libibverbs peer's packages are missing: {m}. uverbs-vm installs nothing \
+         on the host; install them yourself: `apt-get install --no-install-recommends {m}`",
+        m = missing.join(" ")
+    )))
+}
+
+/// Whether a Debian package is installed on the host.
+fn installed(pkg: &str) -> bool {
+    std::process::Command::new("dpkg-query")
+        .args(["-W", "-f=${db:Status-Abbrev}", pkg])
+        .output()
+        .map(|o| o.status.success() && o.stdout.starts_with(b"ii"))
+        .unwrap_or(false)
 }
 
 /// Builds benches/verbs and benches/datapath statically with the

@@ -8,7 +8,7 @@
 use crate::binaries::Binary;
 use crate::guest::{GUEST_BIN_DIR, GUEST_MODULE_DIR};
 use crate::setup::Module;
-use crate::util::{err, have_program, run_captured, say, which, Context, Error, Result};
+use crate::util::{err, have_program, run_captured, say, which, Context, Result};
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{BufWriter, Write};
@@ -142,6 +142,9 @@ pub struct Contents<'a> {
     pub init: String,
     /// The /run-all script.
     pub run_all: String,
+    /// The static busybox the guest runs (the harness's own, see
+    /// [`crate::tools`]).
+    pub busybox: &'a Path,
     /// Host files copied to the same path in the guest (e.g. perftest and
     /// libibverbs' providers for `cargo vm bench`).
     pub host_files: &'a [HostFile],
@@ -215,17 +218,7 @@ pub fn build(out: &Path, scratch: &Path, c: &Contents) -> Result<u64> {
     let step = "initramfs: building";
     say(format!("initramfs: writing {}", out.display()));
     fs::create_dir_all(scratch).context(step)?;
-    let busybox = Path::new("/bin/busybox");
-    let ldd = Command::new("ldd")
-        .arg(busybox)
-        .output()
-        .context("initramfs: checking busybox")?;
-    if ldd.status.success() {
-        return Err(Error(format!(
-            "initramfs: {} is dynamically linked; install busybox-static",
-            busybox.display()
-        )));
-    }
+    let busybox = c.busybox;
     let rdma =
         which("rdma").ok_or_else(|| err(step, "the `rdma` tool is missing (package iproute2)"))?;
     // `cargo vm demo` counts the data path's system calls with it.

@@ -1,13 +1,15 @@
 //! `uverbs-vm`: runs the project's tests against real soft-RDMA devices
-//! (rxe0 and siw0) inside a qemu VM booting a stock Debian 6.12 kernel.
+//! (rxe0 and siw0) inside a qemu VM booting a stock Debian kernel (12's
+//! 6.12 by default, its 6.1 with `--kernel 6.1`), with nothing installed on
+//! the host and no root needed.
 //!
 //! Invoked through the cargo alias in `.cargo/config.toml`:
 //! `cargo vm setup | test | demo | shell [options]`.
 //!
 //! The flow of `cargo vm test`:
 //!
-//! 1. [`setup`] installs missing host packages, downloads and unpacks the
-//!    kernel, builds siw.ko out of tree and caches everything under
+//! 1. [`setup`] downloads and unpacks qemu and busybox ([`tools`]) and each
+//!    kernel asked for ([`apt`]), builds siw.ko out of tree and caches everything under
 //!    `target/vm` (or `$UVERBS_VM_CACHE`); a stamp makes later runs skip it.
 //!    Concurrent runs share that cache ([`cache`]: a lock around the set-up)
 //!    and each boots from its own work directory inside it.
@@ -43,24 +45,29 @@ mod cache;
 mod guest;
 mod initramfs;
 mod markers;
+mod modinfo;
 mod qemu;
 mod report;
 mod setup;
+mod tools;
 mod util;
 
 use binaries::Binary;
 use cache::WorkDir;
 use guest::{GuestRun, Host, Mode, Net, RunConfig};
+use setup::{Kernel, Series};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+use tools::Tools;
 use util::{say, tail, Context, Error, Result};
 
 const USAGE: &str = "\
 usage: cargo vm <command> [options]
 
 commands:
-  setup   install host packages, fetch the 6.12 kernel, build siw (cached)
+  setup   fetch qemu, busybox and the kernel, build siw (cached; installs
+          nothing on the host, needs no root)
   test    host tests, then every uverbs test binary in the VM per configuration
   demo    run examples/rereg.rs and examples/pingpong.rs (+ its syscall count
           under strace) in the VM (ioctl and write transports)
@@ -75,6 +82,8 @@ options:
                    each of the two-host guests: 1G)
   --keep           keep this run's work directory, target/vm/kept-<pid>-<n>
                    (initramfs, scripts, console log)
+  --kernel K[,K]   the kernel(s) to boot: 6.12 (default), 6.1, or all;
+                   test and demo run their whole plan on each in turn
   --force          (setup) redo the set-up even if cached
   --two            (shell) boot the two guests of the two-host run
 
@@ -92,6 +101,33 @@ struct Options {
     force: bool,
     /// `shell --two`.
     two: bool,
+    /// `--kernel`: the kernel series to boot, in order.
+    kernels: Vec<Series>,
+}
+
+/// The series `--kernel` names: a comma-separated list of `6.12`, `6.1`,
+/// or `all`.
+fn parse_kernels(v: &str) -> Result<Vec<Series>> {
+    if v == "all" {
+        return Ok(setup::SERIES.to_vec());
+    }
+    let mut out: Vec<Series> = Vec::new();
+    for name in v.split(',') {
+        let s = setup::series(name).ok_or_else(|| {
+            Error(format!(
+                "--kernel: unknown kernel `{name}` (one of: {}, all)",
+                setup::SERIES
+                    .iter()
+                    .map(|s| s.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    Ok(out)
 }
 
 fn parse_args(args: &[String]) -> Result<Options> {
@@ -102,6 +138,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
         keep: false,
         force: false,
         two: false,
+        kernels: vec![setup::SERIES[0]],
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -119,6 +156,7 @@ fn parse_args(args: &[String]) -> Result<Options> {
                 o.timeout = Some(Duration::from_secs(secs));
             }
             "--memory" => o.memory = Some(value("--memory")?),
+            "--kernel" => o.kernels = parse_kernels(&value("--kernel")?)?,
             "--keep" => o.keep = true,
             "--force" => o.force = true,
             "--two" => o.two = true,
@@ -162,40 +200,64 @@ struct Verdict {
     failures: Vec<String>,
     /// Passed runs that failed their first attempt.
     second_attempt: Vec<String>,
+    /// The plan's table (binary × configuration), as printed.
+    table: String,
 }
 
-/// The lines CI reads last: which runs failed, which passed only on a
-/// second attempt, and `vm: N passed, M failed` of `verdicts` together
-/// (the tables above may be out of a short log's view).
-fn final_line(verdicts: &[Verdict]) -> bool {
-    let passed: usize = verdicts.iter().map(|v| v.passed).sum();
-    let failed: usize = verdicts.iter().map(|v| v.failed).sum();
-    let second: Vec<&str> = verdicts
-        .iter()
-        .flat_map(|v| v.second_attempt.iter().map(String::as_str))
-        .collect();
-    if !second.is_empty() {
-        say(format!(
-            "passed only on the second attempt: {}",
-            second.join(", ")
-        ));
-    }
-    let failures: Vec<&str> = verdicts
-        .iter()
-        .flat_map(|v| v.failures.iter().map(String::as_str))
-        .collect();
-    if !failures.is_empty() {
-        say(format!("failed: {}", failures.join(", ")));
+/// The lines CI reads last: per kernel, which runs failed, which passed
+/// only on a second attempt, and `vm <kernel>: N passed, M failed, K on a
+/// second attempt`; then `vm: N passed, M failed` of all of them together
+/// (the tables above may be out of a short log's view). Whether all passed.
+fn final_lines(per_kernel: &[(&Kernel, Vec<Verdict>)]) -> bool {
+    let (mut passed, mut failed) = (0, 0);
+    for (kernel, verdicts) in per_kernel {
+        let second: Vec<&str> = verdicts
+            .iter()
+            .flat_map(|v| v.second_attempt.iter().map(String::as_str))
+            .collect();
+        if !second.is_empty() {
+            say(format!(
+                "{}: passed only on the second attempt: {}",
+                kernel.series,
+                second.join(", ")
+            ));
+        }
+        let failures: Vec<&str> = verdicts
+            .iter()
+            .flat_map(|v| v.failures.iter().map(String::as_str))
+            .collect();
+        if !failures.is_empty() {
+            say(format!(
+                "{}: failed: {}",
+                kernel.series,
+                failures.join(", ")
+            ));
+        }
+        let p: usize = verdicts.iter().map(|v| v.passed).sum();
+        let f: usize = verdicts.iter().map(|v| v.failed).sum();
+        println!(
+            "vm {}: {p} passed, {f} failed, {} on a second attempt ({})",
+            kernel.series,
+            second.len(),
+            kernel.release
+        );
+        passed += p;
+        failed += f;
     }
     say(format!("{passed} passed, {failed} failed"));
-    verdicts.iter().all(|v| v.ok)
+    per_kernel.iter().all(|(_, vs)| vs.iter().all(|v| v.ok))
 }
 
-/// Paths shared by the commands.
+/// Paths and tools shared by the commands.
 struct Ctx {
     workspace: PathBuf,
     cache: PathBuf,
     opts: Options,
+    /// The unpacked qemu and busybox.
+    tools: Tools,
+    /// Boot with the console only in the log (`cargo vm demo`, which
+    /// prints an overview instead).
+    quiet: bool,
 }
 
 impl Ctx {
@@ -203,7 +265,7 @@ impl Ctx {
     /// once per configuration, without arguments.
     fn boot(
         &self,
-        kernel: &setup::Kernel,
+        kernel: &Kernel,
         binaries: &[Binary],
         configs: &[RunConfig],
         mode: Mode,
@@ -214,7 +276,7 @@ impl Ctx {
     /// [`boot`](Self::boot) with the runs given (binaries with arguments).
     fn boot_runs(
         &self,
-        kernel: &setup::Kernel,
+        kernel: &Kernel,
         binaries: &[Binary],
         runs: &[GuestRun],
         configs: &[RunConfig],
@@ -229,7 +291,7 @@ impl Ctx {
     #[allow(clippy::too_many_arguments)]
     fn boot_single(
         &self,
-        kernel: &setup::Kernel,
+        kernel: &Kernel,
         binaries: &[Binary],
         runs: &[GuestRun],
         configs: &[RunConfig],
@@ -245,6 +307,7 @@ impl Ctx {
             "",
             initramfs::Contents {
                 modules: &kernel.modules,
+                busybox: &self.tools.busybox(),
                 binaries,
                 host_files,
                 init: guest::init_script(&kernel.modules, mode, Net::Dummy),
@@ -257,9 +320,11 @@ impl Ctx {
         }
         let outcome = match mode {
             Mode::Run => {
-                let outcome = qemu::run(&boot, &work_path.join(CONSOLE_LOG))?;
-                // The cache's copy is the last finished run's.
+                let outcome = qemu::run(&boot, &work_path.join(CONSOLE_LOG), self.quiet)?;
+                // The cache's copies are the last finished run's, and the
+                // last one's on this kernel.
                 work.publish(CONSOLE_LOG, &self.cache.join(CONSOLE_LOG))?;
+                work.publish(CONSOLE_LOG, &self.cache.join(series_log(kernel)))?;
                 Some(outcome)
             }
             Mode::Shell => {
@@ -292,7 +357,7 @@ impl Ctx {
     /// the given defaults).
     fn qemu_boot(
         &self,
-        kernel: &setup::Kernel,
+        kernel: &Kernel,
         initrd: PathBuf,
         mode: Mode,
         memory: &str,
@@ -300,6 +365,7 @@ impl Ctx {
         nics: Vec<qemu::Nic>,
     ) -> qemu::Boot {
         qemu::Boot {
+            tools: self.tools.clone(),
             kernel: kernel.vmlinuz.clone(),
             initrd,
             memory: self.opts.memory.clone().unwrap_or_else(|| memory.into()),
@@ -317,7 +383,7 @@ impl Ctx {
     /// returns A's and B's outcomes (`None` for the interactive shell).
     fn boot_two(
         &self,
-        kernel: &setup::Kernel,
+        kernel: &Kernel,
         binaries: &[Binary],
         runs: &[GuestRun],
         configs: &[RunConfig],
@@ -335,6 +401,7 @@ impl Ctx {
                 &format!("-{}", host.role()),
                 initramfs::Contents {
                     modules: &kernel.modules,
+                    busybox: &self.tools.busybox(),
                     binaries,
                     host_files: &[],
                     init: guest::init_script(&kernel.modules, mode, Net::Link(host)),
@@ -383,7 +450,7 @@ impl Ctx {
     /// `vm two-host: N passed, M failed`.
     fn run_two_host_plan(
         &self,
-        kernel: &setup::Kernel,
+        kernel: &Kernel,
         binaries: &[Binary],
         runs: &[GuestRun],
         configs: &[RunConfig],
@@ -457,6 +524,7 @@ impl Ctx {
         );
         print!("{table}");
         let failed = counts.failed + counts.missing;
+        let table = table.to_string();
         println!("vm two-host: {} passed, {failed} failed", counts.passed);
         Ok(Verdict {
             ok,
@@ -464,6 +532,7 @@ impl Ctx {
             failed,
             failures: counts.failures,
             second_attempt: counts.second_attempt,
+            table,
         })
     }
 
@@ -471,7 +540,7 @@ impl Ctx {
     /// counts).
     fn run_plan(
         &self,
-        kernel: &setup::Kernel,
+        kernel: &Kernel,
         binaries: &[Binary],
         runs: &[GuestRun],
         configs: &[RunConfig],
@@ -548,6 +617,7 @@ impl Ctx {
             failed: counts.failed + counts.missing,
             failures: counts.failures,
             second_attempt: counts.second_attempt,
+            table,
         })
     }
 }
@@ -569,70 +639,118 @@ fn real_main(args: &[String]) -> Result<bool> {
     }
     let workspace = util::workspace_root()?;
     let cache = util::cache_dir(&workspace);
+    // Held to the end: the cache must not be set up anew while we boot from it.
+    let (prepared, _cache_in_use) = setup::ensure(&cache, opts.force, &opts.kernels)?;
+    let quiet = opts.command == "demo";
     let ctx = Ctx {
         workspace,
         cache,
         opts,
+        tools: prepared.tools,
+        quiet,
     };
-    // Held to the end: the cache must not be set up anew while we boot from it.
-    let (kernel, _cache_in_use) = setup::ensure(&ctx.cache, ctx.opts.force)?;
+    let kernels = prepared.kernels;
+    let one_kernel = || -> Result<&Kernel> {
+        match &kernels[..] {
+            [k] => Ok(k),
+            _ => Err(Error(format!(
+                "`cargo vm {}` boots one kernel; name one with --kernel",
+                ctx.opts.command
+            ))),
+        }
+    };
     match ctx.opts.command.as_str() {
         "setup" => Ok(true),
-        "test" => {
-            // UVERBS_VM_ONLY=a,b: only the binaries whose names contain `a`
-            // or `b`, and no host suite (a quick loop while writing a device
-            // test; CI never sets it).
-            let only = std::env::var("UVERBS_VM_ONLY").ok();
-            if only.is_none() {
-                binaries::host_tests(&ctx.workspace)?;
-            }
-            let mut bins = binaries::static_tests(&ctx.workspace)?;
-            if let Some(only) = &only {
-                bins.retain(|b| only.split(',').any(|o| b.name.contains(o)));
-                say(format!("test: UVERBS_VM_ONLY={only}: host suite skipped"));
-            }
-            let (mut two_host, single): (Vec<Binary>, Vec<Binary>) =
+        "test" => ctx.test(&kernels),
+        "demo" => ctx.demo(&kernels),
+        "bench" => bench::run(&ctx, one_kernel()?),
+        "shell" => {
+            let kernel = one_kernel()?;
+            let bins = binaries::static_tests(&ctx.workspace)?;
+            let (two_host, single): (Vec<Binary>, Vec<Binary>) =
                 bins.into_iter().partition(|b| guest::is_two_host(&b.name));
-            // The two-host plan: the binaries, then the examples across
-            // the guests (selected by their run names).
-            let mut two_host_runs = plain_runs(&two_host);
-            let mut examples = GuestRun::two_host_examples();
-            if let Some(only) = &only {
-                examples.retain(|r| only.split(',').any(|o| r.name.contains(o)));
+            if ctx.opts.two {
+                let runs = plain_runs(&two_host);
+                ctx.boot_two(kernel, &two_host, &runs, guest::TEST_CONFIGS, Mode::Shell)?;
+            } else {
+                ctx.boot(kernel, &single, guest::TEST_CONFIGS, Mode::Shell)?;
             }
-            for run in &examples {
-                if !two_host.iter().any(|b| b.name == run.bin) {
-                    two_host.push(binaries::static_example(&ctx.workspace, &run.bin)?);
-                }
+            Ok(true)
+        }
+        _ => unreachable!("checked above"),
+    }
+}
+
+/// The console log kept in the cache for the last boot of `kernel`.
+fn series_log(kernel: &Kernel) -> String {
+    format!("console-{}.log", kernel.series)
+}
+
+impl Ctx {
+    /// `cargo vm test`: the host suite, then on each kernel the single
+    /// guest's plan and the two-host plan, a summary line per kernel
+    /// (`vm 6.12: N passed, M failed, K on a second attempt`) and the total.
+    fn test(&self, kernels: &[Kernel]) -> Result<bool> {
+        // UVERBS_VM_ONLY=a,b: only the binaries whose names contain `a`
+        // or `b`, and no host suite (a quick loop while writing a device
+        // test; CI never sets it).
+        let only = std::env::var("UVERBS_VM_ONLY").ok();
+        if only.is_none() {
+            binaries::host_tests(&self.workspace)?;
+        }
+        let mut bins = binaries::static_tests(&self.workspace)?;
+        if let Some(only) = &only {
+            bins.retain(|b| only.split(',').any(|o| b.name.contains(o)));
+            say(format!("test: UVERBS_VM_ONLY={only}: host suite skipped"));
+        }
+        let (mut two_host, single): (Vec<Binary>, Vec<Binary>) =
+            bins.into_iter().partition(|b| guest::is_two_host(&b.name));
+        // The two-host plan: the binaries, then the examples across
+        // the guests (selected by their run names).
+        let mut two_host_runs = plain_runs(&two_host);
+        let mut examples = GuestRun::two_host_examples();
+        if let Some(only) = &only {
+            examples.retain(|r| only.split(',').any(|o| r.name.contains(o)));
+        }
+        for run in &examples {
+            if !two_host.iter().any(|b| b.name == run.bin) {
+                two_host.push(binaries::static_example(&self.workspace, &run.bin)?);
             }
-            two_host_runs.extend(examples);
-            let list = |bins: &[Binary]| {
-                bins.iter()
-                    .map(|b| b.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            };
+        }
+        two_host_runs.extend(examples);
+        let list = |bins: &[Binary]| {
+            bins.iter()
+                .map(|b| b.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        say(format!(
+            "test: {} binaries × {} configurations in one guest: {}",
+            single.len(),
+            guest::TEST_CONFIGS.len(),
+            list(&single)
+        ));
+        say(format!(
+            "test: {} runs × {} configurations on two guests: {}",
+            two_host_runs.len(),
+            guest::TEST_CONFIGS.len(),
+            two_host_runs
+                .iter()
+                .map(|r| r.name.as_str())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
+        let mut per_kernel: Vec<(&Kernel, Vec<Verdict>)> = Vec::new();
+        for kernel in kernels {
             say(format!(
-                "test: {} binaries × {} configurations in one guest: {}",
-                single.len(),
-                guest::TEST_CONFIGS.len(),
-                list(&single)
-            ));
-            say(format!(
-                "test: {} runs × {} configurations on two guests: {}",
-                two_host_runs.len(),
-                guest::TEST_CONFIGS.len(),
-                two_host_runs
-                    .iter()
-                    .map(|r| r.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(" ")
+                "test: ==== kernel {} ({}) ====",
+                kernel.series, kernel.release
             ));
             let mut verdicts = Vec::new();
             if single.is_empty() {
                 say("test: no single-guest binary selected; that guest is not booted");
             } else {
-                let v = ctx.run_plan(&kernel, &single, &test_runs(&single), guest::TEST_CONFIGS)?;
+                let v = self.run_plan(kernel, &single, &test_runs(&single), guest::TEST_CONFIGS)?;
                 say(format!(
                     "single guest: {} passed, {} failed",
                     v.passed, v.failed
@@ -644,40 +762,62 @@ fn real_main(args: &[String]) -> Result<bool> {
                     "vm two-host: 0 passed, 0 failed (no two_host_* run selected; not booted)"
                 );
             } else {
-                verdicts.push(ctx.run_two_host_plan(
-                    &kernel,
+                verdicts.push(self.run_two_host_plan(
+                    kernel,
                     &two_host,
                     &two_host_runs,
                     guest::TEST_CONFIGS,
                 )?);
             }
-            Ok(final_line(&verdicts))
+            per_kernel.push((kernel, verdicts));
         }
-        "demo" => {
-            let runs = GuestRun::demo();
-            let mut bins: Vec<Binary> = Vec::new();
-            for run in &runs {
-                if !bins.iter().any(|b| b.name == run.bin) {
-                    bins.push(binaries::static_example(&ctx.workspace, &run.bin)?);
-                }
+        Ok(final_lines(&per_kernel))
+    }
+
+    /// `cargo vm demo`: the demo's runs on each kernel, the consoles only
+    /// in their logs; then an overview per kernel (what ran, where, the
+    /// table, the log) and the total.
+    fn demo(&self, kernels: &[Kernel]) -> Result<bool> {
+        let runs = GuestRun::demo();
+        let mut bins: Vec<Binary> = Vec::new();
+        for run in &runs {
+            if !bins.iter().any(|b| b.name == run.bin) {
+                bins.push(binaries::static_example(&self.workspace, &run.bin)?);
             }
-            let v = ctx.run_plan(&kernel, &bins, &runs, guest::DEMO_CONFIGS)?;
-            Ok(final_line(&[v]))
         }
-        "bench" => bench::run(&ctx, &kernel),
-        "shell" => {
-            let bins = binaries::static_tests(&ctx.workspace)?;
-            let (two_host, single): (Vec<Binary>, Vec<Binary>) =
-                bins.into_iter().partition(|b| guest::is_two_host(&b.name));
-            if ctx.opts.two {
-                let runs = plain_runs(&two_host);
-                ctx.boot_two(&kernel, &two_host, &runs, guest::TEST_CONFIGS, Mode::Shell)?;
-            } else {
-                ctx.boot(&kernel, &single, guest::TEST_CONFIGS, Mode::Shell)?;
-            }
-            Ok(true)
+        let mut per_kernel = Vec::new();
+        for kernel in kernels {
+            say(format!(
+                "demo: booting {} ({}); the console goes to {} only",
+                kernel.series,
+                kernel.release,
+                self.cache.join(series_log(kernel)).display()
+            ));
+            let v = self.run_plan(kernel, &bins, &runs, guest::DEMO_CONFIGS)?;
+            per_kernel.push((kernel, vec![v]));
         }
-        _ => unreachable!("checked above"),
+        println!();
+        say("demo: overview");
+        for (kernel, verdicts) in &per_kernel {
+            let v = &verdicts[0];
+            say(format!(
+                "demo on {} ({}), rxe0 and siw0, transports {}: {}",
+                kernel.series,
+                kernel.release,
+                guest::DEMO_CONFIGS
+                    .iter()
+                    .map(|c| c.name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if v.ok { "all passed" } else { "FAILED" }
+            ));
+            print!("{}", v.table);
+            say(format!(
+                "demo: the full console (every run's output): {}",
+                self.cache.join(series_log(kernel)).display()
+            ));
+        }
+        Ok(final_lines(&per_kernel))
     }
 }
 

@@ -1,6 +1,7 @@
 //! Booting the VM under qemu (TCG: KVM is not usable on the CI machines)
 //! with a hard timeout, streaming the serial console to stdout and a log.
 
+use crate::tools::Tools;
 use crate::util::{describe, err, say, Context, Error, Result};
 use std::fs;
 use std::io::{Read, Write};
@@ -18,6 +19,8 @@ const CMDLINE: &str = "console=ttyS0 panic=-1 loglevel=4 tsc=reliable";
 
 /// How to boot.
 pub struct Boot {
+    /// The unpacked qemu to run.
+    pub tools: Tools,
     /// The kernel image.
     pub kernel: PathBuf,
     /// The gzip initramfs.
@@ -78,7 +81,7 @@ fn nic_args(nic: &Nic) -> [String; 4] {
 }
 
 fn command(b: &Boot) -> Command {
-    let mut c = Command::new("qemu-system-x86_64");
+    let mut c = b.tools.qemu();
     c.args(["-accel", "tcg", "-cpu", "max", "-smp"])
         .arg(b.cpus.to_string())
         .args(["-m", &b.memory]);
@@ -313,10 +316,11 @@ impl Running {
     }
 }
 
-/// Boots, streams the console to stdout and to `log` as it arrives, and
-/// returns everything once qemu exits (the guest powers off) or is killed.
-pub fn run(b: &Boot, log: &Path) -> Result<Outcome> {
-    start(b, log, Echo::Raw)?.finish()
+/// Boots, streams the console to `log` (and to stdout unless `quiet`) as
+/// it arrives, and returns everything once qemu exits (the guest powers
+/// off) or is killed.
+pub fn run(b: &Boot, log: &Path, quiet: bool) -> Result<Outcome> {
+    start(b, log, if quiet { Echo::Quiet } else { Echo::Raw })?.finish()
 }
 
 /// `n` distinct free TCP ports on 127.0.0.1 for the links' listening qemu
@@ -529,6 +533,7 @@ mod tests {
             "socket,id=rxe,connect=127.0.0.1:4000"
         );
         let two = Boot {
+            tools: Tools::unpacked_at("/t"),
             kernel: "k".into(),
             initrd: "i".into(),
             memory: "1G".into(),
@@ -538,6 +543,7 @@ mod tests {
         };
         assert!(listen_ports(&two).is_err(), "a NIC of A that connects");
         let boot = Boot {
+            tools: Tools::unpacked_at("/t"),
             kernel: "k".into(),
             initrd: "i".into(),
             memory: "1G".into(),
@@ -547,6 +553,7 @@ mod tests {
         };
         let line = describe(&command(&boot));
         assert!(line.contains("-smp 1 -m 1G -nic none -nographic"), "{line}");
+        assert!(line.starts_with("/t/usr/bin/qemu-system-x86_64 "), "{line}");
     }
 
     #[test]

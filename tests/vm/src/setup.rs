@@ -1,47 +1,105 @@
-//! `cargo vm setup`: everything the VM needs from the host, cached.
+//! `cargo vm setup`: everything the VM needs, cached, with nothing
+//! installed on the host and no root needed.
 //!
-//! 1. Host packages (qemu, busybox, kmod, xz, iproute2, strace, gcc, make) are
-//!    installed with apt-get when missing; [`crate::apt`] never lets apt
-//!    remove a package to do so.
-//! 2. The current Debian 6.12 kernel is resolved through apt-cache (the
-//!    `linux-image-6.12-amd64` meta package names it), and the image,
-//!    headers, kbuild and source packages are fetched with `apt-get download`
-//!    and unpacked with `dpkg -x` into the cache. Nothing is installed on the
-//!    host.
-//! 3. siw (not built in any Debian kernel) is built out of tree from the
+//! 1. The host programs the set-up itself runs (gcc, make, binutils, xz,
+//!    ...) are checked for; one that is missing is named with the package
+//!    that provides it ([`HOST_PROGRAMS`]).
+//! 2. qemu and busybox are Debian's packages unpacked into the cache
+//!    ([`crate::tools`]).
+//! 3. Each kernel series ([`SERIES`]: Debian 12's 6.12 and its default 6.1)
+//!    is resolved through apt-cache (a meta package names the image), and
+//!    the image, headers, kbuild and source packages are fetched with
+//!    `apt-get download` and unpacked with `dpkg -x` ([`crate::apt`], over
+//!    package lists of the harness's own).
+//! 4. siw (not built in any Debian kernel) is built out of tree from the
 //!    source package against the unpacked headers.
-//! 4. The modules the guest loads are decompressed and ordered so that every
-//!    module's dependencies come before it.
-//! 5. A stamp records the result, so later runs go straight to booting.
+//! 5. The modules the guest loads are decompressed and ordered so that every
+//!    module's dependencies come before it ([`crate::modinfo`] reads them).
+//! 6. A stamp per kernel (and one for the tools) records the result, so
+//!    later runs go straight to booting.
 
-use crate::apt;
+use crate::apt::{self, Apt, Pkg};
 use crate::cache::{self, CacheLock};
-use crate::util::{
-    err, have_program, run_captured, run_streaming, say, which, Context, Error, Result,
-};
+use crate::modinfo;
+use crate::tools::Tools;
+use crate::util::{err, have_program, run_captured, say, Context, Error, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The meta package whose dependency names the current 6.12 kernel.
-const KERNEL_META: &str = "linux-image-6.12-amd64";
-/// The kernel source package (version pinned to the image's version).
-const SOURCE_PACKAGE: &str = "linux-source-6.12";
+/// A Debian kernel series the VM can boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Series {
+    /// What `--kernel` takes, e.g. `6.12`.
+    pub name: &'static str,
+    /// The meta package whose dependency names the current image.
+    meta: &'static str,
+    /// The kernel source package (pinned to the image's version).
+    source: &'static str,
+}
 
-/// Host packages and a program each must provide (used to spot what is missing).
-const HOST_PACKAGES: &[(&str, &str)] = &[
-    ("qemu-system-x86", "qemu-system-x86_64"),
-    ("busybox-static", "busybox"),
-    ("kmod", "modinfo"),
-    ("xz-utils", "xz"),
-    ("gzip", "gzip"),
-    ("iproute2", "rdma"),
-    // Copied into the guest: `cargo vm demo` counts system calls with it.
-    ("strace", "strace"),
-    ("make", "make"),
-    ("gcc-12", "x86_64-linux-gnu-gcc-12"),
-    ("binutils", "ld"),
+/// The kernels `--kernel` offers; the first is the default. 6.12 is
+/// Debian 12's newer kernel (from bookworm-security), 6.1 its default
+/// (`linux-image-amd64`), the one most Debian 12 machines run.
+pub const SERIES: &[Series] = &[
+    Series {
+        name: "6.12",
+        meta: "linux-image-6.12-amd64",
+        source: "linux-source-6.12",
+    },
+    Series {
+        name: "6.1",
+        meta: "linux-image-amd64",
+        source: "linux-source-6.1",
+    },
 ];
+
+/// The series named `name` (`6.12`, `6.1`).
+pub fn series(name: &str) -> Option<Series> {
+    SERIES.iter().copied().find(|s| s.name == name)
+}
+
+/// Host programs the set-up and the boots run, each with the Debian
+/// package that provides it (qemu, busybox and the module tools are not
+/// among them: the harness brings its own).
+pub const HOST_PROGRAMS: &[(&str, &str)] = &[
+    ("apt-get", "apt"),
+    ("apt-cache", "apt"),
+    ("dpkg", "dpkg"),
+    ("tar", "tar"),
+    ("xz", "xz-utils"),
+    ("gzip", "gzip"),
+    ("make", "make"),
+    ("x86_64-linux-gnu-gcc-12", "gcc-12"),
+    ("ld", "binutils"),
+    ("strip", "binutils"),
+    ("ldd", "libc-bin"),
+    // Copied into the guest with their libraries.
+    ("rdma", "iproute2"),
+    ("strace", "strace"),
+];
+
+/// The host programs of `wanted` that cannot be found, as one error that
+/// names their packages.
+fn check_host_programs(wanted: &[(&str, &str)]) -> Result<()> {
+    let missing: Vec<&(&str, &str)> = wanted.iter().filter(|(p, _)| !have_program(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let mut packages: Vec<&str> = missing.iter().map(|(_, pkg)| *pkg).collect();
+    packages.dedup();
+    Err(Error(format!(
+        "setup: host programs missing: {} (packages: {}). uverbs-vm installs nothing on the \
+         host; install them yourself, e.g. `apt-get install {}`",
+        missing
+            .iter()
+            .map(|(p, _)| *p)
+            .collect::<Vec<_>>()
+            .join(", "),
+        packages.join(" "),
+        packages.join(" ")
+    )))
+}
 
 /// The modules loaded in the guest, in load order: (name, required,
 /// insmod arguments). Dependencies a future kernel adds are inserted
@@ -87,6 +145,8 @@ pub struct Module {
 /// The prepared kernel: what a boot needs.
 #[derive(Debug, Clone)]
 pub struct Kernel {
+    /// The series it was resolved from (`6.12`, `6.1`).
+    pub series: String,
     /// The kernel release, e.g. `6.12.117+deb12-amd64`.
     pub release: String,
     /// The bootable image.
@@ -95,39 +155,59 @@ pub struct Kernel {
     pub modules: Vec<Module>,
 }
 
-/// The completion stamp inside the cache.
-const STAMP: &str = "setup-complete";
+/// What a boot needs from the cache: the tools and the kernels asked for.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    pub tools: Tools,
+    /// In the order asked for.
+    pub kernels: Vec<Kernel>,
+}
 
-/// Makes sure host packages and the cached kernel, modules and siw exist,
-/// setting them up if not (or if `force`). With a valid completion stamp
-/// only the cheap host-package check runs.
+/// The completion stamp of a kernel series inside the cache.
+fn stamp_path(cache: &Path, s: Series) -> PathBuf {
+    cache.join(format!("setup-complete-{}", s.name))
+}
+
+/// Makes sure the tools and the cached kernels of `series` exist, setting
+/// up what is missing (or everything, with `force`). With valid stamps only
+/// cheap checks run.
 ///
 /// Safe for concurrent runs on one cache (see [`crate::cache`]): the set-up
 /// happens at most once, under the cache's exclusive lock. The returned
 /// shared lock keeps a later `--force` from rewriting the cache while the
 /// caller boots from it; hold it until done.
-pub fn ensure(cache: &Path, force: bool) -> Result<(Kernel, CacheLock)> {
-    let stamp = cache.join(STAMP);
-    let (kernel, lock) =
-        cache::read_or_set_up(cache, force, || ready(&stamp), || set_up(cache, &stamp))?;
-    say(format!(
-        "setup: cached kernel {} (delete {} or run `cargo vm setup --force` to redo)",
-        kernel.release,
-        stamp.display()
-    ));
-    Ok((kernel, lock))
+pub fn ensure(cache: &Path, force: bool, series: &[Series]) -> Result<(Prepared, CacheLock)> {
+    let mut first = true;
+    let (prepared, lock) = cache::read_or_set_up(
+        cache,
+        force,
+        || ready(cache, series),
+        || {
+            let redo = force && std::mem::take(&mut first);
+            set_up(cache, series, redo)
+        },
+    )?;
+    for k in &prepared.kernels {
+        say(format!(
+            "setup: cached kernel {} {} (`cargo vm setup --force` redoes it)",
+            k.series, k.release
+        ));
+    }
+    Ok((prepared, lock))
 }
 
-/// The cached kernel, if the host packages are there and the stamp is valid;
-/// else why not.
-fn ready(stamp: &Path) -> Result<Kernel> {
-    let missing = missing_host_packages();
-    if !missing.is_empty() {
-        return Err(Error(format!(
-            "host packages missing: {}",
-            missing.join(" ")
-        )));
-    }
+/// The cached tools and kernels, if every stamp is valid; else why not.
+fn ready(cache: &Path, series: &[Series]) -> Result<Prepared> {
+    let tools = Tools::read(cache)?;
+    let kernels = series
+        .iter()
+        .map(|&s| ready_kernel(&stamp_path(cache, s)))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Prepared { tools, kernels })
+}
+
+/// One cached kernel, if its stamp is valid.
+fn ready_kernel(stamp: &Path) -> Result<Kernel> {
     if !stamp.is_file() {
         return Err(Error(format!(
             "no completed set-up ({} absent)",
@@ -161,216 +241,113 @@ fn missing_modules(kernel: &Kernel, wanted: &[(&str, bool, &str)]) -> Vec<String
         .collect()
 }
 
-/// The whole set-up; ends by writing the stamp.
-fn set_up(cache: &Path, stamp: &Path) -> Result<()> {
-    ensure_host_packages()?;
+/// Sets up whatever of the tools and `series` is not ready (all of it with
+/// `force`).
+fn set_up(cache: &Path, series: &[Series], force: bool) -> Result<()> {
+    check_host_programs(HOST_PROGRAMS)?;
     fs::create_dir_all(cache).context("setup: creating the cache directory")?;
-    let _ = fs::remove_file(stamp);
+    let apt = Apt::new(cache);
+    apt.refresh(force)?;
+    if force || Tools::read(cache).is_err() {
+        Tools::set_up(&apt, cache)?;
+    }
+    for &s in series {
+        let stamp = stamp_path(cache, s);
+        if force || ready_kernel(&stamp).is_err() {
+            set_up_kernel(&apt, cache, s, &stamp)?;
+        }
+    }
+    say("setup: done");
+    Ok(())
+}
 
-    let (image_pkg, version) = resolve_kernel()?;
-    let abi = image_pkg
-        .strip_prefix("linux-image-")
-        .and_then(|s| s.strip_suffix("-amd64"))
+/// The kernel packages of one series: the image, its headers (with the
+/// common headers and kbuild they depend on) and the source, all at the
+/// image's version.
+fn kernel_packages(apt: &Apt, s: Series) -> Result<(String, Vec<Pkg>)> {
+    let step = format!("setup: resolving the {} kernel", s.name);
+    say(format!(
+        "setup: resolving the current kernel behind {}",
+        s.meta
+    ));
+    let image = apt
+        .depends(s.meta)?
+        .into_iter()
+        .find(|p| p.starts_with(&format!("linux-image-{}", s.name)) && p.ends_with("-amd64"))
         .ok_or_else(|| {
             err(
-                "setup: resolving the kernel",
-                format!("unexpected package name {image_pkg}"),
+                &step,
+                format!(
+                    "`apt-cache depends {}` names no linux-image-{}* package \
+                     (the 6.12 kernel for Debian 12 comes from bookworm-security; \
+                     is it in the apt sources?)",
+                    s.meta, s.name
+                ),
             )
-        })?
+        })?;
+    let abi = image
+        .strip_prefix("linux-image-")
+        .and_then(|a| a.strip_suffix("-amd64"))
+        .ok_or_else(|| err(&step, format!("unexpected package name {image}")))?
         .to_string();
+    let version = apt.version(&image)?;
+    let headers = format!("linux-headers-{abi}-amd64");
+    let mut names = vec![image.clone(), headers.clone()];
+    names.extend(
+        apt.depends(&headers)?
+            .into_iter()
+            .filter(|d| d.starts_with("linux-headers-") || d.starts_with("linux-kbuild-")),
+    );
+    names.push(s.source.to_string());
+    if names.len() != 5 {
+        return Err(err(
+            &step,
+            format!("expected the image, two headers, kbuild and the source, got {names:?}"),
+        ));
+    }
+    let pkgs = names
+        .into_iter()
+        .map(|name| Pkg {
+            name,
+            version: version.clone(),
+        })
+        .collect();
+    Ok((abi, pkgs))
+}
+
+/// The whole set-up of one kernel series; ends by writing its stamp.
+fn set_up_kernel(apt: &Apt, cache: &Path, s: Series, stamp: &Path) -> Result<()> {
+    let _ = fs::remove_file(stamp);
+    let (abi, pkgs) = kernel_packages(apt, s)?;
     let release = format!("{abi}-amd64");
     say(format!(
-        "setup: kernel {release} (package version {version})"
+        "setup: kernel {release} (package version {})",
+        pkgs[0].version
     ));
-
-    let debs = cache.join("debs");
-    let packages = [
-        image_pkg.clone(),
-        format!("linux-headers-{abi}-amd64"),
-        format!("linux-headers-{abi}-common"),
-        format!("linux-kbuild-{abi}"),
-        SOURCE_PACKAGE.to_string(),
-    ];
-    let files = download(&debs, &packages, &version)?;
+    let files = apt.download(&cache.join("debs"), &pkgs)?;
 
     let kdir = cache.join(format!("kernel-{release}"));
     let root = kdir.join("root");
-    unpack(&root, &files[..4])?;
+    if root.exists() {
+        fs::remove_dir_all(&root).context("setup: clearing the old unpacked kernel")?;
+    }
+    fs::create_dir_all(&root).context("setup: creating the unpack directory")?;
+    for deb in &files[..4] {
+        say(format!(
+            "setup: unpacking {}",
+            deb.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        apt::unpack(deb, &root)?;
+    }
     let siw_src = extract_siw_source(&kdir, &files[4])?;
     let siw_ko = build_siw(&root, &release, &abi, &siw_src)?;
-    let kernel = prepare_modules(&kdir, &root, &release, &siw_ko)?;
+    let kernel = prepare_modules(s, &kdir, &root, &release, &siw_ko)?;
     // The full module tree (~190 MB) is no longer needed: the guest's
     // modules are decompressed into kdir/modules.
     fs::remove_dir_all(root.join("lib/modules"))
         .context("setup: removing the unpacked module tree")?;
     write_stamp(stamp, cache, &kernel)?;
-    say("setup: done");
-    Ok(())
-}
-
-/// Installs whichever host packages are missing (apt never removes any).
-fn ensure_host_packages() -> Result<()> {
-    let missing = missing_host_packages();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    if !have_program("apt-get") {
-        return Err(Error(format!(
-            "setup: host packages missing ({}) and there is no apt-get to install them",
-            missing.join(" ")
-        )));
-    }
-    say(format!(
-        "setup: installing host packages: {}",
-        missing.join(" ")
-    ));
-    apt::install("setup: installing host packages", &missing)
-}
-
-/// The host packages that are not installed or lack their program.
-fn missing_host_packages() -> Vec<&'static str> {
-    HOST_PACKAGES
-        .iter()
-        .filter(|(pkg, prog)| !apt::installed(pkg) || !have_program(prog))
-        .map(|(pkg, _)| *pkg)
-        .collect()
-}
-
-/// Asks apt-cache which kernel package `linux-image-6.12-amd64` points to
-/// today, and that package's version. Returns (package, version).
-fn resolve_kernel() -> Result<(String, String)> {
-    say(format!(
-        "setup: resolving the current kernel behind {KERNEL_META}"
-    ));
-    let query = || -> Result<(String, String)> {
-        let deps = run_captured(
-            "setup: resolving the kernel",
-            Command::new("apt-cache").args(["depends", KERNEL_META]),
-        )?;
-        let pkg = deps
-            .lines()
-            .filter_map(|l| l.trim().trim_start_matches('|').strip_prefix("Depends:"))
-            .map(str::trim)
-            .find(|p| p.starts_with("linux-image-") && p.ends_with("-amd64"))
-            .ok_or_else(|| {
-                err(
-                    "setup: resolving the kernel",
-                    format!(
-                        "`apt-cache depends {KERNEL_META}` names no linux-image package:\n{deps}"
-                    ),
-                )
-            })?
-            .to_string();
-        let show = run_captured(
-            "setup: resolving the kernel version",
-            Command::new("apt-cache").args(["show", "--no-all-versions", &pkg]),
-        )?;
-        let version = show
-            .lines()
-            .find_map(|l| l.strip_prefix("Version:"))
-            .map(|v| v.trim().to_string())
-            .ok_or_else(|| {
-                err(
-                    "setup: resolving the kernel version",
-                    format!("no Version in `apt-cache show {pkg}`"),
-                )
-            })?;
-        Ok((pkg, version))
-    };
-    match query() {
-        Ok(r) => Ok(r),
-        Err(first) => {
-            say(format!(
-                "setup: {first}\nvm: setup: refreshing package lists and retrying"
-            ));
-            apt::update()?;
-            query().map_err(|e| {
-                Error(format!(
-                    "{e}\n(the 6.12 kernel for Debian 12 comes from bookworm-security; \
-                     make sure it is in the apt sources)"
-                ))
-            })
-        }
-    }
-}
-
-/// The file name apt-get download gives a package version (':' is escaped).
-fn deb_prefix(pkg: &str, version: &str) -> String {
-    format!("{pkg}_{}_", version.replace(':', "%3a"))
-}
-
-/// Fetches the packages (pinned to `version`) into `dir` unless already
-/// there. Returns the .deb paths in the order of `packages`.
-fn download(dir: &Path, packages: &[String], version: &str) -> Result<Vec<PathBuf>> {
-    fs::create_dir_all(dir).context("setup: creating the download directory")?;
-    let find = |pkg: &str| -> Option<PathBuf> {
-        let prefix = deb_prefix(pkg, version);
-        fs::read_dir(dir)
-            .ok()?
-            .flatten()
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .map(|n| {
-                        let n = n.to_string_lossy();
-                        n.starts_with(&prefix) && n.ends_with(".deb")
-                    })
-                    .unwrap_or(false)
-            })
-    };
-    let wanted: Vec<String> = packages
-        .iter()
-        .filter(|p| find(p).is_none())
-        .map(|p| format!("{p}={version}"))
-        .collect();
-    if !wanted.is_empty() {
-        say(format!(
-            "setup: downloading {} into {}",
-            wanted.join(" "),
-            dir.display()
-        ));
-        let mut cmd = Command::new("apt-get");
-        cmd.current_dir(dir).arg("download");
-        if apt::is_root() {
-            // apt's download sandbox user cannot write into our cache.
-            cmd.args(["-o", "APT::Sandbox::User=root"]);
-        }
-        run_streaming("setup: downloading the kernel packages", cmd.args(&wanted))?;
-    } else {
-        say("setup: kernel packages already downloaded");
-    }
-    packages
-        .iter()
-        .map(|p| {
-            find(p).ok_or_else(|| {
-                err(
-                    "setup: downloading",
-                    format!(
-                        "{p} {version} is not in {} after apt-get download",
-                        dir.display()
-                    ),
-                )
-            })
-        })
-        .collect()
-}
-
-/// Unpacks .deb files into a fresh `root` with `dpkg -x`.
-fn unpack(root: &Path, debs: &[PathBuf]) -> Result<()> {
-    if root.exists() {
-        fs::remove_dir_all(root).context("setup: clearing the old unpacked kernel")?;
-    }
-    fs::create_dir_all(root).context("setup: creating the unpack directory")?;
-    for deb in debs {
-        say(format!(
-            "setup: unpacking {}",
-            deb.file_name().unwrap_or_default().to_string_lossy()
-        ));
-        run_captured(
-            "setup: unpacking",
-            Command::new("dpkg").arg("-x").arg(deb).arg(root),
-        )?;
-    }
+    say(format!("setup: kernel {} ready", s.name));
     Ok(())
 }
 
@@ -385,10 +362,7 @@ fn extract_siw_source(kdir: &Path, source_deb: &Path) -> Result<PathBuf> {
         }
     }
     say("setup: unpacking the kernel source package (siw sources only)");
-    run_captured(
-        "setup: unpacking the source package",
-        Command::new("dpkg").arg("-x").arg(source_deb).arg(&tmp),
-    )?;
+    apt::unpack(source_deb, &tmp)?;
     let srcdir = tmp.join("usr/src");
     let tarball = fs::read_dir(&srcdir)
         .context("setup: reading the source package")?
@@ -475,14 +449,18 @@ fn build_siw(root: &Path, release: &str, abi: &str, siw: &Path) -> Result<PathBu
     Ok(ko)
 }
 
-/// Finds `<name>.ko.xz` (also with '-' and '_' swapped) under `dir`.
+/// Finds `<name>.ko.xz` or `<name>.ko` (also with '-' and '_' swapped)
+/// under `dir`: 6.12's modules are xz-compressed, other kernels' may not be.
 fn find_module(dir: &Path, name: &str) -> Option<PathBuf> {
     let alt = if name.contains('-') {
         name.replace('-', "_")
     } else {
         name.replace('_', "-")
     };
-    let names = [format!("{name}.ko.xz"), format!("{alt}.ko.xz")];
+    let names: Vec<String> = [name, alt.as_str()]
+        .iter()
+        .flat_map(|n| [format!("{n}.ko.xz"), format!("{n}.ko")])
+        .collect();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         for e in fs::read_dir(&d).ok()?.flatten() {
@@ -497,20 +475,10 @@ fn find_module(dir: &Path, name: &str) -> Option<PathBuf> {
     None
 }
 
-/// The modules a module depends on (`modinfo -F depends`).
+/// The modules a module depends on (what `modinfo -F depends` says).
 fn module_deps(ko: &Path) -> Result<Vec<String>> {
-    let out = run_captured(
-        "setup: reading module dependencies",
-        Command::new(which("modinfo").unwrap_or_else(|| "modinfo".into()))
-            .args(["-F", "depends"])
-            .arg(ko),
-    )?;
-    Ok(out
-        .trim()
-        .split(',')
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect())
+    let data = fs::read(ko).context("setup: reading a module")?;
+    modinfo::depends(&data, &ko.display().to_string())
 }
 
 /// Modules being collected in load order.
@@ -554,22 +522,26 @@ impl ModuleSet {
                 ));
                 return Ok(());
             };
-            let data = Command::new("xz")
-                .arg("-dc")
-                .arg(&src)
-                .output()
-                .context("setup: running xz")?;
-            if !data.status.success() {
-                return Err(err(
-                    "setup: decompressing modules",
-                    format!(
-                        "xz -dc {} failed: {}",
-                        src.display(),
-                        String::from_utf8_lossy(&data.stderr)
-                    ),
-                ));
+            if src.extension().is_some_and(|e| e == "xz") {
+                let data = Command::new("xz")
+                    .arg("-dc")
+                    .arg(&src)
+                    .output()
+                    .context("setup: running xz")?;
+                if !data.status.success() {
+                    return Err(err(
+                        "setup: decompressing modules",
+                        format!(
+                            "xz -dc {} failed: {}",
+                            src.display(),
+                            String::from_utf8_lossy(&data.stderr)
+                        ),
+                    ));
+                }
+                fs::write(&dest, data.stdout).context("setup: writing a module")?;
+            } else {
+                fs::copy(&src, &dest).context("setup: copying a module")?;
             }
-            fs::write(&dest, data.stdout).context("setup: writing a module")?;
         }
         for dep in module_deps(&dest)? {
             self.add(&dep, true, "", depth + 1)?;
@@ -586,7 +558,13 @@ impl ModuleSet {
 
 /// Decompresses the modules the guest needs and orders them so that each
 /// one's dependencies come first.
-fn prepare_modules(kdir: &Path, root: &Path, release: &str, siw_ko: &Path) -> Result<Kernel> {
+fn prepare_modules(
+    s: Series,
+    kdir: &Path,
+    root: &Path,
+    release: &str,
+    siw_ko: &Path,
+) -> Result<Kernel> {
     let vmlinuz = root.join(format!("boot/vmlinuz-{release}"));
     if !vmlinuz.is_file() {
         return Err(err(
@@ -616,6 +594,7 @@ fn prepare_modules(kdir: &Path, root: &Path, release: &str, siw_ko: &Path) -> Re
     }
     let modules = set.modules;
     Ok(Kernel {
+        series: s.name.to_string(),
         release: release.to_string(),
         vmlinuz,
         modules,
@@ -625,7 +604,12 @@ fn prepare_modules(kdir: &Path, root: &Path, release: &str, siw_ko: &Path) -> Re
 /// Records a finished set-up (paths relative to the cache).
 fn write_stamp(stamp: &Path, cache: &Path, k: &Kernel) -> Result<()> {
     let rel = |p: &Path| p.strip_prefix(cache).unwrap_or(p).display().to_string();
-    let mut s = format!("release {}\nvmlinuz {}\n", k.release, rel(&k.vmlinuz));
+    let mut s = format!(
+        "series {}\nrelease {}\nvmlinuz {}\n",
+        k.series,
+        k.release,
+        rel(&k.vmlinuz)
+    );
     for m in &k.modules {
         s.push_str(&format!(
             "module {} {} {} {}\n",
@@ -642,12 +626,14 @@ fn write_stamp(stamp: &Path, cache: &Path, k: &Kernel) -> Result<()> {
 fn read_stamp(stamp: &Path) -> Result<Kernel> {
     let cache = stamp.parent().unwrap_or(Path::new("."));
     let text = fs::read_to_string(stamp).context("reading the stamp")?;
+    let mut series = None;
     let mut release = None;
     let mut vmlinuz = None;
     let mut modules = Vec::new();
     for line in text.lines() {
         let mut f = line.splitn(5, ' ');
         match f.next() {
+            Some("series") => series = f.next().map(str::to_string),
             Some("release") => release = f.next().map(str::to_string),
             Some("vmlinuz") => vmlinuz = f.next().map(|p| cache.join(p)),
             Some("module") => {
@@ -664,8 +650,8 @@ fn read_stamp(stamp: &Path) -> Result<Kernel> {
             _ => {}
         }
     }
-    let (Some(release), Some(vmlinuz)) = (release, vmlinuz) else {
-        return Err(Error("stamp lacks release or vmlinuz".into()));
+    let (Some(series), Some(release), Some(vmlinuz)) = (series, release, vmlinuz) else {
+        return Err(Error("stamp lacks series, release or vmlinuz".into()));
     };
     for p in std::iter::once(&vmlinuz).chain(modules.iter().map(|m| &m.path)) {
         if !p.is_file() {
@@ -676,6 +662,7 @@ fn read_stamp(stamp: &Path) -> Result<Kernel> {
         return Err(Error("stamp lists no modules".into()));
     }
     Ok(Kernel {
+        series,
         release,
         vmlinuz,
         modules,
@@ -687,12 +674,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn deb_names() {
-        assert_eq!(
-            deb_prefix("linux-source-6.12", "6.12.117-1~deb12u1"),
-            "linux-source-6.12_6.12.117-1~deb12u1_"
+    fn missing_host_programs_name_their_packages() {
+        assert!(check_host_programs(&[("sh", "dash")]).is_ok());
+        let e = check_host_programs(&[
+            ("sh", "dash"),
+            ("uverbs-no-such-tool", "uverbs-pkg"),
+            ("uverbs-no-such-tool-2", "uverbs-pkg"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.0.contains("uverbs-no-such-tool, uverbs-no-such-tool-2 (packages: uverbs-pkg)"),
+            "{e}"
         );
-        assert_eq!(deb_prefix("x", "1:2.0"), "x_1%3a2.0_");
+        // qemu, busybox and the module tools come from the cache, never the host.
+        for p in ["qemu-system-x86_64", "busybox", "modinfo", "insmod", "kmod"] {
+            assert!(!HOST_PROGRAMS.iter().any(|(q, _)| *q == p), "{p}");
+        }
+    }
+
+    #[test]
+    fn kernel_series() {
+        assert_eq!(SERIES[0].name, "6.12");
+        assert_eq!(series("6.1").unwrap().meta, "linux-image-amd64");
+        assert_eq!(series("6.1").unwrap().source, "linux-source-6.1");
+        assert!(series("5.10").is_none());
     }
 
     #[test]
@@ -704,6 +709,7 @@ mod tests {
             args: String::new(),
         };
         let k = Kernel {
+            series: "6.12".into(),
             release: "r".into(),
             vmlinuz: PathBuf::new(),
             modules: vec![module("dummy"), module("crc32-pclmul")],
@@ -727,6 +733,7 @@ mod tests {
         fs::write(dir.join("k/vmlinuz"), b"x").unwrap();
         fs::write(dir.join("k/dummy.ko"), b"x").unwrap();
         let k = Kernel {
+            series: "6.12".into(),
             release: "6.12.1+deb12-amd64".into(),
             vmlinuz: dir.join("k/vmlinuz"),
             modules: vec![Module {
@@ -740,6 +747,7 @@ mod tests {
         write_stamp(&stamp, &dir, &k).unwrap();
         let back = read_stamp(&stamp).unwrap();
         assert_eq!(back.release, k.release);
+        assert_eq!(back.series, "6.12");
         assert_eq!(back.modules[0].args, "numdummies=1");
         assert_eq!(back.modules[0].path, k.modules[0].path);
         fs::remove_dir_all(&dir).unwrap();

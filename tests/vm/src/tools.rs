@@ -1,0 +1,155 @@
+//! The programs the VM runs on — qemu and the guest's busybox — as
+//! Debian's packages unpacked under the cache (`<cache>/tools/root`), never
+//! the host's: a run does not depend on what the host has installed, and
+//! nothing is installed to get them (see [`crate::apt`]).
+//!
+//! qemu is Debian 12's (7.2) with every library the host lacks unpacked
+//! beside it; it runs with `LD_LIBRARY_PATH` on those and `-L` on its
+//! unpacked firmware (SeaBIOS, the option ROMs). Libraries the host already
+//! has come from the host, as for any program.
+
+use crate::apt::{self, Apt, Pkg};
+use crate::util::{err, run_captured, say, Context, Error, Result};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The packages unpacked, with their dependencies the host lacks.
+pub const PACKAGES: &[&str] = &["qemu-system-x86", "busybox-static"];
+
+/// Inside the unpacked root.
+const QEMU: &str = "usr/bin/qemu-system-x86_64";
+const BUSYBOX: &str = "bin/busybox";
+/// Where the packages put shared libraries (libnl still ships under /lib).
+const LIBRARIES: &[&str] = &["usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"];
+/// qemu's firmware: its own data and the BIOS it links to.
+const FIRMWARE: &[&str] = &["usr/share/qemu", "usr/share/seabios", "usr/lib/ipxe/qemu"];
+
+/// The record of a finished tools set-up, inside [`dir`].
+const STAMP: &str = "stamp";
+
+/// The unpacked tools.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    root: PathBuf,
+    /// The packages unpacked (recorded in the stamp).
+    pub packages: Vec<Pkg>,
+}
+
+/// Where the tools live in the cache.
+fn dir(cache: &Path) -> PathBuf {
+    cache.join("tools")
+}
+
+impl Tools {
+    /// qemu-system-x86_64 with its libraries and firmware found.
+    pub fn qemu(&self) -> Command {
+        let mut c = Command::new(self.root.join(QEMU));
+        let libs = std::env::join_paths(LIBRARIES.iter().map(|l| self.root.join(l)))
+            .expect("cache paths hold no ':'");
+        c.env("LD_LIBRARY_PATH", libs);
+        for f in FIRMWARE {
+            let d = self.root.join(f);
+            if d.is_dir() {
+                c.arg("-L").arg(d);
+            }
+        }
+        c
+    }
+
+    /// Tools unpacked at `root` (for tests of what uses them).
+    #[cfg(test)]
+    pub fn unpacked_at(root: &str) -> Tools {
+        Tools {
+            root: root.into(),
+            packages: Vec::new(),
+        }
+    }
+
+    /// The static busybox the guest runs.
+    pub fn busybox(&self) -> PathBuf {
+        self.root.join(BUSYBOX)
+    }
+
+    /// The cached tools, checked: the stamp's files exist and qemu starts
+    /// (the host libraries it uses are still there).
+    pub fn read(cache: &Path) -> Result<Tools> {
+        let dir = dir(cache);
+        let stamp = dir.join(STAMP);
+        let text = fs::read_to_string(&stamp)
+            .map_err(|_| Error(format!("no tools set up ({} absent)", stamp.display())))?;
+        let packages: Vec<Pkg> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("package "))
+            .filter_map(|l| {
+                let (name, version) = l.split_once(' ')?;
+                Some(Pkg {
+                    name: name.into(),
+                    version: version.into(),
+                })
+            })
+            .collect();
+        if let Some(p) = PACKAGES
+            .iter()
+            .find(|p| !packages.iter().any(|q| q.name == **p))
+        {
+            return Err(Error(format!("{} does not list {p}", stamp.display())));
+        }
+        let tools = Tools {
+            root: dir.join("root"),
+            packages,
+        };
+        tools.check()?;
+        Ok(tools)
+    }
+
+    /// Fails unless busybox is there and qemu answers `--version`.
+    fn check(&self) -> Result<String> {
+        let busybox = self.busybox();
+        if !busybox.is_file() {
+            return Err(Error(format!("{} is missing", busybox.display())));
+        }
+        let version = run_captured(
+            "tools: starting the unpacked qemu",
+            self.qemu().arg("--version"),
+        )?;
+        Ok(version.lines().next().unwrap_or_default().to_string())
+    }
+
+    /// Resolves [`PACKAGES`] and what they need (apt's simulation against
+    /// the host), downloads them into `<cache>/debs` and unpacks them into a
+    /// fresh `<cache>/tools/root`; then checks and records the result.
+    pub fn set_up(apt: &Apt, cache: &Path) -> Result<Tools> {
+        let step = "setup: tools";
+        let dir = dir(cache);
+        let root = dir.join("root");
+        let _ = fs::remove_file(dir.join(STAMP));
+        if root.exists() {
+            fs::remove_dir_all(&root).context(step)?;
+        }
+        fs::create_dir_all(&root).context(step)?;
+        say(format!(
+            "setup: resolving {} (and what the host lacks for them)",
+            PACKAGES.join(" ")
+        ));
+        let packages = apt.closure(PACKAGES)?;
+        let debs = apt.download(&cache.join("debs"), &packages)?;
+        say(format!(
+            "setup: unpacking {} packages into {}",
+            debs.len(),
+            root.display()
+        ));
+        for deb in &debs {
+            apt::unpack(deb, &root)?;
+        }
+        let tools = Tools { root, packages };
+        let version = tools.check().map_err(|e| err(step, e))?;
+        say(format!("setup: {version}"));
+        let mut stamp = String::new();
+        for p in &tools.packages {
+            stamp.push_str(&format!("package {} {}\n", p.name, p.version));
+        }
+        fs::write(dir.join(STAMP), stamp).context(step)?;
+        Ok(tools)
+    }
+}
