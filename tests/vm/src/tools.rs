@@ -153,3 +153,52 @@ impl Tools {
         Ok(tools)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn qemu_runs_on_its_own_libraries_and_firmware() {
+        let root = std::env::temp_dir().join(format!("uverbs-vm-tools-{}", std::process::id()));
+        fs::create_dir_all(root.join("usr/share/seabios")).unwrap();
+        let tools = Tools {
+            root: root.clone(),
+            packages: Vec::new(),
+        };
+        let qemu = tools.qemu();
+        assert_eq!(qemu.get_program(), root.join(QEMU).as_os_str());
+        let libs = qemu
+            .get_envs()
+            .find(|(k, _)| *k == "LD_LIBRARY_PATH")
+            .and_then(|(_, v)| v)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert_eq!(
+            libs,
+            format!(
+                "{}:{}",
+                root.join("usr/lib/x86_64-linux-gnu").display(),
+                root.join("lib/x86_64-linux-gnu").display()
+            )
+        );
+        // -L only for the firmware directories that were unpacked.
+        let args: Vec<String> = qemu
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "-L".to_string(),
+                root.join("usr/share/seabios").display().to_string()
+            ]
+        );
+        assert_eq!(tools.busybox(), root.join("bin/busybox"));
+        // No stamp: not set up, and the error says where it looked.
+        let e = Tools::read(&root).unwrap_err();
+        assert!(e.0.contains("no tools set up"), "{e}");
+        fs::remove_dir_all(&root).unwrap();
+    }
+}
