@@ -158,7 +158,9 @@ impl ProtectionDomain {
     /// (`EPROTONOSUPPORT`, `ENOTTY`), as rdma-core falls back
     /// ([`QueuePair::create_path`] tells which). The kernel answers the
     /// capacities it really gave (kept in [`QueuePair::caps`]) and where the
-    /// rings are, the same in both framings: rxe's receive and send
+    /// rings are, the same in both framings (rxe on Linux 6.1 answers the
+    /// capacities asked for while its rings hold up to the next power of two
+    /// minus one: [`QueuePair::caps`] says what the rings hold): rxe's receive and send
     /// `mminfo`; siw's `sq_key` and `rq_key` (`num_sqe` × 120 and
     /// `num_rqe` × 112 bytes; no receive ring when `num_rqe` is 0). They are
     /// mapped, and if the answer is short (`EPROTO`), names no mapping
@@ -220,9 +222,15 @@ impl ProtectionDomain {
             qpn: created.qpn,
             event_id,
             qp_type: init.qp_type,
+            // What the rings hold: more than the kernel answered on 6.1's
+            // rxe (see `ring_capacity`), the same elsewhere.
             caps: QpCaps {
-                max_send_wr: caps.max_send_wr,
-                max_recv_wr: caps.max_recv_wr,
+                max_send_wr: sq
+                    .ring_capacity()
+                    .map_or(caps.max_send_wr, |c| c.max(caps.max_send_wr)),
+                max_recv_wr: rq
+                    .ring_capacity()
+                    .map_or(caps.max_recv_wr, |c| c.max(caps.max_recv_wr)),
                 max_send_sge: caps.max_send_sge,
                 max_recv_sge: caps.max_recv_sge,
                 max_inline: caps.max_inline_data,

@@ -354,3 +354,75 @@ fn a_refused_qp_destroy_hands_it_back() {
     assert_eq!(fake.live_cqs_qps(), (1, 0));
     assert_eq!(methods_of(&fake, QP_DESTROY), 2);
 }
+
+/// Linux 6.1's rxe answers CREATE_QP with the capacities asked for while
+/// its rings hold up to the next power of two minus one: `caps()` says what
+/// the rings hold, as on 6.12, whose answer is the rings' size; and the
+/// receive ring takes exactly that many before `QueueFull`.
+#[test]
+fn caps_are_what_the_rings_hold_when_the_kernel_answers_what_was_asked() {
+    for as_asked in [false, true] {
+        let (fake, ctx, pd) = fake(TransportKind::Write);
+        if as_asked {
+            fake.answer_caps_as_asked();
+        }
+        let cq = ctx.create_cq(16, None).unwrap();
+        let init = QpInit {
+            max_send_wr: 5,
+            max_recv_wr: 9,
+            ..QpInit::new(QpType::Rc, &cq, &cq)
+        };
+        let qp = pd.create_qp(&init).unwrap();
+        let caps = qp.caps();
+        assert_eq!(
+            (caps.max_send_wr, caps.max_recv_wr),
+            (7, 15),
+            "answered as asked: {as_asked}"
+        );
+        // Receives are posted from INIT on.
+        qp.modify(
+            &uverbs::command::QpAttr::new()
+                .state(uverbs::command::QpState::Init)
+                .pkey_index(0)
+                .port(1)
+                .access_flags(uverbs::AccessFlags::LOCAL_WRITE),
+        )
+        .unwrap();
+        let mut buf = vec![0u8; 64];
+        // SAFETY: `buf` outlives the MR (dropped after it below).
+        let mr = unsafe {
+            pd.reg_mr(
+                buf.as_mut_ptr(),
+                buf.len(),
+                uverbs::AccessFlags::LOCAL_WRITE,
+            )
+        }
+        .unwrap();
+        let sge = [uverbs::Sge {
+            addr: buf.as_ptr() as u64,
+            length: 8,
+            lkey: mr.lkey(),
+        }];
+        for i in 0..15 {
+            let wr = uverbs::RecvWr {
+                wr_id: i,
+                sges: &sge,
+            };
+            // SAFETY: nothing consumes the fake's receive ring; `buf`
+            // outlives the QP.
+            unsafe { qp.post_recv(&[wr]) }.unwrap_or_else(|e| panic!("receive {i}: {e}"));
+        }
+        let wr = uverbs::RecvWr {
+            wr_id: 15,
+            sges: &sge,
+        };
+        // SAFETY: as above.
+        let full = unsafe { qp.post_recv(&[wr]) }.unwrap_err();
+        assert!(
+            matches!(&full, Error::Post { source, .. } if matches!(**source, uverbs::PostError::QueueFull { .. })),
+            "{full}"
+        );
+        drop(qp);
+        drop(mr);
+    }
+}

@@ -216,6 +216,18 @@ impl SendQueue {
         }
     }
 
+    /// How many requests the ring really holds, where that can exceed the
+    /// capacity the kernel answered: Linux 6.1's rxe answers the
+    /// `max_send_wr` asked for and sizes the ring to the next power of two
+    /// minus one (6.12 answers the ring's size). `None` on siw, whose
+    /// answer is its ring's size.
+    pub(crate) fn ring_capacity(&self) -> Option<u32> {
+        match self {
+            SendQueue::Rxe(q) => Some(q.capacity()),
+            SendQueue::Siw(_) => None,
+        }
+    }
+
     /// As [`CqRing::unmap_before_destroy`].
     pub(crate) fn unmap_before_destroy(&mut self) -> bool {
         match self {
@@ -242,6 +254,14 @@ impl RecvQueue {
         match self {
             RecvQueue::Rxe(q) => q.post(wrs),
             RecvQueue::Siw(q) => q.post(wrs),
+        }
+    }
+
+    /// As [`SendQueue::ring_capacity`], for `max_recv_wr`.
+    pub(crate) fn ring_capacity(&self) -> Option<u32> {
+        match self {
+            RecvQueue::Rxe(q) => Some(q.capacity()),
+            RecvQueue::Siw(_) => None,
         }
     }
 

@@ -316,6 +316,9 @@ struct FakeDataPath {
     serve_rings: bool,
     /// CQ handle -> the (comp, async) event counts its destroy answers.
     events_reported: BTreeMap<u32, (u32, u32)>,
+    /// CREATE_QP answers the work-request capacities asked for, not the
+    /// rings' ([`RecordingTransport::answer_caps_as_asked`]).
+    caps_as_asked: bool,
 }
 
 /// One ring the fake announced: its length and the header it starts with.
@@ -408,10 +411,14 @@ impl FakeDataPath {
         let (sq_mi, max_send_wr) =
             self.ring(size_of::<sys::rxe_send_wqe>() + send_room, cap.max_send_wr);
         self.qps.insert(handle, (send_cq, recv_cq, 0));
-        let cap = sys::ib_uverbs_qp_cap {
-            max_send_wr,
-            max_recv_wr,
-            ..cap
+        let cap = if self.caps_as_asked {
+            cap
+        } else {
+            sys::ib_uverbs_qp_cap {
+                max_send_wr,
+                max_recv_wr,
+                ..cap
+            }
         };
         Ok((cap, sys::rxe_create_qp_resp { rq_mi, sq_mi }))
     }
@@ -622,6 +629,13 @@ impl RecordingTransport {
     /// (a fake has no command file), so every CQ and QP creation fails.
     pub fn serve_rings(&self) {
         self.lock().datapath.serve_rings = true;
+    }
+
+    /// From now on CREATE_QP answers the `max_send_wr` and `max_recv_wr`
+    /// asked for, while its rings hold up to the next power of two minus
+    /// one, as Linux 6.1's rxe does (6.12's answers the rings' sizes).
+    pub fn answer_caps_as_asked(&self) {
+        self.lock().datapath.caps_as_asked = true;
     }
 
     /// Makes the DESTROY_CQ of `cq_handle` answer these event counts

@@ -121,6 +121,11 @@ impl SendQueue {
     /// Writes one WQE per request and publishes them together, or writes
     /// nothing. The caller then writes the doorbell (rxe needs it for every
     /// non-empty batch: answers true).
+    /// Requests the ring holds at most (its slots − 1).
+    pub(crate) fn capacity(&self) -> u32 {
+        self.producer.capacity()
+    }
+
     pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
         post_sends(&mut self.producer, self.qp_type, self.limits, wrs)
     }
@@ -149,6 +154,11 @@ pub(super) fn post_sends(
 impl RecvQueue {
     /// Writes one WQE per request and publishes them together, or writes
     /// nothing; no system call.
+    /// Requests the ring holds at most (its slots − 1).
+    pub(crate) fn capacity(&self) -> u32 {
+        self.producer.capacity()
+    }
+
     pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let rq = &mut self.producer;
         for (index, wr) in wrs.iter().enumerate() {
