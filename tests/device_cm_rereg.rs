@@ -306,6 +306,12 @@ fn cm_access_removed_and_restored_in_place() {
             if is_siw(ctx) {
                 return siw_access_removed_and_restored(name, ctx, counts);
             }
+            if common::kernel::skip_rxe_without_rereg(
+                name,
+                "cm_access_removed_and_restored_in_place",
+            ) {
+                return;
+            }
             let Some(mut rig) = CmRig::new(ctx, name) else {
                 return;
             };
@@ -369,6 +375,12 @@ fn cm_atomic_access_removed_and_restored_in_place() {
                 drop(dst);
                 counts.assert_extra(0, 0, "after dropping everything");
                 counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                return;
+            }
+            if common::kernel::skip_rxe_without_rereg(
+                name,
+                "cm_atomic_access_removed_and_restored_in_place",
+            ) {
                 return;
             }
             let mut mr = fresh_mr(&rig.pd, &mut dst, ATOMIC);
@@ -510,6 +522,9 @@ fn cm_pd_moved_away_and_back() {
     on_each_cm_device("cm_pd_moved_away_and_back", |name, ctx, counts| {
         if is_siw(ctx) {
             return siw_pd_moved_away_and_back(name, ctx, counts);
+        }
+        if common::kernel::skip_rxe_without_rereg(name, "cm_pd_moved_away_and_back") {
+            return;
         }
         let Some(mut rig) = CmRig::new(ctx, name) else {
             return;
@@ -696,18 +711,20 @@ impl CmRig<'_> {
             );
         }
         let (a, b) = (
-            p.qp_a.refresh_state().unwrap(),
-            p.qp_b.refresh_state().unwrap(),
+            common::kernel::reported_state(p.qp_a.refresh_state(), &format!("{name}: {what}: A")),
+            common::kernel::reported_state(p.qp_b.refresh_state(), &format!("{name}: {what}: B")),
         );
         loud(&format!(
             "{name}: {what}: WRITE with rkey {:#x} -> {:?}, then DISCONNECTED on both sides; QPs {a:?} (client) {b:?} (server)",
             remote.rkey, wc.status
         ));
-        assert_eq!(
-            (a, b),
-            (QpState::Err, QpState::Err),
-            "{name}: {what}: the requester's and the responder's QP"
-        );
+        if let (Some(a), Some(b)) = (a, b) {
+            assert_eq!(
+                (a, b),
+                (QpState::Err, QpState::Err),
+                "{name}: {what}: the requester's and the responder's QP"
+            );
+        }
         assert!(
             target == &before[..],
             "{name}: {what}: the refused WRITE changed the target"

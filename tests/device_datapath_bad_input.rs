@@ -507,7 +507,8 @@ fn siw_full_queues(q: &TwoQps, name: &str) {
 /// SEND out of one, its requester's copy fails (EINVAL: it would record
 /// LOC_QP_OP_ERR) and it moves the QP to ERR at once, so the completer
 /// flushes that very request too: its completion is WR_FLUSH_ERR, as
-/// measured on the VM.
+/// measured on the VM. Linux 6.1's rxe completes it LOC_QP_OP_ERR
+/// (`common::kernel::rxe_requester_failure_status`).
 #[test]
 fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
     on_rxe_and_siw("foreign_lkey", |name, ctx, _counts| {
@@ -516,7 +517,7 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
         }
         for (what, expected) in [
             ("RDMA READ", WcStatus::LocProtErr),
-            ("RDMA WRITE", WcStatus::WrFlushErr),
+            ("RDMA WRITE", common::kernel::rxe_requester_failure_status()),
         ] {
             let q = pair_with(ctx, name, |_| {});
             let other_pd: ProtectionDomain = alloc_pd(ctx);
@@ -617,7 +618,8 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
             .unwrap_or_else(|e| panic!("{name}: {what} with a foreign lkey: {e}"));
         let wc = wait_count(&q.cq_a, 1, what)[0];
         let events = cm_events(link, Duration::from_secs(3));
-        let state = q.qp_a.refresh_state().unwrap();
+        let state =
+            common::kernel::reported_state(q.qp_a.refresh_state(), &format!("{name}: {what}"));
         loud(&format!(
             "{name}: {what} with another PD's lkey: {wc:?}; cm events {events:?}; QP A {state:?}"
         ));
@@ -635,7 +637,9 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
         // kernel still reports QP A in RTS although its connection is gone
         // (siw suspends transmitting and has the cm close the stream); the
         // READ's (found by the receive side) leaves it in ERR.
-        assert_eq!(state, state_after, "{name}: {what}: QP A");
+        if let Some(state) = state {
+            assert_eq!(state, state_after, "{name}: {what}: QP A");
+        }
         let next = [
             signalled_write(2, &good, remote),
             signalled_write(3, &good, remote),

@@ -408,7 +408,9 @@ fn rc_between_two_processes_over_a_socket_pair() {
                 writeln!(writer, "{mine}").map_err(|e| format!("sending our endpoint: {e}"))?;
                 let target = read_endpoint(&mut reader, "the child's endpoint")?;
                 loud(&format!("{name}: parent {mine}\n{name}: child  {target}"));
-                if target.qpn == mine.qpn || target.addr == mine.addr {
+                // Not the address: the child maps its buffer after the fork,
+                // and may get the very address ours has (seen on 6.1).
+                if target.qpn == mine.qpn {
                     return Err(format!("the child's record repeats ours: {target}"));
                 }
                 if siw {

@@ -16,8 +16,8 @@
 mod common;
 
 use common::{
-    alloc_pd, anon, dealloc_refused_busy, driver, fresh_mr, loud, page_size, replace,
-    replace_range, serial, snap, Driver, Dut, HandleCounts, Holed, Snapshot, MIB, RW_READ,
+    alloc_pd, anon, dealloc_refused_busy, fresh_mr, loud, page_size, replace, replace_range,
+    rereg_behaviour, serial, snap, Driver, Dut, HandleCounts, Holed, Snapshot, MIB, RW_READ,
 };
 use memmap2::MmapMut;
 use uverbs::command::DeregMr;
@@ -180,7 +180,7 @@ fn assert_fork_marks(ctx: &Context, case: &str, addr: usize, len: usize, release
     }
 }
 
-known_device_test!(
+rereg_device_test!(
     replace_takes_the_documented_path_and_leaves_one_live_mr,
     |_, ctx, _, d| {
         let _serial = serial();
@@ -383,7 +383,7 @@ fn assert_replace_failed(
     }
 }
 
-known_device_test!(
+rereg_device_test!(
     a_failed_new_registration_leaves_the_old_mr_valid,
     |name, ctx, counts, d| {
         let _serial = serial();
@@ -482,7 +482,7 @@ known_device_test!(
     }
 );
 
-known_device_test!(
+rereg_device_test!(
     refusals_are_remembered_per_context_and_flag_combination,
     |name, ctx, _, d| {
         let _serial = serial();
@@ -674,7 +674,7 @@ fn device_table() -> Vec<Row> {
     ]
 }
 
-known_device_test!(
+rereg_device_test!(
     every_row_of_the_device_table_in_docs_rereg_md,
     |name, ctx, _, d| {
         let _serial = serial();
@@ -852,7 +852,7 @@ fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
         .unwrap_or_else(|e| panic!("{name}: {case}: BufferMr::rereg_with ACCESS: {e}"));
     assert_eq!(
         Some(path),
-        documented_path(driver(ctx), ReregFlags::ACCESS),
+        documented_path(rereg_behaviour(ctx), ReregFlags::ACCESS),
         "{name}: {case}: BufferMr::rereg_with ACCESS"
     );
     if path == ReregPath::Replaced {
@@ -870,7 +870,7 @@ fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
     drop(pd);
 }
 
-known_device_test!(
+rereg_device_test!(
     retarget_with_replace_hands_the_old_buffer_back_with_its_contents,
     |_, ctx, _, _| {
         let _serial = serial();
@@ -886,7 +886,7 @@ known_device_test!(
     }
 );
 
-known_device_test!(
+rereg_device_test!(
     strict_retarget_keeps_the_region_when_the_device_refuses,
     |name, ctx, counts, _| {
         let _serial = serial();

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::{alloc_pd, anon, driver, loud, Driver};
+use common::{alloc_pd, anon, driver, loud, rereg_behaviour, Driver};
 use uverbs::command::QueryPort;
 use uverbs::{
     AccessFlags, Errno, Gid, GidType, LinkLayer, MemoryRegion, Op, PortState, ReregFallback,
@@ -212,7 +212,7 @@ fn assert_kernel_view(name: &str, when: &str, mr: &MemoryRegion) {
 device_test!(
     query_mr_after_reg_and_after_every_rereg,
     |name, ctx, counts| {
-        let d = driver(&ctx);
+        let d = rereg_behaviour(&ctx);
         ctx.forget_rereg_refusals();
         let (pd1, pd2) = (alloc_pd(&ctx), alloc_pd(&ctx));
         let mut buf = anon(MIB_FOR_QUERY);

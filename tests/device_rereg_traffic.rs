@@ -209,11 +209,8 @@ impl Rig {
         let (_, wc) = self.write(wr_id, seed, remote, what);
         let link = self.q.cm.as_ref().expect("siw pairs have a cm link");
         let events = cm_events(link, Duration::from_secs(3));
-        let state = self
-            .q
-            .qp_a
-            .refresh_state()
-            .unwrap_or_else(|e| panic!("{name}: {what}: query_qp: {e}"));
+        let state =
+            common::kernel::reported_state(self.q.qp_a.refresh_state(), &format!("{name}: {what}"));
         let mut b = [WorkCompletion::default(); 8];
         let nb = self.q.cq_b.poll(&mut b).unwrap();
         loud(&format!(
@@ -240,7 +237,9 @@ impl Rig {
             "{name}: {what}: {wc:?}"
         );
         assert_disconnected(link, &events, &format!("{name}: {what}"));
-        assert_eq!(state, uverbs::command::QpState::Err, "{name}: {what}: QP A");
+        if let Some(state) = state {
+            assert_eq!(state, uverbs::command::QpState::Err, "{name}: {what}: QP A");
+        }
         assert_eq!(
             nb,
             0,
@@ -389,6 +388,14 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
         "access_bad_flow_remote_write_removed_in_place_is_refused",
         |name, ctx, counts| {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+            if !rig.siw()
+                && common::kernel::skip_rxe_without_rereg(
+                    name,
+                    "access_bad_flow_remote_write_removed_in_place_is_refused",
+                )
+            {
+                return;
+            }
             if rig.siw() {
                 return siw_access_removed(rig, counts);
             }
@@ -474,6 +481,14 @@ fn access_restored_in_place_lets_the_write_land() {
         "access_restored_in_place_lets_the_write_land",
         |name, ctx, counts| {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+            if !rig.siw()
+                && common::kernel::skip_rxe_without_rereg(
+                    name,
+                    "access_restored_in_place_lets_the_write_land",
+                )
+            {
+                return;
+            }
             let mut dst = anon(LEN);
             let mut mr = fresh_mr(&rig.q.pd, &mut dst, AccessFlags::LOCAL_WRITE);
             let k = keys(&mr);
@@ -543,6 +558,14 @@ fn atomic_access_removed_and_restored_in_place() {
             const ADD: u64 = 0x0101_0000_0000_0003;
             const RESULT_AT: usize = 1024;
             let mut rig = Rig::new(ctx, name, QP_ACCESS_ATOMIC, LEN, 32);
+            if !rig.siw()
+                && common::kernel::skip_rxe_without_rereg(
+                    name,
+                    "atomic_access_removed_and_restored_in_place",
+                )
+            {
+                return;
+            }
             let mut dst = anon(LEN);
             dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
             let mut mr = fresh_mr(&rig.q.pd, &mut dst, ATOMIC);
@@ -657,6 +680,11 @@ fn atomic_access_removed_and_restored_in_place() {
 fn pd_moved_away_back_and_away_again() {
     on_each_data_path_device_counted("pd_moved_away_back_and_away_again", |name, ctx, counts| {
         let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+        if !rig.siw()
+            && common::kernel::skip_rxe_without_rereg(name, "pd_moved_away_back_and_away_again")
+        {
+            return;
+        }
         let pd2 = alloc_pd(ctx);
         let mut dst = anon(LEN);
         let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
@@ -977,6 +1005,14 @@ fn writes_under_live_remote_write_toggling() {
         "writes_under_live_remote_write_toggling",
         |name, ctx, counts| {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, WINDOW * SLOT, 64);
+            if !rig.siw()
+                && common::kernel::skip_rxe_without_rereg(
+                    name,
+                    "writes_under_live_remote_write_toggling",
+                )
+            {
+                return;
+            }
             if rig.siw() {
                 // The stream needs REMOTE_WRITE toggled in place under
                 // traffic; siw refuses every in-place change (so the keys

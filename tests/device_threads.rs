@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Instant;
 
-use common::{alloc_pd, anon, devices_under_test, driver, loud, open, Driver, HandleCounts};
+use common::{
+    alloc_pd, anon, devices_under_test, loud, open, rereg_behaviour, Driver, HandleCounts,
+};
 use uverbs::{AccessFlags, Errno, ReregOutcome};
 
 fn env_count(var: &str, default: usize) -> usize {
@@ -29,7 +31,7 @@ fn threads_register_reregister_and_deregister_on_one_context() {
     for dev in devices_under_test("threads_register_reregister_and_deregister_on_one_context") {
         let name = dev.name().to_owned();
         let ctx = open(&dev);
-        let d = driver(&ctx);
+        let d = rereg_behaviour(&ctx);
         if d == Driver::Other {
             common::note_unknown_driver(
                 "threads_register_reregister_and_deregister_on_one_context",

@@ -1041,13 +1041,12 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     );
     assert_eq!(ev.id, conn.id.handle(), "{what}");
     assert_no_event(&s.ch, QUIET, &format!("{what}: after DISCONNECTED"));
-    let state = conn
-        .qp
-        .refresh_state()
-        .unwrap_or_else(|e| panic!("{what}: query_qp: {e}"));
+    let state = common::kernel::reported_state(conn.qp.refresh_state(), &what);
     loud(&format!("{what}: DISCONNECTED, our QP {state:?}"));
     // Measured on siw (6.12): both QPs are in ERR once DISCONNECTED came.
-    assert_eq!(state, QpState::Err, "{what}: our QP after the termination");
+    if let Some(state) = state {
+        assert_eq!(state, QpState::Err, "{what}: our QP after the termination");
+    }
     match s.role {
         Role::A => {}
         Role::B => {

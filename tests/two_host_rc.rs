@@ -392,14 +392,14 @@ fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
     );
     // siw has no RTR of its own: its idle state answers QUERY_QP as INIT
     // (measured, 6.12); what matters is that it is not RTS.
-    let state = qp
-        .refresh_state()
-        .unwrap_or_else(|e| panic!("{me}: query_qp: {e}"));
-    assert_eq!(
-        state,
-        QpState::Init,
-        "{me}: the kernel reports siw's idle QP"
-    );
+    let state = common::kernel::reported_state(qp.refresh_state(), &me);
+    if let Some(state) = state {
+        assert_eq!(
+            state,
+            QpState::Init,
+            "{me}: the kernel reports siw's idle QP"
+        );
+    }
     loud(&format!(
         "{me}: RTR->RTS by hand refused (RtsOnlyThroughCm), the kernel reports {state:?}: \
          siw connects only through the cm (two_host_cm)"

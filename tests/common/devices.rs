@@ -165,6 +165,19 @@ pub fn driver(ctx: &Context) -> Driver {
     }
 }
 
+/// Which of the two REREG_MR behaviours the device has, named by the driver
+/// that shows it on 6.12: [`Driver::Rxe`] where REREG_MR changes an MR in
+/// place (rxe, whose kernel has `rereg_user_mr`), [`Driver::Siw`] where the
+/// kernel refuses every REREG_MR with EOPNOTSUPP before any check (siw, and
+/// rxe on Linux 6.1, whose REREG_MR method is disabled exactly as siw's is:
+/// [`kernel::rxe_rereg_in_place`](super::kernel::rxe_rereg_in_place)).
+pub fn rereg_behaviour(ctx: &Context) -> Driver {
+    match driver(ctx) {
+        Driver::Rxe if !super::kernel::rxe_rereg_in_place() => Driver::Siw,
+        d => d,
+    }
+}
+
 /// Says loudly that `test` has no reference behaviour for `dev` and checks
 /// only what is driver-independent there.
 pub fn note_unknown_driver(test: &str, ctx: &Context) {
@@ -382,6 +395,15 @@ pub fn on_each_known_device(test: &str, mut body: impl FnMut(&str, Dut, &HandleC
     });
 }
 
+/// [`on_each_known_device`] with the device's REREG_MR behaviour
+/// ([`rereg_behaviour`]) for the driver: rxe on Linux 6.1 as siw.
+pub fn on_each_rereg_device(test: &str, mut body: impl FnMut(&str, Dut, &HandleCounts, Driver)) {
+    on_each_known_device(test, |name, ctx, counts, _| {
+        let d = rereg_behaviour(&ctx);
+        body(name, ctx, counts, d)
+    });
+}
+
 /// `device_test!(name, |name, ctx, counts| { … })` defines the test `name`,
 /// which runs the closure through [`on_each_device`];
 /// `known_device_test!(name, |name, ctx, counts, driver| { … })` through
@@ -404,5 +426,14 @@ macro_rules! device_test {
 macro_rules! known_device_test {
     ($test:ident, $body:expr) => {
         device_test!(@with on_each_known_device, $test, $body);
+    };
+}
+
+/// `rereg_device_test!(name, |name, ctx, counts, rereg| { … })`: through
+/// [`on_each_rereg_device`].
+#[allow(unused_macros)]
+macro_rules! rereg_device_test {
+    ($test:ident, $body:expr) => {
+        device_test!(@with on_each_rereg_device, $test, $body);
     };
 }

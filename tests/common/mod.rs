@@ -7,6 +7,8 @@
 //!   buffers (`FakeKernel`);
 //! - [`fork`]: forked children with bounded waits (`in_child!`,
 //!   `child_reads`) and fork advisors that record, fail or block;
+//! - [`kernel`]: what the kernel under test answers differently by release
+//!   (6.1 and 6.12), where a test asserts an exact answer;
 //! - [`mapping`]: page-aligned, untouched and holed mappings;
 //! - [`rc`]: the attribute sequence that takes an RC QP to RTS;
 //! - [`two_host`]: roles and the control connection of the two-host run;
@@ -22,6 +24,7 @@ pub mod cm;
 pub mod fake;
 #[macro_use]
 pub mod fork;
+pub mod kernel;
 pub mod mapping;
 pub mod rc;
 pub mod thread_io;
