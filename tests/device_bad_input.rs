@@ -491,3 +491,15 @@ fn rlimit_memlock_in_a_forked_child() {
         }
     }
 }
+
+/// The kernel facts (`common::kernel`) are keyed on the release: its
+/// parsing, and the running kernel's reads.
+#[test]
+fn kernel_releases_parse() {
+    use common::kernel::{parse_release, release};
+    assert_eq!(parse_release("6.1.0-57-amd64\n"), Some((6, 1)));
+    assert_eq!(parse_release("6.12.117+deb12-amd64"), Some((6, 12)));
+    assert_eq!(parse_release("junk"), None);
+    let (major, _) = release();
+    assert!(major >= 3, "{:?}", release());
+}
