@@ -123,9 +123,10 @@ const MODULES: &[(&str, bool, &str)] = &[
     ("ip6_udp_tunnel", true, ""),
     ("rdma_rxe", true, ""),
     ("siw", true, ""),
-    // The two-host run's NIC (virtio_pci is built in; this pulls in
-    // net_failover and failover). Loaded in the single guest too, where it
-    // finds no device and does nothing.
+    // The two-host run's NIC: its PCI transport (built into 6.12, a module
+    // on 6.1) and the driver (which pulls in net_failover and failover).
+    // Loaded in the single guest too, where they find no device.
+    ("virtio_pci", false, ""),
     ("virtio_net", true, ""),
 ];
 
@@ -153,6 +154,9 @@ pub struct Kernel {
     pub vmlinuz: PathBuf,
     /// Modules in load order.
     pub modules: Vec<Module>,
+    /// The modules of [`MODULES`] looked for when it was set up (the
+    /// optional ones this kernel lacks included).
+    pub asked: Vec<String>,
 }
 
 /// What a boot needs from the cache: the tools and the kernels asked for.
@@ -227,16 +231,15 @@ fn ready_kernel(stamp: &Path) -> Result<Kernel> {
     Ok(kernel)
 }
 
-/// The required modules of `wanted` that a cached kernel lacks: a cache set
-/// up before a module was added to [`MODULES`] is set up again (the full
-/// module tree is gone after a set-up, so nothing can be added in place).
+/// The modules of `wanted` a cached kernel was not set up with (required
+/// or optional): a cache set up before a module was added to [`MODULES`] is
+/// set up again (the full module tree is gone after a set-up, so nothing
+/// can be added in place).
 fn missing_modules(kernel: &Kernel, wanted: &[(&str, bool, &str)]) -> Vec<String> {
     let norm = |s: &str| s.replace('-', "_");
     wanted
         .iter()
-        .filter(|(name, required, _)| {
-            *required && !kernel.modules.iter().any(|m| norm(&m.name) == norm(name))
-        })
+        .filter(|(name, _, _)| !kernel.asked.iter().any(|a| norm(a) == norm(name)))
         .map(|(name, _, _)| name.to_string())
         .collect()
 }
@@ -598,6 +601,7 @@ fn prepare_modules(
         release: release.to_string(),
         vmlinuz,
         modules,
+        asked: MODULES.iter().map(|(n, _, _)| n.to_string()).collect(),
     })
 }
 
@@ -605,10 +609,11 @@ fn prepare_modules(
 fn write_stamp(stamp: &Path, cache: &Path, k: &Kernel) -> Result<()> {
     let rel = |p: &Path| p.strip_prefix(cache).unwrap_or(p).display().to_string();
     let mut s = format!(
-        "series {}\nrelease {}\nvmlinuz {}\n",
+        "series {}\nrelease {}\nvmlinuz {}\nasked {}\n",
         k.series,
         k.release,
-        rel(&k.vmlinuz)
+        rel(&k.vmlinuz),
+        k.asked.join(",")
     );
     for m in &k.modules {
         s.push_str(&format!(
@@ -627,6 +632,7 @@ fn read_stamp(stamp: &Path) -> Result<Kernel> {
     let cache = stamp.parent().unwrap_or(Path::new("."));
     let text = fs::read_to_string(stamp).context("reading the stamp")?;
     let mut series = None;
+    let mut asked = Vec::new();
     let mut release = None;
     let mut vmlinuz = None;
     let mut modules = Vec::new();
@@ -634,6 +640,15 @@ fn read_stamp(stamp: &Path) -> Result<Kernel> {
         let mut f = line.splitn(5, ' ');
         match f.next() {
             Some("series") => series = f.next().map(str::to_string),
+            Some("asked") => {
+                asked = f
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_string)
+                    .collect()
+            }
             Some("release") => release = f.next().map(str::to_string),
             Some("vmlinuz") => vmlinuz = f.next().map(|p| cache.join(p)),
             Some("module") => {
@@ -666,6 +681,7 @@ fn read_stamp(stamp: &Path) -> Result<Kernel> {
         release,
         vmlinuz,
         modules,
+        asked,
     })
 }
 
@@ -701,29 +717,36 @@ mod tests {
     }
 
     #[test]
-    fn a_stamp_without_a_required_module_is_stale() {
+    fn a_stamp_set_up_without_a_wanted_module_is_stale() {
         let module = |name: &str| Module {
             name: name.into(),
             path: PathBuf::new(),
             optional: false,
             args: String::new(),
         };
+        // Set up when crc32-pclmul (optional) was looked for and not found,
+        // and before virtio_pci and virtio_net joined.
         let k = Kernel {
             series: "6.12".into(),
             release: "r".into(),
             vmlinuz: PathBuf::new(),
-            modules: vec![module("dummy"), module("crc32-pclmul")],
+            modules: vec![module("dummy")],
+            asked: vec!["dummy".into(), "crc32-pclmul".into()],
         };
         let wanted = [
             ("dummy", true, "numdummies=1"),
-            ("crc32_pclmul", true, ""),
-            ("crc32c-intel", false, ""),
+            ("crc32_pclmul", false, ""),
+            ("virtio_pci", false, ""),
             ("virtio_net", true, ""),
         ];
-        assert_eq!(missing_modules(&k, &wanted), ["virtio_net"]);
+        assert_eq!(missing_modules(&k, &wanted), ["virtio_pci", "virtio_net"]);
         assert!(MODULES
             .iter()
             .any(|(n, required, _)| *n == "virtio_net" && *required));
+        // 6.1 has virtio_pci as a module, 6.12 built in: optional.
+        assert!(MODULES
+            .iter()
+            .any(|(n, required, _)| *n == "virtio_pci" && !*required));
     }
 
     #[test]
@@ -736,6 +759,7 @@ mod tests {
             series: "6.12".into(),
             release: "6.12.1+deb12-amd64".into(),
             vmlinuz: dir.join("k/vmlinuz"),
+            asked: vec!["dummy".into(), "virtio_pci".into()],
             modules: vec![Module {
                 name: "dummy".into(),
                 path: dir.join("k/dummy.ko"),
@@ -748,6 +772,7 @@ mod tests {
         let back = read_stamp(&stamp).unwrap();
         assert_eq!(back.release, k.release);
         assert_eq!(back.series, "6.12");
+        assert_eq!(back.asked, k.asked);
         assert_eq!(back.modules[0].args, "numdummies=1");
         assert_eq!(back.modules[0].path, k.modules[0].path);
         fs::remove_dir_all(&dir).unwrap();
