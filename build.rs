@@ -1,6 +1,7 @@
 //! Build script: only with the `libibverbs-peer` feature, link Debian's
-//! static libibverbs, its rxe and siw providers and libnl into the
-//! benchmarks (`cargo:rustc-link-arg-benches`), so that benches/verbs.rs can
+//! static libibverbs, its rxe and siw providers and libnl (from
+//! `UVERBS_PEER_LIBDIRS`, where `cargo vm bench` unpacked them, or the
+//! system's) into the benchmarks (`cargo:rustc-link-arg-benches`), so that benches/verbs.rs can
 //! measure libibverbs in the same binary. The library itself links nothing.
 
 fn main() {
@@ -8,9 +9,15 @@ fn main() {
     if std::env::var_os("CARGO_FEATURE_LIBIBVERBS_PEER").is_none() {
         return;
     }
-    // Debian's multiarch directories (libnl-3.a lives under /lib).
-    for dir in ["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"] {
-        println!("cargo:rustc-link-arg-benches=-L{dir}");
+    // Where `cargo vm bench` unpacked the packages (nothing is installed),
+    // searched first; then Debian's multiarch directories, for a host that
+    // has them installed (libnl-3.a lives under /lib).
+    println!("cargo:rerun-if-env-changed=UVERBS_PEER_LIBDIRS");
+    let unpacked = std::env::var_os("UVERBS_PEER_LIBDIRS").unwrap_or_default();
+    for dir in std::env::split_paths(&unpacked)
+        .chain(["/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu"].map(Into::into))
+    {
+        println!("cargo:rustc-link-arg-benches=-L{}", dir.display());
     }
     // Providers first: they reference libibverbs, which references libnl.
     // `-l:NAME.a` takes the static archive even in a dynamic host build.

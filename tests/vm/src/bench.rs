@@ -7,12 +7,14 @@
 //! the instructions per `post_send` + `poll_cq` (callgrind, `@@OPS` lines;
 //! [`ops`](mod@ops)).
 //!
-//! 1. Installs what the libibverbs peer links against (`libibverbs-dev`,
-//!    `libnl-3-dev`, `libnl-route-3-dev`) and perftest with its providers
-//!    (`perftest`, `ibverbs-providers`) with apt-get when missing.
-//! 2. Builds both benches statically (`--features libibverbs-peer`) and the
-//!    `perf` example; perftest and libibverbs' rxe/siw providers go into
-//!    the guest as host files with their shared libraries.
+//! 1. Unpacks what the libibverbs peer links against (`libibverbs-dev`,
+//!    `libnl-3-dev`, `libnl-route-3-dev`), perftest with its providers
+//!    (`perftest`, `ibverbs-providers`) and valgrind under the cache
+//!    ([`peer`](mod@peer)): nothing is installed.
+//! 2. Builds both benches statically (`--features libibverbs-peer`, linked
+//!    against the unpacked archives) and the `perf` example; perftest,
+//!    libibverbs' rxe/siw providers and valgrind go into the guest at their
+//!    installed paths, with their shared libraries.
 //! 3. Boots once: verbs, then datapath; each picks devices itself.
 //! 4. Parses the console, prints the headline tables and writes the docs.
 //!
@@ -41,6 +43,7 @@ mod model;
 mod mover;
 mod ops;
 mod parse;
+mod peer;
 mod svg;
 mod targets;
 mod units;
@@ -62,18 +65,6 @@ use std::path::Path;
 use std::time::Instant;
 use svg::svg;
 use wire::Status;
-
-/// Debian packages the libibverbs peer links against (static archives),
-/// and perftest with the providers it loads in the guest.
-const PEER_PACKAGES: &[&str] = &[
-    "libibverbs-dev",
-    "libnl-3-dev",
-    "libnl-route-3-dev",
-    "perftest",
-    "ibverbs-providers",
-    "valgrind",
-    "strace",
-];
 
 /// Guest environment passed through from the host when set.
 const PASS_THROUGH: &[&str] = &[
@@ -120,8 +111,8 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             (text, None)
         }
         None => {
-            ensure_peer_packages()?;
-            let bins = build(&ctx.workspace)?;
+            let peer = peer::Peer::ensure(&ctx.cache)?;
+            let bins = build(&ctx.workspace, &peer)?;
             let runs = vec![
                 GuestRun::plain("verbs"),
                 GuestRun::plain("datapath").with_timeout(BENCH_TIMEOUT.as_secs() as u32),
@@ -164,7 +155,12 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                     &runs,
                     &configs,
                     Mode::Run,
-                    &[perftest_files()?, valgrind_files()?, strace_files()?].concat(),
+                    &[
+                        perftest_files(&peer)?,
+                        valgrind_files(&peer)?,
+                        strace_files()?,
+                    ]
+                    .concat(),
                     Some(BENCH_TIMEOUT),
                 )?
                 .expect("run mode has an outcome");
@@ -317,36 +313,9 @@ fn selected(only: &str, name: &str) -> bool {
     only.split(',').any(|o| name.contains(o))
 }
 
-/// Fails unless the peer's packages are installed: uverbs-vm installs
-/// nothing on the host, so it names the command to run.
-fn ensure_peer_packages() -> Result<()> {
-    let missing: Vec<&str> = PEER_PACKAGES
-        .iter()
-        .copied()
-        .filter(|p| !installed(p))
-        .collect();
-    if missing.is_empty() {
-        return Ok(());
-    }
-    Err(Error(format!(
-        "bench: the libibverbs peer's packages are missing: {m}. uverbs-vm installs nothing \
-         on the host; install them yourself: `apt-get install --no-install-recommends {m}`",
-        m = missing.join(" ")
-    )))
-}
-
-/// Whether a Debian package is installed on the host.
-fn installed(pkg: &str) -> bool {
-    std::process::Command::new("dpkg-query")
-        .args(["-W", "-f=${db:Status-Abbrev}", pkg])
-        .output()
-        .map(|o| o.status.success() && o.stdout.starts_with(b"ii"))
-        .unwrap_or(false)
-}
-
 /// Builds benches/verbs and benches/datapath statically with the
 /// libibverbs peer, and the `perf` example the data-path bench runs.
-fn build(workspace: &Path) -> Result<Vec<Binary>> {
+fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
     say(format!(
         "bench: building benches/verbs and benches/datapath statically for {TARGET} with libibverbs-peer"
     ));
@@ -355,6 +324,11 @@ fn build(workspace: &Path) -> Result<Vec<Binary>> {
         .args(["bench", "--no-run", "-p", "uverbs"])
         .args(["--bench", "verbs", "--bench", "datapath", "--bench", "ops"])
         .args(["--features", "libibverbs-peer", "--target", TARGET])
+        // build.rs links the archives found there (the unpacked packages).
+        .env(
+            "UVERBS_PEER_LIBDIRS",
+            crate::tools::library_path(&peer.root),
+        )
         .arg("--message-format=json-render-diagnostics");
     let bins = build_collect("bench: static build", &mut cmd, |a| {
         a.target.kind.contains(&TargetKind::Bench)
@@ -405,43 +379,43 @@ fn mover_run(name: &str, buffer: usize) -> GuestRun {
 }
 
 /// perftest's programs, libibverbs' rxe and siw providers and their
-/// `.driver` files, as host files for the guest.
-fn perftest_files() -> Result<Vec<HostFile>> {
-    let mut files: Vec<HostFile> = PERFTEST_PROGRAMS
+/// `.driver` files, from the unpacked packages, for the guest.
+fn perftest_files(peer: &peer::Peer) -> Result<Vec<HostFile>> {
+    let mut files: Vec<(String, bool, &str)> = PERFTEST_PROGRAMS
         .iter()
-        .map(|p| HostFile {
-            path: p.into(),
-            with_libraries: true,
-        })
+        .map(|p| (p.to_string(), true, "perftest"))
         .collect();
     for p in PROVIDERS {
-        files.push(HostFile {
-            path: Path::new(PROVIDER_DIR).join(format!("lib{p}-rdmav34.so")),
-            with_libraries: true,
-        });
-        files.push(HostFile {
-            path: Path::new(DRIVER_DIR).join(format!("{p}.driver")),
-            with_libraries: false,
-        });
+        files.push((
+            format!("{PROVIDER_DIR}/lib{p}-rdmav34.so"),
+            true,
+            "ibverbs-providers",
+        ));
+        files.push((
+            format!("{DRIVER_DIR}/{p}.driver"),
+            false,
+            "ibverbs-providers",
+        ));
     }
-    for f in &files {
-        if !f.path.exists() {
-            return Err(err(
-                "bench: perftest for the guest",
-                format!(
-                    "{} is missing (packages perftest, ibverbs-providers)",
-                    f.path.display()
-                ),
-            ));
-        }
-    }
-    Ok(files)
+    files
+        .into_iter()
+        .map(|(path, with_libraries, package)| {
+            peer.file(&path, package)?;
+            Ok(HostFile {
+                path: path.into(),
+                root: Some(peer.root.clone()),
+                with_libraries,
+            })
+        })
+        .collect()
 }
 
-/// strace for `verbs --framing`, in the guest at the same path.
+/// strace for `verbs --framing`, the host's (as `cargo vm test` uses it),
+/// in the guest at the same path.
 fn strace_files() -> Result<Vec<HostFile>> {
     let f = HostFile {
         path: "/usr/bin/strace".into(),
+        root: None,
         with_libraries: true,
     };
     if !f.path.exists() {
@@ -456,34 +430,26 @@ fn strace_files() -> Result<Vec<HostFile>> {
 /// How long benches/ops may take: two loops under callgrind, under TCG.
 const OPS_TIMEOUT_SECS: u32 = 1800;
 
-/// What benches/ops runs callgrind with, in the guest at the same paths:
-/// the launcher behind Debian's `valgrind` wrapper script, the tool (a
-/// static executable), the core preload and the default suppressions.
-fn valgrind_files() -> Result<Vec<HostFile>> {
-    let dir = Path::new("/usr/libexec/valgrind");
-    let files = vec![
-        HostFile {
-            path: "/usr/bin/valgrind.bin".into(),
-            with_libraries: true,
-        },
-        HostFile {
-            path: dir.join("callgrind-amd64-linux"),
-            with_libraries: false,
-        },
-        HostFile {
-            path: dir.join("vgpreload_core-amd64-linux.so"),
-            with_libraries: false,
-        },
-        HostFile {
-            path: dir.join("default.supp"),
-            with_libraries: false,
-        },
-    ];
-    if let Some(f) = files.iter().find(|f| !f.path.exists()) {
-        return Err(err(
-            "bench: valgrind for the guest",
-            format!("{} is missing (package valgrind)", f.path.display()),
-        ));
-    }
-    Ok(files)
+/// What benches/ops runs callgrind with, from the unpacked valgrind, in
+/// the guest at its installed paths: the launcher behind Debian's
+/// `valgrind` wrapper script, the tool (a static executable), the core
+/// preload and the default suppressions.
+fn valgrind_files(peer: &peer::Peer) -> Result<Vec<HostFile>> {
+    let dir = "/usr/libexec/valgrind";
+    [
+        ("/usr/bin/valgrind.bin".to_string(), true),
+        (format!("{dir}/callgrind-amd64-linux"), false),
+        (format!("{dir}/vgpreload_core-amd64-linux.so"), false),
+        (format!("{dir}/default.supp"), false),
+    ]
+    .into_iter()
+    .map(|(path, with_libraries)| {
+        peer.file(&path, "valgrind")?;
+        Ok(HostFile {
+            path: path.into(),
+            root: Some(peer.root.clone()),
+            with_libraries,
+        })
+    })
+    .collect()
 }

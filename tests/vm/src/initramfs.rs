@@ -153,18 +153,49 @@ pub struct Contents<'a> {
 /// A host file the guest gets at the same absolute path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostFile {
+    /// The path in the guest (and on the host, under `root`).
     pub path: PathBuf,
+    /// Where packages holding the file were unpacked (`dpkg -x`), or `None`
+    /// for the host's own file system. Its libraries are looked for there
+    /// first, and those found there go into the guest at their paths below
+    /// it.
+    pub root: Option<PathBuf>,
     /// Also copy the shared libraries `ldd` names for it (programs and
     /// shared objects; not for data files).
     pub with_libraries: bool,
 }
 
+impl HostFile {
+    /// Where the file is on the host.
+    pub fn source(&self) -> PathBuf {
+        match &self.root {
+            Some(root) => root.join(self.path.strip_prefix("/").unwrap_or(&self.path)),
+            None => self.path.clone(),
+        }
+    }
+}
+
+/// Where a host file goes in the guest (relative to its root): a file of
+/// packages unpacked at `root` where it is below that root, any other where
+/// it is on the host.
+fn guest_path(host: &Path, root: Option<&Path>) -> String {
+    let in_guest = root.and_then(|r| host.strip_prefix(r).ok()).unwrap_or(host);
+    in_guest
+        .to_string_lossy()
+        .trim_start_matches('/')
+        .to_string()
+}
+
 /// The shared libraries (and the loader) a dynamic executable needs, as
-/// `ldd` reports them.
-fn shared_libraries(exe: &Path) -> Result<Vec<PathBuf>> {
+/// `ldd` reports them, those of packages unpacked at `root` first.
+fn shared_libraries(exe: &Path, root: Option<&Path>) -> Result<Vec<PathBuf>> {
+    let mut ldd = Command::new("ldd");
+    if let Some(root) = root {
+        ldd.env("LD_LIBRARY_PATH", crate::tools::library_path(root));
+    }
     let out = run_captured(
         "initramfs: listing a host program's libraries",
-        Command::new("ldd").arg(exe),
+        ldd.arg(exe),
     )?;
     Ok(out
         .lines()
@@ -248,22 +279,22 @@ pub fn build(out: &Path, scratch: &Path, c: &Contents) -> Result<u64> {
     // Dynamic host programs, each with the libraries ldd names (once each).
     let mut libs_added = BTreeSet::new();
     let mut programs = vec![
-        (rdma, "sbin/rdma".to_string()),
-        (strace, "usr/bin/strace".into()),
+        (rdma, "sbin/rdma".to_string(), None),
+        (strace, "usr/bin/strace".into(), None),
     ];
     let mut data_files = Vec::new();
     for f in c.host_files {
         let guest = f.path.to_string_lossy().trim_start_matches('/').to_string();
         if f.with_libraries {
-            programs.push((f.path.clone(), guest));
+            programs.push((f.source(), guest, f.root.clone()));
         } else {
-            data_files.push((f.path.clone(), guest));
+            data_files.push((f.source(), guest));
         }
     }
-    for (program, guest) in &programs {
+    for (program, guest, root) in &programs {
         add_host_file(&mut cpio, program, guest)?;
-        for lib in shared_libraries(program)? {
-            let guest = lib.to_string_lossy().trim_start_matches('/').to_string();
+        for lib in shared_libraries(program, root.as_deref())? {
+            let guest = guest_path(&lib, root.as_deref());
             if libs_added.insert(guest.clone()) {
                 add_host_file(&mut cpio, &lib, &guest)?;
             }
@@ -339,10 +370,35 @@ mod tests {
     }
 
     #[test]
+    fn unpacked_files_go_where_they_would_be_installed() {
+        let root = Path::new("/c/bench-peer/root");
+        let lib = Path::new("/c/bench-peer/root/usr/lib/x86_64-linux-gnu/libibverbs.so.1");
+        assert_eq!(
+            guest_path(lib, Some(root)),
+            "usr/lib/x86_64-linux-gnu/libibverbs.so.1"
+        );
+        // A library the host provides stays where it is.
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        assert_eq!(
+            guest_path(libc, Some(root)),
+            "lib/x86_64-linux-gnu/libc.so.6"
+        );
+        assert_eq!(guest_path(libc, None), "lib/x86_64-linux-gnu/libc.so.6");
+        let f = HostFile {
+            path: "/usr/bin/ib_write_lat".into(),
+            root: Some(root.into()),
+            with_libraries: true,
+        };
+        assert_eq!(f.source(), root.join("usr/bin/ib_write_lat"));
+        let host = HostFile { root: None, ..f };
+        assert_eq!(host.source(), Path::new("/usr/bin/ib_write_lat"));
+    }
+
+    #[test]
     fn ldd_parsing_is_used_on_real_files() {
         // ldd of a static binary fails; of /bin/sh it names libc (if present).
         if Path::new("/bin/sh").exists() && have_program("ldd") {
-            if let Ok(libs) = shared_libraries(Path::new("/bin/sh")) {
+            if let Ok(libs) = shared_libraries(Path::new("/bin/sh"), None) {
                 assert!(libs.iter().all(|p| p.is_absolute()));
             }
         }

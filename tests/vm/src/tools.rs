@@ -22,6 +22,12 @@ const QEMU: &str = "usr/bin/qemu-system-x86_64";
 const BUSYBOX: &str = "bin/busybox";
 /// Where the packages put shared libraries (libnl still ships under /lib).
 const LIBRARIES: &[&str] = &["usr/lib/x86_64-linux-gnu", "lib/x86_64-linux-gnu"];
+
+/// The library directories of packages unpacked at `root`, as
+/// `LD_LIBRARY_PATH` (or a linker's search path) takes them.
+pub fn library_path(root: &Path) -> std::ffi::OsString {
+    std::env::join_paths(LIBRARIES.iter().map(|l| root.join(l))).expect("cache paths hold no ':'")
+}
 /// qemu's firmware: its own data and the BIOS it links to.
 const FIRMWARE: &[&str] = &["usr/share/qemu", "usr/share/seabios", "usr/lib/ipxe/qemu"];
 
@@ -45,9 +51,7 @@ impl Tools {
     /// qemu-system-x86_64 with its libraries and firmware found.
     pub fn qemu(&self) -> Command {
         let mut c = Command::new(self.root.join(QEMU));
-        let libs = std::env::join_paths(LIBRARIES.iter().map(|l| self.root.join(l)))
-            .expect("cache paths hold no ':'");
-        c.env("LD_LIBRARY_PATH", libs);
+        c.env("LD_LIBRARY_PATH", library_path(&self.root));
         for f in FIRMWARE {
             let d = self.root.join(f);
             if d.is_dir() {
