@@ -210,7 +210,14 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     .filter(|b| only.as_ref().is_none_or(|o| selected(o, b)))
     .all(|b| rc_of(b));
     let moves = mover::parse(&console);
-    let meta = Meta::collect(vm_secs, start.elapsed().as_secs_f64());
+    let meta = Meta::collect(
+        ctx.tools
+            .qemu_version()
+            .unwrap_or_else(|_| "unknown".into()),
+        peer::unpacked_version(&ctx.cache, "libibverbs-dev").unwrap_or_else(|| "unknown".into()),
+        vm_secs,
+        start.elapsed().as_secs_f64(),
+    );
     let docs = ctx.workspace.join("docs");
     let mut md = markdown(&run, &meta);
     md.push_str(

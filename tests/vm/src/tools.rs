@@ -107,7 +107,13 @@ impl Tools {
         Ok(tools)
     }
 
-    /// Fails unless busybox is there and qemu answers `--version`.
+    /// The first line of the unpacked qemu's `--version`.
+    pub fn qemu_version(&self) -> Result<String> {
+        self.check()
+    }
+
+    /// Fails unless busybox is there and qemu answers `--version` (its
+    /// first line).
     fn check(&self) -> Result<String> {
         let busybox = self.busybox();
         if !busybox.is_file() {

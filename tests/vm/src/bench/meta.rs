@@ -34,8 +34,14 @@ fn first_line(cmd: &mut Command) -> String {
 }
 
 impl Meta {
-    /// Asks the host (`/proc`, qemu, rustc, dpkg) now.
-    pub fn collect(vm_secs: Option<f64>, total_secs: f64) -> Meta {
+    /// Asks the host (`/proc`, rustc) now; `qemu` and `libibverbs` are the
+    /// versions of the harness's unpacked qemu and libibverbs-dev.
+    pub fn collect(
+        qemu: String,
+        libibverbs: String,
+        vm_secs: Option<f64>,
+        total_secs: f64,
+    ) -> Meta {
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let host_cpu = cpuinfo
             .lines()
@@ -49,14 +55,9 @@ impl Meta {
             host_kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|s| s.trim().to_string())
                 .unwrap_or_default(),
-            qemu: first_line(Command::new("qemu-system-x86_64").arg("--version")),
+            qemu,
             rustc: first_line(Command::new("rustc").arg("--version")),
-            libibverbs: first_line(Command::new("dpkg-query").args([
-                "-W",
-                "-f",
-                "${Version}",
-                "libibverbs-dev",
-            ])),
+            libibverbs,
             vm_secs,
             total_secs,
         }

@@ -34,6 +34,17 @@ pub struct Peer {
     pub root: PathBuf,
 }
 
+/// The version of `package` a set-up of the peers under `cache` unpacked
+/// (from its stamp), if any.
+pub fn unpacked_version(cache: &Path, package: &str) -> Option<String> {
+    let stamp = fs::read_to_string(dir(cache).join(STAMP)).ok()?;
+    stamp.lines().find_map(|l| {
+        let rest = l.strip_prefix("package ")?;
+        let (name, version) = rest.split_once(' ')?;
+        (name == package).then(|| version.to_string())
+    })
+}
+
 impl Peer {
     /// The unpacked peers, set up first unless a stamp says they are.
     pub fn ensure(cache: &Path) -> Result<Peer> {
