@@ -298,6 +298,91 @@ impl Apt {
     }
 }
 
+/// Packages unpacked into a root of their own under the cache (`<dir>/root`),
+/// listed in `<dir>/stamp` as `package <name> <version>` lines.
+#[derive(Debug, Clone)]
+pub struct Unpacked {
+    pub root: PathBuf,
+    pub packages: Vec<Pkg>,
+}
+
+/// The stamp of an unpacked set inside its directory.
+const UNPACKED_STAMP: &str = "stamp";
+
+/// The packages a stamp lists.
+fn parse_stamp(text: &str) -> Vec<Pkg> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("package "))
+        .filter_map(|l| {
+            let (name, version) = l.split_once(' ')?;
+            Some(Pkg {
+                name: name.into(),
+                version: version.into(),
+            })
+        })
+        .collect()
+}
+
+/// What `dir` holds unpacked, if its stamp lists every package of `wanted`
+/// (else why not).
+pub fn read_unpacked(dir: &Path, wanted: &[&str]) -> Result<Unpacked> {
+    let stamp = dir.join(UNPACKED_STAMP);
+    let text = fs::read_to_string(&stamp).map_err(|_| {
+        Error(format!(
+            "nothing unpacked there ({} absent)",
+            stamp.display()
+        ))
+    })?;
+    let packages = parse_stamp(&text);
+    if let Some(p) = wanted
+        .iter()
+        .find(|p| !packages.iter().any(|q| q.name == **p))
+    {
+        return Err(Error(format!("{} does not list {p}", stamp.display())));
+    }
+    Ok(Unpacked {
+        root: dir.join("root"),
+        packages,
+    })
+}
+
+impl Apt {
+    /// Resolves `wanted` and what the host lacks for them
+    /// ([`closure`](Self::closure)), downloads them into `<cache>/debs`,
+    /// unpacks them into a fresh `<dir>/root` and lists them in
+    /// `<dir>/stamp` (written last: a set-up cut short leaves none).
+    pub fn unpack_fresh(&self, cache: &Path, dir: &Path, wanted: &[&str]) -> Result<Unpacked> {
+        let step = format!("apt: unpacking {}", wanted.join(" "));
+        let root = dir.join("root");
+        let stamp = dir.join(UNPACKED_STAMP);
+        let _ = fs::remove_file(&stamp);
+        if root.exists() {
+            fs::remove_dir_all(&root).context(&step)?;
+        }
+        fs::create_dir_all(&root).context(&step)?;
+        say(format!(
+            "resolving {} (and what the host lacks for them)",
+            wanted.join(" ")
+        ));
+        let packages = self.closure(wanted)?;
+        let debs = self.download(&cache.join("debs"), &packages)?;
+        say(format!(
+            "unpacking {} packages into {}",
+            debs.len(),
+            root.display()
+        ));
+        for deb in &debs {
+            unpack(deb, &root)?;
+        }
+        let text: String = packages
+            .iter()
+            .map(|p| format!("package {} {}\n", p.name, p.version))
+            .collect();
+        fs::write(&stamp, text).context(&step)?;
+        Ok(Unpacked { root, packages })
+    }
+}
+
 /// Unpacks a `.deb` into `root` (`dpkg -x`: files only, no scripts run,
 /// nothing recorded in the host's package database).
 pub fn unpack(deb: &Path, root: &Path) -> Result<()> {
@@ -400,6 +485,32 @@ mod tests {
             pkgs[2].file_prefix(),
             "qemu-system-x86_1%3a7.2+dfsg-7+deb12u18+b3_"
         );
+    }
+
+    #[test]
+    fn an_unpacked_set_is_read_back_from_its_stamp() {
+        let dir = std::env::temp_dir().join(format!("uverbs-vm-unpacked-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        assert!(read_unpacked(&dir, &["a"]).is_err(), "no stamp yet");
+        fs::write(dir.join(UNPACKED_STAMP), "package a 1:2.0\npackage b 3\n").unwrap();
+        let u = read_unpacked(&dir, &["a", "b"]).unwrap();
+        assert_eq!(u.root, dir.join("root"));
+        assert_eq!(
+            u.packages,
+            [
+                Pkg {
+                    name: "a".into(),
+                    version: "1:2.0".into()
+                },
+                Pkg {
+                    name: "b".into(),
+                    version: "3".into()
+                },
+            ]
+        );
+        let e = read_unpacked(&dir, &["a", "c"]).unwrap_err();
+        assert!(e.0.contains("does not list c"), "{e}");
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

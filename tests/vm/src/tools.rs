@@ -8,9 +8,8 @@
 //! unpacked firmware (SeaBIOS, the option ROMs). Libraries the host already
 //! has come from the host, as for any program.
 
-use crate::apt::{self, Apt, Pkg};
-use crate::util::{err, run_captured, say, Context, Error, Result};
-use std::fs;
+use crate::apt::{self, Apt};
+use crate::util::{err, run_captured, say, Error, Result};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -31,15 +30,10 @@ pub fn library_path(root: &Path) -> std::ffi::OsString {
 /// qemu's firmware: its own data and the BIOS it links to.
 const FIRMWARE: &[&str] = &["usr/share/qemu", "usr/share/seabios", "usr/lib/ipxe/qemu"];
 
-/// The record of a finished tools set-up, inside [`dir`].
-const STAMP: &str = "stamp";
-
 /// The unpacked tools.
 #[derive(Debug, Clone)]
 pub struct Tools {
     root: PathBuf,
-    /// The packages unpacked (recorded in the stamp).
-    pub packages: Vec<Pkg>,
 }
 
 /// Where the tools live in the cache.
@@ -64,10 +58,7 @@ impl Tools {
     /// Tools unpacked at `root` (for tests of what uses them).
     #[cfg(test)]
     pub fn unpacked_at(root: &str) -> Tools {
-        Tools {
-            root: root.into(),
-            packages: Vec::new(),
-        }
+        Tools { root: root.into() }
     }
 
     /// The static busybox the guest runs.
@@ -75,34 +66,12 @@ impl Tools {
         self.root.join(BUSYBOX)
     }
 
-    /// The cached tools, checked: the stamp's files exist and qemu starts
+    /// The cached tools, checked: their stamp lists them and qemu starts
     /// (the host libraries it uses are still there).
     pub fn read(cache: &Path) -> Result<Tools> {
-        let dir = dir(cache);
-        let stamp = dir.join(STAMP);
-        let text = fs::read_to_string(&stamp)
-            .map_err(|_| Error(format!("no tools set up ({} absent)", stamp.display())))?;
-        let packages: Vec<Pkg> = text
-            .lines()
-            .filter_map(|l| l.strip_prefix("package "))
-            .filter_map(|l| {
-                let (name, version) = l.split_once(' ')?;
-                Some(Pkg {
-                    name: name.into(),
-                    version: version.into(),
-                })
-            })
-            .collect();
-        if let Some(p) = PACKAGES
-            .iter()
-            .find(|p| !packages.iter().any(|q| q.name == **p))
-        {
-            return Err(Error(format!("{} does not list {p}", stamp.display())));
-        }
-        let tools = Tools {
-            root: dir.join("root"),
-            packages,
-        };
+        let u = apt::read_unpacked(&dir(cache), PACKAGES)
+            .map_err(|e| Error(format!("no tools set up: {e}")))?;
+        let tools = Tools { root: u.root };
         tools.check()?;
         Ok(tools)
     }
@@ -126,40 +95,13 @@ impl Tools {
         Ok(version.lines().next().unwrap_or_default().to_string())
     }
 
-    /// Resolves [`PACKAGES`] and what they need (apt's simulation against
-    /// the host), downloads them into `<cache>/debs` and unpacks them into a
-    /// fresh `<cache>/tools/root`; then checks and records the result.
+    /// Unpacks [`PACKAGES`] and what the host lacks for them into a fresh
+    /// `<cache>/tools/root` ([`Apt::unpack_fresh`]), then checks them.
     pub fn set_up(apt: &Apt, cache: &Path) -> Result<Tools> {
-        let step = "setup: tools";
-        let dir = dir(cache);
-        let root = dir.join("root");
-        let _ = fs::remove_file(dir.join(STAMP));
-        if root.exists() {
-            fs::remove_dir_all(&root).context(step)?;
-        }
-        fs::create_dir_all(&root).context(step)?;
-        say(format!(
-            "setup: resolving {} (and what the host lacks for them)",
-            PACKAGES.join(" ")
-        ));
-        let packages = apt.closure(PACKAGES)?;
-        let debs = apt.download(&cache.join("debs"), &packages)?;
-        say(format!(
-            "setup: unpacking {} packages into {}",
-            debs.len(),
-            root.display()
-        ));
-        for deb in &debs {
-            apt::unpack(deb, &root)?;
-        }
-        let tools = Tools { root, packages };
-        let version = tools.check().map_err(|e| err(step, e))?;
+        let u = apt.unpack_fresh(cache, &dir(cache), PACKAGES)?;
+        let tools = Tools { root: u.root };
+        let version = tools.check().map_err(|e| err("setup: tools", e))?;
         say(format!("setup: {version}"));
-        let mut stamp = String::new();
-        for p in &tools.packages {
-            stamp.push_str(&format!("package {} {}\n", p.name, p.version));
-        }
-        fs::write(dir.join(STAMP), stamp).context(step)?;
         Ok(tools)
     }
 }
@@ -167,15 +109,13 @@ impl Tools {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn qemu_runs_on_its_own_libraries_and_firmware() {
         let root = std::env::temp_dir().join(format!("uverbs-vm-tools-{}", std::process::id()));
         fs::create_dir_all(root.join("usr/share/seabios")).unwrap();
-        let tools = Tools {
-            root: root.clone(),
-            packages: Vec::new(),
-        };
+        let tools = Tools { root: root.clone() };
         let qemu = tools.qemu();
         assert_eq!(qemu.get_program(), root.join(QEMU).as_os_str());
         let libs = qemu

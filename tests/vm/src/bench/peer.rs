@@ -8,8 +8,7 @@
 //! needed and no package of the host changes.
 
 use crate::apt::{self, Apt};
-use crate::util::{say, Context, Error, Result};
-use std::fs;
+use crate::util::{say, Error, Result};
 use std::path::{Path, PathBuf};
 
 /// The packages unpacked (with what the host lacks for them).
@@ -21,9 +20,6 @@ pub const PACKAGES: &[&str] = &[
     "ibverbs-providers",
     "valgrind",
 ];
-
-/// The record of a finished set-up, inside [`dir`].
-const STAMP: &str = "stamp";
 
 fn dir(cache: &Path) -> PathBuf {
     cache.join("bench-peer")
@@ -37,56 +33,27 @@ pub struct Peer {
 /// The version of `package` a set-up of the peers under `cache` unpacked
 /// (from its stamp), if any.
 pub fn unpacked_version(cache: &Path, package: &str) -> Option<String> {
-    let stamp = fs::read_to_string(dir(cache).join(STAMP)).ok()?;
-    stamp.lines().find_map(|l| {
-        let rest = l.strip_prefix("package ")?;
-        let (name, version) = rest.split_once(' ')?;
-        (name == package).then(|| version.to_string())
-    })
+    let u = apt::read_unpacked(&dir(cache), &[]).ok()?;
+    u.packages
+        .into_iter()
+        .find(|p| p.name == package)
+        .map(|p| p.version)
 }
 
 impl Peer {
-    /// The unpacked peers, set up first unless a stamp says they are.
+    /// The unpacked peers, set up first unless their stamp lists them.
     pub fn ensure(cache: &Path) -> Result<Peer> {
-        let dir = dir(cache);
-        let root = dir.join("root");
-        let stamp = dir.join(STAMP);
-        let recorded = fs::read_to_string(&stamp).unwrap_or_default();
-        if PACKAGES.iter().all(|p| {
-            recorded
-                .lines()
-                .any(|l| l.starts_with(&format!("package {p} ")))
-        }) {
+        if let Ok(u) = apt::read_unpacked(&dir(cache), PACKAGES) {
             say(format!(
                 "bench: the peers are unpacked in {}",
-                root.display()
+                u.root.display()
             ));
-            return Ok(Peer { root });
+            return Ok(Peer { root: u.root });
         }
-        let step = "bench: unpacking the peers";
-        if root.exists() {
-            fs::remove_dir_all(&root).context(step)?;
-        }
-        fs::create_dir_all(&root).context(step)?;
         let apt = Apt::new(cache);
         apt.refresh(false)?;
-        say(format!("bench: resolving {}", PACKAGES.join(" ")));
-        let packages = apt.closure(PACKAGES)?;
-        let debs = apt.download(&cache.join("debs"), &packages)?;
-        say(format!(
-            "bench: unpacking {} packages into {}",
-            debs.len(),
-            root.display()
-        ));
-        for deb in &debs {
-            apt::unpack(deb, &root)?;
-        }
-        let mut text = String::new();
-        for p in &packages {
-            text.push_str(&format!("package {} {}\n", p.name, p.version));
-        }
-        fs::write(&stamp, text).context(step)?;
-        Ok(Peer { root })
+        let u = apt.unpack_fresh(cache, &dir(cache), PACKAGES)?;
+        Ok(Peer { root: u.root })
     }
 
     /// A file of the packages, by its installed path (e.g. `/usr/bin/x`):
