@@ -211,10 +211,14 @@ struct Verdict {
 fn final_lines(per_kernel: &[(&Kernel, Vec<Verdict>)]) -> bool {
     let (mut passed, mut failed) = (0, 0);
     for (kernel, verdicts) in per_kernel {
-        let second: Vec<&str> = verdicts
-            .iter()
-            .flat_map(|v| v.second_attempt.iter().map(String::as_str))
-            .collect();
+        // The named runs of one kind, across the kernel's plans.
+        let runs = |of: fn(&Verdict) -> &Vec<String>| -> Vec<&str> {
+            verdicts
+                .iter()
+                .flat_map(|v| of(v).iter().map(String::as_str))
+                .collect()
+        };
+        let second = runs(|v| &v.second_attempt);
         if !second.is_empty() {
             say(format!(
                 "{}: passed only on the second attempt: {}",
@@ -222,10 +226,7 @@ fn final_lines(per_kernel: &[(&Kernel, Vec<Verdict>)]) -> bool {
                 second.join(", ")
             ));
         }
-        let failures: Vec<&str> = verdicts
-            .iter()
-            .flat_map(|v| v.failures.iter().map(String::as_str))
-            .collect();
+        let failures = runs(|v| &v.failures);
         if !failures.is_empty() {
             say(format!(
                 "{}: failed: {}",
