@@ -118,11 +118,13 @@ struct Parts<B> {
     buffer: ManuallyDrop<B>,
 }
 
-/// A successful [`BufferMr::retarget`].
+/// A successful [`BufferMr::retarget`] (or
+/// [`RemoteBufferMr::retarget`](crate::RemoteBufferMr::retarget), with `M`
+/// that region type).
 #[derive(Debug)]
-pub struct Retargeted<B: StableBuffer> {
+pub struct Retargeted<B: StableBuffer, M = BufferMr<B>> {
     /// The region, now over the new buffer.
-    pub mr: BufferMr<B>,
+    pub mr: M,
     /// The previous buffer; the kernel no longer references it.
     pub old: B,
     /// In place or replaced (then publish the new keys).
@@ -148,22 +150,22 @@ pub struct BufferDeregError<B: StableBuffer> {
 /// A failed [`BufferMr::retarget`]: the outcome, and both buffers.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
-pub struct RetargetError<B: StableBuffer> {
+pub struct RetargetError<B: StableBuffer, M: fmt::Debug = BufferMr<B>> {
     /// What failed (one of `ibv_rereg_mr`'s outcomes).
     pub error: ReregError,
     /// Where the two buffers are now.
-    pub buffers: RetargetBuffers<B>,
+    pub buffers: RetargetBuffers<B, M>,
 }
 
 /// Where the buffers are after a failed retarget.
 #[derive(Debug)]
-pub enum RetargetBuffers<B: StableBuffer> {
+pub enum RetargetBuffers<B: StableBuffer, M = BufferMr<B>> {
     /// The region still holds its buffer (unchanged when the error's
     /// [`mr_state`](ReregError::mr_state) is `Old`; otherwise the kernel
     /// also refused to deregister it).
     Kept {
         /// The region with its old buffer.
-        mr: BufferMr<B>,
+        mr: M,
         /// The buffer that was to be registered; `None` when a registration
         /// may still reach it (the region is undefined and could not be
         /// deregistered, or [`ReregError::new_range_still_registered`]): it
@@ -178,6 +180,32 @@ pub enum RetargetBuffers<B: StableBuffer> {
         /// The buffer that was to be registered.
         new: B,
     },
+}
+
+impl<B: StableBuffer, M> Retargeted<B, M> {
+    /// The same, with the region wrapped by `f`.
+    pub(crate) fn map_region<N>(self, f: impl FnOnce(M) -> N) -> Retargeted<B, N> {
+        Retargeted {
+            mr: f(self.mr),
+            old: self.old,
+            path: self.path,
+            fork_warning: self.fork_warning,
+        }
+    }
+}
+
+impl<B: StableBuffer, M: fmt::Debug> RetargetError<B, M> {
+    /// The same, with the kept region (if any) wrapped by `f`.
+    pub(crate) fn map_region<N: fmt::Debug>(self, f: impl FnOnce(M) -> N) -> RetargetError<B, N> {
+        let buffers = match self.buffers {
+            RetargetBuffers::Kept { mr, new } => RetargetBuffers::Kept { mr: f(mr), new },
+            RetargetBuffers::Released { old, new } => RetargetBuffers::Released { old, new },
+        };
+        RetargetError {
+            error: self.error,
+            buffers,
+        }
+    }
 }
 
 impl<B: StableBuffer> fmt::Debug for BufferMr<B> {
@@ -217,6 +245,19 @@ impl<B: StableBuffer> BufferMr<B> {
             .expect("a BufferMr holds its parts until it is consumed")
     }
 
+    /// The region, for changes that cannot make it remotely writable.
+    pub(crate) fn mr_mut(&mut self) -> &mut MemoryRegion {
+        &mut self.parts_mut().mr
+    }
+
+    /// The first byte, with write permission, and the length: for
+    /// [`RemoteBufferMr`](crate::RemoteBufferMr), which reaches the bytes
+    /// only through volatile and atomic accesses.
+    pub(crate) fn registered_mut(&mut self) -> (*mut u8, usize) {
+        let buffer = &mut self.parts_mut().buffer;
+        (buffer.as_mut_ptr(), buffer.len())
+    }
+
     /// The registered bytes.
     pub fn buffer(&self) -> &[u8] {
         self.parts().buffer.as_slice()
@@ -228,8 +269,13 @@ impl<B: StableBuffer> BufferMr<B> {
     }
 
     /// Changes the access flags in place; see [`MemoryRegion::set_access`].
+    /// Access a remote peer could write through
+    /// ([`AccessFlags::lets_peers_write`]) is refused (`Input`, nothing
+    /// sent): this region hands out plain slices. Register such memory with
+    /// [`ProtectionDomain::reg_remote_buffer`].
     pub fn set_access(&mut self, access: AccessFlags) -> Result<(), ReregError> {
-        self.parts_mut().mr.set_access(access)
+        self.apply(&Rereg::new().access(access), ReregFallback::Strict)
+            .map(drop)
     }
 
     /// Moves the region to another PD; see [`MemoryRegion::set_pd`].
@@ -240,7 +286,8 @@ impl<B: StableBuffer> BufferMr<B> {
     /// Applies a change set of PD and/or access with a fallback policy; see
     /// [`MemoryRegion::apply`]. The buffer stays the same, so a change set
     /// with a translation is refused (`Input`, nothing sent): use
-    /// [`retarget`](Self::retarget).
+    /// [`retarget`](Self::retarget). So is access a remote peer could write
+    /// through, as in [`set_access`](Self::set_access).
     ///
     /// ```no_run
     /// # fn f(mr: &mut uverbs::BufferMr<Vec<u8>>, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::ReregError> {
@@ -257,6 +304,12 @@ impl<B: StableBuffer> BufferMr<B> {
         let mr = &mut self.parts_mut().mr;
         if change.flags().contains(ReregFlags::TRANSLATION) {
             return Err(mr.input_error("an owned buffer changes translation through retarget"));
+        }
+        if change
+            .new_access()
+            .is_some_and(AccessFlags::lets_peers_write)
+        {
+            return Err(mr.input_error(crate::pd::PEER_WRITABLE_BUFFER));
         }
         mr.apply(change, fallback)
     }

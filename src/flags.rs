@@ -49,6 +49,17 @@ impl AccessFlags {
             Self::LOCAL_WRITE | Self::REMOTE_WRITE | Self::REMOTE_ATOMIC | Self::MW_BIND,
         )
     }
+
+    /// True when a remote peer may write the region's bytes behind the
+    /// program's back: `REMOTE_WRITE`, `REMOTE_ATOMIC`, `MW_BIND` (a bound
+    /// window may grant remote write), or a bit this type does not name
+    /// (which might). Such memory is registered with
+    /// [`reg_remote_buffer`](crate::ProtectionDomain::reg_remote_buffer),
+    /// never as a [`BufferMr`](crate::BufferMr) with its plain slices.
+    pub fn lets_peers_write(self) -> bool {
+        self.intersects(Self::REMOTE_WRITE | Self::REMOTE_ATOMIC | Self::MW_BIND)
+            || self.bits() & !Self::all().bits() != 0
+    }
 }
 
 bitflags! {

@@ -58,6 +58,7 @@ mod process;
 mod provider;
 mod qp;
 mod query;
+mod remote_buffer;
 pub mod transport;
 mod wr;
 
@@ -86,13 +87,14 @@ pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
 pub use post::{
-    Completed, DeviceReadable, DeviceWritable, Local, NotOwnable, OutOfRange, OwnedQp, PostRefused,
-    RecvRequest, SendRequest,
+    Completed, DeviceReadable, DeviceWritable, Ended, Local, NotOwnable, OutOfRange, OwnedQp,
+    PostRefused, PostSendError, RecvRequest, SendRequest,
 };
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
 pub use query::{
     ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
 };
+pub use remote_buffer::{OutsideBuffer, RemoteBufferMr, RemoteDeregError};
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;
 pub use wr::{
@@ -114,6 +116,7 @@ const _: () = {
     send_sync::<ProtectionDomain>();
     send_sync::<MemoryRegion>();
     send_sync::<BufferMr<Vec<u8>>>();
+    send_sync::<RemoteBufferMr<Vec<u8>>>();
     send_sync::<Error>();
     send_sync::<CompletionQueue>();
     send_sync::<CompletionChannel>();

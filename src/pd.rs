@@ -82,6 +82,9 @@ pub struct DeallocError {
     pub error: Error,
 }
 
+/// Why a [`BufferMr`] refuses access a remote peer could write through.
+pub(crate) const PEER_WRITABLE_BUFFER: &str = "a BufferMr hands out plain slices, so remote peers may not write it (REMOTE_WRITE, REMOTE_ATOMIC, MW_BIND): use reg_remote_buffer";
+
 /// A failed [`ProtectionDomain::reg_buffer`]: the buffer is handed back.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
@@ -162,6 +165,13 @@ impl ProtectionDomain {
     /// Registers an owned, address-stable buffer. The buffer is
     /// deregistered before it is dropped, so this is safe.
     ///
+    /// A [`BufferMr`] hands out plain slices of its bytes, so no remote peer
+    /// may write them: access that lets one
+    /// ([`AccessFlags::lets_peers_write`]: `REMOTE_WRITE`, `REMOTE_ATOMIC`,
+    /// `MW_BIND`) is refused with [`Error::InvalidInput`], nothing sent and
+    /// the buffer handed back. Register such memory with
+    /// [`reg_remote_buffer`](Self::reg_remote_buffer).
+    ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
     /// use uverbs::AccessFlags;
@@ -173,6 +183,24 @@ impl ProtectionDomain {
     /// # Ok(()) }
     /// ```
     pub fn reg_buffer<B: StableBuffer>(
+        &self,
+        buffer: B,
+        access: AccessFlags,
+    ) -> Result<BufferMr<B>, RegBufferError<B>> {
+        if access.lets_peers_write() {
+            let error = Error::input(
+                Op::RegMr,
+                &self.inner.ctx.inner.device,
+                PEER_WRITABLE_BUFFER,
+            );
+            return Err(RegBufferError { buffer, error });
+        }
+        self.reg_buffer_unchecked(buffer, access)
+    }
+
+    /// [`reg_buffer`](Self::reg_buffer) with any access: the caller gives
+    /// plain slices of a remotely writable region to no one.
+    pub(crate) fn reg_buffer_unchecked<B: StableBuffer>(
         &self,
         buffer: B,
         access: AccessFlags,

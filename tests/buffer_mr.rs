@@ -7,7 +7,7 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{fork_safety_with, FakeKernel, RecordingAdvisor, RW};
+use common::{fork_safety_with, FakeKernel, RecordingAdvisor, OWNED};
 use uverbs::fork::{Advice, ForkMode};
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
@@ -26,7 +26,7 @@ fn setup() -> (Arc<RecordingTransport>, ProtectionDomain) {
 /// refuses with `errno`.
 fn rereg_refused_with(errno: Errno) -> (Arc<RecordingTransport>, BufferMr<Vec<u8>>) {
     let (fake, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let mr = pd.reg_buffer(vec![1u8; 4096], OWNED).unwrap();
     fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, errno);
     (fake, mr)
 }
@@ -81,7 +81,7 @@ fn watched(fake: &Arc<RecordingTransport>) -> (Watched, Arc<AtomicBool>, Arc<Ato
 #[test]
 fn retarget_in_place_hands_the_old_buffer_back() {
     let (fake, pd) = setup();
-    let mut mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let mut mr = pd.reg_buffer(vec![1u8; 4096], OWNED).unwrap();
     mr.buffer_mut()[0] = 9;
     let handle = mr.handle();
     let done = mr.retarget(vec![2u8; 8192], ReregFallback::Strict).unwrap();
@@ -180,7 +180,7 @@ fn failed_replace_keeps_the_region_and_returns_the_new_buffer() {
 #[test]
 fn empty_new_buffer_is_input_and_sends_nothing() {
     let (fake, pd) = setup();
-    let mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let mr = pd.reg_buffer(vec![1u8; 4096], OWNED).unwrap();
     let sent = fake.count();
     let err = mr.retarget(Vec::new(), ReregFallback::Replace).unwrap_err();
     assert_eq!(err.error.outcome(), ReregOutcome::Input);
@@ -191,7 +191,7 @@ fn empty_new_buffer_is_input_and_sends_nothing() {
 #[test]
 fn translation_through_rereg_with_is_refused() {
     let (fake, pd) = setup();
-    let mut mr = pd.reg_buffer(vec![1u8; 4096], RW).unwrap();
+    let mut mr = pd.reg_buffer(vec![1u8; 4096], OWNED).unwrap();
     let sent = fake.count();
     let err = mr
         .rereg_with(
@@ -221,7 +221,7 @@ fn translation_through_rereg_with_is_refused() {
 fn the_buffer_is_freed_only_after_deregistration() {
     let (fake, pd) = setup();
     let (buf, dropped, early) = watched(&fake);
-    let mr = pd.reg_buffer(buf, RW).unwrap();
+    let mr = pd.reg_buffer(buf, OWNED).unwrap();
     drop(mr);
     assert!(dropped.load(Ordering::SeqCst));
     assert!(
@@ -234,7 +234,7 @@ fn the_buffer_is_freed_only_after_deregistration() {
 fn a_buffer_that_cannot_be_deregistered_is_leaked_not_freed() {
     let (fake, pd) = setup();
     let (buf, dropped, _) = watched(&fake);
-    let mr = pd.reg_buffer(buf, RW).unwrap();
+    let mr = pd.reg_buffer(buf, OWNED).unwrap();
     // Both the BufferMr's dereg and the MemoryRegion's retry fail.
     fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::BUSY);
     fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::BUSY);
@@ -254,7 +254,7 @@ fn a_panic_inside_retarget_leaks_the_buffers_instead_of_freeing_them() {
         FakeKernel::with_options(&OpenOptions::new().fork_safety(fork));
     let (old, old_dropped, old_early) = watched(&fake);
     let (new, new_dropped, new_early) = watched(&fake);
-    let mr = pd.reg_buffer(old, RW).unwrap();
+    let mr = pd.reg_buffer(old, OWNED).unwrap();
     armed.panic_once_on(Advice::DontFork);
     // Marking the new buffer for fork panics while the old one is registered.
     let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -285,7 +285,7 @@ fn replace_retarget_whose_deregistrations_fail_never_returns_the_new_buffer() {
     let (fake, pd) = setup();
     let (old, old_dropped, _) = watched(&fake);
     let (new, new_dropped, _) = watched(&fake);
-    let mr = pd.reg_buffer(old, RW).unwrap();
+    let mr = pd.reg_buffer(old, OWNED).unwrap();
     fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
     fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::IO); // the old registration
     fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::IO); // the new one
@@ -314,7 +314,7 @@ fn replace_retarget_whose_deregistrations_fail_never_returns_the_new_buffer() {
 fn strict_retarget_left_undefined_and_not_deregistered_keeps_the_new_buffer_away() {
     let (fake, pd) = setup();
     let (old, _, _) = watched(&fake);
-    let mr = pd.reg_buffer(old, RW).unwrap();
+    let mr = pd.reg_buffer(old, OWNED).unwrap();
     let (new, new_dropped, _) = watched(&fake);
     fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::FAULT);
     fake.fail_next(sys::IB_USER_VERBS_CMD_DEREG_MR, Errno::IO);
@@ -328,4 +328,119 @@ fn strict_retarget_left_undefined_and_not_deregistered_keeps_the_new_buffer_away
         "the undefined region may reach the new buffer"
     );
     assert!(!new_dropped.load(Ordering::SeqCst));
+}
+
+/// Every access a remote peer could write through, alone and with others.
+fn peer_writable_access() -> Vec<AccessFlags> {
+    let lw = AccessFlags::LOCAL_WRITE;
+    vec![
+        lw | AccessFlags::REMOTE_WRITE,
+        lw | AccessFlags::REMOTE_READ | AccessFlags::REMOTE_WRITE,
+        lw | AccessFlags::REMOTE_ATOMIC,
+        lw | AccessFlags::MW_BIND,
+        lw | AccessFlags::from_bits_retain(1 << 30),
+    ]
+}
+
+/// A BufferMr hands out plain slices, so no peer may write it: such access
+/// is refused at registration with the buffer back and nothing sent.
+#[test]
+fn a_buffer_mr_refuses_access_a_peer_could_write_through() {
+    let (fake, pd) = setup();
+    for access in peer_writable_access() {
+        let sent = fake.count();
+        let err = pd.reg_buffer(vec![5u8; 64], access).unwrap_err();
+        assert_eq!(err.buffer, vec![5u8; 64], "{access:?}: the buffer back");
+        assert_eq!(err.error.errno(), Some(Errno::INVAL), "{access:?}");
+        assert!(
+            err.error.to_string().contains("reg_remote_buffer"),
+            "{access:?}: {}",
+            err.error
+        );
+        assert_eq!(fake.count(), sent, "{access:?}: nothing sent");
+    }
+    assert_eq!(fake.live_mrs(), 0);
+}
+
+/// Nor can a registered BufferMr gain such access in place: set_access,
+/// apply and rereg_with refuse it (INPUT, nothing sent, the MR unchanged).
+#[test]
+fn a_buffer_mr_never_becomes_peer_writable() {
+    let (fake, pd) = setup();
+    let mut mr = pd.reg_buffer(vec![1u8; 4096], OWNED).unwrap();
+    for access in peer_writable_access() {
+        let sent = fake.count();
+        let errors = [
+            mr.set_access(access).unwrap_err(),
+            mr.apply(&uverbs::Rereg::new().access(access), ReregFallback::Replace)
+                .unwrap_err(),
+            mr.rereg_with(ReregFallback::Replace, ReregFlags::ACCESS, None, access)
+                .map(drop)
+                .unwrap_err(),
+        ];
+        for e in errors {
+            assert_eq!(e.outcome(), ReregOutcome::Input, "{access:?}: {e}");
+            assert_eq!(e.mr_state(), MrState::Old, "{access:?}");
+        }
+        assert_eq!(fake.count(), sent, "{access:?}: nothing sent");
+        assert_eq!(mr.access(), OWNED);
+    }
+    // Access no peer can write through still changes.
+    mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
+}
+
+/// A remotely writable region: its bytes through volatile copies and an
+/// atomic word only; the buffer comes back plain after dereg.
+#[test]
+fn a_remote_buffer_is_reached_by_copies_and_atomics() {
+    let (fake, pd) = setup();
+    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mut mr = pd.reg_remote_buffer(vec![0u8; 4096], rw).unwrap();
+    assert_eq!((mr.len(), mr.mr().access()), (4096, rw));
+    assert_eq!(fake.live_mrs(), 1);
+    mr.copy_in(100, b"hello").unwrap();
+    let mut out = [0u8; 5];
+    mr.copy_out(100, &mut out).unwrap();
+    assert_eq!(&out, b"hello");
+    // Out of range: typed, nothing copied.
+    let err = mr.copy_out(4094, &mut out).unwrap_err();
+    assert_eq!((err.start, err.end, err.len), (4094, 4099, 4096));
+    assert!(mr.copy_in(usize::MAX, b"x").is_err());
+    // An aligned word is an atomic; an unaligned or outside one is not.
+    let base = mr.addr() as usize;
+    let aligned = (8 - base % 8) % 8;
+    mr.atomic_u64(aligned)
+        .unwrap()
+        .store(0xfeed, Ordering::Release);
+    assert!(mr.atomic_u64(aligned + 1).is_none());
+    assert!(mr.atomic_u64(4096 - 4).is_none());
+    let mut word = [0u8; 8];
+    mr.copy_out(aligned, &mut word).unwrap();
+    assert_eq!(u64::from_ne_bytes(word), 0xfeed);
+    // Removing REMOTE_WRITE in place keeps it a remote region.
+    mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+    let plain = mr.dereg().unwrap();
+    assert_eq!(&plain[100..105], b"hello");
+    assert_eq!(fake.live_mrs(), 0);
+}
+
+/// A remote region retargets like a BufferMr and stays remote.
+#[test]
+fn a_remote_buffer_retargets_and_stays_remote() {
+    let (fake, pd) = setup();
+    let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mut mr = pd.reg_remote_buffer(vec![1u8; 4096], rw).unwrap();
+    mr.copy_in(0, &[9]).unwrap();
+    let done = mr
+        .retarget(vec![2u8; 8192], ReregFallback::Replace)
+        .unwrap();
+    assert_eq!(done.old[0], 9, "the old buffer back, plain");
+    let mut mr = done.mr;
+    assert_eq!(mr.len(), 8192);
+    let mut b = [0u8; 1];
+    mr.copy_out(8191, &mut b).unwrap();
+    assert_eq!(b, [2]);
+    drop(mr);
+    assert_eq!(fake.live_mrs(), 0);
 }

@@ -17,7 +17,7 @@ mod common;
 
 use common::{
     alloc_pd, anon, dealloc_refused_busy, fresh_mr, loud, page_size, replace, replace_range,
-    rereg_behaviour, serial, snap, Driver, Dut, HandleCounts, Holed, Snapshot, MIB, RW_READ,
+    rereg_behaviour, serial, snap, Driver, Dut, HandleCounts, Holed, Snapshot, MIB, OWNED, RW_READ,
 };
 use memmap2::MmapMut;
 use uverbs::command::DeregMr;
@@ -804,7 +804,7 @@ fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
     let pd = alloc_pd(ctx);
     let (old_len, new_len) = (old.len(), new.len());
     let mut mr = pd
-        .reg_buffer(pattern(old, 0xa5), RW_READ)
+        .reg_buffer(pattern(old, 0xa5), OWNED)
         .unwrap_or_else(|e| panic!("{name}: {case}: reg_buffer: {}", e.error));
     let before = snap(&mr);
     mr.buffer_mut()[0] ^= 0xff; // written through the region, must come back
@@ -892,7 +892,7 @@ rereg_device_test!(
         let _serial = serial();
         let pd = alloc_pd(&ctx);
         let mr = pd
-            .reg_buffer(pattern(anon(MIB), 0x17), RW_READ)
+            .reg_buffer(pattern(anon(MIB), 0x17), OWNED)
             .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
         let before = snap(&mr);
         let result = mr.retarget(pattern(anon(2 * MIB), 0x71), ReregFallback::Strict);

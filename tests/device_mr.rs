@@ -5,7 +5,7 @@ mod common;
 
 use common::{
     alloc_pd, anon, dealloc_refused_busy, driver, page_size, pd_and_fresh_mr, Driver, HandleCounts,
-    RW_READ,
+    OWNED, RW_READ,
 };
 use uverbs::{AccessFlags, MemoryRegion};
 
@@ -116,7 +116,7 @@ device_test!(reg_buffer_owns_boxed_slices_and_mappings, |name, ctx, _| {
 
     let boxed = vec![0u8; 256 << 10].into_boxed_slice();
     let mut mr = pd
-        .reg_buffer(boxed, RW_READ)
+        .reg_buffer(boxed, OWNED)
         .unwrap_or_else(|e| panic!("{name}: reg_buffer(Box<[u8]>): {e}"));
     assert_eq!(mr.length(), 256 << 10, "{name}: boxed length");
     check_keys(name, d, &mr);
@@ -135,7 +135,7 @@ device_test!(reg_buffer_owns_boxed_slices_and_mappings, |name, ctx, _| {
     let map = anon(1 << 20);
     let addr = map.as_ptr();
     let mut mr = pd
-        .reg_buffer(map, RW_READ)
+        .reg_buffer(map, OWNED)
         .unwrap_or_else(|e| panic!("{name}: reg_buffer(MmapMut): {e}"));
     assert_eq!(
         mr.addr().cast_const(),

@@ -36,8 +36,8 @@ use memmap2::MmapMut;
 use uverbs::command::Mtu;
 use uverbs::{
     AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, RecvWr, Remote,
-    ReregError, ReregFallback, ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    RemoteBufferMr, ReregError, ReregFallback, ReregFlags, ReregOutcome, ReregPath,
+    RetargetBuffers, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// What the requester sees when the responder refuses an rkey, whatever
@@ -138,11 +138,20 @@ impl Rig {
     /// A WRITE that must land: success, and the bytes at `remote` in
     /// `target` (which starts at `base`) are exactly the ones sent, nothing
     /// else of `target` changed.
-    fn write_lands(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
-        let before = target.to_vec();
+    fn write_lands<'t>(
+        &mut self,
+        wr_id: u64,
+        seed: u64,
+        remote: Remote,
+        target: impl Into<Target<'t>>,
+        what: &str,
+    ) {
+        let mut target = target.into();
+        let before = target.bytes();
         let (data, wc) = self.write(wr_id, seed, remote, what);
         check(&wc, what, WcOpcode::RdmaWrite, &self.q.qp_a, wr_id);
-        let at = (remote.addr - target.as_ptr() as u64) as usize;
+        let at = (remote.addr - target.base()) as usize;
+        let target = target.bytes();
         assert!(
             target[at..at + MSG] == data[..],
             "{}: {what}: the WRITE completed but its {MSG} bytes did not land",
@@ -263,12 +272,20 @@ impl Rig {
 
     /// An RDMA READ of [`MSG`] bytes from `remote` (inside `target`) into
     /// `src[MSG..2 MSG]`: succeeds and brings exactly those bytes.
-    fn read_lands(&mut self, wr_id: u64, remote: Remote, target: &[u8], what: &str) {
+    fn read_lands<'t>(
+        &mut self,
+        wr_id: u64,
+        remote: Remote,
+        target: impl Into<Target<'t>>,
+        what: &str,
+    ) {
+        let mut target = target.into();
         self.src[MSG..2 * MSG].fill(0);
         let wc = self.post_a(wr_id, SendOp::RdmaRead { remote }, MSG, MSG, what);
         check(&wc, what, WcOpcode::RdmaRead, &self.q.qp_a, wr_id);
         assert_eq!(wc.byte_len as usize, MSG, "{what}: {wc:?}");
-        let at = (remote.addr - target.as_ptr() as u64) as usize;
+        let at = (remote.addr - target.base()) as usize;
+        let target = target.bytes();
         assert!(
             self.src[MSG..2 * MSG] == target[at..at + MSG],
             "{}: {what}: the READ's {MSG} bytes are not the target's",
@@ -322,9 +339,67 @@ impl Rig {
 
     /// `remote` at offset [`AT`] of `target`.
     fn at(target: &[u8], rkey: u32) -> Remote {
+        Self::at_addr(target.as_ptr() as u64, rkey)
+    }
+
+    /// `remote` at offset [`AT`] of memory at `base`.
+    fn at_addr(base: u64, rkey: u32) -> Remote {
         Remote {
-            addr: target.as_ptr() as u64 + AT as u64,
+            addr: base + AT as u64,
             rkey,
+        }
+    }
+}
+
+/// Memory a WRITE or READ of the rig targets: a buffer the test manages
+/// itself (under a raw registration), or a region a peer may write, read
+/// only by copies.
+enum Target<'t> {
+    Plain(&'t [u8]),
+    Remote(&'t mut RemoteBufferMr<Vec<u8>>),
+}
+
+impl<'t> From<&'t [u8]> for Target<'t> {
+    fn from(b: &'t [u8]) -> Self {
+        Target::Plain(b)
+    }
+}
+
+impl<'t> From<&'t Vec<u8>> for Target<'t> {
+    fn from(b: &'t Vec<u8>) -> Self {
+        Target::Plain(b)
+    }
+}
+
+impl<'t> From<&'t memmap2::MmapMut> for Target<'t> {
+    fn from(b: &'t memmap2::MmapMut) -> Self {
+        Target::Plain(b)
+    }
+}
+
+impl<'t> From<&'t mut RemoteBufferMr<Vec<u8>>> for Target<'t> {
+    fn from(mr: &'t mut RemoteBufferMr<Vec<u8>>) -> Self {
+        Target::Remote(mr)
+    }
+}
+
+impl Target<'_> {
+    fn base(&self) -> u64 {
+        match self {
+            Target::Plain(b) => b.as_ptr() as u64,
+            Target::Remote(mr) => mr.addr(),
+        }
+    }
+
+    /// Every byte, now.
+    fn bytes(&mut self) -> Vec<u8> {
+        match self {
+            Target::Plain(b) => b.to_vec(),
+            Target::Remote(mr) => {
+                let mut out = vec![0; mr.len()];
+                mr.copy_out(0, &mut out).expect("the whole buffer");
+                out
+            }
         }
     }
 }
@@ -842,10 +917,10 @@ fn translation_refused_in_place_then_replaced_retarget() {
             let mr = rig
                 .q
                 .pd
-                .reg_buffer(vec![0u8; LEN], RW_READ)
-                .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
-            let k = keys(&mr);
-            let old_remote = Rig::at(mr.buffer(), mr.rkey());
+                .reg_remote_buffer(vec![0u8; LEN], RW_READ)
+                .unwrap_or_else(|e| panic!("{name}: reg_remote_buffer: {}", e.error));
+            let k = keys(mr.mr());
+            let old_remote = Rig::at_addr(mr.addr(), mr.rkey());
 
             let refused = mr
                 .retarget(vec![0u8; 2 * LEN], ReregFallback::Strict)
@@ -860,11 +935,15 @@ fn translation_refused_in_place_then_replaced_retarget() {
                 "{name}: {}",
                 refused.error
             );
-            let RetargetBuffers::Kept { mr, new: Some(new) } = refused.buffers else {
+            let RetargetBuffers::Kept {
+                mut mr,
+                new: Some(new),
+            } = refused.buffers
+            else {
                 panic!("{name}: a refusal that left the MR unchanged keeps it and hands the new buffer back");
             };
-            same_keys(&mr, k, name);
-            rig.write_lands(1, 1, old_remote, mr.buffer(), "retarget refused in place");
+            same_keys(mr.mr(), k, name);
+            rig.write_lands(1, 1, old_remote, &mut mr, "retarget refused in place");
 
             let done = mr
                 .retarget(new, ReregFallback::Replace)
@@ -875,35 +954,28 @@ fn translation_refused_in_place_then_replaced_retarget() {
                 "{name}: {:?}",
                 done.fork_warning
             );
-            let (mr, old) = (done.mr, done.old);
-            assert_ne!(mr.handle(), k.0, "{name}: a replaced MR has a new handle");
+            let (mut mr, old) = (done.mr, done.old);
+            assert_ne!(
+                mr.mr().handle(),
+                k.0,
+                "{name}: a replaced MR has a new handle"
+            );
             assert_ne!(mr.rkey(), k.2, "{name}: a replaced MR has a new rkey");
-            assert_eq!(mr.buffer().len(), 2 * LEN);
+            assert_eq!(mr.len(), 2 * LEN);
             counts.assert_extra(2, 1, "after the retarget: the old registration is gone");
 
             let old_bytes = old.clone();
-            let new_remote = Rig::at(mr.buffer(), mr.rkey());
+            let new_remote = Rig::at_addr(mr.addr(), mr.rkey());
             rig.write_lands(
                 2,
                 2,
                 new_remote,
-                mr.buffer(),
+                &mut mr,
                 "the new rkey into the new buffer",
             );
-            rig.read_lands(
-                4,
-                new_remote,
-                mr.buffer(),
-                "the new rkey from the new buffer",
-            );
+            rig.read_lands(4, new_remote, &mut mr, "the new rkey from the new buffer");
             rig.write_refused(3, 3, old_remote, &old, "the old rkey after the retarget");
-            rig.write_lands(
-                5,
-                5,
-                new_remote,
-                mr.buffer(),
-                "the new rkey after the refusal",
-            );
+            rig.write_lands(5, 5, new_remote, &mut mr, "the new rkey after the refusal");
             assert_eq!(old, old_bytes, "{name}: the old buffer changed");
 
             let buffer = mr

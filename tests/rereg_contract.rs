@@ -7,7 +7,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{context_over, snap, FakeKernel, ReregCase, RW_READ};
+use common::{context_over, snap, FakeKernel, ReregCase, OWNED, RW_READ};
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
 use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, OpenOptions, ReregFlags, ReregOutcome};
@@ -379,7 +379,7 @@ fn owned_buffers_come_back_after_dereg() {
     let f = FakeKernel::new();
     let mut mr = f
         .pd1
-        .reg_buffer(vec![7u8; 8192].into_boxed_slice(), RW_READ)
+        .reg_buffer(vec![7u8; 8192].into_boxed_slice(), OWNED)
         .unwrap();
     mr.buffer_mut()[0] = 1;
     assert_eq!(mr.length(), 8192);
@@ -390,7 +390,7 @@ fn owned_buffers_come_back_after_dereg() {
 
     f.fake
         .fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::NOMEM);
-    let err = f.pd1.reg_buffer(vec![3u8; 16], RW_READ).unwrap_err();
+    let err = f.pd1.reg_buffer(vec![3u8; 16], OWNED).unwrap_err();
     assert_eq!(
         err.buffer,
         vec![3u8; 16],

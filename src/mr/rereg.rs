@@ -130,7 +130,7 @@ impl<'pd> Rereg<'pd> {
     }
 
     /// The new access flags, if the change sets them.
-    pub(super) fn new_access(&self) -> Option<AccessFlags> {
+    pub(crate) fn new_access(&self) -> Option<AccessFlags> {
         self.has(ReregFlags::ACCESS).then_some(self.access)
     }
 }

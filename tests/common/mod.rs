@@ -46,6 +46,9 @@ pub use rc::*;
 pub const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);
 /// [`RW`] and read remotely: `LOCAL_WRITE | REMOTE_READ | REMOTE_WRITE`.
 pub const RW_READ: AccessFlags = RW.union(AccessFlags::REMOTE_READ);
+/// What an owned [`BufferMr`](uverbs::BufferMr) may be registered with
+/// (no peer may write it): `LOCAL_WRITE | REMOTE_READ`.
+pub const OWNED: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_READ);
 /// One mebibyte.
 pub const MIB: usize = 1 << 20;
 
