@@ -362,6 +362,23 @@ pub enum Error {
         /// The table's verdict.
         source: crate::command::QpTransitionError,
     },
+    /// The work requests were queued (written into the ring and published)
+    /// but the doorbell `write()` that announces them failed: they belong to
+    /// the device now, which may still run them (on rxe once a later
+    /// doorbell or a move to ERR reaches them). `EACCES` is what the kernel
+    /// answers every `write()` on the file once the process's credentials
+    /// changed since it was opened (`setuid`, `setgid`, `capset`:
+    /// `ib_safe_file_access`); siw may also answer `ENOTCONN` while its QP
+    /// state lock is contended, and any driver `ENOMEM`.
+    #[error("{op} on {device}: the work requests were queued but the doorbell write failed: {}; the device owns them", ErrnoDisplay(*errno))]
+    Doorbell {
+        /// [`Op::PostSend`].
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+        /// The errno of the doorbell write.
+        errno: Errno,
+    },
     /// The kernel answered, but its answer does not carry what was asked:
     /// siw's `QUERY_QP` on Linux 6.1 fills no QP state (every QP reads back
     /// RESET, which siw never reports where it does fill it, as on 6.12).
@@ -405,7 +422,8 @@ impl Error {
             | Error::WrongCharDevice { op, .. }
             | Error::Post { op, .. }
             | Error::QpTransition { op, .. }
-            | Error::NotReported { op, .. } => *op,
+            | Error::NotReported { op, .. }
+            | Error::Doorbell { op, .. } => *op,
         }
     }
 
@@ -413,7 +431,9 @@ impl Error {
     /// `EACCES` for [`Error::ForeignProcess`]).
     pub fn errno(&self) -> Option<Errno> {
         match self {
-            Error::Os { errno, .. } | Error::ForkSafety { errno, .. } => Some(*errno),
+            Error::Os { errno, .. }
+            | Error::ForkSafety { errno, .. }
+            | Error::Doorbell { errno, .. } => Some(*errno),
             Error::InvalidInput { .. } => Some(Errno::INVAL),
             Error::ForeignProcess { .. } => Some(Errno::ACCESS),
             Error::Sysfs { source, .. } => source.raw_os_error().map(Errno::from_raw_os_error),

@@ -541,8 +541,13 @@ impl QueuePair {
     /// immediate data, atomics, a fenced RDMA READ or one into more than one
     /// SGE: [`PostError::NotSupported`], [`PostError::TooManySges`]), none
     /// of them is queued, and [`Error::Post`] says which and why. An empty
-    /// slice does nothing. An error of the doorbell itself (`Error::Os`)
-    /// comes after the WQEs were published: the kernel may still run them.
+    /// slice does nothing. An error of the doorbell itself
+    /// ([`Error::Doorbell`]) comes after the WQEs were published: they are
+    /// the device's, exactly as after a success (the kernel may still run
+    /// them), and their memory is bound by the rules below. After a
+    /// credential change (`setuid`, …) every doorbell answers `EACCES`:
+    /// the kernel refuses `write()` on a file opened under other
+    /// credentials, while the `ioctl` commands keep working.
     ///
     /// # Safety
     ///
@@ -582,10 +587,15 @@ impl QueuePair {
         // SAFETY: the doorbell frame's only pointer is its own response
         // word, exposed at creation; what the device does with the WQEs
         // just published is the caller's promise.
+        let doorbell = |errno| Error::Doorbell {
+            op: Op::PostSend,
+            device: ctx.inner.device.clone(),
+            errno,
+        };
         let written = unsafe { ctx.inner.transport.write_prepared(self.doorbell.as_bytes()) }
-            .map_err(|e| Error::os(Op::PostSend, &ctx.inner.device, e))?;
+            .map_err(doorbell)?;
         if written != self.doorbell.as_bytes().len() {
-            return Err(Error::os(Op::PostSend, &ctx.inner.device, Errno::IO));
+            return Err(doorbell(Errno::IO));
         }
         Ok(())
     }

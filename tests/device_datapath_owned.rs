@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 use common::*;
 use uverbs::command::{Mtu, QpAttr, QpType};
 use uverbs::{
-    AccessFlags, BufferMr, Completed, Context, DeviceReadable, Local, OwnedQp, ProtectionDomain,
-    QpInit, RecvRequest, Remote, SendRequest, StableBuffer, WcOpcode, WcStatus,
+    AccessFlags, BufferMr, Completed, Context, DeviceReadable, Ended, Local, OwnedQp, PostError,
+    PostRefused, PostSendError, ProtectionDomain, QpInit, RecvRequest, Remote, RemoteBufferMr,
+    SendRequest, StableBuffer, WcOpcode, WcStatus,
 };
 
 type Owned = OwnedQp<BufferMr<Vec<u8>>>;
@@ -75,9 +76,7 @@ fn owned_pair<A: DeviceReadable, B: DeviceReadable>(
 fn siw_refuses<M: DeviceReadable>(qp: &OwnedQp<M>, request: SendRequest<'_, M>, what: &str) -> M {
     let wr_id = request.wr_id();
     let before = qp.outstanding();
-    let refused = qp
-        .post_send(request)
-        .expect_err("siw took what it cannot do");
+    let refused = refused(qp.post_send(request), what);
     assert!(
         matches!(
             &refused.error,
@@ -98,6 +97,51 @@ fn siw_refuses<M: DeviceReadable>(qp: &OwnedQp<M>, request: SendRequest<'_, M>, 
         .into_inner()
 }
 
+/// The refusal of a post that must be refused (not queued).
+fn refused<T>(result: Result<(), PostSendError<T>>, what: &str) -> PostRefused<T> {
+    match result {
+        Err(PostSendError::Refused(r)) => r,
+        Err(e) => panic!("{what}: queued with a failed doorbell: {e}"),
+        Ok(()) => panic!("{what}: posted"),
+    }
+}
+
+/// An unsignalled `request` that must be signalled on `qp` is refused,
+/// typed, with its memory back; nothing is outstanding.
+fn must_be_signalled<M: DeviceReadable>(
+    qp: &OwnedQp<M>,
+    request: SendRequest<'_, M>,
+    what: &str,
+) -> M {
+    let before = qp.outstanding();
+    let r = refused(qp.post_send(request), what);
+    assert!(
+        matches!(&r.error, uverbs::Error::Post { source, .. }
+            if matches!(**source, PostError::MustBeSignalled { .. })),
+        "{what}: {}",
+        r.error
+    );
+    assert_eq!(qp.outstanding(), before, "{what}: nothing queued");
+    r.request.into_local().expect("its memory").into_inner()
+}
+
+/// A buffer a peer may write, registered for it.
+fn reg_target(
+    pd: &ProtectionDomain,
+    bytes: Vec<u8>,
+    access: AccessFlags,
+) -> RemoteBufferMr<Vec<u8>> {
+    pd.reg_remote_buffer(bytes, access)
+        .unwrap_or_else(|e| panic!("reg_remote_buffer: {}", e.error))
+}
+
+/// `len` bytes of `mr` at `at`, copied out.
+fn read_out(mr: &mut RemoteBufferMr<Vec<u8>>, at: usize, len: usize) -> Vec<u8> {
+    let mut out = vec![0; len];
+    mr.copy_out(at, &mut out).expect("inside the buffer");
+    out
+}
+
 /// Polls `qp` until `n` requests have come back or [`WAIT`] passes.
 fn wait_back<M: DeviceReadable>(qp: &OwnedQp<M>, n: usize, what: &str) -> Vec<Completed<M>> {
     let deadline = Instant::now() + WAIT;
@@ -109,9 +153,7 @@ fn wait_back<M: DeviceReadable>(qp: &OwnedQp<M>, n: usize, what: &str) -> Vec<Co
             Instant::now() < deadline,
             "{what}: {} of {n} requests back within {WAIT:?}: {:?}",
             done.len(),
-            done.iter()
-                .map(|c| (c.wr_id, c.completion))
-                .collect::<Vec<_>>()
+            done.iter().map(|c| (c.wr_id, c.ended)).collect::<Vec<_>>()
         );
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -138,7 +180,7 @@ fn owned_buffers_come_back_with_their_completions() {
         |name, ctx| {
             let pd = alloc_pd(ctx);
             let (a, b, cm): (Owned, Owned, _) = owned_pair(ctx, &pd, name);
-            let rx = reg(&pd, vec![0; 4096], RW);
+            let rx = reg(&pd, vec![0; 4096], AccessFlags::LOCAL_WRITE);
             b.post_recv(RecvRequest::new(41, Local::whole(rx)))
                 .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
             assert_eq!(b.outstanding(), (0, 1));
@@ -159,8 +201,8 @@ fn owned_buffers_come_back_with_their_completions() {
 
             let sent = wait_back(&a, 1, "SEND").remove(0);
             assert_eq!(sent.wr_id, 42);
-            assert_eq!(sent.status(), WcStatus::Success, "{name}: {sent:?}");
-            assert_eq!(sent.completion.unwrap().opcode, WcOpcode::Send);
+            assert_eq!(sent.status(), Some(WcStatus::Success), "{name}: {sent:?}");
+            assert_eq!(sent.completion().unwrap().opcode, WcOpcode::Send);
             let local = sent.local.unwrap();
             assert_eq!(local.range(), 100..1100);
             let tx = local.into_inner();
@@ -171,7 +213,7 @@ fn owned_buffers_come_back_with_their_completions() {
             );
 
             let got = wait_back(&b, 1, "RECV").remove(0);
-            let wc = got.completion.unwrap();
+            let wc = *got.completion().unwrap();
             assert!(got.is_recv);
             assert_eq!((got.wr_id, wc.wr_id, wc.byte_len), (41, 41, 1000), "{wc:?}");
             if let Some(imm) = imm {
@@ -181,11 +223,12 @@ fn owned_buffers_come_back_with_their_completions() {
             assert_eq!(&rx.buffer()[..1000], &pattern(4096, 0x11)[100..1100]);
             assert!(rx.buffer()[1000..].iter().all(|&x| x == 0));
 
-            // The same buffers again, for an RDMA WRITE into rx's region: rx is
-            // not posted (the peer writes into it through its rkey).
+            // The sender's buffer again, for an RDMA WRITE into a region the
+            // peer may write: its bytes are reached only by copies.
+            let mut wt = reg_target(&pd, vec![0; 4096], RW);
             let remote = Remote {
-                addr: rx.buffer().as_ptr() as u64 + 2048,
-                rkey: rx.rkey(),
+                addr: wt.addr() + 2048,
+                rkey: wt.rkey(),
             };
             a.post_send(SendRequest::write(
                 43,
@@ -194,9 +237,19 @@ fn owned_buffers_come_back_with_their_completions() {
             ))
             .unwrap();
             let w = wait_back(&a, 1, "WRITE").remove(0);
-            assert_eq!((w.wr_id, w.status()), (43, WcStatus::Success), "{w:?}");
-            assert_eq!(&rx.buffer()[2048..2560], &pattern(4096, 0x11)[..512]);
+            assert_eq!(
+                (w.wr_id, w.status()),
+                (43, Some(WcStatus::Success)),
+                "{w:?}"
+            );
+            assert_eq!(read_out(&mut wt, 2048, 512), &pattern(4096, 0x11)[..512]);
             assert_eq!((a.outstanding(), b.outstanding()), ((0, 0), (0, 0)));
+            let plain = wt.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));
+            assert_eq!(
+                &plain[2048..2560],
+                &pattern(4096, 0x11)[..512],
+                "plain again"
+            );
             drop((a, b, w, rx, pd, cm));
         },
     );
@@ -214,8 +267,8 @@ fn shared_memory_is_sent_from_by_several_requests() {
             let (a, b, cm): (OwnedQp<Arc<BufferMr<Vec<u8>>>>, Owned, _) =
                 owned_pair(ctx, &pd, name);
             let src = Arc::new(reg(&pd, pattern(8192, 0x5a), AccessFlags::LOCAL_WRITE));
-            let dst = reg(&pd, vec![0; 8192], RW);
-            let base = dst.buffer().as_ptr() as u64;
+            let mut dst = reg_target(&pd, vec![0; 8192], RW);
+            let base = dst.addr();
             let mut batch: Vec<_> = (0..4u64)
                 .map(|i| {
                     let range = (i as usize * 2048)..((i as usize + 1) * 2048);
@@ -238,7 +291,7 @@ fn shared_memory_is_sent_from_by_several_requests() {
             let ids: Vec<u64> = back.iter().map(|c| c.wr_id).collect();
             assert_eq!(ids, [0, 1, 2, 3], "in order");
             assert!(
-                back.iter().all(|c| c.status() == WcStatus::Success),
+                back.iter().all(|c| c.status() == Some(WcStatus::Success)),
                 "{back:?}"
             );
             drop(back);
@@ -246,7 +299,7 @@ fn shared_memory_is_sent_from_by_several_requests() {
             for i in 0..4 {
                 let to = 8192 - (i + 1) * 2048;
                 assert_eq!(
-                    &dst.buffer()[to..to + 2048],
+                    read_out(&mut dst, to, 2048),
                     &src.buffer()[i * 2048..(i + 1) * 2048],
                     "{name}: chunk {i}"
                 );
@@ -256,9 +309,11 @@ fn shared_memory_is_sent_from_by_several_requests() {
     );
 }
 
-/// RDMA READ and both atomics land in memory the request owns; an
-/// unsignalled request comes back with the next signalled one, without a
-/// completion of its own.
+/// RDMA READ and both atomics land in memory the request owns. An
+/// unsignalled READ is refused with its memory back (a READ's memory comes
+/// back only with its own completion); an unsignalled WRITE comes back with
+/// the next signalled request on rxe, ended by it ([`Ended::AfterLater`]),
+/// and is refused on siw.
 #[test]
 fn reads_and_atomics_write_owned_memory() {
     on_each_data_path_device("reads_and_atomics_write_owned_memory", |name, ctx| {
@@ -267,26 +322,42 @@ fn reads_and_atomics_write_owned_memory() {
         let mut target = pattern(4096, 0x33);
         target[..8].copy_from_slice(&1000u64.to_ne_bytes());
         target[8..16].copy_from_slice(&7u64.to_ne_bytes());
-        let target = reg(&pd, target, RW_READ | AccessFlags::REMOTE_ATOMIC);
-        let base = target.buffer().as_ptr() as u64;
+        let mut target = reg_target(&pd, target, RW_READ | AccessFlags::REMOTE_ATOMIC);
+        let (base, rkey) = (target.addr(), target.rkey());
         let at = |off: u64| Remote {
             addr: base + off,
-            rkey: target.rkey(),
+            rkey,
         };
         let local = |len| Local::whole(reg(&pd, vec![0; len], AccessFlags::LOCAL_WRITE));
 
+        let unsignalled_read = SendRequest::read(1, local(1024), at(1024)).unsignaled();
+        let mem = must_be_signalled(&a, unsignalled_read, &format!("{name}: unsignalled READ"));
+        assert!(mem.buffer().iter().all(|&x| x == 0), "untouched");
         if cm.is_some() {
-            return siw_reads_into_owned_memory(&a, local, at, name);
+            let write = SendRequest::write(9, Local::whole(mem), at(0)).unsignaled();
+            must_be_signalled(&a, write, &format!("{name}: unsignalled WRITE on siw"));
+            siw_reads_into_owned_memory(&a, local, at, name);
+            drop((a, b, target, pd, cm));
+            return;
         }
-        a.post_send(SendRequest::read(1, local(1024), at(1024)).unsignaled())
+        let mut src = mem;
+        src.buffer_mut().copy_from_slice(&pattern(1024, 0x44));
+        a.post_send(SendRequest::write(0, Local::whole(src), at(2048)).unsignaled())
+            .unwrap();
+        a.post_send(SendRequest::read(1, local(1024), at(1024)))
             .unwrap();
         a.post_send(SendRequest::fetch_add(2, local(8), at(0), 5))
             .unwrap();
-        let back = wait_back(&a, 2, "READ (unsignalled) + FETCH_ADD");
+        let back = wait_back(&a, 3, "WRITE (unsignalled) + READ + FETCH_ADD");
+        assert_eq!(back[0].wr_id, 0);
+        assert_eq!(back[0].ended, Ended::AfterLater, "{:?}", back[0]);
+        assert_eq!(back[0].status(), Some(WcStatus::Success));
+        let mut back = back.into_iter();
+        back.next();
+        let back: Vec<_> = back.collect();
         assert_eq!((back[0].wr_id, back[1].wr_id), (1, 2));
-        assert!(back[0].completion.is_none(), "{:?}", back[0]);
-        assert_eq!(back[0].status(), WcStatus::Success);
-        let wc = back[1].completion.unwrap();
+        assert_eq!(back[0].completion().unwrap().opcode, WcOpcode::RdmaRead);
+        let wc = *back[1].completion().unwrap();
         assert_eq!(
             (wc.status, wc.opcode),
             (WcStatus::Success, WcOpcode::FetchAdd)
@@ -304,22 +375,27 @@ fn reads_and_atomics_write_owned_memory() {
             &1000u64.to_ne_bytes(),
             "{name}: FETCH_ADD old"
         );
-        assert_eq!(&target.buffer()[..8], &1005u64.to_ne_bytes());
+        assert_eq!(read_out(&mut target, 0, 8), &1005u64.to_ne_bytes());
+        assert_eq!(
+            read_out(&mut target, 2048, 1024),
+            pattern(1024, 0x44),
+            "{name}: WRITE"
+        );
 
         a.post_send(SendRequest::compare_swap(3, local(8), at(8), 7, 99))
             .unwrap();
         let c = wait_back(&a, 1, "CMP_SWP").remove(0);
-        assert_eq!(c.status(), WcStatus::Success, "{c:?}");
+        assert_eq!(c.status(), Some(WcStatus::Success), "{c:?}");
         assert_eq!(c.into_memory().unwrap().buffer(), &7u64.to_ne_bytes());
-        assert_eq!(&target.buffer()[8..16], &99u64.to_ne_bytes());
+        assert_eq!(read_out(&mut target, 8, 8), &99u64.to_ne_bytes());
         drop((a, b, target, pd, cm));
     });
 }
 
 /// siw's half of [`reads_and_atomics_write_owned_memory`]: siw has no
 /// atomics (`atomic_cap` 0): FETCH_ADD and CMP_SWP are refused before the
-/// ring with their memory back. An unsignalled READ comes back with the
-/// next signalled READ, both into memory the requests own.
+/// ring with their memory back. Two READs into memory the requests own
+/// each come back with their own completion.
 fn siw_reads_into_owned_memory(
     a: &Owned,
     local: impl Fn(usize) -> Local<BufferMr<Vec<u8>>>,
@@ -341,15 +417,19 @@ fn siw_reads_into_owned_memory(
         SendRequest::compare_swap(3, local(8), at(8), 7, 99),
         &format!("{name}: CMP_SWP"),
     );
-    a.post_send(SendRequest::read(1, local(1024), at(1024)).unsignaled())
+    a.post_send(SendRequest::read(1, local(1024), at(1024)))
         .unwrap();
     a.post_send(SendRequest::read(2, local(512), at(3072)))
         .unwrap();
-    let back = wait_back(a, 2, "READ (unsignalled) + READ");
+    let mut back = wait_back(a, 2, "READ + READ");
+    back.sort_by_key(|c| c.wr_id);
     assert_eq!((back[0].wr_id, back[1].wr_id), (1, 2));
-    assert!(back[0].completion.is_none(), "{:?}", back[0]);
-    assert_eq!(back[0].status(), WcStatus::Success);
-    let wc = back[1].completion.unwrap();
+    assert!(
+        back.iter().all(|c| matches!(c.ended, Ended::Completion(_))),
+        "{back:?}"
+    );
+    assert_eq!(back[0].status(), Some(WcStatus::Success));
+    let wc = *back[1].completion().unwrap();
     assert_eq!(
         (wc.status, wc.opcode, wc.byte_len),
         (WcStatus::Success, WcOpcode::RdmaRead, 512)
@@ -378,7 +458,7 @@ fn flush_hands_back_everything_outstanding() {
         let pd = alloc_pd(ctx);
         let (a, b, cm): (Owned, Owned, _) = owned_pair(ctx, &pd, name);
         for i in 0..4 {
-            let buf = reg(&pd, vec![i as u8; 256], RW);
+            let buf = reg(&pd, vec![i as u8; 256], AccessFlags::LOCAL_WRITE);
             b.post_recv(RecvRequest::new(i, Local::whole(buf))).unwrap();
         }
         assert_eq!(b.outstanding(), (0, 4));
@@ -388,7 +468,7 @@ fn flush_hands_back_everything_outstanding() {
         assert_eq!(done.len(), 4, "{done:?}");
         for (i, c) in done.into_iter().enumerate() {
             assert_eq!(c.wr_id, i as u64);
-            assert_eq!(c.status(), WcStatus::WrFlushErr, "{c:?}");
+            assert_eq!(c.status(), Some(WcStatus::WrFlushErr), "{c:?}");
             let buf = c.into_memory().unwrap();
             assert!(buf.buffer().iter().all(|&x| x == i as u8), "untouched");
         }
@@ -438,7 +518,10 @@ fn dropping_with_requests_outstanding_destroys_then_frees() {
             let drops = Arc::new(AtomicUsize::new(0));
             for i in 0..3 {
                 let buf = pd
-                    .reg_buffer(Watched(vec![0; 512], drops.clone()), RW)
+                    .reg_buffer(
+                        Watched(vec![0; 512], drops.clone()),
+                        AccessFlags::LOCAL_WRITE,
+                    )
                     .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error));
                 b.post_recv(RecvRequest::new(i, Local::whole(buf))).unwrap();
             }
@@ -467,10 +550,11 @@ fn refused_requests_and_queue_pairs_come_back() {
         let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
         let owned: Owned = OwnedQp::new(qp).unwrap();
         // In RESET: posting is refused, the request handed back.
-        let buf = reg(&pd, pattern(64, 1), RW);
-        let refused = owned
-            .post_send(SendRequest::send(5, Local::whole(buf)))
-            .expect_err("a send in RESET");
+        let buf = reg(&pd, pattern(64, 1), AccessFlags::LOCAL_WRITE);
+        let refused = refused(
+            owned.post_send(SendRequest::send(5, Local::whole(buf))),
+            "a send in RESET",
+        );
         assert!(
             refused.error.to_string().contains("in Reset"),
             "{}",

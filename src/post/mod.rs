@@ -5,13 +5,16 @@ mod memory;
 mod outstanding;
 
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::mem::ManuallyDrop;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::ah::AddressHandle;
 use crate::command::{QpAttr, QpState, QpType};
 use crate::context::Context;
 use crate::cq::CompletionQueue;
 use crate::error::{Errno, Error, Op};
+use crate::provider::Provider;
 use crate::qp::{QpCaps, QueuePair};
 use crate::wr::{
     Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus,
@@ -19,7 +22,7 @@ use crate::wr::{
 };
 
 pub use memory::{DeviceReadable, DeviceWritable, Local, OutOfRange};
-use outstanding::{Outstanding, RECV_TAG};
+use outstanding::{Ends, Outstanding, RECV_TAG};
 
 /// A send work request that owns its local memory (or carries inline
 /// bytes, copied when it is posted).
@@ -30,7 +33,15 @@ pub struct SendRequest<'a, M> {
     flags: SendFlags,
     local: Option<Local<M>>,
     inline: &'a [u8],
-    ud: Option<UdDest<'a>>,
+    ud: Option<UdTarget>,
+}
+
+/// A UD destination a request keeps alive until its completion.
+#[derive(Debug, Clone)]
+struct UdTarget {
+    ah: Arc<AddressHandle>,
+    remote_qpn: u32,
+    remote_qkey: u32,
 }
 
 impl<'a, M: DeviceReadable> SendRequest<'a, M> {
@@ -124,8 +135,15 @@ impl<'a, M: DeviceWritable> SendRequest<'a, M> {
 impl<'a, M> SendRequest<'a, M> {
     /// No completion of its own on success (`IBV_SEND_SIGNALED` unset): its
     /// memory comes back with the completion of a later signalled request of
-    /// the QP (queues complete in order), or with [`OwnedQp::flush`].
-    /// Requests are signalled unless this is called.
+    /// the QP (rxe completes a send queue in order), or with
+    /// [`OwnedQp::flush`]. Requests are signalled unless this is called.
+    ///
+    /// [`OwnedQp::post_send`] refuses an unsignalled RDMA READ or atomic
+    /// (their memory comes back only with their own completion), and every
+    /// unsignalled request on siw: siw completes a SEND or WRITE before an
+    /// earlier READ, and sends unsignalled payloads of 4 KiB and more
+    /// zero-copy, so TCP may still hold the pages after a later completion
+    /// ([`PostError::MustBeSignalled`]).
     pub fn unsignaled(mut self) -> Self {
         self.flags.remove(SendFlags::SIGNALED);
         self
@@ -143,9 +161,15 @@ impl<'a, M> SendRequest<'a, M> {
         self
     }
 
-    /// Its destination, on a UD QP.
-    pub fn ud(mut self, dest: UdDest<'a>) -> Self {
-        self.ud = Some(dest);
+    /// Its destination, on a UD QP: QP `remote_qpn` with Q_Key
+    /// `remote_qkey`, through `ah`. The request holds `ah` until its memory
+    /// comes back, so the address handle outlives the send.
+    pub fn ud(mut self, ah: Arc<AddressHandle>, remote_qpn: u32, remote_qkey: u32) -> Self {
+        self.ud = Some(UdTarget {
+            ah,
+            remote_qpn,
+            remote_qkey,
+        });
         self
     }
 
@@ -203,15 +227,94 @@ impl<T> fmt::Debug for PostRefused<T> {
     }
 }
 
+/// Why [`OwnedQp::post_send`] failed.
+#[derive(thiserror::Error)]
+pub enum PostSendError<T> {
+    /// Refused before the device saw it: the request comes back untouched.
+    #[error(transparent)]
+    Refused(PostRefused<T>),
+    /// The request was queued, but the doorbell that announces it failed
+    /// ([`Error::Doorbell`]): it belongs to the device, which may still run
+    /// it, and its memory comes back like any posted request's (with its
+    /// completion, a flush, or the drop of the QP). The next successful
+    /// doorbell, or a move to ERR, reaches it.
+    #[error("{error}")]
+    Queued {
+        /// The id the caller gave the request.
+        wr_id: u64,
+        /// The doorbell's error.
+        #[source]
+        error: Error,
+    },
+}
+
+impl<T> PostSendError<T> {
+    /// The error, either way.
+    pub fn error(&self) -> &Error {
+        match self {
+            PostSendError::Refused(r) => &r.error,
+            PostSendError::Queued { error, .. } => error,
+        }
+    }
+
+    /// The error, dropping a refused request.
+    pub fn into_error(self) -> Error {
+        match self {
+            PostSendError::Refused(r) => r.error,
+            PostSendError::Queued { error, .. } => error,
+        }
+    }
+
+    /// The request back, if it was refused (never if it was queued).
+    pub fn into_request(self) -> Option<T> {
+        match self {
+            PostSendError::Refused(r) => Some(r.request),
+            PostSendError::Queued { .. } => None,
+        }
+    }
+}
+
+impl<T> fmt::Debug for PostSendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PostSendError::Refused(r) => f.debug_tuple("Refused").field(r).finish(),
+            PostSendError::Queued { wr_id, error } => f
+                .debug_struct("Queued")
+                .field("wr_id", wr_id)
+                .field("error", error)
+                .finish(),
+        }
+    }
+}
+
+impl<T> From<PostSendError<T>> for Error {
+    fn from(e: PostSendError<T>) -> Error {
+        e.into_error()
+    }
+}
+
+/// How a request's memory came back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// With its own completion (success, an error, or a flush).
+    Completion(WorkCompletion),
+    /// An unsignalled send, ended by the completion of a later request of
+    /// its queue, which completes in order: it succeeded.
+    AfterLater,
+    /// A signalled request whose own completion never came: a later
+    /// request of its queue completed (so the device is done with its
+    /// memory), but its completion was lost, say in a CQ overrun. Whether
+    /// it succeeded is unknown.
+    WithoutCompletion,
+}
+
 /// A request the device is done with, and its memory.
 #[derive(Debug)]
 pub struct Completed<M> {
     /// The id the caller gave the request.
     pub wr_id: u64,
-    /// The request's own completion, with `wr_id` set to the caller's.
-    /// `None` for an unsignalled send that completed without one: a later
-    /// request of the QP completed, so it succeeded.
-    pub completion: Option<WorkCompletion>,
+    /// How it ended; its own completion carries `wr_id` set to the caller's.
+    pub ended: Ended,
     /// Its memory (none for an inline send).
     pub local: Option<Local<M>>,
     /// Whether it was a receive.
@@ -219,12 +322,23 @@ pub struct Completed<M> {
 }
 
 impl<M> Completed<M> {
-    /// The completion's status: success for a request that completed
-    /// without a completion of its own.
-    pub fn status(&self) -> WcStatus {
-        self.completion
-            .as_ref()
-            .map_or(WcStatus::Success, |wc| wc.status)
+    /// Its own completion, if it had one.
+    pub fn completion(&self) -> Option<&WorkCompletion> {
+        match &self.ended {
+            Ended::Completion(wc) => Some(wc),
+            Ended::AfterLater | Ended::WithoutCompletion => None,
+        }
+    }
+
+    /// The status: its completion's, success for an unsignalled send ended
+    /// by a later completion, `None` when its completion was lost
+    /// ([`Ended::WithoutCompletion`]): never success by default.
+    pub fn status(&self) -> Option<WcStatus> {
+        match &self.ended {
+            Ended::Completion(wc) => Some(wc.status),
+            Ended::AfterLater => Some(WcStatus::Success),
+            Ended::WithoutCompletion => None,
+        }
     }
 
     /// The memory, without its range.
@@ -237,6 +351,30 @@ impl<M> Completed<M> {
 struct Entry<M> {
     wr_id: u64,
     local: Option<Local<M>>,
+    /// Whether it produces a completion of its own.
+    signalled: bool,
+    /// A UD send's address handle, kept alive while the send is queued.
+    _ah: Option<Arc<AddressHandle>>,
+}
+
+impl<M> Entry<M> {
+    fn recv(wr_id: u64, local: Local<M>) -> Self {
+        Entry {
+            wr_id,
+            local: Some(local),
+            signalled: true,
+            _ah: None,
+        }
+    }
+
+    fn send(r: SendRequest<'_, M>) -> Self {
+        Entry {
+            wr_id: r.wr_id,
+            signalled: r.flags.contains(SendFlags::SIGNALED),
+            local: r.local,
+            _ah: r.ud.map(|ud| ud.ah),
+        }
+    }
 }
 
 struct Tables<M> {
@@ -427,19 +565,33 @@ impl<M: DeviceReadable> OwnedQp<M> {
     }
 
     /// Posts one send request: on success its memory belongs to the device
-    /// until [`poll`](Self::poll) hands it back; on refusal (wrong state,
-    /// a full queue, inline data too long, …) it comes back untouched.
-    /// One doorbell write.
+    /// until [`poll`](Self::poll) hands it back. A refusal (wrong state, a
+    /// full queue, inline data too long, an unsignalled request that must be
+    /// signalled, …) hands it back untouched
+    /// ([`PostSendError::Refused`]). If the doorbell fails after the request
+    /// was queued ([`PostSendError::Queued`]), the request is the device's
+    /// as after a success. One doorbell write.
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
     pub fn post_send<'a>(
         &self,
         request: SendRequest<'a, M>,
-    ) -> Result<(), PostRefused<SendRequest<'a, M>>> {
+    ) -> Result<(), PostSendError<SendRequest<'a, M>>> {
         let mut t = self.lock();
-        let sge = match request.local.as_ref().map(Local::sge).transpose() {
+        let checked = self
+            .must_be_signalled(&request)
+            .map_or(Ok(()), Err)
+            .and_then(|()| request.local.as_ref().map(Local::sge).transpose());
+        let sge = match checked {
             Ok(sge) => sge,
-            Err(e) => return Err(self.refused(Op::PostSend, 0, e, request)),
+            Err(e) => {
+                return Err(PostSendError::Refused(self.refused(
+                    Op::PostSend,
+                    0,
+                    e,
+                    request,
+                )))
+            }
         };
         let sges = sge.as_slice();
         let inline = [request.inline];
@@ -448,22 +600,49 @@ impl<M: DeviceReadable> OwnedQp<M> {
         // DeviceWritable for READ and atomics, by SendRequest's
         // constructors): mapped, registered and unwritten while the value
         // lives; the value is kept in the table until the device is done
-        // with it (its completion, a later completion of the queue, or the
-        // QP's destruction).
-        if let Err(error) = unsafe { self.qp().post_send(std::slice::from_ref(&wr)) } {
-            return Err(PostRefused { request, error });
+        // with it (its own completion, a later completion of an in-order
+        // queue for an unsignalled send, or the QP's destruction), also
+        // when the doorbell fails after the request was queued.
+        let posted = unsafe { self.qp().post_send(std::slice::from_ref(&wr)) };
+        let wr_id = request.wr_id;
+        match posted {
+            Ok(()) => {
+                t.sq.push(Entry::send(request));
+                Ok(())
+            }
+            Err(error @ Error::Doorbell { .. }) => {
+                t.sq.push(Entry::send(request));
+                Err(PostSendError::Queued { wr_id, error })
+            }
+            Err(error) => Err(PostSendError::Refused(PostRefused { request, error })),
         }
-        t.sq.push(Entry {
-            wr_id: request.wr_id,
-            local: request.local,
-        });
-        Ok(())
+    }
+
+    /// The reason an unsignalled `r` must not be posted here, if any.
+    fn must_be_signalled(&self, r: &SendRequest<'_, M>) -> Option<PostError> {
+        if r.flags.contains(SendFlags::SIGNALED) {
+            return None;
+        }
+        let opcode = r.op.name();
+        let why = if matches!(
+            r.op,
+            SendOp::RdmaRead { .. } | SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. }
+        ) {
+            "its memory comes back only with its own completion"
+        } else if self.provider() == Provider::Siw {
+            "siw completes out of order and sends unsignalled payloads zero-copy"
+        } else {
+            return None;
+        };
+        Some(PostError::MustBeSignalled { opcode, why })
     }
 
     /// Posts `requests` with one doorbell, all or nothing: on success the
     /// vector is emptied (the requests belong to the device until
-    /// [`poll`](Self::poll)), on error it is as it was and nothing was
-    /// queued. Allocates the batch's work-request array.
+    /// [`poll`](Self::poll)); on a refusal it is as it was and nothing was
+    /// queued. On [`Error::Doorbell`] the requests were queued: the vector
+    /// is emptied and they are the device's, as after a success.
+    /// Allocates the batch's work-request array.
     pub fn post_send_batch(&self, requests: &mut Vec<SendRequest<'_, M>>) -> Result<(), Error> {
         if requests.is_empty() {
             return Ok(());
@@ -471,7 +650,10 @@ impl<M: DeviceReadable> OwnedQp<M> {
         let mut t = self.lock();
         let mut sges = Vec::with_capacity(requests.len());
         for (i, r) in requests.iter().enumerate() {
-            let sge = r.local.as_ref().map(Local::sge).transpose();
+            let sge = match self.must_be_signalled(r) {
+                Some(e) => Err(e),
+                None => r.local.as_ref().map(Local::sge).transpose(),
+            };
             sges.push(sge.map_err(|e| self.post_error(Op::PostSend, i, e))?);
         }
         let inlines: Vec<[&[u8]; 1]> = requests.iter().map(|r| [r.inline]).collect();
@@ -482,15 +664,14 @@ impl<M: DeviceReadable> OwnedQp<M> {
             .collect();
         // SAFETY: as in post_send, for each request of the batch; they stay
         // in the table until the device is done with them.
-        unsafe { self.qp().post_send(&wrs) }?;
+        let posted = unsafe { self.qp().post_send(&wrs) };
         drop(wrs);
-        for r in requests.drain(..) {
-            t.sq.push(Entry {
-                wr_id: r.wr_id,
-                local: r.local,
-            });
+        if matches!(posted, Ok(()) | Err(Error::Doorbell { .. })) {
+            for r in requests.drain(..) {
+                t.sq.push(Entry::send(r));
+            }
         }
-        Ok(())
+        posted
     }
 
     /// Posts one receive request (no system call); on refusal it comes
@@ -517,10 +698,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
         if let Err(error) = unsafe { self.qp().post_recv(std::slice::from_ref(&wr)) } {
             return Err(PostRefused { request, error });
         }
-        t.rq.push(Entry {
-            wr_id: request.wr_id,
-            local: Some(request.local),
-        });
+        t.rq.push(Entry::recv(request.wr_id, request.local));
         Ok(())
     }
 
@@ -528,11 +706,20 @@ impl<M: DeviceReadable> OwnedQp<M> {
     /// a [`Completed`] for every request of this QP they end, oldest first,
     /// onto `done`. Returns how many were pushed. No system call; no
     /// allocation beyond `done`'s growth.
+    ///
+    /// A completion ends its own request and, before it in the same queue,
+    /// every unsignalled send ([`Ended::AfterLater`]); on a queue that
+    /// completes in order (rxe's send queue, every receive queue) also any
+    /// signalled request whose completion was lost
+    /// ([`Ended::WithoutCompletion`]). On siw's send queue an earlier
+    /// request waits for its own completion: siw completes a SEND or WRITE
+    /// before an earlier RDMA READ.
     #[doc(alias = "ibv_poll_cq")]
     pub fn poll(&self, done: &mut Vec<Completed<M>>) -> Result<usize, Error> {
         let mut t = self.lock();
         let before = done.len();
         let qpn = self.qp().qp_num();
+        let sq_in_order = self.provider() != Provider::Siw;
         for cq in self.cqs() {
             let mut wc = [WorkCompletion::default(); POLL_BATCH];
             let n = cq.poll(&mut wc)?;
@@ -541,19 +728,24 @@ impl<M: DeviceReadable> OwnedQp<M> {
                     t.foreign.push(*c);
                     continue;
                 }
-                let (table, is_recv) = if c.wr_id & RECV_TAG != 0 {
-                    (&mut t.rq, true)
+                let (table, is_recv, in_order) = if c.wr_id & RECV_TAG != 0 {
+                    (&mut t.rq, true, true)
                 } else {
-                    (&mut t.sq, false)
+                    (&mut t.sq, false, sq_in_order)
                 };
-                table.complete_through(c.wr_id, |entry, named| {
-                    let completion = named.then_some(WorkCompletion {
-                        wr_id: entry.wr_id,
-                        ..*c
-                    });
+                let ends_earlier = |e: &Entry<M>| !e.signalled || in_order;
+                table.complete(c.wr_id, ends_earlier, |entry, how| {
+                    let ended = match (how, entry.signalled) {
+                        (Ends::Named, _) => Ended::Completion(WorkCompletion {
+                            wr_id: entry.wr_id,
+                            ..*c
+                        }),
+                        (Ends::Earlier, false) => Ended::AfterLater,
+                        (Ends::Earlier, true) => Ended::WithoutCompletion,
+                    };
                     done.push(Completed {
                         wr_id: entry.wr_id,
-                        completion,
+                        ended,
                         local: entry.local,
                         is_recv,
                     });
@@ -604,6 +796,11 @@ impl<M> OwnedQp<M> {
     /// this table's, and its completion would release memory too early.
     fn qp(&self) -> &QueuePair {
         self.qp.as_ref().expect("present until dropped")
+    }
+
+    /// The driver behind the QP.
+    fn provider(&self) -> Provider {
+        self.qp().context().inner.provider
     }
 
     /// The QP's send CQ and, if another, its receive CQ.
@@ -717,25 +914,27 @@ impl<M> Drop for OwnedQp<M> {
         if t.sq.is_empty() && t.rq.is_empty() {
             return;
         }
+        // The outstanding requests, out of the tables: dropped (memory
+        // freed) only below, once the QP is destroyed. Should anything
+        // unwind before that, they are leaked, never freed under the device.
+        let held = ManuallyDrop::new((t.sq.take_all(), t.rq.take_all()));
         // Stop the device first (ERR flushes the queues), then destroy the
-        // QP: after DESTROY_QP the device reaches none of its requests'
-        // memory, which the tables drop after this body.
+        // QP: after DESTROY_QP the device reaches none of the memory.
         if qp.state() != QpState::Err {
             let _ = qp.modify(&QpAttr::new().state(QpState::Err));
         }
-        if let Err(refused) = qp.destroy() {
+        match qp.destroy() {
+            Ok(_) => drop(ManuallyDrop::into_inner(held)),
             // The device may still use the memory (or, in a forked child,
             // the parent's device does): leak it, and the QP.
-            std::mem::forget(t.sq.take_all());
-            std::mem::forget(t.rq.take_all());
-            std::mem::forget(refused);
+            Err(refused) => std::mem::forget(refused),
         }
     }
 }
 
 /// The work request naming `r` under `id`, over its one SGE (or inline bytes).
 fn send_wr<'s, M>(
-    r: &SendRequest<'s, M>,
+    r: &'s SendRequest<'s, M>,
     id: u64,
     sges: &'s [Sge],
     inline: &'s [&'s [u8]; 1],
@@ -749,6 +948,9 @@ fn send_wr<'s, M>(
         } else {
             Payload::Inline(inline)
         },
-        ud: r.ud,
+        ud: r
+            .ud
+            .as_ref()
+            .map(|ud| UdDest::new(&ud.ah, ud.remote_qpn, ud.remote_qkey)),
     }
 }

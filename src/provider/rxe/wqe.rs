@@ -130,7 +130,7 @@ impl SendOp {
         }
     }
 
-    fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             SendOp::Send { imm: None } => "SEND",
             SendOp::Send { imm: Some(_) } => "SEND_WITH_IMM",
@@ -347,6 +347,18 @@ pub enum PostError {
         driver: &'static str,
         /// The opcode or feature.
         what: &'static str,
+    },
+    /// A request that must be signalled was posted unsignalled: on an
+    /// [`OwnedQp`](crate::OwnedQp), RDMA READ and atomics (their memory
+    /// comes back only with their own completion), and every request on
+    /// siw (which completes out of order, and sends unsignalled payloads
+    /// from 4 KiB up zero-copy).
+    #[error("post_send: {opcode} must be signalled here: {why} (EINVAL)")]
+    MustBeSignalled {
+        /// The opcode.
+        opcode: &'static str,
+        /// Why.
+        why: &'static str,
     },
     /// No free slot.
     #[error("{op}: queue full, {capacity} work requests outstanding (ENOMEM)")]
