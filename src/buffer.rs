@@ -19,10 +19,18 @@ use crate::ReregError;
 ///
 /// # Safety
 ///
-/// Implementors promise that `as_mut_ptr()` and `len()` describe one valid,
-/// writable allocation that does not move or shrink while the value exists
-/// and is not accessed mutably through other means than this trait
-/// (`Box<[u8]>`, `Vec<u8>` used only through this trait, an `mmap`).
+/// A registered buffer's bytes are read and written by the device behind
+/// the compiler's back ([`DeviceWritable`](crate::DeviceWritable) relies on
+/// this), so implementors promise, for as long as the value exists:
+///
+/// - `as_mut_ptr()` and `len()` describe one valid, writable allocation
+///   that does not move, shrink or grow, even when the value is moved;
+/// - `as_slice()` and `as_mut_slice()` are exactly those bytes: the same
+///   first byte and the same length, every time;
+/// - the value is the only way to the bytes: no other owner, clone, shared
+///   handle or interior mutability reaches them (a `Box<[u8]>`, a `Vec<u8>`
+///   used only through this trait, a private `mmap`; not an `Arc<[u8]>`,
+///   nor a mapping shared with another process).
 pub unsafe trait StableBuffer {
     /// The first byte.
     fn as_mut_ptr(&mut self) -> *mut u8;
