@@ -552,9 +552,17 @@ impl QueuePair {
     /// compiler's back, from this call until the request's completion has
     /// been polled from the send CQ; for an unsignalled request, until a
     /// later signalled request of this QP has completed; in any case at the
-    /// latest until this QP has been destroyed (dropped). Until then that
-    /// memory must stay mapped and registered, must not be written by the
-    /// program, and, for READ and atomics, not read either. The remote
+    /// latest until this QP has been destroyed: [`destroy`](Self::destroy)
+    /// returned `Ok`, or the QP was dropped and the kernel accepted the
+    /// `DESTROY_QP` the drop sends. If the kernel refuses it in the drop,
+    /// the QP is abandoned, not destroyed: it stays in the kernel and the
+    /// device may use that memory until the context is closed (every clone
+    /// of the [`Context`](crate::Context) and every object made from it
+    /// dropped); [`Context::abandoned_queue_pairs`](crate::Context::abandoned_queue_pairs)
+    /// counts such QPs. A refused `destroy` hands the QP back, not
+    /// destroyed ([`DestroyQpError`]). Until then that memory must stay
+    /// mapped and registered, must not be written by the program, and, for
+    /// READ and atomics, not read either. The remote
     /// address and rkey name the peer's memory, which the peer's
     /// registration governs. Inline payloads are copied during the call and
     /// need nothing.
@@ -604,9 +612,13 @@ impl QueuePair {
     /// `[addr, addr + length)` through their lkeys, behind the compiler's
     /// back, from this call until the request's completion (success or
     /// flush) has been polled from the receive CQ, or at the latest until
-    /// this QP has been destroyed (dropped). Until then that memory must
-    /// stay mapped and registered and must be neither read nor written by
-    /// the program.
+    /// this QP has been destroyed (as for [`post_send`](Self::post_send):
+    /// `destroy` returned `Ok`, or the drop's `DESTROY_QP` was accepted).
+    /// A destroy the kernel refuses in the drop abandons the QP: the device
+    /// may write that memory until the context is closed
+    /// ([`Context::abandoned_queue_pairs`](crate::Context::abandoned_queue_pairs)
+    /// counts such QPs). Until then that memory must stay mapped and
+    /// registered and must be neither read nor written by the program.
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
         const OP: &str = "post_recv";
@@ -674,8 +686,12 @@ impl Drop for QueuePair {
             return;
         }
         // rxe's rings are unmapped only after the destroy (field drops
-        // follow this body), siw's before it; a refused destroy cannot be
-        // reported from a drop.
-        let _ = self.send_destroy(false);
+        // follow this body), siw's before it. A refused destroy cannot be
+        // reported from a drop: the QP stays in the kernel, abandoned, and
+        // the device may use what was posted to it until the context is
+        // closed. Count it, as a refused DEREG_MR is counted.
+        if self.send_destroy(false).is_err() {
+            self.pd.ctx.note_abandoned_queue_pair();
+        }
     }
 }
