@@ -330,11 +330,27 @@ fn send_destroy_qp(ctx: &Context, path: CreatePath, handle: u32) -> Result<u32, 
     }
 }
 
-/// A failed [`QueuePair::destroy`]: the QP is handed back, intact and usable.
+/// A failed [`QueuePair::destroy`]: the kernel refused `DESTROY_QP`, so the
+/// QP still exists there, and it is handed back.
+///
+/// On rxe it is intact and usable. On siw its rings were unmapped before
+/// the destroy (the driver's order) and are mapped again after the refusal;
+/// should mapping one of them again fail too (the mapping error is not
+/// reported), that queue stays unmapped: posting requests to it with
+/// [`post_send`](QueuePair::post_send) (send ring) or
+/// [`post_recv`](QueuePair::post_recv) (receive ring) answers
+/// [`Error::Os`] with `EBADF` and queues nothing, until another refused
+/// [`destroy`](QueuePair::destroy) manages to map it again. The QP's
+/// commands (modify, query, another destroy) still reach the kernel's QP.
+/// Either way the QP was not destroyed: the device may still run the
+/// requests posted before, and their memory stays under the posting rules
+/// until the QP is destroyed or, if that never succeeds, until the context
+/// is closed (see [`Context::abandoned_queue_pairs`](crate::Context::abandoned_queue_pairs)).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct DestroyQpError {
-    /// The QP, unchanged (boxed: the error stays small).
+    /// The QP, still in the kernel (boxed: the error stays small); see the
+    /// type's docs for what a failed siw remap leaves of it.
     pub qp: Box<QueuePair>,
     /// Why the kernel refused.
     pub error: Error,
@@ -657,8 +673,11 @@ impl QueuePair {
     /// (`events_reported`). Its rings are unmapped (rxe: after the destroy;
     /// siw: before it), and its CQs and PD are released (a CQ it was the
     /// last user of is destroyed). If the kernel refuses, the QP comes back
-    /// in the error, intact and usable (siw's rings mapped again where they
-    /// were). In a forked child: [`Error::ForeignProcess`], nothing sent.
+    /// in the error, still in the kernel: on rxe intact and usable, on siw
+    /// with its rings mapped again, unless that mapping fails too, when
+    /// posts to the queue left unmapped answer `EBADF` ([`DestroyQpError`]
+    /// says exactly what holds). In a forked child:
+    /// [`Error::ForeignProcess`], nothing sent.
     #[doc(alias = "ibv_destroy_qp")]
     pub fn destroy(mut self) -> Result<u32, DestroyQpError> {
         let sent = self
