@@ -76,6 +76,9 @@ pub(crate) struct ContextInner {
     /// Registrations the kernel refused to release (see
     /// [`Context::abandoned_registrations`]).
     abandoned: AtomicU32,
+    /// QPs the kernel refused to destroy when dropped (see
+    /// [`Context::abandoned_queue_pairs`]).
+    abandoned_qps: AtomicU32,
     /// The async-event file, when the transport gave this process one (the
     /// kernel's file does; test doubles do not). Closed after the
     /// transport's file (declaration order = drop order).
@@ -212,6 +215,7 @@ impl Context {
                 rereg_refused: AtomicU8::new(0),
                 origin,
                 abandoned: AtomicU32::new(0),
+                abandoned_qps: AtomicU32::new(0),
                 async_events: async_fd.map(AsyncEventFile::new),
             }),
         })
@@ -380,6 +384,25 @@ impl Context {
 
     pub(crate) fn note_abandoned_registration(&self) {
         self.inner.abandoned.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// How many queue pairs of this context the kernel refused to destroy
+    /// when they were dropped (a `DESTROY_QP` that failed in
+    /// [`QueuePair`](crate::QueuePair)'s drop, which cannot report it). Such
+    /// a QP stays in the kernel until the context is closed, when the
+    /// kernel releases every object of its file: until then the device may
+    /// still run the requests posted to it, so the memory they name must
+    /// stay mapped and registered and keep the rules of
+    /// [`QueuePair::post_send`](crate::QueuePair::post_send) and
+    /// [`QueuePair::post_recv`](crate::QueuePair::post_recv). A refused
+    /// [`QueuePair::destroy`](crate::QueuePair::destroy) is not counted: it
+    /// hands the QP back.
+    pub fn abandoned_queue_pairs(&self) -> u32 {
+        self.inner.abandoned_qps.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn note_abandoned_queue_pair(&self) {
+        self.inner.abandoned_qps.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn same_as(&self, other: &Context) -> bool {

@@ -446,32 +446,43 @@ impl Error {
 }
 
 /// The five failure outcomes of `ibv_rereg_mr(3)`, with libibverbs' codes.
+///
+/// An outcome says *which step* failed. It does not say whether the MR is
+/// usable: ask the error, [`ReregError::mr_state`], which knows what the
+/// code alone cannot (a `Cmd` refusal the kernel makes before changing
+/// anything leaves the MR [`MrState::Old`]). The code's own promise, as the
+/// man page words it, is [`man_page_guarantee`](Self::man_page_guarantee).
 #[doc(alias = "ibv_rereg_mr_err_code")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ReregOutcome {
-    /// The arguments were refused; nothing was sent and the MR is unchanged
-    /// (`IBV_REREG_MR_ERR_INPUT`, −1).
+    /// The arguments were refused; nothing was sent (`IBV_REREG_MR_ERR_INPUT`,
+    /// −1). The man page: the old MR is valid.
     #[doc(alias = "IBV_REREG_MR_ERR_INPUT")]
     Input,
-    /// Marking the new range `MADV_DONTFORK` failed; nothing was sent and the
-    /// MR is unchanged (`IBV_REREG_MR_ERR_DONT_FORK_NEW`, −2).
+    /// Marking the new range `MADV_DONTFORK` failed; nothing was sent
+    /// (`IBV_REREG_MR_ERR_DONT_FORK_NEW`, −2). The man page: the old MR is
+    /// valid.
     #[doc(alias = "IBV_REREG_MR_ERR_DONT_FORK_NEW")]
     DontForkNew,
-    /// The kernel re-registered the MR, but un-marking the old range failed;
-    /// the MR is valid with its new attributes (`IBV_REREG_MR_ERR_DO_FORK_OLD`, −3).
+    /// The kernel re-registered the MR, but un-marking the old range failed
+    /// (`IBV_REREG_MR_ERR_DO_FORK_OLD`, −3). The man page: the new MR is
+    /// valid.
     #[doc(alias = "IBV_REREG_MR_ERR_DO_FORK_OLD")]
     DoForkOld,
-    /// The kernel refused the command; the MR may be in an undefined state
-    /// and should be deregistered (`IBV_REREG_MR_ERR_CMD`, −4).
+    /// The kernel refused the command (`IBV_REREG_MR_ERR_CMD`, −4). The man
+    /// page: the MR should not be used. Many refusals provably change
+    /// nothing; [`ReregError::mr_state`] says whether this one did.
     #[doc(alias = "IBV_REREG_MR_ERR_CMD")]
     Cmd,
     /// The kernel refused the command and un-marking the new range failed
-    /// too (`IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW`, −5).
+    /// too (`IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW`, −5). The man page: the
+    /// MR should not be used.
     #[doc(alias = "IBV_REREG_MR_ERR_CMD_AND_DO_FORK_NEW")]
     CmdAndDoForkNew,
 }
 
-/// Which registration a failed re-registration left valid.
+/// Which registration a failed re-registration left valid: the answer of
+/// [`ReregError::mr_state`], the one place that says it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MrState {
     /// The MR is unchanged: old translation, PD, access and keys.
@@ -481,6 +492,49 @@ pub enum MrState {
     /// The man page calls the MR undefined: it can only be deregistered
     /// (dropping it does that).
     Undefined,
+}
+
+/// What `ibv_rereg_mr(3)` promises for a failure code, read from the code
+/// alone ([`ReregOutcome::man_page_guarantee`]).
+///
+/// A floor, not the MR's state: the state of the MR after a given failure
+/// is [`ReregError::mr_state`], which is always one the guarantee
+/// [`admits`](Self::admits), and may know more (after a `Cmd` refusal the
+/// kernel makes before changing anything it is [`MrState::Old`], although
+/// the code alone promises nothing).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ManPageGuarantee {
+    /// "Old MR is valid" (`INPUT`, `DONT_FORK_NEW`).
+    OldMrValid,
+    /// "New MR is valid" (`DO_FORK_OLD`).
+    NewMrValid,
+    /// "MR shouldn't be used" (`CMD`, `CMD_AND_DO_FORK_NEW`): the code
+    /// promises nothing; whether this failure left the MR intact is the
+    /// error's to say.
+    Nothing,
+}
+
+impl ManPageGuarantee {
+    /// Whether a failure with this guarantee may leave the MR in `state`:
+    /// [`OldMrValid`](Self::OldMrValid) only [`MrState::Old`],
+    /// [`NewMrValid`](Self::NewMrValid) only [`MrState::New`],
+    /// [`Nothing`](Self::Nothing) any state.
+    pub fn admits(self, state: MrState) -> bool {
+        match self {
+            ManPageGuarantee::OldMrValid => state == MrState::Old,
+            ManPageGuarantee::NewMrValid => state == MrState::New,
+            ManPageGuarantee::Nothing => true,
+        }
+    }
+
+    /// The state to assume when nothing more is known about a failure.
+    pub(crate) fn worst_case(self) -> MrState {
+        match self {
+            ManPageGuarantee::OldMrValid => MrState::Old,
+            ManPageGuarantee::NewMrValid => MrState::New,
+            ManPageGuarantee::Nothing => MrState::Undefined,
+        }
+    }
 }
 
 impl ReregOutcome {
@@ -495,12 +549,16 @@ impl ReregOutcome {
         }
     }
 
-    /// What the outcome leaves valid, per `ibv_rereg_mr(3)`.
-    pub fn mr_state(self) -> MrState {
+    /// What `ibv_rereg_mr(3)` promises about the MR for this code alone.
+    /// To know whether *your* MR is valid after a failure, ask
+    /// [`ReregError::mr_state`] instead: it never contradicts this promise,
+    /// but after [`Cmd`](Self::Cmd) it often knows the MR is unchanged where
+    /// the code promises nothing.
+    pub fn man_page_guarantee(self) -> ManPageGuarantee {
         match self {
-            ReregOutcome::Input | ReregOutcome::DontForkNew => MrState::Old,
-            ReregOutcome::DoForkOld => MrState::New,
-            ReregOutcome::Cmd | ReregOutcome::CmdAndDoForkNew => MrState::Undefined,
+            ReregOutcome::Input | ReregOutcome::DontForkNew => ManPageGuarantee::OldMrValid,
+            ReregOutcome::DoForkOld => ManPageGuarantee::NewMrValid,
+            ReregOutcome::Cmd | ReregOutcome::CmdAndDoForkNew => ManPageGuarantee::Nothing,
         }
     }
 
@@ -523,7 +581,8 @@ impl fmt::Display for ReregOutcome {
 }
 
 /// A failed re-registration: which of the five outcomes, the errno, and
-/// whether the old MR, the new MR or neither is valid.
+/// whether the old MR, the new MR or neither is valid
+/// ([`mr_state`](Self::mr_state), the one answer to that question).
 #[derive(Debug, thiserror::Error)]
 #[error("rereg_mr on {device}: {outcome}: {}{}", ErrnoDisplay(*errno), reason.map(|r| format!(" ({r})")).unwrap_or_default())]
 pub struct ReregError {
@@ -537,7 +596,36 @@ pub struct ReregError {
 }
 
 impl ReregError {
-    /// Which of `ibv_rereg_mr`'s failure outcomes this is.
+    /// A failure with `outcome`, the MR in the state its code guarantees
+    /// (undefined where it guarantees nothing) until
+    /// [`known_unchanged`](Self::known_unchanged) says more.
+    pub(crate) fn new(outcome: ReregOutcome, errno: Errno, device: Arc<str>) -> ReregError {
+        ReregError {
+            outcome,
+            mr_state: outcome.man_page_guarantee().worst_case(),
+            errno,
+            device,
+            reason: None,
+            fork_errno: None,
+            new_range_registered: false,
+        }
+    }
+
+    /// Records that this failure is known to have left the MR unchanged
+    /// ([`MrState::Old`]). Only for outcomes whose code admits it: the
+    /// error never contradicts the man page.
+    pub(crate) fn known_unchanged(mut self) -> ReregError {
+        debug_assert!(
+            self.outcome.man_page_guarantee().admits(MrState::Old),
+            "{:?} cannot leave the MR unchanged",
+            self.outcome
+        );
+        self.mr_state = MrState::Old;
+        self
+    }
+
+    /// Which of `ibv_rereg_mr`'s failure outcomes this is (which step
+    /// failed; whether the MR is valid is [`mr_state`](Self::mr_state)).
     pub fn outcome(&self) -> ReregOutcome {
         self.outcome
     }
@@ -554,8 +642,13 @@ impl ReregError {
     }
 
     /// What is valid now: the old MR, the new one, or neither. This is the
-    /// outcome's [`ReregOutcome::mr_state`], except after a failed replace
-    /// fallback, where the old MR is known to be untouched ([`MrState::Old`]).
+    /// answer for this failure; ask it rather than the outcome. It is always
+    /// a state the outcome's [`man_page_guarantee`](ReregOutcome::man_page_guarantee)
+    /// admits, and it is [`MrState::Old`] after a [`ReregOutcome::Cmd`]
+    /// known to have changed nothing: a refusal the kernel makes before
+    /// touching the MR (`EOPNOTSUPP`, `EACCES`, `EINVAL` for empty flags on
+    /// every driver; more on rxe and siw, see docs/rereg.md) or a failed
+    /// replace fallback. Otherwise a `Cmd` leaves it [`MrState::Undefined`].
     pub fn mr_state(&self) -> MrState {
         self.mr_state
     }
@@ -591,19 +684,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn outcome_codes_and_states_follow_the_man_page() {
+    fn outcome_codes_and_guarantees_follow_the_man_page() {
+        use ManPageGuarantee::*;
         use ReregOutcome::*;
         let table = [
-            (Input, -1, MrState::Old),
-            (DontForkNew, -2, MrState::Old),
-            (DoForkOld, -3, MrState::New),
-            (Cmd, -4, MrState::Undefined),
-            (CmdAndDoForkNew, -5, MrState::Undefined),
+            (Input, -1, OldMrValid, MrState::Old),
+            (DontForkNew, -2, OldMrValid, MrState::Old),
+            (DoForkOld, -3, NewMrValid, MrState::New),
+            (Cmd, -4, Nothing, MrState::Undefined),
+            (CmdAndDoForkNew, -5, Nothing, MrState::Undefined),
         ];
-        for (outcome, code, state) in table {
+        let dev: Arc<str> = Arc::from("fake0");
+        for (outcome, code, guarantee, worst) in table {
             assert_eq!(outcome.code(), code, "{outcome:?}");
-            assert_eq!(outcome.mr_state(), state, "{outcome:?}");
+            assert_eq!(outcome.man_page_guarantee(), guarantee, "{outcome:?}");
+            let e = ReregError::new(outcome, Errno::IO, dev.clone());
+            assert_eq!(e.mr_state(), worst, "{outcome:?}");
+            assert!(guarantee.admits(e.mr_state()), "{outcome:?}");
         }
+        // Only "nothing promised" admits more than one state.
+        for state in [MrState::Old, MrState::New, MrState::Undefined] {
+            assert_eq!(OldMrValid.admits(state), state == MrState::Old);
+            assert_eq!(NewMrValid.admits(state), state == MrState::New);
+            assert!(Nothing.admits(state));
+        }
+        let e = ReregError::new(Cmd, Errno::OPNOTSUPP, dev).known_unchanged();
+        assert_eq!((e.outcome(), e.mr_state()), (Cmd, MrState::Old));
     }
 
     #[test]
@@ -615,15 +721,7 @@ mod tests {
         assert_eq!(e.errno(), Some(Errno::FAULT));
         assert_eq!(e.op(), Op::RegMr);
 
-        let r = ReregError {
-            outcome: ReregOutcome::Cmd,
-            mr_state: MrState::Undefined,
-            errno: Errno::OPNOTSUPP,
-            device: dev,
-            reason: None,
-            fork_errno: None,
-            new_range_registered: false,
-        };
+        let r = ReregError::new(ReregOutcome::Cmd, Errno::OPNOTSUPP, dev);
         let text = r.to_string();
         assert!(
             text.starts_with("rereg_mr on rxe0: IBV_REREG_MR_ERR_CMD (-4): EOPNOTSUPP (95)"),

@@ -82,7 +82,7 @@ pub use device::{
 pub use device_attr::DeviceAttr;
 pub use driver::DriverId;
 pub use endpoint::{Endpoint, EndpointParseError};
-pub use error::{Errno, Error, MrState, Op, ReregError, ReregOutcome};
+pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain, RegBufferError};

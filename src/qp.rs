@@ -330,11 +330,27 @@ fn send_destroy_qp(ctx: &Context, path: CreatePath, handle: u32) -> Result<u32, 
     }
 }
 
-/// A failed [`QueuePair::destroy`]: the QP is handed back, intact and usable.
+/// A failed [`QueuePair::destroy`]: the kernel refused `DESTROY_QP`, so the
+/// QP still exists there, and it is handed back.
+///
+/// On rxe it is intact and usable. On siw its rings were unmapped before
+/// the destroy (the driver's order) and are mapped again after the refusal;
+/// should mapping one of them again fail too (the mapping error is not
+/// reported), that queue stays unmapped: posting requests to it with
+/// [`post_send`](QueuePair::post_send) (send ring) or
+/// [`post_recv`](QueuePair::post_recv) (receive ring) answers
+/// [`Error::Os`] with `EBADF` and queues nothing, until another refused
+/// [`destroy`](QueuePair::destroy) manages to map it again. The QP's
+/// commands (modify, query, another destroy) still reach the kernel's QP.
+/// Either way the QP was not destroyed: the device may still run the
+/// requests posted before, and their memory stays under the posting rules
+/// until the QP is destroyed or, if that never succeeds, until the context
+/// is closed (see [`Context::abandoned_queue_pairs`](crate::Context::abandoned_queue_pairs)).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct DestroyQpError {
-    /// The QP, unchanged (boxed: the error stays small).
+    /// The QP, still in the kernel (boxed: the error stays small); see the
+    /// type's docs for what a failed siw remap leaves of it.
     pub qp: Box<QueuePair>,
     /// Why the kernel refused.
     pub error: Error,
@@ -557,9 +573,17 @@ impl QueuePair {
     /// compiler's back, from this call until the request's completion has
     /// been polled from the send CQ; for an unsignalled request, until a
     /// later signalled request of this QP has completed; in any case at the
-    /// latest until this QP has been destroyed (dropped). Until then that
-    /// memory must stay mapped and registered, must not be written by the
-    /// program, and, for READ and atomics, not read either. The remote
+    /// latest until this QP has been destroyed: [`destroy`](Self::destroy)
+    /// returned `Ok`, or the QP was dropped and the kernel accepted the
+    /// `DESTROY_QP` the drop sends. If the kernel refuses it in the drop,
+    /// the QP is abandoned, not destroyed: it stays in the kernel and the
+    /// device may use that memory until the context is closed (every clone
+    /// of the [`Context`](crate::Context) and every object made from it
+    /// dropped); [`Context::abandoned_queue_pairs`](crate::Context::abandoned_queue_pairs)
+    /// counts such QPs. A refused `destroy` hands the QP back, not
+    /// destroyed ([`DestroyQpError`]). Until then that memory must stay
+    /// mapped and registered, must not be written by the program, and, for
+    /// READ and atomics, not read either. The remote
     /// address and rkey name the peer's memory, which the peer's
     /// registration governs. Inline payloads are copied during the call and
     /// need nothing.
@@ -614,9 +638,13 @@ impl QueuePair {
     /// `[addr, addr + length)` through their lkeys, behind the compiler's
     /// back, from this call until the request's completion (success or
     /// flush) has been polled from the receive CQ, or at the latest until
-    /// this QP has been destroyed (dropped). Until then that memory must
-    /// stay mapped and registered and must be neither read nor written by
-    /// the program.
+    /// this QP has been destroyed (as for [`post_send`](Self::post_send):
+    /// `destroy` returned `Ok`, or the drop's `DESTROY_QP` was accepted).
+    /// A destroy the kernel refuses in the drop abandons the QP: the device
+    /// may write that memory until the context is closed
+    /// ([`Context::abandoned_queue_pairs`](crate::Context::abandoned_queue_pairs)
+    /// counts such QPs). Until then that memory must stay mapped and
+    /// registered and must be neither read nor written by the program.
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
         const OP: &str = "post_recv";
@@ -655,8 +683,11 @@ impl QueuePair {
     /// (`events_reported`). Its rings are unmapped (rxe: after the destroy;
     /// siw: before it), and its CQs and PD are released (a CQ it was the
     /// last user of is destroyed). If the kernel refuses, the QP comes back
-    /// in the error, intact and usable (siw's rings mapped again where they
-    /// were). In a forked child: [`Error::ForeignProcess`], nothing sent.
+    /// in the error, still in the kernel: on rxe intact and usable, on siw
+    /// with its rings mapped again, unless that mapping fails too, when
+    /// posts to the queue left unmapped answer `EBADF` ([`DestroyQpError`]
+    /// says exactly what holds). In a forked child:
+    /// [`Error::ForeignProcess`], nothing sent.
     #[doc(alias = "ibv_destroy_qp")]
     pub fn destroy(mut self) -> Result<u32, DestroyQpError> {
         let sent = self
@@ -684,8 +715,12 @@ impl Drop for QueuePair {
             return;
         }
         // rxe's rings are unmapped only after the destroy (field drops
-        // follow this body), siw's before it; a refused destroy cannot be
-        // reported from a drop.
-        let _ = self.send_destroy(false);
+        // follow this body), siw's before it. A refused destroy cannot be
+        // reported from a drop: the QP stays in the kernel, abandoned, and
+        // the device may use what was posted to it until the context is
+        // closed. Count it, as a refused DEREG_MR is counted.
+        if self.send_destroy(false).is_err() {
+            self.pd.ctx.note_abandoned_queue_pair();
+        }
     }
 }

@@ -7,10 +7,13 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{context_over, snap, FakeKernel, ReregCase, OWNED, RW_READ};
+use common::{context_over, fresh_mr, snap, FakeKernel, ReregCase, OWNED, RW_READ};
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, OpenOptions, ReregFlags, ReregOutcome};
+use uverbs::{
+    AccessFlags, Context, DriverId, Errno, ManPageGuarantee, MemoryRegion, MrState, OpenOptions,
+    ReregFlags, ReregOutcome,
+};
 
 /// The fake kernel with a fresh MR over `buf` ([`RW_READ`]).
 fn fixture() -> (FakeKernel, MemoryRegion) {
@@ -295,6 +298,137 @@ fn refusals_made_before_any_change_leave_the_mr_old() {
         );
         assert_eq!(snap(&mr), before);
     }
+}
+
+/// Defect 15 of issue 18: the outcome and the error used to answer "is the
+/// MR valid?" differently for the same refusal (`Undefined` from the
+/// outcome, `Old` from the error). Now the error's `mr_state()` is the one
+/// answer, and what the outcome says (the man page's guarantee for the code)
+/// always admits it. Every strict refusal the kernel can answer, on every
+/// driver this crate knows (a fake posing as each), against docs/rereg.md's
+/// table of refusals that change nothing.
+#[test]
+fn every_strict_refusal_has_one_answer_the_outcome_cannot_contradict() {
+    let drivers = [
+        ("generic", None),
+        ("rxe", Some(DriverId::RXE)),
+        ("siw", Some(DriverId::SIW)),
+    ];
+    let errnos = [
+        Errno::OPNOTSUPP,
+        Errno::ACCESS,
+        Errno::INVAL,
+        Errno::FAULT,
+        Errno::IO,
+        Errno::NOENT,
+        Errno::BUSY,
+        Errno::NOMEM,
+        Errno::PERM,
+    ];
+    let all_flags = [
+        ReregFlags::ACCESS,
+        ReregFlags::PD,
+        ReregFlags::TRANSLATION,
+        ReregFlags::all(),
+        ReregFlags::empty(),
+    ];
+    let mut cases = 0;
+    for (name, driver) in drivers {
+        let fake = Arc::new(RecordingTransport::new());
+        let ctx =
+            Context::with_transport("fake0", driver, Box::new(fake.clone()), &OpenOptions::new())
+                .unwrap_or_else(|e| panic!("{name}: a context over the fake kernel: {e}"));
+        let (pd1, pd2) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
+        let mut buf = vec![0u8; 1 << 16].into_boxed_slice();
+        let mut buf2 = vec![0u8; 1 << 16].into_boxed_slice();
+        let mut mr = fresh_mr(&pd1, &mut buf, RW_READ);
+        for flags in all_flags {
+            for errno in errnos {
+                let what = format!("{name}, flags {flags:?}, {errno:?}");
+                // docs/rereg.md: refusals that provably change nothing.
+                let unchanged = errno == Errno::OPNOTSUPP
+                    || errno == Errno::ACCESS
+                    || (flags.is_empty() && errno == Errno::INVAL)
+                    || (name == "rxe" && errno != Errno::FAULT)
+                    || name == "siw";
+                let before = snap(&mr);
+                fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, errno);
+                let pd = flags.contains(ReregFlags::PD).then_some(&pd2);
+                let access = match flags.contains(ReregFlags::ACCESS) {
+                    true => AccessFlags::LOCAL_WRITE,
+                    false => AccessFlags::empty(),
+                };
+                let (addr, len) = match flags.contains(ReregFlags::TRANSLATION) {
+                    true => (buf2.as_mut_ptr(), buf2.len()),
+                    false => (std::ptr::null_mut(), 0),
+                };
+                // SAFETY: the fake kernel never touches memory; buf2
+                // outlives the MR.
+                let err = unsafe { mr.rereg(flags, pd, addr, len, access) }.unwrap_err();
+                cases += 1;
+                assert_eq!(
+                    (err.outcome(), err.code(), err.errno()),
+                    (ReregOutcome::Cmd, -4, errno),
+                    "{what}"
+                );
+                let state = err.mr_state();
+                let expected = if unchanged {
+                    MrState::Old
+                } else {
+                    MrState::Undefined
+                };
+                assert_eq!(state, expected, "{what}: the error's answer");
+                assert!(
+                    err.outcome().man_page_guarantee().admits(state),
+                    "{what}: the outcome's guarantee {:?} contradicts the error's {state:?}",
+                    err.outcome().man_page_guarantee()
+                );
+                assert_eq!(
+                    err.outcome().man_page_guarantee(),
+                    ManPageGuarantee::Nothing,
+                    "{what}"
+                );
+                assert_eq!(
+                    snap(&mr),
+                    before,
+                    "{what}: the recorded attributes stay the old ones"
+                );
+                if state == MrState::Undefined {
+                    // What the answer tells the caller to do: drop it.
+                    drop(std::mem::replace(
+                        &mut mr,
+                        fresh_mr(&pd1, &mut buf, RW_READ),
+                    ));
+                }
+            }
+        }
+        // The refusals made before any command: the code promises the old
+        // MR, and the error says so.
+        // SAFETY: no translation change.
+        let err = unsafe {
+            mr.rereg(
+                ReregFlags::PD,
+                None,
+                std::ptr::null_mut(),
+                0,
+                AccessFlags::empty(),
+            )
+        }
+        .unwrap_err();
+        assert_eq!(
+            (err.outcome(), err.mr_state()),
+            (ReregOutcome::Input, MrState::Old),
+            "{name}"
+        );
+        assert_eq!(
+            err.outcome().man_page_guarantee(),
+            ManPageGuarantee::OldMrValid,
+            "{name}"
+        );
+        drop(mr);
+        assert_eq!(fake.live_mrs(), 0, "{name}");
+    }
+    assert_eq!(cases, 3 * 5 * 9);
 }
 
 #[test]

@@ -223,15 +223,7 @@ impl MemoryRegion {
     }
 
     fn rereg_error(&self, outcome: ReregOutcome, errno: Errno) -> ReregError {
-        ReregError {
-            outcome,
-            mr_state: outcome.mr_state(),
-            errno,
-            device: self.ctx.inner.device.clone(),
-            reason: None,
-            fork_errno: None,
-            new_range_registered: false,
-        }
+        ReregError::new(outcome, errno, self.ctx.inner.device.clone())
     }
 
     pub(crate) fn input_error(&self, reason: &'static str) -> ReregError {

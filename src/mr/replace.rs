@@ -2,7 +2,7 @@
 //! register the new attributes first and deregister the old registration
 //! after, inside the same [`MemoryRegion`] object.
 
-use crate::error::{Errno, MrState, ReregError, ReregOutcome};
+use crate::error::{Errno, ReregError, ReregOutcome};
 
 use super::rereg::{Rereg, ReregPath};
 use super::{MemoryRegion, RegFailure};
@@ -69,9 +69,8 @@ impl MemoryRegion {
     /// `Cmd`, but the old MR is known to be valid.
     fn replace_failed(&self, errno: Errno, reason: &'static str) -> ReregError {
         ReregError {
-            mr_state: MrState::Old,
             reason: Some(reason),
-            ..self.rereg_error(ReregOutcome::Cmd, errno)
+            ..self.rereg_error(ReregOutcome::Cmd, errno).known_unchanged()
         }
     }
 }

@@ -236,9 +236,12 @@ impl MemoryRegion {
     /// ([`ReregOutcome::DoForkOld`]: the MR is valid with its new
     /// attributes), and the new one un-marked after a failed command
     /// ([`ReregOutcome::CmdAndDoForkNew`]). After [`ReregOutcome::Cmd`] the
-    /// recorded attributes are the old ones; [`ReregError::mr_state`] says
-    /// whether the kernel's errno proves the MR unchanged
-    /// ([`MrState::Old`]) or the man page's "undefined" applies (drop it).
+    /// recorded attributes are the old ones. Whether the MR is usable after
+    /// any failure is [`ReregError::mr_state`]'s answer, not the outcome's:
+    /// after `Cmd` it says whether the kernel's errno proves the MR
+    /// unchanged ([`MrState::Old`]) or the man page's "undefined" applies
+    /// (drop it), where the code alone promises nothing
+    /// ([`ReregOutcome::man_page_guarantee`]).
     ///
     /// # Safety
     ///
@@ -375,10 +378,10 @@ impl MemoryRegion {
                         return Err(err);
                     }
                 }
-                let mut err = self.rereg_error(ReregOutcome::Cmd, errno);
+                let err = self.rereg_error(ReregOutcome::Cmd, errno);
                 let provider = self.ctx.inner.provider;
                 if provider.rereg_refusal_leaves_mr_unchanged(flags, errno) {
-                    err.mr_state = MrState::Old;
+                    return Err(err.known_unchanged());
                 }
                 Err(err)
             }

@@ -1,0 +1,117 @@
+//! A QP whose drop the kernel refuses to destroy is abandoned, not
+//! destroyed: the device may use what was posted to it until the context
+//! is closed. `Context::abandoned_queue_pairs` counts such QPs, as
+//! `abandoned_registrations` counts refused DEREG_MRs (issue 18, defect 13).
+//! On the recording fake kernel, rxe's rings served, over both framings.
+
+use std::sync::Arc;
+
+use uverbs::command::QpType;
+use uverbs::transport::RecordingTransport;
+use uverbs::uverbs_uapi as sys;
+use uverbs::{
+    CompletionQueue, Context, DriverId, Errno, OpenOptions, ProtectionDomain, QpInit, QueuePair,
+    TransportKind,
+};
+
+/// A context over a fake reporting `kind`, posing as rxe, its rings served;
+/// a PD and a CQ in it.
+fn fixture(
+    kind: TransportKind,
+) -> (
+    Arc<RecordingTransport>,
+    Context,
+    ProtectionDomain,
+    CompletionQueue,
+) {
+    let fake = Arc::new(RecordingTransport::with_kind(kind));
+    fake.serve_rings();
+    let ctx = Context::with_transport(
+        "fake0",
+        Some(DriverId::RXE),
+        Box::new(fake.clone()),
+        &OpenOptions::new(),
+    )
+    .unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None).unwrap();
+    (fake, ctx, pd, cq)
+}
+
+fn qp(pd: &ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
+    pd.create_qp(&QpInit::new(QpType::Rc, cq, cq)).unwrap()
+}
+
+/// Makes the next DESTROY_QP fail with `errno` through the framing `kind`
+/// creates (and destroys) QPs with.
+fn fail_next_destroy(fake: &RecordingTransport, kind: TransportKind, errno: Errno) {
+    match kind {
+        TransportKind::Ioctl => {
+            fake.fail_next_method(sys::UVERBS_OBJECT_QP, sys::UVERBS_METHOD_QP_DESTROY, errno)
+        }
+        _ => fake.fail_next(sys::IB_USER_VERBS_CMD_DESTROY_QP, errno),
+    }
+}
+
+#[test]
+fn a_drop_the_kernel_refuses_abandons_the_qp_and_counts_it() {
+    for kind in [TransportKind::Ioctl, TransportKind::Write] {
+        let (fake, ctx, pd, cq) = fixture(kind);
+        assert_eq!(ctx.abandoned_queue_pairs(), 0, "{kind:?}");
+
+        // An accepted destroy: nothing abandoned.
+        drop(qp(&pd, &cq));
+        assert_eq!(fake.live_cqs_qps(), (1, 0), "{kind:?}");
+        assert_eq!(ctx.abandoned_queue_pairs(), 0, "{kind:?}");
+
+        // A refused one: the QP stays in the kernel, counted.
+        let abandoned = qp(&pd, &cq);
+        fail_next_destroy(&fake, kind, Errno::IO);
+        drop(abandoned);
+        assert_eq!(fake.live_cqs_qps(), (1, 1), "{kind:?}: still in the kernel");
+        assert_eq!(ctx.abandoned_queue_pairs(), 1, "{kind:?}");
+        assert_eq!(
+            ctx.abandoned_registrations(),
+            0,
+            "{kind:?}: a QP is not a registration"
+        );
+
+        // Counted per QP, and per context.
+        let (a, b) = (qp(&pd, &cq), qp(&pd, &cq));
+        fail_next_destroy(&fake, kind, Errno::IO);
+        fail_next_destroy(&fake, kind, Errno::BUSY);
+        drop(a);
+        drop(b);
+        assert_eq!(ctx.abandoned_queue_pairs(), 3, "{kind:?}");
+        let (_other_fake, other, _other_pd, _other_cq) = fixture(kind);
+        assert_eq!(other.abandoned_queue_pairs(), 0, "{kind:?}");
+    }
+}
+
+/// A refused explicit destroy hands the QP back: not abandoned, not
+/// counted. Dropping what came back destroys it; if that is refused too,
+/// it is counted then.
+#[test]
+fn a_refused_explicit_destroy_is_not_an_abandoned_qp() {
+    for kind in [TransportKind::Ioctl, TransportKind::Write] {
+        let (fake, ctx, pd, cq) = fixture(kind);
+        fail_next_destroy(&fake, kind, Errno::IO);
+        let refused = qp(&pd, &cq).destroy().unwrap_err();
+        assert_eq!(refused.error.errno(), Some(Errno::IO), "{kind:?}");
+        assert_eq!(ctx.abandoned_queue_pairs(), 0, "{kind:?}");
+        drop(refused);
+        assert_eq!(
+            fake.live_cqs_qps(),
+            (1, 0),
+            "{kind:?}: the drop destroyed it"
+        );
+        assert_eq!(ctx.abandoned_queue_pairs(), 0, "{kind:?}");
+
+        fail_next_destroy(&fake, kind, Errno::IO);
+        fail_next_destroy(&fake, kind, Errno::IO);
+        let refused = qp(&pd, &cq).destroy().unwrap_err();
+        drop(refused);
+        assert_eq!(fake.live_cqs_qps(), (1, 1), "{kind:?}");
+        assert_eq!(ctx.abandoned_queue_pairs(), 1, "{kind:?}");
+    }
+}
