@@ -368,7 +368,9 @@ impl Context {
     /// rxe's `mminfo`; siw's `cq_key`, `num_cqe` × 32 bytes and the 8-byte
     /// arming word. If the answer is short (`EPROTO`), names no mapping
     /// (siw's `SIW_INVAL_UOBJ_KEY`: `ENOMEM`) or mapping fails, the CQ is
-    /// destroyed again. Other drivers: `EOPNOTSUPP`, nothing sent.
+    /// destroyed again. Other drivers: `EOPNOTSUPP`, nothing sent. siw on a
+    /// CPU other than x86-64: [`Error::Unsupported`], nothing sent (its
+    /// kernel's ring protocol is sound only there).
     #[doc(alias = "ibv_create_cq")]
     pub fn create_cq(
         &self,
@@ -380,6 +382,13 @@ impl Context {
         let Some(uhw_len) = self.inner.provider.create_cq_uhw_out() else {
             return Err(fail(Errno::OPNOTSUPP));
         };
+        if let Some(reason) = self.inner.provider.data_path_refusal() {
+            return Err(Error::Unsupported {
+                op: Op::CreateCq,
+                device: self.inner.device.clone(),
+                reason,
+            });
+        }
         if let Some(ch) = channel {
             if !ch.inner.ctx.same_as(self) {
                 return Err(Error::input(

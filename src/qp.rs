@@ -165,8 +165,9 @@ impl ProtectionDomain {
     /// `num_rqe` × 112 bytes; no receive ring when `num_rqe` is 0). They are
     /// mapped, and if the answer is short (`EPROTO`), names no mapping
     /// (`ENOMEM`) or mapping fails, the QP is destroyed again. siw creates
-    /// RC QPs only: another type is `EOPNOTSUPP` before any system call.
-    /// Other drivers: `EOPNOTSUPP`, nothing sent.
+    /// RC QPs only: another type is `EOPNOTSUPP` before any system call;
+    /// on a CPU other than x86-64 siw answers [`Error::Unsupported`], nothing
+    /// sent. Other drivers: `EOPNOTSUPP`, nothing sent.
     #[doc(alias = "ibv_create_qp")]
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<QueuePair, Error> {
         let ctx = &self.inner.ctx;
@@ -179,6 +180,13 @@ impl ProtectionDomain {
         };
         if !provider.supports_qp_type(init.qp_type) {
             return Err(fail(Errno::OPNOTSUPP));
+        }
+        if let Some(reason) = provider.data_path_refusal() {
+            return Err(Error::Unsupported {
+                op: Op::CreateQp,
+                device: device.clone(),
+                reason,
+            });
         }
         if !init.send_cq.inner.ctx.same_as(ctx) || !init.recv_cq.inner.ctx.same_as(ctx) {
             return Err(Error::input(
