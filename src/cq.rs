@@ -136,8 +136,16 @@ impl CompletionChannel {
     /// ([`CompletionQueue::events_received`]); acknowledge it with
     /// [`CompletionQueue::ack_events`]. An event about no live CQ of this
     /// channel (one created with raw commands) is returned uncounted.
+    ///
+    /// In a forked child the channel is the parent's: nothing is read (the
+    /// event stays queued for the parent) and the answer is
+    /// [`Error::ForeignProcess`].
     #[doc(alias = "ibv_get_cq_event")]
     pub fn get_event(&self) -> Result<u64, Error> {
+        // Before the read: the descriptor is shared with the parent, and an
+        // event a child read would be gone for the parent, which may be
+        // blocked waiting for it.
+        self.inner.ctx.check_process(Op::GetCqEvent)?;
         let mut desc = [0u8; size_of::<sys::ib_uverbs_comp_event_desc>()];
         let fail = |e| Error::os(Op::GetCqEvent, &self.inner.ctx.inner.device, e);
         let n = loop {
@@ -360,7 +368,9 @@ impl Context {
     /// rxe's `mminfo`; siw's `cq_key`, `num_cqe` × 32 bytes and the 8-byte
     /// arming word. If the answer is short (`EPROTO`), names no mapping
     /// (siw's `SIW_INVAL_UOBJ_KEY`: `ENOMEM`) or mapping fails, the CQ is
-    /// destroyed again. Other drivers: `EOPNOTSUPP`, nothing sent.
+    /// destroyed again. Other drivers: `EOPNOTSUPP`, nothing sent. siw on a
+    /// CPU other than x86-64: [`Error::Unsupported`], nothing sent (its
+    /// kernel's ring protocol is sound only there).
     #[doc(alias = "ibv_create_cq")]
     pub fn create_cq(
         &self,
@@ -372,6 +382,13 @@ impl Context {
         let Some(uhw_len) = self.inner.provider.create_cq_uhw_out() else {
             return Err(fail(Errno::OPNOTSUPP));
         };
+        if let Some(reason) = self.inner.provider.data_path_refusal() {
+            return Err(Error::Unsupported {
+                op: Op::CreateCq,
+                device: self.inner.device.clone(),
+                reason,
+            });
+        }
         if let Some(ch) = channel {
             if !ch.inner.ctx.same_as(self) {
                 return Err(Error::input(
@@ -516,9 +533,12 @@ impl CompletionQueue {
     /// discipline, and [`destroy`](Self::destroy) reports them next to the
     /// kernel's. Acking more than [`unacked_events`](Self::unacked_events)
     /// is refused ([`Error::InvalidInput`]) and changes nothing. No system
-    /// call.
+    /// call. In a forked child: [`Error::ForeignProcess`], nothing counted.
     #[doc(alias = "ibv_ack_cq_events")]
     pub fn ack_events(&self, n: u32) -> Result<(), Error> {
+        // The counts are the child's own copy; refused all the same, so that
+        // a child answers one thing for every operation on a parent's CQ.
+        self.inner.ctx.check_process(Op::AckCqEvents)?;
         let counts = &self.inner.events;
         let mut acked = counts.acked.load(Ordering::Acquire);
         loop {
@@ -568,6 +588,8 @@ impl CompletionQueue {
     #[doc(alias = "ibv_poll_cq")]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, Error> {
         let ctx = &self.inner.ctx;
+        // Before the ring lock and the ring (see `req_notify`): a child's
+        // poll would hand the parent's completions back to the kernel.
         ctx.check_process(Op::PollCq)?;
         lock(&self.inner.ring)
             .poll(out)
@@ -583,9 +605,17 @@ impl CompletionQueue {
     /// as unsolicited, so a `solicited_only` arm fires only for a solicited
     /// send's completion). Either way, poll once more after arming: a
     /// completion that arrived just before raises no event.
+    ///
+    /// In a forked child (the CQ is the parent's) nothing is stored or sent:
+    /// [`Error::ForeignProcess`].
     #[doc(alias = "ibv_req_notify_cq")]
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
         let ctx = &self.inner.ctx;
+        // First, before the ring lock (a parent thread may have held it at
+        // fork time: the child's copy stays locked for ever) and before the
+        // siw store, which would arm the parent's live CQ (a child's ring
+        // mapping, were it inherited, is the same MAP_SHARED memory).
+        ctx.check_process(Op::ReqNotifyCq)?;
         if let Some(armed) = lock(&self.inner.ring).arm_in_memory(solicited_only) {
             return armed.map_err(|e| Error::os(Op::ReqNotifyCq, &ctx.inner.device, e));
         }
@@ -698,6 +728,87 @@ mod tests {
         other.ack_events(1).unwrap();
         drop(other);
         assert!(channel.inner.cqs().is_empty(), "a dropped CQ leaves it too");
+    }
+
+    /// Forks; the child runs `child` (its exit code; a panic is 99) and
+    /// leaves with `_exit`; the parent gets the code, waiting at most 10 s
+    /// (then the child is killed and the test fails).
+    fn in_child(child: impl FnOnce() -> i32) -> i32 {
+        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+        use nix::unistd::{fork, ForkResult};
+        use std::time::{Duration, Instant};
+        // SAFETY: the child runs `child` on its own copies and leaves with
+        // _exit; glibc keeps malloc usable in a forked child.
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                let code =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(99);
+                // SAFETY: _exit never returns and runs no atexit handlers.
+                unsafe { libc::_exit(code) }
+            }
+            ForkResult::Parent { child } => {
+                let start = Instant::now();
+                loop {
+                    match waitpid(child, Some(WaitPidFlag::WNOHANG)).expect("waitpid") {
+                        WaitStatus::StillAlive if start.elapsed() < Duration::from_secs(10) => {
+                            std::thread::sleep(Duration::from_millis(10))
+                        }
+                        WaitStatus::StillAlive => {
+                            let _ = nix::sys::signal::kill(child, nix::sys::signal::SIGKILL);
+                            let _ = waitpid(child, None);
+                            panic!("the child did not exit within 10 s");
+                        }
+                        WaitStatus::Exited(_, code) => return code,
+                        other => panic!("unexpected child status {other:?}"),
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_foreign(r: Result<impl fmt::Debug, Error>, op: Op) -> bool {
+        matches!(r, Err(Error::ForeignProcess { op: o, .. }) if o == op)
+    }
+
+    /// A forked child's `get_event` on the parent's channel reads nothing:
+    /// the event stays for the parent (before the fix the child took it and
+    /// a parent blocked in `get_event` waited for ever). The child's
+    /// `ack_events`, `poll` and `req_notify` are refused too, and send
+    /// nothing.
+    #[test]
+    fn a_forked_child_leaves_the_parents_event_and_cq_alone() {
+        let (fake, ctx, channel, writer) = channel_over_pipe();
+        let cq = ctx.create_cq(8, Some(&channel)).unwrap();
+        raise(&writer, cq.event_id()).unwrap();
+        raise(&writer, cq.event_id()).unwrap();
+        assert_eq!(channel.get_event().unwrap(), cq.event_id());
+        let sent = fake.count();
+        let code = in_child(|| {
+            let mut wc = [WorkCompletion::default(); 2];
+            let checks = [
+                is_foreign(channel.get_event(), Op::GetCqEvent),
+                is_foreign(cq.ack_events(1), Op::AckCqEvents),
+                is_foreign(cq.poll(&mut wc), Op::PollCq),
+                is_foreign(cq.req_notify(false), Op::ReqNotifyCq),
+                is_foreign(cq.req_notify(true), Op::ReqNotifyCq),
+                fake.count() == sent,
+            ];
+            checks.iter().position(|ok| !ok).map_or(0, |i| i as i32 + 1)
+        });
+        assert_eq!(code, 0, "check {code} failed in the child (0 = all passed)");
+        // The second event is still there: readable now, without blocking.
+        let mut fds = [rustix::event::PollFd::new(
+            &channel,
+            rustix::event::PollFlags::IN,
+        )];
+        let timeout = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        assert_eq!(rustix::event::poll(&mut fds, Some(&timeout)).unwrap(), 1);
+        assert_eq!(channel.get_event().unwrap(), cq.event_id());
+        assert_eq!(cq.events_received(), 2);
+        cq.ack_events(2).unwrap();
     }
 
     /// A channel dropped with its CQ and unacked events: nothing hangs, and

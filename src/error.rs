@@ -379,6 +379,18 @@ pub enum Error {
         /// The errno of the doorbell write.
         errno: Errno,
     },
+    /// The operation cannot be done soundly here, whatever the kernel would
+    /// answer: nothing was sent. siw's data path off x86-64 (creating a CQ or
+    /// QP; the reason says why). The errno is `EOPNOTSUPP`.
+    #[error("{op} on {device}: not supported here: {reason}")]
+    Unsupported {
+        /// What was being done.
+        op: Op,
+        /// The device (`siw0`, …).
+        device: Arc<str>,
+        /// Why.
+        reason: &'static str,
+    },
     /// The kernel answered, but its answer does not carry what was asked:
     /// siw's `QUERY_QP` on Linux 6.1 fills no QP state (every QP reads back
     /// RESET, which siw never reports where it does fill it, as on 6.12).
@@ -422,6 +434,7 @@ impl Error {
             | Error::WrongCharDevice { op, .. }
             | Error::Post { op, .. }
             | Error::QpTransition { op, .. }
+            | Error::Unsupported { op, .. }
             | Error::NotReported { op, .. }
             | Error::Doorbell { op, .. } => *op,
         }
@@ -440,7 +453,7 @@ impl Error {
             Error::Abi { .. } | Error::WrongCharDevice { .. } => None,
             Error::Post { source, .. } => Some(source.errno()),
             Error::QpTransition { .. } => Some(Errno::INVAL),
-            Error::NotReported { .. } => Some(Errno::OPNOTSUPP),
+            Error::NotReported { .. } | Error::Unsupported { .. } => Some(Errno::OPNOTSUPP),
         }
     }
 }

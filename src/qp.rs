@@ -165,8 +165,9 @@ impl ProtectionDomain {
     /// `num_rqe` × 112 bytes; no receive ring when `num_rqe` is 0). They are
     /// mapped, and if the answer is short (`EPROTO`), names no mapping
     /// (`ENOMEM`) or mapping fails, the QP is destroyed again. siw creates
-    /// RC QPs only: another type is `EOPNOTSUPP` before any system call.
-    /// Other drivers: `EOPNOTSUPP`, nothing sent.
+    /// RC QPs only: another type is `EOPNOTSUPP` before any system call;
+    /// on a CPU other than x86-64 siw answers [`Error::Unsupported`], nothing
+    /// sent. Other drivers: `EOPNOTSUPP`, nothing sent.
     #[doc(alias = "ibv_create_qp")]
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<QueuePair, Error> {
         let ctx = &self.inner.ctx;
@@ -179,6 +180,13 @@ impl ProtectionDomain {
         };
         if !provider.supports_qp_type(init.qp_type) {
             return Err(fail(Errno::OPNOTSUPP));
+        }
+        if let Some(reason) = provider.data_path_refusal() {
+            return Err(Error::Unsupported {
+                op: Op::CreateQp,
+                device: device.clone(),
+                reason,
+            });
         }
         if !init.send_cq.inner.ctx.same_as(ctx) || !init.recv_cq.inner.ctx.same_as(ctx) {
             return Err(Error::input(
@@ -429,6 +437,8 @@ impl QueuePair {
     /// [`state`](Self::state) stays as it was.
     #[doc(alias = "ibv_query_qp")]
     pub fn refresh_state(&self) -> Result<QpState, Error> {
+        // Before the lock: a parent thread may have held it at fork time.
+        self.pd.ctx.check_process(Op::QueryQp)?;
         let _serial = lock(&self.modify_lock);
         self.query_state()
     }
@@ -474,6 +484,8 @@ impl QueuePair {
     /// where the caller's own [`modify`](Self::modify) calls put it, and
     /// the kernel's answer is returned.
     pub fn established(&self) -> Result<QpState, Error> {
+        // Before the lock: a parent thread may have held it at fork time.
+        self.pd.ctx.check_process(Op::QueryQp)?;
         let _serial = lock(&self.modify_lock);
         match self.query_state() {
             Err(Error::NotReported { .. }) if self.transport_type() == TransportType::Iwarp => {
@@ -492,16 +504,36 @@ impl QueuePair {
     /// [`Error::QpTransition`] and nothing is sent. On iWARP the attributes
     /// `CmId::init_qp_attr` answers pass, and entering RTS is refused
     /// ([`RtsOnlyThroughCm`](crate::command::QpTransitionError::RtsOnlyThroughCm)).
+    ///
+    /// No post runs while the command is in the kernel: both ring locks are
+    /// held across it (rxe's move to RESET zeroes every slot of both rings,
+    /// `rxe_queue_reset`, and a WQE being written meanwhile would be torn).
+    /// A post waiting for the locks then sees the state this call left.
+    /// In a forked child: [`Error::ForeignProcess`], nothing sent.
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-        let _serial = lock(&self.modify_lock);
         let ctx = &self.pd.ctx;
+        // Before any lock: a parent thread may have held one at fork time,
+        // and the child's copy of it would stay locked for ever.
+        ctx.check_process(Op::ModifyQp)?;
+        // Lock order, the same everywhere: modify_lock, then the send ring,
+        // then the receive ring (`send_destroy` takes sq then rq; a post
+        // takes one ring lock and never modify_lock), so no cycle exists.
+        let _serial = lock(&self.modify_lock);
         attr.check_on(self.transport_type(), self.qp_type, self.state())
             .map_err(|source| Error::QpTransition {
                 op: Op::ModifyQp,
                 device: ctx.inner.device.clone(),
                 source,
             })?;
+        // Every modify, not only RESET: an uncontended lock costs tens of
+        // nanoseconds next to a system call, and ERR (a flush) or a driver's
+        // own reset path then needs no separate rule. The kernel keeps both
+        // rings' indices across RESET (it zeroes the slots, not the header,
+        // after flushing what was queued), so the rings' own positions stay
+        // right and nothing is reset here.
+        let _sq = lock(&self.sq);
+        let _rq = lock(&self.rq);
         let cmd = ModifyQp::new(self.handle, attr);
         // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
         unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) }?;

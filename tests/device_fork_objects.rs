@@ -9,7 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{alloc_pd, anon};
-use uverbs::{AccessFlags, Error};
+use uverbs::command::{QpAttr, QpState, QpType};
+use uverbs::{AccessFlags, Error, Op, QpInit, WorkCompletion};
 
 /// How long a child may run.
 const LIMIT: Duration = Duration::from_secs(30);
@@ -65,6 +66,77 @@ device_test!(
             .dereg()
             .unwrap_or_else(|e| panic!("{name}: the parent's dereg after the child: {e}"));
         assert_eq!(buf[0], 0x5a);
+        pd.dealloc()
+            .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
+    }
+);
+
+device_test!(
+    a_child_reads_no_event_and_touches_no_ring_of_the_parent,
+    |name, ctx, _counts| {
+        let pd = alloc_pd(&ctx);
+        let channel = ctx
+            .create_comp_channel()
+            .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+        let cq = ctx
+            .create_cq(16, Some(&channel))
+            .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));
+        let qp = pd
+            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
+            .unwrap_or_else(|e| panic!("{name}: create_qp: {e}"));
+        cq.req_notify(false)
+            .unwrap_or_else(|e| panic!("{name}: req_notify: {e}"));
+        // Before the fix the child's get_event read the parent's channel: it
+        // blocked here (no event is pending) until the limit killed it, and
+        // an event it did get would have been lost to the parent.
+        let code = in_child!(LIMIT, {
+            let op_of = |r: Result<(), Error>| match r {
+                Err(Error::ForeignProcess { op, .. }) => Some(op),
+                _ => None,
+            };
+            let mut wc = [WorkCompletion::default(); 4];
+            let got = [
+                op_of(channel.get_event().map(|_| ())),
+                op_of(cq.poll(&mut wc).map(|_| ())),
+                op_of(cq.req_notify(true)),
+                op_of(cq.ack_events(0)),
+                // SAFETY: refused before anything is written.
+                op_of(unsafe { qp.post_recv(&[]) }),
+                // SAFETY: as above.
+                op_of(unsafe { qp.post_send(&[]) }),
+                op_of(qp.modify(&QpAttr::new().state(QpState::Err))),
+            ];
+            let want = [
+                Op::GetCqEvent,
+                Op::PollCq,
+                Op::ReqNotifyCq,
+                Op::AckCqEvents,
+                Op::PostRecv,
+                Op::PostSend,
+                Op::ModifyQp,
+            ];
+            if let Some(i) = got.iter().zip(want).position(|(g, w)| *g != Some(w)) {
+                return i as i32 + 1;
+            }
+            // No ring of the parent is mapped here (MADV_DONTFORK).
+            let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+            i32::from(maps.contains("/dev/infiniband/uverbs")) * 50
+        });
+        assert_eq!(
+            code, 0,
+            "{name}: the child's check {code} failed (50: a ring mapping was inherited)"
+        );
+        let mut wc = [WorkCompletion::default(); 4];
+        assert_eq!(
+            cq.poll(&mut wc)
+                .unwrap_or_else(|e| panic!("{name}: the parent's poll: {e}")),
+            0
+        );
+        cq.req_notify(false)
+            .unwrap_or_else(|e| panic!("{name}: the parent's req_notify: {e}"));
+        drop(qp);
+        cq.destroy()
+            .unwrap_or_else(|e| panic!("{name}: the parent's destroy_cq: {}", e.error));
         pd.dealloc()
             .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
     }

@@ -10,9 +10,14 @@ mod common;
 
 use std::time::Duration;
 
-use common::{anon, blocking_advisor, fake_context, fork_safety_with, page_size};
+use common::{anon, blocking_advisor, fake_context, fork_safety_with, page_size, rxe_context_over};
+use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::fork::ForkMode;
-use uverbs::{AccessFlags, Errno, Error, OpenOptions, ReregOutcome};
+use uverbs::transport::RecordingTransport;
+use uverbs::{
+    AccessFlags, Errno, Error, Op, OpenOptions, Payload, QpInit, RecvWr, ReregOutcome, SendFlags,
+    SendOp, SendWr, Sge, WorkCompletion,
+};
 
 /// How long a child may run, and the blocking advisor may block.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -121,4 +126,97 @@ fn a_child_forked_while_a_thread_holds_the_tracker_lock_can_drop_its_copies() {
     blocker.release();
     assert!(blocked.join().unwrap());
     assert_eq!(code, 0);
+}
+
+/// Every data-path operation of a forked child on its parent's rxe CQ and
+/// QP (rings served by the fake) is refused with `ForeignProcess` before
+/// any lock, ring or command: poll, req_notify, ack_events, post_send,
+/// post_recv, modify, refresh_state. The child sends nothing; the parent's
+/// objects keep working afterwards.
+#[test]
+fn a_child_polls_arms_posts_and_modifies_nothing_on_the_parents_rings() {
+    let fake = std::sync::Arc::new(RecordingTransport::new());
+    fake.serve_rings();
+    let ctx = rxe_context_over(&fake);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None).unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
+    qp.modify(
+        &QpAttr::new()
+            .state(QpState::Init)
+            .pkey_index(0)
+            .port(1)
+            .access_flags(AccessFlags::LOCAL_WRITE),
+    )
+    .unwrap();
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 1,
+    }];
+    let sent = fake.count();
+    let code = in_child!(LIMIT, {
+        let op_of = |r: Result<(), Error>| match r {
+            Err(Error::ForeignProcess { op, .. }) => Some(op),
+            _ => None,
+        };
+        let mut wc = [WorkCompletion::default(); 4];
+        let send = SendWr {
+            wr_id: 2,
+            op: SendOp::Send { imm: None },
+            flags: SendFlags::SIGNALED,
+            payload: Payload::Sges(&sge),
+            ud: None,
+        };
+        let got = [
+            op_of(cq.poll(&mut wc).map(|_| ())),
+            op_of(cq.req_notify(false)),
+            op_of(cq.ack_events(0)),
+            // SAFETY: refused before anything is written.
+            op_of(unsafe {
+                qp.post_recv(&[RecvWr {
+                    wr_id: 1,
+                    sges: &sge,
+                }])
+            }),
+            // SAFETY: as above; an empty batch is refused as well.
+            op_of(unsafe { qp.post_recv(&[]) }),
+            // SAFETY: as above.
+            op_of(unsafe { qp.post_send(&[send]) }),
+            // SAFETY: as above.
+            op_of(unsafe { qp.post_send(&[]) }),
+            op_of(qp.modify(&QpAttr::new().state(QpState::Reset))),
+            op_of(qp.refresh_state().map(|_| ())),
+        ];
+        let want = [
+            Op::PollCq,
+            Op::ReqNotifyCq,
+            Op::AckCqEvents,
+            Op::PostRecv,
+            Op::PostRecv,
+            Op::PostSend,
+            Op::PostSend,
+            Op::ModifyQp,
+            Op::QueryQp,
+        ];
+        match got.iter().zip(want).position(|(g, w)| *g != Some(w)) {
+            Some(i) => i as i32 + 1,
+            None => i32::from(fake.count() != sent) * 50,
+        }
+    });
+    assert_eq!(
+        code, 0,
+        "check {code} failed in the child (50: it sent a command)"
+    );
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll(&mut wc).unwrap(), 0);
+    // SAFETY: the fake kernel touches no memory.
+    unsafe {
+        qp.post_recv(&[RecvWr {
+            wr_id: 1,
+            sges: &sge,
+        }])
+    }
+    .unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
 }

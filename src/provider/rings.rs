@@ -70,6 +70,17 @@ impl Provider {
         }
     }
 
+    /// Why this driver's rings cannot be used on this CPU, if they cannot
+    /// (siw off x86-64: see [`siw::DATA_PATH_SOUND`]). Creating a CQ or QP
+    /// then answers [`Error::Unsupported`](crate::Error::Unsupported) before
+    /// any system call.
+    pub(crate) fn data_path_refusal(self) -> Option<&'static str> {
+        match self {
+            Provider::Siw if !siw::DATA_PATH_SOUND => Some(siw::WEAKLY_ORDERED_CPU),
+            Provider::Siw | Provider::Rxe | Provider::Generic => None,
+        }
+    }
+
     /// The QP types the driver creates; others are refused before any
     /// system call (siw: RC only, `siw_create_qp` answers EOPNOTSUPP).
     pub(crate) fn supports_qp_type(self, qp_type: QpType) -> bool {
@@ -281,6 +292,23 @@ impl RecvQueue {
         match self {
             RecvQueue::Rxe(_) => Ok(()),
             RecvQueue::Siw(q) => q.remap(ctx),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// siw's rings are used on x86-64 only; rxe's everywhere.
+    #[test]
+    fn siw_rings_are_refused_off_x86_64_only() {
+        assert_eq!(Provider::Rxe.data_path_refusal(), None);
+        let siw = Provider::Siw.data_path_refusal();
+        if cfg!(target_arch = "x86_64") {
+            assert_eq!(siw, None);
+        } else {
+            assert!(siw.unwrap().contains("x86-64"), "{siw:?}");
         }
     }
 }

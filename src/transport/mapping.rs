@@ -1,13 +1,27 @@
 //! Memory the kernel shares with this process through the command file:
 //! the rxe queues (CQ, SQ, RQ) are `mmap`ed from the uverbs file at offsets
 //! the create commands answer.
+//!
+//! **Not inherited.** Every ring mapping is `MADV_DONTFORK`: a forked child
+//! has no mapping at those addresses. The rings are `MAP_SHARED`, so a
+//! child that inherited them would share the parent's live rings with the
+//! parent and the kernel, and any store there (a stray pointer in unsafe
+//! code, or an entry point that forgot its process check) would post, arm
+//! or consume on the parent's objects. Without the mapping such a touch
+//! faults instead. The crate's entry points refuse a child before touching
+//! a ring anyway ([`Error::ForeignProcess`](crate::Error::ForeignProcess)),
+//! so no correct program notices. Since the child has no mapping there, its
+//! copy of a `SharedMapping` unmaps nothing when dropped: the child's own
+//! mappings may since occupy those addresses.
 
 use std::fmt;
 use std::ptr::NonNull;
 
 use crate::error::Errno;
+use crate::process::Generation;
 
-/// One `MAP_SHARED`, read-write mapping, unmapped on drop.
+/// One `MAP_SHARED`, read-write mapping, unmapped on drop; not inherited by
+/// forked children (`MADV_DONTFORK`, see the module text).
 ///
 /// The kernel reads and writes it concurrently (it holds its own reference
 /// on the pages, so unmapping before or after the object is destroyed is
@@ -16,6 +30,8 @@ use crate::error::Errno;
 pub struct SharedMapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// The process that mapped it: the only one that has the mapping.
+    origin: Generation,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; every access goes
@@ -55,7 +71,19 @@ impl SharedMapping {
             )
         }?;
         let ptr = NonNull::new(ptr.cast::<u8>()).ok_or(Errno::FAULT)?;
-        Ok(SharedMapping { ptr, len })
+        let mapping = SharedMapping {
+            ptr,
+            len,
+            origin: Generation::current(),
+        };
+        // SAFETY: exactly the fresh mapping above (page-aligned start, as
+        // mmap returns it); DONTFORK changes only what a future fork copies,
+        // never the pages or their contents here.
+        unsafe {
+            rustix::mm::madvise(ptr.as_ptr().cast(), len, rustix::mm::Advice::LinuxDontFork)
+        }?;
+        // On an error `mapping` drops: unmapped again (this process mapped it).
+        Ok(mapping)
     }
 
     /// The first byte.
@@ -85,6 +113,11 @@ impl fmt::Debug for SharedMapping {
 
 impl Drop for SharedMapping {
     fn drop(&mut self) {
+        // In a forked child the range was never inherited (DONTFORK): what
+        // is there now, if anything, is the child's own.
+        if !self.origin.is_current() {
+            return;
+        }
         // SAFETY: exactly the range mmap returned, unmapped once; the views
         // borrowing it are gone (they borrow `self`).
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
@@ -122,6 +155,69 @@ mod tests {
         // kernel answers ENOMEM, which is what is checked.
         let after = unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) };
         assert_eq!(after, Err(Errno::NOMEM), "the range is unmapped");
+    }
+
+    /// A forked child has no mapping where the parent's ring is (DONTFORK),
+    /// and dropping its copy of the `SharedMapping` unmaps nothing, not even
+    /// a mapping of the child's own that took the free addresses.
+    #[test]
+    fn a_forked_child_inherits_no_ring_and_its_copy_unmaps_nothing() {
+        use nix::sys::wait::{waitpid, WaitStatus};
+        use nix::unistd::{fork, ForkResult};
+
+        let fd =
+            rustix::fs::memfd_create("uverbs-map-fork", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+        let page = rustix::param::page_size();
+        rustix::fs::ftruncate(&fd, page as u64).unwrap();
+        // SAFETY: a file of our own; nothing else maps it.
+        let map = unsafe { SharedMapping::map(fd.as_fd(), 0, page) }.unwrap();
+        let addr = map.as_ptr().as_ptr();
+        // SAFETY: the child makes only system calls and leaves with _exit
+        // (no allocation, no lock).
+        match unsafe { fork() }.expect("fork") {
+            ForkResult::Child => {
+                // SAFETY: madvise(NORMAL) changes nothing; ENOMEM says the
+                // range is not mapped here.
+                let absent =
+                    unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) }
+                        == Err(Errno::NOMEM);
+                // SAFETY: a fresh anonymous page at the free address
+                // (NOREPLACE: fails rather than replace anything).
+                let own = unsafe {
+                    rustix::mm::mmap_anonymous(
+                        addr.cast(),
+                        page,
+                        rustix::mm::ProtFlags::READ,
+                        rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::FIXED_NOREPLACE,
+                    )
+                };
+                let placed = own.map(|p| p == addr.cast()).unwrap_or(false);
+                drop(map);
+                // SAFETY: as above.
+                let kept =
+                    unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) }
+                        .is_ok();
+                let code = match (absent, placed, kept) {
+                    (true, true, true) => 0,
+                    (false, _, _) => 1,
+                    (_, false, _) => 2,
+                    (_, _, false) => 3,
+                };
+                // SAFETY: _exit never returns and runs no atexit handlers.
+                unsafe { libc::_exit(code) }
+            }
+            ForkResult::Parent { child } => {
+                let status = waitpid(child, None).unwrap();
+                assert_eq!(
+                    status,
+                    WaitStatus::Exited(child, 0),
+                    "1: inherited, 2: could not map there, 3: the copy's drop unmapped it"
+                );
+                // SAFETY: inside our mapping, which nothing else references.
+                unsafe { *map.as_ptr().as_ptr() = 1 };
+                drop(map);
+            }
+        }
     }
 
     #[test]

@@ -96,6 +96,22 @@ impl TestRing {
         unsafe { self.base.as_ptr().add(offset) }
     }
 
+    /// `rxe_queue_reset`, run by a modify into RESET: zeroes every slot
+    /// (everything after the header) and leaves the header, both indices
+    /// included, as it is. Single-threaded: the caller excludes user space,
+    /// as `QueuePair::modify` does by holding the ring locks.
+    pub(super) fn reset_slots(&self) {
+        // SAFETY: the slots lie inside the allocation, after the header;
+        // nothing else touches the buffer meanwhile (the caller's promise).
+        unsafe {
+            std::ptr::write_bytes(
+                self.base.as_ptr().add(HEADER_LEN),
+                0,
+                self.len() - HEADER_LEN,
+            )
+        };
+    }
+
     /// The kernel's consumer side (`QUEUE_TYPE_FROM_CLIENT`: send and receive queues).
     pub(super) fn kernel_consumer(&self) -> KernelConsumer<'_> {
         KernelConsumer {
@@ -153,6 +169,22 @@ impl KernelConsumer<'_> {
             .consumer_index()
             .store(self.index, Ordering::Release);
         true
+    }
+}
+
+impl KernelConsumer<'_> {
+    /// Consumes every published element without reading it, as the
+    /// kernel's flush in a move to RESET does (`flush_send_queue` /
+    /// `flush_recv_queue` with no completions): the consumer index catches up
+    /// with the producer's. Answers how many it dropped.
+    pub(super) fn flush(&mut self) -> u32 {
+        let n = self.count();
+        self.index = self.index.wrapping_add(n) & self.ring.index_mask;
+        // smp_store_release, as after a read: the slots are free again.
+        self.ring
+            .consumer_index()
+            .store(self.index, Ordering::Release);
+        n
     }
 }
 

@@ -436,6 +436,44 @@ fn wrap_around_many_cycles() {
     assert_eq!(want, 20_000);
 }
 
+/// A modify into RESET: the kernel flushes what was queued (its consumer
+/// index catches up), then `rxe_queue_reset` zeroes every slot but keeps
+/// the header. Neither side's index goes back to 0, so the producer's
+/// private copy stays right: posting resumes at the next slot, the kernel
+/// reads exactly the new elements, and the whole capacity is free again.
+#[test]
+fn a_reset_zeroes_the_slots_and_keeps_both_indices() {
+    let ring = TestRing::new(6, 4);
+    let mut user = producer(&ring, 8);
+    let mut kernel = ring.kernel_consumer();
+    let mut buf = [0u8; 64];
+    for seq in 0..2 {
+        fill(user.reserve().expect("free slot"), seq);
+    }
+    user.publish();
+    assert!(kernel.pop(&mut buf));
+    assert_eq!(check(&buf), Some(0));
+
+    assert_eq!(kernel.flush(), 1, "the second element is flushed");
+    ring.reset_slots();
+    // Relaxed: single-threaded inspection.
+    let prod = ring.producer_index().load(Ordering::Relaxed);
+    let cons = ring.consumer_index().load(Ordering::Relaxed);
+    assert_eq!((prod, cons), (2, 2), "the header survives the reset");
+
+    // Three new elements (the full capacity) wrap around slot 0.
+    for seq in 10..13 {
+        fill(user.reserve().expect("the reset freed every slot"), seq);
+    }
+    assert_eq!(user.reserve().map(|_| ()), Err(QueueFull { capacity: 3 }));
+    user.publish();
+    for seq in 10..13 {
+        assert!(kernel.pop(&mut buf));
+        assert_eq!(check(&buf), Some(seq), "the kernel reads the new elements");
+    }
+    assert!(!kernel.pop(&mut buf));
+}
+
 /// The kernel keeps its own index: a stray write to the kernel-owned word
 /// changes neither what the kernel consumes next nor, on the user side, which
 /// slots may be overwritten.

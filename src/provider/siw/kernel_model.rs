@@ -4,9 +4,23 @@
 //!
 //! Like the kernel, each part keeps its position in a private counter
 //! (`sq_get`, `rq_get`, `cq_put`) and learns the user's only from the flags.
-//! Where the kernel uses `READ_ONCE`/`WRITE_ONCE` the model uses acquire and
-//! release (which the kernel gets from x86's ordering), and where it uses
-//! `smp_store_mb` a store followed by a `SeqCst` fence.
+//!
+//! **Orderings: the kernel as the CPU compiles it, no stronger.** The model
+//! must not promise what the kernel does not, or its tests prove nothing.
+//! * `smp_store_mb(x, v)` is [`smp_store_mb`]: asm-generic's
+//!   `WRITE_ONCE(x, v); smp_mb()` (arm64, POWER, RISC-V, …), a relaxed
+//!   store followed by a `SeqCst` fence. The barrier comes after the store,
+//!   so it is not a release: the kernel's earlier reads of the slot are not
+//!   ordered before the store that hands the slot back. Only x86 overrides
+//!   it, with `xchg`, a locked read-modify-write: a `SeqCst` swap, which is a
+//!   release too. So the release the user side relies on exists on x86-64
+//!   only, which is why siw's data path is built there only
+//!   ([`super::DATA_PATH_SOUND`]).
+//! * `READ_ONCE` / `WRITE_ONCE` are volatile accesses, relaxed atomics. On
+//!   x86-64 (TSO: no load is reordered with an earlier load, no store with
+//!   an earlier access) every such load is an acquire and every store a
+//!   release at the CPU; the model uses [`READ_ONCE`] and [`WRITE_ONCE`],
+//!   acquire and release there and relaxed elsewhere.
 
 use std::alloc::{alloc_zeroed, dealloc, Layout};
 use std::mem::{offset_of, size_of};
@@ -19,6 +33,37 @@ use uverbs_uapi::{
     SIW_OP_RECEIVE, SIW_OP_SEND, SIW_OP_WRITE, SIW_WQE_INLINE, SIW_WQE_READ_FENCE,
     SIW_WQE_SIGNALLED, SIW_WQE_SOLICITED, SIW_WQE_VALID,
 };
+
+/// The ordering of the kernel's `READ_ONCE` on this CPU: x86-64's loads
+/// are acquires (TSO); elsewhere a volatile load orders nothing.
+#[cfg(target_arch = "x86_64")]
+const READ_ONCE: Ordering = Ordering::Acquire;
+#[cfg(not(target_arch = "x86_64"))]
+const READ_ONCE: Ordering = Ordering::Relaxed;
+
+/// The ordering of the kernel's `WRITE_ONCE` on this CPU: x86-64's stores
+/// are releases (TSO); elsewhere a volatile store orders nothing.
+#[cfg(target_arch = "x86_64")]
+const WRITE_ONCE: Ordering = Ordering::Release;
+#[cfg(not(target_arch = "x86_64"))]
+const WRITE_ONCE: Ordering = Ordering::Relaxed;
+
+/// The kernel's `smp_store_mb(*flags, value)` on this CPU (see the module
+/// text): x86-64's `xchg`, else `WRITE_ONCE` then `smp_mb()`.
+fn smp_store_mb(flags: &AtomicU16, value: u16) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        // xchg: a locked RMW, SeqCst (hence a release as well).
+        flags.swap(value, Ordering::SeqCst);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        // asm-generic: the store orders nothing before it; the barrier only
+        // orders it (and what came before) against what comes after.
+        flags.store(value, WRITE_ONCE);
+        fence(Ordering::SeqCst);
+    }
+}
 
 /// Bytes after every test mapping that no view may write.
 pub(super) const GUARD: usize = 64;
@@ -164,7 +209,7 @@ impl<'a> KernelSq<'a> {
 
     /// True when the SQE of `counter` is VALID now.
     pub(super) fn is_valid(&self, counter: u32) -> bool {
-        self.flags(counter).load(Ordering::Acquire) & SIW_WQE_VALID != 0
+        self.flags(counter).load(READ_ONCE) & SIW_WQE_VALID != 0
     }
 
     /// SQEs taken so far.
@@ -185,8 +230,7 @@ impl<'a> KernelSq<'a> {
             return Some(Err(e));
         }
         // smp_store_mb(sqe->flags, 0): the SQE may be reused.
-        self.flags(self.get).store(0, Ordering::Release);
-        fence(Ordering::SeqCst);
+        smp_store_mb(self.flags(self.get), 0);
         self.get = self.get.wrapping_add(1);
         Some(Ok(sqe))
     }
@@ -280,7 +324,7 @@ impl<'a> KernelRq<'a> {
     /// leave the RQE unseen by the kernel: reported as a refusal.
     pub(super) fn take(&mut self) -> Option<Result<siw_rqe, KernelRefusal>> {
         let flags = self.mem.u16_at(self.offset() + offset_of!(siw_rqe, flags));
-        let f = flags.load(Ordering::Acquire);
+        let f = flags.load(READ_ONCE);
         if f & SIW_WQE_VALID == 0 {
             return None;
         }
@@ -291,8 +335,8 @@ impl<'a> KernelRq<'a> {
         if u32::from(rqe.num_sge) > SIW_MAX_SGE {
             return Some(Err(KernelRefusal("RQE num_sge > SIW_MAX_SGE")));
         }
-        flags.store(0, Ordering::Release);
-        fence(Ordering::SeqCst);
+        // smp_store_mb(rqe->flags, 0): the RQE may be reused.
+        smp_store_mb(flags, 0);
         self.get = self.get.wrapping_add(1);
         Some(Ok(rqe))
     }
@@ -367,7 +411,7 @@ impl<'a> KernelCq<'a> {
         let offset = (self.put % self.num) as usize * size_of::<siw_cqe>();
         let flags = self.mem.u8_at(offset + offset_of!(siw_cqe, flags));
         // !READ_ONCE(cqe->flags).
-        if flags.load(Ordering::Acquire) != 0 {
+        if flags.load(READ_ONCE) != 0 {
             return Err(CqOverflow);
         }
         let cqe = siw_cqe {
@@ -388,7 +432,7 @@ impl<'a> KernelCq<'a> {
             std::ptr::copy_nonoverlapping(bytes_of.as_ptr().add(9), at.add(9), 32 - 9);
         }
         // WRITE_ONCE(cqe->flags, SIW_WQE_VALID).
-        flags.store(SIW_WQE_VALID as u8, Ordering::Release);
+        flags.store(SIW_WQE_VALID as u8, WRITE_ONCE);
         // The smp_store_mb of the SQE/RQE flags that follows in the kernel.
         fence(Ordering::SeqCst);
         self.put = self.put.wrapping_add(1);

@@ -21,6 +21,12 @@
 //!   fires the completion event at the next matching CQE and clears the word.
 //!   No system call.
 //!
+//! **x86-64 only.** The protocol is sound only where the kernel's hand-back
+//! of a slot (`smp_store_mb`) is a release and its CQE publication is
+//! ordered: on x86-64 (TSO, `xchg`). Elsewhere creating a siw CQ or QP
+//! answers [`Error::Unsupported`](crate::Error::Unsupported); see
+//! [`DATA_PATH_SOUND`].
+//!
 //! [`queue`] is that ownership protocol (the views over the mappings and the
 //! orderings each shared word needs), [`wqe`] the translation of the crate's
 //! work requests and completions, [`rings`] the rings a CQ or QP owns (the
@@ -30,6 +36,32 @@
 
 use crate::error::Errno;
 use uverbs_uapi as sys;
+
+/// Whether siw's rings can be used soundly on this CPU: on x86-64 only.
+///
+/// The kernel hands an SQE or RQE back with `smp_store_mb(flags, 0)`. On
+/// x86 that is `xchg`, a locked read-modify-write: no earlier load of the
+/// kernel (its copy of the element) can be reordered after it, and with x86-64's
+/// TSO a user load that sees the flags clear sees a kernel that has finished
+/// reading, so our next write into the slot cannot reach its copy. Everywhere
+/// else it is asm-generic's `WRITE_ONCE(flags, 0); smp_mb()`: the barrier
+/// comes after the store, so on arm64 or POWER the store may become visible
+/// while the kernel's reads of the slot are still pending, and a slot user
+/// space sees free may still be read: our next WQE would be mixed into the
+/// kernel's copy of the previous one. No user-space barrier can order the
+/// kernel's own accesses. The CQE side needs TSO too: the kernel writes a
+/// CQE's fields and then `WRITE_ONCE`s its VALID flag with no `smp_wmb`.
+/// So elsewhere, creating a siw CQ or QP is refused
+/// ([`Error::Unsupported`](crate::Error::Unsupported)) before anything is
+/// sent; the rest of the verbs (contexts, PDs, MRs, the connection
+/// manager) work.
+pub(crate) const DATA_PATH_SOUND: bool = cfg!(target_arch = "x86_64");
+
+/// What a siw CQ or QP create answers where [`DATA_PATH_SOUND`] is false.
+pub(crate) const WEAKLY_ORDERED_CPU: &str =
+    "siw's kernel hands ring slots back with smp_store_mb, which is a release only on x86 \
+     (xchg); on this weakly ordered CPU the kernel may still read a slot user space sees free, \
+     so siw's data path is built for x86-64 only";
 
 // A few inspection helpers (capacities, counts) serve only the tests.
 #[cfg_attr(not(test), allow(dead_code))]

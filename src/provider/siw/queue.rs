@@ -42,12 +42,19 @@
 //!   reads the arm word. Either the event fires or our poll sees the CQE.
 //!
 //! What the kernel does not give us (6.12): it reads an SQE's flags with
-//! `READ_ONCE` and then copies the fields without `smp_rmb`, and it writes a
+//! `READ_ONCE` and then copies the fields without `smp_rmb`; it writes a
 //! CQE's fields and then its flags with plain stores and `WRITE_ONCE`, without
-//! `smp_wmb`. On x86 (TSO: loads are not reordered with loads, stores not with
-//! stores) that is enough; on weaker machines it relies on the kernel's
-//! compiler and CPU not reordering. Our side uses the orderings the protocol
-//! needs whatever the machine.
+//! `smp_wmb`; and it hands an SQE or RQE back with `smp_store_mb(flags, 0)`,
+//! which asm-generic defines as `WRITE_ONCE; smp_mb()`: the barrier after
+//! the store, so not a release of the kernel's reads of the slot. On x86-64
+//! all three are sound: TSO orders loads with loads and stores with stores,
+//! and x86's `smp_store_mb` is `xchg`, a locked instruction no earlier load
+//! passes, so once we see VALID clear the kernel is done reading. On arm64
+//! or POWER the kernel may still be reading a slot we see free, and nothing
+//! on our side can order the kernel's accesses: the data path is built for
+//! x86-64 only ([`super::DATA_PATH_SOUND`]; creating a siw CQ or QP elsewhere
+//! is refused). Our side uses the orderings the protocol needs whatever the
+//! machine.
 //!
 //! Every slot address is the counter masked by `num - 1` times the element
 //! size, and the mapping length is checked against `num × size` (+ the arming
@@ -316,7 +323,9 @@ impl<E: WorkElement> Producer<E> {
     fn is_free(&self, counter: u32) -> bool {
         // Acquire pairs with the kernel's smp_store_mb(flags, 0) made after
         // it copied the element out: once we see VALID clear, the kernel's
-        // reads of the slot happen-before our writes to it.
+        // reads of the slot happen-before our writes to it. That holds only
+        // where smp_store_mb is a release, x86-64's xchg (see the module
+        // text; siw's rings are not used elsewhere).
         self.ring.wqe_flags(counter).load(Ordering::Acquire) & SIW_WQE_VALID == 0
     }
 

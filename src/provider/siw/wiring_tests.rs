@@ -571,3 +571,120 @@ fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
         .log()
         .ends_with(&["query_qp".into(), "doorbell".into()]));
 }
+
+/// A forked child's calls on the parent's siw CQ and QP are refused before
+/// any store into the rings (which are `MAP_SHARED` memory of the parent's
+/// live objects; before the fix the child's `req_notify` armed the parent's
+/// CQ): after the child, the arming word, a ready CQE and the free SQE and
+/// RQE slots are as the parent left them.
+#[test]
+fn a_forked_child_touches_none_of_the_parents_siw_rings() {
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(4, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let qp = pd.create_qp(&rc_init(&cq)).unwrap();
+    qp.modify(
+        &QpAttr::new()
+            .state(QpState::Init)
+            .pkey_index(0)
+            .port(1)
+            .access_flags(Default::default()),
+    )
+    .unwrap();
+    let cqe = sys::siw_cqe {
+        id: 0x5eed,
+        flags: SIW_WQE_VALID as u8,
+        ..Default::default()
+    };
+    fake.write(CQ_KEY, 0, cqe.as_bytes());
+    let snapshot = |key, len| {
+        let mut b = vec![0u8; len];
+        fake.read(key, 0, &mut b);
+        b
+    };
+    let cq_len = NUM_CQE as usize * 32 + 8;
+    let (sq_len, rq_len) = (NUM_SQE as usize * 120, NUM_RQE as usize * 112);
+    let before = (
+        snapshot(CQ_KEY, cq_len),
+        snapshot(SQ_KEY, sq_len),
+        snapshot(RQ_KEY, rq_len),
+    );
+    let sge = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 5,
+    }];
+    let foreign = |e: Error, op| matches!(e, Error::ForeignProcess { op: o, .. } if o == op);
+    // SAFETY: the child works on its own copies, makes no allocation the
+    // parent could have left locked (glibc keeps malloc usable after fork)
+    // and leaves with _exit.
+    match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            let checks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut wc = [Default::default(); 4];
+                let send = SendWr {
+                    wr_id: 2,
+                    op: SendOp::Send { imm: None },
+                    flags: SendFlags::SIGNALED,
+                    payload: Payload::Sges(&sge),
+                    ud: None,
+                };
+                [
+                    foreign(cq.req_notify(false).unwrap_err(), Op::ReqNotifyCq),
+                    foreign(cq.req_notify(true).unwrap_err(), Op::ReqNotifyCq),
+                    foreign(cq.poll(&mut wc).unwrap_err(), Op::PollCq),
+                    // SAFETY: refused before anything is written.
+                    foreign(
+                        unsafe {
+                            qp.post_recv(&[RecvWr {
+                                wr_id: 1,
+                                sges: &sge,
+                            }])
+                        }
+                        .unwrap_err(),
+                        Op::PostRecv,
+                    ),
+                    // SAFETY: as above.
+                    foreign(unsafe { qp.post_send(&[send]) }.unwrap_err(), Op::PostSend),
+                    foreign(
+                        qp.modify(&QpAttr::new().state(QpState::Err)).unwrap_err(),
+                        Op::ModifyQp,
+                    ),
+                    foreign(qp.refresh_state().unwrap_err(), Op::QueryQp),
+                ]
+                .iter()
+                .position(|ok| !ok)
+                .map_or(0, |i| i as i32 + 1)
+            }))
+            .unwrap_or(99);
+            // SAFETY: _exit never returns and runs no atexit handlers.
+            unsafe { libc::_exit(checks) }
+        }
+        ForkResult::Parent { child } => {
+            let status = waitpid(child, None).unwrap();
+            assert_eq!(
+                status,
+                WaitStatus::Exited(child, 0),
+                "the child's check n failed (exit n; 99: panic)"
+            );
+        }
+    }
+    let after = (
+        snapshot(CQ_KEY, cq_len),
+        snapshot(SQ_KEY, sq_len),
+        snapshot(RQ_KEY, rq_len),
+    );
+    assert!(after.0 == before.0, "CQ ring or arming word changed");
+    assert!(after.1 == before.1, "send ring changed");
+    assert!(after.2 == before.2, "receive ring changed");
+    let mut wc = [Default::default(); 4];
+    assert_eq!(
+        cq.poll(&mut wc).unwrap(),
+        1,
+        "the parent still gets its CQE"
+    );
+    assert_eq!(wc[0].wr_id, 0x5eed);
+}
