@@ -927,7 +927,10 @@ impl<M> Drop for OwnedQp<M> {
             Ok(_) => drop(ManuallyDrop::into_inner(held)),
             // The device may still use the memory (or, in a forked child,
             // the parent's device does): leak it, and the QP.
-            Err(refused) => std::mem::forget(refused),
+            Err(refused) => {
+                refused.qp.context().note_abandoned_queue_pair();
+                std::mem::forget(refused);
+            }
         }
     }
 }
