@@ -928,7 +928,10 @@ impl<M> Drop for OwnedQp<M> {
             // The device may still use the memory (or, in a forked child,
             // the parent's device does): leak it, and the QP.
             Err(refused) => {
-                refused.qp.context().note_abandoned_queue_pair();
+                // (In a forked child the QP is the parent's: nothing lost.)
+                if refused.qp.context().is_owned_by_this_process() {
+                    refused.qp.context().note_abandoned_queue_pair();
+                }
                 std::mem::forget(refused);
             }
         }
