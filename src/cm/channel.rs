@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use uverbs_uapi as sys;
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
 use super::command::{encode, CmCommand, CreateId, GetEvent, PortSpace};
 use super::event::{decode, Event};
@@ -20,6 +20,7 @@ use super::fake::FakeCm;
 use super::CmId;
 use crate::error::{Errno, Error, Op};
 use crate::transport::frame::user_addr;
+use crate::transport::write_command;
 
 /// Where the kernel's rdma_cm character device lives.
 pub const RDMA_CM_PATH: &str = "/dev/infiniband/rdma_cm";
@@ -197,6 +198,11 @@ impl EventChannel {
 
     /// Sends `cmd` and returns what the kernel wrote at its response pointer.
     ///
+    /// The response pointer is made from a `&mut` of the buffer, which only
+    /// that pointer reaches until the call has returned, and the frame goes
+    /// out through the crate's one `write()` the compiler must assume writes
+    /// memory (see `src/transport/kernel_writes.rs`).
+    ///
     /// # Safety
     ///
     /// `C`'s layouts must be the kernel's for `C::CODE`, and its request
@@ -205,8 +211,16 @@ impl EventChannel {
     /// value): the kernel writes `out_len()` bytes wherever the request says.
     pub unsafe fn execute<C: CmCommand>(&self, cmd: &C) -> Result<C::Response, Errno> {
         let mut resp = C::Response::new_zeroed();
-        let frame = encode(cmd, user_addr(&resp))?;
-        self.exec_frame(&frame, resp.as_mut_bytes())?;
+        // The one way to the buffer until the call returns: a raw pointer
+        // made from a `&mut` (a shared borrow would promise the kernel does
+        // not write it), exposed by `user_addr`.
+        let out: *mut C::Response = &mut resp;
+        let frame = encode(cmd, user_addr(out))?;
+        // SAFETY: `out` is valid for `size_of::<C::Response>()` bytes (the
+        // header's `out`, all the kernel writes) until `resp` is read below;
+        // the caller promises the frame holds no other address the kernel
+        // writes through.
+        unsafe { self.exec_frame(&frame, out.cast(), size_of::<C::Response>()) }?;
         Ok(resp)
     }
 
@@ -217,12 +231,23 @@ impl EventChannel {
         unsafe { self.execute(cmd) }.map_err(|e| self.err(op, e))
     }
 
-    fn exec_frame(&self, frame: &[u8], response: &mut [u8]) -> Result<(), Errno> {
+    /// One command `write()` of `frame`, whose answer the kernel (or the
+    /// fake) writes at `response`.
+    ///
+    /// # Safety
+    ///
+    /// The only address in `frame` that the command writes through is
+    /// `response`, exposed with [`user_addr`] from a pointer that permits
+    /// writes; it is valid for `len` bytes, and nothing else accesses those
+    /// bytes until this returns.
+    unsafe fn exec_frame(&self, frame: &[u8], response: *mut u8, len: usize) -> Result<(), Errno> {
         match &self.inner.backend {
             Backend::Kernel(fd) => loop {
-                // The kernel writes the answer through the pointer inside
-                // `frame`, which is `response`'s address.
-                match rustix::io::write(fd, frame) {
+                // SAFETY: the kernel writes the answer through the pointer
+                // inside `frame`, `response`, which the caller promises is
+                // exposed, writable and ours alone for `len` bytes (the
+                // header's `out`); `fd` is the open rdma_cm file.
+                match unsafe { write_command(fd.as_fd(), frame) } {
                     Ok(n) if n == frame.len() => return Ok(()),
                     // ucma_write answers the whole length or an error;
                     // librdmacm maps anything else to ENODATA.
@@ -231,7 +256,14 @@ impl EventChannel {
                     Err(e) => return Err(e),
                 }
             },
-            Backend::Fake(fake) => fake.write(frame, response),
+            Backend::Fake(fake) => {
+                // SAFETY: the caller promises `len` writable bytes at
+                // `response` that nothing else accesses during the call
+                // (for a response of no bytes, a dangling but aligned
+                // pointer, which an empty slice allows).
+                let response = unsafe { std::slice::from_raw_parts_mut(response, len) };
+                fake.write(frame, response)
+            }
         }
     }
 
