@@ -19,6 +19,7 @@ use super::event::{decode, Event};
 use super::fake::FakeCm;
 use super::CmId;
 use crate::error::{Errno, Error, Op};
+use crate::process::Generation;
 use crate::transport::frame::user_addr;
 use crate::transport::write_command;
 
@@ -49,6 +50,9 @@ pub(crate) struct IdInfo {
 pub(crate) struct Inner {
     backend: Backend,
     name: Arc<str>,
+    /// The process that opened the channel: in a child forked since, every
+    /// entry point refuses before touching the inherited file.
+    origin: Generation,
     /// Ids by uid: their port space (to decode their events' parameters)
     /// and the events delivered for them.
     ids: Mutex<HashMap<u64, IdInfo>>,
@@ -123,6 +127,7 @@ impl EventChannel {
             inner: Arc::new(Inner {
                 backend,
                 name,
+                origin: Generation::current(),
                 ids: Mutex::new(HashMap::new()),
             }),
         }
@@ -130,8 +135,12 @@ impl EventChannel {
 
     /// Makes `GET_EVENT` fail with `EAGAIN` instead of blocking when no
     /// event is queued (`O_NONBLOCK`), or blocking again.
+    ///
+    /// In a forked child: [`Error::ForeignProcess`], and the flag (which the
+    /// child's descriptor shares with the parent's) is left alone.
     pub fn set_nonblocking(&self, nonblocking: bool) -> Result<(), Error> {
         let op = Op::CmOpen;
+        self.check_process(op)?;
         match &self.inner.backend {
             Backend::Kernel(fd) => {
                 let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| self.err(op, e))?;
@@ -159,6 +168,9 @@ impl EventChannel {
 
     /// Takes the next event, blocking until one arrives (or, non-blocking,
     /// failing with `EAGAIN`).
+    ///
+    /// In a forked child: [`Error::ForeignProcess`], nothing read (the
+    /// parent's events stay the parent's).
     #[doc(alias = "rdma_get_cm_event")]
     pub fn get_event(&self) -> Result<Event, Error> {
         let resp = self.run(&GetEvent, Op::CmGetEvent)?;
@@ -175,7 +187,11 @@ impl EventChannel {
     }
 
     /// `poll()` for an event for up to `timeout`.
+    ///
+    /// In a forked child: [`Error::ForeignProcess`] at once, without
+    /// polling.
     pub fn poll_readable(&self, timeout: Duration) -> Result<bool, Error> {
+        self.check_process(Op::CmGetEvent)?;
         let mut pfd = libc::pollfd {
             fd: self.as_raw_fd(),
             events: libc::POLLIN,
@@ -203,6 +219,9 @@ impl EventChannel {
     /// out through the crate's one `write()` the compiler must assume writes
     /// memory (see `src/transport/kernel_writes.rs`).
     ///
+    /// In a forked child: `EACCES` (what the kernel would answer), and
+    /// nothing is sent.
+    ///
     /// # Safety
     ///
     /// `C`'s layouts must be the kernel's for `C::CODE`, and its request
@@ -210,6 +229,9 @@ impl EventChannel {
     /// (or memory the command itself keeps alive, like [`SetOption`](super::command::SetOption)'s
     /// value): the kernel writes `out_len()` bytes wherever the request says.
     pub unsafe fn execute<C: CmCommand>(&self, cmd: &C) -> Result<C::Response, Errno> {
+        if !self.is_owned_by_this_process() {
+            return Err(Errno::ACCESS);
+        }
         let mut resp = C::Response::new_zeroed();
         // The one way to the buffer until the call returns: a raw pointer
         // made from a `&mut` (a shared borrow would promise the kernel does
@@ -224,8 +246,10 @@ impl EventChannel {
         Ok(resp)
     }
 
-    /// Sends one of this module's commands.
+    /// Sends one of this module's commands; [`Error::ForeignProcess`] in a
+    /// forked child, nothing sent.
     pub(crate) fn run<C: CmCommand>(&self, cmd: &C, op: Op) -> Result<C::Response, Error> {
+        self.check_process(op)?;
         // SAFETY: this module's commands mirror the kernel's structs
         // (golden-tested) and point only at the response they are given.
         unsafe { self.execute(cmd) }.map_err(|e| self.err(op, e))
@@ -264,6 +288,28 @@ impl EventChannel {
                 let response = unsafe { std::slice::from_raw_parts_mut(response, len) };
                 fake.write(frame, response)
             }
+        }
+    }
+
+    /// True in the process that opened this channel; false in a child
+    /// forked since, where every entry point answers
+    /// [`Error::ForeignProcess`] and sends nothing (the kernel would answer
+    /// the child's commands with `EACCES`, and its `GET_EVENT` and `poll()`
+    /// would see the parent's events).
+    pub fn is_owned_by_this_process(&self) -> bool {
+        self.inner.origin.is_current()
+    }
+
+    /// [`Error::ForeignProcess`] unless this is the process that opened the
+    /// channel.
+    pub(crate) fn check_process(&self, op: Op) -> Result<(), Error> {
+        if self.is_owned_by_this_process() {
+            Ok(())
+        } else {
+            Err(Error::ForeignProcess {
+                op,
+                device: self.inner.name.clone(),
+            })
         }
     }
 
