@@ -24,11 +24,17 @@
 //!   SYNs go unanswered; a forked child makes it and is killed, which ends
 //!   it at once.
 //!
+//! - a forked child holding the parent's channel and id, with an event
+//!   queued: every call answers `ForeignProcess` (the kernel would answer
+//!   its commands `EACCES` and give it the parent's event), so the parent
+//!   still reads the event and the kernel counts it for the parent's id.
+//!
 //! There is no link-down case in this binary (none on rxe either).
 //!
 //! Every wait is bounded. The tests of this binary fork or count a
 //! context's objects, so they run one at a time (`serial`).
 
+#[macro_use]
 mod common;
 
 use std::io::{BufRead, BufReader, Write};
@@ -42,7 +48,10 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::{fork, ForkResult, Pid};
 use uverbs::cm::{ConnParam, EventChannel, EventKind, Param};
 use uverbs::command::{QpAttr, QpState, QpType};
-use uverbs::{Device, DriverId, QpInit, RecvWr, Remote, SendOp, SendWr, WcStatus, WorkCompletion};
+use uverbs::{
+    Device, DriverId, Errno, Error, Op, QpInit, RecvWr, Remote, SendOp, SendWr, WcStatus,
+    WorkCompletion,
+};
 
 /// WRITEs in flight at once, and the bytes of each.
 const WINDOW: usize = 16;
@@ -475,6 +484,66 @@ fn cm_destroy_id_with_an_unread_event() {
         assert_eq!(reported, 0, "{name}: nothing was read");
         assert!(took < Duration::from_secs(1), "{name}: {took:?}");
         assert_no_event(&ch, Duration::from_millis(300), name);
+    });
+}
+
+/// A forked child with the parent's channel and id, an ADDR_RESOLVED
+/// queued: its GET_EVENT, poll and commands all answer `ForeignProcess`
+/// before reaching the kernel (which would have answered `EACCES` to the
+/// commands and handed over the parent's event), and its drop of the id
+/// destroys nothing; the parent then reads the event, and DESTROY_ID
+/// reports it (for rxe0's address and siw0's; issue 18, defect 14).
+#[test]
+fn cm_a_forked_child_leaves_the_parents_channel_and_id_alone() {
+    let _serial = serial();
+    let test = "cm_a_forked_child_leaves_the_parents_channel_and_id_alone";
+    on_each_cm_device(test, |name, ctx, _| {
+        let ch = EventChannel::open().unwrap();
+        let id = ch.create_id(uverbs::cm::PortSpace::Tcp).unwrap();
+        let dst = format!("{}:9", cm_addr(ctx)).parse().unwrap();
+        if let Err(e) = id.resolve_addr(None, dst, RESOLVE_MS) {
+            return cm_unavailable(name, &format!("resolve_addr {dst}: {e}"));
+        }
+        assert!(
+            ch.poll_readable(CM_WAIT).unwrap(),
+            "{name}: the event is queued"
+        );
+        let foreign = |r: Result<(), Error>, op: Op| {
+            matches!(&r, Err(e @ Error::ForeignProcess { .. })
+                if e.op() == op && e.errno() == Some(Errno::ACCESS))
+        };
+        let code = in_child!(LIMIT, {
+            let mut bad = 0;
+            let get = ch.get_event().map(|_| ());
+            if !foreign(get, Op::CmGetEvent) {
+                bad |= 1;
+            }
+            let poll = ch.poll_readable(Duration::ZERO).map(|_| ());
+            if !foreign(poll, Op::CmGetEvent) {
+                bad |= 2;
+            }
+            if !foreign(id.resolve_route(RESOLVE_MS), Op::CmResolveRoute) {
+                bad |= 4;
+            }
+            if !foreign(ch.set_nonblocking(true), Op::CmOpen) {
+                bad |= 8;
+            }
+            drop(id);
+            bad
+        });
+        assert_eq!(
+            code, 0,
+            "{name}: the child's calls (bits: 1 get_event, 2 poll, 4 resolve_route, \
+             8 set_nonblocking; 99 a panic) were not all refused"
+        );
+        let ev = next_event(&ch, &format!("{name}: parent after the child"));
+        assert!(matches!(ev.kind, EventKind::AddrResolved), "{name}: {ev:?}");
+        assert_eq!(ev.uid, id.uid(), "{name}");
+        assert_eq!(
+            id.destroy().unwrap(),
+            1,
+            "{name}: the kernel counts the event for the parent's id"
+        );
     });
 }
 

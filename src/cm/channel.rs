@@ -12,14 +12,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use uverbs_uapi as sys;
-use zerocopy::{FromZeros, IntoBytes};
+use zerocopy::FromZeros;
 
 use super::command::{encode, CmCommand, CreateId, GetEvent, PortSpace};
 use super::event::{decode, Event};
 use super::fake::FakeCm;
 use super::CmId;
 use crate::error::{Errno, Error, Op};
+use crate::process::Generation;
 use crate::transport::frame::user_addr;
+use crate::transport::write_command;
 
 /// Where the kernel's rdma_cm character device lives.
 pub const RDMA_CM_PATH: &str = "/dev/infiniband/rdma_cm";
@@ -48,6 +50,9 @@ pub(crate) struct IdInfo {
 pub(crate) struct Inner {
     backend: Backend,
     name: Arc<str>,
+    /// The process that opened the channel: in a child forked since, every
+    /// entry point refuses before touching the inherited file.
+    origin: Generation,
     /// Ids by uid: their port space (to decode their events' parameters)
     /// and the events delivered for them.
     ids: Mutex<HashMap<u64, IdInfo>>,
@@ -122,6 +127,7 @@ impl EventChannel {
             inner: Arc::new(Inner {
                 backend,
                 name,
+                origin: Generation::current(),
                 ids: Mutex::new(HashMap::new()),
             }),
         }
@@ -129,8 +135,12 @@ impl EventChannel {
 
     /// Makes `GET_EVENT` fail with `EAGAIN` instead of blocking when no
     /// event is queued (`O_NONBLOCK`), or blocking again.
+    ///
+    /// In a forked child: [`Error::ForeignProcess`], and the flag (which the
+    /// child's descriptor shares with the parent's) is left alone.
     pub fn set_nonblocking(&self, nonblocking: bool) -> Result<(), Error> {
         let op = Op::CmOpen;
+        self.check_process(op)?;
         match &self.inner.backend {
             Backend::Kernel(fd) => {
                 let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| self.err(op, e))?;
@@ -158,6 +168,9 @@ impl EventChannel {
 
     /// Takes the next event, blocking until one arrives (or, non-blocking,
     /// failing with `EAGAIN`).
+    ///
+    /// In a forked child: [`Error::ForeignProcess`], nothing read (the
+    /// parent's events stay the parent's).
     #[doc(alias = "rdma_get_cm_event")]
     pub fn get_event(&self) -> Result<Event, Error> {
         let resp = self.run(&GetEvent, Op::CmGetEvent)?;
@@ -174,7 +187,11 @@ impl EventChannel {
     }
 
     /// `poll()` for an event for up to `timeout`.
+    ///
+    /// In a forked child: [`Error::ForeignProcess`] at once, without
+    /// polling.
     pub fn poll_readable(&self, timeout: Duration) -> Result<bool, Error> {
+        self.check_process(Op::CmGetEvent)?;
         let mut pfd = libc::pollfd {
             fd: self.as_raw_fd(),
             events: libc::POLLIN,
@@ -197,6 +214,14 @@ impl EventChannel {
 
     /// Sends `cmd` and returns what the kernel wrote at its response pointer.
     ///
+    /// The response pointer is made from a `&mut` of the buffer, which only
+    /// that pointer reaches until the call has returned, and the frame goes
+    /// out through the crate's one `write()` the compiler must assume writes
+    /// memory (see `src/transport/kernel_writes.rs`).
+    ///
+    /// In a forked child: `EACCES` (what the kernel would answer), and
+    /// nothing is sent.
+    ///
     /// # Safety
     ///
     /// `C`'s layouts must be the kernel's for `C::CODE`, and its request
@@ -204,25 +229,49 @@ impl EventChannel {
     /// (or memory the command itself keeps alive, like [`SetOption`](super::command::SetOption)'s
     /// value): the kernel writes `out_len()` bytes wherever the request says.
     pub unsafe fn execute<C: CmCommand>(&self, cmd: &C) -> Result<C::Response, Errno> {
+        if !self.is_owned_by_this_process() {
+            return Err(Errno::ACCESS);
+        }
         let mut resp = C::Response::new_zeroed();
-        let frame = encode(cmd, user_addr(&resp))?;
-        self.exec_frame(&frame, resp.as_mut_bytes())?;
+        // The one way to the buffer until the call returns: a raw pointer
+        // made from a `&mut` (a shared borrow would promise the kernel does
+        // not write it), exposed by `user_addr`.
+        let out: *mut C::Response = &mut resp;
+        let frame = encode(cmd, user_addr(out))?;
+        // SAFETY: `out` is valid for `size_of::<C::Response>()` bytes (the
+        // header's `out`, all the kernel writes) until `resp` is read below;
+        // the caller promises the frame holds no other address the kernel
+        // writes through.
+        unsafe { self.exec_frame(&frame, out.cast(), size_of::<C::Response>()) }?;
         Ok(resp)
     }
 
-    /// Sends one of this module's commands.
+    /// Sends one of this module's commands; [`Error::ForeignProcess`] in a
+    /// forked child, nothing sent.
     pub(crate) fn run<C: CmCommand>(&self, cmd: &C, op: Op) -> Result<C::Response, Error> {
+        self.check_process(op)?;
         // SAFETY: this module's commands mirror the kernel's structs
         // (golden-tested) and point only at the response they are given.
         unsafe { self.execute(cmd) }.map_err(|e| self.err(op, e))
     }
 
-    fn exec_frame(&self, frame: &[u8], response: &mut [u8]) -> Result<(), Errno> {
+    /// One command `write()` of `frame`, whose answer the kernel (or the
+    /// fake) writes at `response`.
+    ///
+    /// # Safety
+    ///
+    /// The only address in `frame` that the command writes through is
+    /// `response`, exposed with [`user_addr`] from a pointer that permits
+    /// writes; it is valid for `len` bytes, and nothing else accesses those
+    /// bytes until this returns.
+    unsafe fn exec_frame(&self, frame: &[u8], response: *mut u8, len: usize) -> Result<(), Errno> {
         match &self.inner.backend {
             Backend::Kernel(fd) => loop {
-                // The kernel writes the answer through the pointer inside
-                // `frame`, which is `response`'s address.
-                match rustix::io::write(fd, frame) {
+                // SAFETY: the kernel writes the answer through the pointer
+                // inside `frame`, `response`, which the caller promises is
+                // exposed, writable and ours alone for `len` bytes (the
+                // header's `out`); `fd` is the open rdma_cm file.
+                match unsafe { write_command(fd.as_fd(), frame) } {
                     Ok(n) if n == frame.len() => return Ok(()),
                     // ucma_write answers the whole length or an error;
                     // librdmacm maps anything else to ENODATA.
@@ -231,7 +280,36 @@ impl EventChannel {
                     Err(e) => return Err(e),
                 }
             },
-            Backend::Fake(fake) => fake.write(frame, response),
+            Backend::Fake(fake) => {
+                // SAFETY: the caller promises `len` writable bytes at
+                // `response` that nothing else accesses during the call
+                // (for a response of no bytes, a dangling but aligned
+                // pointer, which an empty slice allows).
+                let response = unsafe { std::slice::from_raw_parts_mut(response, len) };
+                fake.write(frame, response)
+            }
+        }
+    }
+
+    /// True in the process that opened this channel; false in a child
+    /// forked since, where every entry point answers
+    /// [`Error::ForeignProcess`] and sends nothing (the kernel would answer
+    /// the child's commands with `EACCES`, and its `GET_EVENT` and `poll()`
+    /// would see the parent's events).
+    pub fn is_owned_by_this_process(&self) -> bool {
+        self.inner.origin.is_current()
+    }
+
+    /// [`Error::ForeignProcess`] unless this is the process that opened the
+    /// channel.
+    pub(crate) fn check_process(&self, op: Op) -> Result<(), Error> {
+        if self.is_owned_by_this_process() {
+            Ok(())
+        } else {
+            Err(Error::ForeignProcess {
+                op,
+                device: self.inner.name.clone(),
+            })
         }
     }
 

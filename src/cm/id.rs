@@ -16,6 +16,11 @@ use crate::{Context, Device};
 
 /// A cm id. Dropping it destroys it (`DESTROY_ID`; errors ignored — use
 /// [`destroy`](Self::destroy) to see them and the events reported).
+///
+/// An id belongs to the process that opened its channel. In a child forked
+/// since, every command (dropping included) sends nothing and answers
+/// [`Error::ForeignProcess`], checked before anything else: the parent's
+/// id is untouched.
 #[doc(alias = "rdma_cm_id")]
 #[derive(Debug)]
 pub struct CmId {
@@ -148,6 +153,7 @@ impl CmId {
             PortSpace::Tcp => MAX_CONNECT_PRIVATE_DATA,
             PortSpace::Udp => MAX_UD_CONNECT_PRIVATE_DATA,
         };
+        self.channel.check_process(Op::CmConnect)?;
         param
             .check(max)
             .map_err(|r| self.channel.input(Op::CmConnect, r))?;
@@ -167,6 +173,7 @@ impl CmId {
             PortSpace::Tcp => MAX_ACCEPT_PRIVATE_DATA,
             PortSpace::Udp => MAX_UD_ACCEPT_PRIVATE_DATA,
         };
+        self.channel.check_process(Op::CmAccept)?;
         param
             .check(max)
             .map_err(|r| self.channel.input(Op::CmAccept, r))?;
@@ -188,6 +195,7 @@ impl CmId {
     /// to [`MAX_REJECT_PRIVATE_DATA`] bytes for the peer.
     #[doc(alias = "rdma_reject")]
     pub fn reject(&self, reason: RejectReason, private_data: &[u8]) -> Result<(), Error> {
+        self.channel.check_process(Op::CmReject)?;
         let cmd = Reject::new(self.handle, reason, private_data).map_err(|_| {
             self.channel.input(
                 Op::CmReject,

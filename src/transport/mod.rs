@@ -8,12 +8,19 @@
 //! every command it is given. The byte layouts of both framings live in
 //! [`frame`] and nowhere else.
 //!
+//! The system calls through which the kernel writes memory that a frame
+//! points at (a command's `write()`, [`verbs_ioctl`]) live in one private
+//! module, `kernel_writes`, and nowhere else: [`KernelFile`], the data
+//! path's doorbell and the rdma_cm's [`EventChannel`](crate::cm::EventChannel)
+//! all send their frames through it.
+//!
 //! Native ioctl methods (`QUERY_PORT`, `QUERY_MR`, …) are framed with the
 //! typed builder [`Method`], whose attributes borrow the buffers they point
 //! at, and sent with [`Transport::invoke`]; `INVOKE_WRITE` is one of them.
 
 pub mod frame;
 mod kernel;
+mod kernel_writes;
 mod mapping;
 mod method;
 mod recording;
@@ -21,8 +28,9 @@ mod recording;
 use std::fmt;
 use std::os::fd::OwnedFd;
 
-pub(crate) use kernel::write_command;
-pub use kernel::{verbs_ioctl, KernelFile};
+pub use kernel::KernelFile;
+pub use kernel_writes::verbs_ioctl;
+pub(crate) use kernel_writes::write_command;
 pub use mapping::SharedMapping;
 pub use method::{
     driver_attr, InvokeWriteOuts, Invoked, Method, NewFd, NewHandle, Out, OutBytes,
