@@ -627,6 +627,9 @@ impl QueuePair {
         if wrs.is_empty() {
             return Ok(());
         }
+        // The state is read under the ring lock, which `modify` holds until
+        // it has stored the new state: no post lands in a ring being reset.
+        let mut sq = lock(&self.sq);
         let state = self.state();
         if !matches!(
             state,
@@ -634,9 +637,10 @@ impl QueuePair {
         ) {
             return Err(self.post_error(Op::PostSend, 0, PostError::WrongState { op: OP, state }));
         }
-        let needs_doorbell = lock(&self.sq)
+        let needs_doorbell = sq
             .post(wrs)
             .map_err(|f| self.post_failure(Op::PostSend, f))?;
+        drop(sq);
         if !needs_doorbell {
             return Ok(());
         }
@@ -681,12 +685,13 @@ impl QueuePair {
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
         const OP: &str = "post_recv";
         self.pd.ctx.check_process(Op::PostRecv)?;
+        // Under the ring lock, as in post_send.
+        let mut rq = lock(&self.rq);
         let state = self.state();
         if state == QpState::Reset {
             return Err(self.post_error(Op::PostRecv, 0, PostError::WrongState { op: OP, state }));
         }
-        lock(&self.rq)
-            .post(wrs)
+        rq.post(wrs)
             .map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 }
