@@ -6,7 +6,7 @@
 //! ring and then zeroed under it. Here a fake rxe kernel (the recording fake
 //! with its rings served) does that memset in the middle of MODIFY_QP into
 //! RESET, after letting another thread try to post: the post must wait for
-//! the modify, and its WQE must survive.
+//! the modify, then find the QP in RESET and be refused, writing nothing.
 
 mod common;
 
@@ -103,7 +103,7 @@ fn a_receive_posted_during_a_modify_into_reset_waits_and_survives_the_reset() {
     assert_eq!(fake.rings.lock().unwrap().len(), 3, "CQ, RQ, SQ");
     let (rq_addr, _) = fake.rings.lock().unwrap()[1];
 
-    let posted_after_reset = std::thread::scope(|s| {
+    let (result, after_reset) = std::thread::scope(|s| {
         let poster = s.spawn(|| {
             let start = Instant::now();
             while !fake.in_reset.load(Ordering::SeqCst) {
@@ -116,31 +116,41 @@ fn a_receive_posted_during_a_modify_into_reset_waits_and_survives_the_reset() {
                 lkey: 1,
             }];
             // SAFETY: the fake kernel touches no memory.
-            unsafe {
+            let result = unsafe {
                 qp.post_recv(&[RecvWr {
                     wr_id: 0xfeed,
                     sges: &sge,
                 }])
-            }
-            .unwrap();
-            fake.reset_done.load(Ordering::SeqCst)
+            };
+            (result, fake.reset_done.load(Ordering::SeqCst))
         });
         qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
         poster.join().unwrap()
     });
     assert!(
-        posted_after_reset,
+        after_reset,
         "the post ran while MODIFY_QP(RESET) was in the kernel"
     );
-    // The WQE is in the slot before the producer index, intact.
+    // It waited for the modify, then saw the QP in RESET: refused, typed.
+    match result {
+        Err(uverbs::Error::Post { source, .. }) => assert!(
+            matches!(
+                *source,
+                uverbs::PostError::WrongState {
+                    state: QpState::Reset,
+                    ..
+                }
+            ),
+            "{source}"
+        ),
+        other => panic!("a receive into a QP just reset: {other:?}"),
+    }
+    // Nothing was written into the ring the reset zeroed.
     // SAFETY: the RQ mapping is alive (the QP is), the header word is
     // 4-aligned; nothing writes it now.
     let prod = unsafe {
         ((rq_addr + std::mem::offset_of!(sys::rxe_queue_buf, producer_index)) as *const u32)
             .read_volatile()
     };
-    assert_eq!(prod, 1, "one WQE published, from index 0");
-    // SAFETY: slot 0 lies inside the RQ mapping; nothing writes it now.
-    let wr_id = unsafe { ((rq_addr + HEADER) as *const u64).read_volatile() };
-    assert_eq!(wr_id, 0xfeed, "the WQE was zeroed by the reset");
+    assert_eq!(prod, 0, "no WQE published into the reset ring");
 }
