@@ -33,6 +33,7 @@ use zerocopy::FromBytes;
 
 use crate::command::{CreateCompChannel, CreateCq, DestroyCq, ReqNotifyCq};
 use crate::context::Context;
+use crate::cq_routing::{Reader, Routing, BATCH};
 use crate::error::{Errno, Error, Op};
 use crate::method::{CqCreate, CqDestroy};
 use crate::pd::debug_object;
@@ -191,6 +192,13 @@ pub(crate) struct CqInner {
     /// The ring and its mapping, unmapped in the driver's teardown order
     /// (see [`CqRing::unmap_before_destroy`]).
     ring: Mutex<CqRing>,
+    /// Owners of QPs completing here, and completions held for them or for
+    /// plain polls. Lock order: `routing`, then `ring`.
+    routing: Mutex<Routing>,
+    /// Set (for good) when an `OwnedQp` first registers, before its first
+    /// drain: from then on every read goes through `routing`. Read under
+    /// the ring lock, so a reader holding it after that drain sees it.
+    routed: AtomicBool,
     /// Keeps the channel's descriptor open while the CQ may report on it.
     channel: Option<Arc<ChannelInner>>,
 }
@@ -424,6 +432,8 @@ impl Context {
                 events,
                 released: AtomicBool::new(false),
                 ring: Mutex::new(ring),
+                routing: Mutex::new(Routing::default()),
+                routed: AtomicBool::new(false),
                 channel: channel.map(|c| c.inner.clone()),
             }),
         })
@@ -580,7 +590,11 @@ impl CompletionQueue {
     }
 
     /// Copies up to `out.len()` completions, oldest first, into `out` and
-    /// returns how many. No allocation, no system call. In a forked child
+    /// returns how many. No allocation, no system call. Once an
+    /// [`OwnedQp`](crate::OwnedQp) uses this CQ, the completions of its QP
+    /// are never returned here (they are held for it, since they hand its
+    /// requests' memory back); those of other QPs that it read are held for
+    /// this call. In a forked child
     /// (the CQ is the parent's) it reads nothing and returns
     /// [`Error::ForeignProcess`]. On siw, after a successful
     /// [`destroy`](Self::destroy) of another handle of this CQ, the ring is
@@ -591,9 +605,75 @@ impl CompletionQueue {
         // Before the ring lock and the ring (see `req_notify`): a child's
         // poll would hand the parent's completions back to the kernel.
         ctx.check_process(Op::PollCq)?;
-        lock(&self.inner.ring)
-            .poll(out)
-            .map_err(|e| Error::os(Op::PollCq, &ctx.inner.device, e))
+        {
+            let mut ring = lock(&self.inner.ring);
+            // Acquire, under the ring lock: pairs with the store `adopt`
+            // makes before it takes this lock.
+            if !self.inner.routed.load(Ordering::Acquire) {
+                return ring
+                    .poll(out)
+                    .map_err(|e| Error::os(Op::PollCq, &ctx.inner.device, e));
+            }
+        }
+        self.poll_routed(Reader::Unowned, out)
+    }
+
+    /// Up to `out.len()` completions for `reader`, oldest first: those held
+    /// for it, then the ring's, holding what is for others.
+    pub(crate) fn poll_routed(
+        &self,
+        reader: Reader,
+        out: &mut [WorkCompletion],
+    ) -> Result<usize, Error> {
+        let ctx = &self.inner.ctx;
+        ctx.check_process(Op::PollCq)?;
+        let mut routing = lock(&self.inner.routing);
+        let mut n = routing.take_held(reader, out);
+        let mut ring = lock(&self.inner.ring);
+        while n < out.len() {
+            let mut read = [WorkCompletion::default(); BATCH];
+            let room = (out.len() - n).min(BATCH);
+            let got = ring
+                .poll(&mut read[..room])
+                .map_err(|e| Error::os(Op::PollCq, &ctx.inner.device, e))?;
+            n = routing.sort(reader, &read[..got], out, n);
+            if got < room {
+                break;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Registers the owner of QP `qpn` on this CQ: from now on its
+    /// completions reach only [`poll_routed`](Self::poll_routed) for it.
+    /// Completions already here under `qpn` (a destroyed QP of that number,
+    /// raw posts before) are dropped; others read meanwhile are held.
+    pub(crate) fn adopt(&self, qpn: u32) -> Result<(), Error> {
+        let ctx = &self.inner.ctx;
+        ctx.check_process(Op::PollCq)?;
+        let mut routing = lock(&self.inner.routing);
+        routing.adopt(qpn);
+        // Release: a reader that takes the ring lock after the drain below
+        // sees it and routes (see `poll`).
+        self.inner.routed.store(true, Ordering::Release);
+        let mut ring = lock(&self.inner.ring);
+        loop {
+            let mut read = [WorkCompletion::default(); BATCH];
+            let got = ring
+                .poll(&mut read)
+                .map_err(|e| Error::os(Op::PollCq, &ctx.inner.device, e))?;
+            let mut stale = [WorkCompletion::default(); BATCH];
+            routing.sort(Reader::Owner(qpn), &read[..got], &mut stale, 0);
+            if got < BATCH {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Unregisters the owner of QP `qpn`: what is held for it goes to plain
+    /// polls.
+    pub(crate) fn release(&self, qpn: u32) {
+        lock(&self.inner.routing).release(qpn);
     }
 
     /// Arms the CQ: its next completion, or with `solicited_only` its next

@@ -40,6 +40,7 @@ pub mod cm;
 pub mod command;
 mod context;
 mod cq;
+mod cq_routing;
 mod device;
 mod device_attr;
 mod driver;

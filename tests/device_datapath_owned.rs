@@ -59,15 +59,27 @@ fn owned_pair<A: DeviceReadable, B: DeviceReadable>(
     drop((cq_a, cq_b));
     let a = OwnedQp::new(qp_a).unwrap_or_else(|e| panic!("{name}: OwnedQp::new A: {e}"));
     let b = OwnedQp::new(qp_b).unwrap_or_else(|e| panic!("{name}: OwnedQp::new B: {e}"));
+    let link = connect(ctx, name, &a, &b);
+    (a, b, link)
+}
+
+/// Connects `a` and `b` (in RESET): on rxe by hand, on siw through the cm
+/// (the link comes back: keep it until the QPs are gone).
+fn connect<A: DeviceReadable, B: DeviceReadable>(
+    ctx: &Context,
+    name: &str,
+    a: &OwnedQp<A>,
+    b: &OwnedQp<B>,
+) -> Option<CmLink> {
     if driver(ctx) == Driver::Siw {
-        let link = cm_connect(ctx, name, &a, &b)
+        let link = cm_connect(ctx, name, a, b)
             .unwrap_or_else(|| panic!("{name}: no cm connection on siw"));
-        return (a, b, Some(link));
+        return Some(link);
     }
     let (gid, mtu) = roce_path(ctx, name);
-    connect_owned(&a, b.qp_num(), gid, mtu);
-    connect_owned(&b, a.qp_num(), gid, mtu);
-    (a, b, None)
+    connect_owned(a, b.qp_num(), gid, mtu);
+    connect_owned(b, a.qp_num(), gid, mtu);
+    None
 }
 
 /// siw has no immediate data and no atomics: `request` is refused before
@@ -585,4 +597,79 @@ fn refused_requests_and_queue_pairs_come_back() {
         assert!(back.error.to_string().contains("RESET"), "{}", back.error);
         drop((back.qp, cq, pd));
     });
+}
+
+/// Two owned QPs share one CQ (issue 18, defect 6): whichever reads the CQ
+/// first, each completion reaches its own QP's `poll` (the other's are held
+/// for it, not lost), and a plain poll of the shared CQ gets none of them.
+#[test]
+fn a_shared_cq_routes_each_completion_to_its_owner() {
+    on_each_data_path_device(
+        "a_shared_cq_routes_each_completion_to_its_owner",
+        |name, ctx| {
+            let pd = alloc_pd(ctx);
+            let shared = ctx.create_cq(64, None).unwrap();
+            let qp_on = |cq: &uverbs::CompletionQueue| {
+                let qp = pd.create_qp(&QpInit::new(QpType::Rc, cq, cq)).unwrap();
+                let owned: Owned = OwnedQp::new(qp).unwrap_or_else(|e| panic!("{name}: {e}"));
+                owned
+            };
+            let (a1, a2) = (qp_on(&shared), qp_on(&shared));
+            let (b1, b2) = (
+                qp_on(&ctx.create_cq(32, None).unwrap()),
+                qp_on(&ctx.create_cq(32, None).unwrap()),
+            );
+            let links = (connect(ctx, name, &a1, &b1), connect(ctx, name, &a2, &b2));
+            const N: u64 = 3;
+            for i in 0..N {
+                for b in [&b1, &b2] {
+                    let rx = reg(&pd, vec![0; 64], AccessFlags::LOCAL_WRITE);
+                    b.post_recv(RecvRequest::new(i, Local::whole(rx))).unwrap();
+                }
+            }
+            for i in 0..N {
+                for (a, seed) in [(&a1, 0x10), (&a2, 0x20)] {
+                    let tx = reg(&pd, pattern(64, seed + i as u8), AccessFlags::LOCAL_WRITE);
+                    a.post_send(SendRequest::send(seed as u64 + i, Local::whole(tx)))
+                        .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+                }
+            }
+            // a1 reads the shared CQ first, and finds a2's completions there too.
+            let back1 = wait_back(&a1, N as usize, "a1's SENDs on the shared CQ");
+            let ids1: Vec<u64> = back1.iter().map(|c| c.wr_id).collect();
+            assert_eq!(ids1, [0x10, 0x11, 0x12], "{name}: a1 gets its own");
+            // Give a2's completions time to land, then poll the CQ plainly.
+            std::thread::sleep(Duration::from_millis(200));
+            let mut wc = [uverbs::WorkCompletion::default(); 16];
+            let plain = shared.poll(&mut wc).unwrap();
+            assert_eq!(
+                plain,
+                0,
+                "{name}: a plain poll took an owned QP's completion: {:?}",
+                &wc[..plain]
+            );
+            let back2 = wait_back(&a2, N as usize, "a2's SENDs, held for it");
+            let ids2: Vec<u64> = back2.iter().map(|c| c.wr_id).collect();
+            assert_eq!(ids2, [0x20, 0x21, 0x22], "{name}: a2 gets its own");
+            assert!(
+                back1
+                    .iter()
+                    .chain(&back2)
+                    .all(|c| c.status() == Some(WcStatus::Success)),
+                "{name}: {back1:?} {back2:?}"
+            );
+            for (b, seed) in [(&b1, 0x10u8), (&b2, 0x20)] {
+                let got = wait_back(b, N as usize, "RECVs");
+                for (i, c) in got.into_iter().enumerate() {
+                    let rx = c.into_memory().unwrap();
+                    assert_eq!(
+                        rx.buffer(),
+                        &pattern(64, seed + i as u8)[..],
+                        "{name}: message {i}"
+                    );
+                }
+            }
+            drop((a1, a2, b1, b2, shared, links, pd));
+        },
+    );
 }

@@ -13,6 +13,7 @@ use crate::ah::AddressHandle;
 use crate::command::{QpAttr, QpState, QpType};
 use crate::context::Context;
 use crate::cq::CompletionQueue;
+use crate::cq_routing::Reader;
 use crate::error::{Errno, Error, Op};
 use crate::provider::Provider;
 use crate::qp::{QpCaps, QueuePair};
@@ -380,18 +381,16 @@ impl<M> Entry<M> {
 struct Tables<M> {
     sq: Outstanding<Entry<M>>,
     rq: Outstanding<Entry<M>>,
-    /// Completions of other QPs found on this QP's CQs, oldest first.
-    foreign: Vec<WorkCompletion>,
 }
 
 /// A queue pair whose work requests own the memory the device may use.
 ///
 /// It owns the [`QueuePair`] (and through it keeps its CQs alive). The
-/// QP's CQs may be armed and waited on through the caller's
-/// [`CompletionQueue`] handles, but should be polled only through
-/// [`poll`](Self::poll): a completion taken elsewhere leaves its memory
-/// here until [`flush`](Self::flush) or drop. Completions of other QPs
-/// sharing the CQs are kept for [`take_foreign`](Self::take_foreign).
+/// QP's CQs may be shared with other QPs, owned or not, and armed and
+/// waited on through the caller's [`CompletionQueue`] handles: each
+/// completion reaches its QP's reader, whoever reads the CQ. This QP's go
+/// only to [`poll`](Self::poll) (never to [`CompletionQueue::poll`]), and
+/// the completions of other QPs it reads are held for their readers.
 ///
 /// [`QueuePair::post_send`] is `unsafe` because the compiler cannot see
 /// that the device reads and writes the SGEs' bytes until the request has
@@ -470,13 +469,6 @@ struct Tables<M> {
 /// let _ = qp.post_send(SendRequest::send(1, Local::whole(buf))); // error: mismatched types
 /// # }
 /// ```
-///
-/// It owns the [`QueuePair`] (and through it keeps its CQs alive). The
-/// QP's CQs may be armed and waited on through the caller's
-/// [`CompletionQueue`] handles, but should be polled only through
-/// [`poll`](Self::poll): a completion taken elsewhere leaves its memory
-/// here until [`flush`](Self::flush) or drop. Completions of other QPs
-/// sharing the CQs are kept for [`take_foreign`](Self::take_foreign).
 #[doc(alias = "ibv_post_send")]
 #[doc(alias = "ibv_post_recv")]
 pub struct OwnedQp<M> {
@@ -512,10 +504,11 @@ const POLL_BATCH: usize = 16;
 
 impl<M: DeviceReadable> OwnedQp<M> {
     /// Takes `qp`, which must be in RESET (so no request posted before is
-    /// outstanding), and drains its CQs of completions that could name it:
-    /// those left by a destroyed QP with the same number, or by raw posts
-    /// before a reset. Completions of other QPs drained are kept for
-    /// [`take_foreign`](Self::take_foreign).
+    /// outstanding), registers it as the reader of its completions on its
+    /// CQs, and drops the completions there that could name it: those left
+    /// by a destroyed QP with the same number, or by raw posts before a
+    /// reset. Completions of other QPs read meanwhile are held for their
+    /// readers.
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
     pub fn new(qp: QueuePair) -> Result<Self, NotOwnable> {
@@ -532,36 +525,17 @@ impl<M: DeviceReadable> OwnedQp<M> {
             tables: Mutex::new(Tables {
                 sq: Outstanding::new(0),
                 rq: Outstanding::new(RECV_TAG),
-                foreign: Vec::new(),
             }),
         };
-        let drained = {
-            let mut t = owned.lock();
-            owned.drain_stale(&mut t)
-        };
-        match drained {
+        let qpn = owned.qp().qp_num();
+        let adopted = owned.cqs().try_for_each(|cq| cq.adopt(qpn));
+        match adopted {
             Ok(()) => Ok(owned),
             Err(error) => Err(NotOwnable {
                 qp: owned.into_parts(),
                 error,
             }),
         }
-    }
-
-    fn drain_stale(&self, t: &mut Tables<M>) -> Result<(), Error> {
-        let qpn = self.qp().qp_num();
-        for cq in self.cqs() {
-            let mut wc = [WorkCompletion::default(); POLL_BATCH];
-            loop {
-                let n = cq.poll(&mut wc)?;
-                t.foreign
-                    .extend(wc[..n].iter().filter(|c| c.qp_num != qpn).copied());
-                if n < POLL_BATCH {
-                    break;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Posts one send request: on success its memory belongs to the device
@@ -722,12 +696,8 @@ impl<M: DeviceReadable> OwnedQp<M> {
         let sq_in_order = self.provider() != Provider::Siw;
         for cq in self.cqs() {
             let mut wc = [WorkCompletion::default(); POLL_BATCH];
-            let n = cq.poll(&mut wc)?;
+            let n = cq.poll_routed(Reader::Owner(qpn), &mut wc)?;
             for c in &wc[..n] {
-                if c.qp_num != qpn {
-                    t.foreign.push(*c);
-                    continue;
-                }
                 let (table, is_recv, in_order) = if c.wr_id & RECV_TAG != 0 {
                     (&mut t.rq, true, true)
                 } else {
@@ -865,12 +835,6 @@ impl<M> OwnedQp<M> {
         (t.sq.len(), t.rq.len())
     }
 
-    /// Takes the completions of other QPs that [`poll`](Self::poll) found
-    /// on this QP's CQs, oldest first.
-    pub fn take_foreign(&self) -> Vec<WorkCompletion> {
-        std::mem::take(&mut self.lock().foreign)
-    }
-
     /// The queue pair back, if no request is outstanding; otherwise `self`.
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
@@ -882,9 +846,12 @@ impl<M> OwnedQp<M> {
         }
     }
 
-    /// The QP out of a value whose tables are empty.
+    /// The QP out of a value whose tables are empty; its completions go to
+    /// plain polls again.
     fn into_parts(mut self) -> QueuePair {
-        self.qp.take().expect("present until dropped")
+        let qp = self.qp.take().expect("present until dropped");
+        release_routing(&qp);
+        qp
     }
 
     fn post_error(&self, op: Op, index: usize, source: PostError) -> Error {
@@ -904,9 +871,17 @@ impl<M> OwnedQp<M> {
     }
 }
 
+/// Unregisters `qp`'s reader on its CQs.
+fn release_routing(qp: &QueuePair) {
+    let (send, recv) = qp.cqs();
+    send.release(qp.qp_num());
+    recv.release(qp.qp_num());
+}
+
 impl<M> Drop for OwnedQp<M> {
     fn drop(&mut self) {
         let Some(qp) = self.qp.take() else { return };
+        release_routing(&qp);
         let t = self
             .tables
             .get_mut()
