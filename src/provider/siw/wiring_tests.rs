@@ -44,6 +44,8 @@ struct State {
     qp_state: u8,
     /// The mask of each MODIFY_QP.
     modify_masks: Vec<u32>,
+    /// What the doorbell write answers instead of success.
+    doorbell_errno: Option<Errno>,
 }
 
 #[derive(Debug)]
@@ -222,8 +224,12 @@ unsafe impl Transport for SiwFake {
     }
 
     unsafe fn write_prepared(&self, frame: &[u8]) -> Result<usize, Errno> {
-        self.state().log.push("doorbell".into());
-        Ok(frame.len())
+        let mut st = self.state();
+        st.log.push("doorbell".into());
+        match st.doorbell_errno {
+            Some(errno) => Err(errno),
+            None => Ok(frame.len()),
+        }
     }
 }
 
@@ -687,4 +693,172 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
         "the parent still gets its CQE"
     );
     assert_eq!(wc[0].wr_id, 0x5eed);
+}
+
+/// An `OwnedQp` on siw in ERR (which takes posts, as the kernel's flush
+/// does), with its SQ slots' ids readable and CQEs writable.
+struct OwnedSiw {
+    fake: Arc<SiwFake>,
+    pd: crate::ProtectionDomain,
+    qp: crate::OwnedQp<crate::BufferMr<Vec<u8>>>,
+    _cq: CompletionQueue,
+    next_cqe: u64,
+}
+
+impl OwnedSiw {
+    fn new() -> Self {
+        let (fake, ctx) = siw_ctx();
+        let cq = ctx.create_cq(4, None).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        let qp = crate::OwnedQp::new(pd.create_qp(&rc_init(&cq)).unwrap()).unwrap();
+        let init = QpAttr::new()
+            .state(QpState::Init)
+            .access_flags(Default::default())
+            .port(1);
+        qp.modify(&init).unwrap();
+        qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+        OwnedSiw {
+            fake,
+            pd,
+            qp,
+            _cq: cq,
+            next_cqe: 0,
+        }
+    }
+
+    fn local(&self, byte: u8) -> crate::Local<crate::BufferMr<Vec<u8>>> {
+        let mr = self
+            .pd
+            .reg_buffer(vec![byte; 64], crate::AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        crate::Local::whole(mr)
+    }
+
+    /// The id our post wrote into SQ slot `slot`.
+    fn sq_id(&self, slot: u64) -> u64 {
+        let mut id = [0u8; 8];
+        self.fake.read(SQ_KEY, slot * 120, &mut id);
+        u64::from_ne_bytes(id)
+    }
+
+    /// The kernel completes SQ slot `slot` successfully.
+    fn complete(&mut self, slot: u64, opcode: u8) {
+        let cqe = sys::siw_cqe {
+            id: self.sq_id(slot),
+            flags: SIW_WQE_VALID as u8,
+            opcode,
+            status: sys::SIW_WC_SUCCESS,
+            qp_id: u64::from(self.qp.qp_num()),
+            ..Default::default()
+        };
+        self.fake.write(CQ_KEY, self.next_cqe * 32, cqe.as_bytes());
+        self.next_cqe += 1;
+    }
+
+    fn poll(&self) -> Vec<crate::Completed<crate::BufferMr<Vec<u8>>>> {
+        let mut done = Vec::new();
+        self.qp.poll(&mut done).unwrap();
+        done
+    }
+}
+
+/// siw completes a SEND before an earlier RDMA READ (issue 18, defect 3):
+/// the SEND's completion hands back the SEND's memory only; the READ's
+/// comes back with its own completion, with the bytes the READ wrote.
+#[test]
+fn an_owned_siw_read_comes_back_only_with_its_own_completion() {
+    use crate::post::Ended;
+    let mut s = OwnedSiw::new();
+    let remote = crate::Remote {
+        addr: 0x10000,
+        rkey: 7,
+    };
+    s.qp.post_send(crate::SendRequest::read(10, s.local(2), remote))
+        .unwrap();
+    s.qp.post_send(crate::SendRequest::send(11, s.local(3)))
+        .unwrap();
+    s.complete(1, sys::SIW_OP_SEND);
+    let done = s.poll();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].wr_id, 11);
+    assert!(matches!(done[0].ended, Ended::Completion(_)));
+    assert_eq!(s.qp.outstanding(), (1, 0), "the READ's memory stays");
+    s.complete(0, sys::SIW_OP_READ);
+    let done = s.poll();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].wr_id, 10);
+    assert_eq!(done[0].status(), Some(WcStatus::Success));
+    assert_eq!(s.qp.outstanding(), (0, 0));
+}
+
+/// On siw every owned request must be signalled (issue 18, defect 4: siw
+/// sends unsignalled payloads of 4 KiB and more zero-copy, and completes
+/// out of order): refused, typed, the request back, nothing written.
+#[test]
+fn an_owned_siw_qp_refuses_unsignalled_requests() {
+    use crate::post::PostSendError;
+    let s = OwnedSiw::new();
+    let before = s.fake.log().len();
+    let request = crate::SendRequest::send(1, s.local(1)).unsignaled();
+    let Err(PostSendError::Refused(refused)) = s.qp.post_send(request) else {
+        panic!("an unsignalled SEND on siw was queued");
+    };
+    assert!(
+        matches!(&refused.error, Error::Post { source, .. }
+            if matches!(**source, PostError::MustBeSignalled { opcode: "SEND", .. })),
+        "{}",
+        refused.error
+    );
+    assert_eq!(refused.request.wr_id(), 1);
+    assert_eq!(s.qp.outstanding(), (0, 0));
+    assert_eq!(s.fake.log().len(), before, "no doorbell");
+    let mut flags = [0u8; 2];
+    s.fake.read(SQ_KEY, 8, &mut flags);
+    assert_eq!(flags, [0, 0], "no SQE written");
+}
+
+/// A doorbell that fails after the SQE was published (issue 18, defect 2:
+/// EACCES after a credential change) leaves the request the device's: it is
+/// reported as queued, stays outstanding, and its memory comes back only
+/// with its completion.
+#[test]
+fn a_failed_doorbell_leaves_the_owned_request_with_the_device() {
+    use crate::post::PostSendError;
+    let mut s = OwnedSiw::new();
+    s.fake.state().doorbell_errno = Some(Errno::ACCESS);
+    let result = s.qp.post_send(crate::SendRequest::send(5, s.local(9)));
+    let Err(PostSendError::Queued { wr_id, error }) = result else {
+        panic!("a failed doorbell handed the request back: {result:?}");
+    };
+    assert_eq!(wr_id, 5);
+    assert!(
+        matches!(
+            error,
+            Error::Doorbell {
+                errno: Errno::ACCESS,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(error.errno(), Some(Errno::ACCESS));
+    assert_eq!(s.qp.outstanding(), (1, 0), "the device owns it");
+    let mut flags = [0u8; 2];
+    s.fake.read(SQ_KEY, 8, &mut flags);
+    assert_ne!(
+        u16::from_ne_bytes(flags) & SIW_WQE_VALID,
+        0,
+        "the SQE is published"
+    );
+    // The next request gets another id, so the orphan's completion cannot
+    // release it.
+    s.fake.state().doorbell_errno = None;
+    s.qp.post_send(crate::SendRequest::send(6, s.local(8)))
+        .unwrap();
+    assert_ne!(s.sq_id(0), s.sq_id(1));
+    s.complete(0, sys::SIW_OP_SEND);
+    let done = s.poll();
+    assert_eq!(done.len(), 1, "{done:?}");
+    assert_eq!(done[0].wr_id, 5);
+    assert_eq!(s.qp.outstanding(), (1, 0));
 }
