@@ -817,6 +817,7 @@ mod tests {
         use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
         use nix::unistd::{fork, ForkResult};
         use std::time::{Duration, Instant};
+        let _serial = crate::test_serial::fork_or_fd_watch();
         // SAFETY: the child runs `child` on its own copies and leaves with
         // _exit; glibc keeps malloc usable in a forked child.
         match unsafe { fork() }.expect("fork") {
@@ -896,6 +897,7 @@ mod tests {
     /// left: EPIPE), not before.
     #[test]
     fn a_channel_dropped_with_unacked_events_closes_its_descriptor() {
+        let _serial = crate::test_serial::fork_or_fd_watch();
         let (_fake, ctx, channel, writer) = channel_over_pipe();
         let cq = ctx.create_cq(8, Some(&channel)).unwrap();
         raise(&writer, cq.event_id()).unwrap();

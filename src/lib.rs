@@ -60,6 +60,8 @@ mod provider;
 mod qp;
 mod query;
 mod remote_buffer;
+#[cfg(test)]
+mod test_serial;
 pub mod transport;
 mod wr;
 

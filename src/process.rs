@@ -70,6 +70,7 @@ mod tests {
     fn a_forked_child_is_another_generation() {
         let parent = Generation::current();
         assert!(parent.is_current());
+        let _serial = crate::test_serial::fork_or_fd_watch();
         // SAFETY: the child only loads an atomic and calls _exit.
         match unsafe { fork() }.expect("fork") {
             ForkResult::Child => {

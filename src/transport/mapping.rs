@@ -172,6 +172,7 @@ mod tests {
         // SAFETY: a file of our own; nothing else maps it.
         let map = unsafe { SharedMapping::map(fd.as_fd(), 0, page) }.unwrap();
         let addr = map.as_ptr().as_ptr();
+        let _serial = crate::test_serial::fork_or_fd_watch();
         // SAFETY: the child makes only system calls and leaves with _exit
         // (no allocation, no lock).
         match unsafe { fork() }.expect("fork") {

@@ -624,6 +624,7 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
         lkey: 5,
     }];
     let foreign = |e: Error, op| matches!(e, Error::ForeignProcess { op: o, .. } if o == op);
+    let _serial = crate::test_serial::fork_or_fd_watch();
     // SAFETY: the child works on its own copies, makes no allocation the
     // parent could have left locked (glibc keeps malloc usable after fork)
     // and leaves with _exit.
