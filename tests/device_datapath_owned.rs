@@ -673,3 +673,72 @@ fn a_shared_cq_routes_each_completion_to_its_owner() {
         },
     );
 }
+
+/// A peer's RDMA WRITE into a remotely writable region is seen by a poller
+/// waiting on an atomic flag word (issue 18, defect 1: a plain `&[u8]` loop
+/// over such memory never saw the write in a release build): the payload is
+/// written first, then the flag, and once the flag is seen the payload is
+/// there, read by copying.
+#[test]
+fn a_poller_sees_a_peers_write_through_an_atomic_flag() {
+    on_each_data_path_device(
+        "a_poller_sees_a_peers_write_through_an_atomic_flag",
+        |name, ctx| {
+            let pd = alloc_pd(ctx);
+            let (a, b, cm): (Owned, Owned, _) = owned_pair(ctx, &pd, name);
+            let mut target = reg_target(&pd, vec![0; 4096], RW);
+            let (base, rkey) = (target.addr(), target.rkey());
+            // The flag: the first 8-aligned word at or after offset 4000.
+            let flag_at = (0..8usize)
+                .map(|d| 4000 + d)
+                .find(|&o| (base as usize + o) % 8 == 0)
+                .unwrap();
+            let payload = Local::slice(
+                reg(&pd, pattern(1024, 0x5c), AccessFlags::LOCAL_WRITE),
+                0..1024,
+            )
+            .unwrap();
+            let mut flag_src = reg(&pd, vec![0; 8], AccessFlags::LOCAL_WRITE);
+            flag_src
+                .buffer_mut()
+                .copy_from_slice(&0xfeed_f00du64.to_ne_bytes());
+            let at = |off: usize| Remote {
+                addr: base + off as u64,
+                rkey,
+            };
+            let poller = std::thread::spawn(move || {
+                let deadline = Instant::now() + WAIT;
+                let seen = {
+                    let flag = target.atomic_u64(flag_at).expect("aligned, inside");
+                    loop {
+                        let v = flag.load(Ordering::Acquire);
+                        if v != 0 || Instant::now() >= deadline {
+                            break v;
+                        }
+                        std::hint::spin_loop();
+                    }
+                };
+                (seen, read_out(&mut target, 0, 1024), target)
+            });
+            a.post_send(SendRequest::write(1, payload, at(0))).unwrap();
+            a.post_send(SendRequest::write(2, Local::whole(flag_src), at(flag_at)))
+                .unwrap();
+            let back = wait_back(&a, 2, "payload WRITE + flag WRITE");
+            assert!(
+                back.iter().all(|c| c.status() == Some(WcStatus::Success)),
+                "{name}: {back:?}"
+            );
+            let (seen, bytes, target) = poller.join().expect("the poller");
+            assert_eq!(
+                seen, 0xfeed_f00d,
+                "{name}: the poller saw the flag within {WAIT:?}"
+            );
+            assert_eq!(
+                bytes,
+                pattern(1024, 0x5c),
+                "{name}: the payload, before the flag"
+            );
+            drop((a, b, target, pd, cm));
+        },
+    );
+}
