@@ -863,3 +863,44 @@ fn a_failed_doorbell_leaves_the_owned_request_with_the_device() {
     assert_eq!(done[0].wr_id, 5);
     assert_eq!(s.qp.outstanding(), (1, 0));
 }
+
+/// A receive passed over by a later receive's completion (its own lost,
+/// say in a CQ overrun; a receive queue completes in order) comes back, as
+/// the device is done with it, but as `Ended::WithoutCompletion` with no
+/// status: never success (issue 18, defect 7).
+#[test]
+fn a_receive_whose_completion_was_lost_is_not_reported_as_success() {
+    use crate::post::Ended;
+    let s = OwnedSiw::new();
+    for (wr_id, byte) in [(1, 1), (2, 2)] {
+        let local = s.local(byte);
+        s.qp.post_recv(crate::RecvRequest::new(wr_id, local))
+            .unwrap();
+    }
+    let rq_id = |slot: u64| {
+        let mut id = [0u8; 8];
+        s.fake.read(RQ_KEY, slot * 112, &mut id);
+        u64::from_ne_bytes(id)
+    };
+    // Only the second receive's completion arrives.
+    let cqe = sys::siw_cqe {
+        id: rq_id(1),
+        flags: SIW_WQE_VALID as u8,
+        opcode: sys::SIW_OP_RECEIVE,
+        status: sys::SIW_WC_SUCCESS,
+        qp_id: u64::from(s.qp.qp_num()),
+        ..Default::default()
+    };
+    s.fake.write(CQ_KEY, 0, cqe.as_bytes());
+    let done = s.poll();
+    assert_eq!(done.len(), 2, "{done:?}");
+    assert_eq!(
+        (done[0].wr_id, done[0].ended),
+        (1, Ended::WithoutCompletion)
+    );
+    assert_eq!(done[0].status(), None, "not success");
+    assert!(done[0].completion().is_none());
+    assert_eq!(done[1].wr_id, 2);
+    assert_eq!(done[1].status(), Some(WcStatus::Success));
+    assert_eq!(s.qp.outstanding(), (0, 0));
+}
