@@ -308,3 +308,102 @@ fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
         },
     );
 }
+
+/// Polls `qp` until `n` requests are back, at most 10 s.
+fn owned_back(
+    qp: &uverbs::OwnedQp<uverbs::BufferMr<Vec<u8>>>,
+    n: usize,
+    what: &str,
+) -> Vec<uverbs::Completed<uverbs::BufferMr<Vec<u8>>>> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let mut done = Vec::new();
+    while done.len() < n {
+        qp.poll(&mut done)
+            .unwrap_or_else(|e| panic!("{what}: poll: {e}"));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {} of {n} back",
+            done.len()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    done
+}
+
+/// An owned UD send holds its address handle until its memory comes back
+/// (issue 18, defect 10): the caller's handle may go right after the post;
+/// the AH is destroyed only once the send is back. rxe only (siw has no UD).
+#[test]
+fn an_owned_ud_send_keeps_its_address_handle_until_it_comes_back() {
+    use std::sync::Arc;
+    use uverbs::{AccessFlags, Local, OwnedQp, RecvRequest, SendRequest};
+    on_each_device(
+        "an_owned_ud_send_keeps_its_address_handle_until_it_comes_back",
+        |name, dut, counts| {
+            if driver(&dut) != Driver::Rxe {
+                return loud(&format!("NOTE: {name}: UD needs rxe (siw is RC only)"));
+            }
+            let ctx: &Context = &dut;
+            let (gid, _) = roce_path(ctx, name);
+            let pd = alloc_pd(ctx);
+            let owned = |cq: &uverbs::CompletionQueue| {
+                let qp = pd.create_qp(&QpInit::new(QpType::Ud, cq, cq)).unwrap();
+                let qp: OwnedQp<uverbs::BufferMr<Vec<u8>>> = OwnedQp::new(qp).unwrap();
+                qp
+            };
+            let (cq_a, cq_b) = (
+                ctx.create_cq(16, None).unwrap(),
+                ctx.create_cq(16, None).unwrap(),
+            );
+            let (a, b) = (owned(&cq_a), owned(&cq_b));
+            for qp in [&a, &b] {
+                qp.modify(
+                    &QpAttr::new()
+                        .state(QpState::Init)
+                        .pkey_index(0)
+                        .port(PORT)
+                        .qkey(QKEY),
+                )
+                .unwrap();
+                qp.modify(&QpAttr::new().state(QpState::Rtr)).unwrap();
+                qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(0))
+                    .unwrap();
+            }
+            let reg = |bytes: Vec<u8>| {
+                pd.reg_buffer(bytes, AccessFlags::LOCAL_WRITE)
+                    .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error))
+            };
+            b.post_recv(RecvRequest::new(1, Local::whole(reg(vec![0; GRH + 64]))))
+                .unwrap();
+            let payload: Vec<u8> = (0..64u8).map(|i| i ^ 0x6b).collect();
+            let ah = Arc::new(ah_to(&pd, gid, name));
+            let weak = Arc::downgrade(&ah);
+            a.post_send(SendRequest::send(2, Local::whole(reg(payload.clone()))).ud(
+                ah,
+                b.qp_num(),
+                QKEY,
+            ))
+            .unwrap_or_else(|e| panic!("{name}: post_send UD: {e}"));
+            assert!(weak.upgrade().is_some(), "{name}: the request holds the AH");
+            counts.assert_extra_ah(1, "while the send is outstanding, the caller's handle gone");
+            let sent = owned_back(&a, 1, "the UD send");
+            assert_eq!(
+                sent[0].status(),
+                Some(WcStatus::Success),
+                "{name}: {:?}",
+                sent[0]
+            );
+            assert!(
+                weak.upgrade().is_none(),
+                "{name}: the AH went with the request"
+            );
+            counts.assert_extra_ah(0, "once the send came back");
+            let got = owned_back(&b, 1, "the UD receive");
+            let wc = *got[0].completion().expect("its own completion");
+            assert_eq!(wc.byte_len as usize, GRH + 64, "{name}: {wc:?}");
+            let rx = got.into_iter().next().unwrap().into_memory().unwrap();
+            assert_eq!(&rx.buffer()[GRH..], &payload[..], "{name}: payload");
+            drop((a, b, cq_a, cq_b, rx, pd));
+        },
+    );
+}
