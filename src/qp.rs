@@ -691,8 +691,7 @@ impl QueuePair {
         if state == QpState::Reset {
             return Err(self.post_error(Op::PostRecv, 0, PostError::WrongState { op: OP, state }));
         }
-        rq.post(wrs)
-            .map_err(|f| self.post_failure(Op::PostRecv, f))
+        rq.post(wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 }
 
