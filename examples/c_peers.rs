@@ -195,7 +195,9 @@ fn main() -> std::process::ExitCode {
 
 // ---- The C program -------------------------------------------------------
 
-/// A spawned C program, killed and reaped if the run ends before it does.
+/// A spawned C program, killed and reaped if the run ends before it does
+/// (its stdout is a pipe, so a killed program's buffered lines are lost;
+/// its stderr, unbuffered, is not).
 struct Peer {
     name: &'static str,
     child: Option<Child>,
@@ -341,6 +343,14 @@ fn poll(qp: &OwnedQp<Buf>, what: &str) -> Result<Vec<Completed<Buf>>> {
             return Ok(done);
         }
         if Instant::now() >= deadline {
+            let state = qp.refresh_state().map(|s| format!("{s:?}"));
+            let (sends, recvs) = qp.outstanding();
+            println!(
+                "c_peers: {what}: nothing within {WAIT:?}; our QP {} is {state:?} with \
+                 {sends} sends and {recvs} receives outstanding",
+                qp.qp_num()
+            );
+            show_qps();
             return Err(format!("{what}: no completion within {WAIT:?}").into());
         }
         // The C peer and rxe's kernel work share the CPUs with us.
@@ -348,6 +358,19 @@ fn poll(qp: &OwnedQp<Buf>, what: &str) -> Result<Vec<Completed<Buf>>> {
         if empty % 64 == 0 {
             std::thread::yield_now();
         }
+    }
+}
+
+/// Prints the kernel's view of every QP (`rdma res show qp`: state and
+/// PSNs of ours and of the C peer's), when the `rdma` tool is there: what
+/// a stalled exchange leaves to look at.
+fn show_qps() {
+    match Command::new("rdma").args(["res", "show", "qp"]).output() {
+        Ok(out) => {
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            print!("{}", String::from_utf8_lossy(&out.stderr));
+        }
+        Err(e) => println!("c_peers: rdma res show qp: {e}"),
     }
 }
 
