@@ -10,7 +10,8 @@
 //! 1. Unpacks what the libibverbs peer links against (`libibverbs-dev`,
 //!    `libnl-3-dev`, `libnl-route-3-dev`), perftest with its providers
 //!    (`perftest`, `ibverbs-providers`) and valgrind under the cache
-//!    ([`peer`](mod@peer)): nothing is installed.
+//!    ([`peer`], its [`BENCH`](peer::BENCH) set):
+//!    nothing is installed.
 //! 2. Builds both benches statically (`--features libibverbs-peer`, linked
 //!    against the unpacked archives) and the `perf` example; perftest,
 //!    libibverbs' rxe/siw providers and valgrind go into the guest at their
@@ -43,7 +44,6 @@ mod model;
 mod mover;
 mod ops;
 mod parse;
-mod peer;
 mod svg;
 mod targets;
 mod units;
@@ -53,6 +53,7 @@ use crate::binaries::{build_collect, static_example, Binary, TARGET};
 use crate::guest::{GuestRun, Mode, RunConfig};
 use crate::initramfs::HostFile;
 use crate::markers::BENCH;
+use crate::peer;
 use crate::util::{cargo, err, say, Context, Error, Result};
 use crate::Ctx;
 use cargo_metadata::TargetKind;
@@ -87,11 +88,6 @@ const PERFTEST_PROGRAMS: &[&str] = &[
     "/usr/bin/ib_write_bw",
     "/usr/bin/ib_send_bw",
 ];
-/// libibverbs loads a provider named by a `.driver` file of this directory
-/// from [`PROVIDER_DIR`]`/lib<name>-rdmav34.so`.
-const DRIVER_DIR: &str = "/etc/libibverbs.d";
-const PROVIDER_DIR: &str = "/usr/lib/x86_64-linux-gnu/libibverbs";
-const PROVIDERS: &[&str] = &["rxe", "siw"];
 
 /// qemu's timeout for the bench boot: the data-path bench runs every cell
 /// of both tools several times.
@@ -111,7 +107,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             (text, None)
         }
         None => {
-            let peer = peer::Peer::ensure(&ctx.cache)?;
+            let peer = peer::Peer::ensure(&ctx.cache, &peer::BENCH)?;
             let bins = build(&ctx.workspace, &peer)?;
             let runs = vec![
                 GuestRun::plain("verbs"),
@@ -214,7 +210,8 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         ctx.tools
             .qemu_version()
             .unwrap_or_else(|_| "unknown".into()),
-        peer::unpacked_version(&ctx.cache, "libibverbs-dev").unwrap_or_else(|| "unknown".into()),
+        peer::unpacked_version(&ctx.cache, &peer::BENCH, "libibverbs-dev")
+            .unwrap_or_else(|| "unknown".into()),
         vm_secs,
         start.elapsed().as_secs_f64(),
     );
@@ -388,33 +385,12 @@ fn mover_run(name: &str, buffer: usize) -> GuestRun {
 /// perftest's programs, libibverbs' rxe and siw providers and their
 /// `.driver` files, from the unpacked packages, for the guest.
 fn perftest_files(peer: &peer::Peer) -> Result<Vec<HostFile>> {
-    let mut files: Vec<(String, bool, &str)> = PERFTEST_PROGRAMS
+    let mut files = PERFTEST_PROGRAMS
         .iter()
-        .map(|p| (p.to_string(), true, "perftest"))
-        .collect();
-    for p in PROVIDERS {
-        files.push((
-            format!("{PROVIDER_DIR}/lib{p}-rdmav34.so"),
-            true,
-            "ibverbs-providers",
-        ));
-        files.push((
-            format!("{DRIVER_DIR}/{p}.driver"),
-            false,
-            "ibverbs-providers",
-        ));
-    }
-    files
-        .into_iter()
-        .map(|(path, with_libraries, package)| {
-            peer.file(&path, package)?;
-            Ok(HostFile {
-                path: path.into(),
-                root: Some(peer.root.clone()),
-                with_libraries,
-            })
-        })
-        .collect()
+        .map(|p| peer.host_file(p, "perftest", true))
+        .collect::<Result<Vec<_>>>()?;
+    files.extend(peer.provider_files()?);
+    Ok(files)
 }
 
 /// strace for `verbs --framing`, the host's (as `cargo vm test` uses it),

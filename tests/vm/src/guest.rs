@@ -269,6 +269,63 @@ pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
     },
 ];
 
+/// The example `cargo vm test` runs against rdma-core's C programs
+/// (`examples/c_peers.rs`; the programs come from [`crate::peer::C_PEERS`]).
+pub const C_PEERS_EXAMPLE: &str = "c_peers";
+
+/// How long one C-peer pairing may take in the guest (the example bounds
+/// each of its waits at 30 s; under TCG `ibv_rc_pingpong`'s 1000 round
+/// trips of 4 KiB take seconds).
+pub const C_PEER_TIMEOUT_SECS: u32 = 180;
+
+/// The C-peer pairings of the single guest, (run name, the example's
+/// pairing, device): a Rust client against librdmacm's `rdma_server` and
+/// `rdma_client` against a Rust server on rxe0 and on siw0, and
+/// `ibv_rc_pingpong` as server and as client on rxe0 (not on siw0: an
+/// iWARP QP reaches RTS only through the cm, and ibv_rc_pingpong connects
+/// by hand). The run's name says which C program is the peer.
+pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
+    ("c_peer_rdma_server_rxe0", "rdma_server", Kind::Rxe),
+    ("c_peer_rdma_client_rxe0", "rdma_client", Kind::Rxe),
+    ("c_peer_rdma_server_siw0", "rdma_server", Kind::Siw),
+    ("c_peer_rdma_client_siw0", "rdma_client", Kind::Siw),
+    (
+        "c_peer_rc_pingpong_server_rxe0",
+        "rc_pingpong_server",
+        Kind::Rxe,
+    ),
+    (
+        "c_peer_rc_pingpong_client_rxe0",
+        "rc_pingpong_client",
+        Kind::Rxe,
+    ),
+];
+
+impl GuestRun {
+    /// The single guest's C-peer runs ([`C_PEER_RUNS`]): the example with
+    /// its pairing, the device and the device's address in that guest,
+    /// retried once like the test binaries.
+    pub fn c_peers() -> Vec<GuestRun> {
+        C_PEER_RUNS
+            .iter()
+            .map(|(name, pairing, kind)| GuestRun {
+                name: (*name).into(),
+                bin: C_PEERS_EXAMPLE.into(),
+                args: vec![
+                    (*pairing).into(),
+                    "--device".into(),
+                    kind.device().into(),
+                    "--addr".into(),
+                    Net::Dummy.addr(*kind),
+                ],
+                timeout_secs: C_PEER_TIMEOUT_SECS,
+                per_host: None,
+                retry_once: true,
+            })
+            .collect()
+    }
+}
+
 /// A binary's name is its run without arguments.
 impl From<&str> for GuestRun {
     fn from(bin: &str) -> Self {
@@ -318,6 +375,14 @@ impl Kind {
         match kind {
             "siw" => Kind::Siw,
             _ => Kind::Rxe,
+        }
+    }
+
+    /// The device's name in [`LINKS`].
+    pub fn device(self) -> &'static str {
+        match self {
+            Kind::Rxe => "rxe0",
+            Kind::Siw => "siw0",
         }
     }
 
@@ -937,6 +1002,28 @@ mod tests {
         // The single guest's script gives an example its plain arguments.
         let single = run_all_script(TEST_CONFIGS, &runs[1..2]);
         assert!(single.contains("/tests/pingpong\nrc=$?\n"));
+    }
+
+    #[test]
+    fn c_peer_runs_name_their_device_and_its_address() {
+        let runs = GuestRun::c_peers();
+        assert_eq!(runs.len(), C_PEER_RUNS.len());
+        assert!(runs
+            .iter()
+            .all(|r| r.bin == C_PEERS_EXAMPLE && r.retry_once));
+        assert!(runs.iter().all(|r| !is_two_host(&r.name)));
+        let s = run_all_script(TEST_CONFIGS, &runs);
+        assert!(s.contains(&format!(
+            "timeout -s KILL {C_PEER_TIMEOUT_SECS} env UVERBS_REQUIRE_DEVICES=rxe,siw UVERBS_TRANSPORT=ioctl /tests/c_peers rdma_server --device siw0 --addr 198.51.100.1\n"
+        )));
+        assert!(s.contains("/tests/c_peers rc_pingpong_client --device rxe0 --addr 192.0.2.1\n"));
+        assert!(s.contains(&format!(
+            "\"{RESULT} config=write bin=c_peer_rdma_client_rxe0 rc=$rc\""
+        )));
+        // No rc_pingpong on iWARP.
+        assert!(!runs
+            .iter()
+            .any(|r| r.name.contains("pingpong") && r.name.contains("siw")));
     }
 
     #[test]

@@ -22,7 +22,10 @@
 //! 4. [`qemu`] boots it with a hard timeout, streaming the console to stdout
 //!    and a log, copied to `target/vm/console.log` when qemu exits.
 //! 5. [`report`] reads the markers back and prints the binary ×
-//!    configuration table.
+//!    configuration table. The single guest also runs the C-peer pairings
+//!    of [`guest::C_PEER_RUNS`]: `examples/c_peers.rs` against rdma-core's
+//!    `rdma_server`, `rdma_client` and `ibv_rc_pingpong`, unpacked under
+//!    the cache ([`peer::C_PEERS`]), each pairing a row of the table.
 //! 6. The `two_host_*` binaries (never run in the single guest) run in a
 //!    second boot of two guests, A and B, joined by a virtual Ethernet link
 //!    ([`qemu::run_two`]), each binary on both at once with its role
@@ -46,6 +49,7 @@ mod guest;
 mod initramfs;
 mod markers;
 mod modinfo;
+mod peer;
 mod qemu;
 mod report;
 mod setup;
@@ -262,33 +266,10 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// Builds the initramfs for `binaries` and boots it; each binary runs
-    /// once per configuration, without arguments.
-    fn boot(
-        &self,
-        kernel: &Kernel,
-        binaries: &[Binary],
-        configs: &[RunConfig],
-        mode: Mode,
-    ) -> Result<Option<qemu::Outcome>> {
-        self.boot_runs(kernel, binaries, &plain_runs(binaries), configs, mode)
-    }
-
-    /// [`boot`](Self::boot) with the runs given (binaries with arguments).
-    fn boot_runs(
-        &self,
-        kernel: &Kernel,
-        binaries: &[Binary],
-        runs: &[GuestRun],
-        configs: &[RunConfig],
-        mode: Mode,
-    ) -> Result<Option<qemu::Outcome>> {
-        self.boot_single(kernel, binaries, runs, configs, mode, &[], None)
-    }
-
-    /// Boots the single guest: [`boot_runs`](Self::boot_runs) with host
-    /// files added to the guest (`cargo vm bench`'s perftest) and qemu's
-    /// timeout set when `timeout` is given (and `--timeout` is not).
+    /// Boots the single guest: every run of `runs` under every
+    /// configuration, with host files added to the guest (`cargo vm
+    /// test`'s C peers, `cargo vm bench`'s perftest) and qemu's timeout set
+    /// when `timeout` is given (and `--timeout` is not).
     #[allow(clippy::too_many_arguments)]
     fn boot_single(
         &self,
@@ -334,6 +315,16 @@ impl Ctx {
             }
         };
         Ok(outcome)
+    }
+
+    /// The C peers' example (built statically) and what the guest needs of
+    /// rdma-core for it: the C programs with their libraries and the
+    /// providers, unpacked under the cache ([`peer::C_PEERS`]).
+    fn c_peers(&self) -> Result<(Binary, Vec<initramfs::HostFile>)> {
+        let peer = peer::Peer::ensure(&self.cache, &peer::C_PEERS)?;
+        let files = peer.c_peer_files()?;
+        let example = binaries::static_example(&self.workspace, guest::C_PEERS_EXAMPLE)?;
+        Ok((example, files))
     }
 
     /// Writes the scripts (copies for reading with --keep, named
@@ -545,15 +536,17 @@ impl Ctx {
         binaries: &[Binary],
         runs: &[GuestRun],
         configs: &[RunConfig],
+        host_files: &[initramfs::HostFile],
     ) -> Result<Verdict> {
-        let mut outcome = self
-            .boot_runs(kernel, binaries, runs, configs, Mode::Run)?
-            .expect("run mode has an outcome");
+        let boot = |configs: &[RunConfig]| -> Result<qemu::Outcome> {
+            Ok(self
+                .boot_single(kernel, binaries, runs, configs, Mode::Run, host_files, None)?
+                .expect("run mode has an outcome"))
+        };
+        let mut outcome = boot(configs)?;
         if report::panicked_before_any_run(&outcome.console) {
             say("the guest kernel panicked before any test started (see the console above); booting once more");
-            outcome = self
-                .boot_runs(kernel, binaries, runs, configs, Mode::Run)?
-                .expect("run mode has an outcome");
+            outcome = boot(configs)?;
         }
         let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
         let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
@@ -570,9 +563,7 @@ impl Ctx {
                 .filter(|c| unfinished.contains(&c.name))
                 .copied()
                 .collect();
-            outcome = self
-                .boot_runs(kernel, binaries, runs, &again, Mode::Run)?
-                .expect("run mode has an outcome");
+            outcome = boot(&again)?;
             results.retain(|r| !unfinished.contains(&r.config.as_str()));
             results.extend(report::parse(&outcome.console));
         }
@@ -678,7 +669,21 @@ fn real_main(args: &[String]) -> Result<bool> {
                 let runs = plain_runs(&two_host);
                 ctx.boot_two(kernel, &two_host, &runs, guest::TEST_CONFIGS, Mode::Shell)?;
             } else {
-                ctx.boot(kernel, &single, guest::TEST_CONFIGS, Mode::Shell)?;
+                // As `cargo vm test` has it: `/run-all` runs the C peers too.
+                let mut single = single;
+                let mut runs = plain_runs(&single);
+                let (example, files) = ctx.c_peers()?;
+                single.push(example);
+                runs.extend(GuestRun::c_peers());
+                ctx.boot_single(
+                    kernel,
+                    &single,
+                    &runs,
+                    guest::TEST_CONFIGS,
+                    Mode::Shell,
+                    &files,
+                    None,
+                )?;
             }
             Ok(true)
         }
@@ -708,8 +713,22 @@ impl Ctx {
             bins.retain(|b| only.split(',').any(|o| b.name.contains(o)));
             say(format!("test: UVERBS_VM_ONLY={only}: host suite skipped"));
         }
-        let (mut two_host, single): (Vec<Binary>, Vec<Binary>) =
+        let (mut two_host, mut single): (Vec<Binary>, Vec<Binary>) =
             bins.into_iter().partition(|b| guest::is_two_host(&b.name));
+        let mut single_runs = test_runs(&single);
+        // The C peers (rdma-core's programs, unpacked under the cache) and
+        // the example that meets them, in the single guest.
+        let mut c_peer_runs = GuestRun::c_peers();
+        if let Some(only) = &only {
+            c_peer_runs.retain(|r| only.split(',').any(|o| r.name.contains(o)));
+        }
+        let mut single_files = Vec::new();
+        if !c_peer_runs.is_empty() {
+            let (example, files) = self.c_peers()?;
+            single.push(example);
+            single_files = files;
+            single_runs.extend(c_peer_runs);
+        }
         // The two-host plan: the binaries, then the examples across
         // the guests (selected by their run names).
         let mut two_host_runs = plain_runs(&two_host);
@@ -723,17 +742,15 @@ impl Ctx {
             }
         }
         two_host_runs.extend(examples);
-        let list = |bins: &[Binary]| {
-            bins.iter()
-                .map(|b| b.name.as_str())
+        say(format!(
+            "test: {} runs × {} configurations in one guest: {}",
+            single_runs.len(),
+            guest::TEST_CONFIGS.len(),
+            single_runs
+                .iter()
+                .map(|r| r.name.as_str())
                 .collect::<Vec<_>>()
                 .join(" ")
-        };
-        say(format!(
-            "test: {} binaries × {} configurations in one guest: {}",
-            single.len(),
-            guest::TEST_CONFIGS.len(),
-            list(&single)
         ));
         say(format!(
             "test: {} runs × {} configurations on two guests: {}",
@@ -752,10 +769,16 @@ impl Ctx {
                 kernel.series, kernel.release
             ));
             let mut verdicts = Vec::new();
-            if single.is_empty() {
-                say("test: no single-guest binary selected; that guest is not booted");
+            if single_runs.is_empty() {
+                say("test: no single-guest run selected; that guest is not booted");
             } else {
-                let v = self.run_plan(kernel, &single, &test_runs(&single), guest::TEST_CONFIGS)?;
+                let v = self.run_plan(
+                    kernel,
+                    &single,
+                    &single_runs,
+                    guest::TEST_CONFIGS,
+                    &single_files,
+                )?;
                 say(format!(
                     "single guest: {} passed, {} failed",
                     v.passed, v.failed
@@ -798,7 +821,7 @@ impl Ctx {
                 kernel.release,
                 self.cache.join(series_log(kernel)).display()
             ));
-            let v = self.run_plan(kernel, &bins, &runs, guest::DEMO_CONFIGS)?;
+            let v = self.run_plan(kernel, &bins, &runs, guest::DEMO_CONFIGS, &[])?;
             per_kernel.push((kernel, vec![v]));
         }
         println!();

@@ -1,0 +1,972 @@
+//! uverbs against rdma-core's own C programs: each run spawns one C tool
+//! (librdmacm's `rdma_server` / `rdma_client` examples, libibverbs'
+//! `ibv_rc_pingpong`) and is its peer in pure Rust, through the safe API
+//! (`OwnedQp`: every request owns its `BufferMr` until its completion).
+//! A C peer is the one test no shared misunderstanding can pass: if both
+//! sides were ours, a wrong wire format or QP attribute on both would
+//! still meet.
+//!
+//! ```text
+//! c_peers rdma_server --device D --addr A [--port P]    C rdma_server -s A -p P, a Rust client
+//! c_peers rdma_client --device D --addr A [--port P]    a Rust server on A:P, C rdma_client -s A -p P
+//! c_peers rc_pingpong_server --device D --addr A [--port P] [--size B] [--iters N]
+//!                                   C ibv_rc_pingpong -d D -g <A's RoCE v2 GID index> (the server),
+//!                                   a Rust client over 127.0.0.1:P
+//! c_peers rc_pingpong_client --device D --addr A [--port P] [--size B] [--iters N]
+//!                                   a Rust server on P, C ibv_rc_pingpong ... 127.0.0.1 (the client)
+//! ```
+//!
+//! - `rdma_server` / `rdma_client` (port 7471 by default): exactly the C
+//!   examples' exchange over the rdma_cm (RC, port space TCP). The
+//!   server posts a 16-byte receive, accepts, waits for the client's 16
+//!   bytes, then SENDs 16 bytes (its never-written `send_msg`: zeros) and
+//!   disconnects; the client posts its receive, connects, SENDs 16 bytes
+//!   (its zeroed `send_msg`) and waits for the reply. Both ask for 16
+//!   inline bytes, send inline when the QP has them (else from a
+//!   registered buffer), and signal every send (`sq_sig_all`). The Rust
+//!   side does the same, fills its receive buffer with 0xff first and
+//!   checks that exactly 16 zero bytes landed; as the server it sends back
+//!   the 16 bytes it got. RoCE (rxe) and iWARP (siw) alike.
+//! - `rc_pingpong_*` (port 18515 by default): `ibv_rc_pingpong`'s TCP
+//!   exchange: each side writes `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, the
+//!   GID as 32 hex digits of its bytes in order) with its NUL, 52 bytes;
+//!   the server moves its QP to RTR/RTS before it answers; the client
+//!   then writes `"done"` with its NUL. Then `--iters` SENDs of `--size`
+//!   bytes each way (4096 and 1000, the C defaults), the client first,
+//!   each side sending when its last send completed and a message
+//!   arrived, with rc_pingpong's QP attributes (MTU 1024, timeout 14,
+//!   retry 7, RNR retry 7, min RNR timer 12). On RoCE the C program needs
+//!   `-g` (its GRH's source GID); this program passes the index of the
+//!   RoCE v2 GID of `--addr`. Not on iWARP: an iWARP QP reaches RTS only
+//!   through the connection manager (the TCP stream carries it), and
+//!   ibv_rc_pingpong connects its QP by hand, so siw cannot run it.
+//!
+//! The C program's output is captured and printed (prefixed with its
+//! name); the run fails unless the C side exits 0 and prints its success
+//! line. Every wait is bounded ([`WAIT`]); the C program is killed if it
+//! outlives the run.
+//!
+//! `cargo vm test` runs all six pairings in the VM (rxe0 and siw0 for the
+//! rdma_cm pair, rxe0 for rc_pingpong), one line each in its summary; see
+//! tests/vm/README.md.
+
+use std::error::Error;
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
+use uverbs::command::{Mtu, QpAttr, QpState, QpType};
+use uverbs::{
+    AccessFlags, BufferMr, Completed, Context, DriverId, Gid, GidType, Local, OwnedQp,
+    ProtectionDomain, QpInit, RecvRequest, SendRequest, WcStatus,
+};
+
+type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
+
+/// The bound on any single wait: a completion, a cm event, a line, the C
+/// program's exit.
+const WAIT: Duration = Duration::from_secs(30);
+/// The rdma_cm examples' message size.
+const MSG: usize = 16;
+/// Address and route resolution time-outs (ms).
+const RESOLVE_MS: u32 = 2000;
+/// How long a refused connect waits before it tries again (the C server
+/// may not listen yet).
+const RETRY_AFTER: Duration = Duration::from_millis(200);
+const PORT: u8 = 1;
+
+/// Registered memory the requests own.
+type Buf = BufferMr<Vec<u8>>;
+
+const USAGE: &str = "usage: c_peers rdma_server|rdma_client|rc_pingpong_server|rc_pingpong_client
+                --device NAME --addr IPV4 [--port P] [--size BYTES] [--iters N]";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pairing {
+    /// The C `rdma_server`, a Rust client.
+    RdmaServer,
+    /// A Rust server, the C `rdma_client`.
+    RdmaClient,
+    /// The C `ibv_rc_pingpong` as server, a Rust client.
+    RcPingpongServer,
+    /// A Rust server, the C `ibv_rc_pingpong` as client.
+    RcPingpongClient,
+}
+
+#[derive(Debug)]
+struct Options {
+    pairing: Pairing,
+    device: String,
+    addr: Ipv4Addr,
+    port: u16,
+    size: usize,
+    iters: usize,
+}
+
+impl Options {
+    fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
+        let mut args = args.into_iter();
+        let pairing = match args.next().as_deref() {
+            Some("rdma_server") => Pairing::RdmaServer,
+            Some("rdma_client") => Pairing::RdmaClient,
+            Some("rc_pingpong_server") => Pairing::RcPingpongServer,
+            Some("rc_pingpong_client") => Pairing::RcPingpongClient,
+            other => return Err(format!("unknown pairing {other:?}")),
+        };
+        let (mut device, mut addr, mut port) = (None, None, None);
+        let (mut size, mut iters) = (4096, 1000);
+        while let Some(arg) = args.next() {
+            let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
+            match arg.as_str() {
+                "--device" => device = Some(value("--device")?),
+                "--addr" => {
+                    let v = value("--addr")?;
+                    addr = Some(v.parse().map_err(|_| format!("--addr: not IPv4: {v:?}"))?);
+                }
+                "--port" => {
+                    let v = value("--port")?;
+                    port = Some(v.parse().map_err(|_| format!("--port: {v:?}"))?);
+                }
+                "--size" => {
+                    let v = value("--size")?;
+                    size = v.parse().map_err(|_| format!("--size: {v:?}"))?;
+                }
+                "--iters" => {
+                    let v = value("--iters")?;
+                    iters = v.parse().map_err(|_| format!("--iters: {v:?}"))?;
+                }
+                other => return Err(format!("unknown argument {other:?}")),
+            }
+        }
+        let rdma_cm = matches!(pairing, Pairing::RdmaServer | Pairing::RdmaClient);
+        if size == 0 || iters == 0 {
+            return Err("--size and --iters must be positive".into());
+        }
+        Ok(Options {
+            pairing,
+            device: device.ok_or("--device is required")?,
+            addr: addr.ok_or("--addr is required")?,
+            // The C programs' defaults.
+            port: port.unwrap_or(if rdma_cm { 7471 } else { 18515 }),
+            size,
+            iters,
+        })
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    let opts = match Options::parse(std::env::args().skip(1)) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("c_peers: {e}\n{USAGE}");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let what = match opts.pairing {
+        Pairing::RdmaServer => "C rdma_server <- Rust client",
+        Pairing::RdmaClient => "C rdma_client -> Rust server",
+        Pairing::RcPingpongServer => "C ibv_rc_pingpong (server) <- Rust client",
+        Pairing::RcPingpongClient => "C ibv_rc_pingpong (client) -> Rust server",
+    };
+    let result = match opts.pairing {
+        Pairing::RdmaServer => rdma_server(&opts),
+        Pairing::RdmaClient => rdma_client(&opts),
+        Pairing::RcPingpongServer | Pairing::RcPingpongClient => rc_pingpong(&opts),
+    };
+    match result {
+        Ok(()) => {
+            println!(
+                "c_peers: {what} on {} ({}:{}): passed",
+                opts.device, opts.addr, opts.port
+            );
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!(
+                "c_peers: {what} on {} ({}:{}): FAILED: {e}",
+                opts.device, opts.addr, opts.port
+            );
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+// ---- The C program -------------------------------------------------------
+
+/// A spawned C program, killed and reaped if the run ends before it does
+/// (its stdout is a pipe, so a killed program's buffered lines are lost;
+/// its stderr, unbuffered, is not).
+struct Peer {
+    name: &'static str,
+    child: Option<Child>,
+}
+
+impl Peer {
+    fn spawn(name: &'static str, args: &[String]) -> Result<Peer> {
+        println!("c_peers: running {name} {}", args.join(" "));
+        let child = Command::new(name)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {name}: {e}"))?;
+        Ok(Peer {
+            name,
+            child: Some(child),
+        })
+    }
+
+    /// Fails if the program has already exited (it gave up before us).
+    fn alive(&mut self) -> Result<()> {
+        let child = self.child.as_mut().expect("until finished");
+        if let Some(status) = child.try_wait()? {
+            let out = self.output();
+            return Err(format!("{} exited early ({status}):\n{out}", self.name).into());
+        }
+        Ok(())
+    }
+
+    /// Its stdout and stderr, each line prefixed with its name (read only
+    /// once it has exited: the pipes are then at their end).
+    fn output(&mut self) -> String {
+        match self.child.as_mut() {
+            Some(child) => output_of(self.name, child),
+            None => String::new(),
+        }
+    }
+
+    /// Waits (at most [`WAIT`]) for the program to exit 0 with `expect`
+    /// in its output, which is printed.
+    fn finish(mut self, expect: &str) -> Result<()> {
+        let deadline = Instant::now() + WAIT;
+        let status = loop {
+            let child = self.child.as_mut().expect("until finished");
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("{} did not exit within {WAIT:?}", self.name).into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = self.output();
+        print!("{out}");
+        self.child = None;
+        if !status.success() {
+            return Err(format!("{} failed ({status})", self.name).into());
+        }
+        if !out.contains(expect) {
+            return Err(format!("{}'s output lacks {expect:?}", self.name).into());
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            print!("{}", output_of(self.name, &mut child));
+            println!("c_peers: {} killed", self.name);
+        }
+    }
+}
+
+/// An exited child's stdout, then its stderr, each line prefixed with
+/// `name`.
+fn output_of(name: &str, child: &mut Child) -> String {
+    let mut text = String::new();
+    if let Some(mut out) = child.stdout.take() {
+        let _ = out.read_to_string(&mut text);
+    }
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut text);
+    }
+    text.lines().map(|l| format!("{name}| {l}\n")).collect()
+}
+
+// ---- The Rust side's resources --------------------------------------------
+
+/// The device named `name`, opened.
+fn open(name: &str) -> Result<Context> {
+    let dev = uverbs::devices()?
+        .into_iter()
+        .find(|d| d.name() == name)
+        .ok_or_else(|| format!("no RDMA device {name}"))?;
+    Ok(dev.open()?)
+}
+
+/// A QP of the C examples' shape on `pd`, owned: one send and
+/// `recv_depth` receives of one SGE, `inline` bytes inline.
+fn owned_qp(
+    ctx: &Context,
+    pd: &ProtectionDomain,
+    recv_depth: u32,
+    inline: u32,
+) -> Result<OwnedQp<Buf>> {
+    // librdmacm's rdma_create_ep makes a CQ for each queue; so do we.
+    let send_cq = ctx.create_cq(2, None)?;
+    let recv_cq = ctx.create_cq(recv_depth + 1, None)?;
+    let qp = pd.create_qp(&QpInit {
+        max_send_wr: 1,
+        max_recv_wr: recv_depth,
+        max_inline: inline,
+        sq_sig_all: true,
+        ..QpInit::new(QpType::Rc, &send_cq, &recv_cq)
+    })?;
+    OwnedQp::new(qp).map_err(|refused| refused.error.into())
+}
+
+/// A registered buffer of `len` bytes of `fill`, local write only (what
+/// the C programs register: nothing remote).
+fn buffer(pd: &ProtectionDomain, len: usize, fill: u8) -> Result<Buf> {
+    pd.reg_buffer(vec![fill; len], AccessFlags::LOCAL_WRITE)
+        .map_err(|e| e.error.into())
+}
+
+/// Polls `qp` until at least one request comes back (at most [`WAIT`]);
+/// fails on one that did not succeed.
+fn poll(qp: &OwnedQp<Buf>, what: &str) -> Result<Vec<Completed<Buf>>> {
+    let deadline = Instant::now() + WAIT;
+    let mut done = Vec::new();
+    let mut empty = 0u32;
+    loop {
+        qp.poll(&mut done)?;
+        if let Some(bad) = done.iter().find(|c| c.status() != Some(WcStatus::Success)) {
+            return Err(format!("{what}: a request ended badly: {:?}", bad.ended).into());
+        }
+        if !done.is_empty() {
+            return Ok(done);
+        }
+        if Instant::now() >= deadline {
+            let state = qp.refresh_state().map(|s| format!("{s:?}"));
+            let (sends, recvs) = qp.outstanding();
+            println!(
+                "c_peers: {what}: nothing within {WAIT:?}; our QP {} is {state:?} with \
+                 {sends} sends and {recvs} receives outstanding",
+                qp.qp_num()
+            );
+            show_qps();
+            return Err(format!("{what}: no completion within {WAIT:?}").into());
+        }
+        // The C peer and rxe's kernel work share the CPUs with us.
+        empty += 1;
+        if empty % 64 == 0 {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Prints the kernel's view of every QP (`rdma res show qp`: state and
+/// PSNs of ours and of the C peer's), when the `rdma` tool is there: what
+/// a stalled exchange leaves to look at.
+fn show_qps() {
+    match Command::new("rdma").args(["res", "show", "qp"]).output() {
+        Ok(out) => {
+            print!("{}", String::from_utf8_lossy(&out.stdout));
+            print!("{}", String::from_utf8_lossy(&out.stderr));
+        }
+        Err(e) => println!("c_peers: rdma res show qp: {e}"),
+    }
+}
+
+/// A 16-byte SEND as the C examples make it: inline when the QP takes 16
+/// inline bytes, else from a registered buffer.
+fn send16(qp: &OwnedQp<Buf>, pd: &ProtectionDomain, bytes: &[u8; MSG]) -> Result<()> {
+    if qp.caps().max_inline as usize >= MSG {
+        qp.post_send(SendRequest::send_inline(1, bytes))
+            .map_err(uverbs::Error::from)?;
+    } else {
+        println!("c_peers: the QP takes no 16 inline bytes; sending from a registered buffer");
+        let mut buf = buffer(pd, MSG, 0)?;
+        buf.buffer_mut().copy_from_slice(bytes);
+        qp.post_send(SendRequest::send(1, Local::whole(buf)))
+            .map_err(uverbs::Error::from)?;
+    }
+    Ok(())
+}
+
+/// Waits for the 16-byte SEND's completion and the 16-byte receive's (in
+/// either order, or only the receive when `sent` is already true) and
+/// returns what was received.
+fn exchange(qp: &OwnedQp<Buf>, mut sent: bool, what: &str) -> Result<Vec<u8>> {
+    let mut got = None;
+    while !sent || got.is_none() {
+        for c in poll(qp, what)? {
+            if !c.is_recv {
+                sent = true;
+                continue;
+            }
+            let len = c.completion().map_or(0, |wc| wc.byte_len as usize);
+            if len != MSG {
+                return Err(format!("{what}: received {len} bytes, not {MSG}").into());
+            }
+            let buf = c.into_memory().ok_or("a receive without its buffer")?;
+            got = Some(buf.buffer().to_vec());
+        }
+    }
+    Ok(got.expect("loop ends with it"))
+}
+
+// ---- The rdma_cm pair: rdma_server / rdma_client ---------------------------
+
+/// The next cm event within [`WAIT`].
+fn next(ch: &EventChannel, what: &str) -> Result<Event> {
+    ch.wait_event(WAIT)?
+        .ok_or_else(|| format!("{what}: no cm event within {WAIT:?}").into())
+}
+
+fn unexpected(what: &str, ev: &Event) -> Box<dyn Error> {
+    format!("{what}: {} (status {})", ev.name(), ev.status).into()
+}
+
+/// siw: iWARP, whose QPs the kernel's CM drives (the one iWARP device
+/// with a data path in uverbs).
+fn is_iwarp(ctx: &Context) -> bool {
+    ctx.driver_id() == Some(DriverId::SIW)
+}
+
+fn to(id: &CmId, qp: &OwnedQp<Buf>, state: QpState) -> Result<()> {
+    qp.modify(&id.init_qp_attr(state)?)?;
+    Ok(())
+}
+
+/// After ESTABLISHED on iWARP: the kernel moved the QP to RTS itself.
+fn learn_rts(qp: &OwnedQp<Buf>) -> Result<()> {
+    let state = qp.established()?;
+    if state != QpState::Rts {
+        return Err(format!("the QP is {state:?} after ESTABLISHED, not RTS").into());
+    }
+    Ok(())
+}
+
+/// The id's device must be the one asked for.
+fn check_device(id: &CmId, ctx: &Context) -> Result<()> {
+    if !id.is_on(ctx)? {
+        return Err(format!(
+            "the cm put the connection on another device than {}",
+            ctx.device_name()
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// The Rust client of the C `rdma_server`.
+fn rdma_server(opts: &Options) -> Result<()> {
+    let dst = SocketAddr::from((opts.addr, opts.port));
+    let mut peer = Peer::spawn(
+        "rdma_server",
+        &[
+            "-s".into(),
+            opts.addr.to_string(),
+            "-p".into(),
+            opts.port.to_string(),
+        ],
+    )?;
+    let ctx = open(&opts.device)?;
+    let pd = ctx.alloc_pd()?;
+    let deadline = Instant::now() + WAIT;
+    let mut attempt = 1;
+    // Connects, a new id each attempt, until the server listens.
+    let (ch, id, qp) = loop {
+        peer.alive()?;
+        let ch = EventChannel::open()?;
+        let id = ch.create_id(PortSpace::Tcp)?;
+        match connect(&ctx, &pd, &ch, &id, dst)? {
+            Ok(qp) => break (ch, id, qp),
+            Err(why) if Instant::now() + RETRY_AFTER < deadline => {
+                println!("c_peers: attempt {attempt} to {dst}: {why}; trying again");
+                attempt += 1;
+                std::thread::sleep(RETRY_AFTER);
+            }
+            Err(why) => return Err(format!("connect to {dst}: {why}").into()),
+        }
+    };
+    println!(
+        "c_peers: {} connected to rdma_server at {dst} (QP {}, attempt {attempt})",
+        ctx.device_name(),
+        qp.qp_num()
+    );
+    // What the C client sends is its zeroed send_msg; ours says who we are.
+    let mine: [u8; MSG] = *b"uverbs client 16";
+    send16(&qp, &pd, &mine)?;
+    let got = exchange(&qp, false, "the 16-byte SEND and rdma_server's reply")?;
+    if got != [0u8; MSG] {
+        return Err(format!("rdma_server's reply is not its 16 zero bytes: {got:02x?}").into());
+    }
+    println!(
+        "c_peers: rdma_server's 16 bytes arrived (its send_msg: zeros), as rdma_client gets them"
+    );
+    // As rdma_client: disconnect once the reply is in; the server
+    // disconnects too, after its send completed. Whoever is first, the
+    // id hears DISCONNECTED.
+    if let Err(e) = id.disconnect() {
+        println!("c_peers: rdma_disconnect: {e} (the server was first)");
+    }
+    let ev = next(&ch, "disconnect")?;
+    if !matches!(ev.kind, EventKind::Disconnected) {
+        return Err(unexpected("disconnect", &ev));
+    }
+    drop(qp);
+    peer.finish("rdma_server: end 0")
+}
+
+/// One connect attempt of `id` to `dst`: `Ok(Err(why))` when the server
+/// is not there yet (rejected, refused, unreachable).
+fn connect(
+    ctx: &Context,
+    pd: &ProtectionDomain,
+    ch: &EventChannel,
+    id: &CmId,
+    dst: SocketAddr,
+) -> Result<std::result::Result<OwnedQp<Buf>, String>> {
+    id.resolve_addr(None, dst, RESOLVE_MS)?;
+    let ev = next(ch, "resolve_addr")?;
+    if !matches!(ev.kind, EventKind::AddrResolved) {
+        return Err(unexpected("resolve_addr", &ev));
+    }
+    id.resolve_route(RESOLVE_MS)?;
+    let ev = next(ch, "resolve_route")?;
+    if !matches!(ev.kind, EventKind::RouteResolved) {
+        return Err(unexpected("resolve_route", &ev));
+    }
+    check_device(id, ctx)?;
+    let qp = owned_qp(ctx, pd, 1, MSG as u32)?;
+    let iwarp = is_iwarp(ctx);
+    to(id, &qp, QpState::Init)?;
+    // The receive first, as rdma_client posts it before rdma_connect.
+    qp.post_recv(RecvRequest::new(0, Local::whole(buffer(pd, MSG, 0xff)?)))
+        .map_err(|r| r.error)?;
+    match id.connect(&ConnParam::new(qp.qp_num())) {
+        Ok(()) => {}
+        // iWARP connects the TCP stream in the call.
+        Err(e) if e.errno() == Some(uverbs::Errno::CONNREFUSED) => {
+            return Ok(Err(format!("rdma_connect: {e}")));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    let ev = next(ch, "connect")?;
+    match &ev.kind {
+        EventKind::ConnectResponse(_) if !iwarp => {
+            // librdmacm's order: INIT again with the connected id's
+            // attributes, RTR, RTS, then the RTU.
+            to(id, &qp, QpState::Init)?;
+            to(id, &qp, QpState::Rtr)?;
+            to(id, &qp, QpState::Rts)?;
+            id.establish()?;
+        }
+        EventKind::Established(_) if iwarp => learn_rts(&qp)?,
+        EventKind::Rejected { .. } | EventKind::Unreachable | EventKind::ConnectError => {
+            return Ok(Err(format!("{} (status {})", ev.name(), ev.status)));
+        }
+        _ => return Err(unexpected("connect", &ev)),
+    }
+    Ok(Ok(qp))
+}
+
+/// The Rust server of the C `rdma_client`.
+fn rdma_client(opts: &Options) -> Result<()> {
+    let ctx = open(&opts.device)?;
+    let bind = SocketAddr::from((opts.addr, opts.port));
+    let ch = EventChannel::open()?;
+    let listener = ch.create_id(PortSpace::Tcp)?;
+    listener.bind(bind)?;
+    listener.listen(0)?;
+    let mut peer = Peer::spawn(
+        "rdma_client",
+        &[
+            "-s".into(),
+            opts.addr.to_string(),
+            "-p".into(),
+            opts.port.to_string(),
+        ],
+    )?;
+    let deadline = Instant::now() + WAIT;
+    let ev = loop {
+        if let Some(ev) = ch.wait_event(Duration::from_millis(100))? {
+            break ev;
+        }
+        peer.alive()?;
+        if Instant::now() >= deadline {
+            return Err(format!("no connect request within {WAIT:?}").into());
+        }
+    };
+    let EventKind::ConnectRequest { id, .. } = ev.kind else {
+        return Err(unexpected("listening", &ev));
+    };
+    check_device(&id, &ctx)?;
+    let pd = ctx.alloc_pd()?;
+    let qp = owned_qp(&ctx, &pd, 1, MSG as u32)?;
+    to(&id, &qp, QpState::Init)?;
+    to(&id, &qp, QpState::Rtr)?;
+    to(&id, &qp, QpState::Rts)?;
+    // As rdma_server: the receive posted before the accept.
+    qp.post_recv(RecvRequest::new(0, Local::whole(buffer(&pd, MSG, 0xff)?)))
+        .map_err(|r| r.error)?;
+    id.accept(&ConnParam::new(qp.qp_num()))?;
+    let ev = next(&ch, "accept")?;
+    if !matches!(ev.kind, EventKind::Established(_)) {
+        return Err(unexpected("accept", &ev));
+    }
+    if is_iwarp(&ctx) {
+        learn_rts(&qp)?;
+    }
+    println!(
+        "c_peers: rdma_client connected to {} at {bind} (QP {})",
+        ctx.device_name(),
+        qp.qp_num()
+    );
+    let got = exchange(&qp, true, "rdma_client's 16 bytes")?;
+    if got != [0u8; MSG] {
+        return Err(
+            format!("rdma_client's 16 bytes are not its zeroed send_msg: {got:02x?}").into(),
+        );
+    }
+    // Back they go, as rdma_server sends its 16 bytes.
+    let echo: [u8; MSG] = got.as_slice().try_into()?;
+    send16(&qp, &pd, &echo)?;
+    let mut sent = false;
+    while !sent {
+        sent = poll(&qp, "the 16-byte reply")?.iter().any(|c| !c.is_recv);
+    }
+    println!("c_peers: rdma_client's 16 bytes arrived and went back");
+    // As rdma_server: disconnect after the send completed.
+    if let Err(e) = id.disconnect() {
+        println!("c_peers: rdma_disconnect: {e} (the client was first)");
+    }
+    let ev = next(&ch, "disconnect")?;
+    if !matches!(ev.kind, EventKind::Disconnected) {
+        return Err(unexpected("disconnect", &ev));
+    }
+    drop(qp);
+    peer.finish("rdma_client: end 0")
+}
+
+// ---- ibv_rc_pingpong --------------------------------------------------------
+
+/// rc_pingpong's message: `"%04x:%06x:%06x:%s"` and its NUL, 52 bytes.
+const WIRE_LEN: usize = 52;
+
+/// One side as rc_pingpong describes it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Dest {
+    lid: u16,
+    qpn: u32,
+    psn: u32,
+    gid: Gid,
+}
+
+impl Dest {
+    /// The 52 bytes rc_pingpong writes: the GID is its 16 bytes in order,
+    /// two hex digits each (its `gid_to_wire_gid`).
+    fn to_wire(self) -> [u8; WIRE_LEN] {
+        let gid: String = self.gid.raw().iter().map(|b| format!("{b:02x}")).collect();
+        let text = format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid, self.qpn, self.psn);
+        let mut out = [0u8; WIRE_LEN];
+        out[..text.len()].copy_from_slice(text.as_bytes());
+        out
+    }
+
+    /// Parses what `sscanf("%x:%x:%x:%s")` reads from the 52 bytes.
+    fn from_wire(wire: &[u8; WIRE_LEN]) -> Result<Dest> {
+        let end = wire.iter().position(|&b| b == 0).unwrap_or(WIRE_LEN);
+        let text = std::str::from_utf8(&wire[..end])?;
+        let bad = || format!("not an rc_pingpong address: {text:?}");
+        let mut parts = text.splitn(4, ':');
+        let mut field = |max: u32| -> Result<u32> {
+            let v = u32::from_str_radix(parts.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
+            if v > max {
+                return Err(bad().into());
+            }
+            Ok(v)
+        };
+        let lid = field(0xffff)? as u16;
+        let qpn = field(0xff_ffff)?;
+        let psn = field(0xff_ffff)?;
+        let hex = parts.next().ok_or_else(bad)?;
+        if hex.len() != 32 {
+            return Err(bad().into());
+        }
+        let mut raw = [0u8; 16];
+        for (i, b) in raw.iter_mut().enumerate() {
+            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+        }
+        Ok(Dest {
+            lid,
+            qpn,
+            psn,
+            gid: Gid::from_raw(raw),
+        })
+    }
+}
+
+/// The IPv4-mapped GID of `addr` (`::ffff:a.b.c.d`).
+fn ipv4_mapped(addr: Ipv4Addr) -> Gid {
+    let mut raw = [0u8; 16];
+    raw[10] = 0xff;
+    raw[11] = 0xff;
+    raw[12..].copy_from_slice(&addr.octets());
+    Gid::from_raw(raw)
+}
+
+/// The index of `addr`'s RoCE v2 GID on port 1: what `-g` names.
+fn roce_v2_gid_index(ctx: &Context, addr: Ipv4Addr) -> Result<u32> {
+    let want = ipv4_mapped(addr);
+    let table = ctx.query_gid_table()?;
+    table
+        .iter()
+        .find(|e| e.port_num == u32::from(PORT) && e.gid == want && e.gid_type == GidType::RoceV2)
+        .map(|e| e.gid_index)
+        .ok_or_else(|| format!("{}: no RoCE v2 GID {want} in {table:?}", ctx.device_name()).into())
+}
+
+/// Reads exactly `buf.len()` bytes (the stream has [`WAIT`] as its timeout).
+fn read_all(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<()> {
+    stream
+        .read_exact(buf)
+        .map_err(|e| format!("{what}: {e}").into())
+}
+
+/// RTR and RTS towards `peer` with rc_pingpong's attributes
+/// (`pp_connect_ctx`).
+fn connect_rc(qp: &OwnedQp<Buf>, me: &Dest, peer: &Dest, gid_index: u32) -> Result<()> {
+    let rtr = QpAttr::new()
+        .state(QpState::Rtr)
+        .path_mtu(Mtu::Mtu1024)
+        .dest_qpn(peer.qpn)
+        .rq_psn(peer.psn)
+        .max_dest_rd_atomic(1)
+        .min_rnr_timer(12)
+        .av(QpAttr::roce_dest(peer.gid.raw(), gid_index as u8, 1, PORT));
+    let rts = QpAttr::new()
+        .state(QpState::Rts)
+        .timeout(14)
+        .retry_cnt(7)
+        .rnr_retry(7)
+        .sq_psn(me.psn)
+        .max_rd_atomic(1);
+    qp.modify(&rtr)?;
+    qp.modify(&rts)?;
+    Ok(())
+}
+
+/// Receives the Rust side keeps posted (rc_pingpong posts 500; each side
+/// has at most one message in flight towards the other).
+const RX_DEPTH: u32 = 8;
+
+/// Both rc_pingpong pairings: the exchange, then the ping-pong.
+fn rc_pingpong(opts: &Options) -> Result<()> {
+    let ctx = open(&opts.device)?;
+    if is_iwarp(&ctx) {
+        return Err(format!(
+            "{} is iWARP: its QPs reach RTS only through the connection manager, and \
+             ibv_rc_pingpong connects by hand; it runs on RoCE (rxe) and InfiniBand only",
+            opts.device
+        )
+        .into());
+    }
+    let gid_index = roce_v2_gid_index(&ctx, opts.addr)?;
+    let pd = ctx.alloc_pd()?;
+    let qp = owned_qp(&ctx, &pd, RX_DEPTH, 0)?;
+    // INIT as pp_init_ctx: no remote access.
+    qp.modify(
+        &QpAttr::new()
+            .state(QpState::Init)
+            .pkey_index(0)
+            .port(PORT)
+            .access_flags(AccessFlags::empty()),
+    )?;
+    for i in 0..RX_DEPTH {
+        let buf = buffer(&pd, opts.size, 0)?;
+        qp.post_recv(RecvRequest::new(u64::from(i), Local::whole(buf)))
+            .map_err(|r| r.error)?;
+    }
+    let me = Dest {
+        lid: ctx.query_port(PORT)?.lid,
+        qpn: qp.qp_num(),
+        psn: std::process::id() & 0xff_ffff,
+        gid: ctx.query_gid(u32::from(PORT), gid_index)?,
+    };
+    let mut args = vec![
+        "-d".to_string(),
+        opts.device.clone(),
+        "-g".into(),
+        gid_index.to_string(),
+        "-p".into(),
+        opts.port.to_string(),
+        "-s".into(),
+        opts.size.to_string(),
+        "-n".into(),
+        opts.iters.to_string(),
+    ];
+    let client = opts.pairing == Pairing::RcPingpongServer;
+    let (peer, dest, mut stream) = if client {
+        let mut peer = Peer::spawn("ibv_rc_pingpong", &args)?;
+        let mut stream = connect_tcp(&mut peer, opts.port)?;
+        stream.write_all(&me.to_wire())?;
+        let mut wire = [0u8; WIRE_LEN];
+        read_all(&mut stream, &mut wire, "the server's address")?;
+        let dest = Dest::from_wire(&wire)?;
+        stream.write_all(b"done\0")?;
+        connect_rc(&qp, &me, &dest, gid_index)?;
+        (peer, dest, stream)
+    } else {
+        let listener = TcpListener::bind(("0.0.0.0", opts.port))?;
+        args.push("127.0.0.1".into());
+        let mut peer = Peer::spawn("ibv_rc_pingpong", &args)?;
+        let mut stream = accept_tcp(&mut peer, &listener)?;
+        let mut wire = [0u8; WIRE_LEN];
+        read_all(&mut stream, &mut wire, "the client's address")?;
+        let dest = Dest::from_wire(&wire)?;
+        // The server's QP is ready before it answers.
+        connect_rc(&qp, &me, &dest, gid_index)?;
+        stream.write_all(&me.to_wire())?;
+        let mut done = [0u8; 5];
+        read_all(&mut stream, &mut done, "the client's \"done\"")?;
+        if &done != b"done\0" {
+            return Err(format!("the client wrote {done:02x?}, not \"done\"").into());
+        }
+        (peer, dest, stream)
+    };
+    println!(
+        "c_peers: local  LID {:#06x} QPN {:#08x} PSN {:#08x} GID {} (index {gid_index})",
+        me.lid, me.qpn, me.psn, me.gid
+    );
+    println!(
+        "c_peers: remote LID {:#06x} QPN {:#08x} PSN {:#08x} GID {}",
+        dest.lid, dest.qpn, dest.psn, dest.gid
+    );
+    // rc_pingpong closes its socket after the exchange.
+    stream.flush()?;
+    drop(stream);
+    let start = Instant::now();
+    pingpong(&qp, &pd, opts, client)?;
+    let secs = start.elapsed().as_secs_f64();
+    let bytes = 2 * opts.size * opts.iters;
+    println!(
+        "c_peers: {} SENDs of {} B each way in {secs:.2} s = {:.1} µs/iter, {:.1} Mbit/s",
+        opts.iters,
+        opts.size,
+        secs * 1e6 / opts.iters as f64,
+        bytes as f64 * 8.0 / secs / 1e6
+    );
+    drop(qp);
+    peer.finish(&format!("{} iters in", opts.iters))
+}
+
+/// Connects to the C server on 127.0.0.1:`port`, trying again while it
+/// does not listen yet.
+fn connect_tcp(peer: &mut Peer, port: u16) -> Result<TcpStream> {
+    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match TcpStream::connect_timeout(&addr, WAIT) {
+            Ok(s) => {
+                s.set_read_timeout(Some(WAIT))?;
+                s.set_write_timeout(Some(WAIT))?;
+                return Ok(s);
+            }
+            Err(_) if Instant::now() + RETRY_AFTER < deadline => {
+                peer.alive()?;
+                std::thread::sleep(RETRY_AFTER);
+            }
+            Err(e) => return Err(format!("connect to {addr}: {e}").into()),
+        }
+    }
+}
+
+/// Accepts the C client's connection (at most [`WAIT`]).
+fn accept_tcp(peer: &mut Peer, listener: &TcpListener) -> Result<TcpStream> {
+    listener.set_nonblocking(true)?;
+    let deadline = Instant::now() + WAIT;
+    loop {
+        match listener.accept() {
+            Ok((s, _)) => {
+                s.set_nonblocking(false)?;
+                s.set_read_timeout(Some(WAIT))?;
+                s.set_write_timeout(Some(WAIT))?;
+                return Ok(s);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                peer.alive()?;
+                if Instant::now() >= deadline {
+                    return Err(format!("no connection within {WAIT:?}").into());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// rc_pingpong's loop: `opts.iters` SENDs each way; a side sends when its
+/// last send has completed and a message has arrived (the client sends
+/// its first at once). Every receive is posted again as it comes back.
+fn pingpong(qp: &OwnedQp<Buf>, pd: &ProtectionDomain, opts: &Options, client: bool) -> Result<()> {
+    let mut send_buf = Some(buffer(pd, opts.size, 0x5a)?);
+    let (mut sent, mut received) = (0usize, 0usize);
+    // rc_pingpong's `pending`: waiting for our send's completion / a message.
+    let (mut send_pending, mut recv_pending) = (false, true);
+    let post = |buf: Buf, sent: usize| -> Result<()> {
+        qp.post_send(SendRequest::send(sent as u64, Local::whole(buf)))
+            .map_err(uverbs::Error::from)?;
+        Ok(())
+    };
+    if client {
+        post(send_buf.take().expect("ours"), 0)?;
+        send_pending = true;
+    }
+    while sent < opts.iters || received < opts.iters {
+        for c in poll(qp, "ping-pong")? {
+            if c.is_recv {
+                let len = c.completion().map_or(0, |wc| wc.byte_len as usize);
+                if len != opts.size {
+                    return Err(
+                        format!("message {received}: {len} bytes, not {}", opts.size).into(),
+                    );
+                }
+                received += 1;
+                recv_pending = false;
+                let wr_id = c.wr_id;
+                let buf = c.into_memory().ok_or("a receive without its buffer")?;
+                qp.post_recv(RecvRequest::new(wr_id, Local::whole(buf)))
+                    .map_err(|r| r.error)?;
+            } else {
+                sent += 1;
+                send_pending = false;
+                send_buf = Some(c.into_memory().ok_or("a send without its buffer")?);
+            }
+            if sent < opts.iters && !send_pending && !recv_pending {
+                post(send_buf.take().expect("back with its completion"), sent)?;
+                (send_pending, recv_pending) = (true, true);
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rc_pingpong_wire_format() {
+        let d = Dest {
+            lid: 0,
+            qpn: 0x11,
+            psn: 0xabcdef,
+            gid: ipv4_mapped(Ipv4Addr::new(192, 0, 2, 1)),
+        };
+        let wire = d.to_wire();
+        let text = "0000:000011:abcdef:00000000000000000000ffffc0000201";
+        assert_eq!(text.len() + 1, WIRE_LEN);
+        assert_eq!(&wire[..text.len()], text.as_bytes());
+        assert_eq!(wire[WIRE_LEN - 1], 0);
+        assert_eq!(Dest::from_wire(&wire).unwrap(), d);
+    }
+}
