@@ -336,14 +336,7 @@ impl Context {
     /// context: a forked child must not send commands on the parent's
     /// objects (over ioctl the kernel would let it destroy them).
     pub(crate) fn check_process(&self, op: Op) -> Result<(), Error> {
-        if self.is_owned_by_this_process() {
-            Ok(())
-        } else {
-            Err(Error::ForeignProcess {
-                op,
-                device: self.inner.device.clone(),
-            })
-        }
+        self.inner.origin.check(op, &self.inner.device)
     }
 
     /// True when the kernel already refused (`EOPNOTSUPP`) a REREG_MR with

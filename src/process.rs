@@ -15,7 +15,10 @@
 //! `clone` system call that bypasses the C library is not noticed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::sync::Once;
+
+use crate::error::{Error, Op};
 
 /// Bumped in every forked child (see [`Generation::current`]).
 static GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -57,6 +60,20 @@ impl Generation {
         // Relaxed: see `current`; the handler is registered, because `self`
         // came from `current`.
         GENERATION.load(Ordering::Relaxed) == self.0
+    }
+
+    /// [`Error::ForeignProcess`] for `op` on `device` unless this is the
+    /// process the generation was taken in: the one check every object that
+    /// a forked child inherits makes before it touches anything.
+    pub(crate) fn check(self, op: Op, device: &Arc<str>) -> Result<(), Error> {
+        if self.is_current() {
+            Ok(())
+        } else {
+            Err(Error::ForeignProcess {
+                op,
+                device: device.clone(),
+            })
+        }
     }
 }
 

@@ -303,14 +303,7 @@ impl EventChannel {
     /// [`Error::ForeignProcess`] unless this is the process that opened the
     /// channel.
     pub(crate) fn check_process(&self, op: Op) -> Result<(), Error> {
-        if self.is_owned_by_this_process() {
-            Ok(())
-        } else {
-            Err(Error::ForeignProcess {
-                op,
-                device: self.inner.name.clone(),
-            })
-        }
+        self.inner.origin.check(op, &self.inner.name)
     }
 
     pub(crate) fn err(&self, op: Op, errno: Errno) -> Error {
