@@ -429,10 +429,12 @@ impl Pair {
             );
             let buf = c.into_memory().expect("the receive's memory");
             let bytes = buf.buffer();
-            let got = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-            assert_eq!(got, n, "{}: SENDs out of order", self.name);
             if let Some(m) = mismatch(&bytes[..len], self.index, n) {
-                panic!("{}: message {n}: byte {m:?} (at, got, expected)", self.name);
+                panic!(
+                    "{}: message {n}: byte {m:?} (at, got, expected); {}; {wc:?}",
+                    self.name,
+                    describe(bytes, len, self.index, n)
+                );
             }
             if let Some(i) = bytes[len..].iter().position(|&b| b != FILLER) {
                 panic!(
@@ -462,9 +464,12 @@ impl Pair {
             .copy_out(slot * MSG_MAX, &mut out)
             .expect("inside the target");
         if let Some(m) = mismatch(&out, self.index, n) {
+            // Padded for `describe`, which shows the first 32 bytes.
+            out.resize(len.max(32), 0);
             panic!(
-                "{}: WRITE {n} into slot {slot}: byte {m:?} (at, got, expected)",
-                self.name
+                "{}: WRITE {n} into slot {slot}: byte {m:?} (at, got, expected); {}",
+                self.name,
+                describe(&out, len, self.index, n)
             );
         }
         self.tally.writes_checked += 1;
@@ -700,6 +705,26 @@ impl Pair {
         }
         tally
     }
+}
+
+/// What a receive buffer that does not hold message `n` holds instead,
+/// for the failure message: its first bytes, how many of the `len` bytes
+/// are right, the number in its header, and whether the bytes after the
+/// header are message `n`'s (only the header wrong) or the header's.
+fn describe(bytes: &[u8], len: usize, pair: usize, n: u64) -> String {
+    let head: String = bytes[..32].iter().map(|b| format!("{b:02x}")).collect();
+    let right = (0..len).filter(|&i| bytes[i] == byte(pair, n, i)).count();
+    let filler = bytes[..len].iter().filter(|&&b| b == FILLER).count();
+    let header = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+    let body_is_n = (8..len).all(|i| bytes[i] == byte(pair, n, i));
+    let body_is_header = (8..len).all(|i| bytes[i] == byte(pair, header, i));
+    let first_wrong = (0..len).find(|&i| bytes[i] != byte(pair, n, i));
+    let last_wrong = (0..len).rev().find(|&i| bytes[i] != byte(pair, n, i));
+    format!(
+        "first 32 bytes {head}; {right} of {len} bytes right (wrong from {first_wrong:?} \
+         to {last_wrong:?}), {filler} filler bytes; header {header}; body is message \
+         {n}'s: {body_is_n}, the header's: {body_is_header}"
+    )
 }
 
 /// The next SEND after SEND `n`: SENDs are the even requests and the last.
