@@ -49,9 +49,9 @@
 //! handle counts (MRs, PDs, CQs, QPs, AHs) are back at their start. Each
 //! device prints a `STRESS:` line with what ran and how long it took.
 //!
-//! On Linux 6.1's siw0 each payload is kept inside one page of its send
-//! buffer: that siw sends a payload of a few dozen bytes that crosses a
-//! page wrong ([`siw_mis_sends_small_payloads_across_pages`]).
+//! On siw0 each payload is kept inside one page of its send buffer: siw
+//! sends a payload of a few dozen bytes that crosses a page wrong (seen on
+//! 6.1; [`siw_mis_sends_small_payloads_across_pages`]).
 //!
 //! The default, issue 18's 10,000 requests per pair, fits the VM: under TCG
 //! each test binary is killed after 10 minutes and runs in three
@@ -748,19 +748,22 @@ fn describe(bytes: &[u8], len: usize, pair: usize, n: u64) -> String {
     )
 }
 
-/// Whether `ctx` is siw on a kernel that sends a small payload crossing a
-/// page boundary of the sender's buffer wrong. Seen on Linux 6.1's siw0 in
-/// three of six runs of this binary (never on 6.12, never on rxe): a SEND
-/// of 18 bytes and WRITEs of 19 and 29 bytes arrived with their first bytes
-/// right and the rest taken from elsewhere (the 29-byte WRITE: 13 bytes
-/// right, then 16 bytes of another send buffer's message). Payloads that
-/// short are copied into the packet header by siw's `siw_try_1seg`,
-/// whose page-crossing branch on 6.1 copies the second part from the wrong
-/// address. The library hands the device the right address and length
-/// (the same requests land byte for byte on rxe and on 6.12's siw), so
-/// there each payload is kept inside one page of its buffer.
+/// Whether `ctx` is siw, which sends a payload of up to `MAX_HDR_INLINE`
+/// bytes that crosses a page boundary of the sender's buffer wrong. Seen
+/// on Linux 6.1's siw0 in three of four runs of this binary (not in three
+/// on 6.12, never on rxe): a SEND of 18 bytes and WRITEs of 19 and 29 bytes
+/// arrived with their first bytes right and the rest from elsewhere (the
+/// 29-byte WRITE: 13 bytes right, then 16 bytes of another send buffer's
+/// message). Such payloads are copied into the packet by `siw_try_1seg`;
+/// when the copy runs outside the posting system call, its page-crossing
+/// branch copies `part` (the length of the second piece) bytes from the
+/// first page, then the rest from the start of the page at `laddr + part`,
+/// not from the next page. The same code is in 6.12's siw (its source in
+/// the VM cache), so on siw every payload is kept inside one page of its
+/// buffer. The library hands the device the right address and length: the
+/// same requests land byte for byte on rxe.
 fn siw_mis_sends_small_payloads_across_pages(ctx: &Context) -> bool {
-    driver(ctx) == Driver::Siw && common::kernel::answers_as_6_1()
+    driver(ctx) == Driver::Siw
 }
 
 /// The next SEND after SEND `n`: SENDs are the even requests and the last.
