@@ -28,7 +28,7 @@ pub(crate) fn ring_prop_config(cases: u32) -> proptest::test_runner::Config {
     };
     if cfg!(miri) {
         proptest::test_runner::Config {
-            cases: 6,
+            cases: 4,
             failure_persistence: None,
             ..config
         }

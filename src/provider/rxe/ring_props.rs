@@ -917,7 +917,7 @@ fn kernel_pushes_in_order(ring: &TestRing, total: u64, deadline: Instant) {
 fn on_two_threads(kernel: fn(&TestRing, u64, Instant), user: fn(&TestRing, u64, Instant)) {
     for log2 in [6u32, 7, 8] {
         let ring = TestRing::new(log2, 16);
-        let total = crate::provider::ring_test_len(50_000, 200);
+        let total = crate::provider::ring_test_len(50_000, 120);
         let deadline = Instant::now() + Duration::from_secs(60);
         std::thread::scope(|s| {
             let kernel = s.spawn(|| kernel(&ring, total, deadline));

@@ -970,7 +970,7 @@ fn two_threads_send_and_doorbell() {
     for num in [1u32, 4, 16] {
         let mem = TestMem::sq(num);
         let doorbells = AtomicU64::new(0);
-        let total = crate::provider::ring_test_len(40_000, 200);
+        let total = crate::provider::ring_test_len(40_000, 120);
         let deadline = Instant::now() + Duration::from_secs(60);
         std::thread::scope(|s| {
             let kernel = s.spawn(|| {
@@ -1036,7 +1036,7 @@ fn two_threads_completions_and_events() {
     for num in [1u32, 4, 16] {
         let mem = TestMem::cq(num);
         let events = AtomicU64::new(0);
-        let total = crate::provider::ring_test_len(40_000, 200);
+        let total = crate::provider::ring_test_len(40_000, 120);
         let deadline = Instant::now() + Duration::from_secs(60);
         std::thread::scope(|s| {
             let kernel = s.spawn(|| {
