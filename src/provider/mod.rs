@@ -16,6 +16,38 @@ use crate::driver::DriverId;
 use crate::error::Errno;
 use crate::flags::ReregFlags;
 
+/// The ring property tests' proptest configuration: `cases` cases, or under
+/// Miri (thousands of times slower) a handful, with no failure persistence
+/// (it writes files, which Miri's isolation refuses; a failing case prints
+/// its seed anyway).
+#[cfg(test)]
+pub(crate) fn ring_prop_config(cases: u32) -> proptest::test_runner::Config {
+    let config = proptest::test_runner::Config {
+        cases,
+        ..proptest::test_runner::Config::default()
+    };
+    if cfg!(miri) {
+        proptest::test_runner::Config {
+            cases: 4,
+            failure_persistence: None,
+            ..config
+        }
+    } else {
+        config
+    }
+}
+
+/// `n` elements for a ring test, or under Miri `under_miri` (enough to lap
+/// small rings several times; the full count would take hours there).
+#[cfg(test)]
+pub(crate) const fn ring_test_len(n: u64, under_miri: u64) -> u64 {
+    if cfg!(miri) {
+        under_miri
+    } else {
+        n
+    }
+}
+
 /// The driver behind a context.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Provider {

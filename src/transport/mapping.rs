@@ -32,6 +32,10 @@ pub struct SharedMapping {
     len: usize,
     /// The process that mapped it: the only one that has the mapping.
     origin: Generation,
+    /// Under Miri only (it cannot map files): the fake kernel's heap pages
+    /// this mapping stands for, kept alive by it and never unmapped.
+    #[cfg(miri)]
+    heap: Option<std::sync::Arc<HeapPages>>,
 }
 
 // SAFETY: the mapping is plain memory owned by this value; every access goes
@@ -75,6 +79,8 @@ impl SharedMapping {
             ptr,
             len,
             origin: Generation::current(),
+            #[cfg(miri)]
+            heap: None,
         };
         // SAFETY: exactly the fresh mapping above (page-aligned start, as
         // mmap returns it); DONTFORK changes only what a future fork copies,
@@ -84,6 +90,22 @@ impl SharedMapping {
         }?;
         // On an error `mapping` drops: unmapped again (this process mapped it).
         Ok(mapping)
+    }
+
+    /// Under Miri, which cannot map a file: a mapping of the first `len`
+    /// bytes of heap pages a fake kernel serves as a ring, so the ring views
+    /// and the `OwnedQp` stack run on the fakes there. Two mappings of the
+    /// same pages see the same bytes, like two `mmap`s of one memfd; the
+    /// pages outlive every mapping of them. Never built outside Miri.
+    #[cfg(miri)]
+    pub(crate) fn over_heap(pages: &std::sync::Arc<HeapPages>, len: usize) -> SharedMapping {
+        assert!(len > 0 && len <= pages.len(), "a mapping inside the pages");
+        SharedMapping {
+            ptr: pages.as_ptr(),
+            len,
+            origin: Generation::current(),
+            heap: Some(pages.clone()),
+        }
     }
 
     /// The first byte.
@@ -118,9 +140,65 @@ impl Drop for SharedMapping {
         if !self.origin.is_current() {
             return;
         }
+        // Heap pages under Miri: only the reference to them goes.
+        #[cfg(miri)]
+        if self.heap.is_some() {
+            return;
+        }
         // SAFETY: exactly the range mmap returned, unmapped once; the views
         // borrowing it are gone (they borrow `self`).
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// Zeroed, page-aligned heap memory a fake kernel serves as a ring under
+/// Miri, in place of a memfd (Miri has no shared file mappings). The fake
+/// keeps one reference and reads and writes the bytes through
+/// [`as_ptr`](Self::as_ptr), as the kernel would through its own mapping;
+/// every [`SharedMapping::over_heap`] of it keeps another.
+#[cfg(miri)]
+#[derive(Debug)]
+pub(crate) struct HeapPages {
+    ptr: NonNull<u8>,
+    layout: std::alloc::Layout,
+}
+
+// SAFETY: plain memory owned by this value; like a `SharedMapping`, it is
+// only reached through raw pointers whose users synchronise.
+#[cfg(miri)]
+unsafe impl Send for HeapPages {}
+// SAFETY: as above: `&HeapPages` hands out only a raw pointer and a length.
+#[cfg(miri)]
+unsafe impl Sync for HeapPages {}
+
+#[cfg(miri)]
+impl HeapPages {
+    /// `len` zeroed bytes (at least one), aligned to a 4 KiB page.
+    pub(crate) fn new(len: usize) -> std::sync::Arc<HeapPages> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096).expect("layout");
+        // SAFETY: the layout's size is at least 1.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+        std::sync::Arc::new(HeapPages { ptr, layout })
+    }
+
+    /// The first byte.
+    pub(crate) fn as_ptr(&self) -> NonNull<u8> {
+        self.ptr
+    }
+
+    /// The length in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.layout.size()
+    }
+}
+
+#[cfg(miri)]
+impl Drop for HeapPages {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new` with this layout, freed once; every
+        // mapping of it held a reference, so none is left.
+        unsafe { std::alloc::dealloc(self.ptr.as_ptr(), self.layout) };
     }
 }
 

@@ -21,7 +21,7 @@
 pub mod frame;
 mod kernel;
 mod kernel_writes;
-mod mapping;
+pub(crate) mod mapping;
 mod method;
 mod recording;
 

@@ -11,6 +11,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 
+#[cfg(not(miri))]
 use std::os::fd::AsFd;
 
 use super::frame::IoctlFrame;
@@ -1187,7 +1188,8 @@ unsafe fn write_answer(frame: &mut IoctlFrame, answer: &Answer) {
 // what is returned, after zeroing both outputs. Methods are answered
 // once; only output attributes of known methods are written, within their
 // lengths, and only their flags and (for a create) the new handle's IDR
-// `data` are changed in the frame. Mapped rings are fresh memfd memory.
+// `data` are changed in the frame. Mapped rings are fresh memfd memory
+// (under Miri, fresh heap pages that only the mapping holds).
 unsafe impl Transport for RecordingTransport {
     fn kind(&self) -> TransportKind {
         self.kind.unwrap_or(TransportKind::Fake)
@@ -1206,10 +1208,16 @@ unsafe impl Transport for RecordingTransport {
         }
         // Anonymous shared memory of the ring's length, its header written
         // like the kernel's `rxe_queue_init` (both indices 0).
-        let fd = rustix::fs::memfd_create("uverbs-fake-ring", rustix::fs::MemfdFlags::CLOEXEC)?;
-        rustix::fs::ftruncate(&fd, len as u64)?;
-        // SAFETY: a memfd of our own, mapped once; no Rust memory aliases it.
-        let mapping = unsafe { SharedMapping::map(fd.as_fd(), 0, len) }?;
+        #[cfg(not(miri))]
+        let mapping = {
+            let fd = rustix::fs::memfd_create("uverbs-fake-ring", rustix::fs::MemfdFlags::CLOEXEC)?;
+            rustix::fs::ftruncate(&fd, len as u64)?;
+            // SAFETY: a memfd of our own, mapped once; no Rust memory aliases it.
+            unsafe { SharedMapping::map(fd.as_fd(), 0, len) }?
+        };
+        // Miri cannot map a file: zeroed heap pages stand for the memfd.
+        #[cfg(miri)]
+        let mapping = SharedMapping::over_heap(&super::mapping::HeapPages::new(len), len);
         let base = mapping.as_ptr().as_ptr();
         let words = [
             (

@@ -82,6 +82,9 @@ enum Step {
     Consume { n: u32, publish: bool },
 }
 
+/// Steps per case (fewer under Miri: each element costs milliseconds there).
+const MAX_STEPS: usize = if cfg!(miri) { 16 } else { 150 };
+
 fn steps() -> impl Strategy<Value = Vec<Step>> {
     let step = prop_oneof![
         (1u32..70, any::<bool>(), 0..8u8).prop_map(|(n, p, r)| Step::Produce {
@@ -93,7 +96,7 @@ fn steps() -> impl Strategy<Value = Vec<Step>> {
             publish: p || r > 0
         }),
     ];
-    prop::collection::vec(step, 1..150)
+    prop::collection::vec(step, 1..MAX_STEPS)
 }
 
 fn ring_shape() -> impl Strategy<Value = (u32, u32)> {
@@ -108,7 +111,7 @@ fn assert_masked(ring: &TestRing, slots: u32) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+    #![proptest_config(crate::provider::ring_prop_config(256))]
 
     /// Send/receive direction: user produces, the kernel model consumes.
     /// Full exactly at slots − 1 outstanding, nothing visible before publish,
@@ -418,7 +421,8 @@ fn wrap_around_many_cycles() {
     let mut kernel = ring.kernel_consumer();
     let mut buf = [0u8; 64];
     let (mut seq, mut want) = (0u64, 0u64);
-    for round in 0..10_000u32 {
+    let rounds = crate::provider::ring_test_len(10_000, 40);
+    for round in 0..rounds {
         let batch = if round % 2 == 0 { 1 } else { 3 };
         for _ in 0..batch {
             fill(user.reserve().expect("free slot"), seq);
@@ -433,7 +437,7 @@ fn wrap_around_many_cycles() {
             want += 1;
         }
     }
-    assert_eq!(want, 20_000);
+    assert_eq!(want, 2 * rounds);
 }
 
 /// A modify into RESET: the kernel flushes what was queued (its consumer
@@ -913,7 +917,7 @@ fn kernel_pushes_in_order(ring: &TestRing, total: u64, deadline: Instant) {
 fn on_two_threads(kernel: fn(&TestRing, u64, Instant), user: fn(&TestRing, u64, Instant)) {
     for log2 in [6u32, 7, 8] {
         let ring = TestRing::new(log2, 16);
-        let total = 50_000u64;
+        let total = crate::provider::ring_test_len(50_000, 120);
         let deadline = Instant::now() + Duration::from_secs(60);
         std::thread::scope(|s| {
             let kernel = s.spawn(|| kernel(&ring, total, deadline));

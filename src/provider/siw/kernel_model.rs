@@ -13,7 +13,8 @@
 //!   so it is not a release: the kernel's earlier reads of the slot are not
 //!   ordered before the store that hands the slot back. Only x86 overrides
 //!   it, with `xchg`, a locked read-modify-write: a `SeqCst` swap, which is a
-//!   release too. So the release the user side relies on exists on x86-64
+//!   release too, then a `SeqCst` fence (a locked instruction is a full
+//!   barrier, which a `SeqCst` swap alone is not in Rust's model). So the release the user side relies on exists on x86-64
 //!   only, which is why siw's data path is built there only
 //!   ([`super::DATA_PATH_SOUND`]).
 //! * `READ_ONCE` / `WRITE_ONCE` are volatile accesses, relaxed atomics. On
@@ -53,8 +54,15 @@ const WRITE_ONCE: Ordering = Ordering::Relaxed;
 fn smp_store_mb(flags: &AtomicU16, value: u16) {
     #[cfg(target_arch = "x86_64")]
     {
-        // xchg: a locked RMW, SeqCst (hence a release as well).
+        // xchg: a locked RMW, SeqCst (hence a release as well), and a full
+        // barrier: no later load passes it. In Rust's (C++'s) model a SeqCst
+        // RMW alone does not order a later non-SeqCst load, so the fence
+        // says what the locked instruction does; without it Miri (Tree
+        // Borrows' schedule) lets the kernel's next READ_ONCE miss the
+        // user's VALID while the user misses the clear: a lost doorbell
+        // x86 cannot produce.
         flags.swap(value, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
     }
     #[cfg(not(target_arch = "x86_64"))]
     {

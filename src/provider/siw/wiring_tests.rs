@@ -2,9 +2,14 @@
 //! answers siw's CQ and QP commands, serves each ring as a memfd it can read
 //! and write itself, and records, at each destroy, whether the object's
 //! rings were still mapped (/proc/self/maps names each memfd uniquely).
+//! Under Miri, which has neither memfds nor /proc, each ring is heap pages
+//! instead, read and written directly, and "still mapped" is whether a
+//! mapping still holds them.
 
 use std::collections::HashMap;
+#[cfg(not(miri))]
 use std::os::fd::{AsFd, OwnedFd};
+#[cfg(not(miri))]
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -14,6 +19,7 @@ use crate::command::{QpAttr, QpState, QpType};
 use crate::cq::CompletionQueue;
 use crate::driver::DriverId;
 use crate::error::{Errno, Error, Op};
+use crate::fork::{ForkMode, ForkSafety, MadviseAdvisor};
 use crate::qp::QpInit;
 use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
 use crate::wr::{Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus};
@@ -27,13 +33,20 @@ const NUM_CQE: u32 = 4;
 const NUM_SQE: u32 = 4;
 const NUM_RQE: u32 = 2;
 
+/// What serves one ring: a memfd, or under Miri heap pages.
+#[cfg(not(miri))]
+type Ring = Arc<OwnedFd>;
+#[cfg(miri)]
+type Ring = Arc<crate::transport::mapping::HeapPages>;
+
 /// Names memfds uniquely within the process.
+#[cfg(not(miri))]
 static NEXT_RING: AtomicU32 = AtomicU32::new(0);
 
 #[derive(Debug, Default)]
 struct State {
     /// The memfd behind each key, and its name in /proc/self/maps.
-    rings: HashMap<u64, (Arc<OwnedFd>, String)>,
+    rings: HashMap<u64, (Ring, String)>,
     /// What happened, in order.
     log: Vec<String>,
     /// The CQ key the next CREATE_CQ answers.
@@ -60,6 +73,16 @@ impl SiwFake {
         self.state.lock().unwrap()
     }
 
+    #[cfg(miri)]
+    fn mapped(&self, key: u64) -> bool {
+        // The fake's own reference, and one per live mapping.
+        self.state()
+            .rings
+            .get(&key)
+            .is_some_and(|(pages, _)| Arc::strong_count(pages) > 1)
+    }
+
+    #[cfg(not(miri))]
     fn mapped(&self, key: u64) -> bool {
         let name = match self.state().rings.get(&key) {
             Some((_, name)) => name.clone(),
@@ -70,16 +93,53 @@ impl SiwFake {
             .any(|l| l.ends_with(&format!("{name} (deleted)")))
     }
 
-    fn ring(&self, key: u64) -> Arc<OwnedFd> {
+    fn ring(&self, key: u64) -> Ring {
         self.state().rings[&key].0.clone()
     }
 
+    #[cfg(not(miri))]
     fn read(&self, key: u64, at: u64, buf: &mut [u8]) {
         rustix::io::pread(self.ring(key).as_fd(), buf, at).unwrap();
     }
 
+    #[cfg(not(miri))]
     fn write(&self, key: u64, at: u64, bytes: &[u8]) {
         rustix::io::pwrite(self.ring(key).as_fd(), bytes, at).unwrap();
+    }
+
+    /// Reads ring bytes as the kernel would through its own mapping.
+    #[cfg(miri)]
+    fn read(&self, key: u64, at: u64, buf: &mut [u8]) {
+        let pages = self.ring(key);
+        let at = usize::try_from(at).unwrap();
+        assert!(at + buf.len() <= pages.len());
+        // SAFETY: inside the pages (checked above), which `pages` keeps
+        // alive; the tests run the library on this thread only, so nothing
+        // writes them meanwhile.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                pages.as_ptr().as_ptr().add(at),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+    }
+
+    /// Writes ring bytes as the kernel would through its own mapping.
+    #[cfg(miri)]
+    fn write(&self, key: u64, at: u64, bytes: &[u8]) {
+        let pages = self.ring(key);
+        let at = usize::try_from(at).unwrap();
+        assert!(at + bytes.len() <= pages.len());
+        // SAFETY: as in `read`; the library reaches ring memory only through
+        // raw pointers and atomics, never references it keeps.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr(),
+                pages.as_ptr().as_ptr().add(at),
+                bytes.len(),
+            )
+        };
     }
 
     fn log(&self) -> Vec<String> {
@@ -203,24 +263,7 @@ unsafe impl Transport for SiwFake {
     unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
         let mut st = self.state();
         st.log.push(format!("map {offset:#x} {len}"));
-        let fd = match st.rings.get(&offset) {
-            Some((fd, _)) => fd.clone(),
-            None => {
-                let name = format!(
-                    "uverbs-siw-fake-{}-{}",
-                    std::process::id(),
-                    NEXT_RING.fetch_add(1, Ordering::Relaxed)
-                );
-                let fd = rustix::fs::memfd_create(&name, rustix::fs::MemfdFlags::CLOEXEC)?;
-                rustix::fs::ftruncate(&fd, 4096)?;
-                let fd = Arc::new(fd);
-                st.rings
-                    .insert(offset, (fd.clone(), format!("/memfd:{name}")));
-                fd
-            }
-        };
-        // SAFETY: a memfd of our own; no Rust memory aliases it.
-        unsafe { SharedMapping::map(fd.as_fd(), 0, len) }
+        serve_ring(&mut st, offset, len)
     }
 
     unsafe fn write_prepared(&self, frame: &[u8]) -> Result<usize, Errno> {
@@ -233,6 +276,43 @@ unsafe impl Transport for SiwFake {
     }
 }
 
+/// Maps the ring at `offset` (a memfd of 4 KiB, made at its first map).
+#[cfg(not(miri))]
+fn serve_ring(st: &mut State, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
+    let fd = match st.rings.get(&offset) {
+        Some((fd, _)) => fd.clone(),
+        None => {
+            let name = format!(
+                "uverbs-siw-fake-{}-{}",
+                std::process::id(),
+                NEXT_RING.fetch_add(1, Ordering::Relaxed)
+            );
+            let fd = rustix::fs::memfd_create(&name, rustix::fs::MemfdFlags::CLOEXEC)?;
+            rustix::fs::ftruncate(&fd, 4096)?;
+            let fd = Arc::new(fd);
+            st.rings
+                .insert(offset, (fd.clone(), format!("/memfd:{name}")));
+            fd
+        }
+    };
+    // SAFETY: a memfd of our own; no Rust memory aliases it.
+    unsafe { SharedMapping::map(fd.as_fd(), 0, len) }
+}
+
+/// Under Miri: maps the ring at `offset` (4 KiB of heap pages, made at its
+/// first map); a second map sees the same bytes, as with the memfd.
+#[cfg(miri)]
+fn serve_ring(st: &mut State, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
+    let (pages, _) = st.rings.entry(offset).or_insert_with(|| {
+        let pages = crate::transport::mapping::HeapPages::new(4096);
+        (pages, format!("heap ring {offset:#x}"))
+    });
+    if len > pages.len() {
+        return Err(Errno::INVAL);
+    }
+    Ok(SharedMapping::over_heap(pages, len))
+}
+
 fn siw_ctx() -> (Arc<SiwFake>, Context) {
     let fake = Arc::new(SiwFake {
         inner: RecordingTransport::new(),
@@ -242,7 +322,13 @@ fn siw_ctx() -> (Arc<SiwFake>, Context) {
         "siw_fake0",
         Some(DriverId::SIW),
         Box::new(fake.clone()),
-        &OpenOptions::new(),
+        // A private fork-safety instance: the global one asks the kernel
+        // over netlink first, which a fake needs not (and Miri cannot open
+        // a socket).
+        &OpenOptions::new().fork_safety(Arc::new(ForkSafety::new(
+            ForkMode::Disabled,
+            Box::new(MadviseAdvisor),
+        ))),
     )
     .unwrap();
     (fake, ctx)
@@ -584,6 +670,7 @@ fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
 /// CQ): after the child, the arming word, a ready CQE and the free SQE and
 /// RQE slots are as the parent left them.
 #[test]
+#[cfg_attr(miri, ignore = "Miri cannot fork")]
 fn a_forked_child_touches_none_of_the_parents_siw_rings() {
     use nix::sys::wait::{waitpid, WaitStatus};
     use nix::unistd::{fork, ForkResult};
