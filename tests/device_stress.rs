@@ -2,7 +2,7 @@
 //! proof): memory moved into requests comes back, whole and accounted for,
 //! while everything around the queue pairs changes.
 //!
-//! Eight threads each drive an `OwnedQp<BufferMr<Vec<u8>>>` pair of their
+//! Eight threads each drive an `OwnedQp<BufferMr<MmapMut>>` pair of their
 //! own (A the requester, B the responder, each on its own CQ; on rxe
 //! connected by hand, on siw through the cm) through
 //! `UVERBS_STRESS_REQUESTS` requests (default [`DEFAULT_REQUESTS`], sized
@@ -66,6 +66,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::*;
+use memmap2::MmapMut;
 use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, BufferMr, Completed, Context, Ended, Errno, Local, OwnedQp, PostSendError,
@@ -73,9 +74,9 @@ use uverbs::{
     WcOpcode, WcStatus,
 };
 
-type Buf = BufferMr<Vec<u8>>;
+type Buf = BufferMr<MmapMut>;
 type Owned = OwnedQp<Buf>;
-type Target = Arc<Mutex<RemoteBufferMr<Vec<u8>>>>;
+type Target = Arc<Mutex<RemoteBufferMr<MmapMut>>>;
 
 /// Pairs, each driven by a thread of its own.
 const PAIRS: usize = 8;
@@ -251,8 +252,15 @@ fn owned_qp(ctx: &Context, pd: &ProtectionDomain, what: &str) -> Owned {
     OwnedQp::new(qp).unwrap_or_else(|e| panic!("{what}: OwnedQp::new: {e}"))
 }
 
+/// `bytes` in an anonymous mapping of their own, registered. Not a `Vec`:
+/// under forced fork safety a registered range's pages are not inherited,
+/// and a heap buffer may share a page with malloc's arena header, which
+/// glibc's fork handlers touch in every child (a child that only called
+/// `_exit` died of SIGSEGV that way, 6.12 fork-forced).
 fn reg(pd: &ProtectionDomain, bytes: Vec<u8>, what: &str) -> Buf {
-    pd.reg_buffer(bytes, AccessFlags::LOCAL_WRITE)
+    let mut map = anon(bytes.len());
+    map.copy_from_slice(&bytes);
+    pd.reg_buffer(map, AccessFlags::LOCAL_WRITE)
         .unwrap_or_else(|e| panic!("{what}: reg_buffer: {}", e.error))
 }
 
@@ -272,7 +280,7 @@ impl Pair {
             None
         };
         let target = pd
-            .reg_remote_buffer(vec![0u8; SLOTS * MSG_MAX], RW)
+            .reg_remote_buffer(anon(SLOTS * MSG_MAX), RW)
             .unwrap_or_else(|e| panic!("{name}: reg_remote_buffer: {}", e.error));
         let remote = Remote {
             addr: target.addr(),
@@ -333,7 +341,7 @@ impl Pair {
         (MSG_MAX - addr % MSG_MAX) % MSG_MAX
     }
 
-    fn target(&self) -> MutexGuard<'_, RemoteBufferMr<Vec<u8>>> {
+    fn target(&self) -> MutexGuard<'_, RemoteBufferMr<MmapMut>> {
         self.target.lock().unwrap_or_else(|p| p.into_inner())
     }
 
