@@ -649,25 +649,19 @@ impl CompletionQueue {
     /// Completions already here under `qpn` (a destroyed QP of that number,
     /// raw posts before) are dropped; others read meanwhile are held.
     pub(crate) fn adopt(&self, qpn: u32) -> Result<(), Error> {
-        let ctx = &self.inner.ctx;
-        ctx.check_process(Op::PollCq)?;
-        let mut routing = lock(&self.inner.routing);
-        routing.adopt(qpn);
-        // Release: a reader that takes the ring lock after the drain below
-        // sees it and routes (see `poll`).
-        self.inner.routed.store(true, Ordering::Release);
-        let mut ring = lock(&self.inner.ring);
-        loop {
-            let mut read = [WorkCompletion::default(); BATCH];
-            let got = ring
-                .poll(&mut read)
-                .map_err(|e| Error::os(Op::PollCq, &ctx.inner.device, e))?;
-            let mut stale = [WorkCompletion::default(); BATCH];
-            routing.sort(Reader::Owner(qpn), &read[..got], &mut stale, 0);
-            if got < BATCH {
-                return Ok(());
-            }
+        self.inner.ctx.check_process(Op::PollCq)?;
+        {
+            let mut routing = lock(&self.inner.routing);
+            routing.adopt(qpn);
+            // Release, before the drain below takes the ring lock: a reader
+            // holding that lock afterwards sees it and routes (see `poll`).
+            self.inner.routed.store(true, Ordering::Release);
         }
+        // What is here under `qpn` now is stale (the owner has posted
+        // nothing yet): read it and drop it; the rest is held as usual.
+        let mut stale = [WorkCompletion::default(); BATCH];
+        while self.poll_routed(Reader::Owner(qpn), &mut stale)? == BATCH {}
+        Ok(())
     }
 
     /// Unregisters the owner of QP `qpn`: what is held for it goes to plain
