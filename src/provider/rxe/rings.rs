@@ -13,10 +13,9 @@ use zerocopy::FromBytes;
 use super::queue::{Consumer, Producer, QueueMem};
 use super::wqe::{self, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN};
 use crate::command::QpType;
-use crate::context::Context;
 use crate::error::Errno;
 use crate::provider::rings::PostFailure;
-use crate::transport::SharedMapping;
+use crate::transport::{SharedMapping, Transport};
 use crate::wr::{RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi as sys;
 
@@ -35,7 +34,7 @@ fn answer<T: FromBytes>(uhw: &[u8], written: usize) -> Result<T, Errno> {
 
 /// Maps one ring the answer names, with slots of at least `min_elem` bytes.
 fn map<V>(
-    ctx: &Context,
+    transport: &dyn Transport,
     mi: sys::mminfo,
     min_elem: usize,
     over: fn(QueueMem) -> V,
@@ -43,7 +42,7 @@ fn map<V>(
     let len = usize::try_from(mi.size).map_err(|_| Errno::INVAL)?;
     // SAFETY: an offset and size the create command answered on this
     // transport.
-    let mapping = unsafe { ctx.inner.transport.map_queue(mi.offset, len) }?;
+    let mapping = unsafe { transport.map_queue(mi.offset, len) }?;
     // SAFETY: the mapping is one of this object's rings, valid until the
     // mapping drops, which its owner does after the view; nothing else
     // views it.
@@ -60,9 +59,13 @@ pub(crate) struct CqRing {
 
 impl CqRing {
     /// Reads the CREATE_CQ answer (`written` bytes of `uhw`) and maps the CQ.
-    pub(crate) fn map(ctx: &Context, uhw: &[u8], written: usize) -> Result<CqRing, Errno> {
+    pub(crate) fn map(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<CqRing, Errno> {
         let resp: sys::rxe_create_cq_resp = answer(uhw, written)?;
-        let (consumer, mapping) = map(ctx, resp.mi, WC_LEN, Consumer::over)?;
+        let (consumer, mapping) = map(transport, resp.mi, WC_LEN, Consumer::over)?;
         Ok(CqRing {
             consumer,
             _mapping: mapping,
@@ -79,6 +82,7 @@ impl CqRing {
 pub(crate) struct SendQueue {
     producer: Producer,
     qp_type: QpType,
+    /// Capped to the slot when mapped.
     limits: SendLimits,
     _mapping: SharedMapping,
 }
@@ -92,7 +96,7 @@ pub(crate) struct RecvQueue {
 
 /// Reads the CREATE_QP answer and maps the RQ, then the SQ (rxe's order).
 pub(crate) fn map_qp(
-    ctx: &Context,
+    transport: &dyn Transport,
     uhw: &[u8],
     written: usize,
     qp_type: QpType,
@@ -100,13 +104,13 @@ pub(crate) fn map_qp(
     max_recv_sge: u32,
 ) -> Result<(SendQueue, RecvQueue), Errno> {
     let resp: sys::rxe_create_qp_resp = answer(uhw, written)?;
-    let (rq, rq_map) = map(ctx, resp.rq_mi, RECV_WQE_LEN, Producer::over)?;
-    let (sq, sq_map) = map(ctx, resp.sq_mi, SEND_WQE_LEN, Producer::over)?;
+    let (rq, rq_map) = map(transport, resp.rq_mi, RECV_WQE_LEN, Producer::over)?;
+    let (sq, sq_map) = map(transport, resp.sq_mi, SEND_WQE_LEN, Producer::over)?;
     Ok((
         SendQueue {
+            limits: limits.within_slot(sq.elem_size()),
             producer: sq,
             qp_type,
-            limits,
             _mapping: sq_map,
         },
         RecvQueue {
@@ -118,21 +122,24 @@ pub(crate) fn map_qp(
 }
 
 impl SendQueue {
-    /// Writes one WQE per request and publishes them together, or writes
-    /// nothing. The caller then writes the doorbell (rxe needs it for every
-    /// non-empty batch: answers true).
     /// Requests the ring holds at most (its slots − 1).
     pub(crate) fn capacity(&self) -> u32 {
         self.producer.capacity()
     }
 
+    /// Writes one WQE per request and publishes them together, or writes
+    /// nothing. The caller then writes the doorbell (rxe needs it for every
+    /// non-empty batch: answers true).
+    #[inline]
     pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
         post_sends(&mut self.producer, self.qp_type, self.limits, wrs)
     }
 }
 
 /// [`SendQueue::post`] on the ring itself (the instruction probe drives it
-/// over the kernel model).
+/// over the kernel model). `limits` are capped to the slot
+/// ([`SendLimits::within_slot`]).
+#[inline]
 pub(super) fn post_sends(
     sq: &mut Producer,
     qp_type: QpType,
@@ -140,9 +147,7 @@ pub(super) fn post_sends(
     wrs: &[SendWr<'_>],
 ) -> Result<bool, PostFailure> {
     for (index, wr) in wrs.iter().enumerate() {
-        let written = wqe::check_send_for_qp_type(qp_type, wr)
-            .and_then(|()| wqe::write_send_wqe(sq, limits, wr));
-        if let Err(error) = written {
+        if let Err(error) = wqe::check_and_encode_send(sq, qp_type, limits, wr) {
             sq.cancel();
             return Err(PostFailure::Refused { index, error });
         }
@@ -152,13 +157,14 @@ pub(super) fn post_sends(
 }
 
 impl RecvQueue {
-    /// Writes one WQE per request and publishes them together, or writes
-    /// nothing; no system call.
     /// Requests the ring holds at most (its slots − 1).
     pub(crate) fn capacity(&self) -> u32 {
         self.producer.capacity()
     }
 
+    /// Writes one WQE per request and publishes them together, or writes
+    /// nothing; no system call.
+    #[inline]
     pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let rq = &mut self.producer;
         for (index, wr) in wrs.iter().enumerate() {

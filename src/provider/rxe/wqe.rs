@@ -416,6 +416,37 @@ fn next_slot<'q>(q: &'q mut Producer, op: &'static str) -> Result<&'q mut [u8], 
         .map_err(|QueueFull { capacity }| PostError::QueueFull { op, capacity })
 }
 
+/// Bit `opcode` set for each `IB_UVERBS_WR_*` opcode in a set.
+const fn ops(opcodes: &[u32]) -> u32 {
+    let mut mask = 0;
+    let mut i = 0;
+    while i < opcodes.len() {
+        mask |= 1 << opcodes[i];
+        i += 1;
+    }
+    mask
+}
+/// SEND and SEND_WITH_IMM: the operations that may carry a UD destination.
+const SENDS: u32 = ops(&[IB_UVERBS_WR_SEND, IB_UVERBS_WR_SEND_WITH_IMM]);
+/// The operations that carry local data out, and so may take it inline.
+const DATA_OUT: u32 = SENDS | ops(&[IB_UVERBS_WR_RDMA_WRITE, IB_UVERBS_WR_RDMA_WRITE_WITH_IMM]);
+/// The atomics.
+const ATOMICS: u32 = ops(&[
+    IB_UVERBS_WR_ATOMIC_CMP_AND_SWP,
+    IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
+]);
+
+/// The operations a QP of `qp_type` carries: UC has no RDMA READ or
+/// atomics, UD only sends.
+fn ops_of(qp_type: crate::command::QpType) -> u32 {
+    use crate::command::QpType;
+    match qp_type {
+        QpType::Rc => DATA_OUT | ATOMICS | ops(&[IB_UVERBS_WR_RDMA_READ]),
+        QpType::Uc => DATA_OUT,
+        QpType::Ud => SENDS,
+    }
+}
+
 /// Refuses, before anything is written, a work request that a QP of
 /// `qp_type` cannot carry: rxe would take it and fail it on the wire
 /// (`LOC_QP_OP_ERR`, the QP in ERR), or send a UD packet nowhere.
@@ -423,13 +454,18 @@ pub(crate) fn check_send_for_qp_type(
     qp_type: crate::command::QpType,
     wr: &SendWr<'_>,
 ) -> Result<(), PostError> {
+    check_op_for_qp_type(qp_type, wr, wr.op.opcode())
+}
+
+/// [`check_send_for_qp_type`] with the opcode already known.
+#[inline]
+fn check_op_for_qp_type(
+    qp_type: crate::command::QpType,
+    wr: &SendWr<'_>,
+    opcode: u32,
+) -> Result<(), PostError> {
     use crate::command::QpType;
-    let allowed = match qp_type {
-        QpType::Rc => true,
-        QpType::Uc => matches!(wr.op, SendOp::Send { .. } | SendOp::RdmaWrite { .. }),
-        QpType::Ud => matches!(wr.op, SendOp::Send { .. }),
-    };
-    if !allowed {
+    if ops_of(qp_type) & (1 << opcode) == 0 {
         return Err(PostError::OpNotOnQpType {
             opcode: wr.op.name(),
             qp_type,
@@ -445,6 +481,110 @@ pub(crate) fn check_send_for_qp_type(
     Ok(())
 }
 
+/// What a send WQE says about its operation, from one match on it: the
+/// opcode, `ex` (immediate data, big-endian), `iova` (the remote address)
+/// and the first four words of the WR union (the rest stay zero).
+struct OpWords {
+    opcode: u32,
+    ex: u32,
+    iova: u64,
+    union: [u64; 4],
+}
+
+impl OpWords {
+    /// The words of `op`, with `ud` for a send on a UD QP.
+    #[inline]
+    fn of(op: &SendOp, ud: Option<UdDest<'_>>) -> OpWords {
+        // Union layouts (asserted below): RDMA `remote_addr`, `rkey` +
+        // reserved; atomics `remote_addr`, `compare_add`, `swap`, `rkey` +
+        // reserved; UD `remote_qpn` + `remote_qkey`, `pkey_index` +
+        // reserved + `ah_num`.
+        let rdma = |opcode, ex, remote: Remote| OpWords {
+            opcode,
+            ex,
+            iova: remote.addr,
+            union: [remote.addr, u64::from(remote.rkey), 0, 0],
+        };
+        match *op {
+            SendOp::Send { imm } => OpWords {
+                opcode: if imm.is_some() {
+                    IB_UVERBS_WR_SEND_WITH_IMM
+                } else {
+                    IB_UVERBS_WR_SEND
+                },
+                // imm_data is __be32.
+                ex: imm.map_or(0, u32::to_be),
+                iova: 0,
+                union: match ud {
+                    Some(ud) => [
+                        u64::from(ud.remote_qpn) | u64::from(ud.remote_qkey) << 32,
+                        u64::from(ud.ah_num) << 32,
+                        0,
+                        0,
+                    ],
+                    None => [0; 4],
+                },
+            },
+            SendOp::RdmaWrite { remote, imm: None } => rdma(IB_UVERBS_WR_RDMA_WRITE, 0, remote),
+            SendOp::RdmaWrite {
+                remote,
+                imm: Some(imm),
+            } => rdma(IB_UVERBS_WR_RDMA_WRITE_WITH_IMM, imm.to_be(), remote),
+            SendOp::RdmaRead { remote } => rdma(IB_UVERBS_WR_RDMA_READ, 0, remote),
+            SendOp::CompareSwap {
+                remote,
+                compare,
+                swap,
+            } => OpWords {
+                opcode: IB_UVERBS_WR_ATOMIC_CMP_AND_SWP,
+                ex: 0,
+                iova: remote.addr,
+                union: [remote.addr, compare, swap, u64::from(remote.rkey)],
+            },
+            SendOp::FetchAdd { remote, add } => OpWords {
+                opcode: IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
+                ex: 0,
+                iova: remote.addr,
+                union: [remote.addr, add, 0, u64::from(remote.rkey)],
+            },
+        }
+    }
+}
+
+// The union words above, checked against the kernel's member layouts
+// (little-endian: a `u32` at an 8-aligned offset is its word's low half).
+const _: () = {
+    use std::mem::offset_of;
+    assert!(cfg!(target_endian = "little"));
+    assert!(offset_of!(rxe_send_wr_rdma, remote_addr) == 0);
+    assert!(offset_of!(rxe_send_wr_rdma, rkey) == 8);
+    assert!(offset_of!(rxe_send_wr_rdma, reserved) == 12);
+    assert!(offset_of!(rxe_send_wr_atomic, remote_addr) == 0);
+    assert!(offset_of!(rxe_send_wr_atomic, compare_add) == 8);
+    assert!(offset_of!(rxe_send_wr_atomic, swap) == 16);
+    assert!(offset_of!(rxe_send_wr_atomic, rkey) == 24);
+    assert!(offset_of!(rxe_send_wr_atomic, reserved) == 28);
+    assert!(offset_of!(rxe_send_wr_ud, remote_qpn) == 0);
+    assert!(offset_of!(rxe_send_wr_ud, remote_qkey) == 4);
+    assert!(offset_of!(rxe_send_wr_ud, pkey_index) == 8);
+    assert!(offset_of!(rxe_send_wr_ud, ah_num) == 12);
+};
+
+impl SendLimits {
+    /// These limits capped by what one `elem_size`-byte slot holds after
+    /// the WQE header, so a wrong claim from the kernel can never make the
+    /// writer go past the slot. A send queue caps its limits once, when it
+    /// is mapped; [`write_send_wqe`] caps on every call.
+    pub(crate) fn within_slot(self, elem_size: usize) -> SendLimits {
+        let room = elem_size.saturating_sub(SEND_WQE_LEN);
+        let room = u32::try_from(room).unwrap_or(u32::MAX);
+        SendLimits {
+            max_sge: self.max_sge.min(room / SGE_LEN as u32),
+            max_inline: self.max_inline.min(room),
+        }
+    }
+}
+
 /// Checks `wr` against `limits` and the slot size, then writes it into the next
 /// free slot of the send queue `sq` (not yet published).
 pub(crate) fn write_send_wqe(
@@ -452,115 +592,116 @@ pub(crate) fn write_send_wqe(
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<(), PostError> {
-    // What one slot really holds bounds what the QP claims, so a wrong limit
-    // can never make us write past the slot.
-    let room = sq.elem_size().saturating_sub(SEND_WQE_LEN);
-    let max_inline = limits
-        .max_inline
-        .min(u32::try_from(room).unwrap_or(u32::MAX));
+    let capped = limits.within_slot(sq.elem_size());
+    encode_send(sq, capped, wr)
+}
+
+/// The total length of one send's SGEs. One SGE (the common case) is its
+/// length, with no loop and no overflow check (a `u32` always fits).
+#[inline]
+fn sge_total(sges: &[Sge]) -> Result<u32, PostError> {
+    match sges {
+        [one] => Ok(one.length),
+        _ => total_len(POST_SEND, sges.iter().map(|s| u64::from(s.length))),
+    }
+}
+
+/// [`write_send_wqe`] with `limits` already capped to the slot
+/// ([`SendLimits::within_slot`]): the send queue's hot path.
+///
+/// The checks come in rdma-core's order (`validate_send_wr`): length, SGE
+/// count, atomics, inline, UD destination, then a free slot; nothing is
+/// written unless all pass. The slot is then filled in place, field by
+/// field, with no staging copy.
+#[inline]
+pub(crate) fn encode_send(
+    sq: &mut Producer,
+    limits: SendLimits,
+    wr: &SendWr<'_>,
+) -> Result<(), PostError> {
+    encode_op(sq, limits, wr, OpWords::of(&wr.op, wr.ud))
+}
+
+/// [`check_send_for_qp_type`], then [`encode_send`], with one match on the
+/// operation for both: the send queue's hot path.
+#[inline]
+pub(crate) fn check_and_encode_send(
+    sq: &mut Producer,
+    qp_type: crate::command::QpType,
+    limits: SendLimits,
+    wr: &SendWr<'_>,
+) -> Result<(), PostError> {
+    let op = OpWords::of(&wr.op, wr.ud);
+    check_op_for_qp_type(qp_type, wr, op.opcode)?;
+    encode_op(sq, limits, wr, op)
+}
+
+#[inline]
+fn encode_op(
+    sq: &mut Producer,
+    limits: SendLimits,
+    wr: &SendWr<'_>,
+    op: OpWords,
+) -> Result<(), PostError> {
     let (num_sge, length, inline) = match wr.payload {
-        Payload::Sges(sges) => {
-            let length = total_len(POST_SEND, sges.iter().map(|s| u64::from(s.length)))?;
-            (sges.len(), length, false)
-        }
+        Payload::Sges(sges) => (sges.len(), sge_total(sges)?, false),
         Payload::Inline(segs) => (
             segs.len(),
             total_len(POST_SEND, segs.iter().map(|s| s.len() as u64))?,
             true,
         ),
     };
-    check_sges(POST_SEND, sq, SEND_WQE_LEN, limits.max_sge, num_sge)?;
-    let (remote_addr, is_atomic) = match wr.op {
-        SendOp::Send { .. } => (0, false),
-        SendOp::RdmaWrite { remote, .. } | SendOp::RdmaRead { remote } => (remote.addr, false),
-        SendOp::CompareSwap { remote, .. } | SendOp::FetchAdd { remote, .. } => (remote.addr, true),
-    };
-    if is_atomic && (length < 8 || remote_addr % 8 != 0) {
+    if num_sge > limits.max_sge as usize {
+        return Err(PostError::TooManySges {
+            op: POST_SEND,
+            n: num_sge,
+            max: limits.max_sge,
+        });
+    }
+    let op_bit = 1 << op.opcode;
+    if ATOMICS & op_bit != 0 && (length < 8 || op.iova % 8 != 0) {
         return Err(PostError::BadAtomic {
             opcode: wr.op.name(),
             len: length.into(),
-            remote_addr,
+            remote_addr: op.iova,
         });
     }
     if inline {
-        if !matches!(wr.op, SendOp::Send { .. } | SendOp::RdmaWrite { .. }) {
+        if DATA_OUT & op_bit == 0 {
             return Err(PostError::InlineNotAllowed {
                 opcode: wr.op.name(),
             });
         }
-        if length > max_inline {
+        if length > limits.max_inline {
             return Err(PostError::InlineTooLong {
                 len: length.into(),
-                max: max_inline,
+                max: limits.max_inline,
             });
         }
     }
-    if wr.ud.is_some() && !matches!(wr.op, SendOp::Send { .. }) {
+    if wr.ud.is_some() && SENDS & op_bit == 0 {
         return Err(PostError::UdNotSend {
             opcode: wr.op.name(),
         });
     }
 
     let slot = next_slot(sq, POST_SEND)?;
-    // Written in place, field by field, as rdma-core does: no staging copy.
-    // The kernel-owned words the slot already holds (status, mask, PSNs)
-    // are left alone.
-    let (wqe, tail) = rxe_send_wqe::mut_from_prefix(slot).expect(SLOT_HOLDS_WQE);
+    let (wqe, tail) = send_wqe_in(slot);
+    // Written in place, field by field, as rdma-core's `init_send_wqe`
+    // does: no staging copy. The kernel-owned words the slot already holds
+    // (status, mask, PSNs) are left alone.
     let kwr = &mut wqe.wr;
     kwr.wr_id = wr.wr_id;
     kwr.reserved = 0;
-    kwr.opcode = wr.op.opcode();
+    kwr.opcode = op.opcode;
     kwr.send_flags = wr.flags.bits() | if inline { SEND_INLINE } else { 0 };
-    kwr.ex = match wr.op {
-        // imm_data is __be32.
-        SendOp::Send { imm: Some(imm) } | SendOp::RdmaWrite { imm: Some(imm), .. } => imm.to_be(),
-        _ => 0,
-    };
-    // The union zeroed whole, then the member of this opcode written.
-    kwr.wr = [0; 15];
-    let union = kwr.wr.as_mut_bytes();
-    match wr.op {
-        SendOp::Send { .. } => {
-            if let Some(ud) = wr.ud {
-                let m = rxe_send_wr_ud::mut_from_prefix(union)
-                    .expect(UNION_HOLDS_MEMBER)
-                    .0;
-                m.remote_qpn = ud.remote_qpn;
-                m.remote_qkey = ud.remote_qkey;
-                m.ah_num = ud.ah_num;
-            }
-        }
-        SendOp::RdmaWrite { remote, .. } | SendOp::RdmaRead { remote } => {
-            let m = rxe_send_wr_rdma::mut_from_prefix(union)
-                .expect(UNION_HOLDS_MEMBER)
-                .0;
-            m.remote_addr = remote.addr;
-            m.rkey = remote.rkey;
-        }
-        SendOp::CompareSwap {
-            remote,
-            compare,
-            swap,
-        } => {
-            let m = rxe_send_wr_atomic::mut_from_prefix(union)
-                .expect(UNION_HOLDS_MEMBER)
-                .0;
-            m.remote_addr = remote.addr;
-            m.compare_add = compare;
-            m.swap = swap;
-            m.rkey = remote.rkey;
-        }
-        SendOp::FetchAdd { remote, add } => {
-            let m = rxe_send_wr_atomic::mut_from_prefix(union)
-                .expect(UNION_HOLDS_MEMBER)
-                .0;
-            m.remote_addr = remote.addr;
-            m.compare_add = add;
-            m.rkey = remote.rkey;
-        }
-    }
+    kwr.ex = op.ex;
+    // The union: this operation's member, the rest zero.
+    let (member, rest) = kwr.wr.split_at_mut(4);
+    member.copy_from_slice(&op.union);
+    rest.fill(0);
     wqe.state = 0;
-    wqe.iova = remote_addr;
+    wqe.iova = op.iova;
     wqe.dma = rxe_dma_info {
         length,
         resid: length,
@@ -570,7 +711,7 @@ pub(crate) fn write_send_wqe(
         reserved: 0,
     };
     match wr.payload {
-        Payload::Sges(sges) => tail[..sges.len() * SGE_LEN].copy_from_slice(sges.as_bytes()),
+        Payload::Sges(sges) => copy_sges(tail, sges),
         Payload::Inline(segs) => {
             let mut at = 0;
             for seg in segs {
@@ -582,14 +723,46 @@ pub(crate) fn write_send_wqe(
     Ok(())
 }
 
+/// The slot as a send WQE header and the bytes after it.
+///
+/// Panics if the slot is shorter than the header (it never is: send queues
+/// are mapped with slots of at least [`SEND_WQE_LEN`] bytes). Every slot
+/// is 8-aligned ([`Producer::reserve`]), as the header needs.
+#[inline]
+fn send_wqe_in(slot: &mut [u8]) -> (&mut rxe_send_wqe, &mut [u8]) {
+    assert!(slot.len() >= SEND_WQE_LEN, "{SLOT_HOLDS_WQE}");
+    debug_assert_eq!(slot.as_ptr() as usize % std::mem::align_of::<rxe_send_wqe>(), 0);
+    let (head, tail) = slot.split_at_mut(SEND_WQE_LEN);
+    // SAFETY: `head` is exactly `size_of::<rxe_send_wqe>()` bytes, 8-aligned
+    // (every slot of a mapped queue is: `Producer::reserve`), borrowed
+    // mutably for the returned lifetime; `rxe_send_wqe` is plain data valid
+    // for any bytes (`FromBytes`), so the view is a valid `&mut`.
+    let wqe = unsafe { &mut *head.as_mut_ptr().cast::<rxe_send_wqe>() };
+    (wqe, tail)
+}
+
+/// Copies `sges` to the start of `tail`, as the kernel reads them (the
+/// crate's [`Sge`] has the kernel's layout). One or two SGEs are stored
+/// directly, more with one `memcpy`.
+#[inline]
+fn copy_sges(tail: &mut [u8], sges: &[Sge]) {
+    let bytes = sges.as_bytes();
+    let dst = &mut tail[..bytes.len()];
+    match sges {
+        [one] => {
+            dst[..8].copy_from_slice(&one.addr.to_ne_bytes());
+            dst[8..12].copy_from_slice(&one.length.to_ne_bytes());
+            dst[12..16].copy_from_slice(&one.lkey.to_ne_bytes());
+        }
+        _ => dst.copy_from_slice(bytes),
+    }
+}
+
 /// Why a slot view cannot fail: the queue was mapped with slots of at least
 /// the WQE's size ([`QueueMem::from_raw`](super::queue::QueueMem::from_raw)'s
 /// `min_elem`), 8-aligned (an 8-aligned mapping, a 384-byte header, slots of
 /// a power of two of at least 8 bytes).
 const SLOT_HOLDS_WQE: &str = "an rxe slot holds an aligned WQE (checked at mapping time)";
-/// Why a view of the send WR's union cannot fail: each member is at most the
-/// union's 120 bytes and 8-aligned (asserted in `uverbs-uapi`).
-const UNION_HOLDS_MEMBER: &str = "the rxe send WR union holds each of its members";
 
 /// Checks `wr` against `max_sge` and the slot size, then writes it into the
 /// next free slot of the receive queue `rq` (not yet published).
