@@ -220,7 +220,7 @@ impl CqInner {
             Err(e) => {
                 if unmapped && keep_on_refusal {
                     // Should this fail, poll and req_notify answer EBADF.
-                    let _ = ring.remap(&self.ctx);
+                    let _ = ring.remap(self.ctx.inner.transport.as_ref());
                 }
                 return Err(e);
             }
@@ -410,7 +410,12 @@ impl Context {
         let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
         let uhw = &mut uhw_buf[..uhw_len];
         let (path, handle, real_cqe, written) = self.send_create_cq(cqe, event_id, channel, uhw)?;
-        let ring = match CqRing::map(self, uhw, written) {
+        let ring = match CqRing::map(
+            self.inner.provider,
+            self.inner.transport.as_ref(),
+            uhw,
+            written,
+        ) {
             Ok(ring) => ring,
             Err(e) => {
                 // Nothing is mapped any more: both orders agree here.

@@ -11,8 +11,9 @@
 //! [`provider::rings`](crate::provider::rings).
 
 use std::fmt;
+use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::command::{
     CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, QpAttrMask, QpState, QpType, QueryQp,
@@ -27,6 +28,7 @@ use crate::provider::rings::{
     self, PostFailure, QpRingConfig, RecvQueue, SendQueue, MAX_CREATE_UHW_OUT,
 };
 use crate::provider::Provider;
+use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
 
@@ -137,6 +139,10 @@ pub struct QueuePair {
     sq: Mutex<SendQueue>,
     rq: Mutex<RecvQueue>,
     doorbell: PostSendDoorbell,
+    /// The context's command file, where the doorbell is written directly
+    /// (`None` for a transport without one: the doorbell goes through it).
+    /// Open as long as the context, which `pd` keeps alive.
+    doorbell_fd: Option<RawFd>,
 }
 
 impl fmt::Debug for QueuePair {
@@ -214,7 +220,13 @@ impl ProtectionDomain {
             max_recv_sge: caps.max_recv_sge,
             sq_sig_all: init.sq_sig_all,
         };
-        let (sq, rq) = match rings::map_qp(ctx, uhw, created.uhw_written, ring_cfg) {
+        let (sq, rq) = match rings::map_qp(
+            ctx.inner.provider,
+            ctx.inner.transport.as_ref(),
+            uhw,
+            created.uhw_written,
+            ring_cfg,
+        ) {
             Ok(rings) => rings,
             Err(e) => {
                 // Nothing is mapped any more: both orders agree here.
@@ -250,6 +262,7 @@ impl ProtectionDomain {
             sq: Mutex::new(sq),
             rq: Mutex::new(rq),
             doorbell: PostSendDoorbell::new(created.handle),
+            doorbell_fd: ctx.inner.transport.command_fd().map(|fd| fd.as_raw_fd()),
         })
     }
 
@@ -571,7 +584,8 @@ impl QueuePair {
         let sent = send_destroy_qp(ctx, self.path, self.handle);
         if sent.is_err() && unmapped && keep_on_refusal {
             // Should this fail, the posts answer EBADF.
-            let _ = sq.remap(ctx).and_then(|()| rq.remap(ctx));
+            let transport = ctx.inner.transport.as_ref();
+            let _ = sq.remap(transport).and_then(|()| rq.remap(transport));
         }
         sent
     }
@@ -621,43 +635,93 @@ impl QueuePair {
     /// need nothing.
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
-        const OP: &str = "post_send";
-        let ctx = &self.pd.ctx;
-        ctx.check_process(Op::PostSend)?;
+        // Before the ring lock: in a forked child a parent thread may hold
+        // it for ever.
+        self.pd.ctx.check_process(Op::PostSend)?;
         if wrs.is_empty() {
             return Ok(());
         }
         // The state is read under the ring lock, which `modify` holds until
         // it has stored the new state: no post lands in a ring being reset.
-        let mut sq = lock(&self.sq);
-        let state = self.state();
-        if !matches!(
-            state,
-            QpState::Rts | QpState::Sqd | QpState::Sqe | QpState::Err
-        ) {
-            return Err(self.post_error(Op::PostSend, 0, PostError::WrongState { op: OP, state }));
-        }
-        let needs_doorbell = sq
-            .post(wrs)
-            .map_err(|f| self.post_failure(Op::PostSend, f))?;
-        drop(sq);
-        if !needs_doorbell {
+        let queued = queue_sends(&self.state, &mut lock(&self.sq), wrs);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.after_queue_sends(queued) }
+    }
+
+    /// [`post_send`](Self::post_send) for a caller that holds the QP
+    /// exclusively (`&mut self`): the same checks, ring and doorbell, with
+    /// no lock taken, since no `modify`, destroy or other post can run
+    /// meanwhile. The cheapest way to post; see docs/data-path.md.
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_send`](Self::post_send).
+    #[doc(alias = "ibv_post_send")]
+    pub unsafe fn post_send_exclusive(&mut self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
+        self.pd.ctx.check_process(Op::PostSend)?;
+        if wrs.is_empty() {
             return Ok(());
         }
-        // SAFETY: the doorbell frame's only pointer is its own response
-        // word, exposed at creation; what the device does with the WQEs
-        // just published is the caller's promise.
-        let doorbell = |errno| Error::Doorbell {
-            op: Op::PostSend,
-            device: ctx.inner.device.clone(),
-            errno,
-        };
-        let written = unsafe { ctx.inner.transport.write_prepared(self.doorbell.as_bytes()) }
-            .map_err(doorbell)?;
-        if written != self.doorbell.as_bytes().len() {
-            return Err(doorbell(Errno::IO));
+        let sq = self.sq.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let queued = queue_sends(&self.state, sq, wrs);
+        // SAFETY: forwarded to the caller.
+        unsafe { self.after_queue_sends(queued) }
+    }
+
+    /// What follows [`queue_sends`]: its refusal as the post's error, or
+    /// the doorbell when the ring asks for it.
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_send`](Self::post_send): the WQEs just published are
+    /// the caller's promise.
+    #[inline]
+    unsafe fn after_queue_sends(&self, queued: Result<bool, PostFailure>) -> Result<(), Error> {
+        match queued {
+            Ok(false) => Ok(()),
+            // SAFETY: forwarded to the caller.
+            Ok(true) => unsafe { self.ring_doorbell() },
+            Err(f) => Err(self.post_failure(Op::PostSend, f)),
         }
-        Ok(())
+    }
+
+    /// Writes the `POST_SEND` doorbell: the kernel then walks the send
+    /// ring. An error here comes after the WQEs were published.
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_send`](Self::post_send).
+    #[inline]
+    unsafe fn ring_doorbell(&self) -> Result<(), Error> {
+        let ctx = &self.pd.ctx;
+        let frame = self.doorbell.as_bytes();
+        let written = match self.doorbell_fd {
+            Some(fd) => {
+                // SAFETY: the fd is the context's command file, open while
+                // the context lives, which `self.pd` keeps alive.
+                let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+                // SAFETY: the doorbell frame's only pointer is its own
+                // response word, exposed at creation; what the device does
+                // with the WQEs just published is the caller's promise.
+                unsafe { write_command(fd, frame) }
+            }
+            // SAFETY: as above.
+            None => unsafe { ctx.inner.transport.write_prepared(frame) },
+        };
+        match written {
+            Ok(written) if written == frame.len() => Ok(()),
+            Ok(_) => Err(self.doorbell_error(Errno::IO)),
+            Err(errno) => Err(self.doorbell_error(errno)),
+        }
+    }
+
+    #[cold]
+    fn doorbell_error(&self, errno: Errno) -> Error {
+        Error::Doorbell {
+            op: Op::PostSend,
+            device: self.pd.ctx.inner.device.clone(),
+            errno,
+        }
     }
 
     /// Posts receive work requests (`ibv_post_recv`): writes one WQE per
@@ -683,15 +747,72 @@ impl QueuePair {
     /// registered and must be neither read nor written by the program.
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        const OP: &str = "post_recv";
         self.pd.ctx.check_process(Op::PostRecv)?;
         // Under the ring lock, as in post_send.
-        let mut rq = lock(&self.rq);
-        let state = self.state();
-        if state == QpState::Reset {
-            return Err(self.post_error(Op::PostRecv, 0, PostError::WrongState { op: OP, state }));
-        }
-        rq.post(wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
+        queue_recvs(&self.state, &mut lock(&self.rq), wrs)
+            .map_err(|f| self.post_failure(Op::PostRecv, f))
+    }
+
+    /// [`post_recv`](Self::post_recv) for a caller that holds the QP
+    /// exclusively (`&mut self`): no lock taken, as
+    /// [`post_send_exclusive`](Self::post_send_exclusive).
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_recv`](Self::post_recv).
+    #[doc(alias = "ibv_post_recv")]
+    pub unsafe fn post_recv_exclusive(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
+        self.pd.ctx.check_process(Op::PostRecv)?;
+        let rq = self.rq.get_mut().unwrap_or_else(PoisonError::into_inner);
+        queue_recvs(&self.state, rq, wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
+    }
+}
+
+/// The states a send may be posted in, as a bit mask over `QpState as u8`:
+/// RTS, and the later SQD, SQE and ERR (where the device flushes it).
+const SEND_STATES: u32 = 1 << QpState::Rts as u8
+    | 1 << QpState::Sqd as u8
+    | 1 << QpState::Sqe as u8
+    | 1 << QpState::Err as u8;
+
+/// Writes `wrs` into the send ring `sq` if the QP's `state` allows sends
+/// (read with the ring held: `modify` stores a new state with the ring
+/// locks held) and answers whether the doorbell must be written.
+#[inline]
+fn queue_sends(
+    state: &AtomicU8,
+    sq: &mut SendQueue,
+    wrs: &[SendWr<'_>],
+) -> Result<bool, PostFailure> {
+    // Acquire: pairs with `modify`'s Release store of the new state.
+    let raw = state.load(Ordering::Acquire);
+    if SEND_STATES & (1u32 << (raw & 31)) == 0 {
+        return Err(wrong_state("post_send", raw));
+    }
+    sq.post(wrs)
+}
+
+/// Writes `wrs` into the receive ring `rq` if the QP's `state` allows
+/// receives (any but RESET), read as in [`queue_sends`].
+#[inline]
+fn queue_recvs(state: &AtomicU8, rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+    // Acquire: as in `queue_sends`.
+    let raw = state.load(Ordering::Acquire);
+    if raw == QpState::Reset as u8 {
+        return Err(wrong_state("post_recv", raw));
+    }
+    rq.post(wrs)
+}
+
+/// The refusal of a post in state `raw`.
+#[cold]
+fn wrong_state(op: &'static str, raw: u8) -> PostFailure {
+    PostFailure::Refused {
+        index: 0,
+        error: PostError::WrongState {
+            op,
+            state: QpState::from_raw(raw).unwrap_or(QpState::Err),
+        },
     }
 }
 

@@ -21,8 +21,8 @@
 //! back usable.
 
 use crate::command::QpType;
-use crate::context::Context;
 use crate::error::Errno;
+use crate::transport::Transport;
 use crate::provider::rxe::wqe::SendLimits;
 use crate::provider::{rxe, siw, Provider};
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
@@ -101,11 +101,16 @@ pub(crate) enum CqRing {
 
 impl CqRing {
     /// Reads the create answer (`written` bytes of `uhw`) and maps the ring
-    /// of the context's driver. On an error the caller destroys the CQ.
-    pub(crate) fn map(ctx: &Context, uhw: &[u8], written: usize) -> Result<CqRing, Errno> {
-        match ctx.inner.provider {
-            Provider::Rxe => rxe::rings::CqRing::map(ctx, uhw, written).map(CqRing::Rxe),
-            Provider::Siw => siw::rings::CqRing::map(ctx, uhw, written)
+    /// of `provider`'s driver on `transport`. On an error the caller destroys the CQ.
+    pub(crate) fn map(
+        provider: Provider,
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<CqRing, Errno> {
+        match provider {
+            Provider::Rxe => rxe::rings::CqRing::map(transport, uhw, written).map(CqRing::Rxe),
+            Provider::Siw => siw::rings::CqRing::map(transport, uhw, written)
                 .map(CqRing::Siw)
                 .map_err(|e| e.errno()),
             Provider::Generic => Err(Errno::OPNOTSUPP),
@@ -143,10 +148,10 @@ impl CqRing {
     }
 
     /// Maps the ring again after a refused destroy (a no-op if mapped).
-    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
         match self {
             CqRing::Rxe(_) => Ok(()),
-            CqRing::Siw(r) => r.remap(ctx),
+            CqRing::Siw(r) => r.remap(transport),
         }
     }
 }
@@ -187,19 +192,20 @@ pub(crate) struct QpRingConfig {
 /// On an error the caller destroys the QP (every ring mapped so far is
 /// already unmapped).
 pub(crate) fn map_qp(
-    ctx: &Context,
+    provider: Provider,
+    transport: &dyn Transport,
     uhw: &[u8],
     written: usize,
     cfg: QpRingConfig,
 ) -> Result<(SendQueue, RecvQueue), Errno> {
-    match ctx.inner.provider {
+    match provider {
         Provider::Rxe => {
             let limits = SendLimits {
                 max_sge: cfg.max_send_sge,
                 max_inline: cfg.max_inline,
             };
             let (sq, rq) =
-                rxe::rings::map_qp(ctx, uhw, written, cfg.qp_type, limits, cfg.max_recv_sge)?;
+                rxe::rings::map_qp(transport, uhw, written, cfg.qp_type, limits, cfg.max_recv_sge)?;
             Ok((SendQueue::Rxe(sq), RecvQueue::Rxe(rq)))
         }
         Provider::Siw => {
@@ -208,7 +214,7 @@ pub(crate) fn map_qp(
                 max_inline: cfg.max_inline,
                 sig_all: cfg.sq_sig_all,
             };
-            let (_qp_id, sq, rq) = siw::rings::map_qp(ctx, uhw, written, send, cfg.max_recv_sge)
+            let (_qp_id, sq, rq) = siw::rings::map_qp(transport, uhw, written, send, cfg.max_recv_sge)
                 .map_err(|e| e.errno())?;
             Ok((SendQueue::Siw(sq), RecvQueue::Siw(rq)))
         }
@@ -220,6 +226,7 @@ impl SendQueue {
     /// Writes `wrs` (all or nothing) and answers whether the POST_SEND
     /// doorbell must be written: always after a non-empty batch on rxe,
     /// only when the kernel may be idle on siw.
+    #[inline]
     pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
         match self {
             SendQueue::Rxe(q) => q.post(wrs),
@@ -251,10 +258,10 @@ impl SendQueue {
     }
 
     /// As [`CqRing::remap`].
-    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
         match self {
             SendQueue::Rxe(_) => Ok(()),
-            SendQueue::Siw(q) => q.remap(ctx),
+            SendQueue::Siw(q) => q.remap(transport),
         }
     }
 }
@@ -288,10 +295,10 @@ impl RecvQueue {
     }
 
     /// As [`CqRing::remap`].
-    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
         match self {
             RecvQueue::Rxe(_) => Ok(()),
-            RecvQueue::Siw(q) => q.remap(ctx),
+            RecvQueue::Siw(q) => q.remap(transport),
         }
     }
 }

@@ -166,6 +166,10 @@ unsafe impl Transport for KernelFile {
         unsafe { write_command(self.fd.as_fd(), frame) }
     }
 
+    fn command_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.fd.as_fd())
+    }
+
     unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
         // The frame names its driver; a file opened without one (write()
         // only, driver unknown) has no business sending methods.

@@ -204,6 +204,14 @@ pub unsafe trait Transport: Send + Sync + fmt::Debug {
         Err(Errno::OPNOTSUPP)
     }
 
+    /// The kernel command file this transport writes to, if it has one:
+    /// the data path writes its doorbell there directly, without a call
+    /// through the transport. The descriptor stays open as long as the
+    /// transport does.
+    fn command_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
     /// Writes a pre-built `write()` command as it is, e.g. the data path's
     /// `POST_SEND` doorbell, which the kernel takes over `write()` only.
     /// Returns the bytes written. Transports without a kernel file answer
@@ -269,6 +277,10 @@ unsafe impl<T: Transport + ?Sized> Transport for std::sync::Arc<T> {
     unsafe fn write_prepared(&self, frame: &[u8]) -> Result<usize, Errno> {
         // SAFETY: forwarded to the caller.
         unsafe { (**self).write_prepared(frame) }
+    }
+
+    fn command_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        (**self).command_fd()
     }
 }
 

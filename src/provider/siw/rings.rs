@@ -19,10 +19,9 @@ use zerocopy::FromBytes;
 
 use super::queue::{CqConsumer, LayoutError, Producer, WorkElement, CQE_LEN, CTRL_LEN};
 use super::wqe::{self, SendConfig};
-use crate::context::Context;
 use crate::error::Errno;
 use crate::provider::rings::PostFailure;
-use crate::transport::SharedMapping;
+use crate::transport::{SharedMapping, Transport};
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi::{self as sys, siw_rqe, siw_sqe, SIW_INVAL_UOBJ_KEY};
 
@@ -140,11 +139,11 @@ struct RingMap<V> {
 
 impl<V: View> RingMap<V> {
     /// Maps `len` bytes at `key` and makes a fresh view of `num` elements.
-    fn map(ctx: &Context, key: u64, len: usize, num: u32) -> Result<Self, MapError> {
+    fn map(transport: &dyn Transport, key: u64, len: usize, num: u32) -> Result<Self, MapError> {
         if key == SIW_INVAL_UOBJ_KEY {
             return Err(MapError::NoMapping);
         }
-        let mapped = Self::map_at(ctx, key, len, num, None)?;
+        let mapped = Self::map_at(transport, key, len, num, None)?;
         Ok(RingMap {
             key,
             len,
@@ -155,7 +154,7 @@ impl<V: View> RingMap<V> {
     }
 
     fn map_at(
-        ctx: &Context,
+        transport: &dyn Transport,
         key: u64,
         len: usize,
         num: u32,
@@ -163,7 +162,7 @@ impl<V: View> RingMap<V> {
     ) -> Result<Mapped<V>, MapError> {
         // SAFETY: a key and length the create command answered on this
         // transport (siw's mmap entry of the ring).
-        let mapping = unsafe { ctx.inner.transport.map_queue(key, len) }.map_err(MapError::Map)?;
+        let mapping = unsafe { transport.map_queue(key, len) }.map_err(MapError::Map)?;
         // SAFETY: the mapping is this ring, alive until `Mapped` drops it
         // after the view; nothing else views it.
         let view = unsafe { V::over(mapping.as_ptr(), mapping.len(), num, resume_at) }
@@ -180,9 +179,9 @@ impl<V: View> RingMap<V> {
         }
     }
 
-    fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+    fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
         if self.mapped.is_none() {
-            let m = Self::map_at(ctx, self.key, self.len, self.num, Some(self.at))
+            let m = Self::map_at(transport, self.key, self.len, self.num, Some(self.at))
                 .map_err(MapError::errno)?;
             self.mapped = Some(m);
         }
@@ -203,14 +202,14 @@ pub(crate) struct CqRing {
 
 impl CqRing {
     /// Reads the CREATE_CQ answer (`written` bytes of `uhw`) and maps the CQ.
-    pub(crate) fn map(ctx: &Context, uhw: &[u8], written: usize) -> Result<CqRing, MapError> {
+    pub(crate) fn map(transport: &dyn Transport, uhw: &[u8], written: usize) -> Result<CqRing, MapError> {
         let resp: sys::siw_uresp_create_cq = answer(uhw, written)?;
         let len = (resp.num_cqe as usize)
             .checked_mul(CQE_LEN)
             .and_then(|n| n.checked_add(CTRL_LEN))
             .ok_or(MapError::Short)?;
         Ok(CqRing {
-            ring: RingMap::map(ctx, resp.cq_key, len, resp.num_cqe)?,
+            ring: RingMap::map(transport, resp.cq_key, len, resp.num_cqe)?,
         })
     }
 
@@ -229,8 +228,8 @@ impl CqRing {
         self.ring.unmap();
     }
 
-    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
-        self.ring.remap(ctx)
+    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
+        self.ring.remap(transport)
     }
 }
 
@@ -250,7 +249,7 @@ pub(crate) struct RecvQueue {
 /// Reads the CREATE_QP answer and maps the SQ, then the RQ (rdma-core's
 /// order). Answers the QP id (its number) too.
 pub(crate) fn map_qp(
-    ctx: &Context,
+    transport: &dyn Transport,
     uhw: &[u8],
     written: usize,
     cfg: SendConfig,
@@ -265,14 +264,14 @@ pub(crate) fn map_qp(
     }
     let bytes = |num: u32, elem: usize| (num as usize).checked_mul(elem).ok_or(MapError::Short);
     let sq = RingMap::map(
-        ctx,
+        transport,
         resp.sq_key,
         bytes(resp.num_sqe, size_of::<siw_sqe>())?,
         resp.num_sqe,
     )?;
     let rq = if has_rq {
         Some(RingMap::map(
-            ctx,
+            transport,
             resp.rq_key,
             bytes(resp.num_rqe, size_of::<siw_rqe>())?,
             resp.num_rqe,
@@ -309,8 +308,8 @@ impl SendQueue {
         self.ring.unmap();
     }
 
-    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
-        self.ring.remap(ctx)
+    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
+        self.ring.remap(transport)
     }
 }
 
@@ -344,9 +343,9 @@ impl RecvQueue {
         }
     }
 
-    pub(crate) fn remap(&mut self, ctx: &Context) -> Result<(), Errno> {
+    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
         match &mut self.ring {
-            Some(r) => r.remap(ctx),
+            Some(r) => r.remap(transport),
             None => Ok(()),
         }
     }
