@@ -20,6 +20,8 @@ mod ir_probe;
 #[cfg(test)]
 mod kernel_model;
 #[cfg(test)]
+mod one_sge_tests;
+#[cfg(test)]
 mod ring_props;
 
 /// Driver ABI versions rdma-core's rxe provider accepts.

@@ -147,7 +147,11 @@ pub(super) fn post_sends(
     wrs: &[SendWr<'_>],
 ) -> Result<bool, PostFailure> {
     for (index, wr) in wrs.iter().enumerate() {
-        if let Err(error) = wqe::check_and_encode_send(sq, qp_type, limits, wr) {
+        let written = match wqe::encode_one_sge_send(sq, qp_type, limits, wr) {
+            Some(written) => written,
+            None => wqe::check_and_encode_send(sq, qp_type, limits, wr),
+        };
+        if let Err(error) = written {
             sq.cancel();
             return Err(PostFailure::Refused { index, error });
         }

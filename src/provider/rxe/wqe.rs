@@ -636,6 +636,68 @@ pub(crate) fn check_and_encode_send(
     encode_op(sq, limits, wr, op)
 }
 
+/// The most common request, written without the general path: an RDMA
+/// WRITE or a SEND (with or without immediate data) from exactly one SGE,
+/// with no UD destination, on an RC or UC QP whose slots take an SGE.
+/// Every check of the general path passes for such a request except a
+/// full queue, which this answers the same way; `None` for any other
+/// request (the caller takes the general path). The bytes written are the
+/// general path's (the ring property tests compare them).
+#[inline(always)]
+pub(crate) fn encode_one_sge_send(
+    sq: &mut Producer,
+    qp_type: crate::command::QpType,
+    limits: SendLimits,
+    wr: &SendWr<'_>,
+) -> Option<Result<(), PostError>> {
+    let Payload::Sges([sge]) = wr.payload else {
+        return None;
+    };
+    if wr.ud.is_some() || qp_type == crate::command::QpType::Ud || limits.max_sge == 0 {
+        return None;
+    }
+    // A SEND has no remote side: its address and rkey words stay zero.
+    let (opcode, ex, iova, rkey) = match wr.op {
+        SendOp::RdmaWrite { remote, imm: None } => {
+            (IB_UVERBS_WR_RDMA_WRITE, 0, remote.addr, remote.rkey)
+        }
+        SendOp::RdmaWrite {
+            remote,
+            imm: Some(imm),
+        } => (IB_UVERBS_WR_RDMA_WRITE_WITH_IMM, imm.to_be(), remote.addr, remote.rkey),
+        SendOp::Send { imm: None } => (IB_UVERBS_WR_SEND, 0, 0, 0),
+        SendOp::Send { imm: Some(imm) } => (IB_UVERBS_WR_SEND_WITH_IMM, imm.to_be(), 0, 0),
+        _ => return None,
+    };
+    let slot = match next_slot(sq, POST_SEND) {
+        Ok(slot) => slot,
+        Err(full) => return Some(Err(full)),
+    };
+    let (wqe, tail) = send_wqe_in(slot);
+    let kwr = &mut wqe.wr;
+    kwr.wr_id = wr.wr_id;
+    kwr.reserved = 0;
+    kwr.opcode = opcode;
+    kwr.send_flags = wr.flags.bits();
+    kwr.ex = ex;
+    // The RDMA member (`remote_addr`, `rkey` + reserved), the rest zero.
+    kwr.wr = [0; 15];
+    kwr.wr[0] = iova;
+    kwr.wr[1] = u64::from(rkey);
+    wqe.state = 0;
+    wqe.iova = iova;
+    wqe.dma = rxe_dma_info {
+        length: sge.length,
+        resid: sge.length,
+        cur_sge: 0,
+        num_sge: 1,
+        sge_offset: 0,
+        reserved: 0,
+    };
+    copy_sges(tail, std::slice::from_ref(sge));
+    Some(Ok(()))
+}
+
 #[inline]
 fn encode_op(
     sq: &mut Producer,
@@ -742,9 +804,9 @@ fn send_wqe_in(slot: &mut [u8]) -> (&mut rxe_send_wqe, &mut [u8]) {
 }
 
 /// Copies `sges` to the start of `tail`, as the kernel reads them (the
-/// crate's [`Sge`] has the kernel's layout). One or two SGEs are stored
-/// directly, more with one `memcpy`.
-#[inline]
+/// crate's [`Sge`] has the kernel's layout). One SGE is stored directly,
+/// more with one `memcpy`.
+#[inline(always)]
 fn copy_sges(tail: &mut [u8], sges: &[Sge]) {
     let bytes = sges.as_bytes();
     let dst = &mut tail[..bytes.len()];

@@ -1,0 +1,158 @@
+//! The one-SGE send path ([`encode_one_sge_send`]) against the general
+//! writer: the same bytes in the slot for every request it takes, the same
+//! refusal of a full queue, and `None` for everything else.
+
+use proptest::prelude::*;
+
+use super::kernel_model::TestRing;
+use super::queue::{Producer, QueueMem};
+use super::wqe::{
+    check_send_for_qp_type, encode_one_sge_send, write_send_wqe, Payload, PostError, Remote,
+    SendFlags, SendLimits, SendOp, SendWr, Sge, UdDest, SEND_WQE_LEN,
+};
+use crate::command::QpType;
+
+const LIMITS: SendLimits = SendLimits {
+    max_sge: 4,
+    max_inline: 64,
+};
+
+/// A producer over `ring` (declared before it, so dropped after).
+fn producer(ring: &TestRing) -> Producer {
+    // SAFETY: the ring's buffer is a live allocation of ring.len() bytes
+    // shaped like an rxe queue, outliving the producer; only this producer
+    // and the kernel model touch it.
+    let mem = unsafe { QueueMem::from_raw(ring.base(), ring.len(), SEND_WQE_LEN) };
+    Producer::over(mem.expect("valid test ring"))
+}
+
+/// The slot a writer fills for `wr`, starting from the same stale bytes
+/// (`stale`, as the kernel leaves a used slot), as the kernel reads it.
+fn slot_after(
+    stale: u8,
+    wr: &SendWr<'_>,
+    write: impl FnOnce(&mut Producer, &SendWr<'_>) -> Result<(), PostError>,
+) -> Vec<u8> {
+    let ring = TestRing::new(9, 4);
+    let mut sq = producer(&ring);
+    sq.reserve().unwrap().fill(stale);
+    sq.cancel();
+    write(&mut sq, wr).expect("the request is written");
+    sq.publish();
+    let mut out = vec![0u8; ring.elem_size()];
+    assert!(ring.kernel_consumer().pop(&mut out));
+    out
+}
+
+fn op_strategy() -> impl Strategy<Value = SendOp> {
+    let remote = (any::<u64>(), any::<u32>()).prop_map(|(addr, rkey)| Remote { addr, rkey });
+    prop_oneof![
+        any::<Option<u32>>().prop_map(|imm| SendOp::Send { imm }),
+        (remote, any::<Option<u32>>()).prop_map(|(remote, imm)| SendOp::RdmaWrite { remote, imm }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(super::super::ring_prop_config(256))]
+
+    #[test]
+    fn writes_the_general_writers_bytes(
+        op in op_strategy(),
+        flags in 0u32..8,
+        wr_id in any::<u64>(),
+        (addr, length, lkey) in (any::<u64>(), any::<u32>(), any::<u32>()),
+        uc in any::<bool>(),
+        stale in any::<u8>(),
+    ) {
+        let qp_type = if uc { QpType::Uc } else { QpType::Rc };
+        let sges = [Sge { addr, length, lkey }];
+        let wr = SendWr {
+            wr_id,
+            op,
+            flags: SendFlags::from_bits_retain(flags),
+            payload: Payload::Sges(&sges),
+            ud: None,
+        };
+        let fast = slot_after(stale, &wr, |sq, wr| {
+            encode_one_sge_send(sq, qp_type, LIMITS, wr).expect("the one-SGE path takes it")
+        });
+        let general = slot_after(stale, &wr, |sq, wr| {
+            check_send_for_qp_type(qp_type, wr)?;
+            write_send_wqe(sq, LIMITS, wr)
+        });
+        prop_assert_eq!(fast, general);
+    }
+}
+
+/// A full queue is refused as the general writer refuses it.
+#[test]
+fn a_full_queue_is_refused_alike() {
+    let sges = [Sge { addr: 1, length: 8, lkey: 2 }];
+    let wr = SendWr {
+        wr_id: 1,
+        op: SendOp::Send { imm: None },
+        flags: SendFlags::SIGNALED,
+        payload: Payload::Sges(&sges),
+        ud: None,
+    };
+    let ring = TestRing::new(9, 4);
+    let mut sq = producer(&ring);
+    for _ in 0..3 {
+        encode_one_sge_send(&mut sq, QpType::Rc, LIMITS, &wr).unwrap().unwrap();
+    }
+    let fast = encode_one_sge_send(&mut sq, QpType::Rc, LIMITS, &wr).unwrap();
+    let general = write_send_wqe(&mut sq, LIMITS, &wr);
+    assert_eq!(fast, general);
+    assert!(matches!(fast, Err(PostError::QueueFull { capacity: 3, .. })), "{fast:?}");
+}
+
+/// Everything but a one-SGE WRITE or SEND without a UD destination on an
+/// RC or UC QP whose slots take an SGE goes the general way.
+#[test]
+fn other_requests_take_the_general_path() {
+    let one = [Sge { addr: 1, length: 8, lkey: 2 }];
+    let two = [one[0], one[0]];
+    let remote = Remote { addr: 8, rkey: 3 };
+    let wr = |op, payload| SendWr {
+        wr_id: 1,
+        op,
+        flags: SendFlags::SIGNALED,
+        payload,
+        ud: None,
+    };
+    let send = SendOp::Send { imm: None };
+    let inline: &[&[u8]] = &[b"hi"];
+    let ring = TestRing::new(9, 4);
+    let mut sq = producer(&ring);
+    let cases = [
+        (wr(SendOp::RdmaRead { remote }, Payload::Sges(&one)), QpType::Rc, LIMITS),
+        (wr(SendOp::FetchAdd { remote, add: 1 }, Payload::Sges(&one)), QpType::Rc, LIMITS),
+        (wr(send, Payload::Sges(&two)), QpType::Rc, LIMITS),
+        (wr(send, Payload::Sges(&[])), QpType::Rc, LIMITS),
+        (wr(send, Payload::Inline(inline)), QpType::Rc, LIMITS),
+        (wr(send, Payload::Sges(&one)), QpType::Ud, LIMITS),
+        (
+            SendWr {
+                ud: Some(UdDest::from_raw(1, 2, 3)),
+                ..wr(send, Payload::Sges(&one))
+            },
+            QpType::Rc,
+            LIMITS,
+        ),
+        (
+            wr(send, Payload::Sges(&one)),
+            QpType::Rc,
+            SendLimits {
+                max_sge: 0,
+                ..LIMITS
+            },
+        ),
+    ];
+    for (wr, qp_type, limits) in cases {
+        assert!(
+            encode_one_sge_send(&mut sq, qp_type, limits, &wr).is_none(),
+            "{wr:?} on {qp_type:?}"
+        );
+    }
+    assert_eq!(sq.pending(), 0, "nothing was reserved");
+}
