@@ -5,14 +5,85 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 
-use crate::error::Error;
 use crate::error::MrState;
+use crate::error::{Error, Op};
 use crate::flags::AccessFlags;
 use crate::flags::ReregFlags;
 use crate::mr::{DeregError, MemoryRegion};
 use crate::mr::{Rereg, ReregFallback, ReregPath};
 use crate::pd::ProtectionDomain;
 use crate::ReregError;
+
+/// Why a [`BufferMr`] refuses access a remote peer could write through.
+pub(crate) const PEER_WRITABLE_BUFFER: &str = "a BufferMr hands out plain slices, so remote peers may not write it (REMOTE_WRITE, REMOTE_ATOMIC, MW_BIND): use reg_remote_buffer";
+
+/// A failed [`ProtectionDomain::reg_buffer`]: the buffer is handed back.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+pub struct RegBufferError<B> {
+    /// The buffer, not registered.
+    pub buffer: B,
+    /// Why the registration failed.
+    pub error: Error,
+}
+
+impl ProtectionDomain {
+    /// Registers an owned, address-stable buffer. The buffer is
+    /// deregistered before it is dropped, so this is safe.
+    ///
+    /// A [`BufferMr`] hands out plain slices of its bytes, so no remote peer
+    /// may write them: access that lets one
+    /// ([`AccessFlags::lets_peers_write`]: `REMOTE_WRITE`, `REMOTE_ATOMIC`,
+    /// `MW_BIND`) is refused with [`Error::InvalidInput`], nothing sent and
+    /// the buffer handed back. Register such memory with
+    /// [`reg_remote_buffer`](Self::reg_remote_buffer).
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use uverbs::AccessFlags;
+    /// let ctx = uverbs::devices()?.first().ok_or("no device")?.open()?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let buf = vec![0u8; 1 << 20].into_boxed_slice();
+    /// let mr = pd.reg_buffer(buf, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
+    /// println!("lkey {:#x} rkey {:#x}", mr.lkey(), mr.rkey());
+    /// # Ok(()) }
+    /// ```
+    pub fn reg_buffer<B: StableBuffer>(
+        &self,
+        buffer: B,
+        access: AccessFlags,
+    ) -> Result<BufferMr<B>, RegBufferError<B>> {
+        if access.lets_peers_write() {
+            let error = Error::input(
+                Op::RegMr,
+                &self.inner.ctx.inner.device,
+                PEER_WRITABLE_BUFFER,
+            );
+            return Err(RegBufferError { buffer, error });
+        }
+        self.reg_buffer_unchecked(buffer, access)
+    }
+
+    /// [`reg_buffer`](Self::reg_buffer) with any access: the caller gives
+    /// plain slices of a remotely writable region to no one.
+    pub(crate) fn reg_buffer_unchecked<B: StableBuffer>(
+        &self,
+        buffer: B,
+        access: AccessFlags,
+    ) -> Result<BufferMr<B>, RegBufferError<B>> {
+        // Leaked, not freed, if registering unwinds (a panicking advisor).
+        let mut buffer = std::mem::ManuallyDrop::new(buffer);
+        let (addr, len) = (buffer.as_mut_ptr(), buffer.len());
+        // SAFETY: the BufferMr owns the buffer and deregisters before
+        // dropping it; StableBuffer promises the address does not move.
+        let result = unsafe { self.reg_mr(addr, len, access) };
+        let buffer = std::mem::ManuallyDrop::into_inner(buffer);
+        match result {
+            Ok(mr) => Ok(BufferMr::new(mr, buffer)),
+            Err(error) => Err(RegBufferError { buffer, error }),
+        }
+    }
+}
 
 /// A buffer whose bytes stay at one address for as long as it lives, even
 /// when the value holding it is moved.
@@ -317,7 +388,7 @@ impl<B: StableBuffer> BufferMr<B> {
             .new_access()
             .is_some_and(AccessFlags::lets_peers_write)
         {
-            return Err(mr.input_error(crate::pd::PEER_WRITABLE_BUFFER));
+            return Err(mr.input_error(PEER_WRITABLE_BUFFER));
         }
         mr.apply(change, fallback)
     }

@@ -5,8 +5,8 @@ use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use crate::async_event::AsyncEventFile;
-use crate::command::{AllocPd, GetContext, QueryDevice, WriteCommand};
+use crate::async_event::file::AsyncEventFile;
+use crate::command::{GetContext, QueryDevice, WriteCommand};
 use crate::device::Device;
 use crate::device_attr::DeviceAttr;
 use crate::driver::DriverId;
@@ -14,7 +14,6 @@ use crate::error::{Errno, Error, Op};
 use crate::flags::ReregFlags;
 use crate::fork::ForkSafety;
 use crate::method::InfoHandles;
-use crate::pd::ProtectionDomain;
 use crate::process::Generation;
 use crate::provider::Provider;
 use crate::transport::{self, KernelFile, Transport, TransportKind, TransportMode};
@@ -254,14 +253,6 @@ impl Context {
         Ok(DeviceAttr::from(&resp))
     }
 
-    /// Allocates a protection domain.
-    #[doc(alias = "ibv_alloc_pd")]
-    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
-        // SAFETY: ALLOC_PD hands no memory to the device.
-        let (resp, _) = unsafe { self.run(Op::AllocPd, &AllocPd::new(), &mut []) }?;
-        Ok(ProtectionDomain::new(self.clone(), resp.pd_handle))
-    }
-
     /// How many objects of a kind (`UVERBS_OBJECT_MR`, `UVERBS_OBJECT_PD`, …)
     /// this context holds in the kernel (`UVERBS_METHOD_INFO_HANDLES`).
     /// Needs the ioctl interface and the driver id, on either transport;
@@ -298,7 +289,7 @@ impl Context {
     /// # Safety
     ///
     /// The command must be safe to run: a `REG_MR` range must stay mapped
-    /// while registered, and destroying a handle that a [`ProtectionDomain`]
+    /// while registered, and destroying a handle that a [`ProtectionDomain`](crate::ProtectionDomain)
     /// or [`MemoryRegion`](crate::MemoryRegion) owns breaks that object.
     pub unsafe fn execute<C: WriteCommand>(
         &self,
@@ -400,5 +391,19 @@ impl Context {
 
     pub(crate) fn same_as(&self, other: &Context) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Device {
+    /// Opens the device with default options (transport from
+    /// `UVERBS_TRANSPORT`, else probed; the process-wide fork safety).
+    #[doc(alias = "ibv_open_device")]
+    pub fn open(&self) -> Result<Context, Error> {
+        Context::open(self, &OpenOptions::new())
+    }
+
+    /// Opens the device with the given options.
+    pub fn open_with(&self, options: &OpenOptions) -> Result<Context, Error> {
+        Context::open(self, options)
     }
 }

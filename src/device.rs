@@ -5,7 +5,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::context::{Context, OpenOptions};
 use crate::driver::DriverId;
 use crate::error::{Error, Op};
 use uverbs_uapi as sys;
@@ -66,18 +65,6 @@ impl Device {
     /// The character device's `(major, minor)` as sysfs announces it.
     pub fn dev_number(&self) -> (u32, u32) {
         self.dev
-    }
-
-    /// Opens the device with default options (transport from
-    /// `UVERBS_TRANSPORT`, else probed; the process-wide fork safety).
-    #[doc(alias = "ibv_open_device")]
-    pub fn open(&self) -> Result<Context, Error> {
-        Context::open(self, &OpenOptions::new())
-    }
-
-    /// Opens the device with the given options.
-    pub fn open_with(&self, options: &OpenOptions) -> Result<Context, Error> {
-        Context::open(self, options)
     }
 }
 

@@ -74,7 +74,8 @@ pub mod __fuzz;
 pub use ah::{AddressHandle, AhAttr};
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
 pub use buffer::{
-    BufferDeregError, BufferMr, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
+    BufferDeregError, BufferMr, RegBufferError, RetargetBuffers, RetargetError, Retargeted,
+    StableBuffer,
 };
 pub use context::{Context, OpenOptions};
 pub use cq::{CompletionChannel, CompletionQueue, CqDestroyed, CreatePath, DestroyCqError};
@@ -88,7 +89,7 @@ pub use endpoint::{Endpoint, EndpointParseError};
 pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
-pub use pd::{DeallocError, ProtectionDomain, RegBufferError};
+pub use pd::{DeallocError, ProtectionDomain};
 pub use post::{
     Completed, DeviceReadable, DeviceWritable, Ended, Local, NotOwnable, OutOfRange, OwnedQp,
     PostRefused, PostSendError, RecvRequest, SendRequest,

@@ -4,12 +4,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::buffer::{BufferMr, StableBuffer};
-use crate::command::DeallocPd;
+use crate::command::{AllocPd, DeallocPd};
 use crate::context::Context;
 use crate::error::{Error, Op};
-use crate::flags::AccessFlags;
-use crate::mr::MemoryRegion;
 
 /// The kernel PD, shared by the [`ProtectionDomain`] and the MRs in it.
 pub(crate) struct PdInner {
@@ -82,19 +79,6 @@ pub struct DeallocError {
     pub error: Error,
 }
 
-/// Why a [`BufferMr`] refuses access a remote peer could write through.
-pub(crate) const PEER_WRITABLE_BUFFER: &str = "a BufferMr hands out plain slices, so remote peers may not write it (REMOTE_WRITE, REMOTE_ATOMIC, MW_BIND): use reg_remote_buffer";
-
-/// A failed [`ProtectionDomain::reg_buffer`]: the buffer is handed back.
-#[derive(Debug, thiserror::Error)]
-#[error("{error}")]
-pub struct RegBufferError<B> {
-    /// The buffer, not registered.
-    pub buffer: B,
-    /// Why the registration failed.
-    pub error: Error,
-}
-
 impl ProtectionDomain {
     pub(crate) fn new(ctx: Context, handle: u32) -> Self {
         ProtectionDomain {
@@ -126,95 +110,14 @@ impl ProtectionDomain {
             Err(error) => Err(DeallocError { pd: self, error }),
         }
     }
+}
 
-    /// Registers `length` bytes at `addr` with the given access.
-    ///
-    /// With fork safety enabled the range is marked `MADV_DONTFORK` before
-    /// the command and un-marked again if it fails (not for `ON_DEMAND`).
-    ///
-    /// # Safety
-    ///
-    /// The range must stay mapped, and must not be reused for anything the
-    /// device must not touch, until the kernel no longer references it: the
-    /// device reads (and with write access, writes) it behind the compiler's
-    /// back. That is when [`MemoryRegion::dereg`] returns `Ok`, when a
-    /// re-registration moved the region elsewhere, or when the region is
-    /// dropped and the kernel accepts the `DEREG_MR` that drop sends. If it
-    /// refuses (rare: e.g. `EIO` once the device is gone), the registration
-    /// is abandoned and lasts until the context is closed (every clone of
-    /// the [`Context`](crate::Context) and every PD and MR made from it
-    /// dropped); [`Context::abandoned_registrations`](crate::Context::abandoned_registrations)
-    /// counts such cases. To free memory right after deregistering, use
-    /// `dereg()` and handle its error; or use [`reg_buffer`](Self::reg_buffer),
-    /// which leaks the buffer rather than free it under the device.
-    ///
-    /// In a child forked from the process that opened the context, the
-    /// region is the parent's: dropping the child's copy sends nothing, and
-    /// the child's copy of the memory is not registered.
-    #[doc(alias = "ibv_reg_mr")]
-    pub unsafe fn reg_mr(
-        &self,
-        addr: *mut u8,
-        length: usize,
-        access: AccessFlags,
-    ) -> Result<MemoryRegion, Error> {
-        // SAFETY: forwarded to the caller.
-        unsafe { MemoryRegion::register(&self.inner, addr, length, access) }.map_err(Error::from)
-    }
-
-    /// Registers an owned, address-stable buffer. The buffer is
-    /// deregistered before it is dropped, so this is safe.
-    ///
-    /// A [`BufferMr`] hands out plain slices of its bytes, so no remote peer
-    /// may write them: access that lets one
-    /// ([`AccessFlags::lets_peers_write`]: `REMOTE_WRITE`, `REMOTE_ATOMIC`,
-    /// `MW_BIND`) is refused with [`Error::InvalidInput`], nothing sent and
-    /// the buffer handed back. Register such memory with
-    /// [`reg_remote_buffer`](Self::reg_remote_buffer).
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use uverbs::AccessFlags;
-    /// let ctx = uverbs::devices()?.first().ok_or("no device")?.open()?;
-    /// let pd = ctx.alloc_pd()?;
-    /// let buf = vec![0u8; 1 << 20].into_boxed_slice();
-    /// let mr = pd.reg_buffer(buf, AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)?;
-    /// println!("lkey {:#x} rkey {:#x}", mr.lkey(), mr.rkey());
-    /// # Ok(()) }
-    /// ```
-    pub fn reg_buffer<B: StableBuffer>(
-        &self,
-        buffer: B,
-        access: AccessFlags,
-    ) -> Result<BufferMr<B>, RegBufferError<B>> {
-        if access.lets_peers_write() {
-            let error = Error::input(
-                Op::RegMr,
-                &self.inner.ctx.inner.device,
-                PEER_WRITABLE_BUFFER,
-            );
-            return Err(RegBufferError { buffer, error });
-        }
-        self.reg_buffer_unchecked(buffer, access)
-    }
-
-    /// [`reg_buffer`](Self::reg_buffer) with any access: the caller gives
-    /// plain slices of a remotely writable region to no one.
-    pub(crate) fn reg_buffer_unchecked<B: StableBuffer>(
-        &self,
-        buffer: B,
-        access: AccessFlags,
-    ) -> Result<BufferMr<B>, RegBufferError<B>> {
-        // Leaked, not freed, if registering unwinds (a panicking advisor).
-        let mut buffer = std::mem::ManuallyDrop::new(buffer);
-        let (addr, len) = (buffer.as_mut_ptr(), buffer.len());
-        // SAFETY: the BufferMr owns the buffer and deregisters before
-        // dropping it; StableBuffer promises the address does not move.
-        let result = unsafe { self.reg_mr(addr, len, access) };
-        let buffer = std::mem::ManuallyDrop::into_inner(buffer);
-        match result {
-            Ok(mr) => Ok(BufferMr::new(mr, buffer)),
-            Err(error) => Err(RegBufferError { buffer, error }),
-        }
+impl Context {
+    /// Allocates a protection domain.
+    #[doc(alias = "ibv_alloc_pd")]
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        // SAFETY: ALLOC_PD hands no memory to the device.
+        let (resp, _) = unsafe { self.run(Op::AllocPd, &AllocPd::new(), &mut []) }?;
+        Ok(ProtectionDomain::new(self.clone(), resp.pd_handle))
     }
 }

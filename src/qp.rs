@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::command::{
@@ -31,6 +31,14 @@ use crate::provider::Provider;
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
+
+/// The value each QP's events carry (`user_handle`): unique in the process.
+static NEXT_QP_EVENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// A fresh [`QueuePair::event_id`] for a QP about to be created.
+pub(crate) fn next_qp_event_id() -> u64 {
+    NEXT_QP_EVENT_ID.fetch_add(1, Ordering::Relaxed)
+}
 
 /// What to create a queue pair with (`struct ibv_qp_init_attr`).
 ///
@@ -208,7 +216,7 @@ impl ProtectionDomain {
             max_recv_sge: init.max_recv_sge,
             max_inline_data: init.max_inline,
         };
-        let event_id = crate::async_event::next_qp_event_id();
+        let event_id = next_qp_event_id();
         let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
         let uhw = &mut uhw_buf[..uhw_len];
         let created = self.send_create_qp(init, cap, event_id, uhw)?;
@@ -795,7 +803,11 @@ fn queue_sends(
 /// Writes `wrs` into the receive ring `rq` if the QP's `state` allows
 /// receives (any but RESET), read as in [`queue_sends`].
 #[inline]
-fn queue_recvs(state: &AtomicU8, rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+fn queue_recvs(
+    state: &AtomicU8,
+    rq: &mut RecvQueue,
+    wrs: &[RecvWr<'_>],
+) -> Result<(), PostFailure> {
     // Acquire: as in `queue_sends`.
     let raw = state.load(Ordering::Acquire);
     if raw == QpState::Reset as u8 {

@@ -26,11 +26,12 @@
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 
+use crate::buffer::RegBufferError;
 use crate::buffer::{BufferDeregError, BufferMr, RetargetError, Retargeted, StableBuffer};
 use crate::error::{Error, ReregError};
 use crate::flags::AccessFlags;
 use crate::mr::{MemoryRegion, ReregFallback};
-use crate::pd::{ProtectionDomain, RegBufferError};
+use crate::pd::ProtectionDomain;
 
 /// A memory region that owns a buffer a remote peer may write.
 ///

@@ -265,3 +265,40 @@ impl Drop for MemoryRegion {
         }
     }
 }
+
+impl ProtectionDomain {
+    /// Registers `length` bytes at `addr` with the given access.
+    ///
+    /// With fork safety enabled the range is marked `MADV_DONTFORK` before
+    /// the command and un-marked again if it fails (not for `ON_DEMAND`).
+    ///
+    /// # Safety
+    ///
+    /// The range must stay mapped, and must not be reused for anything the
+    /// device must not touch, until the kernel no longer references it: the
+    /// device reads (and with write access, writes) it behind the compiler's
+    /// back. That is when [`MemoryRegion::dereg`] returns `Ok`, when a
+    /// re-registration moved the region elsewhere, or when the region is
+    /// dropped and the kernel accepts the `DEREG_MR` that drop sends. If it
+    /// refuses (rare: e.g. `EIO` once the device is gone), the registration
+    /// is abandoned and lasts until the context is closed (every clone of
+    /// the [`Context`](crate::Context) and every PD and MR made from it
+    /// dropped); [`Context::abandoned_registrations`](crate::Context::abandoned_registrations)
+    /// counts such cases. To free memory right after deregistering, use
+    /// `dereg()` and handle its error; or use [`reg_buffer`](Self::reg_buffer),
+    /// which leaks the buffer rather than free it under the device.
+    ///
+    /// In a child forked from the process that opened the context, the
+    /// region is the parent's: dropping the child's copy sends nothing, and
+    /// the child's copy of the memory is not registered.
+    #[doc(alias = "ibv_reg_mr")]
+    pub unsafe fn reg_mr(
+        &self,
+        addr: *mut u8,
+        length: usize,
+        access: AccessFlags,
+    ) -> Result<MemoryRegion, Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe { MemoryRegion::register(&self.inner, addr, length, access) }.map_err(Error::from)
+    }
+}

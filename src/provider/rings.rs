@@ -22,9 +22,9 @@
 
 use crate::command::QpType;
 use crate::error::Errno;
-use crate::transport::Transport;
 use crate::provider::rxe::wqe::SendLimits;
 use crate::provider::{rxe, siw, Provider};
+use crate::transport::Transport;
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
 
 /// Why a post did not queue anything.
@@ -204,8 +204,14 @@ pub(crate) fn map_qp(
                 max_sge: cfg.max_send_sge,
                 max_inline: cfg.max_inline,
             };
-            let (sq, rq) =
-                rxe::rings::map_qp(transport, uhw, written, cfg.qp_type, limits, cfg.max_recv_sge)?;
+            let (sq, rq) = rxe::rings::map_qp(
+                transport,
+                uhw,
+                written,
+                cfg.qp_type,
+                limits,
+                cfg.max_recv_sge,
+            )?;
             Ok((SendQueue::Rxe(sq), RecvQueue::Rxe(rq)))
         }
         Provider::Siw => {
@@ -214,8 +220,9 @@ pub(crate) fn map_qp(
                 max_inline: cfg.max_inline,
                 sig_all: cfg.sq_sig_all,
             };
-            let (_qp_id, sq, rq) = siw::rings::map_qp(transport, uhw, written, send, cfg.max_recv_sge)
-                .map_err(|e| e.errno())?;
+            let (_qp_id, sq, rq) =
+                siw::rings::map_qp(transport, uhw, written, send, cfg.max_recv_sge)
+                    .map_err(|e| e.errno())?;
             Ok((SendQueue::Siw(sq), RecvQueue::Siw(rq)))
         }
         Provider::Generic => Err(Errno::OPNOTSUPP),

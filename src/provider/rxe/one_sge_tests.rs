@@ -87,7 +87,11 @@ proptest! {
 /// A full queue is refused as the general writer refuses it.
 #[test]
 fn a_full_queue_is_refused_alike() {
-    let sges = [Sge { addr: 1, length: 8, lkey: 2 }];
+    let sges = [Sge {
+        addr: 1,
+        length: 8,
+        lkey: 2,
+    }];
     let wr = SendWr {
         wr_id: 1,
         op: SendOp::Send { imm: None },
@@ -98,19 +102,28 @@ fn a_full_queue_is_refused_alike() {
     let ring = TestRing::new(9, 4);
     let mut sq = producer(&ring);
     for _ in 0..3 {
-        encode_one_sge_send(&mut sq, QpType::Rc, LIMITS, &wr).unwrap().unwrap();
+        encode_one_sge_send(&mut sq, QpType::Rc, LIMITS, &wr)
+            .unwrap()
+            .unwrap();
     }
     let fast = encode_one_sge_send(&mut sq, QpType::Rc, LIMITS, &wr).unwrap();
     let general = write_send_wqe(&mut sq, LIMITS, &wr);
     assert_eq!(fast, general);
-    assert!(matches!(fast, Err(PostError::QueueFull { capacity: 3, .. })), "{fast:?}");
+    assert!(
+        matches!(fast, Err(PostError::QueueFull { capacity: 3, .. })),
+        "{fast:?}"
+    );
 }
 
 /// Everything but a one-SGE WRITE or SEND without a UD destination on an
 /// RC or UC QP whose slots take an SGE goes the general way.
 #[test]
 fn other_requests_take_the_general_path() {
-    let one = [Sge { addr: 1, length: 8, lkey: 2 }];
+    let one = [Sge {
+        addr: 1,
+        length: 8,
+        lkey: 2,
+    }];
     let two = [one[0], one[0]];
     let remote = Remote { addr: 8, rkey: 3 };
     let wr = |op, payload| SendWr {
@@ -125,8 +138,16 @@ fn other_requests_take_the_general_path() {
     let ring = TestRing::new(9, 4);
     let mut sq = producer(&ring);
     let cases = [
-        (wr(SendOp::RdmaRead { remote }, Payload::Sges(&one)), QpType::Rc, LIMITS),
-        (wr(SendOp::FetchAdd { remote, add: 1 }, Payload::Sges(&one)), QpType::Rc, LIMITS),
+        (
+            wr(SendOp::RdmaRead { remote }, Payload::Sges(&one)),
+            QpType::Rc,
+            LIMITS,
+        ),
+        (
+            wr(SendOp::FetchAdd { remote, add: 1 }, Payload::Sges(&one)),
+            QpType::Rc,
+            LIMITS,
+        ),
         (wr(send, Payload::Sges(&two)), QpType::Rc, LIMITS),
         (wr(send, Payload::Sges(&[])), QpType::Rc, LIMITS),
         (wr(send, Payload::Inline(inline)), QpType::Rc, LIMITS),

@@ -664,7 +664,12 @@ pub(crate) fn encode_one_sge_send(
         SendOp::RdmaWrite {
             remote,
             imm: Some(imm),
-        } => (IB_UVERBS_WR_RDMA_WRITE_WITH_IMM, imm.to_be(), remote.addr, remote.rkey),
+        } => (
+            IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
+            imm.to_be(),
+            remote.addr,
+            remote.rkey,
+        ),
         SendOp::Send { imm: None } => (IB_UVERBS_WR_SEND, 0, 0, 0),
         SendOp::Send { imm: Some(imm) } => (IB_UVERBS_WR_SEND_WITH_IMM, imm.to_be(), 0, 0),
         _ => return None,
@@ -793,7 +798,10 @@ fn encode_op(
 #[inline]
 fn send_wqe_in(slot: &mut [u8]) -> (&mut rxe_send_wqe, &mut [u8]) {
     assert!(slot.len() >= SEND_WQE_LEN, "{SLOT_HOLDS_WQE}");
-    debug_assert_eq!(slot.as_ptr() as usize % std::mem::align_of::<rxe_send_wqe>(), 0);
+    debug_assert_eq!(
+        slot.as_ptr() as usize % std::mem::align_of::<rxe_send_wqe>(),
+        0
+    );
     let (head, tail) = slot.split_at_mut(SEND_WQE_LEN);
     // SAFETY: `head` is exactly `size_of::<rxe_send_wqe>()` bytes, 8-aligned
     // (every slot of a mapped queue is: `Producer::reserve`), borrowed

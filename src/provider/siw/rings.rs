@@ -202,7 +202,11 @@ pub(crate) struct CqRing {
 
 impl CqRing {
     /// Reads the CREATE_CQ answer (`written` bytes of `uhw`) and maps the CQ.
-    pub(crate) fn map(transport: &dyn Transport, uhw: &[u8], written: usize) -> Result<CqRing, MapError> {
+    pub(crate) fn map(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<CqRing, MapError> {
         let resp: sys::siw_uresp_create_cq = answer(uhw, written)?;
         let len = (resp.num_cqe as usize)
             .checked_mul(CQE_LEN)

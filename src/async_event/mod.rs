@@ -25,11 +25,8 @@
 //! [`QueuePair::async_events_reported`]). Events still queued when their
 //! object is destroyed are dropped by the kernel, never read.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
 use rustix::event::{PollFd, PollFlags};
 use zerocopy::FromBytes;
@@ -40,13 +37,10 @@ use crate::error::{Errno, Error, Op};
 use crate::qp::QueuePair;
 use uverbs_uapi as sys;
 
-/// The value each QP's events carry (`user_handle`): unique in the process.
-static NEXT_QP_EVENT_ID: AtomicU64 = AtomicU64::new(1);
+pub(crate) mod file;
 
-/// A fresh [`QueuePair::event_id`] for a QP about to be created.
-pub(crate) fn next_qp_event_id() -> u64 {
-    NEXT_QP_EVENT_ID.fetch_add(1, Ordering::Relaxed)
-}
+pub use file::AsyncElement;
+use file::AsyncEventFile;
 
 /// What happened (the kernel's `enum ib_event_type`, equal to libibverbs'
 /// `enum ibv_event_type`).
@@ -143,26 +137,6 @@ impl AsyncEventKind {
     }
 }
 
-/// What an event is about: a CQ, QP, SRQ or WQ by the id it was created
-/// with, a port by number, or the whole device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AsyncElement {
-    /// The CQ whose [`CompletionQueue::event_id`] this is.
-    Cq(u64),
-    /// The QP whose [`QueuePair::event_id`] this is.
-    Qp(u64),
-    /// An SRQ's `user_handle`.
-    Srq(u64),
-    /// A WQ's `user_handle`.
-    Wq(u64),
-    /// A port, 1-based.
-    Port(u32),
-    /// The device (for [`AsyncEventKind::DeviceFatal`]).
-    Device,
-    /// The raw element of an event of unknown kind.
-    Unknown(u64),
-}
-
 /// One asynchronous event (`struct ibv_async_event`), decoded from the
 /// kernel's `ib_uverbs_async_event_desc`. A plain value: nothing to ack.
 #[doc(alias = "ibv_async_event")]
@@ -203,44 +177,6 @@ impl AsyncEvent {
     /// True if the event is about `qp`.
     pub fn is_about_qp(&self, qp: &QueuePair) -> bool {
         self.element == AsyncElement::Qp(qp.event_id())
-    }
-}
-
-/// The context's end of the kernel's async-event file.
-pub(crate) struct AsyncEventFile {
-    fd: OwnedFd,
-    /// Whether making the descriptor non-blocking worked (done once, on
-    /// first use).
-    nonblocking: OnceLock<Result<(), Errno>>,
-    /// Events read so far, per element. An entry lives as long as the
-    /// context (16 bytes per object that ever had an event).
-    reported: Mutex<HashMap<AsyncElement, u32>>,
-}
-
-impl AsyncEventFile {
-    pub(crate) fn new(fd: OwnedFd) -> Self {
-        AsyncEventFile {
-            fd,
-            nonblocking: OnceLock::new(),
-            reported: Mutex::new(HashMap::new()),
-        }
-    }
-
-    fn make_nonblocking(&self) -> Result<(), Errno> {
-        *self.nonblocking.get_or_init(|| {
-            let flags = rustix::fs::fcntl_getfl(&self.fd)?;
-            rustix::fs::fcntl_setfl(&self.fd, flags | rustix::fs::OFlags::NONBLOCK)
-        })
-    }
-
-    fn count(&self, element: AsyncElement) {
-        let mut map = self.reported.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry(element).or_insert(0) += 1;
-    }
-
-    fn reported(&self, element: AsyncElement) -> u32 {
-        let map = self.reported.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(&element).copied().unwrap_or(0)
     }
 }
 
@@ -479,7 +415,8 @@ mod tests {
 
     use crate::transport::{RawCommand, RecordingTransport, Transport, TransportKind};
     use crate::OpenOptions;
-    use std::os::fd::AsFd;
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::sync::Mutex;
     use std::time::Duration;
 
     /// The recording fake, except that `GET_CONTEXT`'s descriptor is the
