@@ -20,8 +20,8 @@
 //!    into a slot of its own) are posted before the loop and never polled:
 //!    only the sender's `post_send` and poll are measured.
 //!
-//! Each wait sleeps a millisecond outside the measured functions before
-//! it polls (sleeping again while the poll finds nothing, at most
+//! Each wait sleeps 5 ms outside the measured functions before it polls
+//! (sleeping 1 ms again while the poll does not find all, at most
 //! [`WAIT`] in all). callgrind collects only inside the measured functions
 //! (`--toggle-collect`, the names in profile.rs), each inclusive of
 //! everything it calls in user space (locks, the `write` wrapper of the
@@ -182,11 +182,20 @@ pub struct Counts {
     post_recvs: u64,
 }
 
-/// Waits for `want` completions of `what` (iteration `i`): sleeps ~1 ms
-/// (not measured), then polls once with `poll(got)`, which polls for at
-/// most `want - got` completions into the slots from `got` on and returns
-/// how many it found; sleeps again while they are not all in (an empty
-/// poll counted), at most [`WAIT`] in all.
+/// How long a wait sleeps before its first poll: long enough that the
+/// completions are usually in (rxe's come back through the kernel's
+/// loopback, slower while the VM's host is busy), so that few polls find
+/// nothing and the counts stay alike from run to run.
+const FIRST_SLEEP: Duration = Duration::from_millis(5);
+/// How long it sleeps before each further poll.
+const NEXT_SLEEP: Duration = Duration::from_millis(1);
+
+/// Waits for `want` completions of `what` (iteration `i`): sleeps
+/// [`FIRST_SLEEP`] (not measured), then polls once with `poll(got)`, which
+/// polls for at most `want - got` completions into the slots from `got` on
+/// and returns how many it found; sleeps [`NEXT_SLEEP`] and polls again
+/// while they are not all in (an empty poll counted), at most [`WAIT`] in
+/// all.
 pub fn wait_for(
     counts: &mut Counts,
     what: &str,
@@ -196,8 +205,10 @@ pub fn wait_for(
 ) -> Result<(), String> {
     let start = Instant::now();
     let mut got = 0;
+    let mut sleep = FIRST_SLEEP;
     loop {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(sleep);
+        sleep = NEXT_SLEEP;
         counts.polls += 1;
         match poll(got)? {
             0 => counts.empty_polls += 1,

@@ -226,9 +226,9 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> String {
          {version} in the VM (deterministic, unlike a clock under TCG). benches/ops connects two \
          RC QPs of one context to each other on the device (rxe: by hand; siw: through the \
          rdma_cm, the only way an iWARP QP reaches RTS) and runs, per case and implementation, a \
-         loop in a callgrind run of its own; each wait for completions sleeps 1 ms and polls once, \
-         sleeping again while they are not all in (such empty polls are counted in the total and \
-         listed). The cases, all 64-byte payloads:\n\n\
+         loop in a callgrind run of its own; each wait for completions sleeps 5 ms and polls once, \
+         sleeping 1 ms again while they are not all in (such empty polls are counted in the total \
+         and listed). The cases, all 64-byte payloads:\n\n\
          1. one signalled RDMA WRITE from an SGE (not inline): `post_send` + `poll_cq`;\n\
          2. 4 such WRITEs (to 4 slots) in one `post_send`, only the last signalled (on siw all 4: \
          siw wants every request signalled), polled until the signalled completions are in;\n\
