@@ -223,18 +223,29 @@ fn run_child_with_output(
         .map_err(|e| format!("starting {valgrind}: {e}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
-        let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
         return Err(format!(
             "{valgrind} exited {}: {}",
             out.status,
-            tail.join(" | ")
+            stderr_tail(&stderr)
         ));
     }
     let text =
         std::fs::read_to_string(&out_file).map_err(|e| format!("reading {out_file}: {e}"))?;
     let file = parse(&text)?;
     Ok((file, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// The last lines of a failed child's stderr, its own (what valgrind
+/// writes starts with `==pid==`: its summary at exit would push the
+/// child's message out), or valgrind's if the child wrote none.
+fn stderr_tail(stderr: &str) -> String {
+    let own: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("==")).collect();
+    let lines: Vec<&str> = if own.is_empty() {
+        stderr.lines().collect()
+    } else {
+        own
+    };
+    lines[lines.len().saturating_sub(6)..].join(" | ")
 }
 
 fn field(words: &str, key: &str) -> Option<u64> {
