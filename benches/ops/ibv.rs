@@ -1,11 +1,12 @@
-//! The libibverbs side: Debian's static libibverbs and its rxe provider
-//! (linked by build.rs with `libibverbs-peer`), driven over FFI through the
-//! same loop as ours.
+//! The libibverbs side: Debian's static libibverbs and its rxe and siw
+//! providers (linked by build.rs with `libibverbs-peer`), driven over FFI
+//! through the same loops as ours.
 //!
-//! `ibv_post_send` and `ibv_poll_cq` are static inline in verbs.h: they
-//! call `context->ops.post_send` / `context->ops.poll_cq`, which are the
-//! provider's `rxe_post_send` / `rxe_poll_cq` (local symbols of the
-//! archive; callgrind sees them by name). So do we. The structs are the
+//! `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq` are static inline in
+//! verbs.h: they call `context->ops.post_send` / `ops.post_recv` /
+//! `ops.poll_cq`, which are the provider's `rxe_post_send` /
+//! `rxe_post_recv` / `rxe_poll_cq` (siw: `siw_…`; local symbols of the
+//! archives; callgrind sees them by name). So do we. The structs are the
 //! parts of verbs.h we touch, `#[repr(C)]`; their sizes and offsets are
 //! checked at compile time against the numbers a gcc-compiled probe of
 //! /usr/include/infiniband/verbs.h (rdma-core 52, x86_64) printed.
@@ -13,7 +14,9 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::{offset_of, size_of};
 
-use crate::{Counts, Pair, BYTES, TARGET_OFFSET};
+use uverbs::command::{QpAttr, QpAttrMask, QpState};
+
+use crate::{Case, Counts, Pair, BATCH, BYTES, TARGET_OFFSET};
 
 #[repr(C)]
 struct IbvDevice(c_void);
@@ -38,10 +41,11 @@ struct IbvMr {
 
 type PollCq = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
 type PostSend = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
+type PostRecv = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
 
-/// `struct ibv_context` up to and including `ops.post_send`: the device
-/// pointer, then `struct ibv_context_ops`, 11 entries before `poll_cq`
-/// and 16 between `poll_cq` and `post_send`.
+/// `struct ibv_context` up to and including `ops.post_recv`: the device
+/// pointer, then `struct ibv_context_ops`, 11 entries before `poll_cq`,
+/// 13 between `poll_cq` and `post_send`, and `post_recv` right after.
 #[repr(C)]
 struct IbvContext {
     device: *mut IbvDevice,
@@ -49,6 +53,7 @@ struct IbvContext {
     poll_cq: Option<PollCq>,
     ops_between: [*const c_void; 13],
     post_send: Option<PostSend>,
+    post_recv: Option<PostRecv>,
 }
 
 /// `struct ibv_cq` (its first field; we only pass it back).
@@ -71,10 +76,20 @@ struct IbvQp {
 }
 
 #[repr(C)]
+#[derive(Clone, Copy)]
 struct IbvSge {
     addr: u64,
     length: u32,
     lkey: u32,
+}
+
+/// `struct ibv_recv_wr`.
+#[repr(C)]
+struct IbvRecvWr {
+    wr_id: u64,
+    next: *mut IbvRecvWr,
+    sg_list: *mut IbvSge,
+    num_sge: c_int,
 }
 
 /// `struct ibv_send_wr`, whole (the provider reads it by opcode): the
@@ -194,6 +209,8 @@ struct IbvQpAttr {
 const _: () = {
     assert!(offset_of!(IbvContext, poll_cq) == 96);
     assert!(offset_of!(IbvContext, post_send) == 208);
+    assert!(offset_of!(IbvContext, post_recv) == 216);
+    assert!(size_of::<IbvRecvWr>() == 32 && offset_of!(IbvRecvWr, num_sge) == 24);
     assert!(offset_of!(IbvMr, lkey) == 36 && offset_of!(IbvMr, rkey) == 40);
     assert!(offset_of!(IbvQp, qp_num) == 52);
     assert!(size_of::<IbvSge>() == 16);
@@ -223,13 +240,17 @@ const _: () = {
 
 // verbs.h's enum values (the probe printed the same).
 const IBV_WR_RDMA_WRITE: u32 = 0;
+const IBV_WR_SEND: u32 = 2;
 const IBV_SEND_SIGNALED: u32 = 2;
+const IBV_SEND_INLINE: u32 = 8;
 const IBV_QPT_RC: u32 = 2;
 const IBV_QPS_INIT: u32 = 1;
 const IBV_QPS_RTR: u32 = 2;
 const IBV_QPS_RTS: u32 = 3;
 const IBV_WC_SUCCESS: u32 = 0;
+const IBV_WC_SEND: u32 = 0;
 const IBV_WC_RDMA_WRITE: u32 = 1;
+const IBV_WC_RECV: u32 = 128;
 const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 const IBV_ACCESS_REMOTE_WRITE: c_int = 2;
 const IBV_ACCESS_REMOTE_READ: c_int = 4;
@@ -420,16 +441,148 @@ impl Drop for Objects {
     }
 }
 
-/// `pair.iters` signalled 64-byte RDMA WRITEs from QP A into `buf`'s
-/// second page through QP B, each waited for with [`crate::wait_for_one`]:
-/// the measured calls are `ops.post_send` (`rxe_post_send`) and
-/// `ops.poll_cq` (`rxe_poll_cq`).
+/// A libibverbs QP as the cm connection sees it (iWARP).
+struct CmSide(*mut IbvQp);
+
+impl crate::cm::CmQp for CmSide {
+    fn qp_num(&self) -> u32 {
+        // SAFETY: a live QP of `run`'s.
+        unsafe { (*self.0).qp_num }
+    }
+
+    /// `ibv_modify_qp` with the attributes the cm's answer sets, by its
+    /// mask (the bits are libibverbs' `IBV_QP_*`): the state asked for,
+    /// and for access flags, port and P_Key index the values the RoCE
+    /// connection uses (a `QpAttr` shows only its mask and state; on
+    /// iWARP the answers set no other attribute).
+    fn modify(&self, state: QpState, attr: &QpAttr) -> Result<(), String> {
+        let mask = attr.mask();
+        let known = QpAttrMask::STATE
+            | QpAttrMask::ACCESS_FLAGS
+            | QpAttrMask::PORT
+            | QpAttrMask::PKEY_INDEX;
+        if !known.contains(mask) {
+            return Err(format!(
+                "libibverbs: the cm's answer for {state:?} sets {:?}, which this bench does not pass on",
+                mask.difference(known)
+            ));
+        }
+        let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+        let mut a = IbvQpAttr {
+            qp_state: attr.target_state().map_or(0, |s| s as u32),
+            qp_access_flags: access as u32,
+            port_num: crate::PORT,
+            pkey_index: 0,
+            ..Default::default()
+        };
+        // SAFETY: a live QP of `run`'s and a whole ibv_qp_attr.
+        let r = unsafe { ibv_modify_qp(self.0, &mut a, mask.bits() as c_int) };
+        if r != 0 {
+            return Err(format!(
+                "libibverbs: ibv_modify_qp to {state:?} (mask {:#x}): errno {r}",
+                mask.bits()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The two QPs and CQs of a run, their numbers, and the provider's three
+/// functions.
+struct Qps {
+    a: *mut IbvQp,
+    b: *mut IbvQp,
+    cq_a: *mut IbvCq,
+    cq_b: *mut IbvCq,
+    qpn_a: u32,
+    qpn_b: u32,
+    post_send: PostSend,
+    post_recv: PostRecv,
+    poll_cq: PollCq,
+}
+
+impl Qps {
+    /// `ops.post_send` of the chain `wr` on A; 0 or an errno.
+    ///
+    /// # Safety
+    /// The objects are live; `wr` heads a valid chain of requests whose
+    /// SGEs name registered memory the device may read until the
+    /// completions are polled (or, inline, readable bytes).
+    unsafe fn post_send(&self, wr: *mut IbvSendWr) -> c_int {
+        let mut bad = std::ptr::null_mut();
+        (self.post_send)(self.a, wr, &mut bad)
+    }
+
+    /// `ops.post_recv` of the chain `wr` on B; 0 or an errno.
+    ///
+    /// # Safety
+    /// The objects are live; `wr` heads a valid chain of requests whose
+    /// SGEs name registered memory the device may write until the
+    /// completions are polled, or the QP is destroyed.
+    unsafe fn post_recv(&self, wr: *mut IbvRecvWr) -> c_int {
+        let mut bad = std::ptr::null_mut();
+        (self.post_recv)(self.b, wr, &mut bad)
+    }
+
+    /// `ops.poll_cq` of `cq` for at most `out.len()` completions.
+    fn poll(&self, cq: *mut IbvCq, out: &mut [IbvWc]) -> Result<usize, String> {
+        // SAFETY: `cq` is one of this run's live CQs and `out` has room for
+        // the number of completions asked for.
+        match unsafe { (self.poll_cq)(cq, out.len() as c_int, out.as_mut_ptr()) } {
+            n if n < 0 => Err(format!("libibverbs: poll_cq: returned {n}")),
+            n => Ok(n as usize),
+        }
+    }
+}
+
+/// Fails unless `c` is the successful `opcode` completion of work request
+/// `wr_id` on QP `qp_num`.
+fn expect(c: &IbvWc, what: &str, wr_id: u64, opcode: u32, qp_num: u32) -> Result<(), String> {
+    if (c.wr_id, c.status, c.opcode, c.qp_num) != (wr_id, IBV_WC_SUCCESS, opcode, qp_num) {
+        return Err(format!(
+            "libibverbs: {what}: completion {c:?}, expected work request {wr_id} opcode {opcode} on QP {qp_num}"
+        ));
+    }
+    Ok(())
+}
+
+/// A send work request of one SGE (a WRITE's target at `remote_addr`).
+fn send_wr(
+    wr_id: u64,
+    opcode: u32,
+    send_flags: u32,
+    sge: *mut IbvSge,
+    remote_addr: u64,
+    rkey: u32,
+) -> IbvSendWr {
+    IbvSendWr {
+        wr_id,
+        next: std::ptr::null_mut(),
+        sg_list: sge,
+        num_sge: 1,
+        opcode,
+        send_flags,
+        imm_data: 0,
+        remote_addr,
+        rkey,
+        wr_rest: [0; 5],
+        qp_type: 0,
+        tail: [0; 6],
+    }
+}
+
+/// The case's loop over `ops.post_send` (`rxe_post_send`, `siw_post_send`),
+/// `ops.post_recv` and `ops.poll_cq`: A sends into `buf`'s slots (through
+/// QP B), each iteration waited for with [`crate::wait_for`]; the slots
+/// checked with [`crate::landed`] before the QPs go.
 pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
     let dev = find(&pair.device)?;
+    // Declared before the objects: dropped after the QPs.
+    let link: Option<crate::cm::Link>;
     // SAFETY (throughout): libibverbs calls on objects created here, live
     // until `objs` drops; `buf` outlives the MR (dropped with `objs` at the
-    // end of this function), and the program leaves the WRITE's source and
-    // target alone while a WRITE is in flight.
+    // end of this block), and the program writes a request's source and
+    // reads its target only before the post and after the completion.
     unsafe {
         let ctx = ibv_open_device(dev);
         if ctx.is_null() {
@@ -451,19 +604,27 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
         if objs.mr.is_null() {
             return Err(fail("ibv_reg_mr"));
         }
-        let mut gid = [0u8; 16];
-        let r = ibv_query_gid(ctx, crate::PORT, crate::GID_INDEX as c_int, &mut gid);
-        if r != 0 {
-            return Err(fail("ibv_query_gid"));
-        }
-        for _ in 0..2 {
-            let cq = ibv_create_cq(ctx, 16, std::ptr::null_mut(), std::ptr::null_mut(), 0);
+        // The inline case posts every receive before its loop.
+        let inline = pair.case == Case::InlineSend;
+        let recv_depth = if inline { pair.iters as u32 } else { 16 };
+        for cqe in [16, recv_depth + 16] {
+            let cq = ibv_create_cq(
+                ctx,
+                cqe as c_int,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                0,
+            );
             if cq.is_null() {
                 return Err(fail("ibv_create_cq"));
             }
             objs.cqs.push(cq);
         }
-        for i in 0..2 {
+        for (i, (max_recv_wr, max_inline_data)) in
+            [(16, if inline { BYTES as u32 } else { 0 }), (recv_depth, 0)]
+                .into_iter()
+                .enumerate()
+        {
             let mut init = IbvQpInitAttr {
                 qp_context: std::ptr::null_mut(),
                 send_cq: objs.cqs[i],
@@ -471,10 +632,10 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
                 srq: std::ptr::null_mut(),
                 cap: IbvQpCap {
                     max_send_wr: 16,
-                    max_recv_wr: 16,
+                    max_recv_wr,
                     max_send_sge: 1,
                     max_recv_sge: 1,
-                    max_inline_data: 0,
+                    max_inline_data,
                 },
                 qp_type: IBV_QPT_RC,
                 sq_sig_all: 0,
@@ -486,56 +647,237 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
             objs.qps.push(qp);
         }
         let (a, b) = (objs.qps[0], objs.qps[1]);
-        connect(a, (*b).qp_num, gid, pair.mtu)?;
-        connect(b, (*a).qp_num, gid, pair.mtu)?;
-        let post_send = (*ctx).post_send.ok_or("libibverbs: no ops.post_send")?;
-        let poll_cq = (*ctx).poll_cq.ok_or("libibverbs: no ops.poll_cq")?;
-        let (cq_a, qp_a_num) = (objs.cqs[0], (*a).qp_num);
+        link = match &pair.cm {
+            Some(addr) => Some(crate::cm::connect(addr, &CmSide(a), &CmSide(b))?),
+            None => {
+                let mut gid = [0u8; 16];
+                let r = ibv_query_gid(ctx, crate::PORT, crate::GID_INDEX as c_int, &mut gid);
+                if r != 0 {
+                    return Err(fail("ibv_query_gid"));
+                }
+                connect(a, (*b).qp_num, gid, pair.mtu)?;
+                connect(b, (*a).qp_num, gid, pair.mtu)?;
+                None
+            }
+        };
+        let q = Qps {
+            a,
+            b,
+            qpn_a: (*a).qp_num,
+            qpn_b: (*b).qp_num,
+            cq_a: objs.cqs[0],
+            cq_b: objs.cqs[1],
+            post_send: (*ctx).post_send.ok_or("libibverbs: no ops.post_send")?,
+            post_recv: (*ctx).post_recv.ok_or("libibverbs: no ops.post_recv")?,
+            poll_cq: (*ctx).poll_cq.ok_or("libibverbs: no ops.poll_cq")?,
+        };
         let (lkey, rkey) = ((*objs.mr).lkey, (*objs.mr).rkey);
         let base = buf.as_mut_ptr() as u64;
-        let mut sge = IbvSge {
+        let source = IbvSge {
             addr: base,
             length: BYTES as u32,
             lkey,
         };
-        let mut counts = Counts::default();
-        let mut wc = [IbvWc::default(); 1];
-        for i in 0..pair.iters {
-            let mut wr = IbvSendWr {
-                wr_id: i as u64,
-                next: std::ptr::null_mut(),
-                sg_list: &mut sge,
-                num_sge: 1,
-                opcode: IBV_WR_RDMA_WRITE,
-                send_flags: IBV_SEND_SIGNALED,
-                imm_data: 0,
-                remote_addr: base + TARGET_OFFSET as u64,
-                rkey,
-                wr_rest: [0; 5],
-                qp_type: 0,
-                tail: [0; 6],
-            };
-            let mut bad = std::ptr::null_mut();
-            counts.posts += 1;
-            let r = post_send(a, &mut wr, &mut bad);
-            if r != 0 {
-                return Err(format!("libibverbs: post_send {i}: errno {r}"));
-            }
-            crate::wait_for_one(&mut counts, i, || match poll_cq(cq_a, 1, wc.as_mut_ptr()) {
-                n if n < 0 => Err(format!("libibverbs: poll_cq: returned {n}")),
-                n => Ok(n as usize),
-            })?;
-            let c = wc[0];
-            if c.status != IBV_WC_SUCCESS
-                || c.opcode != IBV_WC_RDMA_WRITE
-                || c.wr_id != i as u64
-                || c.qp_num != qp_a_num
-            {
-                return Err(format!("libibverbs: WRITE {i}: completion {c:?}"));
-            }
-        }
+        let slot = |k: usize| base + (TARGET_OFFSET + k * BYTES) as u64;
+        let counts = match pair.case {
+            Case::Write => write(pair, &q, source, slot(0), rkey)?,
+            Case::WriteBatch => write_batch(pair, &q, source, &slot, rkey)?,
+            Case::SendRecv => send_recv(pair, &q, source, slot(0), lkey)?,
+            Case::InlineSend => inline_send(pair, &q, &slot, lkey)?,
+        };
+        crate::landed(pair, buf)?;
+        drop(objs);
+        drop(link);
         Ok(counts)
     }
+}
+
+/// Case 1: one signalled WRITE per iteration.
+fn write(
+    pair: &Pair,
+    q: &Qps,
+    mut source: IbvSge,
+    target: u64,
+    rkey: u32,
+) -> Result<Counts, String> {
+    let mut counts = Counts::default();
+    let mut wc = [IbvWc::default(); 1];
+    for i in 0..pair.iters {
+        let flags = IBV_SEND_SIGNALED;
+        let mut wr = send_wr(
+            i as u64,
+            IBV_WR_RDMA_WRITE,
+            flags,
+            &mut source,
+            target,
+            rkey,
+        );
+        counts.posts += 1;
+        // SAFETY: the source is registered and left alone until the
+        // completion, polled below; the target is the peer's registered
+        // slot.
+        let r = unsafe { q.post_send(&mut wr) };
+        if r != 0 {
+            return Err(format!("libibverbs: post_send {i}: errno {r}"));
+        }
+        crate::wait_for(&mut counts, "WRITE", i, 1, |got| {
+            q.poll(q.cq_a, &mut wc[got..])
+        })?;
+        expect(&wc[0], "WRITE", i as u64, IBV_WC_RDMA_WRITE, q.qpn_a)?;
+    }
+    Ok(counts)
+}
+
+/// Case 2: [`BATCH`] WRITEs per `post_send` (one chain), into slots
+/// 0..BATCH.
+fn write_batch(
+    pair: &Pair,
+    q: &Qps,
+    mut source: IbvSge,
+    slot: &dyn Fn(usize) -> u64,
+    rkey: u32,
+) -> Result<Counts, String> {
+    let mut counts = Counts::default();
+    let signalled = Case::WriteBatch.signalled(pair.iwarp());
+    let mut wc = [IbvWc::default(); BATCH];
+    let sge: *mut IbvSge = &mut source;
+    for i in 0..pair.iters {
+        let mut wrs: [IbvSendWr; BATCH] = std::array::from_fn(|k| {
+            let flags = if k >= BATCH - signalled {
+                IBV_SEND_SIGNALED
+            } else {
+                0
+            };
+            let wr_id = (i * BATCH + k) as u64;
+            send_wr(wr_id, IBV_WR_RDMA_WRITE, flags, sge, slot(k), rkey)
+        });
+        for k in 0..BATCH - 1 {
+            let next: *mut IbvSendWr = &mut wrs[k + 1];
+            wrs[k].next = next;
+        }
+        counts.posts += 1;
+        // SAFETY: the chain lives in `wrs` across the call; the source is
+        // registered and left alone until the last (signalled) request's
+        // completion, polled below; the targets are the peer's slots.
+        let r = unsafe { q.post_send(wrs.as_mut_ptr()) };
+        if r != 0 {
+            return Err(format!("libibverbs: post_send batch {i}: errno {r}"));
+        }
+        crate::wait_for(&mut counts, "WRITE batch", i, signalled, |got| {
+            q.poll(q.cq_a, &mut wc[got..signalled])
+        })?;
+        for (k, c) in wc[..signalled].iter().enumerate() {
+            let wr_id = (i * BATCH + BATCH - signalled + k) as u64;
+            expect(c, "WRITE batch", wr_id, IBV_WC_RDMA_WRITE, q.qpn_a)?;
+        }
+    }
+    Ok(counts)
+}
+
+/// Case 3: a receive on B into `target`, a SEND on A, both completions
+/// polled.
+fn send_recv(
+    pair: &Pair,
+    q: &Qps,
+    mut source: IbvSge,
+    target: u64,
+    lkey: u32,
+) -> Result<Counts, String> {
+    let mut counts = Counts::default();
+    let mut wc = [IbvWc::default(); 1];
+    let mut recv_sge = IbvSge {
+        addr: target,
+        length: BYTES as u32,
+        lkey,
+    };
+    for i in 0..pair.iters {
+        let mut rwr = IbvRecvWr {
+            wr_id: i as u64,
+            next: std::ptr::null_mut(),
+            sg_list: &mut recv_sge,
+            num_sge: 1,
+        };
+        counts.post_recvs += 1;
+        // SAFETY: the slot is registered and not touched until the
+        // receive's completion, polled below.
+        let r = unsafe { q.post_recv(&mut rwr) };
+        if r != 0 {
+            return Err(format!("libibverbs: post_recv {i}: errno {r}"));
+        }
+        let flags = IBV_SEND_SIGNALED;
+        let mut wr = send_wr(i as u64, IBV_WR_SEND, flags, &mut source, 0, 0);
+        counts.posts += 1;
+        // SAFETY: as in `write`.
+        let r = unsafe { q.post_send(&mut wr) };
+        if r != 0 {
+            return Err(format!("libibverbs: post_send {i}: errno {r}"));
+        }
+        crate::wait_for(&mut counts, "SEND", i, 1, |got| {
+            q.poll(q.cq_a, &mut wc[got..])
+        })?;
+        expect(&wc[0], "SEND", i as u64, IBV_WC_SEND, q.qpn_a)?;
+        crate::wait_for(&mut counts, "RECV", i, 1, |got| {
+            q.poll(q.cq_b, &mut wc[got..])
+        })?;
+        expect(&wc[0], "RECV", i as u64, IBV_WC_RECV, q.qpn_b)?;
+    }
+    Ok(counts)
+}
+
+/// Case 4: inline SEND `i` of [`crate::pattern`]`(i)` into B's receive
+/// `i` at `slot(i)`, all posted before the loop (not measured) and never
+/// polled.
+fn inline_send(
+    pair: &Pair,
+    q: &Qps,
+    slot: &dyn Fn(usize) -> u64,
+    lkey: u32,
+) -> Result<Counts, String> {
+    for k in 0..pair.iters {
+        let mut sge = IbvSge {
+            addr: slot(k),
+            length: BYTES as u32,
+            lkey,
+        };
+        let mut rwr = IbvRecvWr {
+            wr_id: k as u64,
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        // SAFETY: slot k is registered and read only (by `crate::landed`)
+        // after the loop; the provider copies the request during the call.
+        let r = unsafe { q.post_recv(&mut rwr) };
+        if r != 0 {
+            return Err(format!(
+                "libibverbs: post_recv {k} (before the loop): errno {r}"
+            ));
+        }
+    }
+    let mut counts = Counts::default();
+    let mut wc = [IbvWc::default(); 1];
+    for i in 0..pair.iters {
+        let data = crate::pattern(i);
+        let mut sge = IbvSge {
+            addr: data.as_ptr() as u64,
+            length: BYTES as u32,
+            lkey: 0,
+        };
+        let flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+        let mut wr = send_wr(i as u64, IBV_WR_SEND, flags, &mut sge, 0, 0);
+        counts.posts += 1;
+        // SAFETY: inline: the provider copies `data`'s bytes during the
+        // call.
+        let r = unsafe { q.post_send(&mut wr) };
+        if r != 0 {
+            return Err(format!("libibverbs: post_send {i}: errno {r}"));
+        }
+        crate::wait_for(&mut counts, "inline SEND", i, 1, |got| {
+            q.poll(q.cq_a, &mut wc[got..])
+        })?;
+        expect(&wc[0], "inline SEND", i as u64, IBV_WC_SEND, q.qpn_a)?;
+    }
+    Ok(counts)
 }
 
 /// The control loop of [`crate::control`] over libibverbs: `iters` ×

@@ -1,41 +1,68 @@
-//! User-space instructions per `post_send` + `poll_cq` pair on rxe: this
-//! crate against libibverbs' rxe provider, counted by valgrind's callgrind
-//! (deterministic, unlike a clock under the VM's TCG).
+//! User-space instructions per data-path operation on rxe and siw: this
+//! crate against libibverbs' providers (`librxe`, `libsiw`), counted by
+//! valgrind's callgrind (deterministic, unlike a clock under the VM's TCG).
 //!
-//! Both implementations run the same loop on a loopback-connected RC QP
-//! pair of one context (RESET -> INIT -> RTR -> RTS by hand, GID index 0):
-//! post one signalled 64-byte RDMA WRITE from an SGE (not inline), sleep a
-//! millisecond outside the measured functions, poll once for its
-//! completion (sleeping again while the poll finds nothing). callgrind
-//! collects only inside the measured functions (`--toggle-collect`), each
-//! inclusive of everything it calls in user space (locks, the `write`
-//! wrapper of the doorbell, ...); the kernel is not counted.
+//! Both implementations run the same loops on an RC QP pair of one
+//! context, A sending to B (rxe: RESET -> INIT -> RTR -> RTS by hand, GID
+//! index 0; siw: through the rdma_cm, `cm.rs`, the only way an iWARP QP
+//! reaches RTS). One loop per case ([`Case`]), `iters` iterations each:
+//!
+//! 1. `post_send+poll_cq`: post one signalled 64-byte RDMA WRITE from an
+//!    SGE (not inline), poll A's CQ for its completion;
+//! 2. `write_batch4`: post 4 such WRITEs (to 4 slots) in one `post_send`,
+//!    only the last signalled (siw: all 4, as siw wants every request
+//!    signalled), poll until the signalled completions are in;
+//! 3. `send_recv`: `post_recv` one 64-byte receive on B, `post_send` one
+//!    signalled 64-byte SEND from an SGE on A, poll A's CQ for the SEND,
+//!    then B's for the receive;
+//! 4. `inline_send`: post one signalled 64-byte SEND with its bytes inline
+//!    on A and poll A's CQ for it. B's receives (one per iteration, each
+//!    into a slot of its own) are posted before the loop and never polled:
+//!    only the sender's `post_send` and poll are measured.
+//!
+//! Each wait sleeps 5 ms outside the measured functions before it polls
+//! (sleeping 1 ms again while the poll does not find all, at most
+//! [`WAIT`] in all). callgrind collects only inside the measured functions
+//! (`--toggle-collect`, the names in profile.rs), each inclusive of
+//! everything it calls in user space (locks, the `write` wrapper of the
+//! doorbell, ...); the kernel is not counted. Every case runs in a
+//! callgrind run of its own.
 //!
 //! Run without `--impl` (as `cargo vm bench` does, or `cargo bench --bench
-//! ops --features libibverbs-peer` on a host with rxe0) it re-runs itself
-//! under callgrind once per implementation and prints one line each:
+//! ops --features libibverbs-peer` on a host with the devices) it re-runs
+//! itself under callgrind once per device, case and implementation, and
+//! prints one line each:
 //!
 //! ```text
-//! @@OPS device=rxe0 impl=ours op=post_send+poll_cq ir_per_pair=… ir_total=… iters=200 posts=200 polls=200 empty_polls=0 valgrind=3.19.0
-//! @@OPS device=rxe0 impl=libibverbs op=post_send+poll_cq status=error error="…"
+//! @@OPS device=rxe0 impl=ours op=post_send+poll_cq ir_per_iter=… ir_per_pair=… ir_total=… iters=200 posts=200 polls=200 empty_polls=0 ir_per_post=… ir_per_poll=… syscalls_per_post=… syscalls_per_poll=… wrs_per_post=1 signalled_per_post=1 valgrind=3.19.0
+//! @@OPS device=rxe0 impl=ours op=send_recv ir_per_iter=… … post_recvs=200 ir_per_post_recv=… syscalls_per_post_recv=… wrs_per_post=1 signalled_per_post=1 valgrind=3.19.0
+//! @@OPS device=siw0 impl=libibverbs op=write_batch4 status=error error="…"
 //! ```
 //!
-//! Then, per implementation, the functions with the most self
-//! (exclusive) instructions inside the measured ones:
+//! `ir_per_iter` is the total ÷ the iterations (case 1 also says it as
+//! `ir_per_pair`, its old name); `ir_per_post`, `ir_per_poll` and
+//! `ir_per_post_recv` are each function's calls' inclusive Ir ÷ their
+//! number. Then, per device and implementation, case 1's functions with the
+//! most self (exclusive) instructions inside the measured ones:
 //!
 //! ```text
 //! @@OPS-FN device=rxe0 impl=ours self_ir_per_pair=… fn=uverbs::cq::CompletionQueue::poll
 //! ```
 //!
-//! Then, the same way, the control operations (`control.rs`): per
-//! implementation one line per pair, `op=alloc_pd+dealloc_pd` and
-//! `op=reg_mr+dereg_mr` (one 4 KiB page), with `ir_per_pair`.
+//! Then, the same way on the first device, the control operations
+//! (`control.rs`): per implementation one line per pair,
+//! `op=alloc_pd+dealloc_pd` and `op=reg_mr+dereg_mr` (one 4 KiB page),
+//! with `ir_per_pair`.
 //!
-//! `posts` and `polls` are the calls callgrind saw of the measured
-//! functions; `empty_polls` those of the polls that found nothing (counted
-//! in the total too). Options: `--device NAME` (rxe0), `--iters N`
-//! (`UVERBS_OPS_ITERS`, default 200), `--valgrind PATH`.
+//! `posts`, `polls` and `post_recvs` are the calls callgrind saw of the
+//! measured functions (checked against the loop's own count);
+//! `empty_polls` those of the polls that found nothing (counted in the
+//! total too). Options: `--device NAME[,NAME…]` (rxe0,siw0), `--iters N`
+//! (`UVERBS_OPS_ITERS`, default 200), `--valgrind PATH`, `--cm ADDR` (the
+//! address whose cm ids land on an iWARP device; siw0: 198.51.100.1, the
+//! VM guest's dummy1).
 
+mod cm;
 mod control;
 #[cfg(feature = "libibverbs-peer")]
 mod ibv;
@@ -48,11 +75,84 @@ use std::time::{Duration, Instant};
 /// link-local GID).
 const PORT: u8 = 1;
 const GID_INDEX: u32 = 0;
-/// The WRITE's length and where in the buffer it lands.
+/// The length of every WRITE, SEND and receive, and where in the buffer
+/// they land: slot `k` is `BYTES` bytes at `TARGET_OFFSET + k * BYTES`
+/// (64-byte slots of a page-aligned buffer: none crosses a page).
 const BYTES: usize = 64;
 const TARGET_OFFSET: usize = 4096;
-/// How long a completion may take before the run fails.
+/// WRITEs per `post_send` of case 2.
+const BATCH: usize = 4;
+/// How long a completion (or a WRITE's bytes) may take before the run
+/// fails.
 const WAIT: Duration = Duration::from_secs(10);
+/// The devices measured without `--device`.
+const DEVICES: &str = "rxe0,siw0";
+/// The address whose cm ids land on an iWARP device, per device name, in
+/// the VM guest (siw0 on dummy1; benches/datapath uses the same).
+const CM_ADDRS: &[(&str, &str)] = &[("siw0", "198.51.100.1")];
+
+/// One measured loop (the module docs describe each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Case {
+    Write,
+    WriteBatch,
+    SendRecv,
+    InlineSend,
+}
+
+impl Case {
+    pub const ALL: [Case; 4] = [
+        Case::Write,
+        Case::WriteBatch,
+        Case::SendRecv,
+        Case::InlineSend,
+    ];
+
+    /// Its `op=` in the result lines (case 1 keeps the name it always had).
+    pub fn op(self) -> &'static str {
+        match self {
+            Case::Write => "post_send+poll_cq",
+            Case::WriteBatch => "write_batch4",
+            Case::SendRecv => "send_recv",
+            Case::InlineSend => "inline_send",
+        }
+    }
+
+    fn from_op(op: &str) -> Option<Case> {
+        Case::ALL.into_iter().find(|c| c.op() == op)
+    }
+
+    /// Work requests per `post_send`.
+    pub fn wrs(self) -> usize {
+        match self {
+            Case::WriteBatch => BATCH,
+            _ => 1,
+        }
+    }
+
+    /// Of those, the signalled ones: all on iWARP, else only the last.
+    pub fn signalled(self, iwarp: bool) -> usize {
+        if iwarp {
+            self.wrs()
+        } else {
+            1
+        }
+    }
+
+    /// Whether `post_recv` is among the measured functions.
+    pub fn measures_post_recv(self) -> bool {
+        self == Case::SendRecv
+    }
+
+    /// The target slots the loop writes (checked after it).
+    fn slots(self, iters: usize) -> usize {
+        match self {
+            Case::WriteBatch => BATCH,
+            Case::InlineSend => iters,
+            _ => 1,
+        }
+    }
+}
 
 /// What one measured run is given.
 pub struct Pair {
@@ -60,6 +160,16 @@ pub struct Pair {
     iters: usize,
     /// Path MTU, as an IB MTU code (`enum ibv_mtu`).
     mtu: u32,
+    case: Case,
+    /// The cm address of an iWARP device: connect through the rdma_cm
+    /// and signal every request. `None`: RoCE, connected by hand.
+    cm: Option<String>,
+}
+
+impl Pair {
+    fn iwarp(&self) -> bool {
+        self.cm.is_some()
+    }
 }
 
 /// The calls the loop made of the measured functions.
@@ -68,29 +178,105 @@ pub struct Counts {
     posts: u64,
     polls: u64,
     empty_polls: u64,
+    /// Measured `post_recv` calls (case 3 only).
+    post_recvs: u64,
 }
 
-/// Waits for the completion of WRITE `i`: sleeps ~1 ms (not measured),
-/// then polls once; `poll` must find exactly one completion, else sleeps
-/// again (the empty poll counted), at most [`WAIT`] in all.
-pub fn wait_for_one(
+/// How long a wait sleeps before its first poll: long enough that the
+/// completions are usually in (rxe's come back through the kernel's
+/// loopback, slower while the VM's host is busy), so that few polls find
+/// nothing and the counts stay alike from run to run.
+const FIRST_SLEEP: Duration = Duration::from_millis(5);
+/// How long it sleeps before each further poll.
+const NEXT_SLEEP: Duration = Duration::from_millis(1);
+
+/// Waits for `want` completions of `what` (iteration `i`): sleeps
+/// [`FIRST_SLEEP`] (not measured), then polls once with `poll(got)`, which
+/// polls for at most `want - got` completions into the slots from `got` on
+/// and returns how many it found; sleeps [`NEXT_SLEEP`] and polls again
+/// while they are not all in (an empty poll counted), at most [`WAIT`] in
+/// all.
+pub fn wait_for(
     counts: &mut Counts,
+    what: &str,
     i: usize,
-    mut poll: impl FnMut() -> Result<usize, String>,
+    want: usize,
+    mut poll: impl FnMut(usize) -> Result<usize, String>,
 ) -> Result<(), String> {
     let start = Instant::now();
+    let mut got = 0;
+    let mut sleep = FIRST_SLEEP;
     loop {
-        std::thread::sleep(Duration::from_millis(1));
+        std::thread::sleep(sleep);
+        sleep = NEXT_SLEEP;
         counts.polls += 1;
-        match poll()? {
-            1 => return Ok(()),
+        match poll(got)? {
             0 => counts.empty_polls += 1,
-            n => return Err(format!("WRITE {i}: poll found {n} completions, not 1")),
+            n if got + n > want => {
+                return Err(format!(
+                    "{what} {i}: poll found {n} completions, {} were due",
+                    want - got
+                ))
+            }
+            n => got += n,
+        }
+        if got == want {
+            return Ok(());
         }
         if start.elapsed() > WAIT {
-            return Err(format!("WRITE {i}: no completion within {WAIT:?}"));
+            return Err(format!(
+                "{what} {i}: {got} of {want} completions within {WAIT:?}"
+            ));
         }
     }
+}
+
+/// The 64 bytes SEND or WRITE `i` carries into its slot: byte `j` is
+/// `j + i` (mod 256). The buffer's source holds `pattern(0)`.
+pub fn pattern(i: usize) -> [u8; BYTES] {
+    std::array::from_fn(|j| (j + i) as u8)
+}
+
+/// The buffer one run registers: the source at 0, the slots from
+/// [`TARGET_OFFSET`] on, whole pages.
+fn buffer_len(case: Case, iters: usize) -> usize {
+    TARGET_OFFSET + (case.slots(iters) * BYTES).div_ceil(4096) * 4096
+}
+
+/// Checks that every slot of the case holds its bytes, waiting (bounded)
+/// for bytes still on their way: a siw WRITE completes once it has left.
+/// Called with the QPs still up.
+pub fn landed(pair: &Pair, buf: &[u8]) -> Result<(), String> {
+    let start = Instant::now();
+    for slot in 0..pair.case.slots(pair.iters) {
+        // Inline SEND i carries pattern(i) into slot i; everything else
+        // carries the source's pattern(0).
+        let want = pattern(if pair.case == Case::InlineSend {
+            slot
+        } else {
+            0
+        });
+        let at = TARGET_OFFSET + slot * BYTES;
+        let read = || -> Vec<u8> {
+            buf[at..at + BYTES]
+                .iter()
+                // SAFETY: a reference into `buf`, read volatile because the
+                // device may still write it behind the compiler's back.
+                .map(|b| unsafe { std::ptr::read_volatile(b) })
+                .collect()
+        };
+        while read() != want {
+            if start.elapsed() > WAIT {
+                return Err(format!(
+                    "{}: slot {slot} holds {:?}, not the bytes sent, after {WAIT:?}",
+                    pair.case.op(),
+                    read()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(())
 }
 
 /// The marker of the result lines (tests/vm/src/bench/ops.rs reads them).
@@ -113,7 +299,7 @@ fn main() {
     if args.iter().any(|a| a == "--list") {
         return;
     }
-    let device = arg(&args, "--device").unwrap_or_else(|| "rxe0".into());
+    let devices = arg(&args, "--device").unwrap_or_else(|| DEVICES.into());
     let iters = arg(&args, "--iters")
         .or_else(|| std::env::var("UVERBS_OPS_ITERS").ok())
         .and_then(|v| v.parse().ok())
@@ -121,7 +307,7 @@ fn main() {
     if args.iter().any(|a| a == "--control") {
         // The control operations' measured child, under callgrind.
         let imp = arg(&args, "--impl").unwrap_or_default();
-        if let Err(e) = control::child(&imp, &device, iters) {
+        if let Err(e) = control::child(&imp, &devices, iters) {
             eprintln!("ops --control: {imp}: {e}");
             std::process::exit(1);
         }
@@ -132,61 +318,158 @@ fn main() {
         let mtu = arg(&args, "--mtu")
             .and_then(|v| v.parse().ok())
             .unwrap_or(3);
-        let pair = Pair { device, iters, mtu };
+        let op = arg(&args, "--case").unwrap_or_else(|| Case::Write.op().into());
+        let Some(case) = Case::from_op(&op) else {
+            eprintln!("ops: unknown case {op}");
+            std::process::exit(2);
+        };
+        let pair = Pair {
+            device: devices,
+            iters,
+            mtu,
+            case,
+            cm: arg(&args, "--cm"),
+        };
         match measured(&imp, &pair) {
             Ok(c) => println!(
-                "{CHILD} posts={} polls={} empty_polls={}",
-                c.posts, c.polls, c.empty_polls
+                "{CHILD} posts={} polls={} empty_polls={} post_recvs={}",
+                c.posts, c.polls, c.empty_polls, c.post_recvs
             ),
             Err(e) => {
-                eprintln!("ops: {imp}: {e}");
+                eprintln!("ops: {imp}: {}: {e}", pair.case.op());
                 std::process::exit(1);
             }
         }
         return;
     }
-    let Some(mtu) = active_mtu(&device) else {
-        println!("ops: no device {device}; nothing measured");
-        return;
-    };
     let valgrind = arg(&args, "--valgrind").unwrap_or_else(profile::default_valgrind);
-    for imp in profile::IMPLS {
-        let run = profile::run(&valgrind, imp, &device, iters, mtu);
-        let line = match &run {
-            Ok(r) => format!(
-                "device={device} impl={} op=post_send+poll_cq ir_per_pair={:.1} ir_total={} iters={iters} posts={} polls={} empty_polls={} ir_per_post={:.1} ir_per_poll={:.1} syscalls_per_post={:.2} syscalls_per_poll={:.2} valgrind={}",
-                imp.name,
-                r.ir_total as f64 / iters as f64,
-                r.ir_total,
-                r.posts,
-                r.polls,
-                r.empty_polls,
-                per(r.post.ir, r.posts),
-                per(r.poll.ir, r.polls),
-                per(r.post.syscalls, r.posts),
-                per(r.poll.syscalls, r.polls),
-                r.version
-            ),
-            Err(e) => format!(
-                "device={device} impl={} op=post_send+poll_cq status=error error=\"{}\"",
-                imp.name,
-                e.replace('"', "'").replace('\n', " | ")
-            ),
-        };
-        println!("{OPS} {line}");
-        // Where the instructions go: the functions with the most self Ir.
-        for (name, ir) in run.iter().flat_map(|r| r.top.iter().take(TOP)) {
-            println!(
-                "{OPS_FN} device={device} impl={} self_ir_per_pair={:.1} fn={name}",
-                imp.name,
-                *ir as f64 / iters as f64
-            );
+    let mut first = None;
+    for device in devices.split(',').filter(|d| !d.is_empty()) {
+        measure_device(&valgrind, device, iters, arg(&args, "--cm"));
+        first.get_or_insert(device);
+    }
+    // The control operations, beside the verbs bench's times (first
+    // device only).
+    if let Some(device) = first.filter(|d| setup(d, None).is_ok()) {
+        for imp in profile::IMPLS {
+            control::measure(&valgrind, imp.name, device, iters);
         }
     }
-    // The control operations, beside the verbs bench's times.
-    for imp in profile::IMPLS {
-        control::measure(&valgrind, imp.name, &device, iters);
+}
+
+/// How a device is driven: its driver's name (for the provider's
+/// symbols), its path MTU code and, on iWARP, its cm address.
+struct Setup {
+    driver: &'static str,
+    mtu: u32,
+    cm: Option<String>,
+}
+
+/// `device`'s [`Setup`]: its active MTU (at most 1024, as the device tests
+/// use), its driver, and on siw the cm address (`cm`, else [`CM_ADDRS`]).
+fn setup(device: &str, cm: Option<String>) -> Result<Setup, String> {
+    let dev = uverbs::devices()
+        .map_err(|e| format!("listing devices: {e}"))?
+        .into_iter()
+        .find(|d| d.name() == device)
+        .ok_or_else(|| format!("no device {device}"))?;
+    let ctx = dev.open().map_err(|e| format!("opening {device}: {e}"))?;
+    let port = ctx
+        .query_port(PORT)
+        .map_err(|e| format!("query_port {device} {PORT}: {e}"))?;
+    let mtu = port.active_mtu.clamp(1, 3) as u32;
+    let driver = match ctx.driver_id() {
+        Some(uverbs::DriverId::RXE) => "rxe",
+        Some(uverbs::DriverId::SIW) => "siw",
+        _ => "other",
+    };
+    let cm =
+        if driver == "siw" {
+            let known = CM_ADDRS
+                .iter()
+                .find(|(d, _)| *d == device)
+                .map(|(_, a)| a.to_string());
+            Some(cm.or(known).ok_or_else(|| {
+                format!("{device} is iWARP: no cm address for it (pass --cm ADDR)")
+            })?)
+        } else {
+            None
+        };
+    Ok(Setup { driver, mtu, cm })
+}
+
+/// Every case of every implementation on `device`, one callgrind run each,
+/// and case 1's per-function lines.
+fn measure_device(valgrind: &str, device: &str, iters: usize, cm: Option<String>) {
+    let setup = setup(device, cm);
+    for case in Case::ALL {
+        for imp in profile::IMPLS {
+            let run = setup
+                .as_ref()
+                .map_err(|e| e.clone())
+                .and_then(|s| profile::run(valgrind, imp, case, device, s, iters));
+            let line = match &run {
+                Ok(r) => result_words(case, r, iters, setup.as_ref().is_ok_and(|s| s.cm.is_some())),
+                Err(e) => format!(
+                    "status=error error=\"{}\"",
+                    e.replace('"', "'").replace('\n', " | ")
+                ),
+            };
+            println!(
+                "{OPS} device={device} impl={} op={} {line}",
+                imp.name,
+                case.op()
+            );
+            if case != Case::Write {
+                continue;
+            }
+            // Where case 1's instructions go: the functions with the most
+            // self Ir.
+            for (name, ir) in run.iter().flat_map(|r| r.top.iter().take(TOP)) {
+                println!(
+                    "{OPS_FN} device={device} impl={} self_ir_per_pair={:.1} fn={name}",
+                    imp.name,
+                    *ir as f64 / iters as f64
+                );
+            }
+        }
     }
+}
+
+/// The words of a measured line after `op=`.
+fn result_words(case: Case, r: &profile::Measured, iters: usize, iwarp: bool) -> String {
+    let per_iter = r.ir_total as f64 / iters as f64;
+    let mut words = format!("ir_per_iter={per_iter:.1}");
+    if case == Case::Write {
+        // The name of the old lines, whose readers know no other.
+        words += &format!(" ir_per_pair={per_iter:.1}");
+    }
+    words += &format!(
+        " ir_total={} iters={iters} posts={} polls={} empty_polls={} ir_per_post={:.1} ir_per_poll={:.1} syscalls_per_post={:.2} syscalls_per_poll={:.2}",
+        r.ir_total,
+        r.posts,
+        r.polls,
+        r.empty_polls,
+        per(r.post.ir, r.posts),
+        per(r.poll.ir, r.polls),
+        per(r.post.syscalls, r.posts),
+        per(r.poll.syscalls, r.polls),
+    );
+    if case.measures_post_recv() {
+        words += &format!(
+            " post_recvs={} ir_per_post_recv={:.1} syscalls_per_post_recv={:.2}",
+            r.post_recvs,
+            per(r.post_recv.ir, r.post_recvs),
+            per(r.post_recv.syscalls, r.post_recvs),
+        );
+    }
+    words += &format!(
+        " wrs_per_post={} signalled_per_post={} valgrind={}",
+        case.wrs(),
+        case.signalled(iwarp),
+        r.version
+    );
+    words
 }
 
 /// `total / n`, 0 for no calls.
@@ -198,33 +481,19 @@ fn per(total: u64, n: u64) -> f64 {
     }
 }
 
-/// The active MTU code of `device`'s port (at most 1024, as the device
-/// tests use), or `None` without such a device.
-fn active_mtu(device: &str) -> Option<u32> {
-    let dev = uverbs::devices()
-        .ok()?
-        .into_iter()
-        .find(|d| d.name() == device)?;
-    let port = dev.open().ok()?.query_port(PORT).ok()?;
-    Some(port.active_mtu.clamp(1, 3) as u32)
-}
-
-/// One implementation's measured loop on a fresh two-page buffer.
+/// One implementation's measured loop on a fresh page-aligned buffer.
 fn measured(imp: &str, pair: &Pair) -> Result<Counts, String> {
-    let mut buf = vec![0u8; 2 * TARGET_OFFSET].into_boxed_slice();
-    for (i, b) in buf[..BYTES].iter_mut().enumerate() {
-        *b = i as u8;
-    }
-    let counts = match imp {
-        "ours" => ours::run(pair, &mut buf)?,
+    let len = buffer_len(pair.case, pair.iters);
+    let mut storage = vec![0u8; len + 4096];
+    let at = storage.as_ptr().align_offset(4096);
+    let buf = &mut storage[at..at + len];
+    buf[..BYTES].copy_from_slice(&pattern(0));
+    match imp {
+        "ours" => ours::run(pair, buf),
         #[cfg(feature = "libibverbs-peer")]
-        "libibverbs" => ibv::run(pair, &mut buf)?,
+        "libibverbs" => ibv::run(pair, buf),
         #[cfg(not(feature = "libibverbs-peer"))]
-        "libibverbs" => return Err("built without the libibverbs-peer feature".into()),
-        other => return Err(format!("unknown implementation {other}")),
-    };
-    if buf[TARGET_OFFSET..TARGET_OFFSET + BYTES] != buf[..BYTES] {
-        return Err("the WRITEs' bytes did not land".into());
+        "libibverbs" => Err("built without the libibverbs-peer feature".into()),
+        other => Err(format!("unknown implementation {other}")),
     }
-    Ok(counts)
 }

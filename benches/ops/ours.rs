@@ -1,17 +1,42 @@
-//! This crate's side: the same loop as [`crate::ibv::run`] over
-//! `QueuePair::post_send` and `CompletionQueue::poll`.
+//! This crate's side: the loops of [`crate::Case`] over
+//! `QueuePair::post_send`, `QueuePair::post_recv` and
+//! `CompletionQueue::poll`, the same as [`crate::ibv`]'s.
 
 use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
-    AccessFlags, Payload, QpInit, QueuePair, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
-    WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
+    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
-use crate::{Counts, Pair, BYTES, GID_INDEX, PORT, TARGET_OFFSET};
+use crate::{Case, Counts, Pair, BATCH, BYTES, GID_INDEX, PORT, TARGET_OFFSET};
 
 const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
     .union(AccessFlags::REMOTE_READ);
+
+/// A completion's work request id, status, opcode and QP number: the one
+/// place the loops read a [`WorkCompletion`].
+fn fields(wc: &WorkCompletion) -> (u64, WcStatus, WcOpcode, u32) {
+    (wc.wr_id, wc.status, wc.opcode, wc.qp_num)
+}
+
+/// Fails unless `wc` is the successful `opcode` completion of work request
+/// `wr_id` on QP `qp_num`.
+fn expect(
+    wc: &WorkCompletion,
+    what: &str,
+    wr_id: u64,
+    opcode: WcOpcode,
+    qp_num: u32,
+) -> Result<(), String> {
+    if fields(wc) != (wr_id, WcStatus::Success, opcode, qp_num) {
+        return Err(format!(
+            "ours: {what}: completion {:?}, expected work request {wr_id} {opcode:?} on QP {qp_num}",
+            fields(wc)
+        ));
+    }
+    Ok(())
+}
 
 /// The path MTU of ours' `Mtu` for an IB MTU code (`enum ibv_mtu`).
 pub fn mtu(code: u32) -> Mtu {
@@ -23,7 +48,7 @@ pub fn mtu(code: u32) -> Mtu {
 }
 
 /// RESET -> INIT -> RTR -> RTS towards `dest_qpn` at `gid`: the values of
-/// tests/common/rc.rs, as [`crate::ibv`] sends them.
+/// tests/common/rc.rs, as [`crate::ibv`] sends them (RoCE).
 fn connect(qp: &QueuePair, dest_qpn: u32, gid: [u8; 16], mtu: Mtu) -> Result<(), String> {
     let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
     let steps = [
@@ -64,8 +89,28 @@ fn connect(qp: &QueuePair, dest_qpn: u32, gid: [u8; 16], mtu: Mtu) -> Result<(),
     Ok(())
 }
 
-/// `pair.iters` signalled 64-byte RDMA WRITEs from QP A into `buf`'s
-/// second page through QP B, each waited for with [`crate::wait_for_one`].
+impl crate::cm::CmQp for QueuePair {
+    fn qp_num(&self) -> u32 {
+        QueuePair::qp_num(self)
+    }
+    fn modify(&self, _state: QpState, attr: &QpAttr) -> Result<(), String> {
+        QueuePair::modify(self, attr).map_err(|e| format!("ours: modify_qp: {e}"))
+    }
+}
+
+/// The QPs, CQs and MR of one run; fields drop in order (QPs first), then
+/// the cm link of an iWARP pair.
+struct Objects {
+    qp_a: QueuePair,
+    qp_b: QueuePair,
+    cq_a: CompletionQueue,
+    cq_b: CompletionQueue,
+    _cm: Option<crate::cm::Link>,
+}
+
+/// The case's loop: A sends into `buf`'s slots (through QP B), each
+/// iteration waited for with [`crate::wait_for`]; the slots checked with
+/// [`crate::landed`] before the QPs go.
 pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
     let dev = uverbs::devices()
         .map_err(|e| format!("ours: listing devices: {e}"))?
@@ -77,63 +122,250 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
         .map_err(|e| format!("ours: opening {}: {e}", pair.device))?;
     let pd = ctx.alloc_pd().map_err(|e| format!("ours: alloc_pd: {e}"))?;
     // SAFETY: `buf` outlives the MR (dropped at the end of this function,
-    // after the QPs), and nothing else touches it meanwhile.
+    // after the QPs), and nothing else touches it meanwhile but the loops,
+    // which write the source only before posting and read the slots only
+    // once their requests completed.
     let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), ACCESS) }
         .map_err(|e| format!("ours: reg_mr: {e}"))?;
-    let gid = ctx
-        .query_gid(u32::from(PORT), GID_INDEX)
-        .map_err(|e| format!("ours: query_gid: {e}"))?
-        .raw();
-    let cq = || {
-        ctx.create_cq(16, None)
+    // The inline case posts every receive before its loop.
+    let inline = pair.case == Case::InlineSend;
+    let recv_depth = if inline { pair.iters as u32 } else { 16 };
+    let cq = |cqe| {
+        ctx.create_cq(cqe, None)
             .map_err(|e| format!("ours: create_cq: {e}"))
     };
-    let (cq_a, cq_b) = (cq()?, cq()?);
-    let qp = |cq| {
-        pd.create_qp(&QpInit::new(QpType::Rc, cq, cq))
+    let (cq_a, cq_b) = (cq(16)?, cq(recv_depth + 16)?);
+    let qp = |cq, max_recv_wr, max_inline| {
+        let init = QpInit {
+            max_recv_wr,
+            max_inline,
+            ..QpInit::new(QpType::Rc, cq, cq)
+        };
+        pd.create_qp(&init)
             .map_err(|e| format!("ours: create_qp: {e}"))
     };
-    let (qp_a, qp_b) = (qp(&cq_a)?, qp(&cq_b)?);
-    let mtu = mtu(pair.mtu);
-    connect(&qp_a, qp_b.qp_num(), gid, mtu)?;
-    connect(&qp_b, qp_a.qp_num(), gid, mtu)?;
+    let qp_a = qp(&cq_a, 16, if inline { BYTES as u32 } else { 0 })?;
+    let qp_b = qp(&cq_b, recv_depth, 0)?;
+    let cm = match &pair.cm {
+        Some(addr) => {
+            let link = crate::cm::connect(addr, &qp_a, &qp_b)?;
+            for qp in [&qp_a, &qp_b] {
+                let state = qp
+                    .established()
+                    .map_err(|e| format!("ours: established: {e}"))?;
+                if state != QpState::Rts {
+                    return Err(format!("ours: the QP is {state:?} after ESTABLISHED"));
+                }
+            }
+            Some(link)
+        }
+        None => {
+            let gid = ctx
+                .query_gid(u32::from(PORT), GID_INDEX)
+                .map_err(|e| format!("ours: query_gid: {e}"))?
+                .raw();
+            let mtu = mtu(pair.mtu);
+            connect(&qp_a, qp_b.qp_num(), gid, mtu)?;
+            connect(&qp_b, qp_a.qp_num(), gid, mtu)?;
+            None
+        }
+    };
+    let objs = Objects {
+        qp_a,
+        qp_b,
+        cq_a,
+        cq_b,
+        _cm: cm,
+    };
     let base = buf.as_ptr() as u64;
-    let sges = [Sge {
+    let source = [Sge {
         addr: base,
         length: BYTES as u32,
         lkey: mr.lkey(),
     }];
-    let remote = Remote {
-        addr: base + TARGET_OFFSET as u64,
+    let slot = |k: usize| base + (TARGET_OFFSET + k * BYTES) as u64;
+    let remote = |k: usize| Remote {
+        addr: slot(k),
         rkey: mr.rkey(),
     };
+    let recv_sge = |k: usize| Sge {
+        addr: slot(k),
+        length: BYTES as u32,
+        lkey: mr.lkey(),
+    };
+    let counts = match pair.case {
+        Case::Write => write(pair, &objs, &source, remote(0))?,
+        Case::WriteBatch => write_batch(pair, &objs, &source, &remote)?,
+        Case::SendRecv => send_recv(pair, &objs, &source, recv_sge(0))?,
+        Case::InlineSend => inline_send(pair, &objs, &recv_sge)?,
+    };
+    crate::landed(pair, buf)?;
+    drop(objs);
+    drop(mr);
+    Ok(counts)
+}
+
+/// A signalled SEND or WRITE `wr_id` of `payload`.
+fn send_wr<'a>(wr_id: u64, op: SendOp, flags: SendFlags, payload: Payload<'a>) -> SendWr<'a> {
+    SendWr {
+        wr_id,
+        op,
+        flags,
+        payload,
+        ud: None,
+    }
+}
+
+/// Case 1: one signalled WRITE per iteration.
+fn write(pair: &Pair, o: &Objects, source: &[Sge], remote: Remote) -> Result<Counts, String> {
     let mut counts = Counts::default();
     let mut wc = [WorkCompletion::default(); 1];
+    let op = SendOp::RdmaWrite { remote, imm: None };
     for i in 0..pair.iters {
-        let wr = SendWr {
-            wr_id: i as u64,
-            op: SendOp::RdmaWrite { remote, imm: None },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(&sges),
-            ud: None,
-        };
+        let wr = send_wr(i as u64, op, SendFlags::SIGNALED, Payload::Sges(source));
         counts.posts += 1;
         // SAFETY: the source bytes stay untouched until the completion is
         // polled below, and the MR outlives the QP's use of them.
-        unsafe { qp_a.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
-        crate::wait_for_one(&mut counts, i, || {
-            cq_a.poll(&mut wc).map_err(|e| format!("ours: poll: {e}"))
+        unsafe { o.qp_a.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
+        crate::wait_for(&mut counts, "WRITE", i, 1, |got| {
+            o.cq_a
+                .poll(&mut wc[got..])
+                .map_err(|e| format!("ours: poll: {e}"))
         })?;
-        let c = wc[0];
-        if c.status != WcStatus::Success
-            || c.opcode != WcOpcode::RdmaWrite
-            || c.wr_id != i as u64
-            || c.qp_num != qp_a.qp_num()
-        {
-            return Err(format!("ours: WRITE {i}: completion {c:?}"));
+        expect(
+            &wc[0],
+            "WRITE",
+            i as u64,
+            WcOpcode::RdmaWrite,
+            o.qp_a.qp_num(),
+        )?;
+    }
+    Ok(counts)
+}
+
+/// Case 2: [`BATCH`] WRITEs per `post_send`, into slots 0..BATCH.
+fn write_batch(
+    pair: &Pair,
+    o: &Objects,
+    source: &[Sge],
+    remote: &dyn Fn(usize) -> Remote,
+) -> Result<Counts, String> {
+    let mut counts = Counts::default();
+    let signalled = Case::WriteBatch.signalled(pair.iwarp());
+    let mut wc = [WorkCompletion::default(); BATCH];
+    for i in 0..pair.iters {
+        let wrs: [SendWr; BATCH] = std::array::from_fn(|k| {
+            let flags = if k >= BATCH - signalled {
+                SendFlags::SIGNALED
+            } else {
+                SendFlags::empty()
+            };
+            let op = SendOp::RdmaWrite {
+                remote: remote(k),
+                imm: None,
+            };
+            send_wr((i * BATCH + k) as u64, op, flags, Payload::Sges(source))
+        });
+        counts.posts += 1;
+        // SAFETY: as in `write`: the last request is signalled, and its
+        // completion (polled below) follows the earlier ones'.
+        unsafe { o.qp_a.post_send(&wrs) }.map_err(|e| format!("ours: post_send batch {i}: {e}"))?;
+        crate::wait_for(&mut counts, "WRITE batch", i, signalled, |got| {
+            o.cq_a
+                .poll(&mut wc[got..signalled])
+                .map_err(|e| format!("ours: poll: {e}"))
+        })?;
+        for (k, c) in wc[..signalled].iter().enumerate() {
+            let wr_id = (i * BATCH + BATCH - signalled + k) as u64;
+            expect(
+                c,
+                "WRITE batch",
+                wr_id,
+                WcOpcode::RdmaWrite,
+                o.qp_a.qp_num(),
+            )?;
         }
     }
-    drop((qp_a, qp_b, cq_a, cq_b, mr));
+    Ok(counts)
+}
+
+/// Case 3: a receive on B, a SEND on A, both completions polled.
+fn send_recv(pair: &Pair, o: &Objects, source: &[Sge], target: Sge) -> Result<Counts, String> {
+    let mut counts = Counts::default();
+    let mut wc = [WorkCompletion::default(); 1];
+    let target = [target];
+    for i in 0..pair.iters {
+        let rwr = RecvWr {
+            wr_id: i as u64,
+            sges: &target,
+        };
+        counts.post_recvs += 1;
+        // SAFETY: the slot is not touched until the receive's completion
+        // is polled below; the MR outlives the QP's use of it.
+        unsafe { o.qp_b.post_recv(&[rwr]) }.map_err(|e| format!("ours: post_recv {i}: {e}"))?;
+        let op = SendOp::Send { imm: None };
+        let wr = send_wr(i as u64, op, SendFlags::SIGNALED, Payload::Sges(source));
+        counts.posts += 1;
+        // SAFETY: as in `write`.
+        unsafe { o.qp_a.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
+        crate::wait_for(&mut counts, "SEND", i, 1, |got| {
+            o.cq_a
+                .poll(&mut wc[got..])
+                .map_err(|e| format!("ours: poll: {e}"))
+        })?;
+        expect(&wc[0], "SEND", i as u64, WcOpcode::Send, o.qp_a.qp_num())?;
+        crate::wait_for(&mut counts, "RECV", i, 1, |got| {
+            o.cq_b
+                .poll(&mut wc[got..])
+                .map_err(|e| format!("ours: poll: {e}"))
+        })?;
+        expect(&wc[0], "RECV", i as u64, WcOpcode::Recv, o.qp_b.qp_num())?;
+    }
+    Ok(counts)
+}
+
+/// Case 4: inline SEND `i` of [`crate::pattern`]`(i)` into B's receive
+/// `i`, all posted before the loop (not measured) and never polled.
+fn inline_send(
+    pair: &Pair,
+    o: &Objects,
+    recv_sge: &dyn Fn(usize) -> Sge,
+) -> Result<Counts, String> {
+    let sges: Vec<[Sge; 1]> = (0..pair.iters).map(|k| [recv_sge(k)]).collect();
+    let rwrs: Vec<RecvWr> = sges
+        .iter()
+        .enumerate()
+        .map(|(k, s)| RecvWr {
+            wr_id: k as u64,
+            sges: s,
+        })
+        .collect();
+    // SAFETY: slot k is read only by `crate::landed`, after SEND k
+    // completed; the MR outlives the QP's use of the slots.
+    unsafe { o.qp_b.post_recv(&rwrs) }.map_err(|e| format!("ours: post_recv (all): {e}"))?;
+    let mut counts = Counts::default();
+    let mut wc = [WorkCompletion::default(); 1];
+    for i in 0..pair.iters {
+        let data = crate::pattern(i);
+        let segs: [&[u8]; 1] = [&data];
+        let op = SendOp::Send { imm: None };
+        let wr = send_wr(i as u64, op, SendFlags::SIGNALED, Payload::Inline(&segs));
+        counts.posts += 1;
+        // SAFETY: the payload is inline, copied during the call.
+        unsafe { o.qp_a.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
+        crate::wait_for(&mut counts, "inline SEND", i, 1, |got| {
+            o.cq_a
+                .poll(&mut wc[got..])
+                .map_err(|e| format!("ours: poll: {e}"))
+        })?;
+        expect(
+            &wc[0],
+            "inline SEND",
+            i as u64,
+            WcOpcode::Send,
+            o.qp_a.qp_num(),
+        )?;
+    }
     Ok(counts)
 }
 

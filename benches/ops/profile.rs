@@ -6,28 +6,81 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
 
-use crate::{Counts, CHILD};
+use crate::{Case, Counts, Setup, CHILD};
+
+/// The API functions one implementation's loops call, by the names
+/// callgrind gives them (demangled; `--toggle-collect` matches them whole,
+/// so a closure or helper of the same prefix does not toggle). These are
+/// the measured functions: change them here when the API's names change.
+pub struct Symbols {
+    pub post_send: &'static str,
+    pub post_recv: &'static str,
+    pub poll: &'static str,
+}
+
+impl Symbols {
+    /// The functions callgrind collects inside for `case`: `post_recv`
+    /// only where the case measures it (in case 4 the receiver's posts
+    /// before the loop are not measured).
+    pub fn measured(&self, case: Case) -> Vec<&'static str> {
+        if case.measures_post_recv() {
+            vec![self.post_recv, self.post_send, self.poll]
+        } else {
+            vec![self.post_send, self.poll]
+        }
+    }
+}
 
 /// One implementation: its name on the `--impl` option and in the result
-/// line, and the two functions callgrind collects inside, by the names
-/// callgrind gives them (demangled; `--toggle-collect` matches them
-/// whole, so a closure or helper of the same prefix does not toggle).
+/// lines, and its measured functions per driver (`""`: any driver).
 pub struct Impl {
     pub name: &'static str,
-    pub post: &'static str,
-    pub poll: &'static str,
+    pub symbols: &'static [(&'static str, Symbols)],
+}
+
+impl Impl {
+    /// The measured functions on a device of `driver` (`rxe`, `siw`).
+    pub fn symbols(&self, driver: &str) -> Result<&'static Symbols, String> {
+        self.symbols
+            .iter()
+            .find(|(d, _)| d.is_empty() || *d == driver)
+            .map(|(_, s)| s)
+            .ok_or_else(|| format!("{}: no measured functions for driver {driver}", self.name))
+    }
 }
 
 pub const IMPLS: &[Impl] = &[
     Impl {
         name: "ours",
-        post: "uverbs::qp::QueuePair::post_send",
-        poll: "uverbs::cq::CompletionQueue::poll",
+        symbols: &[(
+            "",
+            Symbols {
+                post_send: "uverbs::qp::QueuePair::post_send",
+                post_recv: "uverbs::qp::QueuePair::post_recv",
+                poll: "uverbs::cq::CompletionQueue::poll",
+            },
+        )],
     },
     Impl {
         name: "libibverbs",
-        post: "rxe_post_send",
-        poll: "rxe_poll_cq",
+        symbols: &[
+            (
+                "rxe",
+                Symbols {
+                    post_send: "rxe_post_send",
+                    post_recv: "rxe_post_recv",
+                    poll: "rxe_poll_cq",
+                },
+            ),
+            (
+                "siw",
+                Symbols {
+                    post_send: "siw_post_send",
+                    post_recv: "siw_post_recv",
+                    poll: "siw_poll_cq",
+                },
+            ),
+        ],
     },
 ];
 
@@ -36,18 +89,20 @@ pub const IMPLS: &[Impl] = &[
 pub struct Measured {
     /// Instructions executed inside the measured functions.
     pub ir_total: u64,
-    /// Calls callgrind saw of the post and of the poll function.
+    /// Calls callgrind saw of the post, poll and post_recv functions.
     pub posts: u64,
     pub polls: u64,
+    pub post_recvs: u64,
     /// The polls that found nothing (the child's own count).
     pub empty_polls: u64,
     /// callgrind's version, from the file's `creator:` line.
     pub version: String,
     /// Self Ir per function, the largest first.
     pub top: Vec<(String, u64)>,
-    /// The post and the poll function's calls, each inclusive.
+    /// The post, poll and post_recv functions' calls, each inclusive.
     pub post: Calls,
     pub poll: Calls,
+    pub post_recv: Calls,
 }
 
 /// The valgrind launcher: `valgrind.bin` where Debian installs it behind
@@ -61,28 +116,38 @@ pub fn default_valgrind() -> String {
     }
 }
 
-/// Runs `imp`'s loop of `iters` pairs under callgrind and reads its file.
+/// Runs `imp`'s loop of `case` on `device` under callgrind and reads its
+/// file.
 pub fn run(
     valgrind: &str,
     imp: &Impl,
+    case: Case,
     device: &str,
+    setup: &Setup,
     iters: usize,
-    mtu: u32,
 ) -> Result<Measured, String> {
+    let symbols = imp.symbols(setup.driver)?;
+    let (iters_s, mtu) = (iters.to_string(), setup.mtu.to_string());
+    let mut args = vec![
+        "--impl",
+        imp.name,
+        "--case",
+        case.op(),
+        "--device",
+        device,
+        "--iters",
+        &iters_s,
+        "--mtu",
+        &mtu,
+    ];
+    if let Some(cm) = &setup.cm {
+        args.extend(["--cm", cm.as_str()]);
+    }
     let (file, stdout) = run_child_with_output(
         valgrind,
-        imp.name,
-        &[imp.post, imp.poll],
-        &[
-            "--impl",
-            imp.name,
-            "--device",
-            device,
-            "--iters",
-            &iters.to_string(),
-            "--mtu",
-            &mtu.to_string(),
-        ],
+        &format!("{}-{device}-{}", imp.name, case.op()),
+        &symbols.measured(case),
+        &args,
     )?;
     let child = stdout
         .lines()
@@ -90,15 +155,24 @@ pub fn run(
         .and_then(parse_child)
         .ok_or_else(|| format!("the measured run printed no {CHILD} line: {stdout}"))?;
     let calls = |f: &str| file.calls.get(f).copied().unwrap_or_default();
-    let (post, poll) = (calls(imp.post), calls(imp.poll));
-    let (posts, polls) = (post.count, poll.count);
+    let (post, poll) = (calls(symbols.post_send), calls(symbols.poll));
+    let post_recv = if case.measures_post_recv() {
+        calls(symbols.post_recv)
+    } else {
+        Calls::default()
+    };
     // callgrind must have seen exactly the calls the loop made: otherwise a
     // name did not match (nothing collected) or a call was inlined away.
-    if posts != child.posts || polls != child.polls {
-        return Err(format!(
-            "callgrind saw {posts} calls of {} and {polls} of {}, the loop made {} and {}",
-            imp.post, imp.poll, child.posts, child.polls
-        ));
+    for (name, seen, made) in [
+        (symbols.post_send, post.count, child.posts),
+        (symbols.poll, poll.count, child.polls),
+        (symbols.post_recv, post_recv.count, child.post_recvs),
+    ] {
+        if seen != made {
+            return Err(format!(
+                "callgrind saw {seen} calls of {name}, the loop made {made}"
+            ));
+        }
     }
     let mut top: Vec<(String, u64)> = file.self_ir.into_iter().filter(|(_, ir)| *ir > 0).collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -106,9 +180,11 @@ pub fn run(
         top,
         post,
         poll,
+        post_recv,
         ir_total: file.ir_total,
-        posts,
-        polls,
+        posts: post.count,
+        polls: poll.count,
+        post_recvs: post_recv.count,
         empty_polls: child.empty_polls,
         version: file.version,
     })
@@ -147,18 +223,29 @@ fn run_child_with_output(
         .map_err(|e| format!("starting {valgrind}: {e}"))?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
-        let tail: Vec<&str> = stderr.lines().rev().take(6).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
         return Err(format!(
             "{valgrind} exited {}: {}",
             out.status,
-            tail.join(" | ")
+            stderr_tail(&stderr)
         ));
     }
     let text =
         std::fs::read_to_string(&out_file).map_err(|e| format!("reading {out_file}: {e}"))?;
     let file = parse(&text)?;
     Ok((file, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// The last lines of a failed child's stderr, its own (what valgrind
+/// writes starts with `==pid==`: its summary at exit would push the
+/// child's message out), or valgrind's if the child wrote none.
+fn stderr_tail(stderr: &str) -> String {
+    let own: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("==")).collect();
+    let lines: Vec<&str> = if own.is_empty() {
+        stderr.lines().collect()
+    } else {
+        own
+    };
+    lines[lines.len().saturating_sub(6)..].join(" | ")
 }
 
 fn field(words: &str, key: &str) -> Option<u64> {
@@ -173,6 +260,7 @@ fn parse_child(words: &str) -> Option<Counts> {
         posts: field(words, "posts")?,
         polls: field(words, "polls")?,
         empty_polls: field(words, "empty_polls")?,
+        post_recvs: field(words, "post_recvs").unwrap_or(0),
     })
 }
 

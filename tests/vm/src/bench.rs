@@ -4,8 +4,8 @@
 //! against rxe0 and siw0, then writes `docs/benchmarks.md`,
 //! `docs/benchmarks.svg` and `docs/benchmarks-datapath.svg` from the
 //! `@@BENCH` and `@@DATAPATH` lines the guest printed. benches/ops adds
-//! the instructions per `post_send` + `poll_cq` (callgrind, `@@OPS` lines;
-//! [`ops`](mod@ops)).
+//! the instructions per data-path operation on rxe0 and siw0 (callgrind,
+//! `@@OPS` lines; [`ops`](mod@ops)).
 //!
 //! 1. Unpacks what the libibverbs peer links against (`libibverbs-dev`,
 //!    `libnl-3-dev`, `libnl-route-3-dev`), perftest with its providers
@@ -225,8 +225,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     );
     md.push_str(&datapath::report::markdown(&dp));
     md.push_str(&mover::markdown(&moves));
-    let op_counts = ops::parse(&console);
-    md.push_str(&ops::markdown(&op_counts, &ops::parse_functions(&console)));
+    md.push_str(&ops::section(&console));
     md.push_str(&control_ops::markdown(&control_ops::parse(&console)));
     let framing = framing::parse(&console);
     md.push_str(&framing::markdown(&framing));
@@ -260,8 +259,8 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             units::size_name(buffer)
         );
     }
-    for (device, r) in ops::ratios(&op_counts) {
-        println!("ops {device}: post_send + poll_cq instructions, ours ÷ libibverbs {r:.2}×");
+    for (device, op, r) in ops::ratios(&ops::parse(&console)) {
+        println!("ops {device} {op}: instructions per iteration, ours ÷ libibverbs {r:.2}×");
     }
     for l in framing.iter().filter(|l| l.error.is_some()) {
         say(format!(
@@ -410,7 +409,9 @@ fn strace_files() -> Result<Vec<HostFile>> {
     Ok(vec![f])
 }
 
-/// How long benches/ops may take: two loops under callgrind, under TCG.
+/// How long benches/ops may take: 16 loops under callgrind (4 cases × 2
+/// implementations × rxe0 and siw0) and the control loops, under TCG
+/// (about 3 minutes in all).
 const OPS_TIMEOUT_SECS: u32 = 1800;
 
 /// What benches/ops runs callgrind with, from the unpacked valgrind, in

@@ -8,7 +8,7 @@ use super::units::ratio_name;
 use crate::markers::{error_of, field, find};
 use std::fmt::Write as _;
 
-use super::ops::OPS;
+use super::ops::{is_case, OPS};
 
 /// One control `@@OPS` line.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,12 +23,12 @@ pub struct Line {
     pub error: Option<String>,
 }
 
-/// Every control line of `console` (not the post + poll ones).
+/// Every control line of `console` (not the data-path cases' ones).
 pub fn parse(console: &str) -> Vec<Line> {
     console
         .lines()
         .filter_map(|l| find(l, OPS))
-        .filter(|w| field(w, "op").is_some_and(|op| op != "post_send+poll_cq"))
+        .filter(|w| field(w, "op").is_some_and(|op| !is_case(op)))
         .filter_map(|w| {
             let real = |k: &str| {
                 field(w, k)
@@ -114,6 +114,8 @@ mod tests {
     fn control_lines_become_one_table() {
         let console = "\
 @@OPS device=rxe0 impl=ours op=post_send+poll_cq ir_per_pair=300.0 ir_total=60000 iters=200 posts=200 polls=201 empty_polls=1
+@@OPS device=rxe0 impl=ours op=send_recv ir_per_iter=700.0 ir_total=140000 iters=200 posts=200 polls=400 empty_polls=0 post_recvs=200
+@@OPS device=siw0 impl=libibverbs op=inline_send status=error error=\"x\"
 @@OPS device=rxe0 impl=ours op=alloc_pd+dealloc_pd ir_per_pair=900.0 ir_first=500.0 ir_second=400.0 calls=201+200 syscalls_per_pair=2.00 iters=200 valgrind=3.19.0
 @@OPS device=rxe0 impl=libibverbs op=alloc_pd+dealloc_pd ir_per_pair=1200.0 ir_first=700.0 ir_second=500.0 calls=201+200 syscalls_per_pair=2.00 iters=200 valgrind=3.19.0
 @@OPS device=rxe0 impl=libibverbs op=reg_mr+dereg_mr status=error error=\"libibverbs: ibv_reg_mr: errno 12\"

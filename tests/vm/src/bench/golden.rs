@@ -1,6 +1,7 @@
-//! The golden test: a fixture console (testdata/console.log, 40 lines in
-//! the bench's real format) renders to exactly the committed
-//! testdata/benchmarks.md and testdata/benchmarks.svg, so changes to this
+//! The golden test: a fixture console (testdata/console.log, 40 `@@BENCH`
+//! lines and a benches/ops run, in the benches' real format) renders to
+//! exactly the committed testdata/benchmarks.md (the report and the
+//! instruction counts' section) and testdata/benchmarks.svg, so changes to this
 //! module cannot change the report by accident. After an intended change of
 //! the report, `UVERBS_BENCH_BLESS=1 cargo test -p uverbs-vm golden`
 //! rewrites the files; review their diff.
@@ -9,6 +10,7 @@ use super::headline::headline;
 use super::markdown::markdown;
 use super::meta::Meta;
 use super::model::{CellKey, Verdict};
+use super::ops;
 use super::parse::parse;
 use super::svg::svg;
 use super::targets::targets;
@@ -64,20 +66,22 @@ fn check_golden(name: &str, actual: &str) {
 
 /// The report of a fixture console (both devices, every implementation,
 /// transport and fork mode, unsupported and failed cells, a mixed path,
-/// kernel lines in between) is byte for byte the committed markdown and
+/// kernel lines in between; every ops case on both devices, one failed)
+/// is byte for byte the committed markdown and
 /// svg: a refactoring of this module must not change what it writes.
 #[test]
 fn golden_report() {
-    let run = parse(include_str!("testdata/console.log"));
+    let console = include_str!("testdata/console.log");
+    let run = parse(console);
     assert_eq!(run.rows.len(), 40);
-    let md = markdown(&run, &fixed_meta());
+    let md = markdown(&run, &fixed_meta()) + "\n" + &ops::section(console);
     check_golden("benchmarks.md", &md);
     check_golden("benchmarks.svg", &svg(&run));
     // From a saved log only the wall-time line differs.
     let mut from_log = fixed_meta();
     from_log.vm_secs = None;
     assert_eq!(
-        markdown(&run, &from_log),
+        markdown(&run, &from_log) + "\n" + &ops::section(console),
         md.replace(
             "| wall time | 145 s for `cargo vm bench` (build, boot and 142 s of qemu) |",
             "| wall time | (regenerated from a saved log) |"
