@@ -351,7 +351,8 @@ fn main() {
     // The control operations, beside the verbs bench's times (first
     // device only).
     if let Some(device) = first.filter(|d| setup(d, None).is_ok()) {
-        for imp in profile::IMPLS {
+        // Control operations have no exclusive variant.
+        for imp in profile::IMPLS.iter().filter(|i| i.name != "ours-exclusive") {
             control::measure(&valgrind, imp.name, device, iters);
         }
     }
@@ -489,7 +490,8 @@ fn measured(imp: &str, pair: &Pair) -> Result<Counts, String> {
     let buf = &mut storage[at..at + len];
     buf[..BYTES].copy_from_slice(&pattern(0));
     match imp {
-        "ours" => ours::run(pair, buf),
+        "ours" => ours::run(pair, buf, false),
+        "ours-exclusive" => ours::run(pair, buf, true),
         #[cfg(feature = "libibverbs-peer")]
         "libibverbs" => ibv::run(pair, buf),
         #[cfg(not(feature = "libibverbs-peer"))]

@@ -106,12 +106,47 @@ struct Objects {
     cq_a: CompletionQueue,
     cq_b: CompletionQueue,
     _cm: Option<crate::cm::Link>,
+    /// Post through the `&mut self` calls (`post_send_exclusive`,
+    /// `post_recv_exclusive`), which take no lock.
+    exclusive: bool,
+}
+
+impl Objects {
+    /// Posts `wrs` on QP A, shared or exclusive as the run asks.
+    ///
+    /// # Safety
+    ///
+    /// As for `QueuePair::post_send`.
+    unsafe fn post_send(&mut self, wrs: &[SendWr<'_>]) -> Result<(), uverbs::Error> {
+        if self.exclusive {
+            // SAFETY: forwarded to the caller.
+            unsafe { self.qp_a.post_send_exclusive(wrs) }
+        } else {
+            // SAFETY: forwarded to the caller.
+            unsafe { self.qp_a.post_send(wrs) }
+        }
+    }
+
+    /// Posts `wrs` on QP B, as `post_send`.
+    ///
+    /// # Safety
+    ///
+    /// As for `QueuePair::post_recv`.
+    unsafe fn post_recv(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), uverbs::Error> {
+        if self.exclusive {
+            // SAFETY: forwarded to the caller.
+            unsafe { self.qp_b.post_recv_exclusive(wrs) }
+        } else {
+            // SAFETY: forwarded to the caller.
+            unsafe { self.qp_b.post_recv(wrs) }
+        }
+    }
 }
 
 /// The case's loop: A sends into `buf`'s slots (through QP B), each
 /// iteration waited for with [`crate::wait_for`]; the slots checked with
 /// [`crate::landed`] before the QPs go.
-pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
+pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, String> {
     let dev = uverbs::devices()
         .map_err(|e| format!("ours: listing devices: {e}"))?
         .into_iter()
@@ -170,12 +205,13 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
             None
         }
     };
-    let objs = Objects {
+    let mut objs = Objects {
         qp_a,
         qp_b,
         cq_a,
         cq_b,
         _cm: cm,
+        exclusive,
     };
     let base = buf.as_ptr() as u64;
     let source = [Sge {
@@ -194,10 +230,10 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
         lkey: mr.lkey(),
     };
     let counts = match pair.case {
-        Case::Write => write(pair, &objs, &source, remote(0))?,
-        Case::WriteBatch => write_batch(pair, &objs, &source, &remote)?,
-        Case::SendRecv => send_recv(pair, &objs, &source, recv_sge(0))?,
-        Case::InlineSend => inline_send(pair, &objs, &recv_sge)?,
+        Case::Write => write(pair, &mut objs, &source, remote(0))?,
+        Case::WriteBatch => write_batch(pair, &mut objs, &source, &remote)?,
+        Case::SendRecv => send_recv(pair, &mut objs, &source, recv_sge(0))?,
+        Case::InlineSend => inline_send(pair, &mut objs, &recv_sge)?,
     };
     crate::landed(pair, buf)?;
     drop(objs);
@@ -217,7 +253,7 @@ fn send_wr<'a>(wr_id: u64, op: SendOp, flags: SendFlags, payload: Payload<'a>) -
 }
 
 /// Case 1: one signalled WRITE per iteration.
-fn write(pair: &Pair, o: &Objects, source: &[Sge], remote: Remote) -> Result<Counts, String> {
+fn write(pair: &Pair, o: &mut Objects, source: &[Sge], remote: Remote) -> Result<Counts, String> {
     let mut counts = Counts::default();
     let mut wc = [WorkCompletion::default(); 1];
     let op = SendOp::RdmaWrite { remote, imm: None };
@@ -226,7 +262,7 @@ fn write(pair: &Pair, o: &Objects, source: &[Sge], remote: Remote) -> Result<Cou
         counts.posts += 1;
         // SAFETY: the source bytes stay untouched until the completion is
         // polled below, and the MR outlives the QP's use of them.
-        unsafe { o.qp_a.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
+        unsafe { o.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
         crate::wait_for(&mut counts, "WRITE", i, 1, |got| {
             o.cq_a
                 .poll(&mut wc[got..])
@@ -246,7 +282,7 @@ fn write(pair: &Pair, o: &Objects, source: &[Sge], remote: Remote) -> Result<Cou
 /// Case 2: [`BATCH`] WRITEs per `post_send`, into slots 0..BATCH.
 fn write_batch(
     pair: &Pair,
-    o: &Objects,
+    o: &mut Objects,
     source: &[Sge],
     remote: &dyn Fn(usize) -> Remote,
 ) -> Result<Counts, String> {
@@ -269,7 +305,7 @@ fn write_batch(
         counts.posts += 1;
         // SAFETY: as in `write`: the last request is signalled, and its
         // completion (polled below) follows the earlier ones'.
-        unsafe { o.qp_a.post_send(&wrs) }.map_err(|e| format!("ours: post_send batch {i}: {e}"))?;
+        unsafe { o.post_send(&wrs) }.map_err(|e| format!("ours: post_send batch {i}: {e}"))?;
         crate::wait_for(&mut counts, "WRITE batch", i, signalled, |got| {
             o.cq_a
                 .poll(&mut wc[got..signalled])
@@ -290,7 +326,7 @@ fn write_batch(
 }
 
 /// Case 3: a receive on B, a SEND on A, both completions polled.
-fn send_recv(pair: &Pair, o: &Objects, source: &[Sge], target: Sge) -> Result<Counts, String> {
+fn send_recv(pair: &Pair, o: &mut Objects, source: &[Sge], target: Sge) -> Result<Counts, String> {
     let mut counts = Counts::default();
     let mut wc = [WorkCompletion::default(); 1];
     let target = [target];
@@ -302,12 +338,12 @@ fn send_recv(pair: &Pair, o: &Objects, source: &[Sge], target: Sge) -> Result<Co
         counts.post_recvs += 1;
         // SAFETY: the slot is not touched until the receive's completion
         // is polled below; the MR outlives the QP's use of it.
-        unsafe { o.qp_b.post_recv(&[rwr]) }.map_err(|e| format!("ours: post_recv {i}: {e}"))?;
+        unsafe { o.post_recv(&[rwr]) }.map_err(|e| format!("ours: post_recv {i}: {e}"))?;
         let op = SendOp::Send { imm: None };
         let wr = send_wr(i as u64, op, SendFlags::SIGNALED, Payload::Sges(source));
         counts.posts += 1;
         // SAFETY: as in `write`.
-        unsafe { o.qp_a.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
+        unsafe { o.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
         crate::wait_for(&mut counts, "SEND", i, 1, |got| {
             o.cq_a
                 .poll(&mut wc[got..])
@@ -328,7 +364,7 @@ fn send_recv(pair: &Pair, o: &Objects, source: &[Sge], target: Sge) -> Result<Co
 /// `i`, all posted before the loop (not measured) and never polled.
 fn inline_send(
     pair: &Pair,
-    o: &Objects,
+    o: &mut Objects,
     recv_sge: &dyn Fn(usize) -> Sge,
 ) -> Result<Counts, String> {
     let sges: Vec<[Sge; 1]> = (0..pair.iters).map(|k| [recv_sge(k)]).collect();
@@ -342,7 +378,7 @@ fn inline_send(
         .collect();
     // SAFETY: slot k is read only by `crate::landed`, after SEND k
     // completed; the MR outlives the QP's use of the slots.
-    unsafe { o.qp_b.post_recv(&rwrs) }.map_err(|e| format!("ours: post_recv (all): {e}"))?;
+    unsafe { o.post_recv(&rwrs) }.map_err(|e| format!("ours: post_recv (all): {e}"))?;
     let mut counts = Counts::default();
     let mut wc = [WorkCompletion::default(); 1];
     for i in 0..pair.iters {
@@ -352,7 +388,7 @@ fn inline_send(
         let wr = send_wr(i as u64, op, SendFlags::SIGNALED, Payload::Inline(&segs));
         counts.posts += 1;
         // SAFETY: the payload is inline, copied during the call.
-        unsafe { o.qp_a.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
+        unsafe { o.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
         crate::wait_for(&mut counts, "inline SEND", i, 1, |got| {
             o.cq_a
                 .poll(&mut wc[got..])

@@ -62,6 +62,17 @@ pub const IMPLS: &[Impl] = &[
         )],
     },
     Impl {
+        name: "ours-exclusive",
+        symbols: &[(
+            "",
+            Symbols {
+                post_send: "uverbs::qp::QueuePair::post_send_exclusive",
+                post_recv: "uverbs::qp::QueuePair::post_recv_exclusive",
+                poll: "uverbs::cq::CompletionQueue::poll",
+            },
+        )],
+    },
+    Impl {
         name: "libibverbs",
         symbols: &[
             (

@@ -239,7 +239,9 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> String {
          before the loop and not counted.\n\n\
          callgrind collects only inside the measured functions, each inclusive of what it calls \
          in user space (locks, the doorbell's `write` wrapper); the kernel is not counted. Ours: \
-         `QueuePair::post_send`, `QueuePair::post_recv` and `CompletionQueue::poll`; libibverbs: \
+         `QueuePair::post_send`, `QueuePair::post_recv` and `CompletionQueue::poll`; \
+         ours-exclusive: the same through `post_send_exclusive` and `post_recv_exclusive` (`&mut \
+         self`, no lock: for a caller that holds the QP alone); libibverbs: \
          its provider's `rxe_post_send` / `siw_post_send`, `…_post_recv` and `…_poll_cq` (what \
          the inline `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq` call), statically linked \
          into the same binary. Ir per iteration is the total ÷ the loop's iterations, the first \
@@ -324,7 +326,7 @@ fn row(lines: &[Line], l: &Line) -> String {
             e.replace('|', "\\|")
         );
     }
-    let ratio = if l.imp == "ours" {
+    let ratio = if l.imp.starts_with("ours") {
         match ok(lines, &l.device, &l.op, "libibverbs") {
             Some(i) => ratio_name(l.ir_per_iter / i.ir_per_iter),
             None => "—".into(),
