@@ -90,6 +90,7 @@ pub(crate) struct SendQueue {
 /// An rxe QP's receive queue.
 pub(crate) struct RecvQueue {
     producer: Producer,
+    /// Capped to the slot when mapped.
     max_sge: u32,
     _mapping: SharedMapping,
 }
@@ -114,8 +115,8 @@ pub(crate) fn map_qp(
             _mapping: sq_map,
         },
         RecvQueue {
+            max_sge: wqe::recv_sges_within_slot(max_recv_sge, rq.elem_size()),
             producer: rq,
-            max_sge: max_recv_sge,
             _mapping: rq_map,
         },
     ))
@@ -172,7 +173,7 @@ impl RecvQueue {
     pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let rq = &mut self.producer;
         for (index, wr) in wrs.iter().enumerate() {
-            if let Err(error) = wqe::write_recv_wqe(rq, self.max_sge, wr) {
+            if let Err(error) = wqe::encode_recv(rq, self.max_sge, wr) {
                 rq.cancel();
                 return Err(PostFailure::Refused { index, error });
             }

@@ -391,25 +391,6 @@ const POST_SEND: &str = "post_send";
 /// The operation a receive WR's error names.
 const POST_RECV: &str = "post_recv";
 
-/// [`PostError::TooManySges`] when `n` SGEs are more than a WR on `q` may
-/// carry: what the QP claims (`claimed`), capped by what a slot holds after
-/// its `wqe_len`-byte header, so a wrong claim can never make us write past
-/// the slot.
-fn check_sges(
-    op: &'static str,
-    q: &Producer,
-    wqe_len: usize,
-    claimed: u32,
-    n: usize,
-) -> Result<(), PostError> {
-    let room = q.elem_size().saturating_sub(wqe_len);
-    let max = claimed.min(u32::try_from(room / SGE_LEN).unwrap_or(u32::MAX));
-    if n > max as usize {
-        return Err(PostError::TooManySges { op, n, max });
-    }
-    Ok(())
-}
-
 /// The next free slot of `q`, or [`PostError::QueueFull`] naming `op`.
 fn next_slot<'q>(q: &'q mut Producer, op: &'static str) -> Result<&'q mut [u8], PostError> {
     q.reserve()
@@ -834,6 +815,13 @@ fn copy_sges(tail: &mut [u8], sges: &[Sge]) {
 /// a power of two of at least 8 bytes).
 const SLOT_HOLDS_WQE: &str = "an rxe slot holds an aligned WQE (checked at mapping time)";
 
+/// `max_sge` capped by what one `elem_size`-byte receive slot holds after
+/// the WQE header (a receive queue caps once, when it is mapped).
+pub(crate) fn recv_sges_within_slot(max_sge: u32, elem_size: usize) -> u32 {
+    let room = elem_size.saturating_sub(RECV_WQE_LEN) / SGE_LEN;
+    max_sge.min(u32::try_from(room).unwrap_or(u32::MAX))
+}
+
 /// Checks `wr` against `max_sge` and the slot size, then writes it into the
 /// next free slot of the receive queue `rq` (not yet published).
 pub(crate) fn write_recv_wqe(
@@ -841,10 +829,38 @@ pub(crate) fn write_recv_wqe(
     max_sge: u32,
     wr: &RecvWr<'_>,
 ) -> Result<(), PostError> {
-    check_sges(POST_RECV, rq, RECV_WQE_LEN, max_sge, wr.sges.len())?;
-    let length = total_len(POST_RECV, wr.sges.iter().map(|s| u64::from(s.length)))?;
+    let capped = recv_sges_within_slot(max_sge, rq.elem_size());
+    encode_recv(rq, capped, wr)
+}
+
+/// [`write_recv_wqe`] with `max_sge` already capped to the slot
+/// ([`recv_sges_within_slot`]): the receive queue's hot path, in
+/// rdma-core's order (SGE count, length, a free slot).
+#[inline]
+pub(crate) fn encode_recv(
+    rq: &mut Producer,
+    max_sge: u32,
+    wr: &RecvWr<'_>,
+) -> Result<(), PostError> {
+    let n = wr.sges.len();
+    if n > max_sge as usize {
+        return Err(PostError::TooManySges {
+            op: POST_RECV,
+            n,
+            max: max_sge,
+        });
+    }
+    let length = match wr.sges {
+        [one] => one.length,
+        sges => total_len(POST_RECV, sges.iter().map(|s| u64::from(s.length)))?,
+    };
     let slot = next_slot(rq, POST_RECV)?;
-    let (wqe, tail) = rxe_recv_wqe::mut_from_prefix(slot).expect(SLOT_HOLDS_WQE);
+    assert!(slot.len() >= RECV_WQE_LEN, "{SLOT_HOLDS_WQE}");
+    let (head, tail) = slot.split_at_mut(RECV_WQE_LEN);
+    // SAFETY: `head` is exactly `size_of::<rxe_recv_wqe>()` bytes, 8-aligned
+    // (every slot of a mapped queue is: `Producer::reserve`), borrowed
+    // mutably here; `rxe_recv_wqe` is plain data valid for any bytes.
+    let wqe = unsafe { &mut *head.as_mut_ptr().cast::<rxe_recv_wqe>() };
     wqe.wr_id = wr.wr_id;
     wqe.reserved = 0;
     wqe.padding = 0;
@@ -852,11 +868,11 @@ pub(crate) fn write_recv_wqe(
         length,
         resid: length,
         cur_sge: 0,
-        num_sge: wr.sges.len() as u32, // <= max_sge, a u32
+        num_sge: n as u32, // <= max_sge, a u32
         sge_offset: 0,
         reserved: 0,
     };
-    tail[..wr.sges.len() * SGE_LEN].copy_from_slice(wr.sges.as_bytes());
+    copy_sges(tail, wr.sges);
     Ok(())
 }
 
