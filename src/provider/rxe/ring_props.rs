@@ -11,15 +11,16 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use uverbs_uapi::{
     ib_uverbs_wc, rxe_recv_wqe, rxe_send_wqe, rxe_send_wr_atomic, rxe_send_wr_rdma, rxe_send_wr_ud,
-    rxe_sge,
 };
 
 use super::kernel_model::TestRing;
 use super::queue::{Consumer, LayoutError, Producer, QueueFull, QueueMem, HEADER_LEN};
 use super::wqe::{
-    poll, write_recv_wqe, write_send_wqe, Payload, PostError, RecvWr, Remote, SendFlags,
-    SendLimits, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN,
+    poll, write_recv_wqe, write_send_wqe, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN,
+};
+use crate::wr::{
+    Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 /// A user producer over `ring`; the ring must outlive it (declare it first).
@@ -259,7 +260,7 @@ proptest! {
             _ => SendOp::FetchAdd { remote, add: a },
         };
         let sges: Vec<Sge> =
-            sges.into_iter().map(|(addr, length, lkey)| rxe_sge { addr, length, lkey }).collect();
+            sges.into_iter().map(|(addr, length, lkey)| Sge { addr, length, lkey }).collect();
         let flags = if signaled { SendFlags::SIGNALED } else { SendFlags::empty() };
         // A 256-byte slot holds 3 SGEs; the QP says 3.
         let ring = TestRing::new(8, 8);
@@ -325,7 +326,7 @@ proptest! {
         wr_id in any::<u64>(),
     ) {
         let sges: Vec<Sge> =
-            sges.into_iter().map(|(addr, length, lkey)| rxe_sge { addr, length, lkey }).collect();
+            sges.into_iter().map(|(addr, length, lkey)| Sge { addr, length, lkey }).collect();
         // 128-byte slots hold (128 - 40) / 16 = 5 SGEs.
         let ring = TestRing::new(7, 4);
         let mut rq = producer(&ring, RECV_WQE_LEN);
@@ -606,15 +607,15 @@ fn bad_send_wrs_are_refused_and_queue_nothing() {
     let ring = TestRing::new(8, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
     let limits = send_limits(2, 32);
-    const SGE: rxe_sge = rxe_sge {
+    const SGE: Sge = Sge {
         addr: 0x1000,
         length: 8,
         lkey: 1,
     };
     let (one, three, four) = ([SGE], [SGE; 3], [SGE; 4]);
-    let short = [rxe_sge { length: 4, ..SGE }];
+    let short = [Sge { length: 4, ..SGE }];
     let huge = [
-        rxe_sge {
+        Sge {
             length: u32::MAX,
             ..SGE
         },

@@ -1,8 +1,8 @@
 //! Work requests into siw queue elements, completions out of them.
 //!
-//! The crate's provider-neutral request and completion types ([`SendWr`],
-//! [`RecvWr`], [`WorkCompletion`], defined with rxe's WQE writers) are
-//! translated to siw's elements:
+//! The crate's requests and completions ([`SendWr`], [`RecvWr`],
+//! [`WorkCompletion`], defined in [`crate::wr`]) are translated to and from
+//! siw's elements:
 //!
 //! * SQE: `id` = wr_id; `opcode` = [`SIW_OP_WRITE`], [`SIW_OP_READ`] or
 //!   [`SIW_OP_SEND`] (the crate has no SEND_WITH_INVALIDATE request, so
