@@ -125,10 +125,10 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
             cq_a.poll(&mut wc).map_err(|e| format!("ours: poll: {e}"))
         })?;
         let c = wc[0];
-        if c.status != WcStatus::Success
-            || c.opcode != WcOpcode::RdmaWrite
-            || c.wr_id != i as u64
-            || c.qp_num != qp_a.qp_num()
+        if c.status() != WcStatus::Success
+            || c.opcode() != WcOpcode::RdmaWrite
+            || c.wr_id() != i as u64
+            || c.qp_num() != qp_a.qp_num()
         {
             return Err(format!("ours: WRITE {i}: completion {c:?}"));
         }

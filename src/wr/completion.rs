@@ -1,13 +1,15 @@
 //! Completions: what a completion queue hands back, one per ended work
 //! request.
 //!
-//! A [`WorkCompletion`] is read from the kernel's `ib_uverbs_wc` (the 48
-//! bytes rxe writes into a CQ slot; siw's CQEs are translated).
-//! [`WcStatus`] and [`WcOpcode`] keep a value this crate does not know as
-//! `Unknown(raw)`.
+//! A [`WorkCompletion`] is the kernel's `ib_uverbs_wc` itself, the 48 bytes
+//! rxe writes into a CQ slot, behind typed accessors: polling rxe copies
+//! each slot whole, and nothing is decoded until asked for (siw's CQEs are
+//! translated into the same layout as they are read). [`WcStatus`] and
+//! [`WcOpcode`] keep a value this crate does not know as `Unknown(raw)`.
+
+use std::fmt;
 
 use bitflags::bitflags;
-use zerocopy::FromBytes;
 
 use uverbs_uapi::{
     ib_uverbs_wc, IB_UVERBS_WC_BIND_MW, IB_UVERBS_WC_COMP_SWAP, IB_UVERBS_WC_FETCH_ADD,
@@ -22,9 +24,11 @@ bitflags! {
     pub struct WcFlags: u32 {
         /// A GRH was present (always on rxe receives).
         const GRH = 1;
-        /// `imm` holds immediate data.
+        /// The completion carries immediate data
+        /// ([`WorkCompletion::imm_data`]).
         const WITH_IMM = 2;
-        /// `invalidate_rkey` holds the invalidated rkey.
+        /// The completion carries the rkey it invalidated
+        /// ([`WorkCompletion::invalidated_rkey`]).
         const WITH_INVALIDATE = 4;
     }
 }
@@ -186,81 +190,419 @@ impl WcOpcode {
             other => WcOpcode::Unknown(other),
         }
     }
-}
 
-/// One completion, read from an `ib_uverbs_wc`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WorkCompletion {
-    /// Work request id of the completed request.
-    pub wr_id: u64,
-    /// Status.
-    pub status: WcStatus,
-    /// Opcode (meaningful on success only).
-    pub opcode: WcOpcode,
-    /// Vendor error syndrome.
-    pub vendor_err: u32,
-    /// Bytes transferred (receives, READ, atomics).
-    pub byte_len: u32,
-    /// Immediate data in host order (with [`WcFlags::WITH_IMM`]), or the
-    /// invalidated rkey (with [`WcFlags::WITH_INVALIDATE`]).
-    pub imm_or_inval: u32,
-    /// Local QP number.
-    pub qp_num: u32,
-    /// Source QP number (UD receives).
-    pub src_qp: u32,
-    /// Flags.
-    pub wc_flags: WcFlags,
-    /// P_Key index.
-    pub pkey_index: u16,
-    /// Source LID.
-    pub slid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// Destination LID path bits.
-    pub dlid_path_bits: u8,
-    /// Port number.
-    pub port_num: u8,
-}
-
-impl WorkCompletion {
-    /// Reads a completion from the first bytes of a CQ slot (`None` if the slot
-    /// is shorter than an `ib_uverbs_wc`).
-    pub(crate) fn from_slot(slot: &[u8]) -> Option<Self> {
-        // A view in place, not a copy: the conversion reads each field once.
-        let (wc, _) = ib_uverbs_wc::ref_from_prefix(slot).ok()?;
-        Some(Self::from_raw(wc))
-    }
-
-    /// The typed view of `wc`.
-    pub(crate) fn from_raw(wc: &ib_uverbs_wc) -> Self {
-        let flags = WcFlags::from_bits_retain(wc.wc_flags);
-        WorkCompletion {
-            wr_id: wc.wr_id,
-            status: WcStatus::from_raw(wc.status),
-            opcode: WcOpcode::from_raw(wc.opcode),
-            vendor_err: wc.vendor_err,
-            byte_len: wc.byte_len,
-            // imm_data is __be32; invalidate_rkey is host order.
-            imm_or_inval: if flags.contains(WcFlags::WITH_IMM) {
-                u32::from_be(wc.ex)
-            } else {
-                wc.ex
-            },
-            qp_num: wc.qp_num,
-            src_qp: wc.src_qp,
-            wc_flags: flags,
-            pkey_index: wc.pkey_index,
-            slid: wc.slid,
-            sl: wc.sl,
-            dlid_path_bits: wc.dlid_path_bits,
-            port_num: wc.port_num,
+    /// The kernel's value (`Unknown` gives back its own).
+    pub(crate) const fn to_raw(self) -> u32 {
+        match self {
+            WcOpcode::Send => IB_UVERBS_WC_SEND,
+            WcOpcode::RdmaWrite => IB_UVERBS_WC_RDMA_WRITE,
+            WcOpcode::RdmaRead => IB_UVERBS_WC_RDMA_READ,
+            WcOpcode::CompSwap => IB_UVERBS_WC_COMP_SWAP,
+            WcOpcode::FetchAdd => IB_UVERBS_WC_FETCH_ADD,
+            WcOpcode::BindMw => IB_UVERBS_WC_BIND_MW,
+            WcOpcode::LocalInv => IB_UVERBS_WC_LOCAL_INV,
+            WcOpcode::Recv => IB_WC_RECV,
+            WcOpcode::RecvRdmaWithImm => IB_WC_RECV_RDMA_WITH_IMM,
+            WcOpcode::Unknown(raw) => raw,
         }
     }
 }
 
-impl Default for WorkCompletion {
-    /// An all-zero `ib_uverbs_wc` (a slot for [`CompletionQueue::poll`](crate::CompletionQueue::poll) to fill).
-    fn default() -> Self {
-        Self::from_raw(&ib_uverbs_wc::default())
+/// One completion: the kernel's `ib_uverbs_wc`, read through accessors.
+///
+/// It is the 48 bytes a CQ slot holds, unchanged (`#[repr(transparent)]`):
+/// [`CompletionQueue::poll`](crate::CompletionQueue::poll) copies each one
+/// out whole, and an accessor decodes only the field it reads.
+/// [`from_raw`](Self::from_raw) builds one from the kernel's struct (for
+/// tests, or completions from elsewhere); [`as_raw`](Self::as_raw) gives
+/// it back. [`Default`] is all zero: a buffer for `poll` to fill.
+///
+/// ```
+/// use uverbs::{uverbs_uapi::ib_uverbs_wc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+///
+/// let wc = WorkCompletion::from_raw(ib_uverbs_wc {
+///     wr_id: 7,
+///     opcode: 128, // IB_WC_RECV
+///     byte_len: 64,
+///     wc_flags: WcFlags::WITH_IMM.bits(),
+///     ex: 0x1234_5678u32.to_be(), // imm_data is big-endian
+///     ..Default::default()
+/// });
+/// assert!(wc.is_success());
+/// assert_eq!((wc.wr_id(), wc.status(), wc.opcode()), (7, WcStatus::Success, WcOpcode::Recv));
+/// assert_eq!(wc.imm_data(), Some(0x1234_5678));
+/// assert_eq!(wc.invalidated_rkey(), None);
+/// ```
+#[doc(alias = "ibv_wc")]
+#[doc(alias = "ib_uverbs_wc")]
+#[repr(transparent)]
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct WorkCompletion {
+    raw: ib_uverbs_wc,
+}
+
+const _: () = assert!(size_of::<WorkCompletion>() == size_of::<ib_uverbs_wc>());
+const _: () = assert!(align_of::<WorkCompletion>() == align_of::<ib_uverbs_wc>());
+
+impl WorkCompletion {
+    /// The completion the kernel's `raw` is.
+    #[inline]
+    pub const fn from_raw(raw: ib_uverbs_wc) -> Self {
+        WorkCompletion { raw }
+    }
+
+    /// The kernel's struct, as the CQ held it.
+    #[inline]
+    pub const fn as_raw(&self) -> &ib_uverbs_wc {
+        &self.raw
+    }
+
+    /// This completion with its work request id replaced (an owned QP
+    /// gives back the caller's id in place of its tagged one).
+    pub(crate) fn with_wr_id(mut self, wr_id: u64) -> Self {
+        self.raw.wr_id = wr_id;
+        self
+    }
+
+    /// The id of the completed work request.
+    #[inline]
+    pub fn wr_id(&self) -> u64 {
+        self.raw.wr_id
+    }
+
+    /// Its status.
+    #[inline]
+    pub fn status(&self) -> WcStatus {
+        WcStatus::from_raw(self.raw.status)
+    }
+
+    /// Whether the status is [`WcStatus::Success`].
+    #[inline]
+    pub fn is_success(&self) -> bool {
+        self.raw.status == WcStatus::Success.to_raw()
+    }
+
+    /// Its opcode (meaningful on success only).
+    #[inline]
+    pub fn opcode(&self) -> WcOpcode {
+        WcOpcode::from_raw(self.raw.opcode)
+    }
+
+    /// The vendor error syndrome.
+    #[inline]
+    pub fn vendor_err(&self) -> u32 {
+        self.raw.vendor_err
+    }
+
+    /// Bytes transferred (receives, READ, atomics).
+    #[inline]
+    pub fn byte_len(&self) -> u32 {
+        self.raw.byte_len
+    }
+
+    /// The immediate data, in host order, when the completion carries some
+    /// ([`WcFlags::WITH_IMM`]); the kernel writes it big-endian.
+    #[inline]
+    pub fn imm_data(&self) -> Option<u32> {
+        self.has(WcFlags::WITH_IMM)
+            .then_some(u32::from_be(self.raw.ex))
+    }
+
+    /// The rkey the completed request invalidated, when the completion
+    /// carries one ([`WcFlags::WITH_INVALIDATE`]); the kernel writes it in
+    /// host order.
+    #[doc(alias = "invalidate_rkey")]
+    #[inline]
+    pub fn invalidated_rkey(&self) -> Option<u32> {
+        self.has(WcFlags::WITH_INVALIDATE).then_some(self.raw.ex)
+    }
+
+    /// The local QP number.
+    #[inline]
+    pub fn qp_num(&self) -> u32 {
+        self.raw.qp_num
+    }
+
+    /// The source QP number (UD receives).
+    #[inline]
+    pub fn src_qp(&self) -> u32 {
+        self.raw.src_qp
+    }
+
+    /// Its flags (bits this crate does not name are kept).
+    #[inline]
+    pub fn wc_flags(&self) -> WcFlags {
+        WcFlags::from_bits_retain(self.raw.wc_flags)
+    }
+
+    /// The P_Key index.
+    #[inline]
+    pub fn pkey_index(&self) -> u16 {
+        self.raw.pkey_index
+    }
+
+    /// The source LID.
+    #[inline]
+    pub fn slid(&self) -> u16 {
+        self.raw.slid
+    }
+
+    /// The service level.
+    #[inline]
+    pub fn sl(&self) -> u8 {
+        self.raw.sl
+    }
+
+    /// The destination LID path bits.
+    #[inline]
+    pub fn dlid_path_bits(&self) -> u8 {
+        self.raw.dlid_path_bits
+    }
+
+    /// The port number.
+    #[inline]
+    pub fn port_num(&self) -> u8 {
+        self.raw.port_num
+    }
+
+    fn has(&self, flag: WcFlags) -> bool {
+        self.raw.wc_flags & flag.bits() != 0
+    }
+}
+
+impl From<ib_uverbs_wc> for WorkCompletion {
+    fn from(raw: ib_uverbs_wc) -> Self {
+        Self::from_raw(raw)
+    }
+}
+
+impl fmt::Debug for WorkCompletion {
+    /// The typed fields (status and opcode as enums, immediate data and
+    /// the invalidated rkey only when the flags say they are there).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkCompletion")
+            .field("wr_id", &self.wr_id())
+            .field("status", &self.status())
+            .field("opcode", &self.opcode())
+            .field("vendor_err", &self.vendor_err())
+            .field("byte_len", &self.byte_len())
+            .field("imm_data", &self.imm_data())
+            .field("invalidated_rkey", &self.invalidated_rkey())
+            .field("qp_num", &self.qp_num())
+            .field("src_qp", &self.src_qp())
+            .field("wc_flags", &self.wc_flags())
+            .field("pkey_index", &self.pkey_index())
+            .field("slid", &self.slid())
+            .field("sl", &self.sl())
+            .field("dlid_path_bits", &self.dlid_path_bits())
+            .field("port_num", &self.port_num())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wr::Sge;
+
+    /// A completion with every field set to a distinct value.
+    fn raw() -> ib_uverbs_wc {
+        ib_uverbs_wc {
+            wr_id: 0x0102_0304_0506_0708,
+            status: 0,
+            opcode: IB_WC_RECV,
+            vendor_err: 0x11,
+            byte_len: 0x2233,
+            ex: 0,
+            qp_num: 0x44_5566,
+            src_qp: 0x77_8899,
+            wc_flags: 0,
+            pkey_index: 0xaabb,
+            slid: 0xccdd,
+            sl: 0xe,
+            dlid_path_bits: 0x7f,
+            port_num: 2,
+            reserved: 0,
+        }
+    }
+
+    #[test]
+    fn a_completion_is_the_kernels_struct() {
+        assert_eq!(size_of::<WorkCompletion>(), size_of::<ib_uverbs_wc>());
+        assert_eq!(size_of::<WorkCompletion>(), 48);
+        assert_eq!(align_of::<WorkCompletion>(), align_of::<ib_uverbs_wc>());
+        let wc = WorkCompletion::from_raw(raw());
+        assert_eq!(*wc.as_raw(), raw());
+        assert_eq!(WorkCompletion::from(raw()), wc);
+        assert_eq!(*WorkCompletion::default().as_raw(), ib_uverbs_wc::default());
+    }
+
+    #[test]
+    fn each_accessor_reads_its_field() {
+        let wc = WorkCompletion::from_raw(raw());
+        assert_eq!(wc.wr_id(), 0x0102_0304_0506_0708);
+        assert_eq!(wc.status(), WcStatus::Success);
+        assert!(wc.is_success());
+        assert_eq!(wc.opcode(), WcOpcode::Recv);
+        assert_eq!(wc.vendor_err(), 0x11);
+        assert_eq!(wc.byte_len(), 0x2233);
+        assert_eq!(wc.qp_num(), 0x44_5566);
+        assert_eq!(wc.src_qp(), 0x77_8899);
+        assert_eq!(wc.wc_flags(), WcFlags::empty());
+        assert_eq!(wc.pkey_index(), 0xaabb);
+        assert_eq!(wc.slid(), 0xccdd);
+        assert_eq!(wc.sl(), 0xe);
+        assert_eq!(wc.dlid_path_bits(), 0x7f);
+        assert_eq!(wc.port_num(), 2);
+        assert_eq!((wc.imm_data(), wc.invalidated_rkey()), (None, None));
+        assert_eq!(wc.with_wr_id(9).wr_id(), 9);
+    }
+
+    /// `ex` is big-endian immediate data with WITH_IMM, a host-order rkey
+    /// with WITH_INVALIDATE, and nothing without either flag.
+    #[test]
+    fn immediate_data_and_invalidated_rkey_follow_the_flags() {
+        let imm = WorkCompletion::from_raw(ib_uverbs_wc {
+            wc_flags: WcFlags::GRH.bits() | WcFlags::WITH_IMM.bits(),
+            ex: 0x1234_5678u32.to_be(),
+            ..raw()
+        });
+        assert_eq!(imm.wc_flags(), WcFlags::GRH | WcFlags::WITH_IMM);
+        assert_eq!(imm.imm_data(), Some(0x1234_5678));
+        assert_eq!(imm.invalidated_rkey(), None);
+        // The bytes as they travel: most significant first.
+        assert_eq!(imm.as_raw().ex.to_ne_bytes(), [0x12, 0x34, 0x56, 0x78]);
+
+        let inv = WorkCompletion::from_raw(ib_uverbs_wc {
+            wc_flags: WcFlags::WITH_INVALIDATE.bits(),
+            ex: 0x1234_5678,
+            ..raw()
+        });
+        assert_eq!(inv.invalidated_rkey(), Some(0x1234_5678));
+        assert_eq!(inv.imm_data(), None);
+
+        let neither = WorkCompletion::from_raw(ib_uverbs_wc {
+            ex: 0x1234_5678,
+            ..raw()
+        });
+        assert_eq!(
+            (neither.imm_data(), neither.invalidated_rkey()),
+            (None, None)
+        );
+
+        let unknown_bit = WorkCompletion::from_raw(ib_uverbs_wc {
+            wc_flags: 1 << 9,
+            ..raw()
+        });
+        assert_eq!(unknown_bit.wc_flags().bits(), 1 << 9, "kept");
+    }
+
+    #[test]
+    fn statuses_decode_and_unknown_ones_are_kept() {
+        for raw_status in 0..22 {
+            let s = WcStatus::from_raw(raw_status);
+            assert!(!matches!(s, WcStatus::Unknown(_)), "{raw_status}");
+            assert_eq!(s.to_raw(), raw_status);
+        }
+        assert_eq!(WcStatus::from_raw(5), WcStatus::WrFlushErr);
+        assert_eq!(WcStatus::from_raw(10), WcStatus::RemAccessErr);
+        assert_eq!(WcStatus::from_raw(21), WcStatus::GeneralErr);
+        for raw_status in [22, 1000, u32::MAX] {
+            let wc = WorkCompletion::from_raw(ib_uverbs_wc {
+                status: raw_status,
+                ..raw()
+            });
+            assert_eq!(wc.status(), WcStatus::Unknown(raw_status));
+            assert!(!wc.is_success());
+            assert_eq!(wc.status().to_raw(), raw_status);
+        }
+        let flushed = WorkCompletion::from_raw(ib_uverbs_wc { status: 5, ..raw() });
+        assert_eq!(flushed.status(), WcStatus::WrFlushErr);
+        assert!(!flushed.is_success());
+    }
+
+    #[test]
+    fn opcodes_decode_and_unknown_ones_are_kept() {
+        let known = [
+            (0, WcOpcode::Send),
+            (1, WcOpcode::RdmaWrite),
+            (2, WcOpcode::RdmaRead),
+            (3, WcOpcode::CompSwap),
+            (4, WcOpcode::FetchAdd),
+            (5, WcOpcode::BindMw),
+            (6, WcOpcode::LocalInv),
+            (128, WcOpcode::Recv),
+            (129, WcOpcode::RecvRdmaWithImm),
+        ];
+        for (raw_opcode, want) in known {
+            let wc = WorkCompletion::from_raw(ib_uverbs_wc {
+                opcode: raw_opcode,
+                ..raw()
+            });
+            assert_eq!(wc.opcode(), want);
+            assert_eq!(want.to_raw(), raw_opcode);
+        }
+        for raw_opcode in [7, 127, 130, u32::MAX] {
+            let wc = WorkCompletion::from_raw(ib_uverbs_wc {
+                opcode: raw_opcode,
+                ..raw()
+            });
+            assert_eq!(wc.opcode(), WcOpcode::Unknown(raw_opcode));
+            assert_eq!(wc.opcode().to_raw(), raw_opcode);
+        }
+    }
+
+    #[test]
+    fn debug_prints_the_typed_fields() {
+        let wc = WorkCompletion::from_raw(ib_uverbs_wc {
+            status: 99,
+            wc_flags: WcFlags::WITH_IMM.bits(),
+            ex: 7u32.to_be(),
+            ..raw()
+        });
+        let s = format!("{wc:?}");
+        for part in [
+            "WorkCompletion {",
+            "wr_id: 72623859790382856",
+            "status: Unknown(99)",
+            "opcode: Recv",
+            "imm_data: Some(7)",
+            "invalidated_rkey: None",
+            "qp_num: 4478310",
+            "wc_flags: WcFlags(WITH_IMM)",
+        ] {
+            assert!(s.contains(part), "{part} in {s}");
+        }
+    }
+
+    /// The SGE's layout is both drivers' (also asserted at compile time in
+    /// `sge.rs`).
+    #[test]
+    fn the_sge_layout_is_the_drivers() {
+        use std::mem::offset_of;
+        use uverbs_uapi::{rxe_sge, siw_sge};
+        assert_eq!(size_of::<Sge>(), 16);
+        assert_eq!(size_of::<Sge>(), size_of::<rxe_sge>());
+        assert_eq!(size_of::<Sge>(), size_of::<siw_sge>());
+        assert_eq!(align_of::<Sge>(), align_of::<rxe_sge>());
+        assert_eq!(align_of::<Sge>(), align_of::<siw_sge>());
+        let ours = [
+            offset_of!(Sge, addr),
+            offset_of!(Sge, length),
+            offset_of!(Sge, lkey),
+        ];
+        let rxe = [
+            offset_of!(rxe_sge, addr),
+            offset_of!(rxe_sge, length),
+            offset_of!(rxe_sge, lkey),
+        ];
+        let siw = [
+            offset_of!(siw_sge, laddr),
+            offset_of!(siw_sge, length),
+            offset_of!(siw_sge, lkey),
+        ];
+        assert_eq!(ours, [0, 8, 12]);
+        assert_eq!(ours, rxe);
+        assert_eq!(ours, siw);
     }
 }

@@ -6,8 +6,8 @@
 //! [`QueuePair::post_send`](crate::QueuePair::post_send) and
 //! [`QueuePair::post_recv`](crate::QueuePair::post_recv) take; a refused
 //! one is a [`PostError`]. A [`WorkCompletion`] is what
-//! [`CompletionQueue::poll`](crate::CompletionQueue::poll) gives back, read
-//! from the kernel's `ib_uverbs_wc`.
+//! [`CompletionQueue::poll`](crate::CompletionQueue::poll) gives back: the
+//! kernel's own `ib_uverbs_wc`, read through typed accessors.
 //!
 //! The model is the crate's, not a driver's. Each provider (under
 //! `provider::`) encodes a request into its ring's layout and, for siw,

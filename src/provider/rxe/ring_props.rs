@@ -16,7 +16,8 @@ use uverbs_uapi::{
 use super::kernel_model::TestRing;
 use super::queue::{Consumer, LayoutError, Producer, QueueFull, QueueMem, HEADER_LEN};
 use super::wqe::{
-    poll, write_recv_wqe, write_send_wqe, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN,
+    completion, poll, write_recv_wqe, write_send_wqe, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN,
+    WC_LEN,
 };
 use crate::wr::{
     Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode,
@@ -363,13 +364,14 @@ proptest! {
         let ring = TestRing::new(7, 64);
         let mut cq = consumer(&ring, WC_LEN);
         let mut kernel = ring.kernel_producer();
-        for (wr_id, status, opcode, byte_len, ex, flags) in &wcs {
-            let wc = ib_uverbs_wc {
-                wr_id: *wr_id, status: *status, opcode: *opcode, byte_len: *byte_len,
-                ex: *ex, qp_num: 17, src_qp: 3, wc_flags: *flags, port_num: 1,
-                ..ib_uverbs_wc::default()
-            };
-            prop_assert!(kernel.push(wc.as_bytes()));
+        let raw = |&(wr_id, status, opcode, byte_len, ex, wc_flags): &(u64, u32, u32, u32, u32, u32)| {
+            ib_uverbs_wc {
+                wr_id, status, opcode, byte_len, ex, qp_num: 17, src_qp: 3, wc_flags,
+                port_num: 1, ..ib_uverbs_wc::default()
+            }
+        };
+        for wc in &wcs {
+            prop_assert!(kernel.push(raw(wc).as_bytes()));
         }
         let mut out = vec![WorkCompletion::default(); batch];
         let mut seen = 0;
@@ -380,14 +382,16 @@ proptest! {
             prop_assert_eq!(ring.consumer_index().load(Ordering::Relaxed), (before + n as u32) & 63);
             for wc in &out[..n] {
                 let (wr_id, status, opcode, byte_len, ex, flags) = wcs[seen];
-                prop_assert_eq!(wc.wr_id, wr_id);
-                prop_assert_eq!(wc.byte_len, byte_len);
-                prop_assert_eq!(wc.qp_num, 17);
-                prop_assert_eq!(wc.src_qp, 3);
-                prop_assert_eq!(wc.port_num, 1);
-                prop_assert_eq!(wc.wc_flags.bits(), flags);
-                let imm = if flags & 2 != 0 { u32::from_be(ex) } else { ex };
-                prop_assert_eq!(wc.imm_or_inval, imm);
+                prop_assert_eq!(wc.wr_id(), wr_id);
+                prop_assert_eq!(wc.byte_len(), byte_len);
+                prop_assert_eq!(wc.qp_num(), 17);
+                prop_assert_eq!(wc.src_qp(), 3);
+                prop_assert_eq!(wc.port_num(), 1);
+                prop_assert_eq!(wc.wc_flags().bits(), flags);
+                // The slot, copied whole.
+                prop_assert_eq!(*wc.as_raw(), raw(&wcs[seen]));
+                prop_assert_eq!(wc.imm_data(), (flags & 2 != 0).then(|| u32::from_be(ex)));
+                prop_assert_eq!(wc.invalidated_rkey(), (flags & 4 != 0).then_some(ex));
                 let want_status = match status {
                     0 => WcStatus::Success,
                     4 => WcStatus::LocProtErr,
@@ -395,15 +399,15 @@ proptest! {
                     10 => WcStatus::RemAccessErr,
                     21 => WcStatus::GeneralErr,
                     22.. => WcStatus::Unknown(status),
-                    _ => wc.status,
+                    _ => wc.status(),
                 };
-                prop_assert_eq!(wc.status, want_status);
-                prop_assert_eq!(status >= 22, matches!(wc.status, WcStatus::Unknown(_)));
+                prop_assert_eq!(wc.status(), want_status);
+                prop_assert_eq!(status >= 22, matches!(wc.status(), WcStatus::Unknown(_)));
                 let want_op = match opcode {
                     0 => WcOpcode::Send, 1 => WcOpcode::RdmaWrite, 4 => WcOpcode::FetchAdd,
                     128 => WcOpcode::Recv, _ => WcOpcode::RecvRdmaWithImm,
                 };
-                prop_assert_eq!(wc.opcode, want_op);
+                prop_assert_eq!(wc.opcode(), want_op);
                 seen += 1;
             }
             if n == 0 {
@@ -937,15 +941,18 @@ fn wc_flags_are_the_kernels() {
         opcode: 128,
         ..Default::default()
     };
-    let got = WorkCompletion::from_raw(&wc);
-    assert_eq!(got.wc_flags, WcFlags::GRH | WcFlags::WITH_IMM);
-    assert_eq!(got.imm_or_inval, 5);
-    assert_eq!(got.opcode, WcOpcode::Recv);
+    let got = completion(wc.as_bytes()).unwrap();
+    assert_eq!(got.wc_flags(), WcFlags::GRH | WcFlags::WITH_IMM);
+    assert_eq!(got.imm_data(), Some(5));
+    assert_eq!(got.opcode(), WcOpcode::Recv);
     let inv = ib_uverbs_wc {
         wc_flags: 4,
         ex: 0x1234,
         ..Default::default()
     };
-    assert_eq!(WorkCompletion::from_raw(&inv).imm_or_inval, 0x1234);
-    assert_eq!(WorkCompletion::from_slot(&[0u8; 47]), None);
+    assert_eq!(
+        completion(inv.as_bytes()).unwrap().invalidated_rkey(),
+        Some(0x1234)
+    );
+    assert_eq!(completion(&[0u8; 47]), None);
 }

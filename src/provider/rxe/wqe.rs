@@ -5,13 +5,14 @@
 //!
 //! A send WQE is an `rxe_send_wqe` followed by its SGE list or its inline
 //! data; a receive WQE is an `rxe_recv_wqe` followed by its SGE list; a
-//! completion is an `ib_uverbs_wc`. The writers fill a slot exactly as
-//! rdma-core's rxe provider does (`init_send_wqe`, `rxe_post_one_recv`): the
-//! work request part zeroed then filled, `iova` = the remote address,
-//! `dma.length = dma.resid` = the total length, `cur_sge = sge_offset = 0`,
-//! `state = 0`; `mask`, `status` and the PSN fields belong to the kernel and
-//! are left alone. They validate first, as rdma-core does
-//! (`validate_send_wr`), and never write a byte outside the slot.
+//! completion is an `ib_uverbs_wc`, which a [`WorkCompletion`] is (polling
+//! copies it whole). The writers fill a slot exactly as rdma-core's rxe
+//! provider does (`init_send_wqe`, `rxe_post_one_recv`): the work request
+//! part zeroed then filled, `iova` = the remote address, `dma.length =
+//! dma.resid` = the total length, `cur_sge = sge_offset = 0`, `state = 0`;
+//! `mask`, `status` and the PSN fields belong to the kernel and are left
+//! alone. They validate first, as rdma-core does (`validate_send_wr`), and
+//! never write a byte outside the slot.
 //!
 //! The writers only reserve slots; the caller publishes a batch with
 //! [`Producer::publish`] and, for a send queue, then rings the doorbell.
@@ -284,16 +285,28 @@ pub(crate) fn write_recv_wqe(
     Ok(())
 }
 
-/// Copies up to `out.len()` completions out of the CQ `cq`, oldest first, then
-/// hands their slots back to the kernel with one store. Returns how many.
-/// No allocation, no system call.
+/// The completion at the start of a CQ slot: its `ib_uverbs_wc`, copied
+/// whole, as it is (`None` if the slot is shorter than one).
+pub(crate) fn completion(slot: &[u8]) -> Option<WorkCompletion> {
+    let (wc, _) = ib_uverbs_wc::read_from_prefix(slot).ok()?;
+    Some(WorkCompletion::from_raw(wc))
+}
+
+/// Copies up to `out.len()` completions out of the CQ `cq`, oldest first,
+/// each slot's `ib_uverbs_wc` whole into `out`, then hands their slots back
+/// to the kernel with one store. Returns how many. No allocation, no system
+/// call, no decoding: a [`WorkCompletion`] is the kernel's struct.
 pub(crate) fn poll(cq: &mut Consumer, out: &mut [WorkCompletion]) -> usize {
+    // `ready` loads the kernel's producer index with Acquire: every slot
+    // before it was completely written before we read it below. `consume`
+    // publishes our consumer index with Release only after the copies, so
+    // the kernel cannot reuse a slot we are still reading.
     let ready = (cq.ready() as usize).min(out.len());
     let mut n = 0;
     while n < ready {
         // Every slot is at least WC_LEN bytes (checked at mapping time with
-        // min_elem = WC_LEN), so `from_slot` cannot fail here.
-        match cq.get(n as u32).and_then(WorkCompletion::from_slot) {
+        // min_elem = WC_LEN), so `completion` cannot fail here.
+        match cq.get(n as u32).and_then(completion) {
             Some(wc) => out[n] = wc,
             None => break,
         }

@@ -369,7 +369,7 @@ fn a_siw_cq_is_mapped_polled_armed_and_unmapped_before_its_destroy() {
     fake.write(CQ_KEY, 0, cqe.as_bytes());
     assert_eq!(cq.poll(&mut wc).unwrap(), 1);
     assert_eq!(
-        (wc[0].wr_id, wc[0].status, wc[0].qp_num),
+        (wc[0].wr_id(), wc[0].status(), wc[0].qp_num()),
         (0xabc, WcStatus::WrFlushErr, 0x42)
     );
     let mut flags = [0xffu8; 1];
@@ -432,7 +432,7 @@ fn a_refused_siw_cq_destroy_maps_the_ring_again() {
     // The next CQE is at slot 1: the position survived too.
     fake.write(CQ_KEY, 32, cqe(2).as_bytes());
     assert_eq!(cq.poll(&mut wc).unwrap(), 1);
-    assert_eq!(wc[0].wr_id, 2);
+    assert_eq!(wc[0].wr_id(), 2);
     cq.destroy().unwrap();
 }
 
@@ -780,7 +780,7 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
         1,
         "the parent still gets its CQE"
     );
-    assert_eq!(wc[0].wr_id, 0x5eed);
+    assert_eq!(wc[0].wr_id(), 0x5eed);
 }
 
 /// An `OwnedQp` on siw in ERR (which takes posts, as the kernel's flush
