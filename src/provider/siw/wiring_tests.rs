@@ -22,7 +22,9 @@ use crate::error::{Errno, Error, Op};
 use crate::fork::{ForkMode, ForkSafety, MadviseAdvisor};
 use crate::qp::QpInit;
 use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
-use crate::wr::{Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus};
+use crate::wr::{
+    Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};
 use crate::{Context, OpenOptions};
 use uverbs_uapi::{self as sys, SIW_INVAL_UOBJ_KEY, SIW_WQE_VALID};
 
@@ -397,6 +399,41 @@ fn a_siw_cq_is_mapped_polled_armed_and_unmapped_before_its_destroy() {
         "destroy_cq mapped=false busy=false",
         "siw: unmapped before the destroy"
     );
+}
+
+/// `poll_into` hands back exactly the completions `poll` filled in, oldest
+/// first, bounded by the buffer: empty when there are none.
+#[test]
+fn poll_into_returns_the_filled_prefix() {
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(4, None).unwrap();
+    let mut buf = [WorkCompletion::default(); 2];
+    assert!(cq.poll_into(&mut buf).unwrap().is_empty());
+    for (slot, id) in (0..3).zip(10u64..) {
+        let cqe = sys::siw_cqe {
+            id,
+            flags: SIW_WQE_VALID as u8,
+            opcode: sys::SIW_OP_SEND,
+            bytes: 64,
+            qp_id: 7,
+            ..Default::default()
+        };
+        fake.write(CQ_KEY, slot * 32, cqe.as_bytes());
+    }
+    let mut seen = Vec::new();
+    for wc in cq.poll_into(&mut buf).unwrap() {
+        assert!(wc.is_success(), "{wc:?}");
+        assert_eq!(
+            (wc.opcode(), wc.byte_len(), wc.qp_num()),
+            (WcOpcode::Send, 64, 7)
+        );
+        seen.push(wc.wr_id());
+    }
+    assert_eq!(seen, [10, 11], "two: the buffer's length");
+    let rest = cq.poll_into(&mut buf).unwrap();
+    assert_eq!(rest.iter().map(|wc| wc.wr_id()).collect::<Vec<_>>(), [12]);
+    assert!(cq.poll_into(&mut buf).unwrap().is_empty());
+    assert!(cq.poll_into(&mut []).unwrap().is_empty());
 }
 
 /// A refused destroy (EBUSY) maps the CQ again at its key and position: the
