@@ -401,7 +401,7 @@ fn exchange(qp: &OwnedQp<Buf>, mut sent: bool, what: &str) -> Result<Vec<u8>> {
                 sent = true;
                 continue;
             }
-            let len = c.completion().map_or(0, |wc| wc.byte_len as usize);
+            let len = c.completion().map_or(0, |wc| wc.byte_len() as usize);
             if len != MSG {
                 return Err(format!("{what}: received {len} bytes, not {MSG}").into());
             }
@@ -924,7 +924,7 @@ fn pingpong(qp: &OwnedQp<Buf>, pd: &ProtectionDomain, opts: &Options, client: bo
     while sent < opts.iters || received < opts.iters {
         for c in poll(qp, "ping-pong")? {
             if c.is_recv {
-                let len = c.completion().map_or(0, |wc| wc.byte_len as usize);
+                let len = c.completion().map_or(0, |wc| wc.byte_len() as usize);
                 if len != opts.size {
                     return Err(
                         format!("message {received}: {len} bytes, not {}", opts.size).into(),

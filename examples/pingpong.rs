@@ -442,7 +442,7 @@ impl Side {
         let mut empty = 0u32;
         loop {
             let n = self.cq.poll(out)?;
-            if let Some(bad) = out[..n].iter().find(|wc| wc.status != WcStatus::Success) {
+            if let Some(bad) = out[..n].iter().find(|wc| wc.status() != WcStatus::Success) {
                 return Err(format!("{what}: a completion failed: {bad:?}").into());
             }
             if n > 0 {
@@ -487,13 +487,16 @@ fn answer_pings(side: &mut Side, opts: &Options) -> Result<usize> {
     let (mut pings, mut replies) = (0, 0);
     while replies < opts.iters {
         for wc in side.poll(&mut wcs, "server")? {
-            match wc.opcode {
+            match wc.opcode() {
                 WcOpcode::Recv => {
-                    if wc.byte_len as usize != opts.size || !side.stamped(side.layout.recv(), pings)
+                    if wc.byte_len() as usize != opts.size
+                        || !side.stamped(side.layout.recv(), pings)
                     {
-                        return Err(
-                            format!("ping {pings}: wrong message ({} bytes)", wc.byte_len).into(),
-                        );
+                        return Err(format!(
+                            "ping {pings}: wrong message ({} bytes)",
+                            wc.byte_len()
+                        )
+                        .into());
                     }
                     side.post_recv()?;
                     side.stamp(Layout::SEND, pings);
@@ -532,7 +535,7 @@ fn measure_latency(side: &mut Side, opts: &Options) -> Result<Vec<Duration>> {
         let (mut sent, mut replied) = (false, false);
         while !(sent && replied) {
             for wc in side.poll(&mut wcs, "client")? {
-                match wc.opcode {
+                match wc.opcode() {
                     WcOpcode::Send => sent = true,
                     WcOpcode::Recv => replied = true,
                     other => return Err(format!("client: unexpected completion {other:?}").into()),

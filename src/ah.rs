@@ -15,6 +15,7 @@ use crate::error::{Errno, Error, Op};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::Provider;
 use crate::query::Gid;
+use crate::wr::UdDest;
 use uverbs_uapi as sys;
 
 /// The address vector of an address handle (`struct ibv_ah_attr` with its
@@ -196,6 +197,16 @@ impl AddressHandle {
     }
 }
 
+// The constructor lives with the AH, not in `wr`: the work-request model
+// does not depend on the objects.
+impl<'a> UdDest<'a> {
+    /// Sends to QP `remote_qpn` (24 bits) with Q_Key `remote_qkey`, through
+    /// `ah`, which the destination borrows (see [`UdDest`]).
+    pub fn new(ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
+        UdDest::from_raw(ah.ah_num(), remote_qpn, remote_qkey)
+    }
+}
+
 impl Drop for AddressHandle {
     fn drop(&mut self) {
         // In a forked child the AH is the parent's: send nothing.
@@ -220,7 +231,7 @@ mod tests {
 
     use super::*;
     use crate::transport::{RawCommand, RecordingTransport, Transport, TransportKind};
-    use crate::{Context, DriverId, OpenOptions, UdDest};
+    use crate::{Context, DriverId, OpenOptions};
 
     /// The recording fake, plus CREATE_AH answered with handle 42 and
     /// `ah_num` (written as rxe does: 4 bytes) and DESTROY_AH; every

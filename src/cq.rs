@@ -623,6 +623,32 @@ impl CompletionQueue {
         self.poll_routed(Reader::Unowned, out)
     }
 
+    /// [`poll`](Self::poll) into `buf`, returning the completions it filled
+    /// in (a prefix of `buf`, oldest first; empty when there were none), so
+    /// that a `for` loop walks them. Same rules, no allocation, no system
+    /// call.
+    ///
+    /// ```no_run
+    /// # fn f(cq: &uverbs::CompletionQueue) -> Result<(), uverbs::Error> {
+    /// use uverbs::WorkCompletion;
+    ///
+    /// let mut buf = [WorkCompletion::default(); 16];
+    /// for wc in cq.poll_into(&mut buf)? {
+    ///     if !wc.is_success() {
+    ///         eprintln!("request {} failed: {:?}", wc.wr_id(), wc.status());
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_poll_cq")]
+    pub fn poll_into<'b>(
+        &self,
+        buf: &'b mut [WorkCompletion],
+    ) -> Result<&'b [WorkCompletion], Error> {
+        let n = self.poll(buf)?;
+        Ok(&buf[..n])
+    }
+
     /// Up to `out.len()` completions for `reader`, oldest first: those held
     /// for it, then the ring's, holding what is for others.
     pub(crate) fn poll_routed(

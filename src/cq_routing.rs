@@ -43,8 +43,8 @@ impl Routing {
     /// Whether `wc` is for `reader`.
     fn is_for(&self, reader: Reader, wc: &WorkCompletion) -> bool {
         match reader {
-            Reader::Owner(qpn) => wc.qp_num == qpn,
-            Reader::Unowned => !self.owned.contains(&wc.qp_num),
+            Reader::Owner(qpn) => wc.qp_num() == qpn,
+            Reader::Unowned => !self.owned.contains(&wc.qp_num()),
         }
     }
 
@@ -52,7 +52,7 @@ impl Routing {
     /// number (left by a destroyed QP of the same number, or by raw posts
     /// before the owner took the QP: their ids would name its requests).
     pub(crate) fn adopt(&mut self, qpn: u32) {
-        self.held.retain(|wc| wc.qp_num != qpn);
+        self.held.retain(|wc| wc.qp_num() != qpn);
         if !self.owned.contains(&qpn) {
             self.owned.push(qpn);
         }
@@ -117,17 +117,18 @@ impl Routing {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use uverbs_uapi::ib_uverbs_wc;
 
     fn wc(qp_num: u32, wr_id: u64) -> WorkCompletion {
-        WorkCompletion {
+        WorkCompletion::from_raw(ib_uverbs_wc {
             qp_num,
             wr_id,
-            ..WorkCompletion::default()
-        }
+            ..ib_uverbs_wc::default()
+        })
     }
 
     fn ids(out: &[WorkCompletion]) -> Vec<(u32, u64)> {
-        out.iter().map(|c| (c.qp_num, c.wr_id)).collect()
+        out.iter().map(|c| (c.qp_num(), c.wr_id())).collect()
     }
 
     #[test]

@@ -282,13 +282,13 @@ fn cm_peer_killed_mid_transfer() {
             while got < WINDOW {
                 let n = cq.poll(&mut wc).unwrap();
                 for c in &wc[..n] {
-                    if c.wr_id == MARKER {
-                        assert_eq!(c.status, WcStatus::WrFlushErr, "{name}: {c:?}");
+                    if c.wr_id() == MARKER {
+                        assert_eq!(c.status(), WcStatus::WrFlushErr, "{name}: {c:?}");
                         marker_flushed = true;
                         continue;
                     }
-                    assert_eq!(c.wr_id, statuses.len() as u64, "{name}: in order: {c:?}");
-                    statuses.push(c.status);
+                    assert_eq!(c.wr_id(), statuses.len() as u64, "{name}: in order: {c:?}");
+                    statuses.push(c.status());
                     got += 1;
                 }
                 if disconnected.is_none() {
@@ -402,7 +402,7 @@ fn cm_peer_killed_mid_transfer() {
         if !marker_flushed {
             let c = wait_one(&cq, &format!("{name}: the receive's flush"));
             assert_eq!(
-                (c.wr_id, c.status),
+                (c.wr_id(), c.status()),
                 (MARKER, WcStatus::WrFlushErr),
                 "{name}"
             );
@@ -419,7 +419,11 @@ fn cm_peer_killed_mid_transfer() {
             assert_no_completion(&cq, &format!("{name}: a send posted in ERR"));
         } else {
             let c = wait_one(&cq, &format!("{name}: a send posted in ERR"));
-            assert_eq!((c.wr_id, c.status), (0xf2, WcStatus::WrFlushErr), "{name}");
+            assert_eq!(
+                (c.wr_id(), c.status()),
+                (0xf2, WcStatus::WrFlushErr),
+                "{name}"
+            );
         }
 
         // The child died of the signal.

@@ -89,7 +89,7 @@ fn cm_connect_accept_send_disconnect() {
             &pair.qp_b,
             0xb0b,
         );
-        assert_eq!(wc.byte_len, 64);
+        assert_eq!(wc.byte_len(), 64);
         assert_eq!(&b_buf[..64], &a_buf[..64], "{name}: the SEND's bytes");
         loud(&format!(
             "{name}: SEND of 64 B over the cm connection landed"

@@ -209,15 +209,19 @@ impl<'c> CmRig<'c> {
     fn refused(&mut self, wc: &WorkCompletion, wr_id: u64, status: WcStatus, what: &str) {
         let name = self.name.clone();
         let p = self.pair();
-        assert_eq!(wc.status, status, "{name}: {what}: A's completion: {wc:?}");
         assert_eq!(
-            (wc.wr_id, wc.qp_num),
+            wc.status(),
+            status,
+            "{name}: {what}: A's completion: {wc:?}"
+        );
+        assert_eq!(
+            (wc.wr_id(), wc.qp_num()),
             (wr_id, p.qp_a.qp_num()),
             "{name}: {what}"
         );
         let b = wait_one(&p.cq_b, &format!("{name}: {what}: B"));
         assert_eq!(
-            (b.wr_id, b.status, b.qp_num),
+            (b.wr_id(), b.status(), b.qp_num()),
             (PROBE, WcStatus::WrFlushErr, p.qp_b.qp_num()),
             "{name}: {what}: B's probe receive is flushed (B went to ERR): {b:?}"
         );
@@ -688,10 +692,10 @@ impl CmRig<'_> {
         // while it was still sending (seen in one CI run of this test, and
         // in device_rereg_traffic): siw's transmit path fails then.
         assert!(
-            matches!(wc.status, WcStatus::Success | WcStatus::LocQpOpErr),
+            matches!(wc.status(), WcStatus::Success | WcStatus::LocQpOpErr),
             "{name}: {what}: the requester's completion: {wc:?}"
         );
-        assert_eq!(wc.wr_id, wr_id, "{name}: {what}: {wc:?}");
+        assert_eq!(wc.wr_id(), wr_id, "{name}: {what}: {wc:?}");
         for (ch, id, side) in [
             (&p.ch_a, &p.client, "client"),
             (&p.ch_b, &p.server, "server"),
@@ -716,7 +720,7 @@ impl CmRig<'_> {
         );
         loud(&format!(
             "{name}: {what}: WRITE with rkey {:#x} -> {:?}, then DISCONNECTED on both sides; QPs {a:?} (client) {b:?} (server)",
-            remote.rkey, wc.status
+            remote.rkey, wc.status()
         ));
         if let (Some(a), Some(b)) = (a, b) {
             assert_eq!(

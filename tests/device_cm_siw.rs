@@ -98,7 +98,7 @@ fn siw_cm_send_write_read_and_an_armed_cq() {
         .unwrap_or_else(|e| panic!("{name}: post SEND: {e}"));
         wait_checked(&c.cq_a, "SEND", WcOpcode::Send, &c.qp_a, 0xa5e);
         let wc = wait_checked(&c.cq_b, "RECV", WcOpcode::Recv, &c.qp_b, 0xb0b);
-        assert_eq!(wc.byte_len, 64);
+        assert_eq!(wc.byte_len(), 64);
         assert_eq!(&b_buf[..64], &bytes[..], "{name}: the SEND's bytes");
 
         // WRITE into the server's MR, then READ it back.

@@ -329,9 +329,9 @@ fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
                 &format!("{name}: the WRITE out of another PD's MR"),
             );
             loud(&format!("{name}: {wc:?}"));
-            assert_ne!(wc.status, uverbs::WcStatus::Success, "{name}: {wc:?}");
+            assert_ne!(wc.status(), uverbs::WcStatus::Success, "{name}: {wc:?}");
             if q.iwarp() {
-                assert_eq!(wc.status, uverbs::WcStatus::LocQpOpErr, "{name}: {wc:?}");
+                assert_eq!(wc.status(), uverbs::WcStatus::LocQpOpErr, "{name}: {wc:?}");
                 let fatal =
                     |e: &AsyncEvent| e.kind == AsyncEventKind::QpFatal && e.is_about_qp(&q.qp_a);
                 let seen = wait_events(&events, name, 1, fatal);

@@ -121,7 +121,7 @@ fn one_send_lands(q: &TwoQps, mr_a: &MemoryRegion, mr_b: &MemoryRegion, bufs: (&
     }
     wait_checked(&q.cq_a, "the valid SEND", WcOpcode::Send, &q.qp_a, 0x78);
     let wc = wait_checked(&q.cq_b, "the valid receive", WcOpcode::Recv, &q.qp_b, 0x77);
-    assert_eq!(wc.byte_len as usize, src.len());
+    assert_eq!(wc.byte_len() as usize, src.len());
     assert_eq!(dst, src, "the valid SEND's bytes");
 }
 
@@ -477,7 +477,7 @@ fn siw_full_queues(q: &TwoQps, name: &str) {
     for (i, (wa, wb)) in sent.iter().zip(&got).enumerate() {
         check(wa, "SEND", WcOpcode::Send, &q.qp_a, 100 + i as u64);
         check(wb, "receive", WcOpcode::Recv, &q.qp_b, 1000 + i as u64);
-        assert_eq!(wb.byte_len, 8, "{wb:?}");
+        assert_eq!(wb.byte_len(), 8, "{wb:?}");
     }
     assert_eq!(&b[..8 * s], &a[..8 * s], "{name}: the batch's bytes");
     assert!(
@@ -544,8 +544,8 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
                 .unwrap_or_else(|e| panic!("{name}: {what} with a foreign lkey: {e}"));
             let wc = wait_count(&q.cq_a, 1, what)[0];
             loud(&format!("{name}: {what} with another PD's lkey: {wc:?}"));
-            assert_eq!(wc.status, expected, "{name}: {what}: {wc:?}");
-            assert_eq!(wc.wr_id, 1);
+            assert_eq!(wc.status(), expected, "{name}: {what}: {wc:?}");
+            assert_eq!(wc.wr_id(), 1);
             assert!(
                 foreign.iter().all(|&x| x == 0),
                 "{name}: {what}: the foreign MR was written"
@@ -560,7 +560,11 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
                 .unwrap_or_else(|e| panic!("{name}: posting after the error: {e}"));
             let flushed = wait_count(&q.cq_a, 2, "WRs after the error");
             for (wc, id) in flushed.iter().zip([2, 3]) {
-                assert_eq!((wc.status, wc.wr_id), (WcStatus::WrFlushErr, id), "{wc:?}");
+                assert_eq!(
+                    (wc.status(), wc.wr_id()),
+                    (WcStatus::WrFlushErr, id),
+                    "{wc:?}"
+                );
             }
             assert!(
                 mine[1024..1088].iter().all(|&x| x == 0),
@@ -624,7 +628,7 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
             "{name}: {what} with another PD's lkey: {wc:?}; cm events {events:?}; QP A {state:?}"
         ));
         assert_eq!(
-            (wc.status, wc.wr_id),
+            (wc.status(), wc.wr_id()),
             (expected, 1),
             "{name}: {what}: {wc:?}"
         );

@@ -214,7 +214,7 @@ fn owned_buffers_come_back_with_their_completions() {
             let sent = wait_back(&a, 1, "SEND").remove(0);
             assert_eq!(sent.wr_id, 42);
             assert_eq!(sent.status(), Some(WcStatus::Success), "{name}: {sent:?}");
-            assert_eq!(sent.completion().unwrap().opcode, WcOpcode::Send);
+            assert_eq!(sent.completion().unwrap().opcode(), WcOpcode::Send);
             let local = sent.local.unwrap();
             assert_eq!(local.range(), 100..1100);
             let tx = local.into_inner();
@@ -227,9 +227,13 @@ fn owned_buffers_come_back_with_their_completions() {
             let got = wait_back(&b, 1, "RECV").remove(0);
             let wc = *got.completion().unwrap();
             assert!(got.is_recv);
-            assert_eq!((got.wr_id, wc.wr_id, wc.byte_len), (41, 41, 1000), "{wc:?}");
+            assert_eq!(
+                (got.wr_id, wc.wr_id(), wc.byte_len()),
+                (41, 41, 1000),
+                "{wc:?}"
+            );
             if let Some(imm) = imm {
-                assert_eq!(wc.imm_or_inval, imm);
+                assert_eq!(wc.imm_data(), Some(imm), "{wc:?}");
             }
             let rx = got.into_memory().unwrap();
             assert_eq!(&rx.buffer()[..1000], &pattern(4096, 0x11)[100..1100]);
@@ -368,10 +372,10 @@ fn reads_and_atomics_write_owned_memory() {
         back.next();
         let back: Vec<_> = back.collect();
         assert_eq!((back[0].wr_id, back[1].wr_id), (1, 2));
-        assert_eq!(back[0].completion().unwrap().opcode, WcOpcode::RdmaRead);
+        assert_eq!(back[0].completion().unwrap().opcode(), WcOpcode::RdmaRead);
         let wc = *back[1].completion().unwrap();
         assert_eq!(
-            (wc.status, wc.opcode),
+            (wc.status(), wc.opcode()),
             (WcStatus::Success, WcOpcode::FetchAdd)
         );
         let mut back = back.into_iter();
@@ -443,7 +447,7 @@ fn siw_reads_into_owned_memory(
     assert_eq!(back[0].status(), Some(WcStatus::Success));
     let wc = *back[1].completion().unwrap();
     assert_eq!(
-        (wc.status, wc.opcode, wc.byte_len),
+        (wc.status(), wc.opcode(), wc.byte_len()),
         (WcStatus::Success, WcOpcode::RdmaRead, 512)
     );
     let mut back = back.into_iter();

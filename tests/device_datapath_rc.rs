@@ -82,7 +82,7 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
                 .unwrap_or_else(|e| panic!("{name}: post_send SEND: {e}"));
             wait_checked(&cq_a, "SEND, sender", WcOpcode::Send, &qp_a, 0xa5e);
             let wc = wait_checked(&cq_b, "SEND, receiver", WcOpcode::Recv, &qp_b, 0xb0b);
-            assert_eq!(wc.byte_len, 64, "{wc:?}");
+            assert_eq!(wc.byte_len(), 64, "{wc:?}");
             assert_eq!(&b_buf[..64], &a_buf[..64], "{name}: the SEND's bytes");
 
             // RDMA WRITE of 4 KiB into the peer's MR at offset 4 KiB.
@@ -118,7 +118,7 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
             unsafe { qp_a.post_send(&[read]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send READ: {e}"));
             let wc = wait_checked(&cq_a, "RDMA READ", WcOpcode::RdmaRead, &qp_a, 0x7ead);
-            assert_eq!(wc.byte_len, len as u32, "{wc:?}");
+            assert_eq!(wc.byte_len(), len as u32, "{wc:?}");
             assert!(
                 a_buf[back..back + len] == b_buf[dst..dst + len],
                 "{name}: the RDMA READ's 4 KiB"
@@ -385,7 +385,7 @@ fn inline_send_and_write_land() {
             &q.qp_b,
             0x1e,
         );
-        assert_eq!(wc.byte_len, 48, "{wc:?}");
+        assert_eq!(wc.byte_len(), 48, "{wc:?}");
         assert_eq!(&buf[..48], &sent[..], "{name}: the inline SEND's bytes");
 
         let bytes: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(5) ^ 0x81).collect();

@@ -272,10 +272,10 @@ fn siw_cq_qp_rings_flush_and_teardown() {
         modify(&qp, &QpAttr::new().state(QpState::Err), "INIT->ERR");
         let flushed = wait_n::<3>(&cq, &format!("{name}: flushed receives"));
         for (c, id) in flushed.iter().zip(ids) {
-            assert_eq!(c.wr_id, id, "{name}: in posting order: {c:?}");
-            assert_eq!(c.status, WcStatus::WrFlushErr, "{name}: {c:?}");
-            assert_eq!(c.opcode, WcOpcode::Recv, "{name}: {c:?}");
-            assert_eq!(c.qp_num, qp.qp_num(), "{name}: {c:?}");
+            assert_eq!(c.wr_id(), id, "{name}: in posting order: {c:?}");
+            assert_eq!(c.status(), WcStatus::WrFlushErr, "{name}: {c:?}");
+            assert_eq!(c.opcode(), WcOpcode::Recv, "{name}: {c:?}");
+            assert_eq!(c.qp_num(), qp.qp_num(), "{name}: {c:?}");
         }
         let mut pfd = libc::pollfd {
             fd: channel.as_raw_fd(),

@@ -188,13 +188,13 @@ fn rc_between_two_contexts_connected_from_endpoint_lines() {
             }
             let mut seen_a = wait_n::<2>(&a.cq, "A: its SEND and B's");
             let mut seen_b = wait_n::<2>(&b.cq, "B: its SEND and A's");
-            seen_a.sort_by_key(|wc| wc.wr_id);
-            seen_b.sort_by_key(|wc| wc.wr_id);
+            seen_a.sort_by_key(|wc| wc.wr_id());
+            seen_b.sort_by_key(|wc| wc.wr_id());
             check(&seen_a[0], "A's SEND", WcOpcode::Send, &a.qp, 1);
             check(&seen_a[1], "B's SEND at A", WcOpcode::Recv, &a.qp, 0xa);
             check(&seen_b[0], "B's SEND", WcOpcode::Send, &b.qp, 2);
             check(&seen_b[1], "A's SEND at B", WcOpcode::Recv, &b.qp, 0xb);
-            assert_eq!((seen_a[1].byte_len, seen_b[1].byte_len), (100, 100));
+            assert_eq!((seen_a[1].byte_len(), seen_b[1].byte_len()), (100, 100));
             assert!(holds(&a.buf[1024..1124], 2), "{name}: B's SEND at A");
             assert!(holds(&b.buf[1024..1124], 1), "{name}: A's SEND at B");
 
@@ -224,7 +224,7 @@ fn rc_between_two_contexts_connected_from_endpoint_lines() {
             unsafe { a.qp.post_send(&[read]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send READ: {e}"));
             let wc = wait_checked(&a.cq, "RDMA READ A <- B", WcOpcode::RdmaRead, &a.qp, 4);
-            assert_eq!(wc.byte_len, 4096);
+            assert_eq!(wc.byte_len(), 4096);
             assert!(holds(&a.buf[8192..12288], 3), "{name}: the READ's bytes");
             assert_no_completion(&a.cq, &format!("{name}: stray on A"));
             assert_no_completion(&b.cq, &format!("{name}: stray on B"));
@@ -322,10 +322,10 @@ fn target_child(dev: &Device, sock: UnixStream, siw: bool) -> Result<(), String>
 fn child_checks(t: &Side) -> Result<(), String> {
     let wc = wait_one(&t.cq, "child: the parent's SEND");
     check(&wc, "child: the parent's SEND", WcOpcode::Recv, &t.qp, 0xc1);
-    if wc.byte_len != 256 {
+    if wc.byte_len() != 256 {
         return Err(format!(
             "child: received {} bytes, expected 256",
-            wc.byte_len
+            wc.byte_len()
         ));
     }
     if !holds(&t.buf[..256], 5) {

@@ -102,9 +102,9 @@ fn uc_write_and_send_land_and_read_is_refused_before_the_ring() {
             unsafe { a.post_send(&[send]) }.unwrap();
             wait_checked(&cq_a, "UC SEND", WcOpcode::Send, &a, 3);
             let got = wait_checked(&cq_b, "UC RECV", WcOpcode::Recv, &b, 2);
-            assert_eq!(got.byte_len, 512, "{got:?}");
-            assert!(got.wc_flags.contains(WcFlags::WITH_IMM), "{got:?}");
-            assert_eq!(got.imm_or_inval, 0xc0ffee);
+            assert_eq!(got.byte_len(), 512, "{got:?}");
+            assert!(got.wc_flags().contains(WcFlags::WITH_IMM), "{got:?}");
+            assert_eq!(got.imm_data(), Some(0xc0ffee), "{got:?}");
 
             // READ and FETCH_ADD: UC has neither; refused, nothing queued.
             let dst = sge(addr + 7168, 8, &mr);

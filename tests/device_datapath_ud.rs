@@ -171,9 +171,9 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
                 .unwrap_or_else(|e| panic!("{name}: post_send UD SEND: {e}"));
             wait_checked(&cq_a, "UD SEND, sender", WcOpcode::Send, &qp_a, 0xa1);
             let wc = wait_checked(&cq_b, "UD SEND, receiver", WcOpcode::Recv, &qp_b, 0xb1);
-            assert_eq!(wc.byte_len, (GRH + small) as u32, "payload + GRH: {wc:?}");
-            assert_eq!(wc.src_qp, qp_a.qp_num(), "{wc:?}");
-            assert_eq!(wc.wc_flags, WcFlags::GRH, "{wc:?}");
+            assert_eq!(wc.byte_len(), (GRH + small) as u32, "payload + GRH: {wc:?}");
+            assert_eq!(wc.src_qp(), qp_a.qp_num(), "{wc:?}");
+            assert_eq!(wc.wc_flags(), WcFlags::GRH, "{wc:?}");
             check_grh(&b_buf[..GRH], gid, "UD SEND");
             assert!(
                 b_buf[GRH..GRH + small] == a_buf[..small],
@@ -199,10 +199,10 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
             );
             let what = "UD SEND_WITH_IMM, receiver";
             let wc = wait_checked(&cq_b, what, WcOpcode::Recv, &qp_b, 0xb2);
-            assert_eq!(wc.byte_len, (GRH + large) as u32, "payload + GRH: {wc:?}");
-            assert_eq!(wc.src_qp, qp_a.qp_num(), "{wc:?}");
-            assert_eq!(wc.wc_flags, WcFlags::GRH | WcFlags::WITH_IMM, "{wc:?}");
-            assert_eq!(wc.imm_or_inval, imm, "{wc:?}");
+            assert_eq!(wc.byte_len(), (GRH + large) as u32, "payload + GRH: {wc:?}");
+            assert_eq!(wc.src_qp(), qp_a.qp_num(), "{wc:?}");
+            assert_eq!(wc.wc_flags(), WcFlags::GRH | WcFlags::WITH_IMM, "{wc:?}");
+            assert_eq!(wc.imm_data(), Some(imm), "{wc:?}");
             check_grh(&b_buf[4096..4096 + GRH], gid, "UD SEND_WITH_IMM");
             assert!(
                 b_buf[4096 + GRH..4096 + GRH + large] == a_buf[small..small + large],
@@ -289,11 +289,11 @@ fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
             let wc = wait_one(&cq_a, "UD SEND through another PD's AH");
             loud(&format!("{name}: AH of another PD: {wc:?}"));
             assert_eq!(
-                wc.status,
+                wc.status(),
                 common::kernel::rxe_requester_failure_status(),
                 "{wc:?}"
             );
-            assert_eq!((wc.wr_id, wc.qp_num), (2, qp_a.qp_num()), "{wc:?}");
+            assert_eq!((wc.wr_id(), wc.qp_num()), (2, qp_a.qp_num()), "{wc:?}");
             // The QP is in ERR now: a send through a good AH is flushed too.
             let good = ah_to(&pd, gid, name);
             let dest = UdDest::new(&good, qp_b.qp_num(), QKEY);
@@ -301,7 +301,11 @@ fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
             unsafe { qp_a.post_send(&[ud_send(3, None, &src, dest)]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
             let wc = wait_one(&cq_a, "UD SEND after the failure");
-            assert_eq!((wc.status, wc.wr_id), (WcStatus::WrFlushErr, 3), "{wc:?}");
+            assert_eq!(
+                (wc.status(), wc.wr_id()),
+                (WcStatus::WrFlushErr, 3),
+                "{wc:?}"
+            );
             std::thread::sleep(Duration::from_millis(100));
             assert_no_completion(&cq_b, &format!("{name}: something arrived"));
             drop((qp_a, qp_b, good, foreign, cq_a, cq_b, mr, pd, other_pd));
@@ -400,7 +404,7 @@ fn an_owned_ud_send_keeps_its_address_handle_until_it_comes_back() {
             counts.assert_extra_ah(0, "once the send came back");
             let got = owned_back(&b, 1, "the UD receive");
             let wc = *got[0].completion().expect("its own completion");
-            assert_eq!(wc.byte_len as usize, GRH + 64, "{name}: {wc:?}");
+            assert_eq!(wc.byte_len() as usize, GRH + 64, "{name}: {wc:?}");
             let rx = got.into_iter().next().unwrap().into_memory().unwrap();
             assert_eq!(&rx.buffer()[GRH..], &payload[..], "{name}: payload");
             drop((a, b, cq_a, cq_b, rx, pd));

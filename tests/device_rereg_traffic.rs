@@ -225,7 +225,7 @@ impl Rig {
         loud(&format!(
             "{name}: {what}: WRITE with rkey {:#x}: {:?}; cm events {events:?}; QP A {state:?}; B saw {:?}",
             remote.rkey,
-            wc.status,
+            wc.status(),
             &b[..nb]
         ));
         assert!(
@@ -237,11 +237,11 @@ impl Rig {
         // close reached the requester while it was still sending (seen
         // once in three configurations): siw's transmit path fails then.
         assert!(
-            matches!(wc.status, WcStatus::Success | WcStatus::LocQpOpErr),
+            matches!(wc.status(), WcStatus::Success | WcStatus::LocQpOpErr),
             "{name}: {what}: the requester's completion: {wc:?}"
         );
         assert_eq!(
-            (wc.wr_id, wc.qp_num),
+            (wc.wr_id(), wc.qp_num()),
             (wr_id, self.q.qp_a.qp_num()),
             "{name}: {what}: {wc:?}"
         );
@@ -283,7 +283,7 @@ impl Rig {
         self.src[MSG..2 * MSG].fill(0);
         let wc = self.post_a(wr_id, SendOp::RdmaRead { remote }, MSG, MSG, what);
         check(&wc, what, WcOpcode::RdmaRead, &self.q.qp_a, wr_id);
-        assert_eq!(wc.byte_len as usize, MSG, "{what}: {wc:?}");
+        assert_eq!(wc.byte_len() as usize, MSG, "{what}: {wc:?}");
         let at = (remote.addr - target.base()) as usize;
         let target = target.bytes();
         assert!(
@@ -315,17 +315,18 @@ impl Rig {
     fn refused(&self, wc: &WorkCompletion, wr_id: u64, what: &str) {
         let name = &self.name;
         assert_eq!(
-            wc.status, REFUSED,
+            wc.status(),
+            REFUSED,
             "{name}: {what}: the requester's completion: {wc:?}"
         );
-        assert_eq!(wc.wr_id, wr_id, "{name}: {what}: {wc:?}");
-        assert_eq!(wc.qp_num, self.q.qp_a.qp_num(), "{name}: {what}: {wc:?}");
+        assert_eq!(wc.wr_id(), wr_id, "{name}: {what}: {wc:?}");
+        assert_eq!(wc.qp_num(), self.q.qp_a.qp_num(), "{name}: {what}: {wc:?}");
         let b = wait_one(
             &self.q.cq_b,
             &format!("{name}: {what}: the responder's side"),
         );
         assert_eq!(
-            (b.wr_id, b.status, b.qp_num),
+            (b.wr_id(), b.status(), b.qp_num()),
             (PROBE, WcStatus::WrFlushErr, self.q.qp_b.qp_num()),
             "{name}: {what}: B's probe receive is flushed (B went to ERR): {b:?}"
         );
@@ -1170,13 +1171,13 @@ fn writes_under_live_remote_write_toggling() {
                         let slot = &dst[i * SLOT..][..SLOT];
                         let old = &before[i * SLOT..][..SLOT];
                         assert_eq!(
-                            (wc.wr_id, wc.qp_num),
+                            (wc.wr_id(), wc.qp_num()),
                             (seq, rig.q.qp_a.qp_num()),
                             "{name}: completions in order: {wc:?}"
                         );
-                        match wc.status {
+                        match wc.status() {
                             WcStatus::Success if refused_at.is_none() => {
-                                assert_eq!(wc.opcode, WcOpcode::RdmaWrite, "{name}: {wc:?}");
+                                assert_eq!(wc.opcode(), WcOpcode::RdmaWrite, "{name}: {wc:?}");
                                 assert!(
                                     slot == slot_bytes(seq),
                                     "{name}: WRITE {seq} succeeded but its bytes are not in slot {i}"

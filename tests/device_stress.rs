@@ -388,7 +388,7 @@ impl Pair {
             match c.ended {
                 Ended::Completion(wc) => {
                     assert_eq!(
-                        wc.status,
+                        wc.status(),
                         WcStatus::Success,
                         "{}: request {n}: {wc:?}",
                         self.name
@@ -398,7 +398,7 @@ impl Pair {
                     } else {
                         WcOpcode::Send
                     };
-                    assert_eq!(wc.opcode, opcode, "{}: request {n}: {wc:?}", self.name);
+                    assert_eq!(wc.opcode(), opcode, "{}: request {n}: {wc:?}", self.name);
                     self.tally.succeeded += 1;
                 }
                 Ended::AfterLater => {
@@ -445,14 +445,15 @@ impl Pair {
                 .unwrap_or_else(|| panic!("{}: a receive without completion: {c:?}", self.name));
             let n = *expect;
             assert_eq!(
-                (wc.status, wc.opcode),
+                (wc.status(), wc.opcode()),
                 (WcStatus::Success, WcOpcode::Recv),
                 "{}: the receive of request {n}: {wc:?}",
                 self.name
             );
             let len = msg_len(n);
             assert_eq!(
-                wc.byte_len as usize, len,
+                wc.byte_len() as usize,
+                len,
                 "{}: the receive of request {n}: {wc:?}",
                 self.name
             );

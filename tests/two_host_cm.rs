@@ -714,11 +714,11 @@ fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             let what = "rereg: WRITE with REMOTE_WRITE removed";
             let wc = write_a(s, 302, what);
             assert_eq!(
-                (wc.status, wc.wr_id, wc.qp_num),
+                (wc.status(), wc.wr_id(), wc.qp_num()),
                 (WcStatus::RemAccessErr, 302, s.conn().qp.qp_num()),
                 "{me}: {what}: refused with a remote access error: {wc:?}"
             );
-            loud(&format!("{me}: {what}: {:?}", wc.status));
+            loud(&format!("{me}: {what}: {:?}", wc.status()));
             ctl.send("refused", "");
             assert_no_event(&s.ch, QUIET, &format!("{me}: the cm after the refusal"));
             assert_no_completion(&s.conn().cq, &format!("{me}: after the refusal"));
@@ -746,7 +746,7 @@ fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             ctl.expect("refused");
             let wc = wait_one(&s.conn().cq, &format!("{me}: the refusal on b"));
             assert_eq!(
-                (wc.wr_id, wc.status, wc.qp_num),
+                (wc.wr_id(), wc.status(), wc.qp_num()),
                 (PROBE, WcStatus::WrFlushErr, s.conn().qp.qp_num()),
                 "{me}: b's probe is flushed (b's QP went to ERR): {wc:?}"
             );
@@ -881,9 +881,9 @@ fn link_down_during_writes(s: &mut Side, ctl: &mut Control) {
                     c.cq.poll(&mut wc)
                         .unwrap_or_else(|e| panic!("{me}: stream: poll_cq: {e}"));
                 for w in &wc[..n] {
-                    assert_eq!(w.wr_id, done, "{me}: stream: completions in order: {w:?}");
+                    assert_eq!(w.wr_id(), done, "{me}: stream: completions in order: {w:?}");
                     done += 1;
-                    match (w.status, first_error.is_some()) {
+                    match (w.status(), first_error.is_some()) {
                         (WcStatus::Success, false) => ok += 1,
                         (WcStatus::WrFlushErr, true) => flushed += 1,
                         (_, false) => first_error = Some((*w, start.elapsed())),
@@ -903,14 +903,15 @@ fn link_down_during_writes(s: &mut Side, ctl: &mut Control) {
             }
             let (err, after) = first_error.unwrap();
             assert_eq!(
-                (err.status, err.qp_num),
+                (err.status(), err.qp_num()),
                 (WcStatus::RetryExcErr, c.qp.qp_num()),
                 "{me}: stream: the link down shows as retries exhausted: {err:?}"
             );
             loud(&format!(
                 "{me}: link down: {ok} WRITEs of {STREAM_LEN} B landed, then WRITE {} failed {:?} \
                  {after:?} after b's notice, {flushed} flushed",
-                err.wr_id, err.status
+                err.wr_id(),
+                err.status()
             ));
             assert_no_event(
                 &s.ch,
@@ -1056,11 +1057,11 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             // termination. When the close overtakes the send it completes
             // LOC_QP_OP_ERR instead (seen in one guest; allowed here too).
             assert!(
-                matches!(wc.status, WcStatus::Success | WcStatus::LocQpOpErr),
+                matches!(wc.status(), WcStatus::Success | WcStatus::LocQpOpErr),
                 "{what}: the requester's completion: {wc:?}"
             );
             assert_eq!(
-                (wc.wr_id, wc.qp_num),
+                (wc.wr_id(), wc.qp_num()),
                 (503, conn.qp.qp_num()),
                 "{what}: {wc:?}"
             );

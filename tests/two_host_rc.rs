@@ -148,8 +148,13 @@ impl Side<'_> {
                 .poll(&mut wc)
                 .unwrap_or_else(|e| panic!("{}: {what}: poll_cq: {e}", self.me));
             for c in &wc[..n] {
-                if c.wr_id == MARKER {
-                    assert_eq!(c.status, WcStatus::WrFlushErr, "{}: {what}: {c:?}", self.me);
+                if c.wr_id() == MARKER {
+                    assert_eq!(
+                        c.status(),
+                        WcStatus::WrFlushErr,
+                        "{}: {what}: {c:?}",
+                        self.me
+                    );
                     break 'flushed;
                 }
                 others.push(*c);
@@ -440,11 +445,11 @@ fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             let what = "rereg: WRITE with REMOTE_WRITE removed";
             let wc = write_a(s, 302, what);
             assert_eq!(
-                (wc.status, wc.wr_id, wc.qp_num),
+                (wc.status(), wc.wr_id(), wc.qp_num()),
                 (WcStatus::RemAccessErr, 302, s.qp.qp_num()),
                 "{me}: {what}: refused with a remote access error: {wc:?}"
             );
-            loud(&format!("{me}: {what}: {:?}", wc.status));
+            loud(&format!("{me}: {what}: {:?}", wc.status()));
             ctl.send("refused", "");
 
             let others = s.recover("rereg: recovery");
@@ -481,7 +486,7 @@ fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             ctl.expect("refused");
             let wc = wait_one(&s.cq, &format!("{me}: the refusal on b"));
             assert_eq!(
-                (wc.wr_id, wc.status, wc.qp_num),
+                (wc.wr_id(), wc.status(), wc.qp_num()),
                 (PROBE, WcStatus::WrFlushErr, s.qp.qp_num()),
                 "{me}: b's probe is flushed (b's QP went to ERR): {wc:?}"
             );

@@ -17,7 +17,7 @@ const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
 /// A completion's work request id, status, opcode and QP number: the one
 /// place the loops read a [`WorkCompletion`].
 fn fields(wc: &WorkCompletion) -> (u64, WcStatus, WcOpcode, u32) {
-    (wc.wr_id, wc.status, wc.opcode, wc.qp_num)
+    (wc.wr_id(), wc.status(), wc.opcode(), wc.qp_num())
 }
 
 /// Fails unless `wc` is the successful `opcode` completion of work request

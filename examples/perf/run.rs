@@ -76,7 +76,7 @@ fn poll_some<'a>(
     loop {
         let n = cq.poll(wcs)?;
         if n > 0 {
-            if let Some(bad) = wcs[..n].iter().find(|wc| wc.status != WcStatus::Success) {
+            if let Some(bad) = wcs[..n].iter().find(|wc| wc.status() != WcStatus::Success) {
                 return Err(format!("{what}: completion failed at {count}: {bad:?}").into());
             }
             spin.progress();
@@ -206,7 +206,7 @@ pub fn send_lat(
             let wc = poll_some(&side.rcq, &mut wcs, &mut spin, "receive", rcnt as u64)?[0];
             rcnt += 1;
             if rcnt + rx_depth <= iters {
-                side.post_recv(wc.wr_id)?;
+                side.post_recv(wc.wr_id())?;
             }
         }
         if scnt < iters {
@@ -313,7 +313,7 @@ pub fn bw_client(
             "SEND completion"
         };
         for wc in poll_some(&side.scq, &mut wcs, &mut spin, what, ccnt as u64)? {
-            ccnt = ccnt.max(wc.wr_id as usize + 1);
+            ccnt = ccnt.max(wc.wr_id() as usize + 1);
         }
     }
     Ok(start.elapsed())
@@ -336,7 +336,7 @@ pub fn send_bw_server(side: &mut Side, iters: usize, first_wait: Duration) -> Re
         for wc in done {
             rcnt += 1;
             if posted < iters {
-                side.post_recv(wc.wr_id)?;
+                side.post_recv(wc.wr_id())?;
                 posted += 1;
             }
         }

@@ -497,7 +497,7 @@ fn wait_one(cq: &uverbs::CompletionQueue, what: &str) -> Result<uverbs::WorkComp
     let deadline = Instant::now() + WAIT;
     loop {
         if cq.poll(&mut wcs)? == 1 {
-            if wcs[0].status != uverbs::WcStatus::Success {
+            if wcs[0].status() != uverbs::WcStatus::Success {
                 return Err(format!("{what}: {:?}", wcs[0]).into());
             }
             return Ok(wcs[0]);
@@ -578,8 +578,8 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
         }
         learn_rts(&side)?;
         let wc = wait_one(&side.rcq, "the client's start signal")?;
-        if wc.wr_id != START_ID {
-            return Err(format!("the start signal landed in receive {}", wc.wr_id).into());
+        if wc.wr_id() != START_ID {
+            return Err(format!("the start signal landed in receive {}", wc.wr_id()).into());
         }
         Ok(Connected {
             side,

@@ -107,8 +107,8 @@ fn to(id: &CmId, side: &Side, state: QpState) -> Result<()> {
 fn wait_for(side: &Side, opcode: WcOpcode, what: &str) -> Result<WorkCompletion> {
     let mut wcs = [WorkCompletion::default(); 1];
     let wc = side.poll(&mut wcs, what)?[0];
-    if wc.opcode != opcode {
-        return Err(format!("{what}: unexpected completion {:?}", wc.opcode).into());
+    if wc.opcode() != opcode {
+        return Err(format!("{what}: unexpected completion {:?}", wc.opcode()).into());
     }
     Ok(wc)
 }
@@ -296,7 +296,7 @@ pub fn client(opts: &Options) -> Result<()> {
     let mut wcs = [WorkCompletion::default(); 4];
     while !(sent && answered) {
         for wc in side.poll(&mut wcs, "the verdict")? {
-            match wc.opcode {
+            match wc.opcode() {
                 WcOpcode::Send => sent = true,
                 WcOpcode::Recv => answered = true,
                 other => return Err(format!("the verdict: unexpected {other:?}").into()),

@@ -240,7 +240,7 @@ pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
     let mut bad = None;
     for _ in 0..3 * n {
         let k = cq.poll(&mut wc)?;
-        if k == 1 && wc[0].status != WcStatus::Success {
+        if k == 1 && wc[0].status() != WcStatus::Success {
             bad.get_or_insert(wc[0]);
         }
         got += k;

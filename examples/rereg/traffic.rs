@@ -293,7 +293,7 @@ impl<'a> Peer<'a> {
         }
         for cq in [&self.writer_cq, &self.owner_cq] {
             let deadline = Instant::now() + WAIT;
-            while poll_one(cq)?.map(|wc| wc.wr_id) != Some(MARKER) {
+            while poll_one(cq)?.map(|wc| wc.wr_id()) != Some(MARKER) {
                 if Instant::now() > deadline {
                     return Err("recovery: a marker receive was not flushed within 5 s".into());
                 }
@@ -353,7 +353,7 @@ impl<'a> Peer<'a> {
         };
         // SAFETY: as above; the WRITE is complete, nothing else writes there.
         let now = unsafe { std::slice::from_raw_parts(target, LEN) };
-        if let (Some(conn), WcStatus::Success) = (&self.conn, wc.status) {
+        if let (Some(conn), WcStatus::Success) = (&self.conn, wc.status()) {
             // iWARP: the completion says the WRITE left; the bytes arrive
             // or the responder hangs up.
             let outcome = landed_or_dropped(conn, target, &data)?;
@@ -362,7 +362,7 @@ impl<'a> Peer<'a> {
             }
             return Ok(outcome);
         }
-        if wc.status == WcStatus::Success {
+        if wc.status() == WcStatus::Success {
             return Ok(if now == &data[..] {
                 Written::Landed
             } else {
@@ -371,7 +371,7 @@ impl<'a> Peer<'a> {
         }
         self.recover()?;
         Ok(if now.iter().all(|&b| b == 0) {
-            Written::Failed(wc.status)
+            Written::Failed(wc.status())
         } else {
             Written::Broken("failed, but the target bytes changed")
         })
@@ -512,10 +512,10 @@ impl Peer<'_> {
             }
             std::hint::spin_loop();
         };
-        if wc.status != WcStatus::Success {
+        if wc.status() != WcStatus::Success {
             return Err(format!(
                 "stream: WRITE of {len} B with rkey {rkey:#x}: {:?}",
-                wc.status
+                wc.status()
             )
             .into());
         }

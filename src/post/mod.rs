@@ -336,7 +336,7 @@ impl<M> Completed<M> {
     /// ([`Ended::WithoutCompletion`]): never success by default.
     pub fn status(&self) -> Option<WcStatus> {
         match &self.ended {
-            Ended::Completion(wc) => Some(wc.status),
+            Ended::Completion(wc) => Some(wc.status()),
             Ended::AfterLater => Some(WcStatus::Success),
             Ended::WithoutCompletion => None,
         }
@@ -698,18 +698,15 @@ impl<M: DeviceReadable> OwnedQp<M> {
             let mut wc = [WorkCompletion::default(); POLL_BATCH];
             let n = cq.poll_routed(Reader::Owner(qpn), &mut wc)?;
             for c in &wc[..n] {
-                let (table, is_recv, in_order) = if c.wr_id & RECV_TAG != 0 {
+                let (table, is_recv, in_order) = if c.wr_id() & RECV_TAG != 0 {
                     (&mut t.rq, true, true)
                 } else {
                     (&mut t.sq, false, sq_in_order)
                 };
                 let ends_earlier = |e: &Entry<M>| !e.signalled || in_order;
-                table.complete(c.wr_id, ends_earlier, |entry, how| {
+                table.complete(c.wr_id(), ends_earlier, |entry, how| {
                     let ended = match (how, entry.signalled) {
-                        (Ends::Named, _) => Ended::Completion(WorkCompletion {
-                            wr_id: entry.wr_id,
-                            ..*c
-                        }),
+                        (Ends::Named, _) => Ended::Completion(c.with_wr_id(entry.wr_id)),
                         (Ends::Earlier, false) => Ended::AfterLater,
                         (Ends::Earlier, true) => Ended::WithoutCompletion,
                     };

@@ -528,9 +528,9 @@ pub fn recover_pair(
                 .poll(&mut wc)
                 .unwrap_or_else(|e| panic!("{what}: recovery: poll_cq of {side}: {e}"));
             for c in &wc[..n] {
-                if c.wr_id == RECOVERY_MARKER && c.qp_num == qp.qp_num() {
+                if c.wr_id() == RECOVERY_MARKER && c.qp_num() == qp.qp_num() {
                     assert_eq!(
-                        c.status,
+                        c.status(),
                         WcStatus::WrFlushErr,
                         "{what}: recovery: the marker receive on {side}: {c:?}"
                     );
@@ -670,10 +670,10 @@ pub fn mtu_for(ctx: &Context) -> Mtu {
 /// Checks a successful completion of `opcode` for `wr_id` on `qp`.
 pub fn check(wc: &WorkCompletion, what: &str, opcode: WcOpcode, qp: &QueuePair, wr_id: u64) {
     loud(&format!("{what}: completion {wc:?}"));
-    assert_eq!(wc.status, WcStatus::Success, "{what}: {wc:?}");
-    assert_eq!(wc.opcode, opcode, "{what}: {wc:?}");
-    assert_eq!(wc.qp_num, qp.qp_num(), "{what}: {wc:?}");
-    assert_eq!(wc.wr_id, wr_id, "{what}: {wc:?}");
+    assert_eq!(wc.status(), WcStatus::Success, "{what}: {wc:?}");
+    assert_eq!(wc.opcode(), opcode, "{what}: {wc:?}");
+    assert_eq!(wc.qp_num(), qp.qp_num(), "{what}: {wc:?}");
+    assert_eq!(wc.wr_id(), wr_id, "{what}: {wc:?}");
 }
 
 /// [`wait_one`] on `cq`, then [`check`].

@@ -341,7 +341,7 @@ pub fn send_recv(s: &mut impl Traffic, ctl: &mut Control, sender: Role, step: u6
             s.qp(),
             step,
         );
-        assert_eq!(wc.byte_len, SEND_LEN as u32, "{}: {what}: {wc:?}", s.me());
+        assert_eq!(wc.byte_len(), SEND_LEN as u32, "{}: {what}: {wc:?}", s.me());
         same_bytes(
             &s.local()[AT..AT + SEND_LEN],
             &data,
@@ -406,7 +406,7 @@ pub fn read(s: &mut impl Traffic, ctl: &mut Control, reader: Role, step: u64) {
         };
         let wc = s.post(200 + step, op, LAND, RDMA_LEN, &what);
         check(&wc, &what, WcOpcode::RdmaRead, s.qp(), 200 + step);
-        assert_eq!(wc.byte_len, RDMA_LEN as u32, "{}: {what}: {wc:?}", s.me());
+        assert_eq!(wc.byte_len(), RDMA_LEN as u32, "{}: {what}: {wc:?}", s.me());
         same_bytes(
             &s.local()[LAND..LAND + RDMA_LEN],
             &data,

@@ -80,6 +80,6 @@ fn post_poll_loop() {
         };
         assert!(kernel_cq.push(wc.as_bytes()));
         assert_eq!(wqe::poll(&mut cq, &mut out), 1);
-        assert_eq!((out[0].wr_id, out[0].status), (i, WcStatus::Success));
+        assert_eq!((out[0].wr_id(), out[0].status()), (i, WcStatus::Success));
     }
 }

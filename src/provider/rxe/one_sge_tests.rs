@@ -7,10 +7,10 @@ use proptest::prelude::*;
 use super::kernel_model::TestRing;
 use super::queue::{Producer, QueueMem};
 use super::wqe::{
-    check_send_for_qp_type, encode_one_sge_send, write_send_wqe, Payload, PostError, Remote,
-    SendFlags, SendLimits, SendOp, SendWr, Sge, UdDest, SEND_WQE_LEN,
+    check_send_for_qp_type, encode_one_sge_send, write_send_wqe, SendLimits, SEND_WQE_LEN,
 };
 use crate::command::QpType;
+use crate::wr::{Payload, PostError, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
 
 const LIMITS: SendLimits = SendLimits {
     max_sge: 4,

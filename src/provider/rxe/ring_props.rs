@@ -11,15 +11,17 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use uverbs_uapi::{
     ib_uverbs_wc, rxe_recv_wqe, rxe_send_wqe, rxe_send_wr_atomic, rxe_send_wr_rdma, rxe_send_wr_ud,
-    rxe_sge,
 };
 
 use super::kernel_model::TestRing;
 use super::queue::{Consumer, LayoutError, Producer, QueueFull, QueueMem, HEADER_LEN};
 use super::wqe::{
-    poll, write_recv_wqe, write_send_wqe, Payload, PostError, RecvWr, Remote, SendFlags,
-    SendLimits, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-    RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN,
+    completion, poll, write_recv_wqe, write_send_wqe, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN,
+    WC_LEN,
+};
+use crate::wr::{
+    Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 /// A user producer over `ring`; the ring must outlive it (declare it first).
@@ -259,7 +261,7 @@ proptest! {
             _ => SendOp::FetchAdd { remote, add: a },
         };
         let sges: Vec<Sge> =
-            sges.into_iter().map(|(addr, length, lkey)| rxe_sge { addr, length, lkey }).collect();
+            sges.into_iter().map(|(addr, length, lkey)| Sge { addr, length, lkey }).collect();
         let flags = if signaled { SendFlags::SIGNALED } else { SendFlags::empty() };
         // A 256-byte slot holds 3 SGEs; the QP says 3.
         let ring = TestRing::new(8, 8);
@@ -325,7 +327,7 @@ proptest! {
         wr_id in any::<u64>(),
     ) {
         let sges: Vec<Sge> =
-            sges.into_iter().map(|(addr, length, lkey)| rxe_sge { addr, length, lkey }).collect();
+            sges.into_iter().map(|(addr, length, lkey)| Sge { addr, length, lkey }).collect();
         // 128-byte slots hold (128 - 40) / 16 = 5 SGEs.
         let ring = TestRing::new(7, 4);
         let mut rq = producer(&ring, RECV_WQE_LEN);
@@ -362,13 +364,14 @@ proptest! {
         let ring = TestRing::new(7, 64);
         let mut cq = consumer(&ring, WC_LEN);
         let mut kernel = ring.kernel_producer();
-        for (wr_id, status, opcode, byte_len, ex, flags) in &wcs {
-            let wc = ib_uverbs_wc {
-                wr_id: *wr_id, status: *status, opcode: *opcode, byte_len: *byte_len,
-                ex: *ex, qp_num: 17, src_qp: 3, wc_flags: *flags, port_num: 1,
-                ..ib_uverbs_wc::default()
-            };
-            prop_assert!(kernel.push(wc.as_bytes()));
+        let raw = |&(wr_id, status, opcode, byte_len, ex, wc_flags): &(u64, u32, u32, u32, u32, u32)| {
+            ib_uverbs_wc {
+                wr_id, status, opcode, byte_len, ex, qp_num: 17, src_qp: 3, wc_flags,
+                port_num: 1, ..ib_uverbs_wc::default()
+            }
+        };
+        for wc in &wcs {
+            prop_assert!(kernel.push(raw(wc).as_bytes()));
         }
         let mut out = vec![WorkCompletion::default(); batch];
         let mut seen = 0;
@@ -379,14 +382,16 @@ proptest! {
             prop_assert_eq!(ring.consumer_index().load(Ordering::Relaxed), (before + n as u32) & 63);
             for wc in &out[..n] {
                 let (wr_id, status, opcode, byte_len, ex, flags) = wcs[seen];
-                prop_assert_eq!(wc.wr_id, wr_id);
-                prop_assert_eq!(wc.byte_len, byte_len);
-                prop_assert_eq!(wc.qp_num, 17);
-                prop_assert_eq!(wc.src_qp, 3);
-                prop_assert_eq!(wc.port_num, 1);
-                prop_assert_eq!(wc.wc_flags.bits(), flags);
-                let imm = if flags & 2 != 0 { u32::from_be(ex) } else { ex };
-                prop_assert_eq!(wc.imm_or_inval, imm);
+                prop_assert_eq!(wc.wr_id(), wr_id);
+                prop_assert_eq!(wc.byte_len(), byte_len);
+                prop_assert_eq!(wc.qp_num(), 17);
+                prop_assert_eq!(wc.src_qp(), 3);
+                prop_assert_eq!(wc.port_num(), 1);
+                prop_assert_eq!(wc.wc_flags().bits(), flags);
+                // The slot, copied whole.
+                prop_assert_eq!(*wc.as_raw(), raw(&wcs[seen]));
+                prop_assert_eq!(wc.imm_data(), (flags & 2 != 0).then(|| u32::from_be(ex)));
+                prop_assert_eq!(wc.invalidated_rkey(), (flags & 4 != 0).then_some(ex));
                 let want_status = match status {
                     0 => WcStatus::Success,
                     4 => WcStatus::LocProtErr,
@@ -394,15 +399,15 @@ proptest! {
                     10 => WcStatus::RemAccessErr,
                     21 => WcStatus::GeneralErr,
                     22.. => WcStatus::Unknown(status),
-                    _ => wc.status,
+                    _ => wc.status(),
                 };
-                prop_assert_eq!(wc.status, want_status);
-                prop_assert_eq!(status >= 22, matches!(wc.status, WcStatus::Unknown(_)));
+                prop_assert_eq!(wc.status(), want_status);
+                prop_assert_eq!(status >= 22, matches!(wc.status(), WcStatus::Unknown(_)));
                 let want_op = match opcode {
                     0 => WcOpcode::Send, 1 => WcOpcode::RdmaWrite, 4 => WcOpcode::FetchAdd,
                     128 => WcOpcode::Recv, _ => WcOpcode::RecvRdmaWithImm,
                 };
-                prop_assert_eq!(wc.opcode, want_op);
+                prop_assert_eq!(wc.opcode(), want_op);
                 seen += 1;
             }
             if n == 0 {
@@ -606,15 +611,15 @@ fn bad_send_wrs_are_refused_and_queue_nothing() {
     let ring = TestRing::new(8, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
     let limits = send_limits(2, 32);
-    const SGE: rxe_sge = rxe_sge {
+    const SGE: Sge = Sge {
         addr: 0x1000,
         length: 8,
         lkey: 1,
     };
     let (one, three, four) = ([SGE], [SGE; 3], [SGE; 4]);
-    let short = [rxe_sge { length: 4, ..SGE }];
+    let short = [Sge { length: 4, ..SGE }];
     let huge = [
-        rxe_sge {
+        Sge {
             length: u32::MAX,
             ..SGE
         },
@@ -936,15 +941,18 @@ fn wc_flags_are_the_kernels() {
         opcode: 128,
         ..Default::default()
     };
-    let got = WorkCompletion::from_raw(&wc);
-    assert_eq!(got.wc_flags, WcFlags::GRH | WcFlags::WITH_IMM);
-    assert_eq!(got.imm_or_inval, 5);
-    assert_eq!(got.opcode, WcOpcode::Recv);
+    let got = completion(wc.as_bytes()).unwrap();
+    assert_eq!(got.wc_flags(), WcFlags::GRH | WcFlags::WITH_IMM);
+    assert_eq!(got.imm_data(), Some(5));
+    assert_eq!(got.opcode(), WcOpcode::Recv);
     let inv = ib_uverbs_wc {
         wc_flags: 4,
         ex: 0x1234,
         ..Default::default()
     };
-    assert_eq!(WorkCompletion::from_raw(&inv).imm_or_inval, 0x1234);
-    assert_eq!(WorkCompletion::from_slot(&[0u8; 47]), None);
+    assert_eq!(
+        completion(inv.as_bytes()).unwrap().invalidated_rkey(),
+        Some(0x1234)
+    );
+    assert_eq!(completion(&[0u8; 47]), None);
 }

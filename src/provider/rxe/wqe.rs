@@ -1,32 +1,33 @@
 //! Work requests into rxe queue slots, completions out of them.
 //!
-//! A send WQE is an `rxe_send_wqe` followed by its SGE list or its inline data;
-//! a receive WQE is an `rxe_recv_wqe` followed by its SGE list; a completion is
-//! an `ib_uverbs_wc`. The writers fill a slot exactly as rdma-core's rxe
-//! provider does (`init_send_wqe`, `rxe_post_one_recv`): the work request part
-//! zeroed then filled, `iova` = the remote address, `dma.length = dma.resid` =
-//! the total length, `cur_sge = sge_offset = 0`, `state = 0`; `mask`, `status`
-//! and the PSN fields belong to the kernel and are left alone. They validate
-//! first, as rdma-core does (`validate_send_wr`), and never write a byte
-//! outside the slot.
+//! The requests and completions are the crate's ([`crate::wr`]); this module
+//! only encodes them in rxe's layouts.
+//!
+//! A send WQE is an `rxe_send_wqe` followed by its SGE list or its inline
+//! data; a receive WQE is an `rxe_recv_wqe` followed by its SGE list; a
+//! completion is an `ib_uverbs_wc`, which a [`WorkCompletion`] is (polling
+//! copies it whole). The writers fill a slot exactly as rdma-core's rxe
+//! provider does (`init_send_wqe`, `rxe_post_one_recv`): the work request
+//! part zeroed then filled, `iova` = the remote address, `dma.length =
+//! dma.resid` = the total length, `cur_sge = sge_offset = 0`, `state = 0`;
+//! `mask`, `status` and the PSN fields belong to the kernel and are left
+//! alone. They validate first, as rdma-core does (`validate_send_wr`), and
+//! never write a byte outside the slot.
 //!
 //! The writers only reserve slots; the caller publishes a batch with
 //! [`Producer::publish`] and, for a send queue, then rings the doorbell.
 
-use std::marker::PhantomData;
-
-use bitflags::bitflags;
 use zerocopy::{FromBytes, IntoBytes};
 
 use uverbs_uapi::{
     ib_uverbs_wc, rxe_dma_info, rxe_recv_wqe, rxe_send_wqe, rxe_send_wr_atomic, rxe_send_wr_rdma,
-    rxe_send_wr_ud, rxe_sge, IB_UVERBS_WR_ATOMIC_CMP_AND_SWP, IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
+    rxe_send_wr_ud, IB_UVERBS_WR_ATOMIC_CMP_AND_SWP, IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
     IB_UVERBS_WR_RDMA_READ, IB_UVERBS_WR_RDMA_WRITE, IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
     IB_UVERBS_WR_SEND, IB_UVERBS_WR_SEND_WITH_IMM,
 };
 
 use super::queue::{Consumer, Producer, QueueFull};
-use crate::error::Errno;
+use crate::wr::{Payload, PostError, RecvWr, Remote, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 
 /// Bytes of a send WQE before its SGE list or inline data.
 pub(crate) const SEND_WQE_LEN: usize = std::mem::size_of::<rxe_send_wqe>();
@@ -34,350 +35,19 @@ pub(crate) const SEND_WQE_LEN: usize = std::mem::size_of::<rxe_send_wqe>();
 pub(crate) const RECV_WQE_LEN: usize = std::mem::size_of::<rxe_recv_wqe>();
 /// Bytes of one completion.
 pub(crate) const WC_LEN: usize = std::mem::size_of::<ib_uverbs_wc>();
-const SGE_LEN: usize = std::mem::size_of::<rxe_sge>();
-
-/// One scatter/gather element: a local buffer in a registered region.
-pub type Sge = rxe_sge;
-
-bitflags! {
-    /// Send flags user space sets (`IB_SEND_*` of the kernel's `ib_verbs.h`,
-    /// equal to libibverbs' `IBV_SEND_*`); `INLINE` (8) is set by the writer
-    /// from the payload.
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub struct SendFlags: u32 {
-        /// Wait for earlier RDMA READs and atomics before this one.
-        const FENCE = 1;
-        /// Produce a completion on success.
-        const SIGNALED = 2;
-        /// Set the solicited-event bit for the receiver.
-        const SOLICITED = 4;
-    }
-
-    /// Completion flags as rxe writes them (the kernel's `IB_WC_*` flags: note
-    /// WITH_INVALIDATE is 4, where libibverbs' `IBV_WC_WITH_INV` is 8).
-    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-    pub struct WcFlags: u32 {
-        /// A GRH was present (always on rxe receives).
-        const GRH = 1;
-        /// `imm` holds immediate data.
-        const WITH_IMM = 2;
-        /// `invalidate_rkey` holds the invalidated rkey.
-        const WITH_INVALIDATE = 4;
-    }
-}
+const SGE_LEN: usize = std::mem::size_of::<Sge>();
 
 /// `IB_SEND_INLINE`: the data is in the WQE, not behind SGEs.
 const SEND_INLINE: u32 = 8;
 
-/// A remote buffer: its address and the rkey of its region.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Remote {
-    /// Remote virtual address.
-    pub addr: u64,
-    /// Remote key.
-    pub rkey: u32,
-}
-
-/// What a send work request does. Immediate data is given in host order and
-/// travels in network order, as libibverbs' `htonl(imm)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SendOp {
-    /// SEND, or SEND_WITH_IMM with `imm`.
-    Send {
-        /// Immediate data.
-        imm: Option<u32>,
-    },
-    /// RDMA WRITE, or RDMA_WRITE_WITH_IMM with `imm`.
-    RdmaWrite {
-        /// Target.
-        remote: Remote,
-        /// Immediate data.
-        imm: Option<u32>,
-    },
-    /// RDMA READ into the local SGEs.
-    RdmaRead {
-        /// Source.
-        remote: Remote,
-    },
-    /// 64-bit compare-and-swap; the old value lands in the local SGE.
-    CompareSwap {
-        /// Target (8-byte aligned).
-        remote: Remote,
-        /// Expected value.
-        compare: u64,
-        /// New value.
-        swap: u64,
-    },
-    /// 64-bit fetch-and-add; the old value lands in the local SGE.
-    FetchAdd {
-        /// Target (8-byte aligned).
-        remote: Remote,
-        /// Addend.
-        add: u64,
-    },
-}
-
-impl SendOp {
-    fn opcode(&self) -> u32 {
-        match self {
-            SendOp::Send { imm: None } => IB_UVERBS_WR_SEND,
-            SendOp::Send { imm: Some(_) } => IB_UVERBS_WR_SEND_WITH_IMM,
-            SendOp::RdmaWrite { imm: None, .. } => IB_UVERBS_WR_RDMA_WRITE,
-            SendOp::RdmaWrite { imm: Some(_), .. } => IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
-            SendOp::RdmaRead { .. } => IB_UVERBS_WR_RDMA_READ,
-            SendOp::CompareSwap { .. } => IB_UVERBS_WR_ATOMIC_CMP_AND_SWP,
-            SendOp::FetchAdd { .. } => IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
-        }
-    }
-
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            SendOp::Send { imm: None } => "SEND",
-            SendOp::Send { imm: Some(_) } => "SEND_WITH_IMM",
-            SendOp::RdmaWrite { imm: None, .. } => "RDMA_WRITE",
-            SendOp::RdmaWrite { imm: Some(_), .. } => "RDMA_WRITE_WITH_IMM",
-            SendOp::RdmaRead { .. } => "RDMA_READ",
-            SendOp::CompareSwap { .. } => "ATOMIC_CMP_AND_SWP",
-            SendOp::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
-        }
-    }
-}
-
-/// The local side of a send: registered buffers, or bytes copied into the WQE.
-#[derive(Clone, Copy, Debug)]
-pub enum Payload<'a> {
-    /// Gather from (or, for READ and atomics, scatter into) these buffers.
-    Sges(&'a [Sge]),
-    /// Copy these segments into the WQE now (`IBV_SEND_INLINE`): the buffers
-    /// may be reused as soon as the writer returns, and need no lkey.
-    Inline(&'a [&'a [u8]]),
-}
-
-/// Destination of a send on a UD QP: an address handle, the peer's QP
-/// number and its Q_Key (`wr.ud` of `ibv_send_wr`).
-///
-/// Built only from a live [`AddressHandle`](crate::AddressHandle)
-/// ([`UdDest::new`]), which it borrows: no stale or invented AH number
-/// can be posted, and the AH cannot be dropped while a work request
-/// holding this destination exists. The borrow ends with the work request,
-/// but rxe reads the AH when it sends the WQE, after `post_send` returned:
-/// keep the AH until the send's completion has been polled (or the QP is
-/// destroyed). If rxe finds no AH of the QP's PD under the number (the AH
-/// was dropped early, or belongs to another PD) it moves the QP to ERR:
-/// the send and every later one complete with an error (on Linux 6.12
-/// [`WcStatus::WrFlushErr`], the flush overriding rxe's
-/// `LOC_QP_OP_ERR`). If rxe already gave the number of an AH dropped early
-/// to a new AH of the same PD, the send goes there instead.
-///
-/// The AH cannot go while a destination made from it is in use:
-///
-/// ```compile_fail,E0505
-/// # fn f(pd: &uverbs::ProtectionDomain, attr: &uverbs::AhAttr) -> Result<(), uverbs::Error> {
-/// let ah = pd.create_ah(attr)?;
-/// let dest = uverbs::UdDest::new(&ah, 0x11, 0x1111_1111);
-/// drop(ah); // error: `ah` is borrowed by `dest`
-/// let _still_used = dest;
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UdDest<'a> {
-    /// `rxe_create_ah_resp.ah_num` of the borrowed AH.
-    ah_num: u32,
-    remote_qpn: u32,
-    remote_qkey: u32,
-    _ah: PhantomData<&'a crate::ah::AddressHandle>,
-}
-
-impl<'a> UdDest<'a> {
-    /// Sends to QP `remote_qpn` (24 bits) with Q_Key `remote_qkey`, through `ah`.
-    pub fn new(ah: &'a crate::ah::AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
-        UdDest {
-            ah_num: ah.ah_num(),
-            remote_qpn,
-            remote_qkey,
-            _ah: PhantomData,
-        }
-    }
-
-    /// A destination naming any AH number, for the ring tests.
-    #[cfg(test)]
-    pub(crate) fn from_raw(ah_num: u32, remote_qpn: u32, remote_qkey: u32) -> UdDest<'static> {
-        UdDest {
-            ah_num,
-            remote_qpn,
-            remote_qkey,
-            _ah: PhantomData,
-        }
-    }
-
-    /// The AH number the WQE carries (`wr.ud.ah_num`).
-    pub fn ah_num(&self) -> u32 {
-        self.ah_num
-    }
-
-    /// The destination QP number.
-    pub fn remote_qpn(&self) -> u32 {
-        self.remote_qpn
-    }
-
-    /// The destination Q_Key.
-    pub fn remote_qkey(&self) -> u32 {
-        self.remote_qkey
-    }
-}
-
-/// One send work request.
-#[derive(Clone, Copy, Debug)]
-pub struct SendWr<'a> {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// The operation.
-    pub op: SendOp,
-    /// Fence, signaled, solicited.
-    pub flags: SendFlags,
-    /// Local buffers or inline data.
-    pub payload: Payload<'a>,
-    /// Destination, for sends on a UD QP only.
-    pub ud: Option<UdDest<'a>>,
-}
-
 /// What the send queue accepts, from the CREATE_QP response (the kernel
 /// rewrites `max_send_sge` and `max_inline_data` to what a slot holds).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SendLimits {
+pub(crate) struct SendLimits {
     /// SGEs per WQE.
-    pub max_sge: u32,
+    pub(crate) max_sge: u32,
     /// Inline bytes per WQE.
-    pub max_inline: u32,
-}
-
-/// One receive work request.
-#[derive(Clone, Copy, Debug)]
-pub struct RecvWr<'a> {
-    /// Returned in the completion.
-    pub wr_id: u64,
-    /// Buffers the incoming message is scattered into.
-    pub sges: &'a [Sge],
-}
-
-/// Why a work request was not queued. Nothing was written to the queue.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum PostError {
-    /// More SGEs (or inline segments) than the queue takes.
-    #[error("{op}: {n} SGEs, the queue takes at most {max} (EINVAL)")]
-    TooManySges {
-        /// `post_send` or `post_recv`.
-        op: &'static str,
-        /// SGEs given.
-        n: usize,
-        /// SGEs a WQE holds.
-        max: u32,
-    },
-    /// Inline data longer than the queue takes.
-    #[error("post_send: {len} bytes of inline data, the queue takes at most {max} (EINVAL)")]
-    InlineTooLong {
-        /// Bytes given.
-        len: u64,
-        /// Inline bytes a WQE holds.
-        max: u32,
-    },
-    /// Inline data on an operation that carries no local data out.
-    #[error("post_send: {opcode} cannot take inline data (EINVAL)")]
-    InlineNotAllowed {
-        /// The opcode.
-        opcode: &'static str,
-    },
-    /// An atomic needs one 8-byte local buffer and an 8-byte aligned remote address.
-    #[error("post_send: {opcode} needs at least 8 local bytes and an 8-byte aligned remote address, got {len} bytes at remote {remote_addr:#x} (EINVAL)")]
-    BadAtomic {
-        /// The opcode.
-        opcode: &'static str,
-        /// Total local length given.
-        len: u64,
-        /// Remote address given.
-        remote_addr: u64,
-    },
-    /// The total length does not fit the WQE's 32-bit length.
-    #[error("{op}: total length {len} exceeds 4 GiB - 1 (EINVAL)")]
-    TooLong {
-        /// `post_send` or `post_recv`.
-        op: &'static str,
-        /// Total length given.
-        len: u64,
-    },
-    /// A UD destination on something other than a send.
-    #[error("post_send: {opcode} cannot have a UD destination (EINVAL)")]
-    UdNotSend {
-        /// The opcode.
-        opcode: &'static str,
-    },
-    /// An operation the QP's transport does not carry: UC has no RDMA
-    /// READ or atomics, UD only sends.
-    #[error("post_send: {opcode} is not an operation of a {qp_type:?} QP (EINVAL)")]
-    OpNotOnQpType {
-        /// The opcode.
-        opcode: &'static str,
-        /// The QP's type.
-        qp_type: crate::command::QpType,
-    },
-    /// A UD QP's send without a destination, or a destination on an RC or
-    /// UC QP (which has one peer, set when it was connected).
-    #[error("post_send: a {qp_type:?} QP's send {} a UD destination (EINVAL)", if *.missing { "needs" } else { "cannot have" })]
-    UdDestination {
-        /// The QP's type.
-        qp_type: crate::command::QpType,
-        /// True when the destination is missing, false when one was given.
-        missing: bool,
-    },
-    /// The QP's state does not allow this post: a send needs RTS (or a
-    /// later state: SQD, SQE, ERR), a receive any state but RESET.
-    #[error("{op}: the QP is in {state:?}, which does not allow it (EINVAL)")]
-    WrongState {
-        /// `post_send` or `post_recv`.
-        op: &'static str,
-        /// The state the QP was last moved to.
-        state: crate::command::QpState,
-    },
-    /// Something the QP's driver cannot do, refused before anything was
-    /// written: on siw immediate data, atomics, a UD destination, a fenced
-    /// RDMA READ (rdma-core's siw provider answers EINVAL for each).
-    #[error("post_send: {driver} does not support {what} (EINVAL)")]
-    NotSupported {
-        /// The driver (`siw`).
-        driver: &'static str,
-        /// The opcode or feature.
-        what: &'static str,
-    },
-    /// A request that must be signalled was posted unsignalled: on an
-    /// [`OwnedQp`](crate::OwnedQp), RDMA READ and atomics (their memory
-    /// comes back only with their own completion), and every request on
-    /// siw (which completes out of order, and sends unsignalled payloads
-    /// from 4 KiB up zero-copy).
-    #[error("post_send: {opcode} must be signalled here: {why} (EINVAL)")]
-    MustBeSignalled {
-        /// The opcode.
-        opcode: &'static str,
-        /// Why.
-        why: &'static str,
-    },
-    /// No free slot.
-    #[error("{op}: queue full, {capacity} work requests outstanding (ENOMEM)")]
-    QueueFull {
-        /// `post_send` or `post_recv`.
-        op: &'static str,
-        /// Work requests the queue holds.
-        capacity: u32,
-    },
-}
-
-impl PostError {
-    /// The errno rdma-core's rxe provider returns for the same mistake.
-    pub fn errno(&self) -> Errno {
-        match self {
-            PostError::QueueFull { .. } => Errno::NOMEM,
-            _ => Errno::INVAL,
-        }
-    }
+    pub(crate) max_inline: u32,
 }
 
 /// Total length of `sges`, checked against the WQE's 32-bit length.
@@ -876,217 +546,28 @@ pub(crate) fn encode_recv(
     Ok(())
 }
 
-/// An enum of the kernel's values 0, 1, 2, … (in the order listed) and
-/// `Unknown(u32)` for any other (listed first, declared last), with its
-/// `from_raw`: each name is listed once.
-macro_rules! raw_enum {
-    (
-        $(#[$meta:meta])*
-        $vis:vis enum $ty:ident {
-            $(#[$umeta:meta])*
-            Unknown(u32),
-            $($(#[$vmeta:meta])* $name:ident,)*
-        }
-    ) => {
-        $(#[$meta])*
-        $vis enum $ty {
-            $($(#[$vmeta])* $name,)*
-            $(#[$umeta])*
-            Unknown(u32),
-        }
-
-        impl $ty {
-            fn from_raw(raw: u32) -> Self {
-                const ALL: &[$ty] = &[$($ty::$name),*];
-                ALL.get(raw as usize).copied().unwrap_or($ty::Unknown(raw))
-            }
-        }
-    };
+/// The completion at the start of a CQ slot: its `ib_uverbs_wc`, copied
+/// whole, as it is (`None` if the slot is shorter than one).
+pub(crate) fn completion(slot: &[u8]) -> Option<WorkCompletion> {
+    let (wc, _) = ib_uverbs_wc::read_from_prefix(slot).ok()?;
+    Some(WorkCompletion::from_raw(wc))
 }
 
-raw_enum! {
-    /// Completion status (the kernel's `enum ib_wc_status`).
-    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-    pub enum WcStatus {
-        /// A value this crate does not know.
-        Unknown(u32),
-        /// Success.
-        Success,
-        /// Local length error.
-        LocLenErr,
-        /// Local QP operation error.
-        LocQpOpErr,
-        /// Local EE context operation error.
-        LocEecOpErr,
-        /// Local protection error (e.g. an lkey of another PD).
-        LocProtErr,
-        /// Flushed: the QP went to the error state first.
-        WrFlushErr,
-        /// Memory window bind error.
-        MwBindErr,
-        /// Bad response.
-        BadRespErr,
-        /// Local access error.
-        LocAccessErr,
-        /// Remote invalid request.
-        RemInvReqErr,
-        /// Remote access error (e.g. the rkey lacks REMOTE_WRITE).
-        RemAccessErr,
-        /// Remote operation error.
-        RemOpErr,
-        /// Transport retry counter exceeded.
-        RetryExcErr,
-        /// RNR retry counter exceeded.
-        RnrRetryExcErr,
-        /// Local RDD violation.
-        LocRddViolErr,
-        /// Remote invalid RD request.
-        RemInvRdReqErr,
-        /// Remote aborted.
-        RemAbortErr,
-        /// Invalid EE context number.
-        InvEecnErr,
-        /// Invalid EE context state.
-        InvEecStateErr,
-        /// Fatal error.
-        FatalErr,
-        /// Response timeout.
-        RespTimeoutErr,
-        /// General error.
-        GeneralErr,
-    }
-}
-
-/// Completion opcode (`IB_UVERBS_WC_*`, and the kernel's `IB_WC_RECV*` for
-/// receives).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum WcOpcode {
-    /// SEND.
-    Send,
-    /// RDMA WRITE.
-    RdmaWrite,
-    /// RDMA READ.
-    RdmaRead,
-    /// Compare-and-swap.
-    CompSwap,
-    /// Fetch-and-add.
-    FetchAdd,
-    /// Memory window bind.
-    BindMw,
-    /// Local invalidate.
-    LocalInv,
-    /// A receive (`IB_WC_RECV`, 128).
-    Recv,
-    /// An RDMA WRITE with immediate consumed a receive (`IB_WC_RECV_RDMA_WITH_IMM`, 129).
-    RecvRdmaWithImm,
-    /// A value this crate does not know (unset on error completions).
-    Unknown(u32),
-}
-
-impl WcOpcode {
-    fn from_raw(raw: u32) -> Self {
-        match raw {
-            0 => WcOpcode::Send,
-            1 => WcOpcode::RdmaWrite,
-            2 => WcOpcode::RdmaRead,
-            3 => WcOpcode::CompSwap,
-            4 => WcOpcode::FetchAdd,
-            5 => WcOpcode::BindMw,
-            6 => WcOpcode::LocalInv,
-            128 => WcOpcode::Recv,
-            129 => WcOpcode::RecvRdmaWithImm,
-            other => WcOpcode::Unknown(other),
-        }
-    }
-}
-
-/// One completion, read from an `ib_uverbs_wc`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct WorkCompletion {
-    /// Work request id of the completed request.
-    pub wr_id: u64,
-    /// Status.
-    pub status: WcStatus,
-    /// Opcode (meaningful on success only).
-    pub opcode: WcOpcode,
-    /// Vendor error syndrome.
-    pub vendor_err: u32,
-    /// Bytes transferred (receives, READ, atomics).
-    pub byte_len: u32,
-    /// Immediate data in host order (with [`WcFlags::WITH_IMM`]), or the
-    /// invalidated rkey (with [`WcFlags::WITH_INVALIDATE`]).
-    pub imm_or_inval: u32,
-    /// Local QP number.
-    pub qp_num: u32,
-    /// Source QP number (UD receives).
-    pub src_qp: u32,
-    /// Flags.
-    pub wc_flags: WcFlags,
-    /// P_Key index.
-    pub pkey_index: u16,
-    /// Source LID.
-    pub slid: u16,
-    /// Service level.
-    pub sl: u8,
-    /// Destination LID path bits.
-    pub dlid_path_bits: u8,
-    /// Port number.
-    pub port_num: u8,
-}
-
-impl WorkCompletion {
-    /// Reads a completion from the first bytes of a CQ slot (`None` if the slot
-    /// is shorter than an `ib_uverbs_wc`).
-    pub(crate) fn from_slot(slot: &[u8]) -> Option<Self> {
-        // A view in place, not a copy: the conversion reads each field once.
-        let (wc, _) = ib_uverbs_wc::ref_from_prefix(slot).ok()?;
-        Some(Self::from_raw(wc))
-    }
-
-    /// The typed view of `wc`.
-    pub(crate) fn from_raw(wc: &ib_uverbs_wc) -> Self {
-        let flags = WcFlags::from_bits_retain(wc.wc_flags);
-        WorkCompletion {
-            wr_id: wc.wr_id,
-            status: WcStatus::from_raw(wc.status),
-            opcode: WcOpcode::from_raw(wc.opcode),
-            vendor_err: wc.vendor_err,
-            byte_len: wc.byte_len,
-            // imm_data is __be32; invalidate_rkey is host order.
-            imm_or_inval: if flags.contains(WcFlags::WITH_IMM) {
-                u32::from_be(wc.ex)
-            } else {
-                wc.ex
-            },
-            qp_num: wc.qp_num,
-            src_qp: wc.src_qp,
-            wc_flags: flags,
-            pkey_index: wc.pkey_index,
-            slid: wc.slid,
-            sl: wc.sl,
-            dlid_path_bits: wc.dlid_path_bits,
-            port_num: wc.port_num,
-        }
-    }
-}
-
-impl Default for WorkCompletion {
-    /// An all-zero `ib_uverbs_wc` (a slot for [`CompletionQueue::poll`](crate::CompletionQueue::poll) to fill).
-    fn default() -> Self {
-        Self::from_raw(&ib_uverbs_wc::default())
-    }
-}
-
-/// Copies up to `out.len()` completions out of the CQ `cq`, oldest first, then
-/// hands their slots back to the kernel with one store. Returns how many.
-/// No allocation, no system call.
+/// Copies up to `out.len()` completions out of the CQ `cq`, oldest first,
+/// each slot's `ib_uverbs_wc` whole into `out`, then hands their slots back
+/// to the kernel with one store. Returns how many. No allocation, no system
+/// call, no decoding: a [`WorkCompletion`] is the kernel's struct.
 pub(crate) fn poll(cq: &mut Consumer, out: &mut [WorkCompletion]) -> usize {
+    // `ready` loads the kernel's producer index with Acquire: every slot
+    // before it was completely written before we read it below. `consume`
+    // publishes our consumer index with Release only after the copies, so
+    // the kernel cannot reuse a slot we are still reading.
     let ready = (cq.ready() as usize).min(out.len());
     let mut n = 0;
     while n < ready {
         // Every slot is at least WC_LEN bytes (checked at mapping time with
-        // min_elem = WC_LEN), so `from_slot` cannot fail here.
-        match cq.get(n as u32).and_then(WorkCompletion::from_slot) {
+        // min_elem = WC_LEN), so `completion` cannot fail here.
+        match cq.get(n as u32).and_then(completion) {
             Some(wc) => out[n] = wc,
             None => break,
         }
@@ -1100,6 +581,7 @@ pub(crate) fn poll(cq: &mut Consumer, out: &mut [WorkCompletion]) -> usize {
 mod qp_type_tests {
     use super::*;
     use crate::command::QpType;
+    use crate::wr::{Remote, SendFlags, UdDest};
 
     fn wr(op: SendOp) -> SendWr<'static> {
         SendWr {

@@ -24,7 +24,7 @@ use super::kernel_model::{
 use super::queue::{CqConsumer, LayoutError, Posted, Producer, QueueFull, CQE_LEN};
 use super::wqe::{
     build_sqe, check_send, completion, poll, post_recv, post_send, wc_opcode, wc_status, Refused,
-    SendConfig, SiwPostError,
+    SendConfig, SiwPostError, UNKNOWN_TAG,
 };
 use crate::error::Errno;
 use crate::wr::{
@@ -308,10 +308,10 @@ proptest! {
                     prop_assert_eq!(got, (n as usize).min(ready.len()));
                     let after = mem.snapshot();
                     for (i, wc) in out[..got].iter().enumerate() {
-                        prop_assert_eq!(wc.wr_id, ready.pop_front().unwrap());
-                        prop_assert_eq!(wc.byte_len, 8);
-                        prop_assert_eq!(wc.qp_num, 9);
-                        prop_assert_eq!(wc.status, WcStatus::Success);
+                        prop_assert_eq!(wc.wr_id(), ready.pop_front().unwrap());
+                        prop_assert_eq!(wc.byte_len(), 8);
+                        prop_assert_eq!(wc.qp_num(), 9);
+                        prop_assert_eq!(wc.status(), WcStatus::Success);
                         // Only the flags byte of each polled slot changed, to 0.
                         let slot = ((get + i as u32) % num) as usize * CQE_LEN;
                         prop_assert_eq!(after[slot + 8], 0);
@@ -802,15 +802,16 @@ fn cqe_to_work_completion() {
         qp_id: 0x1_0000_0011,
     };
     let wc = completion(&cqe);
-    assert_eq!(wc.wr_id, 0xdead_beef);
-    assert_eq!(wc.opcode, WcOpcode::Recv);
-    assert_eq!(wc.status, WcStatus::WrFlushErr);
-    assert_eq!(wc.byte_len, 77);
-    assert_eq!(wc.qp_num, 0x11);
+    assert_eq!(wc.wr_id(), 0xdead_beef);
+    assert_eq!(wc.opcode(), WcOpcode::Recv);
+    assert_eq!(wc.status(), WcStatus::WrFlushErr);
+    assert_eq!(wc.byte_len(), 77);
+    assert_eq!(wc.qp_num(), 0x11);
     assert_eq!(
-        (wc.wc_flags, wc.imm_or_inval, wc.vendor_err),
-        (WcFlags::empty(), 0, 0)
+        (wc.wc_flags(), wc.imm_data(), wc.vendor_err()),
+        (WcFlags::empty(), None, 0)
     );
+    assert_eq!(wc.invalidated_rkey(), None);
     // A kernel that reports an invalidated key: its first four bytes.
     let mut inv = siw_cqe {
         flags: (SIW_WQE_VALID | SIW_WQE_REM_INVAL) as u8,
@@ -818,8 +819,53 @@ fn cqe_to_work_completion() {
     };
     inv.as_mut_bytes()[16..20].copy_from_slice(&0x1234_5678u32.to_ne_bytes());
     let wc = completion(&inv);
-    assert_eq!(wc.wc_flags, WcFlags::WITH_INVALIDATE);
-    assert_eq!(wc.imm_or_inval, 0x1234_5678);
+    assert_eq!(wc.wc_flags(), WcFlags::WITH_INVALIDATE);
+    assert_eq!(wc.invalidated_rkey(), Some(0x1234_5678));
+    assert_eq!(wc.imm_data(), None);
+}
+
+/// A CQE becomes the kernel's `ib_uverbs_wc`: each status and opcode
+/// reads back as `wc_status` / `wc_opcode` map it; an unknown siw value
+/// stays `Unknown` of itself, or tagged when the kernel's enum defines its
+/// number (it must never read as a status or opcode it is not).
+#[test]
+fn cqe_statuses_and_opcodes_read_back_from_the_kernels_layout() {
+    let cqe = |status: u16, opcode: u8| siw_cqe {
+        id: 1,
+        flags: SIW_WQE_VALID as u8,
+        opcode,
+        status,
+        bytes: 0,
+        imm_data: 0,
+        qp_id: 5,
+    };
+    for status in (0..=40).chain([0x7fff, 0xffff]) {
+        let got = completion(&cqe(status, SIW_OP_SEND)).status();
+        match wc_status(status) {
+            WcStatus::Unknown(v) if (10..=21).contains(&v) => {
+                assert_eq!(got, WcStatus::Unknown(v | UNKNOWN_TAG), "status {status}")
+            }
+            want => assert_eq!(got, want, "status {status}"),
+        }
+    }
+    for opcode in 0..=u8::MAX {
+        let got = completion(&cqe(0, opcode)).opcode();
+        match wc_opcode(opcode) {
+            WcOpcode::Unknown(v @ (128 | 129)) => {
+                assert_eq!(got, WcOpcode::Unknown(v | UNKNOWN_TAG), "opcode {opcode}")
+            }
+            want => assert_eq!(got, want, "opcode {opcode}"),
+        }
+    }
+    let wc = completion(&cqe(10, 128));
+    assert!(!wc.is_success());
+    assert_eq!(wc.status(), WcStatus::Unknown(0x8000_000a));
+    assert_eq!(wc.opcode(), WcOpcode::Unknown(0x8000_0080));
+    assert_eq!(
+        completion(&cqe(0xffff, 200)).status(),
+        WcStatus::Unknown(0xffff)
+    );
+    assert_eq!(completion(&cqe(0, 200)).opcode(), WcOpcode::Unknown(200));
 }
 
 /// The kernel's flush (QP to error) completes the SQEs left VALID with
@@ -841,7 +887,7 @@ fn flushed_sends_read_back() {
     assert_eq!(poll(&mut user_cq, &mut out), 3);
     for (wc, id) in out[..3].iter().zip(10..) {
         assert_eq!(
-            (wc.wr_id, wc.status, wc.opcode, wc.qp_num),
+            (wc.wr_id(), wc.status(), wc.opcode(), wc.qp_num()),
             (id, WcStatus::WrFlushErr, WcOpcode::Send, 3)
         );
     }
@@ -1079,7 +1125,7 @@ fn two_threads_completions_and_events() {
                 }
                 for wc in &out[..n] {
                     assert_eq!(
-                        (wc.wr_id, wc.byte_len),
+                        (wc.wr_id(), wc.byte_len()),
                         (want, want as u32),
                         "torn or reordered CQE"
                     );

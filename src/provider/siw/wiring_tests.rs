@@ -22,7 +22,9 @@ use crate::error::{Errno, Error, Op};
 use crate::fork::{ForkMode, ForkSafety, MadviseAdvisor};
 use crate::qp::QpInit;
 use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
-use crate::wr::{Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus};
+use crate::wr::{
+    Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+};
 use crate::{Context, OpenOptions};
 use uverbs_uapi::{self as sys, SIW_INVAL_UOBJ_KEY, SIW_WQE_VALID};
 
@@ -369,7 +371,7 @@ fn a_siw_cq_is_mapped_polled_armed_and_unmapped_before_its_destroy() {
     fake.write(CQ_KEY, 0, cqe.as_bytes());
     assert_eq!(cq.poll(&mut wc).unwrap(), 1);
     assert_eq!(
-        (wc[0].wr_id, wc[0].status, wc[0].qp_num),
+        (wc[0].wr_id(), wc[0].status(), wc[0].qp_num()),
         (0xabc, WcStatus::WrFlushErr, 0x42)
     );
     let mut flags = [0xffu8; 1];
@@ -397,6 +399,41 @@ fn a_siw_cq_is_mapped_polled_armed_and_unmapped_before_its_destroy() {
         "destroy_cq mapped=false busy=false",
         "siw: unmapped before the destroy"
     );
+}
+
+/// `poll_into` hands back exactly the completions `poll` filled in, oldest
+/// first, bounded by the buffer: empty when there are none.
+#[test]
+fn poll_into_returns_the_filled_prefix() {
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(4, None).unwrap();
+    let mut buf = [WorkCompletion::default(); 2];
+    assert!(cq.poll_into(&mut buf).unwrap().is_empty());
+    for (slot, id) in (0..3).zip(10u64..) {
+        let cqe = sys::siw_cqe {
+            id,
+            flags: SIW_WQE_VALID as u8,
+            opcode: sys::SIW_OP_SEND,
+            bytes: 64,
+            qp_id: 7,
+            ..Default::default()
+        };
+        fake.write(CQ_KEY, slot * 32, cqe.as_bytes());
+    }
+    let mut seen = Vec::new();
+    for wc in cq.poll_into(&mut buf).unwrap() {
+        assert!(wc.is_success(), "{wc:?}");
+        assert_eq!(
+            (wc.opcode(), wc.byte_len(), wc.qp_num()),
+            (WcOpcode::Send, 64, 7)
+        );
+        seen.push(wc.wr_id());
+    }
+    assert_eq!(seen, [10, 11], "two: the buffer's length");
+    let rest = cq.poll_into(&mut buf).unwrap();
+    assert_eq!(rest.iter().map(|wc| wc.wr_id()).collect::<Vec<_>>(), [12]);
+    assert!(cq.poll_into(&mut buf).unwrap().is_empty());
+    assert!(cq.poll_into(&mut []).unwrap().is_empty());
 }
 
 /// A refused destroy (EBUSY) maps the CQ again at its key and position: the
@@ -432,7 +469,7 @@ fn a_refused_siw_cq_destroy_maps_the_ring_again() {
     // The next CQE is at slot 1: the position survived too.
     fake.write(CQ_KEY, 32, cqe(2).as_bytes());
     assert_eq!(cq.poll(&mut wc).unwrap(), 1);
-    assert_eq!(wc[0].wr_id, 2);
+    assert_eq!(wc[0].wr_id(), 2);
     cq.destroy().unwrap();
 }
 
@@ -780,7 +817,7 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
         1,
         "the parent still gets its CQE"
     );
-    assert_eq!(wc[0].wr_id, 0x5eed);
+    assert_eq!(wc[0].wr_id(), 0x5eed);
 }
 
 /// An `OwnedQp` on siw in ERR (which takes posts, as the kernel's flush

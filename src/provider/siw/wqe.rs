@@ -1,8 +1,8 @@
 //! Work requests into siw queue elements, completions out of them.
 //!
-//! The crate's provider-neutral request and completion types ([`SendWr`],
-//! [`RecvWr`], [`WorkCompletion`], defined with rxe's WQE writers) are
-//! translated to siw's elements:
+//! The crate's requests and completions ([`SendWr`], [`RecvWr`],
+//! [`WorkCompletion`], defined in [`crate::wr`]) are translated to and from
+//! siw's elements:
 //!
 //! * SQE: `id` = wr_id; `opcode` = [`SIW_OP_WRITE`], [`SIW_OP_READ`] or
 //!   [`SIW_OP_SEND`] (the crate has no SEND_WITH_INVALIDATE request, so
@@ -21,7 +21,15 @@
 //! * CQE: `status` is a `siw_wc_status`, `opcode` the `siw_opcode` of the
 //!   completed SQE (or [`SIW_OP_RECEIVE`]), `bytes`, `qp_id` the QP number
 //!   (`siw_sqe_complete`, `siw_rqe_complete`). The kernel writes no
-//!   immediate data and, for user CQs, no invalidated key.
+//!   immediate data and, for user CQs, no invalidated key. Each CQE becomes
+//!   the kernel's `ib_uverbs_wc` (what rxe's CQ holds, and what a
+//!   [`WorkCompletion`] is): status and opcode mapped to the kernel's
+//!   values as rdma-core maps them ([`wc_status`], [`wc_opcode`]). A siw
+//!   value this crate does not know is kept as is (it reads back as
+//!   `Unknown` of itself), unless the kernel's enum gives that number a
+//!   meaning (a status from 10 to 21, an opcode 128 or 129, none of which
+//!   siw defines): then bit 31 is set ([`UNKNOWN_TAG`]) so that it still
+//!   reads as `Unknown`, never as another status.
 //!
 //! What siw cannot do is refused with a typed error before anything is
 //! written (rdma-core returns EINVAL for the same): immediate data, atomics
@@ -33,13 +41,13 @@
 use zerocopy::IntoBytes;
 
 use uverbs_uapi::{
-    siw_cqe, siw_rqe, siw_sge, siw_sqe, SIW_MAX_INLINE, SIW_MAX_SGE, SIW_OP_COMP_AND_SWAP,
-    SIW_OP_FETCH_AND_ADD, SIW_OP_INVAL_STAG, SIW_OP_READ, SIW_OP_READ_LOCAL_INV, SIW_OP_RECEIVE,
-    SIW_OP_SEND, SIW_OP_SEND_REMOTE_INV, SIW_OP_SEND_WITH_IMM, SIW_OP_WRITE, SIW_WC_BAD_RESP_ERR,
-    SIW_WC_GENERAL_ERR, SIW_WC_LOC_ACCESS_ERR, SIW_WC_LOC_LEN_ERR, SIW_WC_LOC_PROT_ERR,
-    SIW_WC_LOC_QP_OP_ERR, SIW_WC_REM_ACCESS_ERR, SIW_WC_REM_INV_REQ_ERR, SIW_WC_SUCCESS,
-    SIW_WC_WR_FLUSH_ERR, SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_REM_INVAL, SIW_WQE_SIGNALLED,
-    SIW_WQE_SOLICITED,
+    ib_uverbs_wc, siw_cqe, siw_rqe, siw_sge, siw_sqe, SIW_MAX_INLINE, SIW_MAX_SGE,
+    SIW_OP_COMP_AND_SWAP, SIW_OP_FETCH_AND_ADD, SIW_OP_INVAL_STAG, SIW_OP_READ,
+    SIW_OP_READ_LOCAL_INV, SIW_OP_RECEIVE, SIW_OP_SEND, SIW_OP_SEND_REMOTE_INV,
+    SIW_OP_SEND_WITH_IMM, SIW_OP_WRITE, SIW_WC_BAD_RESP_ERR, SIW_WC_GENERAL_ERR,
+    SIW_WC_LOC_ACCESS_ERR, SIW_WC_LOC_LEN_ERR, SIW_WC_LOC_PROT_ERR, SIW_WC_LOC_QP_OP_ERR,
+    SIW_WC_REM_ACCESS_ERR, SIW_WC_REM_INV_REQ_ERR, SIW_WC_SUCCESS, SIW_WC_WR_FLUSH_ERR,
+    SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_REM_INVAL, SIW_WQE_SIGNALLED, SIW_WQE_SOLICITED,
 };
 
 use super::queue::{CqConsumer, Posted, Producer, QueueFull};
@@ -355,11 +363,34 @@ pub(crate) fn wc_opcode(opcode: u8) -> WcOpcode {
     }
 }
 
-/// The typed view of a CQE.
+/// Set on a siw status or opcode this crate does not know whose number the
+/// kernel's enum defines, so that it still reads as `Unknown`.
+pub(crate) const UNKNOWN_TAG: u32 = 1 << 31;
+
+/// The kernel's value for `status`, as a CQE's status maps to it (see
+/// [`UNKNOWN_TAG`]).
+fn raw_status(status: WcStatus) -> u32 {
+    match status {
+        WcStatus::Unknown(v) if WcStatus::from_raw(v) != status => v | UNKNOWN_TAG,
+        known => known.to_raw(),
+    }
+}
+
+/// The kernel's value for `opcode`, as a CQE's opcode maps to it (see
+/// [`UNKNOWN_TAG`]).
+fn raw_opcode(opcode: WcOpcode) -> u32 {
+    match opcode {
+        WcOpcode::Unknown(v) if WcOpcode::from_raw(v) != opcode => v | UNKNOWN_TAG,
+        known => known.to_raw(),
+    }
+}
+
+/// The completion a CQE is: the kernel's `ib_uverbs_wc`, built from it.
 pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
     let rem_inval = u16::from(cqe.flags) & SIW_WQE_REM_INVAL != 0;
-    let (wc_flags, imm_or_inval) = if rem_inval {
-        // inval_stag is the first four bytes of the imm_data union.
+    let (wc_flags, ex) = if rem_inval {
+        // inval_stag is the first four bytes of the imm_data union; the
+        // kernel's invalidate_rkey is in host order.
         let b = cqe.imm_data.to_ne_bytes();
         (
             WcFlags::WITH_INVALIDATE,
@@ -368,18 +399,18 @@ pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
     } else {
         (WcFlags::empty(), 0)
     };
-    WorkCompletion {
+    WorkCompletion::from_raw(ib_uverbs_wc {
         wr_id: cqe.id,
-        status: wc_status(cqe.status),
-        opcode: wc_opcode(cqe.opcode),
+        status: raw_status(wc_status(cqe.status)),
+        opcode: raw_opcode(wc_opcode(cqe.opcode)),
         vendor_err: 0,
         byte_len: cqe.bytes,
-        imm_or_inval,
+        ex,
         // qp_id is the u32 QP number widened (qp_id(qp) = base_qp.qp_num).
         qp_num: cqe.qp_id as u32,
-        wc_flags,
-        ..WorkCompletion::default()
-    }
+        wc_flags: wc_flags.bits(),
+        ..ib_uverbs_wc::default()
+    })
 }
 
 /// Copies up to `out.len()` completions out of the CQ, oldest first, handing

@@ -1,0 +1,204 @@
+//! Send work requests: what a send does ([`SendOp`]), with which local
+//! memory ([`Payload`]), how ([`SendFlags`]) and, on a UD QP, to whom
+//! ([`UdDest`]).
+
+use std::marker::PhantomData;
+
+use bitflags::bitflags;
+
+use uverbs_uapi::{
+    IB_UVERBS_WR_ATOMIC_CMP_AND_SWP, IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD, IB_UVERBS_WR_RDMA_READ,
+    IB_UVERBS_WR_RDMA_WRITE, IB_UVERBS_WR_RDMA_WRITE_WITH_IMM, IB_UVERBS_WR_SEND,
+    IB_UVERBS_WR_SEND_WITH_IMM,
+};
+
+use super::sge::Sge;
+
+bitflags! {
+    /// Send flags user space sets (`IB_SEND_*` of the kernel's `ib_verbs.h`,
+    /// equal to libibverbs' `IBV_SEND_*`); `INLINE` (8) is set by the writer
+    /// from the payload.
+    #[doc(alias = "ibv_send_flags")]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct SendFlags: u32 {
+        /// Wait for earlier RDMA READs and atomics before this one.
+        const FENCE = 1;
+        /// Produce a completion on success.
+        const SIGNALED = 2;
+        /// Set the solicited-event bit for the receiver.
+        const SOLICITED = 4;
+    }
+}
+
+/// A remote buffer: its address and the rkey of its region.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Remote {
+    /// Remote virtual address.
+    pub addr: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+/// What a send work request does. Immediate data is given in host order and
+/// travels in network order, as libibverbs' `htonl(imm)`.
+#[doc(alias = "ibv_wr_opcode")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendOp {
+    /// SEND, or SEND_WITH_IMM with `imm`.
+    Send {
+        /// Immediate data.
+        imm: Option<u32>,
+    },
+    /// RDMA WRITE, or RDMA_WRITE_WITH_IMM with `imm`.
+    RdmaWrite {
+        /// Target.
+        remote: Remote,
+        /// Immediate data.
+        imm: Option<u32>,
+    },
+    /// RDMA READ into the local SGEs.
+    RdmaRead {
+        /// Source.
+        remote: Remote,
+    },
+    /// 64-bit compare-and-swap; the old value lands in the local SGE.
+    CompareSwap {
+        /// Target (8-byte aligned).
+        remote: Remote,
+        /// Expected value.
+        compare: u64,
+        /// New value.
+        swap: u64,
+    },
+    /// 64-bit fetch-and-add; the old value lands in the local SGE.
+    FetchAdd {
+        /// Target (8-byte aligned).
+        remote: Remote,
+        /// Addend.
+        add: u64,
+    },
+}
+
+impl SendOp {
+    /// The kernel's work-request opcode (`IB_UVERBS_WR_*`).
+    pub(crate) fn opcode(&self) -> u32 {
+        match self {
+            SendOp::Send { imm: None } => IB_UVERBS_WR_SEND,
+            SendOp::Send { imm: Some(_) } => IB_UVERBS_WR_SEND_WITH_IMM,
+            SendOp::RdmaWrite { imm: None, .. } => IB_UVERBS_WR_RDMA_WRITE,
+            SendOp::RdmaWrite { imm: Some(_), .. } => IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
+            SendOp::RdmaRead { .. } => IB_UVERBS_WR_RDMA_READ,
+            SendOp::CompareSwap { .. } => IB_UVERBS_WR_ATOMIC_CMP_AND_SWP,
+            SendOp::FetchAdd { .. } => IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
+        }
+    }
+
+    /// The opcode's name, as errors report it.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            SendOp::Send { imm: None } => "SEND",
+            SendOp::Send { imm: Some(_) } => "SEND_WITH_IMM",
+            SendOp::RdmaWrite { imm: None, .. } => "RDMA_WRITE",
+            SendOp::RdmaWrite { imm: Some(_), .. } => "RDMA_WRITE_WITH_IMM",
+            SendOp::RdmaRead { .. } => "RDMA_READ",
+            SendOp::CompareSwap { .. } => "ATOMIC_CMP_AND_SWP",
+            SendOp::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+        }
+    }
+}
+
+/// The local side of a send: registered buffers, or bytes copied into the WQE.
+#[derive(Clone, Copy, Debug)]
+pub enum Payload<'a> {
+    /// Gather from (or, for READ and atomics, scatter into) these buffers.
+    Sges(&'a [Sge]),
+    /// Copy these segments into the WQE now (`IBV_SEND_INLINE`): the buffers
+    /// may be reused as soon as the writer returns, and need no lkey.
+    #[doc(alias = "IBV_SEND_INLINE")]
+    Inline(&'a [&'a [u8]]),
+}
+
+/// Destination of a send on a UD QP: an address handle, the peer's QP
+/// number and its Q_Key (`wr.ud` of `ibv_send_wr`).
+///
+/// Built only from a live [`AddressHandle`](crate::AddressHandle)
+/// ([`UdDest::new`]), which it borrows: no stale or invented AH number
+/// can be posted, and the AH cannot be dropped while a work request
+/// holding this destination exists. The borrow ends with the work request,
+/// but rxe reads the AH when it sends the WQE, after `post_send` returned:
+/// keep the AH until the send's completion has been polled (or the QP is
+/// destroyed). If rxe finds no AH of the QP's PD under the number (the AH
+/// was dropped early, or belongs to another PD) it moves the QP to ERR:
+/// the send and every later one complete with an error (on Linux 6.12
+/// [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr), the flush
+/// overriding rxe's `LOC_QP_OP_ERR`). If rxe already gave the number of an
+/// AH dropped early to a new AH of the same PD, the send goes there instead.
+///
+/// The AH cannot go while a destination made from it is in use:
+///
+/// ```compile_fail,E0505
+/// # fn f(pd: &uverbs::ProtectionDomain, attr: &uverbs::AhAttr) -> Result<(), uverbs::Error> {
+/// let ah = pd.create_ah(attr)?;
+/// let dest = uverbs::UdDest::new(&ah, 0x11, 0x1111_1111);
+/// drop(ah); // error: `ah` is borrowed by `dest`
+/// let _still_used = dest;
+/// # Ok(()) }
+/// ```
+//
+// The borrow is of `()`, not of the AH type, so that the model does not
+// depend on the objects: `UdDest::new` (in `ah.rs`) ties `'a` to the AH.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UdDest<'a> {
+    /// `rxe_create_ah_resp.ah_num` of the borrowed AH.
+    pub(crate) ah_num: u32,
+    /// The destination QP number.
+    pub(crate) remote_qpn: u32,
+    /// The destination Q_Key.
+    pub(crate) remote_qkey: u32,
+    _ah: PhantomData<&'a ()>,
+}
+
+impl<'a> UdDest<'a> {
+    /// A destination naming AH number `ah_num`, borrowing nothing: only
+    /// [`UdDest::new`], which ties `'a` to a live AH, and the ring tests
+    /// call it.
+    pub(crate) fn from_raw(ah_num: u32, remote_qpn: u32, remote_qkey: u32) -> Self {
+        UdDest {
+            ah_num,
+            remote_qpn,
+            remote_qkey,
+            _ah: PhantomData,
+        }
+    }
+
+    /// The AH number the WQE carries (`wr.ud.ah_num`).
+    pub fn ah_num(&self) -> u32 {
+        self.ah_num
+    }
+
+    /// The destination QP number.
+    pub fn remote_qpn(&self) -> u32 {
+        self.remote_qpn
+    }
+
+    /// The destination Q_Key.
+    pub fn remote_qkey(&self) -> u32 {
+        self.remote_qkey
+    }
+}
+
+/// One send work request.
+#[doc(alias = "ibv_send_wr")]
+#[derive(Clone, Copy, Debug)]
+pub struct SendWr<'a> {
+    /// Returned in the completion.
+    pub wr_id: u64,
+    /// The operation.
+    pub op: SendOp,
+    /// Fence, signaled, solicited.
+    pub flags: SendFlags,
+    /// Local buffers or inline data.
+    pub payload: Payload<'a>,
+    /// Destination, for sends on a UD QP only.
+    pub ud: Option<UdDest<'a>>,
+}
