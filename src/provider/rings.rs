@@ -118,6 +118,7 @@ impl CqRing {
     }
 
     /// Copies up to `out.len()` completions out; no system call.
+    #[inline]
     pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
         match self {
             CqRing::Rxe(r) => Ok(r.poll(out)),

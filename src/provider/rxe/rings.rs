@@ -73,6 +73,7 @@ impl CqRing {
     }
 
     /// Copies completions out; no system call.
+    #[inline]
     pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
         wqe::poll(&mut self.consumer, out)
     }

@@ -557,6 +557,7 @@ pub(crate) fn completion(slot: &[u8]) -> Option<WorkCompletion> {
 /// each slot's `ib_uverbs_wc` whole into `out`, then hands their slots back
 /// to the kernel with one store. Returns how many. No allocation, no system
 /// call, no decoding: a [`WorkCompletion`] is the kernel's struct.
+#[inline]
 pub(crate) fn poll(cq: &mut Consumer, out: &mut [WorkCompletion]) -> usize {
     // `ready` loads the kernel's producer index with Acquire: every slot
     // before it was completely written before we read it below. `consume`
