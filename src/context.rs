@@ -9,7 +9,7 @@ use crate::async_event::file::AsyncEventFile;
 use crate::command::{GetContext, QueryDevice, WriteCommand};
 use crate::device::Device;
 use crate::device_attr::DeviceAttr;
-use crate::driver::DriverId;
+use crate::provider::driver::DriverId;
 use crate::error::{Errno, Error, Op};
 use crate::flags::ReregFlags;
 use crate::fork::ForkSafety;

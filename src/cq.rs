@@ -733,7 +733,7 @@ impl CompletionQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::DriverId;
+    use crate::provider::driver::DriverId;
     use crate::transport::RecordingTransport;
     use crate::OpenOptions;
     use std::os::fd::FromRawFd;

@@ -5,7 +5,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::driver::DriverId;
+use crate::provider::driver::DriverId;
 use crate::error::{Error, Op};
 use uverbs_uapi as sys;
 

@@ -43,7 +43,6 @@ mod cq;
 mod cq_routing;
 mod device;
 mod device_attr;
-mod driver;
 mod endpoint;
 mod error;
 mod flags;
@@ -84,7 +83,7 @@ pub use device::{
     SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,
 };
 pub use device_attr::DeviceAttr;
-pub use driver::DriverId;
+pub use provider::driver::DriverId;
 pub use endpoint::{Endpoint, EndpointParseError};
 pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};

@@ -1,4 +1,5 @@
-//! What differs per kernel driver, in one place per driver.
+//! What differs per kernel driver, in one place per driver, and which
+//! driver a device has ([`driver::DriverId`]).
 //!
 //! The core (contexts, PDs, MRs) never asks which driver it talks to; it asks
 //! the context's [`Provider`], chosen once at open from the driver id (no
@@ -7,12 +8,13 @@
 //! failure; [`generic`] is what holds for any driver, [`rings`] the data-path
 //! rings a CQ or QP owns, per driver.
 
+pub(crate) mod driver;
 pub(crate) mod generic;
 pub(crate) mod rings;
 pub(crate) mod rxe;
 pub(crate) mod siw;
 
-use crate::driver::DriverId;
+use driver::DriverId;
 use crate::error::Errno;
 use crate::flags::ReregFlags;
 

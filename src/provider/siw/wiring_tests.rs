@@ -17,7 +17,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::command::{QpAttr, QpState, QpType};
 use crate::cq::CompletionQueue;
-use crate::driver::DriverId;
+use crate::provider::driver::DriverId;
 use crate::error::{Errno, Error, Op};
 use crate::fork::{ForkMode, ForkSafety, MadviseAdvisor};
 use crate::qp::QpInit;

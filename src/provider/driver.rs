@@ -1,5 +1,5 @@
 //! Kernel driver ids, needed in every ioctl header. What each driver needs
-//! beyond its id lives in [`crate::provider`].
+//! beyond its id lives in the rest of [`crate::provider`].
 
 use uverbs_uapi as sys;
 
