@@ -47,6 +47,7 @@ mod binaries;
 mod cache;
 mod guest;
 mod initramfs;
+mod layering;
 mod markers;
 mod modinfo;
 mod peer;
