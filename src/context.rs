@@ -9,12 +9,12 @@ use crate::async_event::file::AsyncEventFile;
 use crate::command::{GetContext, QueryDevice, WriteCommand};
 use crate::device::Device;
 use crate::device_attr::DeviceAttr;
-use crate::provider::driver::DriverId;
 use crate::error::{Errno, Error, Op};
 use crate::flags::ReregFlags;
 use crate::fork::ForkSafety;
 use crate::method::InfoHandles;
 use crate::process::Generation;
+use crate::provider::driver::DriverId;
 use crate::provider::Provider;
 use crate::transport::{self, KernelFile, Transport, TransportKind, TransportMode};
 

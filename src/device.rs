@@ -5,8 +5,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::provider::driver::DriverId;
 use crate::error::{Error, Op};
+use crate::provider::driver::DriverId;
 use uverbs_uapi as sys;
 
 /// Where the kernel lists uverbs devices.

@@ -83,7 +83,6 @@ pub use device::{
     SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,
 };
 pub use device_attr::DeviceAttr;
-pub use provider::driver::DriverId;
 pub use endpoint::{Endpoint, EndpointParseError};
 pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOutcome};
 pub use flags::{AccessFlags, ReregFlags};
@@ -93,6 +92,7 @@ pub use post::{
     Completed, DeviceReadable, DeviceWritable, Ended, Local, NotOwnable, OutOfRange, OwnedQp,
     PostRefused, PostSendError, RecvRequest, SendRequest,
 };
+pub use provider::driver::DriverId;
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
 pub use query::{
     ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,

@@ -14,9 +14,9 @@ pub(crate) mod rings;
 pub(crate) mod rxe;
 pub(crate) mod siw;
 
-use driver::DriverId;
 use crate::error::Errno;
 use crate::flags::ReregFlags;
+use driver::DriverId;
 
 /// The ring property tests' proptest configuration: `cases` cases, or under
 /// Miri (thousands of times slower) a handful, with no failure persistence

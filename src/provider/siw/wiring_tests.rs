@@ -17,9 +17,9 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::command::{QpAttr, QpState, QpType};
 use crate::cq::CompletionQueue;
-use crate::provider::driver::DriverId;
 use crate::error::{Errno, Error, Op};
 use crate::fork::{ForkMode, ForkSafety, MadviseAdvisor};
+use crate::provider::driver::DriverId;
 use crate::qp::QpInit;
 use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
 use crate::wr::{
