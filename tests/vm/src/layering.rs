@@ -1,7 +1,7 @@
 //! The layering check of the `uverbs` crate (issue 19): the files of `src/`
 //! reference each other (`crate::…`, `super::…`, and the crate root's
 //! re-exports) in a graph whose largest strongly connected component (an
-//! import cycle) has at most [`MAX_CYCLE`] files. Comments and each file's
+//! import cycle) has at most `MAX_CYCLE` (5) files. Comments and each file's
 //! `#[cfg(test)] mod` are left out: tests and doc links may look anywhere.
 //!
 //! A host-side test of this crate (the harness's), so it runs with
