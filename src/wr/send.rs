@@ -6,12 +6,6 @@ use std::marker::PhantomData;
 
 use bitflags::bitflags;
 
-use uverbs_uapi::{
-    IB_UVERBS_WR_ATOMIC_CMP_AND_SWP, IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD, IB_UVERBS_WR_RDMA_READ,
-    IB_UVERBS_WR_RDMA_WRITE, IB_UVERBS_WR_RDMA_WRITE_WITH_IMM, IB_UVERBS_WR_SEND,
-    IB_UVERBS_WR_SEND_WITH_IMM,
-};
-
 use super::sge::Sge;
 
 bitflags! {
@@ -80,19 +74,6 @@ pub enum SendOp {
 }
 
 impl SendOp {
-    /// The kernel's work-request opcode (`IB_UVERBS_WR_*`).
-    pub(crate) fn opcode(&self) -> u32 {
-        match self {
-            SendOp::Send { imm: None } => IB_UVERBS_WR_SEND,
-            SendOp::Send { imm: Some(_) } => IB_UVERBS_WR_SEND_WITH_IMM,
-            SendOp::RdmaWrite { imm: None, .. } => IB_UVERBS_WR_RDMA_WRITE,
-            SendOp::RdmaWrite { imm: Some(_), .. } => IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
-            SendOp::RdmaRead { .. } => IB_UVERBS_WR_RDMA_READ,
-            SendOp::CompareSwap { .. } => IB_UVERBS_WR_ATOMIC_CMP_AND_SWP,
-            SendOp::FetchAdd { .. } => IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
-        }
-    }
-
     /// The opcode's name, as errors report it.
     pub(crate) fn name(&self) -> &'static str {
         match self {

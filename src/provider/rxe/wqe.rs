@@ -98,17 +98,19 @@ fn ops_of(qp_type: crate::command::QpType) -> u32 {
     }
 }
 
-/// Refuses, before anything is written, a work request that a QP of
-/// `qp_type` cannot carry: rxe would take it and fail it on the wire
-/// (`LOC_QP_OP_ERR`, the QP in ERR), or send a UD packet nowhere.
+/// [`check_op_for_qp_type`] on its own, for the tests.
+#[cfg(test)]
 pub(crate) fn check_send_for_qp_type(
     qp_type: crate::command::QpType,
     wr: &SendWr<'_>,
 ) -> Result<(), PostError> {
-    check_op_for_qp_type(qp_type, wr, wr.op.opcode())
+    check_op_for_qp_type(qp_type, wr, OpWords::of(&wr.op, wr.ud).opcode)
 }
 
-/// [`check_send_for_qp_type`] with the opcode already known.
+/// Refuses, before anything is written, a work request that a QP of
+/// `qp_type` cannot carry (`opcode` is its `IB_UVERBS_WR_*`): rxe would
+/// take it and fail it on the wire (`LOC_QP_OP_ERR`, the QP in ERR), or
+/// send a UD packet nowhere.
 #[inline]
 fn check_op_for_qp_type(
     qp_type: crate::command::QpType,
@@ -225,7 +227,7 @@ impl SendLimits {
     /// These limits capped by what one `elem_size`-byte slot holds after
     /// the WQE header, so a wrong claim from the kernel can never make the
     /// writer go past the slot. A send queue caps its limits once, when it
-    /// is mapped; [`write_send_wqe`] caps on every call.
+    /// is mapped.
     pub(crate) fn within_slot(self, elem_size: usize) -> SendLimits {
         let room = elem_size.saturating_sub(SEND_WQE_LEN);
         let room = u32::try_from(room).unwrap_or(u32::MAX);
@@ -236,15 +238,17 @@ impl SendLimits {
     }
 }
 
-/// Checks `wr` against `limits` and the slot size, then writes it into the next
-/// free slot of the send queue `sq` (not yet published).
+/// The general writer on its own, for the tests: checks `wr` against
+/// `limits` and the slot size (but not the QP type), then writes it into
+/// the next free slot of the send queue `sq` (not yet published).
+#[cfg(test)]
 pub(crate) fn write_send_wqe(
     sq: &mut Producer,
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<(), PostError> {
     let capped = limits.within_slot(sq.elem_size());
-    encode_send(sq, capped, wr)
+    encode_op(sq, capped, wr, OpWords::of(&wr.op, wr.ud))
 }
 
 /// The total length of one send's SGEs. One SGE (the common case) is its
@@ -257,24 +261,9 @@ fn sge_total(sges: &[Sge]) -> Result<u32, PostError> {
     }
 }
 
-/// [`write_send_wqe`] with `limits` already capped to the slot
-/// ([`SendLimits::within_slot`]): the send queue's hot path.
-///
-/// The checks come in rdma-core's order (`validate_send_wr`): length, SGE
-/// count, atomics, inline, UD destination, then a free slot; nothing is
-/// written unless all pass. The slot is then filled in place, field by
-/// field, with no staging copy.
-#[inline]
-pub(crate) fn encode_send(
-    sq: &mut Producer,
-    limits: SendLimits,
-    wr: &SendWr<'_>,
-) -> Result<(), PostError> {
-    encode_op(sq, limits, wr, OpWords::of(&wr.op, wr.ud))
-}
-
-/// [`check_send_for_qp_type`], then [`encode_send`], with one match on the
-/// operation for both: the send queue's hot path.
+/// The general send path: the QP-type check, then [`encode_op`], with one
+/// match on the operation for both. `limits` are capped to the slot
+/// ([`SendLimits::within_slot`]).
 #[inline]
 pub(crate) fn check_and_encode_send(
     sq: &mut Producer,
@@ -354,6 +343,10 @@ pub(crate) fn encode_one_sge_send(
     Some(Ok(()))
 }
 
+/// Checks `wr` (operation `op`) against `limits`, in rdma-core's order
+/// (`validate_send_wr`): length, SGE count, atomics, inline, UD
+/// destination, then a free slot; nothing is written unless all pass. The
+/// slot is then filled in place, field by field, with no staging copy.
 #[inline]
 fn encode_op(
     sq: &mut Producer,
@@ -492,8 +485,10 @@ pub(crate) fn recv_sges_within_slot(max_sge: u32, elem_size: usize) -> u32 {
     max_sge.min(u32::try_from(room).unwrap_or(u32::MAX))
 }
 
-/// Checks `wr` against `max_sge` and the slot size, then writes it into the
-/// next free slot of the receive queue `rq` (not yet published).
+/// [`encode_recv`] with `max_sge` capped here, for the tests: checks `wr`
+/// against `max_sge` and the slot size, then writes it into the next free
+/// slot of the receive queue `rq` (not yet published).
+#[cfg(test)]
 pub(crate) fn write_recv_wqe(
     rq: &mut Producer,
     max_sge: u32,
@@ -503,8 +498,9 @@ pub(crate) fn write_recv_wqe(
     encode_recv(rq, capped, wr)
 }
 
-/// [`write_recv_wqe`] with `max_sge` already capped to the slot
-/// ([`recv_sges_within_slot`]): the receive queue's hot path, in
+/// Writes `wr` into the next free slot of the receive queue `rq` (not yet
+/// published), `max_sge` already capped to the slot
+/// ([`recv_sges_within_slot`]): the receive queue's hot path, checking in
 /// rdma-core's order (SGE count, length, a free slot).
 #[inline]
 pub(crate) fn encode_recv(
