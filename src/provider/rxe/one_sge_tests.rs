@@ -5,7 +5,8 @@
 use proptest::prelude::*;
 
 use super::kernel_model::TestRing;
-use super::queue::{Producer, QueueMem};
+use super::queue::Producer;
+use super::ring_props::producer;
 use super::wqe::{
     check_send_for_qp_type, encode_one_sge_send, write_send_wqe, SendLimits, SEND_WQE_LEN,
 };
@@ -17,15 +18,6 @@ const LIMITS: SendLimits = SendLimits {
     max_inline: 64,
 };
 
-/// A producer over `ring` (declared before it, so dropped after).
-fn producer(ring: &TestRing) -> Producer {
-    // SAFETY: the ring's buffer is a live allocation of ring.len() bytes
-    // shaped like an rxe queue, outliving the producer; only this producer
-    // and the kernel model touch it.
-    let mem = unsafe { QueueMem::from_raw(ring.base(), ring.len(), SEND_WQE_LEN) };
-    Producer::over(mem.expect("valid test ring"))
-}
-
 /// The slot a writer fills for `wr`, starting from the same stale bytes
 /// (`stale`, as the kernel leaves a used slot), as the kernel reads it.
 fn slot_after(
@@ -34,7 +26,7 @@ fn slot_after(
     write: impl FnOnce(&mut Producer, &SendWr<'_>) -> Result<(), PostError>,
 ) -> Vec<u8> {
     let ring = TestRing::new(9, 4);
-    let mut sq = producer(&ring);
+    let mut sq = producer(&ring, SEND_WQE_LEN);
     sq.reserve().unwrap().fill(stale);
     sq.cancel();
     write(&mut sq, wr).expect("the request is written");
@@ -100,7 +92,7 @@ fn a_full_queue_is_refused_alike() {
         ud: None,
     };
     let ring = TestRing::new(9, 4);
-    let mut sq = producer(&ring);
+    let mut sq = producer(&ring, SEND_WQE_LEN);
     for _ in 0..3 {
         encode_one_sge_send(&mut sq, QpType::Rc, LIMITS, &wr)
             .unwrap()
@@ -136,7 +128,7 @@ fn other_requests_take_the_general_path() {
     let send = SendOp::Send { imm: None };
     let inline: &[&[u8]] = &[b"hi"];
     let ring = TestRing::new(9, 4);
-    let mut sq = producer(&ring);
+    let mut sq = producer(&ring, SEND_WQE_LEN);
     let cases = [
         (
             wr(SendOp::RdmaRead { remote }, Payload::Sges(&one)),

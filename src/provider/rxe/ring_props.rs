@@ -25,7 +25,7 @@ use crate::wr::{
 };
 
 /// A user producer over `ring`; the ring must outlive it (declare it first).
-fn producer(ring: &TestRing, min_elem: usize) -> Producer {
+pub(super) fn producer(ring: &TestRing, min_elem: usize) -> Producer {
     // SAFETY: the ring's buffer is a live, writable allocation of ring.len()
     // bytes shaped like an rxe queue, declared before (so dropped after) the
     // producer; only the kernel model and this producer touch it.
