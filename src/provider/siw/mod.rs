@@ -71,6 +71,8 @@ pub(crate) mod rings;
 pub(crate) mod wqe;
 
 #[cfg(test)]
+mod ir_probe;
+#[cfg(test)]
 mod kernel_model;
 #[cfg(test)]
 mod ring_props;
