@@ -442,8 +442,9 @@ impl<E: WorkElement> Producer<E> {
         })
     }
 
-    /// [`fill_with`](Self::fill_with) for one element: the same slot
-    /// check, writes and release store.
+    /// [`fill_with`](Self::fill_with) for one element (a receive queue's
+    /// usual post): the same slot check, writes and release store, and no
+    /// fence (as there).
     #[inline(always)]
     pub(crate) fn fill_one<F>(&mut self, fill: F) -> Result<(), QueueFull>
     where
@@ -493,6 +494,15 @@ impl<E: WorkElement> Producer<E> {
     /// element's flags; then the flags, plus VALID, are stored with one
     /// release, so the kernel never sees VALID on a half-written element.
     /// No element is staged: `fill` writes straight into the ring.
+    ///
+    /// No doorbell decision, hence no fence: a receive queue's post. The
+    /// `SeqCst` fence of [`post_with`](Self::post_with) orders the
+    /// batch's flags stores before its load of the element before the
+    /// batch, and only that load's answer needs it; a receive has no
+    /// doorbell (the kernel looks at the RQ when a message arrives), so
+    /// nothing reads that element and nothing depends on the fence. What
+    /// publishes an RQE to the kernel is its release store alone, as
+    /// before.
     #[inline(always)]
     pub(crate) fn fill_with<T, F>(&mut self, items: &[T], mut fill: F) -> Result<u32, QueueFull>
     where

@@ -482,8 +482,8 @@ pub(crate) fn post_recv(
         // One request, the usual post.
         check_recv(max, wr).map_err(|error| Refused { index: 0, error })?;
         return rq
-            .post_one(|slot| write_rqe(wr, slot))
-            .map(|p| p.count)
+            .fill_one(|slot| write_rqe(wr, slot))
+            .map(|()| 1)
             .map_err(|full| queue_full(POST_RECV, full));
     }
     post_recv_batch(rq, max, wrs)
@@ -500,8 +500,7 @@ fn post_recv_batch(
     for (index, wr) in wrs.iter().enumerate() {
         check_recv(max, wr).map_err(|error| Refused { index, error })?;
     }
-    rq.post_with(wrs, write_rqe)
-        .map(|p| p.count)
+    rq.fill_with(wrs, write_rqe)
         .map_err(|full| queue_full(POST_RECV, full))
 }
 
