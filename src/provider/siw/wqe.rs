@@ -32,10 +32,13 @@
 //!
 //! The writers fill a free slot in place through a [`Slot`] (no element is
 //! built aside and copied in): [`write_sqe`] any request [`check_send`]
-//! accepted. One request, the usual post, is checked and written in one
-//! pass; a batch goes through [`post_send_batch`]. `writer_tests` holds the
-//! writers to the whole-element references (`build_sqe`, `build_rqe`,
-//! test-only), byte for byte.
+//! accepted, and the fast path ([`fast_send`], [`write_fast_send`]) the
+//! usual one, a SEND or RDMA WRITE from one SGE or one inline segment, for
+//! which every check passes and so none is made. One request, the usual
+//! post, is checked and written in one pass; a batch goes through
+//! [`post_send_batch`]. `writer_tests` holds the fast path to the general
+//! path and both to the whole-element references (`build_sqe`,
+//! `build_rqe`, test-only), byte for byte.
 
 use zerocopy::IntoBytes;
 
@@ -265,8 +268,8 @@ fn sqe_flags(cfg: SendConfig, flags: SendFlags) -> u16 {
 
 /// The SQE for `wr`, which [`check_send`] accepted (its flags without
 /// VALID), built whole as a value, field by field, with none of the ring
-/// writers' code: the reference the tests hold [`write_sqe`] to, byte for
-/// byte.
+/// writers' code: the reference the tests hold [`write_sqe`] and
+/// [`write_fast_send`] to, byte for byte.
 #[cfg(test)]
 pub(crate) fn build_sqe(cfg: SendConfig, wr: &SendWr<'_>) -> siw_sqe {
     let mut sqe = siw_sqe {
@@ -323,7 +326,7 @@ pub(crate) fn build_sqe(cfg: SendConfig, wr: &SendWr<'_>) -> siw_sqe {
 /// every byte but the flags, which it answers (without VALID). The general
 /// writer: any request siw takes.
 #[inline]
-pub(crate) fn write_sqe(cfg: SendConfig, wr: &SendWr<'_>, slot: &mut Slot<'_, siw_sqe>) -> u16 {
+fn write_sqe(cfg: SendConfig, wr: &SendWr<'_>, slot: &mut Slot<'_, siw_sqe>) -> u16 {
     // check_send refused every other op.
     let op = sqe_op(&wr.op).unwrap_or(SqeOp::SEND);
     write_sqe_op(cfg, wr, op, slot)
@@ -363,6 +366,90 @@ fn write_sqe_op(cfg: SendConfig, wr: &SendWr<'_>, op: SqeOp, slot: &mut Slot<'_,
     flags
 }
 
+/// A request the fast path takes: its SQE words and its one payload item.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastSend<'a> {
+    op: SqeOp,
+    payload: FastPayload<'a>,
+}
+
+/// The one payload item of a [`FastSend`].
+#[derive(Clone, Copy, Debug)]
+enum FastPayload<'a> {
+    /// Exactly one SGE.
+    Sge(&'a Sge),
+    /// Exactly one inline segment, within the QP's inline limit.
+    Inline(&'a [u8]),
+}
+
+/// The fast path: a SEND or RDMA WRITE without immediate data and with no
+/// UD destination, whose payload is exactly one SGE (on a QP taking at
+/// least one: `max_sge` ≥ 1) or exactly one inline segment of at most the
+/// QP's inline limit (capped at [`SIW_MAX_INLINE`]). Every check of
+/// [`check_send`] passes for such a request (its op is supported, it is no
+/// READ, so neither the fence nor the inline refusal applies, one SGE is
+/// within the QP's limit and its length a `u32`, the segment is the whole
+/// inline length), so it needs none. Answers what [`write_fast_send`]
+/// writes, or `None` for any other request (the general path's).
+#[inline(always)]
+pub(crate) fn fast_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend<'a>> {
+    if wr.ud.is_some() {
+        return None;
+    }
+    let op = match wr.op {
+        SendOp::RdmaWrite { remote, imm: None } => SqeOp {
+            opcode: SIW_OP_WRITE,
+            rkey: remote.rkey,
+            raddr: remote.addr,
+        },
+        SendOp::Send { imm: None } => SqeOp::SEND,
+        _ => return None,
+    };
+    let payload = match wr.payload {
+        Payload::Sges([sge]) if cfg.max_sge != 0 => FastPayload::Sge(sge),
+        Payload::Inline([seg]) if seg.len() <= cfg.max_inline.min(SIW_MAX_INLINE) as usize => {
+            FastPayload::Inline(seg)
+        }
+        _ => return None,
+    };
+    Some(FastSend { op, payload })
+}
+
+/// Writes the SQE of a request [`fast_send`] took, as [`write_sqe`] would:
+/// the head, then the SGE and five zero SGEs, or a zero SGE holding the
+/// inline length and the segment packed after it, zero-filled; answers the
+/// flags.
+#[inline(always)]
+fn write_fast_send(
+    cfg: SendConfig,
+    wr: &SendWr<'_>,
+    fast: FastSend<'_>,
+    slot: &mut Slot<'_, siw_sqe>,
+) -> u16 {
+    let mut flags = sqe_flags(cfg, wr.flags);
+    let zero = siw_sge::default();
+    let sges = slot.sges();
+    match fast.payload {
+        FastPayload::Sge(sge) => {
+            let [first, rest @ ..] = sges;
+            *first = to_siw_sge(sge);
+            *rest = [zero; SIW_MAX_SGE as usize - 1];
+        }
+        FastPayload::Inline(seg) => {
+            flags |= SIW_WQE_INLINE;
+            *sges = [zero; SIW_MAX_SGE as usize];
+            // fast_send took at most SIW_MAX_INLINE bytes, the room of
+            // sge[1..]: the `get_mut` always answers.
+            if let Some(data) = sges[1..].as_mut_bytes().get_mut(..seg.len()) {
+                data.copy_from_slice(seg);
+            }
+            sges[0].length = seg.len() as u32; // <= 80
+        }
+    }
+    slot.set_head(wr.wr_id, 1, fast.op.opcode, fast.op.rkey, fast.op.raddr);
+    flags
+}
+
 #[inline(always)]
 fn to_siw_sge(s: &Sge) -> siw_sge {
     siw_sge {
@@ -382,32 +469,72 @@ pub(crate) fn post_send(
     cfg: SendConfig,
     wrs: &[SendWr<'_>],
 ) -> Result<Posted, Refused> {
-    if let [wr] = wrs {
-        // One request, the usual post: checked and written in one pass,
-        // its op matched once.
-        let op = check_send_op(cfg, wr).map_err(|error| Refused { index: 0, error })?;
-        return sq
-            .post_one(|slot| write_sqe_op(cfg, wr, op, slot))
-            .map_err(|full| queue_full(POST_SEND, full));
-    }
-    post_send_batch(sq, cfg, wrs)
+    post_send_via::<true>(sq, cfg, wrs)
 }
 
-/// [`post_send`] for any number of requests but one: every request
-/// checked, then the free slots counted, then all written. Apart from the
-/// one-request path, whose code it would otherwise crowd (its registers
-/// saved on every post).
+/// The fast path's answer for `wr` if `FAST`, else `None`.
+#[inline(always)]
+fn fast_if<'a, const FAST: bool>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend<'a>> {
+    if FAST {
+        fast_send(cfg, wr)
+    } else {
+        None
+    }
+}
+
+/// [`post_send`], with the fast path (`FAST`) or with every request
+/// through the general checks and writer (the tests compare the two).
+#[inline(always)]
+pub(crate) fn post_send_via<const FAST: bool>(
+    sq: &mut Producer<siw_sqe>,
+    cfg: SendConfig,
+    wrs: &[SendWr<'_>],
+) -> Result<Posted, Refused> {
+    if let [wr] = wrs {
+        // One request, the usual post.
+        return match fast_if::<FAST>(cfg, wr) {
+            Some(fast) => sq
+                .post_one(|slot| write_fast_send(cfg, wr, fast, slot))
+                .map_err(|full| queue_full(POST_SEND, full)),
+            None => post_send_general(sq, cfg, wr),
+        };
+    }
+    post_send_batch::<FAST>(sq, cfg, wrs)
+}
+
+/// [`post_send_via`] for one request the fast path did not take: checked
+/// and written in one pass, its op matched once. Apart from the fast path,
+/// whose code it would otherwise crowd (its registers saved on every post).
 #[inline(never)]
-fn post_send_batch(
+fn post_send_general(
+    sq: &mut Producer<siw_sqe>,
+    cfg: SendConfig,
+    wr: &SendWr<'_>,
+) -> Result<Posted, Refused> {
+    let op = check_send_op(cfg, wr).map_err(|error| Refused { index: 0, error })?;
+    sq.post_one(|slot| write_sqe_op(cfg, wr, op, slot))
+        .map_err(|full| queue_full(POST_SEND, full))
+}
+
+/// [`post_send_via`] for any number of requests but one: every request
+/// checked, then the free slots counted, then all written. Apart from the
+/// one-request path, as [`post_send_general`].
+#[inline(never)]
+fn post_send_batch<const FAST: bool>(
     sq: &mut Producer<siw_sqe>,
     cfg: SendConfig,
     wrs: &[SendWr<'_>],
 ) -> Result<Posted, Refused> {
     for (index, wr) in wrs.iter().enumerate() {
-        check_send(cfg, wr).map_err(|error| Refused { index, error })?;
+        if fast_if::<FAST>(cfg, wr).is_none() {
+            check_send(cfg, wr).map_err(|error| Refused { index, error })?;
+        }
     }
-    sq.post_with(wrs, |wr, slot| write_sqe(cfg, wr, slot))
-        .map_err(|full| queue_full(POST_SEND, full))
+    sq.post_with(wrs, |wr, slot| match fast_if::<FAST>(cfg, wr) {
+        Some(fast) => write_fast_send(cfg, wr, fast, slot),
+        None => write_sqe(cfg, wr, slot),
+    })
+    .map_err(|full| queue_full(POST_SEND, full))
 }
 
 /// Checks a receive request against `max` SGEs (already capped at

@@ -1,15 +1,26 @@
-//! siw's ring writers, which fill a slot in place, held byte for byte to
-//! the whole-element references [`build_sqe`] and [`build_rqe`], as the
-//! staging writers before them did (those values copied in by
-//! [`Producer::post`]).
+//! siw's posting paths held to each other, byte for byte:
+//!
+//! * the fast path ([`fast_send`], [`write_fast_send`]: one SGE or one
+//!   inline segment, SEND or WRITE) writes the general path's bytes for
+//!   every request it takes, alone or in a batch, and refuses what the
+//!   general path refuses the same way (the same error, at the same index,
+//!   the ring untouched); every other request falls through to the general
+//!   path;
+//! * the ring writers, which write straight into the slot, write what the
+//!   whole-element references [`build_sqe`] and [`build_rqe`] hold, as the
+//!   staging writers before them did (those values copied in by
+//!   [`Producer::post`]).
 
 use proptest::prelude::*;
 
-use uverbs_uapi::{siw_rqe, siw_sqe};
+use uverbs_uapi::{siw_rqe, siw_sqe, SIW_MAX_INLINE};
 
 use super::kernel_model::{KernelSq, TestMem};
 use super::queue::Producer;
-use super::wqe::{build_rqe, build_sqe, check_send, post_recv, post_send, SendConfig};
+use super::wqe::{
+    build_rqe, build_sqe, check_send, fast_send, post_recv, post_send, post_send_via, Refused,
+    SendConfig,
+};
 use crate::wr::{Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
 
 /// Slots of the test rings.
@@ -142,7 +153,7 @@ fn sge() -> impl Strategy<Value = Sge> {
     })
 }
 
-/// SEND or WRITE without immediate data.
+/// SEND or WRITE without immediate data: what the fast path takes.
 fn plain_op() -> impl Strategy<Value = SendOp> {
     prop_oneof![
         Just(SendOp::Send { imm: None }),
@@ -202,13 +213,80 @@ fn any_cfg() -> impl Strategy<Value = SendConfig> {
     })
 }
 
+/// A request the fast path takes under `cfg`'s limits.
+fn fast_req(cfg: SendConfig) -> impl Strategy<Value = Req> {
+    let room = cfg.max_inline.min(SIW_MAX_INLINE) as usize;
+    let payload = if cfg.max_sge == 0 {
+        prop::collection::vec(any::<u8>(), 0..=room)
+            .prop_map(|s| (Some(vec![s]), Vec::new()))
+            .boxed()
+    } else {
+        prop_oneof![
+            sge().prop_map(|s| (None, vec![s])),
+            prop::collection::vec(any::<u8>(), 0..=room).prop_map(|s| (Some(vec![s]), Vec::new())),
+        ]
+        .boxed()
+    };
+    (any::<u64>(), plain_op(), any::<u32>(), payload).prop_map(
+        |(wr_id, op, flags, (inline, sges))| Req {
+            wr_id,
+            op,
+            flags,
+            inline,
+            sges,
+            ud: false,
+        },
+    )
+}
+
 proptest! {
     #![proptest_config(super::super::ring_prop_config(512))]
 
-    /// The SQE writer, straight into the slot, writes what the whole-SQE
-    /// reference holds, copied in whole but for the flags (the staging
-    /// writer it replaced): every request siw accepts, alone or in a batch,
-    /// on stale slots anywhere in the ring.
+    /// Every request the fast path takes (it says so) lands as the
+    /// general path writes it: the same answer, every byte of the ring
+    /// the same, wherever the ring stands.
+    #[test]
+    fn the_fast_path_writes_the_general_paths_bytes(
+        (cfg, req) in any_cfg().prop_flat_map(|cfg| (Just(cfg), fast_req(cfg))),
+        stale in any::<u8>(),
+        taken in 0..NUM,
+        busy in 0..NUM,
+    ) {
+        with_wrs(std::slice::from_ref(&req), |wrs| {
+            prop_assert!(fast_send(cfg, &wrs[0]).is_some(), "{:?}", wrs[0]);
+            prop_assert_eq!(check_send(cfg, &wrs[0]), Ok(()));
+            let fast = sq_after(stale, taken, busy, |sq| post_send_via::<true>(sq, cfg, wrs));
+            let general = sq_after(stale, taken, busy, |sq| post_send_via::<false>(sq, cfg, wrs));
+            prop_assert!(fast.0.is_ok(), "{:?}", fast.0);
+            prop_assert_eq!(fast, general);
+            Ok(())
+        })?;
+    }
+
+    /// Batches of any requests, siw's or not, on rings with any room:
+    /// `post_send` and the general path alone answer the same and leave
+    /// the same bytes (refusals, queue full and all).
+    #[test]
+    fn batches_post_alike_with_and_without_the_fast_path(
+        reqs in prop::collection::vec(any_req(), 0..=5),
+        cfg in any_cfg(),
+        stale in any::<u8>(),
+        taken in 0..NUM,
+        busy in 0..=NUM,
+    ) {
+        with_wrs(&reqs, |wrs| {
+            let fast = sq_after(stale, taken, busy, |sq| post_send(sq, cfg, wrs));
+            let general = sq_after(stale, taken, busy, |sq| post_send_via::<false>(sq, cfg, wrs));
+            prop_assert_eq!(fast, general);
+            Ok(())
+        })?;
+    }
+
+    /// Both SQE writers, the general one and the fast path, straight into
+    /// the slot, write what the whole-SQE reference holds, copied in whole
+    /// but for the flags (the staging writer they replaced): every request
+    /// siw accepts, alone or in a batch, on stale slots anywhere in the
+    /// ring.
     #[test]
     fn the_sqe_writers_write_the_reference(
         reqs in prop::collection::vec(any_req(), 1..=4),
@@ -222,9 +300,14 @@ proptest! {
             }
             let reference: Vec<siw_sqe> = wrs.iter().map(|wr| build_sqe(cfg, wr)).collect();
             let want = sq_after(stale, taken, 0, |sq| sq.post(reference.into_iter()));
-            let got = sq_after(stale, taken, 0, |sq| post_send(sq, cfg, wrs));
-            prop_assert_eq!(got.0, Ok(want.0.expect("room")));
-            prop_assert!(got.1 == want.1, "the ring differs");
+            for fast in [false, true] {
+                let got = sq_after(stale, taken, 0, |sq| match fast {
+                    true => post_send_via::<true>(sq, cfg, wrs),
+                    false => post_send_via::<false>(sq, cfg, wrs),
+                });
+                prop_assert_eq!(got.0, Ok(want.0.expect("room")));
+                prop_assert!(got.1 == want.1, "fast path {fast}: the ring differs");
+            }
             Ok(())
         })?;
     }
@@ -265,5 +348,129 @@ proptest! {
         prop_assert_eq!(got.0, Ok(wrs.len() as u32));
         prop_assert_eq!(want.0, Ok(wrs.len() as u32));
         prop_assert!(got.1 == want.1, "the ring differs");
+    }
+}
+
+/// A full queue is refused alike by both paths, the ring untouched.
+#[test]
+fn a_full_queue_is_refused_alike() {
+    let cfg = SendConfig {
+        max_sge: 6,
+        max_inline: 80,
+        sig_all: false,
+    };
+    let data = [7u8; 64];
+    let segs: &[&[u8]] = &[&data];
+    let inline = SendWr {
+        payload: Payload::Inline(segs),
+        ..send(9)
+    };
+    for wr in [send(9), inline] {
+        assert!(fast_send(cfg, &wr).is_some());
+        let fast = sq_after(0x5a, 1, NUM, |sq| post_send(sq, cfg, &[wr]));
+        let general = sq_after(0x5a, 1, NUM, |sq| post_send_via::<false>(sq, cfg, &[wr]));
+        let untouched = sq_after(0x5a, 1, NUM, |_| ()).1;
+        assert_eq!(fast, general);
+        assert_eq!(
+            fast.0,
+            Err(Refused {
+                index: 0,
+                error: crate::wr::PostError::QueueFull {
+                    op: "post_send",
+                    capacity: NUM
+                }
+                .into()
+            })
+        );
+        assert!(fast.1 == untouched, "a refused post wrote into the ring");
+    }
+}
+
+/// Every request but a SEND or WRITE without immediate data, with no UD
+/// destination, from exactly one SGE (on a QP taking one) or one inline
+/// segment within the QP's inline limit, goes the general way.
+#[test]
+fn other_requests_take_the_general_path() {
+    let cfg = SendConfig {
+        max_sge: 6,
+        max_inline: 64,
+        sig_all: false,
+    };
+    let remote = Remote { addr: 8, rkey: 3 };
+    let one = [SGE];
+    let two = [SGE, SGE];
+    let short = [1u8; 64];
+    let long = [1u8; 65];
+    let one_seg: &[&[u8]] = &[&short];
+    let two_segs: &[&[u8]] = &[&short[..8], &short[..8]];
+    let no_segs: &[&[u8]] = &[];
+    let long_seg: &[&[u8]] = &[&long];
+    let over = [0u8; 81];
+    let over_siw: &[&[u8]] = &[&over];
+    let wr = |op, payload| SendWr {
+        wr_id: 1,
+        op,
+        flags: SendFlags::SIGNALED,
+        payload,
+        ud: None,
+    };
+    let send = SendOp::Send { imm: None };
+    let write = SendOp::RdmaWrite { remote, imm: None };
+    // Taken: the two shapes, for both ops.
+    for op in [send, write] {
+        assert!(fast_send(cfg, &wr(op, Payload::Sges(&one))).is_some());
+        assert!(fast_send(cfg, &wr(op, Payload::Inline(one_seg))).is_some());
+    }
+    let no_sge = SendConfig { max_sge: 0, ..cfg };
+    let wide = SendConfig {
+        max_inline: 1000,
+        ..cfg
+    };
+    let cases = [
+        (wr(SendOp::RdmaRead { remote }, Payload::Sges(&one)), cfg),
+        (wr(SendOp::Send { imm: Some(1) }, Payload::Sges(&one)), cfg),
+        (
+            wr(
+                SendOp::RdmaWrite {
+                    remote,
+                    imm: Some(1),
+                },
+                Payload::Inline(one_seg),
+            ),
+            cfg,
+        ),
+        (
+            wr(SendOp::FetchAdd { remote, add: 1 }, Payload::Sges(&one)),
+            cfg,
+        ),
+        (
+            wr(
+                SendOp::CompareSwap {
+                    remote,
+                    compare: 1,
+                    swap: 2,
+                },
+                Payload::Sges(&one),
+            ),
+            cfg,
+        ),
+        (wr(send, Payload::Sges(&two)), cfg),
+        (wr(send, Payload::Sges(&[])), cfg),
+        (wr(write, Payload::Inline(two_segs)), cfg),
+        (wr(write, Payload::Inline(no_segs)), cfg),
+        // Over the QP's inline limit, and over siw's 80 bytes whatever the QP says.
+        (wr(send, Payload::Inline(long_seg)), cfg),
+        (wr(send, Payload::Inline(over_siw)), wide),
+        (wr(send, Payload::Sges(&one)), no_sge),
+        (
+            SendWr {
+                ud: Some(UdDest::from_raw(1, 2, 3)),
+                ..wr(send, Payload::Sges(&one))
+            },
+            cfg,
+        ),
+    ];
+    for (wr, cfg) in cases {
+        assert!(fast_send(cfg, &wr).is_none(), "{wr:?} under {cfg:?}");
     }
 }
