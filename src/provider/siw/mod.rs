@@ -71,11 +71,15 @@ pub(crate) mod rings;
 pub(crate) mod wqe;
 
 #[cfg(test)]
+mod ir_probe;
+#[cfg(test)]
 mod kernel_model;
 #[cfg(test)]
 mod ring_props;
 #[cfg(test)]
 mod wiring_tests;
+#[cfg(test)]
+mod writer_tests;
 
 /// Whether a `QUERY_QP` answer's `qp_state` reports the QP's state. siw's
 /// `siw_query_qp` fills it only in later kernels (6.12 has it, mapping its

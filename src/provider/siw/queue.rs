@@ -14,9 +14,10 @@
 //!   VALID, loaded with `Acquire` (pairs with the kernel's `smp_store_mb`
 //!   clearing it after it copied the element out, so none of our writes to
 //!   the slot can happen before the kernel's reads of it). User space writes
-//!   every field but `flags`, then stores `flags` (VALID and the others) with
-//!   `Release` (pairs with the kernel's `READ_ONCE` of the flags before it
-//!   copies the element; see below). The kernel only ever clears VALID,
+//!   every field but `flags` (straight into the slot, through a [`Slot`]),
+//!   then stores `flags` (VALID and the others) with `Release` (pairs with
+//!   the kernel's `READ_ONCE` of the flags before it copies the element;
+//!   see below). The kernel only ever clears VALID,
 //!   never sets it, so a slot seen free stays free until we fill it.
 //! * [`CqConsumer`]: the slot at `get` is ready iff its `u8` flags have
 //!   VALID, loaded with `Acquire`; user space copies the CQE out and then
@@ -69,8 +70,8 @@ use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU8, Ordering};
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
 use uverbs_uapi::{
-    siw_cq_ctrl, siw_cqe, siw_rqe, siw_sqe, SIW_NOTIFY_NEXT_COMPLETION, SIW_NOTIFY_NOT,
-    SIW_NOTIFY_SOLICITED, SIW_WQE_VALID,
+    siw_cq_ctrl, siw_cqe, siw_rqe, siw_sge, siw_sqe, SIW_MAX_SGE, SIW_NOTIFY_NEXT_COMPLETION,
+    SIW_NOTIFY_NOT, SIW_NOTIFY_SOLICITED, SIW_WQE_VALID,
 };
 
 /// Offset of the `flags` word in every siw element.
@@ -227,16 +228,6 @@ impl Ring {
         unsafe { self.base.as_ptr().add(index * self.elem) }
     }
 
-    /// The `u16` flags word of an SQE or RQE slot.
-    fn wqe_flags(&self, counter: u32) -> &AtomicU16 {
-        // SAFETY: inside the slot (FLAGS_OFFSET + 2 <= elem for both element
-        // types), 2-aligned (base and elem are multiples of 8); every access
-        // to this word, ours and the kernel's, is atomic (READ_ONCE,
-        // WRITE_ONCE, smp_store_mb on an aligned u16), and the mapping lives
-        // as long as `self`.
-        unsafe { AtomicU16::from_ptr(self.slot(counter).add(FLAGS_OFFSET).cast()) }
-    }
-
     /// The `u8` flags of a CQE slot.
     fn cqe_flags(&self, counter: u32) -> &AtomicU8 {
         // SAFETY: inside the slot; every access to this byte that can race
@@ -319,30 +310,73 @@ impl<E: WorkElement> Producer<E> {
         self.put
     }
 
-    /// True when the slot of `counter` is ours to fill.
-    fn is_free(&self, counter: u32) -> bool {
+    /// The element of free-running counter `counter`. The ring's `elem` is
+    /// `size_of::<E>()` (`resume` made it so), which, as a constant here,
+    /// spares the multiplication by a loaded value.
+    #[inline(always)]
+    fn elem_ptr(&self, counter: u32) -> NonNull<E> {
+        let index = (counter & (self.ring.num - 1)) as usize;
+        // SAFETY: index < num and `Ring::check` proved num * size_of::<E>()
+        // <= len, so the element lies inside the mapping (which is not at
+        // address 0, so neither is the element).
+        unsafe { self.ring.base.add(index * size_of::<E>()).cast() }
+    }
+
+    /// The `u16` flags word of the element of `counter`.
+    ///
+    /// [`post_one`](Self::post_one) and [`fill_one`](Self::fill_one) take
+    /// every such reference (and element address) they need before their
+    /// first atomic access: the compiler does not move a load of
+    /// `self.ring` after an acquire load or a fence back before it, and
+    /// would load the ring's base and size again for each.
+    #[inline(always)]
+    fn flags_of(&self, counter: u32) -> &AtomicU16 {
+        let flags = self.elem_ptr(counter).as_ptr().cast::<u8>();
+        // SAFETY: inside the element (FLAGS_OFFSET + 2 <= size_of::<E>()
+        // for both element types), 2-aligned (base and the element sizes
+        // 120 and 112 are multiples of 8); every access to this word, ours
+        // and the kernel's, is atomic, and the mapping lives as long as
+        // `self`.
+        unsafe { AtomicU16::from_ptr(flags.add(FLAGS_OFFSET).cast()) }
+    }
+
+    /// True when the element whose flags word is `flags` is ours to fill.
+    #[inline(always)]
+    fn is_free(flags: &AtomicU16) -> bool {
         // Acquire pairs with the kernel's smp_store_mb(flags, 0) made after
         // it copied the element out: once we see VALID clear, the kernel's
         // reads of the slot happen-before our writes to it. That holds only
         // where smp_store_mb is a release, x86-64's xchg (see the module
-        // text; siw's rings are not used elsewhere).
-        self.ring.wqe_flags(counter).load(Ordering::Acquire) & SIW_WQE_VALID == 0
+        // text; siw's rings are not used elsewhere). On x86-64 a plain load.
+        flags.load(Ordering::Acquire) & SIW_WQE_VALID == 0
+    }
+
+    /// Hands a filled element to the kernel: its flags word gets `flags`
+    /// plus VALID.
+    #[inline(always)]
+    fn publish(flags_word: &AtomicU16, flags: u16) {
+        // Release pairs with the kernel's READ_ONCE of the flags before it
+        // copies the element (sq_get_next, siw_rqe_get): every byte written
+        // into the element before happens-before the kernel's reads of
+        // them. On x86-64 a plain store (TSO keeps the earlier stores
+        // before it); it is no weaker anywhere.
+        flags_word.store(flags | SIW_WQE_VALID, Ordering::Release);
     }
 
     /// Consecutive free slots from our position, at most `want`.
+    #[inline]
     pub(crate) fn free_ahead(&self, want: u32) -> u32 {
         let want = want.min(self.ring.num);
         (0..want)
-            .find(|&i| !self.is_free(self.put.wrapping_add(i)))
+            .find(|&i| !Self::is_free(self.flags_of(self.put.wrapping_add(i))))
             .unwrap_or(want)
     }
 
     /// Writes `elems` into the next slots and hands each to the kernel, in
-    /// order, or writes nothing at all when not all of them fit.
-    ///
-    /// Each element's fields but `flags` are written first, then `flags`
-    /// (the element's own, plus VALID) with one release store, so the kernel
-    /// never sees VALID on a half-written element.
+    /// order, or writes nothing at all when not all of them fit: whole
+    /// elements, each copied but for its flags word, which is then stored
+    /// (the element's own, plus VALID) with one release, as
+    /// [`fill_one`](Self::fill_one) does.
     pub(crate) fn post<I>(&mut self, elems: I) -> Result<Posted, QueueFull>
     where
         I: ExactSizeIterator<Item = E>,
@@ -356,18 +390,16 @@ impl<E: WorkElement> Producer<E> {
             });
         }
         let start = self.put;
-        // At most `want` (an iterator may yield fewer than it announced).
+        // At most `want` (an iterator may yield more or fewer than it
+        // announced); each of those slots was seen free above.
         for elem in elems.take(want as usize) {
-            // The slot is free (checked above) and stays so: the kernel only
-            // ever clears VALID, and `&mut self` makes us its only filler.
-            self.write_fields(self.put, &elem);
-            // Release pairs with the kernel's READ_ONCE of the flags before
-            // it copies the element (sq_get_next, siw_rqe_get): every field
-            // written above happens-before the kernel's reads of them.
-            self.ring
-                .wqe_flags(self.put)
-                .store(elem.flags() | SIW_WQE_VALID, Ordering::Release);
-            self.put = self.put.wrapping_add(1);
+            let filled = self.fill_one(|slot| {
+                slot.write(&elem);
+                elem.flags()
+            });
+            if filled.is_err() {
+                break; // not reached: the slot was seen free
+            }
         }
         let count = self.put.wrapping_sub(start);
         Ok(Posted {
@@ -376,23 +408,130 @@ impl<E: WorkElement> Producer<E> {
         })
     }
 
-    /// Copies every byte of `elem` but its flags word into the slot of `counter`.
-    fn write_fields(&self, counter: u32, elem: &E) {
-        let src = elem.as_bytes();
-        let dst = self.ring.slot(counter);
-        let after = FLAGS_OFFSET + WQE_FLAGS_LEN;
-        // SAFETY: both ranges lie inside the slot (size_of::<E>() bytes,
-        // checked against the mapping) and inside `src` (the same size); the
-        // slot is free, so the kernel reads none of these bytes now (it only
-        // reads the flags word, which is skipped), and nothing else writes it.
-        unsafe {
-            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, FLAGS_OFFSET);
-            std::ptr::copy_nonoverlapping(
-                src.as_ptr().add(after),
-                dst.add(after),
-                src.len() - after,
-            );
+    /// [`post_with`](Self::post_with) for one element, the usual post:
+    /// the same slot check, writes, release store and doorbell rule,
+    /// straight-line.
+    #[inline(always)]
+    pub(crate) fn post_one<F>(&mut self, fill: F) -> Result<Posted, QueueFull>
+    where
+        F: FnOnce(&mut Slot<'_, E>) -> u16,
+    {
+        let start = self.put;
+        let num = self.ring.num;
+        // Every address first (see flags_of).
+        let mut slot = Slot {
+            ptr: self.elem_ptr(start),
+            _elem: PhantomData,
+        };
+        let flags = self.flags_of(start);
+        let before = self.flags_of(start.wrapping_sub(1));
+        if !Self::is_free(flags) {
+            return Err(QueueFull {
+                free: 0,
+                capacity: num,
+            });
         }
+        // The slot is free (checked just above) and stays so: the kernel
+        // only ever clears VALID, and `&mut self` makes us its only filler.
+        Self::publish(flags, fill(&mut slot));
+        let needs_doorbell = Self::doorbell_rule(num, 1, before);
+        self.put = start.wrapping_add(1);
+        Ok(Posted {
+            count: 1,
+            needs_doorbell,
+        })
+    }
+
+    /// [`fill_with`](Self::fill_with) for one element (a receive queue's
+    /// usual post): the same slot check, writes and release store, and no
+    /// fence (as there).
+    #[inline(always)]
+    pub(crate) fn fill_one<F>(&mut self, fill: F) -> Result<(), QueueFull>
+    where
+        F: FnOnce(&mut Slot<'_, E>) -> u16,
+    {
+        let put = self.put;
+        let num = self.ring.num;
+        // Every address first (see flags_of).
+        let mut slot = Slot {
+            ptr: self.elem_ptr(put),
+            _elem: PhantomData,
+        };
+        let flags = self.flags_of(put);
+        if !Self::is_free(flags) {
+            return Err(QueueFull {
+                free: 0,
+                capacity: num,
+            });
+        }
+        // The slot is free and stays so (as in post_one).
+        Self::publish(flags, fill(&mut slot));
+        self.put = put.wrapping_add(1);
+        Ok(())
+    }
+
+    /// [`fill_with`](Self::fill_with), then rdma-core's doorbell rule for
+    /// the batch (a send queue's post).
+    #[inline(always)]
+    pub(crate) fn post_with<T, F>(&mut self, items: &[T], fill: F) -> Result<Posted, QueueFull>
+    where
+        F: FnMut(&T, &mut Slot<'_, E>) -> u16,
+    {
+        let start = self.put;
+        let count = self.fill_with(items, fill)?;
+        Ok(Posted {
+            count,
+            needs_doorbell: self.needs_doorbell(start, count),
+        })
+    }
+
+    /// Fills the next slots, one per element of `items`, and hands each to
+    /// the kernel in order; or, when not all of them fit, calls nothing and
+    /// writes nothing. Answers how many were handed over.
+    ///
+    /// `fill(item, slot)` writes every byte of the element but its flags
+    /// word (the [`Slot`] writers reach no other byte) and answers the
+    /// element's flags; then the flags, plus VALID, are stored with one
+    /// release, so the kernel never sees VALID on a half-written element.
+    /// No element is staged: `fill` writes straight into the ring.
+    ///
+    /// No doorbell decision, hence no fence: a receive queue's post. The
+    /// `SeqCst` fence of [`post_with`](Self::post_with) orders the
+    /// batch's flags stores before its load of the element before the
+    /// batch, and only that load's answer needs it; a receive has no
+    /// doorbell (the kernel looks at the RQ when a message arrives), so
+    /// nothing reads that element and nothing depends on the fence. What
+    /// publishes an RQE to the kernel is its release store alone, as
+    /// before.
+    #[inline(always)]
+    pub(crate) fn fill_with<T, F>(&mut self, items: &[T], mut fill: F) -> Result<u32, QueueFull>
+    where
+        F: FnMut(&T, &mut Slot<'_, E>) -> u16,
+    {
+        let want = u32::try_from(items.len()).unwrap_or(u32::MAX);
+        let free = self.free_ahead(want);
+        if free < want {
+            return Err(QueueFull {
+                free,
+                capacity: self.ring.num,
+            });
+        }
+        // Here items.len() == want <= num (a longer slice would not fit),
+        // and the `want` slots from `put` on are free.
+        let start = self.put;
+        for item in items {
+            let put = self.put;
+            let mut slot = Slot {
+                ptr: self.elem_ptr(put),
+                _elem: PhantomData,
+            };
+            let flags = self.flags_of(put);
+            // The slot is free (checked above) and stays so: the kernel only
+            // ever clears VALID, and `&mut self` makes us its only filler.
+            Self::publish(flags, fill(item, &mut slot));
+            self.put = put.wrapping_add(1);
+        }
+        Ok(self.put.wrapping_sub(start))
     }
 
     /// rdma-core's doorbell rule for a batch of `count` elements posted from
@@ -400,11 +539,19 @@ impl<E: WorkElement> Producer<E> {
     /// (then the kernel has yet to take it and will find ours after it);
     /// always ring when the batch filled the whole ring (the element before
     /// it is one of ours), never when it was empty.
+    #[inline(always)]
     fn needs_doorbell(&self, start: u32, count: u32) -> bool {
+        Self::doorbell_rule(self.ring.num, count, self.flags_of(start.wrapping_sub(1)))
+    }
+
+    /// [`needs_doorbell`](Self::needs_doorbell) in a ring of `num`, with
+    /// `before` the flags word of the element before the batch.
+    #[inline(always)]
+    fn doorbell_rule(num: u32, count: u32, before: &AtomicU16) -> bool {
         if count == 0 {
             return false;
         }
-        if count >= self.ring.num {
+        if count >= num {
             return true;
         }
         // SeqCst fence: our release stores of the batch's flags are ordered
@@ -414,13 +561,99 @@ impl<E: WorkElement> Producer<E> {
         // this load sees its clear and we ring: no wakeup is lost.
         fence(Ordering::SeqCst);
         // Relaxed: only the value matters; the fence gives the ordering.
-        self.ring
-            .wqe_flags(start.wrapping_sub(1))
-            .load(Ordering::Relaxed)
-            & SIW_WQE_VALID
-            == 0
+        before.load(Ordering::Relaxed) & SIW_WQE_VALID == 0
     }
 }
+
+/// A slot of a [`Producer`]'s ring that is ours to fill, handed to the
+/// `fill` of [`Producer::post_with`]: its flags lack VALID (seen with
+/// acquire), so until we store VALID the kernel reads nothing of it but
+/// that flags word, and nothing else writes it. The writers below reach
+/// every byte of the element except the flags word, and nothing outside it.
+pub(crate) struct Slot<'a, E> {
+    /// The element, inside the mapping and aligned (8-aligned base,
+    /// element sizes multiples of 8).
+    ptr: NonNull<E>,
+    _elem: PhantomData<&'a mut E>,
+}
+
+impl<E: WorkElement> Slot<'_, E> {
+    /// Copies every byte of `elem` but its flags word into the slot.
+    #[inline]
+    pub(crate) fn write(&mut self, elem: &E) {
+        let src = elem.as_bytes();
+        let dst = self.ptr.as_ptr().cast::<u8>();
+        let after = FLAGS_OFFSET + WQE_FLAGS_LEN;
+        // SAFETY: both ranges lie inside the slot (size_of::<E>() bytes,
+        // checked against the mapping) and inside `src` (the same size); the
+        // slot is ours (see the type), and the flags word is skipped.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src.as_ptr(), dst, FLAGS_OFFSET);
+            std::ptr::copy_nonoverlapping(
+                src.as_ptr().add(after),
+                dst.add(after),
+                src.len() - after,
+            );
+        }
+    }
+}
+
+impl Slot<'_, siw_sqe> {
+    /// Writes the SQE's words around the flags: `id` (bytes 0..8), then
+    /// `num_sge`, `opcode`, `rkey` and `raddr` (bytes 10..24). With
+    /// [`sges`](Self::sges) that is every byte but the flags.
+    #[inline(always)]
+    pub(crate) fn set_head(&mut self, id: u64, num_sge: u8, opcode: u8, rkey: u32, raddr: u64) {
+        let p = self.ptr.as_ptr();
+        // SAFETY: `p` is an aligned SQE inside the mapping, ours (see the
+        // type); addr_of_mut! makes no reference, and none of these fields
+        // is the flags word.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).id).write(id);
+            std::ptr::addr_of_mut!((*p).num_sge).write(num_sge);
+            std::ptr::addr_of_mut!((*p).opcode).write(opcode);
+            std::ptr::addr_of_mut!((*p).rkey).write(rkey);
+            std::ptr::addr_of_mut!((*p).raddr).write(raddr);
+        }
+    }
+
+    /// The SQE's six SGEs (bytes 24..120; inline data lives in `[1..]`).
+    #[inline(always)]
+    pub(crate) fn sges(&mut self) -> &mut [siw_sge; SIW_MAX_SGE as usize] {
+        // SAFETY: an aligned field of an SQE inside the mapping, not the
+        // flags word; the slot is ours until it is published, which ends
+        // this borrow (`fill` returns first), so nothing else reads or
+        // writes these bytes while the reference lives.
+        unsafe { &mut *std::ptr::addr_of_mut!((*self.ptr.as_ptr()).sge) }
+    }
+}
+
+impl Slot<'_, siw_rqe> {
+    /// Writes the RQE's words around the flags: `id` (bytes 0..8), then
+    /// `num_sge`, and `opcode` and `unused` as 0 (bytes 10..16). With
+    /// [`sges`](Self::sges) that is every byte but the flags.
+    #[inline(always)]
+    pub(crate) fn set_head(&mut self, id: u64, num_sge: u8) {
+        let p = self.ptr.as_ptr();
+        // SAFETY: as `Slot::<siw_sqe>::set_head`.
+        unsafe {
+            std::ptr::addr_of_mut!((*p).id).write(id);
+            std::ptr::addr_of_mut!((*p).num_sge).write(num_sge);
+            std::ptr::addr_of_mut!((*p).opcode).write(0);
+            std::ptr::addr_of_mut!((*p).unused).write(0);
+        }
+    }
+
+    /// The RQE's six SGEs (bytes 16..112).
+    #[inline(always)]
+    pub(crate) fn sges(&mut self) -> &mut [siw_sge; SIW_MAX_SGE as usize] {
+        // SAFETY: as `Slot::<siw_sqe>::sges`.
+        unsafe { &mut *std::ptr::addr_of_mut!((*self.ptr.as_ptr()).sge) }
+    }
+}
+
+const _: () = assert!(std::mem::size_of::<siw_sqe>() % 8 == 0);
+const _: () = assert!(std::mem::size_of::<siw_rqe>() % 8 == 0);
 
 /// The user side of a siw completion queue and its arming word.
 #[derive(Debug)]

@@ -300,12 +300,7 @@ impl SendQueue {
     pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
         let cfg = self.cfg;
         let sq = self.ring.view().map_err(PostFailure::Os)?;
-        wqe::post_send(sq, cfg, wrs)
-            .map(|posted| posted.needs_doorbell)
-            .map_err(|r| PostFailure::Refused {
-                index: r.index,
-                error: r.error.into(),
-            })
+        post_sends(sq, cfg, wrs)
     }
 
     pub(crate) fn unmap(&mut self) {
@@ -315,6 +310,34 @@ impl SendQueue {
     pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
         self.ring.remap(transport)
     }
+}
+
+/// [`SendQueue::post`] on its mapped send queue `sq`.
+pub(super) fn post_sends(
+    sq: &mut Producer<siw_sqe>,
+    cfg: SendConfig,
+    wrs: &[SendWr<'_>],
+) -> Result<bool, PostFailure> {
+    wqe::post_send(sq, cfg, wrs)
+        .map(|posted| posted.needs_doorbell)
+        .map_err(|r| PostFailure::Refused {
+            index: r.index,
+            error: r.error.into(),
+        })
+}
+
+/// [`RecvQueue::post`] on its mapped receive queue `rq`.
+pub(super) fn post_recvs(
+    rq: &mut Producer<siw_rqe>,
+    max_sge: u32,
+    wrs: &[RecvWr<'_>],
+) -> Result<(), PostFailure> {
+    wqe::post_recv(rq, max_sge, wrs)
+        .map(|_| ())
+        .map_err(|r| PostFailure::Refused {
+            index: r.index,
+            error: r.error.into(),
+        })
 }
 
 impl RecvQueue {
@@ -333,12 +356,7 @@ impl RecvQueue {
             };
         };
         let rq = ring.view().map_err(PostFailure::Os)?;
-        wqe::post_recv(rq, self.max_sge, wrs)
-            .map(|_| ())
-            .map_err(|r| PostFailure::Refused {
-                index: r.index,
-                error: r.error.into(),
-            })
+        post_recvs(rq, self.max_sge, wrs)
     }
 
     pub(crate) fn unmap(&mut self) {

@@ -37,6 +37,16 @@
 //! into more than one SGE (`max_sge_rd` 1; the kernel would silently use
 //! only the first), inline data on a READ. A batch is all or nothing: every
 //! request is checked and the free slots counted before the first is written.
+//!
+//! The writers fill a free slot in place through a [`Slot`] (no element is
+//! built aside and copied in): [`write_sqe`] any request [`check_send`]
+//! accepted, and the fast path ([`fast_send`], [`write_fast_send`]) the
+//! usual one, a SEND or RDMA WRITE from one SGE or one inline segment, for
+//! which every check passes and so none is made. One request, the usual
+//! post, is checked and written in one pass; a batch goes through
+//! [`post_send_batch`]. `writer_tests` holds the fast path to the general
+//! path and both to the whole-element references (`build_sqe`,
+//! `build_rqe`, test-only), byte for byte.
 
 use zerocopy::IntoBytes;
 
@@ -50,11 +60,11 @@ use uverbs_uapi::{
     SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_REM_INVAL, SIW_WQE_SIGNALLED, SIW_WQE_SOLICITED,
 };
 
-use super::queue::{CqConsumer, Posted, Producer, QueueFull};
+use super::queue::{CqConsumer, Posted, Producer, QueueFull, Slot};
 use crate::error::Errno;
 use crate::wr::{
-    Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus,
-    WorkCompletion,
+    Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 
 /// SGEs an RDMA READ may scatter into (`SIW_MAX_SGE_RD`: an iWARP READ
@@ -140,29 +150,74 @@ fn total_len(op: &'static str, lens: impl Iterator<Item = u64>) -> Result<u32, P
     u32::try_from(len).map_err(|_| PostError::TooLong { op, len })
 }
 
-/// The opcode of an op siw supports, or the refusal naming the op.
-fn siw_opcode(op: &SendOp) -> Result<u8, SiwPostError> {
-    let unsupported = |what| Err(SiwPostError::Unsupported { what });
-    match op {
-        SendOp::Send { imm: None } => Ok(SIW_OP_SEND),
-        SendOp::RdmaWrite { imm: None, .. } => Ok(SIW_OP_WRITE),
-        SendOp::RdmaRead { .. } => Ok(SIW_OP_READ),
-        SendOp::Send { imm: Some(_) } => unsupported("SEND_WITH_IMM"),
-        SendOp::RdmaWrite { imm: Some(_), .. } => unsupported("RDMA_WRITE_WITH_IMM"),
-        SendOp::CompareSwap { .. } => unsupported("ATOMIC_CMP_AND_SWP"),
-        SendOp::FetchAdd { .. } => unsupported("ATOMIC_FETCH_AND_ADD"),
+/// Checks the total length of `sges` against the 32-bit message length.
+/// One SGE's length is a `u32` already: nothing to add up.
+#[inline(always)]
+fn check_sge_total(op: &'static str, sges: &[Sge]) -> Result<(), PostError> {
+    if sges.len() > 1 {
+        total_len(op, sges.iter().map(|s| u64::from(s.length)))?;
     }
+    Ok(())
+}
+
+/// What an SQE says of its operation besides the payload: `opcode`, and
+/// the remote buffer (`raddr`, `rkey`; 0 for a SEND, which has none).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SqeOp {
+    opcode: u8,
+    rkey: u32,
+    raddr: u64,
+}
+
+impl SqeOp {
+    /// A SEND's words.
+    const SEND: SqeOp = SqeOp {
+        opcode: SIW_OP_SEND,
+        rkey: 0,
+        raddr: 0,
+    };
+}
+
+/// The SQE words of an op siw supports, or the refusal naming the op: one
+/// match on the operation for its opcode and its remote side.
+#[inline(always)]
+fn sqe_op(op: &SendOp) -> Result<SqeOp, SiwPostError> {
+    let to = |opcode, remote: Remote| SqeOp {
+        opcode,
+        rkey: remote.rkey,
+        raddr: remote.addr,
+    };
+    match *op {
+        SendOp::Send { imm: None } => Ok(SqeOp::SEND),
+        SendOp::RdmaWrite { remote, imm: None } => Ok(to(SIW_OP_WRITE, remote)),
+        SendOp::RdmaRead { remote } => Ok(to(SIW_OP_READ, remote)),
+        SendOp::Send { imm: Some(_) } => Err(unsupported("SEND_WITH_IMM")),
+        SendOp::RdmaWrite { imm: Some(_), .. } => Err(unsupported("RDMA_WRITE_WITH_IMM")),
+        SendOp::CompareSwap { .. } => Err(unsupported("ATOMIC_CMP_AND_SWP")),
+        SendOp::FetchAdd { .. } => Err(unsupported("ATOMIC_FETCH_AND_ADD")),
+    }
+}
+
+#[cold]
+fn unsupported(what: &'static str) -> SiwPostError {
+    SiwPostError::Unsupported { what }
 }
 
 /// Checks `wr` against what siw and the QP accept; writes nothing.
 pub(crate) fn check_send(cfg: SendConfig, wr: &SendWr<'_>) -> Result<(), SiwPostError> {
-    let opcode = siw_opcode(&wr.op)?;
+    check_send_op(cfg, wr).map(|_| ())
+}
+
+/// [`check_send`], answering the SQE words of the request's operation.
+#[inline]
+fn check_send_op(cfg: SendConfig, wr: &SendWr<'_>) -> Result<SqeOp, SiwPostError> {
+    let op = sqe_op(&wr.op)?;
     if wr.ud.is_some() {
         return Err(SiwPostError::Unsupported {
             what: "a UD destination",
         });
     }
-    let is_read = opcode == SIW_OP_READ;
+    let is_read = op.opcode == SIW_OP_READ;
     if is_read && wr.flags.contains(SendFlags::FENCE) {
         return Err(SiwPostError::FencedRead);
     }
@@ -181,7 +236,7 @@ pub(crate) fn check_send(cfg: SendConfig, wr: &SendWr<'_>) -> Result<(), SiwPost
                 }
                 .into());
             }
-            total_len(POST_SEND, sges.iter().map(|s| u64::from(s.length)))?;
+            check_sge_total(POST_SEND, sges)?;
         }
         Payload::Inline(segs) => {
             if is_read {
@@ -197,17 +252,44 @@ pub(crate) fn check_send(cfg: SendConfig, wr: &SendWr<'_>) -> Result<(), SiwPost
             }
         }
     }
-    Ok(())
+    Ok(op)
 }
 
-/// The SQE for `wr`, which [`check_send`] accepted (its flags without VALID).
+// The request's flag bits sit where siw's do, shifted: one shift and a
+// mask each, no branch (`sqe_flags`).
+const _: () = assert!(SendFlags::SIGNALED.bits() << 1 == SIW_WQE_SIGNALLED as u32);
+const _: () = assert!(SendFlags::SOLICITED.bits() << 1 == SIW_WQE_SOLICITED as u32);
+const _: () = assert!(SendFlags::FENCE.bits() << 4 == SIW_WQE_READ_FENCE as u32);
+
+/// The SQE flags of a request (without VALID, which the producer adds):
+/// SIGNALED or the QP's sig-all → SIGNALLED, SOLICITED → SOLICITED,
+/// FENCE → READ_FENCE, other bits ignored; INLINE is the payload's to add.
+#[inline(always)]
+fn sqe_flags(cfg: SendConfig, flags: SendFlags) -> u16 {
+    let bits = flags.bits();
+    let sig_sol = (bits & (SendFlags::SIGNALED | SendFlags::SOLICITED).bits()) << 1;
+    let fence = (bits & SendFlags::FENCE.bits()) << 4;
+    let sig_all = if cfg.sig_all { SIW_WQE_SIGNALLED } else { 0 };
+    // Both below bit 5: the u16 keeps them.
+    (sig_sol | fence) as u16 | sig_all
+}
+
+/// The SQE for `wr`, which [`check_send`] accepted (its flags without
+/// VALID), built whole as a value, field by field, with none of the ring
+/// writers' code: the reference the tests hold [`write_sqe`] and
+/// [`write_fast_send`] to, byte for byte.
+#[cfg(test)]
 pub(crate) fn build_sqe(cfg: SendConfig, wr: &SendWr<'_>) -> siw_sqe {
     let mut sqe = siw_sqe {
         id: wr.wr_id,
         ..siw_sqe::default()
     };
     // check_send refused every other op.
-    sqe.opcode = siw_opcode(&wr.op).unwrap_or(SIW_OP_SEND);
+    sqe.opcode = match wr.op {
+        SendOp::RdmaWrite { .. } => SIW_OP_WRITE,
+        SendOp::RdmaRead { .. } => SIW_OP_READ,
+        _ => SIW_OP_SEND,
+    };
     if let SendOp::RdmaWrite { remote, .. } | SendOp::RdmaRead { remote } = wr.op {
         sqe.raddr = remote.addr;
         sqe.rkey = remote.rkey;
@@ -248,6 +330,135 @@ pub(crate) fn build_sqe(cfg: SendConfig, wr: &SendWr<'_>) -> siw_sqe {
     sqe
 }
 
+/// Writes the SQE of `wr`, which [`check_send`] accepted, into `slot`:
+/// every byte but the flags, which it answers (without VALID). The general
+/// writer: any request siw takes.
+#[inline]
+fn write_sqe(cfg: SendConfig, wr: &SendWr<'_>, slot: &mut Slot<'_, siw_sqe>) -> u16 {
+    // check_send refused every other op.
+    let op = sqe_op(&wr.op).unwrap_or(SqeOp::SEND);
+    write_sqe_op(cfg, wr, op, slot)
+}
+
+/// [`write_sqe`] with the request's SQE words already known (from
+/// [`check_send_op`]).
+#[inline]
+fn write_sqe_op(cfg: SendConfig, wr: &SendWr<'_>, op: SqeOp, slot: &mut Slot<'_, siw_sqe>) -> u16 {
+    let mut flags = sqe_flags(cfg, wr.flags);
+    let sges = slot.sges();
+    // Every SGE word is written: what a request does not use is zero.
+    *sges = [siw_sge::default(); SIW_MAX_SGE as usize];
+    let num_sge = match wr.payload {
+        Payload::Sges(list) => {
+            for (dst, s) in sges.iter_mut().zip(list) {
+                *dst = to_siw_sge(s);
+            }
+            // <= SIW_MAX_SGE (checked), so it fits a u8.
+            list.len().min(SIW_MAX_SGE as usize) as u8
+        }
+        Payload::Inline(segs) => {
+            flags |= SIW_WQE_INLINE;
+            let data = sges[1..].as_mut_bytes();
+            let mut at = 0;
+            for seg in segs {
+                // The total is <= SIW_MAX_INLINE = the room of sge[1..] (checked).
+                let end = (at + seg.len()).min(data.len());
+                data[at..end].copy_from_slice(&seg[..end - at]);
+                at = end;
+            }
+            sges[0].length = at as u32; // <= 80
+            1
+        }
+    };
+    slot.set_head(wr.wr_id, num_sge, op.opcode, op.rkey, op.raddr);
+    flags
+}
+
+/// A request the fast path takes: its SQE words and its one payload item.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct FastSend<'a> {
+    op: SqeOp,
+    payload: FastPayload<'a>,
+}
+
+/// The one payload item of a [`FastSend`].
+#[derive(Clone, Copy, Debug)]
+enum FastPayload<'a> {
+    /// Exactly one SGE.
+    Sge(&'a Sge),
+    /// Exactly one inline segment, within the QP's inline limit.
+    Inline(&'a [u8]),
+}
+
+/// The fast path: a SEND or RDMA WRITE without immediate data and with no
+/// UD destination, whose payload is exactly one SGE (on a QP taking at
+/// least one: `max_sge` ≥ 1) or exactly one inline segment of at most the
+/// QP's inline limit (capped at [`SIW_MAX_INLINE`]). Every check of
+/// [`check_send`] passes for such a request (its op is supported, it is no
+/// READ, so neither the fence nor the inline refusal applies, one SGE is
+/// within the QP's limit and its length a `u32`, the segment is the whole
+/// inline length), so it needs none. Answers what [`write_fast_send`]
+/// writes, or `None` for any other request (the general path's).
+#[inline(always)]
+pub(crate) fn fast_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend<'a>> {
+    if wr.ud.is_some() {
+        return None;
+    }
+    let op = match wr.op {
+        SendOp::RdmaWrite { remote, imm: None } => SqeOp {
+            opcode: SIW_OP_WRITE,
+            rkey: remote.rkey,
+            raddr: remote.addr,
+        },
+        SendOp::Send { imm: None } => SqeOp::SEND,
+        _ => return None,
+    };
+    let payload = match wr.payload {
+        Payload::Sges([sge]) if cfg.max_sge != 0 => FastPayload::Sge(sge),
+        Payload::Inline([seg]) if seg.len() <= cfg.max_inline.min(SIW_MAX_INLINE) as usize => {
+            FastPayload::Inline(seg)
+        }
+        _ => return None,
+    };
+    Some(FastSend { op, payload })
+}
+
+/// Writes the SQE of a request [`fast_send`] took, as [`write_sqe`] would:
+/// the head, then the SGE and five zero SGEs, or a zero SGE holding the
+/// inline length and the segment packed after it, zero-filled; answers the
+/// flags.
+#[inline(always)]
+fn write_fast_send(
+    cfg: SendConfig,
+    wr: &SendWr<'_>,
+    fast: FastSend<'_>,
+    slot: &mut Slot<'_, siw_sqe>,
+) -> u16 {
+    let mut flags = sqe_flags(cfg, wr.flags);
+    let zero = siw_sge::default();
+    let sges = slot.sges();
+    match fast.payload {
+        FastPayload::Sge(sge) => {
+            let [first, rest @ ..] = sges;
+            *first = to_siw_sge(sge);
+            *rest = [zero; SIW_MAX_SGE as usize - 1];
+        }
+        FastPayload::Inline(seg) => {
+            flags |= SIW_WQE_INLINE;
+            *sges = [zero; SIW_MAX_SGE as usize];
+            // fast_send took at most SIW_MAX_INLINE bytes, the room of
+            // sge[1..]: the `get_mut` always answers.
+            if let Some(data) = sges[1..].as_mut_bytes().get_mut(..seg.len()) {
+                data.copy_from_slice(seg);
+            }
+            sges[0].length = seg.len() as u32; // <= 80
+        }
+    }
+    slot.set_head(wr.wr_id, 1, fast.op.opcode, fast.op.rkey, fast.op.raddr);
+    flags
+}
+
+#[inline(always)]
 fn to_siw_sge(s: &Sge) -> siw_sge {
     siw_sge {
         laddr: s.addr,
@@ -260,21 +471,84 @@ fn to_siw_sge(s: &Sge) -> siw_sge {
 /// `sq` and hands them to the kernel, or writes nothing. On success the
 /// caller must write the POST_SEND doorbell iff
 /// [`Posted::needs_doorbell`].
+#[inline]
 pub(crate) fn post_send(
     sq: &mut Producer<siw_sqe>,
     cfg: SendConfig,
     wrs: &[SendWr<'_>],
 ) -> Result<Posted, Refused> {
-    for (index, wr) in wrs.iter().enumerate() {
-        check_send(cfg, wr).map_err(|error| Refused { index, error })?;
+    post_send_via::<true>(sq, cfg, wrs)
+}
+
+/// The fast path's answer for `wr` if `FAST`, else `None`.
+#[inline(always)]
+fn fast_if<'a, const FAST: bool>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend<'a>> {
+    if FAST {
+        fast_send(cfg, wr)
+    } else {
+        None
     }
-    sq.post(wrs.iter().map(|wr| build_sqe(cfg, wr)))
+}
+
+/// [`post_send`], with the fast path (`FAST`) or with every request
+/// through the general checks and writer (the tests compare the two).
+#[inline(always)]
+pub(crate) fn post_send_via<const FAST: bool>(
+    sq: &mut Producer<siw_sqe>,
+    cfg: SendConfig,
+    wrs: &[SendWr<'_>],
+) -> Result<Posted, Refused> {
+    if let [wr] = wrs {
+        // One request, the usual post.
+        return match fast_if::<FAST>(cfg, wr) {
+            Some(fast) => sq
+                .post_one(|slot| write_fast_send(cfg, wr, fast, slot))
+                .map_err(|full| queue_full(POST_SEND, full)),
+            None => post_send_general(sq, cfg, wr),
+        };
+    }
+    post_send_batch::<FAST>(sq, cfg, wrs)
+}
+
+/// [`post_send_via`] for one request the fast path did not take: checked
+/// and written in one pass, its op matched once. Apart from the fast path,
+/// whose code it would otherwise crowd (its registers saved on every post).
+#[inline(never)]
+fn post_send_general(
+    sq: &mut Producer<siw_sqe>,
+    cfg: SendConfig,
+    wr: &SendWr<'_>,
+) -> Result<Posted, Refused> {
+    let op = check_send_op(cfg, wr).map_err(|error| Refused { index: 0, error })?;
+    sq.post_one(|slot| write_sqe_op(cfg, wr, op, slot))
         .map_err(|full| queue_full(POST_SEND, full))
 }
 
-/// The RQE for `wr`, after checking it against `max_sge` SGEs.
-fn build_rqe(max_sge: u32, wr: &RecvWr<'_>) -> Result<siw_rqe, SiwPostError> {
-    let max = max_sge.min(SIW_MAX_SGE);
+/// [`post_send_via`] for any number of requests but one: every request
+/// checked, then the free slots counted, then all written. Apart from the
+/// one-request path, as [`post_send_general`].
+#[inline(never)]
+fn post_send_batch<const FAST: bool>(
+    sq: &mut Producer<siw_sqe>,
+    cfg: SendConfig,
+    wrs: &[SendWr<'_>],
+) -> Result<Posted, Refused> {
+    for (index, wr) in wrs.iter().enumerate() {
+        if fast_if::<FAST>(cfg, wr).is_none() {
+            check_send(cfg, wr).map_err(|error| Refused { index, error })?;
+        }
+    }
+    sq.post_with(wrs, |wr, slot| match fast_if::<FAST>(cfg, wr) {
+        Some(fast) => write_fast_send(cfg, wr, fast, slot),
+        None => write_sqe(cfg, wr, slot),
+    })
+    .map_err(|full| queue_full(POST_SEND, full))
+}
+
+/// Checks a receive request against `max` SGEs (already capped at
+/// [`SIW_MAX_SGE`]) and the 32-bit message length.
+#[inline]
+fn check_recv(max: u32, wr: &RecvWr<'_>) -> Result<(), SiwPostError> {
     if wr.sges.len() > max as usize {
         return Err(PostError::TooManySges {
             op: POST_RECV,
@@ -283,41 +557,89 @@ fn build_rqe(max_sge: u32, wr: &RecvWr<'_>) -> Result<siw_rqe, SiwPostError> {
         }
         .into());
     }
-    total_len(POST_RECV, wr.sges.iter().map(|s| u64::from(s.length)))?;
+    check_sge_total(POST_RECV, wr.sges)?;
+    Ok(())
+}
+
+/// Writes the RQE of `wr`, which [`check_recv`] accepted, into `slot`:
+/// every byte but the flags, which stay 0 (the producer publishes exactly
+/// VALID).
+#[inline(always)]
+fn write_rqe(wr: &RecvWr<'_>, slot: &mut Slot<'_, siw_rqe>) -> u16 {
+    let zero = siw_sge::default();
+    let sges = slot.sges();
+    match wr.sges {
+        // The usual receive: its SGE stored directly, the rest zero.
+        [sge] => {
+            let [first, rest @ ..] = sges;
+            *first = to_siw_sge(sge);
+            *rest = [zero; SIW_MAX_SGE as usize - 1];
+        }
+        list => {
+            *sges = [zero; SIW_MAX_SGE as usize];
+            for (dst, s) in sges.iter_mut().zip(list) {
+                *dst = to_siw_sge(s);
+            }
+        }
+    }
+    // <= SIW_MAX_SGE (checked), so it fits a u8.
+    slot.set_head(wr.wr_id, wr.sges.len().min(SIW_MAX_SGE as usize) as u8);
+    0
+}
+
+/// The RQE for `wr`, built whole as a value: the reference the tests hold
+/// the ring writer to.
+#[cfg(test)]
+pub(crate) fn build_rqe(wr: &RecvWr<'_>) -> siw_rqe {
     let mut rqe = siw_rqe {
         id: wr.wr_id,
-        // <= SIW_MAX_SGE (checked).
-        num_sge: wr.sges.len() as u8,
+        num_sge: wr.sges.len().min(SIW_MAX_SGE as usize) as u8,
         ..siw_rqe::default()
     };
     for (dst, s) in rqe.sge.iter_mut().zip(wr.sges) {
         *dst = to_siw_sge(s);
     }
-    // flags stay 0: Producer::post publishes exactly VALID.
-    Ok(rqe)
+    rqe
 }
 
 /// Checks every request of `wrs`, then writes them all into the receive
 /// queue `rq` and hands them to the kernel, or writes nothing. Returns how
 /// many were posted. No doorbell: the kernel looks at the RQ when a message
 /// arrives.
+#[inline]
 pub(crate) fn post_recv(
     rq: &mut Producer<siw_rqe>,
     max_sge: u32,
     wrs: &[RecvWr<'_>],
 ) -> Result<u32, Refused> {
-    for (index, wr) in wrs.iter().enumerate() {
-        build_rqe(max_sge, wr).map_err(|error| Refused { index, error })?;
+    let max = max_sge.min(SIW_MAX_SGE);
+    if let [wr] = wrs {
+        // One request, the usual post.
+        check_recv(max, wr).map_err(|error| Refused { index: 0, error })?;
+        return rq
+            .fill_one(|slot| write_rqe(wr, slot))
+            .map(|()| 1)
+            .map_err(|full| queue_full(POST_RECV, full));
     }
-    // Checked above, so the fallback is never taken.
-    let rqes = wrs
-        .iter()
-        .map(|wr| build_rqe(max_sge, wr).unwrap_or_default());
-    rq.post(rqes)
-        .map(|p| p.count)
+    post_recv_batch(rq, max, wrs)
+}
+
+/// [`post_recv`] for any number of requests but one (as
+/// [`post_send_batch`]); `max` is capped already.
+#[inline(never)]
+fn post_recv_batch(
+    rq: &mut Producer<siw_rqe>,
+    max: u32,
+    wrs: &[RecvWr<'_>],
+) -> Result<u32, Refused> {
+    for (index, wr) in wrs.iter().enumerate() {
+        check_recv(max, wr).map_err(|error| Refused { index, error })?;
+    }
+    rq.fill_with(wrs, write_rqe)
         .map_err(|full| queue_full(POST_RECV, full))
 }
 
+#[cold]
 fn queue_full(op: &'static str, full: QueueFull) -> Refused {
     Refused {
         index: full.free as usize,

@@ -1,0 +1,131 @@
+//! A host-side loop for counting the instructions of siw's post path with
+//! callgrind, over the kernel model (no device, no system call), as
+//! `provider::rxe::ir_probe` does for rxe:
+//!
+//! ```text
+//! CARGO_PROFILE_RELEASE_DEBUG=line-tables-only cargo test --release --lib --no-run
+//! valgrind --tool=callgrind --callgrind-out-file=cg.out target/release/deps/uverbs-… \
+//!     --ignored --exact provider::siw::ir_probe::post_loop --test-threads=1
+//! callgrind_annotate --inclusive=yes cg.out | grep -E 'ir_probe::post_[a-z_]+ '
+//! ```
+//!
+//! Each measured function runs [`ITERS`] times: its inclusive count divided
+//! by that is its count per call, about 12 of them the probe function's own
+//! (the call and the check of the answer). `--dump-instr=yes` and
+//! `objdump -d` of `rings::post_sends` show where the rest go.
+//!
+//! Each iteration posts one signalled 64-byte RDMA WRITE from an SGE
+//! (`post_write`), one 64-byte receive (`post_recv_one`), one 64-byte
+//! inline SEND (`post_inline`) and a batch of four WRITEs (`post_batch`),
+//! the model taking every element after its post so the doorbell is due
+//! each time: the ring half of what benches/ops measures on a device,
+//! [`post_sends`] and [`post_recvs`], what
+//! [`SendQueue::post`](super::rings::SendQueue::post) and
+//! [`RecvQueue::post`](super::rings::RecvQueue::post) run on a mapped ring
+//! (the QP's wrapper, its lock and the doorbell's system call add the
+//! rest).
+
+use uverbs_uapi::{siw_rqe, siw_sqe};
+
+use super::kernel_model::{KernelRq, KernelSq, TestMem};
+use super::queue::Producer;
+use super::rings::{post_recvs, post_sends};
+use super::wqe::SendConfig;
+use crate::wr::{Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
+
+const ITERS: u64 = 200;
+const NUM: u32 = 64;
+
+/// One measured post: not inlined, so callgrind can name it.
+#[inline(never)]
+fn post_write(sq: &mut Producer<siw_sqe>, cfg: SendConfig, wr: &SendWr<'_>) -> bool {
+    matches!(post_sends(sq, cfg, std::slice::from_ref(wr)), Ok(true))
+}
+
+/// As [`post_write`], for the inline SEND.
+#[inline(never)]
+fn post_inline(sq: &mut Producer<siw_sqe>, cfg: SendConfig, wr: &SendWr<'_>) -> bool {
+    // Not post_write's body, or the two could be merged into one symbol.
+    post_sends(sq, cfg, std::slice::from_ref(wr)).is_ok()
+}
+
+/// As [`post_write`], for the batch.
+#[inline(never)]
+fn post_batch(sq: &mut Producer<siw_sqe>, cfg: SendConfig, wrs: &[SendWr<'_>]) -> bool {
+    matches!(post_sends(sq, cfg, wrs), Ok(true))
+}
+
+/// As [`post_write`], for a receive.
+#[inline(never)]
+fn post_recv_one(rq: &mut Producer<siw_rqe>, max_sge: u32, wr: &RecvWr<'_>) -> bool {
+    post_recvs(rq, max_sge, std::slice::from_ref(wr)).is_ok()
+}
+
+#[test]
+#[ignore = "an instruction-count probe, run under callgrind by hand"]
+fn post_loop() {
+    let sq_mem = TestMem::sq(NUM);
+    let rq_mem = TestMem::rq(NUM);
+    // SAFETY: each TestMem is a live allocation of len() bytes shaped like
+    // a siw queue, declared before the view and outliving it; only the view
+    // and the kernel model touch it.
+    let mut sq = unsafe { Producer::<siw_sqe>::from_raw(sq_mem.base(), sq_mem.len(), NUM) }
+        .expect("valid SQ");
+    // SAFETY: as above.
+    let mut rq = unsafe { Producer::<siw_rqe>::from_raw(rq_mem.base(), rq_mem.len(), NUM) }
+        .expect("valid RQ");
+    let mut kernel_sq = KernelSq::new(&sq_mem, NUM);
+    let mut kernel_rq = KernelRq::new(&rq_mem, NUM);
+    let cfg = SendConfig {
+        max_sge: 6,
+        max_inline: 80,
+        sig_all: false,
+    };
+    let sges = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: 7,
+    }];
+    let payload = [0x42u8; 64];
+    let inline: [&[u8]; 1] = [&payload];
+    let write = |wr_id| SendWr {
+        wr_id,
+        op: SendOp::RdmaWrite {
+            remote: Remote {
+                addr: 0x2000,
+                rkey: 9,
+            },
+            imm: None,
+        },
+        flags: SendFlags::SIGNALED,
+        payload: Payload::Sges(&sges),
+        ud: None,
+    };
+    for i in 0..ITERS {
+        assert!(post_write(&mut sq, cfg, &write(i)));
+        assert_eq!(kernel_sq.take().map(|s| s.map(|s| s.id)), Some(Ok(i)));
+
+        let recv = RecvWr {
+            wr_id: i,
+            sges: &sges,
+        };
+        assert!(post_recv_one(&mut rq, 6, &recv));
+        assert_eq!(kernel_rq.take().map(|r| r.map(|r| r.id)), Some(Ok(i)));
+
+        let send = SendWr {
+            wr_id: i,
+            op: SendOp::Send { imm: None },
+            flags: SendFlags::SIGNALED,
+            payload: Payload::Inline(&inline),
+            ud: None,
+        };
+        assert!(post_inline(&mut sq, cfg, &send));
+        assert_eq!(kernel_sq.take().map(|s| s.map(|s| s.id)), Some(Ok(i)));
+
+        let batch = [write(i), write(i + 1), write(i + 2), write(i + 3)];
+        assert!(post_batch(&mut sq, cfg, &batch));
+        for k in 0..4 {
+            assert_eq!(kernel_sq.take().map(|s| s.map(|s| s.id)), Some(Ok(i + k)));
+        }
+    }
+}
