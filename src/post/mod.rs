@@ -381,6 +381,23 @@ impl<M> Entry<M> {
 struct Tables<M> {
     sq: Outstanding<Entry<M>>,
     rq: Outstanding<Entry<M>>,
+    /// Room for a batch's SGEs and work requests, kept between
+    /// [`OwnedQp::post_send_batch`] calls (empty between them), so a batch
+    /// allocates only when it is larger than every batch before.
+    batch_sges: Vec<Option<Sge>>,
+    batch_wrs: Vec<SendWr<'static>>,
+}
+
+/// An empty vector of work requests of any lifetime, in `wrs`'s allocation:
+/// collecting an empty `vec::IntoIter` into a vector of a type of the same
+/// layout reuses the buffer (std's in-place collection), so the room
+/// [`Tables`] keeps outlives the borrows of one batch. Should std ever
+/// allocate anew here, only the reuse is lost.
+fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
+    wrs.clear();
+    // Not `filter`: the item type changes (its lifetime), which is the point.
+    #[allow(clippy::unnecessary_filter_map)]
+    wrs.into_iter().filter_map(|_| None).collect()
 }
 
 /// A queue pair whose work requests own the memory the device may use.
@@ -525,6 +542,8 @@ impl<M: DeviceReadable> OwnedQp<M> {
             tables: Mutex::new(Tables {
                 sq: Outstanding::new(0),
                 rq: Outstanding::new(RECV_TAG),
+                batch_sges: Vec::new(),
+                batch_wrs: Vec::new(),
             }),
         };
         let qpn = owned.qp().qp_num();
@@ -616,30 +635,44 @@ impl<M: DeviceReadable> OwnedQp<M> {
     /// [`poll`](Self::poll)); on a refusal it is as it was and nothing was
     /// queued. On [`Error::Doorbell`] the requests were queued: the vector
     /// is emptied and they are the device's, as after a success.
-    /// Allocates the batch's work-request array.
+    /// Allocates only when the batch is larger than every batch this QP
+    /// posted before (the room for its work requests is kept).
     pub fn post_send_batch(&self, requests: &mut Vec<SendRequest<'_, M>>) -> Result<(), Error> {
         if requests.is_empty() {
             return Ok(());
         }
-        let mut t = self.lock();
-        let mut sges = Vec::with_capacity(requests.len());
+        let mut guard = self.lock();
+        let t = &mut *guard;
+        let mut sges = std::mem::take(&mut t.batch_sges);
         for (i, r) in requests.iter().enumerate() {
             let sge = match self.must_be_signalled(r) {
                 Some(e) => Err(e),
                 None => r.local.as_ref().map(Local::sge).transpose(),
             };
-            sges.push(sge.map_err(|e| self.post_error(Op::PostSend, i, e))?);
+            match sge {
+                Ok(sge) => sges.push(sge),
+                Err(e) => {
+                    sges.clear();
+                    t.batch_sges = sges;
+                    return Err(self.post_error(Op::PostSend, i, e));
+                }
+            }
         }
-        let inlines: Vec<[&[u8]; 1]> = requests.iter().map(|r| [r.inline]).collect();
-        let wrs: Vec<SendWr<'_>> = requests
-            .iter()
-            .enumerate()
-            .map(|(i, r)| send_wr(r, t.sq.id_of_next(i), sges[i].as_slice(), &inlines[i]))
-            .collect();
+        let mut wrs: Vec<SendWr<'_>> = recycle(std::mem::take(&mut t.batch_wrs));
+        wrs.extend(requests.iter().enumerate().map(|(i, r)| {
+            send_wr(
+                r,
+                t.sq.id_of_next(i),
+                sges[i].as_slice(),
+                std::array::from_ref(&r.inline),
+            )
+        }));
         // SAFETY: as in post_send, for each request of the batch; they stay
         // in the table until the device is done with them.
         let posted = unsafe { self.qp().post_send(&wrs) };
-        drop(wrs);
+        t.batch_wrs = recycle(wrs);
+        sges.clear();
+        t.batch_sges = sges;
         if matches!(posted, Ok(()) | Err(Error::Doorbell { .. })) {
             for r in requests.drain(..) {
                 t.sq.push(Entry::send(r));
@@ -930,5 +963,37 @@ fn send_wr<'s, M>(
             .ud
             .as_ref()
             .map(|ud| UdDest::new(&ud.ah, ud.remote_qpn, ud.remote_qkey)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The batch room is reused: a vector of work requests borrowing one
+    /// batch's SGEs comes back empty in the same allocation, with no
+    /// borrow left, on the toolchain that builds the crate.
+    #[test]
+    fn recycling_keeps_the_allocation() {
+        let (kept, ptr, cap): (Vec<SendWr<'static>>, usize, usize) = {
+            // Local to this block: the work requests borrow it.
+            let sges = [Sge {
+                addr: 0x1000,
+                length: 64,
+                lkey: 7,
+            }];
+            let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(8);
+            wrs.push(SendWr {
+                wr_id: 1,
+                op: SendOp::Send { imm: None },
+                flags: SendFlags::SIGNALED,
+                payload: Payload::Sges(&sges),
+                ud: None,
+            });
+            let (ptr, cap) = (wrs.as_ptr() as usize, wrs.capacity());
+            (recycle(wrs), ptr, cap)
+        };
+        assert!(kept.is_empty());
+        assert_eq!((kept.as_ptr() as usize, kept.capacity()), (ptr, cap));
     }
 }
