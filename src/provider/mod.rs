@@ -1,22 +1,216 @@
 //! What differs per kernel driver, in one place per driver, and which
 //! driver a device has ([`driver::DriverId`]).
 //!
-//! The core (contexts, PDs, MRs) never asks which driver it talks to; it asks
-//! the context's [`Provider`], chosen once at open from the driver id (no
-//! `dlopen`, a closed set). Each driver's module holds its driver-private
-//! (UHW) command tails, its ABI range and what its kernel code does on
-//! failure; [`generic`] is what holds for any driver, [`rings`] the data-path
-//! rings a CQ or QP owns, per driver.
+//! The core (contexts, PDs, MRs, CQs, QPs) never asks which driver it talks
+//! to; it asks the context's [`Provider`], chosen once at open from the
+//! driver id (no `dlopen`, a closed set). Each driver's module holds its
+//! driver-private (UHW) command tails, its ABI range, what its kernel code
+//! does on failure and its data-path rings, and says so by implementing
+//! [`Driver`] (and the ring traits of [`rings`]) for a zero-sized type;
+//! [`generic`] is what holds for any driver.
+//!
+//! **One driver list.** The drivers are named once, in the `drivers!`
+//! invocation below. It makes [`Provider`] and the ring enums objects store
+//! ([`CqRing`], [`SendQueue`], [`RecvQueue`]), one variant per driver, and
+//! the two matches everything else is written with: `with_driver!` (a
+//! provider's driver as a type) and `each_ring!` (a ring enum's ring). A
+//! new driver is its trait implementations plus one line in that list.
+//! Why enums and not `dyn`: the set is closed, and a match over concrete
+//! types lets the post and poll paths inline into the caller as they did
+//! when each match was written by hand (the instruction probes of the rxe
+//! and siw modules count them). Why a generating macro and not a generic
+//! enum over a driver parameter: the objects hold one ring whose driver is
+//! known only at run time, so something must list the variants; listing
+//! them once is the least code.
 
 pub(crate) mod driver;
 pub(crate) mod generic;
+
+use crate::command::QpType;
+use crate::error::Errno;
+use crate::flags::ReregFlags;
+use crate::transport::Transport;
+use driver::DriverId;
+use rings::{CompletionRing, QpRingConfig, RecvRing, SendRing};
+
+/// One kernel driver's provider, implemented by a zero-sized type in its
+/// module. The defaults are those of a driver that needs no private data.
+pub(crate) trait Driver {
+    /// Its kernel driver id.
+    const ID: DriverId;
+    /// Driver ABI versions this crate speaks with it: `(lowest, highest,
+    /// text for errors)`.
+    const ABI: (u32, u32, &'static str);
+    /// Bytes of driver-private GET_CONTEXT output the kernel requires.
+    const GET_CONTEXT_UHW_OUT: usize = 0;
+    /// Driver-private REG_MR input, and the size of its output.
+    const REG_MR_UHW: (&'static [u8], usize) = (&[], 0);
+    /// Bytes of driver answer a CQ create needs room for.
+    const CREATE_CQ_UHW_OUT: usize;
+    /// Bytes of driver answer a QP create needs room for.
+    const CREATE_QP_UHW_OUT: usize;
+    /// Why its rings cannot be used on this CPU, if they cannot.
+    const DATA_PATH_REFUSAL: Option<&'static str> = None;
+
+    /// A CQ's ring.
+    type Cq: CompletionRing;
+    /// A QP's send queue.
+    type Sq: SendRing;
+    /// A QP's receive queue.
+    type Rq: RecvRing;
+
+    /// Beyond [`generic::rereg_refusal_leaves_mr_unchanged`]: whether its
+    /// answer `errno` to a REREG_MR guarantees that nothing was changed.
+    fn rereg_refusal_leaves_mr_unchanged(errno: Errno) -> bool;
+
+    /// Whether it creates QPs of this type.
+    fn supports_qp_type(_qp_type: QpType) -> bool {
+        true
+    }
+
+    /// Reads the CREATE_CQ answer (`written` bytes of `uhw`) and maps the
+    /// ring.
+    fn map_cq(transport: &dyn Transport, uhw: &[u8], written: usize) -> Result<Self::Cq, Errno>;
+
+    /// Reads the CREATE_QP answer and maps the rings; on an error none is
+    /// left mapped.
+    fn map_qp(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        cfg: QpRingConfig,
+    ) -> Result<(Self::Sq, Self::Rq), Errno>;
+}
+
+/// Makes, from the driver list, [`Provider`], the ring enums and the two
+/// dispatch macros. `$d` is a `$` token: the macros it defines need their
+/// own `$` metavariables, which a macro cannot write literally.
+macro_rules! drivers {
+    ($d:tt $($(#[doc = $doc:literal])* $V:ident($D:ty),)+) => {
+        /// The driver behind a context.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub(crate) enum Provider {
+            $($(#[doc = $doc])* $V,)+
+            /// Any other driver, or an unknown one: only what every driver
+            /// shares.
+            Generic,
+        }
+
+        impl Provider {
+            /// The provider for a driver id (`Generic` when unknown).
+            pub(crate) fn for_driver(id: Option<DriverId>) -> Provider {
+                $(if id == Some(<$D as Driver>::ID) {
+                    return Provider::$V;
+                })+
+                Provider::Generic
+            }
+        }
+
+        /// A CQ's ring, per driver.
+        pub(crate) enum CqRing {
+            $($(#[doc = $doc])* $V(<$D as Driver>::Cq),)+
+        }
+
+        /// A QP's send queue, per driver.
+        pub(crate) enum SendQueue {
+            $($(#[doc = $doc])* $V(<$D as Driver>::Sq),)+
+        }
+
+        /// A QP's receive queue, per driver.
+        pub(crate) enum RecvQueue {
+            $($(#[doc = $doc])* $V(<$D as Driver>::Rq),)+
+        }
+
+        $(
+            impl From<<$D as Driver>::Cq> for CqRing {
+                fn from(ring: <$D as Driver>::Cq) -> CqRing {
+                    CqRing::$V(ring)
+                }
+            }
+
+            impl From<<$D as Driver>::Sq> for SendQueue {
+                fn from(ring: <$D as Driver>::Sq) -> SendQueue {
+                    SendQueue::$V(ring)
+                }
+            }
+
+            impl From<<$D as Driver>::Rq> for RecvQueue {
+                fn from(ring: <$D as Driver>::Rq) -> RecvQueue {
+                    RecvQueue::$V(ring)
+                }
+            }
+
+            const _: () = assert!(
+                <$D as Driver>::CREATE_CQ_UHW_OUT <= rings::MAX_CREATE_UHW_OUT
+                    && <$D as Driver>::CREATE_QP_UHW_OUT <= rings::MAX_CREATE_UHW_OUT
+            );
+        )+
+
+        /// `with_driver!(provider, D => body, Generic => other)`: `body`
+        /// with the type `D` the provider's [`Driver`], or `other`.
+        macro_rules! with_driver {
+            ($d provider:expr, $d D:ident => $d body:expr, Generic => $d generic:expr) => {
+                match $d provider {
+                    $($crate::provider::Provider::$V => {
+                        type $d D = $D;
+                        $d body
+                    })+
+                    $crate::provider::Provider::Generic => $d generic,
+                }
+            };
+        }
+
+        /// `each_ring!(self, r => body)`, in an `impl` of a ring enum:
+        /// `body` with `r` the ring `self` holds.
+        macro_rules! each_ring {
+            ($d ring:expr, $d r:ident => $d body:expr) => {
+                match $d ring {
+                    $(Self::$V($d r) => $d body,)+
+                }
+            };
+        }
+    };
+}
+
+drivers! {$
+    /// Soft RoCE (`rdma_rxe`).
+    Rxe(crate::provider::rxe::Rxe),
+    /// Soft iWARP (`siw`).
+    Siw(crate::provider::siw::Siw),
+}
+
+// After the list: these use its macros.
 pub(crate) mod rings;
 pub(crate) mod rxe;
 pub(crate) mod siw;
 
-use crate::error::Errno;
-use crate::flags::ReregFlags;
-use driver::DriverId;
+impl Provider {
+    /// Driver ABI versions this crate speaks with the driver, where known:
+    /// `(lowest, highest, text for errors)`.
+    pub(crate) fn supported_abi(self) -> Option<(u32, u32, &'static str)> {
+        with_driver!(self, D => Some(D::ABI), Generic => None)
+    }
+
+    /// Bytes of driver-private GET_CONTEXT output the kernel requires.
+    pub(crate) fn get_context_uhw_out_len(self) -> usize {
+        with_driver!(self, D => D::GET_CONTEXT_UHW_OUT, Generic => 0)
+    }
+
+    /// Driver-private REG_MR input, and the size of its output.
+    pub(crate) fn reg_mr_uhw(self) -> (&'static [u8], usize) {
+        with_driver!(self, D => D::REG_MR_UHW, Generic => (&[], 0))
+    }
+
+    /// True when the kernel's answer `errno` to a REREG_MR with `flags`
+    /// guarantees that nothing was changed: the MR keeps its old
+    /// translation, PD, access and keys ([`MrState::Old`](crate::MrState)).
+    /// False means the man page's "undefined" may be real.
+    pub(crate) fn rereg_refusal_leaves_mr_unchanged(self, flags: ReregFlags, errno: Errno) -> bool {
+        generic::rereg_refusal_leaves_mr_unchanged(flags, errno)
+            || with_driver!(self, D => D::rereg_refusal_leaves_mr_unchanged(errno),
+                Generic => false)
+    }
+}
 
 /// The ring property tests' proptest configuration: `cases` cases, or under
 /// Miri (thousands of times slower) a handful, with no failure persistence
@@ -47,67 +241,6 @@ pub(crate) const fn ring_test_len(n: u64, under_miri: u64) -> u64 {
         under_miri
     } else {
         n
-    }
-}
-
-/// The driver behind a context.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Provider {
-    /// Soft RoCE (`rdma_rxe`).
-    Rxe,
-    /// Soft iWARP (`siw`).
-    Siw,
-    /// Any other driver, or an unknown one: only what every driver shares.
-    Generic,
-}
-
-impl Provider {
-    /// The provider for a driver id (`Generic` when unknown).
-    pub(crate) fn for_driver(id: Option<DriverId>) -> Provider {
-        match id {
-            Some(DriverId::RXE) => Provider::Rxe,
-            Some(DriverId::SIW) => Provider::Siw,
-            _ => Provider::Generic,
-        }
-    }
-
-    /// Driver ABI versions this crate speaks with the driver, where known:
-    /// `(lowest, highest, text for errors)`.
-    pub(crate) fn supported_abi(self) -> Option<(u32, u32, &'static str)> {
-        match self {
-            Provider::Rxe => Some(rxe::ABI),
-            Provider::Siw => Some(siw::ABI),
-            Provider::Generic => None,
-        }
-    }
-
-    /// Bytes of driver-private GET_CONTEXT output the kernel requires.
-    pub(crate) fn get_context_uhw_out_len(self) -> usize {
-        match self {
-            Provider::Siw => siw::GET_CONTEXT_UHW_OUT,
-            Provider::Rxe | Provider::Generic => 0,
-        }
-    }
-
-    /// Driver-private REG_MR input, and the size of its output.
-    pub(crate) fn reg_mr_uhw(self) -> (&'static [u8], usize) {
-        match self {
-            Provider::Siw => (&siw::REG_MR_UHW_IN, siw::REG_MR_UHW_OUT),
-            Provider::Rxe | Provider::Generic => (&[], 0),
-        }
-    }
-
-    /// True when the kernel's answer `errno` to a REREG_MR with `flags`
-    /// guarantees that nothing was changed: the MR keeps its old
-    /// translation, PD, access and keys ([`MrState::Old`](crate::MrState)).
-    /// False means the man page's "undefined" may be real.
-    pub(crate) fn rereg_refusal_leaves_mr_unchanged(self, flags: ReregFlags, errno: Errno) -> bool {
-        generic::rereg_refusal_leaves_mr_unchanged(flags, errno)
-            || match self {
-                Provider::Rxe => rxe::rereg_refusal_leaves_mr_unchanged(errno),
-                Provider::Siw => siw::rereg_refusal_leaves_mr_unchanged(errno),
-                Provider::Generic => false,
-            }
     }
 }
 

@@ -22,10 +22,12 @@
 
 use crate::command::QpType;
 use crate::error::Errno;
-use crate::provider::rxe::wqe::SendLimits;
-use crate::provider::{rxe, siw, Provider};
 use crate::transport::Transport;
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
+
+use super::{Driver, Provider};
+
+pub(crate) use super::{CqRing, RecvQueue, SendQueue};
 
 /// Why a post did not queue anything.
 #[derive(Debug)]
@@ -42,135 +44,94 @@ pub(crate) enum PostFailure {
     Os(Errno),
 }
 
-/// Room for the largest driver answer to a CQ or QP create.
+/// Room for the largest driver answer to a CQ or QP create (checked
+/// against each driver's at compile time, in the driver list).
 pub(crate) const MAX_CREATE_UHW_OUT: usize = 32;
-const _: () = assert!(rxe::rings::CREATE_CQ_UHW_OUT <= MAX_CREATE_UHW_OUT);
-const _: () = assert!(rxe::rings::CREATE_QP_UHW_OUT <= MAX_CREATE_UHW_OUT);
-const _: () = assert!(siw::rings::CREATE_CQ_UHW_OUT <= MAX_CREATE_UHW_OUT);
-const _: () = assert!(siw::rings::CREATE_QP_UHW_OUT <= MAX_CREATE_UHW_OUT);
 
 impl Provider {
     /// Bytes of driver answer a CQ create needs room for; `None` for a
     /// driver without a data path here.
     pub(crate) fn create_cq_uhw_out(self) -> Option<usize> {
-        match self {
-            Provider::Rxe => Some(rxe::rings::CREATE_CQ_UHW_OUT),
-            Provider::Siw => Some(siw::rings::CREATE_CQ_UHW_OUT),
-            Provider::Generic => None,
-        }
+        with_driver!(self, D => Some(D::CREATE_CQ_UHW_OUT), Generic => None)
     }
 
     /// Bytes of driver answer a QP create needs room for; `None` for a
     /// driver without a data path here.
     pub(crate) fn create_qp_uhw_out(self) -> Option<usize> {
-        match self {
-            Provider::Rxe => Some(rxe::rings::CREATE_QP_UHW_OUT),
-            Provider::Siw => Some(siw::rings::CREATE_QP_UHW_OUT),
-            Provider::Generic => None,
-        }
+        with_driver!(self, D => Some(D::CREATE_QP_UHW_OUT), Generic => None)
     }
 
     /// Why this driver's rings cannot be used on this CPU, if they cannot
-    /// (siw off x86-64: see [`siw::DATA_PATH_SOUND`]). Creating a CQ or QP
-    /// then answers [`Error::Unsupported`](crate::Error::Unsupported) before
-    /// any system call.
+    /// (siw off x86-64: see [`siw::DATA_PATH_SOUND`](super::siw::DATA_PATH_SOUND)).
+    /// Creating a CQ or QP then answers
+    /// [`Error::Unsupported`](crate::Error::Unsupported) before any system
+    /// call.
     pub(crate) fn data_path_refusal(self) -> Option<&'static str> {
-        match self {
-            Provider::Siw if !siw::DATA_PATH_SOUND => Some(siw::WEAKLY_ORDERED_CPU),
-            Provider::Siw | Provider::Rxe | Provider::Generic => None,
-        }
+        with_driver!(self, D => D::DATA_PATH_REFUSAL, Generic => None)
     }
 
     /// The QP types the driver creates; others are refused before any
     /// system call (siw: RC only, `siw_create_qp` answers EOPNOTSUPP).
     pub(crate) fn supports_qp_type(self, qp_type: QpType) -> bool {
-        match self {
-            Provider::Siw => qp_type == QpType::Rc,
-            Provider::Rxe | Provider::Generic => true,
-        }
+        with_driver!(self, D => D::supports_qp_type(qp_type), Generic => true)
+    }
+}
+
+/// What every ring does around a destroy. The defaults are the
+/// destroy-then-unmap order (rxe's): nothing before the destroy, the ring
+/// unmapped when dropped.
+pub(crate) trait Ring {
+    /// Unmaps the ring now if the driver's order is unmap-then-destroy
+    /// (siw; see the module text) and answers whether it did.
+    fn unmap_before_destroy(&mut self) -> bool {
+        false
+    }
+
+    /// Maps the ring again after a refused destroy (a no-op if mapped).
+    fn remap(&mut self, _transport: &dyn Transport) -> Result<(), Errno> {
+        Ok(())
     }
 }
 
 /// A CQ's ring.
-pub(crate) enum CqRing {
-    /// A header-and-indices ring; arming is `REQ_NOTIFY_CQ`.
-    Rxe(rxe::rings::CqRing),
-    /// A VALID-flag array and its arming word.
-    Siw(siw::rings::CqRing),
-}
-
-impl CqRing {
-    /// Reads the create answer (`written` bytes of `uhw`) and maps the ring
-    /// of `provider`'s driver on `transport`. On an error the caller destroys the CQ.
-    pub(crate) fn map(
-        provider: Provider,
-        transport: &dyn Transport,
-        uhw: &[u8],
-        written: usize,
-    ) -> Result<CqRing, Errno> {
-        match provider {
-            Provider::Rxe => rxe::rings::CqRing::map(transport, uhw, written).map(CqRing::Rxe),
-            Provider::Siw => siw::rings::CqRing::map(transport, uhw, written)
-                .map(CqRing::Siw)
-                .map_err(|e| e.errno()),
-            Provider::Generic => Err(Errno::OPNOTSUPP),
-        }
-    }
-
+pub(crate) trait CompletionRing: Ring {
     /// Copies up to `out.len()` completions out; no system call.
-    #[inline]
-    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
-        match self {
-            CqRing::Rxe(r) => Ok(r.poll(out)),
-            CqRing::Siw(r) => r.poll(out),
-        }
-    }
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno>;
 
     /// Arms the CQ in memory where the driver allows it (siw: a store to
-    /// the control word); `None` when arming takes `REQ_NOTIFY_CQ` (rxe).
-    pub(crate) fn arm_in_memory(&mut self, solicited_only: bool) -> Option<Result<(), Errno>> {
-        match self {
-            CqRing::Rxe(_) => None,
-            CqRing::Siw(r) => Some(r.arm(solicited_only)),
-        }
-    }
-
-    /// Unmaps the ring now if the driver's order is unmap-then-destroy
-    /// (siw; see the module text) and answers whether it did. rxe's ring
-    /// stays mapped until the CQ is dropped, after its destroy.
-    pub(crate) fn unmap_before_destroy(&mut self) -> bool {
-        match self {
-            CqRing::Rxe(_) => false,
-            CqRing::Siw(r) => {
-                r.unmap();
-                true
-            }
-        }
-    }
-
-    /// Maps the ring again after a refused destroy (a no-op if mapped).
-    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        match self {
-            CqRing::Rxe(_) => Ok(()),
-            CqRing::Siw(r) => r.remap(transport),
-        }
+    /// the control word); `None` (the default) when arming takes
+    /// `REQ_NOTIFY_CQ` (rxe).
+    fn arm_in_memory(&mut self, _solicited_only: bool) -> Option<Result<(), Errno>> {
+        None
     }
 }
 
-/// A QP's send queue (and, for rxe, the state its writer needs).
-pub(crate) enum SendQueue {
-    /// rxe's ring.
-    Rxe(rxe::rings::SendQueue),
-    /// siw's SQE array.
-    Siw(siw::rings::SendQueue),
+/// A QP's send queue.
+pub(crate) trait SendRing: Ring {
+    /// Writes `wrs` (all or nothing) and answers whether the POST_SEND
+    /// doorbell must be written: always after a non-empty batch on rxe,
+    /// only when the kernel may be idle on siw.
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure>;
+
+    /// How many requests the ring really holds, where that can exceed the
+    /// capacity the kernel answered: Linux 6.1's rxe answers the
+    /// `max_send_wr` asked for and sizes the ring to the next power of two
+    /// minus one (6.12 answers the ring's size). `None` (the default) where
+    /// the answer is the ring's size (siw).
+    fn ring_capacity(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// A QP's receive queue.
-pub(crate) enum RecvQueue {
-    /// rxe's ring.
-    Rxe(rxe::rings::RecvQueue),
-    /// siw's RQE array (or none).
-    Siw(siw::rings::RecvQueue),
+pub(crate) trait RecvRing: Ring {
+    /// Writes `wrs` (all or nothing); no system call.
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure>;
+
+    /// As [`SendRing::ring_capacity`], for `max_recv_wr`.
+    fn ring_capacity(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// What a QP's rings are created with.
@@ -189,6 +150,43 @@ pub(crate) struct QpRingConfig {
     pub(crate) sq_sig_all: bool,
 }
 
+impl CqRing {
+    /// Reads the create answer (`written` bytes of `uhw`) and maps the ring
+    /// of `provider`'s driver on `transport`. On an error the caller
+    /// destroys the CQ.
+    pub(crate) fn map(
+        provider: Provider,
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<CqRing, Errno> {
+        with_driver!(provider, D => D::map_cq(transport, uhw, written).map(CqRing::from),
+            Generic => Err(Errno::OPNOTSUPP))
+    }
+
+    /// As [`CompletionRing::poll`].
+    #[inline]
+    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
+        each_ring!(self, r => r.poll(out))
+    }
+
+    /// As [`CompletionRing::arm_in_memory`].
+    pub(crate) fn arm_in_memory(&mut self, solicited_only: bool) -> Option<Result<(), Errno>> {
+        each_ring!(self, r => r.arm_in_memory(solicited_only))
+    }
+
+    /// As [`Ring::unmap_before_destroy`]: rxe's ring stays mapped until
+    /// the CQ is dropped, after its destroy.
+    pub(crate) fn unmap_before_destroy(&mut self) -> bool {
+        each_ring!(self, r => r.unmap_before_destroy())
+    }
+
+    /// As [`Ring::remap`].
+    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
+        each_ring!(self, r => r.remap(transport))
+    }
+}
+
 /// Reads the QP create answer and maps the rings of the context's driver.
 /// On an error the caller destroys the QP (every ring mapped so far is
 /// already unmapped).
@@ -199,115 +197,53 @@ pub(crate) fn map_qp(
     written: usize,
     cfg: QpRingConfig,
 ) -> Result<(SendQueue, RecvQueue), Errno> {
-    match provider {
-        Provider::Rxe => {
-            let limits = SendLimits {
-                max_sge: cfg.max_send_sge,
-                max_inline: cfg.max_inline,
-            };
-            let (sq, rq) = rxe::rings::map_qp(
-                transport,
-                uhw,
-                written,
-                cfg.qp_type,
-                limits,
-                cfg.max_recv_sge,
-            )?;
-            Ok((SendQueue::Rxe(sq), RecvQueue::Rxe(rq)))
-        }
-        Provider::Siw => {
-            let send = siw::wqe::SendConfig {
-                max_sge: cfg.max_send_sge,
-                max_inline: cfg.max_inline,
-                sig_all: cfg.sq_sig_all,
-            };
-            let (_qp_id, sq, rq) =
-                siw::rings::map_qp(transport, uhw, written, send, cfg.max_recv_sge)
-                    .map_err(|e| e.errno())?;
-            Ok((SendQueue::Siw(sq), RecvQueue::Siw(rq)))
-        }
-        Provider::Generic => Err(Errno::OPNOTSUPP),
-    }
+    with_driver!(provider, D => D::map_qp(transport, uhw, written, cfg)
+        .map(|(sq, rq)| (SendQueue::from(sq), RecvQueue::from(rq))),
+        Generic => Err(Errno::OPNOTSUPP))
 }
 
 impl SendQueue {
-    /// Writes `wrs` (all or nothing) and answers whether the POST_SEND
-    /// doorbell must be written: always after a non-empty batch on rxe,
-    /// only when the kernel may be idle on siw.
+    /// As [`SendRing::post`].
     #[inline]
     pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
-        match self {
-            SendQueue::Rxe(q) => q.post(wrs),
-            SendQueue::Siw(q) => q.post(wrs),
-        }
+        each_ring!(self, q => q.post(wrs))
     }
 
-    /// How many requests the ring really holds, where that can exceed the
-    /// capacity the kernel answered: Linux 6.1's rxe answers the
-    /// `max_send_wr` asked for and sizes the ring to the next power of two
-    /// minus one (6.12 answers the ring's size). `None` on siw, whose
-    /// answer is its ring's size.
+    /// As [`SendRing::ring_capacity`].
     pub(crate) fn ring_capacity(&self) -> Option<u32> {
-        match self {
-            SendQueue::Rxe(q) => Some(q.capacity()),
-            SendQueue::Siw(_) => None,
-        }
+        each_ring!(self, q => q.ring_capacity())
     }
 
     /// As [`CqRing::unmap_before_destroy`].
     pub(crate) fn unmap_before_destroy(&mut self) -> bool {
-        match self {
-            SendQueue::Rxe(_) => false,
-            SendQueue::Siw(q) => {
-                q.unmap();
-                true
-            }
-        }
+        each_ring!(self, q => q.unmap_before_destroy())
     }
 
     /// As [`CqRing::remap`].
     pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        match self {
-            SendQueue::Rxe(_) => Ok(()),
-            SendQueue::Siw(q) => q.remap(transport),
-        }
+        each_ring!(self, q => q.remap(transport))
     }
 }
 
 impl RecvQueue {
-    /// Writes `wrs` (all or nothing); no system call.
+    /// As [`RecvRing::post`].
     pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
-        match self {
-            RecvQueue::Rxe(q) => q.post(wrs),
-            RecvQueue::Siw(q) => q.post(wrs),
-        }
+        each_ring!(self, q => q.post(wrs))
     }
 
-    /// As [`SendQueue::ring_capacity`], for `max_recv_wr`.
+    /// As [`RecvRing::ring_capacity`].
     pub(crate) fn ring_capacity(&self) -> Option<u32> {
-        match self {
-            RecvQueue::Rxe(q) => Some(q.capacity()),
-            RecvQueue::Siw(_) => None,
-        }
+        each_ring!(self, q => q.ring_capacity())
     }
 
     /// As [`CqRing::unmap_before_destroy`].
     pub(crate) fn unmap_before_destroy(&mut self) -> bool {
-        match self {
-            RecvQueue::Rxe(_) => false,
-            RecvQueue::Siw(q) => {
-                q.unmap();
-                true
-            }
-        }
+        each_ring!(self, q => q.unmap_before_destroy())
     }
 
     /// As [`CqRing::remap`].
     pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        match self {
-            RecvQueue::Rxe(_) => Ok(()),
-            RecvQueue::Siw(q) => q.remap(transport),
-        }
+        each_ring!(self, q => q.remap(transport))
     }
 }
 

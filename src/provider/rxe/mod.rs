@@ -7,6 +7,10 @@
 //! in-process model of the kernel's side of the same memory.
 
 use crate::error::Errno;
+use crate::provider::driver::DriverId;
+use crate::provider::rings::QpRingConfig;
+use crate::provider::Driver;
+use crate::transport::Transport;
 
 // A few inspection helpers (capacities, counts) serve only the tests.
 #[cfg_attr(not(test), allow(dead_code))]
@@ -24,13 +28,53 @@ mod one_sge_tests;
 #[cfg(test)]
 mod ring_props;
 
-/// Driver ABI versions rdma-core's rxe provider accepts.
-pub(crate) const ABI: (u32, u32, &str) = (1, 2, "1..=2");
+/// The rxe provider.
+pub(crate) struct Rxe;
 
-/// `rxe_rereg_user_mr` (Linux 6.12) makes all its checks (flags, the umem
-/// check, access bits) before it changes the PD or the access, and the core
-/// checks before calling it; the only step after the change that can fail is
-/// copying the response back (`EFAULT`).
-pub(crate) fn rereg_refusal_leaves_mr_unchanged(errno: Errno) -> bool {
-    errno != Errno::FAULT
+impl Driver for Rxe {
+    const ID: DriverId = DriverId::RXE;
+    /// The versions rdma-core's rxe provider accepts.
+    const ABI: (u32, u32, &'static str) = (1, 2, "1..=2");
+    const CREATE_CQ_UHW_OUT: usize = rings::CREATE_CQ_UHW_OUT;
+    const CREATE_QP_UHW_OUT: usize = rings::CREATE_QP_UHW_OUT;
+
+    type Cq = rings::CqRing;
+    type Sq = rings::SendQueue;
+    type Rq = rings::RecvQueue;
+
+    /// `rxe_rereg_user_mr` (Linux 6.12) makes all its checks (flags, the
+    /// umem check, access bits) before it changes the PD or the access, and
+    /// the core checks before calling it; the only step after the change
+    /// that can fail is copying the response back (`EFAULT`).
+    fn rereg_refusal_leaves_mr_unchanged(errno: Errno) -> bool {
+        errno != Errno::FAULT
+    }
+
+    fn map_cq(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<rings::CqRing, Errno> {
+        rings::CqRing::map(transport, uhw, written)
+    }
+
+    fn map_qp(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        cfg: QpRingConfig,
+    ) -> Result<(rings::SendQueue, rings::RecvQueue), Errno> {
+        let limits = wqe::SendLimits {
+            max_sge: cfg.max_send_sge,
+            max_inline: cfg.max_inline,
+        };
+        rings::map_qp(
+            transport,
+            uhw,
+            written,
+            cfg.qp_type,
+            limits,
+            cfg.max_recv_sge,
+        )
+    }
 }

@@ -4,7 +4,7 @@
 //! names (the same in both framings), used through the views of
 //! [`queue`](super::queue). rxe destroys the object first and unmaps after
 //! (see
-//! [`CqRing::unmap_before_destroy`](crate::provider::rings::CqRing::unmap_before_destroy)).
+//! [`Ring::unmap_before_destroy`]).
 
 use std::mem::size_of;
 
@@ -14,7 +14,7 @@ use super::queue::{Consumer, Producer, QueueMem};
 use super::wqe::{self, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN};
 use crate::command::QpType;
 use crate::error::Errno;
-use crate::provider::rings::PostFailure;
+use crate::provider::rings::{CompletionRing, PostFailure, RecvRing, Ring, SendRing};
 use crate::transport::{SharedMapping, Transport};
 use crate::wr::{RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi as sys;
@@ -73,11 +73,15 @@ impl CqRing {
             _mapping: mapping,
         })
     }
+}
 
+impl Ring for CqRing {}
+
+impl CompletionRing for CqRing {
     /// Copies completions out; no system call.
     #[inline]
-    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> usize {
-        wqe::poll(&mut self.consumer, out)
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
+        Ok(wqe::poll(&mut self.consumer, out))
     }
 }
 
@@ -125,22 +129,24 @@ pub(crate) fn map_qp(
     ))
 }
 
-impl SendQueue {
-    /// Requests the ring holds at most (its slots − 1).
-    pub(crate) fn capacity(&self) -> u32 {
-        self.producer.capacity()
-    }
+impl Ring for SendQueue {}
 
+impl SendRing for SendQueue {
     /// Writes one WQE per request and publishes them together, or writes
     /// nothing. The caller then writes the doorbell (rxe needs it for every
     /// non-empty batch: answers true).
     #[inline]
-    pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
         post_sends(&mut self.producer, self.qp_type, self.limits, wrs)
+    }
+
+    /// Requests the ring holds at most (its slots − 1).
+    fn ring_capacity(&self) -> Option<u32> {
+        Some(self.producer.capacity())
     }
 }
 
-/// [`SendQueue::post`] on the ring itself (the instruction probe drives it
+/// [`SendRing::post`] on the ring itself (the instruction probe drives it
 /// over the kernel model). `limits` are capped to the slot
 /// ([`SendLimits::within_slot`]).
 #[inline]
@@ -164,16 +170,13 @@ pub(super) fn post_sends(
     Ok(!wrs.is_empty())
 }
 
-impl RecvQueue {
-    /// Requests the ring holds at most (its slots − 1).
-    pub(crate) fn capacity(&self) -> u32 {
-        self.producer.capacity()
-    }
+impl Ring for RecvQueue {}
 
+impl RecvRing for RecvQueue {
     /// Writes one WQE per request and publishes them together, or writes
     /// nothing; no system call.
     #[inline]
-    pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let rq = &mut self.producer;
         for (index, wr) in wrs.iter().enumerate() {
             if let Err(error) = wqe::encode_recv(rq, self.max_sge, wr) {
@@ -183,5 +186,10 @@ impl RecvQueue {
         }
         rq.publish();
         Ok(())
+    }
+
+    /// Requests the ring holds at most (its slots − 1).
+    fn ring_capacity(&self) -> Option<u32> {
+        Some(self.producer.capacity())
     }
 }

@@ -20,8 +20,8 @@
 //! the model taking every element after its post so the doorbell is due
 //! each time: the ring half of what benches/ops measures on a device,
 //! [`post_sends`] and [`post_recvs`], what
-//! [`SendQueue::post`](super::rings::SendQueue::post) and
-//! [`RecvQueue::post`](super::rings::RecvQueue::post) run on a mapped ring
+//! [`SendRing::post`](crate::provider::rings::SendRing::post) and
+//! [`RecvRing::post`](crate::provider::rings::RecvRing::post) run on a mapped ring
 //! (the QP's wrapper, its lock and the doorbell's system call add the
 //! rest).
 

@@ -34,7 +34,12 @@
 //! `queue` and `wqe` against `kernel_model`, an in-process model of the
 //! kernel's side.
 
+use crate::command::QpType;
 use crate::error::Errno;
+use crate::provider::driver::DriverId;
+use crate::provider::rings::QpRingConfig;
+use crate::provider::Driver;
+use crate::transport::Transport;
 use uverbs_uapi as sys;
 
 /// Whether siw's rings can be used soundly on this CPU: on x86-64 only.
@@ -103,8 +108,58 @@ pub(crate) const REG_MR_UHW_IN: [u8; size_of::<sys::siw_ureq_reg_mr>()] =
 /// Room for `siw_uresp_reg_mr`.
 pub(crate) const REG_MR_UHW_OUT: usize = size_of::<sys::siw_uresp_reg_mr>();
 
-/// siw has no `rereg_user_mr`: the kernel refuses every REREG_MR before
-/// looking at the MR, so no refusal can have changed it.
-pub(crate) fn rereg_refusal_leaves_mr_unchanged(_errno: Errno) -> bool {
-    true
+/// The siw provider.
+pub(crate) struct Siw;
+
+impl Driver for Siw {
+    const ID: DriverId = DriverId::SIW;
+    const ABI: (u32, u32, &'static str) = ABI;
+    const GET_CONTEXT_UHW_OUT: usize = GET_CONTEXT_UHW_OUT;
+    const REG_MR_UHW: (&'static [u8], usize) = (&REG_MR_UHW_IN, REG_MR_UHW_OUT);
+    const CREATE_CQ_UHW_OUT: usize = rings::CREATE_CQ_UHW_OUT;
+    const CREATE_QP_UHW_OUT: usize = rings::CREATE_QP_UHW_OUT;
+    /// See [`DATA_PATH_SOUND`].
+    const DATA_PATH_REFUSAL: Option<&'static str> = match DATA_PATH_SOUND {
+        true => None,
+        false => Some(WEAKLY_ORDERED_CPU),
+    };
+
+    type Cq = rings::CqRing;
+    type Sq = rings::SendQueue;
+    type Rq = rings::RecvQueue;
+
+    /// siw has no `rereg_user_mr`: the kernel refuses every REREG_MR before
+    /// looking at the MR, so no refusal can have changed it.
+    fn rereg_refusal_leaves_mr_unchanged(_errno: Errno) -> bool {
+        true
+    }
+
+    /// RC only: `siw_create_qp` answers EOPNOTSUPP for any other type.
+    fn supports_qp_type(qp_type: QpType) -> bool {
+        qp_type == QpType::Rc
+    }
+
+    fn map_cq(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<rings::CqRing, Errno> {
+        rings::CqRing::map(transport, uhw, written).map_err(|e| e.errno())
+    }
+
+    fn map_qp(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        cfg: QpRingConfig,
+    ) -> Result<(rings::SendQueue, rings::RecvQueue), Errno> {
+        let send = wqe::SendConfig {
+            max_sge: cfg.max_send_sge,
+            max_inline: cfg.max_inline,
+            sig_all: cfg.sq_sig_all,
+        };
+        let (_qp_id, sq, rq) = rings::map_qp(transport, uhw, written, send, cfg.max_recv_sge)
+            .map_err(|e| e.errno())?;
+        Ok((sq, rq))
+    }
 }

@@ -2,7 +2,7 @@
 //! (`siw_uresp_create_cq`, `siw_uresp_create_qp`), mapped at their keys on the
 //! command file, used through the views of [`queue`](super::queue), and
 //! unmapped before the destroy command (see
-//! [`CqRing::unmap_before_destroy`](crate::provider::rings::CqRing::unmap_before_destroy)).
+//! [`Ring::unmap_before_destroy`]).
 //!
 //! Sizes and order follow rdma-core's `providers/siw/siw.c`: the CQ is
 //! `num_cqe × siw_cqe + siw_cq_ctrl` bytes at `cq_key`; the QP's SQ
@@ -20,7 +20,7 @@ use zerocopy::FromBytes;
 use super::queue::{CqConsumer, LayoutError, Producer, WorkElement, CQE_LEN, CTRL_LEN};
 use super::wqe::{self, SendConfig};
 use crate::error::Errno;
-use crate::provider::rings::PostFailure;
+use crate::provider::rings::{CompletionRing, PostFailure, RecvRing, Ring, SendRing};
 use crate::transport::{SharedMapping, Transport};
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi::{self as sys, siw_rqe, siw_sqe, SIW_INVAL_UOBJ_KEY};
@@ -216,24 +216,28 @@ impl CqRing {
             ring: RingMap::map(transport, resp.cq_key, len, resp.num_cqe)?,
         })
     }
+}
 
+impl Ring for CqRing {
+    fn unmap_before_destroy(&mut self) -> bool {
+        self.ring.unmap();
+        true
+    }
+
+    fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
+        self.ring.remap(transport)
+    }
+}
+
+impl CompletionRing for CqRing {
     /// Copies completions out; no system call.
-    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
         Ok(wqe::poll(self.ring.view()?, out))
     }
 
     /// Arms the CQ: one store to its control word; no system call.
-    pub(crate) fn arm(&mut self, solicited_only: bool) -> Result<(), Errno> {
-        self.ring.view()?.arm(solicited_only);
-        Ok(())
-    }
-
-    pub(crate) fn unmap(&mut self) {
-        self.ring.unmap();
-    }
-
-    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        self.ring.remap(transport)
+    fn arm_in_memory(&mut self, solicited_only: bool) -> Option<Result<(), Errno>> {
+        Some(self.ring.view().map(|cq| cq.arm(solicited_only)))
     }
 }
 
@@ -293,26 +297,29 @@ pub(crate) fn map_qp(
     ))
 }
 
-impl SendQueue {
-    /// Checks and writes `wrs` (all or nothing); answers whether the
-    /// POST_SEND doorbell must be written (rdma-core's rule, see
-    /// [`Posted::needs_doorbell`](super::queue::Posted::needs_doorbell)).
-    pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
-        let cfg = self.cfg;
-        let sq = self.ring.view().map_err(PostFailure::Os)?;
-        post_sends(sq, cfg, wrs)
-    }
-
-    pub(crate) fn unmap(&mut self) {
+impl Ring for SendQueue {
+    fn unmap_before_destroy(&mut self) -> bool {
         self.ring.unmap();
+        true
     }
 
-    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
+    fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
         self.ring.remap(transport)
     }
 }
 
-/// [`SendQueue::post`] on its mapped send queue `sq`.
+impl SendRing for SendQueue {
+    /// Checks and writes `wrs` (all or nothing); answers whether the
+    /// POST_SEND doorbell must be written (rdma-core's rule, see
+    /// [`Posted::needs_doorbell`](super::queue::Posted::needs_doorbell)).
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
+        let cfg = self.cfg;
+        let sq = self.ring.view().map_err(PostFailure::Os)?;
+        post_sends(sq, cfg, wrs)
+    }
+}
+
+/// [`SendRing::post`] on its mapped send queue `sq`.
 pub(super) fn post_sends(
     sq: &mut Producer<siw_sqe>,
     cfg: SendConfig,
@@ -326,7 +333,7 @@ pub(super) fn post_sends(
         })
 }
 
-/// [`RecvQueue::post`] on its mapped receive queue `rq`.
+/// [`RecvRing::post`] on its mapped receive queue `rq`.
 pub(super) fn post_recvs(
     rq: &mut Producer<siw_rqe>,
     max_sge: u32,
@@ -340,9 +347,9 @@ pub(super) fn post_recvs(
         })
 }
 
-impl RecvQueue {
+impl RecvRing for RecvQueue {
     /// Checks and writes `wrs` (all or nothing); no system call.
-    pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let Some(ring) = self.ring.as_mut() else {
             return match wrs.is_empty() {
                 true => Ok(()),
@@ -358,14 +365,17 @@ impl RecvQueue {
         let rq = ring.view().map_err(PostFailure::Os)?;
         post_recvs(rq, self.max_sge, wrs)
     }
+}
 
-    pub(crate) fn unmap(&mut self) {
+impl Ring for RecvQueue {
+    fn unmap_before_destroy(&mut self) -> bool {
         if let Some(r) = &mut self.ring {
             r.unmap();
         }
+        true
     }
 
-    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
+    fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
         match &mut self.ring {
             Some(r) => r.remap(transport),
             None => Ok(()),
