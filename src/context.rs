@@ -326,8 +326,28 @@ impl Context {
     /// [`Error::ForeignProcess`] unless this is the process that opened the
     /// context: a forked child must not send commands on the parent's
     /// objects (over ioctl the kernel would let it destroy them).
+    #[inline]
     pub(crate) fn check_process(&self, op: Op) -> Result<(), Error> {
         self.inner.origin.check(op, &self.inner.device)
+    }
+
+    /// Whether this is the process that opened the context: the test of
+    /// [`check_process`](Self::check_process), for hot paths that build
+    /// its error themselves ([`foreign_process`](Self::foreign_process)).
+    #[inline]
+    pub(crate) fn is_current_process(&self) -> bool {
+        self.inner.origin.is_current()
+    }
+
+    /// The error [`check_process`](Self::check_process) answers in a
+    /// forked child, out of the hot path.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn foreign_process(&self, op: Op) -> Error {
+        Error::ForeignProcess {
+            op,
+            device: self.inner.device.clone(),
+        }
     }
 
     /// True when the kernel already refused (`EOPNOTSUPP`) a REREG_MR with

@@ -27,7 +27,8 @@ use std::collections::HashMap;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use zerocopy::FromBytes;
 
@@ -95,11 +96,11 @@ struct ChannelInner {
     ctx: Context,
     fd: OwnedFd,
     /// The event counts of each live CQ reporting here, by event id.
-    cqs: Mutex<HashMap<u64, Arc<EventCounts>>>,
+    cqs: std::sync::Mutex<HashMap<u64, Arc<EventCounts>>>,
 }
 
 impl ChannelInner {
-    fn cqs(&self) -> MutexGuard<'_, HashMap<u64, Arc<EventCounts>>> {
+    fn cqs(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<EventCounts>>> {
         // Every holder does one insert, remove or lookup: never half-done.
         self.cqs.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -213,7 +214,7 @@ impl CqInner {
     /// `keep_on_refusal`) before anyone polls.
     fn destroy(&self, keep_on_refusal: bool) -> Result<sys::ib_uverbs_destroy_cq_resp, Error> {
         self.ctx.check_process(Op::DestroyCq)?;
-        let mut ring = lock(&self.ring);
+        let mut ring = self.ring.lock();
         let unmapped = ring.unmap_before_destroy();
         let resp = match send_destroy(&self.ctx, self.path, self.handle) {
             Ok(resp) => resp,
@@ -233,10 +234,13 @@ impl CqInner {
     }
 }
 
-/// A mutex whose holder cannot leave the ring half-updated (each index or
-/// flag is published with one store): a poisoned one is still used.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+
+/// A poll's failure (the ring unmapped: siw after a refused destroy whose
+/// remap failed), out of the hot path.
+#[cold]
+#[inline(never)]
+fn poll_error(ctx: &Context, errno: Errno) -> Error {
+    Error::os(Op::PollCq, &ctx.inner.device, errno)
 }
 
 /// DESTROY_CQ of `handle` through `path`.
@@ -487,7 +491,7 @@ impl CompletionChannel {
             inner: Arc::new(ChannelInner {
                 ctx,
                 fd,
-                cqs: Mutex::new(HashMap::new()),
+                cqs: std::sync::Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -609,15 +613,15 @@ impl CompletionQueue {
         let ctx = &self.inner.ctx;
         // Before the ring lock and the ring (see `req_notify`): a child's
         // poll would hand the parent's completions back to the kernel.
-        ctx.check_process(Op::PollCq)?;
+        if !ctx.is_current_process() {
+            return Err(ctx.foreign_process(Op::PollCq));
+        }
         {
-            let mut ring = lock(&self.inner.ring);
+            let mut ring = self.inner.ring.lock();
             // Acquire, under the ring lock: pairs with the store `adopt`
             // makes before it takes this lock.
             if !self.inner.routed.load(Ordering::Acquire) {
-                return ring
-                    .poll(out)
-                    .map_err(|e| Error::os(Op::PollCq, &ctx.inner.device, e));
+                return ring.poll(out).map_err(|e| poll_error(ctx, e));
             }
         }
         self.poll_routed(Reader::Unowned, out)
@@ -658,15 +662,15 @@ impl CompletionQueue {
     ) -> Result<usize, Error> {
         let ctx = &self.inner.ctx;
         ctx.check_process(Op::PollCq)?;
-        let mut routing = lock(&self.inner.routing);
+        let mut routing = self.inner.routing.lock();
         let mut n = routing.take_held(reader, out);
-        let mut ring = lock(&self.inner.ring);
+        let mut ring = self.inner.ring.lock();
         while n < out.len() {
             let mut read = [WorkCompletion::default(); BATCH];
             let room = (out.len() - n).min(BATCH);
             let got = ring
                 .poll(&mut read[..room])
-                .map_err(|e| Error::os(Op::PollCq, &ctx.inner.device, e))?;
+                .map_err(|e| poll_error(ctx, e))?;
             n = routing.sort(reader, &read[..got], out, n);
             if got < room {
                 break;
@@ -682,7 +686,7 @@ impl CompletionQueue {
     pub(crate) fn adopt(&self, qpn: u32) -> Result<(), Error> {
         self.inner.ctx.check_process(Op::PollCq)?;
         {
-            let mut routing = lock(&self.inner.routing);
+            let mut routing = self.inner.routing.lock();
             routing.adopt(qpn);
             // Release, before the drain below takes the ring lock: a reader
             // holding that lock afterwards sees it and routes (see `poll`).
@@ -698,7 +702,7 @@ impl CompletionQueue {
     /// Unregisters the owner of QP `qpn`: what is held for it goes to plain
     /// polls.
     pub(crate) fn release(&self, qpn: u32) {
-        lock(&self.inner.routing).release(qpn);
+        self.inner.routing.lock().release(qpn);
     }
 
     /// Arms the CQ: its next completion, or with `solicited_only` its next
@@ -721,7 +725,7 @@ impl CompletionQueue {
         // siw store, which would arm the parent's live CQ (a child's ring
         // mapping, were it inherited, is the same MAP_SHARED memory).
         ctx.check_process(Op::ReqNotifyCq)?;
-        if let Some(armed) = lock(&self.inner.ring).arm_in_memory(solicited_only) {
+        if let Some(armed) = self.inner.ring.lock().arm_in_memory(solicited_only) {
             return armed.map_err(|e| Error::os(Op::ReqNotifyCq, &ctx.inner.device, e));
         }
         let cmd = ReqNotifyCq::new(self.inner.handle, solicited_only);

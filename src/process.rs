@@ -65,6 +65,7 @@ impl Generation {
     /// [`Error::ForeignProcess`] for `op` on `device` unless this is the
     /// process the generation was taken in: the one check every object that
     /// a forked child inherits makes before it touches anything.
+    #[inline]
     pub(crate) fn check(self, op: Op, device: &Arc<str>) -> Result<(), Error> {
         if self.is_current() {
             Ok(())

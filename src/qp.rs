@@ -13,7 +13,8 @@
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use crate::command::{
     CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, QpAttrMask, QpState, QpType, QueryQp,
@@ -385,12 +386,6 @@ pub struct DestroyQpError {
     pub error: Error,
 }
 
-/// A mutex whose holder cannot leave the ring half-updated (each index or
-/// flag is published with one store): a poisoned one is still used.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl QueuePair {
     /// The kernel's handle.
     pub fn handle(&self) -> u32 {
@@ -460,7 +455,7 @@ impl QueuePair {
     pub fn refresh_state(&self) -> Result<QpState, Error> {
         // Before the lock: a parent thread may have held it at fork time.
         self.pd.ctx.check_process(Op::QueryQp)?;
-        let _serial = lock(&self.modify_lock);
+        let _serial = self.modify_lock.lock();
         self.query_state()
     }
 
@@ -507,7 +502,7 @@ impl QueuePair {
     pub fn established(&self) -> Result<QpState, Error> {
         // Before the lock: a parent thread may have held it at fork time.
         self.pd.ctx.check_process(Op::QueryQp)?;
-        let _serial = lock(&self.modify_lock);
+        let _serial = self.modify_lock.lock();
         match self.query_state() {
             Err(Error::NotReported { .. }) if self.transport_type() == TransportType::Iwarp => {
                 self.state.store(QpState::Rts as u8, Ordering::Release);
@@ -540,7 +535,7 @@ impl QueuePair {
         // Lock order, the same everywhere: modify_lock, then the send ring,
         // then the receive ring (`send_destroy` takes sq then rq; a post
         // takes one ring lock and never modify_lock), so no cycle exists.
-        let _serial = lock(&self.modify_lock);
+        let _serial = self.modify_lock.lock();
         attr.check_on(self.transport_type(), self.qp_type, self.state())
             .map_err(|source| Error::QpTransition {
                 op: Op::ModifyQp,
@@ -553,8 +548,8 @@ impl QueuePair {
         // rings' indices across RESET (it zeroes the slots, not the header,
         // after flushing what was queued), so the rings' own positions stay
         // right and nothing is reset here.
-        let _sq = lock(&self.sq);
-        let _rq = lock(&self.rq);
+        let _sq = self.sq.lock();
+        let _rq = self.rq.lock();
         let cmd = ModifyQp::new(self.handle, attr);
         // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
         unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) }?;
@@ -586,8 +581,8 @@ impl QueuePair {
     /// ring locks are held throughout: no post runs meanwhile.
     fn send_destroy(&self, keep_on_refusal: bool) -> Result<u32, Error> {
         let ctx = &self.pd.ctx;
-        let mut sq = lock(&self.sq);
-        let mut rq = lock(&self.rq);
+        let mut sq = self.sq.lock();
+        let mut rq = self.rq.lock();
         let unmapped = sq.unmap_before_destroy() | rq.unmap_before_destroy();
         let sent = send_destroy_qp(ctx, self.path, self.handle);
         if sent.is_err() && unmapped && keep_on_refusal {
@@ -645,13 +640,15 @@ impl QueuePair {
     pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
         // Before the ring lock: in a forked child a parent thread may hold
         // it for ever.
-        self.pd.ctx.check_process(Op::PostSend)?;
+        if !self.pd.ctx.is_current_process() {
+            return Err(self.pd.ctx.foreign_process(Op::PostSend));
+        }
         if wrs.is_empty() {
             return Ok(());
         }
         // The state is read under the ring lock, which `modify` holds until
         // it has stored the new state: no post lands in a ring being reset.
-        let queued = queue_sends(&self.state, &mut lock(&self.sq), wrs);
+        let queued = queue_sends(&self.state, &mut self.sq.lock(), wrs);
         // SAFETY: forwarded to the caller.
         unsafe { self.after_queue_sends(queued) }
     }
@@ -666,11 +663,13 @@ impl QueuePair {
     /// As for [`post_send`](Self::post_send).
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send_exclusive(&mut self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
-        self.pd.ctx.check_process(Op::PostSend)?;
+        if !self.pd.ctx.is_current_process() {
+            return Err(self.pd.ctx.foreign_process(Op::PostSend));
+        }
         if wrs.is_empty() {
             return Ok(());
         }
-        let sq = self.sq.get_mut().unwrap_or_else(PoisonError::into_inner);
+        let sq = self.sq.get_mut();
         let queued = queue_sends(&self.state, sq, wrs);
         // SAFETY: forwarded to the caller.
         unsafe { self.after_queue_sends(queued) }
@@ -701,22 +700,35 @@ impl QueuePair {
     /// As for [`post_send`](Self::post_send).
     #[inline]
     unsafe fn ring_doorbell(&self) -> Result<(), Error> {
-        let ctx = &self.pd.ctx;
         let frame = self.doorbell.as_bytes();
-        let written = match self.doorbell_fd {
-            Some(fd) => {
-                // SAFETY: the fd is the context's command file, open while
-                // the context lives, which `self.pd` keeps alive.
-                let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-                // SAFETY: the doorbell frame's only pointer is its own
-                // response word, exposed at creation; what the device does
-                // with the WQEs just published is the caller's promise.
-                unsafe { write_command(fd, frame) }
-            }
-            // SAFETY: as above.
-            None => unsafe { ctx.inner.transport.write_prepared(frame) },
+        let Some(fd) = self.doorbell_fd else {
+            // SAFETY: forwarded to the caller.
+            return unsafe { self.ring_doorbell_through_transport() };
         };
-        match written {
+        // SAFETY: the fd is the context's command file, open while the
+        // context lives, which `self.pd` keeps alive.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        // SAFETY: the doorbell frame's only pointer is its own response
+        // word, exposed at creation; what the device does with the WQEs just
+        // published is the caller's promise.
+        match unsafe { write_command(fd, frame) } {
+            Ok(written) if written == frame.len() => Ok(()),
+            Ok(_) => Err(self.doorbell_error(Errno::IO)),
+            Err(errno) => Err(self.doorbell_error(errno)),
+        }
+    }
+
+    /// [`ring_doorbell`](Self::ring_doorbell) where the transport has no
+    /// command file of its own to write to (the recording fake).
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_send`](Self::post_send).
+    #[inline(never)]
+    unsafe fn ring_doorbell_through_transport(&self) -> Result<(), Error> {
+        let frame = self.doorbell.as_bytes();
+        // SAFETY: as in `ring_doorbell`.
+        match unsafe { self.pd.ctx.inner.transport.write_prepared(frame) } {
             Ok(written) if written == frame.len() => Ok(()),
             Ok(_) => Err(self.doorbell_error(Errno::IO)),
             Err(errno) => Err(self.doorbell_error(errno)),
@@ -755,9 +767,11 @@ impl QueuePair {
     /// registered and must be neither read nor written by the program.
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        self.pd.ctx.check_process(Op::PostRecv)?;
+        if !self.pd.ctx.is_current_process() {
+            return Err(self.pd.ctx.foreign_process(Op::PostRecv));
+        }
         // Under the ring lock, as in post_send.
-        queue_recvs(&self.state, &mut lock(&self.rq), wrs)
+        queue_recvs(&self.state, &mut self.rq.lock(), wrs)
             .map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 
@@ -770,8 +784,10 @@ impl QueuePair {
     /// As for [`post_recv`](Self::post_recv).
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv_exclusive(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        self.pd.ctx.check_process(Op::PostRecv)?;
-        let rq = self.rq.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if !self.pd.ctx.is_current_process() {
+            return Err(self.pd.ctx.foreign_process(Op::PostRecv));
+        }
+        let rq = self.rq.get_mut();
         queue_recvs(&self.state, rq, wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 }
@@ -786,7 +802,7 @@ const SEND_STATES: u32 = 1 << QpState::Rts as u8
 /// Writes `wrs` into the send ring `sq` if the QP's `state` allows sends
 /// (read with the ring held: `modify` stores a new state with the ring
 /// locks held) and answers whether the doorbell must be written.
-#[inline]
+#[inline(always)]
 fn queue_sends(
     state: &AtomicU8,
     sq: &mut SendQueue,

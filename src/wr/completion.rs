@@ -251,6 +251,17 @@ impl WorkCompletion {
         WorkCompletion { raw }
     }
 
+    /// `out` as the kernel's structs, for a provider to copy CQ slots into.
+    #[inline]
+    pub(crate) fn as_raw_slice_mut(out: &mut [WorkCompletion]) -> &mut [ib_uverbs_wc] {
+        let len = out.len();
+        // SAFETY: `WorkCompletion` is `#[repr(transparent)]` over
+        // `ib_uverbs_wc`, so the slice has the same layout, length and
+        // validity (every bit pattern of the struct is a valid completion);
+        // the borrow of `out` carries over.
+        unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<ib_uverbs_wc>(), len) }
+    }
+
     /// The kernel's struct, as the CQ held it.
     #[inline]
     pub const fn as_raw(&self) -> &ib_uverbs_wc {

@@ -26,7 +26,7 @@ const ITERS: u64 = 200;
 
 /// The measured poll: not inlined, so callgrind can name it.
 #[inline(never)]
-fn poll_one(cq: &mut Consumer, out: &mut [WorkCompletion]) -> usize {
+fn poll_one(cq: &mut Consumer<ib_uverbs_wc>, out: &mut [WorkCompletion]) -> usize {
     wqe::poll(cq, out)
 }
 
@@ -47,7 +47,7 @@ fn post_poll_loop() {
     // SAFETY: as above.
     let cq_mem = unsafe { QueueMem::from_raw(cq_ring.base(), cq_ring.len(), WC_LEN) };
     let mut sq = Producer::over(sq_mem.unwrap());
-    let mut cq = Consumer::over(cq_mem.unwrap());
+    let mut cq = Consumer::<ib_uverbs_wc>::over(cq_mem.unwrap()).unwrap();
     let mut kernel_sq = sq_ring.kernel_consumer();
     let mut kernel_cq = cq_ring.kernel_producer();
     let limits = SendLimits {

@@ -42,10 +42,10 @@ fn send_limits(max_sge: u32, max_inline: u32) -> SendLimits {
 }
 
 /// A user consumer over `ring`; the ring must outlive it.
-fn consumer(ring: &TestRing, min_elem: usize) -> Consumer {
+fn consumer<T: FromBytes>(ring: &TestRing, min_elem: usize) -> Consumer<T> {
     // SAFETY: as in `producer`.
     let mem = unsafe { QueueMem::from_raw(ring.base(), ring.len(), min_elem) };
-    Consumer::over(mem.expect("valid test ring"))
+    Consumer::over(mem.expect("valid test ring")).expect("a T fits every slot")
 }
 
 /// Fills a whole slot with a pattern derived from `seq`.
@@ -191,7 +191,7 @@ proptest! {
     #[test]
     fn consumer_ring_against_kernel((log2, slots) in ring_shape(), steps in steps()) {
         let ring = TestRing::new(log2, slots);
-        let mut user = consumer(&ring, 8);
+        let mut user = consumer::<u8>(&ring, 8);
         let mut kernel = ring.kernel_producer();
         prop_assert_eq!(user.capacity(), slots - 1);
         let mut in_ring: VecDeque<u64> = VecDeque::new();
@@ -521,12 +521,26 @@ fn writes_to_the_other_sides_index_are_ignored() {
     assert_eq!(user.free(), 7);
 }
 
+/// A consumer that copies whole completions out is refused over slots
+/// smaller than one: `copy_out` relies on it and checks nothing per call.
+#[test]
+fn a_completion_consumer_needs_slots_that_hold_a_completion() {
+    let small = TestRing::new(5, 8); // 32-byte slots
+    // SAFETY: as in `producer`.
+    let mem = unsafe { QueueMem::from_raw(small.base(), small.len(), 8) };
+    assert!(Consumer::<ib_uverbs_wc>::over(mem.expect("valid test ring")).is_none());
+    let fits = TestRing::new(6, 8); // 64-byte slots
+    // SAFETY: as in `producer`.
+    let mem = unsafe { QueueMem::from_raw(fits.base(), fits.len(), 8) };
+    assert!(Consumer::<ib_uverbs_wc>::over(mem.expect("valid test ring")).is_some());
+}
+
 /// A garbage producer index from the kernel side is masked: the consumer
 /// never reads outside its slots.
 #[test]
 fn garbage_kernel_index_stays_in_bounds() {
     let ring = TestRing::new(7, 8);
-    let mut cq = consumer(&ring, WC_LEN);
+    let mut cq = consumer::<ib_uverbs_wc>(&ring, WC_LEN);
     ring.producer_index().store(u32::MAX, Ordering::Release);
     assert_eq!(cq.elem_size(), 128);
     assert_eq!(cq.ready(), 7);
@@ -880,7 +894,7 @@ fn two_threads_completion_direction() {
 /// The user's side of [`two_threads_completion_direction`]: takes the
 /// `total` CQEs in batches of 1 to 7, each whole and in order.
 fn user_polls_in_batches(ring: &TestRing, total: u64, deadline: Instant) {
-    let mut user = consumer(ring, 8);
+    let mut user = consumer::<u8>(ring, 8);
     let mut want = 0u64;
     while want < total {
         let ready = user.ready();

@@ -53,7 +53,7 @@ fn map<V>(
 
 /// An rxe CQ's ring. The view is declared first: it points into the mapping.
 pub(crate) struct CqRing {
-    consumer: Consumer,
+    consumer: Consumer<sys::ib_uverbs_wc>,
     _mapping: SharedMapping,
 }
 
@@ -66,6 +66,8 @@ impl CqRing {
     ) -> Result<CqRing, Errno> {
         let resp: sys::rxe_create_cq_resp = answer(uhw, written)?;
         let (consumer, mapping) = map(transport, resp.mi, WC_LEN, Consumer::over)?;
+        // Never None: `map` checked every slot holds WC_LEN bytes.
+        let consumer = consumer.ok_or(Errno::PROTO)?;
         Ok(CqRing {
             consumer,
             _mapping: mapping,

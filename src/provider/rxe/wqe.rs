@@ -554,24 +554,12 @@ pub(crate) fn completion(slot: &[u8]) -> Option<WorkCompletion> {
 /// to the kernel with one store. Returns how many. No allocation, no system
 /// call, no decoding: a [`WorkCompletion`] is the kernel's struct.
 #[inline]
-pub(crate) fn poll(cq: &mut Consumer, out: &mut [WorkCompletion]) -> usize {
-    // `ready` loads the kernel's producer index with Acquire: every slot
-    // before it was completely written before we read it below. `consume`
-    // publishes our consumer index with Release only after the copies, so
-    // the kernel cannot reuse a slot we are still reading.
-    let ready = (cq.ready() as usize).min(out.len());
-    let mut n = 0;
-    while n < ready {
-        // Every slot is at least WC_LEN bytes (checked at mapping time with
-        // min_elem = WC_LEN), so `completion` cannot fail here.
-        match cq.get(n as u32).and_then(completion) {
-            Some(wc) => out[n] = wc,
-            None => break,
-        }
-        n += 1;
-    }
-    cq.consume(n as u32);
-    n
+pub(crate) fn poll(cq: &mut Consumer<ib_uverbs_wc>, out: &mut [WorkCompletion]) -> usize {
+    // A WorkCompletion is an ib_uverbs_wc (`#[repr(transparent)]`): view the
+    // caller's buffer as the kernel's structs and copy the slots in whole.
+    // `copy_out` loads the kernel's producer index with Acquire before it
+    // reads, and publishes our consumer index with Release after.
+    cq.copy_out(WorkCompletion::as_raw_slice_mut(out))
 }
 
 #[cfg(test)]
