@@ -23,11 +23,11 @@
 //! (`ibv_get_cq_event` / `ibv_ack_cq_events`): see
 //! [`CompletionQueue::ack_events`].
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use parking_lot::Mutex;
 use std::sync::Arc;
 
 use zerocopy::FromBytes;
@@ -233,7 +233,6 @@ impl CqInner {
         Ok(resp)
     }
 }
-
 
 /// A poll's failure (the ring unmapped: siw after a refused destroy whose
 /// remap failed), out of the hot path.

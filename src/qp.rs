@@ -10,10 +10,10 @@
 //! destroys, then unmaps; siw unmaps, then destroys), live in
 //! [`provider::rings`](crate::provider::rings).
 
+use parking_lot::Mutex;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use parking_lot::Mutex;
 use std::sync::Arc;
 
 use crate::command::{

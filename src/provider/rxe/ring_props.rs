@@ -526,11 +526,11 @@ fn writes_to_the_other_sides_index_are_ignored() {
 #[test]
 fn a_completion_consumer_needs_slots_that_hold_a_completion() {
     let small = TestRing::new(5, 8); // 32-byte slots
-    // SAFETY: as in `producer`.
+                                     // SAFETY: as in `producer`.
     let mem = unsafe { QueueMem::from_raw(small.base(), small.len(), 8) };
     assert!(Consumer::<ib_uverbs_wc>::over(mem.expect("valid test ring")).is_none());
     let fits = TestRing::new(6, 8); // 64-byte slots
-    // SAFETY: as in `producer`.
+                                    // SAFETY: as in `producer`.
     let mem = unsafe { QueueMem::from_raw(fits.base(), fits.len(), 8) };
     assert!(Consumer::<ib_uverbs_wc>::over(mem.expect("valid test ring")).is_some());
 }
