@@ -22,7 +22,7 @@ pub const PAIRS: &[Pair] = &[
     Pair {
         op: "alloc_pd+dealloc_pd",
         ours: [
-            "uverbs::context::Context::alloc_pd",
+            "uverbs::pd::<impl uverbs::context::Context>::alloc_pd",
             "uverbs::pd::ProtectionDomain::dealloc",
         ],
         libibverbs: ["ibv_alloc_pd", "ibv_dealloc_pd"],
@@ -30,7 +30,7 @@ pub const PAIRS: &[Pair] = &[
     Pair {
         op: "reg_mr+dereg_mr",
         ours: [
-            "uverbs::pd::ProtectionDomain::reg_mr",
+            "uverbs::mr::<impl uverbs::pd::ProtectionDomain>::reg_mr",
             "uverbs::mr::MemoryRegion::dereg",
         ],
         libibverbs: ["ibv_reg_mr", "ibv_dereg_mr"],
