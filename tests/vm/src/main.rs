@@ -372,7 +372,8 @@ impl Ctx {
     }
 
     /// Boots the two-host guests, each with its own `/init` and `/run-all`
-    /// (every run of `runs` under every configuration, with its role), and
+    /// (every run of `runs` under every configuration, with its role) and
+    /// the host files (`cargo vm bench`'s perftest) added to both, and
     /// returns A's and B's outcomes (`None` for the interactive shell).
     fn boot_two(
         &self,
@@ -381,6 +382,7 @@ impl Ctx {
         runs: &[GuestRun],
         configs: &[RunConfig],
         mode: Mode,
+        host_files: &[initramfs::HostFile],
     ) -> Result<Option<[qemu::Outcome; 2]>> {
         let work = WorkDir::create(&self.cache, self.opts.keep)?;
         let work_path = work.path();
@@ -396,7 +398,7 @@ impl Ctx {
                     modules: &kernel.modules,
                     busybox: &self.tools.busybox(),
                     binaries,
-                    host_files: &[],
+                    host_files,
                     init: guest::init_script(&kernel.modules, mode, Net::Link(host)),
                     run_all: guest::two_host_run_all_script(configs, runs, host),
                 },
@@ -450,7 +452,7 @@ impl Ctx {
     ) -> Result<Verdict> {
         let boot = || -> Result<[qemu::Outcome; 2]> {
             Ok(self
-                .boot_two(kernel, binaries, runs, configs, Mode::Run)?
+                .boot_two(kernel, binaries, runs, configs, Mode::Run, &[])?
                 .expect("run mode has outcomes"))
         };
         let mut outcomes = boot()?;
@@ -668,7 +670,14 @@ fn real_main(args: &[String]) -> Result<bool> {
                 bins.into_iter().partition(|b| guest::is_two_host(&b.name));
             if ctx.opts.two {
                 let runs = plain_runs(&two_host);
-                ctx.boot_two(kernel, &two_host, &runs, guest::TEST_CONFIGS, Mode::Shell)?;
+                ctx.boot_two(
+                    kernel,
+                    &two_host,
+                    &runs,
+                    guest::TEST_CONFIGS,
+                    Mode::Shell,
+                    &[],
+                )?;
             } else {
                 // As `cargo vm test` has it: `/run-all` runs the C peers too.
                 let mut single = single;
