@@ -386,9 +386,10 @@ impl Ctx {
     ) -> Result<Option<[qemu::Outcome; 2]>> {
         let work = WorkDir::create(&self.cache, self.opts.keep)?;
         let work_path = work.path();
-        // One link per device (rxe0's eth0, siw0's eth1), each its own TCP
-        // connection between the qemus.
-        let ports = qemu::free_ports(guest::LINK_KINDS.len())?;
+        // One link per device (rxe0's eth0, siw0's eth1), each a UDP port
+        // of each qemu ([`qemu::Nic`]): A's and B's of link i are
+        // ports[2i] and ports[2i + 1].
+        let ports = qemu::free_ports(2 * guest::LINK_KINDS.len())?;
         let mut boots = Vec::new();
         for host in Host::BOTH {
             let initrd = self.initramfs(
@@ -405,13 +406,13 @@ impl Ctx {
             )?;
             let nics = guest::LINK_KINDS
                 .iter()
-                .zip(&ports)
-                .map(|(&kind, &port)| qemu::Nic {
+                .zip(ports.chunks(2))
+                .map(|(&kind, pair)| qemu::Nic {
                     id: format!("{kind:?}").to_lowercase(),
                     mac: host.mac(kind),
-                    end: match host {
-                        Host::A => qemu::LinkEnd::Listen(port),
-                        Host::B => qemu::LinkEnd::Connect(port),
+                    end: qemu::LinkEnd {
+                        local: pair[host.index()],
+                        remote: pair[host.peer().index()],
                     },
                 })
                 .collect();

@@ -35,8 +35,12 @@ const DEVICES: [Kind; 2] = [Kind::Rxe, Kind::Siw];
 /// What a run measures with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Program {
-    /// `examples/pingpong.rs --cm`: SEND answered by a SEND.
+    /// `examples/pingpong.rs --cm`: SEND answered by a SEND, each side
+    /// busy-polling its CQ.
     Pingpong,
+    /// The same with `--wait event`: each side polls a while, then arms
+    /// its CQ and sleeps on the completion channel.
+    PingpongEvent,
     /// perftest's `ib_send_lat -R`: SEND answered by a SEND.
     SendLat,
     /// perftest's `ib_write_lat -R`: RDMA WRITE answered by a WRITE.
@@ -44,13 +48,19 @@ pub enum Program {
 }
 
 /// Every program, in the report's order.
-const PROGRAMS: [Program; 3] = [Program::Pingpong, Program::SendLat, Program::WriteLat];
+const PROGRAMS: [Program; 4] = [
+    Program::Pingpong,
+    Program::PingpongEvent,
+    Program::SendLat,
+    Program::WriteLat,
+];
 
 impl Program {
     /// Its word in the run's name.
     fn key(self) -> &'static str {
         match self {
             Program::Pingpong => "pingpong",
+            Program::PingpongEvent => "pingpong_event",
             Program::SendLat => "send_lat",
             Program::WriteLat => "write_lat",
         }
@@ -60,6 +70,7 @@ impl Program {
     fn label(self) -> &'static str {
         match self {
             Program::Pingpong => "uverbs `pingpong --cm`",
+            Program::PingpongEvent => "uverbs `pingpong --cm --wait event`",
             Program::SendLat => "perftest `ib_send_lat -R`",
             Program::WriteLat => "perftest `ib_write_lat -R`",
         }
@@ -68,14 +79,14 @@ impl Program {
     /// The exchange it times.
     fn exchange(self) -> &'static str {
         match self {
-            Program::Pingpong | Program::SendLat => "SEND / RECV",
+            Program::Pingpong | Program::PingpongEvent | Program::SendLat => "SEND / RECV",
             Program::WriteLat => "RDMA WRITE",
         }
     }
 
     /// True for perftest (half round trips, its table).
     fn is_perftest(self) -> bool {
-        self != Program::Pingpong
+        matches!(self, Program::SendLat | Program::WriteLat)
     }
 }
 
@@ -101,8 +112,12 @@ pub fn runs() -> Vec<GuestRun> {
         let (local, peer) = placeholders(device);
         let (iters, size) = (ITERS.to_string(), SIZE.to_string());
         for program in PROGRAMS {
+            let wait = match program {
+                Program::PingpongEvent => "event",
+                _ => "busy",
+            };
             let (bin, a, b, expect_a) = match program {
-                Program::Pingpong => {
+                Program::Pingpong | Program::PingpongEvent => {
                     // A short WRITE stream (pingpong measures it too; this
                     // report does not show it).
                     let common = [
@@ -114,6 +129,8 @@ pub fn runs() -> Vec<GuestRun> {
                         &size,
                         "--write-size",
                         "4096",
+                        "--wait",
+                        wait,
                     ];
                     let mut a = owned(&["--cm", "--client", "--connect"]);
                     a.push(format!("{peer}:{{port}}"));
@@ -287,7 +304,7 @@ pub fn markdown(runs: &[Measured]) -> String {
          against a server on host B: {ITERS} round trips of {SIZE} B, connected \
          by the rdma_cm. perftest prints half a round trip (`t_typical`, its \
          median, and `99% percentile`); the table doubles it and shows what it \
-         printed in the last column. Every side busy-polls its CQ.\n"
+         printed in the last column. Every side busy-polls its CQ but `--wait event`'s, which polls 200 times, then arms the CQ and sleeps on its completion channel.\n"
     );
     if runs.is_empty() {
         s.push_str("Not run (the two-host guests were not booted).\n");
@@ -352,7 +369,7 @@ mod tests {
     #[test]
     fn perftest_runs_b_serving_and_a_connecting_with_attempts() {
         let runs = runs();
-        assert_eq!(runs.len(), 6);
+        assert_eq!(runs.len(), 8);
         assert!(runs.iter().all(|r| crate::guest::is_two_host(&r.name)));
         let configs = [RunConfig {
             name: "bench",
@@ -360,8 +377,8 @@ mod tests {
         }];
         let a = two_host_run_all_script(&configs, &runs, Host::A);
         let b = two_host_run_all_script(&configs, &runs, Host::B);
-        // Run 4: ib_send_lat on siw0.
-        let port = TWO_HOST_BASE_PORT + 4;
+        // Run 6: ib_send_lat on siw0.
+        let port = TWO_HOST_BASE_PORT + 6;
         assert!(b.contains(&format!(
             " /usr/bin/ib_send_lat -d siw0 -F -R -s 64 -n 300 -p {port}\nrc=$?\n"
         )));
@@ -372,7 +389,11 @@ mod tests {
         assert!(!b.contains("attempt="));
         // Run 0: ours on rxe0.
         assert!(a.contains(&format!(
-            "/tests/pingpong --cm --client --connect 192.0.2.2:{TWO_HOST_BASE_PORT} --device rxe0 --iters 300"
+            "/tests/pingpong --cm --client --connect 192.0.2.2:{TWO_HOST_BASE_PORT} --device rxe0 --iters 300 --size 64 --write-size 4096 --wait busy >"
+        )));
+        assert!(b.contains(&format!(
+            "/tests/pingpong --cm --server --bind 198.51.100.2:{} --device siw0 --iters 300 --size 64 --write-size 4096 --wait event\n",
+            TWO_HOST_BASE_PORT + 5
         )));
     }
 
