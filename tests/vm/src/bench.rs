@@ -17,13 +17,16 @@
 //!    libibverbs' rxe/siw providers and valgrind go into the guest at their
 //!    installed paths, with their shared libraries.
 //! 3. Boots once: verbs, then datapath; each picks devices itself.
-//! 4. Parses the console, prints the headline tables and writes the docs.
+//! 4. Boots the two-host guests: ours and perftest's latency tests across
+//!    them ([`two_host`](mod@two_host)).
+//! 5. Parses the consoles, prints the headline tables and writes the docs.
 //!
 //! `UVERBS_BENCH_CELL_MS` and `UVERBS_BENCH_SIZES` are passed to the guest
 //! (a quicker, rougher run), and so are the data-path knobs `UVERBS_DP_*`
 //! (see benches/datapath/main.rs); `UVERBS_BENCH_FROM_LOG=<console.log>`
-//! skips the build and the boot and only regenerates the docs from a saved
-//! log.
+//! skips the build and the boots and only regenerates the docs from a saved
+//! log (and `UVERBS_BENCH_TWO_HOST_FROM_LOG=<console-a.log>` the two-host
+//! section from host a's).
 //!
 //! The module: [`wire`] types the words of a `@@BENCH` line,
 //! [`parse`](mod@parse) reads the console into a [`model::Run`],
