@@ -434,7 +434,7 @@ pingpong rxe0 (cm) over ioctl: latency: 300 round trips of 64 B SEND/RECV: media
             "{md}"
         );
         assert!(
-            md.contains("| 51.0 µs | 80.5 µs | t_typical 25.5 µs, 99% 40.25 µs (one way) |"),
+            md.contains("| 51.0 µs | 80.5 µs | t_typical 25.50 µs, 99% 40.25 µs (one way) |"),
             "{md}"
         );
         assert!(md.contains("failed: no figures (exit status 1)"), "{md}");
