@@ -16,6 +16,7 @@
 //!                         whose QPs reach RTS only through the cm)
 //!          --size BYTES (ping message, default 64)    --iters N (pings and writes, default 1000)
 //!          --write-size BYTES (default 65536)        --gid-index I (default 0)
+//!          --wait busy|event (how a side waits for a completion, default busy)
 //! ```
 //!
 //! The client measures two things:
@@ -30,6 +31,15 @@
 //! With `--cm` the connection manager sets the QPs up (`pingpong/cm.rs`);
 //! the measurements and the printout are the same.
 //!
+//! `--wait` picks how both sides wait for a completion: `busy` polls the
+//! CQ (no system call), yielding the CPU every 64 empty polls; `event`
+//! polls [`SPIN_POLLS`] times, then arms the CQ (`req_notify`), polls once
+//! more and sleeps on its completion channel until the kernel reports a
+//! completion. On a machine with one CPU a busy poller competes with the
+//! kernel work that produces its completion (rxe runs its requester,
+//! responder and completer as deferred work); `cargo vm bench`'s
+//! two-host part runs both on rxe0 to tell.
+//!
 //! Every wait is bounded (10 s). `UVERBS_TRANSPORT=ioctl|write` picks the
 //! transport; `cargo vm demo` runs this in a VM on rxe0, and `cargo vm
 //! test`'s two-host run runs `--cm` across two guests on rxe0 and on siw0
@@ -43,11 +53,12 @@ use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
+use std::os::fd::AsRawFd;
 use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, Device, DriverId, Endpoint, MemoryRegion, OpenOptions,
-    Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
+    AccessFlags, CompletionChannel, CompletionQueue, Context, Device, DriverId, Endpoint,
+    MemoryRegion, OpenOptions, Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
+    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 #[path = "pingpong/cm.rs"]
@@ -63,12 +74,16 @@ type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 const WAIT: Duration = Duration::from_secs(10);
 /// RDMA WRITEs in flight at once in the bandwidth run.
 const WINDOW: usize = 16;
+/// With `--wait event`: empty polls before the CQ is armed and the side
+/// sleeps on its completion channel.
+const SPIN_POLLS: u32 = 200;
 const PORT: u8 = 1;
 
 const USAGE: &str =
     "usage: pingpong [--server [--listen ADDR] | --client --connect ADDR | --count-syscalls]
        pingpong --cm [--server --bind ADDR:PORT | --client --connect ADDR:PORT]
-                [--device NAME] [--size BYTES] [--iters N] [--write-size BYTES] [--gid-index I]";
+                [--device NAME] [--size BYTES] [--iters N] [--write-size BYTES] [--gid-index I]
+                [--wait busy|event]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Role {
@@ -80,6 +95,25 @@ enum Role {
     CountSyscalls,
     /// The measured program of `CountSyscalls` (internal).
     SyscallProbe,
+}
+
+/// How a side waits for a completion (`--wait`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    /// Poll the CQ, yielding the CPU every 64 empty polls.
+    Busy,
+    /// Poll [`SPIN_POLLS`] times, then arm the CQ and sleep on its
+    /// completion channel.
+    Event,
+}
+
+impl Wait {
+    fn name(self) -> &'static str {
+        match self {
+            Wait::Busy => "busy",
+            Wait::Event => "event",
+        }
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -94,6 +128,7 @@ struct Options {
     iters: usize,
     write_size: usize,
     gid_index: u32,
+    wait: Wait,
 }
 
 impl Options {
@@ -107,6 +142,7 @@ impl Options {
             iters: 1000,
             write_size: 64 << 10,
             gid_index: 0,
+            wait: Wait::Busy,
         };
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
@@ -131,6 +167,13 @@ impl Options {
                     o.gid_index = u32::try_from(number("--gid-index")?)
                         .map_err(|_| "--gid-index is too large".to_string())?
                 }
+                "--wait" => {
+                    o.wait = match value("--wait")?.as_str() {
+                        "busy" => Wait::Busy,
+                        "event" => Wait::Event,
+                        v => return Err(format!("--wait wants busy or event, got {v:?}")),
+                    }
+                }
                 "-h" | "--help" => return Err(String::new()),
                 other => return Err(format!("unknown argument {other:?}")),
             }
@@ -143,6 +186,9 @@ impl Options {
         }
         if o.cm && matches!(o.role, Role::CountSyscalls | Role::SyscallProbe) {
             return Err("--cm and --count-syscalls do not go together".into());
+        }
+        if o.wait == Wait::Event && matches!(o.role, Role::CountSyscalls | Role::SyscallProbe) {
+            return Err("--count-syscalls counts the busy poll: no --wait event".into());
         }
         Ok(o)
     }
@@ -165,6 +211,7 @@ impl Options {
             v.push(flag.into());
             v.push(n.to_string());
         }
+        v.extend(["--wait".into(), self.wait.name().into()]);
         v
     }
 }
@@ -318,6 +365,8 @@ impl Layout {
 struct Side {
     qp: QueuePair,
     cq: CompletionQueue,
+    /// The CQ's completion channel with `--wait event`.
+    channel: Option<CompletionChannel>,
     mr: MemoryRegion,
     buf: MmapMut,
     layout: Layout,
@@ -330,7 +379,11 @@ impl Side {
             write_size: opts.write_size,
         };
         let pd = ctx.alloc_pd()?;
-        let cq = ctx.create_cq(2 * WINDOW as u32 + 8, None)?;
+        let channel = match opts.wait {
+            Wait::Busy => None,
+            Wait::Event => Some(ctx.create_comp_channel()?),
+        };
+        let cq = ctx.create_cq(2 * WINDOW as u32 + 8, channel.as_ref())?;
         let qp = pd.create_qp(&QpInit {
             max_send_wr: 2 * WINDOW as u32,
             ..QpInit::new(QpType::Rc, &cq, &cq)
@@ -343,6 +396,7 @@ impl Side {
         Ok(Side {
             qp,
             cq,
+            channel,
             mr,
             buf,
             layout,
@@ -435,11 +489,15 @@ impl Side {
         Ok(())
     }
 
-    /// Waits (busy-polling, at most [`WAIT`]) for at least one completion;
-    /// fails on one that did not succeed.
+    /// Waits (as `--wait` says, at most [`WAIT`]) for at least one
+    /// completion; fails on one that did not succeed.
     fn poll<'a>(&self, out: &'a mut [WorkCompletion], what: &str) -> Result<&'a [WorkCompletion]> {
         let deadline = Instant::now() + WAIT;
         let mut empty = 0u32;
+        // With `--wait event`: the CQ was armed since the last poll, so a
+        // completion after that poll raises an event (one before it was
+        // seen by it).
+        let mut armed = false;
         loop {
             let n = self.cq.poll(out)?;
             if let Some(bad) = out[..n].iter().find(|wc| wc.status() != WcStatus::Success) {
@@ -451,11 +509,21 @@ impl Side {
             if Instant::now() >= deadline {
                 return Err(format!("{what}: no completion within {WAIT:?}").into());
             }
-            // Polling makes no system call; on a machine with few CPUs let
-            // the other side (and the kernel's rxe work) run now and then.
             empty += 1;
-            if empty % 64 == 0 {
-                std::thread::yield_now();
+            match &self.channel {
+                Some(channel) if armed => {
+                    sleep_until_event(&self.cq, channel, deadline)?;
+                    (armed, empty) = (false, 0);
+                }
+                Some(_) if empty >= SPIN_POLLS => {
+                    self.cq.req_notify(false)?;
+                    armed = true;
+                }
+                // Polling makes no system call; on a machine with few CPUs
+                // let the other side (and the kernel's rxe work) run now
+                // and then.
+                _ if empty % 64 == 0 => std::thread::yield_now(),
+                _ => {}
             }
         }
     }
@@ -470,6 +538,39 @@ impl Side {
         let n = self.layout.size.min(4);
         self.buf[at..at + n] == (i as u32).to_le_bytes()[..n]
     }
+}
+
+/// Sleeps until `channel` reports an event (the armed `cq` got a
+/// completion) or `deadline` passes; reads and acknowledges the event.
+/// An event left over from an earlier arm only makes the caller poll once
+/// more.
+fn sleep_until_event(
+    cq: &CompletionQueue,
+    channel: &CompletionChannel,
+    deadline: Instant,
+) -> Result<()> {
+    let mut pfd = libc::pollfd {
+        fd: channel.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ms = deadline
+        .saturating_duration_since(Instant::now())
+        .as_millis()
+        .clamp(1, i32::MAX as u128) as i32;
+    // SAFETY: one valid pollfd, for the duration of the call.
+    let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+    if ready < 0 {
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(format!("poll on the completion channel: {e}").into());
+        }
+    }
+    if ready > 0 {
+        channel.get_event()?;
+        cq.ack_events(1)?;
+    }
+    Ok(())
 }
 
 /// The bytes the client writes: a pattern the server can check.
@@ -579,8 +680,12 @@ fn report(ctx: &Context, opts: &Options, mut rtt: Vec<Duration>, secs: f64, verd
     let micros = |d: Duration| d.as_secs_f64() * 1e6;
     let bytes = (opts.iters * opts.write_size) as f64;
     let how = if opts.cm { " (cm)" } else { "" };
+    let waiting = match opts.wait {
+        Wait::Busy => "",
+        Wait::Event => ", waiting on events",
+    };
     println!(
-        "pingpong {}{how} over {}: latency: {} round trips of {} B SEND/RECV: median {:.1} µs, p99 {:.1} µs",
+        "pingpong {}{how} over {}{waiting}: latency: {} round trips of {} B SEND/RECV: median {:.1} µs, p99 {:.1} µs",
         ctx.device_name(),
         ctx.transport_kind(),
         opts.iters,
@@ -589,7 +694,7 @@ fn report(ctx: &Context, opts: &Options, mut rtt: Vec<Duration>, secs: f64, verd
         micros(at(0.99)),
     );
     println!(
-        "pingpong {}{how} over {}: bandwidth: {} RDMA WRITEs of {} B ({WINDOW} in flight): {:.1} MB in {:.3} s = {:.1} MB/s; server: {verdict}",
+        "pingpong {}{how} over {}{waiting}: bandwidth: {} RDMA WRITEs of {} B ({WINDOW} in flight): {:.1} MB in {:.3} s = {:.1} MB/s; server: {verdict}",
         ctx.device_name(),
         ctx.transport_kind(),
         opts.iters,

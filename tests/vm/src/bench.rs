@@ -17,13 +17,16 @@
 //!    libibverbs' rxe/siw providers and valgrind go into the guest at their
 //!    installed paths, with their shared libraries.
 //! 3. Boots once: verbs, then datapath; each picks devices itself.
-//! 4. Parses the console, prints the headline tables and writes the docs.
+//! 4. Boots the two-host guests: ours and perftest's latency tests across
+//!    them ([`two_host`](mod@two_host)).
+//! 5. Parses the consoles, prints the headline tables and writes the docs.
 //!
 //! `UVERBS_BENCH_CELL_MS` and `UVERBS_BENCH_SIZES` are passed to the guest
 //! (a quicker, rougher run), and so are the data-path knobs `UVERBS_DP_*`
 //! (see benches/datapath/main.rs); `UVERBS_BENCH_FROM_LOG=<console.log>`
-//! skips the build and the boot and only regenerates the docs from a saved
-//! log.
+//! skips the build and the boots and only regenerates the docs from a saved
+//! log (and `UVERBS_BENCH_TWO_HOST_FROM_LOG=<console-a.log>` the two-host
+//! section from host a's).
 //!
 //! The module: [`wire`] types the words of a `@@BENCH` line,
 //! [`parse`](mod@parse) reads the console into a [`model::Run`],
@@ -46,6 +49,7 @@ mod ops;
 mod parse;
 mod svg;
 mod targets;
+mod two_host;
 mod units;
 mod wire;
 
@@ -108,7 +112,6 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         }
         None => {
             let peer = peer::Peer::ensure(&ctx.cache, &peer::BENCH)?;
-            let bins = build(&ctx.workspace, &peer)?;
             let runs = vec![
                 GuestRun::plain("verbs"),
                 GuestRun::plain("datapath").with_timeout(BENCH_TIMEOUT.as_secs() as u32),
@@ -131,40 +134,52 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                         .join(" ")
                 ));
             }
-            let mut env: Vec<(&'static str, &'static str)> = PASS_THROUGH
-                .iter()
-                .filter_map(|k| {
-                    let v = std::env::var(k).ok()?;
-                    Some((*k, &*Box::leak(v.into_boxed_str())))
-                })
-                .collect();
-            // Kernel lines must not split the marker lines on the console.
-            env.push(("UVERBS_BENCH_QUIET_CONSOLE", "1"));
-            let configs = [RunConfig {
-                name: "bench",
-                env: Box::leak(env.into_boxed_slice()),
-            }];
-            let outcome = ctx
-                .boot_single(
-                    kernel,
-                    &bins,
-                    &runs,
-                    &configs,
-                    Mode::Run,
-                    &[
-                        perftest_files(&peer)?,
-                        valgrind_files(&peer)?,
-                        strace_files()?,
-                    ]
-                    .concat(),
-                    Some(BENCH_TIMEOUT),
-                )?
-                .expect("run mode has an outcome");
-            if outcome.status.is_none() {
-                say("bench: qemu was killed at the timeout; reporting what finished");
+            if runs.is_empty() {
+                say("bench: no single-guest run selected; that guest is not booted");
+                (String::new(), None)
+            } else {
+                let bins = build(&ctx.workspace, &peer)?;
+                let mut env: Vec<(&'static str, &'static str)> = PASS_THROUGH
+                    .iter()
+                    .filter_map(|k| {
+                        let v = std::env::var(k).ok()?;
+                        Some((*k, &*Box::leak(v.into_boxed_str())))
+                    })
+                    .collect();
+                // Kernel lines must not split the marker lines on the console.
+                env.push(("UVERBS_BENCH_QUIET_CONSOLE", "1"));
+                let configs = [RunConfig {
+                    name: "bench",
+                    env: Box::leak(env.into_boxed_slice()),
+                }];
+                let outcome = ctx
+                    .boot_single(
+                        kernel,
+                        &bins,
+                        &runs,
+                        &configs,
+                        Mode::Run,
+                        &[
+                            perftest_files(&peer)?,
+                            valgrind_files(&peer)?,
+                            strace_files()?,
+                        ]
+                        .concat(),
+                        Some(BENCH_TIMEOUT),
+                    )?
+                    .expect("run mode has an outcome");
+                if outcome.status.is_none() {
+                    say("bench: qemu was killed at the timeout; reporting what finished");
+                }
+                (outcome.console, Some(outcome.elapsed.as_secs_f64()))
             }
-            (outcome.console, Some(outcome.elapsed.as_secs_f64()))
         }
+    };
+    // The two-host part: ours and perftest across two guests.
+    let two_host = if only.as_ref().is_none_or(|o| selected(o, "two_host")) {
+        Some(two_host_console(ctx, kernel)?)
+    } else {
+        None
     };
     let run = parse(&console);
     let dp = datapath::parse(&console);
@@ -229,6 +244,11 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     md.push_str(&control_ops::markdown(&control_ops::parse(&console)));
     let framing = framing::parse(&console);
     md.push_str(&framing::markdown(&framing));
+    let two_host_runs = two_host
+        .as_ref()
+        .map(|c| two_host::parse(c))
+        .unwrap_or_default();
+    md.push_str(&two_host::markdown(&two_host_runs));
     std::fs::write(docs.join("benchmarks.md"), &md).context("bench: writing docs/benchmarks.md")?;
     std::fs::write(docs.join("benchmarks.svg"), svg(&run))
         .context("bench: writing docs/benchmarks.svg")?;
@@ -297,18 +317,95 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             s.error, s.line
         ));
     }
+    for r in &two_host_runs {
+        if let Some((median, p99)) = r.round_trip() {
+            println!(
+                "two hosts {} {:?}: round trip median {median:.1} µs, p99 {p99:.1} µs",
+                r.device.device(),
+                r.program
+            );
+        }
+    }
+    let two_host_failures = two_host::failures(&two_host_runs);
+    let two_host_ok = match &two_host {
+        None => true,
+        Some(_) if two_host_runs.is_empty() => {
+            say("bench: the two-host guests printed no two_host_bench_* run (see console-a.log)");
+            false
+        }
+        Some(_) => two_host_failures.is_empty(),
+    };
+    for f in &two_host_failures {
+        say(format!("bench: two-host run failed: {f}"));
+    }
     if !rc_ok && vm_secs.is_some() {
         say("bench: a bench binary did not exit 0 (see the console log)");
     }
     if only.is_some() {
-        return Ok(errors.is_empty() && (rc_ok || vm_secs.is_none()));
+        return Ok(errors.is_empty() && (rc_ok || vm_secs.is_none()) && two_host_ok);
     }
-    Ok(errors.is_empty()
+    Ok(two_host_ok
+        && errors.is_empty()
         && run.skipped.is_empty()
         && !dp.is_empty()
         && dp_failed == 0
         && dp.skipped.is_empty()
         && (rc_ok || vm_secs.is_none()))
+}
+
+/// A's console of the two-host part: booted here ([`two_host::runs`]:
+/// pingpong and perftest's latency tests across the two guests), or read
+/// from `UVERBS_BENCH_TWO_HOST_FROM_LOG` when regenerating from saved logs
+/// (empty when that is not set).
+fn two_host_console(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<String> {
+    if std::env::var_os("UVERBS_BENCH_FROM_LOG").is_some() {
+        return match std::env::var_os("UVERBS_BENCH_TWO_HOST_FROM_LOG") {
+            Some(log) => std::fs::read_to_string(&log)
+                .context("bench: reading the saved two-host log (host a's console)"),
+            None => Ok(String::new()),
+        };
+    }
+    let peer = peer::Peer::ensure(&ctx.cache, &peer::BENCH)?;
+    let pingpong = static_example(&ctx.workspace, "pingpong")?;
+    let runs = two_host::runs();
+    say(format!(
+        "bench: two hosts: {}",
+        runs.iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    ));
+    let configs = [RunConfig {
+        name: "bench",
+        env: &[],
+    }];
+    let [a, b] = ctx
+        .boot_two(
+            kernel,
+            &[pingpong],
+            &runs,
+            &configs,
+            Mode::Run,
+            &perftest_files(&peer)?,
+        )?
+        .expect("run mode has outcomes");
+    for (host, o) in [("a", &a), ("b", &b)] {
+        if let Some(f) = crate::report::setup_failure(&o.console) {
+            say(format!(
+                "bench: two hosts: host {host}'s set-up failed: {f}"
+            ));
+        }
+        say(format!(
+            "bench: two hosts: host {host} ran {:.1} s{}",
+            o.elapsed.as_secs_f64(),
+            if o.status.is_none() {
+                " (killed at the timeout)"
+            } else {
+                ""
+            }
+        ));
+    }
+    Ok(a.console)
 }
 
 /// Whether `UVERBS_BENCH_ONLY`'s comma-separated list selects the run `name`.

@@ -63,7 +63,8 @@ pub const DEMO_CONFIGS: &[RunConfig] = &[
 pub struct GuestRun {
     /// The name in the markers and the report's table.
     pub name: String,
-    /// The binary, `/tests/<bin>` in the guest.
+    /// The binary, `/tests/<bin>` in the guest, or a program of the guest
+    /// named by its absolute path (`cargo vm bench`'s perftest).
     pub bin: String,
     /// Its arguments.
     pub args: Vec<String>,
@@ -91,6 +92,11 @@ pub struct PerHost {
     /// Text each host's output must contain (each string somewhere in it)
     /// for the run to pass there, on top of exit status 0.
     pub expect: [Vec<String>; 2],
+    /// How many times each host runs its command while it fails, one
+    /// second apart (1: once). For a client that does not retry a refused
+    /// connect itself while its server, on the other host, is not
+    /// listening yet (perftest); only the last attempt's output counts.
+    pub attempts: [u32; 2],
 }
 
 impl PerHost {
@@ -163,6 +169,7 @@ impl GuestRun {
                 per_host: Some(PerHost {
                     args: [owned(r.args[0]), owned(r.args[1])],
                     expect: [owned(r.expect[0]), owned(r.expect[1])],
+                    attempts: [1, 1],
                 }),
                 retry_once: false,
             })
@@ -598,9 +605,13 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
                 .map(|(k, v)| format!("{k}={}", sh_quote(v)))
                 .collect();
             let port = TWO_HOST_BASE_PORT + index;
-            let (args, expect) = match (host, &r.per_host) {
-                (Some(h), Some(p)) => (p.args_for(h, port), p.expect[h.index()].clone()),
-                _ => (r.args.clone(), Vec::new()),
+            let (args, expect, attempts) = match (host, &r.per_host) {
+                (Some(h), Some(p)) => (
+                    p.args_for(h, port),
+                    p.expect[h.index()].clone(),
+                    p.attempts[h.index()].max(1),
+                ),
+                _ => (r.args.clone(), Vec::new(), 1),
             };
             let args: String = args.iter().map(|a| format!(" {}", sh_quote(a))).collect();
             let mut marker = format!("config={} bin={}", sh_quote(c.name), sh_quote(&r.name));
@@ -619,14 +630,18 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
                 marker.push_str(&format!(" role={}", h.role()));
             }
             index += 1;
+            let program = if r.bin.starts_with('/') {
+                sh_quote(&r.bin)
+            } else {
+                format!("/{GUEST_BIN_DIR}/{}", sh_quote(&r.bin))
+            };
             let command = format!(
-                "timeout -s KILL {} env {} /{GUEST_BIN_DIR}/{}{args}",
+                "timeout -s KILL {} env {} {program}{args}",
                 r.timeout_secs,
                 env.join(" "),
-                sh_quote(&r.bin),
             );
             s.push_str(&format!("echo\necho \"{RUN} {marker}\"\n"));
-            if expect.is_empty() {
+            if expect.is_empty() && attempts == 1 {
                 s.push_str(&format!("{command}\nrc=$?\n"));
                 if r.retry_once && host.is_none() {
                     s.push_str(&format!(
@@ -634,10 +649,21 @@ fn run_all(configs: &[RunConfig], runs: &[GuestRun], host: Option<Host>) -> Stri
                     ));
                 }
             } else {
+                if attempts > 1 {
+                    // Again while it fails, a second apart; each failed
+                    // attempt's output is printed, the last one's kept.
+                    s.push_str(&format!(
+                        "attempt=1\nwhile :; do\n{command} >{RUN_OUTPUT} 2>&1\nrc=$?\n\
+                         [ $rc -eq 0 ] && break\n[ $attempt -ge {attempts} ] && break\n\
+                         cat {RUN_OUTPUT}\n\
+                         echo \"uverbs-vm: attempt $attempt of {attempts} failed (rc=$rc); again in 1 s\"\n\
+                         attempt=$((attempt+1))\nsleep 1\ndone\n"
+                    ));
+                } else {
+                    s.push_str(&format!("{command} >{RUN_OUTPUT} 2>&1\nrc=$?\n"));
+                }
                 // The output is kept to be searched, then printed.
-                s.push_str(&format!(
-                    "{command} >{RUN_OUTPUT} 2>&1\nrc=$?\ncat {RUN_OUTPUT}\n"
-                ));
+                s.push_str(&format!("cat {RUN_OUTPUT}\n"));
                 for e in &expect {
                     s.push_str(&format!(
                         "grep -qF -e {q} {RUN_OUTPUT} || {{ echo {missing}; [ $rc -ne 0 ] || rc=1; }}\n",

@@ -372,7 +372,8 @@ impl Ctx {
     }
 
     /// Boots the two-host guests, each with its own `/init` and `/run-all`
-    /// (every run of `runs` under every configuration, with its role), and
+    /// (every run of `runs` under every configuration, with its role) and
+    /// the host files (`cargo vm bench`'s perftest) added to both, and
     /// returns A's and B's outcomes (`None` for the interactive shell).
     fn boot_two(
         &self,
@@ -381,12 +382,14 @@ impl Ctx {
         runs: &[GuestRun],
         configs: &[RunConfig],
         mode: Mode,
+        host_files: &[initramfs::HostFile],
     ) -> Result<Option<[qemu::Outcome; 2]>> {
         let work = WorkDir::create(&self.cache, self.opts.keep)?;
         let work_path = work.path();
-        // One link per device (rxe0's eth0, siw0's eth1), each its own TCP
-        // connection between the qemus.
-        let ports = qemu::free_ports(guest::LINK_KINDS.len())?;
+        // One link per device (rxe0's eth0, siw0's eth1), each a UDP port
+        // of each qemu ([`qemu::Nic`]): A's and B's of link i are
+        // ports[2i] and ports[2i + 1].
+        let ports = qemu::free_ports(2 * guest::LINK_KINDS.len())?;
         let mut boots = Vec::new();
         for host in Host::BOTH {
             let initrd = self.initramfs(
@@ -396,20 +399,20 @@ impl Ctx {
                     modules: &kernel.modules,
                     busybox: &self.tools.busybox(),
                     binaries,
-                    host_files: &[],
+                    host_files,
                     init: guest::init_script(&kernel.modules, mode, Net::Link(host)),
                     run_all: guest::two_host_run_all_script(configs, runs, host),
                 },
             )?;
             let nics = guest::LINK_KINDS
                 .iter()
-                .zip(&ports)
-                .map(|(&kind, &port)| qemu::Nic {
+                .zip(ports.chunks(2))
+                .map(|(&kind, pair)| qemu::Nic {
                     id: format!("{kind:?}").to_lowercase(),
                     mac: host.mac(kind),
-                    end: match host {
-                        Host::A => qemu::LinkEnd::Listen(port),
-                        Host::B => qemu::LinkEnd::Connect(port),
+                    end: qemu::LinkEnd {
+                        local: pair[host.index()],
+                        remote: pair[host.peer().index()],
                     },
                 })
                 .collect();
@@ -450,7 +453,7 @@ impl Ctx {
     ) -> Result<Verdict> {
         let boot = || -> Result<[qemu::Outcome; 2]> {
             Ok(self
-                .boot_two(kernel, binaries, runs, configs, Mode::Run)?
+                .boot_two(kernel, binaries, runs, configs, Mode::Run, &[])?
                 .expect("run mode has outcomes"))
         };
         let mut outcomes = boot()?;
@@ -668,7 +671,14 @@ fn real_main(args: &[String]) -> Result<bool> {
                 bins.into_iter().partition(|b| guest::is_two_host(&b.name));
             if ctx.opts.two {
                 let runs = plain_runs(&two_host);
-                ctx.boot_two(kernel, &two_host, &runs, guest::TEST_CONFIGS, Mode::Shell)?;
+                ctx.boot_two(
+                    kernel,
+                    &two_host,
+                    &runs,
+                    guest::TEST_CONFIGS,
+                    Mode::Shell,
+                    &[],
+                )?;
             } else {
                 // As `cargo vm test` has it: `/run-all` runs the C peers too.
                 let mut single = single;

@@ -35,25 +35,33 @@ pub struct Boot {
     pub nics: Vec<Nic>,
 }
 
-/// A virtio NIC on the two-host link: qemu's `socket` netdev, a TCP
-/// connection between the two qemus on 127.0.0.1 that carries the
-/// guests' Ethernet frames. Nothing else is on that link.
+/// A virtio NIC on the two-host link: qemu's `dgram` netdev, a UDP socket
+/// of each qemu on 127.0.0.1 sending every Ethernet frame of its guest, one
+/// datagram each, to the peer's. Nothing else is on that link.
+///
+/// Not the `socket` (or `stream`) netdev's TCP connection: qemu 7.2 leaves
+/// Nagle's algorithm on for it, so a frame that follows an unacknowledged
+/// one waits for the host's delayed ACK (tens of ms). rxe sends two
+/// frames in a row per message of a ping-pong (the RC ACK, then the
+/// reply) and measured a 53 ms median round trip across the guests over
+/// that link, perftest's ib_send_lat as much as ours (docs/connection-manager.md).
 pub struct Nic {
     /// qemu's name of the netdev (unique per guest).
     pub id: String,
     /// The guest's MAC address.
     pub mac: String,
-    /// This qemu's end of the connection.
+    /// This qemu's end of the link.
     pub end: LinkEnd,
 }
 
-/// Which end of the link's TCP connection a qemu is.
+/// A qemu's end of a link: the UDP port on 127.0.0.1 it receives on and
+/// the peer's, which it sends to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LinkEnd {
-    /// Listens on 127.0.0.1:port (started first).
-    Listen(u16),
-    /// Connects to 127.0.0.1:port.
-    Connect(u16),
+pub struct LinkEnd {
+    /// This qemu's port.
+    pub local: u16,
+    /// The peer qemu's port.
+    pub remote: u16,
 }
 
 /// How a non-interactive boot ended.
@@ -68,13 +76,14 @@ pub struct Outcome {
 
 /// The qemu arguments of a NIC.
 fn nic_args(nic: &Nic) -> [String; 4] {
-    let end = match nic.end {
-        LinkEnd::Listen(port) => format!("listen=127.0.0.1:{port}"),
-        LinkEnd::Connect(port) => format!("connect=127.0.0.1:{port}"),
-    };
+    let LinkEnd { local, remote } = nic.end;
     [
         "-netdev".into(),
-        format!("socket,id={},{end}", nic.id),
+        format!(
+            "dgram,id={},local.type=inet,local.host=127.0.0.1,local.port={local},\
+             remote.type=inet,remote.host=127.0.0.1,remote.port={remote}",
+            nic.id
+        ),
         "-device".into(),
         format!("virtio-net-pci,netdev={},mac={}", nic.id, nic.mac),
     ]
@@ -323,15 +332,15 @@ pub fn run(b: &Boot, log: &Path, quiet: bool) -> Result<Outcome> {
     start(b, log, if quiet { Echo::Quiet } else { Echo::Raw })?.finish()
 }
 
-/// `n` distinct free TCP ports on 127.0.0.1 for the links' listening qemu
-/// (the kernel picks them, and the listeners are held until all are
-/// picked, so none comes twice; the moment between closing them here and
-/// qemu binding them is the only window for another program to take one,
-/// and then A's qemu fails to start and says so).
+/// `n` distinct free UDP ports on 127.0.0.1 for the links' qemus (the
+/// kernel picks them, and the sockets are held until all are picked, so
+/// none comes twice; the moment between closing them here and qemu
+/// binding them is the only window for another program to take one, and
+/// then that qemu fails to start and says so).
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     let step = "qemu: finding free ports";
     let listeners = (0..n)
-        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context(step))
+        .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").context(step))
         .collect::<Result<Vec<_>>>()?;
     listeners
         .iter()
@@ -339,34 +348,33 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>> {
         .collect()
 }
 
-/// Whether something listens on 127.0.0.1:`port` (from /proc/net/tcp,
-/// without connecting: qemu's socket netdev takes the first connection as
-/// the link).
-fn listening(port: u16) -> bool {
-    let Ok(table) = fs::read_to_string("/proc/net/tcp") else {
+/// Whether a UDP socket is bound to 127.0.0.1:`port` (from /proc/net/udp).
+fn bound(port: u16) -> bool {
+    let Ok(table) = fs::read_to_string("/proc/net/udp") else {
         return false;
     };
-    listening_in(&table, port)
+    bound_in(&table, port)
 }
 
-/// [`listening`] on the text of a /proc/net/tcp table.
-fn listening_in(table: &str, port: u16) -> bool {
+/// [`bound`] on the text of a /proc/net/udp table.
+fn bound_in(table: &str, port: u16) -> bool {
     let local = format!("0100007F:{port:04X}");
     table.lines().skip(1).any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        f.len() > 3 && f[1] == local && f[3] == "0A"
+        f.len() > 1 && f[1] == local
     })
 }
 
-/// How long the listening qemu may take to open its port.
+/// How long host a's qemu may take to bind its ports.
 const LISTEN_WAIT: Duration = Duration::from_secs(30);
 
-/// Waits until `child` (the qemu of `port`'s listening end) listens; fails
-/// if it exits first or takes longer than [`LISTEN_WAIT`].
+/// Waits until `child` (host a's qemu) has bound `port`; fails if it
+/// exits first or takes longer than [`LISTEN_WAIT`]. B starts after that,
+/// so a qemu that cannot start fails the boot before the other runs.
 fn wait_listening(child: &mut Child, port: u16) -> Result<()> {
-    let step = "qemu: waiting for host a's qemu to listen for the link";
+    let step = "qemu: waiting for host a's qemu to bind its link ports";
     let deadline = Instant::now() + LISTEN_WAIT;
-    while !listening(port) {
+    while !bound(port) {
         if let Some(s) = child.try_wait().context(step)? {
             return Err(err(step, format!("it exited ({s}); its stderr is above")));
         }
@@ -374,7 +382,7 @@ fn wait_listening(child: &mut Child, port: u16) -> Result<()> {
             return Err(err(
                 step,
                 format!(
-                    "nothing listens on 127.0.0.1:{port} after {} s",
+                    "nothing is bound to 127.0.0.1:{port} (UDP) after {} s",
                     LISTEN_WAIT.as_secs()
                 ),
             ));
@@ -384,25 +392,17 @@ fn wait_listening(child: &mut Child, port: u16) -> Result<()> {
     Ok(())
 }
 
-/// The ports host a's NICs listen on: all of them must listen, and there
-/// must be one.
+/// The ports host a's NICs receive on (there must be one).
 fn listen_ports(a: &Boot) -> Result<Vec<u16>> {
-    let ports: Vec<u16> = a
-        .nics
-        .iter()
-        .filter_map(|n| match n.end {
-            LinkEnd::Listen(p) => Some(p),
-            LinkEnd::Connect(_) => None,
-        })
-        .collect();
-    if ports.is_empty() || ports.len() != a.nics.len() {
-        return Err(Error("qemu: every NIC of host a must listen".into()));
+    let ports: Vec<u16> = a.nics.iter().map(|n| n.end.local).collect();
+    if ports.is_empty() {
+        return Err(Error("qemu: host a has no NIC".into()));
     }
     Ok(ports)
 }
 
-/// The two-host boot: `a` (whose NICs listen) first, `b` (whose NIC
-/// connects) once A's qemu listens; both consoles are streamed to stdout,
+/// The two-host boot: `a` first, `b` once A's qemu has bound its link
+/// ports; both consoles are streamed to stdout,
 /// each line marked `a| ` or `b| `, and to their logs. Each qemu has its
 /// own hard timeout. Returns A's and B's outcomes.
 pub fn run_two(a: &Boot, b: &Boot, logs: [&Path; 2]) -> Result<[Outcome; 2]> {
@@ -519,18 +519,19 @@ mod tests {
             mac: "52:54:00:00:02:01".into(),
             end,
         };
+        let end = LinkEnd {
+            local: 4000,
+            remote: 4001,
+        };
         assert_eq!(
-            nic_args(&nic(LinkEnd::Listen(4000))),
+            nic_args(&nic(end)),
             [
                 "-netdev",
-                "socket,id=rxe,listen=127.0.0.1:4000",
+                "dgram,id=rxe,local.type=inet,local.host=127.0.0.1,local.port=4000,\
+                 remote.type=inet,remote.host=127.0.0.1,remote.port=4001",
                 "-device",
                 "virtio-net-pci,netdev=rxe,mac=52:54:00:00:02:01"
             ]
-        );
-        assert_eq!(
-            nic_args(&nic(LinkEnd::Connect(4000)))[1],
-            "socket,id=rxe,connect=127.0.0.1:4000"
         );
         let two = Boot {
             tools: Tools::unpacked_at("/t"),
@@ -539,9 +540,9 @@ mod tests {
             memory: "1G".into(),
             cpus: 1,
             timeout: Duration::from_secs(1),
-            nics: vec![nic(LinkEnd::Listen(4000)), nic(LinkEnd::Connect(4001))],
+            nics: vec![nic(end)],
         };
-        assert!(listen_ports(&two).is_err(), "a NIC of A that connects");
+        assert_eq!(listen_ports(&two).unwrap(), [4000]);
         let boot = Boot {
             tools: Tools::unpacked_at("/t"),
             kernel: "k".into(),
@@ -557,16 +558,19 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_listening_sockets() {
-        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n\
-           0: 0100007F:1D2E 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0\n\
-           1: 0100007F:0FA0 0100007F:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0 20 4 30 10 -1\n";
-        assert!(listening_in(table, 0x1d2e));
-        // Established, not listening.
-        assert!(!listening_in(table, 4000));
-        assert!(!listening_in(table, 1));
-        // Our own listener shows up in the real table.
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        assert!(listening(l.local_addr().unwrap().port()));
+    fn reads_the_bound_udp_sockets() {
+        let table = "   sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode ref pointer drops\n\
+           1: 0100007F:1D2E 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 1 2 0 0\n\
+           2: 0100007F:0FA0 0100007F:0FA1 01 00000000:00000000 00:00000000 00000000     0        0 2 2 0 0\n\
+           3: 00000000:0FA2 00000000:0000 07 00000000:00000000 00:00000000 00000000     0        0 3 2 0 0\n";
+        assert!(bound_in(table, 0x1d2e));
+        // Connected to the peer: bound all the same.
+        assert!(bound_in(table, 4000));
+        // Not on 127.0.0.1, or not there at all.
+        assert!(!bound_in(table, 4002));
+        assert!(!bound_in(table, 1));
+        // Our own socket shows up in the real table.
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        assert!(bound(s.local_addr().unwrap().port()));
     }
 }

@@ -1,7 +1,9 @@
 //! The golden test: a fixture console (testdata/console.log, 40 `@@BENCH`
 //! lines and a benches/ops run, in the benches' real format) renders to
 //! exactly the committed testdata/benchmarks.md (the report and the
-//! instruction counts' section) and testdata/benchmarks.svg, so changes to this
+//! instruction counts' section) and testdata/benchmarks.svg, and a fixture
+//! of host a's console in the two-host part (testdata/console-two-host-a.log)
+//! renders to testdata/benchmarks-two-host.md, so changes to this
 //! module cannot change the report by accident. After an intended change of
 //! the report, `UVERBS_BENCH_BLESS=1 cargo test -p uverbs-vm golden`
 //! rewrites the files; review their diff.
@@ -175,4 +177,18 @@ fn rounds_and_passes_fold_and_ratios_reproduce_or_are_noisy() {
         h.contains("| ours (auto) ÷ libibverbs, context open+close | noisy (1.00× / 1.30×) (size-independent) |"),
         "{h}"
     );
+}
+
+/// The two-host section of a fixture console (host a's, from a real run
+/// of the two-host part, trimmed to its runs' output; siw0's ib_send_lat
+/// failed in it) is byte for byte the committed
+/// testdata/benchmarks-two-host.md.
+#[test]
+fn golden_two_host_section() {
+    let console = include_str!("testdata/console-two-host-a.log");
+    let runs = super::two_host::parse(console);
+    assert_eq!(runs.len(), 8, "every run of the plan, in order");
+    check_golden("benchmarks-two-host.md", &super::two_host::markdown(&runs));
+    // Without the two-host boot the section says so.
+    assert!(super::two_host::markdown(&[]).contains("Not run"));
 }
