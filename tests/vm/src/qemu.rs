@@ -339,10 +339,10 @@ pub fn run(b: &Boot, log: &Path, quiet: bool) -> Result<Outcome> {
 /// then that qemu fails to start and says so).
 pub fn free_ports(n: usize) -> Result<Vec<u16>> {
     let step = "qemu: finding free ports";
-    let listeners = (0..n)
+    let sockets = (0..n)
         .map(|_| std::net::UdpSocket::bind("127.0.0.1:0").context(step))
         .collect::<Result<Vec<_>>>()?;
-    listeners
+    sockets
         .iter()
         .map(|l| Ok(l.local_addr().context(step)?.port()))
         .collect()
@@ -371,7 +371,7 @@ const LISTEN_WAIT: Duration = Duration::from_secs(30);
 /// Waits until `child` (host a's qemu) has bound `port`; fails if it
 /// exits first or takes longer than [`LISTEN_WAIT`]. B starts after that,
 /// so a qemu that cannot start fails the boot before the other runs.
-fn wait_listening(child: &mut Child, port: u16) -> Result<()> {
+fn wait_bound(child: &mut Child, port: u16) -> Result<()> {
     let step = "qemu: waiting for host a's qemu to bind its link ports";
     let deadline = Instant::now() + LISTEN_WAIT;
     while !bound(port) {
@@ -393,7 +393,7 @@ fn wait_listening(child: &mut Child, port: u16) -> Result<()> {
 }
 
 /// The ports host a's NICs receive on (there must be one).
-fn listen_ports(a: &Boot) -> Result<Vec<u16>> {
+fn link_ports(a: &Boot) -> Result<Vec<u16>> {
     let ports: Vec<u16> = a.nics.iter().map(|n| n.end.local).collect();
     if ports.is_empty() {
         return Err(Error("qemu: host a has no NIC".into()));
@@ -406,12 +406,9 @@ fn listen_ports(a: &Boot) -> Result<Vec<u16>> {
 /// each line marked `a| ` or `b| `, and to their logs. Each qemu has its
 /// own hard timeout. Returns A's and B's outcomes.
 pub fn run_two(a: &Boot, b: &Boot, logs: [&Path; 2]) -> Result<[Outcome; 2]> {
-    let ports = listen_ports(a)?;
+    let ports = link_ports(a)?;
     let mut ra = start(a, logs[0], Echo::Prefixed("a| "))?;
-    if let Err(e) = ports
-        .iter()
-        .try_for_each(|&p| wait_listening(&mut ra.child, p))
-    {
+    if let Err(e) = ports.iter().try_for_each(|&p| wait_bound(&mut ra.child, p)) {
         let _ = ra.kill();
         return Err(e);
     }
@@ -450,7 +447,7 @@ pub fn interactive(b: &Boot) -> Result<()> {
 /// (its shell is reached from A with `telnet`). B is killed when A ends.
 pub fn interactive_two(a: &Boot, b: &Boot, b_log: &Path) -> Result<()> {
     let step = "qemu: interactive two-host boot";
-    let ports = listen_ports(a)?;
+    let ports = link_ports(a)?;
     let mut cmd = command(a);
     say(format!(
         "qemu: host a: {} (Ctrl-A X quits both)",
@@ -460,10 +457,7 @@ pub fn interactive_two(a: &Boot, b: &Boot, b_log: &Path) -> Result<()> {
     let mut child = cmd
         .spawn()
         .map_err(|e| err(step, format!("cannot run qemu-system-x86_64: {e}")))?;
-    if let Err(e) = ports
-        .iter()
-        .try_for_each(|&p| wait_listening(&mut child, p))
-    {
+    if let Err(e) = ports.iter().try_for_each(|&p| wait_bound(&mut child, p)) {
         let _ = child.kill();
         let _ = child.wait();
         return Err(e);
@@ -542,7 +536,7 @@ mod tests {
             timeout: Duration::from_secs(1),
             nics: vec![nic(end)],
         };
-        assert_eq!(listen_ports(&two).unwrap(), [4000]);
+        assert_eq!(link_ports(&two).unwrap(), [4000]);
         let boot = Boot {
             tools: Tools::unpacked_at("/t"),
             kernel: "k".into(),
