@@ -1,6 +1,7 @@
-//! The one-SGE send path ([`encode_one_sge_send`]) against the general
-//! writer: the same bytes in the slot for every request it takes, the same
-//! refusal of a full queue, and `None` for everything else.
+//! The one-segment send path ([`encode_one_segment_send`]: one SGE, or one
+//! inline segment) against the general writer: the same bytes in the slot
+//! for every request it takes, the same refusal of a full queue, and `None`
+//! for everything else.
 
 use proptest::prelude::*;
 
@@ -8,7 +9,7 @@ use super::kernel_model::TestRing;
 use super::queue::Producer;
 use super::ring_props::producer;
 use super::wqe::{
-    check_send_for_qp_type, encode_one_sge_send, write_send_wqe, SendLimits, SEND_WQE_LEN,
+    check_send_for_qp_type, encode_one_segment_send, write_send_wqe, SendLimits, SEND_WQE_LEN,
 };
 use crate::command::QpType;
 use crate::wr::{Payload, PostError, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
@@ -53,20 +54,22 @@ proptest! {
         flags in 0u32..8,
         wr_id in any::<u64>(),
         (addr, length, lkey) in (any::<u64>(), any::<u32>(), any::<u32>()),
+        inline_bytes in prop::option::of(prop::collection::vec(any::<u8>(), 0..=64)),
         uc in any::<bool>(),
         stale in any::<u8>(),
     ) {
         let qp_type = if uc { QpType::Uc } else { QpType::Rc };
         let sges = [Sge { addr, length, lkey }];
+        let segs: [&[u8]; 1] = [inline_bytes.as_deref().unwrap_or_default()];
         let wr = SendWr {
             wr_id,
             op,
             flags: SendFlags::from_bits_retain(flags),
-            payload: Payload::Sges(&sges),
+            payload: if inline_bytes.is_some() { Payload::Inline(&segs) } else { Payload::Sges(&sges) },
             ud: None,
         };
         let fast = slot_after(stale, &wr, |sq, wr| {
-            encode_one_sge_send(sq, qp_type, LIMITS, wr).expect("the one-SGE path takes it")
+            encode_one_segment_send(sq, qp_type, LIMITS, wr).expect("the one-segment path takes it")
         });
         let general = slot_after(stale, &wr, |sq, wr| {
             check_send_for_qp_type(qp_type, wr)?;
@@ -94,11 +97,11 @@ fn a_full_queue_is_refused_alike() {
     let ring = TestRing::new(9, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
     for _ in 0..3 {
-        encode_one_sge_send(&mut sq, QpType::Rc, LIMITS, &wr)
+        encode_one_segment_send(&mut sq, QpType::Rc, LIMITS, &wr)
             .unwrap()
             .unwrap();
     }
-    let fast = encode_one_sge_send(&mut sq, QpType::Rc, LIMITS, &wr).unwrap();
+    let fast = encode_one_segment_send(&mut sq, QpType::Rc, LIMITS, &wr).unwrap();
     let general = write_send_wqe(&mut sq, LIMITS, &wr);
     assert_eq!(fast, general);
     assert!(
@@ -107,8 +110,9 @@ fn a_full_queue_is_refused_alike() {
     );
 }
 
-/// Everything but a one-SGE WRITE or SEND without a UD destination on an
-/// RC or UC QP whose slots take an SGE goes the general way.
+/// Everything but a WRITE or SEND from one SGE or one inline segment
+/// within `max_inline`, without a UD destination, on an RC or UC QP whose
+/// slots take an SGE goes the general way.
 #[test]
 fn other_requests_take_the_general_path() {
     let one = [Sge {
@@ -126,7 +130,8 @@ fn other_requests_take_the_general_path() {
         ud: None,
     };
     let send = SendOp::Send { imm: None };
-    let inline: &[&[u8]] = &[b"hi"];
+    let two_segments: &[&[u8]] = &[b"hi", b"there"];
+    let too_long: &[&[u8]] = &[&[7u8; 65]];
     let ring = TestRing::new(9, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
     let cases = [
@@ -142,7 +147,13 @@ fn other_requests_take_the_general_path() {
         ),
         (wr(send, Payload::Sges(&two)), QpType::Rc, LIMITS),
         (wr(send, Payload::Sges(&[])), QpType::Rc, LIMITS),
-        (wr(send, Payload::Inline(inline)), QpType::Rc, LIMITS),
+        (wr(send, Payload::Inline(two_segments)), QpType::Rc, LIMITS),
+        (wr(send, Payload::Inline(too_long)), QpType::Rc, LIMITS),
+        (
+            wr(SendOp::RdmaRead { remote }, Payload::Inline(&[b"hi"])),
+            QpType::Rc,
+            LIMITS,
+        ),
         (wr(send, Payload::Sges(&one)), QpType::Ud, LIMITS),
         (
             SendWr {
@@ -163,7 +174,7 @@ fn other_requests_take_the_general_path() {
     ];
     for (wr, qp_type, limits) in cases {
         assert!(
-            encode_one_sge_send(&mut sq, qp_type, limits, &wr).is_none(),
+            encode_one_segment_send(&mut sq, qp_type, limits, &wr).is_none(),
             "{wr:?} on {qp_type:?}"
         );
     }

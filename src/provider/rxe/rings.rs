@@ -149,15 +149,45 @@ impl SendRing for SendQueue {
 /// [`SendRing::post`] on the ring itself (the instruction probe drives it
 /// over the kernel model). `limits` are capped to the slot
 /// ([`SendLimits::within_slot`]).
-#[inline]
+///
+/// One request that the one-segment path takes (a WRITE or SEND from one SGE or one inline segment:
+/// the usual post) is written here, inlined into the caller, with no call
+/// and none of the general loop's set-up; anything else goes to
+/// [`post_sends_general`].
+#[inline(always)]
 pub(super) fn post_sends(
     sq: &mut Producer,
     qp_type: QpType,
     limits: SendLimits,
     wrs: &[SendWr<'_>],
 ) -> Result<bool, PostFailure> {
+    if let [wr] = wrs {
+        if let Some(written) = wqe::encode_one_segment_send(sq, qp_type, limits, wr) {
+            return match written {
+                Ok(()) => {
+                    sq.publish();
+                    Ok(true)
+                }
+                Err(error) => {
+                    sq.cancel();
+                    Err(PostFailure::Refused { index: 0, error })
+                }
+            };
+        }
+    }
+    post_sends_general(sq, qp_type, limits, wrs)
+}
+
+/// [`post_sends`] for a batch, or a request the one-segment path does not take.
+#[inline(never)]
+fn post_sends_general(
+    sq: &mut Producer,
+    qp_type: QpType,
+    limits: SendLimits,
+    wrs: &[SendWr<'_>],
+) -> Result<bool, PostFailure> {
     for (index, wr) in wrs.iter().enumerate() {
-        let written = match wqe::encode_one_sge_send(sq, qp_type, limits, wr) {
+        let written = match wqe::encode_one_segment_send(sq, qp_type, limits, wr) {
             Some(written) => written,
             None => wqe::check_and_encode_send(sq, qp_type, limits, wr),
         };

@@ -276,22 +276,30 @@ pub(crate) fn check_and_encode_send(
     encode_op(sq, limits, wr, op)
 }
 
-/// The most common request, written without the general path: an RDMA
+/// The most common requests, written without the general path: an RDMA
 /// WRITE or a SEND (with or without immediate data) from exactly one SGE,
-/// with no UD destination, on an RC or UC QP whose slots take an SGE.
-/// Every check of the general path passes for such a request except a
-/// full queue, which this answers the same way; `None` for any other
-/// request (the caller takes the general path). The bytes written are the
-/// general path's (the ring property tests compare them).
+/// or of one inline segment within `max_inline`, with no UD destination, on
+/// an RC or UC QP whose slots take an SGE. Every check of the general path
+/// passes for such a request except a full queue, which this answers the
+/// same way; `None` for any other request (the caller takes the general
+/// path). The bytes written are the general path's (`one_sge_tests.rs`
+/// compares them).
 #[inline(always)]
-pub(crate) fn encode_one_sge_send(
+pub(crate) fn encode_one_segment_send(
     sq: &mut Producer,
     qp_type: crate::command::QpType,
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Option<Result<(), PostError>> {
-    let Payload::Sges([sge]) = wr.payload else {
-        return None;
+    // The payload's length and inline flag; the general path counts either
+    // kind as `num_sge` entries against `max_sge`, here one.
+    let (one, length, inline_flag) = match wr.payload {
+        Payload::Sges([sge]) => (OneSegment::Sge(sge), sge.length, 0),
+        // Within max_inline (a u32), so the length fits.
+        Payload::Inline([seg]) if seg.len() <= limits.max_inline as usize => {
+            (OneSegment::Inline(seg), seg.len() as u32, SEND_INLINE)
+        }
+        _ => return None,
     };
     if wr.ud.is_some() || qp_type == crate::command::QpType::Ud || limits.max_sge == 0 {
         return None;
@@ -323,7 +331,7 @@ pub(crate) fn encode_one_sge_send(
     kwr.wr_id = wr.wr_id;
     kwr.reserved = 0;
     kwr.opcode = opcode;
-    kwr.send_flags = wr.flags.bits();
+    kwr.send_flags = wr.flags.bits() | inline_flag;
     kwr.ex = ex;
     // The RDMA member (`remote_addr`, `rkey` + reserved), the rest zero.
     kwr.wr = [0; 15];
@@ -332,15 +340,25 @@ pub(crate) fn encode_one_sge_send(
     wqe.state = 0;
     wqe.iova = iova;
     wqe.dma = rxe_dma_info {
-        length: sge.length,
-        resid: sge.length,
+        length,
+        resid: length,
         cur_sge: 0,
         num_sge: 1,
         sge_offset: 0,
         reserved: 0,
     };
-    copy_sges(tail, std::slice::from_ref(sge));
+    match one {
+        OneSegment::Sge(sge) => copy_sges(tail, std::slice::from_ref(sge)),
+        // The tail holds max_inline bytes (`SendLimits::within_slot`).
+        OneSegment::Inline(seg) => tail[..seg.len()].copy_from_slice(seg),
+    }
     Some(Ok(()))
+}
+
+/// The one payload segment [`encode_one_segment_send`] writes.
+enum OneSegment<'a> {
+    Sge(&'a Sge),
+    Inline(&'a [u8]),
 }
 
 /// Checks `wr` (operation `op`) against `limits`, in rdma-core's order
