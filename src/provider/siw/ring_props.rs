@@ -60,14 +60,14 @@ const CFG: SendConfig = SendConfig {
     sig_all: false,
 };
 
-const SGE: Sge = Sge {
+pub(super) const SGE: Sge = Sge {
     addr: 0x1000,
     length: 8,
     lkey: 7,
 };
 
 /// A signalled SEND of one SGE with `wr_id`.
-fn send(wr_id: u64) -> SendWr<'static> {
+pub(super) fn send(wr_id: u64) -> SendWr<'static> {
     SendWr {
         wr_id,
         op: SendOp::Send { imm: None },

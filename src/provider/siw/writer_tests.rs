@@ -17,6 +17,7 @@ use uverbs_uapi::{siw_rqe, siw_sqe, SIW_MAX_INLINE};
 
 use super::kernel_model::{KernelSq, TestMem};
 use super::queue::Producer;
+use super::ring_props::{send, SGE};
 use super::wqe::{
     build_rqe, build_sqe, check_send, fast_send, post_recv, post_send, post_send_via, Refused,
     SendConfig,
@@ -45,23 +46,6 @@ fn stale_ring(mem: &TestMem, elem: usize, stale: u8) {
     for s in 0..NUM as usize {
         mem.write(s * elem, &[stale; 8]);
         mem.write(s * elem + 10, &vec![stale; elem - 10]);
-    }
-}
-
-const SGE: Sge = Sge {
-    addr: 0x1000,
-    length: 8,
-    lkey: 7,
-};
-
-/// A signalled one-SGE SEND.
-fn send(wr_id: u64) -> SendWr<'static> {
-    SendWr {
-        wr_id,
-        op: SendOp::Send { imm: None },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(std::slice::from_ref(&SGE)),
-        ud: None,
     }
 }
 
