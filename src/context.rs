@@ -331,16 +331,9 @@ impl Context {
         self.inner.origin.check(op, &self.inner.device)
     }
 
-    /// Whether this is the process that opened the context: the test of
-    /// [`check_process`](Self::check_process), for hot paths that build
-    /// its error themselves ([`foreign_process`](Self::foreign_process)).
-    #[inline]
-    pub(crate) fn is_current_process(&self) -> bool {
-        self.inner.origin.is_current()
-    }
-
     /// The error [`check_process`](Self::check_process) answers in a
-    /// forked child, out of the hot path.
+    /// forked child, out of the hot path (for callers that test the
+    /// generation themselves, from a copy in the object).
     #[cold]
     #[inline(never)]
     pub(crate) fn foreign_process(&self, op: Op) -> Error {

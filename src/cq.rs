@@ -23,6 +23,7 @@
 //! (`ibv_get_cq_event` / `ibv_ack_cq_events`): see
 //! [`CompletionQueue::ack_events`].
 
+use crate::process::Generation;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::fmt;
@@ -190,6 +191,9 @@ pub(crate) struct CqInner {
     events: Arc<EventCounts>,
     /// Set once a destroy succeeded: nothing is sent again.
     released: AtomicBool,
+    /// The context's process generation, copied here so that the fork
+    /// check of a poll reads one word of the CQ, not the context's.
+    origin: Generation,
     /// The ring and its mapping, unmapped in the driver's teardown order
     /// (see [`CqRing::unmap_before_destroy`]).
     ring: Mutex<CqRing>,
@@ -440,6 +444,7 @@ impl Context {
                 events,
                 released: AtomicBool::new(false),
                 ring: Mutex::new(ring),
+                origin: self.inner.origin,
                 routing: Mutex::new(Routing::default()),
                 routed: AtomicBool::new(false),
                 channel: channel.map(|c| c.inner.clone()),
@@ -612,7 +617,7 @@ impl CompletionQueue {
         let ctx = &self.inner.ctx;
         // Before the ring lock and the ring (see `req_notify`): a child's
         // poll would hand the parent's completions back to the kernel.
-        if !ctx.is_current_process() {
+        if !self.inner.origin.is_current() {
             return Err(ctx.foreign_process(Op::PollCq));
         }
         {

@@ -10,6 +10,7 @@
 //! destroys, then unmaps; siw unmaps, then destroys), live in
 //! [`provider::rings`](crate::provider::rings).
 
+use crate::process::Generation;
 use parking_lot::Mutex;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
@@ -150,8 +151,13 @@ pub struct QueuePair {
     doorbell: PostSendDoorbell,
     /// The context's command file, where the doorbell is written directly
     /// (`None` for a transport without one: the doorbell goes through it).
-    /// Open as long as the context, which `pd` keeps alive.
-    doorbell_fd: Option<RawFd>,
+    /// Open as long as the context, which `pd` keeps alive. `-1` for a
+    /// transport without one (the doorbell goes through the transport):
+    /// a plain word, so the hot path tests its sign and nothing else.
+    doorbell_fd: RawFd,
+    /// The context's process generation, copied here so that the fork
+    /// check of a post reads one word of the QP, not the context's.
+    origin: Generation,
 }
 
 impl fmt::Debug for QueuePair {
@@ -271,7 +277,12 @@ impl ProtectionDomain {
             sq: Mutex::new(sq),
             rq: Mutex::new(rq),
             doorbell: PostSendDoorbell::new(created.handle),
-            doorbell_fd: ctx.inner.transport.command_fd().map(|fd| fd.as_raw_fd()),
+            doorbell_fd: ctx
+                .inner
+                .transport
+                .command_fd()
+                .map_or(-1, |fd| fd.as_raw_fd()),
+            origin: ctx.inner.origin,
         })
     }
 
@@ -640,7 +651,7 @@ impl QueuePair {
     pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
         // Before the ring lock: in a forked child a parent thread may hold
         // it for ever.
-        if !self.pd.ctx.is_current_process() {
+        if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostSend));
         }
         if wrs.is_empty() {
@@ -663,7 +674,7 @@ impl QueuePair {
     /// As for [`post_send`](Self::post_send).
     #[doc(alias = "ibv_post_send")]
     pub unsafe fn post_send_exclusive(&mut self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
-        if !self.pd.ctx.is_current_process() {
+        if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostSend));
         }
         if wrs.is_empty() {
@@ -701,13 +712,13 @@ impl QueuePair {
     #[inline]
     unsafe fn ring_doorbell(&self) -> Result<(), Error> {
         let frame = self.doorbell.as_bytes();
-        let Some(fd) = self.doorbell_fd else {
+        if self.doorbell_fd < 0 {
             // SAFETY: forwarded to the caller.
             return unsafe { self.ring_doorbell_through_transport() };
-        };
-        // SAFETY: the fd is the context's command file, open while the
-        // context lives, which `self.pd` keeps alive.
-        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        }
+        // SAFETY: a non-negative fd here is the context's command file, open
+        // while the context lives, which `self.pd` keeps alive.
+        let fd = unsafe { BorrowedFd::borrow_raw(self.doorbell_fd) };
         // SAFETY: the doorbell frame's only pointer is its own response
         // word, exposed at creation; what the device does with the WQEs just
         // published is the caller's promise.
@@ -767,7 +778,7 @@ impl QueuePair {
     /// registered and must be neither read nor written by the program.
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        if !self.pd.ctx.is_current_process() {
+        if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostRecv));
         }
         // Under the ring lock, as in post_send.
@@ -784,7 +795,7 @@ impl QueuePair {
     /// As for [`post_recv`](Self::post_recv).
     #[doc(alias = "ibv_post_recv")]
     pub unsafe fn post_recv_exclusive(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        if !self.pd.ctx.is_current_process() {
+        if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostRecv));
         }
         let rq = self.rq.get_mut();
