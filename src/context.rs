@@ -328,7 +328,11 @@ impl Context {
     /// objects (over ioctl the kernel would let it destroy them).
     #[inline]
     pub(crate) fn check_process(&self, op: Op) -> Result<(), Error> {
-        self.inner.origin.check(op, &self.inner.device)
+        if self.inner.origin.is_current() {
+            Ok(())
+        } else {
+            Err(self.foreign_process(op))
+        }
     }
 
     /// The error [`check_process`](Self::check_process) answers in a

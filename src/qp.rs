@@ -722,8 +722,15 @@ impl QueuePair {
         // SAFETY: the doorbell frame's only pointer is its own response
         // word, exposed at creation; what the device does with the WQEs just
         // published is the caller's promise.
-        match unsafe { write_command(fd, frame) } {
-            Ok(written) if written == frame.len() => Ok(()),
+        self.doorbell_written(unsafe { write_command(fd, frame) })
+    }
+
+    /// The doorbell's outcome from what its write answered: every byte of
+    /// the frame, or an error.
+    #[inline]
+    fn doorbell_written(&self, written: Result<usize, Errno>) -> Result<(), Error> {
+        match written {
+            Ok(n) if n == self.doorbell.as_bytes().len() => Ok(()),
             Ok(_) => Err(self.doorbell_error(Errno::IO)),
             Err(errno) => Err(self.doorbell_error(errno)),
         }
@@ -739,11 +746,7 @@ impl QueuePair {
     unsafe fn ring_doorbell_through_transport(&self) -> Result<(), Error> {
         let frame = self.doorbell.as_bytes();
         // SAFETY: as in `ring_doorbell`.
-        match unsafe { self.pd.ctx.inner.transport.write_prepared(frame) } {
-            Ok(written) if written == frame.len() => Ok(()),
-            Ok(_) => Err(self.doorbell_error(Errno::IO)),
-            Err(errno) => Err(self.doorbell_error(errno)),
-        }
+        self.doorbell_written(unsafe { self.pd.ctx.inner.transport.write_prepared(frame) })
     }
 
     #[cold]

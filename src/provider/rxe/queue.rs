@@ -446,10 +446,7 @@ impl<T: FromBytes> Consumer<T> {
             out[i] = self.read_ready(i as u32);
             i += 1;
         }
-        self.cons = self.cons.wrapping_add(n as u32) & self.mem.index_mask;
-        // Release: as in `consume`, the copies above happen-before the
-        // kernel's acquire load that sees this index.
-        self.mem.consumer().store(self.cons, Ordering::Release);
+        self.advance(n as u32);
         n
     }
 
@@ -473,9 +470,14 @@ impl<T: FromBytes> Consumer<T> {
     /// most [`cached_ready`](Self::cached_ready); more is clamped).
     pub(crate) fn consume(&mut self, n: u32) {
         let n = n.min(self.cached_ready());
-        if n == 0 {
-            return;
+        if n != 0 {
+            self.advance(n);
         }
+    }
+
+    /// Publishes our consumer index `n` (at most ready) slots further.
+    #[inline(always)]
+    fn advance(&mut self, n: u32) {
         self.cons = self.cons.wrapping_add(n) & self.mem.index_mask;
         // Release: our reads of the consumed slots happen-before the kernel's
         // smp_load_acquire of consumer_index (queue_full, TO_CLIENT) that sees
