@@ -199,6 +199,11 @@ impl Context {
         // SAFETY: the number comes from the successful GET_CONTEXT just sent
         // on this transport, and is adopted only here.
         let async_fd = unsafe { transport.adopt_fd(resp.async_fd) };
+        if let Some(fd) = &async_fd {
+            // One shape for every event source: non-blocking from creation.
+            crate::event_fd::make_nonblocking(fd)
+                .map_err(|e| Error::os(Op::GetContext, &device, e))?;
+        }
         let fork = options
             .fork_safety
             .clone()

@@ -30,6 +30,7 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use zerocopy::FromBytes;
 
@@ -37,6 +38,7 @@ use crate::command::{CreateCompChannel, CreateCq, DestroyCq, ReqNotifyCq};
 use crate::context::Context;
 use crate::cq_routing::{Reader, Routing, BATCH};
 use crate::error::{Errno, Error, Op};
+use crate::event_fd;
 use crate::method::{CqCreate, CqDestroy};
 use crate::pd::debug_object;
 use crate::provider::rings::{CqRing, MAX_CREATE_UHW_OUT};
@@ -81,8 +83,12 @@ static NEXT_CQ_EVENT_ID: AtomicU64 = AtomicU64::new(1);
 /// the CQs created with it report completion events, once per
 /// [`CompletionQueue::req_notify`].
 ///
-/// It implements [`AsFd`], so epoll or tokio's `AsyncFd` can wait on it;
-/// [`get_event`](Self::get_event) reads one event and counts it on its CQ.
+/// Its descriptor is non-blocking and close-on-exec from creation and it
+/// implements [`AsFd`], so epoll or tokio's `AsyncFd` can wait on it and
+/// call [`try_get_event`](Self::try_get_event) when it is readable;
+/// [`get_event`](Self::get_event) waits for one event (and
+/// [`wait_event`](Self::wait_event) for at most a timeout). Each event read
+/// is counted on its CQ.
 /// The descriptor is closed when the channel and every CQ made with it are
 /// gone; events still queued then are discarded by the kernel (each CQ's
 /// destroy removes its own), so dropping with unacked events neither hangs
@@ -129,11 +135,10 @@ impl CompletionChannel {
         &self.inner.ctx
     }
 
-    /// Waits for one completion event (blocking, unless the descriptor was
-    /// made non-blocking: then `EAGAIN` when none is pending) and returns
-    /// the [`event_id`](CompletionQueue::event_id) of the CQ it is about.
-    /// Re-arm that CQ with [`req_notify`](CompletionQueue::req_notify) and
-    /// poll it.
+    /// Waits for one completion event and returns the
+    /// [`event_id`](CompletionQueue::event_id) of the CQ it is about; a
+    /// signal does not end the wait. Re-arm that CQ with
+    /// [`req_notify`](CompletionQueue::req_notify) and poll it.
     ///
     /// Like `ibv_get_cq_event`, each event is counted on its CQ
     /// ([`CompletionQueue::events_received`]); acknowledge it with
@@ -145,27 +150,56 @@ impl CompletionChannel {
     /// [`Error::ForeignProcess`].
     #[doc(alias = "ibv_get_cq_event")]
     pub fn get_event(&self) -> Result<u64, Error> {
+        let waited = event_fd::wait_for(
+            &self.inner.fd,
+            None,
+            || self.try_get_event(),
+            |e| self.fail(e),
+        )?;
+        // With no deadline the wait ends only with an event or an error.
+        waited.ok_or_else(|| self.fail(Errno::TIMEDOUT))
+    }
+
+    /// [`get_event`](Self::get_event) for at most `timeout`: `None` when
+    /// no event came.
+    pub fn wait_event(&self, timeout: Duration) -> Result<Option<u64>, Error> {
+        event_fd::wait_for(
+            &self.inner.fd,
+            Some(timeout),
+            || self.try_get_event(),
+            |e| self.fail(e),
+        )
+    }
+
+    /// The next event if one is queued, else `Ok(None)` at once (the
+    /// descriptor is non-blocking): what to call when epoll or tokio's
+    /// `AsyncFd` reports the channel readable.
+    pub fn try_get_event(&self) -> Result<Option<u64>, Error> {
         // Before the read: the descriptor is shared with the parent, and an
         // event a child read would be gone for the parent, which may be
         // blocked waiting for it.
         self.inner.ctx.check_process(Op::GetCqEvent)?;
         let mut desc = [0u8; size_of::<sys::ib_uverbs_comp_event_desc>()];
-        let fail = |e| Error::os(Op::GetCqEvent, &self.inner.ctx.inner.device, e);
         let n = loop {
             match rustix::io::read(&self.inner.fd, &mut desc) {
                 Err(Errno::INTR) => continue,
-                other => break other.map_err(fail)?,
+                Err(Errno::AGAIN) => return Ok(None),
+                other => break other.map_err(|e| self.fail(e))?,
             }
         };
         if n != desc.len() {
-            return Err(fail(Errno::IO));
+            return Err(self.fail(Errno::IO));
         }
         let event = sys::ib_uverbs_comp_event_desc::read_from_bytes(&desc[..])
-            .map_err(|_| fail(Errno::IO))?;
+            .map_err(|_| self.fail(Errno::IO))?;
         if let Some(counts) = self.inner.cqs().get(&event.cq_handle) {
             counts.received.fetch_add(1, Ordering::AcqRel);
         }
-        Ok(event.cq_handle)
+        Ok(Some(event.cq_handle))
+    }
+
+    fn fail(&self, errno: Errno) -> Error {
+        Error::os(Op::GetCqEvent, &self.inner.ctx.inner.device, errno)
     }
 }
 
@@ -364,10 +398,12 @@ impl Context {
         // SAFETY: CREATE_COMP_CHANNEL hands no memory to the device.
         let (resp, _) =
             unsafe { self.run(Op::CreateCompChannel, &CreateCompChannel::new(), &mut []) }?;
+        let fail = |e| Error::os(Op::CreateCompChannel, &self.inner.device, e);
         // SAFETY: the number the successful command just answered, adopted once.
-        let fd = unsafe { self.inner.transport.adopt_fd(resp.fd) }.ok_or_else(|| {
-            Error::os(Op::CreateCompChannel, &self.inner.device, Errno::OPNOTSUPP)
-        })?;
+        let fd = unsafe { self.inner.transport.adopt_fd(resp.fd) }
+            .ok_or_else(|| fail(Errno::OPNOTSUPP))?;
+        // On failure `fd` is closed here, and the kernel's channel with it.
+        event_fd::make_nonblocking(&fd).map_err(fail)?;
         Ok(CompletionChannel::over(self.clone(), fd))
     }
 
@@ -765,8 +801,29 @@ mod tests {
         // SAFETY: both descriptors are new and owned by nothing else.
         let (reader, writer) =
             unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // As create_comp_channel makes the kernel's descriptor.
+        event_fd::make_nonblocking(&reader).unwrap();
         let channel = CompletionChannel::over(ctx.clone(), reader);
         (fake, ctx, channel, writer)
+    }
+
+    /// The channel has the shape of every event source: `None` at once
+    /// when empty, a bounded wait, the event once one is queued.
+    #[test]
+    fn try_get_and_wait_event_never_block() {
+        let (_fake, _ctx, channel, writer) = channel_over_pipe();
+        assert_eq!(channel.try_get_event().unwrap(), None);
+        let t0 = std::time::Instant::now();
+        assert_eq!(channel.wait_event(Duration::from_millis(20)).unwrap(), None);
+        assert!(t0.elapsed() >= Duration::from_millis(20));
+        assert_eq!(raise(&writer, 77), Ok(8));
+        assert_eq!(
+            channel.wait_event(Duration::from_secs(5)).unwrap(),
+            Some(77)
+        );
+        assert_eq!(raise(&writer, 78), Ok(8));
+        assert_eq!(channel.try_get_event().unwrap(), Some(78));
+        assert_eq!(channel.try_get_event().unwrap(), None);
     }
 
     fn raise(writer: &OwnedFd, event_id: u64) -> Result<usize, Errno> {

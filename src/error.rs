@@ -458,6 +458,43 @@ impl Error {
     }
 }
 
+/// The `std::io::ErrorKind` an errno stands for (`EAGAIN` is `WouldBlock`,
+/// which tokio's `AsyncFd::try_io` relies on).
+fn io_kind(errno: Option<Errno>) -> std::io::ErrorKind {
+    match errno {
+        Some(e) => std::io::Error::from_raw_os_error(e.raw_os_error()).kind(),
+        None => std::io::ErrorKind::Other,
+    }
+}
+
+/// For `?` in functions returning `std::io::Result` (tokio's
+/// `AsyncFd::try_io` among them). The `io::Error`'s kind is the errno's
+/// (`Other` for errors with none) and the error itself is its payload, so
+/// nothing is lost: the message still names the operation and the device,
+/// and the errno is `Error::errno` of the payload.
+///
+/// ```
+/// # fn f(ctx: &uverbs::Context) -> std::io::Result<()> {
+/// let pd = ctx.alloc_pd()?; // uverbs::Error -> std::io::Error
+/// # drop(pd); Ok(()) }
+/// # fn g(e: std::io::Error) -> Option<uverbs::Errno> {
+/// // And back, for the errno:
+/// e.get_ref()?.downcast_ref::<uverbs::Error>()?.errno()
+/// # }
+/// ```
+impl From<Error> for std::io::Error {
+    fn from(e: Error) -> Self {
+        std::io::Error::new(io_kind(e.errno()), e)
+    }
+}
+
+/// As for [`Error`]: the errno's kind, the error as payload.
+impl From<ReregError> for std::io::Error {
+    fn from(e: ReregError) -> Self {
+        std::io::Error::new(io_kind(Some(e.errno())), e)
+    }
+}
+
 /// The five failure outcomes of `ibv_rereg_mr(3)`, with libibverbs' codes.
 ///
 /// An outcome says *which step* failed. It does not say whether the MR is
@@ -695,6 +732,46 @@ impl ReregError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn io_errors_keep_kind_message_and_errno() {
+        let dev: Arc<str> = Arc::from("rxe0");
+        let cases = [
+            (
+                Error::os(Op::PollCq, &dev, Errno::AGAIN),
+                std::io::ErrorKind::WouldBlock,
+            ),
+            (
+                Error::os(Op::PollCq, &dev, Errno::NOMEM),
+                std::io::ErrorKind::OutOfMemory,
+            ),
+            (
+                Error::input(Op::PostSend, &dev, "bad"),
+                std::io::ErrorKind::InvalidInput,
+            ),
+            (
+                Error::Abi {
+                    op: Op::GetContext,
+                    device: dev.clone(),
+                    what: "rxe",
+                    found: 9,
+                    supported: "2",
+                },
+                std::io::ErrorKind::Other,
+            ),
+        ];
+        for (e, kind) in cases {
+            let (text, errno) = (e.to_string(), e.errno());
+            let io: std::io::Error = e.into();
+            assert_eq!(io.kind(), kind, "{text}");
+            assert_eq!(io.to_string(), text);
+            let back = io.get_ref().unwrap().downcast_ref::<Error>().unwrap();
+            assert_eq!(back.errno(), errno);
+        }
+        let rereg = ReregError::new(ReregOutcome::Cmd, Errno::PERM, dev);
+        let io: std::io::Error = rereg.into();
+        assert_eq!(io.kind(), std::io::ErrorKind::PermissionDenied);
+    }
 
     #[test]
     fn outcome_codes_and_guarantees_follow_the_man_page() {

@@ -45,6 +45,7 @@ mod device;
 mod device_attr;
 mod endpoint;
 mod error;
+mod event_fd;
 mod flags;
 pub mod fork;
 #[cfg(test)]

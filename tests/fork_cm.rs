@@ -60,8 +60,7 @@ fn a_child_takes_no_event_and_sends_no_command_on_the_parents_channel() {
         // before anything is sent.
         let raw = unsafe { ch.execute(&GetEvent) };
         assert_eq!(raw.map(|_| ()), Err(Errno::ACCESS));
-        // O_NONBLOCK is the open file's, shared with the parent.
-        foreign(ch.set_nonblocking(true), Op::CmOpen);
+        foreign(ch.try_get_event(), Op::CmGetEvent);
         foreign(ch.create_id(PortSpace::Tcp), Op::CmCreateId);
 
         // Every command of an id, refused before its input is looked at.

@@ -4,9 +4,7 @@
 
 use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::{Mutex, OnceLock};
-
-use rustix::io::Errno;
+use std::sync::Mutex;
 
 /// What an event is about: a CQ, QP, SRQ or WQ by the id it was created
 /// with, a port by number, or the whole device.
@@ -31,9 +29,6 @@ pub enum AsyncElement {
 /// The context's end of the kernel's async-event file.
 pub(crate) struct AsyncEventFile {
     pub(super) fd: OwnedFd,
-    /// Whether making the descriptor non-blocking worked (done once, on
-    /// first use).
-    nonblocking: OnceLock<Result<(), Errno>>,
     /// Events read so far, per element. An entry lives as long as the
     /// context (16 bytes per object that ever had an event).
     reported: Mutex<HashMap<AsyncElement, u32>>,
@@ -43,16 +38,8 @@ impl AsyncEventFile {
     pub(crate) fn new(fd: OwnedFd) -> Self {
         AsyncEventFile {
             fd,
-            nonblocking: OnceLock::new(),
             reported: Mutex::new(HashMap::new()),
         }
-    }
-
-    pub(super) fn make_nonblocking(&self) -> Result<(), Errno> {
-        *self.nonblocking.get_or_init(|| {
-            let flags = rustix::fs::fcntl_getfl(&self.fd)?;
-            rustix::fs::fcntl_setfl(&self.fd, flags | rustix::fs::OFlags::NONBLOCK)
-        })
     }
 
     pub(super) fn count(&self, element: AsyncElement) {

@@ -8,10 +8,11 @@
 //! every CQ and QP a process-unique [`CompletionQueue::event_id`] /
 //! [`QueuePair::event_id`] there), or the port number for a port event.
 //!
-//! The descriptor is made non-blocking on first use, so that epoll or
-//! tokio's `AsyncFd` can wait on it ([`AsyncEvents`] implements [`AsFd`]);
-//! [`AsyncEvents::get_event`] still blocks (in poll(2)) until an event
-//! arrives, [`AsyncEvents::try_get_event`] answers `Ok(None)` at once.
+//! The descriptor is non-blocking from the context's creation, so that
+//! epoll or tokio's `AsyncFd` can wait on it ([`AsyncEvents`] implements
+//! [`AsFd`]); [`AsyncEvents::get_event`] still blocks (in poll(2)) until an
+//! event arrives, [`AsyncEvents::wait_event`] for at most a timeout, and
+//! [`AsyncEvents::try_get_event`] answers `Ok(None)` at once.
 //!
 //! **Acknowledging.** libibverbs hands out events that point at the
 //! `ibv_qp`/`ibv_cq` and makes `ibv_destroy_qp`/`ibv_destroy_cq` wait until
@@ -27,13 +28,14 @@
 
 use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::Duration;
 
-use rustix::event::{PollFd, PollFlags};
 use zerocopy::FromBytes;
 
 use crate::context::Context;
 use crate::cq::CompletionQueue;
 use crate::error::{Errno, Error, Op};
+use crate::event_fd;
 use crate::qp::QueuePair;
 use uverbs_uapi as sys;
 
@@ -206,17 +208,16 @@ impl Context {
     ///
     /// `EOPNOTSUPP` over a transport that handed over no descriptor (the
     /// recording fake); [`Error::ForeignProcess`] in a forked child (the
-    /// events are the parent's); the `fcntl` errno if the descriptor cannot
-    /// be made non-blocking.
+    /// events are the parent's).
     pub fn async_events(&self) -> Result<AsyncEvents, Error> {
-        let fail = |e| Error::os(Op::GetAsyncEvent, &self.inner.device, e);
         self.check_process(Op::GetAsyncEvent)?;
-        let file = self
-            .inner
-            .async_events
-            .as_ref()
-            .ok_or_else(|| fail(Errno::OPNOTSUPP))?;
-        file.make_nonblocking().map_err(fail)?;
+        if self.inner.async_events.is_none() {
+            return Err(Error::os(
+                Op::GetAsyncEvent,
+                &self.inner.device,
+                Errno::OPNOTSUPP,
+            ));
+        }
         Ok(AsyncEvents { ctx: self.clone() })
     }
 
@@ -256,16 +257,17 @@ impl AsyncEvents {
     /// wait (`EINTR` is retried). `EIO` once the device is gone.
     #[doc(alias = "ibv_get_async_event")]
     pub fn get_event(&self) -> Result<AsyncEvent, Error> {
-        loop {
-            if let Some(event) = self.try_get_event()? {
-                return Ok(event);
-            }
-            let mut fds = [PollFd::new(&self.file().fd, PollFlags::IN)];
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) | Err(Errno::INTR) => {}
-                Err(e) => return Err(self.fail(e)),
-            }
-        }
+        let fd = &self.file().fd;
+        let waited = event_fd::wait_for(fd, None, || self.try_get_event(), |e| self.fail(e))?;
+        // With no deadline the wait ends only with an event or an error.
+        waited.ok_or_else(|| self.fail(Errno::TIMEDOUT))
+    }
+
+    /// [`get_event`](Self::get_event) for at most `timeout`: `None` when
+    /// no event came.
+    pub fn wait_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>, Error> {
+        let fd = &self.file().fd;
+        event_fd::wait_for(fd, Some(timeout), || self.try_get_event(), |e| self.fail(e))
     }
 
     /// The next event if one is pending, else `Ok(None)` at once.
@@ -470,7 +472,10 @@ mod tests {
     }
 
     fn readable(events: &AsyncEvents) -> bool {
-        let mut fds = [PollFd::new(events, PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(
+            events,
+            rustix::event::PollFlags::IN,
+        )];
         let zero = rustix::event::Timespec {
             tv_sec: 0,
             tv_nsec: 0,

@@ -1,9 +1,12 @@
 //! The event channel: the opened `/dev/infiniband/rdma_cm` file.
 //!
 //! Every ucma command is one `write()` on it, and its events are read with
-//! `GET_EVENT` (also a `write()`), which blocks unless the file is
-//! non-blocking; `poll()` reports it readable while an event is queued.
-//! All ids created on a channel report their events there.
+//! `GET_EVENT` (also a `write()`). The file is opened non-blocking, so
+//! `GET_EVENT` answers `EAGAIN` when nothing is queued
+//! ([`EventChannel::try_get_event`] makes that `None`) and the blocking
+//! calls wait in `poll()`, which reports it readable while an event is
+//! queued: the shape of every event source of this crate. All ids created
+//! on a channel report their events there.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -19,6 +22,7 @@ use super::event::{decode, Event};
 use super::fake::FakeCm;
 use super::CmId;
 use crate::error::{Errno, Error, Op};
+use crate::event_fd;
 use crate::process::Generation;
 use crate::transport::frame::user_addr;
 use crate::transport::write_command;
@@ -80,7 +84,7 @@ impl std::fmt::Debug for EventChannel {
 }
 
 impl EventChannel {
-    /// Opens `/dev/infiniband/rdma_cm` (blocking), after checking that the
+    /// Opens `/dev/infiniband/rdma_cm` (non-blocking, close-on-exec), after checking that the
     /// kernel speaks ABI version 4 (when sysfs says; librdmacm accepts 3
     /// too, whose commands differ).
     #[doc(alias = "rdma_create_event_channel")]
@@ -109,7 +113,7 @@ impl EventChannel {
         }
         let fd = rustix::fs::open(
             dev,
-            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC | rustix::fs::OFlags::NONBLOCK,
             rustix::fs::Mode::empty(),
         )
         .map_err(|e| Error::os(Op::CmOpen, &name, e))?;
@@ -119,6 +123,8 @@ impl EventChannel {
     /// A channel whose commands go to the in-process model `fake` instead
     /// of the kernel (host tests; see [`FakeCm`]).
     pub fn with_fake(fake: Arc<FakeCm>) -> Self {
+        // Non-blocking, like the kernel's file as `open_at` opens it.
+        fake.set_nonblocking(true);
         Self::with_backend(Backend::Fake(fake), Arc::from("fake_rdma_cm"))
     }
 
@@ -133,31 +139,6 @@ impl EventChannel {
         }
     }
 
-    /// Makes `GET_EVENT` fail with `EAGAIN` instead of blocking when no
-    /// event is queued (`O_NONBLOCK`), or blocking again.
-    ///
-    /// In a forked child: [`Error::ForeignProcess`], and the flag (which the
-    /// child's descriptor shares with the parent's) is left alone.
-    pub fn set_nonblocking(&self, nonblocking: bool) -> Result<(), Error> {
-        let op = Op::CmOpen;
-        self.check_process(op)?;
-        match &self.inner.backend {
-            Backend::Kernel(fd) => {
-                let flags = rustix::fs::fcntl_getfl(fd).map_err(|e| self.err(op, e))?;
-                let flags = if nonblocking {
-                    flags | rustix::fs::OFlags::NONBLOCK
-                } else {
-                    flags - rustix::fs::OFlags::NONBLOCK
-                };
-                rustix::fs::fcntl_setfl(fd, flags).map_err(|e| self.err(op, e))
-            }
-            Backend::Fake(fake) => {
-                fake.set_nonblocking(nonblocking);
-                Ok(())
-            }
-        }
-    }
-
     /// Creates a cm id in port space `ps` whose events arrive here.
     #[doc(alias = "rdma_create_id")]
     pub fn create_id(&self, ps: PortSpace) -> Result<CmId, Error> {
@@ -166,24 +147,44 @@ impl EventChannel {
         Ok(CmId::new(self.clone(), resp.id, uid, ps))
     }
 
-    /// Takes the next event, blocking until one arrives (or, non-blocking,
-    /// failing with `EAGAIN`).
+    /// Takes the next event, waiting (in `poll()`) until one arrives; a
+    /// signal does not end the wait.
     ///
     /// In a forked child: [`Error::ForeignProcess`], nothing read (the
     /// parent's events stay the parent's).
     #[doc(alias = "rdma_get_cm_event")]
     pub fn get_event(&self) -> Result<Event, Error> {
-        let resp = self.run(&GetEvent, Op::CmGetEvent)?;
-        Ok(self.decode(&resp))
+        let waited = self.wait(None)?;
+        // With no deadline the wait ends only with an event or an error.
+        waited.ok_or_else(|| self.err(Op::CmGetEvent, Errno::TIMEDOUT))
     }
 
     /// Takes the next event if one arrives within `timeout`; `None` when
-    /// none did (a `poll()` first, so this never blocks longer).
+    /// none did.
     pub fn wait_event(&self, timeout: Duration) -> Result<Option<Event>, Error> {
-        if !self.poll_readable(timeout)? {
-            return Ok(None);
+        self.wait(Some(timeout))
+    }
+
+    fn wait(&self, timeout: Option<Duration>) -> Result<Option<Event>, Error> {
+        self.check_process(Op::CmGetEvent)?;
+        event_fd::wait_for(
+            self,
+            timeout,
+            || self.try_get_event(),
+            |e| self.err(Op::CmGetEvent, e),
+        )
+    }
+
+    /// The next event if one is queued, else `Ok(None)` at once: what to
+    /// call when epoll or tokio's `AsyncFd` reports the channel readable.
+    ///
+    /// In a forked child: [`Error::ForeignProcess`], nothing read.
+    pub fn try_get_event(&self) -> Result<Option<Event>, Error> {
+        match self.run(&GetEvent, Op::CmGetEvent) {
+            Ok(resp) => Ok(Some(self.decode(&resp))),
+            Err(e) if e.errno() == Some(Errno::AGAIN) && matches!(e, Error::Os { .. }) => Ok(None),
+            Err(e) => Err(e),
         }
-        self.get_event().map(Some)
     }
 
     /// `poll()` for an event for up to `timeout`.
@@ -192,24 +193,7 @@ impl EventChannel {
     /// polling.
     pub fn poll_readable(&self, timeout: Duration) -> Result<bool, Error> {
         self.check_process(Op::CmGetEvent)?;
-        let mut pfd = libc::pollfd {
-            fd: self.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
-        loop {
-            // SAFETY: `pfd` is one valid pollfd for the duration of the call.
-            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-            if n >= 0 {
-                return Ok(n > 0 && pfd.revents & libc::POLLIN != 0);
-            }
-            let errno =
-                Errno::from_io_error(&std::io::Error::last_os_error()).unwrap_or(Errno::INVAL);
-            if errno != Errno::INTR {
-                return Err(self.err(Op::CmGetEvent, errno));
-            }
-        }
+        event_fd::wait_readable(self, Some(timeout)).map_err(|e| self.err(Op::CmGetEvent, e))
     }
 
     /// Sends `cmd` and returns what the kernel wrote at its response pointer.

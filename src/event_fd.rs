@@ -1,0 +1,125 @@
+//! The one shape of every event source (completion channel, async events,
+//! cm event channel): a non-blocking, close-on-exec descriptor from
+//! creation, read by a `try_get_event` that answers `None` at once when
+//! nothing is queued; the blocking `get_event` and `wait_event(timeout)` are
+//! that read plus [`wait_readable`], so epoll or tokio's `AsyncFd` can wait
+//! on the same descriptor instead.
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+
+/// Makes `fd` non-blocking and close-on-exec (the kernel's uverbs files are
+/// created `O_CLOEXEC` already; a descriptor from elsewhere may not be).
+pub(crate) fn make_nonblocking(fd: impl AsFd) -> Result<(), Errno> {
+    let flags = rustix::fs::fcntl_getfl(&fd)?;
+    if !flags.contains(rustix::fs::OFlags::NONBLOCK) {
+        rustix::fs::fcntl_setfl(&fd, flags | rustix::fs::OFlags::NONBLOCK)?;
+    }
+    let fd_flags = rustix::io::fcntl_getfd(&fd)?;
+    if !fd_flags.contains(rustix::io::FdFlags::CLOEXEC) {
+        rustix::io::fcntl_setfd(&fd, fd_flags | rustix::io::FdFlags::CLOEXEC)?;
+    }
+    Ok(())
+}
+
+/// Waits until `fd` is readable or `timeout` has passed (`None`: no
+/// limit); true when readable. A signal does not end the wait early: the
+/// poll is resumed with the time left.
+pub(crate) fn wait_readable(fd: impl AsFd, timeout: Option<Duration>) -> Result<bool, Errno> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let ts = left.map(|l| Timespec {
+            tv_sec: l.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: l.subsec_nanos().into(),
+        });
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match rustix::event::poll(&mut fds, ts.as_ref()) {
+            Ok(0) => return Ok(false),
+            // Readable, or an error or hang-up the next read reports.
+            Ok(_) => return Ok(true),
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `get_event` of any source: `try_get` until it answers, waiting for the
+/// descriptor between tries; `None` when `timeout` passes first.
+pub(crate) fn wait_for<T, E>(
+    fd: impl AsFd,
+    timeout: Option<Duration>,
+    mut try_get: impl FnMut() -> Result<Option<T>, E>,
+    fail: impl Fn(Errno) -> E,
+) -> Result<Option<T>, E> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        if let Some(event) = try_get()? {
+            return Ok(Some(event));
+        }
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if left == Some(Duration::ZERO) {
+            return Ok(None);
+        }
+        // Readable is a hint: another reader may take the event first, so
+        // the loop tries again rather than assuming one is there.
+        if !wait_readable(&fd, left).map_err(&fail)? {
+            return Ok(None);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn made_nonblocking_and_cloexec() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        rustix::io::fcntl_setfd(&a, rustix::io::FdFlags::empty()).unwrap();
+        make_nonblocking(&a).unwrap();
+        assert!(rustix::fs::fcntl_getfl(&a)
+            .unwrap()
+            .contains(rustix::fs::OFlags::NONBLOCK));
+        assert!(rustix::io::fcntl_getfd(&a)
+            .unwrap()
+            .contains(rustix::io::FdFlags::CLOEXEC));
+    }
+
+    #[test]
+    fn waits_are_bounded_and_see_data() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let t0 = Instant::now();
+        assert!(!wait_readable(&a, Some(Duration::from_millis(20))).unwrap());
+        assert!(t0.elapsed() >= Duration::from_millis(20));
+        b.write_all(&[1]).unwrap();
+        assert!(wait_readable(&a, Some(Duration::from_secs(5))).unwrap());
+    }
+
+    #[test]
+    fn wait_for_retries_a_stolen_wakeup_and_times_out() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        b.write_all(&[1]).unwrap();
+        // Readable, but the first try finds nothing (another reader took it).
+        let mut tries = 0;
+        let got = wait_for(
+            &a,
+            Some(Duration::from_millis(30)),
+            || {
+                tries += 1;
+                Ok::<_, Errno>(None::<u8>)
+            },
+            |e| e,
+        )
+        .unwrap();
+        assert_eq!(got, None);
+        assert!(tries >= 2, "{tries}");
+        let got = wait_for(&a, Some(Duration::ZERO), || Ok::<_, Errno>(Some(7)), |e| e);
+        assert_eq!(got, Ok(Some(7)));
+    }
+}
