@@ -203,6 +203,21 @@ impl CompletionChannel {
     }
 }
 
+impl event_fd::sealed::Sealed for CompletionChannel {}
+
+impl event_fd::EventSource for CompletionChannel {
+    /// The [`event_id`](CompletionQueue::event_id) of the CQ.
+    type Event = u64;
+
+    fn try_get_event(&self) -> Result<Option<u64>, Error> {
+        CompletionChannel::try_get_event(self)
+    }
+
+    fn wait_error(&self, errno: Errno) -> Error {
+        self.fail(errno)
+    }
+}
+
 impl AsFd for CompletionChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.inner.fd.as_fd()

@@ -5,11 +5,36 @@
 //! that read plus [`wait_readable`], so epoll or tokio's `AsyncFd` can wait
 //! on the same descriptor instead.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
+
+/// A source of events on a non-blocking descriptor: the
+/// [`CompletionChannel`](crate::CompletionChannel), the context's
+/// [`AsyncEvents`](crate::AsyncEvents) and the connection manager's
+/// [`EventChannel`](crate::cm::EventChannel). Each also has an inherent
+/// `try_get_event`, `get_event` and `wait_event`; the trait is what lets one
+/// event loop (epoll, or the `tokio` feature's `AsyncSource`) serve all
+/// three. Sealed: implemented by this crate only, by types whose descriptor
+/// is one the value owns, unchanged for its whole life (what the
+/// `tokio` feature's registration with the reactor relies on).
+pub trait EventSource: AsFd + AsRawFd + sealed::Sealed {
+    /// What one read yields.
+    type Event;
+
+    /// The next event if one is queued, else `Ok(None)` at once.
+    fn try_get_event(&self) -> Result<Option<Self::Event>, crate::Error>;
+
+    /// The error to report when waiting on the descriptor fails with
+    /// `errno` (naming the source's operation and device).
+    fn wait_error(&self, errno: Errno) -> crate::Error;
+}
+
+pub(crate) mod sealed {
+    pub trait Sealed {}
+}
 
 /// Makes `fd` non-blocking and close-on-exec (the kernel's uverbs files are
 /// created `O_CLOEXEC` already; a descriptor from elsewhere may not be).

@@ -62,6 +62,8 @@ mod query;
 mod remote_buffer;
 #[cfg(test)]
 mod test_serial;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 pub mod transport;
 mod wr;
 
@@ -86,6 +88,7 @@ pub use device::{
 pub use device_attr::DeviceAttr;
 pub use endpoint::{Endpoint, EndpointParseError};
 pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOutcome};
+pub use event_fd::EventSource;
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain};

@@ -297,6 +297,20 @@ impl AsyncEvents {
     }
 }
 
+impl event_fd::sealed::Sealed for AsyncEvents {}
+
+impl event_fd::EventSource for AsyncEvents {
+    type Event = AsyncEvent;
+
+    fn try_get_event(&self) -> Result<Option<AsyncEvent>, Error> {
+        AsyncEvents::try_get_event(self)
+    }
+
+    fn wait_error(&self, errno: Errno) -> Error {
+        self.fail(errno)
+    }
+}
+
 impl AsFd for AsyncEvents {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file().fd.as_fd()

@@ -339,6 +339,20 @@ impl EventChannel {
     }
 }
 
+impl event_fd::sealed::Sealed for EventChannel {}
+
+impl event_fd::EventSource for EventChannel {
+    type Event = Event;
+
+    fn try_get_event(&self) -> Result<Option<Event>, Error> {
+        EventChannel::try_get_event(self)
+    }
+
+    fn wait_error(&self, errno: Errno) -> Error {
+        self.err(Op::CmGetEvent, errno)
+    }
+}
+
 impl AsFd for EventChannel {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match &self.inner.backend {
