@@ -29,10 +29,12 @@ pub struct Binary {
 
 /// Runs `cargo test --workspace` on the host; fails if any test fails.
 pub fn host_tests(workspace: &Path) -> Result<()> {
-    say("test: host test suite (cargo test --workspace)");
+    say("test: host test suite (cargo test --workspace --features uverbs/tokio)");
     run_streaming(
         "test: host test suite",
-        cargo().current_dir(workspace).args(["test", "--workspace"]),
+        cargo()
+            .current_dir(workspace)
+            .args(["test", "--workspace", "--features", "uverbs/tokio"]),
     )
 }
 
@@ -44,7 +46,17 @@ pub fn static_tests(workspace: &Path) -> Result<Vec<Binary>> {
     ));
     let mut cmd = cargo();
     cmd.current_dir(workspace)
-        .args(["test", "-p", "uverbs", "--no-run", "--target", TARGET])
+        // With the async layer: its device tests are built only with it.
+        .args([
+            "test",
+            "-p",
+            "uverbs",
+            "--features",
+            "tokio",
+            "--no-run",
+            "--target",
+            TARGET,
+        ])
         .arg("--message-format=json-render-diagnostics")
         // Built like release code (optimised, no debug assertions): the
         // host suite covers debug builds, the VM the code users ship. The
@@ -84,6 +96,8 @@ pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
             "--release",
             "-p",
             "uverbs",
+            "--features",
+            "tokio",
             "--example",
             name,
             "--target",
