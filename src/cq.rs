@@ -575,6 +575,15 @@ impl CompletionQueue {
     }
 
     /// Whether `other` is a handle of this same CQ.
+    /// Another handle to the same CQ, for the crate's own holders (the
+    /// async layer's completion task).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn share(&self) -> CompletionQueue {
+        CompletionQueue {
+            inner: self.inner.clone(),
+        }
+    }
+
     pub(crate) fn same_as(&self, other: &CompletionQueue) -> bool {
         Arc::ptr_eq(&self.inner, &other.inner)
     }

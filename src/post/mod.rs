@@ -183,6 +183,24 @@ impl<'a, M> SendRequest<'a, M> {
     pub fn into_local(self) -> Option<Local<M>> {
         self.local
     }
+
+    /// Replaces the id, returning the old one (the async layer posts under
+    /// its own keys and gives the caller's id back with the completion).
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn replace_wr_id(&mut self, wr_id: u64) -> u64 {
+        std::mem::replace(&mut self.wr_id, wr_id)
+    }
+
+    /// Whether the request has a completion of its own.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn is_signalled(&self) -> bool {
+        self.flags.contains(SendFlags::SIGNALED)
+    }
+
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn op_name(&self) -> &'static str {
+        self.op.name()
+    }
 }
 
 /// A receive work request that owns the memory the message lands in.
@@ -206,6 +224,14 @@ impl<M: DeviceWritable> RecvRequest<M> {
     /// Gives the memory back.
     pub fn into_local(self) -> Local<M> {
         self.local
+    }
+}
+
+impl<M> RecvRequest<M> {
+    /// As [`SendRequest::replace_wr_id`].
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn replace_wr_id(&mut self, wr_id: u64) -> u64 {
+        std::mem::replace(&mut self.wr_id, wr_id)
     }
 }
 
@@ -804,7 +830,7 @@ impl<M> OwnedQp<M> {
     }
 
     /// The QP's send CQ and, if another, its receive CQ.
-    fn cqs(&self) -> impl Iterator<Item = CompletionQueue> + '_ {
+    pub(crate) fn cqs(&self) -> impl Iterator<Item = CompletionQueue> + '_ {
         let (send, recv) = self.qp().cqs();
         let recv = (!send.same_as(&recv)).then_some(recv);
         std::iter::once(send).chain(recv)
@@ -884,7 +910,7 @@ impl<M> OwnedQp<M> {
         qp
     }
 
-    fn post_error(&self, op: Op, index: usize, source: PostError) -> Error {
+    pub(crate) fn post_error(&self, op: Op, index: usize, source: PostError) -> Error {
         Error::Post {
             op,
             device: self.qp().context().inner.device.clone(),

@@ -16,3 +16,8 @@
 mod source;
 
 pub use source::AsyncSource;
+mod cq;
+mod qp;
+
+pub use cq::{AsyncCq, AsyncCqOptions};
+pub use qp::{AsyncPostError, AsyncQp, NotAsync};

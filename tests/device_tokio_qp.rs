@@ -1,0 +1,516 @@
+//! Async owned posting (`uverbs::tokio`) on rxe0 and siw0: futures resolve
+//! with their request's memory and completion, routed by each CQ's task to
+//! the right QP and request among many; a dropped future's memory stays
+//! with the QP until the device is done with it; a peer gone resolves every
+//! pending future (nothing hangs); a forked child touches nothing. Every
+//! wait is bounded and the kernel's counts are back at the end. On siw0
+//! the QPs are connected through the iWARP connection manager.
+#![cfg(feature = "tokio")]
+
+#[macro_use]
+mod common;
+
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Poll, Wake, Waker};
+use std::time::Duration;
+
+use common::*;
+use uverbs::command::{QpAttr, QpState, QpType};
+use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncPostError, AsyncQp};
+use uverbs::{
+    AccessFlags, BufferMr, Context, DeviceReadable, Error, Local, OwnedQp, ProtectionDomain,
+    QpInit, Remote, SendRequest, StableBuffer, WcStatus,
+};
+
+/// The bound on every await of these tests.
+const LIMIT: Duration = Duration::from_secs(20);
+
+type Mem = BufferMr<Watched>;
+
+/// A buffer that counts its drops.
+struct Watched(Vec<u8>, Arc<AtomicUsize>);
+
+// SAFETY: the Vec is only reached through this trait and never resized.
+unsafe impl StableBuffer for Watched {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.1.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// `f` within [`LIMIT`], or a panic naming `what`.
+async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, f)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing within {LIMIT:?}"))
+}
+
+fn reg(pd: &ProtectionDomain, bytes: Vec<u8>, drops: &Arc<AtomicUsize>) -> Mem {
+    pd.reg_buffer(Watched(bytes, drops.clone()), AccessFlags::LOCAL_WRITE)
+        .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error))
+}
+
+/// Connects two RESET owned QPs: rxe by hand, siw through the cm (keep
+/// the link until the QPs are gone).
+fn connect<M: DeviceReadable>(
+    ctx: &Context,
+    name: &str,
+    a: &OwnedQp<M>,
+    b: &OwnedQp<M>,
+) -> Option<CmLink> {
+    if driver(ctx) == Driver::Siw {
+        return Some(cm_connect(ctx, name, a, b).expect("a cm connection on siw"));
+    }
+    let (gid, mtu) = roce_path(ctx, name);
+    let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
+    for (qp, peer) in [(a, b.qp_num()), (b, a.qp_num())] {
+        let access =
+            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+        for (step, attr) in rc_to_rts(access, PORT, mtu, peer, dest) {
+            qp.modify(&attr)
+                .unwrap_or_else(|e| panic!("{name}: {step}: {e}"));
+        }
+    }
+    None
+}
+
+/// Connected async pairs: `n` QPs on CQ A, `n` on CQ B, QP i of A talking
+/// to QP i of B.
+struct Pairs {
+    a: Vec<Arc<AsyncQp<Mem>>>,
+    b: Vec<Arc<AsyncQp<Mem>>>,
+    _links: Vec<Option<CmLink>>,
+}
+
+fn pairs(
+    ctx: &Context,
+    pd: &ProtectionDomain,
+    name: &str,
+    n: usize,
+    options: &AsyncCqOptions,
+) -> Pairs {
+    let cq_a =
+        AsyncCq::with_options(ctx, options).unwrap_or_else(|e| panic!("{name}: AsyncCq: {e}"));
+    let cq_b =
+        AsyncCq::with_options(ctx, options).unwrap_or_else(|e| panic!("{name}: AsyncCq: {e}"));
+    let (mut a, mut b, mut links) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..n {
+        let make = |cq: &AsyncCq| {
+            let mut init = QpInit::new(QpType::Rc, cq.cq(), cq.cq());
+            init.max_send_wr = 32;
+            init.max_recv_wr = 32;
+            let qp = pd
+                .create_qp(&init)
+                .unwrap_or_else(|e| panic!("{name}: create_qp: {e}"));
+            OwnedQp::new(qp).unwrap_or_else(|e| panic!("{name}: OwnedQp::new: {e}"))
+        };
+        let (qa, qb) = (make(&cq_a), make(&cq_b));
+        links.push(connect(ctx, name, &qa, &qb));
+        let wrap = |qp, cq: &AsyncCq| {
+            Arc::new(
+                AsyncQp::new(qp, &[cq]).unwrap_or_else(|e| panic!("{name}: AsyncQp::new: {e}")),
+            )
+        };
+        a.push(wrap(qa, &cq_a));
+        b.push(wrap(qb, &cq_b));
+    }
+    // The QPs keep their CQs (and the CQs' tasks) alive.
+    drop((cq_a, cq_b));
+    Pairs {
+        a,
+        b,
+        _links: links,
+    }
+}
+
+fn ok(
+    result: Result<uverbs::Completed<Mem>, impl Into<Error>>,
+    what: &str,
+) -> uverbs::Completed<Mem> {
+    let done = result.unwrap_or_else(|e| panic!("{what}: {}", e.into()));
+    assert_eq!(done.status(), Some(WcStatus::Success), "{what}: {done:?}");
+    done
+}
+
+/// SEND + RECV, WRITE and READ through futures: the memory comes back with
+/// the caller's ids and the bytes the device moved.
+#[test]
+fn futures_resolve_with_memory_and_completion() {
+    on_each_data_path_device_counted(
+        "futures_resolve_with_memory_and_completion",
+        |name, ctx, _counts| {
+            let rt = runtime();
+            let pd = alloc_pd(ctx);
+            let drops = Arc::new(AtomicUsize::new(0));
+            rt.block_on(async {
+                let p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
+                let (a, b) = (p.a[0].clone(), p.b[0].clone());
+                let recv = {
+                    let b = b.clone();
+                    let buf = reg(&pd, vec![0; 256], &drops);
+                    tokio::spawn(async move {
+                        b.post_recv(uverbs::RecvRequest::new(41, Local::whole(buf)))
+                            .await
+                    })
+                };
+                let msg = reg(&pd, (0..256).map(|i| i as u8).collect(), &drops);
+                let sent = ok(
+                    bounded(
+                        "send",
+                        a.post_send(SendRequest::send(42, Local::whole(msg))),
+                    )
+                    .await,
+                    "send",
+                );
+                assert_eq!(sent.wr_id, 42);
+                let got = ok(bounded("recv", recv).await.expect("recv task"), "recv");
+                assert_eq!(got.wr_id, 41);
+                assert_eq!(got.completion().map(|wc| wc.byte_len()), Some(256));
+                let landed = got.into_memory().expect("the receive buffer");
+                assert!(
+                    landed
+                        .buffer()
+                        .iter()
+                        .enumerate()
+                        .all(|(i, &x)| x == i as u8),
+                    "{name}: received bytes"
+                );
+
+                // WRITE into the peer's buffer, READ it back into ours.
+                let access =
+                    AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+                let mut target = pd
+                    .reg_remote_buffer(vec![0u8; 128], access)
+                    .unwrap_or_else(|e| panic!("reg_remote_buffer: {}", e.error));
+                let remote = Remote {
+                    addr: target.addr(),
+                    rkey: target.rkey(),
+                };
+                let src = reg(&pd, vec![0xab; 128], &drops);
+                ok(
+                    bounded("write", a.write(Local::whole(src), remote)).await,
+                    "write",
+                );
+                let mut written = [0u8; 128];
+                target.copy_out(0, &mut written).expect("inside");
+                assert!(written.iter().all(|&x| x == 0xab), "{name}: written");
+                let dst = reg(&pd, vec![0; 128], &drops);
+                let read = ok(
+                    bounded("read", a.read(Local::whole(dst), remote)).await,
+                    "read",
+                );
+                let back = read.into_memory().expect("the read buffer");
+                assert!(
+                    back.buffer().iter().all(|&x| x == 0xab),
+                    "{name}: read back"
+                );
+                assert_eq!((a.outstanding(), b.outstanding()), ((0, 0), (0, 0)));
+                assert_eq!((a.waiting(), b.waiting()), (0, 0));
+                drop((landed, target, back, p));
+            });
+            drop((rt, pd));
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                5,
+                "{name}: every buffer freed once"
+            );
+        },
+    );
+}
+
+/// Four QP pairs on two CQs, each QP with 16 sends in flight at once from
+/// as many tasks: every receive lands on its own QP with its own message,
+/// every future resolves once. With busy polling too.
+#[test]
+fn concurrent_requests_and_shared_cqs_route_each_completion() {
+    on_each_data_path_device_counted(
+        "concurrent_requests_and_shared_cqs_route_each_completion",
+        |name, ctx, _counts| {
+            for busy in [0, 64] {
+                let rt = runtime();
+                let pd = alloc_pd(ctx);
+                let drops = Arc::new(AtomicUsize::new(0));
+                const QPS: usize = 4;
+                const MSGS: usize = 16;
+                rt.block_on(async {
+                    let p = pairs(
+                        ctx,
+                        &pd,
+                        name,
+                        QPS,
+                        &AsyncCqOptions::new(256).busy_poll(busy),
+                    );
+                    let mut recvs = tokio::task::JoinSet::new();
+                    for (q, b) in p.b.iter().enumerate() {
+                        for m in 0..MSGS {
+                            let b = b.clone();
+                            let buf = reg(&pd, vec![0; 64], &drops);
+                            let id = (q * 1000 + m) as u64;
+                            recvs.spawn(async move {
+                                (
+                                    q,
+                                    id,
+                                    b.post_recv(uverbs::RecvRequest::new(id, Local::whole(buf)))
+                                        .await,
+                                )
+                            });
+                        }
+                    }
+                    let mut sends = tokio::task::JoinSet::new();
+                    for (q, a) in p.a.iter().enumerate() {
+                        for m in 0..MSGS {
+                            let a = a.clone();
+                            let msg = reg(&pd, vec![q as u8 + 1; 64], &drops);
+                            let id = (q * 1000 + m) as u64;
+                            sends.spawn(async move {
+                                (
+                                    id,
+                                    a.post_send(SendRequest::send(id, Local::whole(msg))).await,
+                                )
+                            });
+                        }
+                    }
+                    let mut sent = Vec::new();
+                    while let Some(r) = bounded("sends", sends.join_next()).await {
+                        let (id, result) = r.expect("send task");
+                        let done = ok(result, &format!("{name}: send {id}"));
+                        assert_eq!(done.wr_id, id);
+                        sent.push(id);
+                    }
+                    sent.sort();
+                    assert_eq!(sent.len(), QPS * MSGS, "{name}: busy {busy}");
+                    let mut got = Vec::new();
+                    while let Some(r) = bounded("recvs", recvs.join_next()).await {
+                        let (q, id, result) = r.expect("recv task");
+                        let done = ok(result, &format!("{name}: recv {id}"));
+                        assert_eq!(done.wr_id, id);
+                        let buf = done.into_memory().expect("the buffer");
+                        assert!(
+                            buf.buffer().iter().all(|&x| x == q as u8 + 1),
+                            "{name}: QP {q} got another QP's message"
+                        );
+                        got.push(id);
+                    }
+                    got.sort();
+                    assert_eq!(got, sent, "{name}: busy {busy}: one receive per send");
+                    for qp in p.a.iter().chain(&p.b) {
+                        assert_eq!((qp.outstanding(), qp.waiting()), ((0, 0), 0));
+                    }
+                    drop(p);
+                });
+                drop((rt, pd));
+                assert_eq!(
+                    drops.load(Ordering::SeqCst),
+                    2 * QPS * MSGS,
+                    "{name}: every buffer freed"
+                );
+            }
+        },
+    );
+}
+
+/// A receive whose future is dropped stays owned: the memory is not
+/// freed until its message has come (then the task drops it), and a
+/// dropped QP with a cancelled receive outstanding destroys the QP before
+/// freeing it.
+#[test]
+fn cancelled_futures_leave_memory_with_the_qp() {
+    on_each_data_path_device_counted(
+        "cancelled_futures_leave_memory_with_the_qp",
+        |name, ctx, counts| {
+            let rt = runtime();
+            let pd = alloc_pd(ctx);
+            let drops = Arc::new(AtomicUsize::new(0));
+            rt.block_on(async {
+                let p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
+                let (a, b) = (p.a[0].clone(), p.b[0].clone());
+                for _ in 0..2 {
+                    let buf = reg(&pd, vec![0; 64], &drops);
+                    let cancelled =
+                        tokio::time::timeout(Duration::from_millis(50), b.recv(Local::whole(buf)))
+                            .await;
+                    assert!(
+                        cancelled.is_err(),
+                        "{name}: a receive completed with nothing sent"
+                    );
+                }
+                assert_eq!(b.outstanding(), (0, 2), "{name}: still owned");
+                assert_eq!(b.waiting(), 2);
+                assert_eq!(
+                    drops.load(Ordering::SeqCst),
+                    0,
+                    "{name}: freed under the device"
+                );
+                // One message: the first receive completes; its memory is
+                // dropped by the CQ's task now that the device is done.
+                let msg = reg(&pd, vec![7; 64], &drops);
+                ok(bounded("send", a.send(Local::whole(msg))).await, "send");
+                let freed = bounded("the task dropping the memory", async {
+                    while drops.load(Ordering::SeqCst) < 2 {
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                    }
+                });
+                freed.await;
+                assert_eq!(b.outstanding(), (0, 1), "{name}");
+                assert_eq!(b.waiting(), 1);
+                // The second is still the device's; dropping its QP destroys
+                // the QP first, then frees it.
+                counts.assert_extra_cq_qp(2, 2, "two async QPs");
+                drop((a, b, p));
+            });
+            drop(rt);
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                3,
+                "{name}: freed once the QP is gone"
+            );
+            drop(pd);
+        },
+    );
+}
+
+/// The peer's QP destroyed while futures wait: the send fails (retries
+/// exhausted, or the connection reset on iWARP), the QP goes to ERR and
+/// every pending receive is flushed: each future resolves, none hangs.
+#[test]
+fn a_peer_gone_resolves_every_pending_future() {
+    on_each_data_path_device_counted(
+        "a_peer_gone_resolves_every_pending_future",
+        |name, ctx, _counts| {
+            let rt = runtime();
+            let pd = alloc_pd(ctx);
+            let drops = Arc::new(AtomicUsize::new(0));
+            rt.block_on(async {
+                let mut p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
+                let a = p.a[0].clone();
+                let mut recvs = tokio::task::JoinSet::new();
+                for i in 0..4 {
+                    let a = a.clone();
+                    let buf = reg(&pd, vec![0; 64], &drops);
+                    recvs.spawn(async move {
+                        a.post_recv(uverbs::RecvRequest::new(i, Local::whole(buf)))
+                            .await
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                // The peer goes: its QP destroyed, its cm id with it.
+                p.b.clear();
+                p._links.clear();
+                let msg = reg(&pd, vec![1; 64], &drops);
+                let sent = bounded("the send to a gone peer", a.send(Local::whole(msg))).await;
+                match &sent {
+                    Ok(done) => {
+                        assert_ne!(done.status(), Some(WcStatus::Success), "{name}: {done:?}")
+                    }
+                    Err(e) => panic!("{name}: {}", e.error()),
+                }
+                // On rxe the failed send moved the QP to ERR; on siw the reset
+                // may have done it already. Either way, ERR flushes the rest.
+                if a.state() != QpState::Err {
+                    a.modify(&QpAttr::new().state(QpState::Err))
+                        .expect("modify to ERR");
+                }
+                while let Some(r) = bounded("the pending receives", recvs.join_next()).await {
+                    let done = r
+                        .expect("recv task")
+                        .unwrap_or_else(|e| panic!("{name}: {}", e.error()));
+                    assert_eq!(
+                        done.status(),
+                        Some(WcStatus::WrFlushErr),
+                        "{name}: {done:?}"
+                    );
+                }
+                assert_eq!((a.outstanding(), a.waiting()), ((0, 0), 0));
+                drop(sent);
+                drop((a, p));
+            });
+            drop((rt, pd));
+            assert_eq!(drops.load(Ordering::SeqCst), 5, "{name}");
+        },
+    );
+}
+
+struct NoWake;
+impl Wake for NoWake {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// In a forked child an async post is refused at once (the QP is the
+/// parent's) with its request back, and nothing of the parent's changes:
+/// afterwards the parent's traffic runs as before.
+#[test]
+fn a_forked_child_touches_nothing() {
+    on_each_data_path_device_counted("a_forked_child_touches_nothing", |name, ctx, _counts| {
+        let rt = runtime();
+        let pd = alloc_pd(ctx);
+        let drops = Arc::new(AtomicUsize::new(0));
+        let p = rt.block_on(async { pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64)) });
+        let a = p.a[0].clone();
+        let msg = reg(&pd, vec![3; 64], &drops);
+        let code = in_child!(Duration::from_secs(10), {
+            // Polled once, by hand: the child has no runtime of its own.
+            let mut post = std::pin::pin!(a.send(Local::whole(msg)));
+            let waker = Waker::from(Arc::new(NoWake));
+            match post
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(&waker))
+            {
+                Poll::Ready(Err(AsyncPostError::Refused(r)))
+                    if matches!(r.error, Error::ForeignProcess { .. }) =>
+                {
+                    if r.request.into_local().is_some() && a.outstanding() == (0, 0) {
+                        0
+                    } else {
+                        2
+                    }
+                }
+                _ => 1,
+            }
+        });
+        assert_eq!(
+            code, 0,
+            "{name}: the child's post was not refused (1), or took the memory (2)"
+        );
+        rt.block_on(async {
+            let b = p.b[0].clone();
+            let buf = reg(&pd, vec![0; 64], &drops);
+            let recv = tokio::spawn(async move { b.recv(Local::whole(buf)).await });
+            let msg = reg(&pd, vec![4; 64], &drops);
+            ok(
+                bounded("send after the fork", a.send(Local::whole(msg))).await,
+                "send",
+            );
+            let got = ok(
+                bounded("recv after the fork", recv).await.expect("task"),
+                "recv",
+            );
+            assert!(got.into_memory().unwrap().buffer().iter().all(|&x| x == 4));
+            drop((a, p));
+        });
+        drop((rt, pd));
+    });
+}
