@@ -169,25 +169,21 @@ fn futures_resolve_with_memory_and_completion() {
             rt.block_on(async {
                 let p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
                 let (a, b) = (p.a[0].clone(), p.b[0].clone());
-                let recv = {
-                    let b = b.clone();
-                    let buf = reg(&pd, vec![0; 256], &drops);
-                    tokio::spawn(async move {
-                        b.post_recv(uverbs::RecvRequest::new(41, Local::whole(buf)))
-                            .await
-                    })
-                };
+                let buf = reg(&pd, vec![0; 256], &drops);
                 let msg = reg(&pd, (0..256).map(|i| i as u8).collect(), &drops);
-                let sent = ok(
-                    bounded(
-                        "send",
-                        a.post_send(SendRequest::send(42, Local::whole(msg))),
+                // join! polls in order: the receive is posted before the
+                // send (siw, iWARP, has no RNR: a SEND finding no receive
+                // breaks the connection).
+                let (got, sent) = bounded("recv + send", async {
+                    tokio::join!(
+                        b.post_recv(uverbs::RecvRequest::new(41, Local::whole(buf))),
+                        a.post_send(SendRequest::send(42, Local::whole(msg)))
                     )
-                    .await,
-                    "send",
-                );
+                })
+                .await;
+                let sent = ok(sent, "send");
                 assert_eq!(sent.wr_id, 42);
-                let got = ok(bounded("recv", recv).await.expect("recv task"), "recv");
+                let got = ok(got, "recv");
                 assert_eq!(got.wr_id, 41);
                 assert_eq!(got.completion().map(|wc| wc.byte_len()), Some(256));
                 let landed = got.into_memory().expect("the receive buffer");
@@ -235,7 +231,7 @@ fn futures_resolve_with_memory_and_completion() {
             drop((rt, pd));
             assert_eq!(
                 drops.load(Ordering::SeqCst),
-                5,
+                4, // received, sent, written from, read into
                 "{name}: every buffer freed once"
             );
         },
@@ -280,6 +276,13 @@ fn concurrent_requests_and_shared_cqs_route_each_completion() {
                             });
                         }
                     }
+                    // Every receive posted before the first send (no RNR on siw).
+                    bounded("the receives posted", async {
+                        while p.b.iter().any(|b| b.outstanding().1 < MSGS) {
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    })
+                    .await;
                     let mut sends = tokio::task::JoinSet::new();
                     for (q, a) in p.a.iter().enumerate() {
                         for m in 0..MSGS {
@@ -421,7 +424,27 @@ fn a_peer_gone_resolves_every_pending_future() {
                 p.b.clear();
                 p._links.clear();
                 let msg = reg(&pd, vec![1; 64], &drops);
-                let sent = bounded("the send to a gone peer", a.send(Local::whole(msg))).await;
+                let send = a.send(Local::whole(msg));
+                tokio::pin!(send);
+                // The device may give up by itself (retries exhausted, the
+                // connection reset): 3 s. Otherwise the application's bound
+                // ends the wait: ERR flushes the send with the receives.
+                let sent = match tokio::time::timeout(Duration::from_secs(3), &mut send).await {
+                    Ok(sent) => {
+                        loud(&format!(
+                            "NOTE: {name}: the device failed the send by itself"
+                        ));
+                        sent
+                    }
+                    Err(_) => {
+                        loud(&format!(
+                            "NOTE: {name}: no answer within 3 s: QP moved to ERR"
+                        ));
+                        a.modify(&QpAttr::new().state(QpState::Err))
+                            .expect("modify to ERR");
+                        bounded("the flushed send", send).await
+                    }
+                };
                 match &sent {
                     Ok(done) => {
                         assert_ne!(done.status(), Some(WcStatus::Success), "{name}: {done:?}")
@@ -446,7 +469,7 @@ fn a_peer_gone_resolves_every_pending_future() {
                 }
                 assert_eq!((a.outstanding(), a.waiting()), ((0, 0), 0));
                 drop(sent);
-                drop((a, p));
+                drop(p);
             });
             drop((rt, pd));
             assert_eq!(drops.load(Ordering::SeqCst), 5, "{name}");
@@ -498,16 +521,14 @@ fn a_forked_child_touches_nothing() {
         rt.block_on(async {
             let b = p.b[0].clone();
             let buf = reg(&pd, vec![0; 64], &drops);
-            let recv = tokio::spawn(async move { b.recv(Local::whole(buf)).await });
             let msg = reg(&pd, vec![4; 64], &drops);
-            ok(
-                bounded("send after the fork", a.send(Local::whole(msg))).await,
-                "send",
-            );
-            let got = ok(
-                bounded("recv after the fork", recv).await.expect("task"),
-                "recv",
-            );
+            // join! polls in order: the receive is posted before the send.
+            let (got, sent) = bounded("recv + send after the fork", async {
+                tokio::join!(b.recv(Local::whole(buf)), a.send(Local::whole(msg)))
+            })
+            .await;
+            ok(sent, "send");
+            let got = ok(got, "recv");
             assert!(got.into_memory().unwrap().buffer().iter().all(|&x| x == 4));
             drop((a, p));
         });
