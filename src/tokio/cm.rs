@@ -315,7 +315,9 @@ impl AsyncEventChannel {
 
     /// Registers `channel` with the current tokio runtime (`ENOSYS` outside
     /// one). Its ids made here, or adopted, get their events; events of
-    /// other ids of the channel are discarded from now on.
+    /// other ids of the channel are discarded from now on. One
+    /// `AsyncEventChannel` per channel (the reactor refuses a descriptor
+    /// twice, `EEXIST`): clone it to share it.
     pub fn new(channel: EventChannel) -> Result<Self, Error> {
         channel.check_process(Op::CmGetEvent)?;
         let source = AsyncSource::new(channel.clone())?;
