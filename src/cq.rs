@@ -216,6 +216,10 @@ impl event_fd::EventSource for CompletionChannel {
     fn wait_error(&self, errno: Errno) -> Error {
         self.fail(errno)
     }
+
+    fn owned_here(&self) -> bool {
+        self.inner.ctx.is_owned_by_this_process()
+    }
 }
 
 impl AsFd for CompletionChannel {

@@ -30,6 +30,11 @@ pub trait EventSource: AsFd + AsRawFd + sealed::Sealed {
     /// The error to report when waiting on the descriptor fails with
     /// `errno` (naming the source's operation and device).
     fn wait_error(&self, errno: Errno) -> crate::Error;
+
+    /// False in a child forked since the source was made: there its
+    /// descriptor (and any epoll registration of it) is the parent's.
+    #[doc(hidden)]
+    fn owned_here(&self) -> bool;
 }
 
 pub(crate) mod sealed {

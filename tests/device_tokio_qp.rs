@@ -429,12 +429,13 @@ fn a_peer_gone_resolves_every_pending_future() {
                 // The device may give up by itself (retries exhausted, the
                 // connection reset): 3 s. Otherwise the application's bound
                 // ends the wait: ERR flushes the send with the receives.
+                let siw = driver(ctx) == Driver::Siw;
                 let sent = match tokio::time::timeout(Duration::from_secs(3), &mut send).await {
                     Ok(sent) => {
                         loud(&format!(
                             "NOTE: {name}: the device failed the send by itself"
                         ));
-                        sent
+                        Some(sent)
                     }
                     Err(_) => {
                         loud(&format!(
@@ -442,17 +443,30 @@ fn a_peer_gone_resolves_every_pending_future() {
                         ));
                         a.modify(&QpAttr::new().state(QpState::Err))
                             .expect("modify to ERR");
-                        bounded("the flushed send", send).await
+                        match tokio::time::timeout(Duration::from_secs(5), &mut send).await {
+                            Ok(sent) => Some(sent),
+                            // siw: a send posted once the kernel had moved the
+                            // QP to ERR (the peer's close) is never consumed:
+                            // its doorbell flushes nothing for a user QP. The
+                            // memory stays owned until the QP is destroyed.
+                            Err(_) if siw => {
+                                loud(&format!(
+                                    "NOTE: {name}: siw never completes a send posted after \
+                                     its QP went to ERR: cancelled, the memory stays owned"
+                                ));
+                                None
+                            }
+                            Err(_) => panic!("{name}: the flushed send: nothing within 5 s"),
+                        }
                     }
                 };
                 match &sent {
-                    Ok(done) => {
+                    Some(Ok(done)) => {
                         assert_ne!(done.status(), Some(WcStatus::Success), "{name}: {done:?}")
                     }
-                    Err(e) => panic!("{name}: {}", e.error()),
+                    Some(Err(e)) => panic!("{name}: {}", e.error()),
+                    None => assert_eq!(a.outstanding().0, 1, "{name}: the send still owned"),
                 }
-                // On rxe the failed send moved the QP to ERR; on siw the reset
-                // may have done it already. Either way, ERR flushes the rest.
                 if a.state() != QpState::Err {
                     a.modify(&QpAttr::new().state(QpState::Err))
                         .expect("modify to ERR");
@@ -467,7 +481,9 @@ fn a_peer_gone_resolves_every_pending_future() {
                         "{name}: {done:?}"
                     );
                 }
-                assert_eq!((a.outstanding(), a.waiting()), ((0, 0), 0));
+                let unconsumed = usize::from(sent.is_none());
+                assert_eq!(a.outstanding(), (unconsumed, 0), "{name}");
+                assert_eq!(a.waiting(), unconsumed, "{name}");
                 drop(sent);
                 drop(p);
             });

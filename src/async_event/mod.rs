@@ -309,6 +309,10 @@ impl event_fd::EventSource for AsyncEvents {
     fn wait_error(&self, errno: Errno) -> Error {
         self.fail(errno)
     }
+
+    fn owned_here(&self) -> bool {
+        self.ctx.is_owned_by_this_process()
+    }
 }
 
 impl AsFd for AsyncEvents {

@@ -351,6 +351,10 @@ impl event_fd::EventSource for EventChannel {
     fn wait_error(&self, errno: Errno) -> Error {
         self.err(Op::CmGetEvent, errno)
     }
+
+    fn owned_here(&self) -> bool {
+        self.is_owned_by_this_process()
+    }
 }
 
 impl AsFd for EventChannel {

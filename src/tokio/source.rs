@@ -2,6 +2,7 @@
 //! runtime's reactor, read when the reactor says it is readable.
 
 use std::fmt;
+use std::mem::ManuallyDrop;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
@@ -32,7 +33,23 @@ use crate::event_fd::EventSource;
 /// # }
 /// ```
 pub struct AsyncSource<S: EventSource> {
-    fd: AsyncFd<S>,
+    /// Dropped (deregistered) only in the process that registered it: see
+    /// the `Drop` impl.
+    fd: ManuallyDrop<AsyncFd<S>>,
+}
+
+/// In a forked child the runtime's epoll instance is the parent's (the
+/// child inherited the descriptor), and deregistering would remove the
+/// parent's registration from it: the parent would never be woken again.
+/// There the registration and the source are leaked instead (the child's
+/// copies; the parent's objects are untouched).
+impl<S: EventSource> Drop for AsyncSource<S> {
+    fn drop(&mut self) {
+        if self.fd.get_ref().owned_here() {
+            // SAFETY: `fd` is not used again: this is the value's drop.
+            unsafe { ManuallyDrop::drop(&mut self.fd) }
+        }
+    }
 }
 
 impl<S: EventSource> fmt::Debug for AsyncSource<S> {
@@ -63,7 +80,9 @@ impl<S: EventSource> AsyncSource<S> {
         // unchanged for its whole life, so it stays open and names the same
         // file while the AsyncFd owns the source.
         match unsafe { AsyncFd::register_with_interest(source, tokio::io::Interest::READABLE) } {
-            Ok(fd) => Ok(AsyncSource { fd }),
+            Ok(fd) => Ok(AsyncSource {
+                fd: ManuallyDrop::new(fd),
+            }),
             Err(e) => {
                 let (source, io) = e.into_parts();
                 Err(reactor_error(&source, &io))
@@ -74,11 +93,6 @@ impl<S: EventSource> AsyncSource<S> {
     /// The source.
     pub fn get_ref(&self) -> &S {
         self.fd.get_ref()
-    }
-
-    /// The source back, unregistered from the runtime.
-    pub fn into_inner(self) -> S {
-        self.fd.into_inner()
     }
 
     /// The next event, waiting (without blocking the thread) until one is

@@ -35,6 +35,7 @@
 //! for the numbers and [`meta`] for the header's host facts); `golden` keeps
 //! the output fixed.
 
+mod async_tax;
 mod control_ops;
 mod datapath;
 mod framing;
@@ -119,6 +120,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 mover_run("mover_64k", 64 << 10),
                 GuestRun::plain("ops").with_timeout(OPS_TIMEOUT_SECS),
                 framing_run(),
+                GuestRun::plain("async_tax"),
             ];
             // UVERBS_BENCH_ONLY=ops,framing: only the runs whose names
             // contain one of these (a quick loop while working on one
@@ -216,6 +218,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         "mover_64k",
         "ops",
         "framing",
+        "async_tax",
     ]
     .iter()
     .filter(|b| only.as_ref().is_none_or(|o| selected(o, b)))
@@ -244,6 +247,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     md.push_str(&control_ops::markdown(&control_ops::parse(&console)));
     let framing = framing::parse(&console);
     md.push_str(&framing::markdown(&framing));
+    md.push_str(&async_tax::markdown(&async_tax::parse(&console)));
     let two_host_runs = two_host
         .as_ref()
         .map(|c| two_host::parse(c))
@@ -423,7 +427,8 @@ fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
     cmd.current_dir(workspace)
         .args(["bench", "--no-run", "-p", "uverbs"])
         .args(["--bench", "verbs", "--bench", "datapath", "--bench", "ops"])
-        .args(["--features", "libibverbs-peer", "--target", TARGET])
+        .args(["--bench", "async_tax"])
+        .args(["--features", "libibverbs-peer,tokio", "--target", TARGET])
         // build.rs links the archives found there (the unpacked packages).
         .env(
             "UVERBS_PEER_LIBDIRS",
@@ -434,7 +439,7 @@ fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
         a.target.kind.contains(&TargetKind::Bench)
     })?;
     let mut out = Vec::new();
-    for name in ["verbs", "datapath", "ops"] {
+    for name in ["verbs", "datapath", "ops", "async_tax"] {
         let b = bins.iter().find(|b| b.name == name).ok_or_else(|| {
             err(
                 "bench: static build",

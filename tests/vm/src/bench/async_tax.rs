@@ -1,0 +1,148 @@
+//! The async tax in docs/benchmarks.md: the `@@ASYNC` lines of
+//! benches/async_tax (the same traffic through the blocking `OwnedQp` and
+//! through `uverbs::tokio`'s `AsyncQp`, in one process per device), as one
+//! table per test with each async variant's ratio to the blocking one and
+//! the issue's goals beside it.
+
+use super::units::ratio_name;
+use crate::markers::{error_of, field, find};
+use std::fmt::Write as _;
+
+/// The marker benches/async_tax prints.
+pub const ASYNC: &str = "@@ASYNC";
+
+/// One `@@ASYNC` line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub device: String,
+    /// `send_lat` or `write_bw`; empty on an error line.
+    pub test: String,
+    pub size: u64,
+    /// `blocking`, `async` or `async_busy`.
+    pub imp: String,
+    /// One-way median (µs) for send_lat, MB/s for write_bw.
+    pub value: f64,
+    /// Set when the device's run failed: the bench's message.
+    pub error: Option<String>,
+}
+
+/// Every `@@ASYNC` line of `console`.
+pub fn parse(console: &str) -> Vec<Line> {
+    console
+        .lines()
+        .filter_map(|l| find(l, ASYNC))
+        .filter_map(|w| {
+            let test = field(w, "test").unwrap_or("").to_string();
+            let key = if test == "send_lat" {
+                "median_us"
+            } else {
+                "mb_per_s"
+            };
+            Some(Line {
+                device: field(w, "device")?.into(),
+                size: field(w, "size").and_then(|v| v.parse().ok()).unwrap_or(0),
+                imp: field(w, "impl").unwrap_or("").into(),
+                value: field(w, key)
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(f64::NAN),
+                error: error_of(w),
+                test,
+            })
+        })
+        .collect()
+}
+
+/// The section, from its `###` heading; empty without lines.
+pub fn markdown(lines: &[Line]) -> String {
+    let mut s = String::new();
+    if lines.is_empty() {
+        return s;
+    }
+    s.push_str("### The async tax (`uverbs::tokio`)\n\n");
+    s.push_str(
+        "benches/async_tax: one RC QP pair per device in one process, the same traffic through \
+         the blocking `OwnedQp` (busy polling) and through `AsyncQp` on a current-thread tokio \
+         runtime, its CQ tasks sleeping on the completion channel (`async`) or polling 2000 \
+         times first (`async_busy`). send_lat: 64-byte SEND ping-pong, receive posted first, \
+         one-way median (half the round trip). write_bw: signalled WRITEs, 64 outstanding \
+         (64 tasks awaiting in turn for async). Goals: bandwidth within 5 % of blocking at \
+         queue depth 64, busy-poll latency within 10 %. perftest's `ib_send_lat` and \
+         `ib_write_bw` in the same run are in the data-path table above (two processes, \
+         perftest's own loop).\n\n",
+    );
+    for l in lines.iter().filter(|l| l.error.is_some()) {
+        let _ = writeln!(
+            s,
+            "- {}: failed: {}",
+            l.device,
+            l.error.as_deref().unwrap_or("")
+        );
+    }
+    s.push_str(
+        "| device | test | size | blocking | async | async ÷ blocking | async_busy | async_busy ÷ blocking |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let mut keys: Vec<(&str, &str, u64)> = Vec::new();
+    for l in lines.iter().filter(|l| l.error.is_none()) {
+        if !keys.contains(&(&l.device, &l.test, l.size)) {
+            keys.push((&l.device, &l.test, l.size));
+        }
+    }
+    for (device, test, size) in keys {
+        let of = |imp: &str| {
+            lines
+                .iter()
+                .find(|l| l.device == device && l.test == test && l.size == size && l.imp == imp)
+                .map(|l| l.value)
+        };
+        let unit = if test == "send_lat" { "µs" } else { "MB/s" };
+        let cell = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.2} {unit}"));
+        let ratio = |v: Option<f64>| match (v, of("blocking")) {
+            (Some(v), Some(b)) if b > 0.0 => ratio_name(v / b),
+            _ => "—".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {device} | {test} | {size} | {} | {} | {} | {} | {} |",
+            cell(of("blocking")),
+            cell(of("async")),
+            ratio(of("async")),
+            cell(of("async_busy")),
+            ratio(of("async_busy")),
+        );
+    }
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn async_lines_become_one_table() {
+        let console = "\
+@@ASYNC device=rxe0 test=send_lat size=64 impl=blocking iters=300 median_us=100.00 p99_us=200.00
+@@ASYNC device=rxe0 test=send_lat size=64 impl=async iters=300 median_us=150.00 p99_us=300.00
+@@ASYNC device=rxe0 test=send_lat size=64 impl=async_busy iters=300 median_us=105.00 p99_us=210.00
+@@ASYNC device=rxe0 test=write_bw size=65536 qd=64 impl=blocking writes=256 mb_per_s=200.00
+@@ASYNC device=rxe0 test=write_bw size=65536 qd=64 impl=async writes=256 mb_per_s=190.00
+@@ASYNC device=siw0 status=error error=\"cm: no event\"
+";
+        let lines = parse(console);
+        assert_eq!(lines.len(), 6, "{lines:?}");
+        let md = markdown(&lines);
+        assert!(
+            md.contains(
+                "| rxe0 | send_lat | 64 | 100.00 µs | 150.00 µs | 1.50× | 105.00 µs | 1.05× |"
+            ),
+            "{md}"
+        );
+        assert!(
+            md.contains("| rxe0 | write_bw | 65536 | 200.00 MB/s | 190.00 MB/s | 0.95× | — | — |"),
+            "{md}"
+        );
+        assert!(md.contains("- siw0: failed: cm: no event"), "{md}");
+        assert!(markdown(&[]).is_empty());
+    }
+}
