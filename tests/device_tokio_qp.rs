@@ -13,12 +13,11 @@ mod common;
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Poll, Wake, Waker};
 use std::time::Duration;
 
 use common::*;
 use uverbs::command::{QpAttr, QpState, QpType};
-use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncPostError, AsyncQp};
+use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncPostError, AsyncQp, CompletionFuture};
 use uverbs::{
     AccessFlags, BufferMr, Context, DeviceReadable, Error, Local, OwnedQp, ProtectionDomain,
     QpInit, Remote, SendRequest, StableBuffer, WcStatus,
@@ -147,6 +146,11 @@ fn pairs(
     }
 }
 
+/// The future of a request that must have been posted.
+fn posted<T>(r: Result<CompletionFuture<Mem>, AsyncPostError<T>>) -> CompletionFuture<Mem> {
+    r.unwrap_or_else(|e| panic!("post: {}", e.error()))
+}
+
 fn ok(
     result: Result<uverbs::Completed<Mem>, impl Into<Error>>,
     what: &str,
@@ -171,13 +175,13 @@ fn futures_resolve_with_memory_and_completion() {
                 let (a, b) = (p.a[0].clone(), p.b[0].clone());
                 let buf = reg(&pd, vec![0; 256], &drops);
                 let msg = reg(&pd, (0..256).map(|i| i as u8).collect(), &drops);
-                // join! polls in order: the receive is posted before the
+                // Posted at the calls, in order: the receive before the
                 // send (siw, iWARP, has no RNR: a SEND finding no receive
                 // breaks the connection).
                 let (got, sent) = bounded("recv + send", async {
                     tokio::join!(
-                        b.post_recv(uverbs::RecvRequest::new(41, Local::whole(buf))),
-                        a.post_send(SendRequest::send(42, Local::whole(msg)))
+                        posted(b.post_recv(uverbs::RecvRequest::new(41, Local::whole(buf)))),
+                        posted(a.post_send(SendRequest::send(42, Local::whole(msg))))
                     )
                 })
                 .await;
@@ -208,7 +212,7 @@ fn futures_resolve_with_memory_and_completion() {
                 };
                 let src = reg(&pd, vec![0xab; 128], &drops);
                 ok(
-                    bounded("write", a.write(Local::whole(src), remote)).await,
+                    bounded("write", posted(a.write(Local::whole(src), remote))).await,
                     "write",
                 );
                 let mut written = [0u8; 128];
@@ -216,7 +220,7 @@ fn futures_resolve_with_memory_and_completion() {
                 assert!(written.iter().all(|&x| x == 0xab), "{name}: written");
                 let dst = reg(&pd, vec![0; 128], &drops);
                 let read = ok(
-                    bounded("read", a.read(Local::whole(dst), remote)).await,
+                    bounded("read", posted(a.read(Local::whole(dst), remote))).await,
                     "read",
                 );
                 let back = read.into_memory().expect("the read buffer");
@@ -270,8 +274,11 @@ fn concurrent_requests_and_shared_cqs_route_each_completion() {
                                 (
                                     q,
                                     id,
-                                    b.post_recv(uverbs::RecvRequest::new(id, Local::whole(buf)))
-                                        .await,
+                                    posted(b.post_recv(uverbs::RecvRequest::new(
+                                        id,
+                                        Local::whole(buf),
+                                    )))
+                                    .await,
                                 )
                             });
                         }
@@ -292,7 +299,8 @@ fn concurrent_requests_and_shared_cqs_route_each_completion() {
                             sends.spawn(async move {
                                 (
                                     id,
-                                    a.post_send(SendRequest::send(id, Local::whole(msg))).await,
+                                    posted(a.post_send(SendRequest::send(id, Local::whole(msg))))
+                                        .await,
                                 )
                             });
                         }
@@ -353,9 +361,11 @@ fn cancelled_futures_leave_memory_with_the_qp() {
                 let (a, b) = (p.a[0].clone(), p.b[0].clone());
                 for _ in 0..2 {
                     let buf = reg(&pd, vec![0; 64], &drops);
-                    let cancelled =
-                        tokio::time::timeout(Duration::from_millis(50), b.recv(Local::whole(buf)))
-                            .await;
+                    let cancelled = tokio::time::timeout(
+                        Duration::from_millis(50),
+                        posted(b.recv(Local::whole(buf))),
+                    )
+                    .await;
                     assert!(
                         cancelled.is_err(),
                         "{name}: a receive completed with nothing sent"
@@ -371,7 +381,10 @@ fn cancelled_futures_leave_memory_with_the_qp() {
                 // One message: the first receive completes; its memory is
                 // dropped by the CQ's task now that the device is done.
                 let msg = reg(&pd, vec![7; 64], &drops);
-                ok(bounded("send", a.send(Local::whole(msg))).await, "send");
+                ok(
+                    bounded("send", posted(a.send(Local::whole(msg)))).await,
+                    "send",
+                );
                 let freed = bounded("the task dropping the memory", async {
                     while drops.load(Ordering::SeqCst) < 2 {
                         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -415,8 +428,7 @@ fn a_peer_gone_resolves_every_pending_future() {
                     let a = a.clone();
                     let buf = reg(&pd, vec![0; 64], &drops);
                     recvs.spawn(async move {
-                        a.post_recv(uverbs::RecvRequest::new(i, Local::whole(buf)))
-                            .await
+                        posted(a.post_recv(uverbs::RecvRequest::new(i, Local::whole(buf)))).await
                     });
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -424,8 +436,7 @@ fn a_peer_gone_resolves_every_pending_future() {
                 p.b.clear();
                 p._links.clear();
                 let msg = reg(&pd, vec![1; 64], &drops);
-                let send = a.send(Local::whole(msg));
-                tokio::pin!(send);
+                let mut send = posted(a.send(Local::whole(msg)));
                 // The device may give up by itself (retries exhausted, the
                 // connection reset): 3 s. Otherwise the application's bound
                 // ends the wait: ERR flushes the send with the receives.
@@ -464,7 +475,7 @@ fn a_peer_gone_resolves_every_pending_future() {
                     Some(Ok(done)) => {
                         assert_ne!(done.status(), Some(WcStatus::Success), "{name}: {done:?}")
                     }
-                    Some(Err(e)) => panic!("{name}: {}", e.error()),
+                    Some(Err(e)) => panic!("{name}: {e}"),
                     None => assert_eq!(a.outstanding().0, 1, "{name}: the send still owned"),
                 }
                 if a.state() != QpState::Err {
@@ -474,7 +485,7 @@ fn a_peer_gone_resolves_every_pending_future() {
                 while let Some(r) = bounded("the pending receives", recvs.join_next()).await {
                     let done = r
                         .expect("recv task")
-                        .unwrap_or_else(|e| panic!("{name}: {}", e.error()));
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
                     assert_eq!(
                         done.status(),
                         Some(WcStatus::WrFlushErr),
@@ -493,11 +504,6 @@ fn a_peer_gone_resolves_every_pending_future() {
     );
 }
 
-struct NoWake;
-impl Wake for NoWake {
-    fn wake(self: Arc<Self>) {}
-}
-
 /// In a forked child an async post is refused at once (the QP is the
 /// parent's) with its request back, and nothing of the parent's changes:
 /// afterwards the parent's traffic runs as before.
@@ -511,14 +517,9 @@ fn a_forked_child_touches_nothing() {
         let a = p.a[0].clone();
         let msg = reg(&pd, vec![3; 64], &drops);
         let code = in_child!(Duration::from_secs(10), {
-            // Polled once, by hand: the child has no runtime of its own.
-            let mut post = std::pin::pin!(a.send(Local::whole(msg)));
-            let waker = Waker::from(Arc::new(NoWake));
-            match post
-                .as_mut()
-                .poll(&mut std::task::Context::from_waker(&waker))
-            {
-                Poll::Ready(Err(AsyncPostError::Refused(r)))
+            // Refused at the call: no runtime is needed to see it.
+            match a.send(Local::whole(msg)) {
+                Err(AsyncPostError::Refused(r))
                     if matches!(r.error, Error::ForeignProcess { .. }) =>
                 {
                     if r.request.into_local().is_some() && a.outstanding() == (0, 0) {
@@ -538,9 +539,12 @@ fn a_forked_child_touches_nothing() {
             let b = p.b[0].clone();
             let buf = reg(&pd, vec![0; 64], &drops);
             let msg = reg(&pd, vec![4; 64], &drops);
-            // join! polls in order: the receive is posted before the send.
+            // Posted at the calls, in order: the receive before the send.
             let (got, sent) = bounded("recv + send after the fork", async {
-                tokio::join!(b.recv(Local::whole(buf)), a.send(Local::whole(msg)))
+                tokio::join!(
+                    posted(b.recv(Local::whole(buf))),
+                    posted(a.send(Local::whole(msg)))
+                )
             })
             .await;
             ok(sent, "send");

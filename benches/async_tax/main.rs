@@ -317,25 +317,26 @@ async fn lat_async(
     let mut out = Vec::with_capacity(iters);
     let step =
         |r: Result<Completed<Mem>, uverbs::Error>| r.map_err(|e| e.to_string()).and_then(memory);
+    let refused = |e: uverbs::Error| e.to_string();
     for i in 0..iters + 20 {
         let t0 = Instant::now();
-        // join! polls in order: the receive is posted before the send.
-        let (r, s) = tokio::join!(
-            b.recv(Local::whole(rb.take().unwrap())),
-            a.send(Local::whole(ma.take().unwrap()))
-        );
-        (rb, ma) = (
-            Some(step(r.map_err(Into::into))?),
-            Some(step(s.map_err(Into::into))?),
-        );
-        let (r, s) = tokio::join!(
-            a.recv(Local::whole(ra.take().unwrap())),
-            b.send(Local::whole(mb.take().unwrap()))
-        );
-        (ra, mb) = (
-            Some(step(r.map_err(Into::into))?),
-            Some(step(s.map_err(Into::into))?),
-        );
+        // Posted at the calls, in order: the receive before the send.
+        let r = b
+            .recv(Local::whole(rb.take().unwrap()))
+            .map_err(|e| refused(e.into()))?;
+        let s = a
+            .send(Local::whole(ma.take().unwrap()))
+            .map_err(|e| refused(e.into()))?;
+        let (r, s) = tokio::join!(r, s);
+        (rb, ma) = (Some(step(r)?), Some(step(s)?));
+        let r = a
+            .recv(Local::whole(ra.take().unwrap()))
+            .map_err(|e| refused(e.into()))?;
+        let s = b
+            .send(Local::whole(mb.take().unwrap()))
+            .map_err(|e| refused(e.into()))?;
+        let (r, s) = tokio::join!(r, s);
+        (ra, mb) = (Some(step(r)?), Some(step(s)?));
         if i >= 20 {
             out.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
@@ -396,8 +397,9 @@ async fn bw_async(
             for _ in 0..n {
                 let done = a
                     .write(Local::whole(buf), remote)
+                    .map_err(|e| e.error().to_string())?
                     .await
-                    .map_err(|e| e.error().to_string())?;
+                    .map_err(|e| e.to_string())?;
                 buf = memory(done)?;
             }
             Ok::<(), String>(())

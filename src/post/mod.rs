@@ -852,6 +852,11 @@ impl<M> OwnedQp<M> {
         self.qp().qp_type()
     }
 
+    /// How the QP's device connects: [`QueuePair::transport_type`].
+    pub fn transport_type(&self) -> crate::command::TransportType {
+        self.qp().transport_type()
+    }
+
     /// The state the last successful modify set: [`QueuePair::state`].
     pub fn state(&self) -> QpState {
         self.qp().state()

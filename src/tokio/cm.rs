@@ -254,6 +254,28 @@ impl CmQp for QueuePair {
     }
 }
 
+/// [`CmQp`] for a QP type with the same four calls.
+macro_rules! cm_qp {
+    ($($ty:ty),*) => {$(
+        impl<M> CmQp for $ty {
+            fn transport_type(&self) -> TransportType {
+                <$ty>::transport_type(self)
+            }
+            fn state(&self) -> QpState {
+                <$ty>::state(self)
+            }
+            fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
+                <$ty>::modify(self, attr)
+            }
+            fn established(&self) -> Result<QpState, Error> {
+                <$ty>::established(self)
+            }
+        }
+    )*};
+}
+
+cm_qp!(crate::OwnedQp<M>, super::AsyncQp<M>);
+
 /// An id's place on the channel: its unread events and who waits for them.
 struct Route {
     /// Events read for this id, oldest first, not yet handed out.

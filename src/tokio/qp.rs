@@ -1,8 +1,15 @@
 //! Owned posting whose futures resolve with the request's memory.
 
+// A refusal hands the caller's request back by value, as OwnedQp's do;
+// the path is cold.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
@@ -24,11 +31,10 @@ pub enum AsyncPostError<T> {
     /// Refused before the device saw it: the request is handed back.
     #[error("{0}")]
     Refused(PostRefused<T>),
-    /// Posted, but its completion will not come to this future: the
-    /// doorbell failed after it was queued, or the CQ's task ended
-    /// ([`error`](Self::error) says which). The request's memory stays
-    /// with the QP until the device is done with it (its completion, a
-    /// flush, or the QP's destruction), then it is dropped.
+    /// Queued, but the doorbell that announces it failed: the device owns
+    /// it and no future waits for it. Its memory stays with the QP until
+    /// the device is done with it (its completion, a flush, or the QP's
+    /// destruction), then it is dropped.
     #[error("{error}")]
     Posted {
         /// The caller's id of the request.
@@ -181,7 +187,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> Drain for Shared<M> {
 /// let qp: AsyncQp<BufferMr<Vec<u8>>> = AsyncQp::new(qp, &[&cq]).map_err(|e| e.error)?;
 /// // ... connect it ...
 /// let buf = pd.reg_buffer(vec![7u8; 4096], AccessFlags::LOCAL_WRITE)?;
-/// let done = qp.write(Local::whole(buf), remote).await?;
+/// let done = qp.write(Local::whole(buf), remote)?.await?;
 /// assert_eq!(done.status(), Some(uverbs::WcStatus::Success));
 /// let buf = done.into_memory().expect("the buffer comes back");
 /// # drop(buf); Ok(()) }
@@ -205,8 +211,6 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     /// Serves `qp` through the tasks of `cqs`, which must hold the QP's
     /// send CQ and its receive CQ (the same one, or two). Refused, with the
     /// QP back, if one of them is missing or its task has ended.
-    // The Err hands the caller's resource back by value; the path is cold.
-    #[allow(clippy::result_large_err)]
     pub fn new(qp: OwnedQp<M>, cqs: &[&AsyncCq]) -> Result<Self, NotAsync<M>> {
         let mut used = Vec::new();
         let mut missing = false;
@@ -248,121 +252,118 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         Ok(AsyncQp { shared, _cqs: used })
     }
 
-    /// Posts `request` and waits for its completion: the request's memory
-    /// comes back in the [`Completed`] (with the caller's `wr_id`), whatever
-    /// its status. A refusal hands the request back untouched.
+    /// Posts `request` now and returns the future of its completion: the
+    /// request's memory comes back in the [`Completed`] (with the caller's
+    /// `wr_id`), whatever its status. A refusal hands the request back
+    /// untouched. The post happens in this call, not at the first poll, so
+    /// the order of posts is the order of calls (a receive posted before the
+    /// send that answers it, whatever the futures' order of polling).
     #[doc(alias = "ibv_post_send")]
-    pub async fn post_send<'a>(
+    pub fn post_send<'a>(
         &self,
         mut request: SendRequest<'a, M>,
-    ) -> Result<Completed<M>, AsyncPostError<SendRequest<'a, M>>> {
-        let (key, wr_id, reply) = {
-            let mut waiters = self.shared.waiters.lock();
-            let refusal = if !request.is_signalled() {
-                Some(self.shared.qp.post_error(
-                    Op::PostSend,
-                    0,
-                    PostError::MustBeSignalled {
-                        opcode: request.op_name(),
-                        why: "an awaited request ends with its own completion",
-                    },
-                ))
-            } else {
-                waiters
-                    .ended
-                    .map(|errno| task_ended(self.shared.qp.context(), errno))
-            };
-            if let Some(error) = refusal {
-                return Err(AsyncPostError::Refused(PostRefused { request, error }));
-            }
-            let (key, reply) = Self::wait_under(&mut waiters, request.wr_id());
-            let wr_id = request.replace_wr_id(key);
-            // Posted under the lock: the task cannot look for the waiter
-            // before it is there, nor after it was taken back.
-            match self.shared.qp.post_send(request) {
-                Ok(()) => (key, wr_id, reply),
-                Err(PostSendError::Refused(mut refused)) => {
-                    waiters.pending.remove(&key);
-                    refused.request.replace_wr_id(wr_id);
-                    return Err(AsyncPostError::Refused(refused));
-                }
-                Err(PostSendError::Queued { error, .. }) => {
-                    // The device owns it; its completion finds no waiter.
-                    waiters.pending.remove(&key);
-                    return Err(AsyncPostError::Posted { wr_id, error });
-                }
-            }
+    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'a, M>>> {
+        let mut waiters = self.shared.waiters.lock();
+        let refusal = if !request.is_signalled() {
+            Some(self.shared.qp.post_error(
+                Op::PostSend,
+                0,
+                PostError::MustBeSignalled {
+                    opcode: request.op_name(),
+                    why: "an awaited request ends with its own completion",
+                },
+            ))
+        } else {
+            waiters
+                .ended
+                .map(|errno| task_ended(self.shared.qp.context(), errno))
         };
-        self.outcome(key, wr_id, reply).await
+        if let Some(error) = refusal {
+            return Err(AsyncPostError::Refused(PostRefused { request, error }));
+        }
+        let (key, reply) = Self::wait_under(&mut waiters, request.wr_id());
+        let wr_id = request.replace_wr_id(key);
+        // Posted under the lock: the task cannot look for the waiter before
+        // it is there, nor after it was taken back.
+        match self.shared.qp.post_send(request) {
+            Ok(()) => Ok(self.future(wr_id, reply)),
+            Err(PostSendError::Refused(mut refused)) => {
+                waiters.pending.remove(&key);
+                refused.request.replace_wr_id(wr_id);
+                Err(AsyncPostError::Refused(refused))
+            }
+            Err(PostSendError::Queued { error, .. }) => {
+                // The device owns it; its completion finds no waiter.
+                waiters.pending.remove(&key);
+                Err(AsyncPostError::Posted { wr_id, error })
+            }
+        }
     }
 
-    /// Posts a receive into `local` and waits for the message: the memory
-    /// comes back with the receive's completion.
+    /// Posts a receive now and returns the future of its message: the
+    /// memory comes back with the receive's completion.
     #[doc(alias = "ibv_post_recv")]
-    pub async fn post_recv(
+    pub fn post_recv(
         &self,
         mut request: RecvRequest<M>,
-    ) -> Result<Completed<M>, AsyncPostError<RecvRequest<M>>>
+    ) -> Result<CompletionFuture<M>, AsyncPostError<RecvRequest<M>>>
     where
         M: DeviceWritable,
     {
-        let (key, wr_id, reply) = {
-            let mut waiters = self.shared.waiters.lock();
-            if let Some(errno) = waiters.ended {
-                let error = task_ended(self.shared.qp.context(), errno);
-                return Err(AsyncPostError::Refused(PostRefused { request, error }));
-            }
-            let (key, reply) = Self::wait_under(&mut waiters, request.wr_id());
-            let wr_id = request.replace_wr_id(key);
-            if let Err(mut refused) = self.shared.qp.post_recv(request) {
-                waiters.pending.remove(&key);
-                refused.request.replace_wr_id(wr_id);
-                return Err(AsyncPostError::Refused(refused));
-            }
-            (key, wr_id, reply)
-        };
-        self.outcome(key, wr_id, reply).await
+        let mut waiters = self.shared.waiters.lock();
+        if let Some(errno) = waiters.ended {
+            let error = task_ended(self.shared.qp.context(), errno);
+            return Err(AsyncPostError::Refused(PostRefused { request, error }));
+        }
+        let (key, reply) = Self::wait_under(&mut waiters, request.wr_id());
+        let wr_id = request.replace_wr_id(key);
+        if let Err(mut refused) = self.shared.qp.post_recv(request) {
+            waiters.pending.remove(&key);
+            refused.request.replace_wr_id(wr_id);
+            return Err(AsyncPostError::Refused(refused));
+        }
+        Ok(self.future(wr_id, reply))
     }
 
     /// SEND of `local`'s bytes ([`post_send`](Self::post_send) of
     /// [`SendRequest::send`], `wr_id` 0).
-    pub async fn send(
+    pub fn send(
         &self,
         local: Local<M>,
-    ) -> Result<Completed<M>, AsyncPostError<SendRequest<'static, M>>> {
-        self.post_send(SendRequest::send(0, local)).await
+    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>> {
+        self.post_send(SendRequest::send(0, local))
     }
 
     /// RDMA WRITE of `local`'s bytes to `remote`.
-    pub async fn write(
+    pub fn write(
         &self,
         local: Local<M>,
         remote: Remote,
-    ) -> Result<Completed<M>, AsyncPostError<SendRequest<'static, M>>> {
-        self.post_send(SendRequest::write(0, local, remote)).await
+    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>> {
+        self.post_send(SendRequest::write(0, local, remote))
     }
 
     /// RDMA READ of `remote` into `local`.
-    pub async fn read(
+    pub fn read(
         &self,
         local: Local<M>,
         remote: Remote,
-    ) -> Result<Completed<M>, AsyncPostError<SendRequest<'static, M>>>
+    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>>
     where
         M: DeviceWritable,
     {
-        self.post_send(SendRequest::read(0, local, remote)).await
+        self.post_send(SendRequest::read(0, local, remote))
     }
 
     /// A receive into `local` ([`post_recv`](Self::post_recv), `wr_id` 0).
-    pub async fn recv(
+    pub fn recv(
         &self,
         local: Local<M>,
-    ) -> Result<Completed<M>, AsyncPostError<RecvRequest<M>>>
+    ) -> Result<CompletionFuture<M>, AsyncPostError<RecvRequest<M>>>
     where
         M: DeviceWritable,
     {
-        self.post_recv(RecvRequest::new(0, local)).await
+        self.post_recv(RecvRequest::new(0, local))
     }
 
     /// A new key, and the waiter for the request posted under it.
@@ -374,24 +375,56 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         (key, answer)
     }
 
-    /// The completion the task hands over for the request posted under
-    /// `key`. Dropping this future leaves the waiter in place: the task
-    /// drops the memory when the completion comes.
-    async fn outcome<T>(
-        &self,
-        key: u64,
-        wr_id: u64,
-        reply: oneshot::Receiver<Reply<M>>,
-    ) -> Result<Completed<M>, AsyncPostError<T>> {
-        match reply.await {
-            Ok(Ok(completed)) => Ok(completed),
-            Ok(Err(error)) => Err(AsyncPostError::Posted { wr_id, error }),
-            // The waiter was dropped unanswered: only when the QP's tables
-            // are gone, which a borrowed `self` rules out; kept total.
-            Err(_) => {
-                self.shared.waiters.lock().pending.remove(&key);
-                let error = task_ended(self.shared.qp.context(), Errno::CANCELED);
-                Err(AsyncPostError::Posted { wr_id, error })
+    fn future(&self, wr_id: u64, reply: oneshot::Receiver<Reply<M>>) -> CompletionFuture<M> {
+        CompletionFuture {
+            wr_id,
+            reply,
+            device: self.shared.qp.context().inner.device.clone(),
+        }
+    }
+}
+
+/// The completion of a posted request: resolves with the request's memory
+/// ([`Completed`]) once the device is done with it, or with an error if
+/// the CQ's task ended first (the memory then stays with the QP).
+///
+/// Dropping it cancels only the wait: the request stays posted, its memory
+/// with the QP until its completion comes (then it is dropped there), a
+/// flush, or the QP's destruction.
+#[must_use = "the request is posted; dropping this only gives up its memory to the QP"]
+pub struct CompletionFuture<M> {
+    wr_id: u64,
+    reply: oneshot::Receiver<Reply<M>>,
+    device: Arc<str>,
+}
+
+impl<M> CompletionFuture<M> {
+    /// The caller's id of the request.
+    pub fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+}
+
+impl<M> fmt::Debug for CompletionFuture<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompletionFuture")
+            .field("wr_id", &self.wr_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<M> Future for CompletionFuture<M> {
+    type Output = Result<Completed<M>, Error>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        match Pin::new(&mut self.reply).poll(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Ok(reply)) => Poll::Ready(reply),
+            // The waiter was dropped unanswered: the QP's tables are gone
+            // (the AsyncQp was dropped: its QP destroyed, the memory freed
+            // after the destroy).
+            Poll::Ready(Err(_)) => {
+                Poll::Ready(Err(Error::os(Op::PollCq, &self.device, Errno::CANCELED)))
             }
         }
     }
@@ -414,6 +447,11 @@ impl<M> AsyncQp<M> {
     /// RC, UC or UD.
     pub fn qp_type(&self) -> QpType {
         self.shared.qp.qp_type()
+    }
+
+    /// How the QP's device connects: [`QueuePair::transport_type`](crate::QueuePair::transport_type).
+    pub fn transport_type(&self) -> crate::command::TransportType {
+        self.shared.qp.transport_type()
     }
 
     /// The state the last successful modify set.
