@@ -333,6 +333,49 @@ impl GuestRun {
     }
 }
 
+/// The examples the single guest runs in `cargo vm test`, (run name,
+/// example, device kind, extra arguments): `tokio_pingpong` (the async
+/// layer over the cm, server and client in one process) on rxe0 and siw0,
+/// sleeping on the completion channel and busy polling.
+pub const EXAMPLE_RUNS: &[(&str, &str, Kind, &[&str])] = &[
+    ("tokio_pingpong_rxe0", "tokio_pingpong", Kind::Rxe, &[]),
+    ("tokio_pingpong_siw0", "tokio_pingpong", Kind::Siw, &[]),
+    (
+        "tokio_pingpong_busy_rxe0",
+        "tokio_pingpong",
+        Kind::Rxe,
+        &["--busy-poll", "200"],
+    ),
+    (
+        "tokio_pingpong_busy_siw0",
+        "tokio_pingpong",
+        Kind::Siw,
+        &["--busy-poll", "200"],
+    ),
+];
+
+impl GuestRun {
+    /// The single guest's example runs ([`EXAMPLE_RUNS`]), each on its
+    /// device's address, retried once like the test binaries.
+    pub fn examples() -> Vec<GuestRun> {
+        EXAMPLE_RUNS
+            .iter()
+            .map(|(name, example, kind, extra)| {
+                let mut args = vec!["--addr".to_string(), Net::Dummy.addr(*kind)];
+                args.extend(extra.iter().map(|a| a.to_string()));
+                GuestRun {
+                    name: (*name).into(),
+                    bin: (*example).into(),
+                    args,
+                    timeout_secs: PER_BINARY_TIMEOUT_SECS,
+                    per_host: None,
+                    retry_once: true,
+                }
+            })
+            .collect()
+    }
+}
+
 /// A binary's name is its run without arguments.
 impl From<&str> for GuestRun {
     fn from(bin: &str) -> Self {

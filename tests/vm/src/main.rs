@@ -740,6 +740,17 @@ impl Ctx {
             single_files = files;
             single_runs.extend(c_peer_runs);
         }
+        // The examples the single guest runs (the async pingpong).
+        let mut example_runs = GuestRun::examples();
+        if let Some(only) = &only {
+            example_runs.retain(|r| only.split(',').any(|o| r.name.contains(o)));
+        }
+        for run in &example_runs {
+            if !single.iter().any(|b| b.name == run.bin) {
+                single.push(binaries::static_example(&self.workspace, &run.bin)?);
+            }
+        }
+        single_runs.extend(example_runs);
         // The two-host plan: the binaries, then the examples across
         // the guests (selected by their run names).
         let mut two_host_runs = plain_runs(&two_host);
