@@ -116,6 +116,11 @@ pub use wr::{
 #[doc = include_str!("../docs/fork-safety.md")]
 struct GuideExamples;
 
+/// docs/async.md's examples, with the `tokio` feature.
+#[cfg(all(doctest, feature = "tokio"))]
+#[doc = include_str!("../docs/async.md")]
+struct AsyncGuideExamples;
+
 /// Contexts, PDs and MRs are shared across threads: keep them `Send + Sync`.
 const _: () = {
     const fn send_sync<T: Send + Sync>() {}

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use memmap2::MmapMut;
 use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncPostError, AsyncQp, CompletionFuture};
 use uverbs::{
@@ -28,10 +29,13 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 type Mem = BufferMr<Watched>;
 
-/// A buffer that counts its drops.
-struct Watched(Vec<u8>, Arc<AtomicUsize>);
+/// A buffer that counts its drops: a mapping of its own, not heap memory,
+/// so that fork safety's MADV_DONTFORK on it (the fork-forced
+/// configuration) takes no allocator page from a forked child.
+struct Watched(MmapMut, Arc<AtomicUsize>);
 
-// SAFETY: the Vec is only reached through this trait and never resized.
+// SAFETY: the mapping is only reached through this trait and never moved
+// or resized while it lives.
 unsafe impl StableBuffer for Watched {
     fn as_mut_ptr(&mut self) -> *mut u8 {
         self.0.as_mut_ptr()
@@ -69,7 +73,9 @@ async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
 }
 
 fn reg(pd: &ProtectionDomain, bytes: Vec<u8>, drops: &Arc<AtomicUsize>) -> Mem {
-    pd.reg_buffer(Watched(bytes, drops.clone()), AccessFlags::LOCAL_WRITE)
+    let mut map = MmapMut::map_anon(bytes.len()).expect("an anonymous mapping");
+    map.copy_from_slice(&bytes);
+    pd.reg_buffer(Watched(map, drops.clone()), AccessFlags::LOCAL_WRITE)
         .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error))
 }
 
