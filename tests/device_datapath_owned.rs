@@ -20,7 +20,7 @@ use uverbs::command::{Mtu, QpAttr, QpType};
 use uverbs::{
     AccessFlags, BufferMr, Completed, Context, DeviceReadable, Ended, Local, OwnedQp, PostError,
     PostRefused, PostSendError, ProtectionDomain, QpInit, RecvRequest, Remote, RemoteBufferMr,
-    SendRequest, StableBuffer, WcOpcode, WcStatus,
+    SendRequest, WcOpcode, WcStatus,
 };
 
 type Owned = OwnedQp<BufferMr<Vec<u8>>>;
@@ -494,31 +494,6 @@ fn flush_hands_back_everything_outstanding() {
     });
 }
 
-/// A buffer that counts its drops.
-struct Watched(Vec<u8>, Arc<AtomicUsize>);
-
-// SAFETY: the Vec is only reached through this trait and never resized.
-unsafe impl StableBuffer for Watched {
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn as_slice(&self) -> &[u8] {
-        &self.0
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.0
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        self.1.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 /// Dropping an OwnedQp with receives outstanding destroys the QP and only
 /// then frees their memory (deregistering it): the buffers are dropped,
 /// and the kernel's QP and MR counts are back (the fixture checks them at
@@ -534,10 +509,7 @@ fn dropping_with_requests_outstanding_destroys_then_frees() {
             let drops = Arc::new(AtomicUsize::new(0));
             for i in 0..3 {
                 let buf = pd
-                    .reg_buffer(
-                        Watched(vec![0; 512], drops.clone()),
-                        AccessFlags::LOCAL_WRITE,
-                    )
+                    .reg_buffer(Watched::new(&[0; 512], &drops), AccessFlags::LOCAL_WRITE)
                     .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error));
                 b.post_recv(RecvRequest::new(i, Local::whole(buf))).unwrap();
             }

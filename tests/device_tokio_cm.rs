@@ -38,19 +38,9 @@ use uverbs::{
 /// How long a future that must stay pending is given before it is dropped.
 const PENDING: Duration = Duration::from_millis(300);
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime")
-}
-
 /// `fut` within [`CM_WAIT`], or the test fails naming `what`.
 async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(CM_WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: not within {CM_WAIT:?}"))
+    within(CM_WAIT, what, fut).await
 }
 
 /// The cm ids the kernel holds (`rdma res show cm_id`), `None` (loudly;
@@ -131,7 +121,7 @@ fn tokio_cm_connect_accept_send_disconnect() {
     let test = "tokio_cm_connect_accept_send_disconnect";
     on_each_cm_device(test, |name, ctx, counts| {
         let cm_ids = kernel_cm_ids(&format!("{name}: at the start"));
-        runtime().block_on(async {
+        tokio_runtime().block_on(async {
             let ch = AsyncEventChannel::open().unwrap_or_else(|e| panic!("{name}: open: {e}"));
             let listener = ch
                 .listen("0.0.0.0:0".parse().unwrap(), 4)
@@ -290,7 +280,7 @@ fn tokio_cm_dropped_accept_and_connect_leak_nothing() {
     let test = "tokio_cm_dropped_accept_and_connect_leak_nothing";
     on_each_cm_device(test, |name, ctx, counts| {
         let cm_ids = kernel_cm_ids(&format!("{name}: at the start"));
-        runtime().block_on(async {
+        tokio_runtime().block_on(async {
             let ch = AsyncEventChannel::open().unwrap_or_else(|e| panic!("{name}: open: {e}"));
             let listener = ch.listen("0.0.0.0:0".parse().unwrap(), 4).unwrap();
             let port = listener.local_addr().unwrap().port();

@@ -16,12 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use memmap2::MmapMut;
 use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncPostError, AsyncQp, CompletionFuture};
 use uverbs::{
     AccessFlags, BufferMr, Context, DeviceReadable, Error, Local, OwnedQp, ProtectionDomain,
-    QpInit, Remote, SendRequest, StableBuffer, WcStatus,
+    QpInit, Remote, SendRequest, WcStatus,
 };
 
 /// The bound on every await of these tests.
@@ -29,53 +28,13 @@ const LIMIT: Duration = Duration::from_secs(20);
 
 type Mem = BufferMr<Watched>;
 
-/// A buffer that counts its drops: a mapping of its own, not heap memory,
-/// so that fork safety's MADV_DONTFORK on it (the fork-forced
-/// configuration) takes no allocator page from a forked child.
-struct Watched(MmapMut, Arc<AtomicUsize>);
-
-// SAFETY: the mapping is only reached through this trait and never moved
-// or resized while it lives.
-unsafe impl StableBuffer for Watched {
-    fn as_mut_ptr(&mut self) -> *mut u8 {
-        self.0.as_mut_ptr()
-    }
-    fn len(&self) -> usize {
-        self.0.len()
-    }
-    fn as_slice(&self) -> &[u8] {
-        &self.0
-    }
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        &mut self.0
-    }
-}
-
-impl Drop for Watched {
-    fn drop(&mut self) {
-        self.1.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
-/// `f` within [`LIMIT`], or a panic naming `what`.
-async fn bounded<T>(what: &str, f: impl Future<Output = T>) -> T {
-    tokio::time::timeout(LIMIT, f)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing within {LIMIT:?}"))
+/// `fut` within [`LIMIT`], or the test fails naming `what`.
+async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    within(LIMIT, what, fut).await
 }
 
 fn reg(pd: &ProtectionDomain, bytes: Vec<u8>, drops: &Arc<AtomicUsize>) -> Mem {
-    let mut map = MmapMut::map_anon(bytes.len()).expect("an anonymous mapping");
-    map.copy_from_slice(&bytes);
-    pd.reg_buffer(Watched(map, drops.clone()), AccessFlags::LOCAL_WRITE)
+    pd.reg_buffer(Watched::new(&bytes, drops), AccessFlags::LOCAL_WRITE)
         .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error))
 }
 
@@ -173,7 +132,7 @@ fn futures_resolve_with_memory_and_completion() {
     on_each_data_path_device_counted(
         "futures_resolve_with_memory_and_completion",
         |name, ctx, _counts| {
-            let rt = runtime();
+            let rt = tokio_runtime();
             let pd = alloc_pd(ctx);
             let drops = Arc::new(AtomicUsize::new(0));
             rt.block_on(async {
@@ -257,7 +216,7 @@ fn concurrent_requests_and_shared_cqs_route_each_completion() {
         "concurrent_requests_and_shared_cqs_route_each_completion",
         |name, ctx, _counts| {
             for busy in [0, 64] {
-                let rt = runtime();
+                let rt = tokio_runtime();
                 let pd = alloc_pd(ctx);
                 let drops = Arc::new(AtomicUsize::new(0));
                 const QPS: usize = 4;
@@ -359,7 +318,7 @@ fn cancelled_futures_leave_memory_with_the_qp() {
     on_each_data_path_device_counted(
         "cancelled_futures_leave_memory_with_the_qp",
         |name, ctx, counts| {
-            let rt = runtime();
+            let rt = tokio_runtime();
             let pd = alloc_pd(ctx);
             let drops = Arc::new(AtomicUsize::new(0));
             rt.block_on(async {
@@ -423,7 +382,7 @@ fn a_peer_gone_resolves_every_pending_future() {
     on_each_data_path_device_counted(
         "a_peer_gone_resolves_every_pending_future",
         |name, ctx, _counts| {
-            let rt = runtime();
+            let rt = tokio_runtime();
             let pd = alloc_pd(ctx);
             let drops = Arc::new(AtomicUsize::new(0));
             rt.block_on(async {
@@ -516,7 +475,7 @@ fn a_peer_gone_resolves_every_pending_future() {
 #[test]
 fn a_forked_child_touches_nothing() {
     on_each_data_path_device_counted("a_forked_child_touches_nothing", |name, ctx, _counts| {
-        let rt = runtime();
+        let rt = tokio_runtime();
         let pd = alloc_pd(ctx);
         let drops = Arc::new(AtomicUsize::new(0));
         let p = rt.block_on(async { pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64)) });

@@ -9,7 +9,7 @@
 //!   reported. Blocking: both QPs polled in a busy loop. Async: `join!` of
 //!   the receive's and the send's futures on a current-thread runtime,
 //!   with the CQ tasks sleeping on their channels (`async`) or polling up
-//!   to 2000 times before they do (`async_busy`).
+//!   to 200 times before they do (`async_busy`).
 //! - `write_bw`, 64 B and 64 KiB at queue depth 64: signalled WRITEs to
 //!   one remote buffer, 64 outstanding at any time. Blocking: post while
 //!   fewer than 64 are out, poll. Async: 64 tasks, each awaiting its
@@ -46,7 +46,7 @@ const DEVICES: &str = "rxe0,siw0";
 /// Where siw0's cm ids land in the VM guest (as benches/ops).
 const CM_ADDRS: &[(&str, &str)] = &[("siw0", "198.51.100.1")];
 const QD: usize = 64;
-const BUSY_POLLS: u32 = 2000;
+const BUSY_POLLS: u32 = 200;
 /// The longest a blocking poll loop waits.
 const WAIT: Duration = Duration::from_secs(10);
 const PORT: u8 = 1;

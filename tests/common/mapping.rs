@@ -10,7 +10,11 @@
 use std::ffi::c_void;
 use std::ptr::NonNull;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
 use memmap2::MmapMut;
+use uverbs::StableBuffer;
 
 /// The system page size.
 pub fn page_size() -> usize {
@@ -95,5 +99,42 @@ impl Drop for Holed {
         let first = NonNull::new(self.base.cast::<c_void>()).expect("non-null");
         // SAFETY: the 3 remaining pages of our own mapping; no MR uses them.
         let _ = unsafe { nix::sys::mman::munmap(first, 3 * self.page) };
+    }
+}
+
+/// A registrable buffer that counts its drops: a mapping of its own, not
+/// heap memory, so that fork safety's MADV_DONTFORK on it (the fork-forced
+/// configuration) takes no allocator page from a forked child.
+pub struct Watched(MmapMut, Arc<AtomicUsize>);
+
+impl Watched {
+    /// A mapping holding `bytes`, counted in `drops` when dropped.
+    pub fn new(bytes: &[u8], drops: &Arc<AtomicUsize>) -> Self {
+        let mut map = anon(bytes.len());
+        map.copy_from_slice(bytes);
+        Watched(map, drops.clone())
+    }
+}
+
+// SAFETY: the mapping is only reached through this trait and never moved
+// or resized while it lives.
+unsafe impl StableBuffer for Watched {
+    fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.0.as_mut_ptr()
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn as_slice(&self) -> &[u8] {
+        &self.0
+    }
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        self.1.fetch_add(1, Ordering::SeqCst);
     }
 }

@@ -28,6 +28,7 @@ pub mod kernel;
 pub mod mapping;
 pub mod rc;
 pub mod thread_io;
+pub mod tokio_rt;
 pub mod two_host;
 
 use std::sync::{Mutex, MutexGuard};
@@ -41,6 +42,7 @@ pub use fake::*;
 pub use fork::*;
 pub use mapping::*;
 pub use rc::*;
+pub use tokio_rt::*;
 
 /// Written locally and remotely: `LOCAL_WRITE | REMOTE_WRITE`.
 pub const RW: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);

@@ -62,7 +62,7 @@ pub fn markdown(lines: &[Line]) -> String {
     s.push_str(
         "benches/async_tax: one RC QP pair per device in one process, the same traffic through \
          the blocking `OwnedQp` (busy polling) and through `AsyncQp` on a current-thread tokio \
-         runtime, its CQ tasks sleeping on the completion channel (`async`) or polling 2000 \
+         runtime, its CQ tasks sleeping on the completion channel (`async`) or polling 200 \
          times first (`async_busy`). send_lat: 64-byte SEND ping-pong, receive posted first, \
          one-way median (half the round trip). write_bw: signalled WRITEs, 64 outstanding \
          (64 tasks awaiting in turn for async). Goals: bandwidth within 5 % of blocking at \
