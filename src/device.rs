@@ -223,7 +223,7 @@ fn sysfs_error(path: &Path, source: std::io::Error) -> Error {
     Error::Sysfs {
         op: Op::ListDevices,
         path: path.to_owned(),
-        source,
+        error: source,
     }
 }
 

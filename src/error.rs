@@ -289,14 +289,14 @@ pub enum Error {
         reason: &'static str,
     },
     /// A sysfs file could not be read or parsed.
-    #[error("{op}: {}: {source}", path.display())]
+    #[error("{op}: {}: {error}", path.display())]
     Sysfs {
         /// What was being done.
         op: Op,
         /// The file.
         path: PathBuf,
-        /// Why it failed.
-        source: std::io::Error,
+        /// Why it failed (part of the message, not a `source()`).
+        error: std::io::Error,
     },
     /// The kernel speaks an ABI version this crate does not.
     #[error("{op} on {device}: unsupported {what} ABI version {found} (supported: {supported})")]
@@ -340,7 +340,7 @@ pub enum Error {
     },
     /// A work request was refused before anything was queued: none of the
     /// call's work requests reached the queue or the kernel.
-    #[error("{op} on {device}: work request {index} of the call: {source}")]
+    #[error("{op} on {device}: work request {index} of the call: {why}")]
     Post {
         /// [`Op::PostSend`] or [`Op::PostRecv`].
         op: Op,
@@ -348,19 +348,20 @@ pub enum Error {
         device: Arc<str>,
         /// Which work request of the slice (0 = first).
         index: usize,
-        /// Why (boxed: errors stay small).
-        source: Box<crate::wr::PostError>,
+        /// Why (boxed: errors stay small). Part of the message, not a
+        /// `source()`: a chain printer would say it twice.
+        why: Box<crate::wr::PostError>,
     },
     /// A QP state change was refused before it was sent (see
     /// [`QpAttr::check`](crate::command::QpAttr::check)).
-    #[error("{op} on {device}: {source}")]
+    #[error("{op} on {device}: {verdict}")]
     QpTransition {
         /// [`Op::ModifyQp`].
         op: Op,
         /// The device (`rxe0`, …).
         device: Arc<str>,
-        /// The table's verdict.
-        source: crate::command::QpTransitionError,
+        /// The table's verdict (part of the message, not a `source()`).
+        verdict: crate::command::QpTransitionError,
     },
     /// The work requests were queued (written into the ring and published)
     /// but the doorbell `write()` that announces them failed: they belong to
@@ -449,9 +450,9 @@ impl Error {
             | Error::Doorbell { errno, .. } => Some(*errno),
             Error::InvalidInput { .. } => Some(Errno::INVAL),
             Error::ForeignProcess { .. } => Some(Errno::ACCESS),
-            Error::Sysfs { source, .. } => source.raw_os_error().map(Errno::from_raw_os_error),
+            Error::Sysfs { error, .. } => error.raw_os_error().map(Errno::from_raw_os_error),
             Error::Abi { .. } | Error::WrongCharDevice { .. } => None,
-            Error::Post { source, .. } => Some(source.errno()),
+            Error::Post { why, .. } => Some(why.errno()),
             Error::QpTransition { .. } => Some(Errno::INVAL),
             Error::NotReported { .. } | Error::Unsupported { .. } => Some(Errno::OPNOTSUPP),
         }
@@ -732,6 +733,37 @@ impl ReregError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Message or `source()`, never both: a chain printer (anyhow's
+    /// `{:#}`) would otherwise say the reason twice.
+    #[test]
+    fn reasons_are_in_the_message_and_not_again_as_a_source() {
+        use std::error::Error as _;
+        let dev: Arc<str> = Arc::from("rxe0");
+        let post = Error::Post {
+            op: Op::PostSend,
+            device: dev.clone(),
+            index: 0,
+            why: Box::new(crate::wr::PostError::QueueFull {
+                op: "post_send",
+                capacity: 4,
+            }),
+        };
+        let sysfs = Error::Sysfs {
+            op: Op::ListDevices,
+            path: "/sys/x".into(),
+            error: std::io::Error::from_raw_os_error(2),
+        };
+        for e in [post, sysfs] {
+            assert!(e.source().is_none(), "{e}");
+        }
+        let refused = crate::PostRefused {
+            request: (),
+            error: Error::os(Op::PostSend, &dev, Errno::NOMEM),
+        };
+        assert!(refused.source().is_none());
+        assert_eq!(refused.to_string(), refused.error.to_string());
+    }
 
     #[test]
     fn io_errors_keep_kind_message_and_errno() {

@@ -551,7 +551,7 @@ impl QueuePair {
             .map_err(|source| Error::QpTransition {
                 op: Op::ModifyQp,
                 device: ctx.inner.device.clone(),
-                source,
+                verdict: source,
             })?;
         // Every modify, not only RESET: an uncontended lock costs tens of
         // nanoseconds next to a system call, and ERR (a flush) or a driver's
@@ -575,7 +575,7 @@ impl QueuePair {
             op,
             device: self.pd.ctx.inner.device.clone(),
             index,
-            source: Box::new(source),
+            why: Box::new(source),
         }
     }
 

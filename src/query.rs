@@ -344,7 +344,7 @@ pub struct MrAttr {
 fn read_sysfs(op: Op, path: PathBuf) -> Result<String, Error> {
     match std::fs::read_to_string(&path) {
         Ok(text) => Ok(text.trim().to_string()),
-        Err(source) => Err(Error::Sysfs { op, path, source }),
+        Err(error) => Err(Error::Sysfs { op, path, error }),
     }
 }
 
@@ -365,7 +365,7 @@ pub(crate) fn sysfs_gid_entry(
     let gid: Gid = text.parse().map_err(|e: GidParseError| Error::Sysfs {
         op,
         path: gid_path,
-        source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        error: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
     })?;
     let types = port_dir.join("gid_attrs/types").join(index.to_string());
     let gid_type = match read_sysfs(op, types)?.as_str() {
@@ -549,7 +549,7 @@ impl Context {
                 return Err(Error::Sysfs {
                     op: Op::QueryGidTable,
                     path: gids,
-                    source,
+                    error: source,
                 });
             }
             for index in 0..len {

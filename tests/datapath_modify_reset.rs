@@ -133,7 +133,7 @@ fn a_receive_posted_during_a_modify_into_reset_waits_and_survives_the_reset() {
     );
     // It waited for the modify, then saw the QP in RESET: refused, typed.
     match result {
-        Err(uverbs::Error::Post { source, .. }) => assert!(
+        Err(uverbs::Error::Post { why: source, .. }) => assert!(
             matches!(
                 *source,
                 uverbs::PostError::WrongState {

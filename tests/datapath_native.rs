@@ -419,7 +419,7 @@ fn caps_are_what_the_rings_hold_when_the_kernel_answers_what_was_asked() {
         // SAFETY: as above.
         let full = unsafe { qp.post_recv(&[wr]) }.unwrap_err();
         assert!(
-            matches!(&full, Error::Post { source, .. } if matches!(**source, uverbs::PostError::QueueFull { .. })),
+            matches!(&full, Error::Post { why: source, .. } if matches!(**source, uverbs::PostError::QueueFull { .. })),
             "{full}"
         );
         drop(qp);

@@ -941,7 +941,7 @@ fn siw_fetch_add_refused_at_post(rig: &mut CmRig<'_>, dst: &[u8], mr: &MemoryReg
     let err = unsafe { rig.pair().qp_a.post_send(&[wr]) }.expect_err("siw has no atomics");
     loud(&format!("{name}: {what}: {err}"));
     match &err {
-        uverbs::Error::Post { source, .. } => assert_eq!(
+        uverbs::Error::Post { why: source, .. } => assert_eq!(
             &**source,
             &uverbs::PostError::NotSupported {
                 driver: "siw",

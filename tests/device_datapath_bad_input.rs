@@ -77,7 +77,9 @@ fn wait_count(cq: &CompletionQueue, n: usize, what: &str) -> Vec<WorkCompletion>
 fn assert_refused(err: &Error, index: usize, why: fn(&PostError) -> bool, errno: Errno) {
     match err {
         Error::Post {
-            index: i, source, ..
+            index: i,
+            why: source,
+            ..
         } if *i == index && why(source) => {}
         other => panic!("expected Error::Post at {index}, got {other}"),
     }

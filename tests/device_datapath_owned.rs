@@ -92,7 +92,7 @@ fn siw_refuses<M: DeviceReadable>(qp: &OwnedQp<M>, request: SendRequest<'_, M>, 
     assert!(
         matches!(
             &refused.error,
-            uverbs::Error::Post { source, .. }
+            uverbs::Error::Post { why: source, .. }
                 if matches!(**source, uverbs::PostError::NotSupported { driver: "siw", .. })
         ),
         "{what}: {}",
@@ -128,7 +128,7 @@ fn must_be_signalled<M: DeviceReadable>(
     let before = qp.outstanding();
     let r = refused(qp.post_send(request), what);
     assert!(
-        matches!(&r.error, uverbs::Error::Post { source, .. }
+        matches!(&r.error, uverbs::Error::Post { why: source, .. }
             if matches!(**source, PostError::MustBeSignalled { .. })),
         "{what}: {}",
         r.error

@@ -102,7 +102,7 @@ fn assert_post_refused(err: &Error, op: Op, index: usize, want: &PostError) {
         Error::Post {
             op: got_op,
             index: got_index,
-            source,
+            why: source,
             ..
         } => {
             assert_eq!((*got_op, *got_index), (op, index), "{err}");

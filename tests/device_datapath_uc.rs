@@ -130,7 +130,9 @@ fn uc_write_and_send_land_and_read_is_refused_before_the_ring() {
                 let e = unsafe { a.post_send(&[wr]) }.expect_err(opcode);
                 match &e {
                     Error::Post {
-                        index: 0, source, ..
+                        index: 0,
+                        why: source,
+                        ..
                     } => assert_eq!(
                         **source,
                         PostError::OpNotOnQpType {

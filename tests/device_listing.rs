@@ -81,7 +81,11 @@ fn assert_skipped_because(listing: &DeviceListing, entry: &str, file: &str, kind
         .find(|s| s.entry == entry)
         .unwrap_or_else(|| panic!("{entry} not skipped: {listing:?}"));
     match &skipped.error {
-        Error::Sysfs { path, source, .. } => {
+        Error::Sysfs {
+            path,
+            error: source,
+            ..
+        } => {
             assert!(path.ends_with(file), "{entry}: {}", skipped.error);
             assert_eq!(source.kind(), kind, "{entry}: {}", skipped.error);
         }

@@ -659,7 +659,7 @@ fn atomic_access_removed_and_restored_in_place() {
                 let err =
                     unsafe { rig.q.qp_a.post_send(&[signalled(1, fetch_add, &sges)]) }.unwrap_err();
                 assert!(
-                    matches!(&err, uverbs::Error::Post { index: 0, source, .. }
+                    matches!(&err, uverbs::Error::Post { index: 0, why: source, .. }
                         if matches!(**source, uverbs::PostError::NotSupported { driver: "siw", .. })),
                     "{name}: {err}"
                 );

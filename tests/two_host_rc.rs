@@ -388,7 +388,7 @@ fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
     );
     match qp.modify(&rts) {
         Err(uverbs::Error::QpTransition {
-            source: QpTransitionError::RtsOnlyThroughCm { from: QpState::Rtr },
+            verdict: QpTransitionError::RtsOnlyThroughCm { from: QpState::Rtr },
             ..
         }) => {}
         other => panic!("{me}: RTR->RTS by hand on iWARP: expected RtsOnlyThroughCm: {other:?}"),

@@ -99,7 +99,7 @@ impl EventChannel {
             let found = text.trim().parse::<u32>().map_err(|e| Error::Sysfs {
                 op: Op::CmOpen,
                 path: abi.to_path_buf(),
-                source: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+                error: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
             })?;
             if found != sys::RDMA_USER_CM_ABI_VERSION {
                 return Err(Error::Abi {

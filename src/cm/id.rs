@@ -325,7 +325,7 @@ impl CmId {
             let text = std::fs::read_to_string(&path).map_err(|source| Error::Sysfs {
                 op: Op::CmQuery,
                 path: path.clone(),
-                source,
+                error: source,
             })?;
             if parse_sysfs_guid(&text) == Some(guid) {
                 found.push(dev.clone());

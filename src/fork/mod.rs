@@ -166,7 +166,7 @@ pub enum ForkInitError {
     /// `madvise(MADV_DONTFORK)` / `madvise(MADV_DOFORK)` failed on a probe
     /// page. `ENOSYS`.
     #[error("madvise(MADV_DONTFORK/MADV_DOFORK) is not usable: {0}")]
-    Unsupported(#[source] Errno),
+    Unsupported(Errno),
 }
 
 impl ForkInitError {

@@ -241,8 +241,7 @@ impl<M> RecvRequest<M> {
 pub struct PostRefused<T> {
     /// The request, untouched.
     pub request: T,
-    /// Why.
-    #[source]
+    /// Why: the message (the error itself is not also a `source()`).
     pub error: Error,
 }
 
@@ -269,8 +268,7 @@ pub enum PostSendError<T> {
     Queued {
         /// The id the caller gave the request.
         wr_id: u64,
-        /// The doorbell's error.
-        #[source]
+        /// The doorbell's error: the message.
         error: Error,
     },
 }
@@ -537,8 +535,7 @@ impl<M> fmt::Debug for OwnedQp<M> {
 pub struct NotOwnable {
     /// The queue pair, untouched.
     pub qp: QueuePair,
-    /// Why.
-    #[source]
+    /// Why: the message.
     pub error: Error,
 }
 
@@ -920,7 +917,7 @@ impl<M> OwnedQp<M> {
             op,
             device: self.qp().context().inner.device.clone(),
             index,
-            source: Box::new(source),
+            why: Box::new(source),
         }
     }
 

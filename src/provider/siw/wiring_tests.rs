@@ -582,7 +582,10 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
     let err = unsafe { qp.post_send(&[send(4), imm]) }.unwrap_err();
     match &err {
         Error::Post {
-            op, index, source, ..
+            op,
+            index,
+            why: source,
+            ..
         } => {
             assert_eq!((*op, *index), (Op::PostSend, 1));
             assert_eq!(
@@ -640,7 +643,7 @@ fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
         matches!(
             err,
             Error::QpTransition {
-                source: QpTransitionError::RtsOnlyThroughCm { from: QpState::Rtr },
+                verdict: QpTransitionError::RtsOnlyThroughCm { from: QpState::Rtr },
                 ..
             }
         ),
@@ -663,7 +666,7 @@ fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
     // SAFETY: the fake kernel touches no memory.
     let refused = unsafe { qp.post_send(&[send]) }.unwrap_err();
     assert!(
-        matches!(&refused, Error::Post { source, .. }
+        matches!(&refused, Error::Post { why: source, .. }
             if matches!(**source, PostError::WrongState { state: QpState::Rtr, .. })),
         "{refused}"
     );
@@ -929,7 +932,7 @@ fn an_owned_siw_qp_refuses_unsignalled_requests() {
         panic!("an unsignalled SEND on siw was queued");
     };
     assert!(
-        matches!(&refused.error, Error::Post { source, .. }
+        matches!(&refused.error, Error::Post { why: source, .. }
             if matches!(**source, PostError::MustBeSignalled { opcode: "SEND", .. })),
         "{}",
         refused.error
