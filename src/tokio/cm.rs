@@ -290,24 +290,14 @@ struct Route {
 struct Shared {
     /// The channel (also inside `source`), for commands and the process check.
     channel: EventChannel,
-    /// The descriptor registered with tokio. `None` only while dropping.
-    source: Option<AsyncSource<EventChannel>>,
+    /// The descriptor registered with tokio (left registered, not removed
+    /// from the parent's epoll, when dropped in a forked child: see
+    /// [`AsyncSource`]'s drop).
+    source: AsyncSource<EventChannel>,
     /// Routes by uid.
     routes: Mutex<HashMap<u64, Route>>,
     /// Events dropped for want of a route.
     discarded: AtomicU64,
-}
-
-impl Drop for Shared {
-    fn drop(&mut self) {
-        if let Some(source) = self.source.take() {
-            if !self.channel.is_owned_by_this_process() {
-                // A forked child: deregistering would remove the parent's
-                // descriptor from the epoll instance the two share.
-                std::mem::forget(source);
-            }
-        }
-    }
 }
 
 /// An rdma_cm event channel under tokio: its descriptor registered with
@@ -346,7 +336,7 @@ impl AsyncEventChannel {
         Ok(AsyncEventChannel {
             shared: Arc::new(Shared {
                 channel,
-                source: Some(source),
+                source,
                 routes: Mutex::new(HashMap::new()),
                 discarded: AtomicU64::new(0),
             }),
@@ -439,11 +429,7 @@ impl AsyncEventChannel {
     }
 
     fn source(&self) -> &AsyncSource<EventChannel> {
-        // Taken only in Shared's drop, when no handle is left.
-        self.shared
-            .source
-            .as_ref()
-            .expect("the source is there until the channel is dropped")
+        &self.shared.source
     }
 
     /// `uid`'s oldest unread event.

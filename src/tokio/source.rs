@@ -98,18 +98,7 @@ impl<S: EventSource> AsyncSource<S> {
     /// The next event, waiting (without blocking the thread) until one is
     /// queued. Cancel-safe: dropping the future reads nothing.
     pub async fn next_event(&self) -> Result<S::Event, Error> {
-        loop {
-            let mut ready = self
-                .fd
-                .readable()
-                .await
-                .map_err(|e| reactor_error(self.fd.get_ref(), &e))?;
-            match ready.get_inner().try_get_event()? {
-                Some(event) => return Ok(event),
-                // Another reader took it, or the readiness was stale.
-                None => ready.clear_ready(),
-            }
-        }
+        std::future::poll_fn(|cx| self.poll_next_event(cx)).await
     }
 
     /// The next event if one is queued, else `Ok(None)` at once.
