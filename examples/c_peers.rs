@@ -57,11 +57,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
-use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, BufferMr, Completed, Context, DriverId, Gid, GidType, Local, OwnedQp,
     ProtectionDomain, QpInit, RecvRequest, SendRequest, WcStatus,
 };
+use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 

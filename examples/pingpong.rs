@@ -54,12 +54,12 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 use std::os::fd::AsRawFd;
-use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, Device, DriverId, Endpoint,
     MemoryRegion, OpenOptions, Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
     SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
+use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 #[path = "pingpong/cm.rs"]
 mod cm;

@@ -138,10 +138,12 @@ pub mod __fuzz;
 
 pub use ah::{AddressHandle, AhAttr};
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
+// Everyday types of the command layer, at the root where users look first.
 pub use buffer::{
     BufferDeregError, BufferMr, RegBufferError, RetargetBuffers, RetargetError, Retargeted,
     StableBuffer,
 };
+pub use command::{Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, TransportType};
 pub use context::{Context, OpenOptions};
 pub use cq::{CompletionChannel, CompletionQueue, CqDestroyed, CreatePath, DestroyCqError};
 pub use device::{

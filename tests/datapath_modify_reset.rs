@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
 use uverbs::uverbs_uapi as sys;
 use uverbs::{AccessFlags, Context, DriverId, Errno, OpenOptions, QpInit, RecvWr, Sge};
+use uverbs::{QpAttr, QpState, QpType};
 use zerocopy::FromBytes;
 
 /// Bytes of the rxe queue header before the first slot.

@@ -8,9 +8,9 @@ mod common;
 
 use std::sync::Arc;
 
-use uverbs::command::QpType;
 use uverbs::transport::{RecordedMethod, RecordingTransport};
 use uverbs::uverbs_uapi as sys;
+use uverbs::QpType;
 use uverbs::{
     Context, CqDestroyed, CreatePath, DriverId, Errno, Error, Op, ProtectionDomain, QpInit,
     TransportKind, WorkCompletion,
@@ -343,8 +343,8 @@ fn a_refused_qp_destroy_hands_it_back() {
     assert_eq!(err.error.errno(), Some(Errno::IO));
     assert_eq!(err.error.op(), Op::DestroyQp);
     let qp = err.qp;
-    let init = uverbs::command::QpAttr::new()
-        .state(uverbs::command::QpState::Init)
+    let init = uverbs::QpAttr::new()
+        .state(uverbs::QpState::Init)
         .pkey_index(0)
         .port(1)
         .access_flags(uverbs::AccessFlags::LOCAL_WRITE);
@@ -381,8 +381,8 @@ fn caps_are_what_the_rings_hold_when_the_kernel_answers_what_was_asked() {
         );
         // Receives are posted from INIT on.
         qp.modify(
-            &uverbs::command::QpAttr::new()
-                .state(uverbs::command::QpState::Init)
+            &uverbs::QpAttr::new()
+                .state(uverbs::QpState::Init)
                 .pkey_index(0)
                 .port(1)
                 .access_flags(uverbs::AccessFlags::LOCAL_WRITE),

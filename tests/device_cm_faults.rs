@@ -47,11 +47,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::WaitStatus;
 use nix::unistd::{fork, ForkResult, Pid};
 use uverbs::cm::{ConnParam, EventChannel, EventKind, Param};
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::{
     Device, DriverId, Errno, Error, Op, QpInit, RecvWr, Remote, SendOp, SendWr, WcStatus,
     WorkCompletion,
 };
+use uverbs::{QpAttr, QpState, QpType};
 
 /// WRITEs in flight at once, and the bytes of each.
 const WINDOW: usize = 16;

@@ -21,10 +21,10 @@ use std::time::Duration;
 use common::cm::*;
 use common::*;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
-use uverbs::command::{QpState, QpType};
 use uverbs::{
     CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair, RecvWr, SendOp, WcOpcode,
 };
+use uverbs::{QpState, QpType};
 
 const WAIT: Duration = CM_WAIT;
 

@@ -41,7 +41,7 @@ use common::cm::*;
 use common::*;
 use memmap2::MmapMut;
 use uverbs::cm::{ConnParam, EventKind};
-use uverbs::command::QpState;
+use uverbs::QpState;
 use uverbs::{
     AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, RecvWr, Remote,
     ReregError, ReregFlags, ReregOutcome, ReregPath, SendOp, WcOpcode, WcStatus, WorkCompletion,

@@ -19,11 +19,11 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use common::*;
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::{
     AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, QpInit, Remote, WcOpcode,
     WorkCompletion,
 };
+use uverbs::{QpAttr, QpState, QpType};
 
 /// True if `fd` is readable within `timeout` (poll(2)).
 fn readable_within(fd: impl AsFd, timeout: Duration) -> bool {

@@ -17,12 +17,12 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use common::*;
-use uverbs::command::{QpState, QpType};
 use uverbs::{
     CompletionQueue, Context, CreatePath, Errno, Error, MemoryRegion, Payload, PostError,
     ProtectionDomain, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, TransportKind,
     WcOpcode, WcStatus, WorkCompletion,
 };
+use uverbs::{QpState, QpType};
 
 /// `body(name, ctx, counts)` on each data-path device (rxe, siw); others
 /// are skipped loudly. The tests of this binary run one at a time (they
@@ -576,7 +576,7 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
                 "{name}: {what}: then WR_FLUSH_ERR for the next two"
             ));
             // Leaving the error state is a modify to RESET.
-            let reset = uverbs::command::QpAttr::new().state(QpState::Reset);
+            let reset = uverbs::QpAttr::new().state(QpState::Reset);
             modify(&q.qp_a, &reset, "ERR->RESET");
             drop((q, mr, foreign_mr, other_pd));
         }

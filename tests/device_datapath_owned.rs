@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use uverbs::command::{Mtu, QpAttr, QpType};
 use uverbs::{
     AccessFlags, BufferMr, Completed, Context, DeviceReadable, Ended, Local, OwnedQp, PostError,
     PostRefused, PostSendError, ProtectionDomain, QpInit, RecvRequest, Remote, RemoteBufferMr,
     SendRequest, WcOpcode, WcStatus,
 };
+use uverbs::{Mtu, QpAttr, QpType};
 
 type Owned = OwnedQp<BufferMr<Vec<u8>>>;
 
@@ -563,7 +563,7 @@ fn refused_requests_and_queue_pairs_come_back() {
         let qp = owned.into_inner().unwrap();
         qp.modify(
             &QpAttr::new()
-                .state(uverbs::command::QpState::Init)
+                .state(uverbs::QpState::Init)
                 .pkey_index(0)
                 .port(PORT)
                 .access_flags(AccessFlags::LOCAL_WRITE),

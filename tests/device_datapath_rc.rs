@@ -12,8 +12,8 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use common::*;
-use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{AccessFlags, Payload, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode};
+use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 #[test]
 fn rc_send_write_read_between_two_qps_of_one_context() {

@@ -18,12 +18,12 @@ use std::time::Duration;
 
 use common::thread_io::read_write_calls;
 use common::*;
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, CreatePath, Errno, Error, Local, Op, OwnedQp, Payload,
     PostError, QpInit, QueuePair, RecvRequest, RecvWr, Remote, SendFlags, SendOp, SendWr,
     TransportKind, WcOpcode, WcStatus,
 };
+use uverbs::{QpAttr, QpState, QpType};
 
 /// Sizes of this process's mappings of a uverbs command file, sorted.
 fn uverbs_mappings() -> Vec<usize> {

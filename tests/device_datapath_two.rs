@@ -21,11 +21,11 @@ use common::cm::{cm_listener, cm_present};
 use common::*;
 use memmap2::MmapMut;
 use nix::unistd::{fork, ForkResult};
-use uverbs::command::{Mtu, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, Device, Endpoint, MemoryRegion, ProtectionDomain,
     QpInit, QueuePair, RecvWr, SendOp, WcOpcode,
 };
+use uverbs::{Mtu, QpType};
 
 /// One side of a connection: a QP on its own CQ, and one registered buffer.
 /// Fields drop in order: the MR before the buffer it covers.

@@ -8,15 +8,15 @@
 mod common;
 
 use common::*;
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, Error, Payload, PostError, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
     SendWr, WcFlags, WcOpcode,
 };
+use uverbs::{QpAttr, QpState, QpType};
 
 /// RESET -> INIT -> RTR -> RTS for UC: no acknowledgements, so no
 /// timeout, retries or RDMA-read depths.
-fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: [u8; 16], mtu: uverbs::command::Mtu) {
+fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: [u8; 16], mtu: uverbs::Mtu) {
     let steps = [
         (
             "RESET->INIT",

@@ -12,11 +12,11 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::{
     AddressHandle, AhAttr, Context, Gid, Payload, QpInit, QueuePair, RecvWr, SendFlags, SendOp,
     SendWr, UdDest, WcFlags, WcOpcode, WcStatus,
 };
+use uverbs::{QpAttr, QpState, QpType};
 
 /// The Q_Key both QPs use (rdma-core's ud_pingpong uses the same value).
 const QKEY: u32 = 0x1111_1111;

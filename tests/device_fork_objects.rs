@@ -9,8 +9,8 @@ mod common;
 use std::time::Duration;
 
 use common::{alloc_pd, anon};
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::{AccessFlags, Error, Op, QpInit, WorkCompletion};
+use uverbs::{QpAttr, QpState, QpType};
 
 /// How long a child may run.
 const LIMIT: Duration = Duration::from_secs(30);

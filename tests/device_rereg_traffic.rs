@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use memmap2::MmapMut;
-use uverbs::command::Mtu;
+use uverbs::Mtu;
 use uverbs::{
     AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, RecvWr, Remote,
     RemoteBufferMr, ReregError, ReregFallback, ReregFlags, ReregOutcome, ReregPath,
@@ -247,7 +247,7 @@ impl Rig {
         );
         assert_disconnected(link, &events, &format!("{name}: {what}"));
         if let Some(state) = state {
-            assert_eq!(state, uverbs::command::QpState::Err, "{name}: {what}: QP A");
+            assert_eq!(state, uverbs::QpState::Err, "{name}: {what}: QP A");
         }
         assert_eq!(
             nb,

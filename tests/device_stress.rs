@@ -67,12 +67,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use memmap2::MmapMut;
-use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, BufferMr, Completed, Context, Ended, Errno, Local, OwnedQp, PostSendError,
     ProtectionDomain, QpInit, RecvRequest, Remote, RemoteBufferMr, ReregOutcome, SendRequest,
     WcOpcode, WcStatus,
 };
+use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 type Buf = BufferMr<MmapMut>;
 type Owned = OwnedQp<Buf>;

@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 use common::cm::*;
 use common::*;
 use uverbs::cm::{ConnParam, EventKind};
-use uverbs::command::{QpState, QpType};
 use uverbs::tokio::cm::{AsyncCmId, AsyncEventChannel, CmError};
 use uverbs::{
     CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair, RecvWr, SendOp, WcOpcode,
 };
+use uverbs::{QpState, QpType};
 
 /// How long a future that must stay pending is given before it is dropped.
 const PENDING: Duration = Duration::from_millis(300);

@@ -16,12 +16,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncPostError, AsyncQp, CompletionFuture};
 use uverbs::{
     AccessFlags, BufferMr, Context, DeviceReadable, Error, Local, OwnedQp, ProtectionDomain,
     QpInit, Remote, SendRequest, WcStatus,
 };
+use uverbs::{QpAttr, QpState, QpType};
 
 /// The bound on every await of these tests.
 const LIMIT: Duration = Duration::from_secs(20);

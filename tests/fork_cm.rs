@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use uverbs::cm::command::GetEvent;
 use uverbs::cm::{CmOption, ConnParam, EventChannel, EventKind, FakeCm, PortSpace, RejectReason};
-use uverbs::command::QpState;
+use uverbs::QpState;
 use uverbs::{Errno, Error, Op};
 
 /// How long a child may run.

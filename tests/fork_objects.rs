@@ -11,13 +11,13 @@ mod common;
 use std::time::Duration;
 
 use common::{anon, blocking_advisor, fake_context, fork_safety_with, page_size, rxe_context_over};
-use uverbs::command::{QpAttr, QpState, QpType};
 use uverbs::fork::ForkMode;
 use uverbs::transport::RecordingTransport;
 use uverbs::{
     AccessFlags, Errno, Error, Op, OpenOptions, Payload, QpInit, RecvWr, ReregOutcome, SendFlags,
     SendOp, SendWr, Sge, WorkCompletion,
 };
+use uverbs::{QpAttr, QpState, QpType};
 
 /// How long a child may run, and the blocking advisor may block.
 const LIMIT: Duration = Duration::from_secs(10);

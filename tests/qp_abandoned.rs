@@ -6,9 +6,9 @@
 
 use std::sync::Arc;
 
-use uverbs::command::QpType;
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
+use uverbs::QpType;
 use uverbs::{
     CompletionQueue, Context, DriverId, Errno, OpenOptions, ProtectionDomain, QpInit, QueuePair,
     TransportKind,

@@ -60,11 +60,11 @@ use common::cm::*;
 use common::two_host::*;
 use common::*;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
-use uverbs::command::{QpState, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair,
     RecvWr, Remote, ReregFlags, ReregPath, SendOp, WcOpcode, WcStatus, WorkCompletion,
 };
+use uverbs::{QpState, QpType};
 
 /// The test's name, for the device gate and the notes.
 const TEST_NAME: &str = "cm_connect_send_write_read_and_rereg_between_two_hosts";

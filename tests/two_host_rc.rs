@@ -36,11 +36,11 @@ use std::time::{Duration, Instant};
 
 use common::two_host::*;
 use common::*;
-use uverbs::command::{QpAttr, QpState, QpTransitionError, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, Endpoint, Gid, GidType, MemoryRegion, QpInit, QueuePair,
     RecvWr, Remote, SendOp, WcOpcode, WcStatus, WorkCompletion,
 };
+use uverbs::{QpAttr, QpState, QpTransitionError, QpType};
 
 /// How long the NIC's IPv4-mapped GID may take to show in the GID table.
 const GID_WAIT: Duration = Duration::from_secs(10);
@@ -379,13 +379,7 @@ fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
         &QpAttr::new().state(QpState::Rtr),
         &format!("{me}: INIT->RTR by hand"),
     );
-    let [.., (_, rts)] = rc_to_rts(
-        QP_ACCESS,
-        PORT,
-        uverbs::command::Mtu::Mtu1024,
-        0,
-        Default::default(),
-    );
+    let [.., (_, rts)] = rc_to_rts(QP_ACCESS, PORT, uverbs::Mtu::Mtu1024, 0, Default::default());
     match qp.modify(&rts) {
         Err(uverbs::Error::QpTransition {
             verdict: QpTransitionError::RtsOnlyThroughCm { from: QpState::Rtr },

@@ -32,12 +32,12 @@ mod cm;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncQp};
 use uverbs::{
     AccessFlags, BufferMr, Completed, Context, Local, OwnedQp, ProtectionDomain, QpInit,
     RecvRequest, Remote, SendRequest, WcStatus,
 };
+use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 type Mem = BufferMr<Vec<u8>>;
 type Result<T, E = String> = std::result::Result<T, E>;

@@ -14,7 +14,7 @@
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::mem::{offset_of, size_of};
 
-use uverbs::command::{QpAttr, QpAttrMask, QpState};
+use uverbs::{QpAttr, QpAttrMask, QpState};
 
 use crate::{Case, Counts, Pair, BATCH, BYTES, TARGET_OFFSET};
 

@@ -2,11 +2,11 @@
 //! `QueuePair::post_send`, `QueuePair::post_recv` and
 //! `CompletionQueue::poll`, the same as [`crate::ibv`]'s.
 
-use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::{
     AccessFlags, CompletionQueue, Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
     SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
+use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 use crate::{Case, Counts, Pair, BATCH, BYTES, GID_INDEX, PORT, TARGET_OFFSET};
 

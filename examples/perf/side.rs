@@ -12,11 +12,11 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
-use uverbs::command::{Mtu, QpAttr, QpState, QpType, TransportType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, DriverId, Endpoint, MemoryRegion, OpenOptions, QpInit,
     QueuePair, RecvWr, Remote, Sge,
 };
+use uverbs::{Mtu, QpAttr, QpState, QpType, TransportType};
 
 use super::line_channel::{accept_within, LineChannel};
 use super::{Options, Result, Test, WAIT};

@@ -30,10 +30,10 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
-use uverbs::command::{QpState, TransportType};
 use uverbs::{
     Context, Device, DriverId, Errno, OpenOptions, Remote, SendOp, WcOpcode, WorkCompletion,
 };
+use uverbs::{QpState, TransportType};
 
 use super::{
     answer_pings, check_write_area, devices, measure_latency, reap, report, stream_writes, Layout,

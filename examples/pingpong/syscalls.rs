@@ -26,7 +26,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use uverbs::command::QpType;
+use uverbs::QpType;
 use uverbs::{
     AccessFlags, Context, Payload, QpInit, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus,
     WorkCompletion,

@@ -24,11 +24,11 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
-use uverbs::command::{Mtu, QpAttr, QpState, QpType, TransportType};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, Payload, ProtectionDomain, QpInit,
     QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
+use uverbs::{Mtu, QpAttr, QpState, QpType, TransportType};
 
 /// Any failure of the traffic itself (not of the WRITE, which is the result).
 pub type Fallible<T> = Result<T, Box<dyn std::error::Error>>;

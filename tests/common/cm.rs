@@ -28,10 +28,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
-use uverbs::command::{QpState, QpType, TransportType};
 use uverbs::{
     CompletionChannel, CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair,
 };
+use uverbs::{QpState, QpType, TransportType};
 
 use super::devices::{driver, loud, on_each_device, required_prefixes, Driver, HandleCounts};
 use super::rc::modify;

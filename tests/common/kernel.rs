@@ -8,7 +8,7 @@
 //! the library's knowledge, not listed here; a REREG_MR the kernel refuses
 //! needs none (strict: `Cmd` with the old MR; the fallback replaces).
 
-use uverbs::command::QpState;
+use uverbs::QpState;
 use uverbs::{Errno, WcStatus};
 
 /// The running kernel's (major, minor), from `/proc/sys/kernel/osrelease`.

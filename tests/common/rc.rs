@@ -6,13 +6,13 @@
 
 use std::time::{Duration, Instant};
 
-use uverbs::command::{Mtu, QpAttr, QpState, QpType};
 use uverbs::uverbs_uapi as sys;
 use uverbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, Payload,
     ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
     WcStatus, WorkCompletion,
 };
+use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
 use uverbs::OwnedQp;

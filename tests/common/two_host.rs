@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use uverbs::command::TransportType;
+use uverbs::TransportType;
 use uverbs::{
     CompletionQueue, MemoryRegion, QueuePair, RecvWr, Remote, SendOp, WcOpcode, WorkCompletion,
 };
