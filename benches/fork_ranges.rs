@@ -1,6 +1,6 @@
 //! Cost of fork-safety range tracking with 100 000 live registrations.
 //!
-//! `cargo bench --bench fork_ranges` prints, per scenario, the median and p90
+//! `cargo bench -p uverbs-bench --bench fork_ranges` prints, per scenario, the median and p90
 //! of single mark (`dontfork_range`) and unmark (`dofork_range`) calls in ns.
 //!
 //! * `noop` scenarios use an advisor that does nothing: pure tracker cost

@@ -171,7 +171,7 @@ impl Context {
     }
 
     /// Creates a context over any transport, e.g. a
-    /// [`RecordingTransport`](crate::transport::RecordingTransport) in tests.
+    /// `transport::RecordingTransport` in tests (`test-util` feature).
     /// Sends `GET_CONTEXT`; the context owns the async-event descriptor only
     /// if the transport hands it over
     /// ([`Transport::adopt_fd`]: the kernel's file does, fakes do not),

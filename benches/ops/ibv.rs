@@ -1,5 +1,5 @@
 //! The libibverbs side: Debian's static libibverbs and its rxe and siw
-//! providers (linked by build.rs with `libibverbs-peer`), driven over FFI
+//! providers (linked by benches/build.rs with `libibverbs-peer`), driven over FFI
 //! through the same loops as ours.
 //!
 //! `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq` are static inline in

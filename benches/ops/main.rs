@@ -28,7 +28,7 @@
 //! doorbell, ...); the kernel is not counted. Every case runs in a
 //! callgrind run of its own.
 //!
-//! Run without `--impl` (as `cargo vm bench` does, or `cargo bench --bench
+//! Run without `--impl` (as `cargo vm bench` does, or `cargo bench -p uverbs-bench --bench
 //! ops --features libibverbs-peer` on a host with the devices) it re-runs
 //! itself under callgrind once per device, case and implementation, and
 //! prints one line each:

@@ -3,7 +3,7 @@
 //!
 //! `cargo vm bench` runs it inside the soft-RDMA VM against rxe0 and siw0 and
 //! writes docs/benchmarks.md from its output; on a host with devices,
-//! `cargo bench --bench verbs` runs the same code directly (without devices
+//! `cargo bench -p uverbs-bench --bench verbs` runs the same code directly (without devices
 //! it says so and exits 0).
 //!
 //! Every measurement is one line on stdout that the VM harness parses:

@@ -6,7 +6,7 @@
 //! [`EventChannel`] (the opened file: `write()` of a command, typed
 //! [`Event`]s, `AsFd` for poll loops), and [`CmId`] (bind, resolve, listen,
 //! connect, accept, reject, disconnect, `INIT_QP_ATTR` as a
-//! [`QpAttr`](crate::command::QpAttr)). [`FakeCm`] is an in-process model
+//! [`QpAttr`](crate::command::QpAttr)). `FakeCm` (with the `test-util` feature) is an in-process model
 //! of the kernel's side for host tests.
 //!
 //! An RC connection, active side: `create_id(Tcp)`, `resolve_addr` →
@@ -37,6 +37,7 @@
 mod channel;
 pub mod command;
 mod event;
+#[cfg(any(test, feature = "test-util"))]
 mod fake;
 mod id;
 
@@ -52,5 +53,6 @@ pub use command::{
     MAX_UD_ACCEPT_PRIVATE_DATA, MAX_UD_CONNECT_PRIVATE_DATA,
 };
 pub use event::{event_name, raw as event_number, Event, EventKind, Param, PeerParam, UdPeer};
+#[cfg(any(test, feature = "test-util"))]
 pub use fake::{FakeCm, RecordedCm};
 pub use id::{AddrInfo, CmId, Route};

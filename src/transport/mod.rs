@@ -4,7 +4,7 @@
 //! [`RawCommand`]: the core request and response, and the driver-private
 //! (UHW) tails. The kernel's file, [`KernelFile`], frames it either as
 //! `ioctl(RDMA_VERBS_IOCTL)` with `UVERBS_METHOD_INVOKE_WRITE` or as a legacy
-//! `write()`; [`RecordingTransport`] is a fake kernel for tests that records
+//! `write()`; `RecordingTransport` (with the `test-util` feature) is a fake kernel for tests that records
 //! every command it is given. The byte layouts of both framings live in
 //! [`frame`] and nowhere else.
 //!
@@ -23,6 +23,7 @@ mod kernel;
 mod kernel_writes;
 pub(crate) mod mapping;
 mod method;
+#[cfg(any(test, feature = "test-util"))]
 mod recording;
 
 use std::fmt;
@@ -36,6 +37,7 @@ pub use method::{
     driver_attr, InvokeWriteOuts, Invoked, Method, NewFd, NewHandle, Out, OutBytes,
     MAX_METHOD_ATTRS,
 };
+#[cfg(any(test, feature = "test-util"))]
 pub use recording::{RecordedAttr, RecordedCommand, RecordedMethod, RecordingTransport};
 
 use crate::command::WriteCommand;
@@ -45,6 +47,7 @@ use zerocopy::{FromZeros, IntoBytes};
 /// Which framing a context uses to send write commands, and whether it
 /// sends native ioctl methods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum TransportKind {
     /// Everything by `ioctl(RDMA_VERBS_IOCTL)`: write commands as
     /// `UVERBS_METHOD_INVOKE_WRITE`, objects created by their native
@@ -67,7 +70,9 @@ pub enum TransportKind {
     /// `ibv_dealloc_pd` are one `ioctl` each, where this kind sends one
     /// `write()` each.
     WriteWithMethods,
-    /// Not the kernel: a test double such as [`RecordingTransport`].
+    /// Not the kernel: a test double such as `RecordingTransport` (only
+    /// with the `test-util` feature).
+    #[cfg(any(test, feature = "test-util"))]
     Fake,
 }
 
@@ -82,7 +87,12 @@ impl TransportKind {
     /// rdma-core's fallback to the write command): [`Ioctl`](Self::Ioctl)
     /// and fakes.
     pub fn creates_natively(self) -> bool {
-        matches!(self, TransportKind::Ioctl | TransportKind::Fake)
+        match self {
+            TransportKind::Ioctl => true,
+            #[cfg(any(test, feature = "test-util"))]
+            TransportKind::Fake => true,
+            _ => false,
+        }
     }
 }
 
@@ -92,6 +102,7 @@ impl fmt::Display for TransportKind {
             TransportKind::Ioctl => "ioctl",
             TransportKind::Write => "write",
             TransportKind::WriteWithMethods => "write+methods",
+            #[cfg(any(test, feature = "test-util"))]
             TransportKind::Fake => "fake",
         })
     }

@@ -425,7 +425,7 @@ fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
     ));
     let mut cmd = cargo();
     cmd.current_dir(workspace)
-        .args(["bench", "--no-run", "-p", "uverbs"])
+        .args(["bench", "--no-run", "-p", "uverbs-bench"])
         .args(["--bench", "verbs", "--bench", "datapath", "--bench", "ops"])
         .args(["--bench", "async_tax"])
         .args(["--features", "libibverbs-peer,tokio", "--target", TARGET])

@@ -1,8 +1,10 @@
 //! Build script: only with the `libibverbs-peer` feature, link Debian's
 //! static libibverbs, its rxe and siw providers and libnl (from
 //! `UVERBS_PEER_LIBDIRS`, where `cargo vm bench` unpacked them, or the
-//! system's) into the benchmarks (`cargo:rustc-link-arg-benches`), so that benches/verbs.rs can
-//! measure libibverbs in the same binary. The library itself links nothing.
+//! system's) into the benchmarks (`cargo:rustc-link-arg-benches`), so that
+//! benches/verbs and benches/ops can measure libibverbs in the same binary.
+//! It belongs to the unpublished `uverbs-bench` package: the library itself
+//! has no build script and links nothing.
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
