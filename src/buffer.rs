@@ -20,6 +20,7 @@ pub(crate) const PEER_WRITABLE_BUFFER: &str = "a BufferMr hands out plain slices
 /// A failed [`ProtectionDomain::reg_buffer`]: the buffer is handed back.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct RegBufferError<B> {
     /// The buffer, not registered.
     pub buffer: B,
@@ -219,6 +220,7 @@ pub struct Retargeted<B: StableBuffer, M = BufferMr<B>> {
 /// leaks the buffer if that fails too).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct BufferDeregError<B: StableBuffer> {
     /// The region, still registered.
     pub mr: BufferMr<B>,
@@ -229,6 +231,7 @@ pub struct BufferDeregError<B: StableBuffer> {
 /// A failed [`BufferMr::retarget`]: the outcome, and both buffers.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct RetargetError<B: StableBuffer, M: fmt::Debug = BufferMr<B>> {
     /// What failed (one of `ibv_rereg_mr`'s outcomes).
     pub error: ReregError,

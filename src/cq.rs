@@ -370,6 +370,7 @@ impl fmt::Debug for CompletionQueue {
 /// and usable.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct DestroyCqError {
     /// The CQ, unchanged.
     pub cq: CompletionQueue,

@@ -177,6 +177,7 @@ impl fmt::Display for Endpoint {
 
 /// A text that is not an [`Endpoint`] line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EndpointParseError {
     /// Not five `:`-separated fields.
     #[error("endpoint text: {found} ':'-separated fields, expected 5 (QPN:PSN:RKEY:ADDR:GID)")]

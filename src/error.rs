@@ -636,6 +636,7 @@ impl fmt::Display for ReregOutcome {
 /// ([`mr_state`](Self::mr_state), the one answer to that question).
 #[derive(Debug, thiserror::Error)]
 #[error("rereg_mr on {device}: {outcome}: {}{}", ErrnoDisplay(*errno), reason.map(|r| format!(" ({r})")).unwrap_or_default())]
+#[non_exhaustive]
 pub struct ReregError {
     pub(crate) outcome: ReregOutcome,
     pub(crate) mr_state: MrState,

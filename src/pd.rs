@@ -72,6 +72,7 @@ pub(crate) fn debug_object<'a, 'b>(
 /// A failed [`ProtectionDomain::dealloc`]: the PD is handed back, still valid.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct DeallocError {
     /// The PD, unchanged.
     pub pd: ProtectionDomain,

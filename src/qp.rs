@@ -389,6 +389,7 @@ fn send_destroy_qp(ctx: &Context, path: CreatePath, handle: u32) -> Result<u32, 
 /// is closed (see [`Context::abandoned_queue_pairs`](crate::Context::abandoned_queue_pairs)).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct DestroyQpError {
     /// The QP, still in the kernel (boxed: the error stays small); see the
     /// type's docs for what a failed siw remap leaves of it.

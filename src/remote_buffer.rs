@@ -90,6 +90,7 @@ pub struct RemoteBufferMr<B: StableBuffer> {
 /// registered and still owning its buffer.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct RemoteDeregError<B: StableBuffer> {
     /// The region, still registered.
     pub mr: RemoteBufferMr<B>,
@@ -100,6 +101,7 @@ pub struct RemoteDeregError<B: StableBuffer> {
 /// A byte range outside the registered buffer; nothing was copied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bytes {start}..{end} are outside the {len} registered bytes")]
+#[non_exhaustive]
 pub struct OutsideBuffer {
     /// First byte asked for.
     pub start: usize,

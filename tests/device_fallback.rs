@@ -896,7 +896,7 @@ rereg_device_test!(
             .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
         let before = snap(&mr);
         let result = mr.retarget(pattern(anon(2 * MIB), 0x71), ReregFallback::Strict);
-        let RetargetError { error, buffers } = match result {
+        let RetargetError { error, buffers, .. } = match result {
             Ok(r) => panic!("{name}: strict retarget succeeded ({:?})", r.path),
             Err(e) => e,
         };

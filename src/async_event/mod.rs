@@ -48,6 +48,7 @@ use file::AsyncEventFile;
 /// `enum ibv_event_type`).
 #[doc(alias = "ibv_event_type")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum AsyncEventKind {
     /// A CQ overran (a completion found it full) or failed (`IB_EVENT_CQ_ERR`).
     CqErr,

@@ -588,6 +588,7 @@ pub struct ConnParam {
 /// Private data longer than a command carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("private data of {len} bytes exceeds the {max} bytes this message carries")]
+#[non_exhaustive]
 pub struct PrivateDataTooLong {
     /// The length given.
     pub len: usize,

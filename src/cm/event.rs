@@ -150,6 +150,7 @@ impl Param {
 
 /// Which event, with what it carries.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum EventKind {
     /// `ADDR_RESOLVED`: the id has a device and a source address; resolve
     /// the route next.

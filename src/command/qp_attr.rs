@@ -172,6 +172,7 @@ pub enum Mtu {
 
 /// Why a `MODIFY_QP` was refused before it was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum QpTransitionError {
     /// The kernel's table has no such transition (e.g. RESET→RTR).
     #[error("modify_qp: {qp_type:?} QP cannot go from {from:?} to {to:?}")]

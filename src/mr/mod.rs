@@ -60,6 +60,7 @@ impl fmt::Debug for MemoryRegion {
 /// A failed [`MemoryRegion::dereg`]: the region is handed back, still registered.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct DeregError {
     /// The region, still registered; dropping it tries again.
     pub mr: MemoryRegion,

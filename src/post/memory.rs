@@ -75,6 +75,7 @@ pub struct Local<M> {
 /// A range that does not lie inside the memory; the memory is handed back.
 #[derive(thiserror::Error)]
 #[error("local range {start}..{end} is outside the {len} registered bytes")]
+#[non_exhaustive]
 pub struct OutOfRange<M> {
     /// The memory, untouched.
     pub mem: M,

@@ -238,6 +238,7 @@ impl<M> RecvRequest<M> {
 /// A request refused before the device saw it, handed back with why.
 #[derive(thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct PostRefused<T> {
     /// The request, untouched.
     pub request: T,
@@ -255,6 +256,7 @@ impl<T> fmt::Debug for PostRefused<T> {
 
 /// Why [`OwnedQp::post_send`] failed.
 #[derive(thiserror::Error)]
+#[non_exhaustive]
 pub enum PostSendError<T> {
     /// Refused before the device saw it: the request comes back untouched.
     #[error(transparent)]
@@ -532,6 +534,7 @@ impl<M> fmt::Debug for OwnedQp<M> {
 /// Why [`OwnedQp::new`] refused a queue pair, and the queue pair back.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct NotOwnable {
     /// The queue pair, untouched.
     pub qp: QueuePair,

@@ -27,6 +27,7 @@ use crate::wr::{PostError, Remote};
 
 /// A posted request's future failed, or the post was refused.
 #[derive(thiserror::Error)]
+#[non_exhaustive]
 pub enum AsyncPostError<T> {
     /// Refused before the device saw it: the request is handed back.
     #[error("{0}")]

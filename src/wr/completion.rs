@@ -90,6 +90,7 @@ raw_enum! {
     /// `enum ibv_wc_status`).
     #[doc(alias = "ibv_wc_status")]
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
     pub enum WcStatus {
         /// A value this crate does not know.
         Unknown(u32),
@@ -150,6 +151,7 @@ const IB_WC_RECV_RDMA_WITH_IMM: u32 = IB_WC_RECV + 1;
 /// receives; libibverbs' `enum ibv_wc_opcode`).
 #[doc(alias = "ibv_wc_opcode")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum WcOpcode {
     /// SEND.
     Send,

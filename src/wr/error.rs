@@ -7,6 +7,7 @@ use crate::error::Errno;
 
 /// Why a work request was not queued. Nothing was written to the queue.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PostError {
     /// More SGEs (or inline segments) than the queue takes.
     #[error("{op}: {n} SGEs, the queue takes at most {max} (EINVAL)")]
