@@ -439,9 +439,9 @@ impl Context {
     /// rxe's `mminfo`; siw's `cq_key`, `num_cqe` × 32 bytes and the 8-byte
     /// arming word. If the answer is short (`EPROTO`), names no mapping
     /// (siw's `SIW_INVAL_UOBJ_KEY`: `ENOMEM`) or mapping fails, the CQ is
-    /// destroyed again. Other drivers: `EOPNOTSUPP`, nothing sent. siw on a
-    /// CPU other than x86-64: [`Error::Unsupported`], nothing sent (its
-    /// kernel's ring protocol is sound only there).
+    /// destroyed again. Other drivers, and siw on a CPU other than x86-64
+    /// (its kernel's ring protocol is sound only there):
+    /// [`Error::Unsupported`] (errno `EOPNOTSUPP`), nothing sent.
     #[doc(alias = "ibv_create_cq")]
     pub fn create_cq(
         &self,
@@ -450,9 +450,6 @@ impl Context {
     ) -> Result<CompletionQueue, Error> {
         let fail = |e| Error::os(Op::CreateCq, &self.inner.device, e);
         self.check_process(Op::CreateCq)?;
-        let Some(uhw_len) = self.inner.provider.create_cq_uhw_out() else {
-            return Err(fail(Errno::OPNOTSUPP));
-        };
         if let Some(reason) = self.inner.provider.data_path_refusal() {
             return Err(Error::Unsupported {
                 op: Op::CreateCq,
@@ -460,6 +457,9 @@ impl Context {
                 reason,
             });
         }
+        let Some(uhw_len) = self.inner.provider.create_cq_uhw_out() else {
+            return Err(fail(Errno::OPNOTSUPP));
+        };
         if let Some(ch) = channel {
             if !ch.inner.ctx.same_as(self) {
                 return Err(Error::input(

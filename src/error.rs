@@ -381,8 +381,9 @@ pub enum Error {
         errno: Errno,
     },
     /// The operation cannot be done soundly here, whatever the kernel would
-    /// answer: nothing was sent. siw's data path off x86-64 (creating a CQ or
-    /// QP; the reason says why). The errno is `EOPNOTSUPP`.
+    /// answer: nothing was sent. Creating a CQ or QP on a driver this crate
+    /// has no data path for (anything but rxe and siw), or on siw off
+    /// x86-64; the reason says which. The errno is `EOPNOTSUPP`.
     #[error("{op} on {device}: not supported here: {reason}")]
     Unsupported {
         /// What was being done.

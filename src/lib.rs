@@ -16,7 +16,7 @@
 //! |---|---|---|---|
 //! | rxe (soft RoCE) | ✓ (rereg of PD and access in place on 6.12; 6.1's rxe has none: [`ReregFallback::Replace`]) | ✓ | ✓ |
 //! | siw (soft iWARP) | ✓ (no rereg in the kernel: [`ReregFallback::Replace`]) | ✓ (x86-64) | ✓ (RC reaches RTS only through it) |
-//! | anything else (mlx5, …) | ✓ | ✗: [`Context::create_cq`] answers `EOPNOTSUPP` (no CQ, so no QP) | ids and address resolution; no QP to connect |
+//! | anything else (mlx5, …) | ✓ | ✗: [`Context::create_cq`] and `create_qp` answer [`Error::Unsupported`] (errno `EOPNOTSUPP`, nothing sent), whose message says so | ids and address resolution; no QP to connect |
 //!
 //! Both soft devices are tested in a VM on Debian 12's 6.1 and 6.12
 //! kernels, against rdma-core's own C tools as peers.

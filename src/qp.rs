@@ -187,8 +187,8 @@ impl ProtectionDomain {
     /// mapped, and if the answer is short (`EPROTO`), names no mapping
     /// (`ENOMEM`) or mapping fails, the QP is destroyed again. siw creates
     /// RC QPs only: another type is `EOPNOTSUPP` before any system call;
-    /// on a CPU other than x86-64 siw answers [`Error::Unsupported`], nothing
-    /// sent. Other drivers: `EOPNOTSUPP`, nothing sent.
+    /// other drivers, and siw on a CPU other than x86-64, answer
+    /// [`Error::Unsupported`] (errno `EOPNOTSUPP`), nothing sent.
     #[doc(alias = "ibv_create_qp")]
     pub fn create_qp(&self, init: &QpInit<'_>) -> Result<QueuePair, Error> {
         let ctx = &self.inner.ctx;
@@ -196,18 +196,18 @@ impl ProtectionDomain {
         let fail = |e| Error::os(Op::CreateQp, device, e);
         ctx.check_process(Op::CreateQp)?;
         let provider = ctx.inner.provider;
-        let Some(uhw_len) = provider.create_qp_uhw_out() else {
-            return Err(fail(Errno::OPNOTSUPP));
-        };
-        if !provider.supports_qp_type(init.qp_type) {
-            return Err(fail(Errno::OPNOTSUPP));
-        }
         if let Some(reason) = provider.data_path_refusal() {
             return Err(Error::Unsupported {
                 op: Op::CreateQp,
                 device: device.clone(),
                 reason,
             });
+        }
+        let Some(uhw_len) = provider.create_qp_uhw_out() else {
+            return Err(fail(Errno::OPNOTSUPP));
+        };
+        if !provider.supports_qp_type(init.qp_type) {
+            return Err(fail(Errno::OPNOTSUPP));
         }
         if !init.send_cq.inner.ctx.same_as(ctx) || !init.recv_cq.inner.ctx.same_as(ctx) {
             return Err(Error::input(

@@ -41,13 +41,20 @@ fn assert_os(err: &Error, op: Op, errno: Errno) {
 }
 
 /// A driver without a data path (an unknown one; rxe and siw have theirs)
-/// gets a typed EOPNOTSUPP naming create_cq, and nothing reaches the kernel.
+/// gets `Error::Unsupported` (EOPNOTSUPP) naming create_cq and saying what
+/// such a device does get, and nothing reaches the kernel.
 #[test]
 fn create_cq_on_a_driver_without_data_path_is_refused_before_sending() {
     let (fake, ctx) = fake_ctx(None);
     let before = fake.count();
     let err = ctx.create_cq(16, None).unwrap_err();
     assert_os(&err, Op::CreateCq, Errno::OPNOTSUPP);
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("rxe and siw only") && message.contains("control path"),
+        "{message}"
+    );
     assert_eq!(fake.count(), before, "nothing sent");
 }
 

@@ -44,6 +44,12 @@ pub(crate) enum PostFailure {
     Os(Errno),
 }
 
+/// The refusal for a driver without a data path here: what such a device
+/// does get, so that a user with other hardware knows at once.
+pub(crate) const NO_DATA_PATH: &str =
+    "uverbs has a data path (CQs, QPs, posting) for rxe and siw only; \
+     on this driver it offers the control path: discovery, queries, PDs, MRs and rereg";
+
 /// Room for the largest driver answer to a CQ or QP create (checked
 /// against each driver's at compile time, in the driver list).
 pub(crate) const MAX_CREATE_UHW_OUT: usize = 32;
@@ -61,13 +67,14 @@ impl Provider {
         with_driver!(self, D => Some(D::CREATE_QP_UHW_OUT), Generic => None)
     }
 
-    /// Why this driver's rings cannot be used on this CPU, if they cannot
-    /// (siw off x86-64: see [`siw::DATA_PATH_SOUND`](super::siw::DATA_PATH_SOUND)).
-    /// Creating a CQ or QP then answers
-    /// [`Error::Unsupported`](crate::Error::Unsupported) before any system
-    /// call.
+    /// Why this driver's rings cannot be used here, if they cannot: a
+    /// driver this crate has no data path for (anything but rxe and siw),
+    /// or siw off x86-64 (see
+    /// [`siw::DATA_PATH_SOUND`](super::siw::DATA_PATH_SOUND)). Creating a
+    /// CQ or QP then answers [`Error::Unsupported`](crate::Error::Unsupported)
+    /// before any system call.
     pub(crate) fn data_path_refusal(self) -> Option<&'static str> {
-        with_driver!(self, D => D::DATA_PATH_REFUSAL, Generic => None)
+        with_driver!(self, D => D::DATA_PATH_REFUSAL, Generic => Some(NO_DATA_PATH))
     }
 
     /// The QP types the driver creates; others are refused before any
