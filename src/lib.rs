@@ -27,23 +27,22 @@
 //! and a SEND whose buffer comes back with its completion:
 //!
 //! ```no_run
-//! use uverbs::command::{Mtu, QpAttr, QpState, QpType};
-//! use uverbs::{AccessFlags, Local, OwnedQp, QpInit, RecvRequest, SendRequest};
+//! use memmap2::MmapMut;
+//! use uverbs::{AccessFlags, Local, Mtu, OwnedQp, QpInit, QpType, RcConnect, RecvRequest, SendRequest};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let ctx = uverbs::devices()?.into_iter().find(|d| d.name() == "rxe0").ok_or("no rxe0")?.open()?;
 //! let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
 //! let qp = || OwnedQp::new(pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?).map_err(|e| e.error);
 //! let (a, b) = (qp()?, qp()?);
-//! let dest = QpAttr::roce_dest(ctx.query_gid(1, 0)?.raw(), 0, 1, 1);
-//! for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
-//!     qp.modify(&QpAttr::new().state(QpState::Init).pkey_index(0).port(1).access_flags(AccessFlags::LOCAL_WRITE))?;
-//!     qp.modify(&QpAttr::new().state(QpState::Rtr).path_mtu(Mtu::Mtu1024).dest_qpn(peer)
-//!         .rq_psn(0).max_dest_rd_atomic(1).min_rnr_timer(12).av(dest))?;
-//!     qp.modify(&QpAttr::new().state(QpState::Rts).timeout(14).retry_cnt(7).rnr_retry(7).sq_psn(0).max_rd_atomic(1))?;
-//! }
-//! let inbox = pd.reg_buffer(vec![0u8; 64], AccessFlags::LOCAL_WRITE)?;
+//! // RESET -> INIT -> RTR -> RTS, each towards the other, over GID 0.
+//! RcConnect::new(Mtu::Mtu1024).connect_pair(&a, &b, ctx.query_gid(1, 0)?)?;
+//! // Registered memory from mmap, not the heap: with fork safety on, a
+//! // registered heap page is not in a forked child (MADV_DONTFORK).
+//! let inbox = pd.reg_buffer(MmapMut::map_anon(64)?, AccessFlags::LOCAL_WRITE)?;
 //! b.post_recv(RecvRequest::new(1, Local::whole(inbox))).map_err(|r| r.error)?;
-//! let hello = pd.reg_buffer(b"hello".to_vec(), AccessFlags::LOCAL_WRITE)?;
+//! let mut hello = MmapMut::map_anon(5)?;
+//! hello.copy_from_slice(b"hello");
+//! let hello = pd.reg_buffer(hello, AccessFlags::LOCAL_WRITE)?;
 //! a.post_send(SendRequest::send(2, Local::whole(hello)))?;
 //! let mut done = Vec::new();
 //! while done.len() < 2 {
@@ -60,6 +59,7 @@
 //! | [`devices`], [`Device`], [`Context`] | discovery, opening, queries ([`Context::query_port`], GIDs), async events |
 //! | [`ProtectionDomain`], [`MemoryRegion`], [`BufferMr`], [`RemoteBufferMr`] | registration: raw, owned, remotely writable; [`MemoryRegion::rereg`] and [`Rereg`] |
 //! | [`CompletionQueue`], [`QueuePair`], [`AddressHandle`] | the data path: post and poll on the rings (raw, `unsafe` posting) |
+//! | [`QpAttr`], [`RcConnect`] | QP state changes; an RC connection made by hand (RoCE) |
 //! | [`OwnedQp`], [`Local`], [`Completed`] | safe posting: requests own their memory |
 //! | [`cm`] | the RDMA connection manager (listen, connect, accept, disconnect) |
 //! | [`fork`] | fork safety (`MADV_DONTFORK` tracking) |
@@ -101,6 +101,7 @@ mod async_event;
 mod buffer;
 pub mod cm;
 pub mod command;
+mod connect;
 mod context;
 mod cq;
 mod cq_routing;
@@ -144,6 +145,7 @@ pub use buffer::{
     StableBuffer,
 };
 pub use command::{Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, TransportType};
+pub use connect::{Connectable, RcConnect, RcPeer};
 pub use context::{Context, OpenOptions};
 pub use cq::{CompletionChannel, CompletionQueue, CqDestroyed, CreatePath, DestroyCqError};
 pub use device::{

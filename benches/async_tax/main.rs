@@ -37,7 +37,7 @@ use uverbs::{
     AccessFlags, BufferMr, Completed, Context, Local, OwnedQp, ProtectionDomain, QpInit,
     RecvRequest, Remote, SendRequest, WcStatus,
 };
-use uverbs::{Mtu, QpAttr, QpState, QpType};
+use uverbs::{Mtu, QpAttr, QpState, QpType, RcConnect};
 
 type Mem = BufferMr<Vec<u8>>;
 type Result<T, E = String> = std::result::Result<T, E>;
@@ -99,37 +99,12 @@ fn connect(ctx: &Context, a: &OwnedQp<Mem>, b: &OwnedQp<Mem>) -> Result<Option<c
     }
     let gid = ctx
         .query_gid(u32::from(PORT), 0)
-        .map_err(|e| format!("query_gid: {e}"))?
-        .raw();
-    let dest = QpAttr::roce_dest(gid, 0, 1, PORT);
-    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-    for (qp, peer) in [(a, b.qp_num()), (b, a.qp_num())] {
-        let steps = [
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(PORT)
-                .access_flags(access),
-            QpAttr::new()
-                .state(QpState::Rtr)
-                .path_mtu(Mtu::Mtu1024)
-                .dest_qpn(peer)
-                .rq_psn(0)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(12)
-                .av(dest),
-            QpAttr::new()
-                .state(QpState::Rts)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .sq_psn(0)
-                .max_rd_atomic(1),
-        ];
-        for attr in steps {
-            qp.modify(&attr).map_err(|e| format!("modify_qp: {e}"))?;
-        }
-    }
+        .map_err(|e| format!("query_gid: {e}"))?;
+    RcConnect::new(Mtu::Mtu1024)
+        .port(PORT)
+        .access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE)
+        .connect_pair(a, b, gid)
+        .map_err(|e| format!("modify_qp: {e}"))?;
     Ok(None)
 }
 

@@ -6,7 +6,7 @@ use uverbs::{
     AccessFlags, CompletionQueue, Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
     SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
-use uverbs::{Mtu, QpAttr, QpState, QpType};
+use uverbs::{Gid, Mtu, QpAttr, QpState, QpType, RcConnect, RcPeer};
 
 use crate::{Case, Counts, Pair, BATCH, BYTES, GID_INDEX, PORT, TARGET_OFFSET};
 
@@ -47,42 +47,15 @@ pub fn mtu(code: u32) -> Mtu {
     }
 }
 
-/// RESET -> INIT -> RTR -> RTS towards `dest_qpn` at `gid`: the values of
-/// tests/common/rc.rs, as [`crate::ibv`] sends them (RoCE).
+/// RESET -> INIT -> RTR -> RTS towards `dest_qpn` at `gid`: the
+/// library's [`RcConnect`] steps (rdma-core's values, as [`crate::ibv`]
+/// sends them; RoCE).
 fn connect(qp: &QueuePair, dest_qpn: u32, gid: [u8; 16], mtu: Mtu) -> Result<(), String> {
-    let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
-    let steps = [
-        (
-            "RESET->INIT",
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(PORT)
-                .access_flags(ACCESS),
-        ),
-        (
-            "INIT->RTR",
-            QpAttr::new()
-                .state(QpState::Rtr)
-                .path_mtu(mtu)
-                .dest_qpn(dest_qpn)
-                .rq_psn(0)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(12)
-                .av(dest),
-        ),
-        (
-            "RTR->RTS",
-            QpAttr::new()
-                .state(QpState::Rts)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .sq_psn(0)
-                .max_rd_atomic(1),
-        ),
-    ];
-    for (step, attr) in steps {
+    let how = RcConnect::new(mtu)
+        .access(ACCESS)
+        .port(PORT)
+        .gid_index(GID_INDEX as u8);
+    for (step, attr) in how.steps(RcPeer::new(dest_qpn, Gid::from_raw(gid))) {
         qp.modify(&attr)
             .map_err(|e| format!("ours: modify_qp {step}: {e}"))?;
     }

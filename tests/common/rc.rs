@@ -15,14 +15,14 @@ use uverbs::{
 use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
-use uverbs::OwnedQp;
+use uverbs::{Gid, OwnedQp, RcConnect, RcPeer};
 
 use super::cm::{cm_listener, cm_present, cm_unavailable, landed_on, next_event, resolved_client};
 use super::devices::{alloc_pd, driver, loud, on_each_device, Driver, HandleCounts};
 
 /// RESET -> INIT -> RTR -> RTS towards `dest_qpn` over `dest` (a RoCE
-/// destination from [`QpAttr::roce_dest`]) on `port`, each step with its
-/// name.
+/// destination from [`QpAttr::roce_dest`]: its GID and source GID index)
+/// on `port`, each step with its name: the library's [`RcConnect`] steps.
 pub fn rc_to_rts(
     access: AccessFlags,
     port: u8,
@@ -30,27 +30,11 @@ pub fn rc_to_rts(
     dest_qpn: u32,
     dest: sys::ib_uverbs_qp_dest,
 ) -> [(&'static str, QpAttr); 3] {
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
+    RcConnect::new(mtu)
+        .access(access)
         .port(port)
-        .access_flags(access);
-    let rtr = QpAttr::new()
-        .state(QpState::Rtr)
-        .path_mtu(mtu)
-        .dest_qpn(dest_qpn)
-        .rq_psn(0)
-        .max_dest_rd_atomic(1)
-        .min_rnr_timer(12)
-        .av(dest);
-    let rts = QpAttr::new()
-        .state(QpState::Rts)
-        .timeout(14)
-        .retry_cnt(7)
-        .rnr_retry(7)
-        .sq_psn(0)
-        .max_rd_atomic(1);
-    [("RESET->INIT", init), ("INIT->RTR", rtr), ("RTR->RTS", rts)]
+        .gid_index(dest.sgid_index)
+        .steps(RcPeer::new(dest_qpn, Gid::from_raw(dest.dgid)))
 }
 
 /// The GID index used: on the VM's rxe0 (on dummy0, no IPv4) index 0 is
