@@ -1112,3 +1112,57 @@ fn client(ctx: &Context, opts: &Options) -> Result<()> {
     print_latency(ctx, opts, &mut rtt);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &str) -> Result<Options, String> {
+        Options::parse(args.split_whitespace().map(std::ffi::OsString::from))
+    }
+
+    #[test]
+    fn takes_rc_pingpongs_options_and_the_harness_command_lines() {
+        let o = parse("-d rxe0 -g 1 -p 7000 -s 64 -n 10 -m 2048 -r 8 -e 192.0.2.1").unwrap();
+        assert_eq!(o.role, Role::Client);
+        assert_eq!(o.host.as_deref(), Some("192.0.2.1"));
+        assert_eq!((o.port, o.size, o.iters, o.rx_depth), (7000, 64, 10, 8));
+        assert_eq!(
+            (o.gid_index, o.mtu, o.wait),
+            (Some(1), Mtu::Mtu2048, Wait::Event)
+        );
+        let d = parse("").unwrap();
+        assert_eq!(
+            (d.role, d.port, d.size, d.iters),
+            (Role::Both, 18515, 4096, 1000)
+        );
+        assert_eq!((d.mtu, d.rx_depth, d.gid_index), (Mtu::Mtu1024, 500, None));
+        assert_eq!(
+            parse("--server --ib-dev rxe0 --gid-idx 0x1")
+                .unwrap()
+                .gid_index,
+            Some(1)
+        );
+        // cargo vm test's two-host runs and cargo vm bench's.
+        let c = parse("--cm --client --connect 192.0.2.2:7470 --device rxe0 --iters 200").unwrap();
+        assert_eq!(
+            (c.role, c.cm_addr()),
+            (Role::Client, "192.0.2.2:7470".into())
+        );
+        let s = parse("--cm --server --bind 192.0.2.2:7470 --device siw0 --iters 300 --size 64 --write-size 4096 --wait event").unwrap();
+        assert_eq!(
+            (s.role, s.cm_addr(), s.wait),
+            (Role::Server, "192.0.2.2:7470".into(), Wait::Event)
+        );
+        // A spawned client gets what it needs.
+        let spawned = d.client_args(Some("rxe0"), "127.0.0.1", 4000).join(" ");
+        let back = parse(&spawned).unwrap();
+        assert_eq!(
+            (back.role, back.host.as_deref(), back.port),
+            (Role::Client, Some("127.0.0.1"), 4000)
+        );
+        assert!(parse("--client").is_err());
+        assert!(parse("--server 192.0.2.1").is_err());
+        assert!(parse("-m 1000").is_err());
+    }
+}
