@@ -1,19 +1,22 @@
 //! uverbs against rdma-core's own C programs: each run spawns one C tool
 //! (librdmacm's `rdma_server` / `rdma_client` examples, libibverbs'
-//! `ibv_rc_pingpong`) and is its peer in pure Rust, through the safe API
-//! (`OwnedQp`: every request owns its `BufferMr` until its completion).
-//! A C peer is the one test no shared misunderstanding can pass: if both
-//! sides were ours, a wrong wire format or QP attribute on both would
-//! still meet.
+//! `ibv_rc_pingpong`) and meets it with a peer in pure Rust: for the
+//! rdma_cm pair this program, through the safe API (`OwnedQp`: every
+//! request owns its `BufferMr` until its completion); for
+//! `ibv_rc_pingpong` the `pingpong` example, which speaks its protocol
+//! (`examples/pingpong/exchange.rs`). A C peer is the one test no shared
+//! misunderstanding can pass: if both sides were ours, a wrong wire format
+//! or QP attribute on both would still meet.
 //!
 //! ```text
 //! c_peers rdma_server --device D --addr A [--port P]    C rdma_server -s A -p P, a Rust client
 //! c_peers rdma_client --device D --addr A [--port P]    a Rust server on A:P, C rdma_client -s A -p P
 //! c_peers rc_pingpong_server --device D --addr A [--port P] [--size B] [--iters N]
-//!                                   C ibv_rc_pingpong -d D -g <A's RoCE v2 GID index> (the server),
-//!                                   a Rust client over 127.0.0.1:P
+//!     C  ibv_rc_pingpong -d D -g G -p P -s B -n N          (G: the index of A's RoCE v2 GID)
+//!     pingpong --client A -d D -g G -p P -s B -n N
 //! c_peers rc_pingpong_client --device D --addr A [--port P] [--size B] [--iters N]
-//!                                   a Rust server on P, C ibv_rc_pingpong ... 127.0.0.1 (the client)
+//!     pingpong --server -d D -g G -p P -s B -n N
+//!     C  ibv_rc_pingpong -d D -g G -p P -s B -n N A        (once pingpong listens)
 //! ```
 //!
 //! - `rdma_server` / `rdma_client` (port 7471 by default): exactly the C
@@ -27,33 +30,31 @@
 //!   side does the same, fills its receive buffer with 0xff first and
 //!   checks that exactly 16 zero bytes landed; as the server it sends back
 //!   the 16 bytes it got. RoCE (rxe) and iWARP (siw) alike.
-//! - `rc_pingpong_*` (port 18515 by default): `ibv_rc_pingpong`'s TCP
-//!   exchange: each side writes `"%04x:%06x:%06x:%s"` (LID, QPN, PSN, the
-//!   GID as 32 hex digits of its bytes in order) with its NUL, 52 bytes;
-//!   the server moves its QP to RTR/RTS before it answers; the client
-//!   then writes `"done"` with its NUL. Then `--iters` SENDs of `--size`
-//!   bytes each way (4096 and 1000, the C defaults), the client first,
-//!   each side sending when its last send completed and a message
-//!   arrived, with rc_pingpong's QP attributes (MTU 1024, timeout 14,
-//!   retry 7, RNR retry 7, min RNR timer 12). On RoCE the C program needs
-//!   `-g` (its GRH's source GID); this program passes the index of the
-//!   RoCE v2 GID of `--addr`. Not on iWARP: an iWARP QP reaches RTS only
-//!   through the connection manager (the TCP stream carries it), and
-//!   ibv_rc_pingpong connects its QP by hand, so siw cannot run it.
+//! - `rc_pingpong_*` (port 18515, size 4096, 1000 iterations by default:
+//!   the C program's): `ibv_rc_pingpong` and the `pingpong` example (the
+//!   program next to this one), each given `-g`, the index of the RoCE v2
+//!   GID of `--addr` (the C program needs it on RoCE for its GRH). Both
+//!   must exit 0 and print `N iters in`. Not on iWARP: an iWARP QP reaches
+//!   RTS only through the connection manager (the TCP stream carries
+//!   it), and ibv_rc_pingpong connects its QP by hand, so siw cannot run
+//!   it; this program refuses siw0 with that reason.
 //!
-//! The C program's output is captured and printed (prefixed with its
-//! name); the run fails unless the C side exits 0 and prints its success
-//! line. Every wait is bounded ([`WAIT`]); the C program is killed if it
-//! outlives the run.
+//! Each spawned program's output is captured and printed (each line
+//! prefixed with its name); the run fails unless every program exits 0 and
+//! prints its success line. Every wait is bounded ([`WAIT`]); a program is
+//! killed if it outlives the run.
 //!
 //! `cargo vm test` runs all six pairings in the VM (rxe0 and siw0 for the
 //! rdma_cm pair, rxe0 for rc_pingpong), one line each in its summary; see
 //! tests/vm/README.md.
 
 use std::error::Error;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
@@ -61,7 +62,7 @@ use uverbs::{
     AccessFlags, BufferMr, Completed, Context, DriverId, Gid, GidType, Local, OwnedQp,
     ProtectionDomain, QpInit, RecvRequest, SendRequest, WcStatus,
 };
-use uverbs::{Mtu, QpAttr, QpState, QpType};
+use uverbs::{QpState, QpType};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -75,7 +76,6 @@ const RESOLVE_MS: u32 = 2000;
 /// How long a refused connect waits before it tries again (the C server
 /// may not listen yet).
 const RETRY_AFTER: Duration = Duration::from_millis(200);
-const PORT: u8 = 1;
 
 /// Registered memory the requests own.
 type Buf = BufferMr<Vec<u8>>;
@@ -89,9 +89,9 @@ enum Pairing {
     RdmaServer,
     /// A Rust server, the C `rdma_client`.
     RdmaClient,
-    /// The C `ibv_rc_pingpong` as server, a Rust client.
+    /// The C `ibv_rc_pingpong` as server, the `pingpong` example its client.
     RcPingpongServer,
-    /// A Rust server, the C `ibv_rc_pingpong` as client.
+    /// The `pingpong` example as server, the C `ibv_rc_pingpong` its client.
     RcPingpongClient,
 }
 
@@ -167,8 +167,8 @@ fn main() -> std::process::ExitCode {
     let what = match opts.pairing {
         Pairing::RdmaServer => "C rdma_server <- Rust client",
         Pairing::RdmaClient => "C rdma_client -> Rust server",
-        Pairing::RcPingpongServer => "C ibv_rc_pingpong (server) <- Rust client",
-        Pairing::RcPingpongClient => "C ibv_rc_pingpong (client) -> Rust server",
+        Pairing::RcPingpongServer => "C ibv_rc_pingpong (server) <- pingpong --client",
+        Pairing::RcPingpongClient => "C ibv_rc_pingpong (client) -> pingpong --server",
     };
     let result = match opts.pairing {
         Pairing::RdmaServer => rdma_server(&opts),
@@ -195,27 +195,55 @@ fn main() -> std::process::ExitCode {
 
 // ---- The C program -------------------------------------------------------
 
-/// A spawned C program, killed and reaped if the run ends before it does
-/// (its stdout is a pipe, so a killed program's buffered lines are lost;
-/// its stderr, unbuffered, is not).
+/// A spawned program (a C peer, or the `pingpong` example), killed and
+/// reaped if the run ends before it does; its stdout and stderr are read
+/// as they come, each line prefixed with its name (a C program's stdout is
+/// a pipe, so its lines come when it exits, and a killed one's buffered
+/// lines are lost; its stderr, unbuffered, is not).
 struct Peer {
     name: &'static str,
     child: Option<Child>,
+    lines: Arc<Mutex<Vec<String>>>,
+    readers: Vec<JoinHandle<()>>,
 }
 
 impl Peer {
-    fn spawn(name: &'static str, args: &[String]) -> Result<Peer> {
-        println!("c_peers: running {name} {}", args.join(" "));
-        let child = Command::new(name)
+    fn spawn(name: &'static str, program: &Path, args: &[String]) -> Result<Peer> {
+        println!("c_peers: running {} {}", program.display(), args.join(" "));
+        let mut child = Command::new(program)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
-            .map_err(|e| format!("cannot run {name}: {e}"))?;
+            .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let out = child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>);
+        let err = child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>);
+        let readers = [out, err]
+            .into_iter()
+            .flatten()
+            .map(|pipe| {
+                let lines = Arc::clone(&lines);
+                std::thread::spawn(move || {
+                    for line in BufReader::new(pipe).lines() {
+                        let Ok(line) = line else { break };
+                        lines.lock().expect("no reader panics").push(line);
+                    }
+                })
+            })
+            .collect();
         Ok(Peer {
             name,
             child: Some(child),
+            lines,
+            readers,
         })
     }
 
@@ -229,13 +257,45 @@ impl Peer {
         Ok(())
     }
 
-    /// Its stdout and stderr, each line prefixed with its name (read only
-    /// once it has exited: the pipes are then at their end).
-    fn output(&mut self) -> String {
-        match self.child.as_mut() {
-            Some(child) => output_of(self.name, child),
-            None => String::new(),
+    /// Waits (at most [`WAIT`]) until the program has printed a line
+    /// containing `text`.
+    fn wait_for(&mut self, text: &str) -> Result<()> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if self
+                .lines
+                .lock()
+                .expect("no reader panics")
+                .iter()
+                .any(|l| l.contains(text))
+            {
+                return Ok(());
+            }
+            self.alive()?;
+            if Instant::now() >= deadline {
+                return Err(format!("{} printed no {text:?} within {WAIT:?}", self.name).into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Everything it printed, each line prefixed with its name (all of it
+    /// once it has exited: the readers then reach the pipes' end).
+    fn output(&mut self) -> String {
+        if self
+            .child
+            .as_mut()
+            .is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+        {
+            for reader in self.readers.drain(..) {
+                let _ = reader.join();
+            }
+        }
+        let lines = self.lines.lock().expect("no reader panics");
+        lines
+            .iter()
+            .map(|l| format!("{}| {l}\n", self.name))
+            .collect()
     }
 
     /// Waits (at most [`WAIT`]) for the program to exit 0 with `expect`
@@ -270,23 +330,12 @@ impl Drop for Peer {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
-            print!("{}", output_of(self.name, &mut child));
+            self.child = Some(child);
+            print!("{}", self.output());
+            self.child = None;
             println!("c_peers: {} killed", self.name);
         }
     }
-}
-
-/// An exited child's stdout, then its stderr, each line prefixed with
-/// `name`.
-fn output_of(name: &str, child: &mut Child) -> String {
-    let mut text = String::new();
-    if let Some(mut out) = child.stdout.take() {
-        let _ = out.read_to_string(&mut text);
-    }
-    if let Some(mut err) = child.stderr.take() {
-        let _ = err.read_to_string(&mut text);
-    }
-    text.lines().map(|l| format!("{name}| {l}\n")).collect()
 }
 
 // ---- The Rust side's resources --------------------------------------------
@@ -461,6 +510,7 @@ fn rdma_server(opts: &Options) -> Result<()> {
     let dst = SocketAddr::from((opts.addr, opts.port));
     let mut peer = Peer::spawn(
         "rdma_server",
+        "rdma_server".as_ref(),
         &[
             "-s".into(),
             opts.addr.to_string(),
@@ -579,6 +629,7 @@ fn rdma_client(opts: &Options) -> Result<()> {
     listener.listen(0)?;
     let mut peer = Peer::spawn(
         "rdma_client",
+        "rdma_client".as_ref(),
         &[
             "-s".into(),
             opts.addr.to_string(),
@@ -647,63 +698,7 @@ fn rdma_client(opts: &Options) -> Result<()> {
     peer.finish("rdma_client: end 0")
 }
 
-// ---- ibv_rc_pingpong --------------------------------------------------------
-
-/// rc_pingpong's message: `"%04x:%06x:%06x:%s"` and its NUL, 52 bytes.
-const WIRE_LEN: usize = 52;
-
-/// One side as rc_pingpong describes it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Dest {
-    lid: u16,
-    qpn: u32,
-    psn: u32,
-    gid: Gid,
-}
-
-impl Dest {
-    /// The 52 bytes rc_pingpong writes: the GID is its 16 bytes in order,
-    /// two hex digits each (its `gid_to_wire_gid`).
-    fn to_wire(self) -> [u8; WIRE_LEN] {
-        let gid: String = self.gid.raw().iter().map(|b| format!("{b:02x}")).collect();
-        let text = format!("{:04x}:{:06x}:{:06x}:{gid}", self.lid, self.qpn, self.psn);
-        let mut out = [0u8; WIRE_LEN];
-        out[..text.len()].copy_from_slice(text.as_bytes());
-        out
-    }
-
-    /// Parses what `sscanf("%x:%x:%x:%s")` reads from the 52 bytes.
-    fn from_wire(wire: &[u8; WIRE_LEN]) -> Result<Dest> {
-        let end = wire.iter().position(|&b| b == 0).unwrap_or(WIRE_LEN);
-        let text = std::str::from_utf8(&wire[..end])?;
-        let bad = || format!("not an rc_pingpong address: {text:?}");
-        let mut parts = text.splitn(4, ':');
-        let mut field = |max: u32| -> Result<u32> {
-            let v = u32::from_str_radix(parts.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
-            if v > max {
-                return Err(bad().into());
-            }
-            Ok(v)
-        };
-        let lid = field(0xffff)? as u16;
-        let qpn = field(0xff_ffff)?;
-        let psn = field(0xff_ffff)?;
-        let hex = parts.next().ok_or_else(bad)?;
-        if hex.len() != 32 {
-            return Err(bad().into());
-        }
-        let mut raw = [0u8; 16];
-        for (i, b) in raw.iter_mut().enumerate() {
-            *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
-        }
-        Ok(Dest {
-            lid,
-            qpn,
-            psn,
-            gid: Gid::from_raw(raw),
-        })
-    }
-}
+// ---- ibv_rc_pingpong against the pingpong example ---------------------------
 
 /// The IPv4-mapped GID of `addr` (`::ffff:a.b.c.d`).
 fn ipv4_mapped(addr: Ipv4Addr) -> Gid {
@@ -720,46 +715,15 @@ fn roce_v2_gid_index(ctx: &Context, addr: Ipv4Addr) -> Result<u32> {
     let table = ctx.query_gid_table()?;
     table
         .iter()
-        .find(|e| e.port_num == u32::from(PORT) && e.gid == want && e.gid_type == GidType::RoceV2)
+        .find(|e| e.port_num == 1 && e.gid == want && e.gid_type == GidType::RoceV2)
         .map(|e| e.gid_index)
         .ok_or_else(|| format!("{}: no RoCE v2 GID {want} in {table:?}", ctx.device_name()).into())
 }
 
-/// Reads exactly `buf.len()` bytes (the stream has [`WAIT`] as its timeout).
-fn read_all(stream: &mut TcpStream, buf: &mut [u8], what: &str) -> Result<()> {
-    stream
-        .read_exact(buf)
-        .map_err(|e| format!("{what}: {e}").into())
-}
-
-/// RTR and RTS towards `peer` with rc_pingpong's attributes
-/// (`pp_connect_ctx`).
-fn connect_rc(qp: &OwnedQp<Buf>, me: &Dest, peer: &Dest, gid_index: u32) -> Result<()> {
-    let rtr = QpAttr::new()
-        .state(QpState::Rtr)
-        .path_mtu(Mtu::Mtu1024)
-        .dest_qpn(peer.qpn)
-        .rq_psn(peer.psn)
-        .max_dest_rd_atomic(1)
-        .min_rnr_timer(12)
-        .av(QpAttr::roce_dest(peer.gid.raw(), gid_index as u8, 1, PORT));
-    let rts = QpAttr::new()
-        .state(QpState::Rts)
-        .timeout(14)
-        .retry_cnt(7)
-        .rnr_retry(7)
-        .sq_psn(me.psn)
-        .max_rd_atomic(1);
-    qp.modify(&rtr)?;
-    qp.modify(&rts)?;
-    Ok(())
-}
-
-/// Receives the Rust side keeps posted (rc_pingpong posts 500; each side
-/// has at most one message in flight towards the other).
-const RX_DEPTH: u32 = 8;
-
-/// Both rc_pingpong pairings: the exchange, then the ping-pong.
+/// Both rc_pingpong pairings: the C `ibv_rc_pingpong` and the `pingpong`
+/// example (the program next to this one) with the same options, the
+/// GID of `--addr` and the server's port; the client of `--addr`. Each
+/// must exit 0 and print `N iters in`.
 fn rc_pingpong(opts: &Options) -> Result<()> {
     let ctx = open(&opts.device)?;
     if is_iwarp(&ctx) {
@@ -771,202 +735,46 @@ fn rc_pingpong(opts: &Options) -> Result<()> {
         .into());
     }
     let gid_index = roce_v2_gid_index(&ctx, opts.addr)?;
-    let pd = ctx.alloc_pd()?;
-    let qp = owned_qp(&ctx, &pd, RX_DEPTH, 0)?;
-    // INIT as pp_init_ctx: no remote access.
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(PORT)
-            .access_flags(AccessFlags::empty()),
-    )?;
-    for i in 0..RX_DEPTH {
-        let buf = buffer(&pd, opts.size, 0)?;
-        qp.post_recv(RecvRequest::new(u64::from(i), Local::whole(buf)))
-            .map_err(|r| r.error)?;
-    }
-    let me = Dest {
-        lid: ctx.query_port(PORT)?.lid,
-        qpn: qp.qp_num(),
-        psn: std::process::id() & 0xff_ffff,
-        gid: ctx.query_gid(u32::from(PORT), gid_index)?,
+    drop(ctx);
+    let common: Vec<String> = [
+        "-d",
+        &opts.device,
+        "-g",
+        &gid_index.to_string(),
+        "-p",
+        &opts.port.to_string(),
+        "-s",
+        &opts.size.to_string(),
+        "-n",
+        &opts.iters.to_string(),
+    ]
+    .map(String::from)
+    .into();
+    let pingpong = std::env::current_exe()?.with_file_name("pingpong");
+    let with = |first: &[&str], last: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = first.iter().map(|a| a.to_string()).collect();
+        v.extend(common.iter().cloned());
+        v.extend(last.iter().map(|a| a.to_string()));
+        v
     };
-    let mut args = vec![
-        "-d".to_string(),
-        opts.device.clone(),
-        "-g".into(),
-        gid_index.to_string(),
-        "-p".into(),
-        opts.port.to_string(),
-        "-s".into(),
-        opts.size.to_string(),
-        "-n".into(),
-        opts.iters.to_string(),
-    ];
-    let client = opts.pairing == Pairing::RcPingpongServer;
-    let (peer, dest, mut stream) = if client {
-        let mut peer = Peer::spawn("ibv_rc_pingpong", &args)?;
-        let mut stream = connect_tcp(&mut peer, opts.port)?;
-        stream.write_all(&me.to_wire())?;
-        let mut wire = [0u8; WIRE_LEN];
-        read_all(&mut stream, &mut wire, "the server's address")?;
-        let dest = Dest::from_wire(&wire)?;
-        stream.write_all(b"done\0")?;
-        connect_rc(&qp, &me, &dest, gid_index)?;
-        (peer, dest, stream)
+    let addr = opts.addr.to_string();
+    let passed = format!("{} iters in", opts.iters);
+    if opts.pairing == Pairing::RcPingpongServer {
+        // Ours connects again while the C server does not listen yet.
+        let c = Peer::spawn("ibv_rc_pingpong", "ibv_rc_pingpong".as_ref(), &common)?;
+        let ours = Peer::spawn("pingpong", &pingpong, &with(&["--client", &addr], &[]))?;
+        ours.finish(&passed)?;
+        c.finish(&passed)
     } else {
-        let listener = TcpListener::bind(("0.0.0.0", opts.port))?;
-        args.push("127.0.0.1".into());
-        let mut peer = Peer::spawn("ibv_rc_pingpong", &args)?;
-        let mut stream = accept_tcp(&mut peer, &listener)?;
-        let mut wire = [0u8; WIRE_LEN];
-        read_all(&mut stream, &mut wire, "the client's address")?;
-        let dest = Dest::from_wire(&wire)?;
-        // The server's QP is ready before it answers.
-        connect_rc(&qp, &me, &dest, gid_index)?;
-        stream.write_all(&me.to_wire())?;
-        let mut done = [0u8; 5];
-        read_all(&mut stream, &mut done, "the client's \"done\"")?;
-        if &done != b"done\0" {
-            return Err(format!("the client wrote {done:02x?}, not \"done\"").into());
-        }
-        (peer, dest, stream)
-    };
-    println!(
-        "c_peers: local  LID {:#06x} QPN {:#08x} PSN {:#08x} GID {} (index {gid_index})",
-        me.lid, me.qpn, me.psn, me.gid
-    );
-    println!(
-        "c_peers: remote LID {:#06x} QPN {:#08x} PSN {:#08x} GID {}",
-        dest.lid, dest.qpn, dest.psn, dest.gid
-    );
-    // rc_pingpong closes its socket after the exchange.
-    stream.flush()?;
-    drop(stream);
-    let start = Instant::now();
-    pingpong(&qp, &pd, opts, client)?;
-    let secs = start.elapsed().as_secs_f64();
-    let bytes = 2 * opts.size * opts.iters;
-    println!(
-        "c_peers: {} SENDs of {} B each way in {secs:.2} s = {:.1} µs/iter, {:.1} Mbit/s",
-        opts.iters,
-        opts.size,
-        secs * 1e6 / opts.iters as f64,
-        bytes as f64 * 8.0 / secs / 1e6
-    );
-    drop(qp);
-    peer.finish(&format!("{} iters in", opts.iters))
-}
-
-/// Connects to the C server on 127.0.0.1:`port`, trying again while it
-/// does not listen yet.
-fn connect_tcp(peer: &mut Peer, port: u16) -> Result<TcpStream> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match TcpStream::connect_timeout(&addr, WAIT) {
-            Ok(s) => {
-                s.set_read_timeout(Some(WAIT))?;
-                s.set_write_timeout(Some(WAIT))?;
-                return Ok(s);
-            }
-            Err(_) if Instant::now() + RETRY_AFTER < deadline => {
-                peer.alive()?;
-                std::thread::sleep(RETRY_AFTER);
-            }
-            Err(e) => return Err(format!("connect to {addr}: {e}").into()),
-        }
-    }
-}
-
-/// Accepts the C client's connection (at most [`WAIT`]).
-fn accept_tcp(peer: &mut Peer, listener: &TcpListener) -> Result<TcpStream> {
-    listener.set_nonblocking(true)?;
-    let deadline = Instant::now() + WAIT;
-    loop {
-        match listener.accept() {
-            Ok((s, _)) => {
-                s.set_nonblocking(false)?;
-                s.set_read_timeout(Some(WAIT))?;
-                s.set_write_timeout(Some(WAIT))?;
-                return Ok(s);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                peer.alive()?;
-                if Instant::now() >= deadline {
-                    return Err(format!("no connection within {WAIT:?}").into());
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    }
-}
-
-/// rc_pingpong's loop: `opts.iters` SENDs each way; a side sends when its
-/// last send has completed and a message has arrived (the client sends
-/// its first at once). Every receive is posted again as it comes back.
-fn pingpong(qp: &OwnedQp<Buf>, pd: &ProtectionDomain, opts: &Options, client: bool) -> Result<()> {
-    let mut send_buf = Some(buffer(pd, opts.size, 0x5a)?);
-    let (mut sent, mut received) = (0usize, 0usize);
-    // rc_pingpong's `pending`: waiting for our send's completion / a message.
-    let (mut send_pending, mut recv_pending) = (false, true);
-    let post = |buf: Buf, sent: usize| -> Result<()> {
-        qp.post_send(SendRequest::send(sent as u64, Local::whole(buf)))
-            .map_err(uverbs::Error::from)?;
-        Ok(())
-    };
-    if client {
-        post(send_buf.take().expect("ours"), 0)?;
-        send_pending = true;
-    }
-    while sent < opts.iters || received < opts.iters {
-        for c in poll(qp, "ping-pong")? {
-            if c.is_recv {
-                let len = c.completion().map_or(0, |wc| wc.byte_len() as usize);
-                if len != opts.size {
-                    return Err(
-                        format!("message {received}: {len} bytes, not {}", opts.size).into(),
-                    );
-                }
-                received += 1;
-                recv_pending = false;
-                let wr_id = c.wr_id;
-                let buf = c.into_memory().ok_or("a receive without its buffer")?;
-                qp.post_recv(RecvRequest::new(wr_id, Local::whole(buf)))
-                    .map_err(|r| r.error)?;
-            } else {
-                sent += 1;
-                send_pending = false;
-                send_buf = Some(c.into_memory().ok_or("a send without its buffer")?);
-            }
-            if sent < opts.iters && !send_pending && !recv_pending {
-                post(send_buf.take().expect("back with its completion"), sent)?;
-                (send_pending, recv_pending) = (true, true);
-            }
-        }
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rc_pingpong_wire_format() {
-        let d = Dest {
-            lid: 0,
-            qpn: 0x11,
-            psn: 0xabcdef,
-            gid: ipv4_mapped(Ipv4Addr::new(192, 0, 2, 1)),
-        };
-        let wire = d.to_wire();
-        let text = "0000:000011:abcdef:00000000000000000000ffffc0000201";
-        assert_eq!(text.len() + 1, WIRE_LEN);
-        assert_eq!(&wire[..text.len()], text.as_bytes());
-        assert_eq!(wire[WIRE_LEN - 1], 0);
-        assert_eq!(Dest::from_wire(&wire).unwrap(), d);
+        // The C client does not: it starts once ours listens.
+        let mut ours = Peer::spawn("pingpong", &pingpong, &with(&["--server"], &[]))?;
+        ours.wait_for("listening on")?;
+        let c = Peer::spawn(
+            "ibv_rc_pingpong",
+            "ibv_rc_pingpong".as_ref(),
+            &with(&[], &[&addr]),
+        )?;
+        c.finish(&passed)?;
+        ours.finish(&passed)
     }
 }

@@ -1,5 +1,5 @@
 //! `pingpong --cm`: the connection made by the RDMA connection manager
-//! (`uverbs::cm`, the kernel's rdma_cm) instead of Endpoint lines swapped
+//! (`uverbs::cm`, the kernel's rdma_cm) instead of rc_pingpong's exchange
 //! over TCP. Roles by address:
 //!
 //! ```text
@@ -136,7 +136,7 @@ pub fn both(opts: &Options) -> Result<()> {
         std::process::id()
     );
     let mut child = Command::new(std::env::current_exe()?)
-        .args(opts.client_args(opts.device.as_deref(), &target))
+        .args(opts.client_args(opts.device.as_deref(), GUEST_ADDR, local.port()))
         .spawn()?;
     let served = server(opts, &ch, &listener, Some(&mut child));
     let status = reap(&mut child)?;
@@ -251,9 +251,10 @@ struct Connected {
 /// How long a rejected client waits before it tries again.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
 
-/// Connects to `opts.addr` with the cm and measures.
+/// Connects to the server (`--connect`, or HOST and `--port`) with the
+/// cm and measures.
 pub fn client(opts: &Options) -> Result<()> {
-    let dst: SocketAddr = opts.addr.parse()?;
+    let dst: SocketAddr = opts.cm_addr().parse()?;
     let deadline = Instant::now() + WAIT;
     let mut attempt = 1;
     let (c, mut side) = loop {

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 use memmap2::MmapMut;
 use uverbs::QpType;
 use uverbs::{
-    AccessFlags, Context, Payload, QpInit, RecvWr, SendFlags, SendOp, SendWr, Sge, WcStatus,
-    WorkCompletion,
+    AccessFlags, Context, Payload, QpInit, QueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
+    WcStatus, WorkCompletion,
 };
 
-use super::{data_path_device, Options, Result, Side, WAIT};
+use super::{data_path_device, gid_index, to_init, to_rts, Dest, Local, Options, Result, WAIT};
 
 const MARKER: &str = "@@PHASE ";
 
@@ -178,13 +178,28 @@ pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     // SAFETY: `buf` outlives the MR (dropped after it, at the end).
     let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), access)? };
-    let gid = ctx.query_gid(1, opts.gid_index)?;
-    let ep = |qp| uverbs::Endpoint::of(qp, gid, &mr);
-    let (ea, eb) = (ep(&a), ep(&b));
-    // Side::connect is the same sequence as pingpong's; it only needs a QP.
-    let connect = |qp, me, peer| Side::connect_qp(qp, me, peer, opts.gid_index);
-    connect(&a, &ea, &eb)?;
-    connect(&b, &eb, &ea)?;
+    // Connected as pingpong connects by hand, the two QPs each other's peer.
+    let gid_index = gid_index(ctx, opts)?;
+    let gid = match gid_index {
+        Some(i) => ctx.query_gid(u32::from(opts.ib_port), i)?,
+        None => uverbs::Gid::default(),
+    };
+    let lid = ctx.query_port(opts.ib_port)?.lid;
+    let local = |qp: &QueuePair, psn| Local {
+        dest: Dest {
+            lid,
+            qpn: qp.qp_num(),
+            psn,
+            gid,
+        },
+        gid_index,
+        ethernet: true,
+    };
+    let (la, lb) = (local(&a, 1), local(&b, 2));
+    for (qp, me, peer) in [(&a, &la, &lb), (&b, &lb, &la)] {
+        to_init(qp, opts)?;
+        to_rts(qp, opts, me, &peer.dest)?;
+    }
     let base = buf.as_ptr() as u64;
     let recv_sge = [Sge {
         addr: base + 4096,

@@ -280,6 +280,10 @@ pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
 /// (`examples/c_peers.rs`; the programs come from [`crate::peer::C_PEERS`]).
 pub const C_PEERS_EXAMPLE: &str = "c_peers";
 
+/// The examples the C-peer runs need in `/tests`: [`C_PEERS_EXAMPLE`] and
+/// `pingpong`, which it runs against `ibv_rc_pingpong`.
+pub const C_PEERS_EXAMPLES: &[&str] = &[C_PEERS_EXAMPLE, "pingpong"];
+
 /// How long one C-peer pairing may take in the guest (the example bounds
 /// each of its waits at 30 s; under TCG `ibv_rc_pingpong`'s 1000 round
 /// trips of 4 KiB take seconds).
@@ -288,9 +292,10 @@ pub const C_PEER_TIMEOUT_SECS: u32 = 180;
 /// The C-peer pairings of the single guest, (run name, the example's
 /// pairing, device): a Rust client against librdmacm's `rdma_server` and
 /// `rdma_client` against a Rust server on rxe0 and on siw0, and
-/// `ibv_rc_pingpong` as server and as client on rxe0 (not on siw0: an
-/// iWARP QP reaches RTS only through the cm, and ibv_rc_pingpong connects
-/// by hand). The run's name says which C program is the peer.
+/// `ibv_rc_pingpong` as server against `pingpong --client` and as client
+/// against `pingpong --server` on rxe0 (not on siw0: an iWARP QP reaches
+/// RTS only through the cm, and ibv_rc_pingpong connects by hand). The
+/// run's name says which C program is the peer.
 pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
     ("c_peer_rdma_server_rxe0", "rdma_server", Kind::Rxe),
     ("c_peer_rdma_client_rxe0", "rdma_client", Kind::Rxe),
@@ -1085,7 +1090,11 @@ mod tests {
         assert!(s.contains(&format!(
             "timeout -s KILL {C_PEER_TIMEOUT_SECS} env UVERBS_REQUIRE_DEVICES=rxe,siw UVERBS_TRANSPORT=ioctl /tests/c_peers rdma_server --device siw0 --addr 198.51.100.1\n"
         )));
+        // ibv_rc_pingpong in both roles, against the pingpong example
+        // (in /tests with c_peers).
         assert!(s.contains("/tests/c_peers rc_pingpong_client --device rxe0 --addr 192.0.2.1\n"));
+        assert!(s.contains("/tests/c_peers rc_pingpong_server --device rxe0 --addr 192.0.2.1\n"));
+        assert!(C_PEERS_EXAMPLES.contains(&"pingpong"));
         assert!(s.contains(&format!(
             "\"{RESULT} config=write bin=c_peer_rdma_client_rxe0 rc=$rc\""
         )));

@@ -318,14 +318,18 @@ impl Ctx {
         Ok(outcome)
     }
 
-    /// The C peers' example (built statically) and what the guest needs of
-    /// rdma-core for it: the C programs with their libraries and the
-    /// providers, unpacked under the cache ([`peer::C_PEERS`]).
-    fn c_peers(&self) -> Result<(Binary, Vec<initramfs::HostFile>)> {
+    /// The C peers' examples (built statically: `c_peers` and the
+    /// `pingpong` it runs against `ibv_rc_pingpong`) and what the guest
+    /// needs of rdma-core for them: the C programs with their libraries
+    /// and the providers, unpacked under the cache ([`peer::C_PEERS`]).
+    fn c_peers(&self) -> Result<(Vec<Binary>, Vec<initramfs::HostFile>)> {
         let peer = peer::Peer::ensure(&self.cache, &peer::C_PEERS)?;
         let files = peer.c_peer_files()?;
-        let example = binaries::static_example(&self.workspace, guest::C_PEERS_EXAMPLE)?;
-        Ok((example, files))
+        let examples = guest::C_PEERS_EXAMPLES
+            .iter()
+            .map(|name| binaries::static_example(&self.workspace, name))
+            .collect::<Result<_>>()?;
+        Ok((examples, files))
     }
 
     /// Writes the scripts (copies for reading with --keep, named
@@ -683,8 +687,8 @@ fn real_main(args: &[String]) -> Result<bool> {
                 // As `cargo vm test` has it: `/run-all` runs the C peers too.
                 let mut single = single;
                 let mut runs = plain_runs(&single);
-                let (example, files) = ctx.c_peers()?;
-                single.push(example);
+                let (examples, files) = ctx.c_peers()?;
+                single.extend(examples);
                 runs.extend(GuestRun::c_peers());
                 ctx.boot_single(
                     kernel,
@@ -735,8 +739,12 @@ impl Ctx {
         }
         let mut single_files = Vec::new();
         if !c_peer_runs.is_empty() {
-            let (example, files) = self.c_peers()?;
-            single.push(example);
+            let (examples, files) = self.c_peers()?;
+            for example in examples {
+                if !single.iter().any(|b| b.name == example.name) {
+                    single.push(example);
+                }
+            }
             single_files = files;
             single_runs.extend(c_peer_runs);
         }
