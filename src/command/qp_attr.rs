@@ -170,6 +170,28 @@ pub enum Mtu {
     Mtu4096 = 5,
 }
 
+impl Mtu {
+    /// The MTU for the kernel's number (`enum ib_mtu`: 1 = 256 … 5 =
+    /// 4096, as a port's `active_mtu` or `QUERY_QP`'s `path_mtu` carry
+    /// it); `None` for a number that is no MTU.
+    pub fn from_raw(raw: u8) -> Option<Self> {
+        Some(match raw {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+
+    /// The MTU in bytes (256 … 4096).
+    #[doc(alias = "ibv_mtu_to_num")]
+    pub fn bytes(self) -> u32 {
+        128 << (self as u8)
+    }
+}
+
 /// Why a `MODIFY_QP` was refused before it was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum QpTransitionError {
@@ -1039,6 +1061,23 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn mtu_numbers_and_bytes() {
+        let all = [
+            Mtu::Mtu256,
+            Mtu::Mtu512,
+            Mtu::Mtu1024,
+            Mtu::Mtu2048,
+            Mtu::Mtu4096,
+        ];
+        for (raw, mtu) in (1..=5u8).zip(all) {
+            assert_eq!(Mtu::from_raw(raw), Some(mtu));
+            assert_eq!(mtu.bytes(), 128 << raw);
+        }
+        assert_eq!((Mtu::from_raw(0), Mtu::from_raw(6)), (None, None));
+        assert_eq!(Mtu::Mtu4096.bytes(), 4096);
     }
 
     #[test]

@@ -659,12 +659,9 @@ pub fn mtu_for(ctx: &Context) -> Mtu {
     let port = ctx
         .query_port(PORT)
         .unwrap_or_else(|e| panic!("{}: query_port: {e}", ctx.device_name()));
-    // IB MTU codes: 1 = 256 … 5 = 4096; stay at or below 1024.
-    match port.active_mtu {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        _ => Mtu::Mtu1024,
-    }
+    // Stay at or below 1024.
+    port.active_mtu()
+        .map_or(Mtu::Mtu1024, |mtu| mtu.min(Mtu::Mtu1024))
 }
 
 /// Checks a successful completion of `opcode` for `wr_id` on `qp`.
