@@ -521,6 +521,18 @@ mod tests {
         t.log.lock().unwrap().iter().map(|(c, _)| *c).collect()
     }
 
+    /// An [`Error::InvalidInput`] of `create_ah`.
+    fn assert_refused_input(err: &Error) {
+        let refused = matches!(
+            err,
+            Error::InvalidInput {
+                op: Op::CreateAh,
+                ..
+            }
+        );
+        assert!(refused, "{err}");
+    }
+
     fn gid() -> Gid {
         Gid::from_raw([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8])
     }
@@ -540,17 +552,7 @@ mod tests {
             AhAttr { sl: 16, ..good },
             AhAttr { port: 0, ..good },
         ] {
-            let err = pd.create_ah(&bad).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Error::InvalidInput {
-                        op: Op::CreateAh,
-                        ..
-                    }
-                ),
-                "{err}"
-            );
+            assert_refused_input(&pd.create_ah(&bad).unwrap_err());
         }
         assert_eq!(codes(&t).len(), sent, "nothing sent");
     }
@@ -797,17 +799,7 @@ mod tests {
         assert_eq!(err, AhFromWcError::NotOurGid);
         // Over a context the error is typed and names create_ah.
         let (ctx, _t) = rxe_over(5);
-        let err = AhAttr::from_wc(&ctx, 1, &wc(true), &IPV4_GRH[..10]).unwrap_err();
-        assert!(
-            matches!(
-                err,
-                Error::InvalidInput {
-                    op: Op::CreateAh,
-                    ..
-                }
-            ),
-            "{err}"
-        );
+        assert_refused_input(&AhAttr::from_wc(&ctx, 1, &wc(true), &IPV4_GRH[..10]).unwrap_err());
     }
 
     /// A UD cm event's address vector reads back field by field.

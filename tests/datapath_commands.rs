@@ -14,7 +14,7 @@ use uverbs::uverbs_uapi as sys;
 use uverbs::{AccessFlags, Context};
 use zerocopy::FromBytes;
 
-use common::{rc_to_rts, rxe_context_over};
+use common::{rc_to_rts, rxe_context_over, RC_PATH_ATTRS};
 
 fn fake_ctx() -> (Arc<RecordingTransport>, Context) {
     let fake = Arc::new(RecordingTransport::new());
@@ -193,18 +193,7 @@ fn query_reads_back_what_modify_set() {
     for attr in [init, rtr.rq_psn(0x12_3456), rts.sq_psn(0xab_cdef)] {
         qp.modify(&attr).unwrap();
     }
-    let asked = QpAttrMask::STATE
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::PORT
-        | QpAttrMask::AV
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY
-        | QpAttrMask::ACCESS_FLAGS
-        | QpAttrMask::CAP;
+    let asked = RC_PATH_ATTRS | QpAttrMask::ACCESS_FLAGS | QpAttrMask::CAP;
     let got = qp.query(asked).unwrap();
     let sent = fake.commands().last().cloned().unwrap();
     assert_eq!(sent.code, sys::IB_USER_VERBS_CMD_QUERY_QP);

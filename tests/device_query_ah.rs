@@ -10,32 +10,10 @@
 mod common;
 
 use common::*;
-use uverbs::{
-    AhAttr, GidType, Payload, QpAttr, QpInit, QpState, QpType, QueuePair, RecvWr, SendFlags,
-    SendOp, SendWr, UdDest, WcOpcode, GRH_LEN,
-};
+use uverbs::{AhAttr, GidType, RecvWr, UdDest, WcOpcode, GRH_LEN};
 
 const QKEY: u32 = 0x1111_1111;
 const LEN: usize = 64;
-
-fn ud_qp(pd: &uverbs::ProtectionDomain, cq: &uverbs::CompletionQueue, name: &str) -> QueuePair {
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Ud, cq, cq))
-        .unwrap_or_else(|e| panic!("{name}: create_qp UD: {e}"));
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
-        .port(PORT)
-        .qkey(QKEY);
-    modify(&qp, &init, "RESET->INIT");
-    modify(&qp, &QpAttr::new().state(QpState::Rtr), "INIT->RTR");
-    modify(
-        &qp,
-        &QpAttr::new().state(QpState::Rts).sq_psn(0),
-        "RTR->RTS",
-    );
-    qp
-}
 
 #[test]
 fn a_ud_reply_is_addressed_from_the_completion_and_its_grh() {
@@ -57,7 +35,10 @@ fn a_ud_reply_is_addressed_from_the_completion_and_its_grh() {
                 ctx.create_cq(8, None).unwrap(),
                 ctx.create_cq(8, None).unwrap(),
             );
-            let (qp_a, qp_b) = (ud_qp(&pd, &cq_a, name), ud_qp(&pd, &cq_b, name));
+            let (qp_a, qp_b) = (
+                ud_qp(&pd, &cq_a, QKEY, 0, name),
+                ud_qp(&pd, &cq_b, QKEY, 0, name),
+            );
             let mut a_buf = anon(4096);
             let mut b_buf = anon(4096);
             let a_mr = fresh_mr(&pd, &mut a_buf, RW_READ);
@@ -88,13 +69,7 @@ fn a_ud_reply_is_addressed_from_the_completion_and_its_grh() {
                     .create_ah(&AhAttr::roce(entry.gid, index, PORT))
                     .unwrap_or_else(|e| panic!("{what}: create_ah: {e}"));
                 let src = sge(a_addr, LEN, &a_mr);
-                let request = SendWr {
-                    wr_id: 0xa1,
-                    op: SendOp::Send { imm: None },
-                    flags: SendFlags::SIGNALED,
-                    payload: Payload::Sges(&src),
-                    ud: Some(UdDest::new(&to_b, qp_b.qp_num(), QKEY)),
-                };
+                let request = ud_send(0xa1, None, &src, UdDest::new(&to_b, qp_b.qp_num(), QKEY));
                 // SAFETY: a_buf[..LEN] is only read, and the AH lives, until
                 // the completion below.
                 unsafe { qp_a.post_send(&[request]) }.unwrap();
@@ -121,13 +96,7 @@ fn a_ud_reply_is_addressed_from_the_completion_and_its_grh() {
                     .iter_mut()
                     .for_each(|b| *b ^= 0xff);
                 let echo = sge(b_addr + GRH_LEN as u64, LEN, &b_mr);
-                let reply = SendWr {
-                    wr_id: 0xb1,
-                    op: SendOp::Send { imm: None },
-                    flags: SendFlags::SIGNALED,
-                    payload: Payload::Sges(&echo),
-                    ud: Some(UdDest::new(&to_a, wc.src_qp(), QKEY)),
-                };
+                let reply = ud_send(0xb1, None, &echo, UdDest::new(&to_a, wc.src_qp(), QKEY));
                 // SAFETY: as above, for b_buf's payload and `to_a`.
                 unsafe { qp_b.post_send(&[reply]) }.unwrap();
                 wait_checked(&cq_b, &what, WcOpcode::Send, &qp_b, 0xb1);

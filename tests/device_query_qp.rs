@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use uverbs::{Mtu, QpAttr, QpAttrMask, QpInit, QpState, QpType, QueuePair};
+use uverbs::{Mtu, QpAttr, QpAttrMask, QpState, QueuePair};
 
 /// The send PSNs A and B start with: each is the other's receive PSN.
 const PSN_A: u32 = 0x12_3456;
@@ -30,16 +30,7 @@ fn rxe_rc_reads_back(ctx: &uverbs::Context, name: &str) {
     let (gid, mtu) = roce_path(ctx, name);
     connect_psns(&q.qp_a, q.qp_b.qp_num(), gid, mtu, PSN_A, PSN_B);
     connect_psns(&q.qp_b, q.qp_a.qp_num(), gid, mtu, PSN_B, PSN_A);
-    let asked = QpAttrMask::STATE
-        | QpAttrMask::DEST_QPN
-        | QpAttrMask::RQ_PSN
-        | QpAttrMask::SQ_PSN
-        | QpAttrMask::PATH_MTU
-        | QpAttrMask::PORT
-        | QpAttrMask::AV
-        | QpAttrMask::TIMEOUT
-        | QpAttrMask::RETRY_CNT
-        | QpAttrMask::RNR_RETRY;
+    let asked = RC_PATH_ATTRS;
     for (qp, peer, sq, rq) in [
         (&q.qp_a, &q.qp_b, PSN_A, PSN_B),
         (&q.qp_b, &q.qp_a, PSN_B, PSN_A),
@@ -76,21 +67,7 @@ fn rxe_ud_qkey(ctx: &uverbs::Context, name: &str) {
     let cq = ctx
         .create_cq(4, None)
         .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Ud, &cq, &cq))
-        .unwrap_or_else(|e| panic!("{name}: create_qp UD: {e}"));
-    let steps = [
-        QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(PORT)
-            .qkey(QKEY),
-        QpAttr::new().state(QpState::Rtr),
-        QpAttr::new().state(QpState::Rts).sq_psn(PSN_A),
-    ];
-    for attr in &steps {
-        modify(&qp, attr, "UD");
-    }
+    let qp = ud_qp(&pd, &cq, QKEY, PSN_A, name);
     let a = qp
         .query(QpAttrMask::QKEY | QpAttrMask::STATE | QpAttrMask::SQ_PSN)
         .unwrap_or_else(|e| panic!("{name}: query_qp UD: {e}"));

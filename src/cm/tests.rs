@@ -354,6 +354,25 @@ fn query_reports_addresses_and_the_device_guid() {
     );
 }
 
+/// A uverbs class directory under `root` with a `uverbsN` node per name
+/// (and an empty device directory), listed.
+fn uverbs_class_under(
+    root: &std::path::Path,
+    names: &[&str],
+) -> Result<Vec<crate::Device>, crate::Error> {
+    let (sysfs, dev) = (root.join("uverbs"), root.join("dev"));
+    for (i, name) in names.iter().enumerate() {
+        let d = sysfs.join(format!("uverbs{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ibdev"), format!("{name}\n")).unwrap();
+        std::fs::write(d.join("abi_version"), "1\n").unwrap();
+        std::fs::write(d.join("dev"), format!("231:{}\n", 192 + i)).unwrap();
+    }
+    std::fs::write(sysfs.join("abi_version"), "6\n").unwrap();
+    std::fs::create_dir_all(&dev).unwrap();
+    crate::device::devices_in(&sysfs, &dev)
+}
+
 #[test]
 fn matching_devices_compares_sysfs_node_guids() {
     let (_fake, ch) = channel();
@@ -368,18 +387,7 @@ fn matching_devices_compares_sysfs_node_guids() {
         std::fs::create_dir_all(class.join(name)).unwrap();
         std::fs::write(class.join(name).join("node_guid"), format!("{guid}\n")).unwrap();
     }
-    let sysfs = root.join("uverbs");
-    let dev = root.join("dev");
-    for (i, name) in ["rxe0", "mlx5_0"].iter().enumerate() {
-        let d = sysfs.join(format!("uverbs{i}"));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("ibdev"), format!("{name}\n")).unwrap();
-        std::fs::write(d.join("abi_version"), "1\n").unwrap();
-        std::fs::write(d.join("dev"), format!("231:{}\n", 192 + i)).unwrap();
-    }
-    std::fs::write(sysfs.join("abi_version"), "6\n").unwrap();
-    std::fs::create_dir_all(&dev).unwrap();
-    let devices = crate::device::devices_in(&sysfs, &dev).unwrap();
+    let devices = uverbs_class_under(&root, &["rxe0", "mlx5_0"]).unwrap();
     assert_eq!(devices.len(), 2);
     let found = id.matching_devices_in(&devices, &class).unwrap();
     let names: Vec<&str> = found.iter().map(|d| d.name()).collect();
@@ -405,17 +413,7 @@ fn the_device_is_the_one_the_kernels_index_names() {
     let info = id.query_addr().unwrap();
     assert_eq!(info.ibdev_index, FakeCm::IBDEV_INDEX);
     let root = std::env::temp_dir().join(format!("uverbs-cm-index-{}", std::process::id()));
-    let (sysfs, dev) = (root.join("uverbs"), root.join("dev"));
-    for (i, name) in ["rxe0", "siw0"].iter().enumerate() {
-        let d = sysfs.join(format!("uverbs{i}"));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("ibdev"), format!("{name}\n")).unwrap();
-        std::fs::write(d.join("abi_version"), "1\n").unwrap();
-        std::fs::write(d.join("dev"), format!("231:{}\n", 192 + i)).unwrap();
-    }
-    std::fs::write(sysfs.join("abi_version"), "6\n").unwrap();
-    std::fs::create_dir_all(&dev).unwrap();
-    let devices = || crate::device::devices_in(&sysfs, &dev);
+    let devices = || uverbs_class_under(&root, &["rxe0", "siw0"]);
     // The kernel numbers rxe0 4 and siw0 5.
     let names = |index: u32| {
         Ok([(4, "rxe0"), (5, "siw0")]

@@ -412,6 +412,19 @@ macro_rules! attribute_setters {
     };
 }
 
+/// [`QpAttr`] getters that each read one field of the request, `None`
+/// unless that attribute's mask bit is set.
+macro_rules! attribute_getters {
+    ($( $(#[$doc:meta])* $getter:ident -> $t:ty = $bit:ident, $field:ident; )*) => {
+        $(
+            $(#[$doc])*
+            pub fn $getter(&self) -> Option<$t> {
+                self.get(QpAttrMask::$bit, self.req.$field)
+            }
+        )*
+    };
+}
+
 /// The attributes of one `MODIFY_QP`, set field by field; the attribute
 /// mask is derived from the fields set, never written by hand.
 ///
@@ -528,26 +541,6 @@ impl QpAttr {
         )
     }
 
-    /// The P_Key index ([`PKEY_INDEX`](QpAttrMask::PKEY_INDEX)), if set.
-    pub fn get_pkey_index(&self) -> Option<u16> {
-        self.get(QpAttrMask::PKEY_INDEX, self.req.pkey_index)
-    }
-
-    /// The port, 1-based ([`PORT`](QpAttrMask::PORT)), if set.
-    pub fn get_port(&self) -> Option<u8> {
-        self.get(QpAttrMask::PORT, self.req.port_num)
-    }
-
-    /// The Q_Key of a UD QP ([`QKEY`](QpAttrMask::QKEY)), if set.
-    pub fn get_qkey(&self) -> Option<u32> {
-        self.get(QpAttrMask::QKEY, self.req.qkey)
-    }
-
-    /// The primary path to the peer ([`AV`](QpAttrMask::AV)), if set.
-    pub fn get_av(&self) -> Option<sys::ib_uverbs_qp_dest> {
-        self.get(QpAttrMask::AV, self.req.dest)
-    }
-
     /// The path MTU ([`PATH_MTU`](QpAttrMask::PATH_MTU)), if set and a
     /// known MTU.
     pub fn get_path_mtu(&self) -> Option<Mtu> {
@@ -555,52 +548,36 @@ impl QpAttr {
             .and_then(Mtu::from_raw)
     }
 
-    /// The local ACK timeout code ([`TIMEOUT`](QpAttrMask::TIMEOUT)), if set.
-    pub fn get_timeout(&self) -> Option<u8> {
-        self.get(QpAttrMask::TIMEOUT, self.req.timeout)
-    }
-
-    /// Transport retries ([`RETRY_CNT`](QpAttrMask::RETRY_CNT)), if set.
-    pub fn get_retry_cnt(&self) -> Option<u8> {
-        self.get(QpAttrMask::RETRY_CNT, self.req.retry_cnt)
-    }
-
-    /// RNR retries ([`RNR_RETRY`](QpAttrMask::RNR_RETRY)), if set.
-    pub fn get_rnr_retry(&self) -> Option<u8> {
-        self.get(QpAttrMask::RNR_RETRY, self.req.rnr_retry)
-    }
-
-    /// The first PSN expected from the peer ([`RQ_PSN`](QpAttrMask::RQ_PSN)), if set.
-    pub fn get_rq_psn(&self) -> Option<u32> {
-        self.get(QpAttrMask::RQ_PSN, self.req.rq_psn)
-    }
-
-    /// Outstanding RDMA reads/atomics as initiator
-    /// ([`MAX_QP_RD_ATOMIC`](QpAttrMask::MAX_QP_RD_ATOMIC)), if set.
-    pub fn get_max_rd_atomic(&self) -> Option<u8> {
-        self.get(QpAttrMask::MAX_QP_RD_ATOMIC, self.req.max_rd_atomic)
-    }
-
-    /// The minimum RNR NAK timer code
-    /// ([`MIN_RNR_TIMER`](QpAttrMask::MIN_RNR_TIMER)), if set.
-    pub fn get_min_rnr_timer(&self) -> Option<u8> {
-        self.get(QpAttrMask::MIN_RNR_TIMER, self.req.min_rnr_timer)
-    }
-
-    /// The first PSN sent ([`SQ_PSN`](QpAttrMask::SQ_PSN)), if set.
-    pub fn get_sq_psn(&self) -> Option<u32> {
-        self.get(QpAttrMask::SQ_PSN, self.req.sq_psn)
-    }
-
-    /// Outstanding RDMA reads/atomics as target
-    /// ([`MAX_DEST_RD_ATOMIC`](QpAttrMask::MAX_DEST_RD_ATOMIC)), if set.
-    pub fn get_max_dest_rd_atomic(&self) -> Option<u8> {
-        self.get(QpAttrMask::MAX_DEST_RD_ATOMIC, self.req.max_dest_rd_atomic)
-    }
-
-    /// The peer's QP number ([`DEST_QPN`](QpAttrMask::DEST_QPN)), if set.
-    pub fn get_dest_qpn(&self) -> Option<u32> {
-        self.get(QpAttrMask::DEST_QPN, self.req.dest_qp_num)
+    attribute_getters! {
+        /// The P_Key index ([`PKEY_INDEX`](QpAttrMask::PKEY_INDEX)), if set.
+        get_pkey_index -> u16 = PKEY_INDEX, pkey_index;
+        /// The port, 1-based ([`PORT`](QpAttrMask::PORT)), if set.
+        get_port -> u8 = PORT, port_num;
+        /// The Q_Key of a UD QP ([`QKEY`](QpAttrMask::QKEY)), if set.
+        get_qkey -> u32 = QKEY, qkey;
+        /// The primary path to the peer ([`AV`](QpAttrMask::AV)), if set.
+        get_av -> sys::ib_uverbs_qp_dest = AV, dest;
+        /// The local ACK timeout code ([`TIMEOUT`](QpAttrMask::TIMEOUT)), if set.
+        get_timeout -> u8 = TIMEOUT, timeout;
+        /// Transport retries ([`RETRY_CNT`](QpAttrMask::RETRY_CNT)), if set.
+        get_retry_cnt -> u8 = RETRY_CNT, retry_cnt;
+        /// RNR retries ([`RNR_RETRY`](QpAttrMask::RNR_RETRY)), if set.
+        get_rnr_retry -> u8 = RNR_RETRY, rnr_retry;
+        /// The first PSN expected from the peer ([`RQ_PSN`](QpAttrMask::RQ_PSN)), if set.
+        get_rq_psn -> u32 = RQ_PSN, rq_psn;
+        /// Outstanding RDMA reads/atomics as initiator
+        /// ([`MAX_QP_RD_ATOMIC`](QpAttrMask::MAX_QP_RD_ATOMIC)), if set.
+        get_max_rd_atomic -> u8 = MAX_QP_RD_ATOMIC, max_rd_atomic;
+        /// The minimum RNR NAK timer code
+        /// ([`MIN_RNR_TIMER`](QpAttrMask::MIN_RNR_TIMER)), if set.
+        get_min_rnr_timer -> u8 = MIN_RNR_TIMER, min_rnr_timer;
+        /// The first PSN sent ([`SQ_PSN`](QpAttrMask::SQ_PSN)), if set.
+        get_sq_psn -> u32 = SQ_PSN, sq_psn;
+        /// Outstanding RDMA reads/atomics as target
+        /// ([`MAX_DEST_RD_ATOMIC`](QpAttrMask::MAX_DEST_RD_ATOMIC)), if set.
+        get_max_dest_rd_atomic -> u8 = MAX_DEST_RD_ATOMIC, max_dest_rd_atomic;
+        /// The peer's QP number ([`DEST_QPN`](QpAttrMask::DEST_QPN)), if set.
+        get_dest_qpn -> u32 = DEST_QPN, dest_qp_num;
     }
 
     /// The attributes a `QUERY_QP` answered, as asked with `mask`: each
