@@ -14,8 +14,9 @@ use crate::command::{CreateAh, DestroyAh};
 use crate::error::{Errno, Error, Op};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::Provider;
-use crate::query::Gid;
+use crate::query::{Gid, GidEntry, GidType};
 use crate::wr::UdDest;
+use crate::{Context, WcFlags, WorkCompletion};
 use uverbs_uapi as sys;
 
 /// The address vector of an address handle (`struct ibv_ah_attr` with its
@@ -69,6 +70,133 @@ impl AhAttr {
         }
     }
 
+    /// The address vector the kernel's `ib_uverbs_ah_attr` is: what a cm
+    /// event hands a UD id ([`UdPeer::ah_attr`](crate::cm::UdPeer::ah_attr),
+    /// see [`UdPeer::to_ah_attr`](crate::cm::UdPeer::to_ah_attr)).
+    pub fn from_raw(raw: &sys::ib_uverbs_ah_attr) -> Self {
+        AhAttr {
+            dgid: Gid::from_raw(raw.grh.dgid),
+            sgid_index: raw.grh.sgid_index,
+            hop_limit: raw.grh.hop_limit,
+            traffic_class: raw.grh.traffic_class,
+            flow_label: raw.grh.flow_label,
+            port: raw.port_num,
+            sl: raw.sl,
+            is_global: raw.is_global != 0,
+            dlid: raw.dlid,
+            static_rate: raw.static_rate,
+            src_path_bits: raw.src_path_bits,
+        }
+    }
+
+    /// The address vector back to the sender of a UD message received on
+    /// `port`: from its completion `wc` and the [`GRH_LEN`] bytes its
+    /// receive buffer starts with (`grh`), as `ibv_init_ah_from_wc` makes
+    /// it. Reply to [`wc.src_qp()`](WorkCompletion::src_qp) through an AH
+    /// made of it ([`ProtectionDomain::create_ah_from_wc`] does both).
+    ///
+    /// The LID, SL and path bits come from `wc`. With a GRH
+    /// ([`WcFlags::GRH`]; always on RoCE) the GRH area holds the packet's
+    /// IPv6 header, or for an IPv4 packet (RoCE v2 between IPv4-mapped
+    /// GIDs) its IPv4 header in the last 20 bytes; source and destination
+    /// swap: the peer's address becomes `dgid`, and the port's GID the
+    /// packet was sent to (of the type the header says: RoCE v2 for IPv4
+    /// and UDP, IB or RoCE v1 otherwise) gives `sgid_index`, looked up in
+    /// the port's GID table ([`Context::query_gid_table`]; to answer many
+    /// messages read it once and use [`from_wc_in`](Self::from_wc_in)).
+    ///
+    /// A malformed GRH, a message sent to a multicast address, or a
+    /// destination GID not in the table is an [`Error::InvalidInput`]
+    /// naming why.
+    #[doc(alias = "ibv_init_ah_from_wc")]
+    pub fn from_wc(
+        ctx: &Context,
+        port: u8,
+        wc: &WorkCompletion,
+        grh: &[u8],
+    ) -> Result<Self, Error> {
+        let refused = |e: AhFromWcError| Error::input(Op::CreateAh, &ctx.inner.device, e.reason());
+        let has_grh = wc.wc_flags().contains(WcFlags::GRH);
+        if has_grh && grh.len() < GRH_LEN {
+            // Before reading the table: nothing to look up.
+            return Err(refused(AhFromWcError::ShortGrh(grh.len())));
+        }
+        let table = if has_grh {
+            ctx.query_gid_table()?
+        } else {
+            Vec::new()
+        };
+        Self::from_wc_in(&table, port, wc, grh).map_err(refused)
+    }
+
+    /// [`from_wc`](Self::from_wc) against a GID table already read
+    /// (entries of any port: those of `port` are searched).
+    pub fn from_wc_in(
+        table: &[GidEntry],
+        port: u8,
+        wc: &WorkCompletion,
+        grh: &[u8],
+    ) -> Result<Self, AhFromWcError> {
+        let mut attr = AhAttr {
+            dlid: wc.slid(),
+            sl: wc.sl(),
+            src_path_bits: wc.dlid_path_bits(),
+            is_global: false,
+            hop_limit: 0,
+            ..AhAttr::roce(Gid::default(), 0, port)
+        };
+        if !wc.wc_flags().contains(WcFlags::GRH) {
+            return Ok(attr);
+        }
+        let grh: &[u8; GRH_LEN] = grh
+            .get(..GRH_LEN)
+            .and_then(|g| g.try_into().ok())
+            .ok_or(AhFromWcError::ShortGrh(grh.len()))?;
+        let word = u32::from_be_bytes([grh[0], grh[1], grh[2], grh[3]]);
+        attr.is_global = true;
+        attr.flow_label = word & 0xf_ffff;
+        // The index of the port's GID `gid` of one of `types`.
+        let ours = |gid: [u8; 16], types: &[GidType]| {
+            table
+                .iter()
+                .filter(|e| e.port_num == u32::from(port) && types.contains(&e.gid_type))
+                .filter(|e| e.gid.raw() == gid)
+                .find_map(|e| u8::try_from(e.gid_index).ok())
+                .ok_or(AhFromWcError::NotOurGid)
+        };
+        let ip4 = &grh[20..];
+        match grh_version(grh) {
+            Some(4) => {
+                let (src, dst) = (&ip4[12..16], &ip4[16..20]);
+                if dst[0] & 0xf0 == 0xe0 {
+                    return Err(AhFromWcError::Multicast);
+                }
+                attr.sgid_index = ours(ipv4_mapped(dst), &[GidType::RoceV2])?;
+                attr.dgid = Gid::from_raw(ipv4_mapped(src));
+                (attr.hop_limit, attr.traffic_class) = (ip4[8], ip4[1]);
+            }
+            Some(_) => {
+                let mut src = [0u8; 16];
+                src.copy_from_slice(&grh[8..24]);
+                let mut dst = [0u8; 16];
+                dst.copy_from_slice(&grh[24..40]);
+                if dst[0] == 0xff {
+                    return Err(AhFromWcError::Multicast);
+                }
+                let types: &[GidType] = match grh[6] {
+                    IPPROTO_UDP => &[GidType::RoceV2],
+                    IB_NEXT_HDR => &[GidType::Ib, GidType::RoceV1],
+                    other => return Err(AhFromWcError::NextHeader(other)),
+                };
+                attr.sgid_index = ours(dst, types)?;
+                attr.dgid = Gid::from_raw(src);
+                (attr.hop_limit, attr.traffic_class) = (grh[7], (word >> 20) as u8);
+            }
+            None => return Err(AhFromWcError::UnknownHeader),
+        }
+        Ok(attr)
+    }
+
     /// The kernel's `ib_uverbs_ah_attr`, or why the fields do not fit it.
     fn to_raw(self) -> Result<sys::ib_uverbs_ah_attr, &'static str> {
         if self.flow_label > 0xf_ffff {
@@ -98,6 +226,90 @@ impl AhAttr {
             ..Default::default()
         })
     }
+}
+
+/// The bytes a UD receive's buffer starts with: the GRH area (`struct
+/// ibv_grh`), reserved in every UD receive and filled when the packet had
+/// a GRH (always on RoCE: [`WcFlags::GRH`]).
+pub const GRH_LEN: usize = 40;
+
+/// The GRH's next header of RoCE v2 (UDP).
+const IPPROTO_UDP: u8 = 17;
+/// The GRH's next header of InfiniBand and RoCE v1 (the BTH).
+const IB_NEXT_HDR: u8 = 0x1b;
+
+/// Why a received completion and its GRH give no address vector back
+/// ([`AhAttr::from_wc_in`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AhFromWcError {
+    /// Fewer than [`GRH_LEN`] bytes were given.
+    #[error("the GRH area is {0} bytes, not 40")]
+    ShortGrh(usize),
+    /// The area holds neither an IPv6 header nor an IPv4 one
+    /// (`EPROTONOSUPPORT` in libibverbs).
+    #[error("the GRH area holds neither an IPv6 nor an IPv4 header")]
+    UnknownHeader,
+    /// The IPv6 header's next header is neither UDP (RoCE v2) nor the
+    /// BTH (InfiniBand, RoCE v1).
+    #[error("the GRH's next header {0:#x} is neither UDP nor the BTH")]
+    NextHeader(u8),
+    /// The message was sent to a multicast address: no GID of the port's
+    /// to answer from.
+    #[error("the message was sent to a multicast address")]
+    Multicast,
+    /// The address the message was sent to is not a GID of the port's
+    /// (of the type the header implies) with an index below 256.
+    #[error("the message's destination GID is not in the port's GID table")]
+    NotOurGid,
+}
+
+impl AhFromWcError {
+    /// The message, as the reason of an [`Error::InvalidInput`].
+    fn reason(self) -> &'static str {
+        match self {
+            AhFromWcError::ShortGrh(_) => "the GRH area is shorter than 40 bytes",
+            AhFromWcError::UnknownHeader => "the GRH area holds neither an IPv6 nor an IPv4 header",
+            AhFromWcError::NextHeader(_) => "the GRH's next header is neither UDP nor the BTH",
+            AhFromWcError::Multicast => "the message was sent to a multicast address",
+            AhFromWcError::NotOurGid => {
+                "the message's destination GID is not in the port's GID table"
+            }
+        }
+    }
+}
+
+/// `::ffff:a.b.c.d`, the GID of an IPv4 address.
+fn ipv4_mapped(addr: &[u8]) -> [u8; 16] {
+    let mut gid = [0u8; 16];
+    gid[10..12].copy_from_slice(&[0xff, 0xff]);
+    gid[12..].copy_from_slice(addr);
+    gid
+}
+
+/// Which header the GRH area holds: 6 (IPv6, the whole area), 4 (IPv4, its
+/// last 20 bytes), or `None`. libibverbs' rule: an area whose first word
+/// does not say IPv6 holds IPv4 if its second half says so; one that says
+/// IPv6 is still IPv4 when its second half is a 20-byte IPv4 header with
+/// a correct checksum.
+fn grh_version(grh: &[u8; GRH_LEN]) -> Option<u8> {
+    let ip4 = &grh[20..];
+    if grh[0] >> 4 != 6 {
+        return (ip4[0] >> 4 == 4).then_some(4);
+    }
+    if ip4[0] & 0x0f != 5 {
+        return Some(6);
+    }
+    // The ones' complement sum of a correct header, checksum included, is
+    // all ones.
+    let mut sum: u32 = ip4
+        .chunks_exact(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    Some(if sum == 0xffff { 4 } else { 6 })
 }
 
 /// An address handle (`struct ibv_ah`): the destination of UD sends,
@@ -167,6 +379,21 @@ impl ProtectionDomain {
             ah_num,
             attr: *attr,
         })
+    }
+}
+
+impl ProtectionDomain {
+    /// An address handle back to the sender of a UD message received on
+    /// `port` ([`AhAttr::from_wc`], then [`create_ah`](Self::create_ah)):
+    /// reply to [`wc.src_qp()`](WorkCompletion::src_qp) through it.
+    #[doc(alias = "ibv_create_ah_from_wc")]
+    pub fn create_ah_from_wc(
+        &self,
+        port: u8,
+        wc: &WorkCompletion,
+        grh: &[u8],
+    ) -> Result<AddressHandle, Error> {
+        self.create_ah(&AhAttr::from_wc(&self.inner.ctx, port, wc, grh)?)
     }
 }
 
@@ -294,6 +521,18 @@ mod tests {
         t.log.lock().unwrap().iter().map(|(c, _)| *c).collect()
     }
 
+    /// An [`Error::InvalidInput`] of `create_ah`.
+    fn assert_refused_input(err: &Error) {
+        let refused = matches!(
+            err,
+            Error::InvalidInput {
+                op: Op::CreateAh,
+                ..
+            }
+        );
+        assert!(refused, "{err}");
+    }
+
     fn gid() -> Gid {
         Gid::from_raw([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8])
     }
@@ -313,17 +552,7 @@ mod tests {
             AhAttr { sl: 16, ..good },
             AhAttr { port: 0, ..good },
         ] {
-            let err = pd.create_ah(&bad).unwrap_err();
-            assert!(
-                matches!(
-                    err,
-                    Error::InvalidInput {
-                        op: Op::CreateAh,
-                        ..
-                    }
-                ),
-                "{err}"
-            );
+            assert_refused_input(&pd.create_ah(&bad).unwrap_err());
         }
         assert_eq!(codes(&t).len(), sent, "nothing sent");
     }
@@ -413,6 +642,187 @@ mod tests {
                 sys::IB_USER_VERBS_CMD_DESTROY_AH
             ]
         );
+    }
+
+    /// A GID table entry of port 1.
+    fn entry(index: u32, gid: [u8; 16], gid_type: GidType) -> GidEntry {
+        GidEntry {
+            gid: Gid::from_raw(gid),
+            gid_index: index,
+            port_num: 1,
+            gid_type,
+            netdev_ifindex: 2,
+        }
+    }
+
+    fn v4(a: [u8; 4]) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        g[10..12].copy_from_slice(&[0xff, 0xff]);
+        g[12..].copy_from_slice(&a);
+        g
+    }
+
+    fn link_local(last: u8) -> [u8; 16] {
+        let mut g = [0u8; 16];
+        (g[0], g[1], g[15]) = (0xfe, 0x80, last);
+        g
+    }
+
+    /// rxe0's table: the link-local GID and 192.168.0.199 as RoCE v1 and v2.
+    fn table() -> Vec<GidEntry> {
+        let ours = v4([192, 168, 0, 199]);
+        vec![
+            entry(0, link_local(1), GidType::RoceV2),
+            entry(1, link_local(1), GidType::RoceV1),
+            entry(2, ours, GidType::RoceV1),
+            entry(3, ours, GidType::RoceV2),
+        ]
+    }
+
+    /// A UD receive's completion with a GRH (or not), LID 0x1234, SL 5,
+    /// path bits 3, from QP 0x77.
+    fn wc(grh: bool) -> WorkCompletion {
+        WorkCompletion::from_raw(sys::ib_uverbs_wc {
+            src_qp: 0x77,
+            wc_flags: if grh { WcFlags::GRH.bits() } else { 0 },
+            slid: 0x1234,
+            sl: 5,
+            dlid_path_bits: 3,
+            ..Default::default()
+        })
+    }
+
+    /// What rxe writes for an IPv4 RoCE v2 packet: 20 zero bytes, then
+    /// the IPv4 header (192.168.0.1 -> 192.168.0.199, TTL 64, UDP, its
+    /// checksum 0xb861 correct).
+    const IPV4_GRH: [u8; GRH_LEN] = {
+        let mut g = [0u8; GRH_LEN];
+        let ip = [
+            0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11, 0xb8, 0x61, 192, 168, 0, 1,
+            192, 168, 0, 199,
+        ];
+        let mut i = 0;
+        while i < 20 {
+            g[20 + i] = ip[i];
+            i += 1;
+        }
+        g
+    };
+
+    /// An IPv6 header: traffic class 0x28, flow label 0xabcde, next header
+    /// `next`, hop limit 63, fe80::2 -> fe80::1.
+    fn ipv6_grh(next: u8) -> [u8; GRH_LEN] {
+        let mut g = [0u8; GRH_LEN];
+        let word: u32 = (6 << 28) | (0x28 << 20) | 0xa_bcde;
+        g[..4].copy_from_slice(&word.to_be_bytes());
+        g[4..6].copy_from_slice(&64u16.to_be_bytes());
+        (g[6], g[7]) = (next, 63);
+        g[8..24].copy_from_slice(&link_local(2));
+        g[24..40].copy_from_slice(&link_local(1));
+        g
+    }
+
+    #[test]
+    fn an_ipv4_grh_swaps_addresses_and_finds_the_roce_v2_gid() {
+        let a = AhAttr::from_wc_in(&table(), 1, &wc(true), &IPV4_GRH).unwrap();
+        let expected = AhAttr {
+            dgid: Gid::from_raw(v4([192, 168, 0, 1])),
+            sgid_index: 3,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+            port: 1,
+            sl: 5,
+            is_global: true,
+            dlid: 0x1234,
+            static_rate: 0,
+            src_path_bits: 3,
+        };
+        assert_eq!(a, expected);
+        // A first word saying IPv6 does not hide an IPv4 header whose
+        // checksum is right; a wrong checksum makes it IPv6.
+        let mut g = IPV4_GRH;
+        (g[0], g[6]) = (0x60, IPPROTO_UDP);
+        let a = AhAttr::from_wc_in(&table(), 1, &wc(true), &g).unwrap();
+        assert_eq!((a.sgid_index, a.dgid), (3, expected.dgid));
+        g[31] ^= 1; // the checksum
+        assert_eq!(
+            AhAttr::from_wc_in(&table(), 1, &wc(true), &g),
+            Err(AhFromWcError::NotOurGid),
+            "read as IPv6, whose destination (bytes 24..40) is no GID of ours"
+        );
+    }
+
+    #[test]
+    fn an_ipv6_grh_swaps_gids_by_next_header() {
+        let a = AhAttr::from_wc_in(&table(), 1, &wc(true), &ipv6_grh(IPPROTO_UDP)).unwrap();
+        assert_eq!((a.dgid, a.sgid_index), (Gid::from_raw(link_local(2)), 0));
+        assert_eq!(
+            (a.hop_limit, a.traffic_class, a.flow_label),
+            (63, 0x28, 0xa_bcde)
+        );
+        assert!(a.is_global);
+        let a = AhAttr::from_wc_in(&table(), 1, &wc(true), &ipv6_grh(IB_NEXT_HDR)).unwrap();
+        assert_eq!(a.sgid_index, 1, "RoCE v1: the IB-type entry");
+        // Longer buffers are fine: the GRH is their first 40 bytes.
+        let mut long = ipv6_grh(IPPROTO_UDP).to_vec();
+        long.extend_from_slice(b"payload");
+        assert!(AhAttr::from_wc_in(&table(), 1, &wc(true), &long).is_ok());
+    }
+
+    #[test]
+    fn without_a_grh_only_the_completion_counts() {
+        let a = AhAttr::from_wc_in(&[], 2, &wc(false), &[]).unwrap();
+        assert!(!a.is_global);
+        assert_eq!((a.dlid, a.sl, a.src_path_bits, a.port), (0x1234, 5, 3, 2));
+        assert_eq!((a.dgid, a.sgid_index, a.hop_limit), (Gid::default(), 0, 0));
+    }
+
+    #[test]
+    fn bad_grhs_are_typed_errors() {
+        let t = table();
+        let from = |grh: &[u8]| AhAttr::from_wc_in(&t, 1, &wc(true), grh).unwrap_err();
+        assert_eq!(from(&IPV4_GRH[..39]), AhFromWcError::ShortGrh(39));
+        assert_eq!(from(&[0; GRH_LEN]), AhFromWcError::UnknownHeader);
+        assert_eq!(from(&ipv6_grh(6)), AhFromWcError::NextHeader(6));
+        let mut multicast = ipv6_grh(IPPROTO_UDP);
+        multicast[24] = 0xff;
+        assert_eq!(from(&multicast), AhFromWcError::Multicast);
+        let mut multicast = IPV4_GRH;
+        multicast[36] = 224;
+        assert_eq!(from(&multicast), AhFromWcError::Multicast);
+        let mut stranger = IPV4_GRH;
+        stranger[39] = 200;
+        assert_eq!(from(&stranger), AhFromWcError::NotOurGid);
+        // The GID is port 1's, not port 2's.
+        let err = AhAttr::from_wc_in(&t, 2, &wc(true), &IPV4_GRH).unwrap_err();
+        assert_eq!(err, AhFromWcError::NotOurGid);
+        // Over a context the error is typed and names create_ah.
+        let (ctx, _t) = rxe_over(5);
+        assert_refused_input(&AhAttr::from_wc(&ctx, 1, &wc(true), &IPV4_GRH[..10]).unwrap_err());
+    }
+
+    /// A UD cm event's address vector reads back field by field.
+    #[test]
+    fn the_kernels_vector_reads_back() {
+        let attr = AhAttr {
+            hop_limit: 3,
+            traffic_class: 0x28,
+            flow_label: 0xa_bcde,
+            sl: 7,
+            dlid: 9,
+            static_rate: 2,
+            src_path_bits: 1,
+            ..AhAttr::roce(gid(), 2, 1)
+        };
+        assert_eq!(AhAttr::from_raw(&attr.to_raw().unwrap()), attr);
+        let peer = crate::cm::UdPeer {
+            qp_num: 0x55,
+            qkey: 0x1111_1111,
+            ah_attr: attr.to_raw().unwrap(),
+            private_data: Vec::new(),
+        };
+        assert_eq!(peer.to_ah_attr(), attr);
     }
 
     /// A driver without UD support here (siw, unknown) is refused before sending.

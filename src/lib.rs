@@ -138,6 +138,7 @@ mod wr;
 pub mod __fuzz;
 
 pub use ah::{AddressHandle, AhAttr};
+pub use ah::{AhFromWcError, GRH_LEN};
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
 // Everyday types of the command layer, at the root where users look first.
 pub use buffer::{

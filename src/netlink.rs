@@ -501,18 +501,32 @@ pub(crate) fn uverbs_chardev(ibdev: &str) -> io::Result<Option<ChardevInfo>> {
 }
 
 fn find_device_index(ibdev: &str) -> io::Result<Option<u32>> {
+    let all = device_indexes()?;
+    Ok(all
+        .into_iter()
+        .find(|(_, name)| name == ibdev)
+        .map(|(i, _)| i))
+}
+
+/// The name of the RDMA device the kernel numbers `index` (the index a cm
+/// id's `QUERY` answers as `ibdev_index`), `None` if there is none.
+pub(crate) fn device_name_of_index(index: u32) -> io::Result<Option<String>> {
+    let all = device_indexes()?;
+    Ok(all.into_iter().find(|(i, _)| *i == index).map(|(_, n)| n))
+}
+
+/// Every RDMA device's kernel index and name (`RDMA_NLDEV_CMD_GET` dump).
+fn device_indexes() -> io::Result<Vec<(u32, String)>> {
     let mut attempt = 0;
     loop {
-        let mut found = None;
+        let mut found = Vec::new();
         let result = exchange(
             rdma_nl_get_type(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_GET),
             NLM_F_DUMP,
             |_| {},
             &mut |payload| {
                 if let (Some(index), Some(name)) = parse_device(payload)? {
-                    if name == ibdev && found.is_none() {
-                        found = Some(index);
-                    }
+                    found.push((index, name));
                 }
                 Ok(())
             },

@@ -471,24 +471,54 @@ impl QueuePair {
         self.query_state()
     }
 
-    /// [`refresh_state`](Self::refresh_state) under the caller's
-    /// `modify_lock`.
-    fn query_state(&self) -> Result<QpState, Error> {
+    /// Asks the kernel for the QP's attributes in `mask` (`QUERY_QP`):
+    /// each reads back through its [`QpAttr`] getter
+    /// ([`get_state`](QpAttr::get_state), [`get_qkey`](QpAttr::get_qkey),
+    /// [`get_dest_qpn`](QpAttr::get_dest_qpn),
+    /// [`get_sq_psn`](QpAttr::get_sq_psn), …). The state, when asked, is
+    /// also remembered as [`state`](Self::state).
+    ///
+    /// What `ibv_query_qp`'s `init_attr` adds is known without asking:
+    /// [`caps`](Self::caps), [`qp_type`](Self::qp_type). Where the driver
+    /// does not report the state (siw on Linux 6.1, see
+    /// [`refresh_state`](Self::refresh_state)), `get_state` answers `None`;
+    /// an attribute a driver does not fill reads as 0 (siw's `QUERY_QP`
+    /// answers little beyond the state and the capacities). A state number the kernel should never answer is an
+    /// [`Error::InvalidInput`]. In a forked child: [`Error::ForeignProcess`].
+    ///
+    /// ```no_run
+    /// # fn f(qp: &uverbs::QueuePair) -> Result<(), uverbs::Error> {
+    /// use uverbs::QpAttrMask;
+    /// // udaddy reads its Q_Key back.
+    /// let attr = qp.query(QpAttrMask::STATE | QpAttrMask::QKEY)?;
+    /// println!("{:?}, Q_Key {:#x?}", attr.get_state(), attr.get_qkey());
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_query_qp")]
+    pub fn query(&self, mask: QpAttrMask) -> Result<QpAttr, Error> {
+        // Before the lock: a parent thread may have held it at fork time.
+        self.pd.ctx.check_process(Op::QueryQp)?;
+        let _serial = self.modify_lock.lock();
+        self.query_locked(mask)
+    }
+
+    /// [`query`](Self::query) under the caller's `modify_lock`.
+    fn query_locked(&self, mask: QpAttrMask) -> Result<QpAttr, Error> {
         let ctx = &self.pd.ctx;
-        let cmd = QueryQp::new(self.handle, QpAttrMask::STATE);
+        let cmd = QueryQp::new(self.handle, mask);
         // SAFETY: QUERY_QP of our own QP hands no memory to the device; the
         // answer is a plain struct.
         let (resp, _) = unsafe { ctx.run(Op::QueryQp, &cmd, &mut []) }?;
+        let attr = QpAttr::from_query(&resp, mask);
+        if !mask.contains(QpAttrMask::STATE) {
+            return Ok(attr);
+        }
         if ctx.inner.provider == Provider::Siw
             && !crate::provider::siw::query_qp_reports_state(resp.qp_state)
         {
-            return Err(Error::NotReported {
-                op: Op::QueryQp,
-                device: ctx.inner.device.clone(),
-                what: "siw's QP state",
-            });
+            return Ok(attr.without(QpAttrMask::STATE));
         }
-        let state = QpState::from_raw(resp.qp_state).ok_or_else(|| {
+        let state = attr.get_state().ok_or_else(|| {
             Error::input(
                 Op::QueryQp,
                 &ctx.inner.device,
@@ -496,7 +526,18 @@ impl QueuePair {
             )
         })?;
         self.state.store(state as u8, Ordering::Release);
-        Ok(state)
+        Ok(attr)
+    }
+
+    /// [`refresh_state`](Self::refresh_state) under the caller's
+    /// `modify_lock`.
+    fn query_state(&self) -> Result<QpState, Error> {
+        let attr = self.query_locked(QpAttrMask::STATE)?;
+        attr.get_state().ok_or_else(|| Error::NotReported {
+            op: Op::QueryQp,
+            device: self.pd.ctx.inner.device.clone(),
+            what: "siw's QP state",
+        })
     }
 
     /// Learns the state the connection manager's `ESTABLISHED` left the QP

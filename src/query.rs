@@ -10,7 +10,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use crate::command;
+use crate::command::{self, Mtu};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op};
 use crate::method::{QueryContext, QueryGidEntry, QueryGidTable, QueryMr, QueryPort};
@@ -79,11 +79,6 @@ impl From<u8> for LinkLayer {
     }
 }
 
-/// Bytes of an `enum ibv_mtu` value (1 = 256 … 5 = 4096).
-fn mtu_bytes(mtu: u8) -> Option<u32> {
-    (1..=5).contains(&mtu).then(|| 128 << mtu)
-}
-
 /// A port's attributes (`struct ibv_port_attr`), from
 /// [`Context::query_port`].
 #[doc(alias = "ibv_port_attr")]
@@ -92,9 +87,10 @@ fn mtu_bytes(mtu: u8) -> Option<u32> {
 pub struct PortAttr {
     /// Logical state.
     pub state: PortState,
-    /// Largest MTU, as `enum ibv_mtu` (1 = 256 … 5 = 4096).
+    /// Largest MTU, as `enum ibv_mtu` (1 = 256 … 5 = 4096); typed:
+    /// [`max_mtu()`](Self::max_mtu).
     pub max_mtu: u8,
-    /// Active MTU, as `enum ibv_mtu`.
+    /// Active MTU, as `enum ibv_mtu`; typed: [`active_mtu()`](Self::active_mtu).
     pub active_mtu: u8,
     /// Entries in the GID table.
     pub gid_tbl_len: u32,
@@ -179,14 +175,36 @@ impl PortAttr {
         }
     }
 
+    /// The largest MTU, if the value is a known `enum ibv_mtu`.
+    pub fn max_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.max_mtu)
+    }
+
+    /// The active MTU, if the value is a known `enum ibv_mtu`: what a
+    /// connected QP's [`path_mtu`](crate::QpAttr::path_mtu) takes. The
+    /// kernel answers only known values; `None` would be a device bug.
+    ///
+    /// ```
+    /// # fn f(ctx: &uverbs::Context) -> Result<(), uverbs::Error> {
+    /// use uverbs::Mtu;
+    /// let port = ctx.query_port(1)?;
+    /// // rxe on a 1500-byte netdev: 1024.
+    /// let mtu = port.active_mtu().unwrap_or(Mtu::Mtu1024);
+    /// println!("path MTU {} bytes", mtu.bytes());
+    /// # Ok(()) }
+    /// ```
+    pub fn active_mtu(&self) -> Option<Mtu> {
+        Mtu::from_raw(self.active_mtu)
+    }
+
     /// The largest MTU in bytes, if the value is a known `enum ibv_mtu`.
     pub fn max_mtu_bytes(&self) -> Option<u32> {
-        mtu_bytes(self.max_mtu)
+        self.max_mtu().map(Mtu::bytes)
     }
 
     /// The active MTU in bytes, if the value is a known `enum ibv_mtu`.
     pub fn active_mtu_bytes(&self) -> Option<u32> {
-        mtu_bytes(self.active_mtu)
+        self.active_mtu().map(Mtu::bytes)
     }
 }
 
@@ -661,7 +679,9 @@ mod tests {
     #[test]
     fn mtu_enum_values_map_to_bytes() {
         assert_eq!(
-            (0..=6).map(mtu_bytes).collect::<Vec<_>>(),
+            (0..=6)
+                .map(|raw| Mtu::from_raw(raw).map(Mtu::bytes))
+                .collect::<Vec<_>>(),
             [
                 None,
                 Some(256),

@@ -444,3 +444,38 @@ fn a_remote_buffer_retargets_and_stays_remote() {
     drop(mr);
     assert_eq!(fake.live_mrs(), 0);
 }
+
+/// `MemoryRegion::sge` and `remote`: checked ranges of a raw MR, named by
+/// its address and keys; a range past the end or reversed is refused with
+/// the numbers, and nothing reaches the kernel.
+#[test]
+fn a_raw_mrs_sge_and_remote_are_checked_ranges() {
+    let mut k = FakeKernel::new();
+    let mr = k.reg(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
+    let before = k.fake.count();
+    let (addr, len) = (mr.addr() as u64, mr.length());
+    let sge = mr.sge(64..128).unwrap();
+    assert_eq!((sge.addr, sge.length, sge.lkey), (addr + 64, 64, mr.lkey()));
+    let all = mr.sge(..).unwrap();
+    assert_eq!((all.addr, all.length as usize), (addr, len));
+    let tail = mr.sge(len - 8..=len - 1).unwrap();
+    assert_eq!((tail.addr, tail.length), (addr + len as u64 - 8, 8));
+    assert_eq!(mr.sge(len..).unwrap().length, 0, "empty at the end");
+    let remote = mr.remote(4096..).unwrap();
+    assert_eq!((remote.addr, remote.rkey), (addr + 4096, mr.rkey()));
+    let err = mr.sge(len - 1..len + 1).unwrap_err();
+    assert_eq!((err.start, err.end, err.len), (len - 1, len + 1, len));
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "range {}..{} is outside the {len} registered bytes",
+            len - 1,
+            len + 1
+        )
+    );
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = mr.remote(10..5).unwrap_err();
+    assert_eq!((reversed.start, reversed.end), (10, 5));
+    assert!(mr.remote(..=len).is_err());
+    assert_eq!(k.fake.count(), before, "nothing sent");
+}

@@ -14,7 +14,7 @@ use uverbs::uverbs_uapi as sys;
 use uverbs::{AccessFlags, Context};
 use zerocopy::FromBytes;
 
-use common::{rc_to_rts, rxe_context_over};
+use common::{rc_to_rts, rxe_context_over, RC_PATH_ATTRS};
 
 fn fake_ctx() -> (Arc<RecordingTransport>, Context) {
     let fake = Arc::new(RecordingTransport::new());
@@ -165,4 +165,88 @@ fn doorbell_rings_with_one_write_of_the_prepared_bytes() {
     expected.extend_from_slice(bell.as_bytes());
     assert_eq!(got, expected);
     assert_eq!(got.len(), 2 * DOORBELL_LEN);
+}
+
+/// `QueuePair::query` (and `OwnedQp::query`) over the fake, which answers
+/// what the MODIFY_QPs set as rxe does: the request carries the QP's
+/// handle and the caller's mask (the capacities' bit too), and each asked
+/// attribute reads back through its getter; what was not asked reads
+/// `None`. The state asked is remembered.
+#[test]
+fn query_reads_back_what_modify_set() {
+    let fake = Arc::new(RecordingTransport::new());
+    fake.serve_rings();
+    let ctx = rxe_context_over(&fake);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None).unwrap();
+    let qp = pd
+        .create_qp(&uverbs::QpInit::new(QpType::Rc, &cq, &cq))
+        .unwrap();
+    let dest = QpAttr::roce_dest(
+        [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 9],
+        1,
+        64,
+        1,
+    );
+    let [(_, init), (_, rtr), (_, rts)] =
+        rc_to_rts(AccessFlags::REMOTE_WRITE, 1, Mtu::Mtu1024, 0x77, dest);
+    for attr in [init, rtr.rq_psn(0x12_3456), rts.sq_psn(0xab_cdef)] {
+        qp.modify(&attr).unwrap();
+    }
+    let asked = RC_PATH_ATTRS | QpAttrMask::ACCESS_FLAGS | QpAttrMask::CAP;
+    let got = qp.query(asked).unwrap();
+    let sent = fake.commands().last().cloned().unwrap();
+    assert_eq!(sent.code, sys::IB_USER_VERBS_CMD_QUERY_QP);
+    let mut expected = qp.handle().to_ne_bytes().to_vec();
+    expected.extend_from_slice(&0x19_1fa9u32.to_ne_bytes());
+    assert_eq!(asked.bits(), 0x19_1fa9);
+    assert_eq!(&sent.core_in[8..], &expected[..], "handle, then the mask");
+    assert_eq!(sent.core_out_len, size_of::<sys::ib_uverbs_query_qp_resp>());
+    assert_eq!(got.get_state(), Some(QpState::Rts));
+    assert_eq!(got.get_dest_qpn(), Some(0x77));
+    assert_eq!(
+        (got.get_rq_psn(), got.get_sq_psn()),
+        (Some(0x12_3456), Some(0xab_cdef))
+    );
+    assert_eq!(
+        (got.get_path_mtu(), got.get_port()),
+        (Some(Mtu::Mtu1024), Some(1))
+    );
+    assert_eq!(
+        (got.get_timeout(), got.get_retry_cnt(), got.get_rnr_retry()),
+        (Some(14), Some(7), Some(7))
+    );
+    assert_eq!(got.get_access_flags(), Some(AccessFlags::REMOTE_WRITE));
+    assert_eq!(got.get_av(), Some(dest));
+    // Not asked: not answered, whatever the kernel filled.
+    assert_eq!((got.get_qkey(), got.get_min_rnr_timer()), (None, None));
+    assert_eq!(got.get_max_dest_rd_atomic(), None);
+    // The capacities have no place in the attributes: QueuePair::caps.
+    assert!(!got.mask().contains(QpAttrMask::CAP));
+    assert_eq!(got.mask(), asked - QpAttrMask::CAP);
+
+    // The state asked is remembered: the fake's QP fails behind our back.
+    // SAFETY: a MODIFY_QP of our own QP hands the fake no memory.
+    let to_err = ModifyQp::new(qp.handle(), &QpAttr::new().state(QpState::Err));
+    unsafe { ctx.execute(&to_err, &mut []) }.unwrap();
+    assert_eq!(qp.state(), QpState::Rts, "not known yet");
+    let got = qp.query(QpAttrMask::STATE).unwrap();
+    assert_eq!(
+        (got.get_state(), qp.state()),
+        (Some(QpState::Err), QpState::Err)
+    );
+
+    // A UD QP's Q_Key (udaddy's question), through an OwnedQp.
+    let ud = pd
+        .create_qp(&uverbs::QpInit::new(QpType::Ud, &cq, &cq))
+        .unwrap();
+    let owned = uverbs::OwnedQp::<uverbs::BufferMr<Vec<u8>>>::new(ud).unwrap();
+    let init = QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(1)
+        .qkey(0x1111_1111);
+    owned.modify(&init).unwrap();
+    let got = owned.query(QpAttrMask::QKEY).unwrap();
+    assert_eq!((got.get_qkey(), got.get_state()), (Some(0x1111_1111), None));
 }

@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use common::*;
 use uverbs::{
-    AddressHandle, AhAttr, Context, Gid, Payload, QpInit, QueuePair, RecvWr, SendFlags, SendOp,
-    SendWr, UdDest, WcFlags, WcOpcode, WcStatus,
+    AddressHandle, AhAttr, Context, Gid, QpInit, RecvWr, UdDest, WcFlags, WcOpcode, WcStatus,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -24,54 +23,10 @@ const QKEY: u32 = 0x1111_1111;
 /// zero bytes then an IPv4 header.
 const GRH: usize = 40;
 
-/// RESET -> INIT (P_Key index, port, Q_Key) -> RTR -> RTS (SQ PSN): the
-/// attribute sets the kernel's table asks of UD.
-fn ud_to_rts(qp: &QueuePair) {
-    let steps = [
-        (
-            "RESET->INIT",
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(PORT)
-                .qkey(QKEY),
-        ),
-        ("INIT->RTR", QpAttr::new().state(QpState::Rtr)),
-        ("RTR->RTS", QpAttr::new().state(QpState::Rts).sq_psn(0)),
-    ];
-    for (step, attr) in steps {
-        modify(qp, &attr, step);
-    }
-}
-
-fn ud_qp(pd: &uverbs::ProtectionDomain, cq: &uverbs::CompletionQueue, name: &str) -> QueuePair {
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Ud, cq, cq))
-        .unwrap_or_else(|e| panic!("{name}: create_qp UD: {e}"));
-    ud_to_rts(&qp);
-    qp
-}
-
 fn ah_to(pd: &uverbs::ProtectionDomain, gid: [u8; 16], name: &str) -> AddressHandle {
     let attr = AhAttr::roce(Gid::from_raw(gid), GID_INDEX as u8, PORT);
     pd.create_ah(&attr)
         .unwrap_or_else(|e| panic!("{name}: create_ah to {gid:02x?}: {e}"))
-}
-
-/// A signalled UD SEND of `sges` to `dest`.
-fn ud_send<'a>(
-    wr_id: u64,
-    imm: Option<u32>,
-    sges: &'a [uverbs::Sge],
-    dest: UdDest<'a>,
-) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        op: SendOp::Send { imm },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(sges),
-        ud: Some(dest),
-    }
 }
 
 /// The GRH slot holds the packet's IP header, from `gid` to `gid`
@@ -121,8 +76,8 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
             let pd = alloc_pd(ctx);
             let cq_a = ctx.create_cq(16, None).unwrap();
             let cq_b = ctx.create_cq(16, None).unwrap();
-            let qp_a = ud_qp(&pd, &cq_a, name);
-            let qp_b = ud_qp(&pd, &cq_b, name);
+            let qp_a = ud_qp(&pd, &cq_a, QKEY, 0, name);
+            let qp_b = ud_qp(&pd, &cq_b, QKEY, 0, name);
             counts.assert_extra_cq_qp(2, 2, "with two CQs and two UD QPs");
             let ah = ah_to(&pd, gid, name);
             counts.assert_extra_ah(1, "with one AH");
@@ -266,8 +221,8 @@ fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
             let other_pd = alloc_pd(ctx);
             let cq_a = ctx.create_cq(16, None).unwrap();
             let cq_b = ctx.create_cq(16, None).unwrap();
-            let qp_a = ud_qp(&pd, &cq_a, name);
-            let qp_b = ud_qp(&pd, &cq_b, name);
+            let qp_a = ud_qp(&pd, &cq_a, QKEY, 0, name);
+            let qp_b = ud_qp(&pd, &cq_b, QKEY, 0, name);
             let foreign = ah_to(&other_pd, gid, name);
             let mut buf = anon(4096);
             let mr = fresh_mr(&pd, &mut buf, RW_READ);

@@ -655,8 +655,8 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
                 if r != 0 {
                     return Err(fail("ibv_query_gid"));
                 }
-                connect(a, (*b).qp_num, gid, pair.mtu)?;
-                connect(b, (*a).qp_num, gid, pair.mtu)?;
+                connect(a, (*b).qp_num, gid, pair.mtu as u32)?;
+                connect(b, (*a).qp_num, gid, pair.mtu as u32)?;
                 None
             }
         };

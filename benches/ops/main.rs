@@ -71,6 +71,8 @@ mod profile;
 
 use std::time::{Duration, Instant};
 
+use uverbs::Mtu;
+
 /// The port and GID index used (on the VM's rxe0 index 0 is the RoCE v2
 /// link-local GID).
 const PORT: u8 = 1;
@@ -158,8 +160,8 @@ impl Case {
 pub struct Pair {
     device: String,
     iters: usize,
-    /// Path MTU, as an IB MTU code (`enum ibv_mtu`).
-    mtu: u32,
+    /// Path MTU.
+    mtu: Mtu,
     case: Case,
     /// The cm address of an iWARP device: connect through the rdma_cm
     /// and signal every request. `None`: RoCE, connected by hand.
@@ -317,7 +319,8 @@ fn main() {
         // The measured child, under callgrind.
         let mtu = arg(&args, "--mtu")
             .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
+            .and_then(Mtu::from_raw)
+            .unwrap_or(Mtu::Mtu1024);
         let op = arg(&args, "--case").unwrap_or_else(|| Case::Write.op().into());
         let Some(case) = Case::from_op(&op) else {
             eprintln!("ops: unknown case {op}");
@@ -359,10 +362,10 @@ fn main() {
 }
 
 /// How a device is driven: its driver's name (for the provider's
-/// symbols), its path MTU code and, on iWARP, its cm address.
+/// symbols), its path MTU and, on iWARP, its cm address.
 struct Setup {
     driver: &'static str,
-    mtu: u32,
+    mtu: Mtu,
     cm: Option<String>,
 }
 
@@ -378,7 +381,10 @@ fn setup(device: &str, cm: Option<String>) -> Result<Setup, String> {
     let port = ctx
         .query_port(PORT)
         .map_err(|e| format!("query_port {device} {PORT}: {e}"))?;
-    let mtu = port.active_mtu.clamp(1, 3) as u32;
+    // At most 1024 (the child gets the `enum ibv_mtu` code).
+    let mtu = port
+        .active_mtu()
+        .map_or(Mtu::Mtu1024, |mtu| mtu.min(Mtu::Mtu1024));
     let driver = match ctx.driver_id() {
         Some(uverbs::DriverId::RXE) => "rxe",
         Some(uverbs::DriverId::SIW) => "siw",

@@ -38,15 +38,6 @@ fn expect(
     Ok(())
 }
 
-/// The path MTU of ours' `Mtu` for an IB MTU code (`enum ibv_mtu`).
-pub fn mtu(code: u32) -> Mtu {
-    match code {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        _ => Mtu::Mtu1024,
-    }
-}
-
 /// RESET -> INIT -> RTR -> RTS towards `dest_qpn` at `gid`: the
 /// library's [`RcConnect`] steps (rdma-core's values, as [`crate::ibv`]
 /// sends them; RoCE).
@@ -172,9 +163,8 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
                 .query_gid(u32::from(PORT), GID_INDEX)
                 .map_err(|e| format!("ours: query_gid: {e}"))?
                 .raw();
-            let mtu = mtu(pair.mtu);
-            connect(&qp_a, qp_b.qp_num(), gid, mtu)?;
-            connect(&qp_b, qp_a.qp_num(), gid, mtu)?;
+            connect(&qp_a, qp_b.qp_num(), gid, pair.mtu)?;
+            connect(&qp_b, qp_a.qp_num(), gid, pair.mtu)?;
             None
         }
     };

@@ -138,7 +138,7 @@ pub fn run(
     iters: usize,
 ) -> Result<Measured, String> {
     let symbols = imp.symbols(setup.driver)?;
-    let (iters_s, mtu) = (iters.to_string(), setup.mtu.to_string());
+    let (iters_s, mtu) = (iters.to_string(), (setup.mtu as u8).to_string());
     let mut args = vec![
         "--impl",
         imp.name,

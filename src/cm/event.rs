@@ -97,6 +97,16 @@ pub struct UdPeer {
     pub private_data: Vec<u8>,
 }
 
+impl UdPeer {
+    /// [`ah_attr`](Self::ah_attr) as an [`AhAttr`](crate::AhAttr), for
+    /// [`create_ah`](crate::ProtectionDomain::create_ah): where to send the
+    /// peer's datagrams (with [`qp_num`](Self::qp_num) and
+    /// [`qkey`](Self::qkey)).
+    pub fn to_ah_attr(&self) -> crate::AhAttr {
+        crate::AhAttr::from_raw(&self.ah_attr)
+    }
+}
+
 /// What an event carries besides its kind.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Param {

@@ -131,6 +131,8 @@ impl std::fmt::Debug for FakeCm {
 impl FakeCm {
     /// The node GUID (host order) of the fake's one device.
     pub const NODE_GUID: u64 = 0x0200_5eff_fe00_0001;
+    /// The kernel index (`ibdev_index`) of the fake's one device.
+    pub const IBDEV_INDEX: u32 = 5;
     /// How long a blocking `GET_EVENT` waits before `ETIMEDOUT`.
     pub const BLOCKING_WAIT: Duration = Duration::from_secs(5);
 
@@ -431,6 +433,7 @@ impl FakeCm {
                             resp.node_guid = Self::NODE_GUID.to_be();
                             resp.port_num = 1;
                             resp.pkey = 0xffffu16.to_be();
+                            resp.ibdev_index = Self::IBDEV_INDEX;
                         }
                         answer(req.response, resp.as_bytes(), response)
                     }

@@ -10,7 +10,7 @@ use uverbs_uapi as sys;
 use super::channel::EventChannel;
 use super::command::*;
 use crate::command::{Mtu, QpAttr, QpState};
-use crate::error::{Error, Op};
+use crate::error::{Errno, Error, Op};
 use crate::flags::AccessFlags;
 use crate::{Context, Device};
 
@@ -288,18 +288,62 @@ impl CmId {
         Ok(self.query_addr()?.node_guid)
     }
 
-    /// True when the id's device is `ctx`'s: same node GUID (the GUID
-    /// `QUERY_DEVICE` reports).
+    /// The device the id is bound to (librdmacm's `id->verbs`), `None`
+    /// before it has one (bind to a device's address, or resolve first).
+    /// [`Device::open`] gives its [`Context`].
     ///
-    /// Several devices can share a node GUID: rxe and siw both derive it
-    /// from the netdev's MAC, so `rxe0` and `siw0` on one netdev match
-    /// each other's ids. The kernel's device index
-    /// ([`AddrInfo::ibdev_index`]) tells them apart.
+    /// The kernel names the device by its index (`QUERY`'s
+    /// [`ibdev_index`](AddrInfo::ibdev_index)), which RDMA netlink maps to
+    /// a name: exact where node GUIDs are not (rxe and siw on one netdev
+    /// share one, see [`matching_devices`](Self::matching_devices)). An
+    /// index netlink does not know, or a device without a uverbs node, is
+    /// [`Error::Os`] with `ENODEV`; a failed netlink exchange its errno.
+    ///
+    /// ```no_run
+    /// # fn f(id: &uverbs::cm::CmId) -> Result<(), uverbs::Error> {
+    /// if let Some(device) = id.device()? {
+    ///     let ctx = device.open()?;
+    ///     println!("the id is on {}", ctx.device_name());
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "id->verbs")]
+    #[doc(alias = "verbs")]
+    pub fn device(&self) -> Result<Option<Device>, Error> {
+        let info = self.query_addr()?;
+        if info.node_guid.is_none() {
+            return Ok(None);
+        }
+        self.device_among(&info, crate::devices, crate::netlink::device_name_of_index)
+    }
+
+    /// [`device`](Self::device) for an id that has one (`info` from
+    /// [`query_addr`](Self::query_addr)): the index named by `name_of`,
+    /// then found among `devices`.
+    pub(crate) fn device_among(
+        &self,
+        info: &AddrInfo,
+        devices: impl FnOnce() -> Result<Vec<Device>, Error>,
+        name_of: impl FnOnce(u32) -> std::io::Result<Option<String>>,
+    ) -> Result<Option<Device>, Error> {
+        let errno = |e: std::io::Error| Errno::from_io_error(&e).unwrap_or(Errno::IO);
+        let no_device = || self.channel.err(Op::CmQuery, Errno::NODEV);
+        let name = name_of(info.ibdev_index)
+            .map_err(|e| self.channel.err(Op::CmQuery, errno(e)))?
+            .ok_or_else(no_device)?;
+        let found = devices()?.into_iter().find(|d| d.name() == name);
+        found.map(Some).ok_or_else(no_device)
+    }
+
+    /// True when the id's [`device`](Self::device) is `ctx`'s (same
+    /// device name); false before the id has a device.
+    ///
+    /// The kernel's device index decides, not the node GUID: rxe and siw on
+    /// one netdev share a GUID (both derive it from the MAC), and an id
+    /// bound to siw0's address is on siw0 only.
     pub fn is_on(&self, ctx: &Context) -> Result<bool, Error> {
-        let Some(guid) = self.node_guid()? else {
-            return Ok(false);
-        };
-        Ok(ctx.query_device()?.node_guid == guid)
+        let device = self.device()?;
+        Ok(device.is_some_and(|d| d.name() == ctx.device_name()))
     }
 
     /// The devices of `devices` whose sysfs node GUID

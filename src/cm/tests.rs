@@ -354,6 +354,25 @@ fn query_reports_addresses_and_the_device_guid() {
     );
 }
 
+/// A uverbs class directory under `root` with a `uverbsN` node per name
+/// (and an empty device directory), listed.
+fn uverbs_class_under(
+    root: &std::path::Path,
+    names: &[&str],
+) -> Result<Vec<crate::Device>, crate::Error> {
+    let (sysfs, dev) = (root.join("uverbs"), root.join("dev"));
+    for (i, name) in names.iter().enumerate() {
+        let d = sysfs.join(format!("uverbs{i}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("ibdev"), format!("{name}\n")).unwrap();
+        std::fs::write(d.join("abi_version"), "1\n").unwrap();
+        std::fs::write(d.join("dev"), format!("231:{}\n", 192 + i)).unwrap();
+    }
+    std::fs::write(sysfs.join("abi_version"), "6\n").unwrap();
+    std::fs::create_dir_all(&dev).unwrap();
+    crate::device::devices_in(&sysfs, &dev)
+}
+
 #[test]
 fn matching_devices_compares_sysfs_node_guids() {
     let (_fake, ch) = channel();
@@ -368,18 +387,7 @@ fn matching_devices_compares_sysfs_node_guids() {
         std::fs::create_dir_all(class.join(name)).unwrap();
         std::fs::write(class.join(name).join("node_guid"), format!("{guid}\n")).unwrap();
     }
-    let sysfs = root.join("uverbs");
-    let dev = root.join("dev");
-    for (i, name) in ["rxe0", "mlx5_0"].iter().enumerate() {
-        let d = sysfs.join(format!("uverbs{i}"));
-        std::fs::create_dir_all(&d).unwrap();
-        std::fs::write(d.join("ibdev"), format!("{name}\n")).unwrap();
-        std::fs::write(d.join("abi_version"), "1\n").unwrap();
-        std::fs::write(d.join("dev"), format!("231:{}\n", 192 + i)).unwrap();
-    }
-    std::fs::write(sysfs.join("abi_version"), "6\n").unwrap();
-    std::fs::create_dir_all(&dev).unwrap();
-    let devices = crate::device::devices_in(&sysfs, &dev).unwrap();
+    let devices = uverbs_class_under(&root, &["rxe0", "mlx5_0"]).unwrap();
     assert_eq!(devices.len(), 2);
     let found = id.matching_devices_in(&devices, &class).unwrap();
     let names: Vec<&str> = found.iter().map(|d| d.name()).collect();
@@ -390,6 +398,45 @@ fn matching_devices_compares_sysfs_node_guids() {
         Some(FakeCm::NODE_GUID)
     );
     assert_eq!(id::parse_sysfs_guid("0200:5eff"), None);
+}
+
+/// The id's device is the one the kernel's index names, not the first of
+/// the devices sharing its node GUID: rxe0 and siw0 on one netdev (one
+/// GUID), the fake's index naming siw0. Before bind: no device; an index
+/// netlink does not know: ENODEV; a failed netlink exchange: its errno.
+#[test]
+fn the_device_is_the_one_the_kernels_index_names() {
+    let (_fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    assert!(id.device().unwrap().is_none(), "no device before bind");
+    id.bind("192.0.2.1:7002".parse().unwrap()).unwrap();
+    let info = id.query_addr().unwrap();
+    assert_eq!(info.ibdev_index, FakeCm::IBDEV_INDEX);
+    let root = std::env::temp_dir().join(format!("uverbs-cm-index-{}", std::process::id()));
+    let devices = || uverbs_class_under(&root, &["rxe0", "siw0"]);
+    // The kernel numbers rxe0 4 and siw0 5.
+    let names = |index: u32| {
+        Ok([(4, "rxe0"), (5, "siw0")]
+            .into_iter()
+            .find(|(i, _)| *i == index)
+            .map(|(_, n)| n.to_string()))
+    };
+    let found = id.device_among(&info, devices, names).unwrap();
+    assert_eq!(found.map(|d| d.name().to_string()).as_deref(), Some("siw0"));
+    let unknown = |_| Ok(None);
+    let err = id.device_among(&info, devices, unknown).unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CmQuery, Some(Errno::NODEV)));
+    let gone = |_| Ok(Some("mlx5_0".to_string()));
+    let err = id.device_among(&info, devices, gone).unwrap_err();
+    assert_eq!(
+        err.errno(),
+        Some(Errno::NODEV),
+        "no uverbs node of that name"
+    );
+    let refused = |_| Err(std::io::Error::from_raw_os_error(libc::EPERM));
+    let err = id.device_among(&info, devices, refused).unwrap_err();
+    assert_eq!((err.op(), err.errno()), (Op::CmQuery, Some(Errno::PERM)));
+    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]

@@ -170,6 +170,28 @@ pub enum Mtu {
     Mtu4096 = 5,
 }
 
+impl Mtu {
+    /// The MTU for the kernel's number (`enum ib_mtu`: 1 = 256 … 5 =
+    /// 4096, as a port's `active_mtu` or `QUERY_QP`'s `path_mtu` carry
+    /// it); `None` for a number that is no MTU.
+    pub fn from_raw(raw: u8) -> Option<Self> {
+        Some(match raw {
+            1 => Mtu::Mtu256,
+            2 => Mtu::Mtu512,
+            3 => Mtu::Mtu1024,
+            4 => Mtu::Mtu2048,
+            5 => Mtu::Mtu4096,
+            _ => return None,
+        })
+    }
+
+    /// The MTU in bytes (256 … 4096).
+    #[doc(alias = "ibv_mtu_to_num")]
+    pub fn bytes(self) -> u32 {
+        128 << (self as u8)
+    }
+}
+
 /// Why a `MODIFY_QP` was refused before it was sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -391,6 +413,19 @@ macro_rules! attribute_setters {
     };
 }
 
+/// [`QpAttr`] getters that each read one field of the request, `None`
+/// unless that attribute's mask bit is set.
+macro_rules! attribute_getters {
+    ($( $(#[$doc:meta])* $getter:ident -> $t:ty = $bit:ident, $field:ident; )*) => {
+        $(
+            $(#[$doc])*
+            pub fn $getter(&self) -> Option<$t> {
+                self.get(QpAttrMask::$bit, self.req.$field)
+            }
+        )*
+    };
+}
+
 /// The attributes of one `MODIFY_QP`, set field by field; the attribute
 /// mask is derived from the fields set, never written by hand.
 ///
@@ -471,13 +506,125 @@ impl QpAttr {
         dest_qpn(qpn: u32) => DEST_QPN, dest_qp_num = qpn;
     }
 
-    /// The state requested, if any.
+    /// The state requested, if any (for an answer of
+    /// [`QueuePair::query`](crate::QueuePair::query): the QP's state, as
+    /// [`get_state`](Self::get_state)).
     pub fn target_state(&self) -> Option<QpState> {
-        if self.mask().contains(QpAttrMask::STATE) {
-            QpState::from_raw(self.req.qp_state)
-        } else {
-            None
+        self.get_state()
+    }
+
+    /// `value` if `bit` is set.
+    fn get<T>(&self, bit: QpAttrMask, value: T) -> Option<T> {
+        self.mask().contains(bit).then_some(value)
+    }
+
+    /// The state ([`STATE`](QpAttrMask::STATE)): the one to move to, or in
+    /// a [`query`](crate::QueuePair::query) answer the QP's own. `None`
+    /// when not set, or for a number that is no state.
+    pub fn get_state(&self) -> Option<QpState> {
+        self.get(QpAttrMask::STATE, self.req.qp_state)
+            .and_then(QpState::from_raw)
+    }
+
+    /// The state the caller believes the QP is in
+    /// ([`CUR_STATE`](QpAttrMask::CUR_STATE)), if set.
+    pub fn get_cur_state(&self) -> Option<QpState> {
+        self.get(QpAttrMask::CUR_STATE, self.req.cur_qp_state)
+            .and_then(QpState::from_raw)
+    }
+
+    /// What remote peers may do ([`ACCESS_FLAGS`](QpAttrMask::ACCESS_FLAGS)), if set.
+    pub fn get_access_flags(&self) -> Option<AccessFlags> {
+        let bits = self.req.qp_access_flags;
+        self.get(
+            QpAttrMask::ACCESS_FLAGS,
+            AccessFlags::from_bits_retain(bits),
+        )
+    }
+
+    /// The path MTU ([`PATH_MTU`](QpAttrMask::PATH_MTU)), if set and a
+    /// known MTU.
+    pub fn get_path_mtu(&self) -> Option<Mtu> {
+        self.get(QpAttrMask::PATH_MTU, self.req.path_mtu)
+            .and_then(Mtu::from_raw)
+    }
+
+    attribute_getters! {
+        /// The P_Key index ([`PKEY_INDEX`](QpAttrMask::PKEY_INDEX)), if set.
+        get_pkey_index -> u16 = PKEY_INDEX, pkey_index;
+        /// The port, 1-based ([`PORT`](QpAttrMask::PORT)), if set.
+        get_port -> u8 = PORT, port_num;
+        /// The Q_Key of a UD QP ([`QKEY`](QpAttrMask::QKEY)), if set.
+        get_qkey -> u32 = QKEY, qkey;
+        /// The primary path to the peer ([`AV`](QpAttrMask::AV)), if set.
+        get_av -> sys::ib_uverbs_qp_dest = AV, dest;
+        /// The local ACK timeout code ([`TIMEOUT`](QpAttrMask::TIMEOUT)), if set.
+        get_timeout -> u8 = TIMEOUT, timeout;
+        /// Transport retries ([`RETRY_CNT`](QpAttrMask::RETRY_CNT)), if set.
+        get_retry_cnt -> u8 = RETRY_CNT, retry_cnt;
+        /// RNR retries ([`RNR_RETRY`](QpAttrMask::RNR_RETRY)), if set.
+        get_rnr_retry -> u8 = RNR_RETRY, rnr_retry;
+        /// The first PSN expected from the peer ([`RQ_PSN`](QpAttrMask::RQ_PSN)), if set.
+        get_rq_psn -> u32 = RQ_PSN, rq_psn;
+        /// Outstanding RDMA reads/atomics as initiator
+        /// ([`MAX_QP_RD_ATOMIC`](QpAttrMask::MAX_QP_RD_ATOMIC)), if set.
+        get_max_rd_atomic -> u8 = MAX_QP_RD_ATOMIC, max_rd_atomic;
+        /// The minimum RNR NAK timer code
+        /// ([`MIN_RNR_TIMER`](QpAttrMask::MIN_RNR_TIMER)), if set.
+        get_min_rnr_timer -> u8 = MIN_RNR_TIMER, min_rnr_timer;
+        /// The first PSN sent ([`SQ_PSN`](QpAttrMask::SQ_PSN)), if set.
+        get_sq_psn -> u32 = SQ_PSN, sq_psn;
+        /// Outstanding RDMA reads/atomics as target
+        /// ([`MAX_DEST_RD_ATOMIC`](QpAttrMask::MAX_DEST_RD_ATOMIC)), if set.
+        get_max_dest_rd_atomic -> u8 = MAX_DEST_RD_ATOMIC, max_dest_rd_atomic;
+        /// The peer's QP number ([`DEST_QPN`](QpAttrMask::DEST_QPN)), if set.
+        get_dest_qpn -> u32 = DEST_QPN, dest_qp_num;
+    }
+
+    /// The attributes a `QUERY_QP` answered, as asked with `mask`: each
+    /// attribute in `mask` reads back through its getter (the kernel fills
+    /// the answer whatever the mask; only what was asked is kept).
+    /// [`CAP`](QpAttrMask::CAP) and
+    /// [`EN_SQD_ASYNC_NOTIFY`](QpAttrMask::EN_SQD_ASYNC_NOTIFY) have no
+    /// place here and are dropped: the capacities are
+    /// [`QueuePair::caps`](crate::QueuePair::caps).
+    #[doc(alias = "ibv_cmd_query_qp")]
+    pub fn from_query(resp: &sys::ib_uverbs_query_qp_resp, mask: QpAttrMask) -> Self {
+        let kept = mask.difference(QpAttrMask::CAP | QpAttrMask::EN_SQD_ASYNC_NOTIFY);
+        QpAttr {
+            req: sys::ib_uverbs_modify_qp {
+                dest: resp.dest,
+                alt_dest: resp.alt_dest,
+                attr_mask: kept.bits(),
+                qkey: resp.qkey,
+                rq_psn: resp.rq_psn,
+                sq_psn: resp.sq_psn,
+                dest_qp_num: resp.dest_qp_num,
+                qp_access_flags: resp.qp_access_flags,
+                pkey_index: resp.pkey_index,
+                alt_pkey_index: resp.alt_pkey_index,
+                qp_state: resp.qp_state,
+                cur_qp_state: resp.cur_qp_state,
+                path_mtu: resp.path_mtu,
+                path_mig_state: resp.path_mig_state,
+                max_rd_atomic: resp.max_rd_atomic,
+                max_dest_rd_atomic: resp.max_dest_rd_atomic,
+                min_rnr_timer: resp.min_rnr_timer,
+                port_num: resp.port_num,
+                timeout: resp.timeout,
+                retry_cnt: resp.retry_cnt,
+                rnr_retry: resp.rnr_retry,
+                alt_port_num: resp.alt_port_num,
+                alt_timeout: resp.alt_timeout,
+                ..Default::default()
+            },
         }
+    }
+
+    /// These attributes without `bits` (their getters answer `None`).
+    pub fn without(mut self, bits: QpAttrMask) -> Self {
+        self.req.attr_mask &= !bits.bits();
+        self
     }
 
     /// A RoCE address vector: a GRH to `dgid` from local GID `sgid_index`
@@ -1040,6 +1187,90 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn mtu_numbers_and_bytes() {
+        let all = [
+            Mtu::Mtu256,
+            Mtu::Mtu512,
+            Mtu::Mtu1024,
+            Mtu::Mtu2048,
+            Mtu::Mtu4096,
+        ];
+        for (raw, mtu) in (1..=5u8).zip(all) {
+            assert_eq!(Mtu::from_raw(raw), Some(mtu));
+            assert_eq!(mtu.bytes(), 128 << raw);
+        }
+        assert_eq!((Mtu::from_raw(0), Mtu::from_raw(6)), (None, None));
+        assert_eq!(Mtu::Mtu4096.bytes(), 4096);
+    }
+
+    /// A `QUERY_QP` answer as the kernel lays it out (128 bytes, offsets of
+    /// `ib_uverbs_query_qp_resp`): each asked attribute reads back, the
+    /// others and CAP do not.
+    #[test]
+    fn a_query_answer_reads_back_what_was_asked() {
+        use zerocopy::FromBytes;
+        let mut b = [0u8; 128];
+        b[..16].copy_from_slice(&gid()); // dest.dgid
+        b[24] = 2; // dest.sgid_index
+        b[25] = 64; // dest.hop_limit
+        b[30] = 1; // dest.is_global
+        b[31] = 1; // dest.port_num
+        b[64..68].copy_from_slice(&15u32.to_ne_bytes()); // max_send_wr
+        b[84..88].copy_from_slice(&0x1111_1111u32.to_ne_bytes()); // qkey
+        b[88..92].copy_from_slice(&0x12_3456u32.to_ne_bytes()); // rq_psn
+        b[92..96].copy_from_slice(&0xab_cdefu32.to_ne_bytes()); // sq_psn
+        b[96..100].copy_from_slice(&0x77u32.to_ne_bytes()); // dest_qp_num
+        b[100..104].copy_from_slice(&2u32.to_ne_bytes()); // access: REMOTE_WRITE
+        b[108] = 3; // qp_state: RTS
+        b[110] = 3; // path_mtu: 1024
+        b[115] = 12; // min_rnr_timer
+        b[116] = 1; // port_num
+        b[117] = 14; // timeout
+        b[118] = 7; // retry_cnt
+        b[119] = 6; // rnr_retry
+        let resp = sys::ib_uverbs_query_qp_resp::read_from_bytes(&b[..]).unwrap();
+        let m = QpAttrMask::all();
+        let a = QpAttr::from_query(&resp, m);
+        assert_eq!(
+            a.mask(),
+            m - QpAttrMask::CAP - QpAttrMask::EN_SQD_ASYNC_NOTIFY
+        );
+        assert_eq!(
+            (a.get_state(), a.get_qkey()),
+            (Some(QpState::Rts), Some(0x1111_1111))
+        );
+        assert_eq!(
+            (a.get_rq_psn(), a.get_sq_psn()),
+            (Some(0x12_3456), Some(0xab_cdef))
+        );
+        assert_eq!((a.get_dest_qpn(), a.get_port()), (Some(0x77), Some(1)));
+        assert_eq!(a.get_path_mtu(), Some(Mtu::Mtu1024));
+        assert_eq!(a.get_access_flags(), Some(AccessFlags::REMOTE_WRITE));
+        assert_eq!(
+            (
+                a.get_min_rnr_timer(),
+                a.get_timeout(),
+                a.get_retry_cnt(),
+                a.get_rnr_retry()
+            ),
+            (Some(12), Some(14), Some(7), Some(6))
+        );
+        assert_eq!(a.get_av(), Some(QpAttr::roce_dest(gid(), 2, 64, 1)));
+        // Only what was asked.
+        let a = QpAttr::from_query(&resp, QpAttrMask::QKEY);
+        assert_eq!(
+            (a.get_qkey(), a.get_state(), a.get_port()),
+            (Some(0x1111_1111), None, None)
+        );
+        assert_eq!(a.without(QpAttrMask::QKEY).get_qkey(), None);
+        // An unknown state or MTU number reads as none.
+        let mut odd = resp;
+        (odd.qp_state, odd.path_mtu) = (9, 0);
+        let a = QpAttr::from_query(&odd, m);
+        assert_eq!((a.get_state(), a.get_path_mtu()), (None, None));
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod replace;
 mod rereg;
 
 use std::fmt;
+use std::ops::{Bound, Range, RangeBounds};
 use std::sync::Arc;
 
 use crate::command::{DeregMr, RegMr};
@@ -14,6 +15,8 @@ use crate::context::Context;
 use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
 use crate::flags::AccessFlags;
 use crate::pd::{PdInner, ProtectionDomain};
+use crate::post::OutOfRange;
+use crate::wr::{Remote, Sge};
 
 pub use rereg::{Rereg, ReregFallback, ReregPath};
 
@@ -149,6 +152,72 @@ impl MemoryRegion {
     /// The registered length in bytes.
     pub fn length(&self) -> usize {
         self.length
+    }
+
+    /// The bytes `range` of the region (offsets from [`addr`](Self::addr))
+    /// as an SGE for the raw [`post_send`](crate::QueuePair::post_send) and
+    /// [`post_recv`](crate::QueuePair::post_recv): the address, the length
+    /// and this region's [`lkey`](Self::lkey). A range past the end, a
+    /// reversed one, or one longer than an SGE's 32-bit length is
+    /// [`OutOfRange`] (its `len` the registered length).
+    ///
+    /// ```no_run
+    /// # fn f(mr: &uverbs::MemoryRegion) -> Result<(), uverbs::OutOfRange<()>> {
+    /// let header = mr.sge(0..64)?;
+    /// let body = mr.sge(64..)?;
+    /// assert!(mr.sge(..mr.length() + 1).is_err());
+    /// # Ok(()) }
+    /// ```
+    pub fn sge(&self, range: impl RangeBounds<usize>) -> Result<Sge, OutOfRange<()>> {
+        let r = self.checked(range)?;
+        let length = u32::try_from(r.len()).map_err(|_| self.out_of_range(&r))?;
+        Ok(Sge {
+            addr: (self.addr + r.start) as u64,
+            length,
+            lkey: self.lkey,
+        })
+    }
+
+    /// The bytes `range` of the region as the remote side of an RDMA
+    /// WRITE, READ or atomic for a peer (or for this process's own raw
+    /// posts): the address of its first byte and this region's
+    /// [`rkey`](Self::rkey). A range past the end or a reversed one is
+    /// [`OutOfRange`]. The peer learns the range's length some other way:
+    /// [`Remote`] carries none.
+    pub fn remote(&self, range: impl RangeBounds<usize>) -> Result<Remote, OutOfRange<()>> {
+        let r = self.checked(range)?;
+        Ok(Remote {
+            addr: (self.addr + r.start) as u64,
+            rkey: self.rkey,
+        })
+    }
+
+    /// `range` as offsets inside the region, or why not.
+    fn checked(&self, range: impl RangeBounds<usize>) -> Result<Range<usize>, OutOfRange<()>> {
+        let start = match range.start_bound() {
+            Bound::Included(&s) => s,
+            Bound::Excluded(&s) => s.saturating_add(1),
+            Bound::Unbounded => 0,
+        };
+        let end = match range.end_bound() {
+            Bound::Included(&e) => e.saturating_add(1),
+            Bound::Excluded(&e) => e,
+            Bound::Unbounded => self.length,
+        };
+        let r = start..end;
+        if start > end || end > self.length {
+            return Err(self.out_of_range(&r));
+        }
+        Ok(r)
+    }
+
+    fn out_of_range(&self, r: &Range<usize>) -> OutOfRange<()> {
+        OutOfRange {
+            mem: (),
+            start: r.start,
+            end: r.end,
+            len: self.length,
+        }
     }
 
     /// The access flags as last set (at registration or by a successful

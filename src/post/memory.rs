@@ -72,9 +72,11 @@ pub struct Local<M> {
     range: Range<usize>,
 }
 
-/// A range that does not lie inside the memory; the memory is handed back.
+/// A range that does not lie inside the memory; the memory is handed back
+/// (`()` from [`MemoryRegion::sge`](crate::MemoryRegion::sge) and
+/// [`MemoryRegion::remote`](crate::MemoryRegion::remote), which take none).
 #[derive(thiserror::Error)]
-#[error("local range {start}..{end} is outside the {len} registered bytes")]
+#[error("range {start}..{end} is outside the {len} registered bytes")]
 #[non_exhaustive]
 pub struct OutOfRange<M> {
     /// The memory, untouched.

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::ah::AddressHandle;
-use crate::command::{QpAttr, QpState, QpType};
+use crate::command::{QpAttr, QpAttrMask, QpState, QpType};
 use crate::context::Context;
 use crate::cq::CompletionQueue;
 use crate::cq_routing::Reader;
@@ -866,6 +866,13 @@ impl<M> OwnedQp<M> {
     #[doc(alias = "ibv_query_qp")]
     pub fn refresh_state(&self) -> Result<QpState, Error> {
         self.qp().refresh_state()
+    }
+
+    /// Asks the kernel for the QP's attributes in `mask`:
+    /// [`QueuePair::query`].
+    #[doc(alias = "ibv_query_qp")]
+    pub fn query(&self, mask: QpAttrMask) -> Result<QpAttr, Error> {
+        self.qp().query(mask)
     }
 
     /// Learns the state the connection manager's `ESTABLISHED` left the QP

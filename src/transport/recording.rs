@@ -309,6 +309,9 @@ struct FakeDataPath {
     cqs: BTreeMap<u32, u32>,
     /// QP handle -> (send CQ, recv CQ, state).
     qps: BTreeMap<u32, (u32, u32, u8)>,
+    /// QP handle -> the attributes its MODIFY_QPs set, as QUERY_QP
+    /// answers them (rxe keeps them so, in `qp->attr`).
+    qp_attrs: BTreeMap<u32, sys::ib_uverbs_query_qp_resp>,
     next_mmap: u64,
     /// mmap offset -> the ring announced there.
     rings: BTreeMap<u64, FakeRing>,
@@ -425,6 +428,36 @@ impl FakeDataPath {
     }
 }
 
+/// Applies a MODIFY_QP to the attributes QUERY_QP answers: each attribute
+/// whose mask bit is set (`enum ib_qp_attr_mask`), as rxe's
+/// `rxe_qp_from_attr` does. The state is kept beside the QP.
+fn apply_modify(attr: &mut sys::ib_uverbs_query_qp_resp, req: &sys::ib_uverbs_modify_qp) {
+    let set = |bit: u32| req.attr_mask & (1 << bit) != 0;
+    let r = req;
+    let fields: [(u32, &mut dyn FnMut()); 15] = [
+        (3, &mut || attr.qp_access_flags = r.qp_access_flags),
+        (4, &mut || attr.pkey_index = r.pkey_index),
+        (5, &mut || attr.port_num = r.port_num),
+        (6, &mut || attr.qkey = r.qkey),
+        (7, &mut || attr.dest = r.dest),
+        (8, &mut || attr.path_mtu = r.path_mtu),
+        (9, &mut || attr.timeout = r.timeout),
+        (10, &mut || attr.retry_cnt = r.retry_cnt),
+        (11, &mut || attr.rnr_retry = r.rnr_retry),
+        (12, &mut || attr.rq_psn = r.rq_psn),
+        (13, &mut || attr.max_rd_atomic = r.max_rd_atomic),
+        (15, &mut || attr.min_rnr_timer = r.min_rnr_timer),
+        (16, &mut || attr.sq_psn = r.sq_psn),
+        (17, &mut || attr.max_dest_rd_atomic = r.max_dest_rd_atomic),
+        (20, &mut || attr.dest_qp_num = r.dest_qp_num),
+    ];
+    for (bit, apply) in fields {
+        if set(bit) {
+            apply();
+        }
+    }
+}
+
 impl FakeKernel {
     /// Answers the data-path write commands; `None` for other codes.
     /// Returns the UHW out bytes written.
@@ -494,14 +527,17 @@ impl FakeKernel {
                 if req.attr_mask & 1 != 0 {
                     qp.2 = req.qp_state;
                 }
+                let attrs = self.datapath.qp_attrs.entry(req.qp_handle);
+                apply_modify(attrs.or_default(), &req);
                 Ok(0)
             })(),
             sys::IB_USER_VERBS_CMD_QUERY_QP => (|| {
                 let req: sys::ib_uverbs_query_qp = request_of(rec)?;
                 let qp = self.datapath.qps.get(&req.qp_handle).ok_or(Errno::INVAL)?;
+                let attrs = self.datapath.qp_attrs.get(&req.qp_handle);
                 let resp = sys::ib_uverbs_query_qp_resp {
                     qp_state: qp.2,
-                    ..Default::default()
+                    ..attrs.copied().unwrap_or_default()
                 };
                 write_out(cmd.core_out, resp)?;
                 Ok(0)

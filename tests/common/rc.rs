@@ -12,7 +12,7 @@ use uverbs::{
     ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
     WcStatus, WorkCompletion,
 };
-use uverbs::{Mtu, QpAttr, QpState, QpType};
+use uverbs::{Mtu, QpAttr, QpAttrMask, QpState, QpType};
 
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
 use uverbs::{Gid, OwnedQp, RcConnect, RcPeer};
@@ -35,6 +35,70 @@ pub fn rc_to_rts(
         .port(port)
         .gid_index(dest.sgid_index)
         .steps(RcPeer::new(dest_qpn, Gid::from_raw(dest.dgid)))
+}
+
+/// What [`rc_to_rts`] sets that QUERY_QP reads back as set: the state, the
+/// path (peer, MTU, port, address vector), both PSNs and the retry values.
+pub const RC_PATH_ATTRS: QpAttrMask = QpAttrMask::STATE
+    .union(QpAttrMask::DEST_QPN)
+    .union(QpAttrMask::RQ_PSN)
+    .union(QpAttrMask::SQ_PSN)
+    .union(QpAttrMask::PATH_MTU)
+    .union(QpAttrMask::PORT)
+    .union(QpAttrMask::AV)
+    .union(QpAttrMask::TIMEOUT)
+    .union(QpAttrMask::RETRY_CNT)
+    .union(QpAttrMask::RNR_RETRY);
+
+/// RESET -> INIT (P_Key index 0, [`PORT`], `qkey`) -> RTR -> RTS
+/// (`sq_psn`): the attribute sets the kernel's table asks of UD.
+pub fn ud_to_rts(qp: &QueuePair, qkey: u32, sq_psn: u32) {
+    let steps = [
+        (
+            "RESET->INIT",
+            QpAttr::new()
+                .state(QpState::Init)
+                .pkey_index(0)
+                .port(PORT)
+                .qkey(qkey),
+        ),
+        ("INIT->RTR", QpAttr::new().state(QpState::Rtr)),
+        ("RTR->RTS", QpAttr::new().state(QpState::Rts).sq_psn(sq_psn)),
+    ];
+    for (step, attr) in steps {
+        modify(qp, &attr, step);
+    }
+}
+
+/// A UD QP in `pd` completing on `cq`, moved to RTS by [`ud_to_rts`].
+pub fn ud_qp(
+    pd: &ProtectionDomain,
+    cq: &CompletionQueue,
+    qkey: u32,
+    sq_psn: u32,
+    name: &str,
+) -> QueuePair {
+    let qp = pd
+        .create_qp(&QpInit::new(QpType::Ud, cq, cq))
+        .unwrap_or_else(|e| panic!("{name}: create_qp UD: {e}"));
+    ud_to_rts(&qp, qkey, sq_psn);
+    qp
+}
+
+/// A signalled UD SEND of `sges` to `dest`.
+pub fn ud_send<'a>(
+    wr_id: u64,
+    imm: Option<u32>,
+    sges: &'a [uverbs::Sge],
+    dest: uverbs::UdDest<'a>,
+) -> SendWr<'a> {
+    SendWr {
+        wr_id,
+        op: SendOp::Send { imm },
+        flags: SendFlags::SIGNALED,
+        payload: Payload::Sges(sges),
+        ud: Some(dest),
+    }
 }
 
 /// The GID index used: on the VM's rxe0 (on dummy0, no IPv4) index 0 is
@@ -643,12 +707,9 @@ pub fn mtu_for(ctx: &Context) -> Mtu {
     let port = ctx
         .query_port(PORT)
         .unwrap_or_else(|e| panic!("{}: query_port: {e}", ctx.device_name()));
-    // IB MTU codes: 1 = 256 … 5 = 4096; stay at or below 1024.
-    match port.active_mtu {
-        1 => Mtu::Mtu256,
-        2 => Mtu::Mtu512,
-        _ => Mtu::Mtu1024,
-    }
+    // Stay at or below 1024.
+    port.active_mtu()
+        .map_or(Mtu::Mtu1024, |mtu| mtu.min(Mtu::Mtu1024))
 }
 
 /// Checks a successful completion of `opcode` for `wr_id` on `qp`.
