@@ -30,11 +30,13 @@ pub fn rc_to_rts(
     dest_qpn: u32,
     dest: sys::ib_uverbs_qp_dest,
 ) -> [(&'static str, QpAttr); 3] {
-    RcConnect::new(mtu)
+    let [init, (rtr_name, rtr), rts] = RcConnect::new(mtu)
         .access(access)
         .port(port)
         .gid_index(dest.sgid_index)
-        .steps(RcPeer::new(dest_qpn, Gid::from_raw(dest.dgid)))
+        .steps(RcPeer::new(dest_qpn, Gid::from_raw(dest.dgid)));
+    // `dest` as given, whole (its hop limit, flow label, ...).
+    [init, (rtr_name, rtr.av(dest)), rts]
 }
 
 /// What [`rc_to_rts`] sets that QUERY_QP reads back as set: the state, the
