@@ -17,7 +17,6 @@
 mod connect;
 
 use std::error::Error;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use memmap2::MmapMut;
@@ -28,25 +27,15 @@ use uverbs::{AccessFlags, BufferMr, Completed, Local, RecvRequest, SendRequest, 
 type Mem = BufferMr<MmapMut>;
 
 fn main() -> Result<(), Box<dyn Error>> {
-    use lexopt::prelude::*;
-    let (mut device, mut addr, mut count) = (None, "192.0.2.1".parse::<IpAddr>()?, 8u64);
-    let mut args = lexopt::Parser::from_env();
-    while let Some(arg) = args.next()? {
-        match arg {
-            Long("device") => device = Some(args.value()?.string()?),
-            Long("addr") => addr = args.value()?.parse()?,
-            Long("count") => count = args.value()?.parse()?,
-            _ => return Err(arg.unexpected().into()),
-        }
-    }
-
-    let ctx = connect::open(device.as_deref())?;
+    let args = connect::args(Some(8))?;
+    let count = args.count;
+    let ctx = connect::open(args.device.as_deref())?;
     let pd = ctx.alloc_pd()?;
     // The channel is a file descriptor: it can also be waited on with
     // epoll, or awaited with tokio (`uverbs::tokio`).
     let channel = ctx.create_comp_channel()?;
     let cq = ctx.create_cq(16, Some(&channel))?;
-    let pair = connect::connect::<Mem>(&ctx, &pd, (&cq, &cq), addr)?;
+    let pair = connect::connect::<Mem>(&ctx, &pd, (&cq, &cq), args.addr)?;
     let buffer = || -> Result<Mem, Box<dyn Error>> {
         Ok(pd.reg_buffer(MmapMut::map_anon(64)?, AccessFlags::LOCAL_WRITE)?)
     };

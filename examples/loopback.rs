@@ -17,7 +17,6 @@
 mod connect;
 
 use std::error::Error;
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
@@ -48,20 +47,10 @@ fn wait(qp: &OwnedQp<Mem>, what: &str) -> Result<Mem, Box<dyn Error>> {
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
-    use lexopt::prelude::*;
-    let (mut device, mut addr): (Option<String>, IpAddr) = (None, "192.0.2.1".parse()?);
-    let mut args = lexopt::Parser::from_env();
-    while let Some(arg) = args.next()? {
-        match arg {
-            Long("device") => device = Some(args.value()?.string()?),
-            Long("addr") => addr = args.value()?.parse()?,
-            _ => return Err(arg.unexpected().into()),
-        }
-    }
-
-    let ctx = connect::open(device.as_deref())?;
+    let args = connect::args(None)?;
+    let ctx = connect::open(args.device.as_deref())?;
     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
-    let pair = connect::connect::<Mem>(&ctx, &pd, (&cq, &cq), addr)?;
+    let pair = connect::connect::<Mem>(&ctx, &pd, (&cq, &cq), args.addr)?;
     let map = || MmapMut::map_anon(4096);
 
     // B's WRITE target: memory a peer may write is a RemoteBufferMr, read

@@ -20,7 +20,6 @@
 mod connect;
 
 use std::error::Error;
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
@@ -36,21 +35,11 @@ type Mem = BufferMr<MmapMut>;
 const POOL: u64 = 4;
 
 fn main() -> Result<(), Box<dyn Error>> {
-    use lexopt::prelude::*;
-    let (mut device, mut addr, mut count) = (None, "192.0.2.1".parse::<IpAddr>()?, 64u64);
-    let mut args = lexopt::Parser::from_env();
-    while let Some(arg) = args.next()? {
-        match arg {
-            Long("device") => device = Some(args.value()?.string()?),
-            Long("addr") => addr = args.value()?.parse()?,
-            Long("count") => count = args.value()?.parse()?,
-            _ => return Err(arg.unexpected().into()),
-        }
-    }
-
-    let ctx = connect::open(device.as_deref())?;
+    let args = connect::args(Some(64))?;
+    let count = args.count;
+    let ctx = connect::open(args.device.as_deref())?;
     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(4 * POOL as u32, None)?);
-    let pair = connect::connect::<Mem>(&ctx, &pd, (&cq, &cq), addr)?;
+    let pair = connect::connect::<Mem>(&ctx, &pd, (&cq, &cq), args.addr)?;
     let buffer = || -> Result<Mem, Box<dyn Error>> {
         Ok(pd.reg_buffer(MmapMut::map_anon(4096)?, AccessFlags::LOCAL_WRITE)?)
     };

@@ -35,15 +35,43 @@ pub struct Pair<M> {
     _channels: [EventChannel; 2],
 }
 
+/// The command line these examples share, parsed with `lexopt`.
+pub struct Args {
+    /// `--device NAME`: the device (default: the first one).
+    pub device: Option<String>,
+    /// `--addr IP`: an address of the device's network interface.
+    pub addr: IpAddr,
+    /// `--count N`, only where the example takes one.
+    #[allow(dead_code)] // loopback takes none
+    pub count: u64,
+}
+
+/// The command line; `count` is the default of `--count`, which is refused
+/// when `None`.
+pub fn args(count: Option<u64>) -> Result<Args, Box<dyn Error>> {
+    use lexopt::prelude::*;
+    let (mut device, mut addr) = (None, "192.0.2.1".parse::<IpAddr>()?);
+    let (mut n, mut parser) = (count.unwrap_or(0), lexopt::Parser::from_env());
+    while let Some(arg) = parser.next()? {
+        match arg {
+            Long("device") => device = Some(parser.value()?.string()?),
+            Long("addr") => addr = parser.value()?.parse()?,
+            Long("count") if count.is_some() => n = parser.value()?.parse()?,
+            _ => return Err(arg.unexpected().into()),
+        }
+    }
+    Ok(Args {
+        device,
+        addr,
+        count: n,
+    })
+}
+
 /// The open device named `name`, or the first one.
 pub fn open(name: Option<&str>) -> Result<Context, Box<dyn Error>> {
-    let device = match name {
-        Some(n) => uverbs::device(n)?.ok_or(format!("no RDMA device named {n}"))?,
-        None => uverbs::devices()?
-            .into_iter()
-            .next()
-            .ok_or("no RDMA device")?,
-    };
+    let mut devices = uverbs::devices()?;
+    devices.retain(|d| name.map_or(true, |n| n == d.name()));
+    let device = devices.first().ok_or("no such RDMA device")?;
     Ok(device.open()?)
 }
 
