@@ -1,9 +1,7 @@
 //! Lists the RDMA devices (or one), each port's state, link layer and
-//! active MTU, and the GID table: `ibv_devinfo` in short.
-//! ```text
-//! cargo run --example devinfo -- [--device rxe0]
-//! cargo vm demo    # runs it on rxe0 and siw0 in a VM
-//! ```
+//! active MTU, and the GID table: `ibv_devinfo` in short. Run it with
+//! `cargo run --example devinfo -- [--device rxe0]`, or in a VM on rxe0 and
+//! siw0 with `cargo vm demo`.
 
 use std::error::Error;
 
@@ -36,5 +34,6 @@ fn main() -> Result<(), Box<dyn Error>> {
     if devices.is_empty() {
         return Err(format!("no RDMA device {}", only.as_deref().unwrap_or("at all")).into());
     }
-    Ok(println!("devinfo: {} device(s) listed", devices.len()))
+    println!("devinfo: {} device(s) listed", devices.len());
+    Ok(())
 }
