@@ -141,7 +141,8 @@ impl GuestRun {
         self
     }
 
-    /// The `cargo vm demo` runs of [`DEMO_RUNS`].
+    /// The `cargo vm demo` runs: [`DEMO_RUNS`], then the short examples
+    /// on each device ([`GuestRun::short_examples`]).
     pub fn demo() -> Vec<GuestRun> {
         DEMO_RUNS
             .iter()
@@ -152,6 +153,32 @@ impl GuestRun {
                 timeout_secs: PER_BINARY_TIMEOUT_SECS,
                 per_host: None,
                 retry_once: false,
+            })
+            .chain(GuestRun::short_examples())
+            .collect()
+    }
+
+    /// The [`SHORT_EXAMPLES`] on rxe0 and on siw0, each told its device
+    /// (`--device`) and, if it takes one, the device's address in the
+    /// single guest (`--addr`), named `example_<example>_<device>`.
+    pub fn short_examples() -> Vec<GuestRun> {
+        SHORT_EXAMPLES
+            .iter()
+            .flat_map(|&(example, takes_addr)| {
+                LINK_KINDS.map(|kind| {
+                    let mut args = vec!["--device".to_string(), kind.device().into()];
+                    if takes_addr {
+                        args.extend(["--addr".into(), Net::Dummy.addr(kind)]);
+                    }
+                    GuestRun {
+                        name: format!("{SHORT_EXAMPLE_PREFIX}{example}_{}", kind.device()),
+                        bin: example.into(),
+                        args,
+                        timeout_secs: PER_BINARY_TIMEOUT_SECS,
+                        per_host: None,
+                        retry_once: false,
+                    }
+                })
             })
             .collect()
     }
@@ -338,10 +365,27 @@ impl GuestRun {
     }
 }
 
+/// The short examples a user copies (`examples/<name>.rs`), run on rxe0
+/// and siw0 by `cargo vm demo` and `cargo vm test` (so CI runs them):
+/// (example, whether it takes the device's address, `--addr`; the ones
+/// that connect two QPs through the cm do).
+pub const SHORT_EXAMPLES: &[(&str, bool)] = &[
+    ("devinfo", false),
+    ("loopback", true),
+    ("owned", true),
+    ("events", true),
+    ("rereg", false),
+];
+
+/// The names of the [`SHORT_EXAMPLES`]' runs start with this:
+/// `UVERBS_VM_ONLY=example_` selects them all (and no test binary).
+pub const SHORT_EXAMPLE_PREFIX: &str = "example_";
+
 /// The examples the single guest runs in `cargo vm test`, (run name,
 /// example, device kind, extra arguments): `tokio_pingpong` (the async
 /// layer over the cm, server and client in one process) on rxe0 and siw0,
-/// sleeping on the completion channel and busy polling.
+/// sleeping on the completion channel and busy polling. The
+/// [`SHORT_EXAMPLES`] follow them ([`GuestRun::examples`]).
 pub const EXAMPLE_RUNS: &[(&str, &str, Kind, &[&str])] = &[
     ("tokio_pingpong_rxe0", "tokio_pingpong", Kind::Rxe, &[]),
     ("tokio_pingpong_siw0", "tokio_pingpong", Kind::Siw, &[]),
@@ -360,8 +404,9 @@ pub const EXAMPLE_RUNS: &[(&str, &str, Kind, &[&str])] = &[
 ];
 
 impl GuestRun {
-    /// The single guest's example runs ([`EXAMPLE_RUNS`]), each on its
-    /// device's address, retried once like the test binaries.
+    /// The single guest's example runs ([`EXAMPLE_RUNS`], each on its
+    /// device's address, then [`GuestRun::short_examples`]), retried once
+    /// like the test binaries.
     pub fn examples() -> Vec<GuestRun> {
         EXAMPLE_RUNS
             .iter()
@@ -374,9 +419,11 @@ impl GuestRun {
                     args,
                     timeout_secs: PER_BINARY_TIMEOUT_SECS,
                     per_host: None,
-                    retry_once: true,
+                    retry_once: false,
                 }
             })
+            .chain(GuestRun::short_examples())
+            .map(GuestRun::retried_once)
             .collect()
     }
 }
@@ -389,14 +436,16 @@ impl From<&str> for GuestRun {
 }
 
 /// `cargo vm demo`: (name, example, arguments), each run under every
-/// [`DEMO_CONFIGS`] row. `pingpong_cm` connects with the rdma_cm over
+/// [`DEMO_CONFIGS`] row, then the [`SHORT_EXAMPLES`] on each device.
+/// `rereg_tour` re-registers every kind of change strict and replaced on
+/// every device and proves each with a WRITE. `pingpong_cm` connects with the rdma_cm over
 /// 192.0.2.1 (rxe0). `pingpong_syscalls` runs the pingpong example's
 /// probe under `strace` and fails unless `post_recv` and `poll_cq` make no
 /// system call and `post_send` exactly one `write()`. `perf_selftest` runs
 /// every test of the perftest-like example once, small, on rxe0 by hand
 /// and through the cm (192.0.2.1) and on siw0 through the cm (198.51.100.1).
 pub const DEMO_RUNS: &[(&str, &str, &[&str])] = &[
-    ("rereg", "rereg", &[]),
+    ("rereg_tour", "rereg_tour", &[]),
     ("pingpong", "pingpong", &[]),
     ("pingpong_cm", "pingpong", &["--cm"]),
     (
@@ -914,11 +963,43 @@ mod tests {
         assert!(s.contains(&format!(
             "\"{RESULT} config=write bin=pingpong_syscalls rc=$rc\""
         )));
-        assert!(s.contains("env UVERBS_TRANSPORT=write /tests/rereg\n"));
+        assert!(s.contains("env UVERBS_TRANSPORT=write /tests/rereg_tour\n"));
         assert!(s.contains("env UVERBS_TRANSPORT=ioctl /tests/perf --self-test\n"));
         assert!(s.contains(&format!(
             "\"{RESULT} config=write bin=perf_selftest rc=$rc\""
         )));
+    }
+
+    #[test]
+    fn short_examples_run_on_both_devices_in_demo_and_test() {
+        let demo = GuestRun::demo();
+        let s = run_all_script(DEMO_CONFIGS, &demo);
+        assert!(s.contains(
+            "env UVERBS_TRANSPORT=ioctl /tests/loopback --device siw0 --addr 198.51.100.1\n"
+        ));
+        assert!(s.contains("env UVERBS_TRANSPORT=write /tests/devinfo --device rxe0\n"));
+        assert!(s.contains(&format!(
+            "\"{RESULT} config=write bin=example_rereg_siw0 rc=$rc\""
+        )));
+        let test = GuestRun::examples();
+        let s = run_all_script(TEST_CONFIGS, &test);
+        assert!(s.contains("UVERBS_TRANSPORT=write /tests/events --device rxe0 --addr 192.0.2.1\n"));
+        for (example, takes_addr) in SHORT_EXAMPLES {
+            let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join(format!("../../examples/{example}.rs"));
+            assert!(file.is_file(), "{}", file.display());
+            for kind in LINK_KINDS {
+                let name = format!("example_{example}_{}", kind.device());
+                let run = |runs: &[GuestRun]| runs.iter().find(|r| r.name == name).cloned();
+                let (d, t) = (run(&demo).expect(&name), run(&test).expect(&name));
+                assert_eq!(d.args, t.args);
+                assert!(t.retry_once && !d.retry_once && !is_two_host(&name));
+                assert_eq!(d.args.contains(&"--addr".to_string()), *takes_addr);
+                assert_eq!(d.args[..2], ["--device", kind.device()]);
+            }
+        }
+        // Every tokio_pingpong run is retried as well.
+        assert!(test.iter().all(|r| r.retry_once));
     }
 
     #[test]

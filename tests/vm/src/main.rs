@@ -35,9 +35,11 @@
 //!    pass. Its table ends in `vm two-host: N passed, M failed`, and the
 //!    last line, `vm: N passed, M failed`, counts both boots' runs.
 //!
-//! `demo` does steps 3–5 for `examples/rereg.rs` and `examples/pingpong.rs`
-//! (the runs of [`guest::DEMO_RUNS`], one of them the pingpong probe under
-//! strace); `shell` boots to an interactive busybox shell with the same
+//! `demo` does steps 3–5 for `examples/rereg_tour.rs`, `examples/pingpong.rs`
+//! and `examples/perf.rs` (the runs of [`guest::DEMO_RUNS`], one of them
+//! the pingpong probe under strace) and the short examples of
+//! [`guest::SHORT_EXAMPLES`] on rxe0 and siw0, which `test` runs too;
+//! `shell` boots to an interactive busybox shell with the same
 //! devices and binaries (`shell --two`: the two-host guests, A on the
 //! terminal, B's shell reached from A with `telnet 192.0.2.2`).
 
@@ -74,8 +76,9 @@ commands:
   setup   fetch qemu, busybox and the kernel, build siw (cached; installs
           nothing on the host, needs no root)
   test    host tests, then every uverbs test binary in the VM per configuration
-  demo    run examples/rereg.rs and examples/pingpong.rs (+ its syscall count
-          under strace) in the VM (ioctl and write transports)
+  demo    run the examples in the VM (ioctl and write transports): the
+          short ones (devinfo, loopback, owned, events, rereg) on rxe0 and
+          siw0, rereg_tour, pingpong (+ its syscall count under strace), perf
   shell   boot the VM to an interactive busybox shell (Ctrl-A X quits);
           --two: the two-host guests, host a on this terminal, host b's
           shell reached from a with `telnet 192.0.2.2`
@@ -748,7 +751,8 @@ impl Ctx {
             single_files = files;
             single_runs.extend(c_peer_runs);
         }
-        // The examples the single guest runs (the async pingpong).
+        // The examples the single guest runs (the async pingpong, the
+        // short examples).
         let mut example_runs = GuestRun::examples();
         if let Some(only) = &only {
             example_runs.retain(|r| only.split(',').any(|o| r.name.contains(o)));
