@@ -16,7 +16,7 @@ use uverbs::{
     AccessFlags, CompletionQueue, Context, DriverId, Endpoint, MemoryRegion, OpenOptions, QpInit,
     QueuePair, RecvWr, Remote, Sge,
 };
-use uverbs::{Mtu, QpAttr, QpState, QpType, TransportType};
+use uverbs::{QpAttr, QpState, QpType, TransportType};
 
 use super::line_channel::{accept_within, LineChannel};
 use super::{Options, Result, Test, WAIT};
@@ -198,13 +198,8 @@ impl Side {
     /// 7, min RNR timer 12, [`out_reads`](Self::out_reads) READs
     /// outstanding each way, GID index 0.
     fn connect_by_hand(&self, ctx: &Context, me: &Endpoint, peer: &Endpoint) -> Result<()> {
-        let mtu = match ctx.query_port(PORT)?.active_mtu {
-            1 => Mtu::Mtu256,
-            2 => Mtu::Mtu512,
-            4 => Mtu::Mtu2048,
-            5 => Mtu::Mtu4096,
-            _ => Mtu::Mtu1024,
-        };
+        let port = ctx.query_port(PORT)?;
+        let mtu = port.active_mtu().ok_or("the port reports an unknown active MTU")?;
         let init = QpAttr::new()
             .state(QpState::Init)
             .pkey_index(0)

@@ -126,11 +126,9 @@ impl<'a> Peer<'a> {
         } else {
             Link::Loopback {
                 gid: ctx.query_gid(1, 0)?.raw(),
-                mtu: match ctx.query_port(1)?.active_mtu {
-                    1 => Mtu::Mtu256,
-                    2 => Mtu::Mtu512,
-                    _ => Mtu::Mtu1024,
-                },
+                // At most 1024, as before: the tour's peers agree on it.
+                mtu: (ctx.query_port(1)?.active_mtu())
+                    .map_or(Mtu::Mtu1024, |m| m.min(Mtu::Mtu1024)),
             }
         };
         let mut src = MmapMut::map_anon(len.max(LEN))?;
