@@ -218,6 +218,13 @@ impl CmId {
     /// The attributes that move this connection's QP to `state`
     /// (`INIT_QP_ATTR`), as a [`QpAttr`] for
     /// [`QueuePair::modify`](crate::QueuePair::modify).
+    ///
+    /// For an RC id, ask for INIT, RTR and RTS in turn. For a UD id
+    /// (`PortSpace::Udp`) use the answer for INIT only (P_Key index, port
+    /// and the id's Q_Key): the kernel answers the same set for every
+    /// state, and the port is no attribute of UD's INIT → RTR. Take the QP
+    /// on by hand: RTR with the state alone, RTS with the state and an
+    /// `sq_psn`.
     #[doc(alias = "rdma_init_qp_attr")]
     pub fn init_qp_attr(&self, state: QpState) -> Result<QpAttr, Error> {
         let cmd = InitQpAttr::new(self.handle, state);
