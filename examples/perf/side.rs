@@ -199,7 +199,9 @@ impl Side {
     /// outstanding each way, GID index 0.
     fn connect_by_hand(&self, ctx: &Context, me: &Endpoint, peer: &Endpoint) -> Result<()> {
         let port = ctx.query_port(PORT)?;
-        let mtu = port.active_mtu().ok_or("the port reports an unknown active MTU")?;
+        let mtu = port
+            .active_mtu()
+            .ok_or("the port reports an unknown active MTU")?;
         let init = QpAttr::new()
             .state(QpState::Init)
             .pkey_index(0)
