@@ -360,13 +360,12 @@ fn owned_qp(
     // librdmacm's rdma_create_ep makes a CQ for each queue; so do we.
     let send_cq = ctx.create_cq(2, None)?;
     let recv_cq = ctx.create_cq(recv_depth + 1, None)?;
-    let qp = pd.create_qp(&QpInit {
-        max_send_wr: 1,
-        max_recv_wr: recv_depth,
-        max_inline: inline,
-        sq_sig_all: true,
-        ..QpInit::new(QpType::Rc, &send_cq, &recv_cq)
-    })?;
+    let init = QpInit::new(QpType::Rc, &send_cq, &recv_cq)
+        .max_send_wr(1)
+        .max_recv_wr(recv_depth)
+        .max_inline(inline)
+        .sq_sig_all(true);
+    let qp = pd.create_qp(&init)?;
     OwnedQp::new(qp).map_err(|refused| refused.error.into())
 }
 

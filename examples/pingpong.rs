@@ -98,8 +98,8 @@ use memmap2::MmapMut;
 use uverbs::uverbs_uapi::ib_uverbs_qp_dest;
 use uverbs::{
     AccessFlags, CompletionChannel, CompletionQueue, Context, Device, DriverId, GidType, LinkLayer,
-    MemoryRegion, OpenOptions, Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    MemoryRegion, OpenOptions, Payload, QpInit, QueuePair, RecvWr, Remote, SendOp, SendWr, Sge,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use uverbs::{Mtu, QpAttr, QpState, QpType};
 
@@ -543,11 +543,10 @@ impl Side {
         // rc_pingpong's CQ holds rx_depth + 1; --cm's WRITE window more.
         let cqe = (opts.rx_depth + 1).max(2 * WINDOW as u32 + 8);
         let cq = ctx.create_cq(cqe, channel.as_ref())?;
-        let qp = pd.create_qp(&QpInit {
-            max_send_wr: 2 * WINDOW as u32,
-            max_recv_wr: opts.rx_depth,
-            ..QpInit::new(QpType::Rc, &cq, &cq)
-        })?;
+        let init = QpInit::new(QpType::Rc, &cq, &cq)
+            .max_send_wr(2 * WINDOW as u32)
+            .max_recv_wr(opts.rx_depth);
+        let qp = pd.create_qp(&init)?;
         let mut buf = MmapMut::map_anon(layout.len())?;
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         // SAFETY: `buf` is a mapping of its own that outlives the MR (see
@@ -600,13 +599,7 @@ impl Side {
 
     /// Posts a signalled send of `op` from `sges`.
     fn post(&self, wr_id: u64, op: SendOp, sges: &[Sge]) -> Result<()> {
-        let wr = SendWr {
-            wr_id,
-            op,
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(sges),
-            ud: None,
-        };
+        let wr = SendWr::new(wr_id, op, Payload::Sges(sges));
         // SAFETY: every caller leaves the bytes of `sges` alone until this
         // request's completion is polled.
         unsafe { self.qp.post_send(&[wr])? };

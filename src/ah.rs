@@ -70,6 +70,26 @@ impl AhAttr {
         }
     }
 
+    /// An InfiniBand address vector within one subnet: destination LID
+    /// `dlid` on `port`, no GRH, SL 0. RoCE and iWARP have no LIDs: there
+    /// use [`roce`](Self::roce) (the kernel refuses an AH without a GRH on a
+    /// RoCE port: `EINVAL`).
+    pub fn lid(dlid: u16, port: u8) -> Self {
+        AhAttr {
+            dgid: Gid::from_raw([0; 16]),
+            sgid_index: 0,
+            hop_limit: 0,
+            traffic_class: 0,
+            flow_label: 0,
+            port,
+            sl: 0,
+            is_global: false,
+            dlid,
+            static_rate: 0,
+            src_path_bits: 0,
+        }
+    }
+
     /// The address vector the kernel's `ib_uverbs_ah_attr` is: what a cm
     /// event hands a UD id ([`UdPeer::ah_attr`](crate::cm::UdPeer::ah_attr),
     /// see [`UdPeer::to_ah_attr`](crate::cm::UdPeer::to_ah_attr)).

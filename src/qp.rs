@@ -46,8 +46,22 @@ pub(crate) fn next_qp_event_id() -> u64 {
 ///
 /// The capacities are minimums: the kernel may give more, and
 /// [`QueuePair::caps`] tells what it gave.
+///
+/// Built with [`QpInit::new`] and the chained setters; the fields stay
+/// public to read and to change. It is `#[non_exhaustive]` (libibverbs'
+/// `ibv_qp_init_attr_ex` shows what may come): outside this crate, start
+/// from `new`.
+///
+/// ```
+/// # fn f(pd: &uverbs::ProtectionDomain, cq: &uverbs::CompletionQueue) -> Result<(), uverbs::Error> {
+/// use uverbs::{QpInit, QpType};
+/// let qp = pd.create_qp(&QpInit::new(QpType::Rc, cq, cq).max_send_wr(64).max_inline(64))?;
+/// assert!(qp.caps().max_send_wr >= 64);
+/// # Ok(()) }
+/// ```
 #[doc(alias = "ibv_qp_init_attr")]
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct QpInit<'a> {
     /// RC, UC or UD.
     pub qp_type: QpType,
@@ -88,6 +102,42 @@ impl<'a> QpInit<'a> {
             max_inline: 0,
             sq_sig_all: false,
         }
+    }
+
+    /// At least `n` send work requests outstanding at once.
+    pub fn max_send_wr(mut self, n: u32) -> Self {
+        self.max_send_wr = n;
+        self
+    }
+
+    /// At least `n` receive work requests outstanding at once.
+    pub fn max_recv_wr(mut self, n: u32) -> Self {
+        self.max_recv_wr = n;
+        self
+    }
+
+    /// At least `n` SGEs per send work request.
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.max_send_sge = n;
+        self
+    }
+
+    /// At least `n` SGEs per receive work request.
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.max_recv_sge = n;
+        self
+    }
+
+    /// At least `n` inline bytes per send work request.
+    pub fn max_inline(mut self, n: u32) -> Self {
+        self.max_inline = n;
+        self
+    }
+
+    /// Whether every send work request completes, signalled or not.
+    pub fn sq_sig_all(mut self, on: bool) -> Self {
+        self.sq_sig_all = on;
+        self
     }
 }
 

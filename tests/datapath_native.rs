@@ -367,11 +367,9 @@ fn caps_are_what_the_rings_hold_when_the_kernel_answers_what_was_asked() {
             fake.answer_caps_as_asked();
         }
         let cq = ctx.create_cq(16, None).unwrap();
-        let init = QpInit {
-            max_send_wr: 5,
-            max_recv_wr: 9,
-            ..QpInit::new(QpType::Rc, &cq, &cq)
-        };
+        let init = QpInit::new(QpType::Rc, &cq, &cq)
+            .max_send_wr(5)
+            .max_recv_wr(9);
         let qp = pd.create_qp(&init).unwrap();
         let caps = qp.caps();
         assert_eq!(

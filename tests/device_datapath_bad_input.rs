@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use uverbs::{
     CompletionQueue, Context, CreatePath, Errno, Error, MemoryRegion, Payload, PostError,
-    ProtectionDomain, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, TransportKind,
-    WcOpcode, WcStatus, WorkCompletion,
+    ProtectionDomain, QpInit, RecvWr, Remote, SendOp, SendWr, Sge, TransportKind, WcOpcode,
+    WcStatus, WorkCompletion,
 };
 use uverbs::{QpState, QpType};
 
@@ -88,13 +88,11 @@ fn assert_refused(err: &Error, index: usize, why: fn(&PostError) -> bool, errno:
 
 /// A signalled RDMA WRITE of inline `segs` to `remote`.
 fn inline_write<'a>(wr_id: u64, remote: Remote, segs: &'a [&'a [u8]]) -> SendWr<'a> {
-    SendWr {
+    SendWr::new(
         wr_id,
-        op: SendOp::RdmaWrite { remote, imm: None },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Inline(segs),
-        ud: None,
-    }
+        SendOp::RdmaWrite { remote, imm: None },
+        Payload::Inline(segs),
+    )
 }
 
 fn send(wr_id: u64, sges: &[Sge]) -> SendWr<'_> {

@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use common::*;
-use uverbs::{AccessFlags, Payload, QpInit, RecvWr, Remote, SendFlags, SendOp, SendWr, WcOpcode};
+use uverbs::{AccessFlags, Payload, QpInit, RecvWr, Remote, SendOp, SendWr, WcOpcode};
 use uverbs::{Mtu, QpAttr, QpState, QpType};
 
 #[test]
@@ -150,13 +150,7 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
             let pd = alloc_pd(ctx);
             let cq = ctx.create_cq(8, None).unwrap();
             let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
-            let wr = SendWr {
-                wr_id: 1,
-                op: SendOp::Send { imm: None },
-                flags: SendFlags::SIGNALED,
-                payload: Payload::Inline(&[]),
-                ud: None,
-            };
+            let wr = SendWr::new(1, SendOp::Send { imm: None }, Payload::Inline(&[]));
             // SAFETY: refused before anything is queued (an empty inline payload
             // names no memory anyway).
             let err = unsafe { qp.post_send(&[wr]) }.unwrap_err();
@@ -346,10 +340,7 @@ fn a_batch_is_all_or_nothing_and_rings_once() {
 #[test]
 fn inline_send_and_write_land() {
     on_each_data_path_device("inline_send_and_write_land", |name, ctx| {
-        let q = connected_rc_pair_init(ctx, name, 16, &|init| QpInit {
-            max_inline: 64,
-            ..init
-        });
+        let q = connected_rc_pair_init(ctx, name, 16, &|init| init.max_inline(64));
         let max_inline = q.qp_a.caps().max_inline;
         assert!(max_inline >= 64, "{name}: max_inline {max_inline}");
         let mut buf = anon(4096);
@@ -366,13 +357,8 @@ fn inline_send_and_write_land() {
         .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
         let mut msg: Vec<u8> = (0..48u8).map(|i| i ^ 0x3c).collect();
         let sent = msg.clone();
-        let send = SendWr {
-            wr_id: 0x5e,
-            op: SendOp::Send { imm: None },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Inline(&[&msg]),
-            ud: None,
-        };
+        let segs = [&msg[..]];
+        let send = SendWr::new(0x5e, SendOp::Send { imm: None }, Payload::Inline(&segs));
         // SAFETY: inline data is copied into the WQE by post_send.
         unsafe { q.qp_a.post_send(&[send]) }
             .unwrap_or_else(|e| panic!("{name}: post_send inline SEND: {e}"));
@@ -389,19 +375,18 @@ fn inline_send_and_write_land() {
         assert_eq!(&buf[..48], &sent[..], "{name}: the inline SEND's bytes");
 
         let bytes: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(5) ^ 0x81).collect();
-        let write = SendWr {
-            wr_id: 0x3e,
-            op: SendOp::RdmaWrite {
+        let segs = [&bytes[..]];
+        let write = SendWr::new(
+            0x3e,
+            SendOp::RdmaWrite {
                 remote: Remote {
                     addr: addr + 1024,
                     rkey: mr.rkey(),
                 },
                 imm: None,
             },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Inline(&[&bytes]),
-            ud: None,
-        };
+            Payload::Inline(&segs),
+        );
         // SAFETY: inline data is copied; buf[1024..1088] is not touched
         // until the completion.
         unsafe { q.qp_a.post_send(&[write]) }

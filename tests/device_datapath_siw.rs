@@ -202,13 +202,7 @@ fn siw_cq_qp_rings_flush_and_teardown() {
         let mr = fresh_mr(&pd, &mut buf, AccessFlags::LOCAL_WRITE);
         let addr = buf.as_ptr() as u64;
         let one = sge(addr, 64, &mr);
-        let send = SendWr {
-            wr_id: 1,
-            op: SendOp::Send { imm: None },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(&one),
-            ud: None,
-        };
+        let send = SendWr::new(1, SendOp::Send { imm: None }, Payload::Sges(&one));
         let wrong = |state| PostError::WrongState {
             op: "post_send",
             state,
@@ -370,13 +364,7 @@ fn siw_cq_qp_rings_flush_and_teardown() {
             ),
         ];
         for (op, flags, payload, want) in cases {
-            let bad = SendWr {
-                wr_id: 2,
-                op,
-                flags,
-                payload,
-                ud: None,
-            };
+            let bad = SendWr::new(2, op, payload).flags(flags);
             // A valid request first: the batch is all or nothing, refused
             // at index 1.
             // SAFETY: refused before anything is written (asserted).

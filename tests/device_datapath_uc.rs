@@ -9,8 +9,8 @@ mod common;
 
 use common::*;
 use uverbs::{
-    AccessFlags, Error, Payload, PostError, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
-    SendWr, WcFlags, WcOpcode,
+    AccessFlags, Error, Payload, PostError, QpInit, QueuePair, RecvWr, Remote, SendOp, SendWr,
+    WcFlags, WcOpcode,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -118,13 +118,7 @@ fn uc_write_and_send_land_and_read_is_refused_before_the_ring() {
                     "ATOMIC_FETCH_AND_ADD",
                 ),
             ] {
-                let wr = SendWr {
-                    wr_id: 9,
-                    op,
-                    flags: SendFlags::SIGNALED,
-                    payload: Payload::Sges(&dst),
-                    ud: None,
-                };
+                let wr = SendWr::new(9, op, Payload::Sges(&dst));
                 // SAFETY: refused before the ring (asserted), so the device
                 // never sees it.
                 let e = unsafe { a.post_send(&[wr]) }.expect_err(opcode);

@@ -111,3 +111,31 @@ fn a_ud_reply_is_addressed_from_the_completion_and_its_grh() {
         },
     );
 }
+
+/// `AhAttr::lid` is InfiniBand's address vector (no GRH); on a RoCE port
+/// the kernel refuses it (`rdma_check_ah_attr`: EINVAL) and no AH exists.
+#[test]
+fn a_lid_only_address_vector_is_refused_on_roce() {
+    on_each_device(
+        "a_lid_only_address_vector_is_refused_on_roce",
+        |name, dut, _| {
+            if driver(&dut) != Driver::Rxe {
+                return loud(&format!("NOTE: {name}: not rxe: no UD"));
+            }
+            let ctx: &uverbs::Context = &dut;
+            let pd = alloc_pd(ctx);
+            let attr = AhAttr::lid(1, PORT);
+            assert!(!attr.is_global && attr.dlid == 1 && attr.port == PORT);
+            let err = pd
+                .create_ah(&attr)
+                .expect_err("a RoCE port took an AH without a GRH");
+            assert_eq!(err.errno(), Some(uverbs::Errno::INVAL), "{name}: {err}");
+            // The PD is still whole: a RoCE AH on it works.
+            let gid = ctx.query_gid(u32::from(PORT), 0).expect("query_gid");
+            drop(
+                pd.create_ah(&AhAttr::roce(gid, 0, PORT))
+                    .expect("create_ah (GRH)"),
+            );
+        },
+    );
+}

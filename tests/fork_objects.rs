@@ -14,8 +14,8 @@ use common::{anon, blocking_advisor, fake_context, fork_safety_with, page_size, 
 use uverbs::fork::ForkMode;
 use uverbs::transport::RecordingTransport;
 use uverbs::{
-    AccessFlags, Errno, Error, Op, OpenOptions, Payload, QpInit, RecvWr, ReregOutcome, SendFlags,
-    SendOp, SendWr, Sge, WorkCompletion,
+    AccessFlags, Errno, Error, Op, OpenOptions, Payload, QpInit, RecvWr, ReregOutcome, SendOp,
+    SendWr, Sge, WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -161,13 +161,7 @@ fn a_child_polls_arms_posts_and_modifies_nothing_on_the_parents_rings() {
             _ => None,
         };
         let mut wc = [WorkCompletion::default(); 4];
-        let send = SendWr {
-            wr_id: 2,
-            op: SendOp::Send { imm: None },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(&sge),
-            ud: None,
-        };
+        let send = SendWr::new(2, SendOp::Send { imm: None }, Payload::Sges(&sge));
         let got = [
             op_of(cq.poll(&mut wc).map(|_| ())),
             op_of(cq.req_notify(false)),

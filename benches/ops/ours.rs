@@ -135,11 +135,9 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
     };
     let (cq_a, cq_b) = (cq(16)?, cq(recv_depth + 16)?);
     let qp = |cq, max_recv_wr, max_inline| {
-        let init = QpInit {
-            max_recv_wr,
-            max_inline,
-            ..QpInit::new(QpType::Rc, cq, cq)
-        };
+        let init = QpInit::new(QpType::Rc, cq, cq)
+            .max_recv_wr(max_recv_wr)
+            .max_inline(max_inline);
         pd.create_qp(&init)
             .map_err(|e| format!("ours: create_qp: {e}"))
     };
@@ -206,13 +204,7 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
 
 /// A signalled SEND or WRITE `wr_id` of `payload`.
 fn send_wr<'a>(wr_id: u64, op: SendOp, flags: SendFlags, payload: Payload<'a>) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        op,
-        flags,
-        payload,
-        ud: None,
-    }
+    SendWr::new(wr_id, op, payload).flags(flags)
 }
 
 /// Case 1: one signalled WRITE per iteration.

@@ -152,16 +152,14 @@ pub fn write_lat(
             // SAFETY: the same source bytes, read by the device until this
             // WRITE's completion, polled below before they change again.
             let bytes: [&[u8]; 1] = [unsafe { std::slice::from_raw_parts(src, size) }];
-            let wr = SendWr {
-                wr_id: scnt as u64,
-                op: SendOp::RdmaWrite {
+            let wr = SendWr::new(
+                scnt as u64,
+                SendOp::RdmaWrite {
                     remote: peer,
                     imm: None,
                 },
-                flags: SendFlags::SIGNALED,
-                payload: payload(side, &sge, &bytes),
-                ud: None,
-            };
+                payload(side, &sge, &bytes),
+            );
             // SAFETY: see above; the remote area is the peer's target,
             // registered for REMOTE_WRITE under that rkey.
             unsafe { side.qp.post_send(&[wr])? };
@@ -213,13 +211,12 @@ pub fn send_lat(
             posted.push(Instant::now());
             scnt += 1;
             let signalled = scnt % cq_mod == 0 || scnt == iters;
-            let wr = SendWr {
-                wr_id: scnt as u64,
-                op: SendOp::Send { imm: None },
-                flags: signalled_if(signalled),
-                payload: payload(side, &sge, &bytes),
-                ud: None,
-            };
+            let wr = SendWr::new(
+                scnt as u64,
+                SendOp::Send { imm: None },
+                payload(side, &sge, &bytes),
+            )
+            .flags(signalled_if(signalled));
             // SAFETY: the source area is never written during the run;
             // the buffer outlives the QP.
             unsafe { side.qp.post_send(&[wr])? };
@@ -246,13 +243,11 @@ pub fn read_lat(side: &mut Side, peer: Remote, iters: usize) -> Result<Vec<Insta
     let mut spin = Spin::new();
     for i in 0..iters {
         posted.push(Instant::now());
-        let wr = SendWr {
-            wr_id: i as u64,
-            op: SendOp::RdmaRead { remote: peer },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(&sge),
-            ud: None,
-        };
+        let wr = SendWr::new(
+            i as u64,
+            SendOp::RdmaRead { remote: peer },
+            Payload::Sges(&sge),
+        );
         // SAFETY: the device writes our target area until the completion,
         // polled right after; nothing reads it.
         unsafe { side.qp.post_send(&[wr])? };
@@ -294,13 +289,8 @@ pub fn bw_client(
     while ccnt < iters {
         while scnt < iters && scnt < ccnt + tx_depth {
             let signalled = (scnt + 1) % cq_mod == 0 || scnt + 1 == iters;
-            let wr = SendWr {
-                wr_id: scnt as u64,
-                op,
-                flags: signalled_if(signalled),
-                payload: payload(side, &sge, &bytes),
-                ud: None,
-            };
+            let wr = SendWr::new(scnt as u64, op, payload(side, &sge, &bytes))
+                .flags(signalled_if(signalled));
             // SAFETY: the source area is never written during the run;
             // the remote area is the peer's target, registered for
             // REMOTE_WRITE under that rkey (or a posted receive).

@@ -102,13 +102,12 @@ impl Side {
         let scq = ctx.create_cq(tx_depth as u32 + 8, None)?;
         let rcq = ctx.create_cq(rx_depth as u32 + 8, None)?;
         let try_create = |inline: usize| {
-            pd.create_qp(&QpInit {
-                max_send_wr: tx_depth as u32,
+            let init = QpInit::new(QpType::Rc, &scq, &rcq)
+                .max_send_wr(tx_depth as u32)
                 // One more for the cm's start signal (`start_signal`).
-                max_recv_wr: rx_depth as u32 + 1,
-                max_inline: inline as u32,
-                ..QpInit::new(QpType::Rc, &scq, &rcq)
-            })
+                .max_recv_wr(rx_depth as u32 + 1)
+                .max_inline(inline as u32);
+            pd.create_qp(&init)
         };
         // The device's cap on inline data is known only by asking: the
         // largest value its create accepts (perftest asks with its default
@@ -517,13 +516,11 @@ fn start_signal(side: &Side) -> Result<()> {
         length: 1,
         ..side.sge(side.source())
     }];
-    let wr = uverbs::SendWr {
-        wr_id: START_ID,
-        op: uverbs::SendOp::Send { imm: None },
-        flags: uverbs::SendFlags::SIGNALED,
-        payload: uverbs::Payload::Sges(&sge),
-        ud: None,
-    };
+    let wr = uverbs::SendWr::new(
+        START_ID,
+        uverbs::SendOp::Send { imm: None },
+        uverbs::Payload::Sges(&sge),
+    );
     // SAFETY: the source's first byte, not written before this SEND's
     // completion, polled right here.
     unsafe { side.qp.post_send(&[wr])? };

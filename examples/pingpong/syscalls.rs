@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 use memmap2::MmapMut;
 use uverbs::QpType;
 use uverbs::{
-    AccessFlags, Context, Payload, QpInit, QueuePair, RecvWr, SendFlags, SendOp, SendWr, Sge,
-    WcStatus, WorkCompletion,
+    AccessFlags, Context, Payload, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, WcStatus,
+    WorkCompletion,
 };
 
 use super::{data_path_device, gid_index, to_init, to_rts, Dest, Local, Options, Result, WAIT};
@@ -168,11 +168,9 @@ pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
     let n = opts.iters;
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(2 * n as u32 + 8, None)?;
-    let init = QpInit {
-        max_send_wr: n as u32,
-        max_recv_wr: n as u32,
-        ..QpInit::new(QpType::Rc, &cq, &cq)
-    };
+    let init = QpInit::new(QpType::Rc, &cq, &cq)
+        .max_send_wr(n as u32)
+        .max_recv_wr(n as u32);
     let (a, b) = (pd.create_qp(&init)?, pd.create_qp(&init)?);
     let mut buf = MmapMut::map_anon(8192)?;
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
@@ -211,13 +209,7 @@ pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
         length: 64,
         lkey: mr.lkey(),
     }];
-    let send = SendWr {
-        wr_id: 0,
-        op: SendOp::Send { imm: None },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(&send_sge),
-        ud: None,
-    };
+    let send = SendWr::new(0, SendOp::Send { imm: None }, Payload::Sges(&send_sge));
     println!(
         "probe {} over {}: {n} × post_recv, {n} × post_send, {} × poll_cq",
         ctx.device_name(),
@@ -241,10 +233,9 @@ pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
         // SAFETY: the first page is only read by the device and not
         // written by the program.
         unsafe {
-            a.post_send(&[SendWr {
-                wr_id: i as u64,
-                ..send
-            }])?
+            let mut wr = send;
+            wr.wr_id = i as u64;
+            a.post_send(&[wr])?
         };
     }
     phase("settle", None);

@@ -26,7 +26,7 @@ use memmap2::MmapMut;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, Payload, ProtectionDomain, QpInit,
-    QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+    QueuePair, RecvWr, Remote, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 use uverbs::{Mtu, QpAttr, QpState, QpType, TransportType};
 
@@ -329,13 +329,11 @@ impl<'a> Peer<'a> {
             addr: target as u64,
             rkey,
         };
-        let wr = SendWr {
-            wr_id: u64::from(self.seed),
-            op: SendOp::RdmaWrite { remote, imm: None },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(&sge),
-            ud: None,
-        };
+        let wr = SendWr::new(
+            u64::from(self.seed),
+            SendOp::RdmaWrite { remote, imm: None },
+            Payload::Sges(&sge),
+        );
         // SAFETY: `src[..LEN]` stays registered and unwritten until the
         // completion is polled below (or the QP is dropped, before `src`).
         unsafe { self.writer.post_send(&[wr]) }?;
@@ -484,19 +482,17 @@ impl Peer<'_> {
             length: len as u32,
             lkey: self.src_mr.lkey(),
         }];
-        let wr = SendWr {
-            wr_id: u64::from(self.seed),
-            op: SendOp::RdmaWrite {
+        let wr = SendWr::new(
+            u64::from(self.seed),
+            SendOp::RdmaWrite {
                 remote: Remote {
                     addr: target as u64,
                     rkey,
                 },
                 imm: None,
             },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(&sge),
-            ud: None,
-        };
+            Payload::Sges(&sge),
+        );
         // SAFETY: `src[..len]` stays registered and unwritten until the
         // completion is polled below (or the QP is dropped, before `src`).
         unsafe { self.writer.post_send(&[wr]) }?;

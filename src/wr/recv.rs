@@ -12,3 +12,10 @@ pub struct RecvWr<'a> {
     /// Buffers the incoming message is scattered into.
     pub sges: &'a [Sge],
 }
+
+impl<'a> RecvWr<'a> {
+    /// A receive into `sges`, returning `wr_id` in its completion.
+    pub fn new(wr_id: u64, sges: &'a [Sge]) -> Self {
+        RecvWr { wr_id, sges }
+    }
+}

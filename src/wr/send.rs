@@ -169,8 +169,24 @@ impl<'a> UdDest<'a> {
 }
 
 /// One send work request.
+///
+/// Built with [`SendWr::new`] and the chained setters; the fields stay
+/// public to read and to change. New fields may come (`ibv_send_wr` grew
+/// several), so it is `#[non_exhaustive]`: outside this crate, start from
+/// `new`.
+///
+/// ```
+/// # fn f(mr: &uverbs::MemoryRegion, peer: uverbs::Remote) -> Result<(), Box<dyn std::error::Error>> {
+/// use uverbs::{Payload, SendFlags, SendOp, SendWr};
+/// let sge = [mr.sge(..64)?];
+/// let write = SendWr::new(7, SendOp::RdmaWrite { remote: peer, imm: None }, Payload::Sges(&sge))
+///     .flags(SendFlags::SIGNALED | SendFlags::FENCE);
+/// assert_eq!(write.wr_id, 7);
+/// # Ok(()) }
+/// ```
 #[doc(alias = "ibv_send_wr")]
 #[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
 pub struct SendWr<'a> {
     /// Returned in the completion.
     pub wr_id: u64,
@@ -182,4 +198,32 @@ pub struct SendWr<'a> {
     pub payload: Payload<'a>,
     /// Destination, for sends on a UD QP only.
     pub ud: Option<UdDest<'a>>,
+}
+
+impl<'a> SendWr<'a> {
+    /// `op` on `payload`, returning `wr_id` in its completion; signalled
+    /// ([`SendFlags::SIGNALED`]: a QP created without `sq_sig_all` would
+    /// otherwise never report it) and with no UD destination.
+    pub fn new(wr_id: u64, op: SendOp, payload: Payload<'a>) -> Self {
+        SendWr {
+            wr_id,
+            op,
+            flags: SendFlags::SIGNALED,
+            payload,
+            ud: None,
+        }
+    }
+
+    /// Replaces the flags (clear [`SendFlags::SIGNALED`] for an unsignalled
+    /// request).
+    pub fn flags(mut self, flags: SendFlags) -> Self {
+        self.flags = flags;
+        self
+    }
+
+    /// Sends to `dest` (UD QPs only; other QP types refuse the request).
+    pub fn ud(mut self, dest: UdDest<'a>) -> Self {
+        self.ud = Some(dest);
+        self
+    }
 }

@@ -300,11 +300,8 @@ pub fn cm_connected_pair_with(
     };
     let (cq_a, cq_b) = (cq("A", setup.client_channel), cq("B", None));
     let qp = |cq: &CompletionQueue, which: &str| {
-        pd.create_qp(&QpInit {
-            max_send_wr: setup.max_send_wr,
-            ..QpInit::new(QpType::Rc, cq, cq)
-        })
-        .unwrap_or_else(|e| panic!("{name}: create_qp {which}: {e}"))
+        pd.create_qp(&QpInit::new(QpType::Rc, cq, cq).max_send_wr(setup.max_send_wr))
+            .unwrap_or_else(|e| panic!("{name}: create_qp {which}: {e}"))
     };
     let (qp_a, qp_b) = (qp(&cq_a, "A"), qp(&cq_b, "B"));
     let iwarp = is_iwarp(&qp_a);

@@ -94,13 +94,7 @@ pub fn ud_send<'a>(
     sges: &'a [uverbs::Sge],
     dest: uverbs::UdDest<'a>,
 ) -> SendWr<'a> {
-    SendWr {
-        wr_id,
-        op: SendOp::Send { imm },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(sges),
-        ud: Some(dest),
-    }
+    SendWr::new(wr_id, SendOp::Send { imm }, Payload::Sges(sges)).ud(dest)
 }
 
 /// The GID index used: on the VM's rxe0 (on dummy0, no IPv4) index 0 is
@@ -759,13 +753,7 @@ pub fn signalled_write(wr_id: u64, sges: &[Sge], remote: Remote) -> SendWr<'_> {
 
 /// A signalled `op` of `sges`.
 pub fn signalled(wr_id: u64, op: SendOp, sges: &[Sge]) -> SendWr<'_> {
-    SendWr {
-        wr_id,
-        op,
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(sges),
-        ud: None,
-    }
+    SendWr::new(wr_id, op, Payload::Sges(sges))
 }
 
 /// siw creates RC QPs only (`siw_create_qp` answers `EOPNOTSUPP` to any
