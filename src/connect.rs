@@ -10,10 +10,9 @@
 //! ([`crate::cm`]), and the kernel refuses these steps on one.
 
 use crate::command::{Mtu, QpAttr, QpState};
+use crate::connectable::Connectable;
 use crate::error::Error;
 use crate::flags::AccessFlags;
-use crate::post::OwnedQp;
-use crate::qp::QueuePair;
 use crate::query::Gid;
 
 /// The far end of an RC connection, as the peer describes itself.
@@ -42,51 +41,6 @@ impl RcPeer {
     pub fn psn(mut self, psn: u32) -> Self {
         self.psn = psn;
         self
-    }
-}
-
-/// A QP [`RcConnect`] can move through its states: [`QueuePair`],
-/// [`OwnedQp`] and, with the `tokio` feature, `tokio::AsyncQp`.
-pub trait Connectable: sealed::Sealed {
-    /// The QP number the peer addresses.
-    fn qp_num(&self) -> u32;
-    /// One `MODIFY_QP`.
-    fn modify(&self, attr: &QpAttr) -> Result<(), Error>;
-}
-
-mod sealed {
-    pub trait Sealed {}
-}
-
-impl sealed::Sealed for QueuePair {}
-impl Connectable for QueuePair {
-    fn qp_num(&self) -> u32 {
-        QueuePair::qp_num(self)
-    }
-    fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-        QueuePair::modify(self, attr)
-    }
-}
-
-impl<M> sealed::Sealed for OwnedQp<M> {}
-impl<M> Connectable for OwnedQp<M> {
-    fn qp_num(&self) -> u32 {
-        OwnedQp::qp_num(self)
-    }
-    fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-        OwnedQp::modify(self, attr)
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl<M> sealed::Sealed for crate::tokio::AsyncQp<M> {}
-#[cfg(feature = "tokio")]
-impl<M: Send + 'static> Connectable for crate::tokio::AsyncQp<M> {
-    fn qp_num(&self) -> u32 {
-        crate::tokio::AsyncQp::qp_num(self)
-    }
-    fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-        crate::tokio::AsyncQp::modify(self, attr)
     }
 }
 
@@ -221,7 +175,7 @@ impl RcConnect {
 
     /// Takes `qp`, in RESET, to RTS towards `peer`: three `MODIFY_QP`s.
     /// The first refused one's error is returned, and the QP stays in the
-    /// state the steps before it reached (its [`QueuePair::state`]).
+    /// state the steps before it reached (its [`QueuePair::state`](crate::QueuePair::state)).
     pub fn connect<Q: Connectable + ?Sized>(&self, qp: &Q, peer: RcPeer) -> Result<(), Error> {
         for (_, attr) in self.steps(peer) {
             qp.modify(&attr)?;

@@ -102,6 +102,7 @@ mod buffer;
 pub mod cm;
 pub mod command;
 mod connect;
+mod connectable;
 mod context;
 mod cq;
 mod cq_routing;
@@ -146,7 +147,8 @@ pub use buffer::{
     StableBuffer,
 };
 pub use command::{Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, TransportType};
-pub use connect::{Connectable, RcConnect, RcPeer};
+pub use connect::{RcConnect, RcPeer};
+pub use connectable::Connectable;
 pub use context::{Context, OpenOptions};
 pub use cq::{CompletionChannel, CompletionQueue, CqDestroyed, CreatePath, DestroyCqError};
 pub use device::{

@@ -15,14 +15,13 @@ use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
-use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
-use uverbs::{CompletionQueue, Context, DeviceReadable, OwnedQp, ProtectionDomain, QpInit};
-use uverbs::{QpState, QpType};
+use uverbs::cm::{CmError, CmId, ConnParam, EventChannel, PortSpace};
+use uverbs::{CompletionQueue, Context, DeviceReadable, OwnedQp, ProtectionDomain};
+use uverbs::{QpInit, QpType};
 
-/// The longest any connection-manager event is waited for.
+/// The longest any connection-manager event is waited for (and the
+/// kernel's time-out for address and route resolution).
 const CM_WAIT: Duration = Duration::from_secs(10);
-/// Address and route resolution time-outs handed to the kernel (ms).
-const RESOLVE_MS: u32 = 2000;
 
 /// A connected pair. Fields drop in order: the QPs, then the cm ids
 /// (which ends the connection), then their channels.
@@ -75,26 +74,16 @@ pub fn open(name: Option<&str>) -> Result<Context, Box<dyn Error>> {
     Ok(device.open()?)
 }
 
-/// The next event on `ch`, at most [`CM_WAIT`] away.
-fn next(ch: &EventChannel, what: &str) -> Result<EventKind, Box<dyn Error>> {
-    let ev = ch.wait_event(CM_WAIT)?;
-    let ev = ev.ok_or(format!("{what}: no cm event within {CM_WAIT:?}"))?;
-    if ev.status < 0 {
-        return Err(format!("{what}: {} ({:?})", ev.name(), ev.errno()).into());
-    }
-    Ok(ev.kind)
-}
-
 /// Connects two new RC QPs of `pd` (A on `cq_a`, B on `cq_b`) to each
 /// other over `addr`, an address of `ctx`'s device; both end in RTS.
-pub fn connect<M: DeviceReadable>(
+pub fn connect<M: DeviceReadable + Send>(
     ctx: &Context,
     pd: &ProtectionDomain,
     (cq_a, cq_b): (&CompletionQueue, &CompletionQueue),
     addr: IpAddr,
 ) -> Result<Pair<M>, Box<dyn Error>> {
-    // One channel per side, as two programs would have: each side's events
-    // arrive in order on its own.
+    // One channel per side, as two programs would have: each side waits
+    // for its own events only.
     let (ch_a, ch_b) = (EventChannel::open()?, EventChannel::open()?);
     let listener = ch_b.create_id(PortSpace::Tcp)?;
     listener.bind(SocketAddr::new(addr, 0))?; // port 0: the kernel picks one
@@ -104,10 +93,7 @@ pub fn connect<M: DeviceReadable>(
         .src
         .ok_or("the listener has no address")?;
     let client = ch_a.create_id(PortSpace::Tcp)?;
-    client.resolve_addr(None, at, RESOLVE_MS)?;
-    next(&ch_a, "resolve_addr")?;
-    client.resolve_route(RESOLVE_MS)?;
-    next(&ch_a, "resolve_route")?;
+    client.resolve(None, at, CM_WAIT)?;
     if !client.is_on(ctx)? {
         return Err(format!("{addr} is not an address of {}", ctx.device_name()).into());
     }
@@ -117,41 +103,20 @@ pub fn connect<M: DeviceReadable>(
         Ok(OwnedQp::new(qp).map_err(|refused| refused.error)?)
     };
     let (a, b) = (qp(cq_a)?, qp(cq_b)?);
-    // The attributes of every transition come from the cm (INIT_QP_ATTR):
-    // the port, the peer's address and QP number, the access it granted.
-    // A goes to INIT before connecting (iWARP's connect looks the QP up).
-    a.modify(&client.init_qp_attr(QpState::Init)?)?;
-    client.connect(&ConnParam::new(a.qp_num()))?;
-    let EventKind::ConnectRequest { id: server, .. } = next(&ch_b, "listen")? else {
-        return Err("the listener heard no connect request".into());
-    };
-    // On iWARP the RTS answer carries no state: the kernel's cm moves the
-    // QP to RTS itself once the connection is up.
-    for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
-        b.modify(&server.init_qp_attr(state)?)?;
-    }
-    server.accept(&ConnParam::new(b.qp_num()))?;
-    match next(&ch_a, "connect")? {
-        // RoCE: the active side finishes the handshake itself.
-        EventKind::ConnectResponse(_) => {
-            for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
-                a.modify(&client.init_qp_attr(state)?)?;
-            }
-            client.establish()?;
-        }
-        // iWARP: the kernel's cm did.
-        EventKind::Established(_) => {}
-        other => return Err(format!("connect: {other:?}").into()),
-    }
-    let EventKind::Established(_) = next(&ch_b, "accept")? else {
-        return Err("the passive side heard no ESTABLISHED".into());
-    };
-    // Learn the state the cm left each QP in (RTS), before posting.
-    for qp in [&a, &b] {
-        if qp.established()? != QpState::Rts {
-            return Err(format!("QP {} is not in RTS", qp.qp_num()).into());
-        }
-    }
+    // Each call returns when its side is connected, so the two sides run
+    // on two threads. The cm gives every QP transition its attributes (the
+    // port, the peer's address and QP number, the access it granted) and
+    // takes care of RoCE's and iWARP's differences.
+    let server = std::thread::scope(|s| {
+        let passive = s.spawn(|| -> Result<CmId, CmError> {
+            let (server, _request) = listener.get_request(CM_WAIT)?;
+            server.accept_qp(&b, &ConnParam::new(b.qp_num()), CM_WAIT)?;
+            Ok(server)
+        });
+        let active = client.connect_qp(&a, &ConnParam::new(a.qp_num()), CM_WAIT);
+        let passive = passive.join().expect("the accepting thread panicked");
+        active.and(passive)
+    })?;
     Ok(Pair {
         a,
         b,

@@ -36,9 +36,11 @@
 
 mod channel;
 pub mod command;
+mod error;
 mod event;
 #[cfg(any(test, feature = "test-util"))]
 mod fake;
+pub(crate) mod handshake;
 mod id;
 
 #[cfg(test)]
@@ -52,6 +54,7 @@ pub use command::{
     MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
     MAX_UD_ACCEPT_PRIVATE_DATA, MAX_UD_CONNECT_PRIVATE_DATA,
 };
+pub use error::CmError;
 pub use event::{event_name, raw as event_number, Event, EventKind, Param, PeerParam, UdPeer};
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::{FakeCm, RecordedCm};

@@ -536,3 +536,103 @@ fn set_option_and_notify_reach_the_kernel_with_their_values() {
         Some((id.handle(), 9))
     );
 }
+
+// The blocking handshakes (`handshake.rs`). The fake has one event queue
+// for all its channels, so the two sides of one connection cannot each
+// wait on their own here: the happy path of connect_qp/accept_qp runs on
+// the devices (the short examples, on rxe0 and siw0); here the waits,
+// the event checks and the typed failures.
+
+#[test]
+fn blocking_resolve_reaches_the_route_and_types_an_unknown_address() {
+    use crate::cm::CmError;
+    let (_fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    id.resolve(None, "192.0.2.1:7471".parse().unwrap(), WAIT)
+        .expect("the fake's own address resolves");
+    assert_eq!(id.events_received(), 2, "ADDR_RESOLVED, ROUTE_RESOLVED");
+    let lost = ch.create_id(PortSpace::Tcp).unwrap();
+    let err = lost
+        .resolve(None, "203.0.113.9:7471".parse().unwrap(), WAIT)
+        .expect_err("an address no device has");
+    assert!(
+        matches!(err, CmError::Failed { op: Op::CmResolveAddr, errno, .. } if errno == Errno::NETUNREACH),
+        "{err:?}"
+    );
+    assert_eq!(err.errno(), Some(Errno::NETUNREACH));
+}
+
+#[test]
+fn blocking_connect_to_nobody_is_rejected_with_the_qp_in_init() {
+    use crate::cm::CmError;
+    use crate::connectable::mock::MockQp;
+    let (_fake, ch) = channel();
+    let id = ch.create_id(PortSpace::Tcp).unwrap();
+    id.resolve(None, "192.0.2.1:7999".parse().unwrap(), WAIT)
+        .unwrap();
+    let qp = MockQp::new(0x11);
+    let err = id
+        .connect_qp(&qp, &ConnParam::new(0x11), WAIT)
+        .expect_err("nobody listens on 7999");
+    assert!(
+        matches!(
+            err,
+            CmError::Rejected {
+                op: Op::CmConnect,
+                status: 8,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(err.errno(), Some(Errno::CONNREFUSED));
+    assert_eq!(
+        qp.moves(),
+        [Some(QpState::Init)],
+        "INIT before CONNECT only"
+    );
+}
+
+#[test]
+fn blocking_waits_are_bounded_and_take_only_their_own_ids_events() {
+    use crate::cm::CmError;
+    use crate::connectable::mock::MockQp;
+    let (_fake, ch) = channel();
+    let (listener, client) = listener_and_client(&ch, 7472);
+    // Nothing queued: the wait runs out, typed.
+    let short = Duration::from_millis(50);
+    let err = listener.get_request(short).expect_err("no request yet");
+    assert!(
+        matches!(err, CmError::TimedOut { op: Op::CmListen, waited } if waited == short),
+        "{err:?}"
+    );
+    assert_eq!(err.errno(), Some(Errno::TIMEDOUT));
+    // One channel for both sides: the client's wait reads the listener's
+    // CONNECT_REQUEST, which is not its own.
+    let qp = MockQp::new(0x11);
+    let err = client
+        .connect_qp(&qp, &ConnParam::new(0x11), WAIT)
+        .expect_err("another id's event");
+    assert!(
+        matches!(
+            err,
+            CmError::Unexpected {
+                op: Op::CmConnect,
+                event: "RDMA_CM_EVENT_CONNECT_REQUEST",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // On a fresh channel: a request read by its listener is a new id with
+    // the requester's parameters.
+    let (_fake, ch) = channel();
+    let (listener, client) = listener_and_client(&ch, 7473);
+    client.connect(&ConnParam::new(0x12)).unwrap();
+    let (server, param) = listener.get_request(WAIT).expect("the request");
+    let Param::Conn(peer) = param else {
+        panic!("{param:?}")
+    };
+    assert_eq!(peer.qp_num, 0x12);
+    assert_ne!(server.handle(), listener.handle());
+}

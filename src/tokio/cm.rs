@@ -100,181 +100,15 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::AsyncSource;
+use crate::cm::handshake::{
+    before_accept, before_connect, expect_event, millis, on_accept_answer, on_connect_answer,
+};
+pub use crate::cm::CmError;
 use crate::cm::{
     CmId, ConnParam, Event, EventChannel, EventKind, Param, PeerParam, PortSpace, RejectReason,
 };
-use crate::command::{QpAttr, QpState, TransportType};
-use crate::error::{Errno, ErrnoDisplay, Error, Op};
-use crate::QueuePair;
-
-/// A failed connection-manager operation: a failed command or read (the
-/// crate's [`Error`]), or an event that ended the wait with a failure.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CmError {
-    /// A command, the channel, or a QP state change failed (naming the
-    /// operation and the errno; [`Error::ForeignProcess`] in a forked child).
-    #[error(transparent)]
-    Verbs(#[from] Error),
-    /// The cm answered the operation with a failure event:
-    /// `ADDR_ERROR` ([`Op::CmResolveAddr`]), `ROUTE_ERROR`
-    /// ([`Op::CmResolveRoute`]), `UNREACHABLE` or `CONNECT_ERROR`
-    /// ([`Op::CmConnect`], [`Op::CmAccept`]).
-    #[error("{op} on rdma_cm: {event}: {}", ErrnoDisplay(*errno))]
-    Failed {
-        /// What was being done.
-        op: Op,
-        /// The event's name (`RDMA_CM_EVENT_ADDR_ERROR`, ...).
-        event: &'static str,
-        /// The event's raw status.
-        status: i32,
-        /// The errno of the status (`EIO` when the status carries none).
-        errno: Errno,
-    },
-    /// `REJECTED`: the peer, or its CM (nobody listens: the IB CM's status
-    /// 8), refused the connection.
-    #[error("{op} on rdma_cm: RDMA_CM_EVENT_REJECTED (status {status})")]
-    Rejected {
-        /// What was being done ([`Op::CmConnect`], or [`Op::CmAccept`]
-        /// when the peer gave up after the accept).
-        op: Op,
-        /// The status: the IB CM's reject reason (8: nobody listens; 28:
-        /// consumer defined, e.g. `rdma_reject`), or iWARP's negative errno.
-        status: i32,
-        /// The rejecter's private data.
-        private_data: Vec<u8>,
-    },
-    /// An event the operation cannot continue after: `DEVICE_REMOVAL`,
-    /// `DISCONNECTED` before the connection was up, or an event of another
-    /// stage (an id used out of order).
-    #[error("{op} on rdma_cm: unexpected {event} (status {status})")]
-    Unexpected {
-        /// What was being done.
-        op: Op,
-        /// The event's name.
-        event: &'static str,
-        /// The event's raw status.
-        status: i32,
-    },
-}
-
-impl CmError {
-    /// The operation that failed.
-    pub fn op(&self) -> Op {
-        match self {
-            CmError::Verbs(e) => e.op(),
-            CmError::Failed { op, .. }
-            | CmError::Rejected { op, .. }
-            | CmError::Unexpected { op, .. } => *op,
-        }
-    }
-
-    /// The errno: the error's, the failure event's, `ECONNREFUSED` for a
-    /// rejection, for an unexpected event its status's (`EPROTO` when it
-    /// carries none).
-    pub fn errno(&self) -> Option<Errno> {
-        match self {
-            CmError::Verbs(e) => e.errno(),
-            CmError::Failed { errno, .. } => Some(*errno),
-            CmError::Rejected { .. } => Some(Errno::CONNREFUSED),
-            CmError::Unexpected { status, .. } if *status < 0 => {
-                Some(Errno::from_raw_os_error(-*status))
-            }
-            CmError::Unexpected { .. } => Some(Errno::PROTO),
-        }
-    }
-
-    /// The typed error of event `ev`, which ended operation `op`.
-    fn from_event(op: Op, ev: Event) -> Self {
-        let (event, status) = (ev.name(), ev.status);
-        match ev.kind {
-            EventKind::Rejected { reason, param } => CmError::Rejected {
-                op,
-                status: reason,
-                private_data: param.private_data().to_vec(),
-            },
-            EventKind::AddrError
-            | EventKind::RouteError
-            | EventKind::Unreachable
-            | EventKind::ConnectError => CmError::Failed {
-                op,
-                event,
-                status,
-                errno: ev.errno().unwrap_or(Errno::IO),
-            },
-            _ => CmError::Unexpected { op, event, status },
-        }
-    }
-}
-
-/// For `?` in functions returning `std::io::Result`: the errno's kind, the
-/// error as payload.
-impl From<CmError> for std::io::Error {
-    fn from(e: CmError) -> Self {
-        match e {
-            CmError::Verbs(e) => e.into(),
-            e => {
-                let kind = e.errno().map_or(std::io::ErrorKind::Other, |n| {
-                    std::io::Error::from_raw_os_error(n.raw_os_error()).kind()
-                });
-                std::io::Error::new(kind, e)
-            }
-        }
-    }
-}
-
-/// What [`connect`](AsyncCmId::connect) and [`ConnectRequest::accept`]
-/// need of a QP: its transport (RoCE and iWARP connect differently), its
-/// state, and the state changes the cm's attributes ask for. Implemented by
-/// [`QueuePair`]; a wrapper that owns one can forward to it.
-pub trait CmQp {
-    /// How the QP's device connects.
-    fn transport_type(&self) -> TransportType;
-    /// The QP's state as last known.
-    fn state(&self) -> QpState;
-    /// Applies `attr` (`MODIFY_QP`).
-    fn modify(&self, attr: &QpAttr) -> Result<(), Error>;
-    /// Learns the state the kernel's CM moved an iWARP QP to once the
-    /// connection is up ([`QueuePair::established`]).
-    fn established(&self) -> Result<QpState, Error>;
-}
-
-impl CmQp for QueuePair {
-    fn transport_type(&self) -> TransportType {
-        QueuePair::transport_type(self)
-    }
-    fn state(&self) -> QpState {
-        QueuePair::state(self)
-    }
-    fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-        QueuePair::modify(self, attr)
-    }
-    fn established(&self) -> Result<QpState, Error> {
-        QueuePair::established(self)
-    }
-}
-
-/// [`CmQp`] for a QP type with the same four calls.
-macro_rules! cm_qp {
-    ($($ty:ty),*) => {$(
-        impl<M> CmQp for $ty {
-            fn transport_type(&self) -> TransportType {
-                <$ty>::transport_type(self)
-            }
-            fn state(&self) -> QpState {
-                <$ty>::state(self)
-            }
-            fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-                <$ty>::modify(self, attr)
-            }
-            fn established(&self) -> Result<QpState, Error> {
-                <$ty>::established(self)
-            }
-        }
-    )*};
-}
-
-cm_qp!(crate::OwnedQp<M>, super::AsyncQp<M>);
+use crate::connectable::Connectable;
+use crate::error::{Errno, Error, Op};
 
 /// An id's place on the channel: its unread events and who waits for them.
 struct Route {
@@ -604,17 +438,16 @@ impl AsyncCmId {
         dst: SocketAddr,
         timeout: Duration,
     ) -> Result<Self, CmError> {
-        let ms = u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX);
-        self.resolve_addr(src, dst, ms)?;
+        self.resolve_addr(src, dst, millis(timeout))?;
         let ev = self.next_event().await?;
-        if !matches!(ev.kind, EventKind::AddrResolved) {
-            return Err(CmError::from_event(Op::CmResolveAddr, ev));
-        }
-        self.resolve_route(ms)?;
+        expect_event(Op::CmResolveAddr, ev, |k| {
+            matches!(k, EventKind::AddrResolved)
+        })?;
+        self.resolve_route(millis(timeout))?;
         let ev = self.next_event().await?;
-        if !matches!(ev.kind, EventKind::RouteResolved) {
-            return Err(CmError::from_event(Op::CmResolveRoute, ev));
-        }
+        expect_event(Op::CmResolveRoute, ev, |k| {
+            matches!(k, EventKind::RouteResolved)
+        })?;
         Ok(self)
     }
 
@@ -626,7 +459,7 @@ impl AsyncCmId {
     /// INIT (again: now with the peer's resources), RTR and RTS, then
     /// `rdma_establish` (the RTU). iWARP: the QP to INIT, `CONNECT`,
     /// `ESTABLISHED` (the kernel's CM has moved the QP to RTS: learnt with
-    /// [`CmQp::established`]).
+    /// [`Connectable::established`]).
     ///
     /// `REJECTED` is [`CmError::Rejected`], `UNREACHABLE` and
     /// `CONNECT_ERROR` [`CmError::Failed`]. The answer may take long
@@ -635,33 +468,16 @@ impl AsyncCmId {
     /// the id.
     #[doc(alias = "rdma_connect")]
     #[doc(alias = "rdma_establish")]
-    pub async fn connect<Q: CmQp + ?Sized>(
+    pub async fn connect<Q: Connectable + ?Sized>(
         self,
         qp: &Q,
         param: ConnParam,
     ) -> Result<(Self, PeerParam), CmError> {
         self.channel().check_process(Op::CmConnect)?;
-        if qp.state() == QpState::Reset {
-            self.move_qp(qp, QpState::Init)?;
-        }
+        before_connect(&self, qp)?;
         CmId::connect(&self, &param)?;
         let ev = self.next_event().await?;
-        let peer = match ev.kind {
-            EventKind::ConnectResponse(Param::Conn(peer)) => {
-                for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
-                    self.move_qp(qp, state)?;
-                }
-                self.establish()?;
-                peer
-            }
-            EventKind::Established(Param::Conn(peer)) => {
-                if qp.transport_type() == TransportType::Iwarp {
-                    qp.established()?;
-                }
-                peer
-            }
-            _ => return Err(CmError::from_event(Op::CmConnect, ev)),
-        };
+        let peer = on_connect_answer(&self, qp, ev)?;
         Ok((self, peer))
     }
 
@@ -726,12 +542,6 @@ impl AsyncCmId {
         self.channel().check_process(Op::CmDestroyId)?;
         drop(self.ch.unroute(self.uid()));
         Ok(self.id.take().expect("the id is there until taken"))
-    }
-
-    /// Moves `qp` with the attributes the cm answers for `state` (an answer
-    /// without a state, iWARP's RTS, is applied as it is).
-    fn move_qp<Q: CmQp + ?Sized>(&self, qp: &Q, state: QpState) -> Result<(), Error> {
-        qp.modify(&self.init_qp_attr(state)?)
     }
 }
 
@@ -860,33 +670,18 @@ impl ConnectRequest {
     /// [`CmError::Failed`]. Dropping the future destroys the id (the
     /// requester is rejected, or disconnected).
     #[doc(alias = "rdma_accept")]
-    pub async fn accept<Q: CmQp + ?Sized>(
+    pub async fn accept<Q: Connectable + ?Sized>(
         self,
         qp: &Q,
         param: ConnParam,
     ) -> Result<(AsyncCmId, PeerParam), CmError> {
         let id = self.id;
         id.channel().check_process(Op::CmAccept)?;
-        let steps: &[QpState] = match qp.state() {
-            QpState::Reset => &[QpState::Init, QpState::Rtr, QpState::Rts],
-            QpState::Init => &[QpState::Rtr, QpState::Rts],
-            QpState::Rtr => &[QpState::Rts],
-            _ => &[],
-        };
-        for &state in steps {
-            id.move_qp(qp, state)?;
-        }
+        before_accept(&id, qp)?;
         CmId::accept(&id, &param)?;
         let ev = id.next_event().await?;
-        match ev.kind {
-            EventKind::Established(Param::Conn(peer)) => {
-                if qp.transport_type() == TransportType::Iwarp {
-                    qp.established()?;
-                }
-                Ok((id, peer))
-            }
-            _ => Err(CmError::from_event(Op::CmAccept, ev)),
-        }
+        let peer = on_accept_answer(qp, ev)?;
+        Ok((id, peer))
     }
 
     /// Rejects the request (`REJECT`) with up to 148 bytes for the peer,
@@ -909,7 +704,6 @@ mod tests {
     //! cancellation without leaks, typed errors, a forked child. Every
     //! wait is bounded.
 
-    use std::sync::Mutex as StdMutex;
     use std::task::{Wake, Waker};
 
     use tokio::time::timeout;
@@ -918,6 +712,8 @@ mod tests {
     use super::*;
     use crate::cm::event_number as raw;
     use crate::cm::FakeCm;
+    use crate::command::QpState;
+    use crate::connectable::mock::MockQp;
 
     const WAIT: Duration = Duration::from_secs(2);
     /// How long a wait that must not end is given.
@@ -938,46 +734,6 @@ mod tests {
         timeout(WAIT, fut)
             .await
             .unwrap_or_else(|_| panic!("{what}: not within {WAIT:?}"))
-    }
-
-    /// A QP that records the states the cm's attributes move it to.
-    struct MockQp {
-        transport: TransportType,
-        state: StdMutex<QpState>,
-        moves: StdMutex<Vec<Option<QpState>>>,
-    }
-
-    impl MockQp {
-        fn new() -> Self {
-            MockQp {
-                transport: TransportType::Ib,
-                state: StdMutex::new(QpState::Reset),
-                moves: StdMutex::new(Vec::new()),
-            }
-        }
-        fn moves(&self) -> Vec<Option<QpState>> {
-            self.moves.lock().unwrap().clone()
-        }
-    }
-
-    impl CmQp for MockQp {
-        fn transport_type(&self) -> TransportType {
-            self.transport
-        }
-        fn state(&self) -> QpState {
-            *self.state.lock().unwrap()
-        }
-        fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-            let to = attr.target_state();
-            self.moves.lock().unwrap().push(to);
-            if let Some(s) = to {
-                *self.state.lock().unwrap() = s;
-            }
-            Ok(())
-        }
-        fn established(&self) -> Result<QpState, Error> {
-            Ok(self.state())
-        }
     }
 
     #[tokio::test]
@@ -1045,7 +801,7 @@ mod tests {
         let client = bounded("resolve", ch.resolve(addr(7471), WAIT))
             .await
             .unwrap();
-        let (qp_a, qp_b) = (MockQp::new(), MockQp::new());
+        let (qp_a, qp_b) = (MockQp::new(0x11), MockQp::new(0x22));
         let hello = ConnParam::new(0x11).private_data(b"hello").unwrap();
         let welcome = ConnParam::new(0x22).private_data(b"welcome").unwrap();
         let server_side = async {
@@ -1112,7 +868,7 @@ mod tests {
         let (fake, ch) = channel();
         let listener = ch.listen(addr(7472), 4).unwrap();
         let client = ch.resolve(addr(7472), WAIT).await.unwrap();
-        let (qp_a, qp_b) = (MockQp::new(), MockQp::new());
+        let (qp_a, qp_b) = (MockQp::new(0x11), MockQp::new(0x22));
         let (pa, pb) = (ConnParam::new(1), ConnParam::new(2));
         let (client, server) = bounded("connect", async {
             let (c, s) = tokio::join!(client.connect(&qp_a, pa), async {
@@ -1144,7 +900,7 @@ mod tests {
         assert_eq!((fake.live_ids(), ch.routed_ids()), before);
         // A request that arrives afterwards is there for the next accept.
         let client = ch.resolve(addr(7473), WAIT).await.unwrap();
-        let (qp_a, param) = (MockQp::new(), ConnParam::new(1));
+        let (qp_a, param) = (MockQp::new(1), ConnParam::new(1));
         let connecting = client.connect(&qp_a, param);
         let (connected, request) = bounded("accept after a dropped one", async {
             tokio::join!(connecting, async {
@@ -1172,7 +928,7 @@ mod tests {
         let listener = ch.listen(addr(7474), 4).unwrap();
         let client = ch.resolve(addr(7474), WAIT).await.unwrap();
         assert_eq!((fake.live_ids(), ch.routed_ids()), (2, 2));
-        let qp = MockQp::new();
+        let qp = MockQp::new(1);
         // Nobody accepts: the connect is pending when the timeout drops it;
         // its wait read the listener's request and kept it for the listener.
         assert!(timeout(QUIET, client.connect(&qp, ConnParam::new(1)))
@@ -1251,7 +1007,7 @@ mod tests {
         }
         // Nobody listens: REJECTED, the IB CM's reason 8.
         let id = ch.resolve(addr(5), WAIT).await.unwrap();
-        match bounded("connect", id.connect(&MockQp::new(), ConnParam::new(1))).await {
+        match bounded("connect", id.connect(&MockQp::new(1), ConnParam::new(1))).await {
             Err(e @ CmError::Rejected { status: 8, .. }) => {
                 assert_eq!(
                     (e.op(), e.errno()),
@@ -1263,7 +1019,7 @@ mod tests {
         // A reject with private data.
         let listener = ch.listen(addr(6), 4).unwrap();
         let id = ch.resolve(addr(6), WAIT).await.unwrap();
-        let (qp, param) = (MockQp::new(), ConnParam::new(1));
+        let (qp, param) = (MockQp::new(1), ConnParam::new(1));
         let (connected, ()) = bounded("reject", async {
             tokio::join!(id.connect(&qp, param), async {
                 let r = listener.accept().await.unwrap();
