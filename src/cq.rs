@@ -4,7 +4,7 @@
 //! where it is (rxe: `rxe_create_cq_resp::mi`; siw: `siw_uresp_create_cq`),
 //! the CQ maps it once on the command file, and [`CompletionQueue::poll`]
 //! copies completions out of it with no system call. What differs per
-//! driver lives in [`provider::rings`](crate::provider::rings): the ring's
+//! driver lives in `provider::rings`: the ring's
 //! layout, how the CQ is armed (rxe: `REQ_NOTIFY_CQ`; siw: a store to the
 //! ring's control word), and the teardown order (rxe destroys, then unmaps;
 //! siw unmaps, then destroys, as rdma-core does).

@@ -57,11 +57,12 @@
 //! | where | what |
 //! |---|---|
 //! | [`devices`], [`Device`], [`Context`] | discovery, opening, queries ([`Context::query_port`], GIDs), async events |
-//! | [`ProtectionDomain`], [`MemoryRegion`], [`BufferMr`], [`RemoteBufferMr`] | registration: raw, owned, remotely writable; [`MemoryRegion::rereg`] and [`Rereg`] |
-//! | [`CompletionQueue`], [`QueuePair`], [`AddressHandle`] | the data path: post and poll on the rings (raw, `unsafe` posting) |
-//! | [`QpAttr`], [`RcConnect`] | QP state changes; an RC connection made by hand (RoCE) |
-//! | [`OwnedQp`], [`Local`], [`Completed`] | safe posting: requests own their memory |
-//! | [`cm`] | the RDMA connection manager (listen, connect, accept, disconnect) |
+//! | [`ProtectionDomain`], [`mr`] ([`MemoryRegion`], [`Rereg`]), [`BufferMr`], [`RemoteBufferMr`] | registration: raw, owned, remotely writable; re-registration in place |
+//! | [`cq`] ([`CompletionQueue`], [`CompletionChannel`]), [`qp`] ([`QueuePair`], [`QpInit`]), [`AddressHandle`] | the data path: post and poll on the rings (raw, `unsafe` posting) |
+//! | [`wr`] ([`SendWr`], [`RecvWr`], [`WorkCompletion`]) | what a raw post takes and a poll gives back |
+//! | [`QpAttr`], [`RcConnect`], [`Connectable`] | QP state changes; an RC connection made by hand (RoCE) |
+//! | [`post`] ([`OwnedQp`], [`Local`], [`Completed`]) | safe posting: requests own their memory |
+//! | [`cm`] | the RDMA connection manager: ids, events, and blocking handshakes ([`cm::CmId::connect_qp`]) |
 //! | [`fork`] | fork safety (`MADV_DONTFORK` tracking) |
 //! | [`command`], [`method`], [`transport`], [`uverbs_uapi`] | the layers below: typed commands, native ioctl methods, the two framings, the kernel's structs |
 //! | `tokio` (feature) | [`AsyncSource`](crate#async), `AsyncCq`/`AsyncQp`, async `cm`: see docs/async.md |
@@ -104,7 +105,7 @@ pub mod command;
 mod connect;
 mod connectable;
 mod context;
-mod cq;
+pub mod cq;
 mod cq_routing;
 mod device;
 mod device_attr;
@@ -116,13 +117,13 @@ pub mod fork;
 #[cfg(test)]
 mod golden_bytes;
 pub mod method;
-mod mr;
+pub mod mr;
 pub(crate) mod netlink;
 mod pd;
-mod post;
+pub mod post;
 mod process;
 mod provider;
-mod qp;
+pub mod qp;
 mod query;
 mod remote_buffer;
 #[cfg(test)]
@@ -130,7 +131,7 @@ mod test_serial;
 #[cfg(feature = "tokio")]
 pub mod tokio;
 pub mod transport;
-mod wr;
+pub mod wr;
 
 /// Entry points to crate-private parsers for the fuzz targets in `fuzz/`;
 /// not part of the API (only with the `fuzzing` feature).
@@ -141,11 +142,12 @@ pub mod __fuzz;
 pub use ah::{AddressHandle, AhAttr};
 pub use ah::{AhFromWcError, GRH_LEN};
 pub use async_event::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
-// Everyday types of the command layer, at the root where users look first.
 pub use buffer::{
     BufferDeregError, BufferMr, RegBufferError, RetargetBuffers, RetargetError, Retargeted,
     StableBuffer,
 };
+// Every public item is also at the root (the modules group them in the
+// docs); the command layer's everyday types too, where users look first.
 pub use command::{Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, TransportType};
 pub use connect::{RcConnect, RcPeer};
 pub use connectable::Connectable;

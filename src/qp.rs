@@ -8,7 +8,7 @@
 //! kernel may have gone idle, rdma-core's rule), a receive batch with no
 //! system call at all. The per-driver rings, and the teardown order (rxe
 //! destroys, then unmaps; siw unmaps, then destroys), live in
-//! [`provider::rings`](crate::provider::rings).
+//! `provider::rings`.
 
 use crate::process::Generation;
 use parking_lot::Mutex;
@@ -730,7 +730,7 @@ impl QueuePair {
     /// `DESTROY_QP` the drop sends. If the kernel refuses it in the drop,
     /// the QP is abandoned, not destroyed: it stays in the kernel and the
     /// device may use that memory until the context is closed (every clone
-    /// of the [`Context`](crate::Context) and every object made from it
+    /// of the [`Context`] and every object made from it
     /// dropped); [`Context::abandoned_queue_pairs`](crate::Context::abandoned_queue_pairs)
     /// counts such QPs. A refused `destroy` hands the QP back, not
     /// destroyed ([`DestroyQpError`]). Until then that memory must stay

@@ -1,7 +1,7 @@
 //! Memory regions: registration, deregistration, and what an MR is.
 //!
-//! Re-registration lives in [`rereg`] (the change set and the in-place
-//! command) and [`replace`] (the fallback that registers anew).
+//! Re-registration lives in `rereg` (the change set and the in-place
+//! command) and `replace` (the fallback that registers anew).
 
 mod replace;
 mod rereg;

@@ -14,9 +14,9 @@
 //! translates its completions into the kernel's; nothing public is defined
 //! there.
 //!
-//! One concept per module: [`sge`] ([`Sge`], one local buffer, laid out as
-//! both drivers' SGEs), [`send`] ([`SendWr`] and its parts), [`recv`]
-//! ([`RecvWr`]), [`error`] ([`PostError`]), [`completion`]
+//! One concept per module: `sge` ([`Sge`], one local buffer, laid out as
+//! both drivers' SGEs), `send` ([`SendWr`] and its parts), `recv`
+//! ([`RecvWr`]), `error` ([`PostError`]), `completion`
 //! ([`WorkCompletion`], [`WcStatus`], [`WcOpcode`], [`WcFlags`]).
 
 mod completion;
