@@ -14,6 +14,7 @@ use crate::connectable::Connectable;
 use crate::error::Error;
 use crate::flags::AccessFlags;
 use crate::query::Gid;
+use crate::setters::field_setters;
 
 /// The far end of an RC connection, as the peer describes itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,10 +38,9 @@ impl RcPeer {
         }
     }
 
-    /// The first PSN the peer sends with.
-    pub fn psn(mut self, psn: u32) -> Self {
-        self.psn = psn;
-        self
+    field_setters! {
+        /// The first PSN the peer sends with.
+        psn: u32;
     }
 }
 
@@ -105,40 +105,25 @@ impl RcConnect {
         }
     }
 
-    /// The local port.
-    pub fn port(mut self, port: u8) -> Self {
-        self.port = port;
-        self
-    }
-
-    /// The local GID index.
-    pub fn gid_index(mut self, gid_index: u8) -> Self {
-        self.gid_index = gid_index;
-        self
-    }
-
-    /// What the peer may do on this QP.
-    pub fn access(mut self, access: AccessFlags) -> Self {
-        self.access = access;
-        self
-    }
-
-    /// The first PSN this side sends with.
-    pub fn psn(mut self, psn: u32) -> Self {
-        self.psn = psn;
-        self
-    }
-
-    /// The ACK timeout exponent.
-    pub fn timeout(mut self, timeout: u8) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// READs and atomics outstanding at once, each way.
-    pub fn rd_atomic(mut self, rd_atomic: u8) -> Self {
-        self.rd_atomic = rd_atomic;
-        self
+    field_setters! {
+        /// The local port.
+        port: u8;
+        /// The local GID index.
+        gid_index: u8;
+        /// What the peer may do on this QP.
+        access: AccessFlags;
+        /// The first PSN this side sends with.
+        psn: u32;
+        /// The ACK timeout exponent.
+        timeout: u8;
+        /// Retries after a timeout.
+        retry_cnt: u8;
+        /// Retries after an RNR NAK (7: for ever).
+        rnr_retry: u8;
+        /// The RNR NAK timer code this side answers with.
+        min_rnr_timer: u8;
+        /// READs and atomics outstanding at once, each way.
+        rd_atomic: u8;
     }
 
     /// The three steps towards `peer`, each with its name

@@ -126,6 +126,7 @@ mod provider;
 pub mod qp;
 mod query;
 mod remote_buffer;
+mod setters;
 #[cfg(test)]
 mod test_serial;
 #[cfg(feature = "tokio")]

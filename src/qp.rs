@@ -30,6 +30,7 @@ use crate::provider::rings::{
     self, PostFailure, QpRingConfig, RecvQueue, SendQueue, MAX_CREATE_UHW_OUT,
 };
 use crate::provider::Provider;
+use crate::setters::field_setters;
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
@@ -104,40 +105,19 @@ impl<'a> QpInit<'a> {
         }
     }
 
-    /// At least `n` send work requests outstanding at once.
-    pub fn max_send_wr(mut self, n: u32) -> Self {
-        self.max_send_wr = n;
-        self
-    }
-
-    /// At least `n` receive work requests outstanding at once.
-    pub fn max_recv_wr(mut self, n: u32) -> Self {
-        self.max_recv_wr = n;
-        self
-    }
-
-    /// At least `n` SGEs per send work request.
-    pub fn max_send_sge(mut self, n: u32) -> Self {
-        self.max_send_sge = n;
-        self
-    }
-
-    /// At least `n` SGEs per receive work request.
-    pub fn max_recv_sge(mut self, n: u32) -> Self {
-        self.max_recv_sge = n;
-        self
-    }
-
-    /// At least `n` inline bytes per send work request.
-    pub fn max_inline(mut self, n: u32) -> Self {
-        self.max_inline = n;
-        self
-    }
-
-    /// Whether every send work request completes, signalled or not.
-    pub fn sq_sig_all(mut self, on: bool) -> Self {
-        self.sq_sig_all = on;
-        self
+    field_setters! {
+        /// At least this many send work requests outstanding at once.
+        max_send_wr: u32;
+        /// At least this many receive work requests outstanding at once.
+        max_recv_wr: u32;
+        /// At least this many SGEs per send work request.
+        max_send_sge: u32;
+        /// At least this many SGEs per receive work request.
+        max_recv_sge: u32;
+        /// At least this many inline bytes per send work request.
+        max_inline: u32;
+        /// Whether every send work request completes, signalled or not.
+        sq_sig_all: bool;
     }
 }
 

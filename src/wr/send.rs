@@ -7,6 +7,7 @@ use std::marker::PhantomData;
 use bitflags::bitflags;
 
 use super::sge::Sge;
+use crate::setters::field_setters;
 
 bitflags! {
     /// Send flags user space sets (`IB_SEND_*` of the kernel's `ib_verbs.h`,
@@ -214,11 +215,10 @@ impl<'a> SendWr<'a> {
         }
     }
 
-    /// Replaces the flags (clear [`SendFlags::SIGNALED`] for an unsignalled
-    /// request).
-    pub fn flags(mut self, flags: SendFlags) -> Self {
-        self.flags = flags;
-        self
+    field_setters! {
+        /// Replaces the flags (clear [`SendFlags::SIGNALED`] for an
+        /// unsignalled request).
+        flags: SendFlags;
     }
 
     /// Sends to `dest` (UD QPs only; other QP types refuse the request).
