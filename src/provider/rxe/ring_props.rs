@@ -643,13 +643,7 @@ fn bad_send_wrs_are_refused_and_queue_nothing() {
         addr: 0x2000,
         rkey: 2,
     };
-    let wr = |op, payload| SendWr {
-        wr_id: 1,
-        op,
-        flags: SendFlags::SIGNALED,
-        payload,
-        ud: None,
-    };
+    let wr = |op, payload| SendWr::new(1, op, payload);
     let send = SendOp::Send { imm: None };
     let cases: Vec<(SendWr<'_>, PostError)> = vec![
         (

@@ -68,13 +68,11 @@ pub(super) const SGE: Sge = Sge {
 
 /// A signalled SEND of one SGE with `wr_id`.
 pub(super) fn send(wr_id: u64) -> SendWr<'static> {
-    SendWr {
+    SendWr::new(
         wr_id,
-        op: SendOp::Send { imm: None },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(std::slice::from_ref(&SGE)),
-        ud: None,
-    }
+        SendOp::Send { imm: None },
+        Payload::Sges(std::slice::from_ref(&SGE)),
+    )
 }
 
 /// A request siw refuses (SEND with immediate data).
