@@ -41,7 +41,7 @@ use crate::error::{Errno, Error, Op};
 use crate::event_fd;
 use crate::method::{CqCreate, CqDestroy};
 use crate::pd::debug_object;
-use crate::provider::rings::{CqRing, MAX_CREATE_UHW_OUT};
+use crate::provider::rings::{CqRing, Ring, MAX_CREATE_UHW_OUT};
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
@@ -248,7 +248,7 @@ pub(crate) struct CqInner {
     /// check of a poll reads one word of the CQ, not the context's.
     origin: Generation,
     /// The ring and its mapping, unmapped in the driver's teardown order
-    /// (see [`CqRing::unmap_before_destroy`]).
+    /// (see [`Ring::unmap_before_destroy`]).
     ring: Mutex<CqRing>,
     /// Owners of QPs completing here, and completions held for them or for
     /// plain polls. Lock order: `routing`, then `ring`.

@@ -27,7 +27,7 @@ use crate::error::{Errno, Error, Op};
 use crate::method::{QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::rings::{
-    self, PostFailure, QpRingConfig, RecvQueue, SendQueue, MAX_CREATE_UHW_OUT,
+    self, PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
 use crate::provider::Provider;
 use crate::transport::write_command;
@@ -195,7 +195,7 @@ pub struct QueuePair {
     /// previous one left.
     modify_lock: Mutex<()>,
     /// The rings and their mappings, unmapped in the driver's teardown
-    /// order (see [`SendQueue::unmap_before_destroy`]).
+    /// order (see [`Ring::unmap_before_destroy`]).
     sq: Mutex<SendQueue>,
     rq: Mutex<RecvQueue>,
     doorbell: PostSendDoorbell,
