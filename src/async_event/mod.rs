@@ -30,8 +30,6 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
-use zerocopy::FromBytes;
-
 use crate::context::Context;
 use crate::cq::CompletionQueue;
 use crate::error::{Errno, Error, Op};
@@ -258,34 +256,22 @@ impl AsyncEvents {
     /// wait (`EINTR` is retried). `EIO` once the device is gone.
     #[doc(alias = "ibv_get_async_event")]
     pub fn get_event(&self) -> Result<AsyncEvent, Error> {
-        let fd = &self.file().fd;
-        let waited = event_fd::wait_for(fd, None, || self.try_get_event(), |e| self.fail(e))?;
-        // With no deadline the wait ends only with an event or an error.
-        waited.ok_or_else(|| self.fail(Errno::TIMEDOUT))
+        event_fd::get_event(self)
     }
 
     /// [`get_event`](Self::get_event) for at most `timeout`: `None` when
     /// no event came.
     pub fn wait_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>, Error> {
-        let fd = &self.file().fd;
-        event_fd::wait_for(fd, Some(timeout), || self.try_get_event(), |e| self.fail(e))
+        event_fd::wait_event_for(self, Some(timeout))
     }
 
     /// The next event if one is pending, else `Ok(None)` at once.
     pub fn try_get_event(&self) -> Result<Option<AsyncEvent>, Error> {
         self.ctx.check_process(Op::GetAsyncEvent)?;
         let file = self.file();
-        let mut desc = [0u8; size_of::<sys::ib_uverbs_async_event_desc>()];
-        let n = loop {
-            match rustix::io::read(&file.fd, &mut desc) {
-                Err(Errno::INTR) => continue,
-                Err(Errno::AGAIN) => return Ok(None),
-                other => break other.map_err(|e| self.fail(e))?,
-            }
-        };
-        let raw = match sys::ib_uverbs_async_event_desc::read_from_bytes(&desc[..]) {
-            Ok(raw) if n == desc.len() => raw,
-            _ => return Err(self.fail(Errno::IO)),
+        let read = event_fd::read_desc::<sys::ib_uverbs_async_event_desc>(&file.fd);
+        let Some(raw) = read.map_err(|e| self.fail(e))? else {
+            return Ok(None);
         };
         let event = AsyncEvent::from_raw(&raw);
         file.count(event.element);
@@ -357,6 +343,7 @@ impl QueuePair {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zerocopy::FromBytes;
 
     fn desc(event_type: u32, element: u64) -> sys::ib_uverbs_async_event_desc {
         sys::ib_uverbs_async_event_desc {
