@@ -42,12 +42,27 @@ pub(crate) mod file;
 pub use file::AsyncElement;
 use file::AsyncEventFile;
 
-/// What happened (the kernel's `enum ib_event_type`, equal to libibverbs'
-/// `enum ibv_event_type`).
-#[doc(alias = "ibv_event_type")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AsyncEventKind {
+/// Declares [`AsyncEventKind`] and `KINDS`, its kinds in the kernel's order
+/// (index = `enum ib_event_type` value), from one list.
+macro_rules! event_kinds {
+    ($($(#[doc = $doc:literal])* $kind:ident,)+) => {
+        /// What happened (the kernel's `enum ib_event_type`, equal to libibverbs'
+        /// `enum ibv_event_type`).
+        #[doc(alias = "ibv_event_type")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum AsyncEventKind {
+            $($(#[doc = $doc])* $kind,)+
+            /// A value this crate does not know.
+            Unknown(u32),
+        }
+
+        /// The kinds in the kernel's order: index = `enum ib_event_type` value.
+        const KINDS: &[AsyncEventKind] = &[$(AsyncEventKind::$kind),+];
+    };
+}
+
+event_kinds! {
     /// A CQ overran (a completion found it full) or failed (`IB_EVENT_CQ_ERR`).
     CqErr,
     /// A QP error that is not a work request's: the QP went to ERR (`IB_EVENT_QP_FATAL`).
@@ -88,36 +103,7 @@ pub enum AsyncEventKind {
     GidChange,
     /// A work queue failed (`IB_EVENT_WQ_FATAL`).
     WqFatal,
-    /// A value this crate does not know.
-    Unknown(u32),
 }
-
-/// The kinds in the kernel's order: index = `enum ib_event_type` value.
-const KINDS: [AsyncEventKind; 20] = {
-    use AsyncEventKind::*;
-    [
-        CqErr,
-        QpFatal,
-        QpReqErr,
-        QpAccessErr,
-        CommEst,
-        SqDrained,
-        PathMig,
-        PathMigErr,
-        DeviceFatal,
-        PortActive,
-        PortErr,
-        LidChange,
-        PkeyChange,
-        SmChange,
-        SrqErr,
-        SrqLimitReached,
-        QpLastWqeReached,
-        ClientReregister,
-        GidChange,
-        WqFatal,
-    ]
-};
 
 impl AsyncEventKind {
     /// The kind of the kernel's value `raw`.
@@ -132,7 +118,7 @@ impl AsyncEventKind {
     pub fn raw(self) -> u32 {
         match self {
             AsyncEventKind::Unknown(raw) => raw,
-            // Every other kind is in KINDS, at most 20 entries.
+            // Every other kind is in KINDS, which has 20 entries.
             known => KINDS.iter().position(|k| *k == known).unwrap_or(0) as u32,
         }
     }
