@@ -151,40 +151,19 @@ impl RcConnect {
         }
     }
 
-    /// The local port.
-    pub fn port(mut self, port: u8) -> Self {
-        self.port = port;
-        self
-    }
-
-    /// The local GID index.
-    pub fn gid_index(mut self, gid_index: u8) -> Self {
-        self.gid_index = gid_index;
-        self
-    }
-
-    /// What the peer may do on this QP.
-    pub fn access(mut self, access: AccessFlags) -> Self {
-        self.access = access;
-        self
-    }
-
-    /// The first PSN this side sends with.
-    pub fn psn(mut self, psn: u32) -> Self {
-        self.psn = psn;
-        self
-    }
-
-    /// The ACK timeout exponent.
-    pub fn timeout(mut self, timeout: u8) -> Self {
-        self.timeout = timeout;
-        self
-    }
-
-    /// READs and atomics outstanding at once, each way.
-    pub fn rd_atomic(mut self, rd_atomic: u8) -> Self {
-        self.rd_atomic = rd_atomic;
-        self
+    setters! {
+        /// The local port.
+        pub fn port(port: u8) => port;
+        /// The local GID index.
+        pub fn gid_index(gid_index: u8) => gid_index;
+        /// What the peer may do on this QP.
+        pub fn access(access: AccessFlags) => access;
+        /// The first PSN this side sends with.
+        pub fn psn(psn: u32) => psn;
+        /// The ACK timeout exponent.
+        pub fn timeout(timeout: u8) => timeout;
+        /// READs and atomics outstanding at once, each way.
+        pub fn rd_atomic(rd_atomic: u8) => rd_atomic;
     }
 
     /// The three steps towards `peer`, each with its name

@@ -96,6 +96,10 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+// First: its macro serves the modules below.
+#[macro_use]
+mod setters;
+
 mod ah;
 mod async_event;
 mod buffer;

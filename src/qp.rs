@@ -104,40 +104,19 @@ impl<'a> QpInit<'a> {
         }
     }
 
-    /// At least `n` send work requests outstanding at once.
-    pub fn max_send_wr(mut self, n: u32) -> Self {
-        self.max_send_wr = n;
-        self
-    }
-
-    /// At least `n` receive work requests outstanding at once.
-    pub fn max_recv_wr(mut self, n: u32) -> Self {
-        self.max_recv_wr = n;
-        self
-    }
-
-    /// At least `n` SGEs per send work request.
-    pub fn max_send_sge(mut self, n: u32) -> Self {
-        self.max_send_sge = n;
-        self
-    }
-
-    /// At least `n` SGEs per receive work request.
-    pub fn max_recv_sge(mut self, n: u32) -> Self {
-        self.max_recv_sge = n;
-        self
-    }
-
-    /// At least `n` inline bytes per send work request.
-    pub fn max_inline(mut self, n: u32) -> Self {
-        self.max_inline = n;
-        self
-    }
-
-    /// Whether every send work request completes, signalled or not.
-    pub fn sq_sig_all(mut self, on: bool) -> Self {
-        self.sq_sig_all = on;
-        self
+    setters! {
+        /// At least `n` send work requests outstanding at once.
+        pub fn max_send_wr(n: u32) => max_send_wr;
+        /// At least `n` receive work requests outstanding at once.
+        pub fn max_recv_wr(n: u32) => max_recv_wr;
+        /// At least `n` SGEs per send work request.
+        pub fn max_send_sge(n: u32) => max_send_sge;
+        /// At least `n` SGEs per receive work request.
+        pub fn max_recv_sge(n: u32) => max_recv_sge;
+        /// At least `n` inline bytes per send work request.
+        pub fn max_inline(n: u32) => max_inline;
+        /// Whether every send work request completes, signalled or not.
+        pub fn sq_sig_all(on: bool) => sq_sig_all;
     }
 }
 

@@ -616,28 +616,15 @@ impl ConnParam {
         ConnParam { raw }
     }
 
-    /// RDMA reads/atomics the peer may have outstanding at our QP.
-    pub fn responder_resources(mut self, n: u8) -> Self {
-        self.raw.responder_resources = n;
-        self
-    }
-
-    /// RDMA reads/atomics our QP may have outstanding at the peer.
-    pub fn initiator_depth(mut self, n: u8) -> Self {
-        self.raw.initiator_depth = n;
-        self
-    }
-
-    /// Transport retries, 0..=7 (rxe: 7 retries forever, see [`new`](Self::new)).
-    pub fn retry_count(mut self, n: u8) -> Self {
-        self.raw.retry_count = n;
-        self
-    }
-
-    /// RNR retries, 0..=7 (7: retry forever).
-    pub fn rnr_retry_count(mut self, n: u8) -> Self {
-        self.raw.rnr_retry_count = n;
-        self
+    setters! {
+        /// RDMA reads/atomics the peer may have outstanding at our QP.
+        pub fn responder_resources(n: u8) => raw.responder_resources;
+        /// RDMA reads/atomics our QP may have outstanding at the peer.
+        pub fn initiator_depth(n: u8) => raw.initiator_depth;
+        /// Transport retries, 0..=7 (rxe: 7 retries forever, see [`new`](Self::new)).
+        pub fn retry_count(n: u8) => raw.retry_count;
+        /// RNR retries, 0..=7 (7: retry forever).
+        pub fn rnr_retry_count(n: u8) => raw.rnr_retry_count;
     }
 
     /// Whether the QP has hardware flow control (IB CM `flow_control`).
