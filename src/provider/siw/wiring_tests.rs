@@ -346,6 +346,15 @@ fn rc_init(cq: &CompletionQueue) -> QpInit<'_> {
 /// The CQ is mapped at siw's key with `num_cqe × 32 + 8` bytes; a CQE the
 /// kernel writes is polled and its slot handed back; arming is a store to
 /// the control word and no command; dropping unmaps before DESTROY_CQ.
+/// RESET → INIT on port 1, P_Key index 0, no remote access.
+fn to_init() -> QpAttr {
+    QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(1)
+        .access_flags(Default::default())
+}
+
 #[test]
 fn a_siw_cq_is_mapped_polled_armed_and_unmapped_before_its_destroy() {
     let (fake, ctx) = siw_ctx();
@@ -529,14 +538,7 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
         }])
     }
     .unwrap_err();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(Default::default()),
-    )
-    .unwrap();
+    qp.modify(&to_init()).unwrap();
     // SAFETY: as above.
     unsafe {
         qp.post_recv(&[RecvWr {
@@ -707,14 +709,7 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
     let cq = ctx.create_cq(4, None).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let qp = pd.create_qp(&rc_init(&cq)).unwrap();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(Default::default()),
-    )
-    .unwrap();
+    qp.modify(&to_init()).unwrap();
     let cqe = sys::siw_cqe {
         id: 0x5eed,
         flags: SIW_WQE_VALID as u8,
