@@ -14,7 +14,6 @@ use crate::connectable::Connectable;
 use crate::error::Error;
 use crate::flags::AccessFlags;
 use crate::query::Gid;
-use crate::setters::field_setters;
 
 /// The far end of an RC connection, as the peer describes itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,9 +37,9 @@ impl RcPeer {
         }
     }
 
-    field_setters! {
+    setters! {
         /// The first PSN the peer sends with.
-        psn: u32;
+        pub fn psn(psn: u32) => psn;
     }
 }
 
@@ -105,25 +104,25 @@ impl RcConnect {
         }
     }
 
-    field_setters! {
+    setters! {
         /// The local port.
-        port: u8;
+        pub fn port(port: u8) => port;
         /// The local GID index.
-        gid_index: u8;
+        pub fn gid_index(gid_index: u8) => gid_index;
         /// What the peer may do on this QP.
-        access: AccessFlags;
+        pub fn access(access: AccessFlags) => access;
         /// The first PSN this side sends with.
-        psn: u32;
+        pub fn psn(psn: u32) => psn;
         /// The ACK timeout exponent.
-        timeout: u8;
+        pub fn timeout(timeout: u8) => timeout;
         /// Retries after a timeout.
-        retry_cnt: u8;
+        pub fn retry_cnt(retry_cnt: u8) => retry_cnt;
         /// Retries after an RNR NAK (7: for ever).
-        rnr_retry: u8;
+        pub fn rnr_retry(rnr_retry: u8) => rnr_retry;
         /// The RNR NAK timer code this side answers with.
-        min_rnr_timer: u8;
+        pub fn min_rnr_timer(min_rnr_timer: u8) => min_rnr_timer;
         /// READs and atomics outstanding at once, each way.
-        rd_atomic: u8;
+        pub fn rd_atomic(rd_atomic: u8) => rd_atomic;
     }
 
     /// The three steps towards `peer`, each with its name

@@ -32,8 +32,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use zerocopy::FromBytes;
-
 use crate::command::{CreateCompChannel, CreateCq, DestroyCq, ReqNotifyCq};
 use crate::context::Context;
 use crate::cq_routing::{Reader, Routing, BATCH};
@@ -41,7 +39,7 @@ use crate::error::{Errno, Error, Op};
 use crate::event_fd;
 use crate::method::{CqCreate, CqDestroy};
 use crate::pd::debug_object;
-use crate::provider::rings::{CqRing, MAX_CREATE_UHW_OUT};
+use crate::provider::rings::{CqRing, Ring, MAX_CREATE_UHW_OUT};
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
@@ -150,25 +148,13 @@ impl CompletionChannel {
     /// [`Error::ForeignProcess`].
     #[doc(alias = "ibv_get_cq_event")]
     pub fn get_event(&self) -> Result<u64, Error> {
-        let waited = event_fd::wait_for(
-            &self.inner.fd,
-            None,
-            || self.try_get_event(),
-            |e| self.fail(e),
-        )?;
-        // With no deadline the wait ends only with an event or an error.
-        waited.ok_or_else(|| self.fail(Errno::TIMEDOUT))
+        event_fd::get_event(self)
     }
 
     /// [`get_event`](Self::get_event) for at most `timeout`: `None` when
     /// no event came.
     pub fn wait_event(&self, timeout: Duration) -> Result<Option<u64>, Error> {
-        event_fd::wait_for(
-            &self.inner.fd,
-            Some(timeout),
-            || self.try_get_event(),
-            |e| self.fail(e),
-        )
+        event_fd::wait_event_for(self, Some(timeout))
     }
 
     /// The next event if one is queued, else `Ok(None)` at once (the
@@ -179,19 +165,10 @@ impl CompletionChannel {
         // event a child read would be gone for the parent, which may be
         // blocked waiting for it.
         self.inner.ctx.check_process(Op::GetCqEvent)?;
-        let mut desc = [0u8; size_of::<sys::ib_uverbs_comp_event_desc>()];
-        let n = loop {
-            match rustix::io::read(&self.inner.fd, &mut desc) {
-                Err(Errno::INTR) => continue,
-                Err(Errno::AGAIN) => return Ok(None),
-                other => break other.map_err(|e| self.fail(e))?,
-            }
+        let read = event_fd::read_desc::<sys::ib_uverbs_comp_event_desc>(&self.inner.fd);
+        let Some(event) = read.map_err(|e| self.fail(e))? else {
+            return Ok(None);
         };
-        if n != desc.len() {
-            return Err(self.fail(Errno::IO));
-        }
-        let event = sys::ib_uverbs_comp_event_desc::read_from_bytes(&desc[..])
-            .map_err(|_| self.fail(Errno::IO))?;
         if let Some(counts) = self.inner.cqs().get(&event.cq_handle) {
             counts.received.fetch_add(1, Ordering::AcqRel);
         }
@@ -248,7 +225,7 @@ pub(crate) struct CqInner {
     /// check of a poll reads one word of the CQ, not the context's.
     origin: Generation,
     /// The ring and its mapping, unmapped in the driver's teardown order
-    /// (see [`CqRing::unmap_before_destroy`]).
+    /// (see [`Ring::unmap_before_destroy`]).
     ring: Mutex<CqRing>,
     /// Owners of QPs completing here, and completions held for them or for
     /// plain polls. Lock order: `routing`, then `ring`.

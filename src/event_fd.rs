@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
+use zerocopy::{FromBytes, IntoBytes};
 
 /// A source of events on a non-blocking descriptor: the
 /// [`CompletionChannel`](crate::CompletionChannel), the context's
@@ -100,6 +101,47 @@ pub(crate) fn wait_for<T, E>(
             return Ok(None);
         }
     }
+}
+
+/// `get_event` of every source: [`wait_for`] its descriptor with no
+/// deadline, reading with its `try_get_event`.
+pub(crate) fn get_event<S: EventSource>(source: &S) -> Result<S::Event, crate::Error> {
+    let waited = wait_event_for(source, None)?;
+    // With no deadline the wait ends only with an event or an error.
+    waited.ok_or_else(|| source.wait_error(Errno::TIMEDOUT))
+}
+
+/// `wait_event` of every source: [`get_event`] for at most `timeout`
+/// (`None`: no limit); `None` when no event came.
+pub(crate) fn wait_event_for<S: EventSource>(
+    source: &S,
+    timeout: Option<Duration>,
+) -> Result<Option<S::Event>, crate::Error> {
+    wait_for(
+        source,
+        timeout,
+        || source.try_get_event(),
+        |e| source.wait_error(e),
+    )
+}
+
+/// One `read()` of a `D` from a non-blocking descriptor that the kernel
+/// hands events out of whole (the completion channel, the async-event
+/// file): `None` at once when nothing is queued (`EAGAIN`); a signal
+/// retries; a read of another size is `EIO`.
+pub(crate) fn read_desc<D: FromBytes + IntoBytes>(fd: impl AsFd) -> Result<Option<D>, Errno> {
+    let mut desc = D::new_zeroed();
+    let n = loop {
+        match rustix::io::read(&fd, desc.as_mut_bytes()) {
+            Err(Errno::INTR) => continue,
+            Err(Errno::AGAIN) => return Ok(None),
+            other => break other?,
+        }
+    };
+    if n != size_of::<D>() {
+        return Err(Errno::IO);
+    }
+    Ok(Some(desc))
 }
 
 #[cfg(test)]

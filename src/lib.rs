@@ -97,6 +97,10 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+// First: its macro serves the modules below.
+#[macro_use]
+mod setters;
+
 mod ah;
 mod async_event;
 mod buffer;
@@ -126,7 +130,6 @@ mod provider;
 pub mod qp;
 mod query;
 mod remote_buffer;
-mod setters;
 #[cfg(test)]
 mod test_serial;
 #[cfg(feature = "tokio")]

@@ -27,10 +27,9 @@ use crate::error::{Errno, Error, Op};
 use crate::method::{QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::rings::{
-    self, PostFailure, QpRingConfig, RecvQueue, SendQueue, MAX_CREATE_UHW_OUT,
+    self, PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
 use crate::provider::Provider;
-use crate::setters::field_setters;
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
@@ -105,19 +104,19 @@ impl<'a> QpInit<'a> {
         }
     }
 
-    field_setters! {
+    setters! {
         /// At least this many send work requests outstanding at once.
-        max_send_wr: u32;
+        pub fn max_send_wr(max_send_wr: u32) => max_send_wr;
         /// At least this many receive work requests outstanding at once.
-        max_recv_wr: u32;
+        pub fn max_recv_wr(max_recv_wr: u32) => max_recv_wr;
         /// At least this many SGEs per send work request.
-        max_send_sge: u32;
+        pub fn max_send_sge(max_send_sge: u32) => max_send_sge;
         /// At least this many SGEs per receive work request.
-        max_recv_sge: u32;
+        pub fn max_recv_sge(max_recv_sge: u32) => max_recv_sge;
         /// At least this many inline bytes per send work request.
-        max_inline: u32;
+        pub fn max_inline(max_inline: u32) => max_inline;
         /// Whether every send work request completes, signalled or not.
-        sq_sig_all: bool;
+        pub fn sq_sig_all(sq_sig_all: bool) => sq_sig_all;
     }
 }
 
@@ -175,7 +174,7 @@ pub struct QueuePair {
     /// previous one left.
     modify_lock: Mutex<()>,
     /// The rings and their mappings, unmapped in the driver's teardown
-    /// order (see [`SendQueue::unmap_before_destroy`]).
+    /// order (see [`Ring::unmap_before_destroy`]).
     sq: Mutex<SendQueue>,
     rq: Mutex<RecvQueue>,
     doorbell: PostSendDoorbell,

@@ -30,8 +30,6 @@ use std::fmt;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
-use zerocopy::FromBytes;
-
 use crate::context::Context;
 use crate::cq::CompletionQueue;
 use crate::error::{Errno, Error, Op};
@@ -44,12 +42,27 @@ pub(crate) mod file;
 pub use file::AsyncElement;
 use file::AsyncEventFile;
 
-/// What happened (the kernel's `enum ib_event_type`, equal to libibverbs'
-/// `enum ibv_event_type`).
-#[doc(alias = "ibv_event_type")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum AsyncEventKind {
+/// Declares [`AsyncEventKind`] and `KINDS`, its kinds in the kernel's order
+/// (index = `enum ib_event_type` value), from one list.
+macro_rules! event_kinds {
+    ($($(#[doc = $doc:literal])* $kind:ident,)+) => {
+        /// What happened (the kernel's `enum ib_event_type`, equal to libibverbs'
+        /// `enum ibv_event_type`).
+        #[doc(alias = "ibv_event_type")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum AsyncEventKind {
+            $($(#[doc = $doc])* $kind,)+
+            /// A value this crate does not know.
+            Unknown(u32),
+        }
+
+        /// The kinds in the kernel's order: index = `enum ib_event_type` value.
+        const KINDS: &[AsyncEventKind] = &[$(AsyncEventKind::$kind),+];
+    };
+}
+
+event_kinds! {
     /// A CQ overran (a completion found it full) or failed (`IB_EVENT_CQ_ERR`).
     CqErr,
     /// A QP error that is not a work request's: the QP went to ERR (`IB_EVENT_QP_FATAL`).
@@ -90,36 +103,7 @@ pub enum AsyncEventKind {
     GidChange,
     /// A work queue failed (`IB_EVENT_WQ_FATAL`).
     WqFatal,
-    /// A value this crate does not know.
-    Unknown(u32),
 }
-
-/// The kinds in the kernel's order: index = `enum ib_event_type` value.
-const KINDS: [AsyncEventKind; 20] = {
-    use AsyncEventKind::*;
-    [
-        CqErr,
-        QpFatal,
-        QpReqErr,
-        QpAccessErr,
-        CommEst,
-        SqDrained,
-        PathMig,
-        PathMigErr,
-        DeviceFatal,
-        PortActive,
-        PortErr,
-        LidChange,
-        PkeyChange,
-        SmChange,
-        SrqErr,
-        SrqLimitReached,
-        QpLastWqeReached,
-        ClientReregister,
-        GidChange,
-        WqFatal,
-    ]
-};
 
 impl AsyncEventKind {
     /// The kind of the kernel's value `raw`.
@@ -134,7 +118,7 @@ impl AsyncEventKind {
     pub fn raw(self) -> u32 {
         match self {
             AsyncEventKind::Unknown(raw) => raw,
-            // Every other kind is in KINDS, at most 20 entries.
+            // Every other kind is in KINDS, which has 20 entries.
             known => KINDS.iter().position(|k| *k == known).unwrap_or(0) as u32,
         }
     }
@@ -258,34 +242,22 @@ impl AsyncEvents {
     /// wait (`EINTR` is retried). `EIO` once the device is gone.
     #[doc(alias = "ibv_get_async_event")]
     pub fn get_event(&self) -> Result<AsyncEvent, Error> {
-        let fd = &self.file().fd;
-        let waited = event_fd::wait_for(fd, None, || self.try_get_event(), |e| self.fail(e))?;
-        // With no deadline the wait ends only with an event or an error.
-        waited.ok_or_else(|| self.fail(Errno::TIMEDOUT))
+        event_fd::get_event(self)
     }
 
     /// [`get_event`](Self::get_event) for at most `timeout`: `None` when
     /// no event came.
     pub fn wait_event(&self, timeout: Duration) -> Result<Option<AsyncEvent>, Error> {
-        let fd = &self.file().fd;
-        event_fd::wait_for(fd, Some(timeout), || self.try_get_event(), |e| self.fail(e))
+        event_fd::wait_event_for(self, Some(timeout))
     }
 
     /// The next event if one is pending, else `Ok(None)` at once.
     pub fn try_get_event(&self) -> Result<Option<AsyncEvent>, Error> {
         self.ctx.check_process(Op::GetAsyncEvent)?;
         let file = self.file();
-        let mut desc = [0u8; size_of::<sys::ib_uverbs_async_event_desc>()];
-        let n = loop {
-            match rustix::io::read(&file.fd, &mut desc) {
-                Err(Errno::INTR) => continue,
-                Err(Errno::AGAIN) => return Ok(None),
-                other => break other.map_err(|e| self.fail(e))?,
-            }
-        };
-        let raw = match sys::ib_uverbs_async_event_desc::read_from_bytes(&desc[..]) {
-            Ok(raw) if n == desc.len() => raw,
-            _ => return Err(self.fail(Errno::IO)),
+        let read = event_fd::read_desc::<sys::ib_uverbs_async_event_desc>(&file.fd);
+        let Some(raw) = read.map_err(|e| self.fail(e))? else {
+            return Ok(None);
         };
         let event = AsyncEvent::from_raw(&raw);
         file.count(event.element);
@@ -357,6 +329,7 @@ impl QueuePair {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use zerocopy::FromBytes;
 
     fn desc(event_type: u32, element: u64) -> sys::ib_uverbs_async_event_desc {
         sys::ib_uverbs_async_event_desc {

@@ -158,25 +158,13 @@ impl EventChannel {
     /// parent's events stay the parent's).
     #[doc(alias = "rdma_get_cm_event")]
     pub fn get_event(&self) -> Result<Event, Error> {
-        let waited = self.wait(None)?;
-        // With no deadline the wait ends only with an event or an error.
-        waited.ok_or_else(|| self.err(Op::CmGetEvent, Errno::TIMEDOUT))
+        event_fd::get_event(self)
     }
 
     /// Takes the next event if one arrives within `timeout`; `None` when
     /// none did.
     pub fn wait_event(&self, timeout: Duration) -> Result<Option<Event>, Error> {
-        self.wait(Some(timeout))
-    }
-
-    fn wait(&self, timeout: Option<Duration>) -> Result<Option<Event>, Error> {
-        self.check_process(Op::CmGetEvent)?;
-        event_fd::wait_for(
-            self,
-            timeout,
-            || self.try_get_event(),
-            |e| self.err(Op::CmGetEvent, e),
-        )
+        event_fd::wait_event_for(self, Some(timeout))
     }
 
     /// The next event if one is queued, else `Ok(None)` at once: what to

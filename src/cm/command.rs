@@ -186,6 +186,51 @@ pub fn socket_addr_from(bytes: &[u8]) -> Option<SocketAddr> {
     }
 }
 
+/// One ucma command as a small typed value (rustix's `ioctl::patterns`,
+/// io-uring's `opcode!`): a public struct of the fields `new` takes, in its
+/// order, plus optional ones with their defaults (set by a builder method
+/// written beside it); and its [`CmCommand`] impl, whose `request` is the
+/// closure's body with `cmd` the command and `response` the response
+/// address.
+macro_rules! cm_command {
+    (
+        $(#[$doc:meta])*
+        $name:ident { $($field:ident: $t:ty),+ $(; $($opt:ident: $ot:ty = $default:expr),+)? }
+        $(#[$new_doc:meta])*
+        new;
+        $code:ident: $request:ident -> $response:ty,
+        |$cmd:ident, $resp:ident| $body:expr
+    ) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name {
+            $($field: $t,)+
+            $($($opt: $ot,)+)?
+        }
+
+        impl $name {
+            $(#[$new_doc])*
+            pub fn new($($field: $t),+) -> Self {
+                $name {
+                    $($field,)+
+                    $($($opt: $default,)+)?
+                }
+            }
+        }
+
+        impl CmCommand for $name {
+            const CODE: u32 = sys::$code;
+            type Request = sys::$request;
+            type Response = $response;
+
+            fn request(&self, $resp: u64) -> Self::Request {
+                let $cmd = self;
+                $body
+            }
+        }
+    };
+}
+
 /// A command whose struct is exactly `{id}` or `{id, one u32}` and has no
 /// response: the handle and the value go in the named fields.
 macro_rules! id_command {
@@ -193,150 +238,78 @@ macro_rules! id_command {
         $(#[$doc:meta])*
         $name:ident, $code:ident, $request:ident $(, $field:ident: $t:ty => $raw:ident)?
     ) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub struct $name {
-            id: u32,
-            $($field: $t,)?
-        }
-
-        impl $name {
-            #[doc = concat!("The command for the cm id with kernel handle `id`.")]
-            pub fn new(id: u32 $(, $field: $t)?) -> Self {
-                $name { id $(, $field)? }
-            }
-        }
-
-        impl CmCommand for $name {
-            const CODE: u32 = sys::$code;
-            type Request = sys::$request;
-            type Response = ();
-
-            fn request(&self, _response: u64) -> Self::Request {
-                sys::$request {
-                    id: self.id,
-                    $($raw: self.$field,)?
-                }
+        cm_command! {
+            $(#[$doc])*
+            $name { id: u32 $(, $field: $t)? }
+            /// The command for the cm id with kernel handle `id`.
+            new;
+            $code: $request -> (),
+            |cmd, _response| sys::$request {
+                id: cmd.id,
+                $($raw: cmd.$field,)?
             }
         }
     };
 }
 
-/// `CREATE_ID`: a new cm id in a port space; `uid` comes back in each of
-/// its events (the kernel drops the events of an id whose uid is 0).
-#[doc(alias = "rdma_create_id")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CreateId {
-    uid: u64,
-    ps: PortSpace,
-}
-
-impl CreateId {
+cm_command! {
+    /// `CREATE_ID`: a new cm id in a port space; `uid` comes back in each of
+    /// its events (the kernel drops the events of an id whose uid is 0).
+    #[doc(alias = "rdma_create_id")]
+    CreateId { uid: u64, ps: PortSpace }
     /// A cm id in port space `ps` (its QP type follows: TCP → RC, UDP → UD).
-    pub fn new(uid: u64, ps: PortSpace) -> Self {
-        CreateId { uid, ps }
+    new;
+    RDMA_USER_CM_CMD_CREATE_ID: rdma_ucm_create_id -> sys::rdma_ucm_create_id_resp,
+    |cmd, response| sys::rdma_ucm_create_id {
+        uid: cmd.uid,
+        response,
+        ps: cmd.ps.raw(),
+        // Read by the kernel only for RDMA_PS_IB; sent as librdmacm does.
+        qp_type: cmd.ps.qp_type().raw(),
+        reserved: [0; 5],
     }
 }
 
-impl CmCommand for CreateId {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_CREATE_ID;
-    type Request = sys::rdma_ucm_create_id;
-    type Response = sys::rdma_ucm_create_id_resp;
-
-    fn request(&self, response: u64) -> Self::Request {
-        sys::rdma_ucm_create_id {
-            uid: self.uid,
-            response,
-            ps: self.ps.raw(),
-            // Read by the kernel only for RDMA_PS_IB; sent as librdmacm does.
-            qp_type: self.ps.qp_type().raw(),
-            reserved: [0; 5],
-        }
-    }
-}
-
-/// `DESTROY_ID`: answers the number of events `GET_EVENT` reported for it.
-#[doc(alias = "rdma_destroy_id")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DestroyId {
-    id: u32,
-}
-
-impl DestroyId {
+cm_command! {
+    /// `DESTROY_ID`: answers the number of events `GET_EVENT` reported for it.
+    #[doc(alias = "rdma_destroy_id")]
+    DestroyId { id: u32 }
     /// Destroy the cm id with kernel handle `id`.
-    pub fn new(id: u32) -> Self {
-        DestroyId { id }
+    new;
+    RDMA_USER_CM_CMD_DESTROY_ID: rdma_ucm_destroy_id -> sys::rdma_ucm_destroy_id_resp,
+    |cmd, response| sys::rdma_ucm_destroy_id {
+        response,
+        id: cmd.id,
+        reserved: 0,
     }
 }
 
-impl CmCommand for DestroyId {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_DESTROY_ID;
-    type Request = sys::rdma_ucm_destroy_id;
-    type Response = sys::rdma_ucm_destroy_id_resp;
-
-    fn request(&self, response: u64) -> Self::Request {
-        sys::rdma_ucm_destroy_id {
-            response,
-            id: self.id,
-            reserved: 0,
-        }
-    }
-}
-
-/// `BIND_IP`: bind to an IPv4 or IPv6 address (port 0: any free port).
-#[doc(alias = "rdma_bind_addr")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct BindIp {
-    id: u32,
-    addr: SocketAddr,
-}
-
-impl BindIp {
+cm_command! {
+    /// `BIND_IP`: bind to an IPv4 or IPv6 address (port 0: any free port).
+    #[doc(alias = "rdma_bind_addr")]
+    BindIp { id: u32, addr: SocketAddr }
     /// Bind cm id `id` to `addr`.
-    pub fn new(id: u32, addr: SocketAddr) -> Self {
-        BindIp { id, addr }
+    new;
+    RDMA_USER_CM_CMD_BIND_IP: rdma_ucm_bind_ip -> (),
+    |cmd, _response| sys::rdma_ucm_bind_ip {
+        response: 0,
+        addr: sockaddr_in6_of(&cmd.addr),
+        id: cmd.id,
     }
 }
 
-impl CmCommand for BindIp {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_BIND_IP;
-    type Request = sys::rdma_ucm_bind_ip;
-    type Response = ();
-
-    fn request(&self, _response: u64) -> Self::Request {
-        sys::rdma_ucm_bind_ip {
-            response: 0,
-            addr: sockaddr_in6_of(&self.addr),
-            id: self.id,
-        }
-    }
-}
-
-/// `BIND`: bind to an address in a `sockaddr_storage` with its size (what
-/// librdmacm sends when the kernel has it).
-#[doc(alias = "rdma_bind_addr")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Bind {
-    id: u32,
-    addr: SocketAddr,
-}
-
-impl Bind {
+cm_command! {
+    /// `BIND`: bind to an address in a `sockaddr_storage` with its size (what
+    /// librdmacm sends when the kernel has it).
+    #[doc(alias = "rdma_bind_addr")]
+    Bind { id: u32, addr: SocketAddr }
     /// Bind cm id `id` to `addr`.
-    pub fn new(id: u32, addr: SocketAddr) -> Self {
-        Bind { id, addr }
-    }
-}
-
-impl CmCommand for Bind {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_BIND;
-    type Request = sys::rdma_ucm_bind;
-    type Response = ();
-
-    fn request(&self, _response: u64) -> Self::Request {
-        let (addr, addr_size) = sockaddr_storage_of(&self.addr);
+    new;
+    RDMA_USER_CM_CMD_BIND: rdma_ucm_bind -> (),
+    |cmd, _response| {
+        let (addr, addr_size) = sockaddr_storage_of(&cmd.addr);
         sys::rdma_ucm_bind {
-            id: self.id,
+            id: cmd.id,
             addr_size,
             reserved: 0,
             addr,
@@ -344,28 +317,23 @@ impl CmCommand for Bind {
     }
 }
 
-/// `RESOLVE_IP`: resolve `dst` (and the local device) within `timeout_ms`;
-/// the answer is an `ADDR_RESOLVED` or `ADDR_ERROR` event.
-#[doc(alias = "rdma_resolve_addr")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResolveIp {
-    id: u32,
-    src: Option<SocketAddr>,
-    dst: SocketAddr,
-    timeout_ms: u32,
+cm_command! {
+    /// `RESOLVE_IP`: resolve `dst` (and the local device) within `timeout_ms`;
+    /// the answer is an `ADDR_RESOLVED` or `ADDR_ERROR` event.
+    #[doc(alias = "rdma_resolve_addr")]
+    ResolveIp { id: u32, dst: SocketAddr, timeout_ms: u32; src: Option<SocketAddr> = None }
+    /// Resolve `dst` from any local address.
+    new;
+    RDMA_USER_CM_CMD_RESOLVE_IP: rdma_ucm_resolve_ip -> (),
+    |cmd, _response| sys::rdma_ucm_resolve_ip {
+        src_addr: cmd.src.as_ref().map(sockaddr_in6_of).unwrap_or_default(),
+        dst_addr: sockaddr_in6_of(&cmd.dst),
+        id: cmd.id,
+        timeout_ms: cmd.timeout_ms,
+    }
 }
 
 impl ResolveIp {
-    /// Resolve `dst` from any local address.
-    pub fn new(id: u32, dst: SocketAddr, timeout_ms: u32) -> Self {
-        ResolveIp {
-            id,
-            src: None,
-            dst,
-            timeout_ms,
-        }
-    }
-
     /// Resolve from this local address (binds the id if it is not bound).
     pub fn src(mut self, src: SocketAddr) -> Self {
         self.src = Some(src);
@@ -373,69 +341,36 @@ impl ResolveIp {
     }
 }
 
-impl CmCommand for ResolveIp {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_RESOLVE_IP;
-    type Request = sys::rdma_ucm_resolve_ip;
-    type Response = ();
-
-    fn request(&self, _response: u64) -> Self::Request {
-        sys::rdma_ucm_resolve_ip {
-            src_addr: self.src.as_ref().map(sockaddr_in6_of).unwrap_or_default(),
-            dst_addr: sockaddr_in6_of(&self.dst),
-            id: self.id,
-            timeout_ms: self.timeout_ms,
-        }
-    }
-}
-
-/// `RESOLVE_ADDR`: [`ResolveIp`] with `sockaddr_storage` addresses and sizes.
-#[doc(alias = "rdma_resolve_addr")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ResolveAddr {
-    id: u32,
-    src: Option<SocketAddr>,
-    dst: SocketAddr,
-    timeout_ms: u32,
-}
-
-impl ResolveAddr {
+cm_command! {
+    /// `RESOLVE_ADDR`: [`ResolveIp`] with `sockaddr_storage` addresses and sizes.
+    #[doc(alias = "rdma_resolve_addr")]
+    ResolveAddr { id: u32, dst: SocketAddr, timeout_ms: u32; src: Option<SocketAddr> = None }
     /// Resolve `dst` from any local address.
-    pub fn new(id: u32, dst: SocketAddr, timeout_ms: u32) -> Self {
-        ResolveAddr {
-            id,
-            src: None,
-            dst,
-            timeout_ms,
-        }
-    }
-
-    /// Resolve from this local address.
-    pub fn src(mut self, src: SocketAddr) -> Self {
-        self.src = Some(src);
-        self
-    }
-}
-
-impl CmCommand for ResolveAddr {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_RESOLVE_ADDR;
-    type Request = sys::rdma_ucm_resolve_addr;
-    type Response = ();
-
-    fn request(&self, _response: u64) -> Self::Request {
-        let (src_addr, src_size) = match &self.src {
+    new;
+    RDMA_USER_CM_CMD_RESOLVE_ADDR: rdma_ucm_resolve_addr -> (),
+    |cmd, _response| {
+        let (src_addr, src_size) = match &cmd.src {
             Some(src) => sockaddr_storage_of(src),
             None => (sys::__kernel_sockaddr_storage::new_zeroed(), 0),
         };
-        let (dst_addr, dst_size) = sockaddr_storage_of(&self.dst);
+        let (dst_addr, dst_size) = sockaddr_storage_of(&cmd.dst);
         sys::rdma_ucm_resolve_addr {
-            id: self.id,
-            timeout_ms: self.timeout_ms,
+            id: cmd.id,
+            timeout_ms: cmd.timeout_ms,
             src_size,
             dst_size,
             reserved: 0,
             src_addr,
             dst_addr,
         }
+    }
+}
+
+impl ResolveAddr {
+    /// Resolve from this local address.
+    pub fn src(mut self, src: SocketAddr) -> Self {
+        self.src = Some(src);
+        self
     }
 }
 
@@ -469,31 +404,17 @@ id_command! {
     event: u32 => event
 }
 
-/// `QUERY_ROUTE`: addresses, node GUID, port and path records in one answer.
-#[doc(alias = "rdma_query_route")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QueryRoute {
-    id: u32,
-}
-
-impl QueryRoute {
+cm_command! {
+    /// `QUERY_ROUTE`: addresses, node GUID, port and path records in one answer.
+    #[doc(alias = "rdma_query_route")]
+    QueryRoute { id: u32 }
     /// Query cm id `id`.
-    pub fn new(id: u32) -> Self {
-        QueryRoute { id }
-    }
-}
-
-impl CmCommand for QueryRoute {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_QUERY_ROUTE;
-    type Request = sys::rdma_ucm_query;
-    type Response = sys::rdma_ucm_query_route_resp;
-
-    fn request(&self, response: u64) -> Self::Request {
-        sys::rdma_ucm_query {
-            response,
-            id: self.id,
-            option: 0,
-        }
+    new;
+    RDMA_USER_CM_CMD_QUERY_ROUTE: rdma_ucm_query -> sys::rdma_ucm_query_route_resp,
+    |cmd, response| sys::rdma_ucm_query {
+        response,
+        id: cmd.id,
+        option: 0,
     }
 }
 
@@ -506,34 +427,19 @@ pub enum QueryOption {
     Gid,
 }
 
-/// `QUERY` with the address or GID option.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Query {
-    id: u32,
-    option: QueryOption,
-}
-
-impl Query {
+cm_command! {
+    /// `QUERY` with the address or GID option.
+    Query { id: u32, option: QueryOption }
     /// Query cm id `id` for `option`.
-    pub fn new(id: u32, option: QueryOption) -> Self {
-        Query { id, option }
-    }
-}
-
-impl CmCommand for Query {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_QUERY;
-    type Request = sys::rdma_ucm_query;
-    type Response = sys::rdma_ucm_query_addr_resp;
-
-    fn request(&self, response: u64) -> Self::Request {
-        sys::rdma_ucm_query {
-            response,
-            id: self.id,
-            option: match self.option {
-                QueryOption::Addr => sys::RDMA_USER_CM_QUERY_ADDR,
-                QueryOption::Gid => sys::RDMA_USER_CM_QUERY_GID,
-            },
-        }
+    new;
+    RDMA_USER_CM_CMD_QUERY: rdma_ucm_query -> sys::rdma_ucm_query_addr_resp,
+    |cmd, response| sys::rdma_ucm_query {
+        response,
+        id: cmd.id,
+        option: match cmd.option {
+            QueryOption::Addr => sys::RDMA_USER_CM_QUERY_ADDR,
+            QueryOption::Gid => sys::RDMA_USER_CM_QUERY_GID,
+        },
     }
 }
 
@@ -548,30 +454,16 @@ pub struct PathAnswer {
     pub paths: [sys::ib_path_rec_data; 2],
 }
 
-/// `QUERY` with the path option: the route's path records in wire format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QueryPath {
-    id: u32,
-}
-
-impl QueryPath {
+cm_command! {
+    /// `QUERY` with the path option: the route's path records in wire format.
+    QueryPath { id: u32 }
     /// Query cm id `id`'s path records.
-    pub fn new(id: u32) -> Self {
-        QueryPath { id }
-    }
-}
-
-impl CmCommand for QueryPath {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_QUERY;
-    type Request = sys::rdma_ucm_query;
-    type Response = PathAnswer;
-
-    fn request(&self, response: u64) -> Self::Request {
-        sys::rdma_ucm_query {
-            response,
-            id: self.id,
-            option: sys::RDMA_USER_CM_QUERY_PATH,
-        }
+    new;
+    RDMA_USER_CM_CMD_QUERY: rdma_ucm_query -> PathAnswer,
+    |cmd, response| sys::rdma_ucm_query {
+        response,
+        id: cmd.id,
+        option: sys::RDMA_USER_CM_QUERY_PATH,
     }
 }
 
@@ -616,28 +508,15 @@ impl ConnParam {
         ConnParam { raw }
     }
 
-    /// RDMA reads/atomics the peer may have outstanding at our QP.
-    pub fn responder_resources(mut self, n: u8) -> Self {
-        self.raw.responder_resources = n;
-        self
-    }
-
-    /// RDMA reads/atomics our QP may have outstanding at the peer.
-    pub fn initiator_depth(mut self, n: u8) -> Self {
-        self.raw.initiator_depth = n;
-        self
-    }
-
-    /// Transport retries, 0..=7 (rxe: 7 retries forever, see [`new`](Self::new)).
-    pub fn retry_count(mut self, n: u8) -> Self {
-        self.raw.retry_count = n;
-        self
-    }
-
-    /// RNR retries, 0..=7 (7: retry forever).
-    pub fn rnr_retry_count(mut self, n: u8) -> Self {
-        self.raw.rnr_retry_count = n;
-        self
+    setters! {
+        /// RDMA reads/atomics the peer may have outstanding at our QP.
+        pub fn responder_resources(n: u8) => raw.responder_resources;
+        /// RDMA reads/atomics our QP may have outstanding at the peer.
+        pub fn initiator_depth(n: u8) => raw.initiator_depth;
+        /// Transport retries, 0..=7 (rxe: 7 retries forever, see [`new`](Self::new)).
+        pub fn retry_count(n: u8) => raw.retry_count;
+        /// RNR retries, 0..=7 (7: retry forever).
+        pub fn rnr_retry_count(n: u8) => raw.rnr_retry_count;
     }
 
     /// Whether the QP has hardware flow control (IB CM `flow_control`).
@@ -694,35 +573,20 @@ impl ConnParam {
     }
 }
 
-/// `CONNECT`: send the connection request (active side). The answer is a
-/// `CONNECT_RESPONSE` (the QP is ours: move it to RTR and RTS, then
-/// [`Accept::establish`]), `REJECTED`, `UNREACHABLE` or `CONNECT_ERROR`.
-#[doc(alias = "rdma_connect")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Connect {
-    id: u32,
-    param: ConnParam,
-}
-
-impl Connect {
+cm_command! {
+    /// `CONNECT`: send the connection request (active side). The answer is a
+    /// `CONNECT_RESPONSE` (the QP is ours: move it to RTR and RTS, then
+    /// [`Accept::establish`]), `REJECTED`, `UNREACHABLE` or `CONNECT_ERROR`.
+    #[doc(alias = "rdma_connect")]
+    Connect { id: u32, param: ConnParam }
     /// Connect cm id `id` with `param`.
-    pub fn new(id: u32, param: ConnParam) -> Self {
-        Connect { id, param }
-    }
-}
-
-impl CmCommand for Connect {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_CONNECT;
-    type Request = sys::rdma_ucm_connect;
-    type Response = ();
-
-    fn request(&self, _response: u64) -> Self::Request {
-        sys::rdma_ucm_connect {
-            conn_param: self.param.raw,
-            id: self.id,
-            reserved: 0,
-            ece: sys::rdma_ucm_ece::default(),
-        }
+    new;
+    RDMA_USER_CM_CMD_CONNECT: rdma_ucm_connect -> (),
+    |cmd, _response| sys::rdma_ucm_connect {
+        conn_param: cmd.param.raw,
+        id: cmd.id,
+        reserved: 0,
+        ece: sys::rdma_ucm_ece::default(),
     }
 }
 
@@ -839,33 +703,18 @@ impl CmCommand for Reject {
     }
 }
 
-/// `INIT_QP_ATTR`: the attributes (and mask) that move our QP to `state`
-/// for this connection; apply them with `MODIFY_QP`.
-#[doc(alias = "rdma_init_qp_attr")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct InitQpAttr {
-    id: u32,
-    state: QpState,
-}
-
-impl InitQpAttr {
+cm_command! {
+    /// `INIT_QP_ATTR`: the attributes (and mask) that move our QP to `state`
+    /// for this connection; apply them with `MODIFY_QP`.
+    #[doc(alias = "rdma_init_qp_attr")]
+    InitQpAttr { id: u32, state: QpState }
     /// The attributes for cm id `id`'s QP to enter `state`.
-    pub fn new(id: u32, state: QpState) -> Self {
-        InitQpAttr { id, state }
-    }
-}
-
-impl CmCommand for InitQpAttr {
-    const CODE: u32 = sys::RDMA_USER_CM_CMD_INIT_QP_ATTR;
-    type Request = sys::rdma_ucm_init_qp_attr;
-    type Response = sys::ib_uverbs_qp_attr;
-
-    fn request(&self, response: u64) -> Self::Request {
-        sys::rdma_ucm_init_qp_attr {
-            response,
-            id: self.id,
-            qp_state: self.state as u32,
-        }
+    new;
+    RDMA_USER_CM_CMD_INIT_QP_ATTR: rdma_ucm_init_qp_attr -> sys::ib_uverbs_qp_attr,
+    |cmd, response| sys::rdma_ucm_init_qp_attr {
+        response,
+        id: cmd.id,
+        qp_state: cmd.state as u32,
     }
 }
 

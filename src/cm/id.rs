@@ -149,14 +149,8 @@ impl CmId {
     /// [`MAX_UD_CONNECT_PRIVATE_DATA`] (UDP); more is refused here.
     #[doc(alias = "rdma_connect")]
     pub fn connect(&self, param: &ConnParam) -> Result<(), Error> {
-        let max = match self.ps {
-            PortSpace::Tcp => MAX_CONNECT_PRIVATE_DATA,
-            PortSpace::Udp => MAX_UD_CONNECT_PRIVATE_DATA,
-        };
-        self.channel.check_process(Op::CmConnect)?;
-        param
-            .check(max)
-            .map_err(|r| self.channel.input(Op::CmConnect, r))?;
+        let limits = (MAX_CONNECT_PRIVATE_DATA, MAX_UD_CONNECT_PRIVATE_DATA);
+        self.check_param(param, limits, Op::CmConnect)?;
         let cmd = Connect::new(self.handle, *param);
         self.channel.run(&cmd, Op::CmConnect)
     }
@@ -169,16 +163,28 @@ impl CmId {
     /// its [`uid`](Self::uid).
     #[doc(alias = "rdma_accept")]
     pub fn accept(&self, param: &ConnParam) -> Result<(), Error> {
-        let max = match self.ps {
-            PortSpace::Tcp => MAX_ACCEPT_PRIVATE_DATA,
-            PortSpace::Udp => MAX_UD_ACCEPT_PRIVATE_DATA,
-        };
-        self.channel.check_process(Op::CmAccept)?;
-        param
-            .check(max)
-            .map_err(|r| self.channel.input(Op::CmAccept, r))?;
+        let limits = (MAX_ACCEPT_PRIVATE_DATA, MAX_UD_ACCEPT_PRIVATE_DATA);
+        self.check_param(param, limits, Op::CmAccept)?;
         let cmd = Accept::new(self.handle, self.uid, *param);
         self.channel.run(&cmd, Op::CmAccept)
+    }
+
+    /// Before a `CONNECT` or `ACCEPT` (`op`): refuses it in a forked
+    /// child, and refuses `param` here when its private data exceeds the
+    /// message's limit, `(tcp, udp)` by the id's port space, or a retry
+    /// count exceeds 7.
+    fn check_param(
+        &self,
+        param: &ConnParam,
+        (tcp, udp): (usize, usize),
+        op: Op,
+    ) -> Result<(), Error> {
+        let max = match self.ps {
+            PortSpace::Tcp => tcp,
+            PortSpace::Udp => udp,
+        };
+        self.channel.check_process(op)?;
+        param.check(max).map_err(|r| self.channel.input(op, r))
     }
 
     /// The active side's last step after `CONNECT_RESPONSE` and moving the

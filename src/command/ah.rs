@@ -43,9 +43,9 @@ impl CreateAh {
         )
     }
 
-    request_setters! {
+    setters! {
         /// The value kept with the AH (default 0).
-        user_handle(user_handle: u64) => user_handle;
+        pub fn user_handle(user_handle: u64) => req.user_handle;
     }
 }
 

@@ -29,11 +29,11 @@ impl CreateCq {
         }
     }
 
-    request_setters! {
+    setters! {
         /// Completion events go to this completion channel descriptor.
-        comp_channel(fd: i32) => comp_channel;
+        pub fn comp_channel(fd: i32) => req.comp_channel;
         /// The completion vector (default 0).
-        comp_vector(vector: u32) => comp_vector;
+        pub fn comp_vector(vector: u32) => req.comp_vector;
     }
 }
 

@@ -31,9 +31,9 @@ impl<'a> RegMr<'a> {
         }
     }
 
-    request_setters! {
+    setters! {
         /// The address the device uses for the first byte (default: `start`).
-        hca_va(hca_va: u64) => hca_va;
+        pub fn hca_va(hca_va: u64) => req.hca_va;
     }
 
     /// Driver-private input (siw: an 8-byte `siw_ureq_reg_mr`).
@@ -83,13 +83,13 @@ impl ReregMr {
         self
     }
 
-    request_setters! {
+    setters! {
         /// The device address of the new range's first byte.
-        hca_va(hca_va: u64) => hca_va;
+        pub fn hca_va(hca_va: u64) => req.hca_va;
         /// The handle of the new PD.
-        pd_handle(pd_handle: u32) => pd_handle;
+        pub fn pd_handle(pd_handle: u32) => req.pd_handle;
         /// The new access flags (`IB_UVERBS_ACCESS_*`).
-        access_flags(access_flags: u32) => access_flags;
+        pub fn access_flags(access_flags: u32) => req.access_flags;
     }
 }
 

@@ -3,7 +3,8 @@
 //! a single object by its handle. Each expansion is still one small public
 //! type with `new`, a `CODE` and the kernel's request/response structs.
 //! Builders that fill the kernel's request in place share their
-//! `WriteCommand` impl and their one-field setters the same way.
+//! `WriteCommand` impl the same way (and their one-field setters are
+//! `setters!`, `req.field`).
 
 /// A command whose request is only the (transport-filled) `response` field:
 /// `GET_CONTEXT`, `QUERY_DEVICE`, `ALLOC_PD`.
@@ -107,19 +108,5 @@ macro_rules! write_command_of_request {
                 }
             )?
         }
-    };
-}
-
-/// Chained setters that each store their argument in one field of the
-/// request being filled in place (`self.req`).
-macro_rules! request_setters {
-    ($( $(#[$doc:meta])* $setter:ident($arg:ident: $t:ty) => $field:ident; )*) => {
-        $(
-            $(#[$doc])*
-            pub fn $setter(mut self, $arg: $t) -> Self {
-                self.req.$field = $arg;
-                self
-            }
-        )*
     };
 }

@@ -43,9 +43,9 @@ impl CreateQp {
         }
     }
 
-    request_setters! {
+    setters! {
         /// The value async events about this QP carry (default 0).
-        user_handle(user_handle: u64) => user_handle;
+        pub fn user_handle(user_handle: u64) => req.user_handle;
     }
 
     /// Every send WR completes with a completion (`sq_sig_all`).

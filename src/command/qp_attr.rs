@@ -19,42 +19,59 @@ use uverbs_uapi as sys;
 
 use crate::flags::AccessFlags;
 
-/// A queue pair's state (`enum ib_qp_state`; the values go on the wire).
-#[doc(alias = "ibv_qp_state")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum QpState {
-    /// Just created, or reset: nothing is processed (`IBV_QPS_RESET`).
-    Reset = 0,
-    /// Initialised: receives may be posted (`IBV_QPS_INIT`).
-    Init = 1,
-    /// Ready to receive (`IBV_QPS_RTR`).
-    Rtr = 2,
-    /// Ready to send (`IBV_QPS_RTS`).
-    Rts = 3,
-    /// Send queue drained (`IBV_QPS_SQD`).
-    Sqd = 4,
-    /// Send queue error (`IBV_QPS_SQE`, UC/UD only).
-    Sqe = 5,
-    /// Error: outstanding work completes with flush errors (`IBV_QPS_ERR`).
-    Err = 6,
+/// A `#[repr(u8)]` enum whose values go on the wire, and its `from_raw`
+/// (the inverse of `as u8`, `None` for a number that is no variant), from
+/// the one list of variants and values.
+macro_rules! wire_enum {
+    (
+        $(#[$doc:meta])*
+        pub enum $name:ident {
+            $($(#[$vdoc:meta])* $variant:ident = $value:literal,)+
+        }
+        $(#[$from_doc:meta])*
+        fn from_raw;
+    ) => {
+        $(#[$doc])*
+        #[repr(u8)]
+        pub enum $name {
+            $($(#[$vdoc])* $variant = $value,)+
+        }
+
+        impl $name {
+            $(#[$from_doc])*
+            pub fn from_raw(raw: u8) -> Option<Self> {
+                match raw {
+                    $($value => Some($name::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-impl QpState {
+wire_enum! {
+    /// A queue pair's state (`enum ib_qp_state`; the values go on the wire).
+    #[doc(alias = "ibv_qp_state")]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum QpState {
+        /// Just created, or reset: nothing is processed (`IBV_QPS_RESET`).
+        Reset = 0,
+        /// Initialised: receives may be posted (`IBV_QPS_INIT`).
+        Init = 1,
+        /// Ready to receive (`IBV_QPS_RTR`).
+        Rtr = 2,
+        /// Ready to send (`IBV_QPS_RTS`).
+        Rts = 3,
+        /// Send queue drained (`IBV_QPS_SQD`).
+        Sqd = 4,
+        /// Send queue error (`IBV_QPS_SQE`, UC/UD only).
+        Sqe = 5,
+        /// Error: outstanding work completes with flush errors (`IBV_QPS_ERR`).
+        Err = 6,
+    }
     /// The state for the kernel's number (`QUERY_QP`'s `qp_state`), `None`
     /// for a number that is no state.
-    pub fn from_raw(raw: u8) -> Option<Self> {
-        Some(match raw {
-            0 => QpState::Reset,
-            1 => QpState::Init,
-            2 => QpState::Rtr,
-            3 => QpState::Rts,
-            4 => QpState::Sqd,
-            5 => QpState::Sqe,
-            6 => QpState::Err,
-            _ => return None,
-        })
-    }
+    fn from_raw;
 }
 
 /// The QP transport types the data path supports.
@@ -153,38 +170,29 @@ bitflags! {
     }
 }
 
-/// A path MTU (`enum ib_mtu`).
-#[doc(alias = "ibv_mtu")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-#[repr(u8)]
-pub enum Mtu {
-    /// 256 bytes.
-    Mtu256 = 1,
-    /// 512 bytes.
-    Mtu512 = 2,
-    /// 1024 bytes (rxe on a 1500-byte netdev).
-    Mtu1024 = 3,
-    /// 2048 bytes.
-    Mtu2048 = 4,
-    /// 4096 bytes.
-    Mtu4096 = 5,
-}
-
-impl Mtu {
+wire_enum! {
+    /// A path MTU (`enum ib_mtu`).
+    #[doc(alias = "ibv_mtu")]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Mtu {
+        /// 256 bytes.
+        Mtu256 = 1,
+        /// 512 bytes.
+        Mtu512 = 2,
+        /// 1024 bytes (rxe on a 1500-byte netdev).
+        Mtu1024 = 3,
+        /// 2048 bytes.
+        Mtu2048 = 4,
+        /// 4096 bytes.
+        Mtu4096 = 5,
+    }
     /// The MTU for the kernel's number (`enum ib_mtu`: 1 = 256 … 5 =
     /// 4096, as a port's `active_mtu` or `QUERY_QP`'s `path_mtu` carry
     /// it); `None` for a number that is no MTU.
-    pub fn from_raw(raw: u8) -> Option<Self> {
-        Some(match raw {
-            1 => Mtu::Mtu256,
-            2 => Mtu::Mtu512,
-            3 => Mtu::Mtu1024,
-            4 => Mtu::Mtu2048,
-            5 => Mtu::Mtu4096,
-            _ => return None,
-        })
-    }
+    fn from_raw;
+}
 
+impl Mtu {
     /// The MTU in bytes (256 … 4096).
     #[doc(alias = "ibv_mtu_to_num")]
     pub fn bytes(self) -> u32 {

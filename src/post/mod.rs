@@ -1021,13 +1021,11 @@ mod tests {
                 lkey: 7,
             }];
             let mut wrs: Vec<SendWr<'_>> = Vec::with_capacity(8);
-            wrs.push(SendWr {
-                wr_id: 1,
-                op: SendOp::Send { imm: None },
-                flags: SendFlags::SIGNALED,
-                payload: Payload::Sges(&sges),
-                ud: None,
-            });
+            wrs.push(SendWr::new(
+                1,
+                SendOp::Send { imm: None },
+                Payload::Sges(&sges),
+            ));
             let (ptr, cap) = (wrs.as_ptr() as usize, wrs.capacity());
             (recycle(wrs), ptr, cap)
         };

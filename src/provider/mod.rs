@@ -244,6 +244,19 @@ pub(crate) const fn ring_test_len(n: u64, under_miri: u64) -> u64 {
     }
 }
 
+/// Spins until `cond` holds, failing the test at `deadline` (the
+/// two-thread ring tests of rxe and siw, waiting for the other side).
+#[cfg(test)]
+pub(crate) fn wait_until(deadline: std::time::Instant, what: &str, mut cond: impl FnMut() -> bool) {
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,8 +6,8 @@
 //! **Teardown order.** rdma-core's rxe provider destroys a CQ or QP first
 //! and unmaps its rings after; its siw provider unmaps first and destroys
 //! after. Each provider here follows its rdma-core order
-//! ([`CqRing::unmap_before_destroy`], [`SendQueue::unmap_before_destroy`]),
-//! so the kernel sees the sequence it sees under libibverbs. For memory
+//! ([`Ring::unmap_before_destroy`]), so the kernel sees the sequence it
+//! sees under libibverbs. For memory
 //! safety both orders are fine on Linux 6.12: siw's queues are
 //! `vmalloc_user` memory inserted into our mapping with `vm_insert_page`,
 //! which takes a page reference, so the `vfree` in siw's destroy drops only
@@ -181,18 +181,25 @@ impl CqRing {
     pub(crate) fn arm_in_memory(&mut self, solicited_only: bool) -> Option<Result<(), Errno>> {
         each_ring!(self, r => r.arm_in_memory(solicited_only))
     }
-
-    /// As [`Ring::unmap_before_destroy`]: rxe's ring stays mapped until
-    /// the CQ is dropped, after its destroy.
-    pub(crate) fn unmap_before_destroy(&mut self) -> bool {
-        each_ring!(self, r => r.unmap_before_destroy())
-    }
-
-    /// As [`Ring::remap`].
-    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        each_ring!(self, r => r.remap(transport))
-    }
 }
+
+/// Each ring enum is a [`Ring`] by its variant's ring: rxe's stays mapped
+/// until the object is dropped, after its destroy; siw's is unmapped first.
+macro_rules! ring_enum_is_a_ring {
+    ($($E:ident),+) => {$(
+        impl Ring for $E {
+            fn unmap_before_destroy(&mut self) -> bool {
+                each_ring!(self, r => r.unmap_before_destroy())
+            }
+
+            fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
+                each_ring!(self, r => r.remap(transport))
+            }
+        }
+    )+};
+}
+
+ring_enum_is_a_ring!(CqRing, SendQueue, RecvQueue);
 
 /// Reads the QP create answer and maps the rings of the context's driver.
 /// On an error the caller destroys the QP (every ring mapped so far is
@@ -220,16 +227,6 @@ impl SendQueue {
     pub(crate) fn ring_capacity(&self) -> Option<u32> {
         each_ring!(self, q => q.ring_capacity())
     }
-
-    /// As [`CqRing::unmap_before_destroy`].
-    pub(crate) fn unmap_before_destroy(&mut self) -> bool {
-        each_ring!(self, q => q.unmap_before_destroy())
-    }
-
-    /// As [`CqRing::remap`].
-    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        each_ring!(self, q => q.remap(transport))
-    }
 }
 
 impl RecvQueue {
@@ -241,16 +238,6 @@ impl RecvQueue {
     /// As [`RecvRing::ring_capacity`].
     pub(crate) fn ring_capacity(&self) -> Option<u32> {
         each_ring!(self, q => q.ring_capacity())
-    }
-
-    /// As [`CqRing::unmap_before_destroy`].
-    pub(crate) fn unmap_before_destroy(&mut self) -> bool {
-        each_ring!(self, q => q.unmap_before_destroy())
-    }
-
-    /// As [`CqRing::remap`].
-    pub(crate) fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        each_ring!(self, q => q.remap(transport))
     }
 }
 

@@ -7,7 +7,6 @@ use std::marker::PhantomData;
 use bitflags::bitflags;
 
 use super::sge::Sge;
-use crate::setters::field_setters;
 
 bitflags! {
     /// Send flags user space sets (`IB_SEND_*` of the kernel's `ib_verbs.h`,
@@ -215,10 +214,10 @@ impl<'a> SendWr<'a> {
         }
     }
 
-    field_setters! {
+    setters! {
         /// Replaces the flags (clear [`SendFlags::SIGNALED`] for an
         /// unsignalled request).
-        flags: SendFlags;
+        pub fn flags(flags: SendFlags) => flags;
     }
 
     /// Sends to `dest` (UD QPs only; other QP types refuse the request).

@@ -18,7 +18,7 @@ use super::queue::{Consumer, Producer, QueueMem};
 use super::rings::post_sends;
 use super::wqe::{self, SendLimits, SEND_WQE_LEN, WC_LEN};
 use crate::command::QpType;
-use crate::wr::{Payload, Remote, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+use crate::wr::{Payload, Remote, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
 use uverbs_uapi::ib_uverbs_wc;
 use zerocopy::IntoBytes;
 
@@ -63,19 +63,17 @@ fn post_poll_loop() {
     let mut slot = vec![0u8; sq_ring.elem_size()];
     let mut out = [WorkCompletion::default(); 1];
     for i in 0..ITERS {
-        let wr = SendWr {
-            wr_id: i,
-            op: SendOp::RdmaWrite {
+        let wr = SendWr::new(
+            i,
+            SendOp::RdmaWrite {
                 remote: Remote {
                     addr: 0x2000,
                     rkey: 9,
                 },
                 imm: None,
             },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(&sges),
-            ud: None,
-        };
+            Payload::Sges(&sges),
+        );
         assert!(post_one(&mut sq, limits, &wr));
         assert!(kernel_sq.pop(&mut slot));
         let wc = ib_uverbs_wc {

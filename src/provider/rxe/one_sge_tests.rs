@@ -87,13 +87,7 @@ fn a_full_queue_is_refused_alike() {
         length: 8,
         lkey: 2,
     }];
-    let wr = SendWr {
-        wr_id: 1,
-        op: SendOp::Send { imm: None },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(&sges),
-        ud: None,
-    };
+    let wr = SendWr::new(1, SendOp::Send { imm: None }, Payload::Sges(&sges));
     let ring = TestRing::new(9, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
     for _ in 0..3 {
@@ -122,13 +116,7 @@ fn other_requests_take_the_general_path() {
     }];
     let two = [one[0], one[0]];
     let remote = Remote { addr: 8, rkey: 3 };
-    let wr = |op, payload| SendWr {
-        wr_id: 1,
-        op,
-        flags: SendFlags::SIGNALED,
-        payload,
-        ud: None,
-    };
+    let wr = |op, payload| SendWr::new(1, op, payload);
     let send = SendOp::Send { imm: None };
     let two_segments: &[&[u8]] = &[b"hi", b"there"];
     let too_long: &[&[u8]] = &[&[7u8; 65]];

@@ -19,6 +19,7 @@ use super::wqe::{
     completion, poll, write_recv_wqe, write_send_wqe, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN,
     WC_LEN,
 };
+use crate::provider::wait_until;
 use crate::wr::{
     Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode,
     WcStatus, WorkCompletion,
@@ -643,13 +644,7 @@ fn bad_send_wrs_are_refused_and_queue_nothing() {
         addr: 0x2000,
         rkey: 2,
     };
-    let wr = |op, payload| SendWr {
-        wr_id: 1,
-        op,
-        flags: SendFlags::SIGNALED,
-        payload,
-        ud: None,
-    };
+    let wr = |op, payload| SendWr::new(1, op, payload);
     let send = SendOp::Send { imm: None };
     let cases: Vec<(SendWr<'_>, PostError)> = vec![
         (
@@ -829,14 +824,6 @@ fn inline_and_ud_sends() {
         (10, 10, 2)
     );
     assert_eq!(&tail[..10], b"hello, rxe");
-}
-
-/// Spins until `cond` holds, failing the test after `limit`.
-fn wait_until(deadline: Instant, what: &str, mut cond: impl FnMut() -> bool) {
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
 }
 
 /// Memory ordering, send direction: user space fills whole slots and

@@ -584,16 +584,10 @@ pub(crate) fn poll(cq: &mut Consumer<ib_uverbs_wc>, out: &mut [WorkCompletion]) 
 mod qp_type_tests {
     use super::*;
     use crate::command::QpType;
-    use crate::wr::{Remote, SendFlags, UdDest};
+    use crate::wr::{Remote, UdDest};
 
     fn wr(op: SendOp) -> SendWr<'static> {
-        SendWr {
-            wr_id: 1,
-            op,
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Sges(&[]),
-            ud: None,
-        }
+        SendWr::new(1, op, Payload::Sges(&[]))
     }
 
     #[test]

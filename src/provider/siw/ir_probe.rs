@@ -31,7 +31,7 @@ use super::kernel_model::{KernelRq, KernelSq, TestMem};
 use super::queue::Producer;
 use super::rings::{post_recvs, post_sends};
 use super::wqe::SendConfig;
-use crate::wr::{Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge};
+use crate::wr::{Payload, RecvWr, Remote, SendOp, SendWr, Sge};
 
 const ITERS: u64 = 200;
 const NUM: u32 = 64;
@@ -88,18 +88,18 @@ fn post_loop() {
     }];
     let payload = [0x42u8; 64];
     let inline: [&[u8]; 1] = [&payload];
-    let write = |wr_id| SendWr {
-        wr_id,
-        op: SendOp::RdmaWrite {
-            remote: Remote {
-                addr: 0x2000,
-                rkey: 9,
+    let write = |wr_id| {
+        SendWr::new(
+            wr_id,
+            SendOp::RdmaWrite {
+                remote: Remote {
+                    addr: 0x2000,
+                    rkey: 9,
+                },
+                imm: None,
             },
-            imm: None,
-        },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(&sges),
-        ud: None,
+            Payload::Sges(&sges),
+        )
     };
     for i in 0..ITERS {
         assert!(post_write(&mut sq, cfg, &write(i)));
@@ -112,13 +112,7 @@ fn post_loop() {
         assert!(post_recv_one(&mut rq, 6, &recv));
         assert_eq!(kernel_rq.take().map(|r| r.map(|r| r.id)), Some(Ok(i)));
 
-        let send = SendWr {
-            wr_id: i,
-            op: SendOp::Send { imm: None },
-            flags: SendFlags::SIGNALED,
-            payload: Payload::Inline(&inline),
-            ud: None,
-        };
+        let send = SendWr::new(i, SendOp::Send { imm: None }, Payload::Inline(&inline));
         assert!(post_inline(&mut sq, cfg, &send));
         assert_eq!(kernel_sq.take().map(|s| s.map(|s| s.id)), Some(Ok(i)));
 

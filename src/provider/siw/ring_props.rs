@@ -27,6 +27,7 @@ use super::wqe::{
     SendConfig, SiwPostError, UNKNOWN_TAG,
 };
 use crate::error::Errno;
+use crate::provider::wait_until;
 use crate::wr::{
     Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode,
     WcStatus, WorkCompletion,
@@ -68,13 +69,11 @@ pub(super) const SGE: Sge = Sge {
 
 /// A signalled SEND of one SGE with `wr_id`.
 pub(super) fn send(wr_id: u64) -> SendWr<'static> {
-    SendWr {
+    SendWr::new(
         wr_id,
-        op: SendOp::Send { imm: None },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(std::slice::from_ref(&SGE)),
-        ud: None,
-    }
+        SendOp::Send { imm: None },
+        Payload::Sges(std::slice::from_ref(&SGE)),
+    )
 }
 
 /// A request siw refuses (SEND with immediate data).
@@ -995,14 +994,6 @@ fn queue_full_counts_free_slots() {
             capacity: 4
         })
     );
-}
-
-/// Spins until `cond` holds, failing the test at `deadline`.
-fn wait_until(deadline: Instant, what: &str, mut cond: impl FnMut() -> bool) {
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::yield_now();
-    }
 }
 
 /// Memory ordering and the doorbell, with the kernel model in a second

@@ -23,7 +23,7 @@ use crate::provider::driver::DriverId;
 use crate::qp::QpInit;
 use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
 use crate::wr::{
-    Payload, PostError, RecvWr, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    Payload, PostError, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 use crate::{Context, OpenOptions};
 use uverbs_uapi::{self as sys, SIW_INVAL_UOBJ_KEY, SIW_WQE_VALID};
@@ -346,6 +346,15 @@ fn rc_init(cq: &CompletionQueue) -> QpInit<'_> {
 /// The CQ is mapped at siw's key with `num_cqe × 32 + 8` bytes; a CQE the
 /// kernel writes is polled and its slot handed back; arming is a store to
 /// the control word and no command; dropping unmaps before DESTROY_CQ.
+/// RESET → INIT on port 1, P_Key index 0, no remote access.
+fn to_init() -> QpAttr {
+    QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(1)
+        .access_flags(Default::default())
+}
+
 #[test]
 fn a_siw_cq_is_mapped_polled_armed_and_unmapped_before_its_destroy() {
     let (fake, ctx) = siw_ctx();
@@ -529,14 +538,7 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
         }])
     }
     .unwrap_err();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(Default::default()),
-    )
-    .unwrap();
+    qp.modify(&to_init()).unwrap();
     // SAFETY: as above.
     unsafe {
         qp.post_recv(&[RecvWr {
@@ -552,13 +554,7 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
     assert_eq!((rqe.id, rqe.flags, rqe.num_sge), (0x77, SIW_WQE_VALID, 1));
 
     qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
-    let send = |wr_id| SendWr {
-        wr_id,
-        op: SendOp::Send { imm: None },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(&sge),
-        ud: None,
-    };
+    let send = |wr_id| SendWr::new(wr_id, SendOp::Send { imm: None }, Payload::Sges(&sge));
     let doorbells = || fake.log().iter().filter(|l| *l == "doorbell").count();
     // SAFETY: as above.
     unsafe { qp.post_send(&[send(1)]) }.unwrap();
@@ -656,13 +652,7 @@ fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
         length: 8,
         lkey: 5,
     }];
-    let send = SendWr {
-        wr_id: 1,
-        op: SendOp::Send { imm: None },
-        flags: SendFlags::SIGNALED,
-        payload: Payload::Sges(&sge),
-        ud: None,
-    };
+    let send = SendWr::new(1, SendOp::Send { imm: None }, Payload::Sges(&sge));
     // SAFETY: the fake kernel touches no memory.
     let refused = unsafe { qp.post_send(&[send]) }.unwrap_err();
     assert!(
@@ -719,14 +709,7 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
     let cq = ctx.create_cq(4, None).unwrap();
     let pd = ctx.alloc_pd().unwrap();
     let qp = pd.create_qp(&rc_init(&cq)).unwrap();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(Default::default()),
-    )
-    .unwrap();
+    qp.modify(&to_init()).unwrap();
     let cqe = sys::siw_cqe {
         id: 0x5eed,
         flags: SIW_WQE_VALID as u8,
@@ -759,13 +742,7 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
         ForkResult::Child => {
             let checks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 let mut wc = [Default::default(); 4];
-                let send = SendWr {
-                    wr_id: 2,
-                    op: SendOp::Send { imm: None },
-                    flags: SendFlags::SIGNALED,
-                    payload: Payload::Sges(&sge),
-                    ud: None,
-                };
+                let send = SendWr::new(2, SendOp::Send { imm: None }, Payload::Sges(&sge));
                 [
                     foreign(cq.req_notify(false).unwrap_err(), Op::ReqNotifyCq),
                     foreign(cq.req_notify(true).unwrap_err(), Op::ReqNotifyCq),

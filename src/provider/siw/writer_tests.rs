@@ -391,13 +391,7 @@ fn other_requests_take_the_general_path() {
     let long_seg: &[&[u8]] = &[&long];
     let over = [0u8; 81];
     let over_siw: &[&[u8]] = &[&over];
-    let wr = |op, payload| SendWr {
-        wr_id: 1,
-        op,
-        flags: SendFlags::SIGNALED,
-        payload,
-        ud: None,
-    };
+    let wr = |op, payload| SendWr::new(1, op, payload);
     let send = SendOp::Send { imm: None };
     let write = SendOp::RdmaWrite { remote, imm: None };
     // Taken: the two shapes, for both ops.
