@@ -465,7 +465,7 @@ impl CmRig<'_> {
         what: &str,
     ) {
         let name = self.name.clone();
-        let before = target.to_vec();
+        let before = now(target);
         let (_, wc) = self.write(wr_id, seed, remote, what);
         let p = self.pair();
         assert_siw_refused_write_completion(&wc, wr_id, &p.qp_a, &format!("{name}: {what}"));
@@ -503,7 +503,7 @@ impl CmRig<'_> {
             );
         }
         assert!(
-            target == &before[..],
+            now(target) == before,
             "{name}: {what}: the refused WRITE changed the target"
         );
         assert_no_completion(&p.cq_a, &format!("{name}: {what}: A"));
@@ -518,21 +518,16 @@ impl CmRig<'_> {
             ..
         } = self.pair.take().expect("connected");
         drop((qp_a, qp_b, cq_a, cq_b));
-        let got = (
-            client.events_received(),
-            server.events_received(),
-            listener.events_received(),
-        );
-        let reported = (
-            client.destroy().unwrap(),
-            server.destroy().unwrap(),
-            listener.destroy().unwrap(),
-        );
+        let reported = destroy_ids(client, server, listener, &format!("{name}: {what}"));
         assert_eq!(
-            reported, got,
-            "{name}: {what}: the kernel's counts are the channels'"
+            reported,
+            Reported {
+                client: 4,
+                server: 2,
+                listener: 1
+            },
+            "{name}: {what}"
         );
-        assert_eq!(reported, (4, 2, 1), "{name}: {what}");
         self.connect_again(what);
     }
 }

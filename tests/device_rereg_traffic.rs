@@ -98,7 +98,7 @@ impl Rig {
         what: &str,
     ) {
         let name = self.name.clone();
-        let before = target.to_vec();
+        let before = now(target);
         let (_, wc) = self.write(wr_id, seed, remote, what);
         let link = self.q.cm.as_ref().expect("siw pairs have a cm link");
         let events = cm_events(link, Duration::from_secs(3));
@@ -113,7 +113,7 @@ impl Rig {
             &b[..nb]
         ));
         assert!(
-            target == &before[..],
+            now(target) == before,
             "{name}: {what}: a refused WRITE changed the target bytes"
         );
         assert_siw_refused_write_completion(&wc, wr_id, &self.q.qp_a, &format!("{name}: {what}"));

@@ -501,6 +501,12 @@ pub fn disconnect_pair(pair: CmPair, name: &str) -> Reported {
         assert_no_event(ch, Duration::from_millis(200), &format!("{name}: {side}"));
     }
     drop((qp_a, qp_b, cq_a, cq_b));
+    destroy_ids(client, server, listener, name)
+}
+
+/// Destroys the three ids of a connection (its QPs already gone), each with
+/// the kernel's count of events equal to the channel's; returns the counts.
+pub fn destroy_ids(client: CmId, server: CmId, listener: CmId, name: &str) -> Reported {
     let got = Reported {
         client: client.events_received(),
         server: server.events_received(),

@@ -46,9 +46,21 @@ pub const ADD: u64 = 0x0101_0000_0000_0003;
 /// Where in A's source buffer a FETCH_ADD returns the old value.
 pub const RESULT_AT: usize = 1024;
 
-/// The word at [`AT`]: an atomic's target.
+/// Every byte of `b` now. The device writes memory the program holds a
+/// shared borrow of (a target buffer, passed down as `&[u8]`), so each
+/// read is volatile: the compiler may neither reuse an earlier read nor
+/// take the bytes for unchanged (in release builds a FETCH_ADD's second
+/// sum was read as its first before this).
+pub fn now(b: &[u8]) -> Vec<u8> {
+    b.iter()
+        // SAFETY: each pointer is to a byte of `b`, valid and aligned.
+        .map(|x| unsafe { std::ptr::read_volatile(x) })
+        .collect()
+}
+
+/// The word at [`AT`] now: an atomic's target.
 pub fn target_word(dst: &[u8]) -> u64 {
-    u64::from_ne_bytes(dst[AT..AT + 8].try_into().unwrap())
+    u64::from_ne_bytes(now(&dst[AT..AT + 8]).try_into().unwrap())
 }
 
 /// `remote` at offset [`AT`] of `target`.
@@ -175,7 +187,7 @@ impl Target<'_> {
     /// Every byte, now.
     fn bytes(&mut self) -> Vec<u8> {
         match self {
-            Target::Plain(b) => b.to_vec(),
+            Target::Plain(b) => now(b),
             Target::Remote(mr) => {
                 let mut out = vec![0; mr.len()];
                 mr.copy_out(0, &mut out).expect("the whole buffer");
@@ -371,7 +383,7 @@ pub trait Requester {
         status: WcStatus,
         what: &str,
     ) {
-        let before = dst.to_vec();
+        let before = now(dst);
         self.src_mut()[RESULT_AT..RESULT_AT + 8].fill(0xee);
         self.arm_probe(what);
         let op = SendOp::FetchAdd { remote, add: ADD };
@@ -379,7 +391,7 @@ pub trait Requester {
         self.refused(&wc, wr_id, status, what);
         let name = self.name();
         assert!(
-            dst == &before[..],
+            now(dst) == before,
             "{name}: {what}: a refused FETCH_ADD changed the target"
         );
         assert_eq!(
@@ -417,7 +429,10 @@ pub trait Requester {
                 "{name}: {what}: the target holds the sum"
             );
             assert!(
-                dst[..AT].iter().chain(&dst[AT + 8..]).all(|&b| b == 0),
+                now(&dst[..AT])
+                    .iter()
+                    .chain(&now(&dst[AT + 8..]))
+                    .all(|&b| b == 0),
                 "{name}: {what}: bytes beside the target changed"
             );
         }
@@ -503,12 +518,12 @@ pub fn write_refused_rc<R: Requester + ?Sized>(
     target: &[u8],
     what: &str,
 ) {
-    let before = target.to_vec();
+    let before = now(target);
     rig.arm_probe(what);
     let (_, wc) = rig.write(wr_id, seed, remote, what);
     rig.refused(&wc, wr_id, REFUSED, what);
     assert!(
-        target == &before[..],
+        now(target) == before,
         "{}: {what}: a refused WRITE changed the target bytes",
         rig.name()
     );
