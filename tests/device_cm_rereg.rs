@@ -167,6 +167,19 @@ impl Requester for CmRig<'_> {
         &self.src_mr
     }
 
+    fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// On siw the WRITE kills the stream instead
+    /// ([`CmRig::write_kills_the_stream`]).
+    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+        if self.pair().iwarp {
+            return self.write_kills_the_stream(wr_id, seed, remote, target, what);
+        }
+        write_refused_rc(self, wr_id, seed, remote, target, what)
+    }
+
     /// Checks the refusal on both sides; the cm reported nothing on either
     /// side within [`QUIET`]. Then the pair is disconnected (the cm's
     /// orderly teardown still works) and a new one connected.
@@ -388,54 +401,17 @@ fn cm_pd_moved_away_and_back() {
     });
 }
 
-/// A new translation: refused in place by rxe (EOPNOTSUPP, the MR
-/// unchanged, its rkey still lands in the old buffer); the replace
-/// fallback gives new keys: the new rkey lands in the new buffer, the old
-/// rkey is refused, and the old buffer is never touched again.
+/// A new translation ([`translation_replaced`]) over the cm connection:
+/// refused in place, replaced; the old rkey is refused (rxe: remote
+/// access error; siw: the stream killed), which costs one reconnection.
 #[test]
 fn cm_translation_replaced() {
     on_each_cm_device("cm_translation_replaced", |name, ctx, counts| {
-        if is_siw(ctx) {
-            return siw_translation_replaced(name, ctx, counts);
-        }
         let Some(mut rig) = CmRig::new(ctx, name) else {
             return;
         };
-        let mut old_buf = anon(LEN);
-        let mut new_buf = anon(2 * LEN);
-        let mut mr = fresh_mr(&rig.pd, &mut old_buf, RW);
-        let k = keys(&mr);
-        let old_remote = at(&old_buf, mr.rkey());
-
-        // SAFETY: new_buf outlives the MR (dropped after it below).
-        let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
-            .expect_err("rxe changes no translation in place");
-        refused_in_place(&mr, k, err, name);
-        rig.write_lands(1, 1, old_remote, &old_buf, "translation refused in place");
-
-        // SAFETY: as above.
-        let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) };
-        assert_replaced(&mr, k, path, &format!("{name}: the translation"));
-        counts.assert_extra(2, 1, "after the replace: the old registration is gone");
-        let old_bytes = old_buf.to_vec();
-        let new_remote = at(&new_buf, mr.rkey());
-        rig.write_lands(
-            2,
-            2,
-            new_remote,
-            &new_buf,
-            "the new rkey into the new buffer",
-        );
-        rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
-        rig.write_lands(4, 4, new_remote, &new_buf, "the new rkey, new connection");
-        assert!(
-            old_buf[..] == old_bytes[..],
-            "{name}: the old buffer changed"
-        );
-        rig.finish();
-
-        drop(mr);
-        drop((old_buf, new_buf));
+        translation_replaced(&mut rig, counts);
+        assert_eq!(rig.finish(), 1, "{name}: one reconnection");
         assert_all_gone(counts);
     });
 }
@@ -635,50 +611,6 @@ fn siw_pd_moved_away_and_back(name: &str, ctx: &Context, counts: &HandleCounts) 
     pd2.dealloc()
         .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
     drop(dst);
-    assert_all_gone(counts);
-}
-
-/// siw's counterpart of [`cm_translation_replaced`]: refused in place
-/// (EOPNOTSUPP, the MR unchanged); replaced, the new rkey's WRITE and
-/// READ land in the new buffer, the old rkey kills the stream, the new
-/// rkey works over the new connection and the old buffer is never touched.
-fn siw_translation_replaced(name: &str, ctx: &Context, counts: &HandleCounts) {
-    let Some(mut rig) = CmRig::new(ctx, name) else {
-        return;
-    };
-    let mut old_buf = anon(LEN);
-    let mut new_buf = anon(2 * LEN);
-    let mut mr = fresh_mr(&rig.pd, &mut old_buf, RW_READ);
-    let k = keys(&mr);
-    let old_remote = at(&old_buf, mr.rkey());
-    // SAFETY: new_buf outlives the MR (dropped after it below).
-    let err =
-        unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }.expect_err("siw: strict");
-    refused_in_place(&mr, k, err, &format!("{name}: translation strictly"));
-    rig.write_read_lands(1, 1, old_remote, &old_buf, "translation refused in place");
-
-    // SAFETY: as above.
-    let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) };
-    assert_replaced(&mr, k, path, &format!("{name}: translation"));
-    counts.assert_extra(2, 1, "after the replace: the old registration is gone");
-    let old_bytes = old_buf.to_vec();
-    let new_remote = at(&new_buf, mr.rkey());
-    rig.write_read_lands(
-        2,
-        2,
-        new_remote,
-        &new_buf,
-        "the new rkey into the new buffer",
-    );
-    rig.write_kills_the_stream(3, 3, old_remote, &old_buf, "the old rkey after the replace");
-    rig.write_read_lands(4, 4, new_remote, &new_buf, "the new rkey, new connection");
-    assert!(
-        old_buf[..] == old_bytes[..],
-        "{name}: the old buffer changed"
-    );
-    assert_eq!(rig.finish(), 1, "{name}: one reconnection");
-    drop(mr);
-    drop((old_buf, new_buf));
     assert_all_gone(counts);
 }
 

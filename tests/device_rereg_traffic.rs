@@ -36,8 +36,9 @@ use common::*;
 use memmap2::MmapMut;
 use uverbs::Mtu;
 use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, Remote, ReregFallback, ReregFlags,
-    ReregOutcome, ReregPath, RetargetBuffers, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, Remote, ReregFallback,
+    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 
 /// Two connected RC QPs, how to reconnect them, and A's source buffer.
@@ -167,6 +168,10 @@ impl Requester for Rig {
 
     fn src_mr(&self) -> &MemoryRegion {
         &self.src_mr
+    }
+
+    fn pd(&self) -> &ProtectionDomain {
+        &self.q.pd
     }
 
     /// On siw the WRITE kills the stream instead ([`Rig::siw_write_refused`]).
@@ -496,57 +501,16 @@ fn pd_moved_away_back_and_away_again() {
     });
 }
 
-/// test_mr_rereg_addr with a raw `MemoryRegion`: rxe refuses the new
-/// translation in place (EOPNOTSUPP, the MR unchanged: its rkey still
-/// lands in the old buffer); the replace fallback gives a new handle and
-/// new keys: a WRITE with the new rkey lands in the new buffer, one with
-/// the old rkey is refused, and the old buffer is never touched again.
+/// test_mr_rereg_addr with a raw `MemoryRegion`: [`translation_replaced`]
+/// over the pair connected by hand (on siw by the cm).
 #[test]
 fn translation_refused_in_place_then_replaced_raw() {
     on_each_data_path_device_counted(
         "translation_refused_in_place_then_replaced_raw",
         |name, ctx, counts| {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
-            let mut old_buf = anon(LEN);
-            let mut new_buf = anon(2 * LEN);
-            let mut mr = fresh_mr(&rig.q.pd, &mut old_buf, RW_READ);
-            let k = keys(&mr);
-            let old_remote = at(&old_buf, mr.rkey());
-
-            // SAFETY: new_buf outlives the MR (dropped after it below).
-            let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
-                .expect_err("rxe and siw change translation in place");
-            refused_in_place(&mr, k, err, name);
-            rig.write_lands(1, 1, old_remote, &old_buf, "translation refused in place");
-
-            // SAFETY: as above.
-            let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) };
-            assert_replaced(&mr, k, path, &format!("{name}: the translation"));
-            assert_eq!(
-                (mr.addr(), mr.length()),
-                (new_buf.as_mut_ptr(), new_buf.len())
-            );
-            counts.assert_extra(2, 1, "after the replace: the old registration is gone");
-
-            let old_bytes = old_buf.to_vec();
-            let new_remote = at(&new_buf, mr.rkey());
-            rig.write_lands(
-                2,
-                2,
-                new_remote,
-                &new_buf,
-                "the new rkey into the new buffer",
-            );
-            rig.read_lands(4, new_remote, &new_buf, "the new rkey from the new buffer");
-            rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
-            rig.write_lands(5, 5, new_remote, &new_buf, "the new rkey after the refusal");
-            assert!(
-                old_buf[..] == old_bytes[..],
-                "{name}: the old buffer changed"
-            );
-
-            drop((mr, rig));
-            drop((old_buf, new_buf));
+            translation_replaced(&mut rig, counts);
+            drop(rig);
             assert_all_gone(counts);
         },
     );

@@ -215,6 +215,8 @@ pub trait Requester {
     fn src(&self) -> &[u8];
     fn src_mut(&mut self) -> &mut [u8];
     fn src_mr(&self) -> &MemoryRegion;
+    /// The QPs' PD, where B's regions are registered.
+    fn pd(&self) -> &ProtectionDomain;
 
     /// A's request `wr_id` completed with `status` and B refused it (RC):
     /// checks both sides ([`Requester::assert_refused_on_both`]) and
@@ -506,6 +508,52 @@ pub fn assert_siw_refused_write_completion(
         (wr_id, qp_a.qp_num()),
         "{what}: {wc:?}"
     );
+}
+
+/// A new translation for B's region (test_mr_rereg_addr with a raw
+/// `MemoryRegion`), the same on every device: refused in place (rxe and
+/// siw change no translation in place; EOPNOTSUPP, the MR unchanged: its
+/// rkey still lands in the old buffer and reads back); the replace
+/// fallback gives a new handle and new keys over the new buffer: its rkey
+/// lands there and reads back, the old rkey is refused (the rig's way),
+/// the new one works after that refusal, and the old buffer is never
+/// touched again. `counts` sees the rig's two MRs and PD throughout.
+pub fn translation_replaced<R: Requester>(rig: &mut R, counts: &HandleCounts) {
+    let name = rig.name().to_owned();
+    let mut old_buf = super::anon(LEN);
+    let mut new_buf = super::anon(2 * LEN);
+    let mut mr = super::fresh_mr(rig.pd(), &mut old_buf, super::RW_READ);
+    let k = keys(&mr);
+    let old_remote = at(&old_buf, mr.rkey());
+
+    // SAFETY: new_buf outlives the MR (dropped after it below).
+    let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
+        .expect_err("rxe and siw change no translation in place");
+    refused_in_place(&mr, k, err, &format!("{name}: the translation in place"));
+    rig.write_read_lands(1, 1, old_remote, &old_buf, "translation refused in place");
+
+    // SAFETY: as above.
+    let path = unsafe { super::replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) };
+    assert_replaced(&mr, k, path, &format!("{name}: the translation"));
+    assert_eq!(
+        (mr.addr(), mr.length()),
+        (new_buf.as_mut_ptr(), new_buf.len()),
+        "{name}: the replaced MR covers the new buffer"
+    );
+    counts.assert_extra(2, 1, "after the replace: the old registration is gone");
+    let old_bytes = now(&old_buf);
+    let new_remote = at(&new_buf, mr.rkey());
+    rig.write_read_lands(
+        2,
+        2,
+        new_remote,
+        &new_buf,
+        "the new rkey into the new buffer",
+    );
+    rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
+    rig.write_read_lands(4, 4, new_remote, &new_buf, "the new rkey after the refusal");
+    assert!(now(&old_buf) == old_bytes, "{name}: the old buffer changed");
+    drop(mr);
 }
 
 /// RoCE's refusal of a WRITE: B's responder NAKs it ([`REFUSED`] on A, B's
