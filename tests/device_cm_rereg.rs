@@ -109,11 +109,7 @@ impl<'c> CmRig<'c> {
         let reported = disconnect_pair(old, &format!("{}: {what}", self.name));
         assert_eq!(
             reported,
-            Reported {
-                client: 5,
-                server: 3,
-                listener: 1
-            },
+            Reported::ROCE,
             "{}: {what}: a connection whose QPs failed ends like any other",
             self.name
         );
@@ -495,15 +491,7 @@ impl CmRig<'_> {
         } = self.pair.take().expect("connected");
         drop((qp_a, qp_b, cq_a, cq_b));
         let reported = destroy_ids(client, server, listener, &format!("{name}: {what}"));
-        assert_eq!(
-            reported,
-            Reported {
-                client: 4,
-                server: 2,
-                listener: 1
-            },
-            "{name}: {what}"
-        );
+        assert_eq!(reported, Reported::IWARP, "{name}: {what}");
         self.connect_again(what);
     }
 }

@@ -454,6 +454,27 @@ pub struct Reported {
     pub listener: u32,
 }
 
+impl Reported {
+    /// A RoCE connection's ids at their end (the IB CM): address, route,
+    /// response, disconnected and timewait for the client; established,
+    /// disconnected and timewait for the server; the one request for the
+    /// listener.
+    pub const ROCE: Reported = Reported {
+        client: 5,
+        server: 3,
+        listener: 1,
+    };
+    /// An iWARP connection's (measured): the client hears ESTABLISHED
+    /// instead of a CONNECT_RESPONSE, and neither side a TIMEWAIT_EXIT
+    /// (the stream's close is all there is): address, route, established,
+    /// disconnected; established, disconnected; the request.
+    pub const IWARP: Reported = Reported {
+        client: 4,
+        server: 2,
+        listener: 1,
+    };
+}
+
 /// The orderly end of a [`CmPair`]: the client's DREQ, the server's
 /// DISCONNECTED and DREP, the client's DISCONNECTED, both TIMEWAIT_EXITs
 /// (on iWARP: one DISCONNECTED per side, no TIMEWAIT_EXIT), then nothing
