@@ -708,6 +708,46 @@ pub fn mtu_for(ctx: &Context) -> Mtu {
         .map_or(Mtu::Mtu1024, |mtu| mtu.min(Mtu::Mtu1024))
 }
 
+/// A SEND of 64 bytes (`fill ^ i`) from `qp_a` into a receive posted on
+/// `qp_b` (both in `pd`, connected to each other): both completions
+/// checked, the bytes landed. `over` says over what, for the log.
+pub fn send_64_lands(
+    pd: &ProtectionDomain,
+    (qp_a, cq_a): (&QueuePair, &CompletionQueue),
+    (qp_b, cq_b): (&QueuePair, &CompletionQueue),
+    fill: u8,
+    name: &str,
+    over: &str,
+) {
+    let mut a_buf = super::anon(4096);
+    let mut b_buf = super::anon(4096);
+    let a_mr = super::fresh_mr(pd, &mut a_buf, super::RW_READ);
+    let b_mr = super::fresh_mr(pd, &mut b_buf, super::RW_READ);
+    for (i, byte) in a_buf[..64].iter_mut().enumerate() {
+        *byte = fill ^ i as u8;
+    }
+    let recv_sge = sge(b_buf.as_ptr() as u64, 64, &b_mr);
+    // SAFETY: b_buf[..64] stays mapped and registered and is not touched
+    // until the receive's completion is polled below (or the test panics,
+    // and the QPs go first).
+    unsafe {
+        qp_b.post_recv(&[RecvWr {
+            wr_id: 0xb0b,
+            sges: &recv_sge,
+        }])
+    }
+    .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+    let send_sge = sge(a_buf.as_ptr() as u64, 64, &a_mr);
+    let send = signalled(0xa5e, SendOp::Send { imm: None }, &send_sge);
+    // SAFETY: a_buf[..64] is only read by the device until the completion.
+    unsafe { qp_a.post_send(&[send]) }.unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+    wait_checked(cq_a, "SEND, client", WcOpcode::Send, qp_a, 0xa5e);
+    let wc = wait_checked(cq_b, "SEND, server", WcOpcode::Recv, qp_b, 0xb0b);
+    assert_eq!(wc.byte_len(), 64);
+    assert_eq!(&b_buf[..64], &a_buf[..64], "{name}: the SEND's bytes");
+    loud(&format!("{name}: SEND of 64 B over {over} landed"));
+}
+
 /// Checks a successful completion of `opcode` for `wr_id` on `qp`.
 pub fn check(wc: &WorkCompletion, what: &str, opcode: WcOpcode, qp: &QueuePair, wr_id: u64) {
     loud(&format!("{what}: completion {wc:?}"));
