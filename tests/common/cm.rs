@@ -189,6 +189,26 @@ pub fn resolved_client(ch: &EventChannel, ctx: &Context, port: u16) -> Result<Cm
     resolved_client_to(ch, format!("{}:{port}", cm_addr(ctx)).parse().unwrap())
 }
 
+/// A channel of its own and a client id on it, resolved towards
+/// [`cm_addr`]`(ctx):port` ([`resolved_client`]) and on `ctx`'s device;
+/// `None` (skipped loudly, [`cm_unavailable`]) where the address is not
+/// there.
+pub fn client_on(ctx: &Context, name: &str, port: u16) -> Option<(EventChannel, CmId)> {
+    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
+    let client = match resolved_client(&ch, ctx, port) {
+        Ok(c) => c,
+        Err(why) => {
+            cm_unavailable(name, &why);
+            return None;
+        }
+    };
+    assert!(
+        landed_on(&client, ctx),
+        "{name}: the client's cm id is not on {name}"
+    );
+    Some((ch, client))
+}
+
 /// A client id on `ch` whose address and route to `dst` are resolved (the
 /// kernel picks the source address), or why the environment cannot.
 pub fn resolved_client_to(ch: &EventChannel, dst: SocketAddr) -> Result<CmId, String> {
@@ -281,18 +301,7 @@ pub fn cm_connected_pair_with(
     setup: &CmSetup<'_>,
 ) -> Option<CmPair> {
     let (ch_b, listener, port) = cm_listener(4);
-    let ch_a = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
-    let client = match resolved_client(&ch_a, ctx, port) {
-        Ok(c) => c,
-        Err(why) => {
-            cm_unavailable(name, &why);
-            return None;
-        }
-    };
-    assert!(
-        landed_on(&client, ctx),
-        "{name}: the client's cm id is not on {name}"
-    );
+    let (ch_a, client) = client_on(ctx, name, port)?;
 
     let cq = |which: &str, channel| {
         ctx.create_cq(setup.cqe, channel)

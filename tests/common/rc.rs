@@ -17,7 +17,7 @@ use uverbs::{Mtu, QpAttr, QpAttrMask, QpState, QpType};
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
 use uverbs::{Gid, OwnedQp, RcConnect, RcPeer};
 
-use super::cm::{cm_listener, cm_present, cm_unavailable, landed_on, next_event, resolved_client};
+use super::cm::{client_on, cm_listener, cm_present, next_event};
 use super::devices::{alloc_pd, driver, loud, on_each_device, Driver, HandleCounts};
 
 /// RESET -> INIT -> RTR -> RTS towards `dest_qpn` over `dest` (a RoCE
@@ -327,18 +327,7 @@ pub fn cm_dial<Q: CmQp>(
     port: u16,
     qp: &Q,
 ) -> Option<(EventChannel, CmId)> {
-    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
-    let client = match resolved_client(&ch, ctx, port) {
-        Ok(c) => c,
-        Err(why) => {
-            cm_unavailable(name, &why);
-            return None;
-        }
-    };
-    assert!(
-        landed_on(&client, ctx),
-        "{name}: the client's id is not on {name}"
-    );
+    let (ch, client) = client_on(ctx, name, port)?;
     cm_step(&client, qp, QpState::Init, "client RESET->INIT");
     let hello = ConnParam::new(qp.cm_qpn()).private_data(b"dp").unwrap();
     client
