@@ -688,6 +688,17 @@ pub fn on_each_data_path_device_counted(
     });
 }
 
+/// `body(name, ctx, counts)` on each device with UD: rxe (siw is RC only);
+/// the others are skipped with a note.
+pub fn on_each_ud_device(test: &str, mut body: impl FnMut(&str, &Context, &HandleCounts)) {
+    on_each_device(test, |name, dut, counts| {
+        if driver(&dut) != Driver::Rxe {
+            return loud(&format!("NOTE: {name}: UD needs rxe (siw is RC only)"));
+        }
+        body(name, &dut, counts)
+    });
+}
+
 pub fn mtu_for(ctx: &Context) -> Mtu {
     let port = ctx
         .query_port(PORT)
