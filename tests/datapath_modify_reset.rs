@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use uverbs::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
 use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, Context, DriverId, Errno, OpenOptions, QpInit, RecvWr, Sge};
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::{Errno, RecvWr, Sge};
+use uverbs::{QpAttr, QpState};
 use zerocopy::FromBytes;
 
 /// Bytes of the rxe queue header before the first slot.
@@ -82,24 +82,10 @@ unsafe impl Transport for ResettingFake {
 fn a_receive_posted_during_a_modify_into_reset_waits_and_survives_the_reset() {
     let fake = Arc::new(ResettingFake::default());
     fake.inner.serve_rings();
-    let ctx = Context::with_transport(
-        "fake0",
-        Some(DriverId::RXE),
-        Box::new(fake.clone()),
-        &OpenOptions::new(),
-    )
-    .unwrap();
+    let ctx = common::rxe_context_over(&fake);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(8, None).unwrap();
-    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(AccessFlags::LOCAL_WRITE),
-    )
-    .unwrap();
+    let qp = common::rc_qp_in_init(&pd, &cq);
     assert_eq!(fake.rings.lock().unwrap().len(), 3, "CQ, RQ, SQ");
     let (rq_addr, _) = fake.rings.lock().unwrap()[1];
 

@@ -114,22 +114,32 @@ fn the_ioctl_transport_creates_and_destroys_natively() {
     drop(qp);
     drop(cq);
     assert_eq!(fake.live_cqs_qps(), (0, 0), "both destroyed");
-    assert_eq!(methods_of(&fake, QP_DESTROY), 1);
-    assert_eq!(methods_of(&fake, CQ_DESTROY), 1);
+    assert_sent(&fake, 1, 0);
+}
+
+/// Each of the native methods CQ_CREATE, CQ_DESTROY, QP_CREATE and
+/// QP_DESTROY was sent `methods` times, each of the write commands
+/// CREATE_CQ, DESTROY_CQ, CREATE_QP and DESTROY_QP `writes` times.
+fn assert_sent(fake: &RecordingTransport, methods: usize, writes: usize) {
+    for m in [CQ_CREATE, CQ_DESTROY, QP_CREATE, QP_DESTROY] {
+        assert_eq!(methods_of(fake, m), methods, "method {m:?}");
+    }
     for code in [
         sys::IB_USER_VERBS_CMD_CREATE_CQ,
         sys::IB_USER_VERBS_CMD_DESTROY_CQ,
         sys::IB_USER_VERBS_CMD_CREATE_QP,
         sys::IB_USER_VERBS_CMD_DESTROY_QP,
     ] {
-        assert_eq!(fake.count_of(code), 0, "write command {code} sent");
+        assert_eq!(fake.count_of(code), writes, "write command {code}");
     }
 }
 
-/// Over the legacy write() transport: the write commands only, no method.
-#[test]
-fn the_write_transport_creates_and_destroys_with_write_commands() {
-    let (fake, ctx, pd) = fake(TransportKind::Write);
+/// Over `kind`, a CQ and an RC QP are created and destroyed by the write
+/// commands only, no native method. Returns the fake and its context.
+fn created_and_destroyed_by_write_commands(
+    kind: TransportKind,
+) -> (Arc<RecordingTransport>, Context) {
+    let (fake, ctx, pd) = fake(kind);
     let cq = ctx.create_cq(16, None).unwrap();
     let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
     assert_eq!(cq.create_path(), CreatePath::WriteCommand);
@@ -138,17 +148,14 @@ fn the_write_transport_creates_and_destroys_with_write_commands() {
     drop(qp);
     drop(cq);
     assert_eq!(fake.live_cqs_qps(), (0, 0));
-    for code in [
-        sys::IB_USER_VERBS_CMD_CREATE_CQ,
-        sys::IB_USER_VERBS_CMD_DESTROY_CQ,
-        sys::IB_USER_VERBS_CMD_CREATE_QP,
-        sys::IB_USER_VERBS_CMD_DESTROY_QP,
-    ] {
-        assert_eq!(fake.count_of(code), 1, "write command {code}");
-    }
-    for m in [CQ_CREATE, CQ_DESTROY, QP_CREATE, QP_DESTROY] {
-        assert_eq!(methods_of(&fake, m), 0, "method {m:?} sent over write()");
-    }
+    assert_sent(&fake, 0, 1);
+    (fake, ctx)
+}
+
+/// Over the legacy write() transport: the write commands only, no method.
+#[test]
+fn the_write_transport_creates_and_destroys_with_write_commands() {
+    created_and_destroyed_by_write_commands(TransportKind::Write);
 }
 
 /// Auto's write+methods: creation and destruction by the write commands
@@ -156,26 +163,8 @@ fn the_write_transport_creates_and_destroys_with_write_commands() {
 /// fully by the native methods (QUERY_PORT's extended attributes).
 #[test]
 fn write_with_methods_creates_by_write_command_and_queries_by_method() {
-    let (fake, ctx, pd) = fake(TransportKind::WriteWithMethods);
+    let (fake, ctx) = created_and_destroyed_by_write_commands(TransportKind::WriteWithMethods);
     assert_eq!(ctx.transport_kind().to_string(), "write+methods");
-    let cq = ctx.create_cq(16, None).unwrap();
-    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
-    assert_eq!(cq.create_path(), CreatePath::WriteCommand);
-    assert_eq!(qp.create_path(), CreatePath::WriteCommand);
-    drop(qp);
-    drop(cq);
-    assert_eq!(fake.live_cqs_qps(), (0, 0));
-    for code in [
-        sys::IB_USER_VERBS_CMD_CREATE_CQ,
-        sys::IB_USER_VERBS_CMD_DESTROY_CQ,
-        sys::IB_USER_VERBS_CMD_CREATE_QP,
-        sys::IB_USER_VERBS_CMD_DESTROY_QP,
-    ] {
-        assert_eq!(fake.count_of(code), 1, "write command {code}");
-    }
-    for m in [CQ_CREATE, CQ_DESTROY, QP_CREATE, QP_DESTROY] {
-        assert_eq!(methods_of(&fake, m), 0, "method {m:?} sent");
-    }
     let _ = ctx.query_port(1);
     assert_eq!(
         methods_of(

@@ -46,9 +46,9 @@ use common::*;
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::WaitStatus;
 use nix::unistd::{fork, ForkResult, Pid};
-use uverbs::cm::{ConnParam, EventChannel, EventKind, Param};
+use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
 use uverbs::{
-    Device, DriverId, Errno, Error, Op, QpInit, RecvWr, Remote, SendOp, SendWr, WcStatus,
+    Context, Device, DriverId, Errno, Error, Op, QpInit, RecvWr, Remote, SendOp, SendWr, WcStatus,
     WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpType};
@@ -462,6 +462,36 @@ fn cm_peer_killed_mid_transfer() {
     }
 }
 
+/// An id on a channel of its own whose ADDR_RESOLVED (towards port 9 of
+/// the device's cm address) is queued and unread; `None` (skipped loudly)
+/// where the address does not resolve.
+fn addr_resolved_unread(ctx: &Context, name: &str) -> Option<(EventChannel, CmId)> {
+    let ch = EventChannel::open().unwrap();
+    let id = ch.create_id(uverbs::cm::PortSpace::Tcp).unwrap();
+    let dst = format!("{}:9", cm_addr(ctx)).parse().unwrap();
+    if let Err(e) = id.resolve_addr(None, dst, RESOLVE_MS) {
+        cm_unavailable(name, &format!("resolve_addr {dst}: {e}"));
+        return None;
+    }
+    assert!(
+        ch.poll_readable(CM_WAIT).unwrap(),
+        "{name}: the event is queued"
+    );
+    Some((ch, id))
+}
+
+/// Destroys `id`; the events the kernel reported for it and how long
+/// DESTROY_ID took (it waits for the cm's work on the id).
+fn destroy_timed(id: CmId, what: &str) -> (u32, Duration) {
+    let start = Instant::now();
+    let reported = id.destroy().unwrap();
+    let took = start.elapsed();
+    loud(&format!(
+        "{what}: destroyed in {took:?}, reported {reported}"
+    ));
+    (reported, took)
+}
+
 /// A queued, unread ADDR_RESOLVED: destroying the id returns at once,
 /// reports 0 events, and the event is gone from the channel (for rxe0's
 /// address and siw0's).
@@ -469,22 +499,10 @@ fn cm_peer_killed_mid_transfer() {
 fn cm_destroy_id_with_an_unread_event() {
     let _serial = serial();
     on_each_cm_device("cm_destroy_id_with_an_unread_event", |name, ctx, _| {
-        let ch = EventChannel::open().unwrap();
-        let id = ch.create_id(uverbs::cm::PortSpace::Tcp).unwrap();
-        let dst = format!("{}:9", cm_addr(ctx)).parse().unwrap();
-        if let Err(e) = id.resolve_addr(None, dst, RESOLVE_MS) {
-            return cm_unavailable(name, &format!("resolve_addr {dst}: {e}"));
-        }
-        assert!(
-            ch.poll_readable(CM_WAIT).unwrap(),
-            "{name}: the event is queued"
-        );
-        let start = Instant::now();
-        let reported = id.destroy().unwrap();
-        let took = start.elapsed();
-        loud(&format!(
-            "{name}: destroyed with an unread event in {took:?}, reported {reported}"
-        ));
+        let Some((ch, id)) = addr_resolved_unread(ctx, name) else {
+            return;
+        };
+        let (reported, took) = destroy_timed(id, &format!("{name}: with an unread event"));
         assert_eq!(reported, 0, "{name}: nothing was read");
         assert!(took < Duration::from_secs(1), "{name}: {took:?}");
         assert_no_event(&ch, Duration::from_millis(300), name);
@@ -502,16 +520,9 @@ fn cm_a_forked_child_leaves_the_parents_channel_and_id_alone() {
     let _serial = serial();
     let test = "cm_a_forked_child_leaves_the_parents_channel_and_id_alone";
     on_each_cm_device(test, |name, ctx, _| {
-        let ch = EventChannel::open().unwrap();
-        let id = ch.create_id(uverbs::cm::PortSpace::Tcp).unwrap();
-        let dst = format!("{}:9", cm_addr(ctx)).parse().unwrap();
-        if let Err(e) = id.resolve_addr(None, dst, RESOLVE_MS) {
-            return cm_unavailable(name, &format!("resolve_addr {dst}: {e}"));
-        }
-        assert!(
-            ch.poll_readable(CM_WAIT).unwrap(),
-            "{name}: the event is queued"
-        );
+        let Some((ch, id)) = addr_resolved_unread(ctx, name) else {
+            return;
+        };
         let foreign = |r: Result<(), Error>, op: Op| {
             matches!(&r, Err(e @ Error::ForeignProcess { .. })
                 if e.op() == op && e.errno() == Some(Errno::ACCESS))
@@ -585,12 +596,8 @@ fn cm_destroy_id_with_an_unread_disconnect() {
                 ch_b.poll_readable(CM_WAIT).unwrap(),
                 "{name}: the DREQ arrived"
             );
-            let start = Instant::now();
-            let reported = server.destroy().unwrap();
-            let took = start.elapsed();
-            loud(&format!(
-            "{name}: server id destroyed with DISCONNECTED unread in {took:?}: reported {reported}"
-        ));
+            let what = format!("{name}: server id with DISCONNECTED unread");
+            let (reported, took) = destroy_timed(server, &what);
             assert_eq!(reported, 1, "{name}: ESTABLISHED only");
             assert!(took < Duration::from_secs(2), "{name}: {took:?}");
             let ev = next_event(&ch_a, "client");

@@ -21,9 +21,7 @@ use std::time::Duration;
 use common::cm::*;
 use common::*;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
-use uverbs::{
-    CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair, RecvWr, SendOp, WcOpcode,
-};
+use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair};
 use uverbs::{QpState, QpType};
 
 const WAIT: Duration = CM_WAIT;
@@ -53,74 +51,28 @@ fn cm_connect_accept_send_disconnect() {
         ));
 
         // A SEND over the connection the cm set up.
-        let mut a_buf = anon(4096);
-        let mut b_buf = anon(4096);
-        let a_mr = fresh_mr(&pd, &mut a_buf, RW_READ);
-        let b_mr = fresh_mr(&pd, &mut b_buf, RW_READ);
-        for (i, byte) in a_buf[..64].iter_mut().enumerate() {
-            *byte = 0xc0 ^ i as u8;
-        }
-        let recv_sge = sge(b_buf.as_ptr() as u64, 64, &b_mr);
-        // SAFETY: b_buf[..64] stays mapped and registered and is not
-        // touched until the receive's completion is polled below.
-        unsafe {
-            pair.qp_b.post_recv(&[RecvWr {
-                wr_id: 0xb0b,
-                sges: &recv_sge,
-            }])
-        }
-        .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
-        let send_sge = sge(a_buf.as_ptr() as u64, 64, &a_mr);
-        let send = signalled(0xa5e, SendOp::Send { imm: None }, &send_sge);
-        // SAFETY: a_buf[..64] is only read by the device until the completion.
-        unsafe { pair.qp_a.post_send(&[send]) }
-            .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
-        wait_checked(
-            &pair.cq_a,
-            "SEND, client",
-            WcOpcode::Send,
-            &pair.qp_a,
-            0xa5e,
+        send_64_lands(
+            &pd,
+            (&pair.qp_a, &pair.cq_a),
+            (&pair.qp_b, &pair.cq_b),
+            0xc0,
+            name,
+            "the cm connection",
         );
-        let wc = wait_checked(
-            &pair.cq_b,
-            "SEND, server",
-            WcOpcode::Recv,
-            &pair.qp_b,
-            0xb0b,
-        );
-        assert_eq!(wc.byte_len(), 64);
-        assert_eq!(&b_buf[..64], &a_buf[..64], "{name}: the SEND's bytes");
-        loud(&format!(
-            "{name}: SEND of 64 B over the cm connection landed"
-        ));
 
         // RoCE: the DREQ: the server hears it and answers with the
         // DREP, and only then does the client hear DISCONNECTED; then
-        // both TIMEWAIT_EXITs. Address, route, response, disconnected
-        // and timewait for the client; established, disconnected and
-        // timewait for the server; the one request for the listener.
-        // iWARP (measured): the client hears ESTABLISHED instead of a
-        // CONNECT_RESPONSE, and neither side a TIMEWAIT_EXIT (the
-        // stream's close is all there is): address, route, established,
-        // disconnected; established, disconnected; the request.
+        // both TIMEWAIT_EXITs. The counts: `Reported::ROCE` and
+        // `Reported::IWARP`.
         let iwarp = pair.iwarp;
         let reported = disconnect_pair(pair, name);
         let want = if iwarp {
-            Reported {
-                client: 4,
-                server: 2,
-                listener: 1,
-            }
+            Reported::IWARP
         } else {
-            Reported {
-                client: 5,
-                server: 3,
-                listener: 1,
-            }
+            Reported::ROCE
         };
         assert_eq!(reported, want, "{name}");
-        drop((a_mr, b_mr, pd));
+        drop(pd);
         counts.assert_extra_cq_qp(0, 0, "after dropping everything");
     });
 }

@@ -38,40 +38,20 @@ mod common;
 use std::time::Duration;
 
 use common::cm::*;
+use common::traffic::*;
 use common::*;
 use memmap2::MmapMut;
 use uverbs::cm::{ConnParam, EventKind};
 use uverbs::QpState;
 use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, RecvWr, Remote,
-    ReregError, ReregFlags, ReregOutcome, ReregPath, SendOp, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Context, MemoryRegion, ProtectionDomain, Remote, ReregFlags, WcStatus,
+    WorkCompletion,
 };
 
-/// What A sees when B refuses an rkey (access bits, PD, unknown key).
-const REFUSED: WcStatus = WcStatus::RemAccessErr;
 /// What A sees when B's QP lacks the remote access the operation needs.
 const INVALID: WcStatus = WcStatus::RemInvReqErr;
-/// The receive without SGEs that B holds while a refused request is in
-/// flight: flushed when B goes to ERR.
-const PROBE: u64 = 0x9e0be;
 /// How long the cm is watched for an event after a QP error.
 const QUIET: Duration = Duration::from_millis(500);
-
-const MSG: usize = 256;
-const AT: usize = 512;
-const LEN: usize = 4096;
-
-/// A deterministic, seed-dependent byte pattern.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = seed
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .rotate_left((i % 61) as u32);
-            (x as u8) ^ (i as u8) ^ 0xa5
-        })
-        .collect()
-}
 
 /// A cm connection and A's source buffer, in a PD that outlives
 /// reconnections. Fields drop in order: the connection, A's MR, its
@@ -122,126 +102,6 @@ impl<'c> CmRig<'c> {
         self.pair.as_ref().expect("connected")
     }
 
-    /// Posts `op` from A with `src[at..at + len]` as its local buffer and
-    /// returns its completion, whatever its status.
-    fn post_a(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
-        let p = self.pair();
-        let sges = sge(self.src.as_ptr() as u64 + at as u64, len, &self.src_mr);
-        let wr = signalled(wr_id, op, &sges);
-        // SAFETY: `src[at..at + len]` stays mapped and registered and is
-        // neither written nor read by the program until the completion is
-        // polled below (or the test panics, and the QP goes before `src`).
-        unsafe { p.qp_a.post_send(&[wr]) }
-            .unwrap_or_else(|e| panic!("{}: {what}: post_send: {e}", self.name));
-        wait_one(&p.cq_a, &format!("{}: {what}", self.name))
-    }
-
-    /// A WRITE of `MSG` bytes of `pattern(seed)` to `remote`.
-    fn write(
-        &mut self,
-        wr_id: u64,
-        seed: u64,
-        remote: Remote,
-        what: &str,
-    ) -> (Vec<u8>, WorkCompletion) {
-        let data = pattern(seed, MSG);
-        self.src[..MSG].copy_from_slice(&data);
-        let wc = self.post_a(wr_id, SendOp::RdmaWrite { remote, imm: None }, 0, MSG, what);
-        (data, wc)
-    }
-
-    /// A WRITE that must land: success, exactly its bytes at `remote` in
-    /// `target`, nothing else of `target` changed.
-    fn write_lands(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
-        let before = target.to_vec();
-        let (data, wc) = self.write(wr_id, seed, remote, what);
-        check(&wc, what, WcOpcode::RdmaWrite, &self.pair().qp_a, wr_id);
-        let at = (remote.addr - target.as_ptr() as u64) as usize;
-        assert!(
-            target[at..at + MSG] == data[..],
-            "{}: {what}: the WRITE completed but its {MSG} bytes did not land",
-            self.name
-        );
-        assert!(
-            target[..at] == before[..at] && target[at + MSG..] == before[at + MSG..],
-            "{}: {what}: bytes outside the WRITE's target changed",
-            self.name
-        );
-        assert_no_completion(&self.pair().cq_b, &format!("{}: {what}: B", self.name));
-        loud(&format!(
-            "{}: {what}: WRITE with rkey {:#x} -> landed ({MSG} bytes checked)",
-            self.name, remote.rkey
-        ));
-    }
-
-    /// A WRITE that must be refused ([`REFUSED`]), `target` untouched; then
-    /// a new connection.
-    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
-        let before = target.to_vec();
-        self.arm_probe(what);
-        let (_, wc) = self.write(wr_id, seed, remote, what);
-        self.refused(&wc, wr_id, REFUSED, what);
-        assert!(
-            target == &before[..],
-            "{}: {what}: a refused WRITE changed the target bytes",
-            self.name
-        );
-        loud(&format!(
-            "{}: {what}: WRITE with rkey {:#x} -> remote access error (target untouched)",
-            self.name, remote.rkey
-        ));
-    }
-
-    fn arm_probe(&self, what: &str) {
-        let probe = RecvWr {
-            wr_id: PROBE,
-            sges: &[],
-        };
-        // SAFETY: a receive without SGEs names no memory.
-        unsafe { self.pair().qp_b.post_recv(&[probe]) }
-            .unwrap_or_else(|e| panic!("{}: {what}: post_recv of the probe: {e}", self.name));
-    }
-
-    /// A's request completed with `status`; B went to ERR (its probe
-    /// flushed), nothing else came; the cm reported nothing on either side
-    /// within [`QUIET`]. Then the pair is disconnected (the cm's orderly
-    /// teardown still works) and a new one connected.
-    fn refused(&mut self, wc: &WorkCompletion, wr_id: u64, status: WcStatus, what: &str) {
-        let name = self.name.clone();
-        let p = self.pair();
-        assert_eq!(
-            wc.status(),
-            status,
-            "{name}: {what}: A's completion: {wc:?}"
-        );
-        assert_eq!(
-            (wc.wr_id(), wc.qp_num()),
-            (wr_id, p.qp_a.qp_num()),
-            "{name}: {what}"
-        );
-        let b = wait_one(&p.cq_b, &format!("{name}: {what}: B"));
-        assert_eq!(
-            (b.wr_id(), b.status(), b.qp_num()),
-            (PROBE, WcStatus::WrFlushErr, p.qp_b.qp_num()),
-            "{name}: {what}: B's probe receive is flushed (B went to ERR): {b:?}"
-        );
-        assert_no_completion(&p.cq_a, &format!("{name}: {what}: A after the refusal"));
-        assert_no_event(
-            &p.ch_a,
-            QUIET,
-            &format!("{name}: {what}: client after the QP error"),
-        );
-        assert_no_event(
-            &p.ch_b,
-            QUIET,
-            &format!("{name}: {what}: server after the QP error"),
-        );
-        loud(&format!(
-            "{name}: {what}: both QPs in ERR; the cm reported nothing within {QUIET:?}; reconnecting"
-        ));
-        self.reconnect(what);
-    }
-
     /// Disconnects the pair (asserting the usual events) and connects a
     /// new one in the same PD.
     fn reconnect(&mut self, what: &str) {
@@ -249,11 +109,7 @@ impl<'c> CmRig<'c> {
         let reported = disconnect_pair(old, &format!("{}: {what}", self.name));
         assert_eq!(
             reported,
-            Reported {
-                client: 5,
-                server: 3,
-                listener: 1
-            },
+            Reported::ROCE,
             "{}: {what}: a connection whose QPs failed ends like any other",
             self.name
         );
@@ -272,13 +128,6 @@ impl<'c> CmRig<'c> {
         self.reconnects += 1;
     }
 
-    fn at(target: &[u8], rkey: u32) -> Remote {
-        Remote {
-            addr: target.as_ptr() as u64 + AT as u64,
-            rkey,
-        }
-    }
-
     /// The orderly end; the number of reconnections made.
     fn finish(mut self) -> u32 {
         let pair = self.pair.take().expect("connected");
@@ -287,16 +136,64 @@ impl<'c> CmRig<'c> {
     }
 }
 
-fn keys(mr: &MemoryRegion) -> (u32, u32, u32) {
-    (mr.handle(), mr.lkey(), mr.rkey())
-}
+impl Requester for CmRig<'_> {
+    fn name(&self) -> &str {
+        &self.name
+    }
 
-fn same_keys(mr: &MemoryRegion, k: (u32, u32, u32), what: &str) {
-    assert_eq!(
-        keys(mr),
-        k,
-        "{what}: an in-place change keeps the handle and the keys"
-    );
+    fn qps(&self) -> Qps<'_> {
+        let p = self.pair();
+        Qps {
+            qp_a: &p.qp_a,
+            cq_a: &p.cq_a,
+            qp_b: &p.qp_b,
+            cq_b: &p.cq_b,
+        }
+    }
+
+    fn src(&self) -> &[u8] {
+        &self.src
+    }
+
+    fn src_mut(&mut self) -> &mut [u8] {
+        &mut self.src
+    }
+
+    fn src_mr(&self) -> &MemoryRegion {
+        &self.src_mr
+    }
+
+    fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// On siw the WRITE kills the stream instead
+    /// ([`CmRig::write_kills_the_stream`]).
+    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+        if self.pair().iwarp {
+            return self.write_kills_the_stream(wr_id, seed, remote, target, what);
+        }
+        write_refused_rc(self, wr_id, seed, remote, target, what)
+    }
+
+    /// Checks the refusal on both sides; the cm reported nothing on either
+    /// side within [`QUIET`]. Then the pair is disconnected (the cm's
+    /// orderly teardown still works) and a new one connected.
+    fn refused(&mut self, wc: &WorkCompletion, wr_id: u64, status: WcStatus, what: &str) {
+        self.assert_refused_on_both(wc, wr_id, status, what);
+        let (name, p) = (&self.name, self.pair());
+        for (ch, side) in [(&p.ch_a, "client"), (&p.ch_b, "server")] {
+            assert_no_event(
+                ch,
+                QUIET,
+                &format!("{name}: {what}: {side} after the QP error"),
+            );
+        }
+        loud(&format!(
+            "{name}: {what}: both QPs in ERR; the cm reported nothing within {QUIET:?}; reconnecting"
+        ));
+        self.reconnect(what);
+    }
 }
 
 /// REMOTE_WRITE removed in place: the WRITE is refused, the target
@@ -324,7 +221,7 @@ fn cm_access_removed_and_restored_in_place() {
             counts.assert_extra(2, 1, "two MRs in the rig's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
             let k = keys(&mr);
-            let remote = CmRig::at(&dst, mr.rkey());
+            let remote = at(&dst, mr.rkey());
             rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
@@ -342,19 +239,9 @@ fn cm_access_removed_and_restored_in_place() {
 
             drop(mr);
             drop(dst);
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
         },
     );
-}
-
-const ATOMIC: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_ATOMIC);
-const OLD: u64 = 0x1122_3344_5566_7788;
-const ADD: u64 = 0x0101_0000_0000_0003;
-const RESULT_AT: usize = 1024;
-
-fn target(dst: &[u8]) -> u64 {
-    u64::from_ne_bytes(dst[AT..AT + 8].try_into().unwrap())
 }
 
 /// The cm's default parameters grant REMOTE_ATOMIC: with it removed from
@@ -377,8 +264,7 @@ fn cm_atomic_access_removed_and_restored_in_place() {
                 rig.finish();
                 drop(mr);
                 drop(dst);
-                counts.assert_extra(0, 0, "after dropping everything");
-                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                assert_all_gone(counts);
                 return;
             }
             if common::kernel::skip_rxe_without_rereg(
@@ -389,58 +275,27 @@ fn cm_atomic_access_removed_and_restored_in_place() {
             }
             let mut mr = fresh_mr(&rig.pd, &mut dst, ATOMIC);
             let k = keys(&mr);
-            let remote = CmRig::at(&dst, mr.rkey());
-            let fetch_add = SendOp::FetchAdd { remote, add: ADD };
+            let remote = at(&dst, mr.rkey());
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
                 .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
             same_keys(&mr, k, name);
-            rig.src[RESULT_AT..RESULT_AT + 8].fill(0xee);
             let what = "FETCH_ADD with REMOTE_ATOMIC removed from the MR";
-            rig.arm_probe(what);
-            let wc = rig.post_a(1, fetch_add, RESULT_AT, 8, what);
-            rig.refused(&wc, 1, REFUSED, what);
-            assert_eq!(
-                target(&dst),
-                OLD,
-                "{name}: a refused FETCH_ADD changed the target"
-            );
-            assert_eq!(
-                rig.src[RESULT_AT..RESULT_AT + 8],
-                [0xee; 8],
-                "{name}: a result"
-            );
+            rig.fetch_add_refused(1, remote, &dst, REFUSED, what);
 
             mr.set_access(ATOMIC)
                 .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
             same_keys(&mr, k, name);
-            for (i, expected_old) in [OLD, OLD.wrapping_add(ADD)].into_iter().enumerate() {
-                let what = format!("FETCH_ADD #{} with REMOTE_ATOMIC restored", i + 1);
-                let wr_id = 2 + i as u64;
-                let wc = rig.post_a(wr_id, fetch_add, RESULT_AT, 8, &what);
-                check(&wc, &what, WcOpcode::FetchAdd, &rig.pair().qp_a, wr_id);
-                let got = u64::from_ne_bytes(rig.src[RESULT_AT..RESULT_AT + 8].try_into().unwrap());
-                assert_eq!(got, expected_old, "{name}: {what}: the value returned");
-                assert_eq!(
-                    target(&dst),
-                    expected_old.wrapping_add(ADD),
-                    "{name}: {what}"
-                );
-                assert!(
-                    dst[..AT].iter().chain(&dst[AT + 8..]).all(|&b| b == 0),
-                    "{name}: {what}: bytes beside the target changed"
-                );
-            }
-            loud(&format!(
-                "{name}: FETCH_ADD over the cm connection: returned {OLD:#x}, then {:#x}; target {:#x}",
-                OLD.wrapping_add(ADD),
-                target(&dst)
-            ));
+            rig.fetch_add_twice(
+                2,
+                remote,
+                &dst,
+                "REMOTE_ATOMIC restored over the cm connection",
+            );
             rig.finish();
             drop(mr);
             drop(dst);
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
         },
     );
 }
@@ -485,35 +340,17 @@ fn cm_without_initiator_depth_grants_no_atomics() {
                 rig.finish();
                 drop(mr);
                 drop(dst);
-                counts.assert_extra(0, 0, "after dropping everything");
-                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                assert_all_gone(counts);
                 return;
             }
-            let remote = CmRig::at(&dst, mr.rkey());
+            let remote = at(&dst, mr.rkey());
             rig.write_lands(1, 1, remote, &dst, "WRITE without an initiator depth");
-            let before = dst.to_vec();
-            rig.src[RESULT_AT..RESULT_AT + 8].fill(0xee);
             let what = "FETCH_ADD to a QP the cm gave no REMOTE_ATOMIC";
-            rig.arm_probe(what);
-            let wc = rig.post_a(2, SendOp::FetchAdd { remote, add: ADD }, RESULT_AT, 8, what);
-            rig.refused(&wc, 2, INVALID, what);
-            assert!(
-                dst[..] == before[..],
-                "{name}: a refused FETCH_ADD changed the target"
-            );
-            assert_eq!(
-                rig.src[RESULT_AT..RESULT_AT + 8],
-                [0xee; 8],
-                "{name}: a result"
-            );
-            loud(&format!(
-                "{name}: initiator depth 0: WRITE landed, FETCH_ADD -> remote invalid request"
-            ));
+            rig.fetch_add_refused(2, remote, &dst, INVALID, what);
             rig.finish();
             drop(mr);
             drop(dst);
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
         },
     );
 }
@@ -537,7 +374,7 @@ fn cm_pd_moved_away_and_back() {
         let mut dst = anon(LEN);
         let mut mr = fresh_mr(&rig.pd, &mut dst, RW);
         let k = keys(&mr);
-        let remote = CmRig::at(&dst, mr.rkey());
+        let remote = at(&dst, mr.rkey());
         rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
 
         mr.set_pd(&pd2)
@@ -556,73 +393,22 @@ fn cm_pd_moved_away_and_back() {
         pd2.dealloc()
             .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
         drop(dst);
-        counts.assert_extra(0, 0, "after dropping everything");
-        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        assert_all_gone(counts);
     });
 }
 
-/// A new translation: refused in place by rxe (EOPNOTSUPP, the MR
-/// unchanged, its rkey still lands in the old buffer); the replace
-/// fallback gives new keys: the new rkey lands in the new buffer, the old
-/// rkey is refused, and the old buffer is never touched again.
+/// A new translation ([`translation_replaced`]) over the cm connection:
+/// refused in place, replaced; the old rkey is refused (rxe: remote
+/// access error; siw: the stream killed), which costs one reconnection.
 #[test]
 fn cm_translation_replaced() {
     on_each_cm_device("cm_translation_replaced", |name, ctx, counts| {
-        if is_siw(ctx) {
-            return siw_translation_replaced(name, ctx, counts);
-        }
         let Some(mut rig) = CmRig::new(ctx, name) else {
             return;
         };
-        let mut old_buf = anon(LEN);
-        let mut new_buf = anon(2 * LEN);
-        let mut mr = fresh_mr(&rig.pd, &mut old_buf, RW);
-        let k = keys(&mr);
-        let old_remote = CmRig::at(&old_buf, mr.rkey());
-
-        // SAFETY: new_buf outlives the MR (dropped after it below).
-        let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
-            .expect_err("rxe changes no translation in place");
-        assert_eq!(
-            (err.outcome(), err.errno(), err.mr_state()),
-            (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
-            "{name}: {err}"
-        );
-        same_keys(&mr, k, name);
-        rig.write_lands(1, 1, old_remote, &old_buf, "translation refused in place");
-
-        // SAFETY: as above.
-        let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) }
-            .unwrap_or_else(|e| panic!("{name}: replace of the translation: {e}"));
-        assert_eq!(path, ReregPath::Replaced, "{name}");
-        assert_ne!(mr.rkey(), k.2, "{name}: a replaced MR has a new rkey");
-        counts.assert_extra(2, 1, "after the replace: the old registration is gone");
-        let old_bytes = old_buf.to_vec();
-        let new_remote = CmRig::at(&new_buf, mr.rkey());
-        rig.write_lands(
-            2,
-            2,
-            new_remote,
-            &new_buf,
-            "the new rkey into the new buffer",
-        );
-        rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
-        rig.write_lands(4, 4, new_remote, &new_buf, "the new rkey, new connection");
-        assert!(
-            old_buf[..] == old_bytes[..],
-            "{name}: the old buffer changed"
-        );
-        loud(&format!(
-            "{name}: replaced over the cm connection: rkey {:#x} -> {:#x}",
-            k.2,
-            mr.rkey()
-        ));
-        rig.finish();
-
-        drop(mr);
-        drop((old_buf, new_buf));
-        counts.assert_extra(0, 0, "after dropping everything");
-        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        translation_replaced(&mut rig, counts);
+        assert_eq!(rig.finish(), 1, "{name}: one reconnection");
+        assert_all_gone(counts);
     });
 }
 
@@ -634,38 +420,6 @@ fn is_siw(ctx: &Context) -> bool {
 }
 
 impl CmRig<'_> {
-    /// A WRITE of `pattern(seed)` to `remote`, then a READ of it back: both
-    /// succeed, the bytes land in `target` and come back, nothing else of
-    /// `target` changes.
-    fn write_read_lands(
-        &mut self,
-        wr_id: u64,
-        seed: u64,
-        remote: Remote,
-        target: &[u8],
-        what: &str,
-    ) {
-        self.write_lands(wr_id, seed, remote, target, what);
-        self.src[MSG..2 * MSG].fill(0);
-        let wc = self.post_a(wr_id + 1000, SendOp::RdmaRead { remote }, MSG, MSG, what);
-        check(
-            &wc,
-            what,
-            WcOpcode::RdmaRead,
-            &self.pair().qp_a,
-            wr_id + 1000,
-        );
-        assert!(
-            self.src[MSG..2 * MSG] == pattern(seed, MSG)[..],
-            "{}: {what}: the READ's bytes",
-            self.name
-        );
-        loud(&format!(
-            "{}: {what}: READ with rkey {:#x} -> the same {MSG} bytes back",
-            self.name, remote.rkey
-        ));
-    }
-
     /// siw's answer to a WRITE with a key the responder refuses (module
     /// docs): the WRITE completes successfully (or, when the close
     /// overtakes the send, with LOC_QP_OP_ERR), both sides hear
@@ -683,19 +437,10 @@ impl CmRig<'_> {
         what: &str,
     ) {
         let name = self.name.clone();
-        let before = target.to_vec();
+        let before = now(target);
         let (_, wc) = self.write(wr_id, seed, remote, what);
         let p = self.pair();
-        // SUCCESS when the WRITE was on the wire before the responder's
-        // TERMINATE and close came back (most runs: siw completes a WRITE
-        // once sent); LOC_QP_OP_ERR when the close reached the requester
-        // while it was still sending (seen in one CI run of this test, and
-        // in device_rereg_traffic): siw's transmit path fails then.
-        assert!(
-            matches!(wc.status(), WcStatus::Success | WcStatus::LocQpOpErr),
-            "{name}: {what}: the requester's completion: {wc:?}"
-        );
-        assert_eq!(wc.wr_id(), wr_id, "{name}: {what}: {wc:?}");
+        assert_siw_refused_write_completion(&wc, wr_id, &p.qp_a, &format!("{name}: {what}"));
         for (ch, id, side) in [
             (&p.ch_a, &p.client, "client"),
             (&p.ch_b, &p.server, "server"),
@@ -730,7 +475,7 @@ impl CmRig<'_> {
             );
         }
         assert!(
-            target == &before[..],
+            now(target) == before,
             "{name}: {what}: the refused WRITE changed the target"
         );
         assert_no_completion(&p.cq_a, &format!("{name}: {what}: A"));
@@ -745,44 +490,10 @@ impl CmRig<'_> {
             ..
         } = self.pair.take().expect("connected");
         drop((qp_a, qp_b, cq_a, cq_b));
-        let got = (
-            client.events_received(),
-            server.events_received(),
-            listener.events_received(),
-        );
-        let reported = (
-            client.destroy().unwrap(),
-            server.destroy().unwrap(),
-            listener.destroy().unwrap(),
-        );
-        assert_eq!(
-            reported, got,
-            "{name}: {what}: the kernel's counts are the channels'"
-        );
-        assert_eq!(reported, (4, 2, 1), "{name}: {what}");
+        let reported = destroy_ids(client, server, listener, &format!("{name}: {what}"));
+        assert_eq!(reported, Reported::IWARP, "{name}: {what}");
         self.connect_again(what);
     }
-}
-
-/// Asserts `path` is siw's: replaced (never in place), with a new rkey.
-fn replaced(mr: &MemoryRegion, old_rkey: u32, path: Result<ReregPath, ReregError>, what: &str) {
-    let path = path.unwrap_or_else(|e| panic!("{what}: replace: {e}"));
-    assert_eq!(
-        path,
-        ReregPath::Replaced,
-        "{what}: siw refuses every REREG_MR in place"
-    );
-    assert_ne!(mr.rkey(), old_rkey, "{what}: a replaced MR has a new rkey");
-}
-
-/// siw refuses the change in place: `Cmd`, EOPNOTSUPP, the MR unchanged.
-fn refused_in_place(mr: &MemoryRegion, k: (u32, u32, u32), err: ReregError, what: &str) {
-    assert_eq!(
-        (err.outcome(), err.errno(), err.mr_state()),
-        (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
-        "{what}: {err}"
-    );
-    same_keys(mr, k, what);
 }
 
 /// siw's counterpart of [`cm_access_removed_and_restored_in_place`]: the
@@ -796,33 +507,33 @@ fn siw_access_removed_and_restored(name: &str, ctx: &Context, counts: &HandleCou
     let mut mr = fresh_mr(&rig.pd, &mut dst, RW_READ);
     counts.assert_extra(2, 1, "two MRs in the rig's PD");
     let k = keys(&mr);
-    let first = CmRig::at(&dst, mr.rkey());
+    let first = at(&dst, mr.rkey());
     rig.write_read_lands(1, 1, first, &dst, "REMOTE_WRITE|READ granted");
 
     let err = mr
         .set_access(AccessFlags::LOCAL_WRITE)
         .expect_err("siw: strict");
     refused_in_place(&mr, k, err, &format!("{name}: access strictly"));
-    let path = replace(&mut mr, ReregFlags::ACCESS, None, AccessFlags::LOCAL_WRITE);
     replaced(
-        &mr,
-        first.rkey,
-        path,
+        &mut mr,
+        ReregFlags::ACCESS,
+        None,
+        AccessFlags::LOCAL_WRITE,
         &format!("{name}: remote access removed"),
     );
     counts.assert_extra(2, 1, "after the replace: the old registration is gone");
-    let removed = CmRig::at(&dst, mr.rkey());
+    let removed = at(&dst, mr.rkey());
     rig.write_kills_the_stream(2, 2, first, &dst, "the old rkey after the replace");
     rig.write_kills_the_stream(3, 3, removed, &dst, "the new rkey without REMOTE_WRITE");
 
-    let path = replace(&mut mr, ReregFlags::ACCESS, None, RW_READ);
     replaced(
-        &mr,
-        removed.rkey,
-        path,
+        &mut mr,
+        ReregFlags::ACCESS,
+        None,
+        RW_READ,
         &format!("{name}: remote access restored"),
     );
-    let restored = CmRig::at(&dst, mr.rkey());
+    let restored = at(&dst, mr.rkey());
     rig.write_read_lands(
         4,
         4,
@@ -841,8 +552,7 @@ fn siw_access_removed_and_restored(name: &str, ctx: &Context, counts: &HandleCou
     assert_eq!(rig.finish(), 3, "{name}: one reconnection per refusal");
     drop(mr);
     drop(dst);
-    counts.assert_extra(0, 0, "after dropping everything");
-    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    assert_all_gone(counts);
 }
 
 /// siw's counterpart of [`cm_pd_moved_away_and_back`]: moved to another
@@ -858,107 +568,46 @@ fn siw_pd_moved_away_and_back(name: &str, ctx: &Context, counts: &HandleCounts) 
     let mut dst = anon(LEN);
     let mut mr = fresh_mr(&rig.pd, &mut dst, RW_READ);
     let k = keys(&mr);
-    let home = CmRig::at(&dst, mr.rkey());
+    let home = at(&dst, mr.rkey());
     rig.write_read_lands(1, 1, home, &dst, "in the QPs' PD");
 
     let err = mr.set_pd(&pd2).expect_err("siw: strict");
     refused_in_place(&mr, k, err, &format!("{name}: PD strictly"));
-    let path = replace(&mut mr, ReregFlags::PD, Some(&pd2), AccessFlags::empty());
-    replaced(&mr, home.rkey, path, &format!("{name}: moved to pd2"));
-    let away = CmRig::at(&dst, mr.rkey());
+    replaced(
+        &mut mr,
+        ReregFlags::PD,
+        Some(&pd2),
+        AccessFlags::empty(),
+        &format!("{name}: moved to pd2"),
+    );
+    let away = at(&dst, mr.rkey());
     rig.write_kills_the_stream(2, 2, away, &dst, "the new rkey, in another PD");
     rig.write_kills_the_stream(3, 3, home, &dst, "the old rkey after the move");
     let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
 
-    let path = replace(&mut mr, ReregFlags::PD, Some(&rig.pd), AccessFlags::empty());
-    replaced(&mr, away.rkey, path, &format!("{name}: moved back"));
-    let back = CmRig::at(&dst, mr.rkey());
+    replaced(
+        &mut mr,
+        ReregFlags::PD,
+        Some(&rig.pd),
+        AccessFlags::empty(),
+        &format!("{name}: moved back"),
+    );
+    let back = at(&dst, mr.rkey());
     rig.write_read_lands(4, 4, back, &dst, "moved back to the QPs' PD by a replace");
     assert_eq!(rig.finish(), 2, "{name}: one reconnection per refusal");
     drop(mr);
     pd2.dealloc()
         .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
     drop(dst);
-    counts.assert_extra(0, 0, "after dropping everything");
-    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
-}
-
-/// siw's counterpart of [`cm_translation_replaced`]: refused in place
-/// (EOPNOTSUPP, the MR unchanged); replaced, the new rkey's WRITE and
-/// READ land in the new buffer, the old rkey kills the stream, the new
-/// rkey works over the new connection and the old buffer is never touched.
-fn siw_translation_replaced(name: &str, ctx: &Context, counts: &HandleCounts) {
-    let Some(mut rig) = CmRig::new(ctx, name) else {
-        return;
-    };
-    let mut old_buf = anon(LEN);
-    let mut new_buf = anon(2 * LEN);
-    let mut mr = fresh_mr(&rig.pd, &mut old_buf, RW_READ);
-    let k = keys(&mr);
-    let old_remote = CmRig::at(&old_buf, mr.rkey());
-    // SAFETY: new_buf outlives the MR (dropped after it below).
-    let err =
-        unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }.expect_err("siw: strict");
-    refused_in_place(&mr, k, err, &format!("{name}: translation strictly"));
-    rig.write_read_lands(1, 1, old_remote, &old_buf, "translation refused in place");
-
-    // SAFETY: as above.
-    let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) };
-    replaced(&mr, k.2, path, &format!("{name}: translation"));
-    counts.assert_extra(2, 1, "after the replace: the old registration is gone");
-    let old_bytes = old_buf.to_vec();
-    let new_remote = CmRig::at(&new_buf, mr.rkey());
-    rig.write_read_lands(
-        2,
-        2,
-        new_remote,
-        &new_buf,
-        "the new rkey into the new buffer",
-    );
-    rig.write_kills_the_stream(3, 3, old_remote, &old_buf, "the old rkey after the replace");
-    rig.write_read_lands(4, 4, new_remote, &new_buf, "the new rkey, new connection");
-    assert!(
-        old_buf[..] == old_bytes[..],
-        "{name}: the old buffer changed"
-    );
-    assert_eq!(rig.finish(), 1, "{name}: one reconnection");
-    drop(mr);
-    drop((old_buf, new_buf));
-    counts.assert_extra(0, 0, "after dropping everything");
-    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    assert_all_gone(counts);
 }
 
 /// siw has no atomics: a FETCH_ADD is refused at post, typed, whatever the
 /// MR and the cm grant; nothing completes, the target and the result stay,
 /// and the connection lives on (a WRITE lands after it).
 fn siw_fetch_add_refused_at_post(rig: &mut CmRig<'_>, dst: &[u8], mr: &MemoryRegion, what: &str) {
-    let name = rig.name.clone();
-    let remote = CmRig::at(dst, mr.rkey());
-    rig.src[RESULT_AT..RESULT_AT + 8].fill(0xee);
-    let sges = sge(rig.src.as_ptr() as u64 + RESULT_AT as u64, 8, &rig.src_mr);
-    let wr = signalled(1, SendOp::FetchAdd { remote, add: ADD }, &sges);
-    // SAFETY: refused before anything is written (asserted below).
-    let err = unsafe { rig.pair().qp_a.post_send(&[wr]) }.expect_err("siw has no atomics");
-    loud(&format!("{name}: {what}: {err}"));
-    match &err {
-        uverbs::Error::Post { why: source, .. } => assert_eq!(
-            &**source,
-            &uverbs::PostError::NotSupported {
-                driver: "siw",
-                what: "ATOMIC_FETCH_AND_ADD"
-            },
-            "{name}: {what}: {err}"
-        ),
-        other => panic!("{name}: {what}: expected a refused post, got {other}"),
-    }
-    std::thread::sleep(Duration::from_millis(100));
-    assert_no_completion(&rig.pair().cq_a, &format!("{name}: {what}: A"));
-    assert_eq!(target(dst), OLD, "{name}: {what}: the target");
-    assert_eq!(
-        rig.src[RESULT_AT..RESULT_AT + 8],
-        [0xee; 8],
-        "{name}: {what}: a result"
-    );
+    let remote = at(dst, mr.rkey());
+    rig.siw_fetch_add_refused_at_post(remote, dst, what);
     // Beside the atomic's target: the connection still carries a WRITE.
     let at = Remote {
         addr: remote.addr + 64,

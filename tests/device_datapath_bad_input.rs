@@ -519,29 +519,16 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
             ("RDMA READ", WcStatus::LocProtErr),
             ("RDMA WRITE", common::kernel::rxe_requester_failure_status()),
         ] {
-            let q = pair_with(ctx, name, |_| {});
-            let other_pd: ProtectionDomain = alloc_pd(ctx);
-            let mut mine = anon(4096);
-            let mut foreign = anon(4096);
-            let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
-            let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
-            mine[..64].copy_from_slice(&[0x3c; 64]);
-            let remote = Remote {
-                addr: mine.as_ptr() as u64,
-                rkey: mr.rkey(),
-            };
-            let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
-            let good = sge(mine.as_ptr() as u64 + 1024, 64, &mr);
-            let op = match what {
-                "RDMA READ" => SendOp::RdmaRead { remote },
-                _ => SendOp::RdmaWrite { remote, imm: None },
-            };
-            // SAFETY: both buffers stay mapped and untouched by the program
-            // until the completions below (the device may write `foreign`
-            // for the READ, which the PD check prevents; `mine` is only read
-            // or written through the remote side).
-            unsafe { q.qp_a.post_send(&[signalled(1, op, &bad)]) }
-                .unwrap_or_else(|e| panic!("{name}: {what} with a foreign lkey: {e}"));
+            let ForeignLkey {
+                q,
+                mr,
+                foreign_mr,
+                other_pd,
+                mine,
+                foreign,
+                remote,
+                good,
+            } = post_with_foreign_lkey(ctx, name, what);
             let wc = wait_count(&q.cq_a, 1, what)[0];
             loud(&format!("{name}: {what} with another PD's lkey: {wc:?}"));
             assert_eq!(wc.status(), expected, "{name}: {what}: {wc:?}");
@@ -555,7 +542,8 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
                 signalled_write(2, &good, remote),
                 signalled_write(3, &good, remote),
             ];
-            // SAFETY: as above; flushed WRs touch no memory.
+            // SAFETY: as for the first request (`post_with_foreign_lkey`);
+            // flushed WRs touch no memory.
             unsafe { q.qp_a.post_send(&next) }
                 .unwrap_or_else(|e| panic!("{name}: posting after the error: {e}"));
             let flushed = wait_count(&q.cq_a, 2, "WRs after the error");
@@ -581,6 +569,59 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
     });
 }
 
+/// A connected pair, a buffer of its PD (`mine`: its first 64 bytes
+/// 0x3c, the remote target; `good` an SGE of 64 bytes at 1024 in it) and
+/// one of another PD (`foreign`), with `what` (an RDMA READ or WRITE of 64
+/// bytes at `remote`) posted signalled as wr_id 1 with `foreign`'s lkey.
+/// Fields drop in order: the QPs, the MRs, the PD, the buffers.
+struct ForeignLkey {
+    q: TwoQps,
+    mr: MemoryRegion,
+    foreign_mr: MemoryRegion,
+    other_pd: ProtectionDomain,
+    mine: memmap2::MmapMut,
+    foreign: memmap2::MmapMut,
+    remote: Remote,
+    good: [Sge; 1],
+}
+
+fn post_with_foreign_lkey(ctx: &Context, name: &str, what: &str) -> ForeignLkey {
+    let q = pair_with(ctx, name, |_| {});
+    let other_pd: ProtectionDomain = alloc_pd(ctx);
+    let mut mine = anon(4096);
+    let mut foreign = anon(4096);
+    let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
+    let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
+    mine[..64].copy_from_slice(&[0x3c; 64]);
+    let remote = Remote {
+        addr: mine.as_ptr() as u64,
+        rkey: mr.rkey(),
+    };
+    let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
+    let good = sge(mine.as_ptr() as u64 + 1024, 64, &mr);
+    let op = match what {
+        "RDMA READ" => SendOp::RdmaRead { remote },
+        _ => SendOp::RdmaWrite { remote, imm: None },
+    };
+    // SAFETY: both buffers stay mapped and untouched by the program until
+    // the caller's completions (they are returned with the QPs, which drop
+    // first); the device may write `foreign` for the READ, which the PD
+    // check prevents; `mine` is only read or written through the remote
+    // side.
+    unsafe { q.qp_a.post_send(&[signalled(1, op, &bad)]) }
+        .unwrap_or_else(|e| panic!("{name}: {what} with a foreign lkey: {e}"));
+    ForeignLkey {
+        q,
+        mr,
+        foreign_mr,
+        other_pd,
+        mine,
+        foreign,
+        remote,
+        good,
+    }
+}
+
 /// siw's half of [`an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest`]:
 /// siw checks a WRITE's or SEND's SGEs when it starts sending
 /// (`siw_check_sgl_tx`); another PD's lkey fails there: the request
@@ -598,28 +639,17 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
         ("RDMA WRITE", WcStatus::LocQpOpErr, QpState::Rts),
         ("RDMA READ", WcStatus::LocProtErr, QpState::Err),
     ] {
-        let q = pair_with(ctx, name, |_| {});
+        let ForeignLkey {
+            q,
+            mr,
+            foreign_mr,
+            other_pd,
+            mut mine,
+            foreign,
+            remote,
+            good,
+        } = post_with_foreign_lkey(ctx, name, what);
         let link = q.cm.as_ref().expect("a siw pair has its cm link");
-        let other_pd: ProtectionDomain = alloc_pd(ctx);
-        let mut mine = anon(4096);
-        let mut foreign = anon(4096);
-        let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
-        let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
-        mine[..64].copy_from_slice(&[0x3c; 64]);
-        let remote = Remote {
-            addr: mine.as_ptr() as u64,
-            rkey: mr.rkey(),
-        };
-        let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
-        let good = sge(mine.as_ptr() as u64 + 1024, 64, &mr);
-        let op = match what {
-            "RDMA READ" => SendOp::RdmaRead { remote },
-            _ => SendOp::RdmaWrite { remote, imm: None },
-        };
-        // SAFETY: both buffers stay mapped and untouched by the program
-        // until the completions below.
-        unsafe { q.qp_a.post_send(&[signalled(1, op, &bad)]) }
-            .unwrap_or_else(|e| panic!("{name}: {what} with a foreign lkey: {e}"));
         let wc = wait_count(&q.cq_a, 1, what)[0];
         let events = cm_events(link, Duration::from_secs(3));
         let state =
@@ -648,7 +678,8 @@ fn siw_foreign_lkey(ctx: &Context, name: &str) {
             signalled_write(2, &good, remote),
             signalled_write(3, &good, remote),
         ];
-        // SAFETY: as above; requests that never run touch no memory, and
+        // SAFETY: as for the first request (`post_with_foreign_lkey`);
+        // requests that never run touch no memory, and
         // the QP is destroyed before the buffers go.
         let posted = unsafe { q.qp_a.post_send(&next) };
         std::thread::sleep(Duration::from_millis(200));

@@ -296,13 +296,9 @@ fn owned_back(
 fn an_owned_ud_send_keeps_its_address_handle_until_it_comes_back() {
     use std::sync::Arc;
     use uverbs::{AccessFlags, Local, OwnedQp, RecvRequest, SendRequest};
-    on_each_device(
+    on_each_ud_device(
         "an_owned_ud_send_keeps_its_address_handle_until_it_comes_back",
-        |name, dut, counts| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!("NOTE: {name}: UD needs rxe (siw is RC only)"));
-            }
-            let ctx: &Context = &dut;
+        |name, ctx, counts| {
             let (gid, _) = roce_path(ctx, name);
             let pd = alloc_pd(ctx);
             let owned = |cq: &uverbs::CompletionQueue| {

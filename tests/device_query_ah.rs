@@ -17,13 +17,9 @@ const LEN: usize = 64;
 
 #[test]
 fn a_ud_reply_is_addressed_from_the_completion_and_its_grh() {
-    on_each_device(
+    on_each_ud_device(
         "a_ud_reply_is_addressed_from_the_completion_and_its_grh",
-        |name, dut, _| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!("NOTE: {name}: not rxe: no UD"));
-            }
-            let ctx: &uverbs::Context = &dut;
+        |name, ctx, _| {
             let table = ctx.query_gid_table().expect("query_gid_table");
             let v2: Vec<_> = table
                 .iter()
@@ -116,13 +112,9 @@ fn a_ud_reply_is_addressed_from_the_completion_and_its_grh() {
 /// the kernel refuses it (`rdma_check_ah_attr`: EINVAL) and no AH exists.
 #[test]
 fn a_lid_only_address_vector_is_refused_on_roce() {
-    on_each_device(
+    on_each_ud_device(
         "a_lid_only_address_vector_is_refused_on_roce",
-        |name, dut, _| {
-            if driver(&dut) != Driver::Rxe {
-                return loud(&format!("NOTE: {name}: not rxe: no UD"));
-            }
-            let ctx: &uverbs::Context = &dut;
+        |name, ctx, _| {
             let pd = alloc_pd(ctx);
             let attr = AhAttr::lid(1, PORT);
             assert!(!attr.is_global && attr.dlid == 1 && attr.port == PORT);

@@ -31,45 +31,15 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use common::traffic::*;
 use common::*;
 use memmap2::MmapMut;
 use uverbs::Mtu;
 use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, RecvWr, Remote,
-    RemoteBufferMr, ReregError, ReregFallback, ReregFlags, ReregOutcome, ReregPath,
-    RetargetBuffers, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, Remote, ReregFallback,
+    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
 };
-
-/// What the requester sees when the responder refuses an rkey, whatever
-/// the reason (access bits, PD, unknown key): rxe's responder finds no MR
-/// for (PD, access, rkey) (`lookup_mr`), NAKs with "remote access error",
-/// and the requester completes with `IB_WC_REM_ACCESS_ERR`. (rdma-core's
-/// PD case expects "remote operation error", what mlx5 answers.)
-const REFUSED: WcStatus = WcStatus::RemAccessErr;
-
-/// The receive without SGEs that B holds while a refused request is in
-/// flight: the device flushes it when it moves B to ERR, which is how the
-/// responder's side of a refusal shows.
-const PROBE: u64 = 0x9e0be;
-
-/// Bytes of each WRITE, and where in the target buffer it goes (so that
-/// the bytes on both sides of it can be checked too).
-const MSG: usize = 256;
-const AT: usize = 512;
-/// The size of each buffer.
-const LEN: usize = 4096;
-
-/// A deterministic, seed-dependent byte pattern (never all zero).
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = seed
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .rotate_left((i % 61) as u32);
-            (x as u8) ^ (i as u8) ^ 0xa5
-        })
-        .collect()
-}
 
 /// Two connected RC QPs, how to reconnect them, and A's source buffer.
 struct Rig {
@@ -105,91 +75,6 @@ impl Rig {
         }
     }
 
-    /// Posts `op` from A with `src[at..at + len]` as its local buffer and
-    /// returns its completion, whatever its status.
-    fn post_a(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
-        let sges = sge(self.src.as_ptr() as u64 + at as u64, len, &self.src_mr);
-        let wr = signalled(wr_id, op, &sges);
-        // SAFETY: `src[at..at + len]` stays mapped and registered and is
-        // neither written nor (for atomics) read by the program until the
-        // completion is polled below (`wait_one` returns only then, or
-        // panics, and then the QP is dropped before `src`).
-        unsafe { self.q.qp_a.post_send(&[wr]) }
-            .unwrap_or_else(|e| panic!("{}: {what}: post_send: {e}", self.name));
-        wait_one(&self.q.cq_a, &format!("{}: {what}", self.name))
-    }
-
-    /// An RDMA WRITE of `MSG` bytes of `pattern(seed)` from A to `remote`;
-    /// returns the bytes sent and the completion.
-    fn write(
-        &mut self,
-        wr_id: u64,
-        seed: u64,
-        remote: Remote,
-        what: &str,
-    ) -> (Vec<u8>, WorkCompletion) {
-        let data = pattern(seed, MSG);
-        self.src[..MSG].copy_from_slice(&data);
-        let op = SendOp::RdmaWrite { remote, imm: None };
-        let wc = self.post_a(wr_id, op, 0, MSG, what);
-        (data, wc)
-    }
-
-    /// A WRITE that must land: success, and the bytes at `remote` in
-    /// `target` (which starts at `base`) are exactly the ones sent, nothing
-    /// else of `target` changed.
-    fn write_lands<'t>(
-        &mut self,
-        wr_id: u64,
-        seed: u64,
-        remote: Remote,
-        target: impl Into<Target<'t>>,
-        what: &str,
-    ) {
-        let mut target = target.into();
-        let before = target.bytes();
-        let (data, wc) = self.write(wr_id, seed, remote, what);
-        check(&wc, what, WcOpcode::RdmaWrite, &self.q.qp_a, wr_id);
-        let at = (remote.addr - target.base()) as usize;
-        let target = target.bytes();
-        assert!(
-            target[at..at + MSG] == data[..],
-            "{}: {what}: the WRITE completed but its {MSG} bytes did not land",
-            self.name
-        );
-        assert!(
-            target[..at] == before[..at] && target[at + MSG..] == before[at + MSG..],
-            "{}: {what}: bytes outside the WRITE's target changed",
-            self.name
-        );
-        assert_no_completion(&self.q.cq_b, &format!("{}: {what}: B", self.name));
-        loud(&format!(
-            "{}: {what}: WRITE with rkey {:#x} -> landed ({MSG} bytes checked)",
-            self.name, remote.rkey
-        ));
-    }
-
-    /// A WRITE that must be refused: see [`Rig::refused`]; `target` is
-    /// untouched.
-    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
-        if self.siw() {
-            return self.siw_write_refused(wr_id, seed, remote, target, what);
-        }
-        let before = target.to_vec();
-        self.arm_probe(what);
-        let (_, wc) = self.write(wr_id, seed, remote, what);
-        self.refused(&wc, wr_id, what);
-        assert!(
-            target == &before[..],
-            "{}: {what}: a refused WRITE changed the target bytes",
-            self.name
-        );
-        loud(&format!(
-            "{}: {what}: WRITE with rkey {:#x} -> remote access error (target untouched)",
-            self.name, remote.rkey
-        ));
-    }
-
     /// True on siw: the pair is connected through the cm.
     fn siw(&self) -> bool {
         self.q.iwarp()
@@ -214,7 +99,7 @@ impl Rig {
         what: &str,
     ) {
         let name = self.name.clone();
-        let before = target.to_vec();
+        let before = now(target);
         let (_, wc) = self.write(wr_id, seed, remote, what);
         let link = self.q.cm.as_ref().expect("siw pairs have a cm link");
         let events = cm_events(link, Duration::from_secs(3));
@@ -229,22 +114,10 @@ impl Rig {
             &b[..nb]
         ));
         assert!(
-            target == &before[..],
+            now(target) == before,
             "{name}: {what}: a refused WRITE changed the target bytes"
         );
-        // SUCCESS when the WRITE was on the wire before the responder's
-        // TERMINATE and close came back (most runs); LOC_QP_OP_ERR when the
-        // close reached the requester while it was still sending (seen
-        // once in three configurations): siw's transmit path fails then.
-        assert!(
-            matches!(wc.status(), WcStatus::Success | WcStatus::LocQpOpErr),
-            "{name}: {what}: the requester's completion: {wc:?}"
-        );
-        assert_eq!(
-            (wc.wr_id(), wc.qp_num()),
-            (wr_id, self.q.qp_a.qp_num()),
-            "{name}: {what}: {wc:?}"
-        );
+        assert_siw_refused_write_completion(&wc, wr_id, &self.q.qp_a, &format!("{name}: {what}"));
         assert_disconnected(link, &events, &format!("{name}: {what}"));
         if let Some(state) = state {
             assert_eq!(state, uverbs::QpState::Err, "{name}: {what}: QP A");
@@ -259,7 +132,7 @@ impl Rig {
         // The new connection works (into A's own source buffer's second half).
         let mut scratch = anon(LEN);
         let scratch_mr = fresh_mr(&self.q.pd, &mut scratch, RW);
-        let to = Rig::at(&scratch, scratch_mr.rkey());
+        let to = at(&scratch, scratch_mr.rkey());
         self.write_lands(
             wr_id | 0x8000,
             seed ^ 0x55,
@@ -269,188 +142,56 @@ impl Rig {
         );
         drop(scratch_mr);
     }
+}
 
-    /// An RDMA READ of [`MSG`] bytes from `remote` (inside `target`) into
-    /// `src[MSG..2 MSG]`: succeeds and brings exactly those bytes.
-    fn read_lands<'t>(
-        &mut self,
-        wr_id: u64,
-        remote: Remote,
-        target: impl Into<Target<'t>>,
-        what: &str,
-    ) {
-        let mut target = target.into();
-        self.src[MSG..2 * MSG].fill(0);
-        let wc = self.post_a(wr_id, SendOp::RdmaRead { remote }, MSG, MSG, what);
-        check(&wc, what, WcOpcode::RdmaRead, &self.q.qp_a, wr_id);
-        assert_eq!(wc.byte_len() as usize, MSG, "{what}: {wc:?}");
-        let at = (remote.addr - target.base()) as usize;
-        let target = target.bytes();
+impl Requester for Rig {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn qps(&self) -> Qps<'_> {
+        Qps {
+            qp_a: &self.q.qp_a,
+            cq_a: &self.q.cq_a,
+            qp_b: &self.q.qp_b,
+            cq_b: &self.q.cq_b,
+        }
+    }
+
+    fn src(&self) -> &[u8] {
+        &self.src
+    }
+
+    fn src_mut(&mut self) -> &mut [u8] {
+        &mut self.src
+    }
+
+    fn src_mr(&self) -> &MemoryRegion {
+        &self.src_mr
+    }
+
+    fn pd(&self) -> &ProtectionDomain {
+        &self.q.pd
+    }
+
+    /// On siw the WRITE kills the stream instead ([`Rig::siw_write_refused`]).
+    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+        if self.siw() {
+            return self.siw_write_refused(wr_id, seed, remote, target, what);
+        }
+        write_refused_rc(self, wr_id, seed, remote, target, what)
+    }
+
+    /// Checks the refusal on both sides, then takes both QPs back to RTS.
+    fn refused(&mut self, wc: &WorkCompletion, wr_id: u64, status: WcStatus, what: &str) {
+        self.assert_refused_on_both(wc, wr_id, status, what);
+        let others = recover_pair(&self.q, self.gid, self.mtu, self.access, what);
         assert!(
-            self.src[MSG..2 * MSG] == target[at..at + MSG],
-            "{}: {what}: the READ's {MSG} bytes are not the target's",
+            others.is_empty(),
+            "{}: {what}: recovery saw {others:?}",
             self.name
         );
-        loud(&format!(
-            "{}: {what}: READ with rkey {:#x} -> {MSG} bytes checked",
-            self.name, remote.rkey
-        ));
     }
-
-    /// Posts the [`PROBE`] receive on B, before a request B must refuse.
-    fn arm_probe(&self, what: &str) {
-        let probe = RecvWr {
-            wr_id: PROBE,
-            sges: &[],
-        };
-        // SAFETY: a receive without SGEs names no memory.
-        unsafe { self.q.qp_b.post_recv(&[probe]) }
-            .unwrap_or_else(|e| panic!("{}: {what}: post_recv of the probe: {e}", self.name));
-    }
-
-    /// Checks a refusal on both sides and recovers: A's request completed
-    /// with [`REFUSED`]; B moved itself to ERR, which flushed its probe
-    /// receive (the only completion B shows: nothing names the refused
-    /// request there); nothing else came. Then both QPs are back in RTS.
-    fn refused(&self, wc: &WorkCompletion, wr_id: u64, what: &str) {
-        let name = &self.name;
-        assert_eq!(
-            wc.status(),
-            REFUSED,
-            "{name}: {what}: the requester's completion: {wc:?}"
-        );
-        assert_eq!(wc.wr_id(), wr_id, "{name}: {what}: {wc:?}");
-        assert_eq!(wc.qp_num(), self.q.qp_a.qp_num(), "{name}: {what}: {wc:?}");
-        let b = wait_one(
-            &self.q.cq_b,
-            &format!("{name}: {what}: the responder's side"),
-        );
-        assert_eq!(
-            (b.wr_id(), b.status(), b.qp_num()),
-            (PROBE, WcStatus::WrFlushErr, self.q.qp_b.qp_num()),
-            "{name}: {what}: B's probe receive is flushed (B went to ERR): {b:?}"
-        );
-        assert_no_completion(
-            &self.q.cq_a,
-            &format!("{name}: {what}: A after the refusal"),
-        );
-        let others = recover_pair(&self.q, self.gid, self.mtu, self.access, what);
-        assert!(others.is_empty(), "{name}: {what}: recovery saw {others:?}");
-    }
-
-    /// `remote` at offset [`AT`] of `target`.
-    fn at(target: &[u8], rkey: u32) -> Remote {
-        Self::at_addr(target.as_ptr() as u64, rkey)
-    }
-
-    /// `remote` at offset [`AT`] of memory at `base`.
-    fn at_addr(base: u64, rkey: u32) -> Remote {
-        Remote {
-            addr: base + AT as u64,
-            rkey,
-        }
-    }
-}
-
-/// Memory a WRITE or READ of the rig targets: a buffer the test manages
-/// itself (under a raw registration), or a region a peer may write, read
-/// only by copies.
-enum Target<'t> {
-    Plain(&'t [u8]),
-    Remote(&'t mut RemoteBufferMr<Vec<u8>>),
-}
-
-impl<'t> From<&'t [u8]> for Target<'t> {
-    fn from(b: &'t [u8]) -> Self {
-        Target::Plain(b)
-    }
-}
-
-impl<'t> From<&'t Vec<u8>> for Target<'t> {
-    fn from(b: &'t Vec<u8>) -> Self {
-        Target::Plain(b)
-    }
-}
-
-impl<'t> From<&'t memmap2::MmapMut> for Target<'t> {
-    fn from(b: &'t memmap2::MmapMut) -> Self {
-        Target::Plain(b)
-    }
-}
-
-impl<'t> From<&'t mut RemoteBufferMr<Vec<u8>>> for Target<'t> {
-    fn from(mr: &'t mut RemoteBufferMr<Vec<u8>>) -> Self {
-        Target::Remote(mr)
-    }
-}
-
-impl Target<'_> {
-    fn base(&self) -> u64 {
-        match self {
-            Target::Plain(b) => b.as_ptr() as u64,
-            Target::Remote(mr) => mr.addr(),
-        }
-    }
-
-    /// Every byte, now.
-    fn bytes(&mut self) -> Vec<u8> {
-        match self {
-            Target::Plain(b) => b.to_vec(),
-            Target::Remote(mr) => {
-                let mut out = vec![0; mr.len()];
-                mr.copy_out(0, &mut out).expect("the whole buffer");
-                out
-            }
-        }
-    }
-}
-
-/// What a strict in-place change must leave: same handle, same keys.
-fn same_keys(mr: &MemoryRegion, keys: (u32, u32, u32), what: &str) {
-    assert_eq!(
-        (mr.handle(), mr.lkey(), mr.rkey()),
-        keys,
-        "{what}: an in-place change keeps the handle and the keys"
-    );
-}
-
-fn keys(mr: &MemoryRegion) -> (u32, u32, u32) {
-    (mr.handle(), mr.lkey(), mr.rkey())
-}
-
-/// siw has no re-registration: the kernel refuses every `REREG_MR` before
-/// looking at the region (docs/rereg.md), so a strict change is `Cmd`,
-/// `EOPNOTSUPP`, the MR `Old`: same handle and keys as before.
-fn siw_refuses_in_place(mr: &MemoryRegion, k: (u32, u32, u32), err: ReregError, what: &str) {
-    assert_eq!(
-        (err.outcome(), err.errno(), err.mr_state()),
-        (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
-        "{what}: {err}"
-    );
-    same_keys(mr, k, what);
-    loud(&format!("NOTE: {what}: siw refuses it in place: {err}"));
-}
-
-/// `replace(…)` that must give a new registration (siw: always).
-fn replaced(
-    mr: &mut MemoryRegion,
-    flags: ReregFlags,
-    pd: Option<&ProtectionDomain>,
-    access: AccessFlags,
-    what: &str,
-) {
-    let old = keys(mr);
-    let path = replace(mr, flags, pd, access).unwrap_or_else(|e| panic!("{what}: replace: {e}"));
-    assert_eq!(path, ReregPath::Replaced, "{what}: siw refuses in place");
-    assert_ne!(mr.handle(), old.0, "{what}: a new handle");
-    assert_ne!(mr.rkey(), old.2, "{what}: a new rkey");
-    loud(&format!(
-        "{what}: replaced: handle {} -> {}, rkey {:#x} -> {:#x}",
-        old.0,
-        mr.handle(),
-        old.2,
-        mr.rkey()
-    ));
 }
 
 /// test_mr_rereg_access_bad_flow: traffic on a region that allows it, then
@@ -480,7 +221,7 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
             counts.assert_extra(2, 1, "two MRs in the pair's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
             let k = keys(&mr);
-            let remote = Rig::at(&dst, mr.rkey());
+            let remote = at(&dst, mr.rkey());
             rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
@@ -491,14 +232,13 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
 
             let mut other = anon(LEN);
             let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-            let to_other = Rig::at(&other, other_mr.rkey());
+            let to_other = at(&other, other_mr.rkey());
             rig.write_lands(3, 3, to_other, &other, "recovered: another MR");
             rig.write_refused(4, 4, remote, &dst, "recovered: still removed");
 
             drop((other_mr, mr, rig));
             drop((other, dst));
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
         },
     );
 }
@@ -514,11 +254,11 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
     let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
     counts.assert_extra(2, 1, "two MRs in the pair's PD");
     let k = keys(&mr);
-    let remote = Rig::at(&dst, mr.rkey());
+    let remote = at(&dst, mr.rkey());
     rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
     rig.read_lands(2, remote, &dst, "REMOTE_READ granted");
     let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
-    siw_refuses_in_place(
+    refused_in_place(
         &mr,
         k,
         err,
@@ -533,19 +273,18 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
         AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
         &format!("{name}: REMOTE_WRITE removed by replace"),
     );
-    let new = Rig::at(&dst, mr.rkey());
+    let new = at(&dst, mr.rkey());
     rig.read_lands(4, new, &dst, "the new rkey still reads");
     rig.write_refused(5, 5, new, &dst, "the new rkey without REMOTE_WRITE");
     rig.write_refused(6, 6, remote, &dst, "the old rkey after the replace");
     let mut other = anon(LEN);
     let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-    let to_other = Rig::at(&other, other_mr.rkey());
+    let to_other = at(&other, other_mr.rkey());
     rig.write_lands(7, 7, to_other, &other, "recovered: another MR");
     rig.write_refused(8, 8, new, &dst, "recovered: still without REMOTE_WRITE");
     drop((other_mr, mr, rig));
     drop((other, dst));
-    counts.assert_extra(0, 0, "after dropping everything");
-    counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    assert_all_gone(counts);
 }
 
 /// test_mr_rereg_access: a region registered LOCAL_WRITE only refuses the
@@ -568,7 +307,7 @@ fn access_restored_in_place_lets_the_write_land() {
             let mut dst = anon(LEN);
             let mut mr = fresh_mr(&rig.q.pd, &mut dst, AccessFlags::LOCAL_WRITE);
             let k = keys(&mr);
-            let remote = Rig::at(&dst, mr.rkey());
+            let remote = at(&dst, mr.rkey());
             rig.write_refused(1, 1, remote, &dst, "registered LOCAL_WRITE only");
 
             if rig.siw() {
@@ -576,7 +315,7 @@ fn access_restored_in_place_lets_the_write_land() {
                 // granted by replace the new rkey writes and reads, and the
                 // old one is refused; each refusal costs the connection.
                 let err = mr.set_access(RW_READ).unwrap_err();
-                siw_refuses_in_place(
+                refused_in_place(
                     &mr,
                     k,
                     err,
@@ -590,15 +329,14 @@ fn access_restored_in_place_lets_the_write_land() {
                     RW_READ,
                     &format!("{name}: granted by replace"),
                 );
-                let new = Rig::at(&dst, mr.rkey());
+                let new = at(&dst, mr.rkey());
                 rig.write_lands(3, 3, new, &dst, "the new rkey with REMOTE_WRITE");
                 rig.read_lands(4, new, &dst, "the new rkey with REMOTE_READ");
                 rig.write_refused(5, 5, remote, &dst, "the old rkey after the replace");
                 rig.write_lands(6, 6, new, &dst, "the new rkey on the new connection");
                 drop((mr, rig));
                 drop(dst);
-                counts.assert_extra(0, 0, "after dropping everything");
-                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                assert_all_gone(counts);
                 return;
             }
             mr.set_access(RW)
@@ -614,8 +352,7 @@ fn access_restored_in_place_lets_the_write_land() {
 
             drop((mr, rig));
             drop(dst);
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
         },
     );
 }
@@ -629,10 +366,6 @@ fn atomic_access_removed_and_restored_in_place() {
     on_each_data_path_device_counted(
         "atomic_access_removed_and_restored_in_place",
         |name, ctx, counts| {
-            const ATOMIC: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_ATOMIC);
-            const OLD: u64 = 0x1122_3344_5566_7788;
-            const ADD: u64 = 0x0101_0000_0000_0003;
-            const RESULT_AT: usize = 1024;
             let mut rig = Rig::new(ctx, name, QP_ACCESS_ATOMIC, LEN, 32);
             if !rig.siw()
                 && common::kernel::skip_rxe_without_rereg(
@@ -646,104 +379,43 @@ fn atomic_access_removed_and_restored_in_place() {
             dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
             let mut mr = fresh_mr(&rig.q.pd, &mut dst, ATOMIC);
             let k = keys(&mr);
-            let remote = Rig::at(&dst, mr.rkey());
-            let target = |dst: &MmapMut| u64::from_ne_bytes(dst[AT..AT + 8].try_into().unwrap());
-            let fetch_add = SendOp::FetchAdd { remote, add: ADD };
+            let remote = at(&dst, mr.rkey());
             if rig.siw() {
-                // siw has no atomics (atomic_cap 0): a FETCH_ADD is refused
-                // before the ring, typed, whatever the MR allows; and the
-                // in-place access change is refused too. Nothing completes,
-                // nothing changes, the QP still works.
-                let sges = sge(rig.src.as_ptr() as u64 + RESULT_AT as u64, 8, &rig.src_mr);
-                // SAFETY: refused before anything is queued.
-                let err =
-                    unsafe { rig.q.qp_a.post_send(&[signalled(1, fetch_add, &sges)]) }.unwrap_err();
-                assert!(
-                    matches!(&err, uverbs::Error::Post { index: 0, why: source, .. }
-                        if matches!(**source, uverbs::PostError::NotSupported { driver: "siw", .. })),
-                    "{name}: {err}"
-                );
-                assert_eq!(err.errno(), Some(Errno::INVAL), "{name}: {err}");
-                loud(&format!("NOTE: {name}: siw has no atomics: {err}"));
+                // siw has no atomics: the FETCH_ADD is refused before the
+                // ring, and the in-place access change is refused too.
+                // Nothing completes, nothing changes, the QP still works.
+                rig.siw_fetch_add_refused_at_post(remote, &dst, "FETCH_ADD on siw");
                 let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
-                siw_refuses_in_place(
+                refused_in_place(
                     &mr,
                     k,
                     err,
                     &format!("{name}: REMOTE_ATOMIC removed in place"),
                 );
-                assert_no_completion(&rig.q.cq_a, &format!("{name}: after the refused FETCH_ADD"));
-                assert_eq!(target(&dst), OLD, "{name}: the target");
                 let mut other = anon(LEN);
                 let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-                let to = Rig::at(&other, other_mr.rkey());
+                let to = at(&other, other_mr.rkey());
                 rig.write_lands(2, 2, to, &other, "a WRITE after the refused atomic");
                 drop((other_mr, mr, rig));
                 drop((other, dst));
-                counts.assert_extra(0, 0, "after dropping everything");
-                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                assert_all_gone(counts);
                 return;
             }
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
                 .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
             same_keys(&mr, k, name);
-            rig.src[RESULT_AT..RESULT_AT + 8].fill(0xee);
-            rig.arm_probe("FETCH_ADD without REMOTE_ATOMIC");
-            let wc = rig.post_a(
-                1,
-                fetch_add,
-                RESULT_AT,
-                8,
-                "FETCH_ADD without REMOTE_ATOMIC",
-            );
-            rig.refused(&wc, 1, "FETCH_ADD without REMOTE_ATOMIC");
-            assert_eq!(
-                target(&dst),
-                OLD,
-                "{name}: a refused FETCH_ADD changed the target"
-            );
-            assert_eq!(
-                rig.src[RESULT_AT..RESULT_AT + 8],
-                [0xee; 8],
-                "{name}: a refused FETCH_ADD wrote a result"
-            );
-            loud(&format!(
-                "{name}: FETCH_ADD with rkey {:#x} and REMOTE_ATOMIC removed -> remote access error",
-                remote.rkey
-            ));
+            let what = "FETCH_ADD without REMOTE_ATOMIC";
+            rig.fetch_add_refused(1, remote, &dst, REFUSED, what);
 
             mr.set_access(ATOMIC)
                 .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
             same_keys(&mr, k, name);
-            for (i, expected_old) in [OLD, OLD.wrapping_add(ADD)].into_iter().enumerate() {
-                let what = format!("FETCH_ADD #{} with REMOTE_ATOMIC restored", i + 1);
-                let wr_id = 2 + i as u64;
-                let wc = rig.post_a(wr_id, fetch_add, RESULT_AT, 8, &what);
-                check(&wc, &what, WcOpcode::FetchAdd, &rig.q.qp_a, wr_id);
-                let got = u64::from_ne_bytes(rig.src[RESULT_AT..RESULT_AT + 8].try_into().unwrap());
-                assert_eq!(got, expected_old, "{name}: {what}: the value returned");
-                assert_eq!(
-                    target(&dst),
-                    expected_old.wrapping_add(ADD),
-                    "{name}: {what}: the target holds the sum"
-                );
-                assert!(
-                    dst[..AT].iter().chain(&dst[AT + 8..]).all(|&b| b == 0),
-                    "{name}: {what}: bytes beside the target changed"
-                );
-            }
-            loud(&format!(
-                "{name}: FETCH_ADD with rkey {:#x} and REMOTE_ATOMIC restored -> returned {OLD:#x}, then {:#x}; target {:#x}",
-                remote.rkey,
-                OLD.wrapping_add(ADD),
-                target(&dst)
-            ));
+            rig.fetch_add_twice(2, remote, &dst, "REMOTE_ATOMIC restored");
 
             drop((mr, rig));
             drop(dst);
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
         },
     );
 }
@@ -765,7 +437,7 @@ fn pd_moved_away_back_and_away_again() {
         let mut dst = anon(LEN);
         let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
         let k = keys(&mr);
-        let remote = Rig::at(&dst, mr.rkey());
+        let remote = at(&dst, mr.rkey());
         rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
         if rig.siw() {
             // siw: moved in place is refused (the rkey still lands); moved
@@ -773,7 +445,7 @@ fn pd_moved_away_back_and_away_again() {
             // and pd2 cannot go; moved back by replace, the newest rkey
             // writes and reads, the pd2 one is refused.
             let err = mr.set_pd(&pd2).unwrap_err();
-            siw_refuses_in_place(&mr, k, err, &format!("{name}: moved to pd2 in place"));
+            refused_in_place(&mr, k, err, &format!("{name}: moved to pd2 in place"));
             assert!(mr.is_in(&rig.q.pd), "{name}: still in the QPs' PD");
             rig.write_lands(2, 2, remote, &dst, "after the refused in-place move");
             replaced(
@@ -784,7 +456,7 @@ fn pd_moved_away_back_and_away_again() {
                 &format!("{name}: moved to pd2 by replace"),
             );
             assert!(mr.is_in(&pd2));
-            let in_pd2 = Rig::at(&dst, mr.rkey());
+            let in_pd2 = at(&dst, mr.rkey());
             rig.write_refused(3, 3, in_pd2, &dst, "moved to another PD");
             let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
             replaced(
@@ -794,7 +466,7 @@ fn pd_moved_away_back_and_away_again() {
                 AccessFlags::empty(),
                 &format!("{name}: moved back by replace"),
             );
-            let back = Rig::at(&dst, mr.rkey());
+            let back = at(&dst, mr.rkey());
             rig.write_lands(4, 4, back, &dst, "moved back to the QPs' PD");
             rig.read_lands(5, back, &dst, "moved back to the QPs' PD");
             rig.write_refused(6, 6, in_pd2, &dst, "the pd2 rkey after moving back");
@@ -802,8 +474,7 @@ fn pd_moved_away_back_and_away_again() {
             pd2.dealloc()
                 .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
             drop(dst);
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
             return;
         }
 
@@ -826,79 +497,21 @@ fn pd_moved_away_back_and_away_again() {
         pd2.dealloc()
             .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
         drop(dst);
-        counts.assert_extra(0, 0, "after dropping everything");
-        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+        assert_all_gone(counts);
     });
 }
 
-/// test_mr_rereg_addr with a raw `MemoryRegion`: rxe refuses the new
-/// translation in place (EOPNOTSUPP, the MR unchanged: its rkey still
-/// lands in the old buffer); the replace fallback gives a new handle and
-/// new keys: a WRITE with the new rkey lands in the new buffer, one with
-/// the old rkey is refused, and the old buffer is never touched again.
+/// test_mr_rereg_addr with a raw `MemoryRegion`: [`translation_replaced`]
+/// over the pair connected by hand (on siw by the cm).
 #[test]
 fn translation_refused_in_place_then_replaced_raw() {
     on_each_data_path_device_counted(
         "translation_refused_in_place_then_replaced_raw",
         |name, ctx, counts| {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
-            let mut old_buf = anon(LEN);
-            let mut new_buf = anon(2 * LEN);
-            let mut mr = fresh_mr(&rig.q.pd, &mut old_buf, RW_READ);
-            let k = keys(&mr);
-            let old_remote = Rig::at(&old_buf, mr.rkey());
-
-            // SAFETY: new_buf outlives the MR (dropped after it below).
-            let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
-                .expect_err("rxe and siw change translation in place");
-            assert_eq!(
-                (err.outcome(), err.errno(), err.mr_state()),
-                (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
-                "{name}: {err}"
-            );
-            same_keys(&mr, k, name);
-            rig.write_lands(1, 1, old_remote, &old_buf, "translation refused in place");
-
-            // SAFETY: as above.
-            let path = unsafe { replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) }
-                .unwrap_or_else(|e| panic!("{name}: replace of the translation: {e}"));
-            assert_eq!(path, ReregPath::Replaced, "{name}");
-            assert_ne!(mr.handle(), k.0, "{name}: a replaced MR has a new handle");
-            assert_ne!(mr.rkey(), k.2, "{name}: a replaced MR has a new rkey");
-            assert_eq!(
-                (mr.addr(), mr.length()),
-                (new_buf.as_mut_ptr(), new_buf.len())
-            );
-            counts.assert_extra(2, 1, "after the replace: the old registration is gone");
-            loud(&format!(
-                "{name}: replaced: handle {} -> {}, rkey {:#x} -> {:#x}",
-                k.0,
-                mr.handle(),
-                k.2,
-                mr.rkey()
-            ));
-
-            let old_bytes = old_buf.to_vec();
-            let new_remote = Rig::at(&new_buf, mr.rkey());
-            rig.write_lands(
-                2,
-                2,
-                new_remote,
-                &new_buf,
-                "the new rkey into the new buffer",
-            );
-            rig.read_lands(4, new_remote, &new_buf, "the new rkey from the new buffer");
-            rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
-            rig.write_lands(5, 5, new_remote, &new_buf, "the new rkey after the refusal");
-            assert!(
-                old_buf[..] == old_bytes[..],
-                "{name}: the old buffer changed"
-            );
-
-            drop((mr, rig));
-            drop((old_buf, new_buf));
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            translation_replaced(&mut rig, counts);
+            drop(rig);
+            assert_all_gone(counts);
         },
     );
 }
@@ -921,7 +534,7 @@ fn translation_refused_in_place_then_replaced_retarget() {
                 .reg_remote_buffer(vec![0u8; LEN], RW_READ)
                 .unwrap_or_else(|e| panic!("{name}: reg_remote_buffer: {}", e.error));
             let k = keys(mr.mr());
-            let old_remote = Rig::at_addr(mr.addr(), mr.rkey());
+            let old_remote = at_addr(mr.addr(), mr.rkey());
 
             let refused = mr
                 .retarget(vec![0u8; 2 * LEN], ReregFallback::Strict)
@@ -966,7 +579,7 @@ fn translation_refused_in_place_then_replaced_retarget() {
             counts.assert_extra(2, 1, "after the retarget: the old registration is gone");
 
             let old_bytes = old.clone();
-            let new_remote = Rig::at_addr(mr.addr(), mr.rkey());
+            let new_remote = at_addr(mr.addr(), mr.rkey());
             rig.write_lands(
                 2,
                 2,
@@ -984,8 +597,7 @@ fn translation_refused_in_place_then_replaced_retarget() {
                 .unwrap_or_else(|e| panic!("{name}: dereg: {}", e.error));
             assert_eq!(buffer.len(), 2 * LEN);
             drop(rig);
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
         },
     );
 }
@@ -1095,16 +707,15 @@ fn writes_under_live_remote_write_toggling() {
                 let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
                 let k = keys(&mr);
                 let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
-                siw_refuses_in_place(&mr, k, err, &format!("{name}: the toggle's first step"));
-                let remote = Rig::at(&dst, mr.rkey());
+                refused_in_place(&mr, k, err, &format!("{name}: the toggle's first step"));
+                let remote = at(&dst, mr.rkey());
                 rig.write_lands(1, 1, remote, &dst, "the key the toggle could not change");
                 loud(&format!(
                     "NOTE: {name}: siw refuses REMOTE_WRITE toggling in place: the live stream runs on rxe only"
                 ));
                 drop((mr, rig));
                 drop(dst);
-                counts.assert_extra(0, 0, "after dropping everything");
-                counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+                assert_all_gone(counts);
                 return;
             }
             assert!(
@@ -1238,8 +849,7 @@ fn writes_under_live_remote_write_toggling() {
 
             drop((mr, rig));
             drop(dst);
-            counts.assert_extra(0, 0, "after dropping everything");
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+            assert_all_gone(counts);
         },
     );
 }

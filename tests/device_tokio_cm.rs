@@ -30,9 +30,7 @@ use common::cm::*;
 use common::*;
 use uverbs::cm::{ConnParam, EventKind};
 use uverbs::tokio::cm::{AsyncCmId, AsyncEventChannel, CmError};
-use uverbs::{
-    CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair, RecvWr, SendOp, WcOpcode,
-};
+use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair};
 use uverbs::{QpState, QpType};
 
 /// How long a future that must stay pending is given before it is dropped.
@@ -198,35 +196,14 @@ fn tokio_cm_connect_accept_send_disconnect() {
             ));
 
             // A SEND over it, with the blocking data path.
-            let mut a_buf = anon(4096);
-            let mut b_buf = anon(4096);
-            let a_mr = fresh_mr(&pd, &mut a_buf, RW_READ);
-            let b_mr = fresh_mr(&pd, &mut b_buf, RW_READ);
-            for (i, byte) in a_buf[..64].iter_mut().enumerate() {
-                *byte = 0x5a ^ i as u8;
-            }
-            let recv_sge = sge(b_buf.as_ptr() as u64, 64, &b_mr);
-            // SAFETY: b_buf[..64] stays mapped and registered and is not
-            // touched until the receive's completion is polled below.
-            unsafe {
-                qp_b.post_recv(&[RecvWr {
-                    wr_id: 0xb0b,
-                    sges: &recv_sge,
-                }])
-            }
-            .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
-            let send_sge = sge(a_buf.as_ptr() as u64, 64, &a_mr);
-            let send = signalled(0xa5e, SendOp::Send { imm: None }, &send_sge);
-            // SAFETY: a_buf[..64] is only read by the device until the
-            // completion.
-            unsafe { qp_a.post_send(&[send]) }.unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
-            wait_checked(&cq_a, "SEND, client", WcOpcode::Send, &qp_a, 0xa5e);
-            let wc = wait_checked(&cq_b, "SEND, server", WcOpcode::Recv, &qp_b, 0xb0b);
-            assert_eq!(wc.byte_len(), 64);
-            assert_eq!(&b_buf[..64], &a_buf[..64], "{name}: the SEND's bytes");
-            loud(&format!(
-                "{name}: SEND of 64 B over the async cm connection landed"
-            ));
+            send_64_lands(
+                &pd,
+                (&qp_a, &cq_a),
+                (&qp_b, &cq_b),
+                0x5a,
+                name,
+                "the async cm connection",
+            );
 
             // The client's DREQ; the server hears it and answers (DREP).
             bounded("disconnect", async {
@@ -267,7 +244,7 @@ fn tokio_cm_connect_accept_send_disconnect() {
             listener.destroy().unwrap();
             assert_eq!(ch.routed_ids(), 0);
             assert_eq!(ch.discarded_events(), 0, "{name}: every event had its id");
-            drop((a_mr, b_mr, pd));
+            drop(pd);
         });
         counts.assert_extra_cq_qp(0, 0, "after dropping everything");
         assert_cm_ids_back(cm_ids, &format!("{name}: at the end"));

@@ -111,6 +111,27 @@ fn pairs(
     }
 }
 
+/// What every test starts with: a runtime, a PD, and the count of
+/// buffers dropped (see [`reg`]).
+fn setup(ctx: &Context) -> (tokio::runtime::Runtime, ProtectionDomain, Arc<AtomicUsize>) {
+    (
+        tokio_runtime(),
+        alloc_pd(ctx),
+        Arc::new(AtomicUsize::new(0)),
+    )
+}
+
+/// One connected async pair (A, B); keep the [`Pairs`] while they are used.
+fn one_pair(
+    ctx: &Context,
+    pd: &ProtectionDomain,
+    name: &str,
+) -> (Pairs, Arc<AsyncQp<Mem>>, Arc<AsyncQp<Mem>>) {
+    let p = pairs(ctx, pd, name, 1, &AsyncCqOptions::new(64));
+    let (a, b) = (p.a[0].clone(), p.b[0].clone());
+    (p, a, b)
+}
+
 /// The future of a request that must have been posted.
 fn posted<T>(r: Result<CompletionFuture<Mem>, AsyncPostError<T>>) -> CompletionFuture<Mem> {
     r.unwrap_or_else(|e| panic!("post: {}", e.error()))
@@ -132,12 +153,9 @@ fn futures_resolve_with_memory_and_completion() {
     on_each_data_path_device_counted(
         "futures_resolve_with_memory_and_completion",
         |name, ctx, _counts| {
-            let rt = tokio_runtime();
-            let pd = alloc_pd(ctx);
-            let drops = Arc::new(AtomicUsize::new(0));
+            let (rt, pd, drops) = setup(ctx);
             rt.block_on(async {
-                let p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
-                let (a, b) = (p.a[0].clone(), p.b[0].clone());
+                let (p, a, b) = one_pair(ctx, &pd, name);
                 let buf = reg(&pd, vec![0; 256], &drops);
                 let msg = reg(&pd, (0..256).map(|i| i as u8).collect(), &drops);
                 // Posted at the calls, in order: the receive before the
@@ -216,9 +234,7 @@ fn concurrent_requests_and_shared_cqs_route_each_completion() {
         "concurrent_requests_and_shared_cqs_route_each_completion",
         |name, ctx, _counts| {
             for busy in [0, 64] {
-                let rt = tokio_runtime();
-                let pd = alloc_pd(ctx);
-                let drops = Arc::new(AtomicUsize::new(0));
+                let (rt, pd, drops) = setup(ctx);
                 const QPS: usize = 4;
                 const MSGS: usize = 16;
                 rt.block_on(async {
@@ -318,12 +334,9 @@ fn cancelled_futures_leave_memory_with_the_qp() {
     on_each_data_path_device_counted(
         "cancelled_futures_leave_memory_with_the_qp",
         |name, ctx, counts| {
-            let rt = tokio_runtime();
-            let pd = alloc_pd(ctx);
-            let drops = Arc::new(AtomicUsize::new(0));
+            let (rt, pd, drops) = setup(ctx);
             rt.block_on(async {
-                let p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
-                let (a, b) = (p.a[0].clone(), p.b[0].clone());
+                let (p, a, b) = one_pair(ctx, &pd, name);
                 for _ in 0..2 {
                     let buf = reg(&pd, vec![0; 64], &drops);
                     let cancelled = tokio::time::timeout(
@@ -382,9 +395,7 @@ fn a_peer_gone_resolves_every_pending_future() {
     on_each_data_path_device_counted(
         "a_peer_gone_resolves_every_pending_future",
         |name, ctx, _counts| {
-            let rt = tokio_runtime();
-            let pd = alloc_pd(ctx);
-            let drops = Arc::new(AtomicUsize::new(0));
+            let (rt, pd, drops) = setup(ctx);
             rt.block_on(async {
                 let mut p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
                 let a = p.a[0].clone();
@@ -475,9 +486,7 @@ fn a_peer_gone_resolves_every_pending_future() {
 #[test]
 fn a_forked_child_touches_nothing() {
     on_each_data_path_device_counted("a_forked_child_touches_nothing", |name, ctx, _counts| {
-        let rt = tokio_runtime();
-        let pd = alloc_pd(ctx);
-        let drops = Arc::new(AtomicUsize::new(0));
+        let (rt, pd, drops) = setup(ctx);
         let p = rt.block_on(async { pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64)) });
         let a = p.a[0].clone();
         let msg = reg(&pd, vec![3; 64], &drops);

@@ -10,14 +10,17 @@ mod common;
 
 use std::time::Duration;
 
-use common::{anon, blocking_advisor, fake_context, fork_safety_with, page_size, rxe_context_over};
+use common::{
+    anon, blocking_advisor, fake_context, fork_safety_with, page_size, rc_qp_in_init,
+    rxe_context_over,
+};
 use uverbs::fork::ForkMode;
 use uverbs::transport::RecordingTransport;
 use uverbs::{
-    AccessFlags, Errno, Error, Op, OpenOptions, Payload, QpInit, RecvWr, ReregOutcome, SendOp,
-    SendWr, Sge, WorkCompletion,
+    AccessFlags, Errno, Error, Op, OpenOptions, Payload, RecvWr, ReregOutcome, SendOp, SendWr, Sge,
+    WorkCompletion,
 };
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::{QpAttr, QpState};
 
 /// How long a child may run, and the blocking advisor may block.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -140,15 +143,7 @@ fn a_child_polls_arms_posts_and_modifies_nothing_on_the_parents_rings() {
     let ctx = rxe_context_over(&fake);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(8, None).unwrap();
-    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
-    qp.modify(
-        &QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(AccessFlags::LOCAL_WRITE),
-    )
-    .unwrap();
+    let qp = rc_qp_in_init(&pd, &cq);
     let sge = [Sge {
         addr: 0x1000,
         length: 8,

@@ -4,15 +4,14 @@
 //! `abandoned_registrations` counts refused DEREG_MRs (issue 18, defect 13).
 //! On the recording fake kernel, rxe's rings served, over both framings.
 
+mod common;
+
 use std::sync::Arc;
 
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
 use uverbs::QpType;
-use uverbs::{
-    CompletionQueue, Context, DriverId, Errno, OpenOptions, ProtectionDomain, QpInit, QueuePair,
-    TransportKind,
-};
+use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair, TransportKind};
 
 /// A context over a fake reporting `kind`, posing as rxe, its rings served;
 /// a PD and a CQ in it.
@@ -26,13 +25,7 @@ fn fixture(
 ) {
     let fake = Arc::new(RecordingTransport::with_kind(kind));
     fake.serve_rings();
-    let ctx = Context::with_transport(
-        "fake0",
-        Some(DriverId::RXE),
-        Box::new(fake.clone()),
-        &OpenOptions::new(),
-    )
-    .unwrap();
+    let ctx = common::rxe_context_over(&fake);
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(8, None).unwrap();
     (fake, ctx, pd, cq)

@@ -189,6 +189,26 @@ pub fn resolved_client(ch: &EventChannel, ctx: &Context, port: u16) -> Result<Cm
     resolved_client_to(ch, format!("{}:{port}", cm_addr(ctx)).parse().unwrap())
 }
 
+/// A channel of its own and a client id on it, resolved towards
+/// [`cm_addr`]`(ctx):port` ([`resolved_client`]) and on `ctx`'s device;
+/// `None` (skipped loudly, [`cm_unavailable`]) where the address is not
+/// there.
+pub fn client_on(ctx: &Context, name: &str, port: u16) -> Option<(EventChannel, CmId)> {
+    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
+    let client = match resolved_client(&ch, ctx, port) {
+        Ok(c) => c,
+        Err(why) => {
+            cm_unavailable(name, &why);
+            return None;
+        }
+    };
+    assert!(
+        landed_on(&client, ctx),
+        "{name}: the client's cm id is not on {name}"
+    );
+    Some((ch, client))
+}
+
 /// A client id on `ch` whose address and route to `dst` are resolved (the
 /// kernel picks the source address), or why the environment cannot.
 pub fn resolved_client_to(ch: &EventChannel, dst: SocketAddr) -> Result<CmId, String> {
@@ -281,18 +301,7 @@ pub fn cm_connected_pair_with(
     setup: &CmSetup<'_>,
 ) -> Option<CmPair> {
     let (ch_b, listener, port) = cm_listener(4);
-    let ch_a = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
-    let client = match resolved_client(&ch_a, ctx, port) {
-        Ok(c) => c,
-        Err(why) => {
-            cm_unavailable(name, &why);
-            return None;
-        }
-    };
-    assert!(
-        landed_on(&client, ctx),
-        "{name}: the client's cm id is not on {name}"
-    );
+    let (ch_a, client) = client_on(ctx, name, port)?;
 
     let cq = |which: &str, channel| {
         ctx.create_cq(setup.cqe, channel)
@@ -454,6 +463,27 @@ pub struct Reported {
     pub listener: u32,
 }
 
+impl Reported {
+    /// A RoCE connection's ids at their end (the IB CM): address, route,
+    /// response, disconnected and timewait for the client; established,
+    /// disconnected and timewait for the server; the one request for the
+    /// listener.
+    pub const ROCE: Reported = Reported {
+        client: 5,
+        server: 3,
+        listener: 1,
+    };
+    /// An iWARP connection's (measured): the client hears ESTABLISHED
+    /// instead of a CONNECT_RESPONSE, and neither side a TIMEWAIT_EXIT
+    /// (the stream's close is all there is): address, route, established,
+    /// disconnected; established, disconnected; the request.
+    pub const IWARP: Reported = Reported {
+        client: 4,
+        server: 2,
+        listener: 1,
+    };
+}
+
 /// The orderly end of a [`CmPair`]: the client's DREQ, the server's
 /// DISCONNECTED and DREP, the client's DISCONNECTED, both TIMEWAIT_EXITs
 /// (on iWARP: one DISCONNECTED per side, no TIMEWAIT_EXIT), then nothing
@@ -501,6 +531,12 @@ pub fn disconnect_pair(pair: CmPair, name: &str) -> Reported {
         assert_no_event(ch, Duration::from_millis(200), &format!("{name}: {side}"));
     }
     drop((qp_a, qp_b, cq_a, cq_b));
+    destroy_ids(client, server, listener, name)
+}
+
+/// Destroys the three ids of a connection (its QPs already gone), each with
+/// the kernel's count of events equal to the channel's; returns the counts.
+pub fn destroy_ids(client: CmId, server: CmId, listener: CmId, name: &str) -> Reported {
     let got = Reported {
         client: client.events_received(),
         server: server.events_received(),

@@ -4,8 +4,11 @@
 
 use std::sync::Arc;
 
-use uverbs::transport::RecordingTransport;
-use uverbs::{AccessFlags, Context, MemoryRegion, OpenOptions, ProtectionDomain};
+use uverbs::transport::{RecordingTransport, Transport};
+use uverbs::{
+    AccessFlags, CompletionQueue, Context, MemoryRegion, OpenOptions, ProtectionDomain, QpAttr,
+    QpInit, QpState, QpType, QueuePair,
+};
 
 use super::fresh_mr;
 
@@ -21,9 +24,10 @@ pub fn context_over(fake: &Arc<RecordingTransport>, options: &OpenOptions) -> Co
         .unwrap_or_else(|e| panic!("a context over the fake kernel: {e}"))
 }
 
-/// A context named `fake0` over `fake`, posing as an rxe device (the data
-/// path's objects are rxe's).
-pub fn rxe_context_over(fake: &Arc<RecordingTransport>) -> Context {
+/// A context named `fake0` over `fake` (the recording fake or a transport
+/// built on it), posing as an rxe device (the data path's objects are
+/// rxe's).
+pub fn rxe_context_over<T: Transport + 'static>(fake: &Arc<T>) -> Context {
     Context::with_transport(
         "fake0",
         Some(uverbs::DriverId::RXE),
@@ -31,6 +35,21 @@ pub fn rxe_context_over(fake: &Arc<RecordingTransport>) -> Context {
         &OpenOptions::new(),
     )
     .unwrap_or_else(|e| panic!("an rxe context over the fake kernel: {e}"))
+}
+
+/// An RC QP on `cq` in `pd`, moved to INIT (port 1, LOCAL_WRITE): ready for
+/// receives, as the data-path tests over the fake need it.
+pub fn rc_qp_in_init(pd: &ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
+    let qp = pd
+        .create_qp(&QpInit::new(QpType::Rc, cq, cq))
+        .expect("create_qp on the fake kernel");
+    let init = QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(1)
+        .access_flags(AccessFlags::LOCAL_WRITE);
+    qp.modify(&init).expect("RESET->INIT on the fake kernel");
+    qp
 }
 
 /// A context named `fake0` over a fresh fake kernel.

@@ -11,6 +11,8 @@
 //!   (6.1 and 6.12), where a test asserts an exact answer;
 //! - [`mapping`]: page-aligned, untouched and holed mappings;
 //! - [`rc`]: the attribute sequence that takes an RC QP to RTS;
+//! - [`traffic`]: the requester side of the re-registration traffic
+//!   tests (WRITE, READ, FETCH_ADD checked byte for byte; refusals);
 //! - [`two_host`]: roles and the control connection of the two-host run;
 //! - here: the access flags every test means by `RW` and `RW_READ`, the
 //!   serial lock, a fresh MR, and the replace-fallback calls.
@@ -29,6 +31,7 @@ pub mod mapping;
 pub mod rc;
 pub mod thread_io;
 pub mod tokio_rt;
+pub mod traffic;
 pub mod two_host;
 
 use std::sync::{Mutex, MutexGuard};
@@ -53,6 +56,18 @@ pub const RW_READ: AccessFlags = RW.union(AccessFlags::REMOTE_READ);
 pub const OWNED: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_READ);
 /// One mebibyte.
 pub const MIB: usize = 1 << 20;
+
+/// A deterministic byte pattern for `seed` (never all zero).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| {
+            let x = seed
+                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+                .rotate_left((i % 61) as u32);
+            (x as u8) ^ (i as u8) ^ 0x5a
+        })
+        .collect()
+}
 
 /// Makes the tests of one binary that hold it run one at a time: those
 /// that unmap memory and then register it (which must not race with other

@@ -17,7 +17,7 @@ use uverbs::{Mtu, QpAttr, QpAttrMask, QpState, QpType};
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
 use uverbs::{Gid, OwnedQp, RcConnect, RcPeer};
 
-use super::cm::{cm_listener, cm_present, cm_unavailable, landed_on, next_event, resolved_client};
+use super::cm::{client_on, cm_listener, cm_present, next_event};
 use super::devices::{alloc_pd, driver, loud, on_each_device, Driver, HandleCounts};
 
 /// RESET -> INIT -> RTR -> RTS towards `dest_qpn` over `dest` (a RoCE
@@ -327,18 +327,7 @@ pub fn cm_dial<Q: CmQp>(
     port: u16,
     qp: &Q,
 ) -> Option<(EventChannel, CmId)> {
-    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open rdma_cm: {e}"));
-    let client = match resolved_client(&ch, ctx, port) {
-        Ok(c) => c,
-        Err(why) => {
-            cm_unavailable(name, &why);
-            return None;
-        }
-    };
-    assert!(
-        landed_on(&client, ctx),
-        "{name}: the client's id is not on {name}"
-    );
+    let (ch, client) = client_on(ctx, name, port)?;
     cm_step(&client, qp, QpState::Init, "client RESET->INIT");
     let hello = ConnParam::new(qp.cm_qpn()).private_data(b"dp").unwrap();
     client
@@ -699,6 +688,17 @@ pub fn on_each_data_path_device_counted(
     });
 }
 
+/// `body(name, ctx, counts)` on each device with UD: rxe (siw is RC only);
+/// the others are skipped with a note.
+pub fn on_each_ud_device(test: &str, mut body: impl FnMut(&str, &Context, &HandleCounts)) {
+    on_each_device(test, |name, dut, counts| {
+        if driver(&dut) != Driver::Rxe {
+            return loud(&format!("NOTE: {name}: UD needs rxe (siw is RC only)"));
+        }
+        body(name, &dut, counts)
+    });
+}
+
 pub fn mtu_for(ctx: &Context) -> Mtu {
     let port = ctx
         .query_port(PORT)
@@ -706,6 +706,46 @@ pub fn mtu_for(ctx: &Context) -> Mtu {
     // Stay at or below 1024.
     port.active_mtu()
         .map_or(Mtu::Mtu1024, |mtu| mtu.min(Mtu::Mtu1024))
+}
+
+/// A SEND of 64 bytes (`fill ^ i`) from `qp_a` into a receive posted on
+/// `qp_b` (both in `pd`, connected to each other): both completions
+/// checked, the bytes landed. `over` says over what, for the log.
+pub fn send_64_lands(
+    pd: &ProtectionDomain,
+    (qp_a, cq_a): (&QueuePair, &CompletionQueue),
+    (qp_b, cq_b): (&QueuePair, &CompletionQueue),
+    fill: u8,
+    name: &str,
+    over: &str,
+) {
+    let mut a_buf = super::anon(4096);
+    let mut b_buf = super::anon(4096);
+    let a_mr = super::fresh_mr(pd, &mut a_buf, super::RW_READ);
+    let b_mr = super::fresh_mr(pd, &mut b_buf, super::RW_READ);
+    for (i, byte) in a_buf[..64].iter_mut().enumerate() {
+        *byte = fill ^ i as u8;
+    }
+    let recv_sge = sge(b_buf.as_ptr() as u64, 64, &b_mr);
+    // SAFETY: b_buf[..64] stays mapped and registered and is not touched
+    // until the receive's completion is polled below (or the test panics,
+    // and the QPs go first).
+    unsafe {
+        qp_b.post_recv(&[RecvWr {
+            wr_id: 0xb0b,
+            sges: &recv_sge,
+        }])
+    }
+    .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+    let send_sge = sge(a_buf.as_ptr() as u64, 64, &a_mr);
+    let send = signalled(0xa5e, SendOp::Send { imm: None }, &send_sge);
+    // SAFETY: a_buf[..64] is only read by the device until the completion.
+    unsafe { qp_a.post_send(&[send]) }.unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
+    wait_checked(cq_a, "SEND, client", WcOpcode::Send, qp_a, 0xa5e);
+    let wc = wait_checked(cq_b, "SEND, server", WcOpcode::Recv, qp_b, 0xb0b);
+    assert_eq!(wc.byte_len(), 64);
+    assert_eq!(&b_buf[..64], &a_buf[..64], "{name}: the SEND's bytes");
+    loud(&format!("{name}: SEND of 64 B over {over} landed"));
 }
 
 /// Checks a successful completion of `opcode` for `wr_id` on `qp`.

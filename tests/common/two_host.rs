@@ -17,6 +17,7 @@ use uverbs::{
 };
 
 use super::devices::loud;
+use super::pattern;
 use super::rc::{check, sge, signalled, wait_checked, wait_one};
 
 /// How long each side waits for the other to show up on the control
@@ -203,18 +204,6 @@ impl Control {
         self.send(tag, "");
         self.expect(tag);
     }
-}
-
-/// A deterministic byte pattern for `seed` (never all zero).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| {
-            let x = seed
-                .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-                .rotate_left((i % 61) as u32);
-            (x as u8) ^ (i as u8) ^ 0x5a
-        })
-        .collect()
 }
 
 /// Fails with the first differing offset unless `got == want`.
