@@ -17,6 +17,13 @@
 //! c_peers rc_pingpong_client --device D --addr A [--port P] [--size B] [--iters N]
 //!     pingpong --server -d D -g G -p P -s B -n N
 //!     C  ibv_rc_pingpong -d D -g G -p P -s B -n N A        (once pingpong listens)
+//! c_peers perftest_server --test T --device D --addr A [--port P] [--size B] [--iters N]
+//!     C  ib_T -d D -F -x G -p P -s B -n N                   (siw: -R instead of -x G)
+//!     perf --client A --test T --device D --gid-index G --port P --size B --iters N
+//!                                                          (siw: --cm A instead of --gid-index G)
+//! c_peers perftest_client --test T --device D --addr A [--port P] [--size B] [--iters N]
+//!     perf --server --test T ... (as above)
+//!     C  ib_T ... A                                         (once perf listens)
 //! ```
 //!
 //! - `rdma_server` / `rdma_client` (port 7471 by default): exactly the C
@@ -38,6 +45,15 @@
 //!   RTS only through the connection manager (the TCP stream carries
 //!   it), and ibv_rc_pingpong connects its QP by hand, so siw cannot run
 //!   it; this program refuses siw0 with that reason.
+//! - `perftest_*` (port 18515, T `write_bw` or `send_lat`): perftest's
+//!   `ib_write_bw` / `ib_send_lat` and the `perf` example, which speaks
+//!   perftest's protocol. On RoCE (rxe) by hand over TCP, both given the
+//!   index of the RoCE v2 GID of `--addr` (`-x`); on iWARP (siw) through the
+//!   rdma_cm as perftest's `-R` (its QPs reach RTS only that way), on
+//!   `--addr`. perftest is given `-F` (the emulated CPU's frequency varies).
+//!   Both must exit 0: perftest with its result row (`B  N ...`; its
+//!   write_bw server prints the report our client sent), perf with
+//!   `perftest's closing exchange is done`.
 //!
 //! Each spawned program's output is captured and printed (each line
 //! prefixed with its name); the run fails unless every program exits 0 and
@@ -81,6 +97,8 @@ const RETRY_AFTER: Duration = Duration::from_millis(200);
 type Buf = BufferMr<Vec<u8>>;
 
 const USAGE: &str = "usage: c_peers rdma_server|rdma_client|rc_pingpong_server|rc_pingpong_client
+                --device NAME --addr IPV4 [--port P] [--size BYTES] [--iters N]
+       c_peers perftest_server|perftest_client --test write_bw|send_lat
                 --device NAME --addr IPV4 [--port P] [--size BYTES] [--iters N]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +111,10 @@ enum Pairing {
     RcPingpongServer,
     /// The `pingpong` example as server, the C `ibv_rc_pingpong` its client.
     RcPingpongClient,
+    /// perftest's C program as server, the `perf` example its client.
+    PerftestServer,
+    /// The `perf` example as server, perftest's C program its client.
+    PerftestClient,
 }
 
 #[derive(Debug)]
@@ -103,6 +125,8 @@ struct Options {
     port: u16,
     size: usize,
     iters: usize,
+    /// The perftest pairings' test (`write_bw`, `send_lat`).
+    test: Option<String>,
 }
 
 impl Options {
@@ -113,10 +137,12 @@ impl Options {
             Some("rdma_client") => Pairing::RdmaClient,
             Some("rc_pingpong_server") => Pairing::RcPingpongServer,
             Some("rc_pingpong_client") => Pairing::RcPingpongClient,
+            Some("perftest_server") => Pairing::PerftestServer,
+            Some("perftest_client") => Pairing::PerftestClient,
             other => return Err(format!("unknown pairing {other:?}")),
         };
         let (mut device, mut addr, mut port) = (None, None, None);
-        let (mut size, mut iters) = (4096, 1000);
+        let (mut size, mut iters, mut test) = (4096, 1000, None);
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
             match arg.as_str() {
@@ -137,12 +163,23 @@ impl Options {
                     let v = value("--iters")?;
                     iters = v.parse().map_err(|_| format!("--iters: {v:?}"))?;
                 }
+                "--test" => {
+                    let v = value("--test")?;
+                    if !PERFTEST_TESTS.contains(&v.as_str()) {
+                        return Err(format!("--test: {v:?} is none of {PERFTEST_TESTS:?}"));
+                    }
+                    test = Some(v);
+                }
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
         let rdma_cm = matches!(pairing, Pairing::RdmaServer | Pairing::RdmaClient);
         if size == 0 || iters == 0 {
             return Err("--size and --iters must be positive".into());
+        }
+        let perftest = matches!(pairing, Pairing::PerftestServer | Pairing::PerftestClient);
+        if perftest != test.is_some() {
+            return Err("--test goes with the perftest pairings, and only with them".into());
         }
         Ok(Options {
             pairing,
@@ -152,9 +189,13 @@ impl Options {
             port: port.unwrap_or(if rdma_cm { 7471 } else { 18515 }),
             size,
             iters,
+            test,
         })
     }
 }
+
+/// The perftest programs paired with `perf`: `ib_<test>`.
+const PERFTEST_TESTS: &[&str] = &["write_bw", "send_lat"];
 
 fn main() -> std::process::ExitCode {
     let opts = match Options::parse(std::env::args().skip(1)) {
@@ -169,11 +210,14 @@ fn main() -> std::process::ExitCode {
         Pairing::RdmaClient => "C rdma_client -> Rust server",
         Pairing::RcPingpongServer => "C ibv_rc_pingpong (server) <- pingpong --client",
         Pairing::RcPingpongClient => "C ibv_rc_pingpong (client) -> pingpong --server",
+        Pairing::PerftestServer => "C perftest (server) <- perf --client",
+        Pairing::PerftestClient => "C perftest (client) -> perf --server",
     };
     let result = match opts.pairing {
         Pairing::RdmaServer => rdma_server(&opts),
         Pairing::RdmaClient => rdma_client(&opts),
         Pairing::RcPingpongServer | Pairing::RcPingpongClient => rc_pingpong(&opts),
+        Pairing::PerftestServer | Pairing::PerftestClient => perftest(&opts),
     };
     match result {
         Ok(()) => {
@@ -299,8 +343,8 @@ impl Peer {
     }
 
     /// Waits (at most [`WAIT`]) for the program to exit 0 with `expect`
-    /// in its output, which is printed.
-    fn finish(mut self, expect: &str) -> Result<()> {
+    /// in its output, which is printed and returned.
+    fn finish(mut self, expect: &str) -> Result<String> {
         let deadline = Instant::now() + WAIT;
         let status = loop {
             let child = self.child.as_mut().expect("until finished");
@@ -321,7 +365,7 @@ impl Peer {
         if !out.contains(expect) {
             return Err(format!("{}'s output lacks {expect:?}", self.name).into());
         }
-        Ok(())
+        Ok(out)
     }
 }
 
@@ -562,7 +606,7 @@ fn rdma_server(opts: &Options) -> Result<()> {
         return Err(unexpected("disconnect", &ev));
     }
     drop(qp);
-    peer.finish("rdma_server: end 0")
+    peer.finish("rdma_server: end 0").map(drop)
 }
 
 /// One connect attempt of `id` to `dst`: `Ok(Err(why))` when the server
@@ -694,7 +738,7 @@ fn rdma_client(opts: &Options) -> Result<()> {
         return Err(unexpected("disconnect", &ev));
     }
     drop(qp);
-    peer.finish("rdma_client: end 0")
+    peer.finish("rdma_client: end 0").map(drop)
 }
 
 // ---- ibv_rc_pingpong against the pingpong example ---------------------------
@@ -763,7 +807,7 @@ fn rc_pingpong(opts: &Options) -> Result<()> {
         let c = Peer::spawn("ibv_rc_pingpong", "ibv_rc_pingpong".as_ref(), &common)?;
         let ours = Peer::spawn("pingpong", &pingpong, &with(&["--client", &addr], &[]))?;
         ours.finish(&passed)?;
-        c.finish(&passed)
+        c.finish(&passed).map(drop)
     } else {
         // The C client does not: it starts once ours listens.
         let mut ours = Peer::spawn("pingpong", &pingpong, &with(&["--server"], &[]))?;
@@ -774,6 +818,96 @@ fn rc_pingpong(opts: &Options) -> Result<()> {
             &with(&[], &[&addr]),
         )?;
         c.finish(&passed)?;
-        ours.finish(&passed)
+        ours.finish(&passed).map(drop)
     }
+}
+
+// ---- perftest against the perf example -------------------------------------
+
+/// Both perftest pairings: `ib_<test>` and the `perf` example (the program
+/// next to this one) with the same test, size, iterations and port; by
+/// hand on RoCE with the RoCE v2 GID of `--addr` on both sides, through
+/// the rdma_cm at `--addr` (perftest's `-R`) on iWARP. Each must exit 0,
+/// perftest with its result row, perf with its closing line.
+fn perftest(opts: &Options) -> Result<()> {
+    let test = opts.test.as_deref().ok_or("--test is required")?;
+    let ctx = open(&opts.device)?;
+    let iwarp = is_iwarp(&ctx);
+    let (size, iters, port) = (
+        opts.size.to_string(),
+        opts.iters.to_string(),
+        opts.port.to_string(),
+    );
+    let addr = opts.addr.to_string();
+    let mut c_args: Vec<String> = [
+        "-d",
+        &opts.device,
+        "-F",
+        "-p",
+        &port,
+        "-s",
+        &size,
+        "-n",
+        &iters,
+    ]
+    .map(String::from)
+    .into();
+    let mut ours: Vec<String> = [
+        "--test",
+        test,
+        "--device",
+        &opts.device,
+        "--port",
+        &port,
+        "--size",
+        &size,
+        "--iters",
+        &iters,
+    ]
+    .map(String::from)
+    .into();
+    if iwarp {
+        // An iWARP QP reaches RTS only through the cm: perftest's -R.
+        c_args.push("-R".into());
+        ours.extend(["--cm".into(), addr.clone()]);
+    } else {
+        let gid = roce_v2_gid_index(&ctx, opts.addr)?.to_string();
+        c_args.extend(["-x".into(), gid.clone()]);
+        ours.extend(["--gid-index".into(), gid]);
+    }
+    drop(ctx);
+    let program = format!("ib_{test}");
+    let perf = std::env::current_exe()?.with_file_name("perf");
+    let done = "perftest's closing exchange is done";
+    let (c_out, name) = if opts.pairing == Pairing::PerftestServer {
+        let c = Peer::spawn("perftest", program.as_ref(), &c_args)?;
+        // perf's client retries its connect while perftest does not listen.
+        let mut client = vec!["--client".to_string(), addr.clone()];
+        client.extend(ours);
+        let ours = Peer::spawn("perf", &perf, &client)?;
+        ours.finish(done)?;
+        (c.finish("#bytes")?, program)
+    } else {
+        let mut server = vec!["--server".to_string()];
+        server.extend(ours);
+        let mut ours = Peer::spawn("perf", &perf, &server)?;
+        // perftest's client does not retry: it starts once perf listens.
+        ours.wait_for("listening on")?;
+        c_args.push(addr);
+        let c = Peer::spawn("perftest", program.as_ref(), &c_args)?;
+        let out = c.finish("#bytes")?;
+        ours.finish(done)?;
+        (out, program)
+    };
+    // The result row: message size and iterations first (its bw server
+    // prints the report our client sent).
+    let row = c_out.lines().any(|l| {
+        let mut f = l.trim_start_matches("perftest| ").split_whitespace();
+        f.next() == Some(size.as_str()) && f.next() == Some(iters.as_str())
+    });
+    if !row {
+        return Err(format!("{name} printed no result row for {size} B x {iters}").into());
+    }
+    println!("c_peers: {name}'s result row is there");
+    Ok(())
 }

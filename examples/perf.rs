@@ -11,10 +11,13 @@
 //!                            (by hand and --cm 192.0.2.1) and siw0 (--cm 198.51.100.1)
 //! ```
 //!
-//! Without `--cm` the QPs are connected by hand (RoCE, GID index 0) from
-//! Endpoint lines swapped over TCP to SERVER:P (default 18515, perftest's);
-//! with `--cm ADDR` the rdma_cm connects them (the server listens on
-//! ADDR:P, the client connects there; target areas in the private data).
+//! Both sides speak perftest's wire protocol (`perf/wire.rs`), so either
+//! may be perftest's own program (`ib_write_bw`, `ib_send_lat`, ... with the
+//! same test, `-s` and `-n`): without `--cm` over TCP to SERVER:P (default
+//! 18515, perftest's) with the QPs connected by hand (RoCE; the GID
+//! perftest picks, or `--gid-index`, perftest's `-x`); with `--cm ADDR`
+//! as perftest's `-R` (the server listens on ADDR:P, the client connects a
+//! control QP there for the exchange and then the measured QP).
 //! See `perf/run.rs` for what each test measures and `--help` for the
 //! defaults. Each side prints one `@@PERF key=value ...` line; the exit
 //! status is non-zero on any failure. Every wait is bounded (10 s without
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use thread_io::read_write_calls;
 
-// Shared with pingpong, which also swaps Endpoint lines over it.
+// Shared with pingpong: its bounded accept.
 #[path = "common/line_channel.rs"]
 #[allow(dead_code)]
 mod line_channel;
@@ -39,6 +42,9 @@ mod run;
 mod side;
 #[path = "../tests/common/thread_io.rs"]
 mod thread_io;
+// perftest's messages and its control channel.
+#[path = "perf/wire.rs"]
+mod wire;
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -79,6 +85,8 @@ OPTIONS (defaults are perftest 4.5's):
                   and siw, which it does not recognise; 220 write_lat / 236 send_lat
                   elsewhere); capped at what the device accepts
   --port P        TCP port (by hand) or rdma_cm port (18515)
+  --gid-index N   the GID our QP sends from, by hand (perftest's -x; default:
+                  the one perftest picks, an IPv4-mapped RoCE v2 GID if any)
   --cm ADDR       connect through the rdma_cm: the server listens on ADDR:P, the
                   client connects to ADDR:P (SERVER is then ignored)
   --yield N       sched_yield after every N empty polls (default 0: never, like
@@ -165,6 +173,8 @@ struct Options {
     cm: Option<String>,
     /// `--yield N` (0: busy-poll only).
     yield_every: u32,
+    /// `--gid-index N`, perftest's `-x` (by hand).
+    gid_index: Option<u32>,
 }
 
 impl Options {
@@ -172,6 +182,7 @@ impl Options {
         let (mut role, mut device, mut test) = (None, None, None);
         let (mut size, mut iters, mut qd, mut inline) = (None, DEF_ITERS, None, None);
         let (mut port, mut cm, mut full, mut yield_every) = (DEF_PORT, None, false, 0);
+        let mut gid_index = None;
         let mut args = args.into_iter();
         while let Some(arg) = args.next() {
             let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -199,6 +210,12 @@ impl Options {
                         .map_err(|_| "--port is too large".to_string())?
                 }
                 "--cm" => cm = Some(value("--cm")?),
+                "--gid-index" => {
+                    gid_index = Some(
+                        u32::try_from(number("--gid-index")?)
+                            .map_err(|_| "--gid-index is too large".to_string())?,
+                    )
+                }
                 "--yield" => {
                     let n = u32::try_from(number("--yield")?)
                         .map_err(|_| "--yield is too large".to_string())?;
@@ -222,6 +239,7 @@ impl Options {
                 port,
                 cm: None,
                 yield_every,
+                gid_index,
             });
         }
         let device = device.ok_or("--device is needed")?;
@@ -256,6 +274,7 @@ impl Options {
             port,
             cm,
             yield_every,
+            gid_index,
         })
     }
 
@@ -535,7 +554,9 @@ struct Case {
 /// Every test over each of [`SELF_TEST_LINKS`] (small, or with perftest's
 /// defaults when `full`), then inline WRITE latency with `--inline 220`
 /// (siw's cap is 80: the QP takes the largest the device accepts), then a
-/// client whose `--size` differs from the server's, which both must refuse.
+/// client whose `--size` differs from the server's, which both must fail
+/// (perftest's protocol carries no test parameters: each side's run stalls
+/// and gives up after [`WAIT`], as perftest's would hang).
 fn self_test(full: bool, yield_every: u32) -> Result<()> {
     let small_lat: &[&str] = if full {
         &[]

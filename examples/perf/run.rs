@@ -5,7 +5,7 @@
 //! stamps go into a Vec reserved before) and make no system call except
 //! rxe's POST_SEND doorbell and the vDSO clock.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uverbs::{
@@ -21,6 +21,10 @@ const SPINS_PER_CHECK: u32 = 1 << 12;
 /// `--yield N`: give the CPU away (sched_yield) after every N empty polls;
 /// 0 (the default, perftest's way) never.
 pub static YIELD_EVERY: AtomicU32 = AtomicU32::new(0);
+
+/// The last [`bw_client`] run's time (ns), for perftest's report to the
+/// server (write_bw's `xchg_bw_reports`).
+pub static BW_ELAPSED_NS: AtomicU64 = AtomicU64::new(0);
 
 /// A bounded busy wait: fails after [`WAIT`] without progress, looking at
 /// the clock only every [`SPINS_PER_CHECK`] empty spins.
@@ -306,7 +310,9 @@ pub fn bw_client(
             ccnt = ccnt.max(wc.wr_id() as usize + 1);
         }
     }
-    Ok(start.elapsed())
+    let elapsed = start.elapsed();
+    BW_ELAPSED_NS.store(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    Ok(elapsed)
 }
 
 /// send_bw, server: count `iters` receives, re-posting one per completion

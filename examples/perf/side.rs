@@ -1,29 +1,36 @@
 //! One side of a perf run: its buffer, MR, CQs and RC QP, and the two ways
-//! of connecting it: by hand (RoCE, Endpoint lines over TCP, perftest's
-//! default) or through the rdma_cm (`--cm`, perftest's `-R`).
+//! of connecting it, both perftest's (`wire.rs` has the messages): by hand
+//! (RoCE; perftest's exchange over TCP, perftest's default) or through the
+//! rdma_cm (`--cm`, perftest's `-R`: a control connection carries the
+//! exchange, a second one is the measured QP).
 //!
-//! The buffer holds two areas of `size` bytes, each page-aligned: the
-//! *source* (what this side sends or writes from) and the *target* (what
-//! the peer writes or reads, and where receives land).
+//! The buffer holds two areas, each page-aligned and at least `size` and
+//! the agreed cycle buffer long: the *source* (what this side sends or
+//! writes from) and the *target* (what the peer writes or reads, and where
+//! receives land).
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
+use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, DriverId, Endpoint, MemoryRegion, OpenOptions, QpInit,
-    QueuePair, RecvWr, Remote, Sge,
+    AccessFlags, CompletionQueue, Context, DriverId, GidType, MemoryRegion, Mtu, OpenOptions,
+    QpInit, QueuePair, RecvWr, Remote, Sge,
 };
 use uverbs::{QpAttr, QpState, QpType, TransportType};
 
-use super::line_channel::{accept_within, LineChannel};
+use super::line_channel::accept_within;
+use super::wire::{v4_mapped, Control, ControlQp, Dest};
 use super::{Options, Result, Test, WAIT};
 
 const PORT: u8 = 1;
 /// Address and route resolution time-outs handed to the kernel (ms).
 const RESOLVE_MS: u32 = 2000;
+/// How long a refused connect waits before it tries again (perftest's
+/// client retries every 100 ms; its server may not listen yet).
+const RETRY_AFTER: Duration = Duration::from_millis(100);
 /// Access for our MR and (by hand) our QP: the peer writes and reads it.
 const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE)
@@ -75,6 +82,9 @@ pub struct Side {
     /// device's `max_qp_rd_atom` for read_lat (perftest's default for its
     /// READ tests, `ctx_set_out_reads`), 1 for the others.
     pub out_reads: u8,
+    /// The length of each area (page-aligned, at least `size` and the
+    /// agreed cycle buffer).
+    area: usize,
 }
 
 impl Side {
@@ -82,7 +92,12 @@ impl Side {
     /// for `--inline` bytes, by default perftest's
     /// ([`perftest_default_inline`]); less if the device refuses that: the
     /// largest it accepts.
-    pub fn new(ctx: &Context, opts: &Options, tx_depth: usize) -> Result<Side> {
+    pub fn new(
+        ctx: &Context,
+        opts: &Options,
+        tx_depth: usize,
+        cycle_buffer: usize,
+    ) -> Result<Side> {
         let want_inline = match opts.inline {
             Some(n) => n,
             None => perftest_default_inline(ctx, opts.test)?,
@@ -104,7 +119,7 @@ impl Side {
         let try_create = |inline: usize| {
             let init = QpInit::new(QpType::Rc, &scq, &rcq)
                 .max_send_wr(tx_depth as u32)
-                // One more for the cm's start signal (`start_signal`).
+                // One more for the cm's start signal.
                 .max_recv_wr(rx_depth as u32 + 1)
                 .max_inline(inline as u32);
             pd.create_qp(&init)
@@ -129,7 +144,10 @@ impl Side {
             }
             Err(e) => return Err(format!("create_qp: {e}").into()),
         };
-        let mut buf = MmapMut::map_anon(2 * page(size))?;
+        // The peer may address the whole cycle buffer of our target area
+        // (perftest's writes walk it when the size is at most half of it).
+        let area = page(size.max(cycle_buffer));
+        let mut buf = MmapMut::map_anon(2 * area)?;
         // SAFETY: `buf` is a mapping of its own that outlives the MR (see
         // the field order of `Side`).
         let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), ACCESS)? };
@@ -143,6 +161,7 @@ impl Side {
             inline,
             rx_depth,
             out_reads,
+            area,
         })
     }
 
@@ -153,7 +172,7 @@ impl Side {
 
     /// Address of the target area.
     pub fn target(&self) -> u64 {
-        self.source() + page(self.size) as u64
+        self.source() + self.area as u64
     }
 
     pub fn sge(&self, addr: u64) -> Sge {
@@ -182,25 +201,38 @@ impl Side {
         Ok(())
     }
 
-    /// Our endpoint: QP, PSN and the target area.
-    fn endpoint(&self) -> Result<Endpoint> {
-        let ep = Endpoint::local(&self.qp, u32::from(PORT), 0, &self.mr)?;
-        Ok(Endpoint {
+    /// Our keys: QP, PSN, the target area and the GID at `gid_index`
+    /// (LID 0: RoCE and iWARP have none).
+    fn dest(&self, ctx: &Context, gid_index: u32) -> Result<Dest> {
+        let gid = ctx
+            .query_gid_table()?
+            .into_iter()
+            .find(|e| e.port_num == u32::from(PORT) && e.gid_index == gid_index)
+            .ok_or(format!(
+                "{}: no GID {gid_index} on port {PORT}",
+                ctx.device_name()
+            ))?;
+        Ok(Dest {
+            lid: 0,
+            out_reads: u32::from(self.out_reads),
+            qpn: self.qp.qp_num(),
             psn: std::process::id() & 0xff_ffff,
-            addr: self.target(),
-            ..ep
+            rkey: self.mr.rkey(),
+            vaddr: self.target(),
+            gid: gid.gid.raw(),
+            srqn: 0,
         })
     }
 
-    /// RESET -> INIT -> RTR -> RTS towards `peer` with perftest's values:
-    /// the port's active MTU, timeout 14 (DEF_QP_TIME), retry 7, RNR retry
-    /// 7, min RNR timer 12, [`out_reads`](Self::out_reads) READs
-    /// outstanding each way, GID index 0.
-    fn connect_by_hand(&self, ctx: &Context, me: &Endpoint, peer: &Endpoint) -> Result<()> {
-        let port = ctx.query_port(PORT)?;
-        let mtu = port
-            .active_mtu()
-            .ok_or("the port reports an unknown active MTU")?;
+    /// RESET -> INIT -> RTR -> RTS towards `peer` with perftest's values
+    /// (`ctx_connect`): the agreed MTU, the peer's GID from ours at
+    /// `gid_index` with hop limit 255, timeout 14 (DEF_QP_TIME), retry 7,
+    /// RNR retry 7, min RNR timer 12, our `out_reads` as the READs we
+    /// answer and the peer's as those we send.
+    fn connect_by_hand(&self, me: &Dest, peer: &Dest, gid_index: u32, mtu: Mtu) -> Result<()> {
+        let peer_reads = u8::try_from(peer.out_reads)
+            .map_err(|_| format!("the peer's out_reads {} is too large", peer.out_reads))?;
+        let sgid = u8::try_from(gid_index).map_err(|_| "the GID index is too large")?;
         let init = QpAttr::new()
             .state(QpState::Init)
             .pkey_index(0)
@@ -213,14 +245,14 @@ impl Side {
             .rq_psn(peer.psn)
             .max_dest_rd_atomic(self.out_reads)
             .min_rnr_timer(12)
-            .av(peer.roce_dest(0, PORT));
+            .av(QpAttr::roce_dest(peer.gid, sgid, 0xff, PORT));
         let rts = QpAttr::new()
             .state(QpState::Rts)
             .timeout(14)
             .retry_cnt(7)
             .rnr_retry(7)
             .sq_psn(me.psn)
-            .max_rd_atomic(self.out_reads);
+            .max_rd_atomic(peer_reads);
         for attr in [init, rtr, rts] {
             self.qp.modify(&attr)?;
         }
@@ -228,113 +260,170 @@ impl Side {
     }
 }
 
-// ---- What the two sides must agree on ---------------------------------
-
-/// The run's parameters and a side's target area, as one line over TCP or
-/// 21 bytes of cm private data.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hello {
-    pub test: u8,
-    pub size: u32,
-    pub iters: u32,
-    pub remote: Remote,
+/// perftest's choice of GID (`get_best_gid_index`) when `-x` is not given:
+/// walking the table from index 1, an IPv4-mapped GID beats one that is
+/// not, and otherwise a RoCE v2 GID beats a v1 one.
+fn best_gid_index(ctx: &Context) -> Result<u32> {
+    let table: Vec<_> = ctx
+        .query_gid_table()?
+        .into_iter()
+        .filter(|e| e.port_num == u32::from(PORT))
+        .collect();
+    let mut best = match table.iter().min_by_key(|e| e.gid_index) {
+        Some(e) => e,
+        None => return Err(format!("{}: the GID table is empty", ctx.device_name()).into()),
+    };
+    for rival in &table {
+        let (b4, r4) = (v4_mapped(&best.gid.raw()), v4_mapped(&rival.gid.raw()));
+        if (r4 && !b4)
+            || (r4 == b4 && rival.gid_type == GidType::RoceV2 && best.gid_type != GidType::RoceV2)
+        {
+            best = rival;
+        }
+    }
+    Ok(best.gid_index)
 }
 
-impl Hello {
-    pub fn new(opts: &Options, side: &Side) -> Hello {
-        Hello {
-            test: opts.test as u8,
-            size: opts.size as u32,
-            iters: opts.iters as u32,
-            remote: Remote {
-                addr: side.target(),
-                rkey: side.mr.rkey(),
-            },
-        }
+/// The key exchanges of perftest's test programs once the resources exist
+/// (write_lat.c, read_lat.c, send_lat.c, write_bw.c, send_bw.c): one
+/// (two for write_lat and read_lat) before the QPs are connected by hand
+/// (`connect`; nothing over the cm), two after, and for the SEND tests one
+/// more once the receives are posted. The peer's last keys.
+fn hand_shakes(
+    ctl: &mut Control,
+    client: bool,
+    me: &Dest,
+    side: &Side,
+    test: Test,
+    connect: impl FnOnce(&Dest) -> Result<()>,
+) -> Result<Dest> {
+    let before = if matches!(test, Test::WriteLat | Test::ReadLat) {
+        2
+    } else {
+        1
+    };
+    let mut peer = Dest::default();
+    for _ in 0..before {
+        peer = ctl.keys(client, me, "the keys", WAIT)?;
     }
-
-    fn to_bytes(self) -> [u8; 21] {
-        let mut b = [0u8; 21];
-        b[0] = self.test;
-        b[1..5].copy_from_slice(&self.size.to_le_bytes());
-        b[5..9].copy_from_slice(&self.iters.to_le_bytes());
-        b[9..17].copy_from_slice(&self.remote.addr.to_le_bytes());
-        b[17..21].copy_from_slice(&self.remote.rkey.to_le_bytes());
-        b
+    connect(&peer)?;
+    for _ in 0..2 {
+        peer = ctl.keys(client, me, "the keys after connecting", WAIT)?;
     }
-
-    fn from_bytes(b: &[u8]) -> Result<Hello> {
-        if b.len() < 21 {
-            return Err(format!("the peer's private data is {} bytes, not 21", b.len()).into());
-        }
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
-        Ok(Hello {
-            test: b[0],
-            size: u32_at(1),
-            iters: u32_at(5),
-            remote: Remote {
-                addr: u64::from_le_bytes(b[9..17].try_into().unwrap()),
-                rkey: u32_at(17),
-            },
-        })
+    if test.uses_recv() {
+        side.post_initial_recvs()?;
+        peer = ctl.keys(client, me, "the hand shake after posting receives", WAIT)?;
     }
+    Ok(peer)
+}
 
-    /// Fails unless the peer runs the same test, size and iterations.
-    fn check(&self, peer: &Hello) -> Result<()> {
-        if (self.test, self.size, self.iters) != (peer.test, peer.size, peer.iters) {
-            return Err(format!(
-                "the peer runs test #{} size {} iters {}, we test #{} size {} iters {}",
-                peer.test, peer.size, peer.iters, self.test, self.size, self.iters
-            )
-            .into());
-        }
-        Ok(())
+/// The peer's target area as its keys name it.
+fn remote(peer: &Dest) -> Remote {
+    Remote {
+        addr: peer.vaddr,
+        rkey: peer.rkey,
     }
 }
 
-// ---- By hand: Endpoint lines over TCP ----------------------------------
+/// The rdma_cm's part of a `--cm` run: the event channel, the control and
+/// data connections' ids (and the server's listener).
+pub struct CmLink {
+    ch: EventChannel,
+    data: CmId,
+    control: CmId,
+    _listener: Option<CmId>,
+}
 
 /// How the two sides are connected, and what ends the run.
-pub enum Link {
-    Tcp(LineChannel),
-    Cm {
-        ch: EventChannel,
-        id: CmId,
-        /// Kept alive until the end (the server's).
-        _listener: Option<CmId>,
-    },
+pub struct Link {
+    ctl: Control,
+    me: Dest,
+    test: Test,
+    size: usize,
+    iters: usize,
+    cm: Option<CmLink>,
 }
 
 impl Link {
     pub fn kind(&self) -> &'static str {
-        match self {
-            Link::Tcp(_) => "loopback",
-            Link::Cm { .. } => "cm",
+        match self.cm {
+            None => "loopback",
+            Some(_) => "cm",
         }
     }
 
-    /// The end of the run, `timeout` for the peer to get there: over TCP
-    /// both say "done"; over the cm the client disconnects and the server
-    /// answers.
-    pub fn finish(self, server: bool, timeout: Duration) -> Result<()> {
-        match self {
-            Link::Tcp(mut chan) => chan.sync("done", timeout),
-            Link::Cm { ch, id, .. } => {
-                if server {
-                    let ev = next(&ch, "the client's disconnect", timeout)?;
-                    if !matches!(ev.kind, EventKind::Disconnected) {
-                        return Err(unexpected("the client's disconnect", &ev));
-                    }
-                    id.disconnect()?;
+    /// The end of the run as perftest ends it, `timeout` for the peer to
+    /// get there: for write_bw a key exchange and the client's report,
+    /// then the closing key exchange (and over TCP "done"); over the cm
+    /// both connections are disconnected.
+    pub fn finish(mut self, server: bool, timeout: Duration) -> Result<()> {
+        let client = !server;
+        let side = if client { "client" } else { "server" };
+        if self.test == Test::WriteBw {
+            self.ctl
+                .keys(client, &self.me, "the hand shake after the run", timeout)?;
+            let mine = if client {
+                let secs = super::run::BW_ELAPSED_NS.load(std::sync::atomic::Ordering::Relaxed)
+                    as f64
+                    / 1e9;
+                let bytes = (self.size * self.iters) as f64;
+                let (avg, rate) = if secs > 0.0 {
+                    (bytes / 1048576.0 / secs, self.iters as f64 / secs / 1e6)
                 } else {
-                    id.disconnect()?;
-                    let ev = next(&ch, "disconnect", WAIT)?;
-                    if !matches!(ev.kind, EventKind::Disconnected) {
-                        return Err(unexpected("disconnect", &ev));
-                    }
-                }
-                Ok(())
+                    (0.0, 0.0)
+                };
+                // No peak is measured: the average stands in for it.
+                ([self.size as u64, self.iters as u64], [avg, avg, rate])
+            } else {
+                // perftest's server sends its (unmeasured) report too.
+                ([0, 0], [0.0; 3])
+            };
+            let (ints, f) = self.ctl.reports(client, mine, timeout)?;
+            if server {
+                println!(
+                    "perf server: the client reports {} x {} B at {:.2} MiB/s, {:.6} Mpps",
+                    ints[1], ints[0], f[1], f[2]
+                );
             }
+        }
+        self.ctl
+            .keys(client, &self.me, "the closing hand shake", timeout)?;
+        self.ctl.done();
+        if let Some(cm) = self.cm.take() {
+            cm.disconnect(side);
+        }
+        println!("perf {side}: perftest's closing exchange is done");
+        Ok(())
+    }
+}
+
+impl CmLink {
+    /// Disconnects both connections and waits (at most [`WAIT`]) for their
+    /// DISCONNECTED events. The run is over: what goes wrong here is
+    /// reported, not failed (perftest's server does not even wait).
+    fn disconnect(self, side: &str) {
+        let mut open = vec![
+            (self.data.handle(), "data"),
+            (self.control.handle(), "control"),
+        ];
+        for id in [&self.data, &self.control] {
+            if let Err(e) = id.disconnect() {
+                println!("perf {side}: rdma_disconnect: {e} (the peer was first)");
+            }
+        }
+        let deadline = Instant::now() + WAIT;
+        while !open.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.ch.wait_event(left) {
+                Ok(Some(ev)) if matches!(ev.kind, EventKind::Disconnected) => {
+                    open.retain(|(h, _)| *h != ev.id);
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        for (_, what) in open {
+            println!("perf {side}: no DISCONNECTED for the {what} connection within {WAIT:?}");
         }
     }
 }
@@ -344,13 +433,13 @@ pub struct Connected {
     pub side: Side,
     pub peer: Remote,
     pub link: Link,
-    /// Last, so the QP goes before its context's file.
+    /// Last, so the QPs go before their context's file.
     pub ctx: Context,
 }
 
 /// The connection parameters perftest's `-R` sends (perftest_communication.c):
 /// responder resources and initiator depth `out_reads` for its READ
-/// tests, 0 for the others; retry and RNR retry 7.
+/// tests, 0 for the others; retry and RNR retry 7; no private data.
 fn conn_param(side: &Side, opts: &Options) -> ConnParam {
     let reads = if opts.test == super::Test::ReadLat {
         side.out_reads
@@ -388,9 +477,18 @@ fn listening(what: &str) {
     let _ = std::io::stdout().flush();
 }
 
+/// The port's active MTU, what perftest offers by default.
+fn port_mtu(ctx: &Context) -> Result<Mtu> {
+    ctx.query_port(PORT)?
+        .active_mtu()
+        .ok_or_else(|| "the port reports an unknown active MTU".into())
+}
+
 /// The by-hand connection: the server listens on 0.0.0.0:port, the
-/// client connects to `server`; each sends a Hello line and its Endpoint.
+/// client connects to `server`; then perftest's exchange over TCP, the
+/// QPs connected between its key exchanges.
 pub fn by_hand(opts: &Options, server: Option<&str>, tx_depth: usize) -> Result<Connected> {
+    let client = server.is_some();
     let stream = match server {
         None => {
             let listener = TcpListener::bind(("0.0.0.0", opts.port))
@@ -400,62 +498,84 @@ pub fn by_hand(opts: &Options, server: Option<&str>, tx_depth: usize) -> Result<
         }
         Some(addr) => connect_tcp(addr, opts.port)?,
     };
-    let mut chan = LineChannel::new(stream, WAIT)?;
+    let mut ctl = Control::tcp(stream)?;
     let ctx = open(&opts.device)?;
-    let side = Side::new(&ctx, opts, tx_depth)?;
-    let me = side.endpoint()?;
-    let hello = Hello::new(opts, &side);
-    chan.send(&format!(
-        "{} {} {} {}",
-        hello.test, hello.size, hello.iters, me
-    ))?;
-    let line = chan.recv("the peer's hello")?;
-    let fields: Vec<&str> = line.split(' ').collect();
-    if fields.len() != 4 {
-        return Err(format!("the peer's hello {line:?} is not 4 fields").into());
-    }
-    let num = |s: &str| {
-        s.parse::<u32>()
-            .map_err(|_| format!("the peer's hello {line:?}"))
+    let agreed = ctl.preamble(client, port_mtu(&ctx)?, WAIT)?;
+    let side = Side::new(&ctx, opts, tx_depth, agreed.cycle_buffer)?;
+    let gid_index = match opts.gid_index {
+        Some(i) => i,
+        None => best_gid_index(&ctx)?,
     };
-    let peer_ep: Endpoint = fields[3].parse()?;
-    let peer = Hello {
-        test: num(fields[0])? as u8,
-        size: num(fields[1])?,
-        iters: num(fields[2])?,
-        remote: peer_ep.remote(),
-    };
-    hello.check(&peer)?;
-    side.connect_by_hand(&ctx, &me, &peer_ep)?;
-    side.post_initial_recvs()?;
-    chan.sync("ready", WAIT)?;
+    let me = side.dest(&ctx, gid_index)?;
+    let peer = hand_shakes(&mut ctl, client, &me, &side, opts.test, |peer| {
+        // perftest's ctx_check_gid_compatibility.
+        if v4_mapped(&me.gid) != v4_mapped(&peer.gid) {
+            return Err(format!(
+                "our GID {} and the peer's {} are not both IPv4-mapped or both not \
+                 (perftest refuses that too; pick another --gid-index / -x)",
+                uverbs::Gid::from_raw(me.gid),
+                uverbs::Gid::from_raw(peer.gid)
+            )
+            .into());
+        }
+        side.connect_by_hand(&me, peer, gid_index, agreed.mtu)
+    })?;
     Ok(Connected {
         side,
-        peer: peer.remote,
-        link: Link::Tcp(chan),
+        peer: remote(&peer),
+        link: Link {
+            ctl,
+            me,
+            test: opts.test,
+            size: opts.size,
+            iters: opts.iters,
+            cm: None,
+        },
         ctx,
     })
 }
 
 // ---- Through the rdma_cm ----------------------------------------------
 
-/// The next event within `timeout`.
-fn next(ch: &EventChannel, what: &str, timeout: Duration) -> Result<Event> {
-    ch.wait_event(timeout)?
-        .ok_or_else(|| format!("{what}: no cm event within {timeout:?}").into())
+/// The next event within `timeout` that `want` accepts; events of other
+/// ids are passed over, but a DISCONNECTED of any is an error.
+fn next_where(
+    ch: &EventChannel,
+    what: &str,
+    timeout: Duration,
+    want: impl Fn(&Event) -> bool,
+) -> Result<Event> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ev = ch
+            .wait_event(left)?
+            .ok_or_else(|| format!("{what}: no cm event within {timeout:?}"))?;
+        if want(&ev) {
+            return Ok(ev);
+        }
+        if matches!(ev.kind, EventKind::Disconnected) {
+            return Err(format!("{what}: the peer disconnected").into());
+        }
+    }
+}
+
+/// The next event of `id`.
+fn next_of(ch: &EventChannel, id: &CmId, what: &str) -> Result<Event> {
+    let handle = id.handle();
+    next_where(ch, what, WAIT, |ev| ev.id == handle)
 }
 
 fn unexpected(what: &str, ev: &Event) -> Box<dyn std::error::Error> {
     format!("{what}: {} (status {})", ev.name(), ev.status).into()
 }
 
-/// Opens `--device` and checks the cm id landed on it: the node GUID
-/// (rxe and siw on one host share it) and the id's source GID in its table.
-fn context_for(id: &CmId, opts: &Options) -> Result<Context> {
-    let ctx = open(&opts.device)?;
+/// Checks the cm id landed on `ctx`, `--device`: the node GUID (rxe and
+/// siw on one host share it) and the id's source GID in its table.
+fn check_on(id: &CmId, ctx: &Context, opts: &Options) -> Result<()> {
     let sgid = id.query_route()?.first.sgid;
     let in_table = ctx.query_gid_table()?.iter().any(|g| g.gid.raw() == sgid);
-    if !id.is_on(&ctx)? || !in_table {
+    if !id.is_on(ctx)? || !in_table {
         return Err(format!(
             "the cm id for {} is not on {} (pick the address of that device's netdev)",
             opts.cm.as_deref().unwrap_or("?"),
@@ -463,20 +583,20 @@ fn context_for(id: &CmId, opts: &Options) -> Result<Context> {
         )
         .into());
     }
-    Ok(ctx)
+    Ok(())
 }
 
 /// Moves the QP with the cm's attributes (an iWARP RTS answer has no
 /// state: applied, the QP stays where it is until the CM moves it).
-fn to(id: &CmId, side: &Side, state: QpState) -> Result<()> {
-    side.qp.modify(&id.init_qp_attr(state)?)?;
+fn to(id: &CmId, qp: &QueuePair, state: QpState) -> Result<()> {
+    qp.modify(&id.init_qp_attr(state)?)?;
     Ok(())
 }
 
 /// On iWARP the kernel's CM moved the QP to RTS at establishment: learn it.
-fn learn_rts(side: &Side) -> Result<()> {
-    if side.qp.transport_type() == TransportType::Iwarp {
-        let state = side.qp.established()?;
+fn learn_rts(qp: &QueuePair) -> Result<()> {
+    if qp.transport_type() == TransportType::Iwarp {
+        let state = qp.established()?;
         if state != QpState::Rts {
             return Err(format!("the QP is in {state:?} after ESTABLISHED, not RTS").into());
         }
@@ -484,158 +604,249 @@ fn learn_rts(side: &Side) -> Result<()> {
     Ok(())
 }
 
-/// The id of the server's receive for the client's start signal.
-const START_ID: u64 = u64::MAX;
+/// A QP a cm connection is made for.
+trait CmQp {
+    fn qp(&self) -> &QueuePair;
+    /// What is posted before connecting (the control QP's receive).
+    fn before_connect(&self) -> Result<()>;
+}
 
-/// Polls `cq` for one successful completion within [`WAIT`].
-fn wait_one(cq: &uverbs::CompletionQueue, what: &str) -> Result<uverbs::WorkCompletion> {
-    let mut wcs = [uverbs::WorkCompletion::default(); 1];
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if cq.poll(&mut wcs)? == 1 {
-            if wcs[0].status() != uverbs::WcStatus::Success {
-                return Err(format!("{what}: {:?}", wcs[0]).into());
-            }
-            return Ok(wcs[0]);
-        }
-        if Instant::now() >= deadline {
-            return Err(format!("{what}: no completion within {WAIT:?}").into());
-        }
-        std::thread::yield_now();
+impl CmQp for ControlQp {
+    fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+    fn before_connect(&self) -> Result<()> {
+        self.post_recv()
     }
 }
 
-/// The client's one-byte SEND that starts a cm run: the server sends
-/// nothing before it arrived. On iWARP the passive side hears ESTABLISHED
-/// once its MPA reply is out; a WRITE sent right behind the reply reaches
-/// the active side while siw still parses the reply, which it takes for a
-/// protocol violation ("peer sent extra data": the connect fails with
-/// EINVAL). perftest's rdma_cm runs start with a handshake over the QP too.
-fn start_signal(side: &Side) -> Result<()> {
-    let sge = [Sge {
-        length: 1,
-        ..side.sge(side.source())
-    }];
-    let wr = uverbs::SendWr::new(
-        START_ID,
-        uverbs::SendOp::Send { imm: None },
-        uverbs::Payload::Sges(&sge),
-    );
-    // SAFETY: the source's first byte, not written before this SEND's
-    // completion, polled right here.
-    unsafe { side.qp.post_send(&[wr])? };
-    wait_one(&side.scq, "the start signal's SEND")?;
-    Ok(())
+impl CmQp for Side {
+    fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+    fn before_connect(&self) -> Result<()> {
+        Ok(())
+    }
 }
 
-fn private(hello: Hello) -> [u8; 21] {
-    hello.to_bytes()
+/// The client's side of one cm connection to `sa`, made again (new id, new
+/// QP from `make`) while the server refuses it, within [`WAIT`].
+fn cm_connect<Q: CmQp>(
+    ch: &EventChannel,
+    sa: SocketAddr,
+    ctx: &Context,
+    opts: &Options,
+    what: &str,
+    mut make: impl FnMut() -> Result<Q>,
+    param: impl Fn(&Q) -> ConnParam,
+) -> Result<(CmId, Q)> {
+    let deadline = Instant::now() + WAIT;
+    let mut attempt = 1;
+    loop {
+        let id = ch.create_id(PortSpace::Tcp)?;
+        let why = match cm_connect_once(ch, &id, sa, ctx, opts, what, &mut make, &param)? {
+            Ok(q) => return Ok((id, q)),
+            Err(why) => why,
+        };
+        if Instant::now() + RETRY_AFTER >= deadline {
+            return Err(format!("{what} to {sa}: {why} ({attempt} attempts)").into());
+        }
+        attempt += 1;
+        std::thread::sleep(RETRY_AFTER);
+    }
 }
 
-/// The cm connection: the server listens on `addr:port`, the client
-/// resolves and connects to it; the Hellos travel as private data.
+/// One attempt of [`cm_connect`]: `Ok(Err(why))` when the server is not
+/// there yet (refused, rejected, unreachable).
+#[allow(clippy::too_many_arguments)]
+fn cm_connect_once<Q: CmQp>(
+    ch: &EventChannel,
+    id: &CmId,
+    sa: SocketAddr,
+    ctx: &Context,
+    opts: &Options,
+    what: &str,
+    make: &mut impl FnMut() -> Result<Q>,
+    param: &impl Fn(&Q) -> ConnParam,
+) -> Result<std::result::Result<Q, String>> {
+    id.resolve_addr(None, sa, RESOLVE_MS)
+        .map_err(|e| format!("{what}: resolve_addr {sa}: {e}"))?;
+    let ev = next_of(ch, id, what)?;
+    if !matches!(ev.kind, EventKind::AddrResolved) {
+        return Err(unexpected(&format!("{what}: resolve_addr {sa}"), &ev));
+    }
+    id.resolve_route(RESOLVE_MS)?;
+    let ev = next_of(ch, id, what)?;
+    if !matches!(ev.kind, EventKind::RouteResolved) {
+        return Err(unexpected(&format!("{what}: resolve_route {sa}"), &ev));
+    }
+    check_on(id, ctx, opts)?;
+    let q = make()?;
+    to(id, q.qp(), QpState::Init)?;
+    q.before_connect()?;
+    match id.connect(&param(&q)) {
+        Ok(()) => {}
+        // iWARP connects the TCP stream in the call.
+        Err(e) if e.errno() == Some(uverbs::Errno::CONNREFUSED) => {
+            return Ok(Err(format!("rdma_connect: {e}")));
+        }
+        Err(e) => return Err(format!("{what}: rdma_connect: {e}").into()),
+    }
+    let ev = next_of(ch, id, what)?;
+    match &ev.kind {
+        // RoCE: the response, then INIT again (only a connected id's
+        // attributes grant remote access), RTR, RTS and the RTU.
+        EventKind::ConnectResponse(_) => {
+            to(id, q.qp(), QpState::Init)?;
+            to(id, q.qp(), QpState::Rtr)?;
+            to(id, q.qp(), QpState::Rts)?;
+            id.establish()?;
+        }
+        // iWARP: the kernel's CM drove the QP.
+        EventKind::Established(_) => learn_rts(q.qp())?,
+        EventKind::Rejected { .. } | EventKind::Unreachable | EventKind::ConnectError => {
+            return Ok(Err(format!("{} (status {})", ev.name(), ev.status)));
+        }
+        _ => return Err(unexpected(&format!("{what}: connect to {sa}"), &ev)),
+    }
+    Ok(Ok(q))
+}
+
+/// The server's side of one cm connection: the next connect request on
+/// the listener's channel, accepted with a QP from `make`.
+fn cm_accept<Q: CmQp>(
+    ch: &EventChannel,
+    ctx: &Context,
+    opts: &Options,
+    what: &str,
+    make: impl FnOnce() -> Result<Q>,
+    param: impl Fn(&Q) -> ConnParam,
+) -> Result<(CmId, Q)> {
+    let ev = next_where(ch, what, WAIT, |ev| {
+        matches!(ev.kind, EventKind::ConnectRequest { .. })
+    })?;
+    let EventKind::ConnectRequest { id, .. } = ev.kind else {
+        return Err(unexpected(what, &ev));
+    };
+    check_on(&id, ctx, opts)?;
+    let q = make()?;
+    to(&id, q.qp(), QpState::Init)?;
+    q.before_connect()?;
+    to(&id, q.qp(), QpState::Rtr)?;
+    to(&id, q.qp(), QpState::Rts)?;
+    id.accept(&param(&q))
+        .map_err(|e| format!("{what}: rdma_accept: {e}"))?;
+    let ev = next_of(ch, &id, what)?;
+    if !matches!(ev.kind, EventKind::Established(_)) {
+        return Err(unexpected(&format!("{what}: accept"), &ev));
+    }
+    learn_rts(q.qp())?;
+    Ok((id, q))
+}
+
+/// The cm connection, perftest's `-R`: the server listens on
+/// `addr:port`; the client connects a control QP there, the two swap
+/// perftest's preamble over it and a (still empty) key exchange, the
+/// client connects the measured QP to the same port, another key
+/// exchange follows, and then the test's own (`hand_shakes`).
 pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Result<Connected> {
     let ip: std::net::IpAddr = addr
         .parse()
         .map_err(|_| format!("--cm wants an IP address, got {addr:?}"))?;
     let sa = SocketAddr::new(ip, opts.port);
     let ch = EventChannel::open()?;
-    if server {
+    let ctx = open(&opts.device)?;
+    let client = !server;
+    let control_param = |q: &ControlQp| ConnParam::new(q.qp.qp_num());
+    let make_control = || ControlQp::new(&ctx);
+    let (listener, (control, cq)) = if server {
         let listener = ch.create_id(PortSpace::Tcp)?;
         listener
             .bind(sa)
             .map_err(|e| format!("cm bind {sa}: {e}"))?;
-        listener.listen(1)?;
+        // Kept until the end: perftest's client connects twice.
+        listener.listen(2)?;
         listening(&format!("{sa} (rdma_cm)"));
-        let ev = next(&ch, "the connect request", WAIT)?;
-        let EventKind::ConnectRequest { id, param } = ev.kind else {
-            return Err(unexpected("the listener", &ev));
-        };
-        let Param::Conn(request) = param else {
-            return Err("the connect request carries no connection parameters".into());
-        };
-        let peer = Hello::from_bytes(&request.private_data)?;
-        let ctx = context_for(&id, opts)?;
-        let side = Side::new(&ctx, opts, tx_depth)?;
-        let hello = Hello::new(opts, &side);
-        hello.check(&peer)?;
-        to(&id, &side, QpState::Init)?;
-        // First in the queue: the receive the client's start signal takes.
-        side.post_recv(START_ID)?;
-        side.post_initial_recvs()?;
-        to(&id, &side, QpState::Rtr)?;
-        to(&id, &side, QpState::Rts)?;
-        id.accept(&conn_param(&side, opts).private_data(&private(hello))?)?;
-        let ev = next(&ch, "accept", WAIT)?;
-        if !matches!(ev.kind, EventKind::Established(_)) {
-            return Err(unexpected("accept", &ev));
-        }
-        learn_rts(&side)?;
-        let wc = wait_one(&side.rcq, "the client's start signal")?;
-        if wc.wr_id() != START_ID {
-            return Err(format!("the start signal landed in receive {}", wc.wr_id()).into());
-        }
-        Ok(Connected {
-            side,
-            peer: peer.remote,
-            link: Link::Cm {
-                ch,
-                id,
-                _listener: Some(listener),
-            },
-            ctx,
-        })
+        let c = cm_accept(
+            &ch,
+            &ctx,
+            opts,
+            "the control connection",
+            make_control,
+            control_param,
+        )?;
+        (Some(listener), c)
     } else {
-        let id = ch.create_id(PortSpace::Tcp)?;
-        id.resolve_addr(None, sa, RESOLVE_MS)
-            .map_err(|e| format!("resolve_addr {sa}: {e}"))?;
-        let ev = next(&ch, "resolve_addr", WAIT)?;
-        if !matches!(ev.kind, EventKind::AddrResolved) {
-            return Err(unexpected(&format!("resolve_addr {sa}"), &ev));
-        }
-        id.resolve_route(RESOLVE_MS)?;
-        let ev = next(&ch, "resolve_route", WAIT)?;
-        if !matches!(ev.kind, EventKind::RouteResolved) {
-            return Err(unexpected(&format!("resolve_route {sa}"), &ev));
-        }
-        let ctx = context_for(&id, opts)?;
-        let side = Side::new(&ctx, opts, tx_depth)?;
-        let hello = Hello::new(opts, &side);
-        to(&id, &side, QpState::Init)?;
-        side.post_initial_recvs()?;
-        id.connect(&conn_param(&side, opts).private_data(&private(hello))?)?;
-        let ev = next(&ch, "connect", WAIT)?;
-        let peer = match &ev.kind {
-            // RoCE: the response, then INIT again (only a connected id's
-            // attributes grant remote access), RTR, RTS and the RTU.
-            EventKind::ConnectResponse(Param::Conn(p)) => {
-                let peer = Hello::from_bytes(&p.private_data)?;
-                to(&id, &side, QpState::Init)?;
-                to(&id, &side, QpState::Rtr)?;
-                to(&id, &side, QpState::Rts)?;
-                id.establish()?;
-                peer
-            }
-            // iWARP: the kernel's CM drove the QP; ESTABLISHED carries the
-            // accept's private data.
-            EventKind::Established(Param::Conn(p)) => {
-                let peer = Hello::from_bytes(&p.private_data)?;
-                learn_rts(&side)?;
-                peer
-            }
-            _ => return Err(unexpected(&format!("connect to {sa}"), &ev)),
-        };
-        hello.check(&peer)?;
-        start_signal(&side)?;
-        Ok(Connected {
-            side,
-            peer: peer.remote,
-            link: Link::Cm {
+        let c = cm_connect(
+            &ch,
+            sa,
+            &ctx,
+            opts,
+            "the control connection",
+            make_control,
+            control_param,
+        )?;
+        (None, c)
+    };
+    let mut ctl = Control::Qp(Box::new(cq));
+    let agreed = ctl.preamble(client, port_mtu(&ctx)?, WAIT)?;
+    let empty = Dest::default();
+    ctl.keys(
+        client,
+        &empty,
+        "the hand shake before the data connection",
+        WAIT,
+    )?;
+    let make_side = || Side::new(&ctx, opts, tx_depth, agreed.cycle_buffer);
+    let side_param = |s: &Side| conn_param(s, opts);
+    let (data, side) = if server {
+        cm_accept(
+            &ch,
+            &ctx,
+            opts,
+            "the data connection",
+            make_side,
+            side_param,
+        )?
+    } else {
+        cm_connect(
+            &ch,
+            sa,
+            &ctx,
+            opts,
+            "the data connection",
+            make_side,
+            side_param,
+        )?
+    };
+    ctl.keys(
+        client,
+        &empty,
+        "the hand shake after the data connection",
+        WAIT,
+    )?;
+    let gid_index = match opts.gid_index {
+        Some(i) => i,
+        None => best_gid_index(&ctx)?,
+    };
+    let me = side.dest(&ctx, gid_index)?;
+    let peer = hand_shakes(&mut ctl, client, &me, &side, opts.test, |_| Ok(()))?;
+    Ok(Connected {
+        side,
+        peer: remote(&peer),
+        link: Link {
+            ctl,
+            me,
+            test: opts.test,
+            size: opts.size,
+            iters: opts.iters,
+            cm: Some(CmLink {
                 ch,
-                id,
-                _listener: None,
-            },
-            ctx,
-        })
-    }
+                data,
+                control,
+                _listener: listener,
+            }),
+        },
+        ctx,
+    })
 }

@@ -307,9 +307,10 @@ pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
 /// (`examples/c_peers.rs`; the programs come from [`crate::peer::C_PEERS`]).
 pub const C_PEERS_EXAMPLE: &str = "c_peers";
 
-/// The examples the C-peer runs need in `/tests`: [`C_PEERS_EXAMPLE`] and
-/// `pingpong`, which it runs against `ibv_rc_pingpong`.
-pub const C_PEERS_EXAMPLES: &[&str] = &[C_PEERS_EXAMPLE, "pingpong"];
+/// The examples the C-peer runs need in `/tests`: [`C_PEERS_EXAMPLE`],
+/// `pingpong`, which it runs against `ibv_rc_pingpong`, and `perf`, which
+/// it runs against perftest.
+pub const C_PEERS_EXAMPLES: &[&str] = &[C_PEERS_EXAMPLE, "pingpong", "perf"];
 
 /// How long one C-peer pairing may take in the guest (the example bounds
 /// each of its waits at 30 s; under TCG `ibv_rc_pingpong`'s 1000 round
@@ -321,8 +322,12 @@ pub const C_PEER_TIMEOUT_SECS: u32 = 180;
 /// `rdma_client` against a Rust server on rxe0 and on siw0, and
 /// `ibv_rc_pingpong` as server against `pingpong --client` and as client
 /// against `pingpong --server` on rxe0 (not on siw0: an iWARP QP reaches
-/// RTS only through the cm, and ibv_rc_pingpong connects by hand). The
-/// run's name says which C program is the peer.
+/// RTS only through the cm, and ibv_rc_pingpong connects by hand), and
+/// perftest's `ib_write_bw` and `ib_send_lat` against the `perf` example
+/// in both roles on rxe0 (by hand over TCP) and `ib_write_bw` on siw0
+/// (perftest's `-R`, through the rdma_cm). The run's name says which C
+/// program is the peer (`_server`: the C program serves); the pairing may
+/// carry arguments of its own.
 pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
     ("c_peer_rdma_server_rxe0", "rdma_server", Kind::Rxe),
     ("c_peer_rdma_client_rxe0", "rdma_client", Kind::Rxe),
@@ -338,6 +343,36 @@ pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
         "rc_pingpong_client",
         Kind::Rxe,
     ),
+    (
+        "c_peer_perftest_write_bw_server_rxe0",
+        "perftest_server --test write_bw",
+        Kind::Rxe,
+    ),
+    (
+        "c_peer_perftest_write_bw_client_rxe0",
+        "perftest_client --test write_bw",
+        Kind::Rxe,
+    ),
+    (
+        "c_peer_perftest_send_lat_server_rxe0",
+        "perftest_server --test send_lat",
+        Kind::Rxe,
+    ),
+    (
+        "c_peer_perftest_send_lat_client_rxe0",
+        "perftest_client --test send_lat",
+        Kind::Rxe,
+    ),
+    (
+        "c_peer_perftest_write_bw_server_siw0",
+        "perftest_server --test write_bw",
+        Kind::Siw,
+    ),
+    (
+        "c_peer_perftest_write_bw_client_siw0",
+        "perftest_client --test write_bw",
+        Kind::Siw,
+    ),
 ];
 
 impl GuestRun {
@@ -350,13 +385,16 @@ impl GuestRun {
             .map(|(name, pairing, kind)| GuestRun {
                 name: (*name).into(),
                 bin: C_PEERS_EXAMPLE.into(),
-                args: vec![
-                    (*pairing).into(),
-                    "--device".into(),
-                    kind.device().into(),
-                    "--addr".into(),
-                    Net::Dummy.addr(*kind),
-                ],
+                args: pairing
+                    .split_whitespace()
+                    .map(String::from)
+                    .chain([
+                        "--device".into(),
+                        kind.device().into(),
+                        "--addr".into(),
+                        Net::Dummy.addr(*kind),
+                    ])
+                    .collect(),
                 timeout_secs: C_PEER_TIMEOUT_SECS,
                 per_host: None,
                 retry_once: true,
@@ -1175,6 +1213,11 @@ mod tests {
         // (in /tests with c_peers).
         assert!(s.contains("/tests/c_peers rc_pingpong_client --device rxe0 --addr 192.0.2.1\n"));
         assert!(s.contains("/tests/c_peers rc_pingpong_server --device rxe0 --addr 192.0.2.1\n"));
+        // perftest in both roles, against the perf example (in /tests too).
+        assert!(s.contains(
+            "/tests/c_peers perftest_client --test write_bw --device siw0 --addr 198.51.100.1\n"
+        ));
+        assert!(C_PEERS_EXAMPLES.contains(&"perf"));
         assert!(C_PEERS_EXAMPLES.contains(&"pingpong"));
         assert!(s.contains(&format!(
             "\"{RESULT} config=write bin=c_peer_rdma_client_rxe0 rc=$rc\""

@@ -321,8 +321,9 @@ impl Ctx {
         Ok(outcome)
     }
 
-    /// The C peers' examples (built statically: `c_peers` and the
-    /// `pingpong` it runs against `ibv_rc_pingpong`) and what the guest
+    /// The C peers' examples (built statically: `c_peers`, the `pingpong`
+    /// it runs against `ibv_rc_pingpong` and the `perf` it runs against
+    /// perftest) and what the guest
     /// needs of rdma-core for them: the C programs with their libraries
     /// and the providers, unpacked under the cache ([`peer::C_PEERS`]).
     fn c_peers(&self) -> Result<(Vec<Binary>, Vec<initramfs::HostFile>)> {

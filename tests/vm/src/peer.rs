@@ -3,7 +3,8 @@
 //! [`BENCH`]: libibverbs' static archives and libnl (linked into
 //! benches/verbs), perftest with libibverbs' rxe and siw providers, and
 //! valgrind (`cargo vm bench`). [`C_PEERS`]: librdmacm's `rdma_server` /
-//! `rdma_client` and libibverbs' `ibv_rc_pingpong` with their libraries
+//! `rdma_client`, libibverbs' `ibv_rc_pingpong` and perftest's
+//! `ib_write_bw` / `ib_send_lat` with their libraries
 //! and the providers, the C peers of `examples/c_peers.rs` in `cargo vm
 //! test`. Debian's packages, resolved against the host (what it lacks of
 //! their dependencies comes along), fetched with `apt-get download` and
@@ -48,6 +49,7 @@ pub const C_PEERS: PeerSet = PeerSet {
     packages: &[
         "rdmacm-utils",
         "ibverbs-utils",
+        "perftest",
         "librdmacm1",
         "libibverbs1",
         "ibverbs-providers",
@@ -61,6 +63,8 @@ const C_PEER_PROGRAMS: &[(&str, &str)] = &[
     ("/usr/bin/rdma_server", "rdmacm-utils"),
     ("/usr/bin/rdma_client", "rdmacm-utils"),
     ("/usr/bin/ibv_rc_pingpong", "ibverbs-utils"),
+    ("/usr/bin/ib_write_bw", "perftest"),
+    ("/usr/bin/ib_send_lat", "perftest"),
 ];
 
 /// libibverbs loads a provider named by a `.driver` file of this directory
