@@ -1,43 +1,25 @@
-//! The framing section of docs/benchmarks.md: the `@@FRAMING` lines of
+//! The framing section of docs/benchmarks.md: the `framing` results of
 //! `verbs --framing` (which system call libibverbs and ours make for each
 //! control operation, traced by strace in the VM), as one table per device.
 
-use crate::markers::{error_of, field, find};
+use serde::Deserialize;
 use std::fmt::Write as _;
 
-/// The marker of a framing line.
-pub const FRAMING: &str = "@@FRAMING";
-
-/// One `@@FRAMING` line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One framing result (`"kind":"framing"`): an operation's calls, or a
+/// device's (or the whole trace's) failure.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
 pub struct Line {
+    /// Empty when the trace failed before any device.
     pub device: String,
     /// `libibverbs` or `ours`; empty on an error line.
+    #[serde(rename = "impl")]
     pub imp: String,
     pub op: String,
     /// The calls, `+`-separated (`write:ALLOC_PD`, `ioctl`, `none`).
     pub calls: String,
     /// Set on an error line: the bench's message.
     pub error: Option<String>,
-}
-
-/// Every framing line of `console`.
-pub fn parse(console: &str) -> Vec<Line> {
-    console
-        .lines()
-        .filter_map(|l| find(l, FRAMING))
-        .map(|w| {
-            let error = error_of(w);
-            let get = |k: &str| field(w, k).unwrap_or("").to_string();
-            Line {
-                device: get("device"),
-                imp: get("impl"),
-                op: get("op"),
-                calls: get("calls"),
-                error,
-            }
-        })
-        .collect()
 }
 
 /// How a call list reads in the table.
@@ -124,15 +106,14 @@ mod tests {
 
     #[test]
     fn lines_become_one_table_per_device() {
-        let console = "\
-@@FRAMING device=rxe0 impl=libibverbs op=alloc_pd calls=write:ALLOC_PD
+        let console = r#"@@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"alloc_pd","calls":"write:ALLOC_PD"}
 junk
-@@FRAMING device=rxe0 impl=ours op=alloc_pd calls=write:ALLOC_PD
-@@FRAMING device=rxe0 impl=libibverbs op=dealloc_pd calls=ioctl
-@@FRAMING device=rxe0 impl=libibverbs op=rereg_access calls=none
-@@FRAMING device=siw0 status=error error=\"traced child: exit status: 1\"
-";
-        let lines = parse(console);
+@@RESULT {"kind":"framing","device":"rxe0","impl":"ours","op":"alloc_pd","calls":"write:ALLOC_PD"}
+@@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"dealloc_pd","calls":"ioctl"}
+@@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"rereg_access","calls":"none"}
+@@RESULT {"kind":"framing","device":"siw0","error":"traced child: exit status: 1"}
+"#;
+        let lines = crate::bench::results::read(console).framing;
         assert_eq!(lines.len(), 5);
         assert_eq!(
             lines[4].error.as_deref(),
