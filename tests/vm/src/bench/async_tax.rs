@@ -4,7 +4,7 @@
 //! table per test with each async variant's ratio to the blocking one and
 //! the issue's goals beside it.
 
-use super::units::ratio_name;
+use super::units::{distinct, ratio_name};
 use serde::Deserialize;
 use std::fmt::Write as _;
 
@@ -71,13 +71,8 @@ pub fn markdown(lines: &[Line]) -> String {
         "| device | test | size | blocking | async | async ÷ blocking | async_busy | async_busy ÷ blocking |\n\
          |---|---|---:|---:|---:|---:|---:|---:|\n",
     );
-    let mut keys: Vec<(&str, &str, u64)> = Vec::new();
-    for l in lines.iter().filter(|l| l.error.is_none()) {
-        if !keys.contains(&(&l.device, &l.test, l.size)) {
-            keys.push((&l.device, &l.test, l.size));
-        }
-    }
-    for (device, test, size) in keys {
+    let ok = lines.iter().filter(|l| l.error.is_none());
+    for (device, test, size) in distinct(ok.map(|l| (l.device.as_str(), l.test.as_str(), l.size))) {
         let of = |imp: &str| {
             lines
                 .iter()

@@ -5,7 +5,7 @@
 //! ratio, beside the verbs bench's times.
 
 use super::ops::{is_case, Line};
-use super::units::ratio_name;
+use super::units::{distinct, ratio_name};
 use std::fmt::Write as _;
 
 /// The section, from its `###` heading, of the control pairs among the
@@ -28,13 +28,7 @@ pub fn markdown(lines: &[Line]) -> String {
         "| device | operations | ours Ir | libibverbs Ir | ours ÷ libibverbs | ours syscalls | libibverbs syscalls |\n\
          |---|---|---:|---:|---:|---:|---:|\n",
     );
-    let mut keys: Vec<(&str, &str)> = Vec::new();
-    for l in &lines {
-        if !keys.contains(&(&l.device, &l.op)) {
-            keys.push((&l.device, &l.op));
-        }
-    }
-    for (device, op) in keys {
+    for (device, op) in distinct(lines.iter().map(|l| (l.device.as_str(), l.op.as_str()))) {
         let of = |imp: &str| {
             lines
                 .iter()

@@ -2,6 +2,7 @@
 //! `verbs --framing` (which system call libibverbs and ours make for each
 //! control operation, traced by strace in the VM), as one table per device.
 
+use super::units::distinct;
 use serde::Deserialize;
 use std::fmt::Write as _;
 
@@ -53,12 +54,12 @@ pub fn markdown(lines: &[Line]) -> String {
          rxe and siw providers have no `rereg_mr`: it answers `EOPNOTSUPP` without a system \
          call. Ours' rereg row is the strict in-place command.\n\n",
     );
-    let mut devices: Vec<&str> = Vec::new();
-    for l in lines {
-        if !l.device.is_empty() && !devices.contains(&l.device.as_str()) {
-            devices.push(&l.device);
-        }
-    }
+    let devices = distinct(
+        lines
+            .iter()
+            .map(|l| l.device.as_str())
+            .filter(|d| !d.is_empty()),
+    );
     for l in lines.iter().filter(|l| l.error.is_some()) {
         let _ = writeln!(
             s,
@@ -79,12 +80,7 @@ pub fn markdown(lines: &[Line]) -> String {
         if rows.is_empty() {
             continue;
         }
-        let mut ops: Vec<&str> = Vec::new();
-        for r in &rows {
-            if !ops.contains(&r.op.as_str()) {
-                ops.push(&r.op);
-            }
-        }
+        let ops = distinct(rows.iter().map(|r| r.op.as_str()));
         let _ = writeln!(s, "**{d}**\n");
         s.push_str("| operation | libibverbs | ours (Auto) |\n|---|---|---|\n");
         for op in ops {

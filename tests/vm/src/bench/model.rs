@@ -299,13 +299,7 @@ impl Run {
 
     /// The devices, in the order they first appear.
     pub fn devices(&self) -> Vec<String> {
-        let mut d: Vec<String> = Vec::new();
-        for r in &self.rows {
-            if !d.contains(&r.key.device) {
-                d.push(r.key.device.clone());
-            }
-        }
-        d
+        super::units::distinct(self.rows.iter().map(|r| r.key.device.clone()))
     }
 
     /// The first `verbs_info` value of `key`.

@@ -4,7 +4,7 @@
 //! size with each scheme's throughput against dereg + reg's.
 
 use super::results::nan;
-use crate::bench::units::{ratio_name, size_name, time_name};
+use crate::bench::units::{distinct, ratio_name, size_name, time_name};
 use serde::Deserialize;
 use std::fmt::Write as _;
 
@@ -97,14 +97,9 @@ pub fn markdown(lines: &[Line]) -> String {
          deregistration around one WRITE). The ratio is the scheme's WRITEs per second ÷ dereg-reg's. \
          On siw every rereg is a replace (the kernel refuses REREG_MR in place).\n\n",
     );
-    let mut groups: Vec<(String, u64, u64)> = Vec::new();
-    for l in lines {
-        let g = (l.device.clone(), l.buffer, l.write);
-        if !groups.contains(&g) {
-            groups.push(g);
-        }
-    }
-    for (device, buffer, write) in groups {
+    for (device, buffer, write) in
+        distinct(lines.iter().map(|l| (l.device.as_str(), l.buffer, l.write)))
+    {
         let _ = writeln!(
             s,
             "**{device}**, {} buffers, {} WRITEs\n",

@@ -5,7 +5,7 @@
 //! case 1 on rxe, and case 1's per-function split.
 
 use super::results::nan;
-use super::units::ratio_name;
+use super::units::{distinct, ratio_name};
 use serde::Deserialize;
 use std::fmt::Write as _;
 
@@ -149,13 +149,7 @@ pub fn ratios(lines: &[Line]) -> Vec<(String, String, f64)> {
 
 /// The devices of `lines`, in console order.
 fn devices(lines: &[Line]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for l in lines {
-        if !out.contains(&l.device.as_str()) {
-            out.push(&l.device);
-        }
-    }
-    out
+    distinct(lines.iter().map(|l| l.device.as_str()))
 }
 
 /// What a case's row is called: the operation, and how many requests of
@@ -253,12 +247,11 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> String {
             None => "not measured".into(),
         }
     );
-    let mut groups: Vec<(&str, &str)> = Vec::new();
-    for f in functions {
-        if !groups.contains(&(&f.device, &f.imp)) {
-            groups.push((&f.device, &f.imp));
-        }
-    }
+    let groups = distinct(
+        functions
+            .iter()
+            .map(|f| (f.device.as_str(), f.imp.as_str())),
+    );
     if !groups.is_empty() {
         s.push_str(
             "Where they go in case 1: the functions with the most self (exclusive) instructions \

@@ -6,7 +6,7 @@
 
 use super::datapath::DataPath;
 use super::model::{CellKey, Run, SIZES};
-use super::units::{decade_name, size_name};
+use super::units::{decade_name, distinct, size_name};
 use super::wire::{Operation, Transport};
 use std::fmt::Write as _;
 
@@ -268,16 +268,10 @@ pub fn datapath(dp: &DataPath) -> String {
         let panels: Vec<Panel> = targets
             .iter()
             .map(|(device, conn)| {
-                let keys = dp
-                    .cells
-                    .keys()
-                    .filter(|k| &k.device == device && &k.conn == conn);
-                let mut groups: Vec<(String, u64)> = Vec::new();
-                for k in keys.filter(|k| k.is_latency() == latency) {
-                    if !groups.contains(&(k.test.clone(), k.qd)) {
-                        groups.push((k.test.clone(), k.qd));
-                    }
-                }
+                let keys = dp.cells.keys().filter(|k| {
+                    &k.device == device && &k.conn == conn && k.is_latency() == latency
+                });
+                let groups = distinct(keys.map(|k| (k.test.clone(), k.qd)));
                 let mut series = Vec::new();
                 for (i, (test, qd)) in groups.iter().enumerate() {
                     for ours in [true, false] {

@@ -203,13 +203,11 @@ impl DataPath {
 
     /// The targets (`device conn`) in first-seen order of the cells' keys.
     pub fn targets(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = Vec::new();
-        for k in self.cells.keys() {
-            let t = (k.device.clone(), k.conn.clone());
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
+        let mut out = crate::bench::units::distinct(
+            self.cells
+                .keys()
+                .map(|k| (k.device.clone(), k.conn.clone())),
+        );
         // rxe before siw, loopback before cm.
         out.sort_by(|a, b| (&a.0, a.1 != "loopback").cmp(&(&b.0, b.1 != "loopback")));
         out
