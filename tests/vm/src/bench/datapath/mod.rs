@@ -46,6 +46,14 @@ pub enum Value {
 }
 
 impl Value {
+    /// The median, p10 and p90 of a latency; a bandwidth and two NaNs.
+    fn parts(self) -> [f64; 3] {
+        match self {
+            Value::Latency { median, p10, p90 } => [median, p10, p90],
+            Value::Bandwidth(b) => [b, f64::NAN, f64::NAN],
+        }
+    }
+
     /// The number the ratio compares: the median latency or the bandwidth.
     pub fn headline(self) -> f64 {
         match self {
@@ -162,24 +170,15 @@ impl Cell {
             .flat_map(|p| if ours { &p.ours } else { &p.perftest })
             .copied()
             .collect();
-        let pick = |f: fn(&Value) -> f64| median(&vals.iter().map(f).collect::<Vec<_>>());
-        match vals.first()? {
-            Value::Latency { .. } => Some(Value::Latency {
-                median: pick(|v| match v {
-                    Value::Latency { median, .. } => *median,
-                    Value::Bandwidth(_) => f64::NAN,
-                })?,
-                p10: pick(|v| match v {
-                    Value::Latency { p10, .. } => *p10,
-                    Value::Bandwidth(_) => f64::NAN,
-                })?,
-                p90: pick(|v| match v {
-                    Value::Latency { p90, .. } => *p90,
-                    Value::Bandwidth(_) => f64::NAN,
-                })?,
-            }),
-            Value::Bandwidth(_) => Some(Value::Bandwidth(pick(|v| v.headline())?)),
-        }
+        let pick = |i: usize| median(&vals.iter().map(|v| v.parts()[i]).collect::<Vec<_>>());
+        Some(match vals.first()? {
+            Value::Latency { .. } => Value::Latency {
+                median: pick(0)?,
+                p10: pick(1)?,
+                p90: pick(2)?,
+            },
+            Value::Bandwidth(_) => Value::Bandwidth(pick(0)?),
+        })
     }
 }
 
