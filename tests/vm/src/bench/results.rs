@@ -20,6 +20,12 @@ use std::fmt;
 /// The marker of a result line.
 pub const MARKER: &str = "@@RESULT";
 
+// The benches' writer, so that a test proves both sides agree.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../../../../benches/result.rs"]
+mod writer;
+
 /// Information about a run (`verbs_info`, `datapath_info`): its fields as
 /// text (`"cell_ms":500` reads as `cell_ms` = `500`).
 pub type Info = BTreeMap<String, String>;
@@ -150,6 +156,52 @@ pub fn nan() -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the benches' writer prints, this module reads: the marker, the
+    /// kind and the fields of a result of each kind as the benches fill them.
+    #[test]
+    fn reads_what_the_benches_write() {
+        use serde_json::json;
+        let lines = [
+            writer::line("verbs_info", [json!({"cell_ms": 500, "sizes": "4096"})]),
+            writer::line(
+                "verbs",
+                [
+                    json!({"pass": 1, "round": 2, "device": "rxe0", "impl": "ours", "transport": "ioctl", "fork": "off", "op": "rereg_access", "size": 4096}),
+                    json!({"median_ns": 10, "p10_ns": 9, "p90_ns": 11, "n": 5}),
+                    json!({"path": "inplace"}),
+                ],
+            ),
+            writer::line(
+                "datapath",
+                [
+                    json!({"pass": 1, "round": 1, "impl": "ours", "retried": false, "device": "rxe0", "conn": "cm", "test": "write_bw", "size": 64, "qd": 1, "inline": 0, "iters": 3, "mib_per_s": 1.5}),
+                ],
+            ),
+            writer::line(
+                "ops",
+                [
+                    json!({"device": "rxe0", "impl": "ours", "op": "send_recv"}),
+                    json!({"error": "x"}),
+                ],
+            ),
+            writer::line(
+                "ops_fn",
+                [json!({"device": "rxe0", "impl": "ours", "self_ir_per_pair": 1.5, "fn": "f"})],
+            ),
+            writer::line("framing", [json!({"error": "e"})]),
+            writer::line("async", [json!({"device": "siw0", "error": "e"})]),
+        ];
+        let r = read(&lines.join("\n"));
+        assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+        assert_eq!(r.verbs.len(), 1);
+        assert_eq!(r.verbs[0].rounds, vec![(1, 2, 10.0)]);
+        assert_eq!(r.datapath[0].value(), Ok(datapath::Value::Bandwidth(1.5)));
+        assert_eq!(
+            (r.ops.len(), r.ops_fn.len(), r.framing.len(), r.asyncs.len()),
+            (1, 1, 1, 1)
+        );
+    }
 
     #[test]
     fn reads_records_after_other_text_and_names_bad_lines() {
