@@ -35,7 +35,7 @@ pub const DONE: &str = "@@UVERBS-DONE";
 /// The text after `marker` in a console line (leading spaces removed), if
 /// the line carries that marker. The marker may follow other text (kernel
 /// messages interleave with the guest's output) but must end at a space or
-/// the line's end, so `@@BENCH` does not match `@@BENCH-INFO`.
+/// the line's end, so `@@UVERBS-RUN` does not match `@@UVERBS-RUNS`.
 pub fn find<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
     line.match_indices(marker).find_map(|(at, _)| {
         let rest = &line[at + marker.len()..];
