@@ -17,7 +17,7 @@
 //! cost, median and p10–p90, as one machine-readable line:
 //!
 //! ```text
-//! @@MOVER device=rxe0 scheme=rereg-access path=inplace buffer=1048576 write=4096 buffers=8 exposed=4 rotate_every=1 writes=2000 seconds=… writes_per_s=… mib_per_s=… rotate_median_ns=… rotate_p10_ns=… rotate_p90_ns=…
+//! @@RESULT {"kind":"mover","device":"rxe0","scheme":"rereg-access","path":"inplace","buffer":1048576,"write":4096,"buffers":8,"exposed":4,"rotate_every":1,"writes":2000,"seconds":…,"writes_per_s":…,"mib_per_s":…,"rotate_median_ns":…,"rotate_p10_ns":…,"rotate_p90_ns":…}
 //! ```
 //!
 //! ```text
@@ -319,20 +319,26 @@ fn run_scheme(ctx: &Context, o: &Options, scheme: Scheme) -> Fallible<()> {
     }
     let secs = start.elapsed().as_secs_f64();
     let (med, p10, p90) = spread(rotate_ns);
-    println!(
-        "@@MOVER device={} scheme={} path={} buffer={} write={} buffers={} exposed={} rotate_every={} writes={} seconds={secs:.3} writes_per_s={:.1} mib_per_s={:.3} rotate_median_ns={med} rotate_p10_ns={p10} rotate_p90_ns={p90}",
-        ctx.device_name(),
-        scheme.name(),
-        pool.path_name(),
-        o.buffer,
-        o.write,
-        o.buffers,
-        o.exposed,
-        o.rotate_every,
-        o.writes,
-        o.writes as f64 / secs,
-        (o.writes * o.write) as f64 / secs / (1u64 << 20) as f64,
-    );
+    // The result `cargo vm bench` reads (tests/vm/src/bench/results.rs).
+    let result = serde_json::json!({
+        "kind": "mover",
+        "device": ctx.device_name(),
+        "scheme": scheme.name(),
+        "path": pool.path_name(),
+        "buffer": o.buffer,
+        "write": o.write,
+        "buffers": o.buffers,
+        "exposed": o.exposed,
+        "rotate_every": o.rotate_every,
+        "writes": o.writes,
+        "seconds": secs,
+        "writes_per_s": o.writes as f64 / secs,
+        "mib_per_s": (o.writes * o.write) as f64 / secs / (1u64 << 20) as f64,
+        "rotate_median_ns": med,
+        "rotate_p10_ns": p10,
+        "rotate_p90_ns": p90,
+    });
+    println!("@@RESULT {result}");
     println!(
         "  {} on {}: {} WRITEs of {} B in {secs:.2} s ({:.0}/s), rotation median {:.1} µs (p10 {:.1}, p90 {:.1}), {}",
         scheme.name(),
@@ -362,12 +368,13 @@ fn device_run(dev: &Device, o: &Options) -> bool {
     let mut ok = true;
     for &s in &o.schemes {
         if let Err(e) = run_scheme(&ctx, o, s) {
-            println!(
-                "@@MOVER device={} scheme={} status=error error=\"{}\"",
-                dev.name(),
-                s.name(),
-                e.to_string().replace('"', "'")
-            );
+            let result = serde_json::json!({
+                "kind": "mover",
+                "device": dev.name(),
+                "scheme": s.name(),
+                "error": e.to_string(),
+            });
+            println!("@@RESULT {result}");
             ok = false;
         }
     }

@@ -18,9 +18,9 @@
 //! One line per measurement:
 //!
 //! ```text
-//! @@ASYNC device=rxe0 test=send_lat size=64 impl=blocking iters=300 median_us=… p99_us=…
-//! @@ASYNC device=rxe0 test=write_bw size=65536 qd=64 impl=async writes=512 mb_per_s=…
-//! @@ASYNC device=siw0 status=error error="…"
+//! @@RESULT {"kind":"async","device":"rxe0","test":"send_lat","size":64,"impl":"blocking","iters":300,"median_us":…,"p99_us":…}
+//! @@RESULT {"kind":"async","device":"rxe0","test":"write_bw","size":65536,"qd":64,"impl":"async","writes":512,"mb_per_s":…}
+//! @@RESULT {"kind":"async","device":"siw0","error":"…"}
 //! ```
 //!
 //! Options: `--device NAME[,NAME…]` (rxe0,siw0), `--iters N` (300),
@@ -28,7 +28,10 @@
 
 #[path = "../ops/cm.rs"]
 mod cm;
+#[path = "../result.rs"]
+mod result;
 
+use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -65,7 +68,7 @@ fn main() {
     let mut failed = false;
     for device in devices.split(',') {
         if let Err(e) = bench_device(device, iters, bw_bytes) {
-            println!("@@ASYNC device={device} status=error error={e:?}");
+            result::print("async", [json!({"device": device, "error": e})]);
             failed = true;
         }
     }
@@ -214,15 +217,21 @@ fn print_lat(device: &str, imp: &str, one_way_us: &[f64]) {
     v.sort_by(f64::total_cmp);
     let median = v[v.len() / 2];
     let p99 = v[(v.len() * 99 / 100).min(v.len() - 1)];
-    println!(
-        "@@ASYNC device={device} test=send_lat size=64 impl={imp} iters={} median_us={median:.2} p99_us={p99:.2}",
-        v.len()
+    let iters = v.len();
+    result::print(
+        "async",
+        [
+            json!({"device": device, "test": "send_lat", "size": 64, "impl": imp, "iters": iters, "median_us": median, "p99_us": p99}),
+        ],
     );
 }
 
 fn print_bw(device: &str, imp: &str, size: usize, writes: usize, mb_per_s: f64) {
-    println!(
-        "@@ASYNC device={device} test=write_bw size={size} qd={QD} impl={imp} writes={writes} mb_per_s={mb_per_s:.2}"
+    result::print(
+        "async",
+        [
+            json!({"device": device, "test": "write_bw", "size": size, "qd": QD, "impl": imp, "writes": writes, "mb_per_s": mb_per_s}),
+        ],
     );
 }
 

@@ -83,7 +83,20 @@ pub struct Cell {
 }
 
 impl Cell {
-    /// The words identifying the cell in a result line.
+    /// The cell's fields in a result line.
+    pub fn fields(&self) -> serde_json::Value {
+        serde_json::json!({
+            "device": self.device,
+            "conn": self.conn.name(),
+            "test": self.test.name(),
+            "size": self.size,
+            "qd": self.qd,
+            "inline": self.inline,
+            "iters": self.iters,
+        })
+    }
+
+    /// The words identifying the cell (`UVERBS_DP_ONLY` picks by them).
     pub fn key(&self) -> String {
         format!(
             "device={} conn={} test={} size={} qd={} inline={} iters={}",

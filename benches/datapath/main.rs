@@ -15,12 +15,12 @@
 //! One line per run:
 //!
 //! ```text
-//! @@DATAPATH pass=1 round=2 impl=ours device=rxe0 conn=loopback test=write_lat size=2 qd=1 inline=220 iters=300 median_ns=… p10_ns=… p90_ns=… n=…
-//! @@DATAPATH pass=1 round=2 impl=perftest device=siw0 conn=cm test=write_bw size=65536 qd=64 inline=0 iters=512 mib_per_s=…
-//! @@DATAPATH pass=1 round=1 impl=ours … status=error error="…"
+//! @@RESULT {"kind":"datapath","pass":1,"round":2,"impl":"ours","device":"rxe0","conn":"loopback","test":"write_lat","size":2,"qd":1,"inline":220,"iters":300,"median_ns":…,"p10_ns":…,"p90_ns":…,"n":…}
+//! @@RESULT {"kind":"datapath","pass":1,"round":2,"impl":"perftest","device":"siw0","conn":"cm","test":"write_bw","size":65536,"qd":64,"inline":0,"iters":512,"mib_per_s":…}
+//! @@RESULT {"kind":"datapath","pass":1,"round":1,"impl":"ours",…,"error":"…"}
 //! ```
 //!
-//! A run that fails is run once more (its line then says `retried=1`);
+//! A run that fails is run once more (its line then says `"retried":true`);
 //! only a second failure is reported as an error.
 //!
 //! Knobs: `UVERBS_DP_ROUNDS` (3), `UVERBS_DP_PASSES` (2),
@@ -32,6 +32,8 @@
 
 mod cells;
 mod parse;
+#[path = "../result.rs"]
+mod result;
 mod run;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +43,7 @@ use std::time::{Duration, Instant};
 use cells::{Cell, Conn};
 use parse::Measured;
 use run::Ready;
+use serde_json::json;
 
 /// The longest one run (server and client) may take.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
@@ -176,25 +179,18 @@ fn report(
     retried: bool,
     got: &Result<Measured, String>,
 ) {
-    let retry = if retried { " retried=1" } else { "" };
-    let head = format!(
-        "@@DATAPATH pass={pass} round={round} impl={}{retry} {}",
-        imp.name(),
-        cell.key()
-    );
-    match got {
+    let run = json!({"pass": pass, "round": round, "impl": imp.name(), "retried": retried});
+    let measured = match got {
         Ok(Measured::Latency {
             median,
             p10,
             p90,
             n,
-        }) => println!("{head} median_ns={median} p10_ns={p10} p90_ns={p90} n={n}"),
-        Ok(Measured::Bandwidth { mib_per_s }) => println!("{head} mib_per_s={mib_per_s:.3}"),
-        Err(e) => println!(
-            "{head} status=error error=\"{}\"",
-            e.replace(['"', '\n'], "'")
-        ),
-    }
+        }) => json!({"median_ns": median, "p10_ns": p10, "p90_ns": p90, "n": n}),
+        Ok(Measured::Bandwidth { mib_per_s }) => json!({ "mib_per_s": mib_per_s }),
+        Err(e) => json!({ "error": e }),
+    };
+    result::print("datapath", [run, cell.fields(), measured]);
 }
 
 /// The kernel's clock source: our tool stamps time with the vDSO clock
@@ -253,12 +249,16 @@ fn main() {
         only.iter().all(|w| key.split_whitespace().any(|k| k == w))
     });
     let start = Instant::now();
-    println!(
-        "@@DATAPATH-INFO rounds={rounds} passes={passes} lat_iters={lat_iters} bw_bytes={bw_bytes} cells={} clocksource={} clock_read_ns={}",
-        cells.len(),
-        clocksource(),
-        clock_read_ns()
-    );
+    let info = json!({
+        "rounds": rounds,
+        "passes": passes,
+        "lat_iters": lat_iters,
+        "bw_bytes": bw_bytes,
+        "cells": cells.len(),
+        "clocksource": clocksource(),
+        "clock_read_ns": clock_read_ns(),
+    });
+    result::print("datapath_info", [info]);
     let mut port: u16 = 20000;
     for pass in 1..=passes {
         for cell in &cells {
@@ -283,13 +283,9 @@ fn main() {
                 }
             }
         }
-        println!(
-            "@@DATAPATH-INFO pass={pass} seconds={:.1}",
-            start.elapsed().as_secs_f64()
-        );
+        let seconds = start.elapsed().as_secs_f64();
+        result::print("datapath_info", [json!({"pass": pass, "seconds": seconds})]);
     }
-    println!(
-        "@@DATAPATH-INFO done seconds={:.1}",
-        start.elapsed().as_secs_f64()
-    );
+    let seconds = start.elapsed().as_secs_f64();
+    result::print("datapath_info", [json!({"done": true, "seconds": seconds})]);
 }

@@ -5,10 +5,12 @@
 //! each inclusive of what it calls in user space; the kernel not counted).
 //!
 //! ```text
-//! @@OPS device=rxe0 impl=ours op=alloc_pd+dealloc_pd ir_per_pair=… calls=200+200 syscalls_per_pair=2.00 iters=200 valgrind=3.19.0
+//! @@RESULT {"kind":"ops","device":"rxe0","impl":"ours","op":"alloc_pd+dealloc_pd","ir_per_pair":…,"calls":"200+200","syscalls_per_pair":2.0,"iters":200,"valgrind":"3.19.0"}
 //! ```
 
 use crate::profile::{self, Calls};
+use crate::result;
+use serde_json::{json, Value};
 
 /// The two pairs, and each implementation's functions for them (the names
 /// callgrind gives them).
@@ -64,7 +66,7 @@ fn functions(imp: &str) -> Vec<&'static str> {
         .collect()
 }
 
-/// Runs the child of `imp` under callgrind and prints one `@@OPS` line per
+/// Runs the child of `imp` under callgrind and prints one `ops` result per
 /// pair.
 pub fn measure(valgrind: &str, imp: &str, device: &str, iters: usize) {
     let names = functions(imp);
@@ -83,32 +85,27 @@ pub fn measure(valgrind: &str, imp: &str, device: &str, iters: usize) {
         ],
     );
     for (i, pair) in PAIRS.iter().enumerate() {
-        let line = match &run {
+        let fields = match &run {
             Ok(file) => {
                 let calls = |f: &str| file.calls.get(f).copied().unwrap_or_default();
                 let (a, b) = (calls(names[2 * i]), calls(names[2 * i + 1]));
-                match line(pair.op, a, b, iters as u64) {
-                    Ok(words) => format!("{words} valgrind={}", file.version),
-                    Err(e) => error(pair.op, &e),
+                match fields(a, b, iters as u64) {
+                    Ok(f) => f,
+                    Err(e) => json!({ "error": e }),
                 }
             }
-            Err(e) => error(pair.op, e),
+            Err(e) => json!({ "error": e }),
         };
-        println!("{} device={device} impl={imp} {line}", crate::OPS);
+        let version = run.as_ref().ok().map(|f| json!({ "valgrind": f.version }));
+        let key = json!({"device": device, "impl": imp, "op": pair.op});
+        result::print("ops", [key, fields].into_iter().chain(version));
     }
 }
 
-fn error(op: &str, e: &str) -> String {
-    format!(
-        "op={op} status=error error=\"{}\"",
-        e.replace('"', "'").replace('\n', " | ")
-    )
-}
-
-/// The words of one pair's line, once callgrind saw at least `iters` calls
+/// The numbers of one pair's result, once callgrind saw at least `iters` calls
 /// of each function (the loop makes `iters`, plus the PD the reg loop
 /// uses): per pair, each function's inclusive Ir ÷ its calls, summed.
-fn line(op: &str, a: Calls, b: Calls, iters: u64) -> Result<String, String> {
+fn fields(a: Calls, b: Calls, iters: u64) -> Result<Value, String> {
     if a.count < iters || b.count < iters {
         return Err(format!(
             "callgrind saw {} and {} calls, the loop made at least {iters} of each (a name did not match, or a call was inlined)",
@@ -122,11 +119,12 @@ fn line(op: &str, a: Calls, b: Calls, iters: u64) -> Result<String, String> {
         )
     };
     let ((ir_a, sys_a), (ir_b, sys_b)) = (per(a), per(b));
-    Ok(format!(
-        "op={op} ir_per_pair={:.1} ir_first={ir_a:.1} ir_second={ir_b:.1} calls={}+{} syscalls_per_pair={:.2} iters={iters}",
-        ir_a + ir_b,
-        a.count,
-        b.count,
-        sys_a + sys_b
-    ))
+    Ok(json!({
+        "ir_per_pair": ir_a + ir_b,
+        "ir_first": ir_a,
+        "ir_second": ir_b,
+        "calls": format!("{}+{}", a.count, b.count),
+        "syscalls_per_pair": sys_a + sys_b,
+        "iters": iters,
+    }))
 }

@@ -34,25 +34,24 @@
 //! prints one line each:
 //!
 //! ```text
-//! @@OPS device=rxe0 impl=ours op=post_send+poll_cq ir_per_iter=… ir_per_pair=… ir_total=… iters=200 posts=200 polls=200 empty_polls=0 ir_per_post=… ir_per_poll=… syscalls_per_post=… syscalls_per_poll=… wrs_per_post=1 signalled_per_post=1 valgrind=3.19.0
-//! @@OPS device=rxe0 impl=ours op=send_recv ir_per_iter=… … post_recvs=200 ir_per_post_recv=… syscalls_per_post_recv=… wrs_per_post=1 signalled_per_post=1 valgrind=3.19.0
-//! @@OPS device=siw0 impl=libibverbs op=write_batch4 status=error error="…"
+//! @@RESULT {"kind":"ops","device":"rxe0","impl":"ours","op":"post_send+poll_cq","ir_per_iter":…,"ir_total":…,"iters":200,"posts":200,"polls":200,"empty_polls":0,"ir_per_post":…,"ir_per_poll":…,"syscalls_per_post":…,"syscalls_per_poll":…,"wrs_per_post":1,"signalled_per_post":1,"valgrind":"3.19.0"}
+//! @@RESULT {"kind":"ops","device":"rxe0","impl":"ours","op":"send_recv",…,"post_recvs":200,"ir_per_post_recv":…,"syscalls_per_post_recv":…}
+//! @@RESULT {"kind":"ops","device":"siw0","impl":"libibverbs","op":"write_batch4","error":"…"}
 //! ```
 //!
-//! `ir_per_iter` is the total ÷ the iterations (case 1 also says it as
-//! `ir_per_pair`, its old name); `ir_per_post`, `ir_per_poll` and
+//! `ir_per_iter` is the total ÷ the iterations; `ir_per_post`, `ir_per_poll` and
 //! `ir_per_post_recv` are each function's calls' inclusive Ir ÷ their
 //! number. Then, per device and implementation, case 1's functions with the
 //! most self (exclusive) instructions inside the measured ones:
 //!
 //! ```text
-//! @@OPS-FN device=rxe0 impl=ours self_ir_per_pair=… fn=uverbs::cq::CompletionQueue::poll
+//! @@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":…,"fn":"uverbs::cq::CompletionQueue::poll"}
 //! ```
 //!
 //! Then, the same way on the first device, the control operations
 //! (`control.rs`): per implementation one line per pair,
-//! `op=alloc_pd+dealloc_pd` and `op=reg_mr+dereg_mr` (one 4 KiB page),
-//! with `ir_per_pair`.
+//! `alloc_pd+dealloc_pd` and `reg_mr+dereg_mr` (one 4 KiB page), with
+//! `ir_per_pair`.
 //!
 //! `posts`, `polls` and `post_recvs` are the calls callgrind saw of the
 //! measured functions (checked against the loop's own count);
@@ -68,9 +67,12 @@ mod control;
 mod ibv;
 mod ours;
 mod profile;
+#[path = "../result.rs"]
+mod result;
 
 use std::time::{Duration, Instant};
 
+use serde_json::{json, Value};
 use uverbs::Mtu;
 
 /// The port and GID index used (on the VM's rxe0 index 0 is the RoCE v2
@@ -281,10 +283,6 @@ pub fn landed(pair: &Pair, buf: &[u8]) -> Result<(), String> {
     Ok(())
 }
 
-/// The marker of the result lines (tests/vm/src/bench/ops.rs reads them).
-const OPS: &str = "@@OPS";
-/// The marker of the per-function lines (self Ir; the name ends the line).
-const OPS_FN: &str = "@@OPS-FN";
 /// How many functions those lines name per implementation.
 const TOP: usize = 12;
 /// The child's own count, which the parent checks callgrind's against.
@@ -415,68 +413,51 @@ fn measure_device(valgrind: &str, device: &str, iters: usize, cm: Option<String>
                 .as_ref()
                 .map_err(|e| e.clone())
                 .and_then(|s| profile::run(valgrind, imp, case, device, s, iters));
-            let line = match &run {
-                Ok(r) => result_words(case, r, iters, setup.as_ref().is_ok_and(|s| s.cm.is_some())),
-                Err(e) => format!(
-                    "status=error error=\"{}\"",
-                    e.replace('"', "'").replace('\n', " | ")
-                ),
+            let fields = match &run {
+                Ok(r) => {
+                    result_fields(case, r, iters, setup.as_ref().is_ok_and(|s| s.cm.is_some()))
+                }
+                Err(e) => json!({ "error": e }),
             };
-            println!(
-                "{OPS} device={device} impl={} op={} {line}",
-                imp.name,
-                case.op()
-            );
+            let key = json!({"device": device, "impl": imp.name, "op": case.op()});
+            result::print("ops", [key, fields]);
             if case != Case::Write {
                 continue;
             }
             // Where case 1's instructions go: the functions with the most
             // self Ir.
             for (name, ir) in run.iter().flat_map(|r| r.top.iter().take(TOP)) {
-                println!(
-                    "{OPS_FN} device={device} impl={} self_ir_per_pair={:.1} fn={name}",
-                    imp.name,
-                    *ir as f64 / iters as f64
-                );
+                let self_ir_per_pair = *ir as f64 / iters as f64;
+                let f = json!({"device": device, "impl": imp.name, "self_ir_per_pair": self_ir_per_pair, "fn": name});
+                result::print("ops_fn", [f]);
             }
         }
     }
 }
 
-/// The words of a measured line after `op=`.
-fn result_words(case: Case, r: &profile::Measured, iters: usize, iwarp: bool) -> String {
-    let per_iter = r.ir_total as f64 / iters as f64;
-    let mut words = format!("ir_per_iter={per_iter:.1}");
-    if case == Case::Write {
-        // The name of the old lines, whose readers know no other.
-        words += &format!(" ir_per_pair={per_iter:.1}");
-    }
-    words += &format!(
-        " ir_total={} iters={iters} posts={} polls={} empty_polls={} ir_per_post={:.1} ir_per_poll={:.1} syscalls_per_post={:.2} syscalls_per_poll={:.2}",
-        r.ir_total,
-        r.posts,
-        r.polls,
-        r.empty_polls,
-        per(r.post.ir, r.posts),
-        per(r.poll.ir, r.polls),
-        per(r.post.syscalls, r.posts),
-        per(r.poll.syscalls, r.polls),
-    );
+/// The numbers of a measured case's result.
+fn result_fields(case: Case, r: &profile::Measured, iters: usize, iwarp: bool) -> Value {
+    let mut f = json!({
+        "ir_per_iter": r.ir_total as f64 / iters as f64,
+        "ir_total": r.ir_total,
+        "iters": iters,
+        "posts": r.posts,
+        "polls": r.polls,
+        "empty_polls": r.empty_polls,
+        "ir_per_post": per(r.post.ir, r.posts),
+        "ir_per_poll": per(r.poll.ir, r.polls),
+        "syscalls_per_post": per(r.post.syscalls, r.posts),
+        "syscalls_per_poll": per(r.poll.syscalls, r.polls),
+        "wrs_per_post": case.wrs(),
+        "signalled_per_post": case.signalled(iwarp),
+        "valgrind": r.version,
+    });
     if case.measures_post_recv() {
-        words += &format!(
-            " post_recvs={} ir_per_post_recv={:.1} syscalls_per_post_recv={:.2}",
-            r.post_recvs,
-            per(r.post_recv.ir, r.post_recvs),
-            per(r.post_recv.syscalls, r.post_recvs),
-        );
+        f["post_recvs"] = r.post_recvs.into();
+        f["ir_per_post_recv"] = per(r.post_recv.ir, r.post_recvs).into();
+        f["syscalls_per_post_recv"] = per(r.post_recv.syscalls, r.post_recvs).into();
     }
-    words += &format!(
-        " wrs_per_post={} signalled_per_post={} valgrind={}",
-        case.wrs(),
-        case.signalled(iwarp),
-        r.version
-    );
-    words
+    f
 }
 
 /// `total / n`, 0 for no calls.

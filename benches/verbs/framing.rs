@@ -11,9 +11,9 @@
 //! calls between two markers that reached a uverbs file:
 //!
 //! ```text
-//! @@FRAMING device=rxe0 impl=libibverbs op=alloc_pd calls=write:ALLOC_PD
-//! @@FRAMING device=rxe0 impl=libibverbs op=dealloc_pd calls=ioctl
-//! @@FRAMING device=rxe0 status=error error="…"
+//! @@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"alloc_pd","calls":"write:ALLOC_PD"}
+//! @@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"dealloc_pd","calls":"ioctl"}
+//! @@RESULT {"kind":"framing","device":"rxe0","error":"…"}
 //! ```
 //!
 //! A `write` is named by the command in the first word of its buffer (the
@@ -25,10 +25,12 @@ use std::ffi::{c_int, c_void};
 use std::path::Path;
 use std::process::Command;
 
+use serde_json::json;
 use uverbs::{Device, ReregFallback, ReregFlags};
 
 use crate::ibv;
 use crate::ours::{buffer, ACCESS_A, ACCESS_B};
+use crate::result;
 use crate::trace::{calls_between_marks, MARK};
 
 /// The region each registration covers.
@@ -39,7 +41,7 @@ pub fn run(devices: &[Device]) {
     let strace = std::env::var("UVERBS_STRACE").unwrap_or_else(|_| "/usr/bin/strace".into());
     let me = match std::env::current_exe() {
         Ok(p) => p,
-        Err(e) => return println!("@@FRAMING status=error error=\"current_exe: {e}\""),
+        Err(e) => return failed(None, format!("current_exe: {e}")),
     };
     for dev in devices {
         let name = dev.name();
@@ -55,27 +57,38 @@ pub fn run(devices: &[Device]) {
         match status {
             Ok(s) if s.success() => {}
             Ok(s) => {
-                println!("@@FRAMING device={name} status=error error=\"traced child: {s}\"");
+                failed(Some(name), format!("traced child: {s}"));
                 continue;
             }
             Err(e) => {
-                println!("@@FRAMING device={name} status=error error=\"running {strace}: {e}\"");
+                failed(Some(name), format!("running {strace}: {e}"));
                 continue;
             }
         }
         match std::fs::read_to_string(&trace) {
             Ok(text) => {
                 for (imp, op, calls) in calls_between_marks(&text) {
-                    println!("@@FRAMING device={name} impl={imp} op={op} calls={calls}");
+                    let call = json!({"device": name, "impl": imp, "op": op, "calls": calls});
+                    result::print("framing", [call]);
                 }
             }
-            Err(e) => println!(
-                "@@FRAMING device={name} status=error error=\"reading {}: {e}\"",
-                Path::new(&trace).display()
+            Err(e) => failed(
+                Some(name),
+                format!("reading {}: {e}", Path::new(&trace).display()),
             ),
         }
         let _ = std::fs::remove_file(&trace);
     }
+}
+
+/// Prints a framing result that says what failed, on `device` or before
+/// any.
+fn failed(device: Option<&str>, error: String) {
+    let device = device.map(|d| json!({ "device": d }));
+    result::print(
+        "framing",
+        [json!({ "error": error })].into_iter().chain(device),
+    );
 }
 
 /// Writes a marker into the trace: a `write` to fd -1, which fails with

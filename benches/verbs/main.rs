@@ -6,11 +6,12 @@
 //! `cargo bench -p uverbs-bench --bench verbs` runs the same code directly (without devices
 //! it says so and exits 0).
 //!
-//! Every measurement is one line on stdout that the VM harness parses:
+//! Every measurement is one result line on stdout that the VM harness
+//! reads (`result.rs`):
 //!
 //! ```text
-//! @@BENCH device=rxe0 impl=ours transport=ioctl fork=off op=rereg_access size=1048576 path=inplace median_ns=… p10_ns=… p90_ns=… n=…
-//! @@BENCH device=siw0 impl=libibverbs transport=auto fork=off op=rereg_access size=1048576 status=unsupported errno=95 ret=-4
+//! @@RESULT {"kind":"verbs","device":"rxe0","impl":"ours","transport":"ioctl","fork":"off","op":"rereg_access","size":1048576,"path":"inplace","median_ns":…,"p10_ns":…,"p90_ns":…,"n":…,"pass":1,"round":1}
+//! @@RESULT {"kind":"verbs","device":"siw0","impl":"libibverbs",…,"status":"unsupported","detail":"errno=95 ret=-4"}
 //! ```
 //!
 //! Each cell gets `UVERBS_BENCH_CELL_MS` (default 500) in total, split
@@ -26,7 +27,7 @@
 //! `4K,1M`) and `UVERBS_BENCH_DEVICES` (e.g. `rxe0`) narrow the run.
 //!
 //! `--framing` measures no time: it traces which system call each
-//! implementation makes for each control operation (`@@FRAMING` lines;
+//! implementation makes for each control operation (`framing` results;
 //! see `framing.rs`).
 
 mod floor;
@@ -35,6 +36,8 @@ mod framing;
 #[cfg(feature = "libibverbs-peer")]
 mod ibv;
 mod ours;
+#[path = "../result.rs"]
+mod result;
 mod stats;
 #[cfg(feature = "libibverbs-peer")]
 mod trace;
@@ -42,6 +45,7 @@ mod trace;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
+use serde_json::json;
 use uverbs::TransportMode;
 
 /// The region sizes of the issue: 4 KiB to 256 MiB.
@@ -96,11 +100,15 @@ fn main() {
     let framing = args.iter().any(|a| a == "--framing");
     // In the VM the harness asks for a quiet console: rxe logs refused
     // rereg flags at error level, and a kernel line printed into the middle
-    // of a `@@BENCH` line on the serial console makes it unreadable. Only
+    // of a result line on the serial console makes it unreadable. Only
     // when asked: on a user's host this would change their console level.
     if std::env::var_os("UVERBS_BENCH_QUIET_CONSOLE").is_some() {
         if let Err(e) = std::fs::write("/proc/sys/kernel/printk", "1") {
-            println!("@@BENCH-INFO quiet_console=failed error={}", e.kind());
+            let error = e.kind().to_string();
+            result::print(
+                "verbs_info",
+                [json!({"quiet_console": "failed", "error": error})],
+            );
         }
     }
     let rounds: usize = std::env::var("UVERBS_BENCH_ROUNDS")
@@ -145,25 +153,25 @@ fn main() {
         #[cfg(feature = "libibverbs-peer")]
         framing::run(&devices);
         #[cfg(not(feature = "libibverbs-peer"))]
-        println!("@@FRAMING status=error error=\"built without the libibverbs-peer feature\"");
+        result::print(
+            "framing",
+            [json!({"error": "built without the libibverbs-peer feature"})],
+        );
         return;
     }
     let start = Instant::now();
-    println!(
-        "@@BENCH-INFO cell_ms={} rounds={rounds} passes={passes} min_n={} max_n={} sizes={} peer={}",
-        budget.cell.as_millis() * rounds as u128,
-        budget.min_n,
-        budget.max_n,
-        sizes
-            .iter()
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-            .join(","),
-        if cfg!(feature = "libibverbs-peer") {
-            "libibverbs"
-        } else {
-            "none"
-        }
+    let sizes_list: Vec<String> = sizes.iter().map(|s| s.to_string()).collect();
+    result::print(
+        "verbs_info",
+        [json!({
+            "cell_ms": budget.cell.as_millis() as u64 * rounds as u64,
+            "rounds": rounds,
+            "passes": passes,
+            "min_n": budget.min_n,
+            "max_n": budget.max_n,
+            "sizes": sizes_list.join(","),
+            "peer": if cfg!(feature = "libibverbs-peer") { "libibverbs" } else { "none" },
+        })],
     );
     for pass in 1..=passes {
         PASS.store(pass, Ordering::Relaxed);
@@ -171,11 +179,13 @@ fn main() {
             ROUND.store(round, Ordering::Relaxed);
             for dev in &devices {
                 let t = Instant::now();
-                println!(
-                    "@@BENCH-INFO device={} uverbs={} driver_abi={}",
-                    dev.name(),
-                    dev.uverbs_name(),
-                    dev.driver_abi_version()
+                result::print(
+                    "verbs_info",
+                    [json!({
+                        "device": dev.name(),
+                        "uverbs": dev.uverbs_name(),
+                        "driver_abi": dev.driver_abi_version(),
+                    })],
                 );
                 // Compared cells run next to each other (same size, same buffers),
                 // so slow drift of the emulated machine does not bias the ratios.
@@ -222,18 +232,16 @@ fn main() {
                         }
                     }
                 }
-                println!(
-                    "@@BENCH-INFO device={} seconds={:.1}",
-                    dev.name(),
-                    t.elapsed().as_secs_f64()
+                let seconds = t.elapsed().as_secs_f64();
+                result::print(
+                    "verbs_info",
+                    [json!({"device": dev.name(), "seconds": seconds})],
                 );
             }
         }
     }
-    println!(
-        "@@BENCH-INFO done seconds={:.1}",
-        start.elapsed().as_secs_f64()
-    );
+    let seconds = start.elapsed().as_secs_f64();
+    result::print("verbs_info", [json!({"done": true, "seconds": seconds})]);
 }
 
 /// One implementation's turn in a round: ours or the floor over the
@@ -257,41 +265,37 @@ pub struct Cell<'a> {
 }
 
 impl Cell<'_> {
-    fn prefix(&self) -> String {
-        format!(
-            "@@BENCH pass={} round={} device={} impl={} transport={} fork={} op={} size={}",
-            PASS.load(Ordering::Relaxed),
-            ROUND.load(Ordering::Relaxed),
-            self.device,
-            self.imp,
-            self.transport,
-            self.fork,
-            self.op,
-            self.size
-        )
+    /// The fields that name the cell, with the pass and round.
+    fn key(&self) -> serde_json::Value {
+        json!({
+            "pass": PASS.load(Ordering::Relaxed),
+            "round": ROUND.load(Ordering::Relaxed),
+            "device": self.device,
+            "impl": self.imp,
+            "transport": self.transport,
+            "fork": self.fork,
+            "op": self.op,
+            "size": self.size,
+        })
     }
 
     /// Prints a measured cell; `path` says how a rereg was carried out.
     pub fn report(&self, path: Option<&str>, s: &stats::Summary) {
-        let path = path.map(|p| format!(" path={p}")).unwrap_or_default();
-        println!(
-            "{}{path} median_ns={} p10_ns={} p90_ns={} n={}",
-            self.prefix(),
-            s.median,
-            s.p10,
-            s.p90,
-            s.n
-        );
+        let numbers = json!({"median_ns": s.median, "p10_ns": s.p10, "p90_ns": s.p90, "n": s.n});
+        let path = path.map(|p| json!({ "path": p }));
+        result::print("verbs", [self.key(), numbers].into_iter().chain(path));
     }
 
     /// Prints a cell the device or library does not support.
     pub fn unsupported(&self, detail: &str) {
-        println!("{} status=unsupported {detail}", self.prefix());
+        let why = json!({"status": "unsupported", "detail": detail});
+        result::print("verbs", [self.key(), why]);
     }
 
     /// Prints a cell that failed unexpectedly.
     pub fn failed(&self, detail: &str) {
-        println!("{} status=error {detail}", self.prefix());
+        let why = json!({"status": "error", "detail": detail});
+        result::print("verbs", [self.key(), why]);
     }
 }
 

@@ -3,9 +3,9 @@
 //! (the data path: `examples/perf.rs` against perftest 4.5) inside the VM
 //! against rxe0 and siw0, then writes `docs/benchmarks.md`,
 //! `docs/benchmarks.svg` and `docs/benchmarks-datapath.svg` from the
-//! `@@BENCH` and `@@DATAPATH` lines the guest printed. benches/ops adds
-//! the instructions per data-path operation on rxe0 and siw0 (callgrind,
-//! `@@OPS` lines; [`ops`](mod@ops)).
+//! result lines the guest printed (`@@RESULT {json}`, [`results`]).
+//! benches/ops adds the instructions per data-path operation on rxe0 and
+//! siw0 (callgrind; [`ops`](mod@ops)).
 //!
 //! 1. Unpacks what the libibverbs peer links against (`libibverbs-dev`,
 //!    `libnl-3-dev`, `libnl-route-3-dev`), perftest with its providers
@@ -28,12 +28,13 @@
 //! log (and `UVERBS_BENCH_TWO_HOST_FROM_LOG=<console-a.log>` the two-host
 //! section from host a's).
 //!
-//! The module: [`wire`] types the words of a `@@BENCH` line,
-//! [`parse`](mod@parse) reads the console into a [`model::Run`],
-//! [`headline`](mod@headline), [`targets`](mod@targets),
-//! [`markdown`](mod@markdown) and [`svg`](mod@svg) render it (with [`units`]
-//! for the numbers and [`meta`] for the header's host facts); `golden` keeps
-//! the output fixed.
+//! The module: [`results`] reads the console's result lines into typed
+//! records (serde), [`wire`] types the verbs cells' words, [`model`] folds
+//! the verbs cells into a [`model::Run`]; [`headline`](mod@headline),
+//! [`targets`](mod@targets) (docs/bench-targets.json),
+//! [`markdown`](mod@markdown) and the other sections render them, [`plot`]
+//! draws both figures (with [`units`] for the numbers and [`meta`] for the
+//! header's host facts); `golden` keeps the output fixed.
 
 mod async_tax;
 mod control_ops;
@@ -47,8 +48,8 @@ mod meta;
 mod model;
 mod mover;
 mod ops;
-mod parse;
-mod svg;
+mod plot;
+mod results;
 mod targets;
 mod two_host;
 mod units;
@@ -57,7 +58,6 @@ mod wire;
 use crate::binaries::{build_collect, static_example, Binary, TARGET};
 use crate::guest::{GuestRun, Mode, RunConfig};
 use crate::initramfs::HostFile;
-use crate::markers::BENCH;
 use crate::peer;
 use crate::util::{cargo, err, say, Context, Error, Result};
 use crate::Ctx;
@@ -65,11 +65,10 @@ use cargo_metadata::TargetKind;
 use headline::headline;
 use markdown::markdown;
 use meta::Meta;
-use model::Row;
-use parse::parse;
+use model::{Row, Run};
 use std::path::Path;
 use std::time::Instant;
-use svg::svg;
+use targets::Targets;
 use wire::Status;
 
 /// Guest environment passed through from the host when set.
@@ -101,6 +100,8 @@ const BENCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(4 * 36
 /// `cargo vm bench`: entry point from main.rs.
 pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     let start = Instant::now();
+    // Before the long run: a broken targets file fails at once.
+    let targets = Targets::load().map_err(|e| err("bench: the targets", e))?;
     let only = std::env::var("UVERBS_BENCH_ONLY").ok();
     let (console, vm_secs) = match std::env::var_os("UVERBS_BENCH_FROM_LOG") {
         Some(log) => {
@@ -183,20 +184,20 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     } else {
         None
     };
-    let run = parse(&console);
-    let dp = datapath::parse(&console);
+    let results = results::read(&console);
+    let run = Run::new(&results);
+    let dp = datapath::parse(&results);
     if run.rows.is_empty() && only.as_ref().is_none_or(|o| selected(o, "verbs")) {
-        let unreadable = match run.skipped.first() {
+        let unreadable = match results.skipped.first() {
             Some(s) => format!(
-                " readable ({} unreadable, the first: {}: {})",
-                run.skipped.len(),
-                s.error,
-                s.line
+                " readable ({} unreadable, the first: {s})",
+                results.skipped.len()
             ),
             None => String::new(),
         };
         return Err(Error(format!(
-            "bench: the guest printed no {BENCH} lines{unreadable}; see {}",
+            "bench: the guest printed no verbs {} lines{unreadable}; see {}",
+            results::MARKER,
             ctx.cache.join(crate::CONSOLE_LOG).display()
         )));
     }
@@ -205,9 +206,9 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         .iter()
         .filter(|r| r.status == Status::Error)
         .collect();
-    let results = crate::report::parse(&console);
+    let exits = crate::report::parse(&console);
     let rc_of = |bin: &str| {
-        results
+        exits
             .iter()
             .any(|r| r.config == "bench" && r.bin == bin && r.rc == 0)
     };
@@ -223,7 +224,6 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     .iter()
     .filter(|b| only.as_ref().is_none_or(|o| selected(o, b)))
     .all(|b| rc_of(b));
-    let moves = mover::parse(&console);
     let meta = Meta::collect(
         ctx.tools
             .qemu_version()
@@ -234,7 +234,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         start.elapsed().as_secs_f64(),
     );
     let docs = ctx.workspace.join("docs");
-    let mut md = markdown(&run, &meta);
+    let mut md = markdown(&run, &meta, &targets);
     md.push_str(
         "
 ![Data path: latency and bandwidth vs message size, log-log](benchmarks-datapath.svg)
@@ -242,25 +242,21 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
 ",
     );
     md.push_str(&datapath::report::markdown(&dp));
-    md.push_str(&mover::markdown(&moves));
-    md.push_str(&ops::section(&console));
-    md.push_str(&control_ops::markdown(&control_ops::parse(&console)));
-    let framing = framing::parse(&console);
-    md.push_str(&framing::markdown(&framing));
-    md.push_str(&async_tax::markdown(&async_tax::parse(&console)));
+    md.push_str(&mover::markdown(&results.mover));
+    md.push_str(&ops::markdown(&ops::cases(&results.ops), &results.ops_fn));
+    md.push_str(&control_ops::markdown(&results.ops));
+    md.push_str(&framing::markdown(&results.framing));
+    md.push_str(&async_tax::markdown(&results.asyncs));
     let two_host_runs = two_host
         .as_ref()
         .map(|c| two_host::parse(c))
         .unwrap_or_default();
     md.push_str(&two_host::markdown(&two_host_runs));
     std::fs::write(docs.join("benchmarks.md"), &md).context("bench: writing docs/benchmarks.md")?;
-    std::fs::write(docs.join("benchmarks.svg"), svg(&run))
+    std::fs::write(docs.join("benchmarks.svg"), plot::verbs(&run))
         .context("bench: writing docs/benchmarks.svg")?;
-    std::fs::write(
-        docs.join("benchmarks-datapath.svg"),
-        datapath::plot::svg(&dp),
-    )
-    .context("bench: writing docs/benchmarks-datapath.svg")?;
+    std::fs::write(docs.join("benchmarks-datapath.svg"), plot::datapath(&dp))
+        .context("bench: writing docs/benchmarks-datapath.svg")?;
     println!();
     print!("{}", headline(&run));
     println!("\ndata path, ours ÷ perftest:");
@@ -269,24 +265,24 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     }
     let dp_failed: usize = dp.cells.values().map(|c| c.errors.len()).sum();
     if dp.is_empty() {
-        say("bench: the guest printed no @@DATAPATH lines (see the console log)");
+        say("bench: the guest printed no datapath results (see the console log)");
     }
-    for (device, buffer, r) in mover::speedups(&moves) {
+    for (device, buffer, r) in mover::speedups(&results.mover) {
         println!(
             "mover {device} {} buffers: rereg-access ÷ dereg-reg throughput {r:.2}×",
             units::size_name(buffer)
         );
     }
-    for (device, buffer, r) in mover::rotation_speedups(&moves) {
+    for (device, buffer, r) in mover::rotation_speedups(&results.mover) {
         println!(
             "mover {device} {} buffers: the rotation step alone, dereg-reg ÷ rereg-access (medians) {r:.2}×",
             units::size_name(buffer)
         );
     }
-    for (device, op, r) in ops::ratios(&ops::parse(&console)) {
+    for (device, op, r) in ops::ratios(&ops::cases(&results.ops)) {
         println!("ops {device} {op}: instructions per iteration, ours ÷ libibverbs {r:.2}×");
     }
-    for l in framing.iter().filter(|l| l.error.is_some()) {
+    for l in results.framing.iter().filter(|l| l.error.is_some()) {
         say(format!(
             "bench: framing trace failed on {}: {}",
             l.device,
@@ -297,9 +293,6 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         say(format!(
             "bench: {dp_failed} data-path runs failed (listed in docs/benchmarks.md)"
         ));
-    }
-    for (why, line) in &dp.skipped {
-        say(format!("bench: left out a data-path line ({why}): {line}"));
     }
     say(format!(
         "bench: {} cells ({} unsupported, {} failed); wrote docs/benchmarks.md and docs/benchmarks.svg",
@@ -314,12 +307,9 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         say(format!("bench: failed cell: {}", e.raw));
     }
     // A line the report cannot read means the bench and this module
-    // disagree about the format: the report is missing cells.
-    for s in &run.skipped {
-        say(format!(
-            "bench: left out a {BENCH} line ({}): {}",
-            s.error, s.line
-        ));
+    // disagree about the format: the report is missing results.
+    for s in &results.skipped {
+        say(format!("bench: left out a result line: {s}"));
     }
     for r in &two_host_runs {
         if let Some((median, p99)) = r.round_trip() {
@@ -350,10 +340,9 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     }
     Ok(two_host_ok
         && errors.is_empty()
-        && run.skipped.is_empty()
+        && results.skipped.is_empty()
         && !dp.is_empty()
         && dp_failed == 0
-        && dp.skipped.is_empty()
         && (rc_ok || vm_secs.is_none()))
 }
 

@@ -11,15 +11,10 @@
 //! @@UVERBS-RETRY config=ioctl bin=vm_smoke rc=1    it failed and runs once more
 //! @@UVERBS-SETUP-FAILED <what>                     the guest's set-up failed
 //! @@UVERBS-DONE                                    all runs finished
-//! @@BENCH <key=value ...>                          one measurement
-//! @@BENCH-INFO <key=value ...>                     information about a bench run
-//! @@DATAPATH <key=value ...>                       one data-path run (ours or perftest)
-//! @@DATAPATH-INFO <key=value ...>                  information about the data-path bench
 //! ```
 //!
-//! The `@@BENCH` and `@@DATAPATH` markers are printed by the bench binaries
-//! themselves (`benches/verbs/main.rs`, `benches/datapath/main.rs`, another
-//! crate), which spell them the same way.
+//! The bench programs' results are lines of their own, `@@RESULT {json}`
+//! (`crate::bench`'s `results` module reads them).
 
 /// `/init` has started; followed by `kernel=<release>`.
 pub const BOOTED: &str = "@@UVERBS-BOOTED";
@@ -37,19 +32,10 @@ pub const RESULT: &str = "@@UVERBS-RESULT";
 pub const RETRY: &str = "@@UVERBS-RETRY";
 /// Every planned run has finished.
 pub const DONE: &str = "@@UVERBS-DONE";
-/// One benchmark measurement; followed by `key=value` words.
-pub const BENCH: &str = "@@BENCH";
-/// Information about a benchmark run; followed by `key=value` words.
-pub const BENCH_INFO: &str = "@@BENCH-INFO";
-/// One data-path run; followed by `key=value` words.
-pub const DATAPATH: &str = "@@DATAPATH";
-/// Information about the data-path bench; followed by `key=value` words.
-pub const DATAPATH_INFO: &str = "@@DATAPATH-INFO";
-
 /// The text after `marker` in a console line (leading spaces removed), if
 /// the line carries that marker. The marker may follow other text (kernel
 /// messages interleave with the guest's output) but must end at a space or
-/// the line's end, so `@@BENCH` does not match `@@BENCH-INFO`.
+/// the line's end, so `@@UVERBS-RUN` does not match `@@UVERBS-RUNS`.
 pub fn find<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
     line.match_indices(marker).find_map(|(at, _)| {
         let rest = &line[at + marker.len()..];
@@ -65,38 +51,15 @@ pub fn field<'a>(words: &'a str, key: &str) -> Option<&'a str> {
         .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
 }
 
-/// The message of a failed measurement's line: its quoted `error="…"`
-/// (the rest of the line), or `failed` without one; `None` unless the
-/// line says `status=error`.
-pub fn error_of(words: &str) -> Option<String> {
-    (field(words, "status") == Some("error")).then(|| {
-        words
-            .split_once("error=\"")
-            .map_or("failed", |(_, e)| e.trim_end().trim_end_matches('"'))
-            .to_string()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn the_error_of_a_failed_line() {
-        assert_eq!(
-            error_of("device=x status=error error=\"no such: thing\" "),
-            Some("no such: thing".into())
-        );
-        assert_eq!(error_of("status=error"), Some("failed".into()));
-        assert_eq!(error_of("device=x ir=3"), None);
-    }
-
-    #[test]
     fn finds_markers_anywhere_but_whole() {
-        assert_eq!(find("@@BENCH a=1", BENCH), Some("a=1"));
-        assert_eq!(find("@@BENCH-INFO a=1", BENCH), None);
-        assert_eq!(find("@@BENCH-INFO a=1 @@BENCH b=2", BENCH), Some("b=2"));
-        assert_eq!(find("@@BENCH-INFO a=1", BENCH_INFO), Some("a=1"));
+        assert_eq!(find("@@UVERBS-RUN a=1", RUN), Some("a=1"));
+        assert_eq!(find("@@UVERBS-RUNS a=1", RUN), None);
+        assert_eq!(find("@@UVERBS-RUNS a=1 @@UVERBS-RUN b=2", RUN), Some("b=2"));
         assert_eq!(find("[ 1.0] rxe: x @@UVERBS-DONE", DONE), Some(""));
         assert_eq!(find("@@UVERBS-RESULTS", RESULT), None);
         assert_eq!(find("nothing", READY), None);

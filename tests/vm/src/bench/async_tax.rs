@@ -1,55 +1,44 @@
-//! The async tax in docs/benchmarks.md: the `@@ASYNC` lines of
+//! The async tax in docs/benchmarks.md: the `async` results of
 //! benches/async_tax (the same traffic through the blocking `OwnedQp` and
 //! through `uverbs::tokio`'s `AsyncQp`, in one process per device), as one
 //! table per test with each async variant's ratio to the blocking one and
 //! the issue's goals beside it.
 
-use super::units::ratio_name;
-use crate::markers::{error_of, field, find};
+use super::units::{distinct, ratio_name};
+use serde::Deserialize;
 use std::fmt::Write as _;
 
-/// The marker benches/async_tax prints.
-pub const ASYNC: &str = "@@ASYNC";
-
-/// One `@@ASYNC` line.
-#[derive(Debug, Clone, PartialEq)]
+/// One async-tax result (`"kind":"async"`): a measurement, or a device's
+/// failure.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Line {
     pub device: String,
     /// `send_lat` or `write_bw`; empty on an error line.
+    #[serde(default)]
     pub test: String,
+    #[serde(default)]
     pub size: u64,
     /// `blocking`, `async` or `async_busy`.
+    #[serde(default, rename = "impl")]
     pub imp: String,
-    /// One-way median (µs) for send_lat, MB/s for write_bw.
-    pub value: f64,
+    /// send_lat's one-way median (µs).
+    pub median_us: Option<f64>,
+    /// write_bw's MB/s.
+    pub mb_per_s: Option<f64>,
     /// Set when the device's run failed: the bench's message.
     pub error: Option<String>,
 }
 
-/// Every `@@ASYNC` line of `console`.
-pub fn parse(console: &str) -> Vec<Line> {
-    console
-        .lines()
-        .filter_map(|l| find(l, ASYNC))
-        .filter_map(|w| {
-            let test = field(w, "test").unwrap_or("").to_string();
-            let key = if test == "send_lat" {
-                "median_us"
-            } else {
-                "mb_per_s"
-            };
-            Some(Line {
-                device: field(w, "device")?.into(),
-                size: field(w, "size").and_then(|v| v.parse().ok()).unwrap_or(0),
-                imp: field(w, "impl").unwrap_or("").into(),
-                value: field(w, key)
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(f64::NAN),
-                error: error_of(w),
-                test,
-            })
-        })
-        .collect()
+impl Line {
+    /// The test's number: the median (µs) for send_lat, MB/s for write_bw.
+    pub fn value(&self) -> f64 {
+        let v = if self.test == "send_lat" {
+            self.median_us
+        } else {
+            self.mb_per_s
+        };
+        v.unwrap_or(f64::NAN)
+    }
 }
 
 /// The section, from its `###` heading; empty without lines.
@@ -82,18 +71,13 @@ pub fn markdown(lines: &[Line]) -> String {
         "| device | test | size | blocking | async | async ÷ blocking | async_busy | async_busy ÷ blocking |\n\
          |---|---|---:|---:|---:|---:|---:|---:|\n",
     );
-    let mut keys: Vec<(&str, &str, u64)> = Vec::new();
-    for l in lines.iter().filter(|l| l.error.is_none()) {
-        if !keys.contains(&(&l.device, &l.test, l.size)) {
-            keys.push((&l.device, &l.test, l.size));
-        }
-    }
-    for (device, test, size) in keys {
+    let ok = lines.iter().filter(|l| l.error.is_none());
+    for (device, test, size) in distinct(ok.map(|l| (l.device.as_str(), l.test.as_str(), l.size))) {
         let of = |imp: &str| {
             lines
                 .iter()
                 .find(|l| l.device == device && l.test == test && l.size == size && l.imp == imp)
-                .map(|l| l.value)
+                .map(Line::value)
         };
         let unit = if test == "send_lat" { "µs" } else { "MB/s" };
         let cell = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.2} {unit}"));
@@ -121,15 +105,14 @@ mod tests {
 
     #[test]
     fn async_lines_become_one_table() {
-        let console = "\
-@@ASYNC device=rxe0 test=send_lat size=64 impl=blocking iters=300 median_us=100.00 p99_us=200.00
-@@ASYNC device=rxe0 test=send_lat size=64 impl=async iters=300 median_us=150.00 p99_us=300.00
-@@ASYNC device=rxe0 test=send_lat size=64 impl=async_busy iters=300 median_us=105.00 p99_us=210.00
-@@ASYNC device=rxe0 test=write_bw size=65536 qd=64 impl=blocking writes=256 mb_per_s=200.00
-@@ASYNC device=rxe0 test=write_bw size=65536 qd=64 impl=async writes=256 mb_per_s=190.00
-@@ASYNC device=siw0 status=error error=\"cm: no event\"
-";
-        let lines = parse(console);
+        let console = r#"@@RESULT {"kind":"async","device":"rxe0","test":"send_lat","size":64,"impl":"blocking","iters":300,"median_us":100.0,"p99_us":200.0}
+@@RESULT {"kind":"async","device":"rxe0","test":"send_lat","size":64,"impl":"async","iters":300,"median_us":150.0,"p99_us":300.0}
+@@RESULT {"kind":"async","device":"rxe0","test":"send_lat","size":64,"impl":"async_busy","iters":300,"median_us":105.0,"p99_us":210.0}
+@@RESULT {"kind":"async","device":"rxe0","test":"write_bw","size":65536,"qd":64,"impl":"blocking","writes":256,"mb_per_s":200.0}
+@@RESULT {"kind":"async","device":"rxe0","test":"write_bw","size":65536,"qd":64,"impl":"async","writes":256,"mb_per_s":190.0}
+@@RESULT {"kind":"async","device":"siw0","error":"cm: no event"}
+"#;
+        let lines = crate::bench::results::read(console).asyncs;
         assert_eq!(lines.len(), 6, "{lines:?}");
         let md = markdown(&lines);
         assert!(

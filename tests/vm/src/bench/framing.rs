@@ -1,43 +1,26 @@
-//! The framing section of docs/benchmarks.md: the `@@FRAMING` lines of
+//! The framing section of docs/benchmarks.md: the `framing` results of
 //! `verbs --framing` (which system call libibverbs and ours make for each
 //! control operation, traced by strace in the VM), as one table per device.
 
-use crate::markers::{error_of, field, find};
+use super::units::distinct;
+use serde::Deserialize;
 use std::fmt::Write as _;
 
-/// The marker of a framing line.
-pub const FRAMING: &str = "@@FRAMING";
-
-/// One `@@FRAMING` line.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One framing result (`"kind":"framing"`): an operation's calls, or a
+/// device's (or the whole trace's) failure.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
 pub struct Line {
+    /// Empty when the trace failed before any device.
     pub device: String,
     /// `libibverbs` or `ours`; empty on an error line.
+    #[serde(rename = "impl")]
     pub imp: String,
     pub op: String,
     /// The calls, `+`-separated (`write:ALLOC_PD`, `ioctl`, `none`).
     pub calls: String,
     /// Set on an error line: the bench's message.
     pub error: Option<String>,
-}
-
-/// Every framing line of `console`.
-pub fn parse(console: &str) -> Vec<Line> {
-    console
-        .lines()
-        .filter_map(|l| find(l, FRAMING))
-        .map(|w| {
-            let error = error_of(w);
-            let get = |k: &str| field(w, k).unwrap_or("").to_string();
-            Line {
-                device: get("device"),
-                imp: get("impl"),
-                op: get("op"),
-                calls: get("calls"),
-                error,
-            }
-        })
-        .collect()
 }
 
 /// How a call list reads in the table.
@@ -71,12 +54,12 @@ pub fn markdown(lines: &[Line]) -> String {
          rxe and siw providers have no `rereg_mr`: it answers `EOPNOTSUPP` without a system \
          call. Ours' rereg row is the strict in-place command.\n\n",
     );
-    let mut devices: Vec<&str> = Vec::new();
-    for l in lines {
-        if !l.device.is_empty() && !devices.contains(&l.device.as_str()) {
-            devices.push(&l.device);
-        }
-    }
+    let devices = distinct(
+        lines
+            .iter()
+            .map(|l| l.device.as_str())
+            .filter(|d| !d.is_empty()),
+    );
     for l in lines.iter().filter(|l| l.error.is_some()) {
         let _ = writeln!(
             s,
@@ -97,12 +80,7 @@ pub fn markdown(lines: &[Line]) -> String {
         if rows.is_empty() {
             continue;
         }
-        let mut ops: Vec<&str> = Vec::new();
-        for r in &rows {
-            if !ops.contains(&r.op.as_str()) {
-                ops.push(&r.op);
-            }
-        }
+        let ops = distinct(rows.iter().map(|r| r.op.as_str()));
         let _ = writeln!(s, "**{d}**\n");
         s.push_str("| operation | libibverbs | ours (Auto) |\n|---|---|---|\n");
         for op in ops {
@@ -124,15 +102,14 @@ mod tests {
 
     #[test]
     fn lines_become_one_table_per_device() {
-        let console = "\
-@@FRAMING device=rxe0 impl=libibverbs op=alloc_pd calls=write:ALLOC_PD
+        let console = r#"@@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"alloc_pd","calls":"write:ALLOC_PD"}
 junk
-@@FRAMING device=rxe0 impl=ours op=alloc_pd calls=write:ALLOC_PD
-@@FRAMING device=rxe0 impl=libibverbs op=dealloc_pd calls=ioctl
-@@FRAMING device=rxe0 impl=libibverbs op=rereg_access calls=none
-@@FRAMING device=siw0 status=error error=\"traced child: exit status: 1\"
-";
-        let lines = parse(console);
+@@RESULT {"kind":"framing","device":"rxe0","impl":"ours","op":"alloc_pd","calls":"write:ALLOC_PD"}
+@@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"dealloc_pd","calls":"ioctl"}
+@@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"rereg_access","calls":"none"}
+@@RESULT {"kind":"framing","device":"siw0","error":"traced child: exit status: 1"}
+"#;
+        let lines = crate::bench::results::read(console).framing;
         assert_eq!(lines.len(), 5);
         assert_eq!(
             lines[4].error.as_deref(),

@@ -1,5 +1,5 @@
-//! The golden test: a fixture console (testdata/console.log, 40 `@@BENCH`
-//! lines and a benches/ops run, in the benches' real format) renders to
+//! The golden test: a fixture console (testdata/console.log, 40 verbs
+//! result lines and a benches/ops run, in the benches' real format) renders to
 //! exactly the committed testdata/benchmarks.md (the report and the
 //! instruction counts' section) and testdata/benchmarks.svg, and a fixture
 //! of host a's console in the two-host part (testdata/console-two-host-a.log)
@@ -9,15 +9,32 @@
 //! rewrites the files; review their diff.
 
 use super::headline::headline;
-use super::markdown::markdown;
 use super::meta::Meta;
-use super::model::{CellKey, Verdict};
+use super::model::{CellKey, Run, Verdict};
 use super::ops;
-use super::parse::parse;
-use super::svg::svg;
-use super::targets::targets;
+use super::plot;
+use super::results::read;
+use super::targets::Targets;
 use super::wire::{Operation, Transport};
 use std::path::Path;
+
+/// The verbs cells of `console`, every result line readable.
+fn parse(console: &str) -> Run {
+    let results = read(console);
+    assert!(results.skipped.is_empty(), "{:?}", results.skipped);
+    Run::new(&results)
+}
+
+/// The report's verbs part with the committed targets.
+fn markdown(run: &Run, meta: &Meta) -> String {
+    super::markdown::markdown(run, meta, &Targets::load().unwrap())
+}
+
+/// The instruction counts' section of `console`.
+fn ops_section(console: &str) -> String {
+    let results = read(console);
+    ops::markdown(&ops::cases(&results.ops), &results.ops_fn)
+}
 
 /// The host facts of the golden report, fixed so that it does not
 /// depend on the machine or the clock.
@@ -76,14 +93,14 @@ fn golden_report() {
     let console = include_str!("testdata/console.log");
     let run = parse(console);
     assert_eq!(run.rows.len(), 40);
-    let md = markdown(&run, &fixed_meta()) + "\n" + &ops::section(console);
+    let md = markdown(&run, &fixed_meta()) + "\n" + &ops_section(console);
     check_golden("benchmarks.md", &md);
-    check_golden("benchmarks.svg", &svg(&run));
+    check_golden("benchmarks.svg", &plot::verbs(&run));
     // From a saved log only the wall-time line differs.
     let mut from_log = fixed_meta();
     from_log.vm_secs = None;
     assert_eq!(
-        markdown(&run, &from_log) + "\n" + &ops::section(console),
+        markdown(&run, &from_log) + "\n" + &ops_section(console),
         md.replace(
             "| wall time | 145 s for `cargo vm bench` (build, boot and 142 s of qemu) |",
             "| wall time | (regenerated from a saved log) |"
@@ -95,12 +112,11 @@ fn golden_report() {
 #[test]
 fn small_run_ratios_and_targets() {
     let run = parse(
-        "\
-@@BENCH device=rxe0 impl=ours transport=ioctl fork=off op=reg_dereg size=1048576 median_ns=200000 p10_ns=190000 p90_ns=220000 n=50
-@@BENCH device=rxe0 impl=ours transport=ioctl fork=off op=rereg_access size=1048576 path=inplace median_ns=5000 p10_ns=4900 p90_ns=5200 n=900
-@@BENCH device=rxe0 impl=floor transport=ioctl fork=off op=rereg_access size=1048576 median_ns=4900 p10_ns=4800 p90_ns=5000 n=900
-@@BENCH device=rxe0 impl=libibverbs transport=auto fork=off op=rereg_access size=1048576 status=unsupported errno=95 ret=-4
-",
+        r#"@@RESULT {"kind":"verbs","device":"rxe0","impl":"ours","transport":"ioctl","fork":"off","op":"reg_dereg","size":1048576,"median_ns":200000,"p10_ns":190000,"p90_ns":220000,"n":50}
+@@RESULT {"kind":"verbs","device":"rxe0","impl":"ours","transport":"ioctl","fork":"off","op":"rereg_access","size":1048576,"path":"inplace","median_ns":5000,"p10_ns":4900,"p90_ns":5200,"n":900}
+@@RESULT {"kind":"verbs","device":"rxe0","impl":"floor","transport":"ioctl","fork":"off","op":"rereg_access","size":1048576,"median_ns":4900,"p10_ns":4800,"p90_ns":5000,"n":900}
+@@RESULT {"kind":"verbs","device":"rxe0","impl":"libibverbs","transport":"auto","fork":"off","op":"rereg_access","size":1048576,"status":"unsupported","detail":"errno=95 ret=-4"}
+"#,
     );
     let h = headline(&run);
     assert!(
@@ -111,7 +127,7 @@ fn small_run_ratios_and_targets() {
         h.contains("| ours ÷ floor, rereg ACCESS (ioctl) | — | — | 1.02× | — | — |"),
         "{h}"
     );
-    let t = targets(&run);
+    let t = Targets::load().unwrap().check(&run);
     assert_eq!((t[0].measured.as_str(), t[0].met), ("40.0×", Some(false)));
     assert_eq!((t[1].measured.as_str(), t[1].met), ("not measured", None));
     assert!(t.iter().any(|t| t.label.contains("floor")
@@ -126,8 +142,8 @@ fn small_run_ratios_and_targets() {
 fn rounds_and_passes_fold_and_ratios_reproduce_or_are_noisy() {
     let line = |pass, round, imp: &str, transport: &str, op: &str, median: u32| {
         format!(
-            "@@BENCH pass={pass} round={round} device=rxe0 impl={imp} transport={transport} fork=off op={op} size=0 median_ns={median} p10_ns={median} p90_ns={median} n=10\n"
-        )
+            r#"@@RESULT {{"kind":"verbs","pass":{pass},"round":{round},"device":"rxe0","impl":"{imp}","transport":"{transport}","fork":"off","op":"{op}","size":0,"median_ns":{median},"p10_ns":{median},"p90_ns":{median},"n":10}}"#
+        ) + "\n"
     };
     let mut console = String::new();
     for (pass, round, ours_pd, ibv_pd, ours_open, ibv_open) in [

@@ -1,7 +1,9 @@
 //! A parsed bench run: its cells, each named by a [`CellKey`] and a region
 //! size, and what the guest said about the run.
 
+use super::results::{info_of, nan, Info, Results};
 use super::wire::{ForkMode, Implementation, Operation, ReregPath, Status, Transport};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// The region sizes, in the order of the tables.
@@ -52,7 +54,73 @@ impl CellKey {
     }
 }
 
-/// One `@@BENCH` line.
+/// One verbs result line (`"kind":"verbs"`) as benches/verbs prints it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct Line {
+    /// Lines without pass or round (a single-pass run) are pass 1, round 1.
+    #[serde(default = "one")]
+    pub pass: u32,
+    #[serde(default = "one")]
+    pub round: u32,
+    pub device: String,
+    #[serde(rename = "impl")]
+    pub imp: Implementation,
+    pub transport: Transport,
+    pub fork: ForkMode,
+    pub op: Operation,
+    pub size: u64,
+    pub path: Option<ReregPath>,
+    /// A line without one was measured.
+    #[serde(default)]
+    pub status: Option<Status>,
+    #[serde(default = "nan")]
+    pub median_ns: f64,
+    #[serde(default = "nan")]
+    pub p10_ns: f64,
+    #[serde(default = "nan")]
+    pub p90_ns: f64,
+    #[serde(default)]
+    pub n: u64,
+    /// Why an unsupported or failed cell has no number (`errno=95 ret=-4`).
+    #[serde(default)]
+    pub detail: String,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Line {
+    /// The line as a row of its own; `raw` is the line as printed.
+    pub fn row(self, raw: &str) -> Row {
+        let status = self.status.unwrap_or(Status::Ok);
+        Row {
+            key: CellKey {
+                device: self.device,
+                imp: self.imp,
+                transport: self.transport,
+                fork: self.fork,
+                op: self.op,
+            },
+            size: self.size,
+            path: self.path,
+            status,
+            median: self.median_ns,
+            p10: self.p10_ns,
+            p90: self.p90_ns,
+            n: self.n,
+            detail: self.detail,
+            raw: raw.to_string(),
+            rounds: if status == Status::Ok {
+                vec![(self.pass, self.round, self.median_ns)]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+}
+
+/// One cell of the verbs bench: its lines of every pass and round folded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Row {
     /// The cell's series.
@@ -71,6 +139,8 @@ pub struct Row {
     pub p90: f64,
     /// Number of samples.
     pub n: u64,
+    /// Why an unsupported or failed cell has no number.
+    pub detail: String,
     /// The line after the marker, as printed.
     pub raw: String,
     /// Every measured line of this cell as `(pass, round, median ns)`;
@@ -140,55 +210,28 @@ pub fn fold(rows: Vec<Row>) -> Vec<Row> {
     out
 }
 
-/// Why a `@@BENCH` line was left out of the run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LineError {
-    /// A required `key=` is missing.
-    Missing(&'static str),
-    /// A word outside its closed set.
-    Unknown(super::wire::UnknownWord),
-    /// A number that is not one.
-    NotANumber {
-        /// The key, e.g. `size`.
-        key: &'static str,
-        /// What followed `key=`.
-        word: String,
-    },
-}
-
-impl std::fmt::Display for LineError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            LineError::Missing(key) => write!(f, "no {key}="),
-            LineError::Unknown(u) => u.fmt(f),
-            LineError::NotANumber { key, word } => write!(f, "{key}={word:?} is not a number"),
-        }
-    }
-}
-
-/// A `@@BENCH` line that could not be read.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Skipped {
-    /// The line after the marker.
-    pub line: String,
-    /// What is wrong with it.
-    pub error: LineError,
-}
-
 /// Everything the guest printed about the run.
 #[derive(Debug, Default)]
 pub struct Run {
     /// The measurements, in the order printed.
     pub rows: Vec<Row>,
-    /// The `@@BENCH-INFO` lines' `key=value` words.
-    pub info: Vec<BTreeMap<String, String>>,
+    /// The `verbs_info` lines.
+    pub info: Vec<Info>,
     /// The guest's kernel release, from the boot marker.
     pub guest_kernel: String,
-    /// `@@BENCH` lines left out, with the reason.
-    pub skipped: Vec<Skipped>,
 }
 
 impl Run {
+    /// The verbs cells of `results`, one row per cell whatever the
+    /// passes and rounds.
+    pub fn new(results: &Results) -> Run {
+        Run {
+            rows: fold(results.verbs.clone()),
+            info: results.verbs_info.clone(),
+            guest_kernel: results.guest_kernel.clone(),
+        }
+    }
+
     /// The cell of `key` at `size`.
     pub fn get(&self, key: &CellKey, size: u64) -> Option<&Row> {
         self.rows.iter().find(|r| r.key == *key && r.size == size)
@@ -256,20 +299,103 @@ impl Run {
 
     /// The devices, in the order they first appear.
     pub fn devices(&self) -> Vec<String> {
-        let mut d: Vec<String> = Vec::new();
-        for r in &self.rows {
-            if !d.contains(&r.key.device) {
-                d.push(r.key.device.clone());
-            }
-        }
-        d
+        super::units::distinct(self.rows.iter().map(|r| r.key.device.clone()))
     }
 
-    /// The first `@@BENCH-INFO` value of `key`.
+    /// The first `verbs_info` value of `key`.
     pub fn info(&self, key: &str) -> Option<&str> {
-        self.info
+        info_of(&self.info, key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::results::read;
+
+    const LOG: &str = r#"@@UVERBS-BOOTED kernel=6.12.117+deb12-amd64
+@@RESULT {"kind":"verbs_info","cell_ms":300,"min_n":5}
+[ 3.1] x @@RESULT {"kind":"verbs","device":"rxe0","impl":"ours","transport":"ioctl","fork":"off","op":"reg_dereg","size":1048576,"median_ns":200000,"p10_ns":190000,"p90_ns":220000,"n":50}
+@@RESULT {"kind":"verbs","device":"rxe0","impl":"ours","transport":"ioctl","fork":"on","op":"rereg_access","size":1048576,"path":"inplace","median_ns":5000,"p10_ns":4900,"p90_ns":5200,"n":900}
+@@RESULT {"kind":"verbs","device":"rxe0","impl":"libibverbs","transport":"auto","fork":"off","op":"rereg_access","size":1048576,"status":"unsupported","detail":"errno=95 ret=-4"}
+@@RESULT {"kind":"verbs","device":"siw0","impl":"floor","transport":"write","fork":"off","op":"alloc_pd","size":0,"status":"error","detail":"errno=12"}
+"#;
+
+    #[test]
+    fn reads_typed_rows() {
+        let results = read(LOG);
+        assert!(results.skipped.is_empty(), "{:?}", results.skipped);
+        let run = Run::new(&results);
+        assert_eq!(run.rows.len(), 4);
+        assert_eq!(run.guest_kernel, "6.12.117+deb12-amd64");
+        assert_eq!(run.info("cell_ms"), Some("300"));
+        assert_eq!(run.devices(), ["rxe0", "siw0"]);
+        let key = CellKey {
+            device: "rxe0".into(),
+            imp: Implementation::Ours,
+            transport: Transport::Ioctl,
+            fork: ForkMode::On,
+            op: Operation::ReregAccess,
+        };
+        let r = run.get(&key, 1 << 20).unwrap();
+        assert_eq!(
+            (r.path, r.status, r.median, r.n),
+            (Some(ReregPath::InPlace), Status::Ok, 5000.0, 900)
+        );
+        // The same cell with fork safety off was not measured.
+        let off = CellKey::ours("rxe0", Transport::Ioctl, Operation::ReregAccess);
+        assert!(run.get(&off, 1 << 20).is_none());
+        let ibv = CellKey::libibverbs("rxe0", Operation::ReregAccess);
+        assert_eq!(run.get(&ibv, 1 << 20).unwrap().status, Status::Unsupported);
+        assert_eq!(run.median(&ibv, 1 << 20), None);
+        let failed = &run.rows[3];
+        assert_eq!(
+            (failed.key.op, failed.status, failed.detail.as_str()),
+            (Operation::AllocPd, Status::Error, "errno=12")
+        );
+        let reg = CellKey::ours("rxe0", Transport::Ioctl, Operation::RegDereg);
+        assert_eq!(run.ratio(&reg, &reg, 1 << 20), Some(1.0));
+    }
+
+    /// A line the report cannot read is not a silent gap: it is kept with
+    /// the reason, and the other lines still count.
+    #[test]
+    fn skips_unreadable_lines_with_the_reason() {
+        let cell = r#""kind":"verbs","device":"rxe0","impl":"ours","transport":"ioctl","fork":"off","op":"reg","size":4096,"median_ns":1"#;
+        let console = [
+            cell.to_string(),
+            cell.replace(r#""fork":"off""#, r#""fork":"forced""#),
+            cell.replace(r#""impl":"ours""#, r#""impl":"rdma-core""#),
+            cell.replace(r#""op":"reg""#, r#""op":"rereg_mw""#),
+            format!(r#"{cell},"path":"sideways""#),
+            format!(r#"{cell},"status":"flaky""#),
+            cell.replace("4096", r#""4K""#),
+            cell.replace(r#","transport":"ioctl""#, ""),
+            cell.replace(r#""device":"rxe0","#, ""),
+        ]
+        .map(|l| format!("@@RESULT {{{l}}}"))
+        .join("\n");
+        let results = read(&console);
+        assert_eq!(results.verbs.len(), 1);
+        let reasons: Vec<&str> = results
+            .skipped
             .iter()
-            .find_map(|m| m.get(key))
-            .map(String::as_str)
+            .map(|s| s.error.split(" at line ").next().unwrap())
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                "unknown fork=\"forced\"",
+                "unknown impl=\"rdma-core\"",
+                "unknown op=\"rereg_mw\"",
+                "unknown path=\"sideways\"",
+                "unknown status=\"flaky\"",
+                "invalid type: string \"4K\", expected u64",
+                "missing field `transport`",
+                "missing field `device`",
+            ]
+        );
+        assert_eq!(results.skipped[0].line, 2);
+        assert!(results.skipped[0].text.contains("forced"));
     }
 }

@@ -1,58 +1,43 @@
-//! The data mover's section of docs/benchmarks.md: the `@@MOVER` lines of
+//! The data mover's section of docs/benchmarks.md: the `mover` results of
 //! `examples/mover.rs` (a writer streaming WRITEs into a pool of buffers
 //! whose exposure rotates, per scheme), as a table per device and buffer
 //! size with each scheme's throughput against dereg + reg's.
 
-use crate::bench::units::{ratio_name, size_name, time_name};
-use crate::markers::{error_of, field, find};
+use super::results::nan;
+use crate::bench::units::{distinct, ratio_name, size_name, time_name};
+use serde::Deserialize;
 use std::fmt::Write as _;
 
-/// The marker of a mover line.
-pub const MOVER: &str = "@@MOVER";
-
-/// One `@@MOVER` line.
-#[derive(Debug, Clone, PartialEq)]
+/// One mover result (`"kind":"mover"`): a scheme's run, or its failure.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Line {
     pub device: String,
     pub scheme: String,
     /// `inplace`, `replaced`, `mixed` or `none`.
+    #[serde(default = "dash")]
     pub path: String,
+    #[serde(default)]
     pub buffer: u64,
+    #[serde(default)]
     pub write: u64,
+    #[serde(default = "nan")]
     pub writes_per_s: f64,
+    #[serde(default = "nan")]
     pub mib_per_s: f64,
     /// Nanoseconds per rotation (hide + expose; for fresh-per-write the
     /// registration and deregistration around each WRITE).
-    pub rotate: [f64; 3],
+    #[serde(default = "nan")]
+    pub rotate_median_ns: f64,
+    #[serde(default = "nan")]
+    pub rotate_p10_ns: f64,
+    #[serde(default = "nan")]
+    pub rotate_p90_ns: f64,
     /// Set when the scheme failed: the runner's message.
     pub error: Option<String>,
 }
 
-/// Every mover line of `console` (unreadable ones left out).
-pub fn parse(console: &str) -> Vec<Line> {
-    console
-        .lines()
-        .filter_map(|l| find(l, MOVER))
-        .filter_map(|w| {
-            let num = |k: &str| field(w, k).and_then(|v| v.parse::<f64>().ok());
-            let error = error_of(w);
-            Some(Line {
-                device: field(w, "device")?.into(),
-                scheme: field(w, "scheme")?.into(),
-                path: field(w, "path").unwrap_or("-").into(),
-                buffer: num("buffer").unwrap_or(0.0) as u64,
-                write: num("write").unwrap_or(0.0) as u64,
-                writes_per_s: num("writes_per_s").unwrap_or(f64::NAN),
-                mib_per_s: num("mib_per_s").unwrap_or(f64::NAN),
-                rotate: [
-                    num("rotate_median_ns").unwrap_or(f64::NAN),
-                    num("rotate_p10_ns").unwrap_or(f64::NAN),
-                    num("rotate_p90_ns").unwrap_or(f64::NAN),
-                ],
-                error,
-            })
-        })
-        .collect()
+fn dash() -> String {
+    "-".into()
 }
 
 /// Each successful rereg-access line with the dereg-reg line of the same
@@ -85,7 +70,13 @@ pub fn speedups(lines: &[Line]) -> Vec<(String, u64, f64)> {
 /// how much faster the exposure change itself is, the WRITEs left out).
 pub fn rotation_speedups(lines: &[Line]) -> Vec<(String, u64, f64)> {
     rereg_and_dereg(lines)
-        .map(|(l, d)| (l.device.clone(), l.buffer, d.rotate[0] / l.rotate[0]))
+        .map(|(l, d)| {
+            (
+                l.device.clone(),
+                l.buffer,
+                d.rotate_median_ns / l.rotate_median_ns,
+            )
+        })
         .collect()
 }
 
@@ -106,14 +97,9 @@ pub fn markdown(lines: &[Line]) -> String {
          deregistration around one WRITE). The ratio is the scheme's WRITEs per second ÷ dereg-reg's. \
          On siw every rereg is a replace (the kernel refuses REREG_MR in place).\n\n",
     );
-    let mut groups: Vec<(String, u64, u64)> = Vec::new();
-    for l in lines {
-        let g = (l.device.clone(), l.buffer, l.write);
-        if !groups.contains(&g) {
-            groups.push(g);
-        }
-    }
-    for (device, buffer, write) in groups {
+    for (device, buffer, write) in
+        distinct(lines.iter().map(|l| (l.device.as_str(), l.buffer, l.write)))
+    {
         let _ = writeln!(
             s,
             "**{device}**, {} buffers, {} WRITEs\n",
@@ -150,9 +136,9 @@ pub fn markdown(lines: &[Line]) -> String {
                         l.path,
                         l.writes_per_s,
                         l.mib_per_s,
-                        time_name(l.rotate[0]),
-                        time_name(l.rotate[1]),
-                        time_name(l.rotate[2]),
+                        time_name(l.rotate_median_ns),
+                        time_name(l.rotate_p10_ns),
+                        time_name(l.rotate_p90_ns),
                     );
                 }
             }
@@ -192,12 +178,11 @@ mod tests {
 
     #[test]
     fn lines_tables_and_the_target() {
-        let console = "\
-@@MOVER device=rxe0 scheme=rereg-access path=inplace buffer=1048576 write=4096 buffers=8 exposed=4 rotate_every=1 writes=2000 seconds=1 writes_per_s=3000.0 mib_per_s=11.7 rotate_median_ns=20000 rotate_p10_ns=18000 rotate_p90_ns=25000
-[ 1.2] noise @@MOVER device=rxe0 scheme=dereg-reg path=none buffer=1048576 write=4096 buffers=8 exposed=4 rotate_every=1 writes=2000 seconds=4 writes_per_s=1000.0 mib_per_s=3.9 rotate_median_ns=600000 rotate_p10_ns=500000 rotate_p90_ns=700000
-@@MOVER device=siw0 scheme=rereg-pd status=error error=\"rereg: boom\"
-";
-        let lines = parse(console);
+        let console = r#"@@RESULT {"kind":"mover","device":"rxe0","scheme":"rereg-access","path":"inplace","buffer":1048576,"write":4096,"buffers":8,"exposed":4,"rotate_every":1,"writes":2000,"seconds":1,"writes_per_s":3000.0,"mib_per_s":11.7,"rotate_median_ns":20000,"rotate_p10_ns":18000,"rotate_p90_ns":25000}
+[ 1.2] noise @@RESULT {"kind":"mover","device":"rxe0","scheme":"dereg-reg","path":"none","buffer":1048576,"write":4096,"buffers":8,"exposed":4,"rotate_every":1,"writes":2000,"seconds":4,"writes_per_s":1000.0,"mib_per_s":3.9,"rotate_median_ns":600000,"rotate_p10_ns":500000,"rotate_p90_ns":700000}
+@@RESULT {"kind":"mover","device":"siw0","scheme":"rereg-pd","error":"rereg: boom"}
+"#;
+        let lines = crate::bench::results::read(console).mover;
         assert_eq!(lines.len(), 3);
         assert_eq!(speedups(&lines), vec![("rxe0".to_string(), 1 << 20, 3.0)]);
         let md = markdown(&lines);

@@ -1,15 +1,13 @@
-//! The instruction counts' section of docs/benchmarks.md: the `@@OPS`
-//! lines of benches/ops (user-space instructions per data-path operation
+//! The instruction counts' section of docs/benchmarks.md: the `ops`
+//! results of benches/ops (user-space instructions per data-path operation
 //! on rxe and siw, ours and libibverbs' providers, counted by callgrind
 //! inside the VM), as one table per device with the ratio, the target of
 //! case 1 on rxe, and case 1's per-function split.
 
-use super::units::ratio_name;
-use crate::markers::{error_of, field, find};
+use super::results::nan;
+use super::units::{distinct, ratio_name};
+use serde::Deserialize;
 use std::fmt::Write as _;
-
-/// The marker of an ops line.
-pub const OPS: &str = "@@OPS";
 
 /// The data-path cases' `op=` values, in the order the tables list them.
 /// Case 1 keeps the name its lines always had.
@@ -22,9 +20,6 @@ pub const CASES: &[&str] = &[
 
 /// The case the target is about, and the per-function lines.
 const PAIR_OP: &str = "post_send+poll_cq";
-
-/// The marker of a per-function line (self Ir; the name ends the line).
-pub const OPS_FN: &str = "@@OPS-FN";
 /// How many functions the section lists per implementation.
 const TOP: usize = 8;
 
@@ -34,41 +29,69 @@ const TARGET_RATIO: f64 = 1.0;
 /// ... and the multiple it reaches for.
 const STRETCH_RATIO: f64 = 0.8;
 
-/// Whether `op` is one of the data-path cases (the other `@@OPS` lines,
-/// the control operations, are control_ops.rs's).
+/// Whether `op` is one of the data-path cases (the other ops lines, the
+/// control operations, are control_ops.rs's).
 pub fn is_case(op: &str) -> bool {
     CASES.contains(&op)
 }
 
-/// One `@@OPS` line of a data-path case.
-#[derive(Debug, Clone, PartialEq)]
+/// One ops result (`"kind":"ops"`): a data-path case, or a control pair
+/// (control_ops.rs's).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Line {
     pub device: String,
-    /// `ours` or `libibverbs`.
+    /// `ours`, `ours-exclusive` or `libibverbs`.
+    #[serde(rename = "impl")]
     pub imp: String,
-    /// One of [`CASES`] (a line without `op=` is case 1's old form).
+    /// One of [`CASES`], or a control pair (`alloc_pd+dealloc_pd`).
     pub op: String,
-    /// Instructions per iteration of the case's loop (`ir_per_iter`, or
-    /// case 1's old name `ir_per_pair`).
+    /// A case's instructions per iteration of its loop.
+    #[serde(default = "nan")]
     pub ir_per_iter: f64,
+    /// A control pair's instructions per pair, and its system calls.
+    #[serde(default = "nan")]
+    pub ir_per_pair: f64,
+    #[serde(default = "nan")]
+    pub syscalls_per_pair: f64,
+    #[serde(default)]
     pub iters: u64,
+    #[serde(default)]
     pub posts: u64,
+    #[serde(default)]
     pub polls: u64,
+    #[serde(default)]
     pub empty_polls: u64,
+    #[serde(default)]
     pub post_recvs: u64,
     /// Work requests per `post_send`, and how many of them signalled.
+    #[serde(default = "one")]
     pub wrs_per_post: u64,
+    #[serde(default = "one")]
     pub signalled_per_post: u64,
     /// Instructions and system calls per call of each measured function
     /// (its calls' inclusive cost ÷ their number).
+    #[serde(default = "nan")]
     pub ir_per_post: f64,
+    #[serde(default = "nan")]
     pub ir_per_poll: f64,
+    #[serde(default = "nan")]
     pub ir_per_post_recv: f64,
+    #[serde(default = "nan")]
     pub syscalls_per_post: f64,
+    #[serde(default = "nan")]
     pub syscalls_per_poll: f64,
+    #[serde(default = "unknown")]
     pub valgrind: String,
     /// Set when the run failed: the bench's message.
     pub error: Option<String>,
+}
+
+fn one() -> u64 {
+    1
+}
+
+fn unknown() -> String {
+    "?".into()
 }
 
 impl Line {
@@ -79,68 +102,21 @@ impl Line {
     }
 }
 
-/// Every data-path ops line of `console` (those without device or impl,
-/// and the control operations' lines, left out).
-pub fn parse(console: &str) -> Vec<Line> {
-    console
-        .lines()
-        .filter_map(|l| find(l, OPS))
-        .filter(|w| field(w, "op").is_none_or(is_case))
-        .filter_map(|w| {
-            let num = |k: &str| field(w, k).and_then(|v| v.parse::<u64>().ok());
-            let real = |k: &str| field(w, k).and_then(|v| v.parse::<f64>().ok());
-            let error = error_of(w);
-            Some(Line {
-                device: field(w, "device")?.into(),
-                imp: field(w, "impl")?.into(),
-                op: field(w, "op").unwrap_or(PAIR_OP).into(),
-                ir_per_iter: real("ir_per_iter")
-                    .or_else(|| real("ir_per_pair"))
-                    .unwrap_or(f64::NAN),
-                ir_per_post: real("ir_per_post").unwrap_or(f64::NAN),
-                ir_per_poll: real("ir_per_poll").unwrap_or(f64::NAN),
-                ir_per_post_recv: real("ir_per_post_recv").unwrap_or(f64::NAN),
-                syscalls_per_post: real("syscalls_per_post").unwrap_or(f64::NAN),
-                syscalls_per_poll: real("syscalls_per_poll").unwrap_or(f64::NAN),
-                iters: num("iters").unwrap_or(0),
-                posts: num("posts").unwrap_or(0),
-                polls: num("polls").unwrap_or(0),
-                empty_polls: num("empty_polls").unwrap_or(0),
-                post_recvs: num("post_recvs").unwrap_or(0),
-                wrs_per_post: num("wrs_per_post").unwrap_or(1),
-                signalled_per_post: num("signalled_per_post").unwrap_or(1),
-                valgrind: field(w, "valgrind").unwrap_or("?").into(),
-                error,
-            })
-        })
-        .collect()
+/// The data-path cases' lines of `lines` (not the control pairs').
+pub fn cases(lines: &[Line]) -> Vec<Line> {
+    lines.iter().filter(|l| is_case(&l.op)).cloned().collect()
 }
 
-/// One `@@OPS-FN` line: a function's self (exclusive) instructions per
-/// pair inside the measured functions (case 1).
-#[derive(Debug, Clone, PartialEq)]
+/// A function's self (exclusive) instructions per pair inside the
+/// measured functions of case 1 (`"kind":"ops_fn"`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Function {
     pub device: String,
+    #[serde(rename = "impl")]
     pub imp: String,
     pub self_ir_per_pair: f64,
+    #[serde(rename = "fn")]
     pub name: String,
-}
-
-/// Every per-function line of `console`, in order.
-pub fn parse_functions(console: &str) -> Vec<Function> {
-    console
-        .lines()
-        .filter_map(|l| find(l, OPS_FN))
-        .filter_map(|w| {
-            let (head, name) = w.split_once(" fn=")?;
-            Some(Function {
-                device: field(head, "device")?.into(),
-                imp: field(head, "impl")?.into(),
-                self_ir_per_pair: field(head, "self_ir_per_pair")?.parse().ok()?,
-                name: name.trim().into(),
-            })
-        })
-        .collect()
 }
 
 /// The successful line of `imp` for `op` on `device`.
@@ -173,13 +149,7 @@ pub fn ratios(lines: &[Line]) -> Vec<(String, String, f64)> {
 
 /// The devices of `lines`, in console order.
 fn devices(lines: &[Line]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for l in lines {
-        if !out.contains(&l.device.as_str()) {
-            out.push(&l.device);
-        }
-    }
-    out
+    distinct(lines.iter().map(|l| l.device.as_str()))
 }
 
 /// What a case's row is called: the operation, and how many requests of
@@ -201,12 +171,6 @@ fn case_name(l: &Line) -> String {
         "inline_send" => "4. inline SEND (sender only)".into(),
         other => other.into(),
     }
-}
-
-/// The section in a console's lines, from its `##` heading; empty without
-/// data-path ops lines.
-pub fn section(console: &str) -> String {
-    markdown(&parse(console), &parse_functions(console))
 }
 
 /// The section, from its `##` heading; empty without ops lines.
@@ -283,12 +247,11 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> String {
             None => "not measured".into(),
         }
     );
-    let mut groups: Vec<(&str, &str)> = Vec::new();
-    for f in functions {
-        if !groups.contains(&(&f.device, &f.imp)) {
-            groups.push((&f.device, &f.imp));
-        }
-    }
+    let groups = distinct(
+        functions
+            .iter()
+            .map(|f| (f.device.as_str(), f.imp.as_str())),
+    );
     if !groups.is_empty() {
         s.push_str(
             "Where they go in case 1: the functions with the most self (exclusive) instructions \
@@ -357,25 +320,35 @@ fn row(lines: &[Line], l: &Line) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::results::read;
+
+    fn parse(console: &str) -> Vec<Line> {
+        let r = read(console);
+        assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+        cases(&r.ops)
+    }
+
+    fn parse_functions(console: &str) -> Vec<Function> {
+        read(console).ops_fn
+    }
 
     #[test]
     fn lines_table_and_the_target() {
-        let console = "\
-@@OPS device=rxe0 impl=ours op=post_send+poll_cq ir_per_pair=300.0 ir_total=60000 iters=200 posts=200 polls=201 empty_polls=1 ir_per_post=200.0 ir_per_poll=99.5 syscalls_per_post=1.00 syscalls_per_poll=0.00 valgrind=3.19.0
-[ 3.1] noise @@OPS device=rxe0 impl=libibverbs op=post_send+poll_cq ir_per_pair=400.0 ir_total=80000 iters=200 posts=200 polls=200 empty_polls=0 valgrind=3.19.0
-@@OPS device=siw0 impl=ours op=post_send+poll_cq status=error error=\"ours: post_send 0: boom\"
-@@OPS device=rxe0 impl=ours op=alloc_pd+dealloc_pd ir_per_pair=900.0 calls=201+200 syscalls_per_pair=2.00 iters=200
+        let console = r#"@@RESULT {"kind":"ops","device":"rxe0","impl":"ours","op":"post_send+poll_cq","ir_total":60000,"iters":200,"posts":200,"polls":201,"empty_polls":1,"ir_per_post":200.0,"ir_per_poll":99.5,"syscalls_per_post":1.0,"syscalls_per_poll":0.0,"valgrind":"3.19.0","ir_per_iter":300.0}
+[ 3.1] noise @@RESULT {"kind":"ops","device":"rxe0","impl":"libibverbs","op":"post_send+poll_cq","ir_total":80000,"iters":200,"posts":200,"polls":200,"empty_polls":0,"valgrind":"3.19.0","ir_per_iter":400.0}
+@@RESULT {"kind":"ops","device":"siw0","impl":"ours","op":"post_send+poll_cq","error":"ours: post_send 0: boom"}
+@@RESULT {"kind":"ops","device":"rxe0","impl":"ours","op":"alloc_pd+dealloc_pd","ir_per_pair":900.0,"calls":"201+200","syscalls_per_pair":2.0,"iters":200}
 @@OPS-CHILD posts=1 polls=1 empty_polls=0
-@@OPS-FN device=rxe0 impl=ours self_ir_per_pair=120.5 fn=uverbs::cq::CompletionQueue::poll
-@@OPS-FN device=rxe0 impl=ours self_ir_per_pair=80.0 fn=<&T as core::fmt::Debug>::fmt | x
-";
+@@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":120.5,"fn":"uverbs::cq::CompletionQueue::poll"}
+@@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":80.0,"fn":"<&T as core::fmt::Debug>::fmt | x"}
+"#;
         let lines = parse(console);
         let functions = parse_functions(console);
         assert_eq!(functions.len(), 2, "{functions:?}");
         assert_eq!(functions[0].name, "uverbs::cq::CompletionQueue::poll");
         assert_eq!(lines.len(), 3, "{lines:?}");
         assert_eq!(lines[0].polls, 201);
-        assert_eq!(lines[0].ir_per_iter, 300.0, "the old name ir_per_pair");
+        assert_eq!(lines[0].ir_per_iter, 300.0);
         assert_eq!(
             ratios(&lines),
             vec![("rxe0".to_string(), PAIR_OP.to_string(), 0.75)]
@@ -407,15 +380,14 @@ mod tests {
 
     #[test]
     fn the_new_cases_parse_with_their_splits() {
-        let console = "\
-@@OPS device=siw0 impl=ours op=write_batch4 ir_per_iter=1600.0 ir_total=320000 iters=200 posts=200 polls=400 empty_polls=200 ir_per_post=900.0 ir_per_poll=350.0 syscalls_per_post=1.00 syscalls_per_poll=0.00 wrs_per_post=4 signalled_per_post=4 valgrind=3.19.0
-@@OPS device=siw0 impl=libibverbs op=write_batch4 ir_per_iter=1000.0 ir_total=200000 iters=200 posts=200 polls=200 empty_polls=0 ir_per_post=700.0 ir_per_poll=300.0 syscalls_per_post=1.00 syscalls_per_poll=0.00 wrs_per_post=4 signalled_per_post=4 valgrind=3.19.0
-@@OPS device=siw0 impl=ours op=send_recv ir_per_iter=700.0 ir_total=140000 iters=200 posts=200 polls=400 empty_polls=0 ir_per_post=300.0 ir_per_poll=150.0 syscalls_per_post=1.00 syscalls_per_poll=0.00 post_recvs=200 ir_per_post_recv=100.0 syscalls_per_post_recv=0.00 wrs_per_post=1 signalled_per_post=1 valgrind=3.19.0
-@@OPS device=siw0 impl=libibverbs op=send_recv status=error error=\"libibverbs: post_recv 0: errno 12\"
-@@OPS device=rxe0 impl=ours op=inline_send ir_per_iter=400.0 ir_total=80000 iters=200 posts=200 polls=200 empty_polls=0 ir_per_post=250.0 ir_per_poll=150.0 syscalls_per_post=1.00 syscalls_per_poll=0.00 wrs_per_post=1 signalled_per_post=1 valgrind=3.19.0
-@@OPS device=rxe0 impl=libibverbs op=write_batch4 ir_per_iter=500.0 iters=200 posts=200 polls=200 wrs_per_post=4 signalled_per_post=1 valgrind=3.19.0
-@@OPS device=rxe0 impl=ours op=reg_mr+dereg_mr ir_per_pair=597.0 iters=200
-";
+        let console = r#"@@RESULT {"kind":"ops","device":"siw0","impl":"ours","op":"write_batch4","ir_per_iter":1600.0,"ir_total":320000,"iters":200,"posts":200,"polls":400,"empty_polls":200,"ir_per_post":900.0,"ir_per_poll":350.0,"syscalls_per_post":1.0,"syscalls_per_poll":0.0,"wrs_per_post":4,"signalled_per_post":4,"valgrind":"3.19.0"}
+@@RESULT {"kind":"ops","device":"siw0","impl":"libibverbs","op":"write_batch4","ir_per_iter":1000.0,"ir_total":200000,"iters":200,"posts":200,"polls":200,"empty_polls":0,"ir_per_post":700.0,"ir_per_poll":300.0,"syscalls_per_post":1.0,"syscalls_per_poll":0.0,"wrs_per_post":4,"signalled_per_post":4,"valgrind":"3.19.0"}
+@@RESULT {"kind":"ops","device":"siw0","impl":"ours","op":"send_recv","ir_per_iter":700.0,"ir_total":140000,"iters":200,"posts":200,"polls":400,"empty_polls":0,"ir_per_post":300.0,"ir_per_poll":150.0,"syscalls_per_post":1.0,"syscalls_per_poll":0.0,"post_recvs":200,"ir_per_post_recv":100.0,"syscalls_per_post_recv":0.0,"wrs_per_post":1,"signalled_per_post":1,"valgrind":"3.19.0"}
+@@RESULT {"kind":"ops","device":"siw0","impl":"libibverbs","op":"send_recv","error":"libibverbs: post_recv 0: errno 12"}
+@@RESULT {"kind":"ops","device":"rxe0","impl":"ours","op":"inline_send","ir_per_iter":400.0,"ir_total":80000,"iters":200,"posts":200,"polls":200,"empty_polls":0,"ir_per_post":250.0,"ir_per_poll":150.0,"syscalls_per_post":1.0,"syscalls_per_poll":0.0,"wrs_per_post":1,"signalled_per_post":1,"valgrind":"3.19.0"}
+@@RESULT {"kind":"ops","device":"rxe0","impl":"libibverbs","op":"write_batch4","ir_per_iter":500.0,"iters":200,"posts":200,"polls":200,"wrs_per_post":4,"signalled_per_post":1,"valgrind":"3.19.0"}
+@@RESULT {"kind":"ops","device":"rxe0","impl":"ours","op":"reg_mr+dereg_mr","ir_per_pair":597.0,"iters":200}
+"#;
         let lines = parse(console);
         assert_eq!(lines.len(), 6, "{lines:?}");
         let batch = &lines[0];
@@ -472,20 +444,19 @@ mod tests {
 
     #[test]
     fn target_met_not_met_or_not_measured() {
-        let over = parse(
-            "@@OPS device=rxe0 impl=ours ir_per_pair=400 iters=1 posts=1 polls=1\n\
-             @@OPS device=rxe0 impl=libibverbs ir_per_pair=380 iters=1 posts=1 polls=1\n",
-        );
+        let pair = |ours: &str, ibv: &str| {
+            let line = |imp: &str, rest: &str| {
+                format!(
+                    r#"@@RESULT {{"kind":"ops","device":"rxe0","impl":"{imp}","op":"post_send+poll_cq",{rest}}}"#
+                )
+            };
+            parse(&(line("ours", ours) + "\n" + &line("libibverbs", ibv)))
+        };
+        let over = pair(r#""ir_per_iter":400"#, r#""ir_per_iter":380"#);
         assert!(markdown(&over, &[]).contains("1.05× on rxe0 — **not met**"));
-        let met = parse(
-            "@@OPS device=rxe0 impl=ours ir_per_pair=360 iters=1 posts=1 polls=1\n\
-             @@OPS device=rxe0 impl=libibverbs ir_per_pair=400 iters=1 posts=1 polls=1\n",
-        );
+        let met = pair(r#""ir_per_iter":360"#, r#""ir_per_iter":400"#);
         assert!(markdown(&met, &[]).contains("0.90× on rxe0 — met (0.8× not yet reached)"));
-        let failed = parse(
-            "@@OPS device=rxe0 impl=ours ir_per_pair=100 iters=1 posts=1 polls=1\n\
-             @@OPS device=rxe0 impl=libibverbs status=error error=\"x\"\n",
-        );
+        let failed = pair(r#""ir_per_iter":100"#, r#""error":"x""#);
         assert!(markdown(&failed, &[])
             .contains("libibverbs' rxe provider (reaching for 0.8×): not measured."));
     }

@@ -1,8 +1,146 @@
-//! The targets of issue #6, checked against the run as measured.
+//! The verbs bench's targets, as data: docs/bench-targets.json (beside
+//! the report it feeds, compiled in), checked against the run as measured.
 
-use super::model::{CellKey, Run, SIZES, TRANSPORTS};
+use super::model::{CellKey, Run, SIZES};
 use super::units::{ratio_name, size_name};
 use super::wire::{Operation, ReregPath, Transport};
+use serde::Deserialize;
+
+/// The targets file, docs/bench-targets.json.
+const FILE: &str = include_str!("../../../../docs/bench-targets.json");
+
+/// The targets file: the section's heading and note, and the targets in
+/// the report's order.
+#[derive(Debug, Deserialize)]
+pub struct Targets {
+    pub title: String,
+    pub note: String,
+    pub targets: Vec<Check>,
+}
+
+/// One target of the file.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "check", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Check {
+    /// ours reg+dereg ÷ ours rereg ACCESS on the first device named
+    /// `device…`, at `size`, at least `at_least`.
+    ReregSpeedup {
+        device: String,
+        size: u64,
+        transport: Transport,
+        at_least: f64,
+    },
+    /// ours ÷ the floor for `op`, the worst cell ours ran in place.
+    OursFloor {
+        op: Operation,
+        transport: Transport,
+        at_most: f64,
+    },
+    /// ours over `transport` ÷ libibverbs for `op`, the worst cell.
+    OursLibibverbs {
+        op: Operation,
+        transport: Transport,
+        at_most: f64,
+    },
+}
+
+impl Targets {
+    /// The targets of docs/bench-targets.json, or what is wrong with it.
+    pub fn load() -> Result<Targets, String> {
+        Targets::parse(FILE).map_err(|e| format!("docs/bench-targets.json: {e}"))
+    }
+
+    fn parse(text: &str) -> Result<Targets, serde_json::Error> {
+        serde_json::from_str(text)
+    }
+
+    /// Each target and how `run` did, in the file's order.
+    pub fn check(&self, run: &Run) -> Vec<Target> {
+        self.targets.iter().map(|c| c.check(run)).collect()
+    }
+}
+
+impl Check {
+    fn check(&self, run: &Run) -> Target {
+        use Operation::{RegDereg, ReregAccess};
+        let devices = run.devices();
+        match self {
+            Check::ReregSpeedup {
+                device,
+                size,
+                transport: t,
+                at_least,
+            } => {
+                let dev = devices
+                    .iter()
+                    .find(|d| d.starts_with(device.as_str()))
+                    .cloned()
+                    .unwrap_or_else(|| format!("{device}0"));
+                let r = run.ratio(
+                    &CellKey::ours(&dev, *t, RegDereg),
+                    &CellKey::ours(&dev, *t, ReregAccess),
+                    *size,
+                );
+                Target {
+                    label: format!(
+                        "rereg ACCESS on {dev} ≥ {at_least:.0}× faster than dereg+reg at {} ({t})",
+                        size_name(*size)
+                    ),
+                    measured: r.map(ratio_name).unwrap_or_else(|| "not measured".into()),
+                    met: r.map(|r| r >= *at_least),
+                }
+            }
+            Check::OursFloor {
+                op,
+                transport: t,
+                at_most,
+            } => {
+                let ratios = devices.iter().flat_map(|dev| {
+                    let (ours, floor) = (CellKey::ours(dev, *t, *op), CellKey::floor(dev, *t, *op));
+                    SIZES.iter().filter_map(move |&z| {
+                        run.get(&ours, z)
+                            .filter(|r| r.path == Some(ReregPath::InPlace))?;
+                        Some((
+                            run.ratio(&ours, &floor, z)?,
+                            format!("{dev} {}", size_name(z)),
+                        ))
+                    })
+                });
+                Worst::target(
+                    format!(
+                        "ours ÷ floor ≤ {at_most:?} for {} in place ({t})",
+                        op.label()
+                    ),
+                    Worst::of(ratios),
+                    *at_most,
+                )
+            }
+            Check::OursLibibverbs {
+                op,
+                transport: t,
+                at_most,
+            } => {
+                let sizes = if op.is_sized() { SIZES } else { &[0u64][..] };
+                let ratios = devices.iter().flat_map(|dev| {
+                    let (ours, ibv) = (CellKey::ours(dev, *t, *op), CellKey::libibverbs(dev, *op));
+                    sizes.iter().filter_map(move |&z| {
+                        let at = if z == 0 {
+                            dev.clone()
+                        } else {
+                            format!("{dev} {}", size_name(z))
+                        };
+                        Some((run.ratio(&ours, &ibv, z)?, at))
+                    })
+                });
+                Worst::target(
+                    format!("ours ({t}) ÷ libibverbs ≤ {at_most:?} for {}", op.label()),
+                    Worst::of(ratios),
+                    *at_most,
+                )
+            }
+        }
+    }
+}
 
 /// One target and how the run did.
 pub struct Target {
@@ -56,81 +194,27 @@ impl Worst {
     }
 }
 
-/// Targets of issue #6, in the report's order.
-pub fn targets(run: &Run) -> Vec<Target> {
-    use Operation::{AllocDeallocPd, RegDereg, ReregAccess, ReregPd};
-    let mut out = Vec::new();
-    let devices = run.devices();
-    let rxe = devices
-        .iter()
-        .find(|d| d.starts_with("rxe"))
-        .map_or("rxe0", String::as_str);
-    // rereg ACCESS is much faster than a fresh registration on rxe.
-    for (size, want) in [(1u64 << 20, 50.0), (256 << 20, 1000.0)] {
-        for t in TRANSPORTS {
-            let r = run.ratio(
-                &CellKey::ours(rxe, t, RegDereg),
-                &CellKey::ours(rxe, t, ReregAccess),
-                size,
-            );
-            out.push(Target {
-                label: format!(
-                    "rereg ACCESS on {rxe} ≥ {want:.0}× faster than dereg+reg at {} ({t})",
-                    size_name(size)
-                ),
-                measured: r.map(ratio_name).unwrap_or_else(|| "not measured".into()),
-                met: r.map(|r| r >= want),
-            });
-        }
-    }
-    // ours / floor ≤ 1.05 for rereg, wherever rereg runs in place.
-    for op in [ReregAccess, ReregPd] {
-        for t in TRANSPORTS {
-            let ratios = devices.iter().flat_map(|dev| {
-                let (ours, floor) = (CellKey::ours(dev, t, op), CellKey::floor(dev, t, op));
-                SIZES.iter().filter_map(move |&z| {
-                    run.get(&ours, z)
-                        .filter(|r| r.path == Some(ReregPath::InPlace))?;
-                    Some((
-                        run.ratio(&ours, &floor, z)?,
-                        format!("{dev} {}", size_name(z)),
-                    ))
-                })
-            });
-            out.push(Worst::target(
-                format!("ours ÷ floor ≤ 1.05 for {} in place ({t})", op.label()),
-                Worst::of(ratios),
-                1.05,
-            ));
-        }
-    }
-    // ours / libibverbs ≤ 1.0, over each transport and the default (auto).
-    for (op, sizes) in [(RegDereg, SIZES), (AllocDeallocPd, &[0u64][..])] {
-        for t in TRANSPORTS.into_iter().chain([Transport::Auto]) {
-            let ratios = devices.iter().flat_map(|dev| {
-                let (ours, ibv) = (CellKey::ours(dev, t, op), CellKey::libibverbs(dev, op));
-                sizes.iter().filter_map(move |&z| {
-                    let at = if z == 0 {
-                        dev.clone()
-                    } else {
-                        format!("{dev} {}", size_name(z))
-                    };
-                    Some((run.ratio(&ours, &ibv, z)?, at))
-                })
-            });
-            out.push(Worst::target(
-                format!("ours ({t}) ÷ libibverbs ≤ 1.0 for {}", op.label()),
-                Worst::of(ratios),
-                1.0,
-            ));
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The committed file reads, and a broken one is an error that says
+    /// where.
+    #[test]
+    fn the_file_reads_and_errors_are_clear() {
+        let t = Targets::load().unwrap();
+        assert_eq!(t.targets.len(), 14);
+        let e = Targets::parse(
+            r#"{"title":"t","note":"n","targets":[{"check":"rereg_speedup","device":"rxe"}]}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("missing field `size`"), "{e}");
+        let e = Targets::parse(r#"{"title":"t","note":"n","targets":[{"check":"ours_floor","op":"rereg_mw","transport":"ioctl","at_most":1}]}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown op=\"rereg_mw\""), "{e}");
+    }
 
     #[test]
     fn worst_is_the_first_largest() {

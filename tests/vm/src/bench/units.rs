@@ -1,5 +1,17 @@
 //! How the report writes numbers: sizes, latencies, ratios.
 
+/// `items` without repeats, in first-seen order (the report lists
+/// devices, cells and groups in the order the console printed them).
+pub fn distinct<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out = Vec::new();
+    for item in items {
+        if !out.contains(&item) {
+            out.push(item);
+        }
+    }
+    out
+}
+
 /// `4 KiB`, `256 MiB`.
 pub fn size_name(size: u64) -> String {
     match size {

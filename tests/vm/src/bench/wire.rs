@@ -1,7 +1,7 @@
-//! The words of a `@@BENCH` line (`impl=ours transport=ioctl fork=off …`,
-//! printed by `benches/verbs`) as types. Each set is closed: a value parses
-//! from its exact word, prints that word back, and any other word is an
-//! [`UnknownWord`].
+//! The words of a verbs result (`"impl":"ours","transport":"ioctl",
+//! "fork":"off"`, printed by `benches/verbs`) as types. Each set is
+//! closed: a value parses from its exact word, prints that word back, and
+//! any other word is an [`UnknownWord`].
 
 use std::fmt;
 use std::str::FromStr;
@@ -24,7 +24,7 @@ impl fmt::Display for UnknownWord {
 
 /// Defines one closed set of wire words: the enum (ordered as listed, which
 /// is the report's order), `ALL`, `word()`, `Display` (the word) and
-/// `FromStr` (the word back, or [`UnknownWord`]).
+/// `FromStr` and `Deserialize` (the word back, or [`UnknownWord`]).
 macro_rules! wire_words {
     (
         $(#[$doc:meta])*
@@ -53,6 +53,15 @@ macro_rules! wire_words {
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.pad(self.word())
+            }
+        }
+
+        // A result line's word: the same closed set, an unknown word an
+        // error that names it.
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let word = std::borrow::Cow::<str>::deserialize(d)?;
+                word.parse().map_err(serde::de::Error::custom)
             }
         }
 
@@ -158,6 +167,12 @@ impl Operation {
             Operation::ContextOpen => "context open+close",
             other => other.word(),
         }
+    }
+
+    /// Whether its cells have a region size (not alloc+dealloc PD or a
+    /// context open+close).
+    pub fn is_sized(self) -> bool {
+        !matches!(self, Operation::AllocDeallocPd | Operation::ContextOpen)
     }
 
     /// One of the three REREG_MR operations.

@@ -1,4 +1,4 @@
-//! The data-path half of `cargo vm bench`: the `@@DATAPATH` lines of
+//! The data-path half of `cargo vm bench`: the `datapath` results of
 //! benches/datapath (our `perf` example and perftest 4.5, interleaved in
 //! rounds, the whole set in passes) read into cells, and per cell the
 //! per-round ratios ours ÷ perftest, their median and spread per pass, and
@@ -8,18 +8,18 @@
 //! is within [`AGREE`] of the others (the issue's 10 %); otherwise it is
 //! *noisy*, with every pass's value.
 
-pub mod plot;
 pub mod report;
 
 use crate::bench::model::median;
-use crate::markers::{field, find, DATAPATH, DATAPATH_INFO};
+use crate::bench::results::{info_of, Info};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 
 /// Passes whose median ratios differ by at most this fraction agree.
 pub const AGREE: f64 = 0.10;
 
 /// A cell: what both tools were given.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
 pub struct Key {
     pub device: String,
     /// `loopback` or `cm`.
@@ -46,6 +46,14 @@ pub enum Value {
 }
 
 impl Value {
+    /// The median, p10 and p90 of a latency; a bandwidth and two NaNs.
+    fn parts(self) -> [f64; 3] {
+        match self {
+            Value::Latency { median, p10, p90 } => [median, p10, p90],
+            Value::Bandwidth(b) => [b, f64::NAN, f64::NAN],
+        }
+    }
+
     /// The number the ratio compares: the median latency or the bandwidth.
     pub fn headline(self) -> f64 {
         match self {
@@ -55,66 +63,47 @@ impl Value {
     }
 }
 
-/// One `@@DATAPATH` line.
-#[derive(Debug, Clone, PartialEq)]
+/// One data-path result (`"kind":"datapath"`): a run of ours or perftest.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Line {
     pub pass: u32,
     pub round: u32,
     /// `ours` or `perftest`.
+    #[serde(rename = "impl")]
     pub imp: String,
+    #[serde(flatten)]
     pub key: Key,
     pub inline: u64,
     pub iters: u64,
     /// The runner ran it twice: the first attempt failed.
+    #[serde(default)]
     pub retried: bool,
-    pub value: Result<Value, String>,
+    /// A latency test's order statistics (ns), a bandwidth test's MiB/s.
+    pub median_ns: Option<f64>,
+    pub p10_ns: Option<f64>,
+    pub p90_ns: Option<f64>,
+    pub mib_per_s: Option<f64>,
+    /// Set when the run failed: the runner's message.
+    pub error: Option<String>,
 }
 
-/// The quoted `error="…"` of a failed run.
-fn error_text(words: &str) -> String {
-    match words.split_once("error=\"") {
-        Some((_, rest)) => rest.trim_end().trim_end_matches('"').to_string(),
-        None => "failed".into(),
+impl Line {
+    /// What the run measured, or why there is no number (a failed run, or
+    /// a line without its test's numbers).
+    pub fn value(&self) -> Result<Value, String> {
+        let need = |v: Option<f64>, name: &str| v.ok_or(format!("the line has no {name}"));
+        if let Some(e) = &self.error {
+            Err(e.clone())
+        } else if self.key.is_latency() {
+            Ok(Value::Latency {
+                median: need(self.median_ns, "median_ns")?,
+                p10: need(self.p10_ns, "p10_ns")?,
+                p90: need(self.p90_ns, "p90_ns")?,
+            })
+        } else {
+            Ok(Value::Bandwidth(need(self.mib_per_s, "mib_per_s")?))
+        }
     }
-}
-
-/// One line's words (after the marker), or why not.
-pub fn parse_line(words: &str) -> Result<Line, String> {
-    let get = |k: &str| field(words, k).ok_or_else(|| format!("no {k}="));
-    let num = |k: &str| -> Result<u64, String> {
-        get(k)?.parse().map_err(|_| format!("{k}= is not a number"))
-    };
-    let float = |k: &str| -> Result<f64, String> {
-        get(k)?.parse().map_err(|_| format!("{k}= is not a number"))
-    };
-    let key = Key {
-        device: get("device")?.into(),
-        conn: get("conn")?.into(),
-        test: get("test")?.into(),
-        size: num("size")?,
-        qd: num("qd")?,
-    };
-    let value = if field(words, "status") == Some("error") {
-        Err(error_text(words))
-    } else if key.is_latency() {
-        Ok(Value::Latency {
-            median: float("median_ns")?,
-            p10: float("p10_ns")?,
-            p90: float("p90_ns")?,
-        })
-    } else {
-        Ok(Value::Bandwidth(float("mib_per_s")?))
-    };
-    Ok(Line {
-        pass: num("pass")? as u32,
-        round: num("round")? as u32,
-        imp: get("impl")?.into(),
-        inline: num("inline")?,
-        iters: num("iters")?,
-        retried: field(words, "retried") == Some("1"),
-        key,
-        value,
-    })
 }
 
 /// Per pass of a cell: the per-round ratios and both tools' values.
@@ -181,24 +170,15 @@ impl Cell {
             .flat_map(|p| if ours { &p.ours } else { &p.perftest })
             .copied()
             .collect();
-        let pick = |f: fn(&Value) -> f64| median(&vals.iter().map(f).collect::<Vec<_>>());
-        match vals.first()? {
-            Value::Latency { .. } => Some(Value::Latency {
-                median: pick(|v| match v {
-                    Value::Latency { median, .. } => *median,
-                    Value::Bandwidth(_) => f64::NAN,
-                })?,
-                p10: pick(|v| match v {
-                    Value::Latency { p10, .. } => *p10,
-                    Value::Bandwidth(_) => f64::NAN,
-                })?,
-                p90: pick(|v| match v {
-                    Value::Latency { p90, .. } => *p90,
-                    Value::Bandwidth(_) => f64::NAN,
-                })?,
-            }),
-            Value::Bandwidth(_) => Some(Value::Bandwidth(pick(|v| v.headline())?)),
-        }
+        let pick = |i: usize| median(&vals.iter().map(|v| v.parts()[i]).collect::<Vec<_>>());
+        Some(match vals.first()? {
+            Value::Latency { .. } => Value::Latency {
+                median: pick(0)?,
+                p10: pick(1)?,
+                p90: pick(2)?,
+            },
+            Value::Bandwidth(_) => Value::Bandwidth(pick(0)?),
+        })
     }
 }
 
@@ -206,10 +186,8 @@ impl Cell {
 #[derive(Debug, Default)]
 pub struct DataPath {
     pub cells: BTreeMap<Key, Cell>,
-    /// `@@DATAPATH-INFO` words, in order.
-    pub info: Vec<String>,
-    /// Lines that could not be read: (why, line).
-    pub skipped: Vec<(String, String)>,
+    /// The `datapath_info` lines, in order.
+    pub info: Vec<Info>,
 }
 
 impl DataPath {
@@ -219,46 +197,33 @@ impl DataPath {
 
     /// The `key=` of the first info line that has it.
     pub fn info(&self, key: &str) -> Option<&str> {
-        self.info.iter().find_map(|l| field(l, key))
+        info_of(&self.info, key)
     }
 
     /// The targets (`device conn`) in first-seen order of the cells' keys.
     pub fn targets(&self) -> Vec<(String, String)> {
-        let mut out: Vec<(String, String)> = Vec::new();
-        for k in self.cells.keys() {
-            let t = (k.device.clone(), k.conn.clone());
-            if !out.contains(&t) {
-                out.push(t);
-            }
-        }
+        let mut out = crate::bench::units::distinct(
+            self.cells
+                .keys()
+                .map(|k| (k.device.clone(), k.conn.clone())),
+        );
         // rxe before siw, loopback before cm.
         out.sort_by(|a, b| (&a.0, a.1 != "loopback").cmp(&(&b.0, b.1 != "loopback")));
         out
     }
 }
 
-/// Reads every `@@DATAPATH` line of `console`; rounds pair ours with
-/// perftest by (pass, round).
-pub fn parse(console: &str) -> DataPath {
-    let mut dp = DataPath::default();
+/// The cells of the data-path `lines`; rounds pair ours with perftest
+/// by (pass, round).
+pub fn cells(lines: &[Line], info: &[Info]) -> DataPath {
+    let mut dp = DataPath {
+        info: info.to_vec(),
+        ..DataPath::default()
+    };
     // (key, pass, round) -> (ours, perftest)
     type Round = (Option<Value>, Option<Value>);
     let mut rounds: BTreeMap<(Key, u32, u32), Round> = BTreeMap::new();
-    for raw in console.lines() {
-        if let Some(words) = find(raw, DATAPATH_INFO) {
-            dp.info.push(words.to_string());
-            continue;
-        }
-        let Some(words) = find(raw, DATAPATH) else {
-            continue;
-        };
-        let line = match parse_line(words) {
-            Ok(l) => l,
-            Err(why) => {
-                dp.skipped.push((why, raw.to_string()));
-                continue;
-            }
-        };
+    for line in lines {
         let cell = dp.cells.entry(line.key.clone()).or_default();
         cell.inline = line.inline;
         cell.iters = line.iters;
@@ -270,7 +235,7 @@ pub fn parse(console: &str) -> DataPath {
         }
         let pass = cell.passes.entry(line.pass).or_default();
         let ours = line.imp == "ours";
-        match line.value {
+        match line.value() {
             Ok(v) => {
                 if ours {
                     pass.ours.push(v)
@@ -304,13 +269,18 @@ pub fn parse(console: &str) -> DataPath {
     dp
 }
 
+/// The data-path part of a console's results.
+pub fn parse(results: &crate::bench::results::Results) -> DataPath {
+    cells(&results.datapath, &results.datapath_info)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn lat(pass: u32, round: u32, imp: &str, size: u64, median: u64) -> String {
         format!(
-            "@@DATAPATH pass={pass} round={round} impl={imp} device=rxe0 conn=loopback test=write_lat size={size} qd=1 inline=220 iters=300 median_ns={median} p10_ns={} p90_ns={} n=300",
+            r#"@@RESULT {{"kind":"datapath","pass":{pass},"round":{round},"impl":"{imp}","device":"rxe0","conn":"loopback","test":"write_lat","size":{size},"qd":1,"inline":220,"iters":300,"median_ns":{median},"p10_ns":{},"p90_ns":{},"n":300}}"#,
             median - 10,
             median + 10
         )
@@ -319,7 +289,7 @@ mod tests {
     #[test]
     fn ratios_per_round_and_passes_that_agree_or_not() {
         let console = [
-            "@@DATAPATH-INFO rounds=2 passes=2 cells=2".to_string(),
+            r#"@@RESULT {"kind":"datapath_info","rounds":2,"passes":2,"cells":2}"#.to_string(),
             lat(1, 1, "ours", 2, 90),
             lat(1, 1, "perftest", 2, 100),
             lat(1, 2, "perftest", 2, 200),
@@ -333,14 +303,15 @@ mod tests {
             lat(1, 1, "perftest", 8, 100),
             lat(2, 1, "ours", 8, 150),
             lat(2, 1, "perftest", 8, 100),
-            "[ 3.1] kernel noise @@DATAPATH pass=1 round=1 impl=ours retried=1 device=siw0 conn=cm test=write_bw size=4096 qd=64 inline=0 iters=32 mib_per_s=20.5".into(),
-            "@@DATAPATH pass=1 round=1 impl=perftest device=siw0 conn=cm test=write_bw size=4096 qd=64 inline=0 iters=32 status=error error=\"client: exit status: 1\"".into(),
-            "@@DATAPATH pass=x".into(),
+            r#"[ 3.1] kernel noise @@RESULT {"kind":"datapath","pass":1,"round":1,"impl":"ours","retried":true,"device":"siw0","conn":"cm","test":"write_bw","size":4096,"qd":64,"inline":0,"iters":32,"mib_per_s":20.5}"#.into(),
+            r#"@@RESULT {"kind":"datapath","pass":1,"round":1,"impl":"perftest","device":"siw0","conn":"cm","test":"write_bw","size":4096,"qd":64,"inline":0,"iters":32,"error":"client: exit status: 1"}"#.into(),
+            r#"@@RESULT {"kind":"datapath","pass":"x"}"#.into(),
         ]
         .join("\n");
-        let dp = parse(&console);
+        let results = crate::bench::results::read(&console);
+        assert_eq!(results.skipped.len(), 1);
+        let dp = parse(&results);
         assert_eq!(dp.info("rounds"), Some("2"));
-        assert_eq!(dp.skipped.len(), 1);
         let key = |size, test: &str, device: &str, conn: &str, qd| Key {
             device: device.into(),
             conn: conn.into(),

@@ -249,7 +249,7 @@ fn failures(s: &mut String, dp: &DataPath) {
         }
         s.push('\n');
     }
-    if errors.is_empty() && dp.skipped.is_empty() {
+    if errors.is_empty() {
         return;
     }
     s.push_str("**Failed runs** (as the runner reported them):\n\n");
@@ -267,9 +267,6 @@ fn failures(s: &mut String, dp: &DataPath) {
     if errors.len() > 40 {
         let _ = writeln!(s, "- … and {} more", errors.len() - 40);
     }
-    for (why, line) in &dp.skipped {
-        let _ = writeln!(s, "- unreadable line ({why}): `{line}`");
-    }
     s.push('\n');
 }
 
@@ -281,17 +278,20 @@ mod tests {
     #[test]
     fn sections_tables_and_verdicts() {
         let mut lines = vec![
-            "@@DATAPATH-INFO rounds=2 passes=2 lat_iters=300 bw_bytes=33554432 cells=2".to_string(),
+            r#"@@RESULT {"kind":"datapath_info","rounds":2,"passes":2,"lat_iters":300,"bw_bytes":33554432,"cells":2}"#.to_string(),
         ];
         for pass in 1..=2 {
             for round in 1..=2 {
                 for (imp, m) in [("ours", 90), ("perftest", 100)] {
-                    lines.push(format!("@@DATAPATH pass={pass} round={round} impl={imp} device=siw0 conn=cm test=write_lat size=2 qd=1 inline=220 iters=300 median_ns={m}000 p10_ns={m}000 p90_ns={m}000 n=300"));
-                    lines.push(format!("@@DATAPATH pass={pass} round={round} impl={imp} device=siw0 conn=cm test=write_bw size=65536 qd=64 inline=0 iters=512 mib_per_s={m}.0"));
+                    let head = format!(
+                        r#"@@RESULT {{"kind":"datapath","pass":{pass},"round":{round},"impl":"{imp}","device":"siw0","conn":"cm""#
+                    );
+                    lines.push(format!(r#"{head},"test":"write_lat","size":2,"qd":1,"inline":220,"iters":300,"median_ns":{m}000,"p10_ns":{m}000,"p90_ns":{m}000,"n":300}}"#));
+                    lines.push(format!(r#"{head},"test":"write_bw","size":65536,"qd":64,"inline":0,"iters":512,"mib_per_s":{m}.0}}"#));
                 }
             }
         }
-        let dp = parse(&lines.join("\n"));
+        let dp = parse(&crate::bench::results::read(&lines.join("\n")));
         let md = markdown(&dp);
         assert!(
             md.contains("### siw0, cm: connected by the rdma_cm"),
