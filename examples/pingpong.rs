@@ -706,7 +706,7 @@ fn answer_pings(side: &mut Side, opts: &Options) -> Result<usize> {
     while replies < opts.iters {
         for wc in side.poll(&mut wcs, "server")? {
             match wc.opcode() {
-                WcOpcode::Recv => {
+                Some(WcOpcode::Recv) => {
                     if wc.byte_len() as usize != opts.size
                         || !side.stamped(side.layout.recv(), pings)
                     {
@@ -722,7 +722,7 @@ fn answer_pings(side: &mut Side, opts: &Options) -> Result<usize> {
                     side.post(pings as u64, SendOp::Send { imm: None }, &sge)?;
                     pings += 1;
                 }
-                WcOpcode::Send => replies += 1,
+                Some(WcOpcode::Send) => replies += 1,
                 other => return Err(format!("server: unexpected completion {other:?}").into()),
             }
         }
@@ -754,8 +754,8 @@ fn measure_latency(side: &mut Side, opts: &Options) -> Result<Vec<Duration>> {
         while !(sent && replied) {
             for wc in side.poll(&mut wcs, "client")? {
                 match wc.opcode() {
-                    WcOpcode::Send => sent = true,
-                    WcOpcode::Recv => replied = true,
+                    Some(WcOpcode::Send) => sent = true,
+                    Some(WcOpcode::Recv) => replied = true,
                     other => return Err(format!("client: unexpected completion {other:?}").into()),
                 }
             }
@@ -858,7 +858,7 @@ fn gid_index(ctx: &Context, opts: &Options) -> Result<Option<u32>> {
     let table: Vec<_> = ctx
         .query_gid_table()?
         .into_iter()
-        .filter(|e| e.port_num == u32::from(opts.ib_port) && !e.gid.is_zero())
+        .filter(|e| e.port_num == opts.ib_port && !e.gid.is_zero())
         .collect();
     const IPV4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
     let pick = table
@@ -915,7 +915,7 @@ fn prepare(ctx: &Context, side: &Side, opts: &Options, role: &str) -> Result<Loc
     }
     let gid_index = gid_index(ctx, opts)?;
     let gid = match gid_index {
-        Some(i) => ctx.query_gid(u32::from(opts.ib_port), i)?,
+        Some(i) => ctx.query_gid(opts.ib_port, i)?,
         None => uverbs::Gid::default(),
     };
     let dest = Dest {
@@ -951,7 +951,7 @@ fn to_rts(qp: &QueuePair, opts: &Options, me: &Local, peer: &Dest) -> Result<()>
         let sgid = me.gid_index.ok_or(
             "the peer sent a GID and this side has none: give it -g (the local GID's index)",
         )?;
-        let grh = QpAttr::roce_dest(peer.gid.raw(), sgid as u8, 1, opts.ib_port);
+        let grh = QpAttr::roce_dest(peer.gid, sgid as u8, 1, opts.ib_port);
         ib_uverbs_qp_dest {
             dlid: peer.lid,
             sl: opts.sl,
@@ -1009,11 +1009,11 @@ fn rc_traffic(side: &Side, opts: &Options, client: bool) -> Result<Vec<Duration>
     while sent < opts.iters || received < opts.iters {
         for wc in side.poll(&mut wcs, "the ping-pong")? {
             match wc.opcode() {
-                WcOpcode::Send => {
+                Some(WcOpcode::Send) => {
                     sent += 1;
                     pending &= !SEND;
                 }
-                WcOpcode::Recv => {
+                Some(WcOpcode::Recv) => {
                     if wc.byte_len() as usize != opts.size {
                         return Err(format!(
                             "message {received}: {} bytes, not {} (is the peer's -s the same?)",

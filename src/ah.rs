@@ -179,7 +179,7 @@ impl AhAttr {
         let ours = |gid: [u8; 16], types: &[GidType]| {
             table
                 .iter()
-                .filter(|e| e.port_num == u32::from(port) && types.contains(&e.gid_type))
+                .filter(|e| e.port_num == port && types.contains(&e.gid_type))
                 .filter(|e| e.gid.raw() == gid)
                 .find_map(|e| u8::try_from(e.gid_index).ok())
                 .ok_or(AhFromWcError::NotOurGid)

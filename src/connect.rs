@@ -141,12 +141,7 @@ impl RcConnect {
             .rq_psn(peer.psn)
             .max_dest_rd_atomic(self.rd_atomic)
             .min_rnr_timer(self.min_rnr_timer)
-            .av(QpAttr::roce_dest(
-                peer.gid.raw(),
-                self.gid_index,
-                1,
-                self.port,
-            ));
+            .av(QpAttr::roce_dest(peer.gid, self.gid_index, 1, self.port));
         let rts = QpAttr::new()
             .state(QpState::Rts)
             .timeout(self.timeout)
@@ -205,7 +200,7 @@ mod tests {
             .rq_psn(0x22)
             .max_dest_rd_atomic(1)
             .min_rnr_timer(12)
-            .av(QpAttr::roce_dest(gid.raw(), 1, 1, 1));
+            .av(QpAttr::roce_dest(gid, 1, 1, 1));
         assert_eq!(steps[1].1, expected_rtr);
         assert!(steps[1]
             .1

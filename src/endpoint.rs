@@ -91,7 +91,7 @@ impl Endpoint {
     /// peer's rkey against the PD of the QP it arrives on.
     pub fn local(
         qp: &QueuePair,
-        port: u32,
+        port: u8,
         gid_index: u32,
         mr: &MemoryRegion,
     ) -> Result<Endpoint, Error> {
@@ -126,7 +126,7 @@ impl Endpoint {
     /// ([`QpAttr::av`]): its GID as destination, sent from the local GID at
     /// `sgid_index` of `port`, hop limit 1 (one subnet), as rc_pingpong.
     pub fn roce_dest(&self, sgid_index: u8, port: u8) -> sys::ib_uverbs_qp_dest {
-        QpAttr::roce_dest(self.gid.raw(), sgid_index, 1, port)
+        QpAttr::roce_dest(self.gid, sgid_index, 1, port)
     }
 
     /// The binary form: QPN, PSN, rkey, address, GID, big-endian.

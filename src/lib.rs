@@ -67,6 +67,12 @@
 //! | [`command`], [`method`], [`transport`], [`uverbs_uapi`] | the layers below: typed commands, native ioctl methods, the two framings, the kernel's structs |
 //! | `tokio` (feature) | [`AsyncSource`](crate#async), `AsyncCq`/`AsyncQp`, async `cm`: see docs/async.md |
 //!
+//! Numbers keep one type across the API: a port is a `u8` (as the kernel's
+//! `phys_port_cnt`), a GID-table index a `u32` where a table is read
+//! ([`Context::query_gid`]; rxe's table has 1024 entries) and a `u8` where
+//! an address vector carries it (`sgid_index`, the ABI's width); a GID is a
+//! [`Gid`] everywhere above the [`command`] layer.
+//!
 //! ## Async
 //!
 //! With `features = ["tokio"]`, the module `uverbs::tokio` awaits every

@@ -309,10 +309,13 @@ impl From<u32> for GidType {
 pub struct GidEntry {
     /// The GID.
     pub gid: Gid,
-    /// Its index in the port's table.
+    /// Its index in the port's table (`u32`: tables can be longer than the
+    /// 256 entries an address vector's `u8` `sgid_index` reaches; rxe's
+    /// has 1024).
     pub gid_index: u32,
-    /// The port.
-    pub port_num: u32,
+    /// The port (`u8`, as everywhere in this crate; the kernel's
+    /// `ib_uverbs_gid_entry` carries it in a `u32`).
+    pub port_num: u8,
     /// Its type.
     pub gid_type: GidType,
     /// The network interface behind it, 0 if none.
@@ -326,7 +329,8 @@ impl From<&sys::ib_uverbs_gid_entry> for GidEntry {
         GidEntry {
             gid: Gid(raw),
             gid_index: e.gid_index,
-            port_num: e.port_num,
+            // Ports are numbered 1..=255 (`phys_port_cnt` is a u8).
+            port_num: u8::try_from(e.port_num).unwrap_or(u8::MAX),
             gid_type: e.gid_type.into(),
             netdev_ifindex: e.netdev_ifindex,
         }
@@ -374,7 +378,7 @@ pub(crate) fn sysfs_gid_entry(
     op: Op,
     root: &Path,
     device: &str,
-    port: u32,
+    port: u8,
     index: u32,
 ) -> Result<GidEntry, Error> {
     let port_dir = root.join(device).join("ports").join(port.to_string());
@@ -488,11 +492,12 @@ impl Context {
     /// # Ok(()) }
     /// ```
     #[doc(alias = "ibv_query_gid_ex")]
-    pub fn query_gid_entry(&self, port: u32, index: u32) -> Result<GidEntry, Error> {
+    pub fn query_gid_entry(&self, port: u8, index: u32) -> Result<GidEntry, Error> {
         self.check_process(Op::QueryGid)?;
         if self.prefers_methods() {
             let driver = self.method_driver(Op::QueryGid)?;
-            match QueryGidEntry::new(port, index).run(self.inner.transport.as_ref(), driver) {
+            match QueryGidEntry::new(port.into(), index).run(self.inner.transport.as_ref(), driver)
+            {
                 Ok(entry) => return Ok(GidEntry::from(&entry)),
                 Err(Errno::OPNOTSUPP | Errno::PROTONOSUPPORT) => {}
                 Err(e) => return Err(Error::os(Op::QueryGid, &self.inner.device, e)),
@@ -517,7 +522,7 @@ impl Context {
     /// # Ok(()) }
     /// ```
     #[doc(alias = "ibv_query_gid")]
-    pub fn query_gid(&self, port: u32, index: u32) -> Result<Gid, Error> {
+    pub fn query_gid(&self, port: u8, index: u32) -> Result<Gid, Error> {
         self.query_gid_entry(port, index).map(|e| e.gid)
     }
 
@@ -571,13 +576,8 @@ impl Context {
                 });
             }
             for index in 0..len {
-                let entry = sysfs_gid_entry(
-                    Op::QueryGidTable,
-                    root,
-                    &self.inner.device,
-                    port.into(),
-                    index,
-                );
+                let entry =
+                    sysfs_gid_entry(Op::QueryGidTable, root, &self.inner.device, port, index);
                 // An empty entry reads as the zero GID with no type.
                 match entry {
                     Ok(entry) if !entry.gid.is_zero() => entries.push(entry),

@@ -127,7 +127,7 @@ fn modify_qp_walks_to_rts_and_refuses_before_sending() {
         1,
         Mtu::Mtu1024,
         qp.qpn,
-        QpAttr::roce_dest([0; 16], 1, 1, 1),
+        QpAttr::roce_dest(uverbs::Gid::default(), 1, 1, 1),
     );
     let mut state = QpState::Reset;
     for ((_, attr), mask) in steps.into_iter().zip([0x39, 0x12_9181, 0x1_2E01]) {
@@ -183,7 +183,7 @@ fn query_reads_back_what_modify_set() {
         .create_qp(&uverbs::QpInit::new(QpType::Rc, &cq, &cq))
         .unwrap();
     let dest = QpAttr::roce_dest(
-        [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 9],
+        uverbs::Gid::from_raw([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 9]),
         1,
         64,
         1,

@@ -171,7 +171,7 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
             // INIT: sends are still refused; receives may be posted (as in
             // rdma-core), so a later RTR can take them.
             let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-            let dest = QpAttr::roce_dest([0; 16], GID_INDEX as u8, 1, PORT);
+            let dest = QpAttr::roce_dest(uverbs::Gid::default(), GID_INDEX as u8, 1, PORT);
             let (step, init) = rc_to_rts(access, PORT, Mtu::Mtu1024, 0, dest)
                 .into_iter()
                 .next()

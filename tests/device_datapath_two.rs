@@ -62,7 +62,7 @@ fn side(ctx: &Context, who: &str, access: AccessFlags) -> Side {
 impl Side {
     /// This side's record, with its own first PSN.
     fn endpoint(&self, psn: u32) -> Endpoint {
-        let ep = Endpoint::local(&self.qp, u32::from(PORT), GID_INDEX, &self.mr)
+        let ep = Endpoint::local(&self.qp, PORT, GID_INDEX, &self.mr)
             .unwrap_or_else(|e| panic!("Endpoint::local: {e}"));
         Endpoint { psn, ..ep }
     }

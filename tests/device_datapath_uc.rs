@@ -16,7 +16,7 @@ use uverbs::{QpAttr, QpState, QpType};
 
 /// RESET -> INIT -> RTR -> RTS for UC: no acknowledgements, so no
 /// timeout, retries or RDMA-read depths.
-fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: [u8; 16], mtu: uverbs::Mtu) {
+fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: uverbs::Gid, mtu: uverbs::Mtu) {
     let steps = [
         (
             "RESET->INIT",

@@ -23,16 +23,17 @@ const QKEY: u32 = 0x1111_1111;
 /// zero bytes then an IPv4 header.
 const GRH: usize = 40;
 
-fn ah_to(pd: &uverbs::ProtectionDomain, gid: [u8; 16], name: &str) -> AddressHandle {
-    let attr = AhAttr::roce(Gid::from_raw(gid), GID_INDEX as u8, PORT);
+fn ah_to(pd: &uverbs::ProtectionDomain, gid: Gid, name: &str) -> AddressHandle {
+    let attr = AhAttr::roce(gid, GID_INDEX as u8, PORT);
     pd.create_ah(&attr)
-        .unwrap_or_else(|e| panic!("{name}: create_ah to {gid:02x?}: {e}"))
+        .unwrap_or_else(|e| panic!("{name}: create_ah to {gid}: {e}"))
 }
 
 /// The GRH slot holds the packet's IP header, from `gid` to `gid`
 /// (loopback): an IPv6 header for an IPv6 GID, else 20 zero bytes and an
 /// IPv4 header for an IPv4-mapped one.
-fn check_grh(grh: &[u8], gid: [u8; 16], what: &str) {
+fn check_grh(grh: &[u8], gid: Gid, what: &str) {
+    let gid = gid.raw();
     let v4_mapped = gid[..10].iter().all(|&b| b == 0) && gid[10..12] == [0xff, 0xff];
     if v4_mapped {
         assert!(grh[..20].iter().all(|&b| b == 0), "{what}: {grh:02x?}");

@@ -23,7 +23,7 @@ fn a_ud_reply_is_addressed_from_the_completion_and_its_grh() {
             let table = ctx.query_gid_table().expect("query_gid_table");
             let v2: Vec<_> = table
                 .iter()
-                .filter(|e| e.port_num == u32::from(PORT) && e.gid_type == GidType::RoceV2)
+                .filter(|e| e.port_num == PORT && e.gid_type == GidType::RoceV2)
                 .collect();
             assert!(!v2.is_empty(), "{name}: no RoCE v2 GID: {table:?}");
             let pd = alloc_pd(ctx);
@@ -123,7 +123,7 @@ fn a_lid_only_address_vector_is_refused_on_roce() {
                 .expect_err("a RoCE port took an AH without a GRH");
             assert_eq!(err.errno(), Some(uverbs::Errno::INVAL), "{name}: {err}");
             // The PD is still whole: a RoCE AH on it works.
-            let gid = ctx.query_gid(u32::from(PORT), 0).expect("query_gid");
+            let gid = ctx.query_gid(PORT, 0).expect("query_gid");
             drop(
                 pd.create_ah(&AhAttr::roce(gid, 0, PORT))
                     .expect("create_ah (GRH)"),

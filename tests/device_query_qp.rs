@@ -17,7 +17,7 @@ const QKEY: u32 = 0x1111_1111;
 
 /// `qp` RESET -> RTS towards `peer` at `gid`, first sending `sq_psn` and
 /// expecting `rq_psn`.
-fn connect_psns(qp: &QueuePair, peer: u32, gid: [u8; 16], mtu: Mtu, sq_psn: u32, rq_psn: u32) {
+fn connect_psns(qp: &QueuePair, peer: u32, gid: uverbs::Gid, mtu: Mtu, sq_psn: u32, rq_psn: u32) {
     let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
     let [(s1, init), (s2, rtr), (s3, rts)] = rc_to_rts(QP_ACCESS, PORT, mtu, peer, dest);
     modify(qp, &init, s1);
@@ -57,7 +57,7 @@ fn rxe_rc_reads_back(ctx: &uverbs::Context, name: &str) {
             "{name}: rc_to_rts's RTS values"
         );
         let av = a.get_av().unwrap();
-        assert_eq!((av.dgid, av.is_global), (gid, 1), "{name}: the path");
+        assert_eq!((av.dgid, av.is_global), (gid.raw(), 1), "{name}: the path");
         assert_eq!(qp.state(), QpState::Rts);
     }
 }

@@ -48,7 +48,7 @@ struct Rig {
     ctx: Context,
     cqe: u32,
     q: TwoQps,
-    gid: [u8; 16],
+    gid: uverbs::Gid,
     mtu: Mtu,
     access: AccessFlags,
     /// Declared before `src`: deregistered before it is unmapped.
@@ -788,7 +788,7 @@ fn writes_under_live_remote_write_toggling() {
                         );
                         match wc.status() {
                             WcStatus::Success if refused_at.is_none() => {
-                                assert_eq!(wc.opcode(), WcOpcode::RdmaWrite, "{name}: {wc:?}");
+                                assert_eq!(wc.opcode(), Some(WcOpcode::RdmaWrite), "{name}: {wc:?}");
                                 assert!(
                                     slot == slot_bytes(seq),
                                     "{name}: WRITE {seq} succeeded but its bytes are not in slot {i}"

@@ -70,9 +70,9 @@ fn roce_v2_gid_index(ctx: &Context, addr: Ipv4Addr, me: &str) -> u32 {
         let table = ctx
             .query_gid_table()
             .unwrap_or_else(|e| panic!("{me}: query_gid_table: {e}"));
-        let found = table.iter().find(|e| {
-            e.port_num == u32::from(PORT) && e.gid == want && e.gid_type == GidType::RoceV2
-        });
+        let found = table
+            .iter()
+            .find(|e| e.port_num == PORT && e.gid == want && e.gid_type == GidType::RoceV2);
         if let Some(e) = found {
             loud(&format!(
                 "{me}: {}: RoCE v2 GID {} of {addr} at index {}",
@@ -260,7 +260,7 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
 
     let gid_index = roce_v2_gid_index(ctx, p.local, &me);
     let gid = ctx
-        .query_gid(u32::from(PORT), gid_index)
+        .query_gid(PORT, gid_index)
         .unwrap_or_else(|e| panic!("{me}: query_gid({PORT}, {gid_index}): {e}"));
     assert_eq!(
         gid,

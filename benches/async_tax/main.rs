@@ -101,7 +101,7 @@ fn connect(ctx: &Context, a: &OwnedQp<Mem>, b: &OwnedQp<Mem>) -> Result<Option<c
         return Ok(Some(link));
     }
     let gid = ctx
-        .query_gid(u32::from(PORT), 0)
+        .query_gid(PORT, 0)
         .map_err(|e| format!("query_gid: {e}"))?;
     RcConnect::new(Mtu::Mtu1024)
         .port(PORT)

@@ -16,7 +16,7 @@ const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
 
 /// A completion's work request id, status, opcode and QP number: the one
 /// place the loops read a [`WorkCompletion`].
-fn fields(wc: &WorkCompletion) -> (u64, WcStatus, WcOpcode, u32) {
+fn fields(wc: &WorkCompletion) -> (u64, WcStatus, Option<WcOpcode>, u32) {
     (wc.wr_id(), wc.status(), wc.opcode(), wc.qp_num())
 }
 
@@ -29,7 +29,7 @@ fn expect(
     opcode: WcOpcode,
     qp_num: u32,
 ) -> Result<(), String> {
-    if fields(wc) != (wr_id, WcStatus::Success, opcode, qp_num) {
+    if fields(wc) != (wr_id, WcStatus::Success, Some(opcode), qp_num) {
         return Err(format!(
             "ours: {what}: completion {:?}, expected work request {wr_id} {opcode:?} on QP {qp_num}",
             fields(wc)
@@ -158,7 +158,7 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
         }
         None => {
             let gid = ctx
-                .query_gid(u32::from(PORT), GID_INDEX)
+                .query_gid(PORT, GID_INDEX)
                 .map_err(|e| format!("ours: query_gid: {e}"))?
                 .raw();
             connect(&qp_a, qp_b.qp_num(), gid, pair.mtu)?;

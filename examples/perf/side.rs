@@ -207,7 +207,7 @@ impl Side {
         let gid = ctx
             .query_gid_table()?
             .into_iter()
-            .find(|e| e.port_num == u32::from(PORT) && e.gid_index == gid_index)
+            .find(|e| e.port_num == PORT && e.gid_index == gid_index)
             .ok_or(format!(
                 "{}: no GID {gid_index} on port {PORT}",
                 ctx.device_name()
@@ -245,7 +245,12 @@ impl Side {
             .rq_psn(peer.psn)
             .max_dest_rd_atomic(self.out_reads)
             .min_rnr_timer(12)
-            .av(QpAttr::roce_dest(peer.gid, sgid, 0xff, PORT));
+            .av(QpAttr::roce_dest(
+                uverbs::Gid::from_raw(peer.gid),
+                sgid,
+                0xff,
+                PORT,
+            ));
         let rts = QpAttr::new()
             .state(QpState::Rts)
             .timeout(14)
@@ -267,7 +272,7 @@ fn best_gid_index(ctx: &Context) -> Result<u32> {
     let table: Vec<_> = ctx
         .query_gid_table()?
         .into_iter()
-        .filter(|e| e.port_num == u32::from(PORT))
+        .filter(|e| e.port_num == PORT)
         .collect();
     let mut best = match table.iter().min_by_key(|e| e.gid_index) {
         Some(e) => e,

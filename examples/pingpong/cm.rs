@@ -107,7 +107,7 @@ fn to(id: &CmId, side: &Side, state: QpState) -> Result<()> {
 fn wait_for(side: &Side, opcode: WcOpcode, what: &str) -> Result<WorkCompletion> {
     let mut wcs = [WorkCompletion::default(); 1];
     let wc = side.poll(&mut wcs, what)?[0];
-    if wc.opcode() != opcode {
+    if wc.opcode() != Some(opcode) {
         return Err(format!("{what}: unexpected completion {:?}", wc.opcode()).into());
     }
     Ok(wc)
@@ -298,8 +298,8 @@ pub fn client(opts: &Options) -> Result<()> {
     while !(sent && answered) {
         for wc in side.poll(&mut wcs, "the verdict")? {
             match wc.opcode() {
-                WcOpcode::Send => sent = true,
-                WcOpcode::Recv => answered = true,
+                Some(WcOpcode::Send) => sent = true,
+                Some(WcOpcode::Recv) => answered = true,
                 other => return Err(format!("the verdict: unexpected {other:?}").into()),
             }
         }

@@ -179,7 +179,7 @@ pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
     // Connected as pingpong connects by hand, the two QPs each other's peer.
     let gid_index = gid_index(ctx, opts)?;
     let gid = match gid_index {
-        Some(i) => ctx.query_gid(u32::from(opts.ib_port), i)?,
+        Some(i) => ctx.query_gid(opts.ib_port, i)?,
         None => uverbs::Gid::default(),
     };
     let lid = ctx.query_port(opts.ib_port)?.lid;

@@ -62,7 +62,7 @@ pub struct Peer<'a> {
 /// How the two QPs are joined.
 enum Link {
     /// RoCE loopback by hand, over the port's GID 0.
-    Loopback { gid: [u8; 16], mtu: Mtu },
+    Loopback { gid: uverbs::Gid, mtu: Mtu },
     /// Through the rdma_cm at this address of the device's (iWARP).
     Cm { addr: Ipv4Addr },
 }
@@ -125,7 +125,7 @@ impl<'a> Peer<'a> {
             }
         } else {
             Link::Loopback {
-                gid: ctx.query_gid(1, 0)?.raw(),
+                gid: ctx.query_gid(1, 0)?,
                 // At most 1024, as before: the tour's peers agree on it.
                 mtu: (ctx.query_port(1)?.active_mtu())
                     .map_or(Mtu::Mtu1024, |m| m.min(Mtu::Mtu1024)),
@@ -171,7 +171,7 @@ impl<'a> Peer<'a> {
     }
 
     /// RESET -> INIT -> RTR -> RTS, each QP towards the other.
-    fn connect_loopback(&self, gid: [u8; 16], mtu: Mtu) -> Fallible<()> {
+    fn connect_loopback(&self, gid: uverbs::Gid, mtu: Mtu) -> Fallible<()> {
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         for (qp, peer) in [(&self.writer, &self.owner), (&self.owner, &self.writer)] {
             qp.modify(

@@ -18,6 +18,7 @@ use bitflags::bitflags;
 use uverbs_uapi as sys;
 
 use crate::flags::AccessFlags;
+use crate::query::Gid;
 
 /// A `#[repr(u8)]` enum whose values go on the wire, and its `from_raw`
 /// (the inverse of `as u8`, `None` for a number that is no variant), from
@@ -637,14 +638,9 @@ impl QpAttr {
 
     /// A RoCE address vector: a GRH to `dgid` from local GID `sgid_index`
     /// on `port` (RoCE needs `is_global`; the kernel resolves the MAC).
-    pub fn roce_dest(
-        dgid: [u8; 16],
-        sgid_index: u8,
-        hop_limit: u8,
-        port: u8,
-    ) -> sys::ib_uverbs_qp_dest {
+    pub fn roce_dest(dgid: Gid, sgid_index: u8, hop_limit: u8, port: u8) -> sys::ib_uverbs_qp_dest {
         sys::ib_uverbs_qp_dest {
-            dgid,
+            dgid: dgid.raw(),
             sgid_index,
             hop_limit,
             is_global: 1,
@@ -771,7 +767,7 @@ impl QpAttr {
             .rq_psn(0x1234)
             .max_dest_rd_atomic(1)
             .min_rnr_timer(12)
-            .av(QpAttr::roce_dest(dgid, 1, 1, 1))
+            .av(QpAttr::roce_dest(Gid::from_raw(dgid), 1, 1, 1))
     }
 }
 
@@ -896,7 +892,7 @@ mod tests {
             .path_mtu(Mtu::Mtu1024)
             .dest_qpn(5)
             .rq_psn(0)
-            .av(QpAttr::roce_dest(gid(), 1, 1, 1));
+            .av(QpAttr::roce_dest(Gid::from_raw(gid()), 1, 1, 1));
         let sq = QpAttr::new().state(QpState::Rts).sq_psn(0);
         assert_eq!(uc_init.check(QpType::Uc, QpState::Reset), Ok(()));
         assert_eq!(uc_rtr.check(QpType::Uc, QpState::Init), Ok(()));
@@ -1266,7 +1262,10 @@ mod tests {
             ),
             (Some(12), Some(14), Some(7), Some(6))
         );
-        assert_eq!(a.get_av(), Some(QpAttr::roce_dest(gid(), 2, 64, 1)));
+        assert_eq!(
+            a.get_av(),
+            Some(QpAttr::roce_dest(Gid::from_raw(gid()), 2, 64, 1))
+        );
         // Only what was asked.
         let a = QpAttr::from_query(&resp, QpAttrMask::QKEY);
         assert_eq!(

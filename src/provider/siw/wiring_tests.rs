@@ -434,7 +434,7 @@ fn poll_into_returns_the_filled_prefix() {
         assert!(wc.is_success(), "{wc:?}");
         assert_eq!(
             (wc.opcode(), wc.byte_len(), wc.qp_num()),
-            (WcOpcode::Send, 64, 7)
+            (Some(WcOpcode::Send), 64, 7)
         );
         seen.push(wc.wr_id());
     }
