@@ -28,11 +28,13 @@
 //!
 //! ```no_run
 //! use memmap2::MmapMut;
-//! use uverbs::{AccessFlags, Local, Mtu, OwnedQp, QpInit, QpType, RcConnect, RecvRequest, SendRequest};
+//! use uverbs::{AccessFlags, BufferMr, Local, Mtu, OwnedQp, QpInit, QpType, RcConnect, RecvRequest, SendRequest};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let ctx = uverbs::devices()?.into_iter().find(|d| d.name() == "rxe0").ok_or("no rxe0")?.open()?;
 //! let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
-//! let qp = || OwnedQp::new(pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?).map_err(|e| e.error);
+//! // The memory the QPs' requests own: mappings (see below).
+//! type Qp = OwnedQp<BufferMr<MmapMut>>;
+//! let qp = || Qp::new(pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?).map_err(|e| e.error);
 //! let (a, b) = (qp()?, qp()?);
 //! // RESET -> INIT -> RTR -> RTS, each towards the other, over GID 0.
 //! RcConnect::new(Mtu::Mtu1024).connect_pair(&a, &b, ctx.query_gid(1, 0)?)?;
@@ -61,7 +63,7 @@
 //! | [`cq`] ([`CompletionQueue`], [`CompletionChannel`]), [`qp`] ([`QueuePair`], [`QpInit`]), [`AddressHandle`] | the data path: post and poll on the rings (raw, `unsafe` posting) |
 //! | [`wr`] ([`SendWr`], [`RecvWr`], [`WorkCompletion`]) | what a raw post takes and a poll gives back |
 //! | [`QpAttr`], [`RcConnect`], [`Connectable`] | QP state changes; an RC connection made by hand (RoCE) |
-//! | [`post`] ([`OwnedQp`], [`Local`], [`Completed`]) | safe posting: requests own their memory |
+//! | [`post`] ([`OwnedQp`], [`Local`], [`Completed`], [`OwnedOrShared`]) | safe posting: requests own their memory, owned or shared |
 //! | [`cm`] | the RDMA connection manager: ids, events, and blocking handshakes ([`cm::CmId::connect_qp`]) |
 //! | [`fork`] | fork safety (`MADV_DONTFORK` tracking) |
 //! | [`command`], [`method`], [`transport`], [`uverbs_uapi`] | the layers below: typed commands, native ioctl methods, the two framings, the kernel's structs |
@@ -175,8 +177,8 @@ pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain};
 pub use post::{
-    Completed, DeviceReadable, DeviceWritable, Ended, Local, NotOwnable, OutOfRange, OwnedQp,
-    PostRefused, PostSendError, RecvRequest, SendRequest,
+    Completed, DeviceReadable, DeviceWritable, Ended, Holds, Local, NotOwnable, OutOfRange,
+    OwnedOrShared, OwnedQp, PostRefused, PostSendError, RecvRequest, SendRequest,
 };
 pub use provider::driver::DriverId;
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};

@@ -1,5 +1,5 @@
 //! The safe posting model on rxe0: work requests own their memory
-//! (`BufferMr`, `Arc<BufferMr>`), the device moves bytes through it, and
+//! (`BufferMr`, `Arc<BufferMr>`, both on one QP), the device moves bytes through it, and
 //! `OwnedQp::poll` hands it back with the completion; flush completes what
 //! is outstanding with FLUSH_ERR and hands that back too; dropping an
 //! `OwnedQp` with requests outstanding destroys the QP before their memory
@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use uverbs::{
-    AccessFlags, BufferMr, Completed, Context, DeviceReadable, Ended, Local, OwnedQp, PostError,
-    PostRefused, PostSendError, ProtectionDomain, QpInit, RecvRequest, Remote, RemoteBufferMr,
-    SendRequest, WcOpcode, WcStatus,
+    AccessFlags, BufferMr, Completed, Context, DeviceReadable, Ended, Local, OwnedOrShared,
+    OwnedQp, PostError, PostRefused, PostSendError, ProtectionDomain, QpInit, RecvRequest, Remote,
+    RemoteBufferMr, SendRequest, WcOpcode, WcStatus,
 };
 use uverbs::{Mtu, QpAttr, QpType};
 
@@ -408,6 +408,74 @@ fn reads_and_atomics_write_owned_memory() {
         assert_eq!(c.into_memory().unwrap().buffer(), &7u64.to_ne_bytes());
         assert_eq!(read_out(&mut target, 8, 8), &99u64.to_ne_bytes());
         drop((a, b, target, pd, cm));
+    });
+}
+
+/// One QP, two kinds of memory (`OwnedOrShared`): WRITEs from a buffer
+/// shared by two requests and a READ into a buffer of its own; each comes
+/// back as the kind it went in as, the READ's holding the peer's bytes.
+#[test]
+fn shared_and_owned_memory_on_one_queue_pair() {
+    on_each_data_path_device("shared_and_owned_memory_on_one_queue_pair", |name, ctx| {
+        let pd = alloc_pd(ctx);
+        let (a, b, cm): (OwnedQp<OwnedOrShared<Vec<u8>>>, Owned, _) = owned_pair(ctx, &pd, name);
+        let mut target = reg_target(&pd, pattern(4096, 0x21), RW_READ);
+        let (base, rkey) = (target.addr(), target.rkey());
+        let at = |off: u64| Remote {
+            addr: base + off,
+            rkey,
+        };
+        let shared = Arc::new(reg(&pd, pattern(1024, 0x6b), AccessFlags::LOCAL_WRITE));
+        let owned = reg(&pd, vec![0; 512], AccessFlags::LOCAL_WRITE);
+        a.post_send(SendRequest::write(1, Local::whole(shared.clone()), at(0)))
+            .unwrap_or_else(|e| panic!("{name}: WRITE 1: {e}"));
+        a.post_send(SendRequest::write(
+            2,
+            Local::whole(shared.clone()),
+            at(1024),
+        ))
+        .unwrap_or_else(|e| panic!("{name}: WRITE 2: {e}"));
+        a.post_send(SendRequest::read(3, Local::whole(owned), at(3072)))
+            .unwrap_or_else(|e| panic!("{name}: READ: {e}"));
+        assert_eq!(
+            Arc::strong_count(&shared),
+            3,
+            "two requests hold a clone each"
+        );
+        let mut back = wait_back(&a, 3, "WRITE + WRITE + READ");
+        back.sort_by_key(|c| c.wr_id);
+        assert!(
+            back.iter().all(|c| c.status() == Some(WcStatus::Success)),
+            "{name}: {back:?}"
+        );
+        let mut back = back.into_iter().map(|c| c.into_memory().unwrap());
+        for i in 0..2 {
+            let mem = back.next().unwrap();
+            assert!(
+                matches!(mem, OwnedOrShared::Shared(_)),
+                "{name}: WRITE {i} back shared"
+            );
+        }
+        let read = back
+            .next()
+            .unwrap()
+            .into_owned()
+            .expect("the READ's buffer back owned");
+        assert_eq!(
+            read.buffer(),
+            &pattern(4096, 0x21)[3072..3584],
+            "{name}: READ"
+        );
+        let shared = Arc::try_unwrap(shared).expect("every clone came back");
+        for off in [0, 1024] {
+            assert_eq!(
+                read_out(&mut target, off, 1024),
+                shared.buffer(),
+                "{name}: WRITE at {off}"
+            );
+        }
+        assert_eq!(a.outstanding(), (0, 0));
+        drop((a, b, target, shared, read, pd, cm));
     });
 }
 

@@ -64,6 +64,125 @@ unsafe impl<B: StableBuffer + Send + Sync + 'static> DeviceReadable for Arc<Buff
     }
 }
 
+/// Memory of type `Self` that can carry a `W` through a work request, so
+/// that one [`OwnedQp`](crate::OwnedQp) takes more than one kind of memory
+/// (e.g. [`OwnedOrShared`]: a WRITE from an `Arc<BufferMr<B>>` and a READ
+/// into a `BufferMr<B>` on one queue pair). Every memory type holds itself.
+///
+/// A request's constructor checks what the operation needs on `W` (a READ
+/// or a receive wants [`DeviceWritable`]); the queue pair keeps the `Self`
+/// that [`hold`](Self::hold) made until the device is done with it.
+///
+/// # Safety
+///
+/// `Self::hold(w).registered()` equals `w.registered()`, and `hold` keeps
+/// no handle to `w`'s bytes and makes none: the result reaches them only
+/// as `w` did (so one made from [`DeviceWritable`] memory is the only way
+/// to its bytes while it lives).
+pub unsafe trait Holds<W>: DeviceReadable {
+    /// `w`, as this type.
+    fn hold(w: W) -> Self;
+}
+
+// SAFETY: the identity changes nothing.
+unsafe impl<M: DeviceReadable> Holds<M> for M {
+    fn hold(m: M) -> M {
+        m
+    }
+}
+
+/// A registered buffer owned by one request or shared with others: the
+/// memory type of an [`OwnedQp`](crate::OwnedQp) that both sends shared
+/// bytes and receives or READs into owned ones. Requests are built from
+/// either kind ([`Holds`]); completions hand this back.
+///
+/// ```no_run
+/// # fn demo(qp: &uverbs::OwnedQp<uverbs::OwnedOrShared<memmap2::MmapMut>>,
+/// #         shared: std::sync::Arc<uverbs::BufferMr<memmap2::MmapMut>>,
+/// #         owned: uverbs::BufferMr<memmap2::MmapMut>,
+/// #         remote: uverbs::Remote) -> Result<(), uverbs::Error> {
+/// use uverbs::{Local, SendRequest};
+///
+/// // One QP: a WRITE of bytes others may read too, a READ into a buffer of its own.
+/// qp.post_send(SendRequest::write(1, Local::whole(shared), remote))?;
+/// qp.post_send(SendRequest::read(2, Local::whole(owned), remote))?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub enum OwnedOrShared<B: StableBuffer> {
+    /// A buffer only this value reaches: the device may write it.
+    Owned(BufferMr<B>),
+    /// A buffer whose clones may read it at the same time.
+    Shared(Arc<BufferMr<B>>),
+}
+
+impl<B: StableBuffer> OwnedOrShared<B> {
+    /// The owned buffer, or `self` back if it is shared.
+    pub fn into_owned(self) -> Result<BufferMr<B>, Self> {
+        match self {
+            OwnedOrShared::Owned(mr) => Ok(mr),
+            shared => Err(shared),
+        }
+    }
+
+    /// The buffer as a shared one (an owned one moves into a new `Arc`).
+    pub fn into_shared(self) -> Arc<BufferMr<B>> {
+        match self {
+            OwnedOrShared::Owned(mr) => Arc::new(mr),
+            OwnedOrShared::Shared(mr) => mr,
+        }
+    }
+
+    /// The region, either way.
+    pub fn region(&self) -> &BufferMr<B> {
+        match self {
+            OwnedOrShared::Owned(mr) => mr,
+            OwnedOrShared::Shared(mr) => mr,
+        }
+    }
+}
+
+impl<B: StableBuffer> From<BufferMr<B>> for OwnedOrShared<B> {
+    fn from(mr: BufferMr<B>) -> Self {
+        OwnedOrShared::Owned(mr)
+    }
+}
+
+impl<B: StableBuffer> From<Arc<BufferMr<B>>> for OwnedOrShared<B> {
+    fn from(mr: Arc<BufferMr<B>>) -> Self {
+        OwnedOrShared::Shared(mr)
+    }
+}
+
+// SAFETY: each variant is DeviceReadable (above) and answers as it does;
+// the enum is not DeviceWritable, as its Shared variant may be read
+// elsewhere: writes into it are checked on the variant a request is built
+// from (Holds).
+unsafe impl<B: StableBuffer + Send + Sync + 'static> DeviceReadable for OwnedOrShared<B> {
+    fn registered(&self) -> (u64, usize, u32) {
+        match self {
+            OwnedOrShared::Owned(mr) => mr.registered(),
+            OwnedOrShared::Shared(mr) => mr.registered(),
+        }
+    }
+}
+
+// SAFETY: moves the region into the enum; registered() answers as the
+// region's own; no other handle is made.
+unsafe impl<B: StableBuffer + Send + Sync + 'static> Holds<BufferMr<B>> for OwnedOrShared<B> {
+    fn hold(mr: BufferMr<B>) -> Self {
+        OwnedOrShared::Owned(mr)
+    }
+}
+
+// SAFETY: moves this clone of the Arc into the enum; registered() answers
+// as the region's own; no other clone is made.
+unsafe impl<B: StableBuffer + Send + Sync + 'static> Holds<Arc<BufferMr<B>>> for OwnedOrShared<B> {
+    fn hold(mr: Arc<BufferMr<B>>) -> Self {
+        OwnedOrShared::Shared(mr)
+    }
+}
+
 /// A byte range of registered memory `M`, owned: what a work request's
 /// local side is. [`into_inner`](Self::into_inner) gives the memory back.
 #[derive(Debug)]
@@ -135,6 +254,16 @@ impl<M: DeviceReadable> Local<M> {
             length,
             lkey,
         })
+    }
+}
+
+impl<W> Local<W> {
+    /// The same range of `W` held as an `M` (same bytes: [`Holds`]).
+    pub(crate) fn held<M: Holds<W>>(self) -> Local<M> {
+        Local {
+            mem: M::hold(self.mem),
+            range: self.range,
+        }
     }
 }
 

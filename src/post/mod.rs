@@ -22,7 +22,7 @@ use crate::wr::{
     WorkCompletion,
 };
 
-pub use memory::{DeviceReadable, DeviceWritable, Local, OutOfRange};
+pub use memory::{DeviceReadable, DeviceWritable, Holds, Local, OutOfRange, OwnedOrShared};
 use outstanding::{Ends, Outstanding, RECV_TAG};
 
 /// A send work request that owns its local memory (or carries inline
@@ -59,32 +59,50 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
 
     /// SEND of `local`'s bytes.
     #[doc(alias = "IBV_WR_SEND")]
-    pub fn send(wr_id: u64, local: Local<M>) -> Self {
-        Self::with(wr_id, SendOp::Send { imm: None }, Some(local), &[])
+    pub fn send<R: DeviceReadable>(wr_id: u64, local: Local<R>) -> Self
+    where
+        M: Holds<R>,
+    {
+        Self::with(wr_id, SendOp::Send { imm: None }, Some(local.held()), &[])
     }
 
     /// SEND_WITH_IMM of `local`'s bytes and `imm`.
     #[doc(alias = "IBV_WR_SEND_WITH_IMM")]
-    pub fn send_with_imm(wr_id: u64, local: Local<M>, imm: u32) -> Self {
-        Self::with(wr_id, SendOp::Send { imm: Some(imm) }, Some(local), &[])
+    pub fn send_with_imm<R: DeviceReadable>(wr_id: u64, local: Local<R>, imm: u32) -> Self
+    where
+        M: Holds<R>,
+    {
+        let op = SendOp::Send { imm: Some(imm) };
+        Self::with(wr_id, op, Some(local.held()), &[])
     }
 
     /// RDMA WRITE of `local`'s bytes to `remote`.
     #[doc(alias = "IBV_WR_RDMA_WRITE")]
-    pub fn write(wr_id: u64, local: Local<M>, remote: Remote) -> Self {
+    pub fn write<R: DeviceReadable>(wr_id: u64, local: Local<R>, remote: Remote) -> Self
+    where
+        M: Holds<R>,
+    {
         let op = SendOp::RdmaWrite { remote, imm: None };
-        Self::with(wr_id, op, Some(local), &[])
+        Self::with(wr_id, op, Some(local.held()), &[])
     }
 
     /// RDMA_WRITE_WITH_IMM of `local`'s bytes to `remote`, consuming a
     /// receive of the peer that completes with `imm`.
     #[doc(alias = "IBV_WR_RDMA_WRITE_WITH_IMM")]
-    pub fn write_with_imm(wr_id: u64, local: Local<M>, remote: Remote, imm: u32) -> Self {
+    pub fn write_with_imm<R: DeviceReadable>(
+        wr_id: u64,
+        local: Local<R>,
+        remote: Remote,
+        imm: u32,
+    ) -> Self
+    where
+        M: Holds<R>,
+    {
         let op = SendOp::RdmaWrite {
             remote,
             imm: Some(imm),
         };
-        Self::with(wr_id, op, Some(local), &[])
+        Self::with(wr_id, op, Some(local.held()), &[])
     }
 
     /// SEND of `bytes`, copied into the work request when it is posted
@@ -98,38 +116,55 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
         let op = SendOp::RdmaWrite { remote, imm: None };
         Self::with(wr_id, op, None, bytes)
     }
-}
 
-impl<'a, M: DeviceWritable> SendRequest<'a, M> {
+    // The device writes the local memory of the three below: it must be
+    // DeviceWritable (the QP's `M` need not be: `Holds`).
+
     /// RDMA READ of `remote` into `local`.
     #[doc(alias = "IBV_WR_RDMA_READ")]
-    pub fn read(wr_id: u64, local: Local<M>, remote: Remote) -> Self {
-        Self::with(wr_id, SendOp::RdmaRead { remote }, Some(local), &[])
+    pub fn read<W: DeviceWritable>(wr_id: u64, local: Local<W>, remote: Remote) -> Self
+    where
+        M: Holds<W>,
+    {
+        let op = SendOp::RdmaRead { remote };
+        Self::with(wr_id, op, Some(local.held()), &[])
     }
 
     /// 64-bit fetch-and-add of `add` at `remote` (8-byte aligned); the old
     /// value lands in `local`'s first 8 bytes.
     #[doc(alias = "IBV_WR_ATOMIC_FETCH_AND_ADD")]
-    pub fn fetch_add(wr_id: u64, local: Local<M>, remote: Remote, add: u64) -> Self {
-        Self::with(wr_id, SendOp::FetchAdd { remote, add }, Some(local), &[])
+    pub fn fetch_add<W: DeviceWritable>(
+        wr_id: u64,
+        local: Local<W>,
+        remote: Remote,
+        add: u64,
+    ) -> Self
+    where
+        M: Holds<W>,
+    {
+        let op = SendOp::FetchAdd { remote, add };
+        Self::with(wr_id, op, Some(local.held()), &[])
     }
 
     /// 64-bit compare-and-swap at `remote` (8-byte aligned); the old value
     /// lands in `local`'s first 8 bytes.
     #[doc(alias = "IBV_WR_ATOMIC_CMP_AND_SWP")]
-    pub fn compare_swap(
+    pub fn compare_swap<W: DeviceWritable>(
         wr_id: u64,
-        local: Local<M>,
+        local: Local<W>,
         remote: Remote,
         compare: u64,
         swap: u64,
-    ) -> Self {
+    ) -> Self
+    where
+        M: Holds<W>,
+    {
         let op = SendOp::CompareSwap {
             remote,
             compare,
             swap,
         };
-        Self::with(wr_id, op, Some(local), &[])
+        Self::with(wr_id, op, Some(local.held()), &[])
     }
 }
 
@@ -210,10 +245,17 @@ pub struct RecvRequest<M> {
     local: Local<M>,
 }
 
-impl<M: DeviceWritable> RecvRequest<M> {
-    /// A receive into `local`.
-    pub fn new(wr_id: u64, local: Local<M>) -> Self {
-        RecvRequest { wr_id, local }
+impl<M: DeviceReadable> RecvRequest<M> {
+    /// A receive into `local`, which the device writes: it must be
+    /// [`DeviceWritable`] (the QP's `M` need not be: [`Holds`]).
+    pub fn new<W: DeviceWritable>(wr_id: u64, local: Local<W>) -> Self
+    where
+        M: Holds<W>,
+    {
+        RecvRequest {
+            wr_id,
+            local: local.held(),
+        }
     }
 
     /// The caller's id, returned in [`Completed::wr_id`].
@@ -446,6 +488,11 @@ fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 /// - operations in which the device writes local memory (receives, RDMA
 ///   READ, atomics) take only [`DeviceWritable`] memory, which nothing else
 ///   can read meanwhile;
+/// - `M`, the memory the queue keeps and hands back, may be wider than one
+///   request's: a request is built from any memory `M` [`Holds`], so an
+///   `OwnedQp<`[`OwnedOrShared`]`<B>>` takes owned and shared buffers alike.
+///   Requests therefore do not fix `M`: name it where nothing else does
+///   (`OwnedQp::<BufferMr<MmapMut>>::new(qp)`, a field's type);
 /// - [`OwnedQp::poll`] reads the QP's CQs and gives each request's memory
 ///   back in a [`Completed`], with the completion;
 /// - a request the device may still use is never released early: dropping
@@ -505,11 +552,20 @@ fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 /// let _ = Local::whole(bytes); // error: &[u8] is not DeviceReadable
 /// # }
 /// ```
-/// And an `OwnedQp` holding memory of one type takes no other:
-/// ```compile_fail,E0308
+/// An `OwnedQp` holding memory of one type takes no other (unless its
+/// type [`Holds`] it, as [`OwnedOrShared`] holds both kinds):
+/// ```compile_fail,E0277
 /// # use uverbs::{BufferMr, Local, OwnedQp, SendRequest};
 /// # fn f(qp: &OwnedQp<BufferMr<Vec<u8>>>, buf: BufferMr<Box<[u8]>>) {
-/// let _ = qp.post_send(SendRequest::send(1, Local::whole(buf))); // error: mismatched types
+/// let _ = qp.post_send(SendRequest::send(1, Local::whole(buf))); // error: BufferMr<Vec<u8>>: Holds<BufferMr<Box<[u8]>>> unsatisfied
+/// # }
+/// ```
+/// and a QP of both kinds still reads only into owned memory:
+/// ```compile_fail,E0277
+/// # use std::sync::Arc;
+/// # use uverbs::{BufferMr, Local, OwnedOrShared, OwnedQp, Remote, SendRequest};
+/// # fn f(qp: &OwnedQp<OwnedOrShared<Vec<u8>>>, buf: Arc<BufferMr<Vec<u8>>>, remote: Remote) {
+/// let _ = qp.post_send(SendRequest::read(1, Local::whole(buf), remote)); // error: not DeviceWritable
 /// # }
 /// ```
 #[doc(alias = "ibv_post_send")]
@@ -615,10 +671,11 @@ impl<M: DeviceReadable> OwnedQp<M> {
         let sges = sge.as_slice();
         let inline = [request.inline];
         let wr = send_wr(&request, t.sq.id_of_next(0), sges, &inline);
-        // SAFETY: the request's memory is a Local<M: DeviceReadable> (or
-        // DeviceWritable for READ and atomics, by SendRequest's
-        // constructors): mapped, registered and unwritten while the value
-        // lives; the value is kept in the table until the device is done
+        // SAFETY: the request's memory is a Local<M: DeviceReadable>
+        // (held from DeviceWritable memory for READ and atomics, by
+        // SendRequest's constructors: `Holds` keeps it the only way to its
+        // bytes): mapped, registered and unwritten but by the device while
+        // the value lives; the value is kept in the table until the device is done
         // with it (its own completion, a later completion of an in-order
         // queue for an unsignalled send, or the QP's destruction), also
         // when the doorbell fails after the request was queued.
@@ -711,10 +768,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
     /// back untouched.
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
-    pub fn post_recv(&self, request: RecvRequest<M>) -> Result<(), PostRefused<RecvRequest<M>>>
-    where
-        M: DeviceWritable,
-    {
+    pub fn post_recv(&self, request: RecvRequest<M>) -> Result<(), PostRefused<RecvRequest<M>>> {
         let mut t = self.lock();
         let sge = match request.local.sge() {
             Ok(sge) => sge,
@@ -725,7 +779,8 @@ impl<M: DeviceReadable> OwnedQp<M> {
             wr_id: t.rq.id_of_next(0),
             sges: &sges,
         };
-        // SAFETY: the memory is a Local<M: DeviceWritable>: nothing but the
+        // SAFETY: the memory was DeviceWritable when the request was made
+        // (RecvRequest::new), and `Holds` keeps it so: nothing but the
         // device reaches it while the value lives, and the value stays in
         // the table until the device is done with it.
         if let Err(error) = unsafe { self.qp().post_recv(std::slice::from_ref(&wr)) } {

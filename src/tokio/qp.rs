@@ -19,7 +19,7 @@ use crate::command::{QpAttr, QpState, QpType};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op};
 use crate::post::{
-    Completed, DeviceReadable, DeviceWritable, Local, OwnedQp, PostRefused, PostSendError,
+    Completed, DeviceReadable, DeviceWritable, Holds, Local, OwnedQp, PostRefused, PostSendError,
     RecvRequest, SendRequest,
 };
 use crate::qp::QpCaps;
@@ -307,10 +307,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     pub fn post_recv(
         &self,
         mut request: RecvRequest<M>,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<RecvRequest<M>>>
-    where
-        M: DeviceWritable,
-    {
+    ) -> Result<CompletionFuture<M>, AsyncPostError<RecvRequest<M>>> {
         let mut waiters = self.shared.waiters.lock();
         if let Some(errno) = waiters.ended {
             let error = task_ended(self.shared.qp.context(), errno);
@@ -328,41 +325,47 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
 
     /// SEND of `local`'s bytes ([`post_send`](Self::post_send) of
     /// [`SendRequest::send`], `wr_id` 0).
-    pub fn send(
+    pub fn send<R: DeviceReadable>(
         &self,
-        local: Local<M>,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>> {
+        local: Local<R>,
+    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>>
+    where
+        M: Holds<R>,
+    {
         self.post_send(SendRequest::send(0, local))
     }
 
     /// RDMA WRITE of `local`'s bytes to `remote`.
-    pub fn write(
+    pub fn write<R: DeviceReadable>(
         &self,
-        local: Local<M>,
+        local: Local<R>,
         remote: Remote,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>> {
+    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>>
+    where
+        M: Holds<R>,
+    {
         self.post_send(SendRequest::write(0, local, remote))
     }
 
     /// RDMA READ of `remote` into `local`.
-    pub fn read(
+    pub fn read<W: DeviceWritable>(
         &self,
-        local: Local<M>,
+        local: Local<W>,
         remote: Remote,
     ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>>
     where
-        M: DeviceWritable,
+        M: Holds<W>,
     {
         self.post_send(SendRequest::read(0, local, remote))
     }
 
     /// A receive into `local` ([`post_recv`](Self::post_recv), `wr_id` 0).
-    pub fn recv(
+    pub fn recv<W: DeviceWritable>(
         &self,
-        local: Local<M>,
+        local: Local<W>,
     ) -> Result<CompletionFuture<M>, AsyncPostError<RecvRequest<M>>>
     where
-        M: DeviceWritable,
+        M: Holds<W>,
     {
         self.post_recv(RecvRequest::new(0, local))
     }
