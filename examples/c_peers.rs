@@ -65,6 +65,7 @@
 //! tests/vm/README.md.
 
 use std::error::Error;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -117,6 +118,20 @@ enum Pairing {
     PerftestClient,
 }
 
+impl Pairing {
+    fn parse(name: &str) -> Result<Pairing, &'static str> {
+        Ok(match name {
+            "rdma_server" => Pairing::RdmaServer,
+            "rdma_client" => Pairing::RdmaClient,
+            "rc_pingpong_server" => Pairing::RcPingpongServer,
+            "rc_pingpong_client" => Pairing::RcPingpongClient,
+            "perftest_server" => Pairing::PerftestServer,
+            "perftest_client" => Pairing::PerftestClient,
+            _ => return Err("unknown pairing"),
+        })
+    }
+}
+
 #[derive(Debug)]
 struct Options {
     pairing: Pairing,
@@ -130,49 +145,30 @@ struct Options {
 }
 
 impl Options {
-    fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
-        let mut args = args.into_iter();
-        let pairing = match args.next().as_deref() {
-            Some("rdma_server") => Pairing::RdmaServer,
-            Some("rdma_client") => Pairing::RdmaClient,
-            Some("rc_pingpong_server") => Pairing::RcPingpongServer,
-            Some("rc_pingpong_client") => Pairing::RcPingpongClient,
-            Some("perftest_server") => Pairing::PerftestServer,
-            Some("perftest_client") => Pairing::PerftestClient,
-            other => return Err(format!("unknown pairing {other:?}")),
-        };
-        let (mut device, mut addr, mut port) = (None, None, None);
+    fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Options, lexopt::Error> {
+        use lexopt::prelude::*;
+        let (mut pairing, mut device, mut addr, mut port) = (None, None, None, None);
         let (mut size, mut iters, mut test) = (4096, 1000, None);
-        while let Some(arg) = args.next() {
-            let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-            match arg.as_str() {
-                "--device" => device = Some(value("--device")?),
-                "--addr" => {
-                    let v = value("--addr")?;
-                    addr = Some(v.parse().map_err(|_| format!("--addr: not IPv4: {v:?}"))?);
-                }
-                "--port" => {
-                    let v = value("--port")?;
-                    port = Some(v.parse().map_err(|_| format!("--port: {v:?}"))?);
-                }
-                "--size" => {
-                    let v = value("--size")?;
-                    size = v.parse().map_err(|_| format!("--size: {v:?}"))?;
-                }
-                "--iters" => {
-                    let v = value("--iters")?;
-                    iters = v.parse().map_err(|_| format!("--iters: {v:?}"))?;
-                }
-                "--test" => {
-                    let v = value("--test")?;
+        let mut p = lexopt::Parser::from_args(args);
+        while let Some(arg) = p.next()? {
+            match arg {
+                Value(v) if pairing.is_none() => pairing = Some(v.parse_with(Pairing::parse)?),
+                Long("device") => device = Some(p.value()?.string()?),
+                Long("addr") => addr = Some(p.value()?.parse()?),
+                Long("port") => port = Some(p.value()?.parse()?),
+                Long("size") => size = p.value()?.parse()?,
+                Long("iters") => iters = p.value()?.parse()?,
+                Long("test") => {
+                    let v = p.value()?.string()?;
                     if !PERFTEST_TESTS.contains(&v.as_str()) {
-                        return Err(format!("--test: {v:?} is none of {PERFTEST_TESTS:?}"));
+                        return Err(format!("--test: {v:?} is none of {PERFTEST_TESTS:?}").into());
                     }
                     test = Some(v);
                 }
-                other => return Err(format!("unknown argument {other:?}")),
+                _ => return Err(arg.unexpected()),
             }
         }
+        let pairing = pairing.ok_or("a pairing is needed")?;
         let rdma_cm = matches!(pairing, Pairing::RdmaServer | Pairing::RdmaClient);
         if size == 0 || iters == 0 {
             return Err("--size and --iters must be positive".into());
@@ -198,7 +194,7 @@ impl Options {
 const PERFTEST_TESTS: &[&str] = &["write_bw", "send_lat"];
 
 fn main() -> std::process::ExitCode {
-    let opts = match Options::parse(std::env::args().skip(1)) {
+    let opts = match Options::parse(std::env::args_os().skip(1)) {
         Ok(o) => o,
         Err(e) => {
             eprintln!("c_peers: {e}\n{USAGE}");

@@ -92,7 +92,9 @@ struct Options {
     schemes: Vec<Scheme>,
 }
 
-fn parse_args() -> Result<Options, String> {
+/// `None`: `--help` asked for the usage.
+fn parse_args() -> Result<Option<Options>, lexopt::Error> {
+    use lexopt::prelude::*;
     let mut o = Options {
         device: None,
         buffer: 1 << 20,
@@ -103,32 +105,27 @@ fn parse_args() -> Result<Options, String> {
         rotate_every: 1,
         schemes: Scheme::ALL.to_vec(),
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        let mut value = |what: &str| args.next().ok_or(format!("{what} needs a value"));
-        let mut number = |what: &str| -> Result<usize, String> {
-            value(what)?
-                .parse()
-                .map_err(|_| format!("{what}: not a number"))
-        };
-        match a.as_str() {
-            "--device" => o.device = Some(value("--device")?),
-            "--buffer" => o.buffer = number("--buffer")?,
-            "--write" => o.write = number("--write")?,
-            "--writes" => o.writes = number("--writes")?,
-            "--buffers" => o.buffers = number("--buffers")?,
-            "--exposed" => o.exposed = number("--exposed")?,
-            "--rotate-every" => o.rotate_every = number("--rotate-every")?.max(1),
-            "--scheme" => {
-                let name = value("--scheme")?;
-                let s = Scheme::ALL
-                    .into_iter()
-                    .find(|s| s.name() == name)
-                    .ok_or(format!("--scheme {name}: not one of rereg-access, rereg-pd, dereg-reg, fresh-per-write"))?;
+    let mut p = lexopt::Parser::from_env();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("device") => o.device = Some(p.value()?.string()?),
+            Long("buffer") => o.buffer = p.value()?.parse()?,
+            Long("write") => o.write = p.value()?.parse()?,
+            Long("writes") => o.writes = p.value()?.parse()?,
+            Long("buffers") => o.buffers = p.value()?.parse()?,
+            Long("exposed") => o.exposed = p.value()?.parse()?,
+            Long("rotate-every") => o.rotate_every = p.value()?.parse::<usize>()?.max(1),
+            Long("scheme") => {
+                let s = p.value()?.parse_with(|name| {
+                    let known = Scheme::ALL.into_iter().find(|s| s.name() == name);
+                    known.ok_or(
+                        "--scheme takes rereg-access | rereg-pd | dereg-reg | fresh-per-write",
+                    )
+                })?;
                 o.schemes = vec![s];
             }
-            "--help" | "-h" => return Err(String::new()),
-            other => return Err(format!("unknown argument {other}")),
+            Long("help") | Short('h') => return Ok(None),
+            _ => return Err(arg.unexpected()),
         }
     }
     if o.write == 0 || o.write > o.buffer {
@@ -137,7 +134,7 @@ fn parse_args() -> Result<Options, String> {
     if o.exposed == 0 || o.exposed >= o.buffers {
         return Err("--exposed must be at least 1 and fewer than --buffers".into());
     }
-    Ok(o)
+    Ok(Some(o))
 }
 
 /// Order statistics of nanosecond samples: (median, p10, p90).
@@ -383,9 +380,9 @@ fn device_run(dev: &Device, o: &Options) -> bool {
 
 fn main() -> ExitCode {
     let o = match parse_args() {
-        Ok(o) => o,
-        Err(e) => {
-            if !e.is_empty() {
+        Ok(Some(o)) => o,
+        failed => {
+            if let Err(e) = failed {
                 eprintln!("mover: {e}");
             }
             eprintln!(

@@ -24,6 +24,7 @@
 //! progress).
 
 use std::error::Error;
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -104,6 +105,9 @@ each way: read_lat the device's max_qp_rd_atom, the others 1 (--cm: 0),
 as perftest's out_reads.
 Output: one line '@@PERF side=... key=value ...' per side.";
 
+/// `--test`'s error: what it takes.
+const TESTS: &str = "--test takes write_lat | send_lat | read_lat | write_bw | send_bw";
+
 /// The five tests (the discriminant travels in the hello).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -178,57 +182,39 @@ struct Options {
 }
 
 impl Options {
-    fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
+    /// `None`: `--help` asked for the usage.
+    fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Option<Options>, lexopt::Error> {
+        use lexopt::prelude::*;
         let (mut role, mut device, mut test) = (None, None, None);
         let (mut size, mut iters, mut qd, mut inline) = (None, DEF_ITERS, None, None);
         let (mut port, mut cm, mut full, mut yield_every) = (DEF_PORT, None, false, 0);
-        let mut gid_index = None;
-        let mut args = args.into_iter();
-        while let Some(arg) = args.next() {
-            let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
-            let mut number = |name: &str| -> Result<usize, String> {
-                let v = value(name)?;
-                v.parse::<usize>()
-                    .map_err(|_| format!("{name} wants a number, got {v:?}"))
-            };
-            match arg.as_str() {
-                "--server" => role = Some(Role::Server),
-                "--client" => role = Some(Role::Client(value("--client")?)),
-                "--self-test" => role = Some(Role::SelfTest { full: false }),
-                "--full" => full = true,
-                "--device" => device = Some(value("--device")?),
-                "--test" => {
-                    let v = value("--test")?;
-                    test = Some(Test::parse(&v).ok_or(format!("unknown test {v:?}"))?);
+        let (mut gid_index, mut p) = (None, lexopt::Parser::from_args(args));
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("server") => role = Some(Role::Server),
+                Long("client") => role = Some(Role::Client(p.value()?.string()?)),
+                Long("self-test") => role = Some(Role::SelfTest { full: false }),
+                Long("full") => full = true,
+                Long("device") => device = Some(p.value()?.string()?),
+                Long("test") => {
+                    test = Some(p.value()?.parse_with(|v| Test::parse(v).ok_or(TESTS))?)
                 }
-                "--size" => size = Some(number("--size")?),
-                "--iters" => iters = number("--iters")?,
-                "--qd" => qd = Some(number("--qd")?),
-                "--inline" => inline = Some(number("--inline")?),
-                "--port" => {
-                    port = u16::try_from(number("--port")?)
-                        .map_err(|_| "--port is too large".to_string())?
-                }
-                "--cm" => cm = Some(value("--cm")?),
-                "--gid-index" => {
-                    gid_index = Some(
-                        u32::try_from(number("--gid-index")?)
-                            .map_err(|_| "--gid-index is too large".to_string())?,
-                    )
-                }
-                "--yield" => {
-                    let n = u32::try_from(number("--yield")?)
-                        .map_err(|_| "--yield is too large".to_string())?;
-                    yield_every = n;
-                }
-                "-h" | "--help" => return Err(String::new()),
-                other => return Err(format!("unknown argument {other:?}")),
+                Long("size") => size = Some(p.value()?.parse()?),
+                Long("iters") => iters = p.value()?.parse()?,
+                Long("qd") => qd = Some(p.value()?.parse()?),
+                Long("inline") => inline = Some(p.value()?.parse()?),
+                Long("port") => port = p.value()?.parse()?,
+                Long("cm") => cm = Some(p.value()?.string()?),
+                Long("gid-index") => gid_index = Some(p.value()?.parse()?),
+                Long("yield") => yield_every = p.value()?.parse()?,
+                Short('h') | Long("help") => return Ok(None),
+                _ => return Err(arg.unexpected()),
             }
         }
         let mut role = role.ok_or("--server, --client ADDR or --self-test is needed")?;
         if let Role::SelfTest { full: f } = &mut role {
             *f = full;
-            return Ok(Options {
+            return Ok(Some(Options {
                 role,
                 device: String::new(),
                 test: Test::WriteLat,
@@ -240,7 +226,7 @@ impl Options {
                 cm: None,
                 yield_every,
                 gid_index,
-            });
+            }));
         }
         let device = device.ok_or("--device is needed")?;
         let test = test.ok_or("--test is needed")?;
@@ -262,7 +248,7 @@ impl Options {
         if matches!(test, Test::ReadLat) && inline.is_some_and(|n| n > 0) {
             eprintln!("perf: READ has no inline data; --inline ignored (perftest does the same)");
         }
-        Ok(Options {
+        Ok(Some(Options {
             role,
             device,
             test,
@@ -275,7 +261,7 @@ impl Options {
             cm,
             yield_every,
             gid_index,
-        })
+        }))
     }
 
     fn server(&self) -> bool {
@@ -302,13 +288,13 @@ impl Options {
 }
 
 fn main() -> ExitCode {
-    let opts = match Options::parse(std::env::args().skip(1)) {
-        Ok(o) => o,
+    let opts = match Options::parse(std::env::args_os().skip(1)) {
+        Ok(Some(o)) => o,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
-            if e.is_empty() {
-                println!("{USAGE}");
-                return ExitCode::SUCCESS;
-            }
             eprintln!("perf: {e}\n{USAGE}");
             return ExitCode::from(2);
         }

@@ -40,21 +40,21 @@ struct Options {
 }
 
 fn options() -> Result<Options> {
+    use lexopt::prelude::*;
     let mut o = Options {
         addr: "192.0.2.1".parse()?,
         port: 7471,
         iters: 100,
         busy_poll: 0,
     };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or(format!("{flag} needs a value"))?;
-        match flag.as_str() {
-            "--addr" => o.addr = value.parse()?,
-            "--port" => o.port = value.parse()?,
-            "--iters" => o.iters = value.parse()?,
-            "--busy-poll" => o.busy_poll = value.parse()?,
-            _ => return Err(format!("unknown option {flag}").into()),
+    let mut p = lexopt::Parser::from_env();
+    while let Some(arg) = p.next()? {
+        match arg {
+            Long("addr") => o.addr = p.value()?.parse()?,
+            Long("port") => o.port = p.value()?.parse()?,
+            Long("iters") => o.iters = p.value()?.parse()?,
+            Long("busy-poll") => o.busy_poll = p.value()?.parse()?,
+            _ => return Err(arg.unexpected().into()),
         }
     }
     Ok(o)

@@ -26,6 +26,8 @@
 //! Options: `--device NAME[,NAME…]` (rxe0,siw0), `--iters N` (300),
 //! `--bw-bytes N` (16 MiB per bandwidth cell).
 
+#[path = "../cli.rs"]
+mod cli;
 #[path = "../ops/cm.rs"]
 mod cm;
 #[path = "../result.rs"]
@@ -54,17 +56,21 @@ const BUSY_POLLS: u32 = 200;
 const WAIT: Duration = Duration::from_secs(10);
 const PORT: u8 = 1;
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    let i = args.iter().position(|a| a == name)?;
-    args.get(i + 1).cloned()
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let devices = arg(&args, "--device").unwrap_or_else(|| DEVICES.into());
-    let iters: usize = arg(&args, "--iters").map_or(300, |v| v.parse().expect("--iters N"));
-    let bw_bytes: usize =
-        arg(&args, "--bw-bytes").map_or(16 << 20, |v| v.parse().expect("--bw-bytes N"));
+    use lexopt::ValueExt;
+    let (mut devices, mut iters, mut bw_bytes) = (DEVICES.to_string(), 300, 16 << 20);
+    let run = cli::parse("async_tax", |name, p| {
+        match name {
+            "device" => devices = p.value()?.string()?,
+            "iters" => iters = p.value()?.parse()?,
+            "bw-bytes" => bw_bytes = p.value()?.parse()?,
+            _ => return Err(cli::unknown(name)),
+        }
+        Ok(())
+    });
+    if !run {
+        return;
+    }
     let mut failed = false;
     for device in devices.split(',') {
         if let Err(e) = bench_device(device, iters, bw_bytes) {

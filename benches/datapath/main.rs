@@ -31,6 +31,8 @@
 //! Without perftest or our tool it says so and exits 0.
 
 mod cells;
+#[path = "../cli.rs"]
+mod cli;
 mod parse;
 #[path = "../result.rs"]
 mod result;
@@ -218,7 +220,8 @@ fn clock_read_ns() -> u64 {
 }
 
 fn main() {
-    if std::env::args().any(|a| a == "--list") {
+    // No options of its own: the environment sets the run up.
+    if !cli::parse("datapath", |name, _| Err(cli::unknown(name))) {
         return;
     }
     let tools = Tools {

@@ -61,6 +61,8 @@
 //! address whose cm ids land on an iWARP device; siw0: 198.51.100.1, the
 //! VM guest's dummy1).
 
+#[path = "../cli.rs"]
+mod cli;
 mod cm;
 mod control;
 #[cfg(feature = "libibverbs-peer")]
@@ -288,48 +290,53 @@ const TOP: usize = 12;
 /// The child's own count, which the parent checks callgrind's against.
 const CHILD: &str = "@@OPS-CHILD";
 
-fn arg(args: &[String], name: &str) -> Option<String> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1).cloned())
-}
-
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.iter().any(|a| a == "--list") {
+    use lexopt::ValueExt;
+    let (mut devices, mut iters, mut control, mut imp) = (DEVICES.to_string(), None, false, None);
+    let (mut mtu, mut case, mut cm, mut valgrind) = (Mtu::Mtu1024, Case::Write, None, None);
+    let run = cli::parse("ops", |name, p| {
+        match name {
+            "device" => devices = p.value()?.string()?,
+            "iters" => iters = Some(p.value()?.parse()?),
+            "control" => control = true,
+            "impl" => imp = Some(p.value()?.string()?),
+            "mtu" => {
+                let raw = |v: &str| v.parse().ok().and_then(Mtu::from_raw).ok_or("not an MTU");
+                mtu = p.value()?.parse_with(raw)?;
+            }
+            "case" => {
+                let op = |v: &str| Case::from_op(v).ok_or("not a case");
+                case = p.value()?.parse_with(op)?;
+            }
+            "cm" => cm = Some(p.value()?.string()?),
+            "valgrind" => valgrind = Some(p.value()?.string()?),
+            _ => return Err(cli::unknown(name)),
+        }
+        Ok(())
+    });
+    if !run {
         return;
     }
-    let devices = arg(&args, "--device").unwrap_or_else(|| DEVICES.into());
-    let iters = arg(&args, "--iters")
-        .or_else(|| std::env::var("UVERBS_OPS_ITERS").ok())
-        .and_then(|v| v.parse().ok())
+    let iters = iters
+        .or_else(|| std::env::var("UVERBS_OPS_ITERS").ok()?.parse().ok())
         .unwrap_or(200);
-    if args.iter().any(|a| a == "--control") {
+    if control {
         // The control operations' measured child, under callgrind.
-        let imp = arg(&args, "--impl").unwrap_or_default();
+        let imp = imp.unwrap_or_default();
         if let Err(e) = control::child(&imp, &devices, iters) {
             eprintln!("ops --control: {imp}: {e}");
             std::process::exit(1);
         }
         return;
     }
-    if let Some(imp) = arg(&args, "--impl") {
+    if let Some(imp) = imp {
         // The measured child, under callgrind.
-        let mtu = arg(&args, "--mtu")
-            .and_then(|v| v.parse().ok())
-            .and_then(Mtu::from_raw)
-            .unwrap_or(Mtu::Mtu1024);
-        let op = arg(&args, "--case").unwrap_or_else(|| Case::Write.op().into());
-        let Some(case) = Case::from_op(&op) else {
-            eprintln!("ops: unknown case {op}");
-            std::process::exit(2);
-        };
         let pair = Pair {
             device: devices,
             iters,
             mtu,
             case,
-            cm: arg(&args, "--cm"),
+            cm,
         };
         match measured(&imp, &pair) {
             Ok(c) => println!(
@@ -343,10 +350,10 @@ fn main() {
         }
         return;
     }
-    let valgrind = arg(&args, "--valgrind").unwrap_or_else(profile::default_valgrind);
+    let valgrind = valgrind.unwrap_or_else(profile::default_valgrind);
     let mut first = None;
     for device in devices.split(',').filter(|d| !d.is_empty()) {
-        measure_device(&valgrind, device, iters, arg(&args, "--cm"));
+        measure_device(&valgrind, device, iters, cm.clone());
         first.get_or_insert(device);
     }
     // The control operations, beside the verbs bench's times (first

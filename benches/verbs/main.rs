@@ -30,6 +30,8 @@
 //! implementation makes for each control operation (`framing` results;
 //! see `framing.rs`).
 
+#[path = "../cli.rs"]
+mod cli;
 mod floor;
 #[cfg(feature = "libibverbs-peer")]
 mod framing;
@@ -82,22 +84,31 @@ fn parse_size(s: &str) -> Option<usize> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    // `cargo bench` passes `--bench`; `cargo test --benches` would pass nothing
-    // useful: only run when asked to benchmark or run directly.
-    if args.iter().any(|a| a == "--list") {
+    let mut framing = false;
+    // The framing run's traced child: `--framing-child DEVICE`.
+    #[cfg(feature = "libibverbs-peer")]
+    let mut child = None;
+    let run = cli::parse("verbs", |name, p| {
+        match name {
+            "framing" => framing = true,
+            #[cfg(feature = "libibverbs-peer")]
+            "framing-child" => child = Some(lexopt::ValueExt::string(p.value()?)?),
+            _ => return Err(cli::unknown(name)),
+        }
+        let _ = p; // only --framing-child (libibverbs-peer) takes a value
+        Ok(())
+    });
+    if !run {
         return;
     }
     #[cfg(feature = "libibverbs-peer")]
-    if let Some(i) = args.iter().position(|a| a == "--framing-child") {
-        let dev = args.get(i + 1).map_or("", String::as_str);
-        if let Err(e) = framing::child(dev) {
+    if let Some(dev) = child {
+        if let Err(e) = framing::child(&dev) {
             eprintln!("verbs --framing-child {dev}: {e}");
             std::process::exit(1);
         }
         return;
     }
-    let framing = args.iter().any(|a| a == "--framing");
     // In the VM the harness asks for a quiet console: rxe logs refused
     // rereg flags at error level, and a kernel line printed into the middle
     // of a result line on the serial console makes it unreadable. Only

@@ -63,6 +63,7 @@ use binaries::Binary;
 use cache::WorkDir;
 use guest::{GuestRun, Host, Mode, Net, RunConfig};
 use setup::{Kernel, Series};
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -138,7 +139,8 @@ fn parse_kernels(v: &str) -> Result<Vec<Series>> {
     Ok(out)
 }
 
-fn parse_args(args: &[String]) -> Result<Options> {
+fn parse_args(args: impl IntoIterator<Item = OsString>) -> Result<Options> {
+    use lexopt::prelude::*;
     let mut o = Options {
         command: String::new(),
         timeout: None,
@@ -148,31 +150,29 @@ fn parse_args(args: &[String]) -> Result<Options> {
         two: false,
         kernels: vec![setup::SERIES[0]],
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| Error(format!("{name} needs a value\n\n{USAGE}")))
-        };
-        match a.as_str() {
-            "--timeout" => {
-                let v = value("--timeout")?;
-                let secs: u64 = v
-                    .parse()
-                    .map_err(|_| Error(format!("--timeout wants seconds, got `{v}`")))?;
-                o.timeout = Some(Duration::from_secs(secs));
+    let mut p = lexopt::Parser::from_args(args);
+    let mut read = || -> std::result::Result<(), lexopt::Error> {
+        while let Some(arg) = p.next()? {
+            match arg {
+                Long("timeout") => o.timeout = Some(Duration::from_secs(p.value()?.parse()?)),
+                Long("memory") => o.memory = Some(p.value()?.string()?),
+                Long("kernel") => {
+                    o.kernels = p
+                        .value()?
+                        .parse_with(|v| parse_kernels(v).map_err(|e| e.0))?
+                }
+                Long("keep") => o.keep = true,
+                Long("force") => o.force = true,
+                Long("two") => o.two = true,
+                Short('h') | Long("help") => o.command = "help".into(),
+                Value(v) if v == "help" => o.command = "help".into(),
+                Value(c) if o.command.is_empty() => o.command = c.string()?,
+                _ => return Err(arg.unexpected()),
             }
-            "--memory" => o.memory = Some(value("--memory")?),
-            "--kernel" => o.kernels = parse_kernels(&value("--kernel")?)?,
-            "--keep" => o.keep = true,
-            "--force" => o.force = true,
-            "--two" => o.two = true,
-            "-h" | "--help" | "help" => o.command = "help".into(),
-            c if !c.starts_with('-') && o.command.is_empty() => o.command = c.into(),
-            other => return Err(Error(format!("unknown argument `{other}`\n\n{USAGE}"))),
         }
-    }
+        Ok(())
+    };
+    read().map_err(|e| Error(format!("{e}\n\n{USAGE}")))?;
     Ok(o)
 }
 
@@ -630,7 +630,7 @@ impl Ctx {
     }
 }
 
-fn real_main(args: &[String]) -> Result<bool> {
+fn real_main(args: impl IntoIterator<Item = OsString>) -> Result<bool> {
     let opts = parse_args(args)?;
     if opts.command.is_empty() || opts.command == "help" {
         println!("{USAGE}");
@@ -898,8 +898,7 @@ fn test_runs(binaries: &[Binary]) -> Vec<GuestRun> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match real_main(&args) {
+    match real_main(std::env::args_os().skip(1)) {
         Ok(true) => ExitCode::SUCCESS,
         // The report (ending in "vm: N passed, M failed") is already printed.
         Ok(false) => ExitCode::FAILURE,
@@ -914,21 +913,46 @@ fn main() -> ExitCode {
 mod tests {
     use super::*;
 
-    fn args(s: &str) -> Vec<String> {
-        s.split_whitespace().map(String::from).collect()
+    fn parse(s: &str) -> Result<Options> {
+        parse_args(s.split_whitespace().map(OsString::from))
     }
 
     #[test]
     fn options() {
-        let o = parse_args(&args("test --timeout 60 --memory 1G --keep")).unwrap();
+        let o = parse("test --timeout 60 --memory 1G --keep").unwrap();
         assert_eq!(o.command, "test");
         assert_eq!(o.timeout, Some(Duration::from_secs(60)));
         assert_eq!(o.memory.as_deref(), Some("1G"));
         assert!(o.keep);
         assert!(!o.two);
-        assert!(parse_args(&args("shell --two")).unwrap().two);
-        assert!(parse_args(&args("test --timeout x")).is_err());
-        assert!(parse_args(&args("test --bogus")).is_err());
-        assert!(parse_args(&args("test --memory")).is_err());
+        assert!(parse("shell --two").unwrap().two);
+        assert!(parse("test --timeout x").is_err());
+        assert!(parse("test --bogus").is_err());
+        assert!(parse("test --memory").is_err());
+    }
+
+    #[test]
+    fn commands() {
+        for command in ["setup", "test", "demo", "shell", "bench"] {
+            let o = parse(command).unwrap();
+            assert_eq!(o.command, command);
+            assert_eq!(
+                (o.timeout, o.keep, o.force, o.two),
+                (None, false, false, false)
+            );
+            assert_eq!(o.kernels, [setup::SERIES[0]]);
+        }
+        // Options before the command, and --flag=value.
+        let o = parse("--force --timeout=5 setup").unwrap();
+        assert_eq!((o.command.as_str(), o.force), ("setup", true));
+        assert_eq!(o.timeout, Some(Duration::from_secs(5)));
+        assert_eq!(parse("demo --kernel all").unwrap().kernels, setup::SERIES);
+        assert!(parse("demo --kernel 2.6").is_err());
+        for help in ["help", "-h", "--help", "test --help", "test help"] {
+            assert_eq!(parse(help).unwrap().command, "help", "{help}");
+        }
+        assert_eq!(parse("").unwrap().command, "");
+        // One command only.
+        assert!(parse("test demo").is_err());
     }
 }
