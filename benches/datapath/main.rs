@@ -90,9 +90,12 @@ impl Tools {
                 .args(["--qd", &cell.qd.to_string()])
                 .args(["--inline", &cell.inline.to_string()])
                 .args(["--port", &port.to_string()]);
-            if let Conn::Cm(addr) = cell.conn {
-                c.args(["--cm", addr]);
-            }
+            match cell.conn {
+                // The GID perftest is given (`-x 0`): perf would otherwise
+                // pick as perftest does without `-x`.
+                Conn::Loopback => c.args(["--gid-index", "0"]),
+                Conn::Cm(addr) => c.args(["--cm", addr]),
+            };
         };
         let mut server = Command::new(&self.perf);
         server.arg("--server");
