@@ -459,28 +459,55 @@ impl Ctx {
         runs: &[GuestRun],
         configs: &[RunConfig],
     ) -> Result<Verdict> {
-        let boot = || -> Result<[qemu::Outcome; 2]> {
+        let boot = |configs: &[RunConfig]| -> Result<[qemu::Outcome; 2]> {
             Ok(self
                 .boot_two(kernel, binaries, runs, configs, Mode::Run, &[])?
                 .expect("run mode has outcomes"))
         };
-        let mut outcomes = boot()?;
+        let mut outcomes = boot(configs)?;
         if outcomes
             .iter()
             .any(|o| report::panicked_before_any_run(&o.console))
         {
             say("two-host: a guest kernel panicked before any test started (see the console above); booting both once more");
-            outcomes = boot()?;
+            outcomes = boot(configs)?;
         }
         let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
         let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
+        let mut results = outcomes.each_ref().map(|o| report::parse(&o.console));
+        // As in `run_plan`: a guest kernel that panicked during the runs (a
+        // TCG oops in rxe's or the kernel's code) ends the boot, not the
+        // tests; the other host's runs of those configurations then fail
+        // for want of a peer. Both boot once more for the configurations
+        // a panicked host did not finish, and their results replace those.
+        let mut unfinished: Vec<&str> = Vec::new();
+        for o in &outcomes {
+            for c in report::unfinished_after_panic(&o.console, &config_names, &names) {
+                if !unfinished.contains(&c) {
+                    unfinished.push(c);
+                }
+            }
+        }
+        if !unfinished.is_empty() {
+            say(format!(
+                "two-host: a guest kernel panicked during the runs (see the console above); \
+                 booting both once more for the configurations it did not finish: {}",
+                unfinished.join(" ")
+            ));
+            let again: Vec<RunConfig> = configs
+                .iter()
+                .filter(|c| unfinished.contains(&c.name))
+                .copied()
+                .collect();
+            outcomes = boot(&again)?;
+            for (results, o) in results.iter_mut().zip(&outcomes) {
+                results.retain(|r| !unfinished.contains(&r.config.as_str()));
+                results.extend(report::parse(&o.console));
+            }
+        }
         let [a, b] = &outcomes;
-        let (table, counts) = report::summarize_two_host(
-            &config_names,
-            &names,
-            &report::parse(&a.console),
-            &report::parse(&b.console),
-        );
+        let (table, counts) =
+            report::summarize_two_host(&config_names, &names, &results[0], &results[1]);
         let mut problems = Vec::new();
         for (host, o) in Host::BOTH.iter().zip(&outcomes) {
             let h = host.role();
