@@ -578,32 +578,20 @@ fn cm_destroy_id_with_an_unread_disconnect() {
             let Some(pair) = cm_connected_pair(ctx, name, &pd) else {
                 return;
             };
-            let CmPair {
-                qp_a,
-                qp_b,
-                cq_a,
-                cq_b,
-                client,
-                server,
-                listener,
-                ch_a,
-                ch_b,
-                iwarp,
-                ..
-            } = pair;
+            let (client, listener, ch_a, ch_b) = (pair.client, pair.listener, pair.ch_a, pair.ch_b);
             client.disconnect().unwrap();
             assert!(
                 ch_b.poll_readable(CM_WAIT).unwrap(),
                 "{name}: the DREQ arrived"
             );
             let what = format!("{name}: server id with DISCONNECTED unread");
-            let (reported, took) = destroy_timed(server, &what);
+            let (reported, took) = destroy_timed(pair.server, &what);
             assert_eq!(reported, 1, "{name}: ESTABLISHED only");
             assert!(took < Duration::from_secs(2), "{name}: {took:?}");
             let ev = next_event(&ch_a, "client");
             assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
             assert_eq!(ev.status, 0, "{name}: answered, not timed out");
-            if !iwarp {
+            if !pair.iwarp {
                 let ev = next_event(&ch_a, "client timewait");
                 assert!(matches!(ev.kind, EventKind::TimewaitExit), "{name}: {ev:?}");
             }
@@ -614,7 +602,7 @@ fn cm_destroy_id_with_an_unread_disconnect() {
                 (client.destroy().unwrap(), listener.destroy().unwrap()),
                 got
             );
-            drop((qp_a, qp_b, cq_a, cq_b, pd));
+            drop((pair.qp_a, pair.qp_b, pair.cq_a, pair.cq_b, pd));
             counts.assert_extra_cq_qp(0, 0, "after dropping everything");
         },
     );

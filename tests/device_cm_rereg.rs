@@ -479,18 +479,8 @@ impl CmRig<'_> {
             "{name}: {what}: the refused WRITE changed the target"
         );
         assert_no_completion(&p.cq_a, &format!("{name}: {what}: A"));
-        let CmPair {
-            qp_a,
-            qp_b,
-            cq_a,
-            cq_b,
-            client,
-            server,
-            listener,
-            ..
-        } = self.pair.take().expect("connected");
-        drop((qp_a, qp_b, cq_a, cq_b));
-        let reported = destroy_ids(client, server, listener, &format!("{name}: {what}"));
+        let pair = self.pair.take().expect("connected");
+        let reported = pair.destroy(&format!("{name}: {what}"));
         assert_eq!(reported, Reported::IWARP, "{name}: {what}");
         self.connect_again(what);
     }
