@@ -20,11 +20,7 @@ fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: uverbs::Gid, mtu: uverbs::Mtu)
     let steps = [
         (
             "RESET->INIT",
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(PORT)
-                .access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE),
+            to_init().access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE),
         ),
         (
             "INIT->RTR",

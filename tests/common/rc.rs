@@ -52,18 +52,17 @@ pub const RC_PATH_ATTRS: QpAttrMask = QpAttrMask::STATE
     .union(QpAttrMask::RETRY_CNT)
     .union(QpAttrMask::RNR_RETRY);
 
+/// RESET -> INIT on P_Key index 0 and [`PORT`]: what every QP type's
+/// INIT needs; the caller adds the access flags (RC, UC) or Q_Key (UD).
+pub fn to_init() -> QpAttr {
+    QpAttr::new().state(QpState::Init).pkey_index(0).port(PORT)
+}
+
 /// RESET -> INIT (P_Key index 0, [`PORT`], `qkey`) -> RTR -> RTS
 /// (`sq_psn`): the attribute sets the kernel's table asks of UD.
 pub fn ud_to_rts(qp: &QueuePair, qkey: u32, sq_psn: u32) {
     let steps = [
-        (
-            "RESET->INIT",
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(PORT)
-                .qkey(qkey),
-        ),
+        ("RESET->INIT", to_init().qkey(qkey)),
         ("INIT->RTR", QpAttr::new().state(QpState::Rtr)),
         ("RTR->RTS", QpAttr::new().state(QpState::Rts).sq_psn(sq_psn)),
     ];
@@ -249,29 +248,26 @@ pub trait CmQp {
     fn cm_qpn(&self) -> u32;
 }
 
-impl CmQp for QueuePair {
-    fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
-        self.modify(attr)
-    }
-    fn cm_established(&self) -> Result<QpState, uverbs::Error> {
-        self.established()
-    }
-    fn cm_qpn(&self) -> u32 {
-        self.qp_num()
-    }
+/// Implements [`CmQp`] for a QP type (with its generics in brackets) by
+/// its inherent `modify`, `established` and `qp_num`, which both QP types
+/// have under the same names.
+macro_rules! cm_qp_by_inherent_methods {
+    ([$($generics:tt)*] $qp:ty) => {
+        impl<$($generics)*> CmQp for $qp {
+            fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
+                self.modify(attr)
+            }
+            fn cm_established(&self) -> Result<QpState, uverbs::Error> {
+                self.established()
+            }
+            fn cm_qpn(&self) -> u32 {
+                self.qp_num()
+            }
+        }
+    };
 }
-
-impl<M: uverbs::DeviceReadable> CmQp for OwnedQp<M> {
-    fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
-        self.modify(attr)
-    }
-    fn cm_established(&self) -> Result<QpState, uverbs::Error> {
-        self.established()
-    }
-    fn cm_qpn(&self) -> u32 {
-        self.qp_num()
-    }
-}
+cm_qp_by_inherent_methods!([] QueuePair);
+cm_qp_by_inherent_methods!([M: uverbs::DeviceReadable] OwnedQp<M>);
 
 /// Moves `qp` with exactly what the cm answers for `id` and `state` (on
 /// iWARP the RTS answer has no state: PORT alone).
@@ -590,11 +586,7 @@ pub fn recover_pair(
 /// bounded number of times (each said loudly); the probe's INIT is then
 /// taken back to RESET, so the caller connects from RESET as usual.
 pub fn reset_for_init(qp: &QueuePair, access: AccessFlags, what: &str) {
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
-        .port(PORT)
-        .access_flags(access);
+    let init = to_init().access_flags(access);
     for attempt in 1..=5 {
         modify(qp, &QpAttr::new().state(QpState::Reset), "->RESET");
         match qp.modify(&init) {
