@@ -39,13 +39,7 @@ fn remote(buf: &[u8], rkey: u32) -> Remote {
 }
 
 fn wait_readable(fd: RawFd, name: &str) {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the duration of the call.
-    let ready = unsafe { libc::poll(&mut pfd, 1, CM_WAIT.as_millis() as i32) };
+    let ready = poll_in(fd, CM_WAIT);
     assert_eq!(ready, 1, "{name}: no completion event within {CM_WAIT:?}");
 }
 

@@ -804,13 +804,7 @@ fn fd_is_open(fd: RawFd) -> bool {
 
 /// Waits (bounded) until the channel's descriptor is readable.
 fn wait_readable(fd: RawFd, name: &str) {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the duration of the call.
-    let ready = unsafe { libc::poll(&mut pfd, 1, WAIT.as_millis() as i32) };
+    let ready = poll_in(fd, WAIT);
     assert_eq!(ready, 1, "{name}: no completion event within {WAIT:?}");
 }
 

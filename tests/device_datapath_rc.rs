@@ -227,13 +227,7 @@ fn an_armed_cq_reports_a_completion_on_its_channel() {
             unsafe { q.qp_a.post_send(&[write]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
 
-            let mut pfd = libc::pollfd {
-                fd: channel.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd, for the duration of the call.
-            let ready = unsafe { libc::poll(&mut pfd, 1, WAIT.as_millis() as i32) };
+            let ready = poll_in(channel.as_raw_fd(), WAIT);
             assert_eq!(
                 ready,
                 1,

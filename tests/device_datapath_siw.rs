@@ -275,13 +275,7 @@ fn siw_cq_qp_rings_flush_and_teardown() {
             );
             assert_eq!(c.qp_num(), qp.qp_num(), "{name}: {c:?}");
         }
-        let mut pfd = libc::pollfd {
-            fd: channel.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; the channel's descriptor is open.
-        let ready = unsafe { libc::poll(&mut pfd, 1, WAIT.as_millis() as i32) };
+        let ready = poll_in(channel.as_raw_fd(), WAIT);
         assert_eq!(
             ready, 1,
             "{name}: the armed CQ raised no event within {WAIT:?}"
