@@ -519,34 +519,25 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
             ("RDMA READ", WcStatus::LocProtErr),
             ("RDMA WRITE", common::kernel::rxe_requester_failure_status()),
         ] {
-            let ForeignLkey {
-                q,
-                mr,
-                foreign_mr,
-                other_pd,
-                mine,
-                foreign,
-                remote,
-                good,
-            } = post_with_foreign_lkey(ctx, name, what);
-            let wc = wait_count(&q.cq_a, 1, what)[0];
+            let f = post_with_foreign_lkey(ctx, name, what);
+            let wc = wait_count(&f.q.cq_a, 1, what)[0];
             loud(&format!("{name}: {what} with another PD's lkey: {wc:?}"));
             assert_eq!(wc.status(), expected, "{name}: {what}: {wc:?}");
             assert_eq!(wc.wr_id(), 1);
             assert!(
-                foreign.iter().all(|&x| x == 0),
+                f.foreign.iter().all(|&x| x == 0),
                 "{name}: {what}: the foreign MR was written"
             );
             // The QP is in error now: what follows is flushed, in order.
             let next = [
-                signalled_write(2, &good, remote),
-                signalled_write(3, &good, remote),
+                signalled_write(2, &f.good, f.remote),
+                signalled_write(3, &f.good, f.remote),
             ];
             // SAFETY: as for the first request (`post_with_foreign_lkey`);
             // flushed WRs touch no memory.
-            unsafe { q.qp_a.post_send(&next) }
+            unsafe { f.q.qp_a.post_send(&next) }
                 .unwrap_or_else(|e| panic!("{name}: posting after the error: {e}"));
-            let flushed = wait_count(&q.cq_a, 2, "WRs after the error");
+            let flushed = wait_count(&f.q.cq_a, 2, "WRs after the error");
             for (wc, id) in flushed.iter().zip([2, 3]) {
                 assert_eq!(
                     (wc.status(), wc.wr_id()),
@@ -555,7 +546,7 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
                 );
             }
             assert!(
-                mine[1024..1088].iter().all(|&x| x == 0),
+                f.mine[1024..1088].iter().all(|&x| x == 0),
                 "{name}: flushed WRITE landed"
             );
             loud(&format!(
@@ -563,8 +554,8 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
             ));
             // Leaving the error state is a modify to RESET.
             let reset = uverbs::QpAttr::new().state(QpState::Reset);
-            modify(&q.qp_a, &reset, "ERR->RESET");
-            drop((q, mr, foreign_mr, other_pd));
+            modify(&f.q.qp_a, &reset, "ERR->RESET");
+            drop((f.q, f.mr, f.foreign_mr, f.other_pd));
         }
     });
 }
@@ -850,21 +841,13 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
             // The second event is queued in the kernel, unread.
             wait_readable(raw, name);
             assert_eq!((q.cq_a.events_received(), q.cq_a.unacked_events()), (1, 1));
-            let TwoQps {
-                pd,
-                cq_a,
-                cq_b,
-                qp_a,
-                qp_b,
-                cm,
-            } = q;
-            drop((qp_a, qp_b));
+            drop((q.qp_a, q.qp_b));
             if channel_first {
                 drop(channel);
                 assert!(fd_is_open(raw), "{name}: the CQ keeps the channel open");
-                drop(cq_a);
+                drop(q.cq_a);
             } else {
-                let done = cq_a.destroy().unwrap_or_else(|e| panic!("{name}: {e}"));
+                let done = q.cq_a.destroy().unwrap_or_else(|e| panic!("{name}: {e}"));
                 loud(&format!("{name}: destroy with unacked events: {done:?}"));
                 assert_eq!(
                     done.comp_events_reported, 1,
@@ -879,7 +862,7 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
                 !fd_is_open(raw),
                 "{name}: the channel's fd {raw} is still open"
             );
-            drop((cq_b, mr, pd, cm));
+            drop((q.cq_b, mr, q.pd, q.cm));
             counts.assert_extra_cq_qp(0, 0, "after dropping the channel and its CQ");
             assert_eq!(open_fds(), fds_before, "{name}: descriptors leaked");
             loud(&format!(
