@@ -207,28 +207,40 @@ impl Side<'_> {
         (cq, qp)
     }
 
+    /// A new CQ and QP for `id` (the `side`'s id, which must be on this
+    /// device), moved to INIT with exactly what the cm answers.
+    fn new_qp_in_init(&self, id: &CmId, side: &str, what: &str) -> (CompletionQueue, QueuePair) {
+        assert!(
+            landed_on(id, self.ctx),
+            "{what}: the {side}'s cm id is not on {}",
+            self.ctx.device_name()
+        );
+        let (cq, qp) = self.new_qp();
+        cm_modify(
+            id,
+            &qp,
+            QpState::Init,
+            &format!("{what}: {side} RESET->INIT"),
+        );
+        (cq, qp)
+    }
+
+    /// The connect's or accept's parameters for `qp`: its number, and our
+    /// [`Target`] as the private data.
+    fn conn_param(&self, qp: &QueuePair) -> ConnParam {
+        ConnParam::new(qp.qp_num())
+            .private_data(&self.target(qp.qp_num()).encode())
+            .unwrap()
+    }
+
     /// A's half up to the accept: an id with its route to B's listener
     /// (on this device), a new QP in INIT, the connect carrying our
     /// [`Target`]; and the event that answered it, on the id.
     fn client_connect(&self, what: &str) -> (CmId, QueuePair, CompletionQueue, uverbs::cm::Event) {
         let id = resolved_client_to(&self.ch, self.cm_addr)
             .unwrap_or_else(|why| panic!("{what}: resolving {}: {why}", self.cm_addr));
-        assert!(
-            landed_on(&id, self.ctx),
-            "{what}: the client's cm id is not on {}",
-            self.ctx.device_name()
-        );
-        let (cq, qp) = self.new_qp();
-        cm_modify(
-            &id,
-            &qp,
-            QpState::Init,
-            &format!("{what}: client RESET->INIT"),
-        );
-        let param = ConnParam::new(qp.qp_num())
-            .retry_count(RETRY_COUNT)
-            .private_data(&self.target(qp.qp_num()).encode())
-            .unwrap();
+        let (cq, qp) = self.new_qp_in_init(&id, "client", what);
+        let param = self.conn_param(&qp).retry_count(RETRY_COUNT);
         id.connect(&param)
             .unwrap_or_else(|e| panic!("{what}: connect to {}: {e}", self.cm_addr));
         let ev = next_event(&self.ch, &format!("{what}: client connect"));
@@ -300,25 +312,11 @@ impl Side<'_> {
                     request.qp_num, want_qpn,
                     "{what}: the cm's QP number of the requester"
                 );
-                assert!(
-                    landed_on(&id, self.ctx),
-                    "{what}: the server's cm id is not on {}",
-                    self.ctx.device_name()
-                );
-                let (cq, qp) = self.new_qp();
-                cm_modify(
-                    &id,
-                    &qp,
-                    QpState::Init,
-                    &format!("{what}: server RESET->INIT"),
-                );
+                let (cq, qp) = self.new_qp_in_init(&id, "server", &what);
                 cm_modify(&id, &qp, QpState::Rtr, &format!("{what}: server INIT->RTR"));
                 // On iWARP this answer has no state: RTS comes at establishment.
                 cm_modify(&id, &qp, QpState::Rts, &format!("{what}: server RTR->RTS"));
-                let param = ConnParam::new(qp.qp_num())
-                    .private_data(&self.target(qp.qp_num()).encode())
-                    .unwrap();
-                id.accept(&param)
+                id.accept(&self.conn_param(&qp))
                     .unwrap_or_else(|e| panic!("{what}: accept: {e}"));
                 let ev = next_event(&self.ch, &format!("{what}: server established"));
                 assert!(
@@ -825,7 +823,9 @@ const REPLACE_AT: usize = 200 << 10;
 fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     let me = s.me.clone();
     let at = REPLACE_AT;
-    let write_a = |s: &mut Side, seed: u64, rkey: u32, what: &str| -> WorkCompletion {
+    // A WRITEs pattern(seed) to B's memory at `at` with `rkey`: it
+    // succeeds, and A waits until it is placed.
+    let write_placed = |s: &mut Side, seed: u64, rkey: u32, what: &str| {
         let data = pattern(seed, RDMA_LEN);
         s.bufs.local[..RDMA_LEN].copy_from_slice(&data);
         let op = SendOp::RdmaWrite {
@@ -835,7 +835,9 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             },
             imm: None,
         };
-        s.post(seed, op, 0, RDMA_LEN, what)
+        let wc = s.post(seed, op, 0, RDMA_LEN, what);
+        check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, seed);
+        placed(s, at, what);
     };
     let landed = |s: &mut Side, seed: u64, what: &str| {
         s.bufs.model[at..at + RDMA_LEN].copy_from_slice(&pattern(seed, RDMA_LEN));
@@ -848,9 +850,7 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     let new_rkey = match s.role {
         Role::A => {
             let what = "replace: WRITE with the old rkey before";
-            let wc = write_a(s, 501, old_rkey, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 501);
-            placed(s, at, what);
+            write_placed(s, 501, old_rkey, what);
             ctl.send("written", "");
             let told = ctl.expect("replaced");
             let new: u32 = told
@@ -860,9 +860,7 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             s.peer.rkey = new;
 
             let what = "replace: WRITE with the new rkey";
-            let wc = write_a(s, 502, new, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 502);
-            placed(s, at, what);
+            write_placed(s, 502, new, what);
             ctl.send("written", "");
             ctl.expect("checked");
             new
@@ -977,9 +975,7 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     match s.role {
         Role::A => {
             let what = "replace: WRITE with the new rkey over the new connection";
-            let wc = write_a(s, 504, new_rkey, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 504);
-            placed(s, at, what);
+            write_placed(s, 504, new_rkey, what);
             ctl.send("written", "");
             ctl.expect("checked");
         }
