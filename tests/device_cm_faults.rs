@@ -148,6 +148,37 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Forks a child that runs `body` on its end of a new socket pair and
+/// leaves with `_exit` (its exit code `body`'s answer, 99 on a panic).
+/// The parent gets the child, guarded (killed if the test fails before
+/// reaping it), and its own end, each read bounded by [`CM_WAIT`].
+///
+/// # Safety
+///
+/// The caller has nothing of the test's open yet: the child builds its own
+/// objects.
+unsafe fn fork_reporting(
+    body: impl FnOnce(UnixStream) -> i32,
+) -> (Pid, KillOnDrop, BufReader<UnixStream>) {
+    let (to_parent, child_end) = UnixStream::pair().expect("socketpair");
+    // SAFETY: the caller's promise; the child leaves with _exit (glibc
+    // keeps malloc usable).
+    let child = match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            drop(to_parent);
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(child_end)))
+                .unwrap_or(99);
+            // SAFETY: _exit never returns and runs no atexit handlers.
+            unsafe { nix::libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => child,
+    };
+    drop(child_end);
+    let guard = KillOnDrop(Some(child));
+    to_parent.set_read_timeout(Some(CM_WAIT)).unwrap();
+    (child, guard, BufReader::new(to_parent))
+}
+
 #[test]
 fn cm_peer_killed_mid_transfer() {
     let _serial = serial();
@@ -158,25 +189,9 @@ fn cm_peer_killed_mid_transfer() {
     for dev in cm_devices(test) {
         let name = dev.name().to_owned();
         let iwarp = is_siw(&dev);
-        let (to_parent, child_end) = UnixStream::pair().expect("socketpair");
-        // SAFETY: nothing of the test's is open yet; the child builds its
-        // own objects and leaves with _exit (glibc keeps malloc usable).
-        let child = match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                drop(to_parent);
-                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    child_server(&dev, child_end)
-                }))
-                .unwrap_or(99);
-                // SAFETY: _exit never returns and runs no atexit handlers.
-                unsafe { nix::libc::_exit(code) }
-            }
-            ForkResult::Parent { child } => child,
-        };
-        drop(child_end);
-        let mut guard = KillOnDrop(Some(child));
-        to_parent.set_read_timeout(Some(CM_WAIT)).unwrap();
-        let mut from_child = BufReader::new(to_parent);
+        // SAFETY: nothing of the test's is open yet.
+        let (child, mut guard, mut from_child) =
+            unsafe { fork_reporting(|child_end| child_server(&dev, child_end)) };
         let Some(port) = line_from(&mut from_child, "the port")
             .and_then(|l| l.strip_prefix('P').and_then(|p| p.parse::<u16>().ok()))
         else {
@@ -666,45 +681,32 @@ fn cm_siw_connect_to_an_address_nobody_has_blocks_in_the_call_until_killed() {
     }
     for dev in cm_devices(test).into_iter().filter(is_siw) {
         let name = dev.name().to_owned();
-        let (to_parent, mut child_end) = UnixStream::pair().expect("socketpair");
-        // SAFETY: nothing of the test's is open yet; the child builds its
-        // own objects and leaves with _exit.
-        let child = match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                drop(to_parent);
-                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let dut = open(&dev);
-                    let pd = alloc_pd(&dut);
-                    let cq = dut.create_cq(4, None).expect("child: create_cq");
-                    let qp = pd
-                        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-                        .expect("child: create_qp");
-                    let ch = EventChannel::open().unwrap();
-                    let dst = "198.51.100.2:7471".parse().unwrap();
-                    let id = match resolved_client_to(&ch, dst) {
-                        Ok(id) => id,
-                        Err(why) => {
-                            writeln!(child_end, "X{why}").unwrap();
-                            return 4;
-                        }
-                    };
-                    cm_modify(&id, &qp, QpState::Init, "child RESET->INIT");
-                    writeln!(child_end, "C").unwrap();
-                    let r = id.connect(&ConnParam::new(qp.qp_num()));
-                    writeln!(child_end, "R{r:?}").unwrap();
-                    drop((id, qp, cq, pd));
-                    5
-                }))
-                .unwrap_or(99);
-                // SAFETY: _exit never returns and runs no atexit handlers.
-                unsafe { nix::libc::_exit(code) }
-            }
-            ForkResult::Parent { child } => child,
+        // SAFETY: nothing of the test's is open yet.
+        let (child, mut guard, mut from_child) = unsafe {
+            fork_reporting(|mut child_end| {
+                let dut = open(&dev);
+                let pd = alloc_pd(&dut);
+                let cq = dut.create_cq(4, None).expect("child: create_cq");
+                let qp = pd
+                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
+                    .expect("child: create_qp");
+                let ch = EventChannel::open().unwrap();
+                let dst = "198.51.100.2:7471".parse().unwrap();
+                let id = match resolved_client_to(&ch, dst) {
+                    Ok(id) => id,
+                    Err(why) => {
+                        writeln!(child_end, "X{why}").unwrap();
+                        return 4;
+                    }
+                };
+                cm_modify(&id, &qp, QpState::Init, "child RESET->INIT");
+                writeln!(child_end, "C").unwrap();
+                let r = id.connect(&ConnParam::new(qp.qp_num()));
+                writeln!(child_end, "R{r:?}").unwrap();
+                drop((id, qp, cq, pd));
+                5
+            })
         };
-        drop(child_end);
-        let mut guard = KillOnDrop(Some(child));
-        to_parent.set_read_timeout(Some(CM_WAIT)).unwrap();
-        let mut from_child = BufReader::new(to_parent);
         match line_from(&mut from_child, "before the connect").as_deref() {
             Some("C") => {}
             Some(why) if why.starts_with('X') => return cm_unavailable(test, &why[1..]),
