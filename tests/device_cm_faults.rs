@@ -48,8 +48,7 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::{fork, ForkResult, Pid};
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
 use uverbs::{
-    Context, Device, DriverId, Errno, Error, Op, QpInit, RecvWr, Remote, SendOp, SendWr, WcStatus,
-    WorkCompletion,
+    Context, Device, DriverId, Errno, Error, Op, QpInit, RecvWr, SendOp, WcStatus, WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -271,15 +270,7 @@ fn cm_peer_killed_mid_transfer() {
         let mut batch = 0;
         loop {
             let first = statuses.len() as u64;
-            let wrs: Vec<SendWr<'_>> = (0..WINDOW)
-                .map(|i| {
-                    let remote = Remote {
-                        addr: addr + (i * SLOT) as u64,
-                        rkey,
-                    };
-                    signalled_write(first + i as u64, &sges[i], remote)
-                })
-                .collect();
+            let wrs = signalled_writes(first, &sges, addr, SLOT, rkey);
             // SAFETY: `src` is not written while WRITEs are outstanding;
             // the QP is dropped before it.
             unsafe { qp.post_send(&wrs) }

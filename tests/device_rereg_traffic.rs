@@ -37,8 +37,7 @@ use memmap2::MmapMut;
 use uverbs::Mtu;
 use uverbs::{
     AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, Remote, ReregFallback,
-    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
+    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// Two connected RC QPs, how to reconnect them, and A's source buffer.
@@ -754,15 +753,7 @@ fn writes_under_live_remote_write_toggling() {
                     let sges: Vec<[Sge; 1]> = (0..WINDOW)
                         .map(|i| sge(src_addr + (i * SLOT) as u64, SLOT, &rig.src_mr))
                         .collect();
-                    let wrs: Vec<SendWr<'_>> = (0..WINDOW)
-                        .map(|i| {
-                            let remote = Remote {
-                                addr: dst_addr + (i * SLOT) as u64,
-                                rkey,
-                            };
-                            signalled_write(first + i as u64, &sges[i], remote)
-                        })
-                        .collect();
+                    let wrs = signalled_writes(first, &sges, dst_addr, SLOT, rkey);
                     // SAFETY: the source slots are not written, and the
                     // target slots not read, until all WINDOW completions
                     // are polled below; both buffers outlive the QPs.

@@ -777,6 +777,27 @@ pub fn signalled_write(wr_id: u64, sges: &[Sge], remote: Remote) -> SendWr<'_> {
     signalled(wr_id, SendOp::RdmaWrite { remote, imm: None }, sges)
 }
 
+/// One signalled WRITE per SGE, wr_ids from `first`: WRITE `i` of
+/// `sges[i]` to `addr + i * stride` with `rkey` (a window of slots).
+pub fn signalled_writes(
+    first: u64,
+    sges: &[[Sge; 1]],
+    addr: u64,
+    stride: usize,
+    rkey: u32,
+) -> Vec<SendWr<'_>> {
+    sges.iter()
+        .enumerate()
+        .map(|(i, sge)| {
+            let remote = Remote {
+                addr: addr + (i * stride) as u64,
+                rkey,
+            };
+            signalled_write(first + i as u64, sge, remote)
+        })
+        .collect()
+}
+
 /// A signalled `op` of `sges`.
 pub fn signalled(wr_id: u64, op: SendOp, sges: &[Sge]) -> SendWr<'_> {
     SendWr::new(wr_id, op, Payload::Sges(sges))
