@@ -33,7 +33,6 @@ use std::time::{Duration, Instant};
 
 use common::traffic::*;
 use common::*;
-use memmap2::MmapMut;
 use uverbs::Mtu;
 use uverbs::{
     AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, Remote, ReregFallback,
@@ -50,17 +49,14 @@ struct Rig {
     gid: uverbs::Gid,
     mtu: Mtu,
     access: AccessFlags,
-    /// Declared before `src`: deregistered before it is unmapped.
-    src_mr: MemoryRegion,
-    src: MmapMut,
+    src: Source,
 }
 
 impl Rig {
     fn new(ctx: &Context, name: &str, access: AccessFlags, src_len: usize, cqe: u32) -> Rig {
         let (gid, mtu) = roce_path(ctx, name);
         let q = connected_rc_pair_with(ctx, name, cqe, None, access);
-        let mut src = anon(src_len);
-        let src_mr = fresh_mr(&q.pd, &mut src, RW);
+        let src = Source::new(&q.pd, src_len);
         Rig {
             name: name.to_owned(),
             ctx: ctx.clone(),
@@ -69,7 +65,6 @@ impl Rig {
             gid,
             mtu,
             access,
-            src_mr,
             src,
         }
     }
@@ -157,16 +152,12 @@ impl Requester for Rig {
         }
     }
 
-    fn src(&self) -> &[u8] {
+    fn source(&self) -> &Source {
         &self.src
     }
 
-    fn src_mut(&mut self) -> &mut [u8] {
+    fn source_mut(&mut self) -> &mut Source {
         &mut self.src
-    }
-
-    fn src_mr(&self) -> &MemoryRegion {
-        &self.src_mr
     }
 
     fn pd(&self) -> &ProtectionDomain {
@@ -726,7 +717,7 @@ fn writes_under_live_remote_write_toggling() {
             let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
             let rkey = mr.rkey();
             let dst_addr = dst.as_ptr() as u64;
-            let src_addr = rig.src.as_ptr() as u64;
+            let src_addr = rig.src.buf.as_ptr() as u64;
             let stop = AtomicBool::new(false);
             let started = Instant::now();
             let mut c = StreamCounts::default();
@@ -748,10 +739,11 @@ fn writes_under_live_remote_write_toggling() {
                     let first = c.posted;
                     let before: Vec<u8> = dst.to_vec();
                     for i in 0..WINDOW {
-                        rig.src[i * SLOT..][..SLOT].copy_from_slice(&slot_bytes(first + i as u64));
+                        rig.src.buf[i * SLOT..][..SLOT]
+                            .copy_from_slice(&slot_bytes(first + i as u64));
                     }
                     let sges: Vec<[Sge; 1]> = (0..WINDOW)
-                        .map(|i| sge(src_addr + (i * SLOT) as u64, SLOT, &rig.src_mr))
+                        .map(|i| sge(src_addr + (i * SLOT) as u64, SLOT, &rig.src.mr))
                         .collect();
                     let wrs = signalled_writes(first, &sges, dst_addr, SLOT, rkey);
                     // SAFETY: the source slots are not written, and the
