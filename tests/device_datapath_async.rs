@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use uverbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, QpInit, Remote, WcOpcode,
+    AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, Remote, WcOpcode,
     WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpType};
@@ -88,12 +88,8 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
                 .create_cq(1, None)
                 .unwrap_or_else(|e| panic!("{name}: create_cq(1): {e}"));
             let cq_b = ctx.create_cq(8, None).unwrap();
-            let qp_a = pd
-                .create_qp(&QpInit::new(QpType::Rc, &small, &small))
-                .unwrap();
-            let qp_b = pd
-                .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
-                .unwrap();
+            let qp_a = qp_on(&pd, QpType::Rc, &small, name);
+            let qp_b = qp_on(&pd, QpType::Rc, &cq_b, name);
             let cm = connect_rc_qps(ctx, name, &qp_a, &qp_b);
             let room = small.cqe() as usize;
             let n = room + 2;

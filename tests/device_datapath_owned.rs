@@ -49,12 +49,8 @@ fn owned_pair<A: DeviceReadable, B: DeviceReadable>(
 ) -> (OwnedQp<A>, OwnedQp<B>, Option<CmLink>) {
     let cq_a = ctx.create_cq(32, None).unwrap();
     let cq_b = ctx.create_cq(32, None).unwrap();
-    let qp_a = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq_a, &cq_a))
-        .unwrap();
-    let qp_b = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
-        .unwrap();
+    let qp_a = qp_on(pd, QpType::Rc, &cq_a, name);
+    let qp_b = qp_on(pd, QpType::Rc, &cq_b, name);
     // The QPs keep their CQs alive: the handles may go.
     drop((cq_a, cq_b));
     let a = OwnedQp::new(qp_a).unwrap_or_else(|e| panic!("{name}: OwnedQp::new A: {e}"));

@@ -71,6 +71,17 @@ pub fn ud_to_rts(qp: &QueuePair, qkey: u32, sq_psn: u32) {
     }
 }
 
+/// A `qp_type` QP in `pd` whose send and receive queues complete on `cq`.
+pub fn qp_on(
+    pd: &ProtectionDomain,
+    qp_type: QpType,
+    cq: &CompletionQueue,
+    name: &str,
+) -> QueuePair {
+    pd.create_qp(&QpInit::new(qp_type, cq, cq))
+        .unwrap_or_else(|e| panic!("{name}: create_qp {qp_type:?}: {e}"))
+}
+
 /// A UD QP in `pd` completing on `cq`, moved to RTS by [`ud_to_rts`].
 pub fn ud_qp(
     pd: &ProtectionDomain,
@@ -79,9 +90,7 @@ pub fn ud_qp(
     sq_psn: u32,
     name: &str,
 ) -> QueuePair {
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Ud, cq, cq))
-        .unwrap_or_else(|e| panic!("{name}: create_qp UD: {e}"));
+    let qp = qp_on(pd, QpType::Ud, cq, name);
     ud_to_rts(&qp, qkey, sq_psn);
     qp
 }
