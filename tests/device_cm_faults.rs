@@ -48,7 +48,7 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::{fork, ForkResult, Pid};
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
 use uverbs::{
-    Context, Device, DriverId, Errno, Error, Op, QpInit, RecvWr, SendOp, WcStatus, WorkCompletion,
+    Context, Device, DriverId, Errno, Error, Op, RecvWr, SendOp, WcStatus, WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -103,9 +103,7 @@ fn child_server(dev: &Device, mut report: UnixStream) -> i32 {
     let dut = open(dev);
     let pd = alloc_pd(&dut);
     let cq = dut.create_cq(16, None).expect("child: create_cq");
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .expect("child: create_qp");
+    let qp = qp_on(&pd, QpType::Rc, &cq, "child");
     let mut buf = anon(WINDOW * SLOT);
     let mr = fresh_mr(&pd, &mut buf, RW);
     let (ch, listener, port) = cm_listener(1);
@@ -201,9 +199,7 @@ fn cm_peer_killed_mid_transfer() {
         let counts = HandleCounts::new(&dut, test);
         let pd = alloc_pd(&dut);
         let cq = dut.create_cq(2 * WINDOW as u32 + 8, None).unwrap();
-        let qp = pd
-            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-            .unwrap_or_else(|e| panic!("{name}: create_qp: {e}"));
+        let qp = qp_on(&pd, QpType::Rc, &cq, &name);
         let mut src = anon(WINDOW * SLOT);
         let src_mr = fresh_mr(&pd, &mut src, RW);
         for (i, b) in src.iter_mut().enumerate() {
@@ -678,9 +674,7 @@ fn cm_siw_connect_to_an_address_nobody_has_blocks_in_the_call_until_killed() {
                 let dut = open(&dev);
                 let pd = alloc_pd(&dut);
                 let cq = dut.create_cq(4, None).expect("child: create_cq");
-                let qp = pd
-                    .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-                    .expect("child: create_qp");
+                let qp = qp_on(&pd, QpType::Rc, &cq, "child");
                 let ch = EventChannel::open().unwrap();
                 let dst = "198.51.100.2:7471".parse().unwrap();
                 let id = match resolved_client_to(&ch, dst) {

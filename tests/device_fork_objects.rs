@@ -8,8 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{alloc_pd, anon};
-use uverbs::{AccessFlags, Error, Op, QpInit, WorkCompletion};
+use common::{alloc_pd, anon, qp_on};
+use uverbs::{AccessFlags, Error, Op, WorkCompletion};
 use uverbs::{QpAttr, QpState, QpType};
 
 /// How long a child may run.
@@ -81,9 +81,7 @@ device_test!(
         let cq = ctx
             .create_cq(16, Some(&channel))
             .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));
-        let qp = pd
-            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-            .unwrap_or_else(|e| panic!("{name}: create_qp: {e}"));
+        let qp = qp_on(&pd, QpType::Rc, &cq, name);
         cq.req_notify(false)
             .unwrap_or_else(|e| panic!("{name}: req_notify: {e}"));
         // Before the fix the child's get_event read the parent's channel: it

@@ -61,8 +61,8 @@ use common::two_host::*;
 use common::*;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
 use uverbs::{
-    CompletionQueue, Context, ProtectionDomain, QpInit, QueuePair, Remote, ReregFlags, ReregPath,
-    SendOp, WcOpcode, WcStatus, WorkCompletion,
+    CompletionQueue, Context, ProtectionDomain, QueuePair, Remote, ReregFlags, ReregPath, SendOp,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use uverbs::{QpState, QpType};
 
@@ -200,10 +200,7 @@ impl Side<'_> {
             .ctx
             .create_cq(64, None)
             .unwrap_or_else(|e| panic!("{}: create_cq: {e}", self.me));
-        let qp = self
-            .pd
-            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-            .unwrap_or_else(|e| panic!("{}: create_qp: {e}", self.me));
+        let qp = qp_on(self.pd, QpType::Rc, &cq, &self.me);
         (cq, qp)
     }
 

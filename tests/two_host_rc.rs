@@ -37,8 +37,7 @@ use std::time::{Duration, Instant};
 use common::two_host::*;
 use common::*;
 use uverbs::{
-    CompletionQueue, Context, Endpoint, Gid, GidType, QpInit, QueuePair, RecvWr, WcStatus,
-    WorkCompletion,
+    CompletionQueue, Context, Endpoint, Gid, GidType, QueuePair, RecvWr, WcStatus, WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpTransitionError, QpType};
 
@@ -233,9 +232,7 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
     let cq = ctx
         .create_cq(64, None)
         .unwrap_or_else(|e| panic!("{me}: create_cq: {e}"));
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .unwrap_or_else(|e| panic!("{me}: create_qp: {e}"));
+    let qp = qp_on(&pd, QpType::Rc, &cq, &me);
     let bufs = Buffers::new(&pd);
     counts.assert_extra(2, 1, "two MRs in one PD");
     counts.assert_extra_cq_qp(1, 1, "one CQ, one QP");
@@ -313,9 +310,7 @@ fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
     let cq = ctx
         .create_cq(8, None)
         .unwrap_or_else(|e| panic!("{me}: create_cq: {e}"));
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .unwrap_or_else(|e| panic!("{me}: create_qp: {e}"));
+    let qp = qp_on(&pd, QpType::Rc, &cq, &me);
     let init = QpAttr::new()
         .state(QpState::Init)
         .port(PORT)
