@@ -499,6 +499,34 @@ pub fn connect_rc_qps(ctx: &Context, name: &str, a: &QueuePair, b: &QueuePair) -
     None
 }
 
+/// Connects RESET QPs `a` and `b` (plain or owned) granting `access`: on
+/// siw through the cm (the link comes back: keep it until the QPs are
+/// gone), elsewhere by hand over RoCE.
+pub fn connect_qps<A: CmQp, B: CmQp>(
+    ctx: &Context,
+    name: &str,
+    a: &A,
+    b: &B,
+    access: AccessFlags,
+) -> Option<CmLink> {
+    if driver(ctx) == Driver::Siw {
+        return Some(
+            cm_connect(ctx, name, a, b)
+                .unwrap_or_else(|| panic!("{name}: no cm connection on siw")),
+        );
+    }
+    let (gid, mtu) = roce_path(ctx, name);
+    let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
+    let both: [(&dyn CmQp, u32); 2] = [(a, b.cm_qpn()), (b, a.cm_qpn())];
+    for (qp, peer) in both {
+        for (step, attr) in rc_to_rts(access, PORT, mtu, peer, dest) {
+            qp.cm_modify(&attr)
+                .unwrap_or_else(|e| panic!("{name}: {step}: {e}"));
+        }
+    }
+    None
+}
+
 /// Connects the RESET QPs of `q` to each other as [`connected_rc_pair`]
 /// does (rxe: by hand granting `access`; siw: through the cm).
 pub fn connect_two(mut q: TwoQps, ctx: &Context, name: &str, access: AccessFlags) -> TwoQps {
