@@ -51,9 +51,7 @@ fn siw_cm_send_write_read_and_an_armed_cq() {
         if driver(ctx) != Driver::Siw {
             return loud(&format!("NOTE: {test}: {name} skipped: this test is siw's"));
         }
-        let channel: CompletionChannel = ctx
-            .create_comp_channel()
-            .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+        let channel: CompletionChannel = comp_channel(ctx, name);
         let pd = alloc_pd(ctx);
         let setup = CmSetup {
             cqe: 16,

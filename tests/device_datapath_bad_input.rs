@@ -810,9 +810,7 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
     on_rxe_and_siw("channel_unacked", |name, ctx, counts| {
         for channel_first in [false, true] {
             let fds_before = open_fds();
-            let channel = ctx
-                .create_comp_channel()
-                .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+            let channel = comp_channel(ctx, name);
             let raw = channel.as_raw_fd();
             let q = connected_rc_pair(ctx, name, 8, Some(&channel));
             let mut buf = anon(4096);

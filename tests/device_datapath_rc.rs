@@ -206,9 +206,7 @@ fn an_armed_cq_reports_a_completion_on_its_channel() {
     on_each_data_path_device(
         "an_armed_cq_reports_a_completion_on_its_channel",
         |name, ctx| {
-            let channel = ctx
-                .create_comp_channel()
-                .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+            let channel = comp_channel(ctx, name);
             let q = connected_rc_pair(ctx, name, 8, Some(&channel));
             q.cq_a
                 .req_notify(false)

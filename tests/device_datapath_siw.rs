@@ -146,9 +146,7 @@ fn siw_cq_qp_rings_flush_and_teardown() {
         let _serial = serial();
         let ctx: &Context = &dut;
         let maps0 = uverbs_mappings();
-        let channel = ctx
-            .create_comp_channel()
-            .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+        let channel = comp_channel(ctx, name);
         // 200 CQEs round up to 256: 256 × 32 + 8 bytes, three pages.
         let cq = ctx
             .create_cq(200, Some(&channel))

@@ -8,7 +8,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{alloc_pd, anon, qp_on};
+use common::{alloc_pd, anon, comp_channel, qp_on};
 use uverbs::{AccessFlags, Error, Op, WorkCompletion};
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -75,9 +75,7 @@ device_test!(
     a_child_reads_no_event_and_touches_no_ring_of_the_parent,
     |name, ctx, _counts| {
         let pd = alloc_pd(&ctx);
-        let channel = ctx
-            .create_comp_channel()
-            .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+        let channel = comp_channel(&ctx, name);
         let cq = ctx
             .create_cq(16, Some(&channel))
             .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));

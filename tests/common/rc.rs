@@ -71,6 +71,12 @@ pub fn ud_to_rts(qp: &QueuePair, qkey: u32, sq_psn: u32) {
     }
 }
 
+/// A new completion channel of `ctx`.
+pub fn comp_channel(ctx: &Context, name: &str) -> CompletionChannel {
+    ctx.create_comp_channel()
+        .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"))
+}
+
 /// A `qp_type` QP in `pd` whose send and receive queues complete on `cq`.
 pub fn qp_on(
     pd: &ProtectionDomain,
