@@ -209,10 +209,7 @@ fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
             let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
             let addr = buf.as_ptr() as u64;
             let src = sge(addr, 32, &mr);
-            let remote = Remote {
-                addr: addr + 2048,
-                rkey: mr.rkey(),
-            };
+            let remote = remote_in(&buf, 2048, &mr);
             // SAFETY: buf stays mapped and untouched until the completion.
             unsafe { q.qp_a.post_send(&[signalled_write(1, &src, remote)]) }.unwrap();
             wait_checked(&q.cq_a, "WRITE before SQD", WcOpcode::RdmaWrite, &q.qp_a, 1);
@@ -312,10 +309,7 @@ fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
             let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
             let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
             let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
-            let remote = Remote {
-                addr: mine.as_ptr() as u64 + 1024,
-                rkey: mr.rkey(),
-            };
+            let remote = remote_in(&mine, 1024, &mr);
             // SAFETY: both buffers stay mapped and untouched by the program
             // until the completion below (and the QPs go before them).
             unsafe { q.qp_a.post_send(&[signalled_write(1, &bad, remote)]) }

@@ -221,10 +221,7 @@ fn inline_beyond_max_inline_is_refused_and_within_it_lands() {
         let mut b = anon(4096);
         let mr_b = fresh_mr(&q.pd, &mut b, RW_READ);
         let data: Vec<u8> = (0..max + 1).map(|i| (i * 13 + 1) as u8).collect();
-        let remote = Remote {
-            addr: b.as_ptr() as u64 + 512,
-            rkey: mr_b.rkey(),
-        };
+        let remote = remote_in(&b, 512, &mr_b);
         let segs = [&data[..]];
         // SAFETY: refused before anything is queued (inline data is copied anyway).
         let err = unsafe { q.qp_a.post_send(&[inline_write(1, remote, &segs)]) }.unwrap_err();
@@ -584,10 +581,7 @@ fn post_with_foreign_lkey(ctx: &Context, name: &str, what: &str) -> ForeignLkey 
     let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
     let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
     mine[..64].copy_from_slice(&[0x3c; 64]);
-    let remote = Remote {
-        addr: mine.as_ptr() as u64,
-        rkey: mr.rkey(),
-    };
+    let remote = remote_in(&mine, 0, &mr);
     let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
     let good = sge(mine.as_ptr() as u64 + 1024, 64, &mr);
     let op = match what {
@@ -757,10 +751,7 @@ fn destroying_a_cq_in_use_is_ebusy_and_the_cq_still_works() {
         let mr = fresh_mr(&pd, &mut buf, RW_READ);
         buf[..128].copy_from_slice(&[0x42; 128]);
         let src = sge(buf.as_ptr() as u64, 128, &mr);
-        let remote = Remote {
-            addr: buf.as_ptr() as u64 + 2048,
-            rkey: mr.rkey(),
-        };
+        let remote = remote_in(&buf, 2048, &mr);
         // SAFETY: buf is untouched until the completion below.
         unsafe { qp_a.post_send(&[signalled_write(5, &src, remote)]) }.unwrap();
         wait_checked(
@@ -816,10 +807,7 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
             let mut buf = anon(4096);
             let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
             let src = sge(buf.as_ptr() as u64, 64, &mr);
-            let remote = Remote {
-                addr: buf.as_ptr() as u64 + 1024,
-                rkey: mr.rkey(),
-            };
+            let remote = remote_in(&buf, 1024, &mr);
             for wr_id in [1, 2] {
                 q.cq_a.req_notify(false).unwrap();
                 // SAFETY: buf is untouched until the completion below.

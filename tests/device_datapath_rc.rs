@@ -216,10 +216,7 @@ fn an_armed_cq_reports_a_completion_on_its_channel() {
             let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
             let addr = buf.as_ptr() as u64;
             let src = sge(addr, 256, &mr);
-            let remote = Remote {
-                addr: addr + 1024,
-                rkey: mr.rkey(),
-            };
+            let remote = remote_in(&buf, 1024, &mr);
             let write = signalled_write(9, &src, remote);
             // SAFETY: buf stays mapped and untouched until the completion below.
             unsafe { q.qp_a.post_send(&[write]) }

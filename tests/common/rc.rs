@@ -71,6 +71,14 @@ pub fn ud_to_rts(qp: &QueuePair, qkey: u32, sq_psn: u32) {
     }
 }
 
+/// Where `buf[at..]` is for a peer: its address, with `mr`'s rkey.
+pub fn remote_in(buf: &[u8], at: usize, mr: &MemoryRegion) -> Remote {
+    Remote {
+        addr: buf.as_ptr() as u64 + at as u64,
+        rkey: mr.rkey(),
+    }
+}
+
 /// A new completion channel of `ctx`.
 pub fn comp_channel(ctx: &Context, name: &str) -> CompletionChannel {
     ctx.create_comp_channel()
