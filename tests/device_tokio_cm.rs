@@ -107,7 +107,7 @@ fn rc_qp(ctx: &Context, pd: &ProtectionDomain, what: &str) -> (CompletionQueue, 
     let cq = ctx
         .create_cq(16, None)
         .unwrap_or_else(|e| panic!("{what}: create_cq: {e}"));
-    let qp = qp_on(&pd, QpType::Rc, &cq, what);
+    let qp = qp_on(pd, QpType::Rc, &cq, what);
     (cq, qp)
 }
 
