@@ -741,11 +741,7 @@ fn rdma_client(opts: &Options) -> Result<()> {
 
 /// The IPv4-mapped GID of `addr` (`::ffff:a.b.c.d`).
 fn ipv4_mapped(addr: Ipv4Addr) -> Gid {
-    let mut raw = [0u8; 16];
-    raw[10] = 0xff;
-    raw[11] = 0xff;
-    raw[12..].copy_from_slice(&addr.octets());
-    Gid::from_raw(raw)
+    Gid::from_raw(addr.to_ipv6_mapped().octets())
 }
 
 /// The index of `addr`'s RoCE v2 GID on port 1: what `-g` names.

@@ -36,6 +36,9 @@ use thread_io::read_write_calls;
 #[path = "common/line_channel.rs"]
 #[allow(dead_code)]
 mod line_channel;
+// Shared with pingpong: the bounded wait for the other side's process.
+#[path = "common/reap.rs"]
+mod reap;
 #[path = "perf/run.rs"]
 mod run;
 // The device tests' counter of read/write system calls.
@@ -692,16 +695,5 @@ impl StatusWithin for Command {
 
 /// Waits at most `limit` for `child` to exit, then kills it.
 fn reap(child: &mut Child, limit: Duration) -> Result<ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            child.wait()?;
-            return Err(format!("a process did not exit within {limit:?}; killed").into());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    reap::reap(child, limit, "a process")
 }

@@ -111,6 +111,9 @@ mod exchange;
 #[allow(dead_code)]
 #[path = "common/line_channel.rs"]
 mod line_channel;
+// Shared with perf: the bounded wait for the client's process.
+#[path = "common/reap.rs"]
+mod reap;
 #[path = "pingpong/syscalls.rs"]
 mod syscalls;
 
@@ -476,18 +479,7 @@ fn both_on_each_device(opts: &Options) -> Result<()> {
 
 /// Waits at most [`WAIT`] for `child` to exit, then kills it.
 fn reap(child: &mut Child) -> Result<std::process::ExitStatus> {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        if let Some(status) = child.try_wait()? {
-            return Ok(status);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            child.wait()?;
-            return Err(format!("the client did not exit within {WAIT:?}; killed").into());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    reap::reap(child, WAIT, "the client")
 }
 
 // ---- One side: its QP, CQ and buffer -------------------------------------

@@ -48,8 +48,7 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::{fork, ForkResult, Pid};
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
 use uverbs::{
-    Context, Device, DriverId, Errno, Error, Op, QpInit, RecvWr, Remote, SendOp, SendWr, WcStatus,
-    WorkCompletion,
+    Context, Device, DriverId, Errno, Error, Op, RecvWr, SendOp, WcStatus, WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -104,9 +103,7 @@ fn child_server(dev: &Device, mut report: UnixStream) -> i32 {
     let dut = open(dev);
     let pd = alloc_pd(&dut);
     let cq = dut.create_cq(16, None).expect("child: create_cq");
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .expect("child: create_qp");
+    let qp = qp_on(&pd, QpType::Rc, &cq, "child");
     let mut buf = anon(WINDOW * SLOT);
     let mr = fresh_mr(&pd, &mut buf, RW);
     let (ch, listener, port) = cm_listener(1);
@@ -148,6 +145,37 @@ impl Drop for KillOnDrop {
     }
 }
 
+/// Forks a child that runs `body` on its end of a new socket pair and
+/// leaves with `_exit` (its exit code `body`'s answer, 99 on a panic).
+/// The parent gets the child, guarded (killed if the test fails before
+/// reaping it), and its own end, each read bounded by [`CM_WAIT`].
+///
+/// # Safety
+///
+/// The caller has nothing of the test's open yet: the child builds its own
+/// objects.
+unsafe fn fork_reporting(
+    body: impl FnOnce(UnixStream) -> i32,
+) -> (Pid, KillOnDrop, BufReader<UnixStream>) {
+    let (to_parent, child_end) = UnixStream::pair().expect("socketpair");
+    // SAFETY: the caller's promise; the child leaves with _exit (glibc
+    // keeps malloc usable).
+    let child = match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            drop(to_parent);
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(child_end)))
+                .unwrap_or(99);
+            // SAFETY: _exit never returns and runs no atexit handlers.
+            unsafe { nix::libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => child,
+    };
+    drop(child_end);
+    let guard = KillOnDrop(Some(child));
+    to_parent.set_read_timeout(Some(CM_WAIT)).unwrap();
+    (child, guard, BufReader::new(to_parent))
+}
+
 #[test]
 fn cm_peer_killed_mid_transfer() {
     let _serial = serial();
@@ -158,25 +186,9 @@ fn cm_peer_killed_mid_transfer() {
     for dev in cm_devices(test) {
         let name = dev.name().to_owned();
         let iwarp = is_siw(&dev);
-        let (to_parent, child_end) = UnixStream::pair().expect("socketpair");
-        // SAFETY: nothing of the test's is open yet; the child builds its
-        // own objects and leaves with _exit (glibc keeps malloc usable).
-        let child = match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                drop(to_parent);
-                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    child_server(&dev, child_end)
-                }))
-                .unwrap_or(99);
-                // SAFETY: _exit never returns and runs no atexit handlers.
-                unsafe { nix::libc::_exit(code) }
-            }
-            ForkResult::Parent { child } => child,
-        };
-        drop(child_end);
-        let mut guard = KillOnDrop(Some(child));
-        to_parent.set_read_timeout(Some(CM_WAIT)).unwrap();
-        let mut from_child = BufReader::new(to_parent);
+        // SAFETY: nothing of the test's is open yet.
+        let (child, mut guard, mut from_child) =
+            unsafe { fork_reporting(|child_end| child_server(&dev, child_end)) };
         let Some(port) = line_from(&mut from_child, "the port")
             .and_then(|l| l.strip_prefix('P').and_then(|p| p.parse::<u16>().ok()))
         else {
@@ -187,9 +199,7 @@ fn cm_peer_killed_mid_transfer() {
         let counts = HandleCounts::new(&dut, test);
         let pd = alloc_pd(&dut);
         let cq = dut.create_cq(2 * WINDOW as u32 + 8, None).unwrap();
-        let qp = pd
-            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-            .unwrap_or_else(|e| panic!("{name}: create_qp: {e}"));
+        let qp = qp_on(&pd, QpType::Rc, &cq, &name);
         let mut src = anon(WINDOW * SLOT);
         let src_mr = fresh_mr(&pd, &mut src, RW);
         for (i, b) in src.iter_mut().enumerate() {
@@ -256,15 +266,7 @@ fn cm_peer_killed_mid_transfer() {
         let mut batch = 0;
         loop {
             let first = statuses.len() as u64;
-            let wrs: Vec<SendWr<'_>> = (0..WINDOW)
-                .map(|i| {
-                    let remote = Remote {
-                        addr: addr + (i * SLOT) as u64,
-                        rkey,
-                    };
-                    signalled_write(first + i as u64, &sges[i], remote)
-                })
-                .collect();
+            let wrs = signalled_writes(first, &sges, addr, SLOT, rkey);
             // SAFETY: `src` is not written while WRITEs are outstanding;
             // the QP is dropped before it.
             unsafe { qp.post_send(&wrs) }
@@ -578,32 +580,20 @@ fn cm_destroy_id_with_an_unread_disconnect() {
             let Some(pair) = cm_connected_pair(ctx, name, &pd) else {
                 return;
             };
-            let CmPair {
-                qp_a,
-                qp_b,
-                cq_a,
-                cq_b,
-                client,
-                server,
-                listener,
-                ch_a,
-                ch_b,
-                iwarp,
-                ..
-            } = pair;
+            let (client, listener, ch_a, ch_b) = (pair.client, pair.listener, pair.ch_a, pair.ch_b);
             client.disconnect().unwrap();
             assert!(
                 ch_b.poll_readable(CM_WAIT).unwrap(),
                 "{name}: the DREQ arrived"
             );
             let what = format!("{name}: server id with DISCONNECTED unread");
-            let (reported, took) = destroy_timed(server, &what);
+            let (reported, took) = destroy_timed(pair.server, &what);
             assert_eq!(reported, 1, "{name}: ESTABLISHED only");
             assert!(took < Duration::from_secs(2), "{name}: {took:?}");
             let ev = next_event(&ch_a, "client");
             assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
             assert_eq!(ev.status, 0, "{name}: answered, not timed out");
-            if !iwarp {
+            if !pair.iwarp {
                 let ev = next_event(&ch_a, "client timewait");
                 assert!(matches!(ev.kind, EventKind::TimewaitExit), "{name}: {ev:?}");
             }
@@ -614,7 +604,7 @@ fn cm_destroy_id_with_an_unread_disconnect() {
                 (client.destroy().unwrap(), listener.destroy().unwrap()),
                 got
             );
-            drop((qp_a, qp_b, cq_a, cq_b, pd));
+            drop((pair.qp_a, pair.qp_b, pair.cq_a, pair.cq_b, pd));
             counts.assert_extra_cq_qp(0, 0, "after dropping everything");
         },
     );
@@ -678,45 +668,30 @@ fn cm_siw_connect_to_an_address_nobody_has_blocks_in_the_call_until_killed() {
     }
     for dev in cm_devices(test).into_iter().filter(is_siw) {
         let name = dev.name().to_owned();
-        let (to_parent, mut child_end) = UnixStream::pair().expect("socketpair");
-        // SAFETY: nothing of the test's is open yet; the child builds its
-        // own objects and leaves with _exit.
-        let child = match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                drop(to_parent);
-                let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let dut = open(&dev);
-                    let pd = alloc_pd(&dut);
-                    let cq = dut.create_cq(4, None).expect("child: create_cq");
-                    let qp = pd
-                        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-                        .expect("child: create_qp");
-                    let ch = EventChannel::open().unwrap();
-                    let dst = "198.51.100.2:7471".parse().unwrap();
-                    let id = match resolved_client_to(&ch, dst) {
-                        Ok(id) => id,
-                        Err(why) => {
-                            writeln!(child_end, "X{why}").unwrap();
-                            return 4;
-                        }
-                    };
-                    cm_modify(&id, &qp, QpState::Init, "child RESET->INIT");
-                    writeln!(child_end, "C").unwrap();
-                    let r = id.connect(&ConnParam::new(qp.qp_num()));
-                    writeln!(child_end, "R{r:?}").unwrap();
-                    drop((id, qp, cq, pd));
-                    5
-                }))
-                .unwrap_or(99);
-                // SAFETY: _exit never returns and runs no atexit handlers.
-                unsafe { nix::libc::_exit(code) }
-            }
-            ForkResult::Parent { child } => child,
+        // SAFETY: nothing of the test's is open yet.
+        let (child, mut guard, mut from_child) = unsafe {
+            fork_reporting(|mut child_end| {
+                let dut = open(&dev);
+                let pd = alloc_pd(&dut);
+                let cq = dut.create_cq(4, None).expect("child: create_cq");
+                let qp = qp_on(&pd, QpType::Rc, &cq, "child");
+                let ch = EventChannel::open().unwrap();
+                let dst = "198.51.100.2:7471".parse().unwrap();
+                let id = match resolved_client_to(&ch, dst) {
+                    Ok(id) => id,
+                    Err(why) => {
+                        writeln!(child_end, "X{why}").unwrap();
+                        return 4;
+                    }
+                };
+                cm_modify(&id, &qp, QpState::Init, "child RESET->INIT");
+                writeln!(child_end, "C").unwrap();
+                let r = id.connect(&ConnParam::new(qp.qp_num()));
+                writeln!(child_end, "R{r:?}").unwrap();
+                drop((id, qp, cq, pd));
+                5
+            })
         };
-        drop(child_end);
-        let mut guard = KillOnDrop(Some(child));
-        to_parent.set_read_timeout(Some(CM_WAIT)).unwrap();
-        let mut from_child = BufReader::new(to_parent);
         match line_from(&mut from_child, "before the connect").as_deref() {
             Some("C") => {}
             Some(why) if why.starts_with('X') => return cm_unavailable(test, &why[1..]),

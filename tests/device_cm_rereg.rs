@@ -40,7 +40,6 @@ use std::time::Duration;
 use common::cm::*;
 use common::traffic::*;
 use common::*;
-use memmap2::MmapMut;
 use uverbs::cm::{ConnParam, EventKind};
 use uverbs::QpState;
 use uverbs::{
@@ -61,8 +60,7 @@ struct CmRig<'c> {
     name: String,
     client_param: fn(ConnParam) -> ConnParam,
     pair: Option<CmPair>,
-    src_mr: MemoryRegion,
-    src: MmapMut,
+    src: Source,
     pd: ProtectionDomain,
     reconnects: u32,
 }
@@ -79,8 +77,7 @@ impl<'c> CmRig<'c> {
         client_param: fn(ConnParam) -> ConnParam,
     ) -> Option<CmRig<'c>> {
         let pd = alloc_pd(ctx);
-        let mut src = anon(LEN);
-        let src_mr = fresh_mr(&pd, &mut src, RW);
+        let src = Source::new(&pd, LEN);
         let setup = CmSetup {
             client_param: &client_param,
             ..CmSetup::default()
@@ -91,7 +88,6 @@ impl<'c> CmRig<'c> {
             name: name.to_owned(),
             client_param,
             pair: Some(pair),
-            src_mr,
             src,
             pd,
             reconnects: 0,
@@ -151,16 +147,12 @@ impl Requester for CmRig<'_> {
         }
     }
 
-    fn src(&self) -> &[u8] {
+    fn source(&self) -> &Source {
         &self.src
     }
 
-    fn src_mut(&mut self) -> &mut [u8] {
+    fn source_mut(&mut self) -> &mut Source {
         &mut self.src
-    }
-
-    fn src_mr(&self) -> &MemoryRegion {
-        &self.src_mr
     }
 
     fn pd(&self) -> &ProtectionDomain {
@@ -479,18 +471,8 @@ impl CmRig<'_> {
             "{name}: {what}: the refused WRITE changed the target"
         );
         assert_no_completion(&p.cq_a, &format!("{name}: {what}: A"));
-        let CmPair {
-            qp_a,
-            qp_b,
-            cq_a,
-            cq_b,
-            client,
-            server,
-            listener,
-            ..
-        } = self.pair.take().expect("connected");
-        drop((qp_a, qp_b, cq_a, cq_b));
-        let reported = destroy_ids(client, server, listener, &format!("{name}: {what}"));
+        let pair = self.pair.take().expect("connected");
+        let reported = pair.destroy(&format!("{name}: {what}"));
         assert_eq!(reported, Reported::IWARP, "{name}: {what}");
         self.connect_again(what);
     }

@@ -39,13 +39,7 @@ fn remote(buf: &[u8], rkey: u32) -> Remote {
 }
 
 fn wait_readable(fd: RawFd, name: &str) {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the duration of the call.
-    let ready = unsafe { libc::poll(&mut pfd, 1, CM_WAIT.as_millis() as i32) };
+    let ready = poll_in(fd, CM_WAIT);
     assert_eq!(ready, 1, "{name}: no completion event within {CM_WAIT:?}");
 }
 
@@ -57,9 +51,7 @@ fn siw_cm_send_write_read_and_an_armed_cq() {
         if driver(ctx) != Driver::Siw {
             return loud(&format!("NOTE: {test}: {name} skipped: this test is siw's"));
         }
-        let channel: CompletionChannel = ctx
-            .create_comp_channel()
-            .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+        let channel: CompletionChannel = comp_channel(ctx, name);
         let pd = alloc_pd(ctx);
         let setup = CmSetup {
             cqe: 16,

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use uverbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, QpInit, Remote, WcOpcode,
+    AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, Remote, WcOpcode,
     WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpType};
@@ -88,12 +88,8 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
                 .create_cq(1, None)
                 .unwrap_or_else(|e| panic!("{name}: create_cq(1): {e}"));
             let cq_b = ctx.create_cq(8, None).unwrap();
-            let qp_a = pd
-                .create_qp(&QpInit::new(QpType::Rc, &small, &small))
-                .unwrap();
-            let qp_b = pd
-                .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
-                .unwrap();
+            let qp_a = qp_on(&pd, QpType::Rc, &small, name);
+            let qp_b = qp_on(&pd, QpType::Rc, &cq_b, name);
             let cm = connect_rc_qps(ctx, name, &qp_a, &qp_b);
             let room = small.cqe() as usize;
             let n = room + 2;
@@ -213,10 +209,7 @@ fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
             let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
             let addr = buf.as_ptr() as u64;
             let src = sge(addr, 32, &mr);
-            let remote = Remote {
-                addr: addr + 2048,
-                rkey: mr.rkey(),
-            };
+            let remote = remote_in(&buf, 2048, &mr);
             // SAFETY: buf stays mapped and untouched until the completion.
             unsafe { q.qp_a.post_send(&[signalled_write(1, &src, remote)]) }.unwrap();
             wait_checked(&q.cq_a, "WRITE before SQD", WcOpcode::RdmaWrite, &q.qp_a, 1);
@@ -316,10 +309,7 @@ fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
             let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
             let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
             let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
-            let remote = Remote {
-                addr: mine.as_ptr() as u64 + 1024,
-                rkey: mr.rkey(),
-            };
+            let remote = remote_in(&mine, 1024, &mr);
             // SAFETY: both buffers stay mapped and untouched by the program
             // until the completion below (and the QPs go before them).
             unsafe { q.qp_a.post_send(&[signalled_write(1, &bad, remote)]) }

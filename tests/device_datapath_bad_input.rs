@@ -221,10 +221,7 @@ fn inline_beyond_max_inline_is_refused_and_within_it_lands() {
         let mut b = anon(4096);
         let mr_b = fresh_mr(&q.pd, &mut b, RW_READ);
         let data: Vec<u8> = (0..max + 1).map(|i| (i * 13 + 1) as u8).collect();
-        let remote = Remote {
-            addr: b.as_ptr() as u64 + 512,
-            rkey: mr_b.rkey(),
-        };
+        let remote = remote_in(&b, 512, &mr_b);
         let segs = [&data[..]];
         // SAFETY: refused before anything is queued (inline data is copied anyway).
         let err = unsafe { q.qp_a.post_send(&[inline_write(1, remote, &segs)]) }.unwrap_err();
@@ -519,34 +516,25 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
             ("RDMA READ", WcStatus::LocProtErr),
             ("RDMA WRITE", common::kernel::rxe_requester_failure_status()),
         ] {
-            let ForeignLkey {
-                q,
-                mr,
-                foreign_mr,
-                other_pd,
-                mine,
-                foreign,
-                remote,
-                good,
-            } = post_with_foreign_lkey(ctx, name, what);
-            let wc = wait_count(&q.cq_a, 1, what)[0];
+            let f = post_with_foreign_lkey(ctx, name, what);
+            let wc = wait_count(&f.q.cq_a, 1, what)[0];
             loud(&format!("{name}: {what} with another PD's lkey: {wc:?}"));
             assert_eq!(wc.status(), expected, "{name}: {what}: {wc:?}");
             assert_eq!(wc.wr_id(), 1);
             assert!(
-                foreign.iter().all(|&x| x == 0),
+                f.foreign.iter().all(|&x| x == 0),
                 "{name}: {what}: the foreign MR was written"
             );
             // The QP is in error now: what follows is flushed, in order.
             let next = [
-                signalled_write(2, &good, remote),
-                signalled_write(3, &good, remote),
+                signalled_write(2, &f.good, f.remote),
+                signalled_write(3, &f.good, f.remote),
             ];
             // SAFETY: as for the first request (`post_with_foreign_lkey`);
             // flushed WRs touch no memory.
-            unsafe { q.qp_a.post_send(&next) }
+            unsafe { f.q.qp_a.post_send(&next) }
                 .unwrap_or_else(|e| panic!("{name}: posting after the error: {e}"));
-            let flushed = wait_count(&q.cq_a, 2, "WRs after the error");
+            let flushed = wait_count(&f.q.cq_a, 2, "WRs after the error");
             for (wc, id) in flushed.iter().zip([2, 3]) {
                 assert_eq!(
                     (wc.status(), wc.wr_id()),
@@ -555,7 +543,7 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
                 );
             }
             assert!(
-                mine[1024..1088].iter().all(|&x| x == 0),
+                f.mine[1024..1088].iter().all(|&x| x == 0),
                 "{name}: flushed WRITE landed"
             );
             loud(&format!(
@@ -563,8 +551,8 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
             ));
             // Leaving the error state is a modify to RESET.
             let reset = uverbs::QpAttr::new().state(QpState::Reset);
-            modify(&q.qp_a, &reset, "ERR->RESET");
-            drop((q, mr, foreign_mr, other_pd));
+            modify(&f.q.qp_a, &reset, "ERR->RESET");
+            drop((f.q, f.mr, f.foreign_mr, f.other_pd));
         }
     });
 }
@@ -593,10 +581,7 @@ fn post_with_foreign_lkey(ctx: &Context, name: &str, what: &str) -> ForeignLkey 
     let mr = fresh_mr(&q.pd, &mut mine, RW_READ);
     let foreign_mr = fresh_mr(&other_pd, &mut foreign, RW_READ);
     mine[..64].copy_from_slice(&[0x3c; 64]);
-    let remote = Remote {
-        addr: mine.as_ptr() as u64,
-        rkey: mr.rkey(),
-    };
+    let remote = remote_in(&mine, 0, &mr);
     let bad = sge(foreign.as_ptr() as u64, 64, &foreign_mr);
     let good = sge(mine.as_ptr() as u64 + 1024, 64, &mr);
     let op = match what {
@@ -766,10 +751,7 @@ fn destroying_a_cq_in_use_is_ebusy_and_the_cq_still_works() {
         let mr = fresh_mr(&pd, &mut buf, RW_READ);
         buf[..128].copy_from_slice(&[0x42; 128]);
         let src = sge(buf.as_ptr() as u64, 128, &mr);
-        let remote = Remote {
-            addr: buf.as_ptr() as u64 + 2048,
-            rkey: mr.rkey(),
-        };
+        let remote = remote_in(&buf, 2048, &mr);
         // SAFETY: buf is untouched until the completion below.
         unsafe { qp_a.post_send(&[signalled_write(5, &src, remote)]) }.unwrap();
         wait_checked(
@@ -804,13 +786,7 @@ fn fd_is_open(fd: RawFd) -> bool {
 
 /// Waits (bounded) until the channel's descriptor is readable.
 fn wait_readable(fd: RawFd, name: &str) {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd, for the duration of the call.
-    let ready = unsafe { libc::poll(&mut pfd, 1, WAIT.as_millis() as i32) };
+    let ready = poll_in(fd, WAIT);
     assert_eq!(ready, 1, "{name}: no completion event within {WAIT:?}");
 }
 
@@ -825,18 +801,13 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
     on_rxe_and_siw("channel_unacked", |name, ctx, counts| {
         for channel_first in [false, true] {
             let fds_before = open_fds();
-            let channel = ctx
-                .create_comp_channel()
-                .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+            let channel = comp_channel(ctx, name);
             let raw = channel.as_raw_fd();
             let q = connected_rc_pair(ctx, name, 8, Some(&channel));
             let mut buf = anon(4096);
             let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
             let src = sge(buf.as_ptr() as u64, 64, &mr);
-            let remote = Remote {
-                addr: buf.as_ptr() as u64 + 1024,
-                rkey: mr.rkey(),
-            };
+            let remote = remote_in(&buf, 1024, &mr);
             for wr_id in [1, 2] {
                 q.cq_a.req_notify(false).unwrap();
                 // SAFETY: buf is untouched until the completion below.
@@ -856,21 +827,13 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
             // The second event is queued in the kernel, unread.
             wait_readable(raw, name);
             assert_eq!((q.cq_a.events_received(), q.cq_a.unacked_events()), (1, 1));
-            let TwoQps {
-                pd,
-                cq_a,
-                cq_b,
-                qp_a,
-                qp_b,
-                cm,
-            } = q;
-            drop((qp_a, qp_b));
+            drop((q.qp_a, q.qp_b));
             if channel_first {
                 drop(channel);
                 assert!(fd_is_open(raw), "{name}: the CQ keeps the channel open");
-                drop(cq_a);
+                drop(q.cq_a);
             } else {
-                let done = cq_a.destroy().unwrap_or_else(|e| panic!("{name}: {e}"));
+                let done = q.cq_a.destroy().unwrap_or_else(|e| panic!("{name}: {e}"));
                 loud(&format!("{name}: destroy with unacked events: {done:?}"));
                 assert_eq!(
                     done.comp_events_reported, 1,
@@ -885,7 +848,7 @@ fn a_channel_dropped_with_unacked_events_closes_and_leaks_nothing() {
                 !fd_is_open(raw),
                 "{name}: the channel's fd {raw} is still open"
             );
-            drop((cq_b, mr, pd, cm));
+            drop((q.cq_b, mr, q.pd, q.cm));
             counts.assert_extra_cq_qp(0, 0, "after dropping the channel and its CQ");
             assert_eq!(open_fds(), fds_before, "{name}: descriptors leaked");
             loud(&format!(

@@ -21,23 +21,9 @@ use uverbs::{
     OwnedQp, PostError, PostRefused, PostSendError, ProtectionDomain, QpInit, RecvRequest, Remote,
     RemoteBufferMr, SendRequest, WcOpcode, WcStatus,
 };
-use uverbs::{Mtu, QpAttr, QpType};
+use uverbs::{QpAttr, QpType};
 
 type Owned = OwnedQp<BufferMr<Vec<u8>>>;
-
-/// RESET -> RTS towards `peer_qpn`, as `common::rc::connect` does for a
-/// plain QueuePair.
-fn connect_owned<M: DeviceReadable>(qp: &OwnedQp<M>, peer_qpn: u32, gid: uverbs::Gid, mtu: Mtu) {
-    let access = AccessFlags::LOCAL_WRITE
-        | AccessFlags::REMOTE_WRITE
-        | AccessFlags::REMOTE_READ
-        | AccessFlags::REMOTE_ATOMIC;
-    let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
-    for (step, attr) in rc_to_rts(access, PORT, mtu, peer_qpn, dest) {
-        qp.modify(&attr)
-            .unwrap_or_else(|e| panic!("modify_qp {step} of QP {}: {e}", qp.handle()));
-    }
-}
 
 /// Two owned RC QPs (memory types `A` and `B`), each on a CQ of its own,
 /// connected to each other: on rxe by hand, on siw through the cm (the
@@ -49,37 +35,14 @@ fn owned_pair<A: DeviceReadable, B: DeviceReadable>(
 ) -> (OwnedQp<A>, OwnedQp<B>, Option<CmLink>) {
     let cq_a = ctx.create_cq(32, None).unwrap();
     let cq_b = ctx.create_cq(32, None).unwrap();
-    let qp_a = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq_a, &cq_a))
-        .unwrap();
-    let qp_b = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq_b, &cq_b))
-        .unwrap();
+    let qp_a = qp_on(pd, QpType::Rc, &cq_a, name);
+    let qp_b = qp_on(pd, QpType::Rc, &cq_b, name);
     // The QPs keep their CQs alive: the handles may go.
     drop((cq_a, cq_b));
     let a = OwnedQp::new(qp_a).unwrap_or_else(|e| panic!("{name}: OwnedQp::new A: {e}"));
     let b = OwnedQp::new(qp_b).unwrap_or_else(|e| panic!("{name}: OwnedQp::new B: {e}"));
-    let link = connect(ctx, name, &a, &b);
+    let link = connect_qps(ctx, name, &a, &b, QP_ACCESS_ATOMIC);
     (a, b, link)
-}
-
-/// Connects `a` and `b` (in RESET): on rxe by hand, on siw through the cm
-/// (the link comes back: keep it until the QPs are gone).
-fn connect<A: DeviceReadable, B: DeviceReadable>(
-    ctx: &Context,
-    name: &str,
-    a: &OwnedQp<A>,
-    b: &OwnedQp<B>,
-) -> Option<CmLink> {
-    if driver(ctx) == Driver::Siw {
-        let link = cm_connect(ctx, name, a, b)
-            .unwrap_or_else(|| panic!("{name}: no cm connection on siw"));
-        return Some(link);
-    }
-    let (gid, mtu) = roce_path(ctx, name);
-    connect_owned(a, b.qp_num(), gid, mtu);
-    connect_owned(b, a.qp_num(), gid, mtu);
-    None
 }
 
 /// siw has no immediate data and no atomics: `request` is refused before
@@ -666,7 +629,10 @@ fn a_shared_cq_routes_each_completion_to_its_owner() {
                 qp_on(&ctx.create_cq(32, None).unwrap()),
                 qp_on(&ctx.create_cq(32, None).unwrap()),
             );
-            let links = (connect(ctx, name, &a1, &b1), connect(ctx, name, &a2, &b2));
+            let links = (
+                connect_qps(ctx, name, &a1, &b1, QP_ACCESS_ATOMIC),
+                connect_qps(ctx, name, &a2, &b2, QP_ACCESS_ATOMIC),
+            );
             const N: u64 = 3;
             for i in 0..N {
                 for b in [&b1, &b2] {

@@ -206,9 +206,7 @@ fn an_armed_cq_reports_a_completion_on_its_channel() {
     on_each_data_path_device(
         "an_armed_cq_reports_a_completion_on_its_channel",
         |name, ctx| {
-            let channel = ctx
-                .create_comp_channel()
-                .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+            let channel = comp_channel(ctx, name);
             let q = connected_rc_pair(ctx, name, 8, Some(&channel));
             q.cq_a
                 .req_notify(false)
@@ -218,22 +216,13 @@ fn an_armed_cq_reports_a_completion_on_its_channel() {
             let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
             let addr = buf.as_ptr() as u64;
             let src = sge(addr, 256, &mr);
-            let remote = Remote {
-                addr: addr + 1024,
-                rkey: mr.rkey(),
-            };
+            let remote = remote_in(&buf, 1024, &mr);
             let write = signalled_write(9, &src, remote);
             // SAFETY: buf stays mapped and untouched until the completion below.
             unsafe { q.qp_a.post_send(&[write]) }
                 .unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
 
-            let mut pfd = libc::pollfd {
-                fd: channel.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd, for the duration of the call.
-            let ready = unsafe { libc::poll(&mut pfd, 1, WAIT.as_millis() as i32) };
+            let ready = poll_in(channel.as_raw_fd(), WAIT);
             assert_eq!(
                 ready,
                 1,

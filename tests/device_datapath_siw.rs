@@ -146,9 +146,7 @@ fn siw_cq_qp_rings_flush_and_teardown() {
         let _serial = serial();
         let ctx: &Context = &dut;
         let maps0 = uverbs_mappings();
-        let channel = ctx
-            .create_comp_channel()
-            .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+        let channel = comp_channel(ctx, name);
         // 200 CQEs round up to 256: 256 × 32 + 8 bytes, three pages.
         let cq = ctx
             .create_cq(200, Some(&channel))
@@ -275,13 +273,7 @@ fn siw_cq_qp_rings_flush_and_teardown() {
             );
             assert_eq!(c.qp_num(), qp.qp_num(), "{name}: {c:?}");
         }
-        let mut pfd = libc::pollfd {
-            fd: channel.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; the channel's descriptor is open.
-        let ready = unsafe { libc::poll(&mut pfd, 1, WAIT.as_millis() as i32) };
+        let ready = poll_in(channel.as_raw_fd(), WAIT);
         assert_eq!(
             ready, 1,
             "{name}: the armed CQ raised no event within {WAIT:?}"

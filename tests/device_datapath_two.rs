@@ -23,7 +23,7 @@ use memmap2::MmapMut;
 use nix::unistd::{fork, ForkResult};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, Device, Endpoint, MemoryRegion, ProtectionDomain,
-    QpInit, QueuePair, RecvWr, SendOp, WcOpcode,
+    QueuePair, RecvWr, SendOp, WcOpcode,
 };
 use uverbs::{Mtu, QpType};
 
@@ -45,9 +45,7 @@ fn side(ctx: &Context, who: &str, access: AccessFlags) -> Side {
     let cq = ctx
         .create_cq(16, None)
         .unwrap_or_else(|e| panic!("{who}: create_cq: {e}"));
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .unwrap_or_else(|e| panic!("{who}: create_qp: {e}"));
+    let qp = qp_on(&pd, QpType::Rc, &cq, who);
     let mut buf = anon(LEN);
     let mr = fresh_mr(&pd, &mut buf, access);
     Side {

@@ -9,8 +9,8 @@ mod common;
 
 use common::*;
 use uverbs::{
-    AccessFlags, Error, Payload, PostError, QpInit, QueuePair, RecvWr, Remote, SendOp, SendWr,
-    WcFlags, WcOpcode,
+    AccessFlags, Error, Payload, PostError, QueuePair, RecvWr, Remote, SendOp, SendWr, WcFlags,
+    WcOpcode,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -20,11 +20,7 @@ fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: uverbs::Gid, mtu: uverbs::Mtu)
     let steps = [
         (
             "RESET->INIT",
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(PORT)
-                .access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE),
+            to_init().access_flags(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE),
         ),
         (
             "INIT->RTR",
@@ -54,12 +50,8 @@ fn uc_write_and_send_land_and_read_is_refused_before_the_ring() {
             let pd = alloc_pd(ctx);
             let cq_a = ctx.create_cq(16, None).unwrap();
             let cq_b = ctx.create_cq(16, None).unwrap();
-            let a = pd
-                .create_qp(&QpInit::new(QpType::Uc, &cq_a, &cq_a))
-                .unwrap();
-            let b = pd
-                .create_qp(&QpInit::new(QpType::Uc, &cq_b, &cq_b))
-                .unwrap();
+            let a = qp_on(&pd, QpType::Uc, &cq_a, name);
+            let b = qp_on(&pd, QpType::Uc, &cq_b, name);
             connect_uc(&a, b.qp_num(), gid, mtu);
             connect_uc(&b, a.qp_num(), gid, mtu);
 

@@ -8,8 +8,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::{alloc_pd, anon};
-use uverbs::{AccessFlags, Error, Op, QpInit, WorkCompletion};
+use common::{alloc_pd, anon, comp_channel, qp_on};
+use uverbs::{AccessFlags, Error, Op, WorkCompletion};
 use uverbs::{QpAttr, QpState, QpType};
 
 /// How long a child may run.
@@ -75,15 +75,11 @@ device_test!(
     a_child_reads_no_event_and_touches_no_ring_of_the_parent,
     |name, ctx, _counts| {
         let pd = alloc_pd(&ctx);
-        let channel = ctx
-            .create_comp_channel()
-            .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"));
+        let channel = comp_channel(&ctx, name);
         let cq = ctx
             .create_cq(16, Some(&channel))
             .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));
-        let qp = pd
-            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-            .unwrap_or_else(|e| panic!("{name}: create_qp: {e}"));
+        let qp = qp_on(&pd, QpType::Rc, &cq, name);
         cq.req_notify(false)
             .unwrap_or_else(|e| panic!("{name}: req_notify: {e}"));
         // Before the fix the child's get_event read the parent's channel: it

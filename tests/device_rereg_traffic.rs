@@ -33,12 +33,10 @@ use std::time::{Duration, Instant};
 
 use common::traffic::*;
 use common::*;
-use memmap2::MmapMut;
 use uverbs::Mtu;
 use uverbs::{
     AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, Remote, ReregFallback,
-    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
+    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// Two connected RC QPs, how to reconnect them, and A's source buffer.
@@ -51,17 +49,14 @@ struct Rig {
     gid: uverbs::Gid,
     mtu: Mtu,
     access: AccessFlags,
-    /// Declared before `src`: deregistered before it is unmapped.
-    src_mr: MemoryRegion,
-    src: MmapMut,
+    src: Source,
 }
 
 impl Rig {
     fn new(ctx: &Context, name: &str, access: AccessFlags, src_len: usize, cqe: u32) -> Rig {
         let (gid, mtu) = roce_path(ctx, name);
         let q = connected_rc_pair_with(ctx, name, cqe, None, access);
-        let mut src = anon(src_len);
-        let src_mr = fresh_mr(&q.pd, &mut src, RW);
+        let src = Source::new(&q.pd, src_len);
         Rig {
             name: name.to_owned(),
             ctx: ctx.clone(),
@@ -70,7 +65,6 @@ impl Rig {
             gid,
             mtu,
             access,
-            src_mr,
             src,
         }
     }
@@ -158,16 +152,12 @@ impl Requester for Rig {
         }
     }
 
-    fn src(&self) -> &[u8] {
+    fn source(&self) -> &Source {
         &self.src
     }
 
-    fn src_mut(&mut self) -> &mut [u8] {
+    fn source_mut(&mut self) -> &mut Source {
         &mut self.src
-    }
-
-    fn src_mr(&self) -> &MemoryRegion {
-        &self.src_mr
     }
 
     fn pd(&self) -> &ProtectionDomain {
@@ -727,7 +717,7 @@ fn writes_under_live_remote_write_toggling() {
             let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
             let rkey = mr.rkey();
             let dst_addr = dst.as_ptr() as u64;
-            let src_addr = rig.src.as_ptr() as u64;
+            let src_addr = rig.src.buf.as_ptr() as u64;
             let stop = AtomicBool::new(false);
             let started = Instant::now();
             let mut c = StreamCounts::default();
@@ -749,20 +739,13 @@ fn writes_under_live_remote_write_toggling() {
                     let first = c.posted;
                     let before: Vec<u8> = dst.to_vec();
                     for i in 0..WINDOW {
-                        rig.src[i * SLOT..][..SLOT].copy_from_slice(&slot_bytes(first + i as u64));
+                        rig.src.buf[i * SLOT..][..SLOT]
+                            .copy_from_slice(&slot_bytes(first + i as u64));
                     }
                     let sges: Vec<[Sge; 1]> = (0..WINDOW)
-                        .map(|i| sge(src_addr + (i * SLOT) as u64, SLOT, &rig.src_mr))
+                        .map(|i| sge(src_addr + (i * SLOT) as u64, SLOT, &rig.src.mr))
                         .collect();
-                    let wrs: Vec<SendWr<'_>> = (0..WINDOW)
-                        .map(|i| {
-                            let remote = Remote {
-                                addr: dst_addr + (i * SLOT) as u64,
-                                rkey,
-                            };
-                            signalled_write(first + i as u64, &sges[i], remote)
-                        })
-                        .collect();
+                    let wrs = signalled_writes(first, &sges, dst_addr, SLOT, rkey);
                     // SAFETY: the source slots are not written, and the
                     // target slots not read, until all WINDOW completions
                     // are polled below; both buffers outlive the QPs.

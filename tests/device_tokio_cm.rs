@@ -30,7 +30,7 @@ use common::cm::*;
 use common::*;
 use uverbs::cm::{ConnParam, EventKind};
 use uverbs::tokio::cm::{AsyncCmId, AsyncEventChannel, CmError};
-use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair};
+use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QueuePair};
 use uverbs::{QpState, QpType};
 
 /// How long a future that must stay pending is given before it is dropped.
@@ -107,9 +107,7 @@ fn rc_qp(ctx: &Context, pd: &ProtectionDomain, what: &str) -> (CompletionQueue, 
     let cq = ctx
         .create_cq(16, None)
         .unwrap_or_else(|e| panic!("{what}: create_cq: {e}"));
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .unwrap_or_else(|e| panic!("{what}: create_qp: {e}"));
+    let qp = qp_on(pd, QpType::Rc, &cq, what);
     (cq, qp)
 }
 

@@ -18,8 +18,8 @@ use std::time::Duration;
 use common::*;
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncPostError, AsyncQp, CompletionFuture};
 use uverbs::{
-    AccessFlags, BufferMr, Context, DeviceReadable, Error, Local, OwnedQp, ProtectionDomain,
-    QpInit, Remote, SendRequest, WcStatus,
+    AccessFlags, BufferMr, Context, Error, Local, OwnedQp, ProtectionDomain, QpInit, Remote,
+    SendRequest, WcStatus,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -36,30 +36,6 @@ async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
 fn reg(pd: &ProtectionDomain, bytes: Vec<u8>, drops: &Arc<AtomicUsize>) -> Mem {
     pd.reg_buffer(Watched::new(&bytes, drops), AccessFlags::LOCAL_WRITE)
         .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error))
-}
-
-/// Connects two RESET owned QPs: rxe by hand, siw through the cm (keep
-/// the link until the QPs are gone).
-fn connect<M: DeviceReadable>(
-    ctx: &Context,
-    name: &str,
-    a: &OwnedQp<M>,
-    b: &OwnedQp<M>,
-) -> Option<CmLink> {
-    if driver(ctx) == Driver::Siw {
-        return Some(cm_connect(ctx, name, a, b).expect("a cm connection on siw"));
-    }
-    let (gid, mtu) = roce_path(ctx, name);
-    let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
-    for (qp, peer) in [(a, b.qp_num()), (b, a.qp_num())] {
-        let access =
-            AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
-        for (step, attr) in rc_to_rts(access, PORT, mtu, peer, dest) {
-            qp.modify(&attr)
-                .unwrap_or_else(|e| panic!("{name}: {step}: {e}"));
-        }
-    }
-    None
 }
 
 /// Connected async pairs: `n` QPs on CQ A, `n` on CQ B, QP i of A talking
@@ -93,7 +69,7 @@ fn pairs(
             OwnedQp::new(qp).unwrap_or_else(|e| panic!("{name}: OwnedQp::new: {e}"))
         };
         let (qa, qb) = (make(&cq_a), make(&cq_b));
-        links.push(connect(ctx, name, &qa, &qb));
+        links.push(connect_qps(ctx, name, &qa, &qb, QP_ACCESS));
         let wrap = |qp, cq: &AsyncCq| {
             Arc::new(
                 AsyncQp::new(qp, &[cq]).unwrap_or_else(|e| panic!("{name}: AsyncQp::new: {e}")),

@@ -61,8 +61,8 @@ use common::two_host::*;
 use common::*;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair,
-    RecvWr, Remote, ReregFlags, ReregPath, SendOp, WcOpcode, WcStatus, WorkCompletion,
+    CompletionQueue, Context, ProtectionDomain, QueuePair, Remote, ReregFlags, ReregPath, SendOp,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 use uverbs::{QpState, QpType};
 
@@ -111,13 +111,6 @@ fn link_down_for() -> Duration {
 const STREAM_DEPTH: usize = 8;
 const STREAM_LEN: usize = 4096;
 const STREAM_AT: usize = 224 << 10;
-
-/// Where B's memory is re-registered while A writes.
-const REREG_AT: usize = 192 << 10;
-
-/// The receive without SGEs that B holds while its refusal is in flight:
-/// flushed when B's QP goes to ERR.
-const PROBE: u64 = 0x9e0be;
 
 /// The tag that opens this binary's private data.
 const TAG: &[u8; 4] = b"uvcm";
@@ -182,14 +175,7 @@ struct Side<'a> {
     /// B's listener.
     listener: Option<CmId>,
     ch: EventChannel,
-    /// Peer-addressable memory (`REMOTE_WRITE | REMOTE_READ`), and what it
-    /// must hold.
-    mem_mr: MemoryRegion,
-    mem: memmap2::MmapMut,
-    model: Vec<u8>,
-    /// Local buffer.
-    local_mr: MemoryRegion,
-    local: memmap2::MmapMut,
+    bufs: Buffers,
     /// The peer's memory, from its private data.
     peer: Target,
     connects: u32,
@@ -203,8 +189,8 @@ impl Side<'_> {
     fn target(&self, qpn: u32) -> Target {
         Target {
             qpn,
-            addr: self.mem.as_ptr() as u64,
-            rkey: self.mem_mr.rkey(),
+            addr: self.bufs.mem.as_ptr() as u64,
+            rkey: self.bufs.mem_mr.rkey(),
             len: LEN as u32,
         }
     }
@@ -214,11 +200,34 @@ impl Side<'_> {
             .ctx
             .create_cq(64, None)
             .unwrap_or_else(|e| panic!("{}: create_cq: {e}", self.me));
-        let qp = self
-            .pd
-            .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-            .unwrap_or_else(|e| panic!("{}: create_qp: {e}", self.me));
+        let qp = qp_on(self.pd, QpType::Rc, &cq, &self.me);
         (cq, qp)
+    }
+
+    /// A new CQ and QP for `id` (the `side`'s id, which must be on this
+    /// device), moved to INIT with exactly what the cm answers.
+    fn new_qp_in_init(&self, id: &CmId, side: &str, what: &str) -> (CompletionQueue, QueuePair) {
+        assert!(
+            landed_on(id, self.ctx),
+            "{what}: the {side}'s cm id is not on {}",
+            self.ctx.device_name()
+        );
+        let (cq, qp) = self.new_qp();
+        cm_modify(
+            id,
+            &qp,
+            QpState::Init,
+            &format!("{what}: {side} RESET->INIT"),
+        );
+        (cq, qp)
+    }
+
+    /// The connect's or accept's parameters for `qp`: its number, and our
+    /// [`Target`] as the private data.
+    fn conn_param(&self, qp: &QueuePair) -> ConnParam {
+        ConnParam::new(qp.qp_num())
+            .private_data(&self.target(qp.qp_num()).encode())
+            .unwrap()
     }
 
     /// A's half up to the accept: an id with its route to B's listener
@@ -227,22 +236,8 @@ impl Side<'_> {
     fn client_connect(&self, what: &str) -> (CmId, QueuePair, CompletionQueue, uverbs::cm::Event) {
         let id = resolved_client_to(&self.ch, self.cm_addr)
             .unwrap_or_else(|why| panic!("{what}: resolving {}: {why}", self.cm_addr));
-        assert!(
-            landed_on(&id, self.ctx),
-            "{what}: the client's cm id is not on {}",
-            self.ctx.device_name()
-        );
-        let (cq, qp) = self.new_qp();
-        cm_modify(
-            &id,
-            &qp,
-            QpState::Init,
-            &format!("{what}: client RESET->INIT"),
-        );
-        let param = ConnParam::new(qp.qp_num())
-            .retry_count(RETRY_COUNT)
-            .private_data(&self.target(qp.qp_num()).encode())
-            .unwrap();
+        let (cq, qp) = self.new_qp_in_init(&id, "client", what);
+        let param = self.conn_param(&qp).retry_count(RETRY_COUNT);
         id.connect(&param)
             .unwrap_or_else(|e| panic!("{what}: connect to {}: {e}", self.cm_addr));
         let ev = next_event(&self.ch, &format!("{what}: client connect"));
@@ -314,25 +309,11 @@ impl Side<'_> {
                     request.qp_num, want_qpn,
                     "{what}: the cm's QP number of the requester"
                 );
-                assert!(
-                    landed_on(&id, self.ctx),
-                    "{what}: the server's cm id is not on {}",
-                    self.ctx.device_name()
-                );
-                let (cq, qp) = self.new_qp();
-                cm_modify(
-                    &id,
-                    &qp,
-                    QpState::Init,
-                    &format!("{what}: server RESET->INIT"),
-                );
+                let (cq, qp) = self.new_qp_in_init(&id, "server", &what);
                 cm_modify(&id, &qp, QpState::Rtr, &format!("{what}: server INIT->RTR"));
                 // On iWARP this answer has no state: RTS comes at establishment.
                 cm_modify(&id, &qp, QpState::Rts, &format!("{what}: server RTR->RTS"));
-                let param = ConnParam::new(qp.qp_num())
-                    .private_data(&self.target(qp.qp_num()).encode())
-                    .unwrap();
-                id.accept(&param)
+                id.accept(&self.conn_param(&qp))
                     .unwrap_or_else(|e| panic!("{what}: accept: {e}"));
                 let ev = next_event(&self.ch, &format!("{what}: server established"));
                 assert!(
@@ -416,41 +397,23 @@ impl Traffic for Side<'_> {
     fn me(&self) -> &str {
         &self.me
     }
+    fn qp(&self) -> &QueuePair {
+        &self.conn().qp
+    }
     fn role(&self) -> Role {
         self.role
     }
-    fn qp(&self) -> &QueuePair {
-        &self.conn().qp
+    fn bufs(&self) -> &Buffers {
+        &self.bufs
     }
     fn cq(&self) -> &CompletionQueue {
         &self.conn().cq
     }
-    fn local(&self) -> &[u8] {
-        &self.local
+    fn bufs_mut(&mut self) -> &mut Buffers {
+        &mut self.bufs
     }
-    fn local_mut(&mut self) -> &mut [u8] {
-        &mut self.local
-    }
-    fn local_mr(&self) -> &MemoryRegion {
-        &self.local_mr
-    }
-    fn mem(&self) -> &[u8] {
-        &self.mem
-    }
-    fn mem_mut(&mut self) -> &mut [u8] {
-        &mut self.mem
-    }
-    fn model(&self) -> &[u8] {
-        &self.model
-    }
-    fn model_mut(&mut self) -> &mut [u8] {
-        &mut self.model
-    }
-    fn remote(&self, at: usize) -> Remote {
-        Remote {
-            addr: self.peer.addr + at as u64,
-            rkey: self.peer.rkey,
-        }
+    fn peer_mem(&self) -> (u64, u32) {
+        (self.peer.addr, self.peer.rkey)
     }
 }
 
@@ -458,9 +421,7 @@ impl Traffic for Side<'_> {
 fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
     const TEST: &str = "cm_connect_send_write_read_and_rereg_between_two_hosts";
     let Some(p) = peer_from_env(TEST) else {
-        return loud(&format!(
-            "SKIPPED: {TEST}: not in a two-host run (UVERBS_HOST_ROLE unset; `cargo vm test` sets it)"
-        ));
+        return;
     };
     let me = format!("{} ({})", p.role.name(), p.local);
     if !cm_present(TEST) {
@@ -550,10 +511,7 @@ fn on_device(p: &Peer, ctl: &mut Control, link: Link, dev: &uverbs::Device) {
     ));
 
     let pd = alloc_pd(ctx);
-    let mut mem = anon(LEN);
-    let mem_mr = fresh_mr(&pd, &mut mem, RW_READ);
-    let mut local_buf = anon(LEN);
-    let local_mr = fresh_mr(&pd, &mut local_buf, RW);
+    let bufs = Buffers::new(&pd);
     counts.assert_extra(2, 1, "two MRs in one PD");
     let mut s = Side {
         me: me.clone(),
@@ -565,11 +523,7 @@ fn on_device(p: &Peer, ctl: &mut Control, link: Link, dev: &uverbs::Device) {
         conn: None,
         listener,
         ch,
-        mem_mr,
-        mem,
-        model: vec![0; LEN],
-        local_mr,
-        local: local_buf,
+        bufs,
         peer: Target {
             qpn: 0,
             addr: 0,
@@ -640,13 +594,7 @@ fn on_device(p: &Peer, ctl: &mut Control, link: Link, dev: &uverbs::Device) {
         "{me}: cm connect to {cm_addr}, SEND/RECV {SEND_LEN} B, RDMA WRITE and READ {RDMA_LEN} B both ways, rereg on b under a's WRITEs (where the device has it), orderly disconnects: all checked"
     ));
     let Side {
-        listener,
-        ch,
-        mem_mr,
-        mem,
-        local_mr,
-        local,
-        ..
+        listener, ch, bufs, ..
     } = s;
     if let Some(l) = listener {
         let received = l.events_received();
@@ -666,8 +614,7 @@ fn on_device(p: &Peer, ctl: &mut Control, link: Link, dev: &uverbs::Device) {
         &format!("{me}: at the end"),
     );
     drop(ch);
-    drop((mem_mr, local_mr, pd));
-    drop((mem, local));
+    bufs.release(pd);
     counts.assert_extra(0, 0, "after dropping everything");
     counts.assert_extra_cq_qp(0, 0, "after dropping everything");
     ctl.barrier("device-done");
@@ -691,71 +638,10 @@ fn assert_rts(qp: &QueuePair, what: &str) {
 /// the next WRITE lands.
 fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     let me = s.me.clone();
-    let at = REREG_AT;
-    let write_a = |s: &mut Side, seed: u64, what: &str| -> WorkCompletion {
-        let data = pattern(seed, RDMA_LEN);
-        s.local[..RDMA_LEN].copy_from_slice(&data);
-        let op = SendOp::RdmaWrite {
-            remote: s.remote(at),
-            imm: None,
-        };
-        s.post(seed, op, 0, RDMA_LEN, what)
-    };
-    let keys = |mr: &MemoryRegion| (mr.handle(), mr.lkey(), mr.rkey());
-    let k = keys(&s.mem_mr);
-    match s.role {
-        Role::A => {
-            let what = "rereg: WRITE before";
-            let wc = write_a(s, 301, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 301);
-            ctl.send("written", "");
-
-            ctl.expect("remote-write-removed");
-            let what = "rereg: WRITE with REMOTE_WRITE removed";
-            let wc = write_a(s, 302, what);
-            assert_eq!(
-                (wc.status(), wc.wr_id(), wc.qp_num()),
-                (WcStatus::RemAccessErr, 302, s.conn().qp.qp_num()),
-                "{me}: {what}: refused with a remote access error: {wc:?}"
-            );
-            loud(&format!("{me}: {what}: {:?}", wc.status()));
-            ctl.send("refused", "");
-            assert_no_event(&s.ch, QUIET, &format!("{me}: the cm after the refusal"));
-            assert_no_completion(&s.conn().cq, &format!("{me}: after the refusal"));
-        }
-        Role::B => {
-            ctl.expect("written");
-            s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(301, RDMA_LEN));
-            s.check_mem("rereg: WRITE before");
-
-            // The probe shows B's QP going to ERR when it refuses.
-            // SAFETY: a receive without SGEs names no memory.
-            unsafe {
-                s.conn().qp.post_recv(&[RecvWr {
-                    wr_id: PROBE,
-                    sges: &[],
-                }])
-            }
-            .unwrap_or_else(|e| panic!("{me}: post_recv of the probe: {e}"));
-            s.mem_mr
-                .set_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
-                .unwrap_or_else(|e| panic!("{me}: set_access without REMOTE_WRITE in place: {e}"));
-            assert_eq!(keys(&s.mem_mr), k, "{me}: in place: same handle and keys");
-            ctl.send("remote-write-removed", "");
-
-            ctl.expect("refused");
-            let wc = wait_one(&s.conn().cq, &format!("{me}: the refusal on b"));
-            assert_eq!(
-                (wc.wr_id(), wc.status(), wc.qp_num()),
-                (PROBE, WcStatus::WrFlushErr, s.conn().qp.qp_num()),
-                "{me}: b's probe is flushed (b's QP went to ERR): {wc:?}"
-            );
-            s.check_mem("rereg: a refused WRITE leaves the memory untouched");
-            loud(&format!(
-                "{me}: rereg: the refused WRITE left all {LEN} bytes as they were"
-            ));
-            assert_no_event(&s.ch, QUIET, &format!("{me}: the cm after the refusal"));
-        }
+    let k = rereg_refused(s, ctl);
+    assert_no_event(&s.ch, QUIET, &format!("{me}: the cm after the refusal"));
+    if s.role == Role::A {
+        assert_no_completion(&s.conn().cq, &format!("{me}: after the refusal"));
     }
     loud(&format!(
         "{me}: rereg: both QPs dead, the cm reported nothing within {QUIET:?}: disconnecting and connecting again"
@@ -769,32 +655,7 @@ fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
         "{me}: the peer's memory and rkey are the same over the new connection"
     );
     assert_ne!(s.peer.qpn, before.qpn, "{me}: the peer has a new QP");
-    match s.role {
-        Role::A => {
-            ctl.expect("remote-write-restored");
-            let what = "rereg: WRITE with REMOTE_WRITE restored";
-            let wc = write_a(s, 303, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 303);
-            ctl.send("written", "");
-            ctl.expect("checked");
-        }
-        Role::B => {
-            s.mem_mr.set_access(RW_READ).unwrap_or_else(|e| {
-                panic!("{me}: set_access restoring REMOTE_WRITE in place: {e}")
-            });
-            assert_eq!(keys(&s.mem_mr), k, "{me}: in place: same handle and keys");
-            ctl.send("remote-write-restored", "");
-
-            ctl.expect("written");
-            s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(303, RDMA_LEN));
-            s.check_mem("rereg: WRITE with REMOTE_WRITE restored");
-            loud(&format!(
-                "{me}: rereg: REMOTE_WRITE removed in place -> a's WRITE refused; reconnected; restored -> it landed (rkey {:#x} throughout)",
-                k.2
-            ));
-            ctl.send("checked", "");
-        }
-    }
+    rereg_restored(s, ctl, k, "reconnected; ");
 }
 
 /// `ip link set <NIC> down` on B, undone (`up`) when dropped, also when
@@ -850,9 +711,9 @@ fn link_down_during_writes(s: &mut Side, ctl: &mut Control) {
         Role::A => {
             ctl.expect("link-going-down");
             let data = pattern(400, STREAM_LEN);
-            s.local[..STREAM_LEN].copy_from_slice(&data);
+            s.bufs.local[..STREAM_LEN].copy_from_slice(&data);
             let c = s.conn();
-            let sges = sge(s.local.as_ptr() as u64, STREAM_LEN, &s.local_mr);
+            let sges = sge(s.bufs.local.as_ptr() as u64, STREAM_LEN, &s.bufs.local_mr);
             let start = Instant::now();
             let (mut posted, mut done, mut ok) = (0u64, 0u64, 0u64);
             let mut first_error: Option<(WorkCompletion, Duration)> = None;
@@ -959,9 +820,11 @@ const REPLACE_AT: usize = 200 << 10;
 fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     let me = s.me.clone();
     let at = REPLACE_AT;
-    let write_a = |s: &mut Side, seed: u64, rkey: u32, what: &str| -> WorkCompletion {
+    // A WRITEs pattern(seed) to B's memory at `at` with `rkey`: it
+    // succeeds, and A waits until it is placed.
+    let write_placed = |s: &mut Side, seed: u64, rkey: u32, what: &str| {
         let data = pattern(seed, RDMA_LEN);
-        s.local[..RDMA_LEN].copy_from_slice(&data);
+        s.bufs.local[..RDMA_LEN].copy_from_slice(&data);
         let op = SendOp::RdmaWrite {
             remote: Remote {
                 addr: s.peer.addr + at as u64,
@@ -969,22 +832,22 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             },
             imm: None,
         };
-        s.post(seed, op, 0, RDMA_LEN, what)
+        let wc = s.post(seed, op, 0, RDMA_LEN, what);
+        check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, seed);
+        placed(s, at, what);
     };
     let landed = |s: &mut Side, seed: u64, what: &str| {
-        s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(seed, RDMA_LEN));
+        s.bufs.model[at..at + RDMA_LEN].copy_from_slice(&pattern(seed, RDMA_LEN));
         s.check_mem(what);
     };
     let old_rkey = match s.role {
         Role::A => s.peer.rkey,
-        Role::B => s.mem_mr.rkey(),
+        Role::B => s.bufs.mem_mr.rkey(),
     };
     let new_rkey = match s.role {
         Role::A => {
             let what = "replace: WRITE with the old rkey before";
-            let wc = write_a(s, 501, old_rkey, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 501);
-            placed(s, at, what);
+            write_placed(s, 501, old_rkey, what);
             ctl.send("written", "");
             let told = ctl.expect("replaced");
             let new: u32 = told
@@ -994,9 +857,7 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             s.peer.rkey = new;
 
             let what = "replace: WRITE with the new rkey";
-            let wc = write_a(s, 502, new, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 502);
-            placed(s, at, what);
+            write_placed(s, 502, new, what);
             ctl.send("written", "");
             ctl.expect("checked");
             new
@@ -1004,14 +865,14 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
         Role::B => {
             ctl.expect("written");
             landed(s, 501, "replace: WRITE with the old rkey before");
-            let (addr, len) = (s.mem_mr.addr(), s.mem_mr.length());
-            let path = replace(&mut s.mem_mr, ReregFlags::ACCESS, None, RW_READ)
+            let (addr, len) = (s.bufs.mem_mr.addr(), s.bufs.mem_mr.length());
+            let path = replace(&mut s.bufs.mem_mr, ReregFlags::ACCESS, None, RW_READ)
                 .unwrap_or_else(|e| panic!("{me}: replace (ACCESS, the same access): {e}"));
             assert_eq!(path, ReregPath::Replaced, "{me}: siw refuses in place");
-            let new = s.mem_mr.rkey();
+            let new = s.bufs.mem_mr.rkey();
             assert_ne!(new, old_rkey, "{me}: the replacement has a new rkey");
             assert_eq!(
-                (s.mem_mr.addr(), s.mem_mr.length()),
+                (s.bufs.mem_mr.addr(), s.bufs.mem_mr.length()),
                 (addr, len),
                 "{me}: the replacement covers the same range"
             );
@@ -1034,8 +895,8 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     match s.role {
         Role::A => {
             let data = pattern(503, RDMA_LEN);
-            s.local[..RDMA_LEN].copy_from_slice(&data);
-            let sges = sge(s.local.as_ptr() as u64, RDMA_LEN, &s.local_mr);
+            s.bufs.local[..RDMA_LEN].copy_from_slice(&data);
+            let sges = sge(s.bufs.local.as_ptr() as u64, RDMA_LEN, &s.bufs.local_mr);
             let wr = signalled(
                 503,
                 SendOp::RdmaWrite {
@@ -1111,9 +972,7 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     match s.role {
         Role::A => {
             let what = "replace: WRITE with the new rkey over the new connection";
-            let wc = write_a(s, 504, new_rkey, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.conn().qp, 504);
-            placed(s, at, what);
+            write_placed(s, 504, new_rkey, what);
             ctl.send("written", "");
             ctl.expect("checked");
         }

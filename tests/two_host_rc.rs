@@ -37,28 +37,16 @@ use std::time::{Duration, Instant};
 use common::two_host::*;
 use common::*;
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, Endpoint, Gid, GidType, MemoryRegion, QpInit, QueuePair,
-    RecvWr, Remote, SendOp, WcOpcode, WcStatus, WorkCompletion,
+    CompletionQueue, Context, Endpoint, Gid, GidType, QueuePair, RecvWr, WcStatus, WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpTransitionError, QpType};
 
 /// How long the NIC's IPv4-mapped GID may take to show in the GID table.
 const GID_WAIT: Duration = Duration::from_secs(10);
 
-/// Where B's memory is re-registered while A writes.
-const REREG_AT: usize = 192 << 10;
-
-/// The receive without SGEs that B holds while its refusal is in flight:
-/// flushed when B's QP goes to ERR.
-const PROBE: u64 = 0x9e0be;
-
 /// The IPv4-mapped GID of `addr` (`::ffff:a.b.c.d`).
 fn ipv4_mapped(addr: Ipv4Addr) -> Gid {
-    let mut raw = [0u8; 16];
-    raw[10] = 0xff;
-    raw[11] = 0xff;
-    raw[12..].copy_from_slice(&addr.octets());
-    Gid::from_raw(raw)
+    Gid::from_raw(addr.to_ipv6_mapped().octets())
 }
 
 /// The index of the RoCE v2 GID of `addr` on [`PORT`], read from the GID
@@ -99,16 +87,33 @@ struct Side<'a> {
     cq: CompletionQueue,
     qp: QueuePair,
     gid_index: u32,
-    /// Peer-addressable memory (`REMOTE_WRITE | REMOTE_READ`), and what it
-    /// must hold.
-    mem_mr: MemoryRegion,
-    mem: memmap2::MmapMut,
-    model: Vec<u8>,
-    /// Local buffer.
-    local_mr: MemoryRegion,
-    local: memmap2::MmapMut,
+    bufs: Buffers,
     /// The peer, once known.
     peer: Endpoint,
+}
+
+impl Traffic for Side<'_> {
+    fn me(&self) -> &str {
+        &self.me
+    }
+    fn qp(&self) -> &QueuePair {
+        &self.qp
+    }
+    fn role(&self) -> Role {
+        self.role
+    }
+    fn bufs(&self) -> &Buffers {
+        &self.bufs
+    }
+    fn cq(&self) -> &CompletionQueue {
+        &self.cq
+    }
+    fn bufs_mut(&mut self) -> &mut Buffers {
+        &mut self.bufs
+    }
+    fn peer_mem(&self) -> (u64, u32) {
+        (self.peer.addr, self.peer.rkey)
+    }
 }
 
 impl Side<'_> {
@@ -176,58 +181,14 @@ impl Side<'_> {
     }
 }
 
-impl Traffic for Side<'_> {
-    fn me(&self) -> &str {
-        &self.me
-    }
-    fn role(&self) -> Role {
-        self.role
-    }
-    fn qp(&self) -> &QueuePair {
-        &self.qp
-    }
-    fn cq(&self) -> &CompletionQueue {
-        &self.cq
-    }
-    fn local(&self) -> &[u8] {
-        &self.local
-    }
-    fn local_mut(&mut self) -> &mut [u8] {
-        &mut self.local
-    }
-    fn local_mr(&self) -> &MemoryRegion {
-        &self.local_mr
-    }
-    fn mem(&self) -> &[u8] {
-        &self.mem
-    }
-    fn mem_mut(&mut self) -> &mut [u8] {
-        &mut self.mem
-    }
-    fn model(&self) -> &[u8] {
-        &self.model
-    }
-    fn model_mut(&mut self) -> &mut [u8] {
-        &mut self.model
-    }
-    fn remote(&self, at: usize) -> Remote {
-        Remote {
-            addr: self.peer.addr + at as u64,
-            rkey: self.peer.rkey,
-        }
-    }
-}
-
 #[test]
 fn rc_send_write_read_and_rereg_between_two_hosts() {
     const TEST: &str = "rc_send_write_read_and_rereg_between_two_hosts";
     let Some(p) = peer_from_env(TEST) else {
-        return loud(&format!(
-            "SKIPPED: {TEST}: not in a two-host run (UVERBS_HOST_ROLE unset; `cargo vm test` sets it)"
-        ));
+        return;
     };
-    let me = format!("{} ({})", p.role.name(), p.local);
     let devices = devices_under_test(TEST);
+    let me = format!("{} ({})", p.role.name(), p.local);
     match devices.iter().find(|d| d.name().starts_with("siw")) {
         Some(siw) => siw_refuses_rts_by_hand(siw, &format!("{} ({})", p.role.name(), p.siw_local)),
         None => loud(&format!("SKIPPED: {TEST}: {me}: no siw device")),
@@ -271,17 +232,12 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
     let cq = ctx
         .create_cq(64, None)
         .unwrap_or_else(|e| panic!("{me}: create_cq: {e}"));
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .unwrap_or_else(|e| panic!("{me}: create_qp: {e}"));
-    let mut mem = anon(LEN);
-    let mem_mr = fresh_mr(&pd, &mut mem, RW_READ);
-    let mut local = anon(LEN);
-    let local_mr = fresh_mr(&pd, &mut local, RW);
+    let qp = qp_on(&pd, QpType::Rc, &cq, &me);
+    let bufs = Buffers::new(&pd);
     counts.assert_extra(2, 1, "two MRs in one PD");
     counts.assert_extra_cq_qp(1, 1, "one CQ, one QP");
 
-    let ours = Endpoint::of(&qp, gid, &mem_mr);
+    let ours = Endpoint::of(&qp, gid, &bufs.mem_mr);
     ctl.send("endpoint", &ours.to_string());
     let line = ctl.expect("endpoint");
     let peer: Endpoint = line
@@ -300,11 +256,7 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
         cq,
         qp,
         gid_index,
-        mem_mr,
-        mem,
-        model: vec![0; LEN],
-        local_mr,
-        local,
+        bufs,
         peer,
     };
     s.connect();
@@ -333,17 +285,9 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
     loud(&format!(
         "{me}: SEND/RECV {SEND_LEN} B, RDMA WRITE and READ {RDMA_LEN} B both ways, rereg on b under a's WRITEs: all checked"
     ));
-    let Side {
-        cq,
-        qp,
-        mem_mr,
-        mem,
-        local_mr,
-        local,
-        ..
-    } = s;
-    drop((qp, cq, mem_mr, local_mr, pd));
-    drop((mem, local));
+    let Side { cq, qp, bufs, .. } = s;
+    drop((qp, cq));
+    bufs.release(pd);
     counts.assert_extra(0, 0, "after dropping everything");
     counts.assert_extra_cq_qp(0, 0, "after dropping everything");
 }
@@ -366,9 +310,7 @@ fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
     let cq = ctx
         .create_cq(8, None)
         .unwrap_or_else(|e| panic!("{me}: create_cq: {e}"));
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))
-        .unwrap_or_else(|e| panic!("{me}: create_qp: {e}"));
+    let qp = qp_on(&pd, QpType::Rc, &cq, &me);
     let init = QpAttr::new()
         .state(QpState::Init)
         .port(PORT)
@@ -417,95 +359,9 @@ fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
 /// and REMOTE_WRITE restored (same keys): the next WRITE lands.
 fn rereg_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
     let me = s.me.clone();
-    let at = REREG_AT;
-    let write_a = |s: &mut Side, seed: u64, what: &str| -> WorkCompletion {
-        let data = pattern(seed, RDMA_LEN);
-        s.local[..RDMA_LEN].copy_from_slice(&data);
-        let op = SendOp::RdmaWrite {
-            remote: s.remote(at),
-            imm: None,
-        };
-        s.post(seed, op, 0, RDMA_LEN, what)
-    };
-    let keys = |mr: &MemoryRegion| (mr.handle(), mr.lkey(), mr.rkey());
-    match s.role {
-        Role::A => {
-            let what = "rereg: WRITE before";
-            let wc = write_a(s, 301, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.qp, 301);
-            ctl.send("written", "");
-
-            ctl.expect("remote-write-removed");
-            let what = "rereg: WRITE with REMOTE_WRITE removed";
-            let wc = write_a(s, 302, what);
-            assert_eq!(
-                (wc.status(), wc.wr_id(), wc.qp_num()),
-                (WcStatus::RemAccessErr, 302, s.qp.qp_num()),
-                "{me}: {what}: refused with a remote access error: {wc:?}"
-            );
-            loud(&format!("{me}: {what}: {:?}", wc.status()));
-            ctl.send("refused", "");
-
-            let others = s.recover("rereg: recovery");
-            assert!(others.is_empty(), "{me}: recovery saw {others:?}");
-            ctl.barrier("rts-again");
-            ctl.expect("remote-write-restored");
-            let what = "rereg: WRITE with REMOTE_WRITE restored";
-            let wc = write_a(s, 303, what);
-            check(&wc, what, WcOpcode::RdmaWrite, &s.qp, 303);
-            ctl.send("written", "");
-            ctl.expect("checked");
-        }
-        Role::B => {
-            let k = keys(&s.mem_mr);
-            ctl.expect("written");
-            s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(301, RDMA_LEN));
-            s.check_mem("rereg: WRITE before");
-
-            // The probe shows B's QP going to ERR when it refuses.
-            // SAFETY: a receive without SGEs names no memory.
-            unsafe {
-                s.qp.post_recv(&[RecvWr {
-                    wr_id: PROBE,
-                    sges: &[],
-                }])
-            }
-            .unwrap_or_else(|e| panic!("{me}: post_recv of the probe: {e}"));
-            s.mem_mr
-                .set_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
-                .unwrap_or_else(|e| panic!("{me}: set_access without REMOTE_WRITE in place: {e}"));
-            assert_eq!(keys(&s.mem_mr), k, "{me}: in place: same handle and keys");
-            ctl.send("remote-write-removed", "");
-
-            ctl.expect("refused");
-            let wc = wait_one(&s.cq, &format!("{me}: the refusal on b"));
-            assert_eq!(
-                (wc.wr_id(), wc.status(), wc.qp_num()),
-                (PROBE, WcStatus::WrFlushErr, s.qp.qp_num()),
-                "{me}: b's probe is flushed (b's QP went to ERR): {wc:?}"
-            );
-            s.check_mem("rereg: a refused WRITE leaves the memory untouched");
-            loud(&format!(
-                "{me}: rereg: the refused WRITE left all {LEN} bytes as they were"
-            ));
-
-            let others = s.recover("rereg: recovery");
-            assert!(others.is_empty(), "{me}: recovery saw {others:?}");
-            ctl.barrier("rts-again");
-            s.mem_mr.set_access(RW_READ).unwrap_or_else(|e| {
-                panic!("{me}: set_access restoring REMOTE_WRITE in place: {e}")
-            });
-            assert_eq!(keys(&s.mem_mr), k, "{me}: in place: same handle and keys");
-            ctl.send("remote-write-restored", "");
-
-            ctl.expect("written");
-            s.model[at..at + RDMA_LEN].copy_from_slice(&pattern(303, RDMA_LEN));
-            s.check_mem("rereg: WRITE with REMOTE_WRITE restored");
-            loud(&format!(
-                "{me}: rereg: REMOTE_WRITE removed in place -> a's WRITE refused; restored -> it landed (rkey {:#x} throughout)",
-                k.2
-            ));
-            ctl.send("checked", "");
-        }
-    }
+    let k = rereg_refused(s, ctl);
+    let others = s.recover("rereg: recovery");
+    assert!(others.is_empty(), "{me}: recovery saw {others:?}");
+    ctl.barrier("rts-again");
+    rereg_restored(s, ctl, k, "");
 }

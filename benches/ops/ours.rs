@@ -76,6 +76,16 @@ struct Objects {
 }
 
 impl Objects {
+    /// A's CQ and QP, for [`wait_checked`].
+    fn a(&self) -> (&CompletionQueue, &QueuePair) {
+        (&self.cq_a, &self.qp_a)
+    }
+
+    /// B's CQ and QP, for [`wait_checked`].
+    fn b(&self) -> (&CompletionQueue, &QueuePair) {
+        (&self.cq_b, &self.qp_b)
+    }
+
     /// Posts `wrs` on QP A, shared or exclusive as the run asks.
     ///
     /// # Safety
@@ -202,6 +212,23 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
     Ok(counts)
 }
 
+/// Waits (counted in `counts`) for the one completion of iteration `i` on
+/// `cq` and checks it: wr_id `i`, `opcode`, on `qp`.
+fn wait_checked(
+    counts: &mut Counts,
+    (cq, qp): (&CompletionQueue, &QueuePair),
+    what: &str,
+    i: usize,
+    opcode: WcOpcode,
+) -> Result<(), String> {
+    let mut wc = [WorkCompletion::default(); 1];
+    crate::wait_for(counts, what, i, 1, |got| {
+        cq.poll(&mut wc[got..])
+            .map_err(|e| format!("ours: poll: {e}"))
+    })?;
+    expect(&wc[0], what, i as u64, opcode, qp.qp_num())
+}
+
 /// A signalled SEND or WRITE `wr_id` of `payload`.
 fn send_wr<'a>(wr_id: u64, op: SendOp, flags: SendFlags, payload: Payload<'a>) -> SendWr<'a> {
     SendWr::new(wr_id, op, payload).flags(flags)
@@ -210,7 +237,6 @@ fn send_wr<'a>(wr_id: u64, op: SendOp, flags: SendFlags, payload: Payload<'a>) -
 /// Case 1: one signalled WRITE per iteration.
 fn write(pair: &Pair, o: &mut Objects, source: &[Sge], remote: Remote) -> Result<Counts, String> {
     let mut counts = Counts::default();
-    let mut wc = [WorkCompletion::default(); 1];
     let op = SendOp::RdmaWrite { remote, imm: None };
     for i in 0..pair.iters {
         let wr = send_wr(i as u64, op, SendFlags::SIGNALED, Payload::Sges(source));
@@ -218,18 +244,7 @@ fn write(pair: &Pair, o: &mut Objects, source: &[Sge], remote: Remote) -> Result
         // SAFETY: the source bytes stay untouched until the completion is
         // polled below, and the MR outlives the QP's use of them.
         unsafe { o.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
-        crate::wait_for(&mut counts, "WRITE", i, 1, |got| {
-            o.cq_a
-                .poll(&mut wc[got..])
-                .map_err(|e| format!("ours: poll: {e}"))
-        })?;
-        expect(
-            &wc[0],
-            "WRITE",
-            i as u64,
-            WcOpcode::RdmaWrite,
-            o.qp_a.qp_num(),
-        )?;
+        wait_checked(&mut counts, o.a(), "WRITE", i, WcOpcode::RdmaWrite)?;
     }
     Ok(counts)
 }
@@ -283,7 +298,6 @@ fn write_batch(
 /// Case 3: a receive on B, a SEND on A, both completions polled.
 fn send_recv(pair: &Pair, o: &mut Objects, source: &[Sge], target: Sge) -> Result<Counts, String> {
     let mut counts = Counts::default();
-    let mut wc = [WorkCompletion::default(); 1];
     let target = [target];
     for i in 0..pair.iters {
         let rwr = RecvWr {
@@ -299,18 +313,8 @@ fn send_recv(pair: &Pair, o: &mut Objects, source: &[Sge], target: Sge) -> Resul
         counts.posts += 1;
         // SAFETY: as in `write`.
         unsafe { o.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
-        crate::wait_for(&mut counts, "SEND", i, 1, |got| {
-            o.cq_a
-                .poll(&mut wc[got..])
-                .map_err(|e| format!("ours: poll: {e}"))
-        })?;
-        expect(&wc[0], "SEND", i as u64, WcOpcode::Send, o.qp_a.qp_num())?;
-        crate::wait_for(&mut counts, "RECV", i, 1, |got| {
-            o.cq_b
-                .poll(&mut wc[got..])
-                .map_err(|e| format!("ours: poll: {e}"))
-        })?;
-        expect(&wc[0], "RECV", i as u64, WcOpcode::Recv, o.qp_b.qp_num())?;
+        wait_checked(&mut counts, o.a(), "SEND", i, WcOpcode::Send)?;
+        wait_checked(&mut counts, o.b(), "RECV", i, WcOpcode::Recv)?;
     }
     Ok(counts)
 }
@@ -335,7 +339,6 @@ fn inline_send(
     // completed; the MR outlives the QP's use of the slots.
     unsafe { o.post_recv(&rwrs) }.map_err(|e| format!("ours: post_recv (all): {e}"))?;
     let mut counts = Counts::default();
-    let mut wc = [WorkCompletion::default(); 1];
     for i in 0..pair.iters {
         let data = crate::pattern(i);
         let segs: [&[u8]; 1] = [&data];
@@ -344,18 +347,7 @@ fn inline_send(
         counts.posts += 1;
         // SAFETY: the payload is inline, copied during the call.
         unsafe { o.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
-        crate::wait_for(&mut counts, "inline SEND", i, 1, |got| {
-            o.cq_a
-                .poll(&mut wc[got..])
-                .map_err(|e| format!("ours: poll: {e}"))
-        })?;
-        expect(
-            &wc[0],
-            "inline SEND",
-            i as u64,
-            WcOpcode::Send,
-            o.qp_a.qp_num(),
-        )?;
+        wait_checked(&mut counts, o.a(), "inline SEND", i, WcOpcode::Send)?;
     }
     Ok(counts)
 }

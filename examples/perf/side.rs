@@ -442,6 +442,35 @@ pub struct Connected {
     pub ctx: Context,
 }
 
+impl Connected {
+    /// The connection of `side` to `peer`, with the control channel `ctl`,
+    /// our own end `me`, the run's options and, where the cm connected it,
+    /// the cm's ids.
+    fn new(
+        ctx: Context,
+        side: Side,
+        peer: &Dest,
+        ctl: Control,
+        me: Dest,
+        opts: &Options,
+        cm: Option<CmLink>,
+    ) -> Connected {
+        Connected {
+            side,
+            peer: remote(peer),
+            link: Link {
+                ctl,
+                me,
+                test: opts.test,
+                size: opts.size,
+                iters: opts.iters,
+                cm,
+            },
+            ctx,
+        }
+    }
+}
+
 /// The connection parameters perftest's `-R` sends (perftest_communication.c):
 /// responder resources and initiator depth `out_reads` for its READ
 /// tests, 0 for the others; retry and RNR retry 7; no private data.
@@ -525,19 +554,7 @@ pub fn by_hand(opts: &Options, server: Option<&str>, tx_depth: usize) -> Result<
         }
         side.connect_by_hand(&me, peer, gid_index, agreed.mtu)
     })?;
-    Ok(Connected {
-        side,
-        peer: remote(&peer),
-        link: Link {
-            ctl,
-            me,
-            test: opts.test,
-            size: opts.size,
-            iters: opts.iters,
-            cm: None,
-        },
-        ctx,
-    })
+    Ok(Connected::new(ctx, side, &peer, ctl, me, opts, None))
 }
 
 // ---- Through the rdma_cm ----------------------------------------------
@@ -836,22 +853,11 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
     };
     let me = side.dest(&ctx, gid_index)?;
     let peer = hand_shakes(&mut ctl, client, &me, &side, opts.test, |_| Ok(()))?;
-    Ok(Connected {
-        side,
-        peer: remote(&peer),
-        link: Link {
-            ctl,
-            me,
-            test: opts.test,
-            size: opts.size,
-            iters: opts.iters,
-            cm: Some(CmLink {
-                ch,
-                data,
-                control,
-                _listener: listener,
-            }),
-        },
-        ctx,
-    })
+    let cm = CmLink {
+        ch,
+        data,
+        control,
+        _listener: listener,
+    };
+    Ok(Connected::new(ctx, side, &peer, ctl, me, opts, Some(cm)))
 }

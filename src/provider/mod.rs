@@ -244,6 +244,33 @@ pub(crate) const fn ring_test_len(n: u64, under_miri: u64) -> u64 {
     }
 }
 
+/// The one SGE of the instruction-count probes' WRITEs (rxe's and siw's
+/// `ir_probe`): 64 bytes at 0x1000, lkey 7.
+#[cfg(test)]
+pub(crate) const PROBE_SGE: crate::wr::Sge = crate::wr::Sge {
+    addr: 0x1000,
+    length: 64,
+    lkey: 7,
+};
+
+/// The instruction-count probes' RDMA WRITE `wr_id` of `sges` to 0x2000,
+/// rkey 9, without immediate data.
+#[cfg(test)]
+pub(crate) fn probe_write(wr_id: u64, sges: &[crate::wr::Sge]) -> crate::wr::SendWr<'_> {
+    use crate::wr::{Payload, Remote, SendOp, SendWr};
+    SendWr::new(
+        wr_id,
+        SendOp::RdmaWrite {
+            remote: Remote {
+                addr: 0x2000,
+                rkey: 9,
+            },
+            imm: None,
+        },
+        Payload::Sges(sges),
+    )
+}
+
 /// Spins until `cond` holds, failing the test at `deadline` (the
 /// two-thread ring tests of rxe and siw, waiting for the other side).
 #[cfg(test)]

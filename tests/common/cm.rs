@@ -490,48 +490,45 @@ impl Reported {
 /// more; each id destroyed with the kernel's count of events equal to the
 /// channel's. The QPs and CQs are destroyed first.
 pub fn disconnect_pair(pair: CmPair, name: &str) -> Reported {
-    let CmPair {
-        qp_a,
-        qp_b,
-        cq_a,
-        cq_b,
-        client,
-        server,
-        listener,
-        ch_a,
-        ch_b,
-        iwarp,
-        ..
-    } = pair;
+    let (client, server) = (&pair.client, &pair.server);
+    let (ch_a, ch_b) = (&pair.ch_a, &pair.ch_b);
     client
         .disconnect()
         .unwrap_or_else(|e| panic!("{name}: client disconnect: {e}"));
-    let ev = next_event(&ch_b, "server disconnected");
+    let ev = next_event(ch_b, "server disconnected");
     assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
     assert_eq!(ev.id, server.handle());
     server
         .disconnect()
         .unwrap_or_else(|e| panic!("{name}: server disconnect: {e}"));
-    let ev = next_event(&ch_a, "client disconnected");
+    let ev = next_event(ch_a, "client disconnected");
     assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
     assert_eq!(ev.id, client.handle());
     // iWARP has no time-wait state in the cm (cma_iw_handler reports the
     // stream's close as DISCONNECTED and nothing after it).
-    let timewait = if iwarp {
+    let timewait = if pair.iwarp {
         &[][..]
     } else {
-        &[(&ch_a, &client, "client"), (&ch_b, &server, "server")][..]
+        &[(ch_a, client, "client"), (ch_b, server, "server")][..]
     };
     for &(ch, id, side) in timewait {
         let ev = next_event(ch, &format!("{side} timewait"));
         assert!(matches!(ev.kind, EventKind::TimewaitExit), "{name}: {ev:?}");
         assert_eq!(ev.id, id.handle());
     }
-    for (ch, side) in [(&ch_a, "client"), (&ch_b, "server")] {
+    for (ch, side) in [(ch_a, "client"), (ch_b, "server")] {
         assert_no_event(ch, Duration::from_millis(200), &format!("{name}: {side}"));
     }
-    drop((qp_a, qp_b, cq_a, cq_b));
-    destroy_ids(client, server, listener, name)
+    pair.destroy(name)
+}
+
+impl CmPair {
+    /// Drops the QPs and CQs, then destroys the three ids as
+    /// [`destroy_ids`] does; returns the counts. The channels go last.
+    pub fn destroy(self, name: &str) -> Reported {
+        drop((self.qp_a, self.qp_b, self.cq_a, self.cq_b));
+        destroy_ids(self.client, self.server, self.listener, name)
+    }
 }
 
 /// Destroys the three ids of a connection (its QPs already gone), each with

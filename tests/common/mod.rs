@@ -15,7 +15,8 @@
 //!   tests (WRITE, READ, FETCH_ADD checked byte for byte; refusals);
 //! - [`two_host`]: roles and the control connection of the two-host run;
 //! - here: the access flags every test means by `RW` and `RW_READ`, the
-//!   serial lock, a fresh MR, and the replace-fallback calls.
+//!   serial lock, a fresh MR, the replace-fallback calls, and a bounded
+//!   poll for readability.
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code, unused_imports)]
@@ -56,6 +57,18 @@ pub const RW_READ: AccessFlags = RW.union(AccessFlags::REMOTE_READ);
 pub const OWNED: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_READ);
 /// One mebibyte.
 pub const MIB: usize = 1 << 20;
+
+/// poll(2) for `POLLIN` on `fd`, up to `wait`: its answer (1 once
+/// readable, 0 at the time-out, -1 with errno set on an error).
+pub fn poll_in(fd: std::os::fd::RawFd, wait: std::time::Duration) -> i32 {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, for the duration of the call.
+    unsafe { libc::poll(&mut pfd, 1, wait.as_millis() as i32) }
+}
 
 /// A deterministic byte pattern for `seed` (never all zero).
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {

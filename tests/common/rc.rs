@@ -52,24 +52,48 @@ pub const RC_PATH_ATTRS: QpAttrMask = QpAttrMask::STATE
     .union(QpAttrMask::RETRY_CNT)
     .union(QpAttrMask::RNR_RETRY);
 
+/// RESET -> INIT on P_Key index 0 and [`PORT`]: what every QP type's
+/// INIT needs; the caller adds the access flags (RC, UC) or Q_Key (UD).
+pub fn to_init() -> QpAttr {
+    QpAttr::new().state(QpState::Init).pkey_index(0).port(PORT)
+}
+
 /// RESET -> INIT (P_Key index 0, [`PORT`], `qkey`) -> RTR -> RTS
 /// (`sq_psn`): the attribute sets the kernel's table asks of UD.
 pub fn ud_to_rts(qp: &QueuePair, qkey: u32, sq_psn: u32) {
     let steps = [
-        (
-            "RESET->INIT",
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(PORT)
-                .qkey(qkey),
-        ),
+        ("RESET->INIT", to_init().qkey(qkey)),
         ("INIT->RTR", QpAttr::new().state(QpState::Rtr)),
         ("RTR->RTS", QpAttr::new().state(QpState::Rts).sq_psn(sq_psn)),
     ];
     for (step, attr) in steps {
         modify(qp, &attr, step);
     }
+}
+
+/// Where `buf[at..]` is for a peer: its address, with `mr`'s rkey.
+pub fn remote_in(buf: &[u8], at: usize, mr: &MemoryRegion) -> Remote {
+    Remote {
+        addr: buf.as_ptr() as u64 + at as u64,
+        rkey: mr.rkey(),
+    }
+}
+
+/// A new completion channel of `ctx`.
+pub fn comp_channel(ctx: &Context, name: &str) -> CompletionChannel {
+    ctx.create_comp_channel()
+        .unwrap_or_else(|e| panic!("{name}: create_comp_channel: {e}"))
+}
+
+/// A `qp_type` QP in `pd` whose send and receive queues complete on `cq`.
+pub fn qp_on(
+    pd: &ProtectionDomain,
+    qp_type: QpType,
+    cq: &CompletionQueue,
+    name: &str,
+) -> QueuePair {
+    pd.create_qp(&QpInit::new(qp_type, cq, cq))
+        .unwrap_or_else(|e| panic!("{name}: create_qp {qp_type:?}: {e}"))
 }
 
 /// A UD QP in `pd` completing on `cq`, moved to RTS by [`ud_to_rts`].
@@ -80,9 +104,7 @@ pub fn ud_qp(
     sq_psn: u32,
     name: &str,
 ) -> QueuePair {
-    let qp = pd
-        .create_qp(&QpInit::new(QpType::Ud, cq, cq))
-        .unwrap_or_else(|e| panic!("{name}: create_qp UD: {e}"));
+    let qp = qp_on(pd, QpType::Ud, cq, name);
     ud_to_rts(&qp, qkey, sq_psn);
     qp
 }
@@ -249,29 +271,26 @@ pub trait CmQp {
     fn cm_qpn(&self) -> u32;
 }
 
-impl CmQp for QueuePair {
-    fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
-        self.modify(attr)
-    }
-    fn cm_established(&self) -> Result<QpState, uverbs::Error> {
-        self.established()
-    }
-    fn cm_qpn(&self) -> u32 {
-        self.qp_num()
-    }
+/// Implements [`CmQp`] for a QP type (with its generics in brackets) by
+/// its inherent `modify`, `established` and `qp_num`, which both QP types
+/// have under the same names.
+macro_rules! cm_qp_by_inherent_methods {
+    ([$($generics:tt)*] $qp:ty) => {
+        impl<$($generics)*> CmQp for $qp {
+            fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
+                self.modify(attr)
+            }
+            fn cm_established(&self) -> Result<QpState, uverbs::Error> {
+                self.established()
+            }
+            fn cm_qpn(&self) -> u32 {
+                self.qp_num()
+            }
+        }
+    };
 }
-
-impl<M: uverbs::DeviceReadable> CmQp for OwnedQp<M> {
-    fn cm_modify(&self, attr: &QpAttr) -> Result<(), uverbs::Error> {
-        self.modify(attr)
-    }
-    fn cm_established(&self) -> Result<QpState, uverbs::Error> {
-        self.established()
-    }
-    fn cm_qpn(&self) -> u32 {
-        self.qp_num()
-    }
-}
+cm_qp_by_inherent_methods!([] QueuePair);
+cm_qp_by_inherent_methods!([M: uverbs::DeviceReadable] OwnedQp<M>);
 
 /// Moves `qp` with exactly what the cm answers for `id` and `state` (on
 /// iWARP the RTS answer has no state: PORT alone).
@@ -494,6 +513,34 @@ pub fn connect_rc_qps(ctx: &Context, name: &str, a: &QueuePair, b: &QueuePair) -
     None
 }
 
+/// Connects RESET QPs `a` and `b` (plain or owned) granting `access`: on
+/// siw through the cm (the link comes back: keep it until the QPs are
+/// gone), elsewhere by hand over RoCE.
+pub fn connect_qps<A: CmQp, B: CmQp>(
+    ctx: &Context,
+    name: &str,
+    a: &A,
+    b: &B,
+    access: AccessFlags,
+) -> Option<CmLink> {
+    if driver(ctx) == Driver::Siw {
+        return Some(
+            cm_connect(ctx, name, a, b)
+                .unwrap_or_else(|| panic!("{name}: no cm connection on siw")),
+        );
+    }
+    let (gid, mtu) = roce_path(ctx, name);
+    let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
+    let both: [(&dyn CmQp, u32); 2] = [(a, b.cm_qpn()), (b, a.cm_qpn())];
+    for (qp, peer) in both {
+        for (step, attr) in rc_to_rts(access, PORT, mtu, peer, dest) {
+            qp.cm_modify(&attr)
+                .unwrap_or_else(|e| panic!("{name}: {step}: {e}"));
+        }
+    }
+    None
+}
+
 /// Connects the RESET QPs of `q` to each other as [`connected_rc_pair`]
 /// does (rxe: by hand granting `access`; siw: through the cm).
 pub fn connect_two(mut q: TwoQps, ctx: &Context, name: &str, access: AccessFlags) -> TwoQps {
@@ -590,11 +637,7 @@ pub fn recover_pair(
 /// bounded number of times (each said loudly); the probe's INIT is then
 /// taken back to RESET, so the caller connects from RESET as usual.
 pub fn reset_for_init(qp: &QueuePair, access: AccessFlags, what: &str) {
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
-        .port(PORT)
-        .access_flags(access);
+    let init = to_init().access_flags(access);
     for attempt in 1..=5 {
         modify(qp, &QpAttr::new().state(QpState::Reset), "->RESET");
         match qp.modify(&init) {
@@ -783,6 +826,27 @@ pub fn sge(addr: u64, length: usize, mr: &MemoryRegion) -> [Sge; 1] {
 /// A signalled RDMA WRITE of `sges` to `remote`.
 pub fn signalled_write(wr_id: u64, sges: &[Sge], remote: Remote) -> SendWr<'_> {
     signalled(wr_id, SendOp::RdmaWrite { remote, imm: None }, sges)
+}
+
+/// One signalled WRITE per SGE, wr_ids from `first`: WRITE `i` of
+/// `sges[i]` to `addr + i * stride` with `rkey` (a window of slots).
+pub fn signalled_writes(
+    first: u64,
+    sges: &[[Sge; 1]],
+    addr: u64,
+    stride: usize,
+    rkey: u32,
+) -> Vec<SendWr<'_>> {
+    sges.iter()
+        .enumerate()
+        .map(|(i, sge)| {
+            let remote = Remote {
+                addr: addr + (i * stride) as u64,
+                rkey,
+            };
+            signalled_write(first + i as u64, sge, remote)
+        })
+        .collect()
 }
 
 /// A signalled `op` of `sges`.

@@ -15,7 +15,8 @@ use uverbs::{
 };
 
 use super::{
-    assert_no_completion, check, loud, pattern, replace, sge, signalled, wait_one, HandleCounts,
+    anon, assert_no_completion, check, fresh_mr, loud, pattern, replace, sge, signalled, wait_one,
+    HandleCounts, RW,
 };
 
 /// What the requester sees when the responder refuses an rkey, whatever
@@ -205,6 +206,22 @@ pub struct Qps<'a> {
     pub cq_b: &'a CompletionQueue,
 }
 
+/// A's source buffer and its MR ([`RW`]). The MR is declared first: it
+/// is deregistered before the buffer is unmapped.
+pub struct Source {
+    pub mr: MemoryRegion,
+    pub buf: memmap2::MmapMut,
+}
+
+impl Source {
+    /// `len` new bytes registered in `pd`.
+    pub fn new(pd: &ProtectionDomain, len: usize) -> Source {
+        let mut buf = anon(len);
+        let mr = fresh_mr(pd, &mut buf, RW);
+        Source { mr, buf }
+    }
+}
+
 /// A rig whose A makes requests from its source buffer (registered in the
 /// QPs' PD) into B's memory.
 pub trait Requester {
@@ -212,9 +229,8 @@ pub trait Requester {
     fn name(&self) -> &str;
     fn qps(&self) -> Qps<'_>;
     /// A's source buffer and its MR.
-    fn src(&self) -> &[u8];
-    fn src_mut(&mut self) -> &mut [u8];
-    fn src_mr(&self) -> &MemoryRegion;
+    fn source(&self) -> &Source;
+    fn source_mut(&mut self) -> &mut Source;
     /// The QPs' PD, where B's regions are registered.
     fn pd(&self) -> &ProtectionDomain;
 
@@ -232,7 +248,11 @@ pub trait Requester {
     /// Posts `op` from A with `src[at..at + len]` as its local buffer and
     /// returns its completion, whatever its status.
     fn post_a(&self, wr_id: u64, op: SendOp, at: usize, len: usize, what: &str) -> WorkCompletion {
-        let sges = sge(self.src().as_ptr() as u64 + at as u64, len, self.src_mr());
+        let sges = sge(
+            self.source().buf.as_ptr() as u64 + at as u64,
+            len,
+            &self.source().mr,
+        );
         let wr = signalled(wr_id, op, &sges);
         // SAFETY: `src[at..at + len]` stays mapped and registered and is
         // neither written nor (for atomics) read by the program until the
@@ -253,7 +273,7 @@ pub trait Requester {
         what: &str,
     ) -> (Vec<u8>, WorkCompletion) {
         let data = pattern(seed, MSG);
-        self.src_mut()[..MSG].copy_from_slice(&data);
+        self.source_mut().buf[..MSG].copy_from_slice(&data);
         let op = SendOp::RdmaWrite { remote, imm: None };
         let wc = self.post_a(wr_id, op, 0, MSG, what);
         (data, wc)
@@ -302,14 +322,14 @@ pub trait Requester {
         what: &str,
     ) {
         let mut target = target.into();
-        self.src_mut()[MSG..2 * MSG].fill(0);
+        self.source_mut().buf[MSG..2 * MSG].fill(0);
         let wc = self.post_a(wr_id, SendOp::RdmaRead { remote }, MSG, MSG, what);
         let name = self.name();
         check(&wc, what, WcOpcode::RdmaRead, self.qps().qp_a, wr_id);
         assert_eq!(wc.byte_len() as usize, MSG, "{name}: {what}: {wc:?}");
         let at = (remote.addr - target.base()) as usize;
         assert!(
-            self.src()[MSG..2 * MSG] == target.bytes()[at..at + MSG],
+            self.source().buf[MSG..2 * MSG] == target.bytes()[at..at + MSG],
             "{name}: {what}: the READ's {MSG} bytes are not the target's"
         );
         loud(&format!(
@@ -386,7 +406,7 @@ pub trait Requester {
         what: &str,
     ) {
         let before = now(dst);
-        self.src_mut()[RESULT_AT..RESULT_AT + 8].fill(0xee);
+        self.source_mut().buf[RESULT_AT..RESULT_AT + 8].fill(0xee);
         self.arm_probe(what);
         let op = SendOp::FetchAdd { remote, add: ADD };
         let wc = self.post_a(wr_id, op, RESULT_AT, 8, what);
@@ -397,7 +417,7 @@ pub trait Requester {
             "{name}: {what}: a refused FETCH_ADD changed the target"
         );
         assert_eq!(
-            self.src()[RESULT_AT..RESULT_AT + 8],
+            self.source().buf[RESULT_AT..RESULT_AT + 8],
             [0xee; 8],
             "{name}: {what}: a refused FETCH_ADD wrote a result"
         );
@@ -423,7 +443,11 @@ pub trait Requester {
             );
             let name = self.name();
             check(&wc, &what, WcOpcode::FetchAdd, self.qps().qp_a, wr_id);
-            let got = u64::from_ne_bytes(self.src()[RESULT_AT..RESULT_AT + 8].try_into().unwrap());
+            let got = u64::from_ne_bytes(
+                self.source().buf[RESULT_AT..RESULT_AT + 8]
+                    .try_into()
+                    .unwrap(),
+            );
             assert_eq!(got, expected_old, "{name}: {what}: the value returned");
             assert_eq!(
                 target_word(dst),
@@ -452,11 +476,11 @@ pub trait Requester {
     /// typed, whatever the MR and the QP grant; nothing completes, the
     /// target and A's result slot stay.
     fn siw_fetch_add_refused_at_post(&mut self, remote: Remote, dst: &[u8], what: &str) {
-        self.src_mut()[RESULT_AT..RESULT_AT + 8].fill(0xee);
+        self.source_mut().buf[RESULT_AT..RESULT_AT + 8].fill(0xee);
         let sges = sge(
-            self.src().as_ptr() as u64 + RESULT_AT as u64,
+            self.source().buf.as_ptr() as u64 + RESULT_AT as u64,
             8,
-            self.src_mr(),
+            &self.source().mr,
         );
         let wr = signalled(1, SendOp::FetchAdd { remote, add: ADD }, &sges);
         let (name, q) = (self.name(), self.qps());
@@ -480,7 +504,7 @@ pub trait Requester {
         assert_no_completion(q.cq_a, &format!("{name}: {what}: A"));
         assert_eq!(target_word(dst), OLD, "{name}: {what}: the target");
         assert_eq!(
-            self.src()[RESULT_AT..RESULT_AT + 8],
+            self.source().buf[RESULT_AT..RESULT_AT + 8],
             [0xee; 8],
             "{name}: {what}: a result"
         );

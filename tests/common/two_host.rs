@@ -13,12 +13,13 @@ use std::time::{Duration, Instant};
 
 use uverbs::TransportType;
 use uverbs::{
-    CompletionQueue, MemoryRegion, QueuePair, RecvWr, Remote, SendOp, WcOpcode, WorkCompletion,
+    AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair, RecvWr, Remote,
+    SendOp, WcOpcode, WcStatus, WorkCompletion,
 };
 
 use super::devices::loud;
-use super::pattern;
 use super::rc::{check, sge, signalled, wait_checked, wait_one};
+use super::{anon, fresh_mr, pattern, RW, RW_READ};
 
 /// How long each side waits for the other to show up on the control
 /// connection (the peer's previous run may still be finishing).
@@ -77,10 +78,17 @@ pub struct Peer {
     pub run: String,
 }
 
-/// The two-host environment, or `None` outside a two-host run; a role
-/// with a missing or malformed companion variable fails.
+/// The two-host environment, or `None` outside a two-host run (said
+/// loudly: `test` is SKIPPED); a role with a missing or malformed
+/// companion variable fails.
 pub fn peer_from_env(test: &str) -> Option<Peer> {
-    let role = match std::env::var("UVERBS_HOST_ROLE").ok()?.as_str() {
+    let Ok(role) = std::env::var("UVERBS_HOST_ROLE") else {
+        loud(&format!(
+            "SKIPPED: {test}: not in a two-host run (UVERBS_HOST_ROLE unset; `cargo vm test` sets it)"
+        ));
+        return None;
+    };
+    let role = match role.as_str() {
         "a" => Role::A,
         "b" => Role::B,
         other => panic!("{test}: UVERBS_HOST_ROLE={other:?}: expected `a` or `b`"),
@@ -219,9 +227,51 @@ pub fn same_bytes(got: &[u8], want: &[u8], what: &str) {
     }
 }
 
+/// One side's memory in a two-host test: its peer-addressable memory
+/// (`REMOTE_WRITE | REMOTE_READ`) with the model of what that must hold,
+/// and its local buffer; [`LEN`] bytes each, registered in one PD.
+pub struct Buffers {
+    pub mem_mr: MemoryRegion,
+    pub mem: memmap2::MmapMut,
+    pub model: Vec<u8>,
+    pub local_mr: MemoryRegion,
+    pub local: memmap2::MmapMut,
+}
+
+impl Buffers {
+    /// Both buffers, new and registered in `pd`: the peer-addressable one
+    /// [`RW_READ`], the local one [`RW`]; the model all zeros.
+    pub fn new(pd: &ProtectionDomain) -> Buffers {
+        let mut mem = anon(LEN);
+        let mem_mr = fresh_mr(pd, &mut mem, RW_READ);
+        let mut local = anon(LEN);
+        let local_mr = fresh_mr(pd, &mut local, RW);
+        Buffers {
+            mem_mr,
+            mem,
+            model: vec![0; LEN],
+            local_mr,
+            local,
+        }
+    }
+
+    /// Deregisters both MRs, drops `pd` (their PD, its last user), then
+    /// unmaps the memory.
+    pub fn release(self, pd: ProtectionDomain) {
+        let Buffers {
+            mem_mr,
+            mem,
+            local_mr,
+            local,
+            ..
+        } = self;
+        drop((mem_mr, local_mr, pd));
+        drop((mem, local));
+    }
+}
+
 /// One side of a two-host test, as the shared traffic steps see it: who
-/// it is, its current QP and CQ, its local buffer, its peer-addressable
-/// memory with the model of what that must hold, and where the peer's
+/// it is, its current QP and CQ, its [`Buffers`], and where the peer's
 /// memory is. The binaries differ in how they connect, not in these.
 pub trait Traffic {
     /// `a (192.0.2.1)`, for messages.
@@ -232,17 +282,43 @@ pub trait Traffic {
     fn qp(&self) -> &QueuePair;
     /// Its CQ (send and receive).
     fn cq(&self) -> &CompletionQueue;
+    /// The local buffer and the peer-addressable memory.
+    fn bufs(&self) -> &Buffers;
+    fn bufs_mut(&mut self) -> &mut Buffers;
+    /// The start of the peer's memory and its rkey.
+    fn peer_mem(&self) -> (u64, u32);
+
     /// The local buffer and its registration.
-    fn local(&self) -> &[u8];
-    fn local_mut(&mut self) -> &mut [u8];
-    fn local_mr(&self) -> &MemoryRegion;
+    fn local(&self) -> &[u8] {
+        &self.bufs().local
+    }
+    fn local_mut(&mut self) -> &mut [u8] {
+        &mut self.bufs_mut().local
+    }
+    fn local_mr(&self) -> &MemoryRegion {
+        &self.bufs().local_mr
+    }
     /// The peer-addressable memory and its model.
-    fn mem(&self) -> &[u8];
-    fn mem_mut(&mut self) -> &mut [u8];
-    fn model(&self) -> &[u8];
-    fn model_mut(&mut self) -> &mut [u8];
+    fn mem(&self) -> &[u8] {
+        &self.bufs().mem
+    }
+    fn mem_mut(&mut self) -> &mut [u8] {
+        &mut self.bufs_mut().mem
+    }
+    fn model(&self) -> &[u8] {
+        &self.bufs().model
+    }
+    fn model_mut(&mut self) -> &mut [u8] {
+        &mut self.bufs_mut().model
+    }
     /// Where in the peer's memory `at` is.
-    fn remote(&self, at: usize) -> Remote;
+    fn remote(&self, at: usize) -> Remote {
+        let (addr, rkey) = self.peer_mem();
+        Remote {
+            addr: addr + at as u64,
+            rkey,
+        }
+    }
 
     /// Compares all of the peer-addressable memory with the model.
     fn check_mem(&self, what: &str) {
@@ -413,5 +489,137 @@ pub fn read(s: &mut impl Traffic, ctl: &mut Control, reader: Role, step: u64) {
         ctl.expect("read");
         // A READ leaves the source as it was.
         s.check_mem(&what);
+    }
+}
+
+/// Where B's memory is re-registered while A writes.
+pub const REREG_AT: usize = 192 << 10;
+
+/// The receive without SGEs that B holds while its refusal is in flight:
+/// flushed when B's QP goes to ERR.
+pub const PROBE: u64 = 0x9e0be;
+
+/// (handle, lkey, rkey) of `mr`.
+pub fn keys(mr: &MemoryRegion) -> (u32, u32, u32) {
+    (mr.handle(), mr.lkey(), mr.rkey())
+}
+
+/// A RDMA WRITEs [`RDMA_LEN`] bytes of `pattern(seed)` to B's memory at
+/// [`REREG_AT`]; its completion, whatever its status.
+fn rereg_write(s: &mut impl Traffic, seed: u64, what: &str) -> WorkCompletion {
+    let data = pattern(seed, RDMA_LEN);
+    s.local_mut()[..RDMA_LEN].copy_from_slice(&data);
+    let op = SendOp::RdmaWrite {
+        remote: s.remote(REREG_AT),
+        imm: None,
+    };
+    s.post(seed, op, 0, RDMA_LEN, what)
+}
+
+/// The first half of the rereg case, B re-registering its memory in place
+/// while A writes to it: a WRITE lands; B removes REMOTE_WRITE in place
+/// (same keys) with a probe receive posted; A's next WRITE is refused with
+/// a remote access error, B's probe is flushed (its QP went to ERR) and
+/// B's memory is untouched. Both QPs are dead on return; how they come
+/// back is the binary's. Returns B's keys before (A: its own, unused).
+pub fn rereg_refused(s: &mut impl Traffic, ctl: &mut Control) -> (u32, u32, u32) {
+    let me = s.me().to_string();
+    let at = REREG_AT;
+    let k = keys(&s.bufs().mem_mr);
+    match s.role() {
+        Role::A => {
+            let what = "rereg: WRITE before";
+            let wc = rereg_write(s, 301, what);
+            check(&wc, what, WcOpcode::RdmaWrite, s.qp(), 301);
+            ctl.send("written", "");
+
+            ctl.expect("remote-write-removed");
+            let what = "rereg: WRITE with REMOTE_WRITE removed";
+            let wc = rereg_write(s, 302, what);
+            assert_eq!(
+                (wc.status(), wc.wr_id(), wc.qp_num()),
+                (WcStatus::RemAccessErr, 302, s.qp().qp_num()),
+                "{me}: {what}: refused with a remote access error: {wc:?}"
+            );
+            loud(&format!("{me}: {what}: {:?}", wc.status()));
+            ctl.send("refused", "");
+        }
+        Role::B => {
+            ctl.expect("written");
+            s.model_mut()[at..at + RDMA_LEN].copy_from_slice(&pattern(301, RDMA_LEN));
+            s.check_mem("rereg: WRITE before");
+
+            // The probe shows B's QP going to ERR when it refuses.
+            // SAFETY: a receive without SGEs names no memory.
+            unsafe {
+                s.qp().post_recv(&[RecvWr {
+                    wr_id: PROBE,
+                    sges: &[],
+                }])
+            }
+            .unwrap_or_else(|e| panic!("{me}: post_recv of the probe: {e}"));
+            s.bufs_mut()
+                .mem_mr
+                .set_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ)
+                .unwrap_or_else(|e| panic!("{me}: set_access without REMOTE_WRITE in place: {e}"));
+            assert_eq!(
+                keys(&s.bufs().mem_mr),
+                k,
+                "{me}: in place: same handle and keys"
+            );
+            ctl.send("remote-write-removed", "");
+
+            ctl.expect("refused");
+            let wc = wait_one(s.cq(), &format!("{me}: the refusal on b"));
+            assert_eq!(
+                (wc.wr_id(), wc.status(), wc.qp_num()),
+                (PROBE, WcStatus::WrFlushErr, s.qp().qp_num()),
+                "{me}: b's probe is flushed (b's QP went to ERR): {wc:?}"
+            );
+            s.check_mem("rereg: a refused WRITE leaves the memory untouched");
+            loud(&format!(
+                "{me}: rereg: the refused WRITE left all {LEN} bytes as they were"
+            ));
+        }
+    }
+    k
+}
+
+/// The second half of the rereg case, once both QPs are back: B restores
+/// REMOTE_WRITE in place (the keys still `k`, from [`rereg_refused`]) and
+/// A's next WRITE lands. `how` says what happened between the halves, for
+/// B's note.
+pub fn rereg_restored(s: &mut impl Traffic, ctl: &mut Control, k: (u32, u32, u32), how: &str) {
+    let me = s.me().to_string();
+    let at = REREG_AT;
+    match s.role() {
+        Role::A => {
+            ctl.expect("remote-write-restored");
+            let what = "rereg: WRITE with REMOTE_WRITE restored";
+            let wc = rereg_write(s, 303, what);
+            check(&wc, what, WcOpcode::RdmaWrite, s.qp(), 303);
+            ctl.send("written", "");
+            ctl.expect("checked");
+        }
+        Role::B => {
+            s.bufs_mut().mem_mr.set_access(RW_READ).unwrap_or_else(|e| {
+                panic!("{me}: set_access restoring REMOTE_WRITE in place: {e}")
+            });
+            assert_eq!(
+                keys(&s.bufs().mem_mr),
+                k,
+                "{me}: in place: same handle and keys"
+            );
+            ctl.send("remote-write-restored", "");
+
+            ctl.expect("written");
+            s.model_mut()[at..at + RDMA_LEN].copy_from_slice(&pattern(303, RDMA_LEN));
+            s.check_mem("rereg: WRITE with REMOTE_WRITE restored");
+            loud(&format!(
+                "{me}: rereg: REMOTE_WRITE removed in place -> a's WRITE refused; {how}restored -> it landed (rkey {:#x} throughout)",
+                k.2
+            ));
+            ctl.send("checked", "");
+        }
     }
 }

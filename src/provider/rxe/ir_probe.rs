@@ -18,7 +18,8 @@ use super::queue::{Consumer, Producer, QueueMem};
 use super::rings::post_sends;
 use super::wqe::{self, SendLimits, SEND_WQE_LEN, WC_LEN};
 use crate::command::QpType;
-use crate::wr::{Payload, Remote, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+use crate::provider::{probe_write, PROBE_SGE};
+use crate::wr::{SendWr, WcStatus, WorkCompletion};
 use uverbs_uapi::ib_uverbs_wc;
 use zerocopy::IntoBytes;
 
@@ -55,25 +56,11 @@ fn post_poll_loop() {
         max_inline: 256,
     }
     .within_slot(sq.elem_size());
-    let sges = [Sge {
-        addr: 0x1000,
-        length: 64,
-        lkey: 7,
-    }];
+    let sges = [PROBE_SGE];
     let mut slot = vec![0u8; sq_ring.elem_size()];
     let mut out = [WorkCompletion::default(); 1];
     for i in 0..ITERS {
-        let wr = SendWr::new(
-            i,
-            SendOp::RdmaWrite {
-                remote: Remote {
-                    addr: 0x2000,
-                    rkey: 9,
-                },
-                imm: None,
-            },
-            Payload::Sges(&sges),
-        );
+        let wr = probe_write(i, &sges);
         assert!(post_one(&mut sq, limits, &wr));
         assert!(kernel_sq.pop(&mut slot));
         let wc = ib_uverbs_wc {

@@ -31,7 +31,8 @@ use super::kernel_model::{KernelRq, KernelSq, TestMem};
 use super::queue::Producer;
 use super::rings::{post_recvs, post_sends};
 use super::wqe::SendConfig;
-use crate::wr::{Payload, RecvWr, Remote, SendOp, SendWr, Sge};
+use crate::provider::{probe_write, PROBE_SGE};
+use crate::wr::{Payload, RecvWr, SendOp, SendWr};
 
 const ITERS: u64 = 200;
 const NUM: u32 = 64;
@@ -81,26 +82,10 @@ fn post_loop() {
         max_inline: 80,
         sig_all: false,
     };
-    let sges = [Sge {
-        addr: 0x1000,
-        length: 64,
-        lkey: 7,
-    }];
+    let sges = [PROBE_SGE];
     let payload = [0x42u8; 64];
     let inline: [&[u8]; 1] = [&payload];
-    let write = |wr_id| {
-        SendWr::new(
-            wr_id,
-            SendOp::RdmaWrite {
-                remote: Remote {
-                    addr: 0x2000,
-                    rkey: 9,
-                },
-                imm: None,
-            },
-            Payload::Sges(&sges),
-        )
-    };
+    let write = |wr_id| probe_write(wr_id, &sges);
     for i in 0..ITERS {
         assert!(post_write(&mut sq, cfg, &write(i)));
         assert_eq!(kernel_sq.take().map(|s| s.map(|s| s.id)), Some(Ok(i)));

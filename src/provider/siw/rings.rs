@@ -218,16 +218,24 @@ impl CqRing {
     }
 }
 
-impl Ring for CqRing {
-    fn unmap_before_destroy(&mut self) -> bool {
-        self.ring.unmap();
-        true
-    }
+/// siw's [`Ring`] for a type whose `ring` is a [`RingMap`]: unmapped
+/// before the destroy (the module text), mapped again if it was refused.
+macro_rules! ring_unmapped_before_destroy {
+    ($ring:ty) => {
+        impl Ring for $ring {
+            fn unmap_before_destroy(&mut self) -> bool {
+                self.ring.unmap();
+                true
+            }
 
-    fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        self.ring.remap(transport)
-    }
+            fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
+                self.ring.remap(transport)
+            }
+        }
+    };
 }
+
+ring_unmapped_before_destroy!(CqRing);
 
 impl CompletionRing for CqRing {
     /// Copies completions out; no system call.
@@ -297,16 +305,7 @@ pub(crate) fn map_qp(
     ))
 }
 
-impl Ring for SendQueue {
-    fn unmap_before_destroy(&mut self) -> bool {
-        self.ring.unmap();
-        true
-    }
-
-    fn remap(&mut self, transport: &dyn Transport) -> Result<(), Errno> {
-        self.ring.remap(transport)
-    }
-}
+ring_unmapped_before_destroy!(SendQueue);
 
 impl SendRing for SendQueue {
     /// Checks and writes `wrs` (all or nothing); answers whether the

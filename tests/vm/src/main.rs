@@ -212,6 +212,74 @@ struct Verdict {
     table: String,
 }
 
+impl Verdict {
+    /// The verdict on a plan whose runs counted `counts` (failed and
+    /// missing runs both fail); `ok` when they all passed and the boot had
+    /// no problem.
+    fn new(ok: bool, counts: report::Counts, table: String) -> Verdict {
+        Verdict {
+            ok,
+            passed: counts.passed,
+            failed: counts.failed + counts.missing,
+            failures: counts.failures,
+            second_attempt: counts.second_attempt,
+            table,
+        }
+    }
+}
+
+/// `test: N runs × M configurations <place>: <the runs' names>`.
+fn plan_line(runs: &[GuestRun], place: &str) -> String {
+    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
+    format!(
+        "test: {} runs × {} configurations {place}: {}",
+        runs.len(),
+        guest::TEST_CONFIGS.len(),
+        names.join(" ")
+    )
+}
+
+/// Keeps the runs `only` (`UVERBS_VM_ONLY`, comma-separated) names part
+/// of, when set.
+fn keep_only(runs: &mut Vec<GuestRun>, only: &Option<String>) {
+    if let Some(only) = only {
+        runs.retain(|r| only.split(',').any(|o| r.name.contains(o)));
+    }
+}
+
+/// Judges a plan of `planned` runs that counted `counts`: the problems
+/// besides failed runs (each boot's, its host named by the prefix it comes
+/// with: the guest's set-up failed, qemu was killed or failed; then the
+/// planned runs without a result, `lack` saying how), and whether every
+/// run passed with no problem.
+fn judge<'o>(
+    boots: impl IntoIterator<Item = (String, &'o qemu::Outcome)>,
+    counts: &report::Counts,
+    planned: usize,
+    lack: &str,
+) -> (bool, Vec<String>) {
+    let mut problems = Vec::new();
+    for (host, o) in boots {
+        if let Some(f) = report::setup_failure(&o.console) {
+            problems.push(format!("{host}the guest's set-up failed: {f}"));
+        }
+        match o.status {
+            None => problems.push(format!(
+                "{host}qemu was killed at the timeout (see --timeout)"
+            )),
+            Some(s) if !s.success() => problems.push(format!("{host}qemu exited with {s}")),
+            Some(_) => {}
+        }
+    }
+    if counts.missing > 0 {
+        problems.push(format!(
+            "{} of {planned} planned runs {lack}",
+            counts.missing
+        ));
+    }
+    (counts.all_passed() && problems.is_empty(), problems)
+}
+
 /// The lines CI reads last: per kernel, which runs failed, which passed
 /// only on a second attempt, and `vm <kernel>: N passed, M failed, K on a
 /// second attempt`; then `vm: N passed, M failed` of all of them together
@@ -319,6 +387,17 @@ impl Ctx {
             }
         };
         Ok(outcome)
+    }
+
+    /// Adds to `bins` the static build of each example `runs` run that
+    /// is not among them yet.
+    fn add_example_bins(&self, bins: &mut Vec<Binary>, runs: &[GuestRun]) -> Result<()> {
+        for run in runs {
+            if !bins.iter().any(|b| b.name == run.bin) {
+                bins.push(binaries::static_example(&self.workspace, &run.bin)?);
+            }
+        }
+        Ok(())
     }
 
     /// The C peers' examples (built statically: `c_peers`, the `pingpong`
@@ -508,28 +587,13 @@ impl Ctx {
         let [a, b] = &outcomes;
         let (table, counts) =
             report::summarize_two_host(&config_names, &names, &results[0], &results[1]);
-        let mut problems = Vec::new();
-        for (host, o) in Host::BOTH.iter().zip(&outcomes) {
-            let h = host.role();
-            if let Some(f) = report::setup_failure(&o.console) {
-                problems.push(format!("host {h}: the guest's set-up failed: {f}"));
-            }
-            match o.status {
-                None => problems.push(format!(
-                    "host {h}: qemu was killed at the timeout (see --timeout)"
-                )),
-                Some(s) if !s.success() => problems.push(format!("host {h}: qemu exited with {s}")),
-                Some(_) => {}
-            }
-        }
-        if counts.missing > 0 {
-            problems.push(format!(
-                "{} of {} planned runs lack a result from one or both hosts (a VM stopped early?)",
-                counts.missing,
-                names.len() * configs.len()
-            ));
-        }
-        let ok = counts.all_passed() && problems.is_empty();
+        let hosts = Host::BOTH.iter().map(|h| format!("host {}: ", h.role()));
+        let (ok, problems) = judge(
+            hosts.zip(&outcomes),
+            &counts,
+            names.len() * configs.len(),
+            "lack a result from one or both hosts (a VM stopped early?)",
+        );
         println!();
         if !ok {
             for (host, (o, log)) in Host::BOTH
@@ -555,16 +619,8 @@ impl Ctx {
         );
         print!("{table}");
         let failed = counts.failed + counts.missing;
-        let table = table.to_string();
         println!("vm two-host: {} passed, {failed} failed", counts.passed);
-        Ok(Verdict {
-            ok,
-            passed: counts.passed,
-            failed,
-            failures: counts.failures,
-            second_attempt: counts.second_attempt,
-            table,
-        })
+        Ok(Verdict::new(ok, counts, table.to_string()))
     }
 
     /// Boots a run plan and reports its table (the caller prints the
@@ -608,23 +664,12 @@ impl Ctx {
         }
         let retries = report::parse_retries(&outcome.console);
         let (table, counts) = report::summarize(&config_names, &names, &results, &retries);
-        let mut problems = Vec::new();
-        if let Some(f) = report::setup_failure(&outcome.console) {
-            problems.push(format!("the guest's set-up failed: {f}"));
-        }
-        match outcome.status {
-            None => problems.push("qemu was killed at the timeout (see --timeout)".to_string()),
-            Some(s) if !s.success() => problems.push(format!("qemu exited with {s}")),
-            Some(_) => {}
-        }
-        if counts.missing > 0 {
-            problems.push(format!(
-                "{} of {} planned runs reported no result (the VM stopped early?)",
-                counts.missing,
-                names.len() * configs.len()
-            ));
-        }
-        let ok = counts.all_passed() && problems.is_empty();
+        let (ok, problems) = judge(
+            [(String::new(), &outcome)],
+            &counts,
+            names.len() * configs.len(),
+            "reported no result (the VM stopped early?)",
+        );
         println!();
         if !ok {
             println!(
@@ -646,14 +691,7 @@ impl Ctx {
         if !self.quiet {
             print!("{table}");
         }
-        Ok(Verdict {
-            ok,
-            passed: counts.passed,
-            failed: counts.failed + counts.missing,
-            failures: counts.failures,
-            second_attempt: counts.second_attempt,
-            table,
-        })
+        Ok(Verdict::new(ok, counts, table))
     }
 }
 
@@ -765,9 +803,7 @@ impl Ctx {
         // The C peers (rdma-core's programs, unpacked under the cache) and
         // the example that meets them, in the single guest.
         let mut c_peer_runs = GuestRun::c_peers();
-        if let Some(only) = &only {
-            c_peer_runs.retain(|r| only.split(',').any(|o| r.name.contains(o)));
-        }
+        keep_only(&mut c_peer_runs, &only);
         let mut single_files = Vec::new();
         if !c_peer_runs.is_empty() {
             let (examples, files) = self.c_peers()?;
@@ -782,48 +818,18 @@ impl Ctx {
         // The examples the single guest runs (the async pingpong, the
         // short examples).
         let mut example_runs = GuestRun::examples();
-        if let Some(only) = &only {
-            example_runs.retain(|r| only.split(',').any(|o| r.name.contains(o)));
-        }
-        for run in &example_runs {
-            if !single.iter().any(|b| b.name == run.bin) {
-                single.push(binaries::static_example(&self.workspace, &run.bin)?);
-            }
-        }
+        keep_only(&mut example_runs, &only);
+        self.add_example_bins(&mut single, &example_runs)?;
         single_runs.extend(example_runs);
         // The two-host plan: the binaries, then the examples across
         // the guests (selected by their run names).
         let mut two_host_runs = plain_runs(&two_host);
         let mut examples = GuestRun::two_host_examples();
-        if let Some(only) = &only {
-            examples.retain(|r| only.split(',').any(|o| r.name.contains(o)));
-        }
-        for run in &examples {
-            if !two_host.iter().any(|b| b.name == run.bin) {
-                two_host.push(binaries::static_example(&self.workspace, &run.bin)?);
-            }
-        }
+        keep_only(&mut examples, &only);
+        self.add_example_bins(&mut two_host, &examples)?;
         two_host_runs.extend(examples);
-        say(format!(
-            "test: {} runs × {} configurations in one guest: {}",
-            single_runs.len(),
-            guest::TEST_CONFIGS.len(),
-            single_runs
-                .iter()
-                .map(|r| r.name.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
-        say(format!(
-            "test: {} runs × {} configurations on two guests: {}",
-            two_host_runs.len(),
-            guest::TEST_CONFIGS.len(),
-            two_host_runs
-                .iter()
-                .map(|r| r.name.as_str())
-                .collect::<Vec<_>>()
-                .join(" ")
-        ));
+        say(plan_line(&single_runs, "in one guest"));
+        say(plan_line(&two_host_runs, "on two guests"));
         let mut per_kernel: Vec<(&Kernel, Vec<Verdict>)> = Vec::new();
         for kernel in kernels {
             say(format!(

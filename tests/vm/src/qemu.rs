@@ -527,25 +527,19 @@ mod tests {
                 "virtio-net-pci,netdev=rxe,mac=52:54:00:00:02:01"
             ]
         );
-        let two = Boot {
+        // One guest of 1G and one CPU, with tools under /t and these NICs.
+        let boot_with = |nics| Boot {
             tools: Tools::unpacked_at("/t"),
             kernel: "k".into(),
             initrd: "i".into(),
             memory: "1G".into(),
             cpus: 1,
             timeout: Duration::from_secs(1),
-            nics: vec![nic(end)],
+            nics,
         };
+        let two = boot_with(vec![nic(end)]);
         assert_eq!(link_ports(&two).unwrap(), [4000]);
-        let boot = Boot {
-            tools: Tools::unpacked_at("/t"),
-            kernel: "k".into(),
-            initrd: "i".into(),
-            memory: "1G".into(),
-            cpus: 1,
-            timeout: Duration::from_secs(1),
-            nics: Vec::new(),
-        };
+        let boot = boot_with(Vec::new());
         let line = describe(&command(&boot));
         assert!(line.contains("-smp 1 -m 1G -nic none -nographic"), "{line}");
         assert!(line.starts_with("/t/usr/bin/qemu-system-x86_64 "), "{line}");
