@@ -543,47 +543,9 @@ impl Ctx {
                 .boot_two(kernel, binaries, runs, configs, Mode::Run, &[])?
                 .expect("run mode has outcomes"))
         };
-        let mut outcomes = boot(configs)?;
-        if outcomes
-            .iter()
-            .any(|o| report::panicked_before_any_run(&o.console))
-        {
-            say("two-host: a guest kernel panicked before any test started (see the console above); booting both once more");
-            outcomes = boot(configs)?;
-        }
         let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
         let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
-        let mut results = outcomes.each_ref().map(|o| report::parse(&o.console));
-        // As in `run_plan`: a guest kernel that panicked during the runs (a
-        // TCG oops in rxe's or the kernel's code) ends the boot, not the
-        // tests; the other host's runs of those configurations then fail
-        // for want of a peer. Both boot once more for the configurations
-        // a panicked host did not finish, and their results replace those.
-        let mut unfinished: Vec<&str> = Vec::new();
-        for o in &outcomes {
-            for c in report::unfinished_after_panic(&o.console, &config_names, &names) {
-                if !unfinished.contains(&c) {
-                    unfinished.push(c);
-                }
-            }
-        }
-        if !unfinished.is_empty() {
-            say(format!(
-                "two-host: a guest kernel panicked during the runs (see the console above); \
-                 booting both once more for the configurations it did not finish: {}",
-                unfinished.join(" ")
-            ));
-            let again: Vec<RunConfig> = configs
-                .iter()
-                .filter(|c| unfinished.contains(&c.name))
-                .copied()
-                .collect();
-            outcomes = boot(&again)?;
-            for (results, o) in results.iter_mut().zip(&outcomes) {
-                results.retain(|r| !unfinished.contains(&r.config.as_str()));
-                results.extend(report::parse(&o.console));
-            }
-        }
+        let (outcomes, results) = boot_past_panics("both guests", configs, &names, boot)?;
         let [a, b] = &outcomes;
         let (table, counts) =
             report::summarize_two_host(&config_names, &names, &results[0], &results[1]);
@@ -633,35 +595,14 @@ impl Ctx {
         configs: &[RunConfig],
         host_files: &[initramfs::HostFile],
     ) -> Result<Verdict> {
-        let boot = |configs: &[RunConfig]| -> Result<qemu::Outcome> {
-            Ok(self
+        let boot = |configs: &[RunConfig]| -> Result<[qemu::Outcome; 1]> {
+            Ok([self
                 .boot_single(kernel, binaries, runs, configs, Mode::Run, host_files, None)?
-                .expect("run mode has an outcome"))
+                .expect("run mode has an outcome")])
         };
-        let mut outcome = boot(configs)?;
-        if report::panicked_before_any_run(&outcome.console) {
-            say("the guest kernel panicked before any test started (see the console above); booting once more");
-            outcome = boot(configs)?;
-        }
         let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
         let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
-        let mut results = report::parse(&outcome.console);
-        let unfinished = report::unfinished_after_panic(&outcome.console, &config_names, &names);
-        if !unfinished.is_empty() {
-            say(format!(
-                "the guest kernel panicked during the runs (see the console above); \
-                 booting once more for the configurations it did not finish: {}",
-                unfinished.join(" ")
-            ));
-            let again: Vec<RunConfig> = configs
-                .iter()
-                .filter(|c| unfinished.contains(&c.name))
-                .copied()
-                .collect();
-            outcome = boot(&again)?;
-            results.retain(|r| !unfinished.contains(&r.config.as_str()));
-            results.extend(report::parse(&outcome.console));
-        }
+        let ([outcome], [results]) = boot_past_panics("the guest", configs, &names, boot)?;
         let retries = report::parse_retries(&outcome.console);
         let (table, counts) = report::summarize(&config_names, &names, &results, &retries);
         let (ok, problems) = judge(
@@ -693,6 +634,59 @@ impl Ctx {
         }
         Ok(Verdict::new(ok, counts, table))
     }
+}
+
+/// Boots `configs` through `boot` (one outcome per guest) and reads each
+/// guest's results, booting once more where a guest kernel panicked: a TCG
+/// oops (a stray `int3` in code the kernel patched at run time, an skb
+/// allocation in rxe's receive work) ends the boot, not the tests, and on
+/// two hosts the other side's runs then fail for want of a peer. A panic
+/// before any test started boots everything again; one during the runs
+/// boots again for the configurations a panicked guest did not finish, and
+/// the second boot's results replace those. `guests` names who boots in
+/// the message.
+fn boot_past_panics<const N: usize>(
+    guests: &str,
+    configs: &[RunConfig],
+    names: &[String],
+    boot: impl Fn(&[RunConfig]) -> Result<[qemu::Outcome; N]>,
+) -> Result<([qemu::Outcome; N], [Vec<report::RunResult>; N])> {
+    let mut outcomes = boot(configs)?;
+    if outcomes
+        .iter()
+        .any(|o| report::panicked_before_any_run(&o.console))
+    {
+        say(format!("a guest kernel panicked before any test started (see the console above); booting {guests} once more"));
+        outcomes = boot(configs)?;
+    }
+    let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
+    let mut results = outcomes.each_ref().map(|o| report::parse(&o.console));
+    let mut unfinished: Vec<&str> = Vec::new();
+    for o in &outcomes {
+        for c in report::unfinished_after_panic(&o.console, &config_names, names) {
+            if !unfinished.contains(&c) {
+                unfinished.push(c);
+            }
+        }
+    }
+    if !unfinished.is_empty() {
+        say(format!(
+            "a guest kernel panicked during the runs (see the console above); \
+             booting {guests} once more for the configurations it did not finish: {}",
+            unfinished.join(" ")
+        ));
+        let again: Vec<RunConfig> = configs
+            .iter()
+            .filter(|c| unfinished.contains(&c.name))
+            .copied()
+            .collect();
+        outcomes = boot(&again)?;
+        for (results, o) in results.iter_mut().zip(&outcomes) {
+            results.retain(|r| !unfinished.contains(&r.config.as_str()));
+            results.extend(report::parse(&o.console));
+        }
+    }
+    Ok((outcomes, results))
 }
 
 fn real_main(args: impl IntoIterator<Item = OsString>) -> Result<bool> {
