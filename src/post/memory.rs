@@ -160,10 +160,7 @@ impl<B: StableBuffer> From<Arc<BufferMr<B>>> for OwnedOrShared<B> {
 // from (Holds).
 unsafe impl<B: StableBuffer + Send + Sync + 'static> DeviceReadable for OwnedOrShared<B> {
     fn registered(&self) -> (u64, usize, u32) {
-        match self {
-            OwnedOrShared::Owned(mr) => mr.registered(),
-            OwnedOrShared::Shared(mr) => mr.registered(),
-        }
+        self.region().registered()
     }
 }
 
