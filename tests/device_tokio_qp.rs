@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncPostError, AsyncQp, CompletionFuture};
+use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncQp, CompletionFuture};
 use uverbs::{
-    AccessFlags, BufferMr, Context, Error, Local, OwnedQp, ProtectionDomain, QpInit, Remote,
-    SendRequest, WcStatus,
+    AccessFlags, BufferMr, Context, Error, Local, OwnedQp, PostSendError, ProtectionDomain, QpInit,
+    Remote, SendRequest, WcStatus,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -109,7 +109,7 @@ fn one_pair(
 }
 
 /// The future of a request that must have been posted.
-fn posted<T>(r: Result<CompletionFuture<Mem>, AsyncPostError<T>>) -> CompletionFuture<Mem> {
+fn posted<T>(r: Result<CompletionFuture<Mem>, PostSendError<T>>) -> CompletionFuture<Mem> {
     r.unwrap_or_else(|e| panic!("post: {}", e.error()))
 }
 
@@ -469,7 +469,7 @@ fn a_forked_child_touches_nothing() {
         let code = in_child!(Duration::from_secs(10), {
             // Refused at the call: no runtime is needed to see it.
             match a.send(Local::whole(msg)) {
-                Err(AsyncPostError::Refused(r))
+                Err(PostSendError::Refused(r))
                     if matches!(r.error, Error::ForeignProcess { .. }) =>
                 {
                     if r.request.into_local().is_some() && a.outstanding() == (0, 0) {

@@ -296,7 +296,8 @@ impl<T> fmt::Debug for PostRefused<T> {
     }
 }
 
-/// Why [`OwnedQp::post_send`] failed.
+/// Why [`OwnedQp::post_send`] failed, or a post of `uverbs::tokio`'s
+/// `AsyncQp` (sends and receives alike).
 #[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum PostSendError<T> {
@@ -305,9 +306,11 @@ pub enum PostSendError<T> {
     Refused(PostRefused<T>),
     /// The request was queued, but the doorbell that announces it failed
     /// ([`Error::Doorbell`]): it belongs to the device, which may still run
-    /// it, and its memory comes back like any posted request's (with its
-    /// completion, a flush, or the drop of the QP). The next successful
-    /// doorbell, or a move to ERR, reaches it.
+    /// it. On an [`OwnedQp`] its memory comes back like any posted
+    /// request's (with its completion, a flush, or the drop of the QP); on
+    /// an `AsyncQp` no future waits for it, and the QP drops its memory
+    /// once the device is done with it. The next successful doorbell, or a
+    /// move to ERR, reaches it.
     #[error("{error}")]
     Queued {
         /// The id the caller gave the request.

@@ -24,4 +24,4 @@ mod cq;
 mod qp;
 
 pub use cq::{AsyncCq, AsyncCqOptions};
-pub use qp::{AsyncPostError, AsyncQp, CompletionFuture, NotAsync};
+pub use qp::{AsyncQp, CompletionFuture, NotAsync};

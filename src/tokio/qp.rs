@@ -25,66 +25,6 @@ use crate::post::{
 use crate::qp::QpCaps;
 use crate::wr::{PostError, Remote};
 
-/// A posted request's future failed, or the post was refused.
-#[derive(thiserror::Error)]
-#[non_exhaustive]
-pub enum AsyncPostError<T> {
-    /// Refused before the device saw it: the request is handed back.
-    #[error("{0}")]
-    Refused(PostRefused<T>),
-    /// Queued, but the doorbell that announces it failed: the device owns
-    /// it and no future waits for it. Its memory stays with the QP until
-    /// the device is done with it (its completion, a flush, or the QP's
-    /// destruction), then it is dropped.
-    #[error("{error}")]
-    Posted {
-        /// The caller's id of the request.
-        wr_id: u64,
-        /// Why.
-        error: Error,
-    },
-}
-
-impl<T> AsyncPostError<T> {
-    /// The error, whichever way the request went.
-    pub fn error(&self) -> &Error {
-        match self {
-            AsyncPostError::Refused(r) => &r.error,
-            AsyncPostError::Posted { error, .. } => error,
-        }
-    }
-
-    /// The request, if it was refused before the device saw it.
-    pub fn into_request(self) -> Option<T> {
-        match self {
-            AsyncPostError::Refused(r) => Some(r.request),
-            AsyncPostError::Posted { .. } => None,
-        }
-    }
-}
-
-impl<T> fmt::Debug for AsyncPostError<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            AsyncPostError::Refused(r) => f.debug_tuple("Refused").field(&r.error).finish(),
-            AsyncPostError::Posted { wr_id, error } => f
-                .debug_struct("Posted")
-                .field("wr_id", wr_id)
-                .field("error", error)
-                .finish(),
-        }
-    }
-}
-
-impl<T> From<AsyncPostError<T>> for Error {
-    fn from(e: AsyncPostError<T>) -> Error {
-        match e {
-            AsyncPostError::Refused(r) => r.error,
-            AsyncPostError::Posted { error, .. } => error,
-        }
-    }
-}
-
 /// Why [`AsyncQp::new`] refused an [`OwnedQp`], and the QP back.
 #[derive(thiserror::Error)]
 #[error("{error}")]
@@ -263,7 +203,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     pub fn post_send<'a>(
         &self,
         mut request: SendRequest<'a, M>,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'a, M>>> {
+    ) -> Result<CompletionFuture<M>, PostSendError<SendRequest<'a, M>>> {
         let mut waiters = self.shared.waiters.lock();
         let refusal = if !request.is_signalled() {
             Some(self.shared.qp.post_error(
@@ -280,7 +220,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
                 .map(|errno| task_ended(self.shared.qp.context(), errno))
         };
         if let Some(error) = refusal {
-            return Err(AsyncPostError::Refused(PostRefused { request, error }));
+            return Err(PostSendError::Refused(PostRefused { request, error }));
         }
         let (key, reply) = Self::wait_under(&mut waiters, request.wr_id());
         let wr_id = request.replace_wr_id(key);
@@ -291,12 +231,12 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
             Err(PostSendError::Refused(mut refused)) => {
                 waiters.pending.remove(&key);
                 refused.request.replace_wr_id(wr_id);
-                Err(AsyncPostError::Refused(refused))
+                Err(PostSendError::Refused(refused))
             }
             Err(PostSendError::Queued { error, .. }) => {
                 // The device owns it; its completion finds no waiter.
                 waiters.pending.remove(&key);
-                Err(AsyncPostError::Posted { wr_id, error })
+                Err(PostSendError::Queued { wr_id, error })
             }
         }
     }
@@ -307,18 +247,18 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     pub fn post_recv(
         &self,
         mut request: RecvRequest<M>,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<RecvRequest<M>>> {
+    ) -> Result<CompletionFuture<M>, PostSendError<RecvRequest<M>>> {
         let mut waiters = self.shared.waiters.lock();
         if let Some(errno) = waiters.ended {
             let error = task_ended(self.shared.qp.context(), errno);
-            return Err(AsyncPostError::Refused(PostRefused { request, error }));
+            return Err(PostSendError::Refused(PostRefused { request, error }));
         }
         let (key, reply) = Self::wait_under(&mut waiters, request.wr_id());
         let wr_id = request.replace_wr_id(key);
         if let Err(mut refused) = self.shared.qp.post_recv(request) {
             waiters.pending.remove(&key);
             refused.request.replace_wr_id(wr_id);
-            return Err(AsyncPostError::Refused(refused));
+            return Err(PostSendError::Refused(refused));
         }
         Ok(self.future(wr_id, reply))
     }
@@ -328,7 +268,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     pub fn send<R: DeviceReadable>(
         &self,
         local: Local<R>,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>>
+    ) -> Result<CompletionFuture<M>, PostSendError<SendRequest<'static, M>>>
     where
         M: Holds<R>,
     {
@@ -340,7 +280,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         &self,
         local: Local<R>,
         remote: Remote,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>>
+    ) -> Result<CompletionFuture<M>, PostSendError<SendRequest<'static, M>>>
     where
         M: Holds<R>,
     {
@@ -352,7 +292,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         &self,
         local: Local<W>,
         remote: Remote,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<SendRequest<'static, M>>>
+    ) -> Result<CompletionFuture<M>, PostSendError<SendRequest<'static, M>>>
     where
         M: Holds<W>,
     {
@@ -363,7 +303,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     pub fn recv<W: DeviceWritable>(
         &self,
         local: Local<W>,
-    ) -> Result<CompletionFuture<M>, AsyncPostError<RecvRequest<M>>>
+    ) -> Result<CompletionFuture<M>, PostSendError<RecvRequest<M>>>
     where
         M: Holds<W>,
     {
