@@ -139,44 +139,32 @@ pub fn summarize(
         .iter()
         .map(|r| ((r.config.as_str(), r.bin.as_str()), r.rc))
         .collect();
-    let width = bins.iter().map(|b| b.len()).chain([6]).max().unwrap_or(6);
-    let mut out = format!("{:width$}", "binary");
-    for c in configs {
-        out.push_str(&format!("  {c:>12}"));
-    }
-    out.push('\n');
-    let mut counts = Counts::default();
-    for b in bins {
-        out.push_str(&format!("{b:width$}"));
-        for c in configs {
-            let key = (*c, b.as_str());
-            let cell = match (seen.get(&key), first.get(&key)) {
-                (Some(0), None) => {
-                    counts.passed += 1;
-                    "pass".to_string()
-                }
-                (Some(0), Some(rc)) => {
-                    counts.passed += 1;
-                    counts
-                        .second_attempt
-                        .push(format!("{c}/{b} (first rc={rc})"));
-                    "pass (2nd)".to_string()
-                }
-                (Some(rc), _) => {
-                    counts.failed += 1;
-                    counts.failures.push(format!("{c}/{b} (rc={rc})"));
-                    format!("FAIL rc={rc}")
-                }
-                (None, _) => {
-                    counts.missing += 1;
-                    counts.failures.push(format!("{c}/{b} (not run)"));
-                    "NOT RUN".to_string()
-                }
-            };
-            out.push_str(&format!("  {cell:>12}"));
+    let (mut out, counts) = table(configs, bins, 12, |c, b, counts| {
+        let key = (c, b);
+        match (seen.get(&key), first.get(&key)) {
+            (Some(0), None) => {
+                counts.passed += 1;
+                "pass".to_string()
+            }
+            (Some(0), Some(rc)) => {
+                counts.passed += 1;
+                counts
+                    .second_attempt
+                    .push(format!("{c}/{b} (first rc={rc})"));
+                "pass (2nd)".to_string()
+            }
+            (Some(rc), _) => {
+                counts.failed += 1;
+                counts.failures.push(format!("{c}/{b} (rc={rc})"));
+                format!("FAIL rc={rc}")
+            }
+            (None, _) => {
+                counts.missing += 1;
+                counts.failures.push(format!("{c}/{b} (not run)"));
+                "NOT RUN".to_string()
+            }
         }
-        out.push('\n');
-    }
+    });
     let planned: Vec<_> = results
         .iter()
         .filter(|r| !configs.contains(&r.config.as_str()) || !bins.contains(&r.bin))
@@ -210,38 +198,51 @@ pub fn summarize_two_host(
             .collect()
     };
     let (a, b) = (rcs(a, "a"), rcs(b, "b"));
+    let show = |rc: Option<&i32>| rc.map_or("-".to_string(), i32::to_string);
+    table(configs, bins, 18, |c, bin, counts| {
+        let key = (c.to_string(), bin.to_string());
+        let (ra, rb) = (a.get(&key), b.get(&key));
+        match (ra, rb) {
+            (Some(0), Some(0)) => {
+                counts.passed += 1;
+                "pass".to_string()
+            }
+            _ if ra.is_some_and(|&r| r != 0) || rb.is_some_and(|&r| r != 0) => {
+                counts.failed += 1;
+                let cell = format!("FAIL a={} b={}", show(ra), show(rb));
+                counts.failures.push(format!("two-host {c}/{bin} ({cell})"));
+                cell
+            }
+            _ => {
+                counts.missing += 1;
+                let cell = format!("NOT RUN a={} b={}", show(ra), show(rb));
+                counts.failures.push(format!("two-host {c}/{bin} ({cell})"));
+                cell
+            }
+        }
+    })
+}
+
+/// A binary × configuration table, each column `col` wide: `cell` gives
+/// the text of one (configuration, binary) cell and counts its outcome.
+fn table(
+    configs: &[&str],
+    bins: &[String],
+    col: usize,
+    mut cell: impl FnMut(&str, &str, &mut Counts) -> String,
+) -> (String, Counts) {
     let width = bins.iter().map(|b| b.len()).chain([6]).max().unwrap_or(6);
     let mut out = format!("{:width$}", "binary");
     for c in configs {
-        out.push_str(&format!("  {c:>18}"));
+        out.push_str(&format!("  {c:>col$}"));
     }
     out.push('\n');
     let mut counts = Counts::default();
-    let show = |rc: Option<&i32>| rc.map_or("-".to_string(), i32::to_string);
-    for bin in bins {
-        out.push_str(&format!("{bin:width$}"));
+    for b in bins {
+        out.push_str(&format!("{b:width$}"));
         for c in configs {
-            let key = (c.to_string(), bin.clone());
-            let (ra, rb) = (a.get(&key), b.get(&key));
-            let cell = match (ra, rb) {
-                (Some(0), Some(0)) => {
-                    counts.passed += 1;
-                    "pass".to_string()
-                }
-                _ if ra.is_some_and(|&r| r != 0) || rb.is_some_and(|&r| r != 0) => {
-                    counts.failed += 1;
-                    let cell = format!("FAIL a={} b={}", show(ra), show(rb));
-                    counts.failures.push(format!("two-host {c}/{bin} ({cell})"));
-                    cell
-                }
-                _ => {
-                    counts.missing += 1;
-                    let cell = format!("NOT RUN a={} b={}", show(ra), show(rb));
-                    counts.failures.push(format!("two-host {c}/{bin} ({cell})"));
-                    cell
-                }
-            };
-            out.push_str(&format!("  {cell:>18}"));
+            let text = cell(c, b, &mut counts);
+            out.push_str(&format!("  {text:>col$}"));
         }
         out.push('\n');
     }
