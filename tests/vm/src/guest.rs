@@ -324,8 +324,8 @@ pub const C_PEER_TIMEOUT_SECS: u32 = 180;
 /// against `pingpong --server` on rxe0 (not on siw0: an iWARP QP reaches
 /// RTS only through the cm, and ibv_rc_pingpong connects by hand), and
 /// perftest's `ib_write_bw` and `ib_send_lat` against the `perf` example
-/// in both roles on rxe0 (by hand over TCP) and `ib_write_bw` on siw0
-/// (perftest's `-R`, through the rdma_cm). The run's name says which C
+/// in both roles on rxe0 (by hand over TCP) and on siw0 (perftest's `-R`,
+/// through the rdma_cm). The run's name says which C
 /// program is the peer (`_server`: the C program serves); the pairing may
 /// carry arguments of its own.
 pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
@@ -371,6 +371,16 @@ pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
     (
         "c_peer_perftest_write_bw_client_siw0",
         "perftest_client --test write_bw",
+        Kind::Siw,
+    ),
+    (
+        "c_peer_perftest_send_lat_server_siw0",
+        "perftest_server --test send_lat",
+        Kind::Siw,
+    ),
+    (
+        "c_peer_perftest_send_lat_client_siw0",
+        "perftest_client --test send_lat",
         Kind::Siw,
     ),
 ];
