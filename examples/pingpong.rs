@@ -8,7 +8,6 @@
 //! pingpong --server [OPTIONS]              a server, waiting for one client on --port
 //!                                          (ibv_rc_pingpong without a host)
 //! pingpong [--client] HOST [OPTIONS]       a client of the server on HOST
-//! pingpong --count-syscalls [OPTIONS]      system calls per post_send / post_recv / poll_cq, by strace
 //! pingpong --cm [--server [--bind ADDR:PORT] | --client --connect ADDR:PORT] [OPTIONS]
 //!                                          connected by the RDMA connection manager instead
 //!                                          (no role: both here, the client to 192.0.2.1)
@@ -111,11 +110,9 @@ mod exchange;
 #[allow(dead_code)]
 #[path = "common/line_channel.rs"]
 mod line_channel;
-// Shared with perf: the bounded wait for the client's process.
+// Shared with tools/perf.rs: the bounded wait for the client's process.
 #[path = "common/reap.rs"]
 mod reap;
-#[path = "pingpong/syscalls.rs"]
-mod syscalls;
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -132,7 +129,7 @@ const WINDOW: usize = 16;
 /// sleeps on its completion channel.
 const SPIN_POLLS: u32 = 200;
 
-const USAGE: &str = "usage: pingpong [--server | [--client] HOST | --count-syscalls] [OPTIONS]
+const USAGE: &str = "usage: pingpong [--server | [--client] HOST] [OPTIONS]
        pingpong --cm [--server [--bind ADDR:PORT] | --client --connect ADDR:PORT] [OPTIONS]
 OPTIONS: [-p PORT] [-d DEVICE] [-i IB_PORT] [-s BYTES] [-m MTU] [-r RX_DEPTH] [-n ITERS]
          [-l SL] [-e] [-g GID_INDEX] [--wait busy|event] [--write-size BYTES]
@@ -145,10 +142,6 @@ enum Role {
     Both,
     Server,
     Client,
-    /// Runs the probe below under strace and reports the counts.
-    CountSyscalls,
-    /// The measured program of `CountSyscalls` (internal).
-    SyscallProbe,
 }
 
 /// How a side waits for a completion (`--wait`).
@@ -254,8 +247,6 @@ impl Options {
             match arg {
                 Long("server") => role = Some(Role::Server),
                 Long("client") => role = Some(Role::Client),
-                Long("count-syscalls") => role = Some(Role::CountSyscalls),
-                Long("syscall-probe") => role = Some(Role::SyscallProbe),
                 Long("cm") => o.cm = true,
                 Long("bind" | "listen" | "connect") => o.cm_addr = Some(text(value(&mut p)?)?),
                 Short('d') | Long("ib-dev" | "device") => o.device = Some(text(value(&mut p)?)?),
@@ -306,13 +297,6 @@ impl Options {
         }
         if o.rx_depth == 0 || o.ib_port == 0 {
             return Err("--rx-depth and --ib-port must be at least 1".into());
-        }
-        let probe = matches!(o.role, Role::CountSyscalls | Role::SyscallProbe);
-        if o.cm && probe {
-            return Err("--cm and --count-syscalls do not go together".into());
-        }
-        if o.wait == Wait::Event && probe {
-            return Err("--count-syscalls counts the busy poll: no --wait event".into());
         }
         if o.role == Role::Client && o.host.is_none() && !(o.cm && o.cm_addr.is_some()) {
             return Err("the client needs the server's HOST".into());
@@ -395,8 +379,6 @@ fn main() -> ExitCode {
             server(&ctx, &listener, &opts, None)
         }),
         Role::Client => open(&opts).and_then(|ctx| client(&ctx, &opts)),
-        Role::CountSyscalls => syscalls::count_under_strace(&opts),
-        Role::SyscallProbe => open(&opts).and_then(|ctx| syscalls::probe(&ctx, &opts)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

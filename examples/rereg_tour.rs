@@ -30,7 +30,8 @@
 //! hardware, `cargo vm demo` runs this inside a VM with rxe0 and siw0.
 
 // A directory without main.rs is no example target of its own. Shared
-// with the mover example, which uses its streaming WRITE: unused here.
+// with the mover tool (tools/mover.rs), which uses its streaming WRITE:
+// unused here.
 #[path = "rereg_tour/traffic.rs"]
 #[allow(dead_code)]
 mod traffic;

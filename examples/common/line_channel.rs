@@ -1,6 +1,6 @@
 //! A line-based TCP side channel between the two processes of an example
-//! (pingpong's out-of-band exchange; perf, which speaks perftest's
-//! protocol, uses only its bounded accept): one line each way, every read
+//! (pingpong's out-of-band exchange; the perf tool, `tools/perf.rs`, which
+//! speaks perftest's protocol, uses only its bounded accept): one line each way, every read
 //! and write bounded. Shared through `#[path]`; a directory without
 //! main.rs is no example target of its own.
 

@@ -1,6 +1,7 @@
-//! A bounded wait for a child process of an example (the second side that
-//! perf and pingpong start in their self-test modes). Shared through
-//! `#[path]`; a directory without main.rs is no example target of its own.
+//! A bounded wait for a child process (the second side that the pingpong
+//! example and the perf tool, `tools/perf.rs`, start in their self-test
+//! modes). Shared through `#[path]`; a directory without main.rs is no
+//! example target of its own.
 
 use std::error::Error;
 use std::process::{Child, ExitStatus};

@@ -1,7 +1,7 @@
 //! `ibv_rc_pingpong`'s side channel, byte for byte (rdma-core's
 //! libibverbs/examples/rc_pingpong.c and pingpong.c), the one copy in this
 //! tree: `pingpong` without `--cm` speaks it, and `cargo vm test` runs it
-//! against the C program in both directions (`examples/c_peers.rs`).
+//! against the C program in both directions (`tools/c_peers.rs`).
 //!
 //! Over one TCP connection (the client connects to the server's port,
 //! 18515 by default):

@@ -1,6 +1,6 @@
 //! `cargo vm bench`: runs benches/verbs (the control path: ours, the bare
 //! system call and a statically linked libibverbs) and benches/datapath
-//! (the data path: `examples/perf.rs` against perftest 4.5) inside the VM
+//! (the data path: `tools/perf.rs` against perftest 4.5) inside the VM
 //! against rxe0 and siw0, then writes `docs/benchmarks.md`,
 //! `docs/benchmarks.svg` and `docs/benchmarks-datapath.svg` from the
 //! result lines the guest printed (`@@RESULT {json}`, [`results`]).
@@ -13,7 +13,7 @@
 //!    ([`peer`], its [`BENCH`](peer::BENCH) set):
 //!    nothing is installed.
 //! 2. Builds both benches statically (`--features libibverbs-peer`, linked
-//!    against the unpacked archives) and the `perf` example; perftest,
+//!    against the unpacked archives) and the `perf` and `mover` tools; perftest,
 //!    libibverbs' rxe/siw providers and valgrind go into the guest at their
 //!    installed paths, with their shared libraries.
 //! 3. Boots once: verbs, then datapath; each picks devices itself.
@@ -55,7 +55,7 @@ mod two_host;
 mod units;
 mod wire;
 
-use crate::binaries::{build_collect, static_example, Binary, TARGET};
+use crate::binaries::{build_collect, static_program, Binary, TARGET};
 use crate::guest::{GuestRun, Mode, RunConfig};
 use crate::initramfs::HostFile;
 use crate::peer;
@@ -359,7 +359,7 @@ fn two_host_console(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<String> 
         };
     }
     let peer = peer::Peer::ensure(&ctx.cache, &peer::BENCH)?;
-    let pingpong = static_example(&ctx.workspace, "pingpong")?;
+    let pingpong = static_program(&ctx.workspace, "pingpong")?;
     let runs = two_host::runs();
     say(format!(
         "bench: two hosts: {}",
@@ -407,7 +407,8 @@ fn selected(only: &str, name: &str) -> bool {
 }
 
 /// Builds benches/verbs and benches/datapath statically with the
-/// libibverbs peer, and the `perf` example the data-path bench runs.
+/// libibverbs peer, and the tools the guest runs next to them: `perf` (the
+/// data-path bench's peer of perftest) and `mover`.
 fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
     say(format!(
         "bench: building benches/verbs and benches/datapath statically for {TARGET} with libibverbs-peer"
@@ -437,8 +438,8 @@ fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
         })?;
         out.push(b.clone());
     }
-    out.push(static_example(workspace, "perf")?);
-    out.push(static_example(workspace, "mover")?);
+    out.push(static_program(workspace, "perf")?);
+    out.push(static_program(workspace, "mover")?);
     Ok(out)
 }
 
@@ -455,7 +456,7 @@ fn framing_run() -> GuestRun {
     }
 }
 
-/// A run of the mover example with `buffer`-byte buffers, on every device.
+/// A run of the mover tool with `buffer`-byte buffers, on every device.
 fn mover_run(name: &str, buffer: usize) -> GuestRun {
     GuestRun {
         name: name.into(),

@@ -75,44 +75,104 @@ pub fn static_tests(workspace: &Path) -> Result<Vec<Binary>> {
     Ok(bins)
 }
 
-/// Builds the example `name` (`examples/<name>.rs`) statically, in the
-/// release profile: pingpong prints latencies and bandwidths, which a debug
-/// build would misstate.
-pub fn static_example(workspace: &Path, name: &str) -> Result<Binary> {
-    let src = workspace.join("examples").join(format!("{name}.rs"));
+/// The binaries of the `uverbs-tools` package (`tools/`): the project's
+/// test and benchmark programs, which left `examples/` (short programs for
+/// users to copy) but run in the VM like the examples.
+pub const TOOLS: &[&str] = &["c_peers", "mover", "perf", "syscalls"];
+
+/// A program the VM runs: an example of the `uverbs` package
+/// (`examples/<name>.rs`) or a binary of `uverbs-tools` ([`TOOLS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Program<'a> {
+    Example(&'a str),
+    Tool(&'a str),
+}
+
+impl<'a> Program<'a> {
+    /// The program called `name` in the runs: a tool if [`TOOLS`] has it,
+    /// else an example.
+    pub fn named(name: &'a str) -> Program<'a> {
+        if TOOLS.contains(&name) {
+            Program::Tool(name)
+        } else {
+            Program::Example(name)
+        }
+    }
+
+    fn name(self) -> &'a str {
+        match self {
+            Program::Example(name) | Program::Tool(name) => name,
+        }
+    }
+
+    /// What it is, in messages.
+    fn what(self) -> &'static str {
+        match self {
+            Program::Example(_) => "example",
+            Program::Tool(_) => "tool",
+        }
+    }
+
+    /// Its source file (checked first: a clearer error than cargo's).
+    fn source(self, workspace: &Path) -> PathBuf {
+        match self {
+            Program::Example(name) => workspace.join("examples").join(format!("{name}.rs")),
+            Program::Tool(name) => workspace.join("tools").join(format!("{name}.rs")),
+        }
+    }
+
+    /// `cargo build`'s arguments selecting it (the examples with the async
+    /// layer: tokio_pingpong needs it).
+    fn cargo_args(self) -> Vec<&'a str> {
+        match self {
+            Program::Example(name) => {
+                vec!["-p", "uverbs", "--features", "tokio", "--example", name]
+            }
+            Program::Tool(name) => vec!["-p", "uverbs-tools", "--bin", name],
+        }
+    }
+
+    /// The kind of cargo target it is.
+    fn kind(self) -> TargetKind {
+        match self {
+            Program::Example(_) => TargetKind::Example,
+            Program::Tool(_) => TargetKind::Bin,
+        }
+    }
+}
+
+/// Builds the example or tool `name` ([`Program::named`]) statically, in
+/// the release profile: pingpong and perf print latencies and bandwidths,
+/// which a debug build would misstate.
+pub fn static_program(workspace: &Path, name: &str) -> Result<Binary> {
+    let program = Program::named(name);
+    let what = program.what();
+    let src = program.source(workspace);
     if !src.is_file() {
         return Err(Error(format!(
-            "demo: {} does not exist yet; the demo runs that example, so write it first",
+            "demo: {} does not exist yet; a run needs that {what}, so write it first",
             src.display()
         )));
     }
     say(format!(
-        "demo: building example {name} statically for {TARGET}"
+        "demo: building {what} {name} statically for {TARGET}"
     ));
     let mut cmd = cargo();
     cmd.current_dir(workspace)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "uverbs",
-            "--features",
-            "tokio",
-            "--example",
-            name,
-            "--target",
-            TARGET,
-        ])
+        .args(["build", "--release"])
+        .args(program.cargo_args())
+        .args(["--target", TARGET])
         .arg("--message-format=json-render-diagnostics");
-    let bins = build_collect("demo: static example build", &mut cmd, |a| {
-        a.target.kind.contains(&TargetKind::Example)
-    })?;
-    bins.into_iter().find(|b| b.name == name).ok_or_else(|| {
-        err(
-            "demo: static example build",
-            format!("cargo reported no executable for example {name}"),
-        )
-    })
+    let step = format!("demo: static {what} build");
+    let bins = build_collect(&step, &mut cmd, |a| a.target.kind.contains(&program.kind()))?;
+    bins.into_iter()
+        .find(|b| b.name == program.name())
+        .ok_or_else(|| {
+            err(
+                &step,
+                format!("cargo reported no executable for {what} {name}"),
+            )
+        })
 }
 
 /// Runs a cargo build with JSON messages on stdout (diagnostics still go to
@@ -255,6 +315,48 @@ mod tests {
         assert_eq!(artifact(lib, &keep), None);
         assert_eq!(artifact(finished, &keep), None);
         assert_eq!(artifact(text, &keep), None);
+    }
+
+    #[test]
+    fn tools_build_from_their_package_and_examples_from_uverbs() {
+        let ws = Path::new("/w");
+        let perf = Program::named("perf");
+        assert_eq!(perf, Program::Tool("perf"));
+        assert_eq!(perf.cargo_args(), ["-p", "uverbs-tools", "--bin", "perf"]);
+        assert_eq!(perf.kind(), TargetKind::Bin);
+        assert_eq!(perf.source(ws), Path::new("/w/tools/perf.rs"));
+        let pingpong = Program::named("pingpong");
+        assert_eq!(pingpong, Program::Example("pingpong"));
+        assert_eq!(
+            pingpong.cargo_args(),
+            [
+                "-p",
+                "uverbs",
+                "--features",
+                "tokio",
+                "--example",
+                "pingpong"
+            ]
+        );
+        assert_eq!(pingpong.kind(), TargetKind::Example);
+        assert_eq!(pingpong.source(ws), Path::new("/w/examples/pingpong.rs"));
+    }
+
+    /// Every tool is a `[[bin]]` of tools/Cargo.toml with its source where
+    /// [`Program::source`] looks, and no example has a tool's name.
+    #[test]
+    fn tools_are_the_packages_binaries() {
+        let ws = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let manifest = std::fs::read_to_string(ws.join("tools/Cargo.toml")).unwrap();
+        for name in TOOLS {
+            let program = Program::named(name);
+            assert!(
+                manifest.contains(&format!("name = \"{name}\"\npath = \"{name}.rs\"")),
+                "{name} is no [[bin]] of tools/Cargo.toml"
+            );
+            assert!(program.source(&ws).is_file(), "{name}");
+            assert!(!ws.join("examples").join(format!("{name}.rs")).exists());
+        }
     }
 
     #[test]

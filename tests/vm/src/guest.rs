@@ -303,27 +303,27 @@ pub const TWO_HOST_EXAMPLE_RUNS: &[TwoHostExample] = &[
     },
 ];
 
-/// The example `cargo vm test` runs against rdma-core's C programs
-/// (`examples/c_peers.rs`; the programs come from [`crate::peer::C_PEERS`]).
-pub const C_PEERS_EXAMPLE: &str = "c_peers";
+/// The tool `cargo vm test` runs against rdma-core's C programs
+/// (`tools/c_peers.rs`; the programs come from [`crate::peer::C_PEERS`]).
+pub const C_PEERS_TOOL: &str = "c_peers";
 
-/// The examples the C-peer runs need in `/tests`: [`C_PEERS_EXAMPLE`],
-/// `pingpong`, which it runs against `ibv_rc_pingpong`, and `perf`, which
-/// it runs against perftest.
-pub const C_PEERS_EXAMPLES: &[&str] = &[C_PEERS_EXAMPLE, "pingpong", "perf"];
+/// The programs the C-peer runs need in `/tests`: [`C_PEERS_TOOL`],
+/// the `pingpong` example, which it runs against `ibv_rc_pingpong`, and
+/// the `perf` tool, which it runs against perftest.
+pub const C_PEERS_PROGRAMS: &[&str] = &[C_PEERS_TOOL, "pingpong", "perf"];
 
-/// How long one C-peer pairing may take in the guest (the example bounds
+/// How long one C-peer pairing may take in the guest (the tool bounds
 /// each of its waits at 30 s; under TCG `ibv_rc_pingpong`'s 1000 round
 /// trips of 4 KiB take seconds).
 pub const C_PEER_TIMEOUT_SECS: u32 = 180;
 
-/// The C-peer pairings of the single guest, (run name, the example's
+/// The C-peer pairings of the single guest, (run name, the tool's
 /// pairing, device): a Rust client against librdmacm's `rdma_server` and
 /// `rdma_client` against a Rust server on rxe0 and on siw0, and
 /// `ibv_rc_pingpong` as server against `pingpong --client` and as client
 /// against `pingpong --server` on rxe0 (not on siw0: an iWARP QP reaches
 /// RTS only through the cm, and ibv_rc_pingpong connects by hand), and
-/// perftest's `ib_write_bw` and `ib_send_lat` against the `perf` example
+/// perftest's `ib_write_bw` and `ib_send_lat` against the `perf` tool
 /// in both roles on rxe0 (by hand over TCP) and on siw0 (perftest's `-R`,
 /// through the rdma_cm). The run's name says which C
 /// program is the peer (`_server`: the C program serves); the pairing may
@@ -386,7 +386,7 @@ pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
 ];
 
 impl GuestRun {
-    /// The single guest's C-peer runs ([`C_PEER_RUNS`]): the example with
+    /// The single guest's C-peer runs ([`C_PEER_RUNS`]): the tool with
     /// its pairing, the device and the device's address in that guest,
     /// retried once like the test binaries.
     pub fn c_peers() -> Vec<GuestRun> {
@@ -394,7 +394,7 @@ impl GuestRun {
             .iter()
             .map(|(name, pairing, kind)| GuestRun {
                 name: (*name).into(),
-                bin: C_PEERS_EXAMPLE.into(),
+                bin: C_PEERS_TOOL.into(),
                 args: pairing
                     .split_whitespace()
                     .map(String::from)
@@ -483,24 +483,20 @@ impl From<&str> for GuestRun {
     }
 }
 
-/// `cargo vm demo`: (name, example, arguments), each run under every
-/// [`DEMO_CONFIGS`] row, then the [`SHORT_EXAMPLES`] on each device.
+/// `cargo vm demo`: (name, example or tool, arguments), each run under
+/// every [`DEMO_CONFIGS`] row, then the [`SHORT_EXAMPLES`] on each device.
 /// `rereg_tour` re-registers every kind of change strict and replaced on
 /// every device and proves each with a WRITE. `pingpong_cm` connects with the rdma_cm over
-/// 192.0.2.1 (rxe0). `pingpong_syscalls` runs the pingpong example's
-/// probe under `strace` and fails unless `post_recv` and `poll_cq` make no
-/// system call and `post_send` exactly one `write()`. `perf_selftest` runs
-/// every test of the perftest-like example once, small, on rxe0 by hand
-/// and through the cm (192.0.2.1) and on siw0 through the cm (198.51.100.1).
+/// 192.0.2.1 (rxe0). `syscalls` runs the syscalls tool's probe under
+/// `strace` and fails unless `post_recv` and `poll_cq` make no system call
+/// and `post_send` exactly one `write()`. `perf_selftest` runs every test
+/// of the perftest-like tool once, small, on rxe0 by hand and through the
+/// cm (192.0.2.1) and on siw0 through the cm (198.51.100.1).
 pub const DEMO_RUNS: &[(&str, &str, &[&str])] = &[
     ("rereg_tour", "rereg_tour", &[]),
     ("pingpong", "pingpong", &[]),
     ("pingpong_cm", "pingpong", &["--cm"]),
-    (
-        "pingpong_syscalls",
-        "pingpong",
-        &["--count-syscalls", "--iters", "1000"],
-    ),
+    ("syscalls", "syscalls", &["--iters", "1000"]),
     ("perf_selftest", "perf", &["--self-test"]),
 ];
 
@@ -1006,11 +1002,9 @@ mod tests {
         let s = run_all_script(DEMO_CONFIGS, &runs);
         assert_eq!(s.matches(RESULT).count(), runs.len() * DEMO_CONFIGS.len());
         assert!(s.contains(&format!(
-            "timeout -s KILL {PER_BINARY_TIMEOUT_SECS} env UVERBS_TRANSPORT=ioctl /tests/pingpong --count-syscalls --iters 1000\n"
+            "timeout -s KILL {PER_BINARY_TIMEOUT_SECS} env UVERBS_TRANSPORT=ioctl /tests/syscalls --iters 1000\n"
         )));
-        assert!(s.contains(&format!(
-            "\"{RESULT} config=write bin=pingpong_syscalls rc=$rc\""
-        )));
+        assert!(s.contains(&format!("\"{RESULT} config=write bin=syscalls rc=$rc\"")));
         assert!(s.contains("env UVERBS_TRANSPORT=write /tests/rereg_tour\n"));
         assert!(s.contains("env UVERBS_TRANSPORT=ioctl /tests/perf --self-test\n"));
         assert!(s.contains(&format!(
@@ -1211,9 +1205,7 @@ mod tests {
     fn c_peer_runs_name_their_device_and_its_address() {
         let runs = GuestRun::c_peers();
         assert_eq!(runs.len(), C_PEER_RUNS.len());
-        assert!(runs
-            .iter()
-            .all(|r| r.bin == C_PEERS_EXAMPLE && r.retry_once));
+        assert!(runs.iter().all(|r| r.bin == C_PEERS_TOOL && r.retry_once));
         assert!(runs.iter().all(|r| !is_two_host(&r.name)));
         let s = run_all_script(TEST_CONFIGS, &runs);
         assert!(s.contains(&format!(
@@ -1223,12 +1215,12 @@ mod tests {
         // (in /tests with c_peers).
         assert!(s.contains("/tests/c_peers rc_pingpong_client --device rxe0 --addr 192.0.2.1\n"));
         assert!(s.contains("/tests/c_peers rc_pingpong_server --device rxe0 --addr 192.0.2.1\n"));
-        // perftest in both roles, against the perf example (in /tests too).
+        // perftest in both roles, against the perf tool (in /tests too).
         assert!(s.contains(
             "/tests/c_peers perftest_client --test write_bw --device siw0 --addr 198.51.100.1\n"
         ));
-        assert!(C_PEERS_EXAMPLES.contains(&"perf"));
-        assert!(C_PEERS_EXAMPLES.contains(&"pingpong"));
+        assert!(C_PEERS_PROGRAMS.contains(&"perf"));
+        assert!(C_PEERS_PROGRAMS.contains(&"pingpong"));
         assert!(s.contains(&format!(
             "\"{RESULT} config=write bin=c_peer_rdma_client_rxe0 rc=$rc\""
         )));

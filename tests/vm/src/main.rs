@@ -23,7 +23,7 @@
 //!    and a log, copied to `target/vm/console.log` when qemu exits.
 //! 5. [`report`] reads the markers back and prints the binary ×
 //!    configuration table. The single guest also runs the C-peer pairings
-//!    of [`guest::C_PEER_RUNS`]: `examples/c_peers.rs` against rdma-core's
+//!    of [`guest::C_PEER_RUNS`]: `tools/c_peers.rs` against rdma-core's
 //!    `rdma_server`, `rdma_client` and `ibv_rc_pingpong`, unpacked under
 //!    the cache ([`peer::C_PEERS`]), each pairing a row of the table.
 //! 6. The `two_host_*` binaries (never run in the single guest) run in a
@@ -35,9 +35,9 @@
 //!    pass. Its table ends in `vm two-host: N passed, M failed`, and the
 //!    last line, `vm: N passed, M failed`, counts both boots' runs.
 //!
-//! `demo` does steps 3–5 for `examples/rereg_tour.rs`, `examples/pingpong.rs`
-//! and `examples/perf.rs` (the runs of [`guest::DEMO_RUNS`], one of them
-//! the pingpong probe under strace) and the short examples of
+//! `demo` does steps 3–5 for `examples/rereg_tour.rs`, `examples/pingpong.rs`,
+//! `tools/perf.rs` and `tools/syscalls.rs` (the runs of [`guest::DEMO_RUNS`],
+//! the last the system-call probe under strace) and the short examples of
 //! [`guest::SHORT_EXAMPLES`] on rxe0 and siw0, which `test` runs too;
 //! `shell` boots to an interactive busybox shell with the same
 //! devices and binaries (`shell --two`: the two-host guests, A on the
@@ -79,7 +79,8 @@ commands:
   test    host tests, then every uverbs test binary in the VM per configuration
   demo    run the examples in the VM (ioctl and write transports): the
           short ones (devinfo, loopback, owned, events, rereg) on rxe0 and
-          siw0, rereg_tour, pingpong (+ its syscall count under strace), perf
+          siw0, rereg_tour, pingpong, and the tools perf (--self-test) and
+          syscalls (system calls per data-path call, under strace)
   shell   boot the VM to an interactive busybox shell (Ctrl-A X quits);
           --two: the two-host guests, host a on this terminal, host b's
           shell reached from a with `telnet 192.0.2.2`
@@ -389,30 +390,30 @@ impl Ctx {
         Ok(outcome)
     }
 
-    /// Adds to `bins` the static build of each example `runs` run that
-    /// is not among them yet.
+    /// Adds to `bins` the static build of each example or tool `runs`
+    /// run that is not among them yet ([`binaries::Program::named`]).
     fn add_example_bins(&self, bins: &mut Vec<Binary>, runs: &[GuestRun]) -> Result<()> {
         for run in runs {
             if !bins.iter().any(|b| b.name == run.bin) {
-                bins.push(binaries::static_example(&self.workspace, &run.bin)?);
+                bins.push(binaries::static_program(&self.workspace, &run.bin)?);
             }
         }
         Ok(())
     }
 
-    /// The C peers' examples (built statically: `c_peers`, the `pingpong`
-    /// it runs against `ibv_rc_pingpong` and the `perf` it runs against
-    /// perftest) and what the guest
+    /// The C peers' programs (built statically: the `c_peers` tool, the
+    /// `pingpong` example it runs against `ibv_rc_pingpong` and the `perf`
+    /// tool it runs against perftest) and what the guest
     /// needs of rdma-core for them: the C programs with their libraries
     /// and the providers, unpacked under the cache ([`peer::C_PEERS`]).
     fn c_peers(&self) -> Result<(Vec<Binary>, Vec<initramfs::HostFile>)> {
         let peer = peer::Peer::ensure(&self.cache, &peer::C_PEERS)?;
         let files = peer.c_peer_files()?;
-        let examples = guest::C_PEERS_EXAMPLES
+        let programs = guest::C_PEERS_PROGRAMS
             .iter()
-            .map(|name| binaries::static_example(&self.workspace, name))
+            .map(|name| binaries::static_program(&self.workspace, name))
             .collect::<Result<_>>()?;
-        Ok((examples, files))
+        Ok((programs, files))
     }
 
     /// Writes the scripts (copies for reading with --keep, named
@@ -750,8 +751,8 @@ fn real_main(args: impl IntoIterator<Item = OsString>) -> Result<bool> {
                 // As `cargo vm test` has it: `/run-all` runs the C peers too.
                 let mut single = single;
                 let mut runs = plain_runs(&single);
-                let (examples, files) = ctx.c_peers()?;
-                single.extend(examples);
+                let (programs, files) = ctx.c_peers()?;
+                single.extend(programs);
                 runs.extend(GuestRun::c_peers());
                 ctx.boot_single(
                     kernel,
@@ -795,15 +796,15 @@ impl Ctx {
             bins.into_iter().partition(|b| guest::is_two_host(&b.name));
         let mut single_runs = test_runs(&single);
         // The C peers (rdma-core's programs, unpacked under the cache) and
-        // the example that meets them, in the single guest.
+        // the programs that meet them, in the single guest.
         let mut c_peer_runs = GuestRun::c_peers();
         keep_only(&mut c_peer_runs, &only);
         let mut single_files = Vec::new();
         if !c_peer_runs.is_empty() {
-            let (examples, files) = self.c_peers()?;
-            for example in examples {
-                if !single.iter().any(|b| b.name == example.name) {
-                    single.push(example);
+            let (programs, files) = self.c_peers()?;
+            for program in programs {
+                if !single.iter().any(|b| b.name == program.name) {
+                    single.push(program);
                 }
             }
             single_files = files;
@@ -872,7 +873,7 @@ impl Ctx {
         let mut bins: Vec<Binary> = Vec::new();
         for run in &runs {
             if !bins.iter().any(|b| b.name == run.bin) {
-                bins.push(binaries::static_example(&self.workspace, &run.bin)?);
+                bins.push(binaries::static_program(&self.workspace, &run.bin)?);
             }
         }
         let mut per_kernel = Vec::new();

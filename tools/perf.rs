@@ -32,12 +32,12 @@ use std::time::{Duration, Instant};
 
 use thread_io::read_write_calls;
 
-// Shared with pingpong: its bounded accept.
-#[path = "common/line_channel.rs"]
+// Shared with the pingpong example: its bounded accept.
+#[path = "../examples/common/line_channel.rs"]
 #[allow(dead_code)]
 mod line_channel;
-// Shared with pingpong: the bounded wait for the other side's process.
-#[path = "common/reap.rs"]
+// Shared with the pingpong example: the bounded wait for the other side's process.
+#[path = "../examples/common/reap.rs"]
 mod reap;
 #[path = "perf/run.rs"]
 mod run;

@@ -1,10 +1,16 @@
-//! `pingpong --count-syscalls`: how many system calls `post_recv`,
-//! `post_send` and `poll_cq` make, counted by strace rather than believed.
+//! How many system calls `post_recv`, `post_send` and `poll_cq` make,
+//! counted by strace rather than believed.
 //!
-//! The program runs itself as `--syscall-probe` under
-//! `strace -f -C -o FILE`. The probe connects two QPs of one context
-//! (loopback) and then makes the calls in phases, each opened by a marker
-//! line it writes to stderr with exactly one `write(2, "@@PHASE …")`:
+//! ```text
+//! syscalls [--device NAME] [--iters N]    N calls of each (1000, at most 4000)
+//!                                         on NAME (default: the first rxe device)
+//! ```
+//!
+//! The program runs itself as `--probe` under `strace -f -C -o FILE`. The
+//! probe connects two RC QPs of one context to each other by hand (RoCE
+//! loopback over GID 0: rxe) and then makes the calls in phases, each
+//! opened by a marker line it writes to stderr with exactly one
+//! `write(2, "@@PHASE …")`:
 //!
 //! - `post_recv n=N`: N receives, one per call;
 //! - `post_send n=N`: N signalled SENDs, one per call (each rings the
@@ -18,34 +24,123 @@
 //! expected counts (rxe's provider: the doorbell is one `write()`, the
 //! rings are shared memory) are checked, so this also fails if the data
 //! path ever starts making system calls. strace's own summary (`-C`) is
-//! printed after the per-call table.
+//! printed after the per-call table. `cargo vm demo` runs it on rxe0
+//! with both transports (`UVERBS_TRANSPORT=ioctl|write`); it needs
+//! `strace` on the PATH.
 
 use std::collections::BTreeMap;
+use std::error::Error;
 use std::io::Write;
-use std::process::Command;
+use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use uverbs::QpType;
 use uverbs::{
-    AccessFlags, Context, Payload, QpInit, QueuePair, RecvWr, SendOp, SendWr, Sge, WcStatus,
-    WorkCompletion,
+    AccessFlags, Context, Device, DriverId, Mtu, OpenOptions, Payload, QpInit, QpType, RcConnect,
+    RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 
-use super::{data_path_device, gid_index, to_init, to_rts, Dest, Local, Options, Result, WAIT};
+type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
 const MARKER: &str = "@@PHASE ";
+/// How long the completions may take to arrive after the polled phase.
+const WAIT: Duration = Duration::from_secs(10);
+const USAGE: &str = "usage: syscalls [--device NAME] [--iters N]";
+
+/// The command line.
+struct Options {
+    /// `--device`; default: the first rxe device.
+    device: Option<String>,
+    /// `--iters`: calls of each kind (1 ..= 4000).
+    iters: usize,
+    /// `--probe`: be the measured program (run by the counting one).
+    probe: bool,
+}
+
+impl Options {
+    /// `Err("")` asks for the usage only.
+    fn parse(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<Options, String> {
+        use lexopt::prelude::*;
+        let mut o = Options {
+            device: None,
+            iters: 1000,
+            probe: false,
+        };
+        let mut p = lexopt::Parser::from_args(args);
+        while let Some(arg) = p.next().map_err(|e| e.to_string())? {
+            match arg {
+                Long("device") => {
+                    o.device = Some(
+                        p.value()
+                            .and_then(|v| v.string())
+                            .map_err(|e| e.to_string())?,
+                    )
+                }
+                Long("iters") => {
+                    o.iters = p
+                        .value()
+                        .and_then(|v| v.parse())
+                        .map_err(|e| format!("--iters: {e}"))?
+                }
+                Long("probe") => o.probe = true,
+                Short('h') | Long("help") => return Err(String::new()),
+                other => return Err(other.unexpected().to_string()),
+            }
+        }
+        if !(1..=4000).contains(&o.iters) {
+            return Err("--iters must be 1 ..= 4000".into());
+        }
+        Ok(o)
+    }
+}
+
+fn main() -> ExitCode {
+    // Exit status 2 for a bad command line, 1 for a failed count.
+    let parsed = Options::parse(std::env::args_os().skip(1));
+    let Ok(opts) = parsed.inspect_err(|e| match e.as_str() {
+        "" => eprintln!("{USAGE}"),
+        e => eprintln!("syscalls: {e}\n{USAGE}"),
+    }) else {
+        return ExitCode::from(2);
+    };
+    if let Err(e) = run(&opts) {
+        eprintln!("syscalls: error: {e}");
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
+}
+
+/// The count, or (`--probe`) the measured program.
+fn run(opts: &Options) -> Result<()> {
+    let dev = device(opts)?;
+    match opts.probe {
+        true => probe(&dev.open_with(&OpenOptions::new())?, opts.iters),
+        false => count_under_strace(&dev, opts.iters),
+    }
+}
+
+/// `--device`, or the first rxe device: the probe connects its QPs by
+/// hand, which siw's iWARP QPs cannot do (they reach RTS only through the
+/// rdma_cm).
+fn device(opts: &Options) -> Result<Device> {
+    let found = uverbs::devices()?.into_iter().find(|d| match &opts.device {
+        Some(name) => d.name() == name,
+        None => d.driver_id() == Some(DriverId::RXE),
+    });
+    Ok(found.ok_or_else(|| match &opts.device {
+        Some(name) => format!("no RDMA device {name}"),
+        None => "no rxe device (the probe connects RoCE QPs by hand)".into(),
+    })?)
+}
 
 /// Runs the probe under strace and reports the system calls per call.
-pub fn count_under_strace(opts: &Options) -> Result<()> {
-    let dev = data_path_device(opts)?; // the one the probe will open
-    let n = opts.iters.min(4000);
-    let trace = std::env::temp_dir().join(format!("pingpong-strace.{}", std::process::id()));
+fn count_under_strace(dev: &Device, n: usize) -> Result<()> {
+    let trace = std::env::temp_dir().join(format!("syscalls-strace.{}", std::process::id()));
     let status = Command::new("strace")
         .args(["-f", "-C", "-qq", "-s", "64", "-o"])
         .arg(&trace)
         .arg(std::env::current_exe()?)
-        .args(["--syscall-probe", "--device", dev.name(), "--iters"])
+        .args(["--probe", "--device", dev.name(), "--iters"])
         .arg(n.to_string())
         .status()
         .map_err(|e| format!("running strace (is it installed?): {e}"))?;
@@ -56,7 +151,7 @@ pub fn count_under_strace(opts: &Options) -> Result<()> {
     }
     let phases = phases(&text);
     println!(
-        "pingpong {}: system calls per call, counted by strace -f:",
+        "syscalls {}: system calls per call, counted by strace -f:",
         dev.name()
     );
     println!(
@@ -164,8 +259,7 @@ fn phase(name: &str, n: Option<usize>) {
 }
 
 /// The measured program (see the module's text).
-pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
-    let n = opts.iters;
+fn probe(ctx: &Context, n: usize) -> Result<()> {
     let pd = ctx.alloc_pd()?;
     let cq = ctx.create_cq(2 * n as u32 + 8, None)?;
     let init = QpInit::new(QpType::Rc, &cq, &cq)
@@ -176,28 +270,9 @@ pub fn probe(ctx: &Context, opts: &Options) -> Result<()> {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     // SAFETY: `buf` outlives the MR (dropped after it, at the end).
     let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), access)? };
-    // Connected as pingpong connects by hand, the two QPs each other's peer.
-    let gid_index = gid_index(ctx, opts)?;
-    let gid = match gid_index {
-        Some(i) => ctx.query_gid(opts.ib_port, i)?,
-        None => uverbs::Gid::default(),
-    };
-    let lid = ctx.query_port(opts.ib_port)?.lid;
-    let local = |qp: &QueuePair, psn| Local {
-        dest: Dest {
-            lid,
-            qpn: qp.qp_num(),
-            psn,
-            gid,
-        },
-        gid_index,
-        ethernet: true,
-    };
-    let (la, lb) = (local(&a, 1), local(&b, 2));
-    for (qp, me, peer) in [(&a, &la, &lb), (&b, &lb, &la)] {
-        to_init(qp, opts)?;
-        to_rts(qp, opts, me, &peer.dest)?;
-    }
+    // RoCE loopback, by hand: each QP the other's peer, over GID 0.
+    let gid = ctx.query_gid(1, 0)?;
+    RcConnect::new(Mtu::Mtu1024).connect_pair(&a, &b, gid)?;
     let base = buf.as_ptr() as u64;
     let recv_sge = [Sge {
         addr: base + 4096,
@@ -274,8 +349,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn parses_its_command_line() {
+        let parse = |s: &str| Options::parse(s.split_whitespace().map(Into::into));
+        let o = parse("--device rxe0 --iters 20 --probe").unwrap();
+        assert_eq!(
+            (o.device.as_deref(), o.iters, o.probe),
+            (Some("rxe0"), 20, true)
+        );
+        let d = parse("").unwrap();
+        assert_eq!((d.device, d.iters, d.probe), (None, 1000, false));
+        assert!(parse("--iters 0").is_err());
+        assert!(parse("--iters 4001").is_err());
+        assert!(parse("--count-syscalls").is_err());
+        assert_eq!(parse("--help").err().as_deref(), Some(""));
+    }
+
+    #[test]
     fn splits_a_trace_at_the_markers() {
-        let trace = r#"100 execve("/tests/pingpong", ["pingpong"], 0x7ffd /* 3 vars */) = 0
+        let trace = r#"100 execve("/tests/syscalls", ["syscalls"], 0x7ffd /* 3 vars */) = 0
 100 write(2, "@@PHASE post_recv n=2\n", 22) = 22
 100 write(2, "@@PHASE post_send n=2\n", 22) = 22
 100 write(3, "\0\0\0\0", 24) = 24

@@ -39,14 +39,15 @@
 //!   the 16 bytes it got. RoCE (rxe) and iWARP (siw) alike.
 //! - `rc_pingpong_*` (port 18515, size 4096, 1000 iterations by default:
 //!   the C program's): `ibv_rc_pingpong` and the `pingpong` example (the
-//!   program next to this one), each given `-g`, the index of the RoCE v2
-//!   GID of `--addr` (the C program needs it on RoCE for its GRH). Both
+//!   program next to this one: `cargo vm` puts both in `/tests`), each
+//!   given `-g`, the index of the RoCE v2 GID of `--addr` (the C program
+//!   needs it on RoCE for its GRH). Both
 //!   must exit 0 and print `N iters in`. Not on iWARP: an iWARP QP reaches
 //!   RTS only through the connection manager (the TCP stream carries
 //!   it), and ibv_rc_pingpong connects its QP by hand, so siw cannot run
 //!   it; this program refuses siw0 with that reason.
 //! - `perftest_*` (port 18515, T `write_bw` or `send_lat`): perftest's
-//!   `ib_write_bw` / `ib_send_lat` and the `perf` example, which speaks
+//!   `ib_write_bw` / `ib_send_lat` and the `perf` tool, which speaks
 //!   perftest's protocol. On RoCE (rxe) by hand over TCP, both given the
 //!   index of the RoCE v2 GID of `--addr` (`-x`); on iWARP (siw) through the
 //!   rdma_cm as perftest's `-R` (its QPs reach RTS only that way), on
@@ -112,7 +113,7 @@ enum Pairing {
     RcPingpongServer,
     /// The `pingpong` example as server, the C `ibv_rc_pingpong` its client.
     RcPingpongClient,
-    /// perftest's C program as server, the `perf` example its client.
+    /// perftest's C program as server, the `perf` tool its client.
     PerftestServer,
     /// The `perf` example as server, perftest's C program its client.
     PerftestClient,
@@ -814,9 +815,9 @@ fn rc_pingpong(opts: &Options) -> Result<()> {
     }
 }
 
-// ---- perftest against the perf example -------------------------------------
+// ---- perftest against the perf tool ----------------------------------------
 
-/// Both perftest pairings: `ib_<test>` and the `perf` example (the program
+/// Both perftest pairings: `ib_<test>` and the `perf` tool (the program
 /// next to this one) with the same test, size, iterations and port; by
 /// hand on RoCE with the RoCE v2 GID of `--addr` on both sides, through
 /// the rdma_cm at `--addr` (perftest's `-R`) on iWARP. Each must exit 0,
