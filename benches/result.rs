@@ -1,4 +1,4 @@
-//! The one result format of the benches (and examples/mover), which
+//! The one result format of the benches (and tools/mover), which
 //! `cargo vm bench` reads (tests/vm/src/bench/results.rs): one line
 //! `@@RESULT {json}` per result, a JSON object whose `kind` says what it is.
 //! The marker lets the harness pick results out of a console with other

@@ -5,7 +5,7 @@
 //! valgrind (`cargo vm bench`). [`C_PEERS`]: librdmacm's `rdma_server` /
 //! `rdma_client`, libibverbs' `ibv_rc_pingpong` and perftest's
 //! `ib_write_bw` / `ib_send_lat` with their libraries
-//! and the providers, the C peers of `examples/c_peers.rs` in `cargo vm
+//! and the providers, the C peers of `tools/c_peers.rs` in `cargo vm
 //! test`. Debian's packages, resolved against the host (what it lacks of
 //! their dependencies comes along), fetched with `apt-get download` and
 //! unpacked with `dpkg -x` into `<cache>/<dir>/root` ([`crate::apt`]); a
@@ -41,7 +41,7 @@ pub const BENCH: PeerSet = PeerSet {
     ],
 };
 
-/// The C peers of `cargo vm test` (`examples/c_peers.rs`): the tools and,
+/// The C peers of `cargo vm test` (`tools/c_peers.rs`): the tools and,
 /// named so they come along whatever the host has, their libraries.
 pub const C_PEERS: PeerSet = PeerSet {
     what: "c-peers",

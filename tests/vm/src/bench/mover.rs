@@ -1,5 +1,5 @@
 //! The data mover's section of docs/benchmarks.md: the `mover` results of
-//! `examples/mover.rs` (a writer streaming WRITEs into a pool of buffers
+//! `tools/mover.rs` (a writer streaming WRITEs into a pool of buffers
 //! whose exposure rotates, per scheme), as a table per device and buffer
 //! size with each scheme's throughput against dereg + reg's.
 
@@ -86,7 +86,7 @@ pub fn markdown(lines: &[Line]) -> String {
     if lines.is_empty() {
         return s;
     }
-    s.push_str("## The re-registering data mover (`examples/mover.rs`)\n\n");
+    s.push_str("## The re-registering data mover (`tools/mover.rs`)\n\n");
     s.push_str(
         "A writer streams RDMA WRITEs into a pool of 8 buffers of which 4 are exposed; after every WRITE \
          the target hides the oldest exposed buffer and exposes the next. *rereg-access* toggles \

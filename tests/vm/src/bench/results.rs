@@ -1,7 +1,7 @@
 //! The one result format of the bench programs: each result is one line
 //! `@@RESULT {json}`, a JSON object whose `kind` says what it is
 //! ([`Record`]), printed by benches/verbs, benches/datapath, benches/ops,
-//! benches/async_tax and examples/mover. The marker may follow other text on
+//! benches/async_tax and tools/mover. The marker may follow other text on
 //! the console line (kernel messages interleave with the guest's output);
 //! the JSON runs to the line's end.
 //!
@@ -42,7 +42,7 @@ pub enum Record {
     Datapath(datapath::Line),
     /// About the data-path run.
     DatapathInfo(BTreeMap<String, serde_json::Value>),
-    /// One scheme of examples/mover.
+    /// One scheme of tools/mover.
     Mover(mover::Line),
     /// One callgrind count of benches/ops (a data-path case or a control pair).
     Ops(ops::Line),

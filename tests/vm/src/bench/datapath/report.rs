@@ -85,7 +85,7 @@ pub fn markdown(dp: &DataPath) -> String {
     let info = |k: &str| dp.info(k).unwrap_or("?").to_string();
     let _ = writeln!(
         s,
-        "## Data path: ours (`examples/perf.rs`) against perftest 4.5\n"
+        "## Data path: ours (`tools/perf.rs`) against perftest 4.5\n"
     );
     let _ = writeln!(
         s,
