@@ -115,7 +115,7 @@ enum Pairing {
     RcPingpongClient,
     /// perftest's C program as server, the `perf` tool its client.
     PerftestServer,
-    /// The `perf` example as server, perftest's C program its client.
+    /// The `perf` tool as server, perftest's C program its client.
     PerftestClient,
 }
 

@@ -1,4 +1,4 @@
-//! Data-path latency and bandwidth, this crate's `perf` example against
+//! Data-path latency and bandwidth, the `perf` tool (tools/perf.rs) against
 //! perftest 4.5 (over libibverbs and its rxe/siw providers), with the same
 //! parameters, in one run.
 //!

@@ -1,5 +1,5 @@
 //! The data-path half of `cargo vm bench`: the `datapath` results of
-//! benches/datapath (our `perf` example and perftest 4.5, interleaved in
+//! benches/datapath (our `perf` tool and perftest 4.5, interleaved in
 //! rounds, the whole set in passes) read into cells, and per cell the
 //! per-round ratios ours ÷ perftest, their median and spread per pass, and
 //! whether the passes agree.
