@@ -103,22 +103,31 @@ fn holds(buf: &[u8], seed: u8) -> bool {
     buf.iter().enumerate().all(|(i, &b)| b == pattern(seed, i))
 }
 
+/// [`on_each_device`], under [`serial`], for rxe and for siw with the
+/// rdma_cm; `body` learns whether it is siw (connected through the cm).
+/// siw without the rdma_cm is skipped, any other driver noted and skipped.
+fn on_rxe_or_siw(test: &str, mut body: impl FnMut(&str, Dut, &HandleCounts, bool)) {
+    let _serial = serial();
+    on_each_device(test, |name, dut, counts| {
+        let siw = match driver(&dut) {
+            Driver::Rxe => false,
+            Driver::Siw if cm_present(name) => true,
+            Driver::Siw => return,
+            Driver::Other => return loud(&format!("NOTE: {name}: not rxe or siw: skipped")),
+        };
+        body(name, dut, counts, siw)
+    });
+}
+
 /// Two QPs in two contexts (two opens of the device) of one process,
 /// connected from each other's endpoint lines: SEND/RECV both ways, RDMA
 /// WRITE into the other's MR and RDMA READ back, each side using only the
 /// address and rkey its peer's record named.
 #[test]
 fn rc_between_two_contexts_connected_from_endpoint_lines() {
-    let _serial = serial();
-    on_each_device(
+    on_rxe_or_siw(
         "rc_between_two_contexts_connected_from_endpoint_lines",
-        |name, dut, counts_a| {
-            let siw = match driver(&dut) {
-                Driver::Rxe => false,
-                Driver::Siw if cm_present(name) => true,
-                Driver::Siw => return,
-                Driver::Other => return loud(&format!("NOTE: {name}: not rxe or siw: skipped")),
-            };
+        |name, dut, counts_a, siw| {
             let other = dut.reopen();
             let counts_b = HandleCounts::new(&other, "the second context");
             let mtu = mtu_for(&dut);
@@ -347,16 +356,9 @@ fn child_checks(t: &Side) -> Result<(), String> {
 /// exit status.
 #[test]
 fn rc_between_two_processes_over_a_socket_pair() {
-    let _serial = serial();
-    on_each_device(
+    on_rxe_or_siw(
         "rc_between_two_processes_over_a_socket_pair",
-        |name, dut, counts| {
-            let siw = match driver(&dut) {
-                Driver::Rxe => false,
-                Driver::Siw if cm_present(name) => true,
-                Driver::Siw => return,
-                Driver::Other => return loud(&format!("NOTE: {name}: not rxe or siw: skipped")),
-            };
+        |name, dut, counts, siw| {
             let (to_child, in_child) = UnixStream::pair().expect("socketpair");
             for s in [&to_child, &in_child] {
                 s.set_read_timeout(Some(LINE_WAIT)).unwrap();
