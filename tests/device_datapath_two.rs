@@ -284,6 +284,20 @@ fn target_child(dev: &Device, sock: UnixStream, siw: bool) -> Result<(), String>
     let mine = t.endpoint(0x00c4c4);
     let parent = read_endpoint(&mut reader, "child: the parent's endpoint")?;
     let recv = sge(t.addr(), 256, &t.mr);
+    // The receive for the parent's SEND.
+    let post_recv = || {
+        // SAFETY: the first 256 bytes are not touched until the receive's
+        // completion (`child_checks`); the rest of the buffer is the WRITE's
+        // target and is read only after that completion (RC: the WRITE
+        // before it landed).
+        unsafe {
+            t.qp.post_recv(&[RecvWr {
+                wr_id: 0xc1,
+                sges: &recv,
+            }])
+        }
+        .map_err(|e| format!("child: post_recv: {e}"))
+    };
     if siw {
         // siw: the child is the cm's passive side; its receive is posted
         // once the connection is up, and only then does it say READY.
@@ -292,14 +306,7 @@ fn target_child(dev: &Device, sock: UnixStream, siw: bool) -> Result<(), String>
         writeln!(writer, "cm {port}").map_err(|e| format!("child: sending its port: {e}"))?;
         let server = cm_accept(&ch, &t.qp, "child");
         cm_established(&ch, &server, &t.qp, "child");
-        // SAFETY: as below.
-        unsafe {
-            t.qp.post_recv(&[RecvWr {
-                wr_id: 0xc1,
-                sges: &recv,
-            }])
-        }
-        .map_err(|e| format!("child: post_recv: {e}"))?;
+        post_recv()?;
         writeln!(writer, "READY").map_err(|e| format!("child: READY: {e}"))?;
         let verdict = child_checks(&t);
         drop(t);
@@ -308,16 +315,7 @@ fn target_child(dev: &Device, sock: UnixStream, siw: bool) -> Result<(), String>
         return verdict;
     }
     connect_to(&t.qp, mine.psn, &parent, mtu);
-    // SAFETY: the first 256 bytes are not touched until the receive's
-    // completion below; the rest of the buffer is the WRITE's target and is
-    // read only after that completion (RC: the WRITE before it landed).
-    unsafe {
-        t.qp.post_recv(&[RecvWr {
-            wr_id: 0xc1,
-            sges: &recv,
-        }])
-    }
-    .map_err(|e| format!("child: post_recv: {e}"))?;
+    post_recv()?;
     writeln!(writer, "{mine}").map_err(|e| format!("child: sending its endpoint: {e}"))?;
     let verdict = child_checks(&t);
     drop(t);
