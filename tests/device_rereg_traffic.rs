@@ -215,12 +215,9 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
             if rig.siw() {
                 return siw_access_removed(rig, counts);
             }
-            let mut dst = anon(LEN);
-            let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
+            let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW);
             counts.assert_extra(2, 1, "two MRs in the pair's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
-            let k = keys(&mr);
-            let remote = at(&dst, mr.rkey());
             rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
@@ -229,9 +226,7 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
             assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
             rig.write_refused(2, 2, remote, &dst, "REMOTE_WRITE removed in place");
 
-            let mut other = anon(LEN);
-            let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-            let to_other = at(&other, other_mr.rkey());
+            let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
             rig.write_lands(3, 3, to_other, &other, "recovered: another MR");
             rig.write_refused(4, 4, remote, &dst, "recovered: still removed");
 
@@ -249,11 +244,8 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
 /// carries traffic to another region, and the region keeps refusing.
 fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
     let name = rig.name.clone();
-    let mut dst = anon(LEN);
-    let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
+    let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW_READ);
     counts.assert_extra(2, 1, "two MRs in the pair's PD");
-    let k = keys(&mr);
-    let remote = at(&dst, mr.rkey());
     rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
     rig.read_lands(2, remote, &dst, "REMOTE_READ granted");
     let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
@@ -276,9 +268,7 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
     rig.read_lands(4, new, &dst, "the new rkey still reads");
     rig.write_refused(5, 5, new, &dst, "the new rkey without REMOTE_WRITE");
     rig.write_refused(6, 6, remote, &dst, "the old rkey after the replace");
-    let mut other = anon(LEN);
-    let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-    let to_other = at(&other, other_mr.rkey());
+    let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
     rig.write_lands(7, 7, to_other, &other, "recovered: another MR");
     rig.write_refused(8, 8, new, &dst, "recovered: still without REMOTE_WRITE");
     drop((other_mr, mr, rig));
@@ -295,10 +285,7 @@ fn access_restored_in_place_lets_the_write_land() {
         "access_restored_in_place_lets_the_write_land",
         (QP_ACCESS, LEN, 32),
         |name, counts, mut rig| {
-            let mut dst = anon(LEN);
-            let mut mr = fresh_mr(&rig.q.pd, &mut dst, AccessFlags::LOCAL_WRITE);
-            let k = keys(&mr);
-            let remote = at(&dst, mr.rkey());
+            let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, AccessFlags::LOCAL_WRITE);
             rig.write_refused(1, 1, remote, &dst, "registered LOCAL_WRITE only");
 
             if rig.siw() {
@@ -375,9 +362,7 @@ fn atomic_access_removed_and_restored_in_place() {
                     err,
                     &format!("{name}: REMOTE_ATOMIC removed in place"),
                 );
-                let mut other = anon(LEN);
-                let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-                let to = at(&other, other_mr.rkey());
+                let (other, other_mr, _, to) = fresh_target(&rig.q.pd, RW);
                 rig.write_lands(2, 2, to, &other, "a WRITE after the refused atomic");
                 drop((other_mr, mr, rig));
                 drop((other, dst));
@@ -414,10 +399,7 @@ fn pd_moved_away_back_and_away_again() {
         (QP_ACCESS, LEN, 32),
         |name, counts, mut rig| {
             let pd2 = alloc_pd(&rig.ctx);
-            let mut dst = anon(LEN);
-            let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
-            let k = keys(&mr);
-            let remote = at(&dst, mr.rkey());
+            let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW_READ);
             rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
             if rig.siw() {
                 // siw: moved in place is refused (the rkey still lands); moved
