@@ -16,6 +16,25 @@ use common::{
 };
 use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, ReregError, ReregFlags, ReregOutcome};
 
+/// Asserts a refusal's outcome and libibverbs' code for it, its errno,
+/// and the MR known to be unchanged (mr_state Old).
+fn assert_unchanged_by(
+    err: &ReregError,
+    (outcome, code): (ReregOutcome, i32),
+    errno: Errno,
+    name: &str,
+    case: &str,
+) {
+    assert_eq!(err.outcome(), outcome, "{name}: {case}: outcome ({err})");
+    assert_eq!(err.code(), code, "{name}: {case}: code ({err})");
+    assert_eq!(err.errno(), errno, "{name}: {case}: errno ({err})");
+    assert_eq!(
+        err.mr_state(),
+        MrState::Old,
+        "{name}: {case}: mr_state ({err})"
+    );
+}
+
 /// Asserts a kernel refusal: outcome Cmd (−4), the given errno, and the MR
 /// known to be unchanged (rxe and siw refuse before changing anything).
 fn assert_cmd(name: &str, case: &str, result: Result<(), ReregError>, errno: Errno) {
@@ -23,18 +42,7 @@ fn assert_cmd(name: &str, case: &str, result: Result<(), ReregError>, errno: Err
         .err()
         .unwrap_or_else(|| panic!("{name}: {case}: succeeded, expected Cmd/{errno:?}"));
     loud(&format!("{name}: {case}: {err}"));
-    assert_eq!(
-        err.outcome(),
-        ReregOutcome::Cmd,
-        "{name}: {case}: outcome ({err})"
-    );
-    assert_eq!(err.code(), -4, "{name}: {case}: code ({err})");
-    assert_eq!(err.errno(), errno, "{name}: {case}: errno ({err})");
-    assert_eq!(
-        err.mr_state(),
-        MrState::Old,
-        "{name}: {case}: mr_state ({err})"
-    );
+    assert_unchanged_by(&err, (ReregOutcome::Cmd, -4), errno, name, case);
     assert_eq!(err.device(), name, "{name}: {case}: device ({err})");
 }
 
@@ -43,18 +51,7 @@ fn assert_input(name: &str, case: &str, result: Result<(), ReregError>) {
     let err = result
         .err()
         .unwrap_or_else(|| panic!("{name}: {case}: succeeded, expected Input/EINVAL"));
-    assert_eq!(
-        err.outcome(),
-        ReregOutcome::Input,
-        "{name}: {case}: outcome ({err})"
-    );
-    assert_eq!(err.code(), -1, "{name}: {case}: code ({err})");
-    assert_eq!(err.errno(), Errno::INVAL, "{name}: {case}: errno ({err})");
-    assert_eq!(
-        err.mr_state(),
-        MrState::Old,
-        "{name}: {case}: mr_state ({err})"
-    );
+    assert_unchanged_by(&err, (ReregOutcome::Input, -1), Errno::INVAL, name, case);
     assert!(
         err.reason().is_some(),
         "{name}: {case}: an Input error says why ({err})"
