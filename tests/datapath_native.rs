@@ -17,7 +17,7 @@ use uverbs::{
 };
 use zerocopy::FromBytes;
 
-use common::rxe_context_over;
+use common::{destroy_cq_refused_busy, rxe_context_over};
 
 /// A context over a fake reporting `kind`, rxe, rings served, and a PD.
 fn fake(kind: TransportKind) -> (Arc<RecordingTransport>, Context, ProtectionDomain) {
@@ -256,23 +256,7 @@ fn destroying_a_cq_in_use_is_ebusy_and_hands_it_back_usable() {
         let (fake, ctx, pd) = fake(kind);
         let cq = ctx.create_cq(8, None).unwrap();
         let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
-        let handle = cq.handle();
-        let err = cq.destroy().unwrap_err();
-        assert!(
-            matches!(
-                err.error,
-                Error::Os {
-                    op: Op::DestroyCq,
-                    errno: Errno::BUSY,
-                    ..
-                }
-            ),
-            "{kind}: {}",
-            err.error
-        );
-        assert!(err.to_string().starts_with("destroy_cq"), "{err}");
-        let cq = err.cq;
-        assert_eq!(cq.handle(), handle);
+        let cq = destroy_cq_refused_busy(cq, &format!("{kind}"));
         let mut wc = [WorkCompletion::default(); 2];
         assert_eq!(cq.poll(&mut wc).unwrap(), 0, "{kind}: the CQ still polls");
         assert_eq!(fake.live_cqs_qps(), (1, 1));

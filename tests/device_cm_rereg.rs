@@ -208,12 +208,9 @@ fn cm_access_removed_and_restored_in_place() {
             let Some(mut rig) = CmRig::new(ctx, name) else {
                 return;
             };
-            let mut dst = anon(LEN);
-            let mut mr = fresh_mr(&rig.pd, &mut dst, RW);
+            let (dst, mut mr, k, remote) = fresh_target(&rig.pd, RW);
             counts.assert_extra(2, 1, "two MRs in the rig's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
-            let k = keys(&mr);
-            let remote = at(&dst, mr.rkey());
             rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
@@ -363,10 +360,7 @@ fn cm_pd_moved_away_and_back() {
             return;
         };
         let pd2 = alloc_pd(ctx);
-        let mut dst = anon(LEN);
-        let mut mr = fresh_mr(&rig.pd, &mut dst, RW);
-        let k = keys(&mr);
-        let remote = at(&dst, mr.rkey());
+        let (dst, mut mr, k, remote) = fresh_target(&rig.pd, RW);
         rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
 
         mr.set_pd(&pd2)
@@ -485,11 +479,8 @@ fn siw_access_removed_and_restored(name: &str, ctx: &Context, counts: &HandleCou
     let Some(mut rig) = CmRig::new(ctx, name) else {
         return;
     };
-    let mut dst = anon(LEN);
-    let mut mr = fresh_mr(&rig.pd, &mut dst, RW_READ);
+    let (dst, mut mr, k, first) = fresh_target(&rig.pd, RW_READ);
     counts.assert_extra(2, 1, "two MRs in the rig's PD");
-    let k = keys(&mr);
-    let first = at(&dst, mr.rkey());
     rig.write_read_lands(1, 1, first, &dst, "REMOTE_WRITE|READ granted");
 
     let err = mr
@@ -547,10 +538,7 @@ fn siw_pd_moved_away_and_back(name: &str, ctx: &Context, counts: &HandleCounts) 
         return;
     };
     let pd2 = alloc_pd(ctx);
-    let mut dst = anon(LEN);
-    let mut mr = fresh_mr(&rig.pd, &mut dst, RW_READ);
-    let k = keys(&mr);
-    let home = at(&dst, mr.rkey());
+    let (dst, mut mr, k, home) = fresh_target(&rig.pd, RW_READ);
     rig.write_read_lands(1, 1, home, &dst, "in the QPs' PD");
 
     let err = mr.set_pd(&pd2).expect_err("siw: strict");

@@ -25,6 +25,29 @@ use uverbs::{
 };
 use uverbs::{QpAttr, QpState, QpType};
 
+/// Asserts no async event comes within `wait`; `what` says which
+/// (the event that came, if any, is shown).
+fn assert_no_async_event(events: &AsyncEvents, wait: Duration, what: &str) {
+    assert!(
+        !readable_within(events, wait),
+        "{what}: {:?}",
+        events.try_get_event()
+    );
+}
+
+/// [`on_each_data_path_device`] with the context's async events opened,
+/// then an RC pair connected (CQs of 8), for `body`.
+fn on_each_pair_with_events(
+    test: &str,
+    mut body: impl FnMut(&str, &Context, &AsyncEvents, TwoQps),
+) {
+    on_each_data_path_device(test, |name, ctx| {
+        let events = ctx.async_events().unwrap();
+        let q = connected_rc_pair(ctx, name, 8, None);
+        body(name, ctx, &events, q)
+    });
+}
+
 /// True if `fd` is readable within `timeout` (poll(2)).
 fn readable_within(fd: impl AsFd, timeout: Duration) -> bool {
     let mut fds = [rustix::event::PollFd::new(
@@ -78,10 +101,10 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
             let events = ctx
                 .async_events()
                 .unwrap_or_else(|e| panic!("{name}: async_events: {e}"));
-            assert!(
-                !readable_within(&events, Duration::ZERO),
-                "{name}: the async fd is readable before anything happened: {:?}",
-                events.try_get_event()
+            assert_no_async_event(
+                &events,
+                Duration::ZERO,
+                &format!("{name}: the async fd is readable before anything happened"),
             );
             let pd = alloc_pd(ctx);
             let small = ctx
@@ -136,10 +159,10 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
                 }
             );
             // No more than one per dropped completion.
-            assert!(
-                !readable_within(&events, Duration::from_millis(100)),
-                "{name}: more events than dropped completions: {:?}",
-                events.try_get_event()
+            assert_no_async_event(
+                &events,
+                Duration::from_millis(100),
+                &format!("{name}: more events than dropped completions"),
             );
             assert_eq!(events.try_get_event().unwrap(), None, "{name}");
             assert_eq!(small.async_events_reported(), dropped as u32, "{name}");
@@ -199,11 +222,9 @@ fn ctx_reopen(ctx: &Context) -> Context {
 /// the QP sends again.
 #[test]
 fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
-    on_each_data_path_device(
+    on_each_pair_with_events(
         "moving_a_qp_to_sqd_reports_sq_drained_for_that_qp",
-        |name, ctx| {
-            let events = ctx.async_events().unwrap();
-            let q = connected_rc_pair(ctx, name, 8, None);
+        |name, _ctx, events, q| {
             assert_ne!(q.qp_a.event_id(), q.qp_b.event_id());
             let mut buf = anon(4096);
             let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
@@ -213,18 +234,19 @@ fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
             // SAFETY: buf stays mapped and untouched until the completion.
             unsafe { q.qp_a.post_send(&[signalled_write(1, &src, remote)]) }.unwrap();
             wait_checked(&q.cq_a, "WRITE before SQD", WcOpcode::RdmaWrite, &q.qp_a, 1);
-            assert!(
-                !readable_within(&events, Duration::ZERO),
-                "{name}: nothing pending yet"
+            assert_no_async_event(
+                events,
+                Duration::ZERO,
+                &format!("{name}: nothing pending yet"),
             );
 
             if let Some(link) = &q.cm {
-                return siw_sqd_closes(&q, link, &events, name);
+                return siw_sqd_closes(&q, link, events, name);
             }
             modify(&q.qp_a, &QpAttr::new().state(QpState::Sqd), "RTS->SQD");
             let drained =
                 |e: &AsyncEvent| e.kind == AsyncEventKind::SqDrained && e.is_about_qp(&q.qp_a);
-            let seen = wait_events(&events, name, 1, drained);
+            let seen = wait_events(events, name, 1, drained);
             assert_eq!(
                 seen,
                 [AsyncEvent {
@@ -240,10 +262,10 @@ fn moving_a_qp_to_sqd_reports_sq_drained_for_that_qp() {
             // SAFETY: as above.
             unsafe { q.qp_a.post_send(&[signalled_write(2, &src, remote)]) }.unwrap();
             wait_checked(&q.cq_a, "WRITE after SQD", WcOpcode::RdmaWrite, &q.qp_a, 2);
-            assert!(
-                !readable_within(&events, Duration::from_millis(50)),
-                "{name}: a stray event: {:?}",
-                events.try_get_event()
+            assert_no_async_event(
+                events,
+                Duration::from_millis(50),
+                &format!("{name}: a stray event"),
             );
             loud(&format!(
                 "{name}: SQ drained for QP {} (event id {})",
@@ -269,10 +291,10 @@ fn siw_sqd_closes(q: &TwoQps, link: &CmLink, events: &AsyncEvents, name: &str) {
         "NOTE: {name}: siw: RTS->SQD is a close: cm events {cm:?}, QP A then {state:?}"
     ));
     assert_disconnected(link, &cm, name);
-    assert!(
-        !readable_within(events, Duration::from_millis(200)),
-        "{name}: siw raised an async event for an SQD with an empty SQ: {:?}",
-        events.try_get_event()
+    assert_no_async_event(
+        events,
+        Duration::from_millis(200),
+        &format!("{name}: siw raised an async event for an SQD with an empty SQ"),
     );
     assert_eq!(q.qp_a.async_events_reported(), 0, "{name}");
     // Measured (every configuration): the kernel reports SQD (siw's
@@ -298,11 +320,9 @@ fn siw_sqd_closes(q: &TwoQps, link: &CmLink, events: &AsyncEvents, name: &str) {
 /// completion is the only report.
 #[test]
 fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
-    on_each_data_path_device(
+    on_each_pair_with_events(
         "a_local_protection_error_raises_qp_fatal_on_siw_only",
-        |name, ctx| {
-            let events = ctx.async_events().unwrap();
-            let q = connected_rc_pair(ctx, name, 8, None);
+        |name, ctx, events, q| {
             let other_pd = alloc_pd(ctx);
             let mut mine = anon(4096);
             let mut foreign = anon(4096);
@@ -324,7 +344,7 @@ fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
                 assert_eq!(wc.status(), uverbs::WcStatus::LocQpOpErr, "{name}: {wc:?}");
                 let fatal =
                     |e: &AsyncEvent| e.kind == AsyncEventKind::QpFatal && e.is_about_qp(&q.qp_a);
-                let seen = wait_events(&events, name, 1, fatal);
+                let seen = wait_events(events, name, 1, fatal);
                 loud(&format!("{name}: siw's async events: {seen:?}"));
                 assert!(
                     seen.iter().all(|e| e.is_about_qp(&q.qp_a)),
@@ -332,10 +352,10 @@ fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
                 );
                 assert_eq!(q.qp_b.async_events_reported(), 0, "{name}");
             } else {
-                assert!(
-                    !readable_within(&events, Duration::from_millis(200)),
-                    "{name}: rxe raised an async event: {:?}",
-                    events.try_get_event()
+                assert_no_async_event(
+                    events,
+                    Duration::from_millis(200),
+                    &format!("{name}: rxe raised an async event"),
                 );
                 assert_eq!(q.qp_a.async_events_reported(), 0, "{name}");
             }

@@ -730,22 +730,7 @@ fn destroying_a_cq_in_use_is_ebusy_and_the_cq_still_works() {
             qp_b,
             cm,
         } = q;
-        let handle = cq_a.handle();
-        let err = cq_a.destroy().unwrap_err();
-        assert!(
-            matches!(
-                err.error,
-                Error::Os {
-                    errno: Errno::BUSY,
-                    ..
-                }
-            ),
-            "{name}: {}",
-            err.error
-        );
-        loud(&format!("{name}: destroy of CQ {handle} in use: {err}"));
-        let cq_a = err.cq;
-        assert_eq!(cq_a.handle(), handle);
+        let cq_a = destroy_cq_refused_busy(cq_a, name);
         counts.assert_extra_cq_qp(2, 2, "after the refused destroy");
         let mut buf = anon(4096);
         let mr = fresh_mr(&pd, &mut buf, RW_READ);

@@ -117,6 +117,22 @@ fn read_out(mr: &mut RemoteBufferMr<Vec<u8>>, at: usize, len: usize) -> Vec<u8> 
     out
 }
 
+/// Asserts the memory the completions hand back, in their order: one per
+/// expected entry, holding its bytes (the entry's name says which failed).
+fn assert_memory_back(
+    back: Vec<Completed<BufferMr<Vec<u8>>>>,
+    expected: &[(&[u8], &str)],
+    name: &str,
+) {
+    assert_eq!(back.len(), expected.len(), "{name}: completions {back:?}");
+    for (c, (bytes, what)) in back.into_iter().zip(expected) {
+        let mem = c
+            .into_memory()
+            .unwrap_or_else(|| panic!("{name}: {what}: no memory back"));
+        assert_eq!(mem.buffer(), *bytes, "{name}: {what}");
+    }
+}
+
 /// Polls `qp` until `n` requests have come back or [`WAIT`] passes.
 fn wait_back<M: DeviceReadable>(qp: &OwnedQp<M>, n: usize, what: &str) -> Vec<Completed<M>> {
     let deadline = Instant::now() + WAIT;
@@ -344,18 +360,13 @@ fn reads_and_atomics_write_owned_memory() {
             (wc.status(), wc.opcode()),
             (WcStatus::Success, Some(WcOpcode::FetchAdd))
         );
-        let mut back = back.into_iter();
-        let read = back.next().unwrap().into_memory().unwrap();
-        assert_eq!(
-            read.buffer(),
-            &pattern(4096, 0x33)[1024..2048],
-            "{name}: READ"
-        );
-        let old = back.next().unwrap().into_memory().unwrap();
-        assert_eq!(
-            old.buffer(),
-            &1000u64.to_ne_bytes(),
-            "{name}: FETCH_ADD old"
+        assert_memory_back(
+            back,
+            &[
+                (&pattern(4096, 0x33)[1024..2048], "READ"),
+                (&1000u64.to_ne_bytes(), "FETCH_ADD old"),
+            ],
+            name,
         );
         assert_eq!(read_out(&mut target, 0, 8), &1005u64.to_ne_bytes());
         assert_eq!(
@@ -484,18 +495,14 @@ fn siw_reads_into_owned_memory(
         (wc.status(), wc.opcode(), wc.byte_len()),
         (WcStatus::Success, Some(WcOpcode::RdmaRead), 512)
     );
-    let mut back = back.into_iter();
-    let first = back.next().unwrap().into_memory().unwrap();
-    assert_eq!(
-        first.buffer(),
-        &pattern(4096, 0x33)[1024..2048],
-        "{name}: READ 1"
-    );
-    let second = back.next().unwrap().into_memory().unwrap();
-    assert_eq!(
-        second.buffer(),
-        &pattern(4096, 0x33)[3072..3584],
-        "{name}: READ 2"
+    let source = pattern(4096, 0x33);
+    assert_memory_back(
+        back,
+        &[
+            (&source[1024..2048], "READ 1"),
+            (&source[3072..3584], "READ 2"),
+        ],
+        name,
     );
     assert_eq!(a.outstanding(), (0, 0));
 }

@@ -139,6 +139,16 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
     );
 }
 
+/// Asserts a send refused before the ring in `state`: the first request
+/// (index 0), EINVAL.
+fn assert_send_refused(err: &uverbs::Error, state: &str) {
+    assert!(
+        matches!(err, uverbs::Error::Post { index: 0, .. }),
+        "{state}: {err}"
+    );
+    assert_eq!(err.errno(), Some(uverbs::Errno::INVAL), "{state}: {err}");
+}
+
 /// Posting sends on a QP in RESET or INIT is refused, typed, with nothing
 /// queued; receives in RESET too. The QP then still works normally
 /// (nothing stale in its rings).
@@ -154,8 +164,7 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
             // SAFETY: refused before anything is queued (an empty inline payload
             // names no memory anyway).
             let err = unsafe { qp.post_send(&[wr]) }.unwrap_err();
-            assert!(matches!(err, uverbs::Error::Post { index: 0, .. }), "{err}");
-            assert_eq!(err.errno(), Some(uverbs::Errno::INVAL), "{err}");
+            assert_send_refused(&err, "RESET");
             let recv = RecvWr {
                 wr_id: 2,
                 sges: &[],
@@ -180,8 +189,7 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
             assert_eq!(qp.state(), QpState::Init);
             // SAFETY: refused before anything is queued.
             let err = unsafe { qp.post_send(&[wr]) }.unwrap_err();
-            assert!(matches!(err, uverbs::Error::Post { index: 0, .. }), "{err}");
-            assert_eq!(err.errno(), Some(uverbs::Errno::INVAL), "{err}");
+            assert_send_refused(&err, "INIT");
             let recv = RecvWr {
                 wr_id: 3,
                 sges: &[],

@@ -80,21 +80,22 @@ fn expected_path(ctx: &Context) -> CreatePath {
     }
 }
 
-/// Skips (loudly) anything but siw.
-fn siw_only(name: &str, dut: &Dut) -> bool {
-    match driver(dut) {
-        Driver::Siw => true,
-        Driver::Rxe => {
-            loud(&format!(
-                "NOTE: {name}: rxe's data path is tested by device_datapath_rc/ud/uc/owned"
-            ));
-            false
+/// [`on_each_device`] for siw only (anything else skipped loudly), under
+/// [`serial`]: /proc/self/maps and the mapping counts are process-wide.
+fn on_each_siw(test: &str, mut body: impl FnMut(&str, &Context, &HandleCounts)) {
+    on_each_device(test, |name, dut, counts| {
+        match driver(&dut) {
+            Driver::Siw => {}
+            Driver::Rxe => {
+                return loud(&format!(
+                    "NOTE: {name}: rxe's data path is tested by device_datapath_rc/ud/uc/owned"
+                ))
+            }
+            Driver::Other => return loud(&format!("NOTE: {name}: not siw, skipped")),
         }
-        Driver::Other => {
-            loud(&format!("NOTE: {name}: not siw, skipped"));
-            false
-        }
-    }
+        let _serial = serial();
+        body(name, &dut, counts)
+    });
 }
 
 fn assert_post_refused(err: &Error, op: Op, index: usize, want: &PostError) {
@@ -138,13 +139,7 @@ fn rc_init<'a>(cq: &'a CompletionQueue, send: u32, recv: u32) -> QpInit<'a> {
 /// destroy, and teardown back to the start.
 #[test]
 fn siw_cq_qp_rings_flush_and_teardown() {
-    on_each_device("siw_cq_qp_rings_flush_and_teardown", |name, dut, counts| {
-        if !siw_only(name, &dut) {
-            return;
-        }
-        // /proc/self/maps and the mapping counts are process-wide.
-        let _serial = serial();
-        let ctx: &Context = &dut;
+    on_each_siw("siw_cq_qp_rings_flush_and_teardown", |name, ctx, counts| {
         let maps0 = uverbs_mappings();
         let channel = comp_channel(ctx, name);
         // 200 CQEs round up to 256: 256 × 32 + 8 bytes, three pages.
@@ -395,15 +390,9 @@ fn siw_cq_qp_rings_flush_and_teardown() {
 /// it down, the CQ last, and nothing is left mapped.
 #[test]
 fn siw_qp_without_receive_queue_and_drop_teardown() {
-    on_each_device(
+    on_each_siw(
         "siw_qp_without_receive_queue_and_drop_teardown",
-        |name, dut, counts| {
-            if !siw_only(name, &dut) {
-                return;
-            }
-            // /proc/self/maps and the mapping counts are process-wide.
-            let _serial = serial();
-            let ctx: &Context = &dut;
+        |name, ctx, counts| {
             let maps0 = uverbs_mappings();
             let cq = ctx
                 .create_cq(1, None)
@@ -456,15 +445,9 @@ fn siw_qp_without_receive_queue_and_drop_teardown() {
 /// every one back with WR_FLUSH_ERR, untouched.
 #[test]
 fn siw_owned_qp_flush_hands_back_receives() {
-    on_each_device(
+    on_each_siw(
         "siw_owned_qp_flush_hands_back_receives",
-        |name, dut, _counts| {
-            if !siw_only(name, &dut) {
-                return;
-            }
-            // /proc/self/maps and the mapping counts are process-wide.
-            let _serial = serial();
-            let ctx: &Context = &dut;
+        |name, ctx, _counts| {
             let cq = ctx
                 .create_cq(16, None)
                 .unwrap_or_else(|e| panic!("{name}: create_cq: {e}"));

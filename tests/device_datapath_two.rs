@@ -103,22 +103,31 @@ fn holds(buf: &[u8], seed: u8) -> bool {
     buf.iter().enumerate().all(|(i, &b)| b == pattern(seed, i))
 }
 
+/// [`on_each_device`], under [`serial`], for rxe and for siw with the
+/// rdma_cm; `body` learns whether it is siw (connected through the cm).
+/// siw without the rdma_cm is skipped, any other driver noted and skipped.
+fn on_rxe_or_siw(test: &str, mut body: impl FnMut(&str, Dut, &HandleCounts, bool)) {
+    let _serial = serial();
+    on_each_device(test, |name, dut, counts| {
+        let siw = match driver(&dut) {
+            Driver::Rxe => false,
+            Driver::Siw if cm_present(name) => true,
+            Driver::Siw => return,
+            Driver::Other => return loud(&format!("NOTE: {name}: not rxe or siw: skipped")),
+        };
+        body(name, dut, counts, siw)
+    });
+}
+
 /// Two QPs in two contexts (two opens of the device) of one process,
 /// connected from each other's endpoint lines: SEND/RECV both ways, RDMA
 /// WRITE into the other's MR and RDMA READ back, each side using only the
 /// address and rkey its peer's record named.
 #[test]
 fn rc_between_two_contexts_connected_from_endpoint_lines() {
-    let _serial = serial();
-    on_each_device(
+    on_rxe_or_siw(
         "rc_between_two_contexts_connected_from_endpoint_lines",
-        |name, dut, counts_a| {
-            let siw = match driver(&dut) {
-                Driver::Rxe => false,
-                Driver::Siw if cm_present(name) => true,
-                Driver::Siw => return,
-                Driver::Other => return loud(&format!("NOTE: {name}: not rxe or siw: skipped")),
-            };
+        |name, dut, counts_a, siw| {
             let other = dut.reopen();
             let counts_b = HandleCounts::new(&other, "the second context");
             let mtu = mtu_for(&dut);
@@ -275,6 +284,20 @@ fn target_child(dev: &Device, sock: UnixStream, siw: bool) -> Result<(), String>
     let mine = t.endpoint(0x00c4c4);
     let parent = read_endpoint(&mut reader, "child: the parent's endpoint")?;
     let recv = sge(t.addr(), 256, &t.mr);
+    // The receive for the parent's SEND.
+    let post_recv = || {
+        // SAFETY: the first 256 bytes are not touched until the receive's
+        // completion (`child_checks`); the rest of the buffer is the WRITE's
+        // target and is read only after that completion (RC: the WRITE
+        // before it landed).
+        unsafe {
+            t.qp.post_recv(&[RecvWr {
+                wr_id: 0xc1,
+                sges: &recv,
+            }])
+        }
+        .map_err(|e| format!("child: post_recv: {e}"))
+    };
     if siw {
         // siw: the child is the cm's passive side; its receive is posted
         // once the connection is up, and only then does it say READY.
@@ -283,14 +306,7 @@ fn target_child(dev: &Device, sock: UnixStream, siw: bool) -> Result<(), String>
         writeln!(writer, "cm {port}").map_err(|e| format!("child: sending its port: {e}"))?;
         let server = cm_accept(&ch, &t.qp, "child");
         cm_established(&ch, &server, &t.qp, "child");
-        // SAFETY: as below.
-        unsafe {
-            t.qp.post_recv(&[RecvWr {
-                wr_id: 0xc1,
-                sges: &recv,
-            }])
-        }
-        .map_err(|e| format!("child: post_recv: {e}"))?;
+        post_recv()?;
         writeln!(writer, "READY").map_err(|e| format!("child: READY: {e}"))?;
         let verdict = child_checks(&t);
         drop(t);
@@ -299,16 +315,7 @@ fn target_child(dev: &Device, sock: UnixStream, siw: bool) -> Result<(), String>
         return verdict;
     }
     connect_to(&t.qp, mine.psn, &parent, mtu);
-    // SAFETY: the first 256 bytes are not touched until the receive's
-    // completion below; the rest of the buffer is the WRITE's target and is
-    // read only after that completion (RC: the WRITE before it landed).
-    unsafe {
-        t.qp.post_recv(&[RecvWr {
-            wr_id: 0xc1,
-            sges: &recv,
-        }])
-    }
-    .map_err(|e| format!("child: post_recv: {e}"))?;
+    post_recv()?;
     writeln!(writer, "{mine}").map_err(|e| format!("child: sending its endpoint: {e}"))?;
     let verdict = child_checks(&t);
     drop(t);
@@ -347,16 +354,9 @@ fn child_checks(t: &Side) -> Result<(), String> {
 /// exit status.
 #[test]
 fn rc_between_two_processes_over_a_socket_pair() {
-    let _serial = serial();
-    on_each_device(
+    on_rxe_or_siw(
         "rc_between_two_processes_over_a_socket_pair",
-        |name, dut, counts| {
-            let siw = match driver(&dut) {
-                Driver::Rxe => false,
-                Driver::Siw if cm_present(name) => true,
-                Driver::Siw => return,
-                Driver::Other => return loud(&format!("NOTE: {name}: not rxe or siw: skipped")),
-            };
+        |name, dut, counts, siw| {
             let (to_child, in_child) = UnixStream::pair().expect("socketpair");
             for s in [&to_child, &in_child] {
                 s.set_read_timeout(Some(LINE_WAIT)).unwrap();

@@ -40,12 +40,10 @@ fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: uverbs::Gid, mtu: uverbs::Mtu)
 
 #[test]
 fn uc_write_and_send_land_and_read_is_refused_before_the_ring() {
-    on_each_data_path_device_counted(
+    on_each_device_for_qp_type(
         "uc_write_and_send_land_and_read_is_refused_before_the_ring",
-        |name, ctx, counts| {
-            if driver(ctx) == Driver::Siw {
-                return assert_siw_refuses_qp_type(ctx, name, counts, QpType::Uc);
-            }
+        QpType::Uc,
+        |name, ctx| {
             let (gid, mtu) = roce_path(ctx, name);
             let pd = alloc_pd(ctx);
             let cq_a = ctx.create_cq(16, None).unwrap();

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use common::*;
 use uverbs::{
-    AddressHandle, AhAttr, Context, Gid, QpInit, RecvWr, UdDest, WcFlags, WcOpcode, WcStatus,
+    AddressHandle, AhAttr, CompletionQueue, Context, Gid, ProtectionDomain, QpInit, QueuePair,
+    RecvWr, UdDest, WcFlags, WcOpcode, WcStatus,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -51,6 +52,20 @@ fn check_grh(grh: &[u8], gid: Gid, what: &str) {
     }
 }
 
+/// Two UD QPs in `pd` (Q_Key [`QKEY`]), each on a CQ of its own, in RTS:
+/// `(cq_a, cq_b, qp_a, qp_b)`.
+fn ud_pair(
+    ctx: &Context,
+    pd: &ProtectionDomain,
+    name: &str,
+) -> (CompletionQueue, CompletionQueue, QueuePair, QueuePair) {
+    let cq_a = ctx.create_cq(16, None).unwrap();
+    let cq_b = ctx.create_cq(16, None).unwrap();
+    let qp_a = ud_qp(pd, &cq_a, QKEY, 0, name);
+    let qp_b = ud_qp(pd, &cq_b, QKEY, 0, name);
+    (cq_a, cq_b, qp_a, qp_b)
+}
+
 #[test]
 fn ud_send_and_send_with_imm_through_an_address_handle() {
     on_each_device(
@@ -75,10 +90,7 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
             let ctx: &Context = &dut;
             let (gid, _) = roce_path(ctx, name);
             let pd = alloc_pd(ctx);
-            let cq_a = ctx.create_cq(16, None).unwrap();
-            let cq_b = ctx.create_cq(16, None).unwrap();
-            let qp_a = ud_qp(&pd, &cq_a, QKEY, 0, name);
-            let qp_b = ud_qp(&pd, &cq_b, QKEY, 0, name);
+            let (cq_a, cq_b, qp_a, qp_b) = ud_pair(ctx, &pd, name);
             counts.assert_extra_cq_qp(2, 2, "with two CQs and two UD QPs");
             let ah = ah_to(&pd, gid, name);
             counts.assert_extra_ah(1, "with one AH");
@@ -211,19 +223,14 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
 /// always wins; Linux 6.1 completes it LOC_QP_OP_ERR); nothing arrives.
 #[test]
 fn a_ud_send_through_an_ah_of_another_pd_fails_locally() {
-    on_each_data_path_device_counted(
+    on_each_device_for_qp_type(
         "a_ud_send_through_an_ah_of_another_pd_fails_locally",
-        |name, ctx, counts| {
-            if driver(ctx) == Driver::Siw {
-                return assert_siw_refuses_qp_type(ctx, name, counts, QpType::Ud);
-            }
+        QpType::Ud,
+        |name, ctx| {
             let (gid, _) = roce_path(ctx, name);
             let pd = alloc_pd(ctx);
             let other_pd = alloc_pd(ctx);
-            let cq_a = ctx.create_cq(16, None).unwrap();
-            let cq_b = ctx.create_cq(16, None).unwrap();
-            let qp_a = ud_qp(&pd, &cq_a, QKEY, 0, name);
-            let qp_b = ud_qp(&pd, &cq_b, QKEY, 0, name);
+            let (cq_a, cq_b, qp_a, qp_b) = ud_pair(ctx, &pd, name);
             let foreign = ah_to(&other_pd, gid, name);
             let mut buf = anon(4096);
             let mr = fresh_mr(&pd, &mut buf, RW_READ);

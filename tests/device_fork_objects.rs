@@ -15,6 +15,12 @@ use uverbs::{QpAttr, QpState, QpType};
 /// How long a child may run.
 const LIMIT: Duration = Duration::from_secs(30);
 
+/// The parent's dealloc of a PD after the child: it must succeed.
+fn parent_dealloc(pd: uverbs::ProtectionDomain, name: &str) {
+    pd.dealloc()
+        .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
+}
+
 device_test!(
     a_child_dropping_copies_leaves_the_parents_mr_and_pd,
     |name, ctx, counts| {
@@ -37,11 +43,8 @@ device_test!(
         counts.assert_extra(1, 2, "after the child exited");
         mr.dereg()
             .unwrap_or_else(|e| panic!("{name}: the parent's dereg after the child's drop: {e}"));
-        spare
-            .dealloc()
-            .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
-        pd.dealloc()
-            .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
+        parent_dealloc(spare, name);
+        parent_dealloc(pd, name);
     }
 );
 
@@ -66,8 +69,7 @@ device_test!(
             .dereg()
             .unwrap_or_else(|e| panic!("{name}: the parent's dereg after the child: {e}"));
         assert_eq!(buf[0], 0x5a);
-        pd.dealloc()
-            .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
+        parent_dealloc(pd, name);
     }
 );
 
@@ -133,7 +135,6 @@ device_test!(
         drop(qp);
         cq.destroy()
             .unwrap_or_else(|e| panic!("{name}: the parent's destroy_cq: {}", e.error));
-        pd.dealloc()
-            .unwrap_or_else(|e| panic!("{name}: the parent's dealloc: {}", e.error));
+        parent_dealloc(pd, name);
     }
 );

@@ -16,6 +16,25 @@ use common::{
 };
 use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, ReregError, ReregFlags, ReregOutcome};
 
+/// Asserts a refusal's outcome and libibverbs' code for it, its errno,
+/// and the MR known to be unchanged (mr_state Old).
+fn assert_unchanged_by(
+    err: &ReregError,
+    (outcome, code): (ReregOutcome, i32),
+    errno: Errno,
+    name: &str,
+    case: &str,
+) {
+    assert_eq!(err.outcome(), outcome, "{name}: {case}: outcome ({err})");
+    assert_eq!(err.code(), code, "{name}: {case}: code ({err})");
+    assert_eq!(err.errno(), errno, "{name}: {case}: errno ({err})");
+    assert_eq!(
+        err.mr_state(),
+        MrState::Old,
+        "{name}: {case}: mr_state ({err})"
+    );
+}
+
 /// Asserts a kernel refusal: outcome Cmd (−4), the given errno, and the MR
 /// known to be unchanged (rxe and siw refuse before changing anything).
 fn assert_cmd(name: &str, case: &str, result: Result<(), ReregError>, errno: Errno) {
@@ -23,18 +42,7 @@ fn assert_cmd(name: &str, case: &str, result: Result<(), ReregError>, errno: Err
         .err()
         .unwrap_or_else(|| panic!("{name}: {case}: succeeded, expected Cmd/{errno:?}"));
     loud(&format!("{name}: {case}: {err}"));
-    assert_eq!(
-        err.outcome(),
-        ReregOutcome::Cmd,
-        "{name}: {case}: outcome ({err})"
-    );
-    assert_eq!(err.code(), -4, "{name}: {case}: code ({err})");
-    assert_eq!(err.errno(), errno, "{name}: {case}: errno ({err})");
-    assert_eq!(
-        err.mr_state(),
-        MrState::Old,
-        "{name}: {case}: mr_state ({err})"
-    );
+    assert_unchanged_by(&err, (ReregOutcome::Cmd, -4), errno, name, case);
     assert_eq!(err.device(), name, "{name}: {case}: device ({err})");
 }
 
@@ -43,18 +51,7 @@ fn assert_input(name: &str, case: &str, result: Result<(), ReregError>) {
     let err = result
         .err()
         .unwrap_or_else(|| panic!("{name}: {case}: succeeded, expected Input/EINVAL"));
-    assert_eq!(
-        err.outcome(),
-        ReregOutcome::Input,
-        "{name}: {case}: outcome ({err})"
-    );
-    assert_eq!(err.code(), -1, "{name}: {case}: code ({err})");
-    assert_eq!(err.errno(), Errno::INVAL, "{name}: {case}: errno ({err})");
-    assert_eq!(
-        err.mr_state(),
-        MrState::Old,
-        "{name}: {case}: mr_state ({err})"
-    );
+    assert_unchanged_by(&err, (ReregOutcome::Input, -1), Errno::INVAL, name, case);
     assert!(
         err.reason().is_some(),
         "{name}: {case}: an Input error says why ({err})"
@@ -204,62 +201,54 @@ device_test!(all_three_flags_are_refused, |name, ctx, counts| {
     dereg_ok(name, "all flags", mr);
 });
 
-/// A change that rxe refuses with `rxe_errno` and siw with `siw_errno`, on a
-/// fresh MR: outcome Cmd with the MR unchanged, still registered, and
-/// deregistered cleanly afterwards.
+/// The test body for a change that rxe refuses with EINVAL and siw with
+/// EOPNOTSUPP, on a fresh MR: outcome Cmd with the MR unchanged, still
+/// registered, and deregistered cleanly afterwards.
 fn refused_on_a_fresh_mr(
-    test: &str,
-    case: &str,
-    (name, ctx, counts): (&str, &Dut, &HandleCounts),
-    (rxe_errno, siw_errno): (Errno, Errno),
-    change: impl FnOnce(&mut MemoryRegion) -> Result<(), ReregError>,
-) {
-    let (_pd1, _buf, mut mr) = pd_and_fresh_mr(ctx, MIB);
-    let before = snap(&mr);
-    let result = change(&mut mr);
-    match rereg_behaviour(ctx) {
-        Driver::Rxe => assert_cmd(name, case, result, rxe_errno),
-        Driver::Siw => assert_cmd(name, case, result, siw_errno),
-        Driver::Other => common::note_unknown_driver(test, ctx),
+    test: &'static str,
+    case: &'static str,
+    change: impl Fn(&mut MemoryRegion) -> Result<(), ReregError>,
+) -> impl FnMut(&str, Dut, &HandleCounts) {
+    move |name, ctx, counts| {
+        let (_pd1, _buf, mut mr) = pd_and_fresh_mr(&ctx, MIB);
+        let before = snap(&mr);
+        let result = change(&mut mr);
+        match rereg_behaviour(&ctx) {
+            Driver::Rxe => assert_cmd(name, case, result, Errno::INVAL),
+            Driver::Siw => assert_cmd(name, case, result, Errno::OPNOTSUPP),
+            Driver::Other => common::note_unknown_driver(test, &ctx),
+        }
+        assert_eq!(snap(&mr), before, "{name}: {case}: nothing changed");
+        counts.assert_extra(1, 1, "the MR survives");
+        dereg_ok(name, case, mr);
     }
-    assert_eq!(snap(&mr), before, "{name}: {case}: nothing changed");
-    counts.assert_extra(1, 1, "the MR survives");
-    dereg_ok(name, case, mr);
 }
 
 device_test!(
     no_flags_go_to_the_kernel_and_are_refused,
-    |name, ctx, counts| {
-        refused_on_a_fresh_mr(
-            "no_flags_go_to_the_kernel_and_are_refused",
-            "flags = 0",
-            (name, &ctx, counts),
-            (Errno::INVAL, Errno::OPNOTSUPP),
-            // SAFETY: no TRANSLATION, no memory handed over.
-            |mr| unsafe {
-                mr.rereg(
-                    ReregFlags::empty(),
-                    None,
-                    std::ptr::null_mut(),
-                    0,
-                    AccessFlags::empty(),
-                )
-            },
-        );
-    }
+    refused_on_a_fresh_mr(
+        "no_flags_go_to_the_kernel_and_are_refused",
+        "flags = 0",
+        // SAFETY: no TRANSLATION, no memory handed over.
+        |mr| unsafe {
+            mr.rereg(
+                ReregFlags::empty(),
+                None,
+                std::ptr::null_mut(),
+                0,
+                AccessFlags::empty(),
+            )
+        },
+    )
 );
 
 device_test!(
     remote_write_without_local_write_is_refused,
-    |name, ctx, counts| {
-        refused_on_a_fresh_mr(
-            "remote_write_without_local_write_is_refused",
-            "ACCESS -> REMOTE_WRITE",
-            (name, &ctx, counts),
-            (Errno::INVAL, Errno::OPNOTSUPP),
-            |mr| mr.set_access(AccessFlags::REMOTE_WRITE),
-        );
-    }
+    refused_on_a_fresh_mr(
+        "remote_write_without_local_write_is_refused",
+        "ACCESS -> REMOTE_WRITE",
+        |mr| mr.set_access(AccessFlags::REMOTE_WRITE),
+    )
 );
 
 device_test!(

@@ -184,6 +184,23 @@ impl Requester for Rig {
     }
 }
 
+/// [`on_each_data_path_device_counted`] with a new [`Rig`] (QP access,
+/// source length, CQ size) handed to `body`; an rxe without REREG_MR is
+/// skipped loudly, as there is nothing in place to prove.
+fn on_each_rereg_rig(
+    test: &str,
+    (access, src_len, cqe): (AccessFlags, usize, u32),
+    mut body: impl FnMut(&str, &HandleCounts, Rig),
+) {
+    on_each_data_path_device_counted(test, |name, ctx, counts| {
+        let rig = Rig::new(ctx, name, access, src_len, cqe);
+        if !rig.siw() && common::kernel::skip_rxe_without_rereg(name, test) {
+            return;
+        }
+        body(name, counts, rig)
+    });
+}
+
 /// test_mr_rereg_access_bad_flow: traffic on a region that allows it, then
 /// REMOTE_WRITE removed in place: the peer's WRITE is refused with a remote
 /// access error, the target untouched, and both QPs went to ERR; once
@@ -191,27 +208,16 @@ impl Requester for Rig {
 /// keeps refusing.
 #[test]
 fn access_bad_flow_remote_write_removed_in_place_is_refused() {
-    on_each_data_path_device_counted(
+    on_each_rereg_rig(
         "access_bad_flow_remote_write_removed_in_place_is_refused",
-        |name, ctx, counts| {
-            let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
-            if !rig.siw()
-                && common::kernel::skip_rxe_without_rereg(
-                    name,
-                    "access_bad_flow_remote_write_removed_in_place_is_refused",
-                )
-            {
-                return;
-            }
+        (QP_ACCESS, LEN, 32),
+        |name, counts, mut rig| {
             if rig.siw() {
                 return siw_access_removed(rig, counts);
             }
-            let mut dst = anon(LEN);
-            let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW);
+            let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW);
             counts.assert_extra(2, 1, "two MRs in the pair's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
-            let k = keys(&mr);
-            let remote = at(&dst, mr.rkey());
             rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
@@ -220,9 +226,7 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
             assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
             rig.write_refused(2, 2, remote, &dst, "REMOTE_WRITE removed in place");
 
-            let mut other = anon(LEN);
-            let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-            let to_other = at(&other, other_mr.rkey());
+            let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
             rig.write_lands(3, 3, to_other, &other, "recovered: another MR");
             rig.write_refused(4, 4, remote, &dst, "recovered: still removed");
 
@@ -240,11 +244,8 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
 /// carries traffic to another region, and the region keeps refusing.
 fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
     let name = rig.name.clone();
-    let mut dst = anon(LEN);
-    let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
+    let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW_READ);
     counts.assert_extra(2, 1, "two MRs in the pair's PD");
-    let k = keys(&mr);
-    let remote = at(&dst, mr.rkey());
     rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
     rig.read_lands(2, remote, &dst, "REMOTE_READ granted");
     let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
@@ -267,9 +268,7 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
     rig.read_lands(4, new, &dst, "the new rkey still reads");
     rig.write_refused(5, 5, new, &dst, "the new rkey without REMOTE_WRITE");
     rig.write_refused(6, 6, remote, &dst, "the old rkey after the replace");
-    let mut other = anon(LEN);
-    let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-    let to_other = at(&other, other_mr.rkey());
+    let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
     rig.write_lands(7, 7, to_other, &other, "recovered: another MR");
     rig.write_refused(8, 8, new, &dst, "recovered: still without REMOTE_WRITE");
     drop((other_mr, mr, rig));
@@ -282,22 +281,11 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
 /// removed and restored in place, the same again.
 #[test]
 fn access_restored_in_place_lets_the_write_land() {
-    on_each_data_path_device_counted(
+    on_each_rereg_rig(
         "access_restored_in_place_lets_the_write_land",
-        |name, ctx, counts| {
-            let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
-            if !rig.siw()
-                && common::kernel::skip_rxe_without_rereg(
-                    name,
-                    "access_restored_in_place_lets_the_write_land",
-                )
-            {
-                return;
-            }
-            let mut dst = anon(LEN);
-            let mut mr = fresh_mr(&rig.q.pd, &mut dst, AccessFlags::LOCAL_WRITE);
-            let k = keys(&mr);
-            let remote = at(&dst, mr.rkey());
+        (QP_ACCESS, LEN, 32),
+        |name, counts, mut rig| {
+            let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, AccessFlags::LOCAL_WRITE);
             rig.write_refused(1, 1, remote, &dst, "registered LOCAL_WRITE only");
 
             if rig.siw() {
@@ -353,18 +341,10 @@ fn access_restored_in_place_lets_the_write_land() {
 /// REMOTE_ATOMIC themselves ([`QP_ACCESS_ATOMIC`]).
 #[test]
 fn atomic_access_removed_and_restored_in_place() {
-    on_each_data_path_device_counted(
+    on_each_rereg_rig(
         "atomic_access_removed_and_restored_in_place",
-        |name, ctx, counts| {
-            let mut rig = Rig::new(ctx, name, QP_ACCESS_ATOMIC, LEN, 32);
-            if !rig.siw()
-                && common::kernel::skip_rxe_without_rereg(
-                    name,
-                    "atomic_access_removed_and_restored_in_place",
-                )
-            {
-                return;
-            }
+        (QP_ACCESS_ATOMIC, LEN, 32),
+        |name, counts, mut rig| {
             let mut dst = anon(LEN);
             dst[AT..AT + 8].copy_from_slice(&OLD.to_ne_bytes());
             let mut mr = fresh_mr(&rig.q.pd, &mut dst, ATOMIC);
@@ -382,9 +362,7 @@ fn atomic_access_removed_and_restored_in_place() {
                     err,
                     &format!("{name}: REMOTE_ATOMIC removed in place"),
                 );
-                let mut other = anon(LEN);
-                let other_mr = fresh_mr(&rig.q.pd, &mut other, RW);
-                let to = at(&other, other_mr.rkey());
+                let (other, other_mr, _, to) = fresh_target(&rig.q.pd, RW);
                 rig.write_lands(2, 2, to, &other, "a WRITE after the refused atomic");
                 drop((other_mr, mr, rig));
                 drop((other, dst));
@@ -416,79 +394,74 @@ fn atomic_access_removed_and_restored_in_place() {
 /// there.
 #[test]
 fn pd_moved_away_back_and_away_again() {
-    on_each_data_path_device_counted("pd_moved_away_back_and_away_again", |name, ctx, counts| {
-        let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
-        if !rig.siw()
-            && common::kernel::skip_rxe_without_rereg(name, "pd_moved_away_back_and_away_again")
-        {
-            return;
-        }
-        let pd2 = alloc_pd(ctx);
-        let mut dst = anon(LEN);
-        let mut mr = fresh_mr(&rig.q.pd, &mut dst, RW_READ);
-        let k = keys(&mr);
-        let remote = at(&dst, mr.rkey());
-        rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
-        if rig.siw() {
-            // siw: moved in place is refused (the rkey still lands); moved
-            // by replace to pd2 the new rkey is refused (connection lost)
-            // and pd2 cannot go; moved back by replace, the newest rkey
-            // writes and reads, the pd2 one is refused.
-            let err = mr.set_pd(&pd2).unwrap_err();
-            refused_in_place(&mr, k, err, &format!("{name}: moved to pd2 in place"));
-            assert!(mr.is_in(&rig.q.pd), "{name}: still in the QPs' PD");
-            rig.write_lands(2, 2, remote, &dst, "after the refused in-place move");
-            replaced(
-                &mut mr,
-                ReregFlags::PD,
-                Some(&pd2),
-                AccessFlags::empty(),
-                &format!("{name}: moved to pd2 by replace"),
-            );
+    on_each_rereg_rig(
+        "pd_moved_away_back_and_away_again",
+        (QP_ACCESS, LEN, 32),
+        |name, counts, mut rig| {
+            let pd2 = alloc_pd(&rig.ctx);
+            let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW_READ);
+            rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
+            if rig.siw() {
+                // siw: moved in place is refused (the rkey still lands); moved
+                // by replace to pd2 the new rkey is refused (connection lost)
+                // and pd2 cannot go; moved back by replace, the newest rkey
+                // writes and reads, the pd2 one is refused.
+                let err = mr.set_pd(&pd2).unwrap_err();
+                refused_in_place(&mr, k, err, &format!("{name}: moved to pd2 in place"));
+                assert!(mr.is_in(&rig.q.pd), "{name}: still in the QPs' PD");
+                rig.write_lands(2, 2, remote, &dst, "after the refused in-place move");
+                replaced(
+                    &mut mr,
+                    ReregFlags::PD,
+                    Some(&pd2),
+                    AccessFlags::empty(),
+                    &format!("{name}: moved to pd2 by replace"),
+                );
+                assert!(mr.is_in(&pd2));
+                let in_pd2 = at(&dst, mr.rkey());
+                rig.write_refused(3, 3, in_pd2, &dst, "moved to another PD");
+                let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
+                replaced(
+                    &mut mr,
+                    ReregFlags::PD,
+                    Some(&rig.q.pd),
+                    AccessFlags::empty(),
+                    &format!("{name}: moved back by replace"),
+                );
+                let back = at(&dst, mr.rkey());
+                rig.write_lands(4, 4, back, &dst, "moved back to the QPs' PD");
+                rig.read_lands(5, back, &dst, "moved back to the QPs' PD");
+                rig.write_refused(6, 6, in_pd2, &dst, "the pd2 rkey after moving back");
+                drop((mr, rig));
+                pd2.dealloc()
+                    .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
+                drop(dst);
+                assert_all_gone(counts);
+                return;
+            }
+
+            mr.set_pd(&pd2)
+                .unwrap_or_else(|e| panic!("{name}: set_pd(pd2) in place: {e}"));
+            same_keys(&mr, k, name);
             assert!(mr.is_in(&pd2));
-            let in_pd2 = at(&dst, mr.rkey());
-            rig.write_refused(3, 3, in_pd2, &dst, "moved to another PD");
+            rig.write_refused(2, 2, remote, &dst, "moved to another PD");
+
+            mr.set_pd(&rig.q.pd)
+                .unwrap_or_else(|e| panic!("{name}: set_pd back in place: {e}"));
+            same_keys(&mr, k, name);
+            rig.write_lands(3, 3, remote, &dst, "moved back to the QPs' PD");
+
+            mr.set_pd(&pd2).unwrap();
+            rig.write_refused(4, 4, remote, &dst, "moved to another PD again");
             let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
-            replaced(
-                &mut mr,
-                ReregFlags::PD,
-                Some(&rig.q.pd),
-                AccessFlags::empty(),
-                &format!("{name}: moved back by replace"),
-            );
-            let back = at(&dst, mr.rkey());
-            rig.write_lands(4, 4, back, &dst, "moved back to the QPs' PD");
-            rig.read_lands(5, back, &dst, "moved back to the QPs' PD");
-            rig.write_refused(6, 6, in_pd2, &dst, "the pd2 rkey after moving back");
+
             drop((mr, rig));
             pd2.dealloc()
                 .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
             drop(dst);
             assert_all_gone(counts);
-            return;
-        }
-
-        mr.set_pd(&pd2)
-            .unwrap_or_else(|e| panic!("{name}: set_pd(pd2) in place: {e}"));
-        same_keys(&mr, k, name);
-        assert!(mr.is_in(&pd2));
-        rig.write_refused(2, 2, remote, &dst, "moved to another PD");
-
-        mr.set_pd(&rig.q.pd)
-            .unwrap_or_else(|e| panic!("{name}: set_pd back in place: {e}"));
-        same_keys(&mr, k, name);
-        rig.write_lands(3, 3, remote, &dst, "moved back to the QPs' PD");
-
-        mr.set_pd(&pd2).unwrap();
-        rig.write_refused(4, 4, remote, &dst, "moved to another PD again");
-        let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
-
-        drop((mr, rig));
-        pd2.dealloc()
-            .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
-        drop(dst);
-        assert_all_gone(counts);
-    });
+        },
+    );
 }
 
 /// test_mr_rereg_addr with a raw `MemoryRegion`: [`translation_replaced`]
@@ -676,18 +649,10 @@ struct StreamCounts {
 /// and a success after it. Nothing leaks.
 #[test]
 fn writes_under_live_remote_write_toggling() {
-    on_each_data_path_device_counted(
+    on_each_rereg_rig(
         "writes_under_live_remote_write_toggling",
-        |name, ctx, counts| {
-            let mut rig = Rig::new(ctx, name, QP_ACCESS, WINDOW * SLOT, 64);
-            if !rig.siw()
-                && common::kernel::skip_rxe_without_rereg(
-                    name,
-                    "writes_under_live_remote_write_toggling",
-                )
-            {
-                return;
-            }
+        (QP_ACCESS, WINDOW * SLOT, 64),
+        |name, counts, mut rig| {
             if rig.siw() {
                 // The stream needs REMOTE_WRITE toggled in place under
                 // traffic; siw refuses every in-place change (so the keys

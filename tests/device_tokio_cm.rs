@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use common::cm::*;
 use common::*;
 use uverbs::cm::{ConnParam, EventKind};
-use uverbs::tokio::cm::{AsyncCmId, AsyncEventChannel, CmError};
+use uverbs::tokio::cm::{AsyncCmId, AsyncEventChannel, CmError, Listener};
 use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QueuePair};
 use uverbs::{QpState, QpType};
 
@@ -84,6 +84,34 @@ fn assert_cm_ids_back(want: Option<usize>, what: &str) {
     }
 }
 
+/// [`on_each_cm_device`] under [`serial`]: `body` gets the kernel's count
+/// of cm ids at the start; once it returns, no CQ or QP is left and the
+/// count is back (`end` names that moment).
+fn on_each_cm_device_counting_ids(
+    test: &str,
+    end: &str,
+    mut body: impl FnMut(&str, &Context, Option<usize>),
+) {
+    let _serial = serial();
+    on_each_cm_device(test, |name, ctx, counts| {
+        let cm_ids = kernel_cm_ids(&format!("{name}: at the start"));
+        body(name, ctx, cm_ids);
+        counts.assert_extra_cq_qp(0, 0, end);
+        assert_cm_ids_back(cm_ids, &format!("{name}: {end}"));
+    });
+}
+
+/// A listener on `ch` (any port) and the address on `ctx`'s device that
+/// reaches it.
+fn listening(ch: &AsyncEventChannel, ctx: &Context, name: &str) -> (Listener, SocketAddr) {
+    let listener = ch
+        .listen("0.0.0.0:0".parse().unwrap(), 4)
+        .unwrap_or_else(|e| panic!("{name}: listen: {e}"));
+    let port = listener.local_addr().unwrap().port();
+    let dst = format!("{}:{port}", cm_addr(ctx)).parse().unwrap();
+    (listener, dst)
+}
+
 /// A client id resolved to `dst`, or `None` (after [`cm_unavailable`])
 /// when the environment lacks the address.
 async fn resolve(ch: &AsyncEventChannel, dst: SocketAddr, test: &str) -> Option<AsyncCmId> {
@@ -113,17 +141,11 @@ fn rc_qp(ctx: &Context, pd: &ProtectionDomain, what: &str) -> (CompletionQueue, 
 
 #[test]
 fn tokio_cm_connect_accept_send_disconnect() {
-    let _serial = serial();
     let test = "tokio_cm_connect_accept_send_disconnect";
-    on_each_cm_device(test, |name, ctx, counts| {
-        let cm_ids = kernel_cm_ids(&format!("{name}: at the start"));
+    on_each_cm_device_counting_ids(test, "after dropping everything", |name, ctx, cm_ids| {
         tokio_runtime().block_on(async {
             let ch = AsyncEventChannel::open().unwrap_or_else(|e| panic!("{name}: open: {e}"));
-            let listener = ch
-                .listen("0.0.0.0:0".parse().unwrap(), 4)
-                .unwrap_or_else(|e| panic!("{name}: listen: {e}"));
-            let port = listener.local_addr().unwrap().port();
-            let dst: SocketAddr = format!("{}:{port}", cm_addr(ctx)).parse().unwrap();
+            let (listener, dst) = listening(&ch, ctx, name);
             let Some(client) = resolve(&ch, dst, test).await else {
                 return;
             };
@@ -244,22 +266,16 @@ fn tokio_cm_connect_accept_send_disconnect() {
             assert_eq!(ch.discarded_events(), 0, "{name}: every event had its id");
             drop(pd);
         });
-        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
-        assert_cm_ids_back(cm_ids, &format!("{name}: at the end"));
     });
 }
 
 #[test]
 fn tokio_cm_dropped_accept_and_connect_leak_nothing() {
-    let _serial = serial();
     let test = "tokio_cm_dropped_accept_and_connect_leak_nothing";
-    on_each_cm_device(test, |name, ctx, counts| {
-        let cm_ids = kernel_cm_ids(&format!("{name}: at the start"));
+    on_each_cm_device_counting_ids(test, "after the cancellations", |name, ctx, cm_ids| {
         tokio_runtime().block_on(async {
             let ch = AsyncEventChannel::open().unwrap_or_else(|e| panic!("{name}: open: {e}"));
-            let listener = ch.listen("0.0.0.0:0".parse().unwrap(), 4).unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let dst: SocketAddr = format!("{}:{port}", cm_addr(ctx)).parse().unwrap();
+            let (listener, dst) = listening(&ch, ctx, name);
 
             // 1. An accept nobody connects to, dropped.
             assert!(
@@ -295,9 +311,7 @@ fn tokio_cm_dropped_accept_and_connect_leak_nothing() {
 
             // 4. After all that, a connect to a new listener still gets
             // through on the same channel.
-            let listener = ch.listen("0.0.0.0:0".parse().unwrap(), 4).unwrap();
-            let port = listener.local_addr().unwrap().port();
-            let dst: SocketAddr = format!("{}:{port}", cm_addr(ctx)).parse().unwrap();
+            let (listener, dst) = listening(&ch, ctx, name);
             let client = resolve(&ch, dst, test)
                 .await
                 .expect("resolved once already");
@@ -325,7 +339,5 @@ fn tokio_cm_dropped_accept_and_connect_leak_nothing() {
             drop((qp_a, qp_b, cq_a, cq_b, pd));
             assert_eq!(ch.routed_ids(), 0);
         });
-        counts.assert_extra_cq_qp(0, 0, "after the cancellations");
-        assert_cm_ids_back(cm_ids, &format!("{name}: after the cancellations"));
     });
 }

@@ -314,11 +314,22 @@ pub fn cm_connected_pair_with(
     };
     let (qp_a, qp_b) = (qp(&cq_a, "A"), qp(&cq_b, "B"));
     let iwarp = is_iwarp(&qp_a);
+    // A side's connection parameters: its QP number and private data.
+    let conn_param = |qp: &QueuePair, data: &[u8]| {
+        ConnParam::new(qp.qp_num())
+            .private_data(data)
+            .unwrap_or_else(|e| panic!("{name}: private data {data:?}: {e}"))
+    };
+    // INIT (from RESET, or again on the RoCE client), RTR and RTS, each
+    // with the attributes the cm gives.
+    let up = |id: &CmId, qp: &QueuePair, side: &str, from: &str| {
+        cm_modify(id, qp, QpState::Init, &format!("{side} {from}->INIT"));
+        cm_modify(id, qp, QpState::Rtr, &format!("{side} INIT->RTR"));
+        cm_modify(id, qp, QpState::Rts, &format!("{side} RTR->RTS"));
+    };
 
     cm_modify(&client, &qp_a, QpState::Init, "client RESET->INIT");
-    let hello = ConnParam::new(qp_a.qp_num())
-        .private_data(b"uverbs-cm hello")
-        .unwrap();
+    let hello = conn_param(&qp_a, b"uverbs-cm hello");
     client
         .connect(&(setup.client_param)(hello))
         .unwrap_or_else(|e| panic!("{name}: connect: {e}"));
@@ -348,22 +359,51 @@ pub fn cm_connected_pair_with(
         landed_on(&server, ctx),
         "{name}: the server's id is not on {name}"
     );
-    cm_modify(&server, &qp_b, QpState::Init, "server RESET->INIT");
-    cm_modify(&server, &qp_b, QpState::Rtr, "server INIT->RTR");
     // On iWARP this answer has no state: RTS comes at establishment.
-    cm_modify(&server, &qp_b, QpState::Rts, "server RTR->RTS");
-    let welcome = ConnParam::new(qp_b.qp_num())
-        .private_data(b"welcome")
-        .unwrap();
+    up(&server, &qp_b, "server", "RESET");
+    let welcome = conn_param(&qp_b, b"welcome");
     server
         .accept(&(setup.server_param)(welcome))
         .unwrap_or_else(|e| panic!("{name}: accept: {e}"));
 
-    let response = if iwarp {
-        iwarp_established(&client, &ch_a, &server, &ch_b, &qp_a, &qp_b, name)
-    } else {
-        roce_established(&client, &ch_a, &server, &ch_b, &qp_a, &qp_b, name)
+    // The client's half after the accept. RoCE: CONNECT_RESPONSE, then
+    // INIT -> INIT (librdmacm's order: only now does the cm know the peer's
+    // responder resources and grant remote access), RTR, RTS and ESTABLISH.
+    // iWARP: ESTABLISHED, carrying the accept's private data.
+    let ev = next_event(
+        &ch_a,
+        if iwarp {
+            "client established"
+        } else {
+            "client connect"
+        },
+    );
+    assert_eq!(ev.id, client.handle());
+    let response = match (iwarp, ev.kind) {
+        (false, EventKind::ConnectResponse(Param::Conn(response)))
+        | (true, EventKind::Established(Param::Conn(response))) => response,
+        (_, kind) => panic!("{name}: {kind:?}"),
     };
+    if !iwarp {
+        up(&client, &qp_a, "client", "INIT");
+        client
+            .establish()
+            .unwrap_or_else(|e| panic!("{name}: establish: {e}"));
+    }
+    // The passive side hears ESTABLISHED on both (on RoCE only it:
+    // cma_rep_recv reports nothing to an active side whose QP is ours).
+    let ev = next_event(&ch_b, "server established");
+    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
+    assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
+    if iwarp {
+        // The kernel has moved both QPs to RTS.
+        for (qp, side) in [(&qp_a, "client"), (&qp_b, "server")] {
+            let state = qp
+                .established()
+                .unwrap_or_else(|e| panic!("{name}: {side}: established: {e}"));
+            assert_eq!(state, QpState::Rts, "{name}: {side}'s QP after ESTABLISHED");
+        }
+    }
     assert_eq!(
         response.qp_num,
         if iwarp { 0 } else { qp_b.qp_num() },
@@ -393,66 +433,6 @@ pub fn cm_connected_pair_with(
         response: Box::new(response),
         iwarp,
     })
-}
-
-/// The client's half after the accept on RoCE: CONNECT_RESPONSE, then
-/// INIT -> INIT (librdmacm's order: only now does the cm know the peer's
-/// responder resources and grant remote access), RTR, RTS and ESTABLISH;
-/// the passive side hears ESTABLISHED. Returns the response's parameters.
-fn roce_established(
-    client: &CmId,
-    ch_a: &EventChannel,
-    server: &CmId,
-    ch_b: &EventChannel,
-    qp_a: &QueuePair,
-    _qp_b: &QueuePair,
-    name: &str,
-) -> uverbs::cm::PeerParam {
-    let ev = next_event(ch_a, "client connect");
-    assert_eq!(ev.id, client.handle());
-    let EventKind::ConnectResponse(Param::Conn(response)) = ev.kind else {
-        panic!("{name}: {:?}", ev.kind)
-    };
-    cm_modify(client, qp_a, QpState::Init, "client INIT->INIT");
-    cm_modify(client, qp_a, QpState::Rtr, "client INIT->RTR");
-    cm_modify(client, qp_a, QpState::Rts, "client RTR->RTS");
-    client
-        .establish()
-        .unwrap_or_else(|e| panic!("{name}: establish: {e}"));
-    // Only the passive side hears ESTABLISHED (cma_rep_recv reports nothing
-    // to an active side whose QP is ours).
-    let ev = next_event(ch_b, "server established");
-    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
-    assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
-    response
-}
-
-/// The rest on iWARP: both sides hear ESTABLISHED (the client's carries
-/// the accept's private data) and the kernel has moved both QPs to RTS.
-fn iwarp_established(
-    client: &CmId,
-    ch_a: &EventChannel,
-    server: &CmId,
-    ch_b: &EventChannel,
-    qp_a: &QueuePair,
-    qp_b: &QueuePair,
-    name: &str,
-) -> uverbs::cm::PeerParam {
-    let ev = next_event(ch_a, "client established");
-    assert_eq!(ev.id, client.handle());
-    let EventKind::Established(Param::Conn(response)) = ev.kind else {
-        panic!("{name}: {:?}", ev.kind)
-    };
-    let ev = next_event(ch_b, "server established");
-    assert!(matches!(ev.kind, EventKind::Established(_)), "{ev:?}");
-    assert_eq!((ev.id, ev.uid), (server.handle(), server.uid()));
-    for (qp, side) in [(qp_a, "client"), (qp_b, "server")] {
-        let state = qp
-            .established()
-            .unwrap_or_else(|e| panic!("{name}: {side}: established: {e}"));
-        assert_eq!(state, QpState::Rts, "{name}: {side}'s QP after ESTABLISHED");
-    }
-    response
 }
 
 /// The events each id was reported, as `DESTROY_ID` answered them.
@@ -492,18 +472,17 @@ impl Reported {
 pub fn disconnect_pair(pair: CmPair, name: &str) -> Reported {
     let (client, server) = (&pair.client, &pair.server);
     let (ch_a, ch_b) = (&pair.ch_a, &pair.ch_b);
-    client
-        .disconnect()
-        .unwrap_or_else(|e| panic!("{name}: client disconnect: {e}"));
-    let ev = next_event(ch_b, "server disconnected");
-    assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
-    assert_eq!(ev.id, server.handle());
-    server
-        .disconnect()
-        .unwrap_or_else(|e| panic!("{name}: server disconnect: {e}"));
-    let ev = next_event(ch_a, "client disconnected");
-    assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
-    assert_eq!(ev.id, client.handle());
+    // The client disconnects and the server hears it, then the other way.
+    for (id, side, peer_ch, peer, peer_side) in [
+        (client, "client", ch_b, server, "server"),
+        (server, "server", ch_a, client, "client"),
+    ] {
+        id.disconnect()
+            .unwrap_or_else(|e| panic!("{name}: {side} disconnect: {e}"));
+        let ev = next_event(peer_ch, &format!("{peer_side} disconnected"));
+        assert!(matches!(ev.kind, EventKind::Disconnected), "{name}: {ev:?}");
+        assert_eq!(ev.id, peer.handle(), "{name}: {peer_side} disconnected");
+    }
     // iWARP has no time-wait state in the cm (cma_iw_handler reports the
     // stream's close as DISCONNECTED and nothing after it).
     let timewait = if pair.iwarp {

@@ -17,8 +17,8 @@ use uverbs::uverbs_uapi::{
     UVERBS_OBJECT_AH, UVERBS_OBJECT_CQ, UVERBS_OBJECT_MR, UVERBS_OBJECT_PD, UVERBS_OBJECT_QP,
 };
 use uverbs::{
-    AccessFlags, Context, Device, DriverId, Errno, MemoryRegion, Op, OpenOptions, ProtectionDomain,
-    TransportKind,
+    AccessFlags, CompletionQueue, Context, Device, DriverId, Errno, Error, MemoryRegion, Op,
+    OpenOptions, ProtectionDomain, TransportKind,
 };
 
 /// Writes to stderr past libtest's output capture (which only catches the
@@ -337,6 +337,34 @@ pub fn dealloc_refused_busy(pd: ProtectionDomain, what: &str) -> ProtectionDomai
         err.error
     );
     err.pd
+}
+
+/// Destroys `cq`, which must fail with `EBUSY` (a QP still uses it),
+/// typed (`Error::Os` naming `DestroyCq`), and returns the CQ handed back
+/// (the same handle); `what` names the check.
+pub fn destroy_cq_refused_busy(cq: CompletionQueue, what: &str) -> CompletionQueue {
+    let handle = cq.handle();
+    let err = match cq.destroy() {
+        Ok(done) => panic!("{what}: a CQ in use was destroyed: {done:?}"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(
+            err.error,
+            Error::Os {
+                op: Op::DestroyCq,
+                errno: Errno::BUSY,
+                ..
+            }
+        ),
+        "{what}: {}",
+        err.error
+    );
+    assert!(err.to_string().starts_with("destroy_cq"), "{what}: {err}");
+    loud(&format!("{what}: destroy of CQ {handle} in use: {err}"));
+    let cq = err.cq;
+    assert_eq!(cq.handle(), handle, "{what}: the CQ handed back");
+    cq
 }
 
 /// A new PD in `ctx` and a fresh [`RW_READ`] MR in it over a new

@@ -854,6 +854,22 @@ pub fn signalled(wr_id: u64, op: SendOp, sges: &[Sge]) -> SendWr<'_> {
     SendWr::new(wr_id, op, Payload::Sges(sges))
 }
 
+/// [`on_each_data_path_device_counted`] for a test of `qp_type` traffic:
+/// on siw, which creates RC QPs only, [`assert_siw_refuses_qp_type`]
+/// instead of `body` (the handle counts are checked after either).
+pub fn on_each_device_for_qp_type(
+    test: &str,
+    qp_type: QpType,
+    mut body: impl FnMut(&str, &Context),
+) {
+    on_each_data_path_device_counted(test, |name, ctx, counts| {
+        if driver(ctx) == Driver::Siw {
+            return assert_siw_refuses_qp_type(ctx, name, counts, qp_type);
+        }
+        body(name, ctx)
+    });
+}
+
 /// siw creates RC QPs only (`siw_create_qp` answers `EOPNOTSUPP` to any
 /// other type; the crate refuses before the system call with the same
 /// errno): asserts that creating a `qp_type` QP in a new PD on `ctx` fails

@@ -222,6 +222,18 @@ impl Source {
     }
 }
 
+/// B's region for a case: [`LEN`] new bytes registered in `pd` with
+/// `access`, with the MR's keys and the [`Remote`] of its first byte.
+pub fn fresh_target(
+    pd: &ProtectionDomain,
+    access: AccessFlags,
+) -> (memmap2::MmapMut, MemoryRegion, (u32, u32, u32), Remote) {
+    let mut dst = anon(LEN);
+    let mr = fresh_mr(pd, &mut dst, access);
+    let (k, remote) = (keys(&mr), at(&dst, mr.rkey()));
+    (dst, mr, k, remote)
+}
+
 /// A rig whose A makes requests from its source buffer (registered in the
 /// QPs' PD) into B's memory.
 pub trait Requester {
