@@ -1,5 +1,5 @@
 //! This thread's read and write system call counts, from
-//! `/proc/thread-self/io`: the device tests' and `examples/perf.rs`'s
+//! `/proc/thread-self/io`: the device tests' and `tools/perf.rs`'s
 //! (through `#[path]`) proof that a data-path call made none.
 
 /// This thread's read and write system calls so far (`syscr`, `syscw`),
