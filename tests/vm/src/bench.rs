@@ -60,7 +60,7 @@ use crate::guest::{GuestRun, Mode, RunConfig};
 use crate::initramfs::HostFile;
 use crate::peer;
 use crate::util::{cargo, err, say, Context, Error, Result};
-use crate::Ctx;
+use crate::{Ctx, GuestPlan};
 use cargo_metadata::TargetKind;
 use headline::headline;
 use markdown::markdown;
@@ -155,21 +155,21 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                     name: "bench",
                     env: Box::leak(env.into_boxed_slice()),
                 }];
+                let host_files = [
+                    perftest_files(&peer)?,
+                    valgrind_files(&peer)?,
+                    strace_files()?,
+                ]
+                .concat();
+                let plan = GuestPlan {
+                    kernel,
+                    binaries: &bins,
+                    runs: &runs,
+                    configs: &configs,
+                    host_files: &host_files,
+                };
                 let outcome = ctx
-                    .boot_single(
-                        kernel,
-                        &bins,
-                        &runs,
-                        &configs,
-                        Mode::Run,
-                        &[
-                            perftest_files(&peer)?,
-                            valgrind_files(&peer)?,
-                            strace_files()?,
-                        ]
-                        .concat(),
-                        Some(BENCH_TIMEOUT),
-                    )?
+                    .boot_single(plan, Mode::Run, Some(BENCH_TIMEOUT))?
                     .expect("run mode has an outcome");
                 if outcome.status.is_none() {
                     say("bench: qemu was killed at the timeout; reporting what finished");
@@ -372,15 +372,15 @@ fn two_host_console(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<String> 
         name: "bench",
         env: &[],
     }];
+    let plan = GuestPlan {
+        kernel,
+        binaries: &[pingpong],
+        runs: &runs,
+        configs: &configs,
+        host_files: &perftest_files(&peer)?,
+    };
     let [a, b] = ctx
-        .boot_two(
-            kernel,
-            &[pingpong],
-            &runs,
-            &configs,
-            Mode::Run,
-            &perftest_files(&peer)?,
-        )?
+        .boot_two(plan, Mode::Run)?
         .expect("run mode has outcomes");
     for (host, o) in [("a", &a), ("b", &b)] {
         if let Some(f) = crate::report::setup_failure(&o.console) {

@@ -296,20 +296,14 @@ fn final_lines(per_kernel: &[(&Kernel, Vec<Verdict>)]) -> bool {
                 .collect()
         };
         let second = runs(|v| &v.second_attempt);
-        if !second.is_empty() {
-            say(format!(
-                "{}: passed only on the second attempt: {}",
-                kernel.series,
-                second.join(", ")
-            ));
-        }
         let failures = runs(|v| &v.failures);
-        if !failures.is_empty() {
-            say(format!(
-                "{}: failed: {}",
-                kernel.series,
-                failures.join(", ")
-            ));
+        for (what, named) in [
+            ("passed only on the second attempt", &second),
+            ("failed", &failures),
+        ] {
+            if !named.is_empty() {
+                say(format!("{}: {what}: {}", kernel.series, named.join(", ")));
+            }
         }
         let p: usize = verdicts.iter().map(|v| v.passed).sum();
         let f: usize = verdicts.iter().map(|v| v.failed).sum();
@@ -326,6 +320,18 @@ fn final_lines(per_kernel: &[(&Kernel, Vec<Verdict>)]) -> bool {
     per_kernel.iter().all(|(_, vs)| vs.iter().all(|v| v.ok))
 }
 
+/// What one boot runs: the kernel, the programs put in `/tests`, the
+/// runs of `/run-all` under each configuration, and the host files added
+/// to the guest (`cargo vm test`'s C peers, `cargo vm bench`'s perftest).
+#[derive(Clone, Copy)]
+struct GuestPlan<'a> {
+    kernel: &'a Kernel,
+    binaries: &'a [Binary],
+    runs: &'a [GuestRun],
+    configs: &'a [RunConfig],
+    host_files: &'a [initramfs::HostFile],
+}
+
 /// Paths and tools shared by the commands.
 struct Ctx {
     workspace: PathBuf,
@@ -339,19 +345,12 @@ struct Ctx {
 }
 
 impl Ctx {
-    /// Boots the single guest: every run of `runs` under every
-    /// configuration, with host files added to the guest (`cargo vm
-    /// test`'s C peers, `cargo vm bench`'s perftest) and qemu's timeout set
-    /// when `timeout` is given (and `--timeout` is not).
-    #[allow(clippy::too_many_arguments)]
+    /// Boots the single guest with `plan`, qemu's timeout set when
+    /// `timeout` is given (and `--timeout` is not).
     fn boot_single(
         &self,
-        kernel: &Kernel,
-        binaries: &[Binary],
-        runs: &[GuestRun],
-        configs: &[RunConfig],
+        plan: GuestPlan,
         mode: Mode,
-        host_files: &[initramfs::HostFile],
         timeout: Option<Duration>,
     ) -> Result<Option<qemu::Outcome>> {
         // Private to this run: concurrent runs share only the cache.
@@ -361,15 +360,22 @@ impl Ctx {
             work_path,
             "",
             initramfs::Contents {
-                modules: &kernel.modules,
+                modules: &plan.kernel.modules,
                 busybox: &self.tools.busybox(),
-                binaries,
-                host_files,
-                init: guest::init_script(&kernel.modules, mode, Net::Dummy),
-                run_all: guest::run_all_script(configs, runs),
+                binaries: plan.binaries,
+                host_files: plan.host_files,
+                init: guest::init_script(&plan.kernel.modules, mode, Net::Dummy),
+                run_all: guest::run_all_script(plan.configs, plan.runs),
             },
         )?;
-        let mut boot = self.qemu_boot(kernel, initrd, mode, SINGLE_MEMORY, SINGLE_CPUS, Vec::new());
+        let mut boot = self.qemu_boot(
+            plan.kernel,
+            initrd,
+            mode,
+            SINGLE_MEMORY,
+            SINGLE_CPUS,
+            Vec::new(),
+        );
         if let (Some(t), None) = (timeout, self.opts.timeout) {
             boot.timeout = t;
         }
@@ -379,7 +385,7 @@ impl Ctx {
                 // The cache's copies are the last finished run's, and the
                 // last one's on this kernel.
                 work.publish(CONSOLE_LOG, &self.cache.join(CONSOLE_LOG))?;
-                work.publish(CONSOLE_LOG, &self.cache.join(series_log(kernel)))?;
+                work.publish(CONSOLE_LOG, &self.cache.join(series_log(plan.kernel)))?;
                 Some(outcome)
             }
             Mode::Shell => {
@@ -459,19 +465,11 @@ impl Ctx {
         }
     }
 
-    /// Boots the two-host guests, each with its own `/init` and `/run-all`
-    /// (every run of `runs` under every configuration, with its role) and
-    /// the host files (`cargo vm bench`'s perftest) added to both, and
-    /// returns A's and B's outcomes (`None` for the interactive shell).
-    fn boot_two(
-        &self,
-        kernel: &Kernel,
-        binaries: &[Binary],
-        runs: &[GuestRun],
-        configs: &[RunConfig],
-        mode: Mode,
-        host_files: &[initramfs::HostFile],
-    ) -> Result<Option<[qemu::Outcome; 2]>> {
+    /// Boots the two-host guests with `plan`, each with its own `/init`
+    /// and `/run-all` (every run under every configuration, with its role)
+    /// and the host files added to both, and returns A's and B's outcomes
+    /// (`None` for the interactive shell).
+    fn boot_two(&self, plan: GuestPlan, mode: Mode) -> Result<Option<[qemu::Outcome; 2]>> {
         let work = WorkDir::create(&self.cache, self.opts.keep)?;
         let work_path = work.path();
         // One link per device (rxe0's eth0, siw0's eth1), each a UDP port
@@ -484,12 +482,12 @@ impl Ctx {
                 work_path,
                 &format!("-{}", host.role()),
                 initramfs::Contents {
-                    modules: &kernel.modules,
+                    modules: &plan.kernel.modules,
                     busybox: &self.tools.busybox(),
-                    binaries,
-                    host_files,
-                    init: guest::init_script(&kernel.modules, mode, Net::Link(host)),
-                    run_all: guest::two_host_run_all_script(configs, runs, host),
+                    binaries: plan.binaries,
+                    host_files: plan.host_files,
+                    init: guest::init_script(&plan.kernel.modules, mode, Net::Link(host)),
+                    run_all: guest::two_host_run_all_script(plan.configs, plan.runs, host),
                 },
             )?;
             let nics = guest::LINK_KINDS
@@ -504,7 +502,14 @@ impl Ctx {
                     },
                 })
                 .collect();
-            boots.push(self.qemu_boot(kernel, initrd, mode, TWO_HOST_MEMORY, TWO_HOST_CPUS, nics));
+            boots.push(self.qemu_boot(
+                plan.kernel,
+                initrd,
+                mode,
+                TWO_HOST_MEMORY,
+                TWO_HOST_CPUS,
+                nics,
+            ));
         }
         let logs = TWO_HOST_CONSOLE_LOGS.map(|l| work_path.join(l));
         match mode {
@@ -532,16 +537,11 @@ impl Ctx {
 
     /// Boots the two-host plan and reports: its table, then
     /// `vm two-host: N passed, M failed`.
-    fn run_two_host_plan(
-        &self,
-        kernel: &Kernel,
-        binaries: &[Binary],
-        runs: &[GuestRun],
-        configs: &[RunConfig],
-    ) -> Result<Verdict> {
+    fn run_two_host_plan(&self, plan: GuestPlan) -> Result<Verdict> {
+        let GuestPlan { runs, configs, .. } = plan;
         let boot = |configs: &[RunConfig]| -> Result<[qemu::Outcome; 2]> {
             Ok(self
-                .boot_two(kernel, binaries, runs, configs, Mode::Run, &[])?
+                .boot_two(GuestPlan { configs, ..plan }, Mode::Run)?
                 .expect("run mode has outcomes"))
         };
         let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
@@ -588,17 +588,11 @@ impl Ctx {
 
     /// Boots a run plan and reports its table (the caller prints the
     /// counts).
-    fn run_plan(
-        &self,
-        kernel: &Kernel,
-        binaries: &[Binary],
-        runs: &[GuestRun],
-        configs: &[RunConfig],
-        host_files: &[initramfs::HostFile],
-    ) -> Result<Verdict> {
+    fn run_plan(&self, plan: GuestPlan) -> Result<Verdict> {
+        let GuestPlan { runs, configs, .. } = plan;
         let boot = |configs: &[RunConfig]| -> Result<[qemu::Outcome; 1]> {
             Ok([self
-                .boot_single(kernel, binaries, runs, configs, Mode::Run, host_files, None)?
+                .boot_single(GuestPlan { configs, ..plan }, Mode::Run, None)?
                 .expect("run mode has an outcome")])
         };
         let names: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
@@ -739,14 +733,14 @@ fn real_main(args: impl IntoIterator<Item = OsString>) -> Result<bool> {
                 bins.into_iter().partition(|b| guest::is_two_host(&b.name));
             if ctx.opts.two {
                 let runs = plain_runs(&two_host);
-                ctx.boot_two(
+                let plan = GuestPlan {
                     kernel,
-                    &two_host,
-                    &runs,
-                    guest::TEST_CONFIGS,
-                    Mode::Shell,
-                    &[],
-                )?;
+                    binaries: &two_host,
+                    runs: &runs,
+                    configs: guest::TEST_CONFIGS,
+                    host_files: &[],
+                };
+                ctx.boot_two(plan, Mode::Shell)?;
             } else {
                 // As `cargo vm test` has it: `/run-all` runs the C peers too.
                 let mut single = single;
@@ -754,15 +748,14 @@ fn real_main(args: impl IntoIterator<Item = OsString>) -> Result<bool> {
                 let (programs, files) = ctx.c_peers()?;
                 single.extend(programs);
                 runs.extend(GuestRun::c_peers());
-                ctx.boot_single(
+                let plan = GuestPlan {
                     kernel,
-                    &single,
-                    &runs,
-                    guest::TEST_CONFIGS,
-                    Mode::Shell,
-                    &files,
-                    None,
-                )?;
+                    binaries: &single,
+                    runs: &runs,
+                    configs: guest::TEST_CONFIGS,
+                    host_files: &files,
+                };
+                ctx.boot_single(plan, Mode::Shell, None)?;
             }
             Ok(true)
         }
@@ -835,13 +828,13 @@ impl Ctx {
             if single_runs.is_empty() {
                 say("test: no single-guest run selected; that guest is not booted");
             } else {
-                let v = self.run_plan(
+                let v = self.run_plan(GuestPlan {
                     kernel,
-                    &single,
-                    &single_runs,
-                    guest::TEST_CONFIGS,
-                    &single_files,
-                )?;
+                    binaries: &single,
+                    runs: &single_runs,
+                    configs: guest::TEST_CONFIGS,
+                    host_files: &single_files,
+                })?;
                 say(format!(
                     "single guest: {} passed, {} failed",
                     v.passed, v.failed
@@ -853,12 +846,13 @@ impl Ctx {
                     "vm two-host: 0 passed, 0 failed (no two_host_* run selected; not booted)"
                 );
             } else {
-                verdicts.push(self.run_two_host_plan(
+                verdicts.push(self.run_two_host_plan(GuestPlan {
                     kernel,
-                    &two_host,
-                    &two_host_runs,
-                    guest::TEST_CONFIGS,
-                )?);
+                    binaries: &two_host,
+                    runs: &two_host_runs,
+                    configs: guest::TEST_CONFIGS,
+                    host_files: &[],
+                })?);
             }
             per_kernel.push((kernel, verdicts));
         }
@@ -871,11 +865,7 @@ impl Ctx {
     fn demo(&self, kernels: &[Kernel]) -> Result<bool> {
         let runs = GuestRun::demo();
         let mut bins: Vec<Binary> = Vec::new();
-        for run in &runs {
-            if !bins.iter().any(|b| b.name == run.bin) {
-                bins.push(binaries::static_program(&self.workspace, &run.bin)?);
-            }
-        }
+        self.add_example_bins(&mut bins, &runs)?;
         let mut per_kernel = Vec::new();
         for kernel in kernels {
             say(format!(
@@ -884,7 +874,13 @@ impl Ctx {
                 kernel.release,
                 self.cache.join(series_log(kernel)).display()
             ));
-            let v = self.run_plan(kernel, &bins, &runs, guest::DEMO_CONFIGS, &[])?;
+            let v = self.run_plan(GuestPlan {
+                kernel,
+                binaries: &bins,
+                runs: &runs,
+                configs: guest::DEMO_CONFIGS,
+                host_files: &[],
+            })?;
             per_kernel.push((kernel, vec![v]));
         }
         println!();
