@@ -766,6 +766,33 @@ fn cm_accept<Q: CmQp>(
     Ok((id, q))
 }
 
+/// One side of perftest's cm connections to `sa`: the server accepts on
+/// the listener's channel `ch`, the client connects.
+struct CmLinkTo<'a> {
+    ch: &'a EventChannel,
+    sa: SocketAddr,
+    ctx: &'a Context,
+    opts: &'a Options,
+    server: bool,
+}
+
+impl CmLinkTo<'_> {
+    /// The next connection, its QP from `make` ([`cm_accept`] or
+    /// [`cm_connect`]).
+    fn make<Q: CmQp>(
+        &self,
+        what: &str,
+        make: impl FnMut() -> Result<Q>,
+        param: impl Fn(&Q) -> ConnParam,
+    ) -> Result<(CmId, Q)> {
+        if self.server {
+            cm_accept(self.ch, self.ctx, self.opts, what, make, param)
+        } else {
+            cm_connect(self.ch, self.sa, self.ctx, self.opts, what, make, param)
+        }
+    }
+}
+
 /// The cm connection, perftest's `-R`: the server listens on
 /// `addr:port`; the client connects a control QP there, the two swap
 /// perftest's preamble over it and a (still empty) key exchange, the
@@ -779,37 +806,30 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
     let ch = EventChannel::open()?;
     let ctx = open(&opts.device)?;
     let client = !server;
-    let control_param = |q: &ControlQp| ConnParam::new(q.qp.qp_num());
-    let make_control = || ControlQp::new(&ctx);
-    let (listener, (control, cq)) = if server {
+    // Kept until the end: perftest's client connects twice.
+    let listener = if server {
         let listener = ch.create_id(PortSpace::Tcp)?;
         listener
             .bind(sa)
             .map_err(|e| format!("cm bind {sa}: {e}"))?;
-        // Kept until the end: perftest's client connects twice.
         listener.listen(2)?;
         listening(&format!("{sa} (rdma_cm)"));
-        let c = cm_accept(
-            &ch,
-            &ctx,
-            opts,
-            "the control connection",
-            make_control,
-            control_param,
-        )?;
-        (Some(listener), c)
+        Some(listener)
     } else {
-        let c = cm_connect(
-            &ch,
-            sa,
-            &ctx,
-            opts,
-            "the control connection",
-            make_control,
-            control_param,
-        )?;
-        (None, c)
+        None
     };
+    let link = CmLinkTo {
+        ch: &ch,
+        sa,
+        ctx: &ctx,
+        opts,
+        server,
+    };
+    let (control, cq) = link.make(
+        "the control connection",
+        || ControlQp::new(&ctx),
+        |q: &ControlQp| ConnParam::new(q.qp.qp_num()),
+    )?;
     let mut ctl = Control::Qp(Box::new(cq));
     let agreed = ctl.preamble(client, port_mtu(&ctx)?, WAIT)?;
     let empty = Dest::default();
@@ -819,28 +839,11 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
         "the hand shake before the data connection",
         WAIT,
     )?;
-    let make_side = || Side::new(&ctx, opts, tx_depth, agreed.cycle_buffer);
-    let side_param = |s: &Side| conn_param(s, opts);
-    let (data, side) = if server {
-        cm_accept(
-            &ch,
-            &ctx,
-            opts,
-            "the data connection",
-            make_side,
-            side_param,
-        )?
-    } else {
-        cm_connect(
-            &ch,
-            sa,
-            &ctx,
-            opts,
-            "the data connection",
-            make_side,
-            side_param,
-        )?
-    };
+    let (data, side) = link.make(
+        "the data connection",
+        || Side::new(&ctx, opts, tx_depth, agreed.cycle_buffer),
+        |s: &Side| conn_param(s, opts),
+    )?;
     ctl.keys(
         client,
         &empty,
