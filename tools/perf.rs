@@ -30,6 +30,7 @@ use std::process::{Child, Command, ExitCode, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use test_kind::Test;
 use thread_io::read_write_calls;
 
 // Shared with the pingpong example: its bounded accept.
@@ -47,6 +48,8 @@ mod side;
 #[path = "../tests/common/thread_io.rs"]
 mod thread_io;
 // perftest's messages and its control channel.
+#[path = "perf/test_kind.rs"]
+mod test_kind;
 #[path = "perf/wire.rs"]
 mod wire;
 
@@ -110,49 +113,6 @@ Output: one line '@@PERF side=... key=value ...' per side.";
 
 /// `--test`'s error: what it takes.
 const TESTS: &str = "--test takes write_lat | send_lat | read_lat | write_bw | send_bw";
-
-/// The five tests (the discriminant travels in the hello).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u8)]
-enum Test {
-    WriteLat = 1,
-    SendLat = 2,
-    ReadLat = 3,
-    WriteBw = 4,
-    SendBw = 5,
-}
-
-impl Test {
-    const ALL: [Test; 5] = [
-        Test::WriteLat,
-        Test::SendLat,
-        Test::ReadLat,
-        Test::WriteBw,
-        Test::SendBw,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Test::WriteLat => "write_lat",
-            Test::SendLat => "send_lat",
-            Test::ReadLat => "read_lat",
-            Test::WriteBw => "write_bw",
-            Test::SendBw => "send_bw",
-        }
-    }
-
-    fn parse(s: &str) -> Option<Test> {
-        Test::ALL.into_iter().find(|t| t.name() == s)
-    }
-
-    fn is_lat(self) -> bool {
-        matches!(self, Test::WriteLat | Test::SendLat | Test::ReadLat)
-    }
-
-    fn uses_recv(self) -> bool {
-        matches!(self, Test::SendLat | Test::SendBw)
-    }
-}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Role {

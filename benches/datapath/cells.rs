@@ -20,51 +20,7 @@ impl Conn {
     }
 }
 
-/// What a cell measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Test {
-    WriteLat,
-    SendLat,
-    ReadLat,
-    WriteBw,
-    SendBw,
-}
-
-impl Test {
-    pub const ALL: [Test; 5] = [
-        Test::WriteLat,
-        Test::SendLat,
-        Test::ReadLat,
-        Test::WriteBw,
-        Test::SendBw,
-    ];
-
-    /// The name both tools and the report use.
-    pub fn name(self) -> &'static str {
-        match self {
-            Test::WriteLat => "write_lat",
-            Test::SendLat => "send_lat",
-            Test::ReadLat => "read_lat",
-            Test::WriteBw => "write_bw",
-            Test::SendBw => "send_bw",
-        }
-    }
-
-    /// The perftest 4.5 program.
-    pub fn perftest(self) -> &'static str {
-        match self {
-            Test::WriteLat => "ib_write_lat",
-            Test::SendLat => "ib_send_lat",
-            Test::ReadLat => "ib_read_lat",
-            Test::WriteBw => "ib_write_bw",
-            Test::SendBw => "ib_send_bw",
-        }
-    }
-
-    pub fn is_latency(self) -> bool {
-        matches!(self, Test::WriteLat | Test::SendLat | Test::ReadLat)
-    }
-}
+pub use crate::test_kind::Test;
 
 /// One cell: everything both implementations are given.
 #[derive(Clone, Copy, Debug)]
@@ -135,7 +91,7 @@ pub const LAT_INLINE: usize = 0;
 /// Iterations per run: latency `lat_iters`; bandwidth enough for about
 /// `bw_bytes` but between 32 and 1000.
 pub fn iterations(test: Test, size: usize, lat_iters: usize, bw_bytes: usize) -> usize {
-    if test.is_latency() {
+    if test.is_lat() {
         lat_iters
     } else {
         (bw_bytes / size).clamp(32, 1000)
@@ -147,7 +103,7 @@ pub fn all(lat_iters: usize, bw_bytes: usize, keep: impl Fn(&Cell) -> bool) -> V
     let mut cells = Vec::new();
     for (device, conn) in TARGETS {
         for test in Test::ALL {
-            let (sizes, depths, inline): (&[usize], &[usize], usize) = if test.is_latency() {
+            let (sizes, depths, inline): (&[usize], &[usize], usize) = if test.is_lat() {
                 // READ carries no inline data.
                 let inline = if test == Test::ReadLat { 0 } else { LAT_INLINE };
                 (&LAT_SIZES, &[1], inline)

@@ -31,12 +31,16 @@
 //! Without perftest or our tool it says so and exits 0.
 
 mod cells;
+// perf's tests, the same names (parse and uses_recv are perf's alone).
 #[path = "../cli.rs"]
 mod cli;
 mod parse;
 #[path = "../result.rs"]
 mod result;
 mod run;
+#[allow(dead_code)]
+#[path = "../../tools/perf/test_kind.rs"]
+mod test_kind;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -108,7 +112,7 @@ impl Tools {
 
     /// perftest's server and client command lines for `cell` on `port`.
     fn perftest(&self, cell: &Cell, port: u16) -> (Command, Command) {
-        let program = self.perftest_dir.join(cell.test.perftest());
+        let program = self.perftest_dir.join(format!("ib_{}", cell.test.name()));
         let common = |c: &mut Command| {
             // -F: do not fail on the emulated CPU's frequency warnings.
             c.args(["-d", cell.device, "-F"])
@@ -120,7 +124,7 @@ impl Tools {
                 Conn::Cm(_) => c.arg("-R"),
             };
             // No -I: perftest ignores it on rxe and siw (cells::LAT_INLINE).
-            if cell.test.is_latency() {
+            if cell.test.is_lat() {
                 // Every sample, sorted, for the percentiles.
                 c.arg("-H");
             } else {
@@ -171,7 +175,7 @@ fn measure(tools: &Tools, imp: Impl, cell: &Cell, port: u16) -> Result<Measured,
     }
     let got = match imp {
         Impl::Ours => parse::ours(&c.stdout),
-        Impl::Perftest => parse::perftest(&c.stdout, cell.test.is_latency()),
+        Impl::Perftest => parse::perftest(&c.stdout, cell.test.is_lat()),
     };
     got.map_err(|e| format!("{e}; server: {}", s.describe()))
 }
