@@ -91,8 +91,8 @@ use std::os::fd::AsRawFd;
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use accept::accept_within;
 use exchange::Dest;
-use line_channel::accept_within;
 use memmap2::MmapMut;
 use uverbs::uverbs_uapi::ib_uverbs_qp_dest;
 use uverbs::{
@@ -106,10 +106,9 @@ use uverbs::{Mtu, QpAttr, QpState, QpType};
 mod cm;
 #[path = "pingpong/exchange.rs"]
 mod exchange;
-// Only its accept_within: the exchange is rc_pingpong's, not lines.
-#[allow(dead_code)]
-#[path = "common/line_channel.rs"]
-mod line_channel;
+// Shared with tools/perf.rs: the bounded accept.
+#[path = "common/accept.rs"]
+mod accept;
 // Shared with tools/perf.rs: the bounded wait for the client's process.
 #[path = "common/reap.rs"]
 mod reap;

@@ -34,9 +34,8 @@ use test_kind::Test;
 use thread_io::read_write_calls;
 
 // Shared with the pingpong example: its bounded accept.
-#[path = "../examples/common/line_channel.rs"]
-#[allow(dead_code)]
-mod line_channel;
+#[path = "../examples/common/accept.rs"]
+mod accept;
 // Shared with the pingpong example: the bounded wait for the other side's process.
 #[path = "../examples/common/reap.rs"]
 mod reap;

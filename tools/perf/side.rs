@@ -21,7 +21,7 @@ use uverbs::{
 };
 use uverbs::{QpAttr, QpState, QpType, TransportType};
 
-use super::line_channel::accept_within;
+use super::accept::accept_within;
 use super::wire::{v4_mapped, Control, ControlQp, Dest};
 use super::{Options, Result, Test, WAIT};
 
