@@ -11,43 +11,32 @@
 //! checked at compile time against the numbers a gcc-compiled probe of
 //! /usr/include/infiniband/verbs.h (rdma-core 52, x86_64) printed.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
 
 use uverbs::{QpAttr, QpAttrMask, QpState};
 
+use crate::libibverbs::{
+    self, errno, ibv_alloc_pd, ibv_close_device, ibv_dealloc_pd, ibv_dereg_mr, ibv_open_device,
+    ibv_reg_mr, IbvContext, IbvDevice, IbvMr, IbvPd,
+};
 use crate::{Case, Counts, Pair, BATCH, BYTES, TARGET_OFFSET};
 
-#[repr(C)]
-struct IbvDevice(c_void);
-#[repr(C)]
-struct IbvPd(c_void);
 #[repr(C)]
 struct IbvCompChannel(c_void);
 #[repr(C)]
 struct IbvSrq(c_void);
 
-/// `struct ibv_mr`: the keys follow context, pd, addr, length, handle.
-#[repr(C)]
-struct IbvMr {
-    context: *mut IbvContext,
-    pd: *mut IbvPd,
-    addr: *mut c_void,
-    length: usize,
-    handle: u32,
-    lkey: u32,
-    rkey: u32,
-}
-
 type PollCq = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
 type PostSend = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
 type PostRecv = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
 
-/// `struct ibv_context` up to and including `ops.post_recv`: the device
-/// pointer, then `struct ibv_context_ops`, 11 entries before `poll_cq`,
-/// 13 between `poll_cq` and `post_send`, and `post_recv` right after.
+/// `struct ibv_context` up to and including `ops.post_recv`, our view of
+/// an [`IbvContext`]: the device pointer, then `struct ibv_context_ops`,
+/// 11 entries before `poll_cq`, 13 between `poll_cq` and `post_send`, and
+/// `post_recv` right after.
 #[repr(C)]
-struct IbvContext {
+struct ContextOps {
     device: *mut IbvDevice,
     ops_before_poll_cq: [*const c_void; 11],
     poll_cq: Option<PollCq>,
@@ -207,9 +196,9 @@ struct IbvQpAttr {
 
 // The probe's numbers (see the module comment).
 const _: () = {
-    assert!(offset_of!(IbvContext, poll_cq) == 96);
-    assert!(offset_of!(IbvContext, post_send) == 208);
-    assert!(offset_of!(IbvContext, post_recv) == 216);
+    assert!(offset_of!(ContextOps, poll_cq) == 96);
+    assert!(offset_of!(ContextOps, post_send) == 208);
+    assert!(offset_of!(ContextOps, post_recv) == 216);
     assert!(size_of::<IbvRecvWr>() == 32 && offset_of!(IbvRecvWr, num_sge) == 24);
     assert!(offset_of!(IbvMr, lkey) == 36 && offset_of!(IbvMr, rkey) == 40);
     assert!(offset_of!(IbvQp, qp_num) == 52);
@@ -271,17 +260,6 @@ const IBV_QP_MAX_DEST_RD_ATOMIC: c_int = 131072;
 const IBV_QP_DEST_QPN: c_int = 1048576;
 
 extern "C" {
-    static verbs_provider_rxe: u8;
-    static verbs_provider_siw: u8;
-    fn ibv_static_providers(unused: *mut c_void, ...);
-    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut IbvDevice;
-    fn ibv_get_device_name(dev: *mut IbvDevice) -> *const c_char;
-    fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext;
-    fn ibv_close_device(ctx: *mut IbvContext) -> c_int;
-    fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd;
-    fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int;
-    fn ibv_reg_mr(pd: *mut IbvPd, addr: *mut c_void, length: usize, access: c_int) -> *mut IbvMr;
-    fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int;
     fn ibv_create_cq(
         ctx: *mut IbvContext,
         cqe: c_int,
@@ -296,37 +274,8 @@ extern "C" {
     fn ibv_query_gid(ctx: *mut IbvContext, port: u8, index: c_int, gid: *mut [u8; 16]) -> c_int;
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 fn fail(what: &str) -> String {
     format!("libibverbs: {what}: errno {}", errno())
-}
-
-/// libibverbs' device named `name`, its providers registered first (a
-/// static libibverbs finds none otherwise).
-fn find(name: &str) -> Result<*mut IbvDevice, String> {
-    let mut n = 0;
-    // SAFETY: the provider descriptors are statics of the linked archives
-    // and the list ends with NULL; the device list is kept (never freed)
-    // so the device stays valid.
-    unsafe {
-        ibv_static_providers(
-            std::ptr::null_mut(),
-            std::ptr::addr_of!(verbs_provider_rxe),
-            std::ptr::addr_of!(verbs_provider_siw),
-            std::ptr::null::<c_void>(),
-        );
-        let list = ibv_get_device_list(&mut n);
-        if list.is_null() {
-            return Err(fail("ibv_get_device_list"));
-        }
-        (0..n as usize)
-            .map(|i| *list.add(i))
-            .find(|&d| CStr::from_ptr(ibv_get_device_name(d)).to_str() == Ok(name))
-            .ok_or_else(|| format!("libibverbs: no device {name}"))
-    }
 }
 
 /// RESET -> INIT -> RTR -> RTS of `qp` towards `dest_qpn` at `gid`, with
@@ -576,7 +525,7 @@ fn send_wr(
 /// QP B), each iteration waited for with [`crate::wait_for`]; the slots
 /// checked with [`crate::landed`] before the QPs go.
 pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
-    let dev = find(&pair.device)?;
+    let dev = libibverbs::device(&pair.device)?;
     // Declared before the objects: dropped after the QPs.
     let link: Option<crate::cm::Link>;
     // SAFETY (throughout): libibverbs calls on objects created here, live
@@ -660,6 +609,8 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
                 None
             }
         };
+        // The context's first bytes, as verbs.h lays them out (checked above).
+        let ops = ctx.cast::<ContextOps>();
         let q = Qps {
             a,
             b,
@@ -667,9 +618,9 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
             qpn_b: (*b).qp_num,
             cq_a: objs.cqs[0],
             cq_b: objs.cqs[1],
-            post_send: (*ctx).post_send.ok_or("libibverbs: no ops.post_send")?,
-            post_recv: (*ctx).post_recv.ok_or("libibverbs: no ops.post_recv")?,
-            poll_cq: (*ctx).poll_cq.ok_or("libibverbs: no ops.poll_cq")?,
+            post_send: (*ops).post_send.ok_or("libibverbs: no ops.post_send")?,
+            post_recv: (*ops).post_recv.ok_or("libibverbs: no ops.post_recv")?,
+            poll_cq: (*ops).poll_cq.ok_or("libibverbs: no ops.poll_cq")?,
         };
         let (lkey, rkey) = ((*objs.mr).lkey, (*objs.mr).rkey);
         let base = buf.as_mut_ptr() as u64;
@@ -884,7 +835,7 @@ fn inline_send(
 /// (`ibv_alloc_pd` + `ibv_dealloc_pd`), then on one PD `iters` ×
 /// (`ibv_reg_mr` of `region` + `ibv_dereg_mr`).
 pub fn control(device: &str, iters: usize, region: &mut [u8]) -> Result<(), String> {
-    let dev = find(device)?;
+    let dev = libibverbs::device(device)?;
     let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
     // SAFETY (throughout): libibverbs calls on objects created here and
     // destroyed once, in order; `region` outlives every MR.

@@ -67,6 +67,9 @@ mod cm;
 mod control;
 #[cfg(feature = "libibverbs-peer")]
 mod ibv;
+#[cfg(feature = "libibverbs-peer")]
+#[path = "../libibverbs.rs"]
+mod libibverbs;
 mod ours;
 mod profile;
 #[path = "../result.rs"]

@@ -28,10 +28,10 @@ use std::process::Command;
 use serde_json::json;
 use uverbs::{Device, ReregFallback, ReregFlags};
 
-use crate::ibv;
 use crate::ours::{buffer, ACCESS_A, ACCESS_B};
 use crate::result;
 use crate::trace::{calls_between_marks, MARK};
+use crate::{ibv, libibverbs};
 
 /// The region each registration covers.
 const REGION: usize = 4 << 10;
@@ -116,23 +116,23 @@ pub fn child(dev_name: &str) -> Result<(), String> {
 
 fn ibv_ops(dev: &Device, buf: &mut memmap2::MmapMut) -> Result<(), String> {
     let imp = "libibverbs";
-    let d = ibv::device(dev).ok_or("libibverbs does not find the device")?;
+    let d = libibverbs::device(dev.name())?;
     let (acc_a, acc_b) = (ACCESS_A.bits() as c_int, ACCESS_B.bits() as c_int);
     // SAFETY (throughout): libibverbs calls on objects created here and
     // destroyed once, in order; `buf` outlives the region.
     unsafe {
         mark(imp, "context_open");
-        let ctx = ibv::ibv_open_device(d);
+        let ctx = libibverbs::ibv_open_device(d);
         if ctx.is_null() {
             return Err("ibv_open_device failed".into());
         }
         mark(imp, "alloc_pd");
-        let pd = ibv::ibv_alloc_pd(ctx);
+        let pd = libibverbs::ibv_alloc_pd(ctx);
         if pd.is_null() {
             return Err("ibv_alloc_pd failed".into());
         }
         mark(imp, "reg_mr");
-        let mr = ibv::ibv_reg_mr(pd, buf.as_mut_ptr().cast(), REGION, acc_a);
+        let mr = libibverbs::ibv_reg_mr(pd, buf.as_mut_ptr().cast(), REGION, acc_a);
         if mr.is_null() {
             return Err("ibv_reg_mr failed".into());
         }
@@ -149,11 +149,11 @@ fn ibv_ops(dev: &Device, buf: &mut memmap2::MmapMut) -> Result<(), String> {
             acc_b,
         );
         mark(imp, "dereg_mr");
-        ibv::ibv_dereg_mr(mr);
+        libibverbs::ibv_dereg_mr(mr);
         mark(imp, "dealloc_pd");
-        ibv::ibv_dealloc_pd(pd);
+        libibverbs::ibv_dealloc_pd(pd);
         mark(imp, "context_close");
-        ibv::ibv_close_device(ctx);
+        libibverbs::ibv_close_device(ctx);
     }
     Ok(())
 }

@@ -1,49 +1,25 @@
 //! The libibverbs peer: Debian's rdma-core, linked statically (build.rs,
-//! feature `libibverbs-peer`), driven over FFI on the same devices and sizes.
-//!
-//! A static libibverbs finds no device unless its providers are registered
-//! first: C code gets that from `-DRDMA_STATIC_PROVIDERS=rxe,siw` in
-//! verbs.h; here we call `ibv_static_providers` ourselves.
+//! feature `libibverbs-peer`), driven over FFI on the same devices and sizes;
+//! the calls shared with benches/ops are in benches/libibverbs.rs.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::time::{Duration, Instant};
 
+use crate::libibverbs::{
+    device, errno, ibv_alloc_pd, ibv_close_device, ibv_dealloc_pd, ibv_dereg_mr, ibv_open_device,
+    ibv_reg_mr, IbvContext, IbvDevice, IbvMr, IbvPd,
+};
 use crate::ours::{ACCESS_A, ACCESS_B};
 use crate::stats::{measure, Budget};
 use crate::Cell;
 use memmap2::MmapMut;
 use uverbs::Device;
 
-#[repr(C)]
-pub struct IbvDevice(c_void);
-#[repr(C)]
-pub struct IbvContext(c_void);
-#[repr(C)]
-pub struct IbvPd(c_void);
-#[repr(C)]
-pub struct IbvMr(c_void);
-
 const IBV_REREG_MR_CHANGE_TRANSLATION: c_int = 1;
 const IBV_REREG_MR_CHANGE_PD: c_int = 2;
 pub const IBV_REREG_MR_CHANGE_ACCESS: c_int = 4;
 
 extern "C" {
-    static verbs_provider_rxe: u8;
-    static verbs_provider_siw: u8;
-    fn ibv_static_providers(unused: *mut c_void, ...);
-    fn ibv_get_device_list(num: *mut c_int) -> *mut *mut IbvDevice;
-    fn ibv_get_device_name(dev: *mut IbvDevice) -> *const c_char;
-    pub fn ibv_open_device(dev: *mut IbvDevice) -> *mut IbvContext;
-    pub fn ibv_close_device(ctx: *mut IbvContext) -> c_int;
-    pub fn ibv_alloc_pd(ctx: *mut IbvContext) -> *mut IbvPd;
-    pub fn ibv_dealloc_pd(pd: *mut IbvPd) -> c_int;
-    pub fn ibv_reg_mr(
-        pd: *mut IbvPd,
-        addr: *mut c_void,
-        length: usize,
-        access: c_int,
-    ) -> *mut IbvMr;
-    pub fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int;
     pub fn ibv_rereg_mr(
         mr: *mut IbvMr,
         flags: c_int,
@@ -54,52 +30,8 @@ extern "C" {
     ) -> c_int;
 }
 
-fn errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
-}
-
 /// A C call's failure: the errno (and the return code, for rereg).
 struct Fail(i32, c_int);
-
-fn register_providers() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    // SAFETY: the provider descriptors are statics of the linked archives;
-    // the list ends with NULL as the function requires.
-    ONCE.call_once(|| unsafe {
-        ibv_static_providers(
-            std::ptr::null_mut(),
-            std::ptr::addr_of!(verbs_provider_rxe),
-            std::ptr::addr_of!(verbs_provider_siw),
-            std::ptr::null::<c_void>(),
-        )
-    });
-}
-
-/// libibverbs' device of this name.
-fn find(name: &str) -> Option<*mut IbvDevice> {
-    let mut n = 0;
-    // SAFETY: plain libibverbs calls; the list is freed after use (devices
-    // stay valid while opened, as libibverbs documents).
-    unsafe {
-        let list = ibv_get_device_list(&mut n);
-        if list.is_null() {
-            return None;
-        }
-        let found = (0..n as usize)
-            .map(|i| *list.add(i))
-            .find(|&d| CStr::from_ptr(ibv_get_device_name(d)).to_str() == Ok(name));
-        // Not freed: the device must stay valid while the benchmark opens
-        // it again and again; the list lives as long as the process.
-        found
-    }
-}
-
-/// libibverbs' device of the same name as `dev` (its static providers
-/// registered first).
-pub fn device(dev: &Device) -> Option<*mut IbvDevice> {
-    register_providers();
-    find(dev.name())
-}
 
 /// libibverbs on one device.
 pub struct Ibv<'d> {
@@ -119,10 +51,9 @@ fn report(c: Cell, r: Result<crate::stats::Summary, Fail>) {
 
 impl<'d> Ibv<'d> {
     pub fn new(dev: &'d Device) -> Self {
-        register_providers();
         Ibv {
             name: dev.name(),
-            dev: find(dev.name()),
+            dev: device(dev.name()).ok(),
             objs: None,
         }
     }

@@ -37,6 +37,9 @@ mod floor;
 mod framing;
 #[cfg(feature = "libibverbs-peer")]
 mod ibv;
+#[cfg(feature = "libibverbs-peer")]
+#[path = "../libibverbs.rs"]
+mod libibverbs;
 mod ours;
 #[path = "../result.rs"]
 mod result;
