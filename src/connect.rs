@@ -193,14 +193,9 @@ mod tests {
             attr.check(crate::command::QpType::Rc, current)
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
         }
-        let expected_rtr = QpAttr::new()
-            .state(QpState::Rtr)
-            .path_mtu(Mtu::Mtu1024)
-            .dest_qpn(0x11)
-            .rq_psn(0x22)
-            .max_dest_rd_atomic(1)
-            .min_rnr_timer(12)
-            .av(QpAttr::roce_dest(gid, 1, 1, 1));
+        // rc_pingpong's RTR (the defaults are rdma-core's) with the
+        // peer's PSN.
+        let expected_rtr = QpAttr::rc_pingpong_rtr(gid.raw()).rq_psn(0x22);
         assert_eq!(steps[1].1, expected_rtr);
         assert!(steps[1]
             .1
