@@ -131,10 +131,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 runs.retain(|r| selected(only, &r.name));
                 say(format!(
                     "bench: UVERBS_BENCH_ONLY={only}: runs {}",
-                    runs.iter()
-                        .map(|r| r.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" ")
+                    GuestRun::names(&runs)
                 ));
             }
             if runs.is_empty() {
@@ -361,13 +358,7 @@ fn two_host_console(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<String> 
     let peer = peer::Peer::ensure(&ctx.cache, &peer::BENCH)?;
     let pingpong = static_program(&ctx.workspace, "pingpong")?;
     let runs = two_host::runs();
-    say(format!(
-        "bench: two hosts: {}",
-        runs.iter()
-            .map(|r| r.name.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
-    ));
+    say(format!("bench: two hosts: {}", GuestRun::names(&runs)));
     let configs = [RunConfig {
         name: "bench",
         env: &[],
