@@ -3,7 +3,7 @@
 //! control operation, traced by strace in the VM), as one table per device.
 
 use super::markdown::section;
-use super::units::distinct;
+use super::units::{distinct, or_if_empty};
 use serde::Deserialize;
 use std::fmt::Write as _;
 
@@ -62,11 +62,7 @@ pub fn markdown(lines: &[Line]) -> Option<String> {
         let _ = writeln!(
             s,
             "- {}: tracing failed: {}",
-            if l.device.is_empty() {
-                "all devices"
-            } else {
-                &l.device
-            },
+            or_if_empty(&l.device, "all devices"),
             l.error.as_deref().unwrap_or("")
         );
     }

@@ -5,7 +5,7 @@ use super::headline::headline;
 use super::meta::Meta;
 use super::model::{CellKey, Row, Run, SIZES};
 use super::targets::Targets;
-use super::units::{size_name, time_name};
+use super::units::{or_if_empty, size_name, time_name};
 use super::wire::{Implementation, ReregPath, Status};
 use std::fmt::Write as _;
 
@@ -60,11 +60,7 @@ fn header(s: &mut String, run: &Run, m: &Meta) {
     let _ = writeln!(
         s,
         "| guest | Debian kernel {}, {}, `-accel tcg -cpu max -smp 2` |",
-        if run.guest_kernel.is_empty() {
-            "?"
-        } else {
-            &run.guest_kernel
-        },
+        or_if_empty(&run.guest_kernel, "?"),
         m.qemu
     );
     let _ = writeln!(
