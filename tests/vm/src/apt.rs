@@ -407,36 +407,26 @@ mod tests {
 
     #[test]
     fn only_reading_downloading_and_simulating_are_allowed() {
-        for (program, args) in [
-            ("apt-get", &["install", "-y", "qemu-system-x86"][..]),
-            ("apt-get", &["-o", "DPkg::Lock::Timeout=1", "install", "x"]),
-            ("apt-get", &["remove", "qemu-utils"]),
-            ("apt-get", &["purge", "x"]),
-            ("apt-get", &["upgrade"]),
-            ("dpkg", &["-i", "x.deb"]),
-            ("dpkg", &["--install", "x.deb"]),
-            ("dpkg", &["-r", "x"]),
-            ("sudo", &["apt-get", "download", "x"]),
+        for (command, refused) in [
+            ("apt-get install -y qemu-system-x86", true),
+            ("apt-get -o DPkg::Lock::Timeout=1 install x", true),
+            ("apt-get remove qemu-utils", true),
+            ("apt-get purge x", true),
+            ("apt-get upgrade", true),
+            ("dpkg -i x.deb", true),
+            ("dpkg --install x.deb", true),
+            ("dpkg -r x", true),
+            ("sudo apt-get download x", true),
+            ("apt-get -o Dir::Cache=/c install -s x", false),
+            ("apt-get download x=1", false),
+            ("apt-get update -q", false),
+            ("apt-cache depends x", false),
+            ("dpkg -x a.deb /root", false),
         ] {
-            assert!(
-                refusal(program, &strings(args)).is_some(),
-                "{program} {args:?}"
-            );
-        }
-        for (program, args) in [
-            (
-                "apt-get",
-                &["-o", "Dir::Cache=/c", "install", "-s", "x"][..],
-            ),
-            ("apt-get", &["download", "x=1"]),
-            ("apt-get", &["update", "-q"]),
-            ("apt-cache", &["depends", "x"]),
-            ("dpkg", &["-x", "a.deb", "/root"]),
-        ] {
-            assert!(
-                refusal(program, &strings(args)).is_none(),
-                "{program} {args:?}"
-            );
+            let mut words = command.split_whitespace();
+            let program = words.next().unwrap();
+            let args: Vec<String> = words.map(String::from).collect();
+            assert_eq!(refusal(program, &args).is_some(), refused, "{command}");
         }
         let e = refusal("dpkg", &strings(&["-i", "x.deb"])).unwrap();
         assert!(e.0.contains("refused to run `dpkg -i x.deb`"), "{e}");

@@ -131,10 +131,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 runs.retain(|r| selected(only, &r.name));
                 say(format!(
                     "bench: UVERBS_BENCH_ONLY={only}: runs {}",
-                    runs.iter()
-                        .map(|r| r.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(" ")
+                    GuestRun::names(&runs)
                 ));
             }
             if runs.is_empty() {
@@ -242,11 +239,18 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
 ",
     );
     md.push_str(&datapath::report::markdown(&dp));
-    md.push_str(&mover::markdown(&results.mover));
-    md.push_str(&ops::markdown(&ops::cases(&results.ops), &results.ops_fn));
-    md.push_str(&control_ops::markdown(&results.ops));
-    md.push_str(&framing::markdown(&results.framing));
-    md.push_str(&async_tax::markdown(&results.asyncs));
+    // The sections of the other benches, each left out without its results.
+    md.extend(
+        [
+            mover::markdown(&results.mover),
+            ops::markdown(&ops::cases(&results.ops), &results.ops_fn),
+            control_ops::markdown(&results.ops),
+            framing::markdown(&results.framing),
+            async_tax::markdown(&results.asyncs),
+        ]
+        .into_iter()
+        .flatten(),
+    );
     let two_host_runs = two_host
         .as_ref()
         .map(|c| two_host::parse(c))
@@ -361,13 +365,7 @@ fn two_host_console(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<String> 
     let peer = peer::Peer::ensure(&ctx.cache, &peer::BENCH)?;
     let pingpong = static_program(&ctx.workspace, "pingpong")?;
     let runs = two_host::runs();
-    say(format!(
-        "bench: two hosts: {}",
-        runs.iter()
-            .map(|r| r.name.as_str())
-            .collect::<Vec<_>>()
-            .join(" ")
-    ));
+    say(format!("bench: two hosts: {}", GuestRun::names(&runs)));
     let configs = [RunConfig {
         name: "bench",
         env: &[],

@@ -247,6 +247,37 @@ mod tests {
         fs::read_to_string(cache.join("stamp")).map_err(|e| Error(format!("no stamp: {e}")))
     }
 
+    /// A run (`force`: a forced set-up, `set_up` its set-up) in a thread
+    /// of its own, waiting for a lock held here.
+    struct Waiting {
+        thread: thread::JoinHandle<()>,
+        done: mpsc::Receiver<Result<String>>,
+    }
+
+    impl Waiting {
+        /// Starts the run and checks that it waits (`what` says why it should).
+        fn start(cache: &Path, force: bool, set_up: fn(&Path) -> Result<()>, what: &str) -> Self {
+            let (done_tx, done) = mpsc::channel();
+            let c = cache.to_path_buf();
+            let thread = thread::spawn(move || {
+                let r = read_or_set_up(&c, force, || read_stamp(&c), || set_up(&c));
+                done_tx.send(r.map(|(v, _)| v)).unwrap();
+            });
+            assert!(
+                done.recv_timeout(Duration::from_millis(300)).is_err(),
+                "{what}"
+            );
+            Waiting { thread, done }
+        }
+
+        /// The stamp the run read once the lock here was released.
+        fn stamp(self) -> String {
+            let got = self.done.recv_timeout(Duration::from_secs(10)).unwrap();
+            self.thread.join().unwrap();
+            got.unwrap()
+        }
+    }
+
     #[test]
     fn concurrent_work_dirs_are_distinct_and_removed() {
         let cache = temp_cache("workdirs");
@@ -374,26 +405,15 @@ mod tests {
     fn run_waits_for_a_set_up_in_progress() {
         let cache = temp_cache("setup-wait");
         let setting_up = CacheLock::exclusive(&cache).unwrap();
-        let (done_tx, done) = mpsc::channel();
-        let c = cache.clone();
-        let waiter = thread::spawn(move || {
-            let r = read_or_set_up(
-                &c,
-                false,
-                || read_stamp(&c),
-                || Err(Error("the second run set up too".into())),
-            );
-            done_tx.send(r.map(|(v, _)| v)).unwrap();
-        });
-        assert!(
-            done.recv_timeout(Duration::from_millis(300)).is_err(),
-            "the second run did not wait for the set-up"
+        let waiter = Waiting::start(
+            &cache,
+            false,
+            |_| Err(Error("the second run set up too".into())),
+            "the second run did not wait for the set-up",
         );
         fs::write(cache.join("stamp"), "kernel").unwrap();
         drop(setting_up);
-        let got = done.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert_eq!(got.unwrap(), "kernel");
-        waiter.join().unwrap();
+        assert_eq!(waiter.stamp(), "kernel");
         fs::remove_dir_all(&cache).unwrap();
     }
 
@@ -410,26 +430,15 @@ mod tests {
         )
         .unwrap();
         assert_eq!(v, "old");
-        let (done_tx, done) = mpsc::channel();
-        let c = cache.clone();
-        let forcing = thread::spawn(move || {
-            let r = read_or_set_up(
-                &c,
-                true,
-                || read_stamp(&c),
-                || fs::write(c.join("stamp"), "new").context("stamp"),
-            );
-            done_tx.send(r.map(|(v, _)| v)).unwrap();
-        });
-        assert!(
-            done.recv_timeout(Duration::from_millis(300)).is_err(),
-            "--force rewrote the cache while a run used it"
+        let forcing = Waiting::start(
+            &cache,
+            true,
+            |c| fs::write(c.join("stamp"), "new").context("stamp"),
+            "--force rewrote the cache while a run used it",
         );
         assert_eq!(read_stamp(&cache).unwrap(), "old");
         drop(in_use);
-        let got = done.recv_timeout(Duration::from_secs(10)).unwrap();
-        assert_eq!(got.unwrap(), "new");
-        forcing.join().unwrap();
+        assert_eq!(forcing.stamp(), "new");
         fs::remove_dir_all(&cache).unwrap();
     }
 }

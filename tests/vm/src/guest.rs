@@ -141,6 +141,14 @@ impl GuestRun {
         self
     }
 
+    /// The names of `runs`, space-separated (for a progress line).
+    pub fn names(runs: &[GuestRun]) -> String {
+        runs.iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     /// The `cargo vm demo` runs: [`DEMO_RUNS`], then the short examples
     /// on each device ([`GuestRun::short_examples`]).
     pub fn demo() -> Vec<GuestRun> {

@@ -282,20 +282,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("uverbs-layering-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("b")).unwrap();
-        std::fs::write(
-            dir.join("lib.rs"),
-            "mod a;\nmod b;\npub use a::{Alpha, Other};\n",
-        )
-        .unwrap();
-        std::fs::write(dir.join("a.rs"), "use crate::b::inner::Beta;\n").unwrap();
-        std::fs::write(dir.join("b/mod.rs"), "pub mod inner;\n").unwrap();
-        // inner reaches a through the root re-export, in a group, and a
-        // commented reference and a test module add nothing.
-        std::fs::write(
-            dir.join("b/inner.rs"),
-            "use crate::{Alpha, b};\n// crate::c::X\n#[cfg(test)]\nmod tests { use crate::d::Y; }\n",
-        )
-        .unwrap();
+        for (file, text) in [
+            ("lib.rs", "mod a;\nmod b;\npub use a::{Alpha, Other};\n"),
+            ("a.rs", "use crate::b::inner::Beta;\n"),
+            ("b/mod.rs", "pub mod inner;\n"),
+            // inner reaches a through the root re-export, in a group, and
+            // a commented reference and a test module add nothing.
+            (
+                "b/inner.rs",
+                "use crate::{Alpha, b};\n// crate::c::X\n#[cfg(test)]\nmod tests { use crate::d::Y; }\n",
+            ),
+        ] {
+            std::fs::write(dir.join(file), text).unwrap();
+        }
         let (names, edges) = graph(&dir);
         let mut comps = components(&edges);
         comps.sort_by_key(|c| std::cmp::Reverse(c.len()));

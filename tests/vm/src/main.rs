@@ -231,12 +231,11 @@ impl Verdict {
 
 /// `test: N runs × M configurations <place>: <the runs' names>`.
 fn plan_line(runs: &[GuestRun], place: &str) -> String {
-    let names: Vec<&str> = runs.iter().map(|r| r.name.as_str()).collect();
     format!(
         "test: {} runs × {} configurations {place}: {}",
         runs.len(),
         guest::TEST_CONFIGS.len(),
-        names.join(" ")
+        GuestRun::names(runs)
     )
 }
 

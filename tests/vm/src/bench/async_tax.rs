@@ -4,6 +4,7 @@
 //! table per test with each async variant's ratio to the blocking one and
 //! the issue's goals beside it.
 
+use super::markdown::section;
 use super::units::{distinct, ratio_name};
 use serde::Deserialize;
 use std::fmt::Write as _;
@@ -41,14 +42,11 @@ impl Line {
     }
 }
 
-/// The section, from its `###` heading; empty without lines.
-pub fn markdown(lines: &[Line]) -> String {
-    let mut s = String::new();
-    if lines.is_empty() {
-        return s;
-    }
-    s.push_str("### The async tax (`uverbs::tokio`)\n\n");
-    s.push_str(
+/// The section, from its `###` heading; `None` without lines.
+pub fn markdown(lines: &[Line]) -> Option<String> {
+    let mut s = section(
+        lines,
+        "### The async tax (`uverbs::tokio`)",
         "benches/async_tax: one RC QP pair per device in one process, the same traffic through \
          the blocking `OwnedQp` (busy polling) and through `AsyncQp` on a current-thread tokio \
          runtime, its CQ tasks sleeping on the completion channel (`async`) or polling 200 \
@@ -58,7 +56,7 @@ pub fn markdown(lines: &[Line]) -> String {
          queue depth 64, busy-poll latency within 10 %. perftest's `ib_send_lat` and \
          `ib_write_bw` in the same run are in the data-path table above (two processes, \
          perftest's own loop).\n\n",
-    );
+    )?;
     for l in lines.iter().filter(|l| l.error.is_some()) {
         let _ = writeln!(
             s,
@@ -96,12 +94,13 @@ pub fn markdown(lines: &[Line]) -> String {
         );
     }
     s.push('\n');
-    s
+    Some(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::markdown::check_section;
 
     #[test]
     fn async_lines_become_one_table() {
@@ -112,20 +111,16 @@ mod tests {
 @@RESULT {"kind":"async","device":"rxe0","test":"write_bw","size":65536,"qd":64,"impl":"async","writes":256,"mb_per_s":190.0}
 @@RESULT {"kind":"async","device":"siw0","error":"cm: no event"}
 "#;
-        let lines = crate::bench::results::read(console).asyncs;
+        let lines = check_section(
+            console,
+            |r| r.asyncs,
+            markdown,
+            &[
+                "| rxe0 | send_lat | 64 | 100.00 µs | 150.00 µs | 1.50× | 105.00 µs | 1.05× |",
+                "| rxe0 | write_bw | 65536 | 200.00 MB/s | 190.00 MB/s | 0.95× | — | — |",
+                "- siw0: failed: cm: no event",
+            ],
+        );
         assert_eq!(lines.len(), 6, "{lines:?}");
-        let md = markdown(&lines);
-        assert!(
-            md.contains(
-                "| rxe0 | send_lat | 64 | 100.00 µs | 150.00 µs | 1.50× | 105.00 µs | 1.05× |"
-            ),
-            "{md}"
-        );
-        assert!(
-            md.contains("| rxe0 | write_bw | 65536 | 200.00 MB/s | 190.00 MB/s | 0.95× | — | — |"),
-            "{md}"
-        );
-        assert!(md.contains("- siw0: failed: cm: no event"), "{md}");
-        assert!(markdown(&[]).is_empty());
     }
 }

@@ -4,26 +4,24 @@
 //! libibverbs, counted by callgrind in the VM), as one table with the
 //! ratio, beside the verbs bench's times.
 
+use super::markdown::section;
 use super::ops::{is_case, Line};
 use super::units::{distinct, ratio_name};
 use std::fmt::Write as _;
 
 /// The section, from its `###` heading, of the control pairs among the
-/// ops `lines`; empty without any.
-pub fn markdown(lines: &[Line]) -> String {
+/// ops `lines`; `None` without any.
+pub fn markdown(lines: &[Line]) -> Option<String> {
     let lines: Vec<&Line> = lines.iter().filter(|l| !is_case(&l.op)).collect();
-    let mut s = String::new();
-    if lines.is_empty() {
-        return s;
-    }
-    s.push_str("### Control operations\n\n");
-    s.push_str(
+    let mut s = section(
+        &lines,
+        "### Control operations",
         "The same count for the control operations the verbs bench times: `alloc_pd` + \
          `dealloc_pd`, and `reg_mr` + `dereg_mr` of one 4 KiB page, each pair 200 times in a loop \
          (ours over the default transport, fork safety off). Per pair: each function's calls' \
          inclusive instructions ÷ their number, summed. The kernel's work, which dominates the \
          times, is not counted.\n\n",
-    );
+    )?;
     s.push_str(
         "| device | operations | ours Ir | libibverbs Ir | ours ÷ libibverbs | ours syscalls | libibverbs syscalls |\n\
          |---|---|---:|---:|---:|---:|---:|\n",
@@ -61,12 +59,13 @@ pub fn markdown(lines: &[Line]) -> String {
         );
     }
     s.push('\n');
-    s
+    Some(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::markdown::check_section;
 
     #[test]
     fn control_lines_become_one_table() {
@@ -77,17 +76,15 @@ mod tests {
 @@RESULT {"kind":"ops","device":"rxe0","impl":"libibverbs","op":"alloc_pd+dealloc_pd","ir_per_pair":1200.0,"ir_first":700.0,"ir_second":500.0,"calls":"201+200","syscalls_per_pair":2.0,"iters":200,"valgrind":"3.19.0"}
 @@RESULT {"kind":"ops","device":"rxe0","impl":"libibverbs","op":"reg_mr+dereg_mr","error":"libibverbs: ibv_reg_mr: errno 12"}
 "#;
-        let lines = crate::bench::results::read(console).ops;
+        let lines = check_section(
+            console,
+            |r| r.ops,
+            markdown,
+            &[
+                "| rxe0 | `alloc_pd+dealloc_pd` | 900.0 | 1200.0 | 0.75× | 2.00 | 2.00 |",
+                "| rxe0 | `reg_mr+dereg_mr` | — | failed: libibverbs: ibv_reg_mr: errno 12 | — | — | — |",
+            ],
+        );
         assert_eq!(lines.len(), 6, "{lines:?}");
-        let md = markdown(&lines);
-        assert!(
-            md.contains("| rxe0 | `alloc_pd+dealloc_pd` | 900.0 | 1200.0 | 0.75× | 2.00 | 2.00 |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| rxe0 | `reg_mr+dereg_mr` | — | failed: libibverbs: ibv_reg_mr: errno 12 | — | — | — |"),
-            "{md}"
-        );
-        assert!(markdown(&[]).is_empty());
     }
 }

@@ -2,7 +2,8 @@
 //! `verbs --framing` (which system call libibverbs and ours make for each
 //! control operation, traced by strace in the VM), as one table per device.
 
-use super::units::distinct;
+use super::markdown::section;
+use super::units::{distinct, or_if_empty};
 use serde::Deserialize;
 use std::fmt::Write as _;
 
@@ -38,14 +39,11 @@ fn spelled(calls: &str) -> String {
         .join(" + ")
 }
 
-/// The section, from its `##` heading; empty without framing lines.
-pub fn markdown(lines: &[Line]) -> String {
-    let mut s = String::new();
-    if lines.is_empty() {
-        return s;
-    }
-    s.push_str("## What each implementation sends\n\n");
-    s.push_str(
+/// The section, from its `##` heading; `None` without framing lines.
+pub fn markdown(lines: &[Line]) -> Option<String> {
+    let mut s = section(
+        lines,
+        "## What each implementation sends",
         "The system calls each implementation makes on the uverbs file for one control \
          operation, traced by strace in the VM (`verbs --framing`: one call of each operation \
          per implementation, a marker `write` to fd -1 before each). A `write` is named by the \
@@ -53,7 +51,7 @@ pub fn markdown(lines: &[Line]) -> String {
          (ours over Auto, `write+methods`, sends native methods only for queries). libibverbs' \
          rxe and siw providers have no `rereg_mr`: it answers `EOPNOTSUPP` without a system \
          call. Ours' rereg row is the strict in-place command.\n\n",
-    );
+    )?;
     let devices = distinct(
         lines
             .iter()
@@ -64,11 +62,7 @@ pub fn markdown(lines: &[Line]) -> String {
         let _ = writeln!(
             s,
             "- {}: tracing failed: {}",
-            if l.device.is_empty() {
-                "all devices"
-            } else {
-                &l.device
-            },
+            or_if_empty(&l.device, "all devices"),
             l.error.as_deref().unwrap_or("")
         );
     }
@@ -93,12 +87,13 @@ pub fn markdown(lines: &[Line]) -> String {
         }
         s.push('\n');
     }
-    s
+    Some(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::markdown::check_section;
 
     #[test]
     fn lines_become_one_table_per_device() {
@@ -108,27 +103,24 @@ junk
 @@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"dealloc_pd","calls":"ioctl"}
 @@RESULT {"kind":"framing","device":"rxe0","impl":"libibverbs","op":"rereg_access","calls":"none"}
 @@RESULT {"kind":"framing","device":"siw0","error":"traced child: exit status: 1"}
+@@RESULT {"kind":"framing","error":"strace: not found"}
 "#;
-        let lines = crate::bench::results::read(console).framing;
-        assert_eq!(lines.len(), 5);
+        let lines = check_section(
+            console,
+            |r| r.framing,
+            markdown,
+            &[
+                "| alloc_pd | `write` ALLOC_PD | `write` ALLOC_PD |",
+                "| dealloc_pd | `ioctl` | not traced |",
+                "| rereg_access | no system call | not traced |",
+                "- siw0: tracing failed: traced child: exit status: 1",
+                "- all devices: tracing failed: strace: not found",
+            ],
+        );
+        assert_eq!(lines.len(), 6);
         assert_eq!(
             lines[4].error.as_deref(),
             Some("traced child: exit status: 1")
         );
-        let md = markdown(&lines);
-        assert!(
-            md.contains("| alloc_pd | `write` ALLOC_PD | `write` ALLOC_PD |"),
-            "{md}"
-        );
-        assert!(md.contains("| dealloc_pd | `ioctl` | not traced |"), "{md}");
-        assert!(
-            md.contains("| rereg_access | no system call | not traced |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("- siw0: tracing failed: traced child: exit status: 1"),
-            "{md}"
-        );
-        assert!(markdown(&[]).is_empty());
     }
 }

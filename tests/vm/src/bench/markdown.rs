@@ -5,7 +5,7 @@ use super::headline::headline;
 use super::meta::Meta;
 use super::model::{CellKey, Row, Run, SIZES};
 use super::targets::Targets;
-use super::units::{size_name, time_name};
+use super::units::{or_if_empty, size_name, time_name};
 use super::wire::{Implementation, ReregPath, Status};
 use std::fmt::Write as _;
 
@@ -60,11 +60,7 @@ fn header(s: &mut String, run: &Run, m: &Meta) {
     let _ = writeln!(
         s,
         "| guest | Debian kernel {}, {}, `-accel tcg -cpu max -smp 2` |",
-        if run.guest_kernel.is_empty() {
-            "?"
-        } else {
-            &run.guest_kernel
-        },
+        or_if_empty(&run.guest_kernel, "?"),
         m.qemu
     );
     let _ = writeln!(
@@ -216,6 +212,39 @@ fn failed_cells(s: &mut String, run: &Run) {
     for (who, what, n) in kinds {
         let _ = writeln!(s, "- {who}, {n} cells: `{what}`");
     }
+}
+
+/// A section of its own after the verbs report: its `heading` line (`##`
+/// or `###`), a blank line and its `intro` (ending in a blank line); `None`
+/// without `lines`, as the section is then left out.
+pub fn section<T>(lines: &[T], heading: &str, intro: &str) -> Option<String> {
+    (!lines.is_empty()).then(|| format!("{heading}\n\n{intro}"))
+}
+
+/// Asserts that `text` holds each of `parts`, showing it whole where one
+/// is missing (the sections' tests).
+#[cfg(test)]
+pub fn assert_holds(text: &str, parts: &[&str]) {
+    for p in parts {
+        assert!(text.contains(p), "{p:?} is missing from:\n{text}");
+    }
+}
+
+/// A section's test: the results of one kind (`kind`) of `console`,
+/// every result line readable, render (`render`) to a section that holds
+/// each of `parts`, and none render to no section. The results, for more
+/// checks.
+#[cfg(test)]
+pub fn check_section<T>(
+    console: &str,
+    kind: fn(super::results::Results) -> Vec<T>,
+    render: fn(&[T]) -> Option<String>,
+    parts: &[&str],
+) -> Vec<T> {
+    assert!(render(&[]).is_none());
+    let lines = kind(super::results::read_all(console));
+    assert_holds(&render(&lines).expect("a section"), parts);
+    lines
 }
 
 /// A markdown table header: the `leading` columns, then one right-aligned

@@ -311,7 +311,7 @@ impl Run {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::read;
+    use crate::bench::results::{read, read_all};
 
     const LOG: &str = r#"@@UVERBS-BOOTED kernel=6.12.117+deb12-amd64
 @@RESULT {"kind":"verbs_info","cell_ms":300,"min_n":5}
@@ -323,9 +323,7 @@ mod tests {
 
     #[test]
     fn reads_typed_rows() {
-        let results = read(LOG);
-        assert!(results.skipped.is_empty(), "{:?}", results.skipped);
-        let run = Run::new(&results);
+        let run = Run::new(&read_all(LOG));
         assert_eq!(run.rows.len(), 4);
         assert_eq!(run.guest_kernel, "6.12.117+deb12-amd64");
         assert_eq!(run.info("cell_ms"), Some("300"));

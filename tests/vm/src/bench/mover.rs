@@ -3,6 +3,7 @@
 //! whose exposure rotates, per scheme), as a table per device and buffer
 //! size with each scheme's throughput against dereg + reg's.
 
+use super::markdown::section;
 use super::results::nan;
 use crate::bench::units::{distinct, ratio_name, size_name, time_name};
 use serde::Deserialize;
@@ -80,14 +81,11 @@ pub fn rotation_speedups(lines: &[Line]) -> Vec<(String, u64, f64)> {
         .collect()
 }
 
-/// The section, from its `##` heading; empty without mover lines.
-pub fn markdown(lines: &[Line]) -> String {
-    let mut s = String::new();
-    if lines.is_empty() {
-        return s;
-    }
-    s.push_str("## The re-registering data mover (`tools/mover.rs`)\n\n");
-    s.push_str(
+/// The section, from its `##` heading; `None` without mover lines.
+pub fn markdown(lines: &[Line]) -> Option<String> {
+    let mut s = section(
+        lines,
+        "## The re-registering data mover (`tools/mover.rs`)",
         "A writer streams RDMA WRITEs into a pool of 8 buffers of which 4 are exposed; after every WRITE \
          the target hides the oldest exposed buffer and exposes the next. *rereg-access* toggles \
          REMOTE_WRITE with `rereg` ACCESS, *rereg-pd* moves the buffer to a parking PD and back, \
@@ -96,7 +94,7 @@ pub fn markdown(lines: &[Line]) -> String {
          the rotations; a rotation is one hide + one expose (for fresh-per-write: the registration and \
          deregistration around one WRITE). The ratio is the scheme's WRITEs per second ÷ dereg-reg's. \
          On siw every rereg is a replace (the kernel refuses REREG_MR in place).\n\n",
-    );
+    )?;
     for (device, buffer, write) in
         distinct(lines.iter().map(|l| (l.device.as_str(), l.buffer, l.write)))
     {
@@ -169,12 +167,13 @@ pub fn markdown(lines: &[Line]) -> String {
             ratio_name(r)
         );
     }
-    s
+    Some(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::markdown::check_section;
 
     #[test]
     fn lines_tables_and_the_target() {
@@ -182,24 +181,23 @@ mod tests {
 [ 1.2] noise @@RESULT {"kind":"mover","device":"rxe0","scheme":"dereg-reg","path":"none","buffer":1048576,"write":4096,"buffers":8,"exposed":4,"rotate_every":1,"writes":2000,"seconds":4,"writes_per_s":1000.0,"mib_per_s":3.9,"rotate_median_ns":600000,"rotate_p10_ns":500000,"rotate_p90_ns":700000}
 @@RESULT {"kind":"mover","device":"siw0","scheme":"rereg-pd","error":"rereg: boom"}
 "#;
-        let lines = crate::bench::results::read(console).mover;
+        let lines = check_section(
+            console,
+            |r| r.mover,
+            markdown,
+            &[
+                "| rereg-access | inplace | 3000 | 11.70 | 20.0 µs (18.0 µs–25.0 µs) | 3.00× |",
+                "| rereg-pd | failed: rereg: boom |",
+                "3.00× — **not met**",
+                "rereg-access's is 30.0× faster",
+            ],
+        );
         assert_eq!(lines.len(), 3);
         assert_eq!(speedups(&lines), vec![("rxe0".to_string(), 1 << 20, 3.0)]);
-        let md = markdown(&lines);
-        assert!(
-            md.contains(
-                "| rereg-access | inplace | 3000 | 11.70 | 20.0 µs (18.0 µs–25.0 µs) | 3.00× |"
-            ),
-            "{md}"
-        );
-        assert!(md.contains("| rereg-pd | failed: rereg: boom |"), "{md}");
-        assert!(md.contains("3.00× — **not met**"), "{md}");
         // The rotation step alone: 600 µs ÷ 20 µs.
         assert_eq!(
             rotation_speedups(&lines),
             vec![("rxe0".to_string(), 1 << 20, 30.0)]
         );
-        assert!(md.contains("rereg-access's is 30.0× faster"), "{md}");
-        assert!(markdown(&[]).is_empty());
     }
 }

@@ -4,6 +4,7 @@
 //! inside the VM), as one table per device with the ratio, the target of
 //! case 1 on rxe, and case 1's per-function split.
 
+use super::markdown::section;
 use super::results::nan;
 use super::units::{distinct, ratio_name};
 use serde::Deserialize;
@@ -173,19 +174,13 @@ fn case_name(l: &Line) -> String {
     }
 }
 
-/// The section, from its `##` heading; empty without ops lines.
-pub fn markdown(lines: &[Line], functions: &[Function]) -> String {
-    let mut s = String::new();
-    if lines.is_empty() {
-        return s;
-    }
-    s.push_str("## Instructions per post_send + poll_cq\n\n");
+/// The section, from its `##` heading; `None` without ops lines.
+pub fn markdown(lines: &[Line], functions: &[Function]) -> Option<String> {
     let version = lines
         .iter()
         .find(|l| l.error.is_none())
         .map_or("?", |l| l.valgrind.as_str());
-    let _ = write!(
-        s,
+    let intro = format!(
         "User-space instructions (Ir) of the data path's calls, counted by valgrind's callgrind \
          {version} in the VM (deterministic, unlike a clock under TCG). benches/ops connects two \
          RC QPs of one context to each other on the device (rxe: by hand; siw: through the \
@@ -214,6 +209,7 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> String {
          so are the system calls (callgrind's `sysCount`, `--collect-systime`). `ours ÷ \
          libibverbs` compares Ir per iteration.\n\n"
     );
+    let mut s = section(lines, "## Instructions per post_send + poll_cq", &intro)?;
     for device in devices(lines) {
         let _ = writeln!(s, "**{device}**\n");
         s.push_str(
@@ -275,7 +271,7 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> String {
         }
         s.push('\n');
     }
-    s
+    Some(s)
 }
 
 /// One table row: a failed run says so in its first number's cell; ours'
@@ -320,16 +316,11 @@ fn row(lines: &[Line], l: &Line) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::results::read;
+    use crate::bench::markdown::assert_holds;
+    use crate::bench::results::read_all;
 
     fn parse(console: &str) -> Vec<Line> {
-        let r = read(console);
-        assert!(r.skipped.is_empty(), "{:?}", r.skipped);
-        cases(&r.ops)
-    }
-
-    fn parse_functions(console: &str) -> Vec<Function> {
-        read(console).ops_fn
+        cases(&read_all(console).ops)
     }
 
     #[test]
@@ -343,7 +334,7 @@ mod tests {
 @@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":80.0,"fn":"<&T as core::fmt::Debug>::fmt | x"}
 "#;
         let lines = parse(console);
-        let functions = parse_functions(console);
+        let functions = read_all(console).ops_fn;
         assert_eq!(functions.len(), 2, "{functions:?}");
         assert_eq!(functions[0].name, "uverbs::cq::CompletionQueue::poll");
         assert_eq!(lines.len(), 3, "{lines:?}");
@@ -353,29 +344,20 @@ mod tests {
             ratios(&lines),
             vec![("rxe0".to_string(), PAIR_OP.to_string(), 0.75)]
         );
-        let md = markdown(&lines, &functions);
-        assert!(
-            md.contains("| `uverbs::cq::CompletionQueue::poll` | 120.5 |"),
-            "{md}"
+        let md = markdown(&lines, &functions).unwrap();
+        assert_holds(
+            &md,
+            &[
+                "| `uverbs::cq::CompletionQueue::poll` | 120.5 |",
+                "| `<&T as core::fmt::Debug>::fmt \\| x` | 80.0 |",
+                "| 1. WRITE | ours | 300.0 | 300.0 | 200.0 | — | 99.5 | 1.00 | 0.00 | 200 | 201 | 1 | 0.75× |",
+                "**siw0**",
+                "| 1. WRITE | ours | failed: ours: post_send 0: boom |",
+                "callgrind 3.19.0",
+                "0.75× on rxe0 — met, and 0.8× reached",
+            ],
         );
-        assert!(
-            md.contains("| `<&T as core::fmt::Debug>::fmt \\| x` | 80.0 |"),
-            "{md}"
-        );
-        assert!(
-            md.contains(
-                "| 1. WRITE | ours | 300.0 | 300.0 | 200.0 | — | 99.5 | 1.00 | 0.00 | 200 | 201 | 1 | 0.75× |"
-            ),
-            "{md}"
-        );
-        assert!(md.contains("**siw0**"), "{md}");
-        assert!(
-            md.contains("| 1. WRITE | ours | failed: ours: post_send 0: boom |"),
-            "{md}"
-        );
-        assert!(md.contains("callgrind 3.19.0"), "{md}");
-        assert!(md.contains("0.75× on rxe0 — met, and 0.8× reached"), "{md}");
-        assert!(markdown(&[], &[]).is_empty());
+        assert!(markdown(&[], &[]).is_none());
     }
 
     #[test]
@@ -410,36 +392,21 @@ mod tests {
             ratios(&lines),
             vec![("siw0".to_string(), "write_batch4".to_string(), 1.6)]
         );
-        let md = markdown(&lines, &[]);
+        let md = markdown(&lines, &[]).unwrap();
         // siw first: the devices in console order, the cases in their order.
         assert!(md.find("**siw0**") < md.find("**rxe0**"), "{md}");
-        assert!(
-            md.contains("| 2. 4 × WRITE, all signalled | ours | 1600.0 | 400.0 | 900.0 | — | 350.0 | 1.00 | 0.00 | 200 | 400 | 200 | 1.60× |"),
-            "{md}"
+        assert_holds(
+            &md,
+            &[
+                "| 2. 4 × WRITE, all signalled | ours | 1600.0 | 400.0 | 900.0 | — | 350.0 | 1.00 | 0.00 | 200 | 400 | 200 | 1.60× |",
+                "| 2. 4 × WRITE, all signalled | libibverbs | 1000.0 | 250.0 | 700.0 | — | 300.0 | 1.00 | 0.00 | 200 | 200 | 0 |  |",
+                "| 3. SEND + RECV | ours | 700.0 | 700.0 | 300.0 | 100.0 | 150.0 | 1.00 | 0.00 | 200 | 400 | 0 | — |",
+                "| 3. SEND + RECV | libibverbs | failed: libibverbs: post_recv 0: errno 12 |",
+                "| 4. inline SEND (sender only) | ours | 400.0 |",
+                "| 2. 4 × WRITE, 1 of 4 signalled | libibverbs | 500.0 | 125.0 |",
+                "libibverbs' rxe provider (reaching for 0.8×): not measured.",
+            ],
         );
-        assert!(
-            md.contains("| 2. 4 × WRITE, all signalled | libibverbs | 1000.0 | 250.0 | 700.0 | — | 300.0 | 1.00 | 0.00 | 200 | 200 | 0 |  |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 3. SEND + RECV | ours | 700.0 | 700.0 | 300.0 | 100.0 | 150.0 | 1.00 | 0.00 | 200 | 400 | 0 | — |"),
-            "{md}"
-        );
-        assert!(
-            md.contains(
-                "| 3. SEND + RECV | libibverbs | failed: libibverbs: post_recv 0: errno 12 |"
-            ),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 4. inline SEND (sender only) | ours | 400.0 |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 2. 4 × WRITE, 1 of 4 signalled | libibverbs | 500.0 | 125.0 |"),
-            "{md}"
-        );
-        assert!(md.contains("libibverbs' rxe provider (reaching for 0.8×): not measured."));
     }
 
     #[test]
@@ -452,12 +419,24 @@ mod tests {
             };
             parse(&(line("ours", ours) + "\n" + &line("libibverbs", ibv)))
         };
-        let over = pair(r#""ir_per_iter":400"#, r#""ir_per_iter":380"#);
-        assert!(markdown(&over, &[]).contains("1.05× on rxe0 — **not met**"));
-        let met = pair(r#""ir_per_iter":360"#, r#""ir_per_iter":400"#);
-        assert!(markdown(&met, &[]).contains("0.90× on rxe0 — met (0.8× not yet reached)"));
-        let failed = pair(r#""ir_per_iter":100"#, r#""error":"x""#);
-        assert!(markdown(&failed, &[])
-            .contains("libibverbs' rxe provider (reaching for 0.8×): not measured."));
+        for (ours, ibv, verdict) in [
+            (
+                r#""ir_per_iter":400"#,
+                r#""ir_per_iter":380"#,
+                "1.05× on rxe0 — **not met**",
+            ),
+            (
+                r#""ir_per_iter":360"#,
+                r#""ir_per_iter":400"#,
+                "0.90× on rxe0 — met (0.8× not yet reached)",
+            ),
+            (
+                r#""ir_per_iter":100"#,
+                r#""error":"x""#,
+                "libibverbs' rxe provider (reaching for 0.8×): not measured.",
+            ),
+        ] {
+            assert_holds(&markdown(&pair(ours, ibv), &[]).unwrap(), &[verdict]);
+        }
     }
 }

@@ -143,6 +143,14 @@ pub fn read(console: &str) -> Results {
     r
 }
 
+/// Reads `console` in a test, every result line readable.
+#[cfg(test)]
+pub fn read_all(console: &str) -> Results {
+    let r = read(console);
+    assert!(r.skipped.is_empty(), "{:?}", r.skipped);
+    r
+}
+
 /// The first value of `key` among `info` lines.
 pub fn info_of<'a>(info: &'a [Info], key: &str) -> Option<&'a str> {
     info.iter().find_map(|m| m.get(key)).map(String::as_str)

@@ -1,4 +1,5 @@
-//! How the report writes numbers: sizes, latencies, ratios.
+//! How the report writes numbers (sizes, latencies, ratios), lists and
+//! what the console left out.
 
 /// `items` without repeats, in first-seen order (the report lists
 /// devices, cells and groups in the order the console printed them).
@@ -10,6 +11,15 @@ pub fn distinct<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
         }
     }
     out
+}
+
+/// `text`, or `instead` where it is empty (the console did not say).
+pub fn or_if_empty<'a>(text: &'a str, instead: &'a str) -> &'a str {
+    if text.is_empty() {
+        instead
+    } else {
+        text
+    }
 }
 
 /// `4 KiB`, `256 MiB`.

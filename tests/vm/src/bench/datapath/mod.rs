@@ -288,26 +288,35 @@ mod tests {
 
     #[test]
     fn ratios_per_round_and_passes_that_agree_or_not() {
-        let console = [
+        let mut console = vec![
             r#"@@RESULT {"kind":"datapath_info","rounds":2,"passes":2,"cells":2}"#.to_string(),
-            lat(1, 1, "ours", 2, 90),
-            lat(1, 1, "perftest", 2, 100),
-            lat(1, 2, "perftest", 2, 200),
-            lat(1, 2, "ours", 2, 180),
-            lat(2, 1, "ours", 2, 95),
-            lat(2, 1, "perftest", 2, 100),
-            lat(2, 2, "ours", 2, 92),
-            lat(2, 2, "perftest", 2, 100),
+        ];
+        // Both tools' medians per round, perftest first in even rounds (as
+        // the bench alternates them).
+        for (pass, round, size, ours, perftest) in [
+            (1, 1, 2, 90, 100),
+            (1, 2, 2, 180, 200),
+            (2, 1, 2, 95, 100),
+            (2, 2, 2, 92, 100),
             // A cell whose passes disagree.
-            lat(1, 1, "ours", 8, 100),
-            lat(1, 1, "perftest", 8, 100),
-            lat(2, 1, "ours", 8, 150),
-            lat(2, 1, "perftest", 8, 100),
+            (1, 1, 8, 100, 100),
+            (2, 1, 8, 150, 100),
+        ] {
+            let mut both = [
+                lat(pass, round, "ours", size, ours),
+                lat(pass, round, "perftest", size, perftest),
+            ];
+            if round % 2 == 0 {
+                both.reverse();
+            }
+            console.extend(both);
+        }
+        console.extend([
             r#"[ 3.1] kernel noise @@RESULT {"kind":"datapath","pass":1,"round":1,"impl":"ours","retried":true,"device":"siw0","conn":"cm","test":"write_bw","size":4096,"qd":64,"inline":0,"iters":32,"mib_per_s":20.5}"#.into(),
             r#"@@RESULT {"kind":"datapath","pass":1,"round":1,"impl":"perftest","device":"siw0","conn":"cm","test":"write_bw","size":4096,"qd":64,"inline":0,"iters":32,"error":"client: exit status: 1"}"#.into(),
             r#"@@RESULT {"kind":"datapath","pass":"x"}"#.into(),
-        ]
-        .join("\n");
+        ]);
+        let console = console.join("\n");
         let results = crate::bench::results::read(&console);
         assert_eq!(results.skipped.len(), 1);
         let dp = parse(&results);

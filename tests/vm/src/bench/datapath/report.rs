@@ -219,44 +219,49 @@ pub fn headline_rows(dp: &DataPath) -> Vec<String> {
     rows
 }
 
+/// The runs that failed once and were run again, and the runs that
+/// failed, each listed with its cell (the first 40).
 fn failures(s: &mut String, dp: &DataPath) {
-    let errors: Vec<(&Key, &String)> = dp
-        .cells
-        .iter()
-        .flat_map(|(k, c)| c.errors.iter().map(move |e| (k, e)))
-        .collect();
-    let retried: Vec<(&Key, &String)> = dp
-        .cells
-        .iter()
-        .flat_map(|(k, c)| c.retried.iter().map(move |r| (k, r)))
-        .collect();
+    let retried = runs(dp, |c| &c.retried);
     if !retried.is_empty() {
         let _ = writeln!(
             s,
             "**Runs that failed once and were run again** ({}; the second run's numbers stand):\n",
             retried.len()
         );
-        for (k, r) in retried.iter().take(40) {
-            let _ = writeln!(
-                s,
-                "- {} {} {} {} depth {}: {r}",
-                k.device,
-                k.conn,
-                k.test,
-                size_name(k.size),
-                k.qd
-            );
-        }
+        list(s, &retried);
         s.push('\n');
     }
+    let errors = runs(dp, |c| &c.errors);
     if errors.is_empty() {
         return;
     }
     s.push_str("**Failed runs** (as the runner reported them):\n\n");
-    for (k, e) in errors.iter().take(40) {
+    list(s, &errors);
+    if errors.len() > LISTED {
+        let _ = writeln!(s, "- … and {} more", errors.len() - LISTED);
+    }
+    s.push('\n');
+}
+
+/// How many runs [`failures`] lists of each kind.
+const LISTED: usize = 40;
+
+/// The runs `of` each cell names (its retried or failed runs), with
+/// their cell.
+fn runs(dp: &DataPath, of: fn(&Cell) -> &Vec<String>) -> Vec<(&Key, &String)> {
+    dp.cells
+        .iter()
+        .flat_map(|(k, c)| of(c).iter().map(move |r| (k, r)))
+        .collect()
+}
+
+/// The first [`LISTED`] of `runs`, one item each: the cell, then the run.
+fn list(s: &mut String, runs: &[(&Key, &String)]) {
+    for (k, r) in runs.iter().take(LISTED) {
         let _ = writeln!(
             s,
-            "- {} {} {} {} depth {}: {e}",
+            "- {} {} {} {} depth {}: {r}",
             k.device,
             k.conn,
             k.test,
@@ -264,16 +269,13 @@ fn failures(s: &mut String, dp: &DataPath) {
             k.qd
         );
     }
-    if errors.len() > 40 {
-        let _ = writeln!(s, "- … and {} more", errors.len() - 40);
-    }
-    s.push('\n');
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::parse;
     use super::*;
+    use crate::bench::markdown::assert_holds;
 
     #[test]
     fn sections_tables_and_verdicts() {
@@ -293,14 +295,13 @@ mod tests {
         }
         let dp = parse(&crate::bench::results::read(&lines.join("\n")));
         let md = markdown(&dp);
-        assert!(
-            md.contains("### siw0, cm: connected by the rdma_cm"),
-            "{md}"
-        );
-        assert!(md.contains("| 2 B | 90.0 µs (90.0 µs–90.0 µs) | 100 µs (100 µs–100 µs) | 1: 0.90× (0.90×–0.90×); 2: 0.90× (0.90×–0.90×) | **0.90×** |"), "{md}");
-        assert!(
-            md.contains("| 64 KiB | 64 | 90.0 MiB/s | 100.0 MiB/s |"),
-            "{md}"
+        assert_holds(
+            &md,
+            &[
+                "### siw0, cm: connected by the rdma_cm",
+                "| 2 B | 90.0 µs (90.0 µs–90.0 µs) | 100 µs (100 µs–100 µs) | 1: 0.90× (0.90×–0.90×); 2: 0.90× (0.90×–0.90×) | **0.90×** |",
+                "| 64 KiB | 64 | 90.0 MiB/s | 100.0 MiB/s |",
+            ],
         );
         let rows = headline_rows(&dp);
         assert_eq!(rows.len(), 2);
