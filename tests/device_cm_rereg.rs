@@ -263,24 +263,7 @@ fn cm_atomic_access_removed_and_restored_in_place() {
                 return;
             }
             let mut mr = fresh_mr(&rig.pd, &mut dst, ATOMIC);
-            let k = keys(&mr);
-            let remote = at(&dst, mr.rkey());
-
-            mr.set_access(AccessFlags::LOCAL_WRITE)
-                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
-            same_keys(&mr, k, name);
-            let what = "FETCH_ADD with REMOTE_ATOMIC removed from the MR";
-            rig.fetch_add_refused(1, remote, &dst, REFUSED, what);
-
-            mr.set_access(ATOMIC)
-                .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
-            same_keys(&mr, k, name);
-            rig.fetch_add_twice(
-                2,
-                remote,
-                &dst,
-                "REMOTE_ATOMIC restored over the cm connection",
-            );
+            atomic_removed_and_restored_in_place(&mut rig, &mut mr, &dst);
             rig.finish();
             drop(mr);
             drop(dst);

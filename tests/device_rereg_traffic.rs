@@ -361,17 +361,7 @@ fn atomic_access_removed_and_restored_in_place() {
                 assert_all_gone(counts);
                 return;
             }
-
-            mr.set_access(AccessFlags::LOCAL_WRITE)
-                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
-            same_keys(&mr, k, name);
-            let what = "FETCH_ADD without REMOTE_ATOMIC";
-            rig.fetch_add_refused(1, remote, &dst, REFUSED, what);
-
-            mr.set_access(ATOMIC)
-                .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
-            same_keys(&mr, k, name);
-            rig.fetch_add_twice(2, remote, &dst, "REMOTE_ATOMIC restored");
+            atomic_removed_and_restored_in_place(&mut rig, &mut mr, &dst);
 
             drop((mr, rig));
             drop(dst);

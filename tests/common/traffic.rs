@@ -573,6 +573,30 @@ pub fn translation_replaced<R: Requester>(rig: &mut R, counts: &HandleCounts) {
     drop(mr);
 }
 
+/// REMOTE_ATOMIC removed from `mr` in place (same keys): a FETCH_ADD at
+/// [`AT`] of `dst` is refused ([`REFUSED`]), target and result untouched;
+/// restored in place, two FETCH_ADDs return the old value and leave the
+/// sum. `dst` holds [`OLD`] at [`AT`] and `mr` covers it with [`ATOMIC`] in
+/// the rig's PD; for a device that changes access in place (rxe).
+pub fn atomic_removed_and_restored_in_place<R: Requester>(
+    rig: &mut R,
+    mr: &mut MemoryRegion,
+    dst: &[u8],
+) {
+    let name = rig.name().to_owned();
+    let k = keys(mr);
+    let remote = at(dst, mr.rkey());
+    mr.set_access(AccessFlags::LOCAL_WRITE)
+        .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
+    same_keys(mr, k, &name);
+    let what = "FETCH_ADD with REMOTE_ATOMIC removed in place";
+    rig.fetch_add_refused(1, remote, dst, REFUSED, what);
+    mr.set_access(ATOMIC)
+        .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
+    same_keys(mr, k, &name);
+    rig.fetch_add_twice(2, remote, dst, "REMOTE_ATOMIC restored in place");
+}
+
 /// RoCE's refusal of a WRITE: B's responder NAKs it ([`REFUSED`] on A, B's
 /// probe flushed; the rig recovers) and `target` is untouched.
 pub fn write_refused_rc<R: Requester + ?Sized>(
