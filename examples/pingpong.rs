@@ -712,28 +712,35 @@ fn check_write_area(side: &Side, opts: &Options) -> String {
     }
 }
 
+/// Posts a `size`-byte SEND (work request `wr_id`) stamped `n` and waits
+/// for both its completion and the peer's answer (a receive); the time from
+/// the post to the later of the two.
+fn ping(side: &mut Side, wr_id: u64, n: usize, size: usize, what: &str) -> Result<Duration> {
+    side.stamp(Layout::SEND, n);
+    let sge = side.sge(Layout::SEND, size);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let start = Instant::now();
+    side.post(wr_id, SendOp::Send { imm: None }, &sge)?;
+    let (mut sent, mut answered) = (false, false);
+    while !(sent && answered) {
+        for wc in side.poll(&mut wcs, what)? {
+            match wc.opcode() {
+                Some(WcOpcode::Send) => sent = true,
+                Some(WcOpcode::Recv) => answered = true,
+                other => return Err(format!("{what}: unexpected completion {other:?}").into()),
+            }
+        }
+    }
+    Ok(start.elapsed())
+}
+
 /// The client's latency run: `opts.iters` pings, each waiting for both its
 /// completion and the reply; the round-trip times. One receive stays
 /// posted at the end.
 fn measure_latency(side: &mut Side, opts: &Options) -> Result<Vec<Duration>> {
     let mut rtt = Vec::with_capacity(opts.iters);
-    let mut wcs = [WorkCompletion::default(); 4];
     for i in 0..opts.iters {
-        side.stamp(Layout::SEND, i);
-        let sge = side.sge(Layout::SEND, opts.size);
-        let start = Instant::now();
-        side.post(i as u64, SendOp::Send { imm: None }, &sge)?;
-        let (mut sent, mut replied) = (false, false);
-        while !(sent && replied) {
-            for wc in side.poll(&mut wcs, "client")? {
-                match wc.opcode() {
-                    Some(WcOpcode::Send) => sent = true,
-                    Some(WcOpcode::Recv) => replied = true,
-                    other => return Err(format!("client: unexpected completion {other:?}").into()),
-                }
-            }
-        }
-        rtt.push(start.elapsed());
+        rtt.push(ping(side, i as u64, i, opts.size, "client")?);
         if !side.stamped(side.layout.recv(), i) {
             return Err(format!("reply {i} carries the wrong number").into());
         }

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use common::cm::*;
 use common::*;
-use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
+use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
 use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair};
 use uverbs::{QpState, QpType};
 
@@ -100,45 +100,42 @@ fn client_qp(
 /// fails with ECONNREFUSED: no event at all.
 #[test]
 fn cm_connect_where_nobody_listens_is_rejected() {
-    on_each_cm_device(
-        "cm_connect_where_nobody_listens_is_rejected",
-        |name, ctx, counts| {
-            let test = "cm_connect_where_nobody_listens_is_rejected";
-            let ch = EventChannel::open().unwrap();
-            let port = 8000 + (std::process::id() % 1000) as u16;
-            let dst = format!("{}:{port}", cm_addr(ctx)).parse().unwrap();
-            let client = match resolved_client_to(&ch, dst) {
-                Ok(c) => c,
-                Err(why) => return cm_unavailable(test, &why),
+    let test = "cm_connect_where_nobody_listens_is_rejected";
+    on_each_cm_device(test, |name, ctx, counts| {
+        let ch = EventChannel::open().unwrap();
+        let port = 8000 + (std::process::id() % 1000) as u16;
+        let dst = format!("{}:{port}", cm_addr(ctx)).parse().unwrap();
+        let client = match resolved_client_to(&ch, dst) {
+            Ok(c) => c,
+            Err(why) => return cm_unavailable(test, &why),
+        };
+        assert!(landed_on(&client, ctx), "{name}: the id is not on {name}");
+        let pd = alloc_pd(ctx);
+        let cq = ctx.create_cq(4, None).unwrap();
+        let qp = client_qp(ctx, &pd, &cq, &client, "client RESET->INIT");
+        let connected = client.connect(&ConnParam::new(qp.qp_num()));
+        if is_iwarp(&qp) {
+            let err = connected.expect_err("siw: a connect nobody listens to fails");
+            loud(&format!("{name}: connect refused in the call: {err}"));
+            assert_eq!(err.errno(), Some(Errno::CONNREFUSED), "{name}: {err}");
+            assert_no_event(&ch, Duration::from_millis(500), name);
+        } else {
+            connected.unwrap_or_else(|e| panic!("{name}: connect: {e}"));
+            let ev = next_event(&ch, "connect");
+            let EventKind::Rejected { reason, .. } = ev.kind else {
+                panic!("{name}: {:?}", ev.kind)
             };
-            assert!(landed_on(&client, ctx), "{name}: the id is not on {name}");
-            let pd = alloc_pd(ctx);
-            let cq = ctx.create_cq(4, None).unwrap();
-            let qp = client_qp(ctx, &pd, &cq, &client, "client RESET->INIT");
-            let connected = client.connect(&ConnParam::new(qp.qp_num()));
-            if is_iwarp(&qp) {
-                let err = connected.expect_err("siw: a connect nobody listens to fails");
-                loud(&format!("{name}: connect refused in the call: {err}"));
-                assert_eq!(err.errno(), Some(Errno::CONNREFUSED), "{name}: {err}");
-                assert_no_event(&ch, Duration::from_millis(500), name);
-            } else {
-                connected.unwrap_or_else(|e| panic!("{name}: connect: {e}"));
-                let ev = next_event(&ch, "connect");
-                let EventKind::Rejected { reason, .. } = ev.kind else {
-                    panic!("{name}: {:?}", ev.kind)
-                };
-                loud(&format!("{name}: rejected, reason {reason}"));
-                assert_eq!(reason, 8, "{name}: IB_CM_REJ_INVALID_SERVICE_ID");
-            }
-            // Address, route, and (RoCE) the answer to the connect.
-            let got = client.events_received();
-            assert_eq!(got, if is_iwarp(&qp) { 2 } else { 3 }, "{name}");
-            drop(qp);
-            assert_eq!(client.destroy().unwrap(), got, "the kernel's count is ours");
-            drop((cq, pd));
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
-        },
-    );
+            loud(&format!("{name}: rejected, reason {reason}"));
+            assert_eq!(reason, 8, "{name}: IB_CM_REJ_INVALID_SERVICE_ID");
+        }
+        // Address, route, and (RoCE) the answer to the connect.
+        let got = client.events_received();
+        assert_eq!(got, if is_iwarp(&qp) { 2 } else { 3 }, "{name}");
+        drop(qp);
+        assert_eq!(client.destroy().unwrap(), got, "the kernel's count is ours");
+        drop((cq, pd));
+        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    });
 }
 
 /// A reject with private data: the requester hears REJECTED with the
@@ -153,103 +150,96 @@ fn cm_connect_where_nobody_listens_is_rejected() {
 /// destruction sends an MPA reject without private data.
 #[test]
 fn cm_reject_with_private_data_and_listener_destroyed_with_a_pending_request() {
-    on_each_cm_device(
-        "cm_reject_with_private_data_and_listener_destroyed_with_a_pending_request",
-        |name, ctx, counts| {
-            let test = "cm_reject_with_private_data_and_listener_destroyed_with_a_pending_request";
-            let ch = EventChannel::open().unwrap();
-            let port = 9000 + (std::process::id() % 1000) as u16;
-            let listener = ch.create_id(PortSpace::Tcp).unwrap();
-            listener
-                .bind(format!("0.0.0.0:{port}").parse().unwrap())
-                .unwrap();
-            listener.listen(2).unwrap();
-            let dst = format!("{}:{port}", cm_addr(ctx)).parse().unwrap();
-            let pd = alloc_pd(ctx);
-            let cq = ctx.create_cq(4, None).unwrap();
+    let test = "cm_reject_with_private_data_and_listener_destroyed_with_a_pending_request";
+    on_each_cm_device(test, |name, ctx, counts| {
+        // The requesters' ids go on the listener's channel: one stream of
+        // events for all three.
+        let (ch, listener, port) = cm_listener(2);
+        let dst = format!("{}:{port}", cm_addr(ctx)).parse().unwrap();
+        let pd = alloc_pd(ctx);
+        let cq = ctx.create_cq(4, None).unwrap();
 
-            let first = match resolved_client_to(&ch, dst) {
-                Ok(c) => c,
-                Err(why) => return cm_unavailable(test, &why),
-            };
-            assert!(landed_on(&first, ctx), "{name}: the id is not on {name}");
-            let qp1 = client_qp(ctx, &pd, &cq, &first, "first RESET->INIT");
-            let iwarp = is_iwarp(&qp1);
-            first.connect(&ConnParam::new(qp1.qp_num())).unwrap();
-            let ev = next_event(&ch, "listener");
-            let EventKind::ConnectRequest { id: server, .. } = ev.kind else {
-                panic!("{name}: {:?}", ev.kind)
-            };
-            server
-                .reject(
-                    uverbs::cm::RejectReason::ConsumerDefined,
-                    b"busy, try later",
-                )
-                .unwrap();
-            let ev = next_event(&ch, "first client");
-            assert_eq!(ev.id, first.handle());
-            let EventKind::Rejected { reason, param } = &ev.kind else {
-                panic!("{name}: {:?}", ev.kind)
-            };
-            let data = param.private_data();
-            loud(&format!(
-                "{name}: rejected, reason {reason}, {} bytes of private data",
-                data.len()
-            ));
-            if iwarp {
-                assert_eq!(
-                    *reason,
-                    -Errno::CONNRESET.raw_os_error(),
-                    "{name}: MPA reject"
-                );
-                assert_eq!(
-                    data, b"busy, try later",
-                    "{name}: exactly the MPA reject's bytes"
-                );
-            } else {
-                assert_eq!(*reason, 28, "{name}: IB_CM_REJ_CONSUMER_DEFINED");
-                assert_eq!(data.len(), 148, "{name}: the REJ's private data area");
-                assert!(data.starts_with(b"busy, try later"), "{name}: {data:?}");
-            }
-            drop(server);
+        let first = match resolved_client_to(&ch, dst) {
+            Ok(c) => c,
+            Err(why) => return cm_unavailable(test, &why),
+        };
+        assert!(landed_on(&first, ctx), "{name}: the id is not on {name}");
+        let qp1 = client_qp(ctx, &pd, &cq, &first, "first RESET->INIT");
+        let iwarp = is_iwarp(&qp1);
+        first.connect(&ConnParam::new(qp1.qp_num())).unwrap();
+        let ev = next_event(&ch, "listener");
+        let EventKind::ConnectRequest { id: server, .. } = ev.kind else {
+            panic!("{name}: {:?}", ev.kind)
+        };
+        server
+            .reject(
+                uverbs::cm::RejectReason::ConsumerDefined,
+                b"busy, try later",
+            )
+            .unwrap();
+        let ev = next_event(&ch, "first client");
+        assert_eq!(ev.id, first.handle());
+        let EventKind::Rejected { reason, param } = &ev.kind else {
+            panic!("{name}: {:?}", ev.kind)
+        };
+        let data = param.private_data();
+        loud(&format!(
+            "{name}: rejected, reason {reason}, {} bytes of private data",
+            data.len()
+        ));
+        if iwarp {
+            assert_eq!(
+                *reason,
+                -Errno::CONNRESET.raw_os_error(),
+                "{name}: MPA reject"
+            );
+            assert_eq!(
+                data, b"busy, try later",
+                "{name}: exactly the MPA reject's bytes"
+            );
+        } else {
+            assert_eq!(*reason, 28, "{name}: IB_CM_REJ_CONSUMER_DEFINED");
+            assert_eq!(data.len(), 148, "{name}: the REJ's private data area");
+            assert!(data.starts_with(b"busy, try later"), "{name}: {data:?}");
+        }
+        drop(server);
 
-            let second = resolved_client_to(&ch, dst).unwrap();
-            let qp2 = client_qp(ctx, &pd, &cq, &second, "second RESET->INIT");
-            second.connect(&ConnParam::new(qp2.qp_num())).unwrap();
-            assert!(
-                ch.poll_readable(WAIT).unwrap(),
-                "{name}: the request arrived"
-            );
-            let reported = listener.destroy().unwrap();
-            assert_eq!(
-                reported, 1,
-                "the first request only: the second was never reported"
-            );
-            let ev = next_event(&ch, "second client");
-            assert_eq!(
-                ev.id,
-                second.handle(),
-                "the pending request's event is gone"
-            );
-            loud(&format!(
-                "{name}: the second requester got {} (status {})",
-                ev.name(),
-                ev.status
-            ));
-            let EventKind::Rejected { reason, param } = &ev.kind else {
-                panic!("{name}: {ev:?}")
-            };
-            if iwarp {
-                assert_eq!(*reason, -Errno::CONNRESET.raw_os_error(), "{name}");
-                assert!(param.private_data().is_empty(), "{name}: {param:?}");
-            } else {
-                assert_eq!(*reason, 28, "{name}");
-            }
-            let got = (first.events_received(), second.events_received());
-            drop((qp1, qp2));
-            assert_eq!((first.destroy().unwrap(), second.destroy().unwrap()), got);
-            drop((cq, pd));
-            counts.assert_extra_cq_qp(0, 0, "after dropping everything");
-        },
-    );
+        let second = resolved_client_to(&ch, dst).unwrap();
+        let qp2 = client_qp(ctx, &pd, &cq, &second, "second RESET->INIT");
+        second.connect(&ConnParam::new(qp2.qp_num())).unwrap();
+        assert!(
+            ch.poll_readable(WAIT).unwrap(),
+            "{name}: the request arrived"
+        );
+        let reported = listener.destroy().unwrap();
+        assert_eq!(
+            reported, 1,
+            "the first request only: the second was never reported"
+        );
+        let ev = next_event(&ch, "second client");
+        assert_eq!(
+            ev.id,
+            second.handle(),
+            "the pending request's event is gone"
+        );
+        loud(&format!(
+            "{name}: the second requester got {} (status {})",
+            ev.name(),
+            ev.status
+        ));
+        let EventKind::Rejected { reason, param } = &ev.kind else {
+            panic!("{name}: {ev:?}")
+        };
+        if iwarp {
+            assert_eq!(*reason, -Errno::CONNRESET.raw_os_error(), "{name}");
+            assert!(param.private_data().is_empty(), "{name}: {param:?}");
+        } else {
+            assert_eq!(*reason, 28, "{name}");
+        }
+        let got = (first.events_received(), second.events_received());
+        drop((qp1, qp2));
+        assert_eq!((first.destroy().unwrap(), second.destroy().unwrap()), got);
+        drop((cq, pd));
+        counts.assert_extra_cq_qp(0, 0, "after dropping everything");
+    });
 }

@@ -161,11 +161,11 @@ impl Requester for CmRig<'_> {
 
     /// On siw the WRITE kills the stream instead
     /// ([`CmRig::write_kills_the_stream`]).
-    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+    fn write_refused(&mut self, wr_id: u64, remote: Remote, target: &[u8], what: &str) {
         if self.pair().iwarp {
-            return self.write_kills_the_stream(wr_id, seed, remote, target, what);
+            return self.write_kills_the_stream(wr_id, remote, target, what);
         }
-        write_refused_rc(self, wr_id, seed, remote, target, what)
+        write_refused_rc(self, wr_id, remote, target, what)
     }
 
     /// Checks the refusal on both sides; the cm reported nothing on either
@@ -211,19 +211,19 @@ fn cm_access_removed_and_restored_in_place() {
             let (dst, mut mr, k, remote) = fresh_target(&rig.pd, RW);
             counts.assert_extra(2, 1, "two MRs in the rig's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
-            rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
+            rig.write_lands(1, remote, &dst, "REMOTE_WRITE granted");
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
                 .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
             same_keys(&mr, k, name);
-            rig.write_refused(2, 2, remote, &dst, "REMOTE_WRITE removed in place");
+            rig.write_refused(2, remote, &dst, "REMOTE_WRITE removed in place");
             counts.assert_extra_cq_qp(2, 2, "after the reconnection: the old pair is gone");
-            rig.write_refused(3, 3, remote, &dst, "new connection: still removed");
+            rig.write_refused(3, remote, &dst, "new connection: still removed");
 
             mr.set_access(RW)
                 .unwrap_or_else(|e| panic!("{name}: set_access(RW) in place: {e}"));
             same_keys(&mr, k, name);
-            rig.write_lands(4, 4, remote, &dst, "REMOTE_WRITE restored in place");
+            rig.write_lands(4, remote, &dst, "REMOTE_WRITE restored in place");
             assert_eq!(rig.finish(), 2, "{name}: one reconnection per refusal");
 
             drop(mr);
@@ -263,24 +263,7 @@ fn cm_atomic_access_removed_and_restored_in_place() {
                 return;
             }
             let mut mr = fresh_mr(&rig.pd, &mut dst, ATOMIC);
-            let k = keys(&mr);
-            let remote = at(&dst, mr.rkey());
-
-            mr.set_access(AccessFlags::LOCAL_WRITE)
-                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
-            same_keys(&mr, k, name);
-            let what = "FETCH_ADD with REMOTE_ATOMIC removed from the MR";
-            rig.fetch_add_refused(1, remote, &dst, REFUSED, what);
-
-            mr.set_access(ATOMIC)
-                .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
-            same_keys(&mr, k, name);
-            rig.fetch_add_twice(
-                2,
-                remote,
-                &dst,
-                "REMOTE_ATOMIC restored over the cm connection",
-            );
+            atomic_removed_and_restored_in_place(&mut rig, &mut mr, &dst);
             rig.finish();
             drop(mr);
             drop(dst);
@@ -333,7 +316,7 @@ fn cm_without_initiator_depth_grants_no_atomics() {
                 return;
             }
             let remote = at(&dst, mr.rkey());
-            rig.write_lands(1, 1, remote, &dst, "WRITE without an initiator depth");
+            rig.write_lands(1, remote, &dst, "WRITE without an initiator depth");
             let what = "FETCH_ADD to a QP the cm gave no REMOTE_ATOMIC";
             rig.fetch_add_refused(2, remote, &dst, INVALID, what);
             rig.finish();
@@ -361,18 +344,18 @@ fn cm_pd_moved_away_and_back() {
         };
         let pd2 = alloc_pd(ctx);
         let (dst, mut mr, k, remote) = fresh_target(&rig.pd, RW);
-        rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
+        rig.write_lands(1, remote, &dst, "in the QPs' PD");
 
         mr.set_pd(&pd2)
             .unwrap_or_else(|e| panic!("{name}: set_pd(pd2) in place: {e}"));
         same_keys(&mr, k, name);
-        rig.write_refused(2, 2, remote, &dst, "moved to another PD");
+        rig.write_refused(2, remote, &dst, "moved to another PD");
         let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
 
         mr.set_pd(&rig.pd)
             .unwrap_or_else(|e| panic!("{name}: set_pd back in place: {e}"));
         same_keys(&mr, k, name);
-        rig.write_lands(3, 3, remote, &dst, "moved back to the QPs' PD");
+        rig.write_lands(3, remote, &dst, "moved back to the QPs' PD");
         rig.finish();
 
         drop(mr);
@@ -414,17 +397,10 @@ impl CmRig<'_> {
     /// kernel's counts are the channels': address, route, established,
     /// disconnected; established, disconnected; the request) and a new
     /// pair is connected.
-    fn write_kills_the_stream(
-        &mut self,
-        wr_id: u64,
-        seed: u64,
-        remote: Remote,
-        target: &[u8],
-        what: &str,
-    ) {
+    fn write_kills_the_stream(&mut self, wr_id: u64, remote: Remote, target: &[u8], what: &str) {
         let name = self.name.clone();
         let before = now(target);
-        let (_, wc) = self.write(wr_id, seed, remote, what);
+        let (_, wc) = self.write(wr_id, remote, what);
         let p = self.pair();
         assert_siw_refused_write_completion(&wc, wr_id, &p.qp_a, &format!("{name}: {what}"));
         for (ch, id, side) in [
@@ -481,7 +457,7 @@ fn siw_access_removed_and_restored(name: &str, ctx: &Context, counts: &HandleCou
     };
     let (dst, mut mr, k, first) = fresh_target(&rig.pd, RW_READ);
     counts.assert_extra(2, 1, "two MRs in the rig's PD");
-    rig.write_read_lands(1, 1, first, &dst, "REMOTE_WRITE|READ granted");
+    rig.write_read_lands(1, first, &dst, "REMOTE_WRITE|READ granted");
 
     let err = mr
         .set_access(AccessFlags::LOCAL_WRITE)
@@ -496,8 +472,8 @@ fn siw_access_removed_and_restored(name: &str, ctx: &Context, counts: &HandleCou
     );
     counts.assert_extra(2, 1, "after the replace: the old registration is gone");
     let removed = at(&dst, mr.rkey());
-    rig.write_kills_the_stream(2, 2, first, &dst, "the old rkey after the replace");
-    rig.write_kills_the_stream(3, 3, removed, &dst, "the new rkey without REMOTE_WRITE");
+    rig.write_kills_the_stream(2, first, &dst, "the old rkey after the replace");
+    rig.write_kills_the_stream(3, removed, &dst, "the new rkey without REMOTE_WRITE");
 
     replaced(
         &mut mr,
@@ -507,21 +483,14 @@ fn siw_access_removed_and_restored(name: &str, ctx: &Context, counts: &HandleCou
         &format!("{name}: remote access restored"),
     );
     let restored = at(&dst, mr.rkey());
-    rig.write_read_lands(
-        4,
-        4,
-        restored,
-        &dst,
-        "REMOTE_WRITE|READ restored by a replace",
-    );
+    rig.write_read_lands(4, restored, &dst, "REMOTE_WRITE|READ restored by a replace");
     rig.write_kills_the_stream(
-        5,
         5,
         removed,
         &dst,
         "the removed-access rkey after the replace",
     );
-    rig.write_read_lands(6, 6, restored, &dst, "the restored rkey, new connection");
+    rig.write_read_lands(6, restored, &dst, "the restored rkey, new connection");
     assert_eq!(rig.finish(), 3, "{name}: one reconnection per refusal");
     drop(mr);
     drop(dst);
@@ -539,7 +508,7 @@ fn siw_pd_moved_away_and_back(name: &str, ctx: &Context, counts: &HandleCounts) 
     };
     let pd2 = alloc_pd(ctx);
     let (dst, mut mr, k, home) = fresh_target(&rig.pd, RW_READ);
-    rig.write_read_lands(1, 1, home, &dst, "in the QPs' PD");
+    rig.write_read_lands(1, home, &dst, "in the QPs' PD");
 
     let err = mr.set_pd(&pd2).expect_err("siw: strict");
     refused_in_place(&mr, k, err, &format!("{name}: PD strictly"));
@@ -551,8 +520,8 @@ fn siw_pd_moved_away_and_back(name: &str, ctx: &Context, counts: &HandleCounts) 
         &format!("{name}: moved to pd2"),
     );
     let away = at(&dst, mr.rkey());
-    rig.write_kills_the_stream(2, 2, away, &dst, "the new rkey, in another PD");
-    rig.write_kills_the_stream(3, 3, home, &dst, "the old rkey after the move");
+    rig.write_kills_the_stream(2, away, &dst, "the new rkey, in another PD");
+    rig.write_kills_the_stream(3, home, &dst, "the old rkey after the move");
     let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
 
     replaced(
@@ -563,7 +532,7 @@ fn siw_pd_moved_away_and_back(name: &str, ctx: &Context, counts: &HandleCounts) 
         &format!("{name}: moved back"),
     );
     let back = at(&dst, mr.rkey());
-    rig.write_read_lands(4, 4, back, &dst, "moved back to the QPs' PD by a replace");
+    rig.write_read_lands(4, back, &dst, "moved back to the QPs' PD by a replace");
     assert_eq!(rig.finish(), 2, "{name}: one reconnection per refusal");
     drop(mr);
     pd2.dealloc()
@@ -583,5 +552,5 @@ fn siw_fetch_add_refused_at_post(rig: &mut CmRig<'_>, dst: &[u8], mr: &MemoryReg
         addr: remote.addr + 64,
         ..remote
     };
-    rig.write_lands(2, 2, at, dst, &format!("{what}: a WRITE after the refusal"));
+    rig.write_lands(2, at, dst, &format!("{what}: a WRITE after the refusal"));
 }

@@ -84,17 +84,10 @@ impl Rig {
     /// in ERR as the kernel reports it, and the target is untouched. Then a
     /// new connection ([`cm_reconnect`]) carries a WRITE that lands: the
     /// way back on iWARP.
-    fn siw_write_refused(
-        &mut self,
-        wr_id: u64,
-        seed: u64,
-        remote: Remote,
-        target: &[u8],
-        what: &str,
-    ) {
+    fn siw_write_refused(&mut self, wr_id: u64, remote: Remote, target: &[u8], what: &str) {
         let name = self.name.clone();
         let before = now(target);
-        let (_, wc) = self.write(wr_id, seed, remote, what);
+        let (_, wc) = self.write(wr_id, remote, what);
         let link = self.q.cm.as_ref().expect("siw pairs have a cm link");
         let events = cm_events(link, Duration::from_secs(3));
         let state =
@@ -129,7 +122,6 @@ impl Rig {
         let to = at(&scratch, scratch_mr.rkey());
         self.write_lands(
             wr_id | 0x8000,
-            seed ^ 0x55,
             to,
             &scratch,
             &format!("{what}: after the new connection"),
@@ -165,11 +157,11 @@ impl Requester for Rig {
     }
 
     /// On siw the WRITE kills the stream instead ([`Rig::siw_write_refused`]).
-    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
+    fn write_refused(&mut self, wr_id: u64, remote: Remote, target: &[u8], what: &str) {
         if self.siw() {
-            return self.siw_write_refused(wr_id, seed, remote, target, what);
+            return self.siw_write_refused(wr_id, remote, target, what);
         }
-        write_refused_rc(self, wr_id, seed, remote, target, what)
+        write_refused_rc(self, wr_id, remote, target, what)
     }
 
     /// Checks the refusal on both sides, then takes both QPs back to RTS.
@@ -218,17 +210,17 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
             let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW);
             counts.assert_extra(2, 1, "two MRs in the pair's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
-            rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
+            rig.write_lands(1, remote, &dst, "REMOTE_WRITE granted");
 
             mr.set_access(AccessFlags::LOCAL_WRITE)
                 .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
             same_keys(&mr, k, name);
             assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
-            rig.write_refused(2, 2, remote, &dst, "REMOTE_WRITE removed in place");
+            rig.write_refused(2, remote, &dst, "REMOTE_WRITE removed in place");
 
             let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
-            rig.write_lands(3, 3, to_other, &other, "recovered: another MR");
-            rig.write_refused(4, 4, remote, &dst, "recovered: still removed");
+            rig.write_lands(3, to_other, &other, "recovered: another MR");
+            rig.write_refused(4, remote, &dst, "recovered: still removed");
 
             drop((other_mr, mr, rig));
             drop((other, dst));
@@ -246,7 +238,7 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
     let name = rig.name.clone();
     let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW_READ);
     counts.assert_extra(2, 1, "two MRs in the pair's PD");
-    rig.write_lands(1, 1, remote, &dst, "REMOTE_WRITE granted");
+    rig.write_lands(1, remote, &dst, "REMOTE_WRITE granted");
     rig.read_lands(2, remote, &dst, "REMOTE_READ granted");
     let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
     refused_in_place(
@@ -256,7 +248,7 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
         &format!("{name}: REMOTE_WRITE removed in place"),
     );
     assert_eq!(mr.access(), RW_READ, "{name}: unchanged");
-    rig.write_lands(3, 3, remote, &dst, "after the refused in-place change");
+    rig.write_lands(3, remote, &dst, "after the refused in-place change");
     replaced(
         &mut mr,
         ReregFlags::ACCESS,
@@ -266,11 +258,11 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
     );
     let new = at(&dst, mr.rkey());
     rig.read_lands(4, new, &dst, "the new rkey still reads");
-    rig.write_refused(5, 5, new, &dst, "the new rkey without REMOTE_WRITE");
-    rig.write_refused(6, 6, remote, &dst, "the old rkey after the replace");
+    rig.write_refused(5, new, &dst, "the new rkey without REMOTE_WRITE");
+    rig.write_refused(6, remote, &dst, "the old rkey after the replace");
     let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
-    rig.write_lands(7, 7, to_other, &other, "recovered: another MR");
-    rig.write_refused(8, 8, new, &dst, "recovered: still without REMOTE_WRITE");
+    rig.write_lands(7, to_other, &other, "recovered: another MR");
+    rig.write_refused(8, new, &dst, "recovered: still without REMOTE_WRITE");
     drop((other_mr, mr, rig));
     drop((other, dst));
     assert_all_gone(counts);
@@ -286,7 +278,7 @@ fn access_restored_in_place_lets_the_write_land() {
         (QP_ACCESS, LEN, 32),
         |name, counts, mut rig| {
             let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, AccessFlags::LOCAL_WRITE);
-            rig.write_refused(1, 1, remote, &dst, "registered LOCAL_WRITE only");
+            rig.write_refused(1, remote, &dst, "registered LOCAL_WRITE only");
 
             if rig.siw() {
                 // siw: granted in place is refused (the rkey keeps refusing),
@@ -299,7 +291,7 @@ fn access_restored_in_place_lets_the_write_land() {
                     err,
                     &format!("{name}: REMOTE_WRITE granted in place"),
                 );
-                rig.write_refused(2, 2, remote, &dst, "after the refused in-place grant");
+                rig.write_refused(2, remote, &dst, "after the refused in-place grant");
                 replaced(
                     &mut mr,
                     ReregFlags::ACCESS,
@@ -308,10 +300,10 @@ fn access_restored_in_place_lets_the_write_land() {
                     &format!("{name}: granted by replace"),
                 );
                 let new = at(&dst, mr.rkey());
-                rig.write_lands(3, 3, new, &dst, "the new rkey with REMOTE_WRITE");
+                rig.write_lands(3, new, &dst, "the new rkey with REMOTE_WRITE");
                 rig.read_lands(4, new, &dst, "the new rkey with REMOTE_READ");
-                rig.write_refused(5, 5, remote, &dst, "the old rkey after the replace");
-                rig.write_lands(6, 6, new, &dst, "the new rkey on the new connection");
+                rig.write_refused(5, remote, &dst, "the old rkey after the replace");
+                rig.write_lands(6, new, &dst, "the new rkey on the new connection");
                 drop((mr, rig));
                 drop(dst);
                 assert_all_gone(counts);
@@ -320,13 +312,13 @@ fn access_restored_in_place_lets_the_write_land() {
             mr.set_access(RW)
                 .unwrap_or_else(|e| panic!("{name}: set_access(RW) in place: {e}"));
             same_keys(&mr, k, name);
-            rig.write_lands(2, 2, remote, &dst, "REMOTE_WRITE granted in place");
+            rig.write_lands(2, remote, &dst, "REMOTE_WRITE granted in place");
 
             mr.set_access(AccessFlags::LOCAL_WRITE).unwrap();
-            rig.write_refused(3, 3, remote, &dst, "REMOTE_WRITE removed in place");
+            rig.write_refused(3, remote, &dst, "REMOTE_WRITE removed in place");
             mr.set_access(RW).unwrap();
             same_keys(&mr, k, name);
-            rig.write_lands(4, 4, remote, &dst, "REMOTE_WRITE restored in place");
+            rig.write_lands(4, remote, &dst, "REMOTE_WRITE restored in place");
 
             drop((mr, rig));
             drop(dst);
@@ -363,23 +355,13 @@ fn atomic_access_removed_and_restored_in_place() {
                     &format!("{name}: REMOTE_ATOMIC removed in place"),
                 );
                 let (other, other_mr, _, to) = fresh_target(&rig.q.pd, RW);
-                rig.write_lands(2, 2, to, &other, "a WRITE after the refused atomic");
+                rig.write_lands(2, to, &other, "a WRITE after the refused atomic");
                 drop((other_mr, mr, rig));
                 drop((other, dst));
                 assert_all_gone(counts);
                 return;
             }
-
-            mr.set_access(AccessFlags::LOCAL_WRITE)
-                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
-            same_keys(&mr, k, name);
-            let what = "FETCH_ADD without REMOTE_ATOMIC";
-            rig.fetch_add_refused(1, remote, &dst, REFUSED, what);
-
-            mr.set_access(ATOMIC)
-                .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
-            same_keys(&mr, k, name);
-            rig.fetch_add_twice(2, remote, &dst, "REMOTE_ATOMIC restored");
+            atomic_removed_and_restored_in_place(&mut rig, &mut mr, &dst);
 
             drop((mr, rig));
             drop(dst);
@@ -400,7 +382,7 @@ fn pd_moved_away_back_and_away_again() {
         |name, counts, mut rig| {
             let pd2 = alloc_pd(&rig.ctx);
             let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW_READ);
-            rig.write_lands(1, 1, remote, &dst, "in the QPs' PD");
+            rig.write_lands(1, remote, &dst, "in the QPs' PD");
             if rig.siw() {
                 // siw: moved in place is refused (the rkey still lands); moved
                 // by replace to pd2 the new rkey is refused (connection lost)
@@ -409,7 +391,7 @@ fn pd_moved_away_back_and_away_again() {
                 let err = mr.set_pd(&pd2).unwrap_err();
                 refused_in_place(&mr, k, err, &format!("{name}: moved to pd2 in place"));
                 assert!(mr.is_in(&rig.q.pd), "{name}: still in the QPs' PD");
-                rig.write_lands(2, 2, remote, &dst, "after the refused in-place move");
+                rig.write_lands(2, remote, &dst, "after the refused in-place move");
                 replaced(
                     &mut mr,
                     ReregFlags::PD,
@@ -419,7 +401,7 @@ fn pd_moved_away_back_and_away_again() {
                 );
                 assert!(mr.is_in(&pd2));
                 let in_pd2 = at(&dst, mr.rkey());
-                rig.write_refused(3, 3, in_pd2, &dst, "moved to another PD");
+                rig.write_refused(3, in_pd2, &dst, "moved to another PD");
                 let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
                 replaced(
                     &mut mr,
@@ -429,9 +411,9 @@ fn pd_moved_away_back_and_away_again() {
                     &format!("{name}: moved back by replace"),
                 );
                 let back = at(&dst, mr.rkey());
-                rig.write_lands(4, 4, back, &dst, "moved back to the QPs' PD");
+                rig.write_lands(4, back, &dst, "moved back to the QPs' PD");
                 rig.read_lands(5, back, &dst, "moved back to the QPs' PD");
-                rig.write_refused(6, 6, in_pd2, &dst, "the pd2 rkey after moving back");
+                rig.write_refused(6, in_pd2, &dst, "the pd2 rkey after moving back");
                 drop((mr, rig));
                 pd2.dealloc()
                     .unwrap_or_else(|e| panic!("{name}: dealloc of pd2 once empty: {}", e.error));
@@ -444,15 +426,15 @@ fn pd_moved_away_back_and_away_again() {
                 .unwrap_or_else(|e| panic!("{name}: set_pd(pd2) in place: {e}"));
             same_keys(&mr, k, name);
             assert!(mr.is_in(&pd2));
-            rig.write_refused(2, 2, remote, &dst, "moved to another PD");
+            rig.write_refused(2, remote, &dst, "moved to another PD");
 
             mr.set_pd(&rig.q.pd)
                 .unwrap_or_else(|e| panic!("{name}: set_pd back in place: {e}"));
             same_keys(&mr, k, name);
-            rig.write_lands(3, 3, remote, &dst, "moved back to the QPs' PD");
+            rig.write_lands(3, remote, &dst, "moved back to the QPs' PD");
 
             mr.set_pd(&pd2).unwrap();
-            rig.write_refused(4, 4, remote, &dst, "moved to another PD again");
+            rig.write_refused(4, remote, &dst, "moved to another PD again");
             let pd2 = dealloc_refused_busy(pd2, "the PD the MR was moved to");
 
             drop((mr, rig));
@@ -520,7 +502,7 @@ fn translation_refused_in_place_then_replaced_retarget() {
                 panic!("{name}: a refusal that left the MR unchanged keeps it and hands the new buffer back");
             };
             same_keys(mr.mr(), k, name);
-            rig.write_lands(1, 1, old_remote, &mut mr, "retarget refused in place");
+            rig.write_lands(1, old_remote, &mut mr, "retarget refused in place");
 
             let done = mr
                 .retarget(new, ReregFallback::Replace)
@@ -543,16 +525,10 @@ fn translation_refused_in_place_then_replaced_retarget() {
 
             let old_bytes = old.clone();
             let new_remote = at_addr(mr.addr(), mr.rkey());
-            rig.write_lands(
-                2,
-                2,
-                new_remote,
-                &mut mr,
-                "the new rkey into the new buffer",
-            );
+            rig.write_lands(2, new_remote, &mut mr, "the new rkey into the new buffer");
             rig.read_lands(4, new_remote, &mut mr, "the new rkey from the new buffer");
-            rig.write_refused(3, 3, old_remote, &old, "the old rkey after the retarget");
-            rig.write_lands(5, 5, new_remote, &mut mr, "the new rkey after the refusal");
+            rig.write_refused(3, old_remote, &old, "the old rkey after the retarget");
+            rig.write_lands(5, new_remote, &mut mr, "the new rkey after the refusal");
             assert_eq!(old, old_bytes, "{name}: the old buffer changed");
 
             let buffer = mr
@@ -664,7 +640,7 @@ fn writes_under_live_remote_write_toggling() {
                 let err = mr.set_access(AccessFlags::LOCAL_WRITE).unwrap_err();
                 refused_in_place(&mr, k, err, &format!("{name}: the toggle's first step"));
                 let remote = at(&dst, mr.rkey());
-                rig.write_lands(1, 1, remote, &dst, "the key the toggle could not change");
+                rig.write_lands(1, remote, &dst, "the key the toggle could not change");
                 loud(&format!(
                     "NOTE: {name}: siw refuses REMOTE_WRITE toggling in place: the live stream runs on rxe only"
                 ));

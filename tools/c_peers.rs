@@ -249,6 +249,18 @@ struct Peer {
 }
 
 impl Peer {
+    /// librdmacm's example `program` (`rdma_server`, `rdma_client`) on
+    /// `--addr` and `--port`.
+    fn spawn_cm_example(program: &'static str, opts: &Options) -> Result<Peer> {
+        let args = [
+            "-s".into(),
+            opts.addr.to_string(),
+            "-p".into(),
+            opts.port.to_string(),
+        ];
+        Peer::spawn(program, program.as_ref(), &args)
+    }
+
     fn spawn(name: &'static str, program: &Path, args: &[String]) -> Result<Peer> {
         println!("c_peers: running {} {}", program.display(), args.join(" "));
         let mut child = Command::new(program)
@@ -548,16 +560,7 @@ fn check_device(id: &CmId, ctx: &Context) -> Result<()> {
 /// The Rust client of the C `rdma_server`.
 fn rdma_server(opts: &Options) -> Result<()> {
     let dst = SocketAddr::from((opts.addr, opts.port));
-    let mut peer = Peer::spawn(
-        "rdma_server",
-        "rdma_server".as_ref(),
-        &[
-            "-s".into(),
-            opts.addr.to_string(),
-            "-p".into(),
-            opts.port.to_string(),
-        ],
-    )?;
+    let mut peer = Peer::spawn_cm_example("rdma_server", opts)?;
     let ctx = open(&opts.device)?;
     let pd = ctx.alloc_pd()?;
     let deadline = Instant::now() + WAIT;
@@ -595,15 +598,23 @@ fn rdma_server(opts: &Options) -> Result<()> {
     // As rdma_client: disconnect once the reply is in; the server
     // disconnects too, after its send completed. Whoever is first, the
     // id hears DISCONNECTED.
+    hang_up(&id, &ch, qp, peer)
+}
+
+/// How librdmacm's examples end: `rdma_disconnect` (which fails when the
+/// C peer was first), then the id hears DISCONNECTED; the QP goes and the
+/// C peer must exit reporting `end 0`.
+fn hang_up(id: &CmId, ch: &EventChannel, qp: OwnedQp<Buf>, peer: Peer) -> Result<()> {
     if let Err(e) = id.disconnect() {
-        println!("c_peers: rdma_disconnect: {e} (the server was first)");
+        println!("c_peers: rdma_disconnect: {e} ({} was first)", peer.name);
     }
-    let ev = next(&ch, "disconnect")?;
+    let ev = next(ch, "disconnect")?;
     if !matches!(ev.kind, EventKind::Disconnected) {
         return Err(unexpected("disconnect", &ev));
     }
     drop(qp);
-    peer.finish("rdma_server: end 0").map(drop)
+    let end = format!("{}: end 0", peer.name);
+    peer.finish(&end).map(drop)
 }
 
 /// One connect attempt of `id` to `dst`: `Ok(Err(why))` when the server
@@ -667,16 +678,7 @@ fn rdma_client(opts: &Options) -> Result<()> {
     let listener = ch.create_id(PortSpace::Tcp)?;
     listener.bind(bind)?;
     listener.listen(0)?;
-    let mut peer = Peer::spawn(
-        "rdma_client",
-        "rdma_client".as_ref(),
-        &[
-            "-s".into(),
-            opts.addr.to_string(),
-            "-p".into(),
-            opts.port.to_string(),
-        ],
-    )?;
+    let mut peer = Peer::spawn_cm_example("rdma_client", opts)?;
     let deadline = Instant::now() + WAIT;
     let ev = loop {
         if let Some(ev) = ch.wait_event(Duration::from_millis(100))? {
@@ -727,15 +729,7 @@ fn rdma_client(opts: &Options) -> Result<()> {
     }
     println!("c_peers: rdma_client's 16 bytes arrived and went back");
     // As rdma_server: disconnect after the send completed.
-    if let Err(e) = id.disconnect() {
-        println!("c_peers: rdma_disconnect: {e} (the client was first)");
-    }
-    let ev = next(&ch, "disconnect")?;
-    if !matches!(ev.kind, EventKind::Disconnected) {
-        return Err(unexpected("disconnect", &ev));
-    }
-    drop(qp);
-    peer.finish("rdma_client: end 0").map(drop)
+    hang_up(&id, &ch, qp, peer)
 }
 
 // ---- ibv_rc_pingpong against the pingpong example ---------------------------

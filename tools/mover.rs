@@ -45,8 +45,8 @@ use std::time::Instant;
 use memmap2::MmapMut;
 use traffic::{Fallible, Peer};
 use uverbs::{
-    AccessFlags, Context, Device, MemoryRegion, OpenOptions, ProtectionDomain, ReregFallback,
-    ReregFlags, ReregPath,
+    AccessFlags, Context, Device, MemoryRegion, OpenOptions, ProtectionDomain, Rereg,
+    ReregFallback, ReregPath,
 };
 
 /// Exposed: the writer may WRITE.
@@ -170,39 +170,23 @@ impl Pool<'_> {
         Ok(())
     }
 
-    fn rereg(
-        &mut self,
-        i: usize,
-        flags: ReregFlags,
-        pd: Option<&ProtectionDomain>,
-        access: AccessFlags,
-    ) -> Fallible<()> {
+    /// Applies `change` to buffer `i`'s registration, replacing it where
+    /// the device cannot change it in place; records the path taken.
+    fn rereg(&mut self, i: usize, change: Rereg<'_>) -> Fallible<()> {
         let mr = self.mrs[i]
             .as_mut()
             .ok_or("rereg of an unregistered buffer")?;
-        // SAFETY: no translation change: the MR keeps its (mapped) range.
-        let path = unsafe {
-            mr.rereg_with(
-                ReregFallback::Replace,
-                flags,
-                pd,
-                std::ptr::null_mut(),
-                0,
-                access,
-            )
-        }
-        .map_err(|e| format!("rereg: {e}"))?;
+        let path = mr
+            .apply(&change, ReregFallback::Replace)
+            .map_err(|e| format!("rereg: {e}"))?;
         self.paths.push(path);
         Ok(())
     }
 
     fn hide(&mut self, scheme: Scheme, i: usize) -> Fallible<()> {
         match scheme {
-            Scheme::ReregAccess => self.rereg(i, ReregFlags::ACCESS, None, HIDDEN),
-            Scheme::ReregPd => {
-                let parking = self.parking;
-                self.rereg(i, ReregFlags::PD, Some(parking), AccessFlags::empty())
-            }
+            Scheme::ReregAccess => self.rereg(i, Rereg::new().access(HIDDEN)),
+            Scheme::ReregPd => self.rereg(i, Rereg::new().pd(self.parking)),
             Scheme::DeregReg | Scheme::FreshPerWrite => {
                 if let Some(mr) = self.mrs[i].take() {
                     mr.dereg().map_err(|e| format!("dereg: {}", e.error))?;
@@ -214,15 +198,9 @@ impl Pool<'_> {
 
     fn expose(&mut self, scheme: Scheme, i: usize) -> Fallible<()> {
         match scheme {
-            Scheme::ReregAccess => self.rereg(i, ReregFlags::ACCESS, None, EXPOSED),
-            Scheme::ReregPd => {
-                let pd = self.pd;
-                self.rereg(i, ReregFlags::PD, Some(pd), AccessFlags::empty())
-            }
-            Scheme::DeregReg | Scheme::FreshPerWrite => {
-                let pd = self.pd;
-                self.register(i, pd, EXPOSED)
-            }
+            Scheme::ReregAccess => self.rereg(i, Rereg::new().access(EXPOSED)),
+            Scheme::ReregPd => self.rereg(i, Rereg::new().pd(self.pd)),
+            Scheme::DeregReg | Scheme::FreshPerWrite => self.register(i, self.pd, EXPOSED),
         }
     }
 

@@ -208,6 +208,21 @@ fn timed(p: &mut Prepared, fd: BorrowedFd<'_>) -> Result<Duration, Errno> {
     Ok(t.elapsed())
 }
 
+/// `make`, then `undo` of what it made (the handle in `make`'s response),
+/// timed together: one create/destroy cycle.
+#[inline(always)]
+fn timed_cycle(
+    make: &mut Prepared,
+    undo: &mut Prepared,
+    fd: BorrowedFd<'_>,
+) -> Result<Duration, Errno> {
+    let t = Instant::now();
+    make.send(fd)?;
+    undo.set_u32(0, make.response_u32());
+    undo.send(fd)?;
+    Ok(t.elapsed())
+}
+
 /// The floor over one framing, on one device.
 pub struct Floor<'d> {
     name: &'d str,
@@ -259,13 +274,7 @@ impl<'d> Floor<'d> {
         let mut dealloc = raw.prepare(&DeallocPd::new(0), &[], 0);
         report(
             self.cell("alloc_dealloc_pd", 0),
-            measure(budget, || {
-                let t = Instant::now();
-                alloc.send(fd)?;
-                dealloc.set_u32(0, alloc.response_u32());
-                dealloc.send(fd)?;
-                Ok(t.elapsed())
-            }),
+            measure(budget, || timed_cycle(&mut alloc, &mut dealloc, fd)),
         );
         match (raw.alloc_pd(), raw.alloc_pd()) {
             (Ok(a), Ok(b)) => self.raw = Some((raw, a, b)),
@@ -305,13 +314,7 @@ impl<'d> Floor<'d> {
         );
         report(
             cell("reg_dereg", size),
-            measure(budget, || {
-                let t = Instant::now();
-                reg.send(fd)?;
-                dereg.set_u32(0, reg.response_u32());
-                dereg.send(fd)?;
-                Ok(t.elapsed())
-            }),
+            measure(budget, || timed_cycle(&mut reg, &mut dereg, fd)),
         );
 
         // One live region for REREG_MR, toggled between two prepared commands.

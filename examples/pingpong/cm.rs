@@ -36,8 +36,8 @@ use uverbs::{
 use uverbs::{QpState, TransportType};
 
 use super::{
-    answer_pings, check_write_area, devices, measure_latency, reap, report, stream_writes, Layout,
-    Options, Result, Side, WAIT,
+    answer_pings, check_write_area, devices, measure_latency, ping, reap, report, stream_writes,
+    Layout, Options, Result, Side, WAIT,
 };
 
 /// Where the self-spawned client connects: dummy0's address in the VM
@@ -290,20 +290,7 @@ pub fn client(opts: &Options) -> Result<()> {
     let rtt = measure_latency(&mut side, opts)?;
     let secs = stream_writes(&mut side, opts, remote)?;
     // The end of the stream, then the server's verdict.
-    side.stamp(Layout::SEND, done(opts));
-    let sge = side.sge(Layout::SEND, opts.size);
-    side.post(u64::MAX, SendOp::Send { imm: None }, &sge)?;
-    let (mut sent, mut answered) = (false, false);
-    let mut wcs = [WorkCompletion::default(); 4];
-    while !(sent && answered) {
-        for wc in side.poll(&mut wcs, "the verdict")? {
-            match wc.opcode() {
-                Some(WcOpcode::Send) => sent = true,
-                Some(WcOpcode::Recv) => answered = true,
-                other => return Err(format!("the verdict: unexpected {other:?}").into()),
-            }
-        }
-    }
+    ping(&mut side, u64::MAX, done(opts), opts.size, "the verdict")?;
     let verdict = if side.stamped(side.layout.recv(), verified(opts)) {
         "verified"
     } else if side.stamped(side.layout.recv(), mismatch(opts)) {

@@ -253,8 +253,8 @@ pub trait Requester {
 
     /// A WRITE that must be refused by B's responder, `target` untouched:
     /// RoCE's way ([`write_refused_rc`]) unless the rig says otherwise.
-    fn write_refused(&mut self, wr_id: u64, seed: u64, remote: Remote, target: &[u8], what: &str) {
-        write_refused_rc(self, wr_id, seed, remote, target, what)
+    fn write_refused(&mut self, wr_id: u64, remote: Remote, target: &[u8], what: &str) {
+        write_refused_rc(self, wr_id, remote, target, what)
     }
 
     /// Posts `op` from A with `src[at..at + len]` as its local buffer and
@@ -275,16 +275,11 @@ pub trait Requester {
         wait_one(self.qps().cq_a, &format!("{}: {what}", self.name()))
     }
 
-    /// An RDMA WRITE of [`MSG`] bytes of `pattern(seed)` from A to
-    /// `remote`; returns the bytes sent and the completion.
-    fn write(
-        &mut self,
-        wr_id: u64,
-        seed: u64,
-        remote: Remote,
-        what: &str,
-    ) -> (Vec<u8>, WorkCompletion) {
-        let data = pattern(seed, MSG);
+    /// An RDMA WRITE of [`MSG`] bytes from A to `remote`: the bytes are
+    /// `pattern(wr_id)`, so WRITEs of other ids carry other bytes. Returns
+    /// the bytes sent and the completion.
+    fn write(&mut self, wr_id: u64, remote: Remote, what: &str) -> (Vec<u8>, WorkCompletion) {
+        let data = pattern(wr_id, MSG);
         self.source_mut().buf[..MSG].copy_from_slice(&data);
         let op = SendOp::RdmaWrite { remote, imm: None };
         let wc = self.post_a(wr_id, op, 0, MSG, what);
@@ -297,14 +292,13 @@ pub trait Requester {
     fn write_lands<'t>(
         &mut self,
         wr_id: u64,
-        seed: u64,
         remote: Remote,
         target: impl Into<Target<'t>>,
         what: &str,
     ) {
         let mut target = target.into();
         let before = target.bytes();
-        let (data, wc) = self.write(wr_id, seed, remote, what);
+        let (data, wc) = self.write(wr_id, remote, what);
         let (name, q) = (self.name(), self.qps());
         check(&wc, what, WcOpcode::RdmaWrite, q.qp_a, wr_id);
         let at = (remote.addr - target.base()) as usize;
@@ -352,15 +346,8 @@ pub trait Requester {
 
     /// [`Requester::write_lands`], then a READ (`wr_id + 1000`) of the
     /// same bytes back.
-    fn write_read_lands(
-        &mut self,
-        wr_id: u64,
-        seed: u64,
-        remote: Remote,
-        target: &[u8],
-        what: &str,
-    ) {
-        self.write_lands(wr_id, seed, remote, target, what);
+    fn write_read_lands(&mut self, wr_id: u64, remote: Remote, target: &[u8], what: &str) {
+        self.write_lands(wr_id, remote, target, what);
         self.read_lands(wr_id + 1000, remote, target, what);
     }
 
@@ -566,7 +553,7 @@ pub fn translation_replaced<R: Requester>(rig: &mut R, counts: &HandleCounts) {
     let err = unsafe { mr.set_range(new_buf.as_mut_ptr(), new_buf.len()) }
         .expect_err("rxe and siw change no translation in place");
     refused_in_place(&mr, k, err, &format!("{name}: the translation in place"));
-    rig.write_read_lands(1, 1, old_remote, &old_buf, "translation refused in place");
+    rig.write_read_lands(1, old_remote, &old_buf, "translation refused in place");
 
     // SAFETY: as above.
     let path = unsafe { super::replace_range(&mut mr, new_buf.as_mut_ptr(), new_buf.len()) };
@@ -579,17 +566,35 @@ pub fn translation_replaced<R: Requester>(rig: &mut R, counts: &HandleCounts) {
     counts.assert_extra(2, 1, "after the replace: the old registration is gone");
     let old_bytes = now(&old_buf);
     let new_remote = at(&new_buf, mr.rkey());
-    rig.write_read_lands(
-        2,
-        2,
-        new_remote,
-        &new_buf,
-        "the new rkey into the new buffer",
-    );
-    rig.write_refused(3, 3, old_remote, &old_buf, "the old rkey after the replace");
-    rig.write_read_lands(4, 4, new_remote, &new_buf, "the new rkey after the refusal");
+    rig.write_read_lands(2, new_remote, &new_buf, "the new rkey into the new buffer");
+    rig.write_refused(3, old_remote, &old_buf, "the old rkey after the replace");
+    rig.write_read_lands(4, new_remote, &new_buf, "the new rkey after the refusal");
     assert!(now(&old_buf) == old_bytes, "{name}: the old buffer changed");
     drop(mr);
+}
+
+/// REMOTE_ATOMIC removed from `mr` in place (same keys): a FETCH_ADD at
+/// [`AT`] of `dst` is refused ([`REFUSED`]), target and result untouched;
+/// restored in place, two FETCH_ADDs return the old value and leave the
+/// sum. `dst` holds [`OLD`] at [`AT`] and `mr` covers it with [`ATOMIC`] in
+/// the rig's PD; for a device that changes access in place (rxe).
+pub fn atomic_removed_and_restored_in_place<R: Requester>(
+    rig: &mut R,
+    mr: &mut MemoryRegion,
+    dst: &[u8],
+) {
+    let name = rig.name().to_owned();
+    let k = keys(mr);
+    let remote = at(dst, mr.rkey());
+    mr.set_access(AccessFlags::LOCAL_WRITE)
+        .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
+    same_keys(mr, k, &name);
+    let what = "FETCH_ADD with REMOTE_ATOMIC removed in place";
+    rig.fetch_add_refused(1, remote, dst, REFUSED, what);
+    mr.set_access(ATOMIC)
+        .unwrap_or_else(|e| panic!("{name}: set_access(ATOMIC) in place: {e}"));
+    same_keys(mr, k, &name);
+    rig.fetch_add_twice(2, remote, dst, "REMOTE_ATOMIC restored in place");
 }
 
 /// RoCE's refusal of a WRITE: B's responder NAKs it ([`REFUSED`] on A, B's
@@ -597,14 +602,13 @@ pub fn translation_replaced<R: Requester>(rig: &mut R, counts: &HandleCounts) {
 pub fn write_refused_rc<R: Requester + ?Sized>(
     rig: &mut R,
     wr_id: u64,
-    seed: u64,
     remote: Remote,
     target: &[u8],
     what: &str,
 ) {
     let before = now(target);
     rig.arm_probe(what);
-    let (_, wc) = rig.write(wr_id, seed, remote, what);
+    let (_, wc) = rig.write(wr_id, remote, what);
     rig.refused(&wc, wr_id, REFUSED, what);
     assert!(
         now(target) == before,

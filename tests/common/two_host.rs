@@ -62,6 +62,12 @@ impl Role {
     }
 }
 
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// What the two-host harness tells this process.
 pub struct Peer {
     pub role: Role,
@@ -366,14 +372,23 @@ pub fn placed(s: &impl Traffic, at: usize, what: &str) {
     check(&wc, &what, WcOpcode::RdmaRead, s.qp(), u64::MAX - 1);
 }
 
+/// The request that `wc` completed brought exactly `data` into the local
+/// buffer at `at`: its length and every byte.
+fn arrived(s: &impl Traffic, wc: &WorkCompletion, at: usize, data: &[u8], what: &str) {
+    let len = data.len();
+    assert_eq!(wc.byte_len(), len as u32, "{}: {what}: {wc:?}", s.me());
+    same_bytes(
+        &s.local()[at..at + len],
+        data,
+        &format!("{}: {what}", s.me()),
+    );
+    loud(&format!("{}: {what}: {len} bytes checked", s.me()));
+}
+
 /// `sender` SENDs [`SEND_LEN`] bytes of `pattern(step)` into a receive the
 /// other side posted first; the receiver checks every byte.
 pub fn send_recv(s: &mut impl Traffic, ctl: &mut Control, sender: Role, step: u64) {
-    let what = format!(
-        "step {step}: SEND {} -> {}",
-        sender.name(),
-        sender.other().name()
-    );
+    let what = format!("step {step}: SEND {sender} -> {}", sender.other());
     let data = pattern(step, SEND_LEN);
     if s.role() == sender {
         ctl.expect("recv-posted");
@@ -406,16 +421,7 @@ pub fn send_recv(s: &mut impl Traffic, ctl: &mut Control, sender: Role, step: u6
             s.qp(),
             step,
         );
-        assert_eq!(wc.byte_len(), SEND_LEN as u32, "{}: {what}: {wc:?}", s.me());
-        same_bytes(
-            &s.local()[AT..AT + SEND_LEN],
-            &data,
-            &format!("{}: {what}", s.me()),
-        );
-        loud(&format!(
-            "{}: {what}: {SEND_LEN} bytes received and checked",
-            s.me()
-        ));
+        arrived(s, &wc, AT, &data, &format!("{what}: received"));
         ctl.send("received", "");
     }
 }
@@ -423,11 +429,7 @@ pub fn send_recv(s: &mut impl Traffic, ctl: &mut Control, sender: Role, step: u6
 /// `writer` RDMA WRITEs [`RDMA_LEN`] bytes of `pattern(100 + step)` to
 /// the other side's memory at `at`; the owner checks all of its memory.
 pub fn write(s: &mut impl Traffic, ctl: &mut Control, writer: Role, step: u64, at: usize) {
-    let what = format!(
-        "step {step}: WRITE {} -> {}",
-        writer.name(),
-        writer.other().name()
-    );
+    let what = format!("step {step}: WRITE {writer} -> {}", writer.other());
     let data = pattern(100 + step, RDMA_LEN);
     if s.role() == writer {
         s.local_mut()[..RDMA_LEN].copy_from_slice(&data);
@@ -456,11 +458,7 @@ pub fn write(s: &mut impl Traffic, ctl: &mut Control, writer: Role, step: u64, a
 /// The other side fills its memory at [`READ_AT`] with `pattern(200 +
 /// step)`; `reader` RDMA READs it and checks every byte.
 pub fn read(s: &mut impl Traffic, ctl: &mut Control, reader: Role, step: u64) {
-    let what = format!(
-        "step {step}: READ by {} from {}",
-        reader.name(),
-        reader.other().name()
-    );
+    let what = format!("step {step}: READ by {reader} from {}", reader.other());
     let data = pattern(200 + step, RDMA_LEN);
     if s.role() == reader {
         ctl.expect("filled");
@@ -471,16 +469,7 @@ pub fn read(s: &mut impl Traffic, ctl: &mut Control, reader: Role, step: u64) {
         };
         let wc = s.post(200 + step, op, LAND, RDMA_LEN, &what);
         check(&wc, &what, WcOpcode::RdmaRead, s.qp(), 200 + step);
-        assert_eq!(wc.byte_len(), RDMA_LEN as u32, "{}: {what}: {wc:?}", s.me());
-        same_bytes(
-            &s.local()[LAND..LAND + RDMA_LEN],
-            &data,
-            &format!("{}: {what}", s.me()),
-        );
-        loud(&format!(
-            "{}: {what}: {RDMA_LEN} bytes read and checked",
-            s.me()
-        ));
+        arrived(s, &wc, LAND, &data, &format!("{what}: read"));
         ctl.send("read", "");
     } else {
         s.mem_mut()[READ_AT..READ_AT + RDMA_LEN].copy_from_slice(&data);
