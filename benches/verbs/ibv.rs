@@ -33,6 +33,25 @@ extern "C" {
 /// A C call's failure: the errno (and the return code, for rereg).
 struct Fail(i32, c_int);
 
+/// `make`, then `undo` of what it made, timed together: one
+/// create/destroy cycle. `make`'s NULL fails with the errno, `undo`'s
+/// non-zero return with that number.
+#[inline(always)]
+fn timed_cycle<T>(
+    make: impl FnOnce() -> *mut T,
+    undo: impl FnOnce(*mut T) -> c_int,
+) -> Result<Duration, Fail> {
+    let t = Instant::now();
+    let made = make();
+    if made.is_null() {
+        return Err(Fail(errno(), 0));
+    }
+    match undo(made) {
+        0 => Ok(t.elapsed()),
+        r => Err(Fail(r, r)),
+    }
+}
+
 /// libibverbs on one device.
 pub struct Ibv<'d> {
     name: &'d str,
@@ -81,13 +100,7 @@ impl<'d> Ibv<'d> {
         report(
             self.cell("context_open", 0),
             measure(budget, || unsafe {
-                let t = Instant::now();
-                let ctx = ibv_open_device(d);
-                if ctx.is_null() {
-                    return Err(Fail(errno(), 0));
-                }
-                ibv_close_device(ctx);
-                Ok(t.elapsed())
+                timed_cycle(|| ibv_open_device(d), |ctx| ibv_close_device(ctx))
             }),
         );
         let ctx = unsafe { ibv_open_device(d) };
@@ -97,16 +110,7 @@ impl<'d> Ibv<'d> {
         report(
             self.cell("alloc_dealloc_pd", 0),
             measure(budget, || unsafe {
-                let t = Instant::now();
-                let pd = ibv_alloc_pd(ctx);
-                if pd.is_null() {
-                    return Err(Fail(errno(), 0));
-                }
-                let r = ibv_dealloc_pd(pd);
-                if r != 0 {
-                    return Err(Fail(r, r));
-                }
-                Ok(t.elapsed())
+                timed_cycle(|| ibv_alloc_pd(ctx), |pd| ibv_dealloc_pd(pd))
             }),
         );
         let (pd1, pd2) = unsafe { (ibv_alloc_pd(ctx), ibv_alloc_pd(ctx)) };
