@@ -828,12 +828,7 @@ mod tests {
         );
         assert_eq!(qp_b.moves(), [Some(Init), Some(Rtr), Some(Rts)]);
         // The RTU went out: ACCEPT without parameters.
-        let accepts: Vec<sys::rdma_ucm_accept> = fake
-            .commands()
-            .iter()
-            .filter(|c| c.cmd == sys::RDMA_USER_CM_CMD_ACCEPT)
-            .map(|c| c.request().unwrap())
-            .collect();
+        let accepts: Vec<sys::rdma_ucm_accept> = fake.requests(sys::RDMA_USER_CM_CMD_ACCEPT);
         assert_eq!(accepts.len(), 2);
         assert_eq!(
             (accepts[0].uid, accepts[0].conn_param.valid),
