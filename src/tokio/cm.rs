@@ -729,6 +729,13 @@ mod tests {
         SocketAddr::from(([192, 0, 2, 1], port))
     }
 
+    /// A listener on `port` and a client id resolved to it, on `ch`.
+    async fn listener_and_client(ch: &AsyncEventChannel, port: u16) -> (Listener, AsyncCmId) {
+        let listener = ch.listen(addr(port), 4).unwrap();
+        let client = ch.resolve(addr(port), WAIT).await.unwrap();
+        (listener, client)
+    }
+
     /// `fut` within [`WAIT`], or the test fails naming `what`.
     async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
         timeout(WAIT, fut)
@@ -861,8 +868,7 @@ mod tests {
     #[tokio::test]
     async fn disconnect_unread_peer_dreq_is_answered_without_waiting() {
         let (fake, ch) = channel();
-        let listener = ch.listen(addr(7472), 4).unwrap();
-        let client = ch.resolve(addr(7472), WAIT).await.unwrap();
+        let (listener, client) = listener_and_client(&ch, 7472).await;
         let (qp_a, qp_b) = (MockQp::new(0x11), MockQp::new(0x22));
         let (pa, pb) = (ConnParam::new(1), ConnParam::new(2));
         let (client, server) = bounded("connect", async {
@@ -920,8 +926,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_connect_destroys_its_id_and_a_dropped_listener_its_requests() {
         let (fake, ch) = channel();
-        let listener = ch.listen(addr(7474), 4).unwrap();
-        let client = ch.resolve(addr(7474), WAIT).await.unwrap();
+        let (listener, client) = listener_and_client(&ch, 7474).await;
         assert_eq!((fake.live_ids(), ch.routed_ids()), (2, 2));
         let qp = MockQp::new(1);
         // Nobody accepts: the connect is pending when the timeout drops it;
@@ -1012,8 +1017,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A reject with private data.
-        let listener = ch.listen(addr(6), 4).unwrap();
-        let id = ch.resolve(addr(6), WAIT).await.unwrap();
+        let (listener, id) = listener_and_client(&ch, 6).await;
         let (qp, param) = (MockQp::new(1), ConnParam::new(1));
         let (connected, ()) = bounded("reject", async {
             tokio::join!(id.connect(&qp, param), async {
