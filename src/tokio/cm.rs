@@ -1105,47 +1105,46 @@ mod tests {
         let id = ch.create_id(PortSpace::Tcp).unwrap();
         id.resolve_addr(None, addr(9), 1000).unwrap();
         let (sent, queued) = (fake.commands().len(), fake.queued_events());
+        // The child drops its copies; the parent keeps its own.
+        let mut parents = Some((id, listener, ch));
+        let child = || {
+            let (id, listener, ch) = parents.take().expect("the parent's ids");
+            let checks = [
+                matches!(
+                    ch.create_id(PortSpace::Tcp),
+                    Err(Error::ForeignProcess { .. })
+                ),
+                matches!(id.try_next_event(), Err(Error::ForeignProcess { .. })),
+                matches!(
+                    poll_once(id.next_event()),
+                    Poll::Ready(Err(Error::ForeignProcess { .. }))
+                ),
+                foreign(poll_once(listener.accept()), Op::CmGetEvent),
+                foreign(poll_once(id.disconnect()), Op::CmDisconnect),
+                foreign(poll_once(ch.resolve(addr(9), WAIT)), Op::CmCreateId),
+            ];
+            // Dropped here: no command, no deregistration.
+            drop((id, listener, ch));
+            let untouched = fake.commands().len() == sent && fake.queued_events() == queued;
+            if checks.iter().all(|&c| c) && untouched {
+                0
+            } else {
+                1
+            }
+        };
         // SAFETY: the child only calls this crate's entry points (which
-        // refuse at once) on its copies and leaves with _exit.
-        match unsafe { nix::unistd::fork() }.expect("fork") {
-            nix::unistd::ForkResult::Child => {
-                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let checks = [
-                        matches!(
-                            ch.create_id(PortSpace::Tcp),
-                            Err(Error::ForeignProcess { .. })
-                        ),
-                        matches!(id.try_next_event(), Err(Error::ForeignProcess { .. })),
-                        matches!(
-                            poll_once(id.next_event()),
-                            Poll::Ready(Err(Error::ForeignProcess { .. }))
-                        ),
-                        foreign(poll_once(listener.accept()), Op::CmGetEvent),
-                        foreign(poll_once(id.disconnect()), Op::CmDisconnect),
-                        foreign(poll_once(ch.resolve(addr(9), WAIT)), Op::CmCreateId),
-                    ];
-                    // Dropped here: no command, no deregistration.
-                    drop((id, listener, ch));
-                    let untouched = fake.commands().len() == sent && fake.queued_events() == queued;
-                    checks.iter().all(|&c| c) && untouched
-                }));
-                let code = if matches!(ok, Ok(true)) { 0 } else { 1 };
-                // SAFETY: _exit never returns and runs no atexit handlers.
-                unsafe { libc::_exit(code) }
-            }
-            nix::unistd::ForkResult::Parent { child } => {
-                let status = nix::sys::wait::waitpid(child, None).unwrap();
-                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
-                // The parent's event is still there, and its registration
-                // with the reactor still wakes it.
-                let ev = rt
-                    .block_on(timeout(WAIT, id.next_event()))
-                    .expect("the parent's wait ends")
-                    .unwrap();
-                assert!(matches!(ev.kind, EventKind::AddrResolved));
-                drop((id, listener));
-                assert_eq!(fake.live_ids(), 0);
-            }
-        }
+        // refuse at once) on its copies.
+        let code = unsafe { crate::test_serial::in_child(child) };
+        assert_eq!(code, 0, "1: a check failed in the child, 99: it panicked");
+        let (id, listener, _ch) = parents.expect("the parent's ids");
+        // The parent's event is still there, and its registration
+        // with the reactor still wakes it.
+        let ev = rt
+            .block_on(timeout(WAIT, id.next_event()))
+            .expect("the parent's wait ends")
+            .unwrap();
+        assert!(matches!(ev.kind, EventKind::AddrResolved));
+        drop((id, listener));
+        assert_eq!(fake.live_ids(), 0);
     }
 }
