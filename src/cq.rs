@@ -785,7 +785,6 @@ mod tests {
     use super::*;
     use crate::provider::driver::DriverId;
     use crate::transport::RecordingTransport;
-    use crate::OpenOptions;
     use std::os::fd::FromRawFd;
     use zerocopy::IntoBytes;
 
@@ -794,13 +793,7 @@ mod tests {
     fn channel_over_pipe() -> (Arc<RecordingTransport>, Context, CompletionChannel, OwnedFd) {
         let fake = Arc::new(RecordingTransport::new());
         fake.serve_rings();
-        let ctx = Context::with_transport(
-            "fake0",
-            Some(DriverId::RXE),
-            Box::new(fake.clone()),
-            &OpenOptions::new(),
-        )
-        .unwrap();
+        let ctx = Context::over_fake(Some(DriverId::RXE), Box::new(fake.clone()));
         let mut fds = [0; 2];
         // SAFETY: pipe2() writes two new descriptors into the array.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
