@@ -478,7 +478,7 @@ mod tests {
 
     use super::*;
     use crate::transport::{RawCommand, RecordingTransport, Transport, TransportKind};
-    use crate::{Context, DriverId, OpenOptions};
+    use crate::{Context, DriverId};
 
     /// The recording fake, plus CREATE_AH answered with handle 42 and
     /// `ah_num` (written as rxe does: 4 bytes) and DESTROY_AH; every
@@ -527,13 +527,7 @@ mod tests {
             ah_num,
             log: Mutex::new(Vec::new()),
         });
-        let ctx = Context::with_transport(
-            "fake0",
-            Some(DriverId::RXE),
-            Box::new(t.clone()),
-            &OpenOptions::new(),
-        )
-        .unwrap();
+        let ctx = Context::over_fake(Some(DriverId::RXE), Box::new(t.clone()));
         (ctx, t)
     }
 
@@ -850,9 +844,7 @@ mod tests {
     fn other_drivers_are_refused_before_sending() {
         for driver in [Some(DriverId::SIW), None] {
             let t = Arc::new(RecordingTransport::new());
-            let ctx =
-                Context::with_transport("fake0", driver, Box::new(t.clone()), &OpenOptions::new())
-                    .unwrap();
+            let ctx = Context::over_fake(driver, Box::new(t.clone()));
             let pd = ctx.alloc_pd().unwrap();
             let before = t.count();
             let err = pd.create_ah(&AhAttr::roce(gid(), 0, 1)).unwrap_err();

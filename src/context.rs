@@ -225,6 +225,14 @@ impl Context {
         })
     }
 
+    /// For the unit tests: a context named `fake0` over `transport`, as a
+    /// `driver` device, with the default options.
+    #[cfg(test)]
+    pub(crate) fn over_fake(driver: Option<DriverId>, transport: Box<dyn Transport>) -> Context {
+        Context::with_transport("fake0", driver, transport, &OpenOptions::new())
+            .expect("GET_CONTEXT over the fake")
+    }
+
     /// The device name (`rxe0`).
     pub fn device_name(&self) -> &str {
         &self.inner.device

@@ -785,7 +785,6 @@ mod tests {
     use super::*;
     use crate::provider::driver::DriverId;
     use crate::transport::RecordingTransport;
-    use crate::OpenOptions;
     use std::os::fd::FromRawFd;
     use zerocopy::IntoBytes;
 
@@ -794,13 +793,7 @@ mod tests {
     fn channel_over_pipe() -> (Arc<RecordingTransport>, Context, CompletionChannel, OwnedFd) {
         let fake = Arc::new(RecordingTransport::new());
         fake.serve_rings();
-        let ctx = Context::with_transport(
-            "fake0",
-            Some(DriverId::RXE),
-            Box::new(fake.clone()),
-            &OpenOptions::new(),
-        )
-        .unwrap();
+        let ctx = Context::over_fake(Some(DriverId::RXE), Box::new(fake.clone()));
         let mut fds = [0; 2];
         // SAFETY: pipe2() writes two new descriptors into the array.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
@@ -906,43 +899,6 @@ mod tests {
         assert!(channel.inner.cqs().is_empty(), "a dropped CQ leaves it too");
     }
 
-    /// Forks; the child runs `child` (its exit code; a panic is 99) and
-    /// leaves with `_exit`; the parent gets the code, waiting at most 10 s
-    /// (then the child is killed and the test fails).
-    fn in_child(child: impl FnOnce() -> i32) -> i32 {
-        use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-        use nix::unistd::{fork, ForkResult};
-        use std::time::{Duration, Instant};
-        let _serial = crate::test_serial::fork_or_fd_watch();
-        // SAFETY: the child runs `child` on its own copies and leaves with
-        // _exit; glibc keeps malloc usable in a forked child.
-        match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                let code =
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(child)).unwrap_or(99);
-                // SAFETY: _exit never returns and runs no atexit handlers.
-                unsafe { libc::_exit(code) }
-            }
-            ForkResult::Parent { child } => {
-                let start = Instant::now();
-                loop {
-                    match waitpid(child, Some(WaitPidFlag::WNOHANG)).expect("waitpid") {
-                        WaitStatus::StillAlive if start.elapsed() < Duration::from_secs(10) => {
-                            std::thread::sleep(Duration::from_millis(10))
-                        }
-                        WaitStatus::StillAlive => {
-                            let _ = nix::sys::signal::kill(child, nix::sys::signal::SIGKILL);
-                            let _ = waitpid(child, None);
-                            panic!("the child did not exit within 10 s");
-                        }
-                        WaitStatus::Exited(_, code) => return code,
-                        other => panic!("unexpected child status {other:?}"),
-                    }
-                }
-            }
-        }
-    }
-
     fn is_foreign(r: Result<impl fmt::Debug, Error>, op: Op) -> bool {
         matches!(r, Err(Error::ForeignProcess { op: o, .. }) if o == op)
     }
@@ -960,7 +916,7 @@ mod tests {
         raise(&writer, cq.event_id()).unwrap();
         assert_eq!(channel.get_event().unwrap(), cq.event_id());
         let sent = fake.count();
-        let code = in_child(|| {
+        let child = || {
             let mut wc = [WorkCompletion::default(); 2];
             let checks = [
                 is_foreign(channel.get_event(), Op::GetCqEvent),
@@ -971,7 +927,10 @@ mod tests {
                 fake.count() == sent,
             ];
             checks.iter().position(|ok| !ok).map_or(0, |i| i as i32 + 1)
-        });
+        };
+        // SAFETY: the child only calls this crate's entry points (which
+        // refuse at once) on its copies; glibc keeps malloc usable.
+        let code = unsafe { crate::test_serial::in_child(child) };
         assert_eq!(code, 0, "check {code} failed in the child (0 = all passed)");
         // The second event is still there: readable now, without blocking.
         let mut fds = [rustix::event::PollFd::new(

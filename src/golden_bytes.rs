@@ -8,26 +8,21 @@
 pub(crate) struct Bytes(pub(crate) Vec<u8>);
 
 impl Bytes {
-    pub(crate) fn u8(mut self, v: u8) -> Self {
-        self.0.push(v);
-        self
+    pub(crate) fn u8(self, v: u8) -> Self {
+        self.raw(&[v])
     }
-    pub(crate) fn u16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
+    pub(crate) fn u16(self, v: u16) -> Self {
+        self.raw(&v.to_le_bytes())
     }
     /// A big-endian (network order) `u16`, e.g. a port.
-    pub(crate) fn be16(mut self, v: u16) -> Self {
-        self.0.extend_from_slice(&v.to_be_bytes());
-        self
+    pub(crate) fn be16(self, v: u16) -> Self {
+        self.raw(&v.to_be_bytes())
     }
-    pub(crate) fn u32(mut self, v: u32) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
+    pub(crate) fn u32(self, v: u32) -> Self {
+        self.raw(&v.to_le_bytes())
     }
-    pub(crate) fn u64(mut self, v: u64) -> Self {
-        self.0.extend_from_slice(&v.to_le_bytes());
-        self
+    pub(crate) fn u64(self, v: u64) -> Self {
+        self.raw(&v.to_le_bytes())
     }
     pub(crate) fn raw(mut self, v: &[u8]) -> Self {
         self.0.extend_from_slice(v);

@@ -81,25 +81,14 @@ impl Generation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nix::sys::wait::{waitpid, WaitStatus};
-    use nix::unistd::{fork, ForkResult};
 
     #[test]
     fn a_forked_child_is_another_generation() {
         let parent = Generation::current();
         assert!(parent.is_current());
-        let _serial = crate::test_serial::fork_or_fd_watch();
-        // SAFETY: the child only loads an atomic and calls _exit.
-        match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                let code = if parent.is_current() { 1 } else { 0 };
-                // SAFETY: _exit is async-signal-safe and never returns.
-                unsafe { libc::_exit(code) }
-            }
-            ForkResult::Parent { child } => {
-                assert_eq!(waitpid(child, None).unwrap(), WaitStatus::Exited(child, 0));
-                assert!(parent.is_current(), "the parent stays itself");
-            }
-        }
+        // SAFETY: the child only loads an atomic.
+        let code = unsafe { crate::test_serial::in_child(|| i32::from(parent.is_current())) };
+        assert_eq!(code, 0, "the child is a generation of its own");
+        assert!(parent.is_current(), "the parent stays itself");
     }
 }

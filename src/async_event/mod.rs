@@ -479,13 +479,7 @@ mod tests {
     /// is a typed EOPNOTSUPP naming get_async_event.
     #[test]
     fn over_the_fake_there_is_no_async_file() {
-        let ctx = Context::with_transport(
-            "fake0",
-            None,
-            Box::new(RecordingTransport::new()),
-            &OpenOptions::new(),
-        )
-        .unwrap();
+        let ctx = Context::over_fake(None, Box::new(RecordingTransport::new()));
         let errors = [
             ctx.async_events().map(|_| ()).unwrap_err(),
             ctx.async_event().map(|_| ()).unwrap_err(),

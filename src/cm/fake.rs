@@ -166,6 +166,25 @@ impl FakeCm {
         self.lock().log.clone()
     }
 
+    /// The requests of every `cmd` command received so far, in order,
+    /// decoded as `T` ([`RecordedCm::request`]).
+    ///
+    /// # Panics
+    ///
+    /// If one of them is shorter than `T`: the fake got a truncated
+    /// request, which a test wants to see fail.
+    pub fn requests<T: FromBytes>(&self, cmd: u32) -> Vec<T> {
+        self.lock()
+            .log
+            .iter()
+            .filter(|c| c.cmd == cmd)
+            .map(|c| {
+                c.request()
+                    .unwrap_or_else(|| panic!("command {cmd}: a request shorter than expected"))
+            })
+            .collect()
+    }
+
     /// The command numbers received so far, in order.
     pub fn command_codes(&self) -> Vec<u32> {
         self.lock().log.iter().map(|c| c.cmd).collect()

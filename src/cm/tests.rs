@@ -123,12 +123,7 @@ fn connect_accept_establish_disconnect() {
         ]
     );
     // The accept carried the server id's own (non-zero) uid; the RTU none.
-    let accepts: Vec<sys::rdma_ucm_accept> = fake
-        .commands()
-        .iter()
-        .filter(|c| c.cmd == RDMA_USER_CM_CMD_ACCEPT)
-        .map(|c| c.request().unwrap())
-        .collect();
+    let accepts: Vec<sys::rdma_ucm_accept> = fake.requests(RDMA_USER_CM_CMD_ACCEPT);
     assert_eq!(accepts[0].uid, server.uid());
     assert_ne!(accepts[0].uid, 0);
     assert_eq!(
@@ -513,12 +508,7 @@ fn set_option_and_notify_reach_the_kernel_with_their_values() {
     let id = ch.create_id(PortSpace::Tcp).unwrap();
     id.set_option(CmOption::ReuseAddr(true)).unwrap();
     id.set_option(CmOption::AckTimeout(14)).unwrap();
-    let opts: Vec<sys::rdma_ucm_set_option> = fake
-        .commands()
-        .iter()
-        .filter(|c| c.cmd == sys::RDMA_USER_CM_CMD_SET_OPTION)
-        .map(|c| c.request().unwrap())
-        .collect();
+    let opts: Vec<sys::rdma_ucm_set_option> = fake.requests(sys::RDMA_USER_CM_CMD_SET_OPTION);
     let got: Vec<_> = opts
         .iter()
         .map(|o| (o.id, o.level, o.optname, o.optlen))

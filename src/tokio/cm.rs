@@ -729,6 +729,13 @@ mod tests {
         SocketAddr::from(([192, 0, 2, 1], port))
     }
 
+    /// A listener on `port` and a client id resolved to it, on `ch`.
+    async fn listener_and_client(ch: &AsyncEventChannel, port: u16) -> (Listener, AsyncCmId) {
+        let listener = ch.listen(addr(port), 4).unwrap();
+        let client = ch.resolve(addr(port), WAIT).await.unwrap();
+        (listener, client)
+    }
+
     /// `fut` within [`WAIT`], or the test fails naming `what`.
     async fn bounded<T>(what: &str, fut: impl Future<Output = T>) -> T {
         timeout(WAIT, fut)
@@ -828,12 +835,7 @@ mod tests {
         );
         assert_eq!(qp_b.moves(), [Some(Init), Some(Rtr), Some(Rts)]);
         // The RTU went out: ACCEPT without parameters.
-        let accepts: Vec<sys::rdma_ucm_accept> = fake
-            .commands()
-            .iter()
-            .filter(|c| c.cmd == sys::RDMA_USER_CM_CMD_ACCEPT)
-            .map(|c| c.request().unwrap())
-            .collect();
+        let accepts: Vec<sys::rdma_ucm_accept> = fake.requests(sys::RDMA_USER_CM_CMD_ACCEPT);
         assert_eq!(accepts.len(), 2);
         assert_eq!(
             (accepts[0].uid, accepts[0].conn_param.valid),
@@ -866,8 +868,7 @@ mod tests {
     #[tokio::test]
     async fn disconnect_unread_peer_dreq_is_answered_without_waiting() {
         let (fake, ch) = channel();
-        let listener = ch.listen(addr(7472), 4).unwrap();
-        let client = ch.resolve(addr(7472), WAIT).await.unwrap();
+        let (listener, client) = listener_and_client(&ch, 7472).await;
         let (qp_a, qp_b) = (MockQp::new(0x11), MockQp::new(0x22));
         let (pa, pb) = (ConnParam::new(1), ConnParam::new(2));
         let (client, server) = bounded("connect", async {
@@ -925,8 +926,7 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_connect_destroys_its_id_and_a_dropped_listener_its_requests() {
         let (fake, ch) = channel();
-        let listener = ch.listen(addr(7474), 4).unwrap();
-        let client = ch.resolve(addr(7474), WAIT).await.unwrap();
+        let (listener, client) = listener_and_client(&ch, 7474).await;
         assert_eq!((fake.live_ids(), ch.routed_ids()), (2, 2));
         let qp = MockQp::new(1);
         // Nobody accepts: the connect is pending when the timeout drops it;
@@ -1017,8 +1017,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // A reject with private data.
-        let listener = ch.listen(addr(6), 4).unwrap();
-        let id = ch.resolve(addr(6), WAIT).await.unwrap();
+        let (listener, id) = listener_and_client(&ch, 6).await;
         let (qp, param) = (MockQp::new(1), ConnParam::new(1));
         let (connected, ()) = bounded("reject", async {
             tokio::join!(id.connect(&qp, param), async {
@@ -1106,47 +1105,46 @@ mod tests {
         let id = ch.create_id(PortSpace::Tcp).unwrap();
         id.resolve_addr(None, addr(9), 1000).unwrap();
         let (sent, queued) = (fake.commands().len(), fake.queued_events());
+        // The child drops its copies; the parent keeps its own.
+        let mut parents = Some((id, listener, ch));
+        let child = || {
+            let (id, listener, ch) = parents.take().expect("the parent's ids");
+            let checks = [
+                matches!(
+                    ch.create_id(PortSpace::Tcp),
+                    Err(Error::ForeignProcess { .. })
+                ),
+                matches!(id.try_next_event(), Err(Error::ForeignProcess { .. })),
+                matches!(
+                    poll_once(id.next_event()),
+                    Poll::Ready(Err(Error::ForeignProcess { .. }))
+                ),
+                foreign(poll_once(listener.accept()), Op::CmGetEvent),
+                foreign(poll_once(id.disconnect()), Op::CmDisconnect),
+                foreign(poll_once(ch.resolve(addr(9), WAIT)), Op::CmCreateId),
+            ];
+            // Dropped here: no command, no deregistration.
+            drop((id, listener, ch));
+            let untouched = fake.commands().len() == sent && fake.queued_events() == queued;
+            if checks.iter().all(|&c| c) && untouched {
+                0
+            } else {
+                1
+            }
+        };
         // SAFETY: the child only calls this crate's entry points (which
-        // refuse at once) on its copies and leaves with _exit.
-        match unsafe { nix::unistd::fork() }.expect("fork") {
-            nix::unistd::ForkResult::Child => {
-                let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    let checks = [
-                        matches!(
-                            ch.create_id(PortSpace::Tcp),
-                            Err(Error::ForeignProcess { .. })
-                        ),
-                        matches!(id.try_next_event(), Err(Error::ForeignProcess { .. })),
-                        matches!(
-                            poll_once(id.next_event()),
-                            Poll::Ready(Err(Error::ForeignProcess { .. }))
-                        ),
-                        foreign(poll_once(listener.accept()), Op::CmGetEvent),
-                        foreign(poll_once(id.disconnect()), Op::CmDisconnect),
-                        foreign(poll_once(ch.resolve(addr(9), WAIT)), Op::CmCreateId),
-                    ];
-                    // Dropped here: no command, no deregistration.
-                    drop((id, listener, ch));
-                    let untouched = fake.commands().len() == sent && fake.queued_events() == queued;
-                    checks.iter().all(|&c| c) && untouched
-                }));
-                let code = if matches!(ok, Ok(true)) { 0 } else { 1 };
-                // SAFETY: _exit never returns and runs no atexit handlers.
-                unsafe { libc::_exit(code) }
-            }
-            nix::unistd::ForkResult::Parent { child } => {
-                let status = nix::sys::wait::waitpid(child, None).unwrap();
-                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
-                // The parent's event is still there, and its registration
-                // with the reactor still wakes it.
-                let ev = rt
-                    .block_on(timeout(WAIT, id.next_event()))
-                    .expect("the parent's wait ends")
-                    .unwrap();
-                assert!(matches!(ev.kind, EventKind::AddrResolved));
-                drop((id, listener));
-                assert_eq!(fake.live_ids(), 0);
-            }
-        }
+        // refuse at once) on its copies.
+        let code = unsafe { crate::test_serial::in_child(child) };
+        assert_eq!(code, 0, "1: a check failed in the child, 99: it panicked");
+        let (id, listener, _ch) = parents.expect("the parent's ids");
+        // The parent's event is still there, and its registration
+        // with the reactor still wakes it.
+        let ev = rt
+            .block_on(timeout(WAIT, id.next_event()))
+            .expect("the parent's wait ends")
+            .unwrap();
+        assert!(matches!(ev.kind, EventKind::AddrResolved));
+        drop((id, listener));
+        assert_eq!(fake.live_ids(), 0);
     }
 }

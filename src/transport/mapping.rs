@@ -240,9 +240,6 @@ mod tests {
     /// a mapping of the child's own that took the free addresses.
     #[test]
     fn a_forked_child_inherits_no_ring_and_its_copy_unmaps_nothing() {
-        use nix::sys::wait::{waitpid, WaitStatus};
-        use nix::unistd::{fork, ForkResult};
-
         let fd =
             rustix::fs::memfd_create("uverbs-map-fork", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         let page = rustix::param::page_size();
@@ -250,53 +247,48 @@ mod tests {
         // SAFETY: a file of our own; nothing else maps it.
         let map = unsafe { SharedMapping::map(fd.as_fd(), 0, page) }.unwrap();
         let addr = map.as_ptr().as_ptr();
-        let _serial = crate::test_serial::fork_or_fd_watch();
-        // SAFETY: the child makes only system calls and leaves with _exit
-        // (no allocation, no lock).
-        match unsafe { fork() }.expect("fork") {
-            ForkResult::Child => {
-                // SAFETY: madvise(NORMAL) changes nothing; ENOMEM says the
-                // range is not mapped here.
-                let absent =
-                    unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) }
-                        == Err(Errno::NOMEM);
-                // SAFETY: a fresh anonymous page at the free address
-                // (NOREPLACE: fails rather than replace anything).
-                let own = unsafe {
-                    rustix::mm::mmap_anonymous(
-                        addr.cast(),
-                        page,
-                        rustix::mm::ProtFlags::READ,
-                        rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::FIXED_NOREPLACE,
-                    )
-                };
-                let placed = own.map(|p| p == addr.cast()).unwrap_or(false);
-                drop(map);
-                // SAFETY: as above.
-                let kept =
-                    unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) }
-                        .is_ok();
-                let code = match (absent, placed, kept) {
-                    (true, true, true) => 0,
-                    (false, _, _) => 1,
-                    (_, false, _) => 2,
-                    (_, _, false) => 3,
-                };
-                // SAFETY: _exit never returns and runs no atexit handlers.
-                unsafe { libc::_exit(code) }
+        // The child drops its copy; the parent keeps its own.
+        let mut map = Some(map);
+        let child = || {
+            // SAFETY: madvise(NORMAL) changes nothing; ENOMEM says the
+            // range is not mapped here.
+            let absent =
+                unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) }
+                    == Err(Errno::NOMEM);
+            // SAFETY: a fresh anonymous page at the free address
+            // (NOREPLACE: fails rather than replace anything).
+            let own = unsafe {
+                rustix::mm::mmap_anonymous(
+                    addr.cast(),
+                    page,
+                    rustix::mm::ProtFlags::READ,
+                    rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::FIXED_NOREPLACE,
+                )
+            };
+            let placed = own.map(|p| p == addr.cast()).unwrap_or(false);
+            drop(map.take());
+            // SAFETY: as above.
+            let kept =
+                unsafe { rustix::mm::madvise(addr.cast(), page, rustix::mm::Advice::Normal) }
+                    .is_ok();
+            match (absent, placed, kept) {
+                (true, true, true) => 0,
+                (false, _, _) => 1,
+                (_, false, _) => 2,
+                (_, _, false) => 3,
             }
-            ForkResult::Parent { child } => {
-                let status = waitpid(child, None).unwrap();
-                assert_eq!(
-                    status,
-                    WaitStatus::Exited(child, 0),
-                    "1: inherited, 2: could not map there, 3: the copy's drop unmapped it"
-                );
-                // SAFETY: inside our mapping, which nothing else references.
-                unsafe { *map.as_ptr().as_ptr() = 1 };
-                drop(map);
-            }
-        }
+        };
+        // SAFETY: the child makes only system calls (no allocation, no
+        // lock).
+        let code = unsafe { crate::test_serial::in_child(child) };
+        assert_eq!(
+            code, 0,
+            "1: inherited, 2: could not map there, 3: the copy's drop unmapped it (99: panic)"
+        );
+        let map = map.expect("the parent's mapping");
+        // SAFETY: inside our mapping, which nothing else references.
+        unsafe { *map.as_ptr().as_ptr() = 1 };
+        drop(map);
     }
 
     #[test]

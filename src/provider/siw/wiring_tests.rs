@@ -702,9 +702,6 @@ fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
 #[test]
 #[cfg_attr(miri, ignore = "Miri cannot fork")]
 fn a_forked_child_touches_none_of_the_parents_siw_rings() {
-    use nix::sys::wait::{waitpid, WaitStatus};
-    use nix::unistd::{fork, ForkResult};
-
     let (fake, ctx) = siw_ctx();
     let cq = ctx.create_cq(4, None).unwrap();
     let pd = ctx.alloc_pd().unwrap();
@@ -734,55 +731,40 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
         lkey: 5,
     }];
     let foreign = |e: Error, op| matches!(e, Error::ForeignProcess { op: o, .. } if o == op);
-    let _serial = crate::test_serial::fork_or_fd_watch();
+    let child = || {
+        let mut wc = [Default::default(); 4];
+        let send = SendWr::new(2, SendOp::Send { imm: None }, Payload::Sges(&sge));
+        [
+            foreign(cq.req_notify(false).unwrap_err(), Op::ReqNotifyCq),
+            foreign(cq.req_notify(true).unwrap_err(), Op::ReqNotifyCq),
+            foreign(cq.poll(&mut wc).unwrap_err(), Op::PollCq),
+            // SAFETY: refused before anything is written.
+            foreign(
+                unsafe {
+                    qp.post_recv(&[RecvWr {
+                        wr_id: 1,
+                        sges: &sge,
+                    }])
+                }
+                .unwrap_err(),
+                Op::PostRecv,
+            ),
+            // SAFETY: as above.
+            foreign(unsafe { qp.post_send(&[send]) }.unwrap_err(), Op::PostSend),
+            foreign(
+                qp.modify(&QpAttr::new().state(QpState::Err)).unwrap_err(),
+                Op::ModifyQp,
+            ),
+            foreign(qp.refresh_state().unwrap_err(), Op::QueryQp),
+        ]
+        .iter()
+        .position(|ok| !ok)
+        .map_or(0, |i| i as i32 + 1)
+    };
     // SAFETY: the child works on its own copies, makes no allocation the
-    // parent could have left locked (glibc keeps malloc usable after fork)
-    // and leaves with _exit.
-    match unsafe { fork() }.expect("fork") {
-        ForkResult::Child => {
-            let checks = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let mut wc = [Default::default(); 4];
-                let send = SendWr::new(2, SendOp::Send { imm: None }, Payload::Sges(&sge));
-                [
-                    foreign(cq.req_notify(false).unwrap_err(), Op::ReqNotifyCq),
-                    foreign(cq.req_notify(true).unwrap_err(), Op::ReqNotifyCq),
-                    foreign(cq.poll(&mut wc).unwrap_err(), Op::PollCq),
-                    // SAFETY: refused before anything is written.
-                    foreign(
-                        unsafe {
-                            qp.post_recv(&[RecvWr {
-                                wr_id: 1,
-                                sges: &sge,
-                            }])
-                        }
-                        .unwrap_err(),
-                        Op::PostRecv,
-                    ),
-                    // SAFETY: as above.
-                    foreign(unsafe { qp.post_send(&[send]) }.unwrap_err(), Op::PostSend),
-                    foreign(
-                        qp.modify(&QpAttr::new().state(QpState::Err)).unwrap_err(),
-                        Op::ModifyQp,
-                    ),
-                    foreign(qp.refresh_state().unwrap_err(), Op::QueryQp),
-                ]
-                .iter()
-                .position(|ok| !ok)
-                .map_or(0, |i| i as i32 + 1)
-            }))
-            .unwrap_or(99);
-            // SAFETY: _exit never returns and runs no atexit handlers.
-            unsafe { libc::_exit(checks) }
-        }
-        ForkResult::Parent { child } => {
-            let status = waitpid(child, None).unwrap();
-            assert_eq!(
-                status,
-                WaitStatus::Exited(child, 0),
-                "the child's check n failed (exit n; 99: panic)"
-            );
-        }
-    }
+    // parent could have left locked (glibc keeps malloc usable after fork).
+    let code = unsafe { crate::test_serial::in_child(child) };
+    assert_eq!(code, 0, "the child's check {code} failed (99: panic)");
     let after = (
         snapshot(CQ_KEY, cq_len),
         snapshot(SQ_KEY, sq_len),
