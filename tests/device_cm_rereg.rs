@@ -211,12 +211,7 @@ fn cm_access_removed_and_restored_in_place() {
             let (dst, mut mr, k, remote) = fresh_target(&rig.pd, RW);
             counts.assert_extra(2, 1, "two MRs in the rig's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
-            rig.write_lands(1, remote, &dst, "REMOTE_WRITE granted");
-
-            mr.set_access(AccessFlags::LOCAL_WRITE)
-                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
-            same_keys(&mr, k, name);
-            rig.write_refused(2, remote, &dst, "REMOTE_WRITE removed in place");
+            remote_write_removed_in_place(&mut rig, &mut mr, &dst, remote);
             counts.assert_extra_cq_qp(2, 2, "after the reconnection: the old pair is gone");
             rig.write_refused(3, remote, &dst, "new connection: still removed");
 

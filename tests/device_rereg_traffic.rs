@@ -203,20 +203,14 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
     on_each_rereg_rig(
         "access_bad_flow_remote_write_removed_in_place_is_refused",
         (QP_ACCESS, LEN, 32),
-        |name, counts, mut rig| {
+        |_, counts, mut rig| {
             if rig.siw() {
                 return siw_access_removed(rig, counts);
             }
-            let (dst, mut mr, k, remote) = fresh_target(&rig.q.pd, RW);
+            let (dst, mut mr, _, remote) = fresh_target(&rig.q.pd, RW);
             counts.assert_extra(2, 1, "two MRs in the pair's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
-            rig.write_lands(1, remote, &dst, "REMOTE_WRITE granted");
-
-            mr.set_access(AccessFlags::LOCAL_WRITE)
-                .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
-            same_keys(&mr, k, name);
-            assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
-            rig.write_refused(2, remote, &dst, "REMOTE_WRITE removed in place");
+            remote_write_removed_in_place(&mut rig, &mut mr, &dst, remote);
 
             let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
             rig.write_lands(3, to_other, &other, "recovered: another MR");

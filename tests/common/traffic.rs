@@ -573,6 +573,27 @@ pub fn translation_replaced<R: Requester>(rig: &mut R, counts: &HandleCounts) {
     drop(mr);
 }
 
+/// A WRITE (`wr_id` 1) to `remote` lands in `dst`; then REMOTE_WRITE is
+/// removed from `mr` in place (same keys, `LOCAL_WRITE` alone) and the
+/// next WRITE (`wr_id` 2) is refused, `dst` untouched. `mr` covers `dst`
+/// with [`RW`] in the rig's PD; for a device that changes access in place
+/// (rxe).
+pub fn remote_write_removed_in_place<R: Requester>(
+    rig: &mut R,
+    mr: &mut MemoryRegion,
+    dst: &[u8],
+    remote: Remote,
+) {
+    let name = rig.name().to_owned();
+    let k = keys(mr);
+    rig.write_lands(1, remote, dst, "REMOTE_WRITE granted");
+    mr.set_access(AccessFlags::LOCAL_WRITE)
+        .unwrap_or_else(|e| panic!("{name}: set_access(LOCAL_WRITE) in place: {e}"));
+    same_keys(mr, k, &name);
+    assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE, "{name}");
+    rig.write_refused(2, remote, dst, "REMOTE_WRITE removed in place");
+}
+
 /// REMOTE_ATOMIC removed from `mr` in place (same keys): a FETCH_ADD at
 /// [`AT`] of `dst` is refused ([`REFUSED`]), target and result untouched;
 /// restored in place, two FETCH_ADDs return the old value and leave the
