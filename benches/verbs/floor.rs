@@ -17,7 +17,7 @@ use uverbs::uverbs_uapi as sys;
 use uverbs::{Device, DriverId, Errno};
 
 use crate::ours::{ACCESS_A, ACCESS_B};
-use crate::stats::{measure, Budget};
+use crate::stats::{measure, timed_cycle, Budget};
 use crate::Cell;
 use memmap2::MmapMut;
 use zerocopy::IntoBytes;
@@ -208,19 +208,21 @@ fn timed(p: &mut Prepared, fd: BorrowedFd<'_>) -> Result<Duration, Errno> {
     Ok(t.elapsed())
 }
 
-/// `make`, then `undo` of what it made (the handle in `make`'s response),
-/// timed together: one create/destroy cycle.
+/// [`timed_cycle`] of `make` and `undo`, which takes the handle in
+/// `make`'s response.
 #[inline(always)]
-fn timed_cycle(
+fn create_destroy(
     make: &mut Prepared,
     undo: &mut Prepared,
     fd: BorrowedFd<'_>,
 ) -> Result<Duration, Errno> {
-    let t = Instant::now();
-    make.send(fd)?;
-    undo.set_u32(0, make.response_u32());
-    undo.send(fd)?;
-    Ok(t.elapsed())
+    timed_cycle(
+        || make.send(fd).map(|()| make.response_u32()),
+        |handle| {
+            undo.set_u32(0, handle);
+            undo.send(fd)
+        },
+    )
 }
 
 /// The floor over one framing, on one device.
@@ -274,7 +276,7 @@ impl<'d> Floor<'d> {
         let mut dealloc = raw.prepare(&DeallocPd::new(0), &[], 0);
         report(
             self.cell("alloc_dealloc_pd", 0),
-            measure(budget, || timed_cycle(&mut alloc, &mut dealloc, fd)),
+            measure(budget, || create_destroy(&mut alloc, &mut dealloc, fd)),
         );
         match (raw.alloc_pd(), raw.alloc_pd()) {
             (Ok(a), Ok(b)) => self.raw = Some((raw, a, b)),
@@ -314,7 +316,7 @@ impl<'d> Floor<'d> {
         );
         report(
             cell("reg_dereg", size),
-            measure(budget, || timed_cycle(&mut reg, &mut dereg, fd)),
+            measure(budget, || create_destroy(&mut reg, &mut dereg, fd)),
         );
 
         // One live region for REREG_MR, toggled between two prepared commands.

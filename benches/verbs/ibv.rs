@@ -10,7 +10,7 @@ use crate::libibverbs::{
     ibv_reg_mr, IbvContext, IbvDevice, IbvMr, IbvPd,
 };
 use crate::ours::{ACCESS_A, ACCESS_B};
-use crate::stats::{measure, Budget};
+use crate::stats::{measure, timed_cycle, Budget};
 use crate::Cell;
 use memmap2::MmapMut;
 use uverbs::Device;
@@ -33,21 +33,19 @@ extern "C" {
 /// A C call's failure: the errno (and the return code, for rereg).
 struct Fail(i32, c_int);
 
-/// `make`, then `undo` of what it made, timed together: one
-/// create/destroy cycle. `make`'s NULL fails with the errno, `undo`'s
-/// non-zero return with that number.
-#[inline(always)]
-fn timed_cycle<T>(
-    make: impl FnOnce() -> *mut T,
-    undo: impl FnOnce(*mut T) -> c_int,
-) -> Result<Duration, Fail> {
-    let t = Instant::now();
-    let made = make();
-    if made.is_null() {
-        return Err(Fail(errno(), 0));
+/// A created object, or the errno of the call that returned NULL.
+fn made<T>(p: *mut T) -> Result<*mut T, Fail> {
+    if p.is_null() {
+        Err(Fail(errno(), 0))
+    } else {
+        Ok(p)
     }
-    match undo(made) {
-        0 => Ok(t.elapsed()),
+}
+
+/// A destroy call's result: 0, or that non-zero number.
+fn done(r: c_int) -> Result<(), Fail> {
+    match r {
+        0 => Ok(()),
         r => Err(Fail(r, r)),
     }
 }
@@ -100,7 +98,10 @@ impl<'d> Ibv<'d> {
         report(
             self.cell("context_open", 0),
             measure(budget, || unsafe {
-                timed_cycle(|| ibv_open_device(d), |ctx| ibv_close_device(ctx))
+                timed_cycle(
+                    || made(ibv_open_device(d)),
+                    |ctx| done(ibv_close_device(ctx)),
+                )
             }),
         );
         let ctx = unsafe { ibv_open_device(d) };
@@ -110,7 +111,7 @@ impl<'d> Ibv<'d> {
         report(
             self.cell("alloc_dealloc_pd", 0),
             measure(budget, || unsafe {
-                timed_cycle(|| ibv_alloc_pd(ctx), |pd| ibv_dealloc_pd(pd))
+                timed_cycle(|| made(ibv_alloc_pd(ctx)), |pd| done(ibv_dealloc_pd(pd)))
             }),
         );
         let (pd1, pd2) = unsafe { (ibv_alloc_pd(ctx), ibv_alloc_pd(ctx)) };
@@ -132,20 +133,8 @@ impl<'d> Ibv<'d> {
         let acc_b = ACCESS_B.bits() as c_int;
         let pa = a.as_mut_ptr().cast::<c_void>();
         let pb = b.as_mut_ptr().cast::<c_void>();
-        let reg = || unsafe {
-            let mr = ibv_reg_mr(pd1, pa, size, acc_a);
-            if mr.is_null() {
-                Err(Fail(errno(), 0))
-            } else {
-                Ok(mr)
-            }
-        };
-        let dereg = |mr| unsafe {
-            match ibv_dereg_mr(mr) {
-                0 => Ok(()),
-                r => Err(Fail(r, r)),
-            }
-        };
+        let reg = || made(unsafe { ibv_reg_mr(pd1, pa, size, acc_a) });
+        let dereg = |mr| done(unsafe { ibv_dereg_mr(mr) });
         report(
             cell("reg", size),
             measure(budget, || {

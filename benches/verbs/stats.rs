@@ -62,6 +62,19 @@ pub fn measure<E>(
     Ok(summarize(ns))
 }
 
+/// `make`, then `undo` of what it made, timed together: one
+/// create/destroy cycle (a `measure` sample of the alloc+dealloc PD,
+/// reg+dereg and context open+close cells).
+#[inline(always)]
+pub fn timed_cycle<T, E>(
+    make: impl FnOnce() -> Result<T, E>,
+    undo: impl FnOnce(T) -> Result<(), E>,
+) -> Result<Duration, E> {
+    let t = Instant::now();
+    undo(make()?)?;
+    Ok(t.elapsed())
+}
+
 /// Order statistics of the samples (nearest rank).
 pub fn summarize(mut ns: Vec<u64>) -> Summary {
     ns.sort_unstable();
