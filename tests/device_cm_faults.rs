@@ -62,6 +62,25 @@ const LIMIT: Duration = Duration::from_secs(30);
 /// The wr_id of the parent's one receive.
 const MARKER: u64 = 0x3a7c_0000_0000;
 
+/// What a process is doing, from /proc: its state line, where it waits
+/// and its kernel stack where readable. For a stream that stalls after its
+/// peer was killed: a rare siw0 run once saw no completion for 30 s, and
+/// whether the dead child's exit was stuck in the kernel (and where) is
+/// what tells the cause.
+fn proc_report(pid: Pid) -> String {
+    let read = |file: &str| {
+        std::fs::read_to_string(format!("/proc/{pid}/{file}"))
+            .map(|s| s.trim().replace('\n', " | "))
+            .unwrap_or_else(|e| format!("({e})"))
+    };
+    format!(
+        "child {pid}: stat {}; wchan {}; stack {}",
+        read("stat"),
+        read("wchan"),
+        read("stack")
+    )
+}
+
 /// The rxe and siw devices under test, not opened (a child is forked
 /// first); none without the rdma_cm device ([`cm_present`] says so).
 fn cm_devices(test: &str) -> Vec<Device> {
@@ -313,7 +332,10 @@ fn cm_peer_killed_mid_transfer() {
                 }
                 assert!(
                     Instant::now() < deadline,
-                    "{name}: batch {batch}: {got} of {WINDOW} completions within {LIMIT:?}"
+                    "{name}: batch {batch}: {got} of {WINDOW} completions within {LIMIT:?} \
+                     ({:?} after the kill; DISCONNECTED: {disconnected:?}); {}",
+                    killed_at.map(|k| k.elapsed()),
+                    proc_report(child)
                 );
                 if n == 0 {
                     std::thread::sleep(Duration::from_micros(200));
