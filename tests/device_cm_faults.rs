@@ -48,7 +48,8 @@ use nix::sys::wait::WaitStatus;
 use nix::unistd::{fork, ForkResult, Pid};
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
 use uverbs::{
-    Context, Device, DriverId, Errno, Error, Op, RecvWr, SendOp, WcStatus, WorkCompletion,
+    CompletionQueue, Context, Device, DriverId, Errno, Error, Op, QueuePair, RecvWr, SendOp,
+    WcStatus, WorkCompletion,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -152,6 +153,43 @@ fn child_server(dev: &Device, mut report: UnixStream) -> i32 {
     }
     drop((listener, server, qp, mr, buf));
     3
+}
+
+/// A send posted on `qp` in ERR: rxe flushes it (the doorbell makes rxe run
+/// the send queue); siw flushes it or leaves it in the ring.
+fn send_posted_in_err(qp: &QueuePair, cq: &CompletionQueue, iwarp: bool, name: &str) {
+    let send = signalled(0xf2, SendOp::Send { imm: None }, &[]);
+    // SAFETY: a send without SGEs names no memory.
+    unsafe { qp.post_send(&[send]) }.unwrap();
+    if iwarp {
+        // siw flushes a user QP's send ring when the stream closes
+        // (siw_qp_llp_close, in siw's cm work, not ordered against
+        // the DISCONNECTED we waited for). A WQE written to the ring
+        // before that flush goes with the rest; one written after it
+        // stays there (the doorbell of a QP in ERROR flushes only the
+        // WRs it carries, and a user QP's carries none: siw_post_send).
+        // Both orders were seen in the VM: nothing, or this send's
+        // flush, and nothing else.
+        std::thread::sleep(Duration::from_millis(500));
+        let mut wcs = [WorkCompletion::default(); 4];
+        let n = cq.poll(&mut wcs).unwrap();
+        match &wcs[..n] {
+            [] => println!("{name}: the send posted in ERR stays in the ring"),
+            [c] => assert_eq!(
+                (c.wr_id(), c.status()),
+                (0xf2, WcStatus::WrFlushErr),
+                "{name}: a send posted in ERR"
+            ),
+            more => panic!("{name}: a send posted in ERR: {more:?}"),
+        }
+    } else {
+        let c = wait_one(cq, &format!("{name}: a send posted in ERR"));
+        assert_eq!(
+            (c.wr_id(), c.status()),
+            (0xf2, WcStatus::WrFlushErr),
+            "{name}"
+        );
+    }
 }
 
 /// Kills `child` when dropped unless disarmed: a failing parent never
@@ -281,6 +319,7 @@ fn cm_peer_killed_mid_transfer() {
         let mut statuses: Vec<WcStatus> = Vec::new();
         let mut killed_at: Option<Instant> = None;
         let mut disconnected: Option<(Duration, i32)> = None;
+        let mut left_in_ring = 0;
         let mut wc = [WorkCompletion::default(); 32];
         let mut batch = 0;
         loop {
@@ -330,13 +369,31 @@ fn cm_peer_killed_mid_transfer() {
                         );
                     }
                 }
-                assert!(
-                    Instant::now() < deadline,
-                    "{name}: batch {batch}: {got} of {WINDOW} completions within {LIMIT:?} \
-                     ({:?} after the kill; DISCONNECTED: {disconnected:?}); {}",
-                    killed_at.map(|k| k.elapsed()),
-                    proc_report(child)
-                );
+                if Instant::now() >= deadline {
+                    // siw flushes a user QP's send ring once, as the QP
+                    // enters ERR when the stream closes (in siw's cm work,
+                    // not ordered against the DISCONNECTED it causes); a
+                    // WQE written to the ring after that flush is never
+                    // completed, and our own move to ERR finds the QP
+                    // there already (see the send posted in ERR below). A
+                    // batch posted between that flush and our seeing
+                    // DISCONNECTED keeps what it wrote after the flush:
+                    // its tail, or all of it. Nothing else may stall.
+                    if iwarp && disconnected.is_some() {
+                        left_in_ring = WINDOW - got;
+                        loud(&format!(
+                            "{name}: batch {batch}: {left_in_ring} of {WINDOW} WRITEs \
+                             posted after siw's flush stay in the ring"
+                        ));
+                        break;
+                    }
+                    panic!(
+                        "{name}: batch {batch}: {got} of {WINDOW} completions within {LIMIT:?} \
+                         ({:?} after the kill; DISCONNECTED: {disconnected:?}); {}",
+                        killed_at.map(|k| k.elapsed()),
+                        proc_report(child)
+                    );
+                }
                 if n == 0 {
                     std::thread::sleep(Duration::from_micros(200));
                 }
@@ -395,8 +452,9 @@ fn cm_peer_killed_mid_transfer() {
         let flushed = rest.len() - errors.len();
         loud(&format!(
             "{name}: {} WRITEs of {SLOT} B posted: {landed} landed, errors {errors:?}, \
-             {flushed} flushed; DISCONNECTED {after:?} after the kill",
-            statuses.len()
+             {flushed} flushed, {left_in_ring} left in the ring; DISCONNECTED {after:?} \
+             after the kill",
+            statuses.len() + left_in_ring
         ));
         assert!(landed >= KILL_AFTER * WINDOW, "{name}: {statuses:?}");
         match errors[..] {
@@ -431,37 +489,12 @@ fn cm_peer_killed_mid_transfer() {
                 "{name}"
             );
         }
-        let send = signalled(0xf2, SendOp::Send { imm: None }, &[]);
-        // SAFETY: a send without SGEs names no memory.
-        unsafe { qp.post_send(&[send]) }.unwrap();
-        if iwarp {
-            // siw flushes a user QP's send ring when the stream closes
-            // (siw_qp_llp_close, in siw's cm work, not ordered against
-            // the DISCONNECTED we waited for). A WQE written to the ring
-            // before that flush goes with the rest; one written after it
-            // stays there (the doorbell of a QP in ERROR flushes only the
-            // WRs it carries, and a user QP's carries none: siw_post_send).
-            // Both orders were seen in the VM: nothing, or this send's
-            // flush, and nothing else.
-            std::thread::sleep(Duration::from_millis(500));
-            let mut wcs = [WorkCompletion::default(); 4];
-            let n = cq.poll(&mut wcs).unwrap();
-            match &wcs[..n] {
-                [] => println!("{name}: the send posted in ERR stays in the ring"),
-                [c] => assert_eq!(
-                    (c.wr_id(), c.status()),
-                    (0xf2, WcStatus::WrFlushErr),
-                    "{name}: a send posted in ERR"
-                ),
-                more => panic!("{name}: a send posted in ERR: {more:?}"),
-            }
+        if left_in_ring == 0 {
+            send_posted_in_err(&qp, &cq, iwarp, &name);
         } else {
-            let c = wait_one(&cq, &format!("{name}: a send posted in ERR"));
-            assert_eq!(
-                (c.wr_id(), c.status()),
-                (0xf2, WcStatus::WrFlushErr),
-                "{name}"
-            );
+            // The batch left in the ring shows it already (and may have
+            // filled the send queue).
+            println!("{name}: sends posted in ERR stay in the ring");
         }
 
         // The child died of the signal.
