@@ -177,8 +177,8 @@ pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use pd::{DeallocError, ProtectionDomain};
 pub use post::{
-    Completed, DeviceReadable, DeviceWritable, Ended, Holds, Local, NotOwnable, OutOfRange,
-    OwnedOrShared, OwnedQp, PostRefused, PostSendError, RecvRequest, SendRequest,
+    Completed, DeviceReadable, DeviceWritable, Ended, Holds, Local, NotDestroyed, NotOwnable,
+    OutOfRange, OwnedOrShared, OwnedQp, PostRefused, PostSendError, RecvRequest, SendRequest,
 };
 pub use provider::driver::DriverId;
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};

@@ -680,7 +680,10 @@ impl QueuePair {
     /// rings the doorbell once (one `POST_SEND` write). On siw the doorbell
     /// is written only when the SQE before the batch was already taken by
     /// the kernel (it may be idle); otherwise the kernel walks on to the new
-    /// SQEs by itself and no system call is made.
+    /// SQEs by itself and no system call is made. siw flushes the ring only
+    /// as the QP enters ERR: a request posted after the kernel moved the
+    /// QP there itself (its stream closed) is never completed, and its
+    /// memory is bound by the rules below until the QP is destroyed.
     ///
     /// All or nothing: if any work request is refused (the QP not in RTS,
     /// SQD, SQE or ERR; more SGEs than [`QpCaps::max_send_sge`]; inline

@@ -3,7 +3,7 @@
 //! `OwnedQp::poll` hands it back with the completion; flush completes what
 //! is outstanding with FLUSH_ERR and hands that back too; dropping an
 //! `OwnedQp` with requests outstanding destroys the QP before their memory
-//! is freed. Every byte is checked, every wait bounded, and the kernel's
+//! is freed, and `OwnedQp::destroy` hands that memory back instead. Every byte is checked, every wait bounded, and the kernel's
 //! counts are back at their start at the end. On siw0 the owned QPs are
 //! connected through the iWARP connection manager (`OwnedQp::modify` with
 //! the cm's answers, then `established`); what siw cannot do (immediate
@@ -535,26 +535,40 @@ fn flush_hands_back_everything_outstanding() {
     });
 }
 
+/// Runs `end` on owned QP B (connected to A) with three receives
+/// outstanding, receive `i` into 512 bytes of `i`, each buffer counting its
+/// drop in `drops`; A, the PD and the cm link go afterwards.
+fn with_three_receives(
+    test: &str,
+    end: impl Fn(&str, OwnedQp<BufferMr<Watched>>, &AtomicUsize, &HandleCounts),
+) {
+    on_each_data_path_device_counted(test, |name, ctx, counts| {
+        let pd = alloc_pd(ctx);
+        let (a, b, cm): (OwnedQp<BufferMr<Watched>>, OwnedQp<BufferMr<Watched>>, _) =
+            owned_pair(ctx, &pd, name);
+        let drops = Arc::new(AtomicUsize::new(0));
+        for i in 0..3u8 {
+            let buf = pd
+                .reg_buffer(Watched::new(&[i; 512], &drops), AccessFlags::LOCAL_WRITE)
+                .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error));
+            b.post_recv(RecvRequest::new(u64::from(i), Local::whole(buf)))
+                .unwrap();
+        }
+        counts.assert_extra_cq_qp(2, 2, "two owned QPs");
+        end(name, b, &drops, counts);
+        drop((a, pd, cm));
+    });
+}
+
 /// Dropping an OwnedQp with receives outstanding destroys the QP and only
 /// then frees their memory (deregistering it): the buffers are dropped,
 /// and the kernel's QP and MR counts are back (the fixture checks them at
 /// the end too).
 #[test]
 fn dropping_with_requests_outstanding_destroys_then_frees() {
-    on_each_data_path_device_counted(
+    with_three_receives(
         "dropping_with_requests_outstanding_destroys_then_frees",
-        |name, ctx, counts| {
-            let pd = alloc_pd(ctx);
-            let (a, b, cm): (OwnedQp<BufferMr<Watched>>, OwnedQp<BufferMr<Watched>>, _) =
-                owned_pair(ctx, &pd, name);
-            let drops = Arc::new(AtomicUsize::new(0));
-            for i in 0..3 {
-                let buf = pd
-                    .reg_buffer(Watched::new(&[0; 512], &drops), AccessFlags::LOCAL_WRITE)
-                    .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error));
-                b.post_recv(RecvRequest::new(i, Local::whole(buf))).unwrap();
-            }
-            counts.assert_extra_cq_qp(2, 2, "two owned QPs");
+        |name, b, drops, counts| {
             let (mrs, _) = counts.now();
             drop(b);
             assert_eq!(
@@ -564,9 +578,107 @@ fn dropping_with_requests_outstanding_destroys_then_frees() {
             );
             counts.assert_extra_cq_qp(1, 1, "after dropping B");
             assert_eq!(counts.now().0, mrs - 3, "{name}: their MRs deregistered");
-            drop((a, pd, cm));
         },
     );
+}
+
+/// `destroy` with receives outstanding (nothing will complete them)
+/// destroys the QP and hands every one back, `Ended::Destroyed`, holding
+/// its own untouched buffer, still registered: nothing is freed, and the
+/// MRs go only when the caller drops the buffers.
+#[test]
+fn destroy_hands_back_what_is_outstanding() {
+    with_three_receives(
+        "destroy_hands_back_what_is_outstanding",
+        |name, b, drops, counts| {
+            let (mrs, _) = counts.now();
+            let mut back = Vec::new();
+            b.destroy(&mut back)
+                .unwrap_or_else(|e| panic!("{name}: destroy: {e}"));
+            counts.assert_extra_cq_qp(1, 1, "after destroying B");
+            let got: Vec<_> = back
+                .iter()
+                .map(|c| (c.wr_id, c.ended, c.is_recv, c.status()))
+                .collect();
+            let want: Vec<_> = (0..3).map(|i| (i, Ended::Destroyed, true, None)).collect();
+            assert_eq!(got, want, "{name}");
+            assert_eq!(drops.load(Ordering::SeqCst), 0, "{name}: nothing freed");
+            assert_eq!(counts.now().0, mrs, "{name}: the MRs stay registered");
+            for (i, c) in back.into_iter().enumerate() {
+                let buf = c.into_memory().expect("the receive's buffer");
+                assert!(
+                    buf.buffer().iter().all(|&x| x == i as u8),
+                    "{name}: untouched"
+                );
+            }
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                3,
+                "{name}: the caller's to drop"
+            );
+            assert_eq!(counts.now().0, mrs - 3, "{name}: deregistered then");
+        },
+    );
+}
+
+/// siw leaves a send posted after the kernel moved the QP to ERR itself
+/// (the peer disconnected) in its ring: `flush` cannot bring it back
+/// (`ETIMEDOUT`, still owned), `destroy` can. Should the send have been
+/// written before siw's flush (which is not ordered against DISCONNECTED),
+/// it comes back flushed instead. Either way it comes back exactly once,
+/// with its buffer. (rxe flushes every send posted in ERR: siw only.)
+#[test]
+fn destroy_hands_back_what_siw_never_completes() {
+    let test = "destroy_hands_back_what_siw_never_completes";
+    on_each_data_path_device(test, |name, ctx| {
+        if driver(ctx) != Driver::Siw {
+            println!("{test}: {name}: a siw case, nothing to check on this driver");
+            return;
+        }
+        let pd = alloc_pd(ctx);
+        let (a, b, cm): (Owned, Owned, _) = owned_pair(ctx, &pd, name);
+        let link = cm.expect("siw connects through the cm");
+        link.server
+            .disconnect()
+            .unwrap_or_else(|e| panic!("{name}: B disconnects: {e}"));
+        let ev = common::cm::next_event(&link.ch_a, "A after B's disconnect");
+        assert!(
+            matches!(ev.kind, uverbs::cm::EventKind::Disconnected),
+            "{name}: {ev:?}"
+        );
+        // Time for siw's own flush, in its cm work.
+        std::thread::sleep(Duration::from_millis(500));
+        let sent = pattern(256, 0x5a);
+        let buf = reg(&pd, sent.clone(), AccessFlags::LOCAL_WRITE);
+        a.post_send(SendRequest::send(7, Local::whole(buf)))
+            .unwrap_or_else(|e| panic!("{name}: post in ERR: {e}"));
+        let mut back = Vec::new();
+        match a.flush(Duration::from_secs(2), &mut back) {
+            Ok(()) => {
+                loud(&format!(
+                    "NOTE: {name}: the send went in before siw's flush"
+                ));
+                assert_eq!(back.len(), 1, "{name}: {back:?}");
+                assert_eq!(back[0].status(), Some(WcStatus::WrFlushErr), "{name}");
+            }
+            Err(e) => {
+                assert_eq!(e.errno(), Some(uverbs::Errno::TIMEDOUT), "{name}: {e}");
+                assert!(back.is_empty(), "{name}: {back:?}");
+                assert_eq!(a.outstanding(), (1, 0), "{name}: still owned");
+                loud(&format!("NOTE: {name}: the send stays in siw's ring: {e}"));
+            }
+        }
+        let flushed = back.len();
+        a.destroy(&mut back)
+            .unwrap_or_else(|e| panic!("{name}: destroy: {e}"));
+        assert_eq!(back.len(), 1, "{name}: exactly once: {back:?}");
+        if flushed == 0 {
+            assert_eq!(back[0].ended, Ended::Destroyed, "{name}");
+        }
+        assert_eq!(back[0].wr_id, 7, "{name}");
+        assert_memory_back(back, &[(&sent, "the send's buffer")], name);
+        drop((b, pd, link));
+    });
 }
 
 /// A request refused before the device saw it comes back whole, and a QP

@@ -414,9 +414,7 @@ impl Pair {
                     );
                     self.tally.after_later += 1;
                 }
-                Ended::WithoutCompletion => {
-                    panic!("{}: request {n} lost its completion: {c:?}", self.name)
-                }
+                ended => panic!("{}: request {n} ended {ended:?}: {c:?}", self.name),
             }
             let local = c.local.expect("the request's memory");
             let len = msg_len(n);

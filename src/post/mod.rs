@@ -367,6 +367,7 @@ impl<T> From<PostSendError<T>> for Error {
 
 /// How a request's memory came back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Ended {
     /// With its own completion (success, an error, or a flush).
     Completion(WorkCompletion),
@@ -378,6 +379,9 @@ pub enum Ended {
     /// memory), but its completion was lost, say in a CQ overrun. Whether
     /// it succeeded is unknown.
     WithoutCompletion,
+    /// Outstanding when [`OwnedQp::destroy`] destroyed the QP: the device
+    /// reaches its memory no more. Whether it ran is unknown.
+    Destroyed,
 }
 
 /// A request the device is done with, and its memory.
@@ -398,18 +402,19 @@ impl<M> Completed<M> {
     pub fn completion(&self) -> Option<&WorkCompletion> {
         match &self.ended {
             Ended::Completion(wc) => Some(wc),
-            Ended::AfterLater | Ended::WithoutCompletion => None,
+            Ended::AfterLater | Ended::WithoutCompletion | Ended::Destroyed => None,
         }
     }
 
     /// The status: its completion's, success for an unsignalled send ended
     /// by a later completion, `None` when its completion was lost
-    /// ([`Ended::WithoutCompletion`]): never success by default.
+    /// ([`Ended::WithoutCompletion`]) or the QP was destroyed first
+    /// ([`Ended::Destroyed`]): never success by default.
     pub fn status(&self) -> Option<WcStatus> {
         match &self.ended {
             Ended::Completion(wc) => Some(wc.status()),
             Ended::AfterLater => Some(WcStatus::Success),
-            Ended::WithoutCompletion => None,
+            Ended::WithoutCompletion | Ended::Destroyed => None,
         }
     }
 
@@ -599,6 +604,30 @@ pub struct NotOwnable {
     pub qp: QueuePair,
     /// Why: the message.
     pub error: Error,
+}
+
+/// Why [`OwnedQp::destroy`] failed: the kernel kept the QP (or, in a
+/// forked child, it was not sent), so the device may still use the memory
+/// of the requests outstanding; the `OwnedQp` comes back with them. On siw
+/// see [`DestroyQpError`](crate::DestroyQpError) for what a refusal leaves
+/// of the rings.
+#[derive(thiserror::Error)]
+#[error("{error}")]
+#[non_exhaustive]
+pub struct NotDestroyed<M> {
+    /// The queue pair, its requests still outstanding.
+    pub qp: OwnedQp<M>,
+    /// Why: the message.
+    pub error: Error,
+}
+
+impl<M> fmt::Debug for NotDestroyed<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NotDestroyed")
+            .field("qp", &self.qp)
+            .field("error", &self.error)
+            .finish()
+    }
 }
 
 /// Completions read from a CQ at a time.
@@ -844,6 +873,12 @@ impl<M: DeviceReadable> OwnedQp<M> {
     /// `timeout` has passed (then `ETIMEDOUT`; what came back is in `done`,
     /// the rest stays owned). The QP is left in ERR: modify it to RESET to
     /// use it again.
+    ///
+    /// **siw** flushes its send ring once, as the QP enters ERR; when the
+    /// kernel moved it there itself (the stream closed: the peer went away
+    /// or disconnected), a send request posted after that stays in the
+    /// ring, never completed, and this answers `ETIMEDOUT` with it still
+    /// owned. [`destroy`](Self::destroy) hands its memory back.
     pub fn flush(&self, timeout: Duration, done: &mut Vec<Completed<M>>) -> Result<(), Error> {
         let qp = self.qp();
         if qp.state() != QpState::Err {
@@ -863,6 +898,67 @@ impl<M: DeviceReadable> OwnedQp<M> {
                 ));
             }
             std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Destroys the QP (`DESTROY_QP`) and hands back the memory of every
+    /// request still outstanding: first, with their completions, those
+    /// whose completions are in the CQ already ([`poll`](Self::poll)), then
+    /// the rest, each [`Ended::Destroyed`]: after the destroy the device
+    /// reaches none of their memory. This gets memory back from requests
+    /// that will never complete, such as those siw leaves in its ring (see
+    /// [`flush`](Self::flush)); dropping the `OwnedQp` destroys the QP too,
+    /// but frees that memory.
+    ///
+    /// A failure ([`NotDestroyed`]: the poll failed, or the kernel refused
+    /// the destroy) hands the `OwnedQp` back, its requests still
+    /// outstanding; what came back before it stays in `done`.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # fn f(qp: uverbs::OwnedQp<uverbs::BufferMr<Vec<u8>>>) -> Result<(), uverbs::Error> {
+    /// let mut back = Vec::new();
+    /// if qp.flush(Duration::from_secs(1), &mut back).is_err() {
+    ///     // Some requests never completed (siw after its stream closed).
+    ///     qp.destroy(&mut back).map_err(|e| e.error)?;
+    /// }
+    /// // Every request's memory is in `back` now.
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_destroy_qp")]
+    // The Err hands the caller's resource back by value; the path is cold.
+    #[allow(clippy::result_large_err)]
+    pub fn destroy(mut self, done: &mut Vec<Completed<M>>) -> Result<(), NotDestroyed<M>> {
+        if let Err(error) = self.poll(done) {
+            return Err(NotDestroyed { qp: self, error });
+        }
+        let qp = self.qp.take().expect("present until dropped");
+        let (qpn, (send, recv)) = (qp.qp_num(), qp.cqs());
+        match qp.destroy() {
+            Ok(_) => {
+                send.release(qpn);
+                recv.release(qpn);
+                let t = self
+                    .tables
+                    .get_mut()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let sends = t.sq.take_all().into_iter().map(|e| (e, false));
+                let recvs = t.rq.take_all().into_iter().map(|e| (e, true));
+                done.extend(sends.chain(recvs).map(|(entry, is_recv)| Completed {
+                    wr_id: entry.wr_id,
+                    ended: Ended::Destroyed,
+                    local: entry.local,
+                    is_recv,
+                }));
+                Ok(())
+            }
+            Err(refused) => {
+                self.qp = Some(*refused.qp);
+                Err(NotDestroyed {
+                    qp: self,
+                    error: refused.error,
+                })
+            }
         }
     }
 }

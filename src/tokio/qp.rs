@@ -377,7 +377,12 @@ impl<M> Future for CompletionFuture<M> {
 impl<M> AsyncQp<M> {
     /// Changes the QP's attributes and state ([`QueuePair::modify`](crate::QueuePair::modify)).
     /// Moving it to ERR completes every outstanding request with
-    /// `WR_FLUSH_ERR`: their futures resolve with their memory.
+    /// `WR_FLUSH_ERR`: their futures resolve with their memory. Except on
+    /// siw, for a send request posted after the kernel had moved the QP to
+    /// ERR itself (its stream closed): siw leaves it in the ring, never
+    /// completed ([`OwnedQp::flush`]), and its future resolves only when
+    /// the `AsyncQp` is dropped (`ECANCELED`; the memory is dropped after
+    /// the QP's destruction).
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
         self.shared.qp.modify(attr)

@@ -53,7 +53,7 @@ struct State {
     log: Vec<String>,
     /// The CQ key the next CREATE_CQ answers.
     cq_key: Option<u64>,
-    /// The next DESTROY_CQ answers EBUSY.
+    /// The next DESTROY_CQ or DESTROY_QP answers EBUSY.
     busy_once: bool,
     /// The state QUERY_QP answers (what the kernel's CM moved the QP to).
     qp_state: u8,
@@ -228,9 +228,12 @@ unsafe impl Transport for SiwFake {
             sys::IB_USER_VERBS_CMD_DESTROY_QP => {
                 drop(st);
                 let (sq, rq) = (self.mapped(SQ_KEY), self.mapped(RQ_KEY));
-                self.state()
-                    .log
+                let mut st = self.state();
+                st.log
                     .push(format!("destroy_qp sq_mapped={sq} rq_mapped={rq}"));
+                if std::mem::take(&mut st.busy_once) {
+                    return Err(Errno::BUSY);
+                }
                 put(cmd.core_out, &sys::ib_uverbs_destroy_qp_resp::default());
                 Ok(0)
             }
@@ -989,4 +992,58 @@ fn a_receive_whose_completion_was_lost_is_not_reported_as_success() {
     assert_eq!(done[1].wr_id, 2);
     assert_eq!(done[1].status(), Some(WcStatus::Success));
     assert_eq!(s.qp.outstanding(), (0, 0));
+}
+
+/// What siw leaves in its ring never completes (a request posted after the
+/// kernel's own flush, as here: the fake completes nothing). `destroy`
+/// hands back first what completed, with its completion, then the rest as
+/// `Ended::Destroyed`, after DESTROY_QP; a refused destroy hands the QP
+/// back with its requests still outstanding.
+#[test]
+fn a_destroyed_owned_siw_qp_hands_back_what_never_completed() {
+    use crate::post::Ended;
+    let mut s = OwnedSiw::new();
+    s.qp.post_send(crate::SendRequest::send(1, s.local(1)))
+        .unwrap();
+    s.qp.post_send(crate::SendRequest::send(2, s.local(2)))
+        .unwrap();
+    s.qp.post_recv(crate::RecvRequest::new(3, s.local(3)))
+        .unwrap();
+    s.complete(0, sys::SIW_OP_SEND);
+
+    s.fake.state().busy_once = true;
+    let mut back = Vec::new();
+    let refused = s.qp.destroy(&mut back).unwrap_err();
+    assert_eq!(refused.error.errno(), Some(Errno::BUSY));
+    assert_eq!(back.len(), 1, "the completed send came back: {back:?}");
+    assert_eq!(
+        (back[0].wr_id, back[0].status()),
+        (1, Some(WcStatus::Success))
+    );
+    let qp = refused.qp;
+    assert_eq!(qp.outstanding(), (1, 1), "the rest stays with the device");
+
+    let mut back = Vec::new();
+    qp.destroy(&mut back).unwrap();
+    let log = s.fake.log();
+    assert!(
+        log.iter().filter(|l| l.starts_with("destroy_qp")).count() == 2,
+        "{log:?}"
+    );
+    let got: Vec<_> = back
+        .iter()
+        .map(|c| (c.wr_id, c.ended, c.is_recv, c.status()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (2, Ended::Destroyed, false, None),
+            (3, Ended::Destroyed, true, None)
+        ]
+    );
+    let bytes: Vec<u8> = back
+        .into_iter()
+        .map(|c| c.into_memory().expect("memory").buffer()[0])
+        .collect();
+    assert_eq!(bytes, [2, 3], "each request's own buffer");
 }
