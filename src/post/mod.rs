@@ -934,14 +934,19 @@ impl<M: DeviceReadable> OwnedQp<M> {
         }
         let qp = self.qp.take().expect("present until dropped");
         let (qpn, (send, recv)) = (qp.qp_num(), qp.cqs());
-        match qp.destroy() {
+        let tables = self
+            .tables
+            .get_mut()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Should the destroy unwind, the requests' memory is leaked (as in
+        // Drop), never freed while the device may still reach it.
+        let leak_on_unwind = LeakOnUnwind(Some(tables));
+        let destroyed = qp.destroy();
+        let t = leak_on_unwind.disarm();
+        match destroyed {
             Ok(_) => {
                 send.release(qpn);
                 recv.release(qpn);
-                let t = self
-                    .tables
-                    .get_mut()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
                 let sends = t.sq.take_all().into_iter().map(|e| (e, false));
                 let recvs = t.rq.take_all().into_iter().map(|e| (e, true));
                 done.extend(sends.chain(recvs).map(|(entry, is_recv)| Completed {
@@ -1089,6 +1094,26 @@ impl<M> OwnedQp<M> {
         PostRefused {
             request,
             error: self.post_error(op, index, source),
+        }
+    }
+}
+
+/// While armed, leaks the outstanding requests of the tables it holds when
+/// dropped: an unwind through [`OwnedQp::destroy`] never frees memory the
+/// device may still use.
+struct LeakOnUnwind<'t, M>(Option<&'t mut Tables<M>>);
+
+impl<'t, M> LeakOnUnwind<'t, M> {
+    /// The tables back, the guard gone without leaking anything.
+    fn disarm(mut self) -> &'t mut Tables<M> {
+        self.0.take().expect("armed until disarmed")
+    }
+}
+
+impl<M> Drop for LeakOnUnwind<'_, M> {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take() {
+            std::mem::forget((t.sq.take_all(), t.rq.take_all()));
         }
     }
 }

@@ -55,6 +55,8 @@ struct State {
     cq_key: Option<u64>,
     /// The next DESTROY_CQ or DESTROY_QP answers EBUSY.
     busy_once: bool,
+    /// The next DESTROY_QP panics.
+    panic_once: bool,
     /// The state QUERY_QP answers (what the kernel's CM moved the QP to).
     qp_state: u8,
     /// The mask of each MODIFY_QP.
@@ -231,6 +233,10 @@ unsafe impl Transport for SiwFake {
                 let mut st = self.state();
                 st.log
                     .push(format!("destroy_qp sq_mapped={sq} rq_mapped={rq}"));
+                if std::mem::take(&mut st.panic_once) {
+                    drop(st); // not poisoned: the unwind destroys the QP again
+                    panic!("the fake's DESTROY_QP panics, as asked");
+                }
                 if std::mem::take(&mut st.busy_once) {
                     return Err(Errno::BUSY);
                 }
@@ -1046,4 +1052,29 @@ fn a_destroyed_owned_siw_qp_hands_back_what_never_completed() {
         .map(|c| c.into_memory().expect("memory").buffer()[0])
         .collect();
     assert_eq!(bytes, [2, 3], "each request's own buffer");
+}
+
+/// A destroy that unwinds (here the fake panics in DESTROY_QP) frees none
+/// of the outstanding requests' memory: their MRs are never deregistered,
+/// their buffers leaked, as a drop that unwinds leaks them.
+#[test]
+#[cfg_attr(miri, ignore = "it leaks on purpose, which Miri's leak check reports")]
+fn an_owned_siw_destroy_that_unwinds_frees_no_memory() {
+    let s = OwnedSiw::new();
+    s.qp.post_recv(crate::RecvRequest::new(1, s.local(1)))
+        .unwrap();
+    let deregs = |fake: &SiwFake| {
+        let cmds = fake.inner.commands();
+        cmds.iter()
+            .filter(|c| c.code == sys::IB_USER_VERBS_CMD_DEREG_MR)
+            .count()
+    };
+    let before = deregs(&s.fake);
+    s.fake.state().panic_once = true;
+    let OwnedSiw { fake, qp, .. } = s;
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        qp.destroy(&mut Vec::new()).is_ok()
+    }));
+    assert!(unwound.is_err(), "the fake's DESTROY_QP panicked");
+    assert_eq!(deregs(&fake), before, "the receive's MR stays registered");
 }
