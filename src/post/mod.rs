@@ -5,7 +5,6 @@ mod memory;
 mod outstanding;
 
 use std::fmt;
-use std::mem::ManuallyDrop;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -933,7 +932,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
             return Err(NotDestroyed { qp: self, error });
         }
         let qp = self.qp.take().expect("present until dropped");
-        let (qpn, (send, recv)) = (qp.qp_num(), qp.cqs());
+        let (qpn, cqs) = (qp.qp_num(), qp.cqs());
         let tables = self
             .tables
             .get_mut()
@@ -945,8 +944,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
         let t = leak_on_unwind.disarm();
         match destroyed {
             Ok(_) => {
-                send.release(qpn);
-                recv.release(qpn);
+                release_routing(qpn, cqs);
                 let sends = t.sq.take_all().into_iter().map(|e| (e, false));
                 let recvs = t.rq.take_all().into_iter().map(|e| (e, true));
                 done.extend(sends.chain(recvs).map(|(entry, is_recv)| Completed {
@@ -1077,7 +1075,7 @@ impl<M> OwnedQp<M> {
     /// plain polls again.
     fn into_parts(mut self) -> QueuePair {
         let qp = self.qp.take().expect("present until dropped");
-        release_routing(&qp);
+        release_routing(qp.qp_num(), qp.cqs());
         qp
     }
 
@@ -1099,8 +1097,8 @@ impl<M> OwnedQp<M> {
 }
 
 /// While armed, leaks the outstanding requests of the tables it holds when
-/// dropped: an unwind through [`OwnedQp::destroy`] never frees memory the
-/// device may still use.
+/// dropped: an unwind through [`OwnedQp::destroy`] or the drop's destroy
+/// never frees memory the device may still use.
 struct LeakOnUnwind<'t, M>(Option<&'t mut Tables<M>>);
 
 impl<'t, M> LeakOnUnwind<'t, M> {
@@ -1113,22 +1111,29 @@ impl<'t, M> LeakOnUnwind<'t, M> {
 impl<M> Drop for LeakOnUnwind<'_, M> {
     fn drop(&mut self) {
         if let Some(t) = self.0.take() {
-            std::mem::forget((t.sq.take_all(), t.rq.take_all()));
+            t.leak_outstanding();
         }
     }
 }
 
-/// Unregisters `qp`'s reader on its CQs.
-fn release_routing(qp: &QueuePair) {
-    let (send, recv) = qp.cqs();
-    send.release(qp.qp_num());
-    recv.release(qp.qp_num());
+impl<M> Tables<M> {
+    /// Leaks the outstanding requests (their memory is never freed): for
+    /// when the device may still use it.
+    fn leak_outstanding(&mut self) {
+        std::mem::forget((self.sq.take_all(), self.rq.take_all()));
+    }
+}
+
+/// Unregisters the reader of QP `qpn` on its CQs (`QueuePair::cqs`).
+fn release_routing(qpn: u32, (send, recv): (CompletionQueue, CompletionQueue)) {
+    send.release(qpn);
+    recv.release(qpn);
 }
 
 impl<M> Drop for OwnedQp<M> {
     fn drop(&mut self) {
         let Some(qp) = self.qp.take() else { return };
-        release_routing(&qp);
+        release_routing(qp.qp_num(), qp.cqs());
         let t = self
             .tables
             .get_mut()
@@ -1136,20 +1141,23 @@ impl<M> Drop for OwnedQp<M> {
         if t.sq.is_empty() && t.rq.is_empty() {
             return;
         }
-        // The outstanding requests, out of the tables: dropped (memory
-        // freed) only below, once the QP is destroyed. Should anything
-        // unwind before that, they are leaked, never freed under the device.
-        let held = ManuallyDrop::new((t.sq.take_all(), t.rq.take_all()));
+        // The outstanding requests are freed only below, once the QP is
+        // destroyed. Should anything unwind before that, they are leaked,
+        // never freed under the device.
+        let leak_on_unwind = LeakOnUnwind(Some(t));
         // Stop the device first (ERR flushes the queues), then destroy the
         // QP: after DESTROY_QP the device reaches none of the memory.
         if qp.state() != QpState::Err {
             let _ = qp.modify(&QpAttr::new().state(QpState::Err));
         }
-        match qp.destroy() {
-            Ok(_) => drop(ManuallyDrop::into_inner(held)),
+        let destroyed = qp.destroy();
+        let t = leak_on_unwind.disarm();
+        match destroyed {
+            Ok(_) => drop((t.sq.take_all(), t.rq.take_all())),
             // The device may still use the memory (or, in a forked child,
             // the parent's device does): leak it, and the QP.
             Err(refused) => {
+                t.leak_outstanding();
                 // (In a forked child the QP is the parent's: nothing lost.)
                 if refused.qp.context().is_owned_by_this_process() {
                     refused.qp.context().note_abandoned_queue_pair();
