@@ -3,8 +3,9 @@
 //! `OwnedQp::poll` hands it back with the completion; flush completes what
 //! is outstanding with FLUSH_ERR and hands that back too; dropping an
 //! `OwnedQp` with requests outstanding destroys the QP before their memory
-//! is freed, and `OwnedQp::destroy` hands that memory back instead. Every byte is checked, every wait bounded, and the kernel's
-//! counts are back at their start at the end. On siw0 the owned QPs are
+//! is freed, and `OwnedQp::destroy` hands that memory back instead. Every
+//! byte is checked, every wait bounded, and the kernel's counts are back at
+//! their start at the end. On siw0 the owned QPs are
 //! connected through the iWARP connection manager (`OwnedQp::modify` with
 //! the cm's answers, then `established`); what siw cannot do (immediate
 //! data, atomics) is refused before the ring with the memory handed back.
