@@ -473,6 +473,26 @@ impl Qps {
         (self.post_recv)(self.b, wr, &mut bad)
     }
 
+    /// Waits for the one completion of request `i` on A's CQ (`on_b`:
+    /// B's) and fails unless it is the successful `opcode` completion of
+    /// work request `i` on that QP.
+    fn one_completion(
+        &self,
+        counts: &mut Counts,
+        on_b: bool,
+        what: &str,
+        i: usize,
+        opcode: u32,
+    ) -> Result<(), String> {
+        let (cq, qpn) = match on_b {
+            false => (self.cq_a, self.qpn_a),
+            true => (self.cq_b, self.qpn_b),
+        };
+        let mut wc = [IbvWc::default(); 1];
+        crate::wait_for(counts, what, i, 1, |got| self.poll(cq, &mut wc[got..]))?;
+        expect(&wc[0], what, i as u64, opcode, qpn)
+    }
+
     /// `ops.poll_cq` of `cq` for at most `out.len()` completions.
     fn poll(&self, cq: *mut IbvCq, out: &mut [IbvWc]) -> Result<usize, String> {
         // SAFETY: `cq` is one of this run's live CQs and `out` has room for
@@ -493,6 +513,14 @@ fn expect(c: &IbvWc, what: &str, wr_id: u64, opcode: u32, qp_num: u32) -> Result
         ));
     }
     Ok(())
+}
+
+/// Fails with the errno `r` a post named `call` answered, unless it is 0.
+fn posted(r: c_int, call: std::fmt::Arguments<'_>) -> Result<(), String> {
+    match r {
+        0 => Ok(()),
+        r => Err(format!("libibverbs: {call}: errno {r}")),
+    }
 }
 
 /// A send work request of one SGE (a WRITE's target at `remote_addr`).
@@ -652,7 +680,6 @@ fn write(
     rkey: u32,
 ) -> Result<Counts, String> {
     let mut counts = Counts::default();
-    let mut wc = [IbvWc::default(); 1];
     for i in 0..pair.iters {
         let flags = IBV_SEND_SIGNALED;
         let mut wr = send_wr(
@@ -667,14 +694,11 @@ fn write(
         // SAFETY: the source is registered and left alone until the
         // completion, polled below; the target is the peer's registered
         // slot.
-        let r = unsafe { q.post_send(&mut wr) };
-        if r != 0 {
-            return Err(format!("libibverbs: post_send {i}: errno {r}"));
-        }
-        crate::wait_for(&mut counts, "WRITE", i, 1, |got| {
-            q.poll(q.cq_a, &mut wc[got..])
-        })?;
-        expect(&wc[0], "WRITE", i as u64, IBV_WC_RDMA_WRITE, q.qpn_a)?;
+        posted(
+            unsafe { q.post_send(&mut wr) },
+            format_args!("post_send {i}"),
+        )?;
+        q.one_completion(&mut counts, false, "WRITE", i, IBV_WC_RDMA_WRITE)?;
     }
     Ok(counts)
 }
@@ -711,9 +735,7 @@ fn write_batch(
         // registered and left alone until the last (signalled) request's
         // completion, polled below; the targets are the peer's slots.
         let r = unsafe { q.post_send(wrs.as_mut_ptr()) };
-        if r != 0 {
-            return Err(format!("libibverbs: post_send batch {i}: errno {r}"));
-        }
+        posted(r, format_args!("post_send batch {i}"))?;
         crate::wait_for(&mut counts, "WRITE batch", i, signalled, |got| {
             q.poll(q.cq_a, &mut wc[got..signalled])
         })?;
@@ -735,7 +757,6 @@ fn send_recv(
     lkey: u32,
 ) -> Result<Counts, String> {
     let mut counts = Counts::default();
-    let mut wc = [IbvWc::default(); 1];
     let mut recv_sge = IbvSge {
         addr: target,
         length: BYTES as u32,
@@ -751,26 +772,20 @@ fn send_recv(
         counts.post_recvs += 1;
         // SAFETY: the slot is registered and not touched until the
         // receive's completion, polled below.
-        let r = unsafe { q.post_recv(&mut rwr) };
-        if r != 0 {
-            return Err(format!("libibverbs: post_recv {i}: errno {r}"));
-        }
+        posted(
+            unsafe { q.post_recv(&mut rwr) },
+            format_args!("post_recv {i}"),
+        )?;
         let flags = IBV_SEND_SIGNALED;
         let mut wr = send_wr(i as u64, IBV_WR_SEND, flags, &mut source, 0, 0);
         counts.posts += 1;
         // SAFETY: as in `write`.
-        let r = unsafe { q.post_send(&mut wr) };
-        if r != 0 {
-            return Err(format!("libibverbs: post_send {i}: errno {r}"));
-        }
-        crate::wait_for(&mut counts, "SEND", i, 1, |got| {
-            q.poll(q.cq_a, &mut wc[got..])
-        })?;
-        expect(&wc[0], "SEND", i as u64, IBV_WC_SEND, q.qpn_a)?;
-        crate::wait_for(&mut counts, "RECV", i, 1, |got| {
-            q.poll(q.cq_b, &mut wc[got..])
-        })?;
-        expect(&wc[0], "RECV", i as u64, IBV_WC_RECV, q.qpn_b)?;
+        posted(
+            unsafe { q.post_send(&mut wr) },
+            format_args!("post_send {i}"),
+        )?;
+        q.one_completion(&mut counts, false, "SEND", i, IBV_WC_SEND)?;
+        q.one_completion(&mut counts, true, "RECV", i, IBV_WC_RECV)?;
     }
     Ok(counts)
 }
@@ -799,14 +814,9 @@ fn inline_send(
         // SAFETY: slot k is registered and read only (by `crate::landed`)
         // after the loop; the provider copies the request during the call.
         let r = unsafe { q.post_recv(&mut rwr) };
-        if r != 0 {
-            return Err(format!(
-                "libibverbs: post_recv {k} (before the loop): errno {r}"
-            ));
-        }
+        posted(r, format_args!("post_recv {k} (before the loop)"))?;
     }
     let mut counts = Counts::default();
-    let mut wc = [IbvWc::default(); 1];
     for i in 0..pair.iters {
         let data = crate::pattern(i);
         let mut sge = IbvSge {
@@ -819,14 +829,11 @@ fn inline_send(
         counts.posts += 1;
         // SAFETY: inline: the provider copies `data`'s bytes during the
         // call.
-        let r = unsafe { q.post_send(&mut wr) };
-        if r != 0 {
-            return Err(format!("libibverbs: post_send {i}: errno {r}"));
-        }
-        crate::wait_for(&mut counts, "inline SEND", i, 1, |got| {
-            q.poll(q.cq_a, &mut wc[got..])
-        })?;
-        expect(&wc[0], "inline SEND", i as u64, IBV_WC_SEND, q.qpn_a)?;
+        posted(
+            unsafe { q.post_send(&mut wr) },
+            format_args!("post_send {i}"),
+        )?;
+        q.one_completion(&mut counts, false, "inline SEND", i, IBV_WC_SEND)?;
     }
     Ok(counts)
 }
