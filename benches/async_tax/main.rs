@@ -305,33 +305,38 @@ async fn lat_async(
     let mut m = buffers(pd, 4, 64)?;
     let (mut ma, mut ra, mut mb, mut rb) = (m.pop(), m.pop(), m.pop(), m.pop());
     let mut out = Vec::with_capacity(iters);
-    let step =
-        |r: Result<Completed<Mem>, uverbs::Error>| r.map_err(|e| e.to_string()).and_then(memory);
-    let refused = |e: uverbs::Error| e.to_string();
     for i in 0..iters + 20 {
         let t0 = Instant::now();
-        // Posted at the calls, in order: the receive before the send.
-        let r = b
-            .recv(Local::whole(rb.take().unwrap()))
-            .map_err(|e| refused(e.into()))?;
-        let s = a
-            .send(Local::whole(ma.take().unwrap()))
-            .map_err(|e| refused(e.into()))?;
-        let (r, s) = tokio::join!(r, s);
-        (rb, ma) = (Some(step(r)?), Some(step(s)?));
-        let r = a
-            .recv(Local::whole(ra.take().unwrap()))
-            .map_err(|e| refused(e.into()))?;
-        let s = b
-            .send(Local::whole(mb.take().unwrap()))
-            .map_err(|e| refused(e.into()))?;
-        let (r, s) = tokio::join!(r, s);
-        (ra, mb) = (Some(step(r)?), Some(step(s)?));
+        let (s, r) = exchange_async(a, b, ma.take().unwrap(), rb.take().unwrap()).await?;
+        (ma, rb) = (Some(s), Some(r));
+        let (s, r) = exchange_async(b, a, mb.take().unwrap(), ra.take().unwrap()).await?;
+        (mb, ra) = (Some(s), Some(r));
         if i >= 20 {
             out.push(t0.elapsed().as_secs_f64() * 1e6 / 2.0);
         }
     }
     Ok(out)
+}
+
+/// [`exchange`] through futures: `to` posts a receive into `rx`, then
+/// `from` a SEND of `msg` (posted at the calls, in that order); answers
+/// both buffers once both have completed.
+async fn exchange_async(
+    from: &AsyncQp<Mem>,
+    to: &AsyncQp<Mem>,
+    msg: Mem,
+    rx: Mem,
+) -> Result<(Mem, Mem)> {
+    let r = to
+        .recv(Local::whole(rx))
+        .map_err(|e| format!("recv: {}", uverbs::Error::from(e)))?;
+    let s = from
+        .send(Local::whole(msg))
+        .map_err(|e| format!("send: {}", uverbs::Error::from(e)))?;
+    let (r, s) = tokio::join!(r, s);
+    let back =
+        |c: Result<Completed<Mem>, uverbs::Error>| c.map_err(|e| e.to_string()).and_then(memory);
+    Ok((back(s)?, back(r)?))
 }
 
 fn bw_blocking(
