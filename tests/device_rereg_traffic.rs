@@ -211,14 +211,7 @@ fn access_bad_flow_remote_write_removed_in_place_is_refused() {
             counts.assert_extra(2, 1, "two MRs in the pair's PD");
             counts.assert_extra_cq_qp(2, 2, "two CQs, two QPs");
             remote_write_removed_in_place(&mut rig, &mut mr, &dst, remote);
-
-            let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
-            rig.write_lands(3, to_other, &other, "recovered: another MR");
-            rig.write_refused(4, remote, &dst, "recovered: still removed");
-
-            drop((other_mr, mr, rig));
-            drop((other, dst));
-            assert_all_gone(counts);
+            recovered_elsewhere(rig, counts, 3, (dst, mr, remote), "still removed");
         },
     );
 }
@@ -254,9 +247,24 @@ fn siw_access_removed(mut rig: Rig, counts: &HandleCounts) {
     rig.read_lands(4, new, &dst, "the new rkey still reads");
     rig.write_refused(5, new, &dst, "the new rkey without REMOTE_WRITE");
     rig.write_refused(6, remote, &dst, "the old rkey after the replace");
+    let without = "still without REMOTE_WRITE";
+    recovered_elsewhere(rig, counts, 7, (dst, mr, new), without);
+}
+
+/// The end of a bad flow, once the pair is recovered: WRITE `wr_id` to
+/// another region lands, WRITE `wr_id + 1` to `remote` (`mr`'s, over
+/// `dst`) is `still` refused; then everything is dropped and no kernel
+/// object is left.
+fn recovered_elsewhere(
+    mut rig: Rig,
+    counts: &HandleCounts,
+    wr_id: u64,
+    (dst, mr, remote): (memmap2::MmapMut, MemoryRegion, Remote),
+    still: &str,
+) {
     let (other, other_mr, _, to_other) = fresh_target(&rig.q.pd, RW);
-    rig.write_lands(7, to_other, &other, "recovered: another MR");
-    rig.write_refused(8, new, &dst, "recovered: still without REMOTE_WRITE");
+    rig.write_lands(wr_id, to_other, &other, "recovered: another MR");
+    rig.write_refused(wr_id + 1, remote, &dst, &format!("recovered: {still}"));
     drop((other_mr, mr, rig));
     drop((other, dst));
     assert_all_gone(counts);
