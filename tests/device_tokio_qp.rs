@@ -18,8 +18,8 @@ use std::time::Duration;
 use common::*;
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncQp, CompletionFuture};
 use uverbs::{
-    AccessFlags, BufferMr, Context, Error, Local, OwnedQp, PostSendError, ProtectionDomain, QpInit,
-    Remote, SendRequest, WcStatus,
+    AccessFlags, BufferMr, Context, Ended, Error, Local, OwnedQp, PostSendError, ProtectionDomain,
+    QpInit, RecvRequest, Remote, SendRequest, WcStatus,
 };
 use uverbs::{QpAttr, QpState, QpType};
 
@@ -357,6 +357,74 @@ fn cancelled_futures_leave_memory_with_the_qp() {
                 drops.load(Ordering::SeqCst),
                 3,
                 "{name}: freed once the QP is gone"
+            );
+            drop(pd);
+        },
+    );
+}
+
+/// `destroy` resolves every waiting future with its request's memory: a
+/// receive whose message came with its completion, one that nothing will
+/// complete `Ended::Destroyed` with its untouched buffer; the memory of a
+/// receive whose future was dropped is freed by the destroy, not before.
+#[test]
+fn destroy_resolves_every_waiting_future_with_its_memory() {
+    on_each_data_path_device_counted(
+        "destroy_resolves_every_waiting_future_with_its_memory",
+        |name, ctx, counts| {
+            let (rt, pd, drops) = setup(ctx);
+            rt.block_on(async {
+                let mut p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
+                let a = p.a.pop().expect("one pair");
+                let b = Arc::into_inner(p.b.pop().expect("one pair")).expect("B's only handle");
+                let recv = |wr_id: u64, fill: u8| {
+                    let buf = reg(&pd, vec![fill; 64], &drops);
+                    posted(b.post_recv(RecvRequest::new(wr_id, Local::whole(buf))))
+                };
+                let (landed, pending, dropped) = (recv(10, 1), recv(11, 2), recv(12, 3));
+                drop(dropped);
+                let msg = reg(&pd, vec![7; 64], &drops);
+                // On RC the send completes once B's receive has the bytes.
+                let sent = ok(
+                    bounded("send", posted(a.send(Local::whole(msg)))).await,
+                    "send",
+                );
+                assert_eq!(drops.load(Ordering::SeqCst), 0, "{name}: nothing freed");
+                counts.assert_extra_cq_qp(2, 2, "two async QPs");
+
+                b.destroy()
+                    .unwrap_or_else(|e| panic!("{name}: destroy: {e}"));
+                assert_eq!(
+                    drops.load(Ordering::SeqCst),
+                    1,
+                    "{name}: the dropped future's memory freed by the destroy"
+                );
+                let landed = ok(bounded("the landed receive", landed).await, "landed");
+                assert_eq!(landed.wr_id, 10, "{name}");
+                let buf = landed.into_memory().expect("the receive's buffer");
+                assert!(buf.buffer().iter().all(|&x| x == 7), "{name}: the message");
+                let pending = bounded("the pending receive", pending)
+                    .await
+                    .unwrap_or_else(|e| panic!("{name}: pending: {e}"));
+                assert_eq!(
+                    (pending.wr_id, pending.ended, pending.status()),
+                    (11, Ended::Destroyed, None),
+                    "{name}"
+                );
+                let buf2 = pending.into_memory().expect("the receive's buffer");
+                assert!(buf2.buffer().iter().all(|&x| x == 2), "{name}: untouched");
+                assert_eq!(
+                    drops.load(Ordering::SeqCst),
+                    1,
+                    "{name}: the caller's to drop"
+                );
+                drop((buf, buf2, sent, a, p));
+            });
+            drop(rt);
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                4,
+                "{name}: all freed at the end"
             );
             drop(pd);
         },

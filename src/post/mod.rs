@@ -605,28 +605,20 @@ pub struct NotOwnable {
     pub error: Error,
 }
 
-/// Why [`OwnedQp::destroy`] failed: the kernel kept the QP (or, in a
-/// forked child, it was not sent), so the device may still use the memory
-/// of the requests outstanding; the `OwnedQp` comes back with them. On siw
+/// Why a destroy failed ([`OwnedQp::destroy`], and with the `tokio`
+/// feature `AsyncQp::destroy`): the kernel kept the QP (or, in a forked
+/// child, it was not sent), so the device may still use the memory of the
+/// requests outstanding; the queue pair `Q` comes back with them. On siw
 /// see [`DestroyQpError`](crate::DestroyQpError) for what a refusal leaves
 /// of the rings.
-#[derive(thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 #[non_exhaustive]
-pub struct NotDestroyed<M> {
+pub struct NotDestroyed<Q> {
     /// The queue pair, its requests still outstanding.
-    pub qp: OwnedQp<M>,
+    pub qp: Q,
     /// Why: the message.
     pub error: Error,
-}
-
-impl<M> fmt::Debug for NotDestroyed<M> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NotDestroyed")
-            .field("qp", &self.qp)
-            .field("error", &self.error)
-            .finish()
-    }
 }
 
 /// Completions read from a CQ at a time.
@@ -927,7 +919,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
     #[doc(alias = "ibv_destroy_qp")]
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
-    pub fn destroy(mut self, done: &mut Vec<Completed<M>>) -> Result<(), NotDestroyed<M>> {
+    pub fn destroy(mut self, done: &mut Vec<Completed<M>>) -> Result<(), NotDestroyed<Self>> {
         if let Err(error) = self.poll(done) {
             return Err(NotDestroyed { qp: self, error });
         }

@@ -112,6 +112,15 @@ impl Dispatch {
         Ok(())
     }
 
+    /// Removes the QP whose shared state is `qp`. Once this returns, the
+    /// task holds no strong reference to it: it upgrades its weak ones only
+    /// under the lock taken here.
+    pub(super) fn unregister(&self, qp: *const ()) {
+        self.qps
+            .lock()
+            .retain(|w| !std::ptr::addr_eq(w.as_ptr(), qp));
+    }
+
     /// One poll of every live QP, repeated while it finds anything; how
     /// many requests ended.
     fn drain_all(&self) -> Result<usize, Error> {

@@ -19,8 +19,8 @@ use crate::command::{QpAttr, QpState, QpType};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op};
 use crate::post::{
-    Completed, DeviceReadable, DeviceWritable, Holds, Local, OwnedQp, PostRefused, PostSendError,
-    RecvRequest, SendRequest,
+    Completed, DeviceReadable, DeviceWritable, Holds, Local, NotDestroyed, OwnedQp, PostRefused,
+    PostSendError, RecvRequest, SendRequest,
 };
 use crate::qp::QpCaps;
 use crate::wr::{PostError, Remote};
@@ -61,6 +61,27 @@ struct Waiters<M> {
     ended: Option<Errno>,
 }
 
+impl<M> Waiters<M> {
+    fn new() -> Self {
+        Waiters {
+            next_key: 1,
+            pending: HashMap::new(),
+            ended: None,
+        }
+    }
+
+    /// Resolves the future of the request that ended as `completed`, with
+    /// the caller's id back in it. A future dropped meanwhile: the
+    /// request's memory is dropped here, now that the device is done with
+    /// it.
+    fn resolve(&mut self, mut completed: Completed<M>) {
+        if let Some(waiter) = self.pending.remove(&completed.wr_id) {
+            completed.wr_id = waiter.wr_id;
+            let _ = waiter.reply.send(Ok(completed));
+        }
+    }
+}
+
 /// What the QP's futures and its CQs' tasks share.
 struct Shared<M> {
     qp: OwnedQp<M>,
@@ -77,13 +98,8 @@ impl<M: DeviceReadable + Send + Sync + 'static> Drain for Shared<M> {
             return Ok(0);
         }
         let mut waiters = self.waiters.lock();
-        for mut completed in done.drain(..) {
-            if let Some(waiter) = waiters.pending.remove(&completed.wr_id) {
-                completed.wr_id = waiter.wr_id;
-                // A future dropped meanwhile: the request's memory is
-                // dropped here, now that the device is done with it.
-                let _ = waiter.reply.send(Ok(completed));
-            }
+        for completed in done.drain(..) {
+            waiters.resolve(completed);
         }
         Ok(n)
     }
@@ -171,11 +187,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         }
         let shared = Arc::new(Shared {
             qp,
-            waiters: Mutex::new(Waiters {
-                next_key: 1,
-                pending: HashMap::new(),
-                ended: None,
-            }),
+            waiters: Mutex::new(Waiters::new()),
             done: Mutex::new(Vec::new()),
         });
         let drain: Arc<dyn Drain> = shared.clone();
@@ -191,6 +203,96 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
             }
         }
         Ok(AsyncQp { shared, _cqs: used })
+    }
+
+    /// Destroys the QP (`DESTROY_QP`, through [`OwnedQp::destroy`]) and
+    /// resolves every waiting future with its request's memory: a request
+    /// whose completion had come, with it; every other one with
+    /// [`Ended::Destroyed`](crate::Ended::Destroyed), its memory out of the
+    /// device's reach. The memory of a request whose future was dropped is
+    /// dropped here.
+    ///
+    /// This ends requests that will never complete, such as a send siw
+    /// leaves in its ring once its stream has closed (see
+    /// [`modify`](Self::modify)). Dropping the `AsyncQp` destroys the QP
+    /// too, but its waiting futures then fail with `ECANCELED` and their
+    /// memory is freed.
+    ///
+    /// A failure ([`NotDestroyed`]: the poll failed, or the kernel refused
+    /// the destroy) hands the `AsyncQp` back, served by its CQs' tasks as
+    /// before; the futures of requests found complete meanwhile have
+    /// resolved.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # use uverbs::{BufferMr, Local};
+    /// # async fn f(qp: uverbs::tokio::AsyncQp<BufferMr<Vec<u8>>>, buf: BufferMr<Vec<u8>>) -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut sent = qp.send(Local::whole(buf))?;
+    /// let done = match tokio::time::timeout(Duration::from_secs(1), &mut sent).await {
+    ///     Ok(done) => done?,
+    ///     // Never completed (siw after its stream closed): the destroy ends it.
+    ///     Err(_) => {
+    ///         qp.destroy().map_err(|e| e.error)?;
+    ///         sent.await?
+    ///     }
+    /// };
+    /// let buf = done.into_memory().expect("the buffer comes back");
+    /// # drop(buf); Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_destroy_qp")]
+    pub fn destroy(self) -> Result<(), NotDestroyed<Self>> {
+        let AsyncQp { shared, _cqs: cqs } = self;
+        // Out of every task's list first: then no task holds the shared
+        // state, and it can be taken apart.
+        let key = Arc::as_ptr(&shared).cast::<()>();
+        for cq in &cqs {
+            cq.dispatch.unregister(key);
+        }
+        let Shared { qp, waiters, .. } = match Arc::try_unwrap(shared) {
+            Ok(s) => s,
+            Err(_) => unreachable!("only the AsyncQp holds its state once unregistered"),
+        };
+        let mut waiters = waiters.into_inner();
+        let mut done = Vec::new();
+        let destroyed = qp.destroy(&mut done);
+        for completed in done {
+            waiters.resolve(completed);
+        }
+        let refused = match destroyed {
+            // No waiter is left: each request came back above.
+            Ok(()) => return Ok(()),
+            Err(refused) => refused,
+        };
+        let shared = Arc::new(Shared {
+            qp: refused.qp,
+            waiters: Mutex::new(waiters),
+            done: Mutex::new(Vec::new()),
+        });
+        let drain: Arc<dyn Drain> = shared.clone();
+        for cq in &cqs {
+            if let Err(errno) = cq.dispatch.register(Arc::downgrade(&drain)) {
+                drain.end(errno);
+                break;
+            }
+        }
+        // Completions that came while no task served the QP (a task
+        // draining another QP on the same CQ may have routed them here):
+        // their futures resolve now, not at the CQ's next event.
+        loop {
+            match drain.drain() {
+                Ok(0) => break,
+                Ok(_) => {}
+                // As the task would: its futures fail, its posts are refused.
+                Err(e) => {
+                    drain.end(e.errno().unwrap_or(Errno::IO));
+                    break;
+                }
+            }
+        }
+        Err(NotDestroyed {
+            qp: AsyncQp { shared, _cqs: cqs },
+            error: refused.error,
+        })
     }
 
     /// Posts `request` now and returns the future of its completion: the
@@ -380,9 +482,9 @@ impl<M> AsyncQp<M> {
     /// `WR_FLUSH_ERR`: their futures resolve with their memory. Except on
     /// siw, for a send request posted after the kernel had moved the QP to
     /// ERR itself (its stream closed): siw leaves it in the ring, never
-    /// completed ([`OwnedQp::flush`]), and its future resolves only when
-    /// the `AsyncQp` is dropped (`ECANCELED`; the memory is dropped after
-    /// the QP's destruction).
+    /// completed ([`OwnedQp::flush`]): [`destroy`](Self::destroy) resolves
+    /// its future with its memory (dropping the `AsyncQp` fails it with
+    /// `ECANCELED`, the memory dropped after the QP's destruction).
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
         self.shared.qp.modify(attr)

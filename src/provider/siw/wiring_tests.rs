@@ -34,6 +34,9 @@ const RQ_KEY: u64 = 0x3000;
 const NUM_CQE: u32 = 4;
 const NUM_SQE: u32 = 4;
 const NUM_RQE: u32 = 2;
+/// The number CREATE_COMP_CHANNEL answers (the fake's own, no real fd).
+#[cfg(not(miri))]
+const COMP_CHANNEL_FD: u32 = 1000;
 
 /// What serves one ring: a memfd, or under Miri heap pages.
 #[cfg(not(miri))]
@@ -63,6 +66,13 @@ struct State {
     modify_masks: Vec<u32>,
     /// What the doorbell write answers instead of success.
     doorbell_errno: Option<Errno>,
+    /// The read end of the completion channel CREATE_COMP_CHANNEL made,
+    /// until adopted.
+    #[cfg(not(miri))]
+    comp_channel: Option<OwnedFd>,
+    /// Its write end: 8 bytes written are one completion event.
+    #[cfg(not(miri))]
+    comp_events: Option<std::os::unix::net::UnixStream>,
 }
 
 #[derive(Debug)]
@@ -259,6 +269,18 @@ unsafe impl Transport for SiwFake {
                 put(cmd.core_out, &resp);
                 Ok(0)
             }
+            #[cfg(not(miri))]
+            sys::IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL => {
+                let (read, write) =
+                    std::os::unix::net::UnixStream::pair().map_err(|_| Errno::NFILE)?;
+                st.comp_channel = Some(read.into());
+                st.comp_events = Some(write);
+                let resp = sys::ib_uverbs_create_comp_channel_resp {
+                    fd: COMP_CHANNEL_FD,
+                };
+                put(cmd.core_out, &resp);
+                Ok(0)
+            }
             sys::IB_USER_VERBS_CMD_REQ_NOTIFY_CQ => {
                 st.log.push("req_notify_cq".into());
                 Ok(0)
@@ -268,6 +290,14 @@ unsafe impl Transport for SiwFake {
                 // SAFETY: forwarded; the fake writes only its buffers.
                 unsafe { self.inner.execute(cmd) }
             }
+        }
+    }
+
+    #[cfg(not(miri))]
+    unsafe fn adopt_fd(&self, fd: u32) -> Option<OwnedFd> {
+        match fd {
+            COMP_CHANNEL_FD => self.state().comp_channel.take(),
+            _ => None,
         }
     }
 
@@ -1077,4 +1107,92 @@ fn an_owned_siw_destroy_that_unwinds_frees_no_memory() {
     }));
     assert!(unwound.is_err(), "the fake's DESTROY_QP panicked");
     assert_eq!(deregs(&fake), before, "the receive's MR stays registered");
+}
+
+/// `AsyncQp::destroy` on siw: a refused destroy resolves the future whose
+/// completion it polled, hands the `AsyncQp` back still served by its CQ's
+/// task (a later completion reaches its future at the next event), and a
+/// destroy then resolves the future of a request that never completed
+/// with `Ended::Destroyed` and its own buffer.
+#[cfg(all(feature = "tokio", not(miri)))] // Miri: no epoll for the reactor
+#[tokio::test]
+async fn an_async_siw_destroy_resolves_the_futures_and_survives_a_refusal() {
+    use crate::post::Ended;
+    use std::io::Write;
+    use std::time::Duration;
+    let (fake, ctx) = siw_ctx();
+    let cq = crate::tokio::AsyncCq::new(&ctx, 4).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let qp: crate::OwnedQp<crate::BufferMr<Vec<u8>>> =
+        crate::OwnedQp::new(pd.create_qp(&rc_init(cq.cq())).unwrap()).unwrap();
+    qp.modify(&to_init()).unwrap();
+    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    let qpn = qp.qp_num();
+    let qp = crate::tokio::AsyncQp::new(qp, &[&cq]).unwrap();
+    drop(cq);
+    let send = |byte: u8| {
+        let mr = pd
+            .reg_buffer(vec![byte; 64], crate::AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        qp.post_send(crate::SendRequest::send(
+            u64::from(byte),
+            crate::Local::whole(mr),
+        ))
+        .unwrap()
+    };
+    let (first, second, third) = (send(1), send(2), send(3));
+    let mut next_cqe = 0;
+    let mut complete = |slot: u64| {
+        let mut id = [0u8; 8];
+        fake.read(SQ_KEY, slot * size_of::<sys::siw_sqe>() as u64, &mut id);
+        let cqe = sys::siw_cqe {
+            id: u64::from_ne_bytes(id),
+            flags: SIW_WQE_VALID as u8,
+            opcode: sys::SIW_OP_SEND,
+            status: sys::SIW_WC_SUCCESS,
+            qp_id: u64::from(qpn),
+            ..Default::default()
+        };
+        fake.write(CQ_KEY, next_cqe * 32, cqe.as_bytes());
+        next_cqe += 1;
+    };
+    let within = |f| tokio::time::timeout(Duration::from_secs(10), f);
+
+    // The first completes with no event: only the destroy's poll finds it.
+    complete(0);
+    fake.state().busy_once = true;
+    let refused = qp.destroy().unwrap_err();
+    assert_eq!(refused.error.errno(), Some(Errno::BUSY));
+    let qp = refused.qp;
+    let done = within(first)
+        .await
+        .expect("resolved by the destroy")
+        .unwrap();
+    assert_eq!((done.wr_id, done.status()), (1, Some(WcStatus::Success)));
+    assert_eq!(qp.outstanding(), (2, 0), "the rest stays with the device");
+
+    // Served again: the second's completion reaches it at the next event.
+    complete(1);
+    let events = fake.state().comp_events.take().expect("the channel");
+    (&events).write_all(&7u64.to_ne_bytes()).unwrap();
+    let done = within(second)
+        .await
+        .expect("the task serves the QP again")
+        .unwrap();
+    assert_eq!((done.wr_id, done.status()), (2, Some(WcStatus::Success)));
+
+    // The third never completes: the destroy ends it.
+    qp.destroy().unwrap();
+    let done = within(third)
+        .await
+        .expect("resolved by the destroy")
+        .unwrap();
+    assert_eq!((done.wr_id, done.ended), (3, Ended::Destroyed));
+    assert_eq!(done.into_memory().expect("its buffer").buffer()[0], 3);
+    let log = fake.log();
+    assert_eq!(
+        log.iter().filter(|l| l.starts_with("destroy_qp")).count(),
+        2,
+        "{log:?}"
+    );
 }
