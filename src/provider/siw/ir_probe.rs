@@ -1,6 +1,6 @@
-//! A host-side loop for counting the instructions of siw's post path with
-//! callgrind, over the kernel model (no device, no system call), as
-//! `provider::rxe::ir_probe` does for rxe:
+//! Host-side loops for counting the instructions of siw's post and poll
+//! paths with callgrind, over the kernel model (no device, no system call),
+//! as `provider::rxe::ir_probe` does for rxe (the poll: [`poll_loop`]):
 //!
 //! ```text
 //! CARGO_PROFILE_RELEASE_DEBUG=line-tables-only cargo test --release --lib --no-run
@@ -27,12 +27,13 @@
 
 use uverbs_uapi::{siw_rqe, siw_sqe};
 
-use super::kernel_model::{KernelRq, KernelSq, TestMem};
-use super::queue::Producer;
+use super::kernel_model::{KernelCq, KernelRq, KernelSq, TestMem};
+use super::queue::{CqConsumer, Producer};
 use super::rings::{post_recvs, post_sends};
-use super::wqe::SendConfig;
+use super::wqe::{self, SendConfig};
 use crate::provider::{probe_write, PROBE_SGE};
-use crate::wr::{Payload, RecvWr, SendOp, SendWr};
+use crate::wr::{Payload, RecvWr, SendOp, SendWr, WcOpcode, WcStatus, WorkCompletion};
+use uverbs_uapi::{SIW_OP_WRITE, SIW_WC_SUCCESS, SIW_WQE_SIGNALLED};
 
 const ITERS: u64 = 200;
 const NUM: u32 = 64;
@@ -106,5 +107,37 @@ fn post_loop() {
         for k in 0..4 {
             assert_eq!(kernel_sq.take().map(|s| s.map(|s| s.id)), Some(Ok(i + k)));
         }
+    }
+}
+
+/// The measured poll of one CQE into a one-entry array (what benches/ops'
+/// case 1 asks of the ring): not inlined, so callgrind can name it.
+#[inline(never)]
+fn poll_one(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
+    wqe::poll(cq, out)
+}
+
+/// Each iteration the model completes one WRITE and [`poll_one`] takes it:
+/// `--toggle-collect='*ir_probe*poll_one*'` over
+/// `--exact provider::siw::ir_probe::poll_loop` counts the ring half of a
+/// siw poll (the CQ's wrapper and lock add the rest).
+#[test]
+#[ignore = "an instruction-count probe, run under callgrind by hand"]
+fn poll_loop() {
+    let mem = TestMem::cq(NUM);
+    // SAFETY: as in post_loop: a live allocation shaped like a siw CQ,
+    // outliving the view; only the view and the kernel model touch it.
+    let mut cq = unsafe { CqConsumer::from_raw(mem.base(), mem.len(), NUM) }.expect("valid CQ");
+    let mut kernel = KernelCq::new(&mem, NUM);
+    let mut out = [WorkCompletion::default(); 1];
+    for i in 0..ITERS {
+        let pushed = kernel.push(i, SIW_OP_WRITE, SIW_WC_SUCCESS, 64, 17, SIW_WQE_SIGNALLED);
+        assert!(pushed.is_ok());
+        assert_eq!(poll_one(&mut cq, &mut out), 1);
+        let wc = &out[0];
+        assert_eq!(
+            (wc.wr_id(), wc.status(), wc.opcode(), wc.qp_num()),
+            (i, WcStatus::Success, Some(WcOpcode::RdmaWrite), 17)
+        );
     }
 }

@@ -172,12 +172,12 @@ pub(crate) struct QueueFull {
     pub(crate) capacity: u32,
 }
 
-/// A validated siw ring mapping: `num` elements of `elem` bytes at `base`.
+/// A validated siw ring mapping: `num` elements at `base`, of the size its
+/// view's element type has (the view passed it to [`Ring::check`]).
 #[derive(Debug)]
 struct Ring {
     base: NonNull<u8>,
     num: u32,
-    elem: usize,
 }
 
 // SAFETY: a Ring is owned by the one Producer or CqConsumer made over it,
@@ -208,7 +208,7 @@ impl Ring {
             .checked_mul(elem)
             .and_then(|n| n.checked_add(tail));
         match need {
-            Some(need) if need <= len => Ok(Ring { base, num, elem }),
+            Some(need) if need <= len => Ok(Ring { base, num }),
             _ => Err(LayoutError::TooShort {
                 ring,
                 num,
@@ -218,23 +218,6 @@ impl Ring {
                 len,
             }),
         }
-    }
-
-    /// Start of the slot of free-running counter `counter`.
-    fn slot(&self, counter: u32) -> *mut u8 {
-        let index = (counter & (self.num - 1)) as usize;
-        // SAFETY: index < num and `check` proved num * elem <= len, so the
-        // slot lies inside the mapping.
-        unsafe { self.base.as_ptr().add(index * self.elem) }
-    }
-
-    /// The `u8` flags of a CQE slot.
-    fn cqe_flags(&self, counter: u32) -> &AtomicU8 {
-        // SAFETY: inside the slot; every access to this byte that can race
-        // with another is atomic (the kernel's READ_ONCE / WRITE_ONCE, ours in
-        // poll_one). poll_one's plain copy of the whole CQE happens only while
-        // the slot is VALID, when nothing writes it.
-        unsafe { AtomicU8::from_ptr(self.slot(counter).add(FLAGS_OFFSET)) }
     }
 }
 
@@ -721,8 +704,18 @@ impl CqConsumer {
 
     /// The oldest ready CQE, copied out, its slot handed back to the kernel;
     /// `None` when the next slot is not VALID yet.
+    #[inline(always)]
     pub(crate) fn poll_one(&mut self) -> Option<siw_cqe> {
-        let flags = self.ring.cqe_flags(self.get);
+        let get = self.get;
+        // The address first: the compiler does not move a load of
+        // `self.ring` after the acquire load below back before it, and
+        // would load the ring's base and size again.
+        let slot = self.cqe_ptr(get);
+        // SAFETY: the flags byte is inside the slot; every access to it that
+        // can race with another is atomic (the kernel's READ_ONCE /
+        // WRITE_ONCE, ours here); the copy below happens only while the slot
+        // is VALID, when nothing writes it.
+        let flags = unsafe { AtomicU8::from_ptr(slot.add(FLAGS_OFFSET)) };
         // Acquire pairs with the kernel's WRITE_ONCE of VALID after it wrote
         // the fields (siw_sqe_complete, siw_rqe_complete): the fields we copy
         // below are the ones it wrote.
@@ -732,12 +725,23 @@ impl CqConsumer {
         // SAFETY: the slot lies inside the mapping and is 8-aligned (base is,
         // CQE_LEN is 32); while it is VALID the kernel does not write it, so
         // this plain copy races with nothing.
-        let cqe = unsafe { std::ptr::read(self.ring.slot(self.get).cast::<siw_cqe>()) };
+        let cqe = unsafe { std::ptr::read(slot.cast::<siw_cqe>()) };
         // Release: our copy above happens-before the kernel's READ_ONCE that
         // sees the slot free and its writes of the next CQE into it.
         flags.store(0, Ordering::Release);
-        self.get = self.get.wrapping_add(1);
+        self.get = get.wrapping_add(1);
         Some(cqe)
+    }
+
+    /// The CQE of free-running counter `counter`. The slot size is the
+    /// constant [`CQE_LEN`] (`resume` checked the ring with it), which
+    /// spares the multiplication by a loaded value.
+    #[inline(always)]
+    fn cqe_ptr(&self, counter: u32) -> *mut u8 {
+        let index = (counter & (self.ring.num - 1)) as usize;
+        // SAFETY: index < num and `Ring::check` proved num * CQE_LEN <= len,
+        // so the slot lies inside the mapping.
+        unsafe { self.ring.base.as_ptr().add(index * CQE_LEN) }
     }
 
     /// Arms the CQ for one completion event: the next solicited one

@@ -709,18 +709,14 @@ fn raw_opcode(opcode: WcOpcode) -> u32 {
 
 /// The completion a CQE is: the kernel's `ib_uverbs_wc`, built from it.
 pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
-    let rem_inval = u16::from(cqe.flags) & SIW_WQE_REM_INVAL != 0;
-    let (wc_flags, ex) = if rem_inval {
-        // inval_stag is the first four bytes of the imm_data union; the
-        // kernel's invalidate_rkey is in host order.
-        let b = cqe.imm_data.to_ne_bytes();
-        (
-            WcFlags::WITH_INVALIDATE,
-            u32::from_ne_bytes([b[0], b[1], b[2], b[3]]),
-        )
-    } else {
-        (WcFlags::empty(), 0)
-    };
+    // Without a branch (this is the poll's hot path): all ones when the
+    // CQE carries an invalidated rkey, else zero.
+    let rem_inval = u32::from(u16::from(cqe.flags) & SIW_WQE_REM_INVAL != 0).wrapping_neg();
+    let wc_flags = WcFlags::WITH_INVALIDATE.bits() & rem_inval;
+    // inval_stag is the first four bytes of the imm_data union; the
+    // kernel's invalidate_rkey is in host order.
+    let b = cqe.imm_data.to_ne_bytes();
+    let ex = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) & rem_inval;
     WorkCompletion::from_raw(ib_uverbs_wc {
         wr_id: cqe.id,
         status: raw_status(wc_status(cqe.status)),
@@ -730,7 +726,7 @@ pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
         ex,
         // qp_id is the u32 QP number widened (qp_id(qp) = base_qp.qp_num).
         qp_num: cqe.qp_id as u32,
-        wc_flags: wc_flags.bits(),
+        wc_flags,
         ..ib_uverbs_wc::default()
     })
 }
