@@ -43,7 +43,8 @@ fn reg(pd: &ProtectionDomain, bytes: Vec<u8>, drops: &Arc<AtomicUsize>) -> Mem {
 struct Pairs {
     a: Vec<Arc<AsyncQp<Mem>>>,
     b: Vec<Arc<AsyncQp<Mem>>>,
-    _links: Vec<Option<CmLink>>,
+    /// The cm connections (siw), kept while the QPs are used.
+    links: Vec<Option<CmLink>>,
 }
 
 fn pairs(
@@ -80,11 +81,7 @@ fn pairs(
     }
     // The QPs keep their CQs (and the CQs' tasks) alive.
     drop((cq_a, cq_b));
-    Pairs {
-        a,
-        b,
-        _links: links,
-    }
+    Pairs { a, b, links }
 }
 
 /// What every test starts with: a runtime, a PD, and the count of
@@ -431,6 +428,81 @@ fn destroy_resolves_every_waiting_future_with_its_memory() {
     );
 }
 
+/// siw leaves a send posted after the kernel moved the QP to ERR itself
+/// (the peer disconnected) in its ring: its future stays pending, and
+/// `destroy` resolves it with its buffer, `Ended::Destroyed`. Should the
+/// send have gone in before siw's flush (not ordered against
+/// DISCONNECTED), it resolves flushed instead. siw only (rxe flushes every
+/// send posted in ERR).
+#[test]
+fn destroy_resolves_a_send_siw_never_completes() {
+    let test = "destroy_resolves_a_send_siw_never_completes";
+    on_each_data_path_device(test, |name, ctx| {
+        if driver(ctx) != Driver::Siw {
+            println!("{test}: {name}: a siw case, nothing to check on this driver");
+            return;
+        }
+        let (rt, pd, drops) = setup(ctx);
+        rt.block_on(async {
+            let mut p = pairs(ctx, &pd, name, 1, &AsyncCqOptions::new(64));
+            let link = p
+                .links
+                .pop()
+                .flatten()
+                .expect("siw connects through the cm");
+            let a = Arc::into_inner(p.a.pop().expect("one pair")).expect("A's only handle");
+            link.server
+                .disconnect()
+                .unwrap_or_else(|e| panic!("{name}: B disconnects: {e}"));
+            let ev = common::cm::next_event(&link.ch_a, "A after B's disconnect");
+            assert!(
+                matches!(ev.kind, uverbs::cm::EventKind::Disconnected),
+                "{name}: {ev:?}"
+            );
+            // Time for siw's own flush, in its cm work.
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let buf = reg(&pd, vec![0x5a; 256], &drops);
+            let mut sent = posted(a.send(Local::whole(buf)));
+            let done = match tokio::time::timeout(Duration::from_secs(2), &mut sent).await {
+                Ok(flushed) => {
+                    loud(&format!(
+                        "NOTE: {name}: the send went in before siw's flush"
+                    ));
+                    let done = flushed.unwrap_or_else(|e| panic!("{name}: flushed: {e}"));
+                    assert_eq!(done.status(), Some(WcStatus::WrFlushErr), "{name}");
+                    a.destroy()
+                        .unwrap_or_else(|e| panic!("{name}: destroy: {e}"));
+                    done
+                }
+                Err(_) => {
+                    loud(&format!("NOTE: {name}: the send stays in siw's ring"));
+                    assert_eq!(a.outstanding(), (1, 0), "{name}: still owned");
+                    assert_eq!(drops.load(Ordering::SeqCst), 0, "{name}: nothing freed");
+                    a.destroy()
+                        .unwrap_or_else(|e| panic!("{name}: destroy: {e}"));
+                    let done = bounded("the destroyed send", sent)
+                        .await
+                        .unwrap_or_else(|e| panic!("{name}: destroyed: {e}"));
+                    assert_eq!(done.ended, Ended::Destroyed, "{name}");
+                    done
+                }
+            };
+            assert_eq!(done.wr_id, 0, "{name}");
+            let buf = done.into_memory().expect("the send's buffer");
+            assert!(buf.buffer().iter().all(|&x| x == 0x5a), "{name}: its bytes");
+            assert_eq!(
+                drops.load(Ordering::SeqCst),
+                0,
+                "{name}: the caller's to drop"
+            );
+            drop((buf, p, link));
+        });
+        drop(rt);
+        assert_eq!(drops.load(Ordering::SeqCst), 1, "{name}: freed once");
+        drop(pd);
+    });
+}
+
 /// The peer's QP destroyed while futures wait: the send fails (retries
 /// exhausted, or the connection reset on iWARP), the QP goes to ERR and
 /// every pending receive is flushed: each future resolves, none hangs.
@@ -454,7 +526,7 @@ fn a_peer_gone_resolves_every_pending_future() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 // The peer goes: its QP destroyed, its cm id with it.
                 p.b.clear();
-                p._links.clear();
+                p.links.clear();
                 let msg = reg(&pd, vec![1; 64], &drops);
                 let mut send = posted(a.send(Local::whole(msg)));
                 // The device may give up by itself (retries exhausted, the
