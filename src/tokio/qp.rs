@@ -28,6 +28,7 @@ use crate::wr::{PostError, Remote};
 /// Why [`AsyncQp::new`] refused an [`OwnedQp`], and the QP back.
 #[derive(thiserror::Error)]
 #[error("{error}")]
+#[non_exhaustive]
 pub struct NotAsync<M> {
     /// The queue pair, untouched.
     pub qp: OwnedQp<M>,
