@@ -239,6 +239,7 @@ ring_unmapped_before_destroy!(CqRing);
 
 impl CompletionRing for CqRing {
     /// Copies completions out; no system call.
+    #[inline]
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
         Ok(wqe::poll(self.ring.view()?, out))
     }

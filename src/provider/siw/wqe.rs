@@ -734,6 +734,7 @@ pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
 /// Copies up to `out.len()` completions out of the CQ, oldest first, handing
 /// each slot back to the kernel. Returns how many. No allocation, no system
 /// call.
+#[inline]
 pub(crate) fn poll(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
     let mut n = 0;
     while n < out.len() {
