@@ -263,6 +263,24 @@ pub struct CmLink {
     pub ch_b: EventChannel,
 }
 
+impl CmLink {
+    /// B disconnects and A hears DISCONNECTED; then half a second for
+    /// siw's own flush, which moves A's QP to ERR and flushes its send ring
+    /// once, in siw's cm work, not ordered against the event. A send A
+    /// posts after that stays in siw's ring, never completed.
+    pub fn b_disconnects(&self, name: &str) {
+        self.server
+            .disconnect()
+            .unwrap_or_else(|e| panic!("{name}: B disconnects: {e}"));
+        let ev = super::cm::next_event(&self.ch_a, "A after B's disconnect");
+        assert!(
+            matches!(ev.kind, uverbs::cm::EventKind::Disconnected),
+            "{name}: {ev:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// What [`cm_connect`] needs of a queue pair: a plain [`QueuePair`] or an
 /// [`OwnedQp`].
 pub trait CmQp {
@@ -722,6 +740,18 @@ pub fn on_each_data_path_device_counted(
             }
         }
         Driver::Other => loud(&format!("NOTE: {test}: {name}: not rxe or siw: skipped")),
+    });
+}
+
+/// `body(name, ctx)` on siw alone, as [`on_each_data_path_device`] runs it
+/// (the rdma_cm must be there); any other device is noted and skipped: for
+/// the tests of a behaviour of siw's.
+pub fn on_each_siw_device(test: &str, mut body: impl FnMut(&str, &Context)) {
+    on_each_data_path_device(test, |name, ctx| {
+        if driver(ctx) != Driver::Siw {
+            return loud(&format!("NOTE: {test}: {name}: a siw case, skipped"));
+        }
+        body(name, ctx)
     });
 }
 
