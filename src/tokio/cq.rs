@@ -128,13 +128,7 @@ impl Dispatch {
         qps.retain(|qp| qp.strong_count() > 0);
         let mut total = 0;
         for qp in qps.iter().filter_map(Weak::upgrade) {
-            loop {
-                let n = qp.drain()?;
-                total += n;
-                if n == 0 {
-                    break;
-                }
-            }
+            total += drain_dry(&*qp)?;
         }
         Ok(total)
     }
@@ -144,6 +138,18 @@ impl Dispatch {
         *self.ended.lock() = Some(errno);
         for qp in qps.iter().filter_map(Weak::upgrade) {
             qp.end(errno);
+        }
+    }
+}
+
+/// Polls `qp` until a poll finds nothing; how many requests ended.
+pub(super) fn drain_dry(qp: &dyn Drain) -> Result<usize, Error> {
+    let mut total = 0;
+    loop {
+        let n = qp.drain()?;
+        total += n;
+        if n == 0 {
+            return Ok(total);
         }
     }
 }

@@ -14,7 +14,7 @@ use std::task::{Context as TaskContext, Poll};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::cq::{task_ended, AsyncCq, CqHandle, Drain};
+use super::cq::{drain_dry, task_ended, AsyncCq, CqHandle, Drain};
 use crate::command::{QpAttr, QpState, QpType};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op};
@@ -279,16 +279,9 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         // Completions that came while no task served the QP (a task
         // draining another QP on the same CQ may have routed them here):
         // their futures resolve now, not at the CQ's next event.
-        loop {
-            match drain.drain() {
-                Ok(0) => break,
-                Ok(_) => {}
-                // As the task would: its futures fail, its posts are refused.
-                Err(e) => {
-                    drain.end(e.errno().unwrap_or(Errno::IO));
-                    break;
-                }
-            }
+        if let Err(e) = drain_dry(&*drain) {
+            // As the task would: its futures fail, its posts are refused.
+            drain.end(e.errno().unwrap_or(Errno::IO));
         }
         Err(NotDestroyed {
             qp: AsyncQp { shared, _cqs: cqs },
