@@ -1196,3 +1196,47 @@ async fn an_async_siw_destroy_resolves_the_futures_and_survives_a_refusal() {
         "{log:?}"
     );
 }
+
+/// The measured poll of [`cq_poll_loop`]: not inlined, so callgrind can
+/// name it.
+#[inline(never)]
+fn probe_cq_poll(cq: &CompletionQueue, out: &mut [WorkCompletion]) -> usize {
+    cq.poll(out).unwrap_or(0)
+}
+
+/// An instruction-count probe of the whole `CompletionQueue::poll` on siw
+/// (process check, ring lock, routing flag, ring), where
+/// `provider::siw::ir_probe::poll_loop` counts the ring alone: each
+/// iteration the fake kernel writes one CQE (pwrite to the ring's memfd,
+/// not counted) and [`probe_cq_poll`] takes it.
+///
+/// ```text
+/// valgrind --tool=callgrind --toggle-collect='*probe_cq_poll*' target/release/deps/uverbs-… \
+///     --ignored --exact provider::siw::wiring_tests::cq_poll_loop --test-threads=1
+/// ```
+#[cfg(not(miri))]
+#[test]
+#[ignore = "an instruction-count probe, run under callgrind by hand"]
+fn cq_poll_loop() {
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(3, None).unwrap();
+    let mut wc = [WorkCompletion::default(); 1];
+    for i in 0..200u64 {
+        let cqe = sys::siw_cqe {
+            id: i,
+            flags: SIW_WQE_VALID as u8,
+            opcode: sys::SIW_OP_WRITE,
+            status: sys::SIW_WC_SUCCESS,
+            bytes: 64,
+            qp_id: 17,
+            ..Default::default()
+        };
+        fake.write(CQ_KEY, (i % u64::from(NUM_CQE)) * 32, cqe.as_bytes());
+        assert_eq!(probe_cq_poll(&cq, &mut wc), 1);
+        let w = &wc[0];
+        assert_eq!(
+            (w.wr_id(), w.status(), w.opcode(), w.qp_num()),
+            (i, WcStatus::Success, Some(WcOpcode::RdmaWrite), 17)
+        );
+    }
+}
