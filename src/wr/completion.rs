@@ -178,7 +178,7 @@ pub enum WcOpcode {
 impl WcOpcode {
     /// The opcode the kernel's `raw` stands for.
     #[inline]
-    pub(crate) fn from_raw(raw: u32) -> Self {
+    pub(crate) const fn from_raw(raw: u32) -> Self {
         match raw {
             IB_UVERBS_WC_SEND => WcOpcode::Send,
             IB_UVERBS_WC_RDMA_WRITE => WcOpcode::RdmaWrite,

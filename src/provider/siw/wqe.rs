@@ -672,7 +672,7 @@ pub(crate) fn wc_status(status: u16) -> WcStatus {
 /// The crate's completion opcode for a CQE's `siw_opcode` (rdma-core's
 /// `map_cqe_opcode`, plus the kernel's LOCAL_INV); others stay raw in
 /// [`WcOpcode::Unknown`].
-pub(crate) fn wc_opcode(opcode: u8) -> WcOpcode {
+pub(crate) const fn wc_opcode(opcode: u8) -> WcOpcode {
     match opcode {
         SIW_OP_WRITE => WcOpcode::RdmaWrite,
         SIW_OP_READ | SIW_OP_READ_LOCAL_INV => WcOpcode::RdmaRead,
@@ -681,7 +681,7 @@ pub(crate) fn wc_opcode(opcode: u8) -> WcOpcode {
         SIW_OP_COMP_AND_SWAP => WcOpcode::CompSwap,
         SIW_OP_RECEIVE => WcOpcode::Recv,
         SIW_OP_INVAL_STAG => WcOpcode::LocalInv,
-        other => WcOpcode::Unknown(other.into()),
+        other => WcOpcode::Unknown(other as u32),
     }
 }
 
@@ -700,12 +700,27 @@ fn raw_status(status: WcStatus) -> u32 {
 
 /// The kernel's value for `opcode`, as a CQE's opcode maps to it (see
 /// [`UNKNOWN_TAG`]).
-fn raw_opcode(opcode: WcOpcode) -> u32 {
+const fn raw_opcode(opcode: WcOpcode) -> u32 {
     match opcode {
-        WcOpcode::Unknown(v) if WcOpcode::from_raw(v) != opcode => v | UNKNOWN_TAG,
+        // from_raw answers Unknown(v) itself for a value it does not know.
+        WcOpcode::Unknown(v) if !matches!(WcOpcode::from_raw(v), WcOpcode::Unknown(_)) => {
+            v | UNKNOWN_TAG
+        }
         known => known.to_raw(),
     }
 }
+
+/// [`raw_opcode`] of [`wc_opcode`] for every siw opcode byte, made at
+/// compile time: the poll's conversion is one load, not a match.
+static RAW_OPCODE: [u32; 256] = {
+    let mut table = [0; 256];
+    let mut op = 0;
+    while op < table.len() {
+        table[op] = raw_opcode(wc_opcode(op as u8));
+        op += 1;
+    }
+    table
+};
 
 /// The completion a CQE is: the kernel's `ib_uverbs_wc`, built from it.
 pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
@@ -720,7 +735,7 @@ pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
     WorkCompletion::from_raw(ib_uverbs_wc {
         wr_id: cqe.id,
         status: raw_status(wc_status(cqe.status)),
-        opcode: raw_opcode(wc_opcode(cqe.opcode)),
+        opcode: RAW_OPCODE[usize::from(cqe.opcode)],
         vendor_err: 0,
         byte_len: cqe.bytes,
         ex,
