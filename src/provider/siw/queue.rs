@@ -392,18 +392,36 @@ impl<E: WorkElement> Producer<E> {
     }
 
     /// [`post_with`](Self::post_with) for one element, the usual post:
-    /// [`fill_one`](Self::fill_one), then the same doorbell rule.
+    /// the same slot check, writes, release store and doorbell rule,
+    /// straight-line.
     #[inline(always)]
     pub(crate) fn post_one<F>(&mut self, fill: F) -> Result<Posted, QueueFull>
     where
         F: FnOnce(&mut Slot<'_, E>) -> u16,
     {
-        self.fill_one(fill)?;
-        // The element before the one just filled: rdma-core's rule.
-        let before = self.flags_of(self.put.wrapping_sub(2));
+        let start = self.put;
+        let num = self.ring.num;
+        // Every address first (see flags_of).
+        let mut slot = Slot {
+            ptr: self.elem_ptr(start),
+            _elem: PhantomData,
+        };
+        let flags = self.flags_of(start);
+        let before = self.flags_of(start.wrapping_sub(1));
+        if !Self::is_free(flags) {
+            return Err(QueueFull {
+                free: 0,
+                capacity: num,
+            });
+        }
+        // The slot is free (checked just above) and stays so: the kernel
+        // only ever clears VALID, and `&mut self` makes us its only filler.
+        Self::publish(flags, fill(&mut slot));
+        let needs_doorbell = Self::doorbell_rule(num, 1, before);
+        self.put = start.wrapping_add(1);
         Ok(Posted {
             count: 1,
-            needs_doorbell: Self::doorbell_rule(self.ring.num, 1, before),
+            needs_doorbell,
         })
     }
 
@@ -429,8 +447,7 @@ impl<E: WorkElement> Producer<E> {
                 capacity: num,
             });
         }
-        // The slot is free (checked just above) and stays so: the kernel
-        // only ever clears VALID, and `&mut self` makes us its only filler.
+        // The slot is free and stays so (as in post_one).
         Self::publish(flags, fill(&mut slot));
         self.put = put.wrapping_add(1);
         Ok(())
