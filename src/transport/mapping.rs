@@ -238,10 +238,11 @@ mod tests {
     /// How many lines of /proc/self/maps map the memfd with this inode.
     fn mappings_of(inode: u64) -> usize {
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let inode = inode.to_string();
         maps.lines()
             .filter(|line| {
                 let mut fields = line.split_whitespace().skip(4);
-                fields.next() == Some(&inode.to_string())
+                fields.next() == Some(inode.as_str())
                     && fields
                         .next()
                         .is_some_and(|path| path.starts_with("/memfd:uverbs-map"))
