@@ -970,6 +970,28 @@ pub struct ib_uverbs_destroy_ah {
 }
 const _: () = assert!(core::mem::size_of::<ib_uverbs_destroy_ah>() == 4);
 
+/// `ATTACH_MCAST` command body (no response; the flexible `u64
+/// driver_data[]` tail omitted, its alignment kept).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_attach_mcast {
+    /// The multicast group's GID.
+    pub gid: [u8; 16],
+    /// Handle of the (UD) QP.
+    pub qp_handle: u32,
+    /// The multicast group's LID (ignored on RoCE).
+    pub mlid: u16,
+    /// Reserved.
+    pub reserved: u16,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_attach_mcast>() == 24);
+
+/// `DETACH_MCAST` command body: the kernel's struct has the same fields as
+/// [`ib_uverbs_attach_mcast`].
+pub type ib_uverbs_detach_mcast = ib_uverbs_attach_mcast;
+
 /// `POST_SEND` command body (the `send_wr[]` tail omitted; the rxe
 /// doorbell sends none).
 #[repr(C, align(8))]

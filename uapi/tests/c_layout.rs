@@ -487,6 +487,8 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             ib_uverbs_create_ah { response, user_handle, pd_handle, reserved, attr }
             ib_uverbs_create_ah_resp { ah_handle }
             ib_uverbs_destroy_ah { ah_handle }
+            ib_uverbs_attach_mcast { gid, qp_handle, mlid, reserved }
+            ib_uverbs_detach_mcast { gid, qp_handle, mlid, reserved }
             ib_uverbs_post_send { response, qp_handle, wr_count, sge_count, wqe_size }
             ib_uverbs_post_send_resp { bad_wr }
             ib_uverbs_qp_cap {
