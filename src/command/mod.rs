@@ -34,7 +34,7 @@ pub use mr::{DeregMr, RegMr, ReregMr};
 pub use pd::{AllocPd, DeallocPd};
 pub use port::QueryPort;
 pub use post::{PostSendDoorbell, DOORBELL_LEN, DOORBELL_WQE_SIZE};
-pub use qp::{CreateQp, DestroyQp, ModifyQp, QueryQp};
+pub use qp::{AttachMcast, CreateQp, DestroyQp, DetachMcast, ModifyQp, QueryQp};
 pub use qp_attr::{
     iwarp_transition_rule, transition_rule, Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError,
     QpType, TransitionRule, TransportType,

@@ -1,7 +1,8 @@
-//! Queue-pair commands: CREATE_QP, MODIFY_QP, QUERY_QP and DESTROY_QP (the
-//! write() forms; the native `UVERBS_METHOD_QP_CREATE` is
-//! [`crate::method::QpCreate`]). MODIFY_QP has no native method: rdma-core
-//! always sends it as write().
+//! Queue-pair commands: CREATE_QP, MODIFY_QP, QUERY_QP, DESTROY_QP,
+//! ATTACH_MCAST and DETACH_MCAST (the write() forms; the native
+//! `UVERBS_METHOD_QP_CREATE` is [`crate::method::QpCreate`]). MODIFY_QP and
+//! the multicast commands have no native method: rdma-core always sends
+//! them as write().
 
 use super::qp_attr::{QpAttr, QpAttrMask, QpState, QpTransitionError, QpType};
 use uverbs_uapi as sys;
@@ -155,4 +156,56 @@ destroy_by_handle!(
     ib_uverbs_destroy_qp_resp,
     qp_handle,
     "QP"
+);
+
+/// ATTACH_MCAST and DETACH_MCAST: the same request under two codes.
+macro_rules! multicast_command {
+    ($(#[$doc:meta])* $name:ident, $code:ident, $request:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy, Debug)]
+        pub struct $name {
+            req: sys::$request,
+        }
+
+        impl $name {
+            /// QP `qp_handle` and the group with GID `gid` (network order)
+            /// and LID `mlid` (ignored on RoCE).
+            pub fn new(qp_handle: u32, gid: [u8; 16], mlid: u16) -> Self {
+                $name {
+                    req: sys::$request {
+                        gid,
+                        qp_handle,
+                        mlid,
+                        reserved: 0,
+                    },
+                }
+            }
+        }
+
+        // Mirrors the kernel's request; no response (and no `response`
+        // field).
+        write_command_of_request!($name, $code, $request, ());
+    };
+}
+
+multicast_command!(
+    /// `ATTACH_MCAST`: QP `qp_handle` (UD) receives what is sent to the
+    /// group. The kernel answers 0 for a group the QP is attached to
+    /// already, and refuses to destroy the QP while any is attached
+    /// (`EBUSY`).
+    #[doc(alias = "ibv_attach_mcast")]
+    #[doc(alias = "ibv_cmd_attach_mcast")]
+    AttachMcast,
+    IB_USER_VERBS_CMD_ATTACH_MCAST,
+    ib_uverbs_attach_mcast
+);
+
+multicast_command!(
+    /// `DETACH_MCAST`: QP `qp_handle` leaves the group; `EINVAL` if it
+    /// was not attached to it.
+    #[doc(alias = "ibv_detach_mcast")]
+    #[doc(alias = "ibv_cmd_detach_mcast")]
+    DetachMcast,
+    IB_USER_VERBS_CMD_DETACH_MCAST,
+    ib_uverbs_detach_mcast
 );

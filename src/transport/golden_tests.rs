@@ -783,6 +783,25 @@ fn create_and_destroy_ah_both() {
     handle_only_both(&DestroyAh::new(12), 8, 12);
 }
 
+/// ATTACH_MCAST and DETACH_MCAST: `{gid, qp_handle, mlid, reserved}`, 24
+/// bytes, no response.
+#[test]
+fn attach_and_detach_mcast_both() {
+    let gid = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 239, 1, 2, 3];
+    let body = |b: Bytes| b.raw(&gid).u32(9).u16(0xc001).u16(0);
+    let attach = AttachMcast::new(9, gid, 0xc001);
+    let detach = DetachMcast::new(9, gid, 0xc001);
+    for (code, frame) in [(30, write_frame(&attach, 0)), (31, write_frame(&detach, 0))] {
+        // 8 + 24 bytes in; nothing out.
+        assert_eq!(frame, body(Bytes::default().u32(code).u16(8).u16(0)).0);
+    }
+    let (frame, req) = ioctl_frame(&attach, 0);
+    assert_eq!(req, body(Bytes::default()).0);
+    assert_eq!(frame, invoke_write(30, &[(0, 24, req.as_ptr() as u64)]));
+    let (frame, req) = ioctl_frame(&detach, 0);
+    assert_eq!(frame, invoke_write(31, &[(0, 24, req.as_ptr() as u64)]));
+}
+
 /// The doorbell: 32 bytes fixed at creation, response pointing at its own
 /// 4-byte buffer, wqe_size 56, no work request.
 #[test]
