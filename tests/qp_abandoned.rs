@@ -6,30 +6,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
 use uverbs::QpType;
-use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair, TransportKind};
-
-/// A context over a fake reporting `kind`, posing as rxe, its rings served;
-/// a PD and a CQ in it.
-fn fixture(
-    kind: TransportKind,
-) -> (
-    Arc<RecordingTransport>,
-    Context,
-    ProtectionDomain,
-    CompletionQueue,
-) {
-    let fake = Arc::new(RecordingTransport::with_kind(kind));
-    fake.serve_rings();
-    let ctx = common::rxe_context_over(&fake);
-    let pd = ctx.alloc_pd().unwrap();
-    let cq = ctx.create_cq(8, None).unwrap();
-    (fake, ctx, pd, cq)
-}
+use uverbs::{CompletionQueue, Errno, ProtectionDomain, QpInit, QueuePair, TransportKind};
 
 fn qp(pd: &ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
     pd.create_qp(&QpInit::new(QpType::Rc, cq, cq)).unwrap()
@@ -48,8 +28,7 @@ fn fail_next_destroy(fake: &RecordingTransport, kind: TransportKind, errno: Errn
 
 #[test]
 fn a_drop_the_kernel_refuses_abandons_the_qp_and_counts_it() {
-    for kind in [TransportKind::Ioctl, TransportKind::Write] {
-        let (fake, ctx, pd, cq) = fixture(kind);
+    common::on_each_fake_framing(|kind, (fake, ctx, pd, cq)| {
         assert_eq!(ctx.abandoned_queue_pairs(), 0, "{kind:?}");
 
         // An accepted destroy: nothing abandoned.
@@ -76,9 +55,9 @@ fn a_drop_the_kernel_refuses_abandons_the_qp_and_counts_it() {
         drop(a);
         drop(b);
         assert_eq!(ctx.abandoned_queue_pairs(), 3, "{kind:?}");
-        let (_other_fake, other, _other_pd, _other_cq) = fixture(kind);
+        let (_other_fake, other, _other_pd, _other_cq) = common::fake_data_path(kind);
         assert_eq!(other.abandoned_queue_pairs(), 0, "{kind:?}");
-    }
+    });
 }
 
 /// A refused explicit destroy hands the QP back: not abandoned, not
@@ -86,8 +65,7 @@ fn a_drop_the_kernel_refuses_abandons_the_qp_and_counts_it() {
 /// it is counted then.
 #[test]
 fn a_refused_explicit_destroy_is_not_an_abandoned_qp() {
-    for kind in [TransportKind::Ioctl, TransportKind::Write] {
-        let (fake, ctx, pd, cq) = fixture(kind);
+    common::on_each_fake_framing(|kind, (fake, ctx, pd, cq)| {
         fail_next_destroy(&fake, kind, Errno::IO);
         let refused = qp(&pd, &cq).destroy().unwrap_err();
         assert_eq!(refused.error.errno(), Some(Errno::IO), "{kind:?}");
@@ -106,5 +84,5 @@ fn a_refused_explicit_destroy_is_not_an_abandoned_qp() {
         drop(refused);
         assert_eq!(fake.live_cqs_qps(), (1, 1), "{kind:?}");
         assert_eq!(ctx.abandoned_queue_pairs(), 1, "{kind:?}");
-    }
+    });
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use uverbs::transport::{RecordingTransport, Transport};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, OpenOptions, ProtectionDomain, QpAttr,
-    QpInit, QpState, QpType, QueuePair,
+    QpInit, QpState, QpType, QueuePair, TransportKind,
 };
 
 use super::fresh_mr;
@@ -35,6 +35,34 @@ pub fn rxe_context_over<T: Transport + 'static>(fake: &Arc<T>) -> Context {
         &OpenOptions::new(),
     )
     .unwrap_or_else(|e| panic!("an rxe context over the fake kernel: {e}"))
+}
+
+/// The data-path fixture over the fake: the fake (reporting `kind`, rxe's
+/// rings served), an rxe context over it, and a PD and an 8-entry CQ in it.
+pub type FakeDataPath = (
+    Arc<RecordingTransport>,
+    Context,
+    ProtectionDomain,
+    CompletionQueue,
+);
+
+/// A [`FakeDataPath`] over a fake reporting `kind`.
+pub fn fake_data_path(kind: TransportKind) -> FakeDataPath {
+    let fake = Arc::new(RecordingTransport::with_kind(kind));
+    fake.serve_rings();
+    let ctx = rxe_context_over(&fake);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None).unwrap();
+    (fake, ctx, pd, cq)
+}
+
+/// `body` over a fresh [`FakeDataPath`] of each framing, ioctl then
+/// write(): QPs and CQs are created and destroyed by native methods in
+/// the one, by write commands in the other.
+pub fn on_each_fake_framing(mut body: impl FnMut(TransportKind, FakeDataPath)) {
+    for kind in [TransportKind::Ioctl, TransportKind::Write] {
+        body(kind, fake_data_path(kind));
+    }
 }
 
 /// An RC QP on `cq` in `pd`, moved to INIT (port 1, LOCAL_WRITE): ready for
