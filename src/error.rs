@@ -80,6 +80,10 @@ pub enum Op {
     QueryQp,
     /// `DESTROY_QP` (`ibv_destroy_qp`).
     DestroyQp,
+    /// `ATTACH_MCAST` (`ibv_attach_mcast`).
+    AttachMcast,
+    /// `DETACH_MCAST` (`ibv_detach_mcast`).
+    DetachMcast,
     /// Writing send WQEs and ringing the doorbell (`ibv_post_send`).
     PostSend,
     /// Writing receive WQEs (`ibv_post_recv`).
@@ -156,6 +160,8 @@ impl Op {
             Op::ModifyQp => "modify_qp",
             Op::QueryQp => "query_qp",
             Op::DestroyQp => "destroy_qp",
+            Op::AttachMcast => "attach_mcast",
+            Op::DetachMcast => "detach_mcast",
             Op::PostSend => "post_send",
             Op::PostRecv => "post_recv",
             Op::CreateAh => "create_ah",

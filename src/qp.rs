@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::command::{
-    CreateQp, DestroyQp, ModifyQp, PostSendDoorbell, QpAttr, QpAttrMask, QpState, QpType, QueryQp,
-    TransportType,
+    AttachMcast, CreateQp, DestroyQp, DetachMcast, ModifyQp, PostSendDoorbell, QpAttr, QpAttrMask,
+    QpState, QpType, QueryQp, TransportType,
 };
 use crate::context::Context;
 use crate::cq::{native_driver, native_refused, CompletionQueue, CqInner, CreatePath};
@@ -30,6 +30,7 @@ use crate::provider::rings::{
     self, PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
 use crate::provider::Provider;
+use crate::query::Gid;
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
@@ -187,6 +188,10 @@ pub struct QueuePair {
     /// The context's process generation, copied here so that the fork
     /// check of a post reads one word of the QP, not the context's.
     origin: Generation,
+    /// The multicast groups (GID, LID) attached through this QP: the drop
+    /// detaches them, as the kernel refuses to destroy a QP with any. The
+    /// lock is held across each command, so the list is the kernel's.
+    multicast: Mutex<Vec<(Gid, u16)>>,
 }
 
 impl fmt::Debug for QueuePair {
@@ -303,6 +308,7 @@ impl ProtectionDomain {
             destroyed: false,
             state: AtomicU8::new(QpState::Reset as u8),
             modify_lock: Mutex::new(()),
+            multicast: Mutex::new(Vec::new()),
             sq: Mutex::new(sq),
             rq: Mutex::new(rq),
             doorbell: PostSendDoorbell::new(created.handle),
@@ -641,6 +647,93 @@ impl QueuePair {
         Ok(())
     }
 
+    /// Attaches this UD QP to the multicast group `mgid` with LID `mlid`
+    /// (`ATTACH_MCAST`; on RoCE the LID is ignored, 0 will do): what is
+    /// sent to the group then reaches the QP's receives too. Attaching to a
+    /// group the QP is in already succeeds and changes nothing.
+    ///
+    /// A QP with a group attached cannot be destroyed: [`destroy`](Self::destroy)
+    /// answers the kernel's `EBUSY` and hands the QP back, as
+    /// `ibv_destroy_qp` does, until [`detach_mcast`](Self::detach_mcast).
+    /// Dropping the QP detaches its groups first.
+    ///
+    /// On RoCE the attach is not all: the GID's network interface must be
+    /// a member of the group at the IP level too, or the kernel's IP layer
+    /// drops the group's packets (and does not loop a local sender's back)
+    /// before rxe sees them. librdmacm's `rdma_join_multicast` does both;
+    /// after a bare attach, join the group on the interface yourself, as
+    /// below (on rxe0, without the join nothing arrives). To send to the
+    /// group, address an [`AddressHandle`](crate::AddressHandle) to `mgid`
+    /// and the QP number `0xffffff`.
+    ///
+    /// Refused here, with [`Error::InvalidInput`] and nothing sent: a QP
+    /// that is not UD, or a GID that is not multicast ([`Gid::is_multicast`]).
+    /// rxe supports multicast; siw has no UD QPs. In a forked child:
+    /// [`Error::ForeignProcess`], nothing sent.
+    ///
+    /// ```no_run
+    /// # fn f(ctx: &uverbs::Context, qp: &uverbs::QueuePair) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::net::{Ipv6Addr, UdpSocket};
+    ///
+    /// // A link-local IPv6 group, for a port whose GID 0 is IPv6.
+    /// let group: uverbs::Gid = "ff12:0000:0000:0000:0000:0000:0075:7662".parse()?;
+    /// let netdev = ctx.query_gid_entry(1, 0)?.netdev_ifindex;
+    /// let member = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0))?;
+    /// member.join_multicast_v6(&Ipv6Addr::from(group.raw()), netdev)?;
+    /// qp.attach_mcast(group, 0)?;
+    /// // ... receive what is sent to the group, while `member` is open ...
+    /// qp.detach_mcast(group, 0)?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_attach_mcast")]
+    pub fn attach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        self.multicast_command(Op::AttachMcast, mgid, mlid)
+    }
+
+    /// Detaches this QP from the multicast group `mgid`, `mlid`
+    /// (`DETACH_MCAST`): the kernel answers `EINVAL` for a group it is not
+    /// attached to. Refused here as [`attach_mcast`](Self::attach_mcast) is.
+    #[doc(alias = "ibv_detach_mcast")]
+    pub fn detach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        self.multicast_command(Op::DetachMcast, mgid, mlid)
+    }
+
+    /// `ATTACH_MCAST` or `DETACH_MCAST` (`op`), after the checks the kernel
+    /// would fail, keeping `multicast` the kernel's list.
+    fn multicast_command(&self, op: Op, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        let ctx = &self.pd.ctx;
+        // Before the lock: a parent thread may have held it at fork time.
+        ctx.check_process(op)?;
+        let refuse = |reason| Err(Error::input(op, &ctx.inner.device, reason));
+        if self.qp_type != QpType::Ud {
+            return refuse("multicast needs a UD queue pair");
+        }
+        if !mgid.is_multicast() {
+            return refuse("not a multicast GID (ff00::/8, or IPv4-mapped 224.0.0.0/4)");
+        }
+        let mut groups = self.multicast.lock();
+        let group = (mgid, mlid);
+        if op == Op::AttachMcast {
+            let cmd = AttachMcast::new(self.handle, mgid.raw(), mlid);
+            // SAFETY: ATTACH_MCAST of our own QP hands no memory to the device.
+            unsafe { ctx.run(op, &cmd, &mut []) }?;
+            if !groups.contains(&group) {
+                groups.push(group);
+            }
+        } else {
+            self.detach(group)?;
+            groups.retain(|&g| g != group);
+        }
+        Ok(())
+    }
+
+    /// `DETACH_MCAST` of `group` from this QP.
+    fn detach(&self, (mgid, mlid): (Gid, u16)) -> Result<(), Error> {
+        let cmd = DetachMcast::new(self.handle, mgid.raw(), mlid);
+        // SAFETY: DETACH_MCAST of our own QP hands no memory to the device.
+        unsafe { self.pd.ctx.run(Op::DetachMcast, &cmd, &mut []) }.map(drop)
+    }
+
     fn post_error(&self, op: Op, index: usize, source: PostError) -> Error {
         Error::Post {
             op,
@@ -955,7 +1048,9 @@ impl QueuePair {
     /// created it) and returns the async events the kernel reported for it
     /// (`events_reported`). Its rings are unmapped (rxe: after the destroy;
     /// siw: before it), and its CQs and PD are released (a CQ it was the
-    /// last user of is destroyed). If the kernel refuses, the QP comes back
+    /// last user of is destroyed). If the kernel refuses (`EBUSY` while a
+    /// multicast group is attached: [`detach_mcast`](Self::detach_mcast)
+    /// first), the QP comes back
     /// in the error, still in the kernel: on rxe intact and usable, on siw
     /// with its rings mapped again, unless that mapping fails too, when
     /// posts to the queue left unmapped answer `EBADF` ([`DestroyQpError`]
@@ -986,6 +1081,11 @@ impl Drop for QueuePair {
         // In a forked child the QP is the parent's: send nothing.
         if self.destroyed || !self.pd.ctx.is_owned_by_this_process() {
             return;
+        }
+        // The kernel refuses to destroy a QP with a multicast group
+        // attached; a detach that fails leaves the destroy to be refused.
+        for group in std::mem::take(self.multicast.get_mut()) {
+            let _ = self.detach(group);
         }
         // rxe's rings are unmapped only after the destroy (field drops
         // follow this body), siw's before it. A refused destroy cannot be

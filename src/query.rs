@@ -238,6 +238,26 @@ impl Gid {
     pub fn is_zero(&self) -> bool {
         self.0 == [0; 16]
     }
+
+    /// True for a multicast group's GID, as the kernel judges one
+    /// (`rdma_is_multicast_addr`): an IPv4-mapped address in 224.0.0.0/4,
+    /// or any other GID in ff00::/8.
+    ///
+    /// ```
+    /// let gid = |s: &str| s.parse::<uverbs::Gid>().unwrap();
+    /// assert!(gid("0000:0000:0000:0000:0000:ffff:ef01:0203").is_multicast()); // 239.1.2.3
+    /// assert!(!gid("0000:0000:0000:0000:0000:ffff:c000:0201").is_multicast()); // 192.0.2.1
+    /// assert!(gid("ff0e:0000:0000:0000:0000:0000:0001:0203").is_multicast());
+    /// assert!(!gid("fe80:0000:0000:0000:0211:22ff:fe33:4455").is_multicast());
+    /// ```
+    pub fn is_multicast(&self) -> bool {
+        let v4_mapped = self.0[..10] == [0; 10] && self.0[10..12] == [0xff, 0xff];
+        if v4_mapped {
+            self.0[12] & 0xf0 == 0xe0
+        } else {
+            self.0[0] == 0xff
+        }
+    }
 }
 
 impl fmt::Display for Gid {

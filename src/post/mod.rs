@@ -16,6 +16,7 @@ use crate::cq_routing::Reader;
 use crate::error::{Errno, Error, Op};
 use crate::provider::Provider;
 use crate::qp::{QpCaps, QueuePair};
+use crate::query::Gid;
 use crate::wr::{
     Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus,
     WorkCompletion,
@@ -989,6 +990,21 @@ impl<M> OwnedQp<M> {
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
         self.qp().modify(attr)
+    }
+
+    /// Attaches the (UD) QP to a multicast group:
+    /// [`QueuePair::attach_mcast`]. While a group is attached,
+    /// [`destroy`](Self::destroy) is refused (`EBUSY`) and hands the
+    /// `OwnedQp` back; dropping it detaches first.
+    #[doc(alias = "ibv_attach_mcast")]
+    pub fn attach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        self.qp().attach_mcast(mgid, mlid)
+    }
+
+    /// Detaches the QP from a multicast group: [`QueuePair::detach_mcast`].
+    #[doc(alias = "ibv_detach_mcast")]
+    pub fn detach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        self.qp().detach_mcast(mgid, mlid)
     }
 
     /// The QP number the peer addresses.

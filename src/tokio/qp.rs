@@ -23,6 +23,7 @@ use crate::post::{
     PostSendError, RecvRequest, SendRequest,
 };
 use crate::qp::QpCaps;
+use crate::query::Gid;
 use crate::wr::{PostError, Remote};
 
 /// Why [`AsyncQp::new`] refused an [`OwnedQp`], and the QP back.
@@ -482,6 +483,20 @@ impl<M> AsyncQp<M> {
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
         self.shared.qp.modify(attr)
+    }
+
+    /// Attaches the (UD) QP to a multicast group
+    /// ([`OwnedQp::attach_mcast`]); [`destroy`](Self::destroy) is refused
+    /// while one is attached.
+    #[doc(alias = "ibv_attach_mcast")]
+    pub fn attach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        self.shared.qp.attach_mcast(mgid, mlid)
+    }
+
+    /// Detaches the QP from a multicast group ([`OwnedQp::detach_mcast`]).
+    #[doc(alias = "ibv_detach_mcast")]
+    pub fn detach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
+        self.shared.qp.detach_mcast(mgid, mlid)
     }
 
     /// The QP number the peer addresses.

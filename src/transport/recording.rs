@@ -323,6 +323,8 @@ struct FakeDataPath {
     /// CREATE_QP answers the work-request capacities asked for, not the
     /// rings' ([`RecordingTransport::answer_caps_as_asked`]).
     caps_as_asked: bool,
+    /// The multicast groups attached: (QP handle, GID, LID).
+    multicast: BTreeSet<(u32, [u8; 16], u16)>,
 }
 
 /// One ring the fake announced: its length and the header it starts with.
@@ -376,6 +378,15 @@ impl FakeDataPath {
         let (mi, cqe) = self.ring(size_of::<sys::ib_uverbs_wc>(), cqe);
         self.cqs.insert(handle, cqe);
         Ok((handle, cqe, sys::rxe_create_cq_resp { mi }))
+    }
+
+    /// DESTROY_QP of either framing: EBUSY while a multicast group is
+    /// attached (the kernel's `uverbs_free_qp`), EINVAL for no such QP.
+    fn destroy_qp(&mut self, handle: u32) -> Result<(), Errno> {
+        if self.multicast.iter().any(|m| m.0 == handle) {
+            return Err(Errno::BUSY);
+        }
+        self.qps.remove(&handle).map(drop).ok_or(Errno::INVAL)
     }
 
     /// DESTROY_CQ of either framing: EBUSY while a QP uses the CQ.
@@ -544,8 +555,28 @@ impl FakeKernel {
             })(),
             sys::IB_USER_VERBS_CMD_DESTROY_QP => (|| {
                 let req: sys::ib_uverbs_destroy_qp = request_of(rec)?;
-                let qps = &mut self.datapath.qps;
-                forget::<_, sys::ib_uverbs_destroy_qp_resp>(qps, req.qp_handle, cmd.core_out)
+                self.datapath.destroy_qp(req.qp_handle)?;
+                write_out(cmd.core_out, sys::ib_uverbs_destroy_qp_resp::default())?;
+                Ok(0)
+            })(),
+            // Attaching twice answers 0, as the kernel does; detaching a
+            // group not attached is EINVAL.
+            sys::IB_USER_VERBS_CMD_ATTACH_MCAST => (|| {
+                let req: sys::ib_uverbs_attach_mcast = request_of(rec)?;
+                if !self.datapath.qps.contains_key(&req.qp_handle) {
+                    return Err(Errno::INVAL);
+                }
+                let group = (req.qp_handle, req.gid, req.mlid);
+                self.datapath.multicast.insert(group);
+                Ok(0)
+            })(),
+            sys::IB_USER_VERBS_CMD_DETACH_MCAST => (|| {
+                let req: sys::ib_uverbs_detach_mcast = request_of(rec)?;
+                let group = (req.qp_handle, req.gid, req.mlid);
+                match self.datapath.multicast.remove(&group) {
+                    true => Ok(0),
+                    false => Err(Errno::INVAL),
+                }
             })(),
             _ => return None,
         })
@@ -612,8 +643,8 @@ impl FakeKernel {
                 Ok((answer, Some((sys::UVERBS_ATTR_CREATE_QP_HANDLE, handle))))
             })(),
             (sys::UVERBS_OBJECT_QP, sys::UVERBS_METHOD_QP_DESTROY) => (|| {
-                let handle = obj(sys::UVERBS_ATTR_DESTROY_QP_HANDLE)?;
-                self.datapath.qps.remove(&handle).ok_or(Errno::INVAL)?;
+                self.datapath
+                    .destroy_qp(obj(sys::UVERBS_ATTR_DESTROY_QP_HANDLE)?)?;
                 let resp = sys::ib_uverbs_destroy_qp_resp::default();
                 Ok((
                     vec![out(sys::UVERBS_ATTR_DESTROY_QP_RESP, resp.as_bytes())],
@@ -781,19 +812,6 @@ impl RecordingTransport {
 /// Writes `value`'s bytes at the start of `out`; `ENOSPC` when it is too small.
 fn write_out<T: IntoBytes + Immutable>(out: &mut [u8], value: T) -> Result<(), Errno> {
     value.write_to_prefix(out).map_err(|_| Errno::NOSPC)
-}
-
-/// A DESTROY_* that succeeds: `handle` leaves `objects` (`EINVAL` when it
-/// is not there) and the answer is an all-zero `R` in `core_out`; no UHW
-/// bytes.
-fn forget<V, R: IntoBytes + Immutable + Default>(
-    objects: &mut BTreeMap<u32, V>,
-    handle: u32,
-    core_out: &mut [u8],
-) -> Result<usize, Errno> {
-    objects.remove(&handle).ok_or(Errno::INVAL)?;
-    write_out(core_out, R::default())?;
-    Ok(0)
 }
 
 /// The recorded request as `T`; `ENOSPC` when it is too short, like the
