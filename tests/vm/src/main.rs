@@ -634,11 +634,11 @@ impl Ctx {
 /// guest's results, booting once more where a guest kernel panicked: a TCG
 /// oops (a stray `int3` in code the kernel patched at run time, an skb
 /// allocation in rxe's receive work) ends the boot, not the tests, and on
-/// two hosts the other side's runs then fail for want of a peer. A panic
-/// before any test started boots everything again; one during the runs
-/// boots again for the configurations a panicked guest did not finish, and
-/// the second boot's results replace those. `guests` names who boots in
-/// the message.
+/// two hosts the other side is stopped then (`qemu::run_two`), its runs
+/// cut short for want of a peer. A panic before any test started boots
+/// everything again; one during the runs boots again for the
+/// configurations any guest did not finish, and the second boot's results
+/// replace those. `guests` names who boots in the message.
 fn boot_past_panics<const N: usize>(
     guests: &str,
     configs: &[RunConfig],
@@ -656,10 +656,12 @@ fn boot_past_panics<const N: usize>(
     let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
     let mut results = outcomes.each_ref().map(|o| report::parse(&o.console));
     let mut unfinished: Vec<&str> = Vec::new();
-    for o in &outcomes {
-        for c in report::unfinished_after_panic(&o.console, &config_names, names) {
-            if !unfinished.contains(&c) {
-                unfinished.push(c);
+    if outcomes.iter().any(|o| report::kernel_panicked(&o.console)) {
+        for o in &outcomes {
+            for c in report::unfinished(&o.console, &config_names, names) {
+                if !unfinished.contains(&c) {
+                    unfinished.push(c);
+                }
             }
         }
     }

@@ -32,6 +32,9 @@ pub const RESULT: &str = "@@UVERBS-RESULT";
 pub const RETRY: &str = "@@UVERBS-RETRY";
 /// Every planned run has finished.
 pub const DONE: &str = "@@UVERBS-DONE";
+/// Not ours: what a guest kernel prints when it panics (it then reboots,
+/// which ends qemu: `panic=-1` and `-no-reboot`).
+pub const KERNEL_PANIC: &str = "Kernel panic - not syncing";
 /// The text after `marker` in a console line (leading spaces removed), if
 /// the line carries that marker. The marker may follow other text (kernel
 /// messages interleave with the guest's output) but must end at a space or

@@ -1,6 +1,7 @@
 //! Booting the VM under qemu (TCG: KVM is not usable on the CI machines)
 //! with a hard timeout, streaming the serial console to stdout and a log.
 
+use crate::report;
 use crate::tools::Tools;
 use crate::util::{describe, err, say, Context, Error, Result};
 use std::fs;
@@ -136,6 +137,32 @@ impl ConsoleFilter {
     }
 }
 
+/// How often a running qemu is looked at.
+const POLL: Duration = Duration::from_millis(100);
+
+/// Whether qemu has ended, killing it at `deadline` (`timeout` after its
+/// start): `None` while it runs, `Some(None)` if it was killed.
+fn ended_by(
+    child: &mut Child,
+    deadline: Instant,
+    timeout: Duration,
+    step: &str,
+) -> Result<Option<Option<ExitStatus>>> {
+    if let Some(s) = child.try_wait().context(step)? {
+        return Ok(Some(Some(s)));
+    }
+    if Instant::now() < deadline {
+        return Ok(None);
+    }
+    say(format!(
+        "qemu: timed out after {} s; killing it",
+        timeout.as_secs()
+    ));
+    let _ = child.kill();
+    let _ = child.wait();
+    Ok(Some(None))
+}
+
 /// Waits for qemu, killing it at `deadline` (`timeout` after its start).
 /// Returns `None` if killed.
 fn wait_until(
@@ -145,19 +172,10 @@ fn wait_until(
     step: &str,
 ) -> Result<Option<ExitStatus>> {
     loop {
-        if let Some(s) = child.try_wait().context(step)? {
-            return Ok(Some(s));
+        if let Some(ended) = ended_by(child, deadline, timeout, step)? {
+            return Ok(ended);
         }
-        if Instant::now() >= deadline {
-            say(format!(
-                "qemu: timed out after {} s; killing it",
-                timeout.as_secs()
-            ));
-            let _ = child.kill();
-            let _ = child.wait();
-            return Ok(None);
-        }
-        thread::sleep(Duration::from_millis(100));
+        thread::sleep(POLL);
     }
 }
 
@@ -186,12 +204,17 @@ enum Echo {
 /// Starts qemu with its console read by a thread into memory and `log`
 /// (and to stdout as `echo` says).
 fn start(b: &Boot, log: &Path, echo: Echo) -> Result<Running> {
+    spawn(command(b), b.timeout, log, echo)
+}
+
+/// [`start`] of any command (a test's stand-in for qemu), killed after
+/// `timeout`.
+fn spawn(mut cmd: Command, timeout: Duration, log: &Path, echo: Echo) -> Result<Running> {
     let step = "qemu: booting";
-    let mut cmd = command(b);
     say(format!(
         "qemu: {} (timeout {} s, console log {})",
         describe(&cmd),
-        b.timeout.as_secs(),
+        timeout.as_secs(),
         log.display()
     ));
     let mut logfile =
@@ -254,7 +277,7 @@ fn start(b: &Boot, log: &Path, echo: Echo) -> Result<Running> {
         console,
         stderr,
         start,
-        timeout: b.timeout,
+        timeout,
         log: log.to_path_buf(),
     })
 }
@@ -296,7 +319,15 @@ impl Running {
         self.collect(status)
     }
 
-    /// Kills qemu now (the background guest of an interactive session).
+    /// Whether qemu has ended (or was killed at its timeout): `None` while
+    /// it runs.
+    fn ended(&mut self) -> Result<Option<Option<ExitStatus>>> {
+        let deadline = self.start + self.timeout;
+        ended_by(&mut self.child, deadline, self.timeout, "qemu: booting")
+    }
+
+    /// Kills qemu now (the background guest of an interactive session, a
+    /// two-host guest whose peer panicked).
     fn kill(mut self) -> Result<Outcome> {
         let _ = self.child.kill();
         let status = self.child.wait().ok();
@@ -419,10 +450,43 @@ pub fn run_two(a: &Boot, b: &Boot, logs: [&Path; 2]) -> Result<[Outcome; 2]> {
             return Err(e);
         }
     };
-    let oa = ra.finish()?;
-    let ob = rb.finish()?;
-    Ok([oa, ob])
+    finish_pair([ra, rb])
 }
+
+/// Waits for both guests of a two-host boot. When one ends with its kernel
+/// panicked, the other is killed at once: its remaining runs could only
+/// wait out their timeouts for a peer that is gone (minutes each), and the
+/// configurations either did not finish are booted again anyway
+/// (`boot_past_panics`).
+fn finish_pair(running: [Running; 2]) -> Result<[Outcome; 2]> {
+    let mut running = running.map(Some);
+    let mut outcomes: [Option<Outcome>; 2] = [None, None];
+    while running.iter().any(Option::is_some) {
+        for i in 0..2 {
+            let Some(status) = running[i].as_mut().map(Running::ended).transpose()? else {
+                continue;
+            };
+            let Some(status) = status else { continue };
+            let outcome = running[i].take().expect("running").collect(status)?;
+            if report::kernel_panicked(&outcome.console) {
+                if let Some(peer) = running[1 - i].take() {
+                    say(format!(
+                        "qemu: host {}'s kernel panicked; stopping host {}, whose runs need it",
+                        HOSTS[i],
+                        HOSTS[1 - i]
+                    ));
+                    outcomes[1 - i] = Some(peer.kill()?);
+                }
+            }
+            outcomes[i] = Some(outcome);
+        }
+        thread::sleep(POLL);
+    }
+    Ok(outcomes.map(|o| o.expect("each guest has an outcome")))
+}
+
+/// The two-host guests' names, in [`run_two`]'s order.
+const HOSTS: [&str; 2] = ["a", "b"];
 
 /// Boots with the console on this terminal: `-nographic` puts the serial
 /// port and qemu's monitor on stdio (`mon:stdio`; Ctrl-A X quits, Ctrl-A C
@@ -486,6 +550,72 @@ pub fn interactive_two(a: &Boot, b: &Boot, b_log: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stand-in guest: `sh -c script`, its console logged under the
+    /// temporary directory as `name`.
+    fn guest(script: &str, name: &str) -> Running {
+        let log = std::env::temp_dir().join(format!("uverbs-vm-{}-{name}.log", std::process::id()));
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        spawn(cmd, Duration::from_secs(120), &log, Echo::Quiet).expect("sh starts")
+    }
+
+    /// Whichever side panics (once its peer is up), the other is killed at
+    /// once instead of running to its end (here a minute of sleep).
+    #[test]
+    fn a_guest_whose_kernel_panicked_stops_its_peer() {
+        for panicked in 0..2 {
+            let up_file = std::env::temp_dir().join(format!(
+                "uverbs-vm-{}-peer-up-{panicked}",
+                std::process::id()
+            ));
+            let _ = fs::remove_file(&up_file);
+            let up = up_file.display();
+            let panics = format!(
+                "while [ ! -e {up} ]; do sleep 0.05; done; \
+                 echo '[ 94.3] Kernel panic - not syncing: Fatal exception in interrupt'"
+            );
+            // `exec`: killing the shell must end the sleep too, whose
+            // inherited stdout would keep the console open (qemu has no
+            // such child).
+            let runs = format!("echo started; touch {up}; exec sleep 60");
+            let mut scripts = [panics.as_str(), runs.as_str()];
+            if panicked == 1 {
+                scripts.reverse();
+            }
+            let begun = Instant::now();
+            let outcomes = finish_pair([
+                guest(scripts[0], &format!("panic-{panicked}-a")),
+                guest(scripts[1], &format!("panic-{panicked}-b")),
+            ])
+            .unwrap();
+            assert!(
+                begun.elapsed() < Duration::from_secs(30),
+                "host {} was stopped at once, not after {:?}",
+                HOSTS[1 - panicked],
+                begun.elapsed()
+            );
+            let peer = &outcomes[1 - panicked];
+            assert!(report::kernel_panicked(&outcomes[panicked].console));
+            assert!(peer.console.contains("started"), "{}", peer.console);
+            assert!(!peer.status.expect("killed, not timed out").success());
+            let _ = fs::remove_file(&up_file);
+        }
+    }
+
+    /// A guest that ends without a panic leaves its peer to end on its own.
+    #[test]
+    fn a_guest_that_ends_cleanly_waits_for_its_peer() {
+        let outcomes = finish_pair([
+            guest("echo done", "clean-a"),
+            guest("sleep 1; echo finished", "clean-b"),
+        ])
+        .unwrap();
+        assert!(outcomes[1].console.contains("finished"));
+        assert!(outcomes
+            .iter()
+            .all(|o| o.status.is_some_and(|s| s.success())));
+    }
 
     #[test]
     fn filter_drops_escapes_across_chunks() {

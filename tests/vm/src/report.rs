@@ -72,22 +72,20 @@ pub fn panicked_before_any_run(console: &str) -> bool {
     let started = console
         .lines()
         .any(|l| markers::find(l, markers::RUN).is_some());
-    !started && console.contains("Kernel panic - not syncing")
+    !started && kernel_panicked(console)
+}
+
+/// Whether the guest kernel panicked (see [`markers::KERNEL_PANIC`]).
+pub fn kernel_panicked(console: &str) -> bool {
+    console.contains(markers::KERNEL_PANIC)
 }
 
 /// The configurations (of `configs`) with a binary of `bins` that reported
-/// no result, when the guest kernel panicked: a TCG oops (a stray `int3`
-/// in code the kernel patched at run time, e.g. when the clocksource
-/// watchdog flips a static key) ends the boot, not the tests. Empty when
-/// the kernel did not panic or every run reported.
-pub fn unfinished_after_panic<'a>(
-    console: &str,
-    configs: &[&'a str],
-    bins: &[String],
-) -> Vec<&'a str> {
-    if !console.contains("Kernel panic - not syncing") {
-        return Vec::new();
-    }
+/// no result on `console`: after a guest kernel panicked (a TCG oops, a
+/// stray `int3` in code the kernel patched at run time, e.g. when the
+/// clocksource watchdog flips a static key, ends the boot, not the tests),
+/// what that guest, and a two-host peer stopped for it, did not finish.
+pub fn unfinished<'a>(console: &str, configs: &[&'a str], bins: &[String]) -> Vec<&'a str> {
     let results = parse(console);
     configs
         .iter()
@@ -259,12 +257,17 @@ mod tests {
         for (c, b) in [("ioctl", "a"), ("ioctl", "b"), ("write", "a")] {
             console.push_str(&format!("@@UVERBS-RESULT config={c} bin={b} rc=0\n"));
         }
-        assert!(super::unfinished_after_panic(&console, &configs, &bins).is_empty());
-        console.push_str("[ 94.3] Kernel panic - not syncing: Fatal exception in interrupt\n");
         assert_eq!(
-            super::unfinished_after_panic(&console, &configs, &bins),
+            super::unfinished(&console, &configs, &bins),
             ["write", "fork-forced"]
         );
+        assert!(!super::kernel_panicked(&console));
+        console.push_str("[ 94.3] Kernel panic - not syncing: Fatal exception in interrupt\n");
+        assert!(super::kernel_panicked(&console));
+        for (c, b) in [("write", "b"), ("fork-forced", "a"), ("fork-forced", "b")] {
+            console.push_str(&format!("@@UVERBS-RESULT config={c} bin={b} rc=1\n"));
+        }
+        assert!(super::unfinished(&console, &configs, &bins).is_empty());
     }
 
     #[test]
