@@ -134,8 +134,9 @@ fn a_child_forked_while_a_thread_holds_the_tracker_lock_can_drop_its_copies() {
 /// Every data-path operation of a forked child on its parent's rxe CQ and
 /// QP (rings served by the fake) is refused with `ForeignProcess` before
 /// any lock, ring or command: poll, req_notify, ack_events, post_send,
-/// post_recv, modify, refresh_state. The child sends nothing; the parent's
-/// objects keep working afterwards.
+/// post_recv, modify, refresh_state, attach_mcast, detach_mcast (before
+/// their input checks too: the QP is RC). The child sends nothing; the
+/// parent's objects keep working afterwards.
 #[test]
 fn a_child_polls_arms_posts_and_modifies_nothing_on_the_parents_rings() {
     let fake = std::sync::Arc::new(RecordingTransport::new());
@@ -149,6 +150,7 @@ fn a_child_polls_arms_posts_and_modifies_nothing_on_the_parents_rings() {
         length: 8,
         lkey: 1,
     }];
+    let group: uverbs::Gid = "ff12:0000:0000:0000:0000:0000:0075:7662".parse().unwrap();
     let sent = fake.count();
     let code = in_child!(LIMIT, {
         let op_of = |r: Result<(), Error>| match r {
@@ -176,6 +178,8 @@ fn a_child_polls_arms_posts_and_modifies_nothing_on_the_parents_rings() {
             op_of(unsafe { qp.post_send(&[]) }),
             op_of(qp.modify(&QpAttr::new().state(QpState::Reset))),
             op_of(qp.refresh_state().map(|_| ())),
+            op_of(qp.attach_mcast(group, 0)),
+            op_of(qp.detach_mcast(group, 0)),
         ];
         let want = [
             Op::PollCq,
@@ -187,6 +191,8 @@ fn a_child_polls_arms_posts_and_modifies_nothing_on_the_parents_rings() {
             Op::PostSend,
             Op::ModifyQp,
             Op::QueryQp,
+            Op::AttachMcast,
+            Op::DetachMcast,
         ];
         match got.iter().zip(want).position(|(g, w)| *g != Some(w)) {
             Some(i) => i as i32 + 1,
