@@ -251,11 +251,10 @@ impl Gid {
     /// assert!(!gid("fe80:0000:0000:0000:0211:22ff:fe33:4455").is_multicast());
     /// ```
     pub fn is_multicast(&self) -> bool {
-        let v4_mapped = self.0[..10] == [0; 10] && self.0[10..12] == [0xff, 0xff];
-        if v4_mapped {
-            self.0[12] & 0xf0 == 0xe0
-        } else {
-            self.0[0] == 0xff
+        let ip = std::net::Ipv6Addr::from(self.0);
+        match ip.to_ipv4_mapped() {
+            Some(v4) => v4.is_multicast(),
+            None => ip.is_multicast(),
         }
     }
 }

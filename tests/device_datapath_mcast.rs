@@ -34,11 +34,9 @@ const LEN: usize = 256;
 /// link-local IPv6 group ff12::75:7662 for an IPv6 GID, else the
 /// IPv4-mapped 239.117.118.98.
 fn group_for(sgid: Gid) -> Gid {
-    let raw = sgid.raw();
-    let v4_mapped = raw[..10] == [0; 10] && raw[10..12] == [0xff, 0xff];
-    let group = match v4_mapped {
-        true => Ipv4Addr::new(239, 117, 118, 98).to_ipv6_mapped(),
-        false => Ipv6Addr::new(0xff12, 0, 0, 0, 0, 0, 0x75, 0x7662),
+    let group = match Ipv6Addr::from(sgid.raw()).to_ipv4_mapped() {
+        Some(_) => Ipv4Addr::new(239, 117, 118, 98).to_ipv6_mapped(),
+        None => Ipv6Addr::new(0xff12, 0, 0, 0, 0, 0, 0x75, 0x7662),
     };
     Gid::from_raw(group.octets())
 }
