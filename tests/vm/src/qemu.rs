@@ -463,10 +463,12 @@ fn finish_pair(running: [Running; 2]) -> Result<[Outcome; 2]> {
     let mut outcomes: [Option<Outcome>; 2] = [None, None];
     while running.iter().any(Option::is_some) {
         for i in 0..2 {
-            let Some(status) = running[i].as_mut().map(Running::ended).transpose()? else {
+            let Some(guest) = running[i].as_mut() else {
                 continue;
             };
-            let Some(status) = status else { continue };
+            let Some(status) = guest.ended()? else {
+                continue;
+            };
             let outcome = running[i].take().expect("running").collect(status)?;
             if report::kernel_panicked(&outcome.console) {
                 if let Some(peer) = running[1 - i].take() {
