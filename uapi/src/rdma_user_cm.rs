@@ -96,6 +96,13 @@ pub const RDMA_PS_TCP: u16 = 0x0106;
 /// Port space UDP: unreliable datagram QPs.
 pub const RDMA_PS_UDP: u16 = 0x0111;
 
+/// Multicast join flag: a full member, which sends and receives
+/// (`RDMA_MC_JOIN_FLAG_FULLMEMBER`).
+pub const RDMA_MC_JOIN_FLAG_FULLMEMBER: u16 = 0;
+/// Multicast join flag: a send-only full member
+/// (`RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`).
+pub const RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER: u16 = 1;
+
 /// `QUERY` option: addresses, device, port and P_Key.
 pub const RDMA_USER_CM_QUERY_ADDR: u32 = 0;
 /// `QUERY` option: the path records.
@@ -414,6 +421,27 @@ pub struct rdma_ucm_bind {
 }
 const _: () = assert!(core::mem::size_of::<rdma_ucm_bind>() == 136);
 const _: () = assert!(core::mem::align_of::<rdma_ucm_bind>() == 8);
+
+/// `JOIN_MCAST` command body; the response is a
+/// [`rdma_ucm_create_id_resp`] naming the membership.
+#[repr(C, align(8))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout)]
+pub struct rdma_ucm_join_mcast {
+    /// User pointer to [`rdma_ucm_create_id_resp`].
+    pub response: u64,
+    /// Caller's value, echoed in the membership's events.
+    pub uid: u64,
+    /// The id that joins.
+    pub id: u32,
+    /// Bytes of `addr` used; must match its family's size.
+    pub addr_size: u16,
+    /// `RDMA_MC_JOIN_FLAG_*`.
+    pub join_flags: u16,
+    /// The group's address.
+    pub addr: __kernel_sockaddr_storage,
+}
+const _: () = assert!(core::mem::size_of::<rdma_ucm_join_mcast>() == 152);
+const _: () = assert!(core::mem::align_of::<rdma_ucm_join_mcast>() == 8);
 
 /// `RESOLVE_IP` command body.
 #[repr(C)]

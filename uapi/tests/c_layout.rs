@@ -650,6 +650,8 @@ fn cm_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             RDMA_PS_IB,
             RDMA_PS_TCP,
             RDMA_PS_UDP,
+            RDMA_MC_JOIN_FLAG_FULLMEMBER,
+            RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER,
             RDMA_USER_CM_QUERY_ADDR,
             RDMA_USER_CM_QUERY_PATH,
             RDMA_USER_CM_QUERY_GID,
@@ -686,6 +688,7 @@ fn cm_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             rdma_ucm_destroy_id_resp { events_reported }
             rdma_ucm_bind_ip { response, addr, id }
             rdma_ucm_bind { id, addr_size, reserved, addr }
+            rdma_ucm_join_mcast { response, uid, id, addr_size, join_flags, addr }
             rdma_ucm_resolve_ip { src_addr, dst_addr, id, timeout_ms }
             rdma_ucm_resolve_addr {
                 id, timeout_ms, src_size, dst_size, reserved, src_addr, dst_addr
