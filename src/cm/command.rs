@@ -37,6 +37,10 @@ pub const MAX_UD_ACCEPT_PRIVATE_DATA: usize = 136;
 /// The most private data `REJECT` carries (the IB CM's REJ).
 pub const MAX_REJECT_PRIVATE_DATA: usize = 148;
 
+/// The Q_Key the kernel gives every UDP-port-space id and multicast group
+/// (`RDMA_UDP_QKEY` of the kernel's `rdma_cm.h`; no UAPI header has it).
+pub const UDP_QKEY: u32 = 0x0123_4567;
+
 /// A ucma command: its number, its request and response layouts, and where
 /// the response pointer goes.
 ///
@@ -277,6 +281,56 @@ cm_command! {
     /// Destroy the cm id with kernel handle `id`.
     new;
     RDMA_USER_CM_CMD_DESTROY_ID: rdma_ucm_destroy_id -> sys::rdma_ucm_destroy_id_resp,
+    |cmd, response| sys::rdma_ucm_destroy_id {
+        response,
+        id: cmd.id,
+        reserved: 0,
+    }
+}
+
+cm_command! {
+    /// `JOIN_MCAST`: join the multicast group at `addr` through cm id `id`
+    /// (UDP port space, bound or resolved); answers the membership's handle,
+    /// and its `MULTICAST_JOIN` or `MULTICAST_ERROR` event carries `uid`.
+    #[doc(alias = "rdma_join_multicast")]
+    JoinMcast { id: u32, uid: u64, addr: SocketAddr; send_only: bool = false }
+    /// Join `addr` as a full member (sends and receives).
+    new;
+    RDMA_USER_CM_CMD_JOIN_MCAST: rdma_ucm_join_mcast -> sys::rdma_ucm_create_id_resp,
+    |cmd, response| {
+        let (addr, addr_size) = sockaddr_storage_of(&cmd.addr);
+        sys::rdma_ucm_join_mcast {
+            response,
+            uid: cmd.uid,
+            id: cmd.id,
+            addr_size,
+            join_flags: if cmd.send_only {
+                sys::RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+            } else {
+                sys::RDMA_MC_JOIN_FLAG_FULLMEMBER
+            },
+            addr,
+        }
+    }
+}
+
+impl JoinMcast {
+    /// Join as a send-only full member (`RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER`).
+    pub fn send_only(mut self) -> Self {
+        self.send_only = true;
+        self
+    }
+}
+
+cm_command! {
+    /// `LEAVE_MCAST`: leave the membership with handle `id` (what
+    /// [`JoinMcast`] answered); answers the events reported for it, as
+    /// `DESTROY_ID` does for an id.
+    #[doc(alias = "rdma_leave_multicast")]
+    LeaveMcast { id: u32 }
+    /// Leave the membership with handle `id`.
+    new;
+    RDMA_USER_CM_CMD_LEAVE_MCAST: rdma_ucm_destroy_id -> sys::rdma_ucm_destroy_id_resp,
     |cmd, response| sys::rdma_ucm_destroy_id {
         response,
         id: cmd.id,

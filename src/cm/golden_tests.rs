@@ -94,6 +94,43 @@ fn bind() {
 }
 
 #[test]
+fn join_and_leave_mcast() {
+    // {response @0, uid @8, id @16, addr_size @20, join_flags @22,
+    // addr: sockaddr_storage @24}: 152; out = create_id_resp (4).
+    let group = [239, 1, 2, 3];
+    let full = Bytes::hdr(22, 152, 4)
+        .u64(RESP)
+        .u64(0x55)
+        .u32(ID)
+        .u16(16)
+        .u16(0) // RDMA_MC_JOIN_FLAG_FULLMEMBER
+        .sin(group, 0)
+        .zeros(128 - 16);
+    let addr = "239.1.2.3:0".parse().unwrap();
+    assert_eq!(frame(&JoinMcast::new(ID, 0x55, addr)), full.0);
+    let ip6 = [
+        0xff, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x75, 0x76, 0x62,
+    ];
+    let send_only = Bytes::hdr(22, 152, 4)
+        .u64(RESP)
+        .u64(0x56)
+        .u32(ID)
+        .u16(28)
+        .u16(1) // RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+        .sin6(ip6, 0, 0)
+        .zeros(128 - 28);
+    let addr6 = std::net::SocketAddr::from((ip6, 0));
+    assert_eq!(
+        frame(&JoinMcast::new(ID, 0x56, addr6).send_only()),
+        send_only.0
+    );
+    // LEAVE_MCAST reuses rdma_ucm_destroy_id: {response @0, id @8,
+    // reserved @12}; out = destroy_id_resp (4).
+    let leave = Bytes::hdr(17, 16, 4).u64(RESP).u32(ID).u32(0);
+    assert_eq!(frame(&LeaveMcast::new(ID)), leave.0);
+}
+
+#[test]
 fn resolve_ip() {
     // {src_addr @0, dst_addr @28 (sockaddr_in6 each), id @56, timeout_ms @60}.
     let dst = "192.0.2.1:7471".parse().unwrap();
