@@ -126,6 +126,10 @@ pub enum Op {
     CmNotify,
     /// rdma_cm `SET_OPTION` (`rdma_set_option`).
     CmSetOption,
+    /// rdma_cm `JOIN_MCAST` (`rdma_join_multicast`).
+    CmJoinMulticast,
+    /// rdma_cm `LEAVE_MCAST` (`rdma_leave_multicast`).
+    CmLeaveMulticast,
 }
 
 impl Op {
@@ -183,6 +187,8 @@ impl Op {
             Op::CmGetEvent => "rdma_get_cm_event",
             Op::CmNotify => "rdma_notify",
             Op::CmSetOption => "rdma_set_option",
+            Op::CmJoinMulticast => "rdma_join_multicast",
+            Op::CmLeaveMulticast => "rdma_leave_multicast",
         }
     }
 }

@@ -660,9 +660,12 @@ impl QueuePair {
     /// On RoCE the attach is not all: the GID's network interface must be
     /// a member of the group at the IP level too, or the kernel's IP layer
     /// drops the group's packets (and does not loop a local sender's back)
-    /// before rxe sees them. librdmacm's `rdma_join_multicast` does both;
-    /// after a bare attach, join the group on the interface yourself, as
-    /// below (on rxe0, without the join nothing arrives). To send to the
+    /// before rxe sees them. For an IPv4 group the connection manager's
+    /// join does that part ([`CmId::join_multicast`](crate::cm::CmId::join_multicast),
+    /// librdmacm's `rdma_join_multicast`), and its event carries the GID,
+    /// LID and Q_Key to attach and send with. Otherwise join the group on
+    /// the interface yourself, as below (on rxe0, without a join nothing
+    /// arrives). To send to the
     /// group, address an [`AddressHandle`](crate::AddressHandle) to `mgid`
     /// and the QP number `0xffffff`.
     ///

@@ -92,6 +92,10 @@ fn a_child_takes_no_event_and_sends_no_command_on_the_parents_channel() {
         );
         foreign(client.set_option(CmOption::Tos(1)), Op::CmSetOption);
         foreign(client.notify(0), Op::CmNotify);
+        // A TCP id and a group not joined: the input errors come second.
+        let group: SocketAddr = "239.1.2.3:0".parse().unwrap();
+        foreign(client.join_multicast(group, false), Op::CmJoinMulticast);
+        foreign(client.leave_multicast(group), Op::CmLeaveMulticast);
         foreign(client.destroy(), Op::CmDestroyId);
         drop(listener); // DESTROY_ID refused, silently
 

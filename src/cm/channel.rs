@@ -372,7 +372,7 @@ impl AsRawFd for EventChannel {
 
 /// A process-wide unique, non-zero uid for each id (the kernel drops the
 /// events of an id whose uid is 0).
-fn next_uid() -> u64 {
+pub(crate) fn next_uid() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)

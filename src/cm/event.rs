@@ -98,6 +98,18 @@ pub struct UdPeer {
 }
 
 impl UdPeer {
+    fn decode(bytes: &[u8; 304]) -> UdPeer {
+        // `param` is exactly `rdma_ucm_ud_param`'s 304 bytes: never fails.
+        let u = sys::rdma_ucm_ud_param::read_from_bytes(bytes).unwrap_or_default();
+        let len = usize::from(u.private_data_len).min(u.private_data.len());
+        UdPeer {
+            qp_num: u.qp_num,
+            qkey: u.qkey,
+            ah_attr: u.ah_attr,
+            private_data: u.private_data[..len].to_vec(),
+        }
+    }
+
     /// [`ah_attr`](Self::ah_attr) as an [`AhAttr`](crate::AhAttr), for
     /// [`create_ah`](crate::ProtectionDomain::create_ah): where to send the
     /// peer's datagrams (with [`qp_num`](Self::qp_num) and
@@ -136,16 +148,7 @@ impl Param {
                     srq: c.srq != 0,
                 })
             }
-            PortSpace::Udp => {
-                let u = sys::rdma_ucm_ud_param::read_from_bytes(bytes).unwrap_or_default();
-                let len = usize::from(u.private_data_len).min(u.private_data.len());
-                Param::Ud(UdPeer {
-                    qp_num: u.qp_num,
-                    qkey: u.qkey,
-                    ah_attr: u.ah_attr,
-                    private_data: u.private_data[..len].to_vec(),
-                })
-            }
+            PortSpace::Udp => Param::Ud(UdPeer::decode(bytes)),
         }
     }
 
@@ -212,7 +215,18 @@ pub enum EventKind {
     AddrChange,
     /// `TIMEWAIT_EXIT`: the QP may be reused.
     TimewaitExit,
-    /// Any other event (the multicast ones, newer kernels' additions).
+    /// `MULTICAST_JOIN`: the group of a [`Membership`](super::Membership)
+    /// is joined ([`Event::uid`] is the membership's, [`Event::id`] its
+    /// handle). Attach the UD QP to the group with the address vector's
+    /// `grh.dgid` and `dlid`
+    /// ([`QueuePair::attach_mcast`](crate::QueuePair::attach_mcast)), and
+    /// send to the group through an AH of [`UdPeer::to_ah_attr`], with
+    /// its `qp_num` (0xFFFFFF) and `qkey`.
+    MulticastJoin(UdPeer),
+    /// `MULTICAST_ERROR`: the join failed, or the membership was lost
+    /// ([`Event::errno`]); leave the group.
+    MulticastError,
+    /// Any other event (newer kernels' additions).
     Unknown(u32),
 }
 
@@ -252,6 +266,8 @@ impl Event {
             EventKind::DeviceRemoval => raw::DEVICE_REMOVAL,
             EventKind::AddrChange => raw::ADDR_CHANGE,
             EventKind::TimewaitExit => raw::TIMEWAIT_EXIT,
+            EventKind::MulticastJoin(_) => raw::MULTICAST_JOIN,
+            EventKind::MulticastError => raw::MULTICAST_ERROR,
             EventKind::Unknown(n) => *n,
         }
     }
@@ -318,6 +334,9 @@ pub(crate) fn decode(
         raw::DEVICE_REMOVAL => EventKind::DeviceRemoval,
         raw::ADDR_CHANGE => EventKind::AddrChange,
         raw::TIMEWAIT_EXIT => EventKind::TimewaitExit,
+        // Multicast is UD only: the kernel reports a `rdma_ucm_ud_param`.
+        raw::MULTICAST_JOIN => EventKind::MulticastJoin(UdPeer::decode(&resp.param)),
+        raw::MULTICAST_ERROR => EventKind::MulticastError,
         other => EventKind::Unknown(other),
     };
     Event {

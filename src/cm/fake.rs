@@ -21,6 +21,12 @@
 //!   `DESTROY_ID` answers the events reported and discards unreported ones;
 //!   a connect request's id destroyed before accepting (itself, or with its
 //!   listener while unreported) rejects the requester with reason 28;
+//! * `JOIN_MCAST` (a UDP id with a device) answers a membership handle and
+//!   queues `MULTICAST_JOIN` for its uid at once: Q_Key [`UDP_QKEY`](super::UDP_QKEY),
+//!   QP number 0xFFFFFF, the group as the GID (IPv4 mapped), port 1; the
+//!   handle comes from the ids' numbers (the kernel numbers memberships
+//!   apart); its reported events count for it and for its id; `LEAVE_MCAST`
+//!   and `DESTROY_ID` of the id drop it and its unreported events;
 //! * a blocking `GET_EVENT` with nothing queued waits at most
 //!   [`FakeCm::BLOCKING_WAIT`] and then fails with `ETIMEDOUT` (the kernel
 //!   would wait forever), so a host test never hangs.
@@ -98,9 +104,20 @@ struct FakeId {
     passive: bool,
 }
 
+/// A multicast membership (`JOIN_MCAST`).
+#[derive(Debug)]
+struct FakeMc {
+    /// The id that joined.
+    owner: u32,
+    events_reported: u32,
+}
+
 #[derive(Default)]
 struct State {
     ids: BTreeMap<u32, FakeId>,
+    /// Memberships, by handle: taken from the ids' numbers (the kernel
+    /// numbers them apart), so an event's owner names one or the other.
+    mcs: BTreeMap<u32, FakeMc>,
     next_id: u32,
     events: VecDeque<(u32, sys::rdma_ucm_event_resp)>,
     log: Vec<RecordedCm>,
@@ -198,6 +215,11 @@ impl FakeCm {
     /// Ids alive in the fake.
     pub fn live_ids(&self) -> usize {
         self.lock().ids.len()
+    }
+
+    /// Multicast memberships not yet left.
+    pub fn live_memberships(&self) -> usize {
+        self.lock().mcs.len()
     }
 
     /// Events queued and not yet reported.
@@ -410,7 +432,16 @@ impl FakeCm {
                     return Err(Errno::FAULT);
                 }
                 let (owner, ev) = st.events.pop_front().ok_or(Errno::AGAIN)?;
-                if let Some(f) = st.ids.get_mut(&owner) {
+                // A membership's event counts for it and for its id, as on
+                // rxe (DESTROY_ID answers both kinds).
+                let id = match st.mcs.get_mut(&owner) {
+                    Some(m) => {
+                        m.events_reported += 1;
+                        m.owner
+                    }
+                    None => owner,
+                };
+                if let Some(f) = st.ids.get_mut(&id) {
                     f.events_reported += 1;
                 }
                 if ev.event == raw::CONNECT_REQUEST {
@@ -482,6 +513,58 @@ impl FakeCm {
                 } else {
                     Err(Errno::INVAL)
                 }
+            }
+            sys::RDMA_USER_CM_CMD_JOIN_MCAST => {
+                let req: sys::rdma_ucm_join_mcast = read(body)?;
+                if out < 4 {
+                    return Err(Errno::NOSPC);
+                }
+                let group = socket_addr_from(req.addr.as_bytes()).ok_or(Errno::INVAL)?;
+                if usize::from(req.addr_size) != addr_size(&group)
+                    || req.join_flags > sys::RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
+                {
+                    return Err(Errno::INVAL);
+                }
+                let fid = st.ids.get(&req.id).ok_or(Errno::NOENT)?;
+                if !fid.has_device || fid.ps != sys::RDMA_PS_UDP {
+                    return Err(Errno::INVAL);
+                }
+                let handle = st.next_id;
+                st.next_id += 1;
+                st.mcs.insert(
+                    handle,
+                    FakeMc {
+                        owner: req.id,
+                        events_reported: 0,
+                    },
+                );
+                let mut ev = sys::rdma_ucm_event_resp::new_zeroed();
+                (ev.uid, ev.id, ev.event) = (req.uid, handle, raw::MULTICAST_JOIN);
+                let mut ud = sys::rdma_ucm_ud_param::new_zeroed();
+                (ud.qp_num, ud.qkey) = (0xff_ffff, super::command::UDP_QKEY);
+                ud.ah_attr.grh.dgid = match group.ip() {
+                    IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+                    IpAddr::V6(v6) => v6.octets(),
+                };
+                (ud.ah_attr.is_global, ud.ah_attr.port_num) = (1, 1);
+                ev.param.copy_from_slice(ud.as_bytes());
+                self.enqueue(&mut st, handle, ev);
+                let resp = sys::rdma_ucm_create_id_resp { id: handle };
+                answer(req.response, resp.as_bytes(), response)
+            }
+            sys::RDMA_USER_CM_CMD_LEAVE_MCAST => {
+                let req: sys::rdma_ucm_destroy_id = read(body)?;
+                if out < 4 {
+                    return Err(Errno::NOSPC);
+                }
+                let mc = st.mcs.remove(&req.id).ok_or(Errno::NOENT)?;
+                // Its unreported events go (ucma_cleanup_mc_events).
+                st.events.retain(|(owner, _)| *owner != req.id);
+                self.sync_readable(&mut st);
+                let resp = sys::rdma_ucm_destroy_id_resp {
+                    events_reported: mc.events_reported,
+                };
+                answer(req.response, resp.as_bytes(), response)
             }
             sys::RDMA_USER_CM_CMD_GET_OPTION => Err(Errno::NOSYS),
             c if c > sys::RDMA_USER_CM_CMD_JOIN_MCAST => Err(Errno::INVAL),
@@ -665,10 +748,23 @@ impl FakeCm {
 
     fn destroy(&self, st: &mut State, id: u32) -> Result<u32, Errno> {
         let f = st.ids.remove(&id).ok_or(Errno::NOENT)?;
-        // Unreported events of the id go; so do the ids of its unreported
-        // connect requests (ucma_cleanup_ctx_events).
+        // Its memberships are left (ucma_cleanup_multicast).
+        let left: Vec<u32> = st
+            .mcs
+            .iter()
+            .filter(|(_, m)| m.owner == id)
+            .map(|(&h, _)| h)
+            .collect();
+        for h in &left {
+            st.mcs.remove(h);
+        }
+        // Unreported events of the id and its memberships go; so do the ids
+        // of its unreported connect requests (ucma_cleanup_ctx_events).
         let mut orphans = Vec::new();
         st.events.retain(|(owner, ev)| {
+            if left.contains(owner) {
+                return false;
+            }
             if *owner != id {
                 return true;
             }

@@ -4,10 +4,11 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 
 use uverbs_uapi as sys;
 
-use super::channel::EventChannel;
+use super::channel::{next_uid, EventChannel};
 use super::command::*;
 use crate::command::{Mtu, QpAttr, QpState};
 use crate::error::{Errno, Error, Op};
@@ -29,6 +30,39 @@ pub struct CmId {
     uid: u64,
     ps: PortSpace,
     live: bool,
+    /// The groups joined and not left; the kernel leaves them when the id
+    /// is destroyed.
+    memberships: Mutex<Vec<Membership>>,
+}
+
+/// A multicast group a UDP-port-space id joined
+/// ([`CmId::join_multicast`]): the kernel's membership, whose events
+/// ([`EventKind::MulticastJoin`](super::EventKind::MulticastJoin) and
+/// [`MulticastError`](super::EventKind::MulticastError)) carry its
+/// [`uid`](Self::uid) and [`handle`](Self::handle), not the id's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Membership {
+    group: SocketAddr,
+    handle: u32,
+    uid: u64,
+}
+
+impl Membership {
+    /// The group's address, as joined.
+    pub fn group(&self) -> SocketAddr {
+        self.group
+    }
+
+    /// The kernel's handle of the membership (what its events'
+    /// [`Event::id`](super::Event::id) names).
+    pub fn handle(&self) -> u32 {
+        self.handle
+    }
+
+    /// The uid its events carry.
+    pub fn uid(&self) -> u64 {
+        self.uid
+    }
 }
 
 /// Where an id is: its addresses, device and route (`QUERY_ROUTE`).
@@ -78,6 +112,7 @@ impl CmId {
             uid,
             ps,
             live: true,
+            memberships: Mutex::new(Vec::new()),
         }
     }
 
@@ -391,6 +426,132 @@ impl CmId {
         Ok(found)
     }
 
+    /// Joins the multicast group `group` (`JOIN_MCAST`) as a full member,
+    /// or a send-only one with `send_only`; answered on the channel by a
+    /// `MULTICAST_JOIN` event (its address vector, Q_Key and QP number 0xFFFFFF
+    /// are what the QP attaches to and sends with) or `MULTICAST_ERROR`,
+    /// both for the returned [`Membership`]'s uid. The id must be of the UDP
+    /// port space, and bound to a local address or resolved (it needs a
+    /// device).
+    ///
+    /// On RoCE with an IPv4 group the kernel also joins the group on the
+    /// netdev (IGMP), so its datagrams reach rxe; an IPv6 group it does
+    /// not join (see `docs/data-path.md`, "UD multicast"). iWARP has no
+    /// multicast: the kernel refuses.
+    ///
+    /// A TCP id, an address that is not multicast, or a group this id has
+    /// joined already: [`Error::InvalidInput`], nothing sent. In a forked
+    /// child: [`Error::ForeignProcess`], first.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use uverbs::cm::{EventChannel, EventKind, PortSpace};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ch = EventChannel::open()?;
+    /// let id = ch.create_id(PortSpace::Udp)?;
+    /// id.bind("192.0.2.1:0".parse()?)?;
+    /// let member = id.join_multicast("239.1.2.3:0".parse()?, false)?;
+    /// let ev = ch.wait_event(Duration::from_secs(5))?.ok_or("no event")?;
+    /// assert_eq!(ev.uid, member.uid());
+    /// if let EventKind::MulticastJoin(group) = ev.kind {
+    ///     let av = group.to_ah_attr(); // qp.attach_mcast(av's dgid, dlid), create_ah(av)
+    ///     # let _ = av;
+    /// }
+    /// id.leave_multicast(member.group())?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "rdma_join_multicast")]
+    #[doc(alias = "rdma_join_multicast_ex")]
+    pub fn join_multicast(&self, group: SocketAddr, send_only: bool) -> Result<Membership, Error> {
+        self.join_multicast_as(next_uid(), group, send_only)
+    }
+
+    /// [`join_multicast`](Self::join_multicast) with the membership's uid
+    /// `uid` (the tokio channel routes it before the join).
+    pub(crate) fn join_multicast_as(
+        &self,
+        uid: u64,
+        group: SocketAddr,
+        send_only: bool,
+    ) -> Result<Membership, Error> {
+        let op = Op::CmJoinMulticast;
+        self.channel.check_process(op)?;
+        if self.ps != PortSpace::Udp {
+            return Err(self
+                .channel
+                .input(op, "multicast needs a UDP-port-space (UD) id"));
+        }
+        if !group.ip().is_multicast() {
+            return Err(self
+                .channel
+                .input(op, "the group address is not a multicast address"));
+        }
+        let mut joined = self.joined();
+        if joined.iter().any(|m| m.group == group) {
+            return Err(self
+                .channel
+                .input(op, "this id has joined the group already"));
+        }
+        let mut cmd = JoinMcast::new(self.handle, uid, group);
+        if send_only {
+            cmd = cmd.send_only();
+        }
+        // Registered first: another thread may read the event before the
+        // command returns.
+        self.channel.register(uid, PortSpace::Udp);
+        let resp = self.channel.run(&cmd, op).inspect_err(|_| {
+            self.channel.unregister(uid);
+        })?;
+        let member = Membership {
+            group,
+            handle: resp.id,
+            uid,
+        };
+        joined.push(member);
+        Ok(member)
+    }
+
+    /// Leaves `group` (`LEAVE_MCAST`), joined through this id, and returns
+    /// the number of events the kernel reported for the membership (they
+    /// also count in [`destroy`](Self::destroy)'s answer); its unreported
+    /// events are discarded. Detach the QP from the group too
+    /// ([`QueuePair::detach_mcast`](crate::QueuePair::detach_mcast)): the
+    /// kernel does not. A group this id has not joined:
+    /// [`Error::InvalidInput`], nothing sent. Destroying the id leaves
+    /// every group it joined.
+    #[doc(alias = "rdma_leave_multicast")]
+    pub fn leave_multicast(&self, group: SocketAddr) -> Result<u32, Error> {
+        let op = Op::CmLeaveMulticast;
+        self.channel.check_process(op)?;
+        let mut joined = self.joined();
+        let Some(at) = joined.iter().position(|m| m.group == group) else {
+            return Err(self.channel.input(op, "this id has not joined the group"));
+        };
+        let member = joined[at];
+        let resp = self.channel.run(&LeaveMcast::new(member.handle), op)?;
+        joined.remove(at);
+        self.channel.unregister(member.uid);
+        Ok(resp.events_reported)
+    }
+
+    /// The groups joined through this id and not left.
+    pub fn memberships(&self) -> Vec<Membership> {
+        self.joined().clone()
+    }
+
+    fn joined(&self) -> MutexGuard<'_, Vec<Membership>> {
+        // The list stays consistent even if a holder panicked.
+        self.memberships.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Forgets every membership: the kernel leaves them with the id.
+    fn forget_memberships(&self) {
+        for m in self.joined().drain(..) {
+            self.channel.unregister(m.uid);
+        }
+    }
+
     /// Sets an option (`SET_OPTION`).
     #[doc(alias = "rdma_set_option")]
     pub fn set_option(&self, option: CmOption) -> Result<(), Error> {
@@ -406,13 +567,16 @@ impl CmId {
     }
 
     /// Destroys the id (`DESTROY_ID`) and returns the number of events the
-    /// kernel reported for it (see [`events_received`](Self::events_received)).
+    /// kernel reported for it (see [`events_received`](Self::events_received);
+    /// the kernel's count includes the events of the id's multicast
+    /// memberships, which the channel counts under their own uids).
     /// Unreported events of the id are discarded; a listener's unreported
     /// connect requests are rejected and their ids destroyed.
     #[doc(alias = "rdma_destroy_id")]
     pub fn destroy(mut self) -> Result<u32, Error> {
         self.live = false;
         self.channel.unregister(self.uid);
+        self.forget_memberships();
         let r = self
             .channel
             .run(&DestroyId::new(self.handle), Op::CmDestroyId)?;
@@ -424,6 +588,7 @@ impl Drop for CmId {
     fn drop(&mut self) {
         if self.live {
             self.channel.unregister(self.uid);
+            self.forget_memberships();
             let _ = self
                 .channel
                 .run(&DestroyId::new(self.handle), Op::CmDestroyId);

@@ -15,7 +15,10 @@
 //! `CONNECT_RESPONSE`, `init_qp_attr(Rtr)`/`(Rts)` + modify, `establish`
 //! (no event follows on this side). Passive side: `bind`, `listen` → `CONNECT_REQUEST` (with a
 //! new id), QP to INIT, RTR, RTS with that id's `init_qp_attr`, `accept` →
-//! `ESTABLISHED`. See `docs/connection-manager.md`.
+//! `ESTABLISHED`. UD multicast: a UDP id, bound or resolved,
+//! [`join_multicast`](CmId::join_multicast) → `MULTICAST_JOIN`, whose
+//! address vector the QP attaches to and sends through. See
+//! `docs/connection-manager.md`.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -34,7 +37,7 @@
 //! # Ok(()) }
 //! ```
 
-mod channel;
+pub(crate) mod channel;
 pub mod command;
 mod error;
 mod event;
@@ -52,10 +55,10 @@ pub use channel::{EventChannel, RDMA_CM_ABI_PATH, RDMA_CM_PATH};
 pub use command::{
     CmCommand, CmOption, ConnParam, PortSpace, PrivateDataTooLong, RejectReason,
     MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
-    MAX_UD_ACCEPT_PRIVATE_DATA, MAX_UD_CONNECT_PRIVATE_DATA,
+    MAX_UD_ACCEPT_PRIVATE_DATA, MAX_UD_CONNECT_PRIVATE_DATA, UDP_QKEY,
 };
 pub use error::CmError;
 pub use event::{event_name, raw as event_number, Event, EventKind, Param, PeerParam, UdPeer};
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::{FakeCm, RecordedCm};
-pub use id::{AddrInfo, CmId, Route};
+pub use id::{AddrInfo, CmId, Membership, Route};

@@ -626,3 +626,119 @@ fn blocking_waits_are_bounded_and_take_only_their_own_ids_events() {
     assert_eq!(peer.qp_num, 0x12);
     assert_ne!(server.handle(), listener.handle());
 }
+
+/// `err` is a refusal of `op`'s input, made before anything was sent.
+fn assert_input(err: &crate::Error, op: Op) {
+    assert!(matches!(err, crate::Error::InvalidInput { .. }), "{err:?}");
+    assert_eq!(err.op(), op, "{err}");
+}
+
+/// A UDP id bound to 192.0.2.1, as multicast needs it.
+fn bound_udp_id(ch: &EventChannel) -> CmId {
+    let id = ch.create_id(PortSpace::Udp).unwrap();
+    id.bind("192.0.2.1:0".parse().unwrap()).unwrap();
+    id
+}
+
+#[test]
+fn a_udp_id_joins_and_leaves_a_group() {
+    let (fake, ch) = channel();
+    let id = bound_udp_id(&ch);
+    let group = "239.1.2.3:0".parse().unwrap();
+    let member = id.join_multicast(group, false).unwrap();
+    assert_eq!(member.group(), group);
+    assert_ne!(member.uid(), id.uid(), "a membership has a uid of its own");
+    assert_eq!(id.memberships(), vec![member]);
+
+    let req = fake.requests::<sys::rdma_ucm_join_mcast>(sys::RDMA_USER_CM_CMD_JOIN_MCAST);
+    assert_eq!(req.len(), 1);
+    assert_eq!((req[0].id, req[0].uid), (id.handle(), member.uid()));
+    assert_eq!((req[0].addr_size, req[0].join_flags), (16, 0));
+    assert_eq!(
+        command::socket_addr_from(zerocopy::IntoBytes::as_bytes(&req[0].addr)),
+        Some(group)
+    );
+
+    let ev = next(&ch);
+    assert_eq!((ev.id, ev.uid), (member.handle(), member.uid()));
+    assert_eq!(ev.name(), "RDMA_CM_EVENT_MULTICAST_JOIN");
+    let EventKind::MulticastJoin(peer) = ev.kind else {
+        panic!("{ev:?}")
+    };
+    assert_eq!((peer.qp_num, peer.qkey), (0xff_ffff, UDP_QKEY));
+    let mapped = std::net::Ipv4Addr::new(239, 1, 2, 3).to_ipv6_mapped();
+    assert_eq!(peer.ah_attr.grh.dgid, mapped.octets());
+    assert_eq!(peer.to_ah_attr().dgid.raw(), mapped.octets());
+
+    assert_eq!(id.leave_multicast(group).unwrap(), 1, "one event reported");
+    assert_eq!(fake.live_memberships(), 0);
+    assert!(id.memberships().is_empty());
+    let sent = fake.command_codes().len();
+    let err = id.leave_multicast(group).unwrap_err();
+    assert_input(&err, Op::CmLeaveMulticast);
+    assert_eq!(
+        fake.command_codes().len(),
+        sent,
+        "nothing sent for a group not joined"
+    );
+}
+
+#[test]
+fn multicast_input_is_refused_before_the_write() {
+    let (fake, ch) = channel();
+    let group: std::net::SocketAddr = "239.1.2.3:0".parse().unwrap();
+    let tcp = ch.create_id(PortSpace::Tcp).unwrap();
+    tcp.bind("192.0.2.1:0".parse().unwrap()).unwrap();
+    let udp = bound_udp_id(&ch);
+    let sent = fake.command_codes().len();
+    for (id, addr, why) in [
+        (&tcp, group, "UDP-port-space"),
+        (
+            &udp,
+            "192.0.2.9:0".parse().unwrap(),
+            "not a multicast address",
+        ),
+        (
+            &udp,
+            "[2001:db8::1]:0".parse().unwrap(),
+            "not a multicast address",
+        ),
+    ] {
+        let err = id.join_multicast(addr, false).unwrap_err();
+        assert_input(&err, Op::CmJoinMulticast);
+        assert!(err.to_string().contains(why), "{err}");
+    }
+    assert_eq!(fake.command_codes().len(), sent, "nothing sent");
+
+    udp.join_multicast(group, false).unwrap();
+    let err = udp.join_multicast(group, true).unwrap_err();
+    assert!(err.to_string().contains("already"), "{err}");
+    assert_eq!(fake.live_memberships(), 1, "the second join sent nothing");
+
+    // The kernel's refusals keep their errno: an id without a device.
+    let unbound = ch.create_id(PortSpace::Udp).unwrap();
+    let err = unbound.join_multicast(group, false).unwrap_err();
+    assert_eq!(
+        (err.op(), err.errno()),
+        (Op::CmJoinMulticast, Some(Errno::INVAL))
+    );
+    assert!(unbound.memberships().is_empty());
+}
+
+#[test]
+fn a_send_only_join_says_so_and_destroying_the_id_leaves_its_groups() {
+    let (fake, ch) = channel();
+    let id = bound_udp_id(&ch);
+    let v6: std::net::SocketAddr = "[ff12::75:7662]:0".parse().unwrap();
+    id.join_multicast("239.1.2.3:0".parse().unwrap(), false)
+        .unwrap();
+    id.join_multicast(v6, true).unwrap();
+    let req = fake.requests::<sys::rdma_ucm_join_mcast>(sys::RDMA_USER_CM_CMD_JOIN_MCAST);
+    assert_eq!((req[1].addr_size, req[1].join_flags), (28, 1));
+    assert_eq!((fake.live_memberships(), fake.queued_events()), (2, 2));
+    // Neither event read: the id's destroy leaves both groups and drops
+    // their events, and the kernel counts none for the id.
+    assert_eq!(id.destroy().unwrap(), 0);
+    assert_eq!((fake.live_memberships(), fake.queued_events()), (0, 0));
+    assert!(ch.try_get_event().unwrap().is_none());
+}
