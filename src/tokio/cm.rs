@@ -100,12 +100,14 @@ use parking_lot::Mutex;
 use tokio::sync::Notify;
 
 use super::AsyncSource;
+use crate::cm::channel::next_uid;
 use crate::cm::handshake::{
     before_accept, before_connect, expect_event, millis, on_accept_answer, on_connect_answer,
 };
 pub use crate::cm::CmError;
 use crate::cm::{
-    CmId, ConnParam, Event, EventChannel, EventKind, Param, PeerParam, PortSpace, RejectReason,
+    CmId, ConnParam, Event, EventChannel, EventKind, Membership, Param, PeerParam, PortSpace,
+    RejectReason,
 };
 use crate::connectable::Connectable;
 use crate::error::{Errno, Error, Op};
@@ -240,20 +242,27 @@ impl AsyncEventChannel {
     }
 
     fn route(&self, id: CmId) -> AsyncCmId {
+        let notify = self.add_route(id.uid());
+        AsyncCmId {
+            id: Some(id),
+            ch: self.clone(),
+            notify,
+        }
+    }
+
+    /// Routes `uid`'s events (an id's or a multicast membership's) to a
+    /// stash of their own.
+    fn add_route(&self, uid: u64) -> Arc<Notify> {
         let notify = Arc::new(Notify::new());
         self.shared.routes.lock().insert(
-            id.uid(),
+            uid,
             Route {
                 stash: VecDeque::new(),
                 notify: notify.clone(),
                 disconnected: false,
             },
         );
-        AsyncCmId {
-            id: Some(id),
-            ch: self.clone(),
-            notify,
-        }
+        notify
     }
 
     /// Removes `uid`'s route; its unread events are dropped by the caller,
@@ -395,6 +404,9 @@ impl Drop for AsyncCmId {
             // Dropped after the lock is released: a connect request's id
             // among the events is destroyed here.
             drop(self.ch.unroute(id.uid()));
+            for m in id.memberships() {
+                drop(self.ch.unroute(m.uid()));
+            }
         }
     }
 }
@@ -410,6 +422,53 @@ impl AsyncCmId {
     #[doc(alias = "rdma_get_cm_event")]
     pub async fn next_event(&self) -> Result<Event, Error> {
         self.ch.next_for(self.uid(), &self.notify).await
+    }
+
+    /// [`CmId::join_multicast`], with the membership's events routed to a
+    /// stash of their own: read them with
+    /// [`next_multicast_event`](Self::next_multicast_event) (the id's
+    /// [`next_event`](Self::next_event) does not see them).
+    #[doc(alias = "rdma_join_multicast")]
+    pub fn join_multicast(&self, group: SocketAddr, send_only: bool) -> Result<Membership, Error> {
+        let uid = next_uid();
+        // Routed before the join: another waiter may read its event first.
+        drop(self.ch.add_route(uid));
+        self.join_multicast_as(uid, group, send_only)
+            .inspect_err(|_| drop(self.ch.unroute(uid)))
+    }
+
+    /// The next event of `member` (`MULTICAST_JOIN`, `MULTICAST_ERROR`),
+    /// joined through this id's [`join_multicast`](Self::join_multicast).
+    /// Cancel-safe. A membership not routed here: [`Error::InvalidInput`].
+    pub async fn next_multicast_event(&self, member: &Membership) -> Result<Event, Error> {
+        let notify = self
+            .ch
+            .shared
+            .routes
+            .lock()
+            .get(&member.uid())
+            .map(|r| r.notify.clone());
+        let Some(notify) = notify else {
+            let why = "the membership was not joined through this AsyncCmId, or was left";
+            return Err(self.channel().input(Op::CmGetEvent, why));
+        };
+        self.ch.next_for(member.uid(), &notify).await
+    }
+
+    /// [`CmId::leave_multicast`], ending the membership's route (its
+    /// unread events are dropped).
+    #[doc(alias = "rdma_leave_multicast")]
+    pub fn leave_multicast(&self, group: SocketAddr) -> Result<u32, Error> {
+        let uid = self
+            .memberships()
+            .iter()
+            .find(|m| m.group() == group)
+            .map(|m| m.uid());
+        let reported = CmId::leave_multicast(self, group)?;
+        if let Some(uid) = uid {
+            drop(self.ch.unroute(uid));
+        }
+        Ok(reported)
     }
 
     /// The id's next event if one is there, else `Ok(None)` at once.
@@ -1146,5 +1205,33 @@ mod tests {
         assert!(matches!(ev.kind, EventKind::AddrResolved));
         drop((id, listener));
         assert_eq!(fake.live_ids(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_membership_has_a_route_of_its_own_until_it_is_left() {
+        let (fake, ch) = channel();
+        let id = ch.create_id(PortSpace::Udp).unwrap();
+        id.bind(addr(0)).unwrap();
+        let group = SocketAddr::from(([239, 1, 2, 3], 0));
+        let member = id.join_multicast(group, false).unwrap();
+        assert_eq!(ch.routed_ids(), 2, "the id and the membership");
+        let ev = bounded("the join", id.next_multicast_event(&member))
+            .await
+            .unwrap();
+        assert_eq!((ev.uid, ev.id), (member.uid(), member.handle()));
+        assert!(matches!(ev.kind, EventKind::MulticastJoin(_)), "{ev:?}");
+        assert!(id.try_next_event().unwrap().is_none(), "not the id's");
+        assert_eq!(ch.discarded_events(), 0);
+
+        assert_eq!(id.leave_multicast(group).unwrap(), 1);
+        assert_eq!((ch.routed_ids(), fake.live_memberships()), (1, 0));
+        let err = id.next_multicast_event(&member).await.unwrap_err();
+        assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
+
+        // A membership not left is unrouted with its id, and the kernel
+        // leaves it with the id.
+        id.join_multicast(group, false).unwrap();
+        drop(id);
+        assert_eq!((ch.routed_ids(), fake.live_memberships()), (0, 0));
     }
 }
