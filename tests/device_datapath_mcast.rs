@@ -202,13 +202,10 @@ fn a_send_to_a_group_reaches_every_attached_qp() {
             .unwrap_or_else(|e| panic!("{name}: create_ah to {group}: {e}"));
         let dest = UdDest::new(&ah, MULTICAST_QPN, QKEY);
         let payload = sge(src.as_ptr() as u64, LEN, &src_mr);
-        let send = |wr_id: u64| {
-            // SAFETY: src[..LEN] is only read by the device and not written
-            // again; the AH outlives the send's completion, awaited next.
-            unsafe { sender.post_send(&[ud_send(wr_id, None, &payload, dest)]) }
-                .unwrap_or_else(|e| panic!("{name}: post_send to {group}: {e}"));
-            wait_checked(&cq_s, "multicast SEND", WcOpcode::Send, &sender, wr_id);
-        };
+        let what = format!("{name}: a SEND to {group}");
+        // SAFETY: src[..LEN] is not written again, and stays mapped and
+        // registered, while `send` is used; the AH outlives it.
+        let send = unsafe { ud_sender(&sender, &cq_s, &payload, dest, &what) };
 
         send(0xa1);
         for (cq, qp, wr_id, k) in [(&cq_b, &b, 0xb1, 0), (&cq_c, &c, 0xc1, 1)] {
@@ -242,6 +239,7 @@ fn a_send_to_a_group_reaches_every_attached_qp() {
         ));
 
         // B is still attached: its drop detaches it, then destroys it.
+        drop(send);
         drop((ah, sender, b, c));
         counts.assert_extra_cq_qp(3, 0, "after dropping the QPs (B attached)");
         assert_eq!(ctx.abandoned_queue_pairs(), 0, "{name}");

@@ -119,6 +119,30 @@ pub fn ud_send<'a>(
     SendWr::new(wr_id, SendOp::Send { imm }, Payload::Sges(sges)).ud(dest)
 }
 
+/// `send(wr_id)`: a signalled UD SEND of `payload` from `qp` to `dest`,
+/// posted and its completion awaited on `cq` (`what` names it).
+///
+/// # Safety
+///
+/// `payload`'s bytes stay mapped, registered and unwritten while the
+/// returned sender is used (each SEND's completion is awaited in the
+/// call, and `dest`'s AH outlives the sender).
+pub unsafe fn ud_sender<'a>(
+    qp: &'a QueuePair,
+    cq: &'a CompletionQueue,
+    payload: &'a [uverbs::Sge],
+    dest: uverbs::UdDest<'a>,
+    what: &'a str,
+) -> impl Fn(u64) + 'a {
+    move |wr_id| {
+        // SAFETY: the caller keeps `payload` readable and unchanged; the
+        // completion is awaited before the call returns.
+        unsafe { qp.post_send(&[ud_send(wr_id, None, payload, dest)]) }
+            .unwrap_or_else(|e| panic!("{what}: post_send {wr_id:#x}: {e}"));
+        wait_checked(cq, what, WcOpcode::Send, qp, wr_id);
+    }
+}
+
 /// The GID index used: on the VM's rxe0 (on dummy0, no IPv4) index 0 is
 /// the RoCE v2 link-local GID.
 pub const GID_INDEX: u32 = 0;
