@@ -444,14 +444,7 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
     let names: Vec<&str> = plan.iter().map(|(_, d)| d.name()).collect();
 
     let mut ctl = Control::meet(&p);
-    let hello = format!("{} {} {}", p.run, p.role.name(), names.join(","));
-    ctl.send("hello", &hello);
-    let theirs = ctl.expect("hello");
-    assert_eq!(
-        theirs,
-        format!("{} {} {}", p.run, p.role.other().name(), names.join(",")),
-        "{me}: the peer runs something else, or on other devices"
-    );
+    ctl.greet(&p, &names.join(","));
     for (link, dev) in plan {
         on_device(&p, &mut ctl, link, dev);
     }

@@ -202,14 +202,7 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
     let counts = HandleCounts::new(&dut, TEST);
 
     let mut ctl = Control::meet(&p);
-    let hello = format!("{} {}", p.run, p.role.name());
-    ctl.send("hello", &hello);
-    let theirs = ctl.expect("hello");
-    assert_eq!(
-        theirs,
-        format!("{} {}", p.run, p.role.other().name()),
-        "{me}: the peer runs something else"
-    );
+    ctl.greet(&p, ctx.device_name());
     loud(&format!(
         "{me}: met the peer {} on port {} for {}; {} over {}",
         p.peer,

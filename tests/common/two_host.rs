@@ -218,6 +218,20 @@ impl Control {
         self.send(tag, "");
         self.expect(tag);
     }
+
+    /// The first exchange: both sides must run the same configuration and
+    /// binary (`p.run`) with the same `plan` (e.g. the devices), each in
+    /// its own role.
+    pub fn greet(&mut self, p: &Peer, plan: &str) {
+        let me = self.me.name();
+        self.send("hello", &format!("{} {} {plan}", p.run, p.role.name()));
+        let theirs = self.expect("hello");
+        assert_eq!(
+            theirs,
+            format!("{} {} {plan}", p.run, p.role.other().name()),
+            "{me}: the peer runs something else, or on other devices"
+        );
+    }
 }
 
 /// Fails with the first differing offset unless `got == want`.
