@@ -11,9 +11,9 @@ mod common;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use common::cm::{cm_addr, next_event, on_each_cm_device};
+use common::cm::{bound_udp_id, cm_addr, join_group, on_each_cm_device};
 use common::*;
-use uverbs::cm::{EventChannel, EventKind, PortSpace, UdPeer, UDP_QKEY};
+use uverbs::cm::{UdPeer, UDP_QKEY};
 use uverbs::{Context, Errno, Error, Gid, Op, UdDest, WcOpcode};
 
 /// The group: an administratively scoped IPv4 address only this test uses.
@@ -26,26 +26,11 @@ const LEN: usize = 128;
 /// rxe0: join, attach, send to the group through the event's address
 /// vector; then leave (still attached) and see the next SEND not arrive.
 fn joined_group_carries_a_send(name: &str, ctx: &Context, counts: &HandleCounts) {
-    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open: {e}"));
-    let id = ch.create_id(PortSpace::Udp).unwrap();
     let local: SocketAddr = format!("{}:0", cm_addr(ctx)).parse().unwrap();
-    id.bind(local)
-        .unwrap_or_else(|e| panic!("{name}: bind {local}: {e}"));
     let group = SocketAddr::from((GROUP, 0));
-    let member = id
-        .join_multicast(group, false)
-        .unwrap_or_else(|e| panic!("{name}: join_multicast {group}: {e}"));
-    let ev = next_event(&ch, &format!("{name}: the join"));
-    assert_eq!((ev.uid, ev.id), (member.uid(), member.handle()), "{name}");
-    let EventKind::MulticastJoin(peer) = ev.kind else {
-        panic!("{name}: {ev:?}")
-    };
+    let (id, peer) = join_group(local, group, false, name);
     let UdPeer { qp_num, qkey, .. } = peer;
     let av = peer.to_ah_attr();
-    loud(&format!(
-        "{name}: MULTICAST_JOIN: qp_num {qp_num:#x} qkey {qkey:#x} dgid {} dlid {:#x} sgid_index {} port {}",
-        av.dgid, av.dlid, av.sgid_index, av.port
-    ));
     assert_eq!((qp_num, qkey), (0xff_ffff, UDP_QKEY), "{name}");
     assert_eq!(
         av.dgid,
@@ -126,11 +111,8 @@ fn joined_group_carries_a_send(name: &str, ctx: &Context, counts: &HandleCounts)
 /// siw0: the kernel refuses the join (iWARP has no multicast); the id
 /// keeps no membership.
 fn iwarp_refuses_the_join(name: &str, ctx: &Context) {
-    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{name}: open: {e}"));
-    let id = ch.create_id(PortSpace::Udp).unwrap();
     let local: SocketAddr = format!("{}:0", cm_addr(ctx)).parse().unwrap();
-    id.bind(local)
-        .unwrap_or_else(|e| panic!("{name}: bind {local}: {e}"));
+    let id = bound_udp_id(local, name);
     let err = id
         .join_multicast(SocketAddr::from((GROUP, 0)), false)
         .expect_err("iWARP has no multicast");
@@ -142,6 +124,7 @@ fn iwarp_refuses_the_join(name: &str, ctx: &Context) {
         "{name}: {err}"
     );
     assert!(id.memberships().is_empty(), "{name}");
+    let ch = id.channel();
     assert!(ch.try_get_event().unwrap().is_none(), "{name}: no event");
     loud(&format!("{name}: the kernel refused the join: {err}"));
 }

@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
+use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace, UdPeer};
 use uverbs::{
     CompletionChannel, CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair,
 };
@@ -84,6 +84,43 @@ pub fn on_each_cm_device(test: &str, mut body: impl FnMut(&str, &Context, &Handl
         Driver::Rxe | Driver::Siw => body(name, &dut, counts),
         _ => loud(&format!("NOTE: {test}: {name}: not rxe or siw: skipped")),
     });
+}
+
+/// A UDP id on a channel of its own, bound to `local`.
+pub fn bound_udp_id(local: SocketAddr, what: &str) -> CmId {
+    let ch = EventChannel::open().unwrap_or_else(|e| panic!("{what}: open: {e}"));
+    let id = ch
+        .create_id(PortSpace::Udp)
+        .unwrap_or_else(|e| panic!("{what}: create_id: {e}"));
+    id.bind(local)
+        .unwrap_or_else(|e| panic!("{what}: bind {local}: {e}"));
+    id
+}
+
+/// A [`bound_udp_id`] that has joined `group` (send-only or not), and the
+/// group's parameters from its `MULTICAST_JOIN` event (printed), which
+/// must be the membership's.
+pub fn join_group(
+    local: SocketAddr,
+    group: SocketAddr,
+    send_only: bool,
+    what: &str,
+) -> (CmId, UdPeer) {
+    let id = bound_udp_id(local, what);
+    let member = id
+        .join_multicast(group, send_only)
+        .unwrap_or_else(|e| panic!("{what}: join_multicast {group} (send-only {send_only}): {e}"));
+    let ev = next_event(id.channel(), &format!("{what}: the join"));
+    assert_eq!((ev.uid, ev.id), (member.uid(), member.handle()), "{what}");
+    let EventKind::MulticastJoin(joined) = ev.kind else {
+        panic!("{what}: {ev:?}")
+    };
+    let av = joined.to_ah_attr();
+    loud(&format!(
+        "{what}: joined {group} (send-only {send_only}): qp_num {:#x} qkey {:#x} dgid {} dlid {:#x} sgid_index {} port {}",
+        joined.qp_num, joined.qkey, av.dgid, av.dlid, av.sgid_index, av.port
+    ));
+    (id, joined)
 }
 
 /// The next event on `ch` within [`CM_WAIT`], printed; fails the test
