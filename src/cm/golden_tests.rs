@@ -97,28 +97,24 @@ fn bind() {
 fn join_and_leave_mcast() {
     // {response @0, uid @8, id @16, addr_size @20, join_flags @22,
     // addr: sockaddr_storage @24}: 152; out = create_id_resp (4).
-    let group = [239, 1, 2, 3];
-    let full = Bytes::hdr(22, 152, 4)
-        .u64(RESP)
-        .u64(0x55)
-        .u32(ID)
-        .u16(16)
-        .u16(0) // RDMA_MC_JOIN_FLAG_FULLMEMBER
-        .sin(group, 0)
-        .zeros(128 - 16);
+    // The fixed part: header, response, uid, id, addr_size, join_flags.
+    let head = |uid: u64, addr_size: u16, join_flags: u16| {
+        Bytes::hdr(22, 152, 4)
+            .u64(RESP)
+            .u64(uid)
+            .u32(ID)
+            .u16(addr_size)
+            .u16(join_flags)
+    };
+    // RDMA_MC_JOIN_FLAG_FULLMEMBER (0), an IPv4 group.
+    let full = head(0x55, 16, 0).sin([239, 1, 2, 3], 0).zeros(128 - 16);
     let addr = "239.1.2.3:0".parse().unwrap();
     assert_eq!(frame(&JoinMcast::new(ID, 0x55, addr)), full.0);
+    // RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER (1), an IPv6 group.
     let ip6 = [
         0xff, 0x12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x75, 0x76, 0x62,
     ];
-    let send_only = Bytes::hdr(22, 152, 4)
-        .u64(RESP)
-        .u64(0x56)
-        .u32(ID)
-        .u16(28)
-        .u16(1) // RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER
-        .sin6(ip6, 0, 0)
-        .zeros(128 - 28);
+    let send_only = head(0x56, 28, 1).sin6(ip6, 0, 0).zeros(128 - 28);
     let addr6 = std::net::SocketAddr::from((ip6, 0));
     assert_eq!(
         frame(&JoinMcast::new(ID, 0x56, addr6).send_only()),
