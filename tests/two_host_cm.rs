@@ -443,8 +443,7 @@ fn cm_connect_send_write_read_and_rereg_between_two_hosts() {
         .collect();
     let names: Vec<&str> = plan.iter().map(|(_, d)| d.name()).collect();
 
-    let mut ctl = Control::meet(&p);
-    ctl.greet(&p, &names.join(","));
+    let mut ctl = Control::meet_and_greet(&p, &names.join(","));
     for (link, dev) in plan {
         on_device(&p, &mut ctl, link, dev);
     }

@@ -49,19 +49,13 @@ fn ud_multicast_between_two_hosts_through_the_cm() {
         return;
     }
     let me = format!("{} ({})", p.role.name(), p.local);
-    let Some(dev) = devices_under_test(TEST)
-        .into_iter()
-        .find(|d| d.name().starts_with("rxe"))
-    else {
-        // The gate above has failed already if rxe was required.
-        return loud(&format!("SKIPPED: {TEST}: {me}: no rxe device"));
+    let Some(dut) = open_rxe(devices_under_test(TEST), TEST, &me) else {
+        return;
     };
-    let dut = open(&dev);
     let ctx: &Context = &dut;
+    let mut ctl = Control::meet_and_greet(&p, ctx.device_name());
     // Checked when dropped, at the end: every kernel object released.
     let _counts = HandleCounts::new(&dut, TEST);
-    let mut ctl = Control::meet(&p);
-    ctl.greet(&p, ctx.device_name());
 
     let send_only = p.role == Role::A;
     let group = SocketAddr::from((GROUP, 0));
@@ -110,10 +104,9 @@ struct Member<'a> {
 /// A: two SENDs to the group through `dest`, the second after B has left.
 fn send_to_the_group(ctl: &mut Control, m: &Member<'_>, dest: UdDest<'_>) {
     let payload = sge(m.buf.as_ptr() as u64, LEN, m.mr);
-    let what = format!("{}: a SEND to {GROUP}", m.me);
     // SAFETY: buf[..LEN] is not written while `send` is used, and stays
     // mapped and registered; the AH outlives `send`.
-    let send = unsafe { ud_sender(m.qp, m.cq, &payload, dest, &what) };
+    let send = unsafe { ud_sender(m.qp, m.cq, &payload, dest, format!("{}: SEND", m.me)) };
     ctl.barrier("attached");
     send(0xa1);
     ctl.send("sent", &m.qp.qp_num().to_string());

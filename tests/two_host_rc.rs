@@ -193,16 +193,12 @@ fn rc_send_write_read_and_rereg_between_two_hosts() {
         Some(siw) => siw_refuses_rts_by_hand(siw, &format!("{} ({})", p.role.name(), p.siw_local)),
         None => loud(&format!("SKIPPED: {TEST}: {me}: no siw device")),
     }
-    let Some(dev) = devices.into_iter().find(|d| d.name().starts_with("rxe")) else {
-        // The gate above has failed already if rxe was required.
-        return loud(&format!("SKIPPED: {TEST}: {me}: no rxe device"));
+    let Some(dut) = open_rxe(devices, TEST, &me) else {
+        return;
     };
-    let dut = open(&dev);
     let ctx: &Context = &dut;
     let counts = HandleCounts::new(&dut, TEST);
-
-    let mut ctl = Control::meet(&p);
-    ctl.greet(&p, ctx.device_name());
+    let mut ctl = Control::meet_and_greet(&p, ctx.device_name());
     loud(&format!(
         "{me}: met the peer {} on port {} for {}; {} over {}",
         p.peer,

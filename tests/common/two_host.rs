@@ -17,7 +17,7 @@ use uverbs::{
     SendOp, WcOpcode, WcStatus, WorkCompletion,
 };
 
-use super::devices::loud;
+use super::devices::{loud, open, Dut};
 use super::rc::{check, sge, signalled, wait_checked, wait_one};
 use super::{anon, fresh_mr, pattern, RW, RW_READ};
 
@@ -130,6 +130,14 @@ pub struct Control {
 }
 
 impl Control {
+    /// [`meet`](Self::meet), then [`greet`](Self::greet) with `plan`: the
+    /// start of every two-host test.
+    pub fn meet_and_greet(p: &Peer, plan: &str) -> Control {
+        let mut ctl = Control::meet(p);
+        ctl.greet(p, plan);
+        ctl
+    }
+
     /// A listens on its address and takes the first connection; B connects
     /// to A, retrying while A is not there yet. Both give up after
     /// [`MEET_WAIT`].
@@ -231,6 +239,19 @@ impl Control {
             format!("{} {} {plan}", p.run, p.role.other().name()),
             "{me}: the peer runs something else, or on other devices"
         );
+    }
+}
+
+/// The rxe device of `devices`, opened; `None` (and a loud `SKIPPED`
+/// line for `test` on host `me`) without one: the device gate has failed
+/// already if rxe was required.
+pub fn open_rxe(devices: Vec<uverbs::Device>, test: &str, me: &str) -> Option<Dut> {
+    match devices.into_iter().find(|d| d.name().starts_with("rxe")) {
+        Some(dev) => Some(open(&dev)),
+        None => {
+            loud(&format!("SKIPPED: {test}: {me}: no rxe device"));
+            None
+        }
     }
 }
 
