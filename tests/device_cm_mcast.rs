@@ -49,9 +49,8 @@ fn joined_group_carries_a_send(name: &str, ctx: &Context, counts: &HandleCounts)
     let mut dst = anon(2 * 4096);
     let src_mr = fresh_mr(&pd, &mut src, RW_READ);
     let dst_mr = fresh_mr(&pd, &mut dst, RW_READ);
-    for (i, byte) in src[..LEN].iter_mut().enumerate() {
-        *byte = (i * 5 + 1) as u8;
-    }
+    src[..LEN].copy_from_slice(&pattern(0x6d63, LEN));
+    let payload = sge(src.as_ptr() as u64, LEN, &src_mr);
     for (k, wr_id) in [(0, 0xb1), (1, 0xb2)] {
         let slot = sge(dst.as_ptr() as u64 + k * 4096, GRH + LEN, &dst_mr);
         // SAFETY: `dst` stays mapped and registered until both QPs are
@@ -64,11 +63,9 @@ fn joined_group_carries_a_send(name: &str, ctx: &Context, counts: &HandleCounts)
         .create_ah(&av)
         .unwrap_or_else(|e| panic!("{name}: create_ah from the event: {e}"));
     let dest = UdDest::new(&ah, qp_num, qkey);
-    let payload = sge(src.as_ptr() as u64, LEN, &src_mr);
-    let what = format!("{name}: a SEND to {group}");
     // SAFETY: src[..LEN] is not written again, and stays mapped and
     // registered, while `send` is used; the AH outlives it.
-    let send = unsafe { ud_sender(&sender, &cq_s, &payload, dest, &what) };
+    let send = unsafe { ud_sender(&sender, &cq_s, &payload, dest, format!("{name}: SEND")) };
 
     send(0xa1);
     let what = format!("{name}: the group's SEND");

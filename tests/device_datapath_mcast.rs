@@ -202,10 +202,9 @@ fn a_send_to_a_group_reaches_every_attached_qp() {
             .unwrap_or_else(|e| panic!("{name}: create_ah to {group}: {e}"));
         let dest = UdDest::new(&ah, MULTICAST_QPN, QKEY);
         let payload = sge(src.as_ptr() as u64, LEN, &src_mr);
-        let what = format!("{name}: a SEND to {group}");
         // SAFETY: src[..LEN] is not written again, and stays mapped and
         // registered, while `send` is used; the AH outlives it.
-        let send = unsafe { ud_sender(&sender, &cq_s, &payload, dest, &what) };
+        let send = unsafe { ud_sender(&sender, &cq_s, &payload, dest, format!("{name}: SEND")) };
 
         send(0xa1);
         for (cq, qp, wr_id, k) in [(&cq_b, &b, 0xb1, 0), (&cq_c, &c, 0xc1, 1)] {

@@ -132,9 +132,10 @@ pub unsafe fn ud_sender<'a>(
     cq: &'a CompletionQueue,
     payload: &'a [uverbs::Sge],
     dest: uverbs::UdDest<'a>,
-    what: &'a str,
+    what: String,
 ) -> impl Fn(u64) + 'a {
     move |wr_id| {
+        let what = what.as_str();
         // SAFETY: the caller keeps `payload` readable and unchanged; the
         // completion is awaited before the call returns.
         unsafe { qp.post_send(&[ud_send(wr_id, None, payload, dest)]) }
