@@ -12,7 +12,9 @@
 //! - cancellation: a pending accept and a pending connect dropped (by a
 //!   timeout), then the listener: the kernel holds as many cm ids as
 //!   before (`rdma res show cm_id`), no QP or CQ is left, and a
-//!   connect after the dropped accept is still accepted.
+//!   connect after the dropped accept is still accepted;
+//! - multicast: a membership's `MULTICAST_JOIN` has a route of its own
+//!   (rxe0), siw0's `ENOSYS` leaves nothing routed.
 //!
 //! Every wait is bounded. With `UVERBS_REQUIRE_DEVICES` set (the VM) a
 //! missing device, rdma_cm or address fails the test; otherwise it is
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use common::cm::*;
 use common::*;
-use uverbs::cm::{ConnParam, EventKind};
+use uverbs::cm::{ConnParam, EventKind, PortSpace, UDP_QKEY};
 use uverbs::tokio::cm::{AsyncCmId, AsyncEventChannel, CmError, Listener};
 use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QueuePair};
 use uverbs::{QpState, QpType};
@@ -338,6 +340,51 @@ fn tokio_cm_dropped_accept_and_connect_leak_nothing() {
             drop((client, server, listener));
             drop((qp_a, qp_b, cq_a, cq_b, pd));
             assert_eq!(ch.routed_ids(), 0);
+        });
+    });
+}
+
+/// rxe0: a UDP id on the async channel joins an IPv4 group; the
+/// membership's `MULTICAST_JOIN` reaches `next_multicast_event`, not the
+/// id's stream, and is the kernel's answer (Q_Key, QP 0xFFFFFF, the group
+/// as GID); leaving ends its route, dropping the id leaves a second join.
+/// siw0: the kernel's `ENOSYS`, and nothing stays routed.
+#[test]
+fn tokio_cm_multicast_join_has_a_route_of_its_own() {
+    let test = "tokio_cm_multicast_join_has_a_route_of_its_own";
+    on_each_cm_device_counting_ids(test, "after leaving", |name, ctx, _| {
+        tokio_runtime().block_on(async {
+            let ch = AsyncEventChannel::open().unwrap_or_else(|e| panic!("{name}: open: {e}"));
+            let id = ch.create_id(PortSpace::Udp).unwrap();
+            let local: SocketAddr = format!("{}:0", cm_addr(ctx)).parse().unwrap();
+            id.bind(local).unwrap();
+            let group = SocketAddr::from(([239, 117, 118, 101], 0));
+            let joined = id.join_multicast(group, false);
+            if driver(ctx) == Driver::Siw {
+                let err = joined.expect_err("iWARP has no multicast");
+                assert_eq!(err.errno(), Some(Errno::NOSYS), "{name}: {err}");
+                drop(id);
+                return assert_eq!(ch.routed_ids(), 0, "{name}");
+            }
+            let member = joined.unwrap_or_else(|e| panic!("{name}: join_multicast: {e}"));
+            let ev = bounded("the join", id.next_multicast_event(&member))
+                .await
+                .unwrap_or_else(|e| panic!("{name}: next_multicast_event: {e}"));
+            let EventKind::MulticastJoin(peer) = ev.kind else {
+                panic!("{name}: {ev:?}")
+            };
+            assert_eq!((peer.qp_num, peer.qkey), (0xff_ffff, UDP_QKEY), "{name}");
+            let mapped = std::net::Ipv4Addr::new(239, 117, 118, 101).to_ipv6_mapped();
+            assert_eq!(peer.to_ah_attr().dgid.raw(), mapped.octets(), "{name}");
+            assert!(
+                id.try_next_event().unwrap().is_none(),
+                "{name}: not the id's"
+            );
+            assert_eq!(id.leave_multicast(group).unwrap(), 1, "{name}");
+            assert_eq!(ch.routed_ids(), 1, "{name}: the id's route only");
+            id.join_multicast(group, false).unwrap();
+            drop(id);
+            assert_eq!((ch.routed_ids(), ch.discarded_events()), (0, 0), "{name}");
         });
     });
 }
