@@ -13,14 +13,15 @@
 //! Prints `loopback: <device>: WRITE and SEND verified`, or exits non-zero
 //! with the reason.
 
+#[path = "common/completion.rs"]
+mod completion;
 #[path = "common/connect.rs"]
 mod connect;
 
 use std::error::Error;
-use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, RecvRequest, Remote, SendRequest, WcStatus};
+use uverbs::{AccessFlags, BufferMr, Local, RecvRequest, Remote, SendRequest};
 
 /// Registered memory comes from anonymous mappings, not `Vec`s: with fork
 /// safety forced (`UVERBS_FORK_SAFE=force`) a registered range is marked
@@ -29,22 +30,6 @@ use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, RecvRequest, Remote, SendReq
 type Mem = BufferMr<MmapMut>;
 
 const MESSAGE: &[u8] = b"hello over RDMA";
-
-/// The memory of `qp`'s next request to come back, which must have succeeded.
-fn wait(qp: &OwnedQp<Mem>, what: &str) -> Result<Mem, Box<dyn Error>> {
-    let (mut done, deadline) = (Vec::new(), Instant::now() + Duration::from_secs(10));
-    while done.is_empty() {
-        if Instant::now() > deadline {
-            return Err(format!("{what}: no completion within 10 s").into());
-        }
-        qp.poll(&mut done)?; // no system call: it reads the CQ's ring
-    }
-    let completed = done.remove(0);
-    if completed.status() != Some(WcStatus::Success) {
-        return Err(format!("{what}: {:?}", completed.ended).into());
-    }
-    Ok(completed.into_memory().ok_or("no memory came back")?)
-}
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = connect::args(None)?;
@@ -70,7 +55,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
     let local = Local::slice(out, 0..MESSAGE.len())?;
     pair.a.post_send(SendRequest::write(2, local, remote))?;
-    let out = wait(&pair.a, "WRITE")?; // back with its completion
+    let out = completion::wait(&pair.a, "WRITE")?; // back with its completion
     let mut landed = vec![0u8; MESSAGE.len()];
     target.copy_out(0, &mut landed)?;
     if landed != MESSAGE {
@@ -79,8 +64,8 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     pair.a
         .post_send(SendRequest::send(3, Local::slice(out, 0..MESSAGE.len())?))?;
-    wait(&pair.a, "SEND")?;
-    let inbox = wait(&pair.b, "RECV")?;
+    completion::wait(&pair.a, "SEND")?;
+    let inbox = completion::wait(&pair.b, "RECV")?;
     if &inbox.buffer()[..MESSAGE.len()] != MESSAGE {
         return Err(format!("the SEND delivered {:?}", &inbox.buffer()[..16]).into());
     }

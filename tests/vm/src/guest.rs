@@ -431,6 +431,7 @@ pub const SHORT_EXAMPLES: &[(&str, bool)] = &[
     ("owned", true),
     ("events", true),
     ("rereg", false),
+    ("multicast", true),
 ];
 
 /// The names of the [`SHORT_EXAMPLES`]' runs start with this:
