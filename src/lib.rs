@@ -64,7 +64,7 @@
 //! | [`wr`] ([`SendWr`], [`RecvWr`], [`WorkCompletion`]) | what a raw post takes and a poll gives back |
 //! | [`QpAttr`], [`RcConnect`], [`Connectable`] | QP state changes; an RC connection made by hand (RoCE) |
 //! | [`post`] ([`OwnedQp`], [`Local`], [`Completed`], [`OwnedOrShared`]) | safe posting: requests own their memory, owned or shared |
-//! | [`cm`] | the RDMA connection manager: ids, events, and blocking handshakes ([`cm::CmId::connect_qp`]) |
+//! | [`cm`] | the RDMA connection manager: ids, events, blocking handshakes ([`cm::CmId::connect_qp`]), UD multicast groups ([`cm::CmId::join_multicast`]) |
 //! | [`fork`] | fork safety (`MADV_DONTFORK` tracking) |
 //! | [`command`], [`method`], [`transport`], [`uverbs_uapi`] | the layers below: typed commands, native ioctl methods, the two framings, the kernel's structs |
 //! | `tokio` (feature) | [`AsyncSource`](crate#async), `AsyncCq`/`AsyncQp`, async `cm`: see docs/async.md |
