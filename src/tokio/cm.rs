@@ -265,6 +265,16 @@ impl AsyncEventChannel {
         notify
     }
 
+    /// Ends the routes of `id` and of its multicast memberships; their
+    /// unread events are dropped here, after the lock is released (a
+    /// connect request's id among them is destroyed).
+    fn unroute_id(&self, id: &CmId) {
+        drop(self.unroute(id.uid()));
+        for m in id.memberships() {
+            drop(self.unroute(m.uid()));
+        }
+    }
+
     /// Removes `uid`'s route; its unread events are dropped by the caller,
     /// outside the lock.
     fn unroute(&self, uid: u64) -> Option<Route> {
@@ -401,12 +411,7 @@ impl Drop for AsyncCmId {
         // In a forked child: no lock (a parent thread may have held it at
         // fork) and no command (the id's own drop sends nothing there).
         if id.channel().is_owned_by_this_process() {
-            // Dropped after the lock is released: a connect request's id
-            // among the events is destroyed here.
-            drop(self.ch.unroute(id.uid()));
-            for m in id.memberships() {
-                drop(self.ch.unroute(m.uid()));
-            }
+            self.ch.unroute_id(id);
         }
     }
 }
@@ -599,7 +604,7 @@ impl AsyncCmId {
 
     fn take_id(&mut self) -> Result<CmId, Error> {
         self.channel().check_process(Op::CmDestroyId)?;
-        drop(self.ch.unroute(self.uid()));
+        self.ch.unroute_id(self);
         Ok(self.id.take().expect("the id is there until taken"))
     }
 }
@@ -1229,9 +1234,14 @@ mod tests {
         assert!(matches!(err, Error::InvalidInput { .. }), "{err}");
 
         // A membership not left is unrouted with its id, and the kernel
-        // leaves it with the id.
+        // leaves it with the id: dropped, or destroyed.
         id.join_multicast(group, false).unwrap();
         drop(id);
+        assert_eq!((ch.routed_ids(), fake.live_memberships()), (0, 0));
+        let id = ch.create_id(PortSpace::Udp).unwrap();
+        id.bind(addr(0)).unwrap();
+        id.join_multicast(group, true).unwrap();
+        id.destroy().unwrap();
         assert_eq!((ch.routed_ids(), fake.live_memberships()), (0, 0));
     }
 }
