@@ -11,7 +11,7 @@ mod common;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use common::cm::{bound_udp_id, cm_addr, join_group, on_each_cm_device};
+use common::cm::{bound_udp_id, cm_addr, join_group, on_rxe_and_siw};
 use common::*;
 use uverbs::cm::{UdPeer, UDP_QKEY};
 use uverbs::{Context, Errno, Error, Gid, Op, UdDest, WcOpcode};
@@ -128,12 +128,6 @@ fn iwarp_refuses_the_join(name: &str, ctx: &Context) {
 
 #[test]
 fn a_cm_join_carries_a_send_to_the_group() {
-    on_each_cm_device(
-        "a_cm_join_carries_a_send_to_the_group",
-        |name, ctx, counts| match driver(ctx) {
-            Driver::Rxe => joined_group_carries_a_send(name, ctx, counts),
-            Driver::Siw => iwarp_refuses_the_join(name, ctx),
-            Driver::Other => loud(&format!("NOTE: {name}: not rxe or siw")),
-        },
-    );
+    let test = "a_cm_join_carries_a_send_to_the_group";
+    on_rxe_and_siw(test, joined_group_carries_a_send, iwarp_refuses_the_join);
 }

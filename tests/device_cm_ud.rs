@@ -13,7 +13,7 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::cm::{cm_addr, cm_modify, next_event, on_each_cm_device};
+use common::cm::{cm_addr, cm_modify, next_event, on_rxe_and_siw};
 use common::*;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param, PortSpace};
 use uverbs::cm::{MAX_UD_CONNECT_PRIVATE_DATA, UDP_QKEY};
@@ -178,12 +178,6 @@ fn iwarp_refuses_ud(name: &str, ctx: &Context) {
 
 #[test]
 fn a_ud_client_connects_through_the_cm_and_sends() {
-    on_each_cm_device(
-        "a_ud_client_connects_through_the_cm_and_sends",
-        |name, ctx, counts| match driver(ctx) {
-            Driver::Rxe => sidr_then_send(name, ctx, counts),
-            Driver::Siw => iwarp_refuses_ud(name, ctx),
-            Driver::Other => loud(&format!("NOTE: {name}: not rxe or siw")),
-        },
-    );
+    let test = "a_ud_client_connects_through_the_cm_and_sends";
+    on_rxe_and_siw(test, sidr_then_send, iwarp_refuses_ud);
 }

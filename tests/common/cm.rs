@@ -86,6 +86,21 @@ pub fn on_each_cm_device(test: &str, mut body: impl FnMut(&str, &Context, &Handl
     });
 }
 
+/// [`on_each_cm_device`] with a body per driver: `rxe(name, ctx, counts)`
+/// on rxe, `siw(name, ctx)` on siw (where the test checks what iWARP
+/// refuses); any other device is noted and skipped.
+pub fn on_rxe_and_siw(
+    test: &str,
+    mut rxe: impl FnMut(&str, &Context, &HandleCounts),
+    mut siw: impl FnMut(&str, &Context),
+) {
+    on_each_cm_device(test, |name, ctx, counts| match driver(ctx) {
+        Driver::Rxe => rxe(name, ctx, counts),
+        Driver::Siw => siw(name, ctx),
+        Driver::Other => loud(&format!("NOTE: {test}: {name}: not rxe or siw")),
+    });
+}
+
 /// A UDP id on a channel of its own, bound to `local`.
 pub fn bound_udp_id(local: SocketAddr, what: &str) -> CmId {
     let ch = EventChannel::open().unwrap_or_else(|e| panic!("{what}: open: {e}"));
