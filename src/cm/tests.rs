@@ -503,6 +503,40 @@ fn ud_events_decode_the_ud_param_and_rc_events_the_conn_param() {
 }
 
 #[test]
+fn multicast_events_decode_the_ud_param_whatever_the_port_space() {
+    use zerocopy::{FromZeros, IntoBytes};
+    let mut ud = sys::rdma_ucm_ud_param::new_zeroed();
+    (ud.qp_num, ud.qkey, ud.ah_attr.dlid) = (0xff_ffff, UDP_QKEY, 0xc001);
+    let mut resp = sys::rdma_ucm_event_resp::new_zeroed();
+    (resp.event, resp.id, resp.uid) = (event_number::MULTICAST_JOIN, 4, 88);
+    resp.param.copy_from_slice(ud.as_bytes());
+    let never = |_| unreachable!("no connect request here");
+    for ps in [PortSpace::Udp, PortSpace::Tcp] {
+        let ev = event::decode(&resp, ps, never);
+        let EventKind::MulticastJoin(group) = &ev.kind else {
+            panic!("{ps:?}: {ev:?}")
+        };
+        assert_eq!(
+            (group.qp_num, group.qkey, group.ah_attr.dlid),
+            (0xff_ffff, UDP_QKEY, 0xc001)
+        );
+        assert_eq!(
+            (ev.number(), ev.name()),
+            (12, "RDMA_CM_EVENT_MULTICAST_JOIN")
+        );
+    }
+    resp.event = event_number::MULTICAST_ERROR;
+    resp.status = (-Errno::NETUNREACH.raw_os_error()) as u32;
+    let ev = event::decode(&resp, PortSpace::Udp, never);
+    assert!(matches!(ev.kind, EventKind::MulticastError), "{ev:?}");
+    assert_eq!(
+        (ev.number(), ev.name()),
+        (13, "RDMA_CM_EVENT_MULTICAST_ERROR")
+    );
+    assert_eq!(ev.errno(), Some(Errno::NETUNREACH));
+}
+
+#[test]
 fn set_option_and_notify_reach_the_kernel_with_their_values() {
     let (fake, ch) = channel();
     let id = ch.create_id(PortSpace::Tcp).unwrap();
