@@ -19,7 +19,8 @@ pub enum CmError {
     /// The cm answered the operation with a failure event:
     /// `ADDR_ERROR` ([`Op::CmResolveAddr`]), `ROUTE_ERROR`
     /// ([`Op::CmResolveRoute`]), `UNREACHABLE` or `CONNECT_ERROR`
-    /// ([`Op::CmConnect`], [`Op::CmAccept`]).
+    /// ([`Op::CmConnect`], [`Op::CmAccept`]), `MULTICAST_ERROR`
+    /// ([`Op::CmJoinMulticast`]).
     #[error("{op} on rdma_cm: {event}: {}", ErrnoDisplay(*errno))]
     Failed {
         /// What was being done.
@@ -46,7 +47,7 @@ pub enum CmError {
     },
     /// No event came within the time a blocking helper was given
     /// ([`CmId::resolve`](super::CmId::resolve), [`CmId::connect_qp`](super::CmId::connect_qp), [`CmId::get_request`](super::CmId::get_request),
-    /// [`CmId::accept_qp`](super::CmId::accept_qp)). The id is as the wait left it: destroy it (its
+    /// [`CmId::accept_qp`](super::CmId::accept_qp), [`CmId::join_group`](super::CmId::join_group)). The id is as the wait left it: destroy it (its
     /// event may still come).
     #[error("{op} on rdma_cm: no event within {waited:?}")]
     TimedOut {
@@ -110,7 +111,8 @@ impl CmError {
             EventKind::AddrError
             | EventKind::RouteError
             | EventKind::Unreachable
-            | EventKind::ConnectError => CmError::Failed {
+            | EventKind::ConnectError
+            | EventKind::MulticastError => CmError::Failed {
                 op,
                 event,
                 status,

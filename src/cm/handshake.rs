@@ -19,7 +19,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{CmError, CmId, ConnParam, Event, EventKind, Param, PeerParam};
+use super::{CmError, CmId, ConnParam, Event, EventKind, Membership, Param, PeerParam, UdPeer};
 use crate::command::{QpState, TransportType};
 use crate::connectable::Connectable;
 use crate::error::{Error, Op};
@@ -149,12 +149,18 @@ pub(crate) fn millis(timeout: Duration) -> u32 {
 impl CmId {
     /// The next event of this id's channel, which must be this id's.
     fn wait_own(&self, op: Op, timeout: Duration) -> Result<Event, CmError> {
+        self.wait_for(self.uid(), op, timeout)
+    }
+
+    /// The next event of this id's channel, which must carry `uid` (the
+    /// id's, or one of its multicast memberships').
+    fn wait_for(&self, uid: u64, op: Op, timeout: Duration) -> Result<Event, CmError> {
         let ev = self.channel().wait_event(timeout)?;
         let ev = ev.ok_or(CmError::TimedOut {
             op,
             waited: timeout,
         })?;
-        if ev.uid != self.uid() {
+        if ev.uid != uid {
             return Err(CmError::Unexpected {
                 op,
                 event: ev.name(),
@@ -162,6 +168,38 @@ impl CmId {
             });
         }
         Ok(ev)
+    }
+
+    /// Joins `group` ([`join_multicast`](Self::join_multicast)) and waits up
+    /// to `timeout` for the membership's `MULTICAST_JOIN`: the group's
+    /// address vector, Q_Key and QP number, for
+    /// [`attach_mcast`](crate::QueuePair::attach_mcast) and
+    /// [`create_ah`](crate::ProtectionDomain::create_ah). `MULTICAST_ERROR`
+    /// is [`CmError::Failed`] with the kernel's errno. On any failure after
+    /// the join was sent, the group is left again: no membership remains.
+    #[doc(alias = "rdma_join_multicast")]
+    pub fn join_group(
+        &self,
+        group: SocketAddr,
+        send_only: bool,
+        timeout: Duration,
+    ) -> Result<(Membership, UdPeer), CmError> {
+        let member = self.join_multicast(group, send_only)?;
+        let joined = self
+            .wait_for(member.uid(), Op::CmJoinMulticast, timeout)
+            .and_then(|ev| match ev.kind {
+                EventKind::MulticastJoin(peer) => Ok(peer),
+                _ => Err(CmError::from_event(Op::CmJoinMulticast, ev)),
+            });
+        match joined {
+            Ok(peer) => Ok((member, peer)),
+            Err(e) => {
+                // Best effort: the error that ended the wait is the one
+                // worth reporting.
+                let _ = self.leave_multicast(group);
+                Err(e)
+            }
+        }
     }
 
     /// Resolves the address (`RESOLVE_ADDR`, from `src` when given) and the

@@ -439,6 +439,9 @@ impl CmId {
     /// not join (see `docs/data-path.md`, "UD multicast"). iWARP has no
     /// multicast: the kernel refuses.
     ///
+    /// [`join_group`](Self::join_group) joins and waits for the event in
+    /// one call.
+    ///
     /// A TCP id, an address that is not multicast, or a group this id has
     /// joined already: [`Error::InvalidInput`], nothing sent. In a forked
     /// child: [`Error::ForeignProcess`], first.

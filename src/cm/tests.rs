@@ -776,3 +776,39 @@ fn a_send_only_join_says_so_and_destroying_the_id_leaves_its_groups() {
     assert_eq!((fake.live_memberships(), fake.queued_events()), (0, 0));
     assert!(ch.try_get_event().unwrap().is_none());
 }
+
+#[test]
+fn join_group_waits_for_the_join_and_leaves_again_on_failure() {
+    let (fake, ch) = channel();
+    let id = bound_udp_id(&ch);
+    let group = "239.1.2.3:0".parse().unwrap();
+    let (member, peer) = id.join_group(group, false, WAIT).unwrap();
+    assert_eq!((peer.qp_num, peer.qkey), (0xff_ffff, UDP_QKEY));
+    assert_eq!(id.memberships(), vec![member]);
+    id.leave_multicast(group).unwrap();
+
+    // Another id's event comes first: Unexpected, and the group is left.
+    let other = ch.create_id(PortSpace::Tcp).unwrap();
+    other
+        .resolve_addr(None, "192.0.2.1:1".parse().unwrap(), 1000)
+        .unwrap();
+    let err = id.join_group(group, false, WAIT).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            CmError::Unexpected {
+                op: Op::CmJoinMulticast,
+                event: "RDMA_CM_EVENT_ADDR_RESOLVED",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(id.memberships().is_empty());
+    assert_eq!(fake.live_memberships(), 0);
+    // The kernel's refusal of the join itself: nothing to leave.
+    fake.fail_next(sys::RDMA_USER_CM_CMD_JOIN_MCAST, Errno::NOMEM);
+    let err = id.join_group(group, false, WAIT).unwrap_err();
+    assert_eq!(err.errno(), Some(Errno::NOMEM), "{err}");
+    assert!(id.memberships().is_empty());
+}
