@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use memmap2::MmapMut;
-use uverbs::cm::{EventChannel, EventKind, PortSpace};
+use uverbs::cm::{EventChannel, PortSpace};
 use uverbs::{AccessFlags, BufferMr, Errno, Local, OwnedQp, QpAttr, QpInit, QpState, QpType};
 use uverbs::{RecvRequest, SendRequest};
 
@@ -44,7 +44,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     let id = ch.create_id(PortSpace::Udp)?;
     id.bind(SocketAddr::new(args.addr, 0))?;
     let group: SocketAddr = "239.1.2.3:0".parse()?;
-    let member = match id.join_multicast(group, false) {
+    // Joined once the kernel's MULTICAST_JOIN came: it carries the group's
+    // address vector, Q_Key and QP number.
+    let joined = match id.join_group(group, false, Duration::from_secs(10)) {
         Err(e) if e.errno() == Some(Errno::NOSYS) => {
             println!(
                 "multicast: {}: no multicast on this device ({e})",
@@ -52,15 +54,8 @@ fn main() -> Result<(), Box<dyn Error>> {
             );
             return Ok(());
         }
-        joined => joined?,
+        joined => joined?.1,
     };
-    let ev = ch
-        .wait_event(Duration::from_secs(10))?
-        .ok_or("no join event in 10 s")?;
-    let EventKind::MulticastJoin(joined) = ev.kind else {
-        return Err(format!("{} (status {})", ev.name(), ev.status).into());
-    };
-    assert_eq!(ev.uid, member.uid()); // a membership's events carry its own uid
     let av = joined.to_ah_attr();
 
     // Two UD QPs with the group's Q_Key; the receiver attached to the group.

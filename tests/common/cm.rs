@@ -122,14 +122,9 @@ pub fn join_group(
     what: &str,
 ) -> (CmId, UdPeer) {
     let id = bound_udp_id(local, what);
-    let member = id
-        .join_multicast(group, send_only)
-        .unwrap_or_else(|e| panic!("{what}: join_multicast {group} (send-only {send_only}): {e}"));
-    let ev = next_event(id.channel(), &format!("{what}: the join"));
-    assert_eq!((ev.uid, ev.id), (member.uid(), member.handle()), "{what}");
-    let EventKind::MulticastJoin(joined) = ev.kind else {
-        panic!("{what}: {ev:?}")
-    };
+    let (_, joined) = id
+        .join_group(group, send_only, CM_WAIT)
+        .unwrap_or_else(|e| panic!("{what}: join_group {group} (send-only {send_only}): {e}"));
     let av = joined.to_ah_attr();
     loud(&format!(
         "{what}: joined {group} (send-only {send_only}): qp_num {:#x} qkey {:#x} dgid {} dlid {:#x} sgid_index {} port {}",
