@@ -2,7 +2,8 @@
 //! [`CmId`]: [`resolve`](CmId::resolve), [`connect_qp`](CmId::connect_qp),
 //! [`get_request`](CmId::get_request) and [`accept_qp`](CmId::accept_qp)
 //! (librdmacm's synchronous `rdma_resolve_addr`/`_route`, `rdma_connect`,
-//! `rdma_get_request`, `rdma_accept`).
+//! `rdma_get_request`, `rdma_accept`), and [`join_group`](CmId::join_group)
+//! (its synchronous `rdma_join_multicast`).
 //!
 //! The QP's steps around each event are here once, and the futures of
 //! `uverbs::tokio::cm` take them too: only how the event is awaited
