@@ -525,6 +525,12 @@ impl CmId {
     /// every group it joined.
     #[doc(alias = "rdma_leave_multicast")]
     pub fn leave_multicast(&self, group: SocketAddr) -> Result<u32, Error> {
+        self.leave_membership(group).map(|(_, reported)| reported)
+    }
+
+    /// [`leave_multicast`](Self::leave_multicast), answering the membership
+    /// left too (the tokio channel ends its route).
+    pub(crate) fn leave_membership(&self, group: SocketAddr) -> Result<(Membership, u32), Error> {
         let op = Op::CmLeaveMulticast;
         self.channel.check_process(op)?;
         let mut joined = self.joined();
@@ -535,7 +541,7 @@ impl CmId {
         let resp = self.channel.run(&LeaveMcast::new(member.handle), op)?;
         joined.remove(at);
         self.channel.unregister(member.uid);
-        Ok(resp.events_reported)
+        Ok((member, resp.events_reported))
     }
 
     /// The groups joined through this id and not left.

@@ -464,15 +464,8 @@ impl AsyncCmId {
     /// unread events are dropped).
     #[doc(alias = "rdma_leave_multicast")]
     pub fn leave_multicast(&self, group: SocketAddr) -> Result<u32, Error> {
-        let uid = self
-            .memberships()
-            .iter()
-            .find(|m| m.group() == group)
-            .map(|m| m.uid());
-        let reported = CmId::leave_multicast(self, group)?;
-        if let Some(uid) = uid {
-            drop(self.ch.unroute(uid));
-        }
+        let (member, reported) = self.leave_membership(group)?;
+        drop(self.ch.unroute(member.uid()));
         Ok(reported)
     }
 
