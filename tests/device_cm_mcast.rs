@@ -52,12 +52,11 @@ fn joined_group_carries_a_send(name: &str, ctx: &Context, counts: &HandleCounts)
     src[..LEN].copy_from_slice(&pattern(0x6d63, LEN));
     let payload = sge(src.as_ptr() as u64, LEN, &src_mr);
     for (k, wr_id) in [(0, 0xb1), (1, 0xb2)] {
-        let slot = sge(dst.as_ptr() as u64 + k * 4096, GRH + LEN, &dst_mr);
+        let slot = &dst[k * 4096..k * 4096 + GRH + LEN];
         // SAFETY: `dst` stays mapped and registered until both QPs are
         // gone, and is read only after this receive's completion (or
         // after the QPs are destroyed).
-        unsafe { receiver.post_recv(&[uverbs::RecvWr::new(wr_id, &slot)]) }
-            .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+        unsafe { post_recv_into(&receiver, wr_id, slot, &dst_mr, name) };
     }
     let ah = pd
         .create_ah(&av)

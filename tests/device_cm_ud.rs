@@ -109,11 +109,9 @@ fn sidr_then_send(name: &str, ctx: &Context, counts: &HandleCounts) {
     let mut buf = anon(2 * 4096);
     buf[4096..4096 + LEN].copy_from_slice(&pattern(0x5d, LEN));
     let mr = fresh_mr(&pd, &mut buf, RW_READ);
-    let inbox = sge(buf.as_ptr() as u64, GRH + LEN, &mr);
     // SAFETY: buf[..GRH + LEN] stays mapped and registered until the QP is
     // destroyed, and is read only after this receive's completion.
-    unsafe { qp_s.post_recv(&[uverbs::RecvWr::new(0x51, &inbox)]) }
-        .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+    unsafe { post_recv_into(&qp_s, 0x51, &buf[..GRH + LEN], &mr, name) };
     server
         .accept(&ConnParam::new(qp_s.qp_num()))
         .unwrap_or_else(|e| panic!("{name}: accept: {e}"));

@@ -18,7 +18,7 @@ use std::time::Duration;
 use common::*;
 use uverbs::{
     AccessFlags, AhAttr, BufferMr, Context, Ended, Errno, Error, Gid, Local, Op, OwnedQp,
-    ProtectionDomain, QpInit, QpType, QueuePair, RecvRequest, RecvWr, UdDest, WcFlags, WcOpcode,
+    ProtectionDomain, QpInit, QpType, RecvRequest, UdDest, WcFlags, WcOpcode,
 };
 
 /// The Q_Key of the group's members and its sender.
@@ -66,15 +66,6 @@ fn join_on_netdev(ctx: &Context, group: Gid, name: &str) -> UdpSocket {
             entry.netdev_ifindex
         )
     })
-}
-
-/// A receive of the GRH slot and [`LEN`] bytes at `buf`, posted on `qp`.
-fn post_group_recv(qp: &QueuePair, wr_id: u64, buf: &[u8], mr: &uverbs::MemoryRegion) {
-    let sges = sge(buf.as_ptr() as u64, GRH + LEN, mr);
-    // SAFETY: `buf` stays mapped and registered, and is read only after
-    // this receive's completion or once its QP is destroyed.
-    unsafe { qp.post_recv(&[RecvWr { wr_id, sges: &sges }]) }
-        .unwrap_or_else(|e| panic!("post_recv {wr_id:#x}: {e}"));
 }
 
 /// siw0 (RC only): both calls refused before the kernel, nothing changed.
@@ -192,10 +183,14 @@ fn a_send_to_a_group_reaches_every_attached_qp() {
             *byte = (i * 7 + 3) as u8;
         }
         let slot = |k: usize| &dst[k * 4096..k * 4096 + GRH + LEN];
-        post_group_recv(&b, 0xb1, slot(0), &dst_mr);
-        post_group_recv(&c, 0xc1, slot(1), &dst_mr);
-        post_group_recv(&b, 0xb2, slot(2), &dst_mr);
-        post_group_recv(&c, 0xc2, slot(3), &dst_mr);
+        // SAFETY: `dst` stays mapped and registered until the QPs are
+        // gone, and a slot is read only after its receive's completion.
+        unsafe {
+            post_recv_into(&b, 0xb1, slot(0), &dst_mr, name);
+            post_recv_into(&c, 0xc1, slot(1), &dst_mr, name);
+            post_recv_into(&b, 0xb2, slot(2), &dst_mr, name);
+            post_recv_into(&c, 0xc2, slot(3), &dst_mr, name);
+        }
 
         let ah = pd
             .create_ah(&AhAttr::roce(group, GID_INDEX as u8, PORT))

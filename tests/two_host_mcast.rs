@@ -26,7 +26,7 @@ use common::cm::{cm_present, join_group};
 use common::two_host::*;
 use common::*;
 use uverbs::cm::CmId;
-use uverbs::{AhAttr, CompletionQueue, Context, MemoryRegion, QueuePair, RecvWr, UdDest, WcOpcode};
+use uverbs::{AhAttr, CompletionQueue, Context, MemoryRegion, QueuePair, UdDest, WcOpcode};
 
 const TEST: &str = "ud_multicast_between_two_hosts_through_the_cm";
 /// The group: an administratively scoped address only this test uses.
@@ -123,12 +123,11 @@ fn receive_until_left(ctl: &mut Control, m: &Member<'_>, av: &AhAttr, id: &CmId,
     let (me, qp, buf) = (m.me, m.qp, m.buf);
     qp.attach_mcast(av.dgid, av.dlid)
         .unwrap_or_else(|e| panic!("{me}: attach_mcast: {e}"));
-    for (k, wr_id) in [(0u64, 0xb1), (1, 0xb2)] {
-        let slot = sge(buf.as_ptr() as u64 + k * 4096, GRH + LEN, m.mr);
+    for (k, wr_id) in [(0, 0xb1), (1, 0xb2)] {
+        let slot = &buf[k * 4096..k * 4096 + GRH + LEN];
         // SAFETY: `buf` stays mapped and registered until the QP is
         // destroyed, and is read only after this receive's completion.
-        unsafe { qp.post_recv(&[RecvWr::new(wr_id, &slot)]) }
-            .unwrap_or_else(|e| panic!("{me}: post_recv: {e}"));
+        unsafe { post_recv_into(qp, wr_id, slot, m.mr, me) };
     }
     ctl.barrier("attached");
     let sender: u32 = ctl.expect("sent").parse().expect("A's QP number");

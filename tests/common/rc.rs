@@ -119,6 +119,27 @@ pub fn ud_send<'a>(
     SendWr::new(wr_id, SendOp::Send { imm }, Payload::Sges(sges)).ud(dest)
 }
 
+/// Posts receive `wr_id` on `qp` into all of `buf`, registered in `mr`
+/// (`what` names it in a failure).
+///
+/// # Safety
+///
+/// `buf` stays mapped and registered, and is read only after this
+/// receive's completion or once `qp` is destroyed.
+pub unsafe fn post_recv_into(
+    qp: &QueuePair,
+    wr_id: u64,
+    buf: &[u8],
+    mr: &MemoryRegion,
+    what: &str,
+) {
+    let sges = sge(buf.as_ptr() as u64, buf.len(), mr);
+    // SAFETY: the caller's promise above: the device may write `buf` until
+    // the completion, and nothing reads it before.
+    unsafe { qp.post_recv(&[RecvWr::new(wr_id, &sges)]) }
+        .unwrap_or_else(|e| panic!("{what}: post_recv {wr_id:#x}: {e}"));
+}
+
 /// `send(wr_id)`: a signalled UD SEND of `payload` from `qp` to `dest`,
 /// posted and its completion awaited on `cq` (`what` names it).
 ///
