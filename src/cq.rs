@@ -751,6 +751,38 @@ impl CompletionQueue {
         self.inner.routing.lock().release(qpn);
     }
 
+    /// Completions held for readers (tests of the routing's bounds).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.inner.routing.lock().held()
+    }
+
+    /// Unregisters the owner of QP `qpn`, just destroyed, and drops its
+    /// completions: those held, and those still in the ring (read now,
+    /// holding the others for their readers). After `DESTROY_QP` the
+    /// kernel adds none of its, so nothing of the dead QP stays here for a
+    /// plain poll nobody makes. In a forked child only the owner is
+    /// forgotten: the ring is the parent's.
+    pub(crate) fn forget(&self, qpn: u32) {
+        let mut routing = self.inner.routing.lock();
+        routing.forget(qpn);
+        if !self.inner.origin.is_current() {
+            return;
+        }
+        let mut ring = self.inner.ring.lock();
+        let mut dropped = [WorkCompletion::default(); BATCH];
+        loop {
+            let mut read = [WorkCompletion::default(); BATCH];
+            // A ring that cannot be read (siw's, after a destroy of the CQ
+            // through another handle) holds nothing more to drop.
+            let got = ring.poll(&mut read).unwrap_or(0);
+            routing.sort(Reader::Owner(qpn), &read[..got], &mut dropped, 0);
+            if got < BATCH {
+                break;
+            }
+        }
+    }
+
     /// Arms the CQ: its next completion, or with `solicited_only` its next
     /// solicited one, raises one event on its completion channel.
     ///

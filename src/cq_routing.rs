@@ -12,7 +12,10 @@
 //!   every QP no `OwnedQp` owns.
 //!
 //! What is held is bounded by what is outstanding: each held completion
-//! ends a request some reader still waits for.
+//! ends a request some reader still waits for. When an owned QP is
+//! destroyed ([`Routing::forget`]), what is held under its number is
+//! dropped, and so is what the ring still has of it: a dead QP's
+//! completions are kept for nobody.
 
 use std::collections::VecDeque;
 
@@ -62,6 +65,13 @@ impl Routing {
     /// polls from now on.
     pub(crate) fn release(&mut self, qpn: u32) {
         self.owned.retain(|&q| q != qpn);
+    }
+
+    /// Unregisters the owner of the destroyed QP `qpn` and drops what is
+    /// held under its number: no reader will ever take it.
+    pub(crate) fn forget(&mut self, qpn: u32) {
+        self.release(qpn);
+        self.held.retain(|wc| wc.qp_num() != qpn);
     }
 
     /// Whether any owner is registered.
