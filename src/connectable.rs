@@ -64,7 +64,7 @@ connectable! {
 }
 #[cfg(feature = "tokio")]
 connectable! {
-    [M: Send + 'static] crate::tokio::AsyncQp<M>;
+    [M: crate::DeviceReadable + Send + Sync + 'static] crate::tokio::AsyncQp<M>;
 }
 
 /// A QP that records the states the cm's attributes move it to: the

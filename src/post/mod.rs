@@ -219,13 +219,6 @@ impl<'a, M> SendRequest<'a, M> {
         self.local
     }
 
-    /// Replaces the id, returning the old one (the async layer posts under
-    /// its own keys and gives the caller's id back with the completion).
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn replace_wr_id(&mut self, wr_id: u64) -> u64 {
-        std::mem::replace(&mut self.wr_id, wr_id)
-    }
-
     /// Whether the request has a completion of its own.
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn is_signalled(&self) -> bool {
@@ -266,14 +259,6 @@ impl<M: DeviceReadable> RecvRequest<M> {
     /// Gives the memory back.
     pub fn into_local(self) -> Local<M> {
         self.local
-    }
-}
-
-impl<M> RecvRequest<M> {
-    /// As [`SendRequest::replace_wr_id`].
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) fn replace_wr_id(&mut self, wr_id: u64) -> u64 {
-        std::mem::replace(&mut self.wr_id, wr_id)
     }
 }
 
@@ -382,6 +367,10 @@ pub enum Ended {
     /// Outstanding when [`OwnedQp::destroy`] destroyed the QP: the device
     /// reaches its memory no more. Whether it ran is unknown.
     Destroyed,
+    /// Outstanding when the QP moved to RESET on rxe, which empties both
+    /// queues with no completion ([`OwnedQp::modify`]): the device reaches
+    /// its memory no more. Whether it ran is unknown.
+    Reset,
 }
 
 /// A request the device is done with, and its memory.
@@ -402,7 +391,7 @@ impl<M> Completed<M> {
     pub fn completion(&self) -> Option<&WorkCompletion> {
         match &self.ended {
             Ended::Completion(wc) => Some(wc),
-            Ended::AfterLater | Ended::WithoutCompletion | Ended::Destroyed => None,
+            Ended::AfterLater | Ended::WithoutCompletion | Ended::Destroyed | Ended::Reset => None,
         }
     }
 
@@ -414,7 +403,7 @@ impl<M> Completed<M> {
         match &self.ended {
             Ended::Completion(wc) => Some(wc.status()),
             Ended::AfterLater => Some(WcStatus::Success),
-            Ended::WithoutCompletion | Ended::Destroyed => None,
+            Ended::WithoutCompletion | Ended::Destroyed | Ended::Reset => None,
         }
     }
 
@@ -426,6 +415,9 @@ impl<M> Completed<M> {
 
 /// What an outstanding request keeps until its completion.
 struct Entry<M> {
+    /// The id it was posted under (the queue's, not the caller's): unique
+    /// among the QP's requests, whatever ids the caller gives.
+    key: u64,
     wr_id: u64,
     local: Option<Local<M>>,
     /// Whether it produces a completion of its own.
@@ -435,8 +427,9 @@ struct Entry<M> {
 }
 
 impl<M> Entry<M> {
-    fn recv(wr_id: u64, local: Local<M>) -> Self {
+    fn recv(key: u64, wr_id: u64, local: Local<M>) -> Self {
         Entry {
+            key,
             wr_id,
             local: Some(local),
             signalled: true,
@@ -444,8 +437,9 @@ impl<M> Entry<M> {
         }
     }
 
-    fn send(r: SendRequest<'_, M>) -> Self {
+    fn send(key: u64, r: SendRequest<'_, M>) -> Self {
         Entry {
+            key,
             wr_id: r.wr_id,
             signalled: r.flags.contains(SendFlags::SIGNALED),
             local: r.local,
@@ -454,9 +448,25 @@ impl<M> Entry<M> {
     }
 }
 
+impl<M> Entry<M> {
+    /// Its key and the request handed back, ended as `ended`.
+    fn end(self, ended: Ended, is_recv: bool) -> (u64, Completed<M>) {
+        let completed = Completed {
+            wr_id: self.wr_id,
+            ended,
+            local: self.local,
+            is_recv,
+        };
+        (self.key, completed)
+    }
+}
+
 struct Tables<M> {
     sq: Outstanding<Entry<M>>,
     rq: Outstanding<Entry<M>>,
+    /// Requests a move to RESET took from the device (rxe empties both
+    /// queues), each with its key, for the next poll to hand back.
+    reset: Vec<(u64, Completed<M>)>,
     /// Room for a batch's SGEs and work requests, kept between
     /// [`OwnedQp::post_send_batch`] calls (empty between them), so a batch
     /// allocates only when it is larger than every batch before.
@@ -648,6 +658,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
             tables: Mutex::new(Tables {
                 sq: Outstanding::new(0),
                 rq: Outstanding::new(RECV_TAG),
+                reset: Vec::new(),
                 batch_sges: Vec::new(),
                 batch_wrs: Vec::new(),
             }),
@@ -676,6 +687,18 @@ impl<M: DeviceReadable> OwnedQp<M> {
         &self,
         request: SendRequest<'a, M>,
     ) -> Result<(), PostSendError<SendRequest<'a, M>>> {
+        self.post_send_keyed(request).map(drop)
+    }
+
+    /// [`post_send`](Self::post_send), answering the key the request was
+    /// posted under: the one its [`Completed`] comes back with from
+    /// [`poll_each`](Self::poll_each).
+    #[inline]
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn post_send_keyed<'a>(
+        &self,
+        request: SendRequest<'a, M>,
+    ) -> Result<u64, PostSendError<SendRequest<'a, M>>> {
         let mut t = self.lock();
         let checked = self
             .must_be_signalled(&request)
@@ -704,14 +727,14 @@ impl<M: DeviceReadable> OwnedQp<M> {
         // queue for an unsignalled send, or the QP's destruction), also
         // when the doorbell fails after the request was queued.
         let posted = unsafe { self.qp().post_send(std::slice::from_ref(&wr)) };
-        let wr_id = request.wr_id;
+        let (wr_id, key) = (request.wr_id, wr.wr_id);
         match posted {
             Ok(()) => {
-                t.sq.push(Entry::send(request));
-                Ok(())
+                t.sq.push(Entry::send(key, request));
+                Ok(key)
             }
             Err(error @ Error::Doorbell { .. }) => {
-                t.sq.push(Entry::send(request));
+                t.sq.push(Entry::send(key, request));
                 Err(PostSendError::Queued { wr_id, error })
             }
             Err(error) => Err(PostSendError::Refused(PostRefused { request, error })),
@@ -782,7 +805,8 @@ impl<M: DeviceReadable> OwnedQp<M> {
         t.batch_sges = sges;
         if matches!(posted, Ok(()) | Err(Error::Doorbell { .. })) {
             for r in requests.drain(..) {
-                t.sq.push(Entry::send(r));
+                let key = t.sq.id_of_next(0);
+                t.sq.push(Entry::send(key, r));
             }
         }
         posted
@@ -793,6 +817,17 @@ impl<M: DeviceReadable> OwnedQp<M> {
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
     pub fn post_recv(&self, request: RecvRequest<M>) -> Result<(), PostRefused<RecvRequest<M>>> {
+        self.post_recv_keyed(request).map(drop)
+    }
+
+    /// [`post_recv`](Self::post_recv), answering the key the request was
+    /// posted under (see [`post_send_keyed`](Self::post_send_keyed)).
+    #[inline]
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn post_recv_keyed(
+        &self,
+        request: RecvRequest<M>,
+    ) -> Result<u64, PostRefused<RecvRequest<M>>> {
         let mut t = self.lock();
         let sge = match request.local.sge() {
             Ok(sge) => sge,
@@ -810,8 +845,8 @@ impl<M: DeviceReadable> OwnedQp<M> {
         if let Err(error) = unsafe { self.qp().post_recv(std::slice::from_ref(&wr)) } {
             return Err(PostRefused { request, error });
         }
-        t.rq.push(Entry::recv(request.wr_id, request.local));
-        Ok(())
+        t.rq.push(Entry::recv(wr.wr_id, request.wr_id, request.local));
+        Ok(wr.wr_id)
     }
 
     /// Reads the QP's CQs once (up to 16 completions from each) and pushes
@@ -826,38 +861,29 @@ impl<M: DeviceReadable> OwnedQp<M> {
     /// ([`Ended::WithoutCompletion`]). On siw's send queue an earlier
     /// request waits for its own completion: siw completes a SEND or WRITE
     /// before an earlier RDMA READ.
+    ///
+    /// After a move to RESET on rxe, which empties the queues, it hands
+    /// back every request that was outstanding: those whose completions
+    /// were in the CQ with them, the rest as [`Ended::Reset`].
     #[doc(alias = "ibv_poll_cq")]
     pub fn poll(&self, done: &mut Vec<Completed<M>>) -> Result<usize, Error> {
+        self.poll_each(|_, completed| done.push(completed))
+    }
+
+    /// [`poll`](Self::poll), handing each request to `f` with the key it
+    /// was posted under.
+    #[inline]
+    pub(crate) fn poll_each(&self, mut f: impl FnMut(u64, Completed<M>)) -> Result<usize, Error> {
         let mut t = self.lock();
-        let before = done.len();
-        let qpn = self.qp().qp_num();
-        let sq_in_order = self.provider() != Provider::Siw;
-        for cq in self.cqs() {
-            let mut wc = [WorkCompletion::default(); POLL_BATCH];
-            let n = cq.poll_routed(Reader::Owner(qpn), &mut wc)?;
-            for c in &wc[..n] {
-                let (table, is_recv, in_order) = if c.wr_id() & RECV_TAG != 0 {
-                    (&mut t.rq, true, true)
-                } else {
-                    (&mut t.sq, false, sq_in_order)
-                };
-                let ends_earlier = |e: &Entry<M>| !e.signalled || in_order;
-                table.complete(c.wr_id(), ends_earlier, |entry, how| {
-                    let ended = match (how, entry.signalled) {
-                        (Ends::Named, _) => Ended::Completion(c.with_wr_id(entry.wr_id)),
-                        (Ends::Earlier, false) => Ended::AfterLater,
-                        (Ends::Earlier, true) => Ended::WithoutCompletion,
-                    };
-                    done.push(Completed {
-                        wr_id: entry.wr_id,
-                        ended,
-                        local: entry.local,
-                        is_recv,
-                    });
-                });
+        let mut ended = 0;
+        if !t.reset.is_empty() {
+            for (key, completed) in t.reset.drain(..) {
+                f(key, completed);
+                ended += 1;
             }
         }
-        Ok(done.len() - before)
+        ended += self.poll_cqs(&mut t, &mut f)?;
+        Ok(ended)
     }
 
     /// Moves the QP to ERR, which completes every outstanding request with
@@ -920,8 +946,18 @@ impl<M: DeviceReadable> OwnedQp<M> {
     #[doc(alias = "ibv_destroy_qp")]
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
-    pub fn destroy(mut self, done: &mut Vec<Completed<M>>) -> Result<(), NotDestroyed<Self>> {
-        if let Err(error) = self.poll(done) {
+    pub fn destroy(self, done: &mut Vec<Completed<M>>) -> Result<(), NotDestroyed<Self>> {
+        self.destroy_each(|_, completed| done.push(completed))
+    }
+
+    /// [`destroy`](Self::destroy), handing each request to `f` with the
+    /// key it was posted under.
+    #[allow(clippy::result_large_err)]
+    pub(crate) fn destroy_each(
+        mut self,
+        mut f: impl FnMut(u64, Completed<M>),
+    ) -> Result<(), NotDestroyed<Self>> {
+        if let Err(error) = self.poll_each(&mut f) {
             return Err(NotDestroyed { qp: self, error });
         }
         let qp = self.qp.take().expect("present until dropped");
@@ -937,15 +973,13 @@ impl<M: DeviceReadable> OwnedQp<M> {
         let t = leak_on_unwind.disarm();
         match destroyed {
             Ok(_) => {
-                release_routing(qpn, cqs);
+                forget_routing(qpn, cqs);
                 let sends = t.sq.take_all().into_iter().map(|e| (e, false));
                 let recvs = t.rq.take_all().into_iter().map(|e| (e, true));
-                done.extend(sends.chain(recvs).map(|(entry, is_recv)| Completed {
-                    wr_id: entry.wr_id,
-                    ended: Ended::Destroyed,
-                    local: entry.local,
-                    is_recv,
-                }));
+                for (entry, is_recv) in sends.chain(recvs) {
+                    let (key, completed) = entry.end(Ended::Destroyed, is_recv);
+                    f(key, completed);
+                }
                 Ok(())
             }
             Err(refused) => {
@@ -960,6 +994,40 @@ impl<M: DeviceReadable> OwnedQp<M> {
 }
 
 impl<M> OwnedQp<M> {
+    /// Reads the CQs once for this QP's completions and ends the requests
+    /// they name (see [`poll`](Self::poll)); how many.
+    fn poll_cqs(
+        &self,
+        t: &mut Tables<M>,
+        f: &mut impl FnMut(u64, Completed<M>),
+    ) -> Result<usize, Error> {
+        let mut ended = 0;
+        let qpn = self.qp().qp_num();
+        let sq_in_order = self.provider() != Provider::Siw;
+        for cq in self.cqs() {
+            let mut wc = [WorkCompletion::default(); POLL_BATCH];
+            let n = cq.poll_routed(Reader::Owner(qpn), &mut wc)?;
+            for c in &wc[..n] {
+                let (table, is_recv, in_order) = if c.wr_id() & RECV_TAG != 0 {
+                    (&mut t.rq, true, true)
+                } else {
+                    (&mut t.sq, false, sq_in_order)
+                };
+                let ends_earlier = |e: &Entry<M>| !e.signalled || in_order;
+                ended += table.complete(c.wr_id(), ends_earlier, |entry, how| {
+                    let how = match (how, entry.signalled) {
+                        (Ends::Named, _) => Ended::Completion(c.with_wr_id(entry.wr_id)),
+                        (Ends::Earlier, false) => Ended::AfterLater,
+                        (Ends::Earlier, true) => Ended::WithoutCompletion,
+                    };
+                    let (key, completed) = entry.end(how, is_recv);
+                    f(key, completed);
+                });
+            }
+        }
+        Ok(ended)
+    }
+
     fn lock(&self) -> MutexGuard<'_, Tables<M>> {
         // A panic while holding the lock leaves the tables consistent (each
         // entry is pushed only after its post succeeded): keep using them.
@@ -987,15 +1055,45 @@ impl<M> OwnedQp<M> {
     }
 
     /// Changes the QP's attributes and state: [`QueuePair::modify`].
+    ///
+    /// **A move to RESET** on rxe empties both queues with no completion
+    /// (the kernel's `rxe_qp_reset`): every request outstanding then comes
+    /// back with the next [`poll`](Self::poll), those whose completions
+    /// were in the CQ already with them, the rest as [`Ended::Reset`].
+    /// siw keeps its rings across RESET (its QP stays in ERR): there the
+    /// requests stay outstanding until they complete or the QP is
+    /// destroyed ([`destroy`](Self::destroy) hands them back).
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-        self.qp().modify(attr)
+        if attr.target_state() != Some(QpState::Reset) || self.provider() != Provider::Rxe {
+            return self.qp().modify(attr);
+        }
+        // Under the tables' lock: no request is posted between the reset
+        // and the emptying of the tables below.
+        let mut t = self.lock();
+        self.qp().modify(attr)?;
+        let mut reset = std::mem::take(&mut t.reset);
+        // Completions already in the CQ keep their status. A failed read
+        // loses none: what it did not end comes back as Ended::Reset, and
+        // its completion, read later, ends nothing.
+        let _ = self.poll_cqs(&mut t, &mut |key, completed| reset.push((key, completed)));
+        let sends =
+            t.sq.take_all()
+                .into_iter()
+                .map(|e| e.end(Ended::Reset, false));
+        let recvs =
+            t.rq.take_all()
+                .into_iter()
+                .map(|e| e.end(Ended::Reset, true));
+        reset.extend(sends.chain(recvs));
+        t.reset = reset;
+        Ok(())
     }
 
     /// Attaches the (UD) QP to a multicast group:
-    /// [`QueuePair::attach_mcast`]. While a group is attached,
-    /// [`destroy`](Self::destroy) is refused (`EBUSY`) and hands the
-    /// `OwnedQp` back; dropping it detaches first.
+    /// [`QueuePair::attach_mcast`]. [`destroy`](Self::destroy) and the
+    /// drop detach every group first, as the kernel destroys no QP with one
+    /// attached.
     #[doc(alias = "ibv_attach_mcast")]
     pub fn attach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
         self.qp().attach_mcast(mgid, mlid)
@@ -1062,6 +1160,27 @@ impl<M> OwnedQp<M> {
         self.qp().caps()
     }
 
+    /// Whether a request is outstanding, or handed back by a reset and not
+    /// yet polled.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn holds_requests(&self) -> bool {
+        let t = self.lock();
+        !(t.is_idle() && t.reset.is_empty())
+    }
+
+    /// The keys and caller's ids of the requests [`holds_requests`]
+    /// counts: those handed back by a reset, then the sends and then the
+    /// receives outstanding, each oldest first.
+    ///
+    /// [`holds_requests`]: Self::holds_requests
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn request_ids(&self) -> Vec<(u64, u64)> {
+        let t = self.lock();
+        let reset = t.reset.iter().map(|(key, c)| (*key, c.wr_id));
+        let queued = t.sq.iter().chain(t.rq.iter()).map(|e| (e.key, e.wr_id));
+        reset.chain(queued).collect()
+    }
+
     /// Send and receive requests whose memory the device may still use.
     pub fn outstanding(&self) -> (usize, usize) {
         let t = self.lock();
@@ -1072,7 +1191,7 @@ impl<M> OwnedQp<M> {
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
     pub fn into_inner(self) -> Result<QueuePair, Self> {
-        if self.outstanding() == (0, 0) {
+        if !self.holds_requests() {
             Ok(self.into_parts())
         } else {
             Err(self)
@@ -1125,6 +1244,11 @@ impl<M> Drop for LeakOnUnwind<'_, M> {
 }
 
 impl<M> Tables<M> {
+    /// Whether no request is outstanding.
+    fn is_idle(&self) -> bool {
+        self.sq.is_empty() && self.rq.is_empty()
+    }
+
     /// Leaks the outstanding requests (their memory is never freed): for
     /// when the device may still use it.
     fn leak_outstanding(&mut self) {
@@ -1138,15 +1262,30 @@ fn release_routing(qpn: u32, (send, recv): (CompletionQueue, CompletionQueue)) {
     recv.release(qpn);
 }
 
+/// Unregisters the reader of the destroyed QP `qpn` on its CQs and drops
+/// its completions there, held or still in the ring: no reader is left for
+/// them, and no more will come.
+fn forget_routing(qpn: u32, (send, recv): (CompletionQueue, CompletionQueue)) {
+    send.forget(qpn);
+    if !recv.same_as(&send) {
+        recv.forget(qpn);
+    }
+}
+
 impl<M> Drop for OwnedQp<M> {
     fn drop(&mut self) {
         let Some(qp) = self.qp.take() else { return };
-        release_routing(qp.qp_num(), qp.cqs());
+        let (qpn, cqs) = (qp.qp_num(), qp.cqs());
         let t = self
             .tables
             .get_mut()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if t.sq.is_empty() && t.rq.is_empty() {
+        if !qp.context().is_owned_by_this_process() {
+            // A forked child: the QP and the device are the parent's. Send
+            // nothing (the QP's own drop sends nothing either) and free none
+            // of what the parent's device may use.
+            release_routing(qpn, cqs);
+            t.leak_outstanding();
             return;
         }
         // The outstanding requests are freed only below, once the QP is
@@ -1154,22 +1293,32 @@ impl<M> Drop for OwnedQp<M> {
         // never freed under the device.
         let leak_on_unwind = LeakOnUnwind(Some(t));
         // Stop the device first (ERR flushes the queues), then destroy the
-        // QP: after DESTROY_QP the device reaches none of the memory.
-        if qp.state() != QpState::Err {
+        // QP (its multicast groups detached first): after DESTROY_QP the
+        // device reaches none of the memory.
+        let busy = leak_on_unwind.0.as_ref().is_some_and(|t| !t.is_idle());
+        if busy && qp.state() != QpState::Err {
             let _ = qp.modify(&QpAttr::new().state(QpState::Err));
         }
         let destroyed = qp.destroy();
         let t = leak_on_unwind.disarm();
         match destroyed {
-            Ok(_) => drop((t.sq.take_all(), t.rq.take_all())),
-            // The device may still use the memory (or, in a forked child,
-            // the parent's device does): leak it, and the QP.
+            Ok(_) => {
+                forget_routing(qpn, cqs);
+                drop((
+                    t.sq.take_all(),
+                    t.rq.take_all(),
+                    std::mem::take(&mut t.reset),
+                ));
+            }
+            // The device may still use the memory: leak it, and the QP,
+            // which stays in the kernel until the context is closed.
+            // Counted, as the drop cannot report it
+            // (`Context::abandoned_queue_pairs`); its completions go to
+            // plain polls.
             Err(refused) => {
                 t.leak_outstanding();
-                // (In a forked child the QP is the parent's: nothing lost.)
-                if refused.qp.context().is_owned_by_this_process() {
-                    refused.qp.context().note_abandoned_queue_pair();
-                }
+                release_routing(qpn, cqs);
+                refused.qp.context().note_abandoned_queue_pair();
                 std::mem::forget(refused);
             }
         }

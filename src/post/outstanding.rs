@@ -130,6 +130,11 @@ impl<T> Outstanding<T> {
         ended
     }
 
+    /// The outstanding entries, oldest first.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.entries.iter().flatten()
+    }
+
     /// Takes every entry out, oldest first (for a table whose requests the
     /// device can no longer reach, or that must be leaked).
     pub(crate) fn take_all(&mut self) -> Vec<T> {

@@ -101,15 +101,24 @@ pub(super) struct Dispatch {
 }
 
 impl Dispatch {
-    /// Adds a QP; `Err(errno)` if the task has ended already.
-    pub(super) fn register(&self, qp: Weak<dyn Drain>) -> Result<(), Errno> {
-        // The order of the two locks is the task's (`end_all`).
-        let mut qps = self.qps.lock();
-        if let Some(errno) = *self.ended.lock() {
-            return Err(errno);
+    /// Locks the QP lists of every dispatch of `handles` (in address order,
+    /// so two registrations never wait on each other), for a QP to join all
+    /// of them or none: `Err(errno)` if one of their tasks has ended, and
+    /// then nothing is registered anywhere.
+    pub(super) fn lock_all(handles: &[Arc<CqHandle>]) -> Result<Registration<'_>, Errno> {
+        let mut dispatches: Vec<&Dispatch> = handles.iter().map(|h| &*h.dispatch).collect();
+        dispatches.sort_by_key(|d| std::ptr::from_ref(*d) as usize);
+        dispatches.dedup_by_key(|d| std::ptr::from_ref(*d) as usize);
+        let mut lists = Vec::with_capacity(dispatches.len());
+        for d in dispatches {
+            // The order of the two locks is the task's (`end_all`).
+            let list = d.qps.lock();
+            if let Some(errno) = *d.ended.lock() {
+                return Err(errno);
+            }
+            lists.push(list);
         }
-        qps.push(qp);
-        Ok(())
+        Ok(Registration { lists })
     }
 
     /// Removes the QP whose shared state is `qp`. Once this returns, the
@@ -138,6 +147,22 @@ impl Dispatch {
         *self.ended.lock() = Some(errno);
         for qp in qps.iter().filter_map(Weak::upgrade) {
             qp.end(errno);
+        }
+    }
+}
+
+/// The QP lists of one or more dispatches, locked by
+/// [`Dispatch::lock_all`]: no task among them can end before
+/// [`add`](Self::add).
+pub(super) struct Registration<'a> {
+    lists: Vec<parking_lot::MutexGuard<'a, Vec<Weak<dyn Drain>>>>,
+}
+
+impl Registration<'_> {
+    /// Registers `qp` with every dispatch locked, and unlocks them.
+    pub(super) fn add(mut self, qp: &Weak<dyn Drain>) {
+        for list in &mut self.lists {
+            list.push(qp.clone());
         }
     }
 }

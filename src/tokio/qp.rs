@@ -14,7 +14,7 @@ use std::task::{Context as TaskContext, Poll};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::cq::{drain_dry, task_ended, AsyncCq, CqHandle, Drain};
+use super::cq::{drain_dry, task_ended, AsyncCq, CqHandle, Dispatch, Drain};
 use crate::command::{QpAttr, QpState, QpType};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op};
@@ -48,17 +48,12 @@ impl<M> fmt::Debug for NotAsync<M> {
 
 type Reply<M> = Result<Completed<M>, Error>;
 
-/// A posted request's future, as the CQ's task finds it.
-struct Waiter<M> {
-    /// The caller's id, given back in the completion.
-    wr_id: u64,
-    reply: oneshot::Sender<Reply<M>>,
-}
-
 struct Waiters<M> {
-    /// The key the next request is posted under.
-    next_key: u64,
-    pending: HashMap<u64, Waiter<M>>,
+    /// Each waiting future's sender, under the key its request was posted
+    /// under ([`OwnedQp::post_send_keyed`]): the QP's own ids, unique
+    /// whatever ids the caller gives, so no request can resolve another's
+    /// future.
+    pending: HashMap<u64, oneshot::Sender<Reply<M>>>,
     /// Set once a CQ's task has ended: posts are refused.
     ended: Option<Errno>,
 }
@@ -66,20 +61,25 @@ struct Waiters<M> {
 impl<M> Waiters<M> {
     fn new() -> Self {
         Waiters {
-            next_key: 1,
             pending: HashMap::new(),
             ended: None,
         }
     }
 
-    /// Resolves the future of the request that ended as `completed`, with
-    /// the caller's id back in it. A future dropped meanwhile: the
-    /// request's memory is dropped here, now that the device is done with
-    /// it.
-    fn resolve(&mut self, mut completed: Completed<M>) {
-        if let Some(waiter) = self.pending.remove(&completed.wr_id) {
-            completed.wr_id = waiter.wr_id;
-            let _ = waiter.reply.send(Ok(completed));
+    /// A waiter for the request posted under `key`, and its future's end.
+    fn wait_for(&mut self, key: u64) -> oneshot::Receiver<Reply<M>> {
+        let (reply, answer) = oneshot::channel();
+        self.pending.insert(key, reply);
+        answer
+    }
+
+    /// Resolves the future of the request posted under `key`, which ended
+    /// as `completed`. A future dropped meanwhile (or a request queued by a
+    /// failed doorbell, which has none): the request's memory is dropped
+    /// here, now that the device is done with it.
+    fn resolve(&mut self, key: u64, completed: Completed<M>) {
+        if let Some(reply) = self.pending.remove(&key) {
+            let _ = reply.send(Ok(completed));
         }
     }
 }
@@ -88,20 +88,33 @@ impl<M> Waiters<M> {
 struct Shared<M> {
     qp: OwnedQp<M>,
     waiters: Mutex<Waiters<M>>,
-    /// The tasks' room for completions, kept between polls.
-    done: Mutex<Vec<Completed<M>>>,
+    /// The tasks' room for completions (with their keys), kept between
+    /// polls.
+    done: Mutex<Vec<(u64, Completed<M>)>>,
+}
+
+impl<M> Shared<M> {
+    fn new(qp: OwnedQp<M>, waiters: Waiters<M>) -> Arc<Self> {
+        Arc::new(Shared {
+            qp,
+            waiters: Mutex::new(waiters),
+            done: Mutex::new(Vec::new()),
+        })
+    }
 }
 
 impl<M: DeviceReadable + Send + Sync + 'static> Drain for Shared<M> {
     fn drain(&self) -> Result<usize, Error> {
         let mut done = self.done.lock();
-        let n = self.qp.poll(&mut done)?;
+        let n = self
+            .qp
+            .poll_each(|key, completed| done.push((key, completed)))?;
         if n == 0 {
             return Ok(0);
         }
         let mut waiters = self.waiters.lock();
-        for completed in done.drain(..) {
-            waiters.resolve(completed);
+        for (key, completed) in done.drain(..) {
+            waiters.resolve(key, completed);
         }
         Ok(n)
     }
@@ -109,8 +122,8 @@ impl<M: DeviceReadable + Send + Sync + 'static> Drain for Shared<M> {
     fn end(&self, errno: Errno) {
         let mut waiters = self.waiters.lock();
         waiters.ended = Some(errno);
-        for (_, waiter) in waiters.pending.drain() {
-            let _ = waiter.reply.send(Err(task_ended(self.qp.context(), errno)));
+        for (_, reply) in waiters.pending.drain() {
+            let _ = reply.send(Err(task_ended(self.qp.context(), errno)));
         }
     }
 }
@@ -169,8 +182,65 @@ impl<M> fmt::Debug for AsyncQp<M> {
 impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     /// Serves `qp` through the tasks of `cqs`, which must hold the QP's
     /// send CQ and its receive CQ (the same one, or two). Refused, with the
-    /// QP back, if one of them is missing or its task has ended.
+    /// QP back ([`NotAsync`]), if one of them is missing or its task has
+    /// ended, and ([`Error::InvalidInput`]) if `qp` has requests
+    /// outstanding: no future would wait for them, and their memory would
+    /// be lost with their completions. Take such a QP with
+    /// [`adopt`](Self::adopt), which gives each of them a future.
     pub fn new(qp: OwnedQp<M>, cqs: &[&AsyncCq]) -> Result<Self, NotAsync<M>> {
+        if qp.holds_requests() {
+            let error = Error::input(
+                Op::PostSend,
+                &qp.context().inner.device,
+                "the OwnedQp has requests outstanding: AsyncQp::adopt gives each a future",
+            );
+            return Err(NotAsync { qp, error });
+        }
+        Self::serve(qp, cqs, Waiters::new())
+    }
+
+    /// [`new`](Self::new) for a QP with requests outstanding (receives
+    /// posted before connecting, say): each of them gets a future, oldest
+    /// first, sends before receives, so every one resolves with its own
+    /// memory and its own completion ([`CompletionFuture::wr_id`] tells
+    /// them apart). Refused as `new` is, but for the outstanding requests.
+    ///
+    /// ```no_run
+    /// use uverbs::tokio::{AsyncCq, AsyncQp};
+    /// use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, RecvRequest};
+    /// # async fn f(pd: &uverbs::ProtectionDomain, cq: &AsyncCq, qp: OwnedQp<BufferMr<Vec<u8>>>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // A receive posted on the OwnedQp before it is wrapped ...
+    /// let buf = pd.reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
+    /// qp.post_recv(RecvRequest::new(1, Local::whole(buf))).map_err(|e| e.error)?;
+    /// let (qp, earlier) = AsyncQp::adopt(qp, &[cq]).map_err(|e| e.error)?;
+    /// // ... resolves with its own buffer, whatever ids later requests use.
+    /// let message = earlier.into_iter().next().expect("one future").await?;
+    /// assert_eq!(message.wr_id, 1);
+    /// # drop(qp); Ok(()) }
+    /// ```
+    #[allow(clippy::type_complexity)]
+    pub fn adopt(
+        qp: OwnedQp<M>,
+        cqs: &[&AsyncCq],
+    ) -> Result<(Self, Vec<CompletionFuture<M>>), NotAsync<M>> {
+        let device = qp.context().inner.device.clone();
+        let mut waiters = Waiters::new();
+        let futures = qp
+            .request_ids()
+            .into_iter()
+            .map(|(key, wr_id)| CompletionFuture {
+                wr_id,
+                reply: waiters.wait_for(key),
+                device: device.clone(),
+            })
+            .collect();
+        let qp = Self::serve(qp, cqs, waiters)?;
+        Ok((qp, futures))
+    }
+
+    /// Registers `qp`, with `waiters`, with the tasks of the CQs of `cqs`
+    /// it uses: with all of them or, refused, with none.
+    fn serve(qp: OwnedQp<M>, cqs: &[&AsyncCq], waiters: Waiters<M>) -> Result<Self, NotAsync<M>> {
         let mut used = Vec::new();
         let mut missing = false;
         for cq in qp.cqs() {
@@ -187,22 +257,23 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
             );
             return Err(NotAsync { qp, error });
         }
-        let shared = Arc::new(Shared {
-            qp,
-            waiters: Mutex::new(Waiters::new()),
-            done: Mutex::new(Vec::new()),
-        });
-        let drain: Arc<dyn Drain> = shared.clone();
-        for handle in &used {
-            if let Err(errno) = handle.dispatch.register(Arc::downgrade(&drain)) {
-                drop(drain);
-                let error = task_ended(shared.qp.context(), errno);
-                let qp = match Arc::try_unwrap(shared) {
-                    Ok(s) => s.qp,
-                    Err(_) => unreachable!("no task holds a QP it refused"),
-                };
+        // No task among them can end until the QP is in every list: a
+        // refusal hands the QP back before anything holds it.
+        let registration = match Dispatch::lock_all(&used) {
+            Ok(registration) => registration,
+            Err(errno) => {
+                let error = task_ended(qp.context(), errno);
                 return Err(NotAsync { qp, error });
             }
+        };
+        let shared = Shared::new(qp, waiters);
+        let drain: Arc<dyn Drain> = shared.clone();
+        registration.add(&Arc::downgrade(&drain));
+        // Completions that came before the tasks knew of the QP (their
+        // events may have passed): their futures resolve now.
+        if let Err(e) = drain_dry(&*drain) {
+            // As the task would: its futures fail, its posts are refused.
+            drain.end(e.errno().unwrap_or(Errno::IO));
         }
         Ok(AsyncQp { shared, _cqs: used })
     }
@@ -252,30 +323,22 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         }
         let Shared { qp, waiters, .. } = match Arc::try_unwrap(shared) {
             Ok(s) => s,
+            // `unregister` returned: no task holds a strong reference (they
+            // take one only under the lock it took), and no future holds any.
             Err(_) => unreachable!("only the AsyncQp holds its state once unregistered"),
         };
         let mut waiters = waiters.into_inner();
-        let mut done = Vec::new();
-        let destroyed = qp.destroy(&mut done);
-        for completed in done {
-            waiters.resolve(completed);
-        }
+        let destroyed = qp.destroy_each(|key, completed| waiters.resolve(key, completed));
         let refused = match destroyed {
             // No waiter is left: each request came back above.
             Ok(()) => return Ok(()),
             Err(refused) => refused,
         };
-        let shared = Arc::new(Shared {
-            qp: refused.qp,
-            waiters: Mutex::new(waiters),
-            done: Mutex::new(Vec::new()),
-        });
+        let shared = Shared::new(refused.qp, waiters);
         let drain: Arc<dyn Drain> = shared.clone();
-        for cq in &cqs {
-            if let Err(errno) = cq.dispatch.register(Arc::downgrade(&drain)) {
-                drain.end(errno);
-                break;
-            }
+        match Dispatch::lock_all(&cqs) {
+            Ok(registration) => registration.add(&Arc::downgrade(&drain)),
+            Err(errno) => drain.end(errno),
         }
         // Completions that came while no task served the QP (a task
         // draining another QP on the same CQ may have routed them here):
@@ -290,6 +353,34 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         })
     }
 
+    /// Changes the QP's attributes and state ([`QueuePair::modify`](crate::QueuePair::modify)).
+    /// Moving it to ERR completes every outstanding request with
+    /// `WR_FLUSH_ERR`: their futures resolve with their memory. Except on
+    /// siw, for a send request posted after the kernel had moved the QP to
+    /// ERR itself (its stream closed): siw leaves it in the ring, never
+    /// completed ([`OwnedQp::flush`]): [`destroy`](Self::destroy) resolves
+    /// its future with its memory (dropping the `AsyncQp` fails it with
+    /// `ECANCELED`, the memory dropped after the QP's destruction).
+    ///
+    /// Moving it to RESET on rxe, which empties both queues with no
+    /// completion ([`OwnedQp::modify`]), resolves every waiting future in
+    /// this call: with its completion if it was in the CQ already, else
+    /// [`Ended::Reset`](crate::Ended::Reset), the memory back either way.
+    /// siw keeps its rings across RESET: there the futures wait as before.
+    #[doc(alias = "ibv_modify_qp")]
+    pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
+        self.shared.qp.modify(attr)?;
+        if attr.target_state() == Some(QpState::Reset) {
+            // The requests the reset handed back reach their futures now,
+            // not at the CQ's next event (a reset raises none).
+            if let Err(e) = drain_dry(&*self.shared) {
+                self.shared.end(e.errno().unwrap_or(Errno::IO));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// Posts `request` now and returns the future of its completion: the
     /// request's memory comes back in the [`Completed`] (with the caller's
     /// `wr_id`), whatever its status. A refusal hands the request back
@@ -299,7 +390,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     #[doc(alias = "ibv_post_send")]
     pub fn post_send<'a>(
         &self,
-        mut request: SendRequest<'a, M>,
+        request: SendRequest<'a, M>,
     ) -> Result<CompletionFuture<M>, PostSendError<SendRequest<'a, M>>> {
         let mut waiters = self.shared.waiters.lock();
         let refusal = if !request.is_signalled() {
@@ -319,23 +410,12 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         if let Some(error) = refusal {
             return Err(PostSendError::Refused(PostRefused { request, error }));
         }
-        let (key, reply) = Self::wait_under(&mut waiters, request.wr_id());
-        let wr_id = request.replace_wr_id(key);
+        let wr_id = request.wr_id();
         // Posted under the lock: the task cannot look for the waiter before
-        // it is there, nor after it was taken back.
-        match self.shared.qp.post_send(request) {
-            Ok(()) => Ok(self.future(wr_id, reply)),
-            Err(PostSendError::Refused(mut refused)) => {
-                waiters.pending.remove(&key);
-                refused.request.replace_wr_id(wr_id);
-                Err(PostSendError::Refused(refused))
-            }
-            Err(PostSendError::Queued { error, .. }) => {
-                // The device owns it; its completion finds no waiter.
-                waiters.pending.remove(&key);
-                Err(PostSendError::Queued { wr_id, error })
-            }
-        }
+        // it is there. A request queued by a failed doorbell gets none: the
+        // device owns it, and its completion finds no waiter.
+        let key = self.shared.qp.post_send_keyed(request)?;
+        Ok(self.future(wr_id, waiters.wait_for(key)))
     }
 
     /// Posts a receive now and returns the future of its message: the
@@ -343,21 +423,20 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     #[doc(alias = "ibv_post_recv")]
     pub fn post_recv(
         &self,
-        mut request: RecvRequest<M>,
+        request: RecvRequest<M>,
     ) -> Result<CompletionFuture<M>, PostSendError<RecvRequest<M>>> {
         let mut waiters = self.shared.waiters.lock();
         if let Some(errno) = waiters.ended {
             let error = task_ended(self.shared.qp.context(), errno);
             return Err(PostSendError::Refused(PostRefused { request, error }));
         }
-        let (key, reply) = Self::wait_under(&mut waiters, request.wr_id());
-        let wr_id = request.replace_wr_id(key);
-        if let Err(mut refused) = self.shared.qp.post_recv(request) {
-            waiters.pending.remove(&key);
-            refused.request.replace_wr_id(wr_id);
-            return Err(PostSendError::Refused(refused));
-        }
-        Ok(self.future(wr_id, reply))
+        let wr_id = request.wr_id();
+        let key = self
+            .shared
+            .qp
+            .post_recv_keyed(request)
+            .map_err(PostSendError::Refused)?;
+        Ok(self.future(wr_id, waiters.wait_for(key)))
     }
 
     /// SEND of `local`'s bytes ([`post_send`](Self::post_send) of
@@ -405,15 +484,6 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
         M: Holds<W>,
     {
         self.post_recv(RecvRequest::new(0, local))
-    }
-
-    /// A new key, and the waiter for the request posted under it.
-    fn wait_under(waiters: &mut Waiters<M>, wr_id: u64) -> (u64, oneshot::Receiver<Reply<M>>) {
-        let key = waiters.next_key;
-        waiters.next_key += 1;
-        let (reply, answer) = oneshot::channel();
-        waiters.pending.insert(key, Waiter { wr_id, reply });
-        (key, answer)
     }
 
     fn future(&self, wr_id: u64, reply: oneshot::Receiver<Reply<M>>) -> CompletionFuture<M> {
@@ -472,22 +542,9 @@ impl<M> Future for CompletionFuture<M> {
 }
 
 impl<M> AsyncQp<M> {
-    /// Changes the QP's attributes and state ([`QueuePair::modify`](crate::QueuePair::modify)).
-    /// Moving it to ERR completes every outstanding request with
-    /// `WR_FLUSH_ERR`: their futures resolve with their memory. Except on
-    /// siw, for a send request posted after the kernel had moved the QP to
-    /// ERR itself (its stream closed): siw leaves it in the ring, never
-    /// completed ([`OwnedQp::flush`]): [`destroy`](Self::destroy) resolves
-    /// its future with its memory (dropping the `AsyncQp` fails it with
-    /// `ECANCELED`, the memory dropped after the QP's destruction).
-    #[doc(alias = "ibv_modify_qp")]
-    pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-        self.shared.qp.modify(attr)
-    }
-
     /// Attaches the (UD) QP to a multicast group
-    /// ([`OwnedQp::attach_mcast`]); [`destroy`](Self::destroy) is refused
-    /// while one is attached.
+    /// ([`OwnedQp::attach_mcast`]); [`destroy`](Self::destroy) and the
+    /// drop detach it first.
     #[doc(alias = "ibv_attach_mcast")]
     pub fn attach_mcast(&self, mgid: Gid, mlid: u16) -> Result<(), Error> {
         self.shared.qp.attach_mcast(mgid, mlid)
