@@ -652,10 +652,10 @@ impl QueuePair {
     /// sent to the group then reaches the QP's receives too. Attaching to a
     /// group the QP is in already succeeds and changes nothing.
     ///
-    /// A QP with a group attached cannot be destroyed: [`destroy`](Self::destroy)
-    /// answers the kernel's `EBUSY` and hands the QP back, as
-    /// `ibv_destroy_qp` does, until [`detach_mcast`](Self::detach_mcast).
-    /// Dropping the QP detaches its groups first.
+    /// The kernel refuses to destroy a QP with a group attached
+    /// (`ibv_destroy_qp` answers `EBUSY` until `ibv_detach_mcast`):
+    /// [`destroy`](Self::destroy) and the drop detach every group attached
+    /// through the QP first, so it is destroyed, never left in the kernel.
     ///
     /// On RoCE the attach is not all: the GID's network interface must be
     /// a member of the group at the IP level too, or the kernel's IP layer
@@ -726,6 +726,17 @@ impl QueuePair {
         } else {
             self.detach(group)?;
             groups.retain(|&g| g != group);
+        }
+        Ok(())
+    }
+
+    /// Detaches every group attached through this QP, oldest first; on a
+    /// failure the groups not yet detached stay listed (and attached).
+    fn detach_all(&self) -> Result<(), Error> {
+        let mut groups = self.multicast.lock();
+        while let Some(&group) = groups.first() {
+            self.detach(group)?;
+            groups.remove(0);
         }
         Ok(())
     }
@@ -1051,9 +1062,12 @@ impl QueuePair {
     /// created it) and returns the async events the kernel reported for it
     /// (`events_reported`). Its rings are unmapped (rxe: after the destroy;
     /// siw: before it), and its CQs and PD are released (a CQ it was the
-    /// last user of is destroyed). If the kernel refuses (`EBUSY` while a
-    /// multicast group is attached: [`detach_mcast`](Self::detach_mcast)
-    /// first), the QP comes back
+    /// last user of is destroyed). The multicast groups attached through
+    /// this QP are detached first (`DETACH_MCAST` each), since the kernel
+    /// refuses to destroy a QP with one attached (`ibv_destroy_qp` answers
+    /// its `EBUSY`; here the detach is done for you). Should a detach fail,
+    /// the QP comes back with that error, the groups not yet detached still
+    /// attached. If the kernel refuses the destroy, the QP comes back
     /// in the error, still in the kernel: on rxe intact and usable, on siw
     /// with its rings mapped again, unless that mapping fails too, when
     /// posts to the queue left unmapped answer `EBADF` ([`DestroyQpError`]
@@ -1065,6 +1079,7 @@ impl QueuePair {
             .pd
             .ctx
             .check_process(Op::DestroyQp)
+            .and_then(|()| self.detach_all())
             .and_then(|()| self.send_destroy(true));
         match sent {
             Ok(events) => {
@@ -1087,9 +1102,7 @@ impl Drop for QueuePair {
         }
         // The kernel refuses to destroy a QP with a multicast group
         // attached; a detach that fails leaves the destroy to be refused.
-        for group in std::mem::take(self.multicast.get_mut()) {
-            let _ = self.detach(group);
-        }
+        let _ = self.detach_all();
         // rxe's rings are unmapped only after the destroy (field drops
         // follow this body), siw's before it. A refused destroy cannot be
         // reported from a drop: the QP stays in the kernel, abandoned, and
