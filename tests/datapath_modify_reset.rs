@@ -1,4 +1,6 @@
-//! `QueuePair::modify` excludes posting (issue 18, defect 8).
+//! `QueuePair::modify` excludes posting (issue 18, defect 8), and an
+//! `OwnedQp` moved to RESET hands back what rxe's reset took from the device
+//! (issue 38, defect 7).
 //!
 //! rxe's move to RESET zeroes every slot of both rings (`rxe_queue_reset`
 //! memsets the data after the header) while the MODIFY_QP command runs. A
@@ -139,4 +141,55 @@ fn a_receive_posted_during_a_modify_into_reset_waits_and_survives_the_reset() {
             .read_volatile()
     };
     assert_eq!(prod, 0, "no WQE published into the reset ring");
+}
+
+/// An `OwnedQp` moved to RESET on rxe, which empties both queues with no
+/// completion (issue 38, defect 7): every request outstanding comes back
+/// with the next poll as `Ended::Reset`, each with its own memory, and the
+/// QP can be taken back. Before the fix they stayed outstanding for ever
+/// (until a destroy), and an `AsyncQp`'s futures waited with them.
+#[test]
+fn an_owned_qp_moved_to_reset_hands_its_requests_back() {
+    let fake = Arc::new(RecordingTransport::new());
+    fake.serve_rings();
+    let ctx = common::rxe_context_over(&fake);
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(8, None).unwrap();
+    let qp = pd
+        .create_qp(&uverbs::QpInit::new(uverbs::QpType::Rc, &cq, &cq))
+        .unwrap();
+    let qp = uverbs::OwnedQp::<uverbs::BufferMr<Vec<u8>>>::new(qp).unwrap();
+    let init = QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(1)
+        .access_flags(uverbs::AccessFlags::LOCAL_WRITE);
+    qp.modify(&init).unwrap();
+    for byte in [1u8, 2] {
+        let buf = pd
+            .reg_buffer(vec![byte; 64], uverbs::AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        qp.post_recv(uverbs::RecvRequest::new(
+            u64::from(byte),
+            uverbs::Local::whole(buf),
+        ))
+        .unwrap_or_else(|e| panic!("post_recv: {}", e.error));
+    }
+    assert_eq!(qp.outstanding(), (0, 2));
+    qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+    assert_eq!(qp.outstanding(), (0, 0), "the device holds none of them");
+    let mut back = Vec::new();
+    assert_eq!(qp.poll(&mut back).unwrap(), 2);
+    let got: Vec<_> = back
+        .into_iter()
+        .map(|c| {
+            assert_eq!(
+                (c.ended, c.is_recv, c.status()),
+                (uverbs::Ended::Reset, true, None)
+            );
+            (c.wr_id, c.into_memory().expect("its buffer").buffer()[0])
+        })
+        .collect();
+    assert_eq!(got, [(1, 1), (2, 2)]);
+    assert!(qp.into_inner().is_ok(), "nothing left outstanding");
 }

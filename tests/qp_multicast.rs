@@ -1,8 +1,8 @@
 //! Multicast groups on the recording fake kernel, over both framings: what
 //! `attach_mcast` and `detach_mcast` send, what they refuse before sending,
-//! that a QP with a group attached is not destroyed (the kernel's `EBUSY`,
-//! the QP handed back whole) and that dropping one detaches it first, so
-//! nothing is left in the kernel. rxe0 runs the same, and `OwnedQp` and
+//! and that destroying or dropping a QP with a group attached (a plain one,
+//! or an `OwnedQp` with receives outstanding) detaches it first, so nothing
+//! is left in the kernel. rxe0 runs the same, and `OwnedQp` and
 //! `AsyncQp` with them, in tests/device_datapath_mcast.rs.
 
 mod common;
@@ -112,27 +112,63 @@ fn a_qp_that_is_not_ud_or_a_gid_that_is_not_multicast_is_refused_before_sending(
     assert_eq!(fake.count(), before, "nothing sent");
 }
 
-/// `destroy` answers the kernel's EBUSY while a group is attached and hands
-/// the QP back, usable; after the detach it is destroyed.
+/// `destroy` detaches every group attached first (the kernel refuses
+/// DESTROY_QP with one attached: `ibv_destroy_qp` would answer EBUSY and
+/// leave it to the caller), then destroys the QP.
 #[test]
-fn a_qp_with_a_group_attached_is_handed_back_by_destroy() {
+fn destroy_detaches_every_group_first() {
     common::on_each_fake_framing(|kind, (fake, ctx, pd, cq)| {
         let ud = qp(&pd, &cq, QpType::Ud);
-        let group = Gid::from_raw(GROUP);
-        ud.attach_mcast(group, 0).unwrap();
-        let refused = ud.destroy().unwrap_err();
+        let h = ud.handle();
+        ud.attach_mcast(Gid::from_raw(GROUP), 0).unwrap();
+        ud.attach_mcast(Gid::from_raw(GROUP6), 7).unwrap();
+        ud.destroy()
+            .unwrap_or_else(|e| panic!("{kind:?}: destroy: {}", e.error));
+        let detach = sys::IB_USER_VERBS_CMD_DETACH_MCAST;
+        let detaches: Vec<_> = multicast_log(&fake)
+            .into_iter()
+            .filter(|(code, _)| *code == detach)
+            .map(|(_, req)| req)
+            .collect();
         assert_eq!(
-            (refused.error.op(), refused.error.errno()),
-            (Op::DestroyQp, Some(Errno::BUSY)),
-            "{kind:?}: {}",
-            refused.error
+            detaches,
+            [request(h, GROUP, 0), request(h, GROUP6, 7)],
+            "{kind:?}"
         );
-        assert_eq!(fake.live_cqs_qps(), (1, 1), "{kind:?}");
-        let ud = *refused.qp;
-        ud.detach_mcast(group, 0).unwrap();
-        ud.destroy().unwrap();
         assert_eq!(fake.live_cqs_qps(), (1, 0), "{kind:?}");
         assert_eq!(ctx.abandoned_queue_pairs(), 0, "{kind:?}");
+    });
+}
+
+/// An `OwnedQp` dropped with receives outstanding and a group attached (a
+/// UD member waiting for messages: the ordinary case) detaches the group,
+/// then destroys the QP: nothing is left in the kernel, nothing abandoned,
+/// and its PD can be deallocated. Before the fix its drop sent DESTROY_QP
+/// with the group attached, and the QP was abandoned in the kernel.
+#[test]
+fn a_dropped_owned_member_with_receives_outstanding_is_destroyed() {
+    common::on_each_fake_framing(|kind, (fake, ctx, pd, cq)| {
+        let ud = qp(&pd, &cq, QpType::Ud);
+        let owned = uverbs::OwnedQp::<uverbs::BufferMr<Vec<u8>>>::new(ud).unwrap();
+        let init = uverbs::QpAttr::new()
+            .state(uverbs::QpState::Init)
+            .pkey_index(0)
+            .port(1)
+            .qkey(0x1111_1111);
+        owned.modify(&init).unwrap();
+        let buf = pd
+            .reg_buffer(vec![0u8; 256], uverbs::AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        owned
+            .post_recv(uverbs::RecvRequest::new(1, uverbs::Local::whole(buf)))
+            .unwrap_or_else(|e| panic!("{kind:?}: post_recv: {}", e.error));
+        owned.attach_mcast(Gid::from_raw(GROUP), 0).unwrap();
+        assert_eq!(owned.outstanding(), (0, 1));
+        drop(owned);
+        assert_eq!(fake.live_cqs_qps(), (1, 0), "{kind:?}: destroyed");
+        assert_eq!(ctx.abandoned_queue_pairs(), 0, "{kind:?}");
+        pd.dealloc()
+            .unwrap_or_else(|e| panic!("{kind:?}: dealloc_pd: {}", e.error));
     });
 }
 

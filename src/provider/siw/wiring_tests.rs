@@ -17,6 +17,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::command::{QpAttr, QpState, QpType};
 use crate::cq::CompletionQueue;
+use crate::cq_routing::Reader;
 use crate::error::{Errno, Error, Op};
 use crate::fork::{ForkMode, ForkSafety, MadviseAdvisor};
 use crate::provider::driver::DriverId;
@@ -1195,6 +1196,260 @@ async fn an_async_siw_destroy_resolves_the_futures_and_survives_a_refusal() {
         2,
         "{log:?}"
     );
+}
+
+/// A CQE of siw for QP `qpn` ending the request whose id is `id`, written
+/// into CQ slot `slot` (each test writes at most [`NUM_CQE`]).
+fn write_cqe(fake: &SiwFake, slot: u64, qpn: u32, id: u64, opcode: u8) {
+    let cqe = sys::siw_cqe {
+        id,
+        flags: SIW_WQE_VALID as u8,
+        opcode,
+        status: sys::SIW_WC_SUCCESS,
+        qp_id: u64::from(qpn),
+        ..Default::default()
+    };
+    fake.write(CQ_KEY, slot * 32, cqe.as_bytes());
+}
+
+/// The id our post wrote into SQ (or, `recv`, RQ) slot `slot`.
+fn posted_id(fake: &SiwFake, recv: bool, slot: u64) -> u64 {
+    let (key, size) = if recv {
+        (RQ_KEY, size_of::<sys::siw_rqe>())
+    } else {
+        (SQ_KEY, size_of::<sys::siw_sqe>())
+    };
+    let mut id = [0u8; 8];
+    fake.read(key, slot * size as u64, &mut id);
+    u64::from_ne_bytes(id)
+}
+
+/// A dead QP's completions are kept for nobody (issue 38, defect 2): when
+/// an owned QP is dropped, the completions of its that another owner had
+/// read (held under its number) and those still in the ring are dropped
+/// with it. Before the fix both stayed, for a plain poll nobody makes: the
+/// CQ held one, and the plain poll below returned two.
+#[test]
+fn a_dropped_owned_qps_completions_are_not_kept_on_its_cq() {
+    let s = OwnedSiw::new();
+    let cq = s._cq.share();
+    let qpn = s.qp.qp_num();
+    for byte in [1, 2] {
+        s.qp.post_send(crate::SendRequest::send(u64::from(byte), s.local(byte)))
+            .unwrap();
+    }
+    // Another owner on the same CQ reads the first completion: it is held
+    // for this QP.
+    let other = 0x77;
+    cq.adopt(other).unwrap();
+    write_cqe(
+        &s.fake,
+        0,
+        qpn,
+        posted_id(&s.fake, false, 0),
+        sys::SIW_OP_SEND,
+    );
+    let mut wc = [WorkCompletion::default(); 4];
+    assert_eq!(cq.poll_routed(Reader::Owner(other), &mut wc).unwrap(), 0);
+    assert_eq!(cq.held(), 1, "held for the live QP");
+    // The second is still in the ring, with an unowned QP's after it.
+    write_cqe(
+        &s.fake,
+        1,
+        qpn,
+        posted_id(&s.fake, false, 1),
+        sys::SIW_OP_SEND,
+    );
+    write_cqe(&s.fake, 2, 0x99, 0xabc, sys::SIW_OP_SEND);
+
+    let OwnedSiw { fake, qp, _cq, .. } = s;
+    drop(qp);
+    assert!(
+        fake.log().iter().any(|l| l.starts_with("destroy_qp")),
+        "{:?}",
+        fake.log()
+    );
+    assert_eq!(cq.held(), 1, "only the unowned QP's completion stays");
+    assert_eq!(cq.poll_routed(Reader::Owner(other), &mut wc).unwrap(), 0);
+    let n = cq.poll(&mut wc).unwrap();
+    let got: Vec<_> = wc[..n].iter().map(|c| (c.qp_num(), c.wr_id())).collect();
+    assert_eq!(got, [(0x99, 0xabc)], "the dead QP's completions are gone");
+    assert_eq!(cq.held(), 0);
+    cq.release(other);
+}
+
+/// A move to RESET on siw keeps the rings (the kernel's QP stays in
+/// ERR): the requests stay outstanding, the device's, until they complete
+/// or the QP is destroyed.
+#[test]
+fn an_owned_siw_qp_keeps_its_requests_across_reset() {
+    let s = OwnedSiw::new();
+    s.qp.post_recv(crate::RecvRequest::new(1, s.local(1)))
+        .unwrap();
+    s.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
+    assert!(s.poll().is_empty());
+    assert_eq!(s.qp.outstanding(), (0, 1), "still the device's");
+}
+
+/// An `AsyncQp` over the siw fake, in ERR (which takes posts), served by
+/// one `AsyncCq`: the fake, the PD, the QP number, and a way to raise a
+/// completion event.
+#[cfg(all(feature = "tokio", not(miri)))]
+struct AsyncSiw {
+    fake: Arc<SiwFake>,
+    pd: crate::ProtectionDomain,
+    cq: crate::tokio::AsyncCq,
+}
+
+#[cfg(all(feature = "tokio", not(miri)))]
+impl AsyncSiw {
+    fn new() -> Self {
+        let (fake, ctx) = siw_ctx();
+        let cq = crate::tokio::AsyncCq::new(&ctx, 4).unwrap();
+        let pd = ctx.alloc_pd().unwrap();
+        AsyncSiw { fake, pd, cq }
+    }
+
+    fn owned_qp(&self) -> crate::OwnedQp<crate::BufferMr<Vec<u8>>> {
+        let qp = crate::OwnedQp::new(self.pd.create_qp(&rc_init(self.cq.cq())).unwrap()).unwrap();
+        qp.modify(&to_init()).unwrap();
+        qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+        qp
+    }
+
+    fn local(&self, byte: u8) -> crate::Local<crate::BufferMr<Vec<u8>>> {
+        let mr = self
+            .pd
+            .reg_buffer(vec![byte; 64], crate::AccessFlags::LOCAL_WRITE)
+            .unwrap();
+        crate::Local::whole(mr)
+    }
+
+    /// One completion event on the CQ's channel.
+    fn event(&self) {
+        use std::io::Write;
+        let events = self.fake.state().comp_events.take().expect("the channel");
+        (&events).write_all(&1u64.to_ne_bytes()).unwrap();
+        self.fake.state().comp_events = Some(events);
+    }
+}
+
+/// Issue 38, defect 1: a receive posted on the `OwnedQp` before it is
+/// wrapped, under the caller's id 1, and a send posted through the
+/// `AsyncQp` under the caller's id 1 as well. `AsyncQp::new` refuses such a
+/// QP, typed, with the QP back; `adopt` gives the receive a future of its
+/// own. The send's completion resolves the send's future with the send's
+/// buffer, and the receive's its own: before the fix (keys from 1 sharing
+/// the callers' id space) the first awaited future resolved with the
+/// receive's buffer and the receive's message was dropped.
+#[cfg(all(feature = "tokio", not(miri)))]
+#[tokio::test]
+async fn requests_posted_before_wrapping_resolve_to_their_own_futures() {
+    use std::time::Duration;
+    let a = AsyncSiw::new();
+    let qp = a.owned_qp();
+    let qpn = qp.qp_num();
+    qp.post_recv(crate::RecvRequest::new(1, a.local(0xee)))
+        .unwrap();
+
+    let refused = crate::tokio::AsyncQp::new(qp, &[&a.cq]).unwrap_err();
+    assert!(
+        matches!(refused.error, Error::InvalidInput { .. }),
+        "{}",
+        refused.error
+    );
+    assert!(
+        refused.error.to_string().contains("adopt"),
+        "{}",
+        refused.error
+    );
+    let qp = refused.qp;
+    assert_eq!(qp.outstanding(), (0, 1), "handed back as it was");
+
+    let (qp, earlier) = crate::tokio::AsyncQp::adopt(qp, &[&a.cq]).unwrap();
+    assert_eq!(earlier.len(), 1);
+    assert_eq!(earlier[0].wr_id(), 1);
+    let sent = qp
+        .post_send(crate::SendRequest::send(1, a.local(0x55)))
+        .unwrap();
+    let within = |f| tokio::time::timeout(Duration::from_secs(10), f);
+
+    write_cqe(
+        &a.fake,
+        0,
+        qpn,
+        posted_id(&a.fake, false, 0),
+        sys::SIW_OP_SEND,
+    );
+    a.event();
+    let done = within(sent).await.expect("the send resolves").unwrap();
+    assert!(!done.is_recv, "{done:?}");
+    assert_eq!(done.wr_id, 1);
+    assert_eq!(done.into_memory().expect("memory").buffer()[0], 0x55);
+    assert_eq!(qp.outstanding(), (0, 1), "the receive is still queued");
+
+    write_cqe(
+        &a.fake,
+        1,
+        qpn,
+        posted_id(&a.fake, true, 0),
+        sys::SIW_OP_RECEIVE,
+    );
+    a.event();
+    let mut earlier = earlier;
+    let message = within(earlier.remove(0))
+        .await
+        .expect("the receive resolves")
+        .unwrap();
+    assert!(message.is_recv);
+    assert_eq!(message.wr_id, 1);
+    assert_eq!(message.into_memory().expect("memory").buffer()[0], 0xee);
+    assert_eq!((qp.outstanding(), qp.waiting()), ((0, 0), 0));
+}
+
+/// Issue 38, defect 6: `AsyncQp::new` refused because one CQ's task has
+/// ended, while the other CQ's task polls without pause. Before the fix
+/// the QP was registered with the busy task first, which could hold it at
+/// the refusal, and `new` panicked (`unreachable!`); now it joins every
+/// task or none, and the QP comes back with the error, every time.
+#[cfg(all(feature = "tokio", not(miri)))]
+#[test]
+fn a_refusal_by_an_ended_task_hands_the_qp_back_while_another_task_polls() {
+    let (fake, ctx) = siw_ctx();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let options = crate::tokio::AsyncCqOptions::new(4).busy_poll(u32::MAX);
+    let busy = runtime
+        .block_on(async { crate::tokio::AsyncCq::with_options(&ctx, &options) })
+        .unwrap();
+    // A CQ whose task has ended: its runtime is gone.
+    let other = tokio::runtime::Runtime::new().unwrap();
+    let ended = other
+        .block_on(async { crate::tokio::AsyncCq::new(&ctx, 4) })
+        .unwrap();
+    drop(other);
+    let pd = ctx.alloc_pd().unwrap();
+    let mut init = QpInit::new(QpType::Rc, busy.cq(), ended.cq());
+    init.max_send_wr = NUM_SQE;
+    init.max_recv_wr = NUM_RQE;
+    let mut qp: crate::OwnedQp<crate::BufferMr<Vec<u8>>> =
+        crate::OwnedQp::new(pd.create_qp(&init).unwrap()).unwrap();
+    let _guard = runtime.enter();
+    for _ in 0..2000 {
+        let refused = crate::tokio::AsyncQp::new(qp, &[&busy, &ended]).unwrap_err();
+        assert_eq!(
+            refused.error.errno(),
+            Some(Errno::CANCELED),
+            "{}",
+            refused.error
+        );
+        qp = refused.qp;
+    }
+    drop(qp);
+    assert!(fake.log().iter().any(|l| l.starts_with("destroy_qp")));
 }
 
 /// The measured poll of [`cq_poll_loop`]: not inlined, so callgrind can
