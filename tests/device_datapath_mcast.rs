@@ -1,9 +1,8 @@
 //! Multicast on rxe0: UD queue pairs attached to a group receive a SEND to
-//! it, a detached one does not; a QP with a group attached is not destroyed
-//! (the kernel's `EBUSY`), and `QueuePair::destroy`, `OwnedQp::destroy` and
-//! `AsyncQp::destroy` hand it back whole, with its requests outstanding,
-//! until it is detached; a dropped QP detaches itself, so the kernel's
-//! counts are back at the end. siw0 has no UD: the calls are refused
+//! it, a detached one does not; the kernel destroys no QP with a group
+//! attached (rxe's `EBUSY`), so `QueuePair::destroy`, `OwnedQp::destroy`,
+//! `AsyncQp::destroy` and every drop detach the QP's groups first, and the
+//! kernel's counts are back at the end. siw0 has no UD: the calls are refused
 //! there before the kernel, typed.
 //!
 //! On RoCE the IP layer must be a member of the group too, or the looped
@@ -129,15 +128,6 @@ fn recv_request(
     RecvRequest::new(wr_id, Local::whole(buf))
 }
 
-/// The refused destroy's error: the kernel's EBUSY for DESTROY_QP.
-fn assert_busy(err: &Error, what: &str) {
-    assert_eq!(
-        (err.op(), err.errno()),
-        (Op::DestroyQp, Some(Errno::BUSY)),
-        "{what}: {err}"
-    );
-}
-
 /// The receive of [`recv_request`], back from the destroy: `wr_id`,
 /// [`Ended::Destroyed`], its buffer still all `fill`.
 fn assert_back_untouched(
@@ -241,31 +231,24 @@ fn a_send_to_a_group_reaches_every_attached_qp() {
     });
 }
 
-/// `QueuePair::destroy` and `OwnedQp::destroy` with a group attached: the
-/// kernel's EBUSY, the QP handed back (the `OwnedQp` with its receive
-/// outstanding and its buffer not returned); after the detach each is
-/// destroyed, the receive's buffer coming back `Ended::Destroyed`.
+/// `QueuePair::destroy` and `OwnedQp::destroy` with a group attached
+/// detach it first (the kernel refuses DESTROY_QP while one is: rxe's
+/// EBUSY), then destroy the QP, the receive's buffer coming back
+/// `Ended::Destroyed`; and an `OwnedQp` *dropped* with a receive outstanding
+/// and a group attached (issue 38, defect 3) is destroyed too: before the
+/// fix its drop sent DESTROY_QP with the group attached, the kernel kept
+/// the QP (in ERR), and its PD refused DEALLOC_PD with EBUSY.
 #[test]
-fn a_qp_with_a_group_attached_is_handed_back_by_destroy() {
-    let test = "a_qp_with_a_group_attached_is_handed_back_by_destroy";
+fn destroy_and_drop_detach_the_groups_first() {
+    let test = "destroy_and_drop_detach_the_groups_first";
     on_rxe_with_group(test, |name, ctx, counts, group| {
         let pd = alloc_pd(ctx);
         let cq = ctx.create_cq(16, None).unwrap();
 
         let raw = ud_qp(&pd, &cq, QKEY, 0, name);
         raw.attach_mcast(group, 0).unwrap();
-        let refused = raw.destroy().unwrap_err();
-        assert_busy(&refused.error, "QueuePair::destroy");
-        let raw = *refused.qp;
-        counts.assert_extra_cq_qp(1, 1, "the refused QP is still in the kernel");
-        assert_eq!(
-            raw.refresh_state().ok(),
-            Some(uverbs::QpState::Rts),
-            "{name}"
-        );
-        raw.detach_mcast(group, 0).unwrap();
         raw.destroy()
-            .unwrap_or_else(|e| panic!("{name}: destroy after the detach: {e}"));
+            .unwrap_or_else(|e| panic!("{name}: QueuePair::destroy with {group} attached: {e}"));
         counts.assert_extra_cq_qp(1, 0, "QueuePair destroyed");
 
         let recv = (7, 0x5a);
@@ -274,70 +257,77 @@ fn a_qp_with_a_group_attached_is_handed_back_by_destroy() {
             .post_recv(recv_request(&pd, recv, name))
             .unwrap_or_else(|e| panic!("{name}: post_recv: {}", e.error));
         let mut back = Vec::new();
-        let refused = owned.destroy(&mut back).unwrap_err();
-        assert_busy(&refused.error, "OwnedQp::destroy");
-        assert!(
-            back.is_empty(),
-            "{name}: a refused destroy hands back nothing"
-        );
-        let owned = refused.qp;
-        counts.assert_extra_cq_qp(1, 1, "the refused OwnedQp is still in the kernel");
-        owned.detach_mcast(group, 0).unwrap();
         owned
             .destroy(&mut back)
-            .unwrap_or_else(|e| panic!("{name}: OwnedQp::destroy after the detach: {e}"));
+            .unwrap_or_else(|e| panic!("{name}: OwnedQp::destroy with {group} attached: {e}"));
         let [done] = <[_; 1]>::try_from(back).expect("the one receive back");
         assert_back_untouched(done, recv, name);
         counts.assert_extra_cq_qp(1, 0, "OwnedQp destroyed");
+
+        let owned = owned_member(&pd, &cq, group, name);
+        owned
+            .post_recv(recv_request(&pd, (8, 0x6b), name))
+            .unwrap_or_else(|e| panic!("{name}: post_recv: {}", e.error));
+        drop(owned);
+        counts.assert_extra_cq_qp(1, 0, "a dropped OwnedQp member (a receive outstanding)");
+        assert_eq!(ctx.abandoned_queue_pairs(), 0, "{name}");
+        drop(cq);
+        pd.dealloc()
+            .unwrap_or_else(|e| panic!("{name}: DEALLOC_PD after the members: {}", e.error));
         loud(&format!(
-            "{name}: destroy with {group} attached answered EBUSY and handed the QP back; after the detach it was destroyed"
+            "{name}: destroy and drop with {group} attached detached it, then destroyed the QP; the PD deallocated"
         ));
-        drop((cq, pd));
     });
 }
 
-/// `AsyncQp::destroy` with a group attached: refused, the `AsyncQp` back
-/// and still served (its receive's future pending, then resolved by the
-/// destroy that follows the detach, with its buffer).
+/// `AsyncQp::destroy` with a group attached detaches it and destroys the
+/// QP, its receive's future resolved `Ended::Destroyed` with its buffer;
+/// an `AsyncQp` dropped with a receive outstanding and a group attached is
+/// destroyed too (before the fix it was left in the kernel).
 #[cfg(feature = "tokio")]
 #[test]
-fn an_async_qp_with_a_group_attached_is_handed_back_by_destroy() {
+fn an_async_qp_with_a_group_attached_is_destroyed_by_destroy_and_drop() {
     use uverbs::tokio::{AsyncCq, AsyncQp};
-    let test = "an_async_qp_with_a_group_attached_is_handed_back_by_destroy";
+    let test = "an_async_qp_with_a_group_attached_is_destroyed_by_destroy_and_drop";
     on_rxe_with_group(test, |name, ctx, counts, group| {
         let pd = alloc_pd(ctx);
         let rt = tokio_runtime();
         rt.block_on(async {
             let cq = AsyncCq::new(ctx, 16).unwrap_or_else(|e| panic!("{name}: AsyncCq: {e}"));
-            let owned = owned_member(&pd, cq.cq(), group, name);
-            let qp =
-                AsyncQp::new(owned, &[&cq]).unwrap_or_else(|e| panic!("{name}: AsyncQp::new: {e}"));
+            let member = || {
+                let owned = owned_member(&pd, cq.cq(), group, name);
+                AsyncQp::new(owned, &[&cq]).unwrap_or_else(|e| panic!("{name}: AsyncQp::new: {e}"))
+            };
+            let qp = member();
             let recv = (9, 0x3c);
-            let mut pending = qp
+            let pending = qp
                 .post_recv(recv_request(&pd, recv, name))
                 .unwrap_or_else(|e| panic!("{name}: post_recv: {}", e.error()));
-
-            let refused = qp.destroy().unwrap_err();
-            assert_busy(&refused.error, "AsyncQp::destroy");
-            let qp = refused.qp;
-            counts.assert_extra_cq_qp(1, 1, "the refused AsyncQp is still in the kernel");
-            let early = tokio::time::timeout(Duration::from_millis(200), &mut pending).await;
-            assert!(early.is_err(), "{name}: the receive resolved: {early:?}");
-
-            qp.detach_mcast(group, 0).unwrap();
             qp.destroy()
-                .unwrap_or_else(|e| panic!("{name}: AsyncQp::destroy after the detach: {e}"));
+                .unwrap_or_else(|e| panic!("{name}: AsyncQp::destroy with {group} attached: {e}"));
             let done = within(Duration::from_secs(20), "the receive's future", pending)
                 .await
                 .unwrap_or_else(|e| panic!("{name}: the receive: {e}"));
             assert_back_untouched(done, recv, name);
+            counts.assert_extra_cq_qp(1, 0, "AsyncQp destroyed");
+
+            let qp = member();
+            let pending = qp
+                .post_recv(recv_request(&pd, (10, 0x4d), name))
+                .unwrap_or_else(|e| panic!("{name}: post_recv: {}", e.error()));
+            drop(qp);
+            counts.assert_extra_cq_qp(1, 0, "a dropped AsyncQp member (a receive outstanding)");
+            let gone = within(Duration::from_secs(20), "the dropped QP's future", pending).await;
+            assert!(gone.is_err(), "{name}: {gone:?}");
             drop(cq);
         });
         drop(rt);
         counts.assert_extra_cq_qp(0, 0, "after the runtime");
+        assert_eq!(ctx.abandoned_queue_pairs(), 0, "{name}");
+        pd.dealloc()
+            .unwrap_or_else(|e| panic!("{name}: DEALLOC_PD after the members: {}", e.error));
         loud(&format!(
-            "{name}: AsyncQp::destroy with {group} attached answered EBUSY, kept its future pending; after the detach the future resolved Destroyed"
+            "{name}: AsyncQp destroy and drop with {group} attached detached it, then destroyed the QP"
         ));
-        drop(pd);
     });
 }

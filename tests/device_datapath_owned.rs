@@ -862,3 +862,56 @@ fn a_poller_sees_a_peers_write_through_an_atomic_flag() {
         },
     );
 }
+
+/// A dropped QP's completions are not kept on a shared CQ (issue 38,
+/// defect 2): X's receives are flushed (X moved to ERR) and X is dropped
+/// before anyone polls them; Y, another owned QP on the same CQ, then
+/// polls, and a plain poll of the CQ finds nothing either. Before the fix
+/// X's flush completions stayed, read by Y's poll and held for a plain poll
+/// nobody makes (which the plain poll below would have returned).
+#[test]
+fn a_dropped_qps_completions_are_not_kept_on_a_shared_cq() {
+    on_each_data_path_device_counted(
+        "a_dropped_qps_completions_are_not_kept_on_a_shared_cq",
+        |name, ctx, counts| {
+            let pd = alloc_pd(ctx);
+            let cq = ctx.create_cq(32, None).unwrap();
+            let owned = |what| -> Owned {
+                let qp = qp_on(&pd, QpType::Rc, &cq, name);
+                let qp = OwnedQp::new(qp).unwrap_or_else(|e| panic!("{name}: {what}: {e}"));
+                qp.modify(&to_init().access_flags(AccessFlags::LOCAL_WRITE))
+                    .unwrap_or_else(|e| panic!("{name}: {what}: RESET->INIT: {e}"));
+                qp
+            };
+            let (x, y) = (owned("X"), owned("Y"));
+            for i in 0..4u8 {
+                x.post_recv(RecvRequest::new(
+                    u64::from(i),
+                    Local::whole(reg(&pd, vec![i; 64], AccessFlags::LOCAL_WRITE)),
+                ))
+                .unwrap_or_else(|e| panic!("{name}: post_recv: {}", e.error));
+            }
+            x.modify(&QpAttr::new().state(uverbs::QpState::Err))
+                .unwrap_or_else(|e| panic!("{name}: X to ERR: {e}"));
+            // The flush completions are written (siw flushes in the modify,
+            // rxe in its responder task, soon after).
+            std::thread::sleep(Duration::from_millis(200));
+            drop(x);
+            let mut back = Vec::new();
+            assert_eq!(y.poll(&mut back).unwrap(), 0, "{name}: Y has none");
+            let mut wc = [uverbs::WorkCompletion::default(); 16];
+            let n = cq.poll(&mut wc).unwrap();
+            assert_eq!(
+                n,
+                0,
+                "{name}: the dropped QP's completions are still on the CQ: {:?}",
+                &wc[..n]
+            );
+            counts.assert_extra_cq_qp(1, 1, "Y left");
+            loud(&format!(
+                "{name}: a QP dropped with 4 flushed receives left nothing on the CQ it shared"
+            ));
+            drop((y, cq, pd));
+        },
+    );
+}

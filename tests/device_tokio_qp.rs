@@ -633,3 +633,145 @@ fn a_forked_child_touches_nothing() {
         drop((rt, pd));
     });
 }
+
+/// A receive posted on the `OwnedQp` before it is wrapped (issue 38,
+/// defect 1), under the caller's id 1, and a second one through the
+/// `AsyncQp`, also id 1: `AsyncQp::new` refuses the QP, typed, with it
+/// back; `adopt` gives the first receive a future of its own. A's first
+/// SEND lands in the first receive and resolves the adopted future with
+/// that buffer; the second lands in the second, whose future resolves with
+/// its own. Before the fix the async layer's first key (1) was the
+/// pre-wrap receive's id: the second receive's future resolved with the
+/// first's buffer while its own was still queued, and the second message
+/// was dropped.
+#[test]
+fn a_receive_posted_before_wrapping_resolves_its_own_future() {
+    on_each_data_path_device_counted(
+        "a_receive_posted_before_wrapping_resolves_its_own_future",
+        |name, ctx, _counts| {
+            let (rt, pd, drops) = setup(ctx);
+            rt.block_on(async {
+                let cq = AsyncCq::new(ctx, 64).unwrap_or_else(|e| panic!("{name}: AsyncCq: {e}"));
+                let make = || {
+                    let mut init = QpInit::new(QpType::Rc, cq.cq(), cq.cq());
+                    init.max_send_wr = 8;
+                    init.max_recv_wr = 8;
+                    let qp = pd
+                        .create_qp(&init)
+                        .unwrap_or_else(|e| panic!("{name}: create_qp: {e}"));
+                    OwnedQp::<Mem>::new(qp).unwrap_or_else(|e| panic!("{name}: OwnedQp::new: {e}"))
+                };
+                let (qa, qb) = (make(), make());
+                let link = connect_qps(ctx, name, &qa, &qb, QP_ACCESS);
+                qb.post_recv(RecvRequest::new(
+                    1,
+                    Local::whole(reg(&pd, vec![0; 64], &drops)),
+                ))
+                .unwrap_or_else(|e| panic!("{name}: post_recv before wrapping: {}", e.error));
+
+                let refused = AsyncQp::new(qb, &[&cq]).unwrap_err();
+                assert!(
+                    matches!(refused.error, Error::InvalidInput { .. }),
+                    "{name}: {}",
+                    refused.error
+                );
+                let (b, mut earlier) = AsyncQp::adopt(refused.qp, &[&cq])
+                    .unwrap_or_else(|e| panic!("{name}: AsyncQp::adopt: {e}"));
+                let a = AsyncQp::new(qa, &[&cq])
+                    .unwrap_or_else(|e| panic!("{name}: AsyncQp::new: {e}"));
+                assert_eq!(earlier.len(), 1, "{name}");
+                let first = earlier.remove(0);
+                let second = posted(b.post_recv(RecvRequest::new(
+                    1,
+                    Local::whole(reg(&pd, vec![0; 64], &drops)),
+                )));
+                for fill in [0x11u8, 0x22] {
+                    let msg = reg(&pd, vec![fill; 64], &drops);
+                    ok(
+                        bounded(
+                            "a SEND",
+                            posted(a.post_send(SendRequest::send(7, Local::whole(msg)))),
+                        )
+                        .await,
+                        "SEND",
+                    );
+                }
+                for (future, fill, what) in [
+                    (first, 0x11, "the adopted receive"),
+                    (second, 0x22, "the async receive"),
+                ] {
+                    let done = ok(bounded(what, future).await, what);
+                    assert_eq!((done.wr_id, done.is_recv), (1, true), "{name}: {what}");
+                    let buf = done.into_memory().expect("its buffer");
+                    assert!(
+                        buf.buffer().iter().all(|&x| x == fill),
+                        "{name}: {what}: not its message"
+                    );
+                }
+                assert_eq!((b.outstanding(), b.waiting()), ((0, 0), 0), "{name}");
+                drop((a, b, link));
+            });
+            loud(&format!(
+                "{name}: a receive posted before wrapping resolved its own adopted future; the async one its own"
+            ));
+        },
+    );
+}
+
+/// `AsyncQp::modify(RESET)` on rxe (issue 38, defect 7): rxe empties both
+/// queues with no completion; the waiting futures resolve in the call,
+/// `Ended::Reset`, each with its own untouched buffer. Before the fix they
+/// waited until the QP was destroyed. siw keeps its rings across RESET
+/// (the futures wait, as documented): noted and skipped.
+#[test]
+fn reset_resolves_every_waiting_future_on_rxe() {
+    on_each_data_path_device_counted(
+        "reset_resolves_every_waiting_future_on_rxe",
+        |name, ctx, _counts| {
+            if driver(ctx) != Driver::Rxe {
+                loud(&format!(
+                    "NOTE: {name}: siw keeps its rings across RESET; rxe only"
+                ));
+                return;
+            }
+            let (rt, pd, drops) = setup(ctx);
+            rt.block_on(async {
+                let (p, _a, b) = one_pair(ctx, &pd, name);
+                let futures: Vec<_> = (0..3u8)
+                    .map(|i| {
+                        posted(b.post_recv(RecvRequest::new(
+                            u64::from(i),
+                            Local::whole(reg(&pd, vec![i; 64], &drops)),
+                        )))
+                    })
+                    .collect();
+                b.modify(&QpAttr::new().state(QpState::Reset))
+                    .unwrap_or_else(|e| panic!("{name}: RTS->RESET: {e}"));
+                assert_eq!(
+                    (b.outstanding(), b.waiting()),
+                    ((0, 0), 0),
+                    "{name}: resolved in the call"
+                );
+                for (i, future) in futures.into_iter().enumerate() {
+                    let done = bounded("a reset receive", future)
+                        .await
+                        .unwrap_or_else(|e| panic!("{name}: {e}"));
+                    assert_eq!(
+                        (done.wr_id, done.ended, done.status()),
+                        (i as u64, Ended::Reset, None),
+                        "{name}"
+                    );
+                    let buf = done.into_memory().expect("its buffer");
+                    assert!(
+                        buf.buffer().iter().all(|&x| x == i as u8),
+                        "{name}: untouched"
+                    );
+                }
+                drop(p);
+            });
+            loud(&format!(
+                "{name}: RESET resolved 3 waiting receives with their buffers"
+            ));
+        },
+    );
+}
