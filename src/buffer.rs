@@ -186,7 +186,17 @@ stable_deref_buffer!(
 pub struct BufferMr<B: StableBuffer> {
     // Always `Some` outside of `Drop` and the consuming methods.
     parts: Option<Parts<B>>,
+    /// Set when a replacement by [`apply`](BufferMr::apply) left a
+    /// registration of the buffer behind that no object owns
+    /// ([`ReregError::new_range_still_registered`]): it reaches the buffer
+    /// until the context is closed, which this region keeps open, so the
+    /// buffer is never handed back nor freed.
+    reached_elsewhere: bool,
 }
+
+/// Why a [`BufferMr`] whose buffer an abandoned registration still reaches
+/// hands it back no more.
+const REACHED_ELSEWHERE: &str = "a failed replacement left a registration of this buffer in the kernel until the context is closed (ReregError::new_range_still_registered): the buffer is never handed back; dropping the region leaks it";
 
 /// The region and its buffer. The buffer is in a `ManuallyDrop` so that it
 /// is freed only where the code says so, after the kernel let go of it: a
@@ -306,6 +316,7 @@ impl<B: StableBuffer> BufferMr<B> {
     fn from_parts(mr: MemoryRegion, buffer: ManuallyDrop<B>) -> Self {
         BufferMr {
             parts: Some(Parts { mr, buffer }),
+            reached_elsewhere: false,
         }
     }
 
@@ -369,7 +380,10 @@ impl<B: StableBuffer> BufferMr<B> {
     /// [`MemoryRegion::apply`]. The buffer stays the same, so a change set
     /// with a translation is refused (`Input`, nothing sent): use
     /// [`retarget`](Self::retarget). So is access a remote peer could write
-    /// through, as in [`set_access`](Self::set_access).
+    /// through, as in [`set_access`](Self::set_access). A failed replacement
+    /// whose new registration of the buffer could not be released
+    /// ([`ReregError::new_range_still_registered`]) keeps the buffer for
+    /// good: see [`dereg`](Self::dereg).
     ///
     /// ```no_run
     /// # fn f(mr: &mut uverbs::BufferMr<Vec<u8>>, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::ReregError> {
@@ -383,17 +397,53 @@ impl<B: StableBuffer> BufferMr<B> {
         change: &Rereg<'_>,
         fallback: ReregFallback,
     ) -> Result<ReregPath, ReregError> {
-        let mr = &mut self.parts_mut().mr;
-        if change.flags().contains(ReregFlags::TRANSLATION) {
-            return Err(mr.input_error("an owned buffer changes translation through retarget"));
-        }
+        self.refuse_translation(change)?;
         if change
             .new_access()
             .is_some_and(AccessFlags::lets_peers_write)
         {
-            return Err(mr.input_error(PEER_WRITABLE_BUFFER));
+            return Err(self.parts().mr.input_error(PEER_WRITABLE_BUFFER));
         }
-        mr.apply(change, fallback)
+        self.apply_to_region(change, fallback)
+    }
+
+    /// [`apply`](Self::apply) with any access, remotely writable included:
+    /// for [`RemoteBufferMr`](crate::RemoteBufferMr), which hands out no
+    /// plain slices. A translation is still refused (`Input`, nothing sent).
+    pub(crate) fn apply_any_access(
+        &mut self,
+        change: &Rereg<'_>,
+        fallback: ReregFallback,
+    ) -> Result<ReregPath, ReregError> {
+        self.refuse_translation(change)?;
+        self.apply_to_region(change, fallback)
+    }
+
+    /// [`MemoryRegion::apply`] of a change set without translation, noting
+    /// a replacement whose new registration of the buffer was abandoned.
+    fn apply_to_region(
+        &mut self,
+        change: &Rereg<'_>,
+        fallback: ReregFallback,
+    ) -> Result<ReregPath, ReregError> {
+        let result = self.parts_mut().mr.apply(change, fallback);
+        if result
+            .as_ref()
+            .is_err_and(ReregError::new_range_still_registered)
+        {
+            self.reached_elsewhere = true;
+        }
+        result
+    }
+
+    /// `Input` (nothing sent) for a change set with a translation: the
+    /// buffer is owned, so it changes only through [`retarget`](Self::retarget).
+    fn refuse_translation(&self, change: &Rereg<'_>) -> Result<(), ReregError> {
+        if change.flags().contains(ReregFlags::TRANSLATION) {
+            let mr = &self.parts().mr;
+            return Err(mr.input_error("an owned buffer changes translation through retarget"));
+        }
+        Ok(())
     }
 
     /// Changes PD and/or access with a fallback policy, with
@@ -437,6 +487,16 @@ impl<B: StableBuffer> BufferMr<B> {
         new: B,
         fallback: ReregFallback,
     ) -> Result<Retargeted<B>, RetargetError<B>> {
+        if self.reached_elsewhere {
+            let error = self.parts().mr.input_error(REACHED_ELSEWHERE);
+            return Err(RetargetError {
+                error,
+                buffers: RetargetBuffers::Kept {
+                    mr: self,
+                    new: Some(new),
+                },
+            });
+        }
         let Parts {
             mut mr,
             buffer: old,
@@ -513,9 +573,21 @@ impl<B: StableBuffer> BufferMr<B> {
     }
 
     /// Deregisters and hands the buffer back; on failure the region comes
-    /// back still registered, with its buffer.
+    /// back still registered, with its buffer. After a failed replacement
+    /// that left a registration of the buffer behind
+    /// ([`ReregError::new_range_still_registered`] from
+    /// [`apply`](Self::apply) or [`rereg_with`](Self::rereg_with)) nothing
+    /// is sent and the region comes back with [`Error::InvalidInput`]: that
+    /// registration reaches the buffer until the context is closed, so it is
+    /// never handed back; dropping the region deregisters it and leaks the
+    /// buffer. [`retarget`](Self::retarget) refuses then too.
     #[doc(alias = "ibv_dereg_mr")]
     pub fn dereg(self) -> Result<B, BufferDeregError<B>> {
+        if self.reached_elsewhere {
+            let device = &self.parts().mr.context().inner.device;
+            let error = Error::input(Op::DeregMr, device, REACHED_ELSEWHERE);
+            return Err(BufferDeregError { mr: self, error });
+        }
         let Parts { mr, buffer } = self.into_parts();
         match mr.dereg() {
             Ok(()) => Ok(ManuallyDrop::into_inner(buffer)),
@@ -539,9 +611,10 @@ impl<B: StableBuffer> Drop for BufferMr<B> {
     fn drop(&mut self) {
         if let Some(Parts { mr, buffer }) = self.parts.take() {
             // Freed only once the kernel let go; if it refused (or this is a
-            // forked child, where the registration is the parent's), the
-            // pages may still be reached: leak them.
-            if mr.dereg().is_ok() {
+            // forked child, where the registration is the parent's), or an
+            // abandoned registration still reaches the buffer, the pages
+            // may still be reached: leak them.
+            if mr.dereg().is_ok() && !self.reached_elsewhere {
                 drop(ManuallyDrop::into_inner(buffer));
             }
         }

@@ -29,8 +29,8 @@ use std::sync::atomic::AtomicU64;
 use crate::buffer::RegBufferError;
 use crate::buffer::{BufferDeregError, BufferMr, RetargetError, Retargeted, StableBuffer};
 use crate::error::{Error, ReregError};
-use crate::flags::AccessFlags;
-use crate::mr::{MemoryRegion, ReregFallback};
+use crate::flags::{AccessFlags, ReregFlags};
+use crate::mr::{MemoryRegion, Rereg, ReregFallback, ReregPath};
 use crate::pd::ProtectionDomain;
 
 /// A memory region that owns a buffer a remote peer may write.
@@ -219,17 +219,103 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
         Some(unsafe { AtomicU64::from_ptr(p.cast()) })
     }
 
-    /// Changes the access flags in place; see [`MemoryRegion::set_access`].
-    /// Removing `REMOTE_WRITE` does not make the bytes plain again (a
-    /// packet past the access check may still be landing): only
+    /// Changes the access flags in place, strictly; see
+    /// [`MemoryRegion::set_access`]. A device that cannot (siw; rxe before
+    /// Linux 6.12) answers `Cmd`/`EOPNOTSUPP` with the region unchanged:
+    /// [`rereg_with`](Self::rereg_with) can replace the registration
+    /// instead. Removing `REMOTE_WRITE` does not make the bytes plain again
+    /// (a packet past the access check may still be landing): only
     /// [`dereg`](Self::dereg) does.
     pub fn set_access(&mut self, access: AccessFlags) -> Result<(), ReregError> {
         self.inner.mr_mut().set_access(access)
     }
 
-    /// Moves the region to another PD; see [`MemoryRegion::set_pd`].
+    /// Moves the region to another PD, strictly; see
+    /// [`MemoryRegion::set_pd`] and, for the fallback,
+    /// [`rereg_with`](Self::rereg_with).
     pub fn set_pd(&mut self, pd: &ProtectionDomain) -> Result<(), ReregError> {
         self.inner.mr_mut().set_pd(pd)
+    }
+
+    /// Applies a change set of PD and/or access with a fallback policy; see
+    /// [`MemoryRegion::apply`], and [`rereg_with`](Self::rereg_with) for
+    /// the outcomes. Any access is accepted, remotely writable included:
+    /// the region stays a `RemoteBufferMr` whatever it grants. The buffer
+    /// stays the same, so a change set with a translation is refused
+    /// (`Input`, nothing sent): use [`retarget`](Self::retarget).
+    ///
+    /// ```no_run
+    /// # fn f(mr: &mut uverbs::RemoteBufferMr<Vec<u8>>, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::ReregError> {
+    /// use uverbs::{AccessFlags, ReregFallback, Rereg};
+    /// let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    /// let path = mr.apply(&Rereg::new().access(rw).pd(pd2), ReregFallback::Replace)?;
+    /// println!("{path:?}: publish rkey {:#x}", mr.rkey());
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_rereg_mr")]
+    pub fn apply(
+        &mut self,
+        change: &Rereg<'_>,
+        fallback: ReregFallback,
+    ) -> Result<ReregPath, ReregError> {
+        self.inner.apply_any_access(change, fallback)
+    }
+
+    /// Changes PD and/or access with a fallback policy, with
+    /// [`BufferMr::rereg_with`]'s arguments (those of
+    /// [`MemoryRegion::rereg_with`] without a range); the same as
+    /// [`apply`](Self::apply). [`ReregFlags::TRANSLATION`] is refused
+    /// (`Input`, nothing sent): use [`retarget`](Self::retarget).
+    ///
+    /// With [`ReregFallback::Replace`], where the kernel refuses the change
+    /// in place without changing anything (`EOPNOTSUPP`: siw, and rxe
+    /// before Linux 6.12; `EACCES`), the same buffer is registered anew with
+    /// the new PD and access, then the old registration is deregistered.
+    /// The outcomes, as for a [`MemoryRegion`] (docs/rereg.md):
+    ///
+    /// | result | the region |
+    /// |---|---|
+    /// | `Ok(ReregPath::InPlace)` | changed in place: same handle and (rxe) keys |
+    /// | `Ok(ReregPath::Replaced)` | a new registration: new handle, new lkey and rkey (publish the rkey again), the old keys reach nothing; the same buffer with its bytes |
+    /// | `Err`, [`mr_state`](ReregError::mr_state) `Old` | unchanged and valid: an input error (nothing sent), a refusal that provably changed nothing (`Strict`'s `EOPNOTSUPP`), or a failed replacement (its REG_MR's errno, or its DEREG_MR's with the new registration released again) |
+    /// | `Err`, `New` (`DoForkOld`) | valid with the new attributes; un-marking pages for fork failed |
+    /// | `Err`, `Undefined` | a refusal that may have changed something: drop the region (which deregisters it, and leaks the buffer if that fails too) |
+    ///
+    /// Nothing leaks: after a replacement exactly one registration is left,
+    /// and when releasing a failed replacement's new registration fails too,
+    /// it is counted in [`Context::abandoned_registrations`](crate::Context::abandoned_registrations)
+    /// ([`ReregError::new_range_still_registered`]) and the buffer, still
+    /// owned by the region, is never freed before the context is closed.
+    /// Removing `REMOTE_WRITE` this way does not make the bytes plain again
+    /// either: only [`dereg`](Self::dereg) does.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use uverbs::{AccessFlags, ReregFallback, ReregFlags, ReregPath};
+    /// let ctx = uverbs::devices()?.first().ok_or("no device")?.open()?;
+    /// let pd = ctx.alloc_pd()?;
+    /// let mut target = pd.reg_remote_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
+    /// // Let peers write it, on any device: in place, or by replacement.
+    /// let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    /// let path = target.rereg_with(ReregFallback::Replace, ReregFlags::ACCESS, None, rw)?;
+    /// if path == ReregPath::Replaced {
+    ///     // ... publish the new target.rkey() to the peer ...
+    /// }
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_rereg_mr")]
+    pub fn rereg_with(
+        &mut self,
+        fallback: ReregFallback,
+        flags: ReregFlags,
+        pd: Option<&ProtectionDomain>,
+        access: AccessFlags,
+    ) -> Result<ReregPath, ReregError> {
+        // SAFETY: `apply` refuses TRANSLATION before anything is sent, and
+        // without it no new memory is handed to the device (a replacement
+        // registers the buffer this region owns and keeps registered).
+        let change = unsafe { Rereg::raw(flags, pd, std::ptr::null_mut(), 0, access) };
+        self.apply(&change, fallback)
     }
 
     /// Points the region at `new`, as [`BufferMr::retarget`] does, and

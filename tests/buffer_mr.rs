@@ -479,3 +479,312 @@ fn a_raw_mrs_sge_and_remote_are_checked_ranges() {
     assert!(mr.remote(..=len).is_err());
     assert_eq!(k.fake.count(), before, "nothing sent");
 }
+
+const REREG: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
+const REG: u32 = sys::IB_USER_VERBS_CMD_REG_MR;
+const DEREG: u32 = sys::IB_USER_VERBS_CMD_DEREG_MR;
+
+/// What a remote region was registered with in the fallback tests: a peer
+/// may read it, not write it.
+const READ_ONLY_FOR_PEERS: AccessFlags = OWNED;
+/// What it is given: a peer may write it too.
+const PEER_WRITABLE: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_READ)
+    .union(AccessFlags::REMOTE_WRITE);
+
+/// A remote region over 4096 bytes holding 0..=255 repeated.
+fn remote_region(pd: &ProtectionDomain) -> uverbs::RemoteBufferMr<Vec<u8>> {
+    let bytes: Vec<u8> = (0..4096).map(|i| i as u8).collect();
+    pd.reg_remote_buffer(bytes, READ_ONLY_FOR_PEERS).unwrap()
+}
+
+/// Every byte of a remote region, copied out.
+fn remote_bytes(mr: &mut uverbs::RemoteBufferMr<Vec<u8>>) -> Vec<u8> {
+    let mut out = vec![0; mr.len()];
+    mr.copy_out(0, &mut out).unwrap();
+    out
+}
+
+/// (handle, lkey, rkey).
+fn keys(mr: &uverbs::MemoryRegion) -> (u32, u32, u32) {
+    (mr.handle(), mr.lkey(), mr.rkey())
+}
+
+/// issue 38, item 4: a device that refuses ACCESS in place (siw; rxe on
+/// 6.1) answers `set_access` with EOPNOTSUPP; `rereg_with(Replace, …)`
+/// registers the same buffer anew with the new access, then deregisters the
+/// old registration: new handle and keys, the memory and its bytes kept,
+/// one live MR. Remotely writable access is what a RemoteBufferMr is for, so
+/// it is accepted (a BufferMr refuses it).
+#[test]
+fn a_remote_buffer_changes_access_by_replacement_where_refused_in_place() {
+    let (fake, pd) = setup();
+    let mut mr = remote_region(&pd);
+    let before = keys(mr.mr());
+    let (addr, len) = (mr.addr(), mr.len());
+    let bytes = remote_bytes(&mut mr);
+
+    // Strict, as before: refused, nothing changed.
+    fake.fail_next(REREG, Errno::OPNOTSUPP);
+    let err = mr.set_access(PEER_WRITABLE).unwrap_err();
+    assert_eq!(
+        (err.outcome(), err.errno(), err.mr_state()),
+        (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old)
+    );
+    assert_eq!(keys(mr.mr()), before);
+    assert_eq!(mr.mr().access(), READ_ONLY_FOR_PEERS);
+    pd.context().forget_rereg_refusals();
+
+    // The fallback: REREG_MR refused, then REG_MR of the same buffer, then
+    // DEREG_MR of the old handle.
+    fake.fail_next(REREG, Errno::OPNOTSUPP);
+    let sent = fake.count();
+    let path = mr
+        .rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::ACCESS,
+            None,
+            PEER_WRITABLE,
+        )
+        .unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    let codes: Vec<u32> = fake.commands()[sent..].iter().map(|c| c.code).collect();
+    assert_eq!(codes, [REREG, REG, DEREG]);
+    let reg: sys::ib_uverbs_reg_mr = fake.commands()[sent + 1].request().unwrap();
+    assert_eq!(
+        (reg.start, reg.length, reg.access_flags),
+        (addr, len as u64, PEER_WRITABLE.bits()),
+        "the same buffer, with the new access"
+    );
+    let dereg: sys::ib_uverbs_dereg_mr = fake.commands().last().unwrap().request().unwrap();
+    assert_eq!(dereg.mr_handle, before.0, "the old registration is gone");
+    let after = keys(mr.mr());
+    assert_ne!(after.0, before.0, "a new handle");
+    assert_ne!(after.1, before.1, "a new lkey");
+    assert_ne!(after.2, before.2, "a new rkey");
+    assert_eq!(mr.rkey(), after.2);
+    assert_eq!(mr.mr().access(), PEER_WRITABLE);
+    assert_eq!((mr.addr(), mr.len()), (addr, len), "the same memory");
+    assert_eq!(remote_bytes(&mut mr), bytes, "its bytes kept");
+    assert_eq!(fake.live_mrs(), 1, "exactly one live MR");
+    assert!(pd.context().rereg_known_unsupported(ReregFlags::ACCESS));
+
+    // Remembered: the next one skips the doomed REREG_MR.
+    let sent = fake.count();
+    let path = mr
+        .rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::ACCESS,
+            None,
+            READ_ONLY_FOR_PEERS,
+        )
+        .unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    let codes: Vec<u32> = fake.commands()[sent..].iter().map(|c| c.code).collect();
+    assert_eq!(codes, [REG, DEREG]);
+    assert_eq!(mr.mr().access(), READ_ONLY_FOR_PEERS);
+    assert_eq!(fake.live_mrs(), 1);
+
+    // Where the kernel accepts (rxe on 6.12), in place: same handle.
+    pd.context().forget_rereg_refusals();
+    let handle = mr.mr().handle();
+    let path = mr
+        .rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::ACCESS,
+            None,
+            PEER_WRITABLE,
+        )
+        .unwrap();
+    assert_eq!(path, ReregPath::InPlace);
+    assert_eq!(mr.mr().handle(), handle);
+    assert_eq!(mr.mr().access(), PEER_WRITABLE);
+
+    let plain = mr.dereg().unwrap();
+    assert_eq!(plain, bytes, "the buffer back, plain, with its bytes");
+    assert_eq!(fake.live_mrs(), 0);
+}
+
+/// `RemoteBufferMr::apply` with PD and access together, replaced; a
+/// translation is refused before anything is sent (the buffer is owned:
+/// `retarget` moves it), as for a BufferMr.
+#[test]
+fn a_remote_buffer_moves_pd_and_access_by_replacement_but_never_its_translation() {
+    let (fake, pd) = setup();
+    let pd2 = pd.context().alloc_pd().unwrap();
+    let mut mr = remote_region(&pd);
+    let bytes = remote_bytes(&mut mr);
+    let sent = fake.count();
+    for err in [
+        mr.rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::TRANSLATION,
+            None,
+            AccessFlags::empty(),
+        )
+        .unwrap_err(),
+        mr.rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::all(),
+            Some(&pd2),
+            PEER_WRITABLE,
+        )
+        .unwrap_err(),
+    ] {
+        assert_eq!(
+            (err.outcome(), err.mr_state()),
+            (ReregOutcome::Input, MrState::Old),
+            "{err}"
+        );
+        assert!(err.to_string().contains("retarget"), "{err}");
+    }
+    assert_eq!(fake.count(), sent, "nothing sent");
+
+    let handle = mr.mr().handle();
+    fake.fail_next(REREG, Errno::OPNOTSUPP);
+    let change = uverbs::Rereg::new().pd(&pd2).access(PEER_WRITABLE);
+    let path = mr.apply(&change, ReregFallback::Replace).unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert_ne!(mr.mr().handle(), handle);
+    assert!(mr.mr().is_in(&pd2));
+    assert_eq!(fake.mr_pd(mr.mr().handle()), Some(pd2.handle()));
+    assert_eq!(mr.mr().access(), PEER_WRITABLE);
+    assert_eq!(remote_bytes(&mut mr), bytes);
+    assert_eq!(fake.live_mrs(), 1);
+    drop(mr);
+    assert_eq!(fake.live_mrs(), 0);
+}
+
+/// A failed replacement (REG_MR refused) leaves the remote region as it
+/// was: `Cmd` with the REG_MR errno, `Old`, same keys, access and bytes,
+/// one live MR; it still changes afterwards.
+#[test]
+fn a_failed_replacement_leaves_the_remote_buffer_as_it_was() {
+    let (fake, pd) = setup();
+    let mut mr = remote_region(&pd);
+    let before = keys(mr.mr());
+    let bytes = remote_bytes(&mut mr);
+    fake.fail_next(REREG, Errno::OPNOTSUPP);
+    fake.fail_next(REG, Errno::NOMEM);
+    let err = mr
+        .rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::ACCESS,
+            None,
+            PEER_WRITABLE,
+        )
+        .unwrap_err();
+    assert_eq!(
+        (err.outcome(), err.errno(), err.mr_state()),
+        (ReregOutcome::Cmd, Errno::NOMEM, MrState::Old),
+        "{err}"
+    );
+    assert!(!err.new_range_still_registered());
+    assert_eq!(keys(mr.mr()), before);
+    assert_eq!(mr.mr().access(), READ_ONLY_FOR_PEERS);
+    assert_eq!(remote_bytes(&mut mr), bytes);
+    assert_eq!(fake.live_mrs(), 1);
+    // Still valid: the next replacement works (the refusal is remembered).
+    let path = mr
+        .rereg_with(
+            ReregFallback::Replace,
+            ReregFlags::ACCESS,
+            None,
+            PEER_WRITABLE,
+        )
+        .unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert_eq!(fake.live_mrs(), 1);
+    assert_eq!(mr.dereg().unwrap(), bytes);
+}
+
+/// A replacement whose old registration cannot be deregistered, nor the
+/// new one released again, abandons the new one: it reaches the buffer
+/// until the context is closed. The region is valid and unchanged, but its
+/// buffer is never handed back (dereg and retarget refuse, nothing sent)
+/// and dropping it deregisters the region and leaks the buffer instead of
+/// freeing memory a registration still reaches. For BufferMr and
+/// RemoteBufferMr alike.
+#[test]
+fn a_buffer_an_abandoned_replacement_still_reaches_is_never_freed() {
+    for remote in [false, true] {
+        let (fake, pd) = setup();
+        let (buf, dropped, _) = watched(&fake);
+        let access = if remote { PEER_WRITABLE } else { OWNED };
+        let to = AccessFlags::LOCAL_WRITE;
+        // Both regions go through the same steps; the closures say how.
+        let (handle, err, dereg_refused, retarget_refused): (u32, _, _, _) = if remote {
+            let mut mr = pd.reg_remote_buffer(buf, access).unwrap();
+            let handle = mr.mr().handle();
+            abandon_next_replacement(&fake);
+            let err = mr
+                .rereg_with(ReregFallback::Replace, ReregFlags::ACCESS, None, to)
+                .unwrap_err();
+            assert_eq!(mr.mr().handle(), handle, "the old region is kept");
+            let sent = fake.count();
+            let mr = mr.dereg().unwrap_err();
+            let dereg_err = mr.error.to_string();
+            let mr = mr.mr;
+            let (again, _, _) = watched(&fake);
+            let retarget = mr.retarget(again, ReregFallback::Replace).unwrap_err();
+            assert_eq!(fake.count(), sent, "remote: nothing sent");
+            let RetargetBuffers::Kept { mr, new } = retarget.buffers else {
+                panic!("remote: the region must be kept")
+            };
+            assert!(new.is_some(), "remote: the unregistered new buffer back");
+            drop(mr);
+            (handle, err, dereg_err, retarget.error)
+        } else {
+            let mut mr = pd.reg_buffer(buf, access).unwrap();
+            let handle = mr.handle();
+            abandon_next_replacement(&fake);
+            let err = mr
+                .rereg_with(ReregFallback::Replace, ReregFlags::ACCESS, None, to)
+                .unwrap_err();
+            assert_eq!(mr.handle(), handle, "the old region is kept");
+            let sent = fake.count();
+            let mr = mr.dereg().unwrap_err();
+            let dereg_err = mr.error.to_string();
+            let mr = mr.mr;
+            let (again, _, _) = watched(&fake);
+            let retarget = mr.retarget(again, ReregFallback::Replace).unwrap_err();
+            assert_eq!(fake.count(), sent, "nothing sent");
+            let RetargetBuffers::Kept { mr, new } = retarget.buffers else {
+                panic!("the region must be kept")
+            };
+            assert!(new.is_some(), "the unregistered new buffer back");
+            drop(mr);
+            (handle, err, dereg_err, retarget.error)
+        };
+        let what = if remote { "RemoteBufferMr" } else { "BufferMr" };
+        assert!(err.new_range_still_registered(), "{what}: {err}");
+        assert_eq!(err.mr_state(), MrState::Old, "{what}: {err}");
+        assert!(
+            dereg_refused.contains("never handed back"),
+            "{what}: {dereg_refused}"
+        );
+        assert_eq!(
+            retarget_refused.outcome(),
+            ReregOutcome::Input,
+            "{what}: {retarget_refused}"
+        );
+        assert_eq!(pd.context().abandoned_registrations(), 1, "{what}");
+        assert_eq!(
+            fake.live_mrs(),
+            1,
+            "{what}: the region (handle {handle}) deregistered, the abandoned one left"
+        );
+        assert!(
+            !dropped.load(Ordering::SeqCst),
+            "{what}: a buffer a registration still reaches was freed"
+        );
+    }
+}
+
+/// The fake refuses the next REREG_MR (EOPNOTSUPP) and the two DEREG_MRs
+/// after it: of the old registration, then of the new one.
+fn abandon_next_replacement(fake: &RecordingTransport) {
+    fake.fail_next(REREG, Errno::OPNOTSUPP);
+    fake.fail_next(DEREG, Errno::IO);
+    fake.fail_next(DEREG, Errno::IO);
+}
