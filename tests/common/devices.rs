@@ -62,6 +62,9 @@ pub fn devices_under_test(test: &str) -> Vec<Device> {
         !prefixes.is_empty(),
         "{test}: UVERBS_REQUIRE_DEVICES is set but names no driver (expected e.g. `rxe,siw`)"
     );
+    // Where the devices are required (the VM), the binary also fails if
+    // any kernel object is left when it exits (see `leaks`).
+    super::leaks::check_at_exit();
     let names: Vec<&str> = all.iter().map(Device::name).collect();
     for prefix in &prefixes {
         assert!(

@@ -9,6 +9,8 @@
 //!   `child_reads`) and fork advisors that record, fail or block;
 //! - [`kernel`]: what the kernel under test answers differently by release
 //!   (6.1 and 6.12), where a test asserts an exact answer;
+//! - [`leaks`]: the exit check of every device test binary in the VM: no
+//!   kernel object of a user process may be left (`rdma res show`'s view);
 //! - [`mapping`]: page-aligned, untouched and holed mappings;
 //! - [`rc`]: the attribute sequence that takes an RC QP to RTS;
 //! - [`traffic`]: the requester side of the re-registration traffic
@@ -28,6 +30,7 @@ pub mod fake;
 #[macro_use]
 pub mod fork;
 pub mod kernel;
+pub mod leaks;
 pub mod mapping;
 pub mod rc;
 pub mod thread_io;
