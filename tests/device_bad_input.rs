@@ -46,11 +46,32 @@ fn expect_reg_refused(
     access: AccessFlags,
     errno: Errno,
 ) {
+    expect_refused(t, case, (addr, len, access), errno, Mapped::Maybe);
+}
+
+/// Whether the range of a refused registration is mapped.
+#[derive(PartialEq)]
+enum Mapped {
+    /// Entirely: fork safety's madvise succeeds, the kernel answers.
+    Yes,
+    /// Perhaps not: with fork safety on, an unmapped range fails at
+    /// madvise(MADV_DONTFORK) with ENOMEM, before REG_MR (as in
+    /// libibverbs), where the kernel would answer EFAULT.
+    Maybe,
+}
+
+/// [`expect_reg_refused`] of `(addr, len, access)` over a range `mapped`.
+fn expect_refused(
+    t: &Target<'_>,
+    case: &str,
+    (addr, len, access): (*mut u8, usize, AccessFlags),
+    errno: Errno,
+    mapped: Mapped,
+) {
     let (name, pd, counts) = (t.name, &t.pd, t.counts);
-    // With fork safety on, an unmapped range already fails at
-    // madvise(MADV_DONTFORK) with ENOMEM, before REG_MR (as in libibverbs).
-    let fork_first =
-        errno == Errno::FAULT && pd.context().fork_safety().mode() == ForkMode::Enabled;
+    let fork_first = mapped == Mapped::Maybe
+        && errno == Errno::FAULT
+        && pd.context().fork_safety().mode() == ForkMode::Enabled;
     // SAFETY: the registration is expected to fail; if it does not, the MR
     // is dropped at once below, before the caller changes the range.
     let result = unsafe { pd.reg_mr(addr, len, access) };
@@ -164,6 +185,46 @@ device_test!(
         );
         assert_eq!(e.errno(), Some(Errno::INVAL), "{name}: {e}");
         counts.assert_extra(0, 1, "after the refused wrapping range");
+    }
+);
+
+device_test!(
+    a_prot_none_mapping_registers_read_only_on_6_1_only,
+    |name, ctx, counts| {
+        let _serial = serial();
+        let t = Target::new(name, &ctx, counts);
+        let len = 2 * page_size();
+        // SAFETY: a fresh private anonymous mapping, unmapped below.
+        let addr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(addr, libc::MAP_FAILED, "{name}: mmap PROT_NONE");
+        let addr = addr.cast::<u8>();
+        let read_only = AccessFlags::REMOTE_READ;
+        if common::kernel::prot_none_registers_read_only() {
+            // SAFETY: the mapping stays until the MR is gone.
+            let mr = unsafe { t.pd.reg_mr(addr, len, read_only) }.unwrap_or_else(|e| {
+                panic!("{name}: 6.1 registers a read-only PROT_NONE range, answered {e}")
+            });
+            loud(&format!(
+                "{name}: PROT_NONE, REMOTE_READ: registered (6.1 pins with FOLL_FORCE): {mr:?}"
+            ));
+            mr.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));
+        } else {
+            let case = "PROT_NONE, REMOTE_READ";
+            expect_refused(&t, case, (addr, len, read_only), Errno::FAULT, Mapped::Yes);
+        }
+        let case = "PROT_NONE, LOCAL_WRITE";
+        expect_refused(&t, case, (addr, len, RW_READ), Errno::FAULT, Mapped::Yes);
+        // SAFETY: no MR uses the mapping now.
+        unsafe { libc::munmap(addr.cast(), len) };
     }
 );
 

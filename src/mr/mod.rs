@@ -342,6 +342,15 @@ impl ProtectionDomain {
     /// With fork safety enabled the range is marked `MADV_DONTFORK` before
     /// the command and un-marked again if it fails (not for `ON_DEMAND`).
     ///
+    /// **Kernels differ on memory the process cannot read.** A `PROT_NONE`
+    /// range registered without write access (no `LOCAL_WRITE`,
+    /// `REMOTE_WRITE`, `REMOTE_ATOMIC` or `MW_BIND`) is *registered* by
+    /// Linux 6.1 (rxe and siw pin read-only registrations with
+    /// `FOLL_FORCE`, which reaches pages the process's own loads would fault
+    /// on, so a peer's RDMA READ returns them) and refused with `EFAULT` by
+    /// 6.12, which dropped `FOLL_FORCE` in 6.2; with write access both
+    /// answer `EFAULT`. Register only memory the program may read.
+    ///
     /// # Safety
     ///
     /// The range must stay mapped, and must not be reused for anything the

@@ -101,3 +101,13 @@ pub fn skip_rxe_without_rereg(name: &str, test: &str) -> bool {
 pub fn siw_pins_by_its_own_rule() -> bool {
     answers_as_6_1()
 }
+
+/// Whether the kernel registers a `PROT_NONE` range that the MR may not
+/// write (no LOCAL_WRITE, REMOTE_WRITE, REMOTE_ATOMIC or MW_BIND): 6.1 pins
+/// read-only registrations with `FOLL_FORCE` (`ib_umem_get` for rxe,
+/// `siw_umem_get` for siw), which reaches pages the process itself cannot
+/// read; 6.12 pins without it and answers EFAULT. A writable registration
+/// of such a range is EFAULT on both.
+pub fn prot_none_registers_read_only() -> bool {
+    answers_as_6_1()
+}
