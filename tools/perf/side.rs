@@ -357,14 +357,16 @@ impl Link {
         }
     }
 
-    /// The end of the run as perftest ends it, `timeout` for the peer to
-    /// get there: for write_bw a key exchange and the client's report,
-    /// then the closing key exchange (and over TCP "done"); over the cm
-    /// both connections are disconnected.
+    /// The end of the run as perftest ends it ([`Ending::of`]), `timeout`
+    /// for the peer to get there: for write_bw a key exchange and the
+    /// client's report, then (all but write_lat) the closing key exchange
+    /// and over TCP "done"; over the cm both connections are
+    /// disconnected.
     pub fn finish(mut self, server: bool, timeout: Duration) -> Result<()> {
         let client = !server;
         let side = if client { "client" } else { "server" };
-        if self.test == Test::WriteBw {
+        let ending = Ending::of(self.test);
+        if ending == Ending::ReportThenClose {
             self.ctl
                 .keys(client, &self.me, "the hand shake after the run", timeout)?;
             let mine = if client {
@@ -391,14 +393,58 @@ impl Link {
                 );
             }
         }
-        self.ctl
-            .keys(client, &self.me, "the closing hand shake", timeout)?;
-        self.ctl.done();
+        if ending != Ending::Nothing {
+            self.ctl
+                .keys(client, &self.me, "the closing hand shake", timeout)?;
+            self.ctl.done();
+        }
         if let Some(cm) = self.cm.take() {
             cm.disconnect(side);
         }
-        println!("perf {side}: perftest's closing exchange is done");
+        println!(
+            "perf {side}: the run ended as ib_{}'s does: {}",
+            self.test.name(),
+            ending.describe()
+        );
         Ok(())
+    }
+}
+
+/// What perftest 4.5's test programs exchange after their measured loop
+/// (src/write_lat.c, send_lat.c, read_lat.c, write_bw.c, send_bw.c).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// write_lat: nothing. write_lat.c goes from its report straight to
+    /// `destroy_ctx` (no `ctx_close_connection`): no key exchange, no
+    /// "done"; the TCP socket closes (or, with `-R`, the cm connections
+    /// go) with the process. Its loop is its own end: the server's last
+    /// step is seeing the client's last WRITE, the client's the
+    /// completion of that WRITE.
+    Nothing,
+    /// send_lat, read_lat (its server from the start: it only answers
+    /// READs), send_bw: `ctx_close_connection`, one key exchange and
+    /// over TCP "done".
+    Close,
+    /// write_bw: a key exchange, the reports (`xchg_bw_reports`), then
+    /// `ctx_close_connection`.
+    ReportThenClose,
+}
+
+impl Ending {
+    pub fn of(test: Test) -> Ending {
+        match test {
+            Test::WriteLat => Ending::Nothing,
+            Test::SendLat | Test::ReadLat | Test::SendBw => Ending::Close,
+            Test::WriteBw => Ending::ReportThenClose,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Ending::Nothing => "no closing exchange",
+            Ending::Close => "the closing exchange",
+            Ending::ReportThenClose => "the report and the closing exchange",
+        }
     }
 }
 
@@ -863,4 +909,22 @@ pub fn by_cm(opts: &Options, addr: &str, server: bool, tx_depth: usize) -> Resul
         _listener: listener,
     };
     Ok(Connected::new(ctx, side, &peer, ctl, me, opts, Some(cm)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Ending, Test};
+
+    /// perftest 4.5's write_lat.c has no `ctx_close_connection`: a closing
+    /// key exchange waited for a peer that had exited (TCP: "the peer hung
+    /// up" / "Connection reset by peer"; `-R`: the control QP's SEND
+    /// flushed), which is how `ib_write_lat` and perf failed to meet.
+    #[test]
+    fn each_test_ends_as_perftests_program() {
+        assert_eq!(Ending::of(Test::WriteLat), Ending::Nothing);
+        assert_eq!(Ending::of(Test::SendLat), Ending::Close);
+        assert_eq!(Ending::of(Test::ReadLat), Ending::Close);
+        assert_eq!(Ending::of(Test::SendBw), Ending::Close);
+        assert_eq!(Ending::of(Test::WriteBw), Ending::ReportThenClose);
+    }
 }

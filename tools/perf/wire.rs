@@ -14,8 +14,9 @@
 //!    many, and where they fall around connecting, depends on the test
 //!    (`side::hand_shakes`);
 //! 5. for write_bw the client's report (`xchg_bw_reports`: five 8-byte
-//!    values), and last a key exchange that ends the run
-//!    (`ctx_close_connection`), after which a TCP side writes "done".
+//!    values), and last, in every test but write_lat, a key exchange that
+//!    ends the run (`ctx_close_connection`), after which a TCP side writes
+//!    "done"; write_lat.c ends with its loop (`side::Ending`).
 //!
 //! By hand the messages go over TCP, the keys as 108 bytes of text
 //! (`KEY_PRINT_FMT_GID`). With perftest's `-R` they go over a first
