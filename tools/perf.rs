@@ -19,7 +19,11 @@
 //! as perftest's `-R` (the server listens on ADDR:P, the client connects a
 //! control QP there for the exchange and then the measured QP).
 //! See `perf/run.rs` for what each test measures and `--help` for the
-//! defaults. Each side prints one `@@PERF key=value ...` line; the exit
+//! defaults. Each test ends as perftest's program does (`perf/side.rs`,
+//! `Ending`: write_lat with its loop, the others with a closing key
+//! exchange).
+//! send_bw on iWARP keeps perftest's receive credits (`perf/run.rs`).
+//! Each side prints one `@@PERF key=value ...` line; the exit
 //! status is non-zero on any failure. Every wait is bounded (10 s without
 //! progress).
 
@@ -107,7 +111,10 @@ round trip / 2 for write_lat and send_lat, one READ for read_lat), the 2
 largest dropped. Bandwidth: size * iters from the first post to the last
 completion, mib_per_s in 2^20 bytes/s (perftest's MB/sec). READs outstanding
 each way: read_lat the device's max_qp_rd_atom, the others 1 (--cm: 0),
-as perftest's out_reads.
+as perftest's out_reads. send_bw on iWARP (siw) uses perftest's receive
+credits: the server WRITEs its receive count to the client every
+min(iters, 512) / 3 receives, and the client keeps fewer than min(iters, 512)
+SENDs beyond the last credit.
 Output: one line '@@PERF side=... key=value ...' per side.";
 
 /// `--test`'s error: what it takes.
@@ -361,7 +368,9 @@ fn measure(opts: &Options) -> Result<String> {
         )?),
         _ => Measured::Bw(run::send_bw_server(
             &mut c.side,
+            c.peer,
             opts.iters,
+            opts.qd,
             opts.run_budget(),
         )?),
     };

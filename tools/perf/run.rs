@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use uverbs::{
-    CompletionQueue, Payload, Remote, SendFlags, SendOp, SendWr, WcStatus, WorkCompletion,
+    CompletionQueue, Payload, Remote, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
 
 use super::side::Side;
@@ -263,7 +263,9 @@ pub fn read_lat(side: &mut Side, peer: Remote, iters: usize) -> Result<Vec<Insta
 /// write_bw / send_bw, client: keep up to `tx_depth` requests outstanding,
 /// request `i` (from 0) signalled when `(i + 1) % cq_mod == 0` or it is the
 /// last (perftest's `run_iter_bw`); a completion of request `i` retires
-/// every request up to it. The time from the first post to the last
+/// every request up to it. With receive credits ([`Side::credits`]) a
+/// SEND is posted only while fewer than `rx_depth` are beyond the
+/// server's last credit. The time from the first post to the last
 /// completion.
 pub fn bw_client(
     side: &mut Side,
@@ -286,12 +288,37 @@ pub fn bw_client(
     } else {
         SendOp::Send { imm: None }
     };
+    // The word the server's credit WRITEs change behind the compiler's
+    // back: read volatile, never through a reference.
+    let credit = side.credits.then(|| {
+        // SAFETY: the credit word is inside the mapping (the control page
+        // after the two areas), 4-byte aligned.
+        unsafe { src.add((side.credit_word() - side.source()) as usize) as *const u32 }
+    });
+    let rx_depth = side.rx_depth;
+    let mut last_credit = 0u32;
+    let what = if write {
+        "WRITE completion"
+    } else {
+        "SEND completion"
+    };
     let mut wcs = [WorkCompletion::default(); 16];
     let mut spin = Spin::new();
     let (mut scnt, mut ccnt) = (0usize, 0usize);
     let start = Instant::now();
     while ccnt < iters {
         while scnt < iters && scnt < ccnt + tx_depth {
+            if let Some(word) = credit {
+                // SAFETY: see above; the peer WRITEs it, we only read it.
+                let granted = unsafe { word.read_volatile() };
+                if granted != last_credit {
+                    last_credit = granted;
+                    spin.progress();
+                }
+                if !credit_allows(scnt, granted, rx_depth) {
+                    break;
+                }
+            }
             let signalled = (scnt + 1) % cq_mod == 0 || scnt + 1 == iters;
             let wr = SendWr::new(scnt as u64, op, payload(side, &sge, &bytes))
                 .flags(signalled_if(signalled));
@@ -301,11 +328,11 @@ pub fn bw_client(
             unsafe { side.qp.post_send(&[wr])? };
             scnt += 1;
         }
-        let what = if write {
-            "WRITE completion"
-        } else {
-            "SEND completion"
-        };
+        if credit.is_some() && scnt == ccnt {
+            // Nothing in flight: only a credit lets the next SEND go.
+            spin.idle("waiting for the server's receive credit", scnt as u64)?;
+            continue;
+        }
         for wc in poll_some(&side.scq, &mut wcs, &mut spin, what, ccnt as u64)? {
             ccnt = ccnt.max(wc.wr_id() as usize + 1);
         }
@@ -315,17 +342,56 @@ pub fn bw_client(
     Ok(elapsed)
 }
 
+/// Receive credits, client: whether SEND number `scnt` (from 0) may go
+/// with `granted` receives credited so far (perftest's `run_iter_bw`:
+/// `swindow = scnt + 1 - credit_buf` in 32 bits, no post once it reaches
+/// `rx_depth`).
+pub fn credit_allows(scnt: usize, granted: u32, rx_depth: usize) -> bool {
+    let window = (scnt as u32).wrapping_add(1).wrapping_sub(granted);
+    (window as usize) < rx_depth
+}
+
+/// Receive credits, server: whether the `rcnt`-th receive (from 1) sends
+/// a credit (perftest's `run_iter_bw_server`: `rcnt % rx_depth` is a
+/// multiple of `credit_cnt = rx_depth / 3`; at least 1 here, where
+/// perftest would divide by 0).
+pub fn credit_due(rcnt: usize, rx_depth: usize) -> bool {
+    let every = (rx_depth / 3).max(1);
+    (rcnt % rx_depth.max(1)) % every == 0
+}
+
 /// send_bw, server: count `iters` receives, re-posting one per completion
-/// while more are to come (perftest's `run_iter_bw_server`). The time from
-/// the first receive completion to the last.
-pub fn send_bw_server(side: &mut Side, iters: usize, first_wait: Duration) -> Result<Duration> {
+/// while more are to come (perftest's `run_iter_bw_server`); with receive
+/// credits ([`Side::credits`]) WRITE the count so far into the client's
+/// credit word (`peer`) at every `rx_depth / 3`-th receive (counted
+/// modulo `rx_depth`), each WRITE signalled, at most `tx_depth` of them
+/// outstanding, all completed before the end. The time from the first
+/// receive completion to the last.
+pub fn send_bw_server(
+    side: &mut Side,
+    peer: Remote,
+    iters: usize,
+    tx_depth: usize,
+    first_wait: Duration,
+) -> Result<Duration> {
     let mut wcs = [WorkCompletion::default(); 16];
+    let mut swcs = [WorkCompletion::default(); 16];
     let mut spin = Spin::new();
     // The client may still be setting up: the first receive gets longer.
     spin.deadline = Instant::now() + first_wait;
     let mut posted = side.rx_depth;
     let mut rcnt = 0usize;
     let mut first = None;
+    let ctrl = side
+        .buf
+        .as_mut_ptr()
+        .wrapping_add((side.ctrl_word() - side.source()) as usize) as *mut u32;
+    let ctrl_sge = [Sge {
+        addr: side.ctrl_word(),
+        length: 4,
+        lkey: side.mr.lkey(),
+    }];
+    let mut credits_out = 0usize;
     while rcnt < iters {
         let done = poll_some(&side.rcq, &mut wcs, &mut spin, "receive", rcnt as u64)?;
         first.get_or_insert_with(Instant::now);
@@ -335,7 +401,60 @@ pub fn send_bw_server(side: &mut Side, iters: usize, first_wait: Duration) -> Re
                 side.post_recv(wc.wr_id())?;
                 posted += 1;
             }
+            if side.credits && credit_due(rcnt, side.rx_depth) {
+                while credits_out == tx_depth {
+                    let n =
+                        poll_some(&side.scq, &mut swcs, &mut spin, "credit WRITE", rcnt as u64)?;
+                    credits_out -= n.len();
+                }
+                // SAFETY: the control word is inside the mapping (the
+                // control page), 4-byte aligned; a credit WRITE still in
+                // flight may read it as it changes, as perftest's do (the
+                // count only grows).
+                unsafe { ctrl.write_volatile(rcnt as u32) };
+                let wr = SendWr::new(
+                    rcnt as u64,
+                    SendOp::RdmaWrite {
+                        remote: peer,
+                        imm: None,
+                    },
+                    Payload::Sges(&ctrl_sge),
+                )
+                .flags(SendFlags::SIGNALED);
+                // SAFETY: the source is our registered control word (see
+                // above); the remote is the client's credit word, which
+                // its keys name, registered for REMOTE_WRITE.
+                unsafe { side.qp.post_send(&[wr])? };
+                credits_out += 1;
+            }
         }
     }
+    // perftest's clean_scq_credit: every credit WRITE completes.
+    while credits_out > 0 {
+        let n = poll_some(&side.scq, &mut swcs, &mut spin, "credit WRITE", rcnt as u64)?;
+        credits_out -= n.len();
+    }
     Ok(first.map_or(Duration::ZERO, |t| t.elapsed()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{credit_allows, credit_due};
+
+    /// perftest's numbers for `ib_send_bw -n 200` on iWARP (rx_depth 200):
+    /// without a credit its client sends 199 SENDs and waits (what a
+    /// server that sent none saw: 199 receives, then nothing); the server
+    /// credits at 66, 132, 198 and 200.
+    #[test]
+    fn credits_follow_perftests_window() {
+        let sent_without_credit = (0..200).take_while(|&n| credit_allows(n, 0, 200)).count();
+        assert_eq!(sent_without_credit, 199);
+        assert!(credit_allows(199, 66, 200));
+        assert!(!credit_allows(265, 66, 200));
+        let due: Vec<usize> = (1..=200).filter(|&r| credit_due(r, 200)).collect();
+        assert_eq!(due, [66, 132, 198, 200]);
+        // rx_depth 512 (perftest's default): every 170th, and at 512.
+        let due: Vec<usize> = (1..=1000).filter(|&r| credit_due(r, 512)).collect();
+        assert_eq!(due, [170, 340, 510, 512, 682, 852]);
+    }
 }

@@ -7,7 +7,9 @@
 //! The buffer holds two areas, each page-aligned and at least `size` and
 //! the agreed cycle buffer long: the *source* (what this side sends or
 //! writes from) and the *target* (what the peer writes or reads, and where
-//! receives land).
+//! receives land), then a control page for send_bw's receive credits on
+//! iWARP (the word a server's credit WRITEs go from, and the word a
+//! client's credits land in; [`Side::credits`]).
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -82,10 +84,22 @@ pub struct Side {
     /// device's `max_qp_rd_atom` for read_lat (perftest's default for its
     /// READ tests, `ctx_set_out_reads`), 1 for the others.
     pub out_reads: u8,
+    /// perftest's receive credits (`send_rcredit`, send_bw on iWARP,
+    /// which has no RNR retry): the server WRITEs its receive count into
+    /// the client's credit word every `rx_depth / 3` receives, and the
+    /// client keeps fewer than `rx_depth` SENDs beyond the last count. Our
+    /// keys then name the credit word, not the target area.
+    pub credits: bool,
     /// The length of each area (page-aligned, at least `size` and the
     /// agreed cycle buffer).
     area: usize,
 }
+
+/// The control page after the two areas: the count a server WRITEs as
+/// its credit (perftest's `ctrl_buf`) and, a cache line on, the word the
+/// peer's credit lands in (`credit_buf`).
+const CTRL_PAGE: usize = 4096;
+const CREDIT_AT: usize = 64;
 
 impl Side {
     /// A QP with `tx_depth` send slots, `rx_depth` receive slots and room
@@ -147,10 +161,13 @@ impl Side {
         // The peer may address the whole cycle buffer of our target area
         // (perftest's writes walk it when the size is at most half of it).
         let area = page(size.max(cycle_buffer));
-        let mut buf = MmapMut::map_anon(2 * area)?;
+        let mut buf = MmapMut::map_anon(2 * area + CTRL_PAGE)?;
         // SAFETY: `buf` is a mapping of its own that outlives the MR (see
         // the field order of `Side`).
         let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), ACCESS)? };
+        // send_bw.c: `if (transport_type == IBV_TRANSPORT_IWARP)
+        // ctx.send_rcredit = 1`.
+        let credits = opts.test == Test::SendBw && qp.transport_type() == TransportType::Iwarp;
         Ok(Side {
             qp,
             scq,
@@ -161,8 +178,19 @@ impl Side {
             inline,
             rx_depth,
             out_reads,
+            credits,
             area,
         })
+    }
+
+    /// Address of the word our credit WRITEs go from (server).
+    pub fn ctrl_word(&self) -> u64 {
+        self.source() + 2 * self.area as u64
+    }
+
+    /// Address of the word the peer's credit WRITEs land in (client).
+    pub fn credit_word(&self) -> u64 {
+        self.ctrl_word() + CREDIT_AT as u64
     }
 
     /// Address of the source area.
@@ -201,8 +229,9 @@ impl Side {
         Ok(())
     }
 
-    /// Our keys: QP, PSN, the target area and the GID at `gid_index`
-    /// (LID 0: RoCE and iWARP have none).
+    /// Our keys: QP, PSN, the target area (with receive credits the
+    /// credit word) and the GID at `gid_index` (LID 0: RoCE and iWARP have
+    /// none).
     fn dest(&self, ctx: &Context, gid_index: u32) -> Result<Dest> {
         let gid = ctx
             .query_gid_table()?
@@ -218,7 +247,13 @@ impl Side {
             qpn: self.qp.qp_num(),
             psn: std::process::id() & 0xff_ffff,
             rkey: self.mr.rkey(),
-            vaddr: self.target(),
+            // With credits perftest's keys name its credit word
+            // (`ctx_alloc_credit`): where the server's credits land.
+            vaddr: if self.credits {
+                self.credit_word()
+            } else {
+                self.target()
+            },
             gid: gid.gid.raw(),
             srqn: 0,
         })
