@@ -46,24 +46,27 @@
 //!   RTS only through the connection manager (the TCP stream carries
 //!   it), and ibv_rc_pingpong connects its QP by hand, so siw cannot run
 //!   it; this program refuses siw0 with that reason.
-//! - `perftest_*` (port 18515, T `write_bw` or `send_lat`): perftest's
-//!   `ib_write_bw` / `ib_send_lat` and the `perf` tool, which speaks
-//!   perftest's protocol. On RoCE (rxe) by hand over TCP, both given the
-//!   index of the RoCE v2 GID of `--addr` (`-x`); on iWARP (siw) through the
-//!   rdma_cm as perftest's `-R` (its QPs reach RTS only that way), on
-//!   `--addr`. perftest is given `-F` (the emulated CPU's frequency varies).
-//!   Both must exit 0: perftest with its result row (`B  N ...`; its
-//!   write_bw server prints the report our client sent), perf with
-//!   `perftest's closing exchange is done`.
+//! - `perftest_*` (port 18515, T any test of the `perf` tool: `write_lat`,
+//!   `send_lat`, `read_lat`, `write_bw`, `send_bw`): perftest's `ib_T` and
+//!   the `perf` tool, which speaks perftest's protocol. On RoCE (rxe) by
+//!   hand over TCP, both given the index of the RoCE v2 GID of `--addr`
+//!   (`-x`); on iWARP (siw) through the rdma_cm as perftest's `-R` (its
+//!   QPs reach RTS only that way), on `--addr`. perftest is given `-F`
+//!   (the emulated CPU's frequency varies). Both must exit 0: perftest
+//!   with its result row (`B  N ...`; its write_bw server prints the
+//!   report our client sent; its read_lat server, which only answers
+//!   READs, prints no row: its banner `RDMA_Read Latency Test` then),
+//!   perf with `the run ended as ib_T's does` (each test's own ending:
+//!   write_lat has no closing exchange).
 //!
 //! Each spawned program's output is captured and printed (each line
 //! prefixed with its name); the run fails unless every program exits 0 and
 //! prints its success line. Every wait is bounded ([`WAIT`]); a program is
 //! killed if it outlives the run.
 //!
-//! `cargo vm test` runs all six pairings in the VM (rxe0 and siw0 for the
-//! rdma_cm pair, rxe0 for rc_pingpong), one line each in its summary; see
-//! tests/vm/README.md.
+//! `cargo vm test` runs the pairings in the VM (rxe0 and siw0 for the
+//! rdma_cm pair and for perftest, every test both ways; rxe0 for
+//! rc_pingpong), one line each in its summary; see tests/vm/README.md.
 
 use std::error::Error;
 use std::ffi::OsString;
@@ -81,6 +84,12 @@ use uverbs::{
     ProtectionDomain, QpInit, RecvRequest, SendRequest, WcStatus,
 };
 use uverbs::{QpState, QpType};
+
+// The perf tool's tests: each is perftest's `ib_<test>`.
+#[allow(dead_code)]
+#[path = "perf/test_kind.rs"]
+mod test_kind;
+use test_kind::Test;
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 
@@ -100,7 +109,8 @@ type Buf = BufferMr<Vec<u8>>;
 
 const USAGE: &str = "usage: c_peers rdma_server|rdma_client|rc_pingpong_server|rc_pingpong_client
                 --device NAME --addr IPV4 [--port P] [--size BYTES] [--iters N]
-       c_peers perftest_server|perftest_client --test write_bw|send_lat
+       c_peers perftest_server|perftest_client
+                --test write_lat|send_lat|read_lat|write_bw|send_bw
                 --device NAME --addr IPV4 [--port P] [--size BYTES] [--iters N]";
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,8 +151,8 @@ struct Options {
     port: u16,
     size: usize,
     iters: usize,
-    /// The perftest pairings' test (`write_bw`, `send_lat`).
-    test: Option<String>,
+    /// The perftest pairings' test: any of the perf tool's.
+    test: Option<Test>,
 }
 
 impl Options {
@@ -161,10 +171,10 @@ impl Options {
                 Long("iters") => iters = p.value()?.parse()?,
                 Long("test") => {
                     let v = p.value()?.string()?;
-                    if !PERFTEST_TESTS.contains(&v.as_str()) {
-                        return Err(format!("--test: {v:?} is none of {PERFTEST_TESTS:?}").into());
-                    }
-                    test = Some(v);
+                    test = Some(Test::parse(&v).ok_or_else(|| {
+                        let all = Test::ALL.map(Test::name).join(" | ");
+                        format!("--test: {v:?} is none of {all}")
+                    })?);
                 }
                 _ => return Err(arg.unexpected()),
             }
@@ -190,9 +200,6 @@ impl Options {
         })
     }
 }
-
-/// The perftest programs paired with `perf`: `ib_<test>`.
-const PERFTEST_TESTS: &[&str] = &["write_bw", "send_lat"];
 
 fn main() -> std::process::ExitCode {
     let opts = match Options::parse(std::env::args_os().skip(1)) {
@@ -817,7 +824,7 @@ fn rc_pingpong(opts: &Options) -> Result<()> {
 /// the rdma_cm at `--addr` (perftest's `-R`) on iWARP. Each must exit 0,
 /// perftest with its result row, perf with its closing line.
 fn perftest(opts: &Options) -> Result<()> {
-    let test = opts.test.as_deref().ok_or("--test is required")?;
+    let test = opts.test.ok_or("--test is required")?;
     let ctx = open(&opts.device)?;
     let iwarp = is_iwarp(&ctx);
     let (size, iters, port) = (
@@ -841,7 +848,7 @@ fn perftest(opts: &Options) -> Result<()> {
     .into();
     let mut ours: Vec<String> = [
         "--test",
-        test,
+        test.name(),
         "--device",
         &opts.device,
         "--port",
@@ -863,17 +870,28 @@ fn perftest(opts: &Options) -> Result<()> {
         ours.extend(["--gid-index".into(), gid]);
     }
     drop(ctx);
-    let program = format!("ib_{test}");
+    let program = format!("ib_{}", test.name());
     let perf = std::env::current_exe()?.with_file_name("perf");
-    let done = "perftest's closing exchange is done";
-    let (c_out, name) = if opts.pairing == Pairing::PerftestServer {
+    // perf's last line before its result: it ended the run as the C
+    // program does (`tools/perf/side.rs`, `Ending`).
+    let done = format!("ended as ib_{}'s does", test.name());
+    let c_serves = opts.pairing == Pairing::PerftestServer;
+    // What the C program prints once it has run: its result row's header
+    // (its write_bw server: the report our client sent), except read_lat's
+    // server, which only answers READs and prints its banner.
+    let (c_expect, row_expected) = if c_serves && test == Test::ReadLat {
+        ("RDMA_Read Latency Test", false)
+    } else {
+        ("#bytes", true)
+    };
+    let c_out = if c_serves {
         let c = Peer::spawn("perftest", program.as_ref(), &c_args)?;
         // perf's client retries its connect while perftest does not listen.
         let mut client = vec!["--client".to_string(), addr.clone()];
         client.extend(ours);
         let ours = Peer::spawn("perf", &perf, &client)?;
-        ours.finish(done)?;
-        (c.finish("#bytes")?, program)
+        ours.finish(&done)?;
+        c.finish(c_expect)?
     } else {
         let mut server = vec!["--server".to_string()];
         server.extend(ours);
@@ -882,10 +900,15 @@ fn perftest(opts: &Options) -> Result<()> {
         ours.wait_for("listening on")?;
         c_args.push(addr);
         let c = Peer::spawn("perftest", program.as_ref(), &c_args)?;
-        let out = c.finish("#bytes")?;
-        ours.finish(done)?;
-        (out, program)
+        let out = c.finish(c_expect)?;
+        ours.finish(&done)?;
+        out
     };
+    let name = program;
+    if !row_expected {
+        println!("c_peers: {name} (server) answered the READs; its client, perf, has the result");
+        return Ok(());
+    }
     // The result row: message size and iterations first (its bw server
     // prints the report our client sent).
     let row = c_out.lines().any(|l| {

@@ -5,6 +5,7 @@
 //! the console, which the host parses (see [`crate::report`]).
 
 use crate::markers::{BOOTED, DONE, READY, RESULT, RETRY, RUN, SETUP_FAILED};
+use crate::perf_test::Test as PerfTest;
 use crate::setup::Module;
 use crate::util::sh_quote;
 
@@ -325,17 +326,15 @@ pub const C_PEERS_PROGRAMS: &[&str] = &[C_PEERS_TOOL, "pingpong", "perf"];
 /// trips of 4 KiB take seconds).
 pub const C_PEER_TIMEOUT_SECS: u32 = 180;
 
-/// The C-peer pairings of the single guest, (run name, the tool's
-/// pairing, device): a Rust client against librdmacm's `rdma_server` and
-/// `rdma_client` against a Rust server on rxe0 and on siw0, and
-/// `ibv_rc_pingpong` as server against `pingpong --client` and as client
-/// against `pingpong --server` on rxe0 (not on siw0: an iWARP QP reaches
-/// RTS only through the cm, and ibv_rc_pingpong connects by hand), and
-/// perftest's `ib_write_bw` and `ib_send_lat` against the `perf` tool
-/// in both roles on rxe0 (by hand over TCP) and on siw0 (perftest's `-R`,
-/// through the rdma_cm). The run's name says which C
-/// program is the peer (`_server`: the C program serves); the pairing may
-/// carry arguments of its own.
+/// The C-peer pairings of the single guest besides perftest's
+/// ([`perftest_pairings`]), (run name, the tool's pairing, device): a Rust
+/// client against librdmacm's `rdma_server` and `rdma_client` against a
+/// Rust server on rxe0 and on siw0, and `ibv_rc_pingpong` as server
+/// against `pingpong --client` and as client against `pingpong --server`
+/// on rxe0 (not on siw0: an iWARP QP reaches RTS only through the cm, and
+/// ibv_rc_pingpong connects by hand). The run's name says which C program
+/// is the peer (`_server`: the C program serves); the pairing may carry
+/// arguments of its own.
 pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
     ("c_peer_rdma_server_rxe0", "rdma_server", Kind::Rxe),
     ("c_peer_rdma_client_rxe0", "rdma_client", Kind::Rxe),
@@ -351,47 +350,39 @@ pub const C_PEER_RUNS: &[(&str, &str, Kind)] = &[
         "rc_pingpong_client",
         Kind::Rxe,
     ),
-    (
-        "c_peer_perftest_write_bw_server_rxe0",
-        "perftest_server --test write_bw",
-        Kind::Rxe,
-    ),
-    (
-        "c_peer_perftest_write_bw_client_rxe0",
-        "perftest_client --test write_bw",
-        Kind::Rxe,
-    ),
-    (
-        "c_peer_perftest_send_lat_server_rxe0",
-        "perftest_server --test send_lat",
-        Kind::Rxe,
-    ),
-    (
-        "c_peer_perftest_send_lat_client_rxe0",
-        "perftest_client --test send_lat",
-        Kind::Rxe,
-    ),
-    (
-        "c_peer_perftest_write_bw_server_siw0",
-        "perftest_server --test write_bw",
-        Kind::Siw,
-    ),
-    (
-        "c_peer_perftest_write_bw_client_siw0",
-        "perftest_client --test write_bw",
-        Kind::Siw,
-    ),
-    (
-        "c_peer_perftest_send_lat_server_siw0",
-        "perftest_server --test send_lat",
-        Kind::Siw,
-    ),
-    (
-        "c_peer_perftest_send_lat_client_siw0",
-        "perftest_client --test send_lat",
-        Kind::Siw,
-    ),
 ];
+
+/// The iterations of each perftest pairing (`-n`; the size is the tool's
+/// default, 4096 B): few, for CI's time, yet enough that a lost message
+/// or a miscounted ending stalls the run.
+pub const PERFTEST_ITERS: u32 = 200;
+
+/// perftest's pairings with the `perf` tool: every test the tool offers
+/// (`tools/perf/test_kind.rs`, [`PerfTest::ALL`]: `ib_write_lat`,
+/// `ib_send_lat`, `ib_read_lat`, `ib_write_bw`, `ib_send_bw`), in both
+/// roles (`_server`: perftest serves, `perf --client` connects; `_client`
+/// the other way round), on rxe0 (by hand over TCP) and on siw0
+/// (perftest's `-R`, through the rdma_cm), [`PERFTEST_ITERS`] each:
+/// (run name `c_peer_perftest_<test>_<role>_<device>`, the tool's
+/// pairing, device).
+pub fn perftest_pairings() -> Vec<(String, String, Kind)> {
+    let mut runs = Vec::new();
+    for kind in [Kind::Rxe, Kind::Siw] {
+        for test in PerfTest::ALL {
+            for role in ["server", "client"] {
+                runs.push((
+                    format!("c_peer_perftest_{}_{role}_{}", test.name(), kind.device()),
+                    format!(
+                        "perftest_{role} --test {} --iters {PERFTEST_ITERS}",
+                        test.name()
+                    ),
+                    kind,
+                ));
+            }
+        }
+    }
+    runs
+}
 
 impl GuestRun {
     /// The single guest's C-peer runs ([`C_PEER_RUNS`]): the tool with
@@ -400,8 +391,10 @@ impl GuestRun {
     pub fn c_peers() -> Vec<GuestRun> {
         C_PEER_RUNS
             .iter()
+            .map(|(name, pairing, kind)| (name.to_string(), pairing.to_string(), *kind))
+            .chain(perftest_pairings())
             .map(|(name, pairing, kind)| GuestRun {
-                name: (*name).into(),
+                name,
                 bin: C_PEERS_TOOL.into(),
                 args: pairing
                     .split_whitespace()
@@ -410,7 +403,7 @@ impl GuestRun {
                         "--device".into(),
                         kind.device().into(),
                         "--addr".into(),
-                        Net::Dummy.addr(*kind),
+                        Net::Dummy.addr(kind),
                     ])
                     .collect(),
                 timeout_secs: C_PEER_TIMEOUT_SECS,
@@ -1213,7 +1206,6 @@ mod tests {
     #[test]
     fn c_peer_runs_name_their_device_and_its_address() {
         let runs = GuestRun::c_peers();
-        assert_eq!(runs.len(), C_PEER_RUNS.len());
         assert!(runs.iter().all(|r| r.bin == C_PEERS_TOOL && r.retry_once));
         assert!(runs.iter().all(|r| !is_two_host(&r.name)));
         let s = run_all_script(TEST_CONFIGS, &runs);
@@ -1226,8 +1218,25 @@ mod tests {
         assert!(s.contains("/tests/c_peers rc_pingpong_server --device rxe0 --addr 192.0.2.1\n"));
         // perftest in both roles, against the perf tool (in /tests too).
         assert!(s.contains(
-            "/tests/c_peers perftest_client --test write_bw --device siw0 --addr 198.51.100.1\n"
+            "/tests/c_peers perftest_client --test write_bw --iters 200 --device siw0 --addr 198.51.100.1\n"
         ));
+        // Every test the perf tool offers, both roles, both devices.
+        for test in PerfTest::ALL {
+            for role in ["server", "client"] {
+                for (dev, addr) in [("rxe0", "192.0.2.1"), ("siw0", "198.51.100.1")] {
+                    let name = format!("c_peer_perftest_{}_{role}_{dev}", test.name());
+                    let run = runs.iter().find(|r| r.name == name).expect(&name);
+                    assert_eq!(
+                        run.args.join(" "),
+                        format!(
+                            "perftest_{role} --test {} --iters {PERFTEST_ITERS} --device {dev} --addr {addr}",
+                            test.name()
+                        )
+                    );
+                }
+            }
+        }
+        assert_eq!(runs.len(), C_PEER_RUNS.len() + PerfTest::ALL.len() * 2 * 2);
         assert!(C_PEERS_PROGRAMS.contains(&"perf"));
         assert!(C_PEERS_PROGRAMS.contains(&"pingpong"));
         assert!(s.contains(&format!(

@@ -23,9 +23,10 @@
 //!    and a log, copied to `target/vm/console.log` when qemu exits.
 //! 5. [`report`] reads the markers back and prints the binary ×
 //!    configuration table. The single guest also runs the C-peer pairings
-//!    of [`guest::C_PEER_RUNS`]: `tools/c_peers.rs` against rdma-core's
-//!    `rdma_server`, `rdma_client` and `ibv_rc_pingpong`, unpacked under
-//!    the cache ([`peer::C_PEERS`]), each pairing a row of the table.
+//!    of [`guest::C_PEER_RUNS`] and [`guest::perftest_pairings`]:
+//!    `tools/c_peers.rs` against rdma-core's `rdma_server`, `rdma_client`
+//!    and `ibv_rc_pingpong` and perftest's programs, unpacked under the
+//!    cache ([`peer::C_PEERS`]), each pairing a row of the table.
 //! 6. The `two_host_*` binaries (never run in the single guest) run in a
 //!    second boot of two guests, A and B, joined by a virtual Ethernet link
 //!    ([`qemu::run_two`]), each binary on both at once with its role
@@ -53,6 +54,11 @@ mod layering;
 mod markers;
 mod modinfo;
 mod peer;
+// The perf tool's tests (tools/perf.rs), each paired with perftest's
+// program in the C-peer runs (`guest::perftest_pairings`).
+#[allow(dead_code)]
+#[path = "../../../tools/perf/test_kind.rs"]
+mod perf_test;
 mod qemu;
 mod report;
 mod setup;

@@ -4,7 +4,8 @@
 //! benches/verbs), perftest with libibverbs' rxe and siw providers, and
 //! valgrind (`cargo vm bench`). [`C_PEERS`]: librdmacm's `rdma_server` /
 //! `rdma_client`, libibverbs' `ibv_rc_pingpong` and perftest's
-//! `ib_write_bw` / `ib_send_lat` with their libraries
+//! `ib_write_lat`, `ib_send_lat`, `ib_read_lat`, `ib_write_bw` and
+//! `ib_send_bw` (every test of `tools/perf.rs`) with their libraries
 //! and the providers, the C peers of `tools/c_peers.rs` in `cargo vm
 //! test`. Debian's packages, resolved against the host (what it lacks of
 //! their dependencies comes along), fetched with `apt-get download` and
@@ -63,8 +64,11 @@ const C_PEER_PROGRAMS: &[(&str, &str)] = &[
     ("/usr/bin/rdma_server", "rdmacm-utils"),
     ("/usr/bin/rdma_client", "rdmacm-utils"),
     ("/usr/bin/ibv_rc_pingpong", "ibverbs-utils"),
-    ("/usr/bin/ib_write_bw", "perftest"),
+    ("/usr/bin/ib_write_lat", "perftest"),
     ("/usr/bin/ib_send_lat", "perftest"),
+    ("/usr/bin/ib_read_lat", "perftest"),
+    ("/usr/bin/ib_write_bw", "perftest"),
+    ("/usr/bin/ib_send_bw", "perftest"),
 ];
 
 /// libibverbs loads a provider named by a `.driver` file of this directory
