@@ -754,6 +754,9 @@ fn cm_connect<Q: CmQp>(
         if Instant::now() + RETRY_AFTER >= deadline {
             return Err(format!("{what} to {sa}: {why} ({attempt} attempts)").into());
         }
+        // Said, so that a run whose peer then stays silent shows whether
+        // an earlier attempt may have reached it.
+        println!("perf client: {what}: attempt {attempt} to {sa}: {why}; trying again");
         attempt += 1;
         std::thread::sleep(RETRY_AFTER);
     }
