@@ -38,6 +38,16 @@ fn multicast_log(fake: &RecordingTransport) -> Vec<(u32, sys::ib_uverbs_attach_m
         .collect()
 }
 
+/// The DETACH_MCAST requests the fake received, in order.
+fn detach_log(fake: &RecordingTransport) -> Vec<sys::ib_uverbs_attach_mcast> {
+    let detach = sys::IB_USER_VERBS_CMD_DETACH_MCAST;
+    multicast_log(fake)
+        .into_iter()
+        .filter(|(code, _)| *code == detach)
+        .map(|(_, req)| req)
+        .collect()
+}
+
 fn request(qp_handle: u32, gid: [u8; 16], mlid: u16) -> sys::ib_uverbs_attach_mcast {
     sys::ib_uverbs_attach_mcast {
         gid,
@@ -124,12 +134,7 @@ fn destroy_detaches_every_group_first() {
         ud.attach_mcast(Gid::from_raw(GROUP6), 7).unwrap();
         ud.destroy()
             .unwrap_or_else(|e| panic!("{kind:?}: destroy: {}", e.error));
-        let detach = sys::IB_USER_VERBS_CMD_DETACH_MCAST;
-        let detaches: Vec<_> = multicast_log(&fake)
-            .into_iter()
-            .filter(|(code, _)| *code == detach)
-            .map(|(_, req)| req)
-            .collect();
+        let detaches = detach_log(&fake);
         assert_eq!(
             detaches,
             [request(h, GROUP, 0), request(h, GROUP6, 7)],
@@ -184,12 +189,7 @@ fn dropping_a_qp_detaches_its_groups_then_destroys_it() {
         }
         ud.attach_mcast(Gid::from_raw(GROUP6), 0).unwrap();
         drop(ud);
-        let detach = sys::IB_USER_VERBS_CMD_DETACH_MCAST;
-        let detaches: Vec<_> = multicast_log(&fake)
-            .into_iter()
-            .filter(|(code, _)| *code == detach)
-            .map(|(_, req)| req)
-            .collect();
+        let detaches = detach_log(&fake);
         assert_eq!(
             detaches,
             [request(h, GROUP, 0), request(h, GROUP6, 0)],

@@ -822,6 +822,14 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
     assert_eq!(wc[0].wr_id(), 0x5eed);
 }
 
+/// 64 bytes of `byte`, registered in `pd` for a request to own.
+fn local_in(pd: &crate::ProtectionDomain, byte: u8) -> crate::Local<crate::BufferMr<Vec<u8>>> {
+    let mr = pd
+        .reg_buffer(vec![byte; 64], crate::AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    crate::Local::whole(mr)
+}
+
 /// An `OwnedQp` on siw in ERR (which takes posts, as the kernel's flush
 /// does), with its SQ slots' ids readable and CQEs writable.
 struct OwnedSiw {
@@ -854,11 +862,7 @@ impl OwnedSiw {
     }
 
     fn local(&self, byte: u8) -> crate::Local<crate::BufferMr<Vec<u8>>> {
-        let mr = self
-            .pd
-            .reg_buffer(vec![byte; 64], crate::AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        crate::Local::whole(mr)
+        local_in(&self.pd, byte)
     }
 
     /// The id our post wrote into SQ slot `slot`.
@@ -1318,11 +1322,7 @@ impl AsyncSiw {
     }
 
     fn local(&self, byte: u8) -> crate::Local<crate::BufferMr<Vec<u8>>> {
-        let mr = self
-            .pd
-            .reg_buffer(vec![byte; 64], crate::AccessFlags::LOCAL_WRITE)
-            .unwrap();
-        crate::Local::whole(mr)
+        local_in(&self.pd, byte)
     }
 
     /// One completion event on the CQ's channel.
