@@ -23,8 +23,8 @@ use memmap2::MmapMut;
 use uverbs::command::DeregMr;
 use uverbs::fork::ForkMode;
 use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, ReregError, ReregFallback, ReregFlags,
-    ReregOutcome, ReregPath, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
+    AccessFlags, Context, Errno, MemoryRegion, MrState, RemoteBufferMr, ReregError, ReregFallback,
+    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };
 
 /// What the kernel (6.12) answers a DEREG_MR of a handle that no longer
@@ -928,5 +928,143 @@ rereg_device_test!(
         counts.assert_extra(0, 1, "after dereg");
         assert_handle_gone(&ctx, "strict retarget, then dereg", before.handle);
         drop(pd);
+    }
+);
+
+/// What the remote region of [`remote_buffer_access_changes_through_the_fallback`]
+/// is given: a peer may write it.
+const PEER_WRITABLE: AccessFlags = RW_READ;
+
+/// Every byte of a remote region, copied out.
+fn remote_bytes<B: StableBuffer>(mr: &mut RemoteBufferMr<B>) -> Vec<u8> {
+    let mut out = vec![0; mr.len()];
+    mr.copy_out(0, &mut out).expect("the whole buffer");
+    out
+}
+
+rereg_device_test!(
+    remote_buffer_access_changes_through_the_fallback,
+    |name, ctx, counts, d| {
+        // issue 38, item 4: a RemoteBufferMr whose device refuses ACCESS in
+        // place (siw; rxe on 6.1) gets it by replacement, with the same
+        // outcomes as a MemoryRegion: new keys, the buffer and its bytes
+        // kept, the old registration gone; rxe on 6.12 does it in place.
+        let _serial = serial();
+        ctx.forget_rereg_refusals();
+        // Both PDs first: no object is created between a replacement and
+        // the check that the old handle is gone.
+        let pd1 = alloc_pd(&ctx);
+        let pd2 = alloc_pd(&ctx);
+        let mut mr = pd1
+            .reg_remote_buffer(pattern(anon(MIB), 0x5e), OWNED)
+            .unwrap_or_else(|e| panic!("{name}: reg_remote_buffer: {}", e.error));
+        let before = snap(mr.mr());
+        counts.assert_extra(1, 2, "registered");
+
+        // Strict: in place on rxe 6.12; refused with the region unchanged
+        // where the kernel cannot.
+        match (d, mr.set_access(PEER_WRITABLE)) {
+            (Driver::Rxe, Ok(())) => {
+                assert_keys(name, "strict set_access", true, &before, &snap(mr.mr()));
+                mr.set_access(OWNED)
+                    .unwrap_or_else(|e| panic!("{name}: strict set_access back: {e}"));
+            }
+            (Driver::Siw, Err(e)) => {
+                loud(&format!("{name}: RemoteBufferMr::set_access: {e}"));
+                assert_eq!(
+                    (e.outcome(), e.errno(), e.mr_state()),
+                    (ReregOutcome::Cmd, Errno::OPNOTSUPP, MrState::Old),
+                    "{name}: strict set_access ({e})"
+                );
+            }
+            (d, r) => panic!("{name}: strict set_access as {d:?}: {r:?}"),
+        }
+        assert_eq!(
+            snap(mr.mr()),
+            before,
+            "{name}: strict: the region as it was"
+        );
+
+        // The fallback.
+        let case = "RemoteBufferMr::rereg_with(Replace, ACCESS)";
+        let path = mr
+            .rereg_with(
+                ReregFallback::Replace,
+                ReregFlags::ACCESS,
+                None,
+                PEER_WRITABLE,
+            )
+            .unwrap_or_else(|e| panic!("{name}: {case}: {e}"));
+        let after = snap(mr.mr());
+        loud(&format!(
+            "{name}: {case}: {path:?}: handle {} -> {}, rkey {:#x} -> {:#x}",
+            before.handle, after.handle, before.rkey, after.rkey
+        ));
+        assert_eq!(
+            Some(path),
+            documented_path(d, ReregFlags::ACCESS),
+            "{name}: {case}: the path docs/rereg.md documents"
+        );
+        assert_keys(name, case, path == ReregPath::InPlace, &before, &after);
+        assert_eq!(
+            after,
+            Snapshot {
+                access: PEER_WRITABLE,
+                handle: after.handle,
+                lkey: after.lkey,
+                rkey: after.rkey,
+                ..before
+            },
+            "{name}: {case}: the same memory and PD, the new access"
+        );
+        assert_eq!(mr.rkey(), after.rkey, "{name}: {case}: rkey()");
+        if path == ReregPath::Replaced {
+            assert_handle_gone(&ctx, case, before.handle);
+        }
+        counts.assert_extra(1, 2, &format!("{case}: exactly one live MR"));
+        assert!(
+            has_pattern(&remote_bytes(&mut mr), 0x5e),
+            "{name}: {case}: the bytes are kept"
+        );
+
+        // PD and access together, as a change set.
+        let case = "RemoteBufferMr::apply(Replace, PD | ACCESS)";
+        let h = mr.mr().handle();
+        let change = uverbs::Rereg::new().pd(&pd2).access(OWNED);
+        let path = mr
+            .apply(&change, ReregFallback::Replace)
+            .unwrap_or_else(|e| panic!("{name}: {case}: {e}"));
+        assert_eq!(
+            Some(path),
+            documented_path(d, ReregFlags::PD | ReregFlags::ACCESS),
+            "{name}: {case}"
+        );
+        if path == ReregPath::Replaced {
+            assert_handle_gone(&ctx, case, h);
+        }
+        assert!(mr.mr().is_in(&pd2), "{name}: {case}: in pd2");
+        assert_eq!(mr.mr().access(), OWNED, "{name}: {case}");
+        counts.assert_extra(1, 2, &format!("{case}: exactly one live MR"));
+        pd1.dealloc()
+            .unwrap_or_else(|e| panic!("{name}: {case}: pd1 is free: {}", e.error));
+        let pd2 = dealloc_refused_busy(pd2, &format!("{case}: the region's PD"));
+
+        // A translation is refused before anything is sent.
+        let err = mr
+            .rereg_with(
+                ReregFallback::Replace,
+                ReregFlags::TRANSLATION,
+                None,
+                AccessFlags::empty(),
+            )
+            .expect_err("an owned buffer moves through retarget");
+        assert_eq!(err.outcome(), ReregOutcome::Input, "{name}: {err}");
+
+        let bytes = mr
+            .dereg()
+            .unwrap_or_else(|e| panic!("{name}: dereg: {}", e.error));
+        assert!(has_pattern(&bytes, 0x5e), "{name}: the buffer back, kept");
+        counts.assert_extra(0, 1, "after dereg");
+        drop(pd2);
     }
 );

@@ -543,6 +543,81 @@ fn translation_refused_in_place_then_replaced_retarget() {
     );
 }
 
+/// issue 38, item 4, proven by traffic: a `RemoteBufferMr` registered
+/// without REMOTE_WRITE is given it by `rereg_with(Replace, ACCESS)`. On
+/// siw, and on rxe under Linux 6.1 (no REREG_MR there), the registration is
+/// replaced: a new rkey, under which the peer's WRITE lands byte for byte
+/// and a READ brings the same bytes back, the bytes around it (written
+/// before the change) kept. On rxe under 6.12 the access changes in place,
+/// the rkey stays and the WRITE lands under it: the fallback is not used.
+#[test]
+fn remote_buffer_given_remote_write_by_the_fallback_takes_the_write() {
+    let test = "remote_buffer_given_remote_write_by_the_fallback_takes_the_write";
+    on_each_data_path_device_counted(test, |name, ctx, counts| {
+        let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
+        let expected = match rereg_behaviour(ctx) {
+            Driver::Rxe => ReregPath::InPlace,
+            _ => ReregPath::Replaced,
+        };
+        let before_bytes = pattern(0x38, LEN);
+        let mut mr = rig
+            .q
+            .pd
+            .reg_remote_buffer(
+                before_bytes.clone(),
+                AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ,
+            )
+            .unwrap_or_else(|e| panic!("{name}: reg_remote_buffer: {}", e.error));
+        let k = keys(mr.mr());
+        rig.read_lands(
+            1,
+            at_addr(mr.addr(), mr.rkey()),
+            &mut mr,
+            "REMOTE_READ before the change",
+        );
+
+        let path = mr
+            .rereg_with(ReregFallback::Replace, ReregFlags::ACCESS, None, RW_READ)
+            .unwrap_or_else(|e| panic!("{name}: RemoteBufferMr::rereg_with(Replace, ACCESS): {e}"));
+        assert_eq!(path, expected, "{name}: the path for this kernel");
+        match path {
+            ReregPath::InPlace => same_keys(mr.mr(), k, name),
+            ReregPath::Replaced => assert_replaced(mr.mr(), k, Ok(path), name),
+        }
+        assert_eq!(mr.mr().access(), RW_READ, "{name}");
+        counts.assert_extra(2, 1, "after the change: one registration of the target");
+
+        let remote = at_addr(mr.addr(), mr.rkey());
+        rig.write_lands(
+            2,
+            remote,
+            &mut mr,
+            "the WRITE under the rkey the change left",
+        );
+        rig.read_lands(3, remote, &mut mr, "the READ of it");
+        let bytes = mr
+            .dereg()
+            .unwrap_or_else(|e| panic!("{name}: dereg: {}", e.error));
+        assert_eq!(
+            bytes[..AT],
+            before_bytes[..AT],
+            "{name}: bytes before the WRITE kept"
+        );
+        assert_eq!(
+            bytes[AT..AT + MSG],
+            pattern(2, MSG)[..],
+            "{name}: the WRITE's bytes"
+        );
+        assert_eq!(
+            bytes[AT + MSG..],
+            before_bytes[AT + MSG..],
+            "{name}: bytes after it kept"
+        );
+        drop(rig);
+        assert_all_gone(counts);
+    });
+}
+
 /// The stream's length, its window (signalled WRITEs outstanding at once)
 /// and the bytes of each WRITE (one slot of the window each, in both the
 /// source and the target buffer).
