@@ -740,8 +740,14 @@ impl CompletionQueue {
         }
         // What is here under `qpn` now is stale (the owner has posted
         // nothing yet): read it and drop it; the rest is held as usual.
-        let mut stale = [WorkCompletion::default(); BATCH];
-        while self.poll_routed(Reader::Owner(qpn), &mut stale)? == BATCH {}
+        self.drop_completions_of(qpn)
+    }
+
+    /// Reads every completion under `qpn`, held or in the ring, and drops
+    /// it; the others read meanwhile are held for their readers.
+    fn drop_completions_of(&self, qpn: u32) -> Result<(), Error> {
+        let mut dropped = [WorkCompletion::default(); BATCH];
+        while self.poll_routed(Reader::Owner(qpn), &mut dropped)? == BATCH {}
         Ok(())
     }
 
@@ -758,29 +764,18 @@ impl CompletionQueue {
     }
 
     /// Unregisters the owner of QP `qpn`, just destroyed, and drops its
-    /// completions: those held, and those still in the ring (read now,
-    /// holding the others for their readers). After `DESTROY_QP` the
-    /// kernel adds none of its, so nothing of the dead QP stays here for a
-    /// plain poll nobody makes. In a forked child only the owner is
-    /// forgotten: the ring is the parent's.
+    /// completions: those still in the ring (read now, holding the others
+    /// for their readers), then those another reader held for it meanwhile.
+    /// After `DESTROY_QP` the kernel adds none of its, so nothing of the
+    /// dead QP stays here for a plain poll nobody makes. A read that fails
+    /// (a forked child, whose ring is the parent's; siw's ring after a
+    /// destroy of the CQ through another handle) leaves nothing more to
+    /// drop there.
     pub(crate) fn forget(&self, qpn: u32) {
-        let mut routing = self.inner.routing.lock();
-        routing.forget(qpn);
-        if !self.inner.origin.is_current() {
-            return;
-        }
-        let mut ring = self.inner.ring.lock();
-        let mut dropped = [WorkCompletion::default(); BATCH];
-        loop {
-            let mut read = [WorkCompletion::default(); BATCH];
-            // A ring that cannot be read (siw's, after a destroy of the CQ
-            // through another handle) holds nothing more to drop.
-            let got = ring.poll(&mut read).unwrap_or(0);
-            routing.sort(Reader::Owner(qpn), &read[..got], &mut dropped, 0);
-            if got < BATCH {
-                break;
-            }
-        }
+        // Still the owner while reading: another reader holds what it
+        // finds under `qpn`, and the forget below drops that too.
+        let _ = self.drop_completions_of(qpn);
+        self.inner.routing.lock().forget(qpn);
     }
 
     /// Arms the CQ: its next completion, or with `solicited_only` its next

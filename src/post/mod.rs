@@ -875,15 +875,11 @@ impl<M: DeviceReadable> OwnedQp<M> {
     #[inline]
     pub(crate) fn poll_each(&self, mut f: impl FnMut(u64, Completed<M>)) -> Result<usize, Error> {
         let mut t = self.lock();
-        let mut ended = 0;
-        if !t.reset.is_empty() {
-            for (key, completed) in t.reset.drain(..) {
-                f(key, completed);
-                ended += 1;
-            }
+        let handed_back = t.reset.len();
+        for (key, completed) in t.reset.drain(..) {
+            f(key, completed);
         }
-        ended += self.poll_cqs(&mut t, &mut f)?;
-        Ok(ended)
+        Ok(handed_back + self.poll_cqs(&mut t, &mut f)?)
     }
 
     /// Moves the QP to ERR, which completes every outstanding request with
@@ -974,10 +970,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
         match destroyed {
             Ok(_) => {
                 forget_routing(qpn, cqs);
-                let sends = t.sq.take_all().into_iter().map(|e| (e, false));
-                let recvs = t.rq.take_all().into_iter().map(|e| (e, true));
-                for (entry, is_recv) in sends.chain(recvs) {
-                    let (key, completed) = entry.end(Ended::Destroyed, is_recv);
+                for (key, completed) in t.end_all(Ended::Destroyed) {
                     f(key, completed);
                 }
                 Ok(())
@@ -1077,15 +1070,7 @@ impl<M> OwnedQp<M> {
         // loses none: what it did not end comes back as Ended::Reset, and
         // its completion, read later, ends nothing.
         let _ = self.poll_cqs(&mut t, &mut |key, completed| reset.push((key, completed)));
-        let sends =
-            t.sq.take_all()
-                .into_iter()
-                .map(|e| e.end(Ended::Reset, false));
-        let recvs =
-            t.rq.take_all()
-                .into_iter()
-                .map(|e| e.end(Ended::Reset, true));
-        reset.extend(sends.chain(recvs));
+        reset.extend(t.end_all(Ended::Reset));
         t.reset = reset;
         Ok(())
     }
@@ -1249,6 +1234,15 @@ impl<M> Tables<M> {
         self.sq.is_empty() && self.rq.is_empty()
     }
 
+    /// Takes every outstanding request out, sends then receives, each
+    /// ended as `how` with its key: for when the device reaches none of
+    /// them any more.
+    fn end_all(&mut self, how: Ended) -> Vec<(u64, Completed<M>)> {
+        let sends = self.sq.take_all().into_iter().map(|e| e.end(how, false));
+        let recvs = self.rq.take_all().into_iter().map(|e| e.end(how, true));
+        sends.chain(recvs).collect()
+    }
+
     /// Leaks the outstanding requests (their memory is never freed): for
     /// when the device may still use it.
     fn leak_outstanding(&mut self) {
@@ -1288,6 +1282,7 @@ impl<M> Drop for OwnedQp<M> {
             t.leak_outstanding();
             return;
         }
+        let busy = !t.is_idle();
         // The outstanding requests are freed only below, once the QP is
         // destroyed. Should anything unwind before that, they are leaked,
         // never freed under the device.
@@ -1295,7 +1290,6 @@ impl<M> Drop for OwnedQp<M> {
         // Stop the device first (ERR flushes the queues), then destroy the
         // QP (its multicast groups detached first): after DESTROY_QP the
         // device reaches none of the memory.
-        let busy = leak_on_unwind.0.as_ref().is_some_and(|t| !t.is_idle());
         if busy && qp.state() != QpState::Err {
             let _ = qp.modify(&QpAttr::new().state(QpState::Err));
         }
