@@ -457,10 +457,30 @@ impl<B: StableBuffer> BufferMr<B> {
         pd: Option<&ProtectionDomain>,
         access: AccessFlags,
     ) -> Result<ReregPath, ReregError> {
-        // SAFETY: `apply` refuses TRANSLATION before anything is sent, and
-        // without it no new memory is handed to the device.
+        self.rereg_pd_access(fallback, flags, pd, access, false)
+    }
+
+    /// The body of both regions' `rereg_with`: [`apply`](Self::apply), or
+    /// with `any_access` [`apply_any_access`](Self::apply_any_access), of
+    /// the change set of `flags`, `pd` and `access`.
+    pub(crate) fn rereg_pd_access(
+        &mut self,
+        fallback: ReregFallback,
+        flags: ReregFlags,
+        pd: Option<&ProtectionDomain>,
+        access: AccessFlags,
+        any_access: bool,
+    ) -> Result<ReregPath, ReregError> {
+        // SAFETY: both `apply`s refuse TRANSLATION before anything is sent,
+        // and without it no new memory is handed to the device (a
+        // replacement registers the buffer this region owns and keeps
+        // registered).
         let change = unsafe { Rereg::raw(flags, pd, std::ptr::null_mut(), 0, access) };
-        self.apply(&change, fallback)
+        if any_access {
+            self.apply_any_access(&change, fallback)
+        } else {
+            self.apply(&change, fallback)
+        }
     }
 
     /// Points the region at `new` (`IBV_REREG_MR_CHANGE_TRANSLATION`) and

@@ -311,11 +311,8 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
         pd: Option<&ProtectionDomain>,
         access: AccessFlags,
     ) -> Result<ReregPath, ReregError> {
-        // SAFETY: `apply` refuses TRANSLATION before anything is sent, and
-        // without it no new memory is handed to the device (a replacement
-        // registers the buffer this region owns and keeps registered).
-        let change = unsafe { Rereg::raw(flags, pd, std::ptr::null_mut(), 0, access) };
-        self.apply(&change, fallback)
+        self.inner
+            .rereg_pd_access(fallback, flags, pd, access, true)
     }
 
     /// Points the region at `new`, as [`BufferMr::retarget`] does, and
