@@ -238,17 +238,25 @@ struct Task {
 }
 
 impl Task {
-    async fn run(self) {
+    /// The task's future. The guard is made here, outside the async
+    /// body, so that it lives in the future from the start: a runtime
+    /// that drops the task before ever polling it still ends the dispatch.
+    fn run(self) -> impl std::future::Future<Output = ()> + Send + 'static {
         // Until the loop says otherwise: the runtime dropped the task.
-        let mut exit = EndOnExit {
+        let exit = EndOnExit {
             dispatch: self.dispatch.clone(),
             errno: Errno::CANCELED,
         };
-        exit.errno = match self.serve().await {
-            // The last handle is gone: no QP is left to tell.
-            Ok(()) => Errno::CANCELED,
-            Err(e) => e.errno().unwrap_or(Errno::IO),
-        };
+        async move {
+            // Moves the whole guard in: a use of one field alone would
+            // capture (copy) only that field and drop the guard here.
+            let mut exit = exit;
+            exit.errno = match self.serve().await {
+                // The last handle is gone: no QP is left to tell.
+                Ok(()) => Errno::CANCELED,
+                Err(e) => e.errno().unwrap_or(Errno::IO),
+            };
+        }
     }
 
     async fn serve(&self) -> Result<(), Error> {

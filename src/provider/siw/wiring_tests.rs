@@ -1407,6 +1407,38 @@ async fn requests_posted_before_wrapping_resolve_to_their_own_futures() {
     assert_eq!((qp.outstanding(), qp.waiting()), ((0, 0), 0));
 }
 
+/// A CQ's task that its runtime drops before ever polling it still ends
+/// the CQ: a current-thread runtime runs spawned tasks only while it
+/// waits, and `block_on` here never waits. Before the fix the guard that
+/// ends the dispatch was made inside the task's body, so this CQ looked
+/// alive forever and a QP wrapped with it would wait for nothing.
+#[cfg(all(feature = "tokio", not(miri)))]
+#[test]
+fn a_task_dropped_before_its_first_poll_still_ends_its_cq() {
+    let (_fake, ctx) = siw_ctx();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let never_polled = runtime
+        .block_on(async { crate::tokio::AsyncCq::new(&ctx, 4) })
+        .unwrap();
+    drop(runtime);
+    let pd = ctx.alloc_pd().unwrap();
+    let mut init = QpInit::new(QpType::Rc, never_polled.cq(), never_polled.cq());
+    init.max_send_wr = NUM_SQE;
+    init.max_recv_wr = NUM_RQE;
+    let qp: crate::OwnedQp<crate::BufferMr<Vec<u8>>> =
+        crate::OwnedQp::new(pd.create_qp(&init).unwrap()).unwrap();
+    let refused = crate::tokio::AsyncQp::new(qp, &[&never_polled]).unwrap_err();
+    assert_eq!(
+        refused.error.errno(),
+        Some(Errno::CANCELED),
+        "{}",
+        refused.error
+    );
+}
+
 /// Issue 38, defect 6: `AsyncQp::new` refused because one CQ's task has
 /// ended, while the other CQ's task polls without pause. Before the fix
 /// the QP was registered with the busy task first, which could hold it at
