@@ -161,6 +161,17 @@ stable_deref_buffer!(
 /// If deregistration fails when the region is dropped, the buffer is leaked
 /// rather than freed under the device.
 ///
+/// **Peers' READs on siw.** siw keeps sending an RDMA READ response from
+/// the registered pages after `DEREG_MR` returned (measured between two
+/// hosts: 99 % of an 8 MiB READ carried bytes written after the dereg, and
+/// the READ succeeded). So on siw a region that has had
+/// [`AccessFlags::REMOTE_READ`] hands its buffer back ([`dereg`](Self::dereg),
+/// [`retarget`](Self::retarget)) only after
+/// [`assume_peer_reads_done`](Self::assume_peer_reads_done), the caller's
+/// word that the peers' READs completed; dropping it before deregisters it
+/// and leaks the buffer. [`peer_reads_outlive_dereg`](Self::peer_reads_outlive_dereg)
+/// says whether this applies; on rxe and hardware it never does.
+///
 /// The buffer moved into the region is gone from the caller's hands:
 /// ```compile_fail,E0382
 /// # fn f(pd: &uverbs::ProtectionDomain) {
@@ -192,11 +203,21 @@ pub struct BufferMr<B: StableBuffer> {
     /// until the context is closed, which this region keeps open, so the
     /// buffer is never handed back nor freed.
     reached_elsewhere: bool,
+    /// Set while a peer may have READs of the buffer that deregistration
+    /// would not stop: the driver's `DEREG_MR` does not fence READ
+    /// responses (siw) and the region has let peers read. The buffer is
+    /// then handed back only after
+    /// [`assume_peer_reads_done`](BufferMr::assume_peer_reads_done).
+    peer_reads_unfenced: bool,
 }
 
 /// Why a [`BufferMr`] whose buffer an abandoned registration still reaches
 /// hands it back no more.
 const REACHED_ELSEWHERE: &str = "a failed replacement left a registration of this buffer in the kernel until the context is closed (ReregError::new_range_still_registered): the buffer is never handed back; dropping the region leaks it";
+
+/// Why a [`BufferMr`] that peers may still be reading through siw hands its
+/// buffer back no more.
+const PEER_READS_UNFENCED: &str = "siw sends an RDMA READ response from the registered pages even after DEREG_MR returns (it checks the key once per READ and TCP holds the pages until acknowledged), so a buffer peers could read comes back only after `assume_peer_reads_done` (the peers' READs of it have completed); dropping the region deregisters it and leaks the buffer";
 
 /// The region and its buffer. The buffer is in a `ManuallyDrop` so that it
 /// is freed only where the code says so, after the kernel let go of it: a
@@ -314,10 +335,82 @@ impl<B: StableBuffer> BufferMr<B> {
     }
 
     fn from_parts(mr: MemoryRegion, buffer: ManuallyDrop<B>) -> Self {
-        BufferMr {
+        let mut region = BufferMr {
             parts: Some(Parts { mr, buffer }),
             reached_elsewhere: false,
+            peer_reads_unfenced: false,
+        };
+        region.note_peer_reads();
+        region
+    }
+
+    /// The region over its old buffer after a refused change (retarget,
+    /// dereg): its note of peer READs as before the call, which the caller
+    /// had cleared (the methods that hand buffers back refuse otherwise).
+    fn kept(mr: MemoryRegion, buffer: ManuallyDrop<B>) -> Self {
+        let mut region = BufferMr::from_parts(mr, buffer);
+        region.peer_reads_unfenced = false;
+        region
+    }
+
+    /// Notes that peers may READ the buffer now, where deregistration would
+    /// not stop their READs (siw). Called after every registration and
+    /// access change: the note stays until
+    /// [`assume_peer_reads_done`](Self::assume_peer_reads_done), since a
+    /// READ taken under an earlier access may still be sending.
+    pub(crate) fn note_peer_reads(&mut self) {
+        let mr = &self.parts().mr;
+        if mr.access().contains(AccessFlags::REMOTE_READ)
+            && !mr.context().inner.provider.dereg_fences_peer_reads()
+        {
+            self.peer_reads_unfenced = true;
         }
+    }
+
+    /// True while [`dereg`](Self::dereg) and [`retarget`](Self::retarget)
+    /// refuse to hand the buffer back because a peer's RDMA READ of it may
+    /// outlive deregistration: on siw, once the region has had
+    /// [`AccessFlags::REMOTE_READ`], until
+    /// [`assume_peer_reads_done`](Self::assume_peer_reads_done). Always
+    /// false where `DEREG_MR` fences READs (rxe, hardware).
+    pub fn peer_reads_outlive_dereg(&self) -> bool {
+        self.peer_reads_unfenced
+    }
+
+    /// Says that no RDMA READ of the buffer is in flight or will come, so
+    /// that [`dereg`](Self::dereg) and [`retarget`](Self::retarget) may
+    /// hand it back (and dropping the region frees it) on siw.
+    ///
+    /// siw, unlike rxe and hardware, keeps sending a READ response from the
+    /// registered pages after `DEREG_MR` returns; TCP may even resend them
+    /// until the peer acknowledges. Handed back at once, the buffer could
+    /// be refilled (or, freed, reused for anything) while those bytes still
+    /// go to the peer. The usual proof is the peer's word: a message it
+    /// sends after its READs of the region completed, or its orderly close.
+    ///
+    /// # Safety
+    ///
+    /// Every RDMA READ that a peer issued against this region (under any
+    /// of its keys) has completed at that peer, and no peer issues another
+    /// before the region is deregistered. Nothing in this process can
+    /// check it; breaking it does not corrupt this process, but can send
+    /// whatever the buffer holds later to the peer.
+    ///
+    /// ```no_run
+    /// # fn f(mut mr: uverbs::BufferMr<Vec<u8>>) -> Result<(), Box<dyn std::error::Error>> {
+    /// // ... the peer's message "my READs are done" arrived ...
+    /// // SAFETY: the peer READs this region only before that message.
+    /// unsafe { mr.assume_peer_reads_done() };
+    /// let buffer: Vec<u8> = mr.dereg()?;
+    /// # Ok(()) }
+    /// ```
+    pub unsafe fn assume_peer_reads_done(&mut self) {
+        self.peer_reads_unfenced = false;
+    }
+
+    /// `Input` for a buffer that a peer's READ may still be sending from.
+    fn peer_reads_refusal(&self) -> Option<&'static str> {
+        self.peer_reads_unfenced.then_some(PEER_READS_UNFENCED)
     }
 
     fn parts(&self) -> &Parts<B> {
@@ -433,6 +526,7 @@ impl<B: StableBuffer> BufferMr<B> {
         {
             self.reached_elsewhere = true;
         }
+        self.note_peer_reads();
         result
     }
 
@@ -490,7 +584,10 @@ impl<B: StableBuffer> BufferMr<B> {
     ///
     /// On failure both buffers come back with the outcome: the region keeps
     /// its old buffer when it is still valid, and is deregistered when the
-    /// failed command left it undefined.
+    /// failed command left it undefined. On siw, a region peers could READ
+    /// is refused first (`Input`, nothing sent, the region kept) until
+    /// [`assume_peer_reads_done`](Self::assume_peer_reads_done), as
+    /// [`dereg`](Self::dereg) is.
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -507,8 +604,12 @@ impl<B: StableBuffer> BufferMr<B> {
         new: B,
         fallback: ReregFallback,
     ) -> Result<Retargeted<B>, RetargetError<B>> {
-        if self.reached_elsewhere {
-            let error = self.parts().mr.input_error(REACHED_ELSEWHERE);
+        let refusal = match self.reached_elsewhere {
+            true => Some(REACHED_ELSEWHERE),
+            false => self.peer_reads_refusal(),
+        };
+        if let Some(reason) = refusal {
+            let error = self.parts().mr.input_error(reason);
             return Err(RetargetError {
                 error,
                 buffers: RetargetBuffers::Kept {
@@ -567,7 +668,7 @@ impl<B: StableBuffer> BufferMr<B> {
                 Err(RetargetError {
                     error,
                     buffers: RetargetBuffers::Kept {
-                        mr: BufferMr::from_parts(mr, old),
+                        mr: BufferMr::kept(mr, old),
                         new,
                     },
                 })
@@ -584,7 +685,7 @@ impl<B: StableBuffer> BufferMr<B> {
                 Err(DeregError { mr, .. }) => Err(RetargetError {
                     error,
                     buffers: RetargetBuffers::Kept {
-                        mr: BufferMr::from_parts(mr, old),
+                        mr: BufferMr::kept(mr, old),
                         new: None,
                     },
                 }),
@@ -593,7 +694,10 @@ impl<B: StableBuffer> BufferMr<B> {
     }
 
     /// Deregisters and hands the buffer back; on failure the region comes
-    /// back still registered, with its buffer. After a failed replacement
+    /// back still registered, with its buffer. On siw, a region peers could
+    /// READ is refused first ([`Error::InvalidInput`], nothing sent, still
+    /// registered) until [`assume_peer_reads_done`](Self::assume_peer_reads_done):
+    /// see the type's docs. After a failed replacement
     /// that left a registration of the buffer behind
     /// ([`ReregError::new_range_still_registered`] from
     /// [`apply`](Self::apply) or [`rereg_with`](Self::rereg_with)) nothing
@@ -603,16 +707,20 @@ impl<B: StableBuffer> BufferMr<B> {
     /// buffer. [`retarget`](Self::retarget) refuses then too.
     #[doc(alias = "ibv_dereg_mr")]
     pub fn dereg(self) -> Result<B, BufferDeregError<B>> {
-        if self.reached_elsewhere {
+        let refusal = match self.reached_elsewhere {
+            true => Some(REACHED_ELSEWHERE),
+            false => self.peer_reads_refusal(),
+        };
+        if let Some(reason) = refusal {
             let device = &self.parts().mr.context().inner.device;
-            let error = Error::input(Op::DeregMr, device, REACHED_ELSEWHERE);
+            let error = Error::input(Op::DeregMr, device, reason);
             return Err(BufferDeregError { mr: self, error });
         }
         let Parts { mr, buffer } = self.into_parts();
         match mr.dereg() {
             Ok(()) => Ok(ManuallyDrop::into_inner(buffer)),
             Err(DeregError { mr, error }) => Err(BufferDeregError {
-                mr: BufferMr::from_parts(mr, buffer),
+                mr: BufferMr::kept(mr, buffer),
                 error,
             }),
         }
@@ -632,9 +740,10 @@ impl<B: StableBuffer> Drop for BufferMr<B> {
         if let Some(Parts { mr, buffer }) = self.parts.take() {
             // Freed only once the kernel let go; if it refused (or this is a
             // forked child, where the registration is the parent's), or an
-            // abandoned registration still reaches the buffer, the pages
-            // may still be reached: leak them.
-            if mr.dereg().is_ok() && !self.reached_elsewhere {
+            // abandoned registration still reaches the buffer, or a peer's
+            // READ may still be sending from it (siw), the pages may still
+            // be reached: leak them.
+            if mr.dereg().is_ok() && !self.reached_elsewhere && !self.peer_reads_unfenced {
                 drop(ManuallyDrop::into_inner(buffer));
             }
         }

@@ -227,7 +227,29 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
     /// (a packet past the access check may still be landing): only
     /// [`dereg`](Self::dereg) does.
     pub fn set_access(&mut self, access: AccessFlags) -> Result<(), ReregError> {
-        self.inner.mr_mut().set_access(access)
+        let result = self.inner.mr_mut().set_access(access);
+        self.inner.note_peer_reads();
+        result
+    }
+
+    /// True while [`dereg`](Self::dereg) and [`retarget`](Self::retarget)
+    /// refuse because a peer's RDMA READ of the buffer may outlive
+    /// deregistration (siw); see [`BufferMr::peer_reads_outlive_dereg`].
+    pub fn peer_reads_outlive_dereg(&self) -> bool {
+        self.inner.peer_reads_outlive_dereg()
+    }
+
+    /// Says that no RDMA READ of the buffer is in flight or will come; see
+    /// [`BufferMr::assume_peer_reads_done`].
+    ///
+    /// # Safety
+    ///
+    /// As for [`BufferMr::assume_peer_reads_done`]: every RDMA READ a peer
+    /// issued against this region has completed at that peer, and no peer
+    /// issues another before the region is deregistered.
+    pub unsafe fn assume_peer_reads_done(&mut self) {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.assume_peer_reads_done() }
     }
 
     /// Moves the region to another PD, strictly; see
@@ -332,7 +354,10 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
     }
 
     /// Deregisters and hands the buffer back, now out of every peer's
-    /// reach; on failure the region comes back still registered.
+    /// reach; on failure the region comes back still registered. On siw, a
+    /// region peers could READ is refused first (`InvalidInput`, nothing
+    /// sent) until [`assume_peer_reads_done`](Self::assume_peer_reads_done);
+    /// see [`BufferMr`]'s docs.
     #[doc(alias = "ibv_dereg_mr")]
     pub fn dereg(self) -> Result<B, RemoteDeregError<B>> {
         self.inner

@@ -788,3 +788,166 @@ fn abandon_next_replacement(fake: &RecordingTransport) {
     fake.fail_next(DEREG, Errno::IO);
     fake.fail_next(DEREG, Errno::IO);
 }
+
+/// A fresh fake kernel posing as siw (whose `DEREG_MR` does not stop READ
+/// responses), and a PD in it.
+fn siw_setup() -> (Arc<RecordingTransport>, ProtectionDomain) {
+    let fake = Arc::new(RecordingTransport::new());
+    let ctx = uverbs::Context::with_transport(
+        "siw_fake0",
+        Some(uverbs::DriverId::SIW),
+        Box::new(fake.clone()),
+        &OpenOptions::new(),
+    )
+    .unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    (fake, pd)
+}
+
+/// Issue 38 item 5: on siw a READ response keeps sending from the pages
+/// after `DEREG_MR` returned, so a peer-readable buffer is handed back only
+/// once the caller said the peers' READs are done. Before that, `dereg`
+/// and `retarget` refuse with `InvalidInput`, sending nothing and keeping
+/// the region registered with its buffer; afterwards both work as ever.
+/// For BufferMr and RemoteBufferMr alike.
+#[test]
+fn on_siw_a_peer_readable_buffer_comes_back_only_after_the_peers_reads() {
+    for remote in [false, true] {
+        let what = if remote { "RemoteBufferMr" } else { "BufferMr" };
+        let (fake, pd) = siw_setup();
+        let (buf, dropped, early) = watched(&fake);
+        let (again, _, _) = watched(&fake);
+        let sent;
+        let (dereg_err, retarget_err, buf) = if remote {
+            let mr = pd.reg_remote_buffer(buf, PEER_WRITABLE).unwrap();
+            assert!(mr.peer_reads_outlive_dereg(), "{what}");
+            sent = fake.count();
+            let e = mr.dereg().unwrap_err();
+            let dereg_err = e.error;
+            let r = e.mr.retarget(again, ReregFallback::Replace).unwrap_err();
+            let RetargetBuffers::Kept { mut mr, new } = r.buffers else {
+                panic!("{what}: the region must be kept")
+            };
+            assert!(new.is_some(), "{what}: the new buffer back");
+            assert_eq!(fake.count(), sent, "{what}: nothing sent");
+            // SAFETY: no peer exists: nothing reads the region.
+            unsafe { mr.assume_peer_reads_done() };
+            assert!(!mr.peer_reads_outlive_dereg(), "{what}");
+            (dereg_err, r.error, mr.dereg().unwrap())
+        } else {
+            let mr = pd.reg_buffer(buf, OWNED).unwrap();
+            assert!(mr.peer_reads_outlive_dereg(), "{what}");
+            sent = fake.count();
+            let e = mr.dereg().unwrap_err();
+            let dereg_err = e.error;
+            let r = e.mr.retarget(again, ReregFallback::Replace).unwrap_err();
+            let RetargetBuffers::Kept { mut mr, new } = r.buffers else {
+                panic!("{what}: the region must be kept")
+            };
+            assert!(new.is_some(), "{what}: the new buffer back");
+            assert_eq!(fake.count(), sent, "{what}: nothing sent");
+            // SAFETY: no peer exists: nothing reads the region.
+            unsafe { mr.assume_peer_reads_done() };
+            assert!(!mr.peer_reads_outlive_dereg(), "{what}");
+            (dereg_err, r.error, mr.dereg().unwrap())
+        };
+        assert_eq!(dereg_err.op(), uverbs::Op::DeregMr, "{what}: {dereg_err}");
+        assert!(
+            matches!(dereg_err, uverbs::Error::InvalidInput { .. }),
+            "{what}: {dereg_err:?}"
+        );
+        assert!(
+            dereg_err.to_string().contains("assume_peer_reads_done"),
+            "{what}: the error names the way out: {dereg_err}"
+        );
+        assert_eq!(retarget_err.outcome(), ReregOutcome::Input, "{what}");
+        assert_eq!(retarget_err.mr_state(), MrState::Old, "{what}");
+        assert_eq!(fake.count(), sent + 1, "{what}: one DEREG_MR, at the end");
+        assert_eq!(fake.live_mrs(), 0, "{what}");
+        assert!(
+            !dropped.load(Ordering::SeqCst),
+            "{what}: handed back, not dropped"
+        );
+        drop(buf);
+        assert!(dropped.load(Ordering::SeqCst), "{what}");
+        assert!(!early.load(Ordering::SeqCst), "{what}");
+    }
+}
+
+/// On siw, dropping a region peers could read deregisters it and leaks the
+/// buffer: freeing it could hand memory to the allocator that a READ
+/// response still sends from.
+#[test]
+fn on_siw_a_dropped_peer_readable_buffer_is_deregistered_and_leaked() {
+    for remote in [false, true] {
+        let what = if remote { "RemoteBufferMr" } else { "BufferMr" };
+        let (fake, pd) = siw_setup();
+        let (buf, dropped, _) = watched(&fake);
+        if remote {
+            drop(pd.reg_remote_buffer(buf, PEER_WRITABLE).unwrap());
+        } else {
+            drop(pd.reg_buffer(buf, OWNED).unwrap());
+        }
+        assert_eq!(fake.live_mrs(), 0, "{what}: deregistered");
+        assert!(
+            !dropped.load(Ordering::SeqCst),
+            "{what}: leaked, never freed"
+        );
+    }
+}
+
+/// Where `DEREG_MR` fences READs (here a driver the crate does not know,
+/// taken to be hardware), or on siw where peers could never read the
+/// region, the buffer comes back at once and a drop frees it.
+#[test]
+fn a_buffer_no_unfenced_read_can_reach_comes_back_at_once() {
+    let (fake, pd) = setup();
+    let mr = pd.reg_buffer(vec![1u8; 4096], OWNED).unwrap();
+    assert!(!mr.peer_reads_outlive_dereg());
+    assert_eq!(mr.dereg().unwrap().len(), 4096);
+    assert_eq!(fake.live_mrs(), 0);
+
+    let (fake, pd) = siw_setup();
+    let (buf, dropped, _) = watched(&fake);
+    let mr = pd.reg_buffer(buf, AccessFlags::LOCAL_WRITE).unwrap();
+    assert!(!mr.peer_reads_outlive_dereg());
+    drop(mr);
+    assert!(dropped.load(Ordering::SeqCst), "freed after deregistration");
+    let mr = pd
+        .reg_buffer(vec![2u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    assert_eq!(mr.dereg().unwrap(), vec![2u8; 4096]);
+}
+
+/// The note is sticky: a region that let peers read keeps refusing after
+/// REMOTE_READ is taken away (a READ taken before may still be sending),
+/// and one that gains REMOTE_READ by replacement starts refusing.
+#[test]
+fn on_siw_remote_read_granted_at_any_time_counts() {
+    let (fake, pd) = siw_setup();
+    let mut mr = pd
+        .reg_buffer(vec![1u8; 4096], AccessFlags::LOCAL_WRITE)
+        .unwrap();
+    assert!(!mr.peer_reads_outlive_dereg());
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    let path = mr
+        .rereg_with(ReregFallback::Replace, ReregFlags::ACCESS, None, OWNED)
+        .unwrap();
+    assert_eq!(path, ReregPath::Replaced);
+    assert!(mr.peer_reads_outlive_dereg(), "granted by replacement");
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::OPNOTSUPP);
+    mr.rereg_with(
+        ReregFallback::Replace,
+        ReregFlags::ACCESS,
+        None,
+        AccessFlags::LOCAL_WRITE,
+    )
+    .unwrap();
+    assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
+    assert!(mr.peer_reads_outlive_dereg(), "taken away: still noted");
+    let mut mr = mr.dereg().unwrap_err().mr;
+    // SAFETY: no peer exists: nothing reads the region.
+    unsafe { mr.assume_peer_reads_done() };
+    assert_eq!(mr.dereg().unwrap(), vec![1u8; 4096]);
+    assert_eq!(fake.live_mrs(), 0);
+}

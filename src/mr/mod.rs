@@ -249,6 +249,14 @@ impl MemoryRegion {
 
     /// Deregisters now and reports the kernel's answer; on failure the MR is
     /// handed back, still registered (dropping it tries again).
+    ///
+    /// On siw this is no fence for the peers' RDMA READs: a READ response
+    /// already started keeps sending from the memory after `DEREG_MR`
+    /// returned (TCP may even resend it until acknowledged), so bytes
+    /// written there later can still reach the peer. Reuse memory peers
+    /// could read only once they said their READs completed. rxe and
+    /// hardware stop at deregistration. [`BufferMr`](crate::BufferMr)
+    /// enforces this ([`BufferMr::assume_peer_reads_done`](crate::BufferMr::assume_peer_reads_done)).
     #[doc(alias = "ibv_dereg_mr")]
     pub fn dereg(mut self) -> Result<(), DeregError> {
         match self.dereg_in_place() {

@@ -51,6 +51,9 @@ pub(crate) trait Driver {
     const CREATE_QP_UHW_OUT: usize;
     /// Why its rings cannot be used on this CPU, if they cannot.
     const DATA_PATH_REFUSAL: Option<&'static str> = None;
+    /// Whether `DEREG_MR` stops the RDMA READ responses being sent from
+    /// the region: once it returns, no byte of it leaves (hardware, rxe).
+    const DEREG_FENCES_PEER_READS: bool = true;
 
     /// A CQ's ring.
     type Cq: CompletionRing;
@@ -199,6 +202,12 @@ impl Provider {
     /// Driver-private REG_MR input, and the size of its output.
     pub(crate) fn reg_mr_uhw(self) -> (&'static [u8], usize) {
         with_driver!(self, D => D::REG_MR_UHW, Generic => (&[], 0))
+    }
+
+    /// Whether `DEREG_MR` stops READ responses from the region (unknown
+    /// drivers are taken to be hardware, which does).
+    pub(crate) fn dereg_fences_peer_reads(self) -> bool {
+        with_driver!(self, D => D::DEREG_FENCES_PEER_READS, Generic => true)
     }
 
     /// True when the kernel's answer `errno` to a REREG_MR with `flags`

@@ -123,6 +123,13 @@ impl Driver for Siw {
         true => None,
         false => Some(WEAKLY_ORDERED_CPU),
     };
+    /// siw checks a READ's key once, when its response starts
+    /// (`siw_check_sgl_tx`), keeps a reference to the memory until the last
+    /// byte is handed to TCP, and hands pages of 4 KiB and more to TCP by
+    /// reference (`MSG_SPLICE_PAGES`, kept until acknowledged):
+    /// `siw_dereg_mr` only clears the key. Bytes written after it returned
+    /// still reach the peer (docs/data-path.md, issue 38).
+    const DEREG_FENCES_PEER_READS: bool = false;
 
     type Cq = rings::CqRing;
     type Sq = rings::SendQueue;
