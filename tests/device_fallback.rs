@@ -808,6 +808,9 @@ fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
         .unwrap_or_else(|e| panic!("{name}: {case}: reg_buffer: {}", e.error));
     let before = snap(&mr);
     mr.buffer_mut()[0] ^= 0xff; // written through the region, must come back
+                                // SAFETY: no peer knows this region's rkey: nothing READs it (siw
+                                // hands a peer-readable buffer back only after this; issue 38).
+    unsafe { mr.assume_peer_reads_done() };
     let result = mr.retarget(pattern(new, 0x3c), ReregFallback::Replace);
     let Retargeted {
         mr: mut moved,
@@ -858,6 +861,9 @@ fn retarget_replace<B: StableBuffer>(ctx: &Dut, what: &str, old: B, new: B) {
     if path == ReregPath::Replaced {
         assert_handle_gone(ctx, &format!("{case}, then ACCESS"), h);
     }
+    // SAFETY: no peer knows this region's rkey: nothing READs it (siw
+    // hands a peer-readable buffer back only after this; issue 38).
+    unsafe { moved.assume_peer_reads_done() };
     let back = match moved.dereg() {
         Ok(b) => b,
         Err(e) => panic!("{name}: {case}: dereg: {e}"),
@@ -891,9 +897,12 @@ rereg_device_test!(
     |name, ctx, counts, _| {
         let _serial = serial();
         let pd = alloc_pd(&ctx);
-        let mr = pd
+        let mut mr = pd
             .reg_buffer(pattern(anon(MIB), 0x17), OWNED)
             .unwrap_or_else(|e| panic!("{name}: reg_buffer: {}", e.error));
+        // SAFETY: no peer knows this region's rkey: nothing READs it (siw
+        // hands a peer-readable buffer back only after this; issue 38).
+        unsafe { mr.assume_peer_reads_done() };
         let before = snap(&mr);
         let result = mr.retarget(pattern(anon(2 * MIB), 0x71), ReregFallback::Strict);
         let RetargetError { error, buffers, .. } = match result {
@@ -1060,6 +1069,9 @@ rereg_device_test!(
             .expect_err("an owned buffer moves through retarget");
         assert_eq!(err.outcome(), ReregOutcome::Input, "{name}: {err}");
 
+        // SAFETY: no peer knows this region's rkey: nothing READs it (siw
+        // hands a peer-readable buffer back only after this; issue 38).
+        unsafe { mr.assume_peer_reads_done() };
         let bytes = mr
             .dereg()
             .unwrap_or_else(|e| panic!("{name}: dereg: {}", e.error));

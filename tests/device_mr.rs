@@ -122,6 +122,29 @@ device_test!(reg_buffer_owns_boxed_slices_and_mappings, |name, ctx, _| {
     check_keys(name, d, &mr);
     mr.buffer_mut()[..4].copy_from_slice(b"rdma");
     counts.assert_extra(1, 1, "with a boxed buffer registered");
+    // Issue 38 item 5: siw's DEREG_MR does not stop a READ response that is
+    // being sent (tests/two_host_cm.rs measures it), so on siw the crate
+    // hands a peer-readable buffer back only once told the peers' READs
+    // are done; elsewhere at once.
+    assert_eq!(
+        mr.peer_reads_outlive_dereg(),
+        d == Driver::Siw,
+        "{name}: whether dereg waits for the caller's word"
+    );
+    let mut mr = if d == Driver::Siw {
+        let refused = mr.dereg().unwrap_err();
+        assert!(
+            matches!(refused.error, uverbs::Error::InvalidInput { .. }),
+            "{name}: {:?}",
+            refused.error
+        );
+        counts.assert_extra(1, 1, "after the refused dereg: still registered");
+        refused.mr
+    } else {
+        mr
+    };
+    // SAFETY: no peer knows this region's rkey: nothing READs it.
+    unsafe { mr.assume_peer_reads_done() };
     let boxed = mr
         .dereg()
         .unwrap_or_else(|e| panic!("{name}: dereg of the boxed buffer: {e}"));
@@ -146,6 +169,8 @@ device_test!(reg_buffer_owns_boxed_slices_and_mappings, |name, ctx, _| {
     check_keys(name, d, &mr);
     mr.buffer_mut()[4095] = 7;
     counts.assert_extra(1, 1, "with a mapping registered");
+    // SAFETY: no peer knows this region's rkey: nothing READs it.
+    unsafe { mr.assume_peer_reads_done() };
     let map = mr
         .dereg()
         .unwrap_or_else(|e| panic!("{name}: dereg of the mapping: {e}"));

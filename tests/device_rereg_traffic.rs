@@ -475,11 +475,14 @@ fn translation_refused_in_place_then_replaced_retarget() {
         "translation_refused_in_place_then_replaced_retarget",
         |name, ctx, counts| {
             let mut rig = Rig::new(ctx, name, QP_ACCESS, LEN, 32);
-            let mr = rig
+            let mut mr = rig
                 .q
                 .pd
                 .reg_remote_buffer(vec![0u8; LEN], RW_READ)
                 .unwrap_or_else(|e| panic!("{name}: reg_remote_buffer: {}", e.error));
+            // SAFETY: nothing has READ the region yet (siw hands a
+            // peer-readable buffer back only after this; issue 38).
+            unsafe { mr.assume_peer_reads_done() };
             let k = keys(mr.mr());
             let old_remote = at_addr(mr.addr(), mr.rkey());
 
@@ -533,6 +536,9 @@ fn translation_refused_in_place_then_replaced_retarget() {
             rig.write_lands(5, new_remote, &mut mr, "the new rkey after the refusal");
             assert_eq!(old, old_bytes, "{name}: the old buffer changed");
 
+            // SAFETY: the one READ of the region (`read_lands`) completed:
+            // it returns only after its completion was polled.
+            unsafe { mr.assume_peer_reads_done() };
             let buffer = mr
                 .dereg()
                 .unwrap_or_else(|e| panic!("{name}: dereg: {}", e.error));
@@ -595,6 +601,9 @@ fn remote_buffer_given_remote_write_by_the_fallback_takes_the_write() {
             "the WRITE under the rkey the change left",
         );
         rig.read_lands(3, remote, &mut mr, "the READ of it");
+        // SAFETY: both READs of the region (`read_lands`) completed: each
+        // returns only after its completion was polled.
+        unsafe { mr.assume_peer_reads_done() };
         let bytes = mr
             .dereg()
             .unwrap_or_else(|e| panic!("{name}: dereg: {}", e.error));
