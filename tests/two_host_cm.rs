@@ -46,7 +46,12 @@
 //! so B re-registers by the replace fallback under A's WRITEs: the new
 //! rkey works (WRITE and READ), the old one writes nothing and ends the
 //! connection (A's WRITE completes SUCCESS on the wire, both ids hear
-//! DISCONNECTED, both QPs are in ERR), and A connects again. The link going
+//! DISCONNECTED, both QPs are in ERR), and A connects again. Then siw's
+//! deregistration under a peer's READ (issue 38 item 5): B READs 8 MiB of
+//! A's memory, A deregisters it as soon as the request is in and
+//! overwrites it, and B's successful READ brings the bytes written after
+//! `DEREG_MR` returned; a `BufferMr` with REMOTE_READ refuses `dereg` until
+//! A is told B's READ completed. The link going
 //! down is rxe-only: siw's TCP retransmits for minutes before its QP
 //! learns anything. One control connection (over eth0) orders both parts.
 
@@ -562,6 +567,7 @@ fn on_device(p: &Peer, ctl: &mut Control, link: Link, dev: &uverbs::Device) {
         Link::Siw => {
             replace_while_the_peer_writes(&mut s, ctl);
             counts.assert_extra_cq_qp(1, 1, "after the reconnection: the old QP and CQ are gone");
+            dereg_while_the_peer_reads(&mut s, ctl);
             loud(&format!(
                 "NOTE: {TEST_NAME}: {me}: the link going down is covered on rxe0 only: siw's QP \
                  rides a kernel TCP socket without keepalive or TCP_USER_TIMEOUT, so with eth1 \
@@ -982,4 +988,204 @@ fn replace_while_the_peer_writes(s: &mut Side, ctl: &mut Control) {
             ctl.send("checked", "");
         }
     }
+}
+
+/// How much of A's memory B READs while A deregisters it: far more than
+/// TCP's send buffer, so most of the response is still to be sent when A's
+/// process learns that the request arrived.
+const DEREG_READ_LEN: usize = 8 << 20;
+/// What A's memory holds while registered, and what A writes after
+/// `DEREG_MR` returned.
+const BEFORE_DEREG: u8 = 0x11;
+const AFTER_DEREG: u8 = 0xee;
+/// How long B waits for its READ and SEND to complete.
+const DEREG_READ_WAIT: Duration = Duration::from_secs(60);
+
+/// Issue 38 item 5, siw: does `DEREG_MR` fence an RDMA READ response that
+/// is being sent? A registers [`DEREG_READ_LEN`] bytes of
+/// [`BEFORE_DEREG`] for remote READ; B posts one READ of all of it and
+/// watches its landing buffer until the response's first bytes arrive
+/// (siw checks the key once, when the response starts: `siw_check_sgl_tx`;
+/// a dereg before that fails the READ, as on any device), then tells A,
+/// which deregisters the memory at once and fills it with
+/// [`AFTER_DEREG`]. On a device whose deregistration fences (mlx5, rxe:
+/// `rxe_recheck_mr` per packet) the rest of the READ fails. siw holds a
+/// reference to the memory until the last byte is handed to TCP, and
+/// hands pages of 4 KiB and more to TCP by reference (`MSG_SPLICE_PAGES`):
+/// bytes A writes after `DEREG_MR` returned reach B inside a READ that
+/// completes successfully. B counts both kinds of byte and A prints the
+/// verdict: every byte is one of the two, the READ succeeds, and some
+/// bytes are from after the dereg (measured: 96.9 to 99.7 % of them, in
+/// 13 READs on 6.12 and 6.1).
+/// Should that ever stop, siw has learnt to fence, and
+/// `Siw::DEREG_FENCES_PEER_READS` can say so.
+///
+/// Then the crate's rule, over the same connection: A's `BufferMr` with
+/// REMOTE_READ refuses `dereg` while B READs it (typed, still registered:
+/// B's READ brings every byte as it was), and after B's word that its READ
+/// completed, `assume_peer_reads_done` and `dereg` hand the buffer back.
+fn dereg_while_the_peer_reads(s: &mut Side, ctl: &mut Control) {
+    let me = s.me.clone();
+    let what = format!("{me}: dereg under a READ of {DEREG_READ_LEN} bytes");
+    let mut mem = anon(DEREG_READ_LEN);
+    let access = match s.role {
+        Role::A => uverbs::AccessFlags::LOCAL_WRITE | uverbs::AccessFlags::REMOTE_READ,
+        Role::B => uverbs::AccessFlags::LOCAL_WRITE,
+    };
+    mem.fill(match s.role {
+        Role::A => BEFORE_DEREG,
+        Role::B => 0,
+    });
+    let mr = fresh_mr(s.pd, &mut mem, access);
+    match s.role {
+        Role::A => {
+            ctl.send(
+                "dereg-target",
+                &format!("{} {}", mem.as_ptr() as u64, mr.rkey()),
+            );
+            ctl.expect("arriving");
+            let took = Instant::now();
+            mr.dereg()
+                .unwrap_or_else(|e| panic!("{what}: dereg: {}", e.error));
+            mem.fill(AFTER_DEREG);
+            loud(&format!(
+                "{what}: b saw the response start; DEREG_MR returned and {DEREG_READ_LEN} bytes \
+                 overwritten {:?} after its word",
+                took.elapsed()
+            ));
+            ctl.send("overwritten", "");
+            let verdict = ctl.expect("verdict");
+            loud(&format!("NOTE: {what}: b's READ brought {verdict}"));
+        }
+        Role::B => {
+            let remote = expect_target(ctl, "dereg-target", &what);
+            let sges = sge(mem.as_ptr() as u64, DEREG_READ_LEN, &mr);
+            let wr = signalled(602, SendOp::RdmaRead { remote }, &sges);
+            let started = Instant::now();
+            let deadline = started + DEREG_READ_WAIT;
+            // SAFETY: `mem` stays mapped and registered and is only read
+            // (volatile, below) until the completion is polled.
+            unsafe { s.conn().qp.post_send(&[wr]) }
+                .unwrap_or_else(|e| panic!("{what}: post_send: {e}"));
+            // The response's first byte lands at offset 0.
+            // SAFETY: the first byte of `mem`, mapped; read volatile, as the
+            // device writes it meanwhile.
+            while unsafe { std::ptr::read_volatile(mem.as_ptr()) } != BEFORE_DEREG {
+                assert!(Instant::now() < deadline, "{what}: no byte of the response");
+                std::hint::spin_loop();
+            }
+            let first = started.elapsed();
+            ctl.send("arriving", "");
+            let mut wc = [WorkCompletion::default(); 1];
+            while s.conn().cq.poll(&mut wc).expect("poll_cq") == 0 {
+                assert!(Instant::now() < deadline, "{what}: no READ completion");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            let took = started.elapsed();
+            check(&wc[0], &what, WcOpcode::RdmaRead, &s.conn().qp, 602);
+            let before = mem.iter().filter(|&&b| b == BEFORE_DEREG).count();
+            let after = mem.iter().filter(|&&b| b == AFTER_DEREG).count();
+            let first_after = mem.iter().position(|&b| b == AFTER_DEREG);
+            assert_eq!(
+                before + after,
+                DEREG_READ_LEN,
+                "{what}: every byte is a's, from before or after its dereg"
+            );
+            assert!(
+                after > 0,
+                "{what}: siw's READ response sent nothing written after DEREG_MR ({before} bytes \
+                 from before): if siw fences READs now, revisit Siw::DEREG_FENCES_PEER_READS"
+            );
+            let verdict = format!(
+                "{before} bytes from before a's DEREG_MR and {after} written after it \
+                 (first at offset {first_after:?}), SUCCESS, in {took:?} (first byte after \
+                 {first:?})"
+            );
+            loud(&format!("NOTE: {what}: {verdict}"));
+            ctl.expect("overwritten");
+            ctl.send("verdict", &verdict);
+            drop(mr);
+        }
+    }
+    drop(mem);
+    ctl.barrier("dereg-read-done");
+    owned_dereg_after_the_peer_reads(s, ctl);
+}
+
+/// The peer's memory that its `tag` message names (`<addr> <rkey>`).
+fn expect_target(ctl: &mut Control, tag: &str, what: &str) -> Remote {
+    let told = ctl.expect(tag);
+    told.split_once(' ')
+        .and_then(|(a, k)| {
+            Some(Remote {
+                addr: a.parse().ok()?,
+                rkey: k.parse().ok()?,
+            })
+        })
+        .unwrap_or_else(|| panic!("{what}: the peer's target {told:?}"))
+}
+
+/// The second half of [`dereg_while_the_peer_reads`]: the same READ of a
+/// `BufferMr`, whose `dereg` refuses until A is told the READ completed.
+fn owned_dereg_after_the_peer_reads(s: &mut Side, ctl: &mut Control) {
+    let me = s.me.clone();
+    let what = format!("{me}: an owned buffer under a READ of {DEREG_READ_LEN} bytes");
+    match s.role {
+        Role::A => {
+            let owned =
+                s.pd.reg_buffer(vec![BEFORE_DEREG; DEREG_READ_LEN], OWNED)
+                    .unwrap_or_else(|e| panic!("{what}: reg_buffer: {}", e.error));
+            assert!(owned.peer_reads_outlive_dereg(), "{what}: on siw");
+            ctl.send(
+                "owned-target",
+                &format!("{} {}", owned.addr() as u64, owned.rkey()),
+            );
+            ctl.expect("reading");
+            let refused = owned.dereg().unwrap_err();
+            assert!(
+                matches!(refused.error, uverbs::Error::InvalidInput { .. }),
+                "{what}: {:?}",
+                refused.error
+            );
+            let mut owned = refused.mr;
+            loud(&format!("{what}: dereg while b reads: {}", refused.error));
+            ctl.expect("read-done");
+            // SAFETY: b's one READ of the region completed (its word just
+            // came), and b issues no other.
+            unsafe { owned.assume_peer_reads_done() };
+            let back = owned
+                .dereg()
+                .unwrap_or_else(|e| panic!("{what}: dereg after b's word: {}", e.error));
+            assert_eq!(back.len(), DEREG_READ_LEN, "{what}");
+            ctl.send("owned-back", "");
+        }
+        Role::B => {
+            let remote = expect_target(ctl, "owned-target", &what);
+            let mut mem = anon(DEREG_READ_LEN);
+            let mr = fresh_mr(s.pd, &mut mem, uverbs::AccessFlags::LOCAL_WRITE);
+            let sges = sge(mem.as_ptr() as u64, DEREG_READ_LEN, &mr);
+            let wr = signalled(604, SendOp::RdmaRead { remote }, &sges);
+            // SAFETY: `mem` stays mapped and registered and is not touched
+            // until the completion is polled below.
+            unsafe { s.conn().qp.post_send(&[wr]) }
+                .unwrap_or_else(|e| panic!("{what}: post_send: {e}"));
+            ctl.send("reading", "");
+            let deadline = Instant::now() + DEREG_READ_WAIT;
+            let mut wc = [WorkCompletion::default(); 1];
+            while s.conn().cq.poll(&mut wc).expect("poll_cq") == 0 {
+                assert!(Instant::now() < deadline, "{what}: no READ completion");
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            check(&wc[0], &what, WcOpcode::RdmaRead, &s.conn().qp, 604);
+            let changed = mem.iter().filter(|&&b| b != BEFORE_DEREG).count();
+            assert_eq!(changed, 0, "{what}: every byte as a registered it");
+            loud(&format!(
+                "{what}: all {DEREG_READ_LEN} bytes as registered (a's dereg was refused)"
+            ));
+            ctl.send("read-done", "");
+            ctl.expect("owned-back");
+            drop(mr);
+        }
+    }
+    ctl.barrier("owned-dereg-done");
 }
