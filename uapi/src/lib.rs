@@ -26,6 +26,7 @@
 pub mod ib_user_ioctl_cmds;
 pub mod ib_user_ioctl_verbs;
 pub mod ib_user_verbs;
+pub mod mlx5_abi;
 pub mod rdma_netlink;
 pub mod rdma_user_cm;
 pub mod rdma_user_ioctl_cmds;
@@ -35,6 +36,7 @@ pub mod siw_abi;
 pub use ib_user_ioctl_cmds::*;
 pub use ib_user_ioctl_verbs::*;
 pub use ib_user_verbs::*;
+pub use mlx5_abi::*;
 pub use rdma_netlink::*;
 pub use rdma_user_cm::*;
 pub use rdma_user_ioctl_cmds::*;

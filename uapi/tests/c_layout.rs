@@ -35,6 +35,7 @@ const HEADERS: &[&str] = &[
     "rdma/ib_user_ioctl_cmds.h",
     "rdma/ib_user_ioctl_verbs.h",
     "rdma/siw-abi.h",
+    "rdma/mlx5-abi.h",
     "rdma/rdma_user_rxe.h",
     "rdma/rdma_netlink.h",
     "rdma/rdma_user_cm.h",
@@ -338,6 +339,52 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             RDMA_DRIVER_EFA,
             RDMA_DRIVER_SIW,
             RDMA_DRIVER_ERDMA,
+            // mlx5-abi.h
+            MLX5_IB_UVERBS_ABI_VERSION,
+            MLX5_QP_FLAG_SIGNATURE,
+            MLX5_QP_FLAG_SCATTER_CQE,
+            MLX5_QP_FLAG_TUNNEL_OFFLOADS,
+            MLX5_QP_FLAG_BFREG_INDEX,
+            MLX5_QP_FLAG_TYPE_DCT,
+            MLX5_QP_FLAG_TYPE_DCI,
+            MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_UC,
+            MLX5_QP_FLAG_TIR_ALLOW_SELF_LB_MC,
+            MLX5_QP_FLAG_ALLOW_SCATTER_CQE,
+            MLX5_QP_FLAG_PACKET_BASED_CREDIT_MODE,
+            MLX5_QP_FLAG_UAR_PAGE_INDEX,
+            MLX5_QP_FLAG_DCI_STREAM,
+            MLX5_LIB_CAP_4K_UAR,
+            MLX5_LIB_CAP_DYN_UAR,
+            MLX5_IB_ALLOC_UCTX_DEVX,
+            MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET,
+            MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_DUMP_FILL_MKEY,
+            MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE,
+            MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_SQD2RTS,
+            MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_REAL_TIME_TS,
+            MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_MKEY_UPDATE_TAG,
+            MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE,
+            MLX5_USER_CMDS_SUPP_UHW_CREATE_AH,
+            MLX5_USER_INLINE_MODE_NA,
+            MLX5_USER_INLINE_MODE_NONE,
+            MLX5_USER_INLINE_MODE_L2,
+            MLX5_USER_INLINE_MODE_IP,
+            MLX5_USER_INLINE_MODE_TCP_UDP,
+            MLX5_IB_CREATE_CQ_FLAGS_CQE_128B_PAD,
+            MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX,
+            MLX5_IB_CREATE_CQ_FLAGS_REAL_TIME_TS,
+            MLX5_IB_CREATE_QP_RESP_MASK_TIRN,
+            MLX5_IB_CREATE_QP_RESP_MASK_TISN,
+            MLX5_IB_CREATE_QP_RESP_MASK_RQN,
+            MLX5_IB_CREATE_QP_RESP_MASK_SQN,
+            MLX5_IB_CREATE_QP_RESP_MASK_TIR_ICM_ADDR,
+            MLX5_IB_MMAP_REGULAR_PAGE,
+            MLX5_IB_MMAP_GET_CONTIGUOUS_PAGES,
+            MLX5_IB_MMAP_WC_PAGE,
+            MLX5_IB_MMAP_NC_PAGE,
+            MLX5_IB_MMAP_CORE_CLOCK,
+            MLX5_IB_MMAP_ALLOC_WC,
+            MLX5_IB_MMAP_CLOCK_INFO,
+            MLX5_IB_MMAP_DEVICE_MEM,
             // siw-abi.h
             SIW_ABI_VERSION,
             SIW_MAX_SGE,
@@ -502,6 +549,39 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             ib_uverbs_ioctl_hdr {
                 length, object_id, method_id, num_attrs, reserved1, driver_id, reserved2
             }
+            mlx5_ib_alloc_ucontext_req { total_num_bfregs, num_low_latency_bfregs }
+            mlx5_ib_alloc_ucontext_req_v2 {
+                total_num_bfregs, num_low_latency_bfregs, flags, comp_mask, max_cqe_version,
+                reserved0, reserved1, reserved2, lib_caps
+            }
+            mlx5_ib_alloc_ucontext_resp {
+                qp_tab_size, bf_reg_size, tot_bfregs, cache_line_size, max_sq_desc_sz,
+                max_rq_desc_sz, max_send_wqebb, max_recv_wr, max_srq_recv_wr, num_ports,
+                flow_action_flags, comp_mask, response_length, cqe_version, cmds_supp_uhw,
+                eth_min_inline, clock_info_versions, hca_core_clock_offset, log_uar_size,
+                num_uars_per_page, num_dyn_bfregs, dump_fill_mkey
+            }
+            mlx5_ib_dci_streams_caps { max_log_num_concurent, max_log_num_errored }
+            mlx5_ib_alloc_pd_resp { pdn }
+            mlx5_ib_create_cq {
+                buf_addr, db_addr, cqe_size, cqe_comp_en, cqe_comp_res_format, flags,
+                uar_page_index, reserved0, reserved1
+            }
+            mlx5_ib_create_cq_resp { cqn, reserved }
+            mlx5_ib_resize_cq { buf_addr, cqe_size, reserved0, reserved1 }
+            mlx5_ib_create_qp_dci_streams { log_num_concurent, log_num_errored }
+            mlx5_ib_create_qp {
+                buf_addr, db_addr, sq_wqe_count, rq_wqe_count, rq_wqe_shift, flags, uidx,
+                bfreg_index, sq_buf_addr, ece_options, dci_streams, reserved
+            }
+            mlx5_ib_create_qp_resp {
+                bfreg_index, ece_options, comp_mask, tirn, tisn, rqn, sqn, reserved1,
+                tir_icm_addr
+            }
+            mlx5_ib_create_ah_resp { response_length, dmac, reserved }
+            mlx5_ib_burst_info { max_burst_sz, typical_pkt_sz, reserved }
+            mlx5_ib_modify_qp { comp_mask, burst_info, ece_options }
+            mlx5_ib_modify_qp_resp { response_length, dctn, ece_options, reserved }
             siw_uresp_alloc_ctx { dev_id, pad }
             siw_ureq_reg_mr { stag_key, reserved, pad }
             siw_uresp_reg_mr { stag, pad }
