@@ -1,0 +1,236 @@
+//! rdma-core's libmlx5 (Debian's static rdma-core 44, unmodified) against
+//! the emulated mlx5 kernel driver: it finds the device, opens it, makes a
+//! PD and a CQ and tears everything down, and each of its commands and
+//! memory writes is what a ConnectX's kernel driver would get. What it
+//! sends here is what uverbs' own mlx5 provider must send (issue 39).
+//!
+//! build.rs links the archives with the system calls below wrapped; each
+//! `__wrap_NAME` answers for the emulated device and hands everything else
+//! to `__real_NAME`, the C library's. Without the archives the test says
+//! SKIPPED (and fails with `UVERBS_REQUIRE_ORACLE` set, as `cargo vm test`
+//! sets it).
+
+#[cfg(not(oracle_linked))]
+#[test]
+fn libmlx5_against_the_emulated_mlx5() {
+    let why = env!("UVERBS_ORACLE_MISSING");
+    assert!(
+        std::env::var_os("UVERBS_REQUIRE_ORACLE").is_none(),
+        "UVERBS_REQUIRE_ORACLE is set but libmlx5 is not linked: {why}"
+    );
+    eprintln!("SKIPPED: libmlx5_against_the_emulated_mlx5: libmlx5 is not linked ({why}); `cargo vm test` unpacks it");
+}
+
+#[cfg(oracle_linked)]
+mod shim;
+
+#[cfg(oracle_linked)]
+mod linked {
+    use std::ffi::{c_char, c_int, c_void, CStr};
+
+    use uverbs_oracle::kernel::{Mlx5Kernel, TOT_BFREGS, UAR_PAGE};
+    use uverbs_oracle::sysfs;
+    use uverbs_uapi::*;
+    use zerocopy::FromBytes;
+
+    use super::shim;
+
+    /// `struct ibv_cq`'s first fields (libibverbs 44's verbs.h).
+    #[repr(C)]
+    struct IbvCq {
+        context: *mut c_void,
+        channel: *mut c_void,
+        cq_context: *mut c_void,
+        handle: u32,
+        cqe: c_int,
+    }
+
+    extern "C" {
+        static verbs_provider_mlx5: u8;
+        fn ibv_static_providers(unused: *mut c_void, ...);
+        fn ibv_get_device_list(num: *mut c_int) -> *mut *mut c_void;
+        fn ibv_free_device_list(list: *mut *mut c_void);
+        fn ibv_get_device_name(dev: *mut c_void) -> *const c_char;
+        fn ibv_open_device(dev: *mut c_void) -> *mut c_void;
+        fn ibv_close_device(ctx: *mut c_void) -> c_int;
+        fn ibv_alloc_pd(ctx: *mut c_void) -> *mut c_void;
+        fn ibv_dealloc_pd(pd: *mut c_void) -> c_int;
+        fn ibv_create_cq(
+            ctx: *mut c_void,
+            cqe: c_int,
+            cq_context: *mut c_void,
+            channel: *mut c_void,
+            comp_vector: c_int,
+        ) -> *mut IbvCq;
+        fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int;
+    }
+
+    fn errno() -> std::io::Error {
+        std::io::Error::last_os_error()
+    }
+
+    /// The kernel's log as one line per command, for failure messages.
+    fn log_lines(k: &Mlx5Kernel) -> String {
+        k.log
+            .iter()
+            .map(|c| {
+                format!(
+                    "object {:#x} method {:#x} write {:?} uhw_in {} bytes errno {}\n",
+                    c.object,
+                    c.method,
+                    c.write_cmd,
+                    c.uhw_in.len(),
+                    c.errno
+                )
+            })
+            .collect()
+    }
+
+    /// libmlx5's environment knobs change what it sends: none may be set.
+    fn clear_environment() {
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy().into_owned();
+            if ["MLX5_", "IBV_", "RDMAV_"]
+                .iter()
+                .any(|p| key.starts_with(p))
+            {
+                std::env::remove_var(&key);
+            }
+        }
+    }
+
+    #[test]
+    fn libmlx5_against_the_emulated_mlx5() {
+        clear_environment();
+        let root = std::env::temp_dir().join(format!("uverbs-oracle-{}", std::process::id()));
+        sysfs::create(&root).expect("the fake sysfs tree");
+        shim::install(&root);
+
+        // SAFETY: the provider's descriptor is a static of the linked
+        // archive; the list ends with NULL as the function requires.
+        unsafe {
+            ibv_static_providers(
+                std::ptr::null_mut(),
+                std::ptr::addr_of!(verbs_provider_mlx5),
+                std::ptr::null::<c_void>(),
+            )
+        };
+        let mut n = 0;
+        // SAFETY: plain libibverbs calls on the objects it handed out, in
+        // order, each checked before the next uses it.
+        unsafe {
+            let list = ibv_get_device_list(&mut n);
+            assert!(!list.is_null(), "ibv_get_device_list: {}", errno());
+            assert_eq!(n, 1, "libmlx5 matches the one emulated device");
+            let name = CStr::from_ptr(ibv_get_device_name(*list)).to_str().unwrap();
+            assert_eq!(name, sysfs::IBDEV);
+
+            let ctx = ibv_open_device(*list);
+            assert!(
+                !ctx.is_null(),
+                "ibv_open_device: {}\n{}",
+                errno(),
+                shim::with_kernel(log_lines)
+            );
+            let pd = ibv_alloc_pd(ctx);
+            assert!(!pd.is_null(), "ibv_alloc_pd: {}", errno());
+            let cq = ibv_create_cq(ctx, 16, std::ptr::null_mut(), std::ptr::null_mut(), 0);
+            assert!(
+                !cq.is_null(),
+                "ibv_create_cq: {}\n{}",
+                errno(),
+                shim::with_kernel(log_lines)
+            );
+            let cq_cqe = (*cq).cqe;
+
+            shim::with_kernel(|k| check_open_and_cq(k, cq_cqe));
+
+            assert_eq!(ibv_destroy_cq(cq), 0, "ibv_destroy_cq: {}", errno());
+            assert_eq!(ibv_dealloc_pd(pd), 0, "ibv_dealloc_pd: {}", errno());
+            assert_eq!(ibv_close_device(ctx), 0, "ibv_close_device: {}", errno());
+            ibv_free_device_list(list);
+        }
+        shim::with_kernel(|k| {
+            assert!(k.cqs.is_empty() && k.pds.is_empty(), "{k:?}");
+            assert!(k.uars.is_empty(), "every UAR page unmapped");
+            assert!(k.async_fds.is_empty(), "the async event file closed");
+            let answered = k.log.iter().filter(|c| c.errno == 0).count();
+            print!("mlx5 oracle: the commands:\n{}", log_lines(k));
+            println!(
+                "mlx5 oracle: libmlx5 44 opened the emulated {} (PD, CQ, teardown): {} commands, {answered} answered, the rest refused as a kernel without them",
+                sysfs::IBDEV,
+                k.log.len()
+            );
+        });
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// What libmlx5 sent and wrote while opening the device and making the
+    /// CQ: the facts uverbs' provider must reproduce.
+    fn check_open_and_cq(k: &Mlx5Kernel, cq_cqe: c_int) {
+        let log = log_lines(k);
+        // GET_CONTEXT: the full request first, with DEVX; refused (EPERM),
+        // then the same without DEVX.
+        let contexts: Vec<_> = k
+            .log
+            .iter()
+            .filter(|c| (c.object, c.method) == (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_GET_CONTEXT))
+            .collect();
+        assert!(contexts.len() >= 2, "{log}");
+        let (first, last) = (contexts[0], contexts[contexts.len() - 1]);
+        assert_eq!((first.errno, last.errno), (libc::EPERM, 0), "{log}");
+        let (req, _) = mlx5_ib_alloc_ucontext_req_v2::read_from_prefix(&last.uhw_in).unwrap();
+        assert_eq!(last.uhw_in.len(), 32, "the v2 request: {log}");
+        assert_eq!(req.flags, 0, "DEVX dropped after the refusal");
+        assert_eq!(
+            (req.total_num_bfregs, req.num_low_latency_bfregs),
+            (16, 4),
+            "libmlx5's default blue-flame registers: {req:?}"
+        );
+        assert_eq!(req.max_cqe_version, 1, "{req:?}");
+        assert_eq!(
+            req.lib_caps,
+            MLX5_LIB_CAP_4K_UAR | MLX5_LIB_CAP_DYN_UAR,
+            "{req:?}"
+        );
+
+        // The UAR pages: TOT_BFREGS / 2 of them, mapped at page offsets
+        // 0.. (command REGULAR_PAGE).
+        let mut offsets: Vec<u64> = k.uars.iter().map(|u| u.offset).collect();
+        offsets.sort_unstable();
+        let want: Vec<u64> = (0..u64::from(TOT_BFREGS / 2))
+            .map(|i| i * UAR_PAGE as u64)
+            .collect();
+        assert_eq!(offsets, want, "the UAR pages libmlx5 maps");
+
+        // The CQ: 16 asked for, 32 entries of 64 bytes, every CQE
+        // initialised as the hardware expects before it writes one.
+        assert_eq!(k.cqs.len(), 1, "{log}");
+        let cq = k.cqs.values().next().unwrap();
+        assert_eq!(cq.entries, 32, "{cq:?}");
+        assert_eq!(cq_cqe, 31, "ibv_cq.cqe is what the kernel answered");
+        assert_eq!(cq.req.cqe_size, 64, "{cq:?}");
+        assert_eq!(cq.req.cqe_comp_en, 0, "{cq:?}");
+        // SAFETY: the CQ lives (destroyed after this check) and its buffer
+        // holds `entries` CQEs of `cqe_size` bytes, written by libmlx5
+        // before CREATE_CQ and by nothing since (the emulated device writes
+        // no CQE in this test).
+        let buf = unsafe {
+            std::slice::from_raw_parts(cq.req.buf_addr as *const u8, cq.entries as usize * 64)
+        };
+        for (i, cqe) in buf.chunks(64).enumerate() {
+            assert_eq!(
+                cqe[63], 0xf0,
+                "CQE {i}: op_own is the invalid opcode (0xf) with owner bit 0"
+            );
+        }
+        // SAFETY: the doorbell record is 8 bytes of live user memory (as
+        // for the buffer above).
+        let db = unsafe { std::slice::from_raw_parts(cq.req.db_addr as *const u8, 8) };
+        assert_eq!(db, [0; 8], "consumer index and arm word start at 0");
+        println!(
+            "mlx5 oracle: CREATE_CQ driver data {:?}; UAR pages at {offsets:?}",
+            cq.req
+        );
+    }
+}
