@@ -5,6 +5,7 @@
 //! the host while the target's rustflags make the test executables
 //! static-pie, so they run in the VM with nothing else copied in.
 
+use crate::peer;
 use crate::util::{cargo, describe, err, run_streaming, say, Context, Error, Result};
 use cargo_metadata::{Artifact, Message, TargetKind};
 use std::io::BufReader;
@@ -28,12 +29,18 @@ pub struct Binary {
 }
 
 /// Runs `cargo test --workspace` on the host; fails if any test fails.
-pub fn host_tests(workspace: &Path) -> Result<()> {
+/// The mlx5 oracle's archives are unpacked under `cache` first
+/// ([`peer::ORACLE`]), and its tests must find them there
+/// (`UVERBS_REQUIRE_ORACLE`).
+pub fn host_tests(workspace: &Path, cache: &Path) -> Result<()> {
+    peer::Peer::ensure(cache, &peer::ORACLE)?;
     say("test: host test suite (cargo test --workspace --features uverbs/tokio)");
     run_streaming(
         "test: host test suite",
         cargo()
             .current_dir(workspace)
+            .env("UVERBS_VM_CACHE", cache)
+            .env("UVERBS_REQUIRE_ORACLE", "1")
             .args(["test", "--workspace", "--features", "uverbs/tokio"]),
     )
 }

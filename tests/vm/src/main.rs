@@ -785,7 +785,7 @@ impl Ctx {
         // test; CI never sets it).
         let only = std::env::var("UVERBS_VM_ONLY").ok();
         if only.is_none() {
-            binaries::host_tests(&self.workspace)?;
+            binaries::host_tests(&self.workspace, &self.cache)?;
         }
         let mut bins = binaries::static_tests(&self.workspace)?;
         if let Some(only) = &only {

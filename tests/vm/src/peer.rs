@@ -42,6 +42,15 @@ pub const BENCH: PeerSet = PeerSet {
     ],
 };
 
+/// The mlx5 oracle's archives (`oracle/build.rs` links libmlx5,
+/// libibverbs and libnl from here into the oracle's tests, which the host
+/// suite of `cargo vm test` runs).
+pub const ORACLE: PeerSet = PeerSet {
+    what: "oracle",
+    dir: "oracle-peer",
+    packages: &["libibverbs-dev", "libnl-3-dev", "libnl-route-3-dev"],
+};
+
 /// The C peers of `cargo vm test` (`tools/c_peers.rs`): the tools and,
 /// named so they come along whatever the host has, their libraries.
 pub const C_PEERS: PeerSet = PeerSet {
