@@ -16,6 +16,7 @@ use crate::method::InfoHandles;
 use crate::process::Generation;
 use crate::provider::driver::DriverId;
 use crate::provider::Provider;
+use crate::provider::MAX_GET_CONTEXT_UHW_OUT;
 use crate::transport::{self, KernelFile, Transport, TransportKind, TransportMode};
 
 /// The most handles [`Context::kernel_handle_count`] asks for (the list
@@ -184,18 +185,14 @@ impl Context {
     ) -> Result<Context, Error> {
         let device: Arc<str> = Arc::from(device);
         let origin = Generation::current();
-        let mut uhw_out = [0u8; 8];
+        let mut uhw_out = [0u8; MAX_GET_CONTEXT_UHW_OUT];
         let provider = Provider::for_driver(driver_id);
         let uhw_len = provider.get_context_uhw_out_len();
+        let cmd = GetContext::new().uhw_in(provider.get_context_uhw_in());
         // SAFETY: GET_CONTEXT hands no memory to the device.
-        let (resp, _) = unsafe {
-            transport::run(
-                transport.as_ref(),
-                &GetContext::new(),
-                &mut uhw_out[..uhw_len],
-            )
-        }
-        .map_err(|e| Error::os(Op::GetContext, &device, e))?;
+        let (resp, _) =
+            unsafe { transport::run(transport.as_ref(), &cmd, &mut uhw_out[..uhw_len]) }
+                .map_err(|e| Error::os(Op::GetContext, &device, e))?;
         // SAFETY: the number comes from the successful GET_CONTEXT just sent
         // on this transport, and is adopted only here.
         let async_fd = unsafe { transport.adopt_fd(resp.async_fd) };

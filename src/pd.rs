@@ -117,8 +117,12 @@ impl Context {
     /// Allocates a protection domain.
     #[doc(alias = "ibv_alloc_pd")]
     pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        // Room for the driver's answer, which mlx5 writes whether or not
+        // there is any (and fails with EFAULT where there is none).
+        let mut uhw_out = [0u8; crate::provider::MAX_ALLOC_PD_UHW_OUT];
+        let uhw_len = self.inner.provider.alloc_pd_uhw_out_len();
         // SAFETY: ALLOC_PD hands no memory to the device.
-        let (resp, _) = unsafe { self.run(Op::AllocPd, &AllocPd::new(), &mut []) }?;
+        let (resp, _) = unsafe { self.run(Op::AllocPd, &AllocPd::new(), &mut uhw_out[..uhw_len]) }?;
         Ok(ProtectionDomain::new(self.clone(), resp.pd_handle))
     }
 }

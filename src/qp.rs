@@ -482,7 +482,7 @@ impl QueuePair {
     pub fn transport_type(&self) -> TransportType {
         match self.pd.ctx.inner.provider {
             Provider::Siw => TransportType::Iwarp,
-            Provider::Rxe | Provider::Generic => TransportType::Ib,
+            Provider::Rxe | Provider::Mlx5 | Provider::Generic => TransportType::Ib,
         }
     }
 

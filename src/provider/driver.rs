@@ -12,6 +12,8 @@ impl DriverId {
     pub const RXE: DriverId = DriverId(sys::RDMA_DRIVER_RXE);
     /// Soft iWARP (`RDMA_DRIVER_SIW`).
     pub const SIW: DriverId = DriverId(sys::RDMA_DRIVER_SIW);
+    /// ConnectX (`RDMA_DRIVER_MLX5`).
+    pub const MLX5: DriverId = DriverId(sys::RDMA_DRIVER_MLX5);
 
     /// The id rdma-core's provider for a device of this name would use, for
     /// kernels whose netlink does not report it. Device names are

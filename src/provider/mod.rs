@@ -33,6 +33,12 @@ use crate::transport::Transport;
 use driver::DriverId;
 use rings::{CompletionRing, QpRingConfig, RecvRing, SendRing};
 
+/// Room for the largest driver answer to GET_CONTEXT (mlx5's; checked
+/// against each driver's at compile time, in the driver list).
+pub(crate) const MAX_GET_CONTEXT_UHW_OUT: usize = 72;
+/// Room for the largest driver answer to ALLOC_PD (mlx5's PD number).
+pub(crate) const MAX_ALLOC_PD_UHW_OUT: usize = 8;
+
 /// One kernel driver's provider, implemented by a zero-sized type in its
 /// module. The defaults are those of a driver that needs no private data.
 pub(crate) trait Driver {
@@ -43,6 +49,8 @@ pub(crate) trait Driver {
     const ABI: (u32, u32, &'static str);
     /// Bytes of driver-private GET_CONTEXT output the kernel requires.
     const GET_CONTEXT_UHW_OUT: usize = 0;
+    /// Bytes of driver-private ALLOC_PD output the kernel writes.
+    const ALLOC_PD_UHW_OUT: usize = 0;
     /// Driver-private REG_MR input, and the size of its output.
     const REG_MR_UHW: (&'static [u8], usize) = (&[], 0);
     /// Bytes of driver answer a CQ create needs room for.
@@ -61,6 +69,11 @@ pub(crate) trait Driver {
     type Sq: SendRing;
     /// A QP's receive queue.
     type Rq: RecvRing;
+
+    /// Driver-private GET_CONTEXT input the kernel requires.
+    fn get_context_uhw_in() -> &'static [u8] {
+        &[]
+    }
 
     /// Beyond [`generic::rereg_refusal_leaves_mr_unchanged`]: whether its
     /// answer `errno` to a REREG_MR guarantees that nothing was changed.
@@ -146,6 +159,8 @@ macro_rules! drivers {
             const _: () = assert!(
                 <$D as Driver>::CREATE_CQ_UHW_OUT <= rings::MAX_CREATE_UHW_OUT
                     && <$D as Driver>::CREATE_QP_UHW_OUT <= rings::MAX_CREATE_UHW_OUT
+                    && <$D as Driver>::GET_CONTEXT_UHW_OUT <= MAX_GET_CONTEXT_UHW_OUT
+                    && <$D as Driver>::ALLOC_PD_UHW_OUT <= MAX_ALLOC_PD_UHW_OUT
             );
         )+
 
@@ -180,9 +195,13 @@ drivers! {$
     Rxe(crate::provider::rxe::Rxe),
     /// Soft iWARP (`siw`).
     Siw(crate::provider::siw::Siw),
+    /// ConnectX (`mlx5_ib`): the control path's driver data; its data path
+    /// is not there yet (docs/mlx5.md).
+    Mlx5(crate::provider::mlx5::Mlx5),
 }
 
 // After the list: these use its macros.
+pub(crate) mod mlx5;
 pub(crate) mod rings;
 pub(crate) mod rxe;
 pub(crate) mod siw;
@@ -197,6 +216,16 @@ impl Provider {
     /// Bytes of driver-private GET_CONTEXT output the kernel requires.
     pub(crate) fn get_context_uhw_out_len(self) -> usize {
         with_driver!(self, D => D::GET_CONTEXT_UHW_OUT, Generic => 0)
+    }
+
+    /// Driver-private GET_CONTEXT input the kernel requires.
+    pub(crate) fn get_context_uhw_in(self) -> &'static [u8] {
+        with_driver!(self, D => D::get_context_uhw_in(), Generic => &[])
+    }
+
+    /// Bytes of driver-private ALLOC_PD output the kernel writes.
+    pub(crate) fn alloc_pd_uhw_out_len(self) -> usize {
+        with_driver!(self, D => D::ALLOC_PD_UHW_OUT, Generic => 0)
     }
 
     /// Driver-private REG_MR input, and the size of its output.
@@ -301,7 +330,8 @@ mod tests {
     fn driver_ids_choose_providers() {
         assert_eq!(Provider::for_driver(Some(DriverId::RXE)), Provider::Rxe);
         assert_eq!(Provider::for_driver(Some(DriverId::SIW)), Provider::Siw);
-        assert_eq!(Provider::for_driver(Some(DriverId(1))), Provider::Generic);
+        assert_eq!(Provider::for_driver(Some(DriverId::MLX5)), Provider::Mlx5);
+        assert_eq!(Provider::for_driver(Some(DriverId(4))), Provider::Generic);
         assert_eq!(Provider::for_driver(None), Provider::Generic);
     }
 

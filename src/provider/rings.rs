@@ -52,7 +52,7 @@ pub(crate) const NO_DATA_PATH: &str =
 
 /// Room for the largest driver answer to a CQ or QP create (checked
 /// against each driver's at compile time, in the driver list).
-pub(crate) const MAX_CREATE_UHW_OUT: usize = 32;
+pub(crate) const MAX_CREATE_UHW_OUT: usize = 40;
 
 impl Provider {
     /// Bytes of driver answer a CQ create needs room for; `None` for a
