@@ -125,12 +125,13 @@ impl Call {
     }
 }
 
+/// Builds calls as a caller lays them out, for the unit tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod testing {
     use super::*;
 
     /// A header and `attrs` in one buffer, as a caller lays them out.
-    fn frame(object: u16, method: u16, attrs: &[ib_uverbs_attr]) -> Vec<u64> {
+    pub(crate) fn frame(object: u16, method: u16, attrs: &[ib_uverbs_attr]) -> Vec<u64> {
         let hdr = ib_uverbs_ioctl_hdr {
             length: (24 + 16 * attrs.len()) as u16,
             object_id: object,
@@ -147,6 +148,32 @@ mod tests {
         }
         words
     }
+
+    /// An input attribute of at most 8 bytes, inline.
+    pub(crate) fn inline(attr_id: u16, len: u16, data: u64) -> ib_uverbs_attr {
+        ib_uverbs_attr {
+            attr_id,
+            len,
+            data,
+            ..Default::default()
+        }
+    }
+
+    /// An attribute pointing at `buf`.
+    pub(crate) fn pointing(attr_id: u16, buf: &mut [u8]) -> ib_uverbs_attr {
+        ib_uverbs_attr {
+            attr_id,
+            len: buf.len() as u16,
+            data: buf.as_mut_ptr() as u64,
+            ..Default::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::frame;
+    use super::*;
 
     #[test]
     fn inputs_inline_and_pointed_at_and_outputs_marked_valid() {

@@ -14,10 +14,18 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::ioctl::{Call, Errno};
 
-/// The blue-flame registers a context gets (two per UAR page: so 8 pages).
-pub const TOT_BFREGS: u32 = 16;
+/// Blue-flame registers per UAR page (`MLX5_NON_FP_BFREGS_PER_UAR`).
+pub const BFREGS_PER_UAR: u32 = 2;
+/// The most blue-flame registers a context may ask for here (the device's
+/// UARs, `calc_total_bfregs`).
+pub const MAX_BFREGS: u32 = 512;
 /// Bytes of a UAR page (`MLX5_ADAPTER_PAGE_SIZE`) and of a system page here.
 pub const UAR_PAGE: usize = 4096;
+/// The first page offset of the mmap entries the kernel hands out
+/// (`MLX5_IB_MMAP_OFFSET_START << 16`).
+const FIRST_ENTRY_PGOFF: u64 = 9 << 16;
+/// The device's UAR index of the first page allocated on demand.
+const FIRST_DYN_UAR: u32 = 0x20;
 /// The PD numbers handed out start here (any 24-bit value would do).
 const FIRST_PDN: u32 = 0x42;
 /// The CQ numbers handed out start here.
@@ -34,6 +42,8 @@ pub struct Command {
     pub write_cmd: Option<u32>,
     /// The driver's input (`UVERBS_ATTR_UHW_IN`), empty if none.
     pub uhw_in: Vec<u8>,
+    /// The room for the driver's answer (`UVERBS_ATTR_UHW_OUT`), 0 if none.
+    pub uhw_out_len: usize,
     /// 0, or the errno it was refused with.
     pub errno: Errno,
 }
@@ -49,6 +59,19 @@ pub struct Cq {
     pub entries: u32,
     /// The driver data it was created with.
     pub req: mlx5_ib_create_cq,
+}
+
+/// A UAR page a context allocated (`MLX5_IB_OBJECT_UAR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DynUar {
+    /// The uverbs handle.
+    pub handle: u32,
+    /// `MLX5_IB_UAPI_UAR_ALLOC_TYPE_*`.
+    pub alloc_type: u32,
+    /// The device's index of the page.
+    pub page_id: u32,
+    /// Where it is mapped (bytes), as answered.
+    pub mmap_offset: u64,
 }
 
 /// A UAR page mapped from the uverbs file.
@@ -74,6 +97,14 @@ pub struct Mlx5Kernel {
     pub log: Vec<Command>,
     /// The context's request, once GET_CONTEXT succeeded.
     pub context: Option<mlx5_ib_alloc_ucontext_req_v2>,
+    /// The blue-flame registers GET_CONTEXT gave (0 with dynamic UARs).
+    pub tot_bfregs: u32,
+    /// UAR pages allocated on demand, by handle.
+    pub dyn_uars: BTreeMap<u32, DynUar>,
+    next_entry: u64,
+    /// What the close of the uverbs file found still alive (PDs, CQs, UAR
+    /// objects), once closed.
+    pub closed: Option<(usize, usize, usize)>,
     /// Live PDs: handle to PD number.
     pub pds: BTreeMap<u32, u32>,
     /// Live CQs by handle.
@@ -91,6 +122,7 @@ impl Mlx5Kernel {
             && call.method() == UVERBS_METHOD_INVOKE_WRITE)
             .then(|| call.input_u64(UVERBS_ATTR_WRITE_CMD).unwrap_or(u64::MAX) as u32);
         let uhw_in = call.input(UVERBS_ATTR_UHW_IN).unwrap_or_default();
+        let uhw_out_len = call.output_len(UVERBS_ATTR_UHW_OUT).unwrap_or(0);
         let result = if call.driver_id() != RDMA_DRIVER_MLX5 {
             Err(libc::EINVAL)
         } else {
@@ -101,6 +133,7 @@ impl Mlx5Kernel {
             method: call.method(),
             write_cmd,
             uhw_in,
+            uhw_out_len,
             errno: result.err().unwrap_or(0),
         });
         result
@@ -111,7 +144,7 @@ impl Mlx5Kernel {
             (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_INVOKE_WRITE) => {
                 self.invoke_write(call, write_cmd.unwrap_or(u32::MAX))
             }
-            (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_GET_CONTEXT) => self.get_context(call),
+            (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_GET_CONTEXT) => self.get_context(call, false),
             (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_PORT) => query_port(call),
             (UVERBS_OBJECT_ASYNC_EVENT, UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
                 // SAFETY: eventfd(2) takes no pointers.
@@ -127,6 +160,16 @@ impl Mlx5Kernel {
                     .handle(UVERBS_ATTR_DESTROY_PD_HANDLE)
                     .ok_or(libc::EINVAL)?;
                 self.dealloc_pd(handle as u32)
+            }
+            (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_ALLOC) => self.alloc_uar(call),
+            (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_DESTROY) => {
+                let handle = call
+                    .handle(MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE)
+                    .ok_or(libc::EINVAL)?;
+                self.dyn_uars
+                    .remove(&(handle as u32))
+                    .map(drop)
+                    .ok_or(libc::EINVAL)
             }
             (UVERBS_OBJECT_CQ, UVERBS_METHOD_CQ_CREATE) => self.create_cq(call),
             (UVERBS_OBJECT_CQ, UVERBS_METHOD_CQ_DESTROY) => {
@@ -155,11 +198,19 @@ impl Mlx5Kernel {
             IB_USER_VERBS_CMD_QUERY_DEVICE if call.output_len(UVERBS_ATTR_CORE_OUT).is_none() => {
                 Err(libc::ENOSPC)
             }
+            // The write command's GET_CONTEXT (uverbs' KernelFile sends
+            // it so): the same driver data as the native method.
+            IB_USER_VERBS_CMD_GET_CONTEXT => self.get_context(call, true),
             IB_USER_VERBS_CMD_ALLOC_PD => {
                 let (handle, pdn) = (self.handle(), FIRST_PDN + self.pds.len() as u32);
                 let resp = ib_uverbs_alloc_pd_resp { pd_handle: handle };
                 call.write_output(UVERBS_ATTR_CORE_OUT, resp.as_bytes())?;
+                // mlx5_ib_alloc_pd copies the PD number out whatever room
+                // there is: none is EFAULT (and the PD is freed again).
                 let uhw = mlx5_ib_alloc_pd_resp { pdn };
+                if call.output_len(UVERBS_ATTR_UHW_OUT).unwrap_or(0) < size_of_val(&uhw) {
+                    return Err(libc::EFAULT);
+                }
                 call.write_output(UVERBS_ATTR_UHW_OUT, uhw.as_bytes())?;
                 self.pds.insert(handle, pdn);
                 Ok(())
@@ -179,27 +230,46 @@ impl Mlx5Kernel {
         self.pds.remove(&handle).map(drop).ok_or(libc::EINVAL)
     }
 
-    /// `mlx5_ib_alloc_ucontext`: the request of 16, 24 or 32 bytes, the
-    /// context's limits and its blue-flame registers back.
-    fn get_context(&mut self, call: &mut Call) -> Result<(), Errno> {
+    /// `mlx5_ib_alloc_ucontext`: the request of 8 (version 0) or at least
+    /// 16 bytes, its checks in the kernel's order, the context's limits
+    /// and its blue-flame registers back (none with `MLX5_LIB_CAP_DYN_UAR`:
+    /// that library allocates UAR pages itself).
+    /// `write` is the write command's form: its core answer names an
+    /// async event file (none here: `u32::MAX`, no descriptor).
+    fn get_context(&mut self, call: &mut Call, write: bool) -> Result<(), Errno> {
         let uhw = call.input(UVERBS_ATTR_UHW_IN).unwrap_or_default();
-        if uhw.len() < size_of::<mlx5_ib_alloc_ucontext_req>() {
+        let min_v2 = std::mem::offset_of!(mlx5_ib_alloc_ucontext_req_v2, max_cqe_version);
+        if uhw.len() != size_of::<mlx5_ib_alloc_ucontext_req>() && uhw.len() < min_v2 {
             return Err(libc::EINVAL);
         }
         let mut req = mlx5_ib_alloc_ucontext_req_v2::default();
         let n = uhw.len().min(size_of::<mlx5_ib_alloc_ucontext_req_v2>());
         req.as_mut_bytes()[..n].copy_from_slice(&uhw[..n]);
+        if req.flags & !MLX5_IB_ALLOC_UCTX_DEVX != 0
+            || req.comp_mask != 0
+            || req.reserved0 != 0
+            || req.reserved1 != 0
+            || req.reserved2 != 0
+        {
+            return Err(libc::EOPNOTSUPP);
+        }
+        req.total_num_bfregs = req.total_num_bfregs.next_multiple_of(BFREGS_PER_UAR);
+        if req.num_low_latency_bfregs > req.total_num_bfregs.wrapping_sub(1) {
+            return Err(libc::EINVAL);
+        }
         if req.flags & MLX5_IB_ALLOC_UCTX_DEVX != 0 {
             // mlx5_ib_devx_create for a user without CAP_NET_RAW.
             return Err(libc::EPERM);
         }
-        if req.total_num_bfregs > TOT_BFREGS || req.num_low_latency_bfregs >= req.total_num_bfregs {
-            return Err(libc::EINVAL);
+        let dynamic = req.lib_caps & MLX5_LIB_CAP_DYN_UAR != 0;
+        if !dynamic && (req.total_num_bfregs == 0 || req.total_num_bfregs > MAX_BFREGS) {
+            return Err(libc::ENOMEM);
         }
+        let tot_bfregs = if dynamic { 0 } else { req.total_num_bfregs };
         let resp = mlx5_ib_alloc_ucontext_resp {
             qp_tab_size: 1 << 18,
             bf_reg_size: 512,
-            tot_bfregs: TOT_BFREGS,
+            tot_bfregs,
             cache_line_size: 64,
             max_sq_desc_sz: 512,
             max_rq_desc_sz: 512,
@@ -207,27 +277,83 @@ impl Mlx5Kernel {
             max_recv_wr: 1 << 15,
             max_srq_recv_wr: 1 << 15,
             num_ports: 1,
-            response_length: size_of::<mlx5_ib_alloc_ucontext_resp>() as u32,
+            comp_mask: MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_CORE_CLOCK_OFFSET
+                | MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_MKEY_UPDATE_TAG,
             cqe_version: req.max_cqe_version.min(1),
             cmds_supp_uhw: (MLX5_USER_CMDS_SUPP_UHW_QUERY_DEVICE
                 | MLX5_USER_CMDS_SUPP_UHW_CREATE_AH) as u8,
+            // The firmware's "no inline headers", plus one.
             eth_min_inline: MLX5_USER_INLINE_MODE_NONE as u8,
             log_uar_size: 12,
             num_uars_per_page: 1,
             ..Default::default()
         };
-        call.write_output(
-            UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS,
-            &1u32.to_le_bytes(),
-        )?;
-        call.write_output(
-            UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT,
-            &IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS.to_le_bytes(),
-        )?;
         let room = call.output_len(UVERBS_ATTR_UHW_OUT).unwrap_or(0);
+        let mut resp = resp;
+        resp.response_length = room.min(size_of::<mlx5_ib_alloc_ucontext_resp>()) as u32;
+        if write {
+            let core = ib_uverbs_get_context_resp {
+                async_fd: u32::MAX,
+                num_comp_vectors: 1,
+            };
+            call.write_output(UVERBS_ATTR_CORE_OUT, core.as_bytes())?;
+        } else {
+            call.write_output(
+                UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS,
+                &1u32.to_le_bytes(),
+            )?;
+            call.write_output(
+                UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT,
+                &IB_UVERBS_CORE_SUPPORT_OPTIONAL_MR_ACCESS.to_le_bytes(),
+            )?;
+        }
         let bytes = resp.as_bytes();
         call.write_output(UVERBS_ATTR_UHW_OUT, &bytes[..room.min(bytes.len())])?;
         self.context = Some(req);
+        self.tot_bfregs = tot_bfregs;
+        Ok(())
+    }
+
+    /// `MLX5_IB_METHOD_UAR_OBJ_ALLOC`: a UAR page and the mmap offset of
+    /// its entry (`mlx5_entry_to_mmap_offset`).
+    fn alloc_uar(&mut self, call: &mut Call) -> Result<(), Errno> {
+        if self.context.is_none() {
+            return Err(libc::EINVAL);
+        }
+        let alloc_type = call
+            .input_u64(MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE)
+            .ok_or(libc::EINVAL)? as u32;
+        if !matches!(
+            alloc_type,
+            MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF | MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC
+        ) {
+            return Err(libc::EOPNOTSUPP);
+        }
+        let pgoff = FIRST_ENTRY_PGOFF + self.next_entry;
+        self.next_entry += 1;
+        let (cmd, index) = ((pgoff >> 16) & 0xffff, pgoff & 0xffff);
+        let mmap_offset = (((index >> 8) << 16) | (cmd << 8) | (index & 0xff)) * UAR_PAGE as u64;
+        let handle = self.handle();
+        let page_id = FIRST_DYN_UAR + self.dyn_uars.len() as u32;
+        call.set_data(MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE, u64::from(handle))?;
+        call.write_output(
+            MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET,
+            &mmap_offset.to_le_bytes(),
+        )?;
+        call.write_output(MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID, &page_id.to_le_bytes())?;
+        call.write_output(
+            MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH,
+            &(UAR_PAGE as u32).to_le_bytes(),
+        )?;
+        self.dyn_uars.insert(
+            handle,
+            DynUar {
+                handle,
+                alloc_type,
+                page_id,
+                mmap_offset,
+            },
+        );
         Ok(())
     }
 
@@ -265,20 +391,22 @@ impl Mlx5Kernel {
         Ok(())
     }
 
-    /// `mlx5_ib_mmap` of `len` bytes at `offset`: a UAR page (REGULAR,
-    /// WC or NC) of the context's; `EINVAL` for anything else.
+    /// `mlx5_ib_mmap` of `len` bytes at `offset`: a UAR page GET_CONTEXT
+    /// gave (commands REGULAR, WC, NC; the index below the context's
+    /// pages) or one allocated as an object (its entry's offset);
+    /// `EINVAL` for anything else.
     pub fn mmap(&mut self, offset: u64, len: usize) -> Result<*mut u8, Errno> {
         let page = offset / UAR_PAGE as u64;
         let (command, index) = ((page >> 8) as u32 & 0xff, page & 0xff);
-        let uar_pages = u64::from(TOT_BFREGS / 2);
+        let static_uar = matches!(
+            command,
+            MLX5_IB_MMAP_REGULAR_PAGE | MLX5_IB_MMAP_WC_PAGE | MLX5_IB_MMAP_NC_PAGE
+        ) && index < u64::from(self.tot_bfregs / BFREGS_PER_UAR);
+        let entry = self.dyn_uars.values().any(|u| u.mmap_offset == offset);
         if offset % UAR_PAGE as u64 != 0
             || len != UAR_PAGE
-            || !matches!(
-                command,
-                MLX5_IB_MMAP_REGULAR_PAGE | MLX5_IB_MMAP_WC_PAGE | MLX5_IB_MMAP_NC_PAGE
-            )
-            || index >= uar_pages
             || self.context.is_none()
+            || !(static_uar || entry)
         {
             return Err(libc::EINVAL);
         }
@@ -286,6 +414,18 @@ impl Mlx5Kernel {
         let addr = page.0.as_mut_ptr();
         self.uars.push(Uar { offset, page });
         Ok(addr)
+    }
+
+    /// The uverbs file is closed: the kernel destroys every object the
+    /// context still has (`uverbs_destroy_ufile_hw`). Returns how many
+    /// objects of each kind were left for it (PDs, CQs, UAR objects).
+    pub fn close(&mut self) -> (usize, usize, usize) {
+        let left = (self.pds.len(), self.cqs.len(), self.dyn_uars.len());
+        self.pds.clear();
+        self.cqs.clear();
+        self.dyn_uars.clear();
+        self.closed = Some(left);
+        left
     }
 
     /// Unmaps a UAR page handed out by [`mmap`](Self::mmap); false if
@@ -319,4 +459,133 @@ fn query_port(call: &mut Call) -> Result<(), Errno> {
     let room = call.output_len(UVERBS_ATTR_QUERY_PORT_RESP).unwrap_or(0);
     let bytes = resp.as_bytes();
     call.write_output(UVERBS_ATTR_QUERY_PORT_RESP, &bytes[..room.min(bytes.len())])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ioctl::testing::{frame, inline, pointing};
+
+    /// GET_CONTEXT with `uhw_in` as its driver data; the errno, and the
+    /// answer's `tot_bfregs` when it succeeded.
+    fn get_context(k: &mut Mlx5Kernel, uhw_in: &mut [u8]) -> Result<u32, Errno> {
+        let (mut vectors, mut support) = ([0u8; 4], [0u8; 8]);
+        let mut resp = [0u8; size_of::<mlx5_ib_alloc_ucontext_resp>()];
+        let mut attrs = vec![
+            pointing(UVERBS_ATTR_GET_CONTEXT_NUM_COMP_VECTORS, &mut vectors),
+            pointing(UVERBS_ATTR_GET_CONTEXT_CORE_SUPPORT, &mut support),
+            pointing(UVERBS_ATTR_UHW_OUT, &mut resp),
+        ];
+        // As libibverbs lays inputs out: up to 8 bytes inline.
+        if uhw_in.len() > 8 {
+            attrs.push(pointing(UVERBS_ATTR_UHW_IN, uhw_in));
+        } else if !uhw_in.is_empty() {
+            let mut word = [0u8; 8];
+            word[..uhw_in.len()].copy_from_slice(uhw_in);
+            let data = u64::from_le_bytes(word);
+            attrs.push(inline(UVERBS_ATTR_UHW_IN, uhw_in.len() as u16, data));
+        }
+        let mut words = frame(UVERBS_OBJECT_DEVICE, UVERBS_METHOD_GET_CONTEXT, &attrs);
+        // SAFETY: the frame and its buffers live through the call.
+        let mut call = unsafe { Call::from_raw(words.as_mut_ptr().cast()) };
+        k.ioctl(&mut call)?;
+        let (resp, _) = mlx5_ib_alloc_ucontext_resp::read_from_prefix(&resp).unwrap();
+        assert_eq!(
+            resp.response_length as usize,
+            size_of::<mlx5_ib_alloc_ucontext_resp>()
+        );
+        Ok(resp.tot_bfregs)
+    }
+
+    fn req(total: u32, low: u32, flags: u32, lib_caps: u64) -> mlx5_ib_alloc_ucontext_req_v2 {
+        mlx5_ib_alloc_ucontext_req_v2 {
+            total_num_bfregs: total,
+            num_low_latency_bfregs: low,
+            flags,
+            max_cqe_version: 1,
+            lib_caps,
+            ..Default::default()
+        }
+    }
+
+    /// Linux 6.12's checks, in its order: without driver data (what a
+    /// generic provider sends) mlx5 refuses the context with EINVAL.
+    #[test]
+    fn get_context_refuses_as_mlx5_ib_alloc_ucontext_does() {
+        let mut k = Mlx5Kernel::default();
+        assert_eq!(get_context(&mut k, &mut []), Err(libc::EINVAL));
+        assert_eq!(get_context(&mut k, &mut [0; 12]), Err(libc::EINVAL));
+        let mut bad_flags = req(4, 1, 2, 0);
+        assert_eq!(
+            get_context(&mut k, bad_flags.as_mut_bytes()),
+            Err(libc::EOPNOTSUPP)
+        );
+        let mut comp = req(4, 1, 0, 0);
+        comp.comp_mask = 1;
+        assert_eq!(
+            get_context(&mut k, comp.as_mut_bytes()),
+            Err(libc::EOPNOTSUPP)
+        );
+        let mut low = req(4, 4, 0, 0);
+        assert_eq!(get_context(&mut k, low.as_mut_bytes()), Err(libc::EINVAL));
+        let mut devx = req(4, 1, MLX5_IB_ALLOC_UCTX_DEVX, 0);
+        assert_eq!(get_context(&mut k, devx.as_mut_bytes()), Err(libc::EPERM));
+        assert!(k.context.is_none());
+        assert_eq!(k.log.len(), 6);
+        assert!(k.log.iter().all(|c| c.errno != 0));
+    }
+
+    #[test]
+    fn get_context_gives_static_bfregs_or_none_with_dynamic_uars() {
+        let mut k = Mlx5Kernel::default();
+        // Rounded up to whole UAR pages; version 0 (8 bytes) too.
+        let mut v2 = req(3, 1, 0, MLX5_LIB_CAP_4K_UAR);
+        assert_eq!(get_context(&mut k, v2.as_mut_bytes()), Ok(4));
+        let mut v0 = mlx5_ib_alloc_ucontext_req {
+            total_num_bfregs: 8,
+            num_low_latency_bfregs: 2,
+        };
+        assert_eq!(get_context(&mut k, v0.as_mut_bytes()), Ok(8));
+        assert_eq!(k.mmap(0, UAR_PAGE).map(drop), Ok(()));
+        assert_eq!(
+            k.mmap(4 * UAR_PAGE as u64, UAR_PAGE).map(drop),
+            Err(libc::EINVAL)
+        );
+        let mut dynamic = req(16, 4, 0, MLX5_LIB_CAP_4K_UAR | MLX5_LIB_CAP_DYN_UAR);
+        assert_eq!(get_context(&mut k, dynamic.as_mut_bytes()), Ok(0));
+        assert_eq!(k.mmap(0, UAR_PAGE).map(drop), Err(libc::EINVAL));
+    }
+
+    #[test]
+    fn a_uar_object_is_mapped_at_the_offset_its_allocation_answers() {
+        let mut k = Mlx5Kernel::default();
+        let mut dynamic = req(16, 4, 0, MLX5_LIB_CAP_DYN_UAR);
+        get_context(&mut k, dynamic.as_mut_bytes()).unwrap();
+        let (mut offset, mut length, mut page) = ([0u8; 8], [0u8; 4], [0u8; 4]);
+        let attrs = [
+            inline(MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE, 0, 0),
+            inline(
+                MLX5_IB_ATTR_UAR_OBJ_ALLOC_TYPE,
+                8,
+                u64::from(MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC),
+            ),
+            pointing(MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_OFFSET, &mut offset),
+            pointing(MLX5_IB_ATTR_UAR_OBJ_ALLOC_MMAP_LENGTH, &mut length),
+            pointing(MLX5_IB_ATTR_UAR_OBJ_ALLOC_PAGE_ID, &mut page),
+        ];
+        let mut words = frame(MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_ALLOC, &attrs);
+        // SAFETY: the frame and its buffers live through the call.
+        let mut call = unsafe { Call::from_raw(words.as_mut_ptr().cast()) };
+        k.ioctl(&mut call).unwrap();
+        let handle = call.handle(MLX5_IB_ATTR_UAR_OBJ_ALLOC_HANDLE).unwrap();
+        // mlx5_entry_to_mmap_offset of the first entry (page offset 9 << 16).
+        assert_eq!(u64::from_le_bytes(offset), 9 << 8 << 12);
+        assert_eq!(u32::from_le_bytes(length), 4096);
+        let page_id = u32::from_le_bytes(page);
+        assert_eq!(k.dyn_uars[&(handle as u32)].page_id, page_id);
+        let addr = k.mmap(u64::from_le_bytes(offset), UAR_PAGE).unwrap();
+        assert!(k.munmap(addr));
+        assert!(!k.munmap(addr), "unmapped once");
+        assert_eq!(k.close(), (0, 0, 1), "the close destroys the UAR object");
+    }
 }

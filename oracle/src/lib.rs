@@ -9,11 +9,14 @@
 //!   (header, attributes, the buffers they point at).
 //! - [`kernel`]: mlx5_ib's answers (Linux 6.12, `drivers/infiniband/hw/mlx5`)
 //!   to the commands a verbs data path sends, and a log of each command.
+//! - [`mod@file`]: the same emulated kernel as a `uverbs` transport, so that
+//!   uverbs' own mlx5 provider runs against it too.
 //!
 //! The tests route libibverbs' system calls here with `--wrap`
 //! (`build.rs`, `tests/libmlx5.rs`). docs/mlx5.md says what this shows and
 //! what it cannot.
 
+pub mod file;
 pub mod ioctl;
 pub mod kernel;
 pub mod sysfs;

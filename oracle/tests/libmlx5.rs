@@ -28,7 +28,10 @@ mod shim;
 mod linked {
     use std::ffi::{c_char, c_int, c_void, CStr};
 
-    use uverbs_oracle::kernel::{Mlx5Kernel, TOT_BFREGS, UAR_PAGE};
+    use std::sync::Arc;
+
+    use uverbs_oracle::file::EmulatedFile;
+    use uverbs_oracle::kernel::{Command, Mlx5Kernel};
     use uverbs_oracle::sysfs;
     use uverbs_uapi::*;
     use zerocopy::FromBytes;
@@ -151,8 +154,14 @@ mod linked {
             ibv_free_device_list(list);
         }
         shim::with_kernel(|k| {
-            assert!(k.cqs.is_empty() && k.pds.is_empty(), "{k:?}");
+            let (pds, cqs, uars) = k.closed.expect("libmlx5 closed the uverbs file");
+            assert_eq!(
+                (pds, cqs),
+                (0, 0),
+                "the PD and CQ destroyed before the close"
+            );
             assert!(k.uars.is_empty(), "every UAR page unmapped");
+            println!("mlx5 oracle: {uars} UAR objects left for the close to destroy");
             assert!(k.async_fds.is_empty(), "the async event file closed");
             let answered = k.log.iter().filter(|c| c.errno == 0).count();
             print!("mlx5 oracle: the commands:\n{}", log_lines(k));
@@ -163,6 +172,74 @@ mod linked {
             );
         });
         let _ = std::fs::remove_dir_all(&root);
+
+        let theirs = shim::with_kernel(|k| k.log.clone());
+        let ours = uverbs_commands();
+        let (cases, differ) = compare(&theirs, &ours);
+        println!("mlx5 oracle: {cases} cases, {} differ", differ.len());
+        assert!(differ.is_empty(), "differ: {differ:#?}");
+    }
+
+    /// uverbs' mlx5 provider through the same verbs, against an emulated
+    /// kernel of its own: open, PD, teardown. Its commands.
+    fn uverbs_commands() -> Vec<Command> {
+        let file = Arc::new(EmulatedFile::default());
+        let ctx = uverbs::Context::with_transport(
+            sysfs::IBDEV,
+            Some(uverbs::DriverId::MLX5),
+            Box::new(file.clone()),
+            &uverbs::OpenOptions::new(),
+        )
+        .expect("uverbs: GET_CONTEXT");
+        let pd = ctx.alloc_pd().expect("uverbs: ALLOC_PD");
+        pd.dealloc().expect("uverbs: DEALLOC_PD");
+        drop(ctx);
+        let log = file.kernel().log.clone();
+        log
+    }
+
+    /// The successful command of `theirs` and `ours` for one verb: the
+    /// write command `write` (or the native GET_CONTEXT, for
+    /// `IB_USER_VERBS_CMD_GET_CONTEXT`).
+    fn answered(log: &[Command], write: u32) -> Option<&Command> {
+        log.iter().find(|c| {
+            c.errno == 0
+                && (c.write_cmd == Some(write)
+                    || (write == IB_USER_VERBS_CMD_GET_CONTEXT
+                        && (c.object, c.method)
+                            == (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_GET_CONTEXT)))
+        })
+    }
+
+    /// Compares the driver data of each verb both libraries issued: what
+    /// went in (`uhw_in`, byte for byte) and the room given for the answer.
+    /// The cases and the names of those that differ.
+    fn compare(theirs: &[Command], ours: &[Command]) -> (usize, Vec<String>) {
+        let mut cases = 0;
+        let mut differ = Vec::new();
+        for (verb, write) in [
+            ("GET_CONTEXT", IB_USER_VERBS_CMD_GET_CONTEXT),
+            ("ALLOC_PD", IB_USER_VERBS_CMD_ALLOC_PD),
+        ] {
+            let (Some(t), Some(o)) = (answered(theirs, write), answered(ours, write)) else {
+                differ.push(format!("{verb}: answered for libmlx5 and uverbs"));
+                continue;
+            };
+            cases += 2;
+            if t.uhw_in != o.uhw_in {
+                differ.push(format!(
+                    "{verb}: driver input: libmlx5 {:02x?}, uverbs {:02x?}",
+                    t.uhw_in, o.uhw_in
+                ));
+            }
+            if t.uhw_out_len != o.uhw_out_len {
+                differ.push(format!(
+                    "{verb}: room for the driver answer: libmlx5 {}, uverbs {}",
+                    t.uhw_out_len, o.uhw_out_len
+                ));
+            }
+        }
+        (cases, differ)
     }
 
     /// What libmlx5 sent and wrote while opening the device and making the
@@ -194,14 +271,16 @@ mod linked {
             "{req:?}"
         );
 
-        // The UAR pages: TOT_BFREGS / 2 of them, mapped at page offsets
-        // 0.. (command REGULAR_PAGE).
+        // No blue-flame registers with GET_CONTEXT (libmlx5 asks for
+        // dynamic UARs): each UAR page is an object, mapped once at the
+        // offset its allocation answered.
+        assert_eq!(k.tot_bfregs, 0, "{log}");
+        assert!(!k.dyn_uars.is_empty(), "libmlx5 allocates UARs: {log}");
         let mut offsets: Vec<u64> = k.uars.iter().map(|u| u.offset).collect();
         offsets.sort_unstable();
-        let want: Vec<u64> = (0..u64::from(TOT_BFREGS / 2))
-            .map(|i| i * UAR_PAGE as u64)
-            .collect();
-        assert_eq!(offsets, want, "the UAR pages libmlx5 maps");
+        let mut want: Vec<u64> = k.dyn_uars.values().map(|u| u.mmap_offset).collect();
+        want.sort_unstable();
+        assert_eq!(offsets, want, "each UAR object mapped once, at its offset");
 
         // The CQ: 16 asked for, 32 entries of 64 bytes, every CQE
         // initialised as the hardware expects before it writes one.
@@ -211,6 +290,18 @@ mod linked {
         assert_eq!(cq_cqe, 31, "ibv_cq.cqe is what the kernel answered");
         assert_eq!(cq.req.cqe_size, 64, "{cq:?}");
         assert_eq!(cq.req.cqe_comp_en, 0, "{cq:?}");
+        assert_eq!(
+            u32::from(cq.req.flags),
+            MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX,
+            "{cq:?}"
+        );
+        assert!(
+            k.dyn_uars
+                .values()
+                .any(|u| u.page_id == u32::from(cq.req.uar_page_index)),
+            "the CQ's doorbell UAR is one libmlx5 allocated: {cq:?} {:?}",
+            k.dyn_uars
+        );
         // SAFETY: the CQ lives (destroyed after this check) and its buffer
         // holds `entries` CQEs of `cqe_size` bytes, written by libmlx5
         // before CREATE_CQ and by nothing since (the emulated device writes
@@ -229,8 +320,8 @@ mod linked {
         let db = unsafe { std::slice::from_raw_parts(cq.req.db_addr as *const u8, 8) };
         assert_eq!(db, [0; 8], "consumer index and arm word start at 0");
         println!(
-            "mlx5 oracle: CREATE_CQ driver data {:?}; UAR pages at {offsets:?}",
-            cq.req
+            "mlx5 oracle: CREATE_CQ driver data {:?}; UAR objects {:?}",
+            cq.req, k.dyn_uars
         );
     }
 }

@@ -299,6 +299,7 @@ pub unsafe extern "C" fn __wrap_munmap(addr: *mut c_void, len: usize) -> c_int {
 pub unsafe extern "C" fn __wrap_close(fd: c_int) -> c_int {
     if fd >= 0 && fd == UVERBS_FD.load(Ordering::SeqCst) {
         UVERBS_FD.store(-1, Ordering::SeqCst);
+        in_kernel(Mlx5Kernel::close);
     } else if !inside() && ROOT.get().is_some() {
         in_kernel(|k| k.async_fds.remove(&fd));
     }

@@ -1,0 +1,68 @@
+//! The emulated mlx5 kernel as a `uverbs` [`Transport`]: write commands
+//! framed as `INVOKE_WRITE` by uverbs' own frame builder, native methods
+//! as they come, both answered by a [`Mlx5Kernel`] of this file's own.
+//! (libibverbs reaches an emulated kernel through its wrapped system calls
+//! instead: `tests/libmlx5.rs`.)
+
+use std::sync::{Mutex, MutexGuard};
+
+use uverbs::transport::frame::{is_valid_output, user_addr, IoctlFrame};
+use uverbs::transport::{RawCommand, Transport};
+use uverbs::{Errno, TransportKind};
+use uverbs_uapi::{RDMA_DRIVER_MLX5, UVERBS_ATTR_UHW_OUT};
+
+use crate::ioctl::Call;
+use crate::kernel::Mlx5Kernel;
+
+/// An open uverbs file of the emulated mlx5 device.
+#[derive(Debug, Default)]
+pub struct EmulatedFile {
+    kernel: Mutex<Mlx5Kernel>,
+}
+
+impl EmulatedFile {
+    /// The kernel behind this file (its log, its objects).
+    pub fn kernel(&self) -> MutexGuard<'_, Mlx5Kernel> {
+        self.kernel.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+// SAFETY: each command runs once, through `invoke`; the kernel writes only
+// the frame's attributes and the output buffers they point at, within
+// their lengths (`Call::write_output`), marking only those it wrote valid;
+// `execute` zeroes both outputs first and reports the driver answer's
+// length only when it was written; no descriptor is ever adopted.
+unsafe impl Transport for EmulatedFile {
+    fn kind(&self) -> TransportKind {
+        TransportKind::Ioctl
+    }
+
+    unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
+        cmd.core_out.fill(0);
+        cmd.uhw_out.fill(0);
+        let core_out = (user_addr(cmd.core_out.as_ptr()), cmd.core_out.len());
+        let uhw_out = (user_addr(cmd.uhw_out.as_ptr()), cmd.uhw_out.len());
+        let mut frame = IoctlFrame::invoke_write(
+            RDMA_DRIVER_MLX5,
+            cmd.code,
+            cmd.core_in,
+            cmd.uhw_in,
+            core_out,
+            uhw_out,
+        )?;
+        // SAFETY: the frame points at `cmd`'s buffers, live for the call.
+        unsafe { self.invoke(&mut frame) }?;
+        let written = frame.attr(UVERBS_ATTR_UHW_OUT).is_some_and(is_valid_output);
+        Ok(if written { cmd.uhw_out.len() } else { 0 })
+    }
+
+    unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
+        // SAFETY: an IoctlFrame is the header followed by its attributes
+        // (repr(C)); the caller promises the buffers they point at are
+        // valid for the call, and nothing else touches the frame meanwhile.
+        let mut call = unsafe { Call::from_raw(std::ptr::from_mut(frame).cast()) };
+        self.kernel()
+            .ioctl(&mut call)
+            .map_err(Errno::from_raw_os_error)
+    }
+}
