@@ -340,9 +340,11 @@ impl MemoryRegion {
             }
         }
 
-        let (new_start, new_length) = new_range.map_or((0, 0), |(a, l)| (a as usize, l));
+        // The address and length go as given, with or without TRANSLATION,
+        // as libibverbs sends them (the kernel reads them only with it; the
+        // mlx5 oracle compares the bytes).
         let mut cmd = ReregMr::new(self.handle, flags.bits())
-            .translation(new_start as u64, new_length as u64)
+            .translation(change.addr as usize as u64, change.length as u64)
             .access_flags(change.access.bits());
         if let Some(pd) = change.new_pd() {
             cmd = cmd.pd_handle(pd.handle());
@@ -359,9 +361,9 @@ impl MemoryRegion {
                 if let Some(access) = change.new_access() {
                     self.access = access;
                 }
-                if new_range.is_some() {
+                if let Some((new_start, new_length)) = new_range {
                     let (old_start, old_length) = (self.addr, self.length);
-                    self.addr = new_start;
+                    self.addr = new_start as usize;
                     self.length = new_length;
                     if let Err(errno) = self.unmark(old_start, old_length) {
                         return Err(self.rereg_error(ReregOutcome::DoForkOld, errno));
