@@ -40,6 +40,9 @@ pub struct Command {
     pub method: u16,
     /// The write command an `INVOKE_WRITE` carries.
     pub write_cmd: Option<u32>,
+    /// The core request of a write command (`UVERBS_ATTR_CORE_IN`),
+    /// empty if none.
+    pub core_in: Vec<u8>,
     /// The driver's input (`UVERBS_ATTR_UHW_IN`), empty if none.
     pub uhw_in: Vec<u8>,
     /// The room for the driver's answer (`UVERBS_ATTR_UHW_OUT`), 0 if none.
@@ -59,6 +62,57 @@ pub struct Cq {
     pub entries: u32,
     /// The driver data it was created with.
     pub req: mlx5_ib_create_cq,
+}
+
+/// A memory region the kernel registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Mr {
+    /// The PD it is in (a uverbs handle).
+    pub pd: u32,
+    /// Its range.
+    pub start: u64,
+    /// Its length.
+    pub length: u64,
+    /// `IB_ACCESS_*`.
+    pub access: u32,
+    /// Its keys (one value for both, as mlx5's mkeys).
+    pub key: u32,
+    /// Whether its pinned pages are writable (`ib_umem::writable`).
+    pub writable: bool,
+}
+
+/// `ib_access_writable`: access that needs the pages pinned writable.
+fn access_writable(access: u32) -> bool {
+    access
+        & (IB_UVERBS_ACCESS_LOCAL_WRITE
+            | IB_UVERBS_ACCESS_REMOTE_WRITE
+            | IB_UVERBS_ACCESS_REMOTE_ATOMIC
+            | IB_UVERBS_ACCESS_MW_BIND)
+        != 0
+}
+
+/// `ib_check_mr_access` for a device without on-demand paging or flush.
+fn check_mr_access(access: u32) -> Result<(), Errno> {
+    let needs_local_write = IB_UVERBS_ACCESS_REMOTE_ATOMIC | IB_UVERBS_ACCESS_REMOTE_WRITE;
+    if access & needs_local_write != 0 && access & IB_UVERBS_ACCESS_LOCAL_WRITE == 0 {
+        return Err(libc::EINVAL);
+    }
+    // IB_ACCESS_SUPPORTED: up to HUGETLB, and the flush bits.
+    let supported = ((IB_UVERBS_ACCESS_HUGETLB << 1) - 1)
+        | IB_UVERBS_ACCESS_FLUSH_GLOBAL
+        | IB_UVERBS_ACCESS_FLUSH_PERSISTENT;
+    if access & !supported & !IB_UVERBS_ACCESS_OPTIONAL_RANGE != 0 {
+        return Err(libc::EINVAL);
+    }
+    if access
+        & (IB_UVERBS_ACCESS_ON_DEMAND
+            | IB_UVERBS_ACCESS_FLUSH_GLOBAL
+            | IB_UVERBS_ACCESS_FLUSH_PERSISTENT)
+        != 0
+    {
+        return Err(libc::EOPNOTSUPP);
+    }
+    Ok(())
 }
 
 /// A UAR page a context allocated (`MLX5_IB_OBJECT_UAR`).
@@ -109,6 +163,12 @@ pub struct Mlx5Kernel {
     pub pds: BTreeMap<u32, u32>,
     /// Live CQs by handle.
     pub cqs: BTreeMap<u32, Cq>,
+    /// Live MRs by handle.
+    pub mrs: BTreeMap<u32, Mr>,
+    next_key: u32,
+    /// The errno the next REREG_MR that reaches the driver fails with
+    /// (after the core's checks), to see both libraries handle a refusal.
+    pub fail_next_rereg: Option<Errno>,
     /// Mapped UAR pages.
     pub uars: Vec<Uar>,
     /// Async event files handed out (eventfds), still open.
@@ -121,6 +181,10 @@ impl Mlx5Kernel {
         let write_cmd = (call.object() == UVERBS_OBJECT_DEVICE
             && call.method() == UVERBS_METHOD_INVOKE_WRITE)
             .then(|| call.input_u64(UVERBS_ATTR_WRITE_CMD).unwrap_or(u64::MAX) as u32);
+        let core_in = match write_cmd {
+            Some(_) => call.input(UVERBS_ATTR_CORE_IN).unwrap_or_default(),
+            None => Vec::new(),
+        };
         let uhw_in = call.input(UVERBS_ATTR_UHW_IN).unwrap_or_default();
         let uhw_out_len = call.output_len(UVERBS_ATTR_UHW_OUT).unwrap_or(0);
         let result = if call.driver_id() != RDMA_DRIVER_MLX5 {
@@ -132,6 +196,7 @@ impl Mlx5Kernel {
             object: call.object(),
             method: call.method(),
             write_cmd,
+            core_in,
             uhw_in,
             uhw_out_len,
             errno: result.err().unwrap_or(0),
@@ -160,6 +225,15 @@ impl Mlx5Kernel {
                     .handle(UVERBS_ATTR_DESTROY_PD_HANDLE)
                     .ok_or(libc::EINVAL)?;
                 self.dealloc_pd(handle as u32)
+            }
+            (UVERBS_OBJECT_MR, UVERBS_METHOD_MR_DESTROY) => {
+                let handle = call
+                    .handle(UVERBS_ATTR_DESTROY_MR_HANDLE)
+                    .ok_or(libc::EINVAL)?;
+                self.mrs
+                    .remove(&(handle as u32))
+                    .map(drop)
+                    .ok_or(libc::EINVAL)
             }
             (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_ALLOC) => self.alloc_uar(call),
             (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_DESTROY) => {
@@ -215,6 +289,17 @@ impl Mlx5Kernel {
                 self.pds.insert(handle, pdn);
                 Ok(())
             }
+            IB_USER_VERBS_CMD_REG_MR => self.reg_mr(call),
+            IB_USER_VERBS_CMD_REREG_MR => self.rereg_mr(call),
+            IB_USER_VERBS_CMD_DEREG_MR => {
+                let input = call.input(UVERBS_ATTR_CORE_IN).ok_or(libc::EINVAL)?;
+                let (cmd, _) =
+                    ib_uverbs_dereg_mr::read_from_prefix(&input).map_err(|_| libc::EINVAL)?;
+                self.mrs
+                    .remove(&cmd.mr_handle)
+                    .map(drop)
+                    .ok_or(libc::EINVAL)
+            }
             IB_USER_VERBS_CMD_DEALLOC_PD => {
                 let input = call.input(UVERBS_ATTR_CORE_IN).ok_or(libc::EINVAL)?;
                 let (cmd, _) =
@@ -223,6 +308,112 @@ impl Mlx5Kernel {
             }
             _ => Err(libc::EOPNOTSUPP),
         }
+    }
+
+    /// The core request of a write command, as `T`.
+    fn core_in<T: FromBytes>(call: &Call) -> Result<T, Errno> {
+        let input = call.input(UVERBS_ATTR_CORE_IN).ok_or(libc::EINVAL)?;
+        T::read_from_prefix(&input)
+            .map(|(t, _)| t)
+            .map_err(|_| libc::EINVAL)
+    }
+
+    /// `ib_uverbs_reg_mr` and `mlx5_ib_reg_user_mr`: the keys back.
+    fn reg_mr(&mut self, call: &mut Call) -> Result<(), Errno> {
+        let cmd: ib_uverbs_reg_mr = Self::core_in(call)?;
+        if (cmd.start & 0xfff) != (cmd.hca_va & 0xfff) {
+            return Err(libc::EINVAL);
+        }
+        check_mr_access(cmd.access_flags)?;
+        if !self.pds.contains_key(&cmd.pd_handle) {
+            return Err(libc::EINVAL);
+        }
+        if cmd.length == 0 || cmd.start == 0 {
+            return Err(libc::EINVAL);
+        }
+        let (handle, key) = (self.handle(), self.key());
+        let resp = ib_uverbs_reg_mr_resp {
+            mr_handle: handle,
+            lkey: key,
+            rkey: key,
+        };
+        call.write_output(UVERBS_ATTR_CORE_OUT, resp.as_bytes())?;
+        self.mrs.insert(
+            handle,
+            Mr {
+                pd: cmd.pd_handle,
+                start: cmd.start,
+                length: cmd.length,
+                access: cmd.access_flags,
+                key,
+                writable: access_writable(cmd.access_flags),
+            },
+        );
+        Ok(())
+    }
+
+    /// `ib_uverbs_rereg_mr`'s checks, in its order, then
+    /// `mlx5_ib_rereg_user_mr`'s (`ib_umem_check_rereg` included). A new
+    /// translation is taken as mlx5's re-creation path: new pages, new keys;
+    /// PD and access alone change in place (its UMR path): the same keys.
+    fn rereg_mr(&mut self, call: &mut Call) -> Result<(), Errno> {
+        let cmd: ib_uverbs_rereg_mr = Self::core_in(call)?;
+        let (trans, pd_flag, access_flag) = (1, 2, 4);
+        if cmd.flags == 0 {
+            return Err(libc::EINVAL);
+        }
+        if cmd.flags & !(trans | pd_flag | access_flag) != 0 {
+            return Err(libc::EOPNOTSUPP);
+        }
+        if cmd.flags & trans != 0 && (cmd.start & 0xfff) != (cmd.hca_va & 0xfff) {
+            return Err(libc::EINVAL);
+        }
+        let mr = *self.mrs.get(&cmd.mr_handle).ok_or(libc::EINVAL)?;
+        if cmd.flags & access_flag != 0 {
+            check_mr_access(cmd.access_flags)?;
+        }
+        if cmd.flags & pd_flag != 0 && !self.pds.contains_key(&cmd.pd_handle) {
+            return Err(libc::EINVAL);
+        }
+        // mlx5_ib_rereg_user_mr: ib_umem_check_rereg.
+        if cmd.flags & access_flag != 0
+            && cmd.flags & trans == 0
+            && access_writable(cmd.access_flags)
+            && !mr.writable
+        {
+            return Err(libc::EACCES);
+        }
+        if let Some(errno) = self.fail_next_rereg.take() {
+            return Err(errno);
+        }
+        let mut new = mr;
+        if cmd.flags & access_flag != 0 {
+            new.access = cmd.access_flags;
+        }
+        if cmd.flags & pd_flag != 0 {
+            new.pd = cmd.pd_handle;
+        }
+        if cmd.flags & trans != 0 {
+            if cmd.length == 0 || cmd.start == 0 {
+                return Err(libc::EINVAL);
+            }
+            new.start = cmd.start;
+            new.length = cmd.length;
+            new.key = self.key();
+            new.writable = access_writable(new.access);
+        }
+        let resp = ib_uverbs_rereg_mr_resp {
+            lkey: new.key,
+            rkey: new.key,
+        };
+        call.write_output(UVERBS_ATTR_CORE_OUT, resp.as_bytes())?;
+        self.mrs.insert(cmd.mr_handle, new);
+        Ok(())
+    }
+
+    fn key(&mut self) -> u32 {
+        self.next_key += 1;
+        (self.next_key << 8) | 0x42
     }
 
     /// `mlx5_ib_dealloc_pd`; `EINVAL` for a handle that is no PD.
@@ -421,6 +612,7 @@ impl Mlx5Kernel {
     /// objects of each kind were left for it (PDs, CQs, UAR objects).
     pub fn close(&mut self) -> (usize, usize, usize) {
         let left = (self.pds.len(), self.cqs.len(), self.dyn_uars.len());
+        self.mrs.clear();
         self.pds.clear();
         self.cqs.clear();
         self.dyn_uars.clear();

@@ -48,8 +48,37 @@ mod linked {
         cqe: c_int,
     }
 
+    /// `struct ibv_mr` (libibverbs 44).
+    #[repr(C)]
+    struct IbvMr {
+        context: *mut c_void,
+        pd: *mut c_void,
+        addr: *mut c_void,
+        length: usize,
+        handle: u32,
+        lkey: u32,
+        rkey: u32,
+    }
+
+    /// `struct ibv_pd` (libibverbs 44): the context, then the handle.
+    #[repr(C)]
+    struct IbvPd {
+        context: *mut c_void,
+        handle: u32,
+    }
+
     extern "C" {
         static verbs_provider_mlx5: u8;
+        fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, len: usize, access: c_int) -> *mut IbvMr;
+        fn ibv_rereg_mr(
+            mr: *mut IbvMr,
+            flags: c_int,
+            pd: *mut c_void,
+            addr: *mut c_void,
+            len: usize,
+            access: c_int,
+        ) -> c_int;
+        fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int;
         fn ibv_static_providers(unused: *mut c_void, ...);
         fn ibv_get_device_list(num: *mut c_int) -> *mut *mut c_void;
         fn ibv_free_device_list(list: *mut *mut c_void);
@@ -148,6 +177,34 @@ mod linked {
 
             shim::with_kernel(|k| check_open_and_cq(k, cq_cqe));
 
+            let pd2 = ibv_alloc_pd(ctx);
+            assert!(!pd2.is_null(), "ibv_alloc_pd: {}", errno());
+            let theirs = rereg_cases_through_libibverbs(pd, pd2);
+            assert_eq!(ibv_dealloc_pd(pd2), 0, "ibv_dealloc_pd: {}", errno());
+            let ours = rereg_cases_through_uverbs();
+            let mut rereg_differ = Vec::new();
+            for ((case, t), o) in rereg_cases().iter().zip(&theirs).zip(&ours) {
+                if t != o {
+                    rereg_differ.push(format!("{case:?}: libibverbs {t:?}, uverbs {o:?}"));
+                }
+            }
+            println!(
+                "mlx5 oracle: ibv_rereg_mr: {} cases, {} differ",
+                theirs.len(),
+                rereg_differ.len()
+            );
+            if std::env::var_os("UVERBS_ORACLE_ALL").is_some() {
+                for d in &rereg_differ {
+                    println!("differ: {d}");
+                }
+            }
+            assert!(
+                rereg_differ.is_empty(),
+                "{} differ, the first: {:#?}",
+                rereg_differ.len(),
+                &rereg_differ[..rereg_differ.len().min(5)]
+            );
+
             assert_eq!(ibv_destroy_cq(cq), 0, "ibv_destroy_cq: {}", errno());
             assert_eq!(ibv_dealloc_pd(pd), 0, "ibv_dealloc_pd: {}", errno());
             assert_eq!(ibv_close_device(ctx), 0, "ibv_close_device: {}", errno());
@@ -180,9 +237,9 @@ mod linked {
         assert!(differ.is_empty(), "differ: {differ:#?}");
     }
 
-    /// uverbs' mlx5 provider through the same verbs, against an emulated
-    /// kernel of its own: open, PD, teardown. Its commands.
-    fn uverbs_commands() -> Vec<Command> {
+    /// A uverbs context of the mlx5 provider on an emulated kernel of its
+    /// own.
+    fn uverbs_context() -> (Arc<EmulatedFile>, uverbs::Context) {
         let file = Arc::new(EmulatedFile::default());
         let ctx = uverbs::Context::with_transport(
             sysfs::IBDEV,
@@ -191,6 +248,13 @@ mod linked {
             &uverbs::OpenOptions::new(),
         )
         .expect("uverbs: GET_CONTEXT");
+        (file, ctx)
+    }
+
+    /// uverbs' mlx5 provider through the same verbs, against an emulated
+    /// kernel of its own: open, PD, teardown. Its commands.
+    fn uverbs_commands() -> Vec<Command> {
+        let (file, ctx) = uverbs_context();
         let pd = ctx.alloc_pd().expect("uverbs: ALLOC_PD");
         pd.dealloc().expect("uverbs: DEALLOC_PD");
         drop(ctx);
@@ -323,5 +387,297 @@ mod linked {
             "mlx5 oracle: CREATE_CQ driver data {:?}; UAR objects {:?}",
             cq.req, k.dyn_uars
         );
+    }
+
+    /// Bytes of a page here.
+    const PAGE: usize = 4096;
+    /// The registered range (A) and the one a new translation points at (B).
+    const A_LEN: usize = 8 * PAGE;
+    const B_LEN: usize = 4 * PAGE;
+
+    /// One generated `ibv_rereg_mr` case.
+    #[derive(Clone, Copy, Debug)]
+    struct Case {
+        /// The MR's access when registered.
+        initial: u32,
+        /// The flags (an unsupported bit in some).
+        flags: u32,
+        /// The PD argument: 0 none (NULL), 1 the MR's own, 2 the other.
+        pd: u8,
+        /// The range: 0 B's, 1 a null address, 2 B with length 0.
+        range: u8,
+        /// The new access.
+        access: u32,
+        /// The errno the kernel's driver answers with, if any.
+        fail: Option<i32>,
+    }
+
+    /// 2 initial accesses × 10 flag values × the PDs (the PD flag with
+    /// none is left out: libibverbs dereferences the NULL, a crash rather
+    /// than an outcome) × 3 ranges × 5 accesses × 2 kernel answers.
+    fn rereg_cases() -> Vec<Case> {
+        let lw = IB_UVERBS_ACCESS_LOCAL_WRITE;
+        let (rw, rr) = (IB_UVERBS_ACCESS_REMOTE_WRITE, IB_UVERBS_ACCESS_REMOTE_READ);
+        let mut out = Vec::new();
+        for initial in [lw | rr, rr] {
+            for flags in (0u32..8).chain([8, 1 << 31]) {
+                let pds: &[u8] = if flags & 2 != 0 { &[1, 2] } else { &[0, 2] };
+                for &pd in pds {
+                    for range in 0..3 {
+                        for access in [0, lw, lw | rw, rw, rr] {
+                            for fail in [None, Some(libc::EFAULT)] {
+                                out.push(Case {
+                                    initial,
+                                    flags,
+                                    pd,
+                                    range,
+                                    access,
+                                    fail,
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Where an address in a command points.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    enum At {
+        Null,
+        A(u64),
+        B(u64),
+        Elsewhere,
+    }
+
+    /// The REREG_MR a side sent: flags, start, length, hca_va, the PD (0
+    /// none, 1 own, 2 other, 99 unknown), access.
+    type Sent = (u32, At, u64, At, u8, u32);
+
+    /// What one side did with one case.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    struct Seen {
+        /// 0, or `IBV_REREG_MR_ERR_*` (-1 INPUT to -5 CMD_AND_DO_FORK_NEW).
+        ret: i32,
+        /// The kernel's errno after a refused command (0 otherwise).
+        errno: i32,
+        sent: Option<Sent>,
+        /// Whether the keys changed.
+        keys_changed: bool,
+    }
+
+    /// The REREG_MR of `log[from..]`, normalised against the two ranges
+    /// and the PD handles.
+    fn sent_rereg(log: &[Command], from: usize, a: u64, b: u64, pds: (u32, u32)) -> Option<Sent> {
+        let at = |x: u64| match x {
+            0 => At::Null,
+            x if x >= a && x < a + A_LEN as u64 => At::A(x - a),
+            x if x >= b && x < b + B_LEN as u64 => At::B(x - b),
+            _ => At::Elsewhere,
+        };
+        log[from..]
+            .iter()
+            .find(|c| c.write_cmd == Some(IB_USER_VERBS_CMD_REREG_MR))
+            .map(|c| {
+                let (cmd, _) = ib_uverbs_rereg_mr::read_from_prefix(&c.core_in).unwrap();
+                let pd = match cmd.pd_handle {
+                    0 => 0,
+                    h if h == pds.0 => 1,
+                    h if h == pds.1 => 2,
+                    _ => 99,
+                };
+                (
+                    cmd.flags,
+                    at(cmd.start),
+                    cmd.length,
+                    at(cmd.hca_va),
+                    pd,
+                    cmd.access_flags,
+                )
+            })
+    }
+
+    /// The address and length a case passes, with `b` as B's start.
+    fn range_of(case: &Case, b: *mut u8) -> (*mut u8, usize) {
+        match case.range {
+            0 => (b, B_LEN),
+            1 => (std::ptr::null_mut(), B_LEN),
+            _ => (b, 0),
+        }
+    }
+
+    /// Two private anonymous mappings, A and B.
+    fn ranges() -> (memmap_like::Map, memmap_like::Map) {
+        (memmap_like::Map::new(A_LEN), memmap_like::Map::new(B_LEN))
+    }
+
+    /// Every case through libibverbs + libmlx5 (the shim's kernel), each on
+    /// a fresh MR of A in `pd1`.
+    fn rereg_cases_through_libibverbs(pd1: *mut c_void, pd2: *mut c_void) -> Vec<Seen> {
+        let (mut a, mut b) = ranges();
+        // SAFETY: the PDs are live libibverbs objects.
+        let handles = unsafe { ((*pd1.cast::<IbvPd>()).handle, (*pd2.cast::<IbvPd>()).handle) };
+        rereg_cases()
+            .iter()
+            .map(|case| {
+                // SAFETY: plain libibverbs calls on live objects; A and B
+                // stay mapped through the case, and the MR is deregistered
+                // before the next.
+                unsafe {
+                    let mr = ibv_reg_mr(pd1, a.ptr().cast(), A_LEN, case.initial as c_int);
+                    assert!(!mr.is_null(), "ibv_reg_mr: {}", errno());
+                    let before = ((*mr).lkey, (*mr).rkey);
+                    let from = shim::with_kernel(|k| k.log.len());
+                    shim::with_kernel_mut(|k| k.fail_next_rereg = case.fail);
+                    let pd = match case.pd {
+                        0 => std::ptr::null_mut(),
+                        1 => pd1,
+                        _ => pd2,
+                    };
+                    let (addr, len) = range_of(case, b.ptr());
+                    *libc::__errno_location() = 0;
+                    let ret = ibv_rereg_mr(
+                        mr,
+                        case.flags as c_int,
+                        pd,
+                        addr.cast(),
+                        len,
+                        case.access as c_int,
+                    );
+                    let cmd_errno = if ret == -4 || ret == -5 {
+                        *libc::__errno_location()
+                    } else {
+                        0
+                    };
+                    shim::with_kernel_mut(|k| k.fail_next_rereg = None);
+                    let sent = shim::with_kernel(|k| {
+                        sent_rereg(&k.log, from, a.ptr() as u64, b.ptr() as u64, handles)
+                    });
+                    let keys_changed = ((*mr).lkey, (*mr).rkey) != before;
+                    assert_eq!(ibv_dereg_mr(mr), 0, "ibv_dereg_mr: {}", errno());
+                    Seen {
+                        ret,
+                        errno: cmd_errno,
+                        sent,
+                        keys_changed,
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Every case through uverbs, against an emulated kernel of its own.
+    fn rereg_cases_through_uverbs() -> Vec<Seen> {
+        let (file, ctx) = uverbs_context();
+        let (pd1, pd2) = (ctx.alloc_pd().unwrap(), ctx.alloc_pd().unwrap());
+        let handles = (pd1.handle(), pd2.handle());
+        let (mut a, mut b) = ranges();
+        let seen = rereg_cases()
+            .iter()
+            .map(|case| {
+                let initial = uverbs::AccessFlags::from_bits_retain(case.initial);
+                // SAFETY: A stays mapped until after the MR is gone.
+                let mut mr = unsafe { pd1.reg_mr(a.ptr(), A_LEN, initial) }.expect("reg_mr");
+                let before = (mr.lkey(), mr.rkey());
+                let from = file.kernel().log.len();
+                file.kernel().fail_next_rereg = case.fail;
+                let pd = match case.pd {
+                    0 => None,
+                    1 => Some(&pd1),
+                    _ => Some(&pd2),
+                };
+                let (addr, len) = range_of(case, b.ptr());
+                // SAFETY: B stays mapped until after the MR is gone.
+                let result = unsafe {
+                    mr.rereg(
+                        uverbs::ReregFlags::from_bits_retain(case.flags),
+                        pd,
+                        addr,
+                        len,
+                        uverbs::AccessFlags::from_bits_retain(case.access),
+                    )
+                };
+                file.kernel().fail_next_rereg = None;
+                let (ret, errno) = match &result {
+                    Ok(()) => (0, 0),
+                    Err(e) => {
+                        let ret = match e.outcome() {
+                            uverbs::ReregOutcome::Input => -1,
+                            uverbs::ReregOutcome::DontForkNew => -2,
+                            uverbs::ReregOutcome::DoForkOld => -3,
+                            uverbs::ReregOutcome::Cmd => -4,
+                            uverbs::ReregOutcome::CmdAndDoForkNew => -5,
+                        };
+                        let errno = if ret == -4 || ret == -5 {
+                            e.errno().raw_os_error()
+                        } else {
+                            0
+                        };
+                        (ret, errno)
+                    }
+                };
+                let sent = sent_rereg(
+                    &file.kernel().log,
+                    from,
+                    a.ptr() as u64,
+                    b.ptr() as u64,
+                    handles,
+                );
+                let keys_changed = (mr.lkey(), mr.rkey()) != before;
+                mr.dereg().expect("uverbs: dereg_mr");
+                Seen {
+                    ret,
+                    errno,
+                    sent,
+                    keys_changed,
+                }
+            })
+            .collect();
+        drop((pd1, pd2, ctx));
+        seen
+    }
+
+    /// An anonymous private mapping, unmapped on drop (no dependency for
+    /// two buffers; mmap and munmap go through the shim, which passes
+    /// them on).
+    mod memmap_like {
+        pub struct Map {
+            ptr: *mut u8,
+            len: usize,
+        }
+
+        impl Map {
+            pub fn new(len: usize) -> Map {
+                // SAFETY: a fresh anonymous mapping, no pointer handed in.
+                let ptr = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        len,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                assert_ne!(ptr, libc::MAP_FAILED);
+                Map {
+                    ptr: ptr.cast(),
+                    len,
+                }
+            }
+
+            pub fn ptr(&mut self) -> *mut u8 {
+                self.ptr
+            }
+        }
+
+        impl Drop for Map {
+            fn drop(&mut self) {
+                // SAFETY: the mapping made in `new`, unmapped once.
+                unsafe { libc::munmap(self.ptr.cast(), self.len) };
+            }
+        }
     }
 }

@@ -76,6 +76,12 @@ pub fn with_kernel<R>(f: impl FnOnce(&Mlx5Kernel) -> R) -> R {
     f(guard.as_ref().expect("installed"))
 }
 
+/// Runs `f` on the emulated kernel, to change what it will answer.
+pub fn with_kernel_mut<R>(f: impl FnOnce(&mut Mlx5Kernel) -> R) -> R {
+    let mut guard = KERNEL.lock().unwrap();
+    f(guard.as_mut().expect("installed"))
+}
+
 /// Runs `f` on the emulated kernel, marking this thread as inside it.
 fn in_kernel<R>(f: impl FnOnce(&mut Mlx5Kernel) -> R) -> R {
     let mut guard = KERNEL.lock().unwrap();
