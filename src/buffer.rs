@@ -408,9 +408,15 @@ impl<B: StableBuffer> BufferMr<B> {
         self.peer_reads_unfenced = false;
     }
 
-    /// `Input` for a buffer that a peer's READ may still be sending from.
-    fn peer_reads_refusal(&self) -> Option<&'static str> {
-        self.peer_reads_unfenced.then_some(PEER_READS_UNFENCED)
+    /// Why the buffer may not be handed back now, if it may not: an
+    /// abandoned registration still reaches it, or a peer's READ may still
+    /// be sending from it (siw). `dereg` and `retarget` ask the same.
+    fn hand_back_refusal(&self) -> Option<&'static str> {
+        if self.reached_elsewhere {
+            Some(REACHED_ELSEWHERE)
+        } else {
+            self.peer_reads_unfenced.then_some(PEER_READS_UNFENCED)
+        }
     }
 
     fn parts(&self) -> &Parts<B> {
@@ -604,11 +610,7 @@ impl<B: StableBuffer> BufferMr<B> {
         new: B,
         fallback: ReregFallback,
     ) -> Result<Retargeted<B>, RetargetError<B>> {
-        let refusal = match self.reached_elsewhere {
-            true => Some(REACHED_ELSEWHERE),
-            false => self.peer_reads_refusal(),
-        };
-        if let Some(reason) = refusal {
+        if let Some(reason) = self.hand_back_refusal() {
             let error = self.parts().mr.input_error(reason);
             return Err(RetargetError {
                 error,
@@ -707,11 +709,7 @@ impl<B: StableBuffer> BufferMr<B> {
     /// buffer. [`retarget`](Self::retarget) refuses then too.
     #[doc(alias = "ibv_dereg_mr")]
     pub fn dereg(self) -> Result<B, BufferDeregError<B>> {
-        let refusal = match self.reached_elsewhere {
-            true => Some(REACHED_ELSEWHERE),
-            false => self.peer_reads_refusal(),
-        };
-        if let Some(reason) = refusal {
+        if let Some(reason) = self.hand_back_refusal() {
             let device = &self.parts().mr.context().inner.device;
             let error = Error::input(Op::DeregMr, device, reason);
             return Err(BufferDeregError { mr: self, error });
@@ -743,7 +741,7 @@ impl<B: StableBuffer> Drop for BufferMr<B> {
             // abandoned registration still reaches the buffer, or a peer's
             // READ may still be sending from it (siw), the pages may still
             // be reached: leak them.
-            if mr.dereg().is_ok() && !self.reached_elsewhere && !self.peer_reads_unfenced {
+            if mr.dereg().is_ok() && self.hand_back_refusal().is_none() {
                 drop(ManuallyDrop::into_inner(buffer));
             }
         }
