@@ -11,8 +11,6 @@
 //! is what rdma-core 44's libmlx5 sends, byte for byte (`oracle/`,
 //! docs/mlx5.md).
 
-use std::sync::OnceLock;
-
 use uverbs_uapi as sys;
 use zerocopy::IntoBytes;
 
@@ -68,8 +66,8 @@ impl Driver for Mlx5 {
     type Rq = NoRq;
 
     fn get_context_uhw_in() -> &'static [u8] {
-        static REQ: OnceLock<sys::mlx5_ib_alloc_ucontext_req_v2> = OnceLock::new();
-        REQ.get_or_init(|| GET_CONTEXT_REQ).as_bytes()
+        static REQ: sys::mlx5_ib_alloc_ucontext_req_v2 = GET_CONTEXT_REQ;
+        REQ.as_bytes()
     }
 
     /// Not yet read from `mlx5_ib_rereg_user_mr`: only the core's
