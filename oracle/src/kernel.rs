@@ -221,36 +221,21 @@ impl Mlx5Kernel {
                 call.set_data(UVERBS_ATTR_ASYNC_EVENT_ALLOC_FD_HANDLE, fd as u64)
             }
             (UVERBS_OBJECT_PD, UVERBS_METHOD_PD_DESTROY) => {
-                let handle = call
-                    .handle(UVERBS_ATTR_DESTROY_PD_HANDLE)
-                    .ok_or(libc::EINVAL)?;
-                self.dealloc_pd(handle as u32)
+                destroy(&mut self.pds, call, UVERBS_ATTR_DESTROY_PD_HANDLE).map(drop)
             }
             (UVERBS_OBJECT_MR, UVERBS_METHOD_MR_DESTROY) => {
-                let handle = call
-                    .handle(UVERBS_ATTR_DESTROY_MR_HANDLE)
-                    .ok_or(libc::EINVAL)?;
-                self.mrs
-                    .remove(&(handle as u32))
-                    .map(drop)
-                    .ok_or(libc::EINVAL)
+                destroy(&mut self.mrs, call, UVERBS_ATTR_DESTROY_MR_HANDLE).map(drop)
             }
             (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_ALLOC) => self.alloc_uar(call),
-            (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_DESTROY) => {
-                let handle = call
-                    .handle(MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE)
-                    .ok_or(libc::EINVAL)?;
-                self.dyn_uars
-                    .remove(&(handle as u32))
-                    .map(drop)
-                    .ok_or(libc::EINVAL)
-            }
+            (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_DESTROY) => destroy(
+                &mut self.dyn_uars,
+                call,
+                MLX5_IB_ATTR_UAR_OBJ_DESTROY_HANDLE,
+            )
+            .map(drop),
             (UVERBS_OBJECT_CQ, UVERBS_METHOD_CQ_CREATE) => self.create_cq(call),
             (UVERBS_OBJECT_CQ, UVERBS_METHOD_CQ_DESTROY) => {
-                let handle = call
-                    .handle(UVERBS_ATTR_DESTROY_CQ_HANDLE)
-                    .ok_or(libc::EINVAL)?;
-                self.cqs.remove(&(handle as u32)).ok_or(libc::EINVAL)?;
+                destroy(&mut self.cqs, call, UVERBS_ATTR_DESTROY_CQ_HANDLE)?;
                 let resp = ib_uverbs_destroy_cq_resp::default();
                 call.write_output(UVERBS_ATTR_DESTROY_CQ_RESP, resp.as_bytes())
             }
@@ -292,19 +277,12 @@ impl Mlx5Kernel {
             IB_USER_VERBS_CMD_REG_MR => self.reg_mr(call),
             IB_USER_VERBS_CMD_REREG_MR => self.rereg_mr(call),
             IB_USER_VERBS_CMD_DEREG_MR => {
-                let input = call.input(UVERBS_ATTR_CORE_IN).ok_or(libc::EINVAL)?;
-                let (cmd, _) =
-                    ib_uverbs_dereg_mr::read_from_prefix(&input).map_err(|_| libc::EINVAL)?;
-                self.mrs
-                    .remove(&cmd.mr_handle)
-                    .map(drop)
-                    .ok_or(libc::EINVAL)
+                let cmd: ib_uverbs_dereg_mr = Self::core_in(call)?;
+                remove(&mut self.mrs, cmd.mr_handle).map(drop)
             }
             IB_USER_VERBS_CMD_DEALLOC_PD => {
-                let input = call.input(UVERBS_ATTR_CORE_IN).ok_or(libc::EINVAL)?;
-                let (cmd, _) =
-                    ib_uverbs_dealloc_pd::read_from_prefix(&input).map_err(|_| libc::EINVAL)?;
-                self.dealloc_pd(cmd.pd_handle)
+                let cmd: ib_uverbs_dealloc_pd = Self::core_in(call)?;
+                remove(&mut self.pds, cmd.pd_handle).map(drop)
             }
             _ => Err(libc::EOPNOTSUPP),
         }
@@ -414,11 +392,6 @@ impl Mlx5Kernel {
     fn key(&mut self) -> u32 {
         self.next_key += 1;
         (self.next_key << 8) | 0x42
-    }
-
-    /// `mlx5_ib_dealloc_pd`; `EINVAL` for a handle that is no PD.
-    fn dealloc_pd(&mut self, handle: u32) -> Result<(), Errno> {
-        self.pds.remove(&handle).map(drop).ok_or(libc::EINVAL)
     }
 
     /// `mlx5_ib_alloc_ucontext`: the request of 8 (version 0) or at least
@@ -627,6 +600,19 @@ impl Mlx5Kernel {
         self.uars.retain(|u| u.page.0.as_ptr() != addr);
         self.uars.len() != before
     }
+}
+
+/// Takes the object `handle` names out of `table`: `EINVAL` where it names
+/// none, as the core answers a stale handle.
+fn remove<T>(table: &mut BTreeMap<u32, T>, handle: u32) -> Result<T, Errno> {
+    table.remove(&handle).ok_or(libc::EINVAL)
+}
+
+/// A destroy method: the object its handle attribute `attr` names, taken
+/// out of `table`.
+fn destroy<T>(table: &mut BTreeMap<u32, T>, call: &Call, attr: u16) -> Result<T, Errno> {
+    let handle = call.handle(attr).ok_or(libc::EINVAL)?;
+    remove(table, handle as u32)
 }
 
 /// `mlx5_ib_query_port` of port 1: an active RoCE port (Ethernet link
