@@ -519,8 +519,9 @@ mod linked {
     }
 
     /// Two private anonymous mappings, A and B.
-    fn ranges() -> (memmap_like::Map, memmap_like::Map) {
-        (memmap_like::Map::new(A_LEN), memmap_like::Map::new(B_LEN))
+    fn ranges() -> (memmap2::MmapMut, memmap2::MmapMut) {
+        let map = |len| memmap2::MmapMut::map_anon(len).expect("an anonymous mapping");
+        (map(A_LEN), map(B_LEN))
     }
 
     /// Every case through libibverbs + libmlx5 (the shim's kernel), each on
@@ -536,7 +537,7 @@ mod linked {
                 // stay mapped through the case, and the MR is deregistered
                 // before the next.
                 unsafe {
-                    let mr = ibv_reg_mr(pd1, a.ptr().cast(), A_LEN, case.initial as c_int);
+                    let mr = ibv_reg_mr(pd1, a.as_mut_ptr().cast(), A_LEN, case.initial as c_int);
                     assert!(!mr.is_null(), "ibv_reg_mr: {}", errno());
                     let before = ((*mr).lkey, (*mr).rkey);
                     let from = shim::with_kernel(|k| k.log.len());
@@ -546,7 +547,7 @@ mod linked {
                         1 => pd1,
                         _ => pd2,
                     };
-                    let (addr, len) = range_of(case, b.ptr());
+                    let (addr, len) = range_of(case, b.as_mut_ptr());
                     *libc::__errno_location() = 0;
                     let ret = ibv_rereg_mr(
                         mr,
@@ -563,7 +564,7 @@ mod linked {
                     };
                     shim::with_kernel_mut(|k| k.fail_next_rereg = None);
                     let sent = shim::with_kernel(|k| {
-                        sent_rereg(&k.log, from, a.ptr() as u64, b.ptr() as u64, handles)
+                        sent_rereg(&k.log, from, a.as_ptr() as u64, b.as_ptr() as u64, handles)
                     });
                     let keys_changed = ((*mr).lkey, (*mr).rkey) != before;
                     assert_eq!(ibv_dereg_mr(mr), 0, "ibv_dereg_mr: {}", errno());
@@ -589,7 +590,7 @@ mod linked {
             .map(|case| {
                 let initial = uverbs::AccessFlags::from_bits_retain(case.initial);
                 // SAFETY: A stays mapped until after the MR is gone.
-                let mut mr = unsafe { pd1.reg_mr(a.ptr(), A_LEN, initial) }.expect("reg_mr");
+                let mut mr = unsafe { pd1.reg_mr(a.as_mut_ptr(), A_LEN, initial) }.expect("reg_mr");
                 let before = (mr.lkey(), mr.rkey());
                 let from = file.kernel().log.len();
                 file.kernel().fail_next_rereg = case.fail;
@@ -598,7 +599,7 @@ mod linked {
                     1 => Some(&pd1),
                     _ => Some(&pd2),
                 };
-                let (addr, len) = range_of(case, b.ptr());
+                let (addr, len) = range_of(case, b.as_mut_ptr());
                 // SAFETY: B stays mapped until after the MR is gone.
                 let result = unsafe {
                     mr.rereg(
@@ -631,8 +632,8 @@ mod linked {
                 let sent = sent_rereg(
                     &file.kernel().log,
                     from,
-                    a.ptr() as u64,
-                    b.ptr() as u64,
+                    a.as_ptr() as u64,
+                    b.as_ptr() as u64,
                     handles,
                 );
                 let keys_changed = (mr.lkey(), mr.rkey()) != before;
@@ -647,47 +648,5 @@ mod linked {
             .collect();
         drop((pd1, pd2, ctx));
         seen
-    }
-
-    /// An anonymous private mapping, unmapped on drop (no dependency for
-    /// two buffers; mmap and munmap go through the shim, which passes
-    /// them on).
-    mod memmap_like {
-        pub struct Map {
-            ptr: *mut u8,
-            len: usize,
-        }
-
-        impl Map {
-            pub fn new(len: usize) -> Map {
-                // SAFETY: a fresh anonymous mapping, no pointer handed in.
-                let ptr = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        len,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                        -1,
-                        0,
-                    )
-                };
-                assert_ne!(ptr, libc::MAP_FAILED);
-                Map {
-                    ptr: ptr.cast(),
-                    len,
-                }
-            }
-
-            pub fn ptr(&mut self) -> *mut u8 {
-                self.ptr
-            }
-        }
-
-        impl Drop for Map {
-            fn drop(&mut self) {
-                // SAFETY: the mapping made in `new`, unmapped once.
-                unsafe { libc::munmap(self.ptr.cast(), self.len) };
-            }
-        }
     }
 }
