@@ -817,39 +817,32 @@ fn on_siw_a_peer_readable_buffer_comes_back_only_after_the_peers_reads() {
         let (fake, pd) = siw_setup();
         let (buf, dropped, early) = watched(&fake);
         let (again, _, _) = watched(&fake);
-        let sent;
-        let (dereg_err, retarget_err, buf) = if remote {
-            let mr = pd.reg_remote_buffer(buf, PEER_WRITABLE).unwrap();
-            assert!(mr.peer_reads_outlive_dereg(), "{what}");
-            sent = fake.count();
-            let e = mr.dereg().unwrap_err();
-            let dereg_err = e.error;
-            let r = e.mr.retarget(again, ReregFallback::Replace).unwrap_err();
-            let RetargetBuffers::Kept { mut mr, new } = r.buffers else {
-                panic!("{what}: the region must be kept")
-            };
-            assert!(new.is_some(), "{what}: the new buffer back");
-            assert_eq!(fake.count(), sent, "{what}: nothing sent");
-            // SAFETY: no peer exists: nothing reads the region.
-            unsafe { mr.assume_peer_reads_done() };
-            assert!(!mr.peer_reads_outlive_dereg(), "{what}");
-            (dereg_err, r.error, mr.dereg().unwrap())
+        // The same steps for both region types, which share these methods
+        // but no trait: dereg and retarget refused (nothing sent, the
+        // region and the new buffer back), then both allowed once told.
+        macro_rules! refused_until_told {
+            ($mr:expr) => {{
+                let mr = $mr;
+                assert!(mr.peer_reads_outlive_dereg(), "{what}");
+                let sent = fake.count();
+                let e = mr.dereg().unwrap_err();
+                let dereg_err = e.error;
+                let r = e.mr.retarget(again, ReregFallback::Replace).unwrap_err();
+                let RetargetBuffers::Kept { mut mr, new } = r.buffers else {
+                    panic!("{what}: the region must be kept")
+                };
+                assert!(new.is_some(), "{what}: the new buffer back");
+                assert_eq!(fake.count(), sent, "{what}: nothing sent");
+                // SAFETY: no peer exists: nothing reads the region.
+                unsafe { mr.assume_peer_reads_done() };
+                assert!(!mr.peer_reads_outlive_dereg(), "{what}");
+                (sent, dereg_err, r.error, mr.dereg().unwrap())
+            }};
+        }
+        let (sent, dereg_err, retarget_err, buf) = if remote {
+            refused_until_told!(pd.reg_remote_buffer(buf, PEER_WRITABLE).unwrap())
         } else {
-            let mr = pd.reg_buffer(buf, OWNED).unwrap();
-            assert!(mr.peer_reads_outlive_dereg(), "{what}");
-            sent = fake.count();
-            let e = mr.dereg().unwrap_err();
-            let dereg_err = e.error;
-            let r = e.mr.retarget(again, ReregFallback::Replace).unwrap_err();
-            let RetargetBuffers::Kept { mut mr, new } = r.buffers else {
-                panic!("{what}: the region must be kept")
-            };
-            assert!(new.is_some(), "{what}: the new buffer back");
-            assert_eq!(fake.count(), sent, "{what}: nothing sent");
-            // SAFETY: no peer exists: nothing reads the region.
-            unsafe { mr.assume_peer_reads_done() };
-            assert!(!mr.peer_reads_outlive_dereg(), "{what}");
-            (dereg_err, r.error, mr.dereg().unwrap())
+            refused_until_told!(pd.reg_buffer(buf, OWNED).unwrap())
         };
         assert_eq!(dereg_err.op(), uverbs::Op::DeregMr, "{what}: {dereg_err}");
         assert!(
