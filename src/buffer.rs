@@ -358,7 +358,7 @@ impl<B: StableBuffer> BufferMr<B> {
     /// access change: the note stays until
     /// [`assume_peer_reads_done`](Self::assume_peer_reads_done), since a
     /// READ taken under an earlier access may still be sending.
-    pub(crate) fn note_peer_reads(&mut self) {
+    fn note_peer_reads(&mut self) {
         let mr = &self.parts().mr;
         if mr.access().contains(AccessFlags::REMOTE_READ)
             && !mr.context().inner.provider.dereg_fences_peer_reads()

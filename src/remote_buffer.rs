@@ -227,9 +227,11 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
     /// (a packet past the access check may still be landing): only
     /// [`dereg`](Self::dereg) does.
     pub fn set_access(&mut self, access: AccessFlags) -> Result<(), ReregError> {
-        let result = self.inner.mr_mut().set_access(access);
-        self.inner.note_peer_reads();
-        result
+        // Through the owned region's change path, which notes what peers
+        // may READ after every access change.
+        self.inner
+            .apply_any_access(&Rereg::new().access(access), ReregFallback::Strict)
+            .map(drop)
     }
 
     /// True while [`dereg`](Self::dereg) and [`retarget`](Self::retarget)
