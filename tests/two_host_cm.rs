@@ -1076,13 +1076,8 @@ fn dereg_while_the_peer_reads(s: &mut Side, ctl: &mut Control) {
             }
             let first = started.elapsed();
             ctl.send("arriving", "");
-            let mut wc = [WorkCompletion::default(); 1];
-            while s.conn().cq.poll(&mut wc).expect("poll_cq") == 0 {
-                assert!(Instant::now() < deadline, "{what}: no READ completion");
-                std::thread::sleep(Duration::from_millis(1));
-            }
+            read_completed(s, deadline, 602, &what);
             let took = started.elapsed();
-            check(&wc[0], &what, WcOpcode::RdmaRead, &s.conn().qp, 602);
             let before = mem.iter().filter(|&&b| b == BEFORE_DEREG).count();
             let after = mem.iter().filter(|&&b| b == AFTER_DEREG).count();
             let first_after = mem.iter().position(|&b| b == AFTER_DEREG);
@@ -1110,6 +1105,17 @@ fn dereg_while_the_peer_reads(s: &mut Side, ctl: &mut Control) {
     drop(mem);
     ctl.barrier("dereg-read-done");
     owned_dereg_after_the_peer_reads(s, ctl);
+}
+
+/// Waits until `deadline` for the one completion of the READ `wr_id`
+/// (longer than `wait_one`'s bound: 8 MiB under TCG) and checks it.
+fn read_completed(s: &Side, deadline: Instant, wr_id: u64, what: &str) {
+    let mut wc = [WorkCompletion::default(); 1];
+    while s.conn().cq.poll(&mut wc).expect("poll_cq") == 0 {
+        assert!(Instant::now() < deadline, "{what}: no READ completion");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    check(&wc[0], what, WcOpcode::RdmaRead, &s.conn().qp, wr_id);
 }
 
 /// The peer's memory that its `tag` message names (`<addr> <rkey>`).
@@ -1170,13 +1176,7 @@ fn owned_dereg_after_the_peer_reads(s: &mut Side, ctl: &mut Control) {
             unsafe { s.conn().qp.post_send(&[wr]) }
                 .unwrap_or_else(|e| panic!("{what}: post_send: {e}"));
             ctl.send("reading", "");
-            let deadline = Instant::now() + DEREG_READ_WAIT;
-            let mut wc = [WorkCompletion::default(); 1];
-            while s.conn().cq.poll(&mut wc).expect("poll_cq") == 0 {
-                assert!(Instant::now() < deadline, "{what}: no READ completion");
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            check(&wc[0], &what, WcOpcode::RdmaRead, &s.conn().qp, 604);
+            read_completed(s, Instant::now() + DEREG_READ_WAIT, 604, &what);
             let changed = mem.iter().filter(|&&b| b != BEFORE_DEREG).count();
             assert_eq!(changed, 0, "{what}: every byte as a registered it");
             loud(&format!(
