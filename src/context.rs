@@ -15,8 +15,8 @@ use crate::fork::ForkSafety;
 use crate::method::InfoHandles;
 use crate::process::Generation;
 use crate::provider::driver::DriverId;
-use crate::provider::Provider;
 use crate::provider::MAX_GET_CONTEXT_UHW_OUT;
+use crate::provider::{DriverState, Provider};
 use crate::transport::{self, KernelFile, Transport, TransportKind, TransportMode};
 
 /// The most handles [`Context::kernel_handle_count`] asks for (the list
@@ -64,6 +64,10 @@ pub(crate) struct ContextInner {
     pub(crate) driver_id: Option<DriverId>,
     /// What differs per driver, chosen from `driver_id`.
     pub(crate) provider: Provider,
+    /// What the driver keeps for this context (mlx5: UAR pages, sizes).
+    /// Dropped before the transport (declaration order): its mappings are
+    /// of the transport's file.
+    pub(crate) driver: DriverState,
     pub(crate) transport: Box<dyn Transport>,
     pub(crate) fork: Arc<ForkSafety>,
     num_comp_vectors: u32,
@@ -190,7 +194,7 @@ impl Context {
         let uhw_len = provider.get_context_uhw_out_len();
         let cmd = GetContext::new().uhw_in(provider.get_context_uhw_in());
         // SAFETY: GET_CONTEXT hands no memory to the device.
-        let (resp, _) =
+        let (resp, written) =
             unsafe { transport::run(transport.as_ref(), &cmd, &mut uhw_out[..uhw_len]) }
                 .map_err(|e| Error::os(Op::GetContext, &device, e))?;
         // SAFETY: the number comes from the successful GET_CONTEXT just sent
@@ -201,6 +205,8 @@ impl Context {
             crate::event_fd::make_nonblocking(fd)
                 .map_err(|e| Error::os(Op::GetContext, &device, e))?;
         }
+        let driver = DriverState::open(provider, transport.as_ref(), &uhw_out[..written])
+            .map_err(|e| Error::os(Op::GetContext, &device, e))?;
         let fork = options
             .fork_safety
             .clone()
@@ -210,6 +216,7 @@ impl Context {
                 device,
                 driver_id,
                 provider,
+                driver,
                 transport,
                 fork,
                 num_comp_vectors: resp.num_comp_vectors,

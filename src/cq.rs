@@ -40,6 +40,7 @@ use crate::event_fd;
 use crate::method::{CqCreate, CqDestroy};
 use crate::pd::debug_object;
 use crate::provider::rings::{CqRing, Ring, MAX_CREATE_UHW_OUT};
+use crate::provider::{StateOf, UhwIn};
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
@@ -447,22 +448,9 @@ impl Context {
             }
         }
         let event_id = NEXT_CQ_EVENT_ID.fetch_add(1, Ordering::Relaxed);
-        let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
-        let uhw = &mut uhw_buf[..uhw_len];
-        let (path, handle, real_cqe, written) = self.send_create_cq(cqe, event_id, channel, uhw)?;
-        let ring = match CqRing::map(
-            self.inner.provider,
-            self.inner.transport.as_ref(),
-            uhw,
-            written,
-        ) {
-            Ok(ring) => ring,
-            Err(e) => {
-                // Nothing is mapped any more: both orders agree here.
-                let _ = send_destroy(self, path, handle);
-                return Err(fail(e));
-            }
-        };
+        let (path, handle, real_cqe, ring) = with_driver!(self.inner.provider,
+            D => self.create_cq_ring::<D>(cqe, event_id, channel, uhw_len)?,
+            Generic => return Err(fail(Errno::OPNOTSUPP)));
         let events = Arc::new(EventCounts::default());
         if let Some(ch) = channel {
             ch.inner.cqs().insert(event_id, events.clone());
@@ -485,22 +473,69 @@ impl Context {
         })
     }
 
-    /// Sends the create, native first (see [`create_cq`](Self::create_cq)):
-    /// (path, handle, real cqe, UHW bytes written).
-    fn send_create_cq(
+    /// The driver's part of [`create_cq`](Self::create_cq): prepares what
+    /// the driver hands the kernel, sends the create and maps the ring
+    /// (destroying the CQ again if that fails): (path, handle, real cqe,
+    /// ring).
+    fn create_cq_ring<D: StateOf>(
         &self,
         cqe: u32,
         event_id: u64,
         channel: Option<&CompletionChannel>,
+        uhw_len: usize,
+    ) -> Result<(CreatePath, u32, u32, CqRing), Error> {
+        let fail = |e| Error::os(Op::CreateCq, &self.inner.device, e);
+        let state = D::state_of(&self.inner.driver).ok_or_else(|| fail(Errno::OPNOTSUPP))?;
+        if let Some(reason) = D::state_refusal(state) {
+            return Err(Error::Unsupported {
+                op: Op::CreateCq,
+                device: self.inner.device.clone(),
+                reason,
+            });
+        }
+        let (prep, ask) = D::prepare_cq(state, cqe).map_err(fail)?;
+        let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
+        let uhw = &mut uhw_buf[..uhw_len];
+        // SAFETY: the driver's preparation holds the memory its driver data
+        // names (kept until the ring, which owns it, is dropped after the
+        // destroy).
+        let (path, handle, real_cqe, written) =
+            unsafe { self.send_create_cq(ask, event_id, channel, prep.uhw_in(), uhw) }?;
+        match D::map_cq(state, prep, self.inner.transport.as_ref(), uhw, written) {
+            Ok(ring) => Ok((path, handle, real_cqe, D::cq_ring(ring))),
+            Err(e) => {
+                // Nothing is mapped any more: both orders agree here.
+                let _ = send_destroy(self, path, handle);
+                Err(fail(e))
+            }
+        }
+    }
+
+    /// Sends the create, native first (see [`create_cq`](Self::create_cq)):
+    /// (path, handle, real cqe, UHW bytes written). A driver with data for
+    /// the create (`uhw_in`, mlx5's) needs the native method: the write
+    /// command is refused (`EOPNOTSUPP`) before it is sent.
+    ///
+    /// # Safety
+    ///
+    /// Memory `uhw_in` names for the device stays valid until the CQ is
+    /// destroyed.
+    unsafe fn send_create_cq(
+        &self,
+        cqe: u32,
+        event_id: u64,
+        channel: Option<&CompletionChannel>,
+        uhw_in: &[u8],
         uhw: &mut [u8],
     ) -> Result<(CreatePath, u32, u32, usize), Error> {
         if let Some(driver) = native_driver(self) {
-            let mut method = CqCreate::new(cqe, event_id, uhw);
+            let mut method = CqCreate::new(cqe, event_id, uhw).uhw_in(uhw_in);
             if let Some(ch) = channel {
                 method = method.comp_channel(ch.as_raw_fd());
             }
-            // SAFETY: CQ_CREATE hands no user memory to the device (the ring
-            // is the kernel's); the channel descriptor is this context's.
+            // SAFETY: the memory the driver data names outlives the CQ (the
+            // caller's promise; rxe's and siw's rings are the kernel's); the
+            // channel descriptor is this context's.
             match unsafe { method.run(self.inner.transport.as_ref(), driver) } {
                 // The kernel marks the whole UHW out written.
                 Ok(done) => {
@@ -509,6 +544,13 @@ impl Context {
                 Err(e) if native_refused(e) => {}
                 Err(e) => return Err(Error::os(Op::CreateCq, &self.inner.device, e)),
             }
+        }
+        if !uhw_in.is_empty() {
+            return Err(Error::os(
+                Op::CreateCq,
+                &self.inner.device,
+                Errno::OPNOTSUPP,
+            ));
         }
         let mut cmd = CreateCq::new(cqe, event_id);
         if let Some(ch) = channel {
@@ -798,7 +840,13 @@ impl CompletionQueue {
         // siw store, which would arm the parent's live CQ (a child's ring
         // mapping, were it inherited, is the same MAP_SHARED memory).
         ctx.check_process(Op::ReqNotifyCq)?;
-        if let Some(armed) = self.inner.ring.lock().arm_in_memory(solicited_only) {
+        let events_read = self.inner.events.received.load(Ordering::Acquire);
+        if let Some(armed) = self
+            .inner
+            .ring
+            .lock()
+            .arm_in_memory(solicited_only, events_read)
+        {
             return armed.map_err(|e| Error::os(Op::ReqNotifyCq, &ctx.inner.device, e));
         }
         let cmd = ReqNotifyCq::new(self.inner.handle, solicited_only);

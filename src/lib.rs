@@ -108,6 +108,9 @@
 // First: its macro serves the modules below.
 #[macro_use]
 mod setters;
+// Second: its driver list makes `with_driver!`, which the objects use.
+#[macro_use]
+mod provider;
 
 mod ah;
 mod async_event;
@@ -134,7 +137,6 @@ pub(crate) mod netlink;
 mod pd;
 pub mod post;
 mod process;
-mod provider;
 pub mod qp;
 mod query;
 mod remote_buffer;

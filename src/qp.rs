@@ -27,9 +27,9 @@ use crate::error::{Errno, Error, Op};
 use crate::method::{QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::rings::{
-    self, PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
+    PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
-use crate::provider::Provider;
+use crate::provider::{Provider, QpRequest, StateOf, UhwIn};
 use crate::query::Gid;
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr};
@@ -258,31 +258,13 @@ impl ProtectionDomain {
             max_inline_data: init.max_inline,
         };
         let event_id = next_qp_event_id();
-        let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
-        let uhw = &mut uhw_buf[..uhw_len];
-        let created = self.send_create_qp(init, cap, event_id, uhw)?;
-        let caps = created.cap;
-        let ring_cfg = QpRingConfig {
+        let req = QpRequest {
             qp_type: init.qp_type,
-            max_send_sge: caps.max_send_sge,
-            max_inline: caps.max_inline_data,
-            max_recv_sge: caps.max_recv_sge,
-            sq_sig_all: init.sq_sig_all,
+            cap,
         };
-        let (sq, rq) = match rings::map_qp(
-            ctx.inner.provider,
-            ctx.inner.transport.as_ref(),
-            uhw,
-            created.uhw_written,
-            ring_cfg,
-        ) {
-            Ok(rings) => rings,
-            Err(e) => {
-                // Nothing is mapped any more: both orders agree here.
-                let _ = send_destroy_qp(ctx, created.path, created.handle);
-                return Err(fail(e));
-            }
-        };
+        let (created, sq, rq, caps) = with_driver!(provider,
+            D => self.create_qp_rings::<D>(init, req, event_id, uhw_len)?,
+            Generic => return Err(fail(Errno::OPNOTSUPP)));
         Ok(QueuePair {
             pd: self.inner.clone(),
             send_cq: init.send_cq.inner.clone(),
@@ -293,17 +275,7 @@ impl ProtectionDomain {
             qp_type: init.qp_type,
             // What the rings hold: more than the kernel answered on 6.1's
             // rxe (see `ring_capacity`), the same elsewhere.
-            caps: QpCaps {
-                max_send_wr: sq
-                    .ring_capacity()
-                    .map_or(caps.max_send_wr, |c| c.max(caps.max_send_wr)),
-                max_recv_wr: rq
-                    .ring_capacity()
-                    .map_or(caps.max_recv_wr, |c| c.max(caps.max_recv_wr)),
-                max_send_sge: caps.max_send_sge,
-                max_recv_sge: caps.max_recv_sge,
-                max_inline: caps.max_inline_data,
-            },
+            caps,
             path: created.path,
             destroyed: false,
             state: AtomicU8::new(QpState::Reset as u8),
@@ -321,12 +293,77 @@ impl ProtectionDomain {
         })
     }
 
+    /// The driver's part of [`create_qp`](Self::create_qp): prepares what
+    /// the driver hands the kernel, sends the create and maps the rings
+    /// (destroying the QP again if that fails).
+    fn create_qp_rings<D: StateOf>(
+        &self,
+        init: &QpInit<'_>,
+        req: QpRequest,
+        event_id: u64,
+        uhw_len: usize,
+    ) -> Result<(QpCreatedAs, SendQueue, RecvQueue, QpCaps), Error> {
+        let ctx = &self.inner.ctx;
+        let fail = |e| Error::os(Op::CreateQp, &ctx.inner.device, e);
+        let state = D::state_of(&ctx.inner.driver).ok_or_else(|| fail(Errno::OPNOTSUPP))?;
+        if let Some(reason) = D::state_refusal(state) {
+            return Err(Error::Unsupported {
+                op: Op::CreateQp,
+                device: ctx.inner.device.clone(),
+                reason,
+            });
+        }
+        let (prep, ask) = D::prepare_qp(state, ctx.inner.transport.as_ref(), req).map_err(fail)?;
+        let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
+        let uhw = &mut uhw_buf[..uhw_len];
+        // SAFETY: the preparation holds the memory its driver data names,
+        // and the rings that own it are dropped after the destroy.
+        let created = unsafe { self.send_create_qp(init, ask.cap, event_id, prep.uhw_in(), uhw) }?;
+        let kernel = created.cap;
+        let ring_cfg = QpRingConfig {
+            qp_type: init.qp_type,
+            max_send_sge: kernel.max_send_sge,
+            max_inline: kernel.max_inline_data,
+            max_recv_sge: kernel.max_recv_sge,
+            sq_sig_all: init.sq_sig_all,
+        };
+        let transport = ctx.inner.transport.as_ref();
+        match D::map_qp(
+            state,
+            prep,
+            transport,
+            uhw,
+            created.uhw_written,
+            created.qpn,
+            ring_cfg,
+        ) {
+            Ok((sq, rq)) => {
+                let caps = D::qp_caps(&sq, &rq, kernel);
+                let (sq, rq) = D::queues(sq, rq);
+                Ok((created, sq, rq, caps))
+            }
+            Err(e) => {
+                // Nothing is mapped any more: both orders agree here.
+                let _ = send_destroy_qp(ctx, created.path, created.handle);
+                Err(fail(e))
+            }
+        }
+    }
+
     /// Sends the create, native first (see [`create_qp`](Self::create_qp)).
-    fn send_create_qp(
+    /// A driver with data for the create (`uhw_in`) needs the native
+    /// method: the write command is refused (`EOPNOTSUPP`) unsent.
+    ///
+    /// # Safety
+    ///
+    /// Memory `uhw_in` names for the device stays valid until the QP is
+    /// destroyed.
+    unsafe fn send_create_qp(
         &self,
         init: &QpInit<'_>,
         cap: sys::ib_uverbs_qp_cap,
         event_id: u64,
+        uhw_in: &[u8],
         uhw: &mut [u8],
     ) -> Result<QpCreatedAs, Error> {
         let ctx = &self.inner.ctx;
@@ -338,9 +375,11 @@ impl ProtectionDomain {
         if let Some(driver) = native_driver(ctx) {
             let method = QpCreate::new(init.qp_type, pd, send_cq, recv_cq, cap, uhw)
                 .sq_sig_all(init.sq_sig_all)
-                .user_handle(event_id);
-            // SAFETY: QP_CREATE hands no user memory to the device (the
-            // rings are the kernel's); the handles are this context's.
+                .user_handle(event_id)
+                .uhw_in(uhw_in);
+            // SAFETY: the memory the driver data names outlives the QP (the
+            // caller's promise; rxe's and siw's rings are the kernel's); the
+            // handles are this context's.
             match unsafe { method.run(ctx.inner.transport.as_ref(), driver) } {
                 Ok(done) => {
                     return Ok(QpCreatedAs {
@@ -355,6 +394,9 @@ impl ProtectionDomain {
                 Err(e) if native_refused(e) => {}
                 Err(e) => return Err(Error::os(Op::CreateQp, &ctx.inner.device, e)),
             }
+        }
+        if !uhw_in.is_empty() {
+            return Err(Error::os(Op::CreateQp, &ctx.inner.device, Errno::OPNOTSUPP));
         }
         let cmd = CreateQp::new(init.qp_type, pd, send_cq, recv_cq, cap)
             .sq_sig_all(init.sq_sig_all)

@@ -21,6 +21,7 @@ pub struct CqCreate<'a> {
     event_fd: Option<RawFd>,
     flags: u32,
     resp_cqe: u32,
+    uhw_in: &'a [u8],
     uhw_out: &'a mut [u8],
 }
 
@@ -56,6 +57,7 @@ impl<'a> CqCreate<'a> {
             event_fd: None,
             flags: 0,
             resp_cqe: 0,
+            uhw_in: &[],
             uhw_out,
         }
     }
@@ -98,8 +100,18 @@ impl<'a> CqCreate<'a> {
             m.idr_in(sys::UVERBS_ATTR_CREATE_CQ_EVENT_FD, fd as u32)
                 .optional();
         }
+        if !self.uhw_in.is_empty() {
+            m.uhw_in(self.uhw_in);
+        }
         let uhw = m.uhw_out(self.uhw_out);
         (m, CqCreateOuts { handle, cqe, uhw })
+    }
+
+    /// Driver data for the create (`UHW_IN`; mlx5: the buffers it hands
+    /// the kernel); none by default.
+    pub fn uhw_in(mut self, uhw_in: &'a [u8]) -> Self {
+        self.uhw_in = uhw_in;
+        self
     }
 
     /// Sends the method; the driver's answer is then in `uhw_out`.

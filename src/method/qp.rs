@@ -26,6 +26,7 @@ pub struct QpCreate<'a> {
     event_fd: Option<RawFd>,
     resp_cap: sys::ib_uverbs_qp_cap,
     resp_qp_num: u32,
+    uhw_in: &'a [u8],
     uhw_out: &'a mut [u8],
 }
 
@@ -76,6 +77,7 @@ impl<'a> QpCreate<'a> {
             event_fd: None,
             resp_cap: Default::default(),
             resp_qp_num: 0,
+            uhw_in: &[],
             uhw_out,
         }
     }
@@ -134,6 +136,9 @@ impl<'a> QpCreate<'a> {
             sys::UVERBS_ATTR_CREATE_QP_RESP_QP_NUM,
             &mut self.resp_qp_num,
         );
+        if !self.uhw_in.is_empty() {
+            m.uhw_in(self.uhw_in);
+        }
         let uhw = m.uhw_out(self.uhw_out);
         (
             m,
@@ -144,6 +149,13 @@ impl<'a> QpCreate<'a> {
                 uhw,
             },
         )
+    }
+
+    /// Driver data for the create (`UHW_IN`; mlx5: the buffers it hands
+    /// the kernel); none by default.
+    pub fn uhw_in(mut self, uhw_in: &'a [u8]) -> Self {
+        self.uhw_in = uhw_in;
+        self
     }
 
     /// Sends the method; the driver's answer is then in `uhw_out`.

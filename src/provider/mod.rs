@@ -29,6 +29,7 @@ pub(crate) mod generic;
 use crate::command::QpType;
 use crate::error::Errno;
 use crate::flags::ReregFlags;
+use crate::qp::QpCaps;
 use crate::transport::Transport;
 use driver::DriverId;
 use rings::{CompletionRing, QpRingConfig, RecvRing, SendRing};
@@ -63,6 +64,15 @@ pub(crate) trait Driver {
     /// the region: once it returns, no byte of it leaves (hardware, rxe).
     const DEREG_FENCES_PEER_READS: bool = true;
 
+    /// What the driver keeps per context (mlx5: the sizes GET_CONTEXT
+    /// answered, its UAR pages, its QP table); `()` for rxe and siw.
+    type State: Send + Sync;
+    /// What a CQ create needs before the command (mlx5: the CQE buffer and
+    /// doorbell record it hands the kernel, and the driver data naming them).
+    type CqPrep: UhwIn;
+    /// The same for a QP create.
+    type QpPrep: UhwIn;
+
     /// A CQ's ring.
     type Cq: CompletionRing;
     /// A QP's send queue.
@@ -84,18 +94,99 @@ pub(crate) trait Driver {
         true
     }
 
-    /// Reads the CREATE_CQ answer (`written` bytes of `uhw`) and maps the
-    /// ring.
-    fn map_cq(transport: &dyn Transport, uhw: &[u8], written: usize) -> Result<Self::Cq, Errno>;
+    /// The context's state, from the GET_CONTEXT answer (`uhw_out`, the
+    /// driver's part); runs once per context, after GET_CONTEXT.
+    fn open_state(transport: &dyn Transport, uhw_out: &[u8]) -> Result<Self::State, Errno>;
 
-    /// Reads the CREATE_QP answer and maps the rings; on an error none is
-    /// left mapped.
-    fn map_qp(
+    /// Why this context has no data path although the driver has one
+    /// (mlx5: a kernel answer without what its queues need); checked
+    /// before a CQ or QP create sends anything.
+    fn state_refusal(_state: &Self::State) -> Option<&'static str> {
+        None
+    }
+
+    /// Prepares a CQ of at least `cqe` entries: what to hand the kernel,
+    /// and the `cqe` to ask it for.
+    fn prepare_cq(state: &Self::State, cqe: u32) -> Result<(Self::CqPrep, u32), Errno>;
+
+    /// Reads the CREATE_CQ answer (`written` bytes of `uhw`) and maps the
+    /// ring (or takes over the prepared memory).
+    fn map_cq(
+        state: &Self::State,
+        prep: Self::CqPrep,
         transport: &dyn Transport,
         uhw: &[u8],
         written: usize,
+    ) -> Result<Self::Cq, Errno>;
+
+    /// Prepares a QP: what to hand the kernel, and the capacities to ask
+    /// for (the driver may size its own queues, as mlx5 does).
+    fn prepare_qp(
+        state: &Self::State,
+        transport: &dyn Transport,
+        req: QpRequest,
+    ) -> Result<(Self::QpPrep, QpRequest), Errno>;
+
+    /// Reads the CREATE_QP answer and maps the rings; on an error none is
+    /// left mapped. `cfg` holds the kernel's answer; a driver that sized
+    /// the queues itself answers its own limits in [`qp_caps`](Self::qp_caps).
+    fn map_qp(
+        state: &Self::State,
+        prep: Self::QpPrep,
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        qpn: u32,
         cfg: QpRingConfig,
     ) -> Result<(Self::Sq, Self::Rq), Errno>;
+
+    /// What the QP holds: by default the kernel's answer, raised to what
+    /// the rings hold where that is more ([`SendRing::ring_capacity`]).
+    fn qp_caps(sq: &Self::Sq, rq: &Self::Rq, kernel: uverbs_uapi::ib_uverbs_qp_cap) -> QpCaps {
+        QpCaps {
+            max_send_wr: sq
+                .ring_capacity()
+                .map_or(kernel.max_send_wr, |c| c.max(kernel.max_send_wr)),
+            max_recv_wr: rq
+                .ring_capacity()
+                .map_or(kernel.max_recv_wr, |c| c.max(kernel.max_recv_wr)),
+            max_send_sge: kernel.max_send_sge,
+            max_recv_sge: kernel.max_recv_sge,
+            max_inline: kernel.max_inline_data,
+        }
+    }
+}
+
+/// The driver data a prepared create carries to the kernel (`UHW_IN`).
+pub(crate) trait UhwIn {
+    /// The bytes; empty for a driver that sends none.
+    fn uhw_in(&self) -> &[u8];
+}
+
+impl UhwIn for () {
+    fn uhw_in(&self) -> &[u8] {
+        &[]
+    }
+}
+
+/// What a QP create asks for, before the driver's preparation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct QpRequest {
+    /// The QP's type.
+    pub(crate) qp_type: QpType,
+    /// The capacities asked for.
+    pub(crate) cap: uverbs_uapi::ib_uverbs_qp_cap,
+}
+
+/// A driver of the driver list: its [`Driver::State`] in a context's
+/// [`DriverState`], its rings in the ring enums (made by the list).
+pub(crate) trait StateOf: Driver {
+    /// The state, if `state` is this driver's.
+    fn state_of(state: &DriverState) -> Option<&Self::State>;
+    /// The CQ ring as the enum holds it.
+    fn cq_ring(ring: Self::Cq) -> CqRing;
+    /// The QP's queues as the enums hold them.
+    fn queues(sq: Self::Sq, rq: Self::Rq) -> (SendQueue, RecvQueue);
 }
 
 /// Makes, from the driver list, [`Provider`], the ring enums and the two
@@ -121,6 +212,48 @@ macro_rules! drivers {
                 Provider::Generic
             }
         }
+
+        /// What a context keeps for its driver ([`Driver::State`]).
+        pub(crate) enum DriverState {
+            $($(#[doc = $doc])* $V(<$D as Driver>::State),)+
+            /// A driver without a data path here: nothing.
+            Generic,
+        }
+
+        impl DriverState {
+            /// Opens the state of `provider`'s driver from the GET_CONTEXT
+            /// answer's driver part.
+            pub(crate) fn open(
+                provider: Provider,
+                transport: &dyn Transport,
+                uhw_out: &[u8],
+            ) -> Result<DriverState, Errno> {
+                match provider {
+                    $(Provider::$V => <$D as Driver>::open_state(transport, uhw_out)
+                        .map(DriverState::$V),)+
+                    Provider::Generic => Ok(DriverState::Generic),
+                }
+            }
+        }
+
+        $(
+            impl StateOf for $D {
+                fn state_of(state: &DriverState) -> Option<&Self::State> {
+                    match state {
+                        DriverState::$V(s) => Some(s),
+                        _ => None,
+                    }
+                }
+
+                fn cq_ring(ring: Self::Cq) -> CqRing {
+                    CqRing::$V(ring)
+                }
+
+                fn queues(sq: Self::Sq, rq: Self::Rq) -> (SendQueue, RecvQueue) {
+                    (SendQueue::$V(sq), RecvQueue::$V(rq))
+                }
+            }
+        )+
 
         /// A CQ's ring, per driver.
         pub(crate) enum CqRing {
@@ -195,8 +328,8 @@ drivers! {$
     Rxe(crate::provider::rxe::Rxe),
     /// Soft iWARP (`siw`).
     Siw(crate::provider::siw::Siw),
-    /// ConnectX (`mlx5_ib`): the control path's driver data; its data path
-    /// is not there yet (docs/mlx5.md).
+    /// ConnectX (`mlx5_ib`): RC and UC over user-allocated queues
+    /// (docs/mlx5.md).
     Mlx5(crate::provider::mlx5::Mlx5),
 }
 

@@ -105,10 +105,16 @@ pub(crate) trait CompletionRing: Ring {
     /// Copies up to `out.len()` completions out; no system call.
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno>;
 
-    /// Arms the CQ in memory where the driver allows it (siw: a store to
-    /// the control word); `None` (the default) when arming takes
+    /// Arms the CQ without a system call where the driver allows it (siw:
+    /// a store to the control word; mlx5: the doorbell record and the UAR
+    /// doorbell, whose sequence number counts the completion events read,
+    /// `events_read`); `None` (the default) when arming takes
     /// `REQ_NOTIFY_CQ` (rxe).
-    fn arm_in_memory(&mut self, _solicited_only: bool) -> Option<Result<(), Errno>> {
+    fn arm_in_memory(
+        &mut self,
+        _solicited_only: bool,
+        _events_read: u32,
+    ) -> Option<Result<(), Errno>> {
         None
     }
 }
@@ -158,19 +164,6 @@ pub(crate) struct QpRingConfig {
 }
 
 impl CqRing {
-    /// Reads the create answer (`written` bytes of `uhw`) and maps the ring
-    /// of `provider`'s driver on `transport`. On an error the caller
-    /// destroys the CQ.
-    pub(crate) fn map(
-        provider: Provider,
-        transport: &dyn Transport,
-        uhw: &[u8],
-        written: usize,
-    ) -> Result<CqRing, Errno> {
-        with_driver!(provider, D => D::map_cq(transport, uhw, written).map(CqRing::from),
-            Generic => Err(Errno::OPNOTSUPP))
-    }
-
     /// As [`CompletionRing::poll`].
     #[inline]
     pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
@@ -178,8 +171,12 @@ impl CqRing {
     }
 
     /// As [`CompletionRing::arm_in_memory`].
-    pub(crate) fn arm_in_memory(&mut self, solicited_only: bool) -> Option<Result<(), Errno>> {
-        each_ring!(self, r => r.arm_in_memory(solicited_only))
+    pub(crate) fn arm_in_memory(
+        &mut self,
+        solicited_only: bool,
+        events_read: u32,
+    ) -> Option<Result<(), Errno>> {
+        each_ring!(self, r => r.arm_in_memory(solicited_only, events_read))
     }
 }
 
@@ -201,31 +198,11 @@ macro_rules! ring_enum_is_a_ring {
 
 ring_enum_is_a_ring!(CqRing, SendQueue, RecvQueue);
 
-/// Reads the QP create answer and maps the rings of the context's driver.
-/// On an error the caller destroys the QP (every ring mapped so far is
-/// already unmapped).
-pub(crate) fn map_qp(
-    provider: Provider,
-    transport: &dyn Transport,
-    uhw: &[u8],
-    written: usize,
-    cfg: QpRingConfig,
-) -> Result<(SendQueue, RecvQueue), Errno> {
-    with_driver!(provider, D => D::map_qp(transport, uhw, written, cfg)
-        .map(|(sq, rq)| (SendQueue::from(sq), RecvQueue::from(rq))),
-        Generic => Err(Errno::OPNOTSUPP))
-}
-
 impl SendQueue {
     /// As [`SendRing::post`].
     #[inline]
     pub(crate) fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
         each_ring!(self, q => q.post(wrs))
-    }
-
-    /// As [`SendRing::ring_capacity`].
-    pub(crate) fn ring_capacity(&self) -> Option<u32> {
-        each_ring!(self, q => q.ring_capacity())
     }
 }
 
@@ -233,11 +210,6 @@ impl RecvQueue {
     /// As [`RecvRing::post`].
     pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         each_ring!(self, q => q.post(wrs))
-    }
-
-    /// As [`RecvRing::ring_capacity`].
-    pub(crate) fn ring_capacity(&self) -> Option<u32> {
-        each_ring!(self, q => q.ring_capacity())
     }
 }
 

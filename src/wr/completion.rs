@@ -142,7 +142,7 @@ raw_enum! {
 }
 
 /// The kernel's completion opcode of a receive (`IB_WC_RECV`).
-const IB_WC_RECV: u32 = 1 << 7;
+pub(crate) const IB_WC_RECV: u32 = 1 << 7;
 /// The kernel's completion opcode of an RDMA WRITE with immediate that
 /// consumed a receive (`IB_WC_RECV_RDMA_WITH_IMM`).
 const IB_WC_RECV_RDMA_WITH_IMM: u32 = IB_WC_RECV + 1;

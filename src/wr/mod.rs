@@ -25,6 +25,7 @@ mod recv;
 mod send;
 mod sge;
 
+pub(crate) use completion::IB_WC_RECV;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use error::PostError;
 pub use recv::RecvWr;

@@ -1,30 +1,41 @@
-//! ConnectX (`mlx5_ib`), so far its control path: the driver-private data
-//! without which mlx5 refuses a context (`mlx5_ib_alloc_ucontext` answers
-//! `EINVAL` to a GET_CONTEXT without it) and a PD (`mlx5_ib_alloc_pd`
-//! writes the PD number whether or not there is room, `EFAULT` without).
-//!
-//! The data path (user-allocated CQ and QP buffers, CQEs, WQEs, doorbells,
-//! blue flame) is issue 39's next step: until it is here, creating a CQ or
-//! QP answers [`Error::Unsupported`](crate::Error::Unsupported) before any
-//! system call ([`DATA_PATH_REFUSAL`](Driver::DATA_PATH_REFUSAL)), and the
-//! ring types are [`NoCq`], [`NoSq`] and [`NoRq`], which have no values. What the requests hold
-//! is what rdma-core 44's libmlx5 sends, byte for byte (`oracle/`,
+//! ConnectX (`mlx5_ib`): the driver data without which mlx5 refuses a
+//! context (`mlx5_ib_alloc_ucontext` answers `EINVAL` to a GET_CONTEXT
+//! without it) and a PD (`mlx5_ib_alloc_pd` writes the PD number whether or
+//! not there is room), and the data path of RC and UC QPs as libmlx5 44
+//! drives a ConnectX: queues in memory the process allocates and hands the
+//! kernel at create ([`cq`], [`qp`]), WQEs written there ([`wqe`]), CQEs
+//! read from there, doorbells written to UAR pages ([`uar`]); no system
+//! call on the data path. What it sends and writes is compared byte for
+//! byte with rdma-core 44's libmlx5 on an emulated device (`oracle/`,
 //! docs/mlx5.md).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
 use uverbs_uapi as sys;
-use zerocopy::IntoBytes;
+use zerocopy::{FromBytes, IntoBytes};
 
 use crate::error::Errno;
 use crate::provider::driver::DriverId;
-use crate::provider::rings::{CompletionRing, PostFailure, QpRingConfig, RecvRing, Ring, SendRing};
-use crate::provider::Driver;
+use crate::provider::rings::QpRingConfig;
+use crate::provider::{Driver, QpRequest};
 use crate::transport::Transport;
-use crate::wr::{RecvWr, SendWr, WorkCompletion};
 
-/// Why mlx5 has no CQs and QPs here yet.
-pub(crate) const NO_DATA_PATH_YET: &str =
-    "uverbs' mlx5 provider has the control path only so far (contexts, queries, PDs, MRs, \
-     rereg); its data path (CQs, QPs, posting) is in progress (docs/mlx5.md)";
+pub(crate) mod cq;
+pub(crate) mod qp;
+pub(crate) mod uar;
+pub(crate) mod wqe;
+
+use qp::WrIds;
+use uar::{BfReg, UarPage, BFREGS_PER_UAR};
+
+/// Why mlx5's data path is refused on this CPU: its doorbells are written
+/// with x86-64's store ordering and `sfence` (see [`uar`]).
+pub(crate) const NOT_X86_64: &str =
+    "uverbs' mlx5 data path is written for x86-64's memory ordering (its doorbells use sfence); \
+     on this CPU it offers the control path";
 
 /// The context libmlx5 44 asks for (its defaults, with no `MLX5_*`
 /// environment): 16 blue-flame registers, 4 of them low-latency, CQE
@@ -44,6 +55,132 @@ pub(crate) const GET_CONTEXT_REQ: sys::mlx5_ib_alloc_ucontext_req_v2 =
         lib_caps: sys::MLX5_LIB_CAP_4K_UAR | sys::MLX5_LIB_CAP_DYN_UAR,
     };
 
+/// Why a context's mlx5 data path is off: the kernel's answer.
+pub(crate) const NO_DYNAMIC_UARS: &str =
+    "uverbs' mlx5 data path needs a kernel that answers GET_CONTEXT with dynamic UARs and \
+     CQE version 1 (Linux 5.x and later); this context offers the control path";
+
+/// Why a context's mlx5 data path is off: no UAR page for CQ doorbells.
+pub(crate) const NO_CQ_UAR: &str =
+    "the kernel refused uverbs' mlx5 provider a non-cached UAR page (UAR_OBJ_ALLOC), \
+     which arms CQs; this context offers the control path";
+
+/// What GET_CONTEXT answered that the data path uses.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Params {
+    /// Largest send WQE, in bytes.
+    pub(crate) max_sq_desc_sz: u16,
+    /// Largest receive WQE, in bytes.
+    pub(crate) max_rq_desc_sz: u16,
+    /// Largest SQ, in basic blocks.
+    pub(crate) max_send_wqebb: u32,
+    /// Largest RQ, in WQEs.
+    pub(crate) max_recv_wr: u32,
+    /// The kernel takes ECE options (`MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE`).
+    pub(crate) ece: bool,
+}
+
+/// What an mlx5 context keeps: the answer's sizes, the non-cached UAR page
+/// that arms CQs, free BlueFlame registers, and each QP's work request ids
+/// by user index (the CQs look them up).
+pub(crate) struct Shared {
+    /// `None` when GET_CONTEXT's answer was short or the kernel granted
+    /// static blue-flame registers (no dynamic UARs): CQs and QPs are then
+    /// refused (`EOPNOTSUPP`).
+    params: Option<Params>,
+    nc_uar: Option<Arc<UarPage>>,
+    bfregs: Mutex<Vec<BfReg>>,
+    qps: RwLock<HashMap<u32, Arc<WrIds>>>,
+    next_uidx: AtomicU32,
+}
+
+impl Shared {
+    /// The sizes, or `EOPNOTSUPP` (see [`Shared::params`]).
+    pub(crate) fn params(&self) -> Result<&Params, Errno> {
+        self.params.as_ref().ok_or(Errno::OPNOTSUPP)
+    }
+
+    /// The CQ doorbell page, or `EOPNOTSUPP`.
+    pub(crate) fn nc_uar(&self) -> Result<Arc<UarPage>, Errno> {
+        self.params()?;
+        self.nc_uar.clone().ok_or(Errno::OPNOTSUPP)
+    }
+
+    /// A BlueFlame register for a new QP: a free one, or one of a newly
+    /// allocated UAR page (each has two). Every QP has its own register;
+    /// libmlx5 shares registers after its first four QPs.
+    pub(crate) fn take_bfreg(&self, transport: &dyn Transport) -> Result<BfReg, Errno> {
+        let mut free = self.bfregs.lock();
+        if free.is_empty() {
+            let page = UarPage::alloc(transport, sys::MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF)?;
+            // Popped from the end: register 0 first, as libmlx5 does.
+            for i in (0..BFREGS_PER_UAR).rev() {
+                free.push(BfReg::new(page.clone(), i));
+            }
+        }
+        Ok(free.pop().expect("just filled"))
+    }
+
+    /// Takes back the register of a QP gone.
+    pub(crate) fn give_back_bfreg(&self, bf: BfReg) {
+        self.bfregs.lock().push(bf);
+    }
+
+    /// A user index for a new QP: never reused within the context, so a
+    /// CQE left by a destroyed QP never names a newer one (libmlx5 reuses
+    /// the lowest free index and instead removes such CQEs at destroy).
+    pub(crate) fn next_uidx(&self) -> u32 {
+        self.next_uidx.fetch_add(1, Ordering::Relaxed) & 0xff_ffff
+    }
+
+    pub(crate) fn insert_qp(&self, uidx: u32, ids: Arc<WrIds>) {
+        self.qps.write().insert(uidx, ids);
+    }
+
+    pub(crate) fn remove_qp(&self, uidx: u32) {
+        self.qps.write().remove(&uidx);
+    }
+
+    /// The ids of the QP with user index `uidx`.
+    pub(crate) fn qp(&self, uidx: u32) -> Option<Arc<WrIds>> {
+        self.qps.read().get(&uidx).cloned()
+    }
+}
+
+/// Memory the process hands the device (CQE buffers, queues, doorbell
+/// records): anonymous, page-aligned, zeroed, and accessed only through
+/// raw pointers, since the device reads and writes it.
+pub(crate) struct DeviceBuf {
+    ptr: *mut u8,
+    _map: memmap2::MmapMut,
+}
+
+// SAFETY: plain memory owned by this value, touched only through raw
+// pointers by the ring that owns it (under its lock).
+unsafe impl Send for DeviceBuf {}
+// SAFETY: as above; `&DeviceBuf` hands out only the raw pointer.
+unsafe impl Sync for DeviceBuf {}
+
+impl DeviceBuf {
+    /// `len` bytes, rounded up to whole pages.
+    pub(crate) fn new(len: usize) -> Result<DeviceBuf, Errno> {
+        let mut map = memmap2::MmapMut::map_anon(len.max(1)).map_err(|e| {
+            e.raw_os_error()
+                .map_or(Errno::NOMEM, Errno::from_raw_os_error)
+        })?;
+        let ptr = map.as_mut_ptr();
+        Ok(DeviceBuf { ptr, _map: map })
+    }
+
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    pub(crate) fn addr(&self) -> u64 {
+        self.ptr as u64
+    }
+}
+
 /// The mlx5 provider.
 pub(crate) struct Mlx5;
 
@@ -59,15 +196,66 @@ impl Driver for Mlx5 {
     const ALLOC_PD_UHW_OUT: usize = size_of::<sys::mlx5_ib_alloc_pd_resp>();
     const CREATE_CQ_UHW_OUT: usize = size_of::<sys::mlx5_ib_create_cq_resp>();
     const CREATE_QP_UHW_OUT: usize = size_of::<sys::mlx5_ib_create_qp_resp>();
-    const DATA_PATH_REFUSAL: Option<&'static str> = Some(NO_DATA_PATH_YET);
+    const DATA_PATH_REFUSAL: Option<&'static str> = if cfg!(target_arch = "x86_64") {
+        None
+    } else {
+        Some(NOT_X86_64)
+    };
 
-    type Cq = NoCq;
-    type Sq = NoSq;
-    type Rq = NoRq;
+    type State = Arc<Shared>;
+    type CqPrep = cq::CqPrep;
+    type QpPrep = qp::QpPrep;
+    type Cq = cq::CqRing;
+    type Sq = qp::SendQueue;
+    type Rq = qp::RecvQueue;
 
     fn get_context_uhw_in() -> &'static [u8] {
         static REQ: sys::mlx5_ib_alloc_ucontext_req_v2 = GET_CONTEXT_REQ;
         REQ.as_bytes()
+    }
+
+    /// Reads the answer's sizes and, as libmlx5 does at open, allocates
+    /// the non-cached UAR page that arms CQs. A short answer, static
+    /// blue-flame registers or a refused allocation leave the context
+    /// without a data path (CQs and QPs answer `EOPNOTSUPP`), not
+    /// unopened: the control path needs none of it.
+    fn open_state(transport: &dyn Transport, uhw_out: &[u8]) -> Result<Arc<Shared>, Errno> {
+        let resp = sys::mlx5_ib_alloc_ucontext_resp::read_from_prefix(uhw_out)
+            .ok()
+            .map(|(r, _)| r)
+            .filter(|_| uhw_out.len() >= size_of::<sys::mlx5_ib_alloc_ucontext_resp>());
+        let params = resp
+            .filter(|r| r.tot_bfregs == 0 && r.cqe_version == 1)
+            .map(|r| Params {
+                max_sq_desc_sz: r.max_sq_desc_sz,
+                max_rq_desc_sz: r.max_rq_desc_sz,
+                max_send_wqebb: r.max_send_wqebb,
+                max_recv_wr: r.max_recv_wr,
+                ece: r.comp_mask & sys::MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE != 0,
+            });
+        let nc_uar = match params {
+            Some(_) if Self::DATA_PATH_REFUSAL.is_none() => {
+                UarPage::alloc(transport, sys::MLX5_IB_UAPI_UAR_ALLOC_TYPE_NC).ok()
+            }
+            _ => None,
+        };
+        Ok(Arc::new(Shared {
+            params,
+            nc_uar,
+            bfregs: Mutex::new(Vec::new()),
+            qps: RwLock::new(HashMap::new()),
+            next_uidx: AtomicU32::new(0),
+        }))
+    }
+
+    fn state_refusal(state: &Arc<Shared>) -> Option<&'static str> {
+        if state.params.is_none() {
+            Some(NO_DYNAMIC_UARS)
+        } else if state.nc_uar.is_none() {
+            Some(NO_CQ_UAR)
+        } else {
+            None
+        }
     }
 
     /// Not yet read from `mlx5_ib_rereg_user_mr`: only the core's
@@ -76,48 +264,55 @@ impl Driver for Mlx5 {
         false
     }
 
-    fn map_cq(_: &dyn Transport, _: &[u8], _: usize) -> Result<NoCq, Errno> {
-        Err(Errno::OPNOTSUPP)
+    /// RC and UC: UD needs the address vector libmlx5 builds from an
+    /// address handle, not yet here.
+    fn supports_qp_type(qp_type: crate::command::QpType) -> bool {
+        matches!(
+            qp_type,
+            crate::command::QpType::Rc | crate::command::QpType::Uc
+        )
+    }
+
+    fn prepare_cq(state: &Arc<Shared>, cqe: u32) -> Result<(cq::CqPrep, u32), Errno> {
+        cq::prepare(state, cqe)
+    }
+
+    fn map_cq(
+        state: &Arc<Shared>,
+        prep: cq::CqPrep,
+        _: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<cq::CqRing, Errno> {
+        cq::CqRing::map(state, prep, uhw, written)
+    }
+
+    fn prepare_qp(
+        state: &Arc<Shared>,
+        transport: &dyn Transport,
+        req: QpRequest,
+    ) -> Result<(qp::QpPrep, QpRequest), Errno> {
+        qp::prepare(state, transport, req)
     }
 
     fn map_qp(
+        state: &Arc<Shared>,
+        prep: qp::QpPrep,
         _: &dyn Transport,
-        _: &[u8],
-        _: usize,
-        _: QpRingConfig,
-    ) -> Result<(NoSq, NoRq), Errno> {
-        Err(Errno::OPNOTSUPP)
+        _uhw: &[u8],
+        _written: usize,
+        qpn: u32,
+        cfg: QpRingConfig,
+    ) -> Result<(qp::SendQueue, qp::RecvQueue), Errno> {
+        qp::map(state, prep, qpn, cfg.qp_type, cfg.sq_sig_all)
     }
-}
 
-/// The rings of a driver without a data path here: types without values,
-/// so no CQ or QP of mlx5 can hold one (creating them is refused first).
-/// Three of them, since one type cannot be both queues of a QP.
-pub(crate) enum NoCq {}
-/// See [`NoCq`].
-pub(crate) enum NoSq {}
-/// See [`NoCq`].
-pub(crate) enum NoRq {}
-
-impl Ring for NoCq {}
-impl Ring for NoSq {}
-impl Ring for NoRq {}
-
-impl CompletionRing for NoCq {
-    fn poll(&mut self, _: &mut [WorkCompletion]) -> Result<usize, Errno> {
-        match *self {}
-    }
-}
-
-impl SendRing for NoSq {
-    fn post(&mut self, _: &[SendWr<'_>]) -> Result<bool, PostFailure> {
-        match *self {}
-    }
-}
-
-impl RecvRing for NoRq {
-    fn post(&mut self, _: &[RecvWr<'_>]) -> Result<(), PostFailure> {
-        match *self {}
+    fn qp_caps(
+        sq: &qp::SendQueue,
+        rq: &qp::RecvQueue,
+        _kernel: sys::ib_uverbs_qp_cap,
+    ) -> crate::qp::QpCaps {
+        qp::caps(sq, rq)
     }
 }
 

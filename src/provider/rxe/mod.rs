@@ -9,7 +9,7 @@
 use crate::error::Errno;
 use crate::provider::driver::DriverId;
 use crate::provider::rings::QpRingConfig;
-use crate::provider::Driver;
+use crate::provider::{Driver, QpRequest};
 use crate::transport::Transport;
 
 // A few inspection helpers (capacities, counts) serve only the tests.
@@ -38,6 +38,9 @@ impl Driver for Rxe {
     const CREATE_CQ_UHW_OUT: usize = rings::CREATE_CQ_UHW_OUT;
     const CREATE_QP_UHW_OUT: usize = rings::CREATE_QP_UHW_OUT;
 
+    type State = ();
+    type CqPrep = ();
+    type QpPrep = ();
     type Cq = rings::CqRing;
     type Sq = rings::SendQueue;
     type Rq = rings::RecvQueue;
@@ -50,7 +53,21 @@ impl Driver for Rxe {
         errno != Errno::FAULT
     }
 
+    fn open_state(_: &dyn Transport, _: &[u8]) -> Result<(), Errno> {
+        Ok(())
+    }
+
+    fn prepare_cq(_: &(), cqe: u32) -> Result<((), u32), Errno> {
+        Ok(((), cqe))
+    }
+
+    fn prepare_qp(_: &(), _: &dyn Transport, req: QpRequest) -> Result<((), QpRequest), Errno> {
+        Ok(((), req))
+    }
+
     fn map_cq(
+        _: &(),
+        _: (),
         transport: &dyn Transport,
         uhw: &[u8],
         written: usize,
@@ -59,9 +76,12 @@ impl Driver for Rxe {
     }
 
     fn map_qp(
+        _: &(),
+        _: (),
         transport: &dyn Transport,
         uhw: &[u8],
         written: usize,
+        _qpn: u32,
         cfg: QpRingConfig,
     ) -> Result<(rings::SendQueue, rings::RecvQueue), Errno> {
         let limits = wqe::SendLimits {

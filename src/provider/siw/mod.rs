@@ -38,7 +38,7 @@ use crate::command::QpType;
 use crate::error::Errno;
 use crate::provider::driver::DriverId;
 use crate::provider::rings::QpRingConfig;
-use crate::provider::Driver;
+use crate::provider::{Driver, QpRequest};
 use crate::transport::Transport;
 use uverbs_uapi as sys;
 
@@ -131,6 +131,9 @@ impl Driver for Siw {
     /// still reach the peer (docs/data-path.md, issue 38).
     const DEREG_FENCES_PEER_READS: bool = false;
 
+    type State = ();
+    type CqPrep = ();
+    type QpPrep = ();
     type Cq = rings::CqRing;
     type Sq = rings::SendQueue;
     type Rq = rings::RecvQueue;
@@ -146,7 +149,21 @@ impl Driver for Siw {
         qp_type == QpType::Rc
     }
 
+    fn open_state(_: &dyn Transport, _: &[u8]) -> Result<(), Errno> {
+        Ok(())
+    }
+
+    fn prepare_cq(_: &(), cqe: u32) -> Result<((), u32), Errno> {
+        Ok(((), cqe))
+    }
+
+    fn prepare_qp(_: &(), _: &dyn Transport, req: QpRequest) -> Result<((), QpRequest), Errno> {
+        Ok(((), req))
+    }
+
     fn map_cq(
+        _: &(),
+        _: (),
         transport: &dyn Transport,
         uhw: &[u8],
         written: usize,
@@ -155,9 +172,12 @@ impl Driver for Siw {
     }
 
     fn map_qp(
+        _: &(),
+        _: (),
         transport: &dyn Transport,
         uhw: &[u8],
         written: usize,
+        _qpn: u32,
         cfg: QpRingConfig,
     ) -> Result<(rings::SendQueue, rings::RecvQueue), Errno> {
         let send = wqe::SendConfig {

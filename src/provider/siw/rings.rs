@@ -245,7 +245,11 @@ impl CompletionRing for CqRing {
     }
 
     /// Arms the CQ: one store to its control word; no system call.
-    fn arm_in_memory(&mut self, solicited_only: bool) -> Option<Result<(), Errno>> {
+    fn arm_in_memory(
+        &mut self,
+        solicited_only: bool,
+        _events_read: u32,
+    ) -> Option<Result<(), Errno>> {
         Some(self.ring.view().map(|cq| cq.arm(solicited_only)))
     }
 }

@@ -1,0 +1,373 @@
+//! An mlx5 CQ: a buffer of 64-byte CQEs the process allocates and the
+//! device writes, a doorbell record the process writes (consumer index,
+//! arm word), and the context's non-cached UAR page whose CQ doorbell arms
+//! it. Unlike rxe and siw, a CQE carries no work request id: it names its
+//! QP by the user index the QP was created with (CQE version 1), and the
+//! QP's [`WrIds`] give the id back.
+//!
+//! **Ownership of a CQE.** The device writes CQE `n` with owner bit
+//! `(n / entries) & 1` (the lap's parity), then the byte holding it last;
+//! the CQ starts with every CQE's opcode invalid (0xf) and owner 0. A CQE is
+//! the process's when its opcode is valid and its owner bit is the parity
+//! of the consumer index's lap; it is read after that check (an acquire
+//! fence: rdma-core's `udma_from_device_barrier`), and handed back by the
+//! consumer index in the doorbell record.
+
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::qp::WrIds;
+use super::uar::UarPage;
+use super::{DeviceBuf, Shared};
+use crate::error::Errno;
+use crate::provider::rings::{CompletionRing, Ring};
+use crate::wr::WorkCompletion;
+use uverbs_uapi as sys;
+
+/// Bytes of a CQE (`cqe_size`; 128-byte CQEs are not used here).
+pub(crate) const CQE_LEN: usize = 64;
+/// The invalid CQE opcode a CQ starts with (`MLX5_CQE_INVALID`).
+const CQE_INVALID: u8 = 0xf;
+
+/// CQE opcodes (`op_own >> 4`).
+mod opcode {
+    pub(super) const REQ: u8 = 0x0;
+    pub(super) const RESP_WR_IMM: u8 = 0x1;
+    pub(super) const RESP_SEND: u8 = 0x2;
+    pub(super) const RESP_SEND_IMM: u8 = 0x3;
+    pub(super) const RESP_SEND_INV: u8 = 0x4;
+    pub(super) const REQ_ERR: u8 = 0xd;
+    pub(super) const RESP_ERR: u8 = 0xe;
+}
+
+/// Send WQE opcodes as a requester CQE repeats them (`sop_drop_qpn >> 24`).
+mod send_opcode {
+    pub(super) const RDMA_WRITE: u8 = 0x08;
+    pub(super) const RDMA_WRITE_IMM: u8 = 0x09;
+    pub(super) const SEND: u8 = 0x0a;
+    pub(super) const SEND_IMM: u8 = 0x0b;
+    pub(super) const SEND_INVAL: u8 = 0x01;
+    pub(super) const RDMA_READ: u8 = 0x10;
+    pub(super) const ATOMIC_CS: u8 = 0x11;
+    pub(super) const ATOMIC_FA: u8 = 0x12;
+}
+
+/// The kernel's `IB_WC_*` flags, which [`WorkCompletion`] holds.
+const WC_GRH: u32 = 1;
+const WC_WITH_IMM: u32 = 2;
+const WC_WITH_INVALIDATE: u32 = 4;
+
+/// The CQ's part of a CREATE_CQ, before the command: the buffer (CQEs,
+/// then the doorbell record) and the driver data naming it.
+pub(crate) struct CqPrep {
+    buf: DeviceBuf,
+    entries: u32,
+    req: sys::mlx5_ib_create_cq,
+}
+
+impl crate::provider::UhwIn for CqPrep {
+    fn uhw_in(&self) -> &[u8] {
+        self.req.as_bytes()
+    }
+}
+
+/// Prepares a CQ of at least `cqe` entries (libmlx5's sizing: the next
+/// power of two above `cqe`, at most 2^24): answers the preparation and
+/// the `cqe` to ask the kernel for (entries − 1).
+pub(crate) fn prepare(shared: &Shared, cqe: u32) -> Result<(CqPrep, u32), Errno> {
+    let nc = shared.nc_uar()?;
+    if cqe == 0 {
+        return Err(Errno::INVAL);
+    }
+    let entries = cqe
+        .checked_add(1)
+        .and_then(u32::checked_next_power_of_two)
+        .filter(|&n| n <= 1 << 24)
+        .ok_or(Errno::INVAL)?;
+    let cqes = entries as usize * CQE_LEN;
+    // The doorbell record after the CQEs, in its own cache line.
+    let buf = DeviceBuf::new(cqes + 64)?;
+    for n in 0..entries as usize {
+        // SAFETY: within the buffer, which no device uses yet.
+        unsafe {
+            buf.ptr()
+                .add(n * CQE_LEN + CQE_LEN - 1)
+                .write(CQE_INVALID << 4)
+        };
+    }
+    let req = sys::mlx5_ib_create_cq {
+        buf_addr: buf.addr(),
+        db_addr: buf.addr() + cqes as u64,
+        cqe_size: CQE_LEN as u32,
+        flags: sys::MLX5_IB_CREATE_CQ_FLAGS_UAR_PAGE_INDEX as u16,
+        uar_page_index: nc.page_id as u16,
+        ..Default::default()
+    };
+    Ok((CqPrep { buf, entries, req }, entries - 1))
+}
+
+/// An mlx5 CQ's ring.
+pub(crate) struct CqRing {
+    buf: DeviceBuf,
+    entries: u32,
+    /// CQEs consumed so far (`cons_index`).
+    consumer: u32,
+    cqn: u32,
+    uar: Arc<UarPage>,
+    shared: Arc<Shared>,
+}
+
+impl CqRing {
+    /// Takes over the prepared buffer once CREATE_CQ answered its number.
+    pub(crate) fn map(
+        shared: &Arc<Shared>,
+        prep: CqPrep,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<CqRing, Errno> {
+        let resp = uhw
+            .get(..written.min(uhw.len()))
+            .and_then(|b| sys::mlx5_ib_create_cq_resp::read_from_prefix(b).ok())
+            .map(|(r, _)| r)
+            .ok_or(Errno::PROTO)?;
+        Ok(CqRing {
+            buf: prep.buf,
+            entries: prep.entries,
+            consumer: 0,
+            cqn: resp.cqn,
+            uar: shared.nc_uar()?,
+            shared: shared.clone(),
+        })
+    }
+
+    /// The doorbell record's two big-endian words: consumer index, arm.
+    fn dbrec(&self, word: usize) -> *mut u32 {
+        // SAFETY: the record lies after the CQEs, within the buffer.
+        unsafe {
+            self.buf
+                .ptr()
+                .add(self.entries as usize * CQE_LEN + word * 4)
+                .cast()
+        }
+    }
+
+    /// The next CQE, if the device has handed it over: its 64 bytes.
+    fn next_cqe(&self) -> Option<[u8; CQE_LEN]> {
+        let n = self.consumer;
+        let slot = (n & (self.entries - 1)) as usize * CQE_LEN;
+        // SAFETY: a CQE of the buffer; the device writes it, so read once,
+        // volatile.
+        let op_own = unsafe { self.buf.ptr().add(slot + CQE_LEN - 1).read_volatile() };
+        let lap_parity = u8::from(n & self.entries != 0);
+        if op_own >> 4 == CQE_INVALID || (op_own & 1) != lap_parity {
+            return None;
+        }
+        // The rest of the CQE after its owner byte (the device wrote that
+        // byte last).
+        fence(Ordering::Acquire);
+        let mut cqe = [0u8; CQE_LEN];
+        for (i, b) in cqe.iter_mut().enumerate() {
+            // SAFETY: as above.
+            *b = unsafe { self.buf.ptr().add(slot + i).read_volatile() };
+        }
+        Some(cqe)
+    }
+}
+
+/// The fields of a 64-byte CQE this provider reads (`struct mlx5_cqe64`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cqe {
+    pub(crate) opcode: u8,
+    pub(crate) send_opcode: u8,
+    pub(crate) qpn: u32,
+    pub(crate) uidx: u32,
+    pub(crate) byte_cnt: u32,
+    pub(crate) imm_inval_pkey: [u8; 4],
+    pub(crate) wqe_counter: u16,
+    pub(crate) flags_rqpn: u32,
+    pub(crate) slid: u16,
+    pub(crate) ml_path: u8,
+    pub(crate) syndrome: u8,
+    pub(crate) vendor_err: u8,
+}
+
+impl Cqe {
+    /// Reads the fields from the CQE's bytes.
+    pub(crate) fn parse(b: &[u8; CQE_LEN]) -> Cqe {
+        let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let be16 = |o: usize| u16::from_be_bytes([b[o], b[o + 1]]);
+        Cqe {
+            opcode: b[63] >> 4,
+            send_opcode: b[56],
+            qpn: be32(56) & 0xff_ffff,
+            uidx: be32(32) & 0xff_ffff,
+            byte_cnt: be32(44),
+            imm_inval_pkey: [b[36], b[37], b[38], b[39]],
+            wqe_counter: be16(60),
+            flags_rqpn: be32(24),
+            slid: be16(22),
+            ml_path: b[17],
+            // `struct mlx5_err_cqe`: syndrome at 55, vendor syndrome at 54.
+            syndrome: b[55],
+            vendor_err: b[54],
+        }
+    }
+}
+
+/// `ibv_wc_status` of an error CQE's syndrome (libmlx5's table).
+fn error_status(syndrome: u8) -> u32 {
+    match syndrome {
+        0x01 => 1,  // LOCAL_LENGTH_ERR → IBV_WC_LOC_LEN_ERR
+        0x02 => 2,  // LOCAL_QP_OP_ERR → LOC_QP_OP_ERR
+        0x04 => 4,  // LOCAL_PROT_ERR → LOC_PROT_ERR
+        0x05 => 5,  // WR_FLUSH_ERR → WR_FLUSH_ERR
+        0x06 => 6,  // MW_BIND_ERR → MW_BIND_ERR
+        0x10 => 7,  // BAD_RESP_ERR → BAD_RESP_ERR
+        0x11 => 8,  // LOCAL_ACCESS_ERR → LOC_ACCESS_ERR
+        0x12 => 9,  // REMOTE_INVAL_REQ_ERR → REM_INV_REQ_ERR
+        0x13 => 10, // REMOTE_ACCESS_ERR → REM_ACCESS_ERR
+        0x14 => 11, // REMOTE_OP_ERR → REM_OP_ERR
+        0x15 => 12, // TRANSPORT_RETRY_EXC_ERR → RETRY_EXC_ERR
+        0x16 => 13, // RNR_RETRY_EXC_ERR → RNR_RETRY_EXC_ERR
+        0x22 => 16, // REMOTE_ABORTED_ERR → REM_ABORT_ERR
+        _ => 14,    // GENERAL_ERR
+    }
+}
+
+/// The work completion of `cqe` for a QP whose ids are `ids`, as libmlx5
+/// 44's `mlx5_parse_cqe` makes it (CQE version 1, no SRQ, no inline
+/// scatter). `None` for a CQE this provider does not produce a completion
+/// for (resize, signature, tag matching).
+pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
+    let mut wc = sys::ib_uverbs_wc {
+        qp_num: cqe.qpn,
+        ..Default::default()
+    };
+    match cqe.opcode {
+        opcode::REQ => {
+            wc.wr_id = ids.complete_send(cqe.wqe_counter);
+            match cqe.send_opcode {
+                send_opcode::RDMA_WRITE_IMM => {
+                    wc.wc_flags = WC_WITH_IMM;
+                    wc.opcode = sys::IB_UVERBS_WC_RDMA_WRITE;
+                }
+                send_opcode::RDMA_WRITE => wc.opcode = sys::IB_UVERBS_WC_RDMA_WRITE,
+                send_opcode::SEND_IMM => {
+                    wc.wc_flags = WC_WITH_IMM;
+                    wc.opcode = sys::IB_UVERBS_WC_SEND;
+                }
+                send_opcode::SEND | send_opcode::SEND_INVAL => wc.opcode = sys::IB_UVERBS_WC_SEND,
+                send_opcode::RDMA_READ => {
+                    wc.opcode = sys::IB_UVERBS_WC_RDMA_READ;
+                    wc.byte_len = cqe.byte_cnt;
+                }
+                send_opcode::ATOMIC_CS => {
+                    wc.opcode = sys::IB_UVERBS_WC_COMP_SWAP;
+                    wc.byte_len = 8;
+                }
+                send_opcode::ATOMIC_FA => {
+                    wc.opcode = sys::IB_UVERBS_WC_FETCH_ADD;
+                    wc.byte_len = 8;
+                }
+                _ => {}
+            }
+        }
+        opcode::RESP_WR_IMM | opcode::RESP_SEND | opcode::RESP_SEND_IMM | opcode::RESP_SEND_INV => {
+            wc.wr_id = ids.complete_recv();
+            wc.byte_len = cqe.byte_cnt;
+            match cqe.opcode {
+                opcode::RESP_WR_IMM => {
+                    wc.opcode = crate::wr::IB_WC_RECV + 1;
+                    wc.wc_flags = WC_WITH_IMM;
+                    wc.ex = u32::from_ne_bytes(cqe.imm_inval_pkey);
+                }
+                opcode::RESP_SEND => wc.opcode = crate::wr::IB_WC_RECV,
+                opcode::RESP_SEND_IMM => {
+                    wc.opcode = crate::wr::IB_WC_RECV;
+                    wc.wc_flags = WC_WITH_IMM;
+                    wc.ex = u32::from_ne_bytes(cqe.imm_inval_pkey);
+                }
+                _ => {
+                    wc.opcode = crate::wr::IB_WC_RECV;
+                    wc.wc_flags = WC_WITH_INVALIDATE;
+                    wc.ex = u32::from_be_bytes(cqe.imm_inval_pkey);
+                }
+            }
+            wc.slid = cqe.slid;
+            wc.sl = ((cqe.flags_rqpn >> 24) & 0xf) as u8;
+            wc.src_qp = cqe.flags_rqpn & 0xff_ffff;
+            wc.dlid_path_bits = cqe.ml_path & 0x7f;
+            if (cqe.flags_rqpn >> 28) & 3 != 0 {
+                wc.wc_flags |= WC_GRH;
+            }
+            wc.pkey_index = (u32::from_be_bytes(cqe.imm_inval_pkey) & 0xffff) as u16;
+        }
+        opcode::REQ_ERR | opcode::RESP_ERR => {
+            wc.status = error_status(cqe.syndrome);
+            wc.vendor_err = u32::from(cqe.vendor_err);
+            wc.wr_id = if cqe.opcode == opcode::REQ_ERR {
+                ids.complete_send(cqe.wqe_counter)
+            } else {
+                ids.complete_recv()
+            };
+        }
+        _ => return None,
+    }
+    Some(wc)
+}
+
+impl Ring for CqRing {}
+
+impl CompletionRing for CqRing {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
+        let out = WorkCompletion::as_raw_slice_mut(out);
+        let mut n = 0;
+        let mut consumed = false;
+        while n < out.len() {
+            let Some(bytes) = self.next_cqe() else { break };
+            self.consumer = self.consumer.wrapping_add(1);
+            consumed = true;
+            let cqe = Cqe::parse(&bytes);
+            // A CQE of a QP no longer here (destroyed with completions
+            // still queued) is consumed and dropped.
+            let Some(ids) = self.shared.qp(cqe.uidx) else {
+                continue;
+            };
+            if let Some(wc) = completion(&cqe, &ids) {
+                out[n] = wc;
+                n += 1;
+            }
+        }
+        if consumed {
+            // The CQEs are read: hand the slots back.
+            fence(Ordering::Release);
+            // SAFETY: the record's first word, which only this ring writes.
+            unsafe {
+                self.dbrec(0)
+                    .write_volatile((self.consumer & 0xff_ffff).to_be())
+            };
+        }
+        Ok(n)
+    }
+
+    /// libmlx5's `mlx5_arm_cq`: the arm word (sequence number: completion
+    /// events read, mod 4; solicited or not; consumer index) into the
+    /// doorbell record, then the same with the CQ number to the UAR's CQ
+    /// doorbell.
+    fn arm_in_memory(
+        &mut self,
+        solicited_only: bool,
+        events_read: u32,
+    ) -> Option<Result<(), Errno>> {
+        let sn = events_read & 3;
+        let cmd = if solicited_only { 1 << 24 } else { 0 };
+        let word = sn << 28 | cmd | (self.consumer & 0xff_ffff);
+        // SAFETY: the record's second word, which only this ring writes.
+        unsafe { self.dbrec(1).write_volatile(word.to_be()) };
+        self.uar
+            .ring_cq(u64::from(word) << 32 | u64::from(self.cqn));
+        Some(Ok(()))
+    }
+}

@@ -1,0 +1,513 @@
+//! An mlx5 QP's queues: one buffer the process allocates (the RQ at offset
+//! 0, the SQ after it, the doorbell record after both), sized as libmlx5
+//! 44 sizes them; [`wqe`](super::wqe) writes what goes in. A CQE names its
+//! QP by user index, not by work request id, so the ids posted are kept
+//! here ([`WrIds`]) for the CQ to give back.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use zerocopy::IntoBytes;
+
+use super::uar::{BfReg, BF_HALF};
+use super::wqe::{self, SendLimits};
+use super::{DeviceBuf, Params, Shared};
+use crate::command::QpType;
+use crate::error::Errno;
+use crate::provider::rings::{PostFailure, RecvRing, Ring, SendRing};
+use crate::provider::QpRequest;
+use crate::wr::{PostError, RecvWr, SendWr};
+use uverbs_uapi as sys;
+
+/// Bytes of a send queue basic block (`MLX5_SEND_WQE_BB`).
+pub(crate) const SEND_WQE_BB: usize = 64;
+/// Bytes of a data segment (`struct mlx5_wqe_data_seg`).
+const DATA_SEG: u32 = 16;
+/// The lkey that ends a receive WQE's scatter list (`MLX5_INVALID_LKEY`).
+pub(crate) const INVALID_LKEY: u32 = 0x100;
+
+/// The most a send WQE of an RC or UC QP needs before its data: libmlx5
+/// sizes for every operation the QP type allows, memory-window binds
+/// included (control, UMR control, mkey context and 64 bytes of KLMs).
+const RC_UC_OVERHEAD: u32 = 16 + 48 + 64 + 64;
+
+/// How a QP's queues are laid out, as libmlx5 44 computes it
+/// (`mlx5_calc_sq_size`, `mlx5_calc_rq_size`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// SQ basic blocks (0: no SQ).
+    pub(crate) sq_wqe_cnt: u32,
+    /// Send requests the SQ holds.
+    pub(crate) sq_max_post: u32,
+    /// SGEs per send request.
+    pub(crate) sq_max_gs: u32,
+    /// Inline bytes per send request.
+    pub(crate) max_inline: u32,
+    /// RQ WQEs (0: no RQ).
+    pub(crate) rq_wqe_cnt: u32,
+    /// log2 of an RQ WQE's bytes.
+    pub(crate) rq_wqe_shift: u32,
+    /// SGEs per receive request.
+    pub(crate) rq_max_gs: u32,
+}
+
+impl Layout {
+    /// Bytes of the RQ (the SQ's offset).
+    pub(crate) fn rq_bytes(&self) -> usize {
+        (self.rq_wqe_cnt as usize) << self.rq_wqe_shift
+    }
+
+    /// Bytes of both queues.
+    pub(crate) fn bytes(&self) -> usize {
+        self.rq_bytes() + self.sq_wqe_cnt as usize * SEND_WQE_BB
+    }
+
+    /// The layout for `cap` on a context with `params`, or `EINVAL` as
+    /// libmlx5 answers.
+    pub(crate) fn of(params: &Params, cap: &sys::ib_uverbs_qp_cap) -> Result<Layout, Errno> {
+        let mut layout = Layout {
+            sq_wqe_cnt: 0,
+            sq_max_post: 0,
+            sq_max_gs: 0,
+            max_inline: 0,
+            rq_wqe_cnt: 0,
+            rq_wqe_shift: 0,
+            rq_max_gs: 0,
+        };
+        let desc = u32::from(params.max_sq_desc_sz);
+        if cap.max_send_wr != 0 {
+            let inl_size = match cap.max_inline_data {
+                0 => 0,
+                n => RC_UC_OVERHEAD + align(4 + u64::from(n), 16).min(u64::from(u32::MAX)) as u32,
+            };
+            let max_gather = desc.saturating_sub(RC_UC_OVERHEAD) / DATA_SEG;
+            if cap.max_send_sge > max_gather {
+                return Err(Errno::INVAL);
+            }
+            let size = RC_UC_OVERHEAD + cap.max_send_sge * DATA_SEG;
+            let total = size.max(inl_size);
+            if total > desc {
+                return Err(Errno::INVAL);
+            }
+            let wqe_size = align(u64::from(total), SEND_WQE_BB as u64) as u32;
+            if wqe_size > desc || cap.max_send_wr > 0x7fff_ffff / desc {
+                return Err(Errno::INVAL);
+            }
+            let wq_size = (cap.max_send_wr * wqe_size).next_power_of_two();
+            layout.sq_wqe_cnt = wq_size / SEND_WQE_BB as u32;
+            if layout.sq_wqe_cnt > params.max_send_wqebb {
+                return Err(Errno::INVAL);
+            }
+            layout.max_inline = wqe_size - RC_UC_OVERHEAD - 4;
+            layout.sq_max_gs = cap.max_send_sge;
+            layout.sq_max_post = wq_size / wqe_size;
+        }
+        if cap.max_recv_wr != 0 {
+            if cap.max_recv_wr > params.max_recv_wr {
+                return Err(Errno::INVAL);
+            }
+            let size = cap.max_recv_sge.max(1).saturating_mul(DATA_SEG);
+            if size > u32::from(params.max_rq_desc_sz) {
+                return Err(Errno::INVAL);
+            }
+            let wqe_size = size.next_power_of_two();
+            let wq_size = (cap.max_recv_wr.next_power_of_two() * wqe_size).max(SEND_WQE_BB as u32);
+            layout.rq_wqe_cnt = wq_size / wqe_size;
+            layout.rq_wqe_shift = wqe_size.trailing_zeros();
+            layout.rq_max_gs = wqe_size / DATA_SEG;
+        }
+        Ok(layout)
+    }
+}
+
+fn align(n: u64, to: u64) -> u64 {
+    n.div_ceil(to) * to
+}
+
+/// The work request ids of a QP's outstanding requests, which its CQs read
+/// to complete them. Written by the posting thread before the doorbell,
+/// read by the polling thread after the CQE: atomics, so that the two
+/// threads never race on plain memory (the device orders them in time).
+pub(crate) struct WrIds {
+    sq_wrid: Box<[AtomicU64]>,
+    /// Per SQ slot: the send counter after its request (`wqe_head`).
+    sq_head: Box<[AtomicU32]>,
+    /// Send requests completed (`sq.tail`).
+    sq_tail: AtomicU32,
+    rq_wrid: Box<[AtomicU64]>,
+    /// Receive requests completed (`rq.tail`).
+    rq_tail: AtomicU32,
+}
+
+impl WrIds {
+    fn new(layout: &Layout) -> WrIds {
+        let n = |c: u32| (0..c.max(1)).map(|_| AtomicU64::new(0)).collect();
+        WrIds {
+            sq_wrid: n(layout.sq_wqe_cnt),
+            sq_head: (0..layout.sq_wqe_cnt.max(1))
+                .map(|_| AtomicU32::new(0))
+                .collect(),
+            sq_tail: AtomicU32::new(0),
+            rq_wrid: n(layout.rq_wqe_cnt),
+            rq_tail: AtomicU32::new(0),
+        }
+    }
+
+    /// The id of the send request a CQE's `wqe_counter` names; every
+    /// request up to it is complete (unsignalled ones included).
+    pub(crate) fn complete_send(&self, wqe_counter: u16) -> u64 {
+        let idx = usize::from(wqe_counter) & (self.sq_wrid.len() - 1);
+        let head = self.sq_head[idx].load(Ordering::Relaxed);
+        self.sq_tail.store(head, Ordering::Release);
+        self.sq_wrid[idx].load(Ordering::Relaxed)
+    }
+
+    /// The id of the oldest outstanding receive request, now complete.
+    pub(crate) fn complete_recv(&self) -> u64 {
+        let tail = self.rq_tail.load(Ordering::Relaxed);
+        let idx = tail as usize & (self.rq_wrid.len() - 1);
+        self.rq_tail.store(tail.wrapping_add(1), Ordering::Release);
+        self.rq_wrid[idx].load(Ordering::Relaxed)
+    }
+}
+
+/// A QP's part of CREATE_QP, before the command.
+pub(crate) struct QpPrep {
+    buf: Arc<DeviceBuf>,
+    layout: Layout,
+    bf: BfReg,
+    uidx: u32,
+    req: sys::mlx5_ib_create_qp,
+}
+
+impl crate::provider::UhwIn for QpPrep {
+    fn uhw_in(&self) -> &[u8] {
+        self.req.as_bytes()
+    }
+}
+
+/// Prepares a QP: its layout, buffer, user index and BlueFlame register,
+/// and the driver data naming them; answers the capacities to send (the
+/// inline size libmlx5 computed replaces the one asked for).
+pub(crate) fn prepare(
+    shared: &Arc<Shared>,
+    transport: &dyn crate::transport::Transport,
+    req: QpRequest,
+) -> Result<(QpPrep, QpRequest), Errno> {
+    let params = shared.params()?;
+    if !matches!(req.qp_type, QpType::Rc | QpType::Uc) {
+        return Err(Errno::OPNOTSUPP);
+    }
+    let layout = Layout::of(params, &req.cap)?;
+    let db = layout.bytes().div_ceil(64) * 64;
+    let buf = Arc::new(DeviceBuf::new(db + 64)?);
+    let bf = shared.take_bfreg(transport)?;
+    let uidx = shared.next_uidx();
+    let create = sys::mlx5_ib_create_qp {
+        buf_addr: buf.addr(),
+        db_addr: buf.addr() + db as u64,
+        sq_wqe_count: layout.sq_wqe_cnt,
+        rq_wqe_count: layout.rq_wqe_cnt,
+        rq_wqe_shift: layout.rq_wqe_shift,
+        flags: sys::MLX5_QP_FLAG_UAR_PAGE_INDEX,
+        uidx,
+        bfreg_index: bf.page().page_id,
+        ece_options: if params.ece { 0x1000_0000 } else { 0 },
+        ..Default::default()
+    };
+    let mut ask = req;
+    if layout.sq_wqe_cnt != 0 {
+        ask.cap.max_inline_data = layout.max_inline;
+    }
+    Ok((
+        QpPrep {
+            buf,
+            layout,
+            bf,
+            uidx,
+            req: create,
+        },
+        ask,
+    ))
+}
+
+/// What the SQ and RQ share: the buffer, and the QP's entry in the
+/// context's table (removed, and the BlueFlame register given back, when
+/// the SQ goes).
+struct QpMem {
+    buf: Arc<DeviceBuf>,
+    layout: Layout,
+    db: usize,
+}
+
+impl QpMem {
+    /// Doorbell record word `i` (0: receive counter, 1: send counter).
+    fn dbrec(&self, i: usize) -> *mut u32 {
+        // SAFETY: the record follows the queues, within the buffer.
+        unsafe { self.buf.ptr().add(self.db + 4 * i).cast() }
+    }
+}
+
+/// An mlx5 QP's send queue.
+pub(crate) struct SendQueue {
+    mem: QpMem,
+    /// Basic blocks written (`sq.cur_post`).
+    cur_post: u32,
+    /// Requests posted (`sq.head`).
+    head: u32,
+    limits: SendLimits,
+    /// `MLX5_WQE_CTRL_CQ_UPDATE` when every request completes.
+    sig_all: u8,
+    /// The fence the next request carries (`fm_cache`).
+    fm_cache: u8,
+    bf: Option<BfReg>,
+    ids: Arc<WrIds>,
+    uidx: u32,
+    shared: Arc<Shared>,
+}
+
+/// An mlx5 QP's receive queue.
+pub(crate) struct RecvQueue {
+    mem: QpMem,
+    /// Requests posted (`rq.head`).
+    head: u32,
+    ids: Arc<WrIds>,
+}
+
+/// Takes over the prepared queues once CREATE_QP answered.
+pub(crate) fn map(
+    shared: &Arc<Shared>,
+    prep: QpPrep,
+    qpn: u32,
+    qp_type: QpType,
+    sq_sig_all: bool,
+) -> Result<(SendQueue, RecvQueue), Errno> {
+    let ids = Arc::new(WrIds::new(&prep.layout));
+    shared.insert_qp(prep.uidx, ids.clone());
+    let db = prep.layout.bytes().div_ceil(64) * 64;
+    let mem = || QpMem {
+        buf: prep.buf.clone(),
+        layout: prep.layout,
+        db,
+    };
+    Ok((
+        SendQueue {
+            mem: mem(),
+            cur_post: 0,
+            head: 0,
+            limits: SendLimits {
+                qpn,
+                qp_type,
+                max_sge: prep.layout.sq_max_gs,
+                max_inline: prep.layout.max_inline,
+            },
+            sig_all: if sq_sig_all { wqe::CTRL_CQ_UPDATE } else { 0 },
+            fm_cache: 0,
+            bf: Some(prep.bf),
+            ids: ids.clone(),
+            uidx: prep.uidx,
+            shared: shared.clone(),
+        },
+        RecvQueue {
+            mem: mem(),
+            head: 0,
+            ids,
+        },
+    ))
+}
+
+impl SendQueue {
+    /// The SQ as the WQE writer sees it.
+    fn ring(&self) -> wqe::Sq {
+        // SAFETY: the SQ part of the buffer.
+        let start = unsafe { self.mem.buf.ptr().add(self.mem.layout.rq_bytes()) };
+        wqe::Sq {
+            start,
+            bbs: self.mem.layout.sq_wqe_cnt,
+        }
+    }
+}
+
+impl Drop for SendQueue {
+    fn drop(&mut self) {
+        self.shared.remove_qp(self.uidx);
+        if let Some(bf) = self.bf.take() {
+            self.shared.give_back_bfreg(bf);
+        }
+    }
+}
+
+impl Ring for SendQueue {}
+
+impl SendRing for SendQueue {
+    /// libmlx5's `_mlx5_post_send` for RC and UC: every request checked
+    /// first (nothing is written if one is refused), then written, then
+    /// the doorbell record and the BlueFlame register.
+    fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
+        if wrs.is_empty() {
+            return Ok(false);
+        }
+        let max_post = self.mem.layout.sq_max_post;
+        let outstanding = self
+            .head
+            .wrapping_sub(self.ids.sq_tail.load(Ordering::Acquire));
+        for (index, wr) in wrs.iter().enumerate() {
+            let full = outstanding.saturating_add(index as u32) >= max_post;
+            let checked = if full {
+                Err(PostError::QueueFull {
+                    op: "post_send",
+                    capacity: max_post,
+                })
+            } else {
+                wqe::check_send(&self.limits, wr)
+            };
+            checked.map_err(|error| PostFailure::Refused { index, error })?;
+        }
+        let sq = self.ring();
+        let mut next_fence = self.fm_cache;
+        let mut last = (0u32, 0u32, false);
+        for (n, wr) in wrs.iter().enumerate() {
+            let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
+                wqe::CTRL_FENCE
+            } else {
+                next_fence
+            };
+            next_fence = 0;
+            let idx = self.cur_post & (sq.bbs - 1);
+            let written = wqe::write_send(
+                &sq,
+                idx,
+                self.cur_post,
+                &self.limits,
+                self.sig_all | fence_bits,
+                wr,
+            );
+            self.ids.sq_wrid[idx as usize].store(wr.wr_id, Ordering::Relaxed);
+            self.ids.sq_head[idx as usize]
+                .store(self.head.wrapping_add(n as u32 + 1), Ordering::Relaxed);
+            self.cur_post = self
+                .cur_post
+                .wrapping_add((written.ds * 16).div_ceil(SEND_WQE_BB as u32));
+            last = (idx, written.ds, written.inline);
+        }
+        self.fm_cache = next_fence;
+        self.head = self.head.wrapping_add(wrs.len() as u32);
+        // The WQEs before the doorbell record (`udma_to_device_barrier`:
+        // x86-64 keeps stores in order; this stops the compiler moving them).
+        fence(Ordering::Release);
+        // SAFETY: the record's send word, which only this queue writes.
+        unsafe {
+            self.mem
+                .dbrec(1)
+                .write_volatile((self.cur_post & 0xffff).to_be())
+        };
+        let (idx, ds, inline) = last;
+        // SAFETY: the control segment of the last WQE, within the SQ.
+        let ctrl: [u8; 8] = unsafe { sq.block(idx).cast::<[u8; 8]>().read_volatile() };
+        let bf = self.bf.as_mut().expect("a live SQ has its register");
+        // libmlx5's rule (with its default MLX5_POST_SEND_PREFER_BF): one
+        // request of more than one 16-byte unit that fits a half register
+        // goes whole through BlueFlame.
+        let _ = inline;
+        if wrs.len() == 1 && ds > 1 && ds as usize <= BF_HALF / 16 {
+            let blocks = (ds as usize * 16).div_ceil(SEND_WQE_BB);
+            let block = |i: usize| {
+                sq.block((idx + i as u32) & (sq.bbs - 1))
+                    .cast::<u64>()
+                    .cast_const()
+            };
+            bf.ring(ctrl, Some((blocks, &block)));
+        } else {
+            bf.ring(ctrl, None);
+        }
+        Ok(false)
+    }
+
+    fn ring_capacity(&self) -> Option<u32> {
+        Some(self.mem.layout.sq_max_post)
+    }
+}
+
+impl Ring for RecvQueue {}
+
+impl RecvRing for RecvQueue {
+    /// libmlx5's `mlx5_post_recv`: one WQE of data segments per request
+    /// (zero-length SGEs left out, an invalid-lkey segment ending a short
+    /// list), then the doorbell record's receive counter.
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        let layout = self.mem.layout;
+        let max_post = layout.rq_wqe_cnt;
+        let outstanding = self
+            .head
+            .wrapping_sub(self.ids.rq_tail.load(Ordering::Acquire));
+        for (index, wr) in wrs.iter().enumerate() {
+            let error = if outstanding.saturating_add(index as u32) >= max_post {
+                PostError::QueueFull {
+                    op: "post_recv",
+                    capacity: max_post,
+                }
+            } else if wr.sges.len() > layout.rq_max_gs as usize {
+                PostError::TooManySges {
+                    op: "post_recv",
+                    n: wr.sges.len(),
+                    max: layout.rq_max_gs,
+                }
+            } else {
+                continue;
+            };
+            return Err(PostFailure::Refused { index, error });
+        }
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        for wr in wrs {
+            let ind = self.head & (layout.rq_wqe_cnt - 1);
+            // SAFETY: WQE `ind` of the RQ, at the buffer's start.
+            let wqe = unsafe {
+                self.mem
+                    .buf
+                    .ptr()
+                    .add((ind as usize) << layout.rq_wqe_shift)
+            };
+            let mut j = 0usize;
+            for sge in wr.sges.iter().filter(|s| s.length != 0) {
+                // SAFETY: segment `j` < max_gs of this WQE.
+                unsafe { wqe::put_data_seg(wqe.add(j * 16), sge.length, sge.lkey, sge.addr) };
+                j += 1;
+            }
+            if j < layout.rq_max_gs as usize {
+                // SAFETY: as above.
+                unsafe { wqe::put_data_seg(wqe.add(j * 16), 0, INVALID_LKEY, 0) };
+            }
+            self.ids.rq_wrid[ind as usize].store(wr.wr_id, Ordering::Relaxed);
+            self.head = self.head.wrapping_add(1);
+        }
+        // The WQEs before the doorbell record.
+        fence(Ordering::Release);
+        // SAFETY: the record's receive word, which only this queue writes.
+        unsafe {
+            self.mem
+                .dbrec(0)
+                .write_volatile((self.head & 0xffff).to_be())
+        };
+        Ok(())
+    }
+
+    fn ring_capacity(&self) -> Option<u32> {
+        Some(self.mem.layout.rq_wqe_cnt)
+    }
+}
+
+/// The capacities of a QP with these queues (libmlx5's answer to
+/// `ibv_create_qp`: its own sizing, not the kernel's).
+pub(crate) fn caps(sq: &SendQueue, rq: &RecvQueue) -> crate::qp::QpCaps {
+    let l = sq.mem.layout;
+    let _ = rq;
+    crate::qp::QpCaps {
+        max_send_wr: l.sq_max_post,
+        max_recv_wr: l.rq_wqe_cnt,
+        max_send_sge: l.sq_max_gs,
+        max_recv_sge: l.rq_max_gs,
+        max_inline: if l.sq_wqe_cnt == 0 { 0 } else { l.max_inline },
+    }
+}

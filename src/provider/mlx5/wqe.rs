@@ -1,0 +1,305 @@
+//! What an mlx5 send WQE holds, written as libmlx5 44 writes it for RC and
+//! UC QPs: a control segment, then a remote-address segment (RDMA and
+//! atomics), an atomic segment, and data segments or one inline segment,
+//! in 16-byte units over 64-byte basic blocks that wrap at the SQ's end.
+//! Only the bytes libmlx5 writes are written (an FAA leaves the atomic
+//! segment's compare word as it was), so that the same posts leave the
+//! same SQ bytes (`oracle/`).
+
+use crate::command::QpType;
+use crate::wr::{Payload, PostError, SendFlags, SendOp, SendWr};
+
+/// `fm_ce_se`: produce a CQE (`MLX5_WQE_CTRL_CQ_UPDATE`).
+pub(crate) const CTRL_CQ_UPDATE: u8 = 2 << 2;
+/// `fm_ce_se`: solicited event (`MLX5_WQE_CTRL_SOLICITED`).
+const CTRL_SOLICITED: u8 = 1 << 1;
+/// `fm_ce_se`: wait for earlier READs and atomics (`MLX5_WQE_CTRL_FENCE`).
+pub(crate) const CTRL_FENCE: u8 = 4 << 5;
+/// Inline segment marker in its byte count (`MLX5_INLINE_SEG`).
+const INLINE_SEG: u32 = 0x8000_0000;
+
+/// Send WQE opcodes (`MLX5_OPCODE_*`).
+mod opcode {
+    pub(super) const RDMA_WRITE: u8 = 0x08;
+    pub(super) const RDMA_WRITE_IMM: u8 = 0x09;
+    pub(super) const SEND: u8 = 0x0a;
+    pub(super) const SEND_IMM: u8 = 0x0b;
+    pub(super) const RDMA_READ: u8 = 0x10;
+    pub(super) const ATOMIC_CS: u8 = 0x11;
+    pub(super) const ATOMIC_FA: u8 = 0x12;
+}
+
+/// What a QP's send requests are checked against and written with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SendLimits {
+    /// The QP's number (in every control segment).
+    pub(crate) qpn: u32,
+    /// RC or UC.
+    pub(crate) qp_type: QpType,
+    /// SGEs per request.
+    pub(crate) max_sge: u32,
+    /// Inline bytes per request.
+    pub(crate) max_inline: u32,
+}
+
+/// The SQ: `bbs` basic blocks from `start`.
+pub(crate) struct Sq {
+    pub(crate) start: *mut u8,
+    pub(crate) bbs: u32,
+}
+
+impl Sq {
+    /// Basic block `idx` (< `bbs`).
+    pub(crate) fn block(&self, idx: u32) -> *mut u8 {
+        debug_assert!(idx < self.bbs);
+        // SAFETY: within the SQ's `bbs` blocks.
+        unsafe { self.start.add(idx as usize * 64) }
+    }
+
+    fn len(&self) -> usize {
+        self.bbs as usize * 64
+    }
+
+    /// Copies `bytes` to SQ offset `at`, wrapping at the end; answers the
+    /// offset after them.
+    fn put(&self, at: usize, bytes: &[u8]) -> usize {
+        let first = bytes.len().min(self.len() - at);
+        // SAFETY: `first` bytes fit before the end, the rest (shorter than
+        // the SQ: a WQE is at most `max_sq_desc_sz`) from the start; the
+        // device does not read these blocks before the doorbell.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.start.add(at), first);
+            std::ptr::copy_nonoverlapping(
+                bytes.as_ptr().add(first),
+                self.start,
+                bytes.len() - first,
+            );
+        }
+        (at + bytes.len()) % self.len()
+    }
+}
+
+/// Writes a data segment (byte count, lkey, address; big-endian) at `to`.
+///
+/// # Safety
+///
+/// `to` is 16 writable bytes of a queue the device does not read yet.
+pub(crate) unsafe fn put_data_seg(to: *mut u8, length: u32, lkey: u32, addr: u64) {
+    let mut seg = [0u8; 16];
+    seg[..4].copy_from_slice(&length.to_be_bytes());
+    seg[4..8].copy_from_slice(&lkey.to_be_bytes());
+    seg[8..].copy_from_slice(&addr.to_be_bytes());
+    // SAFETY: the caller's promise.
+    unsafe { std::ptr::copy_nonoverlapping(seg.as_ptr(), to, 16) };
+}
+
+/// A request's parts as the WQE holds them.
+struct Parts {
+    opcode: u8,
+    remote: Option<crate::wr::Remote>,
+    /// The atomic segment: swap (CAS) or add (FAA), and CAS's compare.
+    atomic: Option<(u64, Option<u64>)>,
+    imm: Option<u32>,
+}
+
+fn parts(op: &SendOp) -> Parts {
+    let (opcode, remote, atomic, imm) = match *op {
+        SendOp::Send { imm: None } => (opcode::SEND, None, None, None),
+        SendOp::Send { imm: Some(i) } => (opcode::SEND_IMM, None, None, Some(i)),
+        SendOp::RdmaWrite { remote, imm: None } => (opcode::RDMA_WRITE, Some(remote), None, None),
+        SendOp::RdmaWrite {
+            remote,
+            imm: Some(i),
+        } => (opcode::RDMA_WRITE_IMM, Some(remote), None, Some(i)),
+        SendOp::RdmaRead { remote } => (opcode::RDMA_READ, Some(remote), None, None),
+        SendOp::CompareSwap {
+            remote,
+            compare,
+            swap,
+        } => (
+            opcode::ATOMIC_CS,
+            Some(remote),
+            Some((swap, Some(compare))),
+            None,
+        ),
+        SendOp::FetchAdd { remote, add } => {
+            (opcode::ATOMIC_FA, Some(remote), Some((add, None)), None)
+        }
+    };
+    Parts {
+        opcode,
+        remote,
+        atomic,
+        imm,
+    }
+}
+
+/// Checks `wr` against the QP before anything is written: what libmlx5
+/// refuses (too many SGEs, inline data beyond the WQE) and what this
+/// crate's API refuses on every driver (a UD destination, an operation the
+/// transport lacks, inline READs and atomics, a short or misaligned atomic).
+pub(crate) fn check_send(limits: &SendLimits, wr: &SendWr<'_>) -> Result<(), PostError> {
+    let name = wr.op.name();
+    if wr.ud.is_some() {
+        return Err(PostError::UdDestination {
+            qp_type: limits.qp_type,
+            missing: false,
+        });
+    }
+    let Parts {
+        opcode: op,
+        remote,
+        atomic,
+        ..
+    } = parts(&wr.op);
+    let reads = matches!(
+        op,
+        opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
+    );
+    if limits.qp_type == QpType::Uc && reads {
+        return Err(PostError::OpNotOnQpType {
+            opcode: name,
+            qp_type: limits.qp_type,
+        });
+    }
+    match wr.payload {
+        Payload::Sges(sges) => {
+            if sges.len() > limits.max_sge as usize {
+                return Err(PostError::TooManySges {
+                    op: "post_send",
+                    n: sges.len(),
+                    max: limits.max_sge,
+                });
+            }
+            let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+            if len > u64::from(u32::MAX) {
+                return Err(PostError::TooLong {
+                    op: "post_send",
+                    len,
+                });
+            }
+            if atomic.is_some() {
+                let addr = remote.map_or(0, |r| r.addr);
+                if len < 8 || addr % 8 != 0 {
+                    return Err(PostError::BadAtomic {
+                        opcode: name,
+                        len,
+                        remote_addr: addr,
+                    });
+                }
+            }
+        }
+        Payload::Inline(segs) => {
+            if reads {
+                return Err(PostError::InlineNotAllowed { opcode: name });
+            }
+            if segs.len() > limits.max_sge.max(1) as usize {
+                return Err(PostError::TooManySges {
+                    op: "post_send",
+                    n: segs.len(),
+                    max: limits.max_sge,
+                });
+            }
+            let len: u64 = segs.iter().map(|s| s.len() as u64).sum();
+            if len > u64::from(limits.max_inline) {
+                return Err(PostError::InlineTooLong {
+                    len,
+                    max: limits.max_inline,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What [`write_send`] wrote.
+pub(crate) struct Written {
+    /// 16-byte units (`ds`).
+    pub(crate) ds: u32,
+    /// Whether the data went inline.
+    pub(crate) inline: bool,
+}
+
+/// Writes the WQE of a checked request at block `idx`, as WQE number
+/// `cur_post` (its low 16 bits go in the control segment), with the fence,
+/// and signal bits of the QP in `fm_ce_se`.
+pub(crate) fn write_send(
+    sq: &Sq,
+    idx: u32,
+    cur_post: u32,
+    limits: &SendLimits,
+    fm_ce_se: u8,
+    wr: &SendWr<'_>,
+) -> Written {
+    let Parts {
+        opcode: op,
+        remote,
+        atomic,
+        imm,
+    } = parts(&wr.op);
+    let start = idx as usize * 64;
+    // Segments after the control segment; none reaches the SQ's end before
+    // the data (the control segment starts a block, and it, a remote
+    // address and an atomic segment are 48 bytes).
+    let mut at = start + 16;
+    let mut ds = 1u32;
+    if let Some(r) = remote {
+        let mut seg = [0u8; 16];
+        seg[..8].copy_from_slice(&r.addr.to_be_bytes());
+        seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
+        at = sq.put(at, &seg);
+        ds += 1;
+    }
+    if let Some((swap_add, compare)) = atomic {
+        at = sq.put(at, &swap_add.to_be_bytes());
+        match compare {
+            Some(c) => at = sq.put(at, &c.to_be_bytes()),
+            // FAA: libmlx5 leaves the compare word as it was.
+            None => at = (at + 8) % sq.len(),
+        }
+        ds += 1;
+    }
+    let mut inline = false;
+    match wr.payload {
+        Payload::Inline(segs) if !segs.is_empty() => {
+            let total: usize = segs.iter().map(|s| s.len()).sum();
+            if total != 0 {
+                let header = at;
+                at = (at + 4) % sq.len();
+                for s in segs {
+                    at = sq.put(at, s);
+                }
+                sq.put(header, &(total as u32 | INLINE_SEG).to_be_bytes());
+                ds += (total as u32 + 4).div_ceil(16);
+                inline = true;
+            }
+        }
+        Payload::Inline(_) => {}
+        Payload::Sges(sges) => {
+            for sge in sges.iter().filter(|s| s.length != 0) {
+                let length = if atomic.is_some() { 8 } else { sge.length };
+                let mut seg = [0u8; 16];
+                seg[..4].copy_from_slice(&length.to_be_bytes());
+                seg[4..8].copy_from_slice(&sge.lkey.to_be_bytes());
+                seg[8..].copy_from_slice(&sge.addr.to_be_bytes());
+                at = sq.put(at, &seg);
+                ds += 1;
+            }
+        }
+    }
+    let mut ctrl = [0u8; 16];
+    ctrl[..4].copy_from_slice(&(((cur_post & 0xffff) << 8) | u32::from(op)).to_be_bytes());
+    ctrl[4..8].copy_from_slice(&((limits.qpn << 8) | ds).to_be_bytes());
+    let mut bits = fm_ce_se;
+    if wr.flags.contains(SendFlags::SIGNALED) {
+        bits |= CTRL_CQ_UPDATE;
+    }
+    if wr.flags.contains(SendFlags::SOLICITED) {
+        bits |= CTRL_SOLICITED;
+    }
+    ctrl[11] = bits;
+    ctrl[12..].copy_from_slice(&imm.map_or([0; 4], u32::to_be_bytes));
+    sq.put(start, &ctrl);
+    let _ = at;
+    Written { ds, inline }
+}
