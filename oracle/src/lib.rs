@@ -18,5 +18,8 @@
 
 pub mod file;
 pub mod ioctl;
+pub mod cqe;
+pub mod device;
 pub mod kernel;
+pub mod qp;
 pub mod sysfs;
