@@ -371,7 +371,9 @@ impl Mlx5Kernel {
             m.key == key
                 && m.pd == pd
                 && addr >= m.start
-                && addr.checked_add(len).is_some_and(|end| end <= m.start + m.length)
+                && addr
+                    .checked_add(len)
+                    .is_some_and(|end| end <= m.start + m.length)
                 && m.access & access == access
         })
     }
@@ -498,7 +500,11 @@ impl Mlx5Kernel {
                     return Outcome::Failed(syndrome::LOCAL_PROT);
                 };
                 let Some(peer) = peer else {
-                    return if rc { Outcome::Wait } else { remote_fault(0, 0) };
+                    return if rc {
+                        Outcome::Wait
+                    } else {
+                        remote_fault(0, 0)
+                    };
                 };
                 let allowed = peer.access & IB_UVERBS_ACCESS_REMOTE_WRITE != 0
                     && self.check_key(

@@ -259,8 +259,7 @@ impl Mlx5Kernel {
             return Err(libc::EINVAL);
         }
         // get_qp_user_index / verify_assign_uidx with CQE version 1.
-        if context.max_cqe_version >= 1 && (req.uidx & !UIDX_MASK != 0 || req.uidx == UIDX_MASK)
-        {
+        if context.max_cqe_version >= 1 && (req.uidx & !UIDX_MASK != 0 || req.uidx == UIDX_MASK) {
             return Err(libc::EINVAL);
         }
         // _create_user_qp: the UAR page the QP rings.
