@@ -13,6 +13,7 @@ use uverbs_uapi::*;
 use zerocopy::{FromBytes, IntoBytes};
 
 use crate::ioctl::{Call, Errno};
+use crate::qp::Qp;
 
 /// Blue-flame registers per UAR page (`MLX5_NON_FP_BFREGS_PER_UAR`).
 pub const BFREGS_PER_UAR: u32 = 2;
@@ -62,6 +63,8 @@ pub struct Cq {
     pub entries: u32,
     /// The driver data it was created with.
     pub req: mlx5_ib_create_cq,
+    /// CQEs the device has written (its producer counter).
+    pub produced: u32,
 }
 
 /// A memory region the kernel registered.
@@ -173,6 +176,14 @@ pub struct Mlx5Kernel {
     pub uars: Vec<Uar>,
     /// Async event files handed out (eventfds), still open.
     pub async_fds: BTreeSet<i32>,
+    /// Live QPs by handle.
+    pub qps: BTreeMap<u32, Qp>,
+    /// QPs created so far (the next QP number's offset).
+    pub(crate) qps_created: u32,
+    /// Port 1's link layer is InfiniBand (LID 1) rather than Ethernet
+    /// (RoCE, the default): set before the context is opened. UD over
+    /// InfiniBand needs no kernel command for an address handle and no GID.
+    pub infiniband_port: bool,
 }
 
 impl Mlx5Kernel {
@@ -210,7 +221,11 @@ impl Mlx5Kernel {
                 self.invoke_write(call, write_cmd.unwrap_or(u32::MAX))
             }
             (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_GET_CONTEXT) => self.get_context(call, false),
-            (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_PORT) => query_port(call),
+            (UVERBS_OBJECT_DEVICE, UVERBS_METHOD_QUERY_PORT) => {
+                query_port(call, self.infiniband_port)
+            }
+            (UVERBS_OBJECT_QP, UVERBS_METHOD_QP_CREATE) => self.create_qp(call),
+            (UVERBS_OBJECT_QP, UVERBS_METHOD_QP_DESTROY) => self.destroy_qp(call),
             (UVERBS_OBJECT_ASYNC_EVENT, UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
                 // SAFETY: eventfd(2) takes no pointers.
                 let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -243,7 +258,7 @@ impl Mlx5Kernel {
         }
     }
 
-    fn handle(&mut self) -> u32 {
+    pub(crate) fn handle(&mut self) -> u32 {
         self.next_handle += 1;
         self.next_handle
     }
@@ -273,6 +288,14 @@ impl Mlx5Kernel {
                 call.write_output(UVERBS_ATTR_UHW_OUT, uhw.as_bytes())?;
                 self.pds.insert(handle, pdn);
                 Ok(())
+            }
+            IB_USER_VERBS_CMD_QUERY_DEVICE => {
+                let resp = query_device();
+                call.write_output(UVERBS_ATTR_CORE_OUT, resp.as_bytes())
+            }
+            IB_USER_VERBS_CMD_MODIFY_QP => {
+                let cmd: ib_uverbs_modify_qp = Self::core_in(call)?;
+                self.modify_qp(&cmd)
             }
             IB_USER_VERBS_CMD_REG_MR => self.reg_mr(call),
             IB_USER_VERBS_CMD_REREG_MR => self.rereg_mr(call),
@@ -550,6 +573,7 @@ impl Mlx5Kernel {
                 cqn,
                 entries,
                 req,
+                produced: 0,
             },
         );
         Ok(())
@@ -585,12 +609,24 @@ impl Mlx5Kernel {
     /// objects of each kind were left for it (PDs, CQs, UAR objects).
     pub fn close(&mut self) -> (usize, usize, usize) {
         let left = (self.pds.len(), self.cqs.len(), self.dyn_uars.len());
+        self.qps.clear();
         self.mrs.clear();
         self.pds.clear();
         self.cqs.clear();
         self.dyn_uars.clear();
         self.closed = Some(left);
         left
+    }
+
+    /// The mapped UAR page of the UAR object with device index `page_id`
+    /// (what libmlx5 wrote to it: doorbells at 0x20 for CQs, 0x800 and
+    /// 0x900 for its two blue-flame registers).
+    pub fn uar_page(&self, page_id: u32) -> Option<&[u8; UAR_PAGE]> {
+        let uar = self.dyn_uars.values().find(|u| u.page_id == page_id)?;
+        self.uars
+            .iter()
+            .find(|u| u.offset == uar.mmap_offset)
+            .map(|u| &u.page.0)
     }
 
     /// Unmaps a UAR page handed out by [`mmap`](Self::mmap); false if
@@ -615,9 +651,42 @@ fn destroy<T>(table: &mut BTreeMap<u32, T>, call: &Call, attr: u16) -> Result<T,
     remove(table, handle as u32)
 }
 
-/// `mlx5_ib_query_port` of port 1: an active RoCE port (Ethernet link
-/// layer, 1024-byte MTU of 4096 possible).
-fn query_port(call: &mut Call) -> Result<(), Errno> {
+/// The plain write command QUERY_DEVICE (`ib_uverbs_query_device`, the
+/// core's copy of the device attributes): a ConnectX-5's limits, and
+/// atomics within the HCA (`IB_ATOMIC_HCA`), which libmlx5 reads at open
+/// to allow atomic WRs. (The extended command stays refused: libibverbs
+/// then asks this one.)
+fn query_device() -> ib_uverbs_query_device_resp {
+    ib_uverbs_query_device_resp {
+        fw_ver: (16 << 32) | (35 << 16) | 1000,
+        node_guid: 0x0200_00ff_fe00_0001u64.to_be(),
+        sys_image_guid: 0x0200_00ff_fe00_0001u64.to_be(),
+        max_mr_size: u64::MAX,
+        page_size_cap: !0xfff,
+        vendor_id: 0x02c9,
+        vendor_part_id: 4119, // ConnectX-5
+        max_qp: 1 << 18,
+        max_qp_wr: crate::qp::MAX_QP_WQES,
+        max_sge: 30,
+        max_sge_rd: 30,
+        max_cq: 1 << 24,
+        max_cqe: (1 << 22) - 1,
+        max_mr: 1 << 24,
+        max_pd: 1 << 24,
+        max_qp_rd_atom: 16,
+        max_res_rd_atom: 16 << 18,
+        max_qp_init_rd_atom: 16,
+        atomic_cap: 1, // IB_ATOMIC_HCA
+        max_ah: i32::MAX as u32,
+        phys_port_cnt: 1,
+        ..Default::default()
+    }
+}
+
+/// `mlx5_ib_query_port` of port 1: an active port, RoCE (Ethernet link
+/// layer) or InfiniBand (LID 1, its SM at LID 1), 1024-byte MTU of 4096
+/// possible.
+fn query_port(call: &mut Call, infiniband: bool) -> Result<(), Errno> {
     if call.input_u64(UVERBS_ATTR_QUERY_PORT_PORT_NUM) != Some(1) {
         return Err(libc::EINVAL);
     }
@@ -633,7 +702,13 @@ fn query_port(call: &mut Call) -> Result<(), Errno> {
     p.active_width = 2; // 4x
     p.active_speed = 32; // EDR
     p.phys_state = 5; // LinkUp
-    p.link_layer = 2; // IB_LINK_LAYER_ETHERNET
+    if infiniband {
+        p.link_layer = 1; // IB_LINK_LAYER_INFINIBAND
+        p.lid = 1;
+        p.sm_lid = 1;
+    } else {
+        p.link_layer = 2; // IB_LINK_LAYER_ETHERNET
+    }
     let room = call.output_len(UVERBS_ATTR_QUERY_PORT_RESP).unwrap_or(0);
     let bytes = resp.as_bytes();
     call.write_output(UVERBS_ATTR_QUERY_PORT_RESP, &bytes[..room.min(bytes.len())])

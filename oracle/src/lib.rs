@@ -16,7 +16,10 @@
 //! (`build.rs`, `tests/libmlx5.rs`). docs/mlx5.md says what this shows and
 //! what it cannot.
 
+pub mod cqe;
+pub mod device;
 pub mod file;
 pub mod ioctl;
 pub mod kernel;
+pub mod qp;
 pub mod sysfs;

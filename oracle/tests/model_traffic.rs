@@ -1,0 +1,929 @@
+//! libmlx5's own data path (Debian's static rdma-core 44, unmodified)
+//! against the emulated mlx5 kernel and its device model: RC, UD traffic
+//! and error completions posted and polled through libibverbs' public API,
+//! the WQEs executed by `Mlx5Kernel::run_device`. libmlx5's WQEs producing
+//! the right bytes and work completions is what proves the model, before
+//! uverbs' own mlx5 provider is compared with it.
+//!
+//! One test function: the shim's emulated kernel is process-global.
+//! Without the archives the test says SKIPPED (and fails with
+//! `UVERBS_REQUIRE_ORACLE` set), as tests/libmlx5.rs.
+
+#[cfg(not(oracle_linked))]
+#[test]
+fn libmlx5_traffic_through_the_device_model() {
+    let why = env!("UVERBS_ORACLE_MISSING");
+    assert!(
+        std::env::var_os("UVERBS_REQUIRE_ORACLE").is_none(),
+        "UVERBS_REQUIRE_ORACLE is set but libmlx5 is not linked: {why}"
+    );
+    eprintln!("SKIPPED: libmlx5_traffic_through_the_device_model: libmlx5 is not linked ({why})");
+}
+
+#[cfg(oracle_linked)]
+mod shim;
+
+#[cfg(oracle_linked)]
+mod linked {
+    use std::ffi::{c_int, c_void};
+
+    use uverbs_oracle::qp::QpState;
+    use uverbs_oracle::sysfs;
+
+    use super::shim;
+
+    /// `struct ibv_qp`'s first fields (libibverbs 44's verbs.h).
+    #[repr(C)]
+    struct IbvQp {
+        context: *mut c_void,
+        qp_context: *mut c_void,
+        pd: *mut c_void,
+        send_cq: *mut c_void,
+        recv_cq: *mut c_void,
+        srq: *mut c_void,
+        handle: u32,
+        qp_num: u32,
+    }
+
+    /// `struct ibv_mr`.
+    #[repr(C)]
+    struct IbvMr {
+        context: *mut c_void,
+        pd: *mut c_void,
+        addr: *mut c_void,
+        length: usize,
+        handle: u32,
+        lkey: u32,
+        rkey: u32,
+    }
+
+    /// `struct ibv_qp_cap`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct IbvQpCap {
+        max_send_wr: u32,
+        max_recv_wr: u32,
+        max_send_sge: u32,
+        max_recv_sge: u32,
+        max_inline_data: u32,
+    }
+
+    /// `struct ibv_qp_init_attr`.
+    #[repr(C)]
+    struct IbvQpInitAttr {
+        qp_context: *mut c_void,
+        send_cq: *mut c_void,
+        recv_cq: *mut c_void,
+        srq: *mut c_void,
+        cap: IbvQpCap,
+        qp_type: u32,
+        sq_sig_all: c_int,
+    }
+
+    /// `struct ibv_ah_attr` (with `struct ibv_global_route` first).
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct IbvAhAttr {
+        dgid: [u8; 16],
+        flow_label: u32,
+        sgid_index: u8,
+        hop_limit: u8,
+        traffic_class: u8,
+        dlid: u16,
+        sl: u8,
+        src_path_bits: u8,
+        static_rate: u8,
+        is_global: u8,
+        port_num: u8,
+    }
+
+    /// `struct ibv_qp_attr`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct IbvQpAttr {
+        qp_state: u32,
+        cur_qp_state: u32,
+        path_mtu: u32,
+        path_mig_state: u32,
+        qkey: u32,
+        rq_psn: u32,
+        sq_psn: u32,
+        dest_qp_num: u32,
+        qp_access_flags: u32,
+        cap: IbvQpCap,
+        ah_attr: IbvAhAttr,
+        alt_ah_attr: IbvAhAttr,
+        pkey_index: u16,
+        alt_pkey_index: u16,
+        en_sqd_async_notify: u8,
+        sq_draining: u8,
+        max_rd_atomic: u8,
+        max_dest_rd_atomic: u8,
+        min_rnr_timer: u8,
+        port_num: u8,
+        timeout: u8,
+        retry_cnt: u8,
+        rnr_retry: u8,
+        alt_port_num: u8,
+        alt_timeout: u8,
+        rate_limit: u32,
+    }
+
+    /// `struct ibv_sge`.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct IbvSge {
+        addr: u64,
+        length: u32,
+        lkey: u32,
+    }
+
+    /// `struct ibv_send_wr`: the `wr` union as four words (rdma: address,
+    /// rkey; atomic: address, compare_add, swap, rkey; ud: ah, remote QPN
+    /// and Q_Key), then the `qp_type` union and the bind/TSO union.
+    #[repr(C)]
+    struct IbvSendWr {
+        wr_id: u64,
+        next: *mut IbvSendWr,
+        sg_list: *mut IbvSge,
+        num_sge: c_int,
+        opcode: u32,
+        send_flags: u32,
+        imm_data: u32,
+        wr: [u64; 4],
+        qp_type: u64,
+        tail: [u64; 6],
+    }
+    const _: () = assert!(size_of::<IbvSendWr>() == 128);
+
+    /// `struct ibv_recv_wr`.
+    #[repr(C)]
+    struct IbvRecvWr {
+        wr_id: u64,
+        next: *mut IbvRecvWr,
+        sg_list: *mut IbvSge,
+        num_sge: c_int,
+    }
+
+    /// `struct ibv_wc`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default)]
+    struct IbvWc {
+        wr_id: u64,
+        status: u32,
+        opcode: u32,
+        vendor_err: u32,
+        byte_len: u32,
+        imm_data: u32,
+        qp_num: u32,
+        src_qp: u32,
+        wc_flags: u32,
+        pkey_index: u16,
+        slid: u16,
+        sl: u8,
+        dlid_path_bits: u8,
+    }
+    const _: () = assert!(size_of::<IbvWc>() == 48);
+
+    extern "C" {
+        static verbs_provider_mlx5: u8;
+        fn ibv_static_providers(unused: *mut c_void, ...);
+        fn ibv_get_device_list(num: *mut c_int) -> *mut *mut c_void;
+        fn ibv_free_device_list(list: *mut *mut c_void);
+        fn ibv_open_device(dev: *mut c_void) -> *mut c_void;
+        fn ibv_close_device(ctx: *mut c_void) -> c_int;
+        fn ibv_alloc_pd(ctx: *mut c_void) -> *mut c_void;
+        fn ibv_dealloc_pd(pd: *mut c_void) -> c_int;
+        fn ibv_reg_mr(pd: *mut c_void, addr: *mut c_void, len: usize, access: c_int) -> *mut IbvMr;
+        fn ibv_dereg_mr(mr: *mut IbvMr) -> c_int;
+        fn ibv_create_cq(
+            ctx: *mut c_void,
+            cqe: c_int,
+            cq_context: *mut c_void,
+            channel: *mut c_void,
+            comp_vector: c_int,
+        ) -> *mut c_void;
+        fn ibv_destroy_cq(cq: *mut c_void) -> c_int;
+        fn ibv_create_qp(pd: *mut c_void, attr: *mut IbvQpInitAttr) -> *mut IbvQp;
+        fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int) -> c_int;
+        fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int;
+        fn ibv_create_ah(pd: *mut c_void, attr: *mut IbvAhAttr) -> *mut c_void;
+        fn ibv_destroy_ah(ah: *mut c_void) -> c_int;
+    }
+
+    type PostSend = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
+    type PostRecv = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
+    type PollCq = unsafe extern "C" fn(*mut c_void, c_int, *mut IbvWc) -> c_int;
+
+    /// `struct ibv_context_ops` slots (after the context's device pointer):
+    /// the static inline `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`
+    /// of verbs.h call through these.
+    const OPS: usize = 8;
+    const POLL_CQ: usize = 11;
+    const POST_SEND: usize = 25;
+    const POST_RECV: usize = 26;
+
+    /// The context's function pointer in ops slot `slot`.
+    ///
+    /// # Safety
+    ///
+    /// `ctx` is a live `struct ibv_context`; `F` is the slot's type.
+    unsafe fn op<F: Copy>(ctx: *mut c_void, slot: usize) -> F {
+        // SAFETY: the ops table follows the device pointer; each slot is a
+        // function pointer, which libmlx5 filled for these three.
+        unsafe { ctx.cast::<u8>().add(OPS + 8 * slot).cast::<F>().read() }
+    }
+
+    // ibv_qp_type, ibv_qp_state, ibv_wr_opcode, ibv_send_flags,
+    // ibv_wc_opcode, ibv_wc_status, ibv_access_flags, ibv_qp_attr_mask.
+    const RC: u32 = 2;
+    const UD: u32 = 4;
+    const INIT: u32 = 1;
+    const RTR: u32 = 2;
+    const RTS: u32 = 3;
+    const WR_WRITE: u32 = 0;
+    const WR_WRITE_IMM: u32 = 1;
+    const WR_SEND: u32 = 2;
+    const WR_SEND_IMM: u32 = 3;
+    const WR_READ: u32 = 4;
+    const WR_CAS: u32 = 5;
+    const WR_FAA: u32 = 6;
+    const SIGNALED: u32 = 2;
+    const INLINE: u32 = 8;
+    const WC_SEND: u32 = 0;
+    const WC_WRITE: u32 = 1;
+    const WC_READ: u32 = 2;
+    const WC_CAS: u32 = 3;
+    const WC_FAA: u32 = 4;
+    const WC_RECV: u32 = 128;
+    const WC_RECV_IMM: u32 = 129;
+    const SUCCESS: u32 = 0;
+    const LOC_PROT_ERR: u32 = 4;
+    const WR_FLUSH_ERR: u32 = 5;
+    const REM_ACCESS_ERR: u32 = 10;
+    const WITH_IMM: u32 = 2;
+    const LOCAL_WRITE: c_int = 1;
+    const ALL_ACCESS: u32 = 1 | 2 | 4 | 8;
+    const QKEY: u32 = 0x1111_1111;
+
+    fn errno() -> std::io::Error {
+        std::io::Error::last_os_error()
+    }
+
+    /// A line for the CI log: stderr directly.
+    fn loud(line: &str) {
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr(), "{line}");
+    }
+
+    /// The device model, run as if every doorbell had rung.
+    fn run_device() -> usize {
+        // SAFETY: every QP, CQ and MR of the emulated kernel is live: the
+        // test destroys them only after its last run, and keeps its
+        // buffers mapped until after deregistering them.
+        shim::with_kernel_mut(|k| unsafe { k.run_device() })
+    }
+
+    /// The test's verbs objects and buffers.
+    struct Env {
+        ctx: *mut c_void,
+        pd: *mut c_void,
+        mem: memmap2::MmapMut,
+        mr: *mut IbvMr,
+        /// A region with local write only: no remote access.
+        local: memmap2::MmapMut,
+        local_mr: *mut IbvMr,
+        cqs: Vec<*mut c_void>,
+        qps: Vec<*mut IbvQp>,
+        checked: usize,
+    }
+
+    impl Env {
+        fn addr(&self, off: usize) -> u64 {
+            self.mem.as_ptr() as u64 + off as u64
+        }
+
+        fn lkey(&self) -> u32 {
+            // SAFETY: a live MR.
+            unsafe { (*self.mr).lkey }
+        }
+
+        fn rkey(&self) -> u32 {
+            // SAFETY: a live MR.
+            unsafe { (*self.mr).rkey }
+        }
+
+        /// A QP of `qp_type` with its own CQ for both queues.
+        fn qp(&mut self, qp_type: u32) -> *mut IbvQp {
+            // SAFETY: plain libibverbs calls on live objects.
+            unsafe {
+                let cq = ibv_create_cq(self.ctx, 32, std::ptr::null_mut(), std::ptr::null_mut(), 0);
+                assert!(!cq.is_null(), "ibv_create_cq: {}", errno());
+                let mut attr = IbvQpInitAttr {
+                    qp_context: std::ptr::null_mut(),
+                    send_cq: cq,
+                    recv_cq: cq,
+                    srq: std::ptr::null_mut(),
+                    cap: IbvQpCap {
+                        max_send_wr: 16,
+                        max_recv_wr: 16,
+                        max_send_sge: 2,
+                        max_recv_sge: 2,
+                        max_inline_data: 64,
+                    },
+                    qp_type,
+                    sq_sig_all: 0,
+                };
+                let qp = ibv_create_qp(self.pd, &mut attr);
+                assert!(
+                    !qp.is_null(),
+                    "ibv_create_qp: {}\n{:?}",
+                    errno(),
+                    shim::with_kernel(|k| k.log.last().cloned())
+                );
+                self.cqs.push(cq);
+                self.qps.push(qp);
+                qp
+            }
+        }
+
+        fn modify(&self, qp: *mut IbvQp, mut attr: IbvQpAttr, mask: c_int) {
+            // SAFETY: a live QP and an attribute struct of libibverbs' layout.
+            let ret = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
+            assert_eq!(
+                ret,
+                0,
+                "ibv_modify_qp to {}: {:?}",
+                attr.qp_state,
+                shim::with_kernel(|k| k.log.last().cloned())
+            );
+        }
+
+        /// RESET to RTS, connected to `dest` (RC).
+        fn connect(&self, qp: *mut IbvQp, dest: *mut IbvQp) {
+            let (state, ac, pkey, port) = (1, 1 << 3, 1 << 4, 1 << 5);
+            let init = IbvQpAttr {
+                qp_state: INIT,
+                port_num: 1,
+                qp_access_flags: ALL_ACCESS,
+                ..Default::default()
+            };
+            self.modify(qp, init, state | ac | pkey | port);
+            let rtr = IbvQpAttr {
+                qp_state: RTR,
+                path_mtu: 3,
+                // SAFETY: a live QP.
+                dest_qp_num: unsafe { (*dest).qp_num },
+                max_dest_rd_atomic: 1,
+                min_rnr_timer: 12,
+                ah_attr: IbvAhAttr {
+                    dlid: 1,
+                    port_num: 1,
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let (av, mtu, rq_psn, dest_qpn, dest_rd, rnr_timer) =
+                (1 << 7, 1 << 8, 1 << 12, 1 << 20, 1 << 17, 1 << 15);
+            self.modify(
+                qp,
+                rtr,
+                state | av | mtu | rq_psn | dest_qpn | dest_rd | rnr_timer,
+            );
+            let rts = IbvQpAttr {
+                qp_state: RTS,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+                max_rd_atomic: 1,
+                ..Default::default()
+            };
+            let (timeout, retry, rnr_retry, sq_psn, rd_atomic) =
+                (1 << 9, 1 << 10, 1 << 11, 1 << 16, 1 << 13);
+            self.modify(
+                qp,
+                rts,
+                state | timeout | retry | rnr_retry | sq_psn | rd_atomic,
+            );
+        }
+
+        /// RESET to RTS of a UD QP.
+        fn ud_ready(&self, qp: *mut IbvQp) {
+            let (state, pkey, port, qkey, sq_psn) = (1, 1 << 4, 1 << 5, 1 << 6, 1 << 16);
+            let init = IbvQpAttr {
+                qp_state: INIT,
+                port_num: 1,
+                qkey: QKEY,
+                ..Default::default()
+            };
+            self.modify(qp, init, state | pkey | port | qkey);
+            let rtr = IbvQpAttr {
+                qp_state: RTR,
+                ..Default::default()
+            };
+            self.modify(qp, rtr, state);
+            let rts = IbvQpAttr {
+                qp_state: RTS,
+                ..Default::default()
+            };
+            self.modify(qp, rts, state | sq_psn);
+        }
+
+        /// Posts one receive of `len` bytes at `off`.
+        fn recv(&self, qp: *mut IbvQp, wr_id: u64, off: usize, len: u32) {
+            let mut sge = IbvSge {
+                addr: self.addr(off),
+                length: len,
+                lkey: self.lkey(),
+            };
+            let mut wr = IbvRecvWr {
+                wr_id,
+                next: std::ptr::null_mut(),
+                sg_list: &mut sge,
+                num_sge: 1,
+            };
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: libmlx5's post_recv on a live QP; the WR lives
+            // through the call.
+            let ret = unsafe { op::<PostRecv>(self.ctx, POST_RECV)(qp, &mut wr, &mut bad) };
+            assert_eq!(ret, 0, "ibv_post_recv");
+        }
+
+        /// Posts one send WR: `sge` is (offset, length, lkey).
+        #[allow(clippy::too_many_arguments)]
+        fn send(
+            &self,
+            qp: *mut IbvQp,
+            wr_id: u64,
+            opcode: u32,
+            flags: u32,
+            sge: Option<(usize, u32, u32)>,
+            imm: u32,
+            wr: [u64; 4],
+        ) {
+            let mut sge = sge.map(|(off, len, lkey)| IbvSge {
+                addr: self.addr(off),
+                length: len,
+                lkey,
+            });
+            let mut w = IbvSendWr {
+                wr_id,
+                next: std::ptr::null_mut(),
+                sg_list: sge
+                    .as_mut()
+                    .map_or(std::ptr::null_mut(), std::ptr::from_mut),
+                num_sge: c_int::from(sge.is_some()),
+                opcode,
+                send_flags: flags,
+                imm_data: imm.to_be(),
+                wr,
+                qp_type: 0,
+                tail: [0; 6],
+            };
+            let mut bad = std::ptr::null_mut();
+            // SAFETY: libmlx5's post_send on a live QP; the WR and its SGE
+            // live through the call (inline data is copied by it).
+            let ret = unsafe { op::<PostSend>(self.ctx, POST_SEND)(qp, &mut w, &mut bad) };
+            assert_eq!(ret, 0, "ibv_post_send opcode {opcode}: {}", errno());
+        }
+
+        /// Everything the CQ of `qp` holds, through libmlx5's poll.
+        fn poll(&self, qp: *mut IbvQp) -> Vec<IbvWc> {
+            let mut out = Vec::new();
+            loop {
+                let mut wc = IbvWc::default();
+                // SAFETY: libmlx5's poll_cq on a live CQ, one entry.
+                let n = unsafe {
+                    op::<PollCq>(self.ctx, POLL_CQ)((*qp).send_cq, 1, std::ptr::from_mut(&mut wc))
+                };
+                assert!(n >= 0, "ibv_poll_cq: {n}");
+                if n == 0 {
+                    return out;
+                }
+                out.push(wc);
+            }
+        }
+
+        /// Asserts one work completion's fields.
+        fn check(
+            &mut self,
+            wc: &IbvWc,
+            wr_id: u64,
+            status: u32,
+            opcode: Option<u32>,
+            qp: *mut IbvQp,
+        ) {
+            assert_eq!((wc.wr_id, wc.status), (wr_id, status), "{wc:?}");
+            if let Some(op) = opcode {
+                assert_eq!(wc.opcode, op, "{wc:?}");
+            }
+            // SAFETY: a live QP.
+            assert_eq!(wc.qp_num, unsafe { (*qp).qp_num }, "{wc:?}");
+            self.checked += 1;
+        }
+
+        fn bytes(&self, off: usize, len: usize) -> &[u8] {
+            &self.mem[off..off + len]
+        }
+    }
+
+    /// Fills `len` bytes at `off` with a pattern seeded by `seed`.
+    fn fill(mem: &mut [u8], off: usize, len: usize, seed: u8) {
+        for (i, b) in mem[off..off + len].iter_mut().enumerate() {
+            *b = seed.wrapping_add(i as u8).wrapping_mul(7);
+        }
+    }
+
+    #[test]
+    fn libmlx5_traffic_through_the_device_model() {
+        for (key, _) in std::env::vars_os() {
+            let key = key.to_string_lossy().into_owned();
+            if ["MLX5_", "IBV_", "RDMAV_"]
+                .iter()
+                .any(|p| key.starts_with(p))
+            {
+                std::env::remove_var(&key);
+            }
+        }
+        let root = std::env::temp_dir().join(format!("uverbs-model-{}", std::process::id()));
+        sysfs::create(&root).expect("the fake sysfs tree");
+        shim::install(&root);
+        // UD over InfiniBand: an address handle is libmlx5's alone.
+        shim::with_kernel_mut(|k| k.infiniband_port = true);
+
+        // SAFETY: the provider's descriptor is a static of the linked
+        // archive; the list ends with NULL.
+        unsafe {
+            ibv_static_providers(
+                std::ptr::null_mut(),
+                std::ptr::addr_of!(verbs_provider_mlx5),
+                std::ptr::null::<c_void>(),
+            )
+        };
+        // SAFETY: plain libibverbs calls, each checked before the next
+        // uses what it returned; every object is destroyed before the
+        // buffers it names are unmapped.
+        unsafe {
+            let mut n = 0;
+            let list = ibv_get_device_list(&mut n);
+            assert_eq!(n, 1);
+            let ctx = ibv_open_device(*list);
+            assert!(!ctx.is_null(), "ibv_open_device: {}", errno());
+            let pd = ibv_alloc_pd(ctx);
+            assert!(!pd.is_null());
+            let mut mem = memmap2::MmapMut::map_anon(1 << 16).unwrap();
+            let mr = ibv_reg_mr(pd, mem.as_mut_ptr().cast(), mem.len(), ALL_ACCESS as c_int);
+            assert!(!mr.is_null(), "ibv_reg_mr: {}", errno());
+            let mut local = memmap2::MmapMut::map_anon(1 << 12).unwrap();
+            let local_mr = ibv_reg_mr(pd, local.as_mut_ptr().cast(), local.len(), LOCAL_WRITE);
+            assert!(!local_mr.is_null());
+            let mut env = Env {
+                ctx,
+                pd,
+                mem,
+                mr,
+                local,
+                local_mr,
+                cqs: Vec::new(),
+                qps: Vec::new(),
+                checked: 0,
+            };
+
+            rc_traffic(&mut env);
+            ud_traffic(&mut env);
+            errors(&mut env);
+
+            for qp in std::mem::take(&mut env.qps) {
+                assert_eq!(ibv_destroy_qp(qp), 0, "ibv_destroy_qp: {}", errno());
+            }
+            for cq in std::mem::take(&mut env.cqs) {
+                assert_eq!(ibv_destroy_cq(cq), 0, "ibv_destroy_cq: {}", errno());
+            }
+            assert_eq!(ibv_dereg_mr(env.mr), 0);
+            assert_eq!(ibv_dereg_mr(env.local_mr), 0);
+            let _ = (&env.local, &mut env.mem);
+            assert_eq!(ibv_dealloc_pd(pd), 0);
+            assert_eq!(ibv_close_device(ctx), 0);
+            ibv_free_device_list(list);
+            let (checked, qps_made) = (env.checked, shim::with_kernel(|k| k.qps.len()));
+            assert_eq!(qps_made, 0, "every QP destroyed");
+            let refused: Vec<_> = shim::with_kernel(|k| {
+                k.log
+                    .iter()
+                    .filter(|c| c.errno != 0 && c.object == uverbs_uapi::UVERBS_OBJECT_QP)
+                    .cloned()
+                    .collect()
+            });
+            assert!(refused.is_empty(), "QP commands refused: {refused:?}");
+            loud(&format!(
+                "mlx5 model: libmlx5 traffic: {checked} operations checked"
+            ));
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Two connected RC QPs: SEND, SEND with immediate, WRITE (+imm), an
+    /// unsignalled WRITE, READ, CAS, FAA and an inline SEND.
+    fn rc_traffic(env: &mut Env) {
+        let (a, b) = (env.qp(RC), env.qp(RC));
+        env.connect(a, b);
+        env.connect(b, a);
+        shim::with_kernel(|k| {
+            assert!(k.qps.values().all(|q| q.state == QpState::Rts));
+        });
+        // A's sources at 0x0000.., B's receive buffers at 0x1000.., B's
+        // RDMA target at 0x2000.., A's READ/atomic results at 0x3000...
+        fill(&mut env.mem, 0, 0x400, 1);
+        fill(&mut env.mem, 0x2400, 0x100, 9);
+        env.mem[0x2800..0x2808].copy_from_slice(&5u64.to_be_bytes());
+        for i in 0..4 {
+            env.recv(b, 100 + i, 0x1000 + 0x100 * i as usize, 0x100);
+        }
+        let (lk, rk) = (env.lkey(), env.rkey());
+        let rdma = |off: usize| [env.addr(off), u64::from(rk), 0, 0];
+        env.send(a, 1, WR_SEND, SIGNALED, Some((0, 100, lk)), 0, [0; 4]);
+        env.send(
+            a,
+            2,
+            WR_SEND_IMM,
+            SIGNALED,
+            Some((0x100, 50, lk)),
+            0xdead_beef,
+            [0; 4],
+        );
+        env.send(
+            a,
+            3,
+            WR_WRITE,
+            SIGNALED,
+            Some((0x200, 64, lk)),
+            0,
+            rdma(0x2000),
+        );
+        env.send(
+            a,
+            4,
+            WR_WRITE_IMM,
+            SIGNALED,
+            Some((0x300, 32, lk)),
+            0x1234,
+            rdma(0x2100),
+        );
+        env.send(a, 5, WR_WRITE, 0, Some((0x340, 16, lk)), 0, rdma(0x2200));
+        env.send(
+            a,
+            6,
+            WR_READ,
+            SIGNALED,
+            Some((0x3000, 128, lk)),
+            0,
+            rdma(0x2400),
+        );
+        let atomic = |compare: u64, swap: u64| [env.addr(0x2800), compare, swap, u64::from(rk)];
+        env.send(
+            a,
+            7,
+            WR_CAS,
+            SIGNALED,
+            Some((0x3100, 8, lk)),
+            0,
+            atomic(5, 9),
+        );
+        env.send(
+            a,
+            8,
+            WR_FAA,
+            SIGNALED,
+            Some((0x3108, 8, lk)),
+            0,
+            atomic(3, 0),
+        );
+        env.send(
+            a,
+            9,
+            WR_SEND,
+            SIGNALED | INLINE,
+            Some((0x380, 20, lk)),
+            0,
+            [0; 4],
+        );
+        // What libmlx5 rang: a doorbell (or BlueFlame copy) of its last
+        // WQE in A's UAR page, at one of its two registers.
+        let page = shim::with_kernel(|k| {
+            let qp = k
+                .qps
+                .values()
+                .find(|q| q.qpn == unsafe { (*a).qp_num })
+                .unwrap();
+            *k.uar_page(qp.req.bfreg_index)
+                .expect("A's UAR page is mapped")
+        });
+        assert!(
+            page[0x800..0xa00].iter().any(|&x| x != 0),
+            "libmlx5 wrote a doorbell to a blue-flame register"
+        );
+
+        assert_eq!(run_device(), 9, "every WQE executed");
+
+        let sent = env.poll(a);
+        let want = [
+            (1, WC_SEND),
+            (2, WC_SEND),
+            (3, WC_WRITE),
+            (4, WC_WRITE),
+            (6, WC_READ),
+            (7, WC_CAS),
+            (8, WC_FAA),
+            (9, WC_SEND),
+        ];
+        assert_eq!(sent.len(), want.len(), "signalled WRs only: {sent:?}");
+        for (wc, (id, op)) in sent.iter().zip(want) {
+            env.check(wc, id, SUCCESS, Some(op), a);
+        }
+        assert_eq!(sent[4].byte_len, 128, "READ's length");
+        assert_eq!((sent[5].byte_len, sent[6].byte_len), (8, 8));
+
+        let got = env.poll(b);
+        assert_eq!(got.len(), 4, "{got:?}");
+        let want = [
+            (100, WC_RECV, 100, None),
+            (101, WC_RECV, 50, Some(0xdead_beef)),
+            (102, WC_RECV_IMM, 32, Some(0x1234)),
+            (103, WC_RECV, 20, None),
+        ];
+        for (wc, (id, op, len, imm)) in got.iter().zip(want) {
+            env.check(wc, id, SUCCESS, Some(op), b);
+            assert_eq!(wc.byte_len, len, "{wc:?}");
+            assert_eq!(
+                wc.wc_flags & WITH_IMM != 0,
+                imm.is_some(),
+                "immediate flag: {wc:?}"
+            );
+            if let Some(imm) = imm {
+                assert_eq!(u32::from_be(wc.imm_data), imm, "{wc:?}");
+            }
+        }
+        // The bytes moved.
+        assert_eq!(env.bytes(0x1000, 100), env.bytes(0, 100), "SEND");
+        assert_eq!(env.bytes(0x1100, 50), env.bytes(0x100, 50), "SEND with imm");
+        assert_eq!(env.bytes(0x2000, 64), env.bytes(0x200, 64), "WRITE");
+        assert_eq!(
+            env.bytes(0x2100, 32),
+            env.bytes(0x300, 32),
+            "WRITE with imm"
+        );
+        assert_eq!(
+            env.bytes(0x2200, 16),
+            env.bytes(0x340, 16),
+            "unsignalled WRITE"
+        );
+        assert_eq!(env.bytes(0x3000, 128), env.bytes(0x2400, 128), "READ");
+        assert_eq!(env.bytes(0x1300, 20), env.bytes(0x380, 20), "inline SEND");
+        assert_eq!(
+            env.bytes(0x3100, 8),
+            5u64.to_be_bytes(),
+            "CAS returns the old value"
+        );
+        assert_eq!(
+            env.bytes(0x3108, 8),
+            9u64.to_be_bytes(),
+            "FAA returns the swapped value"
+        );
+        assert_eq!(
+            env.bytes(0x2800, 8),
+            12u64.to_be_bytes(),
+            "5, swapped to 9, plus 3"
+        );
+        env.checked += 10;
+
+        // libmlx5 recorded what it consumed in B's CQ doorbell record.
+        shim::with_kernel(|k| {
+            let qp = k
+                .qps
+                .values()
+                .find(|q| q.qpn == unsafe { (*b).qp_num })
+                .unwrap();
+            let cq = k.cqs[&qp.recv_cq];
+            // SAFETY: the CQ's live doorbell record.
+            let ci = unsafe { std::slice::from_raw_parts(cq.req.db_addr as *const u8, 4) };
+            assert_eq!(u32::from_be_bytes(ci.try_into().unwrap()) & 0xff_ffff, 4);
+        });
+    }
+
+    /// Two UD QPs: a SEND through an address handle, then one with the
+    /// wrong Q_Key, which the responder drops.
+    fn ud_traffic(env: &mut Env) {
+        let (a, b) = (env.qp(UD), env.qp(UD));
+        env.ud_ready(a);
+        env.ud_ready(b);
+        let mut ah_attr = IbvAhAttr {
+            dlid: 1,
+            port_num: 1,
+            ..Default::default()
+        };
+        // SAFETY: a live PD.
+        let ah = unsafe { ibv_create_ah(env.pd, &mut ah_attr) };
+        assert!(!ah.is_null(), "ibv_create_ah: {}", errno());
+        fill(&mut env.mem, 0x4000, 60, 3);
+        env.recv(b, 200, 0x5000, 0x100);
+        env.recv(b, 201, 0x5100, 0x100);
+        let lk = env.lkey();
+        // SAFETY: a live QP.
+        let b_qpn = unsafe { (*b).qp_num };
+        let ud = |qkey: u32| [ah as u64, u64::from(b_qpn) | u64::from(qkey) << 32, 0, 0];
+        env.send(
+            a,
+            20,
+            WR_SEND,
+            SIGNALED,
+            Some((0x4000, 60, lk)),
+            0,
+            ud(QKEY),
+        );
+        env.send(
+            a,
+            21,
+            WR_SEND,
+            SIGNALED,
+            Some((0x4000, 60, lk)),
+            0,
+            ud(QKEY ^ 1),
+        );
+        assert_eq!(run_device(), 2);
+        let sent = env.poll(a);
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        env.check(&sent[0], 20, SUCCESS, Some(WC_SEND), a);
+        env.check(&sent[1], 21, SUCCESS, Some(WC_SEND), a);
+        let got = env.poll(b);
+        assert_eq!(got.len(), 1, "the wrong Q_Key is dropped: {got:?}");
+        env.check(&got[0], 200, SUCCESS, Some(WC_RECV), b);
+        // SAFETY: a live QP.
+        assert_eq!(got[0].src_qp, unsafe { (*a).qp_num }, "UD source QP");
+        assert_eq!(got[0].byte_len, 60 + 40, "the GRH space counts");
+        assert_eq!(got[0].wc_flags & 1, 0, "no GRH over InfiniBand");
+        assert_eq!(
+            env.bytes(0x5000 + 40, 60),
+            env.bytes(0x4000, 60),
+            "UD payload"
+        );
+        env.checked += 1;
+        // SAFETY: the AH is unused now.
+        assert_eq!(unsafe { ibv_destroy_ah(ah) }, 0);
+    }
+
+    /// A bad local key (local protection error, the QP to error, what
+    /// follows flushed) and a WRITE to a region without remote access.
+    fn errors(env: &mut Env) {
+        let (c, d) = (env.qp(RC), env.qp(RC));
+        env.connect(c, d);
+        env.connect(d, c);
+        env.recv(d, 300, 0x6000, 0x100);
+        env.recv(c, 301, 0x6100, 0x100);
+        let lk = env.lkey();
+        env.send(
+            c,
+            30,
+            WR_SEND,
+            SIGNALED,
+            Some((0, 16, lk ^ 0xffff00)),
+            0,
+            [0; 4],
+        );
+        env.send(c, 31, WR_SEND, SIGNALED, Some((0, 16, lk)), 0, [0; 4]);
+        assert_eq!(run_device(), 3, "the failed WQE, then two flushed");
+        let got = env.poll(c);
+        assert_eq!(got.len(), 3, "{got:?}");
+        env.check(&got[0], 30, LOC_PROT_ERR, None, c);
+        env.check(&got[1], 31, WR_FLUSH_ERR, None, c);
+        env.check(&got[2], 301, WR_FLUSH_ERR, None, c);
+        assert!(env.poll(d).is_empty(), "nothing reached the responder");
+        shim::with_kernel(|k| {
+            // SAFETY: a live QP.
+            let qpn = unsafe { (*c).qp_num };
+            let qp = k.qps.values().find(|q| q.qpn == qpn).unwrap();
+            assert_eq!(qp.state, QpState::Err);
+        });
+        env.checked += 1;
+
+        let (e, f) = (env.qp(RC), env.qp(RC));
+        env.connect(e, f);
+        env.connect(f, e);
+        let local = env.local.as_ptr() as u64;
+        // SAFETY: a live MR.
+        let rkey = unsafe { (*env.local_mr).rkey };
+        env.send(
+            e,
+            40,
+            WR_WRITE,
+            SIGNALED,
+            Some((0, 16, lk)),
+            0,
+            [local, u64::from(rkey), 0, 0],
+        );
+        assert_eq!(run_device(), 1);
+        let got = env.poll(e);
+        assert_eq!(got.len(), 1, "{got:?}");
+        env.check(&got[0], 40, REM_ACCESS_ERR, None, e);
+        assert!(env.local[..16].iter().all(|&x| x == 0), "nothing written");
+    }
+}
