@@ -6,8 +6,10 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use std::os::fd::AsFd;
 use uverbs::transport::frame::{is_valid_output, user_addr, IoctlFrame};
-use uverbs::transport::{RawCommand, Transport};
+
+use uverbs::transport::{RawCommand, SharedMapping, Transport};
 use uverbs::{Errno, TransportKind};
 use uverbs_uapi::{RDMA_DRIVER_MLX5, UVERBS_ATTR_UHW_OUT};
 
@@ -54,6 +56,18 @@ unsafe impl Transport for EmulatedFile {
         unsafe { self.invoke(&mut frame) }?;
         let written = frame.attr(UVERBS_ATTR_UHW_OUT).is_some_and(is_valid_output);
         Ok(if written { cmd.uhw_out.len() } else { 0 })
+    }
+
+    /// A UAR page: the emulation's memfd, mapped again (as a second mmap
+    /// of the kernel's page would be).
+    unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
+        let mut kernel = self.kernel();
+        let memfd = kernel
+            .uar_memfd(offset, len)
+            .map_err(Errno::from_raw_os_error)?;
+        // SAFETY: the emulation's own memfd of `len` bytes, which no Rust
+        // reference covers (its users touch it through raw pointers).
+        unsafe { SharedMapping::map(memfd.as_fd(), 0, len) }
     }
 
     unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {

@@ -136,15 +136,14 @@ pub struct DynUar {
 pub struct Uar {
     /// The mmap offset (`command << 8 | index`, in pages).
     pub offset: u64,
-    /// The page's memory (a ConnectX's doorbell registers; here plain
-    /// memory, read back by the tests).
-    pub page: Box<UarPage>,
+    /// The page's memory (a ConnectX's doorbell registers; here a memfd,
+    /// so that uverbs' `map_queue` can map the same page a second time,
+    /// as the kernel's mmap does).
+    pub memfd: std::fs::File,
+    /// The emulation's own mapping of it, which libmlx5's wrapped `mmap`
+    /// answers and the tests read back.
+    pub page: memmap2::MmapMut,
 }
-
-/// One UAR page's bytes, page aligned as mmap's answers are.
-#[repr(C, align(4096))]
-#[derive(Debug)]
-pub struct UarPage(pub [u8; UAR_PAGE]);
 
 /// The emulated driver's state.
 #[derive(Debug, Default)]
@@ -598,9 +597,14 @@ impl Mlx5Kernel {
         {
             return Err(libc::EINVAL);
         }
-        let mut page = Box::new(UarPage([0; UAR_PAGE]));
-        let addr = page.0.as_mut_ptr();
-        self.uars.push(Uar { offset, page });
+        let (memfd, mut page) =
+            uar_memory().map_err(|e| e.raw_os_error().unwrap_or(libc::ENOMEM))?;
+        let addr = page.as_mut_ptr();
+        self.uars.push(Uar {
+            offset,
+            memfd,
+            page,
+        });
         Ok(addr)
     }
 
@@ -626,20 +630,53 @@ impl Mlx5Kernel {
         self.uars
             .iter()
             .find(|u| u.offset == uar.mmap_offset)
-            .map(|u| &u.page.0)
+            .and_then(|u| u.page.as_ref().try_into().ok())
     }
 
     /// Unmaps a UAR page handed out by [`mmap`](Self::mmap); false if
     /// `addr` is none of them.
     pub fn munmap(&mut self, addr: *const u8) -> bool {
         let before = self.uars.len();
-        self.uars.retain(|u| u.page.0.as_ptr() != addr);
+        self.uars.retain(|u| u.page.as_ptr() != addr);
         self.uars.len() != before
     }
 }
 
 /// Takes the object `handle` names out of `table`: `EINVAL` where it names
 /// none, as the core answers a stale handle.
+/// One zeroed UAR page: a memfd and the emulation's mapping of it.
+fn uar_memory() -> std::io::Result<(std::fs::File, memmap2::MmapMut)> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: a NUL-terminated name; the new descriptor is owned below.
+    let fd = unsafe { libc::memfd_create(c"uverbs-oracle-uar".as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just made, owned by nothing else.
+    let file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.set_len(UAR_PAGE as u64)?;
+    // SAFETY: a memfd of this emulation's own, which only the UAR's users
+    // map (as a device's registers, through raw pointers).
+    let page = unsafe { memmap2::MmapMut::map_mut(&file) }?;
+    Ok((file, page))
+}
+
+impl Mlx5Kernel {
+    /// The page at mmap offset `offset`, mapping it first as
+    /// [`mmap`](Self::mmap) does if it is not yet.
+    pub fn uar_memfd(&mut self, offset: u64, len: usize) -> Result<&std::fs::File, Errno> {
+        if !self.uars.iter().any(|u| u.offset == offset) {
+            self.mmap(offset, len)?;
+        }
+        Ok(&self
+            .uars
+            .iter()
+            .find(|u| u.offset == offset)
+            .expect("mapped")
+            .memfd)
+    }
+}
+
 fn remove<T>(table: &mut BTreeMap<u32, T>, handle: u32) -> Result<T, Errno> {
     table.remove(&handle).ok_or(libc::EINVAL)
 }

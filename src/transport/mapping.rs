@@ -51,8 +51,10 @@ impl SharedMapping {
     ///
     /// `offset` and `len` must name memory the kernel prepared for this
     /// process on `fd` (an offset a create command answered); the mapping
-    /// must not alias memory that Rust code treats as its own.
-    pub(crate) unsafe fn map(
+    /// must not alias memory that Rust code treats as its own. (Public for
+    /// transports outside this crate, which answer
+    /// [`Transport::map_queue`](super::Transport::map_queue) with it.)
+    pub unsafe fn map(
         fd: std::os::fd::BorrowedFd<'_>,
         offset: u64,
         len: usize,

@@ -232,7 +232,7 @@ fn error_status(syndrome: u8) -> u32 {
         0x15 => 12, // TRANSPORT_RETRY_EXC_ERR → RETRY_EXC_ERR
         0x16 => 13, // RNR_RETRY_EXC_ERR → RNR_RETRY_EXC_ERR
         0x22 => 16, // REMOTE_ABORTED_ERR → REM_ABORT_ERR
-        _ => 14,    // GENERAL_ERR
+        _ => 21,    // GENERAL_ERR
     }
 }
 
