@@ -415,7 +415,9 @@ impl Context {
     /// ([`CompletionQueue::create_path`] tells which); then the ring is
     /// mapped where the driver's answer says (the same in both framings):
     /// rxe's `mminfo`; siw's `cq_key`, `num_cqe` × 32 bytes and the 8-byte
-    /// arming word. If the answer is short (`EPROTO`), names no mapping
+    /// arming word; mlx5: no mapping, the process allocates the CQEs and the
+    /// doorbell record and names them in the driver data (the native
+    /// method only). If the answer is short (`EPROTO`), names no mapping
     /// (siw's `SIW_INVAL_UOBJ_KEY`: `ENOMEM`) or mapping fails, the CQ is
     /// destroyed again. Other drivers, and siw on a CPU other than x86-64
     /// (its kernel's ring protocol is sound only there):

@@ -52,7 +52,7 @@ fn create_cq_on_a_driver_without_data_path_is_refused_before_sending() {
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
     let message = err.to_string();
     assert!(
-        message.contains("rxe and siw only") && message.contains("control path"),
+        message.contains("rxe, siw and mlx5 only") && message.contains("control path"),
         "{message}"
     );
     assert_eq!(fake.count(), before, "nothing sent");

@@ -47,7 +47,7 @@ pub(crate) enum PostFailure {
 /// The refusal for a driver without a data path here: what such a device
 /// does get, so that a user with other hardware knows at once.
 pub(crate) const NO_DATA_PATH: &str =
-    "uverbs has a data path (CQs, QPs, posting) for rxe and siw only; \
+    "uverbs has a data path (CQs, QPs, posting) for rxe, siw and mlx5 only; \
      on this driver it offers the control path: discovery, queries, PDs, MRs and rereg";
 
 /// Room for the largest driver answer to a CQ or QP create (checked
@@ -68,7 +68,7 @@ impl Provider {
     }
 
     /// Why this driver's rings cannot be used here, if they cannot: a
-    /// driver this crate has no data path for (anything but rxe and siw),
+    /// driver this crate has no data path for (anything but rxe, siw and mlx5),
     /// or siw off x86-64 (see
     /// [`siw::DATA_PATH_SOUND`](super::siw::DATA_PATH_SOUND)). Creating a
     /// CQ or QP then answers [`Error::Unsupported`](crate::Error::Unsupported)
