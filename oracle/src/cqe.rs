@@ -98,7 +98,16 @@ pub struct Completion {
     pub slid: u16,
     /// `MLX5_CQE_SYNDROME_*` of an error CQE.
     pub syndrome: u8,
+    /// Scatter-to-CQE of at most 32 bytes: the data in the CQE's first 32
+    /// bytes, `MLX5_INLINE_SCATTER_32` in `op_own`.
+    pub scatter32: Option<[u8; 32]>,
 }
+
+/// `MLX5_INLINE_SCATTER_32` in `op_own`.
+pub const INLINE_SCATTER_32: u8 = 0x4;
+/// `MLX5_INLINE_SCATTER_64`: the data in the 64 bytes before the CQE (the
+/// first half of a 128-byte CQE).
+pub const INLINE_SCATTER_64: u8 = 0x8;
 
 impl Completion {
     /// The 64 bytes at producer index `pi` of a CQ of `entries` entries:
@@ -116,6 +125,10 @@ impl Completion {
             b[55] = self.syndrome;
             b[56..60].copy_from_slice(&op_qpn.to_be_bytes());
             return b;
+        }
+        if let Some(data) = self.scatter32 {
+            b[..32].copy_from_slice(&data);
+            b[63] |= INLINE_SCATTER_32;
         }
         b[22..24].copy_from_slice(&self.slid.to_be_bytes());
         b[24..28].copy_from_slice(&self.flags_rqpn.to_be_bytes());

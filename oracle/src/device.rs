@@ -20,7 +20,9 @@
 //! What it does not model: retries and timers (a SEND to an RC QP with no
 //! receive posted waits for the next run, as if the RNR retry count were
 //! infinite), PSNs, MTU segmentation, fences (every WQE executes in
-//! order anyway), inline scatter into CQEs, SRQs, solicited events and
+//! order anyway), the requester's scatter-to-CQE (READ and atomic
+//! results; mlx5_ib enables it only with `sq_sig_all` or
+//! `MLX5_QP_FLAG_ALLOW_SCATTER_CQE`), SRQs, solicited events and
 //! CQ arming, CQ overrun (the CQE is written whatever the consumer
 //! index), GRHs (UD over InfiniBand without one; over RoCE the GRH bytes
 //! are not written either), and any firmware vendor syndrome but the
@@ -28,10 +30,10 @@
 
 use uverbs_uapi::{
     IB_UVERBS_ACCESS_LOCAL_WRITE, IB_UVERBS_ACCESS_REMOTE_ATOMIC, IB_UVERBS_ACCESS_REMOTE_READ,
-    IB_UVERBS_ACCESS_REMOTE_WRITE, MLX5_QP_FLAG_SIGNATURE,
+    IB_UVERBS_ACCESS_REMOTE_WRITE, MLX5_QP_FLAG_SCATTER_CQE, MLX5_QP_FLAG_SIGNATURE,
 };
 
-use crate::cqe::{opcode, syndrome, wqe_opcode, Completion};
+use crate::cqe::{opcode, syndrome, wqe_opcode, Completion, INLINE_SCATTER_64};
 use crate::kernel::Mlx5Kernel;
 use crate::qp::{Qp, QpState, QPT_RC, QPT_UD};
 
@@ -637,6 +639,7 @@ impl Mlx5Kernel {
             ..Default::default()
         };
         let mut failed = None;
+        let mut scatter64 = None;
         if let Some(data) = data {
             // SAFETY: the responder's RQ is readable.
             let sges = unsafe { self.read_recv_wqe(peer) };
@@ -645,6 +648,16 @@ impl Mlx5Kernel {
             let room: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
             if bytes.len() as u64 > room {
                 failed = Some((syndrome::LOCAL_LENGTH, syndrome::REMOTE_INVAL_REQ));
+            } else if let Some(room) = self.scatter_to_cqe(peer).filter(|&r| data.len() <= r) {
+                // The QP's cs_res: a short message goes into the CQE, and
+                // libmlx5's poll copies it into the receive buffers.
+                if room == 32 {
+                    let mut d = [0u8; 32];
+                    d[..data.len()].copy_from_slice(data);
+                    resp.scatter32 = Some(d);
+                } else {
+                    scatter64 = Some(data.to_vec());
+                }
             } else {
                 // The GRH space is skipped, not written: no GRH here.
                 let rest = skip_prefix(&sges, if ud { GRH_BYTES } else { 0 });
@@ -667,9 +680,50 @@ impl Mlx5Kernel {
             unsafe { self.push_cqe(peer.recv_cq, resp) };
             return if rc { Outcome::Failed(ours) } else { sent };
         }
-        // SAFETY: the responder's CQ buffer.
-        unsafe { self.push_cqe(peer.recv_cq, resp) };
+        if let Some(data) = scatter64 {
+            // SAFETY: the responder's CQ buffer.
+            unsafe { self.push_cqe_scatter64(peer.recv_cq, resp, &data) };
+        } else {
+            // SAFETY: the responder's CQ buffer.
+            unsafe { self.push_cqe(peer.recv_cq, resp) };
+        }
         sent
+    }
+
+    /// How many bytes of a received message the device puts into the
+    /// responder's CQE instead of its receive buffers: mlx5_ib sets the
+    /// QP's `cs_res` for an RC or UC QP created with
+    /// `MLX5_QP_FLAG_SCATTER_CQE`, 32 bytes with 64-byte CQEs, 64 with
+    /// 128-byte ones.
+    fn scatter_to_cqe(&self, qp: &Qp) -> Option<usize> {
+        if qp.qp_type == QPT_UD || qp.req.flags & MLX5_QP_FLAG_SCATTER_CQE == 0 {
+            return None;
+        }
+        let cq = self.cqs.get(&qp.recv_cq)?;
+        Some(if cq.req.cqe_size == 128 { 64 } else { 32 })
+    }
+
+    /// A 128-byte CQE whose first half holds up to 64 bytes of data
+    /// (`MLX5_INLINE_SCATTER_64`).
+    ///
+    /// # Safety
+    ///
+    /// The CQ's buffer is writable.
+    unsafe fn push_cqe_scatter64(&mut self, cq: u32, c: Completion, data: &[u8]) {
+        let Some(q) = self.cqs.get(&cq) else {
+            return;
+        };
+        let slot = u64::from(q.produced & (q.entries - 1));
+        let addr = q.req.buf_addr + slot * u64::from(q.req.cqe_size);
+        // SAFETY: the first half of a 128-byte CQE of the CQ's buffer.
+        unsafe { write_mem(addr, data) };
+        // SAFETY: as above.
+        unsafe { self.push_cqe(cq, c) };
+        let q = &self.cqs[&cq];
+        let last = q.produced.wrapping_sub(1) & (q.entries - 1);
+        let own = q.req.buf_addr + u64::from(last) * 128 + 127;
+        // SAFETY: the op_own byte of the CQE just written.
+        unsafe { write_mem(own, &[read_mem(own, 1)[0] | INLINE_SCATTER_64]) };
     }
 
     /// The data segments of the responder's next receive WQE, up to the

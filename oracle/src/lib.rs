@@ -9,6 +9,12 @@
 //!   (header, attributes, the buffers they point at).
 //! - [`kernel`]: mlx5_ib's answers (Linux 6.12, `drivers/infiniband/hw/mlx5`)
 //!   to the commands a verbs data path sends, and a log of each command.
+//! - [`qp`]: mlx5_ib's QPs: CREATE_QP with mlx5's driver data, MODIFY_QP's
+//!   state transitions, DESTROY_QP.
+//! - [`device`]: what the ConnectX does after a doorbell
+//!   ([`kernel::Mlx5Kernel::run_device`]): WQEs executed, bytes moved
+//!   between registered regions, CQEs written.
+//! - [`cqe`]: the 64-byte CQEs libmlx5 parses.
 //! - [`mod@file`]: the same emulated kernel as a `uverbs` transport, so that
 //!   uverbs' own mlx5 provider runs against it too.
 //!

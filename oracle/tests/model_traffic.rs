@@ -590,6 +590,7 @@ mod linked {
             };
 
             rc_traffic(&mut env);
+            shim::with_kernel(check_create_qp);
             ud_traffic(&mut env);
             errors(&mut env);
 
@@ -778,6 +779,8 @@ mod linked {
             "unsignalled WRITE"
         );
         assert_eq!(env.bytes(0x3000, 128), env.bytes(0x2400, 128), "READ");
+        // 20 bytes: scattered into B's CQE by the device, copied into the
+        // receive buffer by libmlx5's poll.
         assert_eq!(env.bytes(0x1300, 20), env.bytes(0x380, 20), "inline SEND");
         assert_eq!(
             env.bytes(0x3100, 8),
@@ -808,6 +811,51 @@ mod linked {
             let ci = unsafe { std::slice::from_raw_parts(cq.req.db_addr as *const u8, 4) };
             assert_eq!(u32::from_be_bytes(ci.try_into().unwrap()) & 0xff_ffff, 4);
         });
+    }
+
+    /// What libmlx5 sent for its QPs: CREATE_QP as the ioctl method with
+    /// its driver data naming a blue-flame UAR page it allocated, MODIFY_QP
+    /// as the write command through INVOKE_WRITE without driver data.
+    fn check_create_qp(k: &uverbs_oracle::kernel::Mlx5Kernel) {
+        use uverbs_uapi::*;
+        let creates: Vec<_> = k
+            .log
+            .iter()
+            .filter(|c| (c.object, c.method) == (UVERBS_OBJECT_QP, UVERBS_METHOD_QP_CREATE))
+            .collect();
+        assert_eq!(creates.len(), 2, "one ioctl per RC QP so far");
+        for (c, qp) in creates.iter().zip(k.qps.values()) {
+            assert_eq!(c.uhw_in.len(), size_of::<mlx5_ib_create_qp>(), "{c:?}");
+            assert_eq!(c.uhw_out_len, size_of::<mlx5_ib_create_qp_resp>(), "{c:?}");
+            let r = qp.req;
+            // Scatter-to-CQE asked for by default: the device puts a
+            // receive of up to 32 bytes into the CQE itself.
+            assert_eq!(
+                r.flags,
+                MLX5_QP_FLAG_UAR_PAGE_INDEX | MLX5_QP_FLAG_SCATTER_CQE,
+                "{r:?}"
+            );
+            let uar = k.dyn_uars.values().find(|u| u.page_id == r.bfreg_index);
+            assert_eq!(
+                uar.map(|u| u.alloc_type),
+                Some(MLX5_IB_UAPI_UAR_ALLOC_TYPE_BF),
+                "{r:?}"
+            );
+            println!(
+                "mlx5 model: CREATE_QP driver data: sq_wqe_count {} rq_wqe_count {} rq_wqe_shift {} flags {:#x} uidx {} bfreg_index {:#x} ece {:#x}; qpn {:#x}",
+                r.sq_wqe_count, r.rq_wqe_count, r.rq_wqe_shift, r.flags, r.uidx, r.bfreg_index, r.ece_options, qp.qpn
+            );
+        }
+        let modifies: Vec<_> = k
+            .log
+            .iter()
+            .filter(|c| c.write_cmd == Some(IB_USER_VERBS_CMD_MODIFY_QP))
+            .collect();
+        assert_eq!(modifies.len(), 6, "RESET to RTS, twice");
+        for m in modifies {
+            assert_eq!(m.core_in.len(), size_of::<ib_uverbs_modify_qp>(), "{m:?}");
+            assert!(m.uhw_in.is_empty() && m.errno == 0, "{m:?}");
+        }
     }
 
     /// Two UD QPs: a SEND through an address handle, then one with the

@@ -72,23 +72,32 @@ pub fn install(root: &std::path::Path) {
 
 /// Runs `f` on the emulated kernel (what it logged and holds).
 pub fn with_kernel<R>(f: impl FnOnce(&Mlx5Kernel) -> R) -> R {
-    let guard = KERNEL.lock().unwrap();
-    f(guard.as_ref().expect("installed"))
+    in_kernel(|k| f(k))
 }
 
-/// Runs `f` on the emulated kernel, to change what it will answer.
+/// Runs `f` on the emulated kernel, to change what it will answer (or to
+/// run its device).
 pub fn with_kernel_mut<R>(f: impl FnOnce(&mut Mlx5Kernel) -> R) -> R {
-    let mut guard = KERNEL.lock().unwrap();
-    f(guard.as_mut().expect("installed"))
+    in_kernel(f)
 }
 
-/// Runs `f` on the emulated kernel, marking this thread as inside it.
+/// Runs `f` on the emulated kernel, marking this thread as inside it: a
+/// failed assertion in `f` prints its backtrace with the lock held, and
+/// the `munmap`s of that must not wait for it. A poisoned lock (an earlier
+/// assertion) is taken anyway: the kernel's state is what the failure
+/// message wants to show.
 fn in_kernel<R>(f: impl FnOnce(&mut Mlx5Kernel) -> R) -> R {
-    let mut guard = KERNEL.lock().unwrap();
+    let mut guard = KERNEL.lock().unwrap_or_else(|p| p.into_inner());
     INSIDE.with(|i| i.set(true));
-    let r = f(guard.as_mut().expect("installed"));
-    INSIDE.with(|i| i.set(false));
-    r
+    /// Clears the mark however `f` ends.
+    struct Outside;
+    impl Drop for Outside {
+        fn drop(&mut self) {
+            INSIDE.with(|i| i.set(false));
+        }
+    }
+    let _outside = Outside;
+    f(guard.as_mut().expect("installed"))
 }
 
 fn inside() -> bool {
