@@ -425,6 +425,7 @@ pub const SHORT_EXAMPLES: &[(&str, bool)] = &[
     ("events", true),
     ("rereg", false),
     ("multicast", true),
+    ("hwcheck", true),
 ];
 
 /// The names of the [`SHORT_EXAMPLES`]' runs start with this:
@@ -1022,6 +1023,9 @@ mod tests {
             "env UVERBS_TRANSPORT=ioctl /tests/loopback --device siw0 --addr 198.51.100.1\n"
         ));
         assert!(s.contains("env UVERBS_TRANSPORT=write /tests/devinfo --device rxe0\n"));
+        assert!(s.contains(
+            "env UVERBS_TRANSPORT=write /tests/hwcheck --device siw0 --addr 198.51.100.1\n"
+        ));
         assert!(s.contains(&format!(
             "\"{RESULT} config=write bin=example_rereg_siw0 rc=$rc\""
         )));

@@ -84,9 +84,10 @@ commands:
           nothing on the host, needs no root)
   test    host tests, then every uverbs test binary in the VM per configuration
   demo    run the examples in the VM (ioctl and write transports): the
-          short ones (devinfo, loopback, owned, events, rereg) on rxe0 and
-          siw0, rereg_tour, pingpong, and the tools perf (--self-test) and
-          syscalls (system calls per data-path call, under strace)
+          short ones (devinfo, loopback, owned, events, rereg, multicast,
+          hwcheck) on rxe0 and siw0, rereg_tour, pingpong, and the tools
+          perf (--self-test) and syscalls (system calls per data-path call,
+          under strace)
   shell   boot the VM to an interactive busybox shell (Ctrl-A X quits);
           --two: the two-host guests, host a on this terminal, host b's
           shell reached from a with `telnet 192.0.2.2`
