@@ -338,7 +338,14 @@ impl ProtectionDomain {
             ring_cfg,
         ) {
             Ok((sq, rq)) => {
-                let caps = D::qp_caps(&sq, &rq, kernel);
+                let c = D::qp_caps(&sq, &rq, kernel);
+                let caps = QpCaps {
+                    max_send_wr: c.max_send_wr,
+                    max_recv_wr: c.max_recv_wr,
+                    max_send_sge: c.max_send_sge,
+                    max_recv_sge: c.max_recv_sge,
+                    max_inline: c.max_inline_data,
+                };
                 let (sq, rq) = D::queues(sq, rq);
                 Ok((created, sq, rq, caps))
             }

@@ -29,7 +29,6 @@ pub(crate) mod generic;
 use crate::command::QpType;
 use crate::error::Errno;
 use crate::flags::ReregFlags;
-use crate::qp::QpCaps;
 use crate::transport::Transport;
 use driver::DriverId;
 use rings::{CompletionRing, QpRingConfig, RecvRing, SendRing};
@@ -142,17 +141,19 @@ pub(crate) trait Driver {
 
     /// What the QP holds: by default the kernel's answer, raised to what
     /// the rings hold where that is more ([`SendRing::ring_capacity`]).
-    fn qp_caps(sq: &Self::Sq, rq: &Self::Rq, kernel: uverbs_uapi::ib_uverbs_qp_cap) -> QpCaps {
-        QpCaps {
+    fn qp_caps(
+        sq: &Self::Sq,
+        rq: &Self::Rq,
+        kernel: uverbs_uapi::ib_uverbs_qp_cap,
+    ) -> uverbs_uapi::ib_uverbs_qp_cap {
+        uverbs_uapi::ib_uverbs_qp_cap {
             max_send_wr: sq
                 .ring_capacity()
                 .map_or(kernel.max_send_wr, |c| c.max(kernel.max_send_wr)),
             max_recv_wr: rq
                 .ring_capacity()
                 .map_or(kernel.max_recv_wr, |c| c.max(kernel.max_recv_wr)),
-            max_send_sge: kernel.max_send_sge,
-            max_recv_sge: kernel.max_recv_sge,
-            max_inline: kernel.max_inline_data,
+            ..kernel
         }
     }
 }

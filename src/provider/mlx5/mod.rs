@@ -309,10 +309,10 @@ impl Driver for Mlx5 {
 
     fn qp_caps(
         sq: &qp::SendQueue,
-        rq: &qp::RecvQueue,
+        _rq: &qp::RecvQueue,
         _kernel: sys::ib_uverbs_qp_cap,
-    ) -> crate::qp::QpCaps {
-        qp::caps(sq, rq)
+    ) -> sys::ib_uverbs_qp_cap {
+        qp::caps(sq)
     }
 }
 

@@ -500,14 +500,13 @@ impl RecvRing for RecvQueue {
 
 /// The capacities of a QP with these queues (libmlx5's answer to
 /// `ibv_create_qp`: its own sizing, not the kernel's).
-pub(crate) fn caps(sq: &SendQueue, rq: &RecvQueue) -> crate::qp::QpCaps {
+pub(crate) fn caps(sq: &SendQueue) -> sys::ib_uverbs_qp_cap {
     let l = sq.mem.layout;
-    let _ = rq;
-    crate::qp::QpCaps {
+    sys::ib_uverbs_qp_cap {
         max_send_wr: l.sq_max_post,
         max_recv_wr: l.rq_wqe_cnt,
         max_send_sge: l.sq_max_gs,
         max_recv_sge: l.rq_max_gs,
-        max_inline: if l.sq_wqe_cnt == 0 { 0 } else { l.max_inline },
+        max_inline_data: if l.sq_wqe_cnt == 0 { 0 } else { l.max_inline },
     }
 }
