@@ -16,16 +16,55 @@ use uverbs_uapi::{RDMA_DRIVER_MLX5, UVERBS_ATTR_UHW_OUT};
 use crate::ioctl::Call;
 use crate::kernel::Mlx5Kernel;
 
-/// An open uverbs file of the emulated mlx5 device.
-#[derive(Debug, Default)]
+/// Access to an emulated kernel another owner holds: libibverbs' (the
+/// tests' shim), so that uverbs and libmlx5 share one device and the
+/// device model moves bytes between their QPs.
+pub trait SharedKernel: Send + Sync {
+    /// Runs `f` on the kernel, as the owner's own system calls would.
+    fn with(&self, f: &mut dyn FnMut(&mut Mlx5Kernel));
+}
+
+/// An open uverbs file of the emulated mlx5 device: of a kernel of its own
+/// ([`Default`]), or of one shared with libmlx5 ([`EmulatedFile::sharing`]).
+#[derive(Default)]
 pub struct EmulatedFile {
     kernel: Mutex<Mlx5Kernel>,
+    shared: Option<Box<dyn SharedKernel>>,
+}
+
+impl std::fmt::Debug for EmulatedFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmulatedFile")
+            .field("shared", &self.shared.is_some())
+            .finish()
+    }
 }
 
 impl EmulatedFile {
-    /// The kernel behind this file (its log, its objects).
+    /// A file of the kernel `shared` gives access to.
+    pub fn sharing(shared: Box<dyn SharedKernel>) -> EmulatedFile {
+        EmulatedFile {
+            kernel: Mutex::default(),
+            shared: Some(shared),
+        }
+    }
+
+    /// The kernel behind this file (its log, its objects); for a file of a
+    /// shared kernel, an unused one (use the owner's access).
     pub fn kernel(&self) -> MutexGuard<'_, Mlx5Kernel> {
         self.kernel.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on the kernel this file is of.
+    fn run<R>(&self, f: impl FnOnce(&mut Mlx5Kernel) -> R) -> R {
+        match &self.shared {
+            None => f(&mut self.kernel()),
+            Some(shared) => {
+                let (mut f, mut out) = (Some(f), None);
+                shared.with(&mut |k| out = f.take().map(|f| f(k)));
+                out.expect("the shared kernel ran the call")
+            }
+        }
     }
 }
 
@@ -61,13 +100,15 @@ unsafe impl Transport for EmulatedFile {
     /// A UAR page: the emulation's memfd, mapped again (as a second mmap
     /// of the kernel's page would be).
     unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
-        let mut kernel = self.kernel();
-        let memfd = kernel
-            .uar_memfd(offset, len)
-            .map_err(Errno::from_raw_os_error)?;
-        // SAFETY: the emulation's own memfd of `len` bytes, which no Rust
-        // reference covers (its users touch it through raw pointers).
-        unsafe { SharedMapping::map(memfd.as_fd(), 0, len) }
+        self.run(|kernel| {
+            let memfd = kernel
+                .uar_memfd(offset, len)
+                .map_err(Errno::from_raw_os_error)?;
+            // SAFETY: the emulation's own memfd of `len` bytes, which no
+            // Rust reference covers (its users touch it through raw
+            // pointers).
+            unsafe { SharedMapping::map(memfd.as_fd(), 0, len) }
+        })
     }
 
     unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
@@ -75,8 +116,7 @@ unsafe impl Transport for EmulatedFile {
         // (repr(C)); the caller promises the buffers they point at are
         // valid for the call, and nothing else touches the frame meanwhile.
         let mut call = unsafe { Call::from_raw(std::ptr::from_mut(frame).cast()) };
-        self.kernel()
-            .ioctl(&mut call)
+        self.run(|kernel| kernel.ioctl(&mut call))
             .map_err(Errno::from_raw_os_error)
     }
 }

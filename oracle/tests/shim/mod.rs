@@ -100,6 +100,17 @@ fn in_kernel<R>(f: impl FnOnce(&mut Mlx5Kernel) -> R) -> R {
     f(guard.as_mut().expect("installed"))
 }
 
+/// The shim's kernel for a uverbs transport: uverbs' commands reach the
+/// same emulated kernel as libibverbs' wrapped system calls.
+#[allow(dead_code)] // Only the tests that share the kernel with uverbs use it.
+pub struct ShimKernel;
+
+impl uverbs_oracle::file::SharedKernel for ShimKernel {
+    fn with(&self, f: &mut dyn FnMut(&mut Mlx5Kernel)) {
+        in_kernel(f)
+    }
+}
+
 fn inside() -> bool {
     INSIDE.with(Cell::get)
 }
