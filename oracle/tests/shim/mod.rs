@@ -71,6 +71,7 @@ pub fn install(root: &std::path::Path) {
 }
 
 /// Runs `f` on the emulated kernel (what it logged and holds).
+#[allow(dead_code)] // Not every test that includes the shim reads it.
 pub fn with_kernel<R>(f: impl FnOnce(&Mlx5Kernel) -> R) -> R {
     in_kernel(|k| f(k))
 }
