@@ -447,23 +447,28 @@ fn check_mr(t: &mut Table, pd: &ProtectionDomain) {
     }
 }
 
-/// The device's IP address for the connection manager: `--addr`, else
-/// the first of the machine's addresses that a cm id bound to lands on
-/// this device.
-fn find_addr(ctx: &Context, given: Option<IpAddr>) -> Result<(IpAddr, &'static str), String> {
-    if let Some(addr) = given {
-        return Ok((addr, "--addr"));
-    }
+/// The device's IP address for the connection manager: `--addr` if a cm
+/// id bound to it lands on this device, else the first of the machine's
+/// addresses that does; and where it came from.
+fn find_addr(ctx: &Context, given: Option<IpAddr>) -> Result<(IpAddr, String), String> {
     let ch = EventChannel::open().map_err(|e| e.to_string())?;
-    for addr in local_addrs() {
+    let on_device = |addr: IpAddr| -> Result<bool, String> {
         let id = ch.create_id(PortSpace::Tcp).map_err(|e| e.to_string())?;
-        if id.bind(SocketAddr::new(addr, 0)).is_ok() && id.is_on(ctx).unwrap_or(false) {
-            return Ok((addr, "the first local address on the device"));
+        Ok(id.bind(SocketAddr::new(addr, 0)).is_ok() && id.is_on(ctx).unwrap_or(false))
+    };
+    let note = match given {
+        Some(addr) if on_device(addr)? => return Ok((addr, "given by --addr".into())),
+        Some(addr) => format!(" (--addr {addr} is another device's)"),
+        None => String::new(),
+    };
+    let name = ctx.device_name();
+    for addr in local_addrs() {
+        if on_device(addr)? {
+            return Ok((addr, format!("the machine's first address on {name}{note}")));
         }
     }
     Err(format!(
-        "no IP address of this machine is on {}; give one with --addr",
-        ctx.device_name()
+        "no IP address of this machine is on {name}{note}: give one with --addr"
     ))
 }
 
@@ -511,7 +516,7 @@ fn check_rc(
 ) {
     let addr = match find_addr(ctx, addr) {
         Ok((addr, from)) => {
-            t.ok("cm address", format!("{addr} (from {from})"));
+            t.ok("cm address", format!("{addr}, {from}"));
             addr
         }
         Err(e) => {
