@@ -258,8 +258,13 @@ impl Driver for Mlx5 {
         }
     }
 
-    /// Not yet read from `mlx5_ib_rereg_user_mr`: only the core's
-    /// guarantees count.
+    /// Only the core's guarantees count. `mlx5_ib_rereg_user_mr` (Linux
+    /// 6.12) refuses unknown flags (`EOPNOTSUPP`) and runs the umem check
+    /// (`EACCES`) before changing anything, which the core's rule covers;
+    /// but without a new translation it may revoke the old mkey and then
+    /// fail to create the new one (`ENOMEM`, a firmware error), and with
+    /// one, fail in `ib_umem_get` (nothing changed) or after the UMR with
+    /// the same errnos: an errno cannot tell the two apart.
     fn rereg_refusal_leaves_mr_unchanged(_errno: Errno) -> bool {
         false
     }

@@ -153,6 +153,24 @@ impl WrIds {
         }
     }
 
+    /// Ids whose send slot 0 and receive slot 0 hold `ids[0]` (the CQE
+    /// parsing tests).
+    #[cfg(test)]
+    pub(crate) fn for_tests(ids: &[u64]) -> WrIds {
+        let w = WrIds::new(&Layout {
+            sq_wqe_cnt: 1,
+            sq_max_post: 1,
+            sq_max_gs: 1,
+            max_inline: 0,
+            rq_wqe_cnt: 1,
+            rq_wqe_shift: 4,
+            rq_max_gs: 1,
+        });
+        w.sq_wrid[0].store(ids[0], Ordering::Relaxed);
+        w.rq_wrid[0].store(ids[0], Ordering::Relaxed);
+        w
+    }
+
     /// The id of the send request a CQE's `wqe_counter` names; every
     /// request up to it is complete (unsignalled ones included).
     pub(crate) fn complete_send(&self, wqe_counter: u16) -> u64 {
