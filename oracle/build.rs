@@ -1,8 +1,8 @@
 //! Build script: link Debian's static libmlx5, libibverbs and libnl into
-//! this package's tests, with the system calls the emulation answers
-//! wrapped (`-Wl,--wrap=NAME`: every reference to `NAME` in every linked
-//! object, the archives included, goes to `__wrap_NAME`, which the tests
-//! define; `__real_NAME` is the C library's).
+//! this package's tests and benches, with the system calls the emulation
+//! answers wrapped (`-Wl,--wrap=NAME`: every reference to `NAME` in every
+//! linked object, the archives included, goes to `__wrap_NAME`, which the
+//! tests' shim defines; `__real_NAME` is the C library's).
 //!
 //! The archives come from where `cargo vm` unpacked `libibverbs-dev`,
 //! `libnl-3-dev` and `libnl-route-3-dev` (`<cache>/oracle-peer/root`,
@@ -44,15 +44,23 @@ fn main() {
     }
     println!("cargo:rustc-cfg=oracle_linked");
     for dir in &dirs {
-        println!("cargo:rustc-link-arg-tests=-L{}", dir.display());
+        link_arg(&format!("-L{}", dir.display()));
     }
     for lib in ARCHIVES {
-        println!("cargo:rustc-link-arg-tests=-l:{lib}");
+        link_arg(&format!("-l:{lib}"));
     }
-    println!("cargo:rustc-link-arg-tests=-lpthread");
+    link_arg("-lpthread");
     for name in WRAPPED {
-        println!("cargo:rustc-link-arg-tests=-Wl,--wrap={name}");
+        link_arg(&format!("-Wl,--wrap={name}"));
     }
+}
+
+/// One linker argument for the package's tests and its benches
+/// (`benches/mlx5_ops.rs` links the same archives and wrappers); the
+/// library itself links none.
+fn link_arg(arg: &str) {
+    println!("cargo:rustc-link-arg-tests={arg}");
+    println!("cargo:rustc-link-arg-benches={arg}");
 }
 
 /// Where `cargo vm` unpacks the oracle's packages: `<cache>/oracle-peer/root`.
