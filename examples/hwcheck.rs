@@ -359,8 +359,11 @@ fn check_device(t: &mut Table, device: &Device, addr: Option<IpAddr>) {
 }
 
 /// How a failed re-registration is reported, and whether the MR is still
-/// usable (its old or new registration valid).
-fn rereg_failed(t: &mut Table, check: &str, e: &ReregError) -> bool {
+/// usable (its old or new registration valid). Sets `still_registered` when
+/// a replace could release neither registration: the new one then lasts
+/// until the context is closed.
+fn rereg_failed(t: &mut Table, check: &str, e: &ReregError, still_registered: &mut bool) -> bool {
+    *still_registered |= e.new_range_still_registered();
     let state = e.mr_state();
     let detail = format!("{e}; the MR is {state:?}");
     if e.errno() == Errno::OPNOTSUPP && state == MrState::Old {
@@ -391,8 +394,9 @@ fn check_mr(t: &mut Table, pd: &ProtectionDomain) {
     };
     let lw = AccessFlags::LOCAL_WRITE;
     let (ptr, len) = (maps[0].as_mut_ptr(), maps[0].len());
-    // SAFETY: `maps` outlives `mr` (declared before it, so dropped after),
-    // and nothing touches the mapping while it is registered.
+    // SAFETY: `maps` outlives `mr` (declared before it, so dropped after;
+    // leaked when a registration may outlive `mr`), and nothing touches the
+    // mapping while it is registered.
     let registered = unsafe { pd.reg_mr(ptr, len, lw) };
     let detail =
         |mr: &MemoryRegion| format!("{} KiB, {:?}, {}", mr.length() >> 10, mr.access(), keys(mr));
@@ -403,6 +407,8 @@ fn check_mr(t: &mut Table, pd: &ProtectionDomain) {
         return;
     };
 
+    // Set when a registration may outlive `mr`: then `maps` is never unmapped.
+    let mut still_registered = false;
     // Access: LOCAL_WRITE -> LOCAL_WRITE | REMOTE_READ in place, then back
     // with the replace fallback.
     let before = keys(&mr);
@@ -416,7 +422,7 @@ fn check_mr(t: &mut Table, pd: &ProtectionDomain) {
             t.ok("rereg access", format!("in place, {after}"));
             true
         }
-        Err(e) => rereg_failed(t, "rereg access", &e),
+        Err(e) => rereg_failed(t, "rereg access", &e, &mut still_registered),
     };
     if usable {
         let before = keys(&mr);
@@ -429,7 +435,7 @@ fn check_mr(t: &mut Table, pd: &ProtectionDomain) {
                 t.ok("rereg access (replace)", format!("{path:?}, {after}"));
                 true
             }
-            Err(e) => rereg_failed(t, "rereg access (replace)", &e),
+            Err(e) => rereg_failed(t, "rereg access (replace)", &e, &mut still_registered),
         };
     } else {
         t.skipped("rereg access (replace)", "an MR left valid");
@@ -448,8 +454,9 @@ fn check_mr(t: &mut Table, pd: &ProtectionDomain) {
         let before = keys(&mr);
         let (ptr, len) = (maps[i].as_mut_ptr(), maps[i].len());
         let flags = ReregFlags::TRANSLATION;
-        // SAFETY: `maps` outlives `mr` (see above), so the new range stays
-        // mapped while registered.
+        // SAFETY: `maps` outlives `mr` (see above), and is never unmapped
+        // when a registration outlives `mr` (`still_registered`), so the
+        // new range stays mapped while registered.
         let result =
             unsafe { mr.rereg_with(fallback, flags, None, ptr, len, AccessFlags::empty()) };
         usable = match result {
@@ -458,14 +465,23 @@ fn check_mr(t: &mut Table, pd: &ProtectionDomain) {
                 t.ok(check, format!("{path:?}, {after}"));
                 true
             }
-            Err(e) => rereg_failed(t, check, &e),
+            Err(e) => rereg_failed(t, check, &e, &mut still_registered),
         };
     }
     if usable {
-        t.step("dereg_mr", mr.dereg(), |_| "deregistered".into());
+        let dereg = t.step("dereg_mr", mr.dereg(), |_| "deregistered".into());
+        // A failed deregistration is abandoned: it lasts until the context
+        // is closed.
+        still_registered |= dereg.is_none();
     } else {
-        drop(mr); // undefined: dropping deregisters what is left
+        // Undefined: dropping deregisters what is left, and cannot say
+        // whether that worked: keep the mappings.
+        drop(mr);
+        still_registered = true;
         t.skipped("dereg_mr", "an MR left valid");
+    }
+    if still_registered {
+        std::mem::forget(maps); // the device may still reach them: never unmapped
     }
 }
 
