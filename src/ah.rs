@@ -2,8 +2,10 @@
 //!
 //! An AH is created in a PD (`CREATE_AH`) from an address vector: on RoCE a
 //! GRH to the peer's GID from one of the port's GIDs. rxe answers the
-//! number its send WQEs name the AH by (`rxe_create_ah_resp.ah_num`), which
-//! a [`UdDest`](crate::UdDest) borrowed from the [`AddressHandle`] carries.
+//! number its send WQEs name the AH by (`rxe_create_ah_resp.ah_num`); mlx5's
+//! WQEs carry the 48-byte address vector itself, which the provider builds
+//! (`provider::mlx5::ah`). A [`UdDest`](crate::UdDest) borrowed from the
+//! [`AddressHandle`] carries either.
 
 use std::fmt;
 use std::sync::Arc;
@@ -343,14 +345,18 @@ fn grh_version(grh: &[u8; GRH_LEN]) -> Option<u8> {
 #[doc(alias = "ibv_create_ah")]
 pub struct AddressHandle {
     pd: Arc<PdInner>,
-    handle: u32,
+    /// The kernel's handle; `None` for an AH the driver keeps in user
+    /// space alone (mlx5 on InfiniBand, as libmlx5 does).
+    handle: Option<u32>,
     ah_num: u32,
+    /// The address vector the driver's WQEs carry (mlx5).
+    av: Option<[u8; 48]>,
     attr: AhAttr,
 }
 
 impl fmt::Debug for AddressHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_object(f, "AddressHandle", &self.pd.ctx, self.handle)
+        debug_object(f, "AddressHandle", &self.pd.ctx, self.handle())
             .field("ah_num", &self.ah_num)
             .field("dgid", &self.attr.dgid)
             .field("sgid_index", &self.attr.sgid_index)
@@ -367,19 +373,26 @@ impl ProtectionDomain {
     /// kernel refuses a GID index the port does not have, or a missing GRH
     /// on RoCE, with `EINVAL`. rxe must answer the AH's number (every
     /// kernel since 5.10 does), else `EPROTO` and the AH is destroyed again.
-    /// Other drivers: `EOPNOTSUPP` for now (siw has no UD).
+    /// mlx5, as libmlx5: on InfiniBand the AH is the address vector its
+    /// WQEs carry, kept in user space (no command; [`handle`](AddressHandle::handle)
+    /// is 0); on RoCE a GRH is required ([`Error::InvalidInput`] without
+    /// one) and CREATE_AH answers the destination MAC. The port is queried
+    /// first (QUERY_PORT) for its link layer. Other drivers: `EOPNOTSUPP`
+    /// (siw has no UD).
     #[doc(alias = "ibv_create_ah")]
     pub fn create_ah(&self, attr: &AhAttr) -> Result<AddressHandle, Error> {
         let ctx = &self.inner.ctx;
         let device = &ctx.inner.device;
         let fail = |e| Error::os(Op::CreateAh, device, e);
         ctx.check_process(Op::CreateAh)?;
-        if ctx.inner.provider != Provider::Rxe {
-            return Err(fail(Errno::OPNOTSUPP));
-        }
         let raw = attr
             .to_raw()
             .map_err(|reason| Error::input(Op::CreateAh, device, reason))?;
+        match ctx.inner.provider {
+            Provider::Rxe => {}
+            Provider::Mlx5 => return self.create_mlx5_ah(attr, raw),
+            _ => return Err(fail(Errno::OPNOTSUPP)),
+        }
         let cmd = CreateAh::new(self.inner.handle, raw);
         let mut uhw = [0u8; size_of::<sys::rxe_create_ah_resp>()];
         // SAFETY: CREATE_AH hands no memory to the device.
@@ -395,8 +408,70 @@ impl ProtectionDomain {
         };
         Ok(AddressHandle {
             pd: self.inner.clone(),
-            handle: resp.ah_handle,
+            handle: Some(resp.ah_handle),
             ah_num,
+            av: None,
+            attr: *attr,
+        })
+    }
+
+    /// mlx5's AH, as libmlx5 44's `mlx5_create_ah` makes it: on
+    /// InfiniBand only the address vector, in user space (no command);
+    /// on Ethernet (RoCE) a GRH is required, and CREATE_AH answers the
+    /// destination MAC (`mlx5_ib_create_ah_resp`) the vector carries, with
+    /// a UDP source port for a RoCE v2 source GID.
+    fn create_mlx5_ah(
+        &self,
+        attr: &AhAttr,
+        raw: sys::ib_uverbs_ah_attr,
+    ) -> Result<AddressHandle, Error> {
+        use crate::provider::mlx5::ah::{address_vector, Eth};
+        let ctx = &self.inner.ctx;
+        let device = &ctx.inner.device;
+        let port = ctx.query_port(attr.port)?;
+        let eth = port.link_layer == crate::query::LinkLayer::Ethernet;
+        let grh_required = port.flags & sys::IB_UVERBS_QPF_GRH_REQUIRED as u8 != 0;
+        if !attr.is_global && (eth || grh_required) {
+            return Err(Error::input(
+                Op::CreateAh,
+                device,
+                "this port needs a GRH (is_global): RoCE, or GRH_REQUIRED",
+            ));
+        }
+        if !eth {
+            return Ok(AddressHandle {
+                pd: self.inner.clone(),
+                handle: None,
+                ah_num: 0,
+                av: Some(address_vector(&raw, None)),
+                attr: *attr,
+            });
+        }
+        let roce_v2 = ctx
+            .query_gid_entry(attr.port, u32::from(attr.sgid_index))?
+            .gid_type
+            == GidType::RoceV2;
+        let cmd = CreateAh::new(self.inner.handle, raw);
+        let mut uhw = [0u8; size_of::<sys::mlx5_ib_create_ah_resp>()];
+        // SAFETY: CREATE_AH hands no memory to the device.
+        let (resp, written) = unsafe { ctx.run(Op::CreateAh, &cmd, &mut uhw) }?;
+        let Ok(answer) = sys::mlx5_ib_create_ah_resp::read_from_bytes(&uhw[..]) else {
+            unreachable!("the buffer is the answer's size")
+        };
+        if written < 10 {
+            // SAFETY: the AH just created, owned by nothing else yet.
+            let _ = unsafe { ctx.run(Op::DestroyAh, &DestroyAh::new(resp.ah_handle), &mut []) };
+            return Err(Error::os(Op::CreateAh, device, Errno::PROTO));
+        }
+        let eth = Eth {
+            dmac: answer.dmac,
+            roce_v2,
+        };
+        Ok(AddressHandle {
+            pd: self.inner.clone(),
+            handle: Some(resp.ah_handle),
+            ah_num: 0,
+            av: Some(address_vector(&raw, Some(eth))),
             attr: *attr,
         })
     }
@@ -418,9 +493,10 @@ impl ProtectionDomain {
 }
 
 impl AddressHandle {
-    /// The kernel's handle.
+    /// The kernel's handle (0 for an AH without a kernel object: mlx5 on
+    /// InfiniBand keeps it in user space, as libmlx5 does).
     pub fn handle(&self) -> u32 {
-        self.handle
+        self.handle.unwrap_or(0)
     }
 
     /// The number rxe's send WQEs name this AH by (`ah_num`).
@@ -450,13 +526,15 @@ impl<'a> UdDest<'a> {
     /// Sends to QP `remote_qpn` (24 bits) with Q_Key `remote_qkey`, through
     /// `ah`, which the destination borrows (see [`UdDest`]).
     pub fn new(ah: &'a AddressHandle, remote_qpn: u32, remote_qkey: u32) -> Self {
-        UdDest::from_raw(ah.ah_num(), remote_qpn, remote_qkey)
+        UdDest::from_raw(ah.ah_num(), remote_qpn, remote_qkey).with_av(ah.av.as_ref())
     }
 }
 
 impl Drop for AddressHandle {
     fn drop(&mut self) {
-        // In a forked child the AH is the parent's: send nothing.
+        // In a forked child the AH is the parent's: send nothing. An AH
+        // without a kernel object has nothing to destroy.
+        let Some(handle) = self.handle else { return };
         if !self.pd.ctx.is_owned_by_this_process() {
             return;
         }
@@ -465,7 +543,7 @@ impl Drop for AddressHandle {
         let _ = unsafe {
             self.pd
                 .ctx
-                .run(Op::DestroyAh, &DestroyAh::new(self.handle), &mut [])
+                .run(Op::DestroyAh, &DestroyAh::new(handle), &mut [])
         };
     }
 }

@@ -44,9 +44,9 @@ mod linked {
     use uverbs::command::{QpAttr, QpState, QpType};
     use uverbs::uverbs_uapi as sys;
     use uverbs::{
-        AccessFlags, CompletionQueue, Context, DriverId, MemoryRegion, Mtu, OpenOptions, Payload,
-        ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge,
-        WorkCompletion,
+        AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DriverId, Gid, MemoryRegion,
+        Mtu, OpenOptions, Payload, ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags,
+        SendOp, SendWr, Sge, UdDest, WorkCompletion,
     };
     use uverbs_oracle::file::EmulatedFile;
     use uverbs_oracle::kernel::Mlx5Kernel;
@@ -108,6 +108,20 @@ mod linked {
             send_sge: 1,
             recv_sge: 1,
             inline: 220,
+            all_flags: false,
+        },
+        Config {
+            qp_type: UD,
+            send_sge: 1,
+            recv_sge: 1,
+            inline: 0,
+            all_flags: true,
+        },
+        Config {
+            qp_type: UD,
+            send_sge: 3,
+            recv_sge: 2,
+            inline: 100,
             all_flags: false,
         },
     ];
@@ -270,10 +284,13 @@ mod linked {
         mr: *mut IbvMr,
         cq: *mut c_void,
         qp: *mut IbvQp,
+        /// The address handle of a UD QP's sends (to itself).
+        ah: *mut c_void,
     }
 
     /// uverbs' side (fields dropped in order: QP before CQ and MR).
     struct Ours {
+        ah: Option<AddressHandle>,
         qp: QueuePair,
         cq: CompletionQueue,
         _mr: MemoryRegion,
@@ -317,6 +334,76 @@ mod linked {
                     .push(format!("{what}: libmlx5 {theirs:?}, uverbs {ours:?}"));
             }
         }
+    }
+
+    /// RESET to RTS of a UD QP: Q_Key at INIT, nothing else but the PSN.
+    fn ud_rts_attrs() -> [(QpAttr, IbvQpAttr, c_int); 3] {
+        [
+            (
+                QpAttr::new()
+                    .state(QpState::Init)
+                    .pkey_index(0)
+                    .port(1)
+                    .qkey(QKEY),
+                IbvQpAttr {
+                    qp_state: INIT,
+                    port_num: 1,
+                    qkey: QKEY,
+                    ..Default::default()
+                },
+                1 | 1 << 4 | 1 << 5 | 1 << 6,
+            ),
+            (
+                QpAttr::new().state(QpState::Rtr),
+                IbvQpAttr {
+                    qp_state: RTR,
+                    ..Default::default()
+                },
+                1,
+            ),
+            (
+                QpAttr::new().state(QpState::Rts).sq_psn(0),
+                IbvQpAttr {
+                    qp_state: RTS,
+                    ..Default::default()
+                },
+                1 | 1 << 16,
+            ),
+        ]
+    }
+
+    /// The AH of a configuration's UD sends: LID 1, an SL and path bits,
+    /// a static rate, and (second UD configuration) a GRH.
+    fn ah_attr(cfg: Config) -> (AhAttr, IbvAhAttr) {
+        let global = cfg.send_sge > 1;
+        let dgid = [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8];
+        let ours = AhAttr {
+            dgid: Gid::from_raw(if global { dgid } else { [0; 16] }),
+            sgid_index: if global { 1 } else { 0 },
+            hop_limit: if global { 9 } else { 0 },
+            traffic_class: if global { 0x20 } else { 0 },
+            flow_label: if global { 0x1_2345 } else { 0 },
+            port: 1,
+            sl: 5,
+            is_global: global,
+            dlid: 1,
+            static_rate: 3,
+            src_path_bits: 3,
+        };
+        let theirs = IbvAhAttr {
+            dgid: ours.dgid.raw(),
+            flow_label: ours.flow_label,
+            sgid_index: ours.sgid_index,
+            hop_limit: ours.hop_limit,
+            traffic_class: ours.traffic_class,
+            dlid: ours.dlid,
+            sl: ours.sl,
+            src_path_bits: ours.src_path_bits,
+            static_rate: ours.static_rate,
+            is_global: u8::from(global),
+            port_num: 1,
+        };
+        (ours, theirs)
     }
 
     fn rts_attrs(qpn: u32, rc: bool) -> [(QpAttr, IbvQpAttr, c_int); 3] {
@@ -421,15 +508,29 @@ mod linked {
             };
             let qp = ibv_create_qp(pd, &mut attr);
             assert!(!qp.is_null(), "ibv_create_qp {cfg:?}");
-            for (_, mut c, mask) in rts_attrs((*qp).qp_num, cfg.qp_type == RC) {
+            let steps = if cfg.qp_type == UD {
+                ud_rts_attrs()
+            } else {
+                rts_attrs((*qp).qp_num, cfg.qp_type == RC)
+            };
+            for (_, mut c, mask) in steps {
                 assert_eq!(ibv_modify_qp(qp, &mut c, mask), 0, "ibv_modify_qp");
             }
+            let ah = if cfg.qp_type == UD {
+                let mut attr = ah_attr(cfg).1;
+                let ah = ibv_create_ah(pd, &mut attr);
+                assert!(!ah.is_null(), "ibv_create_ah");
+                ah
+            } else {
+                std::ptr::null_mut()
+            };
             Theirs {
                 ctx,
                 pd,
                 mr,
                 cq,
                 qp,
+                ah,
             }
         }
     }
@@ -438,6 +539,9 @@ mod linked {
         // SAFETY: the objects of `open_theirs`, destroyed children first.
         unsafe {
             assert_eq!(ibv_destroy_qp(t.qp), 0);
+            if !t.ah.is_null() {
+                assert_eq!(ibv_destroy_ah(t.ah), 0);
+            }
             assert_eq!(ibv_destroy_cq(t.cq), 0);
             assert_eq!(ibv_dereg_mr(t.mr), 0);
             assert_eq!(ibv_dealloc_pd(t.pd), 0);
@@ -463,10 +567,10 @@ mod linked {
         // SAFETY: `mem` outlives the MR (dropped with `Ours` first).
         let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), MEM, access) }.expect("uverbs: reg_mr");
         let cq = ctx.create_cq(63, None).expect("uverbs: create_cq");
-        let qp_type = if cfg.qp_type == RC {
-            QpType::Rc
-        } else {
-            QpType::Uc
+        let qp_type = match cfg.qp_type {
+            RC => QpType::Rc,
+            UC => QpType::Uc,
+            _ => QpType::Ud,
         };
         let mut init = QpInit::new(qp_type, &cq, &cq);
         init.max_send_wr = 8;
@@ -475,10 +579,18 @@ mod linked {
         init.max_recv_sge = cfg.recv_sge;
         init.max_inline = cfg.inline;
         let qp = pd.create_qp(&init).expect("uverbs: create_qp");
-        for (attr, _, _) in rts_attrs(qp.qp_num(), cfg.qp_type == RC) {
+        let steps = if cfg.qp_type == UD {
+            ud_rts_attrs()
+        } else {
+            rts_attrs(qp.qp_num(), cfg.qp_type == RC)
+        };
+        for (attr, _, _) in steps {
             qp.modify(&attr).expect("uverbs: modify_qp");
         }
+        let ah =
+            (cfg.qp_type == UD).then(|| pd.create_ah(&ah_attr(cfg).0).expect("uverbs: create_ah"));
         Ours {
+            ah,
             qp,
             cq,
             _mr: mr,
@@ -491,7 +603,10 @@ mod linked {
     /// The requests of one configuration, generated.
     fn posts(cfg: Config, max_inline: u32) -> Vec<Post> {
         let rc = cfg.qp_type == RC;
-        let mut ops = vec![WR_SEND, WR_SEND_IMM, WR_WRITE, WR_WRITE_IMM];
+        let mut ops = vec![WR_SEND, WR_SEND_IMM];
+        if cfg.qp_type != UD {
+            ops.extend([WR_WRITE, WR_WRITE_IMM]);
+        }
         if rc {
             ops.extend([WR_READ, WR_CAS, WR_FAA]);
         }
@@ -585,6 +700,14 @@ mod linked {
                 p.swap,
                 u64::from(rkey),
             ],
+            // UD: the AH, the destination QP (its own) and Q_Key.
+            _ if !t.ah.is_null() => [
+                t.ah as u64,
+                // SAFETY: a live QP.
+                u64::from(unsafe { (*t.qp).qp_num }) | u64::from(QKEY) << 32,
+                0,
+                0,
+            ],
             _ => [remote, u64::from(rkey), 0, 0],
         };
         let mut w = IbvSendWr {
@@ -657,6 +780,7 @@ mod linked {
         };
         let mut wr = SendWr::new(p.wr_id, op, payload);
         wr.flags = SendFlags::from_bits_retain(p.flags & 7);
+        wr.ud = o.ah.as_ref().map(|ah| UdDest::new(ah, o.qp.qp_num(), QKEY));
         // SAFETY: the SGEs are in the registered `mem`, which outlives the
         // QP; the device model never runs here.
         unsafe { o.qp.post_send(&[wr]) }.is_ok()

@@ -294,3 +294,112 @@ fn an_owned_qp_on_mlx5_gets_its_buffers_back() {
     assert_eq!(recvs, vec![(100, 0), (101, 1), (102, 2)]);
     assert_eq!((a.outstanding(), b.outstanding()), ((0, 0), (0, 0)));
 }
+
+/// UD on mlx5: an address handle of uverbs' own (InfiniBand: the address
+/// vector alone, no kernel object), a SEND with immediate from one UD QP
+/// to another through it, the receive's source QP and bytes (after the
+/// 40-byte GRH area) checked.
+#[test]
+fn a_ud_send_through_an_address_handle() {
+    use uverbs::command::{QpAttr, QpState, QpType};
+    use uverbs::{
+        AccessFlags, AhAttr, Gid, Payload, QpInit, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode,
+        WcStatus, WorkCompletion,
+    };
+    const QKEY: u32 = 0x1111_1111;
+    let file = Arc::new(EmulatedFile::default());
+    file.kernel().infiniband_port = true;
+    let ctx = Context::with_transport(
+        "mlx5_0",
+        Some(DriverId::MLX5),
+        Box::new(file.clone()),
+        &OpenOptions::new(),
+    )
+    .unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mem = memmap2::MmapMut::map_anon(1 << 14).unwrap();
+    // SAFETY: `mem` outlives the MR.
+    let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), 1 << 14, AccessFlags::LOCAL_WRITE) }.unwrap();
+    let cq = ctx.create_cq(16, None).unwrap();
+    let init = QpInit::new(QpType::Ud, &cq, &cq);
+    let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    for qp in [&a, &b] {
+        for step in [
+            QpAttr::new()
+                .state(QpState::Init)
+                .pkey_index(0)
+                .port(1)
+                .qkey(QKEY),
+            QpAttr::new().state(QpState::Rtr),
+            QpAttr::new().state(QpState::Rts).sq_psn(0),
+        ] {
+            qp.modify(&step).unwrap();
+        }
+    }
+    let commands = file.kernel().log.len();
+    let ah = pd
+        .create_ah(&AhAttr {
+            dgid: Gid::from_raw([0; 16]),
+            sgid_index: 0,
+            hop_limit: 0,
+            traffic_class: 0,
+            flow_label: 0,
+            port: 1,
+            sl: 0,
+            is_global: false,
+            dlid: 1,
+            static_rate: 0,
+            src_path_bits: 0,
+        })
+        .unwrap();
+    // On InfiniBand the AH is the address vector alone: the port query,
+    // no CREATE_AH.
+    assert_eq!(
+        file.kernel().log.len(),
+        commands + 1,
+        "the port query alone"
+    );
+    assert_eq!(ah.handle(), 0);
+    let base = mem.as_ptr() as u64;
+    mem[..32].copy_from_slice(&[0xa7; 32]);
+    let lkey = mr.lkey();
+    let recv = [Sge {
+        addr: base + 4096,
+        length: 40 + 64,
+        lkey,
+    }];
+    let send = [Sge {
+        addr: base,
+        length: 32,
+        lkey,
+    }];
+    // SAFETY: buffers of the registered `mem`, untouched until polled.
+    unsafe {
+        b.post_recv(&[RecvWr::new(9, &recv)]).unwrap();
+        let mut wr = SendWr::new(3, SendOp::Send { imm: Some(0x42) }, Payload::Sges(&send));
+        wr.ud = Some(UdDest::new(&ah, b.qp_num(), QKEY));
+        a.post_send(&[wr]).unwrap();
+    }
+    // SAFETY: every object and buffer of the emulated kernel is live.
+    assert!(unsafe { file.kernel().run_device() } >= 1);
+    let mut wcs = [WorkCompletion::default(); 4];
+    let n = cq.poll(&mut wcs).unwrap();
+    let mut seen: Vec<_> = wcs[..n]
+        .iter()
+        .map(|w| (w.wr_id(), w.status(), w.opcode(), w.src_qp()))
+        .collect();
+    seen.sort_by_key(|s| s.0);
+    assert_eq!(
+        seen,
+        vec![
+            (3, WcStatus::Success, Some(WcOpcode::Send), 0),
+            (9, WcStatus::Success, Some(WcOpcode::Recv), a.qp_num()),
+        ],
+        "{:?}",
+        &wcs[..n]
+    );
+    let r = wcs[..n].iter().find(|w| w.wr_id() == 9).unwrap();
+    assert_eq!((r.byte_len(), r.imm_data()), (40 + 32, Some(0x42)));
+    assert_eq!(&mem[4096 + 40..4096 + 72], &[0xa7; 32]);
+    drop((a, b, ah, cq, mr));
+}

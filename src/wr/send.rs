@@ -136,6 +136,9 @@ pub struct UdDest<'a> {
     pub(crate) remote_qpn: u32,
     /// The destination Q_Key.
     pub(crate) remote_qkey: u32,
+    /// The AH's address vector, where the driver's WQEs carry one (mlx5);
+    /// borrowed from the AH like the rest.
+    pub(crate) av: Option<&'a [u8; 48]>,
     _ah: PhantomData<&'a ()>,
 }
 
@@ -148,8 +151,14 @@ impl<'a> UdDest<'a> {
             ah_num,
             remote_qpn,
             remote_qkey,
+            av: None,
             _ah: PhantomData,
         }
+    }
+
+    /// The same destination carrying the AH's address vector `av`.
+    pub(crate) fn with_av(self, av: Option<&'a [u8; 48]>) -> Self {
+        UdDest { av, ..self }
     }
 
     /// The AH number the WQE carries (`wr.ud.ah_num`).

@@ -23,6 +23,7 @@ use crate::provider::rings::QpRingConfig;
 use crate::provider::{Driver, QpRequest};
 use crate::transport::Transport;
 
+pub(crate) mod ah;
 pub(crate) mod cq;
 pub(crate) mod qp;
 pub(crate) mod uar;
@@ -269,13 +270,10 @@ impl Driver for Mlx5 {
         false
     }
 
-    /// RC and UC: UD needs the address vector libmlx5 builds from an
-    /// address handle, not yet here.
+    /// RC, UC and UD (the others need mlx5's XRC, raw packet or DC).
     fn supports_qp_type(qp_type: crate::command::QpType) -> bool {
-        matches!(
-            qp_type,
-            crate::command::QpType::Rc | crate::command::QpType::Uc
-        )
+        use crate::command::QpType;
+        matches!(qp_type, QpType::Rc | QpType::Uc | QpType::Ud)
     }
 
     fn prepare_cq(state: &Arc<Shared>, cqe: u32) -> Result<(cq::CqPrep, u32), Errno> {

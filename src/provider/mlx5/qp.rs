@@ -30,6 +30,8 @@ pub(crate) const INVALID_LKEY: u32 = 0x100;
 /// sizes for every operation the QP type allows, memory-window binds
 /// included (control, UMR control, mkey context and 64 bytes of KLMs).
 const RC_UC_OVERHEAD: u32 = 16 + 48 + 64 + 64;
+/// The same for UD: control and datagram (address vector) segments.
+const UD_OVERHEAD: u32 = 16 + 48;
 
 /// How a QP's queues are laid out, as libmlx5 44 computes it
 /// (`mlx5_calc_sq_size`, `mlx5_calc_rq_size`).
@@ -64,7 +66,16 @@ impl Layout {
 
     /// The layout for `cap` on a context with `params`, or `EINVAL` as
     /// libmlx5 answers.
-    pub(crate) fn of(params: &Params, cap: &sys::ib_uverbs_qp_cap) -> Result<Layout, Errno> {
+    pub(crate) fn of(
+        params: &Params,
+        qp_type: QpType,
+        cap: &sys::ib_uverbs_qp_cap,
+    ) -> Result<Layout, Errno> {
+        let overhead = if qp_type == QpType::Ud {
+            UD_OVERHEAD
+        } else {
+            RC_UC_OVERHEAD
+        };
         let mut layout = Layout {
             sq_wqe_cnt: 0,
             sq_max_post: 0,
@@ -78,13 +89,13 @@ impl Layout {
         if cap.max_send_wr != 0 {
             let inl_size = match cap.max_inline_data {
                 0 => 0,
-                n => RC_UC_OVERHEAD + align(4 + u64::from(n), 16).min(u64::from(u32::MAX)) as u32,
+                n => overhead + align(4 + u64::from(n), 16).min(u64::from(u32::MAX)) as u32,
             };
-            let max_gather = desc.saturating_sub(RC_UC_OVERHEAD) / DATA_SEG;
+            let max_gather = desc.saturating_sub(overhead) / DATA_SEG;
             if cap.max_send_sge > max_gather {
                 return Err(Errno::INVAL);
             }
-            let size = RC_UC_OVERHEAD + cap.max_send_sge * DATA_SEG;
+            let size = overhead + cap.max_send_sge * DATA_SEG;
             let total = size.max(inl_size);
             if total > desc {
                 return Err(Errno::INVAL);
@@ -98,7 +109,7 @@ impl Layout {
             if layout.sq_wqe_cnt > params.max_send_wqebb {
                 return Err(Errno::INVAL);
             }
-            layout.max_inline = wqe_size - RC_UC_OVERHEAD - 4;
+            layout.max_inline = wqe_size - overhead - 4;
             layout.sq_max_gs = cap.max_send_sge;
             layout.sq_max_post = wq_size / wqe_size;
         }
@@ -213,10 +224,10 @@ pub(crate) fn prepare(
     req: QpRequest,
 ) -> Result<(QpPrep, QpRequest), Errno> {
     let params = shared.params()?;
-    if !matches!(req.qp_type, QpType::Rc | QpType::Uc) {
+    if !matches!(req.qp_type, QpType::Rc | QpType::Uc | QpType::Ud) {
         return Err(Errno::OPNOTSUPP);
     }
-    let layout = Layout::of(params, &req.cap)?;
+    let layout = Layout::of(params, req.qp_type, &req.cap)?;
     let db = layout.bytes().div_ceil(64) * 64;
     let buf = Arc::new(DeviceBuf::new(db + 64)?);
     let bf = shared.take_bfreg(transport)?;

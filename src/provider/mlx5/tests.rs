@@ -113,7 +113,12 @@ fn cap(
 /// 16 receive WQEs of 32 bytes; and the limits it answered.
 #[test]
 fn qp_layout_is_libmlx5s() {
-    let l = super::qp::Layout::of(&cx5_params(), &cap(16, 16, 2, 2, 64)).unwrap();
+    let l = super::qp::Layout::of(
+        &cx5_params(),
+        crate::command::QpType::Rc,
+        &cap(16, 16, 2, 2, 64),
+    )
+    .unwrap();
     assert_eq!((l.sq_wqe_cnt, l.rq_wqe_cnt, l.rq_wqe_shift), (128, 16, 5));
     // 320-byte WQEs (192 reserved + 68 of inline, in 64-byte blocks): 16
     // of them in 128 blocks, 124 inline bytes.
@@ -122,14 +127,29 @@ fn qp_layout_is_libmlx5s() {
         (25, 124, 2, 2)
     );
     // One SGE, no inline: 208 bytes round up to 256.
-    let l = super::qp::Layout::of(&cx5_params(), &cap(8, 8, 1, 1, 0)).unwrap();
+    let l = super::qp::Layout::of(
+        &cx5_params(),
+        crate::command::QpType::Rc,
+        &cap(8, 8, 1, 1, 0),
+    )
+    .unwrap();
     assert_eq!((l.sq_wqe_cnt, l.sq_max_post, l.max_inline), (32, 8, 60));
     assert_eq!((l.rq_wqe_cnt, l.rq_wqe_shift), (8, 4));
     // A receive queue of at least one 64-byte block: 2 receives get 4.
-    let l = super::qp::Layout::of(&cx5_params(), &cap(8, 2, 1, 1, 0)).unwrap();
+    let l = super::qp::Layout::of(
+        &cx5_params(),
+        crate::command::QpType::Rc,
+        &cap(8, 2, 1, 1, 0),
+    )
+    .unwrap();
     assert_eq!((l.rq_wqe_cnt, l.rq_wqe_shift), (4, 4));
     // No send queue.
-    let l = super::qp::Layout::of(&cx5_params(), &cap(0, 4, 1, 1, 0)).unwrap();
+    let l = super::qp::Layout::of(
+        &cx5_params(),
+        crate::command::QpType::Rc,
+        &cap(0, 4, 1, 1, 0),
+    )
+    .unwrap();
     assert_eq!((l.sq_wqe_cnt, l.max_inline), (0, 0));
 }
 
@@ -139,13 +159,18 @@ fn qp_layout_is_libmlx5s() {
 fn qp_layout_refuses_what_libmlx5_refuses() {
     let p = cx5_params();
     // (512 - 192) / 16 = 20 SGEs at most.
-    assert!(super::qp::Layout::of(&p, &cap(1, 1, 20, 1, 0)).is_ok());
-    assert!(super::qp::Layout::of(&p, &cap(1, 1, 21, 1, 0)).is_err());
+    assert!(super::qp::Layout::of(&p, crate::command::QpType::Rc, &cap(1, 1, 20, 1, 0)).is_ok());
+    assert!(super::qp::Layout::of(&p, crate::command::QpType::Rc, &cap(1, 1, 21, 1, 0)).is_err());
     // 192 + align(4 + 316, 16) = 512; one byte more does not fit.
-    assert!(super::qp::Layout::of(&p, &cap(1, 1, 1, 1, 316)).is_ok());
-    assert!(super::qp::Layout::of(&p, &cap(1, 1, 1, 1, 317)).is_err());
-    assert!(super::qp::Layout::of(&p, &cap(1, (1 << 15) + 1, 1, 1, 0)).is_err());
-    assert!(super::qp::Layout::of(&p, &cap(1, 1, 1, 33, 0)).is_err());
+    assert!(super::qp::Layout::of(&p, crate::command::QpType::Rc, &cap(1, 1, 1, 1, 316)).is_ok());
+    assert!(super::qp::Layout::of(&p, crate::command::QpType::Rc, &cap(1, 1, 1, 1, 317)).is_err());
+    assert!(super::qp::Layout::of(
+        &p,
+        crate::command::QpType::Rc,
+        &cap(1, (1 << 15) + 1, 1, 1, 0)
+    )
+    .is_err());
+    assert!(super::qp::Layout::of(&p, crate::command::QpType::Rc, &cap(1, 1, 1, 33, 0)).is_err());
 }
 
 /// A responder CQE with immediate data and a GRH, and an error CQE,

@@ -1,6 +1,7 @@
-//! What an mlx5 send WQE holds, written as libmlx5 44 writes it for RC and
-//! UC QPs: a control segment, then a remote-address segment (RDMA and
-//! atomics), an atomic segment, and data segments or one inline segment,
+//! What an mlx5 send WQE holds, written as libmlx5 44 writes it for RC, UC
+//! and UD QPs: a control segment, then a datagram segment (UD: the address
+//! vector) or a remote-address segment (RDMA and atomics) and an atomic
+//! segment, and data segments or one inline segment,
 //! in 16-byte units over 64-byte basic blocks that wrap at the SQ's end.
 //! Only the bytes libmlx5 writes are written (an FAA leaves the atomic
 //! segment's compare word as it was), so that the same posts leave the
@@ -15,6 +16,8 @@ pub(crate) const CTRL_CQ_UPDATE: u8 = 2 << 2;
 const CTRL_SOLICITED: u8 = 1 << 1;
 /// `fm_ce_se`: wait for earlier READs and atomics (`MLX5_WQE_CTRL_FENCE`).
 pub(crate) const CTRL_FENCE: u8 = 4 << 5;
+/// The destination QP word's extended-AV bit (`MLX5_EXTENDED_UD_AV`).
+const EXTENDED_UD_AV: u32 = 0x8000_0000;
 /// Inline segment marker in its byte count (`MLX5_INLINE_SEG`).
 const INLINE_SEG: u32 = 0x8000_0000;
 
@@ -34,7 +37,7 @@ mod opcode {
 pub(crate) struct SendLimits {
     /// The QP's number (in every control segment).
     pub(crate) qpn: u32,
-    /// RC or UC.
+    /// RC, UC or UD.
     pub(crate) qp_type: QpType,
     /// SGEs per request.
     pub(crate) max_sge: u32,
@@ -140,11 +143,22 @@ fn parts(op: &SendOp) -> Parts {
 /// transport lacks, inline READs and atomics, a short or misaligned atomic).
 pub(crate) fn check_send(limits: &SendLimits, wr: &SendWr<'_>) -> Result<(), PostError> {
     let name = wr.op.name();
-    if wr.ud.is_some() {
-        return Err(PostError::UdDestination {
-            qp_type: limits.qp_type,
-            missing: false,
-        });
+    let ud = limits.qp_type == QpType::Ud;
+    match wr.ud {
+        Some(dest) if ud && dest.av.is_none() => {
+            return Err(PostError::NotSupported {
+                driver: "mlx5",
+                what: "an address handle of another driver",
+            })
+        }
+        Some(_) if ud => {}
+        None if !ud => {}
+        given => {
+            return Err(PostError::UdDestination {
+                qp_type: limits.qp_type,
+                missing: given.is_none(),
+            })
+        }
     }
     let Parts {
         opcode: op,
@@ -156,7 +170,8 @@ pub(crate) fn check_send(limits: &SendLimits, wr: &SendWr<'_>) -> Result<(), Pos
         op,
         opcode::RDMA_READ | opcode::ATOMIC_CS | opcode::ATOMIC_FA
     );
-    if limits.qp_type == QpType::Uc && reads {
+    let writes = matches!(op, opcode::RDMA_WRITE | opcode::RDMA_WRITE_IMM);
+    if (limits.qp_type == QpType::Uc && reads) || (ud && (reads || writes)) {
         return Err(PostError::OpNotOnQpType {
             opcode: name,
             qp_type: limits.qp_type,
@@ -243,6 +258,15 @@ pub(crate) fn write_send(
     // address and an atomic segment are 48 bytes).
     let mut at = start + 16;
     let mut ds = 1u32;
+    if let Some(dest) = wr.ud {
+        // The AH's address vector with the destination QP (extended AV
+        // bit set) and Q_Key (`set_datagram_seg`).
+        let mut seg = *dest.av.expect("checked: a UD send has a vector");
+        seg[..4].copy_from_slice(&dest.remote_qkey.to_be_bytes());
+        seg[8..12].copy_from_slice(&(dest.remote_qpn | EXTENDED_UD_AV).to_be_bytes());
+        at = sq.put(at, &seg);
+        ds += 3;
+    }
     if let Some(r) = remote {
         let mut seg = [0u8; 16];
         seg[..8].copy_from_slice(&r.addr.to_be_bytes());
