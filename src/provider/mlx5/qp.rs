@@ -4,7 +4,7 @@
 //! QP by user index, not by work request id, so the ids posted are kept
 //! here ([`WrIds`]) for the CQ to give back.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use zerocopy::IntoBytes;
@@ -148,6 +148,10 @@ pub(crate) struct WrIds {
     rq_wrid: Box<[AtomicU64]>,
     /// Receive requests completed (`rq.tail`).
     rq_tail: AtomicU32,
+    /// Cleared when the QP leaves the context's table (its SQ dropped):
+    /// a CQ that cached these ids drops its later CQEs, as for a QP not
+    /// in the table.
+    live: AtomicBool,
 }
 
 impl WrIds {
@@ -161,6 +165,7 @@ impl WrIds {
             sq_tail: AtomicU32::new(0),
             rq_wrid: n(layout.rq_wqe_cnt),
             rq_tail: AtomicU32::new(0),
+            live: AtomicBool::new(true),
         }
     }
 
@@ -180,6 +185,11 @@ impl WrIds {
         w.sq_wrid[0].store(ids[0], Ordering::Relaxed);
         w.rq_wrid[0].store(ids[0], Ordering::Relaxed);
         w
+    }
+
+    /// Whether the QP is still in its context's table.
+    pub(crate) fn is_live(&self) -> bool {
+        self.live.load(Ordering::Acquire)
     }
 
     /// The id of the send request a CQE's `wqe_counter` names; every
@@ -359,6 +369,7 @@ impl SendQueue {
 
 impl Drop for SendQueue {
     fn drop(&mut self) {
+        self.ids.live.store(false, Ordering::Release);
         self.shared.remove_qp(self.uidx);
         if let Some(bf) = self.bf.take() {
             self.shared.give_back_bfreg(bf);
@@ -394,7 +405,7 @@ impl SendRing for SendQueue {
         }
         let sq = self.ring();
         let mut next_fence = self.fm_cache;
-        let mut last = (0u32, 0u32, false);
+        let mut last = (0u32, 0u32);
         for (n, wr) in wrs.iter().enumerate() {
             let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
                 wqe::CTRL_FENCE
@@ -416,8 +427,8 @@ impl SendRing for SendQueue {
                 .store(self.head.wrapping_add(n as u32 + 1), Ordering::Relaxed);
             self.cur_post = self
                 .cur_post
-                .wrapping_add((written.ds * 16).div_ceil(SEND_WQE_BB as u32));
-            last = (idx, written.ds, written.inline);
+                .wrapping_add((written * 16).div_ceil(SEND_WQE_BB as u32));
+            last = (idx, written);
         }
         self.fm_cache = next_fence;
         self.head = self.head.wrapping_add(wrs.len() as u32);
@@ -430,24 +441,21 @@ impl SendRing for SendQueue {
                 .dbrec(1)
                 .write_volatile((self.cur_post & 0xffff).to_be())
         };
-        let (idx, ds, inline) = last;
-        // SAFETY: the control segment of the last WQE, within the SQ.
-        let ctrl: [u8; 8] = unsafe { sq.block(idx).cast::<[u8; 8]>().read_volatile() };
+        let (idx, ds) = last;
         let bf = self.bf.as_mut().expect("a live SQ has its register");
         // libmlx5's rule (with its default MLX5_POST_SEND_PREFER_BF): one
         // request of more than one 16-byte unit that fits a half register
-        // goes whole through BlueFlame.
-        let _ = inline;
+        // goes whole through BlueFlame; otherwise the doorbell is the
+        // control segment's first 8 bytes.
         if wrs.len() == 1 && ds > 1 && ds as usize <= BF_HALF / 16 {
-            let blocks = (ds as usize * 16).div_ceil(SEND_WQE_BB);
-            let block = |i: usize| {
-                sq.block((idx + i as u32) & (sq.bbs - 1))
-                    .cast::<u64>()
-                    .cast_const()
-            };
-            bf.ring(ctrl, Some((blocks, &block)));
+            let blocks = (ds * 16).div_ceil(SEND_WQE_BB as u32);
+            // SAFETY: the SQ's start and size; the WQE's first block; at
+            // most 4 blocks (ds ≤ 16).
+            unsafe { bf.blue_flame(sq.start, sq.bbs, idx, blocks) };
         } else {
-            bf.ring(ctrl, None);
+            // SAFETY: the control segment of the last WQE, within the SQ.
+            let ctrl: [u8; 8] = unsafe { sq.block(idx).cast::<[u8; 8]>().read_volatile() };
+            bf.ring(ctrl);
         }
         Ok(false)
     }

@@ -125,35 +125,40 @@ impl BfReg {
     }
 
     /// Rings the doorbell with the first 8 bytes of the last WQE, `ctrl`
-    /// (as they lie in memory), or, with `blue_flame` 64-byte blocks
-    /// (`blocks(i)`: block `i` of the WQE, following the SQ's wrap), writes
-    /// the whole WQE. Then the next doorbell uses the other half.
-    ///
-    /// The caller stored the WQE and the doorbell record before.
-    pub(crate) fn ring(
-        &mut self,
-        ctrl: [u8; 8],
-        blue_flame: Option<(usize, &dyn Fn(usize) -> *const u64)>,
-    ) {
+    /// (as they lie in memory). Then the next doorbell uses the other
+    /// half. The caller stored the WQE and the doorbell record before.
+    pub(crate) fn ring(&mut self, ctrl: [u8; 8]) {
         wc_start();
         let reg = self.page.at(self.offset + self.half);
-        match blue_flame {
-            None => {
-                // SAFETY: an aligned 8-byte register of the mapped page.
-                unsafe { reg.write_volatile(u64::from_ne_bytes(ctrl)) }
-            }
-            Some((n, block)) => {
-                for i in 0..n {
-                    let src = block(i);
-                    for w in 0..8 {
-                        // SAFETY: `src` is a 64-byte block of the SQ (the
-                        // caller's word), the destination within this
-                        // register's half (n ≤ 4 blocks of 64 bytes).
-                        unsafe {
-                            let v = src.add(w).read_volatile();
-                            reg.add(i * 8 + w).write_volatile(v);
-                        }
-                    }
+        // SAFETY: an aligned 8-byte register of the mapped page.
+        unsafe { reg.write_volatile(u64::from_ne_bytes(ctrl)) };
+        wc_flush();
+        self.half ^= BF_HALF;
+    }
+
+    /// Writes a whole WQE through BlueFlame: `blocks` 64-byte blocks of
+    /// the SQ of `bbs` blocks at `sq`, from block `first`, following the
+    /// SQ's wrap, in 8-byte stores (`mlx5_bf_copy`). Then the next
+    /// doorbell uses the other half.
+    ///
+    /// # Safety
+    ///
+    /// `sq` is the SQ's start, `bbs` a power of two, `first < bbs`, and
+    /// `blocks * 64` at most [`BF_HALF`]; the caller stored the WQE and the
+    /// doorbell record before.
+    pub(crate) unsafe fn blue_flame(&mut self, sq: *const u8, bbs: u32, first: u32, blocks: u32) {
+        wc_start();
+        let reg = self.page.at(self.offset + self.half);
+        for i in 0..blocks {
+            let block = ((first + i) & (bbs - 1)) as usize * 64;
+            // SAFETY: a block of the SQ (the caller's promise), 8-aligned.
+            let src = unsafe { sq.add(block).cast::<u64>() };
+            for w in 0..8 {
+                // SAFETY: within the block and within this register's half
+                // (at most BF_HALF bytes in all).
+                unsafe {
+                    let v = src.add(w).read_volatile();
+                    reg.add(i as usize * 8 + w).write_volatile(v);
                 }
             }
         }

@@ -63,6 +63,31 @@ impl Sq {
         self.bbs as usize * 64
     }
 
+    /// The offset `n` bytes after `at`, wrapping at the end.
+    fn after(&self, at: usize, n: usize) -> usize {
+        let next = at + n;
+        if next >= self.len() {
+            next - self.len()
+        } else {
+            next
+        }
+    }
+
+    /// [`put`](Self::put) of a segment of `N` bytes: one unaligned store of
+    /// the whole segment where it does not wrap (every segment but inline
+    /// data's, which start on 16 bytes and never cross the end).
+    #[inline(always)]
+    fn put_seg<const N: usize>(&self, at: usize, seg: &[u8; N]) -> usize {
+        if at + N <= self.len() {
+            // SAFETY: `N` bytes from `at` lie within the SQ; the device does
+            // not read these blocks before the doorbell.
+            unsafe { self.start.add(at).cast::<[u8; N]>().write_unaligned(*seg) };
+            self.after(at, N)
+        } else {
+            self.put(at, seg)
+        }
+    }
+
     /// Copies `bytes` to SQ offset `at`, wrapping at the end; answers the
     /// offset after them.
     fn put(&self, at: usize, bytes: &[u8]) -> usize {
@@ -78,7 +103,7 @@ impl Sq {
                 bytes.len() - first,
             );
         }
-        (at + bytes.len()) % self.len()
+        self.after(at, bytes.len())
     }
 }
 
@@ -227,14 +252,6 @@ pub(crate) fn check_send(limits: &SendLimits, wr: &SendWr<'_>) -> Result<(), Pos
     Ok(())
 }
 
-/// What [`write_send`] wrote.
-pub(crate) struct Written {
-    /// 16-byte units (`ds`).
-    pub(crate) ds: u32,
-    /// Whether the data went inline.
-    pub(crate) inline: bool,
-}
-
 /// Writes the WQE of a checked request at block `idx`, as WQE number
 /// `cur_post` (its low 16 bits go in the control segment), with the fence,
 /// and signal bits of the QP in `fm_ce_se`.
@@ -245,7 +262,7 @@ pub(crate) fn write_send(
     limits: &SendLimits,
     fm_ce_se: u8,
     wr: &SendWr<'_>,
-) -> Written {
+) -> u32 {
     let Parts {
         opcode: op,
         remote,
@@ -264,38 +281,36 @@ pub(crate) fn write_send(
         let mut seg = *dest.av.expect("checked: a UD send has a vector");
         seg[..4].copy_from_slice(&dest.remote_qkey.to_be_bytes());
         seg[8..12].copy_from_slice(&(dest.remote_qpn | EXTENDED_UD_AV).to_be_bytes());
-        at = sq.put(at, &seg);
+        at = sq.put_seg(at, &seg);
         ds += 3;
     }
     if let Some(r) = remote {
         let mut seg = [0u8; 16];
         seg[..8].copy_from_slice(&r.addr.to_be_bytes());
         seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
-        at = sq.put(at, &seg);
+        at = sq.put_seg(at, &seg);
         ds += 1;
     }
     if let Some((swap_add, compare)) = atomic {
-        at = sq.put(at, &swap_add.to_be_bytes());
+        at = sq.put_seg(at, &swap_add.to_be_bytes());
         match compare {
-            Some(c) => at = sq.put(at, &c.to_be_bytes()),
+            Some(c) => at = sq.put_seg(at, &c.to_be_bytes()),
             // FAA: libmlx5 leaves the compare word as it was.
-            None => at = (at + 8) % sq.len(),
+            None => at = sq.after(at, 8),
         }
         ds += 1;
     }
-    let mut inline = false;
     match wr.payload {
         Payload::Inline(segs) if !segs.is_empty() => {
             let total: usize = segs.iter().map(|s| s.len()).sum();
             if total != 0 {
                 let header = at;
-                at = (at + 4) % sq.len();
+                at = sq.after(at, 4);
                 for s in segs {
                     at = sq.put(at, s);
                 }
-                sq.put(header, &(total as u32 | INLINE_SEG).to_be_bytes());
+                sq.put_seg(header, &(total as u32 | INLINE_SEG).to_be_bytes());
                 ds += (total as u32 + 4).div_ceil(16);
-                inline = true;
             }
         }
         Payload::Inline(_) => {}
@@ -306,7 +321,7 @@ pub(crate) fn write_send(
                 seg[..4].copy_from_slice(&length.to_be_bytes());
                 seg[4..8].copy_from_slice(&sge.lkey.to_be_bytes());
                 seg[8..].copy_from_slice(&sge.addr.to_be_bytes());
-                at = sq.put(at, &seg);
+                at = sq.put_seg(at, &seg);
                 ds += 1;
             }
         }
@@ -323,7 +338,7 @@ pub(crate) fn write_send(
     }
     ctrl[11] = bits;
     ctrl[12..].copy_from_slice(&imm.map_or([0; 4], u32::to_be_bytes));
-    sq.put(start, &ctrl);
+    sq.put_seg(start, &ctrl);
     let _ = at;
-    Written { ds, inline }
+    ds
 }
