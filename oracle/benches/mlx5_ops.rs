@@ -64,12 +64,11 @@ mod linked {
     use std::process::Command;
     use std::sync::Arc;
 
-    use uverbs::command::{QpAttr, QpState, QpType};
-    use uverbs::uverbs_uapi as sys;
+    use uverbs::command::QpType;
+
     use uverbs::{
-        AccessFlags, CompletionQueue, Context, DriverId, Mtu, OpenOptions, Payload, QpInit,
-        QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-        WorkCompletion,
+        AccessFlags, CompletionQueue, Context, DriverId, OpenOptions, Payload, QpInit, QueuePair,
+        RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
     };
     use uverbs_oracle::file::EmulatedFile;
     use uverbs_oracle::sysfs;
@@ -459,33 +458,7 @@ mod linked {
         let qp_a = pd.create_qp(&init_a).map_err(|e| e.to_string())?;
         let qp_b = pd.create_qp(&init_b).map_err(|e| e.to_string())?;
         for (qp, peer) in [(&qp_a, qp_b.qp_num()), (&qp_b, qp_a.qp_num())] {
-            let dest = sys::ib_uverbs_qp_dest {
-                dlid: 1,
-                port_num: 1,
-                ..Default::default()
-            };
-            for step in [
-                QpAttr::new()
-                    .state(QpState::Init)
-                    .pkey_index(0)
-                    .port(1)
-                    .access_flags(ACCESS),
-                QpAttr::new()
-                    .state(QpState::Rtr)
-                    .av(dest)
-                    .path_mtu(Mtu::Mtu1024)
-                    .dest_qpn(peer)
-                    .rq_psn(0)
-                    .max_dest_rd_atomic(1)
-                    .min_rnr_timer(12),
-                QpAttr::new()
-                    .state(QpState::Rts)
-                    .sq_psn(0)
-                    .timeout(14)
-                    .retry_cnt(7)
-                    .rnr_retry(7)
-                    .max_rd_atomic(1),
-            ] {
+            for step in uverbs_oracle::fixtures::connect_steps(peer, ACCESS, true) {
                 qp.modify(&step)
                     .map_err(|e| format!("ours: modify_qp: {e}"))?;
             }
@@ -752,52 +725,8 @@ mod linked {
         // SAFETY: live QPs.
         let (qpn_a, qpn_b) = unsafe { ((*qp_a).qp_num, (*qp_b).qp_num) };
         for (qp, peer) in [(qp_a, qpn_b), (qp_b, qpn_a)] {
-            let steps = [
-                (
-                    IbvQpAttr {
-                        qp_state: INIT,
-                        port_num: 1,
-                        qp_access_flags: ALL_ACCESS,
-                        ..Default::default()
-                    },
-                    1 | 1 << 3 | 1 << 4 | 1 << 5,
-                ),
-                (
-                    IbvQpAttr {
-                        qp_state: RTR,
-                        path_mtu: 3,
-                        dest_qp_num: peer,
-                        max_dest_rd_atomic: 1,
-                        min_rnr_timer: 12,
-                        ah_attr: IbvAhAttr {
-                            dlid: 1,
-                            port_num: 1,
-                            ..Default::default()
-                        },
-                        ..Default::default()
-                    },
-                    1 | 1 << 7 | 1 << 8 | 1 << 12 | 1 << 20 | 1 << 17 | 1 << 15,
-                ),
-                (
-                    IbvQpAttr {
-                        qp_state: RTS,
-                        timeout: 14,
-                        retry_cnt: 7,
-                        rnr_retry: 7,
-                        max_rd_atomic: 1,
-                        ..Default::default()
-                    },
-                    1 | 1 << 9 | 1 << 10 | 1 << 11 | 1 << 16 | 1 << 13,
-                ),
-            ];
-            for (mut attr, mask) in steps {
-                // SAFETY: a live QP and an attribute struct of
-                // libibverbs' layout.
-                let rc = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
-                if rc != 0 {
-                    return Err(format!("libmlx5: modify_qp: {rc}"));
-                }
-            }
+            // SAFETY: a live QP of libibverbs.
+            unsafe { c_modify_all(qp, c_connect_steps(peer, true)) };
         }
         let mut pair = Theirs {
             ctx,
@@ -836,15 +765,7 @@ mod linked {
 
     /// The fake sysfs tree and the shim's kernel, for this process.
     fn install() -> Result<std::path::PathBuf, String> {
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy().into_owned();
-            if ["MLX5_", "IBV_", "RDMAV_"]
-                .iter()
-                .any(|p| key.starts_with(p))
-            {
-                std::env::remove_var(&key);
-            }
-        }
+        uverbs_oracle::fixtures::clear_environment();
         let root = std::env::temp_dir().join(format!("uverbs-mlx5-ops-{}", std::process::id()));
         sysfs::create(&root).map_err(|e| format!("the fake sysfs tree: {e}"))?;
         shim::install(&root);

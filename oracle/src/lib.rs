@@ -25,6 +25,7 @@
 pub mod cqe;
 pub mod device;
 pub mod file;
+pub mod fixtures;
 pub mod ioctl;
 pub mod kernel;
 pub mod qp;

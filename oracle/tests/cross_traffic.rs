@@ -31,13 +31,14 @@ mod linked {
     use std::ffi::{c_int, c_void};
     use std::sync::Arc;
 
-    use uverbs::command::{QpAttr, QpState, QpType};
-    use uverbs::uverbs_uapi as sys;
+    use uverbs::command::QpType;
+
     use uverbs::{
-        AccessFlags, Context, DriverId, Mtu, OpenOptions, Payload, QpInit, RecvWr, Remote, SendOp,
-        SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+        AccessFlags, Payload, QpInit, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+        WorkCompletion,
     };
     use uverbs_oracle::file::EmulatedFile;
+    use uverbs_oracle::fixtures::{clear_environment, connect_steps, uverbs_context};
     use uverbs_oracle::sysfs;
 
     use super::cverbs::*;
@@ -68,15 +69,7 @@ mod linked {
 
     #[test]
     fn uverbs_and_libmlx5_talk_through_the_device_model() {
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy().into_owned();
-            if ["MLX5_", "IBV_", "RDMAV_"]
-                .iter()
-                .any(|p| key.starts_with(p))
-            {
-                std::env::remove_var(&key);
-            }
-        }
+        clear_environment();
         let root = std::env::temp_dir().join(format!("uverbs-cross-{}", std::process::id()));
         sysfs::create(&root).expect("the fake sysfs tree");
         shim::install(&root);
@@ -134,13 +127,7 @@ mod linked {
 
         // uverbs: on the same emulated kernel.
         let file = Arc::new(EmulatedFile::sharing(Box::new(shim::ShimKernel)));
-        let ctx = Context::with_transport(
-            "mlx5_0",
-            Some(DriverId::MLX5),
-            Box::new(file.clone()),
-            &OpenOptions::new(),
-        )
-        .expect("uverbs: open");
+        let ctx = uverbs_context(&file);
         let pd = ctx.alloc_pd().unwrap();
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
@@ -154,77 +141,11 @@ mod linked {
         // Connect each to the other.
         // SAFETY: a live QP.
         let t_qpn = unsafe { (*tqp).qp_num };
-        let dest = sys::ib_uverbs_qp_dest {
-            dlid: 1,
-            port_num: 1,
-            ..Default::default()
-        };
-        for step in [
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(1)
-                .access_flags(access),
-            QpAttr::new()
-                .state(QpState::Rtr)
-                .av(dest)
-                .path_mtu(Mtu::Mtu1024)
-                .dest_qpn(t_qpn)
-                .rq_psn(0)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(12),
-            QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(0)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(1),
-        ] {
+        for step in connect_steps(t_qpn, access, true) {
             qp.modify(&step).expect("uverbs: modify_qp");
         }
-        let steps = [
-            (
-                IbvQpAttr {
-                    qp_state: INIT,
-                    port_num: 1,
-                    qp_access_flags: ALL_ACCESS,
-                    ..Default::default()
-                },
-                1 | 1 << 3 | 1 << 4 | 1 << 5,
-            ),
-            (
-                IbvQpAttr {
-                    qp_state: RTR,
-                    path_mtu: 3,
-                    dest_qp_num: qp.qp_num(),
-                    max_dest_rd_atomic: 1,
-                    min_rnr_timer: 12,
-                    ah_attr: IbvAhAttr {
-                        dlid: 1,
-                        port_num: 1,
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                },
-                1 | 1 << 7 | 1 << 8 | 1 << 12 | 1 << 20 | 1 << 17 | 1 << 15,
-            ),
-            (
-                IbvQpAttr {
-                    qp_state: RTS,
-                    timeout: 14,
-                    retry_cnt: 7,
-                    rnr_retry: 7,
-                    max_rd_atomic: 1,
-                    ..Default::default()
-                },
-                1 | 1 << 9 | 1 << 10 | 1 << 11 | 1 << 16 | 1 << 13,
-            ),
-        ];
-        for (mut attr, mask) in steps {
-            // SAFETY: a live QP and an attribute struct of libibverbs' layout.
-            assert_eq!(unsafe { ibv_modify_qp(tqp, &mut attr, mask) }, 0);
-        }
+        // SAFETY: a live QP of libibverbs.
+        unsafe { c_modify_all(tqp, c_connect_steps(qp.qp_num(), true)) };
 
         // SAFETY: live MRs.
         let (t_lkey, t_rkey) = unsafe { ((*tmr).lkey, (*tmr).rkey) };

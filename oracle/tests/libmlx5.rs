@@ -126,21 +126,10 @@ mod linked {
     }
 
     /// libmlx5's environment knobs change what it sends: none may be set.
-    fn clear_environment() {
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy().into_owned();
-            if ["MLX5_", "IBV_", "RDMAV_"]
-                .iter()
-                .any(|p| key.starts_with(p))
-            {
-                std::env::remove_var(&key);
-            }
-        }
-    }
 
     #[test]
     fn libmlx5_against_the_emulated_mlx5() {
-        clear_environment();
+        uverbs_oracle::fixtures::clear_environment();
         let root = std::env::temp_dir().join(format!("uverbs-oracle-{}", std::process::id()));
         sysfs::create(&root).expect("the fake sysfs tree");
         shim::install(&root);

@@ -41,14 +41,15 @@ mod linked {
     use std::ffi::{c_int, c_void};
     use std::sync::Arc;
 
-    use uverbs::command::{QpAttr, QpState, QpType};
+    use uverbs::command::QpType;
     use uverbs::uverbs_uapi as sys;
     use uverbs::{
-        AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, DriverId, Gid, MemoryRegion,
-        Mtu, OpenOptions, Payload, ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags,
-        SendOp, SendWr, Sge, UdDest, WorkCompletion,
+        AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Payload,
+        ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge,
+        UdDest, WorkCompletion,
     };
     use uverbs_oracle::file::EmulatedFile;
+    use uverbs_oracle::fixtures::{clear_environment, connect_steps, infiniband_context, ud_steps};
     use uverbs_oracle::kernel::Mlx5Kernel;
     use uverbs_oracle::sysfs;
 
@@ -336,42 +337,6 @@ mod linked {
         }
     }
 
-    /// RESET to RTS of a UD QP: Q_Key at INIT, nothing else but the PSN.
-    fn ud_rts_attrs() -> [(QpAttr, IbvQpAttr, c_int); 3] {
-        [
-            (
-                QpAttr::new()
-                    .state(QpState::Init)
-                    .pkey_index(0)
-                    .port(1)
-                    .qkey(QKEY),
-                IbvQpAttr {
-                    qp_state: INIT,
-                    port_num: 1,
-                    qkey: QKEY,
-                    ..Default::default()
-                },
-                1 | 1 << 4 | 1 << 5 | 1 << 6,
-            ),
-            (
-                QpAttr::new().state(QpState::Rtr),
-                IbvQpAttr {
-                    qp_state: RTR,
-                    ..Default::default()
-                },
-                1,
-            ),
-            (
-                QpAttr::new().state(QpState::Rts).sq_psn(0),
-                IbvQpAttr {
-                    qp_state: RTS,
-                    ..Default::default()
-                },
-                1 | 1 << 16,
-            ),
-        ]
-    }
-
     /// The AH of a configuration's UD sends: LID 1, an SL and path bits,
     /// a static rate, and (second UD configuration) a GRH.
     fn ah_attr(cfg: Config) -> (AhAttr, IbvAhAttr) {
@@ -404,71 +369,6 @@ mod linked {
             port_num: 1,
         };
         (ours, theirs)
-    }
-
-    fn rts_attrs(qpn: u32, rc: bool) -> [(QpAttr, IbvQpAttr, c_int); 3] {
-        let init = QpAttr::new()
-            .state(QpState::Init)
-            .pkey_index(0)
-            .port(1)
-            .access_flags(
-                AccessFlags::LOCAL_WRITE
-                    | AccessFlags::REMOTE_WRITE
-                    | AccessFlags::REMOTE_READ
-                    | AccessFlags::REMOTE_ATOMIC,
-            );
-        let c_init = IbvQpAttr {
-            qp_state: INIT,
-            port_num: 1,
-            qp_access_flags: ALL_ACCESS,
-            ..Default::default()
-        };
-        let dest = sys::ib_uverbs_qp_dest {
-            dlid: 1,
-            port_num: 1,
-            ..Default::default()
-        };
-        let mut rtr = QpAttr::new()
-            .state(QpState::Rtr)
-            .av(dest)
-            .path_mtu(Mtu::Mtu1024)
-            .dest_qpn(qpn)
-            .rq_psn(0);
-        let mut c_rtr = IbvQpAttr {
-            qp_state: RTR,
-            path_mtu: 3,
-            dest_qp_num: qpn,
-            ah_attr: IbvAhAttr {
-                dlid: 1,
-                port_num: 1,
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let mut rtr_mask = 1 | 1 << 7 | 1 << 8 | 1 << 12 | 1 << 20;
-        let mut rts = QpAttr::new().state(QpState::Rts).sq_psn(0);
-        let mut c_rts = IbvQpAttr {
-            qp_state: RTS,
-            ..Default::default()
-        };
-        let mut rts_mask = 1 | 1 << 16;
-        if rc {
-            rtr = rtr.max_dest_rd_atomic(1).min_rnr_timer(12);
-            c_rtr.max_dest_rd_atomic = 1;
-            c_rtr.min_rnr_timer = 12;
-            rtr_mask |= 1 << 17 | 1 << 15;
-            rts = rts.timeout(14).retry_cnt(7).rnr_retry(7).max_rd_atomic(1);
-            c_rts.timeout = 14;
-            c_rts.retry_cnt = 7;
-            c_rts.rnr_retry = 7;
-            c_rts.max_rd_atomic = 1;
-            rts_mask |= 1 << 9 | 1 << 10 | 1 << 11 | 1 << 13;
-        }
-        [
-            (init, c_init, 1 | 1 << 3 | 1 << 4 | 1 << 5),
-            (rtr, c_rtr, rtr_mask),
-            (rts, c_rts, rts_mask),
-        ]
     }
 
     fn open_theirs(cfg: Config, mem: &mut memmap2::MmapMut) -> Theirs {
@@ -509,13 +409,11 @@ mod linked {
             let qp = ibv_create_qp(pd, &mut attr);
             assert!(!qp.is_null(), "ibv_create_qp {cfg:?}");
             let steps = if cfg.qp_type == UD {
-                ud_rts_attrs()
+                c_ud_steps()
             } else {
-                rts_attrs((*qp).qp_num, cfg.qp_type == RC)
+                c_connect_steps((*qp).qp_num, cfg.qp_type == RC)
             };
-            for (_, mut c, mask) in steps {
-                assert_eq!(ibv_modify_qp(qp, &mut c, mask), 0, "ibv_modify_qp");
-            }
+            c_modify_all(qp, steps);
             let ah = if cfg.qp_type == UD {
                 let mut attr = ah_attr(cfg).1;
                 let ah = ibv_create_ah(pd, &mut attr);
@@ -550,15 +448,7 @@ mod linked {
     }
 
     fn open_ours(cfg: Config, mem: &mut memmap2::MmapMut) -> Ours {
-        let file = Arc::new(EmulatedFile::default());
-        file.kernel().infiniband_port = true;
-        let ctx = Context::with_transport(
-            "mlx5_0",
-            Some(DriverId::MLX5),
-            Box::new(file.clone()),
-            &OpenOptions::new(),
-        )
-        .expect("uverbs: open");
+        let (file, ctx) = infiniband_context();
         let pd = ctx.alloc_pd().expect("uverbs: alloc_pd");
         let access = AccessFlags::LOCAL_WRITE
             | AccessFlags::REMOTE_WRITE
@@ -580,11 +470,11 @@ mod linked {
         init.max_inline = cfg.inline;
         let qp = pd.create_qp(&init).expect("uverbs: create_qp");
         let steps = if cfg.qp_type == UD {
-            ud_rts_attrs()
+            ud_steps()
         } else {
-            rts_attrs(qp.qp_num(), cfg.qp_type == RC)
+            connect_steps(qp.qp_num(), access, cfg.qp_type == RC)
         };
-        for (attr, _, _) in steps {
+        for attr in steps {
             qp.modify(&attr).expect("uverbs: modify_qp");
         }
         let ah =
@@ -1089,15 +979,7 @@ mod linked {
 
     #[test]
     fn uverbs_and_libmlx5_write_the_same_bytes() {
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy().into_owned();
-            if ["MLX5_", "IBV_", "RDMAV_"]
-                .iter()
-                .any(|p| key.starts_with(p))
-            {
-                std::env::remove_var(&key);
-            }
-        }
+        clear_environment();
         // uverbs never asks for scatter-to-CQE (docs/mlx5.md).
         std::env::set_var("MLX5_SCATTER_TO_CQE", "0");
         let root = std::env::temp_dir().join(format!("uverbs-diff-{}", std::process::id()));

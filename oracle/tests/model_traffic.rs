@@ -116,86 +116,16 @@ mod linked {
             }
         }
 
-        fn modify(&self, qp: *mut IbvQp, mut attr: IbvQpAttr, mask: c_int) {
-            // SAFETY: a live QP and an attribute struct of libibverbs' layout.
-            let ret = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
-            assert_eq!(
-                ret,
-                0,
-                "ibv_modify_qp to {}: {:?}",
-                attr.qp_state,
-                shim::with_kernel(|k| k.log.last().cloned())
-            );
-        }
-
         /// RESET to RTS, connected to `dest` (RC).
         fn connect(&self, qp: *mut IbvQp, dest: *mut IbvQp) {
-            let (state, ac, pkey, port) = (1, 1 << 3, 1 << 4, 1 << 5);
-            let init = IbvQpAttr {
-                qp_state: INIT,
-                port_num: 1,
-                qp_access_flags: ALL_ACCESS,
-                ..Default::default()
-            };
-            self.modify(qp, init, state | ac | pkey | port);
-            let rtr = IbvQpAttr {
-                qp_state: RTR,
-                path_mtu: 3,
-                // SAFETY: a live QP.
-                dest_qp_num: unsafe { (*dest).qp_num },
-                max_dest_rd_atomic: 1,
-                min_rnr_timer: 12,
-                ah_attr: IbvAhAttr {
-                    dlid: 1,
-                    port_num: 1,
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            let (av, mtu, rq_psn, dest_qpn, dest_rd, rnr_timer) =
-                (1 << 7, 1 << 8, 1 << 12, 1 << 20, 1 << 17, 1 << 15);
-            self.modify(
-                qp,
-                rtr,
-                state | av | mtu | rq_psn | dest_qpn | dest_rd | rnr_timer,
-            );
-            let rts = IbvQpAttr {
-                qp_state: RTS,
-                timeout: 14,
-                retry_cnt: 7,
-                rnr_retry: 7,
-                max_rd_atomic: 1,
-                ..Default::default()
-            };
-            let (timeout, retry, rnr_retry, sq_psn, rd_atomic) =
-                (1 << 9, 1 << 10, 1 << 11, 1 << 16, 1 << 13);
-            self.modify(
-                qp,
-                rts,
-                state | timeout | retry | rnr_retry | sq_psn | rd_atomic,
-            );
+            // SAFETY: live QPs of libibverbs.
+            unsafe { c_modify_all(qp, c_connect_steps((*dest).qp_num, true)) };
         }
 
         /// RESET to RTS of a UD QP.
         fn ud_ready(&self, qp: *mut IbvQp) {
-            let (state, pkey, port, qkey, sq_psn) = (1, 1 << 4, 1 << 5, 1 << 6, 1 << 16);
-            let init = IbvQpAttr {
-                qp_state: INIT,
-                port_num: 1,
-                qkey: QKEY,
-                ..Default::default()
-            };
-            self.modify(qp, init, state | pkey | port | qkey);
-            let rtr = IbvQpAttr {
-                qp_state: RTR,
-                ..Default::default()
-            };
-            self.modify(qp, rtr, state);
-            let rts = IbvQpAttr {
-                qp_state: RTS,
-                ..Default::default()
-            };
-            self.modify(qp, rts, state | sq_psn);
+            // SAFETY: a live QP of libibverbs.
+            unsafe { c_modify_all(qp, c_ud_steps()) };
         }
 
         /// Posts one receive of `len` bytes at `off`.
@@ -305,15 +235,7 @@ mod linked {
 
     #[test]
     fn libmlx5_traffic_through_the_device_model() {
-        for (key, _) in std::env::vars_os() {
-            let key = key.to_string_lossy().into_owned();
-            if ["MLX5_", "IBV_", "RDMAV_"]
-                .iter()
-                .any(|p| key.starts_with(p))
-            {
-                std::env::remove_var(&key);
-            }
-        }
+        uverbs_oracle::fixtures::clear_environment();
         let root = std::env::temp_dir().join(format!("uverbs-model-{}", std::process::id()));
         sysfs::create(&root).expect("the fake sysfs tree");
         shim::install(&root);

@@ -12,6 +12,7 @@ mod shim;
 
 use uverbs::{Context, DriverId, Errno, OpenOptions};
 use uverbs_oracle::file::EmulatedFile;
+use uverbs_oracle::fixtures::{connect_steps, infiniband_context, ud_steps, QKEY};
 use uverbs_uapi::*;
 
 #[test]
@@ -74,21 +75,13 @@ fn a_context_without_mlx5_driver_data_is_refused() {
 /// receive and an RDMA WRITE, polled through uverbs' CQ.
 #[test]
 fn uverbs_traffic_through_the_device_model() {
-    use uverbs::command::{QpAttr, QpState, QpType};
-    use uverbs::uverbs_uapi as sys;
+    use uverbs::command::QpType;
+
     use uverbs::{
-        AccessFlags, Mtu, Payload, QpInit, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+        AccessFlags, Payload, QpInit, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus,
         WorkCompletion,
     };
-    let file = Arc::new(EmulatedFile::default());
-    file.kernel().infiniband_port = true;
-    let ctx = Context::with_transport(
-        "mlx5_0",
-        Some(DriverId::MLX5),
-        Box::new(file.clone()),
-        &OpenOptions::new(),
-    )
-    .unwrap();
+    let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = memmap2::MmapMut::map_anon(1 << 14).unwrap();
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
@@ -98,34 +91,7 @@ fn uverbs_traffic_through_the_device_model() {
     let init = QpInit::new(QpType::Rc, &cq, &cq);
     let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
-        let dest = sys::ib_uverbs_qp_dest {
-            dlid: 1,
-            port_num: 1,
-            ..Default::default()
-        };
-        let steps = [
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(1)
-                .access_flags(access),
-            QpAttr::new()
-                .state(QpState::Rtr)
-                .av(dest)
-                .path_mtu(Mtu::Mtu1024)
-                .dest_qpn(peer)
-                .rq_psn(0)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(12),
-            QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(0)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(1),
-        ];
-        for step in steps {
+        for step in connect_steps(peer, access, true) {
             qp.modify(&step).unwrap();
         }
     }
@@ -198,21 +164,13 @@ fn uverbs_traffic_through_the_device_model() {
 /// tables (a CQE carries none).
 #[test]
 fn an_owned_qp_on_mlx5_gets_its_buffers_back() {
-    use uverbs::command::{QpAttr, QpState, QpType};
-    use uverbs::uverbs_uapi as sys;
+    use uverbs::command::QpType;
+
     use uverbs::{
-        AccessFlags, BufferMr, Local, Mtu, OwnedQp, QpInit, RecvRequest, SendRequest, WcStatus,
+        AccessFlags, BufferMr, Local, OwnedQp, QpInit, RecvRequest, SendRequest, WcStatus,
     };
     type Mem = BufferMr<memmap2::MmapMut>;
-    let file = Arc::new(EmulatedFile::default());
-    file.kernel().infiniband_port = true;
-    let ctx = Context::with_transport(
-        "mlx5_0",
-        Some(DriverId::MLX5),
-        Box::new(file.clone()),
-        &OpenOptions::new(),
-    )
-    .unwrap();
+    let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(16, None).unwrap();
     let init = QpInit::new(QpType::Rc, &cq, &cq);
@@ -220,33 +178,7 @@ fn an_owned_qp_on_mlx5_gets_its_buffers_back() {
     let (a, b) = (owned(), owned());
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
-        let dest = sys::ib_uverbs_qp_dest {
-            dlid: 1,
-            port_num: 1,
-            ..Default::default()
-        };
-        for step in [
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(1)
-                .access_flags(access),
-            QpAttr::new()
-                .state(QpState::Rtr)
-                .av(dest)
-                .path_mtu(Mtu::Mtu1024)
-                .dest_qpn(peer)
-                .rq_psn(0)
-                .max_dest_rd_atomic(1)
-                .min_rnr_timer(12),
-            QpAttr::new()
-                .state(QpState::Rts)
-                .sq_psn(0)
-                .timeout(14)
-                .retry_cnt(7)
-                .rnr_retry(7)
-                .max_rd_atomic(1),
-        ] {
+        for step in connect_steps(peer, access, true) {
             qp.modify(&step).unwrap();
         }
     }
@@ -301,21 +233,12 @@ fn an_owned_qp_on_mlx5_gets_its_buffers_back() {
 /// 40-byte GRH area) checked.
 #[test]
 fn a_ud_send_through_an_address_handle() {
-    use uverbs::command::{QpAttr, QpState, QpType};
+    use uverbs::command::QpType;
     use uverbs::{
         AccessFlags, AhAttr, Gid, Payload, QpInit, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode,
         WcStatus, WorkCompletion,
     };
-    const QKEY: u32 = 0x1111_1111;
-    let file = Arc::new(EmulatedFile::default());
-    file.kernel().infiniband_port = true;
-    let ctx = Context::with_transport(
-        "mlx5_0",
-        Some(DriverId::MLX5),
-        Box::new(file.clone()),
-        &OpenOptions::new(),
-    )
-    .unwrap();
+    let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = memmap2::MmapMut::map_anon(1 << 14).unwrap();
     // SAFETY: `mem` outlives the MR.
@@ -324,15 +247,7 @@ fn a_ud_send_through_an_address_handle() {
     let init = QpInit::new(QpType::Ud, &cq, &cq);
     let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
     for qp in [&a, &b] {
-        for step in [
-            QpAttr::new()
-                .state(QpState::Init)
-                .pkey_index(0)
-                .port(1)
-                .qkey(QKEY),
-            QpAttr::new().state(QpState::Rtr),
-            QpAttr::new().state(QpState::Rts).sq_psn(0),
-        ] {
+        for step in ud_steps() {
             qp.modify(&step).unwrap();
         }
     }

@@ -244,3 +244,106 @@ pub const QKEY: u32 = 0x1111_1111;
 pub const UC: u32 = 3;
 pub const FENCE: u32 = 1;
 pub const SOLICITED: u32 = 4;
+
+/// `ibv_qp_attr_mask` bits the steps below use.
+mod mask {
+    pub const STATE: i32 = 1;
+    pub const ACCESS_FLAGS: i32 = 1 << 3;
+    pub const PKEY_INDEX: i32 = 1 << 4;
+    pub const PORT: i32 = 1 << 5;
+    pub const QKEY: i32 = 1 << 6;
+    pub const AV: i32 = 1 << 7;
+    pub const PATH_MTU: i32 = 1 << 8;
+    pub const TIMEOUT: i32 = 1 << 9;
+    pub const RETRY_CNT: i32 = 1 << 10;
+    pub const RNR_RETRY: i32 = 1 << 11;
+    pub const RQ_PSN: i32 = 1 << 12;
+    pub const MAX_QP_RD_ATOMIC: i32 = 1 << 13;
+    pub const MIN_RNR_TIMER: i32 = 1 << 15;
+    pub const SQ_PSN: i32 = 1 << 16;
+    pub const MAX_DEST_RD_ATOMIC: i32 = 1 << 17;
+    pub const DEST_QPN: i32 = 1 << 20;
+}
+
+/// libibverbs' form of `uverbs_oracle::fixtures::connect_steps`: RESET →
+/// INIT → RTR → RTS towards QP `peer` over the InfiniBand port (LID 1),
+/// every remote access allowed, with the RC-only values when `rc`.
+pub fn c_connect_steps(peer: u32, rc: bool) -> [(IbvQpAttr, c_int); 3] {
+    use mask::*;
+    let init = IbvQpAttr {
+        qp_state: INIT,
+        port_num: 1,
+        qp_access_flags: ALL_ACCESS,
+        ..Default::default()
+    };
+    let mut rtr = IbvQpAttr {
+        qp_state: RTR,
+        path_mtu: 3,
+        dest_qp_num: peer,
+        ah_attr: IbvAhAttr {
+            dlid: 1,
+            port_num: 1,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let mut rts = IbvQpAttr {
+        qp_state: RTS,
+        ..Default::default()
+    };
+    let (mut rtr_mask, mut rts_mask) = (STATE | AV | PATH_MTU | RQ_PSN | DEST_QPN, STATE | SQ_PSN);
+    if rc {
+        (rtr.max_dest_rd_atomic, rtr.min_rnr_timer) = (1, 12);
+        rtr_mask |= MAX_DEST_RD_ATOMIC | MIN_RNR_TIMER;
+        (rts.timeout, rts.retry_cnt, rts.rnr_retry, rts.max_rd_atomic) = (14, 7, 7, 1);
+        rts_mask |= TIMEOUT | RETRY_CNT | RNR_RETRY | MAX_QP_RD_ATOMIC;
+    }
+    [
+        (init, STATE | ACCESS_FLAGS | PKEY_INDEX | PORT),
+        (rtr, rtr_mask),
+        (rts, rts_mask),
+    ]
+}
+
+/// libibverbs' form of `uverbs_oracle::fixtures::ud_steps`.
+pub fn c_ud_steps() -> [(IbvQpAttr, c_int); 3] {
+    use mask::*;
+    [
+        (
+            IbvQpAttr {
+                qp_state: INIT,
+                port_num: 1,
+                qkey: self::QKEY,
+                ..Default::default()
+            },
+            STATE | PKEY_INDEX | PORT | mask::QKEY,
+        ),
+        (
+            IbvQpAttr {
+                qp_state: RTR,
+                ..Default::default()
+            },
+            STATE,
+        ),
+        (
+            IbvQpAttr {
+                qp_state: RTS,
+                ..Default::default()
+            },
+            STATE | SQ_PSN,
+        ),
+    ]
+}
+
+/// Applies `steps` to a libmlx5 QP, asserting each succeeds.
+///
+/// # Safety
+///
+/// `qp` is a live QP of libibverbs.
+pub unsafe fn c_modify_all(qp: *mut IbvQp, steps: [(IbvQpAttr, c_int); 3]) {
+    for (mut attr, mask) in steps {
+        // SAFETY: the caller's promise; the attributes are libibverbs' layout.
+        let ret = unsafe { ibv_modify_qp(qp, &mut attr, mask) };
+        assert_eq!(ret, 0, "ibv_modify_qp to {}", attr.qp_state);
+    }
+}
