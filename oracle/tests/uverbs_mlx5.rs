@@ -318,3 +318,102 @@ fn a_ud_send_through_an_address_handle() {
     assert_eq!(&mem[4096 + 40..4096 + 72], &[0xa7; 32]);
     drop((a, b, ah, cq, mr));
 }
+
+/// Rereg under traffic on mlx5: a region written by RDMA WRITEs through
+/// the device model loses REMOTE_WRITE in place (same keys: the next
+/// WRITE fails with a remote access error), gets it back, then moves to
+/// another range (new keys: the old rkey fails, the new one lands in the
+/// new range). Each phase on a fresh connected pair (an error moves the
+/// requester to ERR).
+#[test]
+fn rereg_under_traffic() {
+    use uverbs::command::QpType;
+    use uverbs::{
+        AccessFlags, CompletionQueue, Payload, ProtectionDomain, QpInit, QueuePair, Remote,
+        ReregFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+    };
+    let (file, ctx) = infiniband_context();
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let remote = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let mut src = memmap2::MmapMut::map_anon(4096).unwrap();
+    let mut a_range = memmap2::MmapMut::map_anon(4096).unwrap();
+    let mut b_range = memmap2::MmapMut::map_anon(4096).unwrap();
+    src[..64].copy_from_slice(&[0x3c; 64]);
+    // SAFETY: the mappings outlive the MRs (dropped at the end, after them).
+    let src_mr = unsafe { pd.reg_mr(src.as_mut_ptr(), 4096, AccessFlags::LOCAL_WRITE) }.unwrap();
+    // SAFETY: as above.
+    let mut target = unsafe { pd.reg_mr(a_range.as_mut_ptr(), 4096, remote) }.unwrap();
+    let pair = |pd: &ProtectionDomain, cq: &CompletionQueue| -> (QueuePair, QueuePair) {
+        let init = QpInit::new(QpType::Rc, cq, cq);
+        let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+        for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
+            for step in connect_steps(peer, remote, true) {
+                qp.modify(&step).unwrap();
+            }
+        }
+        (a, b)
+    };
+    let sge = [Sge {
+        addr: src.as_ptr() as u64,
+        length: 64,
+        lkey: src_mr.lkey(),
+    }];
+    // One WRITE of the 64 bytes to `addr` with `rkey`: its status.
+    let write = |qp: &QueuePair, addr: u64, rkey: u32| -> WcStatus {
+        let wr = SendWr::new(
+            1,
+            SendOp::RdmaWrite {
+                remote: Remote { addr, rkey },
+                imm: None,
+            },
+            Payload::Sges(&sge),
+        );
+        // SAFETY: the source is registered and untouched until polled.
+        unsafe { qp.post_send(&[wr]) }.unwrap();
+        // SAFETY: every object and buffer of the emulated kernel is live.
+        assert_eq!(unsafe { file.kernel().run_device() }, 1);
+        let mut wcs = [WorkCompletion::default(); 2];
+        assert_eq!(cq.poll(&mut wcs).unwrap(), 1);
+        wcs[0].status()
+    };
+    let (a_addr, b_addr) = (a_range.as_ptr() as u64, b_range.as_ptr() as u64);
+
+    let (a, _b) = pair(&pd, &cq);
+    let r1 = target.rkey();
+    assert_eq!(write(&a, a_addr, r1), WcStatus::Success);
+    assert_eq!(&a_range[..64], &[0x3c; 64]);
+
+    // Access changed in place: the keys stay, remote writes are refused.
+    target.set_access(AccessFlags::LOCAL_WRITE).unwrap();
+    assert_eq!(target.rkey(), r1, "an access change keeps the keys");
+    assert_eq!(write(&a, a_addr, r1), WcStatus::RemAccessErr);
+
+    let (a, _b) = pair(&pd, &cq);
+    target.set_access(remote).unwrap();
+    a_range[..64].fill(0);
+    assert_eq!(write(&a, a_addr, r1), WcStatus::Success);
+    assert_eq!(&a_range[..64], &[0x3c; 64]);
+
+    // A new translation: new keys, the old rkey refused, the new one
+    // lands in the new range.
+    // SAFETY: `b_range` stays mapped while registered.
+    unsafe {
+        target.rereg(
+            ReregFlags::TRANSLATION,
+            None,
+            b_range.as_mut_ptr(),
+            4096,
+            // Access unchanged: no CHANGE_ACCESS, so none may be given.
+            AccessFlags::empty(),
+        )
+    }
+    .unwrap();
+    let r2 = target.rkey();
+    assert_ne!(r2, r1, "a new translation gets new keys");
+    assert_eq!(write(&a, b_addr, r1), WcStatus::RemAccessErr);
+    let (a, _b) = pair(&pd, &cq);
+    assert_eq!(write(&a, b_addr, r2), WcStatus::Success);
+    assert_eq!(&b_range[..64], &[0x3c; 64]);
+    drop((a, _b, target, src_mr));
+}
