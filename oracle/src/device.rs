@@ -28,6 +28,7 @@
 //! are not written either), and any firmware vendor syndrome but the
 //! flush's.
 
+use std::os::fd::AsRawFd;
 use uverbs_uapi::{
     IB_UVERBS_ACCESS_LOCAL_WRITE, IB_UVERBS_ACCESS_REMOTE_ATOMIC, IB_UVERBS_ACCESS_REMOTE_READ,
     IB_UVERBS_ACCESS_REMOTE_WRITE, MLX5_QP_FLAG_SCATTER_CQE, MLX5_QP_FLAG_SIGNATURE,
@@ -766,6 +767,25 @@ impl Mlx5Kernel {
         // SAFETY: inside the CQ's buffer of `entries` CQEs (the caller's promise).
         unsafe { write_mem(addr, &c.bytes(cq.produced, cq.entries)) };
         cq.produced = cq.produced.wrapping_add(1);
+        // An armed CQ with a channel raises one event: armed means an arm
+        // word in the doorbell record other than the one that fired last
+        // (each arm after an event carries the next sequence number). Not
+        // modelled: solicited-only arming fires on any CQE.
+        let Some(fd) = cq.channel else { return };
+        // SAFETY: the doorbell record's second word, 4-aligned in the
+        // record the CQ was created with.
+        let arm =
+            u32::from_be(unsafe { std::ptr::read_volatile((cq.req.db_addr + 4) as *const u32) });
+        if arm == 0 || arm == cq.fired_arm {
+            return;
+        }
+        cq.fired_arm = arm;
+        if let Some(write) = self.channels.get(&fd) {
+            let desc = cq.user_handle.to_ne_bytes();
+            // SAFETY: 8 bytes from a live array to a pipe this kernel owns.
+            let n = unsafe { libc::write(write.as_raw_fd(), desc.as_ptr().cast(), desc.len()) };
+            assert_eq!(n, 8, "a completion event written");
+        }
     }
 }
 

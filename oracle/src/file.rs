@@ -97,6 +97,17 @@ unsafe impl Transport for EmulatedFile {
         Ok(if written { cmd.uhw_out.len() } else { 0 })
     }
 
+    /// A completion channel's read end, which the kernel answered and no
+    /// one else owns.
+    unsafe fn adopt_fd(&self, fd: u32) -> Option<std::os::fd::OwnedFd> {
+        use std::os::fd::FromRawFd;
+        let fd = fd as i32;
+        let ours = self.run(|kernel| kernel.channels.contains_key(&fd));
+        // SAFETY: the read end of a pipe the kernel made for this caller,
+        // adopted once (the caller's promise).
+        ours.then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+    }
+
     /// A UAR page: the emulation's memfd, mapped again (as a second mmap
     /// of the kernel's page would be).
     unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {

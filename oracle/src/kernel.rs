@@ -65,6 +65,14 @@ pub struct Cq {
     pub req: mlx5_ib_create_cq,
     /// CQEs the device has written (its producer counter).
     pub produced: u32,
+    /// The completion channel its events go to (the read end's number).
+    pub channel: Option<i32>,
+    /// What its events carry (`user_handle`).
+    pub user_handle: u64,
+    /// The arm word (the doorbell record's second word) that fired the
+    /// last event: the CQ is armed again only by a different word (a new
+    /// sequence number, as after each event read).
+    pub fired_arm: u32,
 }
 
 /// A memory region the kernel registered.
@@ -183,6 +191,9 @@ pub struct Mlx5Kernel {
     /// (RoCE, the default): set before the context is opened. UD over
     /// InfiniBand needs no kernel command for an address handle and no GID.
     pub infiniband_port: bool,
+    /// Completion channels: the write end of each one's pipe, by the
+    /// number of its read end (which the caller adopts).
+    pub channels: BTreeMap<i32, std::os::fd::OwnedFd>,
 }
 
 impl Mlx5Kernel {
@@ -295,6 +306,14 @@ impl Mlx5Kernel {
             IB_USER_VERBS_CMD_MODIFY_QP => {
                 let cmd: ib_uverbs_modify_qp = Self::core_in(call)?;
                 self.modify_qp(&cmd)
+            }
+            IB_USER_VERBS_CMD_CREATE_COMP_CHANNEL => {
+                let (read, write) =
+                    channel_pipe().map_err(|e| e.raw_os_error().unwrap_or(libc::EMFILE))?;
+                let resp = ib_uverbs_create_comp_channel_resp { fd: read as u32 };
+                call.write_output(UVERBS_ATTR_CORE_OUT, resp.as_bytes())?;
+                self.channels.insert(read, write);
+                Ok(())
             }
             IB_USER_VERBS_CMD_REG_MR => self.reg_mr(call),
             IB_USER_VERBS_CMD_REREG_MR => self.rereg_mr(call),
@@ -560,6 +579,15 @@ impl Mlx5Kernel {
             return Err(libc::EINVAL);
         }
         let entries = (cqe + 1).next_power_of_two();
+        let channel = call
+            .handle(UVERBS_ATTR_CREATE_CQ_COMP_CHANNEL)
+            .map(|fd| fd as i32);
+        if channel.is_some_and(|fd| !self.channels.contains_key(&fd)) {
+            return Err(libc::EBADF);
+        }
+        let user_handle = call
+            .input_u64(UVERBS_ATTR_CREATE_CQ_USER_HANDLE)
+            .unwrap_or(0);
         let (handle, cqn) = (self.handle(), FIRST_CQN + self.cqs.len() as u32);
         call.set_data(UVERBS_ATTR_CREATE_CQ_HANDLE, u64::from(handle))?;
         call.write_output(UVERBS_ATTR_CREATE_CQ_RESP_CQE, &(entries - 1).to_le_bytes())?;
@@ -573,6 +601,9 @@ impl Mlx5Kernel {
                 entries,
                 req,
                 produced: 0,
+                channel,
+                user_handle,
+                fired_arm: 0,
             },
         );
         Ok(())
@@ -675,6 +706,19 @@ impl Mlx5Kernel {
             .expect("mapped")
             .memfd)
     }
+}
+
+/// A completion channel: a pipe, its read end non-blocking as the
+/// kernel's file is not (the caller sets what it wants).
+fn channel_pipe() -> std::io::Result<(i32, std::os::fd::OwnedFd)> {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: the write end is new and owned by nothing else.
+    Ok((fds[0], unsafe { std::os::fd::OwnedFd::from_raw_fd(fds[1]) }))
 }
 
 fn remove<T>(table: &mut BTreeMap<u32, T>, handle: u32) -> Result<T, Errno> {

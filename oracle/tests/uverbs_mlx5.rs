@@ -417,3 +417,69 @@ fn rereg_under_traffic() {
     assert_eq!(&b_range[..64], &[0x3c; 64]);
     drop((a, _b, target, src_mr));
 }
+
+/// Arming on mlx5 (`req_notify`: the arm word in the doorbell record and
+/// the UAR's CQ doorbell, no system call) through the device model: an
+/// armed CQ raises one event on its completion channel for its next
+/// completion; until it is armed again (with the next sequence number,
+/// as counted from the events read), completions raise none.
+#[test]
+fn an_armed_cq_raises_one_event_per_arm() {
+    use std::time::Duration;
+    use uverbs::command::QpType;
+    use uverbs::{AccessFlags, Payload, QpInit, SendOp, SendWr, Sge, WorkCompletion};
+    let (file, ctx) = infiniband_context();
+    let channel = ctx.create_comp_channel().expect("a completion channel");
+    let pd = ctx.alloc_pd().unwrap();
+    let cq = ctx.create_cq(16, Some(&channel)).unwrap();
+    let init = QpInit::new(QpType::Rc, &cq, &cq);
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
+    let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
+        for step in connect_steps(peer, access, true) {
+            qp.modify(&step).unwrap();
+        }
+    }
+    let mut mem = memmap2::MmapMut::map_anon(4096).unwrap();
+    // SAFETY: `mem` outlives the MR.
+    let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), 4096, access) }.unwrap();
+    let sge = [Sge {
+        addr: mem.as_ptr() as u64,
+        length: 8,
+        lkey: mr.lkey(),
+    }];
+    let write = |id: u64| {
+        let op = SendOp::RdmaWrite {
+            remote: uverbs::Remote {
+                addr: mem.as_ptr() as u64 + 2048,
+                rkey: mr.rkey(),
+            },
+            imm: None,
+        };
+        // SAFETY: registered memory, untouched until polled.
+        unsafe { a.post_send(&[SendWr::new(id, op, Payload::Sges(&sge))]) }.unwrap();
+        // SAFETY: every object and buffer of the emulated kernel is live.
+        assert_eq!(unsafe { file.kernel().run_device() }, 1);
+        let mut wcs = [WorkCompletion::default(); 2];
+        assert_eq!(cq.poll(&mut wcs).unwrap(), 1);
+        assert_eq!(wcs[0].wr_id(), id);
+    };
+    let no_wait = Duration::from_millis(0);
+    // Not armed: no event.
+    write(1);
+    assert_eq!(channel.wait_event(no_wait).unwrap(), None);
+    // Armed: one event for the next completion, and only one.
+    cq.req_notify(false).unwrap();
+    write(2);
+    assert_eq!(channel.wait_event(no_wait).unwrap(), Some(cq.event_id()));
+    cq.ack_events(1).unwrap();
+    write(3);
+    assert_eq!(channel.wait_event(no_wait).unwrap(), None, "fired once");
+    // Armed again (sequence number 1 now): another event.
+    cq.req_notify(false).unwrap();
+    write(4);
+    assert_eq!(channel.wait_event(no_wait).unwrap(), Some(cq.event_id()));
+    cq.ack_events(1).unwrap();
+    assert_eq!(cq.events_received(), 2);
+    drop((a, b, cq, mr));
+}
