@@ -756,8 +756,8 @@ impl Mlx5Kernel {
     /// # Safety
     ///
     /// The CQ's buffer is writable.
-    unsafe fn push_cqe(&mut self, cq: u32, c: Completion) {
-        let Some(cq) = self.cqs.get_mut(&cq) else {
+    unsafe fn push_cqe(&mut self, cq_handle: u32, c: Completion) {
+        let Some(cq) = self.cqs.get_mut(&cq_handle) else {
             return;
         };
         let size = u64::from(cq.req.cqe_size);
@@ -767,19 +767,26 @@ impl Mlx5Kernel {
         // SAFETY: inside the CQ's buffer of `entries` CQEs (the caller's promise).
         unsafe { write_mem(addr, &c.bytes(cq.produced, cq.entries)) };
         cq.produced = cq.produced.wrapping_add(1);
-        // An armed CQ with a channel raises one event: armed means an arm
-        // word in the doorbell record other than the one that fired last
-        // (each arm after an event carries the next sequence number). Not
+        // An armed CQ with a channel raises one event. A CQ is armed by a
+        // doorbell on its UAR page's CQ register (0x20: the arm word, then
+        // the CQ number, big-endian): armed while the register names it
+        // with a value other than the one that fired last. The page keeps
+        // only the last doorbell written, so of several CQs sharing it
+        // only the last one armed is seen (enough for the tests). Not
         // modelled: solicited-only arming fires on any CQE.
         let Some(fd) = cq.channel else { return };
-        // SAFETY: the doorbell record's second word, 4-aligned in the
-        // record the CQ was created with.
-        let arm =
-            u32::from_be(unsafe { std::ptr::read_volatile((cq.req.db_addr + 4) as *const u32) });
-        if arm == 0 || arm == cq.fired_arm {
+        let page = u32::from(cq.req.uar_page_index);
+        let Some(doorbell) = self
+            .uar_page(page)
+            .map(|p| u64::from_be_bytes(p[0x20..0x28].try_into().expect("8 bytes")))
+        else {
+            return;
+        };
+        let cq = self.cqs.get_mut(&cq_handle).expect("looked up above");
+        if doorbell & 0xff_ffff != u64::from(cq.cqn) || doorbell == cq.fired_arm {
             return;
         }
-        cq.fired_arm = arm;
+        cq.fired_arm = doorbell;
         if let Some(write) = self.channels.get(&fd) {
             let desc = cq.user_handle.to_ne_bytes();
             // SAFETY: 8 bytes from a live array to a pipe this kernel owns.

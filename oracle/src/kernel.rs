@@ -69,10 +69,10 @@ pub struct Cq {
     pub channel: Option<i32>,
     /// What its events carry (`user_handle`).
     pub user_handle: u64,
-    /// The arm word (the doorbell record's second word) that fired the
-    /// last event: the CQ is armed again only by a different word (a new
+    /// The CQ doorbell (arm word and CQ number) that fired the last
+    /// event: the CQ is armed again only by a different one (a new
     /// sequence number, as after each event read).
-    pub fired_arm: u32,
+    pub fired_arm: u64,
 }
 
 /// A memory region the kernel registered.

@@ -34,14 +34,19 @@ pub struct Binary {
 /// (`UVERBS_REQUIRE_ORACLE`).
 pub fn host_tests(workspace: &Path, cache: &Path) -> Result<()> {
     peer::Peer::ensure(cache, &peer::ORACLE)?;
-    say("test: host test suite (cargo test --workspace --features uverbs/tokio)");
+    say("test: host test suite (cargo test --workspace --features uverbs/tokio,uverbs-oracle/tokio)");
     run_streaming(
         "test: host test suite",
         cargo()
             .current_dir(workspace)
             .env("UVERBS_VM_CACHE", cache)
             .env("UVERBS_REQUIRE_ORACLE", "1")
-            .args(["test", "--workspace", "--features", "uverbs/tokio"]),
+            .args([
+                "test",
+                "--workspace",
+                "--features",
+                "uverbs/tokio,uverbs-oracle/tokio",
+            ]),
     )
 }
 
