@@ -377,6 +377,53 @@ impl Drop for SendQueue {
     }
 }
 
+impl SendQueue {
+    /// Notes the request just written at block `idx` (`ds` 16-byte units):
+    /// its id for the CQ, the send counter after it, and the blocks it
+    /// took.
+    #[inline(always)]
+    fn record(&mut self, idx: u32, ds: u32, wr_id: u64) {
+        self.head = self.head.wrapping_add(1);
+        self.ids.sq_wrid[idx as usize].store(wr_id, Ordering::Relaxed);
+        self.ids.sq_head[idx as usize].store(self.head, Ordering::Relaxed);
+        self.cur_post = self
+            .cur_post
+            .wrapping_add((ds * 16).div_ceil(SEND_WQE_BB as u32));
+    }
+
+    /// After the last request of a post (at block `idx`, `ds` units;
+    /// `posted` requests in all): [`record`](Self::record) it, then the
+    /// doorbell record and the doorbell or BlueFlame write.
+    #[inline(always)]
+    fn complete_post(&mut self, sq: &wqe::Sq, idx: u32, ds: u32, wr_id: u64, posted: u32) {
+        self.record(idx, ds, wr_id);
+        // The WQEs before the doorbell record (`udma_to_device_barrier`:
+        // x86-64 keeps stores in order; this stops the compiler moving them).
+        fence(Ordering::Release);
+        // SAFETY: the record's send word, which only this queue writes.
+        unsafe {
+            self.mem
+                .dbrec(1)
+                .write_volatile((self.cur_post & 0xffff).to_be())
+        };
+        let bf = self.bf.as_mut().expect("a live SQ has its register");
+        // libmlx5's rule (with its default MLX5_POST_SEND_PREFER_BF): one
+        // request of more than one 16-byte unit that fits a half register
+        // goes whole through BlueFlame; otherwise the doorbell is the
+        // control segment's first 8 bytes.
+        if posted == 1 && ds > 1 && ds as usize <= BF_HALF / 16 {
+            let blocks = (ds * 16).div_ceil(SEND_WQE_BB as u32);
+            // SAFETY: the SQ's start and size; the WQE's first block; at
+            // most 4 blocks (ds ≤ 16).
+            unsafe { bf.blue_flame(sq.start, sq.bbs, idx, blocks) };
+        } else {
+            // SAFETY: the control segment of the last WQE, within the SQ.
+            let ctrl: [u8; 8] = unsafe { sq.block(idx).cast::<[u8; 8]>().read_volatile() };
+            bf.ring(ctrl);
+        }
+    }
+}
+
 impl Ring for SendQueue {}
 
 impl SendRing for SendQueue {
@@ -391,6 +438,25 @@ impl SendRing for SendQueue {
         let outstanding = self
             .head
             .wrapping_sub(self.ids.sq_tail.load(Ordering::Acquire));
+        if let [wr] = wrs {
+            if outstanding < max_post {
+                let sq = self.ring();
+                let idx = self.cur_post & (sq.bbs - 1);
+                let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
+                    wqe::CTRL_FENCE
+                } else {
+                    self.fm_cache
+                };
+                let bits = self.sig_all | fence_bits;
+                if let Some(ds) =
+                    wqe::write_one_segment(&sq, idx, self.cur_post, &self.limits, bits, wr)
+                {
+                    self.fm_cache = 0;
+                    self.complete_post(&sq, idx, ds, wr.wr_id, 1);
+                    return Ok(false);
+                }
+            }
+        }
         for (index, wr) in wrs.iter().enumerate() {
             let full = outstanding.saturating_add(index as u32) >= max_post;
             let checked = if full {
@@ -405,7 +471,6 @@ impl SendRing for SendQueue {
         }
         let sq = self.ring();
         let mut next_fence = self.fm_cache;
-        let mut last = (0u32, 0u32);
         for (n, wr) in wrs.iter().enumerate() {
             let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
                 wqe::CTRL_FENCE
@@ -414,48 +479,17 @@ impl SendRing for SendQueue {
             };
             next_fence = 0;
             let idx = self.cur_post & (sq.bbs - 1);
-            let written = wqe::write_send(
-                &sq,
-                idx,
-                self.cur_post,
-                &self.limits,
-                self.sig_all | fence_bits,
-                wr,
-            );
-            self.ids.sq_wrid[idx as usize].store(wr.wr_id, Ordering::Relaxed);
-            self.ids.sq_head[idx as usize]
-                .store(self.head.wrapping_add(n as u32 + 1), Ordering::Relaxed);
-            self.cur_post = self
-                .cur_post
-                .wrapping_add((written * 16).div_ceil(SEND_WQE_BB as u32));
-            last = (idx, written);
-        }
-        self.fm_cache = next_fence;
-        self.head = self.head.wrapping_add(wrs.len() as u32);
-        // The WQEs before the doorbell record (`udma_to_device_barrier`:
-        // x86-64 keeps stores in order; this stops the compiler moving them).
-        fence(Ordering::Release);
-        // SAFETY: the record's send word, which only this queue writes.
-        unsafe {
-            self.mem
-                .dbrec(1)
-                .write_volatile((self.cur_post & 0xffff).to_be())
-        };
-        let (idx, ds) = last;
-        let bf = self.bf.as_mut().expect("a live SQ has its register");
-        // libmlx5's rule (with its default MLX5_POST_SEND_PREFER_BF): one
-        // request of more than one 16-byte unit that fits a half register
-        // goes whole through BlueFlame; otherwise the doorbell is the
-        // control segment's first 8 bytes.
-        if wrs.len() == 1 && ds > 1 && ds as usize <= BF_HALF / 16 {
-            let blocks = (ds * 16).div_ceil(SEND_WQE_BB as u32);
-            // SAFETY: the SQ's start and size; the WQE's first block; at
-            // most 4 blocks (ds ≤ 16).
-            unsafe { bf.blue_flame(sq.start, sq.bbs, idx, blocks) };
-        } else {
-            // SAFETY: the control segment of the last WQE, within the SQ.
-            let ctrl: [u8; 8] = unsafe { sq.block(idx).cast::<[u8; 8]>().read_volatile() };
-            bf.ring(ctrl);
+            let bits = self.sig_all | fence_bits;
+            let ds = wqe::write_one_segment(&sq, idx, self.cur_post, &self.limits, bits, wr)
+                .unwrap_or_else(|| {
+                    wqe::write_send(&sq, idx, self.cur_post, &self.limits, bits, wr)
+                });
+            if n + 1 < wrs.len() {
+                self.record(idx, ds, wr.wr_id);
+            } else {
+                self.fm_cache = next_fence;
+                self.complete_post(&sq, idx, ds, wr.wr_id, wrs.len() as u32);
+            }
         }
         Ok(false)
     }

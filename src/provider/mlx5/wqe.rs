@@ -252,6 +252,88 @@ pub(crate) fn check_send(limits: &SendLimits, wr: &SendWr<'_>) -> Result<(), Pos
     Ok(())
 }
 
+/// The usual post, written without the general path: a SEND or RDMA
+/// WRITE (with or without immediate) on an RC or UC QP from exactly one
+/// non-empty SGE, or one inline segment within `max_inline`. Every check
+/// of [`check_send`] passes for such a request (the caller checks the
+/// queue's room); `None` for any other request, nothing written. The bytes
+/// are [`write_send`]'s (the differential suite compares both paths with
+/// libmlx5's).
+#[inline(always)]
+pub(crate) fn write_one_segment(
+    sq: &Sq,
+    idx: u32,
+    cur_post: u32,
+    limits: &SendLimits,
+    fm_ce_se: u8,
+    wr: &SendWr<'_>,
+) -> Option<u32> {
+    if wr.ud.is_some() || limits.qp_type == QpType::Ud {
+        return None;
+    }
+    let (op, remote, imm) = match wr.op {
+        SendOp::Send { imm: None } => (opcode::SEND, None, None),
+        SendOp::Send { imm: Some(i) } => (opcode::SEND_IMM, None, Some(i)),
+        SendOp::RdmaWrite { remote, imm: None } => (opcode::RDMA_WRITE, Some(remote), None),
+        SendOp::RdmaWrite {
+            remote,
+            imm: Some(i),
+        } => (opcode::RDMA_WRITE_IMM, Some(remote), Some(i)),
+        _ => return None,
+    };
+    let applies = match wr.payload {
+        Payload::Sges([sge]) => sge.length != 0 && limits.max_sge != 0,
+        Payload::Inline([data]) => !data.is_empty() && data.len() <= limits.max_inline as usize,
+        _ => false,
+    };
+    if !applies {
+        return None;
+    }
+    let start = idx as usize * 64;
+    // Control, then a remote address: 32 bytes, within the first block.
+    let mut at = start + 16;
+    let mut ds = 1u32;
+    if let Some(r) = remote {
+        let mut seg = [0u8; 16];
+        seg[..8].copy_from_slice(&r.addr.to_be_bytes());
+        seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
+        at = sq.put_seg(at, &seg);
+        ds += 1;
+    }
+    // One segment of either kind (checked above).
+    match wr.payload {
+        Payload::Sges(sges) => {
+            let sge = &sges[0];
+            let mut seg = [0u8; 16];
+            seg[..4].copy_from_slice(&sge.length.to_be_bytes());
+            seg[4..8].copy_from_slice(&sge.lkey.to_be_bytes());
+            seg[8..].copy_from_slice(&sge.addr.to_be_bytes());
+            sq.put_seg(at, &seg);
+            ds += 1;
+        }
+        Payload::Inline(segs) => {
+            let data = segs[0];
+            sq.put_seg(at, &(data.len() as u32 | INLINE_SEG).to_be_bytes());
+            sq.put(sq.after(at, 4), data);
+            ds += (data.len() as u32 + 4).div_ceil(16);
+        }
+    }
+    let mut ctrl = [0u8; 16];
+    ctrl[..4].copy_from_slice(&(((cur_post & 0xffff) << 8) | u32::from(op)).to_be_bytes());
+    ctrl[4..8].copy_from_slice(&((limits.qpn << 8) | ds).to_be_bytes());
+    let mut bits = fm_ce_se;
+    if wr.flags.contains(SendFlags::SIGNALED) {
+        bits |= CTRL_CQ_UPDATE;
+    }
+    if wr.flags.contains(SendFlags::SOLICITED) {
+        bits |= CTRL_SOLICITED;
+    }
+    ctrl[11] = bits;
+    ctrl[12..].copy_from_slice(&imm.map_or([0; 4], u32::to_be_bytes));
+    sq.put_seg(start, &ctrl);
+    Some(ds)
+}
+
 /// Writes the WQE of a checked request at block `idx`, as WQE number
 /// `cur_post` (its low 16 bits go in the control segment), with the fence,
 /// and signal bits of the QP in `fm_ce_se`.
