@@ -113,12 +113,54 @@ impl Sq {
 ///
 /// `to` is 16 writable bytes of a queue the device does not read yet.
 pub(crate) unsafe fn put_data_seg(to: *mut u8, length: u32, lkey: u32, addr: u64) {
+    let seg = data_seg(length, lkey, addr);
+    // SAFETY: the caller's promise.
+    unsafe { std::ptr::copy_nonoverlapping(seg.as_ptr(), to, 16) };
+}
+
+/// A data segment (`struct mlx5_wqe_data_seg`): byte count, lkey, address.
+fn data_seg(length: u32, lkey: u32, addr: u64) -> [u8; 16] {
     let mut seg = [0u8; 16];
     seg[..4].copy_from_slice(&length.to_be_bytes());
     seg[4..8].copy_from_slice(&lkey.to_be_bytes());
     seg[8..].copy_from_slice(&addr.to_be_bytes());
-    // SAFETY: the caller's promise.
-    unsafe { std::ptr::copy_nonoverlapping(seg.as_ptr(), to, 16) };
+    seg
+}
+
+/// A remote-address segment (`struct mlx5_wqe_raddr_seg`), its reserved
+/// word zero.
+fn raddr_seg(r: crate::wr::Remote) -> [u8; 16] {
+    let mut seg = [0u8; 16];
+    seg[..8].copy_from_slice(&r.addr.to_be_bytes());
+    seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
+    seg
+}
+
+/// The control segment of WQE number `cur_post` (its low 16 bits), of
+/// `ds` 16-byte units: the opcode, the QP number, the QP's fence and
+/// signal bits `fm_ce_se` with the request's own, the immediate data.
+fn ctrl_seg(
+    cur_post: u32,
+    op: u8,
+    limits: &SendLimits,
+    ds: u32,
+    fm_ce_se: u8,
+    wr: &SendWr<'_>,
+    imm: Option<u32>,
+) -> [u8; 16] {
+    let mut ctrl = [0u8; 16];
+    ctrl[..4].copy_from_slice(&(((cur_post & 0xffff) << 8) | u32::from(op)).to_be_bytes());
+    ctrl[4..8].copy_from_slice(&((limits.qpn << 8) | ds).to_be_bytes());
+    let mut bits = fm_ce_se;
+    if wr.flags.contains(SendFlags::SIGNALED) {
+        bits |= CTRL_CQ_UPDATE;
+    }
+    if wr.flags.contains(SendFlags::SOLICITED) {
+        bits |= CTRL_SOLICITED;
+    }
+    ctrl[11] = bits;
+    ctrl[12..].copy_from_slice(&imm.map_or([0; 4], u32::to_be_bytes));
+    ctrl
 }
 
 /// A request's parts as the WQE holds them.
@@ -294,21 +336,14 @@ pub(crate) fn write_one_segment(
     let mut at = start + 16;
     let mut ds = 1u32;
     if let Some(r) = remote {
-        let mut seg = [0u8; 16];
-        seg[..8].copy_from_slice(&r.addr.to_be_bytes());
-        seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
-        at = sq.put_seg(at, &seg);
+        at = sq.put_seg(at, &raddr_seg(r));
         ds += 1;
     }
     // One segment of either kind (checked above).
     match wr.payload {
         Payload::Sges(sges) => {
             let sge = &sges[0];
-            let mut seg = [0u8; 16];
-            seg[..4].copy_from_slice(&sge.length.to_be_bytes());
-            seg[4..8].copy_from_slice(&sge.lkey.to_be_bytes());
-            seg[8..].copy_from_slice(&sge.addr.to_be_bytes());
-            sq.put_seg(at, &seg);
+            sq.put_seg(at, &data_seg(sge.length, sge.lkey, sge.addr));
             ds += 1;
         }
         Payload::Inline(segs) => {
@@ -318,19 +353,10 @@ pub(crate) fn write_one_segment(
             ds += (data.len() as u32 + 4).div_ceil(16);
         }
     }
-    let mut ctrl = [0u8; 16];
-    ctrl[..4].copy_from_slice(&(((cur_post & 0xffff) << 8) | u32::from(op)).to_be_bytes());
-    ctrl[4..8].copy_from_slice(&((limits.qpn << 8) | ds).to_be_bytes());
-    let mut bits = fm_ce_se;
-    if wr.flags.contains(SendFlags::SIGNALED) {
-        bits |= CTRL_CQ_UPDATE;
-    }
-    if wr.flags.contains(SendFlags::SOLICITED) {
-        bits |= CTRL_SOLICITED;
-    }
-    ctrl[11] = bits;
-    ctrl[12..].copy_from_slice(&imm.map_or([0; 4], u32::to_be_bytes));
-    sq.put_seg(start, &ctrl);
+    sq.put_seg(
+        start,
+        &ctrl_seg(cur_post, op, limits, ds, fm_ce_se, wr, imm),
+    );
     Some(ds)
 }
 
@@ -367,10 +393,7 @@ pub(crate) fn write_send(
         ds += 3;
     }
     if let Some(r) = remote {
-        let mut seg = [0u8; 16];
-        seg[..8].copy_from_slice(&r.addr.to_be_bytes());
-        seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
-        at = sq.put_seg(at, &seg);
+        at = sq.put_seg(at, &raddr_seg(r));
         ds += 1;
     }
     if let Some((swap_add, compare)) = atomic {
@@ -399,28 +422,15 @@ pub(crate) fn write_send(
         Payload::Sges(sges) => {
             for sge in sges.iter().filter(|s| s.length != 0) {
                 let length = if atomic.is_some() { 8 } else { sge.length };
-                let mut seg = [0u8; 16];
-                seg[..4].copy_from_slice(&length.to_be_bytes());
-                seg[4..8].copy_from_slice(&sge.lkey.to_be_bytes());
-                seg[8..].copy_from_slice(&sge.addr.to_be_bytes());
-                at = sq.put_seg(at, &seg);
+                at = sq.put_seg(at, &data_seg(length, sge.lkey, sge.addr));
                 ds += 1;
             }
         }
     }
-    let mut ctrl = [0u8; 16];
-    ctrl[..4].copy_from_slice(&(((cur_post & 0xffff) << 8) | u32::from(op)).to_be_bytes());
-    ctrl[4..8].copy_from_slice(&((limits.qpn << 8) | ds).to_be_bytes());
-    let mut bits = fm_ce_se;
-    if wr.flags.contains(SendFlags::SIGNALED) {
-        bits |= CTRL_CQ_UPDATE;
-    }
-    if wr.flags.contains(SendFlags::SOLICITED) {
-        bits |= CTRL_SOLICITED;
-    }
-    ctrl[11] = bits;
-    ctrl[12..].copy_from_slice(&imm.map_or([0; 4], u32::to_be_bytes));
-    sq.put_seg(start, &ctrl);
+    sq.put_seg(
+        start,
+        &ctrl_seg(cur_post, op, limits, ds, fm_ce_se, wr, imm),
+    );
     let _ = at;
     ds
 }
