@@ -630,14 +630,10 @@ mod linked {
 
     /// Registers libmlx5 with the static libibverbs and opens the device.
     fn open_theirs() -> Result<*mut c_void, String> {
-        // SAFETY: the provider's descriptor is a static of the archive;
-        // the device list is freed after the open, as libibverbs allows.
+        register_mlx5();
+        // SAFETY: the device list is freed after the open, as libibverbs
+        // allows.
         unsafe {
-            ibv_static_providers(
-                std::ptr::null_mut(),
-                std::ptr::addr_of!(verbs_provider_mlx5),
-                std::ptr::null::<c_void>(),
-            );
             let mut n = 0;
             let list = ibv_get_device_list(&mut n);
             if list.is_null() || n != 1 {

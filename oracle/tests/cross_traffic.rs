@@ -74,14 +74,7 @@ mod linked {
         sysfs::create(&root).expect("the fake sysfs tree");
         shim::install(&root);
         shim::with_kernel_mut(|k| k.infiniband_port = true);
-        // SAFETY: the provider's descriptor is a static of the archive.
-        unsafe {
-            ibv_static_providers(
-                std::ptr::null_mut(),
-                std::ptr::addr_of!(verbs_provider_mlx5),
-                std::ptr::null::<c_void>(),
-            )
-        };
+        register_mlx5();
         let mut theirs_mem = memmap2::MmapMut::map_anon(LEN).unwrap();
         let mut ours_mem = memmap2::MmapMut::map_anon(LEN).unwrap();
         let t_base = theirs_mem.as_ptr() as u64;

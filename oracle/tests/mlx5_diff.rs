@@ -985,14 +985,7 @@ mod linked {
         let root = std::env::temp_dir().join(format!("uverbs-diff-{}", std::process::id()));
         sysfs::create(&root).expect("the fake sysfs tree");
         shim::install(&root);
-        // SAFETY: the provider's descriptor is a static of the archive.
-        unsafe {
-            ibv_static_providers(
-                std::ptr::null_mut(),
-                std::ptr::addr_of!(verbs_provider_mlx5),
-                std::ptr::null::<c_void>(),
-            )
-        };
+        register_mlx5();
         let mut s = Suite {
             mem: memmap2::MmapMut::map_anon(MEM).unwrap(),
             cases: 0,

@@ -242,15 +242,7 @@ mod linked {
         // UD over InfiniBand: an address handle is libmlx5's alone.
         shim::with_kernel_mut(|k| k.infiniband_port = true);
 
-        // SAFETY: the provider's descriptor is a static of the linked
-        // archive; the list ends with NULL.
-        unsafe {
-            ibv_static_providers(
-                std::ptr::null_mut(),
-                std::ptr::addr_of!(verbs_provider_mlx5),
-                std::ptr::null::<c_void>(),
-            )
-        };
+        register_mlx5();
         // SAFETY: plain libibverbs calls, each checked before the next
         // uses what it returned; every object is destroyed before the
         // buffers it names are unmapped.

@@ -347,3 +347,17 @@ pub unsafe fn c_modify_all(qp: *mut IbvQp, steps: [(IbvQpAttr, c_int); 3]) {
         assert_eq!(ret, 0, "ibv_modify_qp to {}", attr.qp_state);
     }
 }
+
+/// Registers libmlx5 with the static libibverbs, which lists no device
+/// without it (docs/mlx5.md: "Linking").
+pub fn register_mlx5() {
+    // SAFETY: the provider's descriptor is a static of the linked archive;
+    // the list ends with NULL.
+    unsafe {
+        ibv_static_providers(
+            std::ptr::null_mut(),
+            std::ptr::addr_of!(verbs_provider_mlx5),
+            std::ptr::null::<c_void>(),
+        )
+    };
+}
