@@ -130,6 +130,28 @@ pub enum Op {
     CmJoinMulticast,
     /// rdma_cm `LEAVE_MCAST` (`rdma_leave_multicast`).
     CmLeaveMulticast,
+    /// `EX_QUERY_DEVICE` / `UVERBS_METHOD_QUERY_DEVICE` extended attributes (`ibv_query_device_ex`).
+    QueryDeviceEx,
+    /// `RESIZE_CQ` and remapping the ring (`ibv_resize_cq`).
+    ResizeCq,
+    /// `CREATE_SRQ` and mapping its ring (`ibv_create_srq`).
+    CreateSrq,
+    /// `MODIFY_SRQ` (`ibv_modify_srq`).
+    ModifySrq,
+    /// `QUERY_SRQ` (`ibv_query_srq`).
+    QuerySrq,
+    /// `DESTROY_SRQ` (`ibv_destroy_srq`).
+    DestroySrq,
+    /// Writing receive WQEs to a shared receive queue (`ibv_post_srq_recv`).
+    PostSrqRecv,
+    /// `ALLOC_MW` (`ibv_alloc_mw`).
+    AllocMw,
+    /// `DEALLOC_MW` (`ibv_dealloc_mw`).
+    DeallocMw,
+    /// Binding a memory window (`ibv_bind_mw`, a `BIND_MW` work request).
+    BindMw,
+    /// `UVERBS_METHOD_REG_DMABUF_MR` (`ibv_reg_dmabuf_mr`).
+    RegDmabufMr,
 }
 
 impl Op {
@@ -189,6 +211,17 @@ impl Op {
             Op::CmSetOption => "rdma_set_option",
             Op::CmJoinMulticast => "rdma_join_multicast",
             Op::CmLeaveMulticast => "rdma_leave_multicast",
+            Op::QueryDeviceEx => "query_device_ex",
+            Op::ResizeCq => "resize_cq",
+            Op::CreateSrq => "create_srq",
+            Op::ModifySrq => "modify_srq",
+            Op::QuerySrq => "query_srq",
+            Op::DestroySrq => "destroy_srq",
+            Op::PostSrqRecv => "post_srq_recv",
+            Op::AllocMw => "alloc_mw",
+            Op::DeallocMw => "dealloc_mw",
+            Op::BindMw => "bind_mw",
+            Op::RegDmabufMr => "reg_dmabuf_mr",
         }
     }
 }
