@@ -1022,3 +1022,116 @@ pub struct ib_uverbs_post_send_resp {
     pub bad_wr: u32,
 }
 const _: () = assert!(core::mem::size_of::<ib_uverbs_post_send_resp>() == 4);
+
+/// `CREATE_SRQ` command body (driver data follows).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_srq {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// The value the SRQ's async events carry.
+    pub user_handle: u64,
+    /// Handle of the PD.
+    pub pd_handle: u32,
+    /// Receive work requests asked for.
+    pub max_wr: u32,
+    /// SGEs per receive work request asked for.
+    pub max_sge: u32,
+    /// The limit below which the SRQ reports `IB_EVENT_SRQ_LIMIT_REACHED` (0: not armed).
+    pub srq_limit: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_srq>() == 32);
+
+/// `CREATE_SRQ` response (driver data follows).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_create_srq_resp {
+    /// Handle of the new SRQ.
+    pub srq_handle: u32,
+    /// Receive work requests it holds.
+    pub max_wr: u32,
+    /// SGEs per receive work request.
+    pub max_sge: u32,
+    /// SRQ number (XRC; 0 here).
+    pub srqn: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_create_srq_resp>() == 16);
+
+/// `MODIFY_SRQ` command body (driver data follows; no response).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_modify_srq {
+    /// Handle of the SRQ.
+    pub srq_handle: u32,
+    /// `IB_SRQ_MAX_WR` (1) and/or `IB_SRQ_LIMIT` (2).
+    pub attr_mask: u32,
+    /// New size (with `IB_SRQ_MAX_WR`).
+    pub max_wr: u32,
+    /// New limit (with `IB_SRQ_LIMIT`; 0 disarms).
+    pub srq_limit: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_modify_srq>() == 16);
+
+/// `QUERY_SRQ` command body.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_srq {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Handle of the SRQ.
+    pub srq_handle: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_srq>() == 16);
+
+/// `QUERY_SRQ` response.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_query_srq_resp {
+    /// Receive work requests the SRQ holds.
+    pub max_wr: u32,
+    /// SGEs per receive work request.
+    pub max_sge: u32,
+    /// The armed limit (0: not armed).
+    pub srq_limit: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_query_srq_resp>() == 16);
+
+/// `DESTROY_SRQ` command body.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_srq {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Handle of the SRQ.
+    pub srq_handle: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_destroy_srq>() == 16);
+
+/// `DESTROY_SRQ` response.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_destroy_srq_resp {
+    /// Async events delivered for this SRQ.
+    pub events_reported: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_destroy_srq_resp>() == 4);

@@ -356,3 +356,29 @@ pub struct rxe_create_ah_resp {
     pub reserved: u32,
 }
 const _: () = assert!(core::mem::size_of::<rxe_create_ah_resp>() == 8);
+
+/// rxe's UHW out of `CREATE_SRQ`: the SRQ's ring.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_create_srq_resp {
+    /// The ring.
+    pub mi: mminfo,
+    /// The SRQ number.
+    pub srq_num: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<rxe_create_srq_resp>() == 24);
+
+/// rxe's UHW in of `MODIFY_SRQ`: where the kernel writes the new ring's `mminfo` after a resize (`IB_SRQ_MAX_WR`).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_modify_srq_cmd {
+    /// User pointer to an `mminfo`.
+    pub mmap_info_addr: u64,
+}
+const _: () = assert!(core::mem::size_of::<rxe_modify_srq_cmd>() == 8);

@@ -300,3 +300,18 @@ pub struct siw_cq_ctrl {
 }
 const _: () = assert!(core::mem::size_of::<siw_cq_ctrl>() == 8);
 const _: () = assert!(core::mem::align_of::<siw_cq_ctrl>() == 4);
+
+/// siw UHW output of `CREATE_SRQ`: where the receive array is mapped.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct siw_uresp_create_srq {
+    /// Elements in the array (a power of two).
+    pub num_rqe: u32,
+    /// Padding.
+    pub pad: u32,
+    /// mmap offset of `num_rqe` × [`siw_rqe`] ([`SIW_INVAL_UOBJ_KEY`]: none).
+    pub srq_key: u64,
+}
+const _: () = assert!(core::mem::size_of::<siw_uresp_create_srq>() == 16);

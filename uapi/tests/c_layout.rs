@@ -510,6 +510,13 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             ib_uverbs_destroy_cq { response, cq_handle, reserved }
             ib_uverbs_destroy_cq_resp { comp_events_reported, async_events_reported }
             ib_uverbs_req_notify_cq { cq_handle, solicited_only }
+            ib_uverbs_create_srq { response, user_handle, pd_handle, max_wr, max_sge, srq_limit }
+            ib_uverbs_create_srq_resp { srq_handle, max_wr, max_sge, srqn }
+            ib_uverbs_modify_srq { srq_handle, attr_mask, max_wr, srq_limit }
+            ib_uverbs_query_srq { response, srq_handle, reserved }
+            ib_uverbs_query_srq_resp { max_wr, max_sge, srq_limit, reserved }
+            ib_uverbs_destroy_srq { response, srq_handle, reserved }
+            ib_uverbs_destroy_srq_resp { events_reported }
             ib_uverbs_create_qp {
                 response, user_handle, pd_handle, send_cq_handle, recv_cq_handle, srq_handle,
                 max_send_wr, max_recv_wr, max_send_sge, max_recv_sge, max_inline_data,
@@ -559,6 +566,8 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             mminfo { offset, size, pad }
             rxe_create_cq_resp { mi }
             rxe_create_qp_resp { rq_mi, sq_mi }
+            rxe_create_srq_resp { mi, srq_num, reserved }
+            rxe_modify_srq_cmd { mmap_info_addr }
             rxe_create_ah_resp { ah_num, reserved }
             ib_uverbs_attr { attr_id, len, flags, attr_data, data }
             ib_uverbs_ioctl_hdr {
@@ -602,6 +611,7 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             siw_uresp_reg_mr { stag, pad }
             siw_uresp_create_cq { cq_id, num_cqe, cq_key }
             siw_uresp_create_qp { qp_id, num_sqe, num_rqe, pad, sq_key, rq_key }
+            siw_uresp_create_srq { num_rqe, pad, srq_key }
             siw_sge { laddr, length, lkey }
             siw_sqe { id, flags, num_sge, opcode, rkey, raddr, sge }
             siw_rqe { id, flags, num_sge, opcode, unused, sge }
