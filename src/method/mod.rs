@@ -14,6 +14,7 @@
 //! | `QueryContext` | `DEVICE` | 5.9 (needs the driver's `query_ucontext`: not rxe, not siw) |
 //! | `QueryGidEntry`, `QueryGidTable` | `DEVICE` | 5.10 |
 //! | `QueryMr` | `MR` | 5.9 (no write() command exists) |
+//! | `RegDmabufMr` | `MR` | 5.12 (no write() command exists; the driver needs `reg_user_mr_dmabuf`: not rxe, not siw) |
 //! | [`CqCreate`], [`CqDestroy`] | `CQ` | default-on since the ioctl framework (rdma-core's first choice) |
 //! | [`QpCreate`], [`QpDestroy`] | `QP` | 5.8 |
 //!
@@ -113,5 +114,5 @@ fn query_one<T: FromBytes + IntoBytes + Copy>(
 
 pub use cq::{CqCreate, CqCreateOuts, CqCreated, CqDestroy};
 pub(crate) use device::{InfoHandles, QueryContext, QueryGidEntry, QueryGidTable, QueryPort};
-pub(crate) use mr::QueryMr;
+pub(crate) use mr::{DmabufMrKeys, QueryMr, RegDmabufMr};
 pub use qp::{QpCreate, QpCreateOuts, QpCreated, QpDestroy};

@@ -1,8 +1,10 @@
 //! Memory regions: registration, deregistration, and what an MR is.
 //!
 //! Re-registration lives in `rereg` (the change set and the in-place
-//! command) and `replace` (the fallback that registers anew).
+//! command) and `replace` (the fallback that registers anew); regions over
+//! a DMA-BUF in `dmabuf`.
 
+mod dmabuf;
 mod replace;
 mod rereg;
 
@@ -18,6 +20,7 @@ use crate::pd::{PdInner, ProtectionDomain};
 use crate::post::OutOfRange;
 use crate::wr::{Remote, Sge};
 
+pub use dmabuf::{DmaBuf, RegDmabufError};
 pub use rereg::{Rereg, ReregFallback, ReregPath};
 
 /// A registered memory region (`struct ibv_mr`).
@@ -43,6 +46,12 @@ pub struct MemoryRegion {
     fork_marked: bool,
     /// False once deregistered, so that Drop does nothing.
     live: bool,
+    /// The DMA-BUF of a region registered over one
+    /// ([`ProtectionDomain::reg_dmabuf_mr`]): closed when the region is
+    /// dropped, after Drop's `DEREG_MR` (fields drop after `drop` runs).
+    /// (Four bytes: a descriptor's niche; an MR stays small, its errors
+    /// carry it.)
+    dmabuf: Option<DmaBuf>,
 }
 
 impl fmt::Debug for MemoryRegion {
@@ -56,6 +65,7 @@ impl fmt::Debug for MemoryRegion {
             .field("length", &self.length)
             .field("pd", &self.pd.handle)
             .field("access", &self.access)
+            .field("dmabuf", &self.dmabuf)
             .finish()
     }
 }
@@ -123,6 +133,7 @@ impl MemoryRegion {
                 access,
                 fork_marked,
                 live: true,
+                dmabuf: None,
             }),
             Err(error) => {
                 if fork_marked {
@@ -132,6 +143,38 @@ impl MemoryRegion {
                 Err(RegFailure::Cmd(error))
             }
         }
+    }
+
+    /// The region `REG_DMABUF_MR` answered: at `iova` (its `addr`), nothing
+    /// marked for fork, owning the buffer.
+    pub(crate) fn over_dmabuf(
+        pd: &Arc<PdInner>,
+        keys: crate::method::DmabufMrKeys,
+        buf: DmaBuf,
+        iova: u64,
+        length: usize,
+        access: AccessFlags,
+    ) -> MemoryRegion {
+        MemoryRegion {
+            ctx: pd.ctx.clone(),
+            pd: pd.clone(),
+            handle: keys.handle,
+            lkey: keys.lkey,
+            rkey: keys.rkey,
+            addr: iova as usize,
+            length,
+            access,
+            fork_marked: false,
+            live: true,
+            dmabuf: Some(buf),
+        }
+    }
+
+    /// The DMA-BUF this region is registered over, if it is one
+    /// ([`ProtectionDomain::reg_dmabuf_mr`]); it stays open as long as the
+    /// region.
+    pub fn dmabuf(&self) -> Option<&DmaBuf> {
+        self.dmabuf.as_ref()
     }
 
     /// The local key, for work requests of this process.
@@ -144,7 +187,9 @@ impl MemoryRegion {
         self.rkey
     }
 
-    /// The first registered byte.
+    /// The first registered byte. For a region over a DMA-BUF this is its
+    /// `iova`, an address in the device's view rather than a pointer of
+    /// this process.
     pub fn addr(&self) -> *mut u8 {
         self.addr as *mut u8
     }

@@ -214,6 +214,8 @@ impl MemoryRegion {
     /// This is `ibv_rereg_mr(mr, flags, pd, addr, length, access)`, with
     /// libibverbs' input checks in its order, each failing with
     /// [`ReregOutcome::Input`] before any system call:
+    /// 0. the region is over a DMA-BUF
+    ///    ([`ProtectionDomain::reg_dmabuf_mr`]: never re-registered);
     /// 1. `flags` has bits outside [`ReregFlags::all`];
     /// 2. [`TRANSLATION`](ReregFlags::TRANSLATION) with `length == 0` or a
     ///    null `addr`;
@@ -303,6 +305,12 @@ impl MemoryRegion {
             access,
         } = *change;
         let translation = flags.contains(ReregFlags::TRANSLATION);
+        // libibverbs' first check: only an ordinary MR (not a DMA-BUF one).
+        if self.dmabuf.is_some() {
+            return Err(
+                self.input_error("a region over a DMA-BUF cannot be re-registered; register anew")
+            );
+        }
         if !ReregFlags::all().contains(flags) {
             return Err(self.input_error("unknown flag bits"));
         }

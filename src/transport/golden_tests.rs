@@ -923,3 +923,29 @@ fn cq_and_qp_destroy_methods() {
     let b = attrs(method_hdr(2, 4, 1, 14), &[(0, 0, 6), (1, 4, ptr_of(&m, 1))]);
     assert_eq!(m.as_bytes(), &b.0[..]);
 }
+
+#[test]
+fn reg_dmabuf_mr_method() {
+    use crate::method::RegDmabufMr;
+    let mut q = RegDmabufMr::new(5, 0x1000, 0x20_0000, 0x7f00_0000_1000, 9, 0x7);
+    let (m, _outs) = q.method(14);
+    // MR, REG_DMABUF_MR, in libibverbs 44's order (ibv_cmd_reg_dmabuf_mr)
+    let expected = method_bytes(
+        7,
+        4,
+        14,
+        &[
+            (0, 0, 0),                // HANDLE: IDR new, the kernel writes it
+            (7, 4, ptr_of(&m, 1)),    // RESP_LKEY: u32 out
+            (8, 4, ptr_of(&m, 2)),    // RESP_RKEY: u32 out
+            (1, 0, 5),                // PD_HANDLE: IDR, handle in data
+            (2, 8, 0x1000),           // OFFSET: u64 inline
+            (3, 8, 0x20_0000),        // LENGTH: u64 inline
+            (4, 8, 0x7f00_0000_1000), // IOVA: u64 inline
+            (5, 4, 9),                // FD: u32 inline (a PTR_IN, not an FD attribute)
+            (6, 4, 0x7),              // ACCESS_FLAGS: u32 inline
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
+    assert_ne!(ptr_of(&m, 1), ptr_of(&m, 2), "two distinct outputs");
+}
