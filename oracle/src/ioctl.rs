@@ -50,6 +50,15 @@ impl Call {
         self.hdr.driver_id
     }
 
+    /// The header and the attributes as they are now, byte for byte.
+    pub fn frame_bytes(&self) -> Vec<u8> {
+        let mut out = zerocopy::IntoBytes::as_bytes(&self.hdr).to_vec();
+        for a in self.attrs() {
+            out.extend_from_slice(zerocopy::IntoBytes::as_bytes(&a));
+        }
+        out
+    }
+
     /// The attributes, copied out.
     pub fn attrs(&self) -> Vec<ib_uverbs_attr> {
         (0..usize::from(self.hdr.num_attrs))

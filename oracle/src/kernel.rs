@@ -50,6 +50,9 @@ pub struct Command {
     pub uhw_out_len: usize,
     /// 0, or the errno it was refused with.
     pub errno: Errno,
+    /// The ioctl's header and attributes as the caller laid them out,
+    /// before the answer (the bytes libibverbs and uverbs must agree on).
+    pub frame: Vec<u8>,
 }
 
 /// A CQ the kernel made: where its CQEs and doorbell record are.
@@ -208,6 +211,7 @@ impl Mlx5Kernel {
         };
         let uhw_in = call.input(UVERBS_ATTR_UHW_IN).unwrap_or_default();
         let uhw_out_len = call.output_len(UVERBS_ATTR_UHW_OUT).unwrap_or(0);
+        let frame = call.frame_bytes();
         let result = if call.driver_id() != RDMA_DRIVER_MLX5 {
             Err(libc::EINVAL)
         } else {
@@ -221,6 +225,7 @@ impl Mlx5Kernel {
             uhw_in,
             uhw_out_len,
             errno: result.err().unwrap_or(0),
+            frame,
         });
         result
     }
@@ -251,6 +256,7 @@ impl Mlx5Kernel {
             (UVERBS_OBJECT_MR, UVERBS_METHOD_MR_DESTROY) => {
                 destroy(&mut self.mrs, call, UVERBS_ATTR_DESTROY_MR_HANDLE).map(drop)
             }
+            (UVERBS_OBJECT_MR, UVERBS_METHOD_REG_DMABUF_MR) => self.reg_dmabuf_mr(call),
             (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_ALLOC) => self.alloc_uar(call),
             (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_DESTROY) => destroy(
                 &mut self.dyn_uars,
@@ -427,6 +433,52 @@ impl Mlx5Kernel {
         };
         call.write_output(UVERBS_ATTR_CORE_OUT, resp.as_bytes())?;
         self.mrs.insert(cmd.mr_handle, new);
+        Ok(())
+    }
+
+    /// `UVERBS_METHOD_REG_DMABUF_MR`'s checks in the core's order (the
+    /// page offsets of `offset` and `iova`, the access bits it allows, then
+    /// `ib_check_mr_access`), then mlx5's import taken as done: the keys
+    /// back. The descriptor is not looked at.
+    fn reg_dmabuf_mr(&mut self, call: &mut Call) -> Result<(), Errno> {
+        // enum uverbs_attrs_reg_dmabuf_mr_cmd_attr_ids
+        let (handle_attr, pd_attr, offset_attr, length_attr, iova_attr) = (0, 1, 2, 3, 4);
+        let (fd_attr, access_attr, lkey_attr, rkey_attr) = (5, 6, 7, 8);
+        let pd = call.handle(pd_attr).ok_or(libc::EINVAL)? as u32;
+        if !self.pds.contains_key(&pd) {
+            return Err(libc::EINVAL);
+        }
+        let input = |id| call.input_u64(id).ok_or(libc::EINVAL);
+        let (offset, length, iova) = (input(offset_attr)?, input(length_attr)?, input(iova_attr)?);
+        if (offset & 0xfff) != (iova & 0xfff) {
+            return Err(libc::EINVAL);
+        }
+        input(fd_attr)?;
+        let access = call.input_u64(access_attr).unwrap_or(0) as u32;
+        let allowed = IB_UVERBS_ACCESS_LOCAL_WRITE
+            | IB_UVERBS_ACCESS_REMOTE_READ
+            | IB_UVERBS_ACCESS_REMOTE_WRITE
+            | IB_UVERBS_ACCESS_REMOTE_ATOMIC
+            | IB_UVERBS_ACCESS_RELAXED_ORDERING;
+        if access & !allowed != 0 {
+            return Err(libc::EINVAL);
+        }
+        check_mr_access(access)?;
+        let (handle, key) = (self.handle(), self.key());
+        call.set_data(handle_attr, handle.into())?;
+        call.write_output(lkey_attr, key.as_bytes())?;
+        call.write_output(rkey_attr, key.as_bytes())?;
+        self.mrs.insert(
+            handle,
+            Mr {
+                pd,
+                start: iova,
+                length,
+                access,
+                key,
+                writable: access_writable(access),
+            },
+        );
         Ok(())
     }
 
