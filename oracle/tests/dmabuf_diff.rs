@@ -210,13 +210,7 @@ mod linked {
     /// registration over a descriptor of its own, closed with the region.
     fn through_uverbs() -> Vec<Option<Seen>> {
         let file = Arc::new(EmulatedFile::default());
-        let ctx = uverbs::Context::with_transport(
-            sysfs::IBDEV,
-            Some(uverbs::DriverId::MLX5),
-            Box::new(file.clone()),
-            &uverbs::OpenOptions::new(),
-        )
-        .expect("uverbs: GET_CONTEXT");
+        let ctx = uverbs_oracle::fixtures::uverbs_context(&file);
         let pd = ctx.alloc_pd().expect("uverbs: ALLOC_PD");
         let out = cases()
             .iter()
