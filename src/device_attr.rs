@@ -53,6 +53,10 @@ pub struct DeviceAttr {
     pub atomic_cap: u32,
     /// Maximum shared receive queues.
     pub max_srq: u32,
+    /// Receive work requests an SRQ may hold.
+    pub max_srq_wr: u32,
+    /// SGEs per receive work request of an SRQ.
+    pub max_srq_sge: u32,
     /// Maximum partition keys.
     pub max_pkeys: u16,
     /// Number of physical ports.
@@ -96,6 +100,8 @@ impl From<&sys::ib_uverbs_query_device_resp> for DeviceAttr {
             max_mw: r.max_mw,
             atomic_cap: r.atomic_cap,
             max_srq: r.max_srq,
+            max_srq_wr: r.max_srq_wr,
+            max_srq_sge: r.max_srq_sge,
             max_pkeys: r.max_pkeys,
             phys_port_cnt: r.phys_port_cnt,
         }

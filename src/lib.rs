@@ -138,6 +138,7 @@ mod pd;
 pub mod post;
 mod process;
 pub mod qp;
+mod srq;
 mod query;
 mod remote_buffer;
 #[cfg(test)]
@@ -184,6 +185,7 @@ pub use post::{
 };
 pub use provider::driver::DriverId;
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
+pub use srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
 pub use query::{
     ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
 };

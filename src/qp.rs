@@ -31,6 +31,7 @@ use crate::provider::rings::{
 };
 use crate::provider::{Provider, QpRequest, StateOf, UhwIn};
 use crate::query::Gid;
+use crate::srq::{SharedReceiveQueue, SrqInner};
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
@@ -82,6 +83,9 @@ pub struct QpInit<'a> {
     pub max_inline: u32,
     /// Every send work request completes, signalled or not (`sq_sig_all`).
     pub sq_sig_all: bool,
+    /// Receives come from this shared receive queue: the QP has no receive
+    /// ring, and `max_recv_wr` and `max_recv_sge` are ignored.
+    pub srq: Option<&'a SharedReceiveQueue>,
 }
 
 impl<'a> QpInit<'a> {
@@ -102,7 +106,16 @@ impl<'a> QpInit<'a> {
             max_recv_sge: 1,
             max_inline: 0,
             sq_sig_all: false,
+            srq: None,
         }
+    }
+
+    /// Receives come from `srq` ([`QueuePair::post_recv`] is then refused:
+    /// post to the SRQ).
+    #[doc(alias = "ibv_qp_init_attr.srq")]
+    pub fn srq(mut self, srq: &'a SharedReceiveQueue) -> Self {
+        self.srq = Some(srq);
+        self
     }
 
     setters! {
@@ -177,7 +190,10 @@ pub struct QueuePair {
     /// The rings and their mappings, unmapped in the driver's teardown
     /// order (see [`Ring::unmap_before_destroy`]).
     sq: Mutex<SendQueue>,
-    rq: Mutex<RecvQueue>,
+    /// `None` on an SRQ, whose ring the SRQ owns.
+    rq: Option<Mutex<RecvQueue>>,
+    /// The SRQ it receives from, kept alive (destroyed after this QP).
+    srq: Option<Arc<SrqInner>>,
     doorbell: PostSendDoorbell,
     /// The context's command file, where the doorbell is written directly
     /// (`None` for a transport without one: the doorbell goes through it).
@@ -250,11 +266,23 @@ impl ProtectionDomain {
                 "a CQ belongs to another context than the PD",
             ));
         }
+        if init.srq.is_some_and(|srq| !srq.inner.ctx().same_as(ctx)) {
+            return Err(Error::input(
+                Op::CreateQp,
+                device,
+                "the SRQ belongs to another context than the PD",
+            ));
+        }
+        // On an SRQ the receive sizes are the SRQ's: ask for no ring.
+        let (max_recv_wr, max_recv_sge) = match init.srq {
+            Some(_) => (0, 0),
+            None => (init.max_recv_wr, init.max_recv_sge),
+        };
         let cap = sys::ib_uverbs_qp_cap {
             max_send_wr: init.max_send_wr,
-            max_recv_wr: init.max_recv_wr,
+            max_recv_wr,
             max_send_sge: init.max_send_sge,
-            max_recv_sge: init.max_recv_sge,
+            max_recv_sge,
             max_inline_data: init.max_inline,
         };
         let event_id = next_qp_event_id();
@@ -282,7 +310,8 @@ impl ProtectionDomain {
             modify_lock: Mutex::new(()),
             multicast: Mutex::new(Vec::new()),
             sq: Mutex::new(sq),
-            rq: Mutex::new(rq),
+            rq: rq.map(Mutex::new),
+            srq: init.srq.map(|srq| srq.inner.clone()),
             doorbell: PostSendDoorbell::new(created.handle),
             doorbell_fd: ctx
                 .inner
@@ -302,7 +331,7 @@ impl ProtectionDomain {
         req: QpRequest,
         event_id: u64,
         uhw_len: usize,
-    ) -> Result<(QpCreatedAs, SendQueue, RecvQueue, QpCaps), Error> {
+    ) -> Result<(QpCreatedAs, SendQueue, Option<RecvQueue>, QpCaps), Error> {
         let ctx = &self.inner.ctx;
         let fail = |e| Error::os(Op::CreateQp, &ctx.inner.device, e);
         let state = D::state_of(&ctx.inner.driver).ok_or_else(|| fail(Errno::OPNOTSUPP))?;
@@ -326,6 +355,7 @@ impl ProtectionDomain {
             max_inline: kernel.max_inline_data,
             max_recv_sge: kernel.max_recv_sge,
             sq_sig_all: init.sq_sig_all,
+            has_srq: init.srq.is_some(),
         };
         let transport = ctx.inner.transport.as_ref();
         match D::map_qp(
@@ -338,7 +368,7 @@ impl ProtectionDomain {
             ring_cfg,
         ) {
             Ok((sq, rq)) => {
-                let c = D::qp_caps(&sq, &rq, kernel);
+                let c = D::qp_caps(&sq, rq.as_ref(), kernel);
                 let caps = QpCaps {
                     max_send_wr: c.max_send_wr,
                     max_recv_wr: c.max_recv_wr,
@@ -380,10 +410,13 @@ impl ProtectionDomain {
             init.recv_cq.inner.handle,
         );
         if let Some(driver) = native_driver(ctx) {
-            let method = QpCreate::new(init.qp_type, pd, send_cq, recv_cq, cap, uhw)
+            let mut method = QpCreate::new(init.qp_type, pd, send_cq, recv_cq, cap, uhw)
                 .sq_sig_all(init.sq_sig_all)
                 .user_handle(event_id)
                 .uhw_in(uhw_in);
+            if let Some(srq) = init.srq {
+                method = method.srq(srq.inner.handle);
+            }
             // SAFETY: the memory the driver data names outlives the QP (the
             // caller's promise; rxe's and siw's rings are the kernel's); the
             // handles are this context's.
@@ -405,9 +438,12 @@ impl ProtectionDomain {
         if !uhw_in.is_empty() {
             return Err(Error::os(Op::CreateQp, &ctx.inner.device, Errno::OPNOTSUPP));
         }
-        let cmd = CreateQp::new(init.qp_type, pd, send_cq, recv_cq, cap)
+        let mut cmd = CreateQp::new(init.qp_type, pd, send_cq, recv_cq, cap)
             .sq_sig_all(init.sq_sig_all)
             .user_handle(event_id);
+        if let Some(srq) = init.srq {
+            cmd = cmd.srq(srq.inner.handle);
+        }
         // SAFETY: CREATE_QP hands no user memory to the device; the rings
         // are the kernel's.
         let (resp, written) = unsafe { ctx.run(Op::CreateQp, &cmd, uhw) }?;
@@ -686,7 +722,7 @@ impl QueuePair {
         // after flushing what was queued), so the rings' own positions stay
         // right and nothing is reset here.
         let _sq = self.sq.lock();
-        let _rq = self.rq.lock();
+        let _rq = self.rq.as_ref().map(Mutex::lock);
         let cmd = ModifyQp::new(self.handle, attr);
         // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
         unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) }?;
@@ -820,13 +856,16 @@ impl QueuePair {
     fn send_destroy(&self, keep_on_refusal: bool) -> Result<u32, Error> {
         let ctx = &self.pd.ctx;
         let mut sq = self.sq.lock();
-        let mut rq = self.rq.lock();
-        let unmapped = sq.unmap_before_destroy() | rq.unmap_before_destroy();
+        let mut rq = self.rq.as_ref().map(Mutex::lock);
+        let unmapped =
+            sq.unmap_before_destroy() | rq.as_mut().is_some_and(|rq| rq.unmap_before_destroy());
         let sent = send_destroy_qp(ctx, self.path, self.handle);
         if sent.is_err() && unmapped && keep_on_refusal {
             // Should this fail, the posts answer EBADF.
             let transport = ctx.inner.transport.as_ref();
-            let _ = sq.remap(transport).and_then(|()| rq.remap(transport));
+            let _ = sq
+                .remap(transport)
+                .and_then(|()| rq.as_mut().map_or(Ok(()), |rq| rq.remap(transport)));
         }
         sent
     }
@@ -988,6 +1027,12 @@ impl QueuePair {
         }
     }
 
+    /// Whether the QP receives from a shared receive queue
+    /// ([`QpInit::srq`]): it then has no receive ring of its own.
+    pub fn has_srq(&self) -> bool {
+        self.srq.is_some()
+    }
+
     /// Posts receive work requests (`ibv_post_recv`): writes one WQE per
     /// element of `wrs` into the receive ring and publishes them together.
     /// No system call.
@@ -1014,9 +1059,11 @@ impl QueuePair {
         if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostRecv));
         }
+        let Some(rq) = &self.rq else {
+            return Err(self.post_error(Op::PostRecv, 0, PostError::ReceivesFromSrq));
+        };
         // Under the ring lock, as in post_send.
-        queue_recvs(&self.state, &mut self.rq.lock(), wrs)
-            .map_err(|f| self.post_failure(Op::PostRecv, f))
+        queue_recvs(&self.state, &mut rq.lock(), wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 
     /// [`post_recv`](Self::post_recv) for a caller that holds the QP
@@ -1031,8 +1078,10 @@ impl QueuePair {
         if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostRecv));
         }
-        let rq = self.rq.get_mut();
-        queue_recvs(&self.state, rq, wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
+        let Some(rq) = self.rq.as_mut() else {
+            return Err(self.post_error(Op::PostRecv, 0, PostError::ReceivesFromSrq));
+        };
+        queue_recvs(&self.state, rq.get_mut(), wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 }
 

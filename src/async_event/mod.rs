@@ -35,6 +35,7 @@ use crate::cq::CompletionQueue;
 use crate::error::{Errno, Error, Op};
 use crate::event_fd;
 use crate::qp::QueuePair;
+use crate::srq::SharedReceiveQueue;
 use uverbs_uapi as sys;
 
 pub(crate) mod file;
@@ -164,6 +165,11 @@ impl AsyncEvent {
     /// True if the event is about `qp`.
     pub fn is_about_qp(&self, qp: &QueuePair) -> bool {
         self.element == AsyncElement::Qp(qp.event_id())
+    }
+
+    /// True if the event is about `srq`.
+    pub fn is_about_srq(&self, srq: &SharedReceiveQueue) -> bool {
+        self.element == AsyncElement::Srq(srq.event_id())
     }
 }
 

@@ -25,6 +25,7 @@ mod port;
 mod post;
 mod qp;
 mod qp_attr;
+mod srq;
 
 pub use ah::{CreateAh, DestroyAh};
 pub use comp_channel::CreateCompChannel;
@@ -35,6 +36,7 @@ pub use pd::{AllocPd, DeallocPd};
 pub use port::QueryPort;
 pub use post::{PostSendDoorbell, DOORBELL_LEN, DOORBELL_WQE_SIZE};
 pub use qp::{AttachMcast, CreateQp, DestroyQp, DetachMcast, ModifyQp, QueryQp};
+pub use srq::{CreateSrq, DestroySrq, ModifySrq, QuerySrq, SRQ_LIMIT, SRQ_MAX_WR};
 pub use qp_attr::{
     iwarp_transition_rule, transition_rule, Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError,
     QpType, TransitionRule, TransportType,

@@ -653,6 +653,17 @@ impl<M: DeviceReadable> OwnedQp<M> {
             );
             return Err(NotOwnable { qp, error });
         }
+        if qp.has_srq() {
+            // Its receive completions carry the SRQ's wr_ids, which are not
+            // this owner's keys: reading them as keys would hand back the
+            // wrong memory.
+            let error = Error::input(
+                Op::PostRecv,
+                &qp.context().inner.device,
+                "an OwnedQp cannot take a queue pair on a shared receive queue",
+            );
+            return Err(NotOwnable { qp, error });
+        }
         let owned = OwnedQp {
             qp: Some(qp),
             tables: Mutex::new(Tables {

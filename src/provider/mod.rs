@@ -129,6 +129,7 @@ pub(crate) trait Driver {
     /// Reads the CREATE_QP answer and maps the rings; on an error none is
     /// left mapped. `cfg` holds the kernel's answer; a driver that sized
     /// the queues itself answers its own limits in [`qp_caps`](Self::qp_caps).
+    /// A QP on an SRQ (`cfg.has_srq`) has no receive ring: `None`.
     fn map_qp(
         state: &Self::State,
         prep: Self::QpPrep,
@@ -137,13 +138,13 @@ pub(crate) trait Driver {
         written: usize,
         qpn: u32,
         cfg: QpRingConfig,
-    ) -> Result<(Self::Sq, Self::Rq), Errno>;
+    ) -> Result<(Self::Sq, Option<Self::Rq>), Errno>;
 
     /// What the QP holds: by default the kernel's answer, raised to what
     /// the rings hold where that is more ([`SendRing::ring_capacity`]).
     fn qp_caps(
         sq: &Self::Sq,
-        rq: &Self::Rq,
+        rq: Option<&Self::Rq>,
         kernel: uverbs_uapi::ib_uverbs_qp_cap,
     ) -> uverbs_uapi::ib_uverbs_qp_cap {
         uverbs_uapi::ib_uverbs_qp_cap {
@@ -151,10 +152,29 @@ pub(crate) trait Driver {
                 .ring_capacity()
                 .map_or(kernel.max_send_wr, |c| c.max(kernel.max_send_wr)),
             max_recv_wr: rq
-                .ring_capacity()
+                .and_then(RecvRing::ring_capacity)
                 .map_or(kernel.max_recv_wr, |c| c.max(kernel.max_recv_wr)),
             ..kernel
         }
+    }
+
+    /// Bytes of driver answer an SRQ create needs room for; `None` (the
+    /// default) where this crate has no SRQ for the driver: creating one
+    /// answers [`Error::Unsupported`](crate::Error::Unsupported) unsent.
+    const CREATE_SRQ_UHW_OUT: Option<usize> = None;
+    /// Driver-private input every MODIFY_SRQ carries (rxe's 8 bytes).
+    const MODIFY_SRQ_UHW_IN: &'static [u8] = &[];
+
+    /// Reads the CREATE_SRQ answer and maps the SRQ's ring, a receive
+    /// queue of requests of at most `max_sge` SGEs (the kernel's answer).
+    fn map_srq(
+        _state: &Self::State,
+        _transport: &dyn Transport,
+        _uhw: &[u8],
+        _written: usize,
+        _max_sge: u32,
+    ) -> Result<Self::Rq, Errno> {
+        Err(Errno::OPNOTSUPP)
     }
 }
 
@@ -187,7 +207,9 @@ pub(crate) trait StateOf: Driver {
     /// The CQ ring as the enum holds it.
     fn cq_ring(ring: Self::Cq) -> CqRing;
     /// The QP's queues as the enums hold them.
-    fn queues(sq: Self::Sq, rq: Self::Rq) -> (SendQueue, RecvQueue);
+    fn queues(sq: Self::Sq, rq: Option<Self::Rq>) -> (SendQueue, Option<RecvQueue>);
+    /// A receive queue (an SRQ's) as the enum holds it.
+    fn recv_queue(rq: Self::Rq) -> RecvQueue;
 }
 
 /// Makes, from the driver list, [`Provider`], the ring enums and the two
@@ -250,8 +272,12 @@ macro_rules! drivers {
                     CqRing::$V(ring)
                 }
 
-                fn queues(sq: Self::Sq, rq: Self::Rq) -> (SendQueue, RecvQueue) {
-                    (SendQueue::$V(sq), RecvQueue::$V(rq))
+                fn queues(sq: Self::Sq, rq: Option<Self::Rq>) -> (SendQueue, Option<RecvQueue>) {
+                    (SendQueue::$V(sq), rq.map(RecvQueue::$V))
+                }
+
+                fn recv_queue(rq: Self::Rq) -> RecvQueue {
+                    RecvQueue::$V(rq)
                 }
             }
         )+
@@ -290,6 +316,10 @@ macro_rules! drivers {
                 }
             }
 
+            const _: () = assert!(
+                matches!(<$D as Driver>::CREATE_SRQ_UHW_OUT, None)
+                    || matches!(<$D as Driver>::CREATE_SRQ_UHW_OUT, Some(n) if n <= rings::MAX_CREATE_UHW_OUT)
+            );
             const _: () = assert!(
                 <$D as Driver>::CREATE_CQ_UHW_OUT <= rings::MAX_CREATE_UHW_OUT
                     && <$D as Driver>::CREATE_QP_UHW_OUT <= rings::MAX_CREATE_UHW_OUT
@@ -360,6 +390,17 @@ impl Provider {
     /// Bytes of driver-private ALLOC_PD output the kernel writes.
     pub(crate) fn alloc_pd_uhw_out_len(self) -> usize {
         with_driver!(self, D => D::ALLOC_PD_UHW_OUT, Generic => 0)
+    }
+
+    /// Bytes of driver answer an SRQ create needs room for; `None` where
+    /// this crate has no SRQ for the driver.
+    pub(crate) fn create_srq_uhw_out(self) -> Option<usize> {
+        with_driver!(self, D => D::CREATE_SRQ_UHW_OUT, Generic => None)
+    }
+
+    /// Driver-private input every MODIFY_SRQ carries.
+    pub(crate) fn modify_srq_uhw_in(self) -> &'static [u8] {
+        with_driver!(self, D => D::MODIFY_SRQ_UHW_IN, Generic => &[])
     }
 
     /// Driver-private REG_MR input, and the size of its output.

@@ -160,7 +160,8 @@ pub(crate) struct QpRingConfig {
     pub(crate) max_recv_sge: u32,
     /// Every send request completes (siw's writer must set SIGNALLED
     /// itself: the kernel does not for user QPs).
-    pub(crate) sq_sig_all: bool,
+    pub(crate) sq_sig_all: bool,    /// The QP receives from a shared receive queue: it has no receive ring.
+    pub(crate) has_srq: bool,
 }
 
 impl CqRing {

@@ -949,3 +949,77 @@ fn reg_dmabuf_mr_method() {
     assert_eq!(m.as_bytes(), &expected[..]);
     assert_ne!(ptr_of(&m, 1), ptr_of(&m, 2), "two distinct outputs");
 }
+
+// ---- Shared receive queues: CREATE/MODIFY/QUERY/DESTROY_SRQ. ----
+
+#[test]
+fn create_srq_write_and_ioctl_rxe() {
+    let cmd = CreateSrq::new(3, 0x5a5a_0001, 64, 2).srq_limit(8);
+    let body = |b: Bytes, response: u64| {
+        b.u64(response)
+            .u64(0x5a5a_0001) // user_handle
+            .u32(3) // pd_handle
+            .u32(64) // max_wr
+            .u32(2) // max_sge
+            .u32(8) // srq_limit
+    };
+    // 40 bytes in (10 words); 16 core + 24 rxe_create_srq_resp out (10 words).
+    both_framings(
+        &cmd,
+        body,
+        Framing {
+            code: 32,
+            in_words: 10,
+            out_words: 10,
+            resp_len: 40,
+            core_in: 32,
+            core_out: 16,
+            uhw_out: 24,
+        },
+    );
+}
+
+#[test]
+fn modify_srq_limit_carries_rxe_driver_data() {
+    let uhw = [0u8; 8];
+    let cmd = ModifySrq::limit(6, 4).uhw_in(&uhw);
+    // No response: 8 header + 16 core + 8 driver bytes (8 words).
+    let expected = Bytes::default()
+        .u32(33)
+        .u16(8)
+        .u16(0)
+        .u32(6) // srq_handle
+        .u32(SRQ_LIMIT) // attr_mask
+        .u32(0) // max_wr
+        .u32(4) // srq_limit
+        .u64(0); // rxe_modify_srq_cmd: no mminfo
+    assert_eq!(write_frame(&cmd, 0), expected.0);
+    assert_eq!(ModifySrq::limit(6, 0).uhw_in(), &[] as &[u8]);
+}
+
+#[test]
+fn query_and_destroy_srq_both() {
+    let query = request_bytes(&QuerySrq::new(6));
+    assert_eq!(query, Bytes::default().u64(0).u32(6).u32(0).0);
+    let expected = Bytes::default()
+        .u32(34)
+        .u16(6)
+        .u16(4)
+        .u64(RESP)
+        .u32(6)
+        .u32(0);
+    assert_eq!(write_frame(&QuerySrq::new(6), 16), expected.0);
+    let expected = Bytes::default()
+        .u32(35)
+        .u16(6)
+        .u16(1)
+        .u64(RESP)
+        .u32(6)
+        .u32(0);
+    assert_eq!(write_frame(&DestroySrq::new(6), 4), expected.0);
+    let (frame, req) = ioctl_frame(&DestroySrq::new(6), 0);
+    assert_eq!(
+        frame,
+        invoke_write(35, &[(0, 16, req.as_ptr() as u64), (1, 4, CORE_OUT)])
+    );
+}

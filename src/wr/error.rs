@@ -106,6 +106,10 @@ pub enum PostError {
         /// Why.
         why: &'static str,
     },
+    /// A receive posted to a QP that takes its receives from a shared
+    /// receive queue: post to the SRQ instead.
+    #[error("post_recv: the QP receives from a shared receive queue; post to the SRQ (EINVAL)")]
+    ReceivesFromSrq,
     /// No free slot.
     #[error("{op}: queue full, {capacity} work requests outstanding (ENOMEM)")]
     QueueFull {

@@ -15,6 +15,7 @@ use memmap2::MmapMut;
 use super::{anon, fresh_mr, RW_READ};
 use uverbs::uverbs_uapi::{
     UVERBS_OBJECT_AH, UVERBS_OBJECT_CQ, UVERBS_OBJECT_MR, UVERBS_OBJECT_PD, UVERBS_OBJECT_QP,
+    UVERBS_OBJECT_SRQ,
 };
 use uverbs::{
     AccessFlags, CompletionQueue, Context, Device, DriverId, Errno, Error, MemoryRegion, Op,
@@ -205,6 +206,8 @@ pub struct HandleCounts {
     cq_qp: (u32, u32),
     /// Address handles at the start, checked when dropped.
     ah: u32,
+    /// Shared receive queues at the start, checked when dropped.
+    srq: u32,
 }
 
 impl HandleCounts {
@@ -218,7 +221,21 @@ impl HandleCounts {
             pd,
             cq_qp: cq_qp_counts(dut),
             ah: ah_count(dut),
+            srq: srq_count(dut),
         }
+    }
+
+    /// Asserts that the context holds exactly `srqs` SRQs more than at
+    /// the start.
+    pub fn assert_extra_srq(&self, srqs: u32, when: &str) {
+        let now = srq_count(&self.dut);
+        assert_eq!(
+            now,
+            self.srq + srqs,
+            "{}: {when}: kernel holds {now} SRQs, expected {} + {srqs}",
+            self.what,
+            self.srq
+        );
     }
 
     /// Asserts that the context holds exactly `ahs` address handles more
@@ -282,6 +299,7 @@ impl Drop for HandleCounts {
         self.assert_extra(0, 0, "at the end (a kernel object leaked)");
         self.assert_extra_cq_qp(0, 0, "at the end (a kernel object leaked)");
         self.assert_extra_ah(0, "at the end (a kernel object leaked)");
+        self.assert_extra_srq(0, "at the end (a kernel object leaked)");
     }
 }
 
@@ -310,6 +328,16 @@ fn ah_count(dut: &Dut) -> u32 {
         Ok(n) => n,
         Err(e) if e.errno() == Some(Errno::NOENT) && driver(dut) != Driver::Rxe => 0,
         Err(e) => panic!("{}: counting AH handles failed: {e}", dut.device_name()),
+    }
+}
+
+/// The SRQs `dut` holds; 0 on a device whose driver has no SRQ verb (the
+/// kernel's object tree then lacks the SRQ type and answers `ENOENT`).
+fn srq_count(dut: &Dut) -> u32 {
+    match dut.kernel_handle_count(UVERBS_OBJECT_SRQ) {
+        Ok(n) => n,
+        Err(e) if e.errno() == Some(Errno::NOENT) && driver(dut) == Driver::Other => 0,
+        Err(e) => panic!("{}: counting SRQ handles failed: {e}", dut.device_name()),
     }
 }
 

@@ -306,13 +306,18 @@ impl Driver for Mlx5 {
         _written: usize,
         qpn: u32,
         cfg: QpRingConfig,
-    ) -> Result<(qp::SendQueue, qp::RecvQueue), Errno> {
-        qp::map(state, prep, qpn, cfg.qp_type, cfg.sq_sig_all)
+    ) -> Result<(qp::SendQueue, Option<qp::RecvQueue>), Errno> {
+        // No SRQ is created here (`CREATE_SRQ_UHW_OUT` is `None`), so no
+        // QP can name one.
+        if cfg.has_srq {
+            return Err(Errno::OPNOTSUPP);
+        }
+        qp::map(state, prep, qpn, cfg.qp_type, cfg.sq_sig_all).map(|(sq, rq)| (sq, Some(rq)))
     }
 
     fn qp_caps(
         sq: &qp::SendQueue,
-        _rq: &qp::RecvQueue,
+        _rq: Option<&qp::RecvQueue>,
         _kernel: sys::ib_uverbs_qp_cap,
     ) -> sys::ib_uverbs_qp_cap {
         qp::caps(sq)

@@ -83,7 +83,7 @@ impl Driver for Rxe {
         written: usize,
         _qpn: u32,
         cfg: QpRingConfig,
-    ) -> Result<(rings::SendQueue, rings::RecvQueue), Errno> {
+    ) -> Result<(rings::SendQueue, Option<rings::RecvQueue>), Errno> {
         let limits = wqe::SendLimits {
             max_sge: cfg.max_send_sge,
             max_inline: cfg.max_inline,
@@ -95,6 +95,20 @@ impl Driver for Rxe {
             cfg.qp_type,
             limits,
             cfg.max_recv_sge,
+            cfg.has_srq,
         )
+    }
+
+    const CREATE_SRQ_UHW_OUT: Option<usize> = Some(rings::CREATE_SRQ_UHW_OUT);
+    const MODIFY_SRQ_UHW_IN: &'static [u8] = &rings::MODIFY_SRQ_UHW_IN;
+
+    fn map_srq(
+        _: &(),
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        max_sge: u32,
+    ) -> Result<rings::RecvQueue, Errno> {
+        rings::RecvQueue::map_srq(transport, uhw, written, max_sge)
     }
 }

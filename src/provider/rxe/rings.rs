@@ -23,6 +23,12 @@ use uverbs_uapi as sys;
 pub(crate) const CREATE_CQ_UHW_OUT: usize = size_of::<sys::rxe_create_cq_resp>();
 /// Bytes of rxe's CREATE_QP answer.
 pub(crate) const CREATE_QP_UHW_OUT: usize = size_of::<sys::rxe_create_qp_resp>();
+/// Bytes of rxe's CREATE_SRQ answer.
+pub(crate) const CREATE_SRQ_UHW_OUT: usize = size_of::<sys::rxe_create_srq_resp>();
+/// rxe's MODIFY_SRQ input: an `rxe_modify_srq_cmd` naming no `mminfo`
+/// (it is read only for a resize, which this crate does not send).
+pub(crate) const MODIFY_SRQ_UHW_IN: [u8; size_of::<sys::rxe_modify_srq_cmd>()] =
+    [0; size_of::<sys::rxe_modify_srq_cmd>()];
 
 /// The whole driver answer, or `EPROTO`.
 fn answer<T: FromBytes>(uhw: &[u8], written: usize) -> Result<T, Errno> {
@@ -103,6 +109,8 @@ pub(crate) struct RecvQueue {
 }
 
 /// Reads the CREATE_QP answer and maps the RQ, then the SQ (rxe's order).
+/// A QP on an SRQ (`has_srq`) has no receive ring: the answer's `rq_mi`
+/// is left zero and nothing is mapped for it.
 pub(crate) fn map_qp(
     transport: &dyn Transport,
     uhw: &[u8],
@@ -110,9 +118,13 @@ pub(crate) fn map_qp(
     qp_type: QpType,
     limits: SendLimits,
     max_recv_sge: u32,
-) -> Result<(SendQueue, RecvQueue), Errno> {
+    has_srq: bool,
+) -> Result<(SendQueue, Option<RecvQueue>), Errno> {
     let resp: sys::rxe_create_qp_resp = answer(uhw, written)?;
-    let (rq, rq_map) = map(transport, resp.rq_mi, RECV_WQE_LEN, Producer::over)?;
+    let rq = match has_srq {
+        true => None,
+        false => Some(RecvQueue::map(transport, resp.rq_mi, max_recv_sge)?),
+    };
     let (sq, sq_map) = map(transport, resp.sq_mi, SEND_WQE_LEN, Producer::over)?;
     Ok((
         SendQueue {
@@ -121,12 +133,33 @@ pub(crate) fn map_qp(
             qp_type,
             _mapping: sq_map,
         },
-        RecvQueue {
-            max_sge: wqe::recv_sges_within_slot(max_recv_sge, rq.elem_size()),
+        rq,
+    ))
+}
+
+impl RecvQueue {
+    /// Maps the receive ring `mi` names (a QP's or an SRQ's: the same
+    /// ring), of requests of at most `max_sge` SGEs.
+    fn map(transport: &dyn Transport, mi: sys::mminfo, max_sge: u32) -> Result<Self, Errno> {
+        let (rq, rq_map) = map(transport, mi, RECV_WQE_LEN, Producer::over)?;
+        Ok(RecvQueue {
+            max_sge: wqe::recv_sges_within_slot(max_sge, rq.elem_size()),
             producer: rq,
             _mapping: rq_map,
-        },
-    ))
+        })
+    }
+
+    /// Reads the CREATE_SRQ answer and maps the SRQ's ring: the kernel
+    /// consumes it as it does a QP's receive ring (`get_srq_wqe`).
+    pub(crate) fn map_srq(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        max_sge: u32,
+    ) -> Result<Self, Errno> {
+        let resp: sys::rxe_create_srq_resp = answer(uhw, written)?;
+        Self::map(transport, resp.mi, max_sge)
+    }
 }
 
 impl Ring for SendQueue {}

@@ -179,14 +179,30 @@ impl Driver for Siw {
         written: usize,
         _qpn: u32,
         cfg: QpRingConfig,
-    ) -> Result<(rings::SendQueue, rings::RecvQueue), Errno> {
+    ) -> Result<(rings::SendQueue, Option<rings::RecvQueue>), Errno> {
         let send = wqe::SendConfig {
             max_sge: cfg.max_send_sge,
             max_inline: cfg.max_inline,
             sig_all: cfg.sq_sig_all,
         };
+        // On an SRQ the kernel answers no receive array (`num_rqe` 0).
         let (_qp_id, sq, rq) = rings::map_qp(transport, uhw, written, send, cfg.max_recv_sge)
             .map_err(|e| e.errno())?;
-        Ok((sq, rq))
+        Ok((sq, (!cfg.has_srq).then_some(rq)))
+    }
+
+    const CREATE_SRQ_UHW_OUT: Option<usize> = Some(rings::CREATE_SRQ_UHW_OUT);
+
+    /// rdma-core's siw provider destroys an SRQ first and unmaps after
+    /// (unlike its QPs and CQs); the SRQ core keeps that order for every
+    /// driver.
+    fn map_srq(
+        _: &(),
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        max_sge: u32,
+    ) -> Result<rings::RecvQueue, Errno> {
+        rings::RecvQueue::map_srq(transport, uhw, written, max_sge).map_err(|e| e.errno())
     }
 }

@@ -29,6 +29,8 @@ use uverbs_uapi::{self as sys, siw_rqe, siw_sqe, SIW_INVAL_UOBJ_KEY};
 pub(crate) const CREATE_CQ_UHW_OUT: usize = size_of::<sys::siw_uresp_create_cq>();
 /// Bytes of siw's CREATE_QP answer (the kernel refuses less room: EINVAL).
 pub(crate) const CREATE_QP_UHW_OUT: usize = size_of::<sys::siw_uresp_create_qp>();
+/// Bytes of siw's CREATE_SRQ answer.
+pub(crate) const CREATE_SRQ_UHW_OUT: usize = size_of::<sys::siw_uresp_create_srq>();
 
 /// Why a create response cannot be used; the caller destroys the object.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,6 +254,11 @@ impl CompletionRing for CqRing {
     ) -> Option<Result<(), Errno>> {
         Some(self.ring.view().map(|cq| cq.arm(solicited_only)))
     }
+
+    /// siw has no `resize_cq`: its kernel answers `EOPNOTSUPP`.
+    fn resize_uhw_out(&self) -> Result<usize, &'static str> {
+        Err("siw cannot resize a CQ (the kernel driver has no resize_cq: EOPNOTSUPP)")
+    }
 }
 
 /// A siw QP's send queue.
@@ -308,6 +315,27 @@ pub(crate) fn map_qp(
             max_sge: max_recv_sge,
         },
     ))
+}
+
+impl RecvQueue {
+    /// Reads the CREATE_SRQ answer and maps the SRQ's array: `num_rqe` ×
+    /// 112-byte `siw_rqe`, the same elements and ownership protocol as a
+    /// QP's receive array (`siw_rqe_get` reads both alike).
+    pub(crate) fn map_srq(
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        max_sge: u32,
+    ) -> Result<RecvQueue, MapError> {
+        let resp: sys::siw_uresp_create_srq = answer(uhw, written)?;
+        let len = (resp.num_rqe as usize)
+            .checked_mul(size_of::<siw_rqe>())
+            .ok_or(MapError::Short)?;
+        Ok(RecvQueue {
+            ring: Some(RingMap::map(transport, resp.srq_key, len, resp.num_rqe)?),
+            max_sge,
+        })
+    }
 }
 
 ring_unmapped_before_destroy!(SendQueue);

@@ -1,0 +1,362 @@
+//! Shared receive queues (`struct ibv_srq`): one receive ring that many
+//! queue pairs take their receives from.
+//!
+//! The ring is the kernel's, mapped like a QP's receive ring and written
+//! by the same code (rxe: `rxe_queue` indices; siw: the per-element VALID
+//! flag): [`SharedReceiveQueue::post_recv`] makes no system call. A QP
+//! created with [`QpInit::srq`](crate::QpInit::srq) has no receive ring of
+//! its own; whichever attached QP a message arrives on consumes the oldest
+//! request, and its completion goes to that QP's receive CQ with that
+//! QP's number.
+//!
+//! The limit ([`SharedReceiveQueue::modify_limit`]) arms the SRQ: once
+//! fewer than `limit` requests remain, the kernel reports
+//! [`AsyncEventKind::SrqLimitReached`](crate::AsyncEventKind::SrqLimitReached)
+//! once, about [`AsyncElement::Srq`](crate::AsyncElement::Srq) with this
+//! SRQ's [`event_id`](SharedReceiveQueue::event_id), and disarms it.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::command::{CreateSrq, DestroySrq, ModifySrq, QuerySrq};
+use crate::context::Context;
+use crate::error::{Errno, Error, Op};
+use crate::pd::{debug_object, PdInner, ProtectionDomain};
+use crate::process::Generation;
+use crate::provider::rings::{PostFailure, RecvQueue, MAX_CREATE_UHW_OUT};
+use crate::provider::StateOf;
+use crate::wr::RecvWr;
+
+/// The value each SRQ's async events carry (`user_handle`): unique in the
+/// process.
+static NEXT_SRQ_EVENT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// What to create a shared receive queue with (`struct ibv_srq_init_attr`).
+///
+/// ```
+/// # fn f(pd: &uverbs::ProtectionDomain) -> Result<(), uverbs::Error> {
+/// use uverbs::SrqInit;
+/// let srq = pd.create_srq(&SrqInit::new(256, 1).srq_limit(16))?;
+/// assert!(srq.max_wr() >= 256);
+/// # Ok(()) }
+/// ```
+#[doc(alias = "ibv_srq_init_attr")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SrqInit {
+    /// Receive work requests outstanding at once (at least this many).
+    pub max_wr: u32,
+    /// SGEs per receive work request (at least this many).
+    pub max_sge: u32,
+    /// Armed from creation at this limit (0: not armed).
+    pub srq_limit: u32,
+}
+
+impl SrqInit {
+    /// An SRQ of at least `max_wr` requests of `max_sge` SGEs, not armed.
+    pub fn new(max_wr: u32, max_sge: u32) -> Self {
+        SrqInit {
+            max_wr,
+            max_sge,
+            srq_limit: 0,
+        }
+    }
+
+    setters! {
+        /// Armed from creation: report the limit event once fewer than
+        /// `srq_limit` requests remain.
+        pub fn srq_limit(srq_limit: u32) => srq_limit;
+    }
+}
+
+/// An SRQ's attributes as the kernel reports them (`struct ibv_srq_attr`).
+#[doc(alias = "ibv_srq_attr")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SrqAttr {
+    /// Receive work requests it holds.
+    pub max_wr: u32,
+    /// SGEs per receive work request.
+    pub max_sge: u32,
+    /// The armed limit; 0 when not armed (also after the event fired).
+    pub srq_limit: u32,
+}
+
+/// What the SRQ's handles share; QPs on it hold it too, so the kernel
+/// object outlives them.
+pub(crate) struct SrqInner {
+    pd: Arc<PdInner>,
+    pub(crate) handle: u32,
+    event_id: u64,
+    max_wr: u32,
+    max_sge: u32,
+    /// The context's process generation (a post's fork check reads it).
+    origin: Generation,
+    /// The ring, unmapped when this is dropped: after the destroy, the
+    /// order of rdma-core's rxe and siw providers for an SRQ.
+    ring: Mutex<RecvQueue>,
+    /// Set by a successful destroy: the drop sends nothing.
+    released: AtomicBool,
+}
+
+impl SrqInner {
+    /// The context the SRQ belongs to.
+    pub(crate) fn ctx(&self) -> &Context {
+        &self.pd.ctx
+    }
+
+    /// DESTROY_SRQ; on success the SRQ is marked released. Answers the
+    /// async events the kernel reported for it.
+    fn destroy(&self) -> Result<u32, Error> {
+        let ctx = &self.pd.ctx;
+        ctx.check_process(Op::DestroySrq)?;
+        // The ring lock keeps posts out while the command is in the kernel.
+        let _ring = self.ring.lock();
+        // SAFETY: our own SRQ, destroyed once (marked released on success);
+        // its ring stays mapped until this is dropped.
+        let (resp, _) = unsafe { ctx.run(Op::DestroySrq, &DestroySrq::new(self.handle), &mut []) }?;
+        self.released.store(true, Ordering::Release);
+        Ok(resp.events_reported)
+    }
+}
+
+impl Drop for SrqInner {
+    fn drop(&mut self) {
+        // Every QP on it held this: none is left. In a forked child the SRQ
+        // is the parent's: send nothing.
+        if self.released.load(Ordering::Acquire) || !self.pd.ctx.is_owned_by_this_process() {
+            return;
+        }
+        // A refusal cannot be reported from a drop; the kernel keeps its own
+        // reference on the ring's pages, so unmapping after it is sound.
+        let _ = self.destroy();
+    }
+}
+
+/// A shared receive queue (`struct ibv_srq`): see the [module](self).
+///
+/// Created by [`ProtectionDomain::create_srq`]; QPs use it through
+/// [`QpInit::srq`](crate::QpInit::srq) and keep it alive, so the kernel
+/// object is destroyed (`DESTROY_SRQ`) after the last of them whatever the
+/// drop order. [`destroy`](Self::destroy) destroys it now: while a QP uses
+/// it the kernel answers `EBUSY` and the SRQ comes back, usable.
+///
+/// rxe and siw have SRQs; other drivers answer [`Error::Unsupported`].
+#[doc(alias = "ibv_srq")]
+#[doc(alias = "ibv_create_srq")]
+pub struct SharedReceiveQueue {
+    pub(crate) inner: Arc<SrqInner>,
+}
+
+impl fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        debug_object(f, "SharedReceiveQueue", &self.inner.pd.ctx, self.inner.handle)
+            .field("max_wr", &self.inner.max_wr)
+            .field("max_sge", &self.inner.max_sge)
+            .finish()
+    }
+}
+
+/// A failed [`SharedReceiveQueue::destroy`]: the SRQ is handed back,
+/// intact and usable.
+#[derive(Debug, thiserror::Error)]
+#[error("{error}")]
+#[non_exhaustive]
+pub struct DestroySrqError {
+    /// The SRQ, unchanged.
+    pub srq: SharedReceiveQueue,
+    /// Why the kernel refused: `EBUSY` while a queue pair uses the SRQ.
+    pub error: Error,
+}
+
+impl ProtectionDomain {
+    /// Creates a shared receive queue in this PD (`CREATE_SRQ`, the write
+    /// command, as rdma-core 44 sends it) and maps its ring where the
+    /// driver's answer says: rxe's `mminfo`; siw's `srq_key`, `num_rqe` ×
+    /// 112 bytes. If the answer is short (`EPROTO`), names no mapping
+    /// (`ENOMEM`) or mapping fails, the SRQ is destroyed again.
+    ///
+    /// The kernel checks the sizes: `max_wr` 0 or above the device's
+    /// `max_srq_wr`, `max_sge` above `max_srq_sge`, or (siw) a limit above
+    /// `max_wr` answer `EINVAL`. The SRQ holds at least what was asked
+    /// ([`max_wr`](SharedReceiveQueue::max_wr) says how many).
+    ///
+    /// Drivers without SRQs here (mlx5, others): [`Error::Unsupported`],
+    /// nothing sent. In a forked child: [`Error::ForeignProcess`].
+    #[doc(alias = "ibv_create_srq")]
+    pub fn create_srq(&self, init: &SrqInit) -> Result<SharedReceiveQueue, Error> {
+        let ctx = &self.inner.ctx;
+        ctx.check_process(Op::CreateSrq)?;
+        let provider = ctx.inner.provider;
+        let refusal = provider.data_path_refusal().or_else(|| {
+            provider
+                .create_srq_uhw_out()
+                .is_none()
+                .then_some("uverbs has shared receive queues for rxe and siw only")
+        });
+        if let Some(reason) = refusal {
+            return Err(Error::Unsupported {
+                op: Op::CreateSrq,
+                device: ctx.inner.device.clone(),
+                reason,
+            });
+        }
+        let event_id = NEXT_SRQ_EVENT_ID.fetch_add(1, Ordering::Relaxed);
+        let (resp, ring) = with_driver!(provider,
+            D => self.create_srq_ring::<D>(init, event_id)?,
+            Generic => return Err(Error::os(Op::CreateSrq, &ctx.inner.device, Errno::OPNOTSUPP)));
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(SrqInner {
+                pd: self.inner.clone(),
+                handle: resp.srq_handle,
+                event_id,
+                max_wr: resp.max_wr,
+                max_sge: resp.max_sge,
+                origin: ctx.inner.origin,
+                ring: Mutex::new(ring),
+                released: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The driver's part of [`create_srq`](Self::create_srq): sends the
+    /// create and maps the ring (destroying the SRQ again if that fails).
+    fn create_srq_ring<D: StateOf>(
+        &self,
+        init: &SrqInit,
+        event_id: u64,
+    ) -> Result<(uverbs_uapi::ib_uverbs_create_srq_resp, RecvQueue), Error> {
+        let ctx = &self.inner.ctx;
+        let fail = |e| Error::os(Op::CreateSrq, &ctx.inner.device, e);
+        let state = D::state_of(&ctx.inner.driver).ok_or_else(|| fail(Errno::OPNOTSUPP))?;
+        let uhw_len = D::CREATE_SRQ_UHW_OUT.ok_or_else(|| fail(Errno::OPNOTSUPP))?;
+        let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
+        let uhw = &mut uhw_buf[..uhw_len];
+        let cmd = CreateSrq::new(self.inner.handle, event_id, init.max_wr, init.max_sge)
+            .srq_limit(init.srq_limit);
+        // SAFETY: CREATE_SRQ hands no user memory to the device; the ring is
+        // the kernel's.
+        let (resp, written) = unsafe { ctx.run(Op::CreateSrq, &cmd, uhw) }?;
+        let transport = ctx.inner.transport.as_ref();
+        match D::map_srq(state, transport, uhw, written, resp.max_sge) {
+            Ok(ring) => Ok((resp, D::recv_queue(ring))),
+            Err(e) => {
+                // SAFETY: the SRQ just created, which nothing else knows.
+                let _ = unsafe {
+                    ctx.run(
+                        Op::DestroySrq,
+                        &DestroySrq::new(resp.srq_handle),
+                        &mut [],
+                    )
+                };
+                Err(fail(e))
+            }
+        }
+    }
+}
+
+impl SharedReceiveQueue {
+    /// The kernel's handle of the SRQ.
+    pub fn handle(&self) -> u32 {
+        self.inner.handle
+    }
+
+    /// The value its async events carry ([`AsyncElement::Srq`](crate::AsyncElement::Srq)).
+    pub fn event_id(&self) -> u64 {
+        self.inner.event_id
+    }
+
+    /// Receive work requests it holds, as the kernel answered the create.
+    pub fn max_wr(&self) -> u32 {
+        self.inner.max_wr
+    }
+
+    /// SGEs per receive work request, as the kernel answered.
+    pub fn max_sge(&self) -> u32 {
+        self.inner.max_sge
+    }
+
+    /// The context it belongs to.
+    pub fn context(&self) -> &Context {
+        self.inner.ctx()
+    }
+
+    /// Arms the SRQ at `limit` (`MODIFY_SRQ` with `IBV_SRQ_LIMIT`): once
+    /// fewer than `limit` requests remain, the kernel reports
+    /// [`SrqLimitReached`](crate::AsyncEventKind::SrqLimitReached) once and
+    /// disarms it. 0 disarms. A limit above what the SRQ holds is the
+    /// kernel's `EINVAL`. Changing the size (`IBV_SRQ_MAX_WR`) is not
+    /// offered: siw refuses it, and rxe's answer goes through a pointer
+    /// the kernel writes behind the ring's back.
+    #[doc(alias = "ibv_modify_srq")]
+    pub fn modify_limit(&self, limit: u32) -> Result<(), Error> {
+        let ctx = self.inner.ctx();
+        let cmd =
+            ModifySrq::limit(self.inner.handle, limit).uhw_in(ctx.inner.provider.modify_srq_uhw_in());
+        // SAFETY: MODIFY_SRQ of the limit hands no memory to the device
+        // (rxe's input names no `mminfo`: it is read only for a resize).
+        unsafe { ctx.run(Op::ModifySrq, &cmd, &mut []) }.map(drop)
+    }
+
+    /// The SRQ's attributes as the kernel sees them (`QUERY_SRQ`).
+    #[doc(alias = "ibv_query_srq")]
+    pub fn query(&self) -> Result<SrqAttr, Error> {
+        // SAFETY: QUERY_SRQ hands no memory to the device.
+        let (resp, _) = unsafe {
+            self.inner
+                .ctx()
+                .run(Op::QuerySrq, &QuerySrq::new(self.inner.handle), &mut [])
+        }?;
+        Ok(SrqAttr {
+            max_wr: resp.max_wr,
+            max_sge: resp.max_sge,
+            srq_limit: resp.srq_limit,
+        })
+    }
+
+    /// Posts receive work requests to the SRQ (`ibv_post_srq_recv`): one
+    /// WQE per element of `wrs`, published together, or none (each request
+    /// has at most [`max_sge`](Self::max_sge) SGEs, and the ring must have
+    /// room for all). No system call.
+    ///
+    /// # Safety
+    ///
+    /// As for [`QueuePair::post_recv`](crate::QueuePair::post_recv), with
+    /// any QP on this SRQ as the writer: the device writes an incoming
+    /// message into the SGEs' bytes from this call until the request's
+    /// completion has been polled from the receive CQ of the QP that
+    /// consumed it, or at the latest until the SRQ has been destroyed
+    /// (`destroy` returned `Ok`, or the drop's `DESTROY_SRQ` was accepted).
+    /// Until then that memory must stay mapped and registered and must be
+    /// neither read nor written by the program.
+    #[doc(alias = "ibv_post_srq_recv")]
+    pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
+        let ctx = self.inner.ctx();
+        if !self.inner.origin.is_current() {
+            return Err(ctx.foreign_process(Op::PostSrqRecv));
+        }
+        self.inner.ring.lock().post(wrs).map_err(|f| match f {
+            PostFailure::Refused { index, error } => Error::Post {
+                op: Op::PostSrqRecv,
+                device: ctx.inner.device.clone(),
+                index,
+                why: Box::new(error),
+            },
+            PostFailure::Os(e) => Error::os(Op::PostSrqRecv, &ctx.inner.device, e),
+        })
+    }
+
+    /// Destroys the SRQ now (`DESTROY_SRQ`) and answers the async events
+    /// the kernel reported about it. While a QP uses it the kernel answers
+    /// `EBUSY`: the SRQ comes back in the error, intact and usable. In a
+    /// forked child: [`Error::ForeignProcess`], nothing sent.
+    #[doc(alias = "ibv_destroy_srq")]
+    pub fn destroy(self) -> Result<u32, DestroySrqError> {
+        match self.inner.destroy() {
+            Ok(events) => Ok(events),
+            Err(error) => Err(DestroySrqError { srq: self, error }),
+        }
+    }
+}
