@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::command::{CreateCompChannel, CreateCq, DestroyCq, ReqNotifyCq};
+use crate::command::{CreateCompChannel, CreateCq, DestroyCq, ReqNotifyCq, ResizeCq};
 use crate::context::Context;
 use crate::cq_routing::{Reader, Routing, BATCH};
 use crate::error::{Errno, Error, Op};
@@ -216,7 +216,8 @@ impl AsRawFd for CompletionChannel {
 pub(crate) struct CqInner {
     pub(crate) ctx: Context,
     pub(crate) handle: u32,
-    cqe: u32,
+    /// Entries the kernel answered (by the create, then by each resize).
+    cqe: AtomicU32,
     event_id: u64,
     path: CreatePath,
     events: Arc<EventCounts>,
@@ -338,7 +339,7 @@ pub struct CompletionQueue {
 impl fmt::Debug for CompletionQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         debug_object(f, "CompletionQueue", &self.inner.ctx, self.inner.handle)
-            .field("cqe", &self.inner.cqe)
+            .field("cqe", &self.inner.cqe.load(Ordering::Relaxed))
             .field("path", &self.inner.path)
             .finish()
     }
@@ -461,7 +462,7 @@ impl Context {
             inner: Arc::new(CqInner {
                 ctx: self.clone(),
                 handle,
-                cqe: real_cqe,
+                cqe: AtomicU32::new(real_cqe),
                 event_id,
                 path,
                 events,
@@ -584,9 +585,47 @@ impl CompletionQueue {
         self.inner.handle
     }
 
-    /// Entries the CQ really has (the kernel may round `cqe` up).
+    /// Entries the CQ really has (the kernel may round `cqe` up), as the
+    /// create or the last [`resize`](Self::resize) answered.
     pub fn cqe(&self) -> u32 {
-        self.inner.cqe
+        self.inner.cqe.load(Ordering::Acquire)
+    }
+
+    /// Gives the CQ room for at least `cqe` entries (`RESIZE_CQ`) and
+    /// returns how many it really has now (also [`cqe`](Self::cqe) from
+    /// then on). Completions not yet polled are kept, in order.
+    ///
+    /// rxe copies them into a new ring, which is mapped in place of the old
+    /// one under the ring lock (polls wait meanwhile). The kernel refuses
+    /// (`EINVAL`) a `cqe` of 0, above the device's `max_cqe`, or below the
+    /// number of completions waiting; the CQ is unchanged then. siw's kernel
+    /// cannot resize a CQ (`EOPNOTSUPP`) and mlx5's resize is not
+    /// implemented here: both are refused before anything is sent,
+    /// [`Error::Unsupported`] (errno `EOPNOTSUPP`). Should mapping rxe's
+    /// new ring fail after the kernel resized, the error is returned and
+    /// the CQ reports no completion again: destroy it. In a forked child:
+    /// [`Error::ForeignProcess`], nothing sent.
+    #[doc(alias = "ibv_resize_cq")]
+    pub fn resize(&self, cqe: u32) -> Result<u32, Error> {
+        let ctx = &self.inner.ctx;
+        ctx.check_process(Op::ResizeCq)?;
+        let mut ring = self.inner.ring.lock();
+        let uhw_len = ring.resize_uhw_out().map_err(|reason| Error::Unsupported {
+            op: Op::ResizeCq,
+            device: ctx.inner.device.clone(),
+            reason,
+        })?;
+        let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
+        let uhw = &mut uhw_buf[..uhw_len];
+        let cmd = ResizeCq::new(self.inner.handle, cqe);
+        // SAFETY: RESIZE_CQ hands no user memory to the device (rxe's new
+        // ring is the kernel's); the old ring stays mapped until the new
+        // one replaces it, under the ring lock held here.
+        let (resp, written) = unsafe { ctx.run(Op::ResizeCq, &cmd, uhw) }?;
+        ring.adopt_resized(ctx.inner.transport.as_ref(), uhw, written)
+            .map_err(|e| Error::os(Op::ResizeCq, &ctx.inner.device, e))?;
+        self.inner.cqe.store(resp.cqe, Ordering::Release);
+        Ok(resp.cqe)
     }
 
     /// What [`CompletionChannel::get_event`] returns for this CQ (the
@@ -1041,5 +1080,29 @@ mod tests {
         raise(&writer, cq.event_id()).unwrap();
         drop(cq);
         assert_eq!(raise(&writer, 1), Err(Errno::PIPE), "no reader left");
+    }
+
+    /// A refused RESIZE_CQ (the fake, like siw's kernel, has none) is the
+    /// kernel's errno under `ResizeCq`; the CQ keeps its size and ring.
+    #[test]
+    fn a_refused_resize_leaves_the_cq_as_it_was() {
+        let (fake, ctx, _channel, _writer) = channel_over_pipe();
+        let cq = ctx.create_cq(8, None).unwrap();
+        let cqe = cq.cqe();
+        let err = cq.resize(64).unwrap_err();
+        assert_eq!(
+            (err.op(), err.errno()),
+            (Op::ResizeCq, Some(Errno::OPNOTSUPP))
+        );
+        assert!(matches!(err, Error::Os { .. }), "{err:?}");
+        let sent = fake.commands().pop().unwrap();
+        assert_eq!(sent.code, sys::IB_USER_VERBS_CMD_RESIZE_CQ);
+        let req: sys::ib_uverbs_resize_cq = sent.request().unwrap();
+        assert_eq!((req.cq_handle, req.cqe), (cq.handle(), 64));
+        // rxe's answer (its new ring's mminfo) has room.
+        assert_eq!((sent.core_out_len, sent.uhw_out_len), (8, 16));
+        assert_eq!(cq.cqe(), cqe);
+        let mut wc = [WorkCompletion::default(); 2];
+        assert_eq!(cq.poll(&mut wc).unwrap(), 0);
     }
 }

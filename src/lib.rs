@@ -138,9 +138,9 @@ mod pd;
 pub mod post;
 mod process;
 pub mod qp;
-mod srq;
 mod query;
 mod remote_buffer;
+mod srq;
 #[cfg(test)]
 mod test_serial;
 #[cfg(feature = "tokio")]
@@ -172,7 +172,7 @@ pub use device::{
     device, device_listing, device_listing_in, devices, devices_in, Device, DeviceListing,
     SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,
 };
-pub use device_attr::DeviceAttr;
+pub use device_attr::{CqModerationCaps, DeviceAttr, DeviceAttrEx, OdpCaps, RssCaps, TmCaps};
 pub use endpoint::{Endpoint, EndpointParseError};
 pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOutcome};
 pub use event_fd::EventSource;
@@ -185,11 +185,11 @@ pub use post::{
 };
 pub use provider::driver::DriverId;
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
-pub use srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
 pub use query::{
     ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
 };
 pub use remote_buffer::{OutsideBuffer, RemoteBufferMr, RemoteDeregError};
+pub use srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;
 pub use wr::{

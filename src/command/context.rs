@@ -1,4 +1,4 @@
-//! Context-level commands: GET_CONTEXT and QUERY_DEVICE.
+//! Context-level commands: GET_CONTEXT, QUERY_DEVICE and EX_QUERY_DEVICE.
 
 use uverbs_uapi as sys;
 
@@ -45,3 +45,30 @@ command_without_arguments!(
     ib_uverbs_query_device,
     ib_uverbs_query_device_resp
 );
+
+/// `EX_QUERY_DEVICE`: the device's attributes and limits with the extended
+/// ones (ODP, timestamps, RSS, …). An extended command: its request has no
+/// `response` field, and the answer's `response_length` says how much of it
+/// the kernel wrote.
+#[doc(alias = "ibv_query_device_ex")]
+#[doc(alias = "ibv_cmd_query_device_any")]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QueryDeviceEx;
+
+impl QueryDeviceEx {
+    /// The command, with no options (the kernel refuses a `comp_mask`).
+    pub fn new() -> Self {
+        QueryDeviceEx
+    }
+}
+
+// Mirrors ib_uverbs_ex_query_device{,_resp}; comp_mask and reserved zero.
+impl crate::command::WriteCommand for QueryDeviceEx {
+    const CODE: u32 = sys::IB_USER_VERBS_CMD_FLAG_EXTENDED | sys::IB_USER_VERBS_EX_CMD_QUERY_DEVICE;
+    type Request = sys::ib_uverbs_ex_query_device;
+    type Response = sys::ib_uverbs_ex_query_device_resp;
+
+    fn request(&self) -> Self::Request {
+        sys::ib_uverbs_ex_query_device::default()
+    }
+}

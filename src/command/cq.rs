@@ -1,4 +1,5 @@
-//! Completion-queue commands: CREATE_CQ, DESTROY_CQ and REQ_NOTIFY_CQ (the
+//! Completion-queue commands: CREATE_CQ, DESTROY_CQ, REQ_NOTIFY_CQ and
+//! RESIZE_CQ (the
 //! write() forms; the native `UVERBS_METHOD_CQ_CREATE` is
 //! [`crate::method::CqCreate`]).
 
@@ -85,4 +86,38 @@ write_command_of_request!(
     IB_USER_VERBS_CMD_REQ_NOTIFY_CQ,
     ib_uverbs_req_notify_cq,
     ()
+);
+
+/// `RESIZE_CQ`: gives a CQ room for at least `cqe` entries, keeping the
+/// completions not yet polled.
+///
+/// rxe answers `rxe_resize_cq_resp` (the new ring's `mminfo`) as UHW out:
+/// give [`transport::run`](crate::transport) a 16-byte `uhw_out`. Drivers
+/// without `resize_cq` (siw) answer `EOPNOTSUPP`.
+#[doc(alias = "ibv_resize_cq")]
+#[doc(alias = "ibv_cmd_resize_cq")]
+#[derive(Clone, Copy, Debug)]
+pub struct ResizeCq {
+    req: sys::ib_uverbs_resize_cq,
+}
+
+impl ResizeCq {
+    /// Resize CQ `cq_handle` to at least `cqe` entries.
+    pub fn new(cq_handle: u32, cqe: u32) -> Self {
+        ResizeCq {
+            req: sys::ib_uverbs_resize_cq {
+                cq_handle,
+                cqe,
+                ..Default::default()
+            },
+        }
+    }
+}
+
+// Mirrors ib_uverbs_resize_cq{,_resp}; the request starts with `response`.
+write_command_of_request!(
+    ResizeCq,
+    IB_USER_VERBS_CMD_RESIZE_CQ,
+    ib_uverbs_resize_cq,
+    uverbs_uapi::ib_uverbs_resize_cq_resp
 );

@@ -29,18 +29,18 @@ mod srq;
 
 pub use ah::{CreateAh, DestroyAh};
 pub use comp_channel::CreateCompChannel;
-pub use context::{GetContext, QueryDevice};
-pub use cq::{CreateCq, DestroyCq, ReqNotifyCq};
+pub use context::{GetContext, QueryDevice, QueryDeviceEx};
+pub use cq::{CreateCq, DestroyCq, ReqNotifyCq, ResizeCq};
 pub use mr::{DeregMr, RegMr, ReregMr};
 pub use pd::{AllocPd, DeallocPd};
 pub use port::QueryPort;
 pub use post::{PostSendDoorbell, DOORBELL_LEN, DOORBELL_WQE_SIZE};
 pub use qp::{AttachMcast, CreateQp, DestroyQp, DetachMcast, ModifyQp, QueryQp};
-pub use srq::{CreateSrq, DestroySrq, ModifySrq, QuerySrq, SRQ_LIMIT, SRQ_MAX_WR};
 pub use qp_attr::{
     iwarp_transition_rule, transition_rule, Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError,
     QpType, TransitionRule, TransportType,
 };
+pub use srq::{CreateSrq, DestroySrq, ModifySrq, QuerySrq, SRQ_LIMIT, SRQ_MAX_WR};
 
 use zerocopy::{FromBytes, Immutable, IntoBytes};
 
@@ -60,8 +60,11 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 /// [`CODE`](WriteCommand::CODE) byte for byte, and a command with a response
 /// has a request that starts with the kernel's `u64 response` field (the
 /// write() transport stores the response pointer there, and refuses with
-/// `EINVAL` a request shorter than 8 bytes). A command without response uses
-/// `()`. A wrong layout makes the kernel misread the command; that is why
+/// `EINVAL` a request shorter than 8 bytes), unless it is an extended
+/// command (`CODE` with `IB_USER_VERBS_CMD_FLAG_EXTENDED`, whose request,
+/// response and UHW are whole 64-bit words and carry no `response` field).
+/// A command without response uses `()`. A wrong layout makes the kernel
+/// misread the command; that is why
 /// sending one, [`Context::execute`](crate::Context::execute), is `unsafe`:
 /// its caller vouches for what the kernel does with [`request`](Self::request)'s
 /// bytes.
@@ -84,7 +87,8 @@ use zerocopy::{FromBytes, Immutable, IntoBytes};
 /// }
 /// ```
 pub trait WriteCommand {
-    /// The command number, `IB_USER_VERBS_CMD_*`.
+    /// The command number, `IB_USER_VERBS_CMD_*` (or an
+    /// `IB_USER_VERBS_EX_CMD_*` with `IB_USER_VERBS_CMD_FLAG_EXTENDED`).
     const CODE: u32;
     /// The kernel's request struct (after the 8-byte command header).
     type Request: Copy + IntoBytes + Immutable;

@@ -117,6 +117,24 @@ pub(crate) trait CompletionRing: Ring {
     ) -> Option<Result<(), Errno>> {
         None
     }
+
+    /// Bytes of driver answer `RESIZE_CQ` needs room for, or why this ring
+    /// is not resized here (nothing is sent then).
+    fn resize_uhw_out(&self) -> Result<usize, &'static str>;
+
+    /// Takes over the ring a successful `RESIZE_CQ` answered (`written`
+    /// bytes of `uhw`), in place of this one, which the kernel no longer
+    /// fills. Called under the CQ's ring lock, only after `RESIZE_CQ`
+    /// succeeded, so only for rings whose
+    /// [`resize_uhw_out`](Self::resize_uhw_out) is `Ok`.
+    fn adopt_resized(
+        &mut self,
+        _transport: &dyn Transport,
+        _uhw: &[u8],
+        _written: usize,
+    ) -> Result<(), Errno> {
+        Err(Errno::OPNOTSUPP)
+    }
 }
 
 /// A QP's send queue.
@@ -160,7 +178,8 @@ pub(crate) struct QpRingConfig {
     pub(crate) max_recv_sge: u32,
     /// Every send request completes (siw's writer must set SIGNALLED
     /// itself: the kernel does not for user QPs).
-    pub(crate) sq_sig_all: bool,    /// The QP receives from a shared receive queue: it has no receive ring.
+    pub(crate) sq_sig_all: bool,
+    /// The QP receives from a shared receive queue: it has no receive ring.
     pub(crate) has_srq: bool,
 }
 
@@ -178,6 +197,21 @@ impl CqRing {
         events_read: u32,
     ) -> Option<Result<(), Errno>> {
         each_ring!(self, r => r.arm_in_memory(solicited_only, events_read))
+    }
+
+    /// As [`CompletionRing::resize_uhw_out`].
+    pub(crate) fn resize_uhw_out(&self) -> Result<usize, &'static str> {
+        each_ring!(self, r => r.resize_uhw_out())
+    }
+
+    /// As [`CompletionRing::adopt_resized`].
+    pub(crate) fn adopt_resized(
+        &mut self,
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<(), Errno> {
+        each_ring!(self, r => r.adopt_resized(transport, uhw, written))
     }
 }
 

@@ -116,6 +116,71 @@ impl WriteFrame {
         Ok(self.as_bytes())
     }
 
+    /// Frames extended command `code` (which carries
+    /// `IB_USER_VERBS_CMD_FLAG_EXTENDED`) in place and returns the bytes to
+    /// write: `ib_uverbs_cmd_hdr` with the core request and response in
+    /// 64-bit words, `ib_uverbs_ex_cmd_hdr` with `response_ptr` and the UHW
+    /// lengths in 64-bit words, then the core request (which has no
+    /// `response` field) and UHW in. The kernel writes the core response
+    /// and UHW out as one buffer at `response_ptr`; with no response room
+    /// at all the pointer is sent as zero, as the kernel wants.
+    ///
+    /// Fails with `EINVAL` when a length is not a multiple of eight or does
+    /// not fit the headers' `u16` fields, and with `E2BIG` when the frame
+    /// exceeds [`MAX_WRITE_BYTES`].
+    pub fn encode_extended(
+        &mut self,
+        code: u32,
+        core_in: &[u8],
+        uhw_in: &[u8],
+        response_ptr: u64,
+        (core_out_len, uhw_out_len): (usize, usize),
+    ) -> Result<&[u8], Errno> {
+        let words = |len: usize| -> Result<u16, Errno> {
+            if len % 8 != 0 {
+                return Err(Errno::INVAL);
+            }
+            u16::try_from(len / 8).map_err(|_| Errno::INVAL)
+        };
+        let hdr = sys::ib_uverbs_cmd_hdr {
+            command: code,
+            in_words: words(core_in.len())?,
+            out_words: words(core_out_len)?,
+        };
+        let no_response = core_out_len == 0 && uhw_out_len == 0;
+        let ex_hdr = sys::ib_uverbs_ex_cmd_hdr {
+            response: if no_response { 0 } else { response_ptr },
+            provider_in_words: words(uhw_in.len())?,
+            provider_out_words: words(uhw_out_len)?,
+            cmd_hdr_reserved: 0,
+        };
+        let headers = size_of_val(&hdr) + size_of_val(&ex_hdr);
+        let len = headers + core_in.len() + uhw_in.len();
+        if len > MAX_WRITE_BYTES {
+            return Err(Errno::TOOBIG);
+        }
+        let parts: [&[u8]; 4] = [hdr.as_bytes(), ex_hdr.as_bytes(), core_in, uhw_in];
+        self.fill(len, &parts);
+        Ok(self.as_bytes())
+    }
+
+    /// Copies `parts` one after the other to the start of the buffer and
+    /// makes the frame `len` bytes long; their lengths must add up to `len`.
+    fn fill(&mut self, len: usize, parts: &[&[u8]]) {
+        debug_assert_eq!(parts.iter().map(|p| p.len()).sum::<usize>(), len);
+        let base = self.words.as_mut_ptr().cast::<u8>();
+        let mut offset = 0;
+        for part in parts {
+            assert!(offset + part.len() <= MAX_WRITE_BYTES);
+            // SAFETY: the assertion keeps the copy inside the buffer; the
+            // source is a distinct slice.
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), base.add(offset), part.len()) };
+            offset += part.len();
+        }
+        // Every byte in `0..offset` was written above.
+        self.len = offset;
+    }
+
     /// The bytes to write.
     pub fn as_bytes(&self) -> &[u8] {
         // SAFETY: `new` initialised exactly the first `len` bytes, and

@@ -1023,3 +1023,100 @@ fn query_and_destroy_srq_both() {
         invoke_write(35, &[(0, 16, req.as_ptr() as u64), (1, 4, CORE_OUT)])
     );
 }
+
+/// An extended command's write() frame: `ib_uverbs_cmd_hdr` counting 64-bit
+/// words (without the headers), then `ib_uverbs_ex_cmd_hdr`.
+fn ex_write_frame<C: WriteCommand>(cmd: &C, uhw_out_len: usize) -> Vec<u8> {
+    let req = request_bytes(cmd);
+    let core_out_len = size_of::<C::Response>();
+    WriteFrame::default()
+        .encode_extended(
+            C::CODE,
+            &req,
+            cmd.uhw_in(),
+            RESP,
+            (core_out_len, uhw_out_len),
+        )
+        .unwrap()
+        .to_vec()
+}
+
+#[test]
+fn query_device_ex_both() {
+    let code = 0x8000_0001; // FLAG_EXTENDED | EX_QUERY_DEVICE
+    let expected = Bytes::default()
+        .u32(code)
+        .u16(1) // in_words: the 8-byte request, in u64 words
+        .u16(38) // out_words: 304 / 8
+        .u64(RESP) // ex_hdr.response
+        .u16(0) // provider_in_words
+        .u16(0) // provider_out_words
+        .u32(0) // cmd_hdr_reserved
+        .u32(0) // comp_mask
+        .u32(0); // reserved
+    assert_eq!(ex_write_frame(&QueryDeviceEx::new(), 0), expected.0);
+    // ioctl: the same request without any header, inline.
+    let (frame, req) = ioctl_frame(&QueryDeviceEx::new(), 0);
+    assert_eq!(req, [0u8; 8]);
+    assert_eq!(frame, invoke_write(code, &[(0, 8, 0), (1, 304, CORE_OUT)]));
+}
+
+#[test]
+fn extended_framing_counts_words_of_eight_and_refuses_the_rest() {
+    use crate::error::Errno;
+    let mut frame = WriteFrame::default();
+    // UHW in and out are counted in the ex header, after the core words.
+    let bytes = frame
+        .encode_extended(0x8000_0003, &[1; 32], &[2; 8], RESP, (16, 24))
+        .unwrap();
+    let expected = Bytes::default()
+        .u32(0x8000_0003)
+        .u16(4)
+        .u16(2)
+        .u64(RESP)
+        .u16(1)
+        .u16(3)
+        .u32(0);
+    let mut expected = expected.0;
+    expected.extend([1; 32]);
+    expected.extend([2; 8]);
+    assert_eq!(bytes, &expected[..]);
+    // No response room: the kernel wants a null response pointer.
+    let bytes = frame
+        .encode_extended(0x8000_0001, &[0; 8], &[], RESP, (0, 0))
+        .unwrap();
+    assert_eq!(&bytes[8..16], &[0; 8]);
+    for (core_in, uhw_in, outs) in [
+        (&[0u8; 12][..], &[][..], (8, 0)),
+        (&[0; 8], &[0; 4], (8, 0)),
+        (&[0; 8], &[], (12, 0)),
+        (&[0; 8], &[], (8, 4)),
+    ] {
+        assert_eq!(
+            frame.encode_extended(0x8000_0001, core_in, uhw_in, RESP, outs),
+            Err(Errno::INVAL)
+        );
+    }
+    assert_eq!(
+        frame.encode_extended(0x8000_0001, &[0; 256], &[], RESP, (8, 0)),
+        Err(Errno::TOOBIG)
+    );
+}
+
+#[test]
+fn resize_cq_both() {
+    // {response, cq_handle 7, cqe 100}; rxe's mminfo (16 bytes) as UHW out.
+    both_framings(
+        &ResizeCq::new(7, 100),
+        |b, response| b.u64(response).u32(7).u32(100),
+        Framing {
+            code: 19,
+            in_words: 6,  // (8 + 16) / 4
+            out_words: 6, // (8 + 16) / 4: resize_cq_resp, then rxe's answer
+            resp_len: 24,
+            core_in: 16,
+            core_out: 8,
+            uhw_out: 16,
+        },
+    );
+}

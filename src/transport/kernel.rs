@@ -68,6 +68,7 @@ impl KernelFile {
         // The header counts the response in words and the kernel puts UHW
         // out right after the core response: a core response that is not
         // whole words cannot be framed (the frame checks the total).
+        // (Extended commands count in 64-bit words; their frame checks.)
         if core_len % 4 != 0 {
             return Err(Errno::INVAL);
         }
@@ -80,13 +81,23 @@ impl KernelFile {
         let mut frame = WriteFrame::default();
         // `user_addr` exposes the buffer's provenance: `write_command` may
         // write through it.
-        let bytes = frame.encode(
-            cmd.code,
-            cmd.core_in,
-            cmd.uhw_in,
-            user_addr(response),
-            resp_len,
-        )?;
+        let bytes = if cmd.code & sys::IB_USER_VERBS_CMD_FLAG_EXTENDED != 0 {
+            frame.encode_extended(
+                cmd.code,
+                cmd.core_in,
+                cmd.uhw_in,
+                user_addr(response),
+                (core_len, cmd.uhw_out.len()),
+            )?
+        } else {
+            frame.encode(
+                cmd.code,
+                cmd.core_in,
+                cmd.uhw_in,
+                user_addr(response),
+                resp_len,
+            )?
+        };
         // SAFETY: the only pointer in the frame is `response`, exposed above
         // and valid for `resp_len` bytes (the frame's `out_words`), which is
         // all the kernel writes; only this raw pointer refers to the buffer.

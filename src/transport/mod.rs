@@ -142,10 +142,14 @@ impl TransportMode {
 ///
 /// `core_in` is the kernel's request struct *after* the 8-byte command
 /// header; when `core_out` is not empty it starts with the `u64 response`
-/// field, which the write() framing fills with the response pointer.
+/// field, which the write() framing fills with the response pointer. An
+/// extended command (`code` with `IB_USER_VERBS_CMD_FLAG_EXTENDED`) has no
+/// such field: write() sends the pointer in `ib_uverbs_ex_cmd_hdr`, and its
+/// lengths are whole 64-bit words.
 #[derive(Debug)]
 pub struct RawCommand<'a> {
-    /// `IB_USER_VERBS_CMD_*`.
+    /// `IB_USER_VERBS_CMD_*`, or `IB_USER_VERBS_EX_CMD_*` with
+    /// `IB_USER_VERBS_CMD_FLAG_EXTENDED`.
     pub code: u32,
     /// The core request.
     pub core_in: &'a [u8],

@@ -305,6 +305,143 @@ pub struct ib_uverbs_query_device_resp {
 const _: () = assert!(core::mem::size_of::<ib_uverbs_query_device_resp>() == 176);
 const _: () = assert!(core::mem::align_of::<ib_uverbs_query_device_resp>() == 8);
 
+/// `EX_QUERY_DEVICE` command body (after the two headers).
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_ex_query_device {
+    /// Extension mask; must be zero.
+    pub comp_mask: u32,
+    /// Reserved, must be zero.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_ex_query_device>() == 8);
+
+/// The per-transport part of `ib_uverbs_odp_caps` (an anonymous struct in C,
+/// `per_transport_caps`): `IB_ODP_SUPPORT_*` bits per QP type.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_odp_caps_per_transport {
+    /// ODP operations supported on RC QPs.
+    pub rc_odp_caps: u32,
+    /// ODP operations supported on UC QPs.
+    pub uc_odp_caps: u32,
+    /// ODP operations supported on UD QPs.
+    pub ud_odp_caps: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_odp_caps_per_transport>() == 12);
+
+/// On-demand paging capabilities of `EX_QUERY_DEVICE`.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_odp_caps {
+    /// `IB_ODP_SUPPORT` and `IB_ODP_SUPPORT_IMPLICIT` bits.
+    pub general_caps: u64,
+    /// Operations supported per transport.
+    pub per_transport_caps: ib_uverbs_odp_caps_per_transport,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_odp_caps>() == 24);
+
+/// Receive-side scaling capabilities of `EX_QUERY_DEVICE`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_rss_caps {
+    /// One bit per `ib_qp_type` that supports RSS.
+    pub supported_qpts: u32,
+    /// Maximum receive work queue indirection tables.
+    pub max_rwq_indirection_tables: u32,
+    /// Maximum entries per indirection table.
+    pub max_rwq_indirection_table_size: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_rss_caps>() == 16);
+
+/// Tag-matching capabilities of `EX_QUERY_DEVICE`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_tm_caps {
+    /// Largest rendezvous request header.
+    pub max_rndv_hdr_size: u32,
+    /// Entries in the tag matching list.
+    pub max_num_tags: u32,
+    /// Tag matching flags.
+    pub flags: u32,
+    /// Outstanding list operations.
+    pub max_ops: u32,
+    /// Scatter/gather entries per tag matching entry.
+    pub max_sge: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_tm_caps>() == 24);
+
+/// CQ moderation capabilities of `EX_QUERY_DEVICE`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_cq_moderation_caps {
+    /// Largest completion count before an event.
+    pub max_cq_moderation_count: u16,
+    /// Largest moderation period, in microseconds.
+    pub max_cq_moderation_period: u16,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_cq_moderation_caps>() == 8);
+
+/// `EX_QUERY_DEVICE` response: the base answer and the extended attributes.
+/// The kernel writes `response_length` bytes of it (at most what was asked).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_ex_query_device_resp {
+    /// What `QUERY_DEVICE` answers.
+    pub base: ib_uverbs_query_device_resp,
+    /// Extension mask.
+    pub comp_mask: u32,
+    /// How many bytes of this struct the kernel wrote.
+    pub response_length: u32,
+    /// On-demand paging capabilities.
+    pub odp_caps: ib_uverbs_odp_caps,
+    /// Valid bits of a completion timestamp.
+    pub timestamp_mask: u64,
+    /// Frequency of the device's core clock, in kHz.
+    pub hca_core_clock: u64,
+    /// All 64 `IB_DEVICE_*` capability bits.
+    pub device_cap_flags_ex: u64,
+    /// Receive-side scaling capabilities.
+    pub rss_caps: ib_uverbs_rss_caps,
+    /// Maximum receive work queues.
+    pub max_wq_type_rq: u32,
+    /// `IB_RAW_PACKET_CAP_*` bits.
+    pub raw_packet_caps: u32,
+    /// Tag-matching capabilities.
+    pub tm_caps: ib_uverbs_tm_caps,
+    /// CQ moderation capabilities.
+    pub cq_moderation_caps: ib_uverbs_cq_moderation_caps,
+    /// Largest device memory allocation, in bytes.
+    pub max_dm_size: u64,
+    /// ODP operations supported on XRC QPs.
+    pub xrc_odp_caps: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_ex_query_device_resp>() == 304);
+
 /// `QUERY_PORT` command body (flexible `driver_data[]` tail omitted).
 #[repr(C, align(8))]
 #[derive(
@@ -573,6 +710,72 @@ pub struct ib_uverbs_create_cq_resp {
     pub cqe: u32,
 }
 const _: () = assert!(core::mem::size_of::<ib_uverbs_create_cq_resp>() == 8);
+
+/// `EX_CREATE_CQ` command body (after the two headers).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_ex_create_cq {
+    /// Value reported back in completion events.
+    pub user_handle: u64,
+    /// Minimum number of entries.
+    pub cqe: u32,
+    /// Completion vector.
+    pub comp_vector: u32,
+    /// Completion channel fd, or -1.
+    pub comp_channel: i32,
+    /// Extension mask.
+    pub comp_mask: u32,
+    /// `IB_UVERBS_CQ_FLAGS_*` bits.
+    pub flags: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_ex_create_cq>() == 32);
+
+/// `EX_CREATE_CQ` response (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_ex_create_cq_resp {
+    /// What `CREATE_CQ` answers.
+    pub base: ib_uverbs_create_cq_resp,
+    /// Extension mask.
+    pub comp_mask: u32,
+    /// How many bytes of this struct the kernel wrote.
+    pub response_length: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_ex_create_cq_resp>() == 16);
+
+/// `RESIZE_CQ` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_resize_cq {
+    /// User pointer to the response buffer.
+    pub response: u64,
+    /// Handle of the CQ to resize.
+    pub cq_handle: u32,
+    /// Minimum number of entries wanted.
+    pub cqe: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_resize_cq>() == 16);
+
+/// `RESIZE_CQ` response (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_resize_cq_resp {
+    /// Number of entries the CQ really has now.
+    pub cqe: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_resize_cq_resp>() == 8);
 
 /// `DESTROY_CQ` command body.
 #[repr(C, align(8))]

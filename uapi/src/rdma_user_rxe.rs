@@ -331,6 +331,17 @@ pub struct rxe_create_cq_resp {
 }
 const _: () = assert!(core::mem::size_of::<rxe_create_cq_resp>() == 16);
 
+/// rxe's UHW out of `RESIZE_CQ`: the new completion ring.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct rxe_resize_cq_resp {
+    /// The new CQ ring (the old mapping is stale).
+    pub mi: mminfo,
+}
+const _: () = assert!(core::mem::size_of::<rxe_resize_cq_resp>() == 16);
+
 /// rxe's UHW out of `CREATE_QP`: the receive ring first, then the send ring.
 #[repr(C, align(8))]
 #[derive(

@@ -124,6 +124,9 @@ fn build_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
     let (cm_items, cm_tiling) = cm_table();
     items.extend(cm_items);
     tiling.extend(cm_tiling);
+    let (member_items, member_tiling) = core_member_table();
+    items.extend(member_items);
+    tiling.extend(member_tiling);
     (items, tiling)
 }
 
@@ -483,6 +486,23 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
                 max_fmr, max_map_per_fmr, max_srq, max_srq_wr, max_srq_sge, max_pkeys,
                 local_ca_ack_delay, phys_port_cnt, reserved,
             }
+            ib_uverbs_ex_query_device { comp_mask, reserved }
+            ib_uverbs_odp_caps { general_caps, per_transport_caps, reserved }
+            ib_uverbs_rss_caps {
+                supported_qpts, max_rwq_indirection_tables, max_rwq_indirection_table_size,
+                reserved,
+            }
+            ib_uverbs_tm_caps {
+                max_rndv_hdr_size, max_num_tags, flags, max_ops, max_sge, reserved
+            }
+            ib_uverbs_cq_moderation_caps {
+                max_cq_moderation_count, max_cq_moderation_period, reserved
+            }
+            ib_uverbs_ex_query_device_resp {
+                base, comp_mask, response_length, odp_caps, timestamp_mask, hca_core_clock,
+                device_cap_flags_ex, rss_caps, max_wq_type_rq, raw_packet_caps, tm_caps,
+                cq_moderation_caps, max_dm_size, xrc_odp_caps, reserved,
+            }
             ib_uverbs_query_port { response, port_num, reserved }
             ib_uverbs_query_port_resp {
                 port_cap_flags, max_msg_sz, bad_pkey_cntr, qkey_viol_cntr, gid_tbl_len,
@@ -507,6 +527,12 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             ib_uverbs_comp_event_desc { cq_handle }
             ib_uverbs_create_cq { response, user_handle, cqe, comp_vector, comp_channel, reserved }
             ib_uverbs_create_cq_resp { cq_handle, cqe }
+            ib_uverbs_ex_create_cq {
+                user_handle, cqe, comp_vector, comp_channel, comp_mask, flags, reserved
+            }
+            ib_uverbs_ex_create_cq_resp { base, comp_mask, response_length }
+            ib_uverbs_resize_cq { response, cq_handle, cqe }
+            ib_uverbs_resize_cq_resp { cqe, reserved }
             ib_uverbs_destroy_cq { response, cq_handle, reserved }
             ib_uverbs_destroy_cq_resp { comp_events_reported, async_events_reported }
             ib_uverbs_req_notify_cq { cq_handle, solicited_only }
@@ -565,6 +591,7 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             }
             mminfo { offset, size, pad }
             rxe_create_cq_resp { mi }
+            rxe_resize_cq_resp { mi }
             rxe_create_qp_resp { rq_mi, sq_mi }
             rxe_create_srq_resp { mi, srq_num, reserved }
             rxe_modify_srq_cmd { mmap_info_addr }
@@ -662,6 +689,15 @@ macro_rules! member_struct {
         )*
         $tiling.push((stringify!($s), sum, core::mem::size_of::<$s>()));
     }};
+}
+
+/// The Rust structs of ib_user_verbs.h that mirror anonymous members.
+fn core_member_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
+    let (mut items, mut tiling) = (Vec::new(), Vec::new());
+    member_struct!(items, tiling, ib_uverbs_odp_caps_per_transport = "ib_uverbs_odp_caps"."per_transport_caps" {
+        rc_odp_caps, uc_odp_caps, ud_odp_caps
+    });
+    (items, tiling)
 }
 
 fn rxe_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {

@@ -71,7 +71,12 @@ impl CqRing {
         written: usize,
     ) -> Result<CqRing, Errno> {
         let resp: sys::rxe_create_cq_resp = answer(uhw, written)?;
-        let (consumer, mapping) = map(transport, resp.mi, WC_LEN, Consumer::over)?;
+        Self::map_mi(transport, resp.mi)
+    }
+
+    /// Maps the CQ ring `mi` names, from the indices its header holds.
+    fn map_mi(transport: &dyn Transport, mi: sys::mminfo) -> Result<CqRing, Errno> {
+        let (consumer, mapping) = map(transport, mi, WC_LEN, Consumer::over)?;
         // Never None: `map` checked every slot holds WC_LEN bytes.
         let consumer = consumer.ok_or(Errno::PROTO)?;
         Ok(CqRing {
@@ -88,6 +93,29 @@ impl CompletionRing for CqRing {
     #[inline]
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
         Ok(wqe::poll(&mut self.consumer, out))
+    }
+
+    /// rxe answers the new ring's `mminfo` (`rxe_resize_cq_resp`).
+    fn resize_uhw_out(&self) -> Result<usize, &'static str> {
+        Ok(size_of::<sys::rxe_resize_cq_resp>())
+    }
+
+    /// rxe's resize (`rxe_queue_resize`) copies the completions not yet
+    /// consumed (as far as the consumer index published in the old ring's
+    /// header says) into a new ring and fills only that one from then on:
+    /// the new ring is mapped and the old one unmapped. The old mapping
+    /// stays valid until then (it holds its own reference on the kernel's
+    /// buffer).
+    fn adopt_resized(
+        &mut self,
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+    ) -> Result<(), Errno> {
+        let resp: sys::rxe_resize_cq_resp = answer(uhw, written)?;
+        // The old view drops before its mapping (field order).
+        *self = Self::map_mi(transport, resp.mi)?;
+        Ok(())
     }
 }
 
