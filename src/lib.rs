@@ -129,6 +129,7 @@ mod error;
 mod event_fd;
 mod flags;
 pub mod fork;
+mod gid;
 #[cfg(test)]
 mod golden_bytes;
 pub mod method;
