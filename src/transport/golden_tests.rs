@@ -994,7 +994,7 @@ fn modify_srq_limit_carries_rxe_driver_data() {
         .u32(4) // srq_limit
         .u64(0); // rxe_modify_srq_cmd: no mminfo
     assert_eq!(write_frame(&cmd, 0), expected.0);
-    assert_eq!(ModifySrq::limit(6, 0).uhw_in(), &[] as &[u8]);
+    assert_eq!(WriteCommand::uhw_in(&ModifySrq::limit(6, 0)), &[] as &[u8]);
 }
 
 #[test]
