@@ -89,10 +89,15 @@ device_test!(
             Some(pair) => pair,
             None => {
                 loud(&format!("NOTE: {name}: a memfd stands in for the DMA-BUF"));
-                let fd = rustix::fs::memfd_create("stand-in", rustix::fs::MemfdFlags::CLOEXEC)
-                    .expect("memfd_create");
-                rustix::fs::ftruncate(&fd, len as u64).expect("ftruncate");
-                (DmaBuf::from_fd(fd.try_clone().expect("dup")), fd)
+                // Two memfds: the buffer's descriptor must be its file's
+                // only one, for the count below.
+                let memfd = || {
+                    let fd = rustix::fs::memfd_create("stand-in", rustix::fs::MemfdFlags::CLOEXEC)
+                        .expect("memfd_create");
+                    rustix::fs::ftruncate(&fd, len as u64).expect("ftruncate");
+                    fd
+                };
+                (DmaBuf::from_fd(memfd()), memfd())
             }
         };
         let id = identity(&buf);
