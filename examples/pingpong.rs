@@ -56,9 +56,13 @@
 //! The GID: rc_pingpong sends the zero GID without `-g`, and a peer given
 //! the zero GID builds no GRH, which RoCE cannot do without: run the C
 //! program with `-g` on RoCE. This program, given no `-g` on an Ethernet
-//! port, takes the port's first IPv4 RoCE v2 GID (else its first GID)
-//! and says which. A message size must match on both sides (`-s`); a
-//! message of another size is an error here.
+//! port, takes the RoCE v2 GID of the local address its TCP exchange runs
+//! from (`Context::find_gid`: the client's source address towards HOST,
+//! the address the server was reached at); where that address has none
+//! (the exchange runs over another network, or loopback), the port's
+//! first IPv4 RoCE v2 GID (else its first GID). It says which. A message
+//! size must match on both sides (`-s`); a message of another size is an
+//! error here.
 //!
 //! `--cm` (`pingpong/cm.rs`) is Rust on both sides: the connection manager
 //! sets the QPs up (on rxe and on siw, whose iWARP QPs reach RTS only
@@ -86,7 +90,7 @@
 
 use std::error::Error;
 use std::hash::{BuildHasher, Hasher};
-use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, ToSocketAddrs, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::process::{Child, Command, ExitCode};
 use std::time::{Duration, Instant};
@@ -420,8 +424,9 @@ fn open(opts: &Options) -> Result<Context> {
 }
 
 /// The default run: on every device, this process serves and a copy of
-/// this program, spawned, is the client (over 127.0.0.1, a port of the
-/// kernel's choosing).
+/// this program, spawned, is the client, over the device's IPv4 address
+/// (as its port's GID table shows it; 127.0.0.1 if it has none) and a
+/// port of the kernel's choosing; each side finds its GID by that address.
 fn both_on_each_device(opts: &Options) -> Result<()> {
     for dev in devices(opts)? {
         if !connects_by_hand(&dev) {
@@ -432,23 +437,22 @@ fn both_on_each_device(opts: &Options) -> Result<()> {
             continue;
         }
         let ctx = dev.open_with(&OpenOptions::new())?;
-        let listener = TcpListener::bind("127.0.0.1:0")?;
-        let port = listener.local_addr()?.port();
-        // The client uses the GID index the server picks.
-        let opts = Options {
-            gid_index: gid_index(&ctx, opts)?,
-            ..opts.clone()
+        let host = match first_ipv4_gid(&ctx, opts.ib_port)? {
+            Some(e) => e.gid.to_ip(),
+            None => IpAddr::V4(Ipv4Addr::LOCALHOST),
         };
+        let listener = TcpListener::bind(SocketAddr::new(host, 0))?;
+        let port = listener.local_addr()?.port();
         println!(
-            "pingpong {} over {}: server here (pid {}), client spawned, rc_pingpong's exchange over TCP 127.0.0.1:{port}",
+            "pingpong {} over {}: server here (pid {}), client spawned, rc_pingpong's exchange over TCP {host}:{port}",
             dev.name(),
             ctx.transport_kind(),
             std::process::id()
         );
         let mut child = Command::new(std::env::current_exe()?)
-            .args(opts.client_args(Some(dev.name()), "127.0.0.1", port))
+            .args(opts.client_args(Some(dev.name()), &host.to_string(), port))
             .spawn()?;
-        let served = server(&ctx, &listener, &opts, Some(&mut child));
+        let served = server(&ctx, &listener, opts, Some(&mut child));
         let status = reap(&mut child)?;
         served?;
         if !status.success() {
@@ -826,41 +830,78 @@ fn report(ctx: &Context, opts: &Options, mut rtt: Vec<Duration>, secs: f64, verd
 // ---- Without the cm: ibv_rc_pingpong ----------------------------------------
 
 /// The local GID's index: `-g`; without it, on an Ethernet port (RoCE,
-/// which needs a GRH) the port's first IPv4 RoCE v2 GID, else its first
-/// GID, said on stdout; on InfiniBand none (no GRH, as rc_pingpong).
-fn gid_index(ctx: &Context, opts: &Options) -> Result<Option<u32>> {
+/// which needs a GRH) the RoCE v2 GID of `local`, the address this side's
+/// exchange runs from ([`Context::find_gid`]), else the port's first IPv4
+/// RoCE v2 GID, else its first GID, said on stdout; on InfiniBand none (no
+/// GRH, as rc_pingpong).
+fn gid_index(ctx: &Context, opts: &Options, local: Option<IpAddr>) -> Result<Option<u32>> {
     if opts.gid_index.is_some() {
         return Ok(opts.gid_index);
     }
     if ctx.query_port(opts.ib_port)?.link_layer != LinkLayer::Ethernet {
         return Ok(None);
     }
-    let table: Vec<_> = ctx
-        .query_gid_table()?
-        .into_iter()
-        .filter(|e| e.port_num == opts.ib_port && !e.gid.is_zero())
-        .collect();
-    const IPV4_MAPPED: [u8; 12] = [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff];
-    let pick = table
-        .iter()
-        .find(|e| e.gid_type == GidType::RoceV2 && e.gid.raw()[..12] == IPV4_MAPPED)
-        .or(table.first())
-        .ok_or_else(|| {
-            format!(
-                "{} port {}: an empty GID table",
-                ctx.device_name(),
-                opts.ib_port
-            )
-        })?;
+    let found = match local {
+        Some(addr) => ctx.find_gid(opts.ib_port, addr, GidType::RoceV2)?,
+        None => None,
+    };
+    let (pick, why) = match (found, local) {
+        (Some(e), Some(addr)) => (e, format!("the RoCE v2 GID of {addr}")),
+        (_, local) => {
+            let not_here =
+                local.map_or(String::new(), |a| format!("{a} has no RoCE v2 GID here: "));
+            match first_ipv4_gid(ctx, opts.ib_port)? {
+                Some(e) => (e, format!("{not_here}the port's first IPv4 RoCE v2 GID")),
+                None => {
+                    let first = ctx
+                        .query_gid_table()?
+                        .into_iter()
+                        .find(|e| e.port_num == opts.ib_port);
+                    let first = first.ok_or_else(|| {
+                        format!(
+                            "{} port {}: an empty GID table",
+                            ctx.device_name(),
+                            opts.ib_port
+                        )
+                    })?;
+                    (first, format!("{not_here}the port's first GID"))
+                }
+            }
+        }
+    };
     println!(
-        "pingpong: no -g: GID index {} of {} port {} ({}, {:?}); give the C ibv_rc_pingpong -g {0}",
+        "pingpong: no -g: GID index {} of {} port {} ({}, {:?}): {why}; give the C ibv_rc_pingpong -g {0}",
         pick.gid_index,
         ctx.device_name(),
         opts.ib_port,
-        std::net::Ipv6Addr::from(pick.gid.raw()),
+        pick.gid.to_ip(),
         pick.gid_type,
     );
     Ok(Some(pick.gid_index))
+}
+
+/// The port's first RoCE v2 GID of an IPv4 address: the lowest index of
+/// the address the port's netdev got first.
+fn first_ipv4_gid(ctx: &Context, port: u8) -> Result<Option<uverbs::GidEntry>> {
+    Ok(ctx
+        .query_gid_table()?
+        .into_iter()
+        .filter(|e| e.port_num == port && e.gid_type == GidType::RoceV2 && e.gid.to_ip().is_ipv4())
+        .min_by_key(|e| e.gid_index))
+}
+
+/// The local address the kernel sends from towards `host`:`port`: that of
+/// a UDP socket connected there (no packet leaves); `None` if `host` does
+/// not resolve or has no route.
+fn source_addr(host: &str, port: u16) -> Option<IpAddr> {
+    let dest = (host, port).to_socket_addrs().ok()?.next()?;
+    let any = match dest {
+        SocketAddr::V4(_) => SocketAddr::from((Ipv4Addr::UNSPECIFIED, 0)),
+        SocketAddr::V6(_) => SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, 0)),
+    };
+    let socket = UdpSocket::bind(any).ok()?;
+    socket.connect(dest).ok()?;
+    Some(socket.local_addr().ok()?.ip())
 }
 
 /// A random 24-bit PSN (rc_pingpong: `lrand48() & 0xffffff`).
@@ -879,8 +920,15 @@ struct Local {
 }
 
 /// rc_pingpong's set-up before the exchange: the QP to INIT (no remote
-/// access), `--rx-depth` receives posted, this side's address (printed).
-fn prepare(ctx: &Context, side: &Side, opts: &Options, role: &str) -> Result<Local> {
+/// access), `--rx-depth` receives posted, this side's address (printed),
+/// its GID found by `local`, the IP address the exchange runs from.
+fn prepare(
+    ctx: &Context,
+    side: &Side,
+    opts: &Options,
+    role: &str,
+    local: Option<IpAddr>,
+) -> Result<Local> {
     to_init(&side.qp, opts)?;
     side.post_recvs(opts.rx_depth)?;
     let port = ctx.query_port(opts.ib_port)?;
@@ -893,7 +941,7 @@ fn prepare(ctx: &Context, side: &Side, opts: &Options, role: &str) -> Result<Loc
         )
         .into());
     }
-    let gid_index = gid_index(ctx, opts)?;
+    let gid_index = gid_index(ctx, opts, local)?;
     let gid = match gid_index {
         Some(i) => ctx.query_gid(opts.ib_port, i)?,
         None => uverbs::Gid::default(),
@@ -1043,8 +1091,8 @@ fn summary(role: &str, opts: &Options, elapsed: Duration) {
 }
 
 /// The server: waits on `listener` for one client (giving up early if
-/// the spawned `client` has exited), then rc_pingpong's exchange and
-/// traffic.
+/// the spawned `client` has exited), then its set-up (the GID of the
+/// address the client reached), rc_pingpong's exchange and traffic.
 fn server(
     ctx: &Context,
     listener: &TcpListener,
@@ -1052,7 +1100,6 @@ fn server(
     client: Option<&mut Child>,
 ) -> Result<()> {
     let side = Side::new(ctx, opts)?;
-    let me = prepare(ctx, &side, opts, "server")?;
     let mut client = client;
     let stream = accept_within(listener, EXCHANGE_WAIT, || match client.as_deref_mut() {
         Some(c) => match c.try_wait()? {
@@ -1061,6 +1108,9 @@ fn server(
         },
         None => Ok(()),
     })?;
+    // The GID is the one of the address the client reached.
+    let reached = stream.local_addr().ok().map(|a| a.ip());
+    let me = prepare(ctx, &side, opts, "server", reached)?;
     let peer = exchange::serve(stream, WAIT, &me.dest, |peer| {
         to_rts(&side.qp, opts, &me, peer)
     })?;
@@ -1075,7 +1125,7 @@ fn server(
 fn client(ctx: &Context, opts: &Options) -> Result<()> {
     let host = opts.host.as_deref().ok_or("no server HOST")?;
     let side = Side::new(ctx, opts)?;
-    let me = prepare(ctx, &side, opts, "client")?;
+    let me = prepare(ctx, &side, opts, "client", source_addr(host, opts.port))?;
     let peer = exchange::call(host, opts.port, EXCHANGE_WAIT, &me.dest)?;
     println!("pingpong client:  remote address: {}", peer.describe());
     to_rts(&side.qp, opts, &me, &peer)?;
@@ -1092,6 +1142,13 @@ mod tests {
 
     fn parse(args: &str) -> Result<Options, String> {
         Options::parse(args.split_whitespace().map(std::ffi::OsString::from))
+    }
+
+    #[test]
+    fn the_source_address_is_the_one_the_route_takes() {
+        let local = |host: &str| source_addr(host, 18515);
+        assert_eq!(local("127.0.0.1"), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+        assert_eq!(local("127.0.0.9"), Some(IpAddr::V4(Ipv4Addr::LOCALHOST)));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use uverbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, Payload, ProtectionDomain, QpInit,
     QueuePair, RecvWr, Remote, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
 };
-use uverbs::{Mtu, QpAttr, QpState, QpType, TransportType};
+use uverbs::{GidEntry, GidType, Mtu, QpAttr, QpState, QpType, TransportType};
 
 /// Any failure of the traffic itself (not of the WRITE, which is the result).
 pub type Fallible<T> = Result<T, Box<dyn std::error::Error>>;
@@ -61,8 +61,8 @@ pub struct Peer<'a> {
 
 /// How the two QPs are joined.
 enum Link {
-    /// RoCE loopback by hand, over the port's GID 0.
-    Loopback { gid: uverbs::Gid, mtu: Mtu },
+    /// RoCE loopback by hand, over one GID of port 1 ([`loopback_gid`]).
+    Loopback { gid: GidEntry, mtu: Mtu },
     /// Through the rdma_cm at this address of the device's (iWARP).
     Cm { addr: Ipv4Addr },
 }
@@ -125,7 +125,7 @@ impl<'a> Peer<'a> {
             }
         } else {
             Link::Loopback {
-                gid: ctx.query_gid(1, 0)?,
+                gid: loopback_gid(ctx)?,
                 // At most 1024, as before: the tour's peers agree on it.
                 mtu: (ctx.query_port(1)?.active_mtu())
                     .map_or(Mtu::Mtu1024, |m| m.min(Mtu::Mtu1024)),
@@ -154,7 +154,12 @@ impl<'a> Peer<'a> {
     /// How the QPs are joined, for the demo's heading.
     pub fn describe(&self) -> String {
         match &self.link {
-            Link::Loopback { .. } => "RoCE loopback over GID 0".into(),
+            Link::Loopback { gid, .. } => format!(
+                "RoCE loopback over GID {} ({}, {:?})",
+                gid.gid_index,
+                gid.gid.to_ip(),
+                gid.gid_type
+            ),
             Link::Cm { addr } => format!("connected by the rdma_cm at {addr}"),
         }
     }
@@ -162,7 +167,7 @@ impl<'a> Peer<'a> {
     /// Joins the two QPs as [`Link`] says.
     fn connect(&mut self) -> Fallible<()> {
         match self.link {
-            Link::Loopback { gid, mtu } => self.connect_loopback(gid, mtu),
+            Link::Loopback { gid, mtu } => self.connect_loopback(&gid, mtu),
             Link::Cm { addr } => {
                 self.conn = Some(self.connect_cm(addr)?);
                 Ok(())
@@ -171,7 +176,9 @@ impl<'a> Peer<'a> {
     }
 
     /// RESET -> INIT -> RTR -> RTS, each QP towards the other.
-    fn connect_loopback(&self, gid: uverbs::Gid, mtu: Mtu) -> Fallible<()> {
+    fn connect_loopback(&self, gid: &GidEntry, mtu: Mtu) -> Fallible<()> {
+        let sgid_index = u8::try_from(gid.gid_index)
+            .map_err(|_| format!("GID index {} does not fit an address vector", gid.gid_index))?;
         let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         for (qp, peer) in [(&self.writer, &self.owner), (&self.owner, &self.writer)] {
             qp.modify(
@@ -189,7 +196,7 @@ impl<'a> Peer<'a> {
                     .rq_psn(0)
                     .max_dest_rd_atomic(1)
                     .min_rnr_timer(12)
-                    .av(QpAttr::roce_dest(gid, 0, 1, 1)),
+                    .av(QpAttr::roce_dest(gid.gid, sgid_index, 1, 1)),
             )?;
             qp.modify(
                 &QpAttr::new()
@@ -440,6 +447,19 @@ fn cm_addr_of(ctx: &Context) -> Fallible<Ipv4Addr> {
         ctx.device_name()
     )
     .into())
+}
+
+/// The GID the RoCE loopback runs over: the RoCE v2 GID of the first
+/// local IPv4 address that has one on port 1 ([`Context::find_gid`]), else
+/// the port's GID 0 (its default GID, from the MAC).
+fn loopback_gid(ctx: &Context) -> Fallible<GidEntry> {
+    let trie = std::fs::read_to_string("/proc/net/fib_trie").unwrap_or_default();
+    for addr in local_addrs(&trie) {
+        if let Some(entry) = ctx.find_gid(1, addr.into(), GidType::RoceV2)? {
+            return Ok(entry);
+        }
+    }
+    Ok(ctx.query_gid_entry(1, 0)?)
 }
 
 /// The local unicast IPv4 addresses in a /proc/net/fib_trie listing (each
