@@ -1120,3 +1120,34 @@ fn resize_cq_both() {
         },
     );
 }
+
+#[test]
+fn alloc_mw_write() {
+    let expected = Bytes::default()
+        .u32(14) // ALLOC_MW
+        .u16(6) // (8 + 16) / 4
+        .u16(2) // 8 / 4: mw_handle, rkey
+        .u64(RESP)
+        .u32(5) // pd_handle
+        .u8(2) // mw_type: IB_MW_TYPE_2
+        .u8(0)
+        .u8(0)
+        .u8(0); // reserved
+    assert_eq!(write_frame(&AllocMw::new(5, 2), 8), expected.0);
+}
+
+#[test]
+fn alloc_mw_ioctl() {
+    let (frame, req) = ioctl_frame(&AllocMw::new(5, 1), 0);
+    // The request (response 0, pd_handle, type 1, reserved) by pointer.
+    assert_eq!(req, Bytes::default().u64(0).u32(5).u32(1).0);
+    assert_eq!(
+        frame,
+        invoke_write(14, &[(0, 16, req.as_ptr() as u64), (1, 8, CORE_OUT)])
+    );
+}
+
+#[test]
+fn dealloc_mw_both() {
+    handle_only_both(&DeallocMw::new(9), 16, 9);
+}

@@ -639,6 +639,51 @@ pub struct ib_uverbs_dereg_mr {
 const _: () = assert!(core::mem::size_of::<ib_uverbs_dereg_mr>() == 4);
 const _: () = assert!(core::mem::align_of::<ib_uverbs_dereg_mr>() == 4);
 
+/// `ALLOC_MW` command body (flexible `driver_data[]` tail omitted).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_alloc_mw {
+    /// User address of the response buffer.
+    pub response: u64,
+    /// Handle of the protection domain of the new window.
+    pub pd_handle: u32,
+    /// `IB_MW_TYPE_1` (1) or `IB_MW_TYPE_2` (2).
+    pub mw_type: u8,
+    /// Reserved, zero.
+    pub reserved: [u8; 3],
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_alloc_mw>() == 16);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_alloc_mw>() == 8);
+
+/// `ALLOC_MW` response (flexible `__aligned_u64 driver_data[]` tail omitted,
+/// which makes the struct 8-aligned).
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_alloc_mw_resp {
+    /// Handle of the new memory window.
+    pub mw_handle: u32,
+    /// Its remote key.
+    pub rkey: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_alloc_mw_resp>() == 8);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_alloc_mw_resp>() == 8);
+
+/// `DEALLOC_MW` command body.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct ib_uverbs_dealloc_mw {
+    /// Handle of the memory window to free.
+    pub mw_handle: u32,
+}
+const _: () = assert!(core::mem::size_of::<ib_uverbs_dealloc_mw>() == 4);
+const _: () = assert!(core::mem::align_of::<ib_uverbs_dealloc_mw>() == 4);
+
 /// `ib_uverbs_ex_create_cq_flags`: completions carry a timestamp.
 pub const IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION: u32 = 1 << 0;
 /// `ib_uverbs_ex_create_cq_flags`: the CQ may be overrun without an error.

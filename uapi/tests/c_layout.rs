@@ -522,6 +522,9 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             }
             ib_uverbs_rereg_mr_resp { lkey, rkey }
             ib_uverbs_dereg_mr { mr_handle }
+            ib_uverbs_alloc_mw { response, pd_handle, mw_type, reserved }
+            ib_uverbs_alloc_mw_resp { mw_handle, rkey }
+            ib_uverbs_dealloc_mw { mw_handle }
             ib_uverbs_create_comp_channel { response }
             ib_uverbs_create_comp_channel_resp { fd }
             ib_uverbs_comp_event_desc { cq_handle }
