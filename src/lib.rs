@@ -134,6 +134,7 @@ mod gid;
 mod golden_bytes;
 pub mod method;
 pub mod mr;
+mod mw;
 pub(crate) mod netlink;
 mod pd;
 pub mod post;
@@ -179,6 +180,7 @@ pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOu
 pub use event_fd::EventSource;
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
+pub use mw::{MemoryWindow, MwType};
 pub use pd::{DeallocError, ProtectionDomain};
 pub use post::{
     Completed, DeviceReadable, DeviceWritable, Ended, Holds, Local, NotDestroyed, NotOwnable,
@@ -194,8 +196,8 @@ pub use srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;
 pub use wr::{
-    Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion,
+    MwBind, Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags,
+    WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// The README's and the guides' examples are compiled as doc tests.

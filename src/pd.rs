@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::command::{AllocPd, DeallocPd};
+use parking_lot::Mutex;
+
+use crate::command::{AllocPd, DeallocMw, DeallocPd, DeregMr};
 use crate::context::Context;
 use crate::error::{Error, Op};
 
@@ -13,6 +15,8 @@ pub(crate) struct PdInner {
     pub(crate) ctx: Context,
     pub(crate) handle: u32,
     released: AtomicBool,
+    /// Its memory windows, and the regions dropped while one was bound.
+    pub(crate) windows: WindowBook,
 }
 
 impl PdInner {
@@ -30,9 +34,116 @@ impl PdInner {
 
 impl Drop for PdInner {
     fn drop(&mut self) {
-        // Every MR holds an Arc of this, so no MR is left in the PD here.
+        // Every MR and memory window holds an Arc of this, so none is left
+        // in the PD here but the regions dropped while a window was bound
+        // to them: their windows are gone now, deregister them first.
+        self.windows.release_parked(&self.ctx);
         if !self.released.load(Ordering::Acquire) {
             let _ = self.dealloc();
+        }
+    }
+}
+
+/// The memory windows of a PD, and the regions dropped while a window was
+/// bound to them (rxe refuses their `DEREG_MR` then: `EINVAL`). Such a
+/// region is parked here and deregistered once the PD's windows allow it:
+/// after each window deallocation, and when the PD is released. One lock
+/// orders all of it, so that a region is never parked just after the last
+/// window went.
+#[derive(Default)]
+pub(crate) struct WindowBook {
+    state: Mutex<BookState>,
+}
+
+#[derive(Default)]
+struct BookState {
+    /// Whether a window was ever allocated in the PD: if not, no region
+    /// of it is ever parked (nor its `DEREG_MR` retried).
+    windowed: bool,
+    /// Windows allocated and not yet deallocated.
+    live: usize,
+    /// Regions dropped while bound, their `DEREG_MR` still to do.
+    parked: Vec<ParkedRegion>,
+}
+
+/// What deregistering a dropped region takes.
+pub(crate) struct ParkedRegion {
+    /// The region's handle.
+    pub(crate) handle: u32,
+    /// Its range, un-marked for fork once deregistered if `fork_marked`.
+    pub(crate) addr: usize,
+    pub(crate) length: usize,
+    pub(crate) fork_marked: bool,
+}
+
+impl ParkedRegion {
+    /// `DEREG_MR`, then the fork un-marking; true when the kernel took it.
+    fn dereg(&self, ctx: &Context) -> bool {
+        // SAFETY: DEREG_MR of a handle the dropped region handed over; sent
+        // until the kernel takes it, never after.
+        let sent = unsafe { ctx.run(Op::DeregMr, &DeregMr::new(self.handle), &mut []) };
+        if sent.is_err() {
+            return false;
+        }
+        if self.fork_marked {
+            // The registration is gone; a failure only means a forked
+            // child will not inherit these pages.
+            let _ = ctx.inner.fork.dofork_range(self.addr, self.length);
+        }
+        true
+    }
+}
+
+impl WindowBook {
+    /// A region whose `DEREG_MR` the kernel refused as it was dropped: in
+    /// a PD that has had windows, tried again under the lock (a window may
+    /// have gone meanwhile), then parked if the PD has windows (which may
+    /// be bound to it). False when it could be neither deregistered nor
+    /// parked: the caller abandons it, as before windows existed.
+    pub(crate) fn park(&self, ctx: &Context, region: ParkedRegion) -> bool {
+        let mut state = self.state.lock();
+        if !state.windowed {
+            return false;
+        }
+        if region.dereg(ctx) {
+            return true;
+        }
+        if state.live == 0 {
+            return false;
+        }
+        state.parked.push(region);
+        true
+    }
+
+    /// Runs `alloc` (an `ALLOC_MW`) under the lock, counting the window
+    /// it made.
+    pub(crate) fn allocate<T>(&self, alloc: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
+        let mut state = self.state.lock();
+        let made = alloc()?;
+        state.live += 1;
+        state.windowed = true;
+        Ok(made)
+    }
+
+    /// `DEALLOC_MW` of `handle`, then the parked regions' `DEREG_MR`s.
+    pub(crate) fn dealloc(&self, ctx: &Context, handle: u32) -> Result<(), Error> {
+        let mut state = self.state.lock();
+        // SAFETY: DEALLOC_MW of a window handle we own, sent once.
+        let sent = unsafe { ctx.run(Op::DeallocMw, &DeallocMw::new(handle), &mut []) };
+        state.live = state.live.saturating_sub(1);
+        state.parked.retain(|region| !region.dereg(ctx));
+        sent.map(drop)
+    }
+
+    /// The PD is being released: its windows are gone (each held the PD),
+    /// so the parked regions can be deregistered; one the kernel still
+    /// refuses is abandoned until the context is closed.
+    pub(crate) fn release_parked(&self, ctx: &Context) {
+        let mut state = self.state.lock();
+        for region in state.parked.drain(..) {
+            if !region.dereg(ctx) {
+                ctx.note_abandoned_registration();
+            }
         }
     }
 }
@@ -87,6 +198,7 @@ impl ProtectionDomain {
                 ctx,
                 handle,
                 released: AtomicBool::new(false),
+                windows: WindowBook::default(),
             }),
         }
     }

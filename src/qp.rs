@@ -1190,6 +1190,11 @@ impl QueuePair {
             }),
         }
     }
+
+    /// The PD the QP is in.
+    pub(crate) fn pd_inner(&self) -> &Arc<PdInner> {
+        &self.pd
+    }
 }
 
 impl Drop for QueuePair {

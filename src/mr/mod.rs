@@ -31,6 +31,13 @@ pub use rereg::{Rereg, ReregFallback, ReregPath};
 /// `ibv_rereg_mr` mirror [`rereg`](Self::rereg), and the forms built on
 /// them; the kernel handle
 /// stays the same, the keys are whatever the kernel answers.
+///
+/// While a [`MemoryWindow`](crate::MemoryWindow) is bound to it, rxe
+/// refuses its `DEREG_MR` (`EINVAL`): [`dereg`](Self::dereg) hands it back
+/// with that error, and a drop hands the registration to its PD, which
+/// deregisters it after a window of the PD is deallocated or when the PD
+/// is released (the memory stays registered, and reachable through the
+/// window, until then).
 #[doc(alias = "ibv_mr")]
 pub struct MemoryRegion {
     ctx: Context,
@@ -238,7 +245,10 @@ impl MemoryRegion {
     }
 
     /// `range` as offsets inside the region, or why not.
-    fn checked(&self, range: impl RangeBounds<usize>) -> Result<Range<usize>, OutOfRange<()>> {
+    pub(crate) fn checked(
+        &self,
+        range: impl RangeBounds<usize>,
+    ) -> Result<Range<usize>, OutOfRange<()>> {
         let start = match range.start_bound() {
             Bound::Included(&s) => s,
             Bound::Excluded(&s) => s.saturating_add(1),
@@ -284,7 +294,12 @@ impl MemoryRegion {
 
     /// True when the MR is in `pd`.
     pub fn is_in(&self, pd: &ProtectionDomain) -> bool {
-        Arc::ptr_eq(&self.pd, &pd.inner)
+        self.is_in_pd(&pd.inner)
+    }
+
+    /// True when the MR is in the PD `pd`.
+    pub(crate) fn is_in_pd(&self, pd: &Arc<PdInner>) -> bool {
+        Arc::ptr_eq(&self.pd, pd)
     }
 
     /// The context the MR belongs to.
@@ -384,7 +399,19 @@ impl Drop for MemoryRegion {
             return;
         }
         if self.dereg_in_place().is_err() {
-            self.abandon();
+            // rxe refuses while a memory window is bound to the region
+            // (EINVAL): the PD deregisters it once its windows allow.
+            let region = crate::pd::ParkedRegion {
+                handle: self.handle,
+                addr: self.addr,
+                length: self.length,
+                fork_marked: self.fork_marked,
+            };
+            if self.pd.windows.park(&self.ctx, region) {
+                self.live = false;
+            } else {
+                self.abandon();
+            }
         }
     }
 }

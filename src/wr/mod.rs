@@ -29,5 +29,5 @@ pub(crate) use completion::IB_WC_RECV;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use error::PostError;
 pub use recv::RecvWr;
-pub use send::{Payload, Remote, SendFlags, SendOp, SendWr, UdDest};
+pub use send::{MwBind, Payload, Remote, SendFlags, SendOp, SendWr, UdDest};
 pub use sge::Sge;

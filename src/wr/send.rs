@@ -71,6 +71,79 @@ pub enum SendOp {
         /// Addend.
         add: u64,
     },
+    /// BIND_MW: binds a memory window to part of a memory region, as
+    /// [`MemoryWindow::bind_request`](crate::MemoryWindow::bind_request)
+    /// built it; no payload (`Payload::Sges(&[])`). RC and UC QPs, rxe
+    /// only. It completes as [`WcOpcode::BindMw`](crate::WcOpcode::BindMw);
+    /// a bind the device refuses completes with
+    /// [`WcStatus::MwBindErr`](crate::WcStatus::MwBindErr) and moves the
+    /// QP to ERR.
+    #[doc(alias = "IBV_WR_BIND_MW")]
+    BindMw(MwBind),
+    /// LOCAL_INV: invalidates `rkey`, the key of a type-2 memory window
+    /// bound through this QP; no payload. RC QPs, rxe only. It completes
+    /// as [`WcOpcode::LocalInv`](crate::WcOpcode::LocalInv); an rkey that
+    /// names no valid type-2 window completes with
+    /// [`WcStatus::LocQpOpErr`](crate::WcStatus::LocQpOpErr) (the QP to ERR).
+    #[doc(alias = "IBV_WR_LOCAL_INV")]
+    LocalInv {
+        /// The key to invalidate.
+        rkey: u32,
+    },
+    /// SEND_WITH_INV: a SEND whose receiver also invalidates `rkey` (a
+    /// type-2 window of the receiver's); its receive completion carries
+    /// [`WcFlags::WITH_INVALIDATE`](crate::WcFlags::WITH_INVALIDATE) and
+    /// the key ([`WorkCompletion::invalidated_rkey`](crate::WorkCompletion::invalidated_rkey)).
+    /// RC QPs, rxe only.
+    #[doc(alias = "IBV_WR_SEND_WITH_INV")]
+    SendWithInv {
+        /// The receiver's key to invalidate.
+        rkey: u32,
+    },
+}
+
+/// What a BIND_MW work request carries ([`SendOp::BindMw`]): the window's
+/// key before and after the bind, the region's lkey, and the bound range
+/// and access. Built only by
+/// [`MemoryWindow::bind_request`](crate::MemoryWindow::bind_request),
+/// which checks it against the window and the region.
+#[doc(alias = "ibv_mw_bind")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MwBind {
+    /// The window's key now (`mw_rkey`), which the device checks.
+    pub(crate) mw_rkey: u32,
+    /// The window's key once bound (`rkey`): the device takes its low 8 bits.
+    pub(crate) rkey: u32,
+    /// The region's lkey (`mr_lkey`).
+    pub(crate) mr_lkey: u32,
+    /// The first byte of the window (a virtual address in the region).
+    pub(crate) addr: u64,
+    /// The window's length in bytes (never 0).
+    pub(crate) length: u64,
+    /// `IB_UVERBS_ACCESS_REMOTE_*` bits of the window.
+    pub(crate) access: u32,
+}
+
+impl MwBind {
+    /// The window's key once this bind has been done: give it to the peer.
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+
+    /// The window's key before the bind.
+    pub fn previous_rkey(&self) -> u32 {
+        self.mw_rkey
+    }
+
+    /// The address of the window's first byte.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    /// The window's length in bytes.
+    pub fn length(&self) -> u64 {
+        self.length
+    }
 }
 
 impl SendOp {
@@ -84,6 +157,9 @@ impl SendOp {
             SendOp::RdmaRead { .. } => "RDMA_READ",
             SendOp::CompareSwap { .. } => "ATOMIC_CMP_AND_SWP",
             SendOp::FetchAdd { .. } => "ATOMIC_FETCH_AND_ADD",
+            SendOp::BindMw(_) => "BIND_MW",
+            SendOp::LocalInv { .. } => "LOCAL_INV",
+            SendOp::SendWithInv { .. } => "SEND_WITH_INV",
         }
     }
 }

@@ -195,6 +195,10 @@ fn parts(op: &SendOp) -> Parts {
         SendOp::FetchAdd { remote, add } => {
             (opcode::ATOMIC_FA, Some(remote), Some((add, None)), None)
         }
+        // Never written: `check_send` refuses them (`window_op`).
+        SendOp::BindMw(_) | SendOp::LocalInv { .. } | SendOp::SendWithInv { .. } => {
+            (opcode::SEND, None, None, None)
+        }
     };
     Parts {
         opcode,
@@ -204,12 +208,27 @@ fn parts(op: &SendOp) -> Parts {
     }
 }
 
+/// Memory-window binds and invalidations, which this crate does not post
+/// on mlx5 (it would need UMR WQEs).
+fn window_op(op: &SendOp) -> bool {
+    matches!(
+        op,
+        SendOp::BindMw(_) | SendOp::LocalInv { .. } | SendOp::SendWithInv { .. }
+    )
+}
+
 /// Checks `wr` against the QP before anything is written: what libmlx5
 /// refuses (too many SGEs, inline data beyond the WQE) and what this
 /// crate's API refuses on every driver (a UD destination, an operation the
 /// transport lacks, inline READs and atomics, a short or misaligned atomic).
 pub(crate) fn check_send(limits: &SendLimits, wr: &SendWr<'_>) -> Result<(), PostError> {
     let name = wr.op.name();
+    if window_op(&wr.op) {
+        return Err(PostError::NotSupported {
+            driver: "mlx5",
+            what: name,
+        });
+    }
     let ud = limits.qp_type == QpType::Ud;
     match wr.ud {
         Some(dest) if ud && dest.av.is_none() => {
@@ -433,4 +452,43 @@ pub(crate) fn write_send(
     );
     let _ = at;
     ds
+}
+
+#[cfg(test)]
+mod window_op_tests {
+    use super::*;
+    use crate::wr::MwBind;
+
+    /// Memory-window operations are refused before anything is written.
+    #[test]
+    fn window_operations_are_refused_typed() {
+        let limits = SendLimits {
+            qpn: 0x12,
+            qp_type: QpType::Rc,
+            max_sge: 4,
+            max_inline: 64,
+        };
+        let bind = MwBind {
+            mw_rkey: 0x101,
+            rkey: 0x102,
+            mr_lkey: 0x201,
+            addr: 0x1000,
+            length: 16,
+            access: 2,
+        };
+        for (op, what) in [
+            (SendOp::BindMw(bind), "BIND_MW"),
+            (SendOp::LocalInv { rkey: 1 }, "LOCAL_INV"),
+            (SendOp::SendWithInv { rkey: 1 }, "SEND_WITH_INV"),
+        ] {
+            let wr = SendWr::new(1, op, Payload::Sges(&[]));
+            assert_eq!(
+                check_send(&limits, &wr),
+                Err(PostError::NotSupported {
+                    driver: "mlx5",
+                    what
+                })
+            );
+        }
+    }
 }

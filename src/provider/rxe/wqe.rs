@@ -22,8 +22,9 @@ use zerocopy::{FromBytes, IntoBytes};
 use uverbs_uapi::{
     ib_uverbs_wc, rxe_dma_info, rxe_recv_wqe, rxe_send_wqe, rxe_send_wr_atomic, rxe_send_wr_rdma,
     rxe_send_wr_ud, IB_UVERBS_WR_ATOMIC_CMP_AND_SWP, IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
-    IB_UVERBS_WR_RDMA_READ, IB_UVERBS_WR_RDMA_WRITE, IB_UVERBS_WR_RDMA_WRITE_WITH_IMM,
-    IB_UVERBS_WR_SEND, IB_UVERBS_WR_SEND_WITH_IMM,
+    IB_UVERBS_WR_BIND_MW, IB_UVERBS_WR_LOCAL_INV, IB_UVERBS_WR_RDMA_READ, IB_UVERBS_WR_RDMA_WRITE,
+    IB_UVERBS_WR_RDMA_WRITE_WITH_IMM, IB_UVERBS_WR_SEND, IB_UVERBS_WR_SEND_WITH_IMM,
+    IB_UVERBS_WR_SEND_WITH_INV,
 };
 
 use super::queue::{Consumer, Producer, QueueFull};
@@ -86,14 +87,19 @@ const ATOMICS: u32 = ops(&[
     IB_UVERBS_WR_ATOMIC_CMP_AND_SWP,
     IB_UVERBS_WR_ATOMIC_FETCH_AND_ADD,
 ]);
+/// The operations done on the sending side alone, without payload.
+const LOCAL_OPS: u32 = ops(&[IB_UVERBS_WR_LOCAL_INV, IB_UVERBS_WR_BIND_MW]);
+/// SEND_WITH_INV, which carries data out like a SEND.
+const SEND_INV: u32 = ops(&[IB_UVERBS_WR_SEND_WITH_INV]);
 
-/// The operations a QP of `qp_type` carries: UC has no RDMA READ or
-/// atomics, UD only sends.
+/// The operations a QP of `qp_type` carries: UC has no RDMA READ, atomics,
+/// LOCAL_INV or SEND_WITH_INV (rxe binds windows on UC, as on RC); UD only
+/// sends.
 fn ops_of(qp_type: crate::command::QpType) -> u32 {
     use crate::command::QpType;
     match qp_type {
-        QpType::Rc => DATA_OUT | ATOMICS | ops(&[IB_UVERBS_WR_RDMA_READ]),
-        QpType::Uc => DATA_OUT,
+        QpType::Rc => DATA_OUT | ATOMICS | LOCAL_OPS | SEND_INV | ops(&[IB_UVERBS_WR_RDMA_READ]),
+        QpType::Uc => DATA_OUT | ops(&[IB_UVERBS_WR_BIND_MW]),
         QpType::Ud => SENDS,
     }
 }
@@ -199,6 +205,32 @@ impl OpWords {
                 ex: 0,
                 iova: remote.addr,
                 union: [remote.addr, add, 0, u64::from(remote.rkey)],
+            },
+            // The `mw` member: `addr`, `length`, `mr_lkey` + `mw_rkey`,
+            // `rkey` + `access` (rdma_user_rxe.h). No remote address.
+            SendOp::BindMw(bind) => OpWords {
+                opcode: IB_UVERBS_WR_BIND_MW,
+                ex: 0,
+                iova: 0,
+                union: [
+                    bind.addr,
+                    bind.length,
+                    u64::from(bind.mr_lkey) | u64::from(bind.mw_rkey) << 32,
+                    u64::from(bind.rkey) | u64::from(bind.access) << 32,
+                ],
+            },
+            // `ex` is `invalidate_rkey`, a host-order u32 (not __be32).
+            SendOp::LocalInv { rkey } => OpWords {
+                opcode: IB_UVERBS_WR_LOCAL_INV,
+                ex: rkey,
+                iova: 0,
+                union: [0; 4],
+            },
+            SendOp::SendWithInv { rkey } => OpWords {
+                opcode: IB_UVERBS_WR_SEND_WITH_INV,
+                ex: rkey,
+                iova: 0,
+                union: [0; 4],
             },
         }
     }
@@ -388,6 +420,13 @@ fn encode_op(
         });
     }
     let op_bit = 1 << op.opcode;
+    if LOCAL_OPS & op_bit != 0 && num_sge != 0 && !inline {
+        return Err(PostError::TooManySges {
+            op: POST_SEND,
+            n: num_sge,
+            max: 0,
+        });
+    }
     if ATOMICS & op_bit != 0 && (length < 8 || op.iova % 8 != 0) {
         return Err(PostError::BadAtomic {
             opcode: wr.op.name(),
@@ -396,7 +435,7 @@ fn encode_op(
         });
     }
     if inline {
-        if DATA_OUT & op_bit == 0 {
+        if (DATA_OUT | SEND_INV) & op_bit == 0 {
             return Err(PostError::InlineNotAllowed {
                 opcode: wr.op.name(),
             });
@@ -606,6 +645,9 @@ mod qp_type_tests {
             ),
             (SendOp::RdmaRead { remote }, [true, false, false]),
             (SendOp::FetchAdd { remote, add: 1 }, [true, false, false]),
+            (SendOp::BindMw(BIND), [true, true, false]),
+            (SendOp::LocalInv { rkey: 5 }, [true, false, false]),
+            (SendOp::SendWithInv { rkey: 5 }, [true, false, false]),
             (
                 SendOp::CompareSwap {
                     remote,
@@ -658,5 +700,97 @@ mod qp_type_tests {
         }
         let e = check_send_for_qp_type(QpType::Ud, &wr(SendOp::Send { imm: None })).unwrap_err();
         assert!(e.to_string().contains("needs a UD destination"), "{e}");
+    }
+}
+
+/// A bind of 0x100 bytes at 0x7000_1000 under the region 0x1122_3301,
+/// the window's key going from 0x4455_6601 to 0x4455_6602.
+#[cfg(test)]
+const BIND: crate::wr::MwBind = crate::wr::MwBind {
+    mw_rkey: 0x4455_6601,
+    rkey: 0x4455_6602,
+    mr_lkey: 0x1122_3301,
+    addr: 0x7000_1000,
+    length: 0x100,
+    access: 2,
+};
+
+#[cfg(test)]
+mod window_op_tests {
+    use zerocopy::FromBytes;
+
+    use super::super::kernel_model::TestRing;
+    use super::super::ring_props::producer;
+    use super::*;
+
+    /// The WQE `wr` becomes, as the kernel reads it.
+    fn written(wr: &SendWr<'_>) -> Result<rxe_send_wqe, PostError> {
+        let ring = TestRing::new(9, 4);
+        let mut sq = producer(&ring, SEND_WQE_LEN);
+        sq.reserve().unwrap().fill(0xee);
+        sq.cancel();
+        let limits = SendLimits {
+            max_sge: 4,
+            max_inline: 64,
+        };
+        write_send_wqe(&mut sq, limits, wr)?;
+        sq.publish();
+        let mut out = vec![0u8; ring.elem_size()];
+        assert!(ring.kernel_consumer().pop(&mut out));
+        Ok(rxe_send_wqe::read_from_prefix(&out).unwrap().0)
+    }
+
+    #[test]
+    fn a_bind_fills_the_mw_member_and_no_payload() {
+        let wr = SendWr::new(9, SendOp::BindMw(BIND), Payload::Sges(&[]));
+        let wqe = written(&wr).unwrap();
+        assert_eq!((wqe.wr.wr_id, wqe.wr.opcode, wqe.wr.ex), (9, 8, 0));
+        // addr, length, mr_lkey | mw_rkey << 32, rkey | access << 32.
+        assert_eq!(
+            wqe.wr.wr[..4],
+            [0x7000_1000, 0x100, 0x4455_6601_1122_3301, 0x2_4455_6602]
+        );
+        assert!(wqe.wr.wr[4..].iter().all(|&w| w == 0));
+        assert_eq!((wqe.iova, wqe.dma.length, wqe.dma.num_sge), (0, 0, 0));
+    }
+
+    #[test]
+    fn invalidations_carry_the_key_in_host_order() {
+        for (op, opcode) in [
+            (SendOp::LocalInv { rkey: 0x1234_5678 }, 7),
+            (SendOp::SendWithInv { rkey: 0x1234_5678 }, 9),
+        ] {
+            let wqe = written(&SendWr::new(3, op, Payload::Sges(&[]))).unwrap();
+            assert_eq!((wqe.wr.opcode, wqe.wr.ex), (opcode, 0x1234_5678));
+            assert!(wqe.wr.wr.iter().all(|&w| w == 0));
+        }
+        // SEND_WITH_INV carries data, inline too.
+        let segs: [&[u8]; 1] = [b"hi"];
+        let op = SendOp::SendWithInv { rkey: 1 };
+        let wqe = written(&SendWr::new(3, op, Payload::Inline(&segs))).unwrap();
+        assert_eq!((wqe.dma.length, wqe.wr.send_flags & SEND_INLINE), (2, 8));
+    }
+
+    #[test]
+    fn local_operations_take_no_payload() {
+        let sge = [Sge {
+            addr: 1,
+            length: 8,
+            lkey: 2,
+        }];
+        let segs: [&[u8]; 1] = [b"hi"];
+        for op in [SendOp::BindMw(BIND), SendOp::LocalInv { rkey: 1 }] {
+            let e = written(&SendWr::new(1, op, Payload::Sges(&sge))).unwrap_err();
+            assert_eq!(
+                e,
+                PostError::TooManySges {
+                    op: POST_SEND,
+                    n: 1,
+                    max: 0
+                }
+            );
+            let e = written(&SendWr::new(1, op, Payload::Inline(&segs))).unwrap_err();
+            assert_eq!(e, PostError::InlineNotAllowed { opcode: op.name() });
+        }
     }
 }

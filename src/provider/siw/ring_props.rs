@@ -567,6 +567,14 @@ fn refused_requests_leave_nothing_behind() {
             unsupported("ATOMIC_FETCH_AND_ADD"),
         ),
         (
+            wr(SendOp::LocalInv { rkey: 7 }, sig, Payload::Sges(&[])),
+            unsupported("LOCAL_INV"),
+        ),
+        (
+            wr(SendOp::SendWithInv { rkey: 7 }, sig, Payload::Sges(one)),
+            unsupported("SEND_WITH_INV"),
+        ),
+        (
             SendWr {
                 ud: Some(UdDest::from_raw(1, 2, 3)),
                 ..send(1)

@@ -195,6 +195,10 @@ fn sqe_op(op: &SendOp) -> Result<SqeOp, SiwPostError> {
         SendOp::RdmaWrite { imm: Some(_), .. } => Err(unsupported("RDMA_WRITE_WITH_IMM")),
         SendOp::CompareSwap { .. } => Err(unsupported("ATOMIC_CMP_AND_SWP")),
         SendOp::FetchAdd { .. } => Err(unsupported("ATOMIC_FETCH_AND_ADD")),
+        // siw has no memory windows; invalidation is not offered here.
+        SendOp::BindMw(_) => Err(unsupported("BIND_MW")),
+        SendOp::LocalInv { .. } => Err(unsupported("LOCAL_INV")),
+        SendOp::SendWithInv { .. } => Err(unsupported("SEND_WITH_INV")),
     }
 }
 
