@@ -3,12 +3,16 @@
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use super::frame::{user_addr, IoctlFrame, WriteFrame, MAX_WRITE_BYTES};
+use super::frame::{user_addr, IoctlFrame, WriteFrame};
 use super::kernel_writes::{verbs_ioctl, write_command};
 use super::method::Method;
 use super::{RawCommand, SharedMapping, Transport, TransportKind};
 use crate::error::Errno;
 use uverbs_uapi as sys;
+
+/// The largest response (core and UHW out) the write() path receives:
+/// room for `EX_QUERY_DEVICE`'s 304-byte answer, with some to spare.
+const MAX_RESPONSE_BYTES: usize = 512;
 
 /// An open `/dev/infiniband/uverbsN` and the framing its context uses.
 #[derive(Debug)]
@@ -62,7 +66,7 @@ impl KernelFile {
     fn execute_write(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {
         let core_len = cmd.core_out.len();
         let resp_len = core_len + cmd.uhw_out.len();
-        if resp_len > MAX_WRITE_BYTES {
+        if resp_len > MAX_RESPONSE_BYTES {
             return Err(Errno::TOOBIG);
         }
         // The header counts the response in words and the kernel puts UHW
@@ -74,9 +78,9 @@ impl KernelFile {
         }
         // The kernel writes core response and UHW out as one buffer; only
         // the part it may write is zeroed (the rest is never read).
-        let mut response = MaybeUninit::<[u8; MAX_WRITE_BYTES]>::uninit();
+        let mut response = MaybeUninit::<[u8; MAX_RESPONSE_BYTES]>::uninit();
         let response = response.as_mut_ptr().cast::<u8>();
-        // SAFETY: `resp_len <= MAX_WRITE_BYTES` bytes of the local buffer.
+        // SAFETY: `resp_len <= MAX_RESPONSE_BYTES` bytes of the local buffer.
         unsafe { std::ptr::write_bytes(response, 0, resp_len) };
         let mut frame = WriteFrame::default();
         // `user_addr` exposes the buffer's provenance: `write_command` may
@@ -276,6 +280,18 @@ mod tests {
         let (mut core, mut uhw) = ([0u8; 8], [0u8; 8]);
         let result = exchange(file, &mut core, &mut uhw);
         (core, uhw, result)
+    }
+
+    /// EX_QUERY_DEVICE's 304-byte answer fits the write() path's response
+    /// buffer (it once did not: E2BIG); more than the buffer does not.
+    #[test]
+    fn write_path_takes_responses_larger_than_a_frame() {
+        let file = write_file(File::options().write(true).open("/dev/null").unwrap());
+        let mut core = [0xffu8; 304];
+        assert_eq!(exchange(&file, &mut core, &mut []), Ok(0));
+        assert_eq!(core, [0; 304]);
+        let mut core = [0u8; MAX_RESPONSE_BYTES + 8];
+        assert_eq!(exchange(&file, &mut core, &mut []), Err(Errno::TOOBIG));
     }
 
     #[test]
