@@ -1,19 +1,4 @@
-//! Shared receive queues (`struct ibv_srq`): one receive ring that many
-//! queue pairs take their receives from.
-//!
-//! The ring is the kernel's, mapped like a QP's receive ring and written
-//! by the same code (rxe: `rxe_queue` indices; siw: the per-element VALID
-//! flag): [`SharedReceiveQueue::post_recv`] makes no system call. A QP
-//! created with [`QpInit::srq`](crate::QpInit::srq) has no receive ring of
-//! its own; whichever attached QP a message arrives on consumes the oldest
-//! request, and its completion goes to that QP's receive CQ with that
-//! QP's number.
-//!
-//! The limit ([`SharedReceiveQueue::modify_limit`]) arms the SRQ: once
-//! fewer than `limit` requests remain, the kernel reports
-//! [`AsyncEventKind::SrqLimitReached`](crate::AsyncEventKind::SrqLimitReached)
-//! once, about [`AsyncElement::Srq`](crate::AsyncElement::Srq) with this
-//! SRQ's [`event_id`](SharedReceiveQueue::event_id), and disarms it.
+//! Shared receive queues (`struct ibv_srq`): [`SharedReceiveQueue`].
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -135,7 +120,22 @@ impl Drop for SrqInner {
     }
 }
 
-/// A shared receive queue (`struct ibv_srq`): see the [module](self).
+/// A shared receive queue (`struct ibv_srq`): one receive ring that many
+/// queue pairs take their receives from.
+///
+/// The ring is the kernel's, mapped like a QP's receive ring and written
+/// by the same code (rxe: `rxe_queue` indices; siw: the per-element VALID
+/// flag): [`SharedReceiveQueue::post_recv`] makes no system call. A QP
+/// created with [`QpInit::srq`](crate::QpInit::srq) has no receive ring of
+/// its own; whichever attached QP a message arrives on consumes the oldest
+/// request, and its completion goes to that QP's receive CQ with that
+/// QP's number.
+///
+/// The limit ([`SharedReceiveQueue::modify_limit`]) arms the SRQ: once
+/// fewer than `limit` requests remain, the kernel reports
+/// [`AsyncEventKind::SrqLimitReached`](crate::AsyncEventKind::SrqLimitReached)
+/// once, about [`AsyncElement::Srq`](crate::AsyncElement::Srq) with this
+/// SRQ's [`event_id`](SharedReceiveQueue::event_id), and disarms it.
 ///
 /// Created by [`ProtectionDomain::create_srq`]; QPs use it through
 /// [`QpInit::srq`](crate::QpInit::srq) and keep it alive, so the kernel
@@ -152,10 +152,15 @@ pub struct SharedReceiveQueue {
 
 impl fmt::Debug for SharedReceiveQueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        debug_object(f, "SharedReceiveQueue", &self.inner.pd.ctx, self.inner.handle)
-            .field("max_wr", &self.inner.max_wr)
-            .field("max_sge", &self.inner.max_sge)
-            .finish()
+        debug_object(
+            f,
+            "SharedReceiveQueue",
+            &self.inner.pd.ctx,
+            self.inner.handle,
+        )
+        .field("max_wr", &self.inner.max_wr)
+        .field("max_sge", &self.inner.max_sge)
+        .finish()
     }
 }
 
@@ -212,7 +217,12 @@ impl ProtectionDomain {
                 pd: self.inner.clone(),
                 handle: resp.srq_handle,
                 event_id,
-                max_wr: resp.max_wr,
+                // What the ring holds: more than the kernel answered on
+                // 6.1's rxe (it answers the size asked for and rounds the
+                // ring up to a power of two minus one), the same elsewhere.
+                max_wr: ring
+                    .ring_capacity()
+                    .map_or(resp.max_wr, |c| c.max(resp.max_wr)),
                 max_sge: resp.max_sge,
                 origin: ctx.inner.origin,
                 ring: Mutex::new(ring),
@@ -244,13 +254,8 @@ impl ProtectionDomain {
             Ok(ring) => Ok((resp, D::recv_queue(ring))),
             Err(e) => {
                 // SAFETY: the SRQ just created, which nothing else knows.
-                let _ = unsafe {
-                    ctx.run(
-                        Op::DestroySrq,
-                        &DestroySrq::new(resp.srq_handle),
-                        &mut [],
-                    )
-                };
+                let _ =
+                    unsafe { ctx.run(Op::DestroySrq, &DestroySrq::new(resp.srq_handle), &mut []) };
                 Err(fail(e))
             }
         }
@@ -268,7 +273,8 @@ impl SharedReceiveQueue {
         self.inner.event_id
     }
 
-    /// Receive work requests it holds, as the kernel answered the create.
+    /// Receive work requests it holds: what the kernel answered the create,
+    /// or what its ring holds where that is more (rxe on Linux 6.1).
     pub fn max_wr(&self) -> u32 {
         self.inner.max_wr
     }
@@ -293,8 +299,8 @@ impl SharedReceiveQueue {
     #[doc(alias = "ibv_modify_srq")]
     pub fn modify_limit(&self, limit: u32) -> Result<(), Error> {
         let ctx = self.inner.ctx();
-        let cmd =
-            ModifySrq::limit(self.inner.handle, limit).uhw_in(ctx.inner.provider.modify_srq_uhw_in());
+        let cmd = ModifySrq::limit(self.inner.handle, limit)
+            .uhw_in(ctx.inner.provider.modify_srq_uhw_in());
         // SAFETY: MODIFY_SRQ of the limit hands no memory to the device
         // (rxe's input names no `mminfo`: it is read only for a resize).
         unsafe { ctx.run(Op::ModifySrq, &cmd, &mut []) }.map(drop)

@@ -317,8 +317,10 @@ macro_rules! drivers {
             }
 
             const _: () = assert!(
-                matches!(<$D as Driver>::CREATE_SRQ_UHW_OUT, None)
-                    || matches!(<$D as Driver>::CREATE_SRQ_UHW_OUT, Some(n) if n <= rings::MAX_CREATE_UHW_OUT)
+                match <$D as Driver>::CREATE_SRQ_UHW_OUT {
+                    Some(n) => n <= rings::MAX_CREATE_UHW_OUT,
+                    None => true,
+                }
             );
             const _: () = assert!(
                 <$D as Driver>::CREATE_CQ_UHW_OUT <= rings::MAX_CREATE_UHW_OUT

@@ -246,6 +246,11 @@ impl RecvQueue {
     pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         each_ring!(self, q => q.post(wrs))
     }
+
+    /// As [`RecvRing::ring_capacity`].
+    pub(crate) fn ring_capacity(&self) -> Option<u32> {
+        each_ring!(self, q => q.ring_capacity())
+    }
 }
 
 #[cfg(test)]

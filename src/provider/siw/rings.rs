@@ -397,6 +397,13 @@ impl RecvRing for RecvQueue {
         let rq = ring.view().map_err(PostFailure::Os)?;
         post_recvs(rq, self.max_sge, wrs)
     }
+
+    /// The array's elements: the kernel answers them for a QP, but answers
+    /// an SRQ's create with the size asked for (`siw_create_srq` rounds
+    /// the array up to a power of two).
+    fn ring_capacity(&self) -> Option<u32> {
+        self.ring.as_ref().map(|r| r.num)
+    }
 }
 
 impl Ring for RecvQueue {
