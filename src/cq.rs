@@ -429,6 +429,37 @@ impl Context {
         cqe: u32,
         channel: Option<&CompletionChannel>,
     ) -> Result<CompletionQueue, Error> {
+        let mut init = CqInit::new(cqe);
+        init.channel = channel;
+        self.create_cq_ex(&init)
+    }
+
+    /// Creates a completion queue as [`create_cq`](Self::create_cq) does,
+    /// with the extended attributes of `ibv_create_cq_ex`: a completion
+    /// vector, the completion fields wanted ([`CqWcFlags`]) and creation
+    /// flags ([`CqFlags`]).
+    ///
+    /// Every [`WorkCompletion`] carries the fields of the kernel's
+    /// `ib_uverbs_wc`; wanting another ([`CqWcFlags::COMPLETION_TIMESTAMP`],
+    /// …) is [`Error::Unsupported`], nothing sent, with the reason (for a
+    /// timestamp: the device's `completion_timestamp_mask` from
+    /// [`query_device_ex`](Self::query_device_ex), 0 on rxe and siw).
+    /// Creation flags travel only in the native method's `FLAGS`: over the
+    /// write() transport a flag is [`Error::Unsupported`], nothing sent;
+    /// rxe and siw refuse any (`EOPNOTSUPP`). A completion vector beyond
+    /// [`num_comp_vectors`](Self::num_comp_vectors) is the kernel's
+    /// `EINVAL`.
+    ///
+    /// ```
+    /// # fn f(ctx: &uverbs::Context) -> Result<(), uverbs::Error> {
+    /// use uverbs::{CqInit, CqWcFlags};
+    /// let cq = ctx.create_cq_ex(&CqInit::new(64).wc_flags(CqWcFlags::STANDARD))?;
+    /// assert!(cq.cqe() >= 64);
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_create_cq_ex")]
+    pub fn create_cq_ex(&self, init: &CqInit<'_>) -> Result<CompletionQueue, Error> {
+        let channel = init.channel;
         let fail = |e| Error::os(Op::CreateCq, &self.inner.device, e);
         self.check_process(Op::CreateCq)?;
         if let Some(reason) = self.inner.provider.data_path_refusal() {
@@ -450,9 +481,10 @@ impl Context {
                 ));
             }
         }
+        self.check_cq_init(init)?;
         let event_id = NEXT_CQ_EVENT_ID.fetch_add(1, Ordering::Relaxed);
         let (path, handle, real_cqe, ring) = with_driver!(self.inner.provider,
-            D => self.create_cq_ring::<D>(cqe, event_id, channel, uhw_len)?,
+            D => self.create_cq_ring::<D>(init, event_id, uhw_len)?,
             Generic => return Err(fail(Errno::OPNOTSUPP)));
         let events = Arc::new(EventCounts::default());
         if let Some(ch) = channel {
@@ -482,9 +514,8 @@ impl Context {
     /// ring).
     fn create_cq_ring<D: StateOf>(
         &self,
-        cqe: u32,
+        init: &CqInit<'_>,
         event_id: u64,
-        channel: Option<&CompletionChannel>,
         uhw_len: usize,
     ) -> Result<(CreatePath, u32, u32, CqRing), Error> {
         let fail = |e| Error::os(Op::CreateCq, &self.inner.device, e);
@@ -496,14 +527,15 @@ impl Context {
                 reason,
             });
         }
-        let (prep, ask) = D::prepare_cq(state, cqe).map_err(fail)?;
+        let (prep, ask) = D::prepare_cq(state, init.cqe).map_err(fail)?;
+        let ask = CqInit { cqe: ask, ..*init };
         let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
         let uhw = &mut uhw_buf[..uhw_len];
         // SAFETY: the driver's preparation holds the memory its driver data
         // names (kept until the ring, which owns it, is dropped after the
         // destroy).
         let (path, handle, real_cqe, written) =
-            unsafe { self.send_create_cq(ask, event_id, channel, prep.uhw_in(), uhw) }?;
+            unsafe { self.send_create_cq(&ask, event_id, prep.uhw_in(), uhw) }?;
         match D::map_cq(state, prep, self.inner.transport.as_ref(), uhw, written) {
             Ok(ring) => Ok((path, handle, real_cqe, D::cq_ring(ring))),
             Err(e) => {
@@ -525,14 +557,17 @@ impl Context {
     /// destroyed.
     unsafe fn send_create_cq(
         &self,
-        cqe: u32,
+        init: &CqInit<'_>,
         event_id: u64,
-        channel: Option<&CompletionChannel>,
         uhw_in: &[u8],
         uhw: &mut [u8],
     ) -> Result<(CreatePath, u32, u32, usize), Error> {
+        let (cqe, channel) = (init.cqe, init.channel);
         if let Some(driver) = native_driver(self) {
-            let mut method = CqCreate::new(cqe, event_id, uhw).uhw_in(uhw_in);
+            let mut method = CqCreate::new(cqe, event_id, uhw)
+                .uhw_in(uhw_in)
+                .comp_vector(init.comp_vector)
+                .flags(init.flags.bits());
             if let Some(ch) = channel {
                 method = method.comp_channel(ch.as_raw_fd());
             }
@@ -555,7 +590,14 @@ impl Context {
                 Errno::OPNOTSUPP,
             ));
         }
-        let mut cmd = CreateCq::new(cqe, event_id);
+        if !init.flags.is_empty() {
+            return Err(Error::Unsupported {
+                op: Op::CreateCq,
+                device: self.inner.device.clone(),
+                reason: "CQ creation flags need the native CQ_CREATE method (ioctl)",
+            });
+        }
+        let mut cmd = CreateCq::new(cqe, event_id).comp_vector(init.comp_vector);
         if let Some(ch) = channel {
             cmd = cmd.comp_channel(ch.as_raw_fd());
         }
@@ -563,6 +605,133 @@ impl Context {
         // the kernel's.
         let (resp, written) = unsafe { self.run(Op::CreateCq, &cmd, uhw) }?;
         Ok((CreatePath::WriteCommand, resp.cq_handle, resp.cqe, written))
+    }
+}
+
+impl Context {
+    /// Refuses, before anything is sent, what a CQ made here cannot give:
+    /// completion fields beyond `ib_uverbs_wc`'s.
+    fn check_cq_init(&self, init: &CqInit<'_>) -> Result<(), Error> {
+        let extra = init.wc_flags.difference(CqWcFlags::STANDARD);
+        if extra.is_empty() {
+            return Ok(());
+        }
+        let timestamps =
+            CqWcFlags::COMPLETION_TIMESTAMP | CqWcFlags::COMPLETION_TIMESTAMP_WALLCLOCK;
+        let reason = if extra.intersects(timestamps)
+            && self
+                .query_device_ex()
+                .ok()
+                .and_then(|a| a.completion_timestamp_mask)
+                .unwrap_or(0)
+                == 0
+        {
+            "completion timestamps: the device reports none (completion_timestamp_mask 0)"
+        } else {
+            "a WorkCompletion carries the fields of ib_uverbs_wc only (byte_len, imm, qp_num, \
+             src_qp, slid, sl, dlid_path_bits); timestamps, VLAN, flow tag and tag-matching \
+             fields are not read here"
+        };
+        Err(Error::Unsupported {
+            op: Op::CreateCq,
+            device: self.inner.device.clone(),
+            reason,
+        })
+    }
+}
+
+/// What to create a completion queue with (`struct ibv_cq_init_attr_ex`),
+/// for [`Context::create_cq_ex`].
+#[doc(alias = "ibv_cq_init_attr_ex")]
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct CqInit<'a> {
+    /// At least this many entries.
+    pub cqe: u32,
+    /// Where completion events are reported, once per `req_notify`.
+    pub channel: Option<&'a CompletionChannel>,
+    /// The completion vector (below [`Context::num_comp_vectors`]).
+    pub comp_vector: u32,
+    /// The completion fields wanted (`wc_flags`).
+    pub wc_flags: CqWcFlags,
+    /// Creation flags (`IB_UVERBS_CQ_FLAGS_*`).
+    pub flags: CqFlags,
+}
+
+impl<'a> CqInit<'a> {
+    /// A CQ of at least `cqe` entries, without channel, on vector 0,
+    /// with the standard fields ([`CqWcFlags::STANDARD`]) and no flags.
+    pub fn new(cqe: u32) -> Self {
+        CqInit {
+            cqe,
+            channel: None,
+            comp_vector: 0,
+            wc_flags: CqWcFlags::STANDARD,
+            flags: CqFlags::empty(),
+        }
+    }
+
+    /// Completion events go to `channel`.
+    pub fn channel(mut self, channel: &'a CompletionChannel) -> Self {
+        self.channel = Some(channel);
+        self
+    }
+
+    setters! {
+        /// The completion vector.
+        pub fn comp_vector(comp_vector: u32) => comp_vector;
+        /// The completion fields wanted.
+        pub fn wc_flags(wc_flags: CqWcFlags) => wc_flags;
+        /// Creation flags.
+        pub fn flags(flags: CqFlags) => flags;
+    }
+}
+
+bitflags::bitflags! {
+    /// The completion fields a CQ is created to report
+    /// (`enum ibv_create_cq_wc_flags`, libibverbs' values).
+    #[doc(alias = "ibv_create_cq_wc_flags")]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct CqWcFlags: u64 {
+        /// `IBV_WC_EX_WITH_BYTE_LEN`.
+        const BYTE_LEN = 1 << 0;
+        /// `IBV_WC_EX_WITH_IMM`.
+        const IMM = 1 << 1;
+        /// `IBV_WC_EX_WITH_QP_NUM`.
+        const QP_NUM = 1 << 2;
+        /// `IBV_WC_EX_WITH_SRC_QP`.
+        const SRC_QP = 1 << 3;
+        /// `IBV_WC_EX_WITH_SLID`.
+        const SLID = 1 << 4;
+        /// `IBV_WC_EX_WITH_SL`.
+        const SL = 1 << 5;
+        /// `IBV_WC_EX_WITH_DLID_PATH_BITS`.
+        const DLID_PATH_BITS = 1 << 6;
+        /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
+        const COMPLETION_TIMESTAMP = 1 << 7;
+        /// `IBV_WC_EX_WITH_CVLAN`.
+        const CVLAN = 1 << 8;
+        /// `IBV_WC_EX_WITH_FLOW_TAG`.
+        const FLOW_TAG = 1 << 9;
+        /// `IBV_WC_EX_WITH_TM_INFO`.
+        const TM_INFO = 1 << 10;
+        /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
+        const COMPLETION_TIMESTAMP_WALLCLOCK = 1 << 11;
+        /// What every [`WorkCompletion`] carries (`IBV_WC_STANDARD_FLAGS`).
+        const STANDARD = Self::BYTE_LEN.bits() | Self::IMM.bits() | Self::QP_NUM.bits()
+            | Self::SRC_QP.bits() | Self::SLID.bits() | Self::SL.bits()
+            | Self::DLID_PATH_BITS.bits();
+    }
+}
+
+bitflags::bitflags! {
+    /// CQ creation flags (`IB_UVERBS_CQ_FLAGS_*`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    pub struct CqFlags: u32 {
+        /// Completion timestamps taken when the completion is written.
+        const TIMESTAMP_COMPLETION = sys::IB_UVERBS_CQ_FLAGS_TIMESTAMP_COMPLETION;
+        /// The device may overrun the CQ instead of failing.
+        const IGNORE_OVERRUN = sys::IB_UVERBS_CQ_FLAGS_IGNORE_OVERRUN;
     }
 }
 

@@ -169,7 +169,10 @@ pub use command::{Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, T
 pub use connect::{RcConnect, RcPeer};
 pub use connectable::Connectable;
 pub use context::{Context, OpenOptions};
-pub use cq::{CompletionChannel, CompletionQueue, CqDestroyed, CreatePath, DestroyCqError};
+pub use cq::{
+    CompletionChannel, CompletionQueue, CqDestroyed, CqFlags, CqInit, CqWcFlags, CreatePath,
+    DestroyCqError,
+};
 pub use device::{
     device, device_listing, device_listing_in, devices, devices_in, Device, DeviceListing,
     SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,

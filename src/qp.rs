@@ -1063,7 +1063,8 @@ impl QueuePair {
             return Err(self.post_error(Op::PostRecv, 0, PostError::ReceivesFromSrq));
         };
         // Under the ring lock, as in post_send.
-        queue_recvs(&self.state, &mut rq.lock(), wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
+        queue_recvs(&self.state, &mut rq.lock(), wrs)
+            .map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 
     /// [`post_recv`](Self::post_recv) for a caller that holds the QP

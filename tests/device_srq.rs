@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use uverbs::{
-    AsyncEventKind, CompletionQueue, Errno, Error, Op, PostError, ProtectionDomain, QpInit,
-    QpType, QueuePair, RecvWr, SendOp, SharedReceiveQueue, SrqInit,
+    AsyncEventKind, CompletionQueue, Errno, Error, Op, PostError, ProtectionDomain, QpInit, QpType,
+    QueuePair, RecvWr, SendOp, SharedReceiveQueue, SrqInit,
 };
 
 /// The work-request refusal inside `e`, if it is one.
@@ -101,7 +101,10 @@ fn several_qps_share_one_srq_under_traffic() {
             let attr = srq
                 .query()
                 .unwrap_or_else(|e| panic!("{name}: query_srq: {e}"));
-            loud(&format!("{name} over {}: {srq:?}, {attr:?}", ctx.transport_kind()));
+            loud(&format!(
+                "{name} over {}: {srq:?}, {attr:?}",
+                ctx.transport_kind()
+            ));
             assert!(attr.max_wr >= 32 && attr.max_sge >= 1, "{name}: {attr:?}");
             assert_eq!(attr.max_wr, srq.max_wr(), "{name}: query vs create");
             assert_eq!(attr.srq_limit, 0, "{name}: not armed");
@@ -145,7 +148,12 @@ fn several_qps_share_one_srq_under_traffic() {
                 send_messages(qp, cq, &mut out_buf, &out_mr, i as u8, EACH, name);
             }
             let mut wcs = Vec::new();
-            wait_exactly(&recv_cq, total as usize, &mut wcs, &format!("{name}: receives"));
+            wait_exactly(
+                &recv_cq,
+                total as usize,
+                &mut wcs,
+                &format!("{name}: receives"),
+            );
             // Every request consumed once; each message in the slot its
             // completion names, from the sender connected to the QP the
             // completion names, each sender's messages in order.
@@ -159,13 +167,22 @@ fn several_qps_share_one_srq_under_traffic() {
             for wc in &wcs {
                 assert!(wc.is_success(), "{name}: receive {wc:?}");
                 assert_eq!(wc.byte_len() as usize, SLOT, "{name}: {wc:?}");
-                assert!(used.insert(wc.wr_id()), "{name}: request {} twice", wc.wr_id());
+                assert!(
+                    used.insert(wc.wr_id()),
+                    "{name}: request {} twice",
+                    wc.wr_id()
+                );
                 let sender = *qpn_of_sender
                     .get(&wc.qp_num())
                     .unwrap_or_else(|| panic!("{name}: completion of an unknown QP: {wc:?}"));
                 let at = wc.wr_id() as usize * SLOT;
                 let slot = &in_buf[at..at + SLOT];
-                assert_eq!(slot[0], sender, "{name}: slot {} from another QP", wc.wr_id());
+                assert_eq!(
+                    slot[0],
+                    sender,
+                    "{name}: slot {} from another QP",
+                    wc.wr_id()
+                );
                 let seq = next_seq[sender as usize];
                 assert_eq!(slot[1], seq, "{name}: sender {sender} out of order");
                 for (i, &b) in slot.iter().enumerate().skip(2) {
@@ -200,7 +217,10 @@ fn wait_srq_event(ctx: &uverbs::Context, srq: &SharedReceiveQueue, name: &str) -
             Ok(None) => {}
             Err(e) => panic!("{name}: try_async_event: {e}"),
         }
-        assert!(Instant::now() < deadline, "{name}: no SRQ event within 10 s");
+        assert!(
+            Instant::now() < deadline,
+            "{name}: no SRQ event within 10 s"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }
@@ -276,10 +296,20 @@ fn an_srq_in_use_is_not_destroyed() {
         // receives come from an SRQ is refused, and handed back.
         let not_owned = uverbs::OwnedQp::<uverbs::BufferMr<Vec<u8>>>::new(qp)
             .expect_err("an OwnedQp over a QP on an SRQ");
-        assert_eq!(not_owned.error.op(), Op::PostRecv, "{name}: {}", not_owned.error);
+        assert_eq!(
+            not_owned.error.op(),
+            Op::PostRecv,
+            "{name}: {}",
+            not_owned.error
+        );
         let qp = not_owned.qp;
         let refused = srq.destroy().expect_err("destroy_srq with a QP on it");
-        assert_eq!(refused.error.errno(), Some(Errno::BUSY), "{name}: {}", refused.error);
+        assert_eq!(
+            refused.error.errno(),
+            Some(Errno::BUSY),
+            "{name}: {}",
+            refused.error
+        );
         assert_eq!(refused.error.op(), Op::DestroySrq, "{name}");
         let srq = refused.srq;
         // Still usable.
@@ -350,7 +380,13 @@ fn bad_srq_input_is_refused_typed() {
             );
         }
         // Full: max_wr requests fit, one more is refused whole.
-        post_slots(&srq, buf.as_ptr() as u64, &mr, (0..u64::from(srq.max_wr())).map(|_| 0), name);
+        post_slots(
+            &srq,
+            buf.as_ptr() as u64,
+            &mr,
+            (0..u64::from(srq.max_wr())).map(|_| 0),
+            name,
+        );
         let s = sge(buf.as_ptr() as u64, SLOT, &mr);
         // SAFETY: refused before anything is written.
         let full = unsafe { srq.post_recv(&[RecvWr { wr_id: 9, sges: &s }]) }
