@@ -28,16 +28,20 @@ fn an_extended_cq_carries_traffic_and_refuses_what_the_device_lacks() {
                 .channel(&channel)
                 .comp_vector(ctx.num_comp_vectors() - 1)
                 .wc_flags(CqWcFlags::BYTE_LEN | CqWcFlags::QP_NUM);
-            let cq = ctx
-                .create_cq_ex(&init)
-                .unwrap_or_else(|e| panic!("{name}: create_cq_ex: {e}"));
-            assert!(cq.cqe() >= 16, "{name}: {cq:?}");
+            let cq = |init: &CqInit<'_>| {
+                let cq = ctx
+                    .create_cq_ex(init)
+                    .unwrap_or_else(|e| panic!("{name}: create_cq_ex: {e}"));
+                assert!(cq.cqe() >= 16, "{name}: {cq:?}");
+                cq
+            };
+            let (cq_a, cq_b) = (cq(&init), cq(&CqInit::new(16)));
             let pd = alloc_pd(ctx);
-            let a = qp_on(&pd, QpType::Rc, &cq, name);
-            let b = qp_on(&pd, QpType::Rc, &cq, name);
+            let a = qp_on(&pd, QpType::Rc, &cq_a, name);
+            let b = qp_on(&pd, QpType::Rc, &cq_b, name);
             let _link = connect_rc_qps(ctx, name, &a, &b);
-            send_64_lands(&pd, (&a, &cq), (&b, &cq), 0x3c, name, "an extended CQ");
-            counts.assert_extra_cq_qp(1, 2, "with the extended CQ");
+            send_64_lands(&pd, (&a, &cq_a), (&b, &cq_b), 0x3c, name, "extended CQs");
+            counts.assert_extra_cq_qp(2, 2, "with the extended CQs");
 
             let unsupported =
                 |r: Result<uverbs::CompletionQueue, Error>, what: &str| match r.expect_err(what) {
@@ -76,7 +80,7 @@ fn an_extended_cq_carries_traffic_and_refuses_what_the_device_lacks() {
                 .create_cq_ex(&CqInit::new(4).comp_vector(ctx.num_comp_vectors()))
                 .expect_err("a completion vector past the device's");
             assert_eq!(far.errno(), Some(Errno::INVAL), "{name}: {far}");
-            counts.assert_extra_cq_qp(1, 2, "after the refusals (nothing leaked)");
+            counts.assert_extra_cq_qp(2, 2, "after the refusals (nothing leaked)");
         },
     );
 }
