@@ -16,7 +16,7 @@
 
 use std::fmt;
 use std::ops::RangeBounds;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::command::AllocMw;
@@ -63,10 +63,14 @@ pub enum MwType {
 /// window's key may reach any byte of that region with the window's
 /// access. Bind windows to regions that hold only what the peer may see.
 ///
-/// **Drop order.** rxe holds the QP a *type-2* window was bound through
-/// until the window is invalidated or deallocated, and its `DESTROY_QP`
-/// waits for that (up to 50 s, then warns in the kernel log): drop or
-/// invalidate type-2 windows before the QP that bound them.
+/// **A type-2 window goes with its QP.** rxe holds the QP a type-2 window
+/// is bound through until the window is invalidated or deallocated, and
+/// its `DESTROY_QP` would wait for that (50 s, then a kernel warning and a
+/// failed destroy). So building a type-2 bind request for a QP
+/// ([`bind_request`](Self::bind_request)) ties the window to that QP:
+/// destroying or dropping the QP deallocates the window first (as IBA
+/// invalidates a QP's type-2 windows with it), bound or not by then. The
+/// window object stays, deallocated: its bind requests are refused.
 #[doc(alias = "ibv_mw")]
 pub struct MemoryWindow {
     pd: Arc<PdInner>,
@@ -74,8 +78,10 @@ pub struct MemoryWindow {
     mw_type: MwType,
     /// The key as of the last bind request built.
     rkey: AtomicU32,
-    /// False once deallocated, so that Drop does nothing.
-    live: bool,
+    /// False once deallocated (by [`dealloc`](Self::dealloc), or by the
+    /// destroy of a QP it is tied to), so that nothing deallocates it
+    /// again; shared with those QPs.
+    live: Arc<AtomicBool>,
 }
 
 impl fmt::Debug for MemoryWindow {
@@ -126,9 +132,11 @@ impl MemoryWindow {
 
     /// The BIND_MW request binding this window to the bytes `range` of `mr`
     /// (offsets from [`MemoryRegion::addr`]) with `access` (a subset of
-    /// `REMOTE_READ`, `REMOTE_WRITE` and `REMOTE_ATOMIC`), for
-    /// [`SendOp::BindMw`](crate::SendOp::BindMw) (a type-2 window's bind)
-    /// or [`QueuePair::bind_mw`](crate::QueuePair::bind_mw).
+    /// `REMOTE_READ`, `REMOTE_WRITE` and `REMOTE_ATOMIC`), to post on `qp`
+    /// as [`SendOp::BindMw`](crate::SendOp::BindMw) (a type-2 window's
+    /// bind), or as [`QueuePair::bind_mw`](crate::QueuePair::bind_mw) does.
+    /// A type-2 window is tied to `qp` from now on: `qp`'s destroy
+    /// deallocates it (see [`MemoryWindow`]).
     ///
     /// Its new key is the window's key with the low 8 bits (the part the
     /// consumer chooses) advanced by one; the window's
@@ -141,15 +149,23 @@ impl MemoryWindow {
     /// ERR: a region of another PD, one registered without `MW_BIND`,
     /// `REMOTE_WRITE` or `REMOTE_ATOMIC` on a region without
     /// `LOCAL_WRITE`, a zero-based region; an empty range or one outside
-    /// the region; access other than the remote flags.
+    /// the region; access other than the remote flags; a QP of another PD;
+    /// a window already deallocated.
     #[doc(alias = "ibv_bind_mw")]
     pub fn bind_request(
         &self,
+        qp: &QueuePair,
         mr: &MemoryRegion,
         range: impl RangeBounds<usize>,
         access: AccessFlags,
     ) -> Result<MwBind, Error> {
         let refuse = |reason| Err(Error::input(Op::BindMw, &self.pd.ctx.inner.device, reason));
+        if !self.live.load(Ordering::Acquire) {
+            return refuse("the window was deallocated (with a QP it was tied to, or by dealloc)");
+        }
+        if !self.is_in_pd(qp.pd_inner()) {
+            return refuse("the window is in another protection domain than the queue pair");
+        }
         if !mr.is_in_pd(&self.pd) {
             return refuse("the region is in another protection domain than the window");
         }
@@ -172,6 +188,9 @@ impl MemoryWindow {
         };
         if r.is_empty() {
             return refuse("a window binds at least one byte");
+        }
+        if self.mw_type == MwType::Type2 {
+            qp.tie_window(self.handle, &self.live);
         }
         let mw_rkey = self.rkey();
         let rkey = next_key(mw_rkey);
@@ -205,9 +224,12 @@ impl MemoryWindow {
     /// Deallocates the window now and reports the kernel's answer (the
     /// window is gone either way: a refused `DEALLOC_MW` is not retried).
     #[doc(alias = "ibv_dealloc_mw")]
-    pub fn dealloc(mut self) -> Result<(), Error> {
-        self.live = false;
-        self.pd.windows.dealloc(&self.pd.ctx, self.handle)
+    pub fn dealloc(self) -> Result<(), Error> {
+        match self.live.swap(false, Ordering::AcqRel) {
+            true => self.pd.windows.dealloc(&self.pd.ctx, self.handle),
+            // Deallocated already, with a QP it was tied to.
+            false => Ok(()),
+        }
     }
 }
 
@@ -220,7 +242,7 @@ fn next_key(key: u32) -> u32 {
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
         // In a forked child the window is the parent's: send nothing.
-        if self.live && self.pd.ctx.is_owned_by_this_process() {
+        if self.pd.ctx.is_owned_by_this_process() && self.live.swap(false, Ordering::AcqRel) {
             let _ = self.pd.windows.dealloc(&self.pd.ctx, self.handle);
         }
     }
@@ -260,13 +282,7 @@ fn post_bind(
     (mr, range, access): (&MemoryRegion, impl RangeBounds<usize>, AccessFlags),
     wr_id: u64,
 ) -> Result<u32, Error> {
-    let pd = qp.pd_inner();
-    if !mw.is_in_pd(pd) {
-        let device = &pd.ctx.inner.device;
-        let reason = "the window is in another protection domain than the queue pair";
-        return Err(Error::input(Op::BindMw, device, reason));
-    }
-    let bind = mw.bind_request(mr, range, access)?;
+    let bind = mw.bind_request(qp, mr, range, access)?;
     let wr = SendWr::new(wr_id, SendOp::BindMw(bind), Payload::Sges(&[]));
     // SAFETY: a BIND_MW has no SGEs: the device touches no local memory
     // for it; what the window exposes is the region's, which the region's
@@ -311,7 +327,7 @@ impl ProtectionDomain {
             handle: resp.mw_handle,
             mw_type,
             rkey: AtomicU32::new(resp.rkey),
-            live: true,
+            live: Arc::new(AtomicBool::new(true)),
         })
     }
 }

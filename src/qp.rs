@@ -14,7 +14,7 @@ use crate::process::Generation;
 use parking_lot::Mutex;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::command::{
@@ -194,6 +194,10 @@ pub struct QueuePair {
     rq: Option<Mutex<RecvQueue>>,
     /// The SRQ it receives from, kept alive (destroyed after this QP).
     srq: Option<Arc<SrqInner>>,
+    /// Type-2 memory windows tied to this QP (handle, the window's live
+    /// flag): deallocated before the QP is destroyed, since rxe holds the
+    /// QP while such a window is bound ([`MemoryWindow`](crate::MemoryWindow)).
+    windows: Mutex<Vec<(u32, Arc<AtomicBool>)>>,
     doorbell: PostSendDoorbell,
     /// The context's command file, where the doorbell is written directly
     /// (`None` for a transport without one: the doorbell goes through it).
@@ -312,6 +316,7 @@ impl ProtectionDomain {
             sq: Mutex::new(sq),
             rq: rq.map(Mutex::new),
             srq: init.srq.map(|srq| srq.inner.clone()),
+            windows: Mutex::new(Vec::new()),
             doorbell: PostSendDoorbell::new(created.handle),
             doorbell_fd: ctx
                 .inner
@@ -855,6 +860,7 @@ impl QueuePair {
     /// ring locks are held throughout: no post runs meanwhile.
     fn send_destroy(&self, keep_on_refusal: bool) -> Result<u32, Error> {
         let ctx = &self.pd.ctx;
+        self.release_windows();
         let mut sq = self.sq.lock();
         let mut rq = self.rq.as_ref().map(Mutex::lock);
         let unmapped =
@@ -1195,6 +1201,27 @@ impl QueuePair {
     /// The PD the QP is in.
     pub(crate) fn pd_inner(&self) -> &Arc<PdInner> {
         &self.pd
+    }
+
+    /// Ties the type-2 window `handle` (whose live flag is `live`) to this
+    /// QP: the QP's destroy deallocates it first.
+    pub(crate) fn tie_window(&self, handle: u32, live: &Arc<AtomicBool>) {
+        let mut windows = self.windows.lock();
+        windows.retain(|(_, live)| live.load(Ordering::Acquire));
+        if !windows.iter().any(|(h, _)| *h == handle) {
+            windows.push((handle, live.clone()));
+        }
+    }
+
+    /// Deallocates the type-2 windows tied to this QP that nothing else
+    /// deallocated: rxe's DESTROY_QP would wait for each still bound.
+    fn release_windows(&self) {
+        let windows = std::mem::take(&mut *self.windows.lock());
+        for (handle, live) in windows {
+            if live.swap(false, Ordering::AcqRel) {
+                let _ = self.pd.windows.dealloc(&self.pd.ctx, handle);
+            }
+        }
     }
 }
 

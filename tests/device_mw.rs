@@ -314,7 +314,7 @@ device_test!(
         on_rxe(name, &ctx, "type2_window", || {
             let mut rig = Rig::new(&ctx, name);
             let mw = rig.q.pd.alloc_mw(MwType::Type2).unwrap();
-            let bind = mw.bind_request(&rig.mr, WIN, WRITE).unwrap();
+            let bind = mw.bind_request(&rig.q.qp_b, &rig.mr, WIN, WRITE).unwrap();
             assert_eq!((bind.rkey(), mw.rkey()), (bind.rkey(), bind.rkey()));
             assert_eq!(
                 (bind.addr(), bind.length()),
@@ -339,7 +339,7 @@ device_test!(
 
             // Bound again (it is free now): a new key, then the peer's
             // SEND_WITH_INV takes it back.
-            let again = mw.bind_request(&rig.mr, WIN, WRITE).unwrap();
+            let again = mw.bind_request(&rig.q.qp_b, &rig.mr, WIN, WRITE).unwrap();
             rig.local_op_on_b(
                 SendOp::BindMw(again),
                 WcOpcode::BindMw,
@@ -508,6 +508,52 @@ device_test!(
             loud(&format!(
             "{name}: DEREG_MR refused (EINVAL) while bound; the dropped region deregistered with its window"
         ));
+        });
+        let _ = counts;
+    }
+);
+
+// A type-2 window is tied to the QP its bind was built for: destroying
+// that QP first deallocates the window (rxe would otherwise hold the QP,
+// and DESTROY_QP would wait 50 s and fail), and the window then refuses
+// new binds.
+device_test!(
+    a_qp_destroyed_first_takes_its_type2_windows_along,
+    |name, ctx, counts| {
+        on_rxe(name, &ctx, "type2_window_and_its_qp", || {
+            let mut rig = Rig::new(&ctx, name);
+            let before = mw_count(&ctx);
+            let mw = rig.q.pd.alloc_mw(MwType::Type2).unwrap();
+            let bind = mw.bind_request(&rig.q.qp_b, &rig.mr, WIN, WRITE).unwrap();
+            rig.local_op_on_b(SendOp::BindMw(bind), WcOpcode::BindMw, "type 2: bind");
+            rig.lands(WIN.start, bind.rkey(), "type 2: bound");
+            assert_eq!(mw_count(&ctx), before + 1, "{name}: the window");
+            let qp_b = rig.q.qp_b;
+            let started = std::time::Instant::now();
+            qp_b.destroy().unwrap_or_else(|e| {
+                panic!(
+                    "{name}: destroy of the QP the window is bound through: {}",
+                    e.error
+                )
+            });
+            let took = started.elapsed();
+            assert!(
+                took < std::time::Duration::from_secs(5),
+                "{name}: the destroy took {took:?}"
+            );
+            assert_eq!(
+                mw_count(&ctx),
+                before,
+                "{name}: the window went with its QP"
+            );
+            let refused = mw
+                .bind_request(&rig.q.qp_a, &rig.mr, WIN, WRITE)
+                .expect_err("a bind of a window deallocated with its QP");
+            assert_eq!(refused.op(), uverbs::Op::BindMw, "{name}: {refused}");
+            mw.dealloc()
+                .unwrap_or_else(|e| panic!("{name}: dealloc after its QP: {e}"));
+            assert_eq!(mw_count(&ctx), before, "{name}: nothing deallocated twice");
+            loud(&format!("{name}: QP destroyed in {took:?} with a type-2 window bound through it; the window went first"));
         });
         let _ = counts;
     }
