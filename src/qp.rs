@@ -848,10 +848,7 @@ impl QueuePair {
     }
 
     fn post_failure(&self, op: Op, failure: PostFailure) -> Error {
-        match failure {
-            PostFailure::Refused { index, error } => self.post_error(op, index, error),
-            PostFailure::Os(e) => Error::os(op, &self.pd.ctx.inner.device, e),
-        }
+        failure.into_error(op, &self.pd.ctx.inner.device)
     }
 
     /// Sends the destroy through the interface that created the QP, the

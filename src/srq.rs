@@ -11,7 +11,7 @@ use crate::context::Context;
 use crate::error::{Errno, Error, Op};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::process::Generation;
-use crate::provider::rings::{PostFailure, RecvQueue, MAX_CREATE_UHW_OUT};
+use crate::provider::rings::{RecvQueue, MAX_CREATE_UHW_OUT};
 use crate::provider::StateOf;
 use crate::wr::RecvWr;
 
@@ -101,10 +101,23 @@ impl SrqInner {
         let _ring = self.ring.lock();
         // SAFETY: our own SRQ, destroyed once (marked released on success);
         // its ring stays mapped until this is dropped.
-        let (resp, _) = unsafe { ctx.run(Op::DestroySrq, &DestroySrq::new(self.handle), &mut []) }?;
+        let events = unsafe { send_destroy(ctx, self.handle) }?;
         self.released.store(true, Ordering::Release);
-        Ok(resp.events_reported)
+        Ok(events)
     }
+}
+
+/// DESTROY_SRQ of `handle`; answers the async events reported for it.
+///
+/// # Safety
+///
+/// `handle` is an SRQ of `ctx` that nothing uses after a success, sent
+/// once.
+unsafe fn send_destroy(ctx: &Context, handle: u32) -> Result<u32, Error> {
+    // SAFETY: DESTROY_SRQ hands no memory to the device; the handle is
+    // the caller's to destroy.
+    let (resp, _) = unsafe { ctx.run(Op::DestroySrq, &DestroySrq::new(handle), &mut []) }?;
+    Ok(resp.events_reported)
 }
 
 impl Drop for SrqInner {
@@ -195,22 +208,20 @@ impl ProtectionDomain {
         let ctx = &self.inner.ctx;
         ctx.check_process(Op::CreateSrq)?;
         let provider = ctx.inner.provider;
-        let refusal = provider.data_path_refusal().or_else(|| {
-            provider
-                .create_srq_uhw_out()
-                .is_none()
-                .then_some("uverbs has shared receive queues for rxe and siw only")
-        });
-        if let Some(reason) = refusal {
-            return Err(Error::Unsupported {
-                op: Op::CreateSrq,
-                device: ctx.inner.device.clone(),
-                reason,
-            });
-        }
+        let uhw_len = match (provider.data_path_refusal(), provider.create_srq_uhw_out()) {
+            (None, Some(uhw_len)) => uhw_len,
+            (refusal, _) => {
+                return Err(Error::Unsupported {
+                    op: Op::CreateSrq,
+                    device: ctx.inner.device.clone(),
+                    reason: refusal
+                        .unwrap_or("uverbs has shared receive queues for rxe and siw only"),
+                })
+            }
+        };
         let event_id = NEXT_SRQ_EVENT_ID.fetch_add(1, Ordering::Relaxed);
         let (resp, ring) = with_driver!(provider,
-            D => self.create_srq_ring::<D>(init, event_id)?,
+            D => self.create_srq_ring::<D>(init, event_id, uhw_len)?,
             Generic => return Err(Error::os(Op::CreateSrq, &ctx.inner.device, Errno::OPNOTSUPP)));
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
@@ -232,16 +243,17 @@ impl ProtectionDomain {
     }
 
     /// The driver's part of [`create_srq`](Self::create_srq): sends the
-    /// create and maps the ring (destroying the SRQ again if that fails).
+    /// create (with room for `uhw_len` bytes of driver answer) and maps the
+    /// ring (destroying the SRQ again if that fails).
     fn create_srq_ring<D: StateOf>(
         &self,
         init: &SrqInit,
         event_id: u64,
+        uhw_len: usize,
     ) -> Result<(uverbs_uapi::ib_uverbs_create_srq_resp, RecvQueue), Error> {
         let ctx = &self.inner.ctx;
         let fail = |e| Error::os(Op::CreateSrq, &ctx.inner.device, e);
         let state = D::state_of(&ctx.inner.driver).ok_or_else(|| fail(Errno::OPNOTSUPP))?;
-        let uhw_len = D::CREATE_SRQ_UHW_OUT.ok_or_else(|| fail(Errno::OPNOTSUPP))?;
         let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
         let uhw = &mut uhw_buf[..uhw_len];
         let cmd = CreateSrq::new(self.inner.handle, event_id, init.max_wr, init.max_sge)
@@ -254,8 +266,7 @@ impl ProtectionDomain {
             Ok(ring) => Ok((resp, D::recv_queue(ring))),
             Err(e) => {
                 // SAFETY: the SRQ just created, which nothing else knows.
-                let _ =
-                    unsafe { ctx.run(Op::DestroySrq, &DestroySrq::new(resp.srq_handle), &mut []) };
+                let _ = unsafe { send_destroy(ctx, resp.srq_handle) };
                 Err(fail(e))
             }
         }
@@ -343,15 +354,11 @@ impl SharedReceiveQueue {
         if !self.inner.origin.is_current() {
             return Err(ctx.foreign_process(Op::PostSrqRecv));
         }
-        self.inner.ring.lock().post(wrs).map_err(|f| match f {
-            PostFailure::Refused { index, error } => Error::Post {
-                op: Op::PostSrqRecv,
-                device: ctx.inner.device.clone(),
-                index,
-                why: Box::new(error),
-            },
-            PostFailure::Os(e) => Error::os(Op::PostSrqRecv, &ctx.inner.device, e),
-        })
+        self.inner
+            .ring
+            .lock()
+            .post(wrs)
+            .map_err(|f| f.into_error(Op::PostSrqRecv, &ctx.inner.device))
     }
 
     /// Destroys the SRQ now (`DESTROY_SRQ`) and answers the async events

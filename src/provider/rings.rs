@@ -21,7 +21,9 @@
 //! back usable.
 
 use crate::command::QpType;
-use crate::error::Errno;
+use std::sync::Arc;
+
+use crate::error::{Errno, Error, Op};
 use crate::transport::Transport;
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
 
@@ -42,6 +44,22 @@ pub(crate) enum PostFailure {
     /// The ring is not mapped (`EBADF`: unmapped for a destroy, or mapping
     /// it again after a refused destroy failed).
     Os(Errno),
+}
+
+impl PostFailure {
+    /// What a post (`op`, of a QP or SRQ on `device`) reports for this.
+    #[cold]
+    pub(crate) fn into_error(self, op: Op, device: &Arc<str>) -> Error {
+        match self {
+            PostFailure::Refused { index, error } => Error::Post {
+                op,
+                device: device.clone(),
+                index,
+                why: Box::new(error),
+            },
+            PostFailure::Os(e) => Error::os(op, device, e),
+        }
+    }
 }
 
 /// The refusal for a driver without a data path here: what such a device
