@@ -12,6 +12,13 @@ use uverbs::{AccessFlags, Context, DriverId, Mtu, OpenOptions};
 
 use crate::file::EmulatedFile;
 
+/// A line for the CI log: stderr directly, which the test harness does
+/// not capture (the oracle's counts must show in every run).
+pub fn loud(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 /// The Q_Key of the tests' UD QPs.
 pub const QKEY: u32 = 0x1111_1111;
 

@@ -22,6 +22,8 @@ fn reg_dmabuf_mr_sends_what_libibverbs_sends() {
 }
 
 #[cfg(oracle_linked)]
+mod cverbs;
+#[cfg(oracle_linked)]
 mod shim;
 
 #[cfg(oracle_linked)]
@@ -32,11 +34,13 @@ mod linked {
 
     use uverbs::mr::DmaBuf;
     use uverbs_oracle::file::EmulatedFile;
+    use uverbs_oracle::fixtures::loud;
     use uverbs_oracle::kernel::Command;
     use uverbs_oracle::sysfs;
     use uverbs_uapi::*;
     use zerocopy::FromBytes;
 
+    use super::cverbs::*;
     use super::shim;
 
     /// `struct ibv_pd` (libibverbs 44): the context, then the handle.
@@ -47,14 +51,6 @@ mod linked {
     }
 
     extern "C" {
-        static verbs_provider_mlx5: u8;
-        fn ibv_static_providers(unused: *mut c_void, ...);
-        fn ibv_get_device_list(num: *mut c_int) -> *mut *mut c_void;
-        fn ibv_free_device_list(list: *mut *mut c_void);
-        fn ibv_open_device(dev: *mut c_void) -> *mut c_void;
-        fn ibv_close_device(ctx: *mut c_void) -> c_int;
-        fn ibv_alloc_pd(ctx: *mut c_void) -> *mut c_void;
-        fn ibv_dealloc_pd(pd: *mut c_void) -> c_int;
         fn ibv_reg_dmabuf_mr(
             pd: *mut c_void,
             offset: u64,
@@ -62,8 +58,7 @@ mod linked {
             iova: u64,
             fd: c_int,
             access: c_int,
-        ) -> *mut c_void;
-        fn ibv_dereg_mr(mr: *mut c_void) -> c_int;
+        ) -> *mut IbvMr;
     }
 
     /// The attributes of REG_DMABUF_MR that name what each side owns.
@@ -155,15 +150,7 @@ mod linked {
         let root = std::env::temp_dir().join(format!("uverbs-dmabuf-{}", std::process::id()));
         sysfs::create(&root).expect("the fake sysfs tree");
         shim::install(&root);
-        // SAFETY: the provider's descriptor is a static of the linked
-        // archive; the list ends with NULL as the function requires.
-        unsafe {
-            ibv_static_providers(
-                std::ptr::null_mut(),
-                std::ptr::addr_of!(verbs_provider_mlx5),
-                std::ptr::null::<c_void>(),
-            )
-        };
+        register_mlx5();
         let buf = memfd();
         let mut n = 0;
         // SAFETY: plain libibverbs calls on the objects it handed out, in
@@ -236,13 +223,6 @@ mod linked {
         assert!(file.kernel().mrs.is_empty(), "every MR deregistered");
         drop((pd, ctx));
         out
-    }
-
-    /// A line for the CI log: stderr directly, which the test harness
-    /// does not capture.
-    fn loud(line: &str) {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{line}");
     }
 
     #[test]

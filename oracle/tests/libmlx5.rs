@@ -31,6 +31,7 @@ mod linked {
     use std::sync::Arc;
 
     use uverbs_oracle::file::EmulatedFile;
+    use uverbs_oracle::fixtures::loud;
     use uverbs_oracle::kernel::{Command, Mlx5Kernel};
     use uverbs_oracle::sysfs;
     use uverbs_uapi::*;
@@ -95,13 +96,6 @@ mod linked {
             comp_vector: c_int,
         ) -> *mut IbvCq;
         fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int;
-    }
-
-    /// A line for the CI log: stderr directly, which the test harness
-    /// does not capture.
-    fn loud(line: &str) {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{line}");
     }
 
     fn errno() -> std::io::Error {

@@ -29,6 +29,7 @@ mod shim;
 mod linked {
     use std::ffi::{c_int, c_void};
 
+    use uverbs_oracle::fixtures::loud;
     use uverbs_oracle::qp::QpState;
     use uverbs_oracle::sysfs;
 
@@ -37,12 +38,6 @@ mod linked {
 
     fn errno() -> std::io::Error {
         std::io::Error::last_os_error()
-    }
-
-    /// A line for the CI log: stderr directly.
-    fn loud(line: &str) {
-        use std::io::Write;
-        let _ = writeln!(std::io::stderr(), "{line}");
     }
 
     /// The device model, run as if every doorbell had rung.
