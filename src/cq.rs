@@ -1009,6 +1009,47 @@ impl CompletionQueue {
         self.inner.routing.lock().release(qpn);
     }
 
+    /// Routes the receive completions of QP `qpn`, just created on the
+    /// owned SRQ `srq`, to that SRQ's owner. What the ring holds now is
+    /// read first, under the routes before (a QP of the same number
+    /// destroyed earlier may have left completions whose ids look like
+    /// the SRQ's).
+    pub(crate) fn attach_srq(&self, qpn: u32, srq: u64) -> Result<(), Error> {
+        self.inner.ctx.check_process(Op::PollCq)?;
+        {
+            // Release, as in `adopt`.
+            let _routing = self.inner.routing.lock();
+            self.inner.routed.store(true, Ordering::Release);
+        }
+        self.settle()?;
+        self.inner.routing.lock().attach_srq(qpn, srq);
+        Ok(())
+    }
+
+    /// QP `qpn`, on an owned SRQ, was destroyed: its completions still in
+    /// the ring are sorted under its route (its receives held for the
+    /// SRQ's owner), then the route goes. After `DESTROY_QP` the kernel
+    /// adds none of its. A read that fails (a forked child) leaves the
+    /// route as it was.
+    pub(crate) fn detach_srq(&self, qpn: u32) {
+        if self.settle().is_ok() {
+            self.inner.routing.lock().detach_srq(qpn);
+        }
+    }
+
+    /// The owner of SRQ `srq` is gone with the SRQ: drop what is held for
+    /// it.
+    pub(crate) fn drop_srq(&self, srq: u64) {
+        self.inner.routing.lock().drop_srq(srq);
+    }
+
+    /// Reads every completion in the ring into the held queues of their
+    /// readers.
+    fn settle(&self) -> Result<(), Error> {
+        let mut none = [WorkCompletion::default(); BATCH];
+        self.poll_routed(Reader::Settle, &mut none).map(drop)
+    }
+
     /// Completions held for readers (tests of the routing's bounds).
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {

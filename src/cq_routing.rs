@@ -1,97 +1,207 @@
-//! Routing a shared CQ's completions to the queue pair that owns them.
+//! Routing a shared CQ's completions to the reader that owns them.
 //!
-//! Several QPs may complete into one CQ. An [`OwnedQp`](crate::OwnedQp)
-//! hands a request's memory back only with that request's completion, so a
-//! completion read by anyone else must reach it, never be dropped. Every
-//! reader of a CQ on which an `OwnedQp` is registered reads through
-//! [`Routing`]: it takes the completions meant for it and holds the others
-//! for their owner, oldest first:
+//! Several QPs may complete into one CQ. An [`OwnedQp`](crate::OwnedQp) or
+//! an [`OwnedSrq`](crate::OwnedSrq) hands a request's memory back only with
+//! that request's completion, so a completion read by anyone else must
+//! reach it, never be dropped. Every reader of a CQ on which an owner is
+//! registered reads through [`Routing`]: it takes the completions meant for
+//! it and holds the others for their reader, oldest first:
 //!
-//! - an `OwnedQp` ([`Routing::take_for`]) gets those of its own QP number;
-//! - [`CompletionQueue::poll`](crate::CompletionQueue::poll) gets those of
-//!   every QP no `OwnedQp` owns.
+//! - an `OwnedSrq` ([`Reader::Srq`]) gets the receive completions of the
+//!   QPs attached to it: those whose `wr_id` carries its receive tag (the
+//!   opcode cannot tell: rxe reports a failed receive with opcode 0);
+//! - an `OwnedQp` ([`Reader::Owner`]) gets the other completions of its QP;
+//! - [`CompletionQueue::poll`](crate::CompletionQueue::poll) gets the rest.
 //!
-//! What is held is bounded by what is outstanding: each held completion
-//! ends a request some reader still waits for. When an owned QP is
-//! destroyed ([`Routing::forget`]), what is held under its number is
-//! dropped, and so is what the ring still has of it: a dead QP's
-//! completions are kept for nobody.
+//! Finding a completion's reader is one lookup of its QP number in a map,
+//! and each reader has its own queue of held completions, so a completion
+//! costs the same whatever the number of owners on the CQ. What is held is
+//! bounded by what is outstanding: each held completion ends a request
+//! some reader still waits for.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hasher};
 
+use crate::post::RECV_TAG;
 use crate::wr::WorkCompletion;
 
 /// Completions read at a time from the ring while routing.
 pub(crate) const BATCH: usize = 16;
 
 /// Who a routed read is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum Reader {
     /// The owner of this QP number.
     Owner(u32),
-    /// A plain poll: every QP without an owner.
+    /// The owner of the SRQ with this event id: the receive completions of
+    /// the QPs attached to it.
+    Srq(u64),
+    /// A plain poll: every completion no owner takes.
     Unowned,
+    /// Nobody: a read that only sorts what the ring holds into the held
+    /// queues (before a QP's route changes).
+    Settle,
 }
+
+/// Who takes a QP's completions.
+#[derive(Clone, Copy, Debug, Default)]
+struct Route {
+    /// An `OwnedQp` owns the QP.
+    owned: bool,
+    /// The QP receives from the owned SRQ with this event id.
+    srq: Option<u64>,
+}
+
+/// A hasher for the small integer keys of the maps here (QP numbers, SRQ
+/// ids): one multiply per word. The keys come from the kernel and this
+/// crate, not from a peer, so no defence against chosen collisions is
+/// needed, and std's SipHash would cost more than the rest of a routed
+/// completion.
+#[derive(Default)]
+pub(crate) struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        // Fibonacci hashing: the multiply spreads every input bit into the
+        // high bits, which the rotate brings down to where the table looks.
+        self.0 = (self.0 ^ n)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type WordMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
 
 /// The CQ's registered owners and the completions held for readers.
 #[derive(Debug, Default)]
 pub(crate) struct Routing {
-    /// QP numbers an `OwnedQp` owns on this CQ.
-    owned: Vec<u32>,
-    /// Completions read by one reader for another, oldest first.
-    held: VecDeque<WorkCompletion>,
+    /// QPs with an owner, by number.
+    routes: WordMap<u32, Route>,
+    /// Completions read by one reader for another, oldest first, per
+    /// reader. A reader's queue goes when it empties.
+    held: WordMap<Reader, VecDeque<WorkCompletion>>,
 }
 
 impl Routing {
-    /// Whether `wc` is for `reader`.
-    fn is_for(&self, reader: Reader, wc: &WorkCompletion) -> bool {
-        match reader {
-            Reader::Owner(qpn) => wc.qp_num() == qpn,
-            Reader::Unowned => !self.owned.contains(&wc.qp_num()),
+    /// The reader `wc` is for.
+    #[inline]
+    fn reader_of(&self, wc: &WorkCompletion) -> Reader {
+        let qpn = wc.qp_num();
+        match self.routes.get(&qpn) {
+            None => Reader::Unowned,
+            Some(Route { srq: Some(id), .. }) if wc.wr_id() & RECV_TAG != 0 => Reader::Srq(*id),
+            Some(Route { owned: true, .. }) => Reader::Owner(qpn),
+            Some(_) => Reader::Unowned,
         }
     }
 
+    /// Holds `wc` for `reader`.
+    fn hold(&mut self, reader: Reader, wc: WorkCompletion) {
+        self.held.entry(reader).or_default().push_back(wc);
+    }
+
     /// Registers the owner of `qpn`, forgetting completions held under that
-    /// number (left by a destroyed QP of the same number, or by raw posts
-    /// before the owner took the QP: their ids would name its requests).
+    /// number for it or for plain polls (left by a destroyed QP of the same
+    /// number, or by raw posts before the owner took the QP: their ids
+    /// would name its requests). Costs the number of completions held for
+    /// plain polls.
     pub(crate) fn adopt(&mut self, qpn: u32) {
-        self.held.retain(|wc| wc.qp_num() != qpn);
-        if !self.owned.contains(&qpn) {
-            self.owned.push(qpn);
+        self.held.remove(&Reader::Owner(qpn));
+        if let Some(plain) = self.held.get_mut(&Reader::Unowned) {
+            plain.retain(|wc| wc.qp_num() != qpn);
         }
+        self.routes.entry(qpn).or_default().owned = true;
     }
 
     /// Unregisters the owner of `qpn`; completions held for it go to plain
     /// polls from now on.
     pub(crate) fn release(&mut self, qpn: u32) {
-        self.owned.retain(|&q| q != qpn);
+        self.disown(qpn);
+        if let Some(mine) = self.held.remove(&Reader::Owner(qpn)) {
+            self.held.entry(Reader::Unowned).or_default().extend(mine);
+        }
     }
 
     /// Unregisters the owner of the destroyed QP `qpn` and drops what is
-    /// held under its number: no reader will ever take it.
+    /// held for it: no reader will ever take it.
     pub(crate) fn forget(&mut self, qpn: u32) {
-        self.release(qpn);
-        self.held.retain(|wc| wc.qp_num() != qpn);
+        self.disown(qpn);
+        self.held.remove(&Reader::Owner(qpn));
+    }
+
+    /// Clears the owner flag of `qpn`'s route, dropping a route left empty.
+    fn disown(&mut self, qpn: u32) {
+        if let Some(route) = self.routes.get_mut(&qpn) {
+            route.owned = false;
+            if route.srq.is_none() {
+                self.routes.remove(&qpn);
+            }
+        }
+    }
+
+    /// From now on the receive completions of `qpn` go to the owner of the
+    /// SRQ `srq`.
+    pub(crate) fn attach_srq(&mut self, qpn: u32, srq: u64) {
+        self.routes.entry(qpn).or_default().srq = Some(srq);
+    }
+
+    /// The QP `qpn` left its owned SRQ (it was destroyed): what is held for
+    /// the SRQ's owner stays for it.
+    pub(crate) fn detach_srq(&mut self, qpn: u32) {
+        if let Some(route) = self.routes.get_mut(&qpn) {
+            route.srq = None;
+            if !route.owned {
+                self.routes.remove(&qpn);
+            }
+        }
+    }
+
+    /// The owner of SRQ `srq` is gone for good: what is held for it is
+    /// dropped (its memory went with the SRQ).
+    pub(crate) fn drop_srq(&mut self, srq: u64) {
+        self.held.remove(&Reader::Srq(srq));
     }
 
     /// Whether any owner is registered.
     #[cfg(test)]
     pub(crate) fn has_owners(&self) -> bool {
-        !self.owned.is_empty()
+        !self.routes.is_empty()
     }
 
     /// Moves the held completions for `reader` into `out`, oldest first, up
     /// to its room; returns how many.
     pub(crate) fn take_held(&mut self, reader: Reader, out: &mut [WorkCompletion]) -> usize {
-        let mut n = 0;
-        let mut i = 0;
-        while n < out.len() && i < self.held.len() {
-            if self.is_for(reader, &self.held[i]) {
-                out[n] = self.held.remove(i).expect("i < len");
-                n += 1;
-            } else {
-                i += 1;
-            }
+        let Some(queue) = self.held.get_mut(&reader) else {
+            return 0;
+        };
+        let n = queue.len().min(out.len());
+        for (slot, wc) in out.iter_mut().zip(queue.drain(..n)) {
+            *slot = wc;
+        }
+        if queue.is_empty() {
+            self.held.remove(&reader);
         }
         n
     }
@@ -107,11 +217,12 @@ impl Routing {
         mut n: usize,
     ) -> usize {
         for wc in read {
-            if self.is_for(reader, wc) {
+            let for_whom = self.reader_of(wc);
+            if for_whom == reader {
                 out[n] = *wc;
                 n += 1;
             } else {
-                self.held.push_back(*wc);
+                self.hold(for_whom, *wc);
             }
         }
         n
@@ -120,7 +231,7 @@ impl Routing {
     /// Completions held.
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
-        self.held.len()
+        self.held.values().map(VecDeque::len).sum()
     }
 }
 
@@ -170,6 +281,8 @@ mod tests {
         assert_eq!(r.take_held(Reader::Unowned, &mut two), 2);
         assert_eq!(ids(&two), [(2, 1), (2, 2)]);
         assert_eq!(r.held(), 1);
+        assert_eq!(r.take_held(Reader::Unowned, &mut two), 1);
+        assert_eq!(ids(&two[..1]), [(2, 3)]);
     }
 
     #[test]
@@ -185,5 +298,73 @@ mod tests {
         assert!(!r.has_owners());
         let n = r.take_held(Reader::Unowned, &mut out);
         assert_eq!(ids(&out[..n]), [(6, 2)]);
+    }
+
+    #[test]
+    fn a_released_owners_held_completions_go_to_plain_polls() {
+        let mut r = Routing::default();
+        r.adopt(3);
+        let mut out = [WorkCompletion::default(); BATCH];
+        r.sort(Reader::Unowned, &[wc(3, 7)], &mut out, 0);
+        r.release(3);
+        assert_eq!(r.take_held(Reader::Owner(3), &mut out), 0);
+        let n = r.take_held(Reader::Unowned, &mut out);
+        assert_eq!(ids(&out[..n]), [(3, 7)]);
+        // Forgetting drops instead.
+        r.adopt(4);
+        r.sort(Reader::Unowned, &[wc(4, 8)], &mut out, 0);
+        r.forget(4);
+        assert_eq!(r.held(), 0);
+        assert!(!r.has_owners());
+    }
+
+    #[test]
+    fn an_owned_srq_takes_the_tagged_completions_of_its_qps() {
+        let mut r = Routing::default();
+        // QP 7 (plain) and QP 8 (an OwnedQp's) receive from SRQ 100.
+        r.attach_srq(7, 100);
+        r.attach_srq(8, 100);
+        r.adopt(8);
+        let read = [
+            wc(7, RECV_TAG | 1),
+            wc(7, 5),
+            wc(8, RECV_TAG | 2),
+            wc(8, 6),
+            wc(9, RECV_TAG | 3),
+        ];
+        let mut out = [WorkCompletion::default(); BATCH];
+        let n = r.sort(Reader::Srq(100), &read, &mut out, 0);
+        assert_eq!(ids(&out[..n]), [(7, RECV_TAG | 1), (8, RECV_TAG | 2)]);
+        let n = r.take_held(Reader::Unowned, &mut out);
+        assert_eq!(ids(&out[..n]), [(7, 5), (9, RECV_TAG | 3)]);
+        let n = r.take_held(Reader::Owner(8), &mut out);
+        assert_eq!(ids(&out[..n]), [(8, 6)]);
+        // A detached QP's held SRQ completions stay for the SRQ's owner.
+        r.sort(Reader::Settle, &[wc(7, RECV_TAG | 4)], &mut out, 0);
+        r.detach_srq(7);
+        r.forget(8);
+        let n = r.take_held(Reader::Srq(100), &mut out);
+        assert_eq!(ids(&out[..n]), [(7, RECV_TAG | 4)]);
+        // QP 8 still routes to the SRQ until detached.
+        r.sort(Reader::Settle, &[wc(8, RECV_TAG | 5)], &mut out, 0);
+        r.detach_srq(8);
+        assert!(!r.has_owners());
+        r.drop_srq(100);
+        assert_eq!(r.held(), 0);
+    }
+
+    #[test]
+    fn a_reader_among_ten_thousand_owners_finds_its_completions() {
+        let mut r = Routing::default();
+        for qpn in 0..10_000 {
+            r.adopt(qpn);
+        }
+        let read: Vec<_> = (0..10_000).rev().map(|q| wc(q, u64::from(q))).collect();
+        let mut out = vec![WorkCompletion::default(); read.len()];
+        let n = r.sort(Reader::Owner(4_321), &read, &mut out, 0);
+        assert_eq!(ids(&out[..n]), [(4_321, 4_321)]);
+        let n = r.take_held(Reader::Owner(17), &mut out);
+        assert_eq!(ids(&out[..n]), [(17, 17)]);
+        assert_eq!(r.held(), 9_998);
     }
 }

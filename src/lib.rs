@@ -187,7 +187,8 @@ pub use mw::{MemoryWindow, MwType};
 pub use pd::{DeallocError, ProtectionDomain};
 pub use post::{
     Completed, DeviceReadable, DeviceWritable, Ended, Holds, Local, NotDestroyed, NotOwnable,
-    OutOfRange, OwnedOrShared, OwnedQp, PostRefused, PostSendError, RecvRequest, SendRequest,
+    OutOfRange, OwnedOrShared, OwnedQp, OwnedSrq, OwnedSrqNotDestroyed, PostRefused, PostSendError,
+    RecvRequest, SendRequest, SrqNotOwnable,
 };
 pub use provider::driver::DriverId;
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};

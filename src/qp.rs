@@ -26,6 +26,7 @@ use crate::cq::{native_driver, native_refused, CompletionQueue, CqInner, CreateP
 use crate::error::{Errno, Error, Op};
 use crate::method::{QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
+use crate::post::RECV_TAG;
 use crate::provider::rings::{
     PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
@@ -194,6 +195,10 @@ pub struct QueuePair {
     rq: Option<Mutex<RecvQueue>>,
     /// The SRQ it receives from, kept alive (destroyed after this QP).
     srq: Option<Arc<SrqInner>>,
+    /// `RECV_TAG` when the SRQ is an [`OwnedSrq`](crate::OwnedSrq)'s, else
+    /// 0: the `wr_id` bit a raw send must leave clear, since it marks that
+    /// owner's receive ids in the shared CQ.
+    reserved_wr_id_bits: u64,
     /// Type-2 memory windows tied to this QP (handle, the window's live
     /// flag): deallocated before the QP is destroyed, since rxe holds the
     /// QP while such a window is bound ([`MemoryWindow`](crate::MemoryWindow)).
@@ -297,7 +302,8 @@ impl ProtectionDomain {
         let (created, sq, rq, caps) = with_driver!(provider,
             D => self.create_qp_rings::<D>(init, req, event_id, uhw_len)?,
             Generic => return Err(fail(Errno::OPNOTSUPP)));
-        Ok(QueuePair {
+        let owned_srq = init.srq.filter(|srq| srq.inner.is_owned());
+        let qp = QueuePair {
             pd: self.inner.clone(),
             send_cq: init.send_cq.inner.clone(),
             recv_cq: init.recv_cq.inner.clone(),
@@ -316,6 +322,7 @@ impl ProtectionDomain {
             sq: Mutex::new(sq),
             rq: rq.map(Mutex::new),
             srq: init.srq.map(|srq| srq.inner.clone()),
+            reserved_wr_id_bits: if owned_srq.is_some() { RECV_TAG } else { 0 },
             windows: Mutex::new(Vec::new()),
             doorbell: PostSendDoorbell::new(created.handle),
             doorbell_fd: ctx
@@ -324,7 +331,15 @@ impl ProtectionDomain {
                 .command_fd()
                 .map_or(-1, |fd| fd.as_raw_fd()),
             origin: ctx.inner.origin,
-        })
+        };
+        if let Some(srq) = owned_srq {
+            // Its receive completions go to the SRQ's owner from the first.
+            // Should this fail, the drop destroys the QP again.
+            let recv_cq = &init.recv_cq;
+            recv_cq.attach_srq(qp.qpn, srq.inner.event_id())?;
+            srq.inner.note_cq(recv_cq);
+        }
+        Ok(qp)
     }
 
     /// The driver's part of [`create_qp`](Self::create_qp): prepares what
@@ -863,6 +878,14 @@ impl QueuePair {
         let unmapped =
             sq.unmap_before_destroy() | rq.as_mut().is_some_and(|rq| rq.unmap_before_destroy());
         let sent = send_destroy_qp(ctx, self.path, self.handle);
+        if sent.is_ok() && self.reserved_wr_id_bits != 0 {
+            // What the ring still has of its receives goes to the SRQ's
+            // owner; then the route goes.
+            CompletionQueue {
+                inner: self.recv_cq.clone(),
+            }
+            .detach_srq(self.qpn);
+        }
         if sent.is_err() && unmapped && keep_on_refusal {
             // Should this fail, the posts answer EBADF.
             let transport = ctx.inner.transport.as_ref();
@@ -929,6 +952,9 @@ impl QueuePair {
         if wrs.is_empty() {
             return Ok(());
         }
+        if self.reserved_wr_id_bits != 0 {
+            self.check_reserved_wr_ids(wrs)?;
+        }
         // The state is read under the ring lock, which `modify` holds until
         // it has stored the new state: no post lands in a ring being reset.
         let queued = queue_sends(&self.state, &mut self.sq.lock(), wrs);
@@ -952,10 +978,32 @@ impl QueuePair {
         if wrs.is_empty() {
             return Ok(());
         }
+        if self.reserved_wr_id_bits != 0 {
+            self.check_reserved_wr_ids(wrs)?;
+        }
         let sq = self.sq.get_mut();
         let queued = queue_sends(&self.state, sq, wrs);
         // SAFETY: forwarded to the caller.
         unsafe { self.after_queue_sends(queued) }
+    }
+
+    /// Refuses a send whose `wr_id` has a bit the QP's owned SRQ reserves:
+    /// its completion would be taken for one of that SRQ's receives.
+    #[cold]
+    fn check_reserved_wr_ids(&self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
+        match wrs
+            .iter()
+            .position(|wr| wr.wr_id & self.reserved_wr_id_bits != 0)
+        {
+            None => Ok(()),
+            Some(i) => Err(self.post_error(
+                Op::PostSend,
+                i,
+                PostError::ReservedWrId {
+                    wr_id: wrs[i].wr_id,
+                },
+            )),
+        }
     }
 
     /// What follows [`queue_sends`]: its refusal as the post's error, or
@@ -1034,6 +1082,11 @@ impl QueuePair {
     /// ([`QpInit::srq`]): it then has no receive ring of its own.
     pub fn has_srq(&self) -> bool {
         self.srq.is_some()
+    }
+
+    /// Whether the SRQ it receives from is an [`OwnedSrq`](crate::OwnedSrq)'s.
+    pub(crate) fn srq_is_owned(&self) -> bool {
+        self.reserved_wr_id_bits != 0
     }
 
     /// Posts receive work requests (`ibv_post_recv`): writes one WQE per

@@ -2,12 +2,13 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use parking_lot::Mutex;
 
 use crate::command::{CreateSrq, DestroySrq, ModifySrq, QuerySrq};
 use crate::context::Context;
+use crate::cq::{CompletionQueue, CqInner};
 use crate::error::{Errno, Error, Op};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::process::Generation;
@@ -84,12 +85,79 @@ pub(crate) struct SrqInner {
     ring: Mutex<RecvQueue>,
     /// Set by a successful destroy: the drop sends nothing.
     released: AtomicBool,
+    /// Set for good by [`OwnedSrq::new`](crate::OwnedSrq::new): the SRQ's
+    /// receives are posted by its owner only, and the receive completions
+    /// of the QPs on it go to that owner.
+    owned: AtomicBool,
+    /// What an owner needs kept with the SRQ.
+    owner: Mutex<OwnerState>,
+}
+
+/// What the owner of an SRQ needs kept with the SRQ itself.
+#[derive(Default)]
+pub(crate) struct OwnerState {
+    /// The receive CQs of the QPs created on the SRQ, where its receive
+    /// completions arrive (weak: a CQ goes with its last QP and handle).
+    cqs: Vec<Weak<CqInner>>,
+    /// The owner's outstanding receives, once the owner was dropped while
+    /// QPs still used the SRQ: freed after the SRQ is destroyed, with the
+    /// last of them, or leaked if that destroy fails.
+    kept: Option<Box<dyn Send>>,
 }
 
 impl SrqInner {
     /// The context the SRQ belongs to.
     pub(crate) fn ctx(&self) -> &Context {
         &self.pd.ctx
+    }
+
+    /// The id its async events and its owner's routes carry.
+    pub(crate) fn event_id(&self) -> u64 {
+        self.event_id
+    }
+
+    /// Whether an [`OwnedSrq`](crate::OwnedSrq) owns it.
+    pub(crate) fn is_owned(&self) -> bool {
+        // Relaxed: set before any QP can be created on the SRQ (the owner
+        // takes the only handle), so every reader is ordered after it.
+        self.owned.load(Ordering::Relaxed)
+    }
+
+    /// Marks the SRQ owned.
+    pub(crate) fn set_owned(&self) {
+        self.owned.store(true, Ordering::Relaxed);
+    }
+
+    /// Notes `cq` as a CQ where the SRQ's receive completions arrive.
+    pub(crate) fn note_cq(&self, cq: &CompletionQueue) {
+        let mut owner = self.owner.lock();
+        owner.cqs.retain(|w| w.strong_count() > 0);
+        if !owner
+            .cqs
+            .iter()
+            .any(|w| w.as_ptr() == Arc::as_ptr(&cq.inner))
+        {
+            owner.cqs.push(Arc::downgrade(&cq.inner));
+        }
+    }
+
+    /// Calls `f` on each CQ where the SRQ's receive completions arrive
+    /// (those still alive), until one fails. Lock order: this, then the
+    /// CQ's.
+    pub(crate) fn try_for_each_cq(
+        &self,
+        mut f: impl FnMut(&CompletionQueue) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let owner = self.owner.lock();
+        for inner in owner.cqs.iter().filter_map(Weak::upgrade) {
+            f(&CompletionQueue { inner })?;
+        }
+        Ok(())
+    }
+
+    /// Keeps the owner's outstanding receives until the SRQ is destroyed.
+    pub(crate) fn keep(&self, kept: Box<dyn Send>) {
+        self.owner.lock().kept = Some(kept);
     }
 
     /// DESTROY_SRQ; on success the SRQ is marked released. Answers the
@@ -122,14 +190,28 @@ unsafe fn send_destroy(ctx: &Context, handle: u32) -> Result<u32, Error> {
 
 impl Drop for SrqInner {
     fn drop(&mut self) {
+        let owner = std::mem::take(self.owner.get_mut());
         // Every QP on it held this: none is left. In a forked child the SRQ
         // is the parent's: send nothing.
-        if self.released.load(Ordering::Acquire) || !self.pd.ctx.is_owned_by_this_process() {
+        let gone = if self.released.load(Ordering::Acquire) {
+            true
+        } else if !self.pd.ctx.is_owned_by_this_process() {
+            false
+        } else {
+            // A refusal cannot be reported from a drop; the kernel keeps its
+            // own reference on the ring's pages, so unmapping after it is
+            // sound.
+            self.destroy().is_ok()
+        };
+        if !gone {
+            // The device may still write the owner's receive buffers.
+            std::mem::forget(owner.kept);
             return;
         }
-        // A refusal cannot be reported from a drop; the kernel keeps its own
-        // reference on the ring's pages, so unmapping after it is sound.
-        let _ = self.destroy();
+        drop(owner.kept);
+        for cq in owner.cqs.iter().filter_map(Weak::upgrade) {
+            CompletionQueue { inner: cq }.drop_srq(self.event_id);
+        }
     }
 }
 
@@ -238,6 +320,8 @@ impl ProtectionDomain {
                 origin: ctx.inner.origin,
                 ring: Mutex::new(ring),
                 released: AtomicBool::new(false),
+                owned: AtomicBool::new(false),
+                owner: Mutex::new(OwnerState::default()),
             }),
         })
     }
@@ -350,6 +434,28 @@ impl SharedReceiveQueue {
     /// neither read nor written by the program.
     #[doc(alias = "ibv_post_srq_recv")]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
+        let ctx = self.inner.ctx();
+        if !self.inner.origin.is_current() {
+            return Err(ctx.foreign_process(Op::PostSrqRecv));
+        }
+        if self.inner.is_owned() {
+            return Err(Error::input(
+                Op::PostSrqRecv,
+                &ctx.inner.device,
+                "the SRQ belongs to an OwnedSrq: post through it",
+            ));
+        }
+        // SAFETY: forwarded to the caller.
+        unsafe { self.post_unowned(wrs) }
+    }
+
+    /// [`post_recv`](Self::post_recv) without the owner check: for the
+    /// owner itself.
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_recv`](Self::post_recv).
+    pub(crate) unsafe fn post_unowned(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
         let ctx = self.inner.ctx();
         if !self.inner.origin.is_current() {
             return Err(ctx.foreign_process(Op::PostSrqRecv));

@@ -3,6 +3,7 @@
 
 mod memory;
 mod outstanding;
+mod owned_srq;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,7 +24,9 @@ use crate::wr::{
 };
 
 pub use memory::{DeviceReadable, DeviceWritable, Holds, Local, OutOfRange, OwnedOrShared};
-use outstanding::{Ends, Outstanding, RECV_TAG};
+pub(crate) use outstanding::RECV_TAG;
+use outstanding::{Ends, Outstanding};
+pub use owned_srq::{OwnedSrq, OwnedSrqNotDestroyed, SrqNotOwnable};
 
 /// A send work request that owns its local memory (or carries inline
 /// bytes, copied when it is posted).
@@ -653,14 +656,14 @@ impl<M: DeviceReadable> OwnedQp<M> {
             );
             return Err(NotOwnable { qp, error });
         }
-        if qp.has_srq() {
+        if qp.has_srq() && !qp.srq_is_owned() {
             // Its receive completions carry the SRQ's wr_ids, which are not
             // this owner's keys: reading them as keys would hand back the
-            // wrong memory.
+            // wrong memory. On an OwnedSrq's SRQ they go to that owner.
             let error = Error::input(
                 Op::PostRecv,
                 &qp.context().inner.device,
-                "an OwnedQp cannot take a queue pair on a shared receive queue",
+                "an OwnedQp takes a queue pair on a shared receive queue only if an OwnedSrq owns the SRQ",
             );
             return Err(NotOwnable { qp, error });
         }

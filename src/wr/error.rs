@@ -110,6 +110,17 @@ pub enum PostError {
     /// receive queue: post to the SRQ instead.
     #[error("post_recv: the QP receives from a shared receive queue; post to the SRQ (EINVAL)")]
     ReceivesFromSrq,
+    /// A raw send on a QP whose receives come from an
+    /// [`OwnedSrq`](crate::OwnedSrq) carried a `wr_id` with the top bit set:
+    /// that bit marks the owner's receive ids in the CQs they share.
+    #[error(
+        "post_send: wr_id {wr_id:#x} has the top bit set, which marks the receive ids of the \
+         OwnedSrq this QP receives from (EINVAL)"
+    )]
+    ReservedWrId {
+        /// The id given.
+        wr_id: u64,
+    },
     /// No free slot.
     #[error("{op}: queue full, {capacity} work requests outstanding (ENOMEM)")]
     QueueFull {
