@@ -177,6 +177,44 @@ pub const UVERBS_ATTR_DESTROY_CQ_HANDLE: u16 = 0;
 /// `CQ_DESTROY` attribute: `ib_uverbs_destroy_cq_resp` (out).
 pub const UVERBS_ATTR_DESTROY_CQ_RESP: u16 = 1;
 
+/// SRQ method: create a shared receive queue.
+pub const UVERBS_METHOD_SRQ_CREATE: u16 = 0;
+/// SRQ method: destroy a shared receive queue.
+pub const UVERBS_METHOD_SRQ_DESTROY: u16 = 1;
+
+/// `SRQ_CREATE` attribute: the new SRQ (IDR, new).
+pub const UVERBS_ATTR_CREATE_SRQ_HANDLE: u16 = 0;
+/// `SRQ_CREATE` attribute: protection domain (IDR).
+pub const UVERBS_ATTR_CREATE_SRQ_PD_HANDLE: u16 = 1;
+/// `SRQ_CREATE` attribute: XRC domain (IDR, XRC SRQs).
+pub const UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE: u16 = 2;
+/// `SRQ_CREATE` attribute: CQ (IDR, XRC and tag-matching SRQs).
+pub const UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE: u16 = 3;
+/// `SRQ_CREATE` attribute: the user handle of events (u64 in).
+pub const UVERBS_ATTR_CREATE_SRQ_USER_HANDLE: u16 = 4;
+/// `SRQ_CREATE` attribute: receive requests asked for (u32 in).
+pub const UVERBS_ATTR_CREATE_SRQ_MAX_WR: u16 = 5;
+/// `SRQ_CREATE` attribute: SGEs per request asked for (u32 in).
+pub const UVERBS_ATTR_CREATE_SRQ_MAX_SGE: u16 = 6;
+/// `SRQ_CREATE` attribute: the limit to arm at (u32 in).
+pub const UVERBS_ATTR_CREATE_SRQ_LIMIT: u16 = 7;
+/// `SRQ_CREATE` attribute: tags of a tag-matching SRQ (u32 in).
+pub const UVERBS_ATTR_CREATE_SRQ_MAX_NUM_TAGS: u16 = 8;
+/// `SRQ_CREATE` attribute: `IB_UVERBS_SRQT_*` (const in).
+pub const UVERBS_ATTR_CREATE_SRQ_TYPE: u16 = 9;
+/// `SRQ_CREATE` attribute: the async event file (FD, optional).
+pub const UVERBS_ATTR_CREATE_SRQ_EVENT_FD: u16 = 10;
+/// `SRQ_CREATE` attribute: receive requests it holds (u32 out).
+pub const UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR: u16 = 11;
+/// `SRQ_CREATE` attribute: SGEs per request (u32 out).
+pub const UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE: u16 = 12;
+/// `SRQ_CREATE` attribute: the SRQ number of an XRC SRQ (u32 out).
+pub const UVERBS_ATTR_CREATE_SRQ_RESP_SRQ_NUM: u16 = 13;
+/// `SRQ_DESTROY` attribute: the SRQ (IDR, destroy).
+pub const UVERBS_ATTR_DESTROY_SRQ_HANDLE: u16 = 0;
+/// `SRQ_DESTROY` attribute: `ib_uverbs_destroy_srq_resp` (out).
+pub const UVERBS_ATTR_DESTROY_SRQ_RESP: u16 = 1;
+
 /// QP method: create a queue pair.
 pub const UVERBS_METHOD_QP_CREATE: u16 = 0;
 /// QP method: destroy a queue pair.

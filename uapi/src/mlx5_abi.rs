@@ -8,7 +8,7 @@
 //! Every struct here is the same in Linux 6.1's and 6.12's header (6.12
 //! adds only `reg_c0` to the query-device answer, not mirrored).
 //!
-//! Left out until a provider needs them: SRQ, WQ/RSS, flow steering, DEVX,
+//! Left out until a provider needs them: XRC, WQ/RSS, flow steering, DEVX,
 //! clock info, query-device capabilities.
 
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -284,6 +284,44 @@ pub struct mlx5_ib_create_cq_resp {
     pub reserved: u32,
 }
 const _: () = assert!(core::mem::size_of::<mlx5_ib_create_cq_resp>() == 8);
+
+/// `mlx5_ib_create_srq.flags`: the SRQ's WQEs carry a signature.
+pub const MLX5_SRQ_FLAG_SIGNATURE: u32 = 1 << 0;
+
+/// mlx5 UHW input of `CREATE_SRQ`: the SRQ's WQE buffer and doorbell
+/// record, in user memory the kernel pins.
+#[repr(C, align(8))]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_srq {
+    /// The WQE buffer.
+    pub buf_addr: u64,
+    /// The doorbell record (4 bytes: WQEs posted).
+    pub db_addr: u64,
+    /// `MLX5_SRQ_FLAG_*`.
+    pub flags: u32,
+    /// Reserved, zero.
+    pub reserved0: u32,
+    /// The user index CQEs carry (XRC and tag-matching SRQs only).
+    pub uidx: u32,
+    /// Reserved, zero.
+    pub reserved1: u32,
+}
+const _: () = assert!(core::mem::size_of::<mlx5_ib_create_srq>() == 32);
+
+/// mlx5 UHW output of `CREATE_SRQ`.
+#[repr(C)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, Immutable, KnownLayout,
+)]
+pub struct mlx5_ib_create_srq_resp {
+    /// The SRQ number.
+    pub srqn: u32,
+    /// Reserved.
+    pub reserved: u32,
+}
+const _: () = assert!(core::mem::size_of::<mlx5_ib_create_srq_resp>() == 8);
 
 /// mlx5 UHW input of `RESIZE_CQ`: the new CQE buffer.
 #[repr(C, align(8))]

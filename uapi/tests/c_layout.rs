@@ -280,6 +280,24 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             UVERBS_ATTR_CREATE_QP_XRCD_HANDLE,
             UVERBS_ATTR_CREATE_QP_PD_HANDLE,
             UVERBS_ATTR_CREATE_QP_SRQ_HANDLE,
+            UVERBS_ATTR_CREATE_SRQ_HANDLE,
+            UVERBS_ATTR_CREATE_SRQ_PD_HANDLE,
+            UVERBS_ATTR_CREATE_SRQ_XRCD_HANDLE,
+            UVERBS_ATTR_CREATE_SRQ_CQ_HANDLE,
+            UVERBS_ATTR_CREATE_SRQ_USER_HANDLE,
+            UVERBS_ATTR_CREATE_SRQ_MAX_WR,
+            UVERBS_ATTR_CREATE_SRQ_MAX_SGE,
+            UVERBS_ATTR_CREATE_SRQ_LIMIT,
+            UVERBS_ATTR_CREATE_SRQ_MAX_NUM_TAGS,
+            UVERBS_ATTR_CREATE_SRQ_TYPE,
+            UVERBS_ATTR_CREATE_SRQ_EVENT_FD,
+            UVERBS_ATTR_CREATE_SRQ_RESP_MAX_WR,
+            UVERBS_ATTR_CREATE_SRQ_RESP_MAX_SGE,
+            UVERBS_ATTR_CREATE_SRQ_RESP_SRQ_NUM,
+            UVERBS_ATTR_DESTROY_SRQ_HANDLE,
+            UVERBS_ATTR_DESTROY_SRQ_RESP,
+            UVERBS_METHOD_SRQ_CREATE,
+            UVERBS_METHOD_SRQ_DESTROY,
             UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE,
             UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE,
             UVERBS_ATTR_CREATE_QP_IND_TABLE_HANDLE,
@@ -347,6 +365,7 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
             // mlx5-abi.h
             MLX5_IB_UVERBS_ABI_VERSION,
             MLX5_QP_FLAG_SIGNATURE,
+            MLX5_SRQ_FLAG_SIGNATURE,
             MLX5_QP_FLAG_SCATTER_CQE,
             MLX5_QP_FLAG_TUNNEL_OFFLOADS,
             MLX5_QP_FLAG_BFREG_INDEX,
@@ -622,6 +641,8 @@ fn core_table() -> (Vec<Item>, Vec<(&'static str, usize, usize)>) {
                 uar_page_index, reserved0, reserved1
             }
             mlx5_ib_create_cq_resp { cqn, reserved }
+            mlx5_ib_create_srq { buf_addr, db_addr, flags, reserved0, uidx, reserved1 }
+            mlx5_ib_create_srq_resp { srqn, reserved }
             mlx5_ib_resize_cq { buf_addr, cqe_size, reserved0, reserved1 }
             mlx5_ib_create_qp_dci_streams { log_num_concurent, log_num_errored }
             mlx5_ib_create_qp {
