@@ -376,6 +376,7 @@ impl ProtectionDomain {
             max_recv_sge: kernel.max_recv_sge,
             sq_sig_all: init.sq_sig_all,
             has_srq: init.srq.is_some(),
+            srq: init.srq.map(|srq| srq.inner.handle),
         };
         let transport = ctx.inner.transport.as_ref();
         match D::map_qp(

@@ -13,7 +13,7 @@ use crate::error::{Errno, Error, Op};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::process::Generation;
 use crate::provider::rings::{RecvQueue, MAX_CREATE_UHW_OUT};
-use crate::provider::StateOf;
+use crate::provider::{StateOf, UhwIn};
 use crate::wr::RecvWr;
 
 /// The value each SRQ's async events carry (`user_handle`): unique in the
@@ -238,7 +238,9 @@ impl Drop for SrqInner {
 /// drop order. [`destroy`](Self::destroy) destroys it now: while a QP uses
 /// it the kernel answers `EBUSY` and the SRQ comes back, usable.
 ///
-/// rxe and siw have SRQs; other drivers answer [`Error::Unsupported`].
+/// rxe, siw and mlx5 have SRQs; other drivers answer [`Error::Unsupported`].
+/// On mlx5 the ring is the process's (libmlx5's linked list of WQEs, see
+/// docs/mlx5.md), not the kernel's.
 #[doc(alias = "ibv_srq")]
 #[doc(alias = "ibv_create_srq")]
 pub struct SharedReceiveQueue {
@@ -283,7 +285,10 @@ impl ProtectionDomain {
     /// `max_wr` answer `EINVAL`. The SRQ holds at least what was asked
     /// ([`max_wr`](SharedReceiveQueue::max_wr) says how many).
     ///
-    /// Drivers without SRQs here (mlx5, others): [`Error::Unsupported`],
+    /// mlx5: the process allocates the ring and names it in the driver
+    /// data, as libmlx5 44 does.
+    ///
+    /// Drivers without SRQs here: [`Error::Unsupported`],
     /// nothing sent. In a forked child: [`Error::ForeignProcess`].
     #[doc(alias = "ibv_create_srq")]
     pub fn create_srq(&self, init: &SrqInit) -> Result<SharedReceiveQueue, Error> {
@@ -297,7 +302,7 @@ impl ProtectionDomain {
                     op: Op::CreateSrq,
                     device: ctx.inner.device.clone(),
                     reason: refusal
-                        .unwrap_or("uverbs has shared receive queues for rxe and siw only"),
+                        .unwrap_or("uverbs has shared receive queues for rxe, siw and mlx5 only"),
                 })
             }
         };
@@ -310,12 +315,12 @@ impl ProtectionDomain {
                 pd: self.inner.clone(),
                 handle: resp.srq_handle,
                 event_id,
-                // What the ring holds: more than the kernel answered on
-                // 6.1's rxe (it answers the size asked for and rounds the
-                // ring up to a power of two minus one), the same elsewhere.
-                max_wr: ring
-                    .ring_capacity()
-                    .map_or(resp.max_wr, |c| c.max(resp.max_wr)),
+                // What the ring holds (the driver's `srq_max_wr`): more
+                // than the kernel answered on 6.1's rxe (it answers the
+                // size asked for and rounds the ring up to a power of two
+                // minus one); less on mlx5 (the kernel counts libmlx5's
+                // wait queue too).
+                max_wr: resp.max_wr,
                 max_sge: resp.max_sge,
                 origin: ctx.inner.origin,
                 ring: Mutex::new(ring),
@@ -338,16 +343,38 @@ impl ProtectionDomain {
         let ctx = &self.inner.ctx;
         let fail = |e| Error::os(Op::CreateSrq, &ctx.inner.device, e);
         let state = D::state_of(&ctx.inner.driver).ok_or_else(|| fail(Errno::OPNOTSUPP))?;
+        if let Some(reason) = D::state_refusal(state) {
+            return Err(Error::Unsupported {
+                op: Op::CreateSrq,
+                device: ctx.inner.device.clone(),
+                reason,
+            });
+        }
+        let (prep, max_wr, max_sge) =
+            D::prepare_srq(state, init.max_wr, init.max_sge).map_err(fail)?;
         let mut uhw_buf = [0u8; MAX_CREATE_UHW_OUT];
         let uhw = &mut uhw_buf[..uhw_len];
-        let cmd = CreateSrq::new(self.inner.handle, event_id, init.max_wr, init.max_sge)
-            .srq_limit(init.srq_limit);
-        // SAFETY: CREATE_SRQ hands no user memory to the device; the ring is
-        // the kernel's.
-        let (resp, written) = unsafe { ctx.run(Op::CreateSrq, &cmd, uhw) }?;
+        let cmd = CreateSrq::new(self.inner.handle, event_id, max_wr, max_sge)
+            .srq_limit(init.srq_limit)
+            .uhw_in(prep.uhw_in());
+        // SAFETY: rxe's and siw's rings are the kernel's; memory a driver's
+        // preparation names (mlx5's buffer) is owned by the ring that takes
+        // the preparation over, dropped after the destroy.
+        let (mut resp, written) = unsafe { ctx.run(Op::CreateSrq, &cmd, uhw) }?;
         let transport = ctx.inner.transport.as_ref();
-        match D::map_srq(state, transport, uhw, written, resp.max_sge) {
-            Ok(ring) => Ok((resp, D::recv_queue(ring))),
+        match D::map_prepared_srq(
+            state,
+            prep,
+            transport,
+            uhw,
+            written,
+            resp.srq_handle,
+            resp.max_sge,
+        ) {
+            Ok(ring) => {
+                resp.max_wr = D::srq_max_wr(&ring, resp.max_wr);
+                Ok((resp, D::recv_queue(ring)))
+            }
             Err(e) => {
                 // SAFETY: the SRQ just created, which nothing else knows.
                 let _ = unsafe { send_destroy(ctx, resp.srq_handle) };

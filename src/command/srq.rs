@@ -14,15 +14,18 @@ pub const SRQ_LIMIT: u32 = 2;
 /// requests of `max_sge` SGEs in PD `pd_handle`.
 ///
 /// rxe answers `rxe_create_srq_resp` (the ring's `mminfo`, 24 bytes) and siw
-/// `siw_uresp_create_srq` (16 bytes) as UHW out.
+/// `siw_uresp_create_srq` (16 bytes) as UHW out; mlx5 takes
+/// `mlx5_ib_create_srq` in (the buffer and doorbell record the process
+/// allocated) and answers `mlx5_ib_create_srq_resp` (the SRQ number).
 #[doc(alias = "ibv_create_srq")]
 #[doc(alias = "ibv_cmd_create_srq")]
 #[derive(Clone, Copy, Debug)]
-pub struct CreateSrq {
+pub struct CreateSrq<'a> {
     req: sys::ib_uverbs_create_srq,
+    uhw_in: &'a [u8],
 }
 
-impl CreateSrq {
+impl<'a> CreateSrq<'a> {
     /// An SRQ in `pd_handle` whose async events carry `user_handle`, not
     /// armed (limit 0).
     pub fn new(pd_handle: u32, user_handle: u64, max_wr: u32, max_sge: u32) -> Self {
@@ -34,6 +37,7 @@ impl CreateSrq {
                 max_sge,
                 ..Default::default()
             },
+            uhw_in: &[],
         }
     }
 
@@ -42,14 +46,21 @@ impl CreateSrq {
         /// once when fewer than `limit` receive requests remain.
         pub fn srq_limit(limit: u32) => req.srq_limit;
     }
+
+    /// Driver-private input (mlx5: `mlx5_ib_create_srq`).
+    pub fn uhw_in(mut self, uhw_in: &'a [u8]) -> Self {
+        self.uhw_in = uhw_in;
+        self
+    }
 }
 
 // Mirrors ib_uverbs_create_srq{,_resp}; the request starts with `response`.
 write_command_of_request!(
-    CreateSrq,
+    CreateSrq<'_>,
     IB_USER_VERBS_CMD_CREATE_SRQ,
     ib_uverbs_create_srq,
-    uverbs_uapi::ib_uverbs_create_srq_resp
+    uverbs_uapi::ib_uverbs_create_srq_resp,
+    uhw_in = uhw_in
 );
 
 /// `MODIFY_SRQ`: changes an SRQ's limit ([`SRQ_LIMIT`]) or size

@@ -165,6 +165,22 @@ pub(crate) trait Driver {
     /// Driver-private input every MODIFY_SRQ carries (rxe's 8 bytes).
     const MODIFY_SRQ_UHW_IN: &'static [u8] = &[];
 
+    /// What an SRQ create needs before the command: nothing (`()`) where
+    /// the kernel allocates the ring (rxe, siw); mlx5's WQE buffer, doorbell
+    /// record and the driver data naming them (`Some`).
+    type SrqPrep: UhwIn + Default;
+
+    /// Prepares an SRQ of at least `max_wr` requests of `max_sge` SGEs:
+    /// what to hand the kernel, and the `(max_wr, max_sge)` to ask it for.
+    /// By default nothing, and the sizes asked.
+    fn prepare_srq(
+        _state: &Self::State,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<(Self::SrqPrep, u32, u32), Errno> {
+        Ok((Self::SrqPrep::default(), max_wr, max_sge))
+    }
+
     /// Reads the CREATE_SRQ answer and maps the SRQ's ring, a receive
     /// queue of requests of at most `max_sge` SGEs (the kernel's answer).
     fn map_srq(
@@ -175,6 +191,29 @@ pub(crate) trait Driver {
         _max_sge: u32,
     ) -> Result<Self::Rq, Errno> {
         Err(Errno::OPNOTSUPP)
+    }
+
+    /// [`map_srq`](Self::map_srq) for a driver that prepared the SRQ
+    /// (`prep`), which QPs name by its kernel `handle`
+    /// ([`QpRingConfig::srq`]). By default the preparation is dropped and
+    /// `map_srq` maps the kernel's ring.
+    fn map_prepared_srq(
+        state: &Self::State,
+        _prep: Self::SrqPrep,
+        transport: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        _handle: u32,
+        max_sge: u32,
+    ) -> Result<Self::Rq, Errno> {
+        Self::map_srq(state, transport, uhw, written, max_sge)
+    }
+
+    /// What an SRQ holds, told its ring and the kernel's answer: by
+    /// default the larger (rxe on 6.1 rounds its ring up).
+    fn srq_max_wr(rq: &Self::Rq, kernel_max_wr: u32) -> u32 {
+        rq.ring_capacity()
+            .map_or(kernel_max_wr, |c| c.max(kernel_max_wr))
     }
 }
 
@@ -187,6 +226,12 @@ pub(crate) trait UhwIn {
 impl UhwIn for () {
     fn uhw_in(&self) -> &[u8] {
         &[]
+    }
+}
+
+impl<T: UhwIn> UhwIn for Option<T> {
+    fn uhw_in(&self) -> &[u8] {
+        self.as_ref().map_or(&[], UhwIn::uhw_in)
     }
 }
 

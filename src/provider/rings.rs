@@ -199,6 +199,8 @@ pub(crate) struct QpRingConfig {
     pub(crate) sq_sig_all: bool,
     /// The QP receives from a shared receive queue: it has no receive ring.
     pub(crate) has_srq: bool,
+    /// The kernel handle of that SRQ (mlx5 finds the SRQ's ring by it).
+    pub(crate) srq: Option<u32>,
 }
 
 impl CqRing {
@@ -263,11 +265,6 @@ impl RecvQueue {
     /// As [`RecvRing::post`].
     pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         each_ring!(self, q => q.post(wrs))
-    }
-
-    /// As [`RecvRing::ring_capacity`].
-    pub(crate) fn ring_capacity(&self) -> Option<u32> {
-        each_ring!(self, q => q.ring_capacity())
     }
 }
 

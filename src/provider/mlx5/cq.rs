@@ -247,8 +247,10 @@ fn error_status(syndrome: u8) -> u32 {
 }
 
 /// The work completion of `cqe` for a QP whose ids are `ids`, as libmlx5
-/// 44's `mlx5_parse_cqe` makes it (CQE version 1, no SRQ, no inline
-/// scatter). `None` for a CQE this provider does not produce a completion
+/// 44's `mlx5_parse_cqe` makes it (CQE version 1, no inline scatter). For
+/// a QP on an SRQ, a responder CQE (success or error) names the SRQ WQE it
+/// used by `wqe_counter`: its id, and the WQE goes back to the SRQ's free
+/// list. `None` for a CQE this provider does not produce a completion
 /// for (resize, signature, tag matching).
 pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
     let mut wc = sys::ib_uverbs_wc {
@@ -285,7 +287,7 @@ pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
             }
         }
         opcode::RESP_WR_IMM | opcode::RESP_SEND | opcode::RESP_SEND_IMM | opcode::RESP_SEND_INV => {
-            wc.wr_id = ids.complete_recv();
+            wc.wr_id = complete_recv(cqe, ids);
             wc.byte_len = cqe.byte_cnt;
             match cqe.opcode {
                 opcode::RESP_WR_IMM => {
@@ -320,12 +322,21 @@ pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
             wc.wr_id = if cqe.opcode == opcode::REQ_ERR {
                 ids.complete_send(cqe.wqe_counter)
             } else {
-                ids.complete_recv()
+                complete_recv(cqe, ids)
             };
         }
         _ => return None,
     }
     Some(wc)
+}
+
+/// The id of the receive a responder CQE completes: the QP's oldest, or
+/// the SRQ WQE it names (given back to the SRQ).
+fn complete_recv(cqe: &Cqe, ids: &WrIds) -> u64 {
+    match &ids.srq {
+        Some(srq) => srq.complete(cqe.wqe_counter),
+        None => ids.complete_recv(),
+    }
 }
 
 impl Ring for CqRing {}

@@ -26,10 +26,14 @@ use crate::transport::Transport;
 pub(crate) mod ah;
 pub(crate) mod cq;
 pub(crate) mod qp;
+pub(crate) mod srq;
 pub(crate) mod uar;
 pub(crate) mod wqe;
 
+use crate::provider::rings::{PostFailure, RecvRing, Ring};
+use crate::wr::RecvWr;
 use qp::WrIds;
+use srq::SrqCore;
 use uar::{BfReg, UarPage, BFREGS_PER_UAR};
 
 /// Why mlx5's data path is refused on this CPU: its doorbells are written
@@ -77,6 +81,8 @@ pub(crate) struct Params {
     pub(crate) max_send_wqebb: u32,
     /// Largest RQ, in WQEs.
     pub(crate) max_recv_wr: u32,
+    /// Largest SRQ, in WQEs.
+    pub(crate) max_srq_recv_wr: u32,
     /// The kernel takes ECE options (`MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE`).
     pub(crate) ece: bool,
 }
@@ -92,6 +98,8 @@ pub(crate) struct Shared {
     nc_uar: Option<Arc<UarPage>>,
     bfregs: Mutex<Vec<BfReg>>,
     qps: RwLock<HashMap<u32, Arc<WrIds>>>,
+    /// SRQs by kernel handle (a QP created on one names it so).
+    srqs: RwLock<HashMap<u32, Arc<SrqCore>>>,
     next_uidx: AtomicU32,
 }
 
@@ -140,6 +148,24 @@ impl Shared {
 
     pub(crate) fn remove_qp(&self, uidx: u32) {
         self.qps.write().remove(&uidx);
+    }
+
+    pub(crate) fn insert_srq(&self, handle: u32, srq: Arc<SrqCore>) {
+        self.srqs.write().insert(handle, srq);
+    }
+
+    /// Takes SRQ `handle` out of the table if it is still `srq` (the
+    /// kernel may have given the handle to a newer SRQ already).
+    pub(crate) fn remove_srq(&self, handle: u32, srq: &Arc<SrqCore>) {
+        let mut srqs = self.srqs.write();
+        if srqs.get(&handle).is_some_and(|s| Arc::ptr_eq(s, srq)) {
+            srqs.remove(&handle);
+        }
+    }
+
+    /// The SRQ with kernel handle `handle`.
+    pub(crate) fn srq(&self, handle: u32) -> Option<Arc<SrqCore>> {
+        self.srqs.read().get(&handle).cloned()
     }
 
     /// The ids of the QP with user index `uidx`.
@@ -197,6 +223,7 @@ impl Driver for Mlx5 {
     const ALLOC_PD_UHW_OUT: usize = size_of::<sys::mlx5_ib_alloc_pd_resp>();
     const CREATE_CQ_UHW_OUT: usize = size_of::<sys::mlx5_ib_create_cq_resp>();
     const CREATE_QP_UHW_OUT: usize = size_of::<sys::mlx5_ib_create_qp_resp>();
+    const CREATE_SRQ_UHW_OUT: Option<usize> = Some(size_of::<sys::mlx5_ib_create_srq_resp>());
     const DATA_PATH_REFUSAL: Option<&'static str> = if cfg!(target_arch = "x86_64") {
         None
     } else {
@@ -206,9 +233,10 @@ impl Driver for Mlx5 {
     type State = Arc<Shared>;
     type CqPrep = cq::CqPrep;
     type QpPrep = qp::QpPrep;
+    type SrqPrep = Option<srq::SrqPrep>;
     type Cq = cq::CqRing;
     type Sq = qp::SendQueue;
-    type Rq = qp::RecvQueue;
+    type Rq = Rq;
 
     fn get_context_uhw_in() -> &'static [u8] {
         static REQ: sys::mlx5_ib_alloc_ucontext_req_v2 = GET_CONTEXT_REQ;
@@ -232,6 +260,7 @@ impl Driver for Mlx5 {
                 max_rq_desc_sz: r.max_rq_desc_sz,
                 max_send_wqebb: r.max_send_wqebb,
                 max_recv_wr: r.max_recv_wr,
+                max_srq_recv_wr: r.max_srq_recv_wr,
                 ece: r.comp_mask & sys::MLX5_IB_ALLOC_UCONTEXT_RESP_MASK_ECE != 0,
             });
         let nc_uar = match params {
@@ -245,6 +274,7 @@ impl Driver for Mlx5 {
             nc_uar,
             bfregs: Mutex::new(Vec::new()),
             qps: RwLock::new(HashMap::new()),
+            srqs: RwLock::new(HashMap::new()),
             next_uidx: AtomicU32::new(0),
         }))
     }
@@ -298,6 +328,8 @@ impl Driver for Mlx5 {
         qp::prepare(state, transport, req)
     }
 
+    /// A QP on an SRQ (asked for with no receive WQEs: no RQ in its
+    /// buffer, as libmlx5) hands its responder CQEs to the SRQ's list.
     fn map_qp(
         state: &Arc<Shared>,
         prep: qp::QpPrep,
@@ -306,21 +338,75 @@ impl Driver for Mlx5 {
         _written: usize,
         qpn: u32,
         cfg: QpRingConfig,
-    ) -> Result<(qp::SendQueue, Option<qp::RecvQueue>), Errno> {
-        // No SRQ is created here (`CREATE_SRQ_UHW_OUT` is `None`), so no
-        // QP can name one.
-        if cfg.has_srq {
-            return Err(Errno::OPNOTSUPP);
-        }
-        qp::map(state, prep, qpn, cfg.qp_type, cfg.sq_sig_all).map(|(sq, rq)| (sq, Some(rq)))
+    ) -> Result<(qp::SendQueue, Option<Rq>), Errno> {
+        let srq = match cfg.srq {
+            Some(handle) => Some(state.srq(handle).ok_or(Errno::INVAL)?),
+            None => None,
+        };
+        let on_srq = srq.is_some();
+        let (sq, rq) = qp::map(state, prep, qpn, cfg.qp_type, cfg.sq_sig_all, srq)?;
+        Ok((sq, (!on_srq).then_some(Rq::Qp(rq))))
+    }
+
+    fn prepare_srq(
+        state: &Arc<Shared>,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<(Option<srq::SrqPrep>, u32, u32), Errno> {
+        srq::prepare(state, max_wr, max_sge).map(|(p, w, s)| (Some(p), w, s))
+    }
+
+    fn map_prepared_srq(
+        state: &Arc<Shared>,
+        prep: Option<srq::SrqPrep>,
+        _: &dyn Transport,
+        uhw: &[u8],
+        written: usize,
+        handle: u32,
+        _max_sge: u32,
+    ) -> Result<Rq, Errno> {
+        let prep = prep.ok_or(Errno::OPNOTSUPP)?;
+        srq::map(state, prep, uhw, written, handle).map(Rq::Srq)
+    }
+
+    /// What the free list holds (libmlx5's answer, `srq->tail`): the
+    /// kernel's `max_wr` counts libmlx5's wait queue too.
+    fn srq_max_wr(rq: &Rq, kernel_max_wr: u32) -> u32 {
+        rq.ring_capacity().unwrap_or(kernel_max_wr)
     }
 
     fn qp_caps(
         sq: &qp::SendQueue,
-        _rq: Option<&qp::RecvQueue>,
+        _rq: Option<&Rq>,
         _kernel: sys::ib_uverbs_qp_cap,
     ) -> sys::ib_uverbs_qp_cap {
         qp::caps(sq)
+    }
+}
+
+/// An mlx5 receive queue: a QP's own, or an SRQ's list.
+pub(crate) enum Rq {
+    /// A QP's RQ.
+    Qp(qp::RecvQueue),
+    /// An SRQ.
+    Srq(srq::SrqRing),
+}
+
+impl Ring for Rq {}
+
+impl RecvRing for Rq {
+    fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+        match self {
+            Rq::Qp(r) => r.post(wrs),
+            Rq::Srq(r) => r.post(wrs),
+        }
+    }
+
+    fn ring_capacity(&self) -> Option<u32> {
+        match self {
+            Rq::Qp(r) => r.ring_capacity(),
+            Rq::Srq(r) => r.ring_capacity(),
+        }
     }
 }
 

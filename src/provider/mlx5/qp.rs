@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use zerocopy::IntoBytes;
 
+use super::srq::SrqCore;
 use super::uar::{BfReg, BF_HALF};
 use super::wqe::{self, SendLimits};
 use super::{DeviceBuf, Params, Shared};
@@ -152,10 +153,12 @@ pub(crate) struct WrIds {
     /// a CQ that cached these ids drops its later CQEs, as for a QP not
     /// in the table.
     live: AtomicBool,
+    /// The SRQ the QP receives from: responder CQEs name its WQEs.
+    pub(crate) srq: Option<Arc<SrqCore>>,
 }
 
 impl WrIds {
-    fn new(layout: &Layout) -> WrIds {
+    fn new(layout: &Layout, srq: Option<Arc<SrqCore>>) -> WrIds {
         let n = |c: u32| (0..c.max(1)).map(|_| AtomicU64::new(0)).collect();
         WrIds {
             sq_wrid: n(layout.sq_wqe_cnt),
@@ -166,6 +169,7 @@ impl WrIds {
             rq_wrid: n(layout.rq_wqe_cnt),
             rq_tail: AtomicU32::new(0),
             live: AtomicBool::new(true),
+            srq,
         }
     }
 
@@ -173,15 +177,18 @@ impl WrIds {
     /// parsing tests).
     #[cfg(test)]
     pub(crate) fn for_tests(ids: &[u64]) -> WrIds {
-        let w = WrIds::new(&Layout {
-            sq_wqe_cnt: 1,
-            sq_max_post: 1,
-            sq_max_gs: 1,
-            max_inline: 0,
-            rq_wqe_cnt: 1,
-            rq_wqe_shift: 4,
-            rq_max_gs: 1,
-        });
+        let w = WrIds::new(
+            &Layout {
+                sq_wqe_cnt: 1,
+                sq_max_post: 1,
+                sq_max_gs: 1,
+                max_inline: 0,
+                rq_wqe_cnt: 1,
+                rq_wqe_shift: 4,
+                rq_max_gs: 1,
+            },
+            None,
+        );
         w.sq_wrid[0].store(ids[0], Ordering::Relaxed);
         w.rq_wrid[0].store(ids[0], Ordering::Relaxed);
         w
@@ -320,8 +327,9 @@ pub(crate) fn map(
     qpn: u32,
     qp_type: QpType,
     sq_sig_all: bool,
+    srq: Option<Arc<SrqCore>>,
 ) -> Result<(SendQueue, RecvQueue), Errno> {
-    let ids = Arc::new(WrIds::new(&prep.layout));
+    let ids = Arc::new(WrIds::new(&prep.layout, srq));
     shared.insert_qp(prep.uidx, ids.clone());
     let db = prep.layout.bytes().div_ceil(64) * 64;
     let mem = || QpMem {

@@ -64,6 +64,47 @@ fn the_data_path_is_refused_before_any_system_call() {
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
     assert!(err.to_string().contains("mlx5"), "{err}");
     assert_eq!(fake.count(), sent, "nothing sent");
+    let pd = ctx.alloc_pd().unwrap();
+    let sent = fake.count();
+    let err = pd.create_srq(&crate::SrqInit::new(16, 1)).unwrap_err();
+    assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
+    assert_eq!(fake.count(), sent, "no CREATE_SRQ sent");
+}
+
+/// `mlx5_alloc_srq_buf`'s numbers: twice the requests and one for the
+/// wait queue, rounded up to a power of two; WQEs of the next power of
+/// two of 16 + 16 per SGE bytes, at least 32; the free list's tail one
+/// below the next power of two above `max_wr`.
+#[test]
+fn srq_layout_is_libmlx5s() {
+    use super::srq::SrqLayout;
+    let p = cx5_params();
+    let of = |wr, sge| {
+        SrqLayout::of(
+            p.max_srq_recv_wr,
+            u32::from(p.max_rq_desc_sz),
+            p.max_recv_wr,
+            wr,
+            sge,
+        )
+    };
+    let l = of(16, 1).unwrap();
+    assert_eq!((l.max, l.wqe_shift, l.max_gs, l.tail), (64, 5, 1, 31));
+    assert_eq!(l.waitq, Some((32, 63)));
+    assert_eq!(l.bytes(), 64 * 32);
+    let l = of(100, 2).unwrap();
+    assert_eq!((l.max, l.wqe_shift, l.max_gs, l.tail), (256, 6, 3, 127));
+    let l = of(3, 0).unwrap();
+    assert_eq!((l.max, l.wqe_shift, l.max_gs, l.tail), (8, 5, 1, 3));
+    // Too large for a wait queue: one more than asked.
+    let l = of(20_000, 31).unwrap();
+    assert_eq!(
+        (l.max, l.wqe_shift, l.max_gs, l.tail),
+        (32_768, 9, 31, 32_767)
+    );
+    assert_eq!(l.waitq, None);
+    assert_eq!(of(32_769, 1), Err(crate::error::Errno::INVAL));
+    assert_eq!(of(16, 33), Err(crate::error::Errno::INVAL));
 }
 
 #[test]
@@ -88,6 +129,7 @@ fn cx5_params() -> super::Params {
         max_rq_desc_sz: 512,
         max_send_wqebb: 1 << 15,
         max_recv_wr: 1 << 15,
+        max_srq_recv_wr: 1 << 15,
         ece: false,
     }
 }

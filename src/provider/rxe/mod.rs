@@ -41,6 +41,7 @@ impl Driver for Rxe {
     type State = ();
     type CqPrep = ();
     type QpPrep = ();
+    type SrqPrep = ();
     type Cq = rings::CqRing;
     type Sq = rings::SendQueue;
     type Rq = rings::RecvQueue;

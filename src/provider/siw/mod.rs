@@ -134,6 +134,7 @@ impl Driver for Siw {
     type State = ();
     type CqPrep = ();
     type QpPrep = ();
+    type SrqPrep = ();
     type Cq = rings::CqRing;
     type Sq = rings::SendQueue;
     type Rq = rings::RecvQueue;
