@@ -3,7 +3,12 @@
 //! libmlx5 wrote into the queue buffer since the last run, moves bytes
 //! between the memory regions the kernel registered (loopback: every QP
 //! is on the same port of the same device), consumes receive WQEs and
-//! writes CQEs where libmlx5 polls them.
+//! writes CQEs where libmlx5 polls them. A QP on an SRQ takes the SRQ's
+//! WQEs in list order (each WQE's `next_wqe_index` names the next), up to
+//! the SRQ's doorbell counter; its CQEs name the WQE by index
+//! (`wqe_counter`) and the QP by user index; an SRQ's WQEs are not
+//! flushed when a QP on it goes to the error state; the SRQ's limit
+//! disarms it once fewer WQEs remain (no async event is delivered).
 //!
 //! Nothing runs by itself: the tests call [`Mlx5Kernel::run_device`] after
 //! posting, as if the doorbell had rung (the UAR pages are plain memory,
@@ -22,7 +27,7 @@
 //! infinite), PSNs, MTU segmentation, fences (every WQE executes in
 //! order anyway), the requester's scatter-to-CQE (READ and atomic
 //! results; mlx5_ib enables it only with `sq_sig_all` or
-//! `MLX5_QP_FLAG_ALLOW_SCATTER_CQE`), SRQs, solicited events and
+//! `MLX5_QP_FLAG_ALLOW_SCATTER_CQE`), solicited events and
 //! CQ arming, CQ overrun (the CQE is written whatever the consumer
 //! index), GRHs (UD over InfiniBand without one; over RoCE the GRH bytes
 //! are not written either), and any firmware vendor syndrome but the
@@ -522,9 +527,8 @@ impl Mlx5Kernel {
                 }
                 if wqe.opcode == wqe_opcode::RDMA_WRITE_IMM {
                     // It consumes a receive WQE: none posted waits (RC).
-                    // SAFETY: a live QP's doorbell record.
-                    let (rq_db, _) = unsafe { doorbell(peer.req.db_addr) };
-                    if peer.rq_ci as u16 == rq_db {
+                    // SAFETY: a live QP's doorbell record (or its SRQ's).
+                    if !unsafe { self.recv_ready(&peer) } {
                         return if rc {
                             Outcome::Wait
                         } else {
@@ -621,13 +625,21 @@ impl Mlx5Kernel {
         let sent = Outcome::Done {
             byte_cnt: len as u32,
         };
-        // SAFETY: a live QP's doorbell record.
-        let (rq_db, _) = unsafe { doorbell(peer.req.db_addr) };
-        if peer.req.rq_wqe_count == 0 || peer.rq_ci as u16 == rq_db {
+        // SAFETY: a live QP's doorbell record (or its SRQ's).
+        if !unsafe { self.recv_ready(peer) } {
             // Receiver not ready: RC retries, UC and UD drop.
             return if rc { Outcome::Wait } else { sent };
         }
-        let counter = peer.rq_ci as u16;
+        // A QP on an SRQ takes the SRQ's next WQE (the CQE names it by
+        // index); otherwise its RQ's next, by its consumer counter.
+        let (counter, srq_sges) = match peer.srq {
+            // SAFETY: a live SRQ with a posted WQE (checked above).
+            Some(h) => {
+                let (index, sges) = unsafe { self.srq_take(h) };
+                (index, Some(sges))
+            }
+            None => (peer.rq_ci as u16, None),
+        };
         let mut resp = Completion {
             opcode: op,
             qpn: peer.qpn,
@@ -642,8 +654,14 @@ impl Mlx5Kernel {
         let mut failed = None;
         let mut scatter64 = None;
         if let Some(data) = data {
-            // SAFETY: the responder's RQ is readable.
-            let sges = unsafe { self.read_recv_wqe(peer) };
+            let sges = match srq_sges {
+                Some(sges) => sges
+                    .into_iter()
+                    .map(|(len, lkey, addr)| Sge { len, lkey, addr })
+                    .collect(),
+                // SAFETY: the responder's RQ is readable.
+                None => unsafe { self.read_recv_wqe(peer) },
+            };
             let mut bytes = if ud { vec![0; GRH_BYTES] } else { Vec::new() };
             bytes.extend_from_slice(data);
             let room: u64 = sges.iter().map(|s| u64::from(s.len)).sum();
@@ -669,7 +687,9 @@ impl Mlx5Kernel {
             }
         }
         let p = self.qps.get_mut(&peer.handle).expect("live");
-        p.rq_ci = p.rq_ci.wrapping_add(1);
+        if p.srq.is_none() {
+            p.rq_ci = p.rq_ci.wrapping_add(1);
+        }
         if let Some((theirs, ours)) = failed {
             p.state = QpState::Err;
             resp = Completion {
@@ -689,6 +709,24 @@ impl Mlx5Kernel {
             unsafe { self.push_cqe(peer.recv_cq, resp) };
         }
         sent
+    }
+
+    /// Whether `qp` has a receive WQE posted and not yet taken: in its RQ,
+    /// or in its SRQ.
+    ///
+    /// # Safety
+    ///
+    /// The QP's (or its SRQ's) doorbell record is readable.
+    unsafe fn recv_ready(&self, qp: &Qp) -> bool {
+        match qp.srq {
+            // SAFETY: the caller's promise.
+            Some(h) => unsafe { self.srq_ready(h) },
+            None => {
+                // SAFETY: the caller's promise.
+                let (rq_db, _) = unsafe { doorbell(qp.req.db_addr) };
+                qp.req.rq_wqe_count != 0 && qp.rq_ci as u16 != rq_db
+            }
+        }
     }
 
     /// How many bytes of a received message the device puts into the

@@ -1,5 +1,6 @@
 //! mlx5_ib's side of the commands a verbs data path sends, as Linux 6.12
-//! answers them (`drivers/infiniband/hw/mlx5/main.c`, `cq.c`), for one
+//! answers them (`drivers/infiniband/hw/mlx5/main.c`, `cq.c`; QPs in
+//! [`crate::qp`], SRQs in [`crate::srq`]), for one
 //! device of one port, and a log of every command with its driver data.
 //!
 //! What it does not have it refuses as a kernel without it would: DEVX
@@ -14,6 +15,7 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use crate::ioctl::{Call, Errno};
 use crate::qp::Qp;
+use crate::srq::Srq;
 
 /// Blue-flame registers per UAR page (`MLX5_NON_FP_BFREGS_PER_UAR`).
 pub const BFREGS_PER_UAR: u32 = 2;
@@ -190,6 +192,10 @@ pub struct Mlx5Kernel {
     pub qps: BTreeMap<u32, Qp>,
     /// QPs created so far (the next QP number's offset).
     pub(crate) qps_created: u32,
+    /// Live SRQs by handle.
+    pub srqs: BTreeMap<u32, Srq>,
+    /// SRQs created so far (the next SRQ number's offset).
+    pub(crate) srqs_created: u32,
     /// Port 1's link layer is InfiniBand (LID 1) rather than Ethernet
     /// (RoCE, the default): set before the context is opened. UD over
     /// InfiniBand needs no kernel command for an address handle and no GID.
@@ -241,6 +247,8 @@ impl Mlx5Kernel {
             }
             (UVERBS_OBJECT_QP, UVERBS_METHOD_QP_CREATE) => self.create_qp(call),
             (UVERBS_OBJECT_QP, UVERBS_METHOD_QP_DESTROY) => self.destroy_qp(call),
+            (UVERBS_OBJECT_SRQ, UVERBS_METHOD_SRQ_CREATE) => self.create_srq_method(call),
+            (UVERBS_OBJECT_SRQ, UVERBS_METHOD_SRQ_DESTROY) => self.destroy_srq_method(call),
             (UVERBS_OBJECT_ASYNC_EVENT, UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {
                 // SAFETY: eventfd(2) takes no pointers.
                 let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -322,6 +330,10 @@ impl Mlx5Kernel {
                 Ok(())
             }
             IB_USER_VERBS_CMD_REG_MR => self.reg_mr(call),
+            IB_USER_VERBS_CMD_CREATE_SRQ => self.create_srq_write(call),
+            IB_USER_VERBS_CMD_MODIFY_SRQ => self.modify_srq(call),
+            IB_USER_VERBS_CMD_QUERY_SRQ => self.query_srq(call),
+            IB_USER_VERBS_CMD_DESTROY_SRQ => self.destroy_srq_write(call),
             IB_USER_VERBS_CMD_REREG_MR => self.rereg_mr(call),
             IB_USER_VERBS_CMD_DEREG_MR => {
                 let cmd: ib_uverbs_dereg_mr = Self::core_in(call)?;
@@ -697,6 +709,7 @@ impl Mlx5Kernel {
     pub fn close(&mut self) -> (usize, usize, usize) {
         let left = (self.pds.len(), self.cqs.len(), self.dyn_uars.len());
         self.qps.clear();
+        self.srqs.clear();
         self.mrs.clear();
         self.pds.clear();
         self.cqs.clear();

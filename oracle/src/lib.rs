@@ -11,6 +11,8 @@
 //!   to the commands a verbs data path sends, and a log of each command.
 //! - [`qp`]: mlx5_ib's QPs: CREATE_QP with mlx5's driver data, MODIFY_QP's
 //!   state transitions, DESTROY_QP.
+//! - [`srq`]: mlx5_ib's SRQs: CREATE_SRQ with mlx5's driver data (both
+//!   the ioctl method and the write command), MODIFY/QUERY/DESTROY_SRQ.
 //! - [`device`]: what the ConnectX does after a doorbell
 //!   ([`kernel::Mlx5Kernel::run_device`]): WQEs executed, bytes moved
 //!   between registered regions, CQEs written.
@@ -29,4 +31,5 @@ pub mod fixtures;
 pub mod ioctl;
 pub mod kernel;
 pub mod qp;
+pub mod srq;
 pub mod sysfs;

@@ -145,6 +145,8 @@ pub struct Qp {
     pub sq_ci: u32,
     /// The device's receive consumer counter: receive WQEs consumed.
     pub rq_ci: u32,
+    /// The SRQ it receives from (a uverbs handle), if any.
+    pub srq: Option<u32>,
 }
 
 impl Qp {
@@ -217,8 +219,11 @@ impl Mlx5Kernel {
             obj(UVERBS_ATTR_CREATE_QP_SEND_CQ_HANDLE)?,
             obj(UVERBS_ATTR_CREATE_QP_RECV_CQ_HANDLE)?,
         );
-        if call.handle(UVERBS_ATTR_CREATE_QP_SRQ_HANDLE).is_some() {
-            return Err(libc::EOPNOTSUPP);
+        let srq = call
+            .handle(UVERBS_ATTR_CREATE_QP_SRQ_HANDLE)
+            .map(|h| h as u32);
+        if srq.is_some_and(|h| !self.srqs.contains_key(&h)) {
+            return Err(libc::EINVAL);
         }
         if !self.pds.contains_key(&pd)
             || !self.cqs.contains_key(&send_cq)
@@ -285,7 +290,8 @@ impl Mlx5Kernel {
         if cap.max_recv_wr > MAX_QP_WQES {
             return Err(libc::EINVAL);
         }
-        if cap.max_recv_wr == 0 {
+        // qp_has_rq: none on an SRQ or without receive WQEs.
+        if cap.max_recv_wr == 0 || srq.is_some() {
             cap.max_recv_wr = 0;
             cap.max_recv_sge = 0;
             req.rq_wqe_count = 0;
@@ -350,6 +356,7 @@ impl Mlx5Kernel {
                 port: 0,
                 sq_ci: 0,
                 rq_ci: 0,
+                srq,
             },
         );
         Ok(())

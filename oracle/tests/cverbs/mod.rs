@@ -104,6 +104,22 @@ pub struct IbvQpAttr {
     pub rate_limit: u32,
 }
 
+/// `pub struct ibv_srq_attr`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IbvSrqAttr {
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
+}
+
+/// `pub struct ibv_srq_init_attr`.
+#[repr(C)]
+pub struct IbvSrqInitAttr {
+    pub srq_context: *mut c_void,
+    pub attr: IbvSrqAttr,
+}
+
 /// `pub struct ibv_sge`.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -183,18 +199,25 @@ extern "C" {
     pub fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int) -> c_int;
     pub fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int;
     pub fn ibv_create_ah(pd: *mut c_void, attr: *mut IbvAhAttr) -> *mut c_void;
+    pub fn ibv_create_srq(pd: *mut c_void, attr: *mut IbvSrqInitAttr) -> *mut c_void;
+    pub fn ibv_modify_srq(srq: *mut c_void, attr: *mut IbvSrqAttr, mask: c_int) -> c_int;
+    pub fn ibv_query_srq(srq: *mut c_void, attr: *mut IbvSrqAttr) -> c_int;
+    pub fn ibv_destroy_srq(srq: *mut c_void) -> c_int;
     pub fn ibv_destroy_ah(ah: *mut c_void) -> c_int;
 }
 
 pub type PostSend = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
 pub type PostRecv = unsafe extern "C" fn(*mut IbvQp, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
 pub type PollCq = unsafe extern "C" fn(*mut c_void, c_int, *mut IbvWc) -> c_int;
+pub type PostSrqRecv =
+    unsafe extern "C" fn(*mut c_void, *mut IbvRecvWr, *mut *mut IbvRecvWr) -> c_int;
 
 /// `pub struct ibv_context_ops` slots (after the context's device pointer):
-/// the static inline `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`
-/// of verbs.h call through these.
+/// the static inline `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`,
+/// `ibv_post_srq_recv` of verbs.h call through these.
 pub const OPS: usize = 8;
 pub const POLL_CQ: usize = 11;
+pub const POST_SRQ_RECV: usize = 20;
 pub const POST_SEND: usize = 25;
 pub const POST_RECV: usize = 26;
 
