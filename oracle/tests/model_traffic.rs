@@ -1,6 +1,7 @@
 //! libmlx5's own data path (Debian's static rdma-core 44, unmodified)
-//! against the emulated mlx5 kernel and its device model: RC, UD traffic
-//! and error completions posted and polled through libibverbs' public API,
+//! against the emulated mlx5 kernel and its device model: RC, UD traffic,
+//! RC traffic onto two QPs on one SRQ, and error completions posted and
+//! polled through libibverbs' public API,
 //! the WQEs executed by `Mlx5Kernel::run_device`. libmlx5's WQEs producing
 //! the right bytes and work completions is what proves the model, before
 //! uverbs' own mlx5 provider is compared with it.
@@ -79,6 +80,11 @@ mod linked {
 
         /// A QP of `qp_type` with its own CQ for both queues.
         fn qp(&mut self, qp_type: u32) -> *mut IbvQp {
+            self.qp_on(qp_type, std::ptr::null_mut())
+        }
+
+        /// The same, receiving from `srq` if not null (then no RQ).
+        fn qp_on(&mut self, qp_type: u32, srq: *mut c_void) -> *mut IbvQp {
             // SAFETY: plain libibverbs calls on live objects.
             unsafe {
                 let cq = ibv_create_cq(self.ctx, 32, std::ptr::null_mut(), std::ptr::null_mut(), 0);
@@ -87,10 +93,10 @@ mod linked {
                     qp_context: std::ptr::null_mut(),
                     send_cq: cq,
                     recv_cq: cq,
-                    srq: std::ptr::null_mut(),
+                    srq,
                     cap: IbvQpCap {
                         max_send_wr: 16,
-                        max_recv_wr: 16,
+                        max_recv_wr: if srq.is_null() { 16 } else { 0 },
                         max_send_sge: 2,
                         max_recv_sge: 2,
                         max_inline_data: 64,
@@ -271,10 +277,12 @@ mod linked {
             shim::with_kernel(check_create_qp);
             ud_traffic(&mut env);
             errors(&mut env);
+            let srq = srq_traffic(&mut env);
 
             for qp in std::mem::take(&mut env.qps) {
                 assert_eq!(ibv_destroy_qp(qp), 0, "ibv_destroy_qp: {}", errno());
             }
+            assert_eq!(ibv_destroy_srq(srq), 0, "ibv_destroy_srq: {}", errno());
             for cq in std::mem::take(&mut env.cqs) {
                 assert_eq!(ibv_destroy_cq(cq), 0, "ibv_destroy_cq: {}", errno());
             }
@@ -651,5 +659,118 @@ mod linked {
         assert_eq!(got.len(), 1, "{got:?}");
         env.check(&got[0], 40, REM_ACCESS_ERR, None, e);
         assert!(env.local[..16].iter().all(|&x| x == 0), "nothing written");
+    }
+
+    /// Posts `wrs` (wr_id, offset, length) to `srq` through libmlx5's
+    /// `post_srq_recv`, one SGE each.
+    fn srq_recv(env: &Env, srq: *mut c_void, wrs: &[(u64, usize, u32)]) {
+        let mut sges: Vec<IbvSge> = wrs
+            .iter()
+            .map(|&(_, off, len)| IbvSge {
+                addr: env.addr(off),
+                length: len,
+                lkey: env.lkey(),
+            })
+            .collect();
+        let mut list: Vec<IbvRecvWr> = wrs
+            .iter()
+            .zip(sges.iter_mut())
+            .map(|(&(wr_id, _, _), sge)| IbvRecvWr {
+                wr_id,
+                next: std::ptr::null_mut(),
+                sg_list: sge,
+                num_sge: 1,
+            })
+            .collect();
+        for i in (1..list.len()).rev() {
+            let next: *mut IbvRecvWr = &mut list[i];
+            list[i - 1].next = next;
+        }
+        let mut bad = std::ptr::null_mut();
+        // SAFETY: libmlx5's post_srq_recv on a live SRQ; the WRs and SGEs
+        // live through the call.
+        let ret =
+            unsafe { op::<PostSrqRecv>(env.ctx, POST_SRQ_RECV)(srq, list.as_mut_ptr(), &mut bad) };
+        assert_eq!(ret, 0, "ibv_post_srq_recv");
+    }
+
+    /// An SRQ feeding two RC QPs (each with its own CQ): SENDs from two
+    /// peers take its WQEs in list order; the CQs, polled in the other
+    /// order, give back each WQE's id (its data in that request's buffer)
+    /// while WQEs return to the free list out of order and the list wraps;
+    /// a receive too small completes in error with its id; DESTROY_SRQ is
+    /// refused while the QPs use the SRQ. Answers the SRQ, destroyed by the
+    /// caller after the QPs.
+    fn srq_traffic(env: &mut Env) -> *mut c_void {
+        let mut init = IbvSrqInitAttr {
+            srq_context: std::ptr::null_mut(),
+            attr: IbvSrqAttr {
+                max_wr: 8,
+                max_sge: 1,
+                srq_limit: 0,
+            },
+        };
+        // SAFETY: a live PD of libibverbs.
+        let srq = unsafe { ibv_create_srq(env.pd, &mut init) };
+        assert!(!srq.is_null(), "ibv_create_srq: {}", errno());
+        assert_eq!(init.attr.max_wr, 15, "libmlx5's free list");
+        let (a1, a2) = (env.qp(RC), env.qp(RC));
+        let (b1, b2) = (env.qp_on(RC, srq), env.qp_on(RC, srq));
+        for (x, y) in [(a1, b1), (b1, a1), (a2, b2), (b2, a2)] {
+            env.connect(x, y);
+        }
+        let lk = env.lkey();
+        for round in 0..4usize {
+            let wrs: Vec<(u64, usize, u32)> = (0..6)
+                .map(|j| ((round * 100 + j) as u64, 0x8000 + j * 0x100, 0x80))
+                .collect();
+            srq_recv(env, srq, &wrs);
+            for i in 0..6usize {
+                fill(&mut env.mem, i * 64, 40, (round * 16 + i) as u8);
+                let qp = if i % 2 == 0 { a1 } else { a2 };
+                env.send(
+                    qp,
+                    i as u64,
+                    WR_SEND,
+                    SIGNALED,
+                    Some((i * 64, 40, lk)),
+                    0,
+                    [0; 4],
+                );
+            }
+            assert_eq!(run_device(), 6, "round {round}");
+            // a1's sends (the lower handle) run first: the first three
+            // WQEs in list order are b1's, the next three b2's.
+            for (qp, first, sends) in [(b2, 3usize, 1usize), (b1, 0, 0)] {
+                let got = env.poll(qp);
+                assert_eq!(got.len(), 3, "round {round}: {got:?}");
+                for (k, wc) in got.iter().enumerate() {
+                    let j = first + k;
+                    env.check(wc, (round * 100 + j) as u64, SUCCESS, Some(WC_RECV), qp);
+                    assert_eq!(wc.byte_len, 40);
+                    let i = sends + 2 * k;
+                    assert_eq!(
+                        env.bytes(0x8000 + j * 0x100, 40),
+                        env.bytes(i * 64, 40),
+                        "round {round}: the WQE of request {j} holds send {i}"
+                    );
+                }
+            }
+            for qp in [a1, a2] {
+                let got = env.poll(qp);
+                assert_eq!(got.len(), 3, "round {round}: {got:?}");
+                assert!(got.iter().all(|w| w.status == SUCCESS), "{got:?}");
+            }
+        }
+        // Too small: the responder's error completion carries its id.
+        srq_recv(env, srq, &[(950, 0x8000, 8)]);
+        env.send(a1, 60, WR_SEND, SIGNALED, Some((0, 40, lk)), 0, [0; 4]);
+        assert_eq!(run_device(), 1);
+        let got = env.poll(b1);
+        assert_eq!(got.len(), 1, "{got:?}");
+        env.check(&got[0], 950, 1, None, b1); // IBV_WC_LOC_LEN_ERR
+                                              // SAFETY: a live SRQ which two QPs use.
+        assert_ne!(unsafe { ibv_destroy_srq(srq) }, 0, "EBUSY under QPs");
+        srq
     }
 }

@@ -543,3 +543,231 @@ fn an_async_qp_on_mlx5_resolves_through_the_model() {
         drop((a, b, cq));
     });
 }
+
+/// An SRQ on mlx5 through the device model: two RC QPs on one SRQ, each
+/// with its own receive CQ, take the SRQ's WQEs in list order; each
+/// completion gives back the id of the WQE the device took (its data in
+/// that request's buffer), the CQs polled in the other order than the
+/// sends, so that WQEs return to the free list out of order while the list
+/// wraps (24 requests through 15 WQEs); then the limit (one event, then
+/// disarmed), an error completion's id, and DESTROY_SRQ refused while the
+/// QPs use it.
+#[test]
+fn an_srq_feeds_two_qps_through_the_device_model() {
+    use uverbs::command::QpType;
+    use uverbs::{
+        AccessFlags, Payload, QpInit, RecvWr, SendOp, SendWr, Sge, SrqInit, WcStatus,
+        WorkCompletion,
+    };
+    let (file, ctx) = infiniband_context();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mem = memmap2::MmapMut::map_anon(1 << 15).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    // SAFETY: `mem` outlives the MR (dropped at the end of the test, after it).
+    let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), 1 << 15, access) }.unwrap();
+    let lkey = mr.lkey();
+    let srq = pd.create_srq(&SrqInit::new(8, 2)).unwrap();
+    // libmlx5's answer: the free list's WQEs (16 with the tail; the kernel
+    // counts the wait queue too).
+    assert_eq!((srq.max_wr(), srq.max_sge()), (15, 3));
+    assert_eq!(srq.query().unwrap().max_wr, 31);
+    let (send_cq, cq1, cq2) = (
+        ctx.create_cq(32, None).unwrap(),
+        ctx.create_cq(16, None).unwrap(),
+        ctx.create_cq(16, None).unwrap(),
+    );
+    let sender = QpInit::new(QpType::Rc, &send_cq, &send_cq);
+    let (a1, a2) = (
+        pd.create_qp(&sender).unwrap(),
+        pd.create_qp(&sender).unwrap(),
+    );
+    let b1 = pd
+        .create_qp(&QpInit::new(QpType::Rc, &send_cq, &cq1).srq(&srq))
+        .unwrap();
+    let b2 = pd
+        .create_qp(&QpInit::new(QpType::Rc, &send_cq, &cq2).srq(&srq))
+        .unwrap();
+    assert_eq!(b1.caps().max_recv_wr, 0, "no RQ of its own");
+    {
+        let k = file.kernel();
+        let on_srq: Vec<_> = k.qps.values().filter(|q| q.srq.is_some()).collect();
+        assert_eq!(on_srq.len(), 2);
+        assert!(on_srq.iter().all(|q| q.req.rq_wqe_count == 0));
+    }
+    for (qp, peer) in [(&a1, &b1), (&b1, &a1), (&a2, &b2), (&b2, &a2)] {
+        for step in connect_steps(peer.qp_num(), access, true) {
+            qp.modify(&step).unwrap();
+        }
+    }
+    let base = mem.as_ptr() as u64;
+    let payload = |round: usize, i: usize| -> Vec<u8> {
+        (0..40).map(|j| (round * 31 + i * 7 + j) as u8).collect()
+    };
+    let recv_buf = |j: usize| 8192 + j * 256;
+    let mut wcs = [WorkCompletion::default(); 16];
+    for round in 0..4usize {
+        // Six receives, of one or two SGEs (16 bytes, then the rest).
+        let sges: Vec<Vec<Sge>> = (0..6)
+            .map(|j| {
+                let at = base + recv_buf(j) as u64;
+                if j % 2 == 0 {
+                    vec![Sge {
+                        addr: at,
+                        length: 128,
+                        lkey,
+                    }]
+                } else {
+                    vec![
+                        Sge {
+                            addr: at,
+                            length: 16,
+                            lkey,
+                        },
+                        Sge {
+                            addr: at + 16,
+                            length: 112,
+                            lkey,
+                        },
+                    ]
+                }
+            })
+            .collect();
+        let wrs: Vec<RecvWr<'_>> = sges
+            .iter()
+            .enumerate()
+            .map(|(j, s)| RecvWr::new((round * 100 + j) as u64, s))
+            .collect();
+        for i in 0..6 {
+            mem[i * 64..i * 64 + 40].copy_from_slice(&payload(round, i));
+        }
+        let send_sges: Vec<[Sge; 1]> = (0..6)
+            .map(|i| {
+                [Sge {
+                    addr: base + (i * 64) as u64,
+                    length: 40,
+                    lkey,
+                }]
+            })
+            .collect();
+        // SAFETY: buffers of the registered `mem`, untouched until polled.
+        unsafe {
+            srq.post_recv(&wrs).unwrap();
+            for (i, s) in send_sges.iter().enumerate() {
+                let qp = if i % 2 == 0 { &a1 } else { &a2 };
+                let imm = (i % 2 == 1).then_some(0xab00 + i as u32);
+                let mut wr = SendWr::new(i as u64, SendOp::Send { imm }, Payload::Sges(s));
+                wr.flags = uverbs::SendFlags::SIGNALED;
+                qp.post_send(&[wr]).unwrap();
+            }
+        }
+        // SAFETY: every object and buffer of the emulated kernel is live.
+        let executed = unsafe { file.kernel().run_device() };
+        assert_eq!(executed, 6, "round {round}");
+        // The device runs a1's sends first (the lower handle): they take
+        // the SRQ's first three WQEs in list order, a2's the next three.
+        for (cq, qp, first, sends) in [(&cq2, &b2, 3, 1), (&cq1, &b1, 0, 0)] {
+            let n = cq.poll(&mut wcs).unwrap();
+            assert_eq!(n, 3, "round {round}");
+            for (k, w) in wcs[..n].iter().enumerate() {
+                let j = first + k;
+                assert_eq!(w.status(), WcStatus::Success, "{w:?}");
+                assert_eq!(w.wr_id(), (round * 100 + j) as u64, "{w:?}");
+                assert_eq!(w.qp_num(), qp.qp_num());
+                assert_eq!(w.byte_len(), 40);
+                let i = sends + 2 * k;
+                assert_eq!(
+                    &mem[recv_buf(j)..recv_buf(j) + 40],
+                    &payload(round, i)[..],
+                    "round {round}: WQE of request {j} holds send {i}"
+                );
+                assert_eq!(w.imm_data(), (i % 2 == 1).then_some(0xab00 + i as u32));
+            }
+        }
+        let n = send_cq.poll(&mut wcs).unwrap();
+        assert_eq!(n, 6, "round {round}: the senders' completions");
+        assert!(wcs[..n].iter().all(|w| w.status() == WcStatus::Success));
+    }
+
+    // The limit: armed at 3; four posted and two taken leave two.
+    srq.modify_limit(3).unwrap();
+    assert_eq!(srq.query().unwrap().srq_limit, 3);
+    assert!(
+        srq.modify_limit(32).is_err(),
+        "a limit above the SRQ's WQEs"
+    );
+    let one = [Sge {
+        addr: base + 8192,
+        length: 128,
+        lkey,
+    }];
+    let small = [Sge {
+        addr: base + 8192,
+        length: 8,
+        lkey,
+    }];
+    let send = [Sge {
+        addr: base,
+        length: 40,
+        lkey,
+    }];
+    // SAFETY: as above.
+    unsafe {
+        srq.post_recv(&[
+            RecvWr::new(900, &one),
+            RecvWr::new(901, &one),
+            RecvWr::new(902, &one),
+            RecvWr::new(903, &one),
+        ])
+        .unwrap();
+        for id in [10, 11] {
+            let mut wr = SendWr::new(id, SendOp::Send { imm: None }, Payload::Sges(&send));
+            wr.flags = uverbs::SendFlags::SIGNALED;
+            a1.post_send(&[wr]).unwrap();
+        }
+    }
+    // SAFETY: as above.
+    unsafe { file.kernel().run_device() };
+    {
+        let k = file.kernel();
+        let s = k.srqs.values().next().unwrap();
+        assert_eq!((s.limit_events, s.limit), (1, 0), "one event, disarmed");
+    }
+    assert_eq!(srq.query().unwrap().srq_limit, 0);
+    assert_eq!(cq1.poll(&mut wcs).unwrap(), 2);
+    assert_eq!((wcs[0].wr_id(), wcs[1].wr_id()), (900, 901));
+    assert_eq!(send_cq.poll(&mut wcs).unwrap(), 2);
+
+    // Too small a receive: the responder's error completion names it.
+    // SAFETY: as above.
+    unsafe {
+        srq.post_recv(&[RecvWr::new(950, &small)]).unwrap();
+    }
+    // The two already posted go first: 902 and 903, then 950 too small.
+    // SAFETY: as above.
+    unsafe {
+        for id in [20, 21, 22] {
+            let mut wr = SendWr::new(id, SendOp::Send { imm: None }, Payload::Sges(&send));
+            wr.flags = uverbs::SendFlags::SIGNALED;
+            a2.post_send(&[wr]).unwrap();
+        }
+        file.kernel().run_device();
+    }
+    let n = cq2.poll(&mut wcs).unwrap();
+    let got: Vec<(u64, WcStatus)> = wcs[..n].iter().map(|w| (w.wr_id(), w.status())).collect();
+    assert_eq!(
+        got,
+        vec![
+            (902, WcStatus::Success),
+            (903, WcStatus::Success),
+            (950, WcStatus::LocLenErr)
+        ]
+    );
+
+    // DESTROY_SRQ while QPs use it: EBUSY, the SRQ back and usable.
+    let srq = srq.destroy().unwrap_err().srq;
+    assert_eq!(srq.query().unwrap().max_wr, 31);
+    drop((a1, a2, b1, b2));
+    srq.destroy().expect("DESTROY_SRQ once no QP uses it");
+    assert!(file.kernel().srqs.is_empty());
+    drop((send_cq, cq1, cq2, mr));
+}
