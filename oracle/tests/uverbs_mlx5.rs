@@ -550,8 +550,8 @@ fn an_async_qp_on_mlx5_resolves_through_the_model() {
 /// that request's buffer), the CQs polled in the other order than the
 /// sends, so that WQEs return to the free list out of order while the list
 /// wraps (24 requests through 15 WQEs); then the limit (one event, then
-/// disarmed), an error completion's id, and DESTROY_SRQ refused while the
-/// QPs use it.
+/// disarmed), an error completion's id, the WQE of a CQE a destroyed QP
+/// left given back at poll, and DESTROY_SRQ refused while the QPs use it.
 #[test]
 fn an_srq_feeds_two_qps_through_the_device_model() {
     use uverbs::command::QpType;
@@ -763,10 +763,28 @@ fn an_srq_feeds_two_qps_through_the_device_model() {
         ]
     );
 
+    // A QP destroyed with a completion still queued: the CQE is dropped
+    // at poll, its SRQ WQE given back. Two posted, one taken by b1 (b2
+    // is in error now): 13 free before the poll, 14 after.
+    // SAFETY: as above.
+    unsafe {
+        srq.post_recv(&[RecvWr::new(960, &one), RecvWr::new(961, &one)])
+            .unwrap();
+        let mut wr = SendWr::new(70, SendOp::Send { imm: None }, Payload::Sges(&send));
+        wr.flags = uverbs::SendFlags::SIGNALED;
+        a1.post_send(&[wr]).unwrap();
+        file.kernel().run_device();
+    }
+    drop(b1);
+    assert_eq!(cq1.poll(&mut wcs).unwrap(), 0, "the gone QP's CQE dropped");
+    let many: Vec<RecvWr<'_>> = (0..14).map(|i| RecvWr::new(1000 + i, &one)).collect();
+    // SAFETY: as above.
+    unsafe { srq.post_recv(&many) }.expect("the dropped CQE's WQE is free again");
+
     // DESTROY_SRQ while QPs use it: EBUSY, the SRQ back and usable.
     let srq = srq.destroy().unwrap_err().srq;
     assert_eq!(srq.query().unwrap().max_wr, 31);
-    drop((a1, a2, b1, b2));
+    drop((a1, a2, b2));
     srq.destroy().expect("DESTROY_SRQ once no QP uses it");
     assert!(file.kernel().srqs.is_empty());
     drop((send_cq, cq1, cq2, mr));

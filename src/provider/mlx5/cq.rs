@@ -330,6 +330,18 @@ pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
     Some(wc)
 }
 
+/// Whether `cqe` completes a receive (successfully or not).
+fn is_responder(cqe: &Cqe) -> bool {
+    matches!(
+        cqe.opcode,
+        opcode::RESP_WR_IMM
+            | opcode::RESP_SEND
+            | opcode::RESP_SEND_IMM
+            | opcode::RESP_SEND_INV
+            | opcode::RESP_ERR
+    )
+}
+
 /// The id of the receive a responder CQE completes: the QP's oldest, or
 /// the SRQ WQE it names (given back to the SRQ).
 fn complete_recv(cqe: &Cqe, ids: &WrIds) -> u64 {
@@ -352,12 +364,20 @@ impl CompletionRing for CqRing {
             consumed = true;
             let cqe = Cqe::parse(&bytes);
             // A CQE of a QP no longer here (destroyed with completions
-            // still queued) is consumed and dropped.
+            // still queued) is consumed and dropped; the SRQ WQE of a
+            // receive it names goes back to its SRQ.
             let ids = match &self.last_qp {
                 Some((uidx, ids)) if *uidx == cqe.uidx && ids.is_live() => ids,
                 _ => match self.shared.qp(cqe.uidx) {
                     Some(ids) => &self.last_qp.insert((cqe.uidx, ids)).1,
-                    None => continue,
+                    None => {
+                        if is_responder(&cqe) {
+                            if let Some(srq) = self.shared.retired_srq(cqe.uidx) {
+                                srq.complete(cqe.wqe_counter);
+                            }
+                        }
+                        continue;
+                    }
                 },
             };
             if let Some(wc) = completion(&cqe, ids) {

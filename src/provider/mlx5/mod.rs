@@ -100,6 +100,11 @@ pub(crate) struct Shared {
     qps: RwLock<HashMap<u32, Arc<WrIds>>>,
     /// SRQs by kernel handle (a QP created on one names it so).
     srqs: RwLock<HashMap<u32, Arc<SrqCore>>>,
+    /// The SRQ of each QP gone from `qps` that received from one, by user
+    /// index, while the SRQ lives: a CQE such a QP left in a CQ is dropped
+    /// at poll, but the SRQ WQE it names goes back to the SRQ (libmlx5
+    /// removes those CQEs at destroy, freeing their WQEs the same way).
+    retired: Mutex<HashMap<u32, Arc<SrqCore>>>,
     next_uidx: AtomicU32,
 }
 
@@ -155,12 +160,24 @@ impl Shared {
     }
 
     /// Takes SRQ `handle` out of the table if it is still `srq` (the
-    /// kernel may have given the handle to a newer SRQ already).
+    /// kernel may have given the handle to a newer SRQ already), and the
+    /// retired QPs that received from it.
     pub(crate) fn remove_srq(&self, handle: u32, srq: &Arc<SrqCore>) {
         let mut srqs = self.srqs.write();
         if srqs.get(&handle).is_some_and(|s| Arc::ptr_eq(s, srq)) {
             srqs.remove(&handle);
         }
+        self.retired.lock().retain(|_, s| !Arc::ptr_eq(s, srq));
+    }
+
+    /// Notes that the QP of user index `uidx`, gone, received from `srq`.
+    pub(crate) fn retire_srq_qp(&self, uidx: u32, srq: Arc<SrqCore>) {
+        self.retired.lock().insert(uidx, srq);
+    }
+
+    /// The SRQ of the gone QP of user index `uidx`, if it had one.
+    pub(crate) fn retired_srq(&self, uidx: u32) -> Option<Arc<SrqCore>> {
+        self.retired.lock().get(&uidx).cloned()
     }
 
     /// The SRQ with kernel handle `handle`.
@@ -275,6 +292,7 @@ impl Driver for Mlx5 {
             bfregs: Mutex::new(Vec::new()),
             qps: RwLock::new(HashMap::new()),
             srqs: RwLock::new(HashMap::new()),
+            retired: Mutex::new(HashMap::new()),
             next_uidx: AtomicU32::new(0),
         }))
     }

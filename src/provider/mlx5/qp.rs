@@ -379,6 +379,10 @@ impl Drop for SendQueue {
     fn drop(&mut self) {
         self.ids.live.store(false, Ordering::Release);
         self.shared.remove_qp(self.uidx);
+        if let Some(srq) = &self.ids.srq {
+            // Its CQEs still queued name SRQ WQEs: the CQ gives those back.
+            self.shared.retire_srq_qp(self.uidx, srq.clone());
+        }
         if let Some(bf) = self.bf.take() {
             self.shared.give_back_bfreg(bf);
         }
