@@ -196,6 +196,11 @@ pub struct Mlx5Kernel {
     pub srqs: BTreeMap<u32, Srq>,
     /// SRQs created so far (the next SRQ number's offset).
     pub(crate) srqs_created: u32,
+    /// Answer the SRQ object's ioctl methods `EPROTONOSUPPORT`, as a
+    /// kernel without them (before 5.x): libibverbs then sends CREATE_SRQ
+    /// and DESTROY_SRQ as write commands, as uverbs does, and the two
+    /// can be compared frame for frame.
+    pub srq_methods_absent: bool,
     /// Port 1's link layer is InfiniBand (LID 1) rather than Ethernet
     /// (RoCE, the default): set before the context is opened. UD over
     /// InfiniBand needs no kernel command for an address handle and no GID.
@@ -247,6 +252,7 @@ impl Mlx5Kernel {
             }
             (UVERBS_OBJECT_QP, UVERBS_METHOD_QP_CREATE) => self.create_qp(call),
             (UVERBS_OBJECT_QP, UVERBS_METHOD_QP_DESTROY) => self.destroy_qp(call),
+            (UVERBS_OBJECT_SRQ, _) if self.srq_methods_absent => Err(libc::EPROTONOSUPPORT),
             (UVERBS_OBJECT_SRQ, UVERBS_METHOD_SRQ_CREATE) => self.create_srq_method(call),
             (UVERBS_OBJECT_SRQ, UVERBS_METHOD_SRQ_DESTROY) => self.destroy_srq_method(call),
             (UVERBS_OBJECT_ASYNC_EVENT, UVERBS_METHOD_ASYNC_EVENT_ALLOC) => {

@@ -19,8 +19,11 @@
 //!   DESTROY_SRQ refused while the QP uses the SRQ.
 //!
 //! libibverbs sends CREATE_SRQ and DESTROY_SRQ as the ioctl methods,
-//! uverbs as the write commands (both in Linux 6.12): what is compared is
-//! what the kernel received, decoded, not the frames.
+//! uverbs as the write commands (both in Linux 6.12): there what is
+//! compared is what the kernel received, decoded. Every configuration runs
+//! a second time on a kernel without the methods, where libibverbs falls
+//! back to the write commands: there CREATE_SRQ's request and driver data
+//! are compared byte for byte (addresses and handles aside).
 //!
 //! It prints `mlx5 srq oracle: N cases, 0 differ` and names each case that
 //! differs. Without the archives it says SKIPPED (fails with
@@ -527,13 +530,15 @@ mod linked {
         }
     }
 
-    fn run_config(s: &mut Suite, cfg: Config) {
+    /// One configuration; `write`: libibverbs sends CREATE_SRQ and
+    /// DESTROY_SRQ as write commands (its kernel lacks the methods).
+    fn run_config(s: &mut Suite, cfg: Config, write: bool) {
         let mut mem = std::mem::replace(&mut s.mem, memmap2::MmapMut::map_anon(1).unwrap());
         let t = open_theirs(cfg, &mut mem);
         let mut o = open_ours(cfg, &mut mem);
         s.mem = mem;
         s.ci = 0;
-        let tag = format!("{cfg:?}");
+        let tag = format!("{cfg:?}{}", if write { " (write commands)" } else { "" });
 
         // The creates as the kernels received them.
         let ts = shim::with_kernel(the_srq);
@@ -550,19 +555,42 @@ mod linked {
             (ts.max, ts.max_gs, ts.wqe_shift, ts.limit),
             (os.max, os.max_gs, os.wqe_shift, os.limit),
         );
+        // The accepted CREATE_SRQ as received: the driver data's bytes
+        // (its two addresses zeroed), the room for the driver's answer;
+        // with `write`, libibverbs' write command too, whose request must
+        // be uverbs' byte for byte (its response pointer, user handle and
+        // PD handle zeroed: each library's own).
         let create_in = |k: &Mlx5Kernel| {
             let c = last_command(k, |c| {
-                c.object == sys::UVERBS_OBJECT_SRQ
-                    || c.write_cmd == Some(sys::IB_USER_VERBS_CMD_CREATE_SRQ)
+                c.errno == 0
+                    && ((c.object == sys::UVERBS_OBJECT_SRQ
+                        && c.method == sys::UVERBS_METHOD_SRQ_CREATE)
+                        || c.write_cmd == Some(sys::IB_USER_VERBS_CMD_CREATE_SRQ))
             })
             .expect("a CREATE_SRQ");
-            (c.uhw_in.len(), c.uhw_out_len, c.errno)
+            let mut uhw = c.uhw_in.clone();
+            let n = 16.min(uhw.len());
+            uhw[..n].fill(0);
+            let mut core = c.core_in.clone();
+            let n = 20.min(core.len());
+            core[..n].fill(0);
+            (c.write_cmd, core, uhw, c.uhw_out_len)
         };
-        s.check(
-            &format!("{tag}: CREATE_SRQ driver data and answer room"),
-            shim::with_kernel(create_in),
-            create_in(&o.file.kernel()),
-        );
+        let (theirs_create, ours_create) =
+            (shim::with_kernel(create_in), create_in(&o.file.kernel()));
+        if write {
+            s.check(
+                &format!("{tag}: CREATE_SRQ write command as received"),
+                &theirs_create,
+                &ours_create,
+            );
+        } else {
+            s.check(
+                &format!("{tag}: CREATE_SRQ driver data and answer room"),
+                (&theirs_create.2, theirs_create.3),
+                (&ours_create.2, ours_create.3),
+            );
+        }
         let srq = o.srq.as_ref().expect("the SRQ");
         s.check(
             &format!("{tag}: sizes answered"),
@@ -816,12 +844,15 @@ mod linked {
             errors: 0,
             out_of_order: 0,
         };
-        for &cfg in CONFIGS {
-            shim::with_kernel_mut(|k| {
-                *k = Mlx5Kernel::default();
-                k.infiniband_port = true;
-            });
-            run_config(&mut s, cfg);
+        for write in [false, true] {
+            for &cfg in CONFIGS {
+                shim::with_kernel_mut(|k| {
+                    *k = Mlx5Kernel::default();
+                    k.infiniband_port = true;
+                    k.srq_methods_absent = write;
+                });
+                run_config(&mut s, cfg, write);
+            }
         }
         let _ = std::fs::remove_dir_all(&root);
         let line = format!(
@@ -831,7 +862,8 @@ mod linked {
         );
         loud(&line);
         loud(&format!(
-            "mlx5 srq oracle: {} configurations; {} completions ({} errors, {} out of order); \
+            "mlx5 srq oracle: {} configurations, each with libibverbs on the ioctl methods and \
+             on the write commands; {} completions ({} errors, {} out of order); \
              refused by both: {} posts to a full SRQ, {} with an SGE too many",
             CONFIGS.len(),
             s.completions,
