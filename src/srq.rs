@@ -286,7 +286,9 @@ impl ProtectionDomain {
     /// ([`max_wr`](SharedReceiveQueue::max_wr) says how many).
     ///
     /// mlx5: the process allocates the ring and names it in the driver
-    /// data, as libmlx5 44 does.
+    /// data, as libmlx5 44 does; Linux's mlx5_ib does not pass a limit
+    /// given here to the device (arm it with
+    /// [`modify_limit`](SharedReceiveQueue::modify_limit)).
     ///
     /// Drivers without SRQs here: [`Error::Unsupported`],
     /// nothing sent. In a forked child: [`Error::ForeignProcess`].
@@ -396,7 +398,10 @@ impl SharedReceiveQueue {
     }
 
     /// Receive work requests it holds: what the kernel answered the create,
-    /// or what its ring holds where that is more (rxe on Linux 6.1).
+    /// or what its ring holds where that is more (rxe on Linux 6.1); on
+    /// mlx5 what its free list holds, as libmlx5 answers (the kernel's
+    /// answer, which [`query`](Self::query) gives, counts libmlx5's wait
+    /// queue too).
     pub fn max_wr(&self) -> u32 {
         self.inner.max_wr
     }

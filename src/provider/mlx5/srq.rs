@@ -208,6 +208,10 @@ impl SrqCore {
     /// on this SRQ, success or error.
     pub(crate) fn complete(&self, wqe_counter: u16) -> u64 {
         let ind = u32::from(wqe_counter) & (self.layout.max - 1);
+        // The CQE naming the WQE was read after the CQ's acquire fence:
+        // the device is done with the WQE. `wrid` was stored under this
+        // lock by the post that filled it; the lock orders that store
+        // before this load.
         let mut st = self.state.lock();
         let wr_id = st.wrid[ind as usize];
         // A plain store of the old tail's link: the device reads it only
@@ -308,6 +312,18 @@ impl RecvRing for SrqRing {
         if wrs.is_empty() {
             return Ok(());
         }
+        // Ordering, load by load and store by store:
+        // - `wrid`, `head`, `free`, `counter`: plain memory under the SRQ's
+        //   lock, which every poll that reads or changes them takes too
+        //   (the lock's acquire and release order them across threads);
+        // - `next_wqe_index` (read below): written only by this process,
+        //   under the same lock (at create, or by `complete` linking a
+        //   WQE back); the device only reads it; so a plain (volatile)
+        //   load under the lock sees the last link;
+        // - the data segments: plain stores into WQEs the device does not
+        //   own (beyond its consumer count, or given back by a CQE it
+        //   wrote after it was done with them), published by the doorbell
+        //   record below, after the release fence.
         for wr in wrs {
             let ind = st.head;
             st.wrid[ind as usize] = wr.wr_id;
@@ -327,8 +343,9 @@ impl RecvRing for SrqRing {
         st.free -= wrs.len() as u32;
         st.counter = st.counter.wrapping_add(wrs.len() as u16);
         // The WQEs (plain stores above) before the doorbell record that
-        // hands them to the device: libmlx5's `udma_to_device_barrier`.
-        // x86-64 keeps stores in order; this release fence stops the
+        // hands them to the device: libmlx5's `udma_to_device_barrier`
+        // (on x86-64 a compiler barrier: the CPU keeps stores to
+        // write-back memory in order); this release fence stops the
         // compiler from moving them after the record's store.
         fence(Ordering::Release);
         // SAFETY: the record's first word, which only this ring writes
