@@ -130,6 +130,10 @@ pub const UVERBS_METHOD_ADVISE_MR: u16 = 2;
 pub const UVERBS_METHOD_QUERY_MR: u16 = 3;
 /// MR method: register a dma-buf backed memory region.
 pub const UVERBS_METHOD_REG_DMABUF_MR: u16 = 4;
+/// MR method: register user memory by address or a dma-buf by descriptor,
+/// at any iova, optionally with a DMA handle (Linux 6.17; newer than the 6.1
+/// header).
+pub const UVERBS_METHOD_REG_MR: u16 = 5;
 
 /// `MR_DESTROY` attribute: the MR handle.
 pub const UVERBS_ATTR_DESTROY_MR_HANDLE: u16 = 0;
@@ -144,6 +148,40 @@ pub const UVERBS_ATTR_QUERY_MR_RESP_RKEY: u16 = 2;
 pub const UVERBS_ATTR_QUERY_MR_RESP_LENGTH: u16 = 3;
 /// `QUERY_MR` attribute: I/O virtual address (u64 out).
 pub const UVERBS_ATTR_QUERY_MR_RESP_IOVA: u16 = 4;
+
+// `enum uverbs_attrs_reg_mr_cmd_attr_ids`, Linux 6.17 (commits "IB/core: Add
+// UVERBS_METHOD_REG_MR on the MR object" and "IB: Extend
+// UVERBS_METHOD_REG_MR to get DMAH", merged together, so the released enum
+// has DMA_HANDLE at 2). Newer than the 6.1 header: pinned by unit tests.
+
+/// `REG_MR` attribute: the new MR (IDR, new; newer than the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_HANDLE: u16 = 0;
+/// `REG_MR` attribute: the PD (IDR, read; newer than the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_PD_HANDLE: u16 = 1;
+/// `REG_MR` attribute: a DMA handle (IDR, read, optional; newer than the 6.1
+/// header).
+pub const UVERBS_ATTR_REG_MR_DMA_HANDLE: u16 = 2;
+/// `REG_MR` attribute: the device's address of the first byte (u64 in;
+/// newer than the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_IOVA: u16 = 3;
+/// `REG_MR` attribute: the process's address of the first byte (u64 in,
+/// optional; excludes `FD`; newer than the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_ADDR: u16 = 4;
+/// `REG_MR` attribute: length in bytes (u64 in; newer than the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_LENGTH: u16 = 5;
+/// `REG_MR` attribute: `IB_UVERBS_ACCESS_*` (flags in; newer than the 6.1
+/// header).
+pub const UVERBS_ATTR_REG_MR_ACCESS_FLAGS: u16 = 6;
+/// `REG_MR` attribute: a dma-buf descriptor (raw fd in, optional; newer than
+/// the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_FD: u16 = 7;
+/// `REG_MR` attribute: offset into the dma-buf (u64 in, optional, with `FD`;
+/// newer than the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_FD_OFFSET: u16 = 8;
+/// `REG_MR` attribute: local key (u32 out; newer than the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_RESP_LKEY: u16 = 9;
+/// `REG_MR` attribute: remote key (u32 out; newer than the 6.1 header).
+pub const UVERBS_ATTR_REG_MR_RESP_RKEY: u16 = 10;
 
 /// Async event method: allocate the async event file.
 pub const UVERBS_METHOD_ASYNC_EVENT_ALLOC: u16 = 0;

@@ -71,6 +71,24 @@ mod tests {
         assert_eq!(IB_UVERBS_CORE_SUPPORT_ROBUST_UDATA, 2);
         assert_eq!(RDMA_DRIVER_MANA, 20);
         assert_eq!(RDMA_DRIVER_IONIC, 21);
+        // Linux 6.17: the method follows REG_DMABUF_MR in enum
+        // uverbs_methods_mr, its attributes count from 0 with DMA_HANDLE at 2.
+        assert_eq!(UVERBS_METHOD_REG_MR, UVERBS_METHOD_REG_DMABUF_MR + 1);
+        assert_eq!(UVERBS_METHOD_REG_MR, 5);
+        let reg_mr_attrs = [
+            UVERBS_ATTR_REG_MR_HANDLE,
+            UVERBS_ATTR_REG_MR_PD_HANDLE,
+            UVERBS_ATTR_REG_MR_DMA_HANDLE,
+            UVERBS_ATTR_REG_MR_IOVA,
+            UVERBS_ATTR_REG_MR_ADDR,
+            UVERBS_ATTR_REG_MR_LENGTH,
+            UVERBS_ATTR_REG_MR_ACCESS_FLAGS,
+            UVERBS_ATTR_REG_MR_FD,
+            UVERBS_ATTR_REG_MR_FD_OFFSET,
+            UVERBS_ATTR_REG_MR_RESP_LKEY,
+            UVERBS_ATTR_REG_MR_RESP_RKEY,
+        ];
+        assert_eq!(reg_mr_attrs, [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
     }
 
     #[test]
