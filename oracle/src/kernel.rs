@@ -208,6 +208,9 @@ pub struct Mlx5Kernel {
     /// Completion channels: the write end of each one's pipe, by the
     /// number of its read end (which the caller adopts).
     pub channels: BTreeMap<i32, std::os::fd::OwnedFd>,
+    /// The core has Linux 6.17's `UVERBS_METHOD_REG_MR` (set before use);
+    /// without it the method is unknown, `EPROTONOSUPPORT`, as on 6.12.
+    pub reg_mr_method: bool,
 }
 
 impl Mlx5Kernel {
@@ -271,6 +274,11 @@ impl Mlx5Kernel {
                 destroy(&mut self.mrs, call, UVERBS_ATTR_DESTROY_MR_HANDLE).map(drop)
             }
             (UVERBS_OBJECT_MR, UVERBS_METHOD_REG_DMABUF_MR) => self.reg_dmabuf_mr(call),
+            (UVERBS_OBJECT_MR, UVERBS_METHOD_REG_MR) if self.reg_mr_method => {
+                self.reg_mr_native(call)
+            }
+            // uverbs_ioctl.c: a method the object does not have.
+            (UVERBS_OBJECT_MR, UVERBS_METHOD_REG_MR) => Err(libc::EPROTONOSUPPORT),
             (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_ALLOC) => self.alloc_uar(call),
             (MLX5_IB_OBJECT_UAR, MLX5_IB_METHOD_UAR_OBJ_DESTROY) => destroy(
                 &mut self.dyn_uars,
@@ -390,6 +398,96 @@ impl Mlx5Kernel {
                 access: cmd.access_flags,
                 key,
                 writable: access_writable(cmd.access_flags),
+            },
+        );
+        Ok(())
+    }
+
+    /// Linux 6.17's `UVERBS_METHOD_REG_MR`, checked in its handler's order:
+    /// a mandatory attribute the method does not declare (driver data
+    /// included: it has no `UVERBS_ATTR_UHW`) is `EPROTONOSUPPORT`; the PD;
+    /// IOVA and LENGTH present; ADDR xor FD (FD needs FD_OFFSET); the page
+    /// offset of ADDR (or FD_OFFSET) against IOVA; a DMA handle (none
+    /// exists here); the access bits (`uverbs_get_flags32` with
+    /// `IB_ACCESS_SUPPORTED`, fewer for a dma-buf; `ib_check_mr_access`);
+    /// then `mlx5_ib_reg_user_mr`, which gets no udata (the keys back, as
+    /// the write command's). The dma-buf lane takes the import as done, as
+    /// `reg_dmabuf_mr` does.
+    fn reg_mr_native(&mut self, call: &mut Call) -> Result<(), Errno> {
+        let declared = UVERBS_ATTR_REG_MR_HANDLE..=UVERBS_ATTR_REG_MR_RESP_RKEY;
+        let undeclared_mandatory = call
+            .attrs()
+            .iter()
+            .any(|a| !declared.contains(&a.attr_id) && a.flags & UVERBS_ATTR_F_MANDATORY != 0);
+        if undeclared_mandatory {
+            return Err(libc::EPROTONOSUPPORT);
+        }
+        let pd = call
+            .handle(UVERBS_ATTR_REG_MR_PD_HANDLE)
+            .ok_or(libc::EINVAL)? as u32;
+        if !self.pds.contains_key(&pd) {
+            return Err(libc::EINVAL);
+        }
+        // UVERBS_ATTR_TYPE(u64): exactly 8 bytes where given.
+        let u64_in = |id| match call.input(id) {
+            None => Ok(None),
+            Some(b) => <[u8; 8]>::try_from(b)
+                .map(|b| Some(u64::from_le_bytes(b)))
+                .map_err(|_| libc::EINVAL),
+        };
+        let (iova, length) = (
+            u64_in(UVERBS_ATTR_REG_MR_IOVA)?.ok_or(libc::EINVAL)?,
+            u64_in(UVERBS_ATTR_REG_MR_LENGTH)?.ok_or(libc::EINVAL)?,
+        );
+        let addr = u64_in(UVERBS_ATTR_REG_MR_ADDR)?;
+        let fd_offset = u64_in(UVERBS_ATTR_REG_MR_FD_OFFSET)?;
+        let has_fd = call.input_u64(UVERBS_ATTR_REG_MR_FD).is_some();
+        let mut valid = ((IB_UVERBS_ACCESS_HUGETLB << 1) - 1)
+            | IB_UVERBS_ACCESS_FLUSH_GLOBAL
+            | IB_UVERBS_ACCESS_FLUSH_PERSISTENT
+            | IB_UVERBS_ACCESS_OPTIONAL_RANGE;
+        let start = match (has_fd, addr, fd_offset) {
+            (true, None, Some(offset)) => {
+                valid = IB_UVERBS_ACCESS_LOCAL_WRITE
+                    | IB_UVERBS_ACCESS_REMOTE_READ
+                    | IB_UVERBS_ACCESS_REMOTE_WRITE
+                    | IB_UVERBS_ACCESS_REMOTE_ATOMIC
+                    | IB_UVERBS_ACCESS_RELAXED_ORDERING;
+                offset
+            }
+            (false, Some(addr), None) => addr,
+            _ => return Err(libc::EINVAL),
+        };
+        if (start & 0xfff) != (iova & 0xfff) {
+            return Err(libc::EINVAL);
+        }
+        if call.handle(UVERBS_ATTR_REG_MR_DMA_HANDLE).is_some() {
+            return Err(libc::EINVAL);
+        }
+        let access = call
+            .input_u64(UVERBS_ATTR_REG_MR_ACCESS_FLAGS)
+            .ok_or(libc::EINVAL)?;
+        let access = u32::try_from(access).map_err(|_| libc::EINVAL)?;
+        if access & !valid != 0 {
+            return Err(libc::EINVAL);
+        }
+        check_mr_access(access)?;
+        if length == 0 || (!has_fd && start == 0) {
+            return Err(libc::EINVAL);
+        }
+        let (handle, key) = (self.handle(), self.key());
+        call.set_data(UVERBS_ATTR_REG_MR_HANDLE, handle.into())?;
+        call.write_output(UVERBS_ATTR_REG_MR_RESP_LKEY, key.as_bytes())?;
+        call.write_output(UVERBS_ATTR_REG_MR_RESP_RKEY, key.as_bytes())?;
+        self.mrs.insert(
+            handle,
+            Mr {
+                pd,
+                start: if has_fd { iova } else { start },
+                length,
+                access,
+                key,
+                writable: access_writable(access),
             },
         );
         Ok(())
