@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::async_event::file::AsyncEventFile;
@@ -74,6 +74,10 @@ pub(crate) struct ContextInner {
     /// Flag combinations (bit `1 << flags`) the kernel answered REREG_MR
     /// with `EOPNOTSUPP`.
     rereg_refused: AtomicU8,
+    /// Set once the kernel refused the native `UVERBS_METHOD_REG_MR` as
+    /// unknown (`EPROTONOSUPPORT`, or `ENOTTY`: no ioctl framework): every
+    /// later registration of this context sends the write command only.
+    reg_mr_method_absent: AtomicBool,
     /// The process that created the kernel context; in any other (a forked
     /// child) no command is sent and no object is destroyed.
     pub(crate) origin: Generation,
@@ -221,6 +225,7 @@ impl Context {
                 fork,
                 num_comp_vectors: resp.num_comp_vectors,
                 rereg_refused: AtomicU8::new(0),
+                reg_mr_method_absent: AtomicBool::new(false),
                 origin,
                 abandoned: AtomicU32::new(0),
                 abandoned_qps: AtomicU32::new(0),
@@ -389,6 +394,41 @@ impl Context {
                 .rereg_refused
                 .fetch_or(1 << flags.bits(), Ordering::Relaxed);
         }
+    }
+
+    /// The driver id to send a registration with as the native
+    /// `UVERBS_METHOD_REG_MR` (Linux 6.17), or `None` for the write command
+    /// `REG_MR`: native only where the context goes native first (its
+    /// transport [creates natively](TransportKind::creates_natively): ioctl
+    /// and fakes; not the legacy write() nor Auto's write+methods, whose
+    /// `write()` is cheaper), the driver's REG_MR needs no driver data
+    /// (`Provider::reg_mr_method`), and the kernel has not refused the
+    /// method on this context. One relaxed load on the way.
+    pub(crate) fn reg_mr_method_driver(&self) -> Option<u32> {
+        if self.inner.reg_mr_method_absent.load(Ordering::Relaxed)
+            || !self.inner.provider.reg_mr_method()
+        {
+            return None;
+        }
+        crate::cq::native_driver(self)
+    }
+
+    /// True once the kernel answered this context that it has no native
+    /// `UVERBS_METHOD_REG_MR` (`EPROTONOSUPPORT`: before Linux 6.17; or
+    /// `ENOTTY`): memory registrations then go as the write command `REG_MR`
+    /// only. False while the method was never tried (the legacy write()
+    /// transport, Auto's write+methods, a driver that needs REG_MR's driver
+    /// data) or worked. See [`ProtectionDomain::reg_mr`](crate::ProtectionDomain::reg_mr).
+    pub fn reg_mr_method_refused(&self) -> bool {
+        self.inner.reg_mr_method_absent.load(Ordering::Relaxed)
+    }
+
+    /// Remembers that the kernel does not have the native `REG_MR`: the
+    /// registrations that follow send the write command only.
+    pub(crate) fn remember_reg_mr_method_absent(&self) {
+        self.inner
+            .reg_mr_method_absent
+            .store(true, Ordering::Relaxed);
     }
 
     /// How many memory registrations of this context the kernel refused to

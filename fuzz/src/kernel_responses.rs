@@ -513,7 +513,8 @@ fn sizes(code: u32) -> Option<(usize, usize)> {
 // SAFETY: each command is answered once; only the given output buffers are
 // written (zeroed first, then filled), `execute` returns at most
 // `uhw_out.len()`, and `invoke` writes only through the `TOTAL_HANDLES`
-// pointer, for at most the attribute's length, which the caller vouches for.
+// pointer, for at most the attribute's length, which the caller vouches for
+// (a native REG_MR is refused before anything is written).
 // No descriptor is ever handed over (the default `adopt_fd`).
 unsafe impl Transport for HostileKernel {
     fn kind(&self) -> TransportKind {
@@ -549,6 +550,11 @@ unsafe impl Transport for HostileKernel {
 
     unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
         let hdr = *frame.header();
+        if (hdr.object_id, hdr.method_id) == (sys::UVERBS_OBJECT_MR, sys::UVERBS_METHOD_REG_MR) {
+            // A kernel before 6.17: the registration falls back to the
+            // write command, whose answers are the fuzzed ones.
+            return Err(Errno::PROTONOSUPPORT);
+        }
         assert_eq!(hdr.object_id, sys::UVERBS_OBJECT_DEVICE);
         assert_eq!(hdr.method_id, sys::UVERBS_METHOD_INFO_HANDLES);
         let answer = self.next();

@@ -1,5 +1,8 @@
-//! The emulated mlx5 kernel's `UVERBS_METHOD_REG_MR` as Linux 6.17
-//! answers it, frame by frame (and as 6.12, which does not have it).
+//! uverbs' memory registration against the emulated mlx5 kernel as Linux
+//! 6.12 and as 6.17 answer it: without `UVERBS_METHOD_REG_MR` the method is
+//! refused once (`EPROTONOSUPPORT`) and the write command follows; with it
+//! the region comes from the method, and the device model moves bytes with
+//! its keys. The emulated method's own checks, frame by frame.
 
 use std::sync::Arc;
 
@@ -9,11 +12,129 @@ use std::sync::Arc;
 #[allow(dead_code)]
 mod shim;
 
+use uverbs::command::QpType;
 use uverbs::transport::{Method, Transport};
-use uverbs::Errno;
+use uverbs::{
+    AccessFlags, Errno, Payload, QpInit, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
+};
 use uverbs_oracle::file::EmulatedFile;
-use uverbs_oracle::fixtures::uverbs_context;
+use uverbs_oracle::fixtures::{connect_steps, infiniband_context, uverbs_context};
+use uverbs_oracle::kernel::Command;
 use uverbs_uapi::*;
+
+const RW: AccessFlags = AccessFlags::LOCAL_WRITE
+    .union(AccessFlags::REMOTE_WRITE)
+    .union(AccessFlags::REMOTE_READ);
+
+fn is_native(c: &Command) -> bool {
+    (c.object, c.method) == (UVERBS_OBJECT_MR, UVERBS_METHOD_REG_MR)
+}
+
+fn is_write_reg(c: &Command) -> bool {
+    c.write_cmd == Some(IB_USER_VERBS_CMD_REG_MR)
+}
+
+/// 6.12's core: one refused method, then write commands, remembered.
+#[test]
+fn a_6_12_core_refuses_the_method_once_and_gets_write_commands() {
+    let file = Arc::new(EmulatedFile::default());
+    let ctx = uverbs_context(&file);
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mem = vec![0u8; 3 * 4096];
+    let (first, rest) = mem.split_at_mut(4096);
+    // SAFETY: `mem` outlives both regions (dropped before it).
+    let a = unsafe { pd.reg_mr(first.as_mut_ptr(), first.len(), RW) }.unwrap();
+    // SAFETY: as above.
+    let b = unsafe { pd.reg_mr(rest.as_mut_ptr(), rest.len(), RW) }.unwrap();
+    assert!(ctx.reg_mr_method_refused());
+    {
+        let k = file.kernel();
+        let native: Vec<&Command> = k.log.iter().filter(|c| is_native(c)).collect();
+        assert_eq!(native.len(), 1, "{:?}", k.log);
+        assert_eq!(native[0].errno, libc::EPROTONOSUPPORT);
+        let writes: Vec<&Command> = k.log.iter().filter(|c| is_write_reg(c)).collect();
+        assert_eq!(writes.len(), 2);
+        assert!(writes.iter().all(|c| c.errno == 0));
+        assert_eq!(k.mrs.len(), 2, "one MR each, none leaked");
+        for mr in [&a, &b] {
+            assert_eq!(k.mrs[&mr.handle()].key, mr.lkey());
+        }
+    }
+    drop((a, b));
+    assert!(file.kernel().mrs.is_empty());
+}
+
+/// 6.17's core: the region comes from the method (no driver data, no
+/// write command), and the device model accepts its keys: an RDMA WRITE
+/// and a SEND between two QPs of the context, in and out of the region.
+#[test]
+fn a_6_17_core_registers_by_the_method_and_the_device_uses_its_keys() {
+    let (file, ctx) = infiniband_context();
+    file.kernel().reg_mr_method = true;
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mem = memmap2::MmapMut::map_anon(1 << 14).unwrap();
+    // SAFETY: `mem` outlives the MR (dropped before it, at the end).
+    let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), 1 << 14, RW) }.unwrap();
+    assert!(!ctx.reg_mr_method_refused());
+    {
+        let k = file.kernel();
+        let native: Vec<&Command> = k.log.iter().filter(|c| is_native(c)).collect();
+        assert_eq!(native.len(), 1, "{:?}", k.log);
+        assert_eq!(native[0].errno, 0);
+        assert!(native[0].uhw_in.is_empty() && native[0].uhw_out_len == 0);
+        assert!(!k.log.iter().any(is_write_reg), "no write command");
+        let kmr = &k.mrs[&mr.handle()];
+        assert_eq!((kmr.key, kmr.key), (mr.lkey(), mr.rkey()));
+        assert_eq!((kmr.start, kmr.length), (mem.as_ptr() as u64, 1 << 14));
+    }
+    let cq = ctx.create_cq(16, None).unwrap();
+    let init = QpInit::new(QpType::Rc, &cq, &cq);
+    let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
+        for step in connect_steps(peer, RW, true) {
+            qp.modify(&step).unwrap();
+        }
+    }
+    let base = mem.as_ptr() as u64;
+    mem[..64].copy_from_slice(&[0xa7; 64]);
+    let sge = [Sge {
+        addr: base,
+        length: 64,
+        lkey: mr.lkey(),
+    }];
+    let write = SendWr::new(
+        1,
+        SendOp::RdmaWrite {
+            remote: Remote {
+                addr: base + 8192,
+                rkey: mr.rkey(),
+            },
+            imm: None,
+        },
+        Payload::Sges(&sge),
+    );
+    // SAFETY: buffers of the registered `mem`, untouched until polled.
+    unsafe { a.post_send(&[write]) }.unwrap();
+    // SAFETY: every object and buffer of the emulated kernel is live.
+    let executed = unsafe { file.kernel().run_device() };
+    assert!(executed >= 1, "{executed} WQEs executed");
+    let mut wcs = [WorkCompletion::default(); 4];
+    let n = cq.poll(&mut wcs).unwrap();
+    let seen: Vec<(u64, Option<WcOpcode>, WcStatus)> = wcs[..n]
+        .iter()
+        .map(|w| (w.wr_id(), w.opcode(), w.status()))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![(1, Some(WcOpcode::RdmaWrite), WcStatus::Success)],
+        "{:?}",
+        &wcs[..n]
+    );
+    assert_eq!(&mem[8192..8256], &[0xa7; 64]);
+    drop((a, b, cq, mr));
+    assert!(file.kernel().mrs.is_empty());
+}
 
 /// What one hand-built REG_MR frame gets from the emulated 6.17 core.
 fn send(
@@ -105,17 +226,4 @@ fn the_emulated_method_checks_like_6_17() {
         Err(Errno::INVAL)
     );
     drop(pd_object);
-}
-
-/// 6.12's core does not have the method: `EPROTONOSUPPORT`, nothing made.
-#[test]
-fn a_6_12_core_does_not_have_the_method() {
-    let file = Arc::new(EmulatedFile::default());
-    let ctx = uverbs_context(&file);
-    let pd = ctx.alloc_pd().unwrap();
-    let lw = IB_UVERBS_ACCESS_LOCAL_WRITE;
-    let addr = 0x7f00_0000_1000u64;
-    let answer = send(&file, pd.handle(), Some(addr), addr, lw, false);
-    assert_eq!(answer, Err(Errno::PROTONOSUPPORT));
-    assert!(file.kernel().mrs.is_empty());
 }

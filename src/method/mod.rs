@@ -114,5 +114,5 @@ fn query_one<T: FromBytes + IntoBytes + Copy>(
 
 pub use cq::{CqCreate, CqCreateOuts, CqCreated, CqDestroy};
 pub(crate) use device::{InfoHandles, QueryContext, QueryGidEntry, QueryGidTable, QueryPort};
-pub(crate) use mr::{DmabufMrKeys, QueryMr, RegDmabufMr};
+pub(crate) use mr::{DmabufMrKeys, MrKeys, QueryMr, RegDmabufMr, RegMr};
 pub use qp::{QpCreate, QpCreateOuts, QpCreated, QpDestroy};

@@ -1,5 +1,5 @@
-//! Memory-region methods: `UVERBS_METHOD_QUERY_MR` and
-//! `UVERBS_METHOD_REG_DMABUF_MR`.
+//! Memory-region methods: `UVERBS_METHOD_QUERY_MR`,
+//! `UVERBS_METHOD_REG_DMABUF_MR` and `UVERBS_METHOD_REG_MR`.
 
 use crate::error::Errno;
 use crate::query::MrAttr;
@@ -177,6 +177,101 @@ impl RegDmabufMr {
         // key fields, borrowed across the call.
         let done = unsafe { method.invoke(transport) }?;
         Ok(DmabufMrKeys {
+            handle: done.handle(outs.handle).ok_or(Errno::PROTO)?,
+            lkey: done.read(outs.lkey).ok_or(Errno::PROTO)?,
+            rkey: done.read(outs.rkey).ok_or(Errno::PROTO)?,
+        })
+    }
+}
+
+/// `REG_MR` (Linux 6.17): registers `length` bytes of this process's memory
+/// at `addr`, seen by the device at `iova`: the native form of the write
+/// command [`crate::command::RegMr`], which it answers the same handle and
+/// keys as.
+///
+/// It carries no driver data: the kernel hands the driver no udata (a
+/// `NULL` `ib_udata` to `reg_user_mr`), so only drivers whose REG_MR needs
+/// none may use it (see `Driver::REG_MR_METHOD`). The kernel checks, before
+/// any driver call, that `addr` and `iova` share their offset in the page
+/// (else `EINVAL`) and that `access` has only `IB_ACCESS_SUPPORTED` bits
+/// (`uverbs_get_flags32`, else `EINVAL`). A kernel without the method
+/// answers `EPROTONOSUPPORT`.
+#[derive(Debug, Default)]
+pub(crate) struct RegMr {
+    pd_handle: u32,
+    addr: u64,
+    length: u64,
+    iova: u64,
+    access: u32,
+    lkey: u32,
+    rkey: u32,
+}
+
+/// The outputs of a framed [`RegMr`].
+pub(crate) struct RegMrOuts<'a> {
+    handle: NewHandle,
+    lkey: Out<'a, u32>,
+    rkey: Out<'a, u32>,
+}
+
+/// What a successful native `REG_MR` answered: what the write command's
+/// `ib_uverbs_reg_mr_resp` carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct MrKeys {
+    pub(crate) handle: u32,
+    pub(crate) lkey: u32,
+    pub(crate) rkey: u32,
+}
+
+impl RegMr {
+    /// Register `[addr, addr + length)` in PD `pd_handle` at `iova`, with
+    /// `access` (`IB_UVERBS_ACCESS_*`).
+    pub(crate) fn new(pd_handle: u32, addr: u64, length: u64, iova: u64, access: u32) -> Self {
+        RegMr {
+            pd_handle,
+            addr,
+            length,
+            iova,
+            access,
+            ..Default::default()
+        }
+    }
+
+    /// The frame, attributes in id order: HANDLE (IDR new), PD_HANDLE
+    /// (IDR), IOVA, ADDR, LENGTH (u64, inline), ACCESS_FLAGS (u32, inline),
+    /// RESP_LKEY and RESP_RKEY (u32 out). No DMA_HANDLE, FD or FD_OFFSET
+    /// (the kernel takes ADDR xor FD), no driver data.
+    pub(crate) fn method(&mut self, driver_id: u32) -> (Method<'_>, RegMrOuts<'_>) {
+        let mut m = Method::new(sys::UVERBS_OBJECT_MR, sys::UVERBS_METHOD_REG_MR, driver_id);
+        let handle = m.idr_new(sys::UVERBS_ATTR_REG_MR_HANDLE);
+        m.idr_in(sys::UVERBS_ATTR_REG_MR_PD_HANDLE, self.pd_handle)
+            .inline_in(sys::UVERBS_ATTR_REG_MR_IOVA, self.iova)
+            .inline_in(sys::UVERBS_ATTR_REG_MR_ADDR, self.addr)
+            .inline_in(sys::UVERBS_ATTR_REG_MR_LENGTH, self.length)
+            .inline_in(sys::UVERBS_ATTR_REG_MR_ACCESS_FLAGS, self.access);
+        let lkey = m.ptr_out(sys::UVERBS_ATTR_REG_MR_RESP_LKEY, &mut self.lkey);
+        let rkey = m.ptr_out(sys::UVERBS_ATTR_REG_MR_RESP_RKEY, &mut self.rkey);
+        (m, RegMrOuts { handle, lkey, rkey })
+    }
+
+    /// Sends the method and decodes the answer; an answer without the new
+    /// handle or either key marked written is `EPROTO`.
+    ///
+    /// # Safety
+    ///
+    /// As [`Method::invoke`]: the registration gives the device the memory
+    /// `[addr, addr + length)` of this process, which the caller must keep
+    /// mapped while it is registered (as for the write command).
+    pub(crate) unsafe fn run(
+        mut self,
+        transport: &dyn Transport,
+        driver_id: u32,
+    ) -> Result<MrKeys, Errno> {
+        let (method, outs) = self.method(driver_id);
+        // SAFETY: the caller's promise; the frame points only at `self`'s
+        // key fields, borrowed across the call.
+        let done = unsafe { method.invoke(transport) }?;
+        Ok(MrKeys {
             handle: done.handle(outs.handle).ok_or(Errno::PROTO)?,
             lkey: done.read(outs.lkey).ok_or(Errno::PROTO)?,
             rkey: done.read(outs.rkey).ok_or(Errno::PROTO)?,

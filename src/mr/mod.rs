@@ -14,8 +14,10 @@ use std::sync::Arc;
 
 use crate::command::{DeregMr, RegMr};
 use crate::context::Context;
+use crate::cq::native_refused;
 use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
 use crate::flags::AccessFlags;
+use crate::method::{MrKeys, RegMr as RegMrMethod};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::post::OutOfRange;
 use crate::wr::{Remote, Sge};
@@ -124,17 +126,14 @@ impl MemoryRegion {
                 }));
             }
         }
-        let (uhw_in, uhw_out_len) = ctx.inner.provider.reg_mr_uhw();
-        let mut uhw_out = [0u8; 8];
-        let cmd = RegMr::new(pd.handle, start as u64, length as u64, access.bits()).uhw_in(uhw_in);
         // SAFETY: the caller keeps the range mapped while it is registered.
-        match unsafe { ctx.run(Op::RegMr, &cmd, &mut uhw_out[..uhw_out_len]) } {
-            Ok((resp, _)) => Ok(MemoryRegion {
+        match unsafe { reg_mr_keys(ctx, pd.handle, start as u64, length as u64, access) } {
+            Ok(keys) => Ok(MemoryRegion {
                 ctx: ctx.clone(),
                 pd: pd.clone(),
-                handle: resp.mr_handle,
-                lkey: resp.lkey,
-                rkey: resp.rkey,
+                handle: keys.handle,
+                lkey: keys.lkey,
+                rkey: keys.rkey,
                 addr: start,
                 length,
                 access,
@@ -372,6 +371,50 @@ impl MemoryRegion {
     }
 }
 
+/// Sends one registration of `[start, start + length)` at the same device
+/// address, as the context sends it: the native `UVERBS_METHOD_REG_MR`
+/// first where [`Context::reg_mr_method_driver`] says so, and the write
+/// command `REG_MR` (with the driver's private data) otherwise, or after
+/// the kernel refused the method as unknown (`EPROTONOSUPPORT`, `ENOTTY`,
+/// as rdma-core's `execute_ioctl_fallback` decides; the refusal is
+/// remembered). Any other answer to the method is the registration's
+/// answer, not retried. Both answer the handle and keys the same, and
+/// their errors become the same [`Error::Os`] of [`Op::RegMr`].
+///
+/// # Safety
+///
+/// As for [`ProtectionDomain::reg_mr`]: the range stays mapped while it is
+/// registered.
+unsafe fn reg_mr_keys(
+    ctx: &Context,
+    pd_handle: u32,
+    start: u64,
+    length: u64,
+    access: AccessFlags,
+) -> Result<MrKeys, Error> {
+    if let Some(driver) = ctx.reg_mr_method_driver() {
+        let method = RegMrMethod::new(pd_handle, start, length, start, access.bits());
+        // SAFETY: the caller's promise (the range stays mapped).
+        match unsafe { method.run(ctx.inner.transport.as_ref(), driver) } {
+            Ok(keys) => return Ok(keys),
+            // Unknown to the kernel: it created nothing; the write command
+            // from now on.
+            Err(errno) if native_refused(errno) => ctx.remember_reg_mr_method_absent(),
+            Err(errno) => return Err(Error::os(Op::RegMr, &ctx.inner.device, errno)),
+        }
+    }
+    let (uhw_in, uhw_out_len) = ctx.inner.provider.reg_mr_uhw();
+    let mut uhw_out = [0u8; 8];
+    let cmd = RegMr::new(pd_handle, start, length, access.bits()).uhw_in(uhw_in);
+    // SAFETY: the caller's promise (the range stays mapped).
+    let (resp, _) = unsafe { ctx.run(Op::RegMr, &cmd, &mut uhw_out[..uhw_out_len]) }?;
+    Ok(MrKeys {
+        handle: resp.mr_handle,
+        lkey: resp.lkey,
+        rkey: resp.rkey,
+    })
+}
+
 /// Why [`MemoryRegion::register`] failed, so that re-registration can map
 /// each cause to its `ibv_rereg_mr` outcome.
 pub(crate) enum RegFailure {
@@ -421,6 +464,27 @@ impl ProtectionDomain {
     ///
     /// With fork safety enabled the range is marked `MADV_DONTFORK` before
     /// the command and un-marked again if it fails (not for `ON_DEMAND`).
+    ///
+    /// **What is sent.** Over the ioctl transport
+    /// ([`TransportKind::Ioctl`](crate::TransportKind::Ioctl)), for rxe,
+    /// siw and mlx5, the first registration of a context tries the native
+    /// `UVERBS_METHOD_REG_MR` (Linux 6.17; no driver data, device address =
+    /// `addr`). A kernel without it answers `EPROTONOSUPPORT` (`ENOTTY`
+    /// without the ioctl framework): the context remembers that
+    /// ([`Context::reg_mr_method_refused`](crate::Context::reg_mr_method_refused))
+    /// and sends this and every later registration as the write command
+    /// `REG_MR` (with the driver's data: siw's `siw_ureq_reg_mr`), as
+    /// libibverbs' fallback does. Any other answer to the method is the
+    /// registration's, as the write command's would be (an [`Error::Os`] of
+    /// `reg_mr`), and is not retried. The legacy write() transport, Auto's
+    /// write+methods (the default: `write()` is cheaper), and drivers this
+    /// crate has no provider for send the write command only. Both answer
+    /// the same handle and keys; [`BufferMr`](crate::BufferMr),
+    /// [`RemoteBufferMr`](crate::RemoteBufferMr) and the replace fallback of
+    /// re-registration register the same way. One difference stays: the
+    /// 6.17 method's handler, unlike the write command's, does not record
+    /// the length and device address in the kernel's MR, so
+    /// [`MemoryRegion::query`] then answers whatever the driver recorded.
     ///
     /// **Kernels differ on memory the process cannot read.** A `PROT_NONE`
     /// range registered without write access (no `LOCAL_WRITE`,

@@ -53,6 +53,15 @@ pub(crate) trait Driver {
     const ALLOC_PD_UHW_OUT: usize = 0;
     /// Driver-private REG_MR input, and the size of its output.
     const REG_MR_UHW: (&'static [u8], usize) = (&[], 0);
+    /// Whether a registration may go as the native `UVERBS_METHOD_REG_MR`
+    /// (Linux 6.17), which carries no driver data: the kernel calls the
+    /// driver's `reg_user_mr` with a `NULL` udata. True where the driver's
+    /// answer is then the one the write command gets with [`REG_MR_UHW`]
+    /// (rxe and mlx5 read no udata there; siw: see its provider); a driver
+    /// that needs its udata must say false and keep the write command.
+    ///
+    /// [`REG_MR_UHW`]: Self::REG_MR_UHW
+    const REG_MR_METHOD: bool = true;
     /// Bytes of driver answer a CQ create needs room for.
     const CREATE_CQ_UHW_OUT: usize;
     /// Bytes of driver answer a QP create needs room for.
@@ -455,6 +464,14 @@ impl Provider {
         with_driver!(self, D => D::REG_MR_UHW, Generic => (&[], 0))
     }
 
+    /// Whether a registration may go as the native `REG_MR`, which carries
+    /// no driver data ([`Driver::REG_MR_METHOD`]). Not for unknown drivers:
+    /// their `reg_user_mr` may need the udata the method does not pass (on
+    /// Linux 6.17 mthca reads it without checking for `NULL`).
+    pub(crate) fn reg_mr_method(self) -> bool {
+        with_driver!(self, D => D::REG_MR_METHOD, Generic => false)
+    }
+
     /// Whether `DEREG_MR` stops READ responses from the region (unknown
     /// drivers are taken to be hardware, which does).
     pub(crate) fn dereg_fences_peer_reads(self) -> bool {
@@ -565,6 +582,14 @@ mod tests {
         assert_eq!(Provider::Rxe.get_context_uhw_out_len(), 0);
         assert_eq!(Provider::Rxe.reg_mr_uhw(), (&[][..], 0));
         assert_eq!(Provider::Generic.reg_mr_uhw(), (&[][..], 0));
+    }
+
+    #[test]
+    fn native_reg_mr_only_for_drivers_whose_reg_mr_was_read() {
+        assert!(Provider::Rxe.reg_mr_method());
+        assert!(Provider::Siw.reg_mr_method());
+        assert!(Provider::Mlx5.reg_mr_method());
+        assert!(!Provider::Generic.reg_mr_method());
     }
 
     #[test]

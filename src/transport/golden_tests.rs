@@ -950,6 +950,38 @@ fn reg_dmabuf_mr_method() {
     assert_ne!(ptr_of(&m, 1), ptr_of(&m, 2), "two distinct outputs");
 }
 
+/// The native REG_MR (Linux 6.17): attributes in id order, no DMA handle,
+/// no descriptor, no driver data.
+#[test]
+fn reg_mr_method() {
+    use crate::method::RegMr;
+    let mut q = RegMr::new(5, 0x7f12_3456_7010, 0x20_0000, 0x7f12_3456_7010, 0x7);
+    let (m, _outs) = q.method(14);
+    // MR (7), REG_MR (5), driver 14 (siw)
+    let expected = method_bytes(
+        7,
+        5,
+        14,
+        &[
+            (0, 0, 0),                // HANDLE: IDR new, the kernel writes it
+            (1, 0, 5),                // PD_HANDLE: IDR, handle in data
+            (3, 8, 0x7f12_3456_7010), // IOVA: u64 inline
+            (4, 8, 0x7f12_3456_7010), // ADDR: u64 inline
+            (5, 8, 0x20_0000),        // LENGTH: u64 inline
+            (6, 4, 0x7),              // ACCESS_FLAGS: u32 inline
+            (9, 4, ptr_of(&m, 6)),    // RESP_LKEY: u32 out
+            (10, 4, ptr_of(&m, 7)),   // RESP_RKEY: u32 out
+        ],
+    );
+    assert_eq!(m.as_bytes(), &expected[..]);
+    assert_eq!(m.as_bytes().len(), 24 + 8 * 16);
+    assert_ne!(ptr_of(&m, 6), ptr_of(&m, 7), "two distinct outputs");
+    // Every attribute mandatory: DMA_HANDLE (2), FD (7) and FD_OFFSET (8)
+    // are absent, not sent as optional.
+    let ids: Vec<u16> = m.frame().attrs().iter().map(|a| a.attr_id).collect();
+    assert_eq!(ids, [0, 1, 3, 4, 5, 6, 9, 10]);
+}
+
 // ---- Shared receive queues: CREATE/MODIFY/QUERY/DESTROY_SRQ. ----
 
 #[test]

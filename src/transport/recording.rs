@@ -137,7 +137,8 @@ enum Kind {
 type Spec = (u16, Kind, bool, u16, u16);
 
 /// The methods the fake kernel knows, with the kernel's attribute specs
-/// (`uverbs_std_types_device.c`, `_mr.c`, `_cq.c`, `_qp.c` of Linux 6.12).
+/// (`uverbs_std_types_device.c`, `_mr.c`, `_cq.c`, `_qp.c` of Linux 6.12;
+/// `REG_MR` of 6.17).
 fn method_spec(object_id: u16, method_id: u16) -> Option<&'static [Spec]> {
     use Kind::*;
     const ANY: u16 = u16::MAX;
@@ -215,6 +216,21 @@ fn method_spec(object_id: u16, method_id: u16) -> Option<&'static [Spec]> {
             (sys::UVERBS_ATTR_QUERY_MR_RESP_RKEY, Out, true, 4, 4),
             (sys::UVERBS_ATTR_QUERY_MR_RESP_LENGTH, Out, true, 8, 8),
             (sys::UVERBS_ATTR_QUERY_MR_RESP_IOVA, Out, true, 8, 8),
+        ],
+        // Linux 6.17 (`uverbs_std_types_mr.c`); known only after
+        // `serve_reg_mr_method`. FD is a RAW_FD: an s32 PTR_IN.
+        (sys::UVERBS_OBJECT_MR, sys::UVERBS_METHOD_REG_MR) => &[
+            (sys::UVERBS_ATTR_REG_MR_HANDLE, Idr, true, 0, 0),
+            (sys::UVERBS_ATTR_REG_MR_PD_HANDLE, Idr, true, 0, 0),
+            (sys::UVERBS_ATTR_REG_MR_DMA_HANDLE, Idr, false, 0, 0),
+            (sys::UVERBS_ATTR_REG_MR_IOVA, In, true, 8, 8),
+            (sys::UVERBS_ATTR_REG_MR_LENGTH, In, true, 8, 8),
+            (sys::UVERBS_ATTR_REG_MR_ACCESS_FLAGS, In, true, 4, 8),
+            (sys::UVERBS_ATTR_REG_MR_ADDR, In, false, 8, 8),
+            (sys::UVERBS_ATTR_REG_MR_FD_OFFSET, In, false, 8, 8),
+            (sys::UVERBS_ATTR_REG_MR_FD, In, false, 4, 4),
+            (sys::UVERBS_ATTR_REG_MR_RESP_LKEY, Out, true, 4, 4),
+            (sys::UVERBS_ATTR_REG_MR_RESP_RKEY, Out, true, 4, 4),
         ],
         (sys::UVERBS_OBJECT_CQ, sys::UVERBS_METHOD_CQ_CREATE) => &[
             (sys::UVERBS_ATTR_CREATE_CQ_HANDLE, Idr, true, 0, 0),
@@ -298,6 +314,9 @@ struct FakeKernel {
     mrs: BTreeMap<u32, FakeMr>,
     async_fd: Option<u32>,
     datapath: FakeDataPath,
+    /// Whether the native `UVERBS_METHOD_REG_MR` is known (Linux 6.17);
+    /// without it the method is answered `EPROTONOSUPPORT`, as by 6.12.
+    reg_mr_method: bool,
 }
 
 /// The fake's data-path objects: CQs and QPs (handle -> state), answered
@@ -699,6 +718,15 @@ impl RecordingTransport {
         self.lock().datapath.serve_rings = true;
     }
 
+    /// From now on the native `UVERBS_METHOD_REG_MR` is known, answered as
+    /// Linux 6.17 answers it (its core checks, then the same MR the write
+    /// command `REG_MR` would make). Without this the fake is a kernel
+    /// before 6.17: the method is recorded and refused with
+    /// `EPROTONOSUPPORT`.
+    pub fn serve_reg_mr_method(&self) {
+        self.lock().reg_mr_method = true;
+    }
+
     /// From now on CREATE_QP answers the `max_send_wr` and `max_recv_wr`
     /// asked for, while its rings hold up to the next power of two minus
     /// one, as Linux 6.1's rxe does (6.12's answers the rings' sizes).
@@ -887,21 +915,12 @@ impl FakeKernel {
                 if !self.pds.contains(&req.pd_handle) {
                     return Err(Errno::INVAL);
                 }
-                let mr_handle = self.handle();
-                let lkey = self.key(mr_handle);
-                let mr = FakeMr {
-                    pd: req.pd_handle,
-                    lkey,
-                    rkey: remote_key(lkey),
-                    length: req.length,
-                    iova: req.hca_va,
-                };
-                self.mrs.insert(mr_handle, mr);
+                let (mr_handle, mr) = self.new_mr(req.pd_handle, req.length, req.hca_va);
                 write_out(
                     cmd.core_out,
                     sys::ib_uverbs_reg_mr_resp {
                         mr_handle,
-                        lkey,
+                        lkey: mr.lkey,
                         rkey: mr.rkey,
                     },
                 )
@@ -957,6 +976,76 @@ impl FakeKernel {
             }
             _ => Err(Errno::OPNOTSUPP),
         }
+    }
+}
+
+impl FakeKernel {
+    /// The MR a new one gets, as REG_MR answers it.
+    fn new_mr(&mut self, pd: u32, length: u64, iova: u64) -> (u32, FakeMr) {
+        let mr_handle = self.handle();
+        let lkey = self.key(mr_handle);
+        let mr = FakeMr {
+            pd,
+            lkey,
+            rkey: remote_key(lkey),
+            length,
+            iova,
+        };
+        self.mrs.insert(mr_handle, mr);
+        (mr_handle, mr)
+    }
+
+    /// The native `REG_MR` of a well-formed frame, checked in the order of
+    /// Linux 6.17's handler: ADDR xor FD (with FD_OFFSET), the page offsets
+    /// of ADDR and IOVA, the access bits, then the driver (a fake rxe: no
+    /// dma-buf, `EOPNOTSUPP`). An unknown PD is the IDR lookup's `ENOENT`.
+    fn answer_reg_mr(&mut self, rec: &RecordedMethod) -> Result<CreateAnswer, Errno> {
+        let pd = rec
+            .attr(sys::UVERBS_ATTR_REG_MR_PD_HANDLE)
+            .and_then(|a| u32::try_from(a.data).ok())
+            .filter(|h| self.pds.contains(h))
+            .ok_or(Errno::NOENT)?;
+        let iova = const_of(rec, sys::UVERBS_ATTR_REG_MR_IOVA).unwrap_or(0);
+        let length = const_of(rec, sys::UVERBS_ATTR_REG_MR_LENGTH).unwrap_or(0);
+        let addr = const_of(rec, sys::UVERBS_ATTR_REG_MR_ADDR);
+        let has_fd_offset = rec.attr(sys::UVERBS_ATTR_REG_MR_FD_OFFSET).is_some();
+        if rec.attr(sys::UVERBS_ATTR_REG_MR_FD).is_some() {
+            // rxe has no reg_user_mr_dmabuf.
+            return Err(Errno::OPNOTSUPP);
+        }
+        let Some(addr) = addr.filter(|_| !has_fd_offset) else {
+            return Err(Errno::INVAL);
+        };
+        if addr & 0xfff != iova & 0xfff {
+            return Err(Errno::INVAL);
+        }
+        let access = const_of(rec, sys::UVERBS_ATTR_REG_MR_ACCESS_FLAGS).unwrap_or(0);
+        let access = u32::try_from(access).map_err(|_| Errno::INVAL)?;
+        if access & !crate::flags::AccessFlags::all().bits() != 0 {
+            return Err(Errno::INVAL);
+        }
+        if rec.attr(sys::UVERBS_ATTR_REG_MR_DMA_HANDLE).is_some() {
+            // No DMA handle object exists here.
+            return Err(Errno::NOENT);
+        }
+        Self::check_access(access)?;
+        if length == 0 {
+            return Err(Errno::INVAL);
+        }
+        let (handle, mr) = self.new_mr(pd, length, iova);
+        Ok((
+            vec![
+                (
+                    sys::UVERBS_ATTR_REG_MR_RESP_LKEY,
+                    mr.lkey.as_bytes().to_vec(),
+                ),
+                (
+                    sys::UVERBS_ATTR_REG_MR_RESP_RKEY,
+                    mr.rkey.as_bytes().to_vec(),
+                ),
+            ],
+            Some((sys::UVERBS_ATTR_REG_MR_HANDLE, handle)),
+        ))
     }
 }
 
@@ -1320,7 +1409,12 @@ unsafe impl Transport for RecordingTransport {
 
     unsafe fn invoke(&self, frame: &mut IoctlFrame) -> Result<(), Errno> {
         let hdr = *frame.header();
-        let spec = method_spec(hdr.object_id, hdr.method_id);
+        let reg_mr =
+            (hdr.object_id, hdr.method_id) == (sys::UVERBS_OBJECT_MR, sys::UVERBS_METHOD_REG_MR);
+        let spec = match reg_mr && !self.lock().reg_mr_method {
+            true => None, // a kernel before 6.17
+            false => method_spec(hdr.object_id, hdr.method_id),
+        };
         // SAFETY: the caller vouches for the input pointers (Transport::invoke).
         let rec = unsafe { decode(frame, spec) }?;
         let mut kernel = self.lock();
@@ -1336,6 +1430,7 @@ unsafe impl Transport for RecordingTransport {
         FakeKernel::check_attrs(&rec, spec)?;
         let (answer, new_handle) = match kernel.answer_datapath_method(&rec) {
             Some(answer) => answer?,
+            None if reg_mr => kernel.answer_reg_mr(&rec)?,
             None => (kernel.answer_method(&rec)?, None),
         };
         if let Some((attr_id, handle)) = new_handle {

@@ -116,6 +116,13 @@ impl Driver for Siw {
     const ABI: (u32, u32, &'static str) = ABI;
     const GET_CONTEXT_UHW_OUT: usize = GET_CONTEXT_UHW_OUT;
     const REG_MR_UHW: (&'static [u8], usize) = (&REG_MR_UHW_IN, REG_MR_UHW_OUT);
+    /// `siw_reg_user_mr` reads `siw_ureq_reg_mr` and writes
+    /// `siw_uresp_reg_mr` only when it is given a udata: without one (the
+    /// native method) it ORs no key byte into the STag, which is what the
+    /// zeroed request asks for anyway, and the answered `stag` is never
+    /// read here (the keys come from the core answer). So the method gives
+    /// the same lkey and rkey.
+    const REG_MR_METHOD: bool = true;
     const CREATE_CQ_UHW_OUT: usize = rings::CREATE_CQ_UHW_OUT;
     const CREATE_QP_UHW_OUT: usize = rings::CREATE_QP_UHW_OUT;
     /// See [`DATA_PATH_SOUND`].
