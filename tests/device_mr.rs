@@ -7,7 +7,7 @@ use common::{
     alloc_pd, anon, dealloc_refused_busy, driver, page_size, pd_and_fresh_mr, Driver, HandleCounts,
     OWNED, RW_READ,
 };
-use uverbs::{AccessFlags, MemoryRegion};
+use uverbs::{AccessFlags, DriverId, MemoryRegion, TransportKind};
 
 /// Checks what every fresh registration must report.
 fn check_keys(dev: &str, d: Driver, mr: &MemoryRegion) {
@@ -61,6 +61,48 @@ device_test!(
                 .unwrap_or_else(|e| panic!("{name}: dereg of the {len}-byte MR: {e}"));
             counts.assert_extra(0, 1, &format!("after dereg of the {len}-byte MR"));
         }
+    }
+);
+
+// Two registrations on one context, each the kernel's (QUERY_MR answers
+// its keys): on the ioctl transport the first tries the native REG_MR and,
+// on a kernel without it (the VM's 6.12 and 6.1), the context falls back
+// to the write command for both and remembers; no other transport tries.
+device_test!(
+    two_registrations_by_the_interface_the_kernel_has,
+    |name, ctx, counts| {
+        let d = driver(&ctx);
+        let pd = alloc_pd(&ctx);
+        let mut buf = anon(2 * page_size());
+        let (first, second) = buf.split_at_mut(page_size());
+        let native = ctx.transport_kind() == TransportKind::Ioctl
+            && ctx
+                .driver_id()
+                .is_some_and(|id| [DriverId::RXE, DriverId::SIW, DriverId::MLX5].contains(&id));
+        for (round, range) in [first, second].into_iter().enumerate() {
+            // SAFETY: `buf` outlives the MR, which is deregistered below.
+            let mr = unsafe { pd.reg_mr(range.as_mut_ptr(), range.len(), RW_READ) }
+                .unwrap_or_else(|e| panic!("{name}: registration {round}: {e}"));
+            check_keys(name, d, &mr);
+            let attr = mr
+                .query()
+                .unwrap_or_else(|e| panic!("{name}: QUERY_MR of registration {round}: {e}"));
+            assert_eq!(
+                (attr.lkey, attr.rkey),
+                (mr.lkey(), mr.rkey()),
+                "{name}: the kernel's keys, registration {round}"
+            );
+            assert_eq!(
+                ctx.reg_mr_method_refused(),
+                native && !common::kernel::has_reg_mr_method(),
+                "{name}: {:?} remembers a refused native REG_MR only where one was sent",
+                ctx.transport_kind()
+            );
+            counts.assert_extra(1, 1, &format!("with registration {round}"));
+            mr.dereg()
+                .unwrap_or_else(|e| panic!("{name}: dereg of registration {round}: {e}"));
+        }
+        counts.assert_extra(0, 1, "after both deregistrations");
     }
 );
 

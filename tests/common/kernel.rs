@@ -27,6 +27,13 @@ pub fn parse_release(text: &str) -> Option<(u32, u32)> {
     Some((major, minor))
 }
 
+/// Whether the running kernel has the native `UVERBS_METHOD_REG_MR`
+/// (Linux 6.17; from the kernel sources, not measured: the VM's 6.12 and
+/// 6.1 lack it and answer `EPROTONOSUPPORT`).
+pub fn has_reg_mr_method() -> bool {
+    release() >= (6, 17)
+}
+
 /// Whether the running kernel answers as Linux 6.1 did (older than 6.12).
 pub fn answers_as_6_1() -> bool {
     release() < (6, 12)
