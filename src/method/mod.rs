@@ -15,6 +15,7 @@
 //! | `QueryGidEntry`, `QueryGidTable` | `DEVICE` | 5.10 |
 //! | `QueryMr` | `MR` | 5.9 (no write() command exists) |
 //! | `RegDmabufMr` | `MR` | 5.12 (no write() command exists; the driver needs `reg_user_mr_dmabuf`: not rxe, not siw) |
+//! | `RegMr` | `MR` | 6.17 (the native form of the write command `REG_MR`, no driver data; tried first over the ioctl transport, once per context, then the write command after `EPROTONOSUPPORT`/`ENOTTY`: [`ProtectionDomain::reg_mr`](crate::ProtectionDomain::reg_mr)) |
 //! | [`CqCreate`], [`CqDestroy`] | `CQ` | default-on since the ioctl framework (rdma-core's first choice) |
 //! | [`QpCreate`], [`QpDestroy`] | `QP` | 5.8 |
 //!
