@@ -37,7 +37,7 @@ use crate::context::Context;
 use crate::cq_routing::{Reader, Routing, BATCH};
 use crate::error::{Errno, Error, Op};
 use crate::event_fd;
-use crate::method::{CqCreate, CqDestroy};
+use crate::method::{native_refused, CqCreate, CqDestroy};
 use crate::pd::debug_object;
 use crate::provider::rings::{CqRing, Ring, MAX_CREATE_UHW_OUT};
 use crate::provider::{StateOf, UhwIn};
@@ -65,14 +65,6 @@ pub(crate) fn native_driver(ctx: &Context) -> Option<u32> {
         return None;
     }
     ctx.inner.driver_id.map(|d| d.0)
-}
-
-/// True when a refused native method should be retried as the write
-/// command, as rdma-core's `execute_ioctl_fallback` decides: `ENOTTY` (no
-/// ioctl framework) or `EPROTONOSUPPORT` (the method, or a mandatory
-/// attribute, is unknown). Any other errno is the kernel's answer.
-pub(crate) fn native_refused(errno: Errno) -> bool {
-    matches!(errno, Errno::NOTTY | Errno::PROTONOSUPPORT)
 }
 
 /// The value each CQ's events carry (`user_handle`): unique in the process.

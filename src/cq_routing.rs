@@ -22,8 +22,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use crate::post::RECV_TAG;
-use crate::wr::WorkCompletion;
+use crate::wr::{WorkCompletion, RECV_TAG};
 
 /// Completions read at a time from the ring while routing.
 pub(crate) const BATCH: usize = 16;

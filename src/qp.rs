@@ -22,11 +22,10 @@ use crate::command::{
     QpState, QpType, QueryQp, TransportType,
 };
 use crate::context::Context;
-use crate::cq::{native_driver, native_refused, CompletionQueue, CqInner, CreatePath};
+use crate::cq::{native_driver, CompletionQueue, CqInner, CreatePath};
 use crate::error::{Errno, Error, Op};
-use crate::method::{QpCreate, QpDestroy};
+use crate::method::{native_refused, QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
-use crate::post::RECV_TAG;
 use crate::provider::rings::{
     PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
@@ -34,7 +33,7 @@ use crate::provider::{Provider, QpRequest, StateOf, UhwIn};
 use crate::query::Gid;
 use crate::srq::{SharedReceiveQueue, SrqInner};
 use crate::transport::write_command;
-use crate::wr::{PostError, RecvWr, SendWr};
+use crate::wr::{PostError, RecvWr, SendWr, RECV_TAG};
 use uverbs_uapi as sys;
 
 /// The value each QP's events carry (`user_handle`): unique in the process.

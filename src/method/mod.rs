@@ -95,6 +95,14 @@ use crate::error::Errno;
 use crate::transport::{Invoked, Method, Out, Transport};
 use zerocopy::{FromBytes, IntoBytes};
 
+/// True when a refused native method should be retried as the write
+/// command, as rdma-core's `execute_ioctl_fallback` decides: `ENOTTY` (no
+/// ioctl framework) or `EPROTONOSUPPORT` (the method, or a mandatory
+/// attribute, is unknown). Any other errno is the kernel's answer.
+pub(crate) fn native_refused(errno: Errno) -> bool {
+    matches!(errno, Errno::NOTTY | Errno::PROTONOSUPPORT)
+}
+
 /// Sends a query method: one that only reads kernel state and writes the
 /// outputs it borrowed, so nothing beyond the builder's borrows is promised.
 fn send_query<'a>(method: Method<'a>, transport: &dyn Transport) -> Result<Invoked<'a>, Errno> {

@@ -14,10 +14,9 @@ use std::sync::Arc;
 
 use crate::command::{DeregMr, RegMr};
 use crate::context::Context;
-use crate::cq::native_refused;
 use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
 use crate::flags::AccessFlags;
-use crate::method::{MrKeys, RegMr as RegMrMethod};
+use crate::method::{native_refused, MrKeys, RegMr as RegMrMethod};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::post::OutOfRange;
 use crate::wr::{Remote, Sge};

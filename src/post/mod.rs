@@ -23,8 +23,8 @@ use crate::wr::{
     WorkCompletion,
 };
 
+use crate::wr::RECV_TAG;
 pub use memory::{DeviceReadable, DeviceWritable, Holds, Local, OutOfRange, OwnedOrShared};
-pub(crate) use outstanding::RECV_TAG;
 use outstanding::{Ends, Outstanding};
 pub use owned_srq::{OwnedSrq, OwnedSrqNotDestroyed, SrqNotOwnable};
 

@@ -15,8 +15,7 @@
 
 use std::collections::VecDeque;
 
-/// Marks receive-queue ids; send-queue ids have the top bit clear.
-pub(crate) const RECV_TAG: u64 = 1 << 63;
+pub(crate) use crate::wr::RECV_TAG;
 
 /// How a completion ended a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

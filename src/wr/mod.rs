@@ -28,6 +28,12 @@ mod sge;
 pub(crate) use completion::IB_WC_RECV;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use error::PostError;
+
+/// Marks the receive ids of an owner ([`OwnedQp`](crate::OwnedQp)'s
+/// receive queue, [`OwnedSrq`](crate::OwnedSrq)); its send ids have the
+/// top bit clear. The CQ routing tells an owned SRQ's receive completions
+/// from the sends of its QPs by it.
+pub(crate) const RECV_TAG: u64 = 1 << 63;
 pub use recv::RecvWr;
 pub use send::{MwBind, Payload, Remote, SendFlags, SendOp, SendWr, UdDest};
 pub use sge::Sge;
