@@ -789,3 +789,123 @@ fn an_srq_feeds_two_qps_through_the_device_model() {
     assert!(file.kernel().srqs.is_empty());
     drop((send_cq, cq1, cq2, mr));
 }
+
+/// `OwnedSrq` over mlx5's SRQ: buffers posted through the owner come back
+/// from its poll, holding what the device wrote, with the completion of the
+/// QP (plain or an `OwnedQp`) that consumed them; the plain poll of the
+/// shared receive CQ and the `OwnedQp`'s poll see none of them.
+#[test]
+fn an_owned_srq_hands_mlx5_buffers_back_through_the_device_model() {
+    use uverbs::command::QpType;
+    use uverbs::{
+        AccessFlags, BufferMr, Local, OwnedQp, OwnedSrq, Payload, QpInit, RecvRequest, SendOp,
+        SendWr, Sge, SrqInit, WcStatus, WorkCompletion,
+    };
+    let (file, ctx) = infiniband_context();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mem = memmap2::MmapMut::map_anon(1 << 12).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    // SAFETY: `mem` outlives the MR (dropped at the end of the test, after it).
+    let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), 1 << 12, access) }.unwrap();
+    let srq: OwnedSrq<BufferMr<Vec<u8>>> =
+        OwnedSrq::new(pd.create_srq(&SrqInit::new(8, 1)).unwrap()).unwrap();
+    let (send_cq, rcq) = (
+        ctx.create_cq(16, None).unwrap(),
+        ctx.create_cq(16, None).unwrap(),
+    );
+    let sender = QpInit::new(QpType::Rc, &send_cq, &send_cq);
+    let (a1, a2) = (
+        pd.create_qp(&sender).unwrap(),
+        pd.create_qp(&sender).unwrap(),
+    );
+    let on_srq = QpInit::new(QpType::Rc, &rcq, &rcq).srq(srq.srq());
+    let b1 = pd.create_qp(&on_srq).unwrap();
+    let b2: OwnedQp<BufferMr<Vec<u8>>> = OwnedQp::new(pd.create_qp(&on_srq).unwrap()).unwrap();
+    for step in connect_steps(b1.qp_num(), access, true) {
+        a1.modify(&step).unwrap();
+    }
+    for step in connect_steps(a1.qp_num(), access, true) {
+        b1.modify(&step).unwrap();
+    }
+    for step in connect_steps(b2.qp_num(), access, true) {
+        a2.modify(&step).unwrap();
+    }
+    for step in connect_steps(a2.qp_num(), access, true) {
+        b2.modify(&step).unwrap();
+    }
+    let message = |i: usize| -> Vec<u8> { (0..48).map(|j| (i * 37 + j) as u8).collect() };
+    let mut completions = 0;
+    for round in 0..3usize {
+        for k in 0..4u64 {
+            let buf = pd
+                .reg_buffer(vec![0u8; 64], AccessFlags::LOCAL_WRITE)
+                .unwrap_or_else(|e| panic!("reg_buffer: {}", e.error));
+            srq.post_recv(RecvRequest::new(round as u64 * 10 + k, Local::whole(buf)))
+                .unwrap_or_else(|e| panic!("post_recv: {}", e.error));
+        }
+        let sges: Vec<[Sge; 1]> = (0..4)
+            .map(|i| {
+                mem[i * 64..i * 64 + 48].copy_from_slice(&message(round * 4 + i));
+                [Sge {
+                    addr: mem.as_ptr() as u64 + (i * 64) as u64,
+                    length: 48,
+                    lkey: mr.lkey(),
+                }]
+            })
+            .collect();
+        for (i, s) in sges.iter().enumerate() {
+            let qp = if i % 2 == 0 { &a1 } else { &a2 };
+            let mut wr = SendWr::new(i as u64, SendOp::Send { imm: None }, Payload::Sges(s));
+            wr.flags = uverbs::SendFlags::SIGNALED;
+            // SAFETY: `mem` is registered and untouched until polled.
+            unsafe { qp.post_send(&[wr]) }.unwrap();
+        }
+        // SAFETY: every object and buffer of the emulated kernel is live.
+        assert_eq!(unsafe { file.kernel().run_device() }, 4, "round {round}");
+        let mut done = Vec::new();
+        assert_eq!(srq.poll(&mut done).unwrap(), 4, "round {round}");
+        for c in done {
+            let wc = *c.completion().unwrap();
+            assert_eq!(wc.status(), WcStatus::Success, "{wc:?}");
+            assert_eq!(wc.wr_id(), c.wr_id, "the caller's id");
+            // a1's sends run first and take the oldest requests (0, 1),
+            // a2's the next (2, 3): the k-th request holds send 2k (a1) or
+            // 2(k-2)+1 (a2).
+            let k = (c.wr_id % 10) as usize;
+            let (send, qpn) = if k < 2 {
+                (2 * k, b1.qp_num())
+            } else {
+                (2 * (k - 2) + 1, b2.qp_num())
+            };
+            assert_eq!(wc.qp_num(), qpn, "{wc:?}");
+            let buf = c.into_memory().unwrap();
+            assert_eq!(
+                &buf.buffer()[..48],
+                &message(round * 4 + send)[..],
+                "round {round}, request {k}"
+            );
+            completions += 1;
+        }
+        let mut wcs = [WorkCompletion::default(); 16];
+        assert_eq!(
+            rcq.poll(&mut wcs).unwrap(),
+            0,
+            "the plain poll gets none of the SRQ's"
+        );
+        let mut none = Vec::new();
+        assert_eq!(
+            b2.poll(&mut none).unwrap(),
+            0,
+            "the OwnedQp gets none of the SRQ's"
+        );
+        assert_eq!(
+            send_cq.poll(&mut wcs).unwrap(),
+            4,
+            "the senders' completions"
+        );
+    }
+    assert_eq!(completions, 12);
+    assert_eq!(srq.outstanding(), 0);
+    drop((b1, b2, a1, a2));
+    assert!(srq.destroy().unwrap().is_empty());
+}
