@@ -99,7 +99,7 @@ pub(crate) struct Routing {
     /// QPs with an owner, by number.
     routes: WordMap<u32, Route>,
     /// Completions read by one reader for another, oldest first, per
-    /// reader. A reader's queue goes when it empties.
+    /// reader. A reader's queue goes when the reader is unregistered.
     held: WordMap<Reader, VecDeque<WorkCompletion>>,
 }
 
@@ -117,6 +117,7 @@ impl Routing {
     }
 
     /// Holds `wc` for `reader`.
+    #[inline]
     fn hold(&mut self, reader: Reader, wc: WorkCompletion) {
         self.held.entry(reader).or_default().push_back(wc);
     }
@@ -195,12 +196,13 @@ impl Routing {
         let Some(queue) = self.held.get_mut(&reader) else {
             return 0;
         };
+        // An emptied queue stays (with its allocation) until its reader is
+        // unregistered: a reader that is held for once is likely to be
+        // again, and a queue made and freed per completion would cost an
+        // allocation each.
         let n = queue.len().min(out.len());
         for (slot, wc) in out.iter_mut().zip(queue.drain(..n)) {
             *slot = wc;
-        }
-        if queue.is_empty() {
-            self.held.remove(&reader);
         }
         n
     }
@@ -350,6 +352,101 @@ mod tests {
         assert!(!r.has_owners());
         r.drop_srq(100);
         assert_eq!(r.held(), 0);
+    }
+
+    /// What `CompletionQueue::poll_routed` does, over a ring of completions
+    /// in memory: the measured call of [`routing_ir_probe`] (the ring's
+    /// completions are read by slicing, as the real ring copies them out).
+    #[inline(never)]
+    fn poll_as(
+        r: &mut Routing,
+        ring: &mut (Vec<WorkCompletion>, usize),
+        reader: Reader,
+        out: &mut [WorkCompletion],
+    ) -> usize {
+        poll_ring(r, ring, reader, out)
+    }
+
+    /// [`poll_as`] for the warm-up round, which callgrind does not count
+    /// (the first completion held for a reader allocates its queue).
+    #[inline(never)]
+    fn poll_warming(
+        r: &mut Routing,
+        ring: &mut (Vec<WorkCompletion>, usize),
+        reader: Reader,
+        out: &mut [WorkCompletion],
+    ) -> usize {
+        // Not the same body as `poll_as`, which the compiler would merge.
+        std::hint::black_box(poll_ring(r, ring, reader, out))
+    }
+
+    #[inline(always)]
+    fn poll_ring(
+        r: &mut Routing,
+        ring: &mut (Vec<WorkCompletion>, usize),
+        reader: Reader,
+        out: &mut [WorkCompletion],
+    ) -> usize {
+        let mut n = r.take_held(reader, out);
+        while n < out.len() {
+            let room = (out.len() - n).min(BATCH);
+            let got = room.min(ring.0.len() - ring.1);
+            let read = &ring.0[ring.1..ring.1 + got];
+            ring.1 += got;
+            n = r.sort(reader, read, out, n);
+            if got < room {
+                break;
+            }
+        }
+        n
+    }
+
+    /// Instructions of routing per completion with N owners on one CQ
+    /// (`UVERBS_PROBE_OWNERS`, default 1): each round every owner's QP
+    /// completes one request, then every owner polls (the first ones read
+    /// and hold the others' completions). Count with
+    ///
+    /// ```text
+    /// cargo test --release -p uverbs --lib --no-run
+    /// UVERBS_PROBE_OWNERS=1000 valgrind --tool=callgrind \
+    ///     --toggle-collect='*cq_routing*poll_as*' target/release/deps/uverbs-… \
+    ///     --ignored --exact cq_routing::tests::routing_ir_probe
+    /// ```
+    ///
+    /// and divide `poll_as`'s inclusive Ir by the completions it printed.
+    #[test]
+    #[ignore = "an instruction-count loop for callgrind"]
+    fn routing_ir_probe() {
+        let owners: u32 = std::env::var("UVERBS_PROBE_OWNERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        let rounds = (20_000 / owners).max(10) + 1;
+        let mut r = Routing::default();
+        for qpn in 0..owners {
+            r.adopt(qpn);
+        }
+        let mut ring = (Vec::new(), 0);
+        let mut out = [WorkCompletion::default(); BATCH];
+        let mut routed = 0u64;
+        for round in 0..rounds {
+            ring.0.clear();
+            ring.0.extend((0..owners).map(|q| wc(q, u64::from(round))));
+            ring.1 = 0;
+            for q in 0..owners {
+                let n = if round == 0 {
+                    poll_warming(&mut r, &mut ring, Reader::Owner(q), &mut out)
+                } else {
+                    routed += 1;
+                    poll_as(&mut r, &mut ring, Reader::Owner(q), &mut out)
+                };
+                assert_eq!(n, 1, "owner {q} gets its own completion");
+            }
+        }
+        assert_eq!(r.held(), 0);
+        println!(
+            "routing probe: {owners} owners, {routed} completions routed after a warm-up round"
+        );
     }
 
     #[test]
