@@ -108,6 +108,8 @@
 #![deny(missing_docs)]
 
 mod advisor;
+#[cfg(test)]
+mod ir_probe;
 // pub(crate) for the smaps parser's fuzz entry point (`crate::__fuzz`).
 pub(crate) mod ranges;
 
