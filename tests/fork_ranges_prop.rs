@@ -344,3 +344,70 @@ fn unaligned_overlapping_ranges_share_pages() {
         vec![dontfork, dontfork, (BASE, P, Advice::DoFork)]
     );
 }
+
+/// Pages of the arena of `tracker_matches_page_model_at_scale`: room for
+/// many more entries than one block of the tracker's map holds (64), so
+/// that blocks split, merge and vanish, and ranges span several of them.
+const WIDE_PAGES: usize = 2400;
+/// Disjoint one-page marks the wide test starts with (one every other page
+/// of the first `2 * WIDE_SEED` pages): a map of several blocks.
+const WIDE_SEED: usize = 900;
+
+fn wide_step() -> impl Strategy<Value = Step> {
+    (
+        any::<bool>(),
+        0..(WIDE_PAGES - 700) * P,
+        // Mostly small ranges, some that cover hundreds of entries.
+        prop_oneof![3 => 1..8 * P, 1 => 1..700 * P],
+        any::<usize>(),
+    )
+        .prop_map(|(mark, offset, len, pick)| Step {
+            mark,
+            offset,
+            len,
+            pick,
+            fault: None,
+            remap: false,
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn tracker_matches_page_model_at_scale(steps in proptest::collection::vec(wide_step(), 1..60)) {
+        let (rec, fs, mut model, mut live) = start();
+        for i in 0..WIDE_SEED {
+            let (addr, len) = (BASE + 2 * i * P, P);
+            fs.dontfork_range(addr, len).unwrap();
+            model.apply(addr, len, true);
+            live.push((addr, len));
+        }
+        prop_assert_eq!(fs.tracker().len(), WIDE_SEED);
+        for step in &steps {
+            let (mark, addr, len, idx) = choose(step, &live);
+            let before = rec.log_len();
+            if mark {
+                fs.dontfork_range(addr, len).unwrap();
+                live.push((addr, len));
+            } else {
+                fs.dofork_range(addr, len).unwrap();
+                live.swap_remove(idx.unwrap());
+            }
+            let expected = model.apply(addr, len, mark);
+            prop_assert_eq!(rec.log_since(before), expected, "advice for {:?}", (mark, addr, len));
+            prop_assert_eq!(fs.marked_ranges(), model.rle());
+        }
+        // Released in an order of their own: whole blocks empty and merge.
+        live.sort_unstable_by_key(|&(addr, len)| (addr.wrapping_mul(0x9e37_79b9), len));
+        for (addr, len) in live.drain(..) {
+            let before = rec.log_len();
+            fs.dofork_range(addr, len).unwrap();
+            let expected = model.apply(addr, len, false);
+            prop_assert_eq!(rec.log_since(before), expected);
+            prop_assert_eq!(fs.marked_ranges(), model.rle());
+        }
+        prop_assert!(fs.marked_ranges().is_empty());
+        prop_assert!(net_dontfork(&rec.log()).is_empty());
+    }
+}

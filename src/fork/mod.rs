@@ -110,6 +110,7 @@
 mod advisor;
 #[cfg(test)]
 mod ir_probe;
+mod plateaus;
 // pub(crate) for the smaps parser's fuzz entry point (`crate::__fuzz`).
 pub(crate) mod ranges;
 

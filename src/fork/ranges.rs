@@ -56,13 +56,14 @@
 //! wrong for the child.
 
 use crate::error::Errno;
-use std::collections::BTreeMap;
 use std::fmt;
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use super::advisor::{Advice, Advisor};
+#[cfg(test)]
+use super::plateaus::Span;
+use super::plateaus::{Entry, Plateaus, Pos};
 use crate::process::Generation;
 
 /// How the tracker rounds ranges to pages.
@@ -93,15 +94,6 @@ impl PageSizing {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Span {
-    end: usize,
-    count: u32,
-}
-
-/// A contiguous piece of the requested range with a uniform count.
-type Piece = (usize, usize, u32);
-
 /// Reference-counted set of page ranges that must not be inherited across
 /// `fork()`, applying `MADV_DONTFORK` / `MADV_DOFORK` through an [`Advisor`].
 ///
@@ -113,8 +105,9 @@ type Piece = (usize, usize, u32);
 /// forked child the tracker starts empty, with a lock of its own (see the
 /// [`fork` module documentation](super)).
 ///
-/// Cost of [`mark`](Self::mark) / [`unmark`](Self::unmark): O((1 + k) log n)
-/// for n entries in the map and k entries overlapping the range, plus one
+/// Cost of [`mark`](Self::mark) / [`unmark`](Self::unmark): O(log n + k),
+/// plus a shift of at most 64 entries when the number of entries changes,
+/// for n entries in the map and k entries overlapping the range; plus one
 /// advisor call per mark, and one per maximal run of pages crossing 1 → 0
 /// per unmark.
 pub struct RangeTracker {
@@ -146,25 +139,14 @@ impl State {
 /// the whole change, so one set of scratch vectors serves every caller).
 #[derive(Default)]
 struct Ranges {
-    map: BTreeMap<usize, Span>,
-    /// The entries overlapping or touching the range being changed, ascending.
-    near: Vec<(usize, Span)>,
-    /// Where each entry of `near` lives in the map, so that `apply` can
-    /// rewrite a span in place without another descent. Valid only from
-    /// `load` until the first insert or remove of the change that follows
-    /// it (see `apply`).
-    near_at: Vec<NonNull<Span>>,
-    /// The range split into pieces of uniform count (0 for gaps).
-    pieces: Vec<Piece>,
-    /// What replaces `near` once the change is applied.
-    next: Vec<(usize, Span)>,
+    map: Plateaus,
+    /// The entries overlapping or touching the range being changed: from
+    /// `lo` to before `hi` in the map, as `prepare` found them.
+    lo: Pos,
+    hi: Pos,
+    /// What replaces the entries `lo..hi` when the change is committed.
+    next: Vec<Entry>,
 }
-
-// SAFETY: `near_at` points into the map's own nodes, which move with it;
-// the pointers are dereferenced only by `apply` right after the `load` of
-// the same locked change, before anything changes the map's structure,
-// and stale ones are never used (the next `load` replaces them).
-unsafe impl Send for Ranges {}
 
 impl Drop for RangeTracker {
     fn drop(&mut self) {
@@ -245,22 +227,21 @@ impl RangeTracker {
             return Ok(());
         };
         let mut ranges = self.lock();
-        ranges.load(start, end);
-        if ranges.pieces.iter().any(|&(_, _, c)| c == u32::MAX) {
+        if !ranges.prepare(start, end, true) {
             return Err(Errno::OVERFLOW);
         }
         if let Err(err) = self.advisor.advise(start, end - start, Advice::DontFork) {
             // madvise walks the range VMA by VMA and may have changed some
             // before failing. Take that back where nobody needs it; pages
             // already counted must stay DONTFORK.
-            for (s, e) in runs(&ranges.pieces, 0) {
+            for (s, e) in ranges.uncounted(start, end) {
                 // Best effort: if this fails too, the pages stay DONTFORK
                 // with count 0, which protects more than needed, never less.
                 let _ = self.advisor.advise(s, e - s, Advice::DoFork);
             }
             return Err(err);
         }
-        ranges.apply(start, end, true);
+        ranges.commit();
         Ok(())
     }
 
@@ -287,17 +268,19 @@ impl RangeTracker {
             return Ok(());
         };
         let mut ranges = self.lock();
-        ranges.load(start, end);
-        if ranges.pieces.iter().any(|&(_, _, c)| c == 0) {
+        if !ranges.prepare(start, end, false) {
             return Err(Errno::INVAL);
         }
         let mut first_error = None;
-        for (s, e) in runs(&ranges.pieces, 1) {
+        // The pages whose count goes 1 → 0 are those of the range that the
+        // new entries leave uncovered; each gap between them is a maximal
+        // run of such pages.
+        for (s, e) in uncovered(&ranges.next, start, end) {
             if let Err(err) = self.dofork_run(s, e, granule) {
                 first_error.get_or_insert(err);
             }
         }
-        ranges.apply(start, end, false);
+        ranges.commit();
         first_error.map_or(Ok(()), Err)
     }
 
@@ -307,7 +290,7 @@ impl RangeTracker {
         self.lock()
             .map
             .iter()
-            .map(|(&start, span)| (start, span.end, span.count))
+            .map(|e| (e.start, e.end, e.count))
             .collect()
     }
 
@@ -406,145 +389,106 @@ impl RangeTracker {
 }
 
 impl Ranges {
-    /// Fills `near` and `pieces` for `[start, end)` with one descent of the
-    /// map: walking down from `end`, every entry up to the first that ends
-    /// before `start` overlaps or touches the range (entries never overlap).
-    fn load(&mut self, start: usize, end: usize) {
-        self.near.clear();
-        self.near_at.clear();
-        for (&s, span) in self.map.range_mut(..=end).rev() {
-            if span.end < start {
-                break;
-            }
-            self.near.push((s, *span));
-            self.near_at.push(NonNull::from(span));
-        }
-        self.near.reverse();
-        self.near_at.reverse();
-        self.pieces.clear();
-        let mut cur = start;
-        for &(s, span) in &self.near {
-            let (from, to) = (s.max(start), span.end.min(end));
-            if from >= to {
-                continue; // touches the range only
-            }
-            if from > cur {
-                self.pieces.push((cur, from, 0));
-            }
-            self.pieces.push((from, to, span.count));
-            cur = to;
-        }
-        if cur < end {
-            self.pieces.push((cur, end, 0));
-        }
-    }
-
-    /// Applies one more (`mark`) or one less reference to the range
-    /// [`load`](Self::load) just described: computes what replaces `near`
-    /// (the parts of its entries outside the range unchanged, the pieces
-    /// with their new counts, equal neighbours merged, zeros dropped), then
-    /// changes in the map only the entries that differ.
-    fn apply(&mut self, start: usize, end: usize, mark: bool) {
-        let Ranges {
-            map,
-            near,
-            near_at,
-            pieces,
-            next,
-        } = self;
+    /// Prepares one more (`mark`) or one less reference on every page of
+    /// `[start, end)`, changing nothing yet: finds the entries that overlap
+    /// or touch the range (one lookup) and computes in `next` what replaces
+    /// them (their parts outside the range unchanged, the range's pages with
+    /// their new counts, equal neighbours merged, zeros dropped), in one
+    /// pass over them. False if the change is impossible: a count at
+    /// `u32::MAX` for a mark, a page with count 0 for an unmark.
+    fn prepare(&mut self, start: usize, end: usize, mark: bool) -> bool {
+        let Ranges { map, lo, hi, next } = self;
         next.clear();
-        let mut push = |s: usize, e: usize, count: u32| {
-            if count == 0 || s >= e {
+        let mut push = |start: usize, end: usize, count: u32| {
+            if start >= end {
                 return;
             }
             match next.last_mut() {
-                Some((_, last)) if last.end == s && last.count == count => last.end = e,
-                _ => next.push((s, Span { end: e, count })),
+                Some(last) if last.end == start && last.count == count => last.end = end,
+                _ => next.push(Entry { start, end, count }),
             }
         };
-        if let Some(&(s, span)) = near.first() {
-            if s < start {
-                push(s, span.end.min(start), span.count);
+        // The first page of the range no entry has covered yet.
+        let mut cur = start;
+        let mut possible = true;
+        *lo = map.first_reaching(start);
+        *hi = map.scan(*lo, end, |e| {
+            // Only the first entry can start before the range, only the last
+            // end after it.
+            if e.start < start {
+                push(e.start, e.end.min(start), e.count);
             }
-        }
-        for &(s, e, c) in pieces.iter() {
-            push(s, e, if mark { c + 1 } else { c - 1 });
-        }
-        if let Some(&(s, span)) = near.last() {
-            if span.end > end {
-                push(s.max(end), span.end, span.count);
+            let (from, to) = (e.start.clamp(start, end), e.end.clamp(start, end));
+            if from > cur {
+                // Uncounted pages: a mark counts them once, an unmark must
+                // not meet them.
+                push(cur, from, 1);
+                possible &= mark;
+                cur = from;
             }
-        }
-        // Both lists are ascending by start. First the entries that stay
-        // with another span, rewritten in place through the pointers `load`
-        // took (no descent): before any insert or remove, which may move
-        // entries within their nodes.
-        let (mut i, mut j) = (0, 0);
-        let mut structural = false;
-        while let (Some(&(old, was)), Some(&(new, now))) = (near.get(i), next.get(j)) {
-            if old == new {
-                if was != now {
-                    // SAFETY: `near_at[i]` is the entry `old` of this map,
-                    // found by the `load` of this change (the lock held
-                    // since); the map has not been changed since then.
-                    unsafe { *near_at[i].as_ptr() = now };
-                }
-                i += 1;
-                j += 1;
-            } else {
-                structural = true;
-                if old < new {
-                    i += 1;
+            if from < to {
+                let count = if mark {
+                    possible &= e.count < u32::MAX;
+                    e.count.wrapping_add(1)
                 } else {
-                    j += 1;
+                    e.count - 1
+                };
+                if count > 0 {
+                    push(from, to, count);
                 }
+                cur = to;
             }
-        }
-        near_at.clear();
-        if !structural && i == near.len() && j == next.len() {
-            return;
-        }
-        // Then the structural changes, walking both lists again. A start in
-        // `next` that no entry of `near` has is free in the map (every
-        // entry starting inside the affected span is in `near`).
-        let (mut i, mut j) = (0, 0);
-        loop {
-            match (near.get(i), next.get(j)) {
-                (Some(&(old, _)), Some(&(new, _))) if old == new => {
-                    i += 1;
-                    j += 1;
-                }
-                (Some(&(old, _)), Some(&(new, _))) if old < new => {
-                    map.remove(&old);
-                    i += 1;
-                }
-                (Some(&(old, _)), None) => {
-                    map.remove(&old);
-                    i += 1;
-                }
-                (_, Some(&(new, now))) => {
-                    map.insert(new, now);
-                    j += 1;
-                }
-                (None, None) => break,
+            if e.end > end {
+                push(e.start.max(end), e.end, e.count);
             }
+        });
+        if cur < end {
+            push(cur, end, 1);
+            possible &= mark;
         }
+        possible
+    }
+
+    /// Puts the entries [`prepare`](Self::prepare) computed in place of
+    /// those it found.
+    fn commit(&mut self) {
+        self.map.replace(self.lo, self.hi, &self.next);
+    }
+
+    /// The maximal runs of pages of `[start, end)` with count 0, while the
+    /// map still holds the entries [`prepare`](Self::prepare) found.
+    #[cold]
+    fn uncounted(&self, start: usize, end: usize) -> Vec<(usize, usize)> {
+        let mut old = Vec::new();
+        self.map.scan(self.lo, end, |e| old.push(*e));
+        uncovered(&old, start, end).collect()
     }
 }
 
-/// Maximal contiguous runs of pieces whose count equals `trigger`.
-fn runs(pieces: &[Piece], trigger: u32) -> impl Iterator<Item = (usize, usize)> + '_ {
-    let mut matching = pieces.iter().filter(move |p| p.2 == trigger).peekable();
+/// The maximal parts of `[start, end)` that none of `entries` (ascending,
+/// not overlapping) covers.
+fn uncovered(
+    entries: &[Entry],
+    start: usize,
+    end: usize,
+) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut cur = start;
+    let mut entries = entries.iter();
     std::iter::from_fn(move || {
-        let &(s, mut e, _) = matching.next()?;
-        while let Some(&&(ns, ne, _)) = matching.peek() {
-            if ns != e {
-                break;
+        while cur < end {
+            let Some(e) = entries.next() else {
+                let gap = (cur, end);
+                cur = end;
+                return Some(gap);
+            };
+            let (from, to) = (e.start.clamp(start, end), e.end.clamp(start, end));
+            let gap = (cur, from);
+            cur = cur.max(to);
+            if gap.0 < gap.1 {
+                return Some(gap);
             }
-            e = ne;
-            matching.next();
         }
-        Some((s, e))
+        None
     })
 }
 
@@ -741,6 +685,45 @@ mod tests {
         t.unmark(BASE + 4 * P, 2 * P).unwrap();
         assert_eq!(t.marked(), vec![(BASE, BASE + 10 * P, 1)]);
         assert!(log.take().is_empty());
+    }
+
+    /// Regression: a range whose last pages are uncounted, with an entry
+    /// starting right at its end (touching it), counts those pages once and
+    /// merges them with both neighbours.
+    #[test]
+    fn a_gap_before_an_entry_touching_the_end_is_counted_once() {
+        let (t, log) = tracker();
+        t.mark(BASE, P).unwrap();
+        t.mark(BASE + 2 * P, P).unwrap();
+        t.mark(BASE + 4 * P, P).unwrap();
+        log.take();
+        // Pages 1..4: gap, counted, gap; entries touch it on both sides.
+        t.mark(BASE + P + 33, 2 * P).unwrap();
+        assert_eq!(
+            t.marked(),
+            vec![
+                (BASE, BASE + 2 * P, 1),
+                (BASE + 2 * P, BASE + 3 * P, 2),
+                (BASE + 3 * P, BASE + 5 * P, 1)
+            ]
+        );
+        assert_eq!(log.take(), vec![(BASE + P, 3 * P, Advice::DontFork)]);
+        t.unmark(BASE + P + 33, 2 * P).unwrap();
+        assert_eq!(
+            log.take(),
+            vec![
+                (BASE + P, P, Advice::DoFork),
+                (BASE + 3 * P, P, Advice::DoFork)
+            ]
+        );
+        assert_eq!(
+            t.marked(),
+            vec![
+                (BASE, BASE + P, 1),
+                (BASE + 2 * P, BASE + 3 * P, 1),
+                (BASE + 4 * P, BASE + 5 * P, 1)
+            ]
+        );
     }
 
     struct FailOn {

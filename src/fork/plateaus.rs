@@ -1,0 +1,424 @@
+//! The fork tracker's ordered set of count plateaus: a sorted sequence of
+//! non-overlapping entries kept in blocks of at most [`MAX`] entries, with
+//! the first start of every block in a flat array beside them.
+//!
+//! A lookup is two binary searches over contiguous memory (the block
+//! starts, then one block), where a `BTreeMap` descends through a node per
+//! level with a linear search in each; the neighbours of a position are the
+//! entries next to it in its block. A change replaces the run of entries a
+//! range touches with its new entries in one go: in place when as many come
+//! as go (a count changed), otherwise by shifting the rest of one block (at
+//! most [`MAX`] entries). Blocks are split when they outgrow [`MAX`] and
+//! merged with a neighbour when they shrink below [`MIN`]; only then, and
+//! when a change spans blocks, is memory allocated or freed.
+
+/// The most entries a block holds after a change.
+const MAX: usize = 64;
+/// Below this many entries a block is merged into a neighbour.
+const MIN: usize = 16;
+
+/// The extent and count of one entry, as [`Plateaus::insert`] takes it.
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Span {
+    pub(super) end: usize,
+    pub(super) count: u32,
+}
+
+/// One plateau: `[start, end)` with `count` references.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Entry {
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) count: u32,
+}
+
+/// A place between entries, as (block, index in the block).
+pub(super) type Pos = (usize, usize);
+
+/// Entries ascending by start, never overlapping. Invariants: no block is
+/// empty, `firsts[b]` is the start of `blocks[b]`'s first entry, and `len`
+/// is the number of entries.
+#[derive(Debug, Default)]
+pub(super) struct Plateaus {
+    blocks: Vec<Vec<Entry>>,
+    firsts: Vec<usize>,
+    len: usize,
+}
+
+impl Plateaus {
+    /// Number of entries.
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no entries.
+    pub(super) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// All entries, ascending.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
+        self.blocks.iter().flatten()
+    }
+
+    /// The position of the first entry that ends at or after `start` (so
+    /// the first that overlaps or touches a range starting there), or of
+    /// the place after all entries.
+    #[inline]
+    pub(super) fn first_reaching(&self, start: usize) -> Pos {
+        // The entries that start before `start` are in blocks up to the last
+        // one whose first entry does; the entry sought is the one after the
+        // last of them that ends before `start` (ends ascend as starts do).
+        let b = self.firsts.partition_point(|&f| f < start);
+        if b == 0 {
+            return (0, 0);
+        }
+        let b = b - 1;
+        let block = &self.blocks[b];
+        let i = block.partition_point(|e| e.end < start);
+        if i == block.len() && b + 1 < self.blocks.len() {
+            (b + 1, 0)
+        } else {
+            (b, i)
+        }
+    }
+
+    /// Calls `f` on each entry from `lo` on that starts at or before `end`,
+    /// ascending, and returns the position after the last of them (`lo` if
+    /// none). With `lo` from [`first_reaching`]`(start)` these are the
+    /// entries that overlap or touch `[start, end)`.
+    ///
+    /// [`first_reaching`]: Self::first_reaching
+    #[inline]
+    pub(super) fn scan(&self, lo: Pos, end: usize, mut f: impl FnMut(&Entry)) -> Pos {
+        let (mut b, mut i) = lo;
+        if self.blocks.is_empty() {
+            return lo;
+        }
+        loop {
+            let block = &self.blocks[b];
+            while let Some(e) = block.get(i) {
+                if e.start > end {
+                    return (b, i);
+                }
+                f(e);
+                i += 1;
+            }
+            // Into the next block only if its first entry is scanned too, so
+            // that a change within one block stays within it.
+            if b + 1 == self.blocks.len() || self.firsts[b + 1] > end {
+                return (b, i);
+            }
+            (b, i) = (b + 1, 0);
+        }
+    }
+
+    /// Replaces the entries from `lo` to before `hi` (as [`scan`] returned
+    /// them) with `new`, which must keep the order: ascending, not
+    /// overlapping each other or the entries outside `lo..hi`.
+    ///
+    /// [`scan`]: Self::scan
+    #[inline]
+    pub(super) fn replace(&mut self, lo: Pos, hi: Pos, new: &[Entry]) {
+        if self.blocks.is_empty() {
+            if !new.is_empty() {
+                self.blocks.push(Vec::with_capacity(MAX));
+                self.firsts.push(0);
+                self.splice_one(0, 0, 0, new);
+            }
+            return;
+        }
+        if lo.0 == hi.0 {
+            self.splice_one(lo.0, lo.1, hi.1, new);
+        } else {
+            self.splice_across(lo, hi, new);
+        }
+    }
+
+    /// `replace` within block `b`: its entries `from..to` give way to `new`.
+    #[inline]
+    fn splice_one(&mut self, b: usize, from: usize, to: usize, new: &[Entry]) {
+        let block = &mut self.blocks[b];
+        self.len = self.len - (to - from) + new.len();
+        if to - from == new.len() {
+            // As many come as go: the common case of counts and ends that
+            // change in place.
+            block[from..to].copy_from_slice(new);
+            if from == 0 && !new.is_empty() {
+                self.firsts[b] = new[0].start;
+            }
+            return;
+        }
+        let (gone, len) = (to - from, block.len());
+        if new.len() < gone {
+            // Fewer come: they take the first places, the rest of the
+            // block moves down.
+            block[from..from + new.len()].copy_from_slice(new);
+            block.copy_within(to.., from + new.len());
+            block.truncate(len - (gone - new.len()));
+        } else {
+            // More come: the rest of the block moves up first.
+            let grow = new.len() - gone;
+            let filler = new[0];
+            block.resize(len + grow, filler);
+            block.copy_within(to..len, to + grow);
+            block[from..from + new.len()].copy_from_slice(new);
+        }
+        self.settle(b);
+    }
+
+    /// `replace` of entries in several blocks (entries either side of a
+    /// block's edge, or more than a block holds): block `lo.0` keeps its
+    /// entries before `lo.1` and takes `new` after them, block `hi.0` keeps
+    /// its entries from `hi.1`, and the blocks in between (all of whose
+    /// entries go) are removed.
+    #[cold]
+    fn splice_across(&mut self, lo: Pos, hi: Pos, new: &[Entry]) {
+        let between = lo.0 + 1..hi.0;
+        let removed = self.blocks[between.clone()]
+            .iter()
+            .map(Vec::len)
+            .sum::<usize>()
+            + (self.blocks[lo.0].len() - lo.1)
+            + hi.1;
+        self.len = self.len - removed + new.len();
+        if !between.is_empty() {
+            self.blocks.drain(between.clone());
+            self.firsts.drain(between);
+        }
+        self.blocks[lo.0 + 1].drain(..hi.1);
+        let block = &mut self.blocks[lo.0];
+        block.truncate(lo.1);
+        block.extend_from_slice(new);
+        // The later block first: merging it may reach into `lo.0`, never
+        // the other way round.
+        self.settle(lo.0 + 1);
+        self.settle(lo.0);
+    }
+
+    /// Restores the invariants for block `b` after its entries changed:
+    /// drops it when empty, merges it into a neighbour when under [`MIN`],
+    /// splits it when over [`MAX`], and sets its first start.
+    #[inline]
+    fn settle(&mut self, b: usize) {
+        let block = &self.blocks[b];
+        if (MIN..=MAX).contains(&block.len()) {
+            self.firsts[b] = block[0].start;
+        } else {
+            self.rebalance(b);
+        }
+    }
+
+    /// [`settle`](Self::settle) of a block with too few or too many
+    /// entries.
+    #[cold]
+    fn rebalance(&mut self, b: usize) {
+        let n = self.blocks[b].len();
+        if n == 0 {
+            self.blocks.remove(b);
+            self.firsts.remove(b);
+        } else if n > MAX {
+            self.split(b);
+        } else if n < MIN && self.blocks.len() > 1 {
+            let (keep, gone) = if b > 0 { (b - 1, b) } else { (b, b + 1) };
+            let moved = self.blocks.remove(gone);
+            self.firsts.remove(gone);
+            self.blocks[keep].extend_from_slice(&moved);
+            self.firsts[keep] = self.blocks[keep][0].start;
+            if self.blocks[keep].len() > MAX {
+                self.split(keep);
+            }
+        } else {
+            self.firsts[b] = self.blocks[b][0].start;
+        }
+    }
+
+    /// Splits block `b` (more than [`MAX`] entries) into blocks of equal
+    /// size, at least `MAX / 2` each (so far from [`MIN`] and [`MAX`] both):
+    /// halves when it has just outgrown [`MAX`].
+    #[cold]
+    fn split(&mut self, b: usize) {
+        let all = std::mem::take(&mut self.blocks[b]);
+        // `parts` blocks, the first `all.len() % parts` one entry longer.
+        let parts = all.len() / (MAX / 2);
+        let (size, longer) = (all.len() / parts, all.len() % parts);
+        let mut rest = &all[..];
+        let blocks: Vec<Vec<Entry>> = (0..parts)
+            .map(|part| {
+                let (chunk, after) = rest.split_at(size + usize::from(part < longer));
+                rest = after;
+                let mut block = Vec::with_capacity(MAX);
+                block.extend_from_slice(chunk);
+                block
+            })
+            .collect();
+        let firsts: Vec<usize> = blocks.iter().map(|block| block[0].start).collect();
+        self.blocks.splice(b..=b, blocks);
+        self.firsts.splice(b..=b, firsts);
+    }
+
+    /// Adds the entry `[start, span.end)`, which must overlap none.
+    #[cfg(test)]
+    pub(super) fn insert(&mut self, start: usize, span: Span) {
+        let at = self.first_reaching(start);
+        let entry = Entry {
+            start,
+            end: span.end,
+            count: span.count,
+        };
+        self.replace(at, at, &[entry]);
+    }
+
+    /// Checks the invariants (tests only).
+    #[cfg(test)]
+    fn check(&self) {
+        assert_eq!(self.blocks.len(), self.firsts.len());
+        for (block, &first) in self.blocks.iter().zip(&self.firsts) {
+            assert!(!block.is_empty());
+            assert!(block.len() <= MAX);
+            assert_eq!(block[0].start, first);
+        }
+        if self.blocks.len() > 1 {
+            assert!(self.blocks.iter().all(|block| block.len() >= MIN));
+        }
+        assert_eq!(self.iter().count(), self.len);
+        let all: Vec<&Entry> = self.iter().collect();
+        for pair in all.windows(2) {
+            assert!(pair[0].start < pair[0].end && pair[0].end <= pair[1].start);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(start: usize, end: usize, count: u32) -> Entry {
+        Entry { start, end, count }
+    }
+
+    /// `n` one-unit entries at 0, 2, 4, …
+    fn spaced(n: usize) -> Plateaus {
+        let mut p = Plateaus::default();
+        for i in 0..n {
+            p.insert(
+                2 * i,
+                Span {
+                    end: 2 * i + 1,
+                    count: 1,
+                },
+            );
+            p.check();
+        }
+        p
+    }
+
+    #[test]
+    fn inserts_in_any_order_split_blocks_and_stay_sorted() {
+        let mut p = Plateaus::default();
+        // A permutation of 0..1000 (7 is coprime to 1000).
+        for k in 0..1000 {
+            let i = k * 7 % 1000;
+            p.insert(
+                2 * i,
+                Span {
+                    end: 2 * i + 1,
+                    count: 1,
+                },
+            );
+        }
+        p.check();
+        assert!(p.blocks.len() > 1000 / MAX);
+        let starts: Vec<usize> = p.iter().map(|e| e.start).collect();
+        assert_eq!(starts, (0..1000).map(|i| 2 * i).collect::<Vec<_>>());
+    }
+
+    /// The entries `scan` visits from `first_reaching(start)` up to `end`,
+    /// and where it starts and stops.
+    fn near(p: &Plateaus, start: usize, end: usize) -> (Pos, Pos, Vec<Entry>) {
+        let lo = p.first_reaching(start);
+        let mut seen = Vec::new();
+        let hi = p.scan(lo, end, |e| seen.push(*e));
+        (lo, hi, seen)
+    }
+
+    #[test]
+    fn scan_includes_touching_entries_across_blocks() {
+        let p = spaced(1000);
+        assert!(p.blocks.len() > 2);
+        // Every place, also at block edges: [2i + 1, 2i + 2) touches entry
+        // i (ends at 2i + 1) and entry i + 1 (starts at 2i + 2).
+        for i in 0..999 {
+            let (_, _, seen) = near(&p, 2 * i + 1, 2 * i + 2);
+            assert_eq!(
+                seen,
+                vec![entry(2 * i, 2 * i + 1, 1), entry(2 * i + 2, 2 * i + 3, 1)]
+            );
+            // Within an entry: that one alone.
+            let (_, _, seen) = near(&p, 2 * i + 2, 2 * i + 2);
+            assert_eq!(seen, vec![entry(2 * i + 2, 2 * i + 3, 1)]);
+        }
+        // A change that does not reach past a block's last entry stays in
+        // that block.
+        let last = *p.blocks[0].last().unwrap();
+        let (lo, hi, _) = near(&p, last.start, last.end);
+        assert_eq!((lo.0, hi), (0, (0, p.blocks[0].len())));
+        // After everything: nothing, at the end of the last block.
+        let (lo, hi, seen) = near(&p, usize::MAX - 1, usize::MAX);
+        assert!(seen.is_empty());
+        assert_eq!(
+            (lo, hi),
+            ((p.blocks.len() - 1, p.blocks.last().unwrap().len()), lo)
+        );
+        // Before everything: nothing, at the front.
+        let mut q = spaced(3);
+        q.blocks[0].iter_mut().for_each(|e| {
+            e.start += 10;
+            e.end += 10;
+        });
+        q.firsts[0] += 10;
+        assert_eq!(near(&q, 0, 9), ((0, 0), (0, 0), Vec::new()));
+        assert_eq!(
+            near(&Plateaus::default(), 5, 9),
+            ((0, 0), (0, 0), Vec::new())
+        );
+    }
+
+    #[test]
+    fn replacing_across_blocks_merges_and_resplits() {
+        let mut p = spaced(1000);
+        // One entry instead of entries 100..900 (they span several blocks).
+        let (lo, hi, seen) = near(&p, 200, 1799);
+        assert_eq!(seen.len(), 800);
+        p.replace(lo, hi, &[entry(200, 1799, 3)]);
+        p.check();
+        assert_eq!(p.len(), 201);
+        // And 800 entries back instead of it.
+        let (_, _, seen) = near(&p, 199, 1800);
+        assert_eq!(
+            seen,
+            vec![
+                entry(198, 199, 1),
+                entry(200, 1799, 3),
+                entry(1800, 1801, 1)
+            ]
+        );
+        let (lo, hi, _) = near(&p, 200, 200);
+        let back: Vec<Entry> = (100..900).map(|i| entry(2 * i, 2 * i + 1, 2)).collect();
+        p.replace(lo, hi, &back);
+        p.check();
+        assert_eq!(p.len(), 1000);
+        // Emptied entirely from the front: blocks shrink, merge and vanish.
+        loop {
+            let Some(first) = p.iter().next().copied() else {
+                break;
+            };
+            let (lo, hi, seen) = near(&p, first.start, first.start);
+            assert_eq!(seen, vec![first]);
+            p.replace(lo, hi, &[]);
+            p.check();
+        }
+        assert!(p.blocks.is_empty() && p.is_empty());
+    }
+}
