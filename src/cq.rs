@@ -39,7 +39,7 @@ use crate::error::{Errno, Error, Op};
 use crate::event_fd;
 use crate::method::{native_refused, CqCreate, CqDestroy};
 use crate::pd::debug_object;
-use crate::provider::rings::{CqRing, Ring, MAX_CREATE_UHW_OUT};
+use crate::provider::rings::{CqRing, Ring, Unmapped, MAX_CREATE_UHW_OUT};
 use crate::provider::{StateOf, UhwIn};
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
@@ -266,8 +266,8 @@ impl CqInner {
 /// remap failed), out of the hot path.
 #[cold]
 #[inline(never)]
-fn poll_error(ctx: &Context, errno: Errno) -> Error {
-    Error::os(Op::PollCq, &ctx.inner.device, errno)
+fn poll_error(ctx: &Context) -> Error {
+    Error::os(Op::PollCq, &ctx.inner.device, Unmapped::ERRNO)
 }
 
 /// DESTROY_CQ of `handle` through `path`.
@@ -911,7 +911,7 @@ impl CompletionQueue {
             // Acquire, under the ring lock: pairs with the store `adopt`
             // makes before it takes this lock.
             if !self.inner.routed.load(Ordering::Acquire) {
-                return ring.poll(out).map_err(|e| poll_error(ctx, e));
+                return ring.poll(out).map_err(|_| poll_error(ctx));
             }
         }
         self.poll_routed(Reader::Unowned, out)
@@ -958,9 +958,7 @@ impl CompletionQueue {
         while n < out.len() {
             let mut read = [WorkCompletion::default(); BATCH];
             let room = (out.len() - n).min(BATCH);
-            let got = ring
-                .poll(&mut read[..room])
-                .map_err(|e| poll_error(ctx, e))?;
+            let got = ring.poll(&mut read[..room]).map_err(|_| poll_error(ctx))?;
             n = routing.sort(reader, &read[..got], out, n);
             if got < room {
                 break;

@@ -1168,7 +1168,7 @@ fn queue_sends(
 
 /// Writes `wrs` into the receive ring `rq` if the QP's `state` allows
 /// receives (any but RESET), read as in [`queue_sends`].
-#[inline]
+#[inline(always)]
 fn queue_recvs(
     state: &AtomicU8,
     rq: &mut RecvQueue,

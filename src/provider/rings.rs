@@ -118,10 +118,23 @@ pub(crate) trait Ring {
     }
 }
 
+/// Why a ring cannot be polled: it is not mapped (siw after a refused
+/// destroy whose remap failed, or after a destroy through another handle):
+/// `EBADF`. The only failure of a poll, and a unit, so that a poll's answer
+/// comes back in two registers where a `Result<usize, Errno>` would come
+/// back through memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Unmapped;
+
+impl Unmapped {
+    /// The errno a poll reports for it.
+    pub(crate) const ERRNO: Errno = Errno::BADF;
+}
+
 /// A CQ's ring.
 pub(crate) trait CompletionRing: Ring {
     /// Copies up to `out.len()` completions out; no system call.
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno>;
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped>;
 
     /// Arms the CQ without a system call where the driver allows it (siw:
     /// a store to the control word; mlx5: the doorbell record and the UAR
@@ -204,10 +217,13 @@ pub(crate) struct QpRingConfig {
 }
 
 impl CqRing {
-    /// As [`CompletionRing::poll`].
-    #[inline]
-    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
-        each_ring!(self, r => r.poll(out))
+    /// As [`CompletionRing::poll`], through one out-of-line function per
+    /// driver ([`poll_ring`]): each driver's poll then saves only the
+    /// registers it needs itself, where one body of every driver's arms
+    /// saved, on rxe too, all those siw's needs.
+    #[inline(always)]
+    pub(crate) fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped> {
+        each_ring!(self, r => poll_ring(r, out))
     }
 
     /// As [`CompletionRing::arm_in_memory`].
@@ -233,6 +249,16 @@ impl CqRing {
     ) -> Result<(), Errno> {
         each_ring!(self, r => r.adopt_resized(transport, uhw, written))
     }
+}
+
+/// [`CompletionRing::poll`] of one driver's ring, never inlined into the
+/// enum's dispatch (see [`CqRing::poll`]).
+#[inline(never)]
+fn poll_ring<R: CompletionRing>(
+    ring: &mut R,
+    out: &mut [WorkCompletion],
+) -> Result<usize, Unmapped> {
+    ring.poll(out)
 }
 
 /// Each ring enum is a [`Ring`] by its variant's ring: rxe's stays mapped
@@ -262,7 +288,11 @@ impl SendQueue {
 }
 
 impl RecvQueue {
-    /// As [`RecvRing::post`].
+    /// As [`RecvRing::post`]; always inlined (the plain hint left it out of
+    /// line, with several callers), so that the driver's arm runs in the
+    /// caller's frame instead of a call that saves registers only to jump
+    /// on to the driver's writer.
+    #[inline(always)]
     pub(crate) fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         each_ring!(self, q => q.post(wrs))
     }

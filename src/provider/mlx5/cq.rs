@@ -22,7 +22,7 @@ use super::qp::WrIds;
 use super::uar::UarPage;
 use super::{DeviceBuf, Shared};
 use crate::error::Errno;
-use crate::provider::rings::{CompletionRing, Ring};
+use crate::provider::rings::{CompletionRing, Ring, Unmapped};
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
@@ -354,7 +354,7 @@ fn complete_recv(cqe: &Cqe, ids: &WrIds) -> u64 {
 impl Ring for CqRing {}
 
 impl CompletionRing for CqRing {
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped> {
         let out = WorkCompletion::as_raw_slice_mut(out);
         let mut n = 0;
         let mut consumed = false;

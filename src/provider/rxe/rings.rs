@@ -14,7 +14,7 @@ use super::queue::{Consumer, Producer, QueueMem};
 use super::wqe::{self, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN};
 use crate::command::QpType;
 use crate::error::Errno;
-use crate::provider::rings::{CompletionRing, PostFailure, RecvRing, Ring, SendRing};
+use crate::provider::rings::{CompletionRing, PostFailure, RecvRing, Ring, SendRing, Unmapped};
 use crate::transport::{SharedMapping, Transport};
 use crate::wr::{RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi as sys;
@@ -91,7 +91,7 @@ impl Ring for CqRing {}
 impl CompletionRing for CqRing {
     /// Copies completions out; no system call.
     #[inline]
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped> {
         Ok(wqe::poll(&mut self.consumer, out))
     }
 

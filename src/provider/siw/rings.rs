@@ -20,7 +20,7 @@ use zerocopy::FromBytes;
 use super::queue::{CqConsumer, LayoutError, Producer, WorkElement, CQE_LEN, CTRL_LEN};
 use super::wqe::{self, SendConfig};
 use crate::error::Errno;
-use crate::provider::rings::{CompletionRing, PostFailure, RecvRing, Ring, SendRing};
+use crate::provider::rings::{CompletionRing, PostFailure, RecvRing, Ring, SendRing, Unmapped};
 use crate::transport::{SharedMapping, Transport};
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi::{self as sys, siw_rqe, siw_sqe, SIW_INVAL_UOBJ_KEY};
@@ -242,8 +242,10 @@ ring_unmapped_before_destroy!(CqRing);
 impl CompletionRing for CqRing {
     /// Copies completions out; no system call.
     #[inline]
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Errno> {
-        Ok(wqe::poll(self.ring.view()?, out))
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped> {
+        // `view`'s one error is EBADF: the ring is not mapped.
+        let cq = self.ring.view().map_err(|_| Unmapped)?;
+        Ok(wqe::poll(cq, out))
     }
 
     /// Arms the CQ: one store to its control word; no system call.
