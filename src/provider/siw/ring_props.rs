@@ -237,7 +237,8 @@ proptest! {
                             prop_assert_eq!(rqe.id, want_id);
                             prop_assert_eq!(rqe.flags, SIW_WQE_VALID);
                             prop_assert_eq!(rqe.sge[..rqe.num_sge as usize].as_bytes(), sges[..rqe.num_sge as usize].as_bytes());
-                            prop_assert!(rqe.sge[rqe.num_sge as usize..].iter().all(|s| s.as_bytes().iter().all(|&b| b == 0)));
+                            // The SGEs past num_sge are whatever the slot
+                            // held: the kernel reads num_sge of them only.
                             want_id += 1;
                             outstanding -= 1;
                         }

@@ -566,21 +566,18 @@ fn check_recv(max: u32, wr: &RecvWr<'_>) -> Result<(), SiwPostError> {
 }
 
 /// Writes the RQE of `wr`, which [`check_recv`] accepted, into `slot`:
-/// every byte but the flags, which stay 0 (the producer publishes exactly
-/// VALID).
+/// its id, SGE count and its SGEs; the flags stay 0 (the producer publishes
+/// exactly VALID). The SGEs past the count are left as they are (zero, or
+/// an earlier receive's): the kernel reads `num_sge` of them and no more
+/// (`siw_rqe_get` copies `rqe->sge[i]` for `i < num_sge`), as rdma-core's
+/// `siw_post_recv` writes `num_sge` of them and no more.
 #[inline(always)]
 fn write_rqe(wr: &RecvWr<'_>, slot: &mut Slot<'_, siw_rqe>) -> u16 {
-    let zero = siw_sge::default();
     let sges = slot.sges();
     match wr.sges {
-        // The usual receive: its SGE stored directly, the rest zero.
-        [sge] => {
-            let [first, rest @ ..] = sges;
-            *first = to_siw_sge(sge);
-            *rest = [zero; SIW_MAX_SGE as usize - 1];
-        }
+        // The usual receive: its SGE stored directly.
+        [sge] => sges[0] = to_siw_sge(sge),
         list => {
-            *sges = [zero; SIW_MAX_SGE as usize];
             for (dst, s) in sges.iter_mut().zip(list) {
                 *dst = to_siw_sge(s);
             }
