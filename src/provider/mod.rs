@@ -23,6 +23,8 @@
 //! known only at run time, so something must list the variants; listing
 //! them once is the least code.
 
+#[cfg(all(test, not(miri)))]
+pub(crate) mod call_probe;
 pub(crate) mod driver;
 pub(crate) mod generic;
 

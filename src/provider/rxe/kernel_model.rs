@@ -57,6 +57,36 @@ impl TestRing {
         ring
     }
 
+    /// A view of a ring someone else owns (a [`SharedMapping`] of the fake
+    /// transport), laid out as [`new`](Self::new) lays one out; its header
+    /// says the slot size and index mask. Wrapped so that it is never
+    /// dropped: the memory is not this view's to free.
+    ///
+    /// # Safety
+    ///
+    /// `base` is the start of `len` bytes of live memory shaped like an rxe
+    /// queue, that stay live for as long as the view is used, and that only
+    /// user space's ring code and this view touch meanwhile.
+    ///
+    /// [`SharedMapping`]: crate::transport::SharedMapping
+    #[cfg(not(miri))]
+    pub(super) unsafe fn over_raw(base: NonNull<u8>, len: usize) -> std::mem::ManuallyDrop<Self> {
+        let word = |offset: usize| {
+            // SAFETY: the header lies inside the memory (the caller's
+            // promise) and its words are 4-aligned; Relaxed: written once
+            // before the ring was handed out.
+            unsafe { AtomicU32::from_ptr(base.as_ptr().add(offset).cast::<u32>()) }
+                .load(Ordering::Relaxed)
+        };
+        std::mem::ManuallyDrop::new(TestRing {
+            base,
+            // Never used to free (the view is never dropped).
+            layout: Layout::from_size_align(len, 64).expect("layout"),
+            log2_elem_size: word(std::mem::offset_of!(rxe_queue_buf, log2_elem_size)),
+            index_mask: word(std::mem::offset_of!(rxe_queue_buf, index_mask)),
+        })
+    }
+
     /// Start of the buffer.
     pub(super) fn base(&self) -> NonNull<u8> {
         self.base

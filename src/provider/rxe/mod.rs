@@ -19,6 +19,8 @@ pub(crate) mod rings;
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) mod wqe;
 
+#[cfg(all(test, not(miri)))]
+mod call_probe;
 #[cfg(test)]
 mod ir_probe;
 #[cfg(test)]

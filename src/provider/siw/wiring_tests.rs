@@ -1527,3 +1527,64 @@ fn cq_poll_loop() {
         );
     }
 }
+
+/// The whole `CompletionQueue::poll`, `QueuePair::post_recv` and
+/// `post_recv_exclusive` on siw, as `provider::rxe::call_probe` counts them
+/// on rxe (see [`crate::provider::call_probe`]): each iteration posts one
+/// receive, the fake kernel takes it (clears its flags: pwrite to the
+/// ring's memfd, not counted) and writes its CQE, and the poll takes that.
+#[cfg(not(miri))]
+#[test]
+#[ignore = "an instruction-count probe, run under callgrind by tools/ir-budget.sh"]
+fn siw_calls_loop() {
+    use crate::provider::call_probe::{
+        probe_poll, probe_post_recv, probe_post_recv_exclusive, ITERS,
+    };
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(NUM_CQE, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut qp = pd.create_qp(&rc_init(&cq)).unwrap();
+    qp.modify(&to_init()).unwrap();
+    let sges = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: 5,
+    }];
+    let rqe_len = std::mem::size_of::<sys::siw_rqe>() as u64;
+    let flags_at = std::mem::offset_of!(sys::siw_rqe, flags) as u64;
+    let mut wc = [WorkCompletion::default(); 1];
+    let mut n = 0u64;
+    for exclusive in [false, true] {
+        for i in 0..ITERS {
+            let wr = RecvWr {
+                wr_id: i,
+                sges: &sges,
+            };
+            let posted = match exclusive {
+                false => probe_post_recv(&qp, &wr),
+                true => probe_post_recv_exclusive(&mut qp, &wr),
+            };
+            assert!(posted);
+            // The kernel takes the RQE: its flags back to 0 (siw_rqe_get).
+            let slot = n % u64::from(NUM_RQE);
+            fake.write(RQ_KEY, slot * rqe_len + flags_at, &0u16.to_ne_bytes());
+            let cqe = sys::siw_cqe {
+                id: i,
+                flags: SIW_WQE_VALID as u8,
+                opcode: sys::SIW_OP_RECEIVE,
+                status: sys::SIW_WC_SUCCESS,
+                bytes: 64,
+                qp_id: 17,
+                ..Default::default()
+            };
+            fake.write(CQ_KEY, (n % u64::from(NUM_CQE)) * 32, cqe.as_bytes());
+            n += 1;
+            assert_eq!(probe_poll(&cq, &mut wc), 1);
+            let w = &wc[0];
+            assert_eq!(
+                (w.wr_id(), w.status(), w.opcode(), w.qp_num()),
+                (i, WcStatus::Success, Some(WcOpcode::Recv), 17)
+            );
+        }
+    }
+}

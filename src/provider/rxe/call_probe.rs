@@ -1,0 +1,132 @@
+//! Instruction-count probes of the whole public calls on rxe
+//! (`CompletionQueue::poll`, `QueuePair::post_recv` and
+//! `post_recv_exclusive`: process check, locks, QP state, ring), where
+//! [`ir_probe`](super::ir_probe) counts the ring code alone. The context
+//! runs over the recording fake, whose rings are memfd mappings; the
+//! kernel's side of each ring is [`TestRing`]'s model over that same
+//! memory, so each iteration the model consumes the posted receive and
+//! writes one completion, and the measured call finds it. Run by
+//! `tools/ir-budget.sh`, which fails when a call costs more than its budget
+//! in [`BUDGETS`](super::super::call_probe::BUDGETS).
+
+use std::ptr::NonNull;
+use std::sync::{Arc, Mutex};
+
+use zerocopy::IntoBytes;
+
+use super::kernel_model::TestRing;
+use crate::command::{QpAttr, QpState, QpType};
+use crate::provider::call_probe::{probe_poll, probe_post_recv, probe_post_recv_exclusive, ITERS};
+use crate::provider::driver::DriverId;
+use crate::qp::QpInit;
+use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
+use crate::wr::{RecvWr, Sge, WcStatus, WorkCompletion};
+use crate::{AccessFlags, Context};
+use uverbs_uapi::ib_uverbs_wc;
+
+/// The recording fake, remembering where each ring it served is mapped.
+#[derive(Debug, Default)]
+struct Mapped {
+    inner: RecordingTransport,
+    /// (base address, length) of each mapping, in the order made.
+    rings: Mutex<Vec<(usize, usize)>>,
+}
+
+// SAFETY: every call is the recording fake's; `map_queue` only notes where
+// the mapping it returns lies.
+unsafe impl Transport for Mapped {
+    fn kind(&self) -> TransportKind {
+        self.inner.kind()
+    }
+
+    unsafe fn execute(&self, cmd: &mut RawCommand<'_>) -> Result<usize, crate::error::Errno> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.execute(cmd) }
+    }
+
+    unsafe fn invoke(
+        &self,
+        frame: &mut crate::transport::frame::IoctlFrame,
+    ) -> Result<(), crate::error::Errno> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.inner.invoke(frame) }
+    }
+
+    unsafe fn map_queue(
+        &self,
+        offset: u64,
+        len: usize,
+    ) -> Result<SharedMapping, crate::error::Errno> {
+        // SAFETY: the caller's promise, passed on.
+        let mapping = unsafe { self.inner.map_queue(offset, len) }?;
+        self.rings
+            .lock()
+            .unwrap()
+            .push((mapping.as_ptr().as_ptr() as usize, mapping.len()));
+        Ok(mapping)
+    }
+}
+
+#[test]
+#[ignore = "an instruction-count probe, run under callgrind by tools/ir-budget.sh"]
+fn rxe_calls_loop() {
+    let fake = Arc::new(Mapped::default());
+    fake.inner.serve_rings();
+    let ctx = Context::over_fake(Some(DriverId::RXE), Box::new(fake.clone()));
+    let cq = ctx.create_cq(16, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
+    let init = QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(1)
+        .access_flags(AccessFlags::LOCAL_WRITE);
+    qp.modify(&init).unwrap();
+    let rings = fake.rings.lock().unwrap().clone();
+    // The CQ's ring is mapped first, then the QP's receive ring (rxe maps
+    // the RQ before the SQ).
+    let [(cq_base, cq_len), (rq_base, rq_len), ..] = rings[..] else {
+        panic!("rings mapped: {rings:?}");
+    };
+    // SAFETY: both are rings the fake served and the CQ and QP keep mapped
+    // until the end of the test; only their ring code and these views
+    // touch them.
+    let (cq_ring, rq_ring) = unsafe {
+        (
+            TestRing::over_raw(NonNull::new(cq_base as *mut u8).unwrap(), cq_len),
+            TestRing::over_raw(NonNull::new(rq_base as *mut u8).unwrap(), rq_len),
+        )
+    };
+    let mut kernel_cq = cq_ring.kernel_producer();
+    let mut kernel_rq = rq_ring.kernel_consumer();
+    let sges = [Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: 5,
+    }];
+    let mut out = [WorkCompletion::default(); 1];
+    for exclusive in [false, true] {
+        for i in 0..ITERS {
+            let wr = RecvWr {
+                wr_id: i,
+                sges: &sges,
+            };
+            let posted = match exclusive {
+                false => probe_post_recv(&qp, &wr),
+                true => probe_post_recv_exclusive(&mut qp, &wr),
+            };
+            assert!(posted);
+            assert_eq!(kernel_rq.flush(), 1);
+            let wc = ib_uverbs_wc {
+                wr_id: i,
+                opcode: 128, // IB_UVERBS_WC_RECV
+                byte_len: 64,
+                qp_num: 17,
+                ..Default::default()
+            };
+            assert!(kernel_cq.push(wc.as_bytes()));
+            assert_eq!(probe_poll(&cq, &mut out), 1);
+            assert_eq!((out[0].wr_id(), out[0].status()), (i, WcStatus::Success));
+        }
+    }
+}
