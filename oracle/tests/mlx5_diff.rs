@@ -222,62 +222,6 @@ mod linked {
         b
     }
 
-    /// A work completion as compared: libibverbs' fields.
-    #[derive(Debug, PartialEq)]
-    struct Wc {
-        wr_id: u64,
-        status: u32,
-        opcode: u32,
-        vendor_err: u32,
-        byte_len: u32,
-        imm_data: u32,
-        qp_num: u32,
-        src_qp: u32,
-        wc_flags: u32,
-        pkey_index: u16,
-        slid: u16,
-        sl: u8,
-        dlid_path_bits: u8,
-    }
-
-    fn theirs_wc(w: &IbvWc) -> Wc {
-        Wc {
-            wr_id: w.wr_id,
-            status: w.status,
-            opcode: w.opcode,
-            vendor_err: w.vendor_err,
-            byte_len: w.byte_len,
-            imm_data: w.imm_data,
-            qp_num: w.qp_num,
-            src_qp: w.src_qp,
-            wc_flags: w.wc_flags,
-            pkey_index: w.pkey_index,
-            slid: w.slid,
-            sl: w.sl,
-            dlid_path_bits: w.dlid_path_bits,
-        }
-    }
-
-    fn ours_wc(w: &WorkCompletion) -> Wc {
-        let r = w.as_raw();
-        Wc {
-            wr_id: r.wr_id,
-            status: r.status,
-            opcode: r.opcode,
-            vendor_err: r.vendor_err,
-            byte_len: r.byte_len,
-            imm_data: r.ex,
-            qp_num: r.qp_num,
-            src_qp: r.src_qp,
-            // The kernel's flags as libibverbs': WITH_INVALIDATE 4 is 8.
-            wc_flags: (r.wc_flags & 3) | if r.wc_flags & 4 != 0 { 8 } else { 0 },
-            pkey_index: r.pkey_index,
-            slid: r.slid,
-            sl: r.sl,
-            dlid_path_bits: r.dlid_path_bits,
-        }
-    }
-
     /// libmlx5's side.
     struct Theirs {
         ctx: *mut c_void,
