@@ -523,6 +523,14 @@ pub(crate) const fn ring_test_len(n: u64, under_miri: u64) -> u64 {
     }
 }
 
+/// How long a two-thread ring test waits for the other side before it
+/// calls the ring hung. A missed doorbell hangs for ever, so any bound
+/// catches it; this one is long enough for the VM's emulated CPUs under the
+/// fork-forced configuration, where 40,000 one-slot handshakes once took
+/// more than a minute (CI of 2026-12-06, passed on its second attempt).
+#[cfg(test)]
+pub(crate) const RING_TEST_PATIENCE: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// The one SGE of the instruction-count probes' WRITEs (rxe's and siw's
 /// `ir_probe`): 64 bytes at 0x1000, lkey 7.
 #[cfg(test)]

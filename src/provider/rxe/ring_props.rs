@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use proptest::prelude::*;
 use zerocopy::{FromBytes, IntoBytes};
@@ -925,7 +925,7 @@ fn on_two_threads(kernel: fn(&TestRing, u64, Instant), user: fn(&TestRing, u64, 
     for log2 in [6u32, 7, 8] {
         let ring = TestRing::new(log2, 16);
         let total = crate::provider::ring_test_len(50_000, 120);
-        let deadline = Instant::now() + Duration::from_secs(60);
+        let deadline = Instant::now() + crate::provider::RING_TEST_PATIENCE;
         std::thread::scope(|s| {
             let kernel = s.spawn(|| kernel(&ring, total, deadline));
             user(&ring, total, deadline);
