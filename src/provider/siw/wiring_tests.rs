@@ -1486,6 +1486,7 @@ fn a_refusal_by_an_ended_task_hands_the_qp_back_while_another_task_polls() {
 
 /// The measured poll of [`cq_poll_loop`]: not inlined, so callgrind can
 /// name it.
+#[cfg(not(miri))]
 #[inline(never)]
 fn probe_cq_poll(cq: &CompletionQueue, out: &mut [WorkCompletion]) -> usize {
     cq.poll(out).unwrap_or(0)
