@@ -468,7 +468,7 @@ mod linked {
         if n == 1 && m == 1 {
             s.check(
                 &format!("{what}: work completion"),
-                theirs_wc(&theirs),
+                theirs,
                 ours_wc(&ours[0]),
             );
         }

@@ -156,9 +156,10 @@ pub struct IbvRecvWr {
     pub num_sge: c_int,
 }
 
-/// `pub struct ibv_wc`.
+/// `pub struct ibv_wc` (compared field by field with uverbs' completions:
+/// [`ours_wc`]).
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct IbvWc {
     pub wr_id: u64,
     pub status: u32,
@@ -385,47 +386,10 @@ pub fn register_mlx5() {
     };
 }
 
-/// A work completion as compared: libibverbs' fields.
-#[derive(Debug, PartialEq)]
-pub struct Wc {
-    pub wr_id: u64,
-    pub status: u32,
-    pub opcode: u32,
-    pub vendor_err: u32,
-    pub byte_len: u32,
-    pub imm_data: u32,
-    pub qp_num: u32,
-    pub src_qp: u32,
-    pub wc_flags: u32,
-    pub pkey_index: u16,
-    pub slid: u16,
-    pub sl: u8,
-    pub dlid_path_bits: u8,
-}
-
-/// libibverbs' completion as compared.
-pub fn theirs_wc(w: &IbvWc) -> Wc {
-    Wc {
-        wr_id: w.wr_id,
-        status: w.status,
-        opcode: w.opcode,
-        vendor_err: w.vendor_err,
-        byte_len: w.byte_len,
-        imm_data: w.imm_data,
-        qp_num: w.qp_num,
-        src_qp: w.src_qp,
-        wc_flags: w.wc_flags,
-        pkey_index: w.pkey_index,
-        slid: w.slid,
-        sl: w.sl,
-        dlid_path_bits: w.dlid_path_bits,
-    }
-}
-
-/// uverbs' completion as compared.
-pub fn ours_wc(w: &uverbs::WorkCompletion) -> Wc {
+/// uverbs' completion as libibverbs reports it, for comparison.
+pub fn ours_wc(w: &uverbs::WorkCompletion) -> IbvWc {
     let r = w.as_raw();
-    Wc {
+    IbvWc {
         wr_id: r.wr_id,
         status: r.status,
         opcode: r.opcode,
