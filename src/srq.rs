@@ -466,31 +466,28 @@ impl SharedReceiveQueue {
     /// neither read nor written by the program.
     #[doc(alias = "ibv_post_srq_recv")]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe { self.post(wrs, false) }
+    }
+
+    /// Posts `wrs` to the ring after the checks every post makes (the
+    /// process first); a caller that is not the SRQ's owner (`by_owner`
+    /// false) is refused on an owned SRQ.
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_recv`](Self::post_recv).
+    pub(crate) unsafe fn post(&self, wrs: &[RecvWr<'_>], by_owner: bool) -> Result<(), Error> {
         let ctx = self.inner.ctx();
         if !self.inner.origin.is_current() {
             return Err(ctx.foreign_process(Op::PostSrqRecv));
         }
-        if self.inner.is_owned() {
+        if !by_owner && self.inner.is_owned() {
             return Err(Error::input(
                 Op::PostSrqRecv,
                 &ctx.inner.device,
                 "the SRQ belongs to an OwnedSrq: post through it",
             ));
-        }
-        // SAFETY: forwarded to the caller.
-        unsafe { self.post_unowned(wrs) }
-    }
-
-    /// [`post_recv`](Self::post_recv) without the owner check: for the
-    /// owner itself.
-    ///
-    /// # Safety
-    ///
-    /// As for [`post_recv`](Self::post_recv).
-    pub(crate) unsafe fn post_unowned(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        let ctx = self.inner.ctx();
-        if !self.inner.origin.is_current() {
-            return Err(ctx.foreign_process(Op::PostSrqRecv));
         }
         self.inner
             .ring

@@ -147,7 +147,7 @@ impl<M: DeviceReadable + Send + 'static> OwnedSrq<M> {
         // other post can carry this table's ids: raw SRQ posts are refused,
         // raw sends on its QPs may not set the tag bit) or the SRQ is
         // destroyed (the drop leaves the table with the SRQ until then).
-        if let Err(error) = unsafe { self.srq().post_unowned(std::slice::from_ref(&wr)) } {
+        if let Err(error) = unsafe { self.srq().post(std::slice::from_ref(&wr), true) } {
             return Err(PostRefused { request, error });
         }
         t.push(Entry::recv(wr.wr_id, request.wr_id, request.local));
