@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         // One receive before each SEND (on iWARP a SEND that finds none
         // breaks the connection).
         let recv = RecvRequest::new(i, Local::whole(inbox));
-        pair.b.post_recv(recv).map_err(|refused| refused.error)?;
+        pair.b.post_recv(recv)?;
         outbox.buffer_mut()[..8].copy_from_slice(&i.to_le_bytes());
         pair.a
             .post_send(SendRequest::send(i, Local::whole(outbox)))?;

@@ -607,7 +607,7 @@ fn check_rc(
         let map = || MmapMut::map_anon(4096);
         let inbox = pd.reg_buffer(map()?, AccessFlags::LOCAL_WRITE)?;
         let posted = pair.b.post_recv(RecvRequest::new(1, Local::whole(inbox)));
-        posted.map_err(|refused| refused.error)?;
+        posted?;
         let out = match out {
             Some(out) => out,
             None => {
@@ -668,7 +668,7 @@ fn check_ud(
         return;
     };
     let run = || -> Result<usize, Box<dyn Error>> {
-        let qp: OwnedQp<Mem> = OwnedQp::new(qp).map_err(|refused| refused.error)?;
+        let qp: OwnedQp<Mem> = OwnedQp::new(qp)?;
         let init = QpAttr::new().state(QpState::Init).pkey_index(0).port(1);
         qp.modify(&init.qkey(QKEY))?;
         qp.modify(&QpAttr::new().state(QpState::Rtr))?;
@@ -677,8 +677,7 @@ fn check_ud(
             Ok(pd.reg_buffer(MmapMut::map_anon(4096)?, AccessFlags::LOCAL_WRITE)?)
         };
         let inbox = Local::slice(buffer()?, 0..GRH + MESSAGE.len())?;
-        qp.post_recv(RecvRequest::new(1, inbox))
-            .map_err(|refused| refused.error)?;
+        qp.post_recv(RecvRequest::new(1, inbox))?;
         let mut out = buffer()?;
         out.buffer_mut()[..MESSAGE.len()].copy_from_slice(MESSAGE);
         let send = SendRequest::send(2, Local::slice(out, 0..MESSAGE.len())?);

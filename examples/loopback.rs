@@ -45,7 +45,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // B's receive: the buffer belongs to the request until it completes.
     let inbox = pd.reg_buffer(map()?, AccessFlags::LOCAL_WRITE)?;
     let posted = pair.b.post_recv(RecvRequest::new(1, Local::whole(inbox)));
-    posted.map_err(|refused| refused.error)?;
+    posted?;
 
     let mut out = pd.reg_buffer(map()?, AccessFlags::LOCAL_WRITE)?;
     out.buffer_mut()[..MESSAGE.len()].copy_from_slice(MESSAGE);

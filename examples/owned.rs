@@ -47,7 +47,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut free: Vec<Mem> = (0..POOL).map(|_| buffer()).collect::<Result<_, _>>()?;
     for id in 0..POOL {
         let recv = RecvRequest::new(id, Local::whole(buffer()?));
-        pair.b.post_recv(recv).map_err(|refused| refused.error)?;
+        pair.b.post_recv(recv)?;
     }
 
     let (mut sent, mut received, mut done) = (0, 0, Vec::new());
@@ -86,7 +86,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
             received += 1;
             let recv = RecvRequest::new(wr_id, Local::whole(mem));
-            pair.b.post_recv(recv).map_err(|refused| refused.error)?;
+            pair.b.post_recv(recv)?;
         }
     }
 

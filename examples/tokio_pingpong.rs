@@ -81,10 +81,9 @@ fn side(id: &AsyncCmId, busy_poll: u32) -> Result<Side> {
     let ctx = dev.open()?;
     let pd = ctx.alloc_pd()?;
     let cq = AsyncCq::with_options(&ctx, &AsyncCqOptions::new(16).busy_poll(busy_poll))?;
-    let qp = OwnedQp::new(pd.create_qp(&QpInit::new(QpType::Rc, cq.cq(), cq.cq()))?)
-        .map_err(|e| e.error)?;
+    let qp = OwnedQp::new(pd.create_qp(&QpInit::new(QpType::Rc, cq.cq(), cq.cq()))?)?;
     qp.modify(&id.init_qp_attr(QpState::Init)?)?;
-    let qp = AsyncQp::new(qp, &[&cq]).map_err(|e| e.error)?;
+    let qp = AsyncQp::new(qp, &[&cq])?;
     Ok(Side {
         qp,
         _cq: cq,

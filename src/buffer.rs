@@ -308,6 +308,18 @@ impl<B: StableBuffer, M> Retargeted<B, M> {
 }
 
 impl<B: StableBuffer, M: fmt::Debug> RetargetError<B, M> {
+    /// Why: the outcome (also the field `error`; re-registration's errors
+    /// are [`ReregError`]s, not [`Error`]s).
+    pub fn error(&self) -> &ReregError {
+        &self.error
+    }
+
+    /// The outcome, dropping both buffers (a region still holding one
+    /// deregisters it as its drop does).
+    pub fn into_error(self) -> ReregError {
+        self.error
+    }
+
     /// The same, with the kept region (if any) wrapped by `f`.
     pub(crate) fn map_region<N: fmt::Debug>(self, f: impl FnOnce(M) -> N) -> RetargetError<B, N> {
         let buffers = match self.buffers {

@@ -29,6 +29,33 @@ pub struct Device {
 }
 
 impl Device {
+    /// The device named `name` (`rxe0`, `mlx5_0`), or
+    /// [`Error::NoDevice`] naming those there are, with what to check.
+    ///
+    /// ```no_run
+    /// let ctx = uverbs::Device::by_name("rxe0")?.open()?;
+    /// # Ok::<(), uverbs::Error>(())
+    /// ```
+    pub fn by_name(name: &str) -> Result<Device, Error> {
+        let all = devices()?;
+        let names = all.iter().map(|d| d.name.to_string()).collect();
+        all.into_iter()
+            .find(|d| &*d.name == name)
+            .ok_or_else(|| Error::NoDevice {
+                wanted: Some(name.to_owned()),
+                found: names,
+            })
+    }
+
+    /// The first device [`devices`] lists, or [`Error::NoDevice`] (whose
+    /// message says how to add a soft device) when there is none.
+    pub fn first() -> Result<Device, Error> {
+        devices()?.into_iter().next().ok_or(Error::NoDevice {
+            wanted: None,
+            found: Vec::new(),
+        })
+    }
+
     /// The RDMA device name (`rxe0`, `siw0`, `mlx5_0`), sysfs `ibdev`.
     #[doc(alias = "ibv_get_device_name")]
     pub fn name(&self) -> &str {

@@ -294,11 +294,18 @@ fn errno_name(raw: i32) -> Option<&'static str> {
 
 /// An error from any operation of this crate except re-registration, which
 /// has its own [`ReregError`].
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Display` names the operation, the device and the errno, and for
+/// the errors of a first hour with RDMA (no `rdma_ucm`, no device, no
+/// permission on the device file, a low locked-memory limit) says what to
+/// check. Its `Debug`, which `fn main() -> Result<(), Box<dyn Error>>`
+/// prints, leads with that message and adds the variant and its fields;
+/// `{:#?}` shows the fields alone.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The kernel (or the operating system) refused the operation.
-    #[error("{op} on {device}: {}", ErrnoDisplay(*errno))]
+    #[error("{op} on {device}: {}{}", ErrnoDisplay(*errno), Hint::for_errno(*op, *errno))]
     Os {
         /// What was being done.
         op: Op,
@@ -450,6 +457,263 @@ pub enum Error {
         /// What the answer lacks.
         what: &'static str,
     },
+    /// No RDMA device of that name, or none at all
+    /// ([`Device::by_name`](crate::Device::by_name),
+    /// [`Device::first`](crate::Device::first)). The errno is `ENODEV`.
+    #[error("{}{}", NoDeviceDisplay { wanted: wanted.as_deref(), found }, Hint::NoDevice)]
+    NoDevice {
+        /// The name asked for; `None` when any device would have done.
+        wanted: Option<String>,
+        /// The devices there are.
+        found: Vec<String>,
+    },
+    /// Nothing came within the time given
+    /// ([`OwnedQp::wait`](crate::OwnedQp::wait)). The errno is
+    /// `ETIMEDOUT`.
+    #[error("{op} on {device}: nothing came within {after:?}")]
+    TimedOut {
+        /// What was being waited for.
+        op: Op,
+        /// The device (`rxe0`, …).
+        device: Arc<str>,
+        /// How long was waited.
+        after: std::time::Duration,
+    },
+}
+
+/// `{:?}` leads with the message; `{:#?}` is the fields alone.
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            return self.fields(f);
+        }
+        write!(f, "{self} [")?;
+        self.fields(f)?;
+        f.write_str("]")
+    }
+}
+
+impl Error {
+    /// The variant and its fields, as a derived `Debug` would print them.
+    fn fields(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let errno = |e: &Errno| ErrnoName(*e);
+        match self {
+            Error::Os {
+                op,
+                device,
+                errno: e,
+            } => f
+                .debug_struct("Os")
+                .field("op", op)
+                .field("device", device)
+                .field("errno", &errno(e))
+                .finish(),
+            Error::ForkSafety {
+                op,
+                device,
+                errno: e,
+            } => f
+                .debug_struct("ForkSafety")
+                .field("op", op)
+                .field("device", device)
+                .field("errno", &errno(e))
+                .finish(),
+            Error::InvalidInput { op, device, reason } => f
+                .debug_struct("InvalidInput")
+                .field("op", op)
+                .field("device", device)
+                .field("reason", reason)
+                .finish(),
+            Error::Sysfs { op, path, error } => f
+                .debug_struct("Sysfs")
+                .field("op", op)
+                .field("path", path)
+                .field("error", error)
+                .finish(),
+            Error::Abi {
+                op,
+                device,
+                what,
+                found,
+                supported,
+            } => f
+                .debug_struct("Abi")
+                .field("op", op)
+                .field("device", device)
+                .field("what", what)
+                .field("found", found)
+                .field("supported", supported)
+                .finish(),
+            Error::ForeignProcess { op, device } => f
+                .debug_struct("ForeignProcess")
+                .field("op", op)
+                .field("device", device)
+                .finish(),
+            Error::WrongCharDevice {
+                op,
+                device,
+                path,
+                found,
+                expected,
+            } => f
+                .debug_struct("WrongCharDevice")
+                .field("op", op)
+                .field("device", device)
+                .field("path", path)
+                .field("found", found)
+                .field("expected", expected)
+                .finish(),
+            Error::Post {
+                op,
+                device,
+                index,
+                why,
+            } => f
+                .debug_struct("Post")
+                .field("op", op)
+                .field("device", device)
+                .field("index", index)
+                .field("why", why)
+                .finish(),
+            Error::QpTransition {
+                op,
+                device,
+                verdict,
+            } => f
+                .debug_struct("QpTransition")
+                .field("op", op)
+                .field("device", device)
+                .field("verdict", verdict)
+                .finish(),
+            Error::Doorbell {
+                op,
+                device,
+                errno: e,
+            } => f
+                .debug_struct("Doorbell")
+                .field("op", op)
+                .field("device", device)
+                .field("errno", &errno(e))
+                .finish(),
+            Error::Unsupported { op, device, reason } => f
+                .debug_struct("Unsupported")
+                .field("op", op)
+                .field("device", device)
+                .field("reason", reason)
+                .finish(),
+            Error::NotReported { op, device, what } => f
+                .debug_struct("NotReported")
+                .field("op", op)
+                .field("device", device)
+                .field("what", what)
+                .finish(),
+            Error::NoDevice { wanted, found } => f
+                .debug_struct("NoDevice")
+                .field("wanted", wanted)
+                .field("found", found)
+                .finish(),
+            Error::TimedOut { op, device, after } => f
+                .debug_struct("TimedOut")
+                .field("op", op)
+                .field("device", device)
+                .field("after", after)
+                .finish(),
+        }
+    }
+}
+
+/// An errno in a `Debug`: its symbolic name where known (`ENOENT`).
+struct ErrnoName(Errno);
+
+impl fmt::Debug for ErrnoName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let raw = self.0.raw_os_error();
+        match errno_name(raw) {
+            Some(name) => f.write_str(name),
+            None => write!(f, "errno {raw}"),
+        }
+    }
+}
+
+/// [`Error::NoDevice`]'s message without its hint.
+struct NoDeviceDisplay<'a> {
+    wanted: Option<&'a str>,
+    found: &'a [String],
+}
+
+impl fmt::Display for NoDeviceDisplay<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.wanted {
+            Some(name) => write!(f, "no RDMA device named {name}")?,
+            None => f.write_str("no RDMA device")?,
+        }
+        match self.found {
+            [] => f.write_str(" (there is none)"),
+            found => write!(f, " (there are: {})", found.join(", ")),
+        }
+    }
+}
+
+/// What to check after the failures a first hour with RDMA meets: written
+/// after the message as `; check: …`, or nothing.
+enum Hint {
+    None,
+    NoRdmaCm,
+    NoCmPermission,
+    NoUverbsFile,
+    NoUverbsPermission,
+    Memlock,
+    NoDevice,
+}
+
+impl Hint {
+    fn for_errno(op: Op, errno: Errno) -> Hint {
+        let missing = [Errno::NOENT, Errno::NODEV, Errno::NXIO].contains(&errno);
+        let denied = [Errno::ACCESS, Errno::PERM].contains(&errno);
+        match op {
+            Op::CmOpen if missing => Hint::NoRdmaCm,
+            Op::CmOpen if denied => Hint::NoCmPermission,
+            Op::Open if missing => Hint::NoUverbsFile,
+            Op::Open if denied => Hint::NoUverbsPermission,
+            // ib_umem_get's answer when the pinned pages would pass the
+            // limit (and the process lacks CAP_IPC_LOCK).
+            Op::RegMr | Op::ReregMr if errno == Errno::NOMEM => Hint::Memlock,
+            _ => Hint::None,
+        }
+    }
+}
+
+impl fmt::Display for Hint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            Hint::None => return Ok(()),
+            Hint::NoRdmaCm => "is the rdma_ucm module loaded? (`modprobe rdma_ucm`)",
+            Hint::NoCmPermission => {
+                "the user may not open /dev/infiniband/rdma_cm (its mode and group, usually set by udev)"
+            }
+            Hint::NoUverbsFile => {
+                "is ib_uverbs loaded, and is the device still there? (`modprobe ib_uverbs`, `rdma link`)"
+            }
+            Hint::NoUverbsPermission => {
+                "the user may not open /dev/infiniband/uverbsN: see its mode and group (often `rdma`), set by udev"
+            }
+            Hint::Memlock => {
+                let limit = rustix::process::getrlimit(rustix::process::Resource::Memlock).current;
+                return match limit {
+                    Some(bytes) => write!(
+                        f,
+                        "; check: registered memory counts against the locked-memory limit, {} KiB here (`ulimit -l`, RLIMIT_MEMLOCK)",
+                        bytes / 1024
+                    ),
+                    None => f.write_str("; check: the locked-memory limit (`ulimit -l`, RLIMIT_MEMLOCK)"),
+                };
+            }
+            Hint::NoDevice => {
+                "is a driver loaded? A soft device needs no hardware: `modprobe rdma_rxe` and `rdma link add rxe0 type rxe netdev eth0` (or `modprobe siw`, `type siw`)"
+            }
+        };
+        write!(f, "; check: {text}")
+    }
 }
 
 impl Error {
@@ -483,7 +747,9 @@ impl Error {
             | Error::QpTransition { op, .. }
             | Error::Unsupported { op, .. }
             | Error::NotReported { op, .. }
+            | Error::TimedOut { op, .. }
             | Error::Doorbell { op, .. } => *op,
+            Error::NoDevice { .. } => Op::ListDevices,
         }
     }
 
@@ -501,8 +767,57 @@ impl Error {
             Error::Post { why, .. } => Some(why.errno()),
             Error::QpTransition { .. } => Some(Errno::INVAL),
             Error::NotReported { .. } | Error::Unsupported { .. } => Some(Errno::OPNOTSUPP),
+            Error::NoDevice { .. } => Some(Errno::NODEV),
+            Error::TimedOut { .. } => Some(Errno::TIMEDOUT),
         }
     }
+}
+
+/// The refusals that hand an object back with an [`Error`] (its `error`
+/// field): one accessor for all of them, `error()` and `into_error()`, and
+/// `?` into [`Error`] (dropping what came back, which releases it as its
+/// drop does).
+macro_rules! hands_back_with_error {
+    ($( [$($g:tt)*] $t:ty, $what:literal; )*) => {$(
+        impl<$($g)*> $t {
+            /// Why: the error (also the field `error`).
+            pub fn error(&self) -> &Error {
+                &self.error
+            }
+
+            #[doc = concat!("The error, dropping ", $what, ".")]
+            pub fn into_error(self) -> Error {
+                self.error
+            }
+        }
+
+        #[doc = concat!("For `?`: the error, dropping ", $what, ".")]
+        impl<$($g)*> From<$t> for Error {
+            fn from(e: $t) -> Error {
+                e.error
+            }
+        }
+    )*};
+}
+// For `uverbs::tokio`'s refusal.
+#[cfg(feature = "tokio")]
+pub(crate) use hands_back_with_error;
+
+hands_back_with_error! {
+    [] crate::DeregError, "the region (which tries the deregistration again)";
+    [] crate::DeallocError, "the PD (which tries the deallocation again)";
+    [] crate::DestroyCqError, "the CQ (which tries the destroy again)";
+    [] crate::DestroyQpError, "the QP (which tries the destroy again)";
+    [] crate::DestroySrqError, "the SRQ (which tries the destroy again)";
+    [] crate::mr::RegDmabufError, "the DMA-BUF (which closes it)";
+    [] crate::NotOwnable, "the queue pair";
+    [] crate::SrqNotOwnable, "the SRQ";
+    [B] crate::RegBufferError<B>, "the buffer";
+    [B: crate::StableBuffer] crate::BufferDeregError<B>, "the region (which tries again, and leaks the buffer if that fails)";
+    [B: crate::StableBuffer] crate::RemoteDeregError<B>, "the region (which tries again, and leaks the buffer if that fails)";
+    [T] crate::PostRefused<T>, "the request";
+    [Q] crate::NotDestroyed<Q>, "the queue pair (whose drop destroys it, freeing what it held)";
+    [M: Send + 'static] crate::OwnedSrqNotDestroyed<M>, "the SRQ's owner (whose drop leaves the buffers with the SRQ until it is destroyed)";
 }
 
 /// The `std::io::ErrorKind` an errno stands for (`EAGAIN` is `WouldBlock`,
@@ -783,6 +1098,27 @@ mod tests {
 
     /// Message or `source()`, never both: a chain printer (anyhow's
     /// `{:#}`) would otherwise say the reason twice.
+    #[test]
+    fn a_refused_post_reads_the_same_way_as_any_refusal() {
+        let refused = crate::PostRefused {
+            request: 7u32,
+            error: Error::Unsupported {
+                op: Op::PostSend,
+                device: Arc::from("rxe0"),
+                reason: "a test",
+            },
+        };
+        assert_eq!(refused.error().errno(), Some(Errno::OPNOTSUPP));
+        let send = crate::PostSendError::Refused(refused);
+        assert_eq!(send.error().op(), Op::PostSend);
+        let through_question_mark = || -> Result<(), Error> { Err(send)? };
+        let e = through_question_mark().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "post_send on rxe0: not supported here: a test"
+        );
+    }
+
     #[test]
     fn reasons_are_in_the_message_and_not_again_as_a_source() {
         use std::error::Error as _;

@@ -34,14 +34,14 @@
 //! let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
 //! // The memory the QPs' requests own: mappings (see below).
 //! type Qp = OwnedQp<BufferMr<MmapMut>>;
-//! let qp = || Qp::new(pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?).map_err(|e| e.error);
+//! let qp = || -> Result<Qp, uverbs::Error> { Ok(Qp::new(pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?)?) };
 //! let (a, b) = (qp()?, qp()?);
 //! // RESET -> INIT -> RTR -> RTS, each towards the other, over GID 0.
 //! RcConnect::new(Mtu::Mtu1024).connect_pair(&a, &b, ctx.query_gid(1, 0)?)?;
 //! // Registered memory from mmap, not the heap: with fork safety on, a
 //! // registered heap page is not in a forked child (MADV_DONTFORK).
 //! let inbox = pd.reg_buffer(MmapMut::map_anon(64)?, AccessFlags::LOCAL_WRITE)?;
-//! b.post_recv(RecvRequest::new(1, Local::whole(inbox))).map_err(|r| r.error)?;
+//! b.post_recv(RecvRequest::new(1, Local::whole(inbox)))?;
 //! let mut hello = MmapMut::map_anon(5)?;
 //! hello.copy_from_slice(b"hello");
 //! let hello = pd.reg_buffer(hello, AccessFlags::LOCAL_WRITE)?;

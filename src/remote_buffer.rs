@@ -62,7 +62,7 @@ use crate::pd::ProtectionDomain;
 /// let mut payload = [0u8; 64];
 /// target.copy_out(0, &mut payload)?;
 /// // Plain bytes again only once deregistered:
-/// let bytes: Vec<u8> = target.dereg().map_err(|e| e.error)?;
+/// let bytes: Vec<u8> = target.dereg()?;
 /// # Ok(()) }
 /// ```
 ///

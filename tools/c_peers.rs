@@ -648,8 +648,7 @@ fn connect(
     let iwarp = is_iwarp(ctx);
     to(id, &qp, QpState::Init)?;
     // The receive first, as rdma_client posts it before rdma_connect.
-    qp.post_recv(RecvRequest::new(0, Local::whole(buffer(pd, MSG, 0xff)?)))
-        .map_err(|r| r.error)?;
+    qp.post_recv(RecvRequest::new(0, Local::whole(buffer(pd, MSG, 0xff)?)))?;
     match id.connect(&ConnParam::new(qp.qp_num())) {
         Ok(()) => {}
         // iWARP connects the TCP stream in the call.
@@ -706,8 +705,7 @@ fn rdma_client(opts: &Options) -> Result<()> {
     to(&id, &qp, QpState::Rtr)?;
     to(&id, &qp, QpState::Rts)?;
     // As rdma_server: the receive posted before the accept.
-    qp.post_recv(RecvRequest::new(0, Local::whole(buffer(&pd, MSG, 0xff)?)))
-        .map_err(|r| r.error)?;
+    qp.post_recv(RecvRequest::new(0, Local::whole(buffer(&pd, MSG, 0xff)?)))?;
     id.accept(&ConnParam::new(qp.qp_num()))?;
     let ev = next(&ch, "accept")?;
     if !matches!(ev.kind, EventKind::Established(_)) {

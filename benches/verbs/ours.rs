@@ -174,7 +174,7 @@ fn reg_ops<'a>(
         let t = Instant::now();
         let mr = reg()?;
         let d = t.elapsed();
-        mr.dereg().map_err(|e| e.error)?;
+        mr.dereg()?;
         Ok(d)
     }) {
         Ok(s) => c.report(None, &s),
@@ -184,7 +184,7 @@ fn reg_ops<'a>(
     match measure(budget, || -> Result<Duration, Error> {
         let mr = reg()?;
         let t = Instant::now();
-        mr.dereg().map_err(|e| e.error)?;
+        mr.dereg()?;
         Ok(t.elapsed())
     }) {
         Ok(s) => c.report(None, &s),
@@ -194,7 +194,7 @@ fn reg_ops<'a>(
     match measure(budget, || -> Result<Duration, Error> {
         let t = Instant::now();
         let mr = reg()?;
-        mr.dereg().map_err(|e| e.error)?;
+        mr.dereg()?;
         Ok(t.elapsed())
     }) {
         Ok(s) => c.report(None, &s),

@@ -100,7 +100,7 @@ pub fn connect<M: DeviceReadable + Send>(
 
     let qp = |cq| -> Result<OwnedQp<M>, Box<dyn Error>> {
         let qp = pd.create_qp(&QpInit::new(QpType::Rc, cq, cq))?;
-        Ok(OwnedQp::new(qp).map_err(|refused| refused.error)?)
+        Ok(OwnedQp::new(qp)?)
     };
     let (a, b) = (qp(cq_a)?, qp(cq_b)?);
     // Each call returns when its side is connected, so the two sides run

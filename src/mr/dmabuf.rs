@@ -181,12 +181,6 @@ pub struct RegDmabufError {
     pub error: Error,
 }
 
-impl From<RegDmabufError> for Error {
-    fn from(e: RegDmabufError) -> Error {
-        e.error
-    }
-}
-
 /// The access a DMA-BUF region may have: the kernel refuses any other
 /// bit with `EINVAL`.
 const DMABUF_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE

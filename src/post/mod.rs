@@ -529,10 +529,10 @@ fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 /// let pd = ctx.alloc_pd()?;
 /// let cq = ctx.create_cq(64, None)?;
 /// let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?;
-/// let qp: OwnedQp<BufferMr<Vec<u8>>> = OwnedQp::new(qp).map_err(|refused| refused.error)?;
+/// let qp: OwnedQp<BufferMr<Vec<u8>>> = OwnedQp::new(qp)?;
 /// // ... connect it (qp.modify to INIT, RTR, RTS) ...
 /// let buf = pd.reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
-/// qp.post_recv(RecvRequest::new(7, Local::whole(buf))).map_err(|r| r.error)?;
+/// qp.post_recv(RecvRequest::new(7, Local::whole(buf)))?;
 /// // `buf` is gone from our hands until its completion:
 /// let mut done = Vec::new();
 /// while done.is_empty() {
@@ -948,7 +948,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
     /// let mut back = Vec::new();
     /// if qp.flush(Duration::from_secs(1), &mut back).is_err() {
     ///     // Some requests never completed (siw after its stream closed).
-    ///     qp.destroy(&mut back).map_err(|e| e.error)?;
+    ///     qp.destroy(&mut back)?;
     /// }
     /// // Every request's memory is in `back` now.
     /// # Ok(()) }

@@ -37,6 +37,10 @@ pub struct NotAsync<M> {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [M] NotAsync<M>, "the queue pair";
+}
+
 impl<M> fmt::Debug for NotAsync<M> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("NotAsync")
@@ -155,8 +159,8 @@ impl<M: DeviceReadable + Send + Sync + 'static> Drain for Shared<M> {
 /// let pd = ctx.alloc_pd()?;
 /// let cq = AsyncCq::new(ctx, 64)?;
 /// let qp = pd.create_qp(&QpInit::new(QpType::Rc, cq.cq(), cq.cq()))?;
-/// let qp = OwnedQp::new(qp).map_err(|e| e.error)?;
-/// let qp: AsyncQp<BufferMr<Vec<u8>>> = AsyncQp::new(qp, &[&cq]).map_err(|e| e.error)?;
+/// let qp = OwnedQp::new(qp)?;
+/// let qp: AsyncQp<BufferMr<Vec<u8>>> = AsyncQp::new(qp, &[&cq])?;
 /// // ... connect it ...
 /// let buf = pd.reg_buffer(vec![7u8; 4096], AccessFlags::LOCAL_WRITE)?;
 /// let done = qp.write(Local::whole(buf), remote)?.await?;
@@ -211,8 +215,8 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     /// # async fn f(pd: &uverbs::ProtectionDomain, cq: &AsyncCq, qp: OwnedQp<BufferMr<Vec<u8>>>) -> Result<(), Box<dyn std::error::Error>> {
     /// // A receive posted on the OwnedQp before it is wrapped ...
     /// let buf = pd.reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
-    /// qp.post_recv(RecvRequest::new(1, Local::whole(buf))).map_err(|e| e.error)?;
-    /// let (qp, earlier) = AsyncQp::adopt(qp, &[cq]).map_err(|e| e.error)?;
+    /// qp.post_recv(RecvRequest::new(1, Local::whole(buf)))?;
+    /// let (qp, earlier) = AsyncQp::adopt(qp, &[cq])?;
     /// // ... resolves with its own buffer, whatever ids later requests use.
     /// let message = earlier.into_iter().next().expect("one future").await?;
     /// assert_eq!(message.wr_id, 1);
@@ -305,7 +309,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     ///     Ok(done) => done?,
     ///     // Never completed (siw after its stream closed): the destroy ends it.
     ///     Err(_) => {
-    ///         qp.destroy().map_err(|e| e.error)?;
+    ///         qp.destroy()?;
     ///         sent.await?
     ///     }
     /// };
