@@ -248,7 +248,7 @@ fn prove(
 ) -> (Vec<String>, bool) {
     let expect = traffic::expectation(mr, b.pd1);
     let which = if replaced { " (new)" } else { "" };
-    let (line, mut ok) = write_line(peer, mr.addr(), mr.rkey(), which, expect);
+    let (line, mut ok) = write_line(peer, mr.addr() as *mut u8, mr.rkey(), which, expect);
     let mut lines = vec![line];
     if replaced {
         let gone = Err("the old registration is gone");

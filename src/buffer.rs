@@ -147,6 +147,8 @@ stable_deref_buffer!(Box<[u8]>);
 // SAFETY: the Vec is owned by the BufferMr and only reached through this
 // trait, which never grows or shrinks it, so its allocation stays put.
 stable_deref_buffer!(Vec<u8>);
+// SAFETY: its mapping stays at its address until it is unmapped on drop.
+stable_deref_buffer!(crate::PageBuffer);
 // SAFETY: a mapping stays at its address until it is unmapped on drop.
 stable_deref_buffer!(
     #[cfg(feature = "memmap2")]

@@ -795,6 +795,18 @@ impl CompletionQueue {
         self.inner.event_id
     }
 
+    /// This CQ's completion channel, if it has one that no other CQ
+    /// reports to: waiting there for this CQ's event takes no other CQ's
+    /// ([`OwnedQp::wait`](crate::OwnedQp::wait)).
+    pub(crate) fn sole_channel(&self) -> Option<CompletionChannel> {
+        let channel = self.inner.channel.as_ref()?;
+        let cqs = channel.cqs();
+        let sole = cqs.len() == 1 && cqs.contains_key(&self.inner.event_id);
+        sole.then(|| CompletionChannel {
+            inner: channel.clone(),
+        })
+    }
+
     /// The context the CQ belongs to.
     pub fn context(&self) -> &Context {
         &self.inner.ctx

@@ -109,7 +109,7 @@ impl Endpoint {
             gid,
             qpn: qp.qp_num(),
             psn: 0,
-            addr: mr.addr() as u64,
+            addr: mr.addr(),
             rkey: mr.rkey(),
         }
     }

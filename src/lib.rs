@@ -136,6 +136,7 @@ pub mod method;
 pub mod mr;
 mod mw;
 pub(crate) mod netlink;
+mod page_buffer;
 mod pd;
 pub mod post;
 mod process;
@@ -184,6 +185,7 @@ pub use event_fd::EventSource;
 pub use flags::{AccessFlags, ReregFlags};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use mw::{MemoryWindow, MwType};
+pub use page_buffer::PageBuffer;
 pub use pd::{DeallocError, ProtectionDomain};
 pub use post::{
     Completed, DeviceReadable, DeviceWritable, Ended, Holds, Local, NotDestroyed, NotOwnable,
@@ -200,8 +202,8 @@ pub use srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
 pub use transport::{TransportKind, TransportMode};
 pub use uverbs_uapi;
 pub use wr::{
-    MwBind, Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcFlags,
-    WcOpcode, WcStatus, WorkCompletion,
+    MwBind, Payload, PostError, RecvWr, Remote, RemoteRegion, SendFlags, SendOp, SendWr, Sge,
+    ShortRegionBytes, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
 };
 
 /// The README's and the guides' examples are compiled as doc tests.

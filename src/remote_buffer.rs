@@ -165,7 +165,13 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
 
     /// The address a peer names in its RDMA requests.
     pub fn addr(&self) -> u64 {
-        self.mr().addr() as u64
+        self.mr().addr()
+    }
+
+    /// The region as a peer needs to know it: address, rkey and length
+    /// ([`MemoryRegion::region`]).
+    pub fn region(&self) -> crate::RemoteRegion {
+        self.mr().region()
     }
 
     /// A pointer to the byte range `start..start + n` with write

@@ -48,7 +48,7 @@ device_test!(
                 .unwrap_or_else(|e| panic!("{name}: reg_mr of {len} bytes: {e}"));
             assert_eq!(
                 mr.addr(),
-                buf.as_mut_ptr(),
+                buf.as_mut_ptr() as u64,
                 "{name}: addr of the {len}-byte MR"
             );
             assert_eq!(mr.length(), len, "{name}: length");
@@ -119,7 +119,11 @@ device_test!(
             let mr = unsafe { pd.reg_mr(start, len, RW_READ) }.unwrap_or_else(|e| {
                 panic!("{name}: reg_mr at page offset {offset}, {len} bytes: {e}")
             });
-            assert_eq!(mr.addr(), start, "{name}: addr keeps the offset {offset}");
+            assert_eq!(
+                mr.addr(),
+                start as u64,
+                "{name}: addr keeps the offset {offset}"
+            );
             assert_eq!(mr.length(), len, "{name}: length");
             check_keys(name, d, &mr);
             counts.assert_extra(1, 1, "with an unaligned MR");
@@ -203,7 +207,7 @@ device_test!(reg_buffer_owns_boxed_slices_and_mappings, |name, ctx, _| {
         .reg_buffer(map, OWNED)
         .unwrap_or_else(|e| panic!("{name}: reg_buffer(MmapMut): {e}"));
     assert_eq!(
-        mr.addr().cast_const(),
+        mr.addr() as *const u8,
         addr,
         "{name}: the mapping is registered where it is"
     );

@@ -216,7 +216,10 @@ fn change_translation_sends_the_new_range_and_takes_the_new_keys() {
         (req.flags, req.start, req.length, req.hca_va),
         (1, addr as u64, len as u64, addr as u64)
     );
-    assert_eq!((mr.addr(), mr.length(), mr.handle()), (addr, len, handle));
+    assert_eq!(
+        (mr.addr(), mr.length(), mr.handle()),
+        (addr as u64, len, handle)
+    );
     let rereg_resp_keys = mr.lkey();
     assert_ne!(rereg_resp_keys, 0);
 }
@@ -252,7 +255,7 @@ fn all_three_flags_in_one_command() {
     assert!(mr.is_in(&f.pd2));
     assert_eq!(
         (mr.addr(), mr.length(), mr.access()),
-        (addr, len, AccessFlags::LOCAL_WRITE)
+        (addr as u64, len, AccessFlags::LOCAL_WRITE)
     );
 }
 

@@ -79,7 +79,7 @@ fn refused_rereg_is_replaced_and_the_refusal_skips_the_next_command() {
     assert_eq!(mr.access(), AccessFlags::LOCAL_WRITE);
     assert_eq!(
         (mr.addr(), mr.length()),
-        (f.buf.as_mut_ptr(), f.buf.len()),
+        (f.buf.as_mut_ptr() as u64, f.buf.len()),
         "same range"
     );
     assert_eq!(f.fake.mr_pd(mr.handle()), Some(f.pd2.handle()));
@@ -118,7 +118,10 @@ fn translation_is_replaced_onto_the_new_range() {
     // SAFETY: buf2 outlives the MR.
     let path = unsafe { replace_range(&mut mr, addr, len) }.unwrap();
     assert_eq!(path, ReregPath::Replaced);
-    assert_eq!((mr.addr(), mr.length(), mr.access()), (addr, len, RW));
+    assert_eq!(
+        (mr.addr(), mr.length(), mr.access()),
+        (addr as u64, len, RW)
+    );
     let reg: sys::ib_uverbs_reg_mr = f
         .fake
         .commands()

@@ -192,11 +192,13 @@ impl MemoryRegion {
         self.rkey
     }
 
-    /// The first registered byte. For a region over a DMA-BUF this is its
-    /// `iova`, an address in the device's view rather than a pointer of
-    /// this process.
-    pub fn addr(&self) -> *mut u8 {
-        self.addr as *mut u8
+    /// The address of the first registered byte, as work requests and
+    /// peers name it (the same type as [`Sge::addr`] and
+    /// [`Remote::addr`]). For a region over a DMA-BUF this is its `iova`,
+    /// an address in the device's view rather than a pointer of this
+    /// process.
+    pub fn addr(&self) -> u64 {
+        self.addr as u64
     }
 
     /// The registered length in bytes.
@@ -240,6 +242,17 @@ impl MemoryRegion {
             addr: (self.addr + r.start) as u64,
             rkey: self.rkey,
         })
+    }
+
+    /// The whole region as a peer needs to know it to READ or WRITE it:
+    /// address, rkey and length, with a byte form for a connection's
+    /// private data ([`RemoteRegion::to_bytes`](crate::RemoteRegion::to_bytes)).
+    pub fn region(&self) -> crate::RemoteRegion {
+        crate::RemoteRegion {
+            addr: self.addr as u64,
+            rkey: self.rkey,
+            len: self.length as u64,
+        }
     }
 
     /// `range` as offsets inside the region, or why not.

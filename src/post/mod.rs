@@ -4,6 +4,7 @@
 mod memory;
 mod outstanding;
 mod owned_srq;
+mod wait;
 
 use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -467,8 +468,10 @@ impl<M> Entry<M> {
 struct Tables<M> {
     sq: Outstanding<Entry<M>>,
     rq: Outstanding<Entry<M>>,
-    /// Requests a move to RESET took from the device (rxe empties both
-    /// queues), each with its key, for the next poll to hand back.
+    /// Requests back from the device that no poll has handed over yet,
+    /// each with its key, for the next poll: those a move to RESET took
+    /// (rxe empties both queues), and those [`OwnedQp::wait`] read beyond
+    /// the one it returns.
     reset: Vec<(u64, Completed<M>)>,
     /// Room for a batch's SGEs and work requests, kept between
     /// [`OwnedQp::post_send_batch`] calls (empty between them), so a batch

@@ -22,12 +22,14 @@
 mod completion;
 mod error;
 mod recv;
+mod region;
 mod send;
 mod sge;
 
 pub(crate) use completion::IB_WC_RECV;
 pub use completion::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
 pub use error::PostError;
+pub use region::{RemoteRegion, ShortRegionBytes};
 
 /// Marks the receive ids of an owner ([`OwnedQp`](crate::OwnedQp)'s
 /// receive queue, [`OwnedSrq`](crate::OwnedSrq)); its send ids have the

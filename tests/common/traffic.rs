@@ -560,7 +560,7 @@ pub fn translation_replaced<R: Requester>(rig: &mut R, counts: &HandleCounts) {
     assert_replaced(&mr, k, path, &format!("{name}: the translation"));
     assert_eq!(
         (mr.addr(), mr.length()),
-        (new_buf.as_mut_ptr(), new_buf.len()),
+        (new_buf.as_mut_ptr() as u64, new_buf.len()),
         "{name}: the replaced MR covers the new buffer"
     );
     counts.assert_extra(2, 1, "after the replace: the old registration is gone");

@@ -1589,3 +1589,33 @@ fn siw_calls_loop() {
         }
     }
 }
+
+/// `OwnedQp::wait` (issue 42): a timeout loses nothing and says
+/// ETIMEDOUT; a completion is handed back; of two read at once the first
+/// is returned and the second stays for the next poll.
+#[test]
+fn an_owned_wait_hands_back_one_request_and_keeps_the_rest() {
+    use std::time::{Duration, Instant};
+    let mut s = OwnedSiw::new();
+    s.qp.post_send(crate::SendRequest::send(21, s.local(1)))
+        .unwrap();
+    s.qp.post_send(crate::SendRequest::send(22, s.local(2)))
+        .unwrap();
+    let start = Instant::now();
+    let e = s.qp.wait(Duration::from_millis(20)).unwrap_err();
+    assert!(start.elapsed() >= Duration::from_millis(20));
+    assert!(matches!(e, Error::TimedOut { .. }), "{e}");
+    assert_eq!(e.errno(), Some(Errno::TIMEDOUT));
+    assert_eq!(s.qp.outstanding(), (2, 0), "a timeout keeps both");
+
+    s.complete(0, sys::SIW_OP_SEND);
+    s.complete(1, sys::SIW_OP_SEND);
+    let first = s.qp.wait(Duration::from_secs(1)).unwrap();
+    assert_eq!(first.wr_id, 21);
+    assert_eq!(first.status(), Some(WcStatus::Success));
+    assert_eq!(first.into_memory().unwrap().buffer()[0], 1);
+    let rest = s.poll();
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(rest[0].wr_id, 22);
+    assert_eq!(s.qp.outstanding(), (0, 0));
+}
