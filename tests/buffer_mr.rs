@@ -453,7 +453,7 @@ fn a_raw_mrs_sge_and_remote_are_checked_ranges() {
     let mut k = FakeKernel::new();
     let mr = k.reg(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE);
     let before = k.fake.count();
-    let (addr, len) = (mr.addr() as u64, mr.length());
+    let (addr, len) = (mr.addr(), mr.length());
     let sge = mr.sge(64..128).unwrap();
     assert_eq!((sge.addr, sge.length, sge.lkey), (addr + 64, 64, mr.lkey()));
     let all = mr.sge(..).unwrap();

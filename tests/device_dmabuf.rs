@@ -151,7 +151,7 @@ device_test!(
                     matches!(driver(&ctx), Driver::Other),
                     "{name}: rxe and siw cannot register a DMA-BUF, yet {mr:?}"
                 );
-                assert_eq!(mr.addr() as u64, 0x10_0000, "{name}: addr is the iova");
+                assert_eq!(mr.addr(), 0x10_0000, "{name}: addr is the iova");
                 counts.assert_extra(1, 1, "with the DMA-BUF region");
                 assert_eq!(open_copies(id), 1, "{name}: the region holds the buffer");
                 mr.dereg().unwrap_or_else(|e| panic!("{name}: dereg: {e}"));

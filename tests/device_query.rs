@@ -204,7 +204,7 @@ fn assert_kernel_view(name: &str, when: &str, mr: &MemoryRegion) {
         .unwrap_or_else(|e| panic!("{name}: {when}: query_mr: {e}"));
     assert_eq!(
         (q.lkey, q.rkey, q.length, q.iova),
-        (mr.lkey(), mr.rkey(), mr.length() as u64, mr.addr() as u64),
+        (mr.lkey(), mr.rkey(), mr.length() as u64, mr.addr()),
         "{name}: {when}: QUERY_MR (lkey, rkey, length, iova) vs the MR"
     );
 }

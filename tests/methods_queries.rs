@@ -217,7 +217,7 @@ fn mr_query_follows_reg_and_every_rereg() {
         let q = mr.query().unwrap_or_else(|e| panic!("{when}: {e}"));
         assert_eq!(
             (q.lkey, q.rkey, q.length, q.iova),
-            (mr.lkey(), mr.rkey(), mr.length() as u64, mr.addr() as u64),
+            (mr.lkey(), mr.rkey(), mr.length() as u64, mr.addr()),
             "{when}"
         );
         assert_eq!(

@@ -1144,7 +1144,7 @@ fn owned_dereg_after_the_peer_reads(s: &mut Side, ctl: &mut Control) {
             assert!(owned.peer_reads_outlive_dereg(), "{what}: on siw");
             ctl.send(
                 "owned-target",
-                &format!("{} {}", owned.addr() as u64, owned.rkey()),
+                &format!("{} {}", owned.addr(), owned.rkey()),
             );
             ctl.expect("reading");
             let refused = owned.dereg().unwrap_err();
