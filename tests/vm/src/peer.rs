@@ -44,11 +44,19 @@ pub const BENCH: PeerSet = PeerSet {
 
 /// The mlx5 oracle's archives (`oracle/build.rs` links libmlx5,
 /// libibverbs and libnl from here into the oracle's tests, which the host
-/// suite of `cargo vm test` runs).
+/// suite of `cargo vm test` runs), and rdma-core's public headers, against
+/// which `tests/doc_aliases.rs` checks its list of functions (librdmacm-dev
+/// for `rdma/rdma_cma.h` and `rdma/rdma_verbs.h`; libibverbs-dev has
+/// `infiniband/verbs.h`).
 pub const ORACLE: PeerSet = PeerSet {
     what: "oracle",
     dir: "oracle-peer",
-    packages: &["libibverbs-dev", "libnl-3-dev", "libnl-route-3-dev"],
+    packages: &[
+        "libibverbs-dev",
+        "libnl-3-dev",
+        "libnl-route-3-dev",
+        "librdmacm-dev",
+    ],
 };
 
 /// The C peers of `cargo vm test` (`tools/c_peers.rs`): the tools and,
