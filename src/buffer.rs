@@ -49,6 +49,9 @@ impl ProtectionDomain {
     /// println!("lkey {:#x} rkey {:#x}", mr.lkey(), mr.rkey());
     /// # Ok(()) }
     /// ```
+    #[doc(alias = "rdma_reg_msgs")]
+    #[doc(alias = "rdma_reg_read")]
+    #[doc(alias = "rdma_reg_write")]
     pub fn reg_buffer<B: StableBuffer>(
         &self,
         buffer: B,
@@ -722,6 +725,7 @@ impl<B: StableBuffer> BufferMr<B> {
     /// never handed back; dropping the region deregisters it and leaks the
     /// buffer. [`retarget`](Self::retarget) refuses then too.
     #[doc(alias = "ibv_dereg_mr")]
+    #[doc(alias = "rdma_dereg_mr")]
     pub fn dereg(self) -> Result<B, BufferDeregError<B>> {
         if let Some(reason) = self.hand_back_refusal() {
             let device = &self.parts().mr.context().inner.device;

@@ -99,6 +99,7 @@ pub(crate) struct ContextInner {
 /// share it, and the kernel file closes when the last of them is gone.
 #[doc(alias = "ibv_context")]
 #[derive(Clone)]
+#[doc(alias = "ibv_close_device")]
 pub struct Context {
     pub(crate) inner: Arc<ContextInner>,
 }

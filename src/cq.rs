@@ -86,6 +86,7 @@ static NEXT_CQ_EVENT_ID: AtomicU64 = AtomicU64::new(1);
 /// nor leaks.
 #[doc(alias = "ibv_comp_channel")]
 #[doc(alias = "ibv_create_comp_channel")]
+#[doc(alias = "ibv_destroy_comp_channel")]
 pub struct CompletionChannel {
     inner: Arc<ChannelInner>,
 }
@@ -911,6 +912,8 @@ impl CompletionQueue {
     /// [`destroy`](Self::destroy) of another handle of this CQ, the ring is
     /// gone: `EBADF`.
     #[doc(alias = "ibv_poll_cq")]
+    #[doc(alias = "ibv_start_poll")]
+    #[doc(alias = "ibv_next_poll")]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, Error> {
         let ctx = &self.inner.ctx;
         // Before the ring lock and the ring (see `req_notify`): a child's

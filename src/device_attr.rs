@@ -15,6 +15,7 @@ pub struct DeviceAttr {
     /// Firmware version, as the driver encodes it.
     pub fw_ver: u64,
     /// Node GUID (host byte order).
+    #[doc(alias = "ibv_get_device_guid")]
     pub node_guid: u64,
     /// System image GUID (host byte order).
     pub sys_image_guid: u64,

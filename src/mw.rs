@@ -152,6 +152,7 @@ impl MemoryWindow {
     /// the region; access other than the remote flags; a QP of another PD;
     /// a window already deallocated.
     #[doc(alias = "ibv_bind_mw")]
+    #[doc(alias = "ibv_inc_rkey")]
     pub fn bind_request(
         &self,
         qp: &QueuePair,

@@ -1111,6 +1111,8 @@ impl QueuePair {
     /// counts such QPs). Until then that memory must stay mapped and
     /// registered and must be neither read nor written by the program.
     #[doc(alias = "ibv_post_recv")]
+    #[doc(alias = "rdma_post_recv")]
+    #[doc(alias = "rdma_post_recvv")]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
         if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostRecv));

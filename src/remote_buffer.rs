@@ -127,6 +127,7 @@ impl ProtectionDomain {
     /// registration a peer may write through. [`reg_buffer`](Self::reg_buffer)
     /// refuses those flags because it hands out plain slices.
     #[doc(alias = "ibv_reg_mr")]
+    #[doc(alias = "rdma_reg_write")]
     pub fn reg_remote_buffer<B: StableBuffer>(
         &self,
         buffer: B,

@@ -72,6 +72,7 @@ pub(crate) struct Inner {
 /// id left, as the kernel's `ucma_close` does).
 #[doc(alias = "rdma_event_channel")]
 #[derive(Clone)]
+#[doc(alias = "rdma_destroy_event_channel")]
 pub struct EventChannel {
     pub(crate) inner: Arc<Inner>,
 }

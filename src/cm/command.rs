@@ -704,6 +704,7 @@ pub enum RejectReason {
     /// `IB_CM_REJ_CONSUMER_DEFINED` (28), what `rdma_reject` sends.
     ConsumerDefined,
     /// `IB_CM_REJ_VENDOR_OPTION_NOT_SUPPORTED` (35), `rdma_reject_ece`'s.
+    #[doc(alias = "rdma_reject_ece")]
     VendorOptionNotSupported,
 }
 

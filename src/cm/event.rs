@@ -273,12 +273,14 @@ impl Event {
     }
 
     /// The event's name as `rdma_event_str` prints it.
+    #[doc(alias = "rdma_event_str")]
     pub fn name(&self) -> &'static str {
         event_name(self.number())
     }
 }
 
 /// `rdma_event_str`'s name of event number `n`.
+#[doc(alias = "rdma_event_str")]
 pub fn event_name(n: u32) -> &'static str {
     const NAMES: [&str; 16] = [
         "RDMA_CM_EVENT_ADDR_RESOLVED",

@@ -293,6 +293,10 @@ impl CmId {
 
     /// Addresses, device, port and P_Key (`QUERY`, address option).
     #[doc(alias = "rdma_query_addr")]
+    #[doc(alias = "rdma_get_local_addr")]
+    #[doc(alias = "rdma_get_peer_addr")]
+    #[doc(alias = "rdma_get_src_port")]
+    #[doc(alias = "rdma_get_dst_port")]
     pub fn query_addr(&self) -> Result<AddrInfo, Error> {
         let cmd = Query::new(self.handle, QueryOption::Addr);
         let r = self.channel.run(&cmd, Op::CmQuery)?;

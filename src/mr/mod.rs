@@ -329,6 +329,7 @@ impl MemoryRegion {
     /// hardware stop at deregistration. [`BufferMr`](crate::BufferMr)
     /// enforces this ([`BufferMr::assume_peer_reads_done`](crate::BufferMr::assume_peer_reads_done)).
     #[doc(alias = "ibv_dereg_mr")]
+    #[doc(alias = "rdma_dereg_mr")]
     pub fn dereg(mut self) -> Result<(), DeregError> {
         match self.dereg_in_place() {
             Ok(()) => Ok(()),
@@ -527,6 +528,9 @@ impl ProtectionDomain {
     /// region is the parent's: dropping the child's copy sends nothing, and
     /// the child's copy of the memory is not registered.
     #[doc(alias = "ibv_reg_mr")]
+    #[doc(alias = "rdma_reg_msgs")]
+    #[doc(alias = "rdma_reg_read")]
+    #[doc(alias = "rdma_reg_write")]
     pub unsafe fn reg_mr(
         &self,
         addr: *mut u8,

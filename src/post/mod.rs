@@ -63,6 +63,8 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
 
     /// SEND of `local`'s bytes.
     #[doc(alias = "IBV_WR_SEND")]
+    #[doc(alias = "ibv_wr_send")]
+    #[doc(alias = "rdma_post_send")]
     pub fn send<R: DeviceReadable>(wr_id: u64, local: Local<R>) -> Self
     where
         M: Holds<R>,
@@ -72,6 +74,7 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
 
     /// SEND_WITH_IMM of `local`'s bytes and `imm`.
     #[doc(alias = "IBV_WR_SEND_WITH_IMM")]
+    #[doc(alias = "ibv_wr_send_imm")]
     pub fn send_with_imm<R: DeviceReadable>(wr_id: u64, local: Local<R>, imm: u32) -> Self
     where
         M: Holds<R>,
@@ -82,6 +85,8 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
 
     /// RDMA WRITE of `local`'s bytes to `remote`.
     #[doc(alias = "IBV_WR_RDMA_WRITE")]
+    #[doc(alias = "ibv_wr_rdma_write")]
+    #[doc(alias = "rdma_post_write")]
     pub fn write<R: DeviceReadable>(wr_id: u64, local: Local<R>, remote: Remote) -> Self
     where
         M: Holds<R>,
@@ -93,6 +98,7 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
     /// RDMA_WRITE_WITH_IMM of `local`'s bytes to `remote`, consuming a
     /// receive of the peer that completes with `imm`.
     #[doc(alias = "IBV_WR_RDMA_WRITE_WITH_IMM")]
+    #[doc(alias = "ibv_wr_rdma_write_imm")]
     pub fn write_with_imm<R: DeviceReadable>(
         wr_id: u64,
         local: Local<R>,
@@ -126,6 +132,8 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
 
     /// RDMA READ of `remote` into `local`.
     #[doc(alias = "IBV_WR_RDMA_READ")]
+    #[doc(alias = "ibv_wr_rdma_read")]
+    #[doc(alias = "rdma_post_read")]
     pub fn read<W: DeviceWritable>(wr_id: u64, local: Local<W>, remote: Remote) -> Self
     where
         M: Holds<W>,
@@ -137,6 +145,7 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
     /// 64-bit fetch-and-add of `add` at `remote` (8-byte aligned); the old
     /// value lands in `local`'s first 8 bytes.
     #[doc(alias = "IBV_WR_ATOMIC_FETCH_AND_ADD")]
+    #[doc(alias = "ibv_wr_atomic_fetch_add")]
     pub fn fetch_add<W: DeviceWritable>(
         wr_id: u64,
         local: Local<W>,
@@ -153,6 +162,7 @@ impl<'a, M: DeviceReadable> SendRequest<'a, M> {
     /// 64-bit compare-and-swap at `remote` (8-byte aligned); the old value
     /// lands in `local`'s first 8 bytes.
     #[doc(alias = "IBV_WR_ATOMIC_CMP_AND_SWP")]
+    #[doc(alias = "ibv_wr_atomic_cmp_swp")]
     pub fn compare_swap<W: DeviceWritable>(
         wr_id: u64,
         local: Local<W>,
@@ -204,6 +214,8 @@ impl<'a, M> SendRequest<'a, M> {
     /// Its destination, on a UD QP: QP `remote_qpn` with Q_Key
     /// `remote_qkey`, through `ah`. The request holds `ah` until its memory
     /// comes back, so the address handle outlives the send.
+    #[doc(alias = "ibv_wr_set_ud_addr")]
+    #[doc(alias = "rdma_post_ud_send")]
     pub fn ud(mut self, ah: Arc<AddressHandle>, remote_qpn: u32, remote_qkey: u32) -> Self {
         self.ud = Some(UdTarget {
             ah,
@@ -833,6 +845,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
     /// back untouched.
     // The Err hands the caller's resource back by value; the path is cold.
     #[allow(clippy::result_large_err)]
+    #[doc(alias = "rdma_post_recv")]
     pub fn post_recv(&self, request: RecvRequest<M>) -> Result<(), PostRefused<RecvRequest<M>>> {
         self.post_recv_keyed(request).map(drop)
     }

@@ -299,6 +299,7 @@ impl WorkCompletion {
     /// opcode libibverbs documents as undefined (rxe and siw leave there
     /// whatever the ring slot held, which reads as `Send` as often as not).
     #[inline]
+    #[doc(alias = "ibv_wc_read_opcode")]
     pub fn opcode(&self) -> Option<WcOpcode> {
         self.is_success()
             .then(|| WcOpcode::from_raw(self.raw.opcode))
@@ -313,12 +314,14 @@ impl WorkCompletion {
 
     /// The vendor error syndrome.
     #[inline]
+    #[doc(alias = "ibv_wc_read_vendor_err")]
     pub fn vendor_err(&self) -> u32 {
         self.raw.vendor_err
     }
 
     /// Bytes transferred (receives, READ, atomics).
     #[inline]
+    #[doc(alias = "ibv_wc_read_byte_len")]
     pub fn byte_len(&self) -> u32 {
         self.raw.byte_len
     }
@@ -326,6 +329,7 @@ impl WorkCompletion {
     /// The immediate data, in host order, when the completion carries some
     /// ([`WcFlags::WITH_IMM`]); the kernel writes it big-endian.
     #[inline]
+    #[doc(alias = "ibv_wc_read_imm_data")]
     pub fn imm_data(&self) -> Option<u32> {
         self.has(WcFlags::WITH_IMM)
             .then_some(u32::from_be(self.raw.ex))
@@ -336,24 +340,28 @@ impl WorkCompletion {
     /// host order.
     #[doc(alias = "invalidate_rkey")]
     #[inline]
+    #[doc(alias = "ibv_wc_read_invalidated_rkey")]
     pub fn invalidated_rkey(&self) -> Option<u32> {
         self.has(WcFlags::WITH_INVALIDATE).then_some(self.raw.ex)
     }
 
     /// The local QP number.
     #[inline]
+    #[doc(alias = "ibv_wc_read_qp_num")]
     pub fn qp_num(&self) -> u32 {
         self.raw.qp_num
     }
 
     /// The source QP number (UD receives).
     #[inline]
+    #[doc(alias = "ibv_wc_read_src_qp")]
     pub fn src_qp(&self) -> u32 {
         self.raw.src_qp
     }
 
     /// Its flags (bits this crate does not name are kept).
     #[inline]
+    #[doc(alias = "ibv_wc_read_wc_flags")]
     pub fn wc_flags(&self) -> WcFlags {
         WcFlags::from_bits_retain(self.raw.wc_flags)
     }
@@ -366,18 +374,21 @@ impl WorkCompletion {
 
     /// The source LID.
     #[inline]
+    #[doc(alias = "ibv_wc_read_slid")]
     pub fn slid(&self) -> u16 {
         self.raw.slid
     }
 
     /// The service level.
     #[inline]
+    #[doc(alias = "ibv_wc_read_sl")]
     pub fn sl(&self) -> u8 {
         self.raw.sl
     }
 
     /// The destination LID path bits.
     #[inline]
+    #[doc(alias = "ibv_wc_read_dlid_path_bits")]
     pub fn dlid_path_bits(&self) -> u8 {
         self.raw.dlid_path_bits
     }

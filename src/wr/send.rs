@@ -39,11 +39,19 @@ pub struct Remote {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SendOp {
     /// SEND, or SEND_WITH_IMM with `imm`.
+    #[doc(alias = "ibv_wr_send")]
+    #[doc(alias = "ibv_wr_send_imm")]
+    #[doc(alias = "rdma_post_send")]
+    #[doc(alias = "rdma_post_sendv")]
     Send {
         /// Immediate data.
         imm: Option<u32>,
     },
     /// RDMA WRITE, or RDMA_WRITE_WITH_IMM with `imm`.
+    #[doc(alias = "ibv_wr_rdma_write")]
+    #[doc(alias = "ibv_wr_rdma_write_imm")]
+    #[doc(alias = "rdma_post_write")]
+    #[doc(alias = "rdma_post_writev")]
     RdmaWrite {
         /// Target.
         remote: Remote,
@@ -51,11 +59,15 @@ pub enum SendOp {
         imm: Option<u32>,
     },
     /// RDMA READ into the local SGEs.
+    #[doc(alias = "ibv_wr_rdma_read")]
+    #[doc(alias = "rdma_post_read")]
+    #[doc(alias = "rdma_post_readv")]
     RdmaRead {
         /// Source.
         remote: Remote,
     },
     /// 64-bit compare-and-swap; the old value lands in the local SGE.
+    #[doc(alias = "ibv_wr_atomic_cmp_swp")]
     CompareSwap {
         /// Target (8-byte aligned).
         remote: Remote,
@@ -65,6 +77,7 @@ pub enum SendOp {
         swap: u64,
     },
     /// 64-bit fetch-and-add; the old value lands in the local SGE.
+    #[doc(alias = "ibv_wr_atomic_fetch_add")]
     FetchAdd {
         /// Target (8-byte aligned).
         remote: Remote,
@@ -79,6 +92,7 @@ pub enum SendOp {
     /// [`WcStatus::MwBindErr`](crate::WcStatus::MwBindErr) and moves the
     /// QP to ERR.
     #[doc(alias = "IBV_WR_BIND_MW")]
+    #[doc(alias = "ibv_wr_bind_mw")]
     BindMw(MwBind),
     /// LOCAL_INV: invalidates `rkey`, the key of a type-2 memory window
     /// bound through this QP; no payload. RC QPs, rxe only. It completes
@@ -86,6 +100,7 @@ pub enum SendOp {
     /// names no valid type-2 window completes with
     /// [`WcStatus::LocQpOpErr`](crate::WcStatus::LocQpOpErr) (the QP to ERR).
     #[doc(alias = "IBV_WR_LOCAL_INV")]
+    #[doc(alias = "ibv_wr_local_inv")]
     LocalInv {
         /// The key to invalidate.
         rkey: u32,
@@ -96,6 +111,7 @@ pub enum SendOp {
     /// the key ([`WorkCompletion::invalidated_rkey`](crate::WorkCompletion::invalidated_rkey)).
     /// RC QPs, rxe only.
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
+    #[doc(alias = "ibv_wr_send_inv")]
     SendWithInv {
         /// The receiver's key to invalidate.
         rkey: u32,
@@ -168,10 +184,14 @@ impl SendOp {
 #[derive(Clone, Copy, Debug)]
 pub enum Payload<'a> {
     /// Gather from (or, for READ and atomics, scatter into) these buffers.
+    #[doc(alias = "ibv_wr_set_sge")]
+    #[doc(alias = "ibv_wr_set_sge_list")]
     Sges(&'a [Sge]),
     /// Copy these segments into the WQE now (`IBV_SEND_INLINE`): the buffers
     /// may be reused as soon as the writer returns, and need no lkey.
     #[doc(alias = "IBV_SEND_INLINE")]
+    #[doc(alias = "ibv_wr_set_inline_data")]
+    #[doc(alias = "ibv_wr_set_inline_data_list")]
     Inline(&'a [&'a [u8]]),
 }
 
@@ -205,6 +225,8 @@ pub enum Payload<'a> {
 // The borrow is of `()`, not of the AH type, so that the model does not
 // depend on the objects: `UdDest::new` (in `ah.rs`) ties `'a` to the AH.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[doc(alias = "ibv_wr_set_ud_addr")]
+#[doc(alias = "rdma_post_ud_send")]
 pub struct UdDest<'a> {
     /// `rxe_create_ah_resp.ah_num` of the borrowed AH.
     pub(crate) ah_num: u32,
