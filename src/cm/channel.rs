@@ -127,6 +127,7 @@ impl EventChannel {
     /// of the kernel (host tests; see [`FakeCm`]). Only with the
     /// `test-util` feature.
     #[cfg(any(test, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     pub fn with_fake(fake: Arc<FakeCm>) -> Self {
         // Non-blocking, like the kernel's file as `open_at` opens it.
         fake.set_nonblocking(true);

@@ -127,7 +127,17 @@ struct State {
     readable: bool,
 }
 
-/// The fake rdma_cm kernel (see the module documentation).
+/// A test double of the kernel's rdma_cm, for host tests (the `test-util`
+/// feature; not for production).
+///
+/// An in-process model: [`EventChannel::with_fake`](super::EventChannel::with_fake)
+/// makes a channel whose `write()` frames it reads like the kernel's
+/// `ucma_write`, records ([`RecordedCm`]) and answers from a small loopback
+/// fabric, where ids on channels built on the same `FakeCm` reach each
+/// other's listeners. Address resolution succeeds for the addresses given to
+/// [`FakeCm::with_local_addrs`]; connects, accepts, rejects, disconnects
+/// and multicast joins queue events modelled on the kernel's (IB CM, as on
+/// rxe).
 pub struct FakeCm {
     state: Mutex<State>,
     queued: Condvar,

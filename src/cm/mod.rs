@@ -42,6 +42,7 @@ pub mod command;
 mod error;
 mod event;
 #[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 mod fake;
 pub(crate) mod handshake;
 mod id;

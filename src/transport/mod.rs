@@ -24,6 +24,7 @@ mod kernel_writes;
 pub(crate) mod mapping;
 mod method;
 #[cfg(any(test, feature = "test-util"))]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
 mod recording;
 
 use std::fmt;
@@ -73,6 +74,7 @@ pub enum TransportKind {
     /// Not the kernel: a test double such as `RecordingTransport` (only
     /// with the `test-util` feature).
     #[cfg(any(test, feature = "test-util"))]
+    #[cfg_attr(docsrs, doc(cfg(feature = "test-util")))]
     Fake,
 }
 

@@ -675,8 +675,9 @@ impl FakeKernel {
     }
 }
 
-/// A [`Transport`] that simulates a small, well-behaved uverbs device and
-/// records every command it receives.
+/// A test double: a [`Transport`] that simulates a small, well-behaved
+/// uverbs device and records every command it receives (the `test-util`
+/// feature; not for production).
 ///
 /// It models handles, PD use counts and keys the way rxe does on Linux 6.12
 /// for PD and access changes (in place, keys unchanged), accepts translation
