@@ -67,6 +67,15 @@ impl PageBuffer {
     }
 }
 
+impl PageBuffer {
+    /// A buffer holding a copy of `bytes`.
+    pub fn copied_from(bytes: &[u8]) -> std::io::Result<PageBuffer> {
+        let mut buf = PageBuffer::new(bytes.len())?;
+        buf.copy_from_slice(bytes);
+        Ok(buf)
+    }
+}
+
 impl Drop for PageBuffer {
     fn drop(&mut self) {
         if self.len == 0 {
@@ -122,5 +131,6 @@ mod tests {
                 assert_eq!(buf[len - 1], 7);
             }
         }
+        assert_eq!(&PageBuffer::copied_from(b"abc").unwrap()[..], b"abc");
     }
 }

@@ -369,6 +369,26 @@ impl CmId {
         self.device_among(&info, crate::devices, crate::netlink::device_name_of_index)
     }
 
+    /// Opens the device the id is on ([`device`](Self::device), then
+    /// [`Device::open`]): the context whose PD, CQ and QP a connection
+    /// through this id uses. An id on no device yet (neither bound to a
+    /// device's address, nor resolved, nor a request's) is
+    /// [`Error::Os`] with `ENODEV`.
+    ///
+    /// ```no_run
+    /// # fn f(id: &uverbs::cm::CmId) -> Result<(), uverbs::Error> {
+    /// let ctx = id.open_device()?;
+    /// let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "rdma_cm_id::verbs")]
+    pub fn open_device(&self) -> Result<Context, Error> {
+        match self.device()? {
+            Some(device) => device.open(),
+            None => Err(self.channel.err(Op::CmQuery, Errno::NODEV)),
+        }
+    }
+
     /// [`device`](Self::device) for an id that has one (`info` from
     /// [`query_addr`](Self::query_addr)): the index named by `name_of`,
     /// then found among `devices`.

@@ -426,6 +426,8 @@ pub const SHORT_EXAMPLES: &[(&str, bool)] = &[
     ("rereg", false),
     ("multicast", true),
     ("hwcheck", true),
+    ("read", true),
+    ("tokio_read", true),
 ];
 
 /// The names of the [`SHORT_EXAMPLES`]' runs start with this:

@@ -85,7 +85,7 @@ commands:
   test    host tests, then every uverbs test binary in the VM per configuration
   demo    run the examples in the VM (ioctl and write transports): the
           short ones (devinfo, loopback, owned, events, rereg, multicast,
-          hwcheck) on rxe0 and siw0, rereg_tour, pingpong, and the tools
+          hwcheck, read, tokio_read) on rxe0 and siw0, rereg_tour, pingpong, and the tools
           perf (--self-test) and syscalls (system calls per data-path call,
           under strace)
   shell   boot the VM to an interactive busybox shell (Ctrl-A X quits);
