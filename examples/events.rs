@@ -2,7 +2,7 @@
 //! CQ that reports to it once armed (`req_notify`), a bounded wait for the
 //! event, its acknowledgement, and the poll that reads the completions.
 //! Two RC queue pairs of one device exchange SENDs over a connection the
-//! connection manager made (`common/connect.rs`; rxe and siw alike).
+//! connection manager made (`uverbs::cm::connect_pair`; rxe and siw alike).
 //!
 //! ```text
 //! cargo run --example events -- [--device rxe0] [--addr 192.0.2.1] [--count 8]
@@ -13,31 +13,49 @@
 //! `ibv_req_notify_cq`, `ibv_poll_cq`): arm, then poll once more, because a
 //! completion that arrived before the CQ was armed raises no event.
 
-#[path = "common/connect.rs"]
-mod connect;
-
 use std::error::Error;
 use std::time::Duration;
 
-use memmap2::MmapMut;
-use uverbs::{AccessFlags, BufferMr, Completed, Local, RecvRequest, SendRequest, WcStatus};
+use uverbs::{AccessFlags, BufferMr, Completed, Device, Local, OwnedQp, PageBuffer, QpInit};
+use uverbs::{QpType, RecvRequest, SendRequest, WcStatus};
 
-/// A mapping, not a `Vec`: under forced fork safety a registered heap page
-/// is missing in a forked child, which may reuse it for anything.
-type Mem = BufferMr<MmapMut>;
+/// Pages of its own, not a `Vec`: under forced fork safety a registered
+/// heap page is missing in a forked child, which may reuse it for anything.
+type Mem = BufferMr<PageBuffer>;
+
+/// The value after `name` on the command line.
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
 
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = connect::args(Some(8))?;
-    let count = args.count;
-    let ctx = connect::open(args.device.as_deref())?;
+    let count: u64 = arg("--count").map_or(Ok(8), |n| n.parse())?;
+    let ctx = arg("--device")
+        .map_or_else(Device::first, |d| Device::by_name(&d))?
+        .open()?;
+    let addr = arg("--addr")
+        .unwrap_or_else(|| "192.0.2.1".into())
+        .parse()?;
     let pd = ctx.alloc_pd()?;
     // The channel is a file descriptor: it can also be waited on with
     // epoll, or awaited with tokio (`uverbs::tokio`).
     let channel = ctx.create_comp_channel()?;
     let cq = ctx.create_cq(16, Some(&channel))?;
-    let pair = connect::connect::<Mem>(&ctx, &pd, (&cq, &cq), args.addr)?;
+    let qp = || -> Result<OwnedQp<Mem>, uverbs::Error> {
+        Ok(OwnedQp::new(pd.create_qp(&QpInit::new(
+            QpType::Rc,
+            &cq,
+            &cq,
+        ))?)?)
+    };
+    let (a, b) = (qp()?, qp()?);
+    let _connection = uverbs::cm::connect_pair(&ctx, &a, &b, addr, Duration::from_secs(10))?;
     let buffer = || -> Result<Mem, Box<dyn Error>> {
-        Ok(pd.reg_buffer(MmapMut::map_anon(64)?, AccessFlags::LOCAL_WRITE)?)
+        Ok(pd.reg_buffer(PageBuffer::new(64)?, AccessFlags::LOCAL_WRITE)?)
     };
 
     let (mut inbox, mut outbox) = (buffer()?, buffer()?);
@@ -47,10 +65,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         // One receive before each SEND (on iWARP a SEND that finds none
         // breaks the connection).
         let recv = RecvRequest::new(i, Local::whole(inbox));
-        pair.b.post_recv(recv)?;
+        b.post_recv(recv)?;
         outbox.buffer_mut()[..8].copy_from_slice(&i.to_le_bytes());
-        pair.a
-            .post_send(SendRequest::send(i, Local::whole(outbox)))?;
+        a.post_send(SendRequest::send(i, Local::whole(outbox)))?;
 
         let mut done: Vec<Completed<Mem>> = Vec::new();
         while done.len() < 2 {
@@ -62,8 +79,8 @@ fn main() -> Result<(), Box<dyn Error>> {
             cq.ack_events(1)?; // every event read is acknowledged
             cq.req_notify(false)?; // re-arm before polling: nothing is missed
             events += 1;
-            pair.a.poll(&mut done)?; // each QP takes its own completions
-            pair.b.poll(&mut done)?;
+            a.poll(&mut done)?; // each QP takes its own completions
+            b.poll(&mut done)?;
         }
         completions += done.len();
         for c in &done {

@@ -22,28 +22,63 @@
 //! and the exit status is 1 if any row FAILED. docs/hwcheck.md explains
 //! each row.
 
-#[path = "common/completion.rs"]
-mod completion;
-#[path = "common/connect.rs"]
-#[allow(dead_code)] // `connect` only: the command line is this example's own
-mod connect;
-
 use std::error::Error;
 use std::fmt::Display;
 use std::net::{IpAddr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
-use memmap2::MmapMut;
-use uverbs::cm::{EventChannel, PortSpace};
+use uverbs::cm::{EventChannel, LocalConnection, PortSpace};
 use uverbs::uverbs_uapi as sys;
 use uverbs::{AccessFlags, AhAttr, BufferMr, Context, Device, DriverId, Errno, LinkLayer};
+use uverbs::{CompletionQueue, PageBuffer, SendRequest, WcStatus};
 use uverbs::{Local, MemoryRegion, MrState, OwnedQp, QpAttr, QpInit, QpState, QpType};
-use uverbs::{ProtectionDomain, RecvRequest, Remote, ReregError, ReregFallback, ReregFlags};
-use uverbs::{SendRequest, WcStatus};
+use uverbs::{ProtectionDomain, RecvRequest, ReregError, ReregFallback, ReregFlags};
 
-/// Registered memory comes from anonymous mappings, not `Vec`s: with fork
-/// safety forced a registered heap page would be missing in a forked child.
-type Mem = BufferMr<MmapMut>;
+/// Registered memory is pages of its own, not `Vec`s: with fork safety
+/// forced a registered heap page would be missing in a forked child.
+type Mem = BufferMr<PageBuffer>;
+
+/// The longest wait for a completion or a connection.
+const WAIT: Duration = Duration::from_secs(10);
+
+/// Two RC QPs of one device connected to each other through the cm; the
+/// QPs drop before the connection.
+struct Pair {
+    a: OwnedQp<Mem>,
+    b: OwnedQp<Mem>,
+    _connection: LocalConnection,
+}
+
+/// Connects two new RC QPs of `pd` on `cq` over `addr`, an address of
+/// `ctx`'s device.
+fn connect(
+    ctx: &Context,
+    pd: &ProtectionDomain,
+    cq: &CompletionQueue,
+    addr: IpAddr,
+) -> Result<Pair, Box<dyn Error>> {
+    let qp = || -> Result<OwnedQp<Mem>, uverbs::Error> {
+        Ok(OwnedQp::new(pd.create_qp(&QpInit::new(
+            QpType::Rc,
+            cq,
+            cq,
+        ))?)?)
+    };
+    let (a, b) = (qp()?, qp()?);
+    let _connection = uverbs::cm::connect_pair(ctx, &a, &b, addr, WAIT)?;
+    Ok(Pair { a, b, _connection })
+}
+
+/// The memory of `qp`'s next request to come back, which must have
+/// succeeded.
+fn wait(qp: &OwnedQp<Mem>, what: &str) -> Result<Mem, Box<dyn Error>> {
+    let done = qp.wait(WAIT)?;
+    if done.status() != Some(WcStatus::Success) {
+        return Err(format!("{what}: {:?}", done.ended).into());
+    }
+    Ok(done.into_memory().ok_or("no memory came back")?)
+}
 
 const MESSAGE: &[u8] = b"hwcheck: hello over RDMA";
 /// What a UD receive starts with: room for the 40-byte GRH.
@@ -383,7 +418,7 @@ fn keys(mr: &MemoryRegion) -> String {
 fn check_mr(t: &mut Table, pd: &ProtectionDomain) {
     // Declared before the MR: they stay mapped until it is dropped.
     let maps = (0..3)
-        .map(|i| MmapMut::map_anon((64 << 10) << i))
+        .map(|i| PageBuffer::new((64 << 10) << i))
         .collect::<Result<Vec<_>, _>>();
     let Some(mut maps) = t.step("map memory", maps, |m| {
         let sizes: Vec<_> = m.iter().map(|m| format!("{} KiB", m.len() >> 10)).collect();
@@ -565,7 +600,7 @@ fn check_rc(
             return;
         }
     };
-    let pair = connect::connect::<Mem>(ctx, pd, (cq, cq), addr);
+    let pair = connect(ctx, pd, cq, addr);
     let Some(pair) = t.step("rc connect", pair, |p| {
         format!(
             "QPs {:#x} <-> {:#x} in RTS over {addr}",
@@ -580,18 +615,15 @@ fn check_rc(
     };
 
     let write = || -> Result<Mem, Box<dyn Error>> {
-        let map = || MmapMut::map_anon(4096);
+        let map = || PageBuffer::new(4096);
         let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
         let mut target = pd.reg_remote_buffer(map()?, rw)?;
         let mut out = pd.reg_buffer(map()?, AccessFlags::LOCAL_WRITE)?;
         out.buffer_mut()[..MESSAGE.len()].copy_from_slice(MESSAGE);
-        let remote = Remote {
-            addr: target.addr(),
-            rkey: target.rkey(),
-        };
         let local = Local::slice(out, 0..MESSAGE.len())?;
-        pair.a.post_send(SendRequest::write(2, local, remote))?;
-        let out = completion::wait(&pair.a, "WRITE")?;
+        pair.a
+            .post_send(SendRequest::write(2, local, target.region().remote()))?;
+        let out = wait(&pair.a, "WRITE")?;
         let mut landed = vec![0u8; MESSAGE.len()];
         target.copy_out(0, &mut landed)?;
         if landed != MESSAGE {
@@ -604,10 +636,9 @@ fn check_rc(
     let out = t.step("rc write", write(), verified);
 
     let send = |out: Option<Mem>| -> Result<(), Box<dyn Error>> {
-        let map = || MmapMut::map_anon(4096);
+        let map = || PageBuffer::new(4096);
         let inbox = pd.reg_buffer(map()?, AccessFlags::LOCAL_WRITE)?;
-        let posted = pair.b.post_recv(RecvRequest::new(1, Local::whole(inbox)));
-        posted?;
+        pair.b.post_recv(RecvRequest::new(1, Local::whole(inbox)))?;
         let out = match out {
             Some(out) => out,
             None => {
@@ -618,8 +649,8 @@ fn check_rc(
         };
         pair.a
             .post_send(SendRequest::send(3, Local::slice(out, 0..len)?))?;
-        completion::wait(&pair.a, "SEND")?;
-        let inbox = completion::wait(&pair.b, "RECV")?;
+        wait(&pair.a, "SEND")?;
+        let inbox = wait(&pair.b, "RECV")?;
         if &inbox.buffer()[..len] != MESSAGE {
             return Err(format!("the SEND delivered {:?}", &inbox.buffer()[..len]).into());
         }
@@ -674,7 +705,7 @@ fn check_ud(
         qp.modify(&QpAttr::new().state(QpState::Rtr))?;
         qp.modify(&QpAttr::new().state(QpState::Rts).sq_psn(0))?;
         let buffer = || -> Result<Mem, Box<dyn Error>> {
-            Ok(pd.reg_buffer(MmapMut::map_anon(4096)?, AccessFlags::LOCAL_WRITE)?)
+            Ok(pd.reg_buffer(PageBuffer::new(4096)?, AccessFlags::LOCAL_WRITE)?)
         };
         let inbox = Local::slice(buffer()?, 0..GRH + MESSAGE.len())?;
         qp.post_recv(RecvRequest::new(1, inbox))?;

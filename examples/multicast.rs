@@ -12,37 +12,43 @@
 //! cargo vm demo    # runs it on rxe0 (192.0.2.1) and siw0 (198.51.100.1) in a VM
 //! ```
 
-#[path = "common/completion.rs"]
-mod completion;
-#[path = "common/connect.rs"]
-#[allow(dead_code)] // the command line and `open` only: UD needs no connection
-mod connect;
-
 use std::error::Error;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use memmap2::MmapMut;
 use uverbs::cm::{EventChannel, PortSpace};
-use uverbs::{AccessFlags, BufferMr, Errno, Local, OwnedQp, QpAttr, QpInit, QpState, QpType};
-use uverbs::{RecvRequest, SendRequest};
+use uverbs::{AccessFlags, BufferMr, Device, Errno, Local, OwnedQp, PageBuffer, QpAttr, QpInit};
+use uverbs::{QpState, QpType, RecvRequest, SendRequest, WcStatus};
 
-/// A mapping, not a `Vec`: under forced fork safety a registered heap page
-/// is missing in a forked child, which may reuse it for anything.
-type Mem = BufferMr<MmapMut>;
+/// Pages of its own, not a `Vec`: under forced fork safety a registered
+/// heap page is missing in a forked child, which may reuse it for anything.
+type Mem = BufferMr<PageBuffer>;
 
 const MESSAGE: &[u8] = b"hello, group";
 /// What rxe puts in front of every UD receive: the packet's IP header.
 const GRH: usize = 40;
 
+/// The value after `name` on the command line.
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = connect::args(None)?;
-    let ctx = connect::open(args.device.as_deref())?;
+    let ctx = arg("--device")
+        .map_or_else(Device::first, |d| Device::by_name(&d))?
+        .open()?;
+    let addr = arg("--addr")
+        .unwrap_or_else(|| "192.0.2.1".into())
+        .parse()?;
     // A UDP-port-space id, bound to the device's address, joins the group.
     let ch = EventChannel::open()?;
     let id = ch.create_id(PortSpace::Udp)?;
-    id.bind(SocketAddr::new(args.addr, 0))?;
+    id.bind(SocketAddr::new(addr, 0))?;
     let group: SocketAddr = "239.1.2.3:0".parse()?;
     // Joined once the kernel's MULTICAST_JOIN came: it carries the group's
     // address vector, Q_Key and QP number.
@@ -74,7 +80,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     let (sender, receiver) = (ud()?, ud()?);
     receiver.attach_mcast(av.dgid, av.dlid)?;
     let buffer = || -> Result<Mem, Box<dyn Error>> {
-        Ok(pd.reg_buffer(MmapMut::map_anon(4096)?, AccessFlags::LOCAL_WRITE)?)
+        Ok(pd.reg_buffer(PageBuffer::new(4096)?, AccessFlags::LOCAL_WRITE)?)
     };
     let inbox = Local::slice(buffer()?, 0..GRH + MESSAGE.len())?;
     receiver.post_recv(RecvRequest::new(1, inbox))?;
@@ -85,8 +91,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     let ah = Arc::new(pd.create_ah(&av)?);
     let send = SendRequest::send(2, Local::slice(out, 0..MESSAGE.len())?);
     sender.post_send(send.ud(ah, joined.qp_num, joined.qkey))?;
-    completion::wait(&sender, "SEND")?;
-    let inbox = completion::wait(&receiver, "RECV")?;
+    let wait = Duration::from_secs(10);
+    let (sent, received) = (sender.wait(wait)?, receiver.wait(wait)?);
+    if [sent.status(), received.status()] != [Some(WcStatus::Success); 2] {
+        return Err(format!("SEND {:?}, RECV {:?}", sent.ended, received.ended).into());
+    }
+    let inbox = received.into_memory().ok_or("no memory came back")?;
     if &inbox.buffer()[GRH..GRH + MESSAGE.len()] != MESSAGE {
         return Err("the group's SEND delivered other bytes".into());
     }

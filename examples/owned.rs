@@ -4,7 +4,7 @@
 //! while the device may still use it.
 //!
 //! Two RC queue pairs of one device (connected by the connection manager,
-//! `common/connect.rs`; rxe and siw alike) stream numbered SENDs through
+//! `uverbs::cm::connect_pair`; rxe and siw alike) stream numbered SENDs through
 //! two small pools: A's send buffers go out with each SEND and come back
 //! with its completion to be filled again; B's receive buffers come back
 //! with the message in them, are checked and posted again. At the end
@@ -16,38 +16,57 @@
 //! cargo vm demo    # runs it on rxe0 (192.0.2.1) and siw0 (198.51.100.1) in a VM
 //! ```
 
-#[path = "common/connect.rs"]
-mod connect;
-
 use std::error::Error;
 use std::time::{Duration, Instant};
 
-use memmap2::MmapMut;
-use uverbs::{AccessFlags, BufferMr, Ended, Local, RecvRequest, SendRequest, WcStatus};
+use uverbs::{AccessFlags, BufferMr, Device, Ended, Local, OwnedQp, PageBuffer, QpInit, QpType};
+use uverbs::{RecvRequest, SendRequest, WcStatus};
 
-/// A mapping, not a `Vec`: under forced fork safety a registered heap page
-/// is missing in a forked child, which may reuse it for anything.
-type Mem = BufferMr<MmapMut>;
+/// Pages of its own, not a `Vec`: under forced fork safety a registered
+/// heap page is missing in a forked child, which may reuse it for anything.
+type Mem = BufferMr<PageBuffer>;
 
 /// Buffers per pool: at most this many SENDs are in flight, and as many
 /// receives are posted (on iWARP a SEND that finds no receive breaks the
 /// connection).
 const POOL: u64 = 4;
 
+/// The value after `name` on the command line.
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
-    let args = connect::args(Some(64))?;
-    let count = args.count;
-    let ctx = connect::open(args.device.as_deref())?;
+    let count: u64 = arg("--count").map_or(Ok(64), |n| n.parse())?;
+    let ctx = arg("--device")
+        .map_or_else(Device::first, |d| Device::by_name(&d))?
+        .open()?;
+    let addr = arg("--addr")
+        .unwrap_or_else(|| "192.0.2.1".into())
+        .parse()?;
     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(4 * POOL as u32, None)?);
-    let pair = connect::connect::<Mem>(&ctx, &pd, (&cq, &cq), args.addr)?;
+    // Two RC QPs of this device, connected to each other through the cm.
+    let qp = || -> Result<OwnedQp<Mem>, uverbs::Error> {
+        Ok(OwnedQp::new(pd.create_qp(&QpInit::new(
+            QpType::Rc,
+            &cq,
+            &cq,
+        ))?)?)
+    };
+    let (a, b) = (qp()?, qp()?);
+    let _connection = uverbs::cm::connect_pair(&ctx, &a, &b, addr, Duration::from_secs(10))?;
     let buffer = || -> Result<Mem, Box<dyn Error>> {
-        Ok(pd.reg_buffer(MmapMut::map_anon(4096)?, AccessFlags::LOCAL_WRITE)?)
+        Ok(pd.reg_buffer(PageBuffer::new(4096)?, AccessFlags::LOCAL_WRITE)?)
     };
     // A's pool stays here between SENDs; B's is posted as receives at once.
     let mut free: Vec<Mem> = (0..POOL).map(|_| buffer()).collect::<Result<_, _>>()?;
     for id in 0..POOL {
         let recv = RecvRequest::new(id, Local::whole(buffer()?));
-        pair.b.post_recv(recv)?;
+        b.post_recv(recv)?;
     }
 
     let (mut sent, mut received, mut done) = (0, 0, Vec::new());
@@ -60,15 +79,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         if sent < count && sent < received + POOL {
             if let Some(mut out) = free.pop() {
                 out.buffer_mut()[..8].copy_from_slice(&sent.to_le_bytes());
-                pair.a
-                    .post_send(SendRequest::send(sent, Local::slice(out, 0..8)?))?;
+                a.post_send(SendRequest::send(sent, Local::slice(out, 0..8)?))?;
                 sent += 1;
             }
         }
         // A's buffers come back with their SENDs' completions ...
-        pair.a.poll(&mut done)?;
+        a.poll(&mut done)?;
         // ... and B's with the messages, which are checked and reposted.
-        pair.b.poll(&mut done)?;
+        b.poll(&mut done)?;
         for c in done.drain(..) {
             if c.status() != Some(WcStatus::Success) {
                 return Err(format!("request {}: {:?}", c.wr_id, c.ended).into());
@@ -86,18 +104,18 @@ fn main() -> Result<(), Box<dyn Error>> {
             }
             received += 1;
             let recv = RecvRequest::new(wr_id, Local::whole(mem));
-            pair.b.post_recv(recv)?;
+            b.post_recv(recv)?;
         }
     }
 
     // B's receives are still the device's. Flushing (the QP goes to ERR)
     // completes them with WR_FLUSH_ERR, and each buffer comes back.
-    pair.b.flush(Duration::from_secs(10), &mut done)?;
+    b.flush(Duration::from_secs(10), &mut done)?;
     let flushed = done.iter().filter(
         |c| matches!(c.ended, Ended::Completion(wc) if wc.status() == WcStatus::WrFlushErr),
     );
     let back = flushed.count() as u64 + free.len() as u64;
-    if back != 2 * POOL || pair.b.outstanding() != (0, 0) {
+    if back != 2 * POOL || b.outstanding() != (0, 0) {
         return Err(format!("{back} of {} buffers came back", 2 * POOL).into());
     }
     let name = ctx.device_name();

@@ -46,6 +46,7 @@ mod event;
 mod fake;
 pub(crate) mod handshake;
 mod id;
+mod pair;
 
 #[cfg(test)]
 mod golden_tests;
@@ -63,3 +64,4 @@ pub use event::{event_name, raw as event_number, Event, EventKind, Param, PeerPa
 #[cfg(any(test, feature = "test-util"))]
 pub use fake::{FakeCm, RecordedCm};
 pub use id::{AddrInfo, CmId, Membership, Route};
+pub use pair::{connect_pair, LocalConnection};
