@@ -19,11 +19,11 @@
 //!   DISCONNECTED. The bytes tell landed from refused, the DISCONNECTED
 //!   confirms it, and the QPs and ids are replaced by a new connection.
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, PortSpace};
+use uverbs::cm::{EventChannel, EventKind, LocalConnection, PortSpace};
 use uverbs::{
     AccessFlags, CompletionQueue, Context, MemoryRegion, Payload, ProtectionDomain, QpInit,
     QueuePair, RecvWr, Remote, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
@@ -47,7 +47,7 @@ pub struct Peer<'a> {
     writer: QueuePair,
     owner: QueuePair,
     /// The cm ids of the connection, on iWARP.
-    conn: Option<CmConn>,
+    conn: Option<LocalConnection>,
     writer_cq: CompletionQueue,
     owner_cq: CompletionQueue,
     link: Link,
@@ -65,16 +65,6 @@ enum Link {
     Loopback { gid: GidEntry, mtu: Mtu },
     /// Through the rdma_cm at this address of the device's (iWARP).
     Cm { addr: Ipv4Addr },
-}
-
-/// The cm ids of one iWARP connection, all on one channel. Dropping it
-/// destroys the ids (the QPs must be gone first).
-struct CmConn {
-    client: CmId,
-    server: CmId,
-    /// Held only to be destroyed after the connection's other ids.
-    _listener: CmId,
-    ch: EventChannel,
 }
 
 /// What a WRITE did.
@@ -216,54 +206,17 @@ impl<'a> Peer<'a> {
     /// to INIT before the connect; the server's to INIT and RTR (its RTS
     /// answer carries no state); at establishment the kernel's CM moves
     /// both to RTS, which both QPs then report.
-    fn connect_cm(&self, addr: Ipv4Addr) -> Fallible<CmConn> {
-        let ch = EventChannel::open()?;
-        let listener = ch.create_id(PortSpace::Tcp)?;
-        listener.bind(SocketAddr::from((addr, 0)))?;
-        listener.listen(1)?;
-        let dst = listener
-            .query_addr()?
-            .src
-            .ok_or("the listener has no address")?;
-        let client = ch.create_id(PortSpace::Tcp)?;
-        client.resolve_addr(None, dst, 2000)?;
-        expect(&ch, "address resolution", |k| {
-            matches!(k, EventKind::AddrResolved)
-        })?;
-        client.resolve_route(2000)?;
-        expect(&ch, "route resolution", |k| {
-            matches!(k, EventKind::RouteResolved)
-        })?;
-        self.writer.modify(&client.init_qp_attr(QpState::Init)?)?;
-        client.connect(&ConnParam::new(self.writer.qp_num()))?;
-        let ev = ch
-            .wait_event(WAIT)?
-            .ok_or("no connect request within 5 s")?;
-        let EventKind::ConnectRequest { id: server, .. } = ev.kind else {
-            return Err(format!("waiting for the connect request: {}", ev.name()).into());
-        };
-        for state in [QpState::Init, QpState::Rtr, QpState::Rts] {
-            self.owner.modify(&server.init_qp_attr(state)?)?;
-        }
-        server.accept(&ConnParam::new(self.owner.qp_num()))?;
-        // Both sides hear ESTABLISHED (one channel: either order).
-        for _ in 0..2 {
-            expect(&ch, "establishment", |k| {
-                matches!(k, EventKind::Established(_))
-            })?;
-        }
-        for qp in [&self.writer, &self.owner] {
-            let state = qp.established()?;
+    fn connect_cm(&self, addr: Ipv4Addr) -> Fallible<LocalConnection> {
+        let ctx = self.writer.context();
+        let (a, b) = (&self.writer, &self.owner);
+        let conn = uverbs::cm::connect_pair(ctx, a, b, IpAddr::V4(addr), WAIT)?;
+        for qp in [a, b] {
+            let state = qp.state();
             if state != QpState::Rts {
                 return Err(format!("QP {} is {state:?} after ESTABLISHED", qp.qp_num()).into());
             }
         }
-        Ok(CmConn {
-            client,
-            server,
-            _listener: listener,
-            ch,
-        })
+        Ok(conn)
     }
 
     /// After a failed WRITE: on RoCE a marker receive on each QP, both
@@ -384,7 +337,7 @@ impl<'a> Peer<'a> {
 /// After an iWARP WRITE completed on the writer: [`Written::Landed`] once
 /// the bytes are at `target`, [`Written::Terminated`] when both ids hear
 /// DISCONNECTED first with the bytes untouched; within [`WAIT`].
-fn landed_or_dropped(conn: &CmConn, target: *const u8, data: &[u8]) -> Fallible<Written> {
+fn landed_or_dropped(conn: &LocalConnection, target: *const u8, data: &[u8]) -> Fallible<Written> {
     let deadline = Instant::now() + WAIT;
     let mut dropped = [false; 2];
     loop {
@@ -406,28 +359,14 @@ fn landed_or_dropped(conn: &CmConn, target: *const u8, data: &[u8]) -> Fallible<
                 "completed, but within 5 s neither the bytes came nor the connection dropped",
             ));
         }
-        if let Some(ev) = conn.ch.wait_event(Duration::from_millis(10))? {
-            if matches!(ev.kind, EventKind::Disconnected) {
-                if ev.id == conn.client.handle() {
-                    dropped[0] = true;
-                } else if ev.id == conn.server.handle() {
-                    dropped[1] = true;
+        // Each side's id reports on a channel of its own.
+        for (side, id) in [conn.active(), conn.passive()].into_iter().enumerate() {
+            if let Some(ev) = id.channel().wait_event(Duration::from_millis(5))? {
+                if matches!(ev.kind, EventKind::Disconnected) && ev.id == id.handle() {
+                    dropped[side] = true;
                 }
             }
         }
-    }
-}
-
-/// Waits (within [`WAIT`]) for the next cm event and fails unless `want`
-/// accepts its kind.
-fn expect(ch: &EventChannel, what: &str, want: impl Fn(&EventKind) -> bool) -> Fallible<()> {
-    let ev = ch
-        .wait_event(WAIT)?
-        .ok_or_else(|| format!("{what}: no cm event within 5 s"))?;
-    if want(&ev.kind) {
-        Ok(())
-    } else {
-        Err(format!("{what}: {} (status {})", ev.name(), ev.status).into())
     }
 }
 

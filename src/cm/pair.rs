@@ -21,6 +21,19 @@ pub struct LocalConnection {
     _channels: [EventChannel; 2],
 }
 
+impl LocalConnection {
+    /// The active side's id (it connected `a`); its events, such as
+    /// `DISCONNECTED`, arrive on its [`channel`](CmId::channel).
+    pub fn active(&self) -> &CmId {
+        &self._ids[1]
+    }
+
+    /// The passive side's id (it accepted `b`), on a channel of its own.
+    pub fn passive(&self) -> &CmId {
+        &self._ids[0]
+    }
+}
+
 /// Connects `a` (the active side) and `b` (the passive side), two RC queue
 /// pairs of `ctx` in RESET or INIT, to each other through the kernel's
 /// connection manager over `addr`, an IP address of `ctx`'s device (its
