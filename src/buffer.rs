@@ -28,6 +28,10 @@ pub struct RegBufferError<B> {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [B] RegBufferError<B>, "the buffer";
+}
+
 impl ProtectionDomain {
     /// Registers an owned, address-stable buffer. The buffer is
     /// deregistered before it is dropped, so this is safe.
@@ -262,6 +266,10 @@ pub struct BufferDeregError<B: StableBuffer> {
     pub mr: BufferMr<B>,
     /// Why the kernel refused.
     pub error: Error,
+}
+
+crate::error::hands_back_with_error! {
+    [B: StableBuffer] BufferDeregError<B>, "the region (which tries again, and leaks the buffer if that fails)";
 }
 
 /// A failed [`BufferMr::retarget`]: the outcome, and both buffers.

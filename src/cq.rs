@@ -350,6 +350,10 @@ pub struct DestroyCqError {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [] DestroyCqError, "the CQ (which tries the destroy again)";
+}
+
 /// What a successful [`CompletionQueue::destroy`] reports: the kernel's
 /// event counts next to this process's.
 ///

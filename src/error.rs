@@ -781,44 +781,26 @@ macro_rules! hands_back_with_error {
     ($( [$($g:tt)*] $t:ty, $what:literal; )*) => {$(
         impl<$($g)*> $t {
             /// Why: the error (also the field `error`).
-            pub fn error(&self) -> &Error {
+            pub fn error(&self) -> &$crate::error::Error {
                 &self.error
             }
 
             #[doc = concat!("The error, dropping ", $what, ".")]
-            pub fn into_error(self) -> Error {
+            pub fn into_error(self) -> $crate::error::Error {
                 self.error
             }
         }
 
         #[doc = concat!("For `?`: the error, dropping ", $what, ".")]
-        impl<$($g)*> From<$t> for Error {
-            fn from(e: $t) -> Error {
+        impl<$($g)*> From<$t> for $crate::error::Error {
+            fn from(e: $t) -> $crate::error::Error {
                 e.error
             }
         }
     )*};
 }
-// For `uverbs::tokio`'s refusal.
-#[cfg(feature = "tokio")]
+// Invoked beside each refusal type, so this file imports none of them.
 pub(crate) use hands_back_with_error;
-
-hands_back_with_error! {
-    [] crate::DeregError, "the region (which tries the deregistration again)";
-    [] crate::DeallocError, "the PD (which tries the deallocation again)";
-    [] crate::DestroyCqError, "the CQ (which tries the destroy again)";
-    [] crate::DestroyQpError, "the QP (which tries the destroy again)";
-    [] crate::DestroySrqError, "the SRQ (which tries the destroy again)";
-    [] crate::mr::RegDmabufError, "the DMA-BUF (which closes it)";
-    [] crate::NotOwnable, "the queue pair";
-    [] crate::SrqNotOwnable, "the SRQ";
-    [B] crate::RegBufferError<B>, "the buffer";
-    [B: crate::StableBuffer] crate::BufferDeregError<B>, "the region (which tries again, and leaks the buffer if that fails)";
-    [B: crate::StableBuffer] crate::RemoteDeregError<B>, "the region (which tries again, and leaks the buffer if that fails)";
-    [T] crate::PostRefused<T>, "the request";
-    [Q] crate::NotDestroyed<Q>, "the queue pair (whose drop destroys it, freeing what it held)";
-    [M: Send + 'static] crate::OwnedSrqNotDestroyed<M>, "the SRQ's owner (whose drop leaves the buffers with the SRQ until it is destroyed)";
-}
 
 /// The `std::io::ErrorKind` an errno stands for (`EAGAIN` is `WouldBlock`,
 /// which tokio's `AsyncFd::try_io` relies on).

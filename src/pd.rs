@@ -191,6 +191,10 @@ pub struct DeallocError {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [] DeallocError, "the PD (which tries the deallocation again)";
+}
+
 impl ProtectionDomain {
     pub(crate) fn new(ctx: Context, handle: u32) -> Self {
         ProtectionDomain {

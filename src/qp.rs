@@ -538,6 +538,10 @@ pub struct DestroyQpError {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [] DestroyQpError, "the QP (which tries the destroy again)";
+}
+
 impl QueuePair {
     /// The kernel's handle.
     pub fn handle(&self) -> u32 {

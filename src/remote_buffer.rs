@@ -98,6 +98,10 @@ pub struct RemoteDeregError<B: StableBuffer> {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [B: StableBuffer] RemoteDeregError<B>, "the region (which tries again, and leaks the buffer if that fails)";
+}
+
 /// A byte range outside the registered buffer; nothing was copied.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("bytes {start}..{end} are outside the {len} registered bytes")]

@@ -273,6 +273,10 @@ pub struct DestroySrqError {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [] DestroySrqError, "the SRQ (which tries the destroy again)";
+}
+
 impl ProtectionDomain {
     /// Creates a shared receive queue in this PD (`CREATE_SRQ`, the write
     /// command, as rdma-core 44 sends it) and maps its ring where the

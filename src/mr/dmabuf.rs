@@ -181,6 +181,10 @@ pub struct RegDmabufError {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [] RegDmabufError, "the DMA-BUF (which closes it)";
+}
+
 /// The access a DMA-BUF region may have: the kernel refuses any other
 /// bit with `EINVAL`.
 const DMABUF_ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE

@@ -89,6 +89,10 @@ pub struct DeregError {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [] DeregError, "the region (which tries the deregistration again)";
+}
+
 impl MemoryRegion {
     /// REG_MR with fork marking at libibverbs' points.
     ///

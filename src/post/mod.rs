@@ -289,6 +289,10 @@ pub struct PostRefused<T> {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [T] PostRefused<T>, "the request";
+}
+
 impl<T> fmt::Debug for PostRefused<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PostRefused")
@@ -634,6 +638,10 @@ pub struct NotOwnable {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [] NotOwnable, "the queue pair";
+}
+
 /// Why a destroy failed ([`OwnedQp::destroy`], and with the `tokio`
 /// feature `AsyncQp::destroy`): the kernel kept the QP (or, in a forked
 /// child, it was not sent), so the device may still use the memory of the
@@ -648,6 +656,10 @@ pub struct NotDestroyed<Q> {
     pub qp: Q,
     /// Why: the message.
     pub error: Error,
+}
+
+crate::error::hands_back_with_error! {
+    [Q] NotDestroyed<Q>, "the queue pair (whose drop destroys it, freeing what it held)";
 }
 
 /// Completions read from a CQ at a time.

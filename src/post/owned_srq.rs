@@ -82,6 +82,10 @@ pub struct SrqNotOwnable {
     pub error: Error,
 }
 
+crate::error::hands_back_with_error! {
+    [] SrqNotOwnable, "the SRQ";
+}
+
 /// Why [`OwnedSrq::destroy`] failed (the kernel's `EBUSY` while a QP uses
 /// the SRQ), and the owner back with its requests still outstanding.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +96,10 @@ pub struct OwnedSrqNotDestroyed<M: Send + 'static> {
     pub srq: OwnedSrq<M>,
     /// Why: the message.
     pub error: Error,
+}
+
+crate::error::hands_back_with_error! {
+    [M: Send + 'static] OwnedSrqNotDestroyed<M>, "the SRQ's owner (whose drop leaves the buffers with the SRQ until it is destroyed)";
 }
 
 impl<M: DeviceReadable + Send + 'static> OwnedSrq<M> {
