@@ -4,7 +4,7 @@
 //! rdma_cm pair this program, through the safe API (`OwnedQp`: every
 //! request owns its `BufferMr` until its completion); for
 //! `ibv_rc_pingpong` the `pingpong` example, which speaks its protocol
-//! (`examples/pingpong/exchange.rs`). A C peer is the one test no shared
+//! (`tools/pingpong/exchange.rs`). A C peer is the one test no shared
 //! misunderstanding can pass: if both sides were ours, a wrong wire format
 //! or QP attribute on both would still meet.
 //!
@@ -737,7 +737,7 @@ fn rdma_client(opts: &Options) -> Result<()> {
     hang_up(&id, &ch, qp, peer)
 }
 
-// ---- ibv_rc_pingpong against the pingpong example ---------------------------
+// ---- ibv_rc_pingpong against the pingpong tool ---------------------------
 
 /// The IPv4-mapped GID of `addr` (`::ffff:a.b.c.d`).
 fn ipv4_mapped(addr: Ipv4Addr) -> Gid {

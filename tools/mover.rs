@@ -27,7 +27,7 @@
 //!
 //! Defaults: every device, 1 MiB buffers, 4 KiB WRITEs, 2000 WRITEs, 8
 //! buffers of which 4 exposed, a rotation after every WRITE, every scheme.
-//! The peer QPs are `examples/rereg_tour/traffic.rs`'s: RoCE loopback on rxe, the rdma_cm
+//! The peer QPs are `tools/rereg_tour/traffic.rs`'s: RoCE loopback on rxe, the rdma_cm
 //! on siw. Every WRITE must succeed and land (its stamp is checked at the
 //! target); any failure ends the run with exit status 1.
 //! `cargo vm bench` runs it on rxe0 and siw0 and reports the lines.
@@ -35,7 +35,7 @@
 // Shared with the rereg_tour example (a directory without main.rs is no
 // example target of its own), which uses its other half (the checked WRITE
 // and the recovery): unused here.
-#[path = "../examples/rereg_tour/traffic.rs"]
+#[path = "rereg_tour/traffic.rs"]
 #[allow(dead_code)]
 mod traffic;
 

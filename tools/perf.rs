@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 use test_kind::Test;
 use thread_io::read_write_calls;
 
-// Shared with the pingpong example: its bounded accept.
-#[path = "../examples/common/accept.rs"]
+// Shared with the pingpong tool: its bounded accept.
+#[path = "common/accept.rs"]
 mod accept;
-// Shared with the pingpong example: the bounded wait for the other side's process.
-#[path = "../examples/common/reap.rs"]
+// Shared with the pingpong tool: the bounded wait for the other side's process.
+#[path = "common/reap.rs"]
 mod reap;
 #[path = "perf/run.rs"]
 mod run;

@@ -1,6 +1,5 @@
-//! A bounded TCP accept, shared through `#[path]` by the pingpong example
-//! and the perf tool (`tools/perf.rs`) for their out-of-band exchanges. A
-//! directory without main.rs is no example target of its own.
+//! A bounded TCP accept, shared through `#[path]` by the pingpong and perf
+//! tools for their out-of-band exchanges.
 
 use std::error::Error;
 use std::net::{TcpListener, TcpStream};

@@ -1,7 +1,5 @@
 //! A bounded wait for a child process (the second side that the pingpong
-//! example and the perf tool, `tools/perf.rs`, start in their self-test
-//! modes). Shared through `#[path]`; a directory without main.rs is no
-//! example target of its own.
+//! and perf tools start in their self-test modes), shared through `#[path]`.
 
 use std::error::Error;
 use std::process::{Child, ExitStatus};

@@ -90,7 +90,14 @@ pub fn static_tests(workspace: &Path) -> Result<Vec<Binary>> {
 /// The binaries of the `uverbs-tools` package (`tools/`): the project's
 /// test and benchmark programs, which left `examples/` (short programs for
 /// users to copy) but run in the VM like the examples.
-pub const TOOLS: &[&str] = &["c_peers", "mover", "perf", "syscalls"];
+pub const TOOLS: &[&str] = &[
+    "c_peers",
+    "mover",
+    "perf",
+    "pingpong",
+    "rereg_tour",
+    "syscalls",
+];
 
 /// A program the VM runs: an example of the `uverbs` package
 /// (`examples/<name>.rs`) or a binary of `uverbs-tools` ([`TOOLS`]).
@@ -337,21 +344,14 @@ mod tests {
         assert_eq!(perf.cargo_args(), ["-p", "uverbs-tools", "--bin", "perf"]);
         assert_eq!(perf.kind(), TargetKind::Bin);
         assert_eq!(perf.source(ws), Path::new("/w/tools/perf.rs"));
-        let pingpong = Program::named("pingpong");
-        assert_eq!(pingpong, Program::Example("pingpong"));
+        let read = Program::named("read");
+        assert_eq!(read, Program::Example("read"));
         assert_eq!(
-            pingpong.cargo_args(),
-            [
-                "-p",
-                "uverbs",
-                "--features",
-                "tokio",
-                "--example",
-                "pingpong"
-            ]
+            read.cargo_args(),
+            ["-p", "uverbs", "--features", "tokio", "--example", "read"]
         );
-        assert_eq!(pingpong.kind(), TargetKind::Example);
-        assert_eq!(pingpong.source(ws), Path::new("/w/examples/pingpong.rs"));
+        assert_eq!(read.kind(), TargetKind::Example);
+        assert_eq!(read.source(ws), Path::new("/w/examples/read.rs"));
     }
 
     /// Every tool is a `[[bin]]` of tools/Cargo.toml with its source where

@@ -1218,7 +1218,7 @@ mod tests {
         assert!(s.contains(&format!(
             "timeout -s KILL {C_PEER_TIMEOUT_SECS} env UVERBS_REQUIRE_DEVICES=rxe,siw UVERBS_TRANSPORT=ioctl /tests/c_peers rdma_server --device siw0 --addr 198.51.100.1\n"
         )));
-        // ibv_rc_pingpong in both roles, against the pingpong example
+        // ibv_rc_pingpong in both roles, against the pingpong tool
         // (in /tests with c_peers).
         assert!(s.contains("/tests/c_peers rc_pingpong_client --device rxe0 --addr 192.0.2.1\n"));
         assert!(s.contains("/tests/c_peers rc_pingpong_server --device rxe0 --addr 192.0.2.1\n"));

@@ -36,7 +36,7 @@
 //!    pass. Its table ends in `vm two-host: N passed, M failed`, and the
 //!    last line, `vm: N passed, M failed`, counts both boots' runs.
 //!
-//! `demo` does steps 3–5 for `examples/rereg_tour.rs`, `examples/pingpong.rs`,
+//! `demo` does steps 3–5 for `tools/rereg_tour.rs`, `tools/pingpong.rs`,
 //! `tools/perf.rs` and `tools/syscalls.rs` (the runs of [`guest::DEMO_RUNS`],
 //! the last the system-call probe under strace) and the short examples of
 //! [`guest::SHORT_EXAMPLES`] on rxe0 and siw0, which `test` runs too;
@@ -414,7 +414,7 @@ impl Ctx {
     }
 
     /// The C peers' programs (built statically: the `c_peers` tool, the
-    /// `pingpong` example it runs against `ibv_rc_pingpong` and the `perf`
+    /// `pingpong` tool it runs against `ibv_rc_pingpong` and the `perf`
     /// tool it runs against perftest) and what the guest
     /// needs of rdma-core for them: the C programs with their libraries
     /// and the providers, unpacked under the cache ([`peer::C_PEERS`]).

@@ -1,7 +1,7 @@
 //! The two-host part of `cargo vm bench`: round trips across the two
 //! guests of `cargo vm test`'s two-host plan (one vCPU each, rxe0 on eth0,
 //! siw0 on eth1, each NIC a link of its own; tests/vm/README.md), ours
-//! (`examples/pingpong.rs --cm`) beside perftest's `ib_send_lat` and
+//! (`tools/pingpong.rs --cm`) beside perftest's `ib_send_lat` and
 //! `ib_write_lat` (`-R`: connected by the rdma_cm, as ours is), on rxe0
 //! and on siw0. B serves, A is the client; the host reads A's console.
 //!
@@ -41,7 +41,7 @@ const DEVICES: [Kind; 2] = [Kind::Rxe, Kind::Siw];
 /// What a run measures with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Program {
-    /// `examples/pingpong.rs --cm`: SEND answered by a SEND, each side
+    /// `tools/pingpong.rs --cm`: SEND answered by a SEND, each side
     /// busy-polling its CQ.
     Pingpong,
     /// The same with `--wait event`: each side polls a while, then arms
