@@ -85,7 +85,8 @@ write_command_of_request!(
     ReqNotifyCq,
     IB_USER_VERBS_CMD_REQ_NOTIFY_CQ,
     ib_uverbs_req_notify_cq,
-    ()
+    (),
+    handle = cq_handle
 );
 
 /// `RESIZE_CQ`: gives a CQ room for at least `cqe` entries, keeping the
@@ -119,5 +120,6 @@ write_command_of_request!(
     ResizeCq,
     IB_USER_VERBS_CMD_RESIZE_CQ,
     ib_uverbs_resize_cq,
-    uverbs_uapi::ib_uverbs_resize_cq_resp
+    uverbs_uapi::ib_uverbs_resize_cq_resp,
+    handle = cq_handle
 );

@@ -104,4 +104,12 @@ pub trait WriteCommand {
     fn uhw_in(&self) -> &[u8] {
         &[]
     }
+
+    /// The kernel handle of the object the command acts on (the QP a
+    /// `MODIFY_QP` modifies, the MR a `DEREG_MR` frees), `None` for a
+    /// command that names none or creates one. Only reported: the
+    /// `tracing` feature's `command` events carry it ([`crate::trace`]).
+    fn handle(&self) -> Option<u32> {
+        None
+    }
 }

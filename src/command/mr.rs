@@ -98,7 +98,8 @@ write_command_of_request!(
     ReregMr,
     IB_USER_VERBS_CMD_REREG_MR,
     ib_uverbs_rereg_mr,
-    uverbs_uapi::ib_uverbs_rereg_mr_resp
+    uverbs_uapi::ib_uverbs_rereg_mr_resp,
+    handle = mr_handle
 );
 
 destroy_by_handle!(

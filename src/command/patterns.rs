@@ -84,15 +84,23 @@ macro_rules! destroy_by_handle {
                 request.$handle = self.$handle;
                 request
             }
+
+            fn handle(&self) -> Option<u32> {
+                Some(self.$handle)
+            }
         }
     };
 }
 
 /// The [`WriteCommand`](crate::command::WriteCommand) of a builder that
 /// fills the kernel's request in place, in a field `req` (the transport
-/// fills `response`); optionally a field holding its UHW input.
+/// fills `response`); optionally a field holding its UHW input, and the
+/// request's field naming the object the command acts on (`handle`).
 macro_rules! write_command_of_request {
-    ($name:ty, $code:ident, $request:ident, $response:ty $(, uhw_in = $uhw:ident)?) => {
+    (
+        $name:ty, $code:ident, $request:ident, $response:ty
+        $(, uhw_in = $uhw:ident)? $(, handle = $handle:ident)?
+    ) => {
         impl $crate::command::WriteCommand for $name {
             const CODE: u32 = uverbs_uapi::$code;
             type Request = uverbs_uapi::$request;
@@ -105,6 +113,12 @@ macro_rules! write_command_of_request {
             $(
                 fn uhw_in(&self) -> &[u8] {
                     self.$uhw
+                }
+            )?
+
+            $(
+                fn handle(&self) -> Option<u32> {
+                    Some(self.req.$handle)
                 }
             )?
         }

@@ -112,7 +112,8 @@ write_command_of_request!(
     ModifyQp,
     IB_USER_VERBS_CMD_MODIFY_QP,
     ib_uverbs_modify_qp,
-    ()
+    (),
+    handle = qp_handle
 );
 
 /// `QUERY_QP`: a QP's current attributes (the kernel fills every field
@@ -142,7 +143,8 @@ write_command_of_request!(
     QueryQp,
     IB_USER_VERBS_CMD_QUERY_QP,
     ib_uverbs_query_qp,
-    uverbs_uapi::ib_uverbs_query_qp_resp
+    uverbs_uapi::ib_uverbs_query_qp_resp,
+    handle = qp_handle
 );
 
 destroy_by_handle!(
@@ -184,7 +186,7 @@ macro_rules! multicast_command {
 
         // Mirrors the kernel's request; no response (and no `response`
         // field).
-        write_command_of_request!($name, $code, $request, ());
+        write_command_of_request!($name, $code, $request, (), handle = qp_handle);
     };
 }
 

@@ -103,7 +103,8 @@ write_command_of_request!(
     IB_USER_VERBS_CMD_MODIFY_SRQ,
     ib_uverbs_modify_srq,
     (),
-    uhw_in = uhw_in
+    uhw_in = uhw_in,
+    handle = srq_handle
 );
 
 /// `QUERY_SRQ`: an SRQ's size, SGEs and limit.
@@ -131,7 +132,8 @@ write_command_of_request!(
     QuerySrq,
     IB_USER_VERBS_CMD_QUERY_SRQ,
     ib_uverbs_query_srq,
-    uverbs_uapi::ib_uverbs_query_srq_resp
+    uverbs_uapi::ib_uverbs_query_srq_resp,
+    handle = srq_handle
 );
 
 destroy_by_handle!(
