@@ -179,6 +179,7 @@ mod srq;
 mod test_serial;
 #[cfg(feature = "tokio")]
 pub mod tokio;
+pub mod trace;
 pub mod transport;
 pub mod wr;
 

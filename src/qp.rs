@@ -32,6 +32,7 @@ use crate::provider::rings::{
 use crate::provider::{Provider, QpRequest, StateOf, UhwIn};
 use crate::query::Gid;
 use crate::srq::{SharedReceiveQueue, SrqInner};
+use crate::trace::Modified;
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr, RECV_TAG};
 use uverbs_uapi as sys;
@@ -733,11 +734,15 @@ impl QueuePair {
         // then the receive ring (`send_destroy` takes sq then rq; a post
         // takes one ring lock and never modify_lock), so no cycle exists.
         let _serial = self.modify_lock.lock();
-        attr.check_on(self.transport_type(), self.qp_type, self.state())
-            .map_err(|source| Error::QpTransition {
-                op: Op::ModifyQp,
-                device: ctx.inner.device.clone(),
-                verdict: source,
+        let from = self.state();
+        attr.check_on(self.transport_type(), self.qp_type, from)
+            .map_err(|source| {
+                self.traced_modify(from, attr, Modified::Refused(&source));
+                Error::QpTransition {
+                    op: Op::ModifyQp,
+                    device: ctx.inner.device.clone(),
+                    verdict: source,
+                }
             })?;
         // Every modify, not only RESET: an uncontended lock costs tens of
         // nanoseconds next to a system call, and ERR (a flush) or a driver's
@@ -749,11 +754,21 @@ impl QueuePair {
         let _rq = self.rq.as_ref().map(Mutex::lock);
         let cmd = ModifyQp::new(self.handle, attr);
         // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
-        unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) }?;
+        let sent = unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) };
+        self.traced_modify(from, attr, Modified::Sent(sent.as_ref().err()));
+        sent?;
         if let Some(to) = attr.target_state() {
             self.state.store(to as u8, Ordering::Release);
         }
         Ok(())
+    }
+
+    /// Reports a [`modify`](Self::modify) from `from` to the `tracing`
+    /// feature's subscriber (nothing without the feature).
+    #[inline(always)]
+    fn traced_modify(&self, from: QpState, attr: &QpAttr, how: Modified<'_>) {
+        let to = attr.target_state();
+        crate::trace::qp_modify(self.qpn, self.handle, from, to, attr.mask(), &how);
     }
 
     /// Attaches this UD QP to the multicast group `mgid` with LID `mlid`
@@ -1075,6 +1090,7 @@ impl QueuePair {
 
     #[cold]
     fn doorbell_error(&self, errno: Errno) -> Error {
+        crate::trace::error(Op::PostSend, &self.pd.ctx.inner.device, errno, None);
         Error::Doorbell {
             op: Op::PostSend,
             device: self.pd.ctx.inner.device.clone(),

@@ -220,7 +220,9 @@ impl EventChannel {
         // header's `out`, all the kernel writes) until `resp` is read below;
         // the caller promises the frame holds no other address the kernel
         // writes through.
-        unsafe { self.exec_frame(&frame, out.cast(), size_of::<C::Response>()) }?;
+        let sent = unsafe { self.exec_frame(&frame, out.cast(), size_of::<C::Response>()) };
+        crate::trace::cm_command(C::CODE, &sent);
+        sent?;
         Ok(resp)
     }
 
@@ -317,6 +319,7 @@ impl EventChannel {
     /// Decodes an event, counting it for its id; a connect request's new
     /// id inherits the listener's port space.
     fn decode(&self, resp: &sys::rdma_ucm_event_resp) -> Event {
+        crate::trace::cm_event(resp.event, resp.status as i32, resp.id, resp.uid);
         let ps = {
             let mut ids = self.ids();
             match ids.get_mut(&resp.uid) {

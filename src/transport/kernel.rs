@@ -60,7 +60,13 @@ impl KernelFile {
         frame.push(attr).expect("an empty frame has room");
         // SAFETY: the frame carries no pointers; the kernel reads the header
         // and attributes and at most writes back attribute flags.
-        unsafe { verbs_ioctl(fd, &mut frame) }
+        let answer = unsafe { verbs_ioctl(fd, &mut frame) };
+        crate::trace::method(
+            sys::UVERBS_OBJECT_DEVICE,
+            sys::UVERBS_METHOD_INVOKE_WRITE,
+            &answer,
+        );
+        answer
     }
 
     fn execute_write(&self, cmd: &mut RawCommand<'_>) -> Result<usize, Errno> {

@@ -414,11 +414,18 @@ impl<'a> Method<'a> {
         if let Some(e) = self.error {
             return Err(e);
         }
+        let (object, method) = (self.frame.header().object_id, self.frame.header().method_id);
         // SAFETY: every pointer in the frame was made by a pusher from a
         // reference borrowed for 'a (alive, not otherwise used), with its
         // exact length, through `user_addr` (exposed); the method's own
         // effects are the caller's promise.
-        unsafe { transport.invoke(&mut self.frame) }?;
+        let sent = unsafe { transport.invoke(&mut self.frame) };
+        // An INVOKE_WRITE carries a write command, which `transport::run`
+        // reports as that command.
+        if (object, method) != (sys::UVERBS_OBJECT_DEVICE, sys::UVERBS_METHOD_INVOKE_WRITE) {
+            crate::trace::method(object, method, &sent);
+        }
+        sent?;
         Ok(Invoked {
             frame: self.frame,
             _borrows: PhantomData,

@@ -322,8 +322,9 @@ pub(crate) unsafe fn run<C: WriteCommand>(
         uhw_out,
     };
     // SAFETY: forwarded to the caller.
-    let written = unsafe { transport.execute(&mut raw) }?;
-    Ok((response, written))
+    let written = unsafe { transport.execute(&mut raw) };
+    crate::trace::command(C::CODE, cmd.handle(), &written);
+    Ok((response, written?))
 }
 
 #[cfg(test)]
