@@ -734,10 +734,9 @@ impl QueuePair {
         // then the receive ring (`send_destroy` takes sq then rq; a post
         // takes one ring lock and never modify_lock), so no cycle exists.
         let _serial = self.modify_lock.lock();
-        let from = self.state();
-        attr.check_on(self.transport_type(), self.qp_type, from)
+        attr.check_on(self.transport_type(), self.qp_type, self.state())
             .map_err(|source| {
-                self.traced_modify(from, attr, Modified::Refused(&source));
+                crate::trace::qp_modify(self, attr, Modified::Refused(&source));
                 Error::QpTransition {
                     op: Op::ModifyQp,
                     device: ctx.inner.device.clone(),
@@ -754,21 +753,15 @@ impl QueuePair {
         let _rq = self.rq.as_ref().map(Mutex::lock);
         let cmd = ModifyQp::new(self.handle, attr);
         // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
-        let sent = unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) };
-        self.traced_modify(from, attr, Modified::Sent(sent.as_ref().err()));
-        sent?;
+        if let Err(e) = unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) } {
+            crate::trace::qp_modify(self, attr, Modified::Sent(Some(&e)));
+            return Err(e);
+        }
+        crate::trace::qp_modify(self, attr, Modified::Sent(None));
         if let Some(to) = attr.target_state() {
             self.state.store(to as u8, Ordering::Release);
         }
         Ok(())
-    }
-
-    /// Reports a [`modify`](Self::modify) from `from` to the `tracing`
-    /// feature's subscriber (nothing without the feature).
-    #[inline(always)]
-    fn traced_modify(&self, from: QpState, attr: &QpAttr, how: Modified<'_>) {
-        let to = attr.target_state();
-        crate::trace::qp_modify(self.qpn, self.handle, from, to, attr.mask(), &how);
     }
 
     /// Attaches this UD QP to the multicast group `mgid` with LID `mlid`

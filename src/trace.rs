@@ -23,14 +23,14 @@
 //! | [`TRANSPORT`] | `method` | TRACE | `object`, `method`, `name`, `ok`, `errno`? | every native ioctl method sent ([`Method::invoke`](crate::transport::Method::invoke)), and the transport probe |
 //! | [`CM`] | `cm_command` | TRACE | `command`, `code`, `ok`, `errno`? | every rdma_cm command sent, `GET_EVENT` included |
 //! | [`CM`] | `cm_event` | DEBUG | `event`, `status`, `id`, `uid` | every event read from a cm channel |
-//! | [`QP`] | `qp_modify` | DEBUG | `qp_num`, `handle`, `from`, `to`?, `mask`, `ok`, `errno`?, `reason`? | every [`QueuePair::modify`](crate::QueuePair::modify): sent, refused by the kernel, or refused before sending |
+//! | [`QP`] | `qp_modify` | DEBUG | `qp_num`, `handle`, `from`, `to`?, `mask`, `ok`, `errno`?, `reason`? | every [`QueuePair::modify`]: sent, refused by the kernel, or refused before sending |
 //! | [`ERROR`] | `error` | DEBUG | `op`, `device`, `errno`, `outcome`? | an error built from a kernel (or system) failure |
 //!
 //! The fields (`?`: only where it applies):
 //! - `command`: the kernel's command name without its prefix (`REG_MR`,
 //!   `EX_QUERY_DEVICE`; cm: `CONNECT`, `GET_EVENT`), `code` its number.
 //! - `handle`: the kernel handle of the object a command acts on
-//!   ([`WriteCommand::handle`](crate::command::WriteCommand::handle)):
+//!   ([`WriteCommand::handle`]):
 //!   destroy, modify, query, notify, resize, re-register, multicast; absent
 //!   for commands that create an object.
 //! - `object`, `method`: the ioctl method's ids (`UVERBS_OBJECT_*`,
@@ -45,12 +45,12 @@
 //!   ([`CmId::uid`](crate::cm::CmId::uid), for a connect request the
 //!   listener's).
 //! - `qp_num`, `handle`: the QP's number and kernel handle; `from` the state
-//!   the library last knew ([`QueuePair::state`](crate::QueuePair::state)),
+//!   the library last knew ([`QueuePair::state`]),
 //!   `to` the state asked for (absent when the modify changes attributes
 //!   only), both as libibverbs spells them without `IBV_QPS_` (`RESET`,
 //!   `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR`); `mask` the attribute mask
 //!   (`IBV_QP_*` bits); `reason` why the library refused before sending.
-//! - `op`: the operation's name ([`Op::name`](crate::Op::name): `reg_mr`,
+//! - `op`: the operation's name ([`Op::name`]: `reg_mr`,
 //!   `rdma_connect`, …); `device` the device (`rxe0`, or the cm channel's
 //!   `rdma_cm`); `outcome` the re-registration outcome
 //!   ([`ReregOutcome`](crate::ReregOutcome)) for a failed `rereg_mr`.
@@ -71,8 +71,9 @@ pub const CM: &str = "uverbs::cm";
 /// Target of the errors built from a kernel failure.
 pub const ERROR: &str = "uverbs::error";
 
-use crate::command::{QpAttrMask, QpState};
+use crate::command::{QpAttr, WriteCommand};
 use crate::error::{Errno, Op};
+use crate::QueuePair;
 
 /// The raw errno of a failed outcome, `None` for success.
 #[cfg(feature = "tracing")]
@@ -80,22 +81,21 @@ fn errno_of<T>(outcome: &Result<T, Errno>) -> Option<i32> {
     outcome.as_ref().err().map(|e| e.raw_os_error())
 }
 
-/// A uverbs write command `code`, acting on `handle`, has been answered
-/// with `outcome`.
+/// The uverbs write command `cmd` has been answered with `outcome`.
 #[inline(always)]
-pub(crate) fn command<T>(code: u32, handle: Option<u32>, outcome: &Result<T, Errno>) {
+pub(crate) fn command<C: WriteCommand, T>(cmd: &C, outcome: &Result<T, Errno>) {
     #[cfg(feature = "tracing")]
     tracing::trace!(
         name: "command",
         target: TRANSPORT,
-        command = names::write_command(code),
-        code,
-        handle,
+        command = names::write_command(C::CODE),
+        code = C::CODE,
+        handle = cmd.handle(),
         ok = outcome.is_ok(),
         errno = errno_of(outcome),
     );
     #[cfg(not(feature = "tracing"))]
-    let _ = (code, handle, outcome);
+    let _ = (cmd, outcome);
 }
 
 /// The ioctl method `method` of object `object` has been answered with
@@ -157,17 +157,10 @@ pub(crate) enum Modified<'a> {
     Refused(&'a dyn std::fmt::Display),
 }
 
-/// A modify of QP `qp_num` (kernel handle `handle`) from `from` to `to`
-/// with attribute `mask` ended as `how`.
+/// A modify of `qp` with `attr` ended as `how`; called before the QP's
+/// [`state`](QueuePair::state) changes, which is where it was modified from.
 #[inline(always)]
-pub(crate) fn qp_modify(
-    qp_num: u32,
-    handle: u32,
-    from: QpState,
-    to: Option<QpState>,
-    mask: QpAttrMask,
-    how: &Modified<'_>,
-) {
+pub(crate) fn qp_modify(qp: &QueuePair, attr: &QpAttr, how: Modified<'_>) {
     #[cfg(feature = "tracing")]
     {
         let (ok, errno, reason) = match how {
@@ -177,18 +170,18 @@ pub(crate) fn qp_modify(
         tracing::debug!(
             name: "qp_modify",
             target: QP,
-            qp_num,
-            handle,
-            from = names::qp_state(from),
-            to = to.map(names::qp_state),
-            mask = mask.bits(),
+            qp_num = qp.qp_num(),
+            handle = qp.handle(),
+            from = names::qp_state(qp.state()),
+            to = attr.target_state().map(names::qp_state),
+            mask = attr.mask().bits(),
             ok,
             errno = errno.map(|e| e.raw_os_error()),
             reason,
         );
     }
     #[cfg(not(feature = "tracing"))]
-    let _ = (qp_num, handle, from, to, mask, how);
+    let _ = (qp, attr, how);
 }
 
 /// An error of `op` on `device` has been built from the kernel's `errno`;

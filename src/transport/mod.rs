@@ -323,8 +323,9 @@ pub(crate) unsafe fn run<C: WriteCommand>(
     };
     // SAFETY: forwarded to the caller.
     let written = unsafe { transport.execute(&mut raw) };
-    crate::trace::command(C::CODE, cmd.handle(), &written);
-    Ok((response, written?))
+    crate::trace::command(cmd, &written);
+    let written = written?;
+    Ok((response, written))
 }
 
 #[cfg(test)]
