@@ -718,7 +718,7 @@ impl fmt::Display for Hint {
 
 impl Error {
     pub(crate) fn os(op: Op, device: &Arc<str>, errno: Errno) -> Self {
-        crate::trace::error(op, device, errno, None);
+        crate::trace::error(op, device, errno);
         Error::Os {
             op,
             device: device.clone(),
@@ -996,7 +996,7 @@ impl ReregError {
     /// (undefined where it guarantees nothing) until
     /// [`known_unchanged`](Self::known_unchanged) says more.
     pub(crate) fn new(outcome: ReregOutcome, errno: Errno, device: Arc<str>) -> ReregError {
-        crate::trace::error(Op::ReregMr, &device, errno, Some(&outcome));
+        crate::trace::rereg_error(outcome, &device, errno);
         ReregError {
             outcome,
             mr_state: outcome.man_page_guarantee().worst_case(),

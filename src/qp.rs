@@ -1083,7 +1083,7 @@ impl QueuePair {
 
     #[cold]
     fn doorbell_error(&self, errno: Errno) -> Error {
-        crate::trace::error(Op::PostSend, &self.pd.ctx.inner.device, errno, None);
+        crate::trace::error(Op::PostSend, &self.pd.ctx.inner.device, errno);
         Error::Doorbell {
             op: Op::PostSend,
             device: self.pd.ctx.inner.device.clone(),

@@ -24,7 +24,7 @@
 //! | [`CM`] | `cm_command` | TRACE | `command`, `code`, `ok`, `errno`? | every rdma_cm command sent, `GET_EVENT` included |
 //! | [`CM`] | `cm_event` | DEBUG | `event`, `status`, `id`, `uid` | every event read from a cm channel |
 //! | [`QP`] | `qp_modify` | DEBUG | `qp_num`, `handle`, `from`, `to`?, `mask`, `ok`, `errno`?, `reason`? | every [`QueuePair::modify`]: sent, refused by the kernel, or refused before sending |
-//! | [`ERROR`] | `error` | DEBUG | `op`, `device`, `errno`, `outcome`? | an error built from a kernel (or system) failure |
+//! | [`ERROR`] | `error` | DEBUG | `op`, `device`, `errno`, `outcome`? | an [`Error::Os`](crate::Error::Os), [`Error::Doorbell`](crate::Error::Doorbell) or [`Error::ForkSafety`](crate::Error::ForkSafety) built (the errno of a kernel command or system call, or one the library answers in the kernel's stead), or a re-registration's fork marking failed: once per failure; refused input ([`Error::InvalidInput`](crate::Error::InvalidInput), [`ReregOutcome::Input`]) is not reported |
 //!
 //! The fields (`?`: only where it applies):
 //! - `command`: the kernel's command name without its prefix (`REG_MR`,
@@ -52,8 +52,9 @@
 //!   (`IBV_QP_*` bits); `reason` why the library refused before sending.
 //! - `op`: the operation's name ([`Op::name`]: `reg_mr`,
 //!   `rdma_connect`, …); `device` the device (`rxe0`, or the cm channel's
-//!   `rdma_cm`); `outcome` the re-registration outcome
-//!   ([`ReregOutcome`](crate::ReregOutcome)) for a failed `rereg_mr`.
+//!   `rdma_cm`); `outcome` the [`ReregOutcome`] of a re-registration whose
+//!   fork marking failed (`DontForkNew`, `DoForkOld`; a refused `REREG_MR`
+//!   is reported like any refused command, without it).
 //!
 //! Not reported: the data path (posting, polling, the completion and
 //! async-event reads), where an event per call would cost in the hot path;
@@ -72,7 +73,7 @@ pub const CM: &str = "uverbs::cm";
 pub const ERROR: &str = "uverbs::error";
 
 use crate::command::{QpAttr, WriteCommand};
-use crate::error::{Errno, Op};
+use crate::error::{Errno, Op, ReregOutcome};
 use crate::QueuePair;
 
 /// The raw errno of a failed outcome, `None` for success.
@@ -184,12 +185,35 @@ pub(crate) fn qp_modify(qp: &QueuePair, attr: &QpAttr, how: Modified<'_>) {
     let _ = (qp, attr, how);
 }
 
-/// An error of `op` on `device` has been built from the kernel's `errno`;
-/// `outcome` is a re-registration's outcome. `EAGAIN` ("nothing yet" to a
-/// non-blocking read) is left out.
+/// An error of `op` on `device` has been built from the `errno` the kernel
+/// (or the system) answered. `EAGAIN` ("nothing yet" to a non-blocking
+/// read) is left out.
 #[inline(always)]
-pub(crate) fn error(op: Op, device: &str, errno: Errno, outcome: Option<&dyn std::fmt::Debug>) {
+pub(crate) fn error(op: Op, device: &str, errno: Errno) {
     #[cfg(feature = "tracing")]
+    emit_error(op, device, errno, None);
+    #[cfg(not(feature = "tracing"))]
+    let _ = (op, device, errno);
+}
+
+/// A re-registration on `device` failed with `outcome` and `errno`.
+/// Reported here only where the errno is the fork marking's (`madvise`):
+/// a refused `REREG_MR` (or a failed registration of the replace
+/// fallback) was reported where its [`Error`](crate::Error) was built,
+/// and refused arguments (nothing sent) are not reported, as
+/// [`Error::InvalidInput`](crate::Error::InvalidInput) is not.
+#[inline(always)]
+pub(crate) fn rereg_error(outcome: ReregOutcome, device: &str, errno: Errno) {
+    #[cfg(feature = "tracing")]
+    if matches!(outcome, ReregOutcome::DontForkNew | ReregOutcome::DoForkOld) {
+        emit_error(Op::ReregMr, device, errno, Some(outcome));
+    }
+    #[cfg(not(feature = "tracing"))]
+    let _ = (outcome, device, errno);
+}
+
+#[cfg(feature = "tracing")]
+fn emit_error(op: Op, device: &str, errno: Errno, outcome: Option<ReregOutcome>) {
     if errno != Errno::AGAIN {
         tracing::debug!(
             name: "error",
@@ -200,8 +224,6 @@ pub(crate) fn error(op: Op, device: &str, errno: Errno, outcome: Option<&dyn std
             outcome = outcome.map(tracing::field::debug),
         );
     }
-    #[cfg(not(feature = "tracing"))]
-    let _ = (op, device, errno, outcome);
 }
 
 /// The kernel's names of the commands, methods and states, as the events

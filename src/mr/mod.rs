@@ -122,6 +122,7 @@ impl MemoryRegion {
         let fork_marked = !access.contains(AccessFlags::ON_DEMAND);
         if fork_marked {
             if let Err(errno) = fork.dontfork_range(start, length) {
+                crate::trace::error(Op::RegMr, device, errno);
                 return Err(RegFailure::DontFork(Error::ForkSafety {
                     op: Op::RegMr,
                     device: device.clone(),
