@@ -1,8 +1,9 @@
 //! The `tracing` feature's events (`uverbs::trace`), seen by a subscriber of
 //! this test's own over the fake kernel and the in-process rdma_cm: a
-//! command, a failing command, an ioctl method, QP transitions (accepted,
-//! refused before sending, refused by the kernel) and cm events, each with
-//! its target, name, level and fields, and nothing for what was not done.
+//! command, a failing command, an ioctl method, a refused re-registration,
+//! QP transitions (accepted, refused before sending, refused by the kernel)
+//! and cm events, each with its target, name, level and fields, and nothing
+//! for what was not done.
 //!
 //! The subscriber is a few lines implementing `tracing::Subscriber` by hand
 //! rather than `tracing-subscriber`: all it must do is keep each event's
@@ -22,7 +23,7 @@ use uverbs::transport::RecordingTransport;
 use uverbs::uverbs_uapi as sys;
 use uverbs::{
     AccessFlags, Context, DriverId, Errno, Gid, Mtu, OpenOptions, QpAttr, QpInit, QpState, QpType,
-    RcConnect, RcPeer,
+    RcConnect, RcPeer, ReregOutcome,
 };
 
 /// One event as the subscriber saw it.
@@ -176,6 +177,47 @@ fn a_command_and_a_failing_command() {
         error.fields,
         fields(&[("op", "dealloc_pd"), ("device", "fake0"), ("errno", &busy)])
     );
+}
+
+#[test]
+fn a_refused_reregistration_and_refused_input() {
+    let (fake, ctx) = fake_rxe();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: `buf` stays alive and unmoved until after the MR is dropped
+    // (at the end of this test, in reverse order of declaration).
+    let mut mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), AccessFlags::LOCAL_WRITE) }
+        .expect("reg_mr on the fake kernel");
+
+    // The kernel refuses: the command, and one error (where the kernel's
+    // errno became an error; the ReregError built from it adds none).
+    fake.fail_next(sys::IB_USER_VERBS_CMD_REREG_MR, Errno::PERM);
+    let (answer, seen) =
+        recorded(|| mr.set_access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ));
+    assert_eq!(
+        answer.expect_err("the fake refuses REREG_MR").outcome(),
+        ReregOutcome::Cmd
+    );
+    assert_eq!(names(&seen), ["command", "error"], "{seen:?}");
+    let perm = Errno::PERM.raw_os_error().to_string();
+    assert_eq!(seen[0].field("command"), "REREG_MR");
+    assert_eq!(seen[0].field("handle"), mr.handle().to_string());
+    assert_eq!(seen[0].field("errno"), perm);
+    assert_eq!(
+        seen[1].fields,
+        fields(&[("op", "rereg_mr"), ("device", "fake0"), ("errno", &perm)])
+    );
+
+    // Refused input (a PD of another context): nothing sent, and no error
+    // event, as for any refused input.
+    let (_other_fake, other) = fake_rxe();
+    let foreign = other.alloc_pd().unwrap();
+    let (answer, seen) = recorded(|| mr.set_pd(&foreign));
+    assert_eq!(
+        answer.expect_err("a foreign PD").outcome(),
+        ReregOutcome::Input
+    );
+    assert_eq!(seen, []);
 }
 
 #[test]
