@@ -126,11 +126,12 @@
 //! |---|:-:|---|---|
 //! | `memmap2` | ✓ | [`StableBuffer`] for `memmap2::MmapMut`, so that a mapping can be registered safely ([`BufferMr`], [`RemoteBufferMr`]) | `memmap2` |
 //! | `tokio` | | the module `uverbs::tokio`: async event sources, completions, cm connections and owned posting whose futures resolve with the request's memory (docs/async.md) | `tokio` (features `net`, `rt`, `sync`, `macros`; Rust 1.85), `futures-core` |
+//! | `tracing` | | structured events through the `tracing` crate: every command sent to the kernel (TRACE), QP state transitions, cm events and errors from kernel failures (DEBUG), on the targets of [`trace`]; without it nothing is compiled in (docs/tracing.md) | `tracing` (no default features) |
 //! | `test-util` | | test doubles, for tests (this crate's own turn it on), not for production: `transport::RecordingTransport` (a fake kernel that records every command), `cm::FakeCm` (an in-process rdma_cm, through `cm::EventChannel::with_fake`) and `TransportKind::Fake` | nothing |
 //!
-//! A fourth, `fuzzing`, exposes entry points to crate-private parsers for
+//! A fifth, `fuzzing`, exposes entry points to crate-private parsers for
 //! the fuzz targets in `fuzz/`; it is hidden and not part of the API. On
-//! docs.rs, which documents `tokio` and `test-util`, each item a feature
+//! docs.rs, which documents `tokio`, `tracing` and `test-util`, each item a feature
 //! adds says which.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
