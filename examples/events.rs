@@ -45,14 +45,9 @@ fn main() -> Result<(), Box<dyn Error>> {
     // epoll, or awaited with tokio (`uverbs::tokio`).
     let channel = ctx.create_comp_channel()?;
     let cq = ctx.create_cq(16, Some(&channel))?;
-    let qp = || -> Result<OwnedQp<Mem>, uverbs::Error> {
-        Ok(OwnedQp::new(pd.create_qp(&QpInit::new(
-            QpType::Rc,
-            &cq,
-            &cq,
-        ))?)?)
-    };
-    let (a, b) = (qp()?, qp()?);
+    let init = QpInit::new(QpType::Rc, &cq, &cq);
+    let a: OwnedQp<Mem> = OwnedQp::create(&pd, &init)?;
+    let b: OwnedQp<Mem> = OwnedQp::create(&pd, &init)?;
     let _connection = uverbs::cm::connect_pair(&ctx, &a, &b, addr, Duration::from_secs(10))?;
     let buffer = || -> Result<Mem, Box<dyn Error>> {
         Ok(pd.reg_buffer(PageBuffer::new(64)?, AccessFlags::LOCAL_WRITE)?)

@@ -58,14 +58,8 @@ fn connect(
     cq: &CompletionQueue,
     addr: IpAddr,
 ) -> Result<Pair, Box<dyn Error>> {
-    let qp = || -> Result<OwnedQp<Mem>, uverbs::Error> {
-        Ok(OwnedQp::new(pd.create_qp(&QpInit::new(
-            QpType::Rc,
-            cq,
-            cq,
-        ))?)?)
-    };
-    let (a, b) = (qp()?, qp()?);
+    let init = QpInit::new(QpType::Rc, cq, cq);
+    let (a, b) = (OwnedQp::create(pd, &init)?, OwnedQp::create(pd, &init)?);
     let _connection = uverbs::cm::connect_pair(ctx, &a, &b, addr, WAIT)?;
     Ok(Pair { a, b, _connection })
 }

@@ -53,14 +53,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         .unwrap_or_else(|| "192.0.2.1".into())
         .parse()?;
     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
-    let qp = || -> Result<OwnedQp<Mem>, uverbs::Error> {
-        Ok(OwnedQp::new(pd.create_qp(&QpInit::new(
-            QpType::Rc,
-            &cq,
-            &cq,
-        ))?)?)
-    };
-    let (a, b) = (qp()?, qp()?);
+    let init = QpInit::new(QpType::Rc, &cq, &cq);
+    let a: OwnedQp<Mem> = OwnedQp::create(&pd, &init)?;
+    let b: OwnedQp<Mem> = OwnedQp::create(&pd, &init)?;
     let _connection = uverbs::cm::connect_pair(&ctx, &a, &b, addr, WAIT)?;
     let map = || PageBuffer::new(4096);
 

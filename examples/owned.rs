@@ -50,14 +50,9 @@ fn main() -> Result<(), Box<dyn Error>> {
         .parse()?;
     let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(4 * POOL as u32, None)?);
     // Two RC QPs of this device, connected to each other through the cm.
-    let qp = || -> Result<OwnedQp<Mem>, uverbs::Error> {
-        Ok(OwnedQp::new(pd.create_qp(&QpInit::new(
-            QpType::Rc,
-            &cq,
-            &cq,
-        ))?)?)
-    };
-    let (a, b) = (qp()?, qp()?);
+    let init = QpInit::new(QpType::Rc, &cq, &cq);
+    let a: OwnedQp<Mem> = OwnedQp::create(&pd, &init)?;
+    let b: OwnedQp<Mem> = OwnedQp::create(&pd, &init)?;
     let _connection = uverbs::cm::connect_pair(&ctx, &a, &b, addr, Duration::from_secs(10))?;
     let buffer = || -> Result<Mem, Box<dyn Error>> {
         Ok(pd.reg_buffer(PageBuffer::new(4096)?, AccessFlags::LOCAL_WRITE)?)

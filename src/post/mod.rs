@@ -666,6 +666,22 @@ crate::error::hands_back_with_error! {
 const POLL_BATCH: usize = 16;
 
 impl<M: DeviceReadable> OwnedQp<M> {
+    /// Creates a queue pair in `pd` ([`ProtectionDomain::create_qp`](crate::ProtectionDomain::create_qp))
+    /// and takes it ([`new`](Self::new)): the usual way to an owned QP. A
+    /// refusal of `new` (a QP on an SRQ no [`OwnedSrq`] owns) destroys the
+    /// new QP again and answers its error.
+    ///
+    /// ```no_run
+    /// # use uverbs::{BufferMr, OwnedQp, PageBuffer, QpInit, QpType};
+    /// # fn f(pd: &uverbs::ProtectionDomain, cq: &uverbs::CompletionQueue) -> Result<(), uverbs::Error> {
+    /// let qp: OwnedQp<BufferMr<PageBuffer>> = OwnedQp::create(pd, &QpInit::new(QpType::Rc, cq, cq))?;
+    /// # Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_create_qp")]
+    pub fn create(pd: &crate::ProtectionDomain, init: &crate::QpInit<'_>) -> Result<Self, Error> {
+        Ok(OwnedQp::new(pd.create_qp(init)?)?)
+    }
+
     /// Takes `qp`, which must be in RESET (so no request posted before is
     /// outstanding), registers it as the reader of its completions on its
     /// CQs, and drops the completions there that could name it: those left
