@@ -5,7 +5,10 @@
 //! `docs/benchmarks.svg` and `docs/benchmarks-datapath.svg` from the
 //! result lines the guest printed (`@@RESULT {json}`, [`results`]).
 //! benches/ops adds the instructions per data-path operation on rxe0 and
-//! siw0 (callgrind; [`ops`](mod@ops)).
+//! siw0 (callgrind; [`ops`](mod@ops)), benches/growth the cost of control
+//! operations with N live objects and siw's QP limit, beside the host's
+//! callgrind counts of CQ routing and the fork tracker
+//! (`tools/routing-ir.sh`, `tools/fork-ir.sh`; [`growth`](mod@growth)).
 //!
 //! 1. Unpacks what the libibverbs peer links against (`libibverbs-dev`,
 //!    `libnl-3-dev`, `libnl-route-3-dev`), perftest with its providers
@@ -42,6 +45,7 @@ mod datapath;
 mod framing;
 #[cfg(test)]
 mod golden;
+mod growth;
 mod headline;
 mod markdown;
 mod meta;
@@ -81,6 +85,7 @@ const PASS_THROUGH: &[&str] = &[
     "UVERBS_DP_LAT_ITERS",
     "UVERBS_DP_BW_BYTES",
     "UVERBS_DP_ONLY",
+    "UVERBS_GROWTH_SAMPLES",
 ];
 
 /// perftest's programs the data-path bench runs, in the guest at the same
@@ -122,6 +127,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
                 GuestRun::plain("ops").with_timeout(OPS_TIMEOUT_SECS),
                 framing_run(),
                 GuestRun::plain("async_tax"),
+                GuestRun::plain("growth").with_timeout(GROWTH_TIMEOUT_SECS),
             ];
             // UVERBS_BENCH_ONLY=ops,framing: only the runs whose names
             // contain one of these (a quick loop while working on one
@@ -217,6 +223,7 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         "ops",
         "framing",
         "async_tax",
+        "growth",
     ]
     .iter()
     .filter(|b| only.as_ref().is_none_or(|o| selected(o, b)))
@@ -230,6 +237,17 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
         vm_secs,
         start.elapsed().as_secs_f64(),
     );
+    // The growth section's host part: callgrind on this host, not from a
+    // saved log.
+    let growth_host = (std::env::var_os("UVERBS_BENCH_FROM_LOG").is_none()
+        && only.as_ref().is_none_or(|o| selected(o, "growth")))
+    .then(|| {
+        say("bench: growth: counting CQ routing and the fork tracker on the host (callgrind)");
+        growth::host_counts(&ctx.workspace)
+    });
+    if let Some(Err(e)) = &growth_host {
+        say(format!("bench: growth: host counts not taken: {e}"));
+    }
     let docs = ctx.workspace.join("docs");
     let mut md = markdown(&run, &meta, &targets);
     md.push_str(
@@ -247,6 +265,11 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
             control_ops::markdown(&results.ops),
             framing::markdown(&results.framing),
             async_tax::markdown(&results.asyncs),
+            growth::markdown(
+                &results.growth,
+                &results.growth_limits,
+                growth_host.as_ref(),
+            ),
         ]
         .into_iter()
         .flatten(),
@@ -285,6 +308,28 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     }
     for (device, op, r) in ops::ratios(&ops::cases(&results.ops)) {
         println!("ops {device} {op}: instructions per iteration, ours ÷ libibverbs {r:.2}×");
+    }
+    for l in &results.growth_limits {
+        println!(
+            "growth {} {} QPs of {}×{} requests: {} created, refusal errno {}",
+            l.device,
+            l.imp,
+            l.max_send_wr,
+            l.max_recv_wr,
+            l.created.map_or("?".into(), |c| c.to_string()),
+            l.errno.map_or("none".into(), growth::errno_name)
+        );
+    }
+    let growth_failed = results.growth.iter().filter(|l| l.error.is_some()).count()
+        + results
+            .growth_limits
+            .iter()
+            .filter(|l| l.error.is_some())
+            .count();
+    if growth_failed > 0 {
+        say(format!(
+            "bench: {growth_failed} growth cells failed (listed in docs/benchmarks.md)"
+        ));
     }
     for l in results.framing.iter().filter(|l| l.error.is_some()) {
         say(format!(
@@ -339,10 +384,12 @@ pub fn run(ctx: &Ctx, kernel: &crate::setup::Kernel) -> Result<bool> {
     if !rc_ok && vm_secs.is_some() {
         say("bench: a bench binary did not exit 0 (see the console log)");
     }
+    let growth_ok = growth_failed == 0;
     if only.is_some() {
-        return Ok(errors.is_empty() && (rc_ok || vm_secs.is_none()) && two_host_ok);
+        return Ok(errors.is_empty() && (rc_ok || vm_secs.is_none()) && two_host_ok && growth_ok);
     }
     Ok(two_host_ok
+        && growth_ok
         && errors.is_empty()
         && results.skipped.is_empty()
         && !dp.is_empty()
@@ -404,9 +451,9 @@ fn selected(only: &str, name: &str) -> bool {
     only.split(',').any(|o| name.contains(o))
 }
 
-/// Builds benches/verbs and benches/datapath statically with the
-/// libibverbs peer, and the tools the guest runs next to them: `perf` (the
-/// data-path bench's peer of perftest) and `mover`.
+/// Builds benches/verbs, datapath, ops, async_tax and growth statically
+/// with the libibverbs peer, and the tools the guest runs next to them:
+/// `perf` (the data-path bench's peer of perftest) and `mover`.
 fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
     say(format!(
         "bench: building benches/verbs and benches/datapath statically for {TARGET} with libibverbs-peer"
@@ -415,7 +462,7 @@ fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
     cmd.current_dir(workspace)
         .args(["bench", "--no-run", "-p", "uverbs-bench"])
         .args(["--bench", "verbs", "--bench", "datapath", "--bench", "ops"])
-        .args(["--bench", "async_tax"])
+        .args(["--bench", "async_tax", "--bench", "growth"])
         .args(["--features", "libibverbs-peer,tokio", "--target", TARGET])
         // build.rs links the archives found there (the unpacked packages).
         .env(
@@ -427,7 +474,7 @@ fn build(workspace: &Path, peer: &peer::Peer) -> Result<Vec<Binary>> {
         a.target.kind.contains(&TargetKind::Bench)
     })?;
     let mut out = Vec::new();
-    for name in ["verbs", "datapath", "ops", "async_tax"] {
+    for name in ["verbs", "datapath", "ops", "async_tax", "growth"] {
         let b = bins.iter().find(|b| b.name == name).ok_or_else(|| {
             err(
                 "bench: static build",
@@ -498,6 +545,10 @@ fn strace_files() -> Result<Vec<HostFile>> {
     }
     Ok(vec![f])
 }
+
+/// How long benches/growth may take: 10,000 regions registered three times
+/// per device and implementation, QPs created up to siw's limit, under TCG.
+const GROWTH_TIMEOUT_SECS: u32 = 1800;
 
 /// How long benches/ops may take: 16 loops under callgrind (4 cases × 2
 /// implementations × rxe0 and siw0) and the control loops, under TCG

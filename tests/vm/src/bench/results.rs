@@ -11,7 +11,7 @@
 //! module is reported, never a silent gap.
 
 use super::model::Row;
-use super::{async_tax, datapath, framing, mover, ops};
+use super::{async_tax, datapath, framing, growth, mover, ops};
 use crate::markers::{self, BOOTED};
 use serde::Deserialize;
 use std::collections::BTreeMap;
@@ -52,6 +52,10 @@ pub enum Record {
     Framing(framing::Line),
     /// One measurement of benches/async_tax.
     Async(async_tax::Line),
+    /// One operation timed with N live objects (benches/growth).
+    Growth(growth::Line),
+    /// How many QPs one context got (benches/growth).
+    GrowthLimit(growth::Limit),
 }
 
 /// A result line that could not be read.
@@ -88,6 +92,8 @@ pub struct Results {
     pub ops_fn: Vec<ops::Function>,
     pub framing: Vec<framing::Line>,
     pub asyncs: Vec<async_tax::Line>,
+    pub growth: Vec<growth::Line>,
+    pub growth_limits: Vec<growth::Limit>,
     /// The guest's kernel release, from the boot marker.
     pub guest_kernel: String,
     /// Result lines left out, with the reason.
@@ -138,6 +144,8 @@ pub fn read(console: &str) -> Results {
             Record::OpsFn(f) => r.ops_fn.push(f),
             Record::Framing(l) => r.framing.push(l),
             Record::Async(l) => r.asyncs.push(l),
+            Record::Growth(l) => r.growth.push(l),
+            Record::GrowthLimit(l) => r.growth_limits.push(l),
         }
     }
     r
@@ -199,6 +207,18 @@ mod tests {
             ),
             writer::line("framing", [json!({"error": "e"})]),
             writer::line("async", [json!({"device": "siw0", "error": "e"})]),
+            writer::line(
+                "growth",
+                [
+                    json!({"device": "rxe0", "impl": "ours", "fork": "off", "op": "reg_mr", "live": 1, "median_ns": 5, "p10_ns": 4, "p90_ns": 6, "n": 3}),
+                ],
+            ),
+            writer::line(
+                "growth_limit",
+                [
+                    json!({"device": "siw0", "impl": "ours", "max_send_wr": 1, "max_recv_wr": 1, "cap": 300, "created": 71, "errno": 12}),
+                ],
+            ),
         ];
         let r = read(&lines.join("\n"));
         assert!(r.skipped.is_empty(), "{:?}", r.skipped);
@@ -209,6 +229,8 @@ mod tests {
             (r.ops.len(), r.ops_fn.len(), r.framing.len(), r.asyncs.len()),
             (1, 1, 1, 1)
         );
+        assert_eq!(r.growth[0].median_ns, 5.0);
+        assert_eq!(r.growth_limits[0].errno, Some(12));
     }
 
     #[test]
