@@ -7,8 +7,9 @@
 //! Sizes and order follow rdma-core's `providers/siw/siw.c`: the CQ is
 //! `num_cqe × siw_cqe + siw_cq_ctrl` bytes at `cq_key`; the QP's SQ
 //! (`num_sqe × siw_sqe` at `sq_key`) is mapped first, then its RQ
-//! (`num_rqe × siw_rqe` at `rq_key`). A key of [`SIW_INVAL_UOBJ_KEY`] means
-//! the kernel prepared no mapping: the object is destroyed again. The kernel
+//! (`num_rqe × siw_rqe` at `rq_key`). A key of [`SIW_INVAL_UOBJ_KEY`] whose
+//! mmap fails means the kernel prepared no mapping: the object is destroyed
+//! again (on Linux 6.x that key is also a real ring's, and maps). The kernel
 //! (`rdma_user_mmap_entry_get`) accepts a mapping whose page-rounded length
 //! is the entry's, so the exact byte length is mapped, as rdma-core does.
 
@@ -37,9 +38,11 @@ pub(crate) const CREATE_SRQ_UHW_OUT: usize = size_of::<sys::siw_uresp_create_srq
 pub(crate) enum MapError {
     /// The driver's answer is shorter than its struct.
     Short,
-    /// A key is [`SIW_INVAL_UOBJ_KEY`]: the kernel prepared no mapping
-    /// (6.12 fails the create with ENOMEM instead; older kernels answered
-    /// success with this key).
+    /// A key is [`SIW_INVAL_UOBJ_KEY`] and no ring is mapped there: the
+    /// kernel prepared no mapping. Linux 6.x fails such a create with
+    /// ENOMEM instead and answers success only with real keys, one of
+    /// which is this value (the ring at page offset 0x90, e.g. the receive
+    /// ring of a context's 72nd small QP), so the key is tried first.
     NoMapping,
     /// `mmap` refused.
     Map(Errno),
@@ -142,10 +145,10 @@ struct RingMap<V> {
 impl<V: View> RingMap<V> {
     /// Maps `len` bytes at `key` and makes a fresh view of `num` elements.
     fn map(transport: &dyn Transport, key: u64, len: usize, num: u32) -> Result<Self, MapError> {
-        if key == SIW_INVAL_UOBJ_KEY {
-            return Err(MapError::NoMapping);
-        }
-        let mapped = Self::map_at(transport, key, len, num, None)?;
+        let mapped = match Self::map_at(transport, key, len, num, None) {
+            Err(MapError::Map(_)) if key == SIW_INVAL_UOBJ_KEY => return Err(MapError::NoMapping),
+            mapped => mapped?,
+        };
         Ok(RingMap {
             key,
             len,
@@ -287,11 +290,9 @@ pub(crate) fn map_qp(
 ) -> Result<(u32, SendQueue, RecvQueue), MapError> {
     let resp: sys::siw_uresp_create_qp = answer(uhw, written)?;
     let has_rq = resp.num_rqe != 0;
-    // rdma-core refuses both keys first; with no RQ the kernel leaves
-    // rq_key 0 and nothing is mapped for it.
-    if resp.sq_key == SIW_INVAL_UOBJ_KEY || (has_rq && resp.rq_key == SIW_INVAL_UOBJ_KEY) {
-        return Err(MapError::NoMapping);
-    }
+    // With no RQ the kernel leaves rq_key 0 and nothing is mapped for it.
+    // rdma-core refuses a key of SIW_INVAL_UOBJ_KEY before mapping; here
+    // it is tried (`RingMap::map`): on Linux 6.x it is a real ring's key.
     let bytes = |num: u32, elem: usize| (num as usize).checked_mul(elem).ok_or(MapError::Short);
     let sq = RingMap::map(
         transport,

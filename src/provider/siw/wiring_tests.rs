@@ -57,6 +57,9 @@ struct State {
     log: Vec<String>,
     /// The CQ key the next CREATE_CQ answers.
     cq_key: Option<u64>,
+    /// Whether key SIW_INVAL_UOBJ_KEY is a ring (Linux 6.x: the ring at
+    /// page offset 0x90) or no mapping at all (the mmap fails).
+    inval_key_is_a_ring: bool,
     /// The next DESTROY_CQ or DESTROY_QP answers EBUSY.
     busy_once: bool,
     /// The next DESTROY_QP panics.
@@ -305,6 +308,9 @@ unsafe impl Transport for SiwFake {
     unsafe fn map_queue(&self, offset: u64, len: usize) -> Result<SharedMapping, Errno> {
         let mut st = self.state();
         st.log.push(format!("map {offset:#x} {len}"));
+        if offset == SIW_INVAL_UOBJ_KEY && !st.inval_key_is_a_ring {
+            return Err(Errno::INVAL); // no mmap entry there
+        }
         serve_ring(&mut st, offset, len)
     }
 
@@ -532,8 +538,25 @@ fn a_siw_cq_without_mapping_is_destroyed_again() {
     assert_eq!((err.op(), err.errno()), (Op::CreateCq, Some(Errno::NOMEM)));
     assert_eq!(
         fake.log(),
-        ["create_cq", "destroy_cq mapped=false busy=false"]
+        [
+            "create_cq",
+            "map 0x90000 136",
+            "destroy_cq mapped=false busy=false"
+        ]
     );
+}
+
+/// On Linux 6.x a successful CREATE_CQ's key is always a ring, and the
+/// ring at page offset 0x90 has siw's "no mapping" key: it is mapped and
+/// used (issue 41: siw0's 72nd QP was refused this way, in libibverbs too).
+#[test]
+fn a_siw_ring_whose_key_is_0x90000_is_mapped() {
+    let (fake, ctx) = siw_ctx();
+    fake.state().cq_key = Some(SIW_INVAL_UOBJ_KEY);
+    fake.state().inval_key_is_a_ring = true;
+    let cq = ctx.create_cq(4, None).unwrap();
+    assert_eq!(fake.log(), ["create_cq", "map 0x90000 136"]);
+    cq.destroy().unwrap();
 }
 
 /// A siw QP: only RC (others refused with nothing sent); SQ mapped before
