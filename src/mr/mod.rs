@@ -18,7 +18,6 @@ use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
 use crate::flags::AccessFlags;
 use crate::method::{native_refused, MrKeys, RegMr as RegMrMethod};
 use crate::pd::{PdInner, ProtectionDomain};
-use crate::post::OutOfRange;
 use crate::wr::{Remote, Sge};
 
 pub use dmabuf::{DmaBuf, RegDmabufError};
@@ -91,6 +90,33 @@ pub struct DeregError {
 
 crate::error::hands_back_with_error! {
     [] DeregError, "the region (which tries the deregistration again)";
+}
+
+/// A range that does not lie inside the memory; the memory is handed back
+/// (`()` from [`MemoryRegion::sge`](crate::MemoryRegion::sge) and
+/// [`MemoryRegion::remote`](crate::MemoryRegion::remote), which take none).
+#[derive(thiserror::Error)]
+#[error("range {start}..{end} is outside the {len} registered bytes")]
+#[non_exhaustive]
+pub struct OutOfRange<M> {
+    /// The memory, untouched.
+    pub mem: M,
+    /// Start of the range asked for.
+    pub start: usize,
+    /// End of the range asked for.
+    pub end: usize,
+    /// Bytes the memory has.
+    pub len: usize,
+}
+
+impl<M> fmt::Debug for OutOfRange<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutOfRange")
+            .field("start", &self.start)
+            .field("end", &self.end)
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
 }
 
 impl MemoryRegion {

@@ -9,11 +9,11 @@
 //! its buffer; an `Arc<BufferMr<B>>` is only readable, since its clones may
 //! read the bytes at the same time.
 
-use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
 
 use crate::buffer::{BufferMr, StableBuffer};
+use crate::mr::OutOfRange;
 use crate::wr::{PostError, Sge};
 
 /// Registered memory the device may read while the value lives.
@@ -186,33 +186,6 @@ unsafe impl<B: StableBuffer + Send + Sync + 'static> Holds<Arc<BufferMr<B>>> for
 pub struct Local<M> {
     mem: M,
     range: Range<usize>,
-}
-
-/// A range that does not lie inside the memory; the memory is handed back
-/// (`()` from [`MemoryRegion::sge`](crate::MemoryRegion::sge) and
-/// [`MemoryRegion::remote`](crate::MemoryRegion::remote), which take none).
-#[derive(thiserror::Error)]
-#[error("range {start}..{end} is outside the {len} registered bytes")]
-#[non_exhaustive]
-pub struct OutOfRange<M> {
-    /// The memory, untouched.
-    pub mem: M,
-    /// Start of the range asked for.
-    pub start: usize,
-    /// End of the range asked for.
-    pub end: usize,
-    /// Bytes the memory has.
-    pub len: usize,
-}
-
-impl<M> fmt::Debug for OutOfRange<M> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("OutOfRange")
-            .field("start", &self.start)
-            .field("end", &self.end)
-            .field("len", &self.len)
-            .finish_non_exhaustive()
-    }
 }
 
 impl<M: DeviceReadable> Local<M> {

@@ -24,8 +24,9 @@ use crate::wr::{
     WorkCompletion,
 };
 
+pub use crate::mr::OutOfRange;
 use crate::wr::RECV_TAG;
-pub use memory::{DeviceReadable, DeviceWritable, Holds, Local, OutOfRange, OwnedOrShared};
+pub use memory::{DeviceReadable, DeviceWritable, Holds, Local, OwnedOrShared};
 use outstanding::{Ends, Outstanding};
 pub use owned_srq::{OwnedSrq, OwnedSrqNotDestroyed, SrqNotOwnable};
 
