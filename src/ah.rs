@@ -14,9 +14,9 @@ use zerocopy::FromBytes;
 
 use crate::command::{CreateAh, DestroyAh};
 use crate::error::{Errno, Error, Op};
+use crate::gid::{Gid, GidEntry, GidType};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::Provider;
-use crate::query::{Gid, GidEntry, GidType};
 use crate::wr::UdDest;
 use crate::{Context, WcFlags, WorkCompletion};
 use uverbs_uapi as sys;

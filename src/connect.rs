@@ -13,7 +13,7 @@ use crate::command::{Mtu, QpAttr, QpState};
 use crate::connectable::Connectable;
 use crate::error::Error;
 use crate::flags::AccessFlags;
-use crate::query::Gid;
+use crate::gid::Gid;
 
 /// The far end of an RC connection, as the peer describes itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

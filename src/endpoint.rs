@@ -11,9 +11,9 @@ use std::str::FromStr;
 
 use crate::command::QpAttr;
 use crate::error::Error;
+use crate::gid::Gid;
 use crate::mr::MemoryRegion;
 use crate::qp::QueuePair;
-use crate::query::Gid;
 use crate::wr::Remote;
 use uverbs_uapi as sys;
 

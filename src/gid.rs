@@ -1,5 +1,7 @@
-//! Choosing a GID: from a local IP address and a GID type to the entry of
-//! a port's GID table that RoCE derives from that address.
+//! GIDs: the identifier, a GID table's entry and its type, and choosing
+//! one: from a local IP address and a GID type to the entry of a port's
+//! GID table that RoCE derives from that address. (Reading the table is
+//! the context's: `Context::query_gid_table`, `find_gid`, in query.rs.)
 //!
 //! On RoCE the kernel fills each port's table from the IP addresses of the
 //! port's network interface: for every address one entry per GID type the
@@ -13,11 +15,160 @@
 //! entry, the MAC in its first six bytes, type [`GidType::Ib`]) are not
 //! derived from IP addresses, and no address finds them.
 
+use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
+use std::str::FromStr;
 
-use crate::context::Context;
-use crate::error::Error;
-use crate::query::{Gid, GidEntry, GidType};
+use uverbs_uapi as sys;
+use zerocopy::IntoBytes;
+
+/// A 128-bit global identifier (`union ibv_gid`), in network byte order.
+///
+/// Displays and parses as sysfs writes it: eight groups of four hex digits
+/// (`fe80:0000:0000:0000:0211:22ff:fe33:4455`).
+///
+/// ```
+/// let gid: uverbs::Gid = "fe80:0000:0000:0000:0211:22ff:fe33:4455".parse().unwrap();
+/// assert_eq!(gid.raw()[..2], [0xfe, 0x80]);
+/// assert_eq!(gid.to_string(), "fe80:0000:0000:0000:0211:22ff:fe33:4455");
+/// assert!("fe80::1".parse::<uverbs::Gid>().is_err());
+/// ```
+#[doc(alias = "ibv_gid")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Gid([u8; 16]);
+
+impl Gid {
+    /// The GID with these 16 bytes (network order).
+    pub fn from_raw(raw: [u8; 16]) -> Self {
+        Gid(raw)
+    }
+
+    /// The 16 bytes, network order.
+    pub fn raw(&self) -> [u8; 16] {
+        self.0
+    }
+
+    /// True for the all-zero GID (an empty table entry, as sysfs shows one).
+    pub fn is_zero(&self) -> bool {
+        self.0 == [0; 16]
+    }
+
+    /// True for a multicast group's GID, as the kernel judges one
+    /// (`rdma_is_multicast_addr`): an IPv4-mapped address in 224.0.0.0/4,
+    /// or any other GID in ff00::/8.
+    ///
+    /// ```
+    /// let gid = |s: &str| s.parse::<uverbs::Gid>().unwrap();
+    /// assert!(gid("0000:0000:0000:0000:0000:ffff:ef01:0203").is_multicast()); // 239.1.2.3
+    /// assert!(!gid("0000:0000:0000:0000:0000:ffff:c000:0201").is_multicast()); // 192.0.2.1
+    /// assert!(gid("ff0e:0000:0000:0000:0000:0000:0001:0203").is_multicast());
+    /// assert!(!gid("fe80:0000:0000:0000:0211:22ff:fe33:4455").is_multicast());
+    /// ```
+    pub fn is_multicast(&self) -> bool {
+        let ip = std::net::Ipv6Addr::from(self.0);
+        match ip.to_ipv4_mapped() {
+            Some(v4) => v4.is_multicast(),
+            None => ip.is_multicast(),
+        }
+    }
+}
+
+impl fmt::Display for Gid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, pair) in self.0.chunks(2).enumerate() {
+            if i > 0 {
+                f.write_str(":")?;
+            }
+            write!(f, "{:02x}{:02x}", pair[0], pair[1])?;
+        }
+        Ok(())
+    }
+}
+
+/// A GID text that is not eight groups of four hex digits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not a GID in sysfs form (eight groups of four hex digits): {0:?}")]
+pub struct GidParseError(String);
+
+impl FromStr for Gid {
+    type Err = GidParseError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || GidParseError(s.to_string());
+        let mut raw = [0u8; 16];
+        let mut groups = s.trim().split(':');
+        for pair in raw.chunks_mut(2) {
+            let group = groups.next().ok_or_else(bad)?;
+            if group.len() != 4 || !group.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err(bad());
+            }
+            let v = u16::from_str_radix(group, 16).map_err(|_| bad())?;
+            pair.copy_from_slice(&v.to_be_bytes());
+        }
+        if groups.next().is_some() {
+            return Err(bad());
+        }
+        Ok(Gid(raw))
+    }
+}
+
+/// What a GID is for (`enum ibv_gid_type`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GidType {
+    /// InfiniBand (also iWARP devices' GIDs).
+    Ib,
+    /// RoCE v1.
+    RoceV1,
+    /// RoCE v2 (over UDP/IP).
+    RoceV2,
+    /// A value this crate does not know.
+    Other(u32),
+}
+
+impl From<u32> for GidType {
+    fn from(v: u32) -> Self {
+        match v {
+            sys::IB_UVERBS_GID_TYPE_IB => GidType::Ib,
+            sys::IB_UVERBS_GID_TYPE_ROCE_V1 => GidType::RoceV1,
+            sys::IB_UVERBS_GID_TYPE_ROCE_V2 => GidType::RoceV2,
+            v => GidType::Other(v),
+        }
+    }
+}
+
+/// One valid GID table entry (`struct ibv_gid_entry`).
+#[doc(alias = "ibv_gid_entry")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GidEntry {
+    /// The GID.
+    pub gid: Gid,
+    /// Its index in the port's table (`u32`: tables can be longer than the
+    /// 256 entries an address vector's `u8` `sgid_index` reaches; rxe's
+    /// has 1024).
+    pub gid_index: u32,
+    /// The port (`u8`, as everywhere in this crate; the kernel's
+    /// `ib_uverbs_gid_entry` carries it in a `u32`).
+    pub port_num: u8,
+    /// Its type.
+    pub gid_type: GidType,
+    /// The network interface behind it, 0 if none.
+    pub netdev_ifindex: u32,
+}
+
+impl From<&sys::ib_uverbs_gid_entry> for GidEntry {
+    fn from(e: &sys::ib_uverbs_gid_entry) -> Self {
+        let mut raw = [0u8; 16];
+        raw.copy_from_slice(e.gid.as_bytes());
+        GidEntry {
+            gid: Gid(raw),
+            gid_index: e.gid_index,
+            // Ports are numbered 1..=255 (`phys_port_cnt` is a u8).
+            port_num: u8::try_from(e.port_num).unwrap_or(u8::MAX),
+            gid_type: e.gid_type.into(),
+            netdev_ifindex: e.netdev_ifindex,
+        }
+    }
+}
 
 impl Gid {
     /// The GID RoCE derives from `addr`: an IPv6 address as it is, an IPv4
@@ -57,7 +208,7 @@ impl Gid {
 
 impl GidEntry {
     /// The entry of `entries` (a GID table, as
-    /// [`Context::query_gid_table`] answers it) on port `port` whose GID
+    /// [`Context::query_gid_table`](crate::Context::query_gid_table) answers it) on port `port` whose GID
     /// is `addr`'s ([`Gid::from_ip`]) and whose type is `gid_type`; the
     /// lowest index if several are, `None` if none is. Zero (empty)
     /// entries never match. An IPv4-mapped IPv6 address finds what its
@@ -95,41 +246,31 @@ impl GidEntry {
     }
 }
 
-impl Context {
-    /// The entry of port `port`'s GID table that RoCE derives from the
-    /// local address `addr` with type `gid_type` (its
-    /// [`gid_index`](GidEntry::gid_index) is what an address vector's
-    /// `sgid_index` names), or `None` when the port has no such GID: the
-    /// address is not on the port's network interface, the device lacks
-    /// that GID type, or the port is InfiniBand or iWARP, whose GIDs are
-    /// not derived from IP addresses. One
-    /// [`query_gid_table`](Self::query_gid_table), then
-    /// [`GidEntry::find`]; its errors are that call's.
-    ///
-    /// ```no_run
-    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use uverbs::GidType;
-    /// let ctx = uverbs::device("rxe0")?.ok_or("no rxe0")?.open()?;
-    /// match ctx.find_gid(1, "192.0.2.1".parse()?, GidType::RoceV2)? {
-    ///     Some(e) => println!("192.0.2.1 is GID index {}: {}", e.gid_index, e.gid),
-    ///     None => println!("192.0.2.1 has no RoCE v2 GID on rxe0 port 1"),
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn find_gid(
-        &self,
-        port: u8,
-        addr: IpAddr,
-        gid_type: GidType,
-    ) -> Result<Option<GidEntry>, Error> {
-        let table = self.query_gid_table()?;
-        Ok(GidEntry::find(&table, port, addr, gid_type).copied())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gid_text_round_trips_and_rejects_other_forms() {
+        let text = "fe80:0000:0000:0000:5054:00ff:fe12:3456";
+        let gid: Gid = text.parse().unwrap();
+        assert_eq!(
+            gid.raw(),
+            [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x50, 0x54, 0, 0xff, 0xfe, 0x12, 0x34, 0x56]
+        );
+        assert_eq!(gid.to_string(), text);
+        assert_eq!(format!("{text}\n").parse::<Gid>(), Ok(gid), "sysfs newline");
+        for bad in [
+            "fe80::1",
+            "fe80:0000:0000:0000:5054:00ff:fe12",
+            "fe80:0000:0000:0000:5054:00ff:fe12:3456:0000",
+            "fe80:0000:0000:0000:5054:00ff:fe12:345g",
+            "+e80:0000:0000:0000:5054:00ff:fe12:3456",
+        ] {
+            assert!(bad.parse::<Gid>().is_err(), "{bad}");
+        }
+    }
+
     use std::net::Ipv4Addr;
 
     fn ip(s: &str) -> IpAddr {

@@ -216,6 +216,7 @@ pub use endpoint::{Endpoint, EndpointParseError};
 pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOutcome};
 pub use event_fd::EventSource;
 pub use flags::{AccessFlags, ReregFlags};
+pub use gid::{Gid, GidEntry, GidParseError, GidType};
 pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
 pub use mw::{MemoryWindow, MwType};
 pub use page_buffer::PageBuffer;
@@ -227,9 +228,7 @@ pub use post::{
 };
 pub use provider::driver::DriverId;
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
-pub use query::{
-    ContextAttr, Gid, GidEntry, GidParseError, GidType, LinkLayer, MrAttr, PortAttr, PortState,
-};
+pub use query::{ContextAttr, LinkLayer, MrAttr, PortAttr, PortState};
 pub use remote_buffer::{OutsideBuffer, RemoteBufferMr, RemoteDeregError};
 pub use srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
 pub use transport::{TransportKind, TransportMode};

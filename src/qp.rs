@@ -24,13 +24,13 @@ use crate::command::{
 use crate::context::Context;
 use crate::cq::{native_driver, CompletionQueue, CqInner, CreatePath};
 use crate::error::{Errno, Error, Op};
+use crate::gid::Gid;
 use crate::method::{native_refused, QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::rings::{
     PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
 use crate::provider::{Provider, QpRequest, StateOf, UhwIn};
-use crate::query::Gid;
 use crate::srq::{SharedReceiveQueue, SrqInner};
 use crate::trace::Modified;
 use crate::transport::write_command;

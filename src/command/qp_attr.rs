@@ -18,7 +18,7 @@ use bitflags::bitflags;
 use uverbs_uapi as sys;
 
 use crate::flags::AccessFlags;
-use crate::query::Gid;
+use crate::gid::Gid;
 
 /// A `#[repr(u8)]` enum whose values go on the wire, and its `from_raw`
 /// (the inverse of `as u8`, `None` for a number that is no variant), from

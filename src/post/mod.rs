@@ -16,9 +16,9 @@ use crate::context::Context;
 use crate::cq::CompletionQueue;
 use crate::cq_routing::Reader;
 use crate::error::{Errno, Error, Op};
+use crate::gid::Gid;
 use crate::provider::Provider;
 use crate::qp::{QpCaps, QueuePair};
-use crate::query::Gid;
 use crate::wr::{
     Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcStatus,
     WorkCompletion,

@@ -18,12 +18,12 @@ use super::cq::{drain_dry, task_ended, AsyncCq, CqHandle, Dispatch, Drain};
 use crate::command::{QpAttr, QpState, QpType};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op};
+use crate::gid::Gid;
 use crate::post::{
     Completed, DeviceReadable, DeviceWritable, Holds, Local, NotDestroyed, OwnedQp, PostRefused,
     PostSendError, RecvRequest, SendRequest,
 };
 use crate::qp::QpCaps;
-use crate::query::Gid;
 use crate::wr::{PostError, Remote};
 
 /// Why [`AsyncQp::new`] refused an [`OwnedQp`], and the QP back.
