@@ -429,7 +429,7 @@ impl ProtectionDomain {
         let ctx = &self.inner.ctx;
         let device = &ctx.inner.device;
         let port = ctx.query_port(attr.port)?;
-        let eth = port.link_layer == crate::query::LinkLayer::Ethernet;
+        let eth = port.link_layer == crate::port::LinkLayer::Ethernet;
         let grh_required = port.flags & sys::IB_UVERBS_QPF_GRH_REQUIRED as u8 != 0;
         if !attr.is_global && (eth || grh_required) {
             return Err(Error::input(

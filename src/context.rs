@@ -114,7 +114,34 @@ impl fmt::Debug for Context {
     }
 }
 
+/// What `QUERY_CONTEXT` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ContextAttr {
+    /// Completion vectors of the device.
+    pub num_comp_vectors: u32,
+    /// `IB_UVERBS_CORE_SUPPORT_*` bits (`OPTIONAL_MR_ACCESS`: access bits
+    /// 20..=29 are optional).
+    pub core_support: u64,
+}
+
 impl Context {
+    /// The driver id for a native method, or `EOPNOTSUPP` (the kernel
+    /// refuses a frame with the wrong one).
+    pub(crate) fn method_driver(&self, op: Op) -> Result<u32, Error> {
+        self.check_process(op)?;
+        self.inner
+            .driver_id
+            .map(|d| d.0)
+            .ok_or_else(|| Error::os(op, &self.inner.device, Errno::OPNOTSUPP))
+    }
+
+    /// True when native methods go to the kernel: the transport has ioctl
+    /// (the kernel's ioctl file, or a fake) and the driver id is known.
+    pub(crate) fn prefers_methods(&self) -> bool {
+        self.inner.transport.kind().sends_methods() && self.inner.driver_id.is_some()
+    }
+
     /// Opens `device`: checks its ABI and character device, chooses the
     /// transport and creates the kernel context (`GET_CONTEXT`).
     #[doc(alias = "ibv_open_device")]

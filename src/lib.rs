@@ -170,6 +170,7 @@ mod mw;
 pub(crate) mod netlink;
 mod page_buffer;
 mod pd;
+mod port;
 pub mod post;
 mod process;
 pub mod qp;
@@ -202,7 +203,7 @@ pub use buffer::{
 pub use command::{Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, TransportType};
 pub use connect::{RcConnect, RcPeer};
 pub use connectable::Connectable;
-pub use context::{Context, OpenOptions};
+pub use context::{Context, ContextAttr, OpenOptions};
 pub use cq::{
     CompletionChannel, CompletionQueue, CqDestroyed, CqFlags, CqInit, CqWcFlags, CreatePath,
     DestroyCqError,
@@ -217,10 +218,11 @@ pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOu
 pub use event_fd::EventSource;
 pub use flags::{AccessFlags, ReregFlags};
 pub use gid::{Gid, GidEntry, GidParseError, GidType};
-pub use mr::{DeregError, MemoryRegion, Rereg, ReregFallback, ReregPath};
+pub use mr::{DeregError, MemoryRegion, MrAttr, Rereg, ReregFallback, ReregPath};
 pub use mw::{MemoryWindow, MwType};
 pub use page_buffer::PageBuffer;
 pub use pd::{DeallocError, ProtectionDomain};
+pub use port::{LinkLayer, PortAttr, PortState};
 pub use post::{
     Completed, DeviceReadable, DeviceWritable, Ended, Holds, Local, NotDestroyed, NotOwnable,
     OutOfRange, OwnedOrShared, OwnedQp, OwnedSrq, OwnedSrqNotDestroyed, PostRefused, PostSendError,
@@ -228,7 +230,6 @@ pub use post::{
 };
 pub use provider::driver::DriverId;
 pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
-pub use query::{ContextAttr, LinkLayer, MrAttr, PortAttr, PortState};
 pub use remote_buffer::{OutsideBuffer, RemoteBufferMr, RemoteDeregError};
 pub use srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
 pub use transport::{TransportKind, TransportMode};

@@ -2,7 +2,7 @@
 //! `UVERBS_METHOD_REG_DMABUF_MR` and `UVERBS_METHOD_REG_MR`.
 
 use crate::error::Errno;
-use crate::query::MrAttr;
+use crate::mr::MrAttr;
 use crate::transport::{Method, NewHandle, Out, Transport};
 use uverbs_uapi as sys;
 

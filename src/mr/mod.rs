@@ -4,6 +4,7 @@
 //! command) and `replace` (the fallback that registers anew); regions over
 //! a DMA-BUF in `dmabuf`.
 
+mod attr;
 mod dmabuf;
 mod replace;
 mod rereg;
@@ -16,10 +17,11 @@ use crate::command::{DeregMr, RegMr};
 use crate::context::Context;
 use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
 use crate::flags::AccessFlags;
-use crate::method::{native_refused, MrKeys, RegMr as RegMrMethod};
+use crate::method::{native_refused, MrKeys, QueryMr, RegMr as RegMrMethod};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::wr::{Remote, Sge};
 
+pub use attr::MrAttr;
 pub use dmabuf::{DmaBuf, RegDmabufError};
 pub use rereg::{Rereg, ReregFallback, ReregPath};
 
@@ -468,6 +470,37 @@ pub(crate) enum RegFailure {
     DontFork(Error),
     /// The kernel refused REG_MR (the marking was undone).
     Cmd(Error),
+}
+
+impl MemoryRegion {
+    /// The kernel's lkey, rkey, length and iova of this MR
+    /// (`UVERBS_METHOD_QUERY_MR`): a check that what the MR records is what
+    /// the kernel holds, e.g. after a re-registration.
+    ///
+    /// There is no write() command for it (`IB_USER_VERBS_CMD_QUERY_MR` was
+    /// never implemented): the method is sent over ioctl on either
+    /// transport, as long as the driver id is known (else `EOPNOTSUPP`),
+    /// like [`Context::kernel_handle_count`].
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # let ctx = uverbs::devices()?.into_iter().next().ok_or("no device")?.open()?;
+    /// # let pd = ctx.alloc_pd()?;
+    /// let mut buf = vec![0u8; 4096];
+    /// // SAFETY: `buf` outlives the MR.
+    /// let mr = unsafe { pd.reg_mr(buf.as_mut_ptr(), buf.len(), uverbs::AccessFlags::LOCAL_WRITE)? };
+    /// let attr = mr.query()?;
+    /// assert_eq!((attr.lkey, attr.iova), (mr.lkey(), buf.as_ptr() as u64));
+    /// # drop(mr); Ok(()) }
+    /// ```
+    #[doc(alias = "ibv_query_mr")]
+    pub fn query(&self) -> Result<MrAttr, Error> {
+        let ctx = self.context();
+        let driver = ctx.method_driver(Op::QueryMr)?;
+        QueryMr::new(self.handle())
+            .run(ctx.inner.transport.as_ref(), driver)
+            .map_err(|e| Error::os(Op::QueryMr, &ctx.inner.device, e))
+    }
 }
 
 impl From<RegFailure> for Error {
