@@ -16,7 +16,7 @@ use crate::command::{CreateAh, DestroyAh};
 use crate::error::{Errno, Error, Op};
 use crate::gid::{Gid, GidEntry, GidType};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
-use crate::provider::Provider;
+use crate::provider::AhCreation;
 use crate::wr::UdDest;
 use crate::{Context, WcFlags, WorkCompletion};
 use uverbs_uapi as sys;
@@ -388,10 +388,10 @@ impl ProtectionDomain {
         let raw = attr
             .to_raw()
             .map_err(|reason| Error::input(Op::CreateAh, device, reason))?;
-        match ctx.inner.provider {
-            Provider::Rxe => {}
-            Provider::Mlx5 => return self.create_mlx5_ah(attr, raw),
-            _ => return Err(fail(Errno::OPNOTSUPP)),
+        match ctx.inner.provider.ah_creation() {
+            AhCreation::Command => {}
+            AhCreation::UserSpace => return self.create_mlx5_ah(attr, raw),
+            AhCreation::Unsupported => return Err(fail(Errno::OPNOTSUPP)),
         }
         let cmd = CreateAh::new(self.inner.handle, raw);
         let mut uhw = [0u8; size_of::<sys::rxe_create_ah_resp>()];

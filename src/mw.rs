@@ -25,7 +25,6 @@ use crate::error::{Error, Op};
 use crate::flags::AccessFlags;
 use crate::mr::MemoryRegion;
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
-use crate::provider::Provider;
 use crate::qp::QueuePair;
 use crate::wr::{MwBind, Payload, SendOp, SendWr};
 
@@ -311,7 +310,7 @@ impl ProtectionDomain {
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow, Error> {
         let pd = &self.inner;
         let ctx = &pd.ctx;
-        if !matches!(ctx.inner.provider, Provider::Rxe | Provider::Siw) {
+        if !ctx.inner.provider.sends_alloc_mw() {
             return Err(Error::Unsupported {
                 op: Op::AllocMw,
                 device: ctx.inner.device.clone(),

@@ -30,7 +30,7 @@ use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::rings::{
     PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
-use crate::provider::{Provider, QpRequest, StateOf, UhwIn};
+use crate::provider::{QpRequest, StateOf, UhwIn};
 use crate::srq::{SharedReceiveQueue, SrqInner};
 use crate::trace::Modified;
 use crate::transport::write_command;
@@ -590,10 +590,7 @@ impl QueuePair {
     /// [`TransportType::Ib`] (IB and RoCE) otherwise. It chooses the table
     /// [`modify`](Self::modify) checks against.
     pub fn transport_type(&self) -> TransportType {
-        match self.pd.ctx.inner.provider {
-            Provider::Siw => TransportType::Iwarp,
-            Provider::Rxe | Provider::Mlx5 | Provider::Generic => TransportType::Ib,
-        }
+        self.pd.ctx.inner.provider.transport_type()
     }
 
     /// Asks the kernel for the QP's state (`QUERY_QP`), remembers it as
@@ -658,9 +655,7 @@ impl QueuePair {
         if !mask.contains(QpAttrMask::STATE) {
             return Ok(attr);
         }
-        if ctx.inner.provider == Provider::Siw
-            && !crate::provider::siw::query_qp_reports_state(resp.qp_state)
-        {
+        if !ctx.inner.provider.query_qp_reports_state(resp.qp_state) {
             return Ok(attr.without(QpAttrMask::STATE));
         }
         let state = attr.get_state().ok_or_else(|| {

@@ -810,10 +810,8 @@ impl<M: DeviceReadable> OwnedQp<M> {
             SendOp::RdmaRead { .. } | SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. }
         ) {
             "its memory comes back only with its own completion"
-        } else if self.provider() == Provider::Siw {
-            "siw completes out of order and sends unsignalled payloads zero-copy"
         } else {
-            return None;
+            self.provider().owned_sends_must_be_signalled()?
         };
         Some(PostError::MustBeSignalled { opcode, why })
     }
@@ -1055,7 +1053,7 @@ impl<M> OwnedQp<M> {
     ) -> Result<usize, Error> {
         let mut ended = 0;
         let qpn = self.qp().qp_num();
-        let sq_in_order = self.provider() != Provider::Siw;
+        let sq_in_order = self.provider().send_completes_in_order();
         for cq in self.cqs() {
             let mut wc = [WorkCompletion::default(); POLL_BATCH];
             let n = cq.poll_routed(Reader::Owner(qpn), &mut wc)?;
@@ -1117,7 +1115,7 @@ impl<M> OwnedQp<M> {
     /// destroyed ([`destroy`](Self::destroy) hands them back).
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {
-        if attr.target_state() != Some(QpState::Reset) || self.provider() != Provider::Rxe {
+        if attr.target_state() != Some(QpState::Reset) || !self.provider().reset_empties_queues() {
             return self.qp().modify(attr);
         }
         // Under the tables' lock: no request is posted between the reset

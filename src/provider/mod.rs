@@ -28,7 +28,7 @@ pub(crate) mod call_probe;
 pub(crate) mod driver;
 pub(crate) mod generic;
 
-use crate::command::QpType;
+use crate::command::{QpType, TransportType};
 use crate::error::Errno;
 use crate::flags::ReregFlags;
 use crate::transport::Transport;
@@ -73,6 +73,31 @@ pub(crate) trait Driver {
     /// Whether `DEREG_MR` stops the RDMA READ responses being sent from
     /// the region: once it returns, no byte of it leaves (hardware, rxe).
     const DEREG_FENCES_PEER_READS: bool = true;
+    /// Whether a QP's send queue completes in posting order (siw does not:
+    /// a later request may complete before an earlier one).
+    const SEND_COMPLETES_IN_ORDER: bool = true;
+    /// Why an owned QP's SEND or WRITE must be signalled on this driver,
+    /// if it must (siw: it completes out of order and sends unsignalled
+    /// payloads zero-copy, so only a request's own completion frees its
+    /// memory).
+    const OWNED_SENDS_MUST_BE_SIGNALLED: Option<&'static str> = None;
+    /// Whether a move to RESET empties the QP's queues without a
+    /// completion for what was outstanding (rxe's `rxe_qp_reset`; siw
+    /// keeps its rings, its QP staying in ERR).
+    const RESET_EMPTIES_QUEUES: bool = false;
+    /// How its QPs connect: IB and RoCE, or iWARP (siw).
+    const TRANSPORT: TransportType = TransportType::Ib;
+    /// Whether this crate sends ALLOC_MW for it (rxe binds memory windows;
+    /// siw's kernel answers `EOPNOTSUPP` for itself).
+    const SENDS_ALLOC_MW: bool = false;
+    /// How it makes an address handle.
+    const AH_CREATION: AhCreation = AhCreation::Unsupported;
+
+    /// Whether a `QUERY_QP` answer's `qp_state` (raw) reports the QP's
+    /// state (siw's early kernels leave it zero, RESET, for every QP).
+    fn query_qp_reports_state(_qp_state: u8) -> bool {
+        true
+    }
 
     /// What the driver keeps per context (mlx5: the sizes GET_CONTEXT
     /// answered, its UAR pages, its QP table); `()` for rxe and siw.
@@ -226,6 +251,17 @@ pub(crate) trait Driver {
         rq.ring_capacity()
             .map_or(kernel_max_wr, |c| c.max(kernel_max_wr))
     }
+}
+
+/// How a driver makes an address handle ([`Driver::AH_CREATION`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AhCreation {
+    /// None here: `EOPNOTSUPP` (siw has no UD; unknown drivers).
+    Unsupported,
+    /// The kernel's CREATE_AH, whose driver answer names the AH (rxe).
+    Command,
+    /// An address vector built in user space (mlx5).
+    UserSpace,
 }
 
 /// The driver data a prepared create carries to the kernel (`UHW_IN`).
@@ -478,6 +514,45 @@ impl Provider {
     /// drivers are taken to be hardware, which does).
     pub(crate) fn dereg_fences_peer_reads(self) -> bool {
         with_driver!(self, D => D::DEREG_FENCES_PEER_READS, Generic => true)
+    }
+
+    /// Whether a QP's send queue completes in posting order
+    /// ([`Driver::SEND_COMPLETES_IN_ORDER`]; unknown drivers: yes).
+    pub(crate) fn send_completes_in_order(self) -> bool {
+        with_driver!(self, D => D::SEND_COMPLETES_IN_ORDER, Generic => true)
+    }
+
+    /// Why an owned QP's SEND or WRITE must be signalled here, if it must
+    /// ([`Driver::OWNED_SENDS_MUST_BE_SIGNALLED`]).
+    pub(crate) fn owned_sends_must_be_signalled(self) -> Option<&'static str> {
+        with_driver!(self, D => D::OWNED_SENDS_MUST_BE_SIGNALLED, Generic => None)
+    }
+
+    /// Whether a move to RESET empties the queues without completions
+    /// ([`Driver::RESET_EMPTIES_QUEUES`]).
+    pub(crate) fn reset_empties_queues(self) -> bool {
+        with_driver!(self, D => D::RESET_EMPTIES_QUEUES, Generic => false)
+    }
+
+    /// How its QPs connect ([`Driver::TRANSPORT`]; unknown drivers: IB).
+    pub(crate) fn transport_type(self) -> TransportType {
+        with_driver!(self, D => D::TRANSPORT, Generic => TransportType::Ib)
+    }
+
+    /// Whether this crate sends ALLOC_MW for it ([`Driver::SENDS_ALLOC_MW`]).
+    pub(crate) fn sends_alloc_mw(self) -> bool {
+        with_driver!(self, D => D::SENDS_ALLOC_MW, Generic => false)
+    }
+
+    /// How it makes an address handle ([`Driver::AH_CREATION`]).
+    pub(crate) fn ah_creation(self) -> AhCreation {
+        with_driver!(self, D => D::AH_CREATION, Generic => AhCreation::Unsupported)
+    }
+
+    /// Whether a `QUERY_QP` answer's raw `qp_state` reports the state
+    /// ([`Driver::query_qp_reports_state`]).
+    pub(crate) fn query_qp_reports_state(self, qp_state: u8) -> bool {
+        with_driver!(self, D => D::query_qp_reports_state(qp_state), Generic => true)
     }
 
     /// True when the kernel's answer `errno` to a REREG_MR with `flags`

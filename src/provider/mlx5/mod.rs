@@ -20,7 +20,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use crate::error::Errno;
 use crate::provider::driver::DriverId;
 use crate::provider::rings::QpRingConfig;
-use crate::provider::{Driver, QpRequest};
+use crate::provider::{AhCreation, Driver, QpRequest};
 use crate::transport::Transport;
 
 pub(crate) mod ah;
@@ -240,6 +240,7 @@ impl Driver for Mlx5 {
     const ALLOC_PD_UHW_OUT: usize = size_of::<sys::mlx5_ib_alloc_pd_resp>();
     const CREATE_CQ_UHW_OUT: usize = size_of::<sys::mlx5_ib_create_cq_resp>();
     const CREATE_QP_UHW_OUT: usize = size_of::<sys::mlx5_ib_create_qp_resp>();
+    const AH_CREATION: AhCreation = AhCreation::UserSpace;
     const CREATE_SRQ_UHW_OUT: Option<usize> = Some(size_of::<sys::mlx5_ib_create_srq_resp>());
     const DATA_PATH_REFUSAL: Option<&'static str> = if cfg!(target_arch = "x86_64") {
         None

@@ -9,7 +9,7 @@
 use crate::error::Errno;
 use crate::provider::driver::DriverId;
 use crate::provider::rings::QpRingConfig;
-use crate::provider::{Driver, QpRequest};
+use crate::provider::{AhCreation, Driver, QpRequest};
 use crate::transport::Transport;
 
 // A few inspection helpers (capacities, counts) serve only the tests.
@@ -39,6 +39,9 @@ impl Driver for Rxe {
     const ABI: (u32, u32, &'static str) = (1, 2, "1..=2");
     const CREATE_CQ_UHW_OUT: usize = rings::CREATE_CQ_UHW_OUT;
     const CREATE_QP_UHW_OUT: usize = rings::CREATE_QP_UHW_OUT;
+    const RESET_EMPTIES_QUEUES: bool = true;
+    const SENDS_ALLOC_MW: bool = true;
+    const AH_CREATION: AhCreation = AhCreation::Command;
 
     type State = ();
     type CqPrep = ();

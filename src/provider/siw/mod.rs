@@ -34,7 +34,7 @@
 //! `queue` and `wqe` against `kernel_model`, an in-process model of the
 //! kernel's side.
 
-use crate::command::QpType;
+use crate::command::{QpType, TransportType};
 use crate::error::Errno;
 use crate::provider::driver::DriverId;
 use crate::provider::rings::QpRingConfig;
@@ -137,6 +137,11 @@ impl Driver for Siw {
     /// `siw_dereg_mr` only clears the key. Bytes written after it returned
     /// still reach the peer (docs/data-path.md, issue 38).
     const DEREG_FENCES_PEER_READS: bool = false;
+    const SEND_COMPLETES_IN_ORDER: bool = false;
+    const OWNED_SENDS_MUST_BE_SIGNALLED: Option<&'static str> =
+        Some("siw completes out of order and sends unsignalled payloads zero-copy");
+    const TRANSPORT: TransportType = TransportType::Iwarp;
+    const SENDS_ALLOC_MW: bool = true;
 
     type State = ();
     type CqPrep = ();
@@ -153,6 +158,10 @@ impl Driver for Siw {
     }
 
     /// RC only: `siw_create_qp` answers EOPNOTSUPP for any other type.
+    fn query_qp_reports_state(qp_state: u8) -> bool {
+        query_qp_reports_state(qp_state)
+    }
+
     fn supports_qp_type(qp_type: QpType) -> bool {
         qp_type == QpType::Rc
     }

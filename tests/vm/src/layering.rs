@@ -660,4 +660,71 @@ mod tests {
         assert_eq!(edges[at("a.rs")], BTreeSet::from([at("b/mod.rs")]));
         assert_eq!(edges[at("b/c/d.rs")], BTreeSet::from([at("a.rs")]));
     }
+
+    /// The drivers of the `drivers!` list in provider/mod.rs: each entry's
+    /// variant (`Rxe(crate::provider::rxe::Rxe),` → `Rxe`).
+    fn listed_drivers(provider_mod: &str) -> Vec<String> {
+        let start = provider_mod
+            .find("\ndrivers! {")
+            .expect("the drivers! list in provider/mod.rs");
+        let body = &provider_mod[start..];
+        let end = body.find("\n}\n").expect("the end of the drivers! list");
+        body[..end]
+            .lines()
+            .skip(1)
+            .map(str::trim)
+            .filter(|l| !l.starts_with("//"))
+            .filter_map(|l| l.split_once('(').map(|(v, _)| v.to_string()))
+            .filter(|v| !v.is_empty() && v.chars().all(is_ident))
+            .collect()
+    }
+
+    /// Only src/provider/ names a driver: everywhere else a per-driver fact
+    /// is a property of the driver description (`Driver`'s constants and
+    /// methods, asked through `Provider`), so adding a driver is one entry
+    /// in the list and one `impl Driver`.
+    #[test]
+    fn no_file_outside_provider_names_a_driver() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../src");
+        let list = std::fs::read_to_string(src.join("provider/mod.rs")).expect("provider/mod.rs");
+        let drivers = listed_drivers(&list);
+        assert!(
+            ["Rxe", "Siw", "Mlx5"]
+                .iter()
+                .all(|d| drivers.iter().any(|l| l == d)),
+            "the drivers! list as read: {drivers:?}"
+        );
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let mut found = Vec::new();
+        for file in files
+            .iter()
+            .filter(|f| !f.starts_with(src.join("provider")))
+        {
+            let text = std::fs::read_to_string(file).expect("read a source");
+            for (n, line) in text.lines().enumerate() {
+                for d in &drivers {
+                    let needle = format!("Provider::{d}");
+                    let hit = line
+                        .match_indices(&needle)
+                        .any(|(i, _)| !line[i + needle.len()..].starts_with(is_ident));
+                    if hit {
+                        found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "driver names outside src/provider/:\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// The list reader finds the variants and skips the doc lines.
+    #[test]
+    fn the_drivers_list_is_read() {
+        let text = "x\ndrivers! {$\n    /// Soft RoCE (`rdma_rxe`).\n    Rxe(crate::provider::rxe::Rxe),\n    /// ConnectX (`mlx5_ib`): RC and UC (docs).\n    Mlx5(crate::provider::mlx5::Mlx5),\n}\n";
+        assert_eq!(listed_drivers(text), ["Rxe", "Mlx5"]);
+    }
 }
