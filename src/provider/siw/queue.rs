@@ -307,8 +307,8 @@ impl<E: WorkElement> Producer<E> {
 
     /// The `u16` flags word of the element of `counter`.
     ///
-    /// [`post_one`](Self::post_one) and [`fill_one`](Self::fill_one) take
-    /// every such reference (and element address) they need before their
+    /// [`put_one`](Self::put_one) (under `post_one` and `fill_one`) takes
+    /// every such reference (and element address) it needs before its
     /// first atomic access: the compiler does not move a load of
     /// `self.ring` after an acquire load or a fence back before it, and
     /// would load the ring's base and size again for each.
@@ -392,46 +392,41 @@ impl<E: WorkElement> Producer<E> {
     }
 
     /// [`post_with`](Self::post_with) for one element, the usual post:
-    /// the same slot check, writes, release store and doorbell rule,
-    /// straight-line.
+    /// [`put_one`](Self::put_one), and the doorbell rule told the element
+    /// before, whose address it took with the others.
     #[inline(always)]
     pub(crate) fn post_one<F>(&mut self, fill: F) -> Result<Posted, QueueFull>
     where
         F: FnOnce(&mut Slot<'_, E>) -> u16,
     {
-        let start = self.put;
-        let num = self.ring.num;
-        // Every address first (see flags_of).
-        let mut slot = Slot {
-            ptr: self.elem_ptr(start),
-            _elem: PhantomData,
-        };
-        let flags = self.flags_of(start);
-        let before = self.flags_of(start.wrapping_sub(1));
-        if !Self::is_free(flags) {
-            return Err(QueueFull {
-                free: 0,
-                capacity: num,
-            });
-        }
-        // The slot is free (checked just above) and stays so: the kernel
-        // only ever clears VALID, and `&mut self` makes us its only filler.
-        Self::publish(flags, fill(&mut slot));
-        let needs_doorbell = Self::doorbell_rule(num, 1, before);
-        self.put = start.wrapping_add(1);
-        Ok(Posted {
+        self.put_one(fill, |num, before| Posted {
             count: 1,
-            needs_doorbell,
+            needs_doorbell: Self::doorbell_rule(num, 1, before),
         })
     }
 
     /// [`fill_with`](Self::fill_with) for one element (a receive queue's
-    /// usual post): the same slot check, writes and release store, and no
-    /// fence (as there).
+    /// usual post): [`put_one`](Self::put_one) with no doorbell decision,
+    /// and no fence (as there).
     #[inline(always)]
     pub(crate) fn fill_one<F>(&mut self, fill: F) -> Result<(), QueueFull>
     where
         F: FnOnce(&mut Slot<'_, E>) -> u16,
+    {
+        self.put_one(fill, |_, _| ())
+    }
+
+    /// The one-element post, straight-line: the slot check, `fill`'s
+    /// writes and the release store of the flags, then `then(num, before)`
+    /// (the ring's size and the flags word of the element before this one)
+    /// before the position moves on. Every address is taken first (see
+    /// [`flags_of`](Self::flags_of)); where `then` ignores `before`, its
+    /// address (arithmetic on what is loaded anyway) is dropped.
+    #[inline(always)]
+    fn put_one<F, T, R>(&mut self, fill: F, then: T) -> Result<R, QueueFull>
+    where
+        F: FnOnce(&mut Slot<'_, E>) -> u16,
+        T: FnOnce(u32, &AtomicU16) -> R,
     {
         let put = self.put;
         let num = self.ring.num;
@@ -441,16 +436,19 @@ impl<E: WorkElement> Producer<E> {
             _elem: PhantomData,
         };
         let flags = self.flags_of(put);
+        let before = self.flags_of(put.wrapping_sub(1));
         if !Self::is_free(flags) {
             return Err(QueueFull {
                 free: 0,
                 capacity: num,
             });
         }
-        // The slot is free and stays so (as in post_one).
+        // The slot is free (checked just above) and stays so: the kernel
+        // only ever clears VALID, and `&mut self` makes us its only filler.
         Self::publish(flags, fill(&mut slot));
+        let answer = then(num, before);
         self.put = put.wrapping_add(1);
-        Ok(())
+        Ok(answer)
     }
 
     /// [`fill_with`](Self::fill_with), then rdma-core's doorbell rule for
