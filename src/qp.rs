@@ -1141,6 +1141,7 @@ impl QueuePair {
     ///
     /// As for [`post_recv`](Self::post_recv).
     #[doc(alias = "ibv_post_recv")]
+    #[inline]
     pub unsafe fn post_recv_exclusive(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
         if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostRecv));
