@@ -541,14 +541,29 @@ mod tests {
         );
     }
 
+    /// The graph of a crate made of `files` (path under src/, text),
+    /// written to a fresh folder named for `tag` and removed after.
+    fn graph_of(tag: &str, files: &[(&str, &str)]) -> (Vec<String>, Vec<BTreeSet<usize>>) {
+        let dir =
+            std::env::temp_dir().join(format!("uverbs-layering-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for (file, text) in files {
+            let path = dir.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        let graph = graph(&dir);
+        let _ = std::fs::remove_dir_all(&dir);
+        graph
+    }
+
     /// The graph sees the references it must: a cycle built on purpose is
     /// found, through `crate::`, `super::`, groups and root re-exports.
     #[test]
     fn the_graph_sees_cycles() {
-        let dir = std::env::temp_dir().join(format!("uverbs-layering-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("b")).unwrap();
-        for (file, text) in [
+        let (names, edges) = graph_of(
+            "cycles",
+            &[
             ("lib.rs", "mod a;\nmod b;\npub use a::{Alpha, Other};\n"),
             ("a.rs", "use crate::b::inner::Beta;\n"),
             ("b/mod.rs", "pub mod inner;\n"),
@@ -558,10 +573,8 @@ mod tests {
                 "b/inner.rs",
                 "use crate::{Alpha, b};\n// crate::c::X\n#[cfg(test)]\nmod tests { use crate::d::Y; }\n",
             ),
-        ] {
-            std::fs::write(dir.join(file), text).unwrap();
-        }
-        let (names, edges) = graph(&dir);
+            ],
+        );
         let mut comps = components(&edges);
         comps.sort_by_key(|c| std::cmp::Reverse(c.len()));
         let largest: BTreeSet<&str> = comps[0].iter().map(|&i| names[i].as_str()).collect();
@@ -572,7 +585,6 @@ mod tests {
             edges[inner],
             BTreeSet::from([a, names.iter().position(|n| n == "b/mod.rs").unwrap()])
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A cycle seen only through re-exports: `a` imports `crate::Beta`,
@@ -582,22 +594,18 @@ mod tests {
     /// mod.rs, which only passes the names on, is no part of it.
     #[test]
     fn a_cycle_through_re_exports_only_is_found() {
-        let dir = std::env::temp_dir().join(format!("uverbs-layering-re-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("b")).unwrap();
-        for (file, text) in [
-            ("lib.rs", "mod a;\nmod b;\npub use b::Beta;\n"),
-            ("a.rs", "pub struct Alpha;\nuse crate::Beta;\n"),
-            (
-                "b/mod.rs",
-                "mod inner;\npub use inner::Beta;\npub(crate) use crate::a::Alpha;\n",
-            ),
-            ("b/inner.rs", "use super::Alpha;\npub struct Beta;\n"),
-        ] {
-            std::fs::write(dir.join(file), text).unwrap();
-        }
-        let (names, edges) = graph(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
+        let (names, edges) = graph_of(
+            "re-exports",
+            &[
+                ("lib.rs", "mod a;\nmod b;\npub use b::Beta;\n"),
+                ("a.rs", "pub struct Alpha;\nuse crate::Beta;\n"),
+                (
+                    "b/mod.rs",
+                    "mod inner;\npub use inner::Beta;\npub(crate) use crate::a::Alpha;\n",
+                ),
+                ("b/inner.rs", "use super::Alpha;\npub struct Beta;\n"),
+            ],
+        );
         let at = |n: &str| names.iter().position(|m| m == n).unwrap();
         assert_eq!(edges[at("a.rs")], BTreeSet::from([at("b/inner.rs")]));
         assert_eq!(edges[at("b/inner.rs")], BTreeSet::from([at("a.rs")]));
@@ -642,20 +650,16 @@ mod tests {
     /// climbs two modules.
     #[test]
     fn globs_and_super_chains_are_edges() {
-        let dir = std::env::temp_dir().join(format!("uverbs-layering-glob-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("b/c")).unwrap();
-        for (file, text) in [
-            ("lib.rs", "mod a;\nmod b;\n"),
-            ("a.rs", "use crate::b::*;\n"),
-            ("b/mod.rs", "mod c;\n"),
-            ("b/c/mod.rs", "mod d;\n"),
-            ("b/c/d.rs", "fn f() { super::super::super::a::g() }\n"),
-        ] {
-            std::fs::write(dir.join(file), text).unwrap();
-        }
-        let (names, edges) = graph(&dir);
-        let _ = std::fs::remove_dir_all(&dir);
+        let (names, edges) = graph_of(
+            "globs",
+            &[
+                ("lib.rs", "mod a;\nmod b;\n"),
+                ("a.rs", "use crate::b::*;\n"),
+                ("b/mod.rs", "mod c;\n"),
+                ("b/c/mod.rs", "mod d;\n"),
+                ("b/c/d.rs", "fn f() { super::super::super::a::g() }\n"),
+            ],
+        );
         let at = |n: &str| names.iter().position(|m| m == n).unwrap();
         assert_eq!(edges[at("a.rs")], BTreeSet::from([at("b/mod.rs")]));
         assert_eq!(edges[at("b/c/d.rs")], BTreeSet::from([at("a.rs")]));
