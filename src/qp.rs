@@ -32,7 +32,7 @@ use crate::provider::rings::{
 };
 use crate::provider::{QpRequest, StateOf, UhwIn};
 use crate::srq::{SharedReceiveQueue, SrqInner};
-use crate::trace::Modified;
+use crate::trace::{Modified, ModifiedQp};
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr, RECV_TAG};
 use uverbs_uapi as sys;
@@ -541,6 +541,20 @@ pub struct DestroyQpError {
 
 crate::error::hands_back_with_error! {
     [] DestroyQpError, "the QP (which tries the destroy again)";
+}
+
+impl ModifiedQp for QueuePair {
+    fn qp_num(&self) -> u32 {
+        QueuePair::qp_num(self)
+    }
+
+    fn handle(&self) -> u32 {
+        QueuePair::handle(self)
+    }
+
+    fn state(&self) -> QpState {
+        QueuePair::state(self)
+    }
 }
 
 impl QueuePair {

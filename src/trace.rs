@@ -23,7 +23,7 @@
 //! | [`TRANSPORT`] | `method` | TRACE | `object`, `method`, `name`, `ok`, `errno`? | every native ioctl method sent ([`Method::invoke`](crate::transport::Method::invoke)), and the transport probe |
 //! | [`CM`] | `cm_command` | TRACE | `command`, `code`, `ok`, `errno`? | every rdma_cm command sent, `GET_EVENT` included |
 //! | [`CM`] | `cm_event` | DEBUG | `event`, `status`, `id`, `uid` | every event read from a cm channel |
-//! | [`QP`] | `qp_modify` | DEBUG | `qp_num`, `handle`, `from`, `to`?, `mask`, `ok`, `errno`?, `reason`? | every [`QueuePair::modify`]: sent, refused by the kernel, or refused before sending |
+//! | [`QP`] | `qp_modify` | DEBUG | `qp_num`, `handle`, `from`, `to`?, `mask`, `ok`, `errno`?, `reason`? | every [`QueuePair::modify`](crate::QueuePair::modify): sent, refused by the kernel, or refused before sending |
 //! | [`ERROR`] | `error` | DEBUG | `op`, `device`, `errno`, `outcome`? | an [`Error::Os`](crate::Error::Os), [`Error::Doorbell`](crate::Error::Doorbell) or [`Error::ForkSafety`](crate::Error::ForkSafety) built (the errno of a kernel command or system call, or one the library answers in the kernel's stead), or a re-registration's fork marking failed: once per failure; refused input ([`Error::InvalidInput`](crate::Error::InvalidInput), [`ReregOutcome::Input`]) is not reported |
 //!
 //! The fields (`?`: only where it applies):
@@ -45,7 +45,7 @@
 //!   ([`CmId::uid`](crate::cm::CmId::uid), for a connect request the
 //!   listener's).
 //! - `qp_num`, `handle`: the QP's number and kernel handle; `from` the state
-//!   the library last knew ([`QueuePair::state`]),
+//!   the library last knew ([`QueuePair::state`](crate::QueuePair::state)),
 //!   `to` the state asked for (absent when the modify changes attributes
 //!   only), both as libibverbs spells them without `IBV_QPS_` (`RESET`,
 //!   `INIT`, `RTR`, `RTS`, `SQD`, `SQE`, `ERR`); `mask` the attribute mask
@@ -72,9 +72,8 @@ pub const CM: &str = "uverbs::cm";
 /// Target of the errors built from a kernel failure.
 pub const ERROR: &str = "uverbs::error";
 
-use crate::command::{QpAttr, WriteCommand};
+use crate::command::{QpAttr, QpState, WriteCommand};
 use crate::error::{Errno, Op, ReregOutcome};
-use crate::QueuePair;
 
 /// The raw errno of a failed outcome, `None` for success.
 #[cfg(feature = "tracing")]
@@ -133,20 +132,28 @@ pub(crate) fn cm_command<T>(code: u32, outcome: &Result<T, Errno>) {
     let _ = (code, outcome);
 }
 
-/// An event has been read from a cm channel.
+/// An event has been read from a cm channel; `name` names its number
+/// (`cm::event_name`, handed in by the caller so that this file, called by
+/// the lowest layers, names nothing of the cm).
 #[inline(always)]
-pub(crate) fn cm_event(event: u32, status: i32, id: u32, uid: u64) {
+pub(crate) fn cm_event(
+    name: impl Fn(u32) -> &'static str,
+    event: u32,
+    status: i32,
+    id: u32,
+    uid: u64,
+) {
     #[cfg(feature = "tracing")]
     tracing::debug!(
         name: "cm_event",
         target: CM,
-        event = crate::cm::event_name(event),
+        event = name(event),
         status,
         id,
         uid,
     );
     #[cfg(not(feature = "tracing"))]
-    let _ = (event, status, id, uid);
+    let _ = (name, event, status, id, uid);
 }
 
 /// What became of a `MODIFY_QP`.
@@ -158,10 +165,25 @@ pub(crate) enum Modified<'a> {
     Refused(&'a dyn std::fmt::Display),
 }
 
+/// What a `qp_modify` event reads of the QP. A trait, which qp.rs
+/// implements, so that this file, called by the lowest layers (transport/,
+/// error.rs), names no QP: the layers below would otherwise reach qp.rs
+/// through it.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+pub(crate) trait ModifiedQp {
+    /// The QP number.
+    fn qp_num(&self) -> u32;
+    /// The kernel's handle.
+    fn handle(&self) -> u32;
+    /// The state the library last knew.
+    fn state(&self) -> QpState;
+}
+
 /// A modify of `qp` with `attr` ended as `how`; called before the QP's
-/// [`state`](QueuePair::state) changes, which is where it was modified from.
+/// [`state`](crate::QueuePair::state) changes, which is where it was
+/// modified from.
 #[inline(always)]
-pub(crate) fn qp_modify(qp: &QueuePair, attr: &QpAttr, how: Modified<'_>) {
+pub(crate) fn qp_modify(qp: &impl ModifiedQp, attr: &QpAttr, how: Modified<'_>) {
     #[cfg(feature = "tracing")]
     {
         let (ok, errno, reason) = match how {

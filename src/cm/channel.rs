@@ -319,7 +319,13 @@ impl EventChannel {
     /// Decodes an event, counting it for its id; a connect request's new
     /// id inherits the listener's port space.
     fn decode(&self, resp: &sys::rdma_ucm_event_resp) -> Event {
-        crate::trace::cm_event(resp.event, resp.status as i32, resp.id, resp.uid);
+        crate::trace::cm_event(
+            super::event_name,
+            resp.event,
+            resp.status as i32,
+            resp.id,
+            resp.uid,
+        );
         let ps = {
             let mut ids = self.ids();
             match ids.get_mut(&resp.uid) {
