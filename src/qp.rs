@@ -1135,6 +1135,7 @@ impl QueuePair {
     #[doc(alias = "ibv_post_recv")]
     #[doc(alias = "rdma_post_recv")]
     #[doc(alias = "rdma_post_recvv")]
+    #[inline]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
         if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostRecv));
