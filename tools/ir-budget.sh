@@ -6,8 +6,8 @@
 # under valgrind's callgrind, collecting only inside the measured
 # functions, prints each function's inclusive Ir per call (first, cold
 # call included) beside its budget, and fails when one exceeds it. Needs
-# valgrind (callgrind_annotate with it). Not part of .ci/run: the release
-# build of the tests alone takes minutes on a small machine.
+# valgrind (callgrind_annotate with it). .ci/run runs it where valgrind is
+# installed (the release build of the tests takes minutes on a clean clone).
 #
 #   tools/ir-budget.sh
 set -euo pipefail

@@ -26,10 +26,10 @@ pub(crate) const ITERS: u64 = 200;
 #[allow(dead_code)] // read by tools/ir-budget.sh, from this source
 pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("rxe", "probe_poll", 101),
-    ("rxe", "probe_post_recv", 159),
-    ("rxe", "probe_post_recv_exclusive", 126),
+    ("rxe", "probe_post_recv", 141),
+    ("rxe", "probe_post_recv_exclusive", 111),
     ("siw", "probe_poll", 131),
-    ("siw", "probe_post_recv", 127),
+    ("siw", "probe_post_recv", 121),
     ("siw", "probe_post_recv_exclusive", 90),
 ];
 
