@@ -58,8 +58,7 @@
 //! let listener = ch.listen("0.0.0.0:7471".parse()?, 8)?;
 //! let request = listener.accept().await?;
 //! // The request's id knows its device: open it, make the QP there.
-//! let dev = request.id().matching_devices(&uverbs::devices()?)?.remove(0);
-//! let ctx = dev.open()?;
+//! let ctx = request.id().open_device()?;
 //! let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
 //! let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?;
 //! let (conn, _peer) = request.accept(&qp, ConnParam::new(qp.qp_num())).await?;
@@ -70,8 +69,7 @@
 //! # async fn client() -> Result<(), Box<dyn std::error::Error>> {
 //! let ch = AsyncEventChannel::open()?;
 //! let id = ch.resolve("192.0.2.1:7471".parse()?, Duration::from_secs(2)).await?;
-//! let dev = id.matching_devices(&uverbs::devices()?)?.remove(0);
-//! let ctx = dev.open()?;
+//! let ctx = id.open_device()?; // the device the route goes through
 //! let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
 //! let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq))?;
 //! // Bounded like any future: a timeout drops it, which destroys the id.
@@ -693,7 +691,7 @@ pub struct ConnectRequest {
 }
 
 impl ConnectRequest {
-    /// The request's id: its device (`matching_devices`, `query_route`) is
+    /// The request's id: its device (`open_device`, `query_route`) is
     /// where the QP to accept with must be made.
     pub fn id(&self) -> &AsyncCmId {
         &self.id
