@@ -141,6 +141,49 @@ raw_enum! {
     }
 }
 
+impl WcStatus {
+    /// What the status means, in a few words (`"remote access error"`),
+    /// for messages: also its `Display`.
+    #[doc(alias = "ibv_wc_status_str")]
+    pub fn description(self) -> &'static str {
+        match self {
+            WcStatus::Unknown(_) => "a status this crate does not know",
+            WcStatus::Success => "success",
+            WcStatus::LocLenErr => "local length error",
+            WcStatus::LocQpOpErr => "local QP operation error",
+            WcStatus::LocEecOpErr => "local EE context operation error",
+            WcStatus::LocProtErr => "local protection error",
+            WcStatus::WrFlushErr => "flushed: the QP went to the error state first",
+            WcStatus::MwBindErr => "memory window bind error",
+            WcStatus::BadRespErr => "bad response",
+            WcStatus::LocAccessErr => "local access error",
+            WcStatus::RemInvReqErr => "remote invalid request",
+            WcStatus::RemAccessErr => "remote access error",
+            WcStatus::RemOpErr => "remote operation error",
+            WcStatus::RetryExcErr => "transport retry counter exceeded",
+            WcStatus::RnrRetryExcErr => "RNR retry counter exceeded",
+            WcStatus::LocRddViolErr => "local RDD violation",
+            WcStatus::RemInvRdReqErr => "remote invalid RD request",
+            WcStatus::RemAbortErr => "remote aborted",
+            WcStatus::InvEecnErr => "invalid EE context number",
+            WcStatus::InvEecStateErr => "invalid EE context state",
+            WcStatus::FatalErr => "fatal error",
+            WcStatus::RespTimeoutErr => "response timeout",
+            WcStatus::GeneralErr => "general error",
+        }
+    }
+}
+
+/// [`WcStatus::description`], and the raw value of an unknown status.
+impl std::fmt::Display for WcStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WcStatus::Unknown(raw) => write!(f, "unknown completion status {raw}"),
+            known => f.write_str(known.description()),
+        }
+    }
+}
+
 /// The kernel's completion opcode of a receive (`IB_WC_RECV`).
 pub(crate) const IB_WC_RECV: u32 = 1 << 7;
 /// The kernel's completion opcode of an RDMA WRITE with immediate that
@@ -436,6 +479,26 @@ impl fmt::Debug for WorkCompletion {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_status_reads_as_words() {
+        for raw in 0..22 {
+            let status = super::WcStatus::from_raw(raw);
+            let text = status.to_string();
+            assert!(
+                !text.is_empty() && !text.contains("unknown"),
+                "{raw}: {text}"
+            );
+        }
+        assert_eq!(
+            super::WcStatus::RemAccessErr.to_string(),
+            "remote access error"
+        );
+        assert_eq!(
+            super::WcStatus::from_raw(99).to_string(),
+            "unknown completion status 99"
+        );
+    }
+
     use super::*;
     use crate::wr::Sge;
 
