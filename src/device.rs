@@ -37,14 +37,14 @@ impl Device {
     /// # Ok::<(), uverbs::Error>(())
     /// ```
     pub fn by_name(name: &str) -> Result<Device, Error> {
-        let all = devices()?;
-        let names = all.iter().map(|d| d.name.to_string()).collect();
-        all.into_iter()
-            .find(|d| &*d.name == name)
-            .ok_or_else(|| Error::NoDevice {
+        let mut all = devices()?;
+        match all.iter().position(|d| &*d.name == name) {
+            Some(at) => Ok(all.swap_remove(at)),
+            None => Err(Error::NoDevice {
                 wanted: Some(name.to_owned()),
-                found: names,
-            })
+                found: all.iter().map(|d| d.name.to_string()).collect(),
+            }),
+        }
     }
 
     /// The first device [`devices`] lists, or [`Error::NoDevice`] (whose
@@ -164,7 +164,11 @@ pub fn device_listing() -> Result<DeviceListing, Error> {
 
 /// The device with this name, if present.
 pub fn device(name: &str) -> Result<Option<Device>, Error> {
-    Ok(devices()?.into_iter().find(|d| d.name() == name))
+    match Device::by_name(name) {
+        Ok(device) => Ok(Some(device)),
+        Err(Error::NoDevice { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// [`devices`] over another sysfs class directory and device directory

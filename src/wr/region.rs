@@ -58,18 +58,16 @@ impl RemoteRegion {
     /// `bytes`; what follows is ignored (a connection's private data
     /// arrives padded with zeros to the transport's size).
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ShortRegionBytes> {
-        let short = ShortRegionBytes { got: bytes.len() };
-        let form: &[u8; Self::BYTES] = bytes
-            .get(..Self::BYTES)
-            .and_then(|b| b.try_into().ok())
-            .ok_or(short)?;
-        let (addr, rest) = form.split_at(8);
-        let (len, rkey) = rest.split_at(8);
-        // The three conversions cannot fail: the splits have those lengths.
+        let fields = || {
+            let (addr, rest) = bytes.split_first_chunk::<8>()?;
+            let (len, rest) = rest.split_first_chunk::<8>()?;
+            Some((addr, len, rest.first_chunk::<4>()?))
+        };
+        let (addr, len, rkey) = fields().ok_or(ShortRegionBytes { got: bytes.len() })?;
         Ok(RemoteRegion {
-            addr: u64::from_be_bytes(addr.try_into().map_err(|_| short)?),
-            len: u64::from_be_bytes(len.try_into().map_err(|_| short)?),
-            rkey: u32::from_be_bytes(rkey.try_into().map_err(|_| short)?),
+            addr: u64::from_be_bytes(*addr),
+            len: u64::from_be_bytes(*len),
+            rkey: u32::from_be_bytes(*rkey),
         })
     }
 
