@@ -682,7 +682,10 @@ fn check_session(s: Session) {
                             (resp.mr_handle, resp.lkey, resp.rkey),
                             "MR handle and keys"
                         );
-                        assert_eq!((mr.addr(), mr.length()), (base.wrapping_add(offset) as u64, len));
+                        assert_eq!(
+                            (mr.addr(), mr.length()),
+                            (base.wrapping_add(offset) as u64, len)
+                        );
                         mrs.push(mr);
                     }
                     Err(e) => check_error(&kernel, "REG_MR", &e),
