@@ -13,8 +13,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use uverbs::error::Errno;
 use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
-use uverbs::Errno;
 
 // The untouched `MAP_NORESERVE` memory the fork tests use too.
 #[path = "../tests/common/mapping.rs"]

@@ -16,8 +16,9 @@
 use std::error::Error;
 use std::time::Duration;
 
-use uverbs::{AccessFlags, BufferMr, Completed, Device, Local, OwnedQp, PageBuffer, QpInit};
-use uverbs::{QpType, RecvRequest, SendRequest, WcStatus};
+use uverbs::post::{Completed, Local, RecvRequest, SendRequest};
+use uverbs::wr::WcStatus;
+use uverbs::{AccessFlags, BufferMr, Device, OwnedQp, PageBuffer, QpInit, QpType};
 
 /// Pages of its own, not a `Vec`: under forced fork safety a registered
 /// heap page is missing in a forked child, which may reuse it for anything.

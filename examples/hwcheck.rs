@@ -29,11 +29,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uverbs::cm::{EventChannel, LocalConnection, PortSpace};
-use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, AhAttr, BufferMr, Context, Device, DriverId, Errno, LinkLayer};
-use uverbs::{CompletionQueue, PageBuffer, SendRequest, WcStatus};
-use uverbs::{Local, MemoryRegion, MrState, OwnedQp, QpAttr, QpInit, QpState, QpType};
-use uverbs::{ProtectionDomain, RecvRequest, ReregError, ReregFallback, ReregFlags};
+use uverbs::device::{DriverId, LinkLayer};
+use uverbs::error::Errno;
+use uverbs::mr::{MrState, ReregError, ReregFallback, ReregFlags};
+use uverbs::post::{Local, RecvRequest, SendRequest};
+use uverbs::qp::{AhAttr, QpAttr, QpState};
+use uverbs::wr::WcStatus;
+use uverbs::{
+    uverbs_uapi as sys, AccessFlags, BufferMr, CompletionQueue, Context, Device, MemoryRegion,
+    OwnedQp, PageBuffer, ProtectionDomain, QpInit, QpType,
+};
 
 /// Registered memory is pages of its own, not `Vec`s: with fork safety
 /// forced a registered heap page would be missing in a forked child.
@@ -665,7 +670,7 @@ fn check_ud(
     pd: &ProtectionDomain,
     cq: &uverbs::CompletionQueue,
     link_layer: Option<(LinkLayer, u16)>,
-    gid: Option<uverbs::Gid>,
+    gid: Option<uverbs::device::Gid>,
 ) {
     let qp = pd.create_qp(&QpInit::new(QpType::Ud, cq, cq));
     let Some(qp) = t.verb("ud create_qp", qp, |qp| format!("qpn {:#x}", qp.qp_num())) else {

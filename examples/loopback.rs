@@ -16,8 +16,9 @@
 use std::error::Error;
 use std::time::Duration;
 
-use uverbs::{AccessFlags, BufferMr, Completed, Device, Local, OwnedQp, PageBuffer, QpInit};
-use uverbs::{QpType, RecvRequest, SendRequest, WcStatus};
+use uverbs::post::{Completed, Local, RecvRequest, SendRequest};
+use uverbs::wr::WcStatus;
+use uverbs::{AccessFlags, BufferMr, Device, OwnedQp, PageBuffer, QpInit, QpType};
 
 /// Registered memory is whole pages of its own, not `Vec`s: with fork
 /// safety forced (`UVERBS_FORK_SAFE=force`) a registered range is marked

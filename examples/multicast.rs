@@ -18,8 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use uverbs::cm::{EventChannel, PortSpace};
-use uverbs::{AccessFlags, BufferMr, Device, Errno, Local, OwnedQp, PageBuffer, QpAttr, QpInit};
-use uverbs::{QpState, QpType, RecvRequest, SendRequest, WcStatus};
+use uverbs::error::Errno;
+use uverbs::post::{Local, RecvRequest, SendRequest};
+use uverbs::qp::{QpAttr, QpState};
+use uverbs::wr::WcStatus;
+use uverbs::{AccessFlags, BufferMr, Device, OwnedQp, PageBuffer, QpInit, QpType};
 
 /// Pages of its own, not a `Vec`: under forced fork safety a registered
 /// heap page is missing in a forked child, which may reuse it for anything.

@@ -19,8 +19,9 @@
 use std::error::Error;
 use std::time::{Duration, Instant};
 
-use uverbs::{AccessFlags, BufferMr, Device, Ended, Local, OwnedQp, PageBuffer, QpInit, QpType};
-use uverbs::{RecvRequest, SendRequest, WcStatus};
+use uverbs::post::{Ended, Local, RecvRequest, SendRequest};
+use uverbs::wr::WcStatus;
+use uverbs::{AccessFlags, BufferMr, Device, OwnedQp, PageBuffer, QpInit, QpType};
 
 /// Pages of its own, not a `Vec`: under forced fork safety a registered
 /// heap page is missing in a forked child, which may reuse it for anything.

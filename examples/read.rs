@@ -7,12 +7,12 @@
 //! cargo run --example read -- --addr 192.0.2.1        # both in one process
 //! ```
 
-use std::net::SocketAddr;
-use std::time::Duration;
+use std::{net::SocketAddr, time::Duration};
 
 use uverbs::cm::{CmId, ConnParam, EventChannel, PortSpace};
-use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, PageBuffer, QpInit, QpType};
-use uverbs::{RemoteRegion, SendRequest, WcStatus};
+use uverbs::post::{Local, SendRequest};
+use uverbs::wr::{RemoteRegion, WcStatus};
+use uverbs::{AccessFlags, BufferMr, OwnedQp, PageBuffer, QpInit, QpType};
 
 type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
 const WAIT: Duration = Duration::from_secs(10);

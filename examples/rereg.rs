@@ -19,7 +19,8 @@
 use std::error::Error;
 
 use memmap2::MmapMut;
-use uverbs::{AccessFlags, BufferMr, MrState, Rereg, ReregFallback, ReregPath, RetargetBuffers};
+use uverbs::mr::{MrState, Rereg, ReregFallback, ReregPath, RetargetBuffers};
+use uverbs::{AccessFlags, BufferMr};
 
 /// A mapping, not a `Vec`: under forced fork safety a registered heap page
 /// is missing in a forked child, which may reuse it for anything.

@@ -19,10 +19,12 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 use uverbs::cm::ConnParam;
+use uverbs::post::Local;
+use uverbs::qp::QpState;
 use uverbs::tokio::cm::{AsyncCmId, AsyncEventChannel};
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncQp, CompletionFuture};
-use uverbs::{AccessFlags, BufferMr, Context, Local, OwnedQp, ProtectionDomain, QpInit, WcStatus};
-use uverbs::{QpState, QpType};
+use uverbs::wr::WcStatus;
+use uverbs::{AccessFlags, BufferMr, Context, OwnedQp, ProtectionDomain, QpInit, QpType};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 /// A mapping, not a Vec: under forced fork safety a registered heap range

@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use tokio::time::timeout;
 use uverbs::cm::ConnParam;
+use uverbs::post::Local;
 use uverbs::tokio::cm::{AsyncEventChannel, Listener};
 use uverbs::tokio::{AsyncCq, AsyncQp};
-use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, PageBuffer, QpInit, QpType};
-use uverbs::{RemoteRegion, WcStatus};
+use uverbs::wr::{RemoteRegion, WcStatus};
+use uverbs::{AccessFlags, BufferMr, OwnedQp, PageBuffer, QpInit, QpType};
 
 type Result<T, E = Box<dyn std::error::Error + Send + Sync>> = std::result::Result<T, E>;
 const WAIT: Duration = Duration::from_secs(10);

@@ -4,7 +4,7 @@
 //! GRH to the peer's GID from one of the port's GIDs. rxe answers the
 //! number its send WQEs name the AH by (`rxe_create_ah_resp.ah_num`); mlx5's
 //! WQEs carry the 48-byte address vector itself, which the provider builds
-//! (`provider::mlx5::ah`). A [`UdDest`](crate::UdDest) borrowed from the
+//! (`provider::mlx5::ah`). A [`UdDest`](crate::wr::UdDest) borrowed from the
 //! [`AddressHandle`] carries either.
 
 use std::fmt;
@@ -17,8 +17,8 @@ use crate::error::{Errno, Error, Op};
 use crate::gid::{Gid, GidEntry, GidType};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::AhCreation;
-use crate::wr::UdDest;
-use crate::{Context, WcFlags, WorkCompletion};
+use crate::wr::{UdDest, WcFlags, WorkCompletion};
+use crate::Context;
 use uverbs_uapi as sys;
 
 /// The address vector of an address handle (`struct ibv_ah_attr` with its
@@ -335,12 +335,12 @@ fn grh_version(grh: &[u8; GRH_LEN]) -> Option<u8> {
 }
 
 /// An address handle (`struct ibv_ah`): the destination of UD sends,
-/// named in a work request by a [`UdDest`](crate::UdDest) made from it.
+/// named in a work request by a [`UdDest`](crate::wr::UdDest) made from it.
 ///
 /// It keeps its PD alive; dropping it destroys it (`DESTROY_AH`), except in
 /// a forked child, where it is the parent's and nothing is sent. Keep it
 /// until the completions of the sends that name it have been polled: see
-/// [`UdDest`](crate::UdDest).
+/// [`UdDest`](crate::wr::UdDest).
 #[doc(alias = "ibv_ah")]
 #[doc(alias = "ibv_create_ah")]
 pub struct AddressHandle {
@@ -555,8 +555,9 @@ mod tests {
     use zerocopy::IntoBytes;
 
     use super::*;
+    use crate::device::DriverId;
     use crate::transport::{RawCommand, RecordingTransport, Transport, TransportKind};
-    use crate::{Context, DriverId};
+    use crate::Context;
 
     /// The recording fake, plus CREATE_AH answered with handle 42 and
     /// `ah_num` (written as rxe does: 4 bytes) and DESTROY_AH; every

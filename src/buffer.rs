@@ -5,14 +5,10 @@ use std::fmt;
 use std::mem::ManuallyDrop;
 use std::ops::Deref;
 
-use crate::error::MrState;
-use crate::error::{Error, Op};
-use crate::flags::AccessFlags;
-use crate::flags::ReregFlags;
-use crate::mr::{DeregError, MemoryRegion};
-use crate::mr::{Rereg, ReregFallback, ReregPath};
+use crate::error::{Error, MrState, Op};
+use crate::flags::{AccessFlags, ReregFlags};
+use crate::mr::{DeregError, MemoryRegion, Rereg, ReregError, ReregFallback, ReregPath};
 use crate::pd::ProtectionDomain;
-use crate::ReregError;
 
 /// Why a [`BufferMr`] refuses access a remote peer could write through.
 pub(crate) const PEER_WRITABLE_BUFFER: &str = "a BufferMr hands out plain slices, so remote peers may not write it (REMOTE_WRITE, REMOTE_ATOMIC, MW_BIND): use reg_remote_buffer";
@@ -99,7 +95,7 @@ impl ProtectionDomain {
 /// # Safety
 ///
 /// A registered buffer's bytes are read and written by the device behind
-/// the compiler's back ([`DeviceWritable`](crate::DeviceWritable) relies on
+/// the compiler's back ([`DeviceWritable`](crate::post::DeviceWritable) relies on
 /// this), so implementors promise, for as long as the value exists:
 ///
 /// - `as_mut_ptr()` and `len()` describe one valid, writable allocation
@@ -239,7 +235,7 @@ struct Parts<B> {
 }
 
 /// A successful [`BufferMr::retarget`] (or
-/// [`RemoteBufferMr::retarget`](crate::RemoteBufferMr::retarget), with `M`
+/// [`RemoteBufferMr::retarget`](crate::mr::RemoteBufferMr::retarget), with `M`
 /// that region type).
 #[derive(Debug)]
 pub struct Retargeted<B: StableBuffer, M = BufferMr<B>> {
@@ -250,7 +246,7 @@ pub struct Retargeted<B: StableBuffer, M = BufferMr<B>> {
     /// In place or replaced (then publish the new keys).
     pub path: ReregPath,
     /// Set when un-marking the old buffer's pages for fork failed
-    /// ([`ReregOutcome::DoForkOld`](crate::ReregOutcome::DoForkOld)): the
+    /// ([`ReregOutcome::DoForkOld`](crate::mr::ReregOutcome::DoForkOld)): the
     /// region is valid, the old pages stay excluded from forked children.
     pub fork_warning: Option<ReregError>,
 }
@@ -468,7 +464,7 @@ impl<B: StableBuffer> BufferMr<B> {
     }
 
     /// The first byte, with write permission, and the length: for
-    /// [`RemoteBufferMr`](crate::RemoteBufferMr), which reaches the bytes
+    /// [`RemoteBufferMr`](crate::mr::RemoteBufferMr), which reaches the bytes
     /// only through volatile and atomic accesses.
     pub(crate) fn registered_mut(&mut self) -> (*mut u8, usize) {
         let buffer = &mut self.parts_mut().buffer;
@@ -510,8 +506,9 @@ impl<B: StableBuffer> BufferMr<B> {
     /// good: see [`dereg`](Self::dereg).
     ///
     /// ```no_run
-    /// # fn f(mr: &mut uverbs::BufferMr<Vec<u8>>, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::ReregError> {
-    /// use uverbs::{AccessFlags, ReregFallback, Rereg};
+    /// # fn f(mr: &mut uverbs::BufferMr<Vec<u8>>, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::mr::ReregError> {
+    /// use uverbs::mr::{Rereg, ReregFallback};
+    /// use uverbs::AccessFlags;
     /// let change = Rereg::new().access(AccessFlags::LOCAL_WRITE).pd(pd2);
     /// let path = mr.apply(&change, ReregFallback::Replace)?;
     /// # Ok(()) }
@@ -532,7 +529,7 @@ impl<B: StableBuffer> BufferMr<B> {
     }
 
     /// [`apply`](Self::apply) with any access, remotely writable included:
-    /// for [`RemoteBufferMr`](crate::RemoteBufferMr), which hands out no
+    /// for [`RemoteBufferMr`](crate::mr::RemoteBufferMr), which hands out no
     /// plain slices. A translation is still refused (`Input`, nothing sent).
     pub(crate) fn apply_any_access(
         &mut self,
@@ -622,7 +619,8 @@ impl<B: StableBuffer> BufferMr<B> {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use uverbs::{AccessFlags, ReregFallback};
+    /// use uverbs::mr::ReregFallback;
+    /// use uverbs::AccessFlags;
     /// let ctx = uverbs::devices()?.first().ok_or("no device")?.open()?;
     /// let pd = ctx.alloc_pd()?;
     /// let mr = pd.reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;

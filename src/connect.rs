@@ -48,11 +48,11 @@ impl RcPeer {
 ///
 /// ```no_run
 /// # fn demo(ctx: &uverbs::Context, a: &uverbs::QueuePair, b: &uverbs::QueuePair) -> Result<(), uverbs::Error> {
-/// use uverbs::{RcConnect, RcPeer};
+/// use uverbs::qp::{RcConnect, RcPeer};
 ///
 /// // Two QPs on one RoCE device, connected to each other over GID 0.
 /// let gid = ctx.query_gid(1, 0)?;
-/// let how = RcConnect::new(uverbs::Mtu::Mtu1024);
+/// let how = RcConnect::new(uverbs::qp::Mtu::Mtu1024);
 /// how.connect(a, RcPeer::new(b.qp_num(), gid))?;
 /// how.connect(b, RcPeer::new(a.qp_num(), gid))?;
 /// # Ok(()) }

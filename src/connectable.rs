@@ -2,7 +2,7 @@
 //! that one helper serves [`QueuePair`], [`OwnedQp`], `tokio::AsyncQp` and
 //! a caller's own wrapper around one of them.
 //!
-//! Two kinds of helper use it: [`RcConnect`](crate::RcConnect) (the three
+//! Two kinds of helper use it: [`RcConnect`](crate::qp::RcConnect) (the three
 //! `MODIFY_QP`s by hand) and the connection manager's handshakes
 //! ([`CmId::connect_qp`](crate::cm::CmId::connect_qp) and
 //! [`accept_qp`](crate::cm::CmId::accept_qp), and their futures in
@@ -64,7 +64,7 @@ connectable! {
 }
 #[cfg(feature = "tokio")]
 connectable! {
-    [M: crate::DeviceReadable + Send + Sync + 'static] crate::tokio::AsyncQp<M>;
+    [M: crate::post::DeviceReadable + Send + Sync + 'static] crate::tokio::AsyncQp<M>;
 }
 
 /// A QP that records the states the cm's attributes move it to: the

@@ -15,8 +15,7 @@ use crate::fork::ForkSafety;
 use crate::method::InfoHandles;
 use crate::process::Generation;
 use crate::provider::driver::DriverId;
-use crate::provider::MAX_GET_CONTEXT_UHW_OUT;
-use crate::provider::{DriverState, Provider};
+use crate::provider::{DriverState, Provider, MAX_GET_CONTEXT_UHW_OUT};
 use crate::transport::{self, KernelFile, Transport, TransportKind, TransportMode};
 
 /// The most handles [`Context::kernel_handle_count`] asks for (the list
@@ -404,7 +403,7 @@ impl Context {
     /// [`ReregFlags`], not per value: on rxe, one refused access value
     /// (`ZERO_BASED`) marks every `ACCESS` change as refused, so later ones
     /// are replaced, which is slower but still correct. Only
-    /// [`ReregFallback::Replace`](crate::ReregFallback::Replace) consults it
+    /// [`ReregFallback::Replace`](crate::mr::ReregFallback::Replace) consults it
     /// (to skip the doomed command); strict calls always ask the kernel.
     pub fn rereg_known_unsupported(&self, flags: ReregFlags) -> bool {
         flags.bits() < 8

@@ -449,7 +449,7 @@ impl Context {
     ///
     /// ```
     /// # fn f(ctx: &uverbs::Context) -> Result<(), uverbs::Error> {
-    /// use uverbs::{CqInit, CqWcFlags};
+    /// use uverbs::cq::{CqInit, CqWcFlags};
     /// let cq = ctx.create_cq_ex(&CqInit::new(64).wc_flags(CqWcFlags::STANDARD))?;
     /// assert!(cq.cqe() >= 64);
     /// # Ok(()) }
@@ -943,7 +943,7 @@ impl CompletionQueue {
     ///
     /// ```no_run
     /// # fn f(cq: &uverbs::CompletionQueue) -> Result<(), uverbs::Error> {
-    /// use uverbs::WorkCompletion;
+    /// use uverbs::wr::WorkCompletion;
     ///
     /// let mut buf = [WorkCompletion::default(); 16];
     /// for wc in cq.poll_into(&mut buf)? {

@@ -1,7 +1,7 @@
 //! Routing a shared CQ's completions to the reader that owns them.
 //!
 //! Several QPs may complete into one CQ. An [`OwnedQp`](crate::OwnedQp) or
-//! an [`OwnedSrq`](crate::OwnedSrq) hands a request's memory back only with
+//! an [`OwnedSrq`](crate::post::OwnedSrq) hands a request's memory back only with
 //! that request's completion, so a completion read by anyone else must
 //! reach it, never be dropped. Every reader of a CQ on which an owner is
 //! registered reads through [`Routing`]: it takes the completions meant for

@@ -1,4 +1,11 @@
-//! Finding uverbs devices in sysfs.
+//! Devices: finding them ([`devices`], [`Device`]), opening them
+//! ([`Context`]), and what an opened device answers and owns: its
+//! attributes ([`DeviceAttr`]), ports ([`PortAttr`]), GIDs ([`Gid`]),
+//! asynchronous events ([`AsyncEvents`]) and protection domains
+//! ([`ProtectionDomain`]).
+//!
+//! This file finds devices in sysfs; the rest of the module's items are
+//! defined beside what uses them and gathered here.
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -6,8 +13,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::{Error, Op};
-use crate::provider::driver::DriverId;
 use uverbs_uapi as sys;
+
+pub use crate::async_event::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
+pub use crate::command::TransportType;
+pub use crate::context::{Context, ContextAttr, OpenOptions};
+pub use crate::device_attr::{
+    CqModerationCaps, DeviceAttr, DeviceAttrEx, OdpCaps, RssCaps, TmCaps,
+};
+pub use crate::event_fd::EventSource;
+pub use crate::gid::{Gid, GidEntry, GidParseError, GidType};
+pub use crate::pd::{DeallocError, ProtectionDomain};
+pub use crate::port::{LinkLayer, PortAttr, PortState};
+pub use crate::provider::driver::DriverId;
 
 /// Where the kernel lists uverbs devices.
 pub const SYSFS_UVERBS: &str = "/sys/class/infiniband_verbs";
@@ -143,7 +161,7 @@ pub fn devices() -> Result<Vec<Device>, Error> {
 /// directory or its global `abi_version` cannot be read, or that ABI is not 6.
 ///
 /// ```no_run
-/// let listing = uverbs::device_listing()?;
+/// let listing = uverbs::device::device_listing()?;
 /// for skipped in &listing.skipped {
 ///     eprintln!("skipping {}: {}", skipped.entry, skipped.error);
 /// }

@@ -33,7 +33,7 @@ use uverbs_uapi as sys;
 /// and [`QueuePair::modify`] refuses a larger one with a typed error.
 ///
 /// ```
-/// use uverbs::Endpoint;
+/// use uverbs::qp::Endpoint;
 ///
 /// let ep = Endpoint {
 ///     gid: "fe80:0000:0000:0000:0211:22ff:fe33:4455".parse()?,

@@ -3,15 +3,15 @@
 //! One style throughout: [`Error`] for every operation but re-registration,
 //! [`ReregError`] for re-registration (it carries libibverbs' outcome), and
 //! named structs that hand an object back with the error
-//! ([`DeregError`](crate::DeregError), [`DeallocError`](crate::DeallocError),
-//! [`BufferDeregError`](crate::BufferDeregError), …).
+//! ([`DeregError`](crate::mr::DeregError), [`DeallocError`](crate::device::DeallocError),
+//! [`BufferDeregError`](crate::mr::BufferDeregError), …).
 //!
 //! [`Errno`] is rustix's, re-exported on purpose: rustix 1.x is a
 //! semver-stable crate this library is built on, its `Errno` is exactly the
 //! raw `errno` value with the platform's named constants (`Errno::INVAL`) and
 //! conversions to and from `std::io::Error`, and wrapping it would only add a
 //! second name for the same number. Users need no rustix dependency of their
-//! own: `uverbs::Errno` is the type. A future rustix 2 would be a breaking
+//! own: `uverbs::error::Errno` is the type. A future rustix 2 would be a breaking
 //! release of this crate too.
 
 use std::fmt;
@@ -822,7 +822,7 @@ fn io_kind(errno: Option<Errno>) -> std::io::ErrorKind {
 /// # fn f(ctx: &uverbs::Context) -> std::io::Result<()> {
 /// let pd = ctx.alloc_pd()?; // uverbs::Error -> std::io::Error
 /// # drop(pd); Ok(()) }
-/// # fn g(e: std::io::Error) -> Option<uverbs::Errno> {
+/// # fn g(e: std::io::Error) -> Option<uverbs::error::Errno> {
 /// // And back, for the errno:
 /// e.get_ref()?.downcast_ref::<uverbs::Error>()?.errno()
 /// # }
@@ -1084,7 +1084,7 @@ mod tests {
     /// `{:#}`) would otherwise say the reason twice.
     #[test]
     fn a_refused_post_reads_the_same_way_as_any_refusal() {
-        let refused = crate::PostRefused {
+        let refused = crate::post::PostRefused {
             request: 7u32,
             error: Error::Unsupported {
                 op: Op::PostSend,
@@ -1093,7 +1093,7 @@ mod tests {
             },
         };
         assert_eq!(refused.error().errno(), Some(Errno::OPNOTSUPP));
-        let send = crate::PostSendError::Refused(refused);
+        let send = crate::post::PostSendError::Refused(refused);
         assert_eq!(send.error().op(), Op::PostSend);
         let through_question_mark = || -> Result<(), Error> { Err(send)? };
         let e = through_question_mark().unwrap_err();
@@ -1124,7 +1124,7 @@ mod tests {
         for e in [post, sysfs] {
             assert!(e.source().is_none(), "{e}");
         }
-        let refused = crate::PostRefused {
+        let refused = crate::post::PostRefused {
             request: (),
             error: Error::os(Op::PostSend, &dev, Errno::NOMEM),
         };

@@ -13,8 +13,8 @@ use rustix::io::Errno;
 use zerocopy::{FromBytes, IntoBytes};
 
 /// A source of events on a non-blocking descriptor: the
-/// [`CompletionChannel`](crate::CompletionChannel), the context's
-/// [`AsyncEvents`](crate::AsyncEvents) and the connection manager's
+/// [`CompletionChannel`](crate::cq::CompletionChannel), the context's
+/// [`AsyncEvents`](crate::device::AsyncEvents) and the connection manager's
 /// [`EventChannel`](crate::cm::EventChannel). Each also has an inherent
 /// `try_get_event`, `get_event` and `wait_event`; the trait is what lets one
 /// event loop (epoll, or the `tokio` feature's `AsyncSource`) serve all

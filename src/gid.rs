@@ -28,10 +28,10 @@ use zerocopy::IntoBytes;
 /// (`fe80:0000:0000:0000:0211:22ff:fe33:4455`).
 ///
 /// ```
-/// let gid: uverbs::Gid = "fe80:0000:0000:0000:0211:22ff:fe33:4455".parse().unwrap();
+/// let gid: uverbs::device::Gid = "fe80:0000:0000:0000:0211:22ff:fe33:4455".parse().unwrap();
 /// assert_eq!(gid.raw()[..2], [0xfe, 0x80]);
 /// assert_eq!(gid.to_string(), "fe80:0000:0000:0000:0211:22ff:fe33:4455");
-/// assert!("fe80::1".parse::<uverbs::Gid>().is_err());
+/// assert!("fe80::1".parse::<uverbs::device::Gid>().is_err());
 /// ```
 #[doc(alias = "ibv_gid")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -58,7 +58,7 @@ impl Gid {
     /// or any other GID in ff00::/8.
     ///
     /// ```
-    /// let gid = |s: &str| s.parse::<uverbs::Gid>().unwrap();
+    /// let gid = |s: &str| s.parse::<uverbs::device::Gid>().unwrap();
     /// assert!(gid("0000:0000:0000:0000:0000:ffff:ef01:0203").is_multicast()); // 239.1.2.3
     /// assert!(!gid("0000:0000:0000:0000:0000:ffff:c000:0201").is_multicast()); // 192.0.2.1
     /// assert!(gid("ff0e:0000:0000:0000:0000:0000:0001:0203").is_multicast());
@@ -176,9 +176,9 @@ impl Gid {
     ///
     /// ```
     /// use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
-    /// let v4 = uverbs::Gid::from_ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
+    /// let v4 = uverbs::device::Gid::from_ip(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)));
     /// assert_eq!(v4.to_string(), "0000:0000:0000:0000:0000:ffff:c000:0201");
-    /// let v6 = uverbs::Gid::from_ip("fe80::211:22ff:fe33:4455".parse::<IpAddr>().unwrap());
+    /// let v6 = uverbs::device::Gid::from_ip("fe80::211:22ff:fe33:4455".parse::<IpAddr>().unwrap());
     /// assert_eq!(v6.to_string(), "fe80:0000:0000:0000:0211:22ff:fe33:4455");
     /// ```
     pub fn from_ip(addr: IpAddr) -> Gid {
@@ -194,7 +194,7 @@ impl Gid {
     /// InfiniBand's or iWARP's, an address nobody has).
     ///
     /// ```
-    /// let gid: uverbs::Gid = "0000:0000:0000:0000:0000:ffff:c000:0201".parse().unwrap();
+    /// let gid: uverbs::device::Gid = "0000:0000:0000:0000:0000:ffff:c000:0201".parse().unwrap();
     /// assert_eq!(gid.to_ip().to_string(), "192.0.2.1");
     /// ```
     pub fn to_ip(&self) -> IpAddr {
@@ -216,7 +216,7 @@ impl GidEntry {
     ///
     /// ```
     /// use std::net::{IpAddr, Ipv4Addr};
-    /// use uverbs::{Gid, GidEntry, GidType};
+    /// use uverbs::device::{Gid, GidEntry, GidType};
     /// let addr = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1));
     /// let entry = |gid_index, gid_type| GidEntry {
     ///     gid: Gid::from_ip(addr),

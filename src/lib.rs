@@ -14,8 +14,8 @@
 //!
 //! | device | control path: discovery, PD, MR, rereg | data path: CQ, QP, post, poll | connection manager |
 //! |---|---|---|---|
-//! | rxe (soft RoCE) | ✓ (rereg of PD and access in place on 6.12; 6.1's rxe has none: [`ReregFallback::Replace`]) | ✓ | ✓ |
-//! | siw (soft iWARP) | ✓ (no rereg in the kernel: [`ReregFallback::Replace`]) | ✓ (x86-64) | ✓ (RC reaches RTS only through it) |
+//! | rxe (soft RoCE) | ✓ (rereg of PD and access in place on 6.12; 6.1's rxe has none: [`ReregFallback::Replace`](mr::ReregFallback::Replace)) | ✓ | ✓ |
+//! | siw (soft iWARP) | ✓ (no rereg in the kernel: [`ReregFallback::Replace`](mr::ReregFallback::Replace)) | ✓ (x86-64) | ✓ (RC reaches RTS only through it) |
 //! | mlx5 (ConnectX) | ✓ | RC, UC, UD and SRQs (x86-64), byte-identical to libmlx5 44 on an emulated device; not yet run on a ConnectX | not yet tried |
 //! | anything else (efa, …) | ✓ | ✗: [`Context::create_cq`] and `create_qp` answer [`Error::Unsupported`] (errno `EOPNOTSUPP`, nothing sent), whose message says so | ids and address resolution; no QP to connect |
 //!
@@ -33,12 +33,12 @@
 //! whose message says what to check.
 //!
 //! A client and server that RDMA-READ a buffer through the connection
-//! manager, in 80 lines blocking and 75 on tokio:
+//! manager, in 80 lines blocking and 76 on tokio:
 //! [`examples/read.rs`](https://docs.rs/crate/uverbs/latest/source/examples/read.rs),
 //! [`examples/tokio_read.rs`](https://docs.rs/crate/uverbs/latest/source/examples/tokio_read.rs).
 //! They use the helpers every program needs: [`CmId::open_device`](cm::CmId::open_device)
 //! (the device behind a connection), [`PageBuffer`] (memory to register),
-//! [`RemoteRegion`] (a buffer's address, rkey and length for the peer, as
+//! [`RemoteRegion`](wr::RemoteRegion) (a buffer's address, rkey and length for the peer, as
 //! bytes for private data) and [`OwnedQp::wait`] (the next completion,
 //! with a timeout).
 //!
@@ -50,8 +50,9 @@
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use uverbs::{AccessFlags, BufferMr, Device, Local, Mtu, OwnedQp, PageBuffer, QpInit, QpType};
-//! use uverbs::{RcConnect, RecvRequest, SendRequest};
+//! use uverbs::post::{Local, RecvRequest, SendRequest};
+//! use uverbs::qp::{Mtu, RcConnect};
+//! use uverbs::{AccessFlags, BufferMr, Device, OwnedQp, PageBuffer, QpInit, QpType};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let ctx = Device::by_name("rxe0")?.open()?;
 //! let (pd, cq) = (ctx.alloc_pd()?, ctx.create_cq(16, None)?);
@@ -73,37 +74,43 @@
 //!
 //! ## Map
 //!
-//! | where | what |
+//! The root holds the modules and the types nearly every program names;
+//! everything else is one module down:
+//!
+//! | module | what |
 //! |---|---|
-//! | [`devices`], [`Device`], [`Context`] | discovery, opening, queries ([`Context::query_port`], GIDs), async events |
-//! | [`ProtectionDomain`], [`mr`] ([`MemoryRegion`], [`Rereg`]), [`BufferMr`], [`RemoteBufferMr`] | registration: raw, owned, remotely writable; re-registration in place |
-//! | [`cq`] ([`CompletionQueue`], [`CompletionChannel`]), [`qp`] ([`QueuePair`], [`QpInit`]), [`AddressHandle`] | the data path: post and poll on the rings (raw, `unsafe` posting) |
-//! | [`wr`] ([`SendWr`], [`RecvWr`], [`WorkCompletion`]) | what a raw post takes and a poll gives back |
-//! | [`QpAttr`], [`RcConnect`], [`Connectable`] | QP state changes; an RC connection made by hand (RoCE) |
-//! | [`post`] ([`OwnedQp`], [`Local`], [`Completed`], [`OwnedOrShared`]) | safe posting: requests own their memory, owned or shared |
+//! | [`device`] | discovery ([`devices`], [`Device`]), the opened device ([`Context`]) and what it answers and owns: attributes, ports ([`Context::query_port`]), GIDs ([`device::Gid`]), async events, protection domains ([`ProtectionDomain`]) |
+//! | [`mr`] | registration ([`MemoryRegion`], [`AccessFlags`]), re-registration in place ([`mr::Rereg`], [`mr::ReregError`]), memory a region owns ([`BufferMr`], [`PageBuffer`], [`mr::RemoteBufferMr`]), memory windows |
+//! | [`cq`] | completion queues and channels ([`CompletionQueue`], [`cq::CompletionChannel`]) |
+//! | [`qp`] | queue pairs ([`QueuePair`], [`QpInit`], [`QpType`]), their states ([`qp::QpAttr`]), RC connections made by hand ([`qp::RcConnect`], RoCE), address handles, shared receive queues |
+//! | [`wr`] | what a raw post takes and a poll gives back ([`wr::SendWr`], [`wr::RecvWr`], [`wr::WorkCompletion`]), a buffer described to a peer ([`wr::RemoteRegion`]) |
+//! | [`post`] | safe posting: requests own their memory until their completion ([`OwnedQp`], [`post::Local`], [`post::SendRequest`], [`post::Completed`]) |
 //! | [`cm`] | the RDMA connection manager: ids, events, blocking handshakes ([`cm::CmId::connect_qp`]), UD multicast groups ([`cm::CmId::join_multicast`]) |
+//! | [`error`] | [`Error`], and what it is made of ([`error::Errno`], [`error::Op`]) |
 //! | [`fork`] | fork safety (`MADV_DONTFORK` tracking) |
 //! | [`command`], [`method`], [`transport`], [`uverbs_uapi`] | the layers below: typed commands, native ioctl methods, the two framings, the kernel's structs |
+//! | [`trace`] | the targets of the `tracing` feature's events |
 //! | `tokio` (feature) | [`AsyncSource`](crate#async), `AsyncCq`/`AsyncQp`, async `cm`: see docs/async.md |
 //!
 //! Numbers keep one type across the API: a port is a `u8` (as the kernel's
 //! `phys_port_cnt`), a GID-table index a `u32` where a table is read
 //! ([`Context::query_gid`]; rxe's table has 1024 entries) and a `u8` where
 //! an address vector carries it (`sgid_index`, the ABI's width); a GID is a
-//! [`Gid`] everywhere above the [`command`] layer.
+//! [`Gid`](device::Gid) everywhere above the [`command`] layer.
 //!
 //! ## Async
 //!
 //! With `features = ["tokio"]`, the module `uverbs::tokio` awaits every
 //! event source (completion channel, async events, cm channel: each is a
-//! non-blocking [`EventSource`] from creation), connects through the cm,
+//! non-blocking [`EventSource`](device::EventSource) from creation), connects through the cm,
 //! and posts owned requests whose futures resolve with their memory; a
 //! dropped future never frees memory the device may still use.
 //!
 //! ## Re-registration in place
 //!
 //! ```no_run
-//! use uverbs::{AccessFlags, ReregFlags};
+//! use uverbs::mr::ReregFlags;
+//! use uverbs::AccessFlags;
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let device = uverbs::devices()?.into_iter().next().ok_or("no RDMA device")?;
 //! let ctx = device.open()?;
@@ -124,7 +131,7 @@
 //!
 //! | feature | default | what it adds | what it pulls in |
 //! |---|:-:|---|---|
-//! | `memmap2` | ✓ | [`StableBuffer`] for `memmap2::MmapMut`, so that a mapping can be registered safely ([`BufferMr`], [`RemoteBufferMr`]) | `memmap2` |
+//! | `memmap2` | ✓ | [`StableBuffer`](mr::StableBuffer) for `memmap2::MmapMut`, so that a mapping can be registered safely ([`BufferMr`], [`RemoteBufferMr`](mr::RemoteBufferMr)) | `memmap2` |
 //! | `tokio` | | the module `uverbs::tokio`: async event sources, completions, cm connections and owned posting whose futures resolve with the request's memory (docs/async.md) | `tokio` (features `net`, `rt`, `sync`, `macros`; Rust 1.85), `futures-core` |
 //! | `tracing` | | structured events through the `tracing` crate: every command sent to the kernel (TRACE), QP state transitions, cm events and errors from kernel failures (DEBUG), on the targets of [`trace`]; without it nothing is compiled in (docs/tracing.md) | `tracing` (no default features) |
 //! | `test-util` | | test doubles, for tests (this crate's own turn it on), not for production: `transport::RecordingTransport` (a fake kernel that records every command), `cm::FakeCm` (an in-process rdma_cm, through `cm::EventChannel::with_fake`) and `TransportKind::Fake` | nothing |
@@ -154,10 +161,10 @@ mod connectable;
 mod context;
 pub mod cq;
 mod cq_routing;
-mod device;
+pub mod device;
 mod device_attr;
 mod endpoint;
-mod error;
+pub mod error;
 mod event_fd;
 mod flags;
 pub mod fork;
@@ -191,53 +198,23 @@ pub mod wr;
 #[doc(hidden)]
 pub mod __fuzz;
 
-pub use ah::{AddressHandle, AhAttr};
-pub use ah::{AhFromWcError, GRH_LEN};
-pub use async_event::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
-pub use buffer::{
-    BufferDeregError, BufferMr, RegBufferError, RetargetBuffers, RetargetError, Retargeted,
-    StableBuffer,
-};
-// Every public item is also at the root (the modules group them in the
-// docs); the command layer's everyday types too, where users look first.
-pub use command::{Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType, TransportType};
-pub use connect::{RcConnect, RcPeer};
-pub use connectable::Connectable;
-pub use context::{Context, ContextAttr, OpenOptions};
-pub use cq::{
-    CompletionChannel, CompletionQueue, CqDestroyed, CqFlags, CqInit, CqWcFlags, CreatePath,
-    DestroyCqError,
-};
-pub use device::{
-    device, device_listing, device_listing_in, devices, devices_in, Device, DeviceListing,
-    SkippedDevice, DEV_INFINIBAND, SYSFS_UVERBS,
-};
-pub use device_attr::{CqModerationCaps, DeviceAttr, DeviceAttrEx, OdpCaps, RssCaps, TmCaps};
-pub use endpoint::{Endpoint, EndpointParseError};
-pub use error::{Errno, Error, ManPageGuarantee, MrState, Op, ReregError, ReregOutcome};
-pub use event_fd::EventSource;
-pub use flags::{AccessFlags, ReregFlags};
-pub use gid::{Gid, GidEntry, GidParseError, GidType};
-pub use mr::{DeregError, MemoryRegion, MrAttr, Rereg, ReregFallback, ReregPath};
-pub use mw::{MemoryWindow, MwType};
+// The root holds the modules and the handful of types every program
+// names; everything else is found in the module a reader browses for it
+// (`device`, `mr`, `qp`, `cq`, `wr`, `post`, `cm`, …), each a public face
+// that gathers its items by `pub use` wherever they are defined.
+pub use buffer::BufferMr;
+pub use command::QpType;
+pub use context::Context;
+pub use cq::CompletionQueue;
+pub use device::{devices, Device};
+pub use error::Error;
+pub use flags::AccessFlags;
+pub use mr::MemoryRegion;
 pub use page_buffer::PageBuffer;
-pub use pd::{DeallocError, ProtectionDomain};
-pub use port::{LinkLayer, PortAttr, PortState};
-pub use post::{
-    Completed, DeviceReadable, DeviceWritable, Ended, Holds, Local, NotDestroyed, NotOwnable,
-    OutOfRange, OwnedOrShared, OwnedQp, OwnedSrq, OwnedSrqNotDestroyed, PostRefused, PostSendError,
-    RecvRequest, SendRequest, SrqNotOwnable,
-};
-pub use provider::driver::DriverId;
-pub use qp::{DestroyQpError, QpCaps, QpInit, QueuePair};
-pub use remote_buffer::{OutsideBuffer, RemoteBufferMr, RemoteDeregError};
-pub use srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
-pub use transport::{TransportKind, TransportMode};
+pub use pd::ProtectionDomain;
+pub use post::OwnedQp;
+pub use qp::{QpInit, QueuePair};
 pub use uverbs_uapi;
-pub use wr::{
-    MwBind, Payload, PostError, RecvWr, Remote, RemoteRegion, SendFlags, SendOp, SendWr, Sge,
-    ShortRegionBytes, UdDest, WcFlags, WcOpcode, WcStatus, WorkCompletion,
-};
 
 /// The README's and the guides' examples are compiled as doc tests.
 #[cfg(doctest)]
@@ -258,14 +235,14 @@ const _: () = {
     send_sync::<ProtectionDomain>();
     send_sync::<MemoryRegion>();
     send_sync::<BufferMr<Vec<u8>>>();
-    send_sync::<RemoteBufferMr<Vec<u8>>>();
+    send_sync::<mr::RemoteBufferMr<Vec<u8>>>();
     send_sync::<Error>();
     send_sync::<CompletionQueue>();
-    send_sync::<CompletionChannel>();
+    send_sync::<cq::CompletionChannel>();
     send_sync::<QueuePair>();
-    send_sync::<AddressHandle>();
-    send_sync::<AsyncEvents>();
-    send_sync::<ReregError>();
+    send_sync::<qp::AddressHandle>();
+    send_sync::<device::AsyncEvents>();
+    send_sync::<mr::ReregError>();
     send_sync::<cm::EventChannel>();
     send_sync::<cm::CmId>();
 };

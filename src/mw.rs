@@ -39,10 +39,10 @@ pub enum MwType {
     #[doc(alias = "IBV_MW_TYPE_1")]
     Type1 = 1,
     /// Type 2 (rxe's type 2B): bound by a BIND_MW work request
-    /// ([`SendOp::BindMw`](crate::SendOp::BindMw)) and then usable only
+    /// ([`SendOp::BindMw`](crate::wr::SendOp::BindMw)) and then usable only
     /// through the QP that bound it; it must be invalidated
-    /// ([`SendOp::LocalInv`](crate::SendOp::LocalInv), or a peer's
-    /// [`SendOp::SendWithInv`](crate::SendOp::SendWithInv)) before it is
+    /// ([`SendOp::LocalInv`](crate::wr::SendOp::LocalInv), or a peer's
+    /// [`SendOp::SendWithInv`](crate::wr::SendOp::SendWithInv)) before it is
     /// bound again.
     #[doc(alias = "IBV_MW_TYPE_2")]
     Type2 = 2,
@@ -132,7 +132,7 @@ impl MemoryWindow {
     /// The BIND_MW request binding this window to the bytes `range` of `mr`
     /// (offsets from [`MemoryRegion::addr`]) with `access` (a subset of
     /// `REMOTE_READ`, `REMOTE_WRITE` and `REMOTE_ATOMIC`), to post on `qp`
-    /// as [`SendOp::BindMw`](crate::SendOp::BindMw) (a type-2 window's
+    /// as [`SendOp::BindMw`](crate::wr::SendOp::BindMw) (a type-2 window's
     /// bind), or as [`QueuePair::bind_mw`](crate::QueuePair::bind_mw) does.
     /// A type-2 window is tied to `qp` from now on: `qp`'s destroy
     /// deallocates it (see [`MemoryWindow`]).
@@ -251,10 +251,10 @@ impl Drop for MemoryWindow {
 impl QueuePair {
     /// Binds the memory window `mw` to the bytes `range` of `mr` with
     /// `access` (`ibv_bind_mw`; rxe only): posts one signalled BIND_MW work
-    /// request, [`MemoryWindow::bind_request`](crate::MemoryWindow::bind_request)'s,
-    /// and returns the window's new key ([`MemoryWindow::rkey`](crate::MemoryWindow::rkey)
+    /// request, [`MemoryWindow::bind_request`](crate::mr::MemoryWindow::bind_request)'s,
+    /// and returns the window's new key ([`MemoryWindow::rkey`](crate::mr::MemoryWindow::rkey)
     /// from now on). The bind is done when its completion
-    /// ([`WcOpcode::BindMw`](crate::WcOpcode::BindMw), `wr_id`) is polled
+    /// ([`WcOpcode::BindMw`](crate::wr::WcOpcode::BindMw), `wr_id`) is polled
     /// from the send CQ; peers may use the key from then on. A type-1
     /// window rebound drops its old range and key; a type-2 window (which
     /// may be bound this way too, then only usable through this QP) must

@@ -10,7 +10,7 @@ use rustix::mm::{MapFlags, ProtFlags};
 
 /// A private anonymous mapping of at least `len` bytes, zeroed,
 /// page-aligned and unmapped on drop: an address-stable buffer
-/// ([`StableBuffer`](crate::StableBuffer)) whose pages hold nothing else.
+/// ([`StableBuffer`](crate::mr::StableBuffer)) whose pages hold nothing else.
 ///
 /// Why not a `Vec<u8>`: with fork safety on, a registered range is marked
 /// `MADV_DONTFORK`, whole pages at a time; a heap buffer shares its first

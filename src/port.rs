@@ -164,12 +164,12 @@ impl PortAttr {
     }
 
     /// The active MTU, if the value is a known `enum ibv_mtu`: what a
-    /// connected QP's [`path_mtu`](crate::QpAttr::path_mtu) takes. The
+    /// connected QP's [`path_mtu`](crate::qp::QpAttr::path_mtu) takes. The
     /// kernel answers only known values; `None` would be a device bug.
     ///
     /// ```
     /// # fn f(ctx: &uverbs::Context) -> Result<(), uverbs::Error> {
-    /// use uverbs::Mtu;
+    /// use uverbs::qp::Mtu;
     /// let port = ctx.query_port(1)?;
     /// // rxe on a 1500-byte netdev: 1024.
     /// let mtu = port.active_mtu().unwrap_or(Mtu::Mtu1024);

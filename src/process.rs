@@ -15,8 +15,7 @@
 //! `clone` system call that bypasses the C library is not noticed.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::sync::Once;
+use std::sync::{Arc, Once};
 
 use crate::error::{Error, Op};
 

@@ -1,4 +1,8 @@
-//! Queue pairs: creation, state changes, and posting work requests.
+//! Queue pairs: creation, state changes, and posting work requests; and
+//! what a QP is made with and connected by: its state vocabulary
+//! ([`QpAttr`], [`QpState`], [`Mtu`]), address handles for UD
+//! ([`AddressHandle`]), shared receive queues ([`SharedReceiveQueue`]) and
+//! RC connections made by hand ([`RcConnect`], [`Endpoint`]).
 //!
 //! A QP's send and receive queues are rings shared with the kernel, each
 //! mapped once on the command file where the create answer says (rxe:
@@ -18,8 +22,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::command::{
-    AttachMcast, CreateQp, DestroyQp, DetachMcast, ModifyQp, PostSendDoorbell, QpAttr, QpAttrMask,
-    QpState, QpType, QueryQp, TransportType,
+    AttachMcast, CreateQp, DestroyQp, DetachMcast, ModifyQp, PostSendDoorbell, QueryQp,
+    TransportType,
 };
 use crate::context::Context;
 use crate::cq::{native_driver, CompletionQueue, CqInner, CreatePath};
@@ -31,11 +35,18 @@ use crate::provider::rings::{
     PostFailure, QpRingConfig, RecvQueue, Ring, SendQueue, MAX_CREATE_UHW_OUT,
 };
 use crate::provider::{QpRequest, StateOf, UhwIn};
-use crate::srq::{SharedReceiveQueue, SrqInner};
+use crate::srq::SrqInner;
 use crate::trace::{Modified, ModifiedQp};
 use crate::transport::write_command;
 use crate::wr::{PostError, RecvWr, SendWr, RECV_TAG};
 use uverbs_uapi as sys;
+
+pub use crate::ah::{AddressHandle, AhAttr, AhFromWcError, GRH_LEN};
+pub use crate::command::{Mtu, QpAttr, QpAttrMask, QpState, QpTransitionError, QpType};
+pub use crate::connect::{RcConnect, RcPeer};
+pub use crate::connectable::Connectable;
+pub use crate::endpoint::{Endpoint, EndpointParseError};
+pub use crate::srq::{DestroySrqError, SharedReceiveQueue, SrqAttr, SrqInit};
 
 /// The value each QP's events carry (`user_handle`): unique in the process.
 static NEXT_QP_EVENT_ID: AtomicU64 = AtomicU64::new(1);
@@ -195,13 +206,13 @@ pub struct QueuePair {
     rq: Option<Mutex<RecvQueue>>,
     /// The SRQ it receives from, kept alive (destroyed after this QP).
     srq: Option<Arc<SrqInner>>,
-    /// `RECV_TAG` when the SRQ is an [`OwnedSrq`](crate::OwnedSrq)'s, else
+    /// `RECV_TAG` when the SRQ is an [`OwnedSrq`](crate::post::OwnedSrq)'s, else
     /// 0: the `wr_id` bit a raw send must leave clear, since it marks that
     /// owner's receive ids in the shared CQ.
     reserved_wr_id_bits: u64,
     /// Type-2 memory windows tied to this QP (handle, the window's live
     /// flag): deallocated before the QP is destroyed, since rxe holds the
-    /// QP while such a window is bound ([`MemoryWindow`](crate::MemoryWindow)).
+    /// QP while such a window is bound ([`MemoryWindow`](crate::mr::MemoryWindow)).
     windows: Mutex<Vec<(u32, Arc<AtomicBool>)>>,
     doorbell: PostSendDoorbell,
     /// The context's command file, where the doorbell is written directly
@@ -570,7 +581,7 @@ impl QueuePair {
 
     /// What this QP's async events name it by (the `user_handle` it was
     /// created with; unique within the process): see
-    /// [`AsyncEvent::is_about_qp`](crate::AsyncEvent::is_about_qp).
+    /// [`AsyncEvent::is_about_qp`](crate::device::AsyncEvent::is_about_qp).
     pub fn event_id(&self) -> u64 {
         self.event_id
     }
@@ -644,7 +655,7 @@ impl QueuePair {
     ///
     /// ```no_run
     /// # fn f(qp: &uverbs::QueuePair) -> Result<(), uverbs::Error> {
-    /// use uverbs::QpAttrMask;
+    /// use uverbs::qp::QpAttrMask;
     /// // udaddy reads its Q_Key back.
     /// let attr = qp.query(QpAttrMask::STATE | QpAttrMask::QKEY)?;
     /// println!("{:?}, Q_Key {:#x?}", attr.get_state(), attr.get_qkey());
@@ -792,7 +803,7 @@ impl QueuePair {
     /// LID and Q_Key to attach and send with. Otherwise join the group on
     /// the interface yourself, as below (on rxe0, without a join nothing
     /// arrives). To send to the
-    /// group, address an [`AddressHandle`](crate::AddressHandle) to `mgid`
+    /// group, address an [`AddressHandle`] to `mgid`
     /// and the QP number `0xffffff`.
     ///
     /// Refused here, with [`Error::InvalidInput`] and nothing sent: a QP
@@ -805,7 +816,7 @@ impl QueuePair {
     /// use std::net::{Ipv6Addr, UdpSocket};
     ///
     /// // A link-local IPv6 group, for a port whose GID 0 is IPv6.
-    /// let group: uverbs::Gid = "ff12:0000:0000:0000:0000:0000:0075:7662".parse()?;
+    /// let group: uverbs::device::Gid = "ff12:0000:0000:0000:0000:0000:0075:7662".parse()?;
     /// let netdev = ctx.query_gid_entry(1, 0)?.netdev_ifindex;
     /// let member = UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0))?;
     /// member.join_multicast_v6(&Ipv6Addr::from(group.raw()), netdev)?;
@@ -1106,7 +1117,7 @@ impl QueuePair {
         self.srq.is_some()
     }
 
-    /// Whether the SRQ it receives from is an [`OwnedSrq`](crate::OwnedSrq)'s.
+    /// Whether the SRQ it receives from is an [`OwnedSrq`](crate::post::OwnedSrq)'s.
     pub(crate) fn srq_is_owned(&self) -> bool {
         self.reserved_wr_id_bits != 0
     }

@@ -11,8 +11,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use crate::command;
-use crate::context::Context;
-use crate::context::ContextAttr;
+use crate::context::{Context, ContextAttr};
 use crate::error::{Errno, Error, Op};
 use crate::gid::{Gid, GidEntry, GidParseError, GidType};
 use crate::method::{QueryContext, QueryGidEntry, QueryGidTable, QueryPort};
@@ -245,7 +244,7 @@ impl Context {
     /// let ctx = uverbs::devices()?.into_iter().next().ok_or("no device")?.open()?;
     /// match ctx.query_context() {
     ///     Ok(attr) => assert_eq!(attr.num_comp_vectors, ctx.num_comp_vectors()),
-    ///     Err(e) if e.errno() == Some(uverbs::Errno::OPNOTSUPP) => println!("driver cannot: {e}"),
+    ///     Err(e) if e.errno() == Some(uverbs::error::Errno::OPNOTSUPP) => println!("driver cannot: {e}"),
     ///     Err(e) => return Err(e.into()),
     /// }
     /// # Ok(()) }
@@ -276,8 +275,8 @@ impl Context {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use uverbs::GidType;
-    /// let ctx = uverbs::device("rxe0")?.ok_or("no rxe0")?.open()?;
+    /// use uverbs::device::GidType;
+    /// let ctx = uverbs::Device::by_name("rxe0")?.open()?;
     /// match ctx.find_gid(1, "192.0.2.1".parse()?, GidType::RoceV2)? {
     ///     Some(e) => println!("192.0.2.1 is GID index {}: {}", e.gid_index, e.gid),
     ///     None => println!("192.0.2.1 has no RoCE v2 GID on rxe0 port 1"),

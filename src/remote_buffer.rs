@@ -20,14 +20,15 @@
 //!   `REMOTE_WRITE` in place is no such fence (a packet past the access
 //!   check may still be copying), so it does not give plain references back.
 //!
-//! A remotely writable buffer is not [`DeviceReadable`](crate::DeviceReadable)
+//! A remotely writable buffer is not [`DeviceReadable`](crate::post::DeviceReadable)
 //! memory either: that promises bytes nobody writes.
 
 use std::fmt;
 use std::sync::atomic::AtomicU64;
 
-use crate::buffer::RegBufferError;
-use crate::buffer::{BufferDeregError, BufferMr, RetargetError, Retargeted, StableBuffer};
+use crate::buffer::{
+    BufferDeregError, BufferMr, RegBufferError, RetargetError, Retargeted, StableBuffer,
+};
 use crate::error::{Error, ReregError};
 use crate::flags::{AccessFlags, ReregFlags};
 use crate::mr::{MemoryRegion, Rereg, ReregFallback, ReregPath};
@@ -68,15 +69,15 @@ use crate::pd::ProtectionDomain;
 ///
 /// There is no slice view of the bytes:
 /// ```compile_fail,E0599
-/// # fn f(mr: &uverbs::RemoteBufferMr<Vec<u8>>) {
+/// # fn f(mr: &uverbs::mr::RemoteBufferMr<Vec<u8>>) {
 /// let _ = mr.buffer(); // error: no method `buffer`
 /// # }
 /// ```
 /// And it cannot be the local side of a work request, whose memory must be
 /// written by nobody else:
 /// ```compile_fail,E0277
-/// # fn f(mr: uverbs::RemoteBufferMr<Vec<u8>>) {
-/// let _ = uverbs::Local::whole(mr); // error: not DeviceReadable
+/// # fn f(mr: uverbs::mr::RemoteBufferMr<Vec<u8>>) {
+/// let _ = uverbs::post::Local::whole(mr); // error: not DeviceReadable
 /// # }
 /// ```
 #[doc(alias = "IBV_ACCESS_REMOTE_WRITE")]
@@ -175,7 +176,7 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
 
     /// The region as a peer needs to know it: address, rkey and length
     /// ([`MemoryRegion::region`]).
-    pub fn region(&self) -> crate::RemoteRegion {
+    pub fn region(&self) -> crate::wr::RemoteRegion {
         self.mr().region()
     }
 
@@ -280,8 +281,9 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
     /// (`Input`, nothing sent): use [`retarget`](Self::retarget).
     ///
     /// ```no_run
-    /// # fn f(mr: &mut uverbs::RemoteBufferMr<Vec<u8>>, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::ReregError> {
-    /// use uverbs::{AccessFlags, ReregFallback, Rereg};
+    /// # fn f(mr: &mut uverbs::mr::RemoteBufferMr<Vec<u8>>, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::mr::ReregError> {
+    /// use uverbs::mr::{Rereg, ReregFallback};
+    /// use uverbs::AccessFlags;
     /// let rw = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     /// let path = mr.apply(&Rereg::new().access(rw).pd(pd2), ReregFallback::Replace)?;
     /// println!("{path:?}: publish rkey {:#x}", mr.rkey());
@@ -326,7 +328,8 @@ impl<B: StableBuffer> RemoteBufferMr<B> {
     ///
     /// ```no_run
     /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-    /// use uverbs::{AccessFlags, ReregFallback, ReregFlags, ReregPath};
+    /// use uverbs::mr::{ReregFallback, ReregFlags, ReregPath};
+    /// use uverbs::AccessFlags;
     /// let ctx = uverbs::devices()?.first().ok_or("no device")?.open()?;
     /// let pd = ctx.alloc_pd()?;
     /// let mut target = pd.reg_remote_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;

@@ -24,7 +24,7 @@ static NEXT_SRQ_EVENT_ID: AtomicU64 = AtomicU64::new(1);
 ///
 /// ```
 /// # fn f(pd: &uverbs::ProtectionDomain) -> Result<(), uverbs::Error> {
-/// use uverbs::SrqInit;
+/// use uverbs::qp::SrqInit;
 /// let srq = pd.create_srq(&SrqInit::new(256, 1).srq_limit(16))?;
 /// assert!(srq.max_wr() >= 256);
 /// # Ok(()) }
@@ -85,7 +85,7 @@ pub(crate) struct SrqInner {
     ring: Mutex<RecvQueue>,
     /// Set by a successful destroy: the drop sends nothing.
     released: AtomicBool,
-    /// Set for good by [`OwnedSrq::new`](crate::OwnedSrq::new): the SRQ's
+    /// Set for good by [`OwnedSrq::new`](crate::post::OwnedSrq::new): the SRQ's
     /// receives are posted by its owner only, and the receive completions
     /// of the QPs on it go to that owner.
     owned: AtomicBool,
@@ -116,7 +116,7 @@ impl SrqInner {
         self.event_id
     }
 
-    /// Whether an [`OwnedSrq`](crate::OwnedSrq) owns it.
+    /// Whether an [`OwnedSrq`](crate::post::OwnedSrq) owns it.
     pub(crate) fn is_owned(&self) -> bool {
         // Relaxed: set before any QP can be created on the SRQ (the owner
         // takes the only handle), so every reader is ordered after it.
@@ -228,8 +228,8 @@ impl Drop for SrqInner {
 ///
 /// The limit ([`SharedReceiveQueue::modify_limit`]) arms the SRQ: once
 /// fewer than `limit` requests remain, the kernel reports
-/// [`AsyncEventKind::SrqLimitReached`](crate::AsyncEventKind::SrqLimitReached)
-/// once, about [`AsyncElement::Srq`](crate::AsyncElement::Srq) with this
+/// [`AsyncEventKind::SrqLimitReached`](crate::device::AsyncEventKind::SrqLimitReached)
+/// once, about [`AsyncElement::Srq`](crate::device::AsyncElement::Srq) with this
 /// SRQ's [`event_id`](SharedReceiveQueue::event_id), and disarms it.
 ///
 /// Created by [`ProtectionDomain::create_srq`]; QPs use it through
@@ -396,7 +396,7 @@ impl SharedReceiveQueue {
         self.inner.handle
     }
 
-    /// The value its async events carry ([`AsyncElement::Srq`](crate::AsyncElement::Srq)).
+    /// The value its async events carry ([`AsyncElement::Srq`](crate::device::AsyncElement::Srq)).
     pub fn event_id(&self) -> u64 {
         self.inner.event_id
     }
@@ -422,7 +422,7 @@ impl SharedReceiveQueue {
 
     /// Arms the SRQ at `limit` (`MODIFY_SRQ` with `IBV_SRQ_LIMIT`): once
     /// fewer than `limit` requests remain, the kernel reports
-    /// [`SrqLimitReached`](crate::AsyncEventKind::SrqLimitReached) once and
+    /// [`SrqLimitReached`](crate::device::AsyncEventKind::SrqLimitReached) once and
     /// disarms it. 0 disarms. A limit above what the SRQ holds is the
     /// kernel's `EINVAL`. Changing the size (`IBV_SRQ_MAX_WR`) is not
     /// offered: siw refuses it, and rxe's answer goes through a pointer

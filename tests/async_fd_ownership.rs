@@ -10,8 +10,9 @@ use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
 use common::context_over;
+use uverbs::device::OpenOptions;
 use uverbs::transport::RecordingTransport;
-use uverbs::{Context, OpenOptions};
+use uverbs::Context;
 
 fn context_answering(async_fd: Option<u32>) -> (Context, Arc<RecordingTransport>) {
     let fake = Arc::new(RecordingTransport::new());

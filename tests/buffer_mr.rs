@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::{fork_safety_with, FakeKernel, RecordingAdvisor, OWNED};
+use uverbs::device::OpenOptions;
+use uverbs::error::Errno;
 use uverbs::fork::{Advice, ForkMode};
-use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, BufferMr, Errno, MrState, OpenOptions, ProtectionDomain, ReregFallback,
-    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, StableBuffer,
+use uverbs::mr::{
+    MrState, ReregFallback, ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, StableBuffer,
 };
+use uverbs::transport::RecordingTransport;
+use uverbs::{uverbs_uapi as sys, AccessFlags, BufferMr, ProtectionDomain};
 
 /// A fresh fake kernel and a PD in it.
 fn setup() -> (Arc<RecordingTransport>, ProtectionDomain) {
@@ -372,8 +373,11 @@ fn a_buffer_mr_never_becomes_peer_writable() {
         let sent = fake.count();
         let errors = [
             mr.set_access(access).unwrap_err(),
-            mr.apply(&uverbs::Rereg::new().access(access), ReregFallback::Replace)
-                .unwrap_err(),
+            mr.apply(
+                &uverbs::mr::Rereg::new().access(access),
+                ReregFallback::Replace,
+            )
+            .unwrap_err(),
             mr.rereg_with(ReregFallback::Replace, ReregFlags::ACCESS, None, access)
                 .map(drop)
                 .unwrap_err(),
@@ -493,13 +497,13 @@ const PEER_WRITABLE: AccessFlags = AccessFlags::LOCAL_WRITE
     .union(AccessFlags::REMOTE_WRITE);
 
 /// A remote region over 4096 bytes holding 0..=255 repeated.
-fn remote_region(pd: &ProtectionDomain) -> uverbs::RemoteBufferMr<Vec<u8>> {
+fn remote_region(pd: &ProtectionDomain) -> uverbs::mr::RemoteBufferMr<Vec<u8>> {
     let bytes: Vec<u8> = (0..4096).map(|i| i as u8).collect();
     pd.reg_remote_buffer(bytes, READ_ONLY_FOR_PEERS).unwrap()
 }
 
 /// Every byte of a remote region, copied out.
-fn remote_bytes(mr: &mut uverbs::RemoteBufferMr<Vec<u8>>) -> Vec<u8> {
+fn remote_bytes(mr: &mut uverbs::mr::RemoteBufferMr<Vec<u8>>) -> Vec<u8> {
     let mut out = vec![0; mr.len()];
     mr.copy_out(0, &mut out).unwrap();
     out
@@ -642,7 +646,7 @@ fn a_remote_buffer_moves_pd_and_access_by_replacement_but_never_its_translation(
 
     let handle = mr.mr().handle();
     fake.fail_next(REREG, Errno::OPNOTSUPP);
-    let change = uverbs::Rereg::new().pd(&pd2).access(PEER_WRITABLE);
+    let change = uverbs::mr::Rereg::new().pd(&pd2).access(PEER_WRITABLE);
     let path = mr.apply(&change, ReregFallback::Replace).unwrap();
     assert_eq!(path, ReregPath::Replaced);
     assert_ne!(mr.mr().handle(), handle);
@@ -795,7 +799,7 @@ fn siw_setup() -> (Arc<RecordingTransport>, ProtectionDomain) {
     let fake = Arc::new(RecordingTransport::new());
     let ctx = uverbs::Context::with_transport(
         "siw_fake0",
-        Some(uverbs::DriverId::SIW),
+        Some(uverbs::device::DriverId::SIW),
         Box::new(fake.clone()),
         &OpenOptions::new(),
     )
@@ -844,7 +848,11 @@ fn on_siw_a_peer_readable_buffer_comes_back_only_after_the_peers_reads() {
         } else {
             refused_until_told!(pd.reg_buffer(buf, OWNED).unwrap())
         };
-        assert_eq!(dereg_err.op(), uverbs::Op::DeregMr, "{what}: {dereg_err}");
+        assert_eq!(
+            dereg_err.op(),
+            uverbs::error::Op::DeregMr,
+            "{what}: {dereg_err}"
+        );
         assert!(
             matches!(dereg_err, uverbs::Error::InvalidInput { .. }),
             "{what}: {dereg_err:?}"

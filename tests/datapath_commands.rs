@@ -10,8 +10,7 @@ use std::sync::Arc;
 
 use uverbs::command::*;
 use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, Context};
+use uverbs::{uverbs_uapi as sys, AccessFlags, Context};
 use zerocopy::FromBytes;
 
 use common::{rc_to_rts, rxe_context_over, RC_PATH_ATTRS};
@@ -94,7 +93,7 @@ fn cq_and_qp_lifecycle_with_rxe_answers() {
 
     // SAFETY (each execute below): as in `pd_and_cq`.
     let busy = unsafe { ctx.execute(&DestroyCq::new(cq.cq_handle), &mut []) };
-    assert_eq!(busy.unwrap_err().errno(), Some(uverbs::Errno::BUSY));
+    assert_eq!(busy.unwrap_err().errno(), Some(uverbs::error::Errno::BUSY));
     unsafe { ctx.execute(&DestroyQp::new(qp.qp_handle), &mut []) }.unwrap();
     unsafe { ctx.execute(&DestroyCq::new(cq.cq_handle), &mut []) }.unwrap();
 }
@@ -127,7 +126,7 @@ fn modify_qp_walks_to_rts_and_refuses_before_sending() {
         1,
         Mtu::Mtu1024,
         qp.qpn,
-        QpAttr::roce_dest(uverbs::Gid::default(), 1, 1, 1),
+        QpAttr::roce_dest(uverbs::device::Gid::default(), 1, 1, 1),
     );
     let mut state = QpState::Reset;
     for ((_, attr), mask) in steps.into_iter().zip([0x39, 0x12_9181, 0x1_2E01]) {
@@ -183,7 +182,7 @@ fn query_reads_back_what_modify_set() {
         .create_qp(&uverbs::QpInit::new(QpType::Rc, &cq, &cq))
         .unwrap();
     let dest = QpAttr::roce_dest(
-        uverbs::Gid::from_raw([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 9]),
+        uverbs::device::Gid::from_raw([0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 9]),
         1,
         64,
         1,

@@ -16,10 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use uverbs::error::Errno;
+use uverbs::qp::{QpAttr, QpState};
 use uverbs::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
 use uverbs::uverbs_uapi as sys;
-use uverbs::{Errno, RecvWr, Sge};
-use uverbs::{QpAttr, QpState};
+use uverbs::wr::{RecvWr, Sge};
 use zerocopy::FromBytes;
 
 /// Bytes of the rxe queue header before the first slot.
@@ -124,7 +125,7 @@ fn a_receive_posted_during_a_modify_into_reset_waits_and_survives_the_reset() {
         Err(uverbs::Error::Post { why: source, .. }) => assert!(
             matches!(
                 *source,
-                uverbs::PostError::WrongState {
+                uverbs::wr::PostError::WrongState {
                     state: QpState::Reset,
                     ..
                 }
@@ -169,9 +170,9 @@ fn an_owned_qp_moved_to_reset_hands_its_requests_back() {
         let buf = pd
             .reg_buffer(vec![byte; 64], uverbs::AccessFlags::LOCAL_WRITE)
             .unwrap();
-        qp.post_recv(uverbs::RecvRequest::new(
+        qp.post_recv(uverbs::post::RecvRequest::new(
             u64::from(byte),
-            uverbs::Local::whole(buf),
+            uverbs::post::Local::whole(buf),
         ))
         .unwrap_or_else(|e| panic!("post_recv: {}", e.error));
     }
@@ -185,7 +186,7 @@ fn an_owned_qp_moved_to_reset_hands_its_requests_back() {
         .map(|c| {
             assert_eq!(
                 (c.ended, c.is_recv, c.status()),
-                (uverbs::Ended::Reset, true, None)
+                (uverbs::post::Ended::Reset, true, None)
             );
             (c.wr_id, c.into_memory().expect("its buffer").buffer()[0])
         })

@@ -8,13 +8,12 @@ mod common;
 
 use std::sync::Arc;
 
-use uverbs::transport::{RecordedMethod, RecordingTransport};
-use uverbs::uverbs_uapi as sys;
-use uverbs::QpType;
-use uverbs::{
-    Context, CqDestroyed, CreatePath, DriverId, Errno, Error, Op, ProtectionDomain, QpInit,
-    TransportKind, WorkCompletion,
-};
+use uverbs::cq::{CqDestroyed, CreatePath};
+use uverbs::device::DriverId;
+use uverbs::error::{Errno, Op};
+use uverbs::transport::{RecordedMethod, RecordingTransport, TransportKind};
+use uverbs::wr::WorkCompletion;
+use uverbs::{uverbs_uapi as sys, Context, Error, ProtectionDomain, QpInit, QpType};
 use zerocopy::FromBytes;
 
 use common::{destroy_cq_refused_busy, rxe_context_over};
@@ -316,8 +315,8 @@ fn a_refused_qp_destroy_hands_it_back() {
     assert_eq!(err.error.errno(), Some(Errno::IO));
     assert_eq!(err.error.op(), Op::DestroyQp);
     let qp = err.qp;
-    let init = uverbs::QpAttr::new()
-        .state(uverbs::QpState::Init)
+    let init = uverbs::qp::QpAttr::new()
+        .state(uverbs::qp::QpState::Init)
         .pkey_index(0)
         .port(1)
         .access_flags(uverbs::AccessFlags::LOCAL_WRITE);
@@ -352,8 +351,8 @@ fn caps_are_what_the_rings_hold_when_the_kernel_answers_what_was_asked() {
         );
         // Receives are posted from INIT on.
         qp.modify(
-            &uverbs::QpAttr::new()
-                .state(uverbs::QpState::Init)
+            &uverbs::qp::QpAttr::new()
+                .state(uverbs::qp::QpState::Init)
                 .pkey_index(0)
                 .port(1)
                 .access_flags(uverbs::AccessFlags::LOCAL_WRITE),
@@ -369,13 +368,13 @@ fn caps_are_what_the_rings_hold_when_the_kernel_answers_what_was_asked() {
             )
         }
         .unwrap();
-        let sge = [uverbs::Sge {
+        let sge = [uverbs::wr::Sge {
             addr: buf.as_ptr() as u64,
             length: 8,
             lkey: mr.lkey(),
         }];
         for i in 0..15 {
-            let wr = uverbs::RecvWr {
+            let wr = uverbs::wr::RecvWr {
                 wr_id: i,
                 sges: &sge,
             };
@@ -383,14 +382,14 @@ fn caps_are_what_the_rings_hold_when_the_kernel_answers_what_was_asked() {
             // outlives the QP.
             unsafe { qp.post_recv(&[wr]) }.unwrap_or_else(|e| panic!("receive {i}: {e}"));
         }
-        let wr = uverbs::RecvWr {
+        let wr = uverbs::wr::RecvWr {
             wr_id: 15,
             sges: &sge,
         };
         // SAFETY: as above.
         let full = unsafe { qp.post_recv(&[wr]) }.unwrap_err();
         assert!(
-            matches!(&full, Error::Post { why: source, .. } if matches!(**source, uverbs::PostError::QueueFull { .. })),
+            matches!(&full, Error::Post { why: source, .. } if matches!(**source, uverbs::wr::PostError::QueueFull { .. })),
             "{full}"
         );
         drop(qp);

@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use uverbs::command::DestroyCq;
-use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
-use uverbs::{Context, DriverId, Errno, Error, Op, OpenOptions, TransportKind};
+use uverbs::device::{DriverId, OpenOptions};
+use uverbs::error::{Errno, Op};
+use uverbs::transport::{RecordingTransport, TransportKind};
+use uverbs::{uverbs_uapi as sys, Context, Error};
 
 fn fake_ctx(driver: Option<DriverId>) -> (Arc<RecordingTransport>, Context) {
     ctx_over(RecordingTransport::new(), driver)

@@ -15,8 +15,11 @@ use common::{
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{fork, ForkResult};
+use uverbs::device::OpenOptions;
+use uverbs::error::{Errno, Op};
 use uverbs::fork::ForkMode;
-use uverbs::{AccessFlags, Device, Errno, Error, Op, OpenOptions, ProtectionDomain, ReregOutcome};
+use uverbs::mr::ReregOutcome;
+use uverbs::{AccessFlags, Device, Error, ProtectionDomain};
 
 /// A PD to register in and the counts that must not move.
 struct Target<'a> {

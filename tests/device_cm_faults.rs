@@ -47,11 +47,11 @@ use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::WaitStatus;
 use nix::unistd::{fork, ForkResult, Pid};
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
-use uverbs::{
-    CompletionQueue, Context, Device, DriverId, Errno, Error, Op, QueuePair, RecvWr, SendOp,
-    WcStatus, WorkCompletion,
-};
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::device::DriverId;
+use uverbs::error::{Errno, Op};
+use uverbs::qp::{QpAttr, QpState};
+use uverbs::wr::{RecvWr, SendOp, WcStatus, WorkCompletion};
+use uverbs::{CompletionQueue, Context, Device, Error, QpType, QueuePair};
 
 /// WRITEs in flight at once, and the bytes of each.
 const WINDOW: usize = 16;

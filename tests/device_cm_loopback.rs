@@ -21,8 +21,9 @@ use std::time::Duration;
 use common::cm::*;
 use common::*;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
-use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair};
-use uverbs::{QpState, QpType};
+use uverbs::error::Errno;
+use uverbs::qp::QpState;
+use uverbs::{CompletionQueue, Context, ProtectionDomain, QpInit, QpType, QueuePair};
 
 const WAIT: Duration = CM_WAIT;
 

@@ -14,7 +14,10 @@ use std::time::Duration;
 use common::cm::{bound_udp_id, cm_addr, join_group, on_rxe_and_siw};
 use common::*;
 use uverbs::cm::{UdPeer, UDP_QKEY};
-use uverbs::{Context, Errno, Error, Gid, Op, UdDest, WcOpcode};
+use uverbs::device::Gid;
+use uverbs::error::{Errno, Op};
+use uverbs::wr::{UdDest, WcOpcode};
+use uverbs::{Context, Error};
 
 /// The group: an administratively scoped IPv4 address only this test uses.
 const GROUP: Ipv4Addr = Ipv4Addr::new(239, 117, 118, 99);

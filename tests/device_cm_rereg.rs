@@ -41,11 +41,10 @@ use common::cm::*;
 use common::traffic::*;
 use common::*;
 use uverbs::cm::{ConnParam, EventKind};
-use uverbs::QpState;
-use uverbs::{
-    AccessFlags, Context, MemoryRegion, ProtectionDomain, Remote, ReregFlags, WcStatus,
-    WorkCompletion,
-};
+use uverbs::mr::ReregFlags;
+use uverbs::qp::QpState;
+use uverbs::wr::{Remote, WcStatus, WorkCompletion};
+use uverbs::{AccessFlags, Context, MemoryRegion, ProtectionDomain};
 
 /// What A sees when B's QP lacks the remote access the operation needs.
 const INVALID: WcStatus = WcStatus::RemInvReqErr;

@@ -20,7 +20,8 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use common::cm::*;
 use common::*;
-use uverbs::{CompletionChannel, RecvWr, Remote, SendOp, WcOpcode};
+use uverbs::cq::CompletionChannel;
+use uverbs::wr::{RecvWr, Remote, SendOp, WcOpcode};
 
 const LEN: usize = 4096;
 const MSG: usize = 256;

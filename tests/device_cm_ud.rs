@@ -15,12 +15,14 @@ use std::time::Duration;
 
 use common::cm::{cm_addr, cm_modify, next_event, on_rxe_and_siw};
 use common::*;
-use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param, PortSpace};
-use uverbs::cm::{MAX_UD_CONNECT_PRIVATE_DATA, UDP_QKEY};
-use uverbs::{
-    CompletionQueue, Context, Errno, Error, ProtectionDomain, QpAttr, QpState, QueuePair, UdDest,
-    WcOpcode,
+use uverbs::cm::{
+    CmId, ConnParam, EventChannel, EventKind, Param, PortSpace, MAX_UD_CONNECT_PRIVATE_DATA,
+    UDP_QKEY,
 };
+use uverbs::error::Errno;
+use uverbs::qp::{QpAttr, QpState};
+use uverbs::wr::{UdDest, WcOpcode};
+use uverbs::{CompletionQueue, Context, Error, ProtectionDomain, QueuePair};
 
 /// What rxe puts in front of every UD receive (the packet's IP header).
 const GRH: usize = 40;

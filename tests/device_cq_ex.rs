@@ -8,7 +8,9 @@
 mod common;
 
 use common::*;
-use uverbs::{CqFlags, CqInit, CqWcFlags, Errno, Error, Op, QpType};
+use uverbs::cq::{CqFlags, CqInit, CqWcFlags};
+use uverbs::error::{Errno, Op};
+use uverbs::{Error, QpType};
 
 #[test]
 fn an_extended_cq_carries_traffic_and_refuses_what_the_device_lacks() {

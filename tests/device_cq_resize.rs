@@ -13,10 +13,9 @@ mod common;
 
 use common::*;
 use uverbs::command::ResizeCq;
-use uverbs::{
-    CompletionQueue, Context, Errno, Error, Op, Payload, QueuePair, RecvWr, SendOp, SendWr,
-    WcOpcode,
-};
+use uverbs::error::{Errno, Op};
+use uverbs::wr::{Payload, RecvWr, SendOp, SendWr, WcOpcode};
+use uverbs::{CompletionQueue, Context, Error, QueuePair};
 
 /// Posts `ids.len()` receives on `b` and as many zero-byte SENDs (one
 /// batch) on `a`, and waits for the receives on `b`'s CQ: the sends'
@@ -40,7 +39,7 @@ fn sends_without_polling(name: &str, q: &TwoQps, ids: &[u64]) {
     unsafe { q.qp_a.post_send(&sends) }.unwrap_or_else(|e| panic!("{name}: post_send: {e}"));
     let mut got = 0;
     let deadline = std::time::Instant::now() + WAIT;
-    let mut wc = vec![uverbs::WorkCompletion::default(); ids.len()];
+    let mut wc = vec![uverbs::wr::WorkCompletion::default(); ids.len()];
     while got < ids.len() {
         got += q.cq_b.poll(&mut wc[got..]).unwrap();
         assert!(
@@ -61,7 +60,7 @@ fn sends_without_polling(name: &str, q: &TwoQps, ids: &[u64]) {
 fn expect_sends(name: &str, cq: &CompletionQueue, qp: &QueuePair, ids: &[u64]) {
     let mut wc = Vec::new();
     let deadline = std::time::Instant::now() + WAIT;
-    let mut buf = [uverbs::WorkCompletion::default(); 16];
+    let mut buf = [uverbs::wr::WorkCompletion::default(); 16];
     while wc.len() < ids.len() && std::time::Instant::now() < deadline {
         wc.extend_from_slice(cq.poll_into(&mut buf).unwrap());
     }

@@ -19,11 +19,10 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use common::*;
-use uverbs::{
-    AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents, Context, Remote, WcOpcode,
-    WorkCompletion,
-};
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::device::{AsyncElement, AsyncEvent, AsyncEventKind, AsyncEvents};
+use uverbs::qp::{QpAttr, QpState};
+use uverbs::wr::{Remote, WcOpcode, WorkCompletion};
+use uverbs::{Context, QpType};
 
 /// Asserts no async event comes within `wait`; `what` says which
 /// (the event that came, if any, is shown).
@@ -211,9 +210,7 @@ fn a_cq_overrun_raises_a_cq_error_event_for_that_cq() {
 /// environment asks for.
 fn ctx_reopen(ctx: &Context) -> Context {
     let name = ctx.device_name();
-    let dev = uverbs::device(name)
-        .unwrap_or_else(|e| panic!("{name}: device: {e}"))
-        .unwrap_or_else(|| panic!("{name}: gone"));
+    let dev = uverbs::Device::by_name(name).unwrap_or_else(|e| panic!("{name}: {e}"));
     (*open(&dev)).clone()
 }
 
@@ -339,9 +336,13 @@ fn a_local_protection_error_raises_qp_fatal_on_siw_only() {
                 &format!("{name}: the WRITE out of another PD's MR"),
             );
             loud(&format!("{name}: {wc:?}"));
-            assert_ne!(wc.status(), uverbs::WcStatus::Success, "{name}: {wc:?}");
+            assert_ne!(wc.status(), uverbs::wr::WcStatus::Success, "{name}: {wc:?}");
             if q.iwarp() {
-                assert_eq!(wc.status(), uverbs::WcStatus::LocQpOpErr, "{name}: {wc:?}");
+                assert_eq!(
+                    wc.status(),
+                    uverbs::wr::WcStatus::LocQpOpErr,
+                    "{name}: {wc:?}"
+                );
                 let fatal =
                     |e: &AsyncEvent| e.kind == AsyncEventKind::QpFatal && e.is_about_qp(&q.qp_a);
                 let seen = wait_events(events, name, 1, fatal);

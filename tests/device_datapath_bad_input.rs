@@ -17,12 +17,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, Instant};
 
 use common::*;
-use uverbs::{
-    CompletionQueue, Context, CreatePath, Errno, Error, MemoryRegion, Payload, PostError,
-    ProtectionDomain, QpInit, RecvWr, Remote, SendOp, SendWr, Sge, TransportKind, WcOpcode,
-    WcStatus, WorkCompletion,
+use uverbs::cq::CreatePath;
+use uverbs::error::Errno;
+use uverbs::qp::QpState;
+use uverbs::transport::TransportKind;
+use uverbs::wr::{
+    Payload, PostError, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
-use uverbs::{QpState, QpType};
+use uverbs::{CompletionQueue, Context, Error, MemoryRegion, ProtectionDomain, QpInit, QpType};
 
 /// `body(name, ctx, counts)` on each data-path device (rxe, siw); others
 /// are skipped loudly. The tests of this binary run one at a time (they
@@ -550,7 +552,7 @@ fn an_lkey_of_another_pd_fails_in_the_completion_and_flushes_the_rest() {
                 "{name}: {what}: then WR_FLUSH_ERR for the next two"
             ));
             // Leaving the error state is a modify to RESET.
-            let reset = uverbs::QpAttr::new().state(QpState::Reset);
+            let reset = uverbs::qp::QpAttr::new().state(QpState::Reset);
             modify(&f.q.qp_a, &reset, "ERR->RESET");
             drop((f.q, f.mr, f.foreign_mr, f.other_pd));
         }

@@ -15,10 +15,12 @@ use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use common::*;
-use uverbs::{
-    AccessFlags, AhAttr, BufferMr, Context, Ended, Errno, Error, Gid, Local, Op, OwnedQp,
-    ProtectionDomain, QpInit, QpType, RecvRequest, UdDest, WcFlags, WcOpcode,
-};
+use uverbs::device::Gid;
+use uverbs::error::{Errno, Op};
+use uverbs::post::{Ended, Local, RecvRequest};
+use uverbs::qp::AhAttr;
+use uverbs::wr::{UdDest, WcFlags, WcOpcode};
+use uverbs::{AccessFlags, BufferMr, Context, Error, OwnedQp, ProtectionDomain, QpInit, QpType};
 
 /// The Q_Key of the group's members and its sender.
 const QKEY: u32 = 0x1111_1111;
@@ -131,7 +133,7 @@ fn recv_request(
 /// The receive of [`recv_request`], back from the destroy: `wr_id`,
 /// [`Ended::Destroyed`], its buffer still all `fill`.
 fn assert_back_untouched(
-    done: uverbs::Completed<BufferMr<Vec<u8>>>,
+    done: uverbs::post::Completed<BufferMr<Vec<u8>>>,
     (wr_id, fill): (u64, u8),
     name: &str,
 ) {

@@ -17,12 +17,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use uverbs::{
-    AccessFlags, BufferMr, Completed, Context, DeviceReadable, Ended, Local, OwnedOrShared,
-    OwnedQp, PostError, PostRefused, PostSendError, ProtectionDomain, QpInit, RecvRequest, Remote,
-    RemoteBufferMr, SendRequest, WcOpcode, WcStatus,
+use uverbs::mr::RemoteBufferMr;
+use uverbs::post::{
+    Completed, DeviceReadable, Ended, Local, OwnedOrShared, PostRefused, PostSendError,
+    RecvRequest, SendRequest,
 };
-use uverbs::{QpAttr, QpType};
+use uverbs::qp::QpAttr;
+use uverbs::wr::{PostError, Remote, WcOpcode, WcStatus};
+use uverbs::{AccessFlags, BufferMr, Context, OwnedQp, ProtectionDomain, QpInit, QpType};
 
 type Owned = OwnedQp<BufferMr<Vec<u8>>>;
 
@@ -57,12 +59,16 @@ fn siw_refuses<M: DeviceReadable>(qp: &OwnedQp<M>, request: SendRequest<'_, M>, 
         matches!(
             &refused.error,
             uverbs::Error::Post { why: source, .. }
-                if matches!(**source, uverbs::PostError::NotSupported { driver: "siw", .. })
+                if matches!(**source, uverbs::wr::PostError::NotSupported { driver: "siw", .. })
         ),
         "{what}: {}",
         refused.error
     );
-    assert_eq!(refused.error.errno(), Some(uverbs::Errno::INVAL), "{what}");
+    assert_eq!(
+        refused.error.errno(),
+        Some(uverbs::error::Errno::INVAL),
+        "{what}"
+    );
     assert_eq!(refused.request.wr_id(), wr_id, "{what}: the request back");
     assert_eq!(qp.outstanding(), before, "{what}: nothing queued");
     loud(&format!("NOTE: {what}: siw refuses it: {}", refused.error));
@@ -650,7 +656,11 @@ fn destroy_hands_back_what_siw_never_completes() {
                 assert_eq!(back[0].status(), Some(WcStatus::WrFlushErr), "{name}");
             }
             Err(e) => {
-                assert_eq!(e.errno(), Some(uverbs::Errno::TIMEDOUT), "{name}: {e}");
+                assert_eq!(
+                    e.errno(),
+                    Some(uverbs::error::Errno::TIMEDOUT),
+                    "{name}: {e}"
+                );
                 assert!(back.is_empty(), "{name}: {back:?}");
                 assert_eq!(a.outstanding(), (1, 0), "{name}: still owned");
                 loud(&format!("NOTE: {name}: the send stays in siw's ring: {e}"));
@@ -704,7 +714,7 @@ fn refused_requests_and_queue_pairs_come_back() {
         let qp = owned.into_inner().unwrap();
         qp.modify(
             &QpAttr::new()
-                .state(uverbs::QpState::Init)
+                .state(uverbs::qp::QpState::Init)
                 .pkey_index(0)
                 .port(PORT)
                 .access_flags(AccessFlags::LOCAL_WRITE),
@@ -760,7 +770,7 @@ fn a_shared_cq_routes_each_completion_to_its_owner() {
             assert_eq!(ids1, [0x10, 0x11, 0x12], "{name}: a1 gets its own");
             // Give a2's completions time to land, then poll the CQ plainly.
             std::thread::sleep(Duration::from_millis(200));
-            let mut wc = [uverbs::WorkCompletion::default(); 16];
+            let mut wc = [uverbs::wr::WorkCompletion::default(); 16];
             let plain = shared.poll(&mut wc).unwrap();
             assert_eq!(
                 plain,
@@ -891,7 +901,7 @@ fn a_dropped_qps_completions_are_not_kept_on_a_shared_cq() {
                 ))
                 .unwrap_or_else(|e| panic!("{name}: post_recv: {}", e.error));
             }
-            x.modify(&QpAttr::new().state(uverbs::QpState::Err))
+            x.modify(&QpAttr::new().state(uverbs::qp::QpState::Err))
                 .unwrap_or_else(|e| panic!("{name}: X to ERR: {e}"));
             // The flush completions are written (siw flushes in the modify,
             // rxe in its responder task, soon after).
@@ -899,7 +909,7 @@ fn a_dropped_qps_completions_are_not_kept_on_a_shared_cq() {
             drop(x);
             let mut back = Vec::new();
             assert_eq!(y.poll(&mut back).unwrap(), 0, "{name}: Y has none");
-            let mut wc = [uverbs::WorkCompletion::default(); 16];
+            let mut wc = [uverbs::wr::WorkCompletion::default(); 16];
             let n = cq.poll(&mut wc).unwrap();
             assert_eq!(
                 n,

@@ -12,8 +12,9 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use common::*;
-use uverbs::{AccessFlags, Payload, QpInit, RecvWr, Remote, SendOp, SendWr, WcOpcode};
-use uverbs::{Mtu, QpAttr, QpState, QpType};
+use uverbs::qp::{Mtu, QpAttr, QpState};
+use uverbs::wr::{Payload, RecvWr, Remote, SendOp, SendWr, WcOpcode};
+use uverbs::{AccessFlags, QpInit, QpType};
 
 #[test]
 fn rc_send_write_read_between_two_qps_of_one_context() {
@@ -146,7 +147,11 @@ fn assert_send_refused(err: &uverbs::Error, state: &str) {
         matches!(err, uverbs::Error::Post { index: 0, .. }),
         "{state}: {err}"
     );
-    assert_eq!(err.errno(), Some(uverbs::Errno::INVAL), "{state}: {err}");
+    assert_eq!(
+        err.errno(),
+        Some(uverbs::error::Errno::INVAL),
+        "{state}: {err}"
+    );
 }
 
 /// Posting sends on a QP in RESET or INIT is refused, typed, with nothing
@@ -180,7 +185,7 @@ fn posting_in_a_state_that_forbids_it_is_refused_before_the_ring() {
             // INIT: sends are still refused; receives may be posted (as in
             // rdma-core), so a later RTR can take them.
             let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
-            let dest = QpAttr::roce_dest(uverbs::Gid::default(), GID_INDEX as u8, 1, PORT);
+            let dest = QpAttr::roce_dest(uverbs::device::Gid::default(), GID_INDEX as u8, 1, PORT);
             let (step, init) = rc_to_rts(access, PORT, Mtu::Mtu1024, 0, dest)
                 .into_iter()
                 .next()

@@ -18,12 +18,13 @@ use std::time::Duration;
 
 use common::thread_io::read_write_calls;
 use common::*;
-use uverbs::{
-    AccessFlags, CompletionQueue, Context, CreatePath, Errno, Error, Local, Op, OwnedQp, Payload,
-    PostError, QpInit, QueuePair, RecvRequest, RecvWr, Remote, SendFlags, SendOp, SendWr,
-    TransportKind, WcStatus,
-};
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::cq::CreatePath;
+use uverbs::error::{Errno, Op};
+use uverbs::post::{Local, RecvRequest};
+use uverbs::qp::{QpAttr, QpState};
+use uverbs::transport::TransportKind;
+use uverbs::wr::{Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, WcStatus};
+use uverbs::{AccessFlags, CompletionQueue, Context, Error, OwnedQp, QpInit, QpType, QueuePair};
 
 /// Sizes of this process's mappings of a uverbs command file, sorted.
 fn uverbs_mappings() -> Vec<usize> {

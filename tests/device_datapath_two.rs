@@ -21,11 +21,12 @@ use common::cm::{cm_listener, cm_present};
 use common::*;
 use memmap2::MmapMut;
 use nix::unistd::{fork, ForkResult};
+use uverbs::qp::{Endpoint, Mtu};
+use uverbs::wr::{RecvWr, SendOp, WcOpcode};
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, Device, Endpoint, MemoryRegion, ProtectionDomain,
-    QueuePair, RecvWr, SendOp, WcOpcode,
+    AccessFlags, CompletionQueue, Context, Device, MemoryRegion, ProtectionDomain, QpType,
+    QueuePair,
 };
-use uverbs::{Mtu, QpType};
 
 /// One side of a connection: a QP on its own CQ, and one registered buffer.
 /// Fields drop in order: the MR before the buffer it covers.

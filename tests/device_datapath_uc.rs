@@ -8,15 +8,13 @@
 mod common;
 
 use common::*;
-use uverbs::{
-    AccessFlags, Error, Payload, PostError, QueuePair, RecvWr, Remote, SendOp, SendWr, WcFlags,
-    WcOpcode,
-};
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::qp::{QpAttr, QpState};
+use uverbs::wr::{Payload, PostError, RecvWr, Remote, SendOp, SendWr, WcFlags, WcOpcode};
+use uverbs::{AccessFlags, Error, QpType, QueuePair};
 
 /// RESET -> INIT -> RTR -> RTS for UC: no acknowledgements, so no
 /// timeout, retries or RDMA-read depths.
-fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: uverbs::Gid, mtu: uverbs::Mtu) {
+fn connect_uc(qp: &QueuePair, peer_qpn: u32, gid: uverbs::device::Gid, mtu: uverbs::qp::Mtu) {
     let steps = [
         (
             "RESET->INIT",

@@ -12,11 +12,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use uverbs::{
-    AddressHandle, AhAttr, CompletionQueue, Context, Gid, ProtectionDomain, QpInit, QueuePair,
-    RecvWr, UdDest, WcFlags, WcOpcode, WcStatus,
-};
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::device::Gid;
+use uverbs::qp::{AddressHandle, AhAttr, QpAttr, QpState};
+use uverbs::wr::{RecvWr, UdDest, WcFlags, WcOpcode, WcStatus};
+use uverbs::{CompletionQueue, Context, ProtectionDomain, QpInit, QpType, QueuePair};
 
 /// The Q_Key both QPs use (rdma-core's ud_pingpong uses the same value).
 const QKEY: u32 = 0x1111_1111;
@@ -81,7 +80,11 @@ fn ud_send_and_send_with_imm_through_an_address_handle() {
                         .create_ah(&AhAttr::roce(Gid::from_raw([0; 16]), 0, PORT))
                         .map(|_| ())
                         .expect_err("siw created an address handle");
-                    assert_eq!(err.errno(), Some(uverbs::Errno::OPNOTSUPP), "{name}: {err}");
+                    assert_eq!(
+                        err.errno(),
+                        Some(uverbs::error::Errno::OPNOTSUPP),
+                        "{name}: {err}"
+                    );
                     counts.assert_extra_ah(0, "after the refused AH");
                     return loud(&format!("NOTE: {name}: siw has no AH: {err}"));
                 }
@@ -281,7 +284,7 @@ fn owned_back(
     qp: &uverbs::OwnedQp<uverbs::BufferMr<Vec<u8>>>,
     n: usize,
     what: &str,
-) -> Vec<uverbs::Completed<uverbs::BufferMr<Vec<u8>>>> {
+) -> Vec<uverbs::post::Completed<uverbs::BufferMr<Vec<u8>>>> {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let mut done = Vec::new();
     while done.len() < n {
@@ -303,7 +306,8 @@ fn owned_back(
 #[test]
 fn an_owned_ud_send_keeps_its_address_handle_until_it_comes_back() {
     use std::sync::Arc;
-    use uverbs::{AccessFlags, Local, OwnedQp, RecvRequest, SendRequest};
+    use uverbs::post::{Local, RecvRequest, SendRequest};
+    use uverbs::{AccessFlags, OwnedQp};
     on_each_ud_device(
         "an_owned_ud_send_keeps_its_address_handle_until_it_comes_back",
         |name, ctx, counts| {

@@ -5,8 +5,8 @@
 mod common;
 
 use common::{alloc_pd, devices_under_test, driver, loud, open, Driver, HandleCounts};
+use uverbs::device::DriverId;
 use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_PD};
-use uverbs::DriverId;
 
 #[test]
 fn devices_have_known_driver_ids_and_abi_versions() {
@@ -14,7 +14,7 @@ fn devices_have_known_driver_ids_and_abi_versions() {
     for dev in &devs {
         let name = dev.name();
         assert!(
-            dev.path().starts_with(uverbs::DEV_INFINIBAND),
+            dev.path().starts_with(uverbs::device::DEV_INFINIBAND),
             "{name}: path {}",
             dev.path().display()
         );
@@ -72,12 +72,12 @@ fn devices_have_known_driver_ids_and_abi_versions() {
 #[test]
 fn lookup_by_name_finds_the_same_device() {
     for dev in devices_under_test("lookup_by_name_finds_the_same_device") {
-        let found =
-            uverbs::device(dev.name()).unwrap_or_else(|e| panic!("{}: device(): {e}", dev.name()));
+        let found = uverbs::device::device(dev.name())
+            .unwrap_or_else(|e| panic!("{}: device(): {e}", dev.name()));
         assert_eq!(
             found.as_ref(),
             Some(&dev),
-            "{}: uverbs::device(name)",
+            "{}: uverbs::device::device(name)",
             dev.name()
         );
     }

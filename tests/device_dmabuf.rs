@@ -20,8 +20,10 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use common::{alloc_pd, driver, loud, page_size, Driver};
+use uverbs::error::{Errno, Op};
 use uverbs::mr::DmaBuf;
-use uverbs::{AccessFlags, Errno, Error, Op, TransportKind};
+use uverbs::transport::TransportKind;
+use uverbs::{AccessFlags, Error};
 
 /// Why this kernel should have `/dev/udmabuf`, if it says so.
 fn udmabuf_expected() -> Option<String> {

@@ -21,11 +21,13 @@ use common::{
 };
 use memmap2::MmapMut;
 use uverbs::command::DeregMr;
+use uverbs::error::Errno;
 use uverbs::fork::ForkMode;
-use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, RemoteBufferMr, ReregError, ReregFallback,
-    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, RetargetError, Retargeted, StableBuffer,
+use uverbs::mr::{
+    MrState, RemoteBufferMr, ReregError, ReregFallback, ReregFlags, ReregOutcome, ReregPath,
+    RetargetBuffers, RetargetError, Retargeted, StableBuffer,
 };
+use uverbs::{AccessFlags, Context, MemoryRegion};
 
 /// What the kernel (6.12) answers a DEREG_MR of a handle that no longer
 /// exists in the context, on both transports: the uobject lookup
@@ -1039,7 +1041,7 @@ rereg_device_test!(
         // PD and access together, as a change set.
         let case = "RemoteBufferMr::apply(Replace, PD | ACCESS)";
         let h = mr.mr().handle();
-        let change = uverbs::Rereg::new().pd(&pd2).access(OWNED);
+        let change = uverbs::mr::Rereg::new().pd(&pd2).access(OWNED);
         let path = mr
             .apply(&change, ReregFallback::Replace)
             .unwrap_or_else(|e| panic!("{name}: {case}: {e}"));

@@ -9,8 +9,10 @@ mod common;
 use std::time::Duration;
 
 use common::{alloc_pd, anon, comp_channel, qp_on};
-use uverbs::{AccessFlags, Error, Op, WorkCompletion};
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::error::Op;
+use uverbs::qp::{QpAttr, QpState};
+use uverbs::wr::WorkCompletion;
+use uverbs::{AccessFlags, Error, QpType};
 
 /// How long a child may run.
 const LIMIT: Duration = Duration::from_secs(30);

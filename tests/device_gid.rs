@@ -19,7 +19,8 @@ use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use common::{loud, Driver};
-use uverbs::{Context, Gid, GidEntry, GidType};
+use uverbs::device::{Gid, GidEntry, GidType};
+use uverbs::Context;
 
 const PORT: u8 = 1;
 

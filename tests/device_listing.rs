@@ -7,7 +7,8 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use uverbs::{device_listing_in, devices_in, DeviceListing, Error};
+use uverbs::device::{device_listing_in, devices_in, DeviceListing};
+use uverbs::Error;
 
 /// A temporary sysfs class directory, removed when dropped.
 struct FakeSysfs {

@@ -7,7 +7,9 @@ use common::{
     alloc_pd, anon, dealloc_refused_busy, driver, page_size, pd_and_fresh_mr, Driver, HandleCounts,
     OWNED, RW_READ,
 };
-use uverbs::{AccessFlags, DriverId, MemoryRegion, TransportKind};
+use uverbs::device::DriverId;
+use uverbs::transport::TransportKind;
+use uverbs::{AccessFlags, MemoryRegion};
 
 /// Checks what every fresh registration must report.
 fn check_keys(dev: &str, d: Driver, mr: &MemoryRegion) {

@@ -23,11 +23,11 @@ mod common;
 
 use common::traffic::{now, REFUSED};
 use common::*;
+use uverbs::error::{Errno, Op};
+use uverbs::mr::MwType;
 use uverbs::uverbs_uapi::{UVERBS_OBJECT_MR, UVERBS_OBJECT_MW};
-use uverbs::{
-    AccessFlags, Errno, Error, MemoryRegion, MwType, Op, Payload, RecvWr, Remote, SendOp, SendWr,
-    Sge, WcFlags, WcOpcode, WcStatus,
-};
+use uverbs::wr::{Payload, RecvWr, Remote, SendOp, SendWr, Sge, WcFlags, WcOpcode, WcStatus};
+use uverbs::{AccessFlags, Error, MemoryRegion};
 
 /// B's region: its length, and what it grants (no remote access itself).
 const LEN: usize = 4096;
@@ -52,8 +52,8 @@ fn mw_count(ctx: &uverbs::Context) -> u32 {
 struct Rig {
     name: String,
     q: TwoQps,
-    gid: uverbs::Gid,
-    mtu: uverbs::Mtu,
+    gid: uverbs::device::Gid,
+    mtu: uverbs::qp::Mtu,
     src: traffic::Source,
     /// Deregistered before its memory is unmapped.
     mr: MemoryRegion,
@@ -96,7 +96,7 @@ impl Rig {
 
     /// A's WRITE of [`MSG`] bytes of its source (from offset `at`) to
     /// B's offset `at` under `rkey`; its completion.
-    fn write(&mut self, at: usize, rkey: u32, what: &str) -> uverbs::WorkCompletion {
+    fn write(&mut self, at: usize, rkey: u32, what: &str) -> uverbs::wr::WorkCompletion {
         let id = self.id();
         let sge = [self.src.mr.sge(at..at + MSG).unwrap()];
         let op = SendOp::RdmaWrite {
@@ -456,7 +456,7 @@ device_test!(bad_binds_are_refused_before_posting, |name, ctx, counts| {
             }
         }
         assert_eq!(mw.rkey(), key, "{name}: refusals leave the key");
-        assert_eq!(qp.refresh_state().unwrap(), uverbs::QpState::Rts);
+        assert_eq!(qp.refresh_state().unwrap(), uverbs::qp::QpState::Rts);
         // A read-only window on the read-only region is fine.
         let k = qp
             .bind_mw(&mw, &read_only, WIN, AccessFlags::REMOTE_READ, 9)
@@ -549,7 +549,7 @@ device_test!(
             let refused = mw
                 .bind_request(&rig.q.qp_a, &rig.mr, WIN, WRITE)
                 .expect_err("a bind of a window deallocated with its QP");
-            assert_eq!(refused.op(), uverbs::Op::BindMw, "{name}: {refused}");
+            assert_eq!(refused.op(), uverbs::error::Op::BindMw, "{name}: {refused}");
             mw.dealloc()
                 .unwrap_or_else(|e| panic!("{name}: dealloc after its QP: {e}"));
             assert_eq!(mw_count(&ctx), before, "{name}: nothing deallocated twice");

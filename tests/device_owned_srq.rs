@@ -17,10 +17,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use uverbs::mr::StableBuffer;
+use uverbs::post::{Completed, Ended, Local, OwnedSrq, RecvRequest};
+use uverbs::qp::SrqInit;
+use uverbs::wr::{PostError, RecvWr, SendOp, WorkCompletion};
 use uverbs::{
-    AccessFlags, BufferMr, Completed, CompletionQueue, Ended, Error, Local, OwnedQp, OwnedSrq,
-    PostError, ProtectionDomain, QpInit, QpType, QueuePair, RecvRequest, RecvWr, SendOp, SrqInit,
-    StableBuffer, WorkCompletion,
+    AccessFlags, BufferMr, CompletionQueue, Error, OwnedQp, ProtectionDomain, QpInit, QpType,
+    QueuePair,
 };
 
 /// Bytes of each message and receive buffer.
@@ -75,7 +78,7 @@ fn send_from(
 }
 
 /// Polls `srq` until `n` receives are back (5 s at most).
-fn poll_srq<M: uverbs::DeviceReadable + Send + 'static>(
+fn poll_srq<M: uverbs::post::DeviceReadable + Send + 'static>(
     srq: &OwnedSrq<M>,
     n: usize,
     name: &str,
@@ -355,7 +358,7 @@ fn the_owners_buffers_outlive_it_until_the_srq_is_gone() {
             let refused = srq.destroy().expect_err("destroy while a QP uses the SRQ");
             assert_eq!(
                 refused.error.errno(),
-                Some(uverbs::Errno::BUSY),
+                Some(uverbs::error::Errno::BUSY),
                 "{name}: {}",
                 refused.error
             );

@@ -9,10 +9,10 @@ use std::path::PathBuf;
 
 use common::{alloc_pd, anon, driver, loud, rereg_behaviour, Driver};
 use uverbs::command::QueryPort;
-use uverbs::{
-    AccessFlags, Errno, Gid, GidType, LinkLayer, MemoryRegion, Op, PortState, ReregFallback,
-    ReregFlags, ReregPath,
-};
+use uverbs::device::{Gid, GidType, LinkLayer, PortState};
+use uverbs::error::{Errno, Op};
+use uverbs::mr::{ReregFallback, ReregFlags, ReregPath};
+use uverbs::{AccessFlags, MemoryRegion};
 
 const MIB_FOR_QUERY: usize = 1 << 20;
 

@@ -10,7 +10,9 @@
 mod common;
 
 use common::*;
-use uverbs::{AhAttr, GidType, RecvWr, UdDest, WcOpcode, GRH_LEN};
+use uverbs::device::GidType;
+use uverbs::qp::{AhAttr, GRH_LEN};
+use uverbs::wr::{RecvWr, UdDest, WcOpcode};
 
 const QKEY: u32 = 0x1111_1111;
 const LEN: usize = 64;
@@ -121,7 +123,11 @@ fn a_lid_only_address_vector_is_refused_on_roce() {
             let err = pd
                 .create_ah(&attr)
                 .expect_err("a RoCE port took an AH without a GRH");
-            assert_eq!(err.errno(), Some(uverbs::Errno::INVAL), "{name}: {err}");
+            assert_eq!(
+                err.errno(),
+                Some(uverbs::error::Errno::INVAL),
+                "{name}: {err}"
+            );
             // The PD is still whole: a RoCE AH on it works.
             let gid = ctx.query_gid(PORT, 0).expect("query_gid");
             drop(

@@ -11,7 +11,7 @@
 mod common;
 
 use common::{driver, loud, Driver};
-use uverbs::{CqModerationCaps, OdpCaps, RssCaps, TmCaps};
+use uverbs::device::{CqModerationCaps, OdpCaps, RssCaps, TmCaps};
 
 /// `sizeof(struct ib_uverbs_ex_query_device_resp)`: what both kernels write.
 const EX_RESPONSE_LEN: u32 = 304;

@@ -8,7 +8,8 @@
 mod common;
 
 use common::*;
-use uverbs::{Mtu, QpAttr, QpAttrMask, QpState, QueuePair};
+use uverbs::qp::{Mtu, QpAttr, QpAttrMask, QpState};
+use uverbs::QueuePair;
 
 /// The send PSNs A and B start with: each is the other's receive PSN.
 const PSN_A: u32 = 0x12_3456;
@@ -17,7 +18,14 @@ const QKEY: u32 = 0x1111_1111;
 
 /// `qp` RESET -> RTS towards `peer` at `gid`, first sending `sq_psn` and
 /// expecting `rq_psn`.
-fn connect_psns(qp: &QueuePair, peer: u32, gid: uverbs::Gid, mtu: Mtu, sq_psn: u32, rq_psn: u32) {
+fn connect_psns(
+    qp: &QueuePair,
+    peer: u32,
+    gid: uverbs::device::Gid,
+    mtu: Mtu,
+    sq_psn: u32,
+    rq_psn: u32,
+) {
     let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
     let [(s1, init), (s2, rtr), (s3, rts)] = rc_to_rts(QP_ACCESS, PORT, mtu, peer, dest);
     modify(qp, &init, s1);

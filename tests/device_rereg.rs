@@ -14,7 +14,9 @@ use common::{
     alloc_pd, anon, dealloc_refused_busy, fresh_mr, loud, pd_and_fresh_mr, rereg_behaviour, snap,
     Driver, Dut, HandleCounts, ReregCase, Snapshot, MIB, RW_READ,
 };
-use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, ReregError, ReregFlags, ReregOutcome};
+use uverbs::error::Errno;
+use uverbs::mr::{MrState, ReregError, ReregFlags, ReregOutcome};
+use uverbs::{AccessFlags, MemoryRegion};
 
 /// Asserts a refusal's outcome and libibverbs' code for it, its errno,
 /// and the MR known to be unchanged (mr_state Old).

@@ -33,11 +33,11 @@ use std::time::{Duration, Instant};
 
 use common::traffic::*;
 use common::*;
-use uverbs::Mtu;
-use uverbs::{
-    AccessFlags, Context, Errno, MemoryRegion, MrState, ProtectionDomain, Remote, ReregFallback,
-    ReregFlags, ReregOutcome, ReregPath, RetargetBuffers, Sge, WcOpcode, WcStatus, WorkCompletion,
-};
+use uverbs::error::Errno;
+use uverbs::mr::{MrState, ReregFallback, ReregFlags, ReregOutcome, ReregPath, RetargetBuffers};
+use uverbs::qp::Mtu;
+use uverbs::wr::{Remote, Sge, WcOpcode, WcStatus, WorkCompletion};
+use uverbs::{AccessFlags, Context, MemoryRegion, ProtectionDomain};
 
 /// Two connected RC QPs, how to reconnect them, and A's source buffer.
 struct Rig {
@@ -46,7 +46,7 @@ struct Rig {
     ctx: Context,
     cqe: u32,
     q: TwoQps,
-    gid: uverbs::Gid,
+    gid: uverbs::device::Gid,
     mtu: Mtu,
     access: AccessFlags,
     src: Source,
@@ -107,7 +107,7 @@ impl Rig {
         assert_siw_refused_write_completion(&wc, wr_id, &self.q.qp_a, &format!("{name}: {what}"));
         assert_disconnected(link, &events, &format!("{name}: {what}"));
         if let Some(state) = state {
-            assert_eq!(state, uverbs::QpState::Err, "{name}: {what}: QP A");
+            assert_eq!(state, uverbs::qp::QpState::Err, "{name}: {what}: QP A");
         }
         assert_eq!(
             nb,

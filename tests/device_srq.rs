@@ -12,10 +12,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::*;
-use uverbs::{
-    AsyncEventKind, CompletionQueue, Errno, Error, Op, PostError, ProtectionDomain, QpInit, QpType,
-    QueuePair, RecvWr, SendOp, SharedReceiveQueue, SrqInit,
-};
+use uverbs::device::AsyncEventKind;
+use uverbs::error::{Errno, Op};
+use uverbs::qp::{SharedReceiveQueue, SrqInit};
+use uverbs::wr::{PostError, RecvWr, SendOp};
+use uverbs::{CompletionQueue, Error, ProtectionDomain, QpInit, QpType, QueuePair};
 
 /// The work-request refusal inside `e`, if it is one.
 fn post_error(e: &Error) -> Option<&PostError> {

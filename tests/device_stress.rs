@@ -67,12 +67,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use memmap2::MmapMut;
-use uverbs::{
-    AccessFlags, BufferMr, Completed, Context, Ended, Errno, Local, OwnedQp, PostSendError,
-    ProtectionDomain, QpInit, RecvRequest, Remote, RemoteBufferMr, ReregOutcome, SendRequest,
-    WcOpcode, WcStatus,
-};
-use uverbs::{Mtu, QpAttr, QpState, QpType};
+use uverbs::error::Errno;
+use uverbs::mr::{RemoteBufferMr, ReregOutcome};
+use uverbs::post::{Completed, Ended, Local, PostSendError, RecvRequest, SendRequest};
+use uverbs::qp::{Mtu, QpAttr, QpState};
+use uverbs::wr::{Remote, WcOpcode, WcStatus};
+use uverbs::{AccessFlags, BufferMr, Context, OwnedQp, ProtectionDomain, QpInit, QpType};
 
 type Buf = BufferMr<MmapMut>;
 type Owned = OwnedQp<Buf>;
@@ -221,7 +221,7 @@ struct Pair {
 }
 
 /// RESET -> RTS towards `peer_qpn` (rxe, by hand).
-fn connect_owned(qp: &Owned, peer_qpn: u32, gid: uverbs::Gid, mtu: Mtu, what: &str) {
+fn connect_owned(qp: &Owned, peer_qpn: u32, gid: uverbs::device::Gid, mtu: Mtu, what: &str) {
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
     let dest = QpAttr::roce_dest(gid, GID_INDEX as u8, 1, PORT);
     for (step, attr) in rc_to_rts(access, PORT, mtu, peer_qpn, dest) {

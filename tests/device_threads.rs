@@ -9,7 +9,9 @@ use std::time::Instant;
 use common::{
     alloc_pd, anon, devices_under_test, loud, open, rereg_behaviour, Driver, HandleCounts,
 };
-use uverbs::{AccessFlags, Errno, ReregOutcome};
+use uverbs::error::Errno;
+use uverbs::mr::ReregOutcome;
+use uverbs::AccessFlags;
 
 fn env_count(var: &str, default: usize) -> usize {
     match std::env::var(var) {

@@ -31,9 +31,10 @@ use std::time::{Duration, Instant};
 use common::cm::*;
 use common::*;
 use uverbs::cm::{ConnParam, EventKind, PortSpace, UDP_QKEY};
+use uverbs::error::Errno;
+use uverbs::qp::QpState;
 use uverbs::tokio::cm::{AsyncCmId, AsyncEventChannel, CmError, Listener};
-use uverbs::{CompletionQueue, Context, Errno, ProtectionDomain, QueuePair};
-use uverbs::{QpState, QpType};
+use uverbs::{CompletionQueue, Context, ProtectionDomain, QpType, QueuePair};
 
 /// How long a future that must stay pending is given before it is dropped.
 const PENDING: Duration = Duration::from_millis(300);
@@ -124,7 +125,10 @@ async fn resolve(ch: &AsyncEventChannel, dst: SocketAddr, test: &str) -> Option<
     .await
     {
         Ok(id) => Some(id),
-        Err(e) if e.errno() == Some(Errno::ADDRNOTAVAIL) || e.op() == uverbs::Op::CmResolveAddr => {
+        Err(e)
+            if e.errno() == Some(Errno::ADDRNOTAVAIL)
+                || e.op() == uverbs::error::Op::CmResolveAddr =>
+        {
             cm_unavailable(test, &format!("{dst}: {e}"));
             None
         }

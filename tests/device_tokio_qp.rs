@@ -16,12 +16,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use uverbs::post::{Ended, Local, PostSendError, RecvRequest, SendRequest};
+use uverbs::qp::{QpAttr, QpState};
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncQp, CompletionFuture};
-use uverbs::{
-    AccessFlags, BufferMr, Context, Ended, Error, Local, OwnedQp, PostSendError, ProtectionDomain,
-    QpInit, RecvRequest, Remote, SendRequest, WcStatus,
-};
-use uverbs::{QpAttr, QpState, QpType};
+use uverbs::wr::{Remote, WcStatus};
+use uverbs::{AccessFlags, BufferMr, Context, Error, OwnedQp, ProtectionDomain, QpInit, QpType};
 
 /// The bound on every await of these tests.
 const LIMIT: Duration = Duration::from_secs(20);
@@ -111,9 +110,9 @@ fn posted<T>(r: Result<CompletionFuture<Mem>, PostSendError<T>>) -> CompletionFu
 }
 
 fn ok(
-    result: Result<uverbs::Completed<Mem>, impl Into<Error>>,
+    result: Result<uverbs::post::Completed<Mem>, impl Into<Error>>,
     what: &str,
-) -> uverbs::Completed<Mem> {
+) -> uverbs::post::Completed<Mem> {
     let done = result.unwrap_or_else(|e| panic!("{what}: {}", e.into()));
     assert_eq!(done.status(), Some(WcStatus::Success), "{what}: {done:?}");
     done
@@ -136,7 +135,7 @@ fn futures_resolve_with_memory_and_completion() {
                 // breaks the connection).
                 let (got, sent) = bounded("recv + send", async {
                     tokio::join!(
-                        posted(b.post_recv(uverbs::RecvRequest::new(41, Local::whole(buf)))),
+                        posted(b.post_recv(uverbs::post::RecvRequest::new(41, Local::whole(buf)))),
                         posted(a.post_send(SendRequest::send(42, Local::whole(msg))))
                     )
                 })
@@ -228,7 +227,7 @@ fn concurrent_requests_and_shared_cqs_route_each_completion() {
                                 (
                                     q,
                                     id,
-                                    posted(b.post_recv(uverbs::RecvRequest::new(
+                                    posted(b.post_recv(uverbs::post::RecvRequest::new(
                                         id,
                                         Local::whole(buf),
                                     )))
@@ -508,7 +507,8 @@ fn a_peer_gone_resolves_every_pending_future() {
                     let a = a.clone();
                     let buf = reg(&pd, vec![0; 64], &drops);
                     recvs.spawn(async move {
-                        posted(a.post_recv(uverbs::RecvRequest::new(i, Local::whole(buf)))).await
+                        posted(a.post_recv(uverbs::post::RecvRequest::new(i, Local::whole(buf))))
+                            .await
                     });
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;

@@ -7,7 +7,8 @@
 use std::error::Error as StdError;
 use std::sync::Arc;
 
-use uverbs::{Errno, Error, Op};
+use uverbs::error::{Errno, Op};
+use uverbs::Error;
 
 /// Compiles only if `E` is an error that `?` boxes.
 fn boxes<E: StdError + 'static>() {}
@@ -21,33 +22,34 @@ type Buf = memmap2::MmapMut;
 #[test]
 fn every_refusal_type_is_an_error_with_the_same_accessor() {
     // The types that hand an object back with the error.
-    refusal::<uverbs::DeregError>();
-    refusal::<uverbs::DeallocError>();
-    refusal::<uverbs::DestroyCqError>();
-    refusal::<uverbs::DestroyQpError>();
-    refusal::<uverbs::DestroySrqError>();
+    refusal::<uverbs::mr::DeregError>();
+    refusal::<uverbs::device::DeallocError>();
+    refusal::<uverbs::cq::DestroyCqError>();
+    refusal::<uverbs::qp::DestroyQpError>();
+    refusal::<uverbs::qp::DestroySrqError>();
     refusal::<uverbs::mr::RegDmabufError>();
-    refusal::<uverbs::NotOwnable>();
-    refusal::<uverbs::SrqNotOwnable>();
-    refusal::<uverbs::RegBufferError<Buf>>();
-    refusal::<uverbs::BufferDeregError<Buf>>();
-    refusal::<uverbs::RemoteDeregError<Buf>>();
-    refusal::<uverbs::PostRefused<uverbs::RecvRequest<uverbs::BufferMr<Buf>>>>();
-    refusal::<uverbs::PostSendError<uverbs::SendRequest<'static, uverbs::BufferMr<Buf>>>>();
-    refusal::<uverbs::NotDestroyed<uverbs::OwnedQp<uverbs::BufferMr<Buf>>>>();
-    refusal::<uverbs::OwnedSrqNotDestroyed<uverbs::BufferMr<Buf>>>();
+    refusal::<uverbs::post::NotOwnable>();
+    refusal::<uverbs::post::SrqNotOwnable>();
+    refusal::<uverbs::mr::RegBufferError<Buf>>();
+    refusal::<uverbs::mr::BufferDeregError<Buf>>();
+    refusal::<uverbs::mr::RemoteDeregError<Buf>>();
+    refusal::<uverbs::post::PostRefused<uverbs::post::RecvRequest<uverbs::BufferMr<Buf>>>>();
+    refusal::<uverbs::post::PostSendError<uverbs::post::SendRequest<'static, uverbs::BufferMr<Buf>>>>(
+    );
+    refusal::<uverbs::post::NotDestroyed<uverbs::OwnedQp<uverbs::BufferMr<Buf>>>>();
+    refusal::<uverbs::post::OwnedSrqNotDestroyed<uverbs::BufferMr<Buf>>>();
     // Re-registration's refusal carries a ReregError, not an Error.
-    boxes::<uverbs::RetargetError<Buf>>();
+    boxes::<uverbs::mr::RetargetError<Buf>>();
     // The plain errors.
     boxes::<Error>();
-    boxes::<uverbs::ReregError>();
-    boxes::<uverbs::PostError>();
-    boxes::<uverbs::OutOfRange<Buf>>();
-    boxes::<uverbs::OutsideBuffer>();
-    boxes::<uverbs::QpTransitionError>();
-    boxes::<uverbs::AhFromWcError>();
-    boxes::<uverbs::EndpointParseError>();
-    boxes::<uverbs::GidParseError>();
+    boxes::<uverbs::mr::ReregError>();
+    boxes::<uverbs::wr::PostError>();
+    boxes::<uverbs::post::OutOfRange<Buf>>();
+    boxes::<uverbs::mr::OutsideBuffer>();
+    boxes::<uverbs::qp::QpTransitionError>();
+    boxes::<uverbs::qp::AhFromWcError>();
+    boxes::<uverbs::qp::EndpointParseError>();
+    boxes::<uverbs::device::GidParseError>();
     boxes::<uverbs::fork::ForkInitError>();
     boxes::<uverbs::cm::CmError>();
 }

@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use uverbs::cm::command::GetEvent;
 use uverbs::cm::{CmOption, ConnParam, EventChannel, EventKind, FakeCm, PortSpace, RejectReason};
-use uverbs::QpState;
-use uverbs::{Errno, Error, Op};
+use uverbs::error::{Errno, Op};
+use uverbs::qp::QpState;
+use uverbs::Error;
 
 /// How long a child may run.
 const LIMIT: Duration = Duration::from_secs(10);

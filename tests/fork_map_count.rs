@@ -16,8 +16,8 @@ mod common;
 
 use common::{child_reads, Seen, Untouched};
 use rustix::mm::MprotectFlags;
+use uverbs::error::Errno;
 use uverbs::fork::{max_map_count, ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
-use uverbs::Errno;
 
 fn mappings() -> usize {
     std::fs::read_to_string("/proc/self/maps")

@@ -14,13 +14,14 @@ use common::{
     anon, blocking_advisor, fake_context, fork_safety_with, page_size, rc_qp_in_init,
     rxe_context_over,
 };
+use uverbs::device::OpenOptions;
+use uverbs::error::{Errno, Op};
 use uverbs::fork::ForkMode;
+use uverbs::mr::ReregOutcome;
+use uverbs::qp::{QpAttr, QpState};
 use uverbs::transport::RecordingTransport;
-use uverbs::{
-    AccessFlags, Errno, Error, Op, OpenOptions, Payload, RecvWr, ReregOutcome, SendOp, SendWr, Sge,
-    WorkCompletion,
-};
-use uverbs::{QpAttr, QpState};
+use uverbs::wr::{Payload, RecvWr, SendOp, SendWr, Sge, WorkCompletion};
+use uverbs::{AccessFlags, Error};
 
 /// How long a child may run, and the blocking advisor may block.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -150,7 +151,7 @@ fn a_child_polls_arms_posts_and_modifies_nothing_on_the_parents_rings() {
         length: 8,
         lkey: 1,
     }];
-    let group: uverbs::Gid = "ff12:0000:0000:0000:0000:0000:0075:7662".parse().unwrap();
+    let group: uverbs::device::Gid = "ff12:0000:0000:0000:0000:0000:0075:7662".parse().unwrap();
     let sent = fake.count();
     let code = in_child!(LIMIT, {
         let op_of = |r: Result<(), Error>| match r {

@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
+use uverbs::error::Errno;
 use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, PageSizing};
-use uverbs::Errno;
 
 const P: usize = 4096;
 const BASE: usize = 0x4000_0000;

@@ -4,13 +4,12 @@
 
 use std::sync::Arc;
 
-use uverbs::transport::TransportKind;
-use uverbs::transport::{frame::IoctlFrame, Method, RawCommand, RecordingTransport, Transport};
-use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, Context, DriverId, Errno, Error, GidType, LinkLayer, Op, OpenOptions, PortState,
-    ReregFlags,
-};
+use uverbs::device::{DriverId, GidType, LinkLayer, OpenOptions, PortState};
+use uverbs::error::{Errno, Op};
+use uverbs::mr::ReregFlags;
+use uverbs::transport::frame::IoctlFrame;
+use uverbs::transport::{Method, RawCommand, RecordingTransport, Transport, TransportKind};
+use uverbs::{uverbs_uapi as sys, AccessFlags, Context, Error};
 
 fn fake_ctx(driver: Option<DriverId>) -> (Arc<RecordingTransport>, Context) {
     let fake = Arc::new(RecordingTransport::new());

@@ -7,12 +7,10 @@
 
 use std::sync::Arc;
 
-use uverbs::transport::{RecordedMethod, RecordingTransport};
-use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, Context, DriverId, Errno, MemoryRegion, Op, OpenOptions, ProtectionDomain,
-    TransportKind,
-};
+use uverbs::device::{DriverId, OpenOptions};
+use uverbs::error::{Errno, Op};
+use uverbs::transport::{RecordedMethod, RecordingTransport, TransportKind};
+use uverbs::{uverbs_uapi as sys, AccessFlags, Context, MemoryRegion, ProtectionDomain};
 
 const REG: u32 = sys::IB_USER_VERBS_CMD_REG_MR;
 const DEREG: u32 = sys::IB_USER_VERBS_CMD_DEREG_MR;

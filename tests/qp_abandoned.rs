@@ -6,10 +6,9 @@
 
 mod common;
 
-use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
-use uverbs::QpType;
-use uverbs::{CompletionQueue, Errno, ProtectionDomain, QpInit, QueuePair, TransportKind};
+use uverbs::error::Errno;
+use uverbs::transport::{RecordingTransport, TransportKind};
+use uverbs::{uverbs_uapi as sys, CompletionQueue, ProtectionDomain, QpInit, QpType, QueuePair};
 
 fn qp(pd: &ProtectionDomain, cq: &CompletionQueue) -> QueuePair {
     pd.create_qp(&QpInit::new(QpType::Rc, cq, cq)).unwrap()

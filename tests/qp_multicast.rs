@@ -7,11 +7,11 @@
 
 mod common;
 
-use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
+use uverbs::device::Gid;
+use uverbs::error::{Errno, Op};
+use uverbs::transport::{RecordingTransport, TransportKind};
 use uverbs::{
-    CompletionQueue, Errno, Error, Gid, Op, ProtectionDomain, QpInit, QpType, QueuePair,
-    TransportKind,
+    uverbs_uapi as sys, CompletionQueue, Error, ProtectionDomain, QpInit, QpType, QueuePair,
 };
 
 /// The IPv4-mapped group 239.1.2.3.
@@ -155,8 +155,8 @@ fn a_dropped_owned_member_with_receives_outstanding_is_destroyed() {
     common::on_each_fake_framing(|kind, (fake, ctx, pd, cq)| {
         let ud = qp(&pd, &cq, QpType::Ud);
         let owned = uverbs::OwnedQp::<uverbs::BufferMr<Vec<u8>>>::new(ud).unwrap();
-        let init = uverbs::QpAttr::new()
-            .state(uverbs::QpState::Init)
+        let init = uverbs::qp::QpAttr::new()
+            .state(uverbs::qp::QpState::Init)
             .pkey_index(0)
             .port(1)
             .qkey(0x1111_1111);
@@ -165,7 +165,10 @@ fn a_dropped_owned_member_with_receives_outstanding_is_destroyed() {
             .reg_buffer(vec![0u8; 256], uverbs::AccessFlags::LOCAL_WRITE)
             .unwrap();
         owned
-            .post_recv(uverbs::RecvRequest::new(1, uverbs::Local::whole(buf)))
+            .post_recv(uverbs::post::RecvRequest::new(
+                1,
+                uverbs::post::Local::whole(buf),
+            ))
             .unwrap_or_else(|e| panic!("{kind:?}: post_recv: {}", e.error));
         owned.attach_mcast(Gid::from_raw(GROUP), 0).unwrap();
         assert_eq!(owned.outstanding(), (0, 1));

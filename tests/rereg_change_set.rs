@@ -7,12 +7,11 @@ mod common;
 
 use std::sync::Arc;
 
+use uverbs::device::OpenOptions;
+use uverbs::error::Errno;
+use uverbs::mr::{Rereg, ReregFallback, ReregFlags, ReregOutcome, ReregPath};
 use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, BufferMr, Context, Errno, OpenOptions, ProtectionDomain, Rereg, ReregFallback,
-    ReregFlags, ReregOutcome, ReregPath,
-};
+use uverbs::{uverbs_uapi as sys, AccessFlags, BufferMr, Context, ProtectionDomain};
 
 const REREG: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
 

@@ -8,12 +8,11 @@ mod common;
 use std::sync::Arc;
 
 use common::{context_over, fresh_mr, snap, FakeKernel, ReregCase, OWNED, RW_READ};
+use uverbs::device::{DriverId, OpenOptions};
+use uverbs::error::Errno;
+use uverbs::mr::{ManPageGuarantee, MrState, ReregFlags, ReregOutcome};
 use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, Context, DriverId, Errno, ManPageGuarantee, MemoryRegion, MrState, OpenOptions,
-    ReregFlags, ReregOutcome,
-};
+use uverbs::{uverbs_uapi as sys, AccessFlags, Context, MemoryRegion};
 
 /// The fake kernel with a fresh MR over `buf` ([`RW_READ`]).
 fn fixture() -> (FakeKernel, MemoryRegion) {
@@ -441,7 +440,7 @@ fn errors_name_the_operation_device_and_errno() {
         .fail_next(sys::IB_USER_VERBS_CMD_REG_MR, Errno::FAULT);
     // SAFETY: the fake kernel never touches memory.
     let err = unsafe { f.pd1.reg_mr(f.buf.as_mut_ptr(), 4096, RW_READ) }.unwrap_err();
-    assert_eq!(err.op(), uverbs::Op::RegMr);
+    assert_eq!(err.op(), uverbs::error::Op::RegMr);
     assert_eq!(err.errno(), Some(Errno::FAULT));
     assert!(
         err.to_string().starts_with("reg_mr on fake0: EFAULT (14)"),

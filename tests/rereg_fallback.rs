@@ -5,8 +5,9 @@
 mod common;
 
 use common::{replace, replace_range, FakeKernel, RW};
-use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, ReregFlags, ReregOutcome, ReregPath};
+use uverbs::error::Errno;
+use uverbs::mr::{MrState, ReregFlags, ReregOutcome, ReregPath};
+use uverbs::{uverbs_uapi as sys, AccessFlags, MemoryRegion};
 
 const REREG: u32 = sys::IB_USER_VERBS_CMD_REREG_MR;
 const REG: u32 = sys::IB_USER_VERBS_CMD_REG_MR;

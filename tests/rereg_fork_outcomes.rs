@@ -10,10 +10,12 @@ use std::sync::Arc;
 use common::{
     fork_safety_with, replace_range, FakeKernel, RecordingAdvisor, FAKE_PAGE as PAGE, RW,
 };
+use uverbs::device::OpenOptions;
+use uverbs::error::Errno;
 use uverbs::fork::{Advice, ForkMode, ForkSafety};
+use uverbs::mr::{MrState, ReregOutcome, ReregPath};
 use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, Errno, MemoryRegion, MrState, OpenOptions, ReregOutcome, ReregPath};
+use uverbs::{uverbs_uapi as sys, AccessFlags, MemoryRegion};
 
 const OLD: usize = 0x1000_0000;
 const NEW: usize = 0x2000_0000;

@@ -19,12 +19,12 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Level, Metadata, Subscriber};
 
 use uverbs::cm::{event_number, EventChannel, EventKind, FakeCm, PortSpace};
+use uverbs::device::{DriverId, Gid, OpenOptions};
+use uverbs::error::Errno;
+use uverbs::mr::ReregOutcome;
+use uverbs::qp::{Mtu, QpAttr, QpState, RcConnect, RcPeer};
 use uverbs::transport::RecordingTransport;
-use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, Context, DriverId, Errno, Gid, Mtu, OpenOptions, QpAttr, QpInit, QpState, QpType,
-    RcConnect, RcPeer, ReregOutcome,
-};
+use uverbs::{uverbs_uapi as sys, AccessFlags, Context, QpInit, QpType};
 
 /// One event as the subscriber saw it.
 #[derive(Debug, Clone, PartialEq)]

@@ -65,11 +65,10 @@ use common::cm::*;
 use common::two_host::*;
 use common::*;
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind, Param};
-use uverbs::{
-    CompletionQueue, Context, ProtectionDomain, QueuePair, Remote, ReregFlags, ReregPath, SendOp,
-    WcOpcode, WcStatus, WorkCompletion,
-};
-use uverbs::{QpState, QpType};
+use uverbs::mr::{ReregFlags, ReregPath};
+use uverbs::qp::QpState;
+use uverbs::wr::{Remote, SendOp, WcOpcode, WcStatus, WorkCompletion};
+use uverbs::{CompletionQueue, Context, ProtectionDomain, QpType, QueuePair};
 
 /// The test's name, for the device gate and the notes.
 const TEST_NAME: &str = "cm_connect_send_write_read_and_rereg_between_two_hosts";

@@ -26,7 +26,9 @@ use common::cm::{cm_present, join_group};
 use common::two_host::*;
 use common::*;
 use uverbs::cm::CmId;
-use uverbs::{AhAttr, CompletionQueue, Context, MemoryRegion, QueuePair, UdDest, WcOpcode};
+use uverbs::qp::AhAttr;
+use uverbs::wr::{UdDest, WcOpcode};
+use uverbs::{CompletionQueue, Context, MemoryRegion, QueuePair};
 
 const TEST: &str = "ud_multicast_between_two_hosts_through_the_cm";
 /// The group: an administratively scoped address only this test uses.

@@ -10,7 +10,7 @@
 //!
 //! The two processes meet on a plain TCP connection (A listens on its
 //! address, B connects, both bounded), check that they run the same
-//! configuration, swap `uverbs::Endpoint` lines and bring their QPs to RTS;
+//! configuration, swap `uverbs::qp::Endpoint` lines and bring their QPs to RTS;
 //! every later step is coordinated over that connection, and every wait is
 //! bounded (a peer that never comes, or dies, fails the run within
 //! [`MEET_WAIT`] or [`CONTROL_WAIT`]). Then, each in both directions and
@@ -36,10 +36,10 @@ use std::time::{Duration, Instant};
 
 use common::two_host::*;
 use common::*;
-use uverbs::{
-    CompletionQueue, Context, Endpoint, Gid, GidType, QueuePair, RecvWr, WcStatus, WorkCompletion,
-};
-use uverbs::{QpAttr, QpState, QpTransitionError, QpType};
+use uverbs::device::{Gid, GidType};
+use uverbs::qp::{Endpoint, QpAttr, QpState, QpTransitionError};
+use uverbs::wr::{RecvWr, WcStatus, WorkCompletion};
+use uverbs::{CompletionQueue, Context, QpType, QueuePair};
 
 /// How long the NIC's IPv4-mapped GID may take to show in the GID table.
 const GID_WAIT: Duration = Duration::from_secs(10);
@@ -310,7 +310,13 @@ fn siw_refuses_rts_by_hand(dev: &uverbs::Device, me: &str) {
         &QpAttr::new().state(QpState::Rtr),
         &format!("{me}: INIT->RTR by hand"),
     );
-    let [.., (_, rts)] = rc_to_rts(QP_ACCESS, PORT, uverbs::Mtu::Mtu1024, 0, Default::default());
+    let [.., (_, rts)] = rc_to_rts(
+        QP_ACCESS,
+        PORT,
+        uverbs::qp::Mtu::Mtu1024,
+        0,
+        Default::default(),
+    );
     match qp.modify(&rts) {
         Err(uverbs::Error::QpTransition {
             verdict: QpTransitionError::RtsOnlyThroughCm { from: QpState::Rtr },

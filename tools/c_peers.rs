@@ -79,11 +79,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
-use uverbs::{
-    AccessFlags, BufferMr, Completed, Context, DriverId, Gid, GidType, Local, OwnedQp,
-    ProtectionDomain, QpInit, RecvRequest, SendRequest, WcStatus,
-};
-use uverbs::{QpState, QpType};
+use uverbs::device::{DriverId, Gid, GidType};
+use uverbs::post::{Completed, Local, RecvRequest, SendRequest};
+use uverbs::qp::QpState;
+use uverbs::wr::WcStatus;
+use uverbs::{AccessFlags, BufferMr, Context, OwnedQp, ProtectionDomain, QpInit, QpType};
 
 // The perf tool's tests: each is perftest's `ib_<test>`.
 #[allow(dead_code)]
@@ -652,7 +652,7 @@ fn connect(
     match id.connect(&ConnParam::new(qp.qp_num())) {
         Ok(()) => {}
         // iWARP connects the TCP stream in the call.
-        Err(e) if e.errno() == Some(uverbs::Errno::CONNREFUSED) => {
+        Err(e) if e.errno() == Some(uverbs::error::Errno::CONNREFUSED) => {
             return Ok(Err(format!("rdma_connect: {e}")));
         }
         Err(e) => return Err(e.into()),

@@ -44,10 +44,9 @@ use std::time::Instant;
 
 use memmap2::MmapMut;
 use traffic::{Fallible, Peer};
-use uverbs::{
-    AccessFlags, Context, Device, MemoryRegion, OpenOptions, ProtectionDomain, Rereg,
-    ReregFallback, ReregPath,
-};
+use uverbs::device::OpenOptions;
+use uverbs::mr::{Rereg, ReregFallback, ReregPath};
+use uverbs::{AccessFlags, Context, Device, MemoryRegion, ProtectionDomain};
 
 /// Exposed: the writer may WRITE.
 const EXPOSED: AccessFlags = AccessFlags::LOCAL_WRITE.union(AccessFlags::REMOTE_WRITE);

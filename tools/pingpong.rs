@@ -98,13 +98,16 @@ use std::time::{Duration, Instant};
 use accept::accept_within;
 use exchange::Dest;
 use memmap2::MmapMut;
+use uverbs::cq::CompletionChannel;
+use uverbs::device::{DriverId, GidType, LinkLayer, OpenOptions};
+use uverbs::qp::{Mtu, QpAttr, QpState};
 use uverbs::uverbs_uapi::ib_uverbs_qp_dest;
-use uverbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, Context, Device, DriverId, GidType, LinkLayer,
-    MemoryRegion, OpenOptions, Payload, QpInit, QueuePair, RecvWr, Remote, SendOp, SendWr, Sge,
-    WcOpcode, WcStatus, WorkCompletion,
+use uverbs::wr::{
+    Payload, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
-use uverbs::{Mtu, QpAttr, QpState, QpType};
+use uverbs::{
+    AccessFlags, CompletionQueue, Context, Device, MemoryRegion, QpInit, QpType, QueuePair,
+};
 
 #[path = "pingpong/cm.rs"]
 mod cm;
@@ -395,7 +398,7 @@ fn main() -> ExitCode {
 /// The devices to run on: `--device`, or every device.
 fn devices(opts: &Options) -> Result<Vec<Device>> {
     let all = match &opts.device {
-        Some(name) => vec![uverbs::device(name)?.ok_or(format!("no RDMA device {name}"))?],
+        Some(name) => vec![uverbs::Device::by_name(name)?],
         None => uverbs::devices()?,
     };
     if all.is_empty() {
@@ -882,7 +885,7 @@ fn gid_index(ctx: &Context, opts: &Options, local: Option<IpAddr>) -> Result<Opt
 
 /// The port's first RoCE v2 GID of an IPv4 address: the lowest index of
 /// the address the port's netdev got first.
-fn first_ipv4_gid(ctx: &Context, port: u8) -> Result<Option<uverbs::GidEntry>> {
+fn first_ipv4_gid(ctx: &Context, port: u8) -> Result<Option<uverbs::device::GidEntry>> {
     Ok(ctx
         .query_gid_table()?
         .into_iter()
@@ -944,7 +947,7 @@ fn prepare(
     let gid_index = gid_index(ctx, opts, local)?;
     let gid = match gid_index {
         Some(i) => ctx.query_gid(opts.ib_port, i)?,
-        None => uverbs::Gid::default(),
+        None => uverbs::device::Gid::default(),
     };
     let dest = Dest {
         lid: port.lid,

@@ -40,10 +40,10 @@ use std::process::ExitCode;
 
 use memmap2::MmapMut;
 use traffic::{Peer, Written};
-use uverbs::{
-    AccessFlags, Context, Device, Errno, MemoryRegion, MrState, OpenOptions, ProtectionDomain,
-    ReregFallback, ReregFlags, ReregPath,
-};
+use uverbs::device::OpenOptions;
+use uverbs::error::Errno;
+use uverbs::mr::{MrState, ReregFallback, ReregFlags, ReregPath};
+use uverbs::{AccessFlags, Context, Device, MemoryRegion, ProtectionDomain};
 
 const MIB: usize = 1 << 20;
 const RW: AccessFlags = AccessFlags::LOCAL_WRITE

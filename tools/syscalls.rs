@@ -35,10 +35,10 @@ use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use uverbs::{
-    AccessFlags, Context, Device, DriverId, Mtu, OpenOptions, Payload, QpInit, QpType, RcConnect,
-    RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
-};
+use uverbs::device::{DriverId, OpenOptions};
+use uverbs::qp::{Mtu, RcConnect};
+use uverbs::wr::{Payload, RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+use uverbs::{AccessFlags, Context, Device, QpInit, QpType};
 
 type Result<T, E = Box<dyn Error>> = std::result::Result<T, E>;
 

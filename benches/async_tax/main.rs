@@ -37,12 +37,11 @@ use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use uverbs::post::{Completed, Local, RecvRequest, SendRequest};
+use uverbs::qp::{Mtu, QpAttr, QpState, RcConnect};
 use uverbs::tokio::{AsyncCq, AsyncCqOptions, AsyncQp};
-use uverbs::{
-    AccessFlags, BufferMr, Completed, Context, Local, OwnedQp, ProtectionDomain, QpInit,
-    RecvRequest, Remote, SendRequest, WcStatus,
-};
-use uverbs::{Mtu, QpAttr, QpState, QpType, RcConnect};
+use uverbs::wr::{Remote, WcStatus};
+use uverbs::{AccessFlags, BufferMr, Context, OwnedQp, ProtectionDomain, QpInit, QpType};
 
 type Mem = BufferMr<Vec<u8>>;
 type Result<T, E = String> = std::result::Result<T, E>;

@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
+use uverbs::device::OpenOptions;
 use uverbs::fork::{ForkMode, ForkSafety, MadviseAdvisor};
+use uverbs::mr::{ReregFallback, ReregFlags, ReregPath};
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, Error, OpenOptions, ProtectionDomain, QpInit, QpType,
-    QueuePair, ReregFallback, ReregFlags, ReregPath,
+    AccessFlags, CompletionQueue, Context, Error, ProtectionDomain, QpInit, QpType, QueuePair,
 };
 
 use crate::{Limit, MrTimes, PAGE, QP_DEPTH};

@@ -16,7 +16,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
-use uverbs::{QpAttr, QpState};
+use uverbs::qp::{QpAttr, QpState};
 
 /// The longest any cm event is waited for.
 const CM_WAIT: Duration = Duration::from_secs(10);

@@ -14,7 +14,7 @@
 use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
 
-use uverbs::{QpAttr, QpAttrMask, QpState};
+use uverbs::qp::{QpAttr, QpAttrMask, QpState};
 
 use crate::libibverbs::{
     self, errno, ibv_alloc_pd, ibv_close_device, ibv_dealloc_pd, ibv_dereg_mr, ibv_open_device,

@@ -78,7 +78,7 @@ mod result;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use uverbs::Mtu;
+use uverbs::qp::Mtu;
 
 /// The port and GID index used (on the VM's rxe0 index 0 is the RoCE v2
 /// link-local GID).
@@ -394,8 +394,8 @@ fn setup(device: &str, cm: Option<String>) -> Result<Setup, String> {
         .active_mtu()
         .map_or(Mtu::Mtu1024, |mtu| mtu.min(Mtu::Mtu1024));
     let driver = match ctx.driver_id() {
-        Some(uverbs::DriverId::RXE) => "rxe",
-        Some(uverbs::DriverId::SIW) => "siw",
+        Some(uverbs::device::DriverId::RXE) => "rxe",
+        Some(uverbs::device::DriverId::SIW) => "siw",
         _ => "other",
     };
     let cm =

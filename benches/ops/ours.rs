@@ -2,11 +2,12 @@
 //! `QueuePair::post_send`, `QueuePair::post_recv` and
 //! `CompletionQueue::poll`, the same as [`crate::ibv`]'s.
 
-use uverbs::{
-    AccessFlags, CompletionQueue, Payload, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp,
-    SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+use uverbs::device::Gid;
+use uverbs::qp::{Mtu, QpAttr, QpState, RcConnect, RcPeer};
+use uverbs::wr::{
+    Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
-use uverbs::{Gid, Mtu, QpAttr, QpState, QpType, RcConnect, RcPeer};
+use uverbs::{AccessFlags, CompletionQueue, QpInit, QpType, QueuePair};
 
 use crate::{Case, Counts, Pair, BATCH, BYTES, GID_INDEX, PORT, TARGET_OFFSET};
 

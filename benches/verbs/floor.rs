@@ -11,10 +11,11 @@ use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use uverbs::command::{AllocPd, DeallocPd, DeregMr, GetContext, RegMr, ReregMr, WriteCommand};
+use uverbs::device::DriverId;
+use uverbs::error::Errno;
 use uverbs::transport::frame::{IoctlFrame, WriteFrame};
 use uverbs::transport::verbs_ioctl;
-use uverbs::uverbs_uapi as sys;
-use uverbs::{Device, DriverId, Errno};
+use uverbs::{uverbs_uapi as sys, Device};
 
 use crate::ours::{ACCESS_A, ACCESS_B};
 use crate::stats::{measure, timed_cycle, Budget};
@@ -326,9 +327,9 @@ impl<'d> Floor<'d> {
         }
         let mr = reg.response_u32();
         let access = |acc: uverbs::AccessFlags| {
-            ReregMr::new(mr, uverbs::ReregFlags::ACCESS.bits()).access_flags(acc.bits())
+            ReregMr::new(mr, uverbs::mr::ReregFlags::ACCESS.bits()).access_flags(acc.bits())
         };
-        let pd = |h: u32| ReregMr::new(mr, uverbs::ReregFlags::PD.bits()).pd_handle(h);
+        let pd = |h: u32| ReregMr::new(mr, uverbs::mr::ReregFlags::PD.bits()).pd_handle(h);
         for (op, c1, c2) in [
             ("rereg_access", access(ACCESS_B), access(ACCESS_A)),
             ("rereg_pd", pd(pd2), pd(pd1)),

@@ -26,12 +26,12 @@ use std::path::Path;
 use std::process::Command;
 
 use serde_json::json;
-use uverbs::{Device, ReregFallback, ReregFlags};
+use uverbs::mr::{ReregFallback, ReregFlags};
+use uverbs::Device;
 
 use crate::ours::{buffer, ACCESS_A, ACCESS_B};
-use crate::result;
 use crate::trace::{calls_between_marks, MARK};
-use crate::{ibv, libibverbs};
+use crate::{ibv, libibverbs, result};
 
 /// The region each registration covers.
 const REGION: usize = 4 << 10;

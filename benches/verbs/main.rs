@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use serde_json::json;
-use uverbs::TransportMode;
+use uverbs::transport::TransportMode;
 
 /// The region sizes of the issue: 4 KiB to 256 MiB.
 const SIZES: &[usize] = &[4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20];

@@ -4,11 +4,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
+use uverbs::device::OpenOptions;
 use uverbs::fork::{ForkMode, ForkSafety, MadviseAdvisor};
-use uverbs::{
-    AccessFlags, Context, Device, Error, OpenOptions, ReregError, ReregFallback, ReregFlags,
-    ReregPath, TransportMode,
-};
+use uverbs::mr::{ReregError, ReregFallback, ReregFlags, ReregPath};
+use uverbs::transport::TransportMode;
+use uverbs::{AccessFlags, Context, Device, Error};
 
 use crate::stats::{measure, Budget};
 use crate::{keep, Cell};

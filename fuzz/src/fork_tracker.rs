@@ -34,8 +34,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arbitrary::{Arbitrary, Unstructured};
+use uverbs::error::Errno;
 use uverbs::fork::{Advice, Advisor, PageSizing, RangeTracker};
-use uverbs::Errno;
 
 const P: usize = 4096;
 const LOW: usize = 0x1000_0000;

@@ -41,6 +41,8 @@ use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use arbitrary::{Arbitrary, Unstructured};
+use uverbs::device::{DeviceAttr, DriverId, OpenOptions};
+use uverbs::error::Errno;
 use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety};
 use uverbs::transport::frame::{
     attr_const, attr_in, attr_out, is_valid_output, IoctlFrame, WriteFrame, MAX_ATTRS,
@@ -48,7 +50,7 @@ use uverbs::transport::frame::{
 };
 use uverbs::transport::{KernelFile, RawCommand, Transport, TransportKind};
 use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, Context, DeviceAttr, DriverId, Errno, OpenOptions};
+use uverbs::{AccessFlags, Context};
 use zerocopy::{FromBytes, IntoBytes};
 
 /// Runs the target on one input.
@@ -582,7 +584,7 @@ unsafe impl Transport for HostileKernel {
 struct NoAdvice;
 
 impl Advisor for NoAdvice {
-    fn advise(&self, _: usize, _: usize, _: Advice) -> Result<(), uverbs::Errno> {
+    fn advise(&self, _: usize, _: usize, _: Advice) -> Result<(), uverbs::error::Errno> {
         Ok(())
     }
 }

@@ -1,5 +1,5 @@
 //! sysfs entries: the strict parsers of `src/device.rs` on arbitrary text,
-//! and the whole listing (`uverbs::device_listing_in`) over a scratch
+//! and the whole listing (`uverbs::device::device_listing_in`) over a scratch
 //! directory made from the input.
 //!
 //! Input (decoded with `arbitrary`): the class directory's global
@@ -377,7 +377,7 @@ fn check_listing(case: &Listing) {
     devices.sort_by_key(|((index, ..), _)| *index);
     skipped.sort();
 
-    let listing = uverbs::device_listing_in(root, dev_dir);
+    let listing = uverbs::device::device_listing_in(root, dev_dir);
     let Some(abi) = &case.global_abi else {
         let listing = listing.expect("no abi_version: an empty listing");
         assert!(listing.devices.is_empty() && listing.skipped.is_empty());

@@ -66,10 +66,11 @@ mod linked {
 
     use uverbs::command::QpType;
 
-    use uverbs::{
-        AccessFlags, CompletionQueue, Context, DriverId, OpenOptions, Payload, QpInit, QueuePair,
-        RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    use uverbs::device::{DriverId, OpenOptions};
+    use uverbs::wr::{
+        Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
     };
+    use uverbs::{AccessFlags, CompletionQueue, Context, QpInit, QueuePair};
     use uverbs_oracle::file::EmulatedFile;
     use uverbs_oracle::sysfs;
 

@@ -9,8 +9,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::os::fd::AsFd;
 use uverbs::transport::frame::{is_valid_output, user_addr, IoctlFrame};
 
-use uverbs::transport::{RawCommand, SharedMapping, Transport};
-use uverbs::{Errno, TransportKind};
+use uverbs::error::Errno;
+use uverbs::transport::{RawCommand, SharedMapping, Transport, TransportKind};
 use uverbs_uapi::{RDMA_DRIVER_MLX5, UVERBS_ATTR_UHW_OUT};
 
 use crate::ioctl::Call;

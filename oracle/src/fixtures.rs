@@ -7,8 +7,9 @@
 use std::sync::Arc;
 
 use uverbs::command::{QpAttr, QpState};
-use uverbs::uverbs_uapi as sys;
-use uverbs::{AccessFlags, Context, DriverId, Mtu, OpenOptions};
+use uverbs::device::{DriverId, OpenOptions};
+use uverbs::qp::Mtu;
+use uverbs::{uverbs_uapi as sys, AccessFlags, Context};
 
 use crate::file::EmulatedFile;
 

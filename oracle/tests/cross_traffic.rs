@@ -33,10 +33,10 @@ mod linked {
 
     use uverbs::command::QpType;
 
-    use uverbs::{
-        AccessFlags, Payload, QpInit, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-        WorkCompletion,
+    use uverbs::wr::{
+        Payload, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
     };
+    use uverbs::{AccessFlags, QpInit};
     use uverbs_oracle::file::EmulatedFile;
     use uverbs_oracle::fixtures::{clear_environment, connect_steps, uverbs_context};
     use uverbs_oracle::sysfs;

@@ -236,9 +236,9 @@ mod linked {
         let file = Arc::new(EmulatedFile::default());
         let ctx = uverbs::Context::with_transport(
             sysfs::IBDEV,
-            Some(uverbs::DriverId::MLX5),
+            Some(uverbs::device::DriverId::MLX5),
             Box::new(file.clone()),
-            &uverbs::OpenOptions::new(),
+            &uverbs::device::OpenOptions::new(),
         )
         .expect("uverbs: GET_CONTEXT");
         (file, ctx)
@@ -586,7 +586,7 @@ mod linked {
                 // SAFETY: B stays mapped until after the MR is gone.
                 let result = unsafe {
                     mr.rereg(
-                        uverbs::ReregFlags::from_bits_retain(case.flags),
+                        uverbs::mr::ReregFlags::from_bits_retain(case.flags),
                         pd,
                         addr,
                         len,
@@ -598,11 +598,11 @@ mod linked {
                     Ok(()) => (0, 0),
                     Err(e) => {
                         let ret = match e.outcome() {
-                            uverbs::ReregOutcome::Input => -1,
-                            uverbs::ReregOutcome::DontForkNew => -2,
-                            uverbs::ReregOutcome::DoForkOld => -3,
-                            uverbs::ReregOutcome::Cmd => -4,
-                            uverbs::ReregOutcome::CmdAndDoForkNew => -5,
+                            uverbs::mr::ReregOutcome::Input => -1,
+                            uverbs::mr::ReregOutcome::DontForkNew => -2,
+                            uverbs::mr::ReregOutcome::DoForkOld => -3,
+                            uverbs::mr::ReregOutcome::Cmd => -4,
+                            uverbs::mr::ReregOutcome::CmdAndDoForkNew => -5,
                         };
                         let errno = if ret == -4 || ret == -5 {
                             e.errno().raw_os_error()

@@ -42,11 +42,14 @@ mod linked {
     use std::sync::Arc;
 
     use uverbs::command::QpType;
-    use uverbs::uverbs_uapi as sys;
+    use uverbs::device::Gid;
+    use uverbs::qp::{AddressHandle, AhAttr};
+    use uverbs::wr::{
+        Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WorkCompletion,
+    };
     use uverbs::{
-        AccessFlags, AddressHandle, AhAttr, CompletionQueue, Context, Gid, MemoryRegion, Payload,
-        ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge,
-        UdDest, WorkCompletion,
+        uverbs_uapi as sys, AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+        QpInit, QueuePair,
     };
     use uverbs_oracle::file::EmulatedFile;
     use uverbs_oracle::fixtures::{clear_environment, connect_steps, infiniband_context, ud_steps};

@@ -51,10 +51,11 @@ mod linked {
     use std::sync::Arc;
 
     use uverbs::command::QpType;
-    use uverbs::uverbs_uapi as sys;
+    use uverbs::qp::{SharedReceiveQueue, SrqInit};
+    use uverbs::wr::{RecvWr, Sge, WorkCompletion};
     use uverbs::{
-        AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QueuePair,
-        RecvWr, Sge, SharedReceiveQueue, SrqInit, WorkCompletion,
+        uverbs_uapi as sys, AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+        QpInit, QueuePair,
     };
     use uverbs_oracle::file::EmulatedFile;
     use uverbs_oracle::fixtures::{clear_environment, connect_steps, infiniband_context, loud};

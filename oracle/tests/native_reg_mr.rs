@@ -13,11 +13,10 @@ use std::sync::Arc;
 mod shim;
 
 use uverbs::command::QpType;
+use uverbs::error::Errno;
 use uverbs::transport::{Method, Transport};
-use uverbs::{
-    AccessFlags, Errno, Payload, QpInit, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-    WorkCompletion,
-};
+use uverbs::wr::{Payload, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion};
+use uverbs::{AccessFlags, QpInit};
 use uverbs_oracle::file::EmulatedFile;
 use uverbs_oracle::fixtures::{connect_steps, infiniband_context, uverbs_context};
 use uverbs_oracle::kernel::Command;

@@ -10,7 +10,9 @@ use std::sync::Arc;
 #[allow(dead_code)]
 mod shim;
 
-use uverbs::{Context, DriverId, Errno, OpenOptions};
+use uverbs::device::{DriverId, OpenOptions};
+use uverbs::error::Errno;
+use uverbs::Context;
 use uverbs_oracle::file::EmulatedFile;
 use uverbs_oracle::fixtures::{connect_steps, infiniband_context, ud_steps, QKEY};
 use uverbs_uapi::*;
@@ -77,10 +79,10 @@ fn a_context_without_mlx5_driver_data_is_refused() {
 fn uverbs_traffic_through_the_device_model() {
     use uverbs::command::QpType;
 
-    use uverbs::{
-        AccessFlags, Payload, QpInit, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus,
-        WorkCompletion,
+    use uverbs::wr::{
+        Payload, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
     };
+    use uverbs::{AccessFlags, QpInit};
     let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = memmap2::MmapMut::map_anon(1 << 14).unwrap();
@@ -166,9 +168,9 @@ fn uverbs_traffic_through_the_device_model() {
 fn an_owned_qp_on_mlx5_gets_its_buffers_back() {
     use uverbs::command::QpType;
 
-    use uverbs::{
-        AccessFlags, BufferMr, Local, OwnedQp, QpInit, RecvRequest, SendRequest, WcStatus,
-    };
+    use uverbs::post::{Local, RecvRequest, SendRequest};
+    use uverbs::wr::WcStatus;
+    use uverbs::{AccessFlags, BufferMr, OwnedQp, QpInit};
     type Mem = BufferMr<memmap2::MmapMut>;
     let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
@@ -234,10 +236,12 @@ fn an_owned_qp_on_mlx5_gets_its_buffers_back() {
 #[test]
 fn a_ud_send_through_an_address_handle() {
     use uverbs::command::QpType;
-    use uverbs::{
-        AccessFlags, AhAttr, Gid, Payload, QpInit, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode,
-        WcStatus, WorkCompletion,
+    use uverbs::device::Gid;
+    use uverbs::qp::AhAttr;
+    use uverbs::wr::{
+        Payload, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
     };
+    use uverbs::{AccessFlags, QpInit};
     let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = memmap2::MmapMut::map_anon(1 << 14).unwrap();
@@ -328,10 +332,9 @@ fn a_ud_send_through_an_address_handle() {
 #[test]
 fn rereg_under_traffic() {
     use uverbs::command::QpType;
-    use uverbs::{
-        AccessFlags, CompletionQueue, Payload, ProtectionDomain, QpInit, QueuePair, Remote,
-        ReregFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
-    };
+    use uverbs::mr::ReregFlags;
+    use uverbs::wr::{Payload, Remote, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+    use uverbs::{AccessFlags, CompletionQueue, ProtectionDomain, QpInit, QueuePair};
     let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
     let cq = ctx.create_cq(64, None).unwrap();
@@ -427,7 +430,8 @@ fn rereg_under_traffic() {
 fn an_armed_cq_raises_one_event_per_arm() {
     use std::time::Duration;
     use uverbs::command::QpType;
-    use uverbs::{AccessFlags, Payload, QpInit, SendOp, SendWr, Sge, WorkCompletion};
+    use uverbs::wr::{Payload, SendOp, SendWr, Sge, WorkCompletion};
+    use uverbs::{AccessFlags, QpInit};
     let (file, ctx) = infiniband_context();
     let channel = ctx.create_comp_channel().expect("a completion channel");
     let pd = ctx.alloc_pd().unwrap();
@@ -450,7 +454,7 @@ fn an_armed_cq_raises_one_event_per_arm() {
     }];
     let write = |id: u64| {
         let op = SendOp::RdmaWrite {
-            remote: uverbs::Remote {
+            remote: uverbs::wr::Remote {
                 addr: mem.as_ptr() as u64 + 2048,
                 rkey: mr.rkey(),
             },
@@ -492,8 +496,10 @@ fn an_armed_cq_raises_one_event_per_arm() {
 #[test]
 fn an_async_qp_on_mlx5_resolves_through_the_model() {
     use uverbs::command::QpType;
+    use uverbs::post::Local;
     use uverbs::tokio::{AsyncCq, AsyncQp};
-    use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, QpInit, Remote, WcStatus};
+    use uverbs::wr::{Remote, WcStatus};
+    use uverbs::{AccessFlags, BufferMr, OwnedQp, QpInit};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -555,10 +561,9 @@ fn an_async_qp_on_mlx5_resolves_through_the_model() {
 #[test]
 fn an_srq_feeds_two_qps_through_the_device_model() {
     use uverbs::command::QpType;
-    use uverbs::{
-        AccessFlags, Payload, QpInit, RecvWr, SendOp, SendWr, Sge, SrqInit, WcStatus,
-        WorkCompletion,
-    };
+    use uverbs::qp::SrqInit;
+    use uverbs::wr::{Payload, RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+    use uverbs::{AccessFlags, QpInit};
     let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = memmap2::MmapMut::map_anon(1 << 15).unwrap();
@@ -656,7 +661,7 @@ fn an_srq_feeds_two_qps_through_the_device_model() {
                 let qp = if i % 2 == 0 { &a1 } else { &a2 };
                 let imm = (i % 2 == 1).then_some(0xab00 + i as u32);
                 let mut wr = SendWr::new(i as u64, SendOp::Send { imm }, Payload::Sges(s));
-                wr.flags = uverbs::SendFlags::SIGNALED;
+                wr.flags = uverbs::wr::SendFlags::SIGNALED;
                 qp.post_send(&[wr]).unwrap();
             }
         }
@@ -721,7 +726,7 @@ fn an_srq_feeds_two_qps_through_the_device_model() {
         .unwrap();
         for id in [10, 11] {
             let mut wr = SendWr::new(id, SendOp::Send { imm: None }, Payload::Sges(&send));
-            wr.flags = uverbs::SendFlags::SIGNALED;
+            wr.flags = uverbs::wr::SendFlags::SIGNALED;
             a1.post_send(&[wr]).unwrap();
         }
     }
@@ -747,7 +752,7 @@ fn an_srq_feeds_two_qps_through_the_device_model() {
     unsafe {
         for id in [20, 21, 22] {
             let mut wr = SendWr::new(id, SendOp::Send { imm: None }, Payload::Sges(&send));
-            wr.flags = uverbs::SendFlags::SIGNALED;
+            wr.flags = uverbs::wr::SendFlags::SIGNALED;
             a2.post_send(&[wr]).unwrap();
         }
         file.kernel().run_device();
@@ -771,7 +776,7 @@ fn an_srq_feeds_two_qps_through_the_device_model() {
         srq.post_recv(&[RecvWr::new(960, &one), RecvWr::new(961, &one)])
             .unwrap();
         let mut wr = SendWr::new(70, SendOp::Send { imm: None }, Payload::Sges(&send));
-        wr.flags = uverbs::SendFlags::SIGNALED;
+        wr.flags = uverbs::wr::SendFlags::SIGNALED;
         a1.post_send(&[wr]).unwrap();
         file.kernel().run_device();
     }
@@ -797,10 +802,10 @@ fn an_srq_feeds_two_qps_through_the_device_model() {
 #[test]
 fn an_owned_srq_hands_mlx5_buffers_back_through_the_device_model() {
     use uverbs::command::QpType;
-    use uverbs::{
-        AccessFlags, BufferMr, Local, OwnedQp, OwnedSrq, Payload, QpInit, RecvRequest, SendOp,
-        SendWr, Sge, SrqInit, WcStatus, WorkCompletion,
-    };
+    use uverbs::post::{Local, OwnedSrq, RecvRequest};
+    use uverbs::qp::SrqInit;
+    use uverbs::wr::{Payload, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+    use uverbs::{AccessFlags, BufferMr, OwnedQp, QpInit};
     let (file, ctx) = infiniband_context();
     let pd = ctx.alloc_pd().unwrap();
     let mut mem = memmap2::MmapMut::map_anon(1 << 12).unwrap();
@@ -856,7 +861,7 @@ fn an_owned_srq_hands_mlx5_buffers_back_through_the_device_model() {
         for (i, s) in sges.iter().enumerate() {
             let qp = if i % 2 == 0 { &a1 } else { &a2 };
             let mut wr = SendWr::new(i as u64, SendOp::Send { imm: None }, Payload::Sges(s));
-            wr.flags = uverbs::SendFlags::SIGNALED;
+            wr.flags = uverbs::wr::SendFlags::SIGNALED;
             // SAFETY: `mem` is registered and untouched until polled.
             unsafe { qp.post_send(&[wr]) }.unwrap();
         }

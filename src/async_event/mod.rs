@@ -413,8 +413,8 @@ mod tests {
         );
     }
 
+    use crate::device::OpenOptions;
     use crate::transport::{RawCommand, RecordingTransport, Transport, TransportKind};
-    use crate::OpenOptions;
     use std::os::fd::{AsFd, OwnedFd};
     use std::sync::Mutex;
     use std::time::Duration;

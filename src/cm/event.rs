@@ -110,12 +110,12 @@ impl UdPeer {
         }
     }
 
-    /// [`ah_attr`](Self::ah_attr) as an [`AhAttr`](crate::AhAttr), for
+    /// [`ah_attr`](Self::ah_attr) as an [`AhAttr`](crate::qp::AhAttr), for
     /// [`create_ah`](crate::ProtectionDomain::create_ah): where to send the
     /// peer's datagrams (with [`qp_num`](Self::qp_num) and
     /// [`qkey`](Self::qkey)).
-    pub fn to_ah_attr(&self) -> crate::AhAttr {
-        crate::AhAttr::from_raw(&self.ah_attr)
+    pub fn to_ah_attr(&self) -> crate::qp::AhAttr {
+        crate::qp::AhAttr::from_raw(&self.ah_attr)
     }
 }
 

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use super::{CmError, CmId, ConnParam, EventChannel, PortSpace};
 use crate::error::{Error, Op};
-use crate::{Connectable, Context};
+use crate::qp::Connectable;
+use crate::Context;
 
 /// What keeps a [`connect_pair`] connection up: its cm ids (the listener
 /// and the two ends) and their two channels. Dropping it destroys the ids,

@@ -102,7 +102,7 @@
 //!     Ok(()) => assert_ne!(fork::fork_status(), ForkMode::Disabled),
 //!     Err(e) => eprintln!("fork safety unavailable: {e}"),
 //! }
-//! # Ok::<(), uverbs::Errno>(())
+//! # Ok::<(), uverbs::error::Errno>(())
 //! ```
 
 #![deny(missing_docs)]
@@ -114,8 +114,7 @@ mod plateaus;
 // pub(crate) for the smaps parser's fuzz entry point (`crate::__fuzz`).
 pub(crate) mod ranges;
 
-use std::fmt;
-use std::io;
+use std::{fmt, io};
 
 use crate::error::Errno;
 use std::sync::atomic::{AtomicU8, Ordering};

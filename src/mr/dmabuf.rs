@@ -4,9 +4,8 @@
 //! `UVERBS_METHOD_REG_DMABUF_MR` (Linux 5.12), which has no write()
 //! command.
 
-use std::fmt;
-use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::{fmt, io};
 
 use rustix::fs::{Mode, OFlags, SealFlags};
 use rustix::ioctl::{Ioctl, IoctlOutput, Opcode};
@@ -205,7 +204,7 @@ impl ProtectionDomain {
     /// [`remote`](MemoryRegion::remote) count from `iova`, as the keys do.
     ///
     /// It is the native method `UVERBS_METHOD_REG_DMABUF_MR`: no write()
-    /// command exists, so a context on the [`Write`](crate::TransportKind::Write)
+    /// command exists, so a context on the [`Write`](crate::transport::TransportKind::Write)
     /// transport (or one whose driver id is unknown) refuses it before
     /// anything is sent, with [`Error::Unsupported`]. The kernel answers
     /// `EOPNOTSUPP` ([`Error::Os`]) where the driver cannot import
@@ -220,7 +219,7 @@ impl ProtectionDomain {
     /// **No re-registration.** The kernel cannot re-register a DMA-BUF
     /// region, and libibverbs refuses `ibv_rereg_mr` of one with `EINVAL`
     /// before sending; so do [`MemoryRegion::apply`] and the forms built on
-    /// it ([`ReregOutcome::Input`](crate::ReregOutcome::Input), nothing
+    /// it ([`ReregOutcome::Input`](crate::mr::ReregOutcome::Input), nothing
     /// sent). Register anew instead.
     ///
     /// **Fork safety.** Nothing is marked `MADV_DONTFORK`: the region names
@@ -309,9 +308,9 @@ mod tests {
     use super::*;
     use crate::context::Context;
     use crate::error::Errno;
+    use crate::mr::{ReregFlags, ReregOutcome};
     use crate::provider::driver::DriverId;
     use crate::transport::{RecordingTransport, TransportKind};
-    use crate::{ReregFlags, ReregOutcome};
     use std::sync::Arc;
     use uverbs_uapi as sys;
 

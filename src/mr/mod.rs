@@ -1,4 +1,8 @@
-//! Memory regions: registration, deregistration, and what an MR is.
+//! Memory regions: registration, deregistration, and what an MR is; the
+//! access flags ([`AccessFlags`]), re-registration ([`Rereg`],
+//! [`ReregError`]), registered memory the region owns ([`BufferMr`],
+//! [`RemoteBufferMr`], [`PageBuffer`]) and memory windows
+//! ([`MemoryWindow`]).
 //!
 //! Re-registration lives in `rereg` (the change set and the in-place
 //! command) and `replace` (the fallback that registers anew); regions over
@@ -15,8 +19,7 @@ use std::sync::Arc;
 
 use crate::command::{DeregMr, RegMr};
 use crate::context::Context;
-use crate::error::{Errno, Error, Op, ReregError, ReregOutcome};
-use crate::flags::AccessFlags;
+use crate::error::{Errno, Error, Op};
 use crate::method::{native_refused, MrKeys, QueryMr, RegMr as RegMrMethod};
 use crate::pd::{PdInner, ProtectionDomain};
 use crate::wr::{Remote, Sge};
@@ -24,6 +27,16 @@ use crate::wr::{Remote, Sge};
 pub use attr::MrAttr;
 pub use dmabuf::{DmaBuf, RegDmabufError};
 pub use rereg::{Rereg, ReregFallback, ReregPath};
+
+pub use crate::buffer::{
+    BufferDeregError, BufferMr, RegBufferError, RetargetBuffers, RetargetError, Retargeted,
+    StableBuffer,
+};
+pub use crate::error::{ManPageGuarantee, MrState, ReregError, ReregOutcome};
+pub use crate::flags::{AccessFlags, ReregFlags};
+pub use crate::mw::{MemoryWindow, MwType};
+pub use crate::page_buffer::PageBuffer;
+pub use crate::remote_buffer::{OutsideBuffer, RemoteBufferMr, RemoteDeregError};
 
 /// A registered memory region (`struct ibv_mr`).
 ///
@@ -34,7 +47,7 @@ pub use rereg::{Rereg, ReregFallback, ReregPath};
 /// them; the kernel handle
 /// stays the same, the keys are whatever the kernel answers.
 ///
-/// While a [`MemoryWindow`](crate::MemoryWindow) is bound to it, rxe
+/// While a [`MemoryWindow`] is bound to it, rxe
 /// refuses its `DEREG_MR` (`EINVAL`): [`dereg`](Self::dereg) hands it back
 /// with that error, and a drop hands the registration to its PD, which
 /// deregisters it after a window of the PD is deallocated or when the PD
@@ -247,7 +260,7 @@ impl MemoryRegion {
     /// [`OutOfRange`] (its `len` the registered length).
     ///
     /// ```no_run
-    /// # fn f(mr: &uverbs::MemoryRegion) -> Result<(), uverbs::OutOfRange<()>> {
+    /// # fn f(mr: &uverbs::MemoryRegion) -> Result<(), uverbs::post::OutOfRange<()>> {
     /// let header = mr.sge(0..64)?;
     /// let body = mr.sge(64..)?;
     /// assert!(mr.sge(..mr.length() + 1).is_err());
@@ -279,9 +292,9 @@ impl MemoryRegion {
 
     /// The whole region as a peer needs to know it to READ or WRITE it:
     /// address, rkey and length, with a byte form for a connection's
-    /// private data ([`RemoteRegion::to_bytes`](crate::RemoteRegion::to_bytes)).
-    pub fn region(&self) -> crate::RemoteRegion {
-        crate::RemoteRegion {
+    /// private data ([`RemoteRegion::to_bytes`](crate::wr::RemoteRegion::to_bytes)).
+    pub fn region(&self) -> crate::wr::RemoteRegion {
+        crate::wr::RemoteRegion {
             addr: self.addr as u64,
             rkey: self.rkey,
             len: self.length as u64,
@@ -320,7 +333,7 @@ impl MemoryRegion {
     }
 
     /// The access flags as last set (at registration or by a successful
-    /// re-registration with [`ReregFlags::ACCESS`](crate::ReregFlags::ACCESS); libibverbs does not track
+    /// re-registration with [`ReregFlags::ACCESS`](crate::mr::ReregFlags::ACCESS); libibverbs does not track
     /// the latter).
     pub fn access(&self) -> AccessFlags {
         self.access
@@ -359,7 +372,7 @@ impl MemoryRegion {
     /// returned (TCP may even resend it until acknowledged), so bytes
     /// written there later can still reach the peer. Reuse memory peers
     /// could read only once they said their READs completed. rxe and
-    /// hardware stop at deregistration. [`BufferMr`](crate::BufferMr)
+    /// hardware stop at deregistration. [`BufferMr`]
     /// enforces this ([`BufferMr::assume_peer_reads_done`](crate::BufferMr::assume_peer_reads_done)).
     #[doc(alias = "ibv_dereg_mr")]
     #[doc(alias = "rdma_dereg_mr")]
@@ -543,7 +556,7 @@ impl ProtectionDomain {
     /// the command and un-marked again if it fails (not for `ON_DEMAND`).
     ///
     /// **What is sent.** Over the ioctl transport
-    /// ([`TransportKind::Ioctl`](crate::TransportKind::Ioctl)), for rxe,
+    /// ([`TransportKind::Ioctl`](crate::transport::TransportKind::Ioctl)), for rxe,
     /// siw and mlx5, the first registration of a context tries the native
     /// `UVERBS_METHOD_REG_MR` (Linux 6.17; no driver data, device address =
     /// `addr`). A kernel without it answers `EPROTONOSUPPORT` (`ENOTTY`
@@ -556,8 +569,8 @@ impl ProtectionDomain {
     /// `reg_mr`), and is not retried. The legacy write() transport, Auto's
     /// write+methods (the default: `write()` is cheaper), and drivers this
     /// crate has no provider for send the write command only. Both answer
-    /// the same handle and keys; [`BufferMr`](crate::BufferMr),
-    /// [`RemoteBufferMr`](crate::RemoteBufferMr) and the replace fallback of
+    /// the same handle and keys; [`BufferMr`],
+    /// [`RemoteBufferMr`](crate::mr::RemoteBufferMr) and the replace fallback of
     /// re-registration register the same way. One difference stays: the
     /// 6.17 method's handler, unlike the write command's, does not record
     /// the length and device address in the kernel's MR, so

@@ -20,8 +20,9 @@ use super::MemoryRegion;
 /// it; the `IBV_REREG_MR_CHANGE_*` flags follow from what was set.
 ///
 /// ```no_run
-/// use uverbs::{AccessFlags, ReregFallback, Rereg};
-/// # fn demo(mr: &mut uverbs::MemoryRegion, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::ReregError> {
+/// use uverbs::mr::{Rereg, ReregFallback};
+/// use uverbs::AccessFlags;
+/// # fn demo(mr: &mut uverbs::MemoryRegion, pd2: &uverbs::ProtectionDomain) -> Result<(), uverbs::mr::ReregError> {
 /// // Safe: no new memory is handed to the device.
 /// let change = Rereg::new().access(AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_READ).pd(pd2);
 /// let path = mr.apply(&change, ReregFallback::Replace)?;

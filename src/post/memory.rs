@@ -97,11 +97,11 @@ unsafe impl<M: DeviceReadable> Holds<M> for M {
 /// either kind ([`Holds`]); completions hand this back.
 ///
 /// ```no_run
-/// # fn demo(qp: &uverbs::OwnedQp<uverbs::OwnedOrShared<memmap2::MmapMut>>,
+/// # fn demo(qp: &uverbs::OwnedQp<uverbs::post::OwnedOrShared<memmap2::MmapMut>>,
 /// #         shared: std::sync::Arc<uverbs::BufferMr<memmap2::MmapMut>>,
 /// #         owned: uverbs::BufferMr<memmap2::MmapMut>,
-/// #         remote: uverbs::Remote) -> Result<(), uverbs::Error> {
-/// use uverbs::{Local, SendRequest};
+/// #         remote: uverbs::wr::Remote) -> Result<(), uverbs::Error> {
+/// use uverbs::post::{Local, SendRequest};
 ///
 /// // One QP: a WRITE of bytes others may read too, a READ into a buffer of its own.
 /// qp.post_send(SendRequest::write(1, Local::whole(shared), remote))?;

@@ -543,7 +543,8 @@ fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 ///   hands it back.
 ///
 /// ```no_run
-/// use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, QpInit, RecvRequest, SendRequest};
+/// use uverbs::post::{Local, RecvRequest, SendRequest};
+/// use uverbs::{AccessFlags, BufferMr, OwnedQp, QpInit};
 /// use uverbs::command::QpType;
 /// # fn f(ctx: &uverbs::Context) -> Result<(), Box<dyn std::error::Error>> {
 /// let pd = ctx.alloc_pd()?;
@@ -564,7 +565,7 @@ fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 ///
 /// The memory cannot be used while the request owns it:
 /// ```compile_fail,E0382
-/// # use uverbs::{BufferMr, Local, OwnedQp, RecvRequest};
+/// # use uverbs::{BufferMr, post::Local, OwnedQp, post::RecvRequest};
 /// # fn f(qp: &OwnedQp<BufferMr<Vec<u8>>>, buf: BufferMr<Vec<u8>>) {
 /// let _ = qp.post_recv(RecvRequest::new(1, Local::whole(buf)));
 /// buf.buffer(); // error: use of moved value
@@ -574,21 +575,21 @@ fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 /// or read into:
 /// ```compile_fail,E0277
 /// # use std::sync::Arc;
-/// # use uverbs::{BufferMr, Local, RecvRequest};
+/// # use uverbs::{BufferMr, post::Local, post::RecvRequest};
 /// # fn f(buf: Arc<BufferMr<Vec<u8>>>) {
 /// let _ = RecvRequest::new(1, Local::whole(buf)); // error: not DeviceWritable
 /// # }
 /// ```
 /// ```compile_fail,E0277
 /// # use std::sync::Arc;
-/// # use uverbs::{BufferMr, Local, Remote, SendRequest};
+/// # use uverbs::{BufferMr, post::Local, wr::Remote, post::SendRequest};
 /// # fn f(buf: Arc<BufferMr<Vec<u8>>>, remote: Remote) {
 /// let _ = SendRequest::read(1, Local::whole(buf), remote); // error: not DeviceWritable
 /// # }
 /// ```
 /// Plain slices are not registered memory a request can own:
 /// ```compile_fail,E0277
-/// # use uverbs::Local;
+/// # use uverbs::post::Local;
 /// # fn f(bytes: &'static [u8]) {
 /// let _ = Local::whole(bytes); // error: &[u8] is not DeviceReadable
 /// # }
@@ -596,7 +597,7 @@ fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 /// An `OwnedQp` holding memory of one type takes no other (unless its
 /// type [`Holds`] it, as [`OwnedOrShared`] holds both kinds):
 /// ```compile_fail,E0277
-/// # use uverbs::{BufferMr, Local, OwnedQp, SendRequest};
+/// # use uverbs::{BufferMr, post::Local, OwnedQp, post::SendRequest};
 /// # fn f(qp: &OwnedQp<BufferMr<Vec<u8>>>, buf: BufferMr<Box<[u8]>>) {
 /// let _ = qp.post_send(SendRequest::send(1, Local::whole(buf))); // error: BufferMr<Vec<u8>>: Holds<BufferMr<Box<[u8]>>> unsatisfied
 /// # }
@@ -604,7 +605,7 @@ fn recycle<'b>(mut wrs: Vec<SendWr<'_>>) -> Vec<SendWr<'b>> {
 /// and a QP of both kinds still reads only into owned memory:
 /// ```compile_fail,E0277
 /// # use std::sync::Arc;
-/// # use uverbs::{BufferMr, Local, OwnedOrShared, OwnedQp, Remote, SendRequest};
+/// # use uverbs::{BufferMr, post::Local, post::OwnedOrShared, OwnedQp, wr::Remote, post::SendRequest};
 /// # fn f(qp: &OwnedQp<OwnedOrShared<Vec<u8>>>, buf: Arc<BufferMr<Vec<u8>>>, remote: Remote) {
 /// let _ = qp.post_send(SendRequest::read(1, Local::whole(buf), remote)); // error: not DeviceWritable
 /// # }
@@ -647,7 +648,7 @@ crate::error::hands_back_with_error! {
 /// feature `AsyncQp::destroy`): the kernel kept the QP (or, in a forked
 /// child, it was not sent), so the device may still use the memory of the
 /// requests outstanding; the queue pair `Q` comes back with them. On siw
-/// see [`DestroyQpError`](crate::DestroyQpError) for what a refusal leaves
+/// see [`DestroyQpError`](crate::qp::DestroyQpError) for what a refusal leaves
 /// of the rings.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]

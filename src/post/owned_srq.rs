@@ -36,7 +36,7 @@ use crate::wr::{PostError, RecvWr, WorkCompletion};
 /// refuses it, never freed while the device may write them.
 ///
 /// ```no_run
-/// # use uverbs::{BufferMr, Local, OwnedSrq, RecvRequest, SrqInit, QpInit, QpType};
+/// # use uverbs::{BufferMr, post::Local, post::OwnedSrq, post::RecvRequest, qp::SrqInit, QpInit, QpType};
 /// # fn f(pd: &uverbs::ProtectionDomain, cq: &uverbs::CompletionQueue,
 /// #      bufs: Vec<BufferMr<Vec<u8>>>) -> Result<(), Box<dyn std::error::Error>> {
 /// let srq: OwnedSrq<BufferMr<Vec<u8>>> = OwnedSrq::new(pd.create_srq(&SrqInit::new(64, 1))?)?;

@@ -35,7 +35,7 @@ impl<M: DeviceReadable> OwnedQp<M> {
     ///
     /// ```no_run
     /// # use std::time::Duration;
-    /// # use uverbs::{BufferMr, Local, OwnedQp, SendRequest, WcStatus};
+    /// # use uverbs::{BufferMr, post::Local, OwnedQp, post::SendRequest, wr::WcStatus};
     /// # fn f(qp: &OwnedQp<BufferMr<Vec<u8>>>, buf: BufferMr<Vec<u8>>) -> Result<(), Box<dyn std::error::Error>> {
     /// qp.post_send(SendRequest::send(1, Local::whole(buf)))?;
     /// let done = qp.wait(Duration::from_secs(5))?;

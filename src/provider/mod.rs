@@ -557,7 +557,7 @@ impl Provider {
 
     /// True when the kernel's answer `errno` to a REREG_MR with `flags`
     /// guarantees that nothing was changed: the MR keeps its old
-    /// translation, PD, access and keys ([`MrState::Old`](crate::MrState)).
+    /// translation, PD, access and keys ([`MrState::Old`](crate::mr::MrState)).
     /// False means the man page's "undefined" may be real.
     pub(crate) fn rereg_refusal_leaves_mr_unchanged(self, flags: ReregFlags, errno: Errno) -> bool {
         generic::rereg_refusal_leaves_mr_unchanged(flags, errno)

@@ -765,8 +765,7 @@ mod tests {
     use uverbs_uapi as sys;
 
     use super::*;
-    use crate::cm::event_number as raw;
-    use crate::cm::FakeCm;
+    use crate::cm::{event_number as raw, FakeCm};
     use crate::command::QpState;
     use crate::connectable::mock::MockQp;
 

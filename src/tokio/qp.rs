@@ -153,7 +153,9 @@ impl<M: DeviceReadable + Send + Sync + 'static> Drain for Shared<M> {
 ///
 /// ```no_run
 /// use uverbs::tokio::{AsyncCq, AsyncQp};
-/// use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, QpInit, Remote};
+/// use uverbs::post::Local;
+/// use uverbs::wr::Remote;
+/// use uverbs::{AccessFlags, BufferMr, OwnedQp, QpInit};
 /// use uverbs::command::QpType;
 /// # async fn f(ctx: &uverbs::Context, remote: Remote) -> Result<(), Box<dyn std::error::Error>> {
 /// let pd = ctx.alloc_pd()?;
@@ -164,7 +166,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> Drain for Shared<M> {
 /// // ... connect it ...
 /// let buf = pd.reg_buffer(vec![7u8; 4096], AccessFlags::LOCAL_WRITE)?;
 /// let done = qp.write(Local::whole(buf), remote)?.await?;
-/// assert_eq!(done.status(), Some(uverbs::WcStatus::Success));
+/// assert_eq!(done.status(), Some(uverbs::wr::WcStatus::Success));
 /// let buf = done.into_memory().expect("the buffer comes back");
 /// # drop(buf); Ok(()) }
 /// ```
@@ -211,7 +213,8 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     ///
     /// ```no_run
     /// use uverbs::tokio::{AsyncCq, AsyncQp};
-    /// use uverbs::{AccessFlags, BufferMr, Local, OwnedQp, RecvRequest};
+    /// use uverbs::post::{Local, RecvRequest};
+    /// use uverbs::{AccessFlags, BufferMr, OwnedQp};
     /// # async fn f(pd: &uverbs::ProtectionDomain, cq: &AsyncCq, qp: OwnedQp<BufferMr<Vec<u8>>>) -> Result<(), Box<dyn std::error::Error>> {
     /// // A receive posted on the OwnedQp before it is wrapped ...
     /// let buf = pd.reg_buffer(vec![0u8; 4096], AccessFlags::LOCAL_WRITE)?;
@@ -285,7 +288,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     /// Destroys the QP (`DESTROY_QP`, through [`OwnedQp::destroy`]) and
     /// resolves every waiting future with its request's memory: a request
     /// whose completion had come, with it; every other one with
-    /// [`Ended::Destroyed`](crate::Ended::Destroyed), its memory out of the
+    /// [`Ended::Destroyed`](crate::post::Ended::Destroyed), its memory out of the
     /// device's reach. The memory of a request whose future was dropped is
     /// dropped here.
     ///
@@ -302,7 +305,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     ///
     /// ```no_run
     /// # use std::time::Duration;
-    /// # use uverbs::{BufferMr, Local};
+    /// # use uverbs::{BufferMr, post::Local};
     /// # async fn f(qp: uverbs::tokio::AsyncQp<BufferMr<Vec<u8>>>, buf: BufferMr<Vec<u8>>) -> Result<(), Box<dyn std::error::Error>> {
     /// let mut sent = qp.send(Local::whole(buf))?;
     /// let done = match tokio::time::timeout(Duration::from_secs(1), &mut sent).await {
@@ -369,7 +372,7 @@ impl<M: DeviceReadable + Send + Sync + 'static> AsyncQp<M> {
     /// Moving it to RESET on rxe, which empties both queues with no
     /// completion ([`OwnedQp::modify`]), resolves every waiting future in
     /// this call: with its completion if it was in the CQ already, else
-    /// [`Ended::Reset`](crate::Ended::Reset), the memory back either way.
+    /// [`Ended::Reset`](crate::post::Ended::Reset), the memory back either way.
     /// siw keeps its rings across RESET: there the futures wait as before.
     #[doc(alias = "ibv_modify_qp")]
     pub fn modify(&self, attr: &QpAttr) -> Result<(), Error> {

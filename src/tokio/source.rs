@@ -11,8 +11,8 @@ use tokio::io::unix::AsyncFd;
 use crate::error::{Errno, Error};
 use crate::event_fd::EventSource;
 
-/// An event source ([`CompletionChannel`](crate::CompletionChannel),
-/// [`AsyncEvents`](crate::AsyncEvents) or
+/// An event source ([`CompletionChannel`](crate::cq::CompletionChannel),
+/// [`AsyncEvents`](crate::device::AsyncEvents) or
 /// [`EventChannel`](crate::cm::EventChannel)) whose events are awaited:
 /// [`next_event`](Self::next_event), or the [`Stream`](futures_core::Stream)
 /// of them.

@@ -263,7 +263,8 @@ impl WcOpcode {
 /// it back. [`Default`] is all zero: a buffer for `poll` to fill.
 ///
 /// ```
-/// use uverbs::{uverbs_uapi::ib_uverbs_wc, WcFlags, WcOpcode, WcStatus, WorkCompletion};
+/// use uverbs::wr::{WcFlags, WcOpcode, WcStatus, WorkCompletion};
+/// use uverbs::uverbs_uapi::ib_uverbs_wc;
 ///
 /// let wc = WorkCompletion::from_raw(ib_uverbs_wc {
 ///     wr_id: 7,

@@ -111,7 +111,7 @@ pub enum PostError {
     #[error("post_recv: the QP receives from a shared receive queue; post to the SRQ (EINVAL)")]
     ReceivesFromSrq,
     /// A raw send on a QP whose receives come from an
-    /// [`OwnedSrq`](crate::OwnedSrq) carried a `wr_id` with the top bit set:
+    /// [`OwnedSrq`](crate::post::OwnedSrq) carried a `wr_id` with the top bit set:
     /// that bit marks the owner's receive ids in the CQs they share.
     #[error(
         "post_send: wr_id {wr_id:#x} has the top bit set, which marks the receive ids of the \

@@ -32,7 +32,7 @@ pub use error::PostError;
 pub use region::{RemoteRegion, ShortRegionBytes};
 
 /// Marks the receive ids of an owner ([`OwnedQp`](crate::OwnedQp)'s
-/// receive queue, [`OwnedSrq`](crate::OwnedSrq)); its send ids have the
+/// receive queue, [`OwnedSrq`](crate::post::OwnedSrq)); its send ids have the
 /// top bit clear. The CQ routing tells an owned SRQ's receive completions
 /// from the sends of its QPs by it.
 pub(crate) const RECV_TAG: u64 = 1 << 63;

@@ -11,14 +11,14 @@ use super::Remote;
 /// then name [`remote`](Self::remote) or [`at`](Self::at).
 ///
 /// ```
-/// use uverbs::RemoteRegion;
+/// use uverbs::wr::RemoteRegion;
 /// let region = RemoteRegion { addr: 0x7f00_0000_1000, rkey: 0x1234, len: 4096 };
 /// // The IB CM delivers the whole zero-padded private-data area: the
 /// // length travels inside, so padding does not matter.
 /// let mut private_data = [0u8; 56];
 /// private_data[..RemoteRegion::BYTES].copy_from_slice(&region.to_bytes());
 /// assert_eq!(RemoteRegion::from_bytes(&private_data)?, region);
-/// # Ok::<(), uverbs::ShortRegionBytes>(())
+/// # Ok::<(), uverbs::wr::ShortRegionBytes>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RemoteRegion {

@@ -85,20 +85,20 @@ pub enum SendOp {
         add: u64,
     },
     /// BIND_MW: binds a memory window to part of a memory region, as
-    /// [`MemoryWindow::bind_request`](crate::MemoryWindow::bind_request)
+    /// [`MemoryWindow::bind_request`](crate::mr::MemoryWindow::bind_request)
     /// built it; no payload (`Payload::Sges(&[])`). RC and UC QPs, rxe
-    /// only. It completes as [`WcOpcode::BindMw`](crate::WcOpcode::BindMw);
+    /// only. It completes as [`WcOpcode::BindMw`](crate::wr::WcOpcode::BindMw);
     /// a bind the device refuses completes with
-    /// [`WcStatus::MwBindErr`](crate::WcStatus::MwBindErr) and moves the
+    /// [`WcStatus::MwBindErr`](crate::wr::WcStatus::MwBindErr) and moves the
     /// QP to ERR.
     #[doc(alias = "IBV_WR_BIND_MW")]
     #[doc(alias = "ibv_wr_bind_mw")]
     BindMw(MwBind),
     /// LOCAL_INV: invalidates `rkey`, the key of a type-2 memory window
     /// bound through this QP; no payload. RC QPs, rxe only. It completes
-    /// as [`WcOpcode::LocalInv`](crate::WcOpcode::LocalInv); an rkey that
+    /// as [`WcOpcode::LocalInv`](crate::wr::WcOpcode::LocalInv); an rkey that
     /// names no valid type-2 window completes with
-    /// [`WcStatus::LocQpOpErr`](crate::WcStatus::LocQpOpErr) (the QP to ERR).
+    /// [`WcStatus::LocQpOpErr`](crate::wr::WcStatus::LocQpOpErr) (the QP to ERR).
     #[doc(alias = "IBV_WR_LOCAL_INV")]
     #[doc(alias = "ibv_wr_local_inv")]
     LocalInv {
@@ -107,8 +107,8 @@ pub enum SendOp {
     },
     /// SEND_WITH_INV: a SEND whose receiver also invalidates `rkey` (a
     /// type-2 window of the receiver's); its receive completion carries
-    /// [`WcFlags::WITH_INVALIDATE`](crate::WcFlags::WITH_INVALIDATE) and
-    /// the key ([`WorkCompletion::invalidated_rkey`](crate::WorkCompletion::invalidated_rkey)).
+    /// [`WcFlags::WITH_INVALIDATE`](crate::wr::WcFlags::WITH_INVALIDATE) and
+    /// the key ([`WorkCompletion::invalidated_rkey`](crate::wr::WorkCompletion::invalidated_rkey)).
     /// RC QPs, rxe only.
     #[doc(alias = "IBV_WR_SEND_WITH_INV")]
     #[doc(alias = "ibv_wr_send_inv")]
@@ -121,7 +121,7 @@ pub enum SendOp {
 /// What a BIND_MW work request carries ([`SendOp::BindMw`]): the window's
 /// key before and after the bind, the region's lkey, and the bound range
 /// and access. Built only by
-/// [`MemoryWindow::bind_request`](crate::MemoryWindow::bind_request),
+/// [`MemoryWindow::bind_request`](crate::mr::MemoryWindow::bind_request),
 /// which checks it against the window and the region.
 #[doc(alias = "ibv_mw_bind")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,7 +198,7 @@ pub enum Payload<'a> {
 /// Destination of a send on a UD QP: an address handle, the peer's QP
 /// number and its Q_Key (`wr.ud` of `ibv_send_wr`).
 ///
-/// Built only from a live [`AddressHandle`](crate::AddressHandle)
+/// Built only from a live [`AddressHandle`](crate::qp::AddressHandle)
 /// ([`UdDest::new`]), which it borrows: no stale or invented AH number
 /// can be posted, and the AH cannot be dropped while a work request
 /// holding this destination exists. The borrow ends with the work request,
@@ -207,16 +207,16 @@ pub enum Payload<'a> {
 /// destroyed). If rxe finds no AH of the QP's PD under the number (the AH
 /// was dropped early, or belongs to another PD) it moves the QP to ERR:
 /// the send and every later one complete with an error (on Linux 6.12
-/// [`WcStatus::WrFlushErr`](crate::WcStatus::WrFlushErr), the flush
+/// [`WcStatus::WrFlushErr`](crate::wr::WcStatus::WrFlushErr), the flush
 /// overriding rxe's `LOC_QP_OP_ERR`). If rxe already gave the number of an
 /// AH dropped early to a new AH of the same PD, the send goes there instead.
 ///
 /// The AH cannot go while a destination made from it is in use:
 ///
 /// ```compile_fail,E0505
-/// # fn f(pd: &uverbs::ProtectionDomain, attr: &uverbs::AhAttr) -> Result<(), uverbs::Error> {
+/// # fn f(pd: &uverbs::ProtectionDomain, attr: &uverbs::qp::AhAttr) -> Result<(), uverbs::Error> {
 /// let ah = pd.create_ah(attr)?;
-/// let dest = uverbs::UdDest::new(&ah, 0x11, 0x1111_1111);
+/// let dest = uverbs::wr::UdDest::new(&ah, 0x11, 0x1111_1111);
 /// drop(ah); // error: `ah` is borrowed by `dest`
 /// let _still_used = dest;
 /// # Ok(()) }
@@ -283,8 +283,8 @@ impl<'a> UdDest<'a> {
 /// `new`.
 ///
 /// ```
-/// # fn f(mr: &uverbs::MemoryRegion, peer: uverbs::Remote) -> Result<(), Box<dyn std::error::Error>> {
-/// use uverbs::{Payload, SendFlags, SendOp, SendWr};
+/// # fn f(mr: &uverbs::MemoryRegion, peer: uverbs::wr::Remote) -> Result<(), Box<dyn std::error::Error>> {
+/// use uverbs::wr::{Payload, SendFlags, SendOp, SendWr};
 /// let sge = [mr.sge(..64)?];
 /// let write = SendWr::new(7, SendOp::RdmaWrite { remote: peer, imm: None }, Payload::Sges(&sge))
 ///     .flags(SendFlags::SIGNALED | SendFlags::FENCE);

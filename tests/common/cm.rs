@@ -28,10 +28,11 @@ use std::path::Path;
 use std::time::Duration;
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace, UdPeer};
-use uverbs::{
-    CompletionChannel, CompletionQueue, Context, Errno, ProtectionDomain, QpInit, QueuePair,
-};
-use uverbs::{QpState, QpType, TransportType};
+use uverbs::cq::CompletionChannel;
+use uverbs::device::TransportType;
+use uverbs::error::Errno;
+use uverbs::qp::QpState;
+use uverbs::{CompletionQueue, Context, ProtectionDomain, QpInit, QpType, QueuePair};
 
 use super::devices::{driver, loud, on_each_device, required_prefixes, Driver, HandleCounts};
 use super::rc::modify;

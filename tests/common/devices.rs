@@ -13,13 +13,15 @@ use std::ops::Deref;
 use memmap2::MmapMut;
 
 use super::{anon, fresh_mr, RW_READ};
+use uverbs::device::{DriverId, OpenOptions};
+use uverbs::error::{Errno, Op};
+use uverbs::transport::TransportKind;
 use uverbs::uverbs_uapi::{
     UVERBS_OBJECT_AH, UVERBS_OBJECT_CQ, UVERBS_OBJECT_MR, UVERBS_OBJECT_PD, UVERBS_OBJECT_QP,
     UVERBS_OBJECT_SRQ,
 };
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, Device, DriverId, Errno, Error, MemoryRegion, Op,
-    OpenOptions, ProtectionDomain, TransportKind,
+    AccessFlags, CompletionQueue, Context, Device, Error, MemoryRegion, ProtectionDomain,
 };
 
 /// Writes to stderr past libtest's output capture (which only catches the

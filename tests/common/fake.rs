@@ -4,10 +4,12 @@
 
 use std::sync::Arc;
 
-use uverbs::transport::{RecordingTransport, Transport};
+use uverbs::device::OpenOptions;
+use uverbs::qp::{QpAttr, QpState};
+use uverbs::transport::{RecordingTransport, Transport, TransportKind};
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, OpenOptions, ProtectionDomain, QpAttr,
-    QpInit, QpState, QpType, QueuePair, TransportKind,
+    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QpType,
+    QueuePair,
 };
 
 use super::fresh_mr;
@@ -30,7 +32,7 @@ pub fn context_over(fake: &Arc<RecordingTransport>, options: &OpenOptions) -> Co
 pub fn rxe_context_over<T: Transport + 'static>(fake: &Arc<T>) -> Context {
     Context::with_transport(
         "fake0",
-        Some(uverbs::DriverId::RXE),
+        Some(uverbs::device::DriverId::RXE),
         Box::new(fake.clone()),
         &OpenOptions::new(),
     )

@@ -11,8 +11,8 @@ use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::{kill, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::{fork, ForkResult, Pid};
+use uverbs::error::Errno;
 use uverbs::fork::{Advice, Advisor, ForkMode, ForkSafety, PageSizing};
-use uverbs::Errno;
 
 /// Forks. In the child, runs `$child` (an expression giving the exit code;
 /// a panic exits with 99) and leaves with `_exit`, so values it moves stay

@@ -8,8 +8,9 @@
 //! the library's knowledge, not listed here; a REREG_MR the kernel refuses
 //! needs none (strict: `Cmd` with the old MR; the fallback replaces).
 
-use uverbs::QpState;
-use uverbs::{Errno, WcStatus};
+use uverbs::error::Errno;
+use uverbs::qp::QpState;
+use uverbs::wr::WcStatus;
 
 /// The running kernel's (major, minor), from `/proc/sys/kernel/osrelease`.
 pub fn release() -> (u32, u32) {

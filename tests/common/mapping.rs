@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use memmap2::MmapMut;
-use uverbs::StableBuffer;
+use uverbs::mr::StableBuffer;
 
 /// The system page size.
 pub fn page_size() -> usize {

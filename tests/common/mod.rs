@@ -40,9 +40,8 @@ pub mod two_host;
 
 use std::sync::{Mutex, MutexGuard};
 
-use uverbs::{
-    AccessFlags, MemoryRegion, ProtectionDomain, ReregError, ReregFallback, ReregFlags, ReregPath,
-};
+use uverbs::mr::{ReregError, ReregFallback, ReregFlags, ReregPath};
+use uverbs::{AccessFlags, MemoryRegion, ProtectionDomain};
 
 pub use devices::*;
 pub use fake::*;

@@ -6,16 +6,20 @@
 
 use std::time::{Duration, Instant};
 
-use uverbs::uverbs_uapi as sys;
-use uverbs::{
-    AccessFlags, CompletionChannel, CompletionQueue, Context, MemoryRegion, Payload,
-    ProtectionDomain, QpInit, QueuePair, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode,
-    WcStatus, WorkCompletion,
+use uverbs::cq::CompletionChannel;
+use uverbs::qp::{Mtu, QpAttr, QpAttrMask, QpState};
+use uverbs::wr::{
+    Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
-use uverbs::{Mtu, QpAttr, QpAttrMask, QpState, QpType};
+use uverbs::{
+    uverbs_uapi as sys, AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain,
+    QpInit, QpType, QueuePair,
+};
 
 use uverbs::cm::{CmId, ConnParam, EventChannel, EventKind};
-use uverbs::{Gid, OwnedQp, RcConnect, RcPeer};
+use uverbs::device::Gid;
+use uverbs::qp::{RcConnect, RcPeer};
+use uverbs::OwnedQp;
 
 use super::cm::{client_on, cm_listener, cm_present, next_event};
 use super::devices::{alloc_pd, driver, loud, on_each_device, Driver, HandleCounts};
@@ -113,8 +117,8 @@ pub fn ud_qp(
 pub fn ud_send<'a>(
     wr_id: u64,
     imm: Option<u32>,
-    sges: &'a [uverbs::Sge],
-    dest: uverbs::UdDest<'a>,
+    sges: &'a [uverbs::wr::Sge],
+    dest: uverbs::wr::UdDest<'a>,
 ) -> SendWr<'a> {
     SendWr::new(wr_id, SendOp::Send { imm }, Payload::Sges(sges)).ud(dest)
 }
@@ -151,8 +155,8 @@ pub unsafe fn post_recv_into(
 pub unsafe fn ud_sender<'a>(
     qp: &'a QueuePair,
     cq: &'a CompletionQueue,
-    payload: &'a [uverbs::Sge],
-    dest: uverbs::UdDest<'a>,
+    payload: &'a [uverbs::wr::Sge],
+    dest: uverbs::wr::UdDest<'a>,
     what: String,
 ) -> impl Fn(u64) + 'a {
     move |wr_id| {
@@ -354,7 +358,7 @@ macro_rules! cm_qp_by_inherent_methods {
     };
 }
 cm_qp_by_inherent_methods!([] QueuePair);
-cm_qp_by_inherent_methods!([M: uverbs::DeviceReadable] OwnedQp<M>);
+cm_qp_by_inherent_methods!([M: uverbs::post::DeviceReadable] OwnedQp<M>);
 
 /// Moves `qp` with exactly what the cm answers for `id` and `state` (on
 /// iWARP the RTS answer has no state: PORT alone).
@@ -709,7 +713,7 @@ pub fn reset_for_init(qp: &QueuePair, access: AccessFlags, what: &str) {
                 modify(qp, &QpAttr::new().state(QpState::Reset), "INIT->RESET");
                 return;
             }
-            Err(e) if e.errno() == Some(uverbs::Errno::INVAL) && attempt < 5 => {
+            Err(e) if e.errno() == Some(uverbs::error::Errno::INVAL) && attempt < 5 => {
                 loud(&format!(
                     "NOTE: {what}: RESET -> INIT refused ({e}): the kernel moved QP {} back \
                      to ERR after the reset; resetting again (attempt {attempt})",
@@ -971,13 +975,17 @@ pub fn assert_siw_refuses_qp_type(
         matches!(
             err,
             uverbs::Error::Os {
-                op: uverbs::Op::CreateQp,
+                op: uverbs::error::Op::CreateQp,
                 ..
             }
         ),
         "{name}: {qp_type:?}: {err}"
     );
-    assert_eq!(err.errno(), Some(uverbs::Errno::OPNOTSUPP), "{name}: {err}");
+    assert_eq!(
+        err.errno(),
+        Some(uverbs::error::Errno::OPNOTSUPP),
+        "{name}: {err}"
+    );
     counts.assert_extra_cq_qp(1, 0, &format!("{name}: after the refused {qp_type:?} QP"));
     let rc = pd
         .create_qp(&QpInit::new(QpType::Rc, &cq, &cq))

@@ -8,11 +8,10 @@
 
 use std::time::Duration;
 
-use uverbs::{
-    AccessFlags, CompletionQueue, Errno, MemoryRegion, MrState, ProtectionDomain, QueuePair,
-    RecvWr, Remote, RemoteBufferMr, ReregError, ReregFlags, ReregOutcome, ReregPath, SendOp,
-    WcOpcode, WcStatus, WorkCompletion,
-};
+use uverbs::error::Errno;
+use uverbs::mr::{MrState, RemoteBufferMr, ReregError, ReregFlags, ReregOutcome, ReregPath};
+use uverbs::wr::{RecvWr, Remote, SendOp, WcOpcode, WcStatus, WorkCompletion};
+use uverbs::{AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair};
 
 use super::{
     anon, assert_no_completion, check, fresh_mr, loud, pattern, replace, sge, signalled, wait_one,
@@ -489,7 +488,7 @@ pub trait Requester {
         match &err {
             uverbs::Error::Post { index: 0, why, .. } => assert_eq!(
                 &**why,
-                &uverbs::PostError::NotSupported {
+                &uverbs::wr::PostError::NotSupported {
                     driver: "siw",
                     what: "ATOMIC_FETCH_AND_ADD"
                 },

@@ -11,11 +11,9 @@ use std::io::{BufRead, BufReader, ErrorKind, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use uverbs::TransportType;
-use uverbs::{
-    AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair, RecvWr, Remote,
-    SendOp, WcOpcode, WcStatus, WorkCompletion,
-};
+use uverbs::device::TransportType;
+use uverbs::wr::{RecvWr, Remote, SendOp, WcOpcode, WcStatus, WorkCompletion};
+use uverbs::{AccessFlags, CompletionQueue, MemoryRegion, ProtectionDomain, QueuePair};
 
 use super::devices::{loud, open, Dut};
 use super::rc::{check, sge, signalled, wait_checked, wait_one};

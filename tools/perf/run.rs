@@ -8,9 +8,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use uverbs::{
-    CompletionQueue, Payload, Remote, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
-};
+use uverbs::wr::{Payload, Remote, SendFlags, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+use uverbs::CompletionQueue;
 
 use super::side::Side;
 use super::{Result, WAIT};
@@ -101,7 +100,7 @@ fn signalled_if(signalled: bool) -> SendFlags {
 
 /// The payload of a SEND or WRITE of the source area: inline when the size
 /// fits what the QP takes (perftest: `size <= inline_size`).
-fn payload<'a>(side: &Side, sge: &'a [uverbs::Sge], bytes: &'a [&'a [u8]]) -> Payload<'a> {
+fn payload<'a>(side: &Side, sge: &'a [uverbs::wr::Sge], bytes: &'a [&'a [u8]]) -> Payload<'a> {
     if side.size <= side.inline {
         Payload::Inline(bytes)
     } else {

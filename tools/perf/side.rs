@@ -17,11 +17,10 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
-use uverbs::{
-    AccessFlags, CompletionQueue, Context, DriverId, GidType, MemoryRegion, Mtu, OpenOptions,
-    QpInit, QueuePair, RecvWr, Remote, Sge,
-};
-use uverbs::{QpAttr, QpState, QpType, TransportType};
+use uverbs::device::{DriverId, GidType, OpenOptions, TransportType};
+use uverbs::qp::{Mtu, QpAttr, QpState};
+use uverbs::wr::{RecvWr, Remote, Sge};
+use uverbs::{AccessFlags, CompletionQueue, Context, MemoryRegion, QpInit, QpType, QueuePair};
 
 use super::accept::accept_within;
 use super::wire::{v4_mapped, Control, ControlQp, Dest};
@@ -44,7 +43,7 @@ fn page(n: usize) -> usize {
 
 /// Opens `name`; only rxe and siw have a data path in uverbs.
 pub fn open(name: &str) -> Result<Context> {
-    let dev = uverbs::device(name)?.ok_or(format!("no RDMA device {name}"))?;
+    let dev = uverbs::Device::by_name(name)?;
     match dev.driver_id() {
         Some(DriverId::RXE) | Some(DriverId::SIW) => {}
         other => return Err(format!("{name}: driver {other:?} has no data path in uverbs").into()),
@@ -281,7 +280,7 @@ impl Side {
             .max_dest_rd_atomic(self.out_reads)
             .min_rnr_timer(12)
             .av(QpAttr::roce_dest(
-                uverbs::Gid::from_raw(peer.gid),
+                uverbs::device::Gid::from_raw(peer.gid),
                 sgid,
                 0xff,
                 PORT,
@@ -628,8 +627,8 @@ pub fn by_hand(opts: &Options, server: Option<&str>, tx_depth: usize) -> Result<
             return Err(format!(
                 "our GID {} and the peer's {} are not both IPv4-mapped or both not \
                  (perftest refuses that too; pick another --gid-index / -x)",
-                uverbs::Gid::from_raw(me.gid),
-                uverbs::Gid::from_raw(peer.gid)
+                uverbs::device::Gid::from_raw(me.gid),
+                uverbs::device::Gid::from_raw(peer.gid)
             )
             .into());
         }
@@ -793,7 +792,7 @@ fn cm_connect_once<Q: CmQp>(
     match id.connect(&param(&q)) {
         Ok(()) => {}
         // iWARP connects the TCP stream in the call.
-        Err(e) if e.errno() == Some(uverbs::Errno::CONNREFUSED) => {
+        Err(e) if e.errno() == Some(uverbs::error::Errno::CONNREFUSED) => {
             return Ok(Err(format!("rdma_connect: {e}")));
         }
         Err(e) => return Err(format!("{what}: rdma_connect: {e}").into()),

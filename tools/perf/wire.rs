@@ -31,10 +31,9 @@ use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
-use uverbs::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, Mtu, Payload, QpInit, QpType, QueuePair,
-    RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
-};
+use uverbs::qp::Mtu;
+use uverbs::wr::{Payload, RecvWr, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
+use uverbs::{AccessFlags, CompletionQueue, Context, MemoryRegion, QpInit, QpType, QueuePair};
 
 use super::Result;
 

@@ -30,10 +30,11 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use uverbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, Param, PortSpace};
-use uverbs::{
-    Context, Device, DriverId, Errno, OpenOptions, Remote, SendOp, WcOpcode, WorkCompletion,
-};
-use uverbs::{QpState, TransportType};
+use uverbs::device::{DriverId, OpenOptions, TransportType};
+use uverbs::error::Errno;
+use uverbs::qp::QpState;
+use uverbs::wr::{Remote, SendOp, WcOpcode, WorkCompletion};
+use uverbs::{Context, Device};
 
 use super::{
     answer_pings, check_write_area, devices, measure_latency, ping, reap, report, stream_writes,

@@ -24,7 +24,7 @@ use std::io::{Read, Write};
 use std::net::{Ipv6Addr, TcpListener, TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use uverbs::Gid;
+use uverbs::device::Gid;
 
 use super::Result;
 

@@ -24,11 +24,13 @@ use std::time::{Duration, Instant};
 
 use memmap2::MmapMut;
 use uverbs::cm::{EventChannel, EventKind, LocalConnection, PortSpace};
+use uverbs::device::{GidEntry, GidType, TransportType};
+use uverbs::qp::{Mtu, QpAttr, QpState};
+use uverbs::wr::{Payload, RecvWr, Remote, SendOp, SendWr, Sge, WcStatus, WorkCompletion};
 use uverbs::{
-    AccessFlags, CompletionQueue, Context, MemoryRegion, Payload, ProtectionDomain, QpInit,
-    QueuePair, RecvWr, Remote, SendOp, SendWr, Sge, WcStatus, WorkCompletion,
+    AccessFlags, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpInit, QpType,
+    QueuePair,
 };
-use uverbs::{GidEntry, GidType, Mtu, QpAttr, QpState, QpType, TransportType};
 
 /// Any failure of the traffic itself (not of the WRITE, which is the result).
 pub type Fallible<T> = Result<T, Box<dyn std::error::Error>>;

@@ -387,7 +387,7 @@ pub fn register_mlx5() {
 }
 
 /// uverbs' completion as libibverbs reports it, for comparison.
-pub fn ours_wc(w: &uverbs::WorkCompletion) -> IbvWc {
+pub fn ours_wc(w: &uverbs::wr::WorkCompletion) -> IbvWc {
     let r = w.as_raw();
     IbvWc {
         wr_id: r.wr_id,

@@ -66,7 +66,7 @@ fn the_data_path_is_refused_before_any_system_call() {
     assert_eq!(fake.count(), sent, "nothing sent");
     let pd = ctx.alloc_pd().unwrap();
     let sent = fake.count();
-    let err = pd.create_srq(&crate::SrqInit::new(16, 1)).unwrap_err();
+    let err = pd.create_srq(&crate::qp::SrqInit::new(16, 1)).unwrap_err();
     assert!(matches!(err, Error::Unsupported { .. }), "{err:?}");
     assert_eq!(fake.count(), sent, "no CREATE_SRQ sent");
 }

@@ -18,6 +18,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use crate::command::{QpAttr, QpState, QpType};
 use crate::cq::CompletionQueue;
 use crate::cq_routing::Reader;
+use crate::device::OpenOptions;
 use crate::error::{Errno, Error, Op};
 use crate::fork::{ForkMode, ForkSafety, MadviseAdvisor};
 use crate::provider::driver::DriverId;
@@ -26,7 +27,7 @@ use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport,
 use crate::wr::{
     Payload, PostError, RecvWr, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
 };
-use crate::{Context, OpenOptions};
+use crate::Context;
 use uverbs_uapi::{self as sys, SIW_INVAL_UOBJ_KEY, SIW_WQE_VALID};
 
 const CQ_KEY: u64 = 0x1000;
@@ -846,11 +847,14 @@ fn a_forked_child_touches_none_of_the_parents_siw_rings() {
 }
 
 /// 64 bytes of `byte`, registered in `pd` for a request to own.
-fn local_in(pd: &crate::ProtectionDomain, byte: u8) -> crate::Local<crate::BufferMr<Vec<u8>>> {
+fn local_in(
+    pd: &crate::ProtectionDomain,
+    byte: u8,
+) -> crate::post::Local<crate::BufferMr<Vec<u8>>> {
     let mr = pd
         .reg_buffer(vec![byte; 64], crate::AccessFlags::LOCAL_WRITE)
         .unwrap();
-    crate::Local::whole(mr)
+    crate::post::Local::whole(mr)
 }
 
 /// An `OwnedQp` on siw in ERR (which takes posts, as the kernel's flush
@@ -884,7 +888,7 @@ impl OwnedSiw {
         }
     }
 
-    fn local(&self, byte: u8) -> crate::Local<crate::BufferMr<Vec<u8>>> {
+    fn local(&self, byte: u8) -> crate::post::Local<crate::BufferMr<Vec<u8>>> {
         local_in(&self.pd, byte)
     }
 
@@ -909,7 +913,7 @@ impl OwnedSiw {
         self.next_cqe += 1;
     }
 
-    fn poll(&self) -> Vec<crate::Completed<crate::BufferMr<Vec<u8>>>> {
+    fn poll(&self) -> Vec<crate::post::Completed<crate::BufferMr<Vec<u8>>>> {
         let mut done = Vec::new();
         self.qp.poll(&mut done).unwrap();
         done
@@ -923,13 +927,13 @@ impl OwnedSiw {
 fn an_owned_siw_read_comes_back_only_with_its_own_completion() {
     use crate::post::Ended;
     let mut s = OwnedSiw::new();
-    let remote = crate::Remote {
+    let remote = crate::wr::Remote {
         addr: 0x10000,
         rkey: 7,
     };
-    s.qp.post_send(crate::SendRequest::read(10, s.local(2), remote))
+    s.qp.post_send(crate::post::SendRequest::read(10, s.local(2), remote))
         .unwrap();
-    s.qp.post_send(crate::SendRequest::send(11, s.local(3)))
+    s.qp.post_send(crate::post::SendRequest::send(11, s.local(3)))
         .unwrap();
     s.complete(1, sys::SIW_OP_SEND);
     let done = s.poll();
@@ -953,7 +957,7 @@ fn an_owned_siw_qp_refuses_unsignalled_requests() {
     use crate::post::PostSendError;
     let s = OwnedSiw::new();
     let before = s.fake.log().len();
-    let request = crate::SendRequest::send(1, s.local(1)).unsignaled();
+    let request = crate::post::SendRequest::send(1, s.local(1)).unsignaled();
     let Err(PostSendError::Refused(refused)) = s.qp.post_send(request) else {
         panic!("an unsignalled SEND on siw was queued");
     };
@@ -980,7 +984,8 @@ fn a_failed_doorbell_leaves_the_owned_request_with_the_device() {
     use crate::post::PostSendError;
     let mut s = OwnedSiw::new();
     s.fake.state().doorbell_errno = Some(Errno::ACCESS);
-    let result = s.qp.post_send(crate::SendRequest::send(5, s.local(9)));
+    let result =
+        s.qp.post_send(crate::post::SendRequest::send(5, s.local(9)));
     let Err(PostSendError::Queued { wr_id, error }) = result else {
         panic!("a failed doorbell handed the request back: {result:?}");
     };
@@ -1007,7 +1012,7 @@ fn a_failed_doorbell_leaves_the_owned_request_with_the_device() {
     // The next request gets another id, so the orphan's completion cannot
     // release it.
     s.fake.state().doorbell_errno = None;
-    s.qp.post_send(crate::SendRequest::send(6, s.local(8)))
+    s.qp.post_send(crate::post::SendRequest::send(6, s.local(8)))
         .unwrap();
     assert_ne!(s.sq_id(0), s.sq_id(1));
     s.complete(0, sys::SIW_OP_SEND);
@@ -1027,7 +1032,7 @@ fn a_receive_whose_completion_was_lost_is_not_reported_as_success() {
     let s = OwnedSiw::new();
     for (wr_id, byte) in [(1, 1), (2, 2)] {
         let local = s.local(byte);
-        s.qp.post_recv(crate::RecvRequest::new(wr_id, local))
+        s.qp.post_recv(crate::post::RecvRequest::new(wr_id, local))
             .unwrap();
     }
     let rq_id = |slot: u64| {
@@ -1067,11 +1072,11 @@ fn a_receive_whose_completion_was_lost_is_not_reported_as_success() {
 fn a_destroyed_owned_siw_qp_hands_back_what_never_completed() {
     use crate::post::Ended;
     let mut s = OwnedSiw::new();
-    s.qp.post_send(crate::SendRequest::send(1, s.local(1)))
+    s.qp.post_send(crate::post::SendRequest::send(1, s.local(1)))
         .unwrap();
-    s.qp.post_send(crate::SendRequest::send(2, s.local(2)))
+    s.qp.post_send(crate::post::SendRequest::send(2, s.local(2)))
         .unwrap();
-    s.qp.post_recv(crate::RecvRequest::new(3, s.local(3)))
+    s.qp.post_recv(crate::post::RecvRequest::new(3, s.local(3)))
         .unwrap();
     s.complete(0, sys::SIW_OP_SEND);
 
@@ -1119,7 +1124,7 @@ fn a_destroyed_owned_siw_qp_hands_back_what_never_completed() {
 #[cfg_attr(miri, ignore = "it leaks on purpose, which Miri's leak check reports")]
 fn an_owned_siw_destroy_that_unwinds_frees_no_memory() {
     let s = OwnedSiw::new();
-    s.qp.post_recv(crate::RecvRequest::new(1, s.local(1)))
+    s.qp.post_recv(crate::post::RecvRequest::new(1, s.local(1)))
         .unwrap();
     let deregs = |fake: &SiwFake| {
         let cmds = fake.inner.commands();
@@ -1162,9 +1167,9 @@ async fn an_async_siw_destroy_resolves_the_futures_and_survives_a_refusal() {
         let mr = pd
             .reg_buffer(vec![byte; 64], crate::AccessFlags::LOCAL_WRITE)
             .unwrap();
-        qp.post_send(crate::SendRequest::send(
+        qp.post_send(crate::post::SendRequest::send(
             u64::from(byte),
-            crate::Local::whole(mr),
+            crate::post::Local::whole(mr),
         ))
         .unwrap()
     };
@@ -1262,8 +1267,11 @@ fn a_dropped_owned_qps_completions_are_not_kept_on_its_cq() {
     let cq = s._cq.share();
     let qpn = s.qp.qp_num();
     for byte in [1, 2] {
-        s.qp.post_send(crate::SendRequest::send(u64::from(byte), s.local(byte)))
-            .unwrap();
+        s.qp.post_send(crate::post::SendRequest::send(
+            u64::from(byte),
+            s.local(byte),
+        ))
+        .unwrap();
     }
     // Another owner on the same CQ reads the first completion: it is held
     // for this QP.
@@ -1311,7 +1319,7 @@ fn a_dropped_owned_qps_completions_are_not_kept_on_its_cq() {
 #[test]
 fn an_owned_siw_qp_keeps_its_requests_across_reset() {
     let s = OwnedSiw::new();
-    s.qp.post_recv(crate::RecvRequest::new(1, s.local(1)))
+    s.qp.post_recv(crate::post::RecvRequest::new(1, s.local(1)))
         .unwrap();
     s.qp.modify(&QpAttr::new().state(QpState::Reset)).unwrap();
     assert!(s.poll().is_empty());
@@ -1344,7 +1352,7 @@ impl AsyncSiw {
         qp
     }
 
-    fn local(&self, byte: u8) -> crate::Local<crate::BufferMr<Vec<u8>>> {
+    fn local(&self, byte: u8) -> crate::post::Local<crate::BufferMr<Vec<u8>>> {
         local_in(&self.pd, byte)
     }
 
@@ -1372,7 +1380,7 @@ async fn requests_posted_before_wrapping_resolve_to_their_own_futures() {
     let a = AsyncSiw::new();
     let qp = a.owned_qp();
     let qpn = qp.qp_num();
-    qp.post_recv(crate::RecvRequest::new(1, a.local(0xee)))
+    qp.post_recv(crate::post::RecvRequest::new(1, a.local(0xee)))
         .unwrap();
 
     let refused = crate::tokio::AsyncQp::new(qp, &[&a.cq]).unwrap_err();
@@ -1393,7 +1401,7 @@ async fn requests_posted_before_wrapping_resolve_to_their_own_futures() {
     assert_eq!(earlier.len(), 1);
     assert_eq!(earlier[0].wr_id(), 1);
     let sent = qp
-        .post_send(crate::SendRequest::send(1, a.local(0x55)))
+        .post_send(crate::post::SendRequest::send(1, a.local(0x55)))
         .unwrap();
     let within = |f| tokio::time::timeout(Duration::from_secs(10), f);
 
@@ -1620,9 +1628,9 @@ fn siw_calls_loop() {
 fn an_owned_wait_hands_back_one_request_and_keeps_the_rest() {
     use std::time::{Duration, Instant};
     let mut s = OwnedSiw::new();
-    s.qp.post_send(crate::SendRequest::send(21, s.local(1)))
+    s.qp.post_send(crate::post::SendRequest::send(21, s.local(1)))
         .unwrap();
-    s.qp.post_send(crate::SendRequest::send(22, s.local(2)))
+    s.qp.post_send(crate::post::SendRequest::send(22, s.local(2)))
         .unwrap();
     let start = Instant::now();
     let e = s.qp.wait(Duration::from_millis(20)).unwrap_err();

@@ -12,7 +12,14 @@
 //! followed the same way. A glob import (`use super::*`, `use crate::m::*`)
 //! is an import of `m`'s file. A directory's mod.rs naming its own children
 //! by relative path (`pub use memory::X`, `mod memory`) adds no edge: the
-//! directory's face and its files are read as one unit from outside.
+//! directory's face and its files are read as one unit from outside. A
+//! `pub use` whose name the file's own code never uses is a signpost, not
+//! an edge: the public modules (`mr`, `qp`, `device`) gather items defined
+//! in other files that way, and whoever imports through them is charged to
+//! the defining file.
+//!
+//! The crate root holds at most `MAX_ROOT_ITEMS` (30) public items: its
+//! public modules and the names it re-exports.
 //!
 //! The largest cycle is 5 files: provider/mod.rs, provider/rings.rs and the
 //! three drivers' mod.rs (the `drivers!` list names each driver's type; each
@@ -214,6 +221,8 @@ mod tests {
     struct UseLeaf {
         path: Vec<String>,
         binds: Option<String>,
+        /// Declared `pub use` (any `pub(…)` too): a re-export.
+        public: bool,
     }
 
     /// The leaves of the `use` tree in `toks` from `*at`, under `prefix`.
@@ -230,7 +239,11 @@ mod tests {
                 }
                 Some(Tok::Star) => {
                     *at += 1;
-                    out.push(UseLeaf { path, binds: None });
+                    out.push(UseLeaf {
+                        path,
+                        binds: None,
+                        public: false,
+                    });
                     return;
                 }
                 Some(Tok::Open) => {
@@ -264,7 +277,11 @@ mod tests {
             }
         }
         if path.len() > prefix.len() || binds.is_some() {
-            out.push(UseLeaf { path, binds });
+            out.push(UseLeaf {
+                path,
+                binds,
+                public: false,
+            });
         }
     }
 
@@ -292,11 +309,22 @@ mod tests {
             rest_code.push_str(&code[at..start]);
             let toks = tokens(&code[start + 4..end]);
             let mut i = 0;
+            let first = leaves.len();
             use_tree(&toks, &mut i, &[], &mut leaves);
+            for leaf in &mut leaves[first..] {
+                leaf.public = before.starts_with("pub");
+            }
             at = end;
         }
         rest_code.push_str(&code[at..]);
         (leaves, rest_code)
+    }
+
+    /// Whether `code` has `name` as a whole identifier.
+    fn names_ident(code: &str, name: &str) -> bool {
+        code.match_indices(name).any(|(i, _)| {
+            !code[..i].ends_with(is_ident) && !code[i + name.len()..].starts_with(is_ident)
+        })
     }
 
     /// Every path a file's code (its `use` declarations blanked out) names
@@ -413,11 +441,23 @@ mod tests {
             // Edges: the imports written from an anchor (`crate::`,
             // `super::`, `self::`); a directory's mod.rs naming its own
             // children (`pub use memory::X`) is read as one unit with them.
+            // A re-export the file's own code never names is a signpost,
+            // not a dependency: whoever imports through it is charged to
+            // the defining file (a public module gathering what a reader
+            // browses, `mr`'s `pub use crate::buffer::BufferMr`).
             for leaf in &leaves {
                 let anchored = matches!(
                     leaf.path.first().map(String::as_str),
                     Some("crate" | "super" | "self")
                 );
+                let signpost = leaf.public
+                    && leaf
+                        .binds
+                        .as_ref()
+                        .is_some_and(|name| !names_ident(&rest, name));
+                if signpost {
+                    continue;
+                }
                 if let Some(t) = absolute(&leaf.path, me, &f.bindings).filter(|_| anchored) {
                     f.refs.push(t);
                 }
@@ -498,6 +538,63 @@ mod tests {
         );
     }
 
+    /// The most items the crate root may hold (issue 42): modules and the
+    /// types nearly every program names; everything else is one module
+    /// down, where a reader browses for it.
+    const MAX_ROOT_ITEMS: usize = 30;
+
+    /// The public items lib.rs's code declares: its `pub mod`s (a hidden
+    /// one, `#[doc(hidden)]`, is not part of the API) and the names of its
+    /// `pub use` re-exports.
+    fn root_items(lib_rs: &str) -> Vec<String> {
+        let code = code_of(lib_rs);
+        let (leaves, rest) = uses(&code);
+        let mut items: Vec<String> = leaves
+            .into_iter()
+            .filter(|l| l.public)
+            .filter_map(|l| l.binds)
+            .collect();
+        let mut hidden = false;
+        for line in rest.lines().map(str::trim) {
+            if let Some(name) = line.strip_prefix("pub mod ") {
+                if !hidden {
+                    items.push(name.trim_end_matches(';').trim().to_string());
+                }
+            }
+            if !line.starts_with("#[") {
+                hidden = false;
+            }
+            hidden |= line == "#[doc(hidden)]";
+        }
+        items.sort();
+        items
+    }
+
+    #[test]
+    fn the_crate_root_holds_few_items() {
+        let lib = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../src/lib.rs");
+        let items = root_items(&std::fs::read_to_string(lib).unwrap());
+        // The everyday ones are there.
+        for name in ["Device", "Context", "Error", "cm", "mr", "qp"] {
+            assert!(
+                items.iter().any(|i| i == name),
+                "{name} is not at the root: {items:?}"
+            );
+        }
+        assert!(
+            items.len() <= MAX_ROOT_ITEMS,
+            "the crate root holds {} items, over {MAX_ROOT_ITEMS}: {items:?}",
+            items.len()
+        );
+        println!("the crate root holds {} items: {items:?}", items.len());
+    }
+
+    #[test]
+    fn root_items_are_counted() {
+        let lib = "pub mod a;\n#[cfg(feature = \"x\")]\npub mod b;\n#[cfg(feature = \"f\")]\n#[doc(hidden)]\npub mod hid;\nmod private;\npub use a::{B as C, D};\nuse a::E;\n";
+        assert_eq!(root_items(lib), ["C", "D", "a", "b"]);
+    }
+
     /// The graph of a crate made of `files` (path under src/, text),
     /// written to a fresh folder named for `tag` and removed after.
     fn graph_of(tag: &str, files: &[(&str, &str)]) -> (Vec<String>, Vec<BTreeSet<usize>>) {
@@ -573,6 +670,36 @@ mod tests {
             .map(|c| c.iter().map(|&i| names[i].as_str()).collect())
             .collect();
         assert_eq!(cycle, vec![BTreeSet::from(["a.rs", "b/inner.rs"])]);
+    }
+
+    /// A public module that gathers items by `pub use` is no part of a
+    /// cycle with the files it names; the same `pub use` is an edge once
+    /// the file's own code uses the name.
+    #[test]
+    fn a_re_export_is_an_edge_only_where_used() {
+        let files = |face: &'static str| {
+            [
+                ("lib.rs", "pub mod mr;\nmod buffer;\n"),
+                ("mr.rs", face),
+                (
+                    "buffer.rs",
+                    "use crate::mr::Region;\npub struct Buffer(Region);\n",
+                ),
+            ]
+        };
+        let (names, edges) = graph_of(
+            "signpost",
+            &files("pub struct Region;\npub use crate::buffer::Buffer;\n"),
+        );
+        let at = |n: &str| names.iter().position(|m| m == n).unwrap();
+        assert_eq!(edges[at("buffer.rs")], BTreeSet::from([at("mr.rs")]));
+        assert!(edges[at("mr.rs")].is_empty());
+        let (names, edges) = graph_of(
+            "signpost-used",
+            &files("pub struct Region;\npub use crate::buffer::Buffer;\nfn f(_: Buffer) {}\n"),
+        );
+        let at = |n: &str| names.iter().position(|m| m == n).unwrap();
+        assert_eq!(edges[at("mr.rs")], BTreeSet::from([at("buffer.rs")]));
     }
 
     /// The `use` parser: nested groups, `self` in a group, renames, globs.
