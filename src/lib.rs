@@ -144,9 +144,12 @@
 #![deny(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
-// First: its macro serves the modules below.
+// First: their macros (the one setter maker, the one enum maker) serve
+// the modules below.
 #[macro_use]
 mod setters;
+#[macro_use]
+mod kernel_enum;
 // Second: its driver list makes `with_driver!`, which the objects use.
 #[macro_use]
 mod provider;

@@ -43,85 +43,55 @@ pub(crate) mod file;
 pub use file::AsyncElement;
 use file::AsyncEventFile;
 
-/// Declares [`AsyncEventKind`] and `KINDS`, its kinds in the kernel's order
-/// (index = `enum ib_event_type` value), from one list.
-macro_rules! event_kinds {
-    ($($(#[doc = $doc:literal])* $kind:ident,)+) => {
-        /// What happened (the kernel's `enum ib_event_type`, equal to libibverbs'
-        /// `enum ibv_event_type`).
-        #[doc(alias = "ibv_event_type")]
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        #[non_exhaustive]
-        pub enum AsyncEventKind {
-            $($(#[doc = $doc])* $kind,)+
-            /// A value this crate does not know.
-            Unknown(u32),
-        }
-
-        /// The kinds in the kernel's order: index = `enum ib_event_type` value.
-        const KINDS: &[AsyncEventKind] = &[$(AsyncEventKind::$kind),+];
-    };
-}
-
-event_kinds! {
-    /// A CQ overran (a completion found it full) or failed (`IB_EVENT_CQ_ERR`).
-    CqErr,
-    /// A QP error that is not a work request's: the QP went to ERR (`IB_EVENT_QP_FATAL`).
-    QpFatal,
-    /// An invalid request arrived on the QP (`IB_EVENT_QP_REQ_ERR`).
-    QpReqErr,
-    /// A request violated the QP's access rights (`IB_EVENT_QP_ACCESS_ERR`).
-    QpAccessErr,
-    /// The first packet arrived on a QP in RTR (`IB_EVENT_COMM_EST`).
-    CommEst,
-    /// A QP moved to SQD has no outstanding send left (`IB_EVENT_SQ_DRAINED`).
-    SqDrained,
-    /// The QP migrated to its alternate path (`IB_EVENT_PATH_MIG`).
-    PathMig,
-    /// Path migration failed (`IB_EVENT_PATH_MIG_ERR`).
-    PathMigErr,
-    /// The device failed; the context is unusable (`IB_EVENT_DEVICE_FATAL`).
-    DeviceFatal,
-    /// A port became active (`IB_EVENT_PORT_ACTIVE`).
-    PortActive,
-    /// A port went down (`IB_EVENT_PORT_ERR`).
-    PortErr,
-    /// A port's LID changed (`IB_EVENT_LID_CHANGE`).
-    LidChange,
-    /// A port's P_Key table changed (`IB_EVENT_PKEY_CHANGE`).
-    PkeyChange,
-    /// A port's subnet manager changed (`IB_EVENT_SM_CHANGE`).
-    SmChange,
-    /// An SRQ failed (`IB_EVENT_SRQ_ERR`).
-    SrqErr,
-    /// An SRQ fell below its limit (`IB_EVENT_SRQ_LIMIT_REACHED`).
-    SrqLimitReached,
-    /// A QP on an SRQ in ERR consumed its last receive (`IB_EVENT_QP_LAST_WQE_REACHED`).
-    QpLastWqeReached,
-    /// The subnet manager asks to re-register (`IB_EVENT_CLIENT_REREGISTER`).
-    ClientReregister,
-    /// A port's GID table changed (`IB_EVENT_GID_CHANGE`).
-    GidChange,
-    /// A work queue failed (`IB_EVENT_WQ_FATAL`).
-    WqFatal,
-}
-
-impl AsyncEventKind {
-    /// The kind of the kernel's value `raw`.
-    pub fn from_raw(raw: u32) -> Self {
-        KINDS
-            .get(raw as usize)
-            .copied()
-            .unwrap_or(AsyncEventKind::Unknown(raw))
-    }
-
-    /// The kernel's value.
-    pub fn raw(self) -> u32 {
-        match self {
-            AsyncEventKind::Unknown(raw) => raw,
-            // Every other kind is in KINDS, which has 20 entries.
-            known => KINDS.iter().position(|k| *k == known).unwrap_or(0) as u32,
-        }
+kernel_enum! {
+    /// What happened (the kernel's `enum ib_event_type`, equal to libibverbs'
+    /// `enum ibv_event_type`).
+    #[doc(alias = "ibv_event_type")]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+    #[non_exhaustive]
+    pub enum AsyncEventKind {
+        /// A value this crate does not know.
+        Unknown(u32),
+        /// A CQ overran (a completion found it full) or failed (`IB_EVENT_CQ_ERR`).
+        CqErr = 0,
+        /// A QP error that is not a work request's: the QP went to ERR (`IB_EVENT_QP_FATAL`).
+        QpFatal = 1,
+        /// An invalid request arrived on the QP (`IB_EVENT_QP_REQ_ERR`).
+        QpReqErr = 2,
+        /// A request violated the QP's access rights (`IB_EVENT_QP_ACCESS_ERR`).
+        QpAccessErr = 3,
+        /// The first packet arrived on a QP in RTR (`IB_EVENT_COMM_EST`).
+        CommEst = 4,
+        /// A QP moved to SQD has no outstanding send left (`IB_EVENT_SQ_DRAINED`).
+        SqDrained = 5,
+        /// The QP migrated to its alternate path (`IB_EVENT_PATH_MIG`).
+        PathMig = 6,
+        /// Path migration failed (`IB_EVENT_PATH_MIG_ERR`).
+        PathMigErr = 7,
+        /// The device failed; the context is unusable (`IB_EVENT_DEVICE_FATAL`).
+        DeviceFatal = 8,
+        /// A port became active (`IB_EVENT_PORT_ACTIVE`).
+        PortActive = 9,
+        /// A port went down (`IB_EVENT_PORT_ERR`).
+        PortErr = 10,
+        /// A port's LID changed (`IB_EVENT_LID_CHANGE`).
+        LidChange = 11,
+        /// A port's P_Key table changed (`IB_EVENT_PKEY_CHANGE`).
+        PkeyChange = 12,
+        /// A port's subnet manager changed (`IB_EVENT_SM_CHANGE`).
+        SmChange = 13,
+        /// An SRQ failed (`IB_EVENT_SRQ_ERR`).
+        SrqErr = 14,
+        /// An SRQ fell below its limit (`IB_EVENT_SRQ_LIMIT_REACHED`).
+        SrqLimitReached = 15,
+        /// A QP on an SRQ in ERR consumed its last receive (`IB_EVENT_QP_LAST_WQE_REACHED`).
+        QpLastWqeReached = 16,
+        /// The subnet manager asks to re-register (`IB_EVENT_CLIENT_REREGISTER`).
+        ClientReregister = 17,
+        /// A port's GID table changed (`IB_EVENT_GID_CHANGE`).
+        GidChange = 18,
+        /// A work queue failed (`IB_EVENT_WQ_FATAL`).
+        WqFatal = 19,
     }
 }
 
@@ -377,7 +347,7 @@ mod tests {
         for (raw, kind, element) in cases {
             let event = AsyncEvent::from_raw(&desc(raw, id));
             assert_eq!(event, AsyncEvent { kind, element }, "type {raw}");
-            assert_eq!(kind.raw(), raw, "{kind:?}");
+            assert_eq!(kind.to_raw(), raw, "{kind:?}");
         }
         // A port event as the kernel sends it: port 1.
         assert_eq!(
@@ -391,7 +361,7 @@ mod tests {
         for raw in [20, 21, 0x8000_0000, u32::MAX] {
             let event = AsyncEvent::from_raw(&desc(raw, 77));
             assert_eq!(event.kind, AsyncEventKind::Unknown(raw));
-            assert_eq!(event.kind.raw(), raw);
+            assert_eq!(event.kind.to_raw(), raw);
             assert_eq!(event.element, AsyncElement::Unknown(77));
         }
     }

@@ -20,37 +20,7 @@ use uverbs_uapi as sys;
 use crate::flags::AccessFlags;
 use crate::gid::Gid;
 
-/// A `#[repr(u8)]` enum whose values go on the wire, and its `from_raw`
-/// (the inverse of `as u8`, `None` for a number that is no variant), from
-/// the one list of variants and values.
-macro_rules! wire_enum {
-    (
-        $(#[$doc:meta])*
-        pub enum $name:ident {
-            $($(#[$vdoc:meta])* $variant:ident = $value:literal,)+
-        }
-        $(#[$from_doc:meta])*
-        fn from_raw;
-    ) => {
-        $(#[$doc])*
-        #[repr(u8)]
-        pub enum $name {
-            $($(#[$vdoc])* $variant = $value,)+
-        }
-
-        impl $name {
-            $(#[$from_doc])*
-            pub fn from_raw(raw: u8) -> Option<Self> {
-                match raw {
-                    $($value => Some($name::$variant),)+
-                    _ => None,
-                }
-            }
-        }
-    };
-}
-
-wire_enum! {
+kernel_enum! {
     /// A queue pair's state (`enum ib_qp_state`; the values go on the wire).
     #[doc(alias = "ibv_qp_state")]
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -171,7 +141,7 @@ bitflags! {
     }
 }
 
-wire_enum! {
+kernel_enum! {
     /// A path MTU (`enum ib_mtu`).
     #[doc(alias = "ibv_mtu")]
     #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -409,19 +379,6 @@ pub fn iwarp_transition_rule(
     }
 }
 
-/// Chained [`QpAttr`] setters that each store one field of the request and
-/// set that attribute's mask bit (one `QpAttr::set` each).
-macro_rules! attribute_setters {
-    ($( $(#[$doc:meta])* $setter:ident($arg:ident: $t:ty) => $bit:ident, $field:ident = $value:expr; )*) => {
-        $(
-            $(#[$doc])*
-            pub fn $setter(self, $arg: $t) -> Self {
-                self.set(QpAttrMask::$bit, |r| r.$field = $value)
-            }
-        )*
-    };
-}
-
 /// [`QpAttr`] getters that each read one field of the request, `None`
 /// unless that attribute's mask bit is set.
 macro_rules! attribute_getters {
@@ -479,40 +436,40 @@ impl QpAttr {
         QpAttrMask::from_bits_retain(self.req.attr_mask)
     }
 
-    attribute_setters! {
+    setters! {
         /// The state to move to (`IBV_QP_STATE`).
-        state(state: QpState) => STATE, qp_state = state as u8;
+        pub fn state(state: QpState) => set(QpAttrMask::STATE): qp_state = state as u8;
         /// What remote peers may do (`IBV_QP_ACCESS_FLAGS`).
-        access_flags(access: AccessFlags) => ACCESS_FLAGS, qp_access_flags = access.bits();
+        pub fn access_flags(access: AccessFlags) => set(QpAttrMask::ACCESS_FLAGS): qp_access_flags = access.bits();
         /// The P_Key index (`IBV_QP_PKEY_INDEX`).
-        pkey_index(index: u16) => PKEY_INDEX, pkey_index = index;
+        pub fn pkey_index(index: u16) => set(QpAttrMask::PKEY_INDEX): pkey_index = index;
         /// The port, 1-based (`IBV_QP_PORT`).
-        port(port: u8) => PORT, port_num = port;
+        pub fn port(port: u8) => set(QpAttrMask::PORT): port_num = port;
         /// The Q_Key of a UD QP (`IBV_QP_QKEY`).
-        qkey(qkey: u32) => QKEY, qkey = qkey;
+        pub fn qkey(qkey: u32) => set(QpAttrMask::QKEY): qkey = qkey;
         /// The primary path to the peer (`IBV_QP_AV`); see
         /// [`roce_dest`](Self::roce_dest).
-        av(dest: sys::ib_uverbs_qp_dest) => AV, dest = dest;
+        pub fn av(dest: sys::ib_uverbs_qp_dest) => set(QpAttrMask::AV): dest = dest;
         /// The path MTU (`IBV_QP_PATH_MTU`).
-        path_mtu(mtu: Mtu) => PATH_MTU, path_mtu = mtu as u8;
+        pub fn path_mtu(mtu: Mtu) => set(QpAttrMask::PATH_MTU): path_mtu = mtu as u8;
         /// The local ACK timeout, 4.096 µs · 2^timeout, at most 31 (`IBV_QP_TIMEOUT`).
-        timeout(timeout: u8) => TIMEOUT, timeout = timeout;
+        pub fn timeout(timeout: u8) => set(QpAttrMask::TIMEOUT): timeout = timeout;
         /// Transport retries, at most 7 (`IBV_QP_RETRY_CNT`).
-        retry_cnt(count: u8) => RETRY_CNT, retry_cnt = count;
+        pub fn retry_cnt(count: u8) => set(QpAttrMask::RETRY_CNT): retry_cnt = count;
         /// RNR retries, at most 7 = infinite (`IBV_QP_RNR_RETRY`).
-        rnr_retry(count: u8) => RNR_RETRY, rnr_retry = count;
+        pub fn rnr_retry(count: u8) => set(QpAttrMask::RNR_RETRY): rnr_retry = count;
         /// The first PSN expected from the peer, 24 bits (`IBV_QP_RQ_PSN`).
-        rq_psn(psn: u32) => RQ_PSN, rq_psn = psn;
+        pub fn rq_psn(psn: u32) => set(QpAttrMask::RQ_PSN): rq_psn = psn;
         /// Outstanding RDMA reads/atomics as initiator (`IBV_QP_MAX_QP_RD_ATOMIC`).
-        max_rd_atomic(n: u8) => MAX_QP_RD_ATOMIC, max_rd_atomic = n;
+        pub fn max_rd_atomic(n: u8) => set(QpAttrMask::MAX_QP_RD_ATOMIC): max_rd_atomic = n;
         /// The minimum RNR NAK timer code, at most 31 (`IBV_QP_MIN_RNR_TIMER`).
-        min_rnr_timer(code: u8) => MIN_RNR_TIMER, min_rnr_timer = code;
+        pub fn min_rnr_timer(code: u8) => set(QpAttrMask::MIN_RNR_TIMER): min_rnr_timer = code;
         /// The first PSN sent, 24 bits (`IBV_QP_SQ_PSN`).
-        sq_psn(psn: u32) => SQ_PSN, sq_psn = psn;
+        pub fn sq_psn(psn: u32) => set(QpAttrMask::SQ_PSN): sq_psn = psn;
         /// Outstanding RDMA reads/atomics as target (`IBV_QP_MAX_DEST_RD_ATOMIC`).
-        max_dest_rd_atomic(n: u8) => MAX_DEST_RD_ATOMIC, max_dest_rd_atomic = n;
+        pub fn max_dest_rd_atomic(n: u8) => set(QpAttrMask::MAX_DEST_RD_ATOMIC): max_dest_rd_atomic = n;
         /// The peer's QP number, 24 bits (`IBV_QP_DEST_QPN`).
-        dest_qpn(qpn: u32) => DEST_QPN, dest_qp_num = qpn;
+        pub fn dest_qpn(qpn: u32) => set(QpAttrMask::DEST_QPN): dest_qp_num = qpn;
     }
 
     /// The state requested, if any (for an answer of

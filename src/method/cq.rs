@@ -62,17 +62,17 @@ impl<'a> CqCreate<'a> {
         }
     }
 
-    builder_setters! {
+    setters! {
         /// Completion events go to this completion channel.
-        comp_channel(fd: RawFd) => comp_channel = Some(fd);
+        pub fn comp_channel(fd: RawFd) => comp_channel = Some(fd);
         /// The completion vector (default 0).
-        comp_vector(vector: u32) => comp_vector = vector;
+        pub fn comp_vector(vector: u32) => comp_vector = vector;
         /// Async events about the CQ go to this async event file (sent as an
         /// optional attribute, as rdma-core does, so older kernels ignore it).
-        event_fd(fd: RawFd) => event_fd = Some(fd);
+        pub fn event_fd(fd: RawFd) => event_fd = Some(fd);
         /// `IB_UVERBS_CQ_FLAGS_*` (rxe refuses any with `EOPNOTSUPP`); sent
         /// only when not zero.
-        flags(flags: u32) => flags = flags;
+        pub fn flags(flags: u32) => flags = flags;
     }
 
     /// The frame: HANDLE (IDR new), CQE (u32), USER_HANDLE (u64),

@@ -22,19 +22,6 @@
 //! The device and MR queries are crate-internal (the [`Context`](crate::Context)
 //! wraps them); the CQ and QP methods are public building blocks.
 
-/// Chained setters that each store one value in a field of the builder.
-macro_rules! builder_setters {
-    ($( $(#[$doc:meta])* $setter:ident($arg:ident: $t:ty) => $field:ident = $value:expr; )*) => {
-        $(
-            $(#[$doc])*
-            pub fn $setter(mut self, $arg: $t) -> Self {
-                self.$field = $value;
-                self
-            }
-        )*
-    };
-}
-
 /// A method that destroys one object named by its handle (IDR destroy) and
 /// answers one response struct: `CQ_DESTROY`, `QP_DESTROY`.
 macro_rules! destroy_method {

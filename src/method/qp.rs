@@ -82,11 +82,11 @@ impl<'a> QpCreate<'a> {
         }
     }
 
-    builder_setters! {
+    setters! {
         /// The value async events about the QP carry (default 0).
-        user_handle(user_handle: u64) => user_handle = user_handle;
+        pub fn user_handle(user_handle: u64) => user_handle = user_handle;
         /// Receive from shared receive queue `srq_handle`.
-        srq(srq_handle: u32) => srq = Some(srq_handle);
+        pub fn srq(srq_handle: u32) => srq = Some(srq_handle);
     }
 
     /// Every send WR is signalled (`IB_UVERBS_QP_CREATE_SQ_SIG_ALL`).
@@ -99,9 +99,9 @@ impl<'a> QpCreate<'a> {
         self
     }
 
-    builder_setters! {
+    setters! {
         /// Async events about the QP go to this async event file (optional).
-        event_fd(fd: RawFd) => event_fd = Some(fd);
+        pub fn event_fd(fd: RawFd) => event_fd = Some(fd);
     }
 
     /// The frame, in attribute-id order: HANDLE (IDR new), PD, SRQ (if

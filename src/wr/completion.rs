@@ -33,59 +33,7 @@ bitflags! {
     }
 }
 
-/// An enum of the kernel's values 0, 1, 2, … (each name given with its
-/// value, in order) and `Unknown(u32)` for any other (listed first,
-/// declared last), with `from_raw` (a bounds-checked table lookup) and
-/// `to_raw`. A compile-time check fails if a value is out of order.
-macro_rules! raw_enum {
-    (
-        $(#[$meta:meta])*
-        $vis:vis enum $ty:ident {
-            $(#[$umeta:meta])*
-            Unknown(u32),
-            $($(#[$vmeta:meta])* $name:ident = $raw:literal,)*
-        }
-    ) => {
-        $(#[$meta])*
-        $vis enum $ty {
-            $($(#[$vmeta])* $name,)*
-            $(#[$umeta])*
-            Unknown(u32),
-        }
-
-        impl $ty {
-            /// Every named value, at the index of its raw value.
-            const TABLE: &'static [$ty] = &[$($ty::$name),*];
-
-            /// The value the kernel's `raw` stands for.
-            #[inline]
-            pub(crate) fn from_raw(raw: u32) -> Self {
-                match Self::TABLE.get(raw as usize) {
-                    Some(known) => *known,
-                    None => $ty::Unknown(raw),
-                }
-            }
-
-            /// The kernel's value (`Unknown` gives back its own).
-            pub(crate) const fn to_raw(self) -> u32 {
-                match self {
-                    $($ty::$name => $raw,)*
-                    $ty::Unknown(raw) => raw,
-                }
-            }
-        }
-
-        const _: () = {
-            let mut i = 0;
-            while i < $ty::TABLE.len() {
-                assert!($ty::TABLE[i].to_raw() == i as u32, "values listed out of order");
-                i += 1;
-            }
-        };
-    };
-}
-
-raw_enum! {
+kernel_enum! {
     /// Completion status (the kernel's `enum ib_wc_status`, libibverbs'
     /// `enum ibv_wc_status`).
     #[doc(alias = "ibv_wc_status")]
