@@ -39,8 +39,9 @@ use crate::error::{Errno, Error, Op};
 use crate::event_fd;
 use crate::method::{native_refused, CqCreate, CqDestroy};
 use crate::pd::debug_object;
-use crate::provider::rings::{CqRing, Ring, Unmapped, MAX_CREATE_UHW_OUT};
+use crate::provider::rings::{CompletionRing, CqRing, Ring, Unmapped, MAX_CREATE_UHW_OUT};
 use crate::provider::{StateOf, UhwIn};
+use crate::ring_lock::RingLock;
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
@@ -205,6 +206,31 @@ impl AsRawFd for CompletionChannel {
     }
 }
 
+/// A CQ's plain poll with its driver known: the ring lock tried, the
+/// routing flag read and the driver's ring read in one body, which saves
+/// only the registers that driver's poll needs, with no dispatch on the
+/// driver (picked once, at creation, as libibverbs' `ops.poll_cq` is).
+/// `None` hands the poll to the full path (the lock is held elsewhere, the
+/// CQ is routed, or the ring is unmapped), which finds out which; an
+/// `Option<usize>` comes back in two registers, where a `Result` with a
+/// reason came back through memory.
+type FastPoll = fn(&CqInner, &mut [WorkCompletion]) -> Option<usize>;
+
+/// [`FastPoll`] for a CQ of driver `D`: every check of a plain poll, in
+/// the function the CQ's pointer names (the benchmarks measure it, as they
+/// measure libibverbs' `rxe_poll_cq` behind `ibv_poll_cq`'s dispatch).
+fn fast_poll<D: StateOf>(inner: &CqInner, out: &mut [WorkCompletion]) -> Option<usize> {
+    // Before the ring lock and the ring (see `req_notify`): a child's poll
+    // would hand the parent's completions back to the kernel.
+    if !inner.origin.is_current() {
+        return None;
+    }
+    // Free and not routed (see `adopt`), in one compare-and-swap.
+    let mut ring = inner.ring.try_lock_unrouted()?;
+    // A CQ's ring is its driver's from creation on.
+    D::cq_ring_mut(&mut ring)?.poll(out).ok()
+}
+
 /// The kernel CQ, shared by the [`CompletionQueue`] and the QPs using it.
 pub(crate) struct CqInner {
     pub(crate) ctx: Context,
@@ -221,14 +247,15 @@ pub(crate) struct CqInner {
     origin: Generation,
     /// The ring and its mapping, unmapped in the driver's teardown order
     /// (see [`Ring::unmap_before_destroy`]).
-    ring: Mutex<CqRing>,
+    /// Its lock's word also says whether the CQ is routed: set (for good)
+    /// when an `OwnedQp` first registers, before its first drain; from then
+    /// on every read goes through `routing`.
+    ring: RingLock<CqRing>,
+    /// The plain poll of this CQ's driver.
+    fast_poll: FastPoll,
     /// Owners of QPs completing here, and completions held for them or for
     /// plain polls. Lock order: `routing`, then `ring`.
     routing: Mutex<Routing>,
-    /// Set (for good) when an `OwnedQp` first registers, before its first
-    /// drain: from then on every read goes through `routing`. Read under
-    /// the ring lock, so a reader holding it after that drain sees it.
-    routed: AtomicBool,
     /// Keeps the channel's descriptor open while the CQ may report on it.
     channel: Option<Arc<ChannelInner>>,
 }
@@ -480,8 +507,8 @@ impl Context {
         }
         self.check_cq_init(init)?;
         let event_id = NEXT_CQ_EVENT_ID.fetch_add(1, Ordering::Relaxed);
-        let (path, handle, real_cqe, ring) = with_driver!(self.inner.provider,
-            D => self.create_cq_ring::<D>(init, event_id, uhw_len)?,
+        let ((path, handle, real_cqe, ring), fast_poll) = with_driver!(self.inner.provider,
+            D => (self.create_cq_ring::<D>(init, event_id, uhw_len)?, fast_poll::<D> as FastPoll),
             Generic => return Err(fail(Errno::OPNOTSUPP)));
         let events = Arc::new(EventCounts::default());
         if let Some(ch) = channel {
@@ -496,10 +523,10 @@ impl Context {
                 path,
                 events,
                 released: AtomicBool::new(false),
-                ring: Mutex::new(ring),
+                ring: RingLock::new(ring),
+                fast_poll,
                 origin: self.inner.origin,
                 routing: Mutex::new(Routing::default()),
-                routed: AtomicBool::new(false),
                 channel: channel.map(|c| c.inner.clone()),
             }),
         })
@@ -918,18 +945,32 @@ impl CompletionQueue {
     #[doc(alias = "ibv_poll_cq")]
     #[doc(alias = "ibv_start_poll")]
     #[doc(alias = "ibv_next_poll")]
+    // Inline, as libibverbs' `ibv_poll_cq` is: the call site goes straight
+    // to the driver's poll through the CQ's pointer.
+    #[inline]
     pub fn poll(&self, out: &mut [WorkCompletion]) -> Result<usize, Error> {
+        let inner = &*self.inner;
+        match (inner.fast_poll)(inner, out) {
+            Some(n) => Ok(n),
+            None => self.poll_full(out),
+        }
+    }
+
+    /// [`poll`](Self::poll) where its fast path gave up: refuses a forked
+    /// child, waits for the ring lock, reads routed completions through
+    /// the routing, or reports the unmapped ring.
+    #[cold]
+    #[inline(never)]
+    fn poll_full(&self, out: &mut [WorkCompletion]) -> Result<usize, Error> {
         let ctx = &self.inner.ctx;
-        // Before the ring lock and the ring (see `req_notify`): a child's
-        // poll would hand the parent's completions back to the kernel.
         if !self.inner.origin.is_current() {
             return Err(ctx.foreign_process(Op::PollCq));
         }
         {
             let mut ring = self.inner.ring.lock();
-            // Acquire, under the ring lock: pairs with the store `adopt`
-            // makes before it takes this lock.
-            if !self.inner.routed.load(Ordering::Acquire) {
+            // Under the ring lock: a CQ routed before we took it is read
+            // through the routing (see `adopt`).
+            if !self.inner.ring.is_routed() {
                 return ring.poll(out).map_err(|_| poll_error(ctx));
             }
         }
@@ -995,9 +1036,9 @@ impl CompletionQueue {
         {
             let mut routing = self.inner.routing.lock();
             routing.adopt(qpn);
-            // Release, before the drain below takes the ring lock: a reader
-            // holding that lock afterwards sees it and routes (see `poll`).
-            self.inner.routed.store(true, Ordering::Release);
+            // Before the drain below takes the ring lock: a reader taking
+            // that lock afterwards sees it and routes (see `poll`).
+            self.inner.ring.set_routed();
         }
         // What is here under `qpn` now is stale (the owner has posted
         // nothing yet): read it and drop it; the rest is held as usual.
@@ -1026,9 +1067,9 @@ impl CompletionQueue {
     pub(crate) fn attach_srq(&self, qpn: u32, srq: u64) -> Result<(), Error> {
         self.inner.ctx.check_process(Op::PollCq)?;
         {
-            // Release, as in `adopt`.
+            // As in `adopt`.
             let _routing = self.inner.routing.lock();
-            self.inner.routed.store(true, Ordering::Release);
+            self.inner.ring.set_routed();
         }
         self.settle()?;
         self.inner.routing.lock().attach_srq(qpn, srq);

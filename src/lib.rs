@@ -186,6 +186,7 @@ mod process;
 pub mod qp;
 mod query;
 mod remote_buffer;
+mod ring_lock;
 mod srq;
 #[cfg(test)]
 mod test_serial;

@@ -45,7 +45,7 @@
 //! most self (exclusive) instructions inside the measured ones:
 //!
 //! ```text
-//! @@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":…,"fn":"uverbs::cq::CompletionQueue::poll"}
+//! @@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":…,"fn":"uverbs::cq::fast_poll"}
 //! ```
 //!
 //! Then, the same way on the first device, the control operations

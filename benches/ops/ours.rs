@@ -1,6 +1,7 @@
 //! This crate's side: the loops of [`crate::Case`] over
 //! `QueuePair::post_send`, `QueuePair::post_recv` and
-//! `CompletionQueue::poll`, the same as [`crate::ibv`]'s.
+//! `CompletionQueue::poll` (measured in `fast_poll`, the driver's poll its
+//! inline dispatch calls), the same as [`crate::ibv`]'s.
 
 use uverbs::device::Gid;
 use uverbs::qp::{Mtu, QpAttr, QpState, RcConnect, RcPeer};

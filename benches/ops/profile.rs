@@ -57,7 +57,7 @@ pub const IMPLS: &[Impl] = &[
             Symbols {
                 post_send: "uverbs::qp::QueuePair::post_send",
                 post_recv: "uverbs::qp::QueuePair::post_recv",
-                poll: "uverbs::cq::CompletionQueue::poll",
+                poll: "uverbs::cq::fast_poll",
             },
         )],
     },
@@ -68,7 +68,7 @@ pub const IMPLS: &[Impl] = &[
             Symbols {
                 post_send: "uverbs::qp::QueuePair::post_send_exclusive",
                 post_recv: "uverbs::qp::QueuePair::post_recv_exclusive",
-                poll: "uverbs::cq::CompletionQueue::poll",
+                poll: "uverbs::cq::fast_poll",
             },
         )],
     },

@@ -25,10 +25,10 @@ pub(crate) const ITERS: u64 = 200;
 /// symbol callgrind sees.
 #[allow(dead_code)] // read by tools/ir-budget.sh, from this source
 pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
-    ("rxe", "probe_poll", 101),
+    ("rxe", "probe_poll", 69),
     ("rxe", "probe_post_recv", 141),
     ("rxe", "probe_post_recv_exclusive", 111),
-    ("siw", "probe_poll", 131),
+    ("siw", "probe_poll", 103),
     ("siw", "probe_post_recv", 121),
     ("siw", "probe_post_recv_exclusive", 90),
 ];

@@ -298,6 +298,9 @@ pub(crate) trait StateOf: Driver {
     fn state_of(state: &DriverState) -> Option<&Self::State>;
     /// The CQ ring as the enum holds it.
     fn cq_ring(ring: Self::Cq) -> CqRing;
+    /// This driver's ring, if the enum holds one (it always does for a CQ
+    /// this driver made: a ring never changes driver).
+    fn cq_ring_mut(ring: &mut CqRing) -> Option<&mut Self::Cq>;
     /// The QP's queues as the enums hold them.
     fn queues(sq: Self::Sq, rq: Option<Self::Rq>) -> (SendQueue, Option<RecvQueue>);
     /// A receive queue (an SRQ's) as the enum holds it.
@@ -362,6 +365,15 @@ macro_rules! drivers {
 
                 fn cq_ring(ring: Self::Cq) -> CqRing {
                     CqRing::$V(ring)
+                }
+
+                #[inline(always)]
+                fn cq_ring_mut(ring: &mut CqRing) -> Option<&mut Self::Cq> {
+                    #[allow(unreachable_patterns)]
+                    match ring {
+                        CqRing::$V(r) => Some(r),
+                        _ => None,
+                    }
                 }
 
                 fn queues(sq: Self::Sq, rq: Option<Self::Rq>) -> (SendQueue, Option<RecvQueue>) {

@@ -437,17 +437,24 @@ impl<T: FromBytes> Consumer<T> {
         if n == 0 {
             return 0;
         }
-        // The first completion on its own (most polls find one), then the
-        // rest by index: the common case runs straight through, without the
-        // set-up of the unrolled loop.
+        // The first completion on its own (most polls find one), the rest
+        // out of line: the common case runs straight through, without the
+        // set-up of the unrolled loop or the registers it needs saved.
         out[0] = self.read_ready(0);
-        let mut i = 1;
-        while i < n {
-            out[i] = self.read_ready(i as u32);
-            i += 1;
+        if n > 1 {
+            self.copy_rest(&mut out[1..n]);
         }
         self.advance(n as u32);
         n
+    }
+
+    /// Copies the ready elements 1, 2, … into `rest` (at most as many as
+    /// [`ready`](Self::ready) counted, less the first).
+    #[inline(never)]
+    fn copy_rest(&self, rest: &mut [T]) {
+        for (i, slot) in rest.iter_mut().enumerate() {
+            *slot = self.read_ready(i as u32 + 1);
+        }
     }
 
     /// The `i`-th ready element as a `T`, for `i` below the count

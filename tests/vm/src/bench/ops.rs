@@ -198,7 +198,9 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> Option<String> {
          before the loop and not counted.\n\n\
          callgrind collects only inside the measured functions, each inclusive of what it calls \
          in user space (locks, the doorbell's `write` wrapper); the kernel is not counted. Ours: \
-         `QueuePair::post_send`, `QueuePair::post_recv` and `CompletionQueue::poll`; \
+         `QueuePair::post_send`, `QueuePair::post_recv` and the CQ's poll, `fast_poll` (the \
+         driver's poll that the inline `CompletionQueue::poll` calls through the CQ's pointer, \
+         with the fork check, the ring lock and the routing check in it); \
          ours-exclusive: the same through `post_send_exclusive` and `post_recv_exclusive` (`&mut \
          self`, no lock: for a caller that holds the QP alone); libibverbs: \
          its provider's `rxe_post_send` / `siw_post_send`, `…_post_recv` and `…_poll_cq` (what \
@@ -330,13 +332,13 @@ mod tests {
 @@RESULT {"kind":"ops","device":"siw0","impl":"ours","op":"post_send+poll_cq","error":"ours: post_send 0: boom"}
 @@RESULT {"kind":"ops","device":"rxe0","impl":"ours","op":"alloc_pd+dealloc_pd","ir_per_pair":900.0,"calls":"201+200","syscalls_per_pair":2.0,"iters":200}
 @@OPS-CHILD posts=1 polls=1 empty_polls=0
-@@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":120.5,"fn":"uverbs::cq::CompletionQueue::poll"}
+@@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":120.5,"fn":"uverbs::cq::fast_poll"}
 @@RESULT {"kind":"ops_fn","device":"rxe0","impl":"ours","self_ir_per_pair":80.0,"fn":"<&T as core::fmt::Debug>::fmt | x"}
 "#;
         let lines = parse(console);
         let functions = read_all(console).ops_fn;
         assert_eq!(functions.len(), 2, "{functions:?}");
-        assert_eq!(functions[0].name, "uverbs::cq::CompletionQueue::poll");
+        assert_eq!(functions[0].name, "uverbs::cq::fast_poll");
         assert_eq!(lines.len(), 3, "{lines:?}");
         assert_eq!(lines[0].polls, 201);
         assert_eq!(lines[0].ir_per_iter, 300.0);
