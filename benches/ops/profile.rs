@@ -56,7 +56,7 @@ pub const IMPLS: &[Impl] = &[
             "",
             Symbols {
                 post_send: "uverbs::qp::QueuePair::post_send",
-                post_recv: "uverbs::qp::QueuePair::post_recv",
+                post_recv: "uverbs::qp::post_recv_locked",
                 poll: "uverbs::cq::fast_poll",
             },
         )],

@@ -22,8 +22,9 @@
 //! the polls, outside the measured functions, so every poll finds its
 //! completion. callgrind collects only inside the measured functions
 //! (`--toggle-collect`), each inclusive of what it calls: ours
-//! `QueuePair::post_send`, `QueuePair::post_recv` and the CQ's
-//! `fast_poll` (behind the inline `CompletionQueue::poll`; ours-exclusive: `post_send_exclusive` and
+//! `QueuePair::post_send`, and `post_recv_locked` and `fast_poll`
+//! (behind the inline `QueuePair::post_recv` and `CompletionQueue::poll`;
+//! ours-exclusive: `post_send_exclusive` and
 //! `post_recv_exclusive`), libmlx5's `mlx5_post_send`, `mlx5_post_recv`
 //! and the poll function its context installs (`mlx5_poll_cq_v1` for CQE
 //! version 1; the static archive's symbols carry the `rdmacore44_0_`
@@ -170,7 +171,7 @@ mod linked {
         Impl {
             name: "ours",
             post_send: "uverbs::qp::QueuePair::post_send",
-            post_recv: "uverbs::qp::QueuePair::post_recv",
+            post_recv: "uverbs::qp::post_recv_locked",
             poll: Some("uverbs::cq::fast_poll"),
         },
         Impl {

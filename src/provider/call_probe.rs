@@ -26,11 +26,11 @@ pub(crate) const ITERS: u64 = 200;
 #[allow(dead_code)] // read by tools/ir-budget.sh, from this source
 pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("rxe", "probe_poll", 69),
-    ("rxe", "probe_post_recv", 141),
-    ("rxe", "probe_post_recv_exclusive", 111),
+    ("rxe", "probe_post_recv", 127),
+    ("rxe", "probe_post_recv_exclusive", 97),
     ("siw", "probe_poll", 103),
-    ("siw", "probe_post_recv", 121),
-    ("siw", "probe_post_recv_exclusive", 90),
+    ("siw", "probe_post_recv", 110),
+    ("siw", "probe_post_recv_exclusive", 79),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.

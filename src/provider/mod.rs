@@ -305,6 +305,9 @@ pub(crate) trait StateOf: Driver {
     fn queues(sq: Self::Sq, rq: Option<Self::Rq>) -> (SendQueue, Option<RecvQueue>);
     /// A receive queue (an SRQ's) as the enum holds it.
     fn recv_queue(rq: Self::Rq) -> RecvQueue;
+    /// This driver's receive queue, if the enum holds one (it always does
+    /// for a QP this driver made).
+    fn recv_queue_mut(rq: &mut RecvQueue) -> Option<&mut Self::Rq>;
 }
 
 /// Makes, from the driver list, [`Provider`], the ring enums and the two
@@ -382,6 +385,15 @@ macro_rules! drivers {
 
                 fn recv_queue(rq: Self::Rq) -> RecvQueue {
                     RecvQueue::$V(rq)
+                }
+
+                #[inline(always)]
+                fn recv_queue_mut(rq: &mut RecvQueue) -> Option<&mut Self::Rq> {
+                    #[allow(unreachable_patterns)]
+                    match rq {
+                        RecvQueue::$V(r) => Some(r),
+                        _ => None,
+                    }
                 }
             }
         )+

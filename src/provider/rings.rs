@@ -44,6 +44,8 @@ pub(crate) enum PostFailure {
     /// The ring is not mapped (`EBADF`: unmapped for a destroy, or mapping
     /// it again after a refused destroy failed).
     Os(Errno),
+    /// The object is the parent's: this is a forked child.
+    ForeignProcess,
 }
 
 impl PostFailure {
@@ -58,6 +60,10 @@ impl PostFailure {
                 why: Box::new(error),
             },
             PostFailure::Os(e) => Error::os(op, device, e),
+            PostFailure::ForeignProcess => Error::ForeignProcess {
+                op,
+                device: device.clone(),
+            },
         }
     }
 }

@@ -558,8 +558,10 @@ pub(crate) fn write_recv_wqe(
 /// Writes `wr` into the next free slot of the receive queue `rq` (not yet
 /// published), `max_sge` already capped to the slot
 /// ([`recv_sges_within_slot`]): the receive queue's hot path, checking in
-/// rdma-core's order (SGE count, length, a free slot).
-#[inline]
+/// rdma-core's order (SGE count, length, a free slot). Always inlined: the
+/// plain hint left it out of line in some builds, a call whose frame cost
+/// more than the writer.
+#[inline(always)]
 pub(crate) fn encode_recv(
     rq: &mut Producer,
     max_sge: u32,

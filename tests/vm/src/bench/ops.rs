@@ -198,9 +198,10 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> Option<String> {
          before the loop and not counted.\n\n\
          callgrind collects only inside the measured functions, each inclusive of what it calls \
          in user space (locks, the doorbell's `write` wrapper); the kernel is not counted. Ours: \
-         `QueuePair::post_send`, `QueuePair::post_recv` and the CQ's poll, `fast_poll` (the \
-         driver's poll that the inline `CompletionQueue::poll` calls through the CQ's pointer, \
-         with the fork check, the ring lock and the routing check in it); \
+         `QueuePair::post_send`, and the driver's functions that the inline \
+         `QueuePair::post_recv` and `CompletionQueue::poll` call through the object's pointer, \
+         `post_recv_locked` and `fast_poll`, with the fork check, the lock and the state or \
+         routing check in them; \
          ours-exclusive: the same through `post_send_exclusive` and `post_recv_exclusive` (`&mut \
          self`, no lock: for a caller that holds the QP alone); libibverbs: \
          its provider's `rxe_post_send` / `siw_post_send`, `…_post_recv` and `…_poll_cq` (what \
