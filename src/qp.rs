@@ -206,6 +206,9 @@ pub struct QueuePair {
     rq: Option<Mutex<RecvQueue>>,
     /// `post_recv` with the QP's driver known ([`PostRecvShared`]).
     post_recv_shared: PostRecvShared,
+    /// `post_recv_exclusive` with the QP's driver known
+    /// ([`PostRecvExclusive`]).
+    post_recv_exclusive: PostRecvExclusive,
     /// The SRQ it receives from, kept alive (destroyed after this QP).
     srq: Option<Arc<SrqInner>>,
     /// `RECV_TAG` when the SRQ is an [`OwnedSrq`](crate::post::OwnedSrq)'s, else
@@ -312,10 +315,11 @@ impl ProtectionDomain {
             qp_type: init.qp_type,
             cap,
         };
-        let ((created, sq, rq, caps), post_recv_shared) = with_driver!(provider,
+        let ((created, sq, rq, caps), post_recv_shared, post_recv_exclusive) = with_driver!(provider,
             D => (
                 self.create_qp_rings::<D>(init, req, event_id, uhw_len)?,
                 post_recv_locked::<D> as PostRecvShared,
+                post_recv_unlocked::<D> as PostRecvExclusive,
             ),
             Generic => return Err(fail(Errno::OPNOTSUPP)));
         let owned_srq = init.srq.filter(|srq| srq.inner.is_owned());
@@ -338,6 +342,7 @@ impl ProtectionDomain {
             sq: Mutex::new(sq),
             rq: rq.map(Mutex::new),
             post_recv_shared,
+            post_recv_exclusive,
             srq: init.srq.map(|srq| srq.inner.clone()),
             reserved_wr_id_bits: if owned_srq.is_some() { RECV_TAG } else { 0 },
             windows: Mutex::new(Vec::new()),
@@ -1167,15 +1172,7 @@ impl QueuePair {
     #[doc(alias = "ibv_post_recv")]
     #[inline]
     pub unsafe fn post_recv_exclusive(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        if !self.origin.is_current() {
-            return Err(self.pd.ctx.foreign_process(Op::PostRecv));
-        }
-        let Some(rq) = self.rq.as_mut() else {
-            return Err(self.post_error(Op::PostRecv, 0, PostError::ReceivesFromSrq));
-        };
-        // The ring in hand, the driver's arm inlined here (no lock to keep
-        // in a driver's body).
-        queue_recvs(&self.state, rq.get_mut(), wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
+        (self.post_recv_exclusive)(self, wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 }
 
@@ -1234,6 +1231,34 @@ fn post_recv_locked<D: StateOf>(qp: &QueuePair, wrs: &[RecvWr<'_>]) -> Result<()
     }
 }
 
+/// A QP's `post_recv_exclusive` with its driver known: as
+/// [`PostRecvShared`], the ring in hand without a lock.
+type PostRecvExclusive = fn(&mut QueuePair, &[RecvWr<'_>]) -> Result<(), PostFailure>;
+
+/// [`PostRecvExclusive`] for a QP of driver `D` (measured by the
+/// benchmarks as [`post_recv_locked`] is).
+fn post_recv_unlocked<D: StateOf>(
+    qp: &mut QueuePair,
+    wrs: &[RecvWr<'_>],
+) -> Result<(), PostFailure> {
+    if !qp.origin.is_current() {
+        return Err(PostFailure::ForeignProcess);
+    }
+    let Some(rq) = qp.rq.as_mut() else {
+        return Err(PostFailure::Refused {
+            index: 0,
+            error: PostError::ReceivesFromSrq,
+        });
+    };
+    let rq = D::recv_queue_mut(rq.get_mut());
+    check_recv_state(&qp.state)?;
+    match rq {
+        Some(rq) => rq.post(wrs),
+        // A QP's receive queue is its driver's from creation on.
+        None => Err(PostFailure::Os(Errno::BADF)),
+    }
+}
+
 /// Whether the QP's `state` allows receives (any but RESET), read as in
 /// [`queue_sends`].
 #[inline(always)]
@@ -1244,18 +1269,6 @@ fn check_recv_state(state: &AtomicU8) -> Result<(), PostFailure> {
         return Err(wrong_state("post_recv", raw));
     }
     Ok(())
-}
-
-/// Writes `wrs` into the receive ring `rq` if the QP's `state` allows
-/// receives ([`check_recv_state`]).
-#[inline(always)]
-fn queue_recvs(
-    state: &AtomicU8,
-    rq: &mut RecvQueue,
-    wrs: &[RecvWr<'_>],
-) -> Result<(), PostFailure> {
-    check_recv_state(state)?;
-    rq.post(wrs)
 }
 
 /// The refusal of a post in state `raw`.

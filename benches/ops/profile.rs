@@ -67,7 +67,7 @@ pub const IMPLS: &[Impl] = &[
             "",
             Symbols {
                 post_send: "uverbs::qp::QueuePair::post_send_exclusive",
-                post_recv: "uverbs::qp::QueuePair::post_recv_exclusive",
+                post_recv: "uverbs::qp::post_recv_unlocked",
                 poll: "uverbs::cq::fast_poll",
             },
         )],

@@ -24,8 +24,8 @@
 //! (`--toggle-collect`), each inclusive of what it calls: ours
 //! `QueuePair::post_send`, and `post_recv_locked` and `fast_poll`
 //! (behind the inline `QueuePair::post_recv` and `CompletionQueue::poll`;
-//! ours-exclusive: `post_send_exclusive` and
-//! `post_recv_exclusive`), libmlx5's `mlx5_post_send`, `mlx5_post_recv`
+//! ours-exclusive: `post_send_exclusive` and `post_recv_unlocked`,
+//! behind `post_recv_exclusive`), libmlx5's `mlx5_post_send`, `mlx5_post_recv`
 //! and the poll function its context installs (`mlx5_poll_cq_v1` for CQE
 //! version 1; the static archive's symbols carry the `rdmacore44_0_`
 //! prefix). Each implementation and case is a callgrind run of its own:
@@ -177,7 +177,7 @@ mod linked {
         Impl {
             name: "ours-exclusive",
             post_send: "uverbs::qp::QueuePair::post_send_exclusive",
-            post_recv: "uverbs::qp::QueuePair::post_recv_exclusive",
+            post_recv: "uverbs::qp::post_recv_unlocked",
             poll: Some("uverbs::cq::fast_poll"),
         },
         Impl {

@@ -189,7 +189,10 @@ pub struct Local<M> {
 }
 
 impl<M: DeviceReadable> Local<M> {
-    /// All of `mem`.
+    /// All of `mem` as a request's local memory (one SGE over every byte
+    /// it registered): `Local::whole(mr)`; a part is
+    /// [`slice`](Self::slice).
+    #[doc(alias = "sge")]
     pub fn whole(mem: M) -> Self {
         let (_, len, _) = mem.registered();
         Local { mem, range: 0..len }

@@ -32,6 +32,13 @@ pub use owned_srq::{OwnedSrq, OwnedSrqNotDestroyed, SrqNotOwnable};
 
 /// A send work request that owns its local memory (or carries inline
 /// bytes, copied when it is posted).
+///
+/// "Send" names the queue, as libibverbs' `ibv_send_wr` does: every
+/// request the QP starts goes to its send queue, so a SEND
+/// ([`send`](Self::send)), an RDMA WRITE ([`write`](Self::write)), an RDMA
+/// READ ([`read`](Self::read), which reads *into* its local memory) and the
+/// atomics are all `SendRequest`s; only a receive is a [`RecvRequest`].
+#[doc(alias = "ibv_send_wr")]
 #[derive(Debug)]
 pub struct SendRequest<'a, M> {
     wr_id: u64,

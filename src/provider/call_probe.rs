@@ -27,10 +27,10 @@ pub(crate) const ITERS: u64 = 200;
 pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("rxe", "probe_poll", 69),
     ("rxe", "probe_post_recv", 127),
-    ("rxe", "probe_post_recv_exclusive", 97),
-    ("siw", "probe_poll", 103),
+    ("rxe", "probe_post_recv_exclusive", 114),
+    ("siw", "probe_poll", 96),
     ("siw", "probe_post_recv", 110),
-    ("siw", "probe_post_recv_exclusive", 79),
+    ("siw", "probe_post_recv_exclusive", 91),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.

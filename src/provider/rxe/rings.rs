@@ -265,8 +265,9 @@ impl Ring for RecvQueue {}
 
 impl RecvRing for RecvQueue {
     /// Writes one WQE per request and publishes them together, or writes
-    /// nothing; no system call.
-    #[inline]
+    /// nothing; no system call. Always inlined into the QP's receive post,
+    /// its one caller per QP kind.
+    #[inline(always)]
     fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let rq = &mut self.producer;
         for (index, wr) in wrs.iter().enumerate() {

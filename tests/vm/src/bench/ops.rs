@@ -203,7 +203,8 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> Option<String> {
          `post_recv_locked` and `fast_poll`, with the fork check, the lock and the state or \
          routing check in them; \
          ours-exclusive: the same through `post_send_exclusive` and `post_recv_exclusive` (`&mut \
-         self`, no lock: for a caller that holds the QP alone); libibverbs: \
+         self`, no lock: for a caller that holds the QP alone; measured in `post_recv_unlocked`, \
+         behind the latter's dispatch); libibverbs: \
          its provider's `rxe_post_send` / `siw_post_send`, `…_post_recv` and `…_poll_cq` (what \
          the inline `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq` call), statically linked \
          into the same binary. Ir per iteration is the total ÷ the loop's iterations, the first \
