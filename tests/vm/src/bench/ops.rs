@@ -352,7 +352,7 @@ mod tests {
         assert_holds(
             &md,
             &[
-                "| `uverbs::cq::CompletionQueue::poll` | 120.5 |",
+                "| `uverbs::cq::fast_poll` | 120.5 |",
                 "| `<&T as core::fmt::Debug>::fmt \\| x` | 80.0 |",
                 "| 1. WRITE | ours | 300.0 | 300.0 | 200.0 | — | 99.5 | 1.00 | 0.00 | 200 | 201 | 1 | 0.75× |",
                 "**siw0**",
