@@ -1216,19 +1216,9 @@ fn post_recv_locked<D: StateOf>(qp: &QueuePair, wrs: &[RecvWr<'_>]) -> Result<()
         return Err(PostFailure::ForeignProcess);
     }
     let Some(rq) = &qp.rq else {
-        return Err(PostFailure::Refused {
-            index: 0,
-            error: PostError::ReceivesFromSrq,
-        });
+        return Err(RECEIVES_FROM_SRQ);
     };
-    let mut rq = rq.lock();
-    let rq = D::recv_queue_mut(&mut rq);
-    check_recv_state(&qp.state)?;
-    match rq {
-        Some(rq) => rq.post(wrs),
-        // A QP's receive queue is its driver's from creation on.
-        None => Err(PostFailure::Os(Errno::BADF)),
-    }
+    write_recvs::<D>(&qp.state, &mut rq.lock(), wrs)
 }
 
 /// A QP's `post_recv_exclusive` with its driver known: as
@@ -1245,13 +1235,27 @@ fn post_recv_unlocked<D: StateOf>(
         return Err(PostFailure::ForeignProcess);
     }
     let Some(rq) = qp.rq.as_mut() else {
-        return Err(PostFailure::Refused {
-            index: 0,
-            error: PostError::ReceivesFromSrq,
-        });
+        return Err(RECEIVES_FROM_SRQ);
     };
-    let rq = D::recv_queue_mut(rq.get_mut());
-    check_recv_state(&qp.state)?;
+    write_recvs::<D>(&qp.state, rq.get_mut(), wrs)
+}
+
+/// A receive posted to a QP that receives from an SRQ.
+const RECEIVES_FROM_SRQ: PostFailure = PostFailure::Refused {
+    index: 0,
+    error: PostError::ReceivesFromSrq,
+};
+
+/// Writes `wrs` into driver `D`'s receive ring `rq` if the QP's `state`
+/// allows receives ([`check_recv_state`]).
+#[inline(always)]
+fn write_recvs<D: StateOf>(
+    state: &AtomicU8,
+    rq: &mut RecvQueue,
+    wrs: &[RecvWr<'_>],
+) -> Result<(), PostFailure> {
+    let rq = D::recv_queue_mut(rq);
+    check_recv_state(state)?;
     match rq {
         Some(rq) => rq.post(wrs),
         // A QP's receive queue is its driver's from creation on.
