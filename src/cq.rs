@@ -39,9 +39,11 @@ use crate::error::{Errno, Error, Op};
 use crate::event_fd;
 use crate::method::{native_refused, CqCreate, CqDestroy};
 use crate::pd::debug_object;
-use crate::provider::rings::{CompletionRing, CqRing, Ring, Unmapped, MAX_CREATE_UHW_OUT};
+use crate::provider::rings::{
+    CompletionRing, CqRing, FirstPoll, Ring, Unmapped, MAX_CREATE_UHW_OUT,
+};
 use crate::provider::{StateOf, UhwIn};
-use crate::ring_lock::RingLock;
+use crate::ring_lock::{RingGuard, RingLock};
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
@@ -228,7 +230,21 @@ fn fast_poll<D: StateOf>(inner: &CqInner, out: &mut [WorkCompletion]) -> Option<
     // Free and not routed (see `adopt`), in one compare-and-swap.
     let mut ring = inner.ring.try_lock_unrouted()?;
     // A CQ's ring is its driver's from creation on.
-    D::cq_ring_mut(&mut ring)?.poll(out).ok()
+    match D::cq_ring_mut(&mut ring)?.poll_first(out).ok()? {
+        FirstPoll::Done(n) => Some(n),
+        // In tail position, the lock moved in: the common case above keeps
+        // nothing across a call, so it saves no registers.
+        FirstPoll::More => poll_more::<D>(ring, out),
+    }
+}
+
+/// [`fast_poll`] past its first completion, out of line; releases the lock.
+#[inline(never)]
+fn poll_more<D: StateOf>(
+    mut ring: RingGuard<'_, CqRing>,
+    out: &mut [WorkCompletion],
+) -> Option<usize> {
+    Some(D::cq_ring_mut(&mut ring)?.poll_more(out))
 }
 
 /// The kernel CQ, shared by the [`CompletionQueue`] and the QPs using it.

@@ -16,6 +16,8 @@
 
 use crate::process::Generation;
 use parking_lot::Mutex;
+
+use crate::ring_lock::RingLock;
 use std::fmt;
 use std::os::fd::{AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -201,9 +203,9 @@ pub struct QueuePair {
     modify_lock: Mutex<()>,
     /// The rings and their mappings, unmapped in the driver's teardown
     /// order (see [`Ring::unmap_before_destroy`]).
-    sq: Mutex<SendQueue>,
+    sq: RingLock<SendQueue>,
     /// `None` on an SRQ, whose ring the SRQ owns.
-    rq: Option<Mutex<RecvQueue>>,
+    rq: Option<RingLock<RecvQueue>>,
     /// `post_recv` with the QP's driver known ([`PostRecvShared`]).
     post_recv_shared: PostRecvShared,
     /// `post_recv_exclusive` with the QP's driver known
@@ -339,8 +341,8 @@ impl ProtectionDomain {
             state: AtomicU8::new(QpState::Reset as u8),
             modify_lock: Mutex::new(()),
             multicast: Mutex::new(Vec::new()),
-            sq: Mutex::new(sq),
-            rq: rq.map(Mutex::new),
+            sq: RingLock::new(sq),
+            rq: rq.map(RingLock::new),
             post_recv_shared,
             post_recv_exclusive,
             srq: init.srq.map(|srq| srq.inner.clone()),
@@ -781,7 +783,7 @@ impl QueuePair {
         // after flushing what was queued), so the rings' own positions stay
         // right and nothing is reset here.
         let _sq = self.sq.lock();
-        let _rq = self.rq.as_ref().map(Mutex::lock);
+        let _rq = self.rq.as_ref().map(RingLock::lock);
         let cmd = ModifyQp::new(self.handle, attr);
         // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
         if let Err(e) = unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) } {
@@ -917,7 +919,7 @@ impl QueuePair {
         let ctx = &self.pd.ctx;
         self.release_windows();
         let mut sq = self.sq.lock();
-        let mut rq = self.rq.as_ref().map(Mutex::lock);
+        let mut rq = self.rq.as_ref().map(RingLock::lock);
         let unmapped =
             sq.unmap_before_destroy() | rq.as_mut().is_some_and(|rq| rq.unmap_before_destroy());
         let sent = send_destroy_qp(ctx, self.path, self.handle);
@@ -1256,11 +1258,25 @@ fn write_recvs<D: StateOf>(
 ) -> Result<(), PostFailure> {
     let rq = D::recv_queue_mut(rq);
     check_recv_state(state)?;
-    match rq {
-        Some(rq) => rq.post(wrs),
-        // A QP's receive queue is its driver's from creation on.
-        None => Err(PostFailure::Os(Errno::BADF)),
+    // A QP's receive queue is its driver's from creation on.
+    let Some(rq) = rq else {
+        return Err(PostFailure::Os(Errno::BADF));
+    };
+    // The common case answers in a register; only a refusal (or a full
+    // ring) takes the detailed post, out of line.
+    if rq.try_post(wrs) {
+        return Ok(());
     }
+    post_recv_detailed(rq, wrs)
+}
+
+/// [`RecvRing::post`] after its [`try_post`](RecvRing::try_post) wrote
+/// nothing: posts after all if the kernel freed room meanwhile, else says
+/// why not.
+#[cold]
+#[inline(never)]
+fn post_recv_detailed<R: RecvRing>(rq: &mut R, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+    rq.post(wrs)
 }
 
 /// Whether the QP's `state` allows receives (any but RESET), read as in

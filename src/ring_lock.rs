@@ -2,9 +2,11 @@
 //!
 //! A plain poll must take the ring lock and then check that no `OwnedQp`
 //! routes the CQ's completions. With the flag a bit of the lock's word,
-//! one compare-and-swap from "free, not routed" does both, and the release
-//! is one atomic `and` that keeps the flag (libibverbs' providers take a
-//! spinlock here: the same two atomic instructions, without the flag).
+//! one compare-and-swap from "free, not routed" does both. Only the holder
+//! changes the word (the flag is set under the lock too), so the release is
+//! a plain store of the word without LOCKED, no second atomic
+//! read-modify-write (libibverbs' providers take a spinlock here: a
+//! compare-and-swap and a store, without the flag).
 //!
 //! Holders keep the lock for one read of the ring, or for one command
 //! (destroy, resize) on the rare paths, so a waiter spins briefly and then
@@ -55,11 +57,27 @@ impl<T> RingLock<T> {
         self.word
             .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
             .ok()
-            .map(|_| RingGuard { lock: self })
+            .map(|_| RingGuard {
+                lock: self,
+                release: 0,
+            })
     }
 
-    /// The lock, waiting for it: a few spins, then yielding.
+    /// The lock, waiting for it: a few spins, then yielding. The common
+    /// case (free, not routed) inline; the rest out of line, so that a
+    /// post's or poll's body holds no loop or registers for it.
+    #[inline(always)]
     pub(crate) fn lock(&self) -> RingGuard<'_, T> {
+        match self.try_lock_unrouted() {
+            Some(guard) => guard,
+            None => self.lock_contended(),
+        }
+    }
+
+    /// [`lock`](Self::lock) past its first try.
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) -> RingGuard<'_, T> {
         let mut spins = 0;
         loop {
             // Relaxed: only a successful compare-and-swap below takes the
@@ -76,7 +94,12 @@ impl<T> RingLock<T> {
                     )
                     .is_ok()
             {
-                return RingGuard { lock: self };
+                // The word stays `word | LOCKED` while we hold the lock:
+                // nobody else writes it then.
+                return RingGuard {
+                    lock: self,
+                    release: word,
+                };
             }
             if spins < SPINS {
                 spins += 1;
@@ -87,13 +110,16 @@ impl<T> RingLock<T> {
         }
     }
 
-    /// Marks the CQ routed, for good. Release: what the caller set up for
-    /// routing before (its owner registered) happens-before the read of a
-    /// holder that sees the flag ([`is_routed`](Self::is_routed)'s
-    /// Acquire); and a plain poll that takes the lock after this store
-    /// fails its [`try_lock_unrouted`](Self::try_lock_unrouted).
+    /// Marks the CQ routed, for good: takes the lock (so that only a
+    /// holder ever writes the word) and releases it with the flag set. The
+    /// release's Release: what the caller set up for routing before (its
+    /// owner registered) happens-before the read of a holder that sees the
+    /// flag ([`is_routed`](Self::is_routed)'s Acquire, or the next lock's);
+    /// and a plain poll that tries the lock after it fails its
+    /// [`try_lock_unrouted`](Self::try_lock_unrouted).
     pub(crate) fn set_routed(&self) {
-        self.word.fetch_or(ROUTED, Ordering::Release);
+        let mut guard = self.lock();
+        guard.release |= ROUTED;
     }
 
     /// Whether the CQ is routed. Acquire: pairs with
@@ -101,11 +127,20 @@ impl<T> RingLock<T> {
     pub(crate) fn is_routed(&self) -> bool {
         self.word.load(Ordering::Acquire) & ROUTED != 0
     }
+
+    /// The value, for a caller that holds the lock's owner exclusively: no
+    /// lock to take.
+    pub(crate) fn get_mut(&mut self) -> &mut T {
+        self.value.get_mut()
+    }
 }
 
 /// The held lock of a [`RingLock`]: the value, until dropped.
 pub(crate) struct RingGuard<'a, T> {
     lock: &'a RingLock<T>,
+    /// The word the drop stores: the one before we locked (only a holder
+    /// writes it), with ROUTED added by `set_routed`.
+    release: u8,
 }
 
 impl<T> Deref for RingGuard<'_, T> {
@@ -130,8 +165,10 @@ impl<T> Drop for RingGuard<'_, T> {
     #[inline(always)]
     fn drop(&mut self) {
         // Release: our writes to the value happen-before the next holder's
-        // Acquire. Clearing only LOCKED keeps a ROUTED set meanwhile.
-        self.lock.word.fetch_and(!LOCKED, Ordering::Release);
+        // Acquire. A plain store: while LOCKED is set no one else writes
+        // the word (a failed compare-and-swap writes nothing), so no flag
+        // set meanwhile can be lost.
+        self.lock.word.store(self.release, Ordering::Release);
     }
 }
 
@@ -145,14 +182,16 @@ mod tests {
         let lock = RingLock::new(5u32);
         let guard = lock.try_lock_unrouted().expect("free");
         assert!(lock.try_lock_unrouted().is_none(), "held");
-        lock.set_routed();
         drop(guard);
-        assert!(lock.is_routed(), "the release keeps the flag");
+        assert!(!lock.is_routed());
+        lock.set_routed();
+        assert!(lock.is_routed(), "set_routed's release sets the flag");
         assert!(lock.try_lock_unrouted().is_none(), "routed");
         let mut g = lock.lock();
         *g += 1;
         assert!(lock.is_routed());
         drop(g);
+        assert!(lock.is_routed(), "a release keeps the flag");
         assert_eq!(*lock.lock(), 6);
     }
 
@@ -163,7 +202,12 @@ mod tests {
             .map(|i| {
                 let lock = lock.clone();
                 std::thread::spawn(move || {
-                    for _ in 0..if cfg!(miri) { 20 } else { 10_000 } {
+                    for n in 0..if cfg!(miri) { 20 } else { 10_000 } {
+                        // Set while the others take and release the lock:
+                        // their plain-store releases must not lose it.
+                        if i == 1 && n == 10 {
+                            lock.set_routed();
+                        }
                         // Half the threads try the fast way first.
                         if i % 2 == 0 {
                             if let Some(mut g) = lock.try_lock_unrouted() {
@@ -180,5 +224,6 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(*lock.lock(), 4 * if cfg!(miri) { 20 } else { 10_000 });
+        assert!(lock.is_routed());
     }
 }

@@ -25,12 +25,12 @@ pub(crate) const ITERS: u64 = 200;
 /// symbol callgrind sees.
 #[allow(dead_code)] // read by tools/ir-budget.sh, from this source
 pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
-    ("rxe", "probe_poll", 69),
-    ("rxe", "probe_post_recv", 127),
-    ("rxe", "probe_post_recv_exclusive", 114),
-    ("siw", "probe_poll", 96),
-    ("siw", "probe_post_recv", 110),
-    ("siw", "probe_post_recv_exclusive", 91),
+    ("rxe", "probe_poll", 60),
+    ("rxe", "probe_post_recv", 125),
+    ("rxe", "probe_post_recv_exclusive", 115),
+    ("siw", "probe_poll", 91),
+    ("siw", "probe_post_recv", 94),
+    ("siw", "probe_post_recv_exclusive", 82),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.

@@ -142,6 +142,25 @@ pub(crate) trait CompletionRing: Ring {
     /// Copies up to `out.len()` completions out; no system call.
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped>;
 
+    /// A poll's common case on its own (a CQ's plain poll inlines it): at
+    /// most the first completion, into `out[0]`. [`FirstPoll::More`] leaves
+    /// the poll to [`poll_more`](Self::poll_more), which the caller calls
+    /// out of line so that the common case saves no registers for it.
+    /// The default does the whole [`poll`](Self::poll) at once.
+    #[inline]
+    fn poll_first(&mut self, out: &mut [WorkCompletion]) -> Result<FirstPoll, Unmapped> {
+        self.poll(out).map(FirstPoll::Done)
+    }
+
+    /// Finishes a poll that [`poll_first`](Self::poll_first) answered
+    /// [`FirstPoll::More`] to, with the same `out` and nothing in between:
+    /// copies the next completions into `out[1..]` and answers the poll's
+    /// total, the first included.
+    fn poll_more(&mut self, _out: &mut [WorkCompletion]) -> usize {
+        // Only for rings whose `poll_first` answers `More`.
+        1
+    }
+
     /// Arms the CQ without a system call where the driver allows it (siw:
     /// a store to the control word; mlx5: the doorbell record and the UAR
     /// doorbell, whose sequence number counts the completion events read,
@@ -174,6 +193,28 @@ pub(crate) trait CompletionRing: Ring {
     }
 }
 
+/// What [`CompletionRing::poll_first`] did.
+pub(crate) enum FirstPoll {
+    /// The poll is over: this many completions were copied and handed back.
+    Done(usize),
+    /// The first completion is in `out[0]`, not yet handed back where the
+    /// ring hands back several with one store (rxe), and more may be
+    /// ready: [`CompletionRing::poll_more`] finishes the poll.
+    More,
+}
+
+impl FirstPoll {
+    /// The poll's total: this one's, or `more`'s (the ring's
+    /// [`poll_more`](CompletionRing::poll_more)) after [`FirstPoll::More`].
+    #[inline(always)]
+    pub(crate) fn finish(self, more: impl FnOnce() -> usize) -> usize {
+        match self {
+            FirstPoll::Done(n) => n,
+            FirstPoll::More => more(),
+        }
+    }
+}
+
 /// A QP's send queue.
 pub(crate) trait SendRing: Ring {
     /// Writes `wrs` (all or nothing) and answers whether the POST_SEND
@@ -195,6 +236,16 @@ pub(crate) trait SendRing: Ring {
 pub(crate) trait RecvRing: Ring {
     /// Writes `wrs` (all or nothing); no system call.
     fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure>;
+
+    /// [`post`](Self::post) for the common case, answering in a register:
+    /// `true` when `wrs` are written, `false` when nothing is; the caller
+    /// then calls `post`, out of line, for the reason (a refusal is the
+    /// same again; a full ring may have room by then). The default is
+    /// `post` itself.
+    #[inline(always)]
+    fn try_post(&mut self, wrs: &[RecvWr<'_>]) -> bool {
+        self.post(wrs).is_ok()
+    }
 
     /// As [`SendRing::ring_capacity`], for `max_recv_wr`.
     fn ring_capacity(&self) -> Option<u32> {

@@ -31,6 +31,8 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use uverbs_uapi::rxe_queue_buf;
+
+use crate::provider::rings::FirstPoll;
 use zerocopy::FromBytes;
 
 /// Bytes of the queue header before the first slot.
@@ -358,7 +360,8 @@ impl Producer {
 ///
 /// `T` is what a slot holds (an `ib_uverbs_wc` for a CQ): every slot is at
 /// least that large, checked once by [`over`](Self::over), so
-/// [`copy_out`](Self::copy_out) reads whole `T`s without a check per call.
+/// [`copy_first`](Self::copy_first) and [`copy_rest`](Self::copy_rest) read
+/// whole `T`s without a check per call.
 #[derive(Debug)]
 pub(crate) struct Consumer<T> {
     mem: QueueMem,
@@ -427,34 +430,38 @@ impl<T: FromBytes> Consumer<T> {
         Some(unsafe { std::slice::from_raw_parts(slot.cast_const(), self.mem.elem_size()) })
     }
 
-    /// Copies the oldest ready elements, read as `T`s, into `out` (as many as
-    /// are ready and fit), hands their slots back with one store, and answers
-    /// how many. The hot half of a poll: one load of the kernel's index, one
-    /// copy per element, one store.
-    #[inline]
-    pub(crate) fn copy_out(&mut self, out: &mut [T]) -> usize {
+    /// Starts copying the oldest ready elements, read as `T`s, into `out`
+    /// (as many as are ready and fit): loads the kernel's index and copies
+    /// the oldest element into `out[0]`, the common case (most polls find
+    /// one), handing it back when it is the only one. [`FirstPoll::More`] when more are ready and fit: the
+    /// first is not handed back yet, [`copy_rest`](Self::copy_rest) does
+    /// it with the rest (one store for all).
+    #[inline(always)]
+    pub(crate) fn copy_first(&mut self, out: &mut [T]) -> FirstPoll {
         let n = (self.ready() as usize).min(out.len());
         if n == 0 {
-            return 0;
+            return FirstPoll::Done(0);
         }
-        // The first completion on its own (most polls find one), the rest
-        // out of line: the common case runs straight through, without the
-        // set-up of the unrolled loop or the registers it needs saved.
         out[0] = self.read_ready(0);
         if n > 1 {
-            self.copy_rest(&mut out[1..n]);
+            return FirstPoll::More;
+        }
+        self.advance(1);
+        FirstPoll::Done(1)
+    }
+
+    /// After [`copy_first`](Self::copy_first) answered
+    /// [`FirstPoll::More`] for this `out`: copies the ready elements 1, 2,
+    /// … into `out[1..]` (as many as its [`ready`](Self::ready) counted and
+    /// fit), hands them back with the first, and answers how many in all.
+    #[inline(never)]
+    pub(crate) fn copy_rest(&mut self, out: &mut [T]) -> usize {
+        let n = (self.cached_ready() as usize).min(out.len());
+        for (i, slot) in out.iter_mut().enumerate().take(n).skip(1) {
+            *slot = self.read_ready(i as u32);
         }
         self.advance(n as u32);
         n
-    }
-
-    /// Copies the ready elements 1, 2, … into `rest` (at most as many as
-    /// [`ready`](Self::ready) counted, less the first).
-    #[inline(never)]
-    fn copy_rest(&self, rest: &mut [T]) {
-        for (i, slot) in rest.iter_mut().enumerate() {
-            *slot = self.read_ready(i as u32 + 1);
-        }
     }
 
     /// The `i`-th ready element as a `T`, for `i` below the count

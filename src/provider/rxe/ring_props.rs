@@ -524,7 +524,8 @@ fn writes_to_the_other_sides_index_are_ignored() {
 }
 
 /// A consumer that copies whole completions out is refused over slots
-/// smaller than one: `copy_out` relies on it and checks nothing per call.
+/// smaller than one: `copy_first` and `copy_rest` rely on it and check
+/// nothing per call.
 #[test]
 fn a_completion_consumer_needs_slots_that_hold_a_completion() {
     let small = TestRing::new(5, 8); // 32-byte slots

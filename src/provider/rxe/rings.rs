@@ -14,7 +14,9 @@ use super::queue::{Consumer, Producer, QueueMem};
 use super::wqe::{self, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN};
 use crate::command::QpType;
 use crate::error::Errno;
-use crate::provider::rings::{CompletionRing, PostFailure, RecvRing, Ring, SendRing, Unmapped};
+use crate::provider::rings::{
+    CompletionRing, FirstPoll, PostFailure, RecvRing, Ring, SendRing, Unmapped,
+};
 use crate::transport::{SharedMapping, Transport};
 use crate::wr::{RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi as sys;
@@ -90,9 +92,17 @@ impl Ring for CqRing {}
 
 impl CompletionRing for CqRing {
     /// Copies completions out; no system call.
-    #[inline]
     fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped> {
         Ok(wqe::poll(&mut self.consumer, out))
+    }
+
+    #[inline(always)]
+    fn poll_first(&mut self, out: &mut [WorkCompletion]) -> Result<FirstPoll, Unmapped> {
+        Ok(wqe::poll_first(&mut self.consumer, out))
+    }
+
+    fn poll_more(&mut self, out: &mut [WorkCompletion]) -> usize {
+        wqe::poll_more(&mut self.consumer, out)
     }
 
     /// rxe answers the new ring's `mminfo` (`rxe_resize_cq_resp`).

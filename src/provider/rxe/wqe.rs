@@ -28,6 +28,7 @@ use uverbs_uapi::{
 };
 
 use super::queue::{Consumer, Producer, QueueFull};
+use crate::provider::rings::FirstPoll;
 use crate::wr::{Payload, PostError, RecvWr, Remote, SendOp, SendWr, Sge, UdDest, WorkCompletion};
 
 /// Bytes of a send WQE before its SGE list or inline data.
@@ -608,17 +609,31 @@ pub(crate) fn completion(slot: &[u8]) -> Option<WorkCompletion> {
     Some(WorkCompletion::from_raw(wc))
 }
 
-/// Copies up to `out.len()` completions out of the CQ `cq`, oldest first,
-/// each slot's `ib_uverbs_wc` whole into `out`, then hands their slots back
-/// to the kernel with one store. Returns how many. No allocation, no system
-/// call, no decoding: a [`WorkCompletion`] is the kernel's struct.
-#[inline]
-pub(crate) fn poll(cq: &mut Consumer<ib_uverbs_wc>, out: &mut [WorkCompletion]) -> usize {
+/// A poll of the CQ `cq` into `out`, its first step (see
+/// [`CompletionRing::poll_first`](crate::provider::rings::CompletionRing::poll_first)):
+/// the oldest completion, its slot's `ib_uverbs_wc` whole, into `out[0]`;
+/// [`poll_more`] copies the rest, oldest first, and hands all their slots
+/// back to the kernel with one store. No allocation, no system call, no
+/// decoding: a [`WorkCompletion`] is the kernel's struct.
+#[inline(always)]
+pub(crate) fn poll_first(cq: &mut Consumer<ib_uverbs_wc>, out: &mut [WorkCompletion]) -> FirstPoll {
     // A WorkCompletion is an ib_uverbs_wc (`#[repr(transparent)]`): view the
     // caller's buffer as the kernel's structs and copy the slots in whole.
-    // `copy_out` loads the kernel's producer index with Acquire before it
-    // reads, and publishes our consumer index with Release after.
-    cq.copy_out(WorkCompletion::as_raw_slice_mut(out))
+    // `copy_first` loads the kernel's producer index with Acquire before it
+    // reads, and it or `copy_rest` publishes our consumer index with
+    // Release after.
+    cq.copy_first(WorkCompletion::as_raw_slice_mut(out))
+}
+
+/// Copies up to `out.len()` completions out of the CQ `cq`: [`poll_first`]
+/// and, after its [`FirstPoll::More`], [`poll_more`]. Returns how many.
+pub(crate) fn poll(cq: &mut Consumer<ib_uverbs_wc>, out: &mut [WorkCompletion]) -> usize {
+    poll_first(cq, out).finish(|| poll_more(cq, out))
+}
+
+/// [`poll_first`]'s rest, after its [`FirstPoll::More`].
+pub(crate) fn poll_more(cq: &mut Consumer<ib_uverbs_wc>, out: &mut [WorkCompletion]) -> usize {
+    cq.copy_rest(WorkCompletion::as_raw_slice_mut(out))
 }
 
 #[cfg(test)]

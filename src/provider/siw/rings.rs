@@ -21,7 +21,9 @@ use zerocopy::FromBytes;
 use super::queue::{CqConsumer, LayoutError, Producer, WorkElement, CQE_LEN, CTRL_LEN};
 use super::wqe::{self, SendConfig};
 use crate::error::Errno;
-use crate::provider::rings::{CompletionRing, PostFailure, RecvRing, Ring, SendRing, Unmapped};
+use crate::provider::rings::{
+    CompletionRing, FirstPoll, PostFailure, RecvRing, Ring, SendRing, Unmapped,
+};
 use crate::transport::{SharedMapping, Transport};
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi::{self as sys, siw_rqe, siw_sqe, SIW_INVAL_UOBJ_KEY};
@@ -251,6 +253,21 @@ impl CompletionRing for CqRing {
         Ok(wqe::poll(cq, out))
     }
 
+    #[inline(always)]
+    fn poll_first(&mut self, out: &mut [WorkCompletion]) -> Result<FirstPoll, Unmapped> {
+        let cq = self.ring.view().map_err(|_| Unmapped)?;
+        Ok(wqe::poll_first(cq, out))
+    }
+
+    fn poll_more(&mut self, out: &mut [WorkCompletion]) -> usize {
+        match self.ring.view() {
+            Ok(cq) => wqe::poll_more(cq, out),
+            // Not reached: the ring was mapped for `poll_first`, and the
+            // caller held it since. The first completion is out.
+            Err(_) => 1,
+        }
+    }
+
     /// Arms the CQ: one store to its control word; no system call.
     fn arm_in_memory(
         &mut self,
@@ -399,6 +416,15 @@ impl RecvRing for RecvQueue {
         };
         let rq = ring.view().map_err(PostFailure::Os)?;
         post_recvs(rq, self.max_sge, wrs)
+    }
+
+    #[inline(always)]
+    fn try_post(&mut self, wrs: &[RecvWr<'_>]) -> bool {
+        // Unmapped: `post` tells why (or posts nothing, for no requests).
+        let Some(Ok(rq)) = self.ring.as_mut().map(|ring| ring.view()) else {
+            return false;
+        };
+        wqe::try_post_recv(rq, self.max_sge, wrs)
     }
 
     /// The array's elements: the kernel answers them for a QP, but answers

@@ -62,6 +62,7 @@ use uverbs_uapi::{
 
 use super::queue::{CqConsumer, Posted, Producer, QueueFull, Slot};
 use crate::error::Errno;
+use crate::provider::rings::FirstPoll;
 use crate::wr::{
     Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode,
     WcStatus, WorkCompletion,
@@ -625,6 +626,18 @@ pub(crate) fn post_recv(
     post_recv_batch(rq, max, wrs)
 }
 
+/// [`post_recv`] answering only whether it wrote `wrs` (see
+/// [`RecvRing::try_post`](crate::provider::rings::RecvRing::try_post)):
+/// nothing is written when it answers `false`.
+#[inline(always)]
+pub(crate) fn try_post_recv(rq: &mut Producer<siw_rqe>, max_sge: u32, wrs: &[RecvWr<'_>]) -> bool {
+    let max = max_sge.min(SIW_MAX_SGE);
+    if let [wr] = wrs {
+        return check_recv(max, wr).is_ok() && rq.fill_one(|slot| write_rqe(wr, slot)).is_ok();
+    }
+    post_recv_batch(rq, max, wrs).is_ok()
+}
+
 /// [`post_recv`] for any number of requests but one (as
 /// [`post_send_batch`]); `max` is capped already.
 #[inline(never)]
@@ -755,17 +768,32 @@ pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
 /// loop.
 #[inline]
 pub(crate) fn poll(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
-    let Some((first, rest)) = out.split_first_mut() else {
-        return 0;
+    poll_first(cq, out).finish(|| poll_more(cq, out))
+}
+
+/// [`poll`]'s first step (see
+/// [`CompletionRing::poll_first`](crate::provider::rings::CompletionRing::poll_first)):
+/// the oldest completion into `out[0]`, [`FirstPoll::More`] if `out` has
+/// room for more.
+#[inline(always)]
+pub(crate) fn poll_first(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> FirstPoll {
+    let Some(first) = out.first_mut() else {
+        return FirstPoll::Done(0);
     };
     let Some(cqe) = cq.poll_one() else {
-        return 0;
+        return FirstPoll::Done(0);
     };
     *first = completion(&cqe);
-    if rest.is_empty() {
-        return 1;
+    if out.len() == 1 {
+        return FirstPoll::Done(1);
     }
-    1 + poll_rest(cq, rest)
+    FirstPoll::More
+}
+
+/// [`poll_first`]'s rest, after its [`FirstPoll::More`]: the poll's total.
+#[inline]
+pub(crate) fn poll_more(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
+    1 + poll_rest(cq, &mut out[1..])
 }
 
 /// [`poll`] after its first completion.
