@@ -17,15 +17,10 @@ use std::mem::{offset_of, size_of};
 use uverbs::qp::{QpAttr, QpAttrMask, QpState};
 
 use crate::libibverbs::{
-    self, errno, ibv_alloc_pd, ibv_close_device, ibv_dealloc_pd, ibv_dereg_mr, ibv_open_device,
-    ibv_reg_mr, IbvContext, IbvDevice, IbvMr, IbvPd,
+    self, fail, ibv_alloc_pd, ibv_close_device, ibv_dealloc_pd, ibv_dereg_mr, ibv_open_device,
+    ibv_reg_mr, IbvContext, IbvCq, IbvDevice, IbvQp, IbvQpCap, Objects,
 };
 use crate::{Case, Counts, Pair, BATCH, BYTES, TARGET_OFFSET};
-
-#[repr(C)]
-struct IbvCompChannel(c_void);
-#[repr(C)]
-struct IbvSrq(c_void);
 
 type PollCq = unsafe extern "C" fn(*mut IbvCq, c_int, *mut IbvWc) -> c_int;
 type PostSend = unsafe extern "C" fn(*mut IbvQp, *mut IbvSendWr, *mut *mut IbvSendWr) -> c_int;
@@ -43,25 +38,6 @@ struct ContextOps {
     ops_between: [*const c_void; 13],
     post_send: Option<PostSend>,
     post_recv: Option<PostRecv>,
-}
-
-/// `struct ibv_cq` (its first field; we only pass it back).
-#[repr(C)]
-struct IbvCq {
-    context: *mut IbvContext,
-}
-
-/// `struct ibv_qp` up to `qp_num`.
-#[repr(C)]
-struct IbvQp {
-    context: *mut IbvContext,
-    qp_context: *mut c_void,
-    pd: *mut IbvPd,
-    send_cq: *mut IbvCq,
-    recv_cq: *mut IbvCq,
-    srq: *mut IbvSrq,
-    handle: u32,
-    qp_num: u32,
 }
 
 #[repr(C)]
@@ -116,27 +92,6 @@ struct IbvWc {
     slid: u16,
     sl: u8,
     dlid_path_bits: u8,
-}
-
-#[repr(C)]
-#[derive(Default)]
-struct IbvQpCap {
-    max_send_wr: u32,
-    max_recv_wr: u32,
-    max_send_sge: u32,
-    max_recv_sge: u32,
-    max_inline_data: u32,
-}
-
-#[repr(C)]
-struct IbvQpInitAttr {
-    qp_context: *mut c_void,
-    send_cq: *mut IbvCq,
-    recv_cq: *mut IbvCq,
-    srq: *mut IbvSrq,
-    cap: IbvQpCap,
-    qp_type: u32,
-    sq_sig_all: c_int,
 }
 
 /// `struct ibv_global_route` (8-aligned by `union ibv_gid`'s u64s).
@@ -200,8 +155,6 @@ const _: () = {
     assert!(offset_of!(ContextOps, post_send) == 208);
     assert!(offset_of!(ContextOps, post_recv) == 216);
     assert!(size_of::<IbvRecvWr>() == 32 && offset_of!(IbvRecvWr, num_sge) == 24);
-    assert!(offset_of!(IbvMr, lkey) == 36 && offset_of!(IbvMr, rkey) == 40);
-    assert!(offset_of!(IbvQp, qp_num) == 52);
     assert!(size_of::<IbvSge>() == 16);
     assert!(size_of::<IbvSendWr>() == 128);
     assert!(offset_of!(IbvSendWr, num_sge) == 24);
@@ -214,8 +167,6 @@ const _: () = {
     assert!(size_of::<IbvWc>() == 48);
     assert!(offset_of!(IbvWc, byte_len) == 20 && offset_of!(IbvWc, qp_num) == 28);
     assert!(offset_of!(IbvWc, dlid_path_bits) == 45);
-    assert!(size_of::<IbvQpInitAttr>() == 64);
-    assert!(offset_of!(IbvQpInitAttr, cap) == 32 && offset_of!(IbvQpInitAttr, qp_type) == 52);
     assert!(size_of::<IbvGlobalRoute>() == 24 && offset_of!(IbvGlobalRoute, sgid_index) == 20);
     assert!(size_of::<IbvAhAttr>() == 32 && offset_of!(IbvAhAttr, is_global) == 29);
     assert!(offset_of!(IbvAhAttr, port_num) == 30);
@@ -232,7 +183,6 @@ const IBV_WR_RDMA_WRITE: u32 = 0;
 const IBV_WR_SEND: u32 = 2;
 const IBV_SEND_SIGNALED: u32 = 2;
 const IBV_SEND_INLINE: u32 = 8;
-const IBV_QPT_RC: u32 = 2;
 const IBV_QPS_INIT: u32 = 1;
 const IBV_QPS_RTR: u32 = 2;
 const IBV_QPS_RTS: u32 = 3;
@@ -260,22 +210,8 @@ const IBV_QP_MAX_DEST_RD_ATOMIC: c_int = 131072;
 const IBV_QP_DEST_QPN: c_int = 1048576;
 
 extern "C" {
-    fn ibv_create_cq(
-        ctx: *mut IbvContext,
-        cqe: c_int,
-        cq_context: *mut c_void,
-        channel: *mut IbvCompChannel,
-        comp_vector: c_int,
-    ) -> *mut IbvCq;
-    fn ibv_destroy_cq(cq: *mut IbvCq) -> c_int;
-    fn ibv_create_qp(pd: *mut IbvPd, attr: *mut IbvQpInitAttr) -> *mut IbvQp;
-    fn ibv_destroy_qp(qp: *mut IbvQp) -> c_int;
     fn ibv_modify_qp(qp: *mut IbvQp, attr: *mut IbvQpAttr, mask: c_int) -> c_int;
     fn ibv_query_gid(ctx: *mut IbvContext, port: u8, index: c_int, gid: *mut [u8; 16]) -> c_int;
-}
-
-fn fail(what: &str) -> String {
-    format!("libibverbs: {what}: errno {}", errno())
 }
 
 /// RESET -> INIT -> RTR -> RTS of `qp` towards `dest_qpn` at `gid`, with
@@ -357,37 +293,6 @@ unsafe fn connect(qp: *mut IbvQp, dest_qpn: u32, gid: [u8; 16], mtu: u32) -> Res
         }
     }
     Ok(())
-}
-
-/// The objects of one run, destroyed in reverse order on drop.
-struct Objects {
-    ctx: *mut IbvContext,
-    pd: *mut IbvPd,
-    mr: *mut IbvMr,
-    cqs: Vec<*mut IbvCq>,
-    qps: Vec<*mut IbvQp>,
-}
-
-impl Drop for Objects {
-    fn drop(&mut self) {
-        // SAFETY: each was created once by `run` and is destroyed once,
-        // users before what they use.
-        unsafe {
-            for &qp in &self.qps {
-                ibv_destroy_qp(qp);
-            }
-            for &cq in &self.cqs {
-                ibv_destroy_cq(cq);
-            }
-            if !self.mr.is_null() {
-                ibv_dereg_mr(self.mr);
-            }
-            if !self.pd.is_null() {
-                ibv_dealloc_pd(self.pd);
-            }
-            ibv_close_device(self.ctx);
-        }
-    }
 }
 
 /// A libibverbs QP as the cm connection sees it (iWARP).
@@ -553,7 +458,6 @@ fn send_wr(
 /// QP B), each iteration waited for with [`crate::wait_for`]; the slots
 /// checked with [`crate::landed`] before the QPs go.
 pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
-    let dev = libibverbs::device(&pair.device)?;
     // Declared before the objects: dropped after the QPs.
     let link: Option<crate::cm::Link>;
     // SAFETY (throughout): libibverbs calls on objects created here, live
@@ -561,66 +465,35 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
     // end of this block), and the program writes a request's source and
     // reads its target only before the post and after the completion.
     unsafe {
-        let ctx = ibv_open_device(dev);
-        if ctx.is_null() {
-            return Err(fail("ibv_open_device"));
-        }
-        let mut objs = Objects {
-            ctx,
-            pd: std::ptr::null_mut(),
-            mr: std::ptr::null_mut(),
-            cqs: Vec::new(),
-            qps: Vec::new(),
-        };
-        objs.pd = ibv_alloc_pd(ctx);
-        if objs.pd.is_null() {
-            return Err(fail("ibv_alloc_pd"));
-        }
+        let mut objs = Objects::open(&pair.device)?;
+        let ctx = objs.ctx;
         let access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-        objs.mr = ibv_reg_mr(objs.pd, buf.as_mut_ptr().cast(), buf.len(), access);
-        if objs.mr.is_null() {
+        let mr = ibv_reg_mr(objs.pd, buf.as_mut_ptr().cast(), buf.len(), access);
+        if mr.is_null() {
             return Err(fail("ibv_reg_mr"));
         }
+        objs.mrs.push(mr);
         // The inline case posts every receive before its loop.
         let inline = pair.case == Case::InlineSend;
         let recv_depth = if inline { pair.iters as u32 } else { 16 };
         for cqe in [16, recv_depth + 16] {
-            let cq = ibv_create_cq(
-                ctx,
-                cqe as c_int,
-                std::ptr::null_mut(),
-                std::ptr::null_mut(),
-                0,
-            );
-            if cq.is_null() {
-                return Err(fail("ibv_create_cq"));
-            }
-            objs.cqs.push(cq);
+            objs.create_cq(cqe as c_int)?;
         }
         for (i, (max_recv_wr, max_inline_data)) in
             [(16, if inline { BYTES as u32 } else { 0 }), (recv_depth, 0)]
                 .into_iter()
                 .enumerate()
         {
-            let mut init = IbvQpInitAttr {
-                qp_context: std::ptr::null_mut(),
-                send_cq: objs.cqs[i],
-                recv_cq: objs.cqs[i],
-                srq: std::ptr::null_mut(),
-                cap: IbvQpCap {
-                    max_send_wr: 16,
-                    max_recv_wr,
-                    max_send_sge: 1,
-                    max_recv_sge: 1,
-                    max_inline_data,
-                },
-                qp_type: IBV_QPT_RC,
-                sq_sig_all: 0,
+            let cap = IbvQpCap {
+                max_send_wr: 16,
+                max_recv_wr,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data,
             };
-            let qp = ibv_create_qp(objs.pd, &mut init);
-            if qp.is_null() {
-                return Err(fail("ibv_create_qp"));
-            }
+            let qp = objs
+                .create_qp(objs.cqs[i], cap)
+                .map_err(|e| format!("libibverbs: ibv_create_qp: errno {e}"))?;
             objs.qps.push(qp);
         }
         let (a, b) = (objs.qps[0], objs.qps[1]);
@@ -650,7 +523,7 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
             post_recv: (*ops).post_recv.ok_or("libibverbs: no ops.post_recv")?,
             poll_cq: (*ops).poll_cq.ok_or("libibverbs: no ops.poll_cq")?,
         };
-        let (lkey, rkey) = ((*objs.mr).lkey, (*objs.mr).rkey);
+        let (lkey, rkey) = ((*mr).lkey, (*mr).rkey);
         let base = buf.as_mut_ptr() as u64;
         let source = IbvSge {
             addr: base,
