@@ -14,8 +14,9 @@
 //! - [`CompletionQueue::poll`](crate::CompletionQueue::poll) gets the rest.
 //!
 //! Finding a completion's reader is one lookup of its QP number in a map,
-//! and each reader has its own queue of held completions, so a completion
-//! costs the same whatever the number of owners on the CQ. What is held is
+//! whose entry also holds that QP owner's queue of held completions (plain
+//! polls and SRQ owners have queues of their own), so a completion costs
+//! the same whatever the number of owners on the CQ. What is held is
 //! bounded by what is outstanding: each held completion ends a request
 //! some reader still waits for.
 
@@ -42,13 +43,17 @@ pub(crate) enum Reader {
     Settle,
 }
 
-/// Who takes a QP's completions.
-#[derive(Clone, Copy, Debug, Default)]
+/// Who takes a QP's completions, and what is held for its owner.
+#[derive(Debug, Default)]
 struct Route {
     /// An `OwnedQp` owns the QP.
     owned: bool,
     /// The QP receives from the owned SRQ with this event id.
     srq: Option<u64>,
+    /// Completions read by another reader for the QP's owner, oldest
+    /// first: here, so that the lookup that finds a completion's route
+    /// also finds where to hold it. Empty unless `owned`.
+    held: VecDeque<WorkCompletion>,
 }
 
 /// A hasher for the small integer keys of the maps here (QP numbers, SRQ
@@ -96,51 +101,39 @@ type WordMap<K, V> = HashMap<K, V, BuildHasherDefault<WordHasher>>;
 /// The CQ's registered owners and the completions held for readers.
 #[derive(Debug, Default)]
 pub(crate) struct Routing {
-    /// QPs with an owner, by number.
+    /// QPs with an owner or an owned SRQ, by number, each with the
+    /// completions held for its owner.
     routes: WordMap<u32, Route>,
-    /// Completions read by one reader for another, oldest first, per
-    /// reader. A reader's queue goes when the reader is unregistered.
-    held: WordMap<Reader, VecDeque<WorkCompletion>>,
+    /// Completions held in all routes together: while none is, an owner's
+    /// read looks up nothing before the ring (one owner alone never has
+    /// any held).
+    held_for_owners: usize,
+    /// Completions held for plain polls, oldest first.
+    plain: VecDeque<WorkCompletion>,
+    /// Completions held for the owners of SRQs, by event id, oldest first.
+    /// A queue goes when its SRQ's owner does.
+    srqs: WordMap<u64, VecDeque<WorkCompletion>>,
 }
 
 impl Routing {
-    /// The reader `wc` is for.
-    #[inline]
-    fn reader_of(&self, wc: &WorkCompletion) -> Reader {
-        let qpn = wc.qp_num();
-        match self.routes.get(&qpn) {
-            None => Reader::Unowned,
-            Some(Route { srq: Some(id), .. }) if wc.wr_id() & RECV_TAG != 0 => Reader::Srq(*id),
-            Some(Route { owned: true, .. }) => Reader::Owner(qpn),
-            Some(_) => Reader::Unowned,
-        }
-    }
-
-    /// Holds `wc` for `reader`.
-    #[inline]
-    fn hold(&mut self, reader: Reader, wc: WorkCompletion) {
-        self.held.entry(reader).or_default().push_back(wc);
-    }
-
     /// Registers the owner of `qpn`, forgetting completions held under that
     /// number for it or for plain polls (left by a destroyed QP of the same
     /// number, or by raw posts before the owner took the QP: their ids
     /// would name its requests). Costs the number of completions held for
     /// plain polls.
     pub(crate) fn adopt(&mut self, qpn: u32) {
-        self.held.remove(&Reader::Owner(qpn));
-        if let Some(plain) = self.held.get_mut(&Reader::Unowned) {
-            plain.retain(|wc| wc.qp_num() != qpn);
-        }
-        self.routes.entry(qpn).or_default().owned = true;
+        self.plain.retain(|wc| wc.qp_num() != qpn);
+        let route = self.routes.entry(qpn).or_default();
+        self.held_for_owners -= route.held.len();
+        route.held.clear();
+        route.owned = true;
     }
 
     /// Unregisters the owner of `qpn`; completions held for it go to plain
     /// polls from now on.
     pub(crate) fn release(&mut self, qpn: u32) {
-        self.disown(qpn);
-        if let Some(mine) = self.held.remove(&Reader::Owner(qpn)) {
-            self.held.entry(Reader::Unowned).or_default().extend(mine);
+        if let Some(mine) = self.disown(qpn) {
+            self.plain.extend(mine);
         }
     }
 
@@ -148,17 +141,19 @@ impl Routing {
     /// held for it: no reader will ever take it.
     pub(crate) fn forget(&mut self, qpn: u32) {
         self.disown(qpn);
-        self.held.remove(&Reader::Owner(qpn));
     }
 
-    /// Clears the owner flag of `qpn`'s route, dropping a route left empty.
-    fn disown(&mut self, qpn: u32) {
-        if let Some(route) = self.routes.get_mut(&qpn) {
-            route.owned = false;
-            if route.srq.is_none() {
-                self.routes.remove(&qpn);
-            }
+    /// Clears the owner flag of `qpn`'s route, dropping a route left empty;
+    /// answers what was held for the owner.
+    fn disown(&mut self, qpn: u32) -> Option<VecDeque<WorkCompletion>> {
+        let route = self.routes.get_mut(&qpn)?;
+        route.owned = false;
+        let held = std::mem::take(&mut route.held);
+        self.held_for_owners -= held.len();
+        if route.srq.is_none() {
+            self.routes.remove(&qpn);
         }
+        Some(held)
     }
 
     /// From now on the receive completions of `qpn` go to the owner of the
@@ -173,6 +168,7 @@ impl Routing {
         if let Some(route) = self.routes.get_mut(&qpn) {
             route.srq = None;
             if !route.owned {
+                // Nothing is held for a QP without an owner (`disown`).
                 self.routes.remove(&qpn);
             }
         }
@@ -181,7 +177,7 @@ impl Routing {
     /// The owner of SRQ `srq` is gone for good: what is held for it is
     /// dropped (its memory went with the SRQ).
     pub(crate) fn drop_srq(&mut self, srq: u64) {
-        self.held.remove(&Reader::Srq(srq));
+        self.srqs.remove(&srq);
     }
 
     /// Whether any owner is registered.
@@ -193,23 +189,32 @@ impl Routing {
     /// Moves the held completions for `reader` into `out`, oldest first, up
     /// to its room; returns how many.
     pub(crate) fn take_held(&mut self, reader: Reader, out: &mut [WorkCompletion]) -> usize {
-        let Some(queue) = self.held.get_mut(&reader) else {
-            return 0;
+        let queue = match reader {
+            Reader::Owner(qpn) => {
+                if self.held_for_owners == 0 {
+                    return 0;
+                }
+                let Some(route) = self.routes.get_mut(&qpn) else {
+                    return 0;
+                };
+                let n = move_out(&mut route.held, out);
+                self.held_for_owners -= n;
+                return n;
+            }
+            Reader::Srq(id) => match self.srqs.get_mut(&id) {
+                Some(queue) => queue,
+                None => return 0,
+            },
+            Reader::Unowned => &mut self.plain,
+            Reader::Settle => return 0,
         };
-        // An emptied queue stays (with its allocation) until its reader is
-        // unregistered: a reader that is held for once is likely to be
-        // again, and a queue made and freed per completion would cost an
-        // allocation each.
-        let n = queue.len().min(out.len());
-        for (slot, wc) in out.iter_mut().zip(queue.drain(..n)) {
-            *slot = wc;
-        }
-        n
+        move_out(queue, out)
     }
 
     /// Sorts completions just read from the ring: those for `reader` go to
     /// `out` from index `n` on (there is room for all of `read`), the others
-    /// are held. Returns the new `n`.
+    /// are held. Returns the new `n`. One lookup per completion, of its QP
+    /// number, finds both its reader and, for an owner, where to hold it.
     pub(crate) fn sort(
         &mut self,
         reader: Reader,
@@ -218,12 +223,30 @@ impl Routing {
         mut n: usize,
     ) -> usize {
         for wc in read {
-            let for_whom = self.reader_of(wc);
-            if for_whom == reader {
-                out[n] = *wc;
-                n += 1;
-            } else {
-                self.hold(for_whom, *wc);
+            let qpn = wc.qp_num();
+            let held = match self.routes.get_mut(&qpn) {
+                Some(Route { srq: Some(id), .. }) if wc.wr_id() & RECV_TAG != 0 => {
+                    if reader == Reader::Srq(*id) {
+                        None
+                    } else {
+                        Some(self.srqs.entry(*id).or_default())
+                    }
+                }
+                Some(Route {
+                    owned: true, held, ..
+                }) if reader != Reader::Owner(qpn) => {
+                    self.held_for_owners += 1;
+                    Some(held)
+                }
+                Some(Route { owned: true, .. }) => None,
+                _ => (reader != Reader::Unowned).then_some(&mut self.plain),
+            };
+            match held {
+                None => {
+                    out[n] = *wc;
+                    n += 1;
+                }
+                Some(queue) => queue.push_back(*wc),
             }
         }
         n
@@ -232,8 +255,26 @@ impl Routing {
     /// Completions held.
     #[cfg(test)]
     pub(crate) fn held(&self) -> usize {
-        self.held.values().map(VecDeque::len).sum()
+        let owners: usize = self.routes.values().map(|r| r.held.len()).sum();
+        assert_eq!(owners, self.held_for_owners);
+        let srqs: usize = self.srqs.values().map(VecDeque::len).sum();
+        owners + srqs + self.plain.len()
     }
+}
+
+/// Moves the oldest of `queue` into `out`, as many as fit; answers how
+/// many. An emptied queue keeps its allocation until its reader is
+/// unregistered: a reader that is held for once is likely to be again, and
+/// a queue made and freed per completion would cost an allocation each.
+#[inline]
+fn move_out(queue: &mut VecDeque<WorkCompletion>, out: &mut [WorkCompletion]) -> usize {
+    let n = queue.len().min(out.len());
+    for slot in &mut out[..n] {
+        if let Some(wc) = queue.pop_front() {
+            *slot = wc;
+        }
+    }
+    n
 }
 
 #[cfg(test)]
