@@ -29,8 +29,8 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("rxe", "probe_post_recv", 125),
     ("rxe", "probe_post_recv_exclusive", 115),
     ("siw", "probe_poll", 91),
-    ("siw", "probe_post_recv", 94),
-    ("siw", "probe_post_recv_exclusive", 82),
+    ("siw", "probe_post_recv", 89),
+    ("siw", "probe_post_recv_exclusive", 72),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.

@@ -678,6 +678,49 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
 /// `post_send` accepts. Where the kernel fills no state (6.1: every QP
 /// reads RESET), `refresh_state` says so and `established` takes the cm's
 /// word for RTS.
+/// Only a single receive takes the post's inline path (`try_post_recv`);
+/// a batch, a refusal and a full ring take the detailed one, locked or
+/// exclusive, with the same outcome: all written, or nothing and the index
+/// of the request that failed.
+#[test]
+fn siw_receive_batches_refusals_and_a_full_ring_take_the_detailed_post() {
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(4, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut qp = pd.create_qp(&rc_init(&cq)).unwrap();
+    qp.modify(&to_init()).unwrap();
+    let one = [Sge {
+        addr: 0x1000,
+        length: 8,
+        lkey: 5,
+    }];
+    let two = [one[0], one[0]];
+    let wr = |wr_id, sges| RecvWr { wr_id, sges };
+    let refused_at = |err: Error| match err {
+        Error::Post { op, index, .. } => {
+            assert_eq!(op, Op::PostRecv);
+            index
+        }
+        other => panic!("{other}"),
+    };
+    // SAFETY (throughout): the fake kernel touches no memory.
+    let err = unsafe { qp.post_recv(&[wr(1, &one), wr(2, &two)]) }.unwrap_err();
+    assert_eq!(refused_at(err), 1, "too many SGEs in the second");
+    assert_eq!(posted_id(&fake, true, 0), 0, "nothing written");
+    unsafe { qp.post_recv(&[wr(3, &one), wr(4, &one)]) }.unwrap();
+    assert_eq!([3, 4], [0, 1].map(|slot| posted_id(&fake, true, slot)));
+    let err = unsafe { qp.post_recv(&[wr(5, &one)]) }.unwrap_err();
+    assert_eq!(refused_at(err), 0, "the ring is full");
+    // The kernel takes both; the exclusive post writes a batch the same way.
+    for slot in 0..u64::from(NUM_RQE) {
+        fake.write(RQ_KEY, slot * 112 + 8, &0u16.to_ne_bytes());
+    }
+    let err = unsafe { qp.post_recv_exclusive(&[wr(6, &two)]) }.unwrap_err();
+    assert_eq!(refused_at(err), 0);
+    unsafe { qp.post_recv_exclusive(&[wr(7, &one), wr(8, &one)]) }.unwrap();
+    assert_eq!([7, 8], [0, 1].map(|slot| posted_id(&fake, true, slot)));
+}
+
 #[test]
 fn a_siw_qp_takes_the_iwarp_cm_answers_and_learns_rts_from_the_kernel() {
     use crate::command::{QpTransitionError, TransportType};

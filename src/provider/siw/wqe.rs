@@ -626,16 +626,18 @@ pub(crate) fn post_recv(
     post_recv_batch(rq, max, wrs)
 }
 
-/// [`post_recv`] answering only whether it wrote `wrs` (see
+/// [`post_recv`] of one request, answering only whether it wrote it (see
 /// [`RecvRing::try_post`](crate::provider::rings::RecvRing::try_post)):
-/// nothing is written when it answers `false`.
+/// `false`, with nothing written, for a refused request, a full ring, or
+/// any number of requests but one, which [`post_recv`] then posts (out of
+/// line: the common case keeps no frame for a batch's call).
 #[inline(always)]
 pub(crate) fn try_post_recv(rq: &mut Producer<siw_rqe>, max_sge: u32, wrs: &[RecvWr<'_>]) -> bool {
+    let [wr] = wrs else {
+        return false;
+    };
     let max = max_sge.min(SIW_MAX_SGE);
-    if let [wr] = wrs {
-        return check_recv(max, wr).is_ok() && rq.fill_one(|slot| write_rqe(wr, slot)).is_ok();
-    }
-    post_recv_batch(rq, max, wrs).is_ok()
+    check_recv(max, wr).is_ok() && rq.fill_one(|slot| write_rqe(wr, slot)).is_ok()
 }
 
 /// [`post_recv`] for any number of requests but one (as
