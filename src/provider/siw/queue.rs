@@ -644,6 +644,22 @@ pub(crate) struct CqConsumer {
     get: u32,
 }
 
+/// The CQE slot of free-running counter `counter` in a CQ ring at `base`
+/// of `num` CQEs ([`CqConsumer::cqe_ptr`], over values the caller holds in
+/// registers).
+///
+/// # Safety
+/// `base` and `num` are a CQ ring's that `Ring::check` accepted with
+/// [`CQE_LEN`]-byte elements (so `num` is a power of two and `num × CQE_LEN`
+/// bytes lie inside the mapping).
+#[inline(always)]
+unsafe fn cqe_slot(base: NonNull<u8>, num: u32, counter: u32) -> *mut u8 {
+    let index = (counter & (num - 1)) as usize;
+    // SAFETY: index < num and, by the caller's promise, num * CQE_LEN bytes
+    // from base lie inside the mapping.
+    unsafe { base.as_ptr().add(index * CQE_LEN) }
+}
+
 impl CqConsumer {
     /// The consumer over `num` CQEs and the arming word mapped at
     /// `base..base + len`, from slot 0 (where the kernel starts too). Leaves
@@ -709,6 +725,48 @@ impl CqConsumer {
         // `self.ring` after the acquire load below back before it, and
         // would load the ring's base and size again.
         let slot = self.cqe_ptr(get);
+        // SAFETY: a slot of this consumer's mapping (`cqe_ptr`).
+        let cqe = unsafe { Self::take(slot) }?;
+        self.get = get.wrapping_add(1);
+        Some(cqe)
+    }
+
+    /// Up to `max` ready CQEs, oldest first, each copied out, its slot
+    /// handed back and the copy given to `each` with its index; stops at
+    /// the first slot not VALID and answers how many. [`poll_one`] in a
+    /// loop, with the ring's base and size read once and the position
+    /// stored once.
+    ///
+    /// [`poll_one`]: Self::poll_one
+    #[inline(always)]
+    pub(crate) fn poll_each(&mut self, max: usize, mut each: impl FnMut(usize, &siw_cqe)) -> usize {
+        let (base, num) = (self.ring.base, self.ring.num);
+        let mut get = self.get;
+        let mut n = 0;
+        while n < max {
+            // SAFETY: the consumer's own ring, checked with CQE_LEN
+            // (`resume`); so the slot is one of its mapping's, as `take`
+            // needs.
+            let Some(cqe) = (unsafe { Self::take(cqe_slot(base, num, get)) }) else {
+                break;
+            };
+            each(n, &cqe);
+            get = get.wrapping_add(1);
+            n += 1;
+        }
+        self.get = get;
+        n
+    }
+
+    /// The CQE in `slot`, copied out and the slot handed back to the
+    /// kernel, if the kernel marked it VALID.
+    ///
+    /// # Safety
+    /// `slot` is a CQE slot of this consumer's mapping ([`cqe_ptr`]).
+    ///
+    /// [`cqe_ptr`]: Self::cqe_ptr
+    #[inline(always)]
+    unsafe fn take(slot: *mut u8) -> Option<siw_cqe> {
         // SAFETY: the flags byte is inside the slot; every access to it that
         // can race with another is atomic (the kernel's READ_ONCE /
         // WRITE_ONCE, ours here); the copy below happens only while the slot
@@ -727,7 +785,6 @@ impl CqConsumer {
         // Release: our copy above happens-before the kernel's READ_ONCE that
         // sees the slot free and its writes of the next CQE into it.
         flags.store(0, Ordering::Release);
-        self.get = get.wrapping_add(1);
         Some(cqe)
     }
 
@@ -736,10 +793,8 @@ impl CqConsumer {
     /// spares the multiplication by a loaded value.
     #[inline(always)]
     fn cqe_ptr(&self, counter: u32) -> *mut u8 {
-        let index = (counter & (self.ring.num - 1)) as usize;
-        // SAFETY: index < num and `Ring::check` proved num * CQE_LEN <= len,
-        // so the slot lies inside the mapping.
-        unsafe { self.ring.base.as_ptr().add(index * CQE_LEN) }
+        // SAFETY: the consumer's own ring, checked with CQE_LEN (`resume`).
+        unsafe { cqe_slot(self.ring.base, self.ring.num, counter) }
     }
 
     /// Arms the CQ for one completion event: the next solicited one

@@ -801,11 +801,9 @@ pub(crate) fn poll_more(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usiz
 /// [`poll`] after its first completion.
 #[inline(never)]
 fn poll_rest(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
-    let mut n = 0;
-    while n < out.len() {
-        let Some(cqe) = cq.poll_one() else { break };
-        out[n] = completion(&cqe);
-        n += 1;
-    }
-    n
+    cq.poll_each(out.len(), |i, cqe| {
+        if let Some(slot) = out.get_mut(i) {
+            *slot = completion(cqe);
+        }
+    })
 }
