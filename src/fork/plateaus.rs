@@ -145,7 +145,7 @@ impl Plateaus {
     /// overlapping each other or the entries outside `lo..hi`.
     ///
     /// [`scan`]: Self::scan
-    #[inline]
+    #[inline(always)]
     pub(super) fn replace(&mut self, lo: Pos, hi: Pos, new: &[Entry]) {
         if self.blocks.is_empty() {
             if !new.is_empty() {
