@@ -33,6 +33,17 @@ pub(super) struct Entry {
     pub(super) count: u32,
 }
 
+/// Copies `src` into `dst` (of the same length) entry by entry: the few
+/// entries of one change, where `copy_from_slice` would call `memcpy`.
+#[inline(always)]
+fn copy_entries(dst: &mut [Entry], src: &[Entry]) {
+    for (d, s) in dst.iter_mut().zip(src) {
+        d.start = s.start;
+        d.end = s.end;
+        d.count = s.count;
+    }
+}
+
 /// A place between entries, as (block, index in the block).
 pub(super) type Pos = (usize, usize);
 
@@ -60,6 +71,21 @@ impl Plateaus {
     /// All entries, ascending.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
         self.blocks.iter().flatten()
+    }
+
+    /// The entries of block `b`, none if there is no such block (only when
+    /// there are no entries at all).
+    #[inline]
+    pub(super) fn block(&self, b: usize) -> &[Entry] {
+        self.blocks.get(b).map_or(&[], Vec::as_slice)
+    }
+
+    /// Whether [`scan`](Self::scan) to `end` goes on from the last entry of
+    /// block `b` into the next block (its first entry starts at or before
+    /// `end`).
+    #[inline]
+    pub(super) fn goes_on(&self, b: usize, end: usize) -> bool {
+        self.firsts.get(b + 1).is_some_and(|&first| first <= end)
     }
 
     /// The position of the first entry that ends at or after `start` (so
@@ -91,7 +117,7 @@ impl Plateaus {
     ///
     /// [`first_reaching`]: Self::first_reaching
     #[inline]
-    pub(super) fn scan(&self, lo: Pos, end: usize, mut f: impl FnMut(&Entry)) -> Pos {
+    pub(super) fn scan<'a>(&'a self, lo: Pos, end: usize, mut f: impl FnMut(&'a Entry)) -> Pos {
         let (mut b, mut i) = lo;
         if self.blocks.is_empty() {
             return lo;
@@ -119,7 +145,7 @@ impl Plateaus {
     /// overlapping each other or the entries outside `lo..hi`.
     ///
     /// [`scan`]: Self::scan
-    #[inline]
+    #[inline(always)]
     pub(super) fn replace(&mut self, lo: Pos, hi: Pos, new: &[Entry]) {
         if self.blocks.is_empty() {
             if !new.is_empty() {
@@ -131,6 +157,15 @@ impl Plateaus {
         }
         if lo.0 == hi.0 {
             self.splice_one(lo.0, lo.1, hi.1, new);
+        } else if lo.0 + 1 == hi.0 && self.blocks[lo.0].len() - lo.1 + hi.1 == new.len() {
+            // As many come as go, over the edge of two blocks: in place.
+            let (head, tail) = new.split_at(self.blocks[lo.0].len() - lo.1);
+            copy_entries(&mut self.blocks[lo.0][lo.1..], head);
+            copy_entries(&mut self.blocks[hi.0][..hi.1], tail);
+            if lo.1 == 0 {
+                self.firsts[lo.0] = self.blocks[lo.0][0].start;
+            }
+            self.firsts[hi.0] = self.blocks[hi.0][0].start;
         } else {
             self.splice_across(lo, hi, new);
         }
@@ -144,7 +179,7 @@ impl Plateaus {
         if to - from == new.len() {
             // As many come as go: the common case of counts and ends that
             // change in place.
-            block[from..to].copy_from_slice(new);
+            copy_entries(&mut block[from..to], new);
             if from == 0 && !new.is_empty() {
                 self.firsts[b] = new[0].start;
             }
@@ -154,7 +189,7 @@ impl Plateaus {
         if new.len() < gone {
             // Fewer come: they take the first places, the rest of the
             // block moves down.
-            block[from..from + new.len()].copy_from_slice(new);
+            copy_entries(&mut block[from..from + new.len()], new);
             block.copy_within(to.., from + new.len());
             block.truncate(len - (gone - new.len()));
         } else {
@@ -163,7 +198,7 @@ impl Plateaus {
             let filler = new[0];
             block.resize(len + grow, filler);
             block.copy_within(to..len, to + grow);
-            block[from..from + new.len()].copy_from_slice(new);
+            copy_entries(&mut block[from..from + new.len()], new);
         }
         self.settle(b);
     }

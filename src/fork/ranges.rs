@@ -146,6 +146,8 @@ struct Ranges {
     hi: Pos,
     /// What replaces the entries `lo..hi` when the change is committed.
     next: Vec<Entry>,
+    /// A copy of the entries `lo..hi` when they are in several blocks.
+    old: Vec<Entry>,
 }
 
 impl Drop for RangeTracker {
@@ -393,60 +395,40 @@ impl Ranges {
     /// `[start, end)`, changing nothing yet: finds the entries that overlap
     /// or touch the range (one lookup) and computes in `next` what replaces
     /// them (their parts outside the range unchanged, the range's pages with
-    /// their new counts, equal neighbours merged, zeros dropped), in one
-    /// pass over them. False if the change is impossible: a count at
-    /// `u32::MAX` for a mark, a page with count 0 for an unmark.
+    /// their new counts, equal neighbours merged, zeros dropped): by a
+    /// shortcut for the common shapes, otherwise by [`rebuild`]. False if
+    /// the change is impossible: a count at `u32::MAX` for a mark, a page
+    /// with count 0 for an unmark.
     fn prepare(&mut self, start: usize, end: usize, mark: bool) -> bool {
-        let Ranges { map, lo, hi, next } = self;
-        next.clear();
-        let mut push = |start: usize, end: usize, count: u32| {
-            if start >= end {
-                return;
-            }
-            match next.last_mut() {
-                Some(last) if last.end == start && last.count == count => last.end = end,
-                _ => next.push(Entry { start, end, count }),
-            }
-        };
-        // The first page of the range no entry has covered yet.
-        let mut cur = start;
-        let mut possible = true;
+        let Ranges {
+            map,
+            lo,
+            hi,
+            next,
+            old,
+        } = self;
         *lo = map.first_reaching(start);
-        *hi = map.scan(*lo, end, |e| {
-            // Only the first entry can start before the range, only the last
-            // end after it.
-            if e.start < start {
-                push(e.start, e.end.min(start), e.count);
-            }
-            let (from, to) = (e.start.clamp(start, end), e.end.clamp(start, end));
-            if from > cur {
-                // Uncounted pages: a mark counts them once, an unmark must
-                // not meet them.
-                push(cur, from, 1);
-                possible &= mark;
-                cur = from;
-            }
-            if from < to {
-                let count = if mark {
-                    possible &= e.count < u32::MAX;
-                    e.count.wrapping_add(1)
-                } else {
-                    e.count - 1
-                };
-                if count > 0 {
-                    push(from, to, count);
-                }
-                cur = to;
-            }
-            if e.end > end {
-                push(e.start.max(end), e.end, e.count);
-            }
-        });
-        if cur < end {
-            push(cur, end, 1);
-            possible &= mark;
+        // The entries from `lo` that overlap or touch the range: those that
+        // start at or before `end`. Usually all in one block.
+        let block = map.block(lo.0);
+        let mut i = lo.1;
+        while i < block.len() && block[i].start <= end {
+            i += 1;
         }
-        possible
+        *hi = (lo.0, i);
+        if i == block.len() && map.goes_on(lo.0, end) {
+            old.clear();
+            *hi = map.scan(*lo, end, |e| old.push(*e));
+            return rebuild_cold(old, start, end, mark, next);
+        }
+        let old = &block[lo.1..i];
+        if mark {
+            mark_shortcut(old, start, end, next)
+                .unwrap_or_else(|| rebuild::<true>(old, start, end, next))
+        } else {
+            unmark_shortcut(old, start, end, next)
+                .unwrap_or_else(|| rebuild::<false>(old, start, end, next))
+        }
     }
 
     /// Puts the entries [`prepare`](Self::prepare) computed in place of
@@ -462,6 +444,222 @@ impl Ranges {
         let mut old = Vec::new();
         self.map.scan(self.lo, end, |e| old.push(*e));
         uncovered(&old, start, end).collect()
+    }
+}
+
+/// [`rebuild`] for a mark in the common shapes, with fewer tests: a range
+/// in a gap (touching no entry, one, or one on each side) or within one
+/// entry. `None` for the other shapes.
+#[inline(always)]
+fn mark_shortcut(old: &[Entry], start: usize, end: usize, next: &mut Vec<Entry>) -> Option<bool> {
+    let gap = Entry {
+        start,
+        end,
+        count: 1,
+    };
+    next.clear();
+    match *old {
+        [] => next.push(gap),
+        [a] if a.end == start => {
+            if a.count == 1 {
+                next.push(Entry {
+                    start: a.start,
+                    ..gap
+                });
+            } else {
+                next.extend_from_slice(&[a, gap]);
+            }
+        }
+        [b] if b.start == end => {
+            if b.count == 1 {
+                next.push(Entry { end: b.end, ..gap });
+            } else {
+                next.extend_from_slice(&[gap, b]);
+            }
+        }
+        [e] if e.start <= start && end <= e.end => {
+            // No other entry touches the range, so nothing merges.
+            if e.count == u32::MAX {
+                return Some(false);
+            }
+            if e.start < start {
+                next.push(Entry { end: start, ..e });
+            }
+            next.push(Entry {
+                count: e.count + 1,
+                ..gap
+            });
+            if end < e.end {
+                next.push(Entry { start: end, ..e });
+            }
+        }
+        [a, b] if a.end == start && b.start == end => match (a.count == 1, b.count == 1) {
+            (true, true) => next.push(Entry {
+                start: a.start,
+                end: b.end,
+                count: 1,
+            }),
+            (true, false) => next.extend_from_slice(&[
+                Entry {
+                    start: a.start,
+                    ..gap
+                },
+                b,
+            ]),
+            (false, true) => next.extend_from_slice(&[a, Entry { end: b.end, ..gap }]),
+            (false, false) => next.extend_from_slice(&[a, gap, b]),
+        },
+        _ => return None,
+    }
+    Some(true)
+}
+
+/// [`rebuild`] for an unmark of a range within one entry that no other
+/// entry touches. `None` for the other shapes.
+#[inline(always)]
+fn unmark_shortcut(old: &[Entry], start: usize, end: usize, next: &mut Vec<Entry>) -> Option<bool> {
+    let [e] = *old else {
+        return None;
+    };
+    if !(e.start <= start && end <= e.end) {
+        return None;
+    }
+    next.clear();
+    if e.start < start {
+        next.push(Entry { end: start, ..e });
+    }
+    if e.count > 1 {
+        next.push(Entry {
+            start,
+            end,
+            count: e.count - 1,
+        });
+    }
+    if end < e.end {
+        next.push(Entry { start: end, ..e });
+    }
+    Some(true)
+}
+
+/// [`rebuild`] of the entries of a range over a block's edge.
+#[cold]
+fn rebuild_cold(
+    old: &[Entry],
+    start: usize,
+    end: usize,
+    mark: bool,
+    next: &mut Vec<Entry>,
+) -> bool {
+    if mark {
+        rebuild::<true>(old, start, end, next)
+    } else {
+        rebuild::<false>(old, start, end, next)
+    }
+}
+
+/// Computes in `next` what replaces `old`, the entries that overlap or
+/// touch `[start, end)` (ascending), when a mark (`MARK`) or an unmark
+/// adds or removes one reference on every page of the range: their parts
+/// outside the range unchanged, the range's pages with their new counts,
+/// equal neighbours merged, zeros dropped. False if the change is
+/// impossible: a count at `u32::MAX` for a mark, a page with count 0 for
+/// an unmark.
+///
+/// Equal neighbours can only meet at the range's two edges: inside it
+/// every count moves by one, so entries that differed still differ, and a
+/// mark's uncounted pages (count 1) lie between counted ones (now 2 or
+/// more). So the pieces are pushed as they come and only the first two and
+/// the last two are merged when equal.
+#[inline(always)]
+fn rebuild<const MARK: bool>(
+    old: &[Entry],
+    start: usize,
+    end: usize,
+    next: &mut Vec<Entry>,
+) -> bool {
+    next.clear();
+    next.reserve(2 * old.len() + 1);
+    let mut possible = true;
+    // Only the first entry can start before the range, only the last end
+    // after it.
+    if let Some(e) = old.first().filter(|e| e.start < start) {
+        next.push(Entry {
+            start: e.start,
+            end: e.end.min(start),
+            count: e.count,
+        });
+    }
+    // The first page of the range no entry has covered yet.
+    let mut cur = start;
+    for e in old {
+        let (from, to) = (e.start.max(start), e.end.min(end));
+        if from > cur {
+            // Uncounted pages: a mark counts them once, an unmark must not
+            // meet them.
+            possible &= MARK;
+            next.push(Entry {
+                start: cur,
+                end: from,
+                count: 1,
+            });
+        }
+        if from < to {
+            if MARK {
+                possible &= e.count < u32::MAX;
+                next.push(Entry {
+                    start: from,
+                    end: to,
+                    count: e.count.wrapping_add(1),
+                });
+            } else if e.count > 1 {
+                next.push(Entry {
+                    start: from,
+                    end: to,
+                    count: e.count - 1,
+                });
+            }
+        }
+        cur = cur.max(to);
+    }
+    if cur < end {
+        possible &= MARK;
+        next.push(Entry {
+            start: cur,
+            end,
+            count: 1,
+        });
+    }
+    if let Some(e) = old.last().filter(|e| e.end > end) {
+        next.push(Entry {
+            start: e.start.max(end),
+            end: e.end,
+            count: e.count,
+        });
+    }
+    merge_edges(next);
+    possible
+}
+
+/// Merges the first two and the last two of `next` where they touch and
+/// have equal counts (see [`rebuild`]). The last two first: when all three
+/// of a range in a gap merge, neither merge moves an entry.
+#[inline(always)]
+fn merge_edges(next: &mut Vec<Entry>) {
+    if let [.., a, b] = &mut next[..] {
+        if a.end == b.start && a.count == b.count {
+            a.end = b.end;
+            next.pop();
+        }
+    }
+    if let [a, b, rest @ ..] = &mut next[..] {
+        if a.end == b.start && a.count == b.count {
+            a.end = b.end;
+            if rest.is_empty() {
+                next.pop();
+            } else {
+                next.remove(1);
+            }
+        }
     }
 }
 
