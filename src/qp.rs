@@ -34,7 +34,8 @@ use crate::gid::Gid;
 use crate::method::{native_refused, QpCreate, QpDestroy};
 use crate::pd::{debug_object, PdInner, ProtectionDomain};
 use crate::provider::rings::{
-    PostFailure, QpRingConfig, RecvQueue, RecvRing, Ring, SendQueue, MAX_CREATE_UHW_OUT,
+    PostFailure, QpRingConfig, RecvQueue, RecvRing, Ring, SendQueue, SendRing, SendsQueued,
+    MAX_CREATE_UHW_OUT,
 };
 use crate::provider::{QpRequest, StateOf, UhwIn};
 use crate::srq::SrqInner;
@@ -206,11 +207,8 @@ pub struct QueuePair {
     sq: RingLock<SendQueue>,
     /// `None` on an SRQ, whose ring the SRQ owns.
     rq: Option<RingLock<RecvQueue>>,
-    /// `post_recv` with the QP's driver known ([`PostRecvShared`]).
-    post_recv_shared: PostRecvShared,
-    /// `post_recv_exclusive` with the QP's driver known
-    /// ([`PostRecvExclusive`]).
-    post_recv_exclusive: PostRecvExclusive,
+    /// The posts' ring steps with the QP's driver known.
+    posts: Posts,
     /// The SRQ it receives from, kept alive (destroyed after this QP).
     srq: Option<Arc<SrqInner>>,
     /// `RECV_TAG` when the SRQ is an [`OwnedSrq`](crate::post::OwnedSrq)'s, else
@@ -317,11 +315,10 @@ impl ProtectionDomain {
             qp_type: init.qp_type,
             cap,
         };
-        let ((created, sq, rq, caps), post_recv_shared, post_recv_exclusive) = with_driver!(provider,
+        let ((created, sq, rq, caps), posts) = with_driver!(provider,
             D => (
                 self.create_qp_rings::<D>(init, req, event_id, uhw_len)?,
-                post_recv_locked::<D> as PostRecvShared,
-                post_recv_unlocked::<D> as PostRecvExclusive,
+                Posts::of::<D>(),
             ),
             Generic => return Err(fail(Errno::OPNOTSUPP)));
         let owned_srq = init.srq.filter(|srq| srq.inner.is_owned());
@@ -343,8 +340,7 @@ impl ProtectionDomain {
             multicast: Mutex::new(Vec::new()),
             sq: RingLock::new(sq),
             rq: rq.map(RingLock::new),
-            post_recv_shared,
-            post_recv_exclusive,
+            posts,
             srq: init.srq.map(|srq| srq.inner.clone()),
             reserved_wr_id_bits: if owned_srq.is_some() { RECV_TAG } else { 0 },
             windows: Mutex::new(Vec::new()),
@@ -988,23 +984,10 @@ impl QueuePair {
     /// registration governs. Inline payloads are copied during the call and
     /// need nothing.
     #[doc(alias = "ibv_post_send")]
+    #[inline]
     pub unsafe fn post_send(&self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
-        // Before the ring lock: in a forked child a parent thread may hold
-        // it for ever.
-        if !self.origin.is_current() {
-            return Err(self.pd.ctx.foreign_process(Op::PostSend));
-        }
-        if wrs.is_empty() {
-            return Ok(());
-        }
-        if self.reserved_wr_id_bits != 0 {
-            self.check_reserved_wr_ids(wrs)?;
-        }
-        // The state is read under the ring lock, which `modify` holds until
-        // it has stored the new state: no post lands in a ring being reset.
-        let queued = queue_sends(&self.state, &mut self.sq.lock(), wrs);
         // SAFETY: forwarded to the caller.
-        unsafe { self.after_queue_sends(queued) }
+        unsafe { (self.posts.send)(self, wrs) }
     }
 
     /// [`post_send`](Self::post_send) for a caller that holds the QP
@@ -1016,20 +999,28 @@ impl QueuePair {
     ///
     /// As for [`post_send`](Self::post_send).
     #[doc(alias = "ibv_post_send")]
+    #[inline]
     pub unsafe fn post_send_exclusive(&mut self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
+        // SAFETY: forwarded to the caller.
+        unsafe { (self.posts.send_exclusive)(self, wrs) }
+    }
+
+    /// What every post_send checks before its ring: the process (before
+    /// the ring lock: in a forked child a parent thread may hold it for
+    /// ever), an empty list (nothing to do: `Ok(false)`), and the `wr_id`
+    /// bits an owned SRQ reserves.
+    #[inline(always)]
+    fn check_sends(&self, wrs: &[SendWr<'_>]) -> Result<bool, Error> {
         if !self.origin.is_current() {
             return Err(self.pd.ctx.foreign_process(Op::PostSend));
         }
         if wrs.is_empty() {
-            return Ok(());
+            return Ok(false);
         }
         if self.reserved_wr_id_bits != 0 {
             self.check_reserved_wr_ids(wrs)?;
         }
-        let sq = self.sq.get_mut();
-        let queued = queue_sends(&self.state, sq, wrs);
-        // SAFETY: forwarded to the caller.
-        unsafe { self.after_queue_sends(queued) }
+        Ok(true)
     }
 
     /// Refuses a send whose `wr_id` has a bit the QP's owned SRQ reserves:
@@ -1051,15 +1042,43 @@ impl QueuePair {
         }
     }
 
-    /// What follows [`queue_sends`]: its refusal as the post's error, or
-    /// the doorbell when the ring asks for it.
+    /// What follows the driver's ring step ([`try_queue_sends`]): the
+    /// doorbell when the ring asks for it; where it wrote nothing, the
+    /// detailed post, which says why.
     ///
     /// # Safety
     ///
     /// As for [`post_send`](Self::post_send): the WQEs just published are
     /// the caller's promise.
-    #[inline]
-    unsafe fn after_queue_sends(&self, queued: Result<bool, PostFailure>) -> Result<(), Error> {
+    #[inline(always)]
+    unsafe fn after_queue_sends(
+        &self,
+        queued: SendsQueued,
+        wrs: &[SendWr<'_>],
+    ) -> Result<(), Error> {
+        match queued {
+            SendsQueued::Written => Ok(()),
+            // SAFETY: forwarded to the caller.
+            SendsQueued::WrittenRing => unsafe { self.ring_doorbell() },
+            // SAFETY: forwarded to the caller.
+            SendsQueued::NotWritten => unsafe { self.post_send_detailed(wrs) },
+        }
+    }
+
+    /// The post after the driver's ring step wrote nothing: under the lock
+    /// (free for an exclusive caller), the state and the requests checked
+    /// again through the ring enum, which answers the refusal in detail, or
+    /// posts after all where the kernel freed room meanwhile.
+    ///
+    /// # Safety
+    ///
+    /// As for [`post_send`](Self::post_send).
+    #[cold]
+    #[inline(never)]
+    unsafe fn post_send_detailed(&self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
+        // The state is read under the ring lock, which `modify` holds until
+        // it has stored the new state: no post lands in a ring being reset.
+        let queued = queue_sends(&self.state, &mut self.sq.lock(), wrs);
         match queued {
             Ok(false) => Ok(()),
             // SAFETY: forwarded to the caller.
@@ -1124,6 +1143,14 @@ impl QueuePair {
         }
     }
 
+    /// Writes the doorbell to `fd` from now on (the instruction probes:
+    /// `/dev/null`, so that a post's count includes the `write` wrapper as
+    /// on a device, where the fake would record the frame instead).
+    #[cfg(test)]
+    pub(crate) fn doorbell_to(&mut self, fd: RawFd) {
+        self.doorbell_fd = fd;
+    }
+
     /// Whether the QP receives from a shared receive queue
     /// ([`QpInit::srq`]): it then has no receive ring of its own.
     pub fn has_srq(&self) -> bool {
@@ -1161,7 +1188,7 @@ impl QueuePair {
     #[doc(alias = "rdma_post_recvv")]
     #[inline]
     pub unsafe fn post_recv(&self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        (self.post_recv_shared)(self, wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
+        (self.posts.recv)(self, wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 
     /// [`post_recv`](Self::post_recv) for a caller that holds the QP
@@ -1174,7 +1201,7 @@ impl QueuePair {
     #[doc(alias = "ibv_post_recv")]
     #[inline]
     pub unsafe fn post_recv_exclusive(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), Error> {
-        (self.post_recv_exclusive)(self, wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
+        (self.posts.recv_exclusive)(self, wrs).map_err(|f| self.post_failure(Op::PostRecv, f))
     }
 }
 
@@ -1185,9 +1212,107 @@ const SEND_STATES: u32 = 1 << QpState::Rts as u8
     | 1 << QpState::Sqe as u8
     | 1 << QpState::Err as u8;
 
+/// A QP's posts with its driver known, picked when the QP is made (as
+/// libibverbs' inline `ibv_post_send` calls `ops.post_send`): each names
+/// one function with every check, the ring lock (or `&mut` access), the
+/// state check and the driver's writer in one body, which saves only the
+/// registers that driver's writer needs, with no dispatch on the driver.
+/// The public posts are inline calls through these pointers; the
+/// benchmarks measure the functions they name, as they measure
+/// libibverbs' providers behind its dispatch.
+#[derive(Clone, Copy)]
+struct Posts {
+    send: PostSendShared,
+    send_exclusive: PostSendExclusive,
+    recv: PostRecvShared,
+    recv_exclusive: PostRecvExclusive,
+}
+
+impl Posts {
+    /// The posts of driver `D`.
+    fn of<D: StateOf>() -> Posts {
+        Posts {
+            send: post_send_locked::<D>,
+            send_exclusive: post_send_unlocked::<D>,
+            recv: post_recv_locked::<D>,
+            recv_exclusive: post_recv_unlocked::<D>,
+        }
+    }
+}
+
+/// A QP's `post_send` with its driver known ([`Posts`]).
+///
+/// # Safety
+///
+/// As for [`QueuePair::post_send`].
+type PostSendShared = unsafe fn(&QueuePair, &[SendWr<'_>]) -> Result<(), Error>;
+
+/// [`PostSendShared`] for a QP of driver `D`: the ring written under its
+/// lock. The state is read under it too, which `modify` holds until it has
+/// stored the new state: no post lands in a ring being reset.
+///
+/// # Safety
+///
+/// As for [`QueuePair::post_send`].
+unsafe fn post_send_locked<D: StateOf>(qp: &QueuePair, wrs: &[SendWr<'_>]) -> Result<(), Error> {
+    if !qp.check_sends(wrs)? {
+        return Ok(());
+    }
+    let queued = try_queue_sends::<D>(&qp.state, &mut qp.sq.lock(), wrs);
+    // SAFETY: forwarded to the caller.
+    unsafe { qp.after_queue_sends(queued, wrs) }
+}
+
+/// [`PostSendShared`] for an exclusive caller (`&mut`): the ring in hand
+/// without a lock.
+///
+/// # Safety
+///
+/// As for [`QueuePair::post_send`].
+type PostSendExclusive = unsafe fn(&mut QueuePair, &[SendWr<'_>]) -> Result<(), Error>;
+
+/// [`PostSendExclusive`] for a QP of driver `D`.
+///
+/// # Safety
+///
+/// As for [`QueuePair::post_send`].
+unsafe fn post_send_unlocked<D: StateOf>(
+    qp: &mut QueuePair,
+    wrs: &[SendWr<'_>],
+) -> Result<(), Error> {
+    if !qp.check_sends(wrs)? {
+        return Ok(());
+    }
+    let queued = try_queue_sends::<D>(&qp.state, qp.sq.get_mut(), wrs);
+    // SAFETY: forwarded to the caller.
+    unsafe { qp.after_queue_sends(queued, wrs) }
+}
+
+/// Writes `wrs` into driver `D`'s send ring `sq` if the QP's `state`
+/// allows sends, as [`queue_sends`], answering only whether it wrote them.
+#[inline(always)]
+fn try_queue_sends<D: StateOf>(
+    state: &AtomicU8,
+    sq: &mut SendQueue,
+    wrs: &[SendWr<'_>],
+) -> SendsQueued {
+    let sq = D::send_queue_mut(sq);
+    // Acquire: as in `queue_sends`.
+    let raw = state.load(Ordering::Acquire);
+    if SEND_STATES & (1u32 << (raw & 31)) == 0 {
+        return SendsQueued::NotWritten;
+    }
+    // A QP's send queue is its driver's from creation on.
+    let Some(sq) = sq else {
+        return SendsQueued::NotWritten;
+    };
+    sq.try_post(wrs)
+}
+
 /// Writes `wrs` into the send ring `sq` if the QP's `state` allows sends
 /// (read with the ring held: `modify` stores a new state with the ring
-/// locks held) and answers whether the doorbell must be written.
+/// locks held) and answers whether the doorbell must be written, or why
+/// not ([`QueuePair::post_send_detailed`]).
 #[inline(always)]
 fn queue_sends(
     state: &AtomicU8,
@@ -1202,11 +1327,7 @@ fn queue_sends(
     sq.post(wrs)
 }
 
-/// A QP's `post_recv` with its driver known, picked when the QP is made
-/// (as libibverbs' `ibv_post_recv` calls `ops.post_recv`): the ring lock,
-/// the state check and the driver's writer in one body, which saves only
-/// the registers that driver's writer needs, with no dispatch on the
-/// driver.
+/// A QP's `post_recv` with its driver known ([`Posts`]).
 type PostRecvShared = fn(&QueuePair, &[RecvWr<'_>]) -> Result<(), PostFailure>;
 
 /// [`PostRecvShared`] for a QP of driver `D`: every check of a post_recv

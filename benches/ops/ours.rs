@@ -1,8 +1,8 @@
 //! This crate's side: the loops of [`crate::Case`] over
 //! `QueuePair::post_send`, `QueuePair::post_recv` and
-//! `CompletionQueue::poll` (the last two measured in `post_recv_locked` and
-//! `fast_poll`, the driver's functions their inline dispatch calls), the
-//! same as [`crate::ibv`]'s.
+//! `CompletionQueue::poll` (measured in `post_send_locked`,
+//! `post_recv_locked` and `fast_poll`, the driver's functions their inline
+//! dispatch calls), the same as [`crate::ibv`]'s.
 
 use uverbs::device::Gid;
 use uverbs::qp::{Mtu, QpAttr, QpState, RcConnect, RcPeer};

@@ -55,7 +55,7 @@ pub const IMPLS: &[Impl] = &[
         symbols: &[(
             "",
             Symbols {
-                post_send: "uverbs::qp::QueuePair::post_send",
+                post_send: "uverbs::qp::post_send_locked",
                 post_recv: "uverbs::qp::post_recv_locked",
                 poll: "uverbs::cq::fast_poll",
             },
@@ -66,7 +66,7 @@ pub const IMPLS: &[Impl] = &[
         symbols: &[(
             "",
             Symbols {
-                post_send: "uverbs::qp::QueuePair::post_send_exclusive",
+                post_send: "uverbs::qp::post_send_unlocked",
                 post_recv: "uverbs::qp::post_recv_unlocked",
                 poll: "uverbs::cq::fast_poll",
             },

@@ -10,11 +10,19 @@
 //! Each loop posts one receive (one SGE) [`ITERS`] times through
 //! [`probe_post_recv`], then as many through [`probe_post_recv_exclusive`];
 //! after each the fake kernel consumes it and writes one completion, which
-//! [`probe_poll`] takes.
+//! [`probe_poll`] takes. Then, the QP moved to a state that takes sends,
+//! it posts one signalled one-SGE WRITE [`ITERS`] times through
+//! [`probe_post_send`] and as many through [`probe_post_send_exclusive`],
+//! the doorbell written to `/dev/null` (so the count holds the `write`
+//! wrapper, as on a device), the fake kernel taking each WQE after it.
+//! The host's `write` is the dynamic glibc's, about 50 Ir with its
+//! cancellation points where the guest's static one costs 7, and the
+//! probes' own frames are counted: a post_send here costs about 60 Ir more
+//! than the guest's benches/ops counts for the same function.
 
 use crate::cq::CompletionQueue;
 use crate::qp::QueuePair;
-use crate::wr::{RecvWr, WorkCompletion};
+use crate::wr::{RecvWr, SendWr, WorkCompletion};
 
 /// Iterations of each loop, per kind of post.
 pub(crate) const ITERS: u64 = 200;
@@ -31,6 +39,10 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("siw", "probe_poll", 91),
     ("siw", "probe_post_recv", 89),
     ("siw", "probe_post_recv_exclusive", 72),
+    ("rxe", "probe_post_send", 222),
+    ("rxe", "probe_post_send_exclusive", 212),
+    ("siw", "probe_post_send", 219),
+    ("siw", "probe_post_send_exclusive", 205),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.
@@ -51,4 +63,41 @@ pub(crate) fn probe_post_recv(qp: &QueuePair, wr: &RecvWr<'_>) -> bool {
 pub(crate) fn probe_post_recv_exclusive(qp: &mut QueuePair, wr: &RecvWr<'_>) -> bool {
     // SAFETY: as in `probe_post_recv`.
     unsafe { qp.post_recv_exclusive(std::slice::from_ref(wr)) }.is_ok()
+}
+
+/// [`QueuePair::post_send`] of one request, not inlined.
+#[inline(never)]
+pub(crate) fn probe_post_send(qp: &QueuePair, wr: &SendWr<'_>) -> bool {
+    // SAFETY: as in `probe_post_recv`.
+    unsafe { qp.post_send(std::slice::from_ref(wr)) }.is_ok()
+}
+
+/// [`QueuePair::post_send_exclusive`] of one request, not inlined.
+#[inline(never)]
+pub(crate) fn probe_post_send_exclusive(qp: &mut QueuePair, wr: &SendWr<'_>) -> bool {
+    // SAFETY: as in `probe_post_recv`.
+    unsafe { qp.post_send_exclusive(std::slice::from_ref(wr)) }.is_ok()
+}
+
+/// `/dev/null`, opened for writing: where the probes' doorbells go.
+pub(crate) fn null_doorbell() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/null")
+        .expect("/dev/null")
+}
+
+/// The probes' WRITE: signalled, one SGE of 64 bytes, as benches/ops'
+/// case 1.
+pub(crate) fn probe_write<'a>(wr_id: u64, sges: &'a [crate::wr::Sge]) -> SendWr<'a> {
+    use crate::wr::{Payload, Remote, SendOp};
+    let op = SendOp::RdmaWrite {
+        remote: Remote {
+            addr: 0x20000,
+            rkey: 9,
+        },
+        imm: None,
+    };
+    // Signalled, as `new` makes it.
+    SendWr::new(wr_id, op, Payload::Sges(sges))
 }

@@ -303,6 +303,9 @@ pub(crate) trait StateOf: Driver {
     fn cq_ring_mut(ring: &mut CqRing) -> Option<&mut Self::Cq>;
     /// The QP's queues as the enums hold them.
     fn queues(sq: Self::Sq, rq: Option<Self::Rq>) -> (SendQueue, Option<RecvQueue>);
+    /// This driver's send queue, if the enum holds one (it always does for
+    /// a QP this driver made).
+    fn send_queue_mut(sq: &mut SendQueue) -> Option<&mut Self::Sq>;
     /// A receive queue (an SRQ's) as the enum holds it.
     fn recv_queue(rq: Self::Rq) -> RecvQueue;
     /// This driver's receive queue, if the enum holds one (it always does
@@ -381,6 +384,15 @@ macro_rules! drivers {
 
                 fn queues(sq: Self::Sq, rq: Option<Self::Rq>) -> (SendQueue, Option<RecvQueue>) {
                     (SendQueue::$V(sq), rq.map(RecvQueue::$V))
+                }
+
+                #[inline(always)]
+                fn send_queue_mut(sq: &mut SendQueue) -> Option<&mut Self::Sq> {
+                    #[allow(unreachable_patterns)]
+                    match sq {
+                        SendQueue::$V(s) => Some(s),
+                        _ => None,
+                    }
                 }
 
                 fn recv_queue(rq: Self::Rq) -> RecvQueue {

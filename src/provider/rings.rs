@@ -222,6 +222,18 @@ pub(crate) trait SendRing: Ring {
     /// only when the kernel may be idle on siw.
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure>;
 
+    /// [`post`](Self::post) for the common case, answering in a register
+    /// (see [`RecvRing::try_post`]): on [`SendsQueued::NotWritten`] the
+    /// caller calls `post`, out of line, for the reason. The default is
+    /// `post` itself.
+    #[inline(always)]
+    fn try_post(&mut self, wrs: &[SendWr<'_>]) -> SendsQueued {
+        match self.post(wrs) {
+            Ok(doorbell) => SendsQueued::written(doorbell),
+            Err(_) => SendsQueued::NotWritten,
+        }
+    }
+
     /// How many requests the ring really holds, where that can exceed the
     /// capacity the kernel answered: Linux 6.1's rxe answers the
     /// `max_send_wr` asked for and sizes the ring to the next power of two
@@ -229,6 +241,29 @@ pub(crate) trait SendRing: Ring {
     /// the answer is the ring's size (siw).
     fn ring_capacity(&self) -> Option<u32> {
         None
+    }
+}
+
+/// What [`SendRing::try_post`] did: small, so it comes back in a register.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SendsQueued {
+    /// Written; the kernel is walking the ring already (siw).
+    Written,
+    /// Written; the POST_SEND doorbell must be written.
+    WrittenRing,
+    /// Nothing written: refused, a full ring, or not this driver's ring;
+    /// [`SendRing::post`] says which.
+    NotWritten,
+}
+
+impl SendsQueued {
+    /// Written, with the doorbell if `doorbell`.
+    #[inline(always)]
+    pub(crate) fn written(doorbell: bool) -> SendsQueued {
+        match doorbell {
+            true => SendsQueued::WrittenRing,
+            false => SendsQueued::Written,
+        }
     }
 }
 

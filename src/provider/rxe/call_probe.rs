@@ -9,6 +9,7 @@
 //! `tools/ir-budget.sh`, which fails when a call costs more than its budget
 //! in [`BUDGETS`](super::super::call_probe::BUDGETS).
 
+use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +17,10 @@ use zerocopy::IntoBytes;
 
 use super::kernel_model::TestRing;
 use crate::command::{QpAttr, QpState, QpType};
-use crate::provider::call_probe::{probe_poll, probe_post_recv, probe_post_recv_exclusive, ITERS};
+use crate::provider::call_probe::{
+    null_doorbell, probe_poll, probe_post_recv, probe_post_recv_exclusive, probe_post_send,
+    probe_post_send_exclusive, probe_write, ITERS,
+};
 use crate::provider::driver::DriverId;
 use crate::qp::QpInit;
 use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
@@ -85,20 +89,22 @@ fn rxe_calls_loop() {
     let rings = fake.rings.lock().unwrap().clone();
     // The CQ's ring is mapped first, then the QP's receive ring (rxe maps
     // the RQ before the SQ).
-    let [(cq_base, cq_len), (rq_base, rq_len), ..] = rings[..] else {
+    let [(cq_base, cq_len), (rq_base, rq_len), (sq_base, sq_len)] = rings[..] else {
         panic!("rings mapped: {rings:?}");
     };
-    // SAFETY: both are rings the fake served and the CQ and QP keep mapped
-    // until the end of the test; only their ring code and these views
-    // touch them.
-    let (cq_ring, rq_ring) = unsafe {
+    // SAFETY: all three are rings the fake served and the CQ and QP keep
+    // mapped until the end of the test; only their ring code and these
+    // views touch them.
+    let (cq_ring, rq_ring, sq_ring) = unsafe {
         (
             TestRing::over_raw(NonNull::new(cq_base as *mut u8).unwrap(), cq_len),
             TestRing::over_raw(NonNull::new(rq_base as *mut u8).unwrap(), rq_len),
+            TestRing::over_raw(NonNull::new(sq_base as *mut u8).unwrap(), sq_len),
         )
     };
     let mut kernel_cq = cq_ring.kernel_producer();
     let mut kernel_rq = rq_ring.kernel_consumer();
+    let mut kernel_sq = sq_ring.kernel_consumer();
     let sges = [Sge {
         addr: 0x1000,
         length: 64,
@@ -129,4 +135,22 @@ fn rxe_calls_loop() {
             assert_eq!((out[0].wr_id(), out[0].status()), (i, WcStatus::Success));
         }
     }
+    // ERR takes sends (the device flushes them), as RTS does, through the
+    // same state check; the fake answers no RTR/RTS path.
+    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    let doorbell = null_doorbell();
+    qp.doorbell_to(doorbell.as_raw_fd());
+    for exclusive in [false, true] {
+        for i in 0..ITERS {
+            let wr = probe_write(i, &sges);
+            let posted = match exclusive {
+                false => probe_post_send(&qp, &wr),
+                true => probe_post_send_exclusive(&mut qp, &wr),
+            };
+            assert!(posted);
+            assert_eq!(kernel_sq.flush(), 1);
+        }
+    }
+    drop(qp);
+    drop(doorbell);
 }

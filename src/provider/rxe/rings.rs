@@ -205,8 +205,9 @@ impl Ring for SendQueue {}
 impl SendRing for SendQueue {
     /// Writes one WQE per request and publishes them together, or writes
     /// nothing. The caller then writes the doorbell (rxe needs it for every
-    /// non-empty batch: answers true).
-    #[inline]
+    /// non-empty batch: answers true). Always inlined into the QP's post
+    /// ring step, its one caller per QP kind.
+    #[inline(always)]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
         post_sends(&mut self.producer, self.qp_type, self.limits, wrs)
     }

@@ -22,7 +22,7 @@ use super::queue::{CqConsumer, LayoutError, Producer, WorkElement, CQE_LEN, CTRL
 use super::wqe::{self, SendConfig};
 use crate::error::Errno;
 use crate::provider::rings::{
-    CompletionRing, FirstPoll, PostFailure, RecvRing, Ring, SendRing, Unmapped,
+    CompletionRing, FirstPoll, PostFailure, RecvRing, Ring, SendRing, SendsQueued, Unmapped,
 };
 use crate::transport::{SharedMapping, Transport};
 use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
@@ -368,6 +368,21 @@ impl SendRing for SendQueue {
         let cfg = self.cfg;
         let sq = self.ring.view().map_err(PostFailure::Os)?;
         post_sends(sq, cfg, wrs)
+    }
+
+    /// The same writer, inlined into the QP's post, its answer in a
+    /// register: a refusal or an unmapped ring writes nothing, and `post`
+    /// then says why.
+    #[inline(always)]
+    fn try_post(&mut self, wrs: &[SendWr<'_>]) -> SendsQueued {
+        let cfg = self.cfg;
+        let Ok(sq) = self.ring.view() else {
+            return SendsQueued::NotWritten;
+        };
+        match wqe::post_send_via::<true>(sq, cfg, wrs) {
+            Ok(posted) => SendsQueued::written(posted.needs_doorbell),
+            Err(_) => SendsQueued::NotWritten,
+        }
     }
 }
 

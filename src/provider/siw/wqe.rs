@@ -507,7 +507,10 @@ pub(crate) fn post_send_via<const FAST: bool>(
         // One request, the usual post.
         return match fast_if::<FAST>(cfg, wr) {
             Some(fast) => sq
-                .post_one(|slot| write_fast_send(cfg, wr, fast, slot))
+                .post_one(
+                    #[inline(always)]
+                    |slot| write_fast_send(cfg, wr, fast, slot),
+                )
                 .map_err(|full| queue_full(POST_SEND, full)),
             None => post_send_general(sq, cfg, wr),
         };

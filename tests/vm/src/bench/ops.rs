@@ -198,13 +198,13 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> Option<String> {
          before the loop and not counted.\n\n\
          callgrind collects only inside the measured functions, each inclusive of what it calls \
          in user space (locks, the doorbell's `write` wrapper); the kernel is not counted. Ours: \
-         `QueuePair::post_send`, and the driver's functions that the inline \
-         `QueuePair::post_recv` and `CompletionQueue::poll` call through the object's pointer, \
+         the driver's functions that the inline `QueuePair::post_send`, `QueuePair::post_recv` \
+         and `CompletionQueue::poll` call through the object's pointer, `post_send_locked`, \
          `post_recv_locked` and `fast_poll`, with the fork check, the lock and the state or \
          routing check in them; \
          ours-exclusive: the same through `post_send_exclusive` and `post_recv_exclusive` (`&mut \
-         self`, no lock: for a caller that holds the QP alone; measured in `post_recv_unlocked`, \
-         behind the latter's dispatch); libibverbs: \
+         self`, no lock: for a caller that holds the QP alone; measured in `post_send_unlocked` \
+         and `post_recv_unlocked`, behind their dispatch); libibverbs: \
          its provider's `rxe_post_send` / `siw_post_send`, `…_post_recv` and `…_poll_cq` (what \
          the inline `ibv_post_send`, `ibv_post_recv` and `ibv_poll_cq` call), statically linked \
          into the same binary. Ir per iteration is the total ÷ the loop's iterations, the first \
