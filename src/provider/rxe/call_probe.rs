@@ -154,3 +154,62 @@ fn rxe_calls_loop() {
     drop(qp);
     drop(doorbell);
 }
+
+/// A receive through the QP takes the driver's one-request path; a batch
+/// and a refusal take the detailed post, which writes the batch and names
+/// the refused request: the kernel finds exactly the receives accepted, in
+/// order.
+#[test]
+fn rxe_receives_one_by_one_batched_and_refused_through_the_qp() {
+    use crate::error::Error;
+    use crate::wr::PostError;
+    let fake = Arc::new(Mapped::default());
+    fake.inner.serve_rings();
+    let ctx = Context::over_fake(Some(DriverId::RXE), Box::new(fake.clone()));
+    let cq = ctx.create_cq(16, None).unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
+    let max_sge = qp.caps().max_recv_sge as usize;
+    let init = QpAttr::new()
+        .state(QpState::Init)
+        .pkey_index(0)
+        .port(1)
+        .access_flags(AccessFlags::LOCAL_WRITE);
+    qp.modify(&init).unwrap();
+    let rings = fake.rings.lock().unwrap().clone();
+    let (rq_base, rq_len) = rings[1];
+    // SAFETY: the QP's receive ring, mapped until the QP is dropped at the
+    // end; only its ring code and this view touch it.
+    let rq_ring = unsafe { TestRing::over_raw(NonNull::new(rq_base as *mut u8).unwrap(), rq_len) };
+    let mut kernel_rq = rq_ring.kernel_consumer();
+    let sge = Sge {
+        addr: 0x1000,
+        length: 64,
+        lkey: 5,
+    };
+    let too_many = vec![sge; max_sge + 1];
+    let wr = |wr_id, sges| RecvWr { wr_id, sges };
+    let one = [sge];
+    // SAFETY: the fake kernel never touches the SGEs' memory.
+    unsafe { qp.post_recv(&[wr(1, &one)]) }.unwrap();
+    // SAFETY: as above.
+    unsafe { qp.post_recv(&[wr(2, &one), wr(3, &one)]) }.unwrap();
+    // SAFETY: as above; refused before anything is written.
+    let err = unsafe { qp.post_recv(&[wr(4, &one), wr(5, &too_many)]) }.unwrap_err();
+    match &err {
+        Error::Post { index, why, .. } => {
+            assert_eq!(*index, 1);
+            assert!(matches!(**why, PostError::TooManySges { .. }), "{why:?}");
+        }
+        other => panic!("{other}"),
+    }
+    // SAFETY: as above.
+    let err = unsafe { qp.post_recv(&[wr(6, &too_many)]) }.unwrap_err();
+    assert!(matches!(err, Error::Post { index: 0, .. }), "{err}");
+    let mut ids = Vec::new();
+    let mut wqe = [0u8; 8];
+    while kernel_rq.pop(&mut wqe) {
+        ids.push(u64::from_ne_bytes(wqe));
+    }
+    assert_eq!(ids, [1, 2, 3], "rxe_recv_wqe starts with wr_id");
+}

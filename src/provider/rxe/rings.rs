@@ -291,6 +291,23 @@ impl RecvRing for RecvQueue {
         Ok(())
     }
 
+    /// One request straight through, answering in a register; a batch,
+    /// a refusal or a full ring writes nothing here, and `post` (out of
+    /// line) then posts it or says why. The usual post holds no loop.
+    #[inline(always)]
+    fn try_post(&mut self, wrs: &[RecvWr<'_>]) -> bool {
+        let [wr] = wrs else {
+            return false;
+        };
+        let rq = &mut self.producer;
+        if wqe::encode_recv(rq, self.max_sge, wr).is_err() {
+            rq.cancel();
+            return false;
+        }
+        rq.publish();
+        true
+    }
+
     /// Requests the ring holds at most (its slots − 1).
     fn ring_capacity(&self) -> Option<u32> {
         Some(self.producer.capacity())
