@@ -778,8 +778,8 @@ impl QueuePair {
         // rings' indices across RESET (it zeroes the slots, not the header,
         // after flushing what was queued), so the rings' own positions stay
         // right and nothing is reset here.
-        let _sq = self.sq.lock();
-        let _rq = self.rq.as_ref().map(RingLock::lock);
+        let _sq = self.sq.lock_unflagged();
+        let _rq = self.rq.as_ref().map(RingLock::lock_unflagged);
         let cmd = ModifyQp::new(self.handle, attr);
         // SAFETY: MODIFY_QP of our own QP hands no memory to the device.
         if let Err(e) = unsafe { ctx.run(Op::ModifyQp, &cmd, &mut []) } {
@@ -914,8 +914,8 @@ impl QueuePair {
     fn send_destroy(&self, keep_on_refusal: bool) -> Result<u32, Error> {
         let ctx = &self.pd.ctx;
         self.release_windows();
-        let mut sq = self.sq.lock();
-        let mut rq = self.rq.as_ref().map(RingLock::lock);
+        let mut sq = self.sq.lock_unflagged();
+        let mut rq = self.rq.as_ref().map(RingLock::lock_unflagged);
         let unmapped =
             sq.unmap_before_destroy() | rq.as_mut().is_some_and(|rq| rq.unmap_before_destroy());
         let sent = send_destroy_qp(ctx, self.path, self.handle);
@@ -1078,7 +1078,7 @@ impl QueuePair {
     unsafe fn post_send_detailed(&self, wrs: &[SendWr<'_>]) -> Result<(), Error> {
         // The state is read under the ring lock, which `modify` holds until
         // it has stored the new state: no post lands in a ring being reset.
-        let queued = queue_sends(&self.state, &mut self.sq.lock(), wrs);
+        let queued = queue_sends(&self.state, &mut self.sq.lock_unflagged(), wrs);
         match queued {
             Ok(false) => Ok(()),
             // SAFETY: forwarded to the caller.
@@ -1258,7 +1258,7 @@ unsafe fn post_send_locked<D: StateOf>(qp: &QueuePair, wrs: &[SendWr<'_>]) -> Re
     if !qp.check_sends(wrs)? {
         return Ok(());
     }
-    let queued = try_queue_sends::<D>(&qp.state, &mut qp.sq.lock(), wrs);
+    let queued = try_queue_sends::<D>(&qp.state, &mut qp.sq.lock_unflagged(), wrs);
     // SAFETY: forwarded to the caller.
     unsafe { qp.after_queue_sends(queued, wrs) }
 }
@@ -1341,7 +1341,7 @@ fn post_recv_locked<D: StateOf>(qp: &QueuePair, wrs: &[RecvWr<'_>]) -> Result<()
     let Some(rq) = &qp.rq else {
         return Err(RECEIVES_FROM_SRQ);
     };
-    write_recvs::<D>(&qp.state, &mut rq.lock(), wrs)
+    write_recvs::<D>(&qp.state, &mut rq.lock_unflagged(), wrs)
 }
 
 /// A QP's `post_recv_exclusive` with its driver known: as

@@ -8,6 +8,9 @@
 //! read-modify-write (libibverbs' providers take a spinlock here: a
 //! compare-and-swap and a store, without the flag).
 //!
+//! A QP's rings use the same lock without the flag
+//! ([`RingLock::lock_unflagged`]): their release is the constant "free".
+//!
 //! Holders keep the lock for one read of the ring, or for one command
 //! (destroy, resize) on the rare paths, so a waiter spins briefly and then
 //! yields; nothing sleeps while holding it.
@@ -100,6 +103,52 @@ impl<T> RingLock<T> {
                     lock: self,
                     release: word,
                 };
+            }
+            if spins < SPINS {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// [`lock`](Self::lock) for a lock whose routed flag is never set (a
+    /// QP's rings): the release is the constant "free", so the holder
+    /// keeps no word in a register for it. Waits out of line, as `lock`.
+    #[inline(always)]
+    pub(crate) fn lock_unflagged(&self) -> RingGuard<'_, T> {
+        // Acquire on success: as in `try_lock_unrouted`.
+        if self
+            .word
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.wait_unflagged();
+        }
+        RingGuard {
+            lock: self,
+            release: 0,
+        }
+    }
+
+    /// [`lock_unflagged`](Self::lock_unflagged) past its first try: takes
+    /// the lock (the word from 0 to LOCKED) before it returns.
+    #[cold]
+    #[inline(never)]
+    fn wait_unflagged(&self) {
+        let mut spins = 0;
+        loop {
+            // Relaxed: as in `lock_contended`.
+            let word = self.word.load(Ordering::Relaxed);
+            debug_assert_eq!(word & ROUTED, 0, "lock_unflagged on a routed lock");
+            if word == 0
+                && self
+                    .word
+                    .compare_exchange_weak(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return;
             }
             if spins < SPINS {
                 spins += 1;
@@ -225,5 +274,32 @@ mod tests {
         }
         assert_eq!(*lock.lock(), 4 * if cfg!(miri) { 20 } else { 10_000 });
         assert!(lock.is_routed());
+    }
+
+    /// A QP's lock (never routed): contended holders wait their turn out of
+    /// line and each release frees the word for the next.
+    #[test]
+    fn unflagged_holders_take_turns() {
+        let lock = Arc::new(RingLock::new(0u64));
+        let rounds = if cfg!(miri) { 20 } else { 10_000 };
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..rounds {
+                        *lock.lock_unflagged() += 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let guard = lock.lock_unflagged();
+        assert_eq!(*guard, 4 * rounds);
+        assert!(lock.try_lock_unrouted().is_none(), "held");
+        drop(guard);
+        assert!(!lock.is_routed());
+        assert!(lock.try_lock_unrouted().is_some(), "released to free");
     }
 }
