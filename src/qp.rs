@@ -1065,10 +1065,11 @@ impl QueuePair {
         }
     }
 
-    /// The post after the driver's ring step wrote nothing: under the lock
-    /// (free for an exclusive caller), the state and the requests checked
-    /// again through the ring enum, which answers the refusal in detail, or
-    /// posts after all where the kernel freed room meanwhile.
+    /// The post after the driver's ring step wrote nothing (or found the
+    /// lock held): under the lock, waiting for it (free for an exclusive
+    /// caller), the state and the requests checked again through the ring
+    /// enum, which answers the refusal in detail, or posts after all where
+    /// the kernel freed room meanwhile.
     ///
     /// # Safety
     ///
@@ -1258,7 +1259,12 @@ unsafe fn post_send_locked<D: StateOf>(qp: &QueuePair, wrs: &[SendWr<'_>]) -> Re
     if !qp.check_sends(wrs)? {
         return Ok(());
     }
-    let queued = try_queue_sends::<D>(&qp.state, &mut qp.sq.lock_unflagged(), wrs);
+    let queued = match qp.sq.try_lock_unflagged() {
+        Some(mut ring) => try_queue_sends::<D>(&qp.state, &mut ring, wrs),
+        // Held by another thread: the detailed post waits for it, out of
+        // line, so that this body holds nothing across a wait.
+        None => SendsQueued::NotWritten,
+    };
     // SAFETY: forwarded to the caller.
     unsafe { qp.after_queue_sends(queued, wrs) }
 }
@@ -1333,15 +1339,21 @@ type PostRecvShared = fn(&QueuePair, &[RecvWr<'_>]) -> Result<(), PostFailure>;
 /// [`PostRecvShared`] for a QP of driver `D`: every check of a post_recv
 /// (the benchmarks measure this function, as they measure libibverbs'
 /// `rxe_post_recv` behind `ibv_post_recv`'s dispatch), the ring written
-/// under its lock, as in post_send.
+/// under its lock, as in post_send. The common case calls nothing and so
+/// saves no registers; anything else (another process, an SRQ's QP, a
+/// held lock, a refusal, a batch, a full ring) ends in a tail call of the
+/// cold [`post_recv_slow`], which does the whole post again and says why.
 fn post_recv_locked<D: StateOf>(qp: &QueuePair, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
-    if !qp.origin.is_current() {
-        return Err(PostFailure::ForeignProcess);
+    if qp.origin.is_current() {
+        if let Some(rq) = &qp.rq {
+            if let Some(mut ring) = rq.try_lock_unflagged() {
+                if try_write_recvs::<D>(&qp.state, &mut ring, wrs) {
+                    return Ok(());
+                }
+            }
+        }
     }
-    let Some(rq) = &qp.rq else {
-        return Err(RECEIVES_FROM_SRQ);
-    };
-    write_recvs::<D>(&qp.state, &mut rq.lock_unflagged(), wrs)
+    post_recv_slow::<D>(qp, wrs)
 }
 
 /// A QP's `post_recv_exclusive` with its driver known: as
@@ -1354,13 +1366,15 @@ fn post_recv_unlocked<D: StateOf>(
     qp: &mut QueuePair,
     wrs: &[RecvWr<'_>],
 ) -> Result<(), PostFailure> {
-    if !qp.origin.is_current() {
-        return Err(PostFailure::ForeignProcess);
+    if qp.origin.is_current() {
+        if let Some(rq) = qp.rq.as_mut() {
+            if try_write_recvs::<D>(&qp.state, rq.get_mut(), wrs) {
+                return Ok(());
+            }
+        }
     }
-    let Some(rq) = qp.rq.as_mut() else {
-        return Err(RECEIVES_FROM_SRQ);
-    };
-    write_recvs::<D>(&qp.state, rq.get_mut(), wrs)
+    // The lock is free: `&mut` holds the QP alone.
+    post_recv_slow::<D>(qp, wrs)
 }
 
 /// A receive posted to a QP that receives from an SRQ.
@@ -1370,34 +1384,38 @@ const RECEIVES_FROM_SRQ: PostFailure = PostFailure::Refused {
 };
 
 /// Writes `wrs` into driver `D`'s receive ring `rq` if the QP's `state`
-/// allows receives ([`check_recv_state`]).
+/// allows receives ([`check_recv_state`]), answering only whether it
+/// wrote them (a `bool` in a register).
 #[inline(always)]
-fn write_recvs<D: StateOf>(
-    state: &AtomicU8,
-    rq: &mut RecvQueue,
-    wrs: &[RecvWr<'_>],
-) -> Result<(), PostFailure> {
+fn try_write_recvs<D: StateOf>(state: &AtomicU8, rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) -> bool {
     let rq = D::recv_queue_mut(rq);
-    check_recv_state(state)?;
-    // A QP's receive queue is its driver's from creation on.
-    let Some(rq) = rq else {
-        return Err(PostFailure::Os(Errno::BADF));
-    };
-    // The common case answers in a register; only a refusal (or a full
-    // ring) takes the detailed post, out of line.
-    if rq.try_post(wrs) {
-        return Ok(());
+    // Acquire: as in `queue_sends`.
+    if state.load(Ordering::Acquire) == QpState::Reset as u8 {
+        return false;
     }
-    post_recv_detailed(rq, wrs)
+    // A QP's receive queue is its driver's from creation on.
+    rq.is_some_and(|rq| rq.try_post(wrs))
 }
 
-/// [`RecvRing::post`] after its [`try_post`](RecvRing::try_post) wrote
-/// nothing: posts after all if the kernel freed room meanwhile, else says
-/// why not.
+/// The post after [`post_recv_locked`]'s common case failed: every check
+/// again, waiting for the lock, then the ring's detailed
+/// [`RecvRing::post`], which posts after all (the kernel freed room, or
+/// the lock was only held) or says why not.
 #[cold]
 #[inline(never)]
-fn post_recv_detailed<R: RecvRing>(rq: &mut R, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
-    rq.post(wrs)
+fn post_recv_slow<D: StateOf>(qp: &QueuePair, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
+    if !qp.origin.is_current() {
+        return Err(PostFailure::ForeignProcess);
+    }
+    let Some(rq) = &qp.rq else {
+        return Err(RECEIVES_FROM_SRQ);
+    };
+    let mut ring = rq.lock_unflagged();
+    check_recv_state(&qp.state)?;
+    match D::recv_queue_mut(&mut ring) {
+        Some(rq) => rq.post(wrs),
+        None => Err(PostFailure::Os(Errno::BADF)),
+    }
 }
 
 /// Whether the QP's `state` allows receives (any but RESET), read as in

@@ -132,6 +132,16 @@ impl<T> RingLock<T> {
         }
     }
 
+    /// [`lock_unflagged`](Self::lock_unflagged)'s first try alone: `None`
+    /// when another thread holds the lock (the caller then waits out of
+    /// line, so that its own body holds nothing across the wait).
+    #[inline(always)]
+    pub(crate) fn try_lock_unflagged(&self) -> Option<RingGuard<'_, T>> {
+        // Acquire on success: as in `try_lock_unrouted`; a QP's word is
+        // never routed, so this is the same compare-and-swap.
+        self.try_lock_unrouted()
+    }
+
     /// [`lock_unflagged`](Self::lock_unflagged) past its first try: takes
     /// the lock (the word from 0 to LOCKED) before it returns.
     #[cold]

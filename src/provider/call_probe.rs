@@ -34,12 +34,12 @@ pub(crate) const ITERS: u64 = 200;
 #[allow(dead_code)] // read by tools/ir-budget.sh, from this source
 pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("rxe", "probe_poll", 60),
-    ("rxe", "probe_post_recv", 117),
-    ("rxe", "probe_post_recv_exclusive", 107),
+    ("rxe", "probe_post_recv", 97),
+    ("rxe", "probe_post_recv_exclusive", 94),
     ("siw", "probe_poll", 91),
-    ("siw", "probe_post_recv", 86),
+    ("siw", "probe_post_recv", 76),
     ("siw", "probe_post_recv_exclusive", 72),
-    ("rxe", "probe_post_send", 219),
+    ("rxe", "probe_post_send", 218),
     ("rxe", "probe_post_send_exclusive", 212),
     ("siw", "probe_post_send", 210),
     ("siw", "probe_post_send_exclusive", 205),

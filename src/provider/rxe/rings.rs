@@ -291,12 +291,13 @@ impl RecvRing for RecvQueue {
         Ok(())
     }
 
-    /// One request straight through, answering in a register; a batch,
-    /// a refusal or a full ring writes nothing here, and `post` (out of
-    /// line) then posts it or says why. The usual post holds no loop.
+    /// One request of one SGE straight through, answering in a register;
+    /// a batch, another number of SGEs, a refusal or a full ring writes
+    /// nothing here, and `post` (out of line) then posts it or says why.
+    /// The usual post holds no loop and calls nothing.
     #[inline(always)]
     fn try_post(&mut self, wrs: &[RecvWr<'_>]) -> bool {
-        let [wr] = wrs else {
+        let [wr @ RecvWr { sges: [_], .. }] = wrs else {
             return false;
         };
         let rq = &mut self.producer;
