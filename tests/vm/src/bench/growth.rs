@@ -332,8 +332,9 @@ pub fn markdown(
         table(&mut s, &all, &["reg_mr", "rereg_access", "dereg_mr"]);
         s.push_str(
             "### Queue pairs\n\nWith N − 1 RC QPs (16 send and 16 receive requests, one SGE) \
-             on one CQ, `create_qp` and `destroy_qp` of one more. siw refuses the 72nd QP of a \
-             context in this guest (below), so its largest N is 64.\n\n",
+             on one CQ, `create_qp` and `destroy_qp` of one more. libibverbs' siw provider fails \
+             the 72nd QP of a context in this guest (below; ours maps it), so siw's largest N is \
+             64 for both.\n\n",
         );
         table(&mut s, &all, &["create_qp", "destroy_qp"]);
     }
@@ -343,12 +344,13 @@ pub fn markdown(
              one CQ, until the device refuses one (or the bench's cap stands); then one more in a \
              second context of the same process, and one more in the first once one of its QPs \
              is destroyed. `VmallocUsed` is the guest kernel's, from `/proc/meminfo`, before the \
-             first QP and with the QPs live. siw's kernel creates the refused QP and answers success, \
-             but one of its rings' mmap keys is 0x90000, the value siw's ABI also uses for \
-             \"no mapping\", so each library destroys the QP again: ours reports `ENOMEM` (its \
-             error for an answer without a mapping), libibverbs' siw provider sets no errno on \
-             that path (the column shows what `errno` held from an earlier call). Why, and which \
-             QP it hits for which ring sizes: [docs/growth.md](growth.md#siw-and-the-72nd-qp).\n\n\
+             first QP and with the QPs live. siw's kernel creates libibverbs' refused QP and \
+             answers success, but one of its rings' mmap keys is 0x90000, the value siw's ABI \
+             also uses for \"no mapping\": libibverbs' siw provider takes it for that and \
+             destroys the QP again, setting no errno on that path (the column shows what `errno` \
+             held from an earlier call); ours maps the key (Linux 6.x answers a successful create \
+             with real keys only) and goes on. Why, and which QP it hits for which ring sizes: \
+             [docs/growth.md](growth.md#siw-and-the-72nd-qp).\n\n\
              | device | implementation | send × receive requests | QPs created | refusal | second context | after one destroyed | VmallocUsed before → with the QPs live |\n\
              |---|---|---:|---:|---|---|---|---|\n",
         );
