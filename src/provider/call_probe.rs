@@ -79,12 +79,35 @@ pub(crate) fn probe_post_send_exclusive(qp: &mut QueuePair, wr: &SendWr<'_>) -> 
     unsafe { qp.post_send_exclusive(std::slice::from_ref(wr)) }.is_ok()
 }
 
-/// `/dev/null`, opened for writing: where the probes' doorbells go.
-pub(crate) fn null_doorbell() -> std::fs::File {
-    std::fs::OpenOptions::new()
+/// The loops' send half: moves `qp` to ERR (which takes sends through the
+/// same state check as RTS, and which the fakes reach without a CM or a
+/// path), points its doorbell at `/dev/null`, and posts [`probe_write`]
+/// from `sges` [`ITERS`] times through [`probe_post_send`], then as many
+/// through [`probe_post_send_exclusive`]; after each post `taken` has the
+/// fake kernel take the WQE. Not named `probe_*`: tools/ir-budget.sh's
+/// `--toggle-collect` pattern would toggle collection on here and off
+/// again inside each measured probe.
+pub(crate) fn send_loop(qp: &mut QueuePair, sges: &[crate::wr::Sge], mut taken: impl FnMut()) {
+    use crate::command::{QpAttr, QpState};
+    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
+    let doorbell = std::fs::OpenOptions::new()
         .write(true)
         .open("/dev/null")
-        .expect("/dev/null")
+        .expect("/dev/null");
+    qp.doorbell_to(std::os::fd::AsRawFd::as_raw_fd(&doorbell));
+    for exclusive in [false, true] {
+        for i in 0..ITERS {
+            let wr = probe_write(i, sges);
+            let posted = match exclusive {
+                false => probe_post_send(qp, &wr),
+                true => probe_post_send_exclusive(qp, &wr),
+            };
+            assert!(posted);
+            taken();
+        }
+    }
+    // The doorbell's descriptor closes here: no post follows.
+    qp.doorbell_to(-1);
 }
 
 /// The probes' WRITE: signalled, one SGE of 64 bytes, as benches/ops'

@@ -9,7 +9,6 @@
 //! `tools/ir-budget.sh`, which fails when a call costs more than its budget
 //! in [`BUDGETS`](super::super::call_probe::BUDGETS).
 
-use std::os::fd::AsRawFd;
 use std::ptr::NonNull;
 use std::sync::{Arc, Mutex};
 
@@ -17,12 +16,12 @@ use zerocopy::IntoBytes;
 
 use super::kernel_model::TestRing;
 use crate::command::{QpAttr, QpState, QpType};
+use crate::cq::CompletionQueue;
 use crate::provider::call_probe::{
-    null_doorbell, probe_poll, probe_post_recv, probe_post_recv_exclusive, probe_post_send,
-    probe_post_send_exclusive, probe_write, ITERS,
+    probe_poll, probe_post_recv, probe_post_recv_exclusive, send_loop, ITERS,
 };
 use crate::provider::driver::DriverId;
-use crate::qp::QpInit;
+use crate::qp::{QpInit, QueuePair};
 use crate::transport::{RawCommand, RecordingTransport, SharedMapping, Transport, TransportKind};
 use crate::wr::{RecvWr, Sge, WcStatus, WorkCompletion};
 use crate::{AccessFlags, Context};
@@ -71,21 +70,48 @@ unsafe impl Transport for Mapped {
     }
 }
 
-#[test]
-#[ignore = "an instruction-count probe, run under callgrind by tools/ir-budget.sh"]
-fn rxe_calls_loop() {
+/// An RC QP in INIT on one CQ of 16 entries, over the fake, taking at most
+/// `max_recv_sge` SGEs a receive (as the kernel answers), and the fake.
+fn rc_qp_in_init(max_recv_sge: u32) -> (Arc<Mapped>, CompletionQueue, QueuePair) {
     let fake = Arc::new(Mapped::default());
     fake.inner.serve_rings();
     let ctx = Context::over_fake(Some(DriverId::RXE), Box::new(fake.clone()));
     let cq = ctx.create_cq(16, None).unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let mut qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
+    let mut qp_init = QpInit::new(QpType::Rc, &cq, &cq);
+    qp_init.max_recv_sge = max_recv_sge;
+    let qp = pd.create_qp(&qp_init).unwrap();
     let init = QpAttr::new()
         .state(QpState::Init)
         .pkey_index(0)
         .port(1)
         .access_flags(AccessFlags::LOCAL_WRITE);
     qp.modify(&init).unwrap();
+    (fake, cq, qp)
+}
+
+/// The wr_ids of the receives the kernel finds in the receive ring of
+/// [`rc_qp_in_init`]'s QP (mapped second, after the CQ's), oldest first,
+/// each taken.
+fn receives_in_ring(fake: &Mapped) -> Vec<u64> {
+    let (rq_base, rq_len) = fake.rings.lock().unwrap()[1];
+    // SAFETY: the QP's receive ring, which the caller's QP keeps mapped
+    // while this view lives; only its ring code and this view touch it.
+    let rq_ring = unsafe { TestRing::over_raw(NonNull::new(rq_base as *mut u8).unwrap(), rq_len) };
+    let mut kernel_rq = rq_ring.kernel_consumer();
+    let mut ids = Vec::new();
+    // rxe_recv_wqe starts with wr_id.
+    let mut wqe = [0u8; 8];
+    while kernel_rq.pop(&mut wqe) {
+        ids.push(u64::from_ne_bytes(wqe));
+    }
+    ids
+}
+
+#[test]
+#[ignore = "an instruction-count probe, run under callgrind by tools/ir-budget.sh"]
+fn rxe_calls_loop() {
+    let (fake, cq, mut qp) = rc_qp_in_init(1);
     let rings = fake.rings.lock().unwrap().clone();
     // The CQ's ring is mapped first, then the QP's receive ring (rxe maps
     // the RQ before the SQ).
@@ -135,24 +161,7 @@ fn rxe_calls_loop() {
             assert_eq!((out[0].wr_id(), out[0].status()), (i, WcStatus::Success));
         }
     }
-    // ERR takes sends (the device flushes them), as RTS does, through the
-    // same state check; the fake answers no RTR/RTS path.
-    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
-    let doorbell = null_doorbell();
-    qp.doorbell_to(doorbell.as_raw_fd());
-    for exclusive in [false, true] {
-        for i in 0..ITERS {
-            let wr = probe_write(i, &sges);
-            let posted = match exclusive {
-                false => probe_post_send(&qp, &wr),
-                true => probe_post_send_exclusive(&mut qp, &wr),
-            };
-            assert!(posted);
-            assert_eq!(kernel_sq.flush(), 1);
-        }
-    }
-    drop(qp);
-    drop(doorbell);
+    send_loop(&mut qp, &sges, || assert_eq!(kernel_sq.flush(), 1));
 }
 
 /// A receive through the QP takes the driver's one-request path; a batch
@@ -163,27 +172,8 @@ fn rxe_calls_loop() {
 fn rxe_receives_one_by_one_batched_and_refused_through_the_qp() {
     use crate::error::Error;
     use crate::wr::PostError;
-    let fake = Arc::new(Mapped::default());
-    fake.inner.serve_rings();
-    let ctx = Context::over_fake(Some(DriverId::RXE), Box::new(fake.clone()));
-    let cq = ctx.create_cq(16, None).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let mut qp_init = QpInit::new(QpType::Rc, &cq, &cq);
-    qp_init.max_recv_sge = 2;
-    let qp = pd.create_qp(&qp_init).unwrap();
+    let (fake, _cq, qp) = rc_qp_in_init(2);
     let max_sge = qp.caps().max_recv_sge as usize;
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
-        .port(1)
-        .access_flags(AccessFlags::LOCAL_WRITE);
-    qp.modify(&init).unwrap();
-    let rings = fake.rings.lock().unwrap().clone();
-    let (rq_base, rq_len) = rings[1];
-    // SAFETY: the QP's receive ring, mapped until the QP is dropped at the
-    // end; only its ring code and this view touch it.
-    let rq_ring = unsafe { TestRing::over_raw(NonNull::new(rq_base as *mut u8).unwrap(), rq_len) };
-    let mut kernel_rq = rq_ring.kernel_consumer();
     let sge = Sge {
         addr: 0x1000,
         length: 64,
@@ -212,12 +202,7 @@ fn rxe_receives_one_by_one_batched_and_refused_through_the_qp() {
     assert!(max_sge >= 2);
     // SAFETY: as above.
     unsafe { qp.post_recv(&[wr(7, &[sge, sge])]) }.unwrap();
-    let mut ids = Vec::new();
-    let mut wqe = [0u8; 8];
-    while kernel_rq.pop(&mut wqe) {
-        ids.push(u64::from_ne_bytes(wqe));
-    }
-    assert_eq!(ids, [1, 2, 3, 7], "rxe_recv_wqe starts with wr_id");
+    assert_eq!(receives_in_ring(&fake), [1, 2, 3, 7]);
 }
 
 /// Receives posted from several threads at once: a post that finds the
@@ -227,19 +212,8 @@ fn rxe_receives_one_by_one_batched_and_refused_through_the_qp() {
 fn rxe_receives_from_racing_threads_all_arrive() {
     const THREADS: u64 = 4;
     const EACH: u64 = 3;
-    let fake = Arc::new(Mapped::default());
-    fake.inner.serve_rings();
-    let ctx = Context::over_fake(Some(DriverId::RXE), Box::new(fake.clone()));
-    let cq = ctx.create_cq(16, None).unwrap();
-    let pd = ctx.alloc_pd().unwrap();
-    let qp = pd.create_qp(&QpInit::new(QpType::Rc, &cq, &cq)).unwrap();
+    let (fake, _cq, qp) = rc_qp_in_init(1);
     assert!(u64::from(qp.caps().max_recv_wr) >= THREADS * EACH);
-    let init = QpAttr::new()
-        .state(QpState::Init)
-        .pkey_index(0)
-        .port(1)
-        .access_flags(AccessFlags::LOCAL_WRITE);
-    qp.modify(&init).unwrap();
     let sge = [Sge {
         addr: 0x1000,
         length: 64,
@@ -260,15 +234,7 @@ fn rxe_receives_from_racing_threads_all_arrive() {
             });
         }
     });
-    let (rq_base, rq_len) = fake.rings.lock().unwrap()[1];
-    // SAFETY: as in `rxe_receives_one_by_one_batched_and_refused_through_the_qp`.
-    let rq_ring = unsafe { TestRing::over_raw(NonNull::new(rq_base as *mut u8).unwrap(), rq_len) };
-    let mut kernel_rq = rq_ring.kernel_consumer();
-    let mut ids = Vec::new();
-    let mut wqe = [0u8; 8];
-    while kernel_rq.pop(&mut wqe) {
-        ids.push(u64::from_ne_bytes(wqe));
-    }
+    let mut ids = receives_in_ring(&fake);
     ids.sort_unstable();
     assert_eq!(ids, (0..THREADS * EACH).collect::<Vec<_>>());
 }

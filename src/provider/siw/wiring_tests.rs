@@ -1613,8 +1613,7 @@ fn cq_poll_loop() {
 #[ignore = "an instruction-count probe, run under callgrind by tools/ir-budget.sh"]
 fn siw_calls_loop() {
     use crate::provider::call_probe::{
-        null_doorbell, probe_poll, probe_post_recv, probe_post_recv_exclusive, probe_post_send,
-        probe_post_send_exclusive, probe_write, ITERS,
+        probe_poll, probe_post_recv, probe_post_recv_exclusive, send_loop, ITERS,
     };
     let (fake, ctx) = siw_ctx();
     let cq = ctx.create_cq(NUM_CQE, None).unwrap();
@@ -1663,31 +1662,16 @@ fn siw_calls_loop() {
             );
         }
     }
-    // ERR takes sends through the same state check as RTS, which a siw QP
-    // reaches only through the CM.
-    qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
-    let doorbell = null_doorbell();
-    qp.doorbell_to(std::os::fd::AsRawFd::as_raw_fd(&doorbell));
     let sqe_len = std::mem::size_of::<sys::siw_sqe>() as u64;
     let sq_flags_at = std::mem::offset_of!(sys::siw_sqe, flags) as u64;
     let mut n = 0u64;
-    for exclusive in [false, true] {
-        for i in 0..ITERS {
-            let wr = probe_write(i, &sges);
-            let posted = match exclusive {
-                false => probe_post_send(&qp, &wr),
-                true => probe_post_send_exclusive(&mut qp, &wr),
-            };
-            assert!(posted);
-            // The kernel takes the SQE (siw_sqe_get): an idle kernel, so
-            // each post writes the doorbell, as in the guest's loop.
-            let slot = n % u64::from(NUM_SQE);
-            fake.write(SQ_KEY, slot * sqe_len + sq_flags_at, &0u16.to_ne_bytes());
-            n += 1;
-        }
-    }
-    drop(qp);
-    drop(doorbell);
+    send_loop(&mut qp, &sges, || {
+        // The kernel takes the SQE (siw_sqe_get): an idle kernel, so each
+        // post writes the doorbell, as in the guest's loop.
+        let slot = n % u64::from(NUM_SQE);
+        fake.write(SQ_KEY, slot * sqe_len + sq_flags_at, &0u16.to_ne_bytes());
+        n += 1;
+    });
 }
 
 /// `OwnedQp::wait` (issue 42): a timeout loses nothing and says
