@@ -73,14 +73,18 @@ impl<T> RingLock<T> {
     pub(crate) fn lock(&self) -> RingGuard<'_, T> {
         match self.try_lock_unrouted() {
             Some(guard) => guard,
-            None => self.lock_contended(),
+            None => RingGuard {
+                lock: self,
+                release: self.wait(),
+            },
         }
     }
 
-    /// [`lock`](Self::lock) past its first try.
+    /// A lock past its first try: takes it, waiting, and answers the word
+    /// it found (what the release restores).
     #[cold]
     #[inline(never)]
-    fn lock_contended(&self) -> RingGuard<'_, T> {
+    fn wait(&self) -> u8 {
         let mut spins = 0;
         loop {
             // Relaxed: only a successful compare-and-swap below takes the
@@ -99,10 +103,7 @@ impl<T> RingLock<T> {
             {
                 // The word stays `word | LOCKED` while we hold the lock:
                 // nobody else writes it then.
-                return RingGuard {
-                    lock: self,
-                    release: word,
-                };
+                return word;
             }
             if spins < SPINS {
                 spins += 1;
@@ -118,17 +119,16 @@ impl<T> RingLock<T> {
     /// keeps no word in a register for it. Waits out of line, as `lock`.
     #[inline(always)]
     pub(crate) fn lock_unflagged(&self) -> RingGuard<'_, T> {
-        // Acquire on success: as in `try_lock_unrouted`.
-        if self
-            .word
-            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            self.wait_unflagged();
-        }
-        RingGuard {
-            lock: self,
-            release: 0,
+        match self.try_lock_unrouted() {
+            Some(guard) => guard,
+            None => {
+                let word = self.wait();
+                debug_assert_eq!(word & ROUTED, 0, "lock_unflagged on a routed lock");
+                RingGuard {
+                    lock: self,
+                    release: 0,
+                }
+            }
         }
     }
 
@@ -140,33 +140,6 @@ impl<T> RingLock<T> {
         // Acquire on success: as in `try_lock_unrouted`; a QP's word is
         // never routed, so this is the same compare-and-swap.
         self.try_lock_unrouted()
-    }
-
-    /// [`lock_unflagged`](Self::lock_unflagged) past its first try: takes
-    /// the lock (the word from 0 to LOCKED) before it returns.
-    #[cold]
-    #[inline(never)]
-    fn wait_unflagged(&self) {
-        let mut spins = 0;
-        loop {
-            // Relaxed: as in `lock_contended`.
-            let word = self.word.load(Ordering::Relaxed);
-            debug_assert_eq!(word & ROUTED, 0, "lock_unflagged on a routed lock");
-            if word == 0
-                && self
-                    .word
-                    .compare_exchange_weak(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return;
-            }
-            if spins < SPINS {
-                spins += 1;
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-            }
-        }
     }
 
     /// Marks the CQ routed, for good: takes the lock (so that only a
