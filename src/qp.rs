@@ -1213,6 +1213,18 @@ const SEND_STATES: u32 = 1 << QpState::Rts as u8
     | 1 << QpState::Sqe as u8
     | 1 << QpState::Err as u8;
 
+/// Whether a QP in state `raw` (`QpState as u8`) takes sends: one bit test.
+#[inline(always)]
+fn takes_sends(raw: u8) -> bool {
+    SEND_STATES & (1u32 << (raw & 31)) != 0
+}
+
+/// Whether a QP in state `raw` takes receives: any state but RESET.
+#[inline(always)]
+fn takes_receives(raw: u8) -> bool {
+    raw != QpState::Reset as u8
+}
+
 /// A QP's posts with its driver known, picked when the QP is made (as
 /// libibverbs' inline `ibv_post_send` calls `ops.post_send`): each names
 /// one function with every check, the ring lock (or `&mut` access), the
@@ -1305,7 +1317,7 @@ fn try_queue_sends<D: StateOf>(
     let sq = D::send_queue_mut(sq);
     // Acquire: as in `queue_sends`.
     let raw = state.load(Ordering::Acquire);
-    if SEND_STATES & (1u32 << (raw & 31)) == 0 {
+    if !takes_sends(raw) {
         return SendsQueued::NotWritten;
     }
     // A QP's send queue is its driver's from creation on.
@@ -1327,7 +1339,7 @@ fn queue_sends(
 ) -> Result<bool, PostFailure> {
     // Acquire: pairs with `modify`'s Release store of the new state.
     let raw = state.load(Ordering::Acquire);
-    if SEND_STATES & (1u32 << (raw & 31)) == 0 {
+    if !takes_sends(raw) {
         return Err(wrong_state("post_send", raw));
     }
     sq.post(wrs)
@@ -1390,7 +1402,7 @@ const RECEIVES_FROM_SRQ: PostFailure = PostFailure::Refused {
 fn try_write_recvs<D: StateOf>(state: &AtomicU8, rq: &mut RecvQueue, wrs: &[RecvWr<'_>]) -> bool {
     let rq = D::recv_queue_mut(rq);
     // Acquire: as in `queue_sends`.
-    if state.load(Ordering::Acquire) == QpState::Reset as u8 {
+    if !takes_receives(state.load(Ordering::Acquire)) {
         return false;
     }
     // A QP's receive queue is its driver's from creation on.
@@ -1424,7 +1436,7 @@ fn post_recv_slow<D: StateOf>(qp: &QueuePair, wrs: &[RecvWr<'_>]) -> Result<(), 
 fn check_recv_state(state: &AtomicU8) -> Result<(), PostFailure> {
     // Acquire: as in `queue_sends`.
     let raw = state.load(Ordering::Acquire);
-    if raw == QpState::Reset as u8 {
+    if !takes_receives(raw) {
         return Err(wrong_state("post_recv", raw));
     }
     Ok(())
