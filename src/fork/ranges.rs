@@ -478,20 +478,10 @@ fn mark_shortcut(old: &[Entry], start: usize, end: usize, next: &mut Vec<Entry>)
             }
         }
         [e] if e.start <= start && end <= e.end => {
-            // No other entry touches the range, so nothing merges.
             if e.count == u32::MAX {
                 return Some(false);
             }
-            if e.start < start {
-                next.push(Entry { end: start, ..e });
-            }
-            next.push(Entry {
-                count: e.count + 1,
-                ..gap
-            });
-            if end < e.end {
-                next.push(Entry { start: end, ..e });
-            }
+            recount_within(e, start, end, e.count + 1, next);
         }
         [a, b] if a.end == start && b.start == end => match (a.count == 1, b.count == 1) {
             (true, true) => next.push(Entry {
@@ -525,20 +515,24 @@ fn unmark_shortcut(old: &[Entry], start: usize, end: usize, next: &mut Vec<Entry
         return None;
     }
     next.clear();
+    recount_within(e, start, end, e.count - 1, next);
+    Some(true)
+}
+
+/// Pushes to `next` the entry `e`, which holds `[start, end)` and which no
+/// other entry touches (so nothing merges), with the range's pages at
+/// `count` (dropped at 0) and its parts before and after unchanged.
+#[inline(always)]
+fn recount_within(e: Entry, start: usize, end: usize, count: u32, next: &mut Vec<Entry>) {
     if e.start < start {
         next.push(Entry { end: start, ..e });
     }
-    if e.count > 1 {
-        next.push(Entry {
-            start,
-            end,
-            count: e.count - 1,
-        });
+    if count > 0 {
+        next.push(Entry { start, end, count });
     }
     if end < e.end {
         next.push(Entry { start: end, ..e });
     }
-    Some(true)
 }
 
 /// [`rebuild`] of the entries of a range over a block's edge.
