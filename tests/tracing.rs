@@ -12,11 +12,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
+use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
 
 use uverbs::cm::{event_number, EventChannel, EventKind, FakeCm, PortSpace};
 use uverbs::device::{DriverId, Gid, OpenOptions};
@@ -93,6 +93,7 @@ impl Subscriber for Recorder {
 /// What `body` emitted on this thread, with `body`'s answer. Every event
 /// is at TRACE or DEBUG: the library reports, it never warns.
 fn recorded<T>(body: impl FnOnce() -> T) -> (T, Vec<Seen>) {
+    keep_interest();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let answer = tracing::subscriber::with_default(Recorder(seen.clone()), body);
     let seen = seen.lock().unwrap().clone();
@@ -103,6 +104,20 @@ fn recorded<T>(body: impl FnOnce() -> T) -> (T, Vec<Seen>) {
         );
     }
     (answer, seen)
+}
+
+/// Registers, once for the test binary, a dispatcher that lives to its
+/// end. tracing caches each callsite's interest over the dispatchers
+/// registered when the callsite is first hit; the tests run in parallel,
+/// and a callsite first hit on one thread outside `recorded` could cache
+/// "never" while another thread's recorder is being registered, so that
+/// recorder missed the event (CI saw `a_command_and_a_failing_command`
+/// record nothing once). With a recorder always registered, no callsite is
+/// ever cached as "never"; this one is no thread's default, so it records
+/// nothing. Called first in every test.
+fn keep_interest() {
+    static KEEP: OnceLock<Dispatch> = OnceLock::new();
+    KEEP.get_or_init(|| Dispatch::new(Recorder(Arc::default())));
 }
 
 /// The events' names, in order.
@@ -120,6 +135,7 @@ fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 /// A context named `fake0` over a fresh fake kernel serving rxe's rings.
 fn fake_rxe() -> (Arc<RecordingTransport>, Context) {
+    keep_interest();
     let fake = Arc::new(RecordingTransport::new());
     fake.serve_rings();
     let ctx = Context::with_transport(
@@ -309,6 +325,7 @@ fn qp_transitions_sent_refused_and_failed() {
 
 #[test]
 fn cm_commands_and_events() {
+    keep_interest();
     let fake = Arc::new(FakeCm::new().expect("the in-process rdma_cm"));
     let channel = EventChannel::with_fake(fake.clone());
 
