@@ -11,7 +11,9 @@
 //! Each iteration posts one signalled 64-byte RDMA WRITE from an SGE, lets
 //! the model consume it and write its completion, and polls it: the ring
 //! half of what benches/ops measures on a real device (where the wrappers,
-//! the lock and the doorbell add the rest).
+//! the lock and the doorbell add the rest). Then it posts four such WRITEs
+//! in one call (`post_batch`, add `--toggle-collect='*ir_probe*post_batch*'`),
+//! benches/ops' case 2.
 
 use super::kernel_model::TestRing;
 use super::queue::{Consumer, Producer, QueueMem};
@@ -35,6 +37,12 @@ fn poll_one(cq: &mut Consumer<ib_uverbs_wc>, out: &mut [WorkCompletion]) -> usiz
 #[inline(never)]
 fn post_one(sq: &mut Producer, limits: SendLimits, wr: &SendWr<'_>) -> bool {
     post_sends(sq, QpType::Rc, limits, std::slice::from_ref(wr)).is_ok()
+}
+
+/// As [`post_one`], for a batch (benches/ops' case 2 posts four).
+#[inline(never)]
+fn post_batch(sq: &mut Producer, limits: SendLimits, wrs: &[SendWr<'_>]) -> bool {
+    matches!(post_sends(sq, QpType::Rc, limits, wrs), Ok(true))
 }
 
 #[test]
@@ -72,5 +80,16 @@ fn post_poll_loop() {
         assert!(kernel_cq.push(wc.as_bytes()));
         assert_eq!(poll_one(&mut cq, &mut out), 1);
         assert_eq!((out[0].wr_id(), out[0].status()), (i, WcStatus::Success));
+
+        let batch = [
+            wr,
+            probe_write(i + 1, &sges),
+            probe_write(i + 2, &sges),
+            probe_write(i + 3, &sges),
+        ];
+        assert!(post_batch(&mut sq, limits, &batch));
+        for _ in &batch {
+            assert!(kernel_sq.pop(&mut slot));
+        }
     }
 }

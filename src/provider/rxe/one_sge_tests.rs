@@ -9,7 +9,8 @@ use super::kernel_model::TestRing;
 use super::queue::Producer;
 use super::ring_props::producer;
 use super::wqe::{
-    check_send_for_qp_type, encode_one_segment_send, write_send_wqe, SendLimits, SEND_WQE_LEN,
+    check_send_for_qp_type, encode_one_segment_send, send_queue_full, write_send_wqe, SendLimits,
+    SEND_WQE_LEN,
 };
 use crate::command::QpType;
 use crate::wr::{Payload, PostError, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
@@ -69,7 +70,9 @@ proptest! {
             ud: None,
         };
         let fast = slot_after(stale, &wr, |sq, wr| {
-            encode_one_segment_send(sq, qp_type, LIMITS, wr).expect("the one-segment path takes it")
+            encode_one_segment_send(sq, qp_type, LIMITS, wr)
+                .expect("the one-segment path takes it")
+                .map_err(send_queue_full)
         });
         let general = slot_after(stale, &wr, |sq, wr| {
             check_send_for_qp_type(qp_type, wr)?;
@@ -95,7 +98,9 @@ fn a_full_queue_is_refused_alike() {
             .unwrap()
             .unwrap();
     }
-    let fast = encode_one_segment_send(&mut sq, QpType::Rc, LIMITS, &wr).unwrap();
+    let fast = encode_one_segment_send(&mut sq, QpType::Rc, LIMITS, &wr)
+        .unwrap()
+        .map_err(send_queue_full);
     let general = write_send_wqe(&mut sq, LIMITS, &wr);
     assert_eq!(fast, general);
     assert!(

@@ -240,9 +240,12 @@ pub(super) fn post_sends(
                     sq.publish();
                     Ok(true)
                 }
-                Err(error) => {
+                Err(full) => {
                     sq.cancel();
-                    Err(PostFailure::Refused { index: 0, error })
+                    Err(PostFailure::Refused {
+                        index: 0,
+                        error: wqe::send_queue_full(full),
+                    })
                 }
             };
         }
@@ -260,7 +263,9 @@ fn post_sends_general(
 ) -> Result<bool, PostFailure> {
     for (index, wr) in wrs.iter().enumerate() {
         let written = match wqe::encode_one_segment_send(sq, qp_type, limits, wr) {
-            Some(written) => written,
+            // Written: on to the next, with no error value made.
+            Some(Ok(())) => continue,
+            Some(Err(full)) => Err(wqe::send_queue_full(full)),
             None => wqe::check_and_encode_send(sq, qp_type, limits, wr),
         };
         if let Err(error) = written {

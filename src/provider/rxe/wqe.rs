@@ -70,6 +70,17 @@ const POST_SEND: &str = "post_send";
 /// The operation a receive WR's error names.
 const POST_RECV: &str = "post_recv";
 
+/// What a send refused for a full queue answers (the general path's
+/// [`next_slot`] says the same). Out of line: a post that does not fail
+/// builds no error.
+#[cold]
+pub(crate) fn send_queue_full(QueueFull { capacity }: QueueFull) -> PostError {
+    PostError::QueueFull {
+        op: POST_SEND,
+        capacity,
+    }
+}
+
 /// The next free slot of `q`, or [`PostError::QueueFull`] naming `op`.
 /// Always inlined: out of line (the guest's benches/ops found it so) a
 /// post paid 26 Ir for the call alone.
@@ -323,17 +334,19 @@ pub(crate) fn check_and_encode_send(
 /// WRITE or a SEND (with or without immediate data) from exactly one SGE,
 /// or of one inline segment within `max_inline`, with no UD destination, on
 /// an RC or UC QP whose slots take an SGE. Every check of the general path
-/// passes for such a request except a full queue, which this answers the
-/// same way; `None` for any other request (the caller takes the general
-/// path). The bytes written are the general path's (`one_sge_tests.rs`
-/// compares them).
+/// passes for such a request except a full queue, answered as the bare
+/// [`QueueFull`] (small enough for a register, so that a batch's loop
+/// keeps no error in memory; [`send_queue_full`] makes it the general
+/// path's error); `None` for any other request (the caller takes the
+/// general path). The bytes written are the general path's
+/// (`one_sge_tests.rs` compares them).
 #[inline(always)]
 pub(crate) fn encode_one_segment_send(
     sq: &mut Producer,
     qp_type: crate::command::QpType,
     limits: SendLimits,
     wr: &SendWr<'_>,
-) -> Option<Result<(), PostError>> {
+) -> Option<Result<(), QueueFull>> {
     // The payload's length and inline flag; the general path counts either
     // kind as `num_sge` entries against `max_sge`, here one.
     let (one, length, inline_flag) = match wr.payload {
@@ -365,7 +378,7 @@ pub(crate) fn encode_one_segment_send(
         SendOp::Send { imm: Some(imm) } => (IB_UVERBS_WR_SEND_WITH_IMM, imm.to_be(), 0, 0),
         _ => return None,
     };
-    let slot = match next_slot(sq, POST_SEND) {
+    let slot = match sq.reserve() {
         Ok(slot) => slot,
         Err(full) => return Some(Err(full)),
     };
