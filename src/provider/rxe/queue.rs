@@ -317,20 +317,46 @@ impl Producer {
     /// to fill. It becomes visible to the kernel at the next
     /// [`publish`](Self::publish).
     pub(crate) fn reserve(&mut self) -> Result<&mut [u8], QueueFull> {
-        if self.capacity() - self.outstanding() == 0 {
-            self.refresh();
-            if self.capacity() - self.outstanding() == 0 {
-                return Err(QueueFull {
-                    capacity: self.capacity(),
-                });
-            }
+        if !self.has_room(1) {
+            return Err(QueueFull {
+                capacity: self.capacity(),
+            });
         }
+        // SAFETY: room for one slot was seen just above.
+        Ok(unsafe { self.reserve_in_room() })
+    }
+
+    /// Whether `n` more slots can be reserved after those already are:
+    /// against the kernel's consumer index as last loaded, loaded anew only
+    /// when that shows too little room. A batch asks once, then takes its
+    /// slots with [`reserve_in_room`](Self::reserve_in_room), with no check
+    /// each.
+    #[inline(always)]
+    pub(crate) fn has_room(&mut self, n: usize) -> bool {
+        let room = |p: &Self| (p.capacity() - p.outstanding()) as usize;
+        if room(self) >= n {
+            return true;
+        }
+        self.refresh();
+        room(self) >= n
+    }
+
+    /// [`reserve`](Self::reserve) without its check for room.
+    ///
+    /// # Safety
+    /// Room for the slot was seen: [`has_room`](Self::has_room) answered
+    /// true for some `n`, and fewer than `n` slots were reserved since (by
+    /// either method; a [`publish`](Self::publish) or a
+    /// [`cancel`](Self::cancel) in between takes no room).
+    #[inline(always)]
+    pub(crate) unsafe fn reserve_in_room(&mut self) -> &mut [u8] {
         let slot = self.mem.slot(self.prod.wrapping_add(self.pending));
         self.pending += 1;
         // SAFETY: the slot lies inside the mapping (QueueMem::slot); it is
-        // free (between the kernel's consumer index and ours, the kernel reads
-        // no slot), and `&mut self` keeps it ours alone until the next call.
-        Ok(unsafe { std::slice::from_raw_parts_mut(slot, self.mem.elem_size()) })
+        // free (the caller saw room for it: it lies between the kernel's
+        // consumer index and ours, where the kernel reads no slot), and
+        // `&mut self` keeps it ours alone until the next call.
+        unsafe { std::slice::from_raw_parts_mut(slot, self.mem.elem_size()) }
     }
 
     /// Forgets the slots reserved since the last publish (the kernel never saw them).

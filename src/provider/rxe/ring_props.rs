@@ -959,3 +959,92 @@ fn wc_flags_are_the_kernels() {
     );
     assert_eq!(completion(&[0u8; 47]), None);
 }
+
+/// One request of [`batches_post_whole_or_not_at_all`]'s batches.
+#[derive(Clone, Copy, Debug)]
+enum BatchReq {
+    /// A WRITE from one SGE: the one-segment path's.
+    Write,
+    /// An RDMA READ: the general path's.
+    Read,
+    /// Three SGEs where the QP takes two: refused.
+    Bad,
+}
+
+proptest! {
+    #![proptest_config(crate::provider::ring_prop_config(256))]
+
+    /// A batch of sends through `post_sends` with `queued` requests already
+    /// in a ring of 7: where there is room for all, every request is
+    /// written (taking its slot with no check) and published at once,
+    /// unless one is refused; where there is not, the first request that
+    /// fails, in order, is named, a refused one before the full queue.
+    /// A refused batch publishes nothing.
+    #[test]
+    fn batches_post_whole_or_not_at_all(
+        queued in 0u32..=7,
+        reqs in prop::collection::vec(
+            prop_oneof![4 => Just(BatchReq::Write), 2 => Just(BatchReq::Read), 1 => Just(BatchReq::Bad)],
+            1..=9,
+        ),
+    ) {
+        use super::rings::post_sends;
+        use crate::command::QpType;
+        use crate::provider::rings::PostFailure;
+        let ring = TestRing::new(9, 8);
+        let mut sq = producer(&ring, SEND_WQE_LEN);
+        let mut kernel = ring.kernel_consumer();
+        let limits = send_limits(2, 64).within_slot(sq.elem_size());
+        const SGE: Sge = Sge { addr: 0x1000, length: 8, lkey: 1 };
+        let (one, three) = ([SGE], [SGE; 3]);
+        let remote = Remote { addr: 0x2000, rkey: 2 };
+        let write = |id| SendWr::new(id, SendOp::RdmaWrite { remote, imm: None }, Payload::Sges(&one));
+        for id in 0..u64::from(queued) {
+            prop_assert!(post_sends(&mut sq, QpType::Rc, limits, &[write(id)]).is_ok());
+        }
+        let wrs: Vec<SendWr<'_>> = reqs
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let id = 100 + i as u64;
+                match r {
+                    BatchReq::Write => write(id),
+                    BatchReq::Read => SendWr::new(id, SendOp::RdmaRead { remote }, Payload::Sges(&one)),
+                    BatchReq::Bad => SendWr::new(id, SendOp::Send { imm: None }, Payload::Sges(&three)),
+                }
+            })
+            .collect();
+        let room = (7 - queued) as usize;
+        let bad = reqs.iter().position(|r| matches!(r, BatchReq::Bad));
+        let expected = match bad {
+            Some(b) if b < wrs.len().min(room + 1) => Some((b, true)),
+            _ if wrs.len() > room => Some((room, false)),
+            _ => None,
+        };
+        let got = post_sends(&mut sq, QpType::Rc, limits, &wrs);
+        let mut slot = vec![0u8; ring.elem_size()];
+        let mut ids = Vec::new();
+        while kernel.pop(&mut slot) {
+            ids.push(u64::from_ne_bytes(slot[..8].try_into().unwrap()));
+        }
+        let mut want: Vec<u64> = (0..u64::from(queued)).collect();
+        match (expected, got) {
+            (None, Ok(doorbell)) => {
+                prop_assert!(doorbell);
+                want.extend((0..wrs.len()).map(|i| 100 + i as u64));
+            }
+            (Some((index, is_bad)), Err(PostFailure::Refused { index: at, error })) => {
+                prop_assert_eq!(at, index);
+                if is_bad {
+                    let too_many = PostError::TooManySges { op: "post_send", n: 3, max: 2 };
+                    prop_assert_eq!(error, too_many);
+                } else {
+                    prop_assert_eq!(error, PostError::QueueFull { op: "post_send", capacity: 7 });
+                }
+            }
+            (expected, got) => prop_assert!(false, "expected {:?}, got {:?}", expected, got),
+        }
+        prop_assert_eq!(ids, want);
+        prop_assert_eq!(sq.pending(), 0);
+    }
+}

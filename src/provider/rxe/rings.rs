@@ -10,7 +10,7 @@ use std::mem::size_of;
 
 use zerocopy::FromBytes;
 
-use super::queue::{Consumer, Producer, QueueMem};
+use super::queue::{Consumer, Producer, QueueFull, QueueMem};
 use super::wqe::{self, SendLimits, RECV_WQE_LEN, SEND_WQE_LEN, WC_LEN};
 use crate::command::QpType;
 use crate::error::Errno;
@@ -261,8 +261,32 @@ fn post_sends_general(
     limits: SendLimits,
     wrs: &[SendWr<'_>],
 ) -> Result<bool, PostFailure> {
+    if sq.has_room(wrs.len()) {
+        write_batch(sq, qp_type, limits, wrs, |sq| {
+            // SAFETY: there was room for `wrs.len()` slots (just above), and
+            // `write_batch` reserves at most one per request.
+            Ok(unsafe { sq.reserve_in_room() })
+        })
+    } else {
+        // Not room for all: each request checks for its slot, and the
+        // first that finds none (unless one before it is refused) says so.
+        write_batch(sq, qp_type, limits, wrs, Producer::reserve)
+    }
+}
+
+/// Writes one WQE per request, the one-segment ones' slots taken by
+/// `take`, and publishes them together, or writes nothing. Reserves at
+/// most one slot per request.
+#[inline(always)]
+fn write_batch(
+    sq: &mut Producer,
+    qp_type: QpType,
+    limits: SendLimits,
+    wrs: &[SendWr<'_>],
+    take: impl Fn(&mut Producer) -> Result<&mut [u8], QueueFull>,
+) -> Result<bool, PostFailure> {
     for (index, wr) in wrs.iter().enumerate() {
-        let written = match wqe::encode_one_segment_send(sq, qp_type, limits, wr) {
+        let written = match wqe::encode_one_segment_send_with(sq, qp_type, limits, wr, &take) {
             // Written: on to the next, with no error value made.
             Some(Ok(())) => continue,
             Some(Err(full)) => Err(wqe::send_queue_full(full)),

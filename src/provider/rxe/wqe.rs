@@ -347,6 +347,19 @@ pub(crate) fn encode_one_segment_send(
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Option<Result<(), QueueFull>> {
+    encode_one_segment_send_with(sq, qp_type, limits, wr, Producer::reserve)
+}
+
+/// [`encode_one_segment_send`], its slot taken by `take` (a batch that saw
+/// room for all its requests takes each without a check).
+#[inline(always)]
+pub(crate) fn encode_one_segment_send_with(
+    sq: &mut Producer,
+    qp_type: crate::command::QpType,
+    limits: SendLimits,
+    wr: &SendWr<'_>,
+    take: impl FnOnce(&mut Producer) -> Result<&mut [u8], QueueFull>,
+) -> Option<Result<(), QueueFull>> {
     // The payload's length and inline flag; the general path counts either
     // kind as `num_sge` entries against `max_sge`, here one.
     let (one, length, inline_flag) = match wr.payload {
@@ -378,7 +391,7 @@ pub(crate) fn encode_one_segment_send(
         SendOp::Send { imm: Some(imm) } => (IB_UVERBS_WR_SEND_WITH_IMM, imm.to_be(), 0, 0),
         _ => return None,
     };
-    let slot = match sq.reserve() {
+    let slot = match take(sq) {
         Ok(slot) => slot,
         Err(full) => return Some(Err(full)),
     };
