@@ -18,7 +18,7 @@ use crate::provider::rings::{
     CompletionRing, FirstPoll, PostFailure, RecvRing, Ring, SendRing, Unmapped,
 };
 use crate::transport::{SharedMapping, Transport};
-use crate::wr::{PostError, RecvWr, SendWr, WorkCompletion};
+use crate::wr::{RecvWr, SendWr, WorkCompletion};
 use uverbs_uapi as sys;
 
 /// Bytes of rxe's CREATE_CQ answer.
@@ -290,7 +290,7 @@ fn write_batch(
             // Written: on to the next, with no error value made.
             Some(Ok(())) => continue,
             Some(Err(full)) => Err(wqe::send_queue_full(full)),
-            None => encode_general(sq, qp_type, limits, wr),
+            None => wqe::check_and_encode_send(sq, qp_type, limits, wr),
         };
         if let Err(error) = written {
             sq.cancel();
@@ -299,19 +299,6 @@ fn write_batch(
     }
     sq.publish();
     Ok(!wrs.is_empty())
-}
-
-/// One request of a batch that the one-segment path does not take, out
-/// of line: inlined, its checks held so many registers that the batch's
-/// loop spilled and reloaded its own values for every request.
-#[inline(never)]
-fn encode_general(
-    sq: &mut Producer,
-    qp_type: QpType,
-    limits: SendLimits,
-    wr: &SendWr<'_>,
-) -> Result<(), PostError> {
-    wqe::check_and_encode_send(sq, qp_type, limits, wr)
 }
 
 impl Ring for RecvQueue {}

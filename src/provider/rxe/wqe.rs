@@ -317,8 +317,10 @@ fn sge_total(sges: &[Sge]) -> Result<u32, PostError> {
 
 /// The general send path: the QP-type check, then [`encode_op`], with one
 /// match on the operation for both. `limits` are capped to the slot
-/// ([`SendLimits::within_slot`]).
-#[inline]
+/// ([`SendLimits::within_slot`]). Out of line: inlined into a batch's
+/// loop, its checks held so many registers that the loop spilled and
+/// reloaded its own values for every request, one-segment ones included.
+#[inline(never)]
 pub(crate) fn check_and_encode_send(
     sq: &mut Producer,
     qp_type: crate::command::QpType,
