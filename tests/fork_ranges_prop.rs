@@ -208,10 +208,15 @@ fn start() -> (Recorder, ForkSafety, Model, Vec<(usize, usize)>) {
     (rec, fs, Model::default(), Vec::new())
 }
 
-/// Chooses the operation of a step: a new mark, or the release of one live
-/// mark (only what is marked is ever unmarked).
+/// Chooses the operation of a step: a new mark (in one step of four, of a
+/// range already marked: a second registration of the same buffer, which
+/// the tracker changes in place), or the release of one live mark (only
+/// what is marked is ever unmarked).
 fn choose(step: &Step, live: &[(usize, usize)]) -> (bool, usize, usize, Option<usize>) {
-    if step.mark || live.is_empty() {
+    if step.mark && step.pick % 4 == 0 && !live.is_empty() {
+        let (addr, len) = live[step.pick / 4 % live.len()];
+        (true, addr, len, None)
+    } else if step.mark || live.is_empty() {
         (true, BASE + step.offset, step.len, None)
     } else {
         let i = step.pick % live.len();

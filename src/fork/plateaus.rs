@@ -8,7 +8,8 @@
 //! entries next to it in its block. A change replaces the run of entries a
 //! range touches with its new entries in one go: in place when as many come
 //! as go (a count changed), otherwise by shifting the rest of one block (at
-//! most [`MAX`] entries). Blocks are split when they outgrow [`MAX`] and
+//! most [`MAX`] entries). A range that entries cover exactly changes their
+//! counts where they are ([`Recount`]), with no new entries to write. Blocks are split when they outgrow [`MAX`] and
 //! merged with a neighbour when they shrink below [`MIN`]; only then, and
 //! when a change spans blocks, is memory allocated or freed.
 
@@ -46,6 +47,22 @@ fn copy_entries(dst: &mut [Entry], src: &[Entry]) {
 
 /// A place between entries, as (block, index in the block).
 pub(super) type Pos = (usize, usize);
+
+/// A change that moves the count of every entry `from..to` of a block by
+/// `delta` (1 or `u32::MAX`, i.e. one less, by wrapping addition) and keeps
+/// the entries themselves: what a mark or unmark of a range that those
+/// entries cover exactly comes to. At most the two edges merge with the
+/// entry before (`merge_left`) or after (`merge_right`), which must then be
+/// in the same block and touch them. A `to` past the block's end goes on
+/// into the next block (a range over a block's edge); then nothing merges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Recount {
+    pub(super) from: usize,
+    pub(super) to: usize,
+    pub(super) delta: u32,
+    pub(super) merge_left: bool,
+    pub(super) merge_right: bool,
+}
 
 /// Entries ascending by start, never overlapping. Invariants: no block is
 /// empty, `firsts[b]` is the start of `blocks[b]`'s first entry, and `len`
@@ -168,6 +185,65 @@ impl Plateaus {
             self.firsts[hi.0] = self.blocks[hi.0][0].start;
         } else {
             self.splice_across(lo, hi, new);
+        }
+    }
+
+    /// Applies `r` to block `b`: the counts change in place, and an edge
+    /// that now equals its neighbour is merged into it (the block's later
+    /// entries move down by one place per merge).
+    #[inline(always)]
+    pub(super) fn recount(&mut self, b: usize, r: Recount) {
+        let Recount { from, to, .. } = r;
+        let block = &mut self.blocks[b];
+        if to > block.len() {
+            return self.recount_across(b, r);
+        }
+        for e in &mut block[from..to] {
+            e.count = e.count.wrapping_add(r.delta);
+        }
+        match (r.merge_left, r.merge_right) {
+            (false, false) => return,
+            (true, false) => {
+                block[from - 1].end = block[from].end;
+                block.remove(from);
+                self.len -= 1;
+            }
+            (false, true) => {
+                block[to].start = block[to - 1].start;
+                block.remove(to - 1);
+                self.len -= 1;
+            }
+            (true, true) => {
+                let len = block.len();
+                if to - from == 1 {
+                    // Three entries become one.
+                    block[from - 1].end = block[to].end;
+                    block.copy_within(to + 1.., from);
+                } else {
+                    block[from - 1].end = block[from].end;
+                    block[to].start = block[to - 1].start;
+                    block.copy_within(from + 1..to - 1, from);
+                    block.copy_within(to.., to - 2);
+                }
+                block.truncate(len - 2);
+                self.len -= 2;
+            }
+        }
+        // No merge moves a block's first start (a left merge has an entry
+        // before it), but the block may now be under `MIN`.
+        self.settle(b);
+    }
+
+    /// [`recount`](Self::recount) of entries over the edge of block `b`
+    /// and the next, where nothing merges.
+    #[cold]
+    fn recount_across(&mut self, b: usize, r: Recount) {
+        debug_assert!(!r.merge_left && !r.merge_right);
+        let (first, second) = self.blocks[b..].split_at_mut(1);
+        let first = &mut first[0];
+        let rest = r.to - first.len();
+        for e in first[r.from..].iter_mut().chain(&mut second[0][..rest]) {
+            e.count = e.count.wrapping_add(r.delta);
         }
     }
 
@@ -418,6 +494,95 @@ mod tests {
             near(&Plateaus::default(), 5, 9),
             ((0, 0), (0, 0), Vec::new())
         );
+    }
+
+    /// Entries of one unit each from `at` on, with `counts`.
+    fn steps(at: usize, counts: &[u32]) -> Vec<Entry> {
+        (at..)
+            .zip(counts)
+            .map(|(i, &c)| entry(i, i + 1, c))
+            .collect()
+    }
+
+    fn recount(from: usize, to: usize, up: bool, merges: (bool, bool)) -> Recount {
+        Recount {
+            from,
+            to,
+            delta: if up { 1 } else { u32::MAX },
+            merge_left: merges.0,
+            merge_right: merges.1,
+        }
+    }
+
+    fn entries(p: &Plateaus) -> Vec<Entry> {
+        p.iter().copied().collect()
+    }
+
+    #[test]
+    fn recount_changes_counts_in_place_and_merges_edges() {
+        // Counts 2 1 2 1 2 … over 40 units, in one block.
+        let counts: Vec<u32> = (0..40).map(|i| 2 - i % 2).collect();
+        let all = steps(0, &counts);
+        let run = |r: Recount| {
+            let mut p = Plateaus::default();
+            p.replace((0, 0), (0, 0), &all);
+            p.recount(0, r);
+            p.check();
+            entries(&p)
+        };
+        let with = |from: usize, mid: &[Entry], to: usize| [&all[..from], mid, &all[to..]].concat();
+        // Entries 11..14 (1 2 1) up by one: both edges meet their
+        // neighbours (2), five entries become three.
+        let both = run(recount(11, 14, true, (true, true)));
+        let merged = [entry(10, 12, 2), entry(12, 13, 3), entry(13, 15, 2)];
+        assert_eq!(both, with(10, &merged, 15));
+        // One entry between two equal neighbours: three become one.
+        let one = run(recount(11, 12, true, (true, true)));
+        assert_eq!(one, with(10, &[entry(10, 13, 2)], 13));
+        // Only the left or only the right edge.
+        let left = run(recount(11, 13, true, (true, false)));
+        assert_eq!(left, with(10, &[entry(10, 12, 2), entry(12, 13, 3)], 13));
+        let right = run(recount(12, 14, true, (false, true)));
+        assert_eq!(right, with(12, &[entry(12, 13, 3), entry(13, 15, 2)], 15));
+        // Down by one, nothing merges: counts change, entries stay.
+        let down = run(recount(10, 15, false, (false, false)));
+        assert_eq!(down, with(10, &steps(10, &[1, 0, 1, 0, 1]), 15));
+    }
+
+    #[test]
+    fn recount_merges_keep_blocks_within_bounds() {
+        // Block 1 holds `MIN` entries; the merge of three into one leaves it
+        // too small, and it joins block 0.
+        let first: Vec<Entry> = (0..MAX / 2).map(|i| entry(2 * i, 2 * i + 1, 1)).collect();
+        let counts: Vec<u32> = (0..MIN as u32).map(|i| 2 - i % 2).collect();
+        let second = steps(1000, &counts);
+        let mut p = Plateaus {
+            firsts: vec![first[0].start, second[0].start],
+            len: first.len() + second.len(),
+            blocks: vec![first.clone(), second.clone()],
+        };
+        p.check();
+        p.recount(1, recount(1, 2, true, (true, true)));
+        p.check();
+        assert_eq!(p.blocks.len(), 1);
+        let want = [&first[..], &[entry(1000, 1003, 2)], &second[3..]].concat();
+        assert_eq!(entries(&p), want);
+        assert_eq!(p.len(), want.len());
+    }
+
+    #[test]
+    fn recount_goes_on_over_a_blocks_edge() {
+        let mut p = spaced(3 * MAX);
+        let n0 = p.blocks[0].len();
+        let before = entries(&p);
+        // The last two entries of block 0 and the first three of block 1.
+        p.recount(0, recount(n0 - 2, n0 + 3, true, (false, false)));
+        p.check();
+        for (i, (b, a)) in before.iter().zip(&entries(&p)).enumerate() {
+            let moved = (n0 - 2..n0 + 3).contains(&i);
+            assert_eq!(a.count, b.count + u32::from(moved), "entry {i}");
+            assert_eq!((a.start, a.end), (b.start, b.end));
+        }
     }
 
     #[test]

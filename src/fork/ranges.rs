@@ -63,7 +63,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use super::advisor::{Advice, Advisor};
 #[cfg(test)]
 use super::plateaus::Span;
-use super::plateaus::{Entry, Plateaus, Pos};
+use super::plateaus::{Entry, Plateaus, Pos, Recount};
 use crate::process::Generation;
 
 /// How the tracker rounds ranges to pages.
@@ -144,8 +144,12 @@ struct Ranges {
     /// `lo` to before `hi` in the map, as `prepare` found them.
     lo: Pos,
     hi: Pos,
-    /// What replaces the entries `lo..hi` when the change is committed.
+    /// What replaces the entries `lo..hi` when the change is committed,
+    /// unless `recount` says how to change them in place.
     next: Vec<Entry>,
+    /// For a range that entries from block `lo.0` on cover exactly: the
+    /// change in place that `commit` applies instead of `next`.
+    recount: Option<Recount>,
     /// A copy of the entries `lo..hi` when they are in several blocks.
     old: Vec<Entry>,
 }
@@ -274,10 +278,7 @@ impl RangeTracker {
             return Err(Errno::INVAL);
         }
         let mut first_error = None;
-        // The pages whose count goes 1 → 0 are those of the range that the
-        // new entries leave uncovered; each gap between them is a maximal
-        // run of such pages.
-        for (s, e) in uncovered(&ranges.next, start, end) {
+        for (s, e) in ranges.released(start, end) {
             if let Err(err) = self.dofork_run(s, e, granule) {
                 first_error.get_or_insert(err);
             }
@@ -396,7 +397,10 @@ impl Ranges {
     /// or touch the range (one lookup) and computes in `next` what replaces
     /// them (their parts outside the range unchanged, the range's pages with
     /// their new counts, equal neighbours merged, zeros dropped): by a
-    /// shortcut for the common shapes, otherwise by [`rebuild`]. False if
+    /// shortcut for the common shapes, otherwise by [`rebuild`]; or, for a
+    /// range that entries cover exactly (a second registration of the same
+    /// pages, the release of one of two), as a [`Recount`] in place, which
+    /// copies no entry and only shifts the block when an edge merges. False if
     /// the change is impossible: a count at `u32::MAX` for a mark, a page
     /// with count 0 for an unmark.
     fn prepare(&mut self, start: usize, end: usize, mark: bool) -> bool {
@@ -406,7 +410,9 @@ impl Ranges {
             hi,
             next,
             old,
+            recount,
         } = self;
+        *recount = None;
         *lo = map.first_reaching(start);
         // The entries from `lo` that overlap or touch the range: those that
         // start at or before `end`. Usually all in one block.
@@ -419,22 +425,40 @@ impl Ranges {
         if i == block.len() && map.goes_on(lo.0, end) {
             old.clear();
             *hi = map.scan(*lo, end, |e| old.push(*e));
-            return rebuild_cold(old, start, end, mark, next);
+            return prepare_across(*lo, *hi, old, start, end, mark, recount, next);
         }
         let old = &block[lo.1..i];
-        if mark {
+        let shortcut = if mark {
             mark_shortcut(old, start, end, next)
-                .unwrap_or_else(|| rebuild::<true>(old, start, end, next))
         } else {
             unmark_shortcut(old, start, end, next)
-                .unwrap_or_else(|| rebuild::<false>(old, start, end, next))
+        };
+        if let Some(possible) = shortcut {
+            return possible;
         }
+        if let Some(r) = recount_in_place(old, lo.1, start, end, mark) {
+            *recount = Some(r);
+            return true;
+        }
+        rebuild_either(mark, old, start, end, next)
     }
 
     /// Puts the entries [`prepare`](Self::prepare) computed in place of
     /// those it found.
+    #[inline(always)]
     fn commit(&mut self) {
-        self.map.replace(self.lo, self.hi, &self.next);
+        match self.recount {
+            Some(r) => self.map.recount(self.lo.0, r),
+            None => self.map.replace(self.lo, self.hi, &self.next),
+        }
+    }
+
+    /// The maximal runs of pages of `[start, end)` whose count the prepared
+    /// unmark takes from 1 to 0: those that the new entries leave
+    /// uncovered (none for a change in place, which keeps every entry).
+    fn released(&self, start: usize, end: usize) -> impl Iterator<Item = (usize, usize)> + '_ {
+        let end = if self.recount.is_some() { start } else { end };
+        uncovered(&self.next, start, end)
     }
 
     /// The maximal runs of pages of `[start, end)` with count 0, while the
@@ -519,6 +543,53 @@ fn unmark_shortcut(old: &[Entry], start: usize, end: usize, next: &mut Vec<Entry
     Some(true)
 }
 
+/// The change in place for a range that entries of `old` (those that
+/// overlap or touch it, as `prepare` found them) cover exactly, page for
+/// page, none of them ending up at 0 or past `u32::MAX`: their counts move
+/// by one and they stay, only an edge may merge with the entry touching the
+/// range from outside (see [`rebuild`]: equal counts meet nowhere else).
+/// `old` starts at index `at` of its block, and the indices of the answer
+/// are the block's. `None` for every other shape (a gap in the
+/// range, an edge inside an entry, a count that cannot move), which
+/// [`rebuild`] handles.
+#[inline(always)]
+fn recount_in_place(
+    old: &[Entry],
+    at: usize,
+    start: usize,
+    end: usize,
+    mark: bool,
+) -> Option<Recount> {
+    // An entry ending at `start` or starting at `end` touches the range
+    // without overlapping it; only the first and the last can.
+    let left = old.first().filter(|e| e.end == start);
+    let from = usize::from(left.is_some());
+    let right = old[from..].last().filter(|e| e.start == end);
+    let to = old.len() - usize::from(right.is_some());
+    let inner = &old[from..to];
+    let (delta, floor) = if mark { (1, u32::MAX) } else { (u32::MAX, 1) };
+    let mut cur = start;
+    for e in inner {
+        if e.start != cur || e.count == floor {
+            return None;
+        }
+        cur = e.end;
+    }
+    if cur != end || inner.is_empty() {
+        return None;
+    }
+    let merges = |outside: Option<&Entry>, edge: &Entry| {
+        outside.is_some_and(|o| o.count == edge.count.wrapping_add(delta))
+    };
+    Some(Recount {
+        from: at + from,
+        to: at + to,
+        delta,
+        merge_left: merges(left, &inner[0]),
+        merge_right: merges(right, &inner[inner.len() - 1]),
+    })
+}
+
 /// Pushes to `next` the entry `e`, which holds `[start, end)` and which no
 /// other entry touches (so nothing merges), with the range's pages at
 /// `count` (dropped at 0) and its parts before and after unchanged.
@@ -535,13 +606,36 @@ fn recount_within(e: Entry, start: usize, end: usize, count: u32, next: &mut Vec
     }
 }
 
-/// [`rebuild`] of the entries of a range over a block's edge.
+/// [`Ranges::prepare`] for a range whose entries `old` (a copy) lie in
+/// several blocks, from `lo` to before `hi`: in place if they are in two
+/// blocks and nothing merges, otherwise by [`rebuild`].
 #[cold]
-fn rebuild_cold(
+#[allow(clippy::too_many_arguments)]
+fn prepare_across(
+    lo: Pos,
+    hi: Pos,
     old: &[Entry],
     start: usize,
     end: usize,
     mark: bool,
+    recount: &mut Option<Recount>,
+    next: &mut Vec<Entry>,
+) -> bool {
+    if hi.0 == lo.0 + 1 {
+        // Indices from the start of block `lo.0`, on into the next.
+        *recount = recount_in_place(old, lo.1, start, end, mark)
+            .filter(|r| !r.merge_left && !r.merge_right);
+    }
+    recount.is_some() || rebuild_either(mark, old, start, end, next)
+}
+
+/// [`rebuild`] for a mark or an unmark.
+#[inline(always)]
+fn rebuild_either(
+    mark: bool,
+    old: &[Entry],
+    start: usize,
+    end: usize,
     next: &mut Vec<Entry>,
 ) -> bool {
     if mark {
