@@ -41,8 +41,8 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("siw", "probe_post_recv_exclusive", 72),
     ("rxe", "probe_post_send", 218),
     ("rxe", "probe_post_send_exclusive", 212),
-    ("siw", "probe_post_send", 210),
-    ("siw", "probe_post_send_exclusive", 205),
+    ("siw", "probe_post_send", 202),
+    ("siw", "probe_post_send_exclusive", 197),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.

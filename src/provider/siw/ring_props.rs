@@ -334,9 +334,10 @@ proptest! {
         }
     }
 
-    /// Every supported op lands in the SQE exactly as the kernel reads it,
-    /// every byte of the slot written (stale bytes overwritten), no byte of
-    /// another slot or past the ring touched; the kernel accepts it.
+    /// Every supported op lands in the SQE exactly as the kernel reads it:
+    /// the head and the `num_sge` SGEs written over stale bytes, the SGEs
+    /// after them (which the kernel does not read) left as they were, no
+    /// byte of another slot or past the ring touched; the kernel accepts it.
     #[test]
     fn sqe_layout(
         op_kind in 0u8..3,
@@ -395,13 +396,17 @@ proptest! {
         prop_assert_eq!((sqe.raddr, sqe.rkey), (want_raddr, want_rkey));
         prop_assert_eq!(sqe.num_sge as usize, sges.len());
         prop_assert_eq!(sqe.sge[..sges.len()].as_bytes(), sges.as_bytes());
-        prop_assert!(sqe.sge[sges.len()..].as_bytes().iter().all(|&b| b == 0), "stale SGE bytes left");
+        let unused = at + std::mem::offset_of!(siw_sqe, sge) + sges.len() * size_of::<Sge>();
+        prop_assert!(before[unused..at + SQE] == after[unused..at + SQE], "unused SGEs written");
         let taken = kernel.take().unwrap();
         prop_assert_eq!(taken.map(|s| s.id), Ok(wr_id));
     }
 
     /// Inline data: packed into sge[1..], total in sge[0].length, INLINE set,
-    /// accepted by the kernel's checks; up to 80 bytes in any segmentation.
+    /// accepted by the kernel's checks; up to 80 bytes in any segmentation,
+    /// over a stale slot whose other bytes (`sge[0]`'s address and key,
+    /// which the kernel sets itself, and the room after the data) are left
+    /// as they were.
     #[test]
     fn inline_layout(
         segs in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..30), 0..8),
@@ -412,6 +417,9 @@ proptest! {
         let remote = Remote { addr: 0x4000, rkey: 3 };
         let op = if write { SendOp::RdmaWrite { remote, imm: None } } else { SendOp::Send { imm: None } };
         let mem = TestMem::sq(2);
+        // Stale bytes everywhere but in the flags words (which stay 0: free).
+        mem.write(0, &[0xa5; 8]);
+        mem.write(10, &[0xa5; SQE - 10]);
         let mut user = sq(&mem, 2);
         let wr = SendWr { wr_id: 5, op, flags: SendFlags::empty(), payload: Payload::Inline(&seg_refs), ud: None };
         let before = mem.snapshot();
@@ -426,11 +434,11 @@ proptest! {
         prop_assert_eq!(sqe.flags, SIW_WQE_VALID | SIW_WQE_INLINE);
         prop_assert_eq!(sqe.num_sge, 1);
         prop_assert_eq!(sqe.sge[0].length as usize, total);
-        prop_assert_eq!((sqe.sge[0].laddr, sqe.sge[0].lkey), (0, 0));
+        prop_assert_eq!((sqe.sge[0].laddr, sqe.sge[0].lkey), (u64::from_ne_bytes([0xa5; 8]), u32::from_ne_bytes([0xa5; 4])));
         let data = sqe.sge[1..].as_bytes();
         let want = segs.concat();
         prop_assert_eq!(&data[..total], want.as_slice());
-        prop_assert!(data[total..].iter().all(|&b| b == 0));
+        prop_assert!(data[total..].iter().all(|&b| b == 0xa5), "room after the data written");
     }
 }
 

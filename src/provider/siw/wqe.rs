@@ -11,7 +11,12 @@
 //!   layout). Inline data (SEND and WRITE only, up to [`SIW_MAX_INLINE`]
 //!   bytes, any number of segments) is packed into the bytes of `sge[1..]`,
 //!   its total length in `sge[0].length` and `num_sge = 1`: the kernel
-//!   (`siw_activate_tx_from_sq`) points `sge[0]` at `sge[1]` itself. Flags:
+//!   (`siw_activate_tx_from_sq`) points `sge[0]` at `sge[1]` itself. The
+//!   writers write only what the kernel reads: the `num_sge` SGEs, or the
+//!   inline length and bytes; the rest of a reused slot keeps what it held
+//!   (the kernel copies the whole SQE but reads `num_sge` SGEs, and for
+//!   inline data overwrites `sge[0]`'s address and key and reads `length`
+//!   bytes; the same in 6.1 and 6.12). Flags:
 //!   SIGNALED (or the QP's sig-all) → [`SIW_WQE_SIGNALLED`], SOLICITED →
 //!   [`SIW_WQE_SOLICITED`], FENCE → [`SIW_WQE_READ_FENCE`], inline →
 //!   [`SIW_WQE_INLINE`]; VALID is added by [`Producer::post`] last. For user
@@ -351,8 +356,7 @@ fn write_sqe(cfg: SendConfig, wr: &SendWr<'_>, slot: &mut Slot<'_, siw_sqe>) -> 
 fn write_sqe_op(cfg: SendConfig, wr: &SendWr<'_>, op: SqeOp, slot: &mut Slot<'_, siw_sqe>) -> u16 {
     let mut flags = sqe_flags(cfg, wr.flags);
     let sges = slot.sges();
-    // Every SGE word is written: what a request does not use is zero.
-    *sges = [siw_sge::default(); SIW_MAX_SGE as usize];
+    // Only what the kernel reads is written (see the module's docs).
     let num_sge = match wr.payload {
         Payload::Sges(list) => {
             for (dst, s) in sges.iter_mut().zip(list) {
@@ -429,9 +433,8 @@ pub(crate) fn fast_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend
 }
 
 /// Writes the SQE of a request [`fast_send`] took, as [`write_sqe`] would:
-/// the head, then the SGE and five zero SGEs, or a zero SGE holding the
-/// inline length and the segment packed after it, zero-filled; answers the
-/// flags.
+/// the head, then the SGE, or the inline length in `sge[0]` and the
+/// segment packed after it; answers the flags.
 #[inline(always)]
 fn write_fast_send(
     cfg: SendConfig,
@@ -440,17 +443,11 @@ fn write_fast_send(
     slot: &mut Slot<'_, siw_sqe>,
 ) -> u16 {
     let mut flags = sqe_flags(cfg, wr.flags);
-    let zero = siw_sge::default();
     let sges = slot.sges();
     match fast.payload {
-        FastPayload::Sge(sge) => {
-            let [first, rest @ ..] = sges;
-            *first = to_siw_sge(sge);
-            *rest = [zero; SIW_MAX_SGE as usize - 1];
-        }
+        FastPayload::Sge(sge) => sges[0] = to_siw_sge(sge),
         FastPayload::Inline(seg) => {
             flags |= SIW_WQE_INLINE;
-            *sges = [zero; SIW_MAX_SGE as usize];
             // fast_send took at most SIW_MAX_INLINE bytes, the room of
             // sge[1..]: the `get_mut` always answers.
             if let Some(data) = sges[1..].as_mut_bytes().get_mut(..seg.len()) {
