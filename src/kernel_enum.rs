@@ -39,10 +39,11 @@ macro_rules! kernel_enum {
             /// The value the kernel's number `raw` stands for (`Unknown`
             /// for a number this crate does not know).
             #[inline]
-            $vis fn from_raw(raw: u32) -> Self {
-                match Self::TABLE.get(raw as usize) {
-                    Some(known) => *known,
-                    None => $ty::Unknown(raw),
+            $vis const fn from_raw(raw: u32) -> Self {
+                if (raw as usize) < Self::TABLE.len() {
+                    Self::TABLE[raw as usize]
+                } else {
+                    $ty::Unknown(raw)
                 }
             }
 

@@ -178,6 +178,8 @@ pub(crate) struct QueueFull {
 struct Ring {
     base: NonNull<u8>,
     num: u32,
+    /// `num - 1`, kept so that finding a slot is one `and`.
+    mask: u32,
 }
 
 // SAFETY: a Ring is owned by the one Producer or CqConsumer made over it,
@@ -208,7 +210,11 @@ impl Ring {
             .checked_mul(elem)
             .and_then(|n| n.checked_add(tail));
         match need {
-            Some(need) if need <= len => Ok(Ring { base, num }),
+            Some(need) if need <= len => Ok(Ring {
+                base,
+                num,
+                mask: num - 1,
+            }),
             _ => Err(LayoutError::TooShort {
                 ring,
                 num,
@@ -298,7 +304,7 @@ impl<E: WorkElement> Producer<E> {
     /// spares the multiplication by a loaded value.
     #[inline(always)]
     fn elem_ptr(&self, counter: u32) -> NonNull<E> {
-        let index = (counter & (self.ring.num - 1)) as usize;
+        let index = (counter & self.ring.mask) as usize;
         // SAFETY: index < num and `Ring::check` proved num * size_of::<E>()
         // <= len, so the element lies inside the mapping (which is not at
         // address 0, so neither is the element).
@@ -649,14 +655,14 @@ pub(crate) struct CqConsumer {
 /// registers).
 ///
 /// # Safety
-/// `base` and `num` are a CQ ring's that `Ring::check` accepted with
-/// [`CQE_LEN`]-byte elements (so `num` is a power of two and `num × CQE_LEN`
-/// bytes lie inside the mapping).
+/// `base` and `mask` are a CQ ring's that `Ring::check` accepted with
+/// [`CQE_LEN`]-byte elements (so `mask + 1` is a power of two and
+/// `(mask + 1) × CQE_LEN` bytes lie inside the mapping).
 #[inline(always)]
-unsafe fn cqe_slot(base: NonNull<u8>, num: u32, counter: u32) -> *mut u8 {
-    let index = (counter & (num - 1)) as usize;
-    // SAFETY: index < num and, by the caller's promise, num * CQE_LEN bytes
-    // from base lie inside the mapping.
+unsafe fn cqe_slot(base: NonNull<u8>, mask: u32, counter: u32) -> *mut u8 {
+    let index = (counter & mask) as usize;
+    // SAFETY: index <= mask and, by the caller's promise, (mask + 1) *
+    // CQE_LEN bytes from base lie inside the mapping.
     unsafe { base.as_ptr().add(index * CQE_LEN) }
 }
 
@@ -740,14 +746,14 @@ impl CqConsumer {
     /// [`poll_one`]: Self::poll_one
     #[inline(always)]
     pub(crate) fn poll_each(&mut self, max: usize, mut each: impl FnMut(usize, &siw_cqe)) -> usize {
-        let (base, num) = (self.ring.base, self.ring.num);
+        let (base, mask) = (self.ring.base, self.ring.mask);
         let mut get = self.get;
         let mut n = 0;
         while n < max {
             // SAFETY: the consumer's own ring, checked with CQE_LEN
             // (`resume`); so the slot is one of its mapping's, as `take`
             // needs.
-            let Some(cqe) = (unsafe { Self::take(cqe_slot(base, num, get)) }) else {
+            let Some(cqe) = (unsafe { Self::take(cqe_slot(base, mask, get)) }) else {
                 break;
             };
             each(n, &cqe);
@@ -794,7 +800,7 @@ impl CqConsumer {
     #[inline(always)]
     fn cqe_ptr(&self, counter: u32) -> *mut u8 {
         // SAFETY: the consumer's own ring, checked with CQE_LEN (`resume`).
-        unsafe { cqe_slot(self.ring.base, self.ring.num, counter) }
+        unsafe { cqe_slot(self.ring.base, self.ring.mask, counter) }
     }
 
     /// Arms the CQ for one completion event: the next solicited one
