@@ -26,7 +26,8 @@
 //! * CQE: `status` is a `siw_wc_status`, `opcode` the `siw_opcode` of the
 //!   completed SQE (or [`SIW_OP_RECEIVE`]), `bytes`, `qp_id` the QP number
 //!   (`siw_sqe_complete`, `siw_rqe_complete`). The kernel writes no
-//!   immediate data and, for user CQs, no invalidated key. Each CQE becomes
+//!   immediate data and, for user CQs, no invalidated key (neither is read,
+//!   as in rdma-core). Each CQE becomes
 //!   the kernel's `ib_uverbs_wc` (what rxe's CQ holds, and what a
 //!   [`WorkCompletion`] is): status and opcode mapped to the kernel's
 //!   values as rdma-core maps them ([`wc_status`], [`wc_opcode`]). A siw
@@ -62,15 +63,15 @@ use uverbs_uapi::{
     SIW_OP_SEND_WITH_IMM, SIW_OP_WRITE, SIW_WC_BAD_RESP_ERR, SIW_WC_GENERAL_ERR,
     SIW_WC_LOC_ACCESS_ERR, SIW_WC_LOC_LEN_ERR, SIW_WC_LOC_PROT_ERR, SIW_WC_LOC_QP_OP_ERR,
     SIW_WC_REM_ACCESS_ERR, SIW_WC_REM_INV_REQ_ERR, SIW_WC_SUCCESS, SIW_WC_WR_FLUSH_ERR,
-    SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_REM_INVAL, SIW_WQE_SIGNALLED, SIW_WQE_SOLICITED,
+    SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_SIGNALLED, SIW_WQE_SOLICITED,
 };
 
 use super::queue::{CqConsumer, Posted, Producer, QueueFull, Slot};
 use crate::error::Errno;
 use crate::provider::rings::FirstPoll;
 use crate::wr::{
-    Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcFlags, WcOpcode,
-    WcStatus, WorkCompletion,
+    Payload, PostError, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus,
+    WorkCompletion,
 };
 
 /// SGEs an RDMA READ may scatter into (`SIW_MAX_SGE_RD`: an iWARP READ
@@ -669,7 +670,7 @@ fn queue_full(op: &'static str, full: QueueFull) -> Refused {
 
 /// The crate's status for a `siw_wc_status` (rdma-core's `map_cqe_status`);
 /// a value siw does not define stays raw in [`WcStatus::Unknown`].
-pub(crate) fn wc_status(status: u16) -> WcStatus {
+pub(crate) const fn wc_status(status: u16) -> WcStatus {
     match status {
         SIW_WC_SUCCESS => WcStatus::Success,
         SIW_WC_LOC_LEN_ERR => WcStatus::LocLenErr,
@@ -681,7 +682,7 @@ pub(crate) fn wc_status(status: u16) -> WcStatus {
         SIW_WC_REM_ACCESS_ERR => WcStatus::RemAccessErr,
         SIW_WC_REM_INV_REQ_ERR => WcStatus::RemInvReqErr,
         SIW_WC_GENERAL_ERR => WcStatus::GeneralErr,
-        other => WcStatus::Unknown(other.into()),
+        other => WcStatus::Unknown(other as u32),
     }
 }
 
@@ -707,12 +708,28 @@ pub(crate) const UNKNOWN_TAG: u32 = 1 << 31;
 
 /// The kernel's value for `status`, as a CQE's status maps to it (see
 /// [`UNKNOWN_TAG`]).
-fn raw_status(status: WcStatus) -> u32 {
+const fn raw_status(status: WcStatus) -> u32 {
     match status {
-        WcStatus::Unknown(v) if WcStatus::from_raw(v) != status => v | UNKNOWN_TAG,
+        // from_raw answers Unknown(v) itself for a value it does not know.
+        WcStatus::Unknown(v) if !matches!(WcStatus::from_raw(v), WcStatus::Unknown(_)) => {
+            v | UNKNOWN_TAG
+        }
         known => known.to_raw(),
     }
 }
+
+/// [`raw_status`] of [`wc_status`] for the siw statuses below 32, made at
+/// compile time: the poll's conversion is one load, not a match. From 32
+/// on (no status of siw's or the kernel's enum) a status stays as it is.
+static RAW_STATUS: [u32; 32] = {
+    let mut table = [0; 32];
+    let mut status = 0;
+    while status < table.len() {
+        table[status] = raw_status(wc_status(status as u16));
+        status += 1;
+    }
+    table
+};
 
 /// The kernel's value for `opcode`, as a CQE's opcode maps to it (see
 /// [`UNKNOWN_TAG`]).
@@ -739,25 +756,22 @@ static RAW_OPCODE: [u32; 256] = {
 };
 
 /// The completion a CQE is: the kernel's `ib_uverbs_wc`, built from it.
+///
+/// No flags and no `ex` word: for a user CQ the kernel writes neither
+/// immediate data (`imm_data = 0`) nor an invalidated key
+/// (`siw_rqe_complete` sets `SIW_WQE_REM_INVAL` and `inval_stag` only for
+/// kernel CQs, in 6.1 and 6.12), and rdma-core's `copy_cqe` reads neither.
 pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
-    // Without a branch (this is the poll's hot path): all ones when the
-    // CQE carries an invalidated rkey, else zero.
-    let rem_inval = u32::from(u16::from(cqe.flags) & SIW_WQE_REM_INVAL != 0).wrapping_neg();
-    let wc_flags = WcFlags::WITH_INVALIDATE.bits() & rem_inval;
-    // inval_stag is the first four bytes of the imm_data union; the
-    // kernel's invalidate_rkey is in host order.
-    let b = cqe.imm_data.to_ne_bytes();
-    let ex = u32::from_ne_bytes([b[0], b[1], b[2], b[3]]) & rem_inval;
     WorkCompletion::from_raw(ib_uverbs_wc {
         wr_id: cqe.id,
-        status: raw_status(wc_status(cqe.status)),
+        status: match RAW_STATUS.get(cqe.status as usize) {
+            Some(&raw) => raw,
+            None => cqe.status as u32,
+        },
         opcode: RAW_OPCODE[usize::from(cqe.opcode)],
-        vendor_err: 0,
         byte_len: cqe.bytes,
-        ex,
         // qp_id is the u32 QP number widened (qp_id(qp) = base_qp.qp_num).
         qp_num: cqe.qp_id as u32,
-        wc_flags,
         ..ib_uverbs_wc::default()
     })
 }
