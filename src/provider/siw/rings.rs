@@ -259,6 +259,7 @@ impl CompletionRing for CqRing {
         Ok(wqe::poll_first(cq, out))
     }
 
+    #[inline]
     fn poll_more(&mut self, out: &mut [WorkCompletion]) -> usize {
         match self.ring.view() {
             Ok(cq) => wqe::poll_more(cq, out),

@@ -492,6 +492,50 @@ fn poll_into_returns_the_filled_prefix() {
     assert!(cq.poll_into(&mut []).unwrap().is_empty());
 }
 
+/// A poll takes every ready completion its buffer has room for, in order,
+/// past the ring's end, and stops at the first slot not VALID; each slot it
+/// took is handed back.
+#[test]
+fn a_poll_takes_the_ready_completions_in_order_over_the_wrap() {
+    let (fake, ctx) = siw_ctx();
+    let cq = ctx.create_cq(4, None).unwrap();
+    let write = |slot: u64, id: u64| {
+        let cqe = sys::siw_cqe {
+            id,
+            flags: SIW_WQE_VALID as u8,
+            opcode: sys::SIW_OP_WRITE,
+            qp_id: 9,
+            ..Default::default()
+        };
+        fake.write(CQ_KEY, slot * 32, cqe.as_bytes());
+    };
+    let mut wc = [WorkCompletion::default(); 8];
+    let ids = |wc: &[WorkCompletion]| wc.iter().map(|c| c.wr_id()).collect::<Vec<_>>();
+    for slot in 0..3 {
+        write(slot, 100 + slot);
+    }
+    assert_eq!(cq.poll(&mut wc).unwrap(), 3);
+    assert_eq!(ids(&wc[..3]), [100, 101, 102]);
+    // Slot 3, then over the end into slots 0 and 1; slot 2 is free.
+    for (slot, id) in [(3, 103), (0, 104), (1, 105)] {
+        write(slot, id);
+    }
+    assert_eq!(
+        cq.poll(&mut wc[..2]).unwrap(),
+        2,
+        "as many as the buffer holds"
+    );
+    assert_eq!(ids(&wc[..2]), [103, 104]);
+    assert_eq!(cq.poll(&mut wc).unwrap(), 1);
+    assert_eq!(ids(&wc[..1]), [105]);
+    for slot in 0..4 {
+        let mut flags = [0xffu8; 1];
+        fake.read(CQ_KEY, slot * 32 + 8, &mut flags);
+        assert_eq!(flags[0], 0, "slot {slot} handed back");
+    }
+    assert_eq!(cq.poll(&mut wc).unwrap(), 0);
+}
+
 /// A refused destroy (EBUSY) maps the CQ again at its key and position: the
 /// CQ comes back working and still armed.
 #[test]

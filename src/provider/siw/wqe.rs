@@ -784,7 +784,7 @@ pub(crate) fn completion(cqe: &siw_cqe) -> WorkCompletion {
 /// loop.
 #[inline]
 pub(crate) fn poll(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
-    poll_first(cq, out).finish(|| poll_more(cq, out))
+    poll_first(cq, out).finish(|| 1 + poll_rest(cq, &mut out[1..]))
 }
 
 /// [`poll`]'s first step (see
@@ -807,14 +807,22 @@ pub(crate) fn poll_first(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> Fir
 }
 
 /// [`poll_first`]'s rest, after its [`FirstPoll::More`]: the poll's total.
-#[inline]
+/// Its caller is out of line already (`cq::poll_more`), so the loop is
+/// inlined there rather than called once more.
+#[inline(always)]
 pub(crate) fn poll_more(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
-    1 + poll_rest(cq, &mut out[1..])
+    1 + take_each(cq, &mut out[1..])
 }
 
-/// [`poll`] after its first completion.
+/// [`poll`] after its first completion, out of line.
 #[inline(never)]
 fn poll_rest(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
+    take_each(cq, out)
+}
+
+/// Up to `out.len()` completions into `out`, oldest first: how many.
+#[inline(always)]
+fn take_each(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
     cq.poll_each(out.len(), |i, cqe| {
         if let Some(slot) = out.get_mut(i) {
             *slot = completion(cqe);
