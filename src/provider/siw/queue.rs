@@ -356,9 +356,11 @@ impl<E: WorkElement> Producer<E> {
     #[inline]
     pub(crate) fn free_ahead(&self, want: u32) -> u32 {
         let want = want.min(self.ring.num);
-        (0..want)
-            .find(|&i| !Self::is_free(self.flags_of(self.put.wrapping_add(i))))
-            .unwrap_or(want)
+        let mut free = 0;
+        while free < want && Self::is_free(self.flags_of(self.put.wrapping_add(free))) {
+            free += 1;
+        }
+        free
     }
 
     /// Writes `elems` into the next slots and hands each to the kernel, in
