@@ -344,15 +344,19 @@ proptest! {
 /// its `num_sge` zeroed (`siw_rqe_get` reads `num_sge` of them and no more,
 /// so the writer leaves the rest as they were), every other byte as is.
 fn as_the_kernel_reads(ring: &[u8]) -> Vec<u8> {
+    use std::mem::offset_of;
     let mut out = ring.to_vec();
-    let len = size_of::<siw_rqe>();
-    let sges_at = std::mem::offset_of!(siw_rqe, sge);
-    let sge_len = size_of::<uverbs_uapi::siw_sge>();
-    for rqe in out.chunks_exact_mut(len) {
-        let n = usize::from(rqe[std::mem::offset_of!(siw_rqe, num_sge)]).min(6);
-        rqe[sges_at + n * sge_len..].fill(0);
+    for rqe in out.chunks_exact_mut(size_of::<siw_rqe>()) {
+        zero_sges_past_count(rqe, offset_of!(siw_rqe, num_sge), offset_of!(siw_rqe, sge));
     }
     out
+}
+
+/// Zeroes the SGEs of one element (`elem`, its bytes) past its SGE count
+/// (the byte at `num_sge_at`), the SGE array starting at `sges_at`.
+fn zero_sges_past_count(elem: &mut [u8], num_sge_at: usize, sges_at: usize) {
+    let n = usize::from(elem[num_sge_at]).min(6);
+    elem[sges_at + n * size_of::<uverbs_uapi::siw_sge>()..].fill(0);
 }
 
 /// A send ring's bytes as the kernel reads them (`siw_activate_tx_from_sq`
@@ -379,8 +383,7 @@ fn sq_as_the_kernel_reads(ring: &[u8]) -> Vec<u8> {
             let used = (length as usize).min(data.len());
             data[used..].fill(0);
         } else {
-            let n = usize::from(sqe[offset_of!(siw_sqe, num_sge)]).min(6);
-            sqe[sges_at + n * sge_len..].fill(0);
+            zero_sges_past_count(sqe, offset_of!(siw_sqe, num_sge), sges_at);
         }
     }
     out
