@@ -554,8 +554,12 @@ impl Ctx {
         let config_names: Vec<&str> = configs.iter().map(|c| c.name).collect();
         let (outcomes, results) = boot_past_panics("both guests", configs, &names, boot)?;
         let [a, b] = &outcomes;
+        let retries: Vec<report::RunResult> = outcomes
+            .iter()
+            .flat_map(|o| report::parse_retries(&o.console))
+            .collect();
         let (table, counts) =
-            report::summarize_two_host(&config_names, &names, &results[0], &results[1]);
+            report::summarize_two_host(&config_names, &names, &results[0], &results[1], &retries);
         let hosts = Host::BOTH.iter().map(|h| format!("host {}: ", h.role()));
         let (ok, problems) = judge(
             hosts.zip(&outcomes),
@@ -819,8 +823,11 @@ impl Ctx {
         single_runs.extend(example_runs);
         // The two-host plan: the binaries, then the examples across
         // the guests (selected by their run names).
-        let mut two_host_runs = plain_runs(&two_host);
-        let mut examples = GuestRun::two_host_examples();
+        let mut two_host_runs = test_runs(&two_host);
+        let mut examples: Vec<GuestRun> = GuestRun::two_host_examples()
+            .into_iter()
+            .map(GuestRun::retried_once)
+            .collect();
         keep_only(&mut examples, &only);
         self.add_example_bins(&mut two_host, &examples)?;
         two_host_runs.extend(examples);
@@ -921,7 +928,8 @@ fn plain_runs(binaries: &[Binary]) -> Vec<GuestRun> {
     binaries.iter().map(|b| GuestRun::plain(&b.name)).collect()
 }
 
-/// The single guest's test runs: each retried once after a failure.
+/// `cargo vm test`'s runs of `binaries`: each retried once after a
+/// failure (in the two-host run, by both hosts when either failed).
 fn test_runs(binaries: &[Binary]) -> Vec<GuestRun> {
     binaries
         .iter()

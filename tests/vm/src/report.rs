@@ -181,12 +181,15 @@ pub fn summarize(
 /// configuration, which passes only if both roles reported rc=0 (`a`'s
 /// markers read from A's console, `b`'s from B's). A cell counts as failed
 /// if either side failed, as missing if neither failed but one or both
-/// never reported.
+/// never reported. Both hosts retry a run together when either failed
+/// its first attempt; a cell that then passed on both, with a retry
+/// marker of either (`retries`: both consoles'), shows `pass (2nd)`.
 pub fn summarize_two_host(
     configs: &[&str],
     bins: &[String],
     a: &[RunResult],
     b: &[RunResult],
+    retries: &[RunResult],
 ) -> (String, Counts) {
     let rcs = |results: &[RunResult], role: &str| -> BTreeMap<(String, String), i32> {
         results
@@ -196,11 +199,22 @@ pub fn summarize_two_host(
             .collect()
     };
     let (a, b) = (rcs(a, "a"), rcs(b, "b"));
+    let (first_a, first_b) = (rcs(retries, "a"), rcs(retries, "b"));
     let show = |rc: Option<&i32>| rc.map_or("-".to_string(), i32::to_string);
     table(configs, bins, 18, |c, bin, counts| {
         let key = (c.to_string(), bin.to_string());
         let (ra, rb) = (a.get(&key), b.get(&key));
+        let (fa, fb) = (first_a.get(&key), first_b.get(&key));
         match (ra, rb) {
+            (Some(0), Some(0)) if fa.is_some() || fb.is_some() => {
+                counts.passed += 1;
+                counts.second_attempt.push(format!(
+                    "two-host {c}/{bin} (first a={} b={})",
+                    show(fa),
+                    show(fb)
+                ));
+                "pass (2nd)".to_string()
+            }
             (Some(0), Some(0)) => {
                 counts.passed += 1;
                 "pass".to_string()
@@ -407,7 +421,7 @@ mod tests {
         assert!(b.iter().all(|r| r.role.as_deref() == Some("b")));
         let configs: Vec<&str> = TEST_CONFIGS.iter().map(|c| c.name).collect();
         let bins: Vec<String> = runs.iter().map(|r| r.name.clone()).collect();
-        let (table, c) = summarize_two_host(&configs, &bins, &a, &b);
+        let (table, c) = summarize_two_host(&configs, &bins, &a, &b, &[]);
         assert_eq!(
             (c.passed, c.failed, c.missing),
             (2 * configs.len() - 1, 1, 0)
@@ -416,11 +430,11 @@ mod tests {
         assert!(table.contains("FAIL a=101 b=0"), "{table}");
         // B's console gone after its first run: the rest is NOT RUN, and a
         // result of the wrong role (A's markers in B's place) counts for nothing.
-        let (table, c) = summarize_two_host(&configs, &bins, &b[..0], &b[..1]);
+        let (table, c) = summarize_two_host(&configs, &bins, &b[..0], &b[..1], &[]);
         assert_eq!(c.passed + c.failed, 0);
         assert_eq!(c.missing, 2 * configs.len());
         assert!(table.contains("NOT RUN a=- b=-"), "{table}");
-        let (_, c) = summarize_two_host(&configs, &bins, &a, &a);
+        let (_, c) = summarize_two_host(&configs, &bins, &a, &a, &[]);
         assert_eq!((c.passed, c.failed), (0, 1));
     }
 
