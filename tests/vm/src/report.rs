@@ -235,6 +235,29 @@ pub fn summarize_two_host(
     })
 }
 
+/// The planned two-host runs (configuration, binary) that did not pass on
+/// both hosts: failed on either, or reported by neither or one.
+pub fn two_host_unpassed(
+    configs: &[&str],
+    bins: &[String],
+    a: &[RunResult],
+    b: &[RunResult],
+) -> Vec<(String, String)> {
+    let passed = |results: &[RunResult], role: &str, c: &str, bin: &str| {
+        results
+            .iter()
+            .rev()
+            .find(|r| r.role.as_deref() == Some(role) && r.config == c && r.bin == bin)
+            .is_some_and(|r| r.rc == 0)
+    };
+    configs
+        .iter()
+        .flat_map(|c| bins.iter().map(move |b| (*c, b.as_str())))
+        .filter(|(c, bin)| !(passed(a, "a", c, bin) && passed(b, "b", c, bin)))
+        .map(|(c, b)| (c.to_string(), b.to_string()))
+        .collect()
+}
+
 /// A binary × configuration table, each column `col` wide: `cell` gives
 /// the text of one (configuration, binary) cell and counts its outcome.
 fn table(
@@ -436,6 +459,50 @@ mod tests {
         assert!(table.contains("NOT RUN a=- b=-"), "{table}");
         let (_, c) = summarize_two_host(&configs, &bins, &a, &a, &[]);
         assert_eq!((c.passed, c.failed), (0, 1));
+    }
+
+    #[test]
+    fn the_two_host_runs_to_boot_again_for_are_those_not_passed_on_both() {
+        let r = |config: &str, bin: &str, role: &str, rc: i32| RunResult {
+            config: config.into(),
+            bin: bin.into(),
+            rc,
+            role: Some(role.into()),
+        };
+        let configs = ["ioctl", "write"];
+        let bins = ["x".to_string(), "y".to_string()];
+        // x passes everywhere; y fails on b under ioctl, and under write
+        // b never reported.
+        let a = [
+            r("ioctl", "x", "a", 0),
+            r("ioctl", "y", "a", 0),
+            r("write", "x", "a", 0),
+            r("write", "y", "a", 0),
+        ];
+        let b = [
+            r("ioctl", "x", "b", 0),
+            r("ioctl", "y", "b", 101),
+            r("write", "x", "b", 0),
+        ];
+        let pair = |c: &str, b: &str| (c.to_string(), b.to_string());
+        assert_eq!(
+            two_host_unpassed(&configs, &bins, &a, &b),
+            [pair("ioctl", "y"), pair("write", "y")]
+        );
+        // A's markers in B's place count for nothing.
+        assert_eq!(two_host_unpassed(&configs, &bins, &a, &a).len(), 4);
+        assert!(two_host_unpassed(
+            &configs,
+            &bins,
+            &a,
+            &[
+                b[0].clone(),
+                r("ioctl", "y", "b", 0),
+                b[2].clone(),
+                r("write", "y", "b", 0)
+            ]
+        )
+        .is_empty());
     }
 
     #[test]
