@@ -74,8 +74,9 @@ pub struct GuestRun {
     /// In the two-host run: arguments per host instead of [`args`](Self::args),
     /// and what each host's output must show.
     pub per_host: Option<PerHost>,
-    /// Run once more after a failure (single guest only; the report shows
-    /// both attempts). `cargo vm test` sets it: under TCG on a loaded
+    /// Run once more after a failure (in the two-host run by both guests
+    /// when either failed; the report shows both attempts). `cargo vm
+    /// test` sets it: under TCG on a loaded
     /// 2-core host a timing-sensitive step fails about once in a few
     /// hundred runs, and one such failure would hide every other result.
     pub retry_once: bool,
