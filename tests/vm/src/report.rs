@@ -191,15 +191,8 @@ pub fn summarize_two_host(
     b: &[RunResult],
     retries: &[RunResult],
 ) -> (String, Counts) {
-    let rcs = |results: &[RunResult], role: &str| -> BTreeMap<(String, String), i32> {
-        results
-            .iter()
-            .filter(|r| r.role.as_deref() == Some(role))
-            .map(|r| ((r.config.clone(), r.bin.clone()), r.rc))
-            .collect()
-    };
-    let (a, b) = (rcs(a, "a"), rcs(b, "b"));
-    let (first_a, first_b) = (rcs(retries, "a"), rcs(retries, "b"));
+    let (a, b) = (rcs_of_role(a, "a"), rcs_of_role(b, "b"));
+    let (first_a, first_b) = (rcs_of_role(retries, "a"), rcs_of_role(retries, "b"));
     let show = |rc: Option<&i32>| rc.map_or("-".to_string(), i32::to_string);
     table(configs, bins, 18, |c, bin, counts| {
         let key = (c.to_string(), bin.to_string());
@@ -243,18 +236,21 @@ pub fn two_host_unpassed(
     a: &[RunResult],
     b: &[RunResult],
 ) -> Vec<(String, String)> {
-    let passed = |results: &[RunResult], role: &str, c: &str, bin: &str| {
-        results
-            .iter()
-            .rev()
-            .find(|r| r.role.as_deref() == Some(role) && r.config == c && r.bin == bin)
-            .is_some_and(|r| r.rc == 0)
-    };
+    let (a, b) = (rcs_of_role(a, "a"), rcs_of_role(b, "b"));
     configs
         .iter()
-        .flat_map(|c| bins.iter().map(move |b| (*c, b.as_str())))
-        .filter(|(c, bin)| !(passed(a, "a", c, bin) && passed(b, "b", c, bin)))
-        .map(|(c, b)| (c.to_string(), b.to_string()))
+        .flat_map(|c| bins.iter().map(move |b| (c.to_string(), b.clone())))
+        .filter(|key| !(a.get(key) == Some(&0) && b.get(key) == Some(&0)))
+        .collect()
+}
+
+/// The exit status of each (configuration, binary) that `role` reported
+/// in `results`, the last marker of each winning.
+fn rcs_of_role(results: &[RunResult], role: &str) -> BTreeMap<(String, String), i32> {
+    results
+        .iter()
+        .filter(|r| r.role.as_deref() == Some(role))
+        .map(|r| ((r.config.clone(), r.bin.clone()), r.rc))
         .collect()
 }
 
