@@ -1234,17 +1234,21 @@ mod tests {
         .unwrap();
         std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755))
             .unwrap();
-        // Exchange ports of this test's own, free now.
-        let base = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let runs = [
             GuestRun::plain("two_host_x").retried_once(),
             GuestRun::plain("two_host_y").retried_once(),
         ];
         let configs = &TEST_CONFIGS[..2];
+        // Exchange ports of this test's own: each bound once by the system
+        // (so free now), all held until every one is picked.
+        let listeners: Vec<_> = (0..2 * configs.len() * runs.len())
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let ours: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        drop(listeners);
         let children: Vec<_> = Host::BOTH
             .iter()
             .map(|&h| {
@@ -1258,12 +1262,14 @@ mod tests {
                     // A host waits 20 s for its peer here: out of step, the
                     // test fails in seconds, not in minutes.
                     .replace(&format!(" {EXCHANGE_WAIT_SECS} "), " 20 ");
-                for k in 0..2 * (configs.len() * runs.len()) as u16 {
-                    let port = exchange_port(0, k);
-                    let ours = base - 8 + k;
-                    script =
-                        script.replace(&format!("exchange {port} "), &format!("exchange {ours} "));
+                for (k, port) in (0..).zip(&ours) {
+                    let planned = exchange_port(0, k);
+                    script = script.replace(
+                        &format!("exchange {planned} "),
+                        &format!("exchange {port} "),
+                    );
                 }
+                assert!(!script.contains(&format!("exchange {} ", exchange_port(0, 0))));
                 std::process::Command::new(bin.join("sh"))
                     .arg("-c")
                     .arg(script)
@@ -1285,22 +1291,18 @@ mod tests {
         // Both retried ioctl/two_host_x (a failed) and write/two_host_y
         // (b failed twice); nothing else.
         for h in ["a", "b"] {
-            assert_eq!(
-                attempts(&format!("{h}-ioctl_two_host_x")).as_deref(),
-                Some("2\n")
-            );
-            assert_eq!(
-                attempts(&format!("{h}-ioctl_two_host_y")).as_deref(),
-                Some("1\n")
-            );
-            assert_eq!(
-                attempts(&format!("{h}-write_two_host_x")).as_deref(),
-                Some("1\n")
-            );
-            assert_eq!(
-                attempts(&format!("{h}-write_two_host_y")).as_deref(),
-                Some("2\n")
-            );
+            for (run, n) in [
+                ("ioctl_two_host_x", "2\n"),
+                ("ioctl_two_host_y", "1\n"),
+                ("write_two_host_x", "1\n"),
+                ("write_two_host_y", "2\n"),
+            ] {
+                assert_eq!(
+                    attempts(&format!("{h}-{run}")).as_deref(),
+                    Some(n),
+                    "{h}-{run}"
+                );
+            }
         }
         // a's write/two_host_x started when b's slow run had ended.
         let (a, b) = (
