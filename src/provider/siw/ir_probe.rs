@@ -141,3 +141,43 @@ fn poll_loop() {
         );
     }
 }
+
+/// As [`poll_one`], for four CQEs into a four-entry array (benches/ops'
+/// case 2, whose four WRITEs siw all signals).
+#[inline(never)]
+fn poll_four(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
+    wqe::poll(cq, out)
+}
+
+/// Each iteration the model completes four WRITEs and [`poll_four`] takes
+/// them: `--toggle-collect='*ir_probe*poll_four*'` over
+/// `--exact provider::siw::ir_probe::poll_four_loop`.
+#[test]
+#[ignore = "an instruction-count probe, run under callgrind by hand"]
+fn poll_four_loop() {
+    let mem = TestMem::cq(NUM);
+    // SAFETY: as in poll_loop.
+    let mut cq = unsafe { CqConsumer::from_raw(mem.base(), mem.len(), NUM) }.expect("valid CQ");
+    let mut kernel = KernelCq::new(&mem, NUM);
+    let mut out = [WorkCompletion::default(); 4];
+    for i in 0..ITERS {
+        for k in 0..4 {
+            let pushed = kernel.push(
+                i + k,
+                SIW_OP_WRITE,
+                SIW_WC_SUCCESS,
+                64,
+                17,
+                SIW_WQE_SIGNALLED,
+            );
+            assert!(pushed.is_ok());
+        }
+        assert_eq!(poll_four(&mut cq, &mut out), 4);
+        for (k, wc) in (0..).zip(&out) {
+            assert_eq!(
+                (wc.wr_id(), wc.status(), wc.opcode(), wc.qp_num()),
+                (i + k, WcStatus::Success, Some(WcOpcode::RdmaWrite), 17)
+            );
+        }
+    }
+}

@@ -172,9 +172,24 @@ pub(crate) struct QueueFull {
     pub(crate) capacity: u32,
 }
 
+/// Why [`Producer::stage_then_publish`] handed nothing to the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unpublished<X> {
+    /// `fill` refused the item at `index`.
+    Refused {
+        /// The item's index in the batch.
+        index: usize,
+        /// `fill`'s refusal.
+        error: X,
+    },
+    /// Not every item found a free slot: those from `free` on did not.
+    Full(QueueFull),
+}
+
 /// A validated siw ring mapping: `num` elements at `base`, of the size its
 /// view's element type has (the view passed it to [`Ring::check`]).
-#[derive(Debug)]
+/// Cloned only inside its view's methods, as a local copy.
+#[derive(Clone, Debug)]
 struct Ring {
     base: NonNull<u8>,
     num: u32,
@@ -304,11 +319,20 @@ impl<E: WorkElement> Producer<E> {
     /// spares the multiplication by a loaded value.
     #[inline(always)]
     fn elem_ptr(&self, counter: u32) -> NonNull<E> {
-        let index = (counter & self.ring.mask) as usize;
+        Self::elem_in(&self.ring, counter)
+    }
+
+    /// [`elem_ptr`](Self::elem_ptr) in `ring`, this producer's ring or a
+    /// copy of it (a loop keeps a copy in registers: see
+    /// [`flags_of`](Self::flags_of)).
+    #[inline(always)]
+    fn elem_in(ring: &Ring, counter: u32) -> NonNull<E> {
+        let index = (counter & ring.mask) as usize;
         // SAFETY: index < num and `Ring::check` proved num * size_of::<E>()
-        // <= len, so the element lies inside the mapping (which is not at
-        // address 0, so neither is the element).
-        unsafe { self.ring.base.add(index * size_of::<E>()).cast() }
+        // <= len (the producer's element size, as `ring` is its ring), so
+        // the element lies inside the mapping (which is not at address 0, so
+        // neither is the element).
+        unsafe { ring.base.add(index * size_of::<E>()).cast() }
     }
 
     /// The `u16` flags word of the element of `counter`.
@@ -320,12 +344,20 @@ impl<E: WorkElement> Producer<E> {
     /// would load the ring's base and size again for each.
     #[inline(always)]
     fn flags_of(&self, counter: u32) -> &AtomicU16 {
-        let flags = self.elem_ptr(counter).as_ptr().cast::<u8>();
+        Self::flags_in(&self.ring, counter)
+    }
+
+    /// [`flags_of`](Self::flags_of) in `ring`, this producer's ring or a
+    /// copy of it, borrowed no longer than the producer.
+    #[inline(always)]
+    fn flags_in(ring: &Ring, counter: u32) -> &AtomicU16 {
+        let flags = Self::elem_in(ring, counter).as_ptr().cast::<u8>();
         // SAFETY: inside the element (FLAGS_OFFSET + 2 <= size_of::<E>()
         // for both element types), 2-aligned (base and the element sizes
         // 120 and 112 are multiples of 8); every access to this word, ours
-        // and the kernel's, is atomic, and the mapping lives as long as
-        // `self`.
+        // and the kernel's, is atomic, and the mapping lives as long as the
+        // producer, which outlives `ring` (its ring, or a copy of it made
+        // inside one of its methods).
         unsafe { AtomicU16::from_ptr(flags.add(FLAGS_OFFSET).cast()) }
     }
 
@@ -399,7 +431,7 @@ impl<E: WorkElement> Producer<E> {
         })
     }
 
-    /// [`post_with`](Self::post_with) for one element, the usual post:
+    /// A send queue's post of one element, the usual post:
     /// [`put_one`](Self::put_one), and the doorbell rule told the element
     /// before, whose address it took with the others.
     #[inline(always)]
@@ -459,21 +491,6 @@ impl<E: WorkElement> Producer<E> {
         Ok(answer)
     }
 
-    /// [`fill_with`](Self::fill_with), then rdma-core's doorbell rule for
-    /// the batch (a send queue's post).
-    #[inline(always)]
-    pub(crate) fn post_with<T, F>(&mut self, items: &[T], fill: F) -> Result<Posted, QueueFull>
-    where
-        F: FnMut(&T, &mut Slot<'_, E>) -> u16,
-    {
-        let start = self.put;
-        let count = self.fill_with(items, fill)?;
-        Ok(Posted {
-            count,
-            needs_doorbell: self.needs_doorbell(start, count),
-        })
-    }
-
     /// Fills the next slots, one per element of `items`, and hands each to
     /// the kernel in order; or, when not all of them fit, calls nothing and
     /// writes nothing. Answers how many were handed over.
@@ -485,7 +502,7 @@ impl<E: WorkElement> Producer<E> {
     /// No element is staged: `fill` writes straight into the ring.
     ///
     /// No doorbell decision, hence no fence: a receive queue's post. The
-    /// `SeqCst` fence of [`post_with`](Self::post_with) orders the
+    /// `SeqCst` fence of [`needs_doorbell`](Self::needs_doorbell) orders the
     /// batch's flags stores before its load of the element before the
     /// batch, and only that load's answer needs it; a receive has no
     /// doorbell (the kernel looks at the RQ when a message arrives), so
@@ -523,6 +540,86 @@ impl<E: WorkElement> Producer<E> {
         Ok(self.put.wrapping_sub(start))
     }
 
+    /// Fills the next slots, one per element of `items`, then hands them all
+    /// to the kernel in order; or hands over none. A send queue's batch:
+    /// each request is checked by `fill` as it is written, in one pass.
+    ///
+    /// Each slot is seen free (acquire) just before `fill(item, slot)`
+    /// writes every byte of it but the flags word and answers the element's
+    /// flags, or refuses the item. The flags are staged in the slot's flags
+    /// word without VALID: the kernel reads a slot only once VALID is set
+    /// (`sq_get_next`), so a staged slot is as invisible to it as a free
+    /// one. Once every item is written, each staged word gets VALID with
+    /// one release, in order, and rdma-core's doorbell rule is applied
+    /// ([`needs_doorbell`](Self::needs_doorbell)).
+    ///
+    /// On a refusal or a taken slot nothing is published and the position
+    /// stays: the slots written so far stay free, holding bytes (and
+    /// VALID-less flags) the kernel never reads and the next post
+    /// overwrites. A batch longer than the ring is refused before any
+    /// slot is written (it would wrap onto its own staged slots, which
+    /// still look free).
+    #[inline(always)]
+    pub(crate) fn stage_then_publish<T, F, X>(
+        &mut self,
+        items: &[T],
+        mut fill: F,
+    ) -> Result<Posted, Unpublished<X>>
+    where
+        F: FnMut(&T, &mut Slot<'_, E>) -> Result<u16, X>,
+    {
+        let num = self.ring.num;
+        if items.len() > num as usize {
+            return Err(Unpublished::Full(QueueFull {
+                free: self.free_ahead(num),
+                capacity: num,
+            }));
+        }
+        // A copy, kept in registers: the acquire loads below would make the
+        // compiler load `self.ring` again for every slot (see flags_of).
+        let ring = self.ring.clone();
+        let start = self.put;
+        let mut at = start;
+        for (index, item) in items.iter().enumerate() {
+            let mut slot = Slot {
+                ptr: Self::elem_in(&ring, at),
+                _elem: PhantomData,
+            };
+            let flags = Self::flags_in(&ring, at);
+            if !Self::is_free(flags) {
+                return Err(Unpublished::Full(QueueFull {
+                    // The slots before this one were free.
+                    free: index as u32,
+                    capacity: num,
+                }));
+            }
+            // The slot is free (checked just above) and stays so until we
+            // publish it: the kernel only ever clears VALID, and `&mut self`
+            // makes us its only filler.
+            match fill(item, &mut slot) {
+                // Relaxed: VALID is clear, so the kernel ignores the word;
+                // the release below publishes it with the rest.
+                Ok(staged) => flags.store(staged & !SIW_WQE_VALID, Ordering::Relaxed),
+                Err(error) => return Err(Unpublished::Refused { index, error }),
+            }
+            at = at.wrapping_add(1);
+        }
+        let mut next = start;
+        while next != at {
+            let flags = Self::flags_in(&ring, next);
+            // Relaxed: our own store above; nothing else writes a slot
+            // before its VALID is set.
+            Self::publish(flags, flags.load(Ordering::Relaxed));
+            next = next.wrapping_add(1);
+        }
+        self.put = at;
+        let count = at.wrapping_sub(start);
+        Ok(Posted {
+            count,
+            needs_doorbell: self.needs_doorbell(start, count),
+        })
+    }
+
     /// rdma-core's doorbell rule for a batch of `count` elements posted from
     /// `start`: ring unless the element just before the batch is still VALID
     /// (then the kernel has yet to take it and will find ours after it);
@@ -555,7 +652,8 @@ impl<E: WorkElement> Producer<E> {
 }
 
 /// A slot of a [`Producer`]'s ring that is ours to fill, handed to the
-/// `fill` of [`Producer::post_with`]: its flags lack VALID (seen with
+/// `fill` of [`Producer::stage_then_publish`] and the other posts: its
+/// flags lack VALID (seen with
 /// acquire), so until we store VALID the kernel reads nothing of it but
 /// that flags word, and nothing else writes it. The writers below reach
 /// every byte of the element except the flags word, and nothing outside it.

@@ -682,7 +682,7 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
         op: SendOp::Send { imm: Some(1) },
         ..send(4)
     };
-    // SAFETY: refused before anything is written.
+    // SAFETY: refused before anything is handed to the kernel.
     let err = unsafe { qp.post_send(&[send(4), imm]) }.unwrap_err();
     match &err {
         Error::Post {
@@ -703,9 +703,16 @@ fn a_siw_qp_maps_posts_rings_only_when_idle_and_unmaps_before_destroy() {
         other => panic!("{other}"),
     }
     assert_eq!(err.errno(), Some(Errno::INVAL));
+    // The batch's first request was written into slot 3, but not
+    // published: no VALID, no doorbell.
     let mut flags = [0u8; 2];
     fake.read(SQ_KEY, 3 * 120 + 8, &mut flags);
-    assert_eq!(flags, [0, 0], "the refused batch wrote nothing");
+    assert_eq!(
+        u16::from_ne_bytes(flags) & SIW_WQE_VALID,
+        0,
+        "the refused batch handed the kernel nothing"
+    );
+    assert_eq!(doorbells(), 2);
 
     qp.destroy().unwrap();
     assert_eq!(

@@ -38,14 +38,20 @@
 //!   reads as `Unknown`, never as another status.
 //!
 //! What siw cannot do is refused with a typed error before anything is
-//! written (rdma-core returns EINVAL for the same): immediate data, atomics
-//! (`atomic_cap` 0), UD destinations (siw is RC only), a fenced READ, a READ
-//! into more than one SGE (`max_sge_rd` 1; the kernel would silently use
-//! only the first), inline data on a READ. A batch is all or nothing: every
-//! request is checked and the free slots counted before the first is written.
+//! handed to the kernel (rdma-core returns EINVAL for the same): immediate
+//! data, atomics (`atomic_cap` 0), UD destinations (siw is RC only), a
+//! fenced READ, a READ into more than one SGE (`max_sge_rd` 1; the kernel
+//! would silently use only the first), inline data on a READ. A batch is
+//! all or nothing: a send batch is checked as it is written into free slots
+//! and published (VALID set) only once every request is written, so a
+//! refused one hands the kernel nothing (the slots it wrote stay free); a
+//! receive batch is checked and its free slots counted before the first is
+//! written. A refused single request writes nothing. Either way the error
+//! names the first refused request, and a full queue only when no request
+//! is refused.
 //!
 //! The writers fill a free slot in place through a [`Slot`] (no element is
-//! built aside and copied in): [`write_sqe`] any request [`check_send`]
+//! built aside and copied in): [`write_sqe_op`] any request [`check_send_op`]
 //! accepted, and the fast path ([`fast_send`], [`write_fast_send`]) the
 //! usual one, a SEND or RDMA WRITE from one SGE or one inline segment, for
 //! which every check passes and so none is made. One request, the usual
@@ -66,7 +72,7 @@ use uverbs_uapi::{
     SIW_WQE_INLINE, SIW_WQE_READ_FENCE, SIW_WQE_SIGNALLED, SIW_WQE_SOLICITED,
 };
 
-use super::queue::{CqConsumer, Posted, Producer, QueueFull, Slot};
+use super::queue::{CqConsumer, Posted, Producer, QueueFull, Slot, Unpublished};
 use crate::error::Errno;
 use crate::provider::rings::FirstPoll;
 use crate::wr::{
@@ -287,7 +293,7 @@ fn sqe_flags(cfg: SendConfig, flags: SendFlags) -> u16 {
 
 /// The SQE for `wr`, which [`check_send`] accepted (its flags without
 /// VALID), built whole as a value, field by field, with none of the ring
-/// writers' code: the reference the tests hold [`write_sqe`] and
+/// writers' code: the reference the tests hold [`write_sqe_op`] and
 /// [`write_fast_send`] to, byte for byte.
 #[cfg(test)]
 pub(crate) fn build_sqe(cfg: SendConfig, wr: &SendWr<'_>) -> siw_sqe {
@@ -341,18 +347,9 @@ pub(crate) fn build_sqe(cfg: SendConfig, wr: &SendWr<'_>) -> siw_sqe {
     sqe
 }
 
-/// Writes the SQE of `wr`, which [`check_send`] accepted, into `slot`:
-/// every byte but the flags, which it answers (without VALID). The general
-/// writer: any request siw takes.
-#[inline]
-fn write_sqe(cfg: SendConfig, wr: &SendWr<'_>, slot: &mut Slot<'_, siw_sqe>) -> u16 {
-    // check_send refused every other op.
-    let op = sqe_op(&wr.op).unwrap_or(SqeOp::SEND);
-    write_sqe_op(cfg, wr, op, slot)
-}
-
-/// [`write_sqe`] with the request's SQE words already known (from
-/// [`check_send_op`]).
+/// Writes the SQE of `wr`, which [`check_send_op`] accepted answering
+/// `op`, into `slot`: every byte but the flags, which it answers (without
+/// VALID). The general writer: any request siw takes.
 #[inline]
 fn write_sqe_op(cfg: SendConfig, wr: &SendWr<'_>, op: SqeOp, slot: &mut Slot<'_, siw_sqe>) -> u16 {
     let mut flags = sqe_flags(cfg, wr.flags);
@@ -433,7 +430,7 @@ pub(crate) fn fast_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend
     Some(FastSend { op, payload })
 }
 
-/// Writes the SQE of a request [`fast_send`] took, as [`write_sqe`] would:
+/// Writes the SQE of a request [`fast_send`] took, as [`write_sqe_op`] would:
 /// the head, then the SGE, or the inline length in `sge[0]` and the
 /// segment packed after it; answers the flags.
 #[inline(always)]
@@ -530,25 +527,54 @@ fn post_send_general(
         .map_err(|full| queue_full(POST_SEND, full))
 }
 
-/// [`post_send_via`] for any number of requests but one: every request
-/// checked, then the free slots counted, then all written. Apart from the
-/// one-request path, as [`post_send_general`].
+/// [`post_send_via`] for any number of requests but one: each request
+/// checked as it is written into its slot, in one pass, and all published
+/// once all are written ([`Producer::stage_then_publish`]); a refusal or a
+/// full queue publishes none. Apart from the one-request path, as
+/// [`post_send_general`].
 #[inline(never)]
 fn post_send_batch<const FAST: bool>(
     sq: &mut Producer<siw_sqe>,
     cfg: SendConfig,
     wrs: &[SendWr<'_>],
 ) -> Result<Posted, Refused> {
-    for (index, wr) in wrs.iter().enumerate() {
-        if fast_if::<FAST>(cfg, wr).is_none() {
-            check_send(cfg, wr).map_err(|error| Refused { index, error })?;
-        }
-    }
-    sq.post_with(wrs, |wr, slot| match fast_if::<FAST>(cfg, wr) {
-        Some(fast) => write_fast_send(cfg, wr, fast, slot),
-        None => write_sqe(cfg, wr, slot),
+    sq.stage_then_publish(wrs, |wr, slot| match fast_if::<FAST>(cfg, wr) {
+        Some(fast) => Ok(write_fast_send(cfg, wr, fast, slot)),
+        None => check_and_write_sqe(cfg, wr, slot),
     })
-    .map_err(|full| queue_full(POST_SEND, full))
+    .map_err(|unpublished| match unpublished {
+        Unpublished::Refused { index, error } => Refused { index, error },
+        Unpublished::Full(full) => batch_full(cfg, wrs, full),
+    })
+}
+
+/// A batch's request the fast path did not take, checked and written into
+/// `slot`; answers its flags. Apart from the batch's loop, whose registers
+/// it would otherwise crowd.
+#[inline(never)]
+fn check_and_write_sqe(
+    cfg: SendConfig,
+    wr: &SendWr<'_>,
+    slot: &mut Slot<'_, siw_sqe>,
+) -> Result<u16, SiwPostError> {
+    check_send_op(cfg, wr).map(|op| write_sqe_op(cfg, wr, op, slot))
+}
+
+/// The refusal of a batch that did not fit from request `full.free` on: a
+/// refused request is named first, as though every request were checked
+/// before any slot was looked at. (The requests before `full.free` passed
+/// already, unless the batch was longer than the ring and none was looked
+/// at: all are checked, on this cold path.)
+#[cold]
+fn batch_full(cfg: SendConfig, wrs: &[SendWr<'_>], full: QueueFull) -> Refused {
+    wrs.iter()
+        .enumerate()
+        .find_map(|(index, wr)| {
+            check_send(cfg, wr)
+                .err()
+                .map(|error| Refused { index, error })
+        })
+        .unwrap_or_else(|| queue_full(POST_SEND, full))
 }
 
 /// Checks a receive request against `max` SGEs (already capped at
