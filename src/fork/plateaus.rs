@@ -105,6 +105,42 @@ impl Plateaus {
         self.firsts.get(b + 1).is_some_and(|&first| first <= end)
     }
 
+    /// Moves entries between block `b` and the next so that the entries
+    /// from `(b, at)` on that start at or before `end` (which go on into
+    /// the next block: [`goes_on`](Self::goes_on)) all lie in one block,
+    /// and answers where the first of them now is; the entries themselves,
+    /// and their order, stay as they are. Either the next block's entries
+    /// among them join the end of block `b`, or block `b`'s from `at` on
+    /// join the front of the next, whichever keeps both blocks within
+    /// [`MIN`] and [`MAX`]; `None` (and nothing moved) if neither does, or
+    /// if they reach past the next block.
+    ///
+    /// A range over a block's edge is then changed as one within a block,
+    /// for the cost of moving one block's entries by a few places, where
+    /// a change spanning blocks copies them all out and splices them back.
+    #[inline]
+    pub(super) fn gather(&mut self, b: usize, at: usize, end: usize) -> Option<Pos> {
+        let (head, tail) = self.blocks.split_at_mut(b + 1);
+        let (first, second) = (&mut head[b], tail.first_mut()?);
+        let k = second.iter().take_while(|e| e.start <= end).count();
+        if k == second.len() {
+            return None;
+        }
+        let m = first.len() - at;
+        if first.len() + k <= MAX && second.len() - k >= MIN {
+            first.extend_from_slice(&second[..k]);
+            second.drain(..k);
+            self.firsts[b + 1] = second[0].start;
+            Some((b, at))
+        } else if at >= MIN && second.len() + m <= MAX {
+            second.splice(..0, first.drain(at..));
+            self.firsts[b + 1] = second[0].start;
+            Some((b + 1, 0))
+        } else {
+            None
+        }
+    }
+
     /// The position of the first entry that ends at or after `start` (so
     /// the first that overlaps or touches a range starting there), or of
     /// the place after all entries.
@@ -620,5 +656,53 @@ mod tests {
             p.check();
         }
         assert!(p.blocks.is_empty() && p.is_empty());
+    }
+
+    /// Two blocks of one-unit entries at 0, 2, 4, …: `a` of them, then `b`.
+    fn two_blocks(a: usize, b: usize) -> Plateaus {
+        let all: Vec<Entry> = (0..a + b).map(|i| entry(2 * i, 2 * i + 1, 1)).collect();
+        let (first, second) = all.split_at(a);
+        Plateaus {
+            firsts: vec![first[0].start, second[0].start],
+            len: a + b,
+            blocks: vec![first.to_vec(), second.to_vec()],
+        }
+    }
+
+    #[test]
+    fn gather_moves_a_range_over_a_blocks_edge_into_one_block() {
+        // Entries 30..35 reach from block 0 (32 entries) into block 1: its
+        // first three join block 0.
+        let mut p = two_blocks(32, 32);
+        let before = entries(&p);
+        let (lo, end) = ((0, 30), 2 * 34);
+        assert!(p.goes_on(0, end));
+        assert_eq!(p.gather(lo.0, lo.1, end), Some((0, 30)));
+        p.check();
+        assert_eq!(entries(&p), before);
+        assert_eq!((p.block(0).len(), p.block(1).len()), (35, 29));
+        assert!(!p.goes_on(0, end));
+
+        // Block 0 is full: its entries from 60 on join block 1 instead.
+        let mut p = two_blocks(MAX, 32);
+        let before = entries(&p);
+        let end = 2 * (MAX + 2);
+        assert_eq!(p.gather(0, 60, end), Some((1, 0)));
+        p.check();
+        assert_eq!(entries(&p), before);
+        assert_eq!((p.block(0).len(), p.block(1).len()), (60, 36));
+        assert_eq!(near(&p, 2 * 60, end).0, (1, 0));
+
+        // Neither fits (block 0 full, too few left before the range; block
+        // 1 at MIN): nothing moves.
+        let mut p = two_blocks(MAX, MIN);
+        let before = (entries(&p), p.block(0).len());
+        assert_eq!(p.gather(0, MIN - 1, 2 * (MAX + 1)), None);
+        assert_eq!((entries(&p), p.block(0).len()), before);
+        // The range reaches past all of block 1: nothing moves.
+        let mut p = two_blocks(32, 32);
+        assert_eq!(p.gather(0, 30, 2 * 64), None);
+        assert_eq!(p.block(0).len(), 32);
+        p.check();
     }
 }

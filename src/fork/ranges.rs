@@ -415,12 +415,16 @@ impl Ranges {
         *recount = None;
         *lo = map.first_reaching(start);
         // The entries from `lo` that overlap or touch the range: those that
-        // start at or before `end`. Usually all in one block.
-        let block = map.block(lo.0);
-        let mut i = lo.1;
-        while i < block.len() && block[i].start <= end {
-            i += 1;
+        // start at or before `end`. Usually all in one block; when they go
+        // on into the next, moved into one where the blocks allow.
+        let mut i = past_range(map.block(lo.0), lo.1, end);
+        if i == map.block(lo.0).len() && map.goes_on(lo.0, end) {
+            if let Some(at) = map.gather(lo.0, lo.1, end) {
+                *lo = at;
+                i = past_range(map.block(lo.0), lo.1, end);
+            }
         }
+        let block = map.block(lo.0);
         *hi = (lo.0, i);
         if i == block.len() && map.goes_on(lo.0, end) {
             old.clear();
@@ -469,6 +473,17 @@ impl Ranges {
         self.map.scan(self.lo, end, |e| old.push(*e));
         uncovered(&old, start, end).collect()
     }
+}
+
+/// The index after the entries of `block` from `at` on that start at or
+/// before `end`.
+#[inline(always)]
+fn past_range(block: &[Entry], at: usize, end: usize) -> usize {
+    let mut i = at;
+    while i < block.len() && block[i].start <= end {
+        i += 1;
+    }
+    i
 }
 
 /// [`rebuild`] for a mark in the common shapes, with fewer tests: a range
