@@ -110,8 +110,9 @@ fn post_loop() {
     }
 }
 
-/// The measured poll of one CQE into a one-entry array (what benches/ops'
-/// case 1 asks of the ring): not inlined, so callgrind can name it.
+/// The measured poll, of one CQE into a one-entry array (what benches/ops'
+/// case 1 asks of the ring) in [`poll_loop`], of four in
+/// [`poll_four_loop`]: not inlined, so callgrind can name it.
 #[inline(never)]
 fn poll_one(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
     wqe::poll(cq, out)
@@ -124,59 +125,40 @@ fn poll_one(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
 #[test]
 #[ignore = "an instruction-count probe, run under callgrind by hand"]
 fn poll_loop() {
+    poll_rounds::<1>(poll_one);
+}
+
+/// As [`poll_loop`], four WRITEs a round, taken by one [`poll_one`] into a
+/// four-entry array (benches/ops' case 2, whose four WRITEs siw all
+/// signals): `--toggle-collect='*ir_probe*poll_one*'` over
+/// `--exact provider::siw::ir_probe::poll_four_loop`.
+#[test]
+#[ignore = "an instruction-count probe, run under callgrind by hand"]
+fn poll_four_loop() {
+    poll_rounds::<4>(poll_one);
+}
+
+/// [`ITERS`] rounds: the model completes `N` WRITEs, `poll` takes them
+/// into an `N`-entry array, and each is checked. (`poll` is a function
+/// item, not a pointer: a direct call of the measured function.)
+fn poll_rounds<const N: usize>(poll: impl Fn(&mut CqConsumer, &mut [WorkCompletion]) -> usize) {
     let mem = TestMem::cq(NUM);
     // SAFETY: as in post_loop: a live allocation shaped like a siw CQ,
     // outliving the view; only the view and the kernel model touch it.
     let mut cq = unsafe { CqConsumer::from_raw(mem.base(), mem.len(), NUM) }.expect("valid CQ");
     let mut kernel = KernelCq::new(&mem, NUM);
-    let mut out = [WorkCompletion::default(); 1];
-    for i in 0..ITERS {
-        let pushed = kernel.push(i, SIW_OP_WRITE, SIW_WC_SUCCESS, 64, 17, SIW_WQE_SIGNALLED);
-        assert!(pushed.is_ok());
-        assert_eq!(poll_one(&mut cq, &mut out), 1);
-        let wc = &out[0];
-        assert_eq!(
-            (wc.wr_id(), wc.status(), wc.opcode(), wc.qp_num()),
-            (i, WcStatus::Success, Some(WcOpcode::RdmaWrite), 17)
-        );
-    }
-}
-
-/// As [`poll_one`], for four CQEs into a four-entry array (benches/ops'
-/// case 2, whose four WRITEs siw all signals).
-#[inline(never)]
-fn poll_four(cq: &mut CqConsumer, out: &mut [WorkCompletion]) -> usize {
-    wqe::poll(cq, out)
-}
-
-/// Each iteration the model completes four WRITEs and [`poll_four`] takes
-/// them: `--toggle-collect='*ir_probe*poll_four*'` over
-/// `--exact provider::siw::ir_probe::poll_four_loop`.
-#[test]
-#[ignore = "an instruction-count probe, run under callgrind by hand"]
-fn poll_four_loop() {
-    let mem = TestMem::cq(NUM);
-    // SAFETY: as in poll_loop.
-    let mut cq = unsafe { CqConsumer::from_raw(mem.base(), mem.len(), NUM) }.expect("valid CQ");
-    let mut kernel = KernelCq::new(&mem, NUM);
-    let mut out = [WorkCompletion::default(); 4];
-    for i in 0..ITERS {
-        for k in 0..4 {
-            let pushed = kernel.push(
-                i + k,
-                SIW_OP_WRITE,
-                SIW_WC_SUCCESS,
-                64,
-                17,
-                SIW_WQE_SIGNALLED,
-            );
+    let mut out = [WorkCompletion::default(); N];
+    for round in 0..ITERS {
+        let ids = round * N as u64..(round + 1) * N as u64;
+        for id in ids.clone() {
+            let pushed = kernel.push(id, SIW_OP_WRITE, SIW_WC_SUCCESS, 64, 17, SIW_WQE_SIGNALLED);
             assert!(pushed.is_ok());
         }
-        assert_eq!(poll_four(&mut cq, &mut out), 4);
-        for (k, wc) in (0..).zip(&out) {
+        assert_eq!(poll(&mut cq, &mut out), N);
+        for (id, wc) in ids.zip(&out) {
             assert_eq!(
                 (wc.wr_id(), wc.status(), wc.opcode(), wc.qp_num()),
-                (i + k, WcStatus::Success, Some(WcOpcode::RdmaWrite), 17)
+                (id, WcStatus::Success, Some(WcOpcode::RdmaWrite), 17)
             );
         }
     }
