@@ -43,6 +43,8 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("rxe", "probe_post_send_exclusive", 212),
     ("siw", "probe_post_send", 202),
     ("siw", "probe_post_send_exclusive", 197),
+    ("rxe", "probe_post_send_batch", 511),
+    ("siw", "probe_post_send_batch", 479),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.
@@ -79,15 +81,24 @@ pub(crate) fn probe_post_send_exclusive(qp: &mut QueuePair, wr: &SendWr<'_>) -> 
     unsafe { qp.post_send_exclusive(std::slice::from_ref(wr)) }.is_ok()
 }
 
+/// [`QueuePair::post_send`] of a batch (four WRITEs, each signalled, as
+/// siw wants and benches/ops' case 2 posts on siw), not inlined.
+#[inline(never)]
+pub(crate) fn probe_post_send_batch(qp: &QueuePair, wrs: &[SendWr<'_>]) -> bool {
+    // SAFETY: as in `probe_post_recv`.
+    unsafe { qp.post_send(wrs) }.is_ok()
+}
+
 /// The loops' send half: moves `qp` to ERR (which takes sends through the
 /// same state check as RTS, and which the fakes reach without a CM or a
 /// path), points its doorbell at `/dev/null`, and posts [`probe_write`]
 /// from `sges` [`ITERS`] times through [`probe_post_send`], then as many
-/// through [`probe_post_send_exclusive`]; after each post `taken` has the
-/// fake kernel take the WQE. Not named `probe_*`: tools/ir-budget.sh's
+/// through [`probe_post_send_exclusive`], then [`ITERS`] batches of four
+/// through [`probe_post_send_batch`]; after each post `taken(n)` has the
+/// fake kernel take its `n` WQEs. Not named `probe_*`: tools/ir-budget.sh's
 /// `--toggle-collect` pattern would toggle collection on here and off
 /// again inside each measured probe.
-pub(crate) fn send_loop(qp: &mut QueuePair, sges: &[crate::wr::Sge], mut taken: impl FnMut()) {
+pub(crate) fn send_loop(qp: &mut QueuePair, sges: &[crate::wr::Sge], mut taken: impl FnMut(u64)) {
     use crate::command::{QpAttr, QpState};
     qp.modify(&QpAttr::new().state(QpState::Err)).unwrap();
     let doorbell = std::fs::OpenOptions::new()
@@ -103,8 +114,13 @@ pub(crate) fn send_loop(qp: &mut QueuePair, sges: &[crate::wr::Sge], mut taken: 
                 true => probe_post_send_exclusive(qp, &wr),
             };
             assert!(posted);
-            taken();
+            taken(1);
         }
+    }
+    for i in 0..ITERS {
+        let batch = [0, 1, 2, 3].map(|k| probe_write(4 * i + k, sges));
+        assert!(probe_post_send_batch(qp, &batch));
+        taken(4);
     }
     // The doorbell's descriptor closes here: no post follows.
     qp.doorbell_to(-1);

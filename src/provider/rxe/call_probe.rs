@@ -161,7 +161,9 @@ fn rxe_calls_loop() {
             assert_eq!((out[0].wr_id(), out[0].status()), (i, WcStatus::Success));
         }
     }
-    send_loop(&mut qp, &sges, || assert_eq!(kernel_sq.flush(), 1));
+    send_loop(&mut qp, &sges, |n| {
+        assert_eq!(u64::from(kernel_sq.flush()), n)
+    });
 }
 
 /// A receive through the QP takes the driver's one-request path; a batch

@@ -1716,12 +1716,14 @@ fn siw_calls_loop() {
     let sqe_len = std::mem::size_of::<sys::siw_sqe>() as u64;
     let sq_flags_at = std::mem::offset_of!(sys::siw_sqe, flags) as u64;
     let mut n = 0u64;
-    send_loop(&mut qp, &sges, || {
-        // The kernel takes the SQE (siw_sqe_get): an idle kernel, so each
+    send_loop(&mut qp, &sges, |posted| {
+        // The kernel takes the SQEs (siw_sqe_get): an idle kernel, so each
         // post writes the doorbell, as in the guest's loop.
-        let slot = n % u64::from(NUM_SQE);
-        fake.write(SQ_KEY, slot * sqe_len + sq_flags_at, &0u16.to_ne_bytes());
-        n += 1;
+        for _ in 0..posted {
+            let slot = n % u64::from(NUM_SQE);
+            fake.write(SQ_KEY, slot * sqe_len + sq_flags_at, &0u16.to_ne_bytes());
+            n += 1;
+        }
     });
 }
 
