@@ -44,7 +44,7 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("siw", "probe_post_send", 202),
     ("siw", "probe_post_send_exclusive", 197),
     ("rxe", "probe_post_send_batch", 511),
-    ("siw", "probe_post_send_batch", 479),
+    ("siw", "probe_post_send_batch", 444),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.

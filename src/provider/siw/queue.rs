@@ -545,28 +545,30 @@ impl<E: WorkElement> Producer<E> {
     /// each request is checked by `fill` as it is written, in one pass.
     ///
     /// Each slot is seen free (acquire) just before `fill(item, slot)`
-    /// writes every byte of it but the flags word and answers the element's
-    /// flags, or refuses the item. The flags are staged in the slot's flags
-    /// word without VALID: the kernel reads a slot only once VALID is set
-    /// (`sq_get_next`), so a staged slot is as invisible to it as a free
-    /// one. Once every item is written, each staged word gets VALID with
-    /// one release, in order, and rdma-core's doorbell rule is applied
+    /// writes every byte of it but the flags word, or refuses the item. The
+    /// flags word stays 0 meanwhile: the kernel reads nothing of a slot
+    /// whose VALID is clear but that word, and takes any non-zero word for
+    /// an element in places (`siw_sq_flush` flushes it, `siw_sq_empty`
+    /// says the queue is not empty), so nothing is staged there. Once every
+    /// item is written, each slot's word gets `flags_of(item)` plus VALID
+    /// with one release, in order, and rdma-core's doorbell rule is applied
     /// ([`needs_doorbell`](Self::needs_doorbell)).
     ///
     /// On a refusal or a taken slot nothing is published and the position
-    /// stays: the slots written so far stay free, holding bytes (and
-    /// VALID-less flags) the kernel never reads and the next post
-    /// overwrites. A batch longer than the ring is refused before any
-    /// slot is written (it would wrap onto its own staged slots, which
-    /// still look free).
+    /// stays: the slots written so far stay free, their flags words 0,
+    /// holding bytes the kernel never reads and the next post overwrites. A
+    /// batch longer than the ring is refused before any slot is written (it
+    /// would wrap onto its own written slots, which still look free).
     #[inline(always)]
-    pub(crate) fn stage_then_publish<T, F, X>(
+    pub(crate) fn stage_then_publish<T, F, G, X>(
         &mut self,
         items: &[T],
         mut fill: F,
+        flags_of: G,
     ) -> Result<Posted, Unpublished<X>>
     where
-        F: FnMut(&T, &mut Slot<'_, E>) -> Result<u16, X>,
+        F: FnMut(&T, &mut Slot<'_, E>) -> Result<(), X>,
+        G: Fn(&T) -> u16,
     {
         let num = self.ring.num;
         if items.len() > num as usize {
@@ -585,8 +587,7 @@ impl<E: WorkElement> Producer<E> {
                 ptr: Self::elem_in(&ring, at),
                 _elem: PhantomData,
             };
-            let flags = Self::flags_in(&ring, at);
-            if !Self::is_free(flags) {
+            if !Self::is_free(Self::flags_in(&ring, at)) {
                 return Err(Unpublished::Full(QueueFull {
                     // The slots before this one were free.
                     free: index as u32,
@@ -596,20 +597,14 @@ impl<E: WorkElement> Producer<E> {
             // The slot is free (checked just above) and stays so until we
             // publish it: the kernel only ever clears VALID, and `&mut self`
             // makes us its only filler.
-            match fill(item, &mut slot) {
-                // Relaxed: VALID is clear, so the kernel ignores the word;
-                // the release below publishes it with the rest.
-                Ok(staged) => flags.store(staged & !SIW_WQE_VALID, Ordering::Relaxed),
-                Err(error) => return Err(Unpublished::Refused { index, error }),
+            if let Err(error) = fill(item, &mut slot) {
+                return Err(Unpublished::Refused { index, error });
             }
             at = at.wrapping_add(1);
         }
         let mut next = start;
-        while next != at {
-            let flags = Self::flags_in(&ring, next);
-            // Relaxed: our own store above; nothing else writes a slot
-            // before its VALID is set.
-            Self::publish(flags, flags.load(Ordering::Relaxed));
+        for item in items {
+            Self::publish(Self::flags_in(&ring, next), flags_of(item));
             next = next.wrapping_add(1);
         }
         self.put = at;

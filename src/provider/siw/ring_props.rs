@@ -86,9 +86,11 @@ fn bad(wr_id: u64) -> SendWr<'static> {
 
 /// Whether a refused send batch of `n` requests from position `start`
 /// handed the kernel nothing, comparing the SQ ring's bytes `before` and
-/// `after` it (guard included): no slot's VALID bit changed, the guard is
-/// intact, and the only bytes changed lie in the batch's slots, which were
-/// free (a send batch writes each slot before it publishes any: see
+/// `after` it (guard included): no slot's flags word changed (the kernel
+/// reads nothing else of a slot whose VALID is clear, and takes any
+/// non-zero word for an element when it flushes), the guard is intact,
+/// and the only bytes changed lie in the batch's slots, which were free (a
+/// send batch writes each slot before it publishes any: see
 /// `Producer::stage_then_publish`).
 pub(super) fn published_nothing(
     before: &[u8],
@@ -101,18 +103,18 @@ pub(super) fn published_nothing(
     if before.len() != after.len() || before[len..] != after[len..] {
         return Err("the guard changed".into());
     }
-    let valid = |mem: &[u8], slot: usize| {
-        u16::from_ne_bytes([mem[slot * SQE + 8], mem[slot * SQE + 9]]) & SIW_WQE_VALID != 0
-    };
+    let flags =
+        |mem: &[u8], slot: usize| u16::from_ne_bytes([mem[slot * SQE + 8], mem[slot * SQE + 9]]);
     let batch: Vec<usize> = (0..n.min(num as usize))
         .map(|k| (start.wrapping_add(k as u32) % num) as usize)
         .collect();
     for slot in 0..num as usize {
         let at = slot * SQE..(slot + 1) * SQE;
-        if valid(before, slot) != valid(after, slot) {
-            return Err(format!("slot {slot}'s VALID changed"));
+        if flags(before, slot) != flags(after, slot) {
+            return Err(format!("slot {slot}'s flags word changed"));
         }
-        if before[at.clone()] != after[at] && (valid(before, slot) || !batch.contains(&slot)) {
+        let free = flags(before, slot) & SIW_WQE_VALID == 0;
+        if before[at.clone()] != after[at] && !(free && batch.contains(&slot)) {
             return Err(format!("slot {slot} changed, not a free slot of the batch"));
         }
     }

@@ -43,8 +43,9 @@
 //! fenced READ, a READ into more than one SGE (`max_sge_rd` 1; the kernel
 //! would silently use only the first), inline data on a READ. A batch is
 //! all or nothing: a send batch is checked as it is written into free slots
-//! and published (VALID set) only once every request is written, so a
-//! refused one hands the kernel nothing (the slots it wrote stay free); a
+//! and published (flags words set, VALID with them) only once every request
+//! is written, so a refused one hands the kernel nothing (the slots it wrote
+//! stay free, their flags words 0, which is all the kernel reads of them); a
 //! receive batch is checked and its free slots counted before the first is
 //! written. A refused single request writes nothing. Either way the error
 //! names the first refused request, and a full queue only when no request
@@ -529,8 +530,9 @@ fn post_send_general(
 
 /// [`post_send_via`] for any number of requests but one: each request
 /// checked as it is written into its slot, in one pass, and all published
-/// once all are written ([`Producer::stage_then_publish`]); a refusal or a
-/// full queue publishes none. Apart from the one-request path, as
+/// (their flags words set) once all are written
+/// ([`Producer::stage_then_publish`]); a refusal or a full queue publishes
+/// none. Apart from the one-request path, as
 /// [`post_send_general`].
 #[inline(never)]
 fn post_send_batch<const FAST: bool>(
@@ -538,14 +540,35 @@ fn post_send_batch<const FAST: bool>(
     cfg: SendConfig,
     wrs: &[SendWr<'_>],
 ) -> Result<Posted, Refused> {
-    sq.stage_then_publish(wrs, |wr, slot| match fast_if::<FAST>(cfg, wr) {
-        Some(fast) => Ok(write_fast_send(cfg, wr, fast, slot)),
-        None => check_and_write_sqe(cfg, wr, slot),
-    })
+    sq.stage_then_publish(
+        wrs,
+        |wr, slot| {
+            let flags = match fast_if::<FAST>(cfg, wr) {
+                Some(fast) => write_fast_send(cfg, wr, fast, slot),
+                None => check_and_write_sqe(cfg, wr, slot)?,
+            };
+            // What the publish stores, computed there again rather than
+            // kept: the same function of the request.
+            debug_assert_eq!(flags, send_flags(cfg, wr));
+            Ok(())
+        },
+        |wr| send_flags(cfg, wr),
+    )
     .map_err(|unpublished| match unpublished {
         Unpublished::Refused { index, error } => Refused { index, error },
         Unpublished::Full(full) => batch_full(cfg, wrs, full),
     })
+}
+
+/// The flags word (without VALID) the writers answer for `wr`, which
+/// [`check_send`] accepted: [`sqe_flags`], plus INLINE for inline data.
+#[inline(always)]
+fn send_flags(cfg: SendConfig, wr: &SendWr<'_>) -> u16 {
+    let flags = sqe_flags(cfg, wr.flags);
+    match wr.payload {
+        Payload::Inline(_) => flags | SIW_WQE_INLINE,
+        Payload::Sges(_) => flags,
+    }
 }
 
 /// A batch's request the fast path did not take, checked and written into
