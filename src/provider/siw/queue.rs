@@ -648,9 +648,8 @@ impl<E: WorkElement> Producer<E> {
 
 /// A slot of a [`Producer`]'s ring that is ours to fill, handed to the
 /// `fill` of [`Producer::stage_then_publish`] and the other posts: its
-/// flags lack VALID (seen with
-/// acquire), so until we store VALID the kernel reads nothing of it but
-/// that flags word, and nothing else writes it. The writers below reach
+/// flags lack VALID (seen with acquire), so until we store VALID the kernel
+/// reads nothing of it but that flags word, and nothing else writes it. The writers below reach
 /// every byte of the element except the flags word, and nothing outside it.
 pub(crate) struct Slot<'a, E> {
     /// The element, inside the mapping and aligned (8-aligned base,

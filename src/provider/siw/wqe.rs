@@ -532,8 +532,7 @@ fn post_send_general(
 /// checked as it is written into its slot, in one pass, and all published
 /// (their flags words set) once all are written
 /// ([`Producer::stage_then_publish`]); a refusal or a full queue publishes
-/// none. Apart from the one-request path, as
-/// [`post_send_general`].
+/// none. Apart from the one-request path, as [`post_send_general`].
 #[inline(never)]
 fn post_send_batch<const FAST: bool>(
     sq: &mut Producer<siw_sqe>,
