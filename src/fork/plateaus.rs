@@ -126,19 +126,18 @@ impl Plateaus {
         if k == second.len() {
             return None;
         }
-        let m = first.len() - at;
-        if first.len() + k <= MAX && second.len() - k >= MIN {
+        let gathered = if first.len() + k <= MAX && second.len() - k >= MIN {
             first.extend_from_slice(&second[..k]);
             second.drain(..k);
-            self.firsts[b + 1] = second[0].start;
-            Some((b, at))
-        } else if at >= MIN && second.len() + m <= MAX {
+            (b, at)
+        } else if at >= MIN && second.len() + (first.len() - at) <= MAX {
             second.splice(..0, first.drain(at..));
-            self.firsts[b + 1] = second[0].start;
-            Some((b + 1, 0))
+            (b + 1, 0)
         } else {
-            None
-        }
+            return None;
+        };
+        self.firsts[b + 1] = second[0].start;
+        Some(gathered)
     }
 
     /// The position of the first entry that ends at or after `start` (so

@@ -419,19 +419,19 @@ impl Ranges {
         // on into the next, moved into one where the blocks allow.
         let mut i = past_range(map.block(lo.0), lo.1, end);
         if i == map.block(lo.0).len() && map.goes_on(lo.0, end) {
-            if let Some(at) = map.gather(lo.0, lo.1, end) {
-                *lo = at;
-                i = past_range(map.block(lo.0), lo.1, end);
-            }
+            let Some(at) = map.gather(lo.0, lo.1, end) else {
+                old.clear();
+                *hi = map.scan(*lo, end, |e| old.push(*e));
+                return prepare_across(*lo, *hi, old, start, end, mark, recount, next);
+            };
+            // Gathered: all in block `at.0` now, the next one starting
+            // after `end`.
+            *lo = at;
+            i = past_range(map.block(lo.0), lo.1, end);
+            debug_assert!(i < map.block(lo.0).len() || !map.goes_on(lo.0, end));
         }
-        let block = map.block(lo.0);
         *hi = (lo.0, i);
-        if i == block.len() && map.goes_on(lo.0, end) {
-            old.clear();
-            *hi = map.scan(*lo, end, |e| old.push(*e));
-            return prepare_across(*lo, *hi, old, start, end, mark, recount, next);
-        }
-        let old = &block[lo.1..i];
+        let old = &map.block(lo.0)[lo.1..i];
         let shortcut = if mark {
             mark_shortcut(old, start, end, next)
         } else {
