@@ -1,10 +1,13 @@
-//! Cost of fork-safety range tracking with 100 000 live registrations.
+//! Cost of fork-safety range tracking with up to 100 000 live registrations.
 //!
 //! `cargo bench -p uverbs-bench --bench fork_ranges` prints, per scenario, the median and p90
 //! of single mark (`dontfork_range`) and unmark (`dofork_range`) calls in ns.
 //!
 //! * `noop` scenarios use an advisor that does nothing: pure tracker cost
-//!   (map lookup, split, merge) on fake addresses.
+//!   (map lookup, split, merge) on fake addresses, with 1 000, 10 000 and
+//!   100 000 live ranges. The instructions per mark hardly grow with N
+//!   (`tools/fork-ir.sh`); the time does once the map (some 5 MB at 100 000
+//!   overlapping ranges) outgrows a core's cache (docs/growth.md).
 //! * `madvise` scenarios use the real `madvise` advisor on real (untouched,
 //!   `MAP_NORESERVE`) memory. Disjoint ranges each become a separate VMA in
 //!   the kernel, and `vm.max_map_count` (65 530 by default) caps how many can
@@ -98,6 +101,42 @@ fn teardown(fs: &ForkSafety, ranges: impl Iterator<Item = (usize, usize)>) {
     assert!(fs.marked_ranges().is_empty());
 }
 
+/// The tracker's own cost, with an advisor that does nothing, with `live`
+/// ranges: disjoint ones (one page every other page) and overlapping ones
+/// (3 pages every 2 pages).
+fn noop_scenarios(p: usize, live: usize) {
+    let n = format!("{}k", live / 1000);
+    {
+        let fs =
+            ForkSafety::with_page_sizing(ForkMode::Enabled, Box::new(Noop), PageSizing::Fixed(p));
+        let ranges = (0..live).map(|i| (FAKE_BASE + 2 * i * p, p));
+        setup(&fs, ranges.clone());
+        println!("  (noop/disjoint: {} map entries)", fs.tracker().len());
+        run(
+            &format!("noop, {n} disjoint, new range in a gap"),
+            &fs,
+            |r| (FAKE_BASE + (2 * r.below(live - 1) + 1) * p, p),
+        );
+        run(
+            &format!("noop, {n} disjoint, 2nd ref on a live range"),
+            &fs,
+            |r| (FAKE_BASE + 2 * r.below(live) * p + 17, 100),
+        );
+        teardown(&fs, ranges);
+    }
+    {
+        let fs =
+            ForkSafety::with_page_sizing(ForkMode::Enabled, Box::new(Noop), PageSizing::Fixed(p));
+        let ranges = (0..live).map(|i| (FAKE_BASE + 2 * i * p, 3 * p));
+        setup(&fs, ranges.clone());
+        println!("  (noop/overlapping: {} map entries)", fs.tracker().len());
+        run(&format!("noop, {n} overlapping, 5-page range"), &fs, |r| {
+            (FAKE_BASE + r.below(2 * live - 5) * p + 5, 5 * p - 10)
+        });
+        teardown(&fs, ranges);
+    }
+}
+
 fn main() {
     let p = rustix::param::page_size();
     let started = Instant::now();
@@ -107,33 +146,11 @@ fn main() {
         timer_overhead()
     );
 
-    // --- tracker cost, disjoint ranges: one page every other page ---------
-    {
-        let fs =
-            ForkSafety::with_page_sizing(ForkMode::Enabled, Box::new(Noop), PageSizing::Fixed(p));
-        let live = (0..LIVE).map(|i| (FAKE_BASE + 2 * i * p, p));
-        setup(&fs, live.clone());
-        println!("  (noop/disjoint: {} map entries)", fs.tracker().len());
-        run("noop, 100k disjoint, new range in a gap", &fs, |r| {
-            (FAKE_BASE + (2 * r.below(LIVE) + 1) * p, p)
-        });
-        run("noop, 100k disjoint, 2nd ref on a live range", &fs, |r| {
-            (FAKE_BASE + 2 * r.below(LIVE) * p + 17, 100)
-        });
-        teardown(&fs, live);
-    }
-
-    // --- tracker cost, overlapping ranges: 3 pages every 2 pages ----------
-    {
-        let fs =
-            ForkSafety::with_page_sizing(ForkMode::Enabled, Box::new(Noop), PageSizing::Fixed(p));
-        let live = (0..LIVE).map(|i| (FAKE_BASE + 2 * i * p, 3 * p));
-        setup(&fs, live.clone());
-        println!("  (noop/overlapping: {} map entries)", fs.tracker().len());
-        run("noop, 100k overlapping, 5-page range", &fs, |r| {
-            (FAKE_BASE + r.below(2 * LIVE - 5) * p + 5, 5 * p - 10)
-        });
-        teardown(&fs, live);
+    // --- tracker cost, no advisor: the same scenarios with 1k, 10k and
+    // 100k live ranges. The instructions per mark hardly grow with N
+    // (tools/fork-ir.sh); the time does, once the map outgrows the caches.
+    for live in [1_000, 10_000, LIVE] {
+        noop_scenarios(p, live);
     }
 
     // --- real madvise, overlapping: all pages DONTFORK, one VMA -----------
