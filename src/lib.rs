@@ -178,6 +178,7 @@ pub mod method;
 pub mod mr;
 mod mw;
 pub(crate) mod netlink;
+mod page;
 mod page_buffer;
 mod pd;
 mod port;

@@ -120,7 +120,7 @@ mod tests {
 
     #[test]
     fn a_page_buffer_is_zeroed_aligned_and_writable() {
-        let page = rustix::param::page_size();
+        let page = crate::page::page_size();
         for len in [0, 1, page - 1, page, 3 * page + 5] {
             let mut buf = PageBuffer::new(len).unwrap();
             assert_eq!(buf.len(), len);

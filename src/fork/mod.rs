@@ -415,7 +415,7 @@ impl ForkSafety {
 
     /// Applies `DontFork` then `DoFork` to a freshly mapped page.
     fn probe(&self) -> Result<(), Errno> {
-        let page = rustix::param::page_size();
+        let page = crate::page::page_size();
         // SAFETY: a fresh private anonymous mapping chosen by the kernel
         // (null hint) cannot alias any existing memory; it is unmapped below
         // and never exposed.
@@ -622,7 +622,7 @@ mod tests {
     #[test]
     fn enabled_instance_with_real_madvise() {
         let fs = ForkSafety::new(ForkMode::Enabled, Box::new(MadviseAdvisor));
-        let v = vec![7u8; 3 * rustix::param::page_size()];
+        let v = vec![7u8; 3 * crate::page::page_size()];
         fs.dontfork_range(v.as_ptr() as usize, v.len()).unwrap();
         fs.dontfork_range(v.as_ptr() as usize + 10, 10).unwrap();
         assert!(!fs.marked_ranges().is_empty());
@@ -633,7 +633,7 @@ mod tests {
 
     #[test]
     fn dofork_on_unmapped_memory_is_ignored() {
-        let page = rustix::param::page_size();
+        let page = crate::page::page_size();
         let fs = ForkSafety::new(ForkMode::Enabled, Box::new(MadviseAdvisor));
         // SAFETY: a fresh anonymous mapping owned by this test only.
         let ptr = unsafe {

@@ -188,8 +188,8 @@ impl RangeTracker {
     /// of two.
     pub fn new(advisor: Box<dyn Advisor>, sizing: PageSizing) -> RangeTracker {
         let (base_page, huge_aware) = match sizing {
-            PageSizing::System => (rustix::param::page_size(), false),
-            PageSizing::HugePageAware => (rustix::param::page_size(), true),
+            PageSizing::System => (crate::page::page_size(), false),
+            PageSizing::HugePageAware => (crate::page::page_size(), true),
             PageSizing::Fixed(size) => {
                 assert!(size.is_power_of_two(), "page size must be a power of two");
                 (size, false)
@@ -1229,7 +1229,7 @@ Size:                  4 kB
     fn real_smaps_reports_base_pages_for_heap_memory() {
         let v = Box::new([1u8; 100]);
         let size = kernel_page_size(v.as_ptr() as usize);
-        assert_eq!(size, Some(rustix::param::page_size()));
+        assert_eq!(size, Some(crate::page::page_size()));
     }
 
     #[test]
@@ -1239,7 +1239,7 @@ Size:                  4 kB
         let v = Box::new([1u8; 100]);
         let addr = v.as_ptr() as usize;
         t.mark(addr, 1).unwrap();
-        let p = rustix::param::page_size();
+        let p = crate::page::page_size();
         assert_eq!(log.take(), vec![(addr & !(p - 1), p, Advice::DontFork)]);
         t.unmark(addr, 1).unwrap();
         assert!(t.is_empty());

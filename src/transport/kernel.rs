@@ -337,7 +337,7 @@ mod tests {
             .open("/dev/zero")
             .unwrap();
         let zero = write_file(zero);
-        let page = rustix::param::page_size();
+        let page = crate::page::page_size();
         // SAFETY: /dev/zero's shared mapping aliases nothing of ours.
         let map = unsafe { zero.map_queue(0, page) }.unwrap();
         assert_eq!(map.len(), page);

@@ -216,7 +216,7 @@ mod tests {
         let fd = rustix::fs::memfd_create("uverbs-map", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         let mut file = std::fs::File::from(fd);
         file.write_all(&[7u8; 8192]).unwrap();
-        let page = rustix::param::page_size();
+        let page = crate::page::page_size();
         // SAFETY: a file of our own; nothing else maps it.
         let map = unsafe { SharedMapping::map(file.as_fd(), page as u64, page) }.unwrap();
         assert_eq!(map.len(), page);
@@ -259,7 +259,7 @@ mod tests {
     fn a_forked_child_inherits_no_ring_and_its_copy_unmaps_nothing() {
         let fd =
             rustix::fs::memfd_create("uverbs-map-fork", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
-        let page = rustix::param::page_size();
+        let page = crate::page::page_size();
         rustix::fs::ftruncate(&fd, page as u64).unwrap();
         // SAFETY: a file of our own; nothing else maps it.
         let map = unsafe { SharedMapping::map(fd.as_fd(), 0, page) }.unwrap();
