@@ -18,7 +18,9 @@ fn force_variable_enables_the_global_instance() {
     fork::fork_init().unwrap();
     fork::fork_init_forced().unwrap();
 
-    let buf = vec![1u8; 2 * rustix::param::page_size()];
+    // SAFETY: `sysconf` takes a constant and touches no memory of ours.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
+    let buf = vec![1u8; 2 * page];
     global
         .dontfork_range(buf.as_ptr() as usize, buf.len())
         .unwrap();

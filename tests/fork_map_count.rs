@@ -35,7 +35,7 @@ fn inherited(addr: usize) -> bool {
 
 #[test]
 fn scattered_ranges_stop_at_max_map_count_with_eagain() {
-    let p = rustix::param::page_size();
+    let p = common::mapping::page_size();
     let limit = max_map_count().expect("/proc/sys/vm/max_map_count");
     let fs = ForkSafety::with_page_sizing(
         ForkMode::Enabled,

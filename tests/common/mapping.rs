@@ -16,9 +16,12 @@ use std::sync::Arc;
 use memmap2::MmapMut;
 use uverbs::mr::StableBuffer;
 
-/// The system page size.
+/// The system page size, from libc as the library takes it (src/page.rs:
+/// rustix's own auxv reader does not run under valgrind).
 pub fn page_size() -> usize {
-    rustix::param::page_size()
+    // SAFETY: `sysconf` takes a constant and touches no memory of ours.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size).expect("sysconf(_SC_PAGESIZE)")
 }
 
 /// A page-aligned anonymous read-write mapping of `len` bytes.
