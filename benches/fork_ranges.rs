@@ -138,7 +138,7 @@ fn noop_scenarios(p: usize, live: usize) {
 }
 
 fn main() {
-    let p = rustix::param::page_size();
+    let p = mapping::page_size();
     let started = Instant::now();
     println!("fork range tracking, {SAMPLES} samples per line, page size {p}");
     println!(

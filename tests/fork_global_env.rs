@@ -3,6 +3,10 @@
 //! This binary holds a single test so that setting the environment before
 //! the first `ForkSafety::global()` races with nothing.
 
+// The page size as the other tests take it, without the rest of `common`.
+#[path = "common/mapping.rs"]
+mod mapping;
+
 use uverbs::fork::{self, ForkMode, ForkSafety};
 
 #[test]
@@ -18,9 +22,7 @@ fn force_variable_enables_the_global_instance() {
     fork::fork_init().unwrap();
     fork::fork_init_forced().unwrap();
 
-    // SAFETY: `sysconf` takes a constant and touches no memory of ours.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap();
-    let buf = vec![1u8; 2 * page];
+    let buf = vec![1u8; 2 * mapping::page_size()];
     global
         .dontfork_range(buf.as_ptr() as usize, buf.len())
         .unwrap();
