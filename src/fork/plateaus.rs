@@ -207,7 +207,16 @@ impl Plateaus {
             }
             return;
         }
-        if lo.0 == hi.0 {
+        if lo.0 == hi.0 && hi.1 - lo.1 == new.len() {
+            // As many come as go within one block: the common case of
+            // counts and ends that change in place, here rather than in
+            // `splice_one`, so that it costs no call.
+            let block = &mut self.blocks[lo.0];
+            copy_entries(&mut block[lo.1..hi.1], new);
+            if lo.1 == 0 && !new.is_empty() {
+                self.firsts[lo.0] = new[0].start;
+            }
+        } else if lo.0 == hi.0 {
             self.splice_one(lo.0, lo.1, hi.1, new);
         } else if lo.0 + 1 == hi.0 && self.blocks[lo.0].len() - lo.1 + hi.1 == new.len() {
             // As many come as go, over the edge of two blocks: in place.
