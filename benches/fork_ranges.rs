@@ -25,6 +25,11 @@ mod mapping;
 
 use mapping::Untouched;
 
+#[path = "common/xorshift.rs"]
+mod xorshift;
+
+use xorshift::Rng;
+
 const LIVE: usize = 100_000;
 const SAMPLES: usize = 20_000;
 const FAKE_BASE: usize = 0x1000_0000_0000;
@@ -34,18 +39,6 @@ struct Noop;
 impl Advisor for Noop {
     fn advise(&self, _: usize, _: usize, _: Advice) -> Result<(), Errno> {
         Ok(())
-    }
-}
-
-/// A small deterministic generator (xorshift64).
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 % n as u64) as usize
     }
 }
 

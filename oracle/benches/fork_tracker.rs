@@ -56,6 +56,11 @@ fn main() {
 #[path = "../tests/shim/mod.rs"]
 mod shim;
 
+// The places drawn, as in the other tracker benches.
+#[cfg(oracle_linked)]
+#[path = "../../benches/common/xorshift.rs"]
+mod xorshift;
+
 #[cfg(oracle_linked)]
 fn main() {
     linked::main()
@@ -70,6 +75,8 @@ mod linked {
     use std::time::Instant;
 
     use uverbs::fork::{ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
+
+    use super::xorshift::Rng;
 
     /// Timed mark/unmark pairs per scenario.
     const SAMPLES: usize = 20_000;
@@ -128,19 +135,6 @@ mod linked {
         (10_000, Scenario::Overlap),
         (100_000, Scenario::Overlap),
     ];
-
-    /// A small deterministic generator (xorshift64), as in the other
-    /// tracker benches.
-    struct Rng(u64);
-
-    impl Rng {
-        fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
-        }
-    }
 
     /// Untouched private anonymous memory, used by address only.
     struct Region {
@@ -506,6 +500,9 @@ mod linked {
                 .position(|a| a == name)
                 .and_then(|i| args.get(i + 1).cloned())
         };
+        // No RDMAV_HUGEPAGES_SAFE or RDMAV_FORK_SAFE from the caller's
+        // environment: both libraries round to base pages here.
+        uverbs_oracle::fixtures::clear_environment();
         c_fork_init();
         if let Some(n) = arg("--child") {
             child(n.parse().expect("--child N"));
