@@ -446,6 +446,10 @@ impl Ranges {
         }
         *hi = (lo.0, i);
         let old = &map.block(lo.0)[lo.1..i];
+        if let Some(r) = exact_entry(old, lo.1, start, end, mark) {
+            *recount = Some(r);
+            return true;
+        }
         let shortcut = if mark {
             mark_shortcut(old, start, end, next)
         } else {
@@ -498,6 +502,30 @@ fn past_range(block: &[Entry], at: usize, end: usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// The change in place for a range that is exactly one entry which no
+/// other entry touches (`old`, the entries that overlap or touch the range,
+/// is that entry alone, at index `at` of its block), when its count can
+/// move: a second registration of the same pages, or the release of one of
+/// several. [`recount_in_place`] finds these too, after more tests; this
+/// common case is worth a test of its own. `None` for every other shape.
+#[inline(always)]
+fn exact_entry(old: &[Entry], at: usize, start: usize, end: usize, mark: bool) -> Option<Recount> {
+    let [e] = *old else {
+        return None;
+    };
+    let (delta, floor) = if mark { (1, u32::MAX) } else { (u32::MAX, 1) };
+    if (e.start, e.end) != (start, end) || e.count == floor {
+        return None;
+    }
+    Some(Recount {
+        from: at,
+        to: at + 1,
+        delta,
+        merge_left: false,
+        merge_right: false,
+    })
 }
 
 /// [`rebuild`] for a mark in the common shapes, with fewer tests: a range
