@@ -51,10 +51,15 @@ pub(super) type Pos = (usize, usize);
 /// A change that moves the count of every entry `from..to` of a block by
 /// `delta` (1 or `u32::MAX`, i.e. one less, by wrapping addition) and keeps
 /// the entries themselves: what a mark or unmark of a range that those
-/// entries cover exactly comes to. At most the two edges merge with the
-/// entry before (`merge_left`) or after (`merge_right`), which must then be
-/// in the same block and touch them. A `to` past the block's end goes on
-/// into the next block (a range over a block's edge); then nothing merges.
+/// entries cover without a gap comes to. At an edge, the entry either
+/// merges with the one before (`merge_left`) or after (`merge_right`),
+/// which must then be in the same block and touch it; or, when the range
+/// begins or ends inside it, is split there (`split_left` at the range's
+/// start, `split_right` at its end, which [`Plateaus::recount`] takes): its
+/// part outside the range stays at its old
+/// count, as a new entry beside it. A `to` past the block's end goes on
+/// into the next block (a range over a block's edge); then nothing merges
+/// or splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Recount {
     pub(super) from: usize,
@@ -62,6 +67,8 @@ pub(super) struct Recount {
     pub(super) delta: u32,
     pub(super) merge_left: bool,
     pub(super) merge_right: bool,
+    pub(super) split_left: bool,
+    pub(super) split_right: bool,
 }
 
 /// Entries ascending by start, never overlapping. Invariants: no block is
@@ -236,7 +243,7 @@ impl Plateaus {
     /// that now equals its neighbour is merged into it (the block's later
     /// entries move down by one place per merge).
     #[inline(always)]
-    pub(super) fn recount(&mut self, b: usize, r: Recount) {
+    pub(super) fn recount(&mut self, b: usize, r: Recount, (start, end): (usize, usize)) {
         let Recount { from, to, .. } = r;
         let block = &mut self.blocks[b];
         if to > block.len() {
@@ -244,6 +251,9 @@ impl Plateaus {
         }
         for e in &mut block[from..to] {
             e.count = e.count.wrapping_add(r.delta);
+        }
+        if r.split_left || r.split_right {
+            return self.split_edges(b, r, start, end);
         }
         match (r.merge_left, r.merge_right) {
             (false, false) => return,
@@ -278,11 +288,60 @@ impl Plateaus {
         self.settle(b);
     }
 
+    /// The edges of a [`recount`](Self::recount) with a split, after the
+    /// counts moved: the part of entry `to - 1` after `end`, and of entry
+    /// `from` before `start`, become entries of their own at the old count
+    /// (the block's later entries move up by one place per split); an edge
+    /// that is not split may still merge.
+    #[inline]
+    fn split_edges(&mut self, b: usize, r: Recount, start: usize, end: usize) {
+        let block = &mut self.blocks[b];
+        let old = |e: Entry| e.count.wrapping_sub(r.delta);
+        // The right edge first: what it does moves no entry before `to - 1`,
+        // so `from` still names the left edge's entry (when they are the
+        // same entry and the right one merged, `from` is the merged one,
+        // which begins where the entry did).
+        if r.split_right {
+            let e = block[r.to - 1];
+            block[r.to - 1].end = end;
+            let after = Entry {
+                start: end,
+                end: e.end,
+                count: old(e),
+            };
+            block.insert(r.to, after);
+            self.len += 1;
+        } else if r.merge_right {
+            block[r.to].start = block[r.to - 1].start;
+            block.remove(r.to - 1);
+            self.len -= 1;
+        }
+        if r.split_left {
+            let e = block[r.from];
+            block[r.from].start = start;
+            let before = Entry {
+                start: e.start,
+                end: start,
+                count: old(e),
+            };
+            block.insert(r.from, before);
+            self.len += 1;
+        } else if r.merge_left {
+            block[r.from - 1].end = block[r.from].end;
+            block.remove(r.from);
+            self.len -= 1;
+        }
+        // The block's first start is unchanged (a left split leaves the
+        // entry's own start in place, a left merge has an entry before
+        // it), but it may now be over `MAX` or under `MIN`.
+        self.settle(b);
+    }
+
     /// [`recount`](Self::recount) of entries over the edge of block `b`
     /// and the next, where nothing merges.
     #[cold]
     fn recount_across(&mut self, b: usize, r: Recount) {
-        debug_assert!(!r.merge_left && !r.merge_right);
+        debug_assert!(!r.merge_left && !r.merge_right && !r.split_left && !r.split_right);
         let (first, second) = self.blocks[b..].split_at_mut(1);
         let first = &mut first[0];
         let rest = r.to - first.len();
@@ -555,6 +614,8 @@ mod tests {
             delta: if up { 1 } else { u32::MAX },
             merge_left: merges.0,
             merge_right: merges.1,
+            split_left: false,
+            split_right: false,
         }
     }
 
@@ -570,7 +631,7 @@ mod tests {
         let run = |r: Recount| {
             let mut p = Plateaus::default();
             p.replace((0, 0), (0, 0), &all);
-            p.recount(0, r);
+            p.recount(0, r, (0, 0));
             p.check();
             entries(&p)
         };
@@ -593,6 +654,124 @@ mod tests {
         assert_eq!(down, with(10, &steps(10, &[1, 0, 1, 0, 1]), 15));
     }
 
+    /// `recount(from, to, up, merges)` with the edges split as `splits`.
+    fn split(
+        from: usize,
+        to: usize,
+        up: bool,
+        splits: (bool, bool),
+        merges: (bool, bool),
+    ) -> Recount {
+        Recount {
+            split_left: splits.0,
+            split_right: splits.1,
+            ..recount(from, to, up, merges)
+        }
+    }
+
+    /// `entries` in one block, changed by `r` over `range`.
+    fn recounted(entries_before: &[Entry], r: Recount, range: (usize, usize)) -> Vec<Entry> {
+        let mut p = Plateaus::default();
+        p.replace((0, 0), (0, 0), entries_before);
+        p.recount(0, r, range);
+        p.check();
+        entries(&p)
+    }
+
+    #[test]
+    fn recount_splits_edges_inside_entries() {
+        // Entries of two units, counts 2 3 2 3 … over 40 units.
+        let all: Vec<Entry> = (0..20)
+            .map(|i| entry(2 * i, 2 * i + 2, 2 + (i % 2) as u32))
+            .collect();
+        // Units 11..15 down by one: entry 5 (10..12, 3) is split at 11,
+        // entry 7 (14..16, 3) at 15; entry 6 in between just moves.
+        let both = recounted(
+            &all,
+            split(5, 8, false, (true, true), (false, false)),
+            (11, 15),
+        );
+        let mid = [
+            entry(10, 11, 3),
+            entry(11, 12, 2),
+            entry(12, 14, 1),
+            entry(14, 15, 2),
+            entry(15, 16, 3),
+        ];
+        assert_eq!(both, [&all[..5], &mid, &all[8..]].concat());
+        // Within one entry: it becomes three.
+        let one = [entry(0, 10, 1), entry(20, 30, 2)];
+        let within = recounted(
+            &one,
+            split(0, 1, true, (true, true), (false, false)),
+            (3, 6),
+        );
+        let three = [
+            entry(0, 3, 1),
+            entry(3, 6, 2),
+            entry(6, 10, 1),
+            entry(20, 30, 2),
+        ];
+        assert_eq!(within, three);
+        // A split on the left and a merge on the right of one entry: 11..12
+        // goes up to the count of the entry after it.
+        let pair = [entry(10, 12, 3), entry(12, 14, 4)];
+        let merged = recounted(
+            &pair,
+            split(0, 1, true, (true, false), (false, true)),
+            (11, 12),
+        );
+        assert_eq!(merged, [entry(10, 11, 3), entry(11, 14, 4)]);
+        // A merge on the left and a split on the right: 12..13 goes up to
+        // the count of the entry before it.
+        let pair = [entry(10, 12, 3), entry(12, 14, 2)];
+        let merged = recounted(
+            &pair,
+            split(1, 2, true, (false, true), (true, false)),
+            (12, 13),
+        );
+        assert_eq!(merged, [entry(10, 13, 3), entry(13, 14, 2)]);
+    }
+
+    #[test]
+    fn a_split_that_outgrows_a_block_splits_the_block() {
+        // One full block of two-unit entries, counts 2 3 2 3 …; a range
+        // with both edges inside entries adds two.
+        let all: Vec<Entry> = (0..MAX)
+            .map(|i| entry(2 * i, 2 * i + 2, 2 + (i % 2) as u32))
+            .collect();
+        let mut p = Plateaus::default();
+        p.replace((0, 0), (0, 0), &all);
+        p.check();
+        assert_eq!(p.blocks.len(), 1);
+        let (b, i) = p.first_reaching(21);
+        assert_eq!(p.block(b)[i], entry(20, 22, 2));
+        let before = p.len();
+        p.recount(
+            b,
+            split(i, i + 2, true, (true, true), (false, false)),
+            (21, 23),
+        );
+        p.check();
+        assert_eq!(p.len(), before + 2);
+        assert_eq!(p.blocks.len(), 2);
+        let got: Vec<Entry> = entries(&p)
+            .into_iter()
+            .filter(|e| e.end > 19 && e.start < 25)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                entry(18, 20, 3),
+                entry(20, 21, 2),
+                entry(21, 22, 3),
+                entry(22, 23, 4),
+                entry(23, 24, 3),
+                entry(24, 26, 2),
+            ]
+        );
+    }
+
     #[test]
     fn recount_merges_keep_blocks_within_bounds() {
         // Block 1 holds `MIN` entries; the merge of three into one leaves it
@@ -606,7 +785,7 @@ mod tests {
             blocks: vec![first.clone(), second.clone()],
         };
         p.check();
-        p.recount(1, recount(1, 2, true, (true, true)));
+        p.recount(1, recount(1, 2, true, (true, true)), (0, 0));
         p.check();
         assert_eq!(p.blocks.len(), 1);
         let want = [&first[..], &[entry(1000, 1003, 2)], &second[3..]].concat();
@@ -620,7 +799,7 @@ mod tests {
         let n0 = p.blocks[0].len();
         let before = entries(&p);
         // The last two entries of block 0 and the first three of block 1.
-        p.recount(0, recount(n0 - 2, n0 + 3, true, (false, false)));
+        p.recount(0, recount(n0 - 2, n0 + 3, true, (false, false)), (0, 0));
         p.check();
         for (i, (b, a)) in before.iter().zip(&entries(&p)).enumerate() {
             let moved = (n0 - 2..n0 + 3).contains(&i);

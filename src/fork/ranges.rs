@@ -247,7 +247,7 @@ impl RangeTracker {
             }
             return Err(err);
         }
-        ranges.commit();
+        ranges.commit(start, end);
         Ok(())
     }
 
@@ -283,7 +283,7 @@ impl RangeTracker {
                 first_error.get_or_insert(err);
             }
         }
-        ranges.commit();
+        ranges.commit(start, end);
         first_error.map_or(Ok(()), Err)
     }
 
@@ -468,9 +468,9 @@ impl Ranges {
     /// Puts the entries [`prepare`](Self::prepare) computed in place of
     /// those it found.
     #[inline(always)]
-    fn commit(&mut self) {
+    fn commit(&mut self, start: usize, end: usize) {
         match self.recount {
-            Some(r) => self.map.recount(self.lo.0, r),
+            Some(r) => self.map.recount(self.lo.0, r, (start, end)),
             None => self.map.replace(self.lo, self.hi, &self.next),
         }
     }
@@ -525,6 +525,8 @@ fn exact_entry(old: &[Entry], at: usize, start: usize, end: usize, mark: bool) -
         delta,
         merge_left: false,
         merge_right: false,
+        split_left: false,
+        split_right: false,
     })
 }
 
@@ -601,13 +603,14 @@ fn unmark_shortcut(old: &[Entry], start: usize, end: usize, next: &mut Vec<Entry
 }
 
 /// The change in place for a range that entries of `old` (those that
-/// overlap or touch it, as `prepare` found them) cover exactly, page for
-/// page, none of them ending up at 0 or past `u32::MAX`: their counts move
-/// by one and they stay, only an edge may merge with the entry touching the
-/// range from outside (see [`rebuild`]: equal counts meet nowhere else).
-/// `old` starts at index `at` of its block, and the indices of the answer
-/// are the block's. `None` for every other shape (a gap in the
-/// range, an edge inside an entry, a count that cannot move), which
+/// overlap or touch it, as `prepare` found them) cover without a gap, none
+/// of them ending up at 0 or past `u32::MAX`: their counts move by one and
+/// they stay. An edge may merge with the entry touching the range from
+/// outside (see [`rebuild`]: equal counts meet nowhere else), or, where the
+/// range begins or ends inside an entry, split it (the release of a range
+/// whose mark merged with a neighbour). `old` starts at index `at` of its
+/// block, and the indices of the answer are the block's. `None` for every
+/// other shape (a gap in the range, a count that cannot move), which
 /// [`rebuild`] handles.
 #[inline(always)]
 fn recount_in_place(
@@ -624,15 +627,19 @@ fn recount_in_place(
     let right = old[from..].last().filter(|e| e.start == end);
     let to = old.len() - usize::from(right.is_some());
     let inner = &old[from..to];
+    let (first, last) = (inner.first()?, inner.last()?);
     let (delta, floor) = if mark { (1, u32::MAX) } else { (u32::MAX, 1) };
+    // No gap: the first entry begins at or before `start` (before it, it is
+    // split there), each next one where the one before ends, and the last
+    // ends at or after `end` (after it, it is split there).
     let mut cur = start;
     for e in inner {
-        if e.start != cur || e.count == floor {
+        if e.start > cur || e.count == floor {
             return None;
         }
         cur = e.end;
     }
-    if cur != end || inner.is_empty() {
+    if cur < end {
         return None;
     }
     let merges = |outside: Option<&Entry>, edge: &Entry| {
@@ -642,8 +649,10 @@ fn recount_in_place(
         from: at + from,
         to: at + to,
         delta,
-        merge_left: merges(left, &inner[0]),
-        merge_right: merges(right, &inner[inner.len() - 1]),
+        merge_left: merges(left, first),
+        merge_right: merges(right, last),
+        split_left: first.start < start,
+        split_right: last.end > end,
     })
 }
 
@@ -681,7 +690,7 @@ fn prepare_across(
     if hi.0 == lo.0 + 1 {
         // Indices from the start of block `lo.0`, on into the next.
         *recount = recount_in_place(old, lo.1, start, end, mark)
-            .filter(|r| !r.merge_left && !r.merge_right);
+            .filter(|r| !(r.merge_left || r.merge_right || r.split_left || r.split_right));
     }
     recount.is_some() || rebuild_either(mark, old, start, end, next)
 }
