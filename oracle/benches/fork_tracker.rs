@@ -516,13 +516,7 @@ mod linked {
         if args.iter().any(|a| a == "--no-ir") {
             return;
         }
-        let valgrind = arg("--valgrind").unwrap_or_else(|| {
-            if Path::new("/usr/bin/valgrind.bin").exists() {
-                "/usr/bin/valgrind.bin".into()
-            } else {
-                "valgrind".into()
-            }
-        });
+        let valgrind = uverbs_oracle::fixtures::valgrind(arg("--valgrind"));
         if let Err(e) = ir_table(&valgrind) {
             eprintln!("fork_tracker: {e}");
             std::process::exit(1);

@@ -22,9 +22,9 @@
 //! the polls, outside the measured functions, so every poll finds its
 //! completion. callgrind collects only inside the measured functions
 //! (`--toggle-collect`), each inclusive of what it calls: ours
-//! `QueuePair::post_send`, and `post_recv_locked` and `fast_poll`
+//! `post_send_locked`, `post_recv_locked` and `fast_poll`
 //! (behind the inline `QueuePair::post_recv` and `CompletionQueue::poll`;
-//! ours-exclusive: `post_send_exclusive` and `post_recv_unlocked`,
+//! ours-exclusive: `post_send_unlocked` and `post_recv_unlocked`,
 //! behind `post_recv_exclusive`), libmlx5's `mlx5_post_send`, `mlx5_post_recv`
 //! and the poll function its context installs (`mlx5_poll_cq_v1` for CQE
 //! version 1; the static archive's symbols carry the `rdmacore44_0_`
@@ -170,13 +170,13 @@ mod linked {
     const IMPLS: [Impl; 3] = [
         Impl {
             name: "ours",
-            post_send: "uverbs::qp::QueuePair::post_send",
+            post_send: "uverbs::qp::post_send_locked",
             post_recv: "uverbs::qp::post_recv_locked",
             poll: Some("uverbs::cq::fast_poll"),
         },
         Impl {
             name: "ours-exclusive",
-            post_send: "uverbs::qp::QueuePair::post_send_exclusive",
+            post_send: "uverbs::qp::post_send_unlocked",
             post_recv: "uverbs::qp::post_recv_unlocked",
             poll: Some("uverbs::cq::fast_poll"),
         },
@@ -833,13 +833,7 @@ mod linked {
             }
             return;
         }
-        let valgrind = arg("--valgrind").unwrap_or_else(|| {
-            if Path::new("/usr/bin/valgrind.bin").exists() {
-                "/usr/bin/valgrind.bin".into()
-            } else {
-                "valgrind".into()
-            }
-        });
+        let valgrind = uverbs_oracle::fixtures::valgrind(arg("--valgrind"));
         if let Err(e) = parent(&valgrind, iters) {
             eprintln!("mlx5_ops: {e}");
             std::process::exit(1);

@@ -20,6 +20,20 @@ pub fn loud(line: &str) {
     let _ = writeln!(std::io::stderr(), "{line}");
 }
 
+/// The valgrind a bench re-runs itself under: `given` (its `--valgrind`
+/// option), else Debian's `/usr/bin/valgrind.bin` (the real program behind
+/// the `valgrind` wrapper script) where it exists, else `valgrind` on the
+/// `PATH`.
+pub fn valgrind(given: Option<String>) -> String {
+    given.unwrap_or_else(|| {
+        if std::path::Path::new("/usr/bin/valgrind.bin").exists() {
+            "/usr/bin/valgrind.bin".into()
+        } else {
+            "valgrind".into()
+        }
+    })
+}
+
 /// The Q_Key of the tests' UD QPs.
 pub const QKEY: u32 = 0x1111_1111;
 
