@@ -8,10 +8,12 @@
 //! entries next to it in its block. A change replaces the run of entries a
 //! range touches with its new entries in one go: in place when as many come
 //! as go (a count changed), otherwise by shifting the rest of one block (at
-//! most [`MAX`] entries). A range that entries cover exactly changes their
-//! counts where they are ([`Recount`]), with no new entries to write. Blocks are split when they outgrow [`MAX`] and
-//! merged with a neighbour when they shrink below [`MIN`]; only then, and
-//! when a change spans blocks, is memory allocated or freed.
+//! most [`MAX`] entries). A range that entries cover without a gap changes
+//! their counts where they are ([`Recount`]): no new entries to write but an
+//! edge entry split where the range begins or ends inside it. Blocks are
+//! split when they outgrow [`MAX`] and merged with a neighbour when they
+//! shrink below [`MIN`]; only then, and when a change spans blocks, is
+//! memory allocated or freed.
 
 /// The most entries a block holds after a change.
 const MAX: usize = 64;
@@ -56,10 +58,9 @@ pub(super) type Pos = (usize, usize);
 /// which must then be in the same block and touch it; or, when the range
 /// begins or ends inside it, is split there (`split_left` at the range's
 /// start, `split_right` at its end, which [`Plateaus::recount`] takes): its
-/// part outside the range stays at its old
-/// count, as a new entry beside it. A `to` past the block's end goes on
-/// into the next block (a range over a block's edge); then nothing merges
-/// or splits.
+/// part outside the range stays at its old count, as a new entry beside it.
+/// A `to` past the block's end goes on into the next block (a range over a
+/// block's edge); then nothing merges or splits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Recount {
     pub(super) from: usize,
@@ -239,9 +240,11 @@ impl Plateaus {
         }
     }
 
-    /// Applies `r` to block `b`: the counts change in place, and an edge
-    /// that now equals its neighbour is merged into it (the block's later
-    /// entries move down by one place per merge).
+    /// Applies `r` to block `b` for the range `(start, end)`: the counts
+    /// change in place, an edge that now equals its neighbour is merged into
+    /// it (the block's later entries move down by one place per merge), and
+    /// an edge entry the range begins or ends inside is split there
+    /// ([`split_edges`](Self::split_edges)).
     #[inline(always)]
     pub(super) fn recount(&mut self, b: usize, r: Recount, (start, end): (usize, usize)) {
         let Recount { from, to, .. } = r;
