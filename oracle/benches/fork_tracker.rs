@@ -61,6 +61,11 @@ mod shim;
 #[path = "../../benches/common/xorshift.rs"]
 mod xorshift;
 
+// The page size and the untouched memory the fork tests and benches use.
+#[cfg(oracle_linked)]
+#[path = "../../tests/common/mapping.rs"]
+mod mapping;
+
 #[cfg(oracle_linked)]
 fn main() {
     linked::main()
@@ -76,6 +81,7 @@ mod linked {
 
     use uverbs::fork::{ForkMode, ForkSafety, MadviseAdvisor, PageSizing};
 
+    use super::mapping::{page_size, Untouched};
     use super::xorshift::Rng;
 
     /// Timed mark/unmark pairs per scenario.
@@ -135,42 +141,6 @@ mod linked {
         (10_000, Scenario::Overlap),
         (100_000, Scenario::Overlap),
     ];
-
-    /// Untouched private anonymous memory, used by address only.
-    struct Region {
-        addr: usize,
-        len: usize,
-    }
-
-    impl Region {
-        fn new(len: usize) -> Region {
-            // SAFETY: a fresh private anonymous mapping at an address the
-            // kernel chooses aliases nothing; only its address is used
-            // (for madvise), and it is unmapped in Drop.
-            let ptr = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                    -1,
-                    0,
-                )
-            };
-            assert_ne!(ptr, libc::MAP_FAILED, "mmap of {len} bytes");
-            Region {
-                addr: ptr as usize,
-                len,
-            }
-        }
-    }
-
-    impl Drop for Region {
-        fn drop(&mut self) {
-            // SAFETY: exactly the mapping made in `new`, no longer used.
-            unsafe { libc::munmap(self.addr as *mut c_void, self.len) };
-        }
-    }
 
     /// One library's mark and unmark: 0 or an errno.
     #[derive(Clone, Copy)]
@@ -261,12 +231,6 @@ mod linked {
         }
     }
 
-    fn page_size() -> usize {
-        // SAFETY: `sysconf` takes a constant and touches no memory of ours.
-        let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        usize::try_from(size).expect("sysconf(_SC_PAGESIZE)")
-    }
-
     /// Turns libibverbs' tracker on, failing loudly where it stays off (it
     /// does when the kernel says fork needs no help, which it asks over
     /// RDMA netlink; the shim makes that socket fail).
@@ -294,7 +258,7 @@ mod linked {
         each: impl FnOnce(Call, Call, usize),
     ) {
         let p = page_size();
-        let region = Region::new((2 * n + 2) * p);
+        let region = Untouched::new((2 * n + 2) * p);
         let base = region.addr;
         for (addr, len) in scenario.live(base, p, n) {
             let rc = (imp.mark)(fs, addr, len);

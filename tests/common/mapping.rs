@@ -1,9 +1,9 @@
 //! Memory to register or mark: page-aligned anonymous mappings, untouched
 //! reserved-free regions used by raw address, and a mapping with a hole.
 //!
-//! Self-contained (no `super::`), so that benches/fork_ranges.rs and the
-//! single-test binary tests/fork_global_env.rs can use it
-//! through `#[path]` as well.
+//! Self-contained (no `super::`), so that benches/fork_ranges.rs,
+//! oracle/benches/fork_tracker.rs and the single-test binary
+//! tests/fork_global_env.rs can use it through `#[path]` as well.
 
 // Each test binary (and the bench) uses a different subset.
 #![allow(dead_code)]
