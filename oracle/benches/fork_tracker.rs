@@ -100,9 +100,9 @@ mod linked {
 
     #[derive(Clone, Copy, PartialEq, Eq)]
     enum Scenario {
-        Gap,
-        Live,
-        Overlap,
+        Gap = 0,
+        Live = 1,
+        Overlap = 2,
     }
 
     impl Scenario {
@@ -142,12 +142,18 @@ mod linked {
         (100_000, Scenario::Overlap),
     ];
 
-    /// One library's mark and unmark: 0 or an errno.
+    /// A mark or an unmark: 0 or an errno.
+    type Call = fn(&ForkSafety, usize, usize) -> c_int;
+
+    /// One library: its mark and unmark (for the live ranges), and the
+    /// measured probes of each scenario, (mark, unmark), by `Scenario as
+    /// usize`.
     #[derive(Clone, Copy)]
     struct Imp {
         name: &'static str,
-        mark: fn(&ForkSafety, usize, usize) -> c_int,
-        unmark: fn(&ForkSafety, usize, usize) -> c_int,
+        mark: Call,
+        unmark: Call,
+        probes: [(Call, Call); 3],
     }
 
     fn ours_mark(fs: &ForkSafety, addr: usize, len: usize) -> c_int {
@@ -170,17 +176,6 @@ mod linked {
         // SAFETY: as in `c_mark`.
         unsafe { ibv_dofork_range(addr as *mut c_void, len) }
     }
-
-    const UVERBS: Imp = Imp {
-        name: "uverbs",
-        mark: ours_mark,
-        unmark: ours_unmark,
-    };
-    const LIBIBVERBS: Imp = Imp {
-        name: "libibverbs",
-        mark: c_mark,
-        unmark: c_unmark,
-    };
 
     /// The measured calls, one function per library, call and scenario,
     /// not inlined, so that callgrind counts each apart. Each passes its
@@ -212,24 +207,29 @@ mod linked {
         probe_libibverbs_unmark_overlap => c_unmark;
     }
 
-    type Call = fn(&ForkSafety, usize, usize) -> c_int;
-
-    /// The probes of `imp` in `scenario`: (mark, unmark).
-    fn probes(imp: &Imp, scenario: Scenario) -> (Call, Call) {
-        match (imp.name, scenario) {
-            ("uverbs", Scenario::Gap) => (probe_uverbs_mark_gap, probe_uverbs_unmark_gap),
-            ("uverbs", Scenario::Live) => (probe_uverbs_mark_live, probe_uverbs_unmark_live),
-            ("uverbs", Scenario::Overlap) => {
-                (probe_uverbs_mark_overlap, probe_uverbs_unmark_overlap)
-            }
-            (_, Scenario::Gap) => (probe_libibverbs_mark_gap, probe_libibverbs_unmark_gap),
-            (_, Scenario::Live) => (probe_libibverbs_mark_live, probe_libibverbs_unmark_live),
-            (_, Scenario::Overlap) => (
+    const UVERBS: Imp = Imp {
+        name: "uverbs",
+        mark: ours_mark,
+        unmark: ours_unmark,
+        probes: [
+            (probe_uverbs_mark_gap, probe_uverbs_unmark_gap),
+            (probe_uverbs_mark_live, probe_uverbs_unmark_live),
+            (probe_uverbs_mark_overlap, probe_uverbs_unmark_overlap),
+        ],
+    };
+    const LIBIBVERBS: Imp = Imp {
+        name: "libibverbs",
+        mark: c_mark,
+        unmark: c_unmark,
+        probes: [
+            (probe_libibverbs_mark_gap, probe_libibverbs_unmark_gap),
+            (probe_libibverbs_mark_live, probe_libibverbs_unmark_live),
+            (
                 probe_libibverbs_mark_overlap,
                 probe_libibverbs_unmark_overlap,
             ),
-        }
-    }
+        ],
+    };
 
     /// Turns libibverbs' tracker on, failing loudly where it stays off (it
     /// does when the kernel says fork needs no help, which it asks over
@@ -264,7 +264,7 @@ mod linked {
             let rc = (imp.mark)(fs, addr, len);
             assert_eq!(rc, 0, "{}: set-up mark of {n} ranges", imp.name);
         }
-        let (mark, unmark) = probes(imp, scenario);
+        let (mark, unmark) = imp.probes[scenario as usize];
         each(mark, unmark, base);
         for (addr, len) in scenario.live(base, p, n) {
             let rc = (imp.unmark)(fs, addr, len);
