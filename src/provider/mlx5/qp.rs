@@ -201,19 +201,28 @@ impl WrIds {
 
     /// The id of the send request a CQE's `wqe_counter` names; every
     /// request up to it is complete (unsignalled ones included).
+    ///
+    /// The id is read before the tail moves: once it has, the slot is free
+    /// and a post on another thread may write the next request's id there.
     pub(crate) fn complete_send(&self, wqe_counter: u16) -> u64 {
         let idx = usize::from(wqe_counter) & (self.sq_wrid.len() - 1);
         let head = self.sq_head[idx].load(Ordering::Relaxed);
+        let wr_id = self.sq_wrid[idx].load(Ordering::Relaxed);
+        // Release: the reads above before the slot is seen free.
         self.sq_tail.store(head, Ordering::Release);
-        self.sq_wrid[idx].load(Ordering::Relaxed)
+        wr_id
     }
 
-    /// The id of the oldest outstanding receive request, now complete.
+    /// The id of the oldest outstanding receive request, now complete (read
+    /// before the tail frees its slot, as in
+    /// [`complete_send`](Self::complete_send)).
     pub(crate) fn complete_recv(&self) -> u64 {
         let tail = self.rq_tail.load(Ordering::Relaxed);
         let idx = tail as usize & (self.rq_wrid.len() - 1);
+        let wr_id = self.rq_wrid[idx].load(Ordering::Relaxed);
+        // Release: the read above before the slot is seen free.
         self.rq_tail.store(tail.wrapping_add(1), Ordering::Release);
-        self.rq_wrid[idx].load(Ordering::Relaxed)
+        wr_id
     }
 }
 
