@@ -914,3 +914,155 @@ fn an_owned_srq_hands_mlx5_buffers_back_through_the_device_model() {
     drop((b1, b2, a1, a2));
     assert!(srq.destroy().unwrap().is_empty());
 }
+
+/// A batch whose second request is refused publishes nothing, on either
+/// queue: the first request's WQE, written into a free slot, is neither
+/// executed nor completed, and the next post reuses the slot. Also a
+/// batch past the SQ's room: refused at the first request that does not
+/// fit, nothing executed.
+#[test]
+fn a_refused_request_in_a_batch_publishes_nothing() {
+    use uverbs::command::QpType;
+    use uverbs::wr::{
+        Payload, PostError, RecvWr, Remote, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+    };
+    use uverbs::{AccessFlags, Error, QpInit};
+    fn refused_at(e: &Error) -> (usize, PostError) {
+        match e {
+            Error::Post { index, why, .. } => (*index, **why),
+            other => panic!("not a refused post: {other}"),
+        }
+    }
+    let (file, ctx) = infiniband_context();
+    let pd = ctx.alloc_pd().unwrap();
+    let mut mem = memmap2::MmapMut::map_anon(1 << 14).unwrap();
+    let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE | AccessFlags::REMOTE_READ;
+    // SAFETY: `mem` outlives the MR (dropped at the end of the test, after it).
+    let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), 1 << 14, access) }.unwrap();
+    let cq = ctx.create_cq(64, None).unwrap();
+    let init = QpInit::new(QpType::Rc, &cq, &cq);
+    let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
+    for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
+        for step in connect_steps(peer, access, true) {
+            qp.modify(&step).unwrap();
+        }
+    }
+    let base = mem.as_ptr() as u64;
+    let lkey = mr.lkey();
+    let sge = |at: u64| Sge {
+        addr: base + at,
+        length: 64,
+        lkey,
+    };
+    let one = [sge(0)];
+    let too_many: Vec<Sge> = (0..=a.caps().max_send_sge)
+        .map(|i| sge(64 * u64::from(i)))
+        .collect();
+    let write = |id: u64, to: u64, sges: &'static [Sge]| {
+        SendWr::new(
+            id,
+            SendOp::RdmaWrite {
+                remote: Remote {
+                    addr: base + to,
+                    rkey: mr.rkey(),
+                },
+                imm: None,
+            },
+            Payload::Sges(sges),
+        )
+    };
+    let one: &'static [Sge] = Box::leak(Box::new(one));
+    let too_many: &'static [Sge] = too_many.leak();
+    mem[..64].copy_from_slice(&[0x6b; 64]);
+    let mut wcs = [WorkCompletion::default(); 64];
+
+    // Sends: the second of two has an SGE too many.
+    // SAFETY: buffers of the registered `mem`; refused, nothing queued.
+    let err = unsafe { a.post_send(&[write(1, 8192, one), write(2, 8192, too_many)]) }.unwrap_err();
+    assert!(
+        matches!(refused_at(&err), (1, PostError::TooManySges { .. })),
+        "{err}"
+    );
+    // SAFETY: every object and buffer of the emulated kernel is live.
+    assert_eq!(
+        unsafe { file.kernel().run_device() },
+        0,
+        "nothing published"
+    );
+    assert_eq!(cq.poll(&mut wcs).unwrap(), 0);
+    assert_eq!(
+        &mem[8192..8256],
+        &[0; 64],
+        "the refused batch wrote nothing"
+    );
+
+    // Receives: the second of two has an SGE too many.
+    let recv_too_many: Vec<Sge> = (0..=b.caps().max_recv_sge)
+        .map(|i| sge(4096 + 64 * u64::from(i)))
+        .collect();
+    let recv_one = [sge(4096)];
+    // SAFETY: as above.
+    let err = unsafe { b.post_recv(&[RecvWr::new(7, &recv_one), RecvWr::new(8, &recv_too_many)]) }
+        .unwrap_err();
+    assert!(
+        matches!(refused_at(&err), (1, PostError::TooManySges { .. })),
+        "{err}"
+    );
+
+    // The next posts take the same slots and complete with their own ids.
+    // SAFETY: buffers of the registered `mem`, untouched until polled.
+    unsafe {
+        b.post_recv(&[RecvWr::new(9, &recv_one)]).unwrap();
+        a.post_send(&[
+            write(3, 8192, one),
+            SendWr::new(4, SendOp::Send { imm: None }, Payload::Sges(one)),
+        ])
+        .unwrap();
+    }
+    // SAFETY: as above.
+    assert!(unsafe { file.kernel().run_device() } >= 2);
+    let n = cq.poll(&mut wcs).unwrap();
+    let mut seen: Vec<(u64, Option<WcOpcode>, WcStatus)> = wcs[..n]
+        .iter()
+        .map(|w| (w.wr_id(), w.opcode(), w.status()))
+        .collect();
+    seen.sort_by_key(|s| s.0);
+    assert_eq!(
+        seen,
+        vec![
+            (3, Some(WcOpcode::RdmaWrite), WcStatus::Success),
+            (4, Some(WcOpcode::Send), WcStatus::Success),
+            (9, Some(WcOpcode::Recv), WcStatus::Success),
+        ]
+    );
+    assert_eq!(&mem[8192..8256], &[0x6b; 64]);
+    assert_eq!(&mem[4096..4160], &[0x6b; 64]);
+
+    // Past the room: every slot but one taken, then a batch of two.
+    let room = a.caps().max_send_wr as usize;
+    let fill: Vec<SendWr<'_>> = (0..room - 1)
+        .map(|i| write(100 + i as u64, 8192, one))
+        .collect();
+    // SAFETY: as above.
+    unsafe { a.post_send(&fill) }.unwrap();
+    // SAFETY: refused, nothing queued.
+    let err = unsafe { a.post_send(&[write(200, 8192, one), write(201, 8192, one)]) }.unwrap_err();
+    assert!(
+        matches!(refused_at(&err), (1, PostError::QueueFull { .. })),
+        "{err}"
+    );
+    // SAFETY: as above.
+    let executed = unsafe { file.kernel().run_device() };
+    assert_eq!(executed, room - 1, "only the filling batch");
+    let mut got = 0;
+    loop {
+        let n = cq.poll(&mut wcs).unwrap();
+        if n == 0 {
+            break;
+        }
+        assert!(wcs[..n].iter().all(|w| (100..200).contains(&w.wr_id())));
+        got += n;
+    }
+    assert_eq!(got, room - 1);
+    drop((a, b, cq, mr));
+}

@@ -421,6 +421,14 @@ impl RecvRing for Rq {
         }
     }
 
+    #[inline(always)]
+    fn try_post(&mut self, wrs: &[RecvWr<'_>]) -> bool {
+        match self {
+            Rq::Qp(r) => r.try_post(wrs),
+            Rq::Srq(r) => r.try_post(wrs),
+        }
+    }
+
     fn ring_capacity(&self) -> Option<u32> {
         match self {
             Rq::Qp(r) => r.ring_capacity(),

@@ -15,7 +15,7 @@ use super::wqe::{self, SendLimits};
 use super::{DeviceBuf, Params, Shared};
 use crate::command::QpType;
 use crate::error::Errno;
-use crate::provider::rings::{PostFailure, RecvRing, Ring, SendRing};
+use crate::provider::rings::{PostFailure, RecvRing, Ring, SendRing, SendsQueued};
 use crate::provider::QpRequest;
 use crate::wr::{PostError, RecvWr, SendWr};
 use uverbs_uapi as sys;
@@ -399,27 +399,15 @@ impl Drop for SendQueue {
 }
 
 impl SendQueue {
-    /// Notes the request just written at block `idx` (`ds` 16-byte units):
-    /// its id for the CQ, the send counter after it, and the blocks it
-    /// took.
+    /// After the last request of a post, at block `idx` (`ds` 16-byte
+    /// units; `posted` requests in all, whose ids are recorded): publishes
+    /// them, in the doorbell record, then rings the doorbell or writes the
+    /// WQE through BlueFlame.
     #[inline(always)]
-    fn record(&mut self, idx: u32, ds: u32, wr_id: u64) {
-        self.head = self.head.wrapping_add(1);
-        self.ids.sq_wrid[idx as usize].store(wr_id, Ordering::Relaxed);
-        self.ids.sq_head[idx as usize].store(self.head, Ordering::Relaxed);
-        self.cur_post = self
-            .cur_post
-            .wrapping_add((ds * 16).div_ceil(SEND_WQE_BB as u32));
-    }
-
-    /// After the last request of a post (at block `idx`, `ds` units;
-    /// `posted` requests in all): [`record`](Self::record) it, then the
-    /// doorbell record and the doorbell or BlueFlame write.
-    #[inline(always)]
-    fn complete_post(&mut self, sq: &wqe::Sq, idx: u32, ds: u32, wr_id: u64, posted: u32) {
-        self.record(idx, ds, wr_id);
-        // The WQEs before the doorbell record (`udma_to_device_barrier`:
-        // x86-64 keeps stores in order; this stops the compiler moving them).
+    fn publish(&mut self, sq: &wqe::Sq, idx: u32, ds: u32, posted: u32) {
+        // The WQEs and ids before the doorbell record
+        // (`udma_to_device_barrier`: x86-64 keeps stores in order; this
+        // stops the compiler moving them).
         fence(Ordering::Release);
         // SAFETY: the record's send word, which only this queue writes.
         unsafe {
@@ -433,10 +421,9 @@ impl SendQueue {
         // goes whole through BlueFlame; otherwise the doorbell is the
         // control segment's first 8 bytes.
         if posted == 1 && ds > 1 && ds as usize <= BF_HALF / 16 {
-            let blocks = (ds * 16).div_ceil(SEND_WQE_BB as u32);
             // SAFETY: the SQ's start and size; the WQE's first block; at
             // most 4 blocks (ds ≤ 16).
-            unsafe { bf.blue_flame(sq.start, sq.bbs, idx, blocks) };
+            unsafe { bf.blue_flame(sq.start, sq.bbs, idx, blocks(ds)) };
         } else {
             // SAFETY: the control segment of the last WQE, within the SQ.
             let ctrl: [u8; 8] = unsafe { sq.block(idx).cast::<[u8; 8]>().read_volatile() };
@@ -445,22 +432,111 @@ impl SendQueue {
     }
 }
 
+impl SendQueue {
+    /// Requests posted and not yet completed. Acquire: the CQ read the ids
+    /// of the requests it completed before it moved the tail, so their
+    /// slots are free to write.
+    #[inline(always)]
+    fn outstanding(&self) -> u32 {
+        self.head
+            .wrapping_sub(self.ids.sq_tail.load(Ordering::Acquire))
+    }
+
+    /// Notes, for the CQ, the request written at block `idx`: its id and
+    /// `head`, the send counter after it. The slot is free (the caller
+    /// checked the room); the CQ reads it only after the device completed
+    /// the request, so after the publication.
+    #[inline(always)]
+    fn note(&self, idx: u32, head: u32, wr_id: u64) {
+        self.ids.sq_wrid[idx as usize].store(wr_id, Ordering::Relaxed);
+        self.ids.sq_head[idx as usize].store(head, Ordering::Relaxed);
+    }
+}
+
+/// Basic blocks a WQE of `ds` 16-byte units takes.
+#[inline(always)]
+fn blocks(ds: u32) -> u32 {
+    (ds * 16).div_ceil(SEND_WQE_BB as u32)
+}
+
+/// Checks a request the one-segment writer declined
+/// ([`wqe::write_one_segment`]) and writes it: out of line, so that the
+/// usual post keeps nothing live for it.
+#[inline(never)]
+fn write_checked(
+    sq: &wqe::Sq,
+    idx: u32,
+    cur_post: u32,
+    limits: &SendLimits,
+    fm_ce_se: u8,
+    wr: &SendWr<'_>,
+) -> Result<u32, PostError> {
+    wqe::check_send(limits, wr)?;
+    Ok(wqe::write_send(sq, idx, cur_post, limits, fm_ce_se, wr))
+}
+
 impl Ring for SendQueue {}
 
 impl SendRing for SendQueue {
-    /// libmlx5's `_mlx5_post_send` for RC and UC: every request checked
-    /// first (nothing is written if one is refused), then written, then
-    /// the doorbell record and the BlueFlame register.
+    /// libmlx5's `_mlx5_post_send` for RC and UC, in one pass: each
+    /// request checked and written in turn into the free blocks after the
+    /// last published one, then, if all were taken, the doorbell record
+    /// and the BlueFlame register. A refused request publishes nothing:
+    /// what was written before it lies in free blocks, which the device
+    /// does not read (it reads up to the doorbell record's counter), and
+    /// the next post writes over.
+    #[inline(never)]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
+        let max_post = self.mem.layout.sq_max_post;
+        let room = max_post.saturating_sub(self.outstanding()) as usize;
+        let sq = self.ring();
+        let mut cur_post = self.cur_post;
+        let mut last = (0, 0);
+        for (index, wr) in wrs.iter().enumerate() {
+            if index >= room {
+                return Err(PostFailure::Refused {
+                    index,
+                    error: PostError::QueueFull {
+                        op: "post_send",
+                        capacity: max_post,
+                    },
+                });
+            }
+            let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
+                wqe::CTRL_FENCE
+            } else if index == 0 {
+                self.fm_cache
+            } else {
+                0
+            };
+            let bits = self.sig_all | fence_bits;
+            let idx = cur_post & (sq.bbs - 1);
+            let ds = match wqe::write_one_segment(&sq, idx, cur_post, &self.limits, bits, wr) {
+                Some(ds) => ds,
+                None => write_checked(&sq, idx, cur_post, &self.limits, bits, wr)
+                    .map_err(|error| PostFailure::Refused { index, error })?,
+            };
+            self.note(idx, self.head.wrapping_add(index as u32 + 1), wr.wr_id);
+            cur_post = cur_post.wrapping_add(blocks(ds));
+            last = (idx, ds);
+        }
         if wrs.is_empty() {
             return Ok(false);
         }
-        let max_post = self.mem.layout.sq_max_post;
-        let outstanding = self
-            .head
-            .wrapping_sub(self.ids.sq_tail.load(Ordering::Acquire));
+        self.head = self.head.wrapping_add(wrs.len() as u32);
+        self.cur_post = cur_post;
+        self.fm_cache = 0;
+        self.publish(&sq, last.0, last.1, wrs.len() as u32);
+        Ok(false)
+    }
+
+    /// The usual post, inline in the QP's: one request that
+    /// [`wqe::write_one_segment`] writes, with room. Anything else is a call
+    /// of [`post`](Self::post).
+    #[inline(always)]
+    fn try_post(&mut self, wrs: &[SendWr<'_>]) -> SendsQueued {
         if let [wr] = wrs {
-            if outstanding < max_post {
+            if self.outstanding() < self.mem.layout.sq_max_post {
                 let sq = self.ring();
                 let idx = self.cur_post & (sq.bbs - 1);
                 let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
@@ -472,47 +548,19 @@ impl SendRing for SendQueue {
                 if let Some(ds) =
                     wqe::write_one_segment(&sq, idx, self.cur_post, &self.limits, bits, wr)
                 {
+                    self.head = self.head.wrapping_add(1);
+                    self.note(idx, self.head, wr.wr_id);
+                    self.cur_post = self.cur_post.wrapping_add(blocks(ds));
                     self.fm_cache = 0;
-                    self.complete_post(&sq, idx, ds, wr.wr_id, 1);
-                    return Ok(false);
+                    self.publish(&sq, idx, ds, 1);
+                    return SendsQueued::Written;
                 }
             }
         }
-        for (index, wr) in wrs.iter().enumerate() {
-            let full = outstanding.saturating_add(index as u32) >= max_post;
-            let checked = if full {
-                Err(PostError::QueueFull {
-                    op: "post_send",
-                    capacity: max_post,
-                })
-            } else {
-                wqe::check_send(&self.limits, wr)
-            };
-            checked.map_err(|error| PostFailure::Refused { index, error })?;
+        match self.post(wrs) {
+            Ok(_) => SendsQueued::Written,
+            Err(_) => SendsQueued::NotWritten,
         }
-        let sq = self.ring();
-        let mut next_fence = self.fm_cache;
-        for (n, wr) in wrs.iter().enumerate() {
-            let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
-                wqe::CTRL_FENCE
-            } else {
-                next_fence
-            };
-            next_fence = 0;
-            let idx = self.cur_post & (sq.bbs - 1);
-            let bits = self.sig_all | fence_bits;
-            let ds = wqe::write_one_segment(&sq, idx, self.cur_post, &self.limits, bits, wr)
-                .unwrap_or_else(|| {
-                    wqe::write_send(&sq, idx, self.cur_post, &self.limits, bits, wr)
-                });
-            if n + 1 < wrs.len() {
-                self.record(idx, ds, wr.wr_id);
-            } else {
-                self.fm_cache = next_fence;
-                self.complete_post(&sq, idx, ds, wr.wr_id, wrs.len() as u32);
-            }
-        }
-        Ok(false)
     }
 
     fn ring_capacity(&self) -> Option<u32> {
@@ -522,18 +570,91 @@ impl SendRing for SendQueue {
 
 impl Ring for RecvQueue {}
 
+/// Writes a receive WQE of `max_gs` segments at `wqe`: a data segment per
+/// SGE of non-zero length, then an invalid-lkey segment if that leaves
+/// room.
+///
+/// # Safety
+///
+/// `wqe` is `max_gs` 16-byte segments of a queue the device does not read
+/// yet, and `sges.len() <= max_gs`.
+#[inline(always)]
+unsafe fn write_recv_wqe(wqe: *mut u8, sges: &[crate::wr::Sge], max_gs: u32) {
+    let mut next = wqe;
+    for sge in sges {
+        if sge.length != 0 {
+            // SAFETY: one of the first `sges.len()` segments (the caller's
+            // promise).
+            unsafe {
+                wqe::put_data_seg(next, sge.length, sge.lkey, sge.addr);
+                next = next.add(16);
+            }
+        }
+    }
+    if next < wqe.wrapping_add(max_gs as usize * 16) {
+        // SAFETY: a segment of the WQE, before its end.
+        unsafe { wqe::put_data_seg(next, 0, INVALID_LKEY, 0) };
+    }
+}
+
+impl RecvQueue {
+    /// Writes `wr` (checked: at most `rq_max_gs` SGEs) into the free WQE
+    /// of receive number `head`, and its id for the CQ.
+    #[inline(always)]
+    fn write(&self, head: u32, wr: &RecvWr<'_>) {
+        let layout = self.mem.layout;
+        let ind = head & (layout.rq_wqe_cnt - 1);
+        // SAFETY: WQE `ind` of the RQ, at the buffer's start.
+        let wqe = unsafe {
+            self.mem
+                .buf
+                .ptr()
+                .add((ind as usize) << layout.rq_wqe_shift)
+        };
+        // SAFETY: the WQE's `rq_max_gs` segments, at least as many as
+        // `wr.sges` (checked by the caller).
+        unsafe { write_recv_wqe(wqe, wr.sges, layout.rq_max_gs) };
+        // A free slot, read by the CQ only after the receive completes, so
+        // after the publication.
+        self.ids.rq_wrid[ind as usize].store(wr.wr_id, Ordering::Relaxed);
+    }
+
+    /// Publishes the receives written up to number `head` (exclusive): the
+    /// doorbell record's receive counter.
+    #[inline(always)]
+    fn publish(&mut self, head: u32) {
+        self.head = head;
+        // The WQEs before the doorbell record.
+        fence(Ordering::Release);
+        // SAFETY: the record's receive word, which only this queue writes.
+        unsafe { self.mem.dbrec(0).write_volatile((head & 0xffff).to_be()) };
+    }
+
+    /// Receives posted and not yet completed. Acquire: the CQ read the ids
+    /// of the receives it completed before it moved the tail, so their
+    /// slots are free to write.
+    #[inline(always)]
+    fn outstanding(&self) -> u32 {
+        self.head
+            .wrapping_sub(self.ids.rq_tail.load(Ordering::Acquire))
+    }
+}
+
 impl RecvRing for RecvQueue {
     /// libmlx5's `mlx5_post_recv`: one WQE of data segments per request
     /// (zero-length SGEs left out, an invalid-lkey segment ending a short
-    /// list), then the doorbell record's receive counter.
+    /// list), then the doorbell record's receive counter. Each request is
+    /// checked and written in turn, into the free WQEs after the last
+    /// published one; a refused request publishes nothing (what was
+    /// written before it lies in free WQEs, which the device does not
+    /// read).
     fn post(&mut self, wrs: &[RecvWr<'_>]) -> Result<(), PostFailure> {
         let layout = self.mem.layout;
         let max_post = layout.rq_wqe_cnt;
-        let outstanding = self
-            .head
-            .wrapping_sub(self.ids.rq_tail.load(Ordering::Acquire));
+        let room = max_post.saturating_sub(self.outstanding()) as usize;
+        let mut head = self.head;
         for (index, wr) in wrs.iter().enumerate() {
-            let error = if outstanding.saturating_add(index as u32) >= max_post {
+            let error = if index >= room {
                 PostError::QueueFull {
                     op: "post_recv",
                     capacity: max_post,
@@ -545,44 +666,32 @@ impl RecvRing for RecvQueue {
                     max: layout.rq_max_gs,
                 }
             } else {
+                self.write(head, wr);
+                head = head.wrapping_add(1);
                 continue;
             };
             return Err(PostFailure::Refused { index, error });
         }
-        if wrs.is_empty() {
-            return Ok(());
+        if !wrs.is_empty() {
+            self.publish(head);
         }
-        for wr in wrs {
-            let ind = self.head & (layout.rq_wqe_cnt - 1);
-            // SAFETY: WQE `ind` of the RQ, at the buffer's start.
-            let wqe = unsafe {
-                self.mem
-                    .buf
-                    .ptr()
-                    .add((ind as usize) << layout.rq_wqe_shift)
-            };
-            let mut j = 0usize;
-            for sge in wr.sges.iter().filter(|s| s.length != 0) {
-                // SAFETY: segment `j` < max_gs of this WQE.
-                unsafe { wqe::put_data_seg(wqe.add(j * 16), sge.length, sge.lkey, sge.addr) };
-                j += 1;
-            }
-            if j < layout.rq_max_gs as usize {
-                // SAFETY: as above.
-                unsafe { wqe::put_data_seg(wqe.add(j * 16), 0, INVALID_LKEY, 0) };
-            }
-            self.ids.rq_wrid[ind as usize].store(wr.wr_id, Ordering::Relaxed);
-            self.head = self.head.wrapping_add(1);
-        }
-        // The WQEs before the doorbell record.
-        fence(Ordering::Release);
-        // SAFETY: the record's receive word, which only this queue writes.
-        unsafe {
-            self.mem
-                .dbrec(0)
-                .write_volatile((self.head & 0xffff).to_be())
-        };
         Ok(())
+    }
+
+    /// The usual post, inline in the QP's: one request with room and SGEs
+    /// that fit. Anything else is left to [`post`](Self::post).
+    #[inline(always)]
+    fn try_post(&mut self, wrs: &[RecvWr<'_>]) -> bool {
+        let [wr] = wrs else {
+            return false;
+        };
+        let layout = self.mem.layout;
+        if self.outstanding() >= layout.rq_wqe_cnt || wr.sges.len() > layout.rq_max_gs as usize {
+            return false;
+        }
+        self.write(self.head, wr);
+        self.publish(self.head.wrapping_add(1));
+        true
     }
 
     fn ring_capacity(&self) -> Option<u32> {

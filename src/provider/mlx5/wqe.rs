@@ -73,6 +73,22 @@ impl Sq {
         }
     }
 
+    /// Stores a segment of `N` bytes at byte `offset` of block `idx`, which
+    /// it does not leave (`offset + N` ≤ 64): no wrap to test.
+    #[inline(always)]
+    fn put_in_block<const N: usize>(&self, idx: u32, offset: usize, seg: &[u8; N]) {
+        assert!(offset + N <= 64, "a segment within its block");
+        // SAFETY: within block `idx` of the SQ (asserted above, folded away
+        // for the callers' constant offsets); the device does not read
+        // these blocks before the doorbell.
+        unsafe {
+            self.block(idx)
+                .add(offset)
+                .cast::<[u8; N]>()
+                .write_unaligned(*seg)
+        };
+    }
+
     /// [`put`](Self::put) of a segment of `N` bytes: one unaligned store of
     /// the whole segment where it does not wrap (every segment but inline
     /// data's, which start on 16 bytes and never cross the end).
@@ -97,11 +113,15 @@ impl Sq {
         // device does not read these blocks before the doorbell.
         unsafe {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.start.add(at), first);
-            std::ptr::copy_nonoverlapping(
-                bytes.as_ptr().add(first),
-                self.start,
-                bytes.len() - first,
-            );
+            // Only across the end: a second `memcpy` call costs more than
+            // the test.
+            if first < bytes.len() {
+                std::ptr::copy_nonoverlapping(
+                    bytes.as_ptr().add(first),
+                    self.start,
+                    bytes.len() - first,
+                );
+            }
         }
         self.after(at, bytes.len())
     }
@@ -350,30 +370,32 @@ pub(crate) fn write_one_segment(
     if !applies {
         return None;
     }
-    let start = idx as usize * 64;
-    // Control, then a remote address: 32 bytes, within the first block.
-    let mut at = start + 16;
-    let mut ds = 1u32;
+    // Control, a remote address and a data segment or an inline header:
+    // at most 48 bytes, within the WQE's first block.
+    let mut offset = 16;
     if let Some(r) = remote {
-        at = sq.put_seg(at, &raddr_seg(r));
-        ds += 1;
+        sq.put_in_block(idx, offset, &raddr_seg(r));
+        offset += 16;
     }
+    let mut ds = offset as u32 / 16;
     // One segment of either kind (checked above).
     match wr.payload {
         Payload::Sges(sges) => {
             let sge = &sges[0];
-            sq.put_seg(at, &data_seg(sge.length, sge.lkey, sge.addr));
+            sq.put_in_block(idx, offset, &data_seg(sge.length, sge.lkey, sge.addr));
             ds += 1;
         }
         Payload::Inline(segs) => {
             let data = segs[0];
-            sq.put_seg(at, &(data.len() as u32 | INLINE_SEG).to_be_bytes());
-            sq.put(sq.after(at, 4), data);
+            sq.put_in_block(idx, offset, &(data.len() as u32 | INLINE_SEG).to_be_bytes());
+            // The data may cross into the next blocks and the SQ's wrap.
+            sq.put(idx as usize * 64 + offset + 4, data);
             ds += (data.len() as u32 + 4).div_ceil(16);
         }
     }
-    sq.put_seg(
-        start,
+    sq.put_in_block(
+        idx,
+        0,
         &ctrl_seg(cur_post, op, limits, ds, fm_ce_se, wr, imm),
     );
     Some(ds)
