@@ -22,7 +22,7 @@ use super::qp::WrIds;
 use super::uar::UarPage;
 use super::{DeviceBuf, Shared};
 use crate::error::Errno;
-use crate::provider::rings::{CompletionRing, Ring, Unmapped};
+use crate::provider::rings::{CompletionRing, FirstPoll, Ring, Unmapped};
 use crate::wr::WorkCompletion;
 use uverbs_uapi as sys;
 
@@ -251,7 +251,9 @@ fn error_status(syndrome: u8) -> u32 {
 /// a QP on an SRQ, a responder CQE (success or error) names the SRQ WQE it
 /// used by `wqe_counter`: its id, and the WQE goes back to the SRQ's free
 /// list. `None` for a CQE this provider does not produce a completion
-/// for (resize, signature, tag matching).
+/// for (resize, signature, tag matching). Inlined: an `Option` of 48
+/// bytes would come back through memory and be copied again.
+#[inline(always)]
 pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
     let mut wc = sys::ib_uverbs_wc {
         qp_num: cqe.qpn,
@@ -353,22 +355,32 @@ fn complete_recv(cqe: &Cqe, ids: &WrIds) -> u64 {
 
 impl Ring for CqRing {}
 
-impl CompletionRing for CqRing {
-    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped> {
-        let out = WorkCompletion::as_raw_slice_mut(out);
+impl CqRing {
+    /// The QP of `cqe` from the cache of the last CQE's, if it is that one
+    /// and still in the context's table.
+    #[inline(always)]
+    fn cached_qp(&self, cqe: &Cqe) -> Option<&Arc<WrIds>> {
+        match &self.last_qp {
+            Some((uidx, ids)) if *uidx == cqe.uidx && ids.is_live() => Some(ids),
+            _ => None,
+        }
+    }
+
+    /// Consumes CQEs into `out` until it is full or none is ready; answers
+    /// the completions written. Hands nothing back: the caller
+    /// [`publish`](Self::publish)es the consumer index.
+    fn drain(&mut self, out: &mut [sys::ib_uverbs_wc]) -> usize {
         let mut n = 0;
-        let mut consumed = false;
         while n < out.len() {
             let Some(bytes) = self.next_cqe() else { break };
             self.consumer = self.consumer.wrapping_add(1);
-            consumed = true;
             let cqe = Cqe::parse(&bytes);
             // A CQE of a QP no longer here (destroyed with completions
             // still queued) is consumed and dropped; the SRQ WQE of a
             // receive it names goes back to its SRQ.
-            let ids = match &self.last_qp {
-                Some((uidx, ids)) if *uidx == cqe.uidx && ids.is_live() => ids,
-                _ => match self.shared.qp(cqe.uidx) {
+            let ids = match self.cached_qp(&cqe) {
+                Some(ids) => ids,
+                None => match self.shared.qp(cqe.uidx) {
                     Some(ids) => &self.last_qp.insert((cqe.uidx, ids)).1,
                     None => {
                         if is_responder(&cqe) {
@@ -385,16 +397,75 @@ impl CompletionRing for CqRing {
                 n += 1;
             }
         }
-        if consumed {
-            // The CQEs are read: hand the slots back.
-            fence(Ordering::Release);
-            // SAFETY: the record's first word, which only this ring writes.
-            unsafe {
-                self.dbrec(0)
-                    .write_volatile((self.consumer & 0xff_ffff).to_be())
-            };
+        n
+    }
+
+    /// Hands the consumed CQEs back: the consumer index in the doorbell
+    /// record, after they are read.
+    #[inline(always)]
+    fn publish(&self) {
+        // Release: the CQEs are read before the device may write them again.
+        fence(Ordering::Release);
+        // SAFETY: the record's first word, which only this ring writes.
+        unsafe {
+            self.dbrec(0)
+                .write_volatile((self.consumer & 0xff_ffff).to_be())
+        };
+    }
+
+    /// [`CompletionRing::poll`], out of line for [`poll_first`]'s uncommon
+    /// cases.
+    ///
+    /// [`poll_first`]: CompletionRing::poll_first
+    #[inline(never)]
+    fn poll_all(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let start = self.consumer;
+        let n = self.drain(WorkCompletion::as_raw_slice_mut(out));
+        if self.consumer != start {
+            self.publish();
         }
-        Ok(n)
+        n
+    }
+}
+
+impl CompletionRing for CqRing {
+    fn poll(&mut self, out: &mut [WorkCompletion]) -> Result<usize, Unmapped> {
+        Ok(self.poll_all(out))
+    }
+
+    /// The usual poll, inline in the CQ's: the next CQE is of the QP of
+    /// the last one and makes a completion. It is consumed into `out[0]`;
+    /// with room for more, [`poll_more`](Self::poll_more) goes on. Any
+    /// other CQE (a QP to look up or gone, a CQE without a completion)
+    /// is left to the whole poll, out of line.
+    #[inline(always)]
+    fn poll_first(&mut self, out: &mut [WorkCompletion]) -> Result<FirstPoll, Unmapped> {
+        let Some(first) = out.first_mut() else {
+            return Ok(FirstPoll::Done(0));
+        };
+        let Some(bytes) = self.next_cqe() else {
+            return Ok(FirstPoll::Done(0));
+        };
+        let cqe = Cqe::parse(&bytes);
+        let Some(wc) = self.cached_qp(&cqe).and_then(|ids| completion(&cqe, ids)) else {
+            return Ok(FirstPoll::Done(self.poll_all(out)));
+        };
+        *first = WorkCompletion::from_raw(wc);
+        self.consumer = self.consumer.wrapping_add(1);
+        if out.len() == 1 {
+            self.publish();
+            Ok(FirstPoll::Done(1))
+        } else {
+            Ok(FirstPoll::More)
+        }
+    }
+
+    /// The poll after [`poll_first`](Self::poll_first) consumed one CQE
+    /// into `out[0]`: the rest into `out[1..]`, then the consumer index.
+    fn poll_more(&mut self, out: &mut [WorkCompletion]) -> usize {
+        let n = self.drain(WorkCompletion::as_raw_slice_mut(&mut out[1..]));
+        self.publish();
+        1 + n
     }
 
     /// libmlx5's `mlx5_arm_cq`: the arm word (sequence number: completion

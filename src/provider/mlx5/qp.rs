@@ -195,6 +195,7 @@ impl WrIds {
     }
 
     /// Whether the QP is still in its context's table.
+    #[inline(always)]
     pub(crate) fn is_live(&self) -> bool {
         self.live.load(Ordering::Acquire)
     }
@@ -204,6 +205,7 @@ impl WrIds {
     ///
     /// The id is read before the tail moves: once it has, the slot is free
     /// and a post on another thread may write the next request's id there.
+    #[inline(always)]
     pub(crate) fn complete_send(&self, wqe_counter: u16) -> u64 {
         let idx = usize::from(wqe_counter) & (self.sq_wrid.len() - 1);
         let head = self.sq_head[idx].load(Ordering::Relaxed);
@@ -216,6 +218,7 @@ impl WrIds {
     /// The id of the oldest outstanding receive request, now complete (read
     /// before the tail frees its slot, as in
     /// [`complete_send`](Self::complete_send)).
+    #[inline(always)]
     pub(crate) fn complete_recv(&self) -> u64 {
         let tail = self.rq_tail.load(Ordering::Relaxed);
         let idx = tail as usize & (self.rq_wrid.len() - 1);
