@@ -35,7 +35,9 @@
 //!
 //! `cargo bench -p uverbs-oracle --bench mlx5_ops` (with the archives that
 //! `cargo vm` unpacks, `UVERBS_VM_CACHE` naming its cache; without them it
-//! says SKIPPED). Options: `--iters N`, `--valgrind PATH`.
+//! says SKIPPED). Options: `--iters N`, `--valgrind PATH`, and `--check`,
+//! which fails the run when ours (either variant) takes more instructions
+//! per iteration than libmlx5 on any case (`.ci/run` passes it).
 
 #[cfg(not(oracle_linked))]
 fn main() {
@@ -834,9 +836,23 @@ mod linked {
             return;
         }
         let valgrind = uverbs_oracle::fixtures::valgrind(arg("--valgrind"));
-        if let Err(e) = parent(&valgrind, iters) {
-            eprintln!("mlx5_ops: {e}");
-            std::process::exit(1);
+        let ratios = match parent(&valgrind, iters) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("mlx5_ops: {e}");
+                std::process::exit(1);
+            }
+        };
+        if args.iter().any(|a| a == "--check") {
+            let over: Vec<&(String, f64)> = ratios.iter().filter(|(_, r)| *r > 1.0).collect();
+            if !over.is_empty() {
+                eprintln!("mlx5_ops --check: FAILED: more instructions than libmlx5: {over:?}");
+                std::process::exit(1);
+            }
+            println!(
+                "\nmlx5_ops --check: ours ≤ libmlx5 on all {} comparisons",
+                ratios.len()
+            );
         }
     }
 
@@ -849,7 +865,10 @@ mod linked {
         poll: Calls,
     }
 
-    fn parent(valgrind: &str, iters: usize) -> Result<(), String> {
+    /// Runs every case and implementation under callgrind and prints the
+    /// tables; answers each of ours' ratio to libmlx5 per iteration, named
+    /// by case and implementation.
+    fn parent(valgrind: &str, iters: usize) -> Result<Vec<(String, f64)>, String> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         let out = Command::new(&exe)
             .arg("--which-poll")
@@ -865,6 +884,7 @@ mod linked {
         let mut version = String::new();
         let mut rows = Vec::new();
         let mut tops = Vec::new();
+        let mut ratios = Vec::new();
         for case in Case::ALL {
             let mut theirs_per_iter = None;
             let mut case_rows = Vec::new();
@@ -878,7 +898,10 @@ mod linked {
                     theirs_per_iter = Some(per_iter);
                 }
                 let ratio = match theirs_per_iter {
-                    Some(t) if imp.name != "libmlx5" => format!("{:.2}×", per_iter / t),
+                    Some(t) if imp.name != "libmlx5" => {
+                        ratios.push((format!("{}, {}", case.label(), imp.name), per_iter / t));
+                        format!("{:.2}×", per_iter / t)
+                    }
                     _ => String::new(),
                 };
                 let post_recv = if case.measures_post_recv() {
@@ -931,7 +954,7 @@ mod linked {
                 println!("| `{f}` | {:.1} |", ir as f64 / iters as f64);
             }
         }
-        Ok(())
+        Ok(ratios)
     }
 
     fn per(total: u64, n: u64) -> f64 {
