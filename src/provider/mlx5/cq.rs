@@ -13,6 +13,7 @@
 //! fence: rdma-core's `udma_from_device_barrier`), and handed back by the
 //! consumer index in the doorbell record.
 
+use std::marker::PhantomData;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 
@@ -156,73 +157,143 @@ impl CqRing {
                 .cast()
         }
     }
+}
 
-    /// The next CQE, if the device has handed it over: its 64 bytes.
-    fn next_cqe(&self) -> Option<[u8; CQE_LEN]> {
-        let n = self.consumer;
-        let slot = (n & (self.entries - 1)) as usize * CQE_LEN;
-        // SAFETY: a CQE of the buffer; the device writes it, so read once,
-        // volatile.
-        let op_own = unsafe { self.buf.ptr().add(slot + CQE_LEN - 1).read_volatile() };
-        let lap_parity = u8::from(n & self.entries != 0);
-        if op_own >> 4 == CQE_INVALID || (op_own & 1) != lap_parity {
-            return None;
-        }
-        // The rest of the CQE after its owner byte (the device wrote that
-        // byte last).
-        fence(Ordering::Acquire);
-        // Eight 8-byte loads (the CQE is 64-byte aligned in the buffer).
-        let mut words = [0u64; CQE_LEN / 8];
-        let base = self.buf.ptr().wrapping_add(slot).cast::<u64>();
-        for (i, w) in words.iter_mut().enumerate() {
-            // SAFETY: as above; aligned, within the CQE.
-            *w = unsafe { base.add(i).read_volatile() };
-        }
-        let mut cqe = [0u8; CQE_LEN];
-        for (chunk, w) in cqe.chunks_exact_mut(8).zip(words) {
-            chunk.copy_from_slice(&w.to_ne_bytes());
-        }
-        Some(cqe)
+/// The CQE number `consumer` of a CQ of `entries` CQEs in `buf`, if the
+/// device has handed it over.
+#[inline(always)]
+fn ready_cqe(buf: &DeviceBuf, entries: u32, consumer: u32) -> Option<Cqe<'_>> {
+    let slot = (consumer & (entries - 1)) as usize * CQE_LEN;
+    // SAFETY: the owner byte of a CQE of the buffer; the device writes it,
+    // so read once, volatile.
+    let op_own = unsafe { buf.ptr().add(slot + CQE_LEN - 1).read_volatile() };
+    let lap_parity = u8::from(consumer & entries != 0);
+    if op_own >> 4 == CQE_INVALID || (op_own & 1) != lap_parity {
+        return None;
     }
+    // The rest of the CQE after its owner byte (the device wrote that byte
+    // last).
+    fence(Ordering::Acquire);
+    // SAFETY: a whole CQE of the buffer (64-byte aligned), handed over: the
+    // device writes it again only after the consumer index passes it, which
+    // the ring publishes after its last read of it.
+    Some(unsafe { Cqe::at(buf.ptr().add(slot)) })
 }
 
-/// The fields of a 64-byte CQE this provider reads (`struct mlx5_cqe64`).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Cqe {
-    pub(crate) opcode: u8,
-    pub(crate) send_opcode: u8,
-    pub(crate) qpn: u32,
-    pub(crate) uidx: u32,
-    pub(crate) byte_cnt: u32,
-    pub(crate) imm_inval_pkey: [u8; 4],
-    pub(crate) wqe_counter: u16,
-    pub(crate) flags_rqpn: u32,
-    pub(crate) slid: u16,
-    pub(crate) ml_path: u8,
-    pub(crate) syndrome: u8,
-    pub(crate) vendor_err: u8,
+/// A 64-byte CQE the device handed over (`struct mlx5_cqe64`), read where
+/// it lies, field by field: each field is one volatile load, made only
+/// where a completion needs it (libmlx5 reads a CQE so, and a requester's
+/// completion needs five of its fields).
+#[derive(Clone, Copy)]
+pub(crate) struct Cqe<'a> {
+    at: *const u8,
+    _cqe: PhantomData<&'a [u8; CQE_LEN]>,
 }
 
-impl Cqe {
-    /// Reads the fields from the CQE's bytes.
-    pub(crate) fn parse(b: &[u8; CQE_LEN]) -> Cqe {
-        let be32 = |o: usize| u32::from_be_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
-        let be16 = |o: usize| u16::from_be_bytes([b[o], b[o + 1]]);
+/// A CQE's bytes in ordinary memory, aligned as in a CQ (the tests').
+#[cfg(test)]
+#[repr(C, align(64))]
+pub(crate) struct CqeBytes(pub(crate) [u8; CQE_LEN]);
+
+impl<'a> Cqe<'a> {
+    /// The CQE at `at`.
+    ///
+    /// # Safety
+    ///
+    /// `at` is 64 bytes, 8-byte aligned, readable and unchanged while
+    /// `'a` lasts.
+    #[inline(always)]
+    unsafe fn at(at: *const u8) -> Cqe<'a> {
         Cqe {
-            opcode: b[63] >> 4,
-            send_opcode: b[56],
-            qpn: be32(56) & 0xff_ffff,
-            uidx: be32(32) & 0xff_ffff,
-            byte_cnt: be32(44),
-            imm_inval_pkey: [b[36], b[37], b[38], b[39]],
-            wqe_counter: be16(60),
-            flags_rqpn: be32(24),
-            slid: be16(22),
-            ml_path: b[17],
-            // `struct mlx5_err_cqe`: syndrome at 55, vendor syndrome at 54.
-            syndrome: b[55],
-            vendor_err: b[54],
+            at,
+            _cqe: PhantomData,
         }
+    }
+
+    /// The CQE in `bytes`.
+    #[cfg(test)]
+    pub(crate) fn of(bytes: &'a CqeBytes) -> Cqe<'a> {
+        // SAFETY: 64 aligned bytes, borrowed for 'a.
+        unsafe { Cqe::at(bytes.0.as_ptr()) }
+    }
+
+    #[inline(always)]
+    fn byte(self, offset: usize) -> u8 {
+        debug_assert!(offset < CQE_LEN);
+        // SAFETY: within the CQE (the constructor's promise).
+        unsafe { self.at.add(offset).read_volatile() }
+    }
+
+    #[inline(always)]
+    fn be16(self, offset: usize) -> u16 {
+        debug_assert!(offset % 2 == 0 && offset + 2 <= CQE_LEN);
+        // SAFETY: within the CQE, aligned (its fields are).
+        u16::from_be(unsafe { self.at.add(offset).cast::<u16>().read_volatile() })
+    }
+
+    #[inline(always)]
+    fn be32(self, offset: usize) -> u32 {
+        debug_assert!(offset % 4 == 0 && offset + 4 <= CQE_LEN);
+        // SAFETY: within the CQE, aligned (its fields are).
+        u32::from_be(unsafe { self.at.add(offset).cast::<u32>().read_volatile() })
+    }
+
+    /// The CQE's opcode (`op_own >> 4`).
+    pub(crate) fn opcode(self) -> u8 {
+        self.byte(63) >> 4
+    }
+
+    /// The send WQE's opcode a requester CQE repeats.
+    fn send_opcode(self) -> u8 {
+        self.byte(56)
+    }
+
+    /// The QP number.
+    pub(crate) fn qpn(self) -> u32 {
+        self.be32(56) & 0xff_ffff
+    }
+
+    /// The QP's user index (CQE version 1).
+    pub(crate) fn uidx(self) -> u32 {
+        self.be32(32) & 0xff_ffff
+    }
+
+    /// Bytes received or read.
+    pub(crate) fn byte_cnt(self) -> u32 {
+        self.be32(44)
+    }
+
+    /// The immediate data, invalidated rkey or P_Key word, as it lies.
+    fn imm_inval_pkey(self) -> [u8; 4] {
+        self.be32(36).to_be_bytes()
+    }
+
+    /// The WQE counter.
+    fn wqe_counter(self) -> u16 {
+        self.be16(60)
+    }
+
+    /// GRH flags, SL and source QP.
+    fn flags_rqpn(self) -> u32 {
+        self.be32(24)
+    }
+
+    fn slid(self) -> u16 {
+        self.be16(22)
+    }
+
+    fn ml_path(self) -> u8 {
+        self.byte(17)
+    }
+
+    /// `struct mlx5_err_cqe`: the syndrome.
+    fn syndrome(self) -> u8 {
+        self.byte(55)
+    }
+
+    /// `struct mlx5_err_cqe`: the vendor syndrome.
+    fn vendor_err(self) -> u8 {
+        self.byte(54)
     }
 }
 
@@ -254,15 +325,15 @@ fn error_status(syndrome: u8) -> u32 {
 /// for (resize, signature, tag matching). Inlined: an `Option` of 48
 /// bytes would come back through memory and be copied again.
 #[inline(always)]
-pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
+pub(crate) fn completion(cqe: &Cqe<'_>, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
     let mut wc = sys::ib_uverbs_wc {
-        qp_num: cqe.qpn,
+        qp_num: cqe.qpn(),
         ..Default::default()
     };
-    match cqe.opcode {
+    match cqe.opcode() {
         opcode::REQ => {
-            wc.wr_id = ids.complete_send(cqe.wqe_counter);
-            match cqe.send_opcode {
+            wc.wr_id = ids.complete_send(cqe.wqe_counter());
+            match cqe.send_opcode() {
                 send_opcode::RDMA_WRITE_IMM => {
                     wc.wc_flags = WC_WITH_IMM;
                     wc.opcode = sys::IB_UVERBS_WC_RDMA_WRITE;
@@ -275,7 +346,7 @@ pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
                 send_opcode::SEND | send_opcode::SEND_INVAL => wc.opcode = sys::IB_UVERBS_WC_SEND,
                 send_opcode::RDMA_READ => {
                     wc.opcode = sys::IB_UVERBS_WC_RDMA_READ;
-                    wc.byte_len = cqe.byte_cnt;
+                    wc.byte_len = cqe.byte_cnt();
                 }
                 send_opcode::ATOMIC_CS => {
                     wc.opcode = sys::IB_UVERBS_WC_COMP_SWAP;
@@ -290,39 +361,39 @@ pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
         }
         opcode::RESP_WR_IMM | opcode::RESP_SEND | opcode::RESP_SEND_IMM | opcode::RESP_SEND_INV => {
             wc.wr_id = complete_recv(cqe, ids);
-            wc.byte_len = cqe.byte_cnt;
-            match cqe.opcode {
+            wc.byte_len = cqe.byte_cnt();
+            match cqe.opcode() {
                 opcode::RESP_WR_IMM => {
                     wc.opcode = crate::wr::IB_WC_RECV + 1;
                     wc.wc_flags = WC_WITH_IMM;
-                    wc.ex = u32::from_ne_bytes(cqe.imm_inval_pkey);
+                    wc.ex = u32::from_ne_bytes(cqe.imm_inval_pkey());
                 }
                 opcode::RESP_SEND => wc.opcode = crate::wr::IB_WC_RECV,
                 opcode::RESP_SEND_IMM => {
                     wc.opcode = crate::wr::IB_WC_RECV;
                     wc.wc_flags = WC_WITH_IMM;
-                    wc.ex = u32::from_ne_bytes(cqe.imm_inval_pkey);
+                    wc.ex = u32::from_ne_bytes(cqe.imm_inval_pkey());
                 }
                 _ => {
                     wc.opcode = crate::wr::IB_WC_RECV;
                     wc.wc_flags = WC_WITH_INVALIDATE;
-                    wc.ex = u32::from_be_bytes(cqe.imm_inval_pkey);
+                    wc.ex = u32::from_be_bytes(cqe.imm_inval_pkey());
                 }
             }
-            wc.slid = cqe.slid;
-            wc.sl = ((cqe.flags_rqpn >> 24) & 0xf) as u8;
-            wc.src_qp = cqe.flags_rqpn & 0xff_ffff;
-            wc.dlid_path_bits = cqe.ml_path & 0x7f;
-            if (cqe.flags_rqpn >> 28) & 3 != 0 {
+            wc.slid = cqe.slid();
+            wc.sl = ((cqe.flags_rqpn() >> 24) & 0xf) as u8;
+            wc.src_qp = cqe.flags_rqpn() & 0xff_ffff;
+            wc.dlid_path_bits = cqe.ml_path() & 0x7f;
+            if (cqe.flags_rqpn() >> 28) & 3 != 0 {
                 wc.wc_flags |= WC_GRH;
             }
-            wc.pkey_index = (u32::from_be_bytes(cqe.imm_inval_pkey) & 0xffff) as u16;
+            wc.pkey_index = (u32::from_be_bytes(cqe.imm_inval_pkey()) & 0xffff) as u16;
         }
         opcode::REQ_ERR | opcode::RESP_ERR => {
-            wc.status = error_status(cqe.syndrome);
-            wc.vendor_err = u32::from(cqe.vendor_err);
-            wc.wr_id = if cqe.opcode == opcode::REQ_ERR {
-                ids.complete_send(cqe.wqe_counter)
+            wc.status = error_status(cqe.syndrome());
+            wc.vendor_err = u32::from(cqe.vendor_err());
+            wc.wr_id = if cqe.opcode() == opcode::REQ_ERR {
+                ids.complete_send(cqe.wqe_counter())
             } else {
                 complete_recv(cqe, ids)
             };
@@ -333,9 +404,9 @@ pub(crate) fn completion(cqe: &Cqe, ids: &WrIds) -> Option<sys::ib_uverbs_wc> {
 }
 
 /// Whether `cqe` completes a receive (successfully or not).
-fn is_responder(cqe: &Cqe) -> bool {
+fn is_responder(cqe: &Cqe<'_>) -> bool {
     matches!(
-        cqe.opcode,
+        cqe.opcode(),
         opcode::RESP_WR_IMM
             | opcode::RESP_SEND
             | opcode::RESP_SEND_IMM
@@ -346,9 +417,9 @@ fn is_responder(cqe: &Cqe) -> bool {
 
 /// The id of the receive a responder CQE completes: the QP's oldest, or
 /// the SRQ WQE it names (given back to the SRQ).
-fn complete_recv(cqe: &Cqe, ids: &WrIds) -> u64 {
+fn complete_recv(cqe: &Cqe<'_>, ids: &WrIds) -> u64 {
     match &ids.srq {
-        Some(srq) => srq.complete(cqe.wqe_counter),
+        Some(srq) => srq.complete(cqe.wqe_counter()),
         None => ids.complete_recv(),
     }
 }
@@ -359,9 +430,9 @@ impl CqRing {
     /// The QP of `cqe` from the cache of the last CQE's, if it is that one
     /// and still in the context's table.
     #[inline(always)]
-    fn cached_qp(&self, cqe: &Cqe) -> Option<&Arc<WrIds>> {
+    fn cached_qp(&self, cqe: &Cqe<'_>) -> Option<&Arc<WrIds>> {
         match &self.last_qp {
-            Some((uidx, ids)) if *uidx == cqe.uidx && ids.is_live() => Some(ids),
+            Some((uidx, ids)) if *uidx == cqe.uidx() && ids.is_live() => Some(ids),
             _ => None,
         }
     }
@@ -372,20 +443,21 @@ impl CqRing {
     fn drain(&mut self, out: &mut [sys::ib_uverbs_wc]) -> usize {
         let mut n = 0;
         while n < out.len() {
-            let Some(bytes) = self.next_cqe() else { break };
+            let Some(cqe) = ready_cqe(&self.buf, self.entries, self.consumer) else {
+                break;
+            };
             self.consumer = self.consumer.wrapping_add(1);
-            let cqe = Cqe::parse(&bytes);
             // A CQE of a QP no longer here (destroyed with completions
             // still queued) is consumed and dropped; the SRQ WQE of a
             // receive it names goes back to its SRQ.
             let ids = match self.cached_qp(&cqe) {
                 Some(ids) => ids,
-                None => match self.shared.qp(cqe.uidx) {
-                    Some(ids) => &self.last_qp.insert((cqe.uidx, ids)).1,
+                None => match self.shared.qp(cqe.uidx()) {
+                    Some(ids) => &self.last_qp.insert((cqe.uidx(), ids)).1,
                     None => {
                         if is_responder(&cqe) {
-                            if let Some(srq) = self.shared.retired_srq(cqe.uidx) {
-                                srq.complete(cqe.wqe_counter);
+                            if let Some(srq) = self.shared.retired_srq(cqe.uidx()) {
+                                srq.complete(cqe.wqe_counter());
                             }
                         }
                         continue;
@@ -443,10 +515,9 @@ impl CompletionRing for CqRing {
         let Some(first) = out.first_mut() else {
             return Ok(FirstPoll::Done(0));
         };
-        let Some(bytes) = self.next_cqe() else {
+        let Some(cqe) = ready_cqe(&self.buf, self.entries, self.consumer) else {
             return Ok(FirstPoll::Done(0));
         };
-        let cqe = Cqe::parse(&bytes);
         let Some(wc) = self.cached_qp(&cqe).and_then(|ids| completion(&cqe, ids)) else {
             return Ok(FirstPoll::Done(self.poll_all(out)));
         };

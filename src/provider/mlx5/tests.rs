@@ -219,7 +219,7 @@ fn qp_layout_refuses_what_libmlx5_refuses() {
 /// become the completions libmlx5 makes of them.
 #[test]
 fn cqes_become_libmlx5s_work_completions() {
-    use super::cq::{completion, Cqe};
+    use super::cq::{completion, Cqe, CqeBytes};
     let mut b = [0u8; 64];
     b[17] = 0x83; // ml_path: path bits 3
     b[22..24].copy_from_slice(&7u16.to_be_bytes()); // slid
@@ -229,8 +229,10 @@ fn cqes_become_libmlx5s_work_completions() {
     b[44..48].copy_from_slice(&100u32.to_be_bytes());
     b[56..60].copy_from_slice(&0x42u32.to_be_bytes());
     b[63] = 0x3 << 4; // RESP_SEND_IMM, owner 0
-    let cqe = Cqe::parse(&b);
-    assert_eq!((cqe.uidx, cqe.qpn, cqe.byte_cnt), (9, 0x42, 100));
+    let b = CqeBytes(b);
+    let cqe = Cqe::of(&b);
+    assert_eq!(cqe.opcode(), 3);
+    assert_eq!((cqe.uidx(), cqe.qpn(), cqe.byte_cnt()), (9, 0x42, 100));
     let ids = super::qp::WrIds::for_tests(&[0x77]);
     let wc = completion(&cqe, &ids).unwrap();
     assert_eq!(
@@ -254,6 +256,6 @@ fn cqes_become_libmlx5s_work_completions() {
     e[55] = 0x13;
     e[60..62].copy_from_slice(&0u16.to_be_bytes());
     e[63] = 0xd << 4;
-    let wc = completion(&Cqe::parse(&e), &ids).unwrap();
+    let wc = completion(&Cqe::of(&CqeBytes(e)), &ids).unwrap();
     assert_eq!((wc.status, wc.vendor_err), (10, 0x88));
 }
