@@ -17,6 +17,16 @@ use uverbs_oracle::file::EmulatedFile;
 use uverbs_oracle::fixtures::{connect_steps, infiniband_context, ud_steps, QKEY};
 use uverbs_uapi::*;
 
+/// Connects two RC QPs of one context to each other (RTS, with `access`
+/// for the remote side).
+fn connect(a: &uverbs::QueuePair, b: &uverbs::QueuePair, access: uverbs::AccessFlags) {
+    for (qp, peer) in [(a, b.qp_num()), (b, a.qp_num())] {
+        for step in connect_steps(peer, access, true) {
+            qp.modify(&step).unwrap();
+        }
+    }
+}
+
 #[test]
 fn uverbs_opens_the_emulated_mlx5_and_makes_a_pd() {
     let file = Arc::new(EmulatedFile::default());
@@ -92,11 +102,7 @@ fn uverbs_traffic_through_the_device_model() {
     let cq = ctx.create_cq(16, None).unwrap();
     let init = QpInit::new(QpType::Rc, &cq, &cq);
     let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
-        for step in connect_steps(peer, access, true) {
-            qp.modify(&step).unwrap();
-        }
-    }
+    connect(&a, &b, access);
     let base = mem.as_ptr() as u64;
     mem[..64].copy_from_slice(&[0x5a; 64]);
     let (lkey, rkey) = (mr.lkey(), mr.rkey());
@@ -439,11 +445,7 @@ fn an_armed_cq_raises_one_event_per_arm() {
     let init = QpInit::new(QpType::Rc, &cq, &cq);
     let access = AccessFlags::LOCAL_WRITE | AccessFlags::REMOTE_WRITE;
     let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
-        for step in connect_steps(peer, access, true) {
-            qp.modify(&step).unwrap();
-        }
-    }
+    connect(&a, &b, access);
     let mut mem = memmap2::MmapMut::map_anon(4096).unwrap();
     // SAFETY: `mem` outlives the MR.
     let mr = unsafe { pd.reg_mr(mem.as_mut_ptr(), 4096, access) }.unwrap();
@@ -942,11 +944,7 @@ fn a_refused_request_in_a_batch_publishes_nothing() {
     let cq = ctx.create_cq(64, None).unwrap();
     let init = QpInit::new(QpType::Rc, &cq, &cq);
     let (a, b) = (pd.create_qp(&init).unwrap(), pd.create_qp(&init).unwrap());
-    for (qp, peer) in [(&a, b.qp_num()), (&b, a.qp_num())] {
-        for step in connect_steps(peer, access, true) {
-            qp.modify(&step).unwrap();
-        }
-    }
+    connect(&a, &b, access);
     let base = mem.as_ptr() as u64;
     let lkey = mr.lkey();
     let sge = |at: u64| Sge {
