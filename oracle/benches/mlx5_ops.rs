@@ -37,7 +37,8 @@
 //! `cargo vm` unpacks, `UVERBS_VM_CACHE` naming its cache; without them it
 //! says SKIPPED). Options: `--iters N`, `--valgrind PATH`, and `--check`,
 //! which fails the run when ours (either variant) takes more instructions
-//! per iteration than libmlx5 on any case (`.ci/run` passes it).
+//! per iteration than libmlx5 on any case, or ours' post_send, post_recv or
+//! poll more per call than its budget (`BUDGETS`; `.ci/run` passes it).
 
 #[cfg(not(oracle_linked))]
 fn main() {
@@ -189,6 +190,59 @@ mod linked {
             poll: None,
         },
     ];
+
+    /// Ours' budgets, Ir per call of `post_send_locked`, `post_recv_locked`
+    /// and `fast_poll` by case (about 5 % over one run at ef64248, rustc
+    /// 1.95, valgrind 3.19: 244, 712, 233 and 308 per post, 100 per
+    /// receive, 142–145 per poll); `--check` fails a run over any.
+    const BUDGETS: [(Case, Budget); 4] = [
+        (
+            Case::Write,
+            Budget {
+                post_send: 256.0,
+                post_recv: None,
+                poll: 152.0,
+            },
+        ),
+        (
+            Case::WriteBatch,
+            Budget {
+                post_send: 740.0,
+                post_recv: None,
+                poll: 152.0,
+            },
+        ),
+        (
+            Case::SendRecv,
+            Budget {
+                post_send: 245.0,
+                post_recv: Some(105.0),
+                poll: 152.0,
+            },
+        ),
+        (
+            Case::InlineSend,
+            Budget {
+                post_send: 323.0,
+                post_recv: None,
+                poll: 150.0,
+            },
+        ),
+    ];
+
+    /// Ir per call a case's calls may take (ours, with the ring lock).
+    struct Budget {
+        post_send: f64,
+        post_recv: Option<f64>,
+        poll: f64,
+    }
+
+    /// What `--check` holds a run to: ours' ratios to libmlx5 per
+    /// iteration, and the budgets exceeded.
+    struct Checked {
+        ratios: Vec<(String, f64)>,
+        over_budget: Vec<String>,
+    }
 
     /// The calls the loop made of the measured functions.
     #[derive(Default, Debug)]
@@ -836,22 +890,29 @@ mod linked {
             return;
         }
         let valgrind = uverbs_oracle::fixtures::valgrind(arg("--valgrind"));
-        let ratios = match parent(&valgrind, iters) {
-            Ok(r) => r,
+        let checked = match parent(&valgrind, iters) {
+            Ok(c) => c,
             Err(e) => {
                 eprintln!("mlx5_ops: {e}");
                 std::process::exit(1);
             }
         };
         if args.iter().any(|a| a == "--check") {
-            let over: Vec<&(String, f64)> = ratios.iter().filter(|(_, r)| *r > 1.0).collect();
-            if !over.is_empty() {
-                eprintln!("mlx5_ops --check: FAILED: more instructions than libmlx5: {over:?}");
+            let over: Vec<&(String, f64)> =
+                checked.ratios.iter().filter(|(_, r)| *r > 1.0).collect();
+            if !over.is_empty() || !checked.over_budget.is_empty() {
+                eprintln!(
+                    "mlx5_ops --check: FAILED: more instructions than libmlx5: {over:?}; \
+                     over budget: {:?}",
+                    checked.over_budget
+                );
                 std::process::exit(1);
             }
             println!(
-                "\nmlx5_ops --check: ours ≤ libmlx5 on all {} comparisons",
-                ratios.len()
+                "\nmlx5_ops --check: ours ≤ libmlx5 on all {} comparisons, and within \
+                 budget on all {} cases",
+                checked.ratios.len(),
+                BUDGETS.len()
             );
         }
     }
@@ -868,7 +929,7 @@ mod linked {
     /// Runs every case and implementation under callgrind and prints the
     /// tables; answers each of ours' ratio to libmlx5 per iteration, named
     /// by case and implementation.
-    fn parent(valgrind: &str, iters: usize) -> Result<Vec<(String, f64)>, String> {
+    fn parent(valgrind: &str, iters: usize) -> Result<Checked, String> {
         let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
         let out = Command::new(&exe)
             .arg("--which-poll")
@@ -885,6 +946,7 @@ mod linked {
         let mut rows = Vec::new();
         let mut tops = Vec::new();
         let mut ratios = Vec::new();
+        let mut over_budget = Vec::new();
         for case in Case::ALL {
             let mut theirs_per_iter = None;
             let mut case_rows = Vec::new();
@@ -896,6 +958,27 @@ mod linked {
                 let per_iter = m.file.ir_total as f64 / iters as f64;
                 if imp.name == "libmlx5" {
                     theirs_per_iter = Some(per_iter);
+                }
+                if imp.name == "ours" {
+                    let (_, budget) = BUDGETS
+                        .iter()
+                        .find(|(c, _)| *c == case)
+                        .ok_or("a case without a budget")?;
+                    let calls = [
+                        ("post_send", &m.post, Some(budget.post_send)),
+                        ("post_recv", &m.post_recv, budget.post_recv),
+                        ("poll", &m.poll, Some(budget.poll)),
+                    ];
+                    for (what, c, limit) in calls {
+                        let got = per(c.ir, c.count);
+                        if limit.is_some_and(|l| got > l) {
+                            over_budget.push(format!(
+                                "{}: {what} {got:.1} Ir > {:.0}",
+                                case.label(),
+                                limit.unwrap_or_default()
+                            ));
+                        }
+                    }
                 }
                 let ratio = match theirs_per_iter {
                     Some(t) if imp.name != "libmlx5" => {
@@ -954,7 +1037,10 @@ mod linked {
                 println!("| `{f}` | {:.1} |", ir as f64 / iters as f64);
             }
         }
-        Ok(ratios)
+        Ok(Checked {
+            ratios,
+            over_budget,
+        })
     }
 
     fn per(total: u64, n: u64) -> f64 {
