@@ -200,8 +200,10 @@ impl<'a> Cqe<'a> {
     ///
     /// # Safety
     ///
-    /// `at` is 64 bytes, 8-byte aligned, readable and unchanged while
-    /// `'a` lasts.
+    /// `at` is 64 bytes, 8-byte aligned, readable while `'a` lasts. (Each
+    /// field is a volatile load, so a CQE the device writes again is not
+    /// undefined behaviour; its fields mean something only until the ring
+    /// hands it back, and the ring reads none after.)
     #[inline(always)]
     unsafe fn at(at: *const u8) -> Cqe<'a> {
         Cqe {
@@ -330,7 +332,8 @@ pub(crate) fn completion(cqe: &Cqe<'_>, ids: &WrIds) -> Option<sys::ib_uverbs_wc
         qp_num: cqe.qpn(),
         ..Default::default()
     };
-    match cqe.opcode() {
+    let op = cqe.opcode();
+    match op {
         opcode::REQ => {
             wc.wr_id = ids.complete_send(cqe.wqe_counter());
             match cqe.send_opcode() {
@@ -362,37 +365,39 @@ pub(crate) fn completion(cqe: &Cqe<'_>, ids: &WrIds) -> Option<sys::ib_uverbs_wc
         opcode::RESP_WR_IMM | opcode::RESP_SEND | opcode::RESP_SEND_IMM | opcode::RESP_SEND_INV => {
             wc.wr_id = complete_recv(cqe, ids);
             wc.byte_len = cqe.byte_cnt();
-            match cqe.opcode() {
+            let imm = cqe.imm_inval_pkey();
+            match op {
                 opcode::RESP_WR_IMM => {
                     wc.opcode = crate::wr::IB_WC_RECV + 1;
                     wc.wc_flags = WC_WITH_IMM;
-                    wc.ex = u32::from_ne_bytes(cqe.imm_inval_pkey());
+                    wc.ex = u32::from_ne_bytes(imm);
                 }
                 opcode::RESP_SEND => wc.opcode = crate::wr::IB_WC_RECV,
                 opcode::RESP_SEND_IMM => {
                     wc.opcode = crate::wr::IB_WC_RECV;
                     wc.wc_flags = WC_WITH_IMM;
-                    wc.ex = u32::from_ne_bytes(cqe.imm_inval_pkey());
+                    wc.ex = u32::from_ne_bytes(imm);
                 }
                 _ => {
                     wc.opcode = crate::wr::IB_WC_RECV;
                     wc.wc_flags = WC_WITH_INVALIDATE;
-                    wc.ex = u32::from_be_bytes(cqe.imm_inval_pkey());
+                    wc.ex = u32::from_be_bytes(imm);
                 }
             }
+            let flags_rqpn = cqe.flags_rqpn();
             wc.slid = cqe.slid();
-            wc.sl = ((cqe.flags_rqpn() >> 24) & 0xf) as u8;
-            wc.src_qp = cqe.flags_rqpn() & 0xff_ffff;
+            wc.sl = ((flags_rqpn >> 24) & 0xf) as u8;
+            wc.src_qp = flags_rqpn & 0xff_ffff;
             wc.dlid_path_bits = cqe.ml_path() & 0x7f;
-            if (cqe.flags_rqpn() >> 28) & 3 != 0 {
+            if (flags_rqpn >> 28) & 3 != 0 {
                 wc.wc_flags |= WC_GRH;
             }
-            wc.pkey_index = (u32::from_be_bytes(cqe.imm_inval_pkey()) & 0xffff) as u16;
+            wc.pkey_index = (u32::from_be_bytes(imm) & 0xffff) as u16;
         }
         opcode::REQ_ERR | opcode::RESP_ERR => {
             wc.status = error_status(cqe.syndrome());
             wc.vendor_err = u32::from(cqe.vendor_err());
-            wc.wr_id = if cqe.opcode() == opcode::REQ_ERR {
+            wc.wr_id = if op == opcode::REQ_ERR {
                 ids.complete_send(cqe.wqe_counter())
             } else {
                 complete_recv(cqe, ids)
