@@ -415,7 +415,34 @@ impl Ranges {
     /// copies no entry and only shifts the block when an edge merges. False if
     /// the change is impossible: a count at `u32::MAX` for a mark, a page
     /// with count 0 for an unmark.
+    ///
+    /// The lookup and the exact entry's test are inline in `mark` and
+    /// `unmark`, so that a second reference (or its release) calls nothing
+    /// but the advice; the other shapes are worked out by
+    /// [`prepare_shape`](Self::prepare_shape), out of line.
+    #[inline(always)]
     fn prepare(&mut self, start: usize, end: usize, mark: bool) -> bool {
+        self.recount = None;
+        self.lo = self.map.first_reaching(start);
+        // The entries from `lo` that overlap or touch the range: those that
+        // start at or before `end`.
+        let block = self.map.block(self.lo.0);
+        let i = past_range(block, self.lo.1, end);
+        if i < block.len() {
+            if let Some(r) = exact_entry(&block[self.lo.1..i], self.lo.1, start, end, mark) {
+                self.hi = (self.lo.0, i);
+                self.recount = Some(r);
+                return true;
+            }
+        }
+        self.prepare_shape(i, start, end, mark)
+    }
+
+    /// [`prepare`](Self::prepare) past its lookup (`lo` found, `i` past the
+    /// entries of its block that overlap or touch the range) for every
+    /// shape but an exact entry inside its block.
+    #[inline(never)]
+    fn prepare_shape(&mut self, mut i: usize, start: usize, end: usize, mark: bool) -> bool {
         let Ranges {
             map,
             lo,
@@ -424,12 +451,8 @@ impl Ranges {
             old,
             recount,
         } = self;
-        *recount = None;
-        *lo = map.first_reaching(start);
-        // The entries from `lo` that overlap or touch the range: those that
-        // start at or before `end`. Usually all in one block; when they go
-        // on into the next, moved into one where the blocks allow.
-        let mut i = past_range(map.block(lo.0), lo.1, end);
+        // Usually all in one block; when they go on into the next, moved
+        // into one where the blocks allow.
         if i == map.block(lo.0).len() && map.goes_on(lo.0, end) {
             let Some(at) = map.gather(lo.0, lo.1, end) else {
                 old.clear();
@@ -1104,6 +1127,41 @@ mod tests {
             RangeTracker::new(Box::new(advisor), PageSizing::Fixed(P)),
             log,
         )
+    }
+
+    /// A second reference to each of many separate ranges (entries at every
+    /// place in their blocks, the blocks' last ones included) moves only its
+    /// entry's count, and so does its release; only the last release gives
+    /// the pages back.
+    #[test]
+    fn second_references_to_exact_entries_in_every_block_place() {
+        let (t, log) = tracker();
+        let n = 300;
+        let range = |k: usize| (BASE + 2 * k * P, P);
+        for k in 0..n {
+            let (a, l) = range(k);
+            t.mark(a, l).unwrap();
+        }
+        for k in (0..n).rev() {
+            let (a, l) = range(k);
+            t.mark(a, l).unwrap();
+        }
+        let twice: Vec<_> = (0..n).map(|k| (range(k).0, range(k).0 + P, 2)).collect();
+        assert_eq!(t.marked(), twice);
+        log.take();
+        for k in 0..n {
+            let (a, l) = range(k);
+            t.unmark(a, l).unwrap();
+        }
+        assert!(log.take().is_empty(), "no page went 1 -> 0");
+        let once: Vec<_> = (0..n).map(|k| (range(k).0, range(k).0 + P, 1)).collect();
+        assert_eq!(t.marked(), once);
+        for k in (0..n).rev() {
+            let (a, l) = range(k);
+            t.unmark(a, l).unwrap();
+        }
+        assert!(t.is_empty());
+        assert_eq!(log.take().len(), n, "one DoFork per range");
     }
 
     #[test]
