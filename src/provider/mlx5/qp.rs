@@ -403,11 +403,15 @@ impl Drop for SendQueue {
 
 impl SendQueue {
     /// After the last request of a post, at block `idx` (`ds` 16-byte
-    /// units; `posted` requests in all, whose ids are recorded): publishes
-    /// them, in the doorbell record, then rings the doorbell or writes the
-    /// WQE through BlueFlame.
+    /// units; `posted` requests in all, whose ids are recorded, written up
+    /// to the block counter `cur_post`): takes them (the counters move, the
+    /// pending fence is spent), publishes them in the doorbell record, then
+    /// rings the doorbell or writes the WQE through BlueFlame.
     #[inline(always)]
-    fn publish(&mut self, sq: &wqe::Sq, idx: u32, ds: u32, posted: u32) {
+    fn publish(&mut self, sq: &wqe::Sq, cur_post: u32, posted: u32, (idx, ds): (u32, u32)) {
+        self.head = self.head.wrapping_add(posted);
+        self.cur_post = cur_post;
+        self.fm_cache = 0;
         // The WQEs and ids before the doorbell record
         // (`udma_to_device_barrier`: x86-64 keeps stores in order; this
         // stops the compiler moving them).
@@ -443,6 +447,21 @@ impl SendQueue {
     fn outstanding(&self) -> u32 {
         self.head
             .wrapping_sub(self.ids.sq_tail.load(Ordering::Acquire))
+    }
+
+    /// The control segment's fence and signal bits of `wr`, the `first`
+    /// of its post: a fence the request asks for, else (first only) the
+    /// one the QP has pending, and the QP's signal-all bit.
+    #[inline(always)]
+    fn ctrl_bits(&self, wr: &SendWr<'_>, first: bool) -> u8 {
+        let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
+            wqe::CTRL_FENCE
+        } else if first {
+            self.fm_cache
+        } else {
+            0
+        };
+        self.sig_all | fence_bits
     }
 
     /// Notes, for the CQ, the request written at block `idx`: its id and
@@ -505,14 +524,7 @@ impl SendRing for SendQueue {
                     },
                 });
             }
-            let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
-                wqe::CTRL_FENCE
-            } else if index == 0 {
-                self.fm_cache
-            } else {
-                0
-            };
-            let bits = self.sig_all | fence_bits;
+            let bits = self.ctrl_bits(wr, index == 0);
             let idx = cur_post & (sq.bbs - 1);
             let ds = match wqe::write_one_segment(&sq, idx, cur_post, &self.limits, bits, wr) {
                 Some(ds) => ds,
@@ -523,13 +535,9 @@ impl SendRing for SendQueue {
             cur_post = cur_post.wrapping_add(blocks(ds));
             last = (idx, ds);
         }
-        if wrs.is_empty() {
-            return Ok(false);
+        if !wrs.is_empty() {
+            self.publish(&sq, cur_post, wrs.len() as u32, last);
         }
-        self.head = self.head.wrapping_add(wrs.len() as u32);
-        self.cur_post = cur_post;
-        self.fm_cache = 0;
-        self.publish(&sq, last.0, last.1, wrs.len() as u32);
         Ok(false)
     }
 
@@ -542,20 +550,13 @@ impl SendRing for SendQueue {
             if self.outstanding() < self.mem.layout.sq_max_post {
                 let sq = self.ring();
                 let idx = self.cur_post & (sq.bbs - 1);
-                let fence_bits = if wr.flags.contains(crate::wr::SendFlags::FENCE) {
-                    wqe::CTRL_FENCE
-                } else {
-                    self.fm_cache
-                };
-                let bits = self.sig_all | fence_bits;
+                let bits = self.ctrl_bits(wr, true);
                 if let Some(ds) =
                     wqe::write_one_segment(&sq, idx, self.cur_post, &self.limits, bits, wr)
                 {
-                    self.head = self.head.wrapping_add(1);
-                    self.note(idx, self.head, wr.wr_id);
-                    self.cur_post = self.cur_post.wrapping_add(blocks(ds));
-                    self.fm_cache = 0;
-                    self.publish(&sq, idx, ds, 1);
+                    self.note(idx, self.head.wrapping_add(1), wr.wr_id);
+                    let cur_post = self.cur_post.wrapping_add(blocks(ds));
+                    self.publish(&sq, cur_post, 1, (idx, ds));
                     return SendsQueued::Written;
                 }
             }
