@@ -956,27 +956,24 @@ fn a_refused_request_in_a_batch_publishes_nothing() {
     let too_many: Vec<Sge> = (0..=a.caps().max_send_sge)
         .map(|i| sge(64 * u64::from(i)))
         .collect();
-    let write = |id: u64, to: u64, sges: &'static [Sge]| {
+    // Every WRITE of the test lands at `to`.
+    let to = Remote {
+        addr: base + 8192,
+        rkey: mr.rkey(),
+    };
+    fn write(id: u64, remote: Remote, sges: &[Sge]) -> SendWr<'_> {
         SendWr::new(
             id,
-            SendOp::RdmaWrite {
-                remote: Remote {
-                    addr: base + to,
-                    rkey: mr.rkey(),
-                },
-                imm: None,
-            },
+            SendOp::RdmaWrite { remote, imm: None },
             Payload::Sges(sges),
         )
-    };
-    let one: &'static [Sge] = Box::leak(Box::new(one));
-    let too_many: &'static [Sge] = too_many.leak();
+    }
     mem[..64].copy_from_slice(&[0x6b; 64]);
     let mut wcs = [WorkCompletion::default(); 64];
 
     // Sends: the second of two has an SGE too many.
     // SAFETY: buffers of the registered `mem`; refused, nothing queued.
-    let err = unsafe { a.post_send(&[write(1, 8192, one), write(2, 8192, too_many)]) }.unwrap_err();
+    let err = unsafe { a.post_send(&[write(1, to, &one), write(2, to, &too_many)]) }.unwrap_err();
     assert!(
         matches!(refused_at(&err), (1, PostError::TooManySges { .. })),
         "{err}"
@@ -1012,8 +1009,8 @@ fn a_refused_request_in_a_batch_publishes_nothing() {
     unsafe {
         b.post_recv(&[RecvWr::new(9, &recv_one)]).unwrap();
         a.post_send(&[
-            write(3, 8192, one),
-            SendWr::new(4, SendOp::Send { imm: None }, Payload::Sges(one)),
+            write(3, to, &one),
+            SendWr::new(4, SendOp::Send { imm: None }, Payload::Sges(&one)),
         ])
         .unwrap();
     }
@@ -1039,12 +1036,12 @@ fn a_refused_request_in_a_batch_publishes_nothing() {
     // Past the room: every slot but one taken, then a batch of two.
     let room = a.caps().max_send_wr as usize;
     let fill: Vec<SendWr<'_>> = (0..room - 1)
-        .map(|i| write(100 + i as u64, 8192, one))
+        .map(|i| write(100 + i as u64, to, &one))
         .collect();
     // SAFETY: as above.
     unsafe { a.post_send(&fill) }.unwrap();
     // SAFETY: refused, nothing queued.
-    let err = unsafe { a.post_send(&[write(200, 8192, one), write(201, 8192, one)]) }.unwrap_err();
+    let err = unsafe { a.post_send(&[write(200, to, &one), write(201, to, &one)]) }.unwrap_err();
     assert!(
         matches!(refused_at(&err), (1, PostError::QueueFull { .. })),
         "{err}"
