@@ -16,7 +16,12 @@
 //! 3. `post_recv` of one 64-byte receive on B, one signalled SEND from an
 //!    SGE on A, A's CQ polled for the SEND, then B's for the receive;
 //! 4. one signalled 64-byte SEND with its bytes inline on A, A's CQ
-//!    polled; B's receives are posted before the loop (not measured).
+//!    polled; B's receives are posted before the loop (not measured);
+//! 5. one signalled 64-byte RDMA READ into an SGE on A, A's CQ polled;
+//! 6. case 3 over two UD QPs: B's receive has room for the 40-byte GRH
+//!    before the 64 bytes, A's SEND goes through an address handle;
+//! 7. one signalled FETCH_ADD of 1 to the (big-endian) word of slot 1,
+//!    its old value into slot 0 on A, A's CQ polled.
 //!
 //! The device model (`Mlx5Kernel::run_device`) runs between the post and
 //! the polls, outside the measured functions, so every poll finds its
@@ -70,9 +75,11 @@ mod linked {
 
     use uverbs::command::QpType;
 
-    use uverbs::device::{DriverId, OpenOptions};
+    use uverbs::device::{DriverId, Gid, OpenOptions};
+    use uverbs::qp::{AddressHandle, AhAttr};
     use uverbs::wr::{
-        Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, WcOpcode, WcStatus, WorkCompletion,
+        Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus,
+        WorkCompletion,
     };
     use uverbs::{AccessFlags, CompletionQueue, Context, QpInit, QueuePair};
     use uverbs_oracle::file::EmulatedFile;
@@ -87,6 +94,8 @@ mod linked {
     const TARGET: usize = 4096;
     /// WRITEs per `post_send` of case 2.
     const BATCH: usize = 4;
+    /// The room a UD receive leaves for the GRH before the bytes sent.
+    const GRH: usize = 40;
     /// The child's own count of its calls, which the parent checks
     /// callgrind's against.
     const CHILD: &str = "@@MLX5-OPS-CHILD";
@@ -106,14 +115,20 @@ mod linked {
         WriteBatch,
         SendRecv,
         InlineSend,
+        Read,
+        UdSendRecv,
+        FetchAdd,
     }
 
     impl Case {
-        const ALL: [Case; 4] = [
+        const ALL: [Case; 7] = [
             Case::Write,
             Case::WriteBatch,
             Case::SendRecv,
             Case::InlineSend,
+            Case::Read,
+            Case::UdSendRecv,
+            Case::FetchAdd,
         ];
 
         fn op(self) -> &'static str {
@@ -122,6 +137,9 @@ mod linked {
                 Case::WriteBatch => "write_batch4",
                 Case::SendRecv => "send_recv",
                 Case::InlineSend => "inline_send",
+                Case::Read => "read",
+                Case::UdSendRecv => "ud_send_recv",
+                Case::FetchAdd => "fetch_add",
             }
         }
 
@@ -131,6 +149,9 @@ mod linked {
                 Case::WriteBatch => "2. 4 × WRITE, 1 of 4 signalled",
                 Case::SendRecv => "3. SEND + RECV",
                 Case::InlineSend => "4. inline SEND (sender only)",
+                Case::Read => "5. RDMA READ",
+                Case::UdSendRecv => "6. UD SEND + RECV",
+                Case::FetchAdd => "7. FETCH_ADD",
             }
         }
 
@@ -147,7 +168,21 @@ mod linked {
         }
 
         fn measures_post_recv(self) -> bool {
-            self == Case::SendRecv
+            matches!(self, Case::SendRecv | Case::UdSendRecv)
+        }
+
+        fn ud(self) -> bool {
+            self == Case::UdSendRecv
+        }
+
+        /// Where in a receive slot the bytes sent land: after the GRH's
+        /// room on UD.
+        fn grh(self) -> usize {
+            if self.ud() {
+                GRH
+            } else {
+                0
+            }
         }
 
         /// The target slots the loop writes (checked after it).
@@ -155,6 +190,7 @@ mod linked {
             match self {
                 Case::WriteBatch => BATCH,
                 Case::InlineSend => iters,
+                Case::FetchAdd => 2,
                 _ => 1,
             }
         }
@@ -192,10 +228,12 @@ mod linked {
     ];
 
     /// Ours' budgets, Ir per call of `post_send_locked`, `post_recv_locked`
-    /// and `fast_poll` by case (about 5 % over one run at ef64248, rustc
-    /// 1.95, valgrind 3.19: 244, 712, 233 and 308 per post, 100 per
-    /// receive, 142–145 per poll); `--check` fails a run over any.
-    const BUDGETS: [(Case, Budget); 4] = [
+    /// and `fast_poll` by case, about 5 % over one run (rustc 1.95,
+    /// valgrind 3.19): cases 1–4 at ef64248 (244, 712, 233 and 308 per
+    /// post, 100 per receive, 142–145 per poll), cases 5–7 when they came
+    /// (244, 288 and 235 per post, 100 per receive, 141–144 per poll);
+    /// `--check` fails a run over any.
+    const BUDGETS: [(Case, Budget); 7] = [
         (
             Case::Write,
             Budget {
@@ -224,6 +262,30 @@ mod linked {
             Case::InlineSend,
             Budget {
                 post_send: 323.0,
+                post_recv: None,
+                poll: 150.0,
+            },
+        ),
+        (
+            Case::Read,
+            Budget {
+                post_send: 256.0,
+                post_recv: None,
+                poll: 152.0,
+            },
+        ),
+        (
+            Case::UdSendRecv,
+            Budget {
+                post_send: 302.0,
+                post_recv: Some(105.0),
+                poll: 152.0,
+            },
+        ),
+        (
+            Case::FetchAdd,
+            Budget {
+                post_send: 247.0,
                 post_recv: None,
                 poll: 150.0,
             },
@@ -257,6 +319,8 @@ mod linked {
     #[derive(Debug, PartialEq, Eq, Clone, Copy)]
     enum Kind {
         Write,
+        Read,
+        FetchAdd,
         Send,
         Recv,
         Other,
@@ -267,11 +331,18 @@ mod linked {
         /// `n` WRITEs of the source to slots `0..n` in one `post_send`,
         /// work requests `i * n + k`, the last signalled.
         fn post_writes(&mut self, i: usize, n: usize) -> Result<(), String>;
-        /// One signalled SEND of the source (from an SGE) on A.
+        /// One signalled SEND of the source (from an SGE) on A, through
+        /// the address handle of B on UD.
         fn post_send(&mut self, i: usize) -> Result<(), String>;
+        /// One signalled READ of the source into slot 0 on A.
+        fn post_read(&mut self, i: usize) -> Result<(), String>;
+        /// One signalled FETCH_ADD of 1 to slot 1's word, its old value
+        /// into slot 0, on A.
+        fn post_fetch_add(&mut self, i: usize) -> Result<(), String>;
         /// One signalled SEND of `data` inline on A.
         fn post_inline(&mut self, i: usize, data: &[u8; BYTES]) -> Result<(), String>;
-        /// One receive per `(wr_id, slot)` on B, in one `post_recv`.
+        /// One receive per `(wr_id, slot)` on B, in one `post_recv`, of
+        /// the GRH's room and 64 bytes on UD.
         fn post_recv(&mut self, recvs: &[(u64, usize)]) -> Result<(), String>;
         /// Polls one completion from A's CQ (`b`: B's): its work request,
         /// whether it succeeded, its kind.
@@ -329,7 +400,7 @@ mod linked {
                     p.post_writes(i, n)?;
                     wait(&mut c, p, false, (i * n + n - 1) as u64, Kind::Write)?;
                 }
-                Case::SendRecv => {
+                Case::SendRecv | Case::UdSendRecv => {
                     c.post_recvs += 1;
                     p.post_recv(&[(i as u64, 0)])?;
                     c.posts += 1;
@@ -342,16 +413,38 @@ mod linked {
                     p.post_inline(i, &pattern(i))?;
                     wait(&mut c, p, false, i as u64, Kind::Send)?;
                 }
+                Case::Read => {
+                    c.posts += 1;
+                    p.post_read(i)?;
+                    wait(&mut c, p, false, i as u64, Kind::Read)?;
+                }
+                Case::FetchAdd => {
+                    c.posts += 1;
+                    p.post_fetch_add(i)?;
+                    wait(&mut c, p, false, i as u64, Kind::FetchAdd)?;
+                }
             }
         }
         Ok(c)
     }
 
-    /// Checks that every slot of the case holds the bytes sent.
+    /// Checks that every slot of the case holds the bytes sent (case 7:
+    /// slot 1 counted every add, slot 0 holds the value before the last).
     fn landed(case: Case, iters: usize, buf: &[u8]) -> Result<(), String> {
+        if case == Case::FetchAdd {
+            let word = |slot: usize| {
+                let at = TARGET + slot * BYTES;
+                u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"))
+            };
+            return if (word(0), word(1)) == (iters as u64 - 1, iters as u64) {
+                Ok(())
+            } else {
+                Err(format!("fetch_add: words {} and {}", word(0), word(1)))
+            };
+        }
         for slot in 0..case.slots(iters) {
             let want = pattern(if case == Case::InlineSend { slot } else { 0 });
-            let at = TARGET + slot * BYTES;
+            let at = TARGET + slot * BYTES + case.grh();
             if buf[at..at + BYTES] != want {
                 return Err(format!(
                     "{}: slot {slot} does not hold its bytes",
@@ -366,7 +459,8 @@ mod linked {
 
     const ACCESS: AccessFlags = AccessFlags::LOCAL_WRITE
         .union(AccessFlags::REMOTE_WRITE)
-        .union(AccessFlags::REMOTE_READ);
+        .union(AccessFlags::REMOTE_READ)
+        .union(AccessFlags::REMOTE_ATOMIC);
 
     struct Ours {
         qp_a: QueuePair,
@@ -377,6 +471,8 @@ mod linked {
         base: u64,
         lkey: u32,
         rkey: u32,
+        /// UD: the address handle of B's port.
+        ah: Option<AddressHandle>,
     }
 
     impl Ours {
@@ -429,7 +525,45 @@ mod linked {
         fn post_send(&mut self, i: usize) -> Result<(), String> {
             let source = self.source();
             let op = SendOp::Send { imm: None };
-            let wr = SendWr::new(i as u64, op, Payload::Sges(&source)).flags(SendFlags::SIGNALED);
+            let mut wr =
+                SendWr::new(i as u64, op, Payload::Sges(&source)).flags(SendFlags::SIGNALED);
+            // Out of `self` while the request borrows it.
+            let ah = self.ah.take();
+            if let Some(ah) = &ah {
+                wr.ud = Some(UdDest::new(ah, self.qp_b.qp_num(), QKEY));
+            }
+            let r = self.post(&[wr]);
+            self.ah = ah;
+            r
+        }
+
+        fn post_read(&mut self, i: usize) -> Result<(), String> {
+            let into = [Sge {
+                addr: self.base + TARGET as u64,
+                length: BYTES as u32,
+                lkey: self.lkey,
+            }];
+            let remote = Remote {
+                addr: self.base,
+                rkey: self.rkey,
+            };
+            let op = SendOp::RdmaRead { remote };
+            let wr = SendWr::new(i as u64, op, Payload::Sges(&into)).flags(SendFlags::SIGNALED);
+            self.post(&[wr])
+        }
+
+        fn post_fetch_add(&mut self, i: usize) -> Result<(), String> {
+            let into = [Sge {
+                addr: self.base + TARGET as u64,
+                length: 8,
+                lkey: self.lkey,
+            }];
+            let remote = Remote {
+                addr: self.base + (TARGET + BYTES) as u64,
+                rkey: self.rkey,
+            };
+            let op = SendOp::FetchAdd { remote, add: 1 };
+            let wr = SendWr::new(i as u64, op, Payload::Sges(&into)).flags(SendFlags::SIGNALED);
             self.post(&[wr])
         }
 
@@ -446,7 +580,7 @@ mod linked {
                 .map(|&(_, slot)| {
                     [Sge {
                         addr: self.base + (TARGET + slot * BYTES) as u64,
-                        length: BYTES as u32,
+                        length: (self.ah.as_ref().map_or(0, |_| GRH) + BYTES) as u32,
                         lkey: self.lkey,
                     }]
                 })
@@ -476,6 +610,8 @@ mod linked {
             Ok((n == 1).then(|| {
                 let kind = match wc[0].opcode() {
                     Some(WcOpcode::RdmaWrite) => Kind::Write,
+                    Some(WcOpcode::RdmaRead) => Kind::Read,
+                    Some(WcOpcode::FetchAdd) => Kind::FetchAdd,
                     Some(WcOpcode::Send) => Kind::Send,
                     Some(WcOpcode::Recv) => Kind::Recv,
                     _ => Kind::Other,
@@ -511,16 +647,43 @@ mod linked {
         } else {
             0
         };
-        let init_a = QpInit::new(QpType::Rc, &cq_a, &cq_a).max_inline(inline);
-        let init_b = QpInit::new(QpType::Rc, &cq_b, &cq_b).max_recv_wr(depth);
+        let qp_type = if case.ud() { QpType::Ud } else { QpType::Rc };
+        let init_a = QpInit::new(qp_type, &cq_a, &cq_a).max_inline(inline);
+        let init_b = QpInit::new(qp_type, &cq_b, &cq_b).max_recv_wr(depth);
         let qp_a = pd.create_qp(&init_a).map_err(|e| e.to_string())?;
         let qp_b = pd.create_qp(&init_b).map_err(|e| e.to_string())?;
         for (qp, peer) in [(&qp_a, qp_b.qp_num()), (&qp_b, qp_a.qp_num())] {
-            for step in uverbs_oracle::fixtures::connect_steps(peer, ACCESS, true) {
+            let steps = if case.ud() {
+                uverbs_oracle::fixtures::ud_steps()
+            } else {
+                uverbs_oracle::fixtures::connect_steps(peer, ACCESS, true)
+            };
+            for step in steps {
                 qp.modify(&step)
                     .map_err(|e| format!("ours: modify_qp: {e}"))?;
             }
         }
+        let ah = if case.ud() {
+            let attr = AhAttr {
+                dgid: Gid::from_raw([0; 16]),
+                sgid_index: 0,
+                hop_limit: 0,
+                traffic_class: 0,
+                flow_label: 0,
+                port: 1,
+                sl: 0,
+                is_global: false,
+                dlid: 1,
+                static_rate: 0,
+                src_path_bits: 0,
+            };
+            Some(
+                pd.create_ah(&attr)
+                    .map_err(|e| format!("ours: create_ah: {e}"))?,
+            )
+        } else {
+            None
+        };
         let mut pair = Ours {
             base: buf.as_ptr() as u64,
             lkey: mr.lkey(),
@@ -530,6 +693,7 @@ mod linked {
             cq_a,
             cq_b,
             exclusive,
+            ah,
         };
         let counts = run_case(case, iters, &mut pair)?;
         drop(pair);
@@ -549,6 +713,8 @@ mod linked {
         base: u64,
         lkey: u32,
         rkey: u32,
+        /// UD: the address handle of B's port (null on RC).
+        ah: *mut c_void,
         post_send: PostSend,
         post_recv: PostRecv,
         poll_cq: PollCq,
@@ -619,6 +785,40 @@ mod linked {
         fn post_send(&mut self, i: usize) -> Result<(), String> {
             let mut sge = self.source();
             let mut wr = self.wr(i as u64, WR_SEND, SIGNALED, &mut sge);
+            if !self.ah.is_null() {
+                // SAFETY: a live QP.
+                let qpn_b = unsafe { (*self.qp_b).qp_num };
+                wr.wr = [
+                    self.ah as u64,
+                    u64::from(qpn_b) | u64::from(QKEY) << 32,
+                    0,
+                    0,
+                ];
+            }
+            self.post(&mut wr)
+        }
+
+        fn post_read(&mut self, i: usize) -> Result<(), String> {
+            let mut sge = IbvSge {
+                addr: self.base + TARGET as u64,
+                length: BYTES as u32,
+                lkey: self.lkey,
+            };
+            let mut wr = self.wr(i as u64, WR_READ, SIGNALED, &mut sge);
+            wr.wr = [self.base, u64::from(self.rkey), 0, 0];
+            self.post(&mut wr)
+        }
+
+        fn post_fetch_add(&mut self, i: usize) -> Result<(), String> {
+            let mut sge = IbvSge {
+                addr: self.base + TARGET as u64,
+                length: 8,
+                lkey: self.lkey,
+            };
+            let mut wr = self.wr(i as u64, WR_FAA, SIGNALED, &mut sge);
+            // remote_addr, compare_add, swap, rkey.
+            let remote = self.base + (TARGET + BYTES) as u64;
+            wr.wr = [remote, 1, 0, u64::from(self.rkey)];
             self.post(&mut wr)
         }
 
@@ -637,7 +837,7 @@ mod linked {
                 .iter()
                 .map(|&(_, slot)| IbvSge {
                     addr: self.base + (TARGET + slot * BYTES) as u64,
-                    length: BYTES as u32,
+                    length: (if self.ah.is_null() { 0 } else { GRH } + BYTES) as u32,
                     lkey: self.lkey,
                 })
                 .collect();
@@ -677,6 +877,8 @@ mod linked {
             Ok((n == 1).then(|| {
                 let kind = match wc.opcode {
                     WC_WRITE => Kind::Write,
+                    WC_READ => Kind::Read,
+                    WC_FAA => Kind::FetchAdd,
                     WC_SEND => Kind::Send,
                     WC_RECV => Kind::Recv,
                     _ => Kind::Other,
@@ -765,7 +967,7 @@ mod linked {
                         max_recv_sge: 1,
                         max_inline_data,
                     },
-                    qp_type: RC,
+                    qp_type: if case.ud() { UD } else { RC },
                     sq_sig_all: 0,
                 };
                 ibv_create_qp(pd, &mut attr)
@@ -779,9 +981,29 @@ mod linked {
         // SAFETY: live QPs.
         let (qpn_a, qpn_b) = unsafe { ((*qp_a).qp_num, (*qp_b).qp_num) };
         for (qp, peer) in [(qp_a, qpn_b), (qp_b, qpn_a)] {
+            let steps = if case.ud() {
+                c_ud_steps()
+            } else {
+                c_connect_steps(peer, true)
+            };
             // SAFETY: a live QP of libibverbs.
-            unsafe { c_modify_all(qp, c_connect_steps(peer, true)) };
+            unsafe { c_modify_all(qp, steps) };
         }
+        let ah = if case.ud() {
+            let mut attr = IbvAhAttr {
+                dlid: 1,
+                port_num: 1,
+                ..Default::default()
+            };
+            // SAFETY: a live PD; the attributes are libibverbs' layout.
+            let ah = unsafe { ibv_create_ah(pd, &mut attr) };
+            if ah.is_null() {
+                return Err("libmlx5: create_ah failed".into());
+            }
+            ah
+        } else {
+            std::ptr::null_mut()
+        };
         let mut pair = Theirs {
             ctx,
             cq_a,
@@ -793,6 +1015,7 @@ mod linked {
             lkey: unsafe { (*mr).lkey },
             // SAFETY: as above.
             rkey: unsafe { (*mr).rkey },
+            ah,
             // SAFETY: a live context; each slot's type.
             post_send: unsafe { op::<PostSend>(ctx, POST_SEND) },
             // SAFETY: as above.
@@ -805,6 +1028,9 @@ mod linked {
         unsafe {
             ibv_destroy_qp(pair.qp_a);
             ibv_destroy_qp(pair.qp_b);
+            if !pair.ah.is_null() {
+                ibv_destroy_ah(pair.ah);
+            }
             ibv_destroy_cq(pair.cq_a);
             ibv_destroy_cq(pair.cq_b);
             ibv_dereg_mr(mr);

@@ -8,7 +8,7 @@
 //! same SQ bytes (`oracle/`).
 
 use crate::command::QpType;
-use crate::wr::{Payload, PostError, SendFlags, SendOp, SendWr};
+use crate::wr::{Payload, PostError, SendFlags, SendOp, SendWr, UdDest};
 
 /// `fm_ce_se`: produce a CQE (`MLX5_WQE_CTRL_CQ_UPDATE`).
 pub(crate) const CTRL_CQ_UPDATE: u8 = 2 << 2;
@@ -153,6 +153,16 @@ fn raddr_seg(r: crate::wr::Remote) -> [u8; 16] {
     let mut seg = [0u8; 16];
     seg[..8].copy_from_slice(&r.addr.to_be_bytes());
     seg[8..12].copy_from_slice(&r.rkey.to_be_bytes());
+    seg
+}
+
+/// A datagram segment (`struct mlx5_wqe_datagram_seg`, `set_datagram_seg`):
+/// the AH's address vector `av` with the destination's Q_Key and QP number
+/// (extended-AV bit set).
+fn datagram_seg(av: &[u8; 48], dest: &UdDest<'_>) -> [u8; 48] {
+    let mut seg = *av;
+    seg[..4].copy_from_slice(&dest.remote_qkey.to_be_bytes());
+    seg[8..12].copy_from_slice(&(dest.remote_qpn | EXTENDED_UD_AV).to_be_bytes());
     seg
 }
 
@@ -333,13 +343,15 @@ pub(crate) fn check_send(limits: &SendLimits, wr: &SendWr<'_>) -> Result<(), Pos
     Ok(())
 }
 
-/// The usual post, written without the general path: a SEND or RDMA
-/// WRITE (with or without immediate) on an RC or UC QP from exactly one
-/// non-empty SGE, or one inline segment within `max_inline`. Every check
-/// of [`check_send`] passes for such a request (the caller checks the
-/// queue's room); `None` for any other request, nothing written. The bytes
-/// are [`write_send`]'s (the differential suite compares both paths with
-/// libmlx5's).
+/// The usual post, written without the general path: a SEND (on UD
+/// through an mlx5 address handle), an RDMA WRITE (RC, UC), an RDMA READ
+/// or an atomic (RC, to an aligned address), with or without immediate
+/// data, from exactly one non-empty SGE (of at least 8 bytes for an
+/// atomic), or (a SEND or WRITE) one inline segment within `max_inline`. Every
+/// check of [`check_send`] passes for such a request (the caller checks
+/// the queue's room); `None` for any other request, nothing written. The
+/// bytes are [`write_send`]'s (the differential suite compares both paths
+/// with libmlx5's).
 #[inline(always)]
 pub(crate) fn write_one_segment(
     sq: &Sq,
@@ -349,56 +361,131 @@ pub(crate) fn write_one_segment(
     fm_ce_se: u8,
     wr: &SendWr<'_>,
 ) -> Option<u32> {
-    if wr.ud.is_some() || limits.qp_type == QpType::Ud {
-        return None;
-    }
+    let ud = limits.qp_type == QpType::Ud;
+    // A UD request names its destination by an mlx5 address vector, an
+    // RC or UC one names none.
+    let datagram = match &wr.ud {
+        None if !ud => None,
+        Some(dest) if ud => Some((dest.av?, dest)),
+        _ => return None,
+    };
     let (op, remote, imm) = match wr.op {
         SendOp::Send { imm: None } => (opcode::SEND, None, None),
         SendOp::Send { imm: Some(i) } => (opcode::SEND_IMM, None, Some(i)),
-        SendOp::RdmaWrite { remote, imm: None } => (opcode::RDMA_WRITE, Some(remote), None),
+        SendOp::RdmaWrite { remote, imm: None } if !ud => (opcode::RDMA_WRITE, Some(remote), None),
         SendOp::RdmaWrite {
             remote,
             imm: Some(i),
-        } => (opcode::RDMA_WRITE_IMM, Some(remote), Some(i)),
+        } if !ud => (opcode::RDMA_WRITE_IMM, Some(remote), Some(i)),
+        SendOp::RdmaRead { remote } if limits.qp_type == QpType::Rc => {
+            (opcode::RDMA_READ, Some(remote), None)
+        }
+        SendOp::FetchAdd { .. } | SendOp::CompareSwap { .. } => {
+            return write_atomic(sq, idx, cur_post, limits, fm_ce_se, wr)
+        }
         _ => return None,
     };
     let applies = match wr.payload {
         Payload::Sges([sge]) => sge.length != 0 && limits.max_sge != 0,
-        Payload::Inline([data]) => !data.is_empty() && data.len() <= limits.max_inline as usize,
+        Payload::Inline([data]) => {
+            op != opcode::RDMA_READ && !data.is_empty() && data.len() <= limits.max_inline as usize
+        }
         _ => false,
     };
     if !applies {
         return None;
     }
-    // Control, a remote address and a data segment or an inline header:
-    // at most 48 bytes, within the WQE's first block.
-    let mut offset = 16;
-    if let Some(r) = remote {
-        sq.put_in_block(idx, offset, &raddr_seg(r));
-        offset += 16;
-    }
-    let mut ds = offset as u32 / 16;
-    // One segment of either kind (checked above).
-    match wr.payload {
-        Payload::Sges(sges) => {
-            let sge = &sges[0];
-            sq.put_in_block(idx, offset, &data_seg(sge.length, sge.lkey, sge.addr));
-            ds += 1;
+    // After the control segment: a datagram segment, which fills the rest
+    // of the first block (the data goes on in the next, which may be the
+    // SQ's first), or a remote address; then a data segment or an inline
+    // header, where the block ends at the latest. Each shape with its own
+    // constant offsets, so that no store tests its place.
+    let ds = match (datagram, remote) {
+        (Some((av, dest)), _) => {
+            sq.put_in_block(idx, 16, &datagram_seg(av, dest));
+            4 + put_payload(sq, (idx + 1) & (sq.bbs - 1), 0, &wr.payload)
         }
-        Payload::Inline(segs) => {
-            let data = segs[0];
-            sq.put_in_block(idx, offset, &(data.len() as u32 | INLINE_SEG).to_be_bytes());
-            // The data may cross into the next blocks and the SQ's wrap.
-            sq.put(idx as usize * 64 + offset + 4, data);
-            ds += (data.len() as u32 + 4).div_ceil(16);
+        (None, Some(r)) => {
+            sq.put_in_block(idx, 16, &raddr_seg(r));
+            2 + put_payload(sq, idx, 32, &wr.payload)
         }
-    }
+        (None, None) => 1 + put_payload(sq, idx, 16, &wr.payload),
+    };
     sq.put_in_block(
         idx,
         0,
         &ctrl_seg(cur_post, op, limits, ds, fm_ce_se, wr, imm),
     );
     Some(ds)
+}
+
+/// [`write_one_segment`] of an atomic on an RC QP: a remote-address, an
+/// atomic and a data segment (of 8 bytes, what the device writes back),
+/// 64 bytes in all, one block. `None` where [`check_send`] would refuse it
+/// (another QP type, inline data, not one SGE of at least 8 bytes, a
+/// misaligned address), nothing written.
+#[inline(always)]
+fn write_atomic(
+    sq: &Sq,
+    idx: u32,
+    cur_post: u32,
+    limits: &SendLimits,
+    fm_ce_se: u8,
+    wr: &SendWr<'_>,
+) -> Option<u32> {
+    let (op, remote, swap_add, compare) = match wr.op {
+        SendOp::FetchAdd { remote, add } => (opcode::ATOMIC_FA, remote, add, None),
+        SendOp::CompareSwap {
+            remote,
+            compare,
+            swap,
+        } => (opcode::ATOMIC_CS, remote, swap, Some(compare)),
+        _ => return None,
+    };
+    let Payload::Sges([sge]) = wr.payload else {
+        return None;
+    };
+    if limits.qp_type != QpType::Rc || limits.max_sge == 0 || sge.length < 8 || remote.addr % 8 != 0
+    {
+        return None;
+    }
+    sq.put_in_block(idx, 16, &raddr_seg(remote));
+    sq.put_in_block(idx, 32, &swap_add.to_be_bytes());
+    // FAA: libmlx5 leaves the compare word as it was.
+    if let Some(c) = compare {
+        sq.put_in_block(idx, 40, &c.to_be_bytes());
+    }
+    sq.put_in_block(idx, 48, &data_seg(8, sge.lkey, sge.addr));
+    sq.put_in_block(
+        idx,
+        0,
+        &ctrl_seg(cur_post, op, limits, 4, fm_ce_se, wr, None),
+    );
+    Some(4)
+}
+
+/// [`write_one_segment`]'s payload, one data segment or one inline
+/// segment, at byte `offset` of block `block`; answers its 16-byte units.
+#[inline(always)]
+fn put_payload(sq: &Sq, block: u32, offset: usize, payload: &Payload<'_>) -> u32 {
+    match *payload {
+        Payload::Sges(sges) => {
+            let sge = &sges[0];
+            sq.put_in_block(block, offset, &data_seg(sge.length, sge.lkey, sge.addr));
+            1
+        }
+        Payload::Inline(segs) => {
+            let data = segs[0];
+            sq.put_in_block(
+                block,
+                offset,
+                &(data.len() as u32 | INLINE_SEG).to_be_bytes(),
+            );
+            // The data may cross into the next blocks and the SQ's wrap.
+            sq.put(block as usize * 64 + offset + 4, data);
+            (data.len() as u32 + 4).div_ceil(16)
+        }
+    }
 }
 
 /// Writes the WQE of a checked request at block `idx`, as WQE number
@@ -425,12 +512,8 @@ pub(crate) fn write_send(
     let mut at = start + 16;
     let mut ds = 1u32;
     if let Some(dest) = wr.ud {
-        // The AH's address vector with the destination QP (extended AV
-        // bit set) and Q_Key (`set_datagram_seg`).
-        let mut seg = *dest.av.expect("checked: a UD send has a vector");
-        seg[..4].copy_from_slice(&dest.remote_qkey.to_be_bytes());
-        seg[8..12].copy_from_slice(&(dest.remote_qpn | EXTENDED_UD_AV).to_be_bytes());
-        at = sq.put_seg(at, &seg);
+        let av = dest.av.expect("checked: a UD send has a vector");
+        at = sq.put_seg(at, &datagram_seg(av, &dest));
         ds += 3;
     }
     if let Some(r) = remote {
@@ -512,5 +595,120 @@ mod window_op_tests {
                 })
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod one_segment_tests {
+    use super::*;
+    use crate::wr::{Remote, Sge};
+
+    /// An SQ of `bbs` blocks in `mem`, every byte `fill`.
+    fn sq(mem: &mut [u8], fill: u8) -> Sq {
+        mem.fill(fill);
+        Sq {
+            start: mem.as_mut_ptr(),
+            bbs: (mem.len() / 64) as u32,
+        }
+    }
+
+    /// Every request the one-segment writer takes leaves the bytes the
+    /// general writer leaves (ds included), in every block of a small SQ,
+    /// so also where a UD request's data goes on in the SQ's first block;
+    /// every request it declines is one the general path handles (a
+    /// refusal or another shape), and it wrote nothing.
+    #[test]
+    fn the_one_segment_writer_writes_what_the_general_writer_does() {
+        const BBS: usize = 4;
+        let av = [0x5a; 48];
+        let remote = Remote {
+            addr: 0x1_0000_0040,
+            rkey: 0x77,
+        };
+        let odd = Remote {
+            addr: 0x1_0000_0044,
+            ..remote
+        };
+        let one = [Sge {
+            addr: 0xabc0,
+            length: 64,
+            lkey: 0x11,
+        }];
+        let short = [Sge {
+            length: 4,
+            ..one[0]
+        }];
+        let two = [one[0], one[0]];
+        let data = [7u8; 40];
+        let inline: [&[u8]; 1] = [&data];
+        let ops = [
+            SendOp::Send { imm: None },
+            SendOp::Send { imm: Some(9) },
+            SendOp::RdmaWrite { remote, imm: None },
+            SendOp::RdmaWrite {
+                remote,
+                imm: Some(3),
+            },
+            SendOp::RdmaRead { remote },
+            SendOp::FetchAdd { remote, add: 5 },
+            SendOp::FetchAdd {
+                remote: odd,
+                add: 5,
+            },
+            SendOp::CompareSwap {
+                remote,
+                compare: 1,
+                swap: 2,
+            },
+        ];
+        let payloads = [
+            Payload::Sges(&one),
+            Payload::Sges(&short),
+            Payload::Sges(&two),
+            Payload::Sges(&[]),
+            Payload::Inline(&inline),
+        ];
+        let (mut taken, mut declined) = (0, 0);
+        for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            let limits = SendLimits {
+                qpn: 0x4321,
+                qp_type,
+                max_sge: 2,
+                max_inline: 64,
+            };
+            for op in ops {
+                for payload in payloads {
+                    for idx in 0..BBS as u32 {
+                        let mut wr = SendWr::new(1, op, payload).flags(SendFlags::SIGNALED);
+                        if qp_type == QpType::Ud {
+                            let mut dest = UdDest::from_raw(0, 0x99, 0x1234);
+                            dest.av = Some(&av);
+                            wr.ud = Some(dest);
+                        }
+                        let (mut a, mut b) = ([0u8; BBS * 64], [0u8; BBS * 64]);
+                        let (sa, sb) = (sq(&mut a, 0xee), sq(&mut b, 0xee));
+                        let cur_post = 0x1_0000 + idx;
+                        match write_one_segment(&sa, idx, cur_post, &limits, 0, &wr) {
+                            Some(ds) => {
+                                check_send(&limits, &wr).expect("taken means valid");
+                                let want = write_send(&sb, idx, cur_post, &limits, 0, &wr);
+                                assert_eq!(ds, want, "{op:?} {payload:?} {qp_type:?} at {idx}");
+                                assert_eq!(a, b, "{op:?} {payload:?} {qp_type:?} at {idx}");
+                                taken += 1;
+                            }
+                            None => {
+                                assert!(a.iter().all(|&x| x == 0xee), "declined, nothing written");
+                                declined += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // SENDs and WRITEs (4) × one SGE, a short one or inline on RC and
+        // UC, the SENDs (2) × the same on UD, and on RC the READ × either
+        // SGE and the two aligned atomics × the long one, each in 4 blocks.
+        assert_eq!(taken, (4 * 3 * 2 + 2 * 3 + 2 + 2) * BBS);
+        assert!(declined > 0);
     }
 }
