@@ -39,12 +39,14 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("siw", "probe_poll", 76),
     ("siw", "probe_post_recv", 75),
     ("siw", "probe_post_recv_exclusive", 71),
-    ("rxe", "probe_post_send", 218),
-    ("rxe", "probe_post_send_exclusive", 212),
-    ("siw", "probe_post_send", 202),
-    ("siw", "probe_post_send_exclusive", 197),
-    ("rxe", "probe_post_send_batch", 511),
-    ("siw", "probe_post_send_batch", 444),
+    ("rxe", "probe_post_send", 220),
+    ("rxe", "probe_post_send_exclusive", 214),
+    ("siw", "probe_post_send", 203),
+    ("siw", "probe_post_send_exclusive", 198),
+    ("rxe", "probe_post_send_batch", 514),
+    ("siw", "probe_post_send_batch", 446),
+    ("rxe", "probe_post_read", 228),
+    ("siw", "probe_post_read", 211),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.
@@ -89,12 +91,28 @@ pub(crate) fn probe_post_send_batch(qp: &QueuePair, wrs: &[SendWr<'_>]) -> bool 
     unsafe { qp.post_send(wrs) }.is_ok()
 }
 
+/// [`QueuePair::post_send`] of one signalled RDMA READ into `sges`, not
+/// inlined (the request is made here, so that the body differs from
+/// [`probe_post_send`]'s and the two stay separate functions).
+#[inline(never)]
+pub(crate) fn probe_post_read(qp: &QueuePair, wr_id: u64, sges: &[crate::wr::Sge]) -> bool {
+    use crate::wr::{Payload, Remote, SendOp};
+    let remote = Remote {
+        addr: 0x20000,
+        rkey: 9,
+    };
+    let wr = SendWr::new(wr_id, SendOp::RdmaRead { remote }, Payload::Sges(sges));
+    // SAFETY: as in `probe_post_recv`.
+    unsafe { qp.post_send(std::slice::from_ref(&wr)) }.is_ok()
+}
+
 /// The loops' send half: moves `qp` to ERR (which takes sends through the
 /// same state check as RTS, and which the fakes reach without a CM or a
 /// path), points its doorbell at `/dev/null`, and posts [`probe_write`]
 /// from `sges` [`ITERS`] times through [`probe_post_send`], then as many
 /// through [`probe_post_send_exclusive`], then [`ITERS`] batches of four
-/// through [`probe_post_send_batch`]; after each post `taken(n)` has the
+/// through [`probe_post_send_batch`], then [`ITERS`] READs through
+/// [`probe_post_read`]; after each post `taken(n)` has the
 /// fake kernel take its `n` WQEs. Not named `probe_*`: tools/ir-budget.sh's
 /// `--toggle-collect` pattern would toggle collection on here and off
 /// again inside each measured probe.
@@ -121,6 +139,10 @@ pub(crate) fn send_loop(qp: &mut QueuePair, sges: &[crate::wr::Sge], mut taken: 
         let batch = [0, 1, 2, 3].map(|k| probe_write(4 * i + k, sges));
         assert!(probe_post_send_batch(qp, &batch));
         taken(4);
+    }
+    for i in 0..ITERS {
+        assert!(probe_post_read(qp, i, sges));
+        taken(1);
     }
     // The doorbell's descriptor closes here: no post follows.
     qp.doorbell_to(-1);

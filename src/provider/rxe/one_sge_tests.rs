@@ -9,8 +9,8 @@ use super::kernel_model::TestRing;
 use super::queue::Producer;
 use super::ring_props::producer;
 use super::wqe::{
-    check_send_for_qp_type, encode_one_segment_send, send_queue_full, write_send_wqe, SendLimits,
-    SEND_WQE_LEN,
+    check_send_for_qp_type, encode_one_segment_send, encode_other_one_segment, send_queue_full,
+    write_send_wqe, SendLimits, SEND_WQE_LEN,
 };
 use crate::command::QpType;
 use crate::wr::{Payload, PostError, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
@@ -41,8 +41,10 @@ fn slot_after(
 fn op_strategy() -> impl Strategy<Value = SendOp> {
     let remote = (any::<u64>(), any::<u32>()).prop_map(|(addr, rkey)| Remote { addr, rkey });
     prop_oneof![
-        any::<Option<u32>>().prop_map(|imm| SendOp::Send { imm }),
-        (remote, any::<Option<u32>>()).prop_map(|(remote, imm)| SendOp::RdmaWrite { remote, imm }),
+        2 => any::<Option<u32>>().prop_map(|imm| SendOp::Send { imm }),
+        2 => (remote.clone(), any::<Option<u32>>())
+            .prop_map(|(remote, imm)| SendOp::RdmaWrite { remote, imm }),
+        1 => remote.prop_map(|remote| SendOp::RdmaRead { remote }),
     ]
 }
 
@@ -69,9 +71,83 @@ proptest! {
             payload: if inline_bytes.is_some() { Payload::Inline(&segs) } else { Payload::Sges(&sges) },
             ud: None,
         };
+        // A READ only on RC and never inline; the rest all.
+        let read = matches!(op, SendOp::RdmaRead { .. });
+        if read && (uc || inline_bytes.is_some()) {
+            let ring = TestRing::new(9, 4);
+            let mut sq = producer(&ring, SEND_WQE_LEN);
+            prop_assert!(encode_one_segment_send(&mut sq, qp_type, LIMITS, &wr).is_none());
+            prop_assert_eq!(sq.pending(), 0);
+            return Ok(());
+        }
         let fast = slot_after(stale, &wr, |sq, wr| {
             encode_one_segment_send(sq, qp_type, LIMITS, wr)
                 .expect("the one-segment path takes it")
+                .map_err(send_queue_full)
+        });
+        let general = slot_after(stale, &wr, |sq, wr| {
+            check_send_for_qp_type(qp_type, wr)?;
+            write_send_wqe(sq, LIMITS, wr)
+        });
+        prop_assert_eq!(fast, general);
+    }
+}
+
+proptest! {
+    #![proptest_config(super::super::ring_prop_config(256))]
+
+    /// The other one-segment shapes (a UD SEND, an atomic on RC), which
+    /// the general path writes without its checks: the general writer's
+    /// bytes for every request taken, which must include each UD SEND and
+    /// each aligned atomic of at least 8 bytes on RC; nothing reserved for
+    /// the rest.
+    #[test]
+    fn other_one_segment_shapes_write_the_general_writers_bytes(
+        op in prop_oneof![
+            any::<Option<u32>>().prop_map(|imm| SendOp::Send { imm }),
+            (any::<u64>(), any::<u64>()).prop_map(|(addr, add)| SendOp::FetchAdd {
+                remote: Remote { addr: addr & !7, rkey: 5 },
+                add,
+            }),
+            (any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(addr, compare, swap)| {
+                SendOp::CompareSwap { remote: Remote { addr, rkey: 6 }, compare, swap }
+            }),
+        ],
+        qp_type in prop_oneof![Just(QpType::Rc), Just(QpType::Uc), Just(QpType::Ud)],
+        (addr, length, lkey) in (any::<u64>(), 0u32..24, any::<u32>()),
+        inline in any::<bool>(),
+        (qpn, qkey, ah) in (any::<u32>(), any::<u32>(), any::<u32>()),
+        stale in any::<u8>(),
+    ) {
+        let sges = [Sge { addr, length, lkey }];
+        let data = [3u8; 20];
+        let segs: [&[u8]; 1] = [&data[..length.min(20) as usize]];
+        let wr = SendWr {
+            wr_id: 7,
+            op,
+            flags: SendFlags::SIGNALED,
+            payload: if inline { Payload::Inline(&segs) } else { Payload::Sges(&sges) },
+            ud: (qp_type == QpType::Ud).then(|| UdDest::from_raw(ah, qpn, qkey)),
+        };
+        let atomic = match op {
+            SendOp::FetchAdd { remote, .. } | SendOp::CompareSwap { remote, .. } => Some(remote),
+            _ => None,
+        };
+        let must = match atomic {
+            None => qp_type == QpType::Ud,
+            Some(r) => qp_type == QpType::Rc && !inline && length >= 8 && r.addr % 8 == 0,
+        };
+        let ring = TestRing::new(9, 4);
+        let mut sq = producer(&ring, SEND_WQE_LEN);
+        let taken = encode_other_one_segment(&mut sq, qp_type, LIMITS, &wr).is_some();
+        prop_assert_eq!(taken, must, "{:?} on {:?}", wr, qp_type);
+        if !taken {
+            prop_assert_eq!(sq.pending(), 0);
+            return Ok(());
+        }
+        let fast = slot_after(stale, &wr, |sq, wr| {
+            encode_other_one_segment(sq, qp_type, LIMITS, wr)
+                .expect("taken above")
                 .map_err(send_queue_full)
         });
         let general = slot_after(stale, &wr, |sq, wr| {
@@ -110,8 +186,8 @@ fn a_full_queue_is_refused_alike() {
 }
 
 /// Everything but a WRITE or SEND from one SGE or one inline segment
-/// within `max_inline`, without a UD destination, on an RC or UC QP whose
-/// slots take an SGE goes the general way.
+/// within `max_inline`, or a READ into one SGE on RC, without a UD
+/// destination, on a QP whose slots take an SGE goes the general way.
 #[test]
 fn other_requests_take_the_general_path() {
     let one = [Sge {
@@ -130,7 +206,7 @@ fn other_requests_take_the_general_path() {
     let cases = [
         (
             wr(SendOp::RdmaRead { remote }, Payload::Sges(&one)),
-            QpType::Rc,
+            QpType::Uc,
             LIMITS,
         ),
         (

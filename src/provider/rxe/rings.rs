@@ -253,7 +253,10 @@ pub(super) fn post_sends(
     post_sends_general(sq, qp_type, limits, wrs)
 }
 
-/// [`post_sends`] for a batch, or a request the one-segment path does not take.
+/// [`post_sends`] for a batch, or a request the one-segment path does not
+/// take: one of the other shapes with one segment (a READ, an atomic, a UD
+/// SEND: [`wqe::encode_other_one_segment`]) here, without the loop; the
+/// rest in a batch's loop.
 #[inline(never)]
 fn post_sends_general(
     sq: &mut Producer,
@@ -261,6 +264,23 @@ fn post_sends_general(
     limits: SendLimits,
     wrs: &[SendWr<'_>],
 ) -> Result<bool, PostFailure> {
+    if let [wr] = wrs {
+        if let Some(written) = wqe::encode_other_one_segment(sq, qp_type, limits, wr) {
+            return match written {
+                Ok(()) => {
+                    sq.publish();
+                    Ok(true)
+                }
+                Err(full) => {
+                    sq.cancel();
+                    Err(PostFailure::Refused {
+                        index: 0,
+                        error: wqe::send_queue_full(full),
+                    })
+                }
+            };
+        }
+    }
     if sq.has_room(wrs.len()) {
         write_batch(sq, qp_type, limits, wrs, |sq| {
             // SAFETY: there was room for `wrs.len()` slots (just above), and

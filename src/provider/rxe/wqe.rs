@@ -327,6 +327,9 @@ pub(crate) fn check_and_encode_send(
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<(), PostError> {
+    if let Some(written) = encode_other_one_segment(sq, qp_type, limits, wr) {
+        return written.map_err(send_queue_full);
+    }
     let op = OpWords::of(&wr.op, wr.ud);
     check_op_for_qp_type(qp_type, wr, op.opcode)?;
     encode_op(sq, limits, wr, op)
@@ -349,7 +352,14 @@ pub(crate) fn encode_one_segment_send(
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Option<Result<(), QueueFull>> {
-    encode_one_segment_send_with(sq, qp_type, limits, wr, Producer::reserve)
+    encode_one_segment_send_with(
+        sq,
+        qp_type,
+        limits,
+        wr,
+        #[inline(always)]
+        |sq| sq.reserve(),
+    )
 }
 
 /// [`encode_one_segment_send`], its slot taken by `take` (a batch that saw
@@ -362,16 +372,6 @@ pub(crate) fn encode_one_segment_send_with(
     wr: &SendWr<'_>,
     take: impl FnOnce(&mut Producer) -> Result<&mut [u8], QueueFull>,
 ) -> Option<Result<(), QueueFull>> {
-    // The payload's length and inline flag; the general path counts either
-    // kind as `num_sge` entries against `max_sge`, here one.
-    let (one, length, inline_flag) = match wr.payload {
-        Payload::Sges([sge]) => (OneSegment::Sge(sge), sge.length, 0),
-        // Within max_inline (a u32), so the length fits.
-        Payload::Inline([seg]) if seg.len() <= limits.max_inline as usize => {
-            (OneSegment::Inline(seg), seg.len() as u32, SEND_INLINE)
-        }
-        _ => return None,
-    };
     if wr.ud.is_some() || qp_type == crate::command::QpType::Ud || limits.max_sge == 0 {
         return None;
     }
@@ -391,12 +391,103 @@ pub(crate) fn encode_one_segment_send_with(
         ),
         SendOp::Send { imm: None } => (IB_UVERBS_WR_SEND, 0, 0, 0),
         SendOp::Send { imm: Some(imm) } => (IB_UVERBS_WR_SEND_WITH_IMM, imm.to_be(), 0, 0),
+        // READ: RC only, never inline (below).
+        SendOp::RdmaRead { remote } if qp_type == crate::command::QpType::Rc => {
+            (IB_UVERBS_WR_RDMA_READ, 0, remote.addr, remote.rkey)
+        }
+        _ => return None,
+    };
+    // The payload's length and inline flag; the general path counts either
+    // kind as `num_sge` entries against `max_sge`, here one.
+    let (one, length, inline_flag) = match wr.payload {
+        Payload::Sges([sge]) => (OneSegment::Sge(sge), sge.length, 0),
+        // Within max_inline (a u32), so the length fits.
+        Payload::Inline([seg])
+            if opcode != IB_UVERBS_WR_RDMA_READ && seg.len() <= limits.max_inline as usize =>
+        {
+            (OneSegment::Inline(seg), seg.len() as u32, SEND_INLINE)
+        }
         _ => return None,
     };
     let slot = match take(sq) {
         Ok(slot) => slot,
         Err(full) => return Some(Err(full)),
     };
+    // The RDMA member (`remote_addr`, `rkey` + reserved).
+    let words = OpWords {
+        opcode,
+        ex,
+        iova,
+        union: [iova, u64::from(rkey), 0, 0],
+    };
+    fill_one_segment(slot, wr, words, (one, length, inline_flag));
+    Some(Ok(()))
+}
+
+/// The one-segment requests that [`encode_one_segment_send`] leaves to the
+/// general path, written with as few tests (inline in
+/// [`check_and_encode_send`], so that the usual post keeps no room for
+/// them): a SEND with its destination on UD (one SGE or one inline
+/// segment within `max_inline`), and an RDMA READ or an atomic on RC from
+/// one SGE (an atomic's of at least 8 bytes to an aligned address). Every
+/// check of the general path passes for such a request but a full queue.
+/// `None` for every other request, nothing reserved.
+#[inline(always)]
+pub(crate) fn encode_other_one_segment(
+    sq: &mut Producer,
+    qp_type: crate::command::QpType,
+    limits: SendLimits,
+    wr: &SendWr<'_>,
+) -> Option<Result<(), QueueFull>> {
+    use crate::command::QpType;
+    let payload = match wr.payload {
+        Payload::Sges([sge]) => (OneSegment::Sge(sge), sge.length, 0),
+        Payload::Inline([seg]) if seg.len() <= limits.max_inline as usize => {
+            (OneSegment::Inline(seg), seg.len() as u32, SEND_INLINE)
+        }
+        _ => return None,
+    };
+    let (_, length, inline_flag) = payload;
+    let ud = qp_type == QpType::Ud;
+    if ud != wr.ud.is_some() || limits.max_sge == 0 {
+        return None;
+    }
+    let fetches = qp_type == QpType::Rc && inline_flag == 0;
+    let aligned = |remote: Remote| length >= 8 && remote.addr % 8 == 0;
+    let words = match wr.op {
+        SendOp::Send { .. } if ud => OpWords::of(&wr.op, wr.ud),
+        SendOp::RdmaRead { .. } if fetches => OpWords::of(&wr.op, None),
+        SendOp::FetchAdd { remote, .. } | SendOp::CompareSwap { remote, .. }
+            if fetches && aligned(remote) =>
+        {
+            OpWords::of(&wr.op, None)
+        }
+        _ => return None,
+    };
+    let slot = match sq.reserve() {
+        Ok(slot) => slot,
+        Err(full) => return Some(Err(full)),
+    };
+    fill_one_segment(slot, wr, words, payload);
+    Some(Ok(()))
+}
+
+/// Fills `slot` with the WQE of `wr`, whose operation `words` describes and
+/// whose payload is one segment (of `length` bytes, `inline_flag` its
+/// flag), as the general writer does.
+#[inline(always)]
+fn fill_one_segment(
+    slot: &mut [u8],
+    wr: &SendWr<'_>,
+    words: OpWords,
+    (one, length, inline_flag): (OneSegment<'_>, u32, u32),
+) {
+    let OpWords {
+        opcode,
+        ex,
+        iova,
+        union,
+    } = words;
     let (wqe, tail) = send_wqe_in(slot);
     let kwr = &mut wqe.wr;
     kwr.wr_id = wr.wr_id;
@@ -404,10 +495,12 @@ pub(crate) fn encode_one_segment_send_with(
     kwr.opcode = opcode;
     kwr.send_flags = wr.flags.bits() | inline_flag;
     kwr.ex = ex;
-    // The RDMA member (`remote_addr`, `rkey` + reserved), the rest zero.
+    // The operation's member, the rest zero.
     kwr.wr = [0; 15];
-    kwr.wr[0] = iova;
-    kwr.wr[1] = u64::from(rkey);
+    kwr.wr[0] = union[0];
+    kwr.wr[1] = union[1];
+    kwr.wr[2] = union[2];
+    kwr.wr[3] = union[3];
     wqe.state = 0;
     wqe.iova = iova;
     wqe.dma = rxe_dma_info {
@@ -423,7 +516,6 @@ pub(crate) fn encode_one_segment_send_with(
         // The tail holds max_inline bytes (`SendLimits::within_slot`).
         OneSegment::Inline(seg) => tail[..seg.len()].copy_from_slice(seg),
     }
-    Some(Ok(()))
 }
 
 /// The one payload segment [`encode_one_segment_send`] writes.

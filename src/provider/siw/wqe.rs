@@ -401,9 +401,10 @@ enum FastPayload<'a> {
 /// The fast path: a SEND or RDMA WRITE without immediate data and with no
 /// UD destination, whose payload is exactly one SGE (on a QP taking at
 /// least one: `max_sge` ≥ 1) or exactly one inline segment of at most the
-/// QP's inline limit (capped at [`SIW_MAX_INLINE`]). Every check of
-/// [`check_send`] passes for such a request (its op is supported, it is no
-/// READ, so neither the fence nor the inline refusal applies, one SGE is
+/// QP's inline limit (capped at [`SIW_MAX_INLINE`]); or an RDMA READ
+/// without a fence into exactly one SGE. Every check of [`check_send`]
+/// passes for such a request (its op is supported, a READ is neither
+/// fenced nor inline and its one SGE within [`MAX_READ_SGE`], one SGE is
 /// within the QP's limit and its length a `u32`, the segment is the whole
 /// inline length), so it needs none. Answers what [`write_fast_send`]
 /// writes, or `None` for any other request (the general path's).
@@ -419,11 +420,21 @@ pub(crate) fn fast_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend
             raddr: remote.addr,
         },
         SendOp::Send { imm: None } => SqeOp::SEND,
+        // A READ without a fence (siw refuses a fenced READ), into one SGE
+        // (below): within its limit of `MAX_READ_SGE`, never inline.
+        SendOp::RdmaRead { remote } if !wr.flags.contains(SendFlags::FENCE) => SqeOp {
+            opcode: SIW_OP_READ,
+            rkey: remote.rkey,
+            raddr: remote.addr,
+        },
         _ => return None,
     };
     let payload = match wr.payload {
         Payload::Sges([sge]) if cfg.max_sge != 0 => FastPayload::Sge(sge),
-        Payload::Inline([seg]) if seg.len() <= cfg.max_inline.min(SIW_MAX_INLINE) as usize => {
+        Payload::Inline([seg])
+            if op.opcode != SIW_OP_READ
+                && seg.len() <= cfg.max_inline.min(SIW_MAX_INLINE) as usize =>
+        {
             FastPayload::Inline(seg)
         }
         _ => return None,

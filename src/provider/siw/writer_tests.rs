@@ -211,7 +211,7 @@ fn fast_req(cfg: SendConfig) -> impl Strategy<Value = Req> {
         ]
         .boxed()
     };
-    (any::<u64>(), plain_op(), any::<u32>(), payload).prop_map(
+    let plain = (any::<u64>(), plain_op(), any::<u32>(), payload).prop_map(
         |(wr_id, op, flags, (inline, sges))| Req {
             wr_id,
             op,
@@ -220,7 +220,21 @@ fn fast_req(cfg: SendConfig) -> impl Strategy<Value = Req> {
             sges,
             ud: false,
         },
-    )
+    );
+    if cfg.max_sge == 0 {
+        return plain.boxed();
+    }
+    // A READ into one SGE, without a fence.
+    let read =
+        (any::<u64>(), remote(), any::<u32>(), sge()).prop_map(|(wr_id, remote, flags, s)| Req {
+            wr_id,
+            op: SendOp::RdmaRead { remote },
+            flags: flags & !SendFlags::FENCE.bits(),
+            inline: None,
+            sges: vec![s],
+            ud: false,
+        });
+    prop_oneof![3 => plain, 1 => read].boxed()
 }
 
 proptest! {
@@ -448,18 +462,23 @@ fn other_requests_take_the_general_path() {
     let wr = |op, payload| SendWr::new(1, op, payload);
     let send = SendOp::Send { imm: None };
     let write = SendOp::RdmaWrite { remote, imm: None };
-    // Taken: the two shapes, for both ops.
+    let read = SendOp::RdmaRead { remote };
+    // Taken: the two shapes, for both ops, and a READ into one SGE.
     for op in [send, write] {
         assert!(fast_send(cfg, &wr(op, Payload::Sges(&one))).is_some());
         assert!(fast_send(cfg, &wr(op, Payload::Inline(one_seg))).is_some());
     }
+    assert!(fast_send(cfg, &wr(read, Payload::Sges(&one))).is_some());
     let no_sge = SendConfig { max_sge: 0, ..cfg };
     let wide = SendConfig {
         max_inline: 1000,
         ..cfg
     };
     let cases = [
-        (wr(SendOp::RdmaRead { remote }, Payload::Sges(&one)), cfg),
+        // A fenced READ (siw refuses it), an inline one, one into two SGEs.
+        (wr(read, Payload::Sges(&one)).flags(SendFlags::FENCE), cfg),
+        (wr(read, Payload::Inline(one_seg)), cfg),
+        (wr(read, Payload::Sges(&two)), cfg),
         (wr(SendOp::Send { imm: Some(1) }, Payload::Sges(&one)), cfg),
         (
             wr(
