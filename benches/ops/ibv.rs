@@ -181,6 +181,7 @@ const _: () = {
 // verbs.h's enum values (the probe printed the same).
 const IBV_WR_RDMA_WRITE: u32 = 0;
 const IBV_WR_SEND: u32 = 2;
+const IBV_WR_RDMA_READ: u32 = 4;
 const IBV_SEND_SIGNALED: u32 = 2;
 const IBV_SEND_INLINE: u32 = 8;
 const IBV_QPS_INIT: u32 = 1;
@@ -189,6 +190,7 @@ const IBV_QPS_RTS: u32 = 3;
 const IBV_WC_SUCCESS: u32 = 0;
 const IBV_WC_SEND: u32 = 0;
 const IBV_WC_RDMA_WRITE: u32 = 1;
+const IBV_WC_RDMA_READ: u32 = 2;
 const IBV_WC_RECV: u32 = 128;
 const IBV_ACCESS_LOCAL_WRITE: c_int = 1;
 const IBV_ACCESS_REMOTE_WRITE: c_int = 2;
@@ -536,6 +538,14 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
             Case::WriteBatch => write_batch(pair, &q, source, &slot, rkey)?,
             Case::SendRecv => send_recv(pair, &q, source, slot(0), lkey)?,
             Case::InlineSend => inline_send(pair, &q, &slot, lkey)?,
+            Case::Read => {
+                let target = IbvSge {
+                    addr: slot(0),
+                    length: BYTES as u32,
+                    lkey,
+                };
+                read(pair, &q, target, base, rkey)?
+            }
         };
         crate::landed(pair, buf)?;
         drop(objs);
@@ -572,6 +582,38 @@ fn write(
             format_args!("post_send {i}"),
         )?;
         q.one_completion(&mut counts, false, "WRITE", i, IBV_WC_RDMA_WRITE)?;
+    }
+    Ok(counts)
+}
+
+/// Case 5: one signalled READ of `remote` (the source) into `target` per
+/// iteration.
+fn read(
+    pair: &Pair,
+    q: &Qps,
+    mut target: IbvSge,
+    remote: u64,
+    rkey: u32,
+) -> Result<Counts, String> {
+    let mut counts = Counts::default();
+    for i in 0..pair.iters {
+        let mut wr = send_wr(
+            i as u64,
+            IBV_WR_RDMA_READ,
+            IBV_SEND_SIGNALED,
+            &mut target,
+            remote,
+            rkey,
+        );
+        counts.posts += 1;
+        // SAFETY: the target is registered and read only after the
+        // completion, polled below; the source is the peer's registered
+        // region.
+        posted(
+            unsafe { q.post_send(&mut wr) },
+            format_args!("post_send {i}"),
+        )?;
+        q.one_completion(&mut counts, false, "READ", i, IBV_WC_RDMA_READ)?;
     }
     Ok(counts)
 }

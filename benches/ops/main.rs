@@ -18,7 +18,9 @@
 //! 4. `inline_send`: post one signalled 64-byte SEND with its bytes inline
 //!    on A and poll A's CQ for it. B's receives (one per iteration, each
 //!    into a slot of its own) are posted before the loop and never polled:
-//!    only the sender's `post_send` and poll are measured.
+//!    only the sender's `post_send` and poll are measured;
+//! 5. `read`: post one signalled 64-byte RDMA READ of B's source into an
+//!    SGE on A (slot 0), poll A's CQ for its completion.
 //!
 //! Each wait sleeps 5 ms outside the measured functions before it polls
 //! (sleeping 1 ms again while the poll does not find all, at most
@@ -107,14 +109,16 @@ pub enum Case {
     WriteBatch,
     SendRecv,
     InlineSend,
+    Read,
 }
 
 impl Case {
-    pub const ALL: [Case; 4] = [
+    pub const ALL: [Case; 5] = [
         Case::Write,
         Case::WriteBatch,
         Case::SendRecv,
         Case::InlineSend,
+        Case::Read,
     ];
 
     /// Its `op=` in the result lines (case 1 keeps the name it always had).
@@ -124,6 +128,7 @@ impl Case {
             Case::WriteBatch => "write_batch4",
             Case::SendRecv => "send_recv",
             Case::InlineSend => "inline_send",
+            Case::Read => "read",
         }
     }
 

@@ -198,6 +198,11 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
         addr: slot(k),
         rkey: mr.rkey(),
     };
+    // What a READ reads: the source (in the same region, as B's).
+    let remote_source = Remote {
+        addr: base,
+        rkey: mr.rkey(),
+    };
     let recv_sge = |k: usize| Sge {
         addr: slot(k),
         length: BYTES as u32,
@@ -208,6 +213,7 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
         Case::WriteBatch => write_batch(pair, &mut objs, &source, &remote)?,
         Case::SendRecv => send_recv(pair, &mut objs, &source, recv_sge(0))?,
         Case::InlineSend => inline_send(pair, &mut objs, &recv_sge)?,
+        Case::Read => read(pair, &mut objs, recv_sge(0), remote_source)?,
     };
     crate::landed(pair, buf)?;
     drop(objs);
@@ -248,6 +254,23 @@ fn write(pair: &Pair, o: &mut Objects, source: &[Sge], remote: Remote) -> Result
         // polled below, and the MR outlives the QP's use of them.
         unsafe { o.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
         wait_checked(&mut counts, o.a(), "WRITE", i, WcOpcode::RdmaWrite)?;
+    }
+    Ok(counts)
+}
+
+/// Case 5: one signalled READ of `remote` into `target` per iteration.
+fn read(pair: &Pair, o: &mut Objects, target: Sge, remote: Remote) -> Result<Counts, String> {
+    let mut counts = Counts::default();
+    let target = [target];
+    let op = SendOp::RdmaRead { remote };
+    for i in 0..pair.iters {
+        let wr = send_wr(i as u64, op, SendFlags::SIGNALED, Payload::Sges(&target));
+        counts.posts += 1;
+        // SAFETY: the target slot is read only after the completion, polled
+        // below (by `crate::landed`, after the loop); the MR outlives the
+        // QP's use of it.
+        unsafe { o.post_send(&[wr]) }.map_err(|e| format!("ours: post_send {i}: {e}"))?;
+        wait_checked(&mut counts, o.a(), "READ", i, WcOpcode::RdmaRead)?;
     }
     Ok(counts)
 }

@@ -17,6 +17,7 @@ pub const CASES: &[&str] = &[
     "write_batch4",
     "send_recv",
     "inline_send",
+    "read",
 ];
 
 /// The case the target is about, and the per-function lines.
@@ -170,6 +171,7 @@ fn case_name(l: &Line) -> String {
         ),
         "send_recv" => "3. SEND + RECV".into(),
         "inline_send" => "4. inline SEND (sender only)".into(),
+        "read" => "5. RDMA READ".into(),
         other => other.into(),
     }
 }
