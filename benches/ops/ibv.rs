@@ -554,66 +554,49 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
     }
 }
 
-/// Case 1: one signalled WRITE per iteration.
-fn write(
-    pair: &Pair,
-    q: &Qps,
-    mut source: IbvSge,
-    target: u64,
-    rkey: u32,
-) -> Result<Counts, String> {
-    let mut counts = Counts::default();
-    for i in 0..pair.iters {
-        let flags = IBV_SEND_SIGNALED;
-        let mut wr = send_wr(
-            i as u64,
-            IBV_WR_RDMA_WRITE,
-            flags,
-            &mut source,
-            target,
-            rkey,
-        );
-        counts.posts += 1;
-        // SAFETY: the source is registered and left alone until the
-        // completion, polled below; the target is the peer's registered
-        // slot.
-        posted(
-            unsafe { q.post_send(&mut wr) },
-            format_args!("post_send {i}"),
-        )?;
-        q.one_completion(&mut counts, false, "WRITE", i, IBV_WC_RDMA_WRITE)?;
-    }
-    Ok(counts)
+/// Case 1: one signalled WRITE of `source` to `target` per iteration.
+fn write(pair: &Pair, q: &Qps, source: IbvSge, target: u64, rkey: u32) -> Result<Counts, String> {
+    let op = (IBV_WR_RDMA_WRITE, IBV_WC_RDMA_WRITE, "WRITE");
+    rdma(pair, q, op, source, target, rkey)
 }
 
 /// Case 5: one signalled READ of `remote` (the source) into `target` per
 /// iteration.
-fn read(
+fn read(pair: &Pair, q: &Qps, target: IbvSge, remote: u64, rkey: u32) -> Result<Counts, String> {
+    let op = (IBV_WR_RDMA_READ, IBV_WC_RDMA_READ, "READ");
+    rdma(pair, q, op, target, remote, rkey)
+}
+
+/// Cases 1 and 5: one signalled RDMA operation (its work request and
+/// completion opcodes, and its name) per iteration, between the local
+/// `sge` and the peer's `remote_addr`.
+fn rdma(
     pair: &Pair,
     q: &Qps,
-    mut target: IbvSge,
-    remote: u64,
+    (opcode, wc_opcode, what): (u32, u32, &str),
+    mut sge: IbvSge,
+    remote_addr: u64,
     rkey: u32,
 ) -> Result<Counts, String> {
     let mut counts = Counts::default();
     for i in 0..pair.iters {
         let mut wr = send_wr(
             i as u64,
-            IBV_WR_RDMA_READ,
+            opcode,
             IBV_SEND_SIGNALED,
-            &mut target,
-            remote,
+            &mut sge,
+            remote_addr,
             rkey,
         );
         counts.posts += 1;
-        // SAFETY: the target is registered and read only after the
-        // completion, polled below; the source is the peer's registered
-        // region.
+        // SAFETY: the local SGE is registered and left alone until the
+        // completion, polled below; the remote address is in the peer's
+        // registered region.
         posted(
             unsafe { q.post_send(&mut wr) },
             format_args!("post_send {i}"),
         )?;
-        q.one_completion(&mut counts, false, "READ", i, IBV_WC_RDMA_READ)?;
+        q.one_completion(&mut counts, false, what, i, wc_opcode)?;
     }
     Ok(counts)
 }

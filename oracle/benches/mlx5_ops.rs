@@ -75,8 +75,8 @@ mod linked {
 
     use uverbs::command::QpType;
 
-    use uverbs::device::{DriverId, Gid, OpenOptions};
-    use uverbs::qp::{AddressHandle, AhAttr};
+    use uverbs::device::{DriverId, OpenOptions};
+    use uverbs::qp::AddressHandle;
     use uverbs::wr::{
         Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus,
         WorkCompletion,
@@ -664,19 +664,7 @@ mod linked {
             }
         }
         let ah = if case.ud() {
-            let attr = AhAttr {
-                dgid: Gid::from_raw([0; 16]),
-                sgid_index: 0,
-                hop_limit: 0,
-                traffic_class: 0,
-                flow_label: 0,
-                port: 1,
-                sl: 0,
-                is_global: false,
-                dlid: 1,
-                static_rate: 0,
-                src_path_bits: 0,
-            };
+            let attr = uverbs_oracle::fixtures::lid1_ah_attr();
             Some(
                 pd.create_ah(&attr)
                     .map_err(|e| format!("ours: create_ah: {e}"))?,

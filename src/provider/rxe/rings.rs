@@ -235,22 +235,29 @@ pub(super) fn post_sends(
 ) -> Result<bool, PostFailure> {
     if let [wr] = wrs {
         if let Some(written) = wqe::encode_one_segment_send(sq, qp_type, limits, wr) {
-            return match written {
-                Ok(()) => {
-                    sq.publish();
-                    Ok(true)
-                }
-                Err(full) => {
-                    sq.cancel();
-                    Err(PostFailure::Refused {
-                        index: 0,
-                        error: wqe::send_queue_full(full),
-                    })
-                }
-            };
+            return published(sq, written);
         }
     }
     post_sends_general(sq, qp_type, limits, wrs)
+}
+
+/// Publishes the one request just written, or, refused for a full queue,
+/// releases its slot.
+#[inline(always)]
+fn published(sq: &mut Producer, written: Result<(), QueueFull>) -> Result<bool, PostFailure> {
+    match written {
+        Ok(()) => {
+            sq.publish();
+            Ok(true)
+        }
+        Err(full) => {
+            sq.cancel();
+            Err(PostFailure::Refused {
+                index: 0,
+                error: wqe::send_queue_full(full),
+            })
+        }
+    }
 }
 
 /// [`post_sends`] for a batch, or a request the one-segment path does not
@@ -266,19 +273,7 @@ fn post_sends_general(
 ) -> Result<bool, PostFailure> {
     if let [wr] = wrs {
         if let Some(written) = wqe::encode_other_one_segment(sq, qp_type, limits, wr) {
-            return match written {
-                Ok(()) => {
-                    sq.publish();
-                    Ok(true)
-                }
-                Err(full) => {
-                    sq.cancel();
-                    Err(PostFailure::Refused {
-                        index: 0,
-                        error: wqe::send_queue_full(full),
-                    })
-                }
-            };
+            return published(sq, written);
         }
     }
     if sq.has_room(wrs.len()) {
