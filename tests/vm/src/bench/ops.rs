@@ -197,7 +197,9 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> Option<String> {
          from an SGE on the other, and the polls of both CQs (the SEND's, then the receive's);\n\
          4. one signalled SEND with its bytes inline (`Payload::Inline`, `IBV_SEND_INLINE`): only \
          the sender's `post_send` and its polls are counted; the receiver's receives are posted \
-         before the loop and not counted.\n\n\
+         before the loop and not counted;\n\
+         5. one signalled RDMA READ of the other QP's source into an SGE: `post_send` + \
+         `poll_cq`.\n\n\
          callgrind collects only inside the measured functions, each inclusive of what it calls \
          in user space (locks, the doorbell's `write` wrapper); the kernel is not counted. Ours: \
          the driver's functions that the inline `QueuePair::post_send`, `QueuePair::post_recv` \
