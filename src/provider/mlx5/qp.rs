@@ -497,6 +497,39 @@ fn write_checked(
     Ok(wqe::write_send(sq, idx, cur_post, limits, fm_ce_se, wr))
 }
 
+impl SendQueue {
+    /// [`post`](SendRing::post) of one request: several SGEs written as
+    /// directly as one (the one-segment writer's gather, which a batch's
+    /// loop does not take: it would cost every request of a batch some
+    /// instructions), anything else checked and written by
+    /// [`write_checked`]. Without a batch's loop.
+    #[inline(always)]
+    fn post_one(&mut self, wr: &SendWr<'_>) -> Result<bool, PostFailure> {
+        let max_post = self.mem.layout.sq_max_post;
+        if self.outstanding() >= max_post {
+            return Err(PostFailure::Refused {
+                index: 0,
+                error: PostError::QueueFull {
+                    op: "post_send",
+                    capacity: max_post,
+                },
+            });
+        }
+        let sq = self.ring();
+        let idx = self.cur_post & (sq.bbs - 1);
+        let bits = self.ctrl_bits(wr, true);
+        let cur_post = self.cur_post;
+        let ds = match wqe::write_one_segment::<true>(&sq, idx, cur_post, &self.limits, bits, wr) {
+            Some(ds) => ds,
+            None => write_checked(&sq, idx, cur_post, &self.limits, bits, wr)
+                .map_err(|error| PostFailure::Refused { index: 0, error })?,
+        };
+        self.note(idx, self.head.wrapping_add(1), wr.wr_id);
+        self.publish(&sq, cur_post.wrapping_add(blocks(ds)), 1, (idx, ds));
+        Ok(false)
+    }
+}
+
 impl Ring for SendQueue {}
 
 impl SendRing for SendQueue {
@@ -509,6 +542,9 @@ impl SendRing for SendQueue {
     /// the next post writes over.
     #[inline(never)]
     fn post(&mut self, wrs: &[SendWr<'_>]) -> Result<bool, PostFailure> {
+        if let [wr] = wrs {
+            return self.post_one(wr);
+        }
         let max_post = self.mem.layout.sq_max_post;
         let room = max_post.saturating_sub(self.outstanding()) as usize;
         let sq = self.ring();
@@ -526,11 +562,12 @@ impl SendRing for SendQueue {
             }
             let bits = self.ctrl_bits(wr, index == 0);
             let idx = cur_post & (sq.bbs - 1);
-            let ds = match wqe::write_one_segment(&sq, idx, cur_post, &self.limits, bits, wr) {
-                Some(ds) => ds,
-                None => write_checked(&sq, idx, cur_post, &self.limits, bits, wr)
-                    .map_err(|error| PostFailure::Refused { index, error })?,
-            };
+            let ds =
+                match wqe::write_one_segment::<false>(&sq, idx, cur_post, &self.limits, bits, wr) {
+                    Some(ds) => ds,
+                    None => write_checked(&sq, idx, cur_post, &self.limits, bits, wr)
+                        .map_err(|error| PostFailure::Refused { index, error })?,
+                };
             self.note(idx, self.head.wrapping_add(index as u32 + 1), wr.wr_id);
             cur_post = cur_post.wrapping_add(blocks(ds));
             last = (idx, ds);
@@ -552,7 +589,7 @@ impl SendRing for SendQueue {
                 let idx = self.cur_post & (sq.bbs - 1);
                 let bits = self.ctrl_bits(wr, true);
                 if let Some(ds) =
-                    wqe::write_one_segment(&sq, idx, self.cur_post, &self.limits, bits, wr)
+                    wqe::write_one_segment::<false>(&sq, idx, self.cur_post, &self.limits, bits, wr)
                 {
                     self.note(idx, self.head.wrapping_add(1), wr.wr_id);
                     let cur_post = self.cur_post.wrapping_add(blocks(ds));
