@@ -13,7 +13,8 @@
 //! [`probe_poll`] takes. Then, the QP moved to a state that takes sends,
 //! it posts one signalled one-SGE WRITE [`ITERS`] times through
 //! [`probe_post_send`] and as many through [`probe_post_send_exclusive`],
-//! the doorbell written to `/dev/null` (so the count holds the `write`
+//! then batches of four, READs into one SGE and WRITEs from two SGEs
+//! ([`send_loop`]), the doorbell written to `/dev/null` (so the count holds the `write`
 //! wrapper, as on a device), the fake kernel taking each WQE after it.
 //! The host's `write` is the dynamic glibc's, about 50 Ir with its
 //! cancellation points where the guest's static one costs 7, and the
@@ -39,14 +40,16 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("siw", "probe_poll", 76),
     ("siw", "probe_post_recv", 75),
     ("siw", "probe_post_recv_exclusive", 71),
-    ("rxe", "probe_post_send", 220),
-    ("rxe", "probe_post_send_exclusive", 214),
+    ("rxe", "probe_post_send", 221),
+    ("rxe", "probe_post_send_exclusive", 215),
     ("siw", "probe_post_send", 203),
     ("siw", "probe_post_send_exclusive", 198),
-    ("rxe", "probe_post_send_batch", 514),
+    ("rxe", "probe_post_send_batch", 516),
     ("siw", "probe_post_send_batch", 446),
-    ("rxe", "probe_post_read", 228),
+    ("rxe", "probe_post_read", 229),
     ("siw", "probe_post_read", 211),
+    ("rxe", "probe_post_write_two", 391),
+    ("siw", "probe_post_write_two", 310),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.
@@ -106,13 +109,35 @@ pub(crate) fn probe_post_read(qp: &QueuePair, wr_id: u64, sges: &[crate::wr::Sge
     unsafe { qp.post_send(std::slice::from_ref(&wr)) }.is_ok()
 }
 
+/// [`QueuePair::post_send`] of one signalled WRITE gathered from two
+/// SGEs, the halves of `sges[0]`, not inlined.
+#[inline(never)]
+pub(crate) fn probe_post_write_two(qp: &QueuePair, wr_id: u64, sges: &[crate::wr::Sge]) -> bool {
+    let half = sges[0].length / 2;
+    let two = [
+        crate::wr::Sge {
+            length: half,
+            ..sges[0]
+        },
+        crate::wr::Sge {
+            addr: sges[0].addr + u64::from(half),
+            length: half,
+            ..sges[0]
+        },
+    ];
+    let wr = probe_write(wr_id, &two);
+    // SAFETY: as in `probe_post_recv`.
+    unsafe { qp.post_send(std::slice::from_ref(&wr)) }.is_ok()
+}
+
 /// The loops' send half: moves `qp` to ERR (which takes sends through the
 /// same state check as RTS, and which the fakes reach without a CM or a
 /// path), points its doorbell at `/dev/null`, and posts [`probe_write`]
 /// from `sges` [`ITERS`] times through [`probe_post_send`], then as many
 /// through [`probe_post_send_exclusive`], then [`ITERS`] batches of four
 /// through [`probe_post_send_batch`], then [`ITERS`] READs through
-/// [`probe_post_read`]; after each post `taken(n)` has the
+/// [`probe_post_read`], then [`ITERS`] WRITEs of two SGEs through
+/// [`probe_post_write_two`]; after each post `taken(n)` has the
 /// fake kernel take its `n` WQEs. Not named `probe_*`: tools/ir-budget.sh's
 /// `--toggle-collect` pattern would toggle collection on here and off
 /// again inside each measured probe.
@@ -142,6 +167,10 @@ pub(crate) fn send_loop(qp: &mut QueuePair, sges: &[crate::wr::Sge], mut taken: 
     }
     for i in 0..ITERS {
         assert!(probe_post_read(qp, i, sges));
+        taken(1);
+    }
+    for i in 0..ITERS {
+        assert!(probe_post_write_two(qp, i, sges));
         taken(1);
     }
     // The doorbell's descriptor closes here: no post follows.

@@ -9,7 +9,7 @@ use super::kernel_model::TestRing;
 use super::queue::Producer;
 use super::ring_props::producer;
 use super::wqe::{
-    check_send_for_qp_type, encode_one_segment_send, encode_other_one_segment, send_queue_full,
+    check_send_for_qp_type, encode_direct, encode_one_segment_send, send_queue_full,
     write_send_wqe, SendLimits, SEND_WQE_LEN,
 };
 use crate::command::QpType;
@@ -96,15 +96,22 @@ proptest! {
 proptest! {
     #![proptest_config(super::super::ring_prop_config(256))]
 
-    /// The other one-segment shapes (a UD SEND, an atomic on RC), which
-    /// the general path writes without its checks: the general writer's
-    /// bytes for every request taken, which must include each UD SEND and
-    /// each aligned atomic of at least 8 bytes on RC; nothing reserved for
-    /// the rest.
+    /// The requests the general path writes without its checks
+    /// ([`encode_direct`]): the general writer's bytes for every request
+    /// taken, which must include each SEND (on UD with its destination)
+    /// and WRITE (RC, UC) of one or two SGEs or one inline segment, each
+    /// READ on RC into one or two SGEs, and each aligned atomic of one SGE
+    /// of at least 8 bytes on RC; nothing reserved for the rest (no SGE,
+    /// an inline READ or atomic, an op the QP type lacks).
     #[test]
-    fn other_one_segment_shapes_write_the_general_writers_bytes(
+    fn direct_requests_write_the_general_writers_bytes(
         op in prop_oneof![
             any::<Option<u32>>().prop_map(|imm| SendOp::Send { imm }),
+            (any::<u64>(), any::<Option<u32>>()).prop_map(|(addr, imm)| SendOp::RdmaWrite {
+                remote: Remote { addr, rkey: 4 },
+                imm,
+            }),
+            any::<u64>().prop_map(|addr| SendOp::RdmaRead { remote: Remote { addr, rkey: 3 } }),
             (any::<u64>(), any::<u64>()).prop_map(|(addr, add)| SendOp::FetchAdd {
                 remote: Remote { addr: addr & !7, rkey: 5 },
                 add,
@@ -115,38 +122,42 @@ proptest! {
         ],
         qp_type in prop_oneof![Just(QpType::Rc), Just(QpType::Uc), Just(QpType::Ud)],
         (addr, length, lkey) in (any::<u64>(), 0u32..24, any::<u32>()),
-        inline in any::<bool>(),
+        // 0: no SGE, 1 or 2 SGEs, 3: one inline segment.
+        shape in 0usize..4,
         (qpn, qkey, ah) in (any::<u32>(), any::<u32>(), any::<u32>()),
         stale in any::<u8>(),
     ) {
-        let sges = [Sge { addr, length, lkey }];
+        let sges = [Sge { addr, length, lkey }, Sge { addr: !addr, length: 7, lkey: !lkey }];
         let data = [3u8; 20];
         let segs: [&[u8]; 1] = [&data[..length.min(20) as usize]];
+        let inline = shape == 3;
         let wr = SendWr {
             wr_id: 7,
             op,
             flags: SendFlags::SIGNALED,
-            payload: if inline { Payload::Inline(&segs) } else { Payload::Sges(&sges) },
+            payload: if inline { Payload::Inline(&segs) } else { Payload::Sges(&sges[..shape]) },
             ud: (qp_type == QpType::Ud).then(|| UdDest::from_raw(ah, qpn, qkey)),
         };
-        let atomic = match op {
-            SendOp::FetchAdd { remote, .. } | SendOp::CompareSwap { remote, .. } => Some(remote),
-            _ => None,
-        };
-        let must = match atomic {
-            None => qp_type == QpType::Ud,
-            Some(r) => qp_type == QpType::Rc && !inline && length >= 8 && r.addr % 8 == 0,
+        let (rc, ud) = (qp_type == QpType::Rc, qp_type == QpType::Ud);
+        let must = shape != 0 && match op {
+            SendOp::Send { .. } => true,
+            SendOp::RdmaWrite { .. } => !ud,
+            SendOp::RdmaRead { .. } => rc && !inline,
+            SendOp::FetchAdd { remote, .. } | SendOp::CompareSwap { remote, .. } => {
+                rc && shape == 1 && length >= 8 && remote.addr % 8 == 0
+            }
+            _ => false,
         };
         let ring = TestRing::new(9, 4);
         let mut sq = producer(&ring, SEND_WQE_LEN);
-        let taken = encode_other_one_segment(&mut sq, qp_type, LIMITS, &wr).is_some();
+        let taken = encode_direct(&mut sq, qp_type, LIMITS, &wr).is_some();
         prop_assert_eq!(taken, must, "{:?} on {:?}", wr, qp_type);
         if !taken {
             prop_assert_eq!(sq.pending(), 0);
             return Ok(());
         }
         let fast = slot_after(stale, &wr, |sq, wr| {
-            encode_other_one_segment(sq, qp_type, LIMITS, wr)
+            encode_direct(sq, qp_type, LIMITS, wr)
                 .expect("taken above")
                 .map_err(send_queue_full)
         });

@@ -262,7 +262,7 @@ fn published(sq: &mut Producer, written: Result<(), QueueFull>) -> Result<bool, 
 
 /// [`post_sends`] for a batch, or a request the one-segment path does not
 /// take: one of the other shapes with one segment (a READ, an atomic, a UD
-/// SEND: [`wqe::encode_other_one_segment`]) here, without the loop; the
+/// SEND: [`wqe::encode_direct`]) here, without the loop; the
 /// rest in a batch's loop.
 #[inline(never)]
 fn post_sends_general(
@@ -272,7 +272,7 @@ fn post_sends_general(
     wrs: &[SendWr<'_>],
 ) -> Result<bool, PostFailure> {
     if let [wr] = wrs {
-        if let Some(written) = wqe::encode_other_one_segment(sq, qp_type, limits, wr) {
+        if let Some(written) = wqe::encode_direct(sq, qp_type, limits, wr) {
             return published(sq, written);
         }
     }

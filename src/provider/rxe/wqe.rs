@@ -327,7 +327,7 @@ pub(crate) fn check_and_encode_send(
     limits: SendLimits,
     wr: &SendWr<'_>,
 ) -> Result<(), PostError> {
-    if let Some(written) = encode_other_one_segment(sq, qp_type, limits, wr) {
+    if let Some(written) = encode_direct(sq, qp_type, limits, wr) {
         return written.map_err(send_queue_full);
     }
     let op = OpWords::of(&wr.op, wr.ud);
@@ -424,16 +424,18 @@ pub(crate) fn encode_one_segment_send_with(
     Some(Ok(()))
 }
 
-/// The one-segment requests that [`encode_one_segment_send`] leaves to the
-/// general path, written with as few tests (inline in
-/// [`check_and_encode_send`], so that the usual post keeps no room for
-/// them): a SEND with its destination on UD (one SGE or one inline
-/// segment within `max_inline`), and an RDMA READ or an atomic on RC from
-/// one SGE (an atomic's of at least 8 bytes to an aligned address). Every
-/// check of the general path passes for such a request but a full queue.
-/// `None` for every other request, nothing reserved.
+/// The requests that [`encode_one_segment_send`] leaves to the general path
+/// but that need none of its checks, written directly (inline in
+/// [`check_and_encode_send`] and the one-request general post, so that the
+/// usual post keeps no room for them): a SEND (on UD with its destination)
+/// or an RDMA WRITE (RC, UC) from one to `max_sge` SGEs, their total a
+/// `u32`, or of one inline segment within `max_inline`; an RDMA READ (RC)
+/// into one to `max_sge` SGEs; an atomic (RC) from one SGE of at least 8
+/// bytes to an aligned address. Every check of the general path passes for
+/// such a request but a full queue. `None` for every other request,
+/// nothing reserved.
 #[inline(always)]
-pub(crate) fn encode_other_one_segment(
+pub(crate) fn encode_direct(
     sq: &mut Producer,
     qp_type: crate::command::QpType,
     limits: SendLimits,
@@ -442,6 +444,9 @@ pub(crate) fn encode_other_one_segment(
     use crate::command::QpType;
     let payload = match wr.payload {
         Payload::Sges([sge]) => (OneSegment::Sge(sge), sge.length, 0),
+        Payload::Sges(sges) if !sges.is_empty() && sges.len() <= limits.max_sge as usize => {
+            (OneSegment::Gather(sges), sge_total(sges).ok()?, 0)
+        }
         Payload::Inline([seg]) if seg.len() <= limits.max_inline as usize => {
             (OneSegment::Inline(seg), seg.len() as u32, SEND_INLINE)
         }
@@ -453,9 +458,11 @@ pub(crate) fn encode_other_one_segment(
         return None;
     }
     let fetches = qp_type == QpType::Rc && inline_flag == 0;
-    let aligned = |remote: Remote| length >= 8 && remote.addr % 8 == 0;
+    let one_sge = matches!(wr.payload, Payload::Sges([_]));
+    let aligned = |remote: Remote| one_sge && length >= 8 && remote.addr % 8 == 0;
     let words = match wr.op {
-        SendOp::Send { .. } if ud => OpWords::of(&wr.op, wr.ud),
+        SendOp::Send { .. } => OpWords::of(&wr.op, wr.ud),
+        SendOp::RdmaWrite { .. } if !ud => OpWords::of(&wr.op, None),
         SendOp::RdmaRead { .. } if fetches => OpWords::of(&wr.op, None),
         SendOp::FetchAdd { remote, .. } | SendOp::CompareSwap { remote, .. }
             if fetches && aligned(remote) =>
@@ -507,20 +514,28 @@ fn fill_one_segment(
         length,
         resid: length,
         cur_sge: 0,
-        num_sge: 1,
+        // At most max_sge, a u32 (the callers' test).
+        num_sge: match one {
+            OneSegment::Gather(sges) => sges.len() as u32,
+            OneSegment::Sge(_) | OneSegment::Inline(_) => 1,
+        },
         sge_offset: 0,
         reserved: 0,
     };
     match one {
         OneSegment::Sge(sge) => copy_sges(tail, std::slice::from_ref(sge)),
+        // The tail holds max_sge SGEs (`SendLimits::within_slot`).
+        OneSegment::Gather(sges) => copy_sges(tail, sges),
         // The tail holds max_inline bytes (`SendLimits::within_slot`).
         OneSegment::Inline(seg) => tail[..seg.len()].copy_from_slice(seg),
     }
 }
 
-/// The one payload segment [`encode_one_segment_send`] writes.
+/// The payload [`encode_one_segment_send`] and [`encode_direct`] write:
+/// one SGE, several (the latter only), or one inline segment.
 enum OneSegment<'a> {
     Sge(&'a Sge),
+    Gather(&'a [Sge]),
     Inline(&'a [u8]),
 }
 

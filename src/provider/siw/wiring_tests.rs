@@ -1666,7 +1666,10 @@ fn siw_calls_loop() {
     let (fake, ctx) = siw_ctx();
     let cq = ctx.create_cq(NUM_CQE, None).unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    let mut qp = pd.create_qp(&rc_init(&cq)).unwrap();
+    // The send loop's WRITE of two SGEs (`probe_post_write_two`).
+    let mut init = rc_init(&cq);
+    init.max_send_sge = 2;
+    let mut qp = pd.create_qp(&init).unwrap();
     qp.modify(&to_init()).unwrap();
     let sges = [Sge {
         addr: 0x1000,
