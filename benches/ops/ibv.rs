@@ -489,7 +489,7 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
             let cap = IbvQpCap {
                 max_send_wr: 16,
                 max_recv_wr,
-                max_send_sge: 1,
+                max_send_sge: pair.case.send_sges(),
                 max_recv_sge: 1,
                 max_inline_data,
             };
@@ -538,6 +538,7 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
             Case::WriteBatch => write_batch(pair, &q, source, &slot, rkey)?,
             Case::SendRecv => send_recv(pair, &q, source, slot(0), lkey)?,
             Case::InlineSend => inline_send(pair, &q, &slot, lkey)?,
+            Case::WriteGather2 => write_gather2(pair, &q, source, slot(0), rkey)?,
             Case::Read => {
                 let target = IbvSge {
                     addr: slot(0),
@@ -557,24 +558,48 @@ pub fn run(pair: &Pair, buf: &mut [u8]) -> Result<Counts, String> {
 /// Case 1: one signalled WRITE of `source` to `target` per iteration.
 fn write(pair: &Pair, q: &Qps, source: IbvSge, target: u64, rkey: u32) -> Result<Counts, String> {
     let op = (IBV_WR_RDMA_WRITE, IBV_WC_RDMA_WRITE, "WRITE");
-    rdma(pair, q, op, source, target, rkey)
+    rdma(pair, q, op, &mut [source], target, rkey)
+}
+
+/// Case 6: case 1 with `source` gathered from its two halves.
+fn write_gather2(
+    pair: &Pair,
+    q: &Qps,
+    source: IbvSge,
+    target: u64,
+    rkey: u32,
+) -> Result<Counts, String> {
+    let half = source.length / 2;
+    let mut halves = [
+        IbvSge {
+            length: half,
+            ..source
+        },
+        IbvSge {
+            addr: source.addr + u64::from(half),
+            length: half,
+            ..source
+        },
+    ];
+    let op = (IBV_WR_RDMA_WRITE, IBV_WC_RDMA_WRITE, "WRITE");
+    rdma(pair, q, op, &mut halves, target, rkey)
 }
 
 /// Case 5: one signalled READ of `remote` (the source) into `target` per
 /// iteration.
 fn read(pair: &Pair, q: &Qps, target: IbvSge, remote: u64, rkey: u32) -> Result<Counts, String> {
     let op = (IBV_WR_RDMA_READ, IBV_WC_RDMA_READ, "READ");
-    rdma(pair, q, op, target, remote, rkey)
+    rdma(pair, q, op, &mut [target], remote, rkey)
 }
 
-/// Cases 1 and 5: one signalled RDMA operation (its work request and
+/// Cases 1, 5 and 6: one signalled RDMA operation (its work request and
 /// completion opcodes, and its name) per iteration, between the local
-/// `sge` and the peer's `remote_addr`.
+/// `sges` and the peer's `remote_addr`.
 fn rdma(
     pair: &Pair,
     q: &Qps,
     (opcode, wc_opcode, what): (u32, u32, &str),
-    mut sge: IbvSge,
+    sges: &mut [IbvSge],
     remote_addr: u64,
     rkey: u32,
 ) -> Result<Counts, String> {
@@ -584,10 +609,11 @@ fn rdma(
             i as u64,
             opcode,
             IBV_SEND_SIGNALED,
-            &mut sge,
+            sges.as_mut_ptr(),
             remote_addr,
             rkey,
         );
+        wr.num_sge = sges.len() as c_int;
         counts.posts += 1;
         // SAFETY: the local SGE is registered and left alone until the
         // completion, polled below; the remote address is in the peer's

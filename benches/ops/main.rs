@@ -20,7 +20,9 @@
 //!    into a slot of its own) are posted before the loop and never polled:
 //!    only the sender's `post_send` and poll are measured;
 //! 5. `read`: post one signalled 64-byte RDMA READ of B's source into an
-//!    SGE on A (slot 0), poll A's CQ for its completion.
+//!    SGE on A (slot 0), poll A's CQ for its completion;
+//! 6. `write_gather2`: case 1 with the WRITE's 64 bytes gathered from two
+//!    SGEs of 32 (the QPs take two send SGEs).
 //!
 //! Each wait sleeps 5 ms outside the measured functions before it polls
 //! (sleeping 1 ms again while the poll does not find all, at most
@@ -110,15 +112,17 @@ pub enum Case {
     SendRecv,
     InlineSend,
     Read,
+    WriteGather2,
 }
 
 impl Case {
-    pub const ALL: [Case; 5] = [
+    pub const ALL: [Case; 6] = [
         Case::Write,
         Case::WriteBatch,
         Case::SendRecv,
         Case::InlineSend,
         Case::Read,
+        Case::WriteGather2,
     ];
 
     /// Its `op=` in the result lines (case 1 keeps the name it always had).
@@ -129,6 +133,7 @@ impl Case {
             Case::SendRecv => "send_recv",
             Case::InlineSend => "inline_send",
             Case::Read => "read",
+            Case::WriteGather2 => "write_gather2",
         }
     }
 
@@ -148,6 +153,15 @@ impl Case {
     pub fn signalled(self, iwarp: bool) -> usize {
         if iwarp {
             self.wrs()
+        } else {
+            1
+        }
+    }
+
+    /// Send SGEs the QPs take: two for case 6.
+    pub fn send_sges(self) -> u32 {
+        if self == Case::WriteGather2 {
+            2
         } else {
             1
         }

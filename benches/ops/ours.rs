@@ -150,7 +150,8 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
     let qp = |cq, max_recv_wr, max_inline| {
         let init = QpInit::new(QpType::Rc, cq, cq)
             .max_recv_wr(max_recv_wr)
-            .max_inline(max_inline);
+            .max_inline(max_inline)
+            .max_send_sge(pair.case.send_sges());
         pd.create_qp(&init)
             .map_err(|e| format!("ours: create_qp: {e}"))
     };
@@ -214,6 +215,21 @@ pub fn run(pair: &Pair, buf: &mut [u8], exclusive: bool) -> Result<Counts, Strin
         Case::SendRecv => send_recv(pair, &mut objs, &source, recv_sge(0))?,
         Case::InlineSend => inline_send(pair, &mut objs, &recv_sge)?,
         Case::Read => read(pair, &mut objs, recv_sge(0), remote_source)?,
+        Case::WriteGather2 => {
+            let half = BYTES as u32 / 2;
+            let halves = [
+                Sge {
+                    length: half,
+                    ..source[0]
+                },
+                Sge {
+                    addr: base + u64::from(half),
+                    length: half,
+                    ..source[0]
+                },
+            ];
+            write(pair, &mut objs, &halves, remote(0))?
+        }
     };
     crate::landed(pair, buf)?;
     drop(objs);

@@ -18,6 +18,7 @@ pub const CASES: &[&str] = &[
     "send_recv",
     "inline_send",
     "read",
+    "write_gather2",
 ];
 
 /// The case the target is about, and the per-function lines.
@@ -172,6 +173,7 @@ fn case_name(l: &Line) -> String {
         "send_recv" => "3. SEND + RECV".into(),
         "inline_send" => "4. inline SEND (sender only)".into(),
         "read" => "5. RDMA READ".into(),
+        "write_gather2" => "6. WRITE of 2 SGEs".into(),
         other => other.into(),
     }
 }
@@ -199,7 +201,9 @@ pub fn markdown(lines: &[Line], functions: &[Function]) -> Option<String> {
          the sender's `post_send` and its polls are counted; the receiver's receives are posted \
          before the loop and not counted;\n\
          5. one signalled RDMA READ of the other QP's source into an SGE: `post_send` + \
-         `poll_cq`.\n\n\
+         `poll_cq`;\n\
+         6. case 1 with the WRITE's bytes gathered from two SGEs of 32 (the QPs take two send \
+         SGEs).\n\n\
          callgrind collects only inside the measured functions, each inclusive of what it calls \
          in user space (locks, the doorbell's `write` wrapper); the kernel is not counted. Ours: \
          the driver's functions that the inline `QueuePair::post_send`, `QueuePair::post_recv` \
