@@ -77,7 +77,7 @@ mod linked {
     use uverbs::command::QpType;
 
     use uverbs::device::{DriverId, OpenOptions};
-    use uverbs::qp::AddressHandle;
+    use uverbs::qp::{AddressHandle, AhAttr};
     use uverbs::wr::{
         Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus,
         WorkCompletion,
@@ -711,7 +711,8 @@ mod linked {
             }
         }
         let ah = if case.ud() {
-            let attr = uverbs_oracle::fixtures::lid1_ah_attr();
+            // The emulated port's own LID, where both QPs are.
+            let attr = AhAttr::lid(1, 1);
             Some(
                 pd.create_ah(&attr)
                     .map_err(|e| format!("ours: create_ah: {e}"))?,

@@ -7,8 +7,8 @@
 use std::sync::Arc;
 
 use uverbs::command::{QpAttr, QpState};
-use uverbs::device::{DriverId, Gid, OpenOptions};
-use uverbs::qp::{AhAttr, Mtu};
+use uverbs::device::{DriverId, OpenOptions};
+use uverbs::qp::Mtu;
 use uverbs::{uverbs_uapi as sys, AccessFlags, Context};
 
 use crate::file::EmulatedFile;
@@ -100,25 +100,6 @@ pub fn connect_steps(peer: u32, access: AccessFlags, rc: bool) -> [QpAttr; 3] {
         rtr.max_dest_rd_atomic(1).min_rnr_timer(12),
         rts.timeout(14).retry_cnt(7).rnr_retry(7).max_rd_atomic(1),
     ]
-}
-
-/// An address handle's attributes for LID 1 on port 1, no GRH: the
-/// emulated InfiniBand port's own address, where UD sends between two QPs
-/// of one emulated device go.
-pub fn lid1_ah_attr() -> AhAttr {
-    AhAttr {
-        dgid: Gid::from_raw([0; 16]),
-        sgid_index: 0,
-        hop_limit: 0,
-        traffic_class: 0,
-        flow_label: 0,
-        port: 1,
-        sl: 0,
-        is_global: false,
-        dlid: 1,
-        static_rate: 0,
-        src_path_bits: 0,
-    }
 }
 
 /// RESET → INIT (Q_Key [`QKEY`]) → RTR → RTS of a UD QP.

@@ -14,7 +14,7 @@ use uverbs::device::{DriverId, OpenOptions};
 use uverbs::error::Errno;
 use uverbs::Context;
 use uverbs_oracle::file::EmulatedFile;
-use uverbs_oracle::fixtures::{connect_steps, infiniband_context, lid1_ah_attr, ud_steps, QKEY};
+use uverbs_oracle::fixtures::{connect_steps, infiniband_context, ud_steps, QKEY};
 use uverbs_uapi::*;
 
 /// Connects two RC QPs of one context to each other (RTS, with `access`
@@ -242,6 +242,7 @@ fn an_owned_qp_on_mlx5_gets_its_buffers_back() {
 #[test]
 fn a_ud_send_through_an_address_handle() {
     use uverbs::command::QpType;
+    use uverbs::qp::AhAttr;
     use uverbs::wr::{
         Payload, RecvWr, SendOp, SendWr, Sge, UdDest, WcOpcode, WcStatus, WorkCompletion,
     };
@@ -260,7 +261,7 @@ fn a_ud_send_through_an_address_handle() {
         }
     }
     let commands = file.kernel().log.len();
-    let ah = pd.create_ah(&lid1_ah_attr()).unwrap();
+    let ah = pd.create_ah(&AhAttr::lid(1, 1)).unwrap();
     // On InfiniBand the AH is the address vector alone: the port query,
     // no CREATE_AH.
     assert_eq!(
