@@ -400,12 +400,12 @@ pub(crate) fn encode_one_segment_send_with(
     // The payload's length and inline flag; the general path counts either
     // kind as `num_sge` entries against `max_sge`, here one.
     let (one, length, inline_flag) = match wr.payload {
-        Payload::Sges([sge]) => (OneSegment::Sge(sge), sge.length, 0),
+        Payload::Sges([sge]) => (SendPayload::Sge(sge), sge.length, 0),
         // Within max_inline (a u32), so the length fits.
         Payload::Inline([seg])
             if opcode != IB_UVERBS_WR_RDMA_READ && seg.len() <= limits.max_inline as usize =>
         {
-            (OneSegment::Inline(seg), seg.len() as u32, SEND_INLINE)
+            (SendPayload::Inline(seg), seg.len() as u32, SEND_INLINE)
         }
         _ => return None,
     };
@@ -420,7 +420,7 @@ pub(crate) fn encode_one_segment_send_with(
         iova,
         union: [iova, u64::from(rkey), 0, 0],
     };
-    fill_one_segment(slot, wr, words, (one, length, inline_flag));
+    fill_send_wqe(slot, wr, words, (one, length, inline_flag));
     Some(Ok(()))
 }
 
@@ -443,12 +443,12 @@ pub(crate) fn encode_direct(
 ) -> Option<Result<(), QueueFull>> {
     use crate::command::QpType;
     let payload = match wr.payload {
-        Payload::Sges([sge]) => (OneSegment::Sge(sge), sge.length, 0),
+        Payload::Sges([sge]) => (SendPayload::Sge(sge), sge.length, 0),
         Payload::Sges(sges) if !sges.is_empty() && sges.len() <= limits.max_sge as usize => {
-            (OneSegment::Gather(sges), sge_total(sges).ok()?, 0)
+            (SendPayload::Gather(sges), sge_total(sges).ok()?, 0)
         }
         Payload::Inline([seg]) if seg.len() <= limits.max_inline as usize => {
-            (OneSegment::Inline(seg), seg.len() as u32, SEND_INLINE)
+            (SendPayload::Inline(seg), seg.len() as u32, SEND_INLINE)
         }
         _ => return None,
     };
@@ -475,19 +475,19 @@ pub(crate) fn encode_direct(
         Ok(slot) => slot,
         Err(full) => return Some(Err(full)),
     };
-    fill_one_segment(slot, wr, words, payload);
+    fill_send_wqe(slot, wr, words, payload);
     Some(Ok(()))
 }
 
 /// Fills `slot` with the WQE of `wr`, whose operation `words` describes and
-/// whose payload is one segment (of `length` bytes, `inline_flag` its
-/// flag), as the general writer does.
+/// whose payload is one SGE, several or one inline segment (of `length`
+/// bytes in all, `inline_flag` its flag), as the general writer does.
 #[inline(always)]
-fn fill_one_segment(
+fn fill_send_wqe(
     slot: &mut [u8],
     wr: &SendWr<'_>,
     words: OpWords,
-    (one, length, inline_flag): (OneSegment<'_>, u32, u32),
+    (one, length, inline_flag): (SendPayload<'_>, u32, u32),
 ) {
     let OpWords {
         opcode,
@@ -516,24 +516,24 @@ fn fill_one_segment(
         cur_sge: 0,
         // At most max_sge, a u32 (the callers' test).
         num_sge: match one {
-            OneSegment::Gather(sges) => sges.len() as u32,
-            OneSegment::Sge(_) | OneSegment::Inline(_) => 1,
+            SendPayload::Gather(sges) => sges.len() as u32,
+            SendPayload::Sge(_) | SendPayload::Inline(_) => 1,
         },
         sge_offset: 0,
         reserved: 0,
     };
     match one {
-        OneSegment::Sge(sge) => copy_sges(tail, std::slice::from_ref(sge)),
+        SendPayload::Sge(sge) => copy_sges(tail, std::slice::from_ref(sge)),
         // The tail holds max_sge SGEs (`SendLimits::within_slot`).
-        OneSegment::Gather(sges) => copy_sges(tail, sges),
+        SendPayload::Gather(sges) => copy_sges(tail, sges),
         // The tail holds max_inline bytes (`SendLimits::within_slot`).
-        OneSegment::Inline(seg) => tail[..seg.len()].copy_from_slice(seg),
+        SendPayload::Inline(seg) => tail[..seg.len()].copy_from_slice(seg),
     }
 }
 
 /// The payload [`encode_one_segment_send`] and [`encode_direct`] write:
 /// one SGE, several (the latter only), or one inline segment.
-enum OneSegment<'a> {
+enum SendPayload<'a> {
     Sge(&'a Sge),
     Gather(&'a [Sge]),
     Inline(&'a [u8]),
