@@ -505,15 +505,8 @@ impl SendQueue {
     /// [`write_checked`]. Without a batch's loop.
     #[inline(always)]
     fn post_one(&mut self, wr: &SendWr<'_>) -> Result<bool, PostFailure> {
-        let max_post = self.mem.layout.sq_max_post;
-        if self.outstanding() >= max_post {
-            return Err(PostFailure::Refused {
-                index: 0,
-                error: PostError::QueueFull {
-                    op: "post_send",
-                    capacity: max_post,
-                },
-            });
+        if self.outstanding() >= self.mem.layout.sq_max_post {
+            return Err(self.queue_full(0));
         }
         let sq = self.ring();
         let idx = self.cur_post & (sq.bbs - 1);
@@ -524,9 +517,28 @@ impl SendQueue {
             None => write_checked(&sq, idx, cur_post, &self.limits, bits, wr)
                 .map_err(|error| PostFailure::Refused { index: 0, error })?,
         };
-        self.note(idx, self.head.wrapping_add(1), wr.wr_id);
-        self.publish(&sq, cur_post.wrapping_add(blocks(ds)), 1, (idx, ds));
+        self.take_one(&sq, (idx, ds), wr.wr_id);
         Ok(false)
+    }
+
+    /// Takes and publishes the one request of a post just written at block
+    /// `idx` (`ds` 16-byte units) with id `wr_id`.
+    #[inline(always)]
+    fn take_one(&mut self, sq: &wqe::Sq, (idx, ds): (u32, u32), wr_id: u64) {
+        self.note(idx, self.head.wrapping_add(1), wr_id);
+        let cur_post = self.cur_post.wrapping_add(blocks(ds));
+        self.publish(sq, cur_post, 1, (idx, ds));
+    }
+
+    /// The refusal of request `index` of a post for want of room.
+    fn queue_full(&self, index: usize) -> PostFailure {
+        PostFailure::Refused {
+            index,
+            error: PostError::QueueFull {
+                op: "post_send",
+                capacity: self.mem.layout.sq_max_post,
+            },
+        }
     }
 }
 
@@ -552,13 +564,7 @@ impl SendRing for SendQueue {
         let mut last = (0, 0);
         for (index, wr) in wrs.iter().enumerate() {
             if index >= room {
-                return Err(PostFailure::Refused {
-                    index,
-                    error: PostError::QueueFull {
-                        op: "post_send",
-                        capacity: max_post,
-                    },
-                });
+                return Err(self.queue_full(index));
             }
             let bits = self.ctrl_bits(wr, index == 0);
             let idx = cur_post & (sq.bbs - 1);
@@ -591,9 +597,7 @@ impl SendRing for SendQueue {
                 if let Some(ds) =
                     wqe::write_one_segment::<false>(&sq, idx, self.cur_post, &self.limits, bits, wr)
                 {
-                    self.note(idx, self.head.wrapping_add(1), wr.wr_id);
-                    let cur_post = self.cur_post.wrapping_add(blocks(ds));
-                    self.publish(&sq, cur_post, 1, (idx, ds));
+                    self.take_one(&sq, (idx, ds), wr.wr_id);
                     return SendsQueued::Written;
                 }
             }

@@ -302,7 +302,7 @@ pub(crate) fn check_send(limits: &SendLimits, wr: &SendWr<'_>) -> Result<(), Pos
                     max: limits.max_sge,
                 });
             }
-            let len: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+            let len = sge_bytes(sges);
             if len > u64::from(u32::MAX) {
                 return Err(PostError::TooLong {
                     op: "post_send",
@@ -473,7 +473,13 @@ fn gathers(sges: &[crate::wr::Sge], max_sge: u32) -> bool {
     sges.len() >= 2
         && sges.len() <= max_sge as usize
         && sges.iter().all(|s| s.length != 0)
-        && sges.iter().map(|s| u64::from(s.length)).sum::<u64>() <= u64::from(u32::MAX)
+        && sge_bytes(sges) <= u64::from(u32::MAX)
+}
+
+/// The bytes `sges` cover together (a `u64`: more than a request may).
+#[inline]
+fn sge_bytes(sges: &[crate::wr::Sge]) -> u64 {
+    sges.iter().map(|s| u64::from(s.length)).sum()
 }
 
 /// The data segments of `sges` from byte `offset` of block `block` on, the
