@@ -35,8 +35,8 @@ pub(crate) const ITERS: u64 = 200;
 #[allow(dead_code)] // read by tools/ir-budget.sh, from this source
 pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("rxe", "probe_poll", 60),
-    ("rxe", "probe_post_recv", 97),
-    ("rxe", "probe_post_recv_exclusive", 94),
+    ("rxe", "probe_post_recv", 95),
+    ("rxe", "probe_post_recv_exclusive", 92),
     ("siw", "probe_poll", 76),
     ("siw", "probe_post_recv", 75),
     ("siw", "probe_post_recv_exclusive", 71),

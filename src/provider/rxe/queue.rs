@@ -367,11 +367,10 @@ impl Producer {
         self.pending = 0;
     }
 
-    /// Makes every reserved slot visible to the kernel with one store.
+    /// Makes every reserved slot visible to the kernel with one store (with
+    /// none reserved, the index the kernel already has: no test, as the
+    /// usual caller has just reserved one).
     pub(crate) fn publish(&mut self) {
-        if self.pending == 0 {
-            return;
-        }
         self.prod = self.prod.wrapping_add(self.pending) & self.mem.index_mask;
         self.pending = 0;
         // Release: every write into the slots happens-before the kernel's
