@@ -22,11 +22,11 @@ pub(crate) mod wqe;
 #[cfg(all(test, not(miri)))]
 mod call_probe;
 #[cfg(test)]
+mod common_send_tests;
+#[cfg(test)]
 mod ir_probe;
 #[cfg(test)]
 mod kernel_model;
-#[cfg(test)]
-mod one_sge_tests;
 #[cfg(test)]
 mod ring_props;
 

@@ -315,7 +315,7 @@ impl Producer {
 
     /// The next free slot after those already reserved, as `elem_size` bytes
     /// to fill. It becomes visible to the kernel at the next
-    /// [`publish`](Self::publish). Always inline: the one-segment send
+    /// [`publish`](Self::publish). Always inline: the common send
     /// writer, once it also took READs, grew past where the compiler
     /// inlined this on its own (some 20 Ir of call and spills per post).
     #[inline(always)]

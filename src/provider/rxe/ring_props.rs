@@ -963,7 +963,7 @@ fn wc_flags_are_the_kernels() {
 /// One request of [`batches_post_whole_or_not_at_all`]'s batches.
 #[derive(Clone, Copy, Debug)]
 enum BatchReq {
-    /// A WRITE from one SGE: the one-segment path's.
+    /// A WRITE from one SGE: the common path's.
     Write,
     /// An RDMA READ: the general path's.
     Read,

@@ -222,10 +222,10 @@ impl SendRing for SendQueue {
 /// over the kernel model). `limits` are capped to the slot
 /// ([`SendLimits::within_slot`]).
 ///
-/// One request that the one-segment path takes (a WRITE or SEND from one
-/// SGE or one inline segment, a READ into one SGE: the usual post) is
-/// written here, inlined into the caller, with no call and none of the
-/// general loop's set-up; anything else goes to [`post_sends_general`].
+/// One request that the common path takes (a WRITE or SEND from SGEs or
+/// one inline segment, a READ into SGEs: the usual post) is written here,
+/// inlined into the caller, with no call and none of the general loop's
+/// set-up; anything else goes to [`post_sends_general`].
 #[inline(always)]
 pub(super) fn post_sends(
     sq: &mut Producer,
@@ -234,7 +234,7 @@ pub(super) fn post_sends(
     wrs: &[SendWr<'_>],
 ) -> Result<bool, PostFailure> {
     if let [wr] = wrs {
-        if let Some(written) = wqe::encode_one_segment_send(sq, qp_type, limits, wr) {
+        if let Some(written) = wqe::encode_common_send(sq, qp_type, limits, wr) {
             return published(sq, written);
         }
     }
@@ -260,12 +260,12 @@ fn published(sq: &mut Producer, written: Result<(), QueueFull>) -> Result<bool, 
     }
 }
 
-/// [`post_sends`] for a batch, or a request the one-segment path does not
-/// take: one that needs none of the general checks (several SGEs, a UD
-/// SEND, an atomic: [`wqe::encode_direct`]) here, without the loop;
-/// anything else in a batch's loop, whose general path tries
-/// `encode_direct` once more before its checks (calling that path here
-/// instead cost the two-SGE WRITE 36 Ir: one call more).
+/// [`post_sends`] for a batch, or a request the common path does not
+/// take: one that needs none of the general checks (a UD SEND, an atomic:
+/// [`wqe::encode_direct`]) here, without the loop; anything else in a
+/// batch's loop, whose general path tries `encode_direct` once more before
+/// its checks (calling that path here instead cost such a request one
+/// call more).
 #[inline(never)]
 fn post_sends_general(
     sq: &mut Producer,
@@ -291,7 +291,7 @@ fn post_sends_general(
     }
 }
 
-/// Writes one WQE per request, the one-segment ones' slots taken by
+/// Writes one WQE per request, the common ones' slots taken by
 /// `take`, and publishes them together, or writes nothing. Reserves at
 /// most one slot per request.
 #[inline(always)]
@@ -303,7 +303,7 @@ fn write_batch(
     take: impl Fn(&mut Producer) -> Result<&mut [u8], QueueFull>,
 ) -> Result<bool, PostFailure> {
     for (index, wr) in wrs.iter().enumerate() {
-        let written = match wqe::encode_one_segment_send_with(sq, qp_type, limits, wr, &take) {
+        let written = match wqe::encode_common_send_with::<false>(sq, qp_type, limits, wr, &take) {
             // Written: on to the next, with no error value made.
             Some(Ok(())) => continue,
             Some(Err(full)) => Err(wqe::send_queue_full(full)),

@@ -1,4 +1,4 @@
-//! The one-segment send path ([`encode_one_segment_send`]: one SGE, or one
+//! The common send path ([`encode_common_send`]: SGEs, or one
 //! inline segment) against the general writer: the same bytes in the slot
 //! for every request it takes, the same refusal of a full queue, and `None`
 //! for everything else.
@@ -9,8 +9,8 @@ use super::kernel_model::TestRing;
 use super::queue::Producer;
 use super::ring_props::producer;
 use super::wqe::{
-    check_send_for_qp_type, encode_direct, encode_one_segment_send, send_queue_full,
-    write_send_wqe, SendLimits, SEND_WQE_LEN,
+    check_send_for_qp_type, encode_common_send, encode_direct, send_queue_full, write_send_wqe,
+    SendLimits, SEND_WQE_LEN,
 };
 use crate::command::QpType;
 use crate::wr::{Payload, PostError, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
@@ -51,18 +51,26 @@ fn op_strategy() -> impl Strategy<Value = SendOp> {
 proptest! {
     #![proptest_config(super::super::ring_prop_config(256))]
 
+    /// Every request the path must take (a SEND or WRITE from one to
+    /// `max_sge` SGEs whose total fits a `u32`, or of one inline segment; a
+    /// READ on RC into such SGEs) is written as the general writer writes
+    /// it; the rest (too many SGEs, a total past `u32`, a READ on UC or
+    /// inline) are declined with nothing reserved.
     #[test]
     fn writes_the_general_writers_bytes(
         op in op_strategy(),
         flags in 0u32..8,
         wr_id in any::<u64>(),
-        (addr, length, lkey) in (any::<u64>(), any::<u32>(), any::<u32>()),
+        sges in prop::collection::vec(
+            (any::<u64>(), prop_oneof![any::<u32>(), 0u32..4096], any::<u32>())
+                .prop_map(|(addr, length, lkey)| Sge { addr, length, lkey }),
+            1..=LIMITS.max_sge as usize + 1,
+        ),
         inline_bytes in prop::option::of(prop::collection::vec(any::<u8>(), 0..=64)),
         uc in any::<bool>(),
         stale in any::<u8>(),
     ) {
         let qp_type = if uc { QpType::Uc } else { QpType::Rc };
-        let sges = [Sge { addr, length, lkey }];
         let segs: [&[u8]; 1] = [inline_bytes.as_deref().unwrap_or_default()];
         let wr = SendWr {
             wr_id,
@@ -71,18 +79,22 @@ proptest! {
             payload: if inline_bytes.is_some() { Payload::Inline(&segs) } else { Payload::Sges(&sges) },
             ud: None,
         };
-        // A READ only on RC and never inline; the rest all.
+        // A READ only on RC and never inline; SGEs within max_sge and their
+        // total within a u32.
         let read = matches!(op, SendOp::RdmaRead { .. });
-        if read && (uc || inline_bytes.is_some()) {
+        let total: u64 = sges.iter().map(|s| u64::from(s.length)).sum();
+        let sges_fit = sges.len() <= LIMITS.max_sge as usize && total <= u64::from(u32::MAX);
+        let declined = if inline_bytes.is_some() { read } else { !sges_fit } || (read && uc);
+        if declined {
             let ring = TestRing::new(9, 4);
             let mut sq = producer(&ring, SEND_WQE_LEN);
-            prop_assert!(encode_one_segment_send(&mut sq, qp_type, LIMITS, &wr).is_none());
+            prop_assert!(encode_common_send(&mut sq, qp_type, LIMITS, &wr).is_none());
             prop_assert_eq!(sq.pending(), 0);
             return Ok(());
         }
         let fast = slot_after(stale, &wr, |sq, wr| {
-            encode_one_segment_send(sq, qp_type, LIMITS, wr)
-                .expect("the one-segment path takes it")
+            encode_common_send(sq, qp_type, LIMITS, wr)
+                .expect("the common path takes it")
                 .map_err(send_queue_full)
         });
         let general = slot_after(stale, &wr, |sq, wr| {
@@ -181,11 +193,11 @@ fn a_full_queue_is_refused_alike() {
     let ring = TestRing::new(9, 4);
     let mut sq = producer(&ring, SEND_WQE_LEN);
     for _ in 0..3 {
-        encode_one_segment_send(&mut sq, QpType::Rc, LIMITS, &wr)
+        encode_common_send(&mut sq, QpType::Rc, LIMITS, &wr)
             .unwrap()
             .unwrap();
     }
-    let fast = encode_one_segment_send(&mut sq, QpType::Rc, LIMITS, &wr)
+    let fast = encode_common_send(&mut sq, QpType::Rc, LIMITS, &wr)
         .unwrap()
         .map_err(send_queue_full);
     let general = write_send_wqe(&mut sq, LIMITS, &wr);
@@ -196,9 +208,10 @@ fn a_full_queue_is_refused_alike() {
     );
 }
 
-/// Everything but a WRITE or SEND from one SGE or one inline segment
-/// within `max_inline`, or a READ into one SGE on RC, without a UD
-/// destination, on a QP whose slots take an SGE goes the general way.
+/// Everything but a WRITE or SEND from one to `max_sge` SGEs (their total
+/// a `u32`) or one inline segment within `max_inline`, or a READ into such
+/// SGEs on RC, without a UD destination, on a QP whose slots take an SGE
+/// goes the general way.
 #[test]
 fn other_requests_take_the_general_path() {
     let one = [Sge {
@@ -206,7 +219,12 @@ fn other_requests_take_the_general_path() {
         length: 8,
         lkey: 2,
     }];
-    let two = [one[0], one[0]];
+    let five = [one[0]; 5];
+    let huge = Sge {
+        length: u32::MAX,
+        ..one[0]
+    };
+    let past_u32 = [huge, one[0]];
     let remote = Remote { addr: 8, rkey: 3 };
     let wr = |op, payload| SendWr::new(1, op, payload);
     let send = SendOp::Send { imm: None };
@@ -225,7 +243,8 @@ fn other_requests_take_the_general_path() {
             QpType::Rc,
             LIMITS,
         ),
-        (wr(send, Payload::Sges(&two)), QpType::Rc, LIMITS),
+        (wr(send, Payload::Sges(&five)), QpType::Rc, LIMITS),
+        (wr(send, Payload::Sges(&past_u32)), QpType::Rc, LIMITS),
         (wr(send, Payload::Sges(&[])), QpType::Rc, LIMITS),
         (wr(send, Payload::Inline(two_segments)), QpType::Rc, LIMITS),
         (wr(send, Payload::Inline(too_long)), QpType::Rc, LIMITS),
@@ -254,7 +273,7 @@ fn other_requests_take_the_general_path() {
     ];
     for (wr, qp_type, limits) in cases {
         assert!(
-            encode_one_segment_send(&mut sq, qp_type, limits, &wr).is_none(),
+            encode_common_send(&mut sq, qp_type, limits, &wr).is_none(),
             "{wr:?} on {qp_type:?}"
         );
     }
