@@ -42,14 +42,14 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("siw", "probe_post_recv_exclusive", 71),
     ("rxe", "probe_post_send", 220),
     ("rxe", "probe_post_send_exclusive", 215),
-    ("siw", "probe_post_send", 203),
-    ("siw", "probe_post_send_exclusive", 198),
-    ("rxe", "probe_post_send_batch", 485),
-    ("siw", "probe_post_send_batch", 446),
+    ("siw", "probe_post_send", 197),
+    ("siw", "probe_post_send_exclusive", 192),
+    ("rxe", "probe_post_send_batch", 486),
+    ("siw", "probe_post_send_batch", 443),
     ("rxe", "probe_post_read", 227),
-    ("siw", "probe_post_read", 211),
+    ("siw", "probe_post_read", 203),
     ("rxe", "probe_post_write_two", 281),
-    ("siw", "probe_post_write_two", 310),
+    ("siw", "probe_post_write_two", 256),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.

@@ -55,8 +55,10 @@
 //! built aside and copied in): [`write_sqe_op`] any request [`check_send_op`]
 //! accepted, and the fast path ([`fast_send`], [`write_fast_send`]) the
 //! usual one, a SEND or RDMA WRITE from one SGE or one inline segment, for
-//! which every check passes and so none is made. One request, the usual
-//! post, is checked and written in one pass; a batch goes through
+//! which every check passes and so none is made; a single request also
+//! takes a SEND or WRITE from several SGEs that way ([`single_send`],
+//! [`write_gather_send`]). One request, the usual post, is checked and
+//! written in one pass; a batch goes through
 //! [`post_send_batch`]. `writer_tests` holds the fast path to the general
 //! path and both to the whole-element references (`build_sqe`,
 //! `build_rqe`, test-only), byte for byte.
@@ -398,6 +400,36 @@ enum FastPayload<'a> {
     Inline(&'a [u8]),
 }
 
+/// The SQE words of a request the fast paths take, judged by its
+/// operation alone: a SEND or RDMA WRITE without immediate data, or an
+/// RDMA READ without a fence, with no UD destination; for any other, the
+/// caller returns `None`. A macro: as a function answering an `Option`,
+/// inlined into a batch's loop, it cost a batch of four 16 Ir.
+macro_rules! fast_op {
+    ($wr:expr) => {{
+        let wr: &SendWr<'_> = $wr;
+        if wr.ud.is_some() {
+            return None;
+        }
+        match wr.op {
+            SendOp::RdmaWrite { remote, imm: None } => SqeOp {
+                opcode: SIW_OP_WRITE,
+                rkey: remote.rkey,
+                raddr: remote.addr,
+            },
+            SendOp::Send { imm: None } => SqeOp::SEND,
+            // A READ without a fence (siw refuses a fenced READ), into one
+            // SGE (below): within its limit of `MAX_READ_SGE`, never inline.
+            SendOp::RdmaRead { remote } if !wr.flags.contains(SendFlags::FENCE) => SqeOp {
+                opcode: SIW_OP_READ,
+                rkey: remote.rkey,
+                raddr: remote.addr,
+            },
+            _ => return None,
+        }
+    }};
+}
+
 /// The fast path: a SEND or RDMA WRITE without immediate data and with no
 /// UD destination, whose payload is exactly one SGE (on a QP taking at
 /// least one: `max_sge` ≥ 1) or exactly one inline segment of at most the
@@ -410,25 +442,9 @@ enum FastPayload<'a> {
 /// writes, or `None` for any other request (the general path's).
 #[inline(always)]
 pub(crate) fn fast_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend<'a>> {
-    if wr.ud.is_some() {
-        return None;
-    }
-    let op = match wr.op {
-        SendOp::RdmaWrite { remote, imm: None } => SqeOp {
-            opcode: SIW_OP_WRITE,
-            rkey: remote.rkey,
-            raddr: remote.addr,
-        },
-        SendOp::Send { imm: None } => SqeOp::SEND,
-        // A READ without a fence (siw refuses a fenced READ), into one SGE
-        // (below): within its limit of `MAX_READ_SGE`, never inline.
-        SendOp::RdmaRead { remote } if !wr.flags.contains(SendFlags::FENCE) => SqeOp {
-            opcode: SIW_OP_READ,
-            rkey: remote.rkey,
-            raddr: remote.addr,
-        },
-        _ => return None,
-    };
+    let op = fast_op!(wr);
+    // `fast_payload`'s match, written out: called here, as a function
+    // answering an `Option`, it cost a batch of four 16 Ir.
     let payload = match wr.payload {
         Payload::Sges([sge]) if cfg.max_sge != 0 => FastPayload::Sge(sge),
         Payload::Inline([seg])
@@ -440,6 +456,23 @@ pub(crate) fn fast_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<FastSend
         _ => return None,
     };
     Some(FastSend { op, payload })
+}
+
+/// The fast path's payload for a request of operation `op`: one SGE, or
+/// one inline segment within the QP's inline limit (not for a READ), as
+/// [`fast_send`] takes it.
+#[inline(always)]
+fn fast_payload<'a>(cfg: SendConfig, op: SqeOp, payload: Payload<'a>) -> Option<FastPayload<'a>> {
+    match payload {
+        Payload::Sges([sge]) if cfg.max_sge != 0 => Some(FastPayload::Sge(sge)),
+        Payload::Inline([seg])
+            if op.opcode != SIW_OP_READ
+                && seg.len() <= cfg.max_inline.min(SIW_MAX_INLINE) as usize =>
+        {
+            Some(FastPayload::Inline(seg))
+        }
+        _ => None,
+    }
 }
 
 /// Writes the SQE of a request [`fast_send`] took, as [`write_sqe_op`] would:
@@ -468,6 +501,75 @@ fn write_fast_send(
     }
     slot.set_head(wr.wr_id, 1, fast.op.opcode, fast.op.rkey, fast.op.raddr);
     flags
+}
+
+/// A gather [`single_send`] takes: its SQE words and its SGEs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct GatherSend<'a> {
+    op: SqeOp,
+    sges: &'a [Sge],
+}
+
+/// What the single-request path writes without the general checks.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum SingleSend<'a> {
+    /// What [`fast_send`] takes.
+    Fast(FastSend<'a>),
+    /// A SEND or RDMA WRITE (as [`fast_send`] takes them) from any other
+    /// number of SGEs (none included), up to the QP's `max_sge` (capped at
+    /// [`SIW_MAX_SGE`]), their total a `u32`.
+    Gather(GatherSend<'a>),
+}
+
+/// The single-request path: [`fast_send`]'s requests, and those it
+/// declines only for their number of SGEs ([`SingleSend::Gather`]). Every
+/// check of [`check_send`] passes for such a request, so it needs none.
+/// Not for a batch's loop, where the gather's test and copy would cost
+/// each request registers (inside [`fast_send`] they cost a batch of four
+/// 29 Ir).
+#[inline(always)]
+pub(crate) fn single_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<SingleSend<'a>> {
+    let op = fast_op!(wr);
+    if let Some(payload) = fast_payload(cfg, op, wr.payload) {
+        return Some(SingleSend::Fast(FastSend { op, payload }));
+    }
+    match wr.payload {
+        Payload::Sges(sges)
+            if op.opcode != SIW_OP_READ
+                && sges.len() <= cfg.max_sge.min(SIW_MAX_SGE) as usize
+                && sges
+                    .iter()
+                    .try_fold(0u32, |total, sge| total.checked_add(sge.length))
+                    .is_some() =>
+        {
+            Some(SingleSend::Gather(GatherSend { op, sges }))
+        }
+        _ => None,
+    }
+}
+
+/// Writes the SQE of a request [`single_send`] took as a gather, as [`write_sqe_op`]
+/// would: the SGEs, then the head; answers the flags.
+#[inline(always)]
+fn write_gather_send(
+    cfg: SendConfig,
+    wr: &SendWr<'_>,
+    gather: GatherSend<'_>,
+    slot: &mut Slot<'_, siw_sqe>,
+) -> u16 {
+    for (dst, s) in slot.sges().iter_mut().zip(gather.sges) {
+        *dst = to_siw_sge(s);
+    }
+    // At most SIW_MAX_SGE (single_send), so it fits a u8.
+    let num_sge = gather.sges.len() as u8;
+    slot.set_head(
+        wr.wr_id,
+        num_sge,
+        gather.op.opcode,
+        gather.op.rkey,
+        gather.op.raddr,
+    );
+    sqe_flags(cfg, wr.flags)
 }
 
 #[inline(always)]
@@ -502,6 +604,16 @@ fn fast_if<'a, const FAST: bool>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<Fas
     }
 }
 
+/// [`single_send`]'s answer for `wr` if `FAST`, else `None`.
+#[inline(always)]
+fn single_if<'a, const FAST: bool>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<SingleSend<'a>> {
+    if FAST {
+        single_send(cfg, wr)
+    } else {
+        None
+    }
+}
+
 /// [`post_send`], with the fast path (`FAST`) or with every request
 /// through the general checks and writer (the tests compare the two).
 #[inline(always)]
@@ -511,16 +623,31 @@ pub(crate) fn post_send_via<const FAST: bool>(
     wrs: &[SendWr<'_>],
 ) -> Result<Posted, Refused> {
     if let [wr] = wrs {
-        // One request, the usual post.
-        return match fast_if::<FAST>(cfg, wr) {
-            Some(fast) => sq
-                .post_one(
-                    #[inline(always)]
-                    |slot| write_fast_send(cfg, wr, fast, slot),
-                )
-                .map_err(|full| queue_full(POST_SEND, full)),
-            None => post_send_general(sq, cfg, wr),
+        // One request, the usual post. Each payload posts in its own arm,
+        // so that the usual one (one SGE) is written with its sizes as
+        // constants (with one arm for both fast payloads, the one-SGE WRITE
+        // cost 7 Ir more).
+        let posted = match single_if::<FAST>(cfg, wr) {
+            Some(SingleSend::Fast(
+                fast @ FastSend {
+                    payload: FastPayload::Sge(_),
+                    ..
+                },
+            )) => sq.post_one(
+                #[inline(always)]
+                |slot| write_fast_send(cfg, wr, fast, slot),
+            ),
+            Some(SingleSend::Fast(fast)) => sq.post_one(
+                #[inline(always)]
+                |slot| write_fast_send(cfg, wr, fast, slot),
+            ),
+            Some(SingleSend::Gather(gather)) => sq.post_one(
+                #[inline(always)]
+                |slot| write_gather_send(cfg, wr, gather, slot),
+            ),
+            None => return post_send_general(sq, cfg, wr),
         };
+        return posted.map_err(|full| queue_full(POST_SEND, full));
     }
     post_send_batch::<FAST>(sq, cfg, wrs)
 }

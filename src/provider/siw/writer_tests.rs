@@ -1,11 +1,12 @@
 //! siw's posting paths held to each other, byte for byte:
 //!
 //! * the fast path ([`fast_send`], [`write_fast_send`]: one SGE or one
-//!   inline segment, SEND or WRITE) writes the general path's bytes for
-//!   every request it takes, alone or in a batch, and refuses what the
-//!   general path refuses the same way (the same error, at the same index,
-//!   the ring untouched); every other request falls through to the general
-//!   path;
+//!   inline segment, SEND or WRITE) and, for a single request, the gather
+//!   ([`single_send`]: up to `max_sge` SGEs) write the general path's
+//!   bytes for every request they take, alone or in a batch, and refuse
+//!   what the general path refuses the same way (the same error, at the
+//!   same index, the ring untouched); every other request falls through
+//!   to the general path;
 //! * the ring writers, which write straight into the slot, write what the
 //!   whole-element references [`build_sqe`] and [`build_rqe`] hold, as the
 //!   staging writers before them did (those values copied in by
@@ -19,8 +20,8 @@ use super::kernel_model::{KernelSq, TestMem};
 use super::queue::Producer;
 use super::ring_props::{send, SGE};
 use super::wqe::{
-    build_rqe, build_sqe, check_send, fast_send, post_recv, post_send, post_send_via, Refused,
-    SendConfig,
+    build_rqe, build_sqe, check_send, fast_send, post_recv, post_send, post_send_via, single_send,
+    Refused, SendConfig,
 };
 use crate::wr::{Payload, RecvWr, Remote, SendFlags, SendOp, SendWr, Sge, UdDest};
 
@@ -197,17 +198,29 @@ fn any_cfg() -> impl Strategy<Value = SendConfig> {
     })
 }
 
-/// A request the fast path takes under `cfg`'s limits.
+/// A request the single-request path takes under `cfg`'s limits: what
+/// the fast path takes, and SGEs up to `max_sge` whose total fits a `u32`.
 fn fast_req(cfg: SendConfig) -> impl Strategy<Value = Req> {
     let room = cfg.max_inline.min(SIW_MAX_INLINE) as usize;
+    let max_sge = cfg.max_sge.min(6) as usize;
+    // Lengths whose sum, for up to 6 SGEs, stays within a u32.
+    let gather = prop::collection::vec(
+        (sge(), 0..=u32::MAX / 6).prop_map(|(s, length)| Sge { length, ..s }),
+        0..=max_sge,
+    )
+    .prop_map(|sges| (None, sges));
     let payload = if cfg.max_sge == 0 {
-        prop::collection::vec(any::<u8>(), 0..=room)
-            .prop_map(|s| (Some(vec![s]), Vec::new()))
-            .boxed()
+        prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..=room).prop_map(|s| (Some(vec![s]), Vec::new())),
+            gather,
+        ]
+        .boxed()
     } else {
         prop_oneof![
-            sge().prop_map(|s| (None, vec![s])),
-            prop::collection::vec(any::<u8>(), 0..=room).prop_map(|s| (Some(vec![s]), Vec::new())),
+            2 => sge().prop_map(|s| (None, vec![s])),
+            2 => prop::collection::vec(any::<u8>(), 0..=room)
+                .prop_map(|s| (Some(vec![s]), Vec::new())),
+            1 => gather,
         ]
         .boxed()
     };
@@ -240,8 +253,8 @@ fn fast_req(cfg: SendConfig) -> impl Strategy<Value = Req> {
 proptest! {
     #![proptest_config(super::super::ring_prop_config(512))]
 
-    /// Every request the fast path takes (it says so) lands as the
-    /// general path writes it: the same answer, every byte of the ring
+    /// Every request the single-request path takes (it says so) lands as
+    /// the general path writes it: the same answer, every byte of the ring
     /// the same, wherever the ring stands.
     #[test]
     fn the_fast_path_writes_the_general_paths_bytes(
@@ -251,7 +264,7 @@ proptest! {
         busy in 0..NUM,
     ) {
         with_wrs(std::slice::from_ref(&req), |wrs| {
-            prop_assert!(fast_send(cfg, &wrs[0]).is_some(), "{:?}", wrs[0]);
+            prop_assert!(single_send(cfg, &wrs[0]).is_some(), "{:?}", wrs[0]);
             prop_assert_eq!(check_send(cfg, &wrs[0]), Ok(()));
             let fast = sq_after(stale, taken, busy, |sq| post_send_via::<true>(sq, cfg, wrs));
             let general = sq_after(stale, taken, busy, |sq| post_send_via::<false>(sq, cfg, wrs));
@@ -440,7 +453,9 @@ fn a_full_queue_is_refused_alike() {
 
 /// Every request but a SEND or WRITE without immediate data, with no UD
 /// destination, from exactly one SGE (on a QP taking one) or one inline
-/// segment within the QP's inline limit, goes the general way.
+/// segment within the QP's inline limit (or a READ into one SGE), goes the
+/// general way in a batch; alone, so does every request but those and a
+/// SEND or WRITE from up to `max_sge` SGEs whose total fits a `u32`.
 #[test]
 fn other_requests_take_the_general_path() {
     let cfg = SendConfig {
@@ -451,6 +466,14 @@ fn other_requests_take_the_general_path() {
     let remote = Remote { addr: 8, rkey: 3 };
     let one = [SGE];
     let two = [SGE, SGE];
+    let seven = [SGE; 7];
+    let past_u32 = [
+        Sge {
+            length: u32::MAX,
+            ..SGE
+        },
+        SGE,
+    ];
     let short = [1u8; 64];
     let long = [1u8; 65];
     let one_seg: &[&[u8]] = &[&short];
@@ -505,8 +528,6 @@ fn other_requests_take_the_general_path() {
             ),
             cfg,
         ),
-        (wr(send, Payload::Sges(&two)), cfg),
-        (wr(send, Payload::Sges(&[])), cfg),
         (wr(write, Payload::Inline(two_segs)), cfg),
         (wr(write, Payload::Inline(no_segs)), cfg),
         // Over the QP's inline limit, and over siw's 80 bytes whatever the QP says.
@@ -523,5 +544,23 @@ fn other_requests_take_the_general_path() {
     ];
     for (wr, cfg) in cases {
         assert!(fast_send(cfg, &wr).is_none(), "{wr:?} under {cfg:?}");
+        assert!(single_send(cfg, &wr).is_none(), "{wr:?} under {cfg:?}");
+    }
+    // A single request's gather: none, or several SGEs within max_sge.
+    let one_sge = SendConfig { max_sge: 1, ..cfg };
+    let gathers: [(&[Sge], SendConfig, bool); 5] = [
+        (&two, cfg, true),
+        (&[], cfg, true),
+        (&seven, cfg, false),
+        (&past_u32, cfg, false),
+        (&two, one_sge, false),
+    ];
+    for op in [send, write] {
+        for (sges, cfg, taken) in gathers {
+            let wr = wr(op, Payload::Sges(sges));
+            assert!(fast_send(cfg, &wr).is_none(), "{wr:?} under {cfg:?}");
+            let single = single_send(cfg, &wr).is_some();
+            assert_eq!(single, taken, "{wr:?} under {cfg:?}");
+        }
     }
 }
