@@ -548,8 +548,8 @@ pub(crate) fn single_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<Single
     }
 }
 
-/// Writes the SQE of a request [`single_send`] took as a gather, as [`write_sqe_op`]
-/// would: the SGEs, then the head; answers the flags.
+/// Writes the SQE of a request [`single_send`] took as a gather, as
+/// [`write_sqe_op`] would: the SGEs, then the head; answers the flags.
 #[inline(always)]
 fn write_gather_send(
     cfg: SendConfig,
