@@ -468,12 +468,19 @@ fn write_atomic(
 /// Whether [`write_one_segment`] takes `sges`, several SGEs: at most
 /// `max_sge`, none empty (the general writer leaves those out, which
 /// changes the WQE's size), their total a `u32` (else `TooLong`).
+/// One early-exit pass over them (an `all` and a sum were two loops, the
+/// sum unrolled, their set-up dearer than two SGEs' tests).
 #[inline]
 fn gathers(sges: &[crate::wr::Sge], max_sge: u32) -> bool {
     sges.len() >= 2
         && sges.len() <= max_sge as usize
-        && sges.iter().all(|s| s.length != 0)
-        && sge_bytes(sges) <= u64::from(u32::MAX)
+        && sges
+            .iter()
+            .try_fold(0u32, |total, s| match s.length {
+                0 => None,
+                n => total.checked_add(n),
+            })
+            .is_some()
 }
 
 /// The bytes `sges` cover together (a `u64`: more than a request may).
@@ -488,6 +495,14 @@ fn sge_bytes(sges: &[crate::wr::Sge]) -> u64 {
 /// 16-byte units.
 #[inline(always)]
 fn put_gather(sq: &Sq, mut block: u32, mut offset: usize, sges: &[crate::wr::Sge]) -> u32 {
+    if offset + 16 * sges.len() <= 64 {
+        // All in this block (a SEND of up to three SGEs): no wrap to test.
+        for sge in sges {
+            sq.put_in_block(block, offset, &data_seg(sge.length, sge.lkey, sge.addr));
+            offset += 16;
+        }
+        return sges.len() as u32;
+    }
     for sge in sges {
         sq.put_in_block(block, offset, &data_seg(sge.length, sge.lkey, sge.addr));
         offset += 16;
