@@ -315,15 +315,6 @@ fn sge_total(sges: &[Sge]) -> Result<u32, PostError> {
     }
 }
 
-/// The total length of several SGEs, `None` past `u32` (the general path
-/// reports that). An early-exit sum: a plain one was unrolled, its set-up
-/// costing more than two SGEs' adds.
-#[inline(always)]
-fn gather_length(sges: &[Sge]) -> Option<u32> {
-    sges.iter()
-        .try_fold(0u32, |total, sge| total.checked_add(sge.length))
-}
-
 /// The general send path: the QP-type check, then [`encode_op`], with one
 /// match on the operation for both. `limits` are capped to the slot
 /// ([`SendLimits::within_slot`]). Out of line: inlined into a batch's
@@ -481,7 +472,7 @@ pub(crate) fn encode_direct(
     use crate::command::QpType;
     let payload = match wr.payload {
         Payload::Sges(sges) if !sges.is_empty() && sges.len() <= limits.max_sge as usize => {
-            SendPayload::sges(sges, gather_length(sges)?)
+            SendPayload::sges(sges, Sge::total_length(sges)?)
         }
         Payload::Inline([seg]) if seg.len() <= limits.max_inline as usize => {
             SendPayload::inline(seg)

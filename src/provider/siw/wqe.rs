@@ -537,10 +537,7 @@ pub(crate) fn single_send<'a>(cfg: SendConfig, wr: &SendWr<'a>) -> Option<Single
         Payload::Sges(sges)
             if op.opcode != SIW_OP_READ
                 && sges.len() <= cfg.max_sge.min(SIW_MAX_SGE) as usize
-                && sges
-                    .iter()
-                    .try_fold(0u32, |total, sge| total.checked_add(sge.length))
-                    .is_some() =>
+                && Sge::total_length(sges).is_some() =>
         {
             Some(SingleSend::Gather(GatherSend { op, sges }))
         }
