@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use super::kernel_model::TestRing;
-use super::queue::Producer;
+use super::queue::{Producer, QueueFull};
 use super::ring_props::producer;
 use super::wqe::{
     check_send_for_qp_type, encode_common_send, encode_direct, send_queue_full, write_send_wqe,
@@ -36,6 +36,31 @@ fn slot_after(
     let mut out = vec![0u8; ring.elem_size()];
     assert!(ring.kernel_consumer().pop(&mut out));
     out
+}
+
+/// A direct writer that takes requests without the general checks
+/// (`encode_common_send`, `encode_direct`).
+type DirectWriter =
+    fn(&mut Producer, QpType, SendLimits, &SendWr<'_>) -> Option<Result<(), QueueFull>>;
+
+/// The slots `direct` (which must take `wr`) and the general writer leave
+/// for `wr` on a `qp_type` QP, from the same stale bytes.
+fn direct_and_general(
+    stale: u8,
+    qp_type: QpType,
+    wr: &SendWr<'_>,
+    direct: DirectWriter,
+) -> (Vec<u8>, Vec<u8>) {
+    let fast = slot_after(stale, wr, |sq, wr| {
+        direct(sq, qp_type, LIMITS, wr)
+            .expect("the direct writer takes it")
+            .map_err(send_queue_full)
+    });
+    let general = slot_after(stale, wr, |sq, wr| {
+        check_send_for_qp_type(qp_type, wr)?;
+        write_send_wqe(sq, LIMITS, wr)
+    });
+    (fast, general)
 }
 
 fn op_strategy() -> impl Strategy<Value = SendOp> {
@@ -92,15 +117,7 @@ proptest! {
             prop_assert_eq!(sq.pending(), 0);
             return Ok(());
         }
-        let fast = slot_after(stale, &wr, |sq, wr| {
-            encode_common_send(sq, qp_type, LIMITS, wr)
-                .expect("the common path takes it")
-                .map_err(send_queue_full)
-        });
-        let general = slot_after(stale, &wr, |sq, wr| {
-            check_send_for_qp_type(qp_type, wr)?;
-            write_send_wqe(sq, LIMITS, wr)
-        });
+        let (fast, general) = direct_and_general(stale, qp_type, &wr, encode_common_send);
         prop_assert_eq!(fast, general);
     }
 }
@@ -168,15 +185,7 @@ proptest! {
             prop_assert_eq!(sq.pending(), 0);
             return Ok(());
         }
-        let fast = slot_after(stale, &wr, |sq, wr| {
-            encode_direct(sq, qp_type, LIMITS, wr)
-                .expect("taken above")
-                .map_err(send_queue_full)
-        });
-        let general = slot_after(stale, &wr, |sq, wr| {
-            check_send_for_qp_type(qp_type, wr)?;
-            write_send_wqe(sq, LIMITS, wr)
-        });
+        let (fast, general) = direct_and_general(stale, qp_type, &wr, encode_direct);
         prop_assert_eq!(fast, general);
     }
 }
