@@ -289,56 +289,132 @@ pub fn bw_client(
     };
     // The word the server's credit WRITEs change behind the compiler's
     // back: read volatile, never through a reference.
-    let credit = side.credits.then(|| {
+    let credit_word = side.credits.then(|| {
         // SAFETY: the credit word is inside the mapping (the control page
         // after the two areas), 4-byte aligned.
         unsafe { src.add((side.credit_word() - side.source()) as usize) as *const u32 }
     });
     let rx_depth = side.rx_depth;
-    let mut last_credit = 0u32;
+    let payload = payload(side, &sge, &bytes);
+    let mut queue = SideQueue {
+        side,
+        op,
+        payload,
+        credit_word,
+        wcs: [WorkCompletion::default(); 16],
+    };
     let what = if write {
         "WRITE completion"
     } else {
         "SEND completion"
     };
-    let mut wcs = [WorkCompletion::default(); 16];
-    let mut spin = Spin::new();
-    let (mut scnt, mut ccnt) = (0usize, 0usize);
     let start = Instant::now();
+    bw_loop(&mut queue, iters, tx_depth, cq_mod, rx_depth, what)?;
+    let elapsed = start.elapsed();
+    BW_ELAPSED_NS.store(elapsed.as_nanos() as u64, Ordering::Relaxed);
+    Ok(elapsed)
+}
+
+/// What [`bw_loop`] does with a QP: post, poll without waiting, read the
+/// receive credit. A trait so that the loop's rules run on the host
+/// against a model of the peer (the tests below).
+trait BwQueue {
+    /// Posts request `id`, signalled or not.
+    fn post(&mut self, id: u64, signalled: bool) -> Result<()>;
+    /// One poll, no waiting: the largest id among the completions read,
+    /// `None` when there were none. A failed completion is an error.
+    fn poll(&mut self, count: u64, what: &str) -> Result<Option<u64>>;
+    /// The server's receive count so far; `None` without credits.
+    fn credit(&self) -> Option<u32>;
+}
+
+/// The measured QP of a bw client.
+struct SideQueue<'a> {
+    side: &'a Side,
+    op: SendOp,
+    payload: Payload<'a>,
+    credit_word: Option<*const u32>,
+    wcs: [WorkCompletion; 16],
+}
+
+impl BwQueue for SideQueue<'_> {
+    #[inline]
+    fn post(&mut self, id: u64, signalled: bool) -> Result<()> {
+        let wr = SendWr::new(id, self.op, self.payload).flags(signalled_if(signalled));
+        // SAFETY: the source area is never written during the run; the
+        // remote area is the peer's target, registered for REMOTE_WRITE
+        // under that rkey (or a posted receive).
+        unsafe { self.side.qp.post_send(&[wr])? };
+        Ok(())
+    }
+
+    #[inline]
+    fn poll(&mut self, count: u64, what: &str) -> Result<Option<u64>> {
+        let n = self.side.scq.poll(&mut self.wcs)?;
+        let done = &self.wcs[..n];
+        if let Some(bad) = done.iter().find(|wc| wc.status() != WcStatus::Success) {
+            return Err(format!("{what}: completion failed at {count}: {bad:?}").into());
+        }
+        Ok(done.iter().map(|wc| wc.wr_id()).max())
+    }
+
+    #[inline]
+    fn credit(&self) -> Option<u32> {
+        // SAFETY: see `bw_client`; the peer WRITEs the word, we only read
+        // it, volatile.
+        self.credit_word.map(|word| unsafe { word.read_volatile() })
+    }
+}
+
+/// perftest's `run_iter_bw` over `queue`: post while the window, the
+/// queue's depth and the credit allow, then poll once **without waiting**
+/// and go round again. A client blocked by the credit may have nothing
+/// signalled in flight (the requests since the last signalled one never
+/// complete on their own), so the loop must read the credit again between
+/// polls rather than wait for a completion: waiting stalled the run
+/// whenever the server's credit came after the client had used its window
+/// (siw, in `cargo vm test`). Fails after [`WAIT`] without progress: no
+/// completion and no new credit.
+fn bw_loop(
+    queue: &mut impl BwQueue,
+    iters: usize,
+    tx_depth: usize,
+    cq_mod: usize,
+    rx_depth: usize,
+    what: &str,
+) -> Result<()> {
+    let mut spin = Spin::new();
+    let mut last_credit = 0u32;
+    let (mut scnt, mut ccnt) = (0usize, 0usize);
     while ccnt < iters {
+        let mut credit_blocked = false;
         while scnt < iters && scnt < ccnt + tx_depth {
-            if let Some(word) = credit {
-                // SAFETY: see above; the peer WRITEs it, we only read it.
-                let granted = unsafe { word.read_volatile() };
+            if let Some(granted) = queue.credit() {
                 if granted != last_credit {
                     last_credit = granted;
                     spin.progress();
                 }
                 if !credit_allows(scnt, granted, rx_depth) {
+                    credit_blocked = true;
                     break;
                 }
             }
             let signalled = (scnt + 1) % cq_mod == 0 || scnt + 1 == iters;
-            let wr = SendWr::new(scnt as u64, op, payload(side, &sge, &bytes))
-                .flags(signalled_if(signalled));
-            // SAFETY: the source area is never written during the run;
-            // the remote area is the peer's target, registered for
-            // REMOTE_WRITE under that rkey (or a posted receive).
-            unsafe { side.qp.post_send(&[wr])? };
+            queue.post(scnt as u64, signalled)?;
             scnt += 1;
         }
-        if credit.is_some() && scnt == ccnt {
-            // Nothing in flight: only a credit lets the next SEND go.
-            spin.idle("waiting for the server's receive credit", scnt as u64)?;
-            continue;
-        }
-        for wc in poll_some(&side.scq, &mut wcs, &mut spin, what, ccnt as u64)? {
-            ccnt = ccnt.max(wc.wr_id() as usize + 1);
+        match queue.poll(ccnt as u64, what)? {
+            Some(id) => {
+                ccnt = ccnt.max(id as usize + 1);
+                spin.progress();
+            }
+            None if credit_blocked => {
+                spin.idle("waiting for the server's receive credit", scnt as u64)?
+            }
+            None => spin.idle(what, ccnt as u64)?,
         }
     }
-    let elapsed = start.elapsed();
-    BW_ELAPSED_NS.store(elapsed.as_nanos() as u64, Ordering::Relaxed);
-    Ok(elapsed)
+    Ok(())
 }
 
 /// Receive credits, client: whether SEND number `scnt` (from 0) may go
@@ -438,7 +514,85 @@ pub fn send_bw_server(
 
 #[cfg(test)]
 mod tests {
-    use super::{credit_allows, credit_due};
+    use super::{bw_loop, credit_allows, credit_due, BwQueue, Result};
+
+    /// A send_bw server over siw, seen from the client: a signalled
+    /// request completes as soon as it is posted (siw completes a SEND
+    /// once it is on the wire), and the server's credit (its receive
+    /// count) reaches the client only after the client has polled
+    /// `credit_late` times in vain: the order in which the run stalled in
+    /// `cargo vm test`.
+    struct LateCredit {
+        posted: Vec<(u64, bool)>,
+        ready: Option<u64>,
+        credit: u32,
+        empty_polls: u32,
+        credit_late: u32,
+        rx_depth: usize,
+    }
+
+    impl BwQueue for LateCredit {
+        fn post(&mut self, id: u64, signalled: bool) -> Result<()> {
+            // The server has posted rx_depth receives and one more per
+            // credit counted: a SEND beyond them would find none.
+            assert!(
+                (id as usize) < self.credit as usize + self.rx_depth,
+                "SEND {id} overruns the server's receives (credit {})",
+                self.credit
+            );
+            self.posted.push((id, signalled));
+            if signalled {
+                self.ready = Some(id);
+            }
+            Ok(())
+        }
+
+        fn poll(&mut self, _count: u64, _what: &str) -> Result<Option<u64>> {
+            let done = self.ready.take();
+            if done.is_none() {
+                self.empty_polls += 1;
+                if self.empty_polls == self.credit_late {
+                    // Every SEND so far has arrived: the server credits them.
+                    self.credit = self.posted.len() as u32;
+                }
+            }
+            Ok(done)
+        }
+
+        fn credit(&self) -> Option<u32> {
+            Some(self.credit)
+        }
+    }
+
+    /// `ib_send_bw -n 200` against our client on siw: with no credit yet
+    /// the client posts 199 SENDs, sees the 100th complete and has
+    /// nothing signalled in flight; it must go on reading the credit and
+    /// post the last SEND when it comes, not wait for a completion (it
+    /// did, and failed after 10 s: "no progress ... (at 100)").
+    #[test]
+    fn a_client_blocked_by_the_credit_reads_it_again_between_polls() {
+        let mut server = LateCredit {
+            posted: Vec::new(),
+            ready: None,
+            credit: 0,
+            empty_polls: 0,
+            credit_late: 50,
+            rx_depth: 200,
+        };
+        let start = std::time::Instant::now();
+        bw_loop(&mut server, 200, 128, 100, 200, "SEND completion").unwrap();
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        let ids: Vec<u64> = server.posted.iter().map(|&(id, _)| id).collect();
+        assert_eq!(ids, (0..200).collect::<Vec<u64>>());
+        let signalled: Vec<u64> = server
+            .posted
+            .iter()
+            .filter(|&&(_, s)| s)
+            .map(|&(id, _)| id)
+            .collect();
+        assert_eq!(signalled, [99, 199]);
+        assert_eq!(server.credit, 199, "the last SEND waited for the credit");
+    }
 
     /// perftest's numbers for `ib_send_bw -n 200` on iWARP (rx_depth 200):
     /// without a credit its client sends 199 SENDs and waits (what a
