@@ -445,7 +445,10 @@ mod tests {
     /// Instructions of routing per completion with N owners on one CQ
     /// (`UVERBS_PROBE_OWNERS`, default 1): each round every owner's QP
     /// completes one request, then every owner polls (the first ones read
-    /// and hold the others' completions). Count with
+    /// and hold the others' completions). With `UVERBS_PROBE_DIRECT` set,
+    /// each owner polls right after its own QP's completion instead, so
+    /// nothing is held: the lookup alone, as the number of owners grows.
+    /// Count with
     ///
     /// ```text
     /// cargo test --release -p uverbs --lib --no-run
@@ -462,6 +465,7 @@ mod tests {
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(1);
+        let direct = std::env::var_os("UVERBS_PROBE_DIRECT").is_some();
         let rounds = (20_000 / owners).max(10) + 1;
         let mut r = Routing::default();
         for qpn in 0..owners {
@@ -470,11 +474,20 @@ mod tests {
         let mut ring = (Vec::new(), 0);
         let mut out = [WorkCompletion::default(); BATCH];
         let mut routed = 0u64;
+        let complete =
+            |ring: &mut (Vec<WorkCompletion>, usize), qpns: std::ops::Range<u32>, round| {
+                ring.0.clear();
+                ring.0.extend(qpns.map(|q| wc(q, u64::from(round))));
+                ring.1 = 0;
+            };
         for round in 0..rounds {
-            ring.0.clear();
-            ring.0.extend((0..owners).map(|q| wc(q, u64::from(round))));
-            ring.1 = 0;
+            if !direct {
+                complete(&mut ring, 0..owners, round);
+            }
             for q in 0..owners {
+                if direct {
+                    complete(&mut ring, q..q + 1, round);
+                }
                 let n = if round == 0 {
                     poll_warming(&mut r, &mut ring, Reader::Owner(q), &mut out)
                 } else {
@@ -486,7 +499,12 @@ mod tests {
         }
         assert_eq!(r.held(), 0);
         println!(
-            "routing probe: {owners} owners, {routed} completions routed after a warm-up round"
+            "routing probe: {owners} owners, {routed} completions routed after a warm-up round{}",
+            if direct {
+                ", each read by its owner"
+            } else {
+                ""
+            }
         );
     }
 

@@ -7,6 +7,9 @@
 #
 #   tools/routing-ir.sh                # N = 1 2 10 100 1000 10000
 #   tools/routing-ir.sh 1 10000        # the N given
+#   UVERBS_PROBE_DIRECT=1 tools/routing-ir.sh
+#       # each owner polls right after its own completion: nothing held,
+#       # the lookup alone
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
