@@ -67,6 +67,22 @@ impl Spin {
     }
 }
 
+/// Polls `cq` once, without waiting, into `wcs`: how many completions it
+/// read (maybe none); fails on a bad one.
+#[inline]
+fn poll_checked(
+    cq: &CompletionQueue,
+    wcs: &mut [WorkCompletion],
+    what: &str,
+    count: u64,
+) -> Result<usize> {
+    let n = cq.poll(wcs)?;
+    if let Some(bad) = wcs[..n].iter().find(|wc| wc.status() != WcStatus::Success) {
+        return Err(format!("{what}: completion failed at {count}: {bad:?}").into());
+    }
+    Ok(n)
+}
+
 /// Polls `cq` until at least one completion; fails on a bad one.
 #[inline]
 fn poll_some<'a>(
@@ -77,11 +93,8 @@ fn poll_some<'a>(
     count: u64,
 ) -> Result<&'a [WorkCompletion]> {
     loop {
-        let n = cq.poll(wcs)?;
+        let n = poll_checked(cq, wcs, what, count)?;
         if n > 0 {
-            if let Some(bad) = wcs[..n].iter().find(|wc| wc.status() != WcStatus::Success) {
-                return Err(format!("{what}: completion failed at {count}: {bad:?}").into());
-            }
             spin.progress();
             return Ok(&wcs[..n]);
         }
@@ -350,12 +363,8 @@ impl BwQueue for SideQueue<'_> {
 
     #[inline]
     fn poll(&mut self, count: u64, what: &str) -> Result<Option<u64>> {
-        let n = self.side.scq.poll(&mut self.wcs)?;
-        let done = &self.wcs[..n];
-        if let Some(bad) = done.iter().find(|wc| wc.status() != WcStatus::Success) {
-            return Err(format!("{what}: completion failed at {count}: {bad:?}").into());
-        }
-        Ok(done.iter().map(|wc| wc.wr_id()).max())
+        let n = poll_checked(&self.side.scq, &mut self.wcs, what, count)?;
+        Ok(self.wcs[..n].iter().map(|wc| wc.wr_id()).max())
     }
 
     #[inline]
