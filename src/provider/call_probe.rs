@@ -13,8 +13,8 @@
 //! [`probe_poll`] takes. Then, the QP moved to a state that takes sends,
 //! it posts one signalled one-SGE WRITE [`ITERS`] times through
 //! [`probe_post_send`] and as many through [`probe_post_send_exclusive`],
-//! then batches of four, READs into one SGE and WRITEs from two SGEs
-//! ([`send_loop`]), the doorbell written to `/dev/null` (so the count holds the `write`
+//! then batches of four, READs into one SGE and WRITEs from two and from
+//! three SGEs ([`send_loop`]), the doorbell written to `/dev/null` (so the count holds the `write`
 //! wrapper, as on a device), the fake kernel taking each WQE after it.
 //! The host's `write` is the dynamic glibc's, about 50 Ir with its
 //! cancellation points where the guest's static one costs 7, and the
@@ -41,15 +41,17 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("siw", "probe_post_recv", 75),
     ("siw", "probe_post_recv_exclusive", 71),
     ("rxe", "probe_post_send", 213),
-    ("rxe", "probe_post_send_exclusive", 208),
+    ("rxe", "probe_post_send_exclusive", 209),
     ("siw", "probe_post_send", 197),
     ("siw", "probe_post_send_exclusive", 192),
-    ("rxe", "probe_post_send_batch", 484),
+    ("rxe", "probe_post_send_batch", 482),
     ("siw", "probe_post_send_batch", 443),
     ("rxe", "probe_post_read", 220),
     ("siw", "probe_post_read", 203),
-    ("rxe", "probe_post_write_two", 276),
-    ("siw", "probe_post_write_two", 256),
+    ("rxe", "probe_post_write_two", 246),
+    ("siw", "probe_post_write_two", 246),
+    ("rxe", "probe_post_write_three", 297),
+    ("siw", "probe_post_write_three", 275),
 ];
 
 /// [`CompletionQueue::poll`], not inlined, so callgrind can name it.
@@ -113,21 +115,32 @@ pub(crate) fn probe_post_read(qp: &QueuePair, wr_id: u64, sges: &[crate::wr::Sge
 /// SGEs, the halves of `sges[0]`, not inlined.
 #[inline(never)]
 pub(crate) fn probe_post_write_two(qp: &QueuePair, wr_id: u64, sges: &[crate::wr::Sge]) -> bool {
-    let half = sges[0].length / 2;
-    let two = [
-        crate::wr::Sge {
-            length: half,
-            ..sges[0]
-        },
-        crate::wr::Sge {
-            addr: sges[0].addr + u64::from(half),
-            length: half,
-            ..sges[0]
-        },
-    ];
+    let two = split::<2>(sges[0]);
     let wr = probe_write(wr_id, &two);
     // SAFETY: as in `probe_post_recv`.
     unsafe { qp.post_send(std::slice::from_ref(&wr)) }.is_ok()
+}
+
+/// [`QueuePair::post_send`] of one signalled WRITE gathered from three
+/// SGEs, the thirds of `sges[0]`, not inlined: the gather of any number
+/// (two SGEs have a writer of their own).
+#[inline(never)]
+pub(crate) fn probe_post_write_three(qp: &QueuePair, wr_id: u64, sges: &[crate::wr::Sge]) -> bool {
+    let three = split::<3>(sges[0]);
+    let wr = probe_write(wr_id, &three);
+    // SAFETY: as in `probe_post_recv`.
+    unsafe { qp.post_send(std::slice::from_ref(&wr)) }.is_ok()
+}
+
+/// `sge` cut into `N` consecutive SGEs of equal length (the rest of the
+/// division dropped).
+fn split<const N: usize>(sge: crate::wr::Sge) -> [crate::wr::Sge; N] {
+    let part = sge.length / N as u32;
+    std::array::from_fn(|i| crate::wr::Sge {
+        addr: sge.addr + u64::from(part) * i as u64,
+        length: part,
+        ..sge
+    })
 }
 
 /// The loops' send half: moves `qp` to ERR (which takes sends through the
@@ -137,7 +150,8 @@ pub(crate) fn probe_post_write_two(qp: &QueuePair, wr_id: u64, sges: &[crate::wr
 /// through [`probe_post_send_exclusive`], then [`ITERS`] batches of four
 /// through [`probe_post_send_batch`], then [`ITERS`] READs through
 /// [`probe_post_read`], then [`ITERS`] WRITEs of two SGEs through
-/// [`probe_post_write_two`]; after each post `taken(n)` has the
+/// [`probe_post_write_two`], then [`ITERS`] of three SGEs through
+/// [`probe_post_write_three`]; after each post `taken(n)` has the
 /// fake kernel take its `n` WQEs. Not named `probe_*`: tools/ir-budget.sh's
 /// `--toggle-collect` pattern would toggle collection on here and off
 /// again inside each measured probe.
@@ -171,6 +185,10 @@ pub(crate) fn send_loop(qp: &mut QueuePair, sges: &[crate::wr::Sge], mut taken: 
     }
     for i in 0..ITERS {
         assert!(probe_post_write_two(qp, i, sges));
+        taken(1);
+    }
+    for i in 0..ITERS {
+        assert!(probe_post_write_three(qp, i, sges));
         taken(1);
     }
     // The doorbell's descriptor closes here: no post follows.

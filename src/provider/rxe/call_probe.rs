@@ -80,8 +80,9 @@ fn rc_qp_in_init(max_recv_sge: u32) -> (Arc<Mapped>, CompletionQueue, QueuePair)
     let pd = ctx.alloc_pd().unwrap();
     let mut qp_init = QpInit::new(QpType::Rc, &cq, &cq);
     qp_init.max_recv_sge = max_recv_sge;
-    // The send loop's WRITE of two SGEs (`probe_post_write_two`).
-    qp_init.max_send_sge = 2;
+    // The send loop's WRITEs of two and three SGEs (`probe_post_write_two`,
+    // `probe_post_write_three`).
+    qp_init.max_send_sge = 3;
     let qp = pd.create_qp(&qp_init).unwrap();
     let init = QpAttr::new()
         .state(QpState::Init)

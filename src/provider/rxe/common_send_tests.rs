@@ -228,6 +228,7 @@ fn other_requests_take_the_general_path() {
         length: 8,
         lkey: 2,
     }];
+    let two = [one[0]; 2];
     let five = [one[0]; 5];
     let huge = Sge {
         length: u32::MAX,
@@ -276,6 +277,14 @@ fn other_requests_take_the_general_path() {
             QpType::Rc,
             SendLimits {
                 max_sge: 0,
+                ..LIMITS
+            },
+        ),
+        (
+            wr(send, Payload::Sges(&two)),
+            QpType::Rc,
+            SendLimits {
+                max_sge: 1,
                 ..LIMITS
             },
         ),

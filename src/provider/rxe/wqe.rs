@@ -365,9 +365,11 @@ pub(crate) fn encode_common_send(
 
 /// [`encode_common_send`], its slot taken by `take` (a batch that saw
 /// room for all its requests takes each without a check). Several SGEs
-/// only with `GATHER`, for a single request: a gather whose total passes a
-/// `u32` is found while its SGEs are copied, and gives back every slot
-/// reserved since the last publish ([`take_and_gather`]).
+/// only with `GATHER`, for a single request: two SGEs (the usual gather, a
+/// header and its payload) summed before the slot is taken and copied as
+/// 32 constant bytes; more through [`take_and_gather`], where a total past
+/// a `u32` is found while the SGEs are copied and gives back every slot
+/// reserved since the last publish.
 #[inline(always)]
 pub(crate) fn encode_common_send_with<const GATHER: bool>(
     sq: &mut Producer,
@@ -409,7 +411,9 @@ pub(crate) fn encode_common_send_with<const GATHER: bool>(
         union: [iova, u64::from(rkey), 0, 0],
     };
     // Each payload's slot is taken and filled in its own arm, so that the
-    // usual one (one SGE) is written with its sizes as constants.
+    // usual ones (one SGE, two SGEs) are written with their sizes as
+    // constants: two SGEs through the loop of `take_and_gather` cost 30 Ir
+    // more (tools/ir-budget.sh, probe_post_write_two).
     match wr.payload {
         Payload::Sges([sge]) => take_and_fill(
             sq,
@@ -418,6 +422,10 @@ pub(crate) fn encode_common_send_with<const GATHER: bool>(
             words,
             SendPayload::sges(std::slice::from_ref(sge), sge.length),
         ),
+        Payload::Sges(sges @ [_, _]) if GATHER && limits.max_sge >= 2 => {
+            let length = Sge::total_length(sges)?;
+            take_and_fill(sq, take, wr, words, SendPayload::sges(sges, length))
+        }
         Payload::Sges(sges)
             if GATHER && !sges.is_empty() && sges.len() <= limits.max_sge as usize =>
         {
@@ -534,7 +542,21 @@ fn fill_send_wqe(slot: &mut [u8], wr: &SendWr<'_>, words: OpWords, payload: Send
         <&[u8; SGE_LEN]>::try_from(bytes),
     ) {
         (Ok(dst), Ok(src)) => *dst = *src,
-        (Err(_), _) | (_, Err(_)) => tail[..bytes.len()].copy_from_slice(bytes),
+        (Err(_), _) | (_, Err(_)) => copy_gather(&mut tail[..bytes.len()], bytes),
+    }
+}
+
+/// Copies `src` to `dst` (of its length): two SGEs as one 32-byte copy
+/// written out (`copy_from_slice` called `memcpy` for it), any other
+/// length by `copy_from_slice`.
+#[inline(always)]
+fn copy_gather(dst: &mut [u8], src: &[u8]) {
+    match (
+        <&mut [u8; 2 * SGE_LEN]>::try_from(&mut *dst),
+        <&[u8; 2 * SGE_LEN]>::try_from(src),
+    ) {
+        (Ok(dst), Ok(src)) => *dst = *src,
+        (Err(_), _) | (_, Err(_)) => dst.copy_from_slice(src),
     }
 }
 

@@ -1666,9 +1666,10 @@ fn siw_calls_loop() {
     let (fake, ctx) = siw_ctx();
     let cq = ctx.create_cq(NUM_CQE, None).unwrap();
     let pd = ctx.alloc_pd().unwrap();
-    // The send loop's WRITE of two SGEs (`probe_post_write_two`).
+    // The send loop's WRITEs of two and three SGEs (`probe_post_write_two`,
+    // `probe_post_write_three`).
     let mut init = rc_init(&cq);
-    init.max_send_sge = 2;
+    init.max_send_sge = 3;
     let mut qp = pd.create_qp(&init).unwrap();
     qp.modify(&to_init()).unwrap();
     let sges = [Sge {
