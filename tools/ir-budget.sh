@@ -16,9 +16,10 @@ cd "$(dirname "$0")/.."
 src=src/provider/call_probe.rs
 iters=$(sed -n 's/^pub(crate) const ITERS: u64 = \([0-9_]*\);/\1/p' "$src" | tr -d _)
 [ -n "$iters" ] || { echo "no ITERS in $src"; exit 2; }
-bin=$(cargo test --release -p uverbs --lib --no-run 2>&1 |
-    sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))/\1/p' | tail -1)
-[ -x "$bin" ] || { echo "no test binary"; exit 2; }
+# (|| true: a failed build is shown below, not a silent exit under pipefail.)
+build=$(cargo test --release -p uverbs --lib --no-run 2>&1 || true)
+bin=$(echo "$build" | sed -n 's/.*Executable unittests src\/lib.rs (\(.*\))/\1/p' | tail -1)
+[ -x "$bin" ] || { echo "$build"; echo "no test binary"; exit 2; }
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
