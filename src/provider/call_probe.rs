@@ -13,8 +13,8 @@
 //! [`probe_poll`] takes. Then, the QP moved to a state that takes sends,
 //! it posts one signalled one-SGE WRITE [`ITERS`] times through
 //! [`probe_post_send`] and as many through [`probe_post_send_exclusive`],
-//! then batches of four, READs into one SGE and WRITEs from two and from
-//! three SGEs ([`send_loop`]), the doorbell written to `/dev/null` (so the count holds the `write`
+//! then batches of four, READs into one SGE, SENDs of 64 inline bytes and
+//! WRITEs from two and from three SGEs ([`send_loop`]), the doorbell written to `/dev/null` (so the count holds the `write`
 //! wrapper, as on a device), the fake kernel taking each WQE after it.
 //! The host's `write` is the dynamic glibc's, about 50 Ir with its
 //! cancellation points where the guest's static one costs 7, and the
@@ -44,10 +44,12 @@ pub(crate) const BUDGETS: &[(&str, &str, u32)] = &[
     ("rxe", "probe_post_send_exclusive", 209),
     ("siw", "probe_post_send", 197),
     ("siw", "probe_post_send_exclusive", 192),
-    ("rxe", "probe_post_send_batch", 482),
+    ("rxe", "probe_post_send_batch", 471),
     ("siw", "probe_post_send_batch", 443),
     ("rxe", "probe_post_read", 220),
     ("siw", "probe_post_read", 203),
+    ("rxe", "probe_post_inline", 250),
+    ("siw", "probe_post_inline", 249),
     ("rxe", "probe_post_write_two", 246),
     ("siw", "probe_post_write_two", 246),
     ("rxe", "probe_post_write_three", 297),
@@ -111,6 +113,22 @@ pub(crate) fn probe_post_read(qp: &QueuePair, wr_id: u64, sges: &[crate::wr::Sge
     unsafe { qp.post_send(std::slice::from_ref(&wr)) }.is_ok()
 }
 
+/// [`QueuePair::post_send`] of one signalled SEND of 64 inline bytes (as
+/// benches/ops' case 4), not inlined.
+#[inline(never)]
+pub(crate) fn probe_post_inline(qp: &QueuePair, wr_id: u64) -> bool {
+    use crate::wr::{Payload, SendOp};
+    let bytes = [wr_id as u8; 64];
+    let segments: [&[u8]; 1] = [&bytes];
+    let wr = SendWr::new(
+        wr_id,
+        SendOp::Send { imm: None },
+        Payload::Inline(&segments),
+    );
+    // SAFETY: as in `probe_post_recv`.
+    unsafe { qp.post_send(std::slice::from_ref(&wr)) }.is_ok()
+}
+
 /// [`QueuePair::post_send`] of one signalled WRITE gathered from two
 /// SGEs, the halves of `sges[0]`, not inlined.
 #[inline(never)]
@@ -149,7 +167,8 @@ fn split<const N: usize>(sge: crate::wr::Sge) -> [crate::wr::Sge; N] {
 /// from `sges` [`ITERS`] times through [`probe_post_send`], then as many
 /// through [`probe_post_send_exclusive`], then [`ITERS`] batches of four
 /// through [`probe_post_send_batch`], then [`ITERS`] READs through
-/// [`probe_post_read`], then [`ITERS`] WRITEs of two SGEs through
+/// [`probe_post_read`], then [`ITERS`] inline SENDs through
+/// [`probe_post_inline`], then [`ITERS`] WRITEs of two SGEs through
 /// [`probe_post_write_two`], then [`ITERS`] of three SGEs through
 /// [`probe_post_write_three`]; after each post `taken(n)` has the
 /// fake kernel take its `n` WQEs. Not named `probe_*`: tools/ir-budget.sh's
@@ -181,6 +200,10 @@ pub(crate) fn send_loop(qp: &mut QueuePair, sges: &[crate::wr::Sge], mut taken: 
     }
     for i in 0..ITERS {
         assert!(probe_post_read(qp, i, sges));
+        taken(1);
+    }
+    for i in 0..ITERS {
+        assert!(probe_post_inline(qp, i));
         taken(1);
     }
     for i in 0..ITERS {

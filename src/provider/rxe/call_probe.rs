@@ -83,6 +83,8 @@ fn rc_qp_in_init(max_recv_sge: u32) -> (Arc<Mapped>, CompletionQueue, QueuePair)
     // The send loop's WRITEs of two and three SGEs (`probe_post_write_two`,
     // `probe_post_write_three`).
     qp_init.max_send_sge = 3;
+    // And its inline SENDs (`probe_post_inline`).
+    qp_init.max_inline = 64;
     let qp = pd.create_qp(&qp_init).unwrap();
     let init = QpAttr::new()
         .state(QpState::Init)

@@ -418,13 +418,20 @@ pub(crate) fn encode_common_send_with<const GATHER: bool>(
         Payload::Sges([sge]) => take_and_fill(
             sq,
             take,
-            wr,
-            words,
-            SendPayload::sges(std::slice::from_ref(sge), sge.length),
+            #[inline(always)]
+            |slot| {
+                let payload = SendPayload::sges(std::slice::from_ref(sge), sge.length);
+                fill_send_wqe(slot, wr, words, payload)
+            },
         ),
-        Payload::Sges(sges @ [_, _]) if GATHER && limits.max_sge >= 2 => {
-            let length = Sge::total_length(sges)?;
-            take_and_fill(sq, take, wr, words, SendPayload::sges(sges, length))
+        Payload::Sges(two @ [first, second]) if GATHER && limits.max_sge >= 2 => {
+            let length = first.length.checked_add(second.length)?;
+            take_and_fill(
+                sq,
+                take,
+                #[inline(always)]
+                |slot| fill_two_sges(slot, wr, words, two, length),
+            )
         }
         Payload::Sges(sges)
             if GATHER && !sges.is_empty() && sges.len() <= limits.max_sge as usize =>
@@ -435,27 +442,30 @@ pub(crate) fn encode_common_send_with<const GATHER: bool>(
         Payload::Inline([seg])
             if opcode != IB_UVERBS_WR_RDMA_READ && seg.len() <= limits.max_inline as usize =>
         {
-            take_and_fill(sq, take, wr, words, SendPayload::inline(seg))
+            take_and_fill(
+                sq,
+                take,
+                #[inline(always)]
+                |slot| fill_send_wqe(slot, wr, words, SendPayload::inline(seg)),
+            )
         }
         _ => None,
     }
 }
 
-/// Takes a slot with `take` and fills it with the WQE of `wr`; the bare
+/// Takes a slot with `take` and fills it with `fill`; the bare
 /// [`QueueFull`] when `take` finds none.
 #[inline(always)]
 fn take_and_fill(
     sq: &mut Producer,
     take: impl FnOnce(&mut Producer) -> Result<&mut [u8], QueueFull>,
-    wr: &SendWr<'_>,
-    words: OpWords,
-    payload: SendPayload<'_>,
+    fill: impl FnOnce(&mut [u8]),
 ) -> Option<Result<(), QueueFull>> {
     let slot = match take(sq) {
         Ok(slot) => slot,
         Err(full) => return Some(Err(full)),
     };
-    fill_send_wqe(slot, wr, words, payload);
+    fill(slot);
     Some(Ok(()))
 }
 
@@ -542,21 +552,28 @@ fn fill_send_wqe(slot: &mut [u8], wr: &SendWr<'_>, words: OpWords, payload: Send
         <&[u8; SGE_LEN]>::try_from(bytes),
     ) {
         (Ok(dst), Ok(src)) => *dst = *src,
-        (Err(_), _) | (_, Err(_)) => copy_gather(&mut tail[..bytes.len()], bytes),
+        (Err(_), _) | (_, Err(_)) => tail[..bytes.len()].copy_from_slice(bytes),
     }
 }
 
-/// Copies `src` to `dst` (of its length): two SGEs as one 32-byte copy
-/// written out (`copy_from_slice` called `memcpy` for it), any other
-/// length by `copy_from_slice`.
+/// Fills `slot` with the WQE of `wr`, whose operation `words` describes,
+/// gathered from the two SGEs `two` of `length` bytes in all, as the general
+/// writer does: [`fill_send_wqe`] with the copy's size a constant (there
+/// the variable size of the other payloads made it a `memcpy` call, or cost
+/// an inline post a test for this one).
 #[inline(always)]
-fn copy_gather(dst: &mut [u8], src: &[u8]) {
+fn fill_two_sges(slot: &mut [u8], wr: &SendWr<'_>, words: OpWords, two: &[Sge], length: u32) {
+    let (wqe, tail) = send_wqe_in(slot);
+    fill_head(wqe, wr, words, 2, length, 0);
+    // The tail holds max_sge (here at least 2) SGEs. Copied as an array:
+    // `copy_from_slice` called `memcpy` for it.
+    let bytes = two.as_bytes();
     match (
-        <&mut [u8; 2 * SGE_LEN]>::try_from(&mut *dst),
-        <&[u8; 2 * SGE_LEN]>::try_from(src),
+        <&mut [u8; 2 * SGE_LEN]>::try_from(&mut tail[..bytes.len()]),
+        <&[u8; 2 * SGE_LEN]>::try_from(bytes),
     ) {
         (Ok(dst), Ok(src)) => *dst = *src,
-        (Err(_), _) | (_, Err(_)) => dst.copy_from_slice(src),
+        (Err(_), _) | (_, Err(_)) => tail[..bytes.len()].copy_from_slice(bytes),
     }
 }
 

@@ -1670,6 +1670,8 @@ fn siw_calls_loop() {
     // `probe_post_write_three`).
     let mut init = rc_init(&cq);
     init.max_send_sge = 3;
+    // And its inline SENDs (`probe_post_inline`).
+    init.max_inline = 64;
     let mut qp = pd.create_qp(&init).unwrap();
     qp.modify(&to_init()).unwrap();
     let sges = [Sge {
