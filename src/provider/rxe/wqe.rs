@@ -566,7 +566,8 @@ fn fill_two_sges(slot: &mut [u8], wr: &SendWr<'_>, words: OpWords, two: &[Sge], 
     let (wqe, tail) = send_wqe_in(slot);
     fill_head(wqe, wr, words, 2, length, 0);
     // The tail holds max_sge (here at least 2) SGEs. Copied as an array:
-    // `copy_from_slice` called `memcpy` for it.
+    // `copy_from_slice` called `memcpy` for it. `two` holds two SGEs (its
+    // caller's pattern), so the first arm is the one taken.
     let bytes = two.as_bytes();
     match (
         <&mut [u8; 2 * SGE_LEN]>::try_from(&mut tail[..bytes.len()]),
