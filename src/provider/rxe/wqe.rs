@@ -421,7 +421,7 @@ pub(crate) fn encode_common_send_with<const GATHER: bool>(
             #[inline(always)]
             |slot| {
                 let payload = SendPayload::sges(std::slice::from_ref(sge), sge.length);
-                fill_send_wqe(slot, wr, words, payload)
+                fill_send_wqe::<SGE_LEN>(slot, wr, words, payload)
             },
         ),
         Payload::Sges(two @ [first, second]) if GATHER && limits.max_sge >= 2 => {
@@ -430,7 +430,10 @@ pub(crate) fn encode_common_send_with<const GATHER: bool>(
                 sq,
                 take,
                 #[inline(always)]
-                |slot| fill_two_sges(slot, wr, words, two, length),
+                |slot| {
+                    let payload = SendPayload::sges(two, length);
+                    fill_send_wqe::<{ 2 * SGE_LEN }>(slot, wr, words, payload)
+                },
             )
         }
         Payload::Sges(sges)
@@ -446,7 +449,7 @@ pub(crate) fn encode_common_send_with<const GATHER: bool>(
                 sq,
                 take,
                 #[inline(always)]
-                |slot| fill_send_wqe(slot, wr, words, SendPayload::inline(seg)),
+                |slot| fill_send_wqe::<SGE_LEN>(slot, wr, words, SendPayload::inline(seg)),
             )
         }
         _ => None,
@@ -524,15 +527,24 @@ pub(crate) fn encode_direct(
         Ok(slot) => slot,
         Err(full) => return Some(Err(full)),
     };
-    fill_send_wqe(slot, wr, words, payload);
+    fill_send_wqe::<SGE_LEN>(slot, wr, words, payload);
     Some(Ok(()))
 }
 
 /// Fills `slot` with the WQE of `wr`, whose operation `words` describes and
 /// whose payload is `payload` (SGEs or one inline segment), as the general
-/// writer does.
+/// writer does. A payload of exactly `COPY` bytes is copied as an array:
+/// `COPY` is the size of the caller's usual payload (one SGE, or two), so
+/// that its copy is a few stores with no call and the others keep no test
+/// for it (`copy_from_slice` of two SGEs called `memcpy`; a test for them
+/// here cost the inline post 3 Ir).
 #[inline(always)]
-fn fill_send_wqe(slot: &mut [u8], wr: &SendWr<'_>, words: OpWords, payload: SendPayload<'_>) {
+fn fill_send_wqe<const COPY: usize>(
+    slot: &mut [u8],
+    wr: &SendWr<'_>,
+    words: OpWords,
+    payload: SendPayload<'_>,
+) {
     let SendPayload {
         bytes,
         num_sge,
@@ -542,36 +554,13 @@ fn fill_send_wqe(slot: &mut [u8], wr: &SendWr<'_>, words: OpWords, payload: Send
     let (wqe, tail) = send_wqe_in(slot);
     fill_head(wqe, wr, words, num_sge, length, inline_flag);
     // The tail holds max_sge SGEs and max_inline bytes
-    // (`SendLimits::within_slot`). One SGE (the usual post) is one 16-byte
-    // store, with no call; in this form (the destination's bounds checked
-    // first) the one-SGE post measured 12 Ir less than checking only the
-    // source's length.
+    // (`SendLimits::within_slot`). In this form (the destination's bounds
+    // checked first) the one-SGE post measured 12 Ir less than checking
+    // only the source's length.
     let dst = &mut tail[..bytes.len()];
     match (
-        <&mut [u8; SGE_LEN]>::try_from(dst),
-        <&[u8; SGE_LEN]>::try_from(bytes),
-    ) {
-        (Ok(dst), Ok(src)) => *dst = *src,
-        (Err(_), _) | (_, Err(_)) => tail[..bytes.len()].copy_from_slice(bytes),
-    }
-}
-
-/// Fills `slot` with the WQE of `wr`, whose operation `words` describes,
-/// gathered from the two SGEs `two` of `length` bytes in all, as the general
-/// writer does: [`fill_send_wqe`] with the copy's size a constant (there
-/// the variable size of the other payloads made it a `memcpy` call, or cost
-/// an inline post a test for this one).
-#[inline(always)]
-fn fill_two_sges(slot: &mut [u8], wr: &SendWr<'_>, words: OpWords, two: &[Sge], length: u32) {
-    let (wqe, tail) = send_wqe_in(slot);
-    fill_head(wqe, wr, words, 2, length, 0);
-    // The tail holds max_sge (here at least 2) SGEs. Copied as an array:
-    // `copy_from_slice` called `memcpy` for it. `two` holds two SGEs (its
-    // caller's pattern), so the first arm is the one taken.
-    let bytes = two.as_bytes();
-    match (
-        <&mut [u8; 2 * SGE_LEN]>::try_from(&mut tail[..bytes.len()]),
-        <&[u8; 2 * SGE_LEN]>::try_from(bytes),
+        <&mut [u8; COPY]>::try_from(dst),
+        <&[u8; COPY]>::try_from(bytes),
     ) {
         (Ok(dst), Ok(src)) => *dst = *src,
         (Err(_), _) | (_, Err(_)) => tail[..bytes.len()].copy_from_slice(bytes),
