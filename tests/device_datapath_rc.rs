@@ -410,3 +410,103 @@ fn inline_send_and_write_land() {
         drop((q.qp_a, q.qp_b, mr));
     });
 }
+
+/// Gathers: a SEND from two SGEs, and RDMA WRITEs from two and from three
+/// (the writers of both drivers take two SGEs on a path of their own and
+/// more through their general loop) land as the SGEs' bytes in order, the
+/// receive's length their total.
+#[test]
+fn gathered_send_and_writes_land() {
+    on_each_data_path_device("gathered_send_and_writes_land", |name, ctx| {
+        let q = connected_rc_pair_init(ctx, name, 16, &|init| init.max_send_sge(3));
+        let max_sge = q.qp_a.caps().max_send_sge;
+        assert!(max_sge >= 3, "{name}: max_send_sge {max_sge}");
+        let mut buf = anon(4096);
+        // The sources: three pieces of 16, 24 and 40 bytes, apart from each
+        // other, at 0, 64 and 128.
+        let pieces: [(usize, usize); 3] = [(0, 16), (64, 24), (128, 40)];
+        for (at, len) in pieces {
+            for (i, b) in buf[at..at + len].iter_mut().enumerate() {
+                *b = (at + i) as u8 ^ 0xa5;
+            }
+        }
+        let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
+        let addr = buf.as_ptr() as u64;
+        let sges = pieces.map(|(at, len)| sge(addr + at as u64, len, &mr)[0]);
+        let joined = |n: usize| -> Vec<u8> {
+            pieces[..n]
+                .iter()
+                .flat_map(|&(at, len)| buf[at..at + len].to_vec())
+                .collect()
+        };
+        let (two, three) = (joined(2), joined(3));
+
+        let recv = sge(addr + 1024, 256, &mr);
+        // SAFETY: buf[1024..1280] is not touched until the receive's
+        // completion.
+        unsafe {
+            q.qp_b.post_recv(&[RecvWr {
+                wr_id: 0x2a,
+                sges: &recv,
+            }])
+        }
+        .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+        let send = SendWr::new(0x2b, SendOp::Send { imm: None }, Payload::Sges(&sges[..2]));
+        // SAFETY: the sources are not written until the completion.
+        unsafe { q.qp_a.post_send(&[send]) }
+            .unwrap_or_else(|e| panic!("{name}: post_send SEND of two SGEs: {e}"));
+        wait_checked(&q.cq_a, "SEND of two SGEs", WcOpcode::Send, &q.qp_a, 0x2b);
+        let wc = wait_checked(
+            &q.cq_b,
+            "SEND of two SGEs, receiver",
+            WcOpcode::Recv,
+            &q.qp_b,
+            0x2a,
+        );
+        assert_eq!(wc.byte_len() as usize, two.len(), "{name}: {wc:?}");
+        assert_eq!(
+            &buf[1024..1024 + two.len()],
+            &two[..],
+            "{name}: the SEND's bytes"
+        );
+
+        for (n, want, target, wr_id) in [(2, &two, 2048, 0x2c), (3, &three, 3072, 0x2d)] {
+            let write = SendWr::new(
+                wr_id,
+                SendOp::RdmaWrite {
+                    remote: Remote {
+                        addr: addr + target as u64,
+                        rkey: mr.rkey(),
+                    },
+                    imm: None,
+                },
+                Payload::Sges(&sges[..n]),
+            );
+            // SAFETY: the sources are not written, and buf[target..] not
+            // touched, until the completion.
+            unsafe { q.qp_a.post_send(&[write]) }
+                .unwrap_or_else(|e| panic!("{name}: post_send WRITE of {n} SGEs: {e}"));
+            let what = format!("WRITE of {n} SGEs");
+            wait_checked(&q.cq_a, &what, WcOpcode::RdmaWrite, &q.qp_a, wr_id);
+            assert_eq!(
+                &buf[target..target + want.len()],
+                &want[..],
+                "{name}: the {what}'s bytes"
+            );
+            assert!(
+                buf[target + want.len()..target + 1024]
+                    .iter()
+                    .all(|&b| b == 0),
+                "{name}: past the {what}'s target"
+            );
+        }
+        assert_no_completion(&q.cq_b, &format!("{name}: a WRITE completes nothing on B"));
+        loud(&format!(
+            "{name}: a SEND of two SGEs ({} B) and WRITEs of two ({} B) and three ({} B) landed",
+            two.len(),
+            two.len(),
+            three.len()
+        ));
+        drop((q.qp_a, q.qp_b, mr));
+    });
+}
