@@ -416,31 +416,30 @@ impl Ranges {
     /// the change is impossible: a count at `u32::MAX` for a mark, a page
     /// with count 0 for an unmark.
     ///
-    /// The lookup and the exact entry's test are inline in `mark` and
-    /// `unmark`, so that a second reference (or its release) calls nothing
-    /// but the advice; the other shapes are worked out by
+    /// The lookup and the change in place within one block
+    /// ([`recount_in_block`]) are inline in `mark` and `unmark`, so that a
+    /// second reference (or its release) and a range over several plateaus
+    /// call nothing but the advice; the other shapes are worked out by
     /// [`prepare_shape`](Self::prepare_shape), out of line.
     #[inline(always)]
     fn prepare(&mut self, start: usize, end: usize, mark: bool) -> bool {
         self.recount = None;
         self.lo = self.map.first_reaching(start);
-        // The entries from `lo` that overlap or touch the range: those that
-        // start at or before `end`.
-        let block = self.map.block(self.lo.0);
-        let i = past_range(block, self.lo.1, end);
-        if i < block.len() {
-            if let Some(r) = exact_entry(&block[self.lo.1..i], self.lo.1, start, end, mark) {
-                self.hi = (self.lo.0, i);
+        match recount_in_block(self.map.block(self.lo.0), self.lo.1, start, end, mark) {
+            Ok((r, past)) => {
+                self.hi = (self.lo.0, past);
                 self.recount = Some(r);
-                return true;
+                true
             }
+            Err(past) => self.prepare_shape(past, start, end, mark),
         }
-        self.prepare_shape(i, start, end, mark)
     }
 
     /// [`prepare`](Self::prepare) past its lookup (`lo` found, `i` past the
     /// entries of its block that overlap or touch the range) for every
-    /// shape but an exact entry inside its block.
+    /// shape [`recount_in_block`] did not take: a range in a gap or inside
+    /// one entry, one with a gap in it, one whose entries reach the end of
+    /// their block.
     #[inline(never)]
     fn prepare_shape(&mut self, mut i: usize, start: usize, end: usize, mark: bool) -> bool {
         let Ranges {
@@ -467,10 +466,6 @@ impl Ranges {
         }
         *hi = (lo.0, i);
         let old = &map.block(lo.0)[lo.1..i];
-        if let Some(r) = exact_entry(old, lo.1, start, end, mark) {
-            *recount = Some(r);
-            return true;
-        }
         let shortcut = if mark {
             mark_shortcut(old, start, end, next)
         } else {
@@ -525,30 +520,85 @@ fn past_range(block: &[Entry], at: usize, end: usize) -> usize {
     i
 }
 
-/// The change in place for a range that is exactly one entry which no
-/// other entry touches (`old`, the entries that overlap or touch the range,
-/// is that entry alone, at index `at` of its block), when its count can
-/// move: a second registration of the same pages, or the release of one of
-/// several. [`recount_in_place`] finds these too, after more tests; this
-/// common case is worth a test of its own. `None` for every other shape.
+/// The change in place for a range that entries of `block` from `at` on
+/// cover without a gap ([`recount_in_place`], in one pass over the block
+/// instead of two), when all the entries that overlap or touch the range
+/// are in the block and one more entry follows them there (so that none
+/// in the next block can touch it). `Ok` with the change and the index
+/// past those entries; otherwise `Err` with that index, for
+/// [`Ranges::prepare_shape`].
 #[inline(always)]
-fn exact_entry(old: &[Entry], at: usize, start: usize, end: usize, mark: bool) -> Option<Recount> {
-    let [e] = *old else {
-        return None;
-    };
+fn recount_in_block(
+    block: &[Entry],
+    at: usize,
+    start: usize,
+    end: usize,
+    mark: bool,
+) -> Result<(Recount, usize), usize> {
     let (delta, floor) = if mark { (1, u32::MAX) } else { (u32::MAX, 1) };
-    if (e.start, e.end) != (start, end) || e.count == floor {
-        return None;
+    // An entry ending at `start` touches the range from the left.
+    let left = block.get(at).filter(|e| e.end == start).copied();
+    let from = at + usize::from(left.is_some());
+    let Some(&first) = block.get(from) else {
+        return Err(from);
+    };
+    if first.start >= end {
+        // A range in a gap: no entry overlaps it.
+        return Err(from + usize::from(first.start == end));
     }
-    Some(Recount {
-        from: at,
-        to: at + 1,
+    if left.is_none() && (first.start, first.end) == (start, end) {
+        // The commonest shape: the range is one entry (a second reference
+        // to a registration's pages, or its release), with no entry before
+        // it touching it; the next entry must not touch it either.
+        let after = block.get(from + 1).ok_or(from + 1)?;
+        if after.start > end && first.count != floor {
+            let r = Recount {
+                from,
+                to: from + 1,
+                delta,
+                merge_left: false,
+                merge_right: false,
+                split_left: false,
+                split_right: false,
+            };
+            return Ok((r, from + 1));
+        }
+    }
+    // The entries overlapping the range, each where the one before ends.
+    let mut i = from;
+    let mut cur = start;
+    while let Some(e) = block.get(i) {
+        if e.start >= end {
+            break;
+        }
+        if e.start > cur || e.count == floor {
+            return Err(past_range(block, i, end));
+        }
+        cur = e.end;
+        i += 1;
+    }
+    let Some(&after) = block.get(i) else {
+        return Err(i);
+    };
+    let right = after.start == end;
+    let past = i + usize::from(right);
+    if i == from || cur < end {
+        return Err(past);
+    }
+    let last = block[i - 1];
+    let merges = |outside: Option<Entry>, edge: Entry| {
+        outside.is_some_and(|o| o.count == edge.count.wrapping_add(delta))
+    };
+    let r = Recount {
+        from,
+        to: i,
         delta,
-        merge_left: false,
-        merge_right: false,
-        split_left: false,
-        split_right: false,
-    })
+        merge_left: merges(left, first),
+        merge_right: right && after.count == last.count.wrapping_add(delta),
+        split_left: first.start < start,
+        split_right: cur > end,
+    };
+    Ok((r, past))
 }
 
 /// [`rebuild`] for a mark in the common shapes, with fewer tests: a range
