@@ -10,10 +10,17 @@
 //! as go (a count changed), otherwise by shifting the rest of one block (at
 //! most [`MAX`] entries). A range that entries cover without a gap changes
 //! their counts where they are ([`Recount`]): no new entries to write but an
-//! edge entry split where the range begins or ends inside it. Blocks are
-//! split when they outgrow [`MAX`] and merged with a neighbour when they
-//! shrink below [`MIN`]; only then, and when a change spans blocks, is
-//! memory allocated or freed.
+//! edge entry split where the range begins or ends inside it.
+//!
+//! Such a change leaves each entry as it is even where its count now
+//! equals its neighbour's, so that a range marked and unmarked again (a
+//! registration and its release) moves counts and nothing else; a change
+//! that replaces entries merges equal neighbours at its edges. Equal
+//! neighbours left so are merged when their block outgrows [`MAX`], before
+//! it is split: a block is split only when it holds more than [`MAX`]
+//! entries that differ from the one before. Blocks are merged with a
+//! neighbour when they shrink below [`MIN`]; only then, and when a change
+//! spans blocks, is memory allocated or freed.
 
 /// The most entries a block holds after a change.
 const MAX: usize = 64;
@@ -28,7 +35,8 @@ pub(super) struct Span {
     pub(super) count: u32,
 }
 
-/// One plateau: `[start, end)` with `count` references.
+/// One entry: `[start, end)` with `count` references (a plateau, or part
+/// of one whose neighbours have the same count).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Entry {
     pub(super) start: usize,
@@ -53,28 +61,26 @@ pub(super) type Pos = (usize, usize);
 /// A change that moves the count of every entry `from..to` of a block by
 /// `delta` (1 or `u32::MAX`, i.e. one less, by wrapping addition) and keeps
 /// the entries themselves: what a mark or unmark of a range that those
-/// entries cover without a gap comes to. At an edge, the entry either
-/// merges with the one before (`merge_left`) or after (`merge_right`),
-/// which must then be in the same block and touch it; or, when the range
-/// begins or ends inside it, is split there (`split_left` at the range's
-/// start, `split_right` at its end, which [`Plateaus::recount`] takes): its
-/// part outside the range stays at its old count, as a new entry beside it.
-/// A `to` past the block's end goes on into the next block (a range over a
-/// block's edge); then nothing merges or splits.
+/// entries cover without a gap comes to. An edge entry that the range
+/// begins or ends inside is split there (`split_left` at the range's start,
+/// `split_right` at its end, which [`Plateaus::recount`] takes): its part
+/// outside the range stays at its old count, as a new entry beside it.
+/// Nothing merges (see the [module documentation](self)). A `to` past the
+/// block's end goes on into the next block (a range over a block's edge);
+/// then nothing is split.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct Recount {
     pub(super) from: usize,
     pub(super) to: usize,
     pub(super) delta: u32,
-    pub(super) merge_left: bool,
-    pub(super) merge_right: bool,
     pub(super) split_left: bool,
     pub(super) split_right: bool,
 }
 
-/// Entries ascending by start, never overlapping. Invariants: no block is
-/// empty, `firsts[b]` is the start of `blocks[b]`'s first entry, and `len`
-/// is the number of entries.
+/// Entries ascending by start, never overlapping, each with a count of 1 or
+/// more; neighbours may have equal counts. Invariants: no block is empty,
+/// `firsts[b]` is the start of `blocks[b]`'s first entry, and `len` is the
+/// number of entries.
 #[derive(Debug, Default)]
 pub(super) struct Plateaus {
     blocks: Vec<Vec<Entry>>,
@@ -84,6 +90,7 @@ pub(super) struct Plateaus {
 
 impl Plateaus {
     /// Number of entries.
+    #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.len
     }
@@ -96,6 +103,19 @@ impl Plateaus {
     /// All entries, ascending.
     pub(super) fn iter(&self) -> impl Iterator<Item = &Entry> + '_ {
         self.blocks.iter().flatten()
+    }
+
+    /// The plateaus, ascending: the entries with each run of neighbours
+    /// that touch and have equal counts merged into one.
+    pub(super) fn plateaus(&self) -> impl Iterator<Item = Entry> + '_ {
+        let mut entries = self.iter().copied().peekable();
+        std::iter::from_fn(move || {
+            let mut run = entries.next()?;
+            while let Some(e) = entries.next_if(|e| e.start == run.end && e.count == run.count) {
+                run.end = e.end;
+            }
+            Some(run)
+        })
     }
 
     /// The entries of block `b`, none if there is no such block (only when
@@ -241,10 +261,8 @@ impl Plateaus {
     }
 
     /// Applies `r` to block `b` for the range `(start, end)`: the counts
-    /// change in place, an edge that now equals its neighbour is merged into
-    /// it (the block's later entries move down by one place per merge), and
-    /// an edge entry the range begins or ends inside is split there
-    /// ([`split_edges`](Self::split_edges)).
+    /// change in place, and an edge entry the range begins or ends inside
+    /// is split there ([`split_edges`](Self::split_edges)).
     #[inline(always)]
     pub(super) fn recount(&mut self, b: usize, r: Recount, (start, end): (usize, usize)) {
         let Recount { from, to, .. } = r;
@@ -256,54 +274,20 @@ impl Plateaus {
             e.count = e.count.wrapping_add(r.delta);
         }
         if r.split_left || r.split_right {
-            return self.split_edges(b, r, start, end);
+            self.split_edges(b, r, start, end);
         }
-        match (r.merge_left, r.merge_right) {
-            (false, false) => return,
-            (true, false) => {
-                block[from - 1].end = block[from].end;
-                block.remove(from);
-                self.len -= 1;
-            }
-            (false, true) => {
-                block[to].start = block[to - 1].start;
-                block.remove(to - 1);
-                self.len -= 1;
-            }
-            (true, true) => {
-                let len = block.len();
-                if to - from == 1 {
-                    // Three entries become one.
-                    block[from - 1].end = block[to].end;
-                    block.copy_within(to + 1.., from);
-                } else {
-                    block[from - 1].end = block[from].end;
-                    block[to].start = block[to - 1].start;
-                    block.copy_within(from + 1..to - 1, from);
-                    block.copy_within(to.., to - 2);
-                }
-                block.truncate(len - 2);
-                self.len -= 2;
-            }
-        }
-        // No merge moves a block's first start (a left merge has an entry
-        // before it), but the block may now be under `MIN`.
-        self.settle(b);
     }
 
     /// The edges of a [`recount`](Self::recount) with a split, after the
     /// counts moved: the part of entry `to - 1` after `end`, and of entry
     /// `from` before `start`, become entries of their own at the old count
-    /// (the block's later entries move up by one place per split); an edge
-    /// that is not split may still merge.
+    /// (the block's later entries move up by one place per split).
     #[inline]
     fn split_edges(&mut self, b: usize, r: Recount, start: usize, end: usize) {
         let block = &mut self.blocks[b];
         let old = |e: Entry| e.count.wrapping_sub(r.delta);
-        // The right edge first: what it does moves no entry before `to - 1`,
-        // so `from` still names the left edge's entry (when they are the
-        // same entry and the right one merged, `from` is the merged one,
-        // which begins where the entry did).
+        // The right edge first: what it does moves no entry before `to`, so
+        // `from` still names the left edge's entry.
         if r.split_right {
             let e = block[r.to - 1];
             block[r.to - 1].end = end;
@@ -314,10 +298,6 @@ impl Plateaus {
             };
             block.insert(r.to, after);
             self.len += 1;
-        } else if r.merge_right {
-            block[r.to].start = block[r.to - 1].start;
-            block.remove(r.to - 1);
-            self.len -= 1;
         }
         if r.split_left {
             let e = block[r.from];
@@ -329,22 +309,17 @@ impl Plateaus {
             };
             block.insert(r.from, before);
             self.len += 1;
-        } else if r.merge_left {
-            block[r.from - 1].end = block[r.from].end;
-            block.remove(r.from);
-            self.len -= 1;
         }
         // The block's first start is unchanged (a left split leaves the
-        // entry's own start in place, a left merge has an entry before
-        // it), but it may now be over `MAX` or under `MIN`.
+        // entry's own start in place), but it may now be over `MAX`.
         self.settle(b);
     }
 
     /// [`recount`](Self::recount) of entries over the edge of block `b`
-    /// and the next, where nothing merges.
+    /// and the next, where nothing is split.
     #[cold]
     fn recount_across(&mut self, b: usize, r: Recount) {
-        debug_assert!(!r.merge_left && !r.merge_right && !r.split_left && !r.split_right);
+        debug_assert!(!r.split_left && !r.split_right);
         let (first, second) = self.blocks[b..].split_at_mut(1);
         let first = &mut first[0];
         let rest = r.to - first.len();
@@ -431,6 +406,9 @@ impl Plateaus {
     /// entries.
     #[cold]
     fn rebalance(&mut self, b: usize) {
+        if self.blocks[b].len() > MAX {
+            self.coalesce(b);
+        }
         let n = self.blocks[b].len();
         if n == 0 {
             self.blocks.remove(b);
@@ -449,6 +427,22 @@ impl Plateaus {
         } else {
             self.firsts[b] = self.blocks[b][0].start;
         }
+    }
+
+    /// Merges the neighbours in block `b` that touch and have equal counts
+    /// (what [`recount`](Self::recount) leaves), before the block is split
+    /// for want of room.
+    fn coalesce(&mut self, b: usize) {
+        let block = &mut self.blocks[b];
+        let before = block.len();
+        block.dedup_by(|next, kept| {
+            let equal = kept.end == next.start && kept.count == next.count;
+            if equal {
+                kept.end = next.end;
+            }
+            equal
+        });
+        self.len -= before - block.len();
     }
 
     /// Splits block `b` (more than [`MAX`] entries) into blocks of equal
@@ -610,13 +604,11 @@ mod tests {
             .collect()
     }
 
-    fn recount(from: usize, to: usize, up: bool, merges: (bool, bool)) -> Recount {
+    fn recount(from: usize, to: usize, up: bool) -> Recount {
         Recount {
             from,
             to,
             delta: if up { 1 } else { u32::MAX },
-            merge_left: merges.0,
-            merge_right: merges.1,
             split_left: false,
             split_right: false,
         }
@@ -627,7 +619,7 @@ mod tests {
     }
 
     #[test]
-    fn recount_changes_counts_in_place_and_merges_edges() {
+    fn recount_changes_counts_in_place_and_merges_nothing() {
         // Counts 2 1 2 1 2 … over 40 units, in one block.
         let counts: Vec<u32> = (0..40).map(|i| 2 - i % 2).collect();
         let all = steps(0, &counts);
@@ -636,39 +628,27 @@ mod tests {
             p.replace((0, 0), (0, 0), &all);
             p.recount(0, r, (0, 0));
             p.check();
-            entries(&p)
+            (entries(&p), p.plateaus().collect::<Vec<_>>())
         };
         let with = |from: usize, mid: &[Entry], to: usize| [&all[..from], mid, &all[to..]].concat();
-        // Entries 11..14 (1 2 1) up by one: both edges meet their
-        // neighbours (2), five entries become three.
-        let both = run(recount(11, 14, true, (true, true)));
+        // Entries 11..14 (1 2 1) up by one: the edges now equal their
+        // neighbours (2) and stay entries of their own; as plateaus, five
+        // entries are three.
+        let (both, plateaus) = run(recount(11, 14, true));
+        assert_eq!(both, with(11, &steps(11, &[2, 3, 2]), 14));
         let merged = [entry(10, 12, 2), entry(12, 13, 3), entry(13, 15, 2)];
-        assert_eq!(both, with(10, &merged, 15));
-        // One entry between two equal neighbours: three become one.
-        let one = run(recount(11, 12, true, (true, true)));
-        assert_eq!(one, with(10, &[entry(10, 13, 2)], 13));
-        // Only the left or only the right edge.
-        let left = run(recount(11, 13, true, (true, false)));
-        assert_eq!(left, with(10, &[entry(10, 12, 2), entry(12, 13, 3)], 13));
-        let right = run(recount(12, 14, true, (false, true)));
-        assert_eq!(right, with(12, &[entry(12, 13, 3), entry(13, 15, 2)], 15));
-        // Down by one, nothing merges: counts change, entries stay.
-        let down = run(recount(10, 15, false, (false, false)));
+        assert_eq!(plateaus, with(10, &merged, 15));
+        // Down by one: counts change, entries stay.
+        let (down, _) = run(recount(10, 15, false));
         assert_eq!(down, with(10, &steps(10, &[1, 0, 1, 0, 1]), 15));
     }
 
-    /// `recount(from, to, up, merges)` with the edges split as `splits`.
-    fn split(
-        from: usize,
-        to: usize,
-        up: bool,
-        splits: (bool, bool),
-        merges: (bool, bool),
-    ) -> Recount {
+    /// `recount(from, to, up)` with the edges split as `splits`.
+    fn split(from: usize, to: usize, up: bool, splits: (bool, bool)) -> Recount {
         Recount {
             split_left: splits.0,
             split_right: splits.1,
-            ..recount(from, to, up, merges)
+            ..recount(from, to, up)
         }
     }
 
@@ -689,11 +669,7 @@ mod tests {
             .collect();
         // Units 11..15 down by one: entry 5 (10..12, 3) is split at 11,
         // entry 7 (14..16, 3) at 15; entry 6 in between just moves.
-        let both = recounted(
-            &all,
-            split(5, 8, false, (true, true), (false, false)),
-            (11, 15),
-        );
+        let both = recounted(&all, split(5, 8, false, (true, true)), (11, 15));
         let mid = [
             entry(10, 11, 3),
             entry(11, 12, 2),
@@ -704,11 +680,7 @@ mod tests {
         assert_eq!(both, [&all[..5], &mid, &all[8..]].concat());
         // Within one entry: it becomes three.
         let one = [entry(0, 10, 1), entry(20, 30, 2)];
-        let within = recounted(
-            &one,
-            split(0, 1, true, (true, true), (false, false)),
-            (3, 6),
-        );
+        let within = recounted(&one, split(0, 1, true, (true, true)), (3, 6));
         let three = [
             entry(0, 3, 1),
             entry(3, 6, 2),
@@ -716,24 +688,18 @@ mod tests {
             entry(20, 30, 2),
         ];
         assert_eq!(within, three);
-        // A split on the left and a merge on the right of one entry: 11..12
-        // goes up to the count of the entry after it.
+        // A split on the left only: 11..12 goes up to the count of the
+        // entry after it, and stays an entry of its own.
         let pair = [entry(10, 12, 3), entry(12, 14, 4)];
-        let merged = recounted(
-            &pair,
-            split(0, 1, true, (true, false), (false, true)),
-            (11, 12),
-        );
-        assert_eq!(merged, [entry(10, 11, 3), entry(11, 14, 4)]);
-        // A merge on the left and a split on the right: 12..13 goes up to
-        // the count of the entry before it.
+        let left = recounted(&pair, split(0, 1, true, (true, false)), (11, 12));
+        assert_eq!(left, [entry(10, 11, 3), entry(11, 12, 4), entry(12, 14, 4)]);
+        // On the right only.
         let pair = [entry(10, 12, 3), entry(12, 14, 2)];
-        let merged = recounted(
-            &pair,
-            split(1, 2, true, (false, true), (true, false)),
-            (12, 13),
+        let right = recounted(&pair, split(1, 2, true, (false, true)), (12, 13));
+        assert_eq!(
+            right,
+            [entry(10, 12, 3), entry(12, 13, 3), entry(13, 14, 2)]
         );
-        assert_eq!(merged, [entry(10, 13, 3), entry(13, 14, 2)]);
     }
 
     #[test]
@@ -750,11 +716,7 @@ mod tests {
         let (b, i) = p.first_reaching(21);
         assert_eq!(p.block(b)[i], entry(20, 22, 2));
         let before = p.len();
-        p.recount(
-            b,
-            split(i, i + 2, true, (true, true), (false, false)),
-            (21, 23),
-        );
+        p.recount(b, split(i, i + 2, true, (true, true)), (21, 23));
         p.check();
         assert_eq!(p.len(), before + 2);
         assert_eq!(p.blocks.len(), 2);
@@ -776,24 +738,33 @@ mod tests {
     }
 
     #[test]
-    fn recount_merges_keep_blocks_within_bounds() {
-        // Block 1 holds `MIN` entries; the merge of three into one leaves it
-        // too small, and it joins block 0.
-        let first: Vec<Entry> = (0..MAX / 2).map(|i| entry(2 * i, 2 * i + 1, 1)).collect();
-        let counts: Vec<u32> = (0..MIN as u32).map(|i| 2 - i % 2).collect();
-        let second = steps(1000, &counts);
-        let mut p = Plateaus {
-            firsts: vec![first[0].start, second[0].start],
-            len: first.len() + second.len(),
-            blocks: vec![first.clone(), second.clone()],
-        };
-        p.check();
-        p.recount(1, recount(1, 2, true, (true, true)), (0, 0));
-        p.check();
+    fn a_full_block_merges_equal_neighbours_before_it_splits() {
+        // A block two short of full: a long entry of count 1, then entries
+        // of counts 2 3 2 3 …; raising units of the long one one by one and lowering
+        // them again leaves entries of count 1 side by side.
+        let mut all = vec![entry(0, 1000, 1)];
+        all.extend((0..MAX - 3).map(|i| entry(1000 + i, 1001 + i, 2 + (i % 2) as u32)));
+        let mut p = Plateaus::default();
+        p.replace((0, 0), (0, 0), &all);
+        let plateaus: Vec<Entry> = p.plateaus().collect();
+        for unit in 0..500 {
+            // The entry holding `unit`: the first that ends after it.
+            let at = p.first_reaching(unit + 1);
+            let e = p.block(at.0)[at.1];
+            let splits = (e.start < unit, e.end > unit + 1);
+            p.recount(at.0, split(at.1, at.1 + 1, true, splits), (unit, unit + 1));
+            p.check();
+            let at = p.first_reaching(unit + 1);
+            assert_eq!(p.block(at.0)[at.1], entry(unit, unit + 1, 2));
+            p.recount(at.0, recount(at.1, at.1 + 1, false), (unit, unit + 1));
+            p.check();
+            // What the plateaus are does not change.
+            assert_eq!(p.plateaus().collect::<Vec<_>>(), plateaus);
+        }
+        // The block filled up with units of count 1 and merged them each
+        // time instead of splitting: still one block.
         assert_eq!(p.blocks.len(), 1);
-        let want = [&first[..], &[entry(1000, 1003, 2)], &second[3..]].concat();
-        assert_eq!(entries(&p), want);
-        assert_eq!(p.len(), want.len());
+        assert!(p.len() <= MAX);
     }
 
     #[test]
@@ -802,7 +773,7 @@ mod tests {
         let n0 = p.blocks[0].len();
         let before = entries(&p);
         // The last two entries of block 0 and the first three of block 1.
-        p.recount(0, recount(n0 - 2, n0 + 3, true, (false, false)), (0, 0));
+        p.recount(0, recount(n0 - 2, n0 + 3, true), (0, 0));
         p.check();
         for (i, (b, a)) in before.iter().zip(&entries(&p)).enumerate() {
             let moved = (n0 - 2..n0 + 3).contains(&i);

@@ -2,9 +2,14 @@
 //!
 //! The tracker keeps a map of non-overlapping, page-aligned ranges, each with
 //! the number of live registrations that cover it. Pages not in the map have
-//! count 0. Neighbouring ranges with equal counts are merged, so the map holds
-//! one entry per distinct "count plateau" however many times ranges are
-//! marked and unmarked.
+//! count 0. Neighbouring ranges with equal counts are merged where a change
+//! adds or removes entries, and at the latest when their block of the map
+//! fills up; a change that only moves the counts of entries already there
+//! (a second registration of the same pages, its release, a range over
+//! several plateaus) leaves them as they are. So a registration and its
+//! release move counts and nothing else, and the map holds at most a
+//! block's worth of such entries (64) per block however many times ranges
+//! are marked and unmarked (`src/fork/plateaus.rs`).
 //!
 //! # The invariant: a count never claims protection that is not applied
 //!
@@ -141,7 +146,8 @@ impl State {
 struct Ranges {
     map: Plateaus,
     /// The entries overlapping or touching the range being changed: from
-    /// `lo` to before `hi` in the map, as `prepare` found them.
+    /// `lo` to before `hi` in the map, as `prepare` found them (`hi` only
+    /// for a change in `next`).
     lo: Pos,
     hi: Pos,
     /// What replaces the entries `lo..hi` when the change is committed,
@@ -288,18 +294,21 @@ impl RangeTracker {
     }
 
     /// Snapshot of the marked ranges as `(start, end_exclusive, count)`,
-    /// ascending and non-overlapping; adjacent entries have different counts.
+    /// ascending and non-overlapping; adjacent ranges that touch have
+    /// different counts (one range per count plateau).
     pub fn marked(&self) -> Vec<(usize, usize, u32)> {
         self.lock()
             .map
-            .iter()
+            .plateaus()
             .map(|e| (e.start, e.end, e.count))
             .collect()
     }
 
-    /// Number of entries in the map (distinct count plateaus).
+    /// Number of count plateaus: the length of [`marked`](Self::marked).
+    /// Counted on each call (O(n) in the entries of the map, which may hold
+    /// a plateau in several entries; see the [module documentation](self)).
     pub fn len(&self) -> usize {
-        self.lock().map.len()
+        self.lock().map.plateaus().count()
     }
 
     /// Whether no page is marked.
@@ -410,14 +419,15 @@ impl Ranges {
     /// them (their parts outside the range unchanged, the range's pages with
     /// their new counts, equal neighbours merged, zeros dropped): by a
     /// shortcut for the common shapes, otherwise by [`rebuild`]; or, for a
-    /// range that entries cover exactly (a second registration of the same
-    /// pages, the release of one of two), as a [`Recount`] in place, which
-    /// copies no entry and only shifts the block when an edge merges. False if
-    /// the change is impossible: a count at `u32::MAX` for a mark, a page
-    /// with count 0 for an unmark.
+    /// range that entries cover without a gap (a second registration of the
+    /// same pages, the release of one of two, a range over several
+    /// plateaus), as a [`Recount`] in place, which copies no entry and only
+    /// shifts the block when an edge entry is split. False if the change is
+    /// impossible: a count at `u32::MAX` for a mark, a page with count 0 for
+    /// an unmark.
     ///
     /// The lookup and the change in place within one block
-    /// ([`recount_in_block`]) are inline in `mark` and `unmark`, so that a
+    /// ([`recount_in`]) are inline in `mark` and `unmark`, so that a
     /// second reference (or its release) and a range over several plateaus
     /// call nothing but the advice; the other shapes are worked out by
     /// [`prepare_shape`](Self::prepare_shape), out of line.
@@ -425,9 +435,8 @@ impl Ranges {
     fn prepare(&mut self, start: usize, end: usize, mark: bool) -> bool {
         self.recount = None;
         self.lo = self.map.first_reaching(start);
-        match recount_in_block(self.map.block(self.lo.0), self.lo.1, start, end, mark) {
-            Ok((r, past)) => {
-                self.hi = (self.lo.0, past);
+        match recount_in(self.map.block(self.lo.0), self.lo.1, start, end, mark) {
+            Ok(r) => {
                 self.recount = Some(r);
                 true
             }
@@ -437,9 +446,10 @@ impl Ranges {
 
     /// [`prepare`](Self::prepare) past its lookup (`lo` found, `i` past the
     /// entries of its block that overlap or touch the range) for every
-    /// shape [`recount_in_block`] did not take: a range in a gap or inside
-    /// one entry, one with a gap in it, one whose entries reach the end of
-    /// their block.
+    /// shape [`recount_in`] did not take: a range in a gap, one with a gap
+    /// in it, one whose entries go on into the next block (moved into one
+    /// block where the blocks allow, and then perhaps a recount after
+    /// all), one with a count that cannot move.
     #[inline(never)]
     fn prepare_shape(&mut self, mut i: usize, start: usize, end: usize, mark: bool) -> bool {
         let Ranges {
@@ -461,8 +471,14 @@ impl Ranges {
             // Gathered: all in block `at.0` now, the next one starting
             // after `end`.
             *lo = at;
-            i = past_range(map.block(lo.0), lo.1, end);
-            debug_assert!(i < map.block(lo.0).len() || !map.goes_on(lo.0, end));
+            debug_assert!(!map.goes_on(lo.0, end));
+            match recount_in(map.block(lo.0), lo.1, start, end, mark) {
+                Ok(r) => {
+                    *recount = Some(r);
+                    return true;
+                }
+                Err(past) => i = past,
+            }
         }
         *hi = (lo.0, i);
         let old = &map.block(lo.0)[lo.1..i];
@@ -473,10 +489,6 @@ impl Ranges {
         };
         if let Some(possible) = shortcut {
             return possible;
-        }
-        if let Some(r) = recount_in_place(old, lo.1, start, end, mark) {
-            *recount = Some(r);
-            return true;
         }
         rebuild_either(mark, old, start, end, next)
     }
@@ -520,85 +532,68 @@ fn past_range(block: &[Entry], at: usize, end: usize) -> usize {
     i
 }
 
-/// The change in place for a range that entries of `block` from `at` on
-/// cover without a gap ([`recount_in_place`], in one pass over the block
-/// instead of two), when all the entries that overlap or touch the range
-/// are in the block and one more entry follows them there (so that none
-/// in the next block can touch it). `Ok` with the change and the index
-/// past those entries; otherwise `Err` with that index, for
-/// [`Ranges::prepare_shape`].
+/// The change in place ([`Recount`]) for a range that `entries` from `at`
+/// on (`at` the first that ends at or after `start`) cover without a gap,
+/// none of them at a count that cannot move (0 after an unmark, past
+/// `u32::MAX` after a mark): a second registration of the same pages, the
+/// release of one of several, a range over several plateaus. An entry the
+/// range begins or ends inside is split there; none merges with its
+/// neighbour, even where their counts are now equal (see the module
+/// documentation). Otherwise `Err` with the index past the entries that
+/// overlap or touch the range, for [`Ranges::prepare_shape`]: also when
+/// `entries` end before the range does (the next block may hold the rest).
 #[inline(always)]
-fn recount_in_block(
-    block: &[Entry],
+fn recount_in(
+    entries: &[Entry],
     at: usize,
     start: usize,
     end: usize,
     mark: bool,
-) -> Result<(Recount, usize), usize> {
+) -> Result<Recount, usize> {
     let (delta, floor) = if mark { (1, u32::MAX) } else { (u32::MAX, 1) };
-    // An entry ending at `start` touches the range from the left.
-    let left = block.get(at).filter(|e| e.end == start).copied();
-    let from = at + usize::from(left.is_some());
-    let Some(&first) = block.get(from) else {
+    // An entry ending at `start` touches the range without overlapping it.
+    let from = at + usize::from(entries.get(at).is_some_and(|e| e.end == start));
+    let Some(&first) = entries.get(from) else {
         return Err(from);
     };
     if first.start >= end {
         // A range in a gap: no entry overlaps it.
         return Err(from + usize::from(first.start == end));
     }
-    if left.is_none() && (first.start, first.end) == (start, end) {
+    if (first.start, first.end) == (start, end) && first.count != floor {
         // The commonest shape: the range is one entry (a second reference
-        // to a registration's pages, or its release), with no entry before
-        // it touching it; the next entry must not touch it either.
-        let after = block.get(from + 1).ok_or(from + 1)?;
-        if after.start > end && first.count != floor {
-            let r = Recount {
-                from,
-                to: from + 1,
-                delta,
-                merge_left: false,
-                merge_right: false,
-                split_left: false,
-                split_right: false,
-            };
-            return Ok((r, from + 1));
-        }
+        // to a registration's pages, or its release).
+        return Ok(Recount {
+            from,
+            to: from + 1,
+            delta,
+            split_left: false,
+            split_right: false,
+        });
     }
     // The entries overlapping the range, each where the one before ends.
     let mut i = from;
     let mut cur = start;
-    while let Some(e) = block.get(i) {
+    while let Some(e) = entries.get(i) {
         if e.start >= end {
             break;
         }
         if e.start > cur || e.count == floor {
-            return Err(past_range(block, i, end));
+            return Err(past_range(entries, i, end));
         }
         cur = e.end;
         i += 1;
     }
-    let Some(&after) = block.get(i) else {
-        return Err(i);
-    };
-    let right = after.start == end;
-    let past = i + usize::from(right);
-    if i == from || cur < end {
-        return Err(past);
+    if cur < end {
+        return Err(past_range(entries, i, end));
     }
-    let last = block[i - 1];
-    let merges = |outside: Option<Entry>, edge: Entry| {
-        outside.is_some_and(|o| o.count == edge.count.wrapping_add(delta))
-    };
-    let r = Recount {
+    Ok(Recount {
         from,
         to: i,
         delta,
-        merge_left: merges(left, first),
-        merge_right: right && after.count == last.count.wrapping_add(delta),
         split_left: first.start < start,
         split_right: cur > end,
-    };
-    Ok((r, past))
+    })
 }
 
 /// [`rebuild`] for a mark in the common shapes, with fewer tests: a range
@@ -673,60 +668,6 @@ fn unmark_shortcut(old: &[Entry], start: usize, end: usize, next: &mut Vec<Entry
     Some(true)
 }
 
-/// The change in place for a range that entries of `old` (those that
-/// overlap or touch it, as `prepare` found them) cover without a gap, none
-/// of them ending up at 0 or past `u32::MAX`: their counts move by one and
-/// they stay. An edge may merge with the entry touching the range from
-/// outside (see [`rebuild`]: equal counts meet nowhere else), or, where the
-/// range begins or ends inside an entry, split it (the release of a range
-/// whose mark merged with a neighbour). `old` starts at index `at` of its
-/// block, and the indices of the answer are the block's. `None` for every
-/// other shape (a gap in the range, a count that cannot move), which
-/// [`rebuild`] handles.
-#[inline(always)]
-fn recount_in_place(
-    old: &[Entry],
-    at: usize,
-    start: usize,
-    end: usize,
-    mark: bool,
-) -> Option<Recount> {
-    // An entry ending at `start` or starting at `end` touches the range
-    // without overlapping it; only the first and the last can.
-    let left = old.first().filter(|e| e.end == start);
-    let from = usize::from(left.is_some());
-    let right = old[from..].last().filter(|e| e.start == end);
-    let to = old.len() - usize::from(right.is_some());
-    let inner = &old[from..to];
-    let (first, last) = (inner.first()?, inner.last()?);
-    let (delta, floor) = if mark { (1, u32::MAX) } else { (u32::MAX, 1) };
-    // No gap: the first entry begins at or before `start` (before it, it is
-    // split there), each next one where the one before ends, and the last
-    // ends at or after `end` (after it, it is split there).
-    let mut cur = start;
-    for e in inner {
-        if e.start > cur || e.count == floor {
-            return None;
-        }
-        cur = e.end;
-    }
-    if cur < end {
-        return None;
-    }
-    let merges = |outside: Option<&Entry>, edge: &Entry| {
-        outside.is_some_and(|o| o.count == edge.count.wrapping_add(delta))
-    };
-    Some(Recount {
-        from: at + from,
-        to: at + to,
-        delta,
-        merge_left: merges(left, first),
-        merge_right: merges(right, last),
-        split_left: first.start < start,
-        split_right: last.end > end,
-    })
-}
-
 /// Pushes to `next` the entry `e`, which holds `[start, end)` and which no
 /// other entry touches (so nothing merges), with the range's pages at
 /// `count` (dropped at 0) and its parts before and after unchanged.
@@ -745,7 +686,7 @@ fn recount_within(e: Entry, start: usize, end: usize, count: u32, next: &mut Vec
 
 /// [`Ranges::prepare`] for a range whose entries `old` (a copy) lie in
 /// several blocks, from `lo` to before `hi`: in place if they are in two
-/// blocks and nothing merges, otherwise by [`rebuild`].
+/// blocks and cover the range without a split, otherwise by [`rebuild`].
 #[cold]
 #[allow(clippy::too_many_arguments)]
 fn prepare_across(
@@ -760,8 +701,14 @@ fn prepare_across(
 ) -> bool {
     if hi.0 == lo.0 + 1 {
         // Indices from the start of block `lo.0`, on into the next.
-        *recount = recount_in_place(old, lo.1, start, end, mark)
-            .filter(|r| !(r.merge_left || r.merge_right || r.split_left || r.split_right));
+        *recount = recount_in(old, 0, start, end, mark)
+            .ok()
+            .filter(|r| !(r.split_left || r.split_right))
+            .map(|r| Recount {
+                from: lo.1 + r.from,
+                to: lo.1 + r.to,
+                ..r
+            });
     }
     recount.is_some() || rebuild_either(mark, old, start, end, next)
 }
@@ -790,11 +737,12 @@ fn rebuild_either(
 /// impossible: a count at `u32::MAX` for a mark, a page with count 0 for
 /// an unmark.
 ///
-/// Equal neighbours can only meet at the range's two edges: inside it
-/// every count moves by one, so entries that differed still differ, and a
-/// mark's uncounted pages (count 1) lie between counted ones (now 2 or
-/// more). So the pieces are pushed as they come and only the first two and
-/// the last two are merged when equal.
+/// Equal neighbours that the change makes can only meet at the range's two
+/// edges: inside it every count moves by one, so entries that differed
+/// still differ, and a mark's uncounted pages (count 1) lie between counted
+/// ones (now 2 or more). So the pieces are pushed as they come and only the
+/// first two and the last two are merged when equal. (Entries that were
+/// equal neighbours already, which a [`Recount`] may leave, stay so.)
 #[inline(always)]
 fn rebuild<const MARK: bool>(
     old: &[Entry],
@@ -1062,6 +1010,11 @@ mod tests {
         assert!(t.is_empty());
     }
 
+    /// The entries the map stores (a plateau may take several).
+    fn stored(t: &RangeTracker) -> usize {
+        t.lock().map.iter().count()
+    }
+
     #[test]
     fn neighbours_merge_and_the_map_stays_small() {
         let (t, _) = tracker();
@@ -1070,19 +1023,29 @@ mod tests {
             t.mark(BASE + i * P, P).unwrap();
         }
         assert_eq!(t.marked(), vec![(BASE, BASE + 1000 * P, 1)]);
-        // Repeated overlapping mark/unmark cycles do not grow the map.
+        assert_eq!(stored(&t), 1);
+        // Repeated overlapping mark/unmark cycles leave the plateau as it
+        // was. Each unmark leaves the three entries its mark split the one
+        // into (a recount merges nothing), until the block fills up and
+        // merges them: the map never stores more than a block's worth.
+        let mut most = 0;
         for round in 0..100 {
             let off = (round * 7 % 900) * P;
             t.mark(BASE + off, 50 * P).unwrap();
             assert!(t.len() <= 3);
             t.unmark(BASE + off, 50 * P).unwrap();
             assert_eq!(t.len(), 1);
+            most = most.max(stored(&t));
         }
+        // It fills the block: the recounts merged nothing until then.
+        assert!((51..=64).contains(&most), "{most} entries stored");
         for i in (0..1000).rev() {
             t.unmark(BASE + i * P, P).unwrap();
             assert!(t.len() <= 1);
+            assert!(stored(&t) <= 64);
         }
         assert!(t.is_empty());
+        assert_eq!(stored(&t), 0);
     }
 
     #[test]
