@@ -305,8 +305,10 @@ impl RangeTracker {
     }
 
     /// Number of count plateaus: the length of [`marked`](Self::marked).
-    /// Counted on each call (O(n) in the entries of the map, which may hold
-    /// a plateau in several entries; see the [module documentation](self)).
+    /// Counted on each call, O(n) in the entries of the map (which may hold
+    /// a plateau in several: a registration and its release move counts
+    /// and leave the entries, and a block of 64 entries merges them when
+    /// it fills up).
     pub fn len(&self) -> usize {
         self.lock().map.plateaus().count()
     }
