@@ -65,16 +65,9 @@ fn rc_send_write_read_between_two_qps_of_one_context() {
             for (i, byte) in a_buf[..64].iter_mut().enumerate() {
                 *byte = 0xa0 ^ i as u8;
             }
-            let recv_sge = sge(b_addr, 64, &b_mr);
             // SAFETY: b_buf[..64] stays mapped and registered and is not touched
             // until the receive's completion is polled below.
-            unsafe {
-                qp_b.post_recv(&[RecvWr {
-                    wr_id: 0xb0b,
-                    sges: &recv_sge,
-                }])
-            }
-            .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+            unsafe { post_recv_into(&qp_b, 0xb0b, &b_buf[..64], &b_mr, name) };
             let send_sge = sge(a_addr, 64, &a_mr);
             let send = signalled(0xa5e, SendOp::Send { imm: None }, &send_sge);
             // SAFETY: a_buf[..64] is only read by the device and not written
@@ -348,15 +341,8 @@ fn inline_send_and_write_land() {
         let mut buf = anon(4096);
         let mr = fresh_mr(&q.pd, &mut buf, RW_READ);
         let addr = buf.as_ptr() as u64;
-        let recv = sge(addr, 256, &mr);
         // SAFETY: buf[..256] is not touched until the receive's completion.
-        unsafe {
-            q.qp_b.post_recv(&[RecvWr {
-                wr_id: 0x1e,
-                sges: &recv,
-            }])
-        }
-        .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+        unsafe { post_recv_into(&q.qp_b, 0x1e, &buf[..256], &mr, name) };
         let mut msg: Vec<u8> = (0..48u8).map(|i| i ^ 0x3c).collect();
         let sent = msg.clone();
         let segs = [&msg[..]];
@@ -441,16 +427,9 @@ fn gathered_send_and_writes_land() {
         };
         let (two, three) = (joined(2), joined(3));
 
-        let recv = sge(addr + 1024, 256, &mr);
         // SAFETY: buf[1024..1280] is not touched until the receive's
         // completion.
-        unsafe {
-            q.qp_b.post_recv(&[RecvWr {
-                wr_id: 0x2a,
-                sges: &recv,
-            }])
-        }
-        .unwrap_or_else(|e| panic!("{name}: post_recv: {e}"));
+        unsafe { post_recv_into(&q.qp_b, 0x2a, &buf[1024..1280], &mr, name) };
         let send = SendWr::new(0x2b, SendOp::Send { imm: None }, Payload::Sges(&sges[..2]));
         // SAFETY: the sources are not written until the completion.
         unsafe { q.qp_a.post_send(&[send]) }
